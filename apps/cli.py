@@ -1,0 +1,138 @@
+# SPDX-License-Identifier: MIT
+"""The ``mori`` command: run, info, bench."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Optional, Sequence
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from mori.apps.launcher import LaunchConfig, launch
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    cfg = LaunchConfig(nproc=args.nproc, command=command, nnodes=args.nnodes, node_rank=args.node_rank,
+                       master_addr=args.master_addr, master_port=args.master_port,
+                       prefix_output=not args.no_prefix)
+    try:
+        return launch(cfg)
+    except ValueError as exc:
+        print(f"mori run: {exc}", file=sys.stderr)
+        return 2
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    import mori
+    from mori import _C
+
+    if args.env:
+        for row in _C.core.env_table():
+            mark = "*" if row["is_set"] else " "
+            print(f"{mark} {row['name']:<28} {row['value']:<10} ({row['type']}, default {row['default']}) "
+                  f"{row['description']}")
+        return 0
+    import mori.shmem as sh
+
+    sh.shmem_init()
+    try:
+        topo = sh.topology()
+        matrix = [sh.transport_name(pe) for pe in range(sh.n_pes())]
+        info = {"version": mori.__version__, "pe": sh.my_pe(), "n_pes": sh.n_pes(),
+                "bootstrap": _C.shmem.bootstrap_name(), "heap_bytes": _C.shmem.heap_size(),
+                "local_rank": topo["local_rank"], "local_size": topo["local_size"],
+                "num_nodes": topo["num_nodes"], "transports": matrix, "pes": topo["pes"]}
+        blobs = _gather_json(info)
+        if sh.my_pe() == 0:
+            if args.json:
+                print(json.dumps(blobs, indent=1))
+            else:
+                print(f"MORI {mori.__version__}: {sh.n_pes()} PEs on {topo['num_nodes']} node(s), "
+                      f"bootstrap {info['bootstrap']}, heap {_C.core.human_bytes(info['heap_bytes'])} per PE")
+                print("transport from PE (row) to PE (column):")
+                print("      " + " ".join(f"{pe:>5}" for pe in range(sh.n_pes())))
+                for b in blobs:
+                    print(f"{b['pe']:>5} " + " ".join(f"{t:>5}" for t in b["transports"]))
+                for p in topo["pes"]:
+                    print(f"  PE {p['pe']}: node {p['node']} ({p['hostname']}), local rank {p['local_rank']}, "
+                          f"pid {p['pid']}, ip {p['ip']}")
+    finally:
+        sh.shmem_finalize()
+    return 0
+
+
+def _gather_json(obj: dict) -> list[dict]:
+    """Gather a JSON-able dict from every PE to every PE through the symmetric heap."""
+    import numpy as np
+
+    import mori.shmem as sh
+
+    raw = json.dumps(obj).encode()
+    n = sh.n_pes()
+    size = np.zeros(1, dtype=np.int64)
+    sizes = sh.zeros(n, dtype=np.int64)
+    size[0] = len(raw)
+    for pe in range(n):
+        sh.put(sizes[sh.my_pe():sh.my_pe() + 1], size, pe)
+    sh.barrier_all()
+    cap = int(sizes.max())
+    board = sh.zeros((n, cap), dtype=np.uint8)
+    mine = np.frombuffer(raw, dtype=np.uint8)
+    for pe in range(n):
+        sh.put(board[sh.my_pe(), :len(raw)], mine, pe)
+    sh.barrier_all()
+    out = [json.loads(bytes(board[pe, :sizes[pe]])) for pe in range(n)]
+    sh.barrier_all()
+    sh.free(board)
+    sh.free(sizes)
+    return out
+
+
+def _cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
+    from mori.apps.bench import main as bench_main
+
+    return bench_main([args.what] + rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mori", description="MORI command line")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    run = sub.add_parser("run", help="start N processes of a job on this host",
+                         description="mori run -n N [--] program [args...]")
+    run.add_argument("-n", "--nproc", "--nproc-per-node", type=int, required=True, dest="nproc",
+                     help="processes on this host")
+    run.add_argument("--nnodes", type=int, default=1, help="hosts in the job (one mori run per host)")
+    run.add_argument("--node-rank", type=int, default=0, help="this host's index in [0, nnodes)")
+    run.add_argument("--master-addr", default="127.0.0.1", help="address of node 0 (multi-host)")
+    run.add_argument("--master-port", type=int, default=0, help="port of node 0's bootstrap store (multi-host)")
+    run.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with the rank")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="program and its arguments")
+    run.set_defaults(func=_cmd_run)
+
+    info = sub.add_parser("info", help="show PEs, nodes and the transport chosen for each pair")
+    info.add_argument("--env", action="store_true", help="list every MORI_* setting instead")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    info.set_defaults(func=_cmd_info)
+
+    bench = sub.add_parser("bench", help="benchmarks (shmem, ...); see mori bench WHAT --help")
+    bench.add_argument("what", help="which benchmark")
+    bench.set_defaults(func=None)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.cmd == "bench":
+        return _cmd_bench(args, rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

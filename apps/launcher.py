@@ -1,0 +1,171 @@
+# SPDX-License-Identifier: MIT
+"""``mori run``: start N local processes of one job (torchrun-style, one command per host).
+
+The launcher hosts the job's bootstrap store, gives every process its rank in the
+environment (MORI's variables plus torchrun's RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/
+MASTER_PORT, so torch programs run unchanged), prefixes each output line with the
+rank, and when one process fails it stops the others and returns the worst exit code.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import IO, Optional, Sequence
+
+from mori import _C
+
+
+@dataclass
+class LaunchConfig:
+    """Arguments of ``mori run``."""
+
+    nproc: int
+    command: Sequence[str]
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0  # 0: pick a free port (single node only)
+    secret_hex: str = ""
+    prefix_output: bool = True
+    kill_grace_s: float = 3.0
+    extra_env: dict = field(default_factory=dict)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _pump(stream: IO[bytes], sink: IO[str], prefix: str, lock: threading.Lock) -> None:
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace")
+        with lock:
+            sink.write(prefix + line if prefix else line)
+            if not line.endswith("\n"):
+                sink.write("\n")
+            sink.flush()
+    stream.close()
+
+
+def _exit_code(rc: int) -> int:
+    return 128 - rc if rc < 0 else rc  # killed by signal N -> 128+N, like a shell
+
+
+def launch(cfg: LaunchConfig) -> int:
+    """Run the job's local processes; returns the worst exit code (0 if all succeeded)."""
+    if cfg.nproc < 1:
+        raise ValueError(f"-n/--nproc must be >= 1, got {cfg.nproc}")
+    if not cfg.command:
+        raise ValueError("no command given: mori run -n N [--] program [args...]")
+    if cfg.nnodes < 1 or not 0 <= cfg.node_rank < cfg.nnodes:
+        raise ValueError(f"--node-rank {cfg.node_rank} must be in [0, --nnodes {cfg.nnodes})")
+    world = cfg.nproc * cfg.nnodes
+    multi_node = cfg.nnodes > 1
+    if multi_node and not cfg.master_port:
+        raise ValueError("--master-port is required with --nnodes > 1")
+    secret = cfg.secret_hex or os.environ.get("MORI_JOB_SECRET") or ""
+    if multi_node and not secret:
+        # Every host must present the same secret: derive it from the rendezvous address
+        # unless the user supplies a real one (recommended on shared networks).
+        import hashlib
+        secret = hashlib.sha256(f"mori-run:{cfg.master_addr}:{cfg.master_port}".encode()).hexdigest()
+    secret = secret or _C.core.random_secret_hex()
+
+    server = None
+    if cfg.node_rank == 0:
+        server = _C.core.StoreServer(secret, "0.0.0.0", cfg.master_port)
+        store_port = server.port
+    else:
+        store_port = cfg.master_port
+    store_host = cfg.master_addr if multi_node else "127.0.0.1"
+    torch_port = _free_port() if not multi_node else cfg.master_port + 1
+
+    procs: list[subprocess.Popen] = []
+    pumps: list[threading.Thread] = []
+    lock = threading.Lock()
+    try:
+        for local_rank in range(cfg.nproc):
+            rank = cfg.node_rank * cfg.nproc + local_rank
+            env = dict(os.environ)
+            env.update(cfg.extra_env)
+            env.update({
+                "MORI_STORE_ADDR": f"{store_host}:{store_port}",
+                "MORI_JOB_SECRET": secret,
+                "MORI_RANK": str(rank),
+                "MORI_WORLD_SIZE": str(world),
+                "MORI_LOCAL_RANK": str(local_rank),
+                "MORI_LOCAL_WORLD_SIZE": str(cfg.nproc),
+                "MORI_NNODES": str(cfg.nnodes),
+                "MORI_NODE_RANK": str(cfg.node_rank),
+                # torchrun-compatible names for programs that also use torch.distributed
+                "RANK": str(rank),
+                "WORLD_SIZE": str(world),
+                "LOCAL_RANK": str(local_rank),
+                "LOCAL_WORLD_SIZE": str(cfg.nproc),
+                "MASTER_ADDR": store_host,
+                "MASTER_PORT": str(torch_port),
+                "PYTHONUNBUFFERED": "1",
+            })
+            proc = subprocess.Popen(list(cfg.command), env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+            procs.append(proc)
+            prefix = f"[{rank}] " if cfg.prefix_output else ""
+            for stream, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
+                t = threading.Thread(target=_pump, args=(stream, sink, prefix, lock), daemon=True)
+                t.start()
+                pumps.append(t)
+        return _supervise(procs, cfg.kill_grace_s)
+    except KeyboardInterrupt:
+        _terminate(procs, cfg.kill_grace_s)
+        return 130
+    finally:
+        for t in pumps:
+            t.join(timeout=5)
+        if server is not None:
+            server.stop()
+
+
+def _supervise(procs: list[subprocess.Popen], grace: float) -> int:
+    worst = 0
+    stopping = False
+    running = set(range(len(procs)))
+    while running:
+        for i in list(running):
+            rc = procs[i].poll()
+            if rc is None:
+                continue
+            running.discard(i)
+            code = _exit_code(rc)
+            worst = max(worst, code)
+            if code != 0 and running and not stopping:
+                stopping = True
+                sys.stderr.write(f"mori run: rank {i} exited with code {code}; stopping the other ranks\n")
+                _terminate([procs[j] for j in running], grace)
+        time.sleep(0.02)
+    return worst
+
+
+def _terminate(procs: list[subprocess.Popen], grace: float) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: MIT
+// mori._C: one extension module; each layer fills its own submodule.
+#include <pybind11/pybind11.h>
+
+#include "mori/core/status.h"
+
+namespace py = pybind11;
+
+void bind_core(py::module_& m);
+void bind_shmem(py::module_& m);
+void bind_collectives(py::module_& m);
+void bind_ep(py::module_& m);
+void bind_io(py::module_& m);
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "MORI native core";
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const mori::Error& e) {
+      // Classes live in Python (mori.core.errors) so they can also inherit builtins.
+      py::object errors = py::module_::import("mori.core.errors");
+      py::object cls = errors.attr("error_class")(static_cast<int>(e.status()));
+      PyErr_SetObject(cls.ptr(), py::str(e.what()).ptr());
+    }
+  });
+  auto core = m.def_submodule("core", "bootstrap, topology, env, heap");
+  bind_core(core);
+  auto shmem = m.def_submodule("shmem", "symmetric memory runtime");
+  bind_shmem(shmem);
+  auto collectives = m.def_submodule("collectives", "collectives (mori.ccl)");
+  bind_collectives(collectives);
+  auto ep = m.def_submodule("ep", "MoE dispatch/combine (mori.ops)");
+  bind_ep(ep);
+  auto io = m.def_submodule("io", "transfer engine");
+  bind_io(io);
+}

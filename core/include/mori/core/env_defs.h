@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: MIT
+// Every environment variable MORI reads, one row each:
+//   X(field, NAME, type, default, description)
+// type is one of: size (bytes, K/M/G/KiB/MiB/GiB suffixes), seconds, bool, int, string.
+// Nothing else in the tree calls getenv() for MORI_* settings.
+#pragma once
+
+#define MORI_ENV_TABLE(X)                                                                          \
+  X(heap_size, "MORI_SHMEM_HEAP_SIZE", size, "1GiB",                                               \
+    "bytes of the host symmetric heap of each PE")                                                 \
+  X(gpu_heap_size, "MORI_SHMEM_GPU_HEAP_SIZE", size, "4GiB",                                       \
+    "bytes of the GPU symmetric heap of each PE bound to a GPU")                                   \
+  X(bootstrap_timeout, "MORI_BOOTSTRAP_TIMEOUT", seconds, "120",                                   \
+    "seconds any bootstrap or peer wait may last before it fails naming the missing PE")           \
+  X(disable_p2p, "MORI_DISABLE_P2P", bool, "0",                                                    \
+    "never map peers' memory directly; route every peer through a remote transport")               \
+  X(node_id, "MORI_NODE_ID", string, "",                                                           \
+    "override the node identity (default: kernel boot id, then hostname)")                         \
+  X(socket_ifname, "MORI_SOCKET_IFNAME", string, "",                                               \
+    "network interface whose address is published for TCP (default: first non-loopback)")          \
+  X(device, "MORI_DEVICE", int, "-1", "CUDA device of this PE (-1: torch's current device / none)") \
+  X(spin_iterations, "MORI_SPIN_ITERATIONS", int, "20000",                                         \
+    "polls of a wait before it sleeps on a futex")                                                 \
+  X(copy_threads, "MORI_COPY_THREADS", int, "0",                                                   \
+    "threads used for large host copies (0: automatic)")                                           \
+  X(log_level, "MORI_LOG_LEVEL", string, "WARN", "ERROR, WARN, INFO, DEBUG or TRACE")              \
+  X(ep_launch_config_mode, "MORI_EP_LAUNCH_CONFIG_MODE", string, "MANUAL",                         \
+    "EP launch parameters: MANUAL (config/call arguments) or AUTO (JSON tuning rules)")

@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: MIT
+// Small RAII helpers over blocking TCP sockets with deadlines.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace mori::net {
+
+// Monotonic seconds.
+double now();
+
+// Listens on host:port (port 0 = any free port); returns fd, stores the bound port.
+int listen_tcp(const std::string& host, int port, int* bound_port, int backlog = 256);
+// Connects, retrying refused connections until timeout_s. Returns fd or throws Timeout.
+int connect_tcp(const std::string& host, int port, double timeout_s);
+
+// Full reads/writes. recv_all returns false on orderly EOF before any byte; throws on errors
+// or on EOF mid-message. A negative deadline means no deadline.
+void send_all(int fd, const void* buf, size_t n);
+bool recv_all(int fd, void* buf, size_t n, double deadline = -1);
+
+void set_nodelay(int fd);
+void close_fd(int& fd);
+
+}  // namespace mori::net

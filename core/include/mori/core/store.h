@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: MIT
+// A TCP key-value store used for bootstrap rendezvous. One server per job
+// (hosted by `mori run`, or by rank 0 when the job starts from a unique id),
+// one client per rank. Clients must present the job secret; every blocking
+// get has a deadline and reports which rank's key is missing.
+#pragma once
+
+#include <atomic>
+#include <array>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mori/core/bootstrap.h"
+
+namespace mori {
+
+using JobSecret = std::array<uint8_t, 32>;
+JobSecret random_secret();
+std::string secret_to_hex(const JobSecret& s);
+JobSecret secret_from_hex(const std::string& hex);
+
+class StoreServer {
+ public:
+  // Binds host:port (port 0 picks a free one) and serves in background threads.
+  StoreServer(const JobSecret& secret, const std::string& bind_host = "0.0.0.0", int port = 0);
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  int port() const { return port_; }
+  void stop();
+
+ private:
+  void accept_loop();
+  void serve(int fd);
+
+  JobSecret secret_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::string> kv_;
+  std::map<int, bool> rank_gone_;  // rank -> disconnected without saying goodbye
+  std::vector<std::thread> workers_;
+  std::vector<int> client_fds_;
+};
+
+class StoreClient {
+ public:
+  // Connects (retrying until timeout_s) and authenticates as `rank`.
+  StoreClient(const std::string& host, int port, const JobSecret& secret, int rank, double timeout_s);
+  ~StoreClient();
+  StoreClient(const StoreClient&) = delete;
+  StoreClient& operator=(const StoreClient&) = delete;
+
+  void set(const std::string& key, const std::string& value);
+  // Waits until every key exists. owner_ranks[i] is the rank expected to set keys[i]
+  // (named in the timeout error). Returns the values in order.
+  std::vector<std::string> get(const std::vector<std::string>& keys, const std::vector<int>& owner_ranks,
+                               double timeout_s);
+  void goodbye();  // tells the server this rank leaves on purpose
+
+  const std::string& address() const { return address_; }
+
+ private:
+  std::mutex mu_;
+  int fd_ = -1;
+  int rank_;
+  std::string address_;
+};
+
+// Bootstrap over a store: allgather = set own key, get everyone's.
+class StoreBootstrap : public Bootstrap {
+ public:
+  StoreBootstrap(std::unique_ptr<StoreClient> client, int rank, int size, double timeout_s,
+                 std::shared_ptr<StoreServer> server = nullptr, std::string ns = "");
+  ~StoreBootstrap() override;
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void allgather(const void* send, void* recv, size_t bytes) override;
+  void broadcast(void* buf, size_t bytes, int root) override;
+  std::string describe() const override;
+  void shutdown() override;
+
+ private:
+  std::unique_ptr<StoreClient> client_;
+  std::shared_ptr<StoreServer> server_;  // held by the rank that hosts it
+  int rank_, size_;
+  double timeout_s_;
+  std::string ns_;
+  uint64_t seq_ = 0;
+};
+
+// Address to publish for this host: MORI_SOCKET_IFNAME's IPv4, else the first
+// non-loopback IPv4, else 127.0.0.1.
+std::string local_ip_address();
+
+}  // namespace mori

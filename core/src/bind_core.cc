@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: MIT
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "mori/core/env.h"
+#include "mori/core/heap_allocator.h"
+#include "mori/core/store.h"
+#include "mori/core/topology.h"
+#include "mori/core/unique_id.h"
+
+namespace py = pybind11;
+
+void bind_core(py::module_& m) {
+  using namespace mori;
+  m.def("parse_size", [](const std::string& s) { return env::parse_size(s); }, py::arg("text"),
+        "Parse a size such as '512M' or '4GiB' into bytes.");
+  m.def("reload_env", &env::reload);
+  m.def("env_table", [] {
+    py::list out;
+    for (auto& e : env::describe()) {
+      py::dict d;
+      d["name"] = e.name;
+      d["type"] = e.type;
+      d["default"] = e.default_value;
+      d["value"] = e.value;
+      d["description"] = e.description;
+      d["is_set"] = e.is_set;
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("node_identity", &node_identity);
+  m.def("local_ip_address", &local_ip_address);
+  m.def("random_secret_hex", [] { return secret_to_hex(random_secret()); });
+  m.def("human_bytes", &human_bytes);
+
+  py::class_<StoreServer, std::shared_ptr<StoreServer>>(m, "StoreServer", "TCP bootstrap store (one per job).")
+      .def(py::init([](const std::string& secret_hex, const std::string& host, int port) {
+             return std::make_shared<StoreServer>(secret_from_hex(secret_hex), host, port);
+           }),
+           py::arg("secret_hex"), py::arg("host") = "0.0.0.0", py::arg("port") = 0,
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("port", &StoreServer::port)
+      .def("stop", &StoreServer::stop, py::call_guard<py::gil_scoped_release>());
+
+  m.def("create_unique_id", [] {
+    UniqueId id = create_unique_id();
+    return py::bytes(reinterpret_cast<const char*>(id.data()), id.size());
+  });
+  m.def("parse_unique_id", [](py::bytes uid) {
+    std::string s = uid;
+    auto f = parse_unique_id(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+    return py::make_tuple(f.host, f.port, secret_to_hex(f.secret));
+  });
+}

@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: MIT
+#include "mori/core/shared_segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mori/core/status.h"
+
+namespace mori {
+
+SharedSegment SharedSegment::create(const std::string& name, size_t size) {
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) raise_errno("shm_open(%s)", name.c_str());
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    int err = errno;
+    close(fd);
+    shm_unlink(name.c_str());
+    errno = err;
+    raise_errno("ftruncate(%s, %zu)", name.c_str(), size);
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    shm_unlink(name.c_str());
+    raise_errno("mmap of %zu bytes of shared memory %s", size, name.c_str());
+  }
+  SharedSegment s;
+  s.data_ = p;
+  s.size_ = size;
+  s.name_ = name;
+  s.owner_ = true;
+  s.linked_ = true;
+  return s;
+}
+
+SharedSegment SharedSegment::open(const std::string& name, size_t size) {
+  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) raise_errno("shm_open(%s) of a peer's heap", name.c_str());
+  struct stat st{};
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < size) {
+    close(fd);
+    raise(Status::kRemote, "peer segment %s is smaller than announced (%zu bytes)", name.c_str(), size);
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) raise_errno("mmap of peer segment %s", name.c_str());
+  SharedSegment s;
+  s.data_ = p;
+  s.size_ = size;
+  s.name_ = name;
+  return s;
+}
+
+SharedSegment& SharedSegment::operator=(SharedSegment&& o) noexcept {
+  if (this != &o) {
+    this->~SharedSegment();
+    data_ = o.data_;
+    size_ = o.size_;
+    name_ = std::move(o.name_);
+    owner_ = o.owner_;
+    linked_ = o.linked_;
+    o.data_ = nullptr;
+    o.size_ = 0;
+    o.owner_ = o.linked_ = false;
+  }
+  return *this;
+}
+
+void SharedSegment::unlink() {
+  if (owner_ && linked_) shm_unlink(name_.c_str());
+  linked_ = false;
+}
+
+SharedSegment::~SharedSegment() {
+  unlink();
+  if (data_) munmap(data_, size_);
+  data_ = nullptr;
+}
+
+}  // namespace mori

@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: MIT
+#include "mori/core/socket.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <thread>
+
+#include "mori/core/status.h"
+
+namespace mori::net {
+
+double now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static sockaddr_in resolve(const std::string& host, int port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (host.empty() || host == "0.0.0.0") {
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  } else if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    addrinfo hints{}, *res = nullptr;
+    hints.ai_family = AF_INET;
+    int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+    if (rc != 0 || !res) raise(Status::kInvalidArgument, "cannot resolve host '%s': %s", host.c_str(), gai_strerror(rc));
+    addr.sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+    freeaddrinfo(res);
+  }
+  return addr;
+}
+
+int listen_tcp(const std::string& host, int port, int* bound_port, int backlog) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) raise_errno("socket");
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr = resolve(host, port);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int err = errno;
+    close(fd);
+    errno = err;
+    raise_errno("bind %s:%d", host.c_str(), port);
+  }
+  if (listen(fd, backlog) != 0) raise_errno("listen");
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  if (bound_port) *bound_port = ntohs(addr.sin_port);
+  return fd;
+}
+
+int connect_tcp(const std::string& host, int port, double timeout_s) {
+  sockaddr_in addr = resolve(host, port);
+  double deadline = now() + timeout_s;
+  int last_err = 0;
+  while (true) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) raise_errno("socket");
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      set_nodelay(fd);
+      return fd;
+    }
+    last_err = errno;
+    close(fd);
+    if (now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  raise(Status::kTimeout, "could not connect to %s:%d within %.0f s: %s", host.c_str(), port, timeout_s,
+        std::strerror(last_err));
+}
+
+void send_all(int fd, const void* buf, size_t n) {
+  const char* p = static_cast<const char*>(buf);
+  while (n > 0) {
+    ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      raise_errno("send");
+    }
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+}
+
+bool recv_all(int fd, void* buf, size_t n, double deadline) {
+  char* p = static_cast<char*>(buf);
+  size_t got = 0;
+  while (got < n) {
+    if (deadline >= 0) {
+      double left = deadline - now();
+      if (left <= 0) raise(Status::kTimeout, "timed out receiving from socket");
+      pollfd pfd{fd, POLLIN, 0};
+      int rc = poll(&pfd, 1, static_cast<int>(left * 1000) + 1);
+      if (rc < 0 && errno != EINTR) raise_errno("poll");
+      if (rc <= 0) continue;
+    }
+    ssize_t k = ::recv(fd, p + got, n - got, 0);
+    if (k == 0) {
+      if (got == 0) return false;
+      raise(Status::kRemote, "connection closed in the middle of a message");
+    }
+    if (k < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      raise_errno("recv");
+    }
+    got += static_cast<size_t>(k);
+  }
+  return true;
+}
+
+void set_nodelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+}  // namespace mori::net

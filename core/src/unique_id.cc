@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: MIT
+#include "mori/core/unique_id.h"
+
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "mori/core/env.h"
+#include "mori/core/status.h"
+
+namespace mori {
+namespace {
+
+constexpr char kMagic[8] = {'M', 'O', 'R', 'I', 'U', 'I', 'D', '1'};
+constexpr size_t kHostOffset = 12, kHostBytes = 48, kSecretOffset = 60;
+
+std::mutex g_mu;
+std::map<int, std::shared_ptr<StoreServer>> g_servers;  // port -> server started by create_unique_id
+
+}  // namespace
+
+UniqueId create_unique_id() {
+  JobSecret secret = random_secret();
+  auto server = std::make_shared<StoreServer>(secret);
+  UniqueId id{};
+  std::memcpy(id.data(), kMagic, sizeof(kMagic));
+  uint16_t version = 1, port = static_cast<uint16_t>(server->port());
+  std::memcpy(id.data() + 8, &version, 2);
+  std::memcpy(id.data() + 10, &port, 2);
+  std::string host = local_ip_address();
+  std::strncpy(reinterpret_cast<char*>(id.data() + kHostOffset), host.c_str(), kHostBytes - 1);
+  std::memcpy(id.data() + kSecretOffset, secret.data(), secret.size());
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_servers[port] = std::move(server);
+  return id;
+}
+
+UniqueIdFields parse_unique_id(const uint8_t* data, size_t size) {
+  if (size != kUniqueIdBytes)
+    raise(Status::kInvalidArgument, "unique_id must be %zu bytes, got %zu", kUniqueIdBytes, size);
+  if (std::memcmp(data, kMagic, sizeof(kMagic)) != 0)
+    raise(Status::kInvalidArgument, "unique_id is not a MORI unique id (bad magic); get it from shmem_get_unique_id()");
+  UniqueIdFields f;
+  uint16_t port;
+  std::memcpy(&port, data + 10, 2);
+  f.port = port;
+  f.host = std::string(reinterpret_cast<const char*>(data + kHostOffset),
+                       strnlen(reinterpret_cast<const char*>(data + kHostOffset), kHostBytes));
+  std::memcpy(f.secret.data(), data + kSecretOffset, f.secret.size());
+  return f;
+}
+
+std::unique_ptr<Bootstrap> bootstrap_from_unique_id(const uint8_t* uid, size_t size, int rank, int nranks) {
+  UniqueIdFields f = parse_unique_id(uid, size);
+  if (nranks < 1) raise(Status::kInvalidArgument, "nranks must be >= 1, got %d", nranks);
+  if (rank < 0 || rank >= nranks) raise(Status::kInvalidArgument, "rank %d is out of range for nranks %d", rank, nranks);
+  std::shared_ptr<StoreServer> server;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_servers.find(f.port);
+    if (it != g_servers.end()) {
+      server = it->second;  // this process made the id: it hosts the store
+      g_servers.erase(it);
+    }
+  }
+  double timeout = env::get().bootstrap_timeout;
+  // The host's own rank may talk to its server over loopback.
+  std::string host = server ? "127.0.0.1" : f.host;
+  auto client = std::make_unique<StoreClient>(host, f.port, f.secret, rank, timeout);
+  return std::make_unique<StoreBootstrap>(std::move(client), rank, nranks, timeout, server);
+}
+
+std::unique_ptr<Bootstrap> bootstrap_from_store(const std::string& host, int port, const JobSecret& secret, int rank,
+                                                int nranks, bool host_locally) {
+  if (nranks < 1) raise(Status::kInvalidArgument, "world size must be >= 1, got %d", nranks);
+  if (rank < 0 || rank >= nranks) raise(Status::kInvalidArgument, "rank %d is out of range for world size %d", rank, nranks);
+  std::shared_ptr<StoreServer> server;
+  if (host_locally) server = std::make_shared<StoreServer>(secret, "0.0.0.0", port);
+  double timeout = env::get().bootstrap_timeout;
+  auto client = std::make_unique<StoreClient>(host_locally ? "127.0.0.1" : host, port, secret, rank, timeout);
+  return std::make_unique<StoreBootstrap>(std::move(client), rank, nranks, timeout, server);
+}
+
+}  // namespace mori

@@ -1,0 +1,40 @@
+# SPDX-License-Identifier: MIT
+"""mori.shmem: OpenSHMEM-style symmetric memory.
+
+Two faces over one runtime:
+
+* MORI's functions (``shmem_torch_process_group_init``, ``shmem_malloc``, ``shmem_ptr_p2p``, ...),
+  with the same names and return values as ROCm/mori, addresses as ints;
+* a Pythonic API on symmetric numpy arrays and torch tensors (``init``, ``zeros``, ``put``,
+  ``get``, ``atomic_add``, ``wait_until``, ``barrier_all``, ...).
+"""
+from mori.shmem.api import (
+    MORI_SHMEM_INIT_WITH_MPI_COMM,
+    MORI_SHMEM_INIT_WITH_UNIQUEID,
+    shmem_barrier_all,
+    shmem_buffer_deregister,
+    shmem_buffer_register,
+    shmem_ext_malloc_with_flags,
+    shmem_finalize,
+    shmem_free,
+    shmem_get_unique_id,
+    shmem_init,
+    shmem_init_attr,
+    shmem_initialized,
+    shmem_malloc,
+    shmem_malloc_align,
+    shmem_mpi_init,
+    shmem_mype,
+    shmem_npes,
+    shmem_num_qp_per_pe,
+    shmem_ptr_p2p,
+    shmem_torch_process_group_init,
+)
+from mori.shmem.arrays import (
+    CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NE, SIGNAL_ADD, SIGNAL_SET, Session, array,
+    atomic_add, atomic_and, atomic_compare_swap, atomic_fetch, atomic_fetch_add, atomic_fetch_and,
+    atomic_fetch_inc, atomic_fetch_or, atomic_fetch_xor, atomic_inc, atomic_or, atomic_set, atomic_swap,
+    atomic_xor, barrier_all, empty, fence, finalize, free, full, g, get, iget, init, iput, my_pe, n_pes, p,
+    heap_free, heap_size, ptr, put, put_signal, quiet, signal_fetch, tensor, test, topology, transport_name,
+    wait_until, zeros,
+)

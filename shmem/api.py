@@ -1,0 +1,190 @@
+# SPDX-License-Identifier: MIT
+"""MORI's shmem host API (same names, arguments and return values as ROCm/mori's
+``mori.shmem``), plus ``shmem_init()`` that finds the launcher by itself.
+
+Addresses are Python ints. Allocation functions are collective: every PE calls
+them in the same order with the same arguments.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+from mori import _C
+from mori.core.bootstrap import LaunchInfo, MpiBootstrap, detect_launch, new_unique_id
+from mori.core.errors import InvalidArgument, InvalidUsage
+
+MORI_SHMEM_INIT_WITH_MPI_COMM = 0
+MORI_SHMEM_INIT_WITH_UNIQUEID = 1
+UNIQUE_ID_BYTES = 128
+
+_native = _C.shmem
+
+
+def _torch_store_unique_id(info: LaunchInfo) -> bytes:
+    """Under torchrun: rank 0 makes a unique id and publishes it in torchrun's own store."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    timeout = float(os.environ.get("MORI_BOOTSTRAP_TIMEOUT", "120"))
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ.get("MASTER_PORT", "29500")),
+                          is_master=False, timeout=timedelta(seconds=timeout))
+    key = f"mori/uid/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    if info.rank == 0:
+        uid = new_unique_id()
+        store.set(key, uid)
+        return uid
+    try:
+        return bytes(store.get(key))
+    except Exception as exc:  # torch raises a generic error on timeout
+        raise TimeoutError(f"rank {info.rank}: rank 0 did not publish MORI's unique id in torchrun's store "
+                           f"within {timeout:.0f} s") from exc
+
+
+def shmem_init(launch: Optional[LaunchInfo] = None) -> int:
+    """Initialize from whatever launched this process (``mori run``, ``mpirun``, torchrun,
+    MASTER_ADDR/RANK/WORLD_SIZE, or nothing: a job of one PE). Collective. Returns 0."""
+    info = launch or detect_launch()
+    if info.kind == "mori-run":
+        _native.init_store(info.store_host, info.store_port, info.secret_hex, info.rank, info.size)
+    elif info.kind == "mpi":
+        shmem_mpi_init()
+    elif info.kind == "torchrun":
+        _native.init_unique_id(_torch_store_unique_id(info), info.rank, info.size)
+    elif info.kind == "env":
+        _native.init_store(info.store_host, info.store_port, info.secret_hex, info.rank, info.size,
+                           host_locally=(info.rank == 0))
+    else:
+        _native.init_single()
+    return 0
+
+
+def shmem_mpi_init(comm: Any = None) -> int:
+    """Initialize over MPI (mpi4py's ``COMM_WORLD`` unless ``comm`` is given). Collective. Returns 0."""
+    _native.init_python(MpiBootstrap(comm))
+    return 0
+
+
+def shmem_get_unique_id() -> bytes:
+    """A 128-byte id naming a bootstrap store hosted by this process (call on one rank, share it)."""
+    return new_unique_id()
+
+
+def shmem_init_attr(flags: int, rank: int, nranks: int, unique_id: bytes = b"", comm: Any = None) -> int:
+    """Initialize with explicit attributes.
+
+    Args:
+        flags: ``MORI_SHMEM_INIT_WITH_UNIQUEID`` (use ``unique_id``) or
+            ``MORI_SHMEM_INIT_WITH_MPI_COMM`` (use ``comm``, default ``MPI.COMM_WORLD``).
+        rank, nranks: this PE's rank and the number of PEs.
+        unique_id: 128 bytes from ``shmem_get_unique_id()`` on one rank.
+    Returns 0.
+    """
+    if flags == MORI_SHMEM_INIT_WITH_UNIQUEID:
+        if not isinstance(unique_id, (bytes, bytearray)) or len(unique_id) != UNIQUE_ID_BYTES:
+            raise InvalidArgument(f"unique_id must be {UNIQUE_ID_BYTES} bytes from shmem_get_unique_id(), "
+                                  f"got {type(unique_id).__name__} of length {len(unique_id) if unique_id else 0}")
+        _native.init_unique_id(bytes(unique_id), int(rank), int(nranks))
+    elif flags == MORI_SHMEM_INIT_WITH_MPI_COMM:
+        boot = MpiBootstrap(comm)
+        if boot.rank != rank or boot.size != nranks:
+            raise InvalidArgument(f"rank/nranks ({rank}/{nranks}) disagree with the MPI communicator "
+                                  f"({boot.rank}/{boot.size})")
+        _native.init_python(boot)
+    else:
+        raise InvalidArgument(f"flags must be MORI_SHMEM_INIT_WITH_UNIQUEID (1) or "
+                              f"MORI_SHMEM_INIT_WITH_MPI_COMM (0), got {flags}")
+    return 0
+
+
+def shmem_torch_process_group_init(group_name: str) -> int:
+    """Initialize over a torch process group registered under ``group_name``
+    (``torch._C._distributed_c10d._register_process_group(name, group)``).
+    Rank 0 of the group makes a unique id and broadcasts it through the group. Returns 0."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        raise InvalidUsage("shmem_torch_process_group_init: torch.distributed is not initialized")
+    try:
+        group = torch._C._distributed_c10d._resolve_process_group(group_name)
+    except Exception as exc:
+        raise InvalidArgument(f"shmem_torch_process_group_init: no process group registered as {group_name!r}; "
+                              "register it with torch._C._distributed_c10d._register_process_group") from exc
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    payload = [shmem_get_unique_id() if rank == 0 else None]
+    dist.broadcast_object_list(payload, src=dist.get_global_rank(group, 0), group=group)
+    return shmem_init_attr(MORI_SHMEM_INIT_WITH_UNIQUEID, rank, world, payload[0])
+
+
+def shmem_finalize() -> int:
+    """Collective tear-down; a later init starts afresh. Returns 0."""
+    _native.finalize()
+    return 0
+
+
+def shmem_initialized() -> bool:
+    return _native.initialized()
+
+
+def shmem_mype() -> int:
+    return _native.my_pe()
+
+
+def shmem_npes() -> int:
+    return _native.n_pes()
+
+
+def shmem_malloc(size: int) -> int:
+    """Allocate ``size`` symmetric bytes; returns the address (0 for size 0). Collective.
+    Raises MemoryError (mori.core.OutOfMemory) naming the free space when the heap is exhausted."""
+    if size < 0:
+        raise InvalidArgument(f"shmem_malloc: size must be >= 0, got {size}")
+    return _native.malloc(int(size), 64)
+
+
+def shmem_malloc_align(alignment: int, size: int) -> int:
+    """Allocate ``size`` symmetric bytes aligned to ``alignment`` (a power of two). Collective."""
+    if size < 0:
+        raise InvalidArgument(f"shmem_malloc_align: size must be >= 0, got {size}")
+    return _native.malloc(int(size), int(alignment))
+
+
+def shmem_ext_malloc_with_flags(size: int, flags: int = 0) -> int:
+    """MORI's flagged allocation; host heaps have no memory flavours, so flags are accepted and ignored."""
+    return shmem_malloc(size)
+
+
+def shmem_free(ptr: int) -> None:
+    """Free a symmetric allocation. Collective."""
+    _native.free(int(ptr))
+
+
+def shmem_ptr_p2p(dest_ptr: int, my_pe: int, dest_pe: int) -> int:
+    """Address at which this process can load/store ``dest_ptr``'s counterpart on
+    ``dest_pe``; 0 when that PE is reachable only through a remote transport."""
+    if my_pe != shmem_mype():
+        raise InvalidArgument(f"shmem_ptr_p2p: my_pe={my_pe} but this is PE {shmem_mype()}")
+    return _native.ptr(int(dest_ptr), int(dest_pe))
+
+
+def shmem_barrier_all() -> None:
+    """Complete outstanding operations and wait for every PE."""
+    _native.barrier_all()
+
+
+def shmem_buffer_register(ptr: int, size: int) -> int:
+    """Register a local buffer for remote access by this PE's transports. Returns 0."""
+    _native.buffer_register(int(ptr), int(size))
+    return 0
+
+
+def shmem_buffer_deregister(ptr: int, size: int) -> int:
+    _native.buffer_deregister(int(ptr), int(size))
+    return 0
+
+
+def shmem_num_qp_per_pe() -> int:
+    """Queue pairs per peer: MORI's RDMA notion; our transports use one connection per peer."""
+    return 1

@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: MIT
+// The shmem runtime of one PE: bootstrap, topology, symmetric heap, one
+// transport per peer, ordering, waiting and barriers. The C API (shmem.h)
+// and the Python API (mori.shmem) are both thin layers over this class.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "mori/core/bootstrap.h"
+#include "mori/core/doorbell.h"
+#include "mori/core/heap_allocator.h"
+#include "mori/core/process_watch.h"
+#include "mori/core/shared_segment.h"
+#include "mori/core/topology.h"
+#include "mori/transports/transport.h"
+
+namespace mori::shmem {
+
+// Comparison of a wait/test. Values follow OpenSHMEM's SHMEM_CMP_* numbering.
+enum class Cmp : int { kEq = 0, kNe = 1, kGt = 2, kLe = 3, kLt = 4, kGe = 5 };
+
+// How the bytes of a waited-on variable compare.
+enum class Num : uint8_t { kSigned, kUnsigned, kFloat };
+
+struct Word {
+  int width;  // 1, 2, 4 or 8 bytes
+  Num num;
+};
+
+// Lives at offset 0 of every PE's host heap; peers reach it through the transports.
+struct alignas(64) ControlBlock {
+  static constexpr uint64_t kMagic = 0x4d4f5249434e544cull;  // "MORICNTL"
+  static constexpr int kBarrierRounds = 32;
+  uint64_t magic;
+  std::atomic<uint32_t> state;  // kStateRunning / kStateFinalized
+  int32_t pid;
+  Doorbell doorbell;
+  alignas(64) uint64_t barrier_counters[kBarrierRounds];
+};
+constexpr uint32_t kStateRunning = 1;
+constexpr uint32_t kStateFinalized = 2;
+// Bytes reserved at the start of the heap (control block plus room for runtime scratch).
+constexpr size_t kHeapReserved = 64 * 1024;
+
+enum class ThreadLevel : int { kSingle = 0, kFunneled = 1, kSerialized = 2, kMultiple = 3 };
+
+class Runtime {
+ public:
+  // Collective. Takes ownership of the bootstrap. Throws if already initialized.
+  static void init(std::unique_ptr<Bootstrap> bootstrap);
+  // Collective: quiet, barrier, tear down. A later init() starts afresh.
+  static void finalize();
+  static bool initialized();
+  // The live runtime; `caller` names the API function in the "used before init" error.
+  static Runtime& get(const char* caller);
+
+  int my_pe() const { return my_pe_; }
+  int n_pes() const { return n_pes_; }
+  Bootstrap& bootstrap() { return *bootstrap_; }
+  const Topology& topology() const { return topology_; }
+  const char* transport_name(int pe) const;
+
+  // ---- symmetric memory (collective: every PE calls with the same arguments).
+  // malloc/calloc/realloc end with a barrier and free starts with one, as OpenSHMEM requires,
+  // unless `barrier` is false (the caller then synchronizes itself).
+  void* malloc(size_t bytes, size_t alignment, const char* caller, bool barrier = true);
+  void* calloc(size_t count, size_t size, const char* caller);
+  void* realloc(void* ptr, size_t bytes, const char* caller);
+  void free(void* ptr, const char* caller, bool barrier = true);
+  size_t heap_size() const { return heap_region_.size; }
+  size_t heap_free() const;
+  void* heap_base() const { return heap_region_.local_base; }
+
+  // Adds a symmetric region that already exists on every PE (same size everywhere);
+  // `handle` lets same-host peers map it (shm name) or is empty. Collective.
+  int add_region(void* base, size_t size, MemKind kind, const std::string& handle);
+  // Registers/deregisters a local buffer (MORI's shmem_buffer_register). Local only.
+  void register_buffer(void* ptr, size_t size);
+  void deregister_buffer(void* ptr, size_t size);
+
+  // The region and offset of a symmetric address, checked to hold n bytes; throws naming `caller`.
+  RemoteRef resolve(const void* sym, size_t n, const char* caller) const;
+  bool is_symmetric(const void* sym) const;
+  // Address of `sym` on `pe` that this process can load/store, or nullptr.
+  void* ptr(const void* sym, int pe) const;
+  // The address `sym` has in `pe`'s own address space (MORI's shmem_ptr_p2p semantics use ptr()).
+  uint64_t remote_address(const void* sym, int pe) const;
+
+  void check_pe(int pe, const char* caller) const;
+
+  // ---- RMA and atomics (dst/src/target on the remote side are symmetric addresses)
+  void put(void* dst, const void* src, size_t n, int pe, bool nbi = false);
+  void get(void* dst, const void* src, size_t n, int pe, bool nbi = false);
+  // Strided: nelems elements of `elem` bytes; dst advances by dst_stride elements, src by src_stride.
+  void iput(void* dst, const void* src, ptrdiff_t dst_stride, ptrdiff_t src_stride, size_t nelems, size_t elem,
+            int pe);
+  void iget(void* dst, const void* src, ptrdiff_t dst_stride, ptrdiff_t src_stride, size_t nelems, size_t elem,
+            int pe);
+  uint64_t atomic(void* target, AmoOp op, int width, uint64_t operand, uint64_t compare, int pe,
+                  const char* caller = "shmem_atomic");
+  void put_signal(void* dst, const void* src, size_t n, uint64_t* signal, uint64_t value, SignalOp op, int pe,
+                  bool nbi = false);
+  uint64_t signal_fetch(const uint64_t* signal) const;
+  void fence();
+  void quiet();
+
+  // ---- point-to-point synchronization on local symmetric variables
+  bool test(const void* ivar, Cmp cmp, uint64_t value, Word word) const;
+  // Waits until the comparison holds; returns the value that satisfied it.
+  uint64_t wait_until(const void* ivar, Cmp cmp, uint64_t value, Word word, const char* caller = "shmem_wait_until");
+  // Waits until `ready()` is true, spinning then sleeping on this PE's doorbell.
+  template <typename Pred>
+  void wait_for(Pred ready, const char* caller);
+
+  // ---- barriers
+  void barrier_all();
+  // Dissemination barrier over `pes` (my index `me`) using the symmetric 64-bit
+  // counters `counters` (>= ceil(log2(n)) words, zero at first use) and a local epoch.
+  void barrier_pes(const std::vector<int>& pes, int me, uint64_t* counters, uint64_t& epoch, const char* caller);
+
+  // Throws naming a PE that died (process exited or connection lost) before finalizing.
+  void check_peers(const char* caller) const;
+
+  ThreadLevel thread_level() const { return thread_level_; }
+  void set_thread_level(ThreadLevel l) { thread_level_ = l; }
+
+  ~Runtime();
+
+ private:
+  explicit Runtime(std::unique_ptr<Bootstrap> bootstrap);
+  void setup();
+  void teardown();
+  ControlBlock* control() const { return reinterpret_cast<ControlBlock*>(heap_region_.local_base); }
+  Transport& transport(int pe) const { return *peer_transport_[pe]; }
+
+  std::unique_ptr<Bootstrap> bootstrap_;
+  Topology topology_;
+  int my_pe_ = 0, n_pes_ = 1;
+  SharedSegment heap_segment_;
+  MemRegion heap_region_;
+  std::vector<std::unique_ptr<MemRegion>> extra_regions_;
+  std::unique_ptr<HeapAllocator> allocator_;
+  mutable std::mutex alloc_mu_;
+  std::vector<std::unique_ptr<Transport>> transports_;
+  std::vector<Transport*> peer_transport_;
+  std::vector<ControlBlock*> peer_control_;  // directly mapped control blocks (same host) or nullptr
+  ProcessWatch watch_;
+  uint64_t barrier_epoch_ = 0;
+  std::mutex barrier_mu_;
+  std::vector<std::pair<uintptr_t, size_t>> registered_;
+  ThreadLevel thread_level_ = ThreadLevel::kMultiple;
+};
+
+}  // namespace mori::shmem
+
+#include "mori/shmem/runtime_wait.h"

@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: MIT
+// Runtime::wait_for: spin, then sleep on the doorbell, checking peers' liveness.
+#pragma once
+
+#include <chrono>
+#include <thread>
+
+#include "mori/core/env.h"
+
+namespace mori::shmem {
+
+template <typename Pred>
+void Runtime::wait_for(Pred ready, const char* caller) {
+  const int spins = static_cast<int>(env::get().spin_iterations);
+  for (int i = 0; i < spins; ++i) {
+    if (ready()) return;
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  Doorbell& bell = control()->doorbell;
+  auto last_check = std::chrono::steady_clock::now();
+  while (true) {
+    uint32_t seq = bell.seq.load(std::memory_order_seq_cst);
+    bell.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    bool ok = ready();
+    if (!ok) bell.sleep(seq, 2'000'000);  // 2 ms: a lost wake-up costs at most this
+    bell.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (ok || ready()) return;
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_check > std::chrono::milliseconds(50)) {
+      check_peers(caller);
+      last_check = now;
+    }
+  }
+}
+
+}  // namespace mori::shmem

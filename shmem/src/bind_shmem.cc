@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: MIT
+// mori._C.shmem: the runtime's host API with addresses as Python ints.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+
+#include "mori/core/status.h"
+#include "mori/core/store.h"
+#include "mori/core/unique_id.h"
+#include "mori/shmem/runtime.h"
+
+namespace py = pybind11;
+using namespace mori;
+using mori::shmem::Runtime;
+
+namespace {
+
+// A bootstrap implemented in Python (mpi4py communicator, torch store...): an
+// object with `rank`, `size`, `name` and `allgather(bytes) -> bytes` (rank-ordered
+// concatenation).
+class PyBootstrap : public Bootstrap {
+ public:
+  explicit PyBootstrap(py::object impl) : impl_(std::move(impl)) {
+    rank_ = impl_.attr("rank").cast<int>();
+    size_ = impl_.attr("size").cast<int>();
+  }
+  ~PyBootstrap() override {
+    py::gil_scoped_acquire gil;
+    impl_ = py::object();
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void allgather(const void* send, void* recv, size_t bytes) override {
+    py::gil_scoped_acquire gil;
+    py::bytes out = impl_.attr("allgather")(py::bytes(static_cast<const char*>(send), bytes));
+    std::string s = out;
+    if (s.size() != bytes * static_cast<size_t>(size_))
+      raise(Status::kInternal, "python bootstrap allgather returned %zu bytes, expected %zu", s.size(),
+            bytes * static_cast<size_t>(size_));
+    std::memcpy(recv, s.data(), s.size());
+  }
+  void barrier() override {
+    py::gil_scoped_acquire gil;
+    impl_.attr("barrier")();
+  }
+  std::string describe() const override {
+    py::gil_scoped_acquire gil;
+    return "python:" + impl_.attr("name").cast<std::string>();
+  }
+  void shutdown() override {
+    py::gil_scoped_acquire gil;
+    if (py::hasattr(impl_, "shutdown")) impl_.attr("shutdown")();
+  }
+
+ private:
+  py::object impl_;
+  int rank_, size_;
+};
+
+Runtime& rt(const char* caller) { return Runtime::get(caller); }
+void* vp(uintptr_t a) { return reinterpret_cast<void*>(a); }
+uintptr_t ip(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+constexpr size_t kReleaseGilBytes = 64 * 1024;  // below this, dropping the GIL costs more than it saves
+
+}  // namespace
+
+void bind_shmem(py::module_& m) {
+  m.def("init_single", [] { Runtime::init(make_single_bootstrap()); }, "Initialize a job of one PE.");
+  m.def(
+      "init_unique_id",
+      [](py::bytes uid, int rank, int nranks) {
+        std::string s = uid;
+        auto b = bootstrap_from_unique_id(reinterpret_cast<const uint8_t*>(s.data()), s.size(), rank, nranks);
+        Runtime::init(std::move(b));
+      },
+      py::arg("unique_id"), py::arg("rank"), py::arg("nranks"));
+  m.def(
+      "init_store",
+      [](const std::string& host, int port, const std::string& secret_hex, int rank, int nranks, bool host_locally) {
+        auto b = bootstrap_from_store(host, port, secret_from_hex(secret_hex), rank, nranks, host_locally);
+        Runtime::init(std::move(b));
+      },
+      py::arg("host"), py::arg("port"), py::arg("secret_hex"), py::arg("rank"), py::arg("nranks"),
+      py::arg("host_locally") = false);
+  m.def("init_python", [](py::object impl) { Runtime::init(std::make_unique<PyBootstrap>(std::move(impl))); },
+        py::arg("bootstrap"));
+  m.def("finalize", [] { Runtime::finalize(); });
+  m.def("initialized", &Runtime::initialized);
+
+  m.def("my_pe", [] { return rt("shmem_mype").my_pe(); });
+  m.def("n_pes", [] { return rt("shmem_npes").n_pes(); });
+  m.def("bootstrap_name", [] { return rt("bootstrap_name").bootstrap().describe(); });
+  m.def("transport_name", [](int pe) { return std::string(rt("transport_name").transport_name(pe)); });
+  m.def("topology", [] {
+    const Topology& t = rt("topology").topology();
+    py::dict d;
+    d["my_pe"] = t.my_pe();
+    d["n_pes"] = t.n_pes();
+    d["num_nodes"] = t.num_nodes();
+    d["local_rank"] = t.local_rank();
+    d["local_size"] = t.local_size();
+    d["local_pes"] = t.local_pes();
+    py::list pes;
+    for (int pe = 0; pe < t.n_pes(); ++pe) {
+      py::dict p;
+      p["pe"] = pe;
+      p["node"] = t.node_of(pe);
+      p["node_id"] = std::string(t.pe(pe).node_id);
+      p["hostname"] = std::string(t.pe(pe).hostname);
+      p["pid"] = t.pe(pe).pid;
+      p["local_rank"] = t.local_rank_of(pe);
+      p["ip"] = std::string(t.pe(pe).ip);
+      pes.append(p);
+    }
+    d["pes"] = pes;
+    return d;
+  });
+
+  // ---- memory
+  m.def(
+      "malloc",
+      [](size_t n, size_t align, bool barrier) {
+        Runtime& r = rt("shmem_malloc");
+        py::gil_scoped_release nogil;
+        return ip(r.malloc(n, align, "shmem_malloc", barrier));
+      },
+      py::arg("size"), py::arg("alignment") = 64, py::arg("barrier") = true);
+  m.def("calloc", [](size_t c, size_t n) {
+    Runtime& r = rt("shmem_calloc");
+    py::gil_scoped_release nogil;
+    return ip(r.calloc(c, n, "shmem_calloc"));
+  });
+  m.def("realloc", [](uintptr_t p, size_t n) {
+    Runtime& r = rt("shmem_realloc");
+    py::gil_scoped_release nogil;
+    return ip(r.realloc(vp(p), n, "shmem_realloc"));
+  });
+  m.def("free", [](uintptr_t p) {
+    Runtime& r = rt("shmem_free");
+    py::gil_scoped_release nogil;
+    r.free(vp(p), "shmem_free");
+  });
+  m.def("heap_base", [] { return ip(rt("heap_base").heap_base()); });
+  m.def("heap_size", [] { return rt("heap_size").heap_size(); });
+  m.def("heap_free", [] { return rt("heap_free").heap_free(); });
+  m.def("ptr", [](uintptr_t p, int pe) { return ip(rt("shmem_ptr").ptr(vp(p), pe)); });
+  m.def("is_symmetric", [](uintptr_t p) { return rt("is_symmetric").is_symmetric(vp(p)); });
+  m.def("remote_address", [](uintptr_t p, int pe) { return rt("remote_address").remote_address(vp(p), pe); });
+  m.def("buffer_register", [](uintptr_t p, size_t n) { rt("shmem_buffer_register").register_buffer(vp(p), n); });
+  m.def("buffer_deregister", [](uintptr_t p, size_t n) { rt("shmem_buffer_deregister").deregister_buffer(vp(p), n); });
+
+  // ---- RMA
+  m.def(
+      "put",
+      [](uintptr_t dst, uintptr_t src, size_t n, int pe, bool nbi) {
+        Runtime& r = rt("shmem_put");
+        if (n >= kReleaseGilBytes) {
+          py::gil_scoped_release nogil;
+          r.put(vp(dst), vp(src), n, pe, nbi);
+        } else {
+          r.put(vp(dst), vp(src), n, pe, nbi);
+        }
+      },
+      py::arg("dst"), py::arg("src"), py::arg("nbytes"), py::arg("pe"), py::arg("nbi") = false);
+  m.def(
+      "get",
+      [](uintptr_t dst, uintptr_t src, size_t n, int pe, bool nbi) {
+        Runtime& r = rt("shmem_get");
+        if (n >= kReleaseGilBytes) {
+          py::gil_scoped_release nogil;
+          r.get(vp(dst), vp(src), n, pe, nbi);
+        } else {
+          r.get(vp(dst), vp(src), n, pe, nbi);
+        }
+      },
+      py::arg("dst"), py::arg("src"), py::arg("nbytes"), py::arg("pe"), py::arg("nbi") = false);
+  m.def(
+      "iput",
+      [](uintptr_t dst, uintptr_t src, ptrdiff_t dst_stride, ptrdiff_t src_stride, size_t nelems, size_t elem, int pe) {
+        rt("shmem_iput").iput(vp(dst), vp(src), dst_stride, src_stride, nelems, elem, pe);
+      });
+  m.def(
+      "iget",
+      [](uintptr_t dst, uintptr_t src, ptrdiff_t dst_stride, ptrdiff_t src_stride, size_t nelems, size_t elem, int pe) {
+        rt("shmem_iget").iget(vp(dst), vp(src), dst_stride, src_stride, nelems, elem, pe);
+      });
+  m.def(
+      "atomic",
+      [](uintptr_t target, int op, int width, uint64_t operand, uint64_t compare, int pe) {
+        if (op < 0 || op > static_cast<int>(AmoOp::kFetchXor))
+          raise(Status::kInvalidArgument, "unknown atomic op %d", op);
+        return rt("shmem_atomic").atomic(vp(target), static_cast<AmoOp>(op), width, operand, compare, pe);
+      },
+      py::arg("target"), py::arg("op"), py::arg("width"), py::arg("operand"), py::arg("compare"), py::arg("pe"));
+  m.def(
+      "put_signal",
+      [](uintptr_t dst, uintptr_t src, size_t n, uintptr_t sig, uint64_t value, int op, int pe, bool nbi) {
+        if (op != 0 && op != 1) raise(Status::kInvalidArgument, "sig_op must be SIGNAL_SET (0) or SIGNAL_ADD (1), got %d", op);
+        rt("shmem_put_signal")
+            .put_signal(vp(dst), vp(src), n, static_cast<uint64_t*>(vp(sig)), value, static_cast<SignalOp>(op), pe, nbi);
+      },
+      py::arg("dst"), py::arg("src"), py::arg("nbytes"), py::arg("signal"), py::arg("value"), py::arg("sig_op"),
+      py::arg("pe"), py::arg("nbi") = false);
+  m.def("signal_fetch", [](uintptr_t sig) { return rt("shmem_signal_fetch").signal_fetch(static_cast<uint64_t*>(vp(sig))); });
+  m.def("fence", [] { rt("shmem_fence").fence(); });
+  m.def("quiet", [] { rt("shmem_quiet").quiet(); });
+
+  // ---- synchronization
+  m.def(
+      "test",
+      [](uintptr_t ivar, int cmp, uint64_t value, int width, int num) {
+        return rt("shmem_test").test(vp(ivar), static_cast<shmem::Cmp>(cmp), value,
+                                     shmem::Word{width, static_cast<shmem::Num>(num)});
+      },
+      py::arg("ivar"), py::arg("cmp"), py::arg("value"), py::arg("width"), py::arg("num"));
+  m.def(
+      "wait_until",
+      [](uintptr_t ivar, int cmp, uint64_t value, int width, int num) {
+        Runtime& r = rt("shmem_wait_until");
+        py::gil_scoped_release nogil;
+        return r.wait_until(vp(ivar), static_cast<shmem::Cmp>(cmp), value,
+                            shmem::Word{width, static_cast<shmem::Num>(num)});
+      },
+      py::arg("ivar"), py::arg("cmp"), py::arg("value"), py::arg("width"), py::arg("num"));
+  m.def("barrier_all", [] {
+    Runtime& r = rt("shmem_barrier_all");
+    py::gil_scoped_release nogil;
+    r.barrier_all();
+  });
+}

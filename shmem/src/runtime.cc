@@ -1,0 +1,520 @@
+// SPDX-License-Identifier: MIT
+#include "mori/shmem/runtime.h"
+
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "mori/core/env.h"
+#include "mori/core/log.h"
+#include "mori/core/status.h"
+#include "transports/shm/shm_transport.h"
+
+namespace mori::shmem {
+namespace {
+
+std::mutex g_init_mu;
+Runtime* g_runtime = nullptr;
+
+template <typename T>
+bool compare(T a, Cmp cmp, T b) {
+  switch (cmp) {
+    case Cmp::kEq: return a == b;
+    case Cmp::kNe: return a != b;
+    case Cmp::kGt: return a > b;
+    case Cmp::kLe: return a <= b;
+    case Cmp::kLt: return a < b;
+    case Cmp::kGe: return a >= b;
+  }
+  return false;
+}
+
+uint64_t load_word(const void* p, int width) {
+  switch (width) {
+    case 1: return __atomic_load_n(static_cast<const uint8_t*>(p), __ATOMIC_ACQUIRE);
+    case 2: return __atomic_load_n(static_cast<const uint16_t*>(p), __ATOMIC_ACQUIRE);
+    case 4: return __atomic_load_n(static_cast<const uint32_t*>(p), __ATOMIC_ACQUIRE);
+    default: return __atomic_load_n(static_cast<const uint64_t*>(p), __ATOMIC_ACQUIRE);
+  }
+}
+
+bool compare_word(uint64_t raw, Cmp cmp, uint64_t value, Word w) {
+  switch (w.num) {
+    case Num::kUnsigned: {
+      uint64_t mask = w.width == 8 ? ~0ull : ((1ull << (8 * w.width)) - 1);
+      return compare<uint64_t>(raw & mask, cmp, value & mask);
+    }
+    case Num::kSigned: {
+      int shift = 64 - 8 * w.width;
+      int64_t a = static_cast<int64_t>(raw << shift) >> shift, b = static_cast<int64_t>(value << shift) >> shift;
+      return compare<int64_t>(a, cmp, b);
+    }
+    case Num::kFloat:
+      if (w.width == 4) {
+        float a, b;
+        uint32_t ra = static_cast<uint32_t>(raw), rb = static_cast<uint32_t>(value);
+        std::memcpy(&a, &ra, 4);
+        std::memcpy(&b, &rb, 4);
+        return compare<float>(a, cmp, b);
+      } else {
+        double a, b;
+        std::memcpy(&a, &raw, 8);
+        std::memcpy(&b, &value, 8);
+        return compare<double>(a, cmp, b);
+      }
+  }
+  return false;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- lifecycle
+
+void Runtime::init(std::unique_ptr<Bootstrap> bootstrap) {
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  if (g_runtime) raise(Status::kInvalidUsage, "shmem is already initialized (PE %d of %d)", g_runtime->my_pe_, g_runtime->n_pes_);
+  if (!bootstrap) raise(Status::kInvalidArgument, "shmem init: no bootstrap");
+  env::reload();
+  auto* rt = new Runtime(std::move(bootstrap));
+  try {
+    rt->setup();
+  } catch (...) {
+    delete rt;
+    throw;
+  }
+  g_runtime = rt;
+}
+
+void Runtime::finalize() {
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  if (!g_runtime) return;
+  Runtime* rt = g_runtime;
+  g_runtime = nullptr;
+  try {
+    rt->teardown();
+  } catch (...) {
+    delete rt;
+    throw;
+  }
+  delete rt;
+}
+
+bool Runtime::initialized() { return g_runtime != nullptr; }
+
+Runtime& Runtime::get(const char* caller) {
+  Runtime* rt = g_runtime;
+  if (!rt) raise(Status::kInvalidUsage, "%s: shmem is not initialized (call shmem_init / a mori.shmem init function first)", caller);
+  return *rt;
+}
+
+Runtime::Runtime(std::unique_ptr<Bootstrap> bootstrap) : bootstrap_(std::move(bootstrap)) {
+  my_pe_ = bootstrap_->rank();
+  n_pes_ = bootstrap_->size();
+  log::set_pe(my_pe_);
+}
+
+Runtime::~Runtime() = default;
+
+void Runtime::setup() {
+  const auto& settings = env::get();
+  topology_ = Topology::discover(*bootstrap_);
+
+  // Job tag shared by all PEs names the heap segments.
+  uint64_t tag = 0;
+  if (my_pe_ == 0 && getrandom(&tag, sizeof(tag), 0) != sizeof(tag)) raise_errno("getrandom");
+  bootstrap_->broadcast(&tag, sizeof(tag), 0);
+
+  size_t heap_bytes = settings.heap_size;
+  if (heap_bytes < 2 * kHeapReserved)
+    raise(Status::kInvalidArgument, "MORI_SHMEM_HEAP_SIZE=%zu is too small (minimum %zu bytes)", heap_bytes,
+          2 * kHeapReserved);
+  heap_bytes = (heap_bytes + 4095) / 4096 * 4096;
+  char name[64];
+  std::snprintf(name, sizeof(name), "/mori-%016llx-%d", static_cast<unsigned long long>(tag), my_pe_);
+  heap_segment_ = SharedSegment::create(name, heap_bytes);
+
+  auto* ctrl = new (heap_segment_.data()) ControlBlock();
+  ctrl->magic = ControlBlock::kMagic;
+  ctrl->pid = static_cast<int32_t>(getpid());
+  ctrl->state.store(0);
+
+  heap_region_.id = 0;
+  heap_region_.kind = MemKind::kHost;
+  heap_region_.local_base = static_cast<char*>(heap_segment_.data());
+  heap_region_.size = heap_bytes;
+  allocator_ = std::make_unique<HeapAllocator>(kHeapReserved, heap_bytes);
+
+  // Transports: shm for every PE of this host (unless P2P is disabled), nothing else yet.
+  auto shm = std::make_unique<ShmTransport>(my_pe_, n_pes_);
+  peer_transport_.assign(n_pes_, nullptr);
+  for (int pe = 0; pe < n_pes_; ++pe) {
+    bool same_host = topology_.same_node(pe, my_pe_);
+    if (pe == my_pe_ || (same_host && !settings.disable_p2p)) {
+      peer_transport_[pe] = shm.get();
+    } else {
+      raise(Status::kUnavailable,
+            "PE %d (host %s) is not reachable from PE %d (host %s): %s and no remote transport is built into this "
+            "MORI",
+            pe, topology_.pe(pe).hostname, my_pe_, topology_.pe(my_pe_).hostname,
+            same_host ? "MORI_DISABLE_P2P=1 forbids shared memory" : "it is on another node");
+    }
+  }
+  ShmTransport* shm_ptr = shm.get();
+  transports_.push_back(std::move(shm));
+
+  // Exchange the heap's base and sharing handle, connect every peer.
+  struct Announce {
+    uint64_t base;
+    uint64_t size;
+    char name[64];
+  } mine{reinterpret_cast<uint64_t>(heap_region_.local_base), heap_bytes, {}};
+  std::strncpy(mine.name, name, sizeof(mine.name) - 1);
+  auto all = bootstrap_->allgather_values(mine);
+  heap_region_.remote_bases.resize(n_pes_);
+  heap_region_.handles.resize(n_pes_);
+  heap_region_.mapped.assign(n_pes_, nullptr);
+  for (int pe = 0; pe < n_pes_; ++pe) {
+    if (all[pe].size != heap_bytes)
+      raise(Status::kInvalidUsage, "PE %d has a %llu-byte heap but PE %d has %zu: MORI_SHMEM_HEAP_SIZE must match on all PEs",
+            pe, static_cast<unsigned long long>(all[pe].size), my_pe_, heap_bytes);
+    heap_region_.remote_bases[pe] = all[pe].base;
+    heap_region_.handles[pe] = all[pe].name;
+  }
+  peer_control_.assign(n_pes_, nullptr);
+  for (int pe = 0; pe < n_pes_; ++pe) {
+    peer_transport_[pe]->connect_region(heap_region_, pe);
+    if (peer_transport_[pe] == shm_ptr) {
+      auto* peer_ctrl = static_cast<ControlBlock*>(heap_region_.mapped[pe]);
+      peer_control_[pe] = peer_ctrl;
+      shm_ptr->set_doorbell(pe, &peer_ctrl->doorbell);
+      if (pe != my_pe_) watch_.watch(pe, topology_.pe(pe).pid);
+    }
+  }
+  bootstrap_->barrier();  // everyone has mapped everyone: the names can go
+  heap_segment_.unlink();
+  ctrl->state.store(kStateRunning, std::memory_order_release);
+  MORI_LOG(kInfo, "SHMEM", "PE %d of %d up: %s heap, bootstrap %s", my_pe_, n_pes_, human_bytes(heap_bytes).c_str(),
+           bootstrap_->describe().c_str());
+}
+
+void Runtime::teardown() {
+  std::exception_ptr error;
+  try {
+    barrier_all();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  control()->state.store(kStateFinalized, std::memory_order_release);
+  for (int pe = 0; pe < n_pes_; ++pe)
+    if (peer_transport_[pe]) peer_transport_[pe]->disconnect_region(heap_region_, pe);
+  for (auto& r : extra_regions_)
+    for (int pe = 0; pe < n_pes_; ++pe)
+      if (peer_transport_[pe]) peer_transport_[pe]->disconnect_region(*r, pe);
+  transports_.clear();
+  if (!error) {
+    try {
+      bootstrap_->shutdown();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+const char* Runtime::transport_name(int pe) const {
+  check_pe(pe, "transport_name");
+  return peer_transport_[pe]->name();
+}
+
+// ---------------------------------------------------------------- memory
+
+void* Runtime::malloc(size_t bytes, size_t alignment, const char* caller, bool barrier) {
+  if (bytes == 0) return nullptr;
+  void* p;
+  {
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    auto off = allocator_->allocate(bytes, alignment);
+    if (!off)
+      raise(Status::kOutOfMemory, "%s: symmetric heap exhausted on PE %d: %s (raise MORI_SHMEM_HEAP_SIZE)", caller,
+            my_pe_, allocator_->describe_exhaustion(bytes, alignment).c_str());
+    p = heap_region_.local_base + *off;
+  }
+  // OpenSHMEM: allocation ends with a barrier, so no peer writes into memory this PE has not allocated yet.
+  if (barrier) barrier_all();
+  return p;
+}
+
+void* Runtime::calloc(size_t count, size_t size, const char* caller) {
+  if (size && count > SIZE_MAX / size) raise(Status::kInvalidArgument, "%s: count * size overflows", caller);
+  void* p = malloc(count * size, HeapAllocator::kMinAlign, caller, false);
+  if (p) std::memset(p, 0, count * size);
+  barrier_all();
+  return p;
+}
+
+void* Runtime::realloc(void* ptr, size_t bytes, const char* caller) {
+  if (!ptr) return malloc(bytes, HeapAllocator::kMinAlign, caller);
+  if (bytes == 0) {
+    free(ptr, caller);
+    return nullptr;
+  }
+  size_t off = static_cast<char*>(ptr) - heap_region_.local_base;
+  size_t old;
+  bool in_place;
+  {
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    if (!heap_region_.contains(ptr) || (old = allocator_->block_size(off)) == 0)
+      raise(Status::kInvalidArgument, "%s: %p is not the start of a symmetric allocation", caller, ptr);
+    in_place = allocator_->resize_in_place(off, bytes);
+  }
+  if (in_place) {
+    barrier_all();
+    return ptr;
+  }
+  void* fresh = malloc(bytes, HeapAllocator::kMinAlign, caller, false);
+  std::memcpy(fresh, ptr, std::min(old, bytes));
+  free(ptr, caller, false);
+  barrier_all();
+  return fresh;
+}
+
+void Runtime::free(void* ptr, const char* caller, bool barrier) {
+  if (!ptr) return;
+  // OpenSHMEM: free starts with a barrier, so nobody is still writing into the block.
+  if (barrier) barrier_all();
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  if (!heap_region_.contains(ptr) ||
+      !allocator_->release(static_cast<size_t>(static_cast<char*>(ptr) - heap_region_.local_base)))
+    raise(Status::kInvalidArgument, "%s: %p is not a live symmetric allocation", caller, ptr);
+}
+
+size_t Runtime::heap_free() const {
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  return allocator_->bytes_free();
+}
+
+int Runtime::add_region(void* base, size_t size, MemKind kind, const std::string& handle) {
+  auto region = std::make_unique<MemRegion>();
+  region->id = static_cast<int>(extra_regions_.size()) + 1;
+  region->kind = kind;
+  region->local_base = static_cast<char*>(base);
+  region->size = size;
+  struct Announce {
+    uint64_t base, size;
+    char handle[128];
+  } mine{reinterpret_cast<uint64_t>(base), size, {}};
+  if (handle.size() >= sizeof(mine.handle)) raise(Status::kInternal, "region handle too long");
+  std::memcpy(mine.handle, handle.data(), handle.size());
+  auto all = bootstrap_->allgather_values(mine);
+  region->remote_bases.resize(n_pes_);
+  region->handles.resize(n_pes_);
+  region->mapped.assign(n_pes_, nullptr);
+  for (int pe = 0; pe < n_pes_; ++pe) {
+    if (all[pe].size != size)
+      raise(Status::kInvalidUsage, "symmetric region sizes differ: PE %d has %llu bytes, PE %d has %zu", pe,
+            static_cast<unsigned long long>(all[pe].size), my_pe_, size);
+    region->remote_bases[pe] = all[pe].base;
+    region->handles[pe] = std::string(all[pe].handle, strnlen(all[pe].handle, sizeof(all[pe].handle)));
+  }
+  for (int pe = 0; pe < n_pes_; ++pe) peer_transport_[pe]->connect_region(*region, pe);
+  extra_regions_.push_back(std::move(region));
+  return extra_regions_.back()->id;
+}
+
+void Runtime::register_buffer(void* ptr, size_t size) {
+  if (!ptr || size == 0) raise(Status::kInvalidArgument, "shmem_buffer_register: null pointer or zero size");
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  registered_.emplace_back(reinterpret_cast<uintptr_t>(ptr), size);
+}
+
+void Runtime::deregister_buffer(void* ptr, size_t size) {
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  for (auto it = registered_.begin(); it != registered_.end(); ++it)
+    if (it->first == reinterpret_cast<uintptr_t>(ptr) && it->second == size) {
+      registered_.erase(it);
+      return;
+    }
+  raise(Status::kInvalidArgument, "shmem_buffer_deregister: %p (%zu bytes) is not registered", ptr, size);
+}
+
+// ---------------------------------------------------------------- addresses
+
+RemoteRef Runtime::resolve(const void* sym, size_t n, const char* caller) const {
+  if (heap_region_.contains(sym, n))
+    return RemoteRef{&heap_region_, static_cast<size_t>(static_cast<const char*>(sym) - heap_region_.local_base)};
+  for (auto& r : extra_regions_)
+    if (r->contains(sym, n)) return RemoteRef{r.get(), static_cast<size_t>(static_cast<const char*>(sym) - r->local_base)};
+  if (heap_region_.contains(sym))
+    raise(Status::kInvalidArgument, "%s: %zu bytes at %p run past the end of the symmetric heap", caller, n, sym);
+  raise(Status::kInvalidArgument,
+        "%s: address %p is not symmetric (not in the symmetric heap [%p, +%zu) or a registered symmetric region)",
+        caller, sym, static_cast<const void*>(heap_region_.local_base), heap_region_.size);
+}
+
+bool Runtime::is_symmetric(const void* sym) const {
+  if (heap_region_.contains(sym)) return true;
+  for (auto& r : extra_regions_)
+    if (r->contains(sym)) return true;
+  return false;
+}
+
+void* Runtime::ptr(const void* sym, int pe) const {
+  if (pe < 0 || pe >= n_pes_ || !is_symmetric(sym)) return nullptr;
+  RemoteRef ref = resolve(sym, 0, "shmem_ptr");
+  return peer_transport_[pe]->direct_ptr(pe, ref);
+}
+
+uint64_t Runtime::remote_address(const void* sym, int pe) const {
+  check_pe(pe, "remote_address");
+  RemoteRef ref = resolve(sym, 0, "remote_address");
+  return ref.region->remote_bases[pe] + ref.offset;
+}
+
+void Runtime::check_pe(int pe, const char* caller) const {
+  if (pe < 0 || pe >= n_pes_)
+    raise(Status::kInvalidArgument, "%s: PE %d is out of range (the job has PEs 0..%d)", caller, pe, n_pes_ - 1);
+}
+
+// ---------------------------------------------------------------- RMA
+
+void Runtime::put(void* dst, const void* src, size_t n, int pe, bool nbi) {
+  check_pe(pe, "shmem_put");
+  if (n == 0) return;
+  RemoteRef ref = resolve(dst, n, "shmem_put");
+  transport(pe).put(pe, ref, src, n, nbi);
+}
+
+void Runtime::get(void* dst, const void* src, size_t n, int pe, bool nbi) {
+  check_pe(pe, "shmem_get");
+  if (n == 0) return;
+  RemoteRef ref = resolve(src, n, "shmem_get");
+  transport(pe).get(pe, dst, ref, n, nbi);
+}
+
+void Runtime::iput(void* dst, const void* src, ptrdiff_t dst_stride, ptrdiff_t src_stride, size_t nelems, size_t elem,
+                   int pe) {
+  check_pe(pe, "shmem_iput");
+  if (nelems == 0) return;
+  // Validate the whole span once, then move element by element.
+  char* first = static_cast<char*>(dst);
+  char* last = first + static_cast<ptrdiff_t>(nelems - 1) * dst_stride * static_cast<ptrdiff_t>(elem);
+  resolve(std::min(first, last), static_cast<size_t>(std::abs(last - first)) + elem, "shmem_iput");
+  Transport& t = transport(pe);
+  for (size_t i = 0; i < nelems; ++i) {
+    char* d = first + static_cast<ptrdiff_t>(i) * dst_stride * static_cast<ptrdiff_t>(elem);
+    const char* s = static_cast<const char*>(src) + static_cast<ptrdiff_t>(i) * src_stride * static_cast<ptrdiff_t>(elem);
+    t.put(pe, resolve(d, elem, "shmem_iput"), s, elem, true);
+  }
+}
+
+void Runtime::iget(void* dst, const void* src, ptrdiff_t dst_stride, ptrdiff_t src_stride, size_t nelems, size_t elem,
+                   int pe) {
+  check_pe(pe, "shmem_iget");
+  if (nelems == 0) return;
+  const char* first = static_cast<const char*>(src);
+  const char* last = first + static_cast<ptrdiff_t>(nelems - 1) * src_stride * static_cast<ptrdiff_t>(elem);
+  resolve(std::min(first, last), static_cast<size_t>(std::abs(last - first)) + elem, "shmem_iget");
+  Transport& t = transport(pe);
+  for (size_t i = 0; i < nelems; ++i) {
+    const char* s = first + static_cast<ptrdiff_t>(i) * src_stride * static_cast<ptrdiff_t>(elem);
+    char* d = static_cast<char*>(dst) + static_cast<ptrdiff_t>(i) * dst_stride * static_cast<ptrdiff_t>(elem);
+    t.get(pe, d, resolve(s, elem, "shmem_iget"), elem, true);
+  }
+  t.quiet();
+}
+
+uint64_t Runtime::atomic(void* target, AmoOp op, int width, uint64_t operand, uint64_t compare, int pe,
+                         const char* caller) {
+  check_pe(pe, caller);
+  RemoteRef ref = resolve(target, static_cast<size_t>(width), caller);
+  if (ref.offset % static_cast<size_t>(width))
+    raise(Status::kInvalidArgument, "%s: %d-byte atomic on address %p that is not %d-byte aligned", caller, width,
+          target, width);
+  return transport(pe).atomic(pe, ref, op, width, operand, compare);
+}
+
+void Runtime::put_signal(void* dst, const void* src, size_t n, uint64_t* signal, uint64_t value, SignalOp op, int pe,
+                         bool nbi) {
+  check_pe(pe, "shmem_put_signal");
+  RemoteRef d = resolve(dst, n, "shmem_put_signal");
+  RemoteRef s = resolve(signal, 8, "shmem_put_signal (signal)");
+  if (s.offset % 8) raise(Status::kInvalidArgument, "shmem_put_signal: signal address %p is not 8-byte aligned", signal);
+  transport(pe).put_signal(pe, d, src, n, s, value, op, nbi);
+}
+
+uint64_t Runtime::signal_fetch(const uint64_t* signal) const {
+  return __atomic_load_n(signal, __ATOMIC_ACQUIRE);
+}
+
+void Runtime::fence() {
+  for (auto& t : transports_) t->fence(-1);
+}
+
+void Runtime::quiet() {
+  for (auto& t : transports_) t->quiet();
+}
+
+// ---------------------------------------------------------------- waiting
+
+bool Runtime::test(const void* ivar, Cmp cmp, uint64_t value, Word word) const {
+  return compare_word(load_word(ivar, word.width), cmp, value, word);
+}
+
+uint64_t Runtime::wait_until(const void* ivar, Cmp cmp, uint64_t value, Word word, const char* caller) {
+  if (static_cast<int>(cmp) < 0 || static_cast<int>(cmp) > 5)
+    raise(Status::kInvalidArgument, "%s: unknown comparison %d", caller, static_cast<int>(cmp));
+  uint64_t seen = 0;
+  wait_for(
+      [&] {
+        seen = load_word(ivar, word.width);
+        return compare_word(seen, cmp, value, word);
+      },
+      caller);
+  return seen;
+}
+
+void Runtime::check_peers(const char* caller) const {
+  for (int pe = 0; pe < n_pes_; ++pe) {
+    if (pe == my_pe_) continue;
+    ControlBlock* c = peer_control_[pe];
+    if (c && c->state.load(std::memory_order_acquire) == kStateFinalized) continue;
+    if (watch_.exited(pe))
+      raise(Status::kRemote, "%s on PE %d: PE %d (pid %d on %s) exited without finalizing", caller, my_pe_, pe,
+            topology_.pe(pe).pid, topology_.pe(pe).hostname);
+  }
+  for (auto& t : transports_) {
+    int dead = t->dead_peer();
+    if (dead >= 0)
+      raise(Status::kRemote, "%s on PE %d: lost PE %d (%s transport)", caller, my_pe_, dead, t->name());
+  }
+}
+
+// ---------------------------------------------------------------- barriers
+
+void Runtime::barrier_pes(const std::vector<int>& pes, int me, uint64_t* counters, uint64_t& epoch,
+                          const char* caller) {
+  quiet();
+  int n = static_cast<int>(pes.size());
+  ++epoch;
+  for (int round = 0, dist = 1; dist < n; ++round, dist <<= 1) {
+    int partner = pes[(me + dist) % n];
+    atomic(&counters[round], AmoOp::kAdd, 8, 1, 0, partner, caller);
+    uint64_t target = epoch;
+    uint64_t* mine = &counters[round];
+    wait_for([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= target; }, caller);
+  }
+}
+
+void Runtime::barrier_all() {
+  std::lock_guard<std::mutex> lock(barrier_mu_);
+  static thread_local std::vector<int> world;
+  if (static_cast<int>(world.size()) != n_pes_) {
+    world.resize(n_pes_);
+    for (int i = 0; i < n_pes_; ++i) world[i] = i;
+  }
+  barrier_pes(world, my_pe_, control()->barrier_counters, barrier_epoch_, "shmem_barrier_all");
+}
+
+}  // namespace mori::shmem

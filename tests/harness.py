@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: MIT
+"""Launch multi-process jobs from pytest: `mori run`, `mpirun`, or torch.multiprocessing.
+
+Every launch has a timeout: a hang fails the test instead of stalling CI.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+PROGRAMS = Path(__file__).parent / "programs"
+
+# Open MPI as root, oversubscribed on a 2-core machine (reference/environment.md).
+MPI_ENV = {
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "OMPI_MCA_rmaps_base_oversubscribe": "1",
+    "OMPI_MCA_opal_common_ucx_opal_mem_hooks": "0",
+}
+
+
+def job_env(extra: Optional[dict] = None) -> dict:
+    env = dict(os.environ)
+    env.update(MPI_ENV)
+    env.setdefault("MORI_SHMEM_HEAP_SIZE", "256M")
+    env.setdefault("MORI_BOOTSTRAP_TIMEOUT", "60")
+    env["PYTHONUNBUFFERED"] = "1"
+    if extra:
+        env.update(extra)
+    return env
+
+
+def _run(cmd: Sequence[str], timeout: float, env: Optional[dict]) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(list(cmd), env=job_env(env), stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        err = (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        raise AssertionError(f"job timed out after {timeout}s (a hang): {' '.join(cmd)}\n--- stdout\n{out}\n"
+                             f"--- stderr\n{err}") from None
+
+
+def mori_run(n: int, program: Sequence[str], timeout: float = 120, env: Optional[dict] = None,
+             launcher_args: Sequence[str] = ()) -> subprocess.CompletedProcess:
+    """`mori run -n N program...`"""
+    cmd = [sys.executable, "-m", "mori.apps.cli", "run", "-n", str(n), *launcher_args, "--", *program]
+    return _run(cmd, timeout, env)
+
+
+def mpirun(n: int, program: Sequence[str], timeout: float = 120, env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    """`mpirun -n N program...` (Open MPI)."""
+    exe = shutil.which("mpirun")
+    if exe is None:
+        import pytest
+
+        pytest.skip("mpirun is not installed (scripts/setup-ci.sh installs Open MPI)")
+    return _run([exe, "-n", str(n), *program], timeout, env)
+
+
+def python_program(name: str, *args: str) -> list[str]:
+    return [sys.executable, str(PROGRAMS / name), *map(str, args)]
+
+
+def check(proc: subprocess.CompletedProcess, expect_ok: bool = True) -> str:
+    """Assert on the exit code; returns stdout+stderr for further checks."""
+    text = proc.stdout + proc.stderr
+    if expect_ok:
+        assert proc.returncode == 0, f"job failed with code {proc.returncode}:\n{text[-6000:]}"
+    return text

@@ -1,0 +1,16 @@
+# SPDX-License-Identifier: MIT
+"""mori.transports: how PEs reach each other. Selection is automatic (per peer pair,
+from the topology); this module reports it."""
+from __future__ import annotations
+
+from mori import _C
+
+
+def transport_name(pe: int) -> str:
+    """Name of the transport this PE uses to reach ``pe`` ("shm" on the same host)."""
+    return _C.shmem.transport_name(pe)
+
+
+def transport_matrix() -> list[str]:
+    """Transport name for every PE, as seen from this PE."""
+    return [_C.shmem.transport_name(pe) for pe in range(_C.shmem.n_pes())]

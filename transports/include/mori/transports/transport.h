@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: MIT
+// The transport interface. One implementation per way of reaching a peer:
+// shm (same host, mapped memory), tcp (other hosts), cuda (GPUs of one node).
+// The runtime picks one per peer pair from the topology.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mori/transports/mem_region.h"
+
+namespace mori {
+
+enum class AmoOp : uint8_t {
+  kFetch, kSet, kSwap, kCompareSwap, kAdd, kFetchAdd, kAnd, kFetchAnd, kOr, kFetchOr, kXor, kFetchXor,
+};
+enum class SignalOp : uint8_t { kSet = 0, kAdd = 1 };
+
+const char* amo_name(AmoOp op);
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+
+  // Makes `pe`'s part of `region` reachable (region.handles[pe] is filled in).
+  virtual void connect_region(MemRegion& region, int pe) = 0;
+  virtual void disconnect_region(MemRegion& region, int pe) = 0;
+
+  // A pointer this process can load from / store to, or nullptr when the transport cannot.
+  virtual void* direct_ptr(int pe, RemoteRef r) = 0;
+
+  // RMA. Blocking forms return once `src` may be reused (put) or `dst` holds the data (get);
+  // nbi forms may return earlier and complete at quiet().
+  virtual void put(int pe, RemoteRef dst, const void* src, size_t n, bool nbi) = 0;
+  virtual void get(int pe, void* dst, RemoteRef src, size_t n, bool nbi) = 0;
+  // Atomic on a 4- or 8-byte word; returns the old value for fetching ops (0 otherwise).
+  virtual uint64_t atomic(int pe, RemoteRef target, AmoOp op, int width, uint64_t operand, uint64_t compare) = 0;
+  // Delivers the data, then updates the 64-bit signal: a reader that sees the signal sees the data.
+  virtual void put_signal(int pe, RemoteRef dst, const void* src, size_t n, RemoteRef signal, uint64_t value,
+                          SignalOp op, bool nbi) = 0;
+  // fence: order earlier puts/AMOs to `pe` before later ones. quiet: complete everything.
+  virtual void fence(int pe) = 0;
+  virtual void quiet() = 0;
+
+  // A PE this transport knows to be gone (connection lost, process exited), or -1.
+  virtual int dead_peer() const { return -1; }
+};
+
+}  // namespace mori

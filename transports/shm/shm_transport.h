@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: MIT
+// Same-host transport: every peer's regions are mapped into this process, so
+// RMA is memcpy, AMOs are CPU atomics on the shared words, and a write rings the
+// target's doorbell so a sleeping waiter wakes up.
+#pragma once
+
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "mori/core/doorbell.h"
+#include "mori/core/shared_segment.h"
+#include "mori/transports/transport.h"
+
+namespace mori {
+
+class ShmTransport : public Transport {
+ public:
+  explicit ShmTransport(int my_pe, int n_pes) : my_pe_(my_pe), doorbells_(n_pes, nullptr) {}
+  const char* name() const override { return "shm"; }
+
+  void connect_region(MemRegion& region, int pe) override;
+  void disconnect_region(MemRegion& region, int pe) override;
+  void* direct_ptr(int pe, RemoteRef r) override;
+
+  void put(int pe, RemoteRef dst, const void* src, size_t n, bool nbi) override;
+  void get(int pe, void* dst, RemoteRef src, size_t n, bool nbi) override;
+  uint64_t atomic(int pe, RemoteRef target, AmoOp op, int width, uint64_t operand, uint64_t compare) override;
+  void put_signal(int pe, RemoteRef dst, const void* src, size_t n, RemoteRef signal, uint64_t value, SignalOp op,
+                  bool nbi) override;
+  void fence(int pe) override;
+  void quiet() override;
+
+  // Where `pe` sleeps when it waits; rung after every write into its memory.
+  void set_doorbell(int pe, Doorbell* bell) { doorbells_.at(pe) = bell; }
+
+ private:
+  char* at(int pe, RemoteRef r) const;
+  void ring(int pe) {
+    if (Doorbell* b = doorbells_[pe]) b->ring();
+  }
+
+  int my_pe_;
+  std::vector<Doorbell*> doorbells_;
+  std::map<std::pair<int, int>, SharedSegment> segments_;  // (region id, pe) -> mapping
+};
+
+// Atomic op on a word this process can address (shared by shm and the tcp target side).
+uint64_t apply_amo(void* addr, AmoOp op, int width, uint64_t operand, uint64_t compare);
+
+}  // namespace mori
