@@ -64,7 +64,7 @@ __global__ void g_kernel(const DeviceState* s, int64_t* out, const int64_t* src,
 
 // Contention from every thread of the grid, on both GPUs at once:
 //   add64 on PE 0, add32 on PE n-1, fetch_add tickets on PE (thread + iteration) % n (recorded),
-//   and one compare-swap increment loop per warp on PE 0.
+//   and, in the first two iterations, one compare-swap increment loop per block on PE 0.
 __global__ void atomics_kernel(const DeviceState* s, unsigned long long* add64, unsigned int* add32,
                                unsigned long long* tickets, unsigned long long* cas, unsigned long long* out,
                                int iters) {
@@ -76,7 +76,7 @@ __global__ void atomics_kernel(const DeviceState* s, unsigned long long* add64, 
     int pe = static_cast<int>((tid + it) % n);
     unsigned long long t = dev::atomic_fetch_add<unsigned long long>(*s, tickets, 1ull, pe);
     out[tid * iters + it] = t;
-    if ((threadIdx.x & 31) == 0) {
+    if (threadIdx.x == 0 && it < 2) {
       unsigned long long seen = dev::atomic_fetch<unsigned long long>(*s, cas, 0);
       for (;;) {
         unsigned long long old = dev::atomic_compare_swap<unsigned long long>(*s, cas, seen, seen + 1, 0);

@@ -1,0 +1,72 @@
+# SPDX-License-Identifier: MIT
+"""GPU symmetric heap, cuda transport and device API: 2 processes on 2 GPUs (`mori run -n 2`).
+
+Skips without CUDA support in this build or with fewer than 2 visible GPUs. One job runs every
+check of tests/programs/gpu_suite.py (one CUDA start-up instead of eight); each test below
+asserts that its check passed in that job.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from harness import check, mori_run, python_program
+from mori import _C
+
+_NO_CUDA = not _C.shmem.built_with_cuda()
+needs_gpus = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(_NO_CUDA, reason="MORI was built without CUDA"),
+    pytest.mark.skipif(not _NO_CUDA and _C.shmem.cuda_device_count() < 2, reason="needs 2 CUDA GPUs"),
+]
+
+
+def _gpu(fn):
+    for mark in needs_gpus:
+        fn = mark(fn)
+    return fn
+
+CHECKS = ["host_rma", "stream_rma", "device_put_get", "atomics", "signal_ordering", "barrier_on_stream", "graph",
+          "ptr_p2p"]
+# NVLink multicast stays off on shared GPU hosts; the heap sizes keep start-up quick.
+GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+           "MORI_SHMEM_GPU_HEAP_SIZE": "512M", "MORI_SHMEM_HEAP_SIZE": "256M", "MORI_BOOTSTRAP_TIMEOUT": "60"}
+
+
+@pytest.fixture(scope="module")
+def suite_output() -> str:
+    proc = mori_run(2, python_program("gpu_suite.py", *CHECKS), timeout=240, env=GPU_ENV)
+    return check(proc, expect_ok=False) + f"\n[exit code {proc.returncode}]"
+
+
+@_gpu
+@pytest.mark.parametrize("name", CHECKS)
+def test_gpu_check(suite_output: str, name: str) -> None:
+    assert f"PASS {name}" in suite_output, f"check {name} did not pass:\n{suite_output[-6000:]}"
+
+
+@_gpu
+def test_gpu_suite_exit_code(suite_output: str) -> None:
+    assert "[exit code 0]" in suite_output, suite_output[-6000:]
+
+
+@_gpu
+def test_disable_p2p_gives_null_peer_pointers() -> None:
+    env = dict(GPU_ENV, MORI_DISABLE_P2P="1")
+    out = check(mori_run(2, python_program("gpu_suite.py", "disable_p2p"), timeout=120, env=env))
+    if "SKIP disable_p2p" in out:
+        pytest.skip("MORI_DISABLE_P2P=1 needs a non-shared-memory host transport (tcp) for the host heap: "
+                    + out.split("SKIP disable_p2p:", 1)[1].strip().splitlines()[0])
+    assert "PASS disable_p2p" in out, out[-4000:]
+
+
+def test_multicast_stays_off() -> None:
+    """Guard for the shared GPU hosts: nothing in MORI may create NVLink multicast objects."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    for folder in ("transports", "shmem"):
+        for dirpath, _, files in os.walk(os.path.join(root, folder)):
+            for f in files:
+                if f.endswith((".cc", ".cu", ".cuh", ".h", ".py")):
+                    with open(os.path.join(dirpath, f), encoding="utf-8") as fh:
+                        assert "cuMulticastCreate" not in fh.read(), f"{f} uses NVLink multicast"
