@@ -89,8 +89,8 @@ def _worker(args: argparse.Namespace) -> int:
     gen = torch.Generator(device="cuda").manual_seed(20261129)
     src = torch.randint(0, 256, (sizes[-1],), dtype=torch.uint8, device="cuda", generator=gen)
     rows = []
+    peer_dev = _peer_device(sh, peer)  # collective: every PE takes part
     if me == 0:
-        peer_dev = int(_peer_device(sh, peer))
         ceiling_dst = torch.empty(sizes[-1], dtype=torch.uint8, device=f"cuda:{peer_dev}")
         for nbytes in sizes:
             s, c = src[:nbytes], ceiling_dst[:nbytes]

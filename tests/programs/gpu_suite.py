@@ -156,7 +156,8 @@ def check_stream_rma(me: int, n: int) -> None:
     # Bad input is refused with errors that name the problem.
     plain = torch.empty(16, dtype=torch.uint8, device="cuda")
     for bad, what in ((lambda: gpu.putmem_on_stream(plain, plain, 16, right), "non-symmetric dst"),
-                      (lambda: gpu.putmem_on_stream(x, plain, nbytes + 1, right), "past the end"),
+                      (lambda: gpu.putmem_on_stream(gpu.heap_base() + gpu.heap_size() - 8, plain, 16, right),
+                       "past the end of the heap"),
                       (lambda: gpu.putmem_on_stream(x, plain, 16, n), "pe out of range"),
                       (lambda: gpu.putmem_on_stream(x, plain, 16, right, engine="dma"), "engine")):
         try:
