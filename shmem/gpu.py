@@ -122,7 +122,7 @@ def putmem_on_stream(dst: Any, src: Any, nbytes: int, pe: int, stream: Any = Non
     """Enqueue a put of ``nbytes`` from local ``src`` to symmetric ``dst`` on ``pe``.
 
     engine="copy" uses the copy engines (cudaMemcpyAsync, no SMs); engine="sm" launches a
-    kernel of ``blocks`` thread blocks (0: two per SM) that stores over NVLink."""
+    kernel of ``blocks`` thread blocks (0: four per SM) that stores over NVLink."""
     if nbytes < 0:
         raise InvalidArgument(f"putmem_on_stream: nbytes must be >= 0, got {nbytes}")
     d, s, h = _addr(dst, "dst"), _addr(src, "src"), stream_handle(stream)

@@ -5,8 +5,10 @@ Measured on PE 0 towards PE 1, in one run:
 
 * ceiling: torch's peer ``copy_`` from cuda:<PE 0's device> to cuda:<PE 1's device> (copy engine);
 * copy engine: ``putmem_on_stream(engine="copy")`` into PE 1's GPU heap (host-initiated, no SMs);
-* SM put: ``putmem_on_stream(engine="sm")``, a kernel of two blocks per SM doing ``putmem_block``
-  through the device API over NVLink;
+* SM put: ``putmem_on_stream(engine="sm")``, the library's kernel (four 512-thread blocks per SM,
+  the grid striding over the buffer) storing over NVLink;
+* putmem_block: a user-style kernel (selftest library) where each of 2 blocks per SM puts one
+  contiguous share with the device API's ``putmem_block``;
 
 from 4 KiB to 1 GiB (bandwidth = bytes / time, one direction), and the round trip of an 8-byte
 put-with-signal between two kernels (device API ping-pong). Prints a table, writes JSON.
@@ -88,7 +90,9 @@ def _worker(args: argparse.Namespace) -> int:
     # Same generator and seed on both PEs: PE 1 can check what PE 0 put against its own copy.
     gen = torch.Generator(device="cuda").manual_seed(20261129)
     src = torch.randint(0, 256, (sizes[-1],), dtype=torch.uint8, device="cuda", generator=gen)
-    rows = []
+    rows: list[dict] = []
+    sweep: list[dict] = []
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     peer_dev = _peer_device(sh, peer)  # collective: every PE takes part
     if me == 0:
         ceiling_dst = torch.empty(sizes[-1], dtype=torch.uint8, device=f"cuda:{peer_dev}")
@@ -96,13 +100,24 @@ def _worker(args: argparse.Namespace) -> int:
             s, c = src[:nbytes], ceiling_dst[:nbytes]
             t_torch = _time_per_op(lambda: c.copy_(s, non_blocking=True), nbytes, args.reps)
             t_copy = _time_per_op(lambda: gpu.putmem_on_stream(dst, s, nbytes, peer, engine="copy"), nbytes, args.reps)
+            t_blk = _time_per_op(lambda: selftest.put(selftest.BLOCK, dst.data_ptr(), s.data_ptr(), nbytes, peer,
+                                                      blocks=2 * sms, threads=512), nbytes, args.reps)
             t_sm = _time_per_op(lambda: gpu.putmem_on_stream(dst, s, nbytes, peer, engine="sm"), nbytes, args.reps)
             row = {"bytes": nbytes, "torch_copy_GBps": nbytes / t_torch / 1e9, "copy_engine_GBps": nbytes / t_copy / 1e9,
-                   "sm_put_GBps": nbytes / t_sm / 1e9, "torch_copy_us": t_torch * 1e6, "copy_engine_us": t_copy * 1e6,
-                   "sm_put_us": t_sm * 1e6}
+                   "sm_put_GBps": nbytes / t_sm / 1e9, "putmem_block_GBps": nbytes / t_blk / 1e9,
+                   "torch_copy_us": t_torch * 1e6, "copy_engine_us": t_copy * 1e6, "sm_put_us": t_sm * 1e6,
+                   "putmem_block_us": t_blk * 1e6}
             row["copy_engine_vs_ceiling"] = row["copy_engine_GBps"] / row["torch_copy_GBps"]
             row["sm_put_vs_ceiling"] = row["sm_put_GBps"] / row["torch_copy_GBps"]
+            row["putmem_block_vs_ceiling"] = row["putmem_block_GBps"] / row["torch_copy_GBps"]
             rows.append(row)
+        # How the library's SM put scales with its grid (blocks per SM), at 256 MiB or the largest size.
+        sweep_bytes = min(256 << 20, sizes[-1])
+        s = src[:sweep_bytes]
+        for per_sm in (1, 2, 4, 8):
+            t = _time_per_op(lambda: gpu.putmem_on_stream(dst, s, sweep_bytes, peer, engine="sm",
+                                                          blocks=per_sm * sms), sweep_bytes, args.reps)
+            sweep.append({"bytes": sweep_bytes, "blocks_per_sm": per_sm, "GBps": sweep_bytes / t / 1e9})
         # Correctness of what was timed: the last SM and copy-engine puts landed intact.
         torch.cuda.synchronize()
     sh.shmem_barrier_all()
@@ -124,7 +139,7 @@ def _worker(args: argparse.Namespace) -> int:
         raise SystemExit(f"PE {me}: {errors} ping-pong payloads were stale after their signal")
     sh.shmem_barrier_all()
     if me == 0:
-        result = _report(args, rows, rt_ns / 1e3, torch)
+        result = _report(args, rows, sweep, rt_ns / 1e3, torch)
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
@@ -151,7 +166,7 @@ def _peer_device(sh: Any, peer: int) -> int:
     return value
 
 
-def _report(args: argparse.Namespace, rows: list[dict], rt_us: float, torch: Any) -> dict:
+def _report(args: argparse.Namespace, rows: list[dict], sweep: list[dict], rt_us: float, torch: Any) -> dict:
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     big = [r for r in rows if r["bytes"] >= 16 << 20]
     summary = {
@@ -163,10 +178,15 @@ def _report(args: argparse.Namespace, rows: list[dict], rt_us: float, torch: Any
     summary["target_met"] = bool(big) and summary["min_copy_engine_vs_ceiling_ge_16MiB"] >= 0.9 and \
         summary["min_sm_put_vs_ceiling_ge_16MiB"] >= 0.9 and rt_us <= 5.0
     print(f"\nmori bench shmem --gpu: PE 0 ({props.name}) -> PE 1, one direction; GB/s = 1e9 bytes/s")
-    print(f"{'size':>10} {'torch copy_':>12} {'copy engine':>12} {'(x ceil)':>9} {'SM put':>10} {'(x ceil)':>9}")
+    print(f"{'size':>10} {'torch copy_':>12} {'copy engine':>12} {'(x ceil)':>9} {'SM put':>9} {'(x ceil)':>9} "
+          f"{'putmem_block':>13} {'(x ceil)':>9}")
     for r in rows:
         print(f"{_human(r['bytes']):>10} {r['torch_copy_GBps']:>12.1f} {r['copy_engine_GBps']:>12.1f} "
-              f"{r['copy_engine_vs_ceiling']:>9.3f} {r['sm_put_GBps']:>10.1f} {r['sm_put_vs_ceiling']:>9.3f}")
+              f"{r['copy_engine_vs_ceiling']:>9.3f} {r['sm_put_GBps']:>9.1f} {r['sm_put_vs_ceiling']:>9.3f} "
+              f"{r['putmem_block_GBps']:>13.1f} {r['putmem_block_vs_ceiling']:>9.3f}")
+    if sweep:
+        print("SM put grid sweep at " + _human(sweep[0]["bytes"]) + ": " +
+              ", ".join(f"{w['blocks_per_sm']} blocks/SM {w['GBps']:.1f} GB/s" for w in sweep))
     print(f"8-byte put+signal round trip (device API ping-pong, {args.pingpong_iters} rounds): {rt_us:.2f} us")
     if big:
         print(f">= 16 MiB: copy engine >= {summary['min_copy_engine_vs_ceiling_ge_16MiB']:.3f} x ceiling, "
@@ -174,7 +194,8 @@ def _report(args: argparse.Namespace, rows: list[dict], rt_us: float, torch: Any
               f"{summary['target_met']}")
     return {"benchmark": "shmem_gpu", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "host": socket.gethostname(), "platform": platform.platform(), "gpu": props.name,
-            "sm_count": props.multi_processor_count, "torch": torch.__version__, "rows": rows, "summary": summary}
+            "sm_count": props.multi_processor_count, "torch": torch.__version__, "rows": rows, "sm_put_grid_sweep": sweep,
+            "summary": summary}
 
 
 def _human(n: int) -> str:

@@ -213,7 +213,7 @@ void GpuHeap::put_sm_on_stream(void* dst, const void* src, size_t n, int pe, int
   offset_of(dst, n, caller);
   if (blocks < 0) raise(Status::kInvalidArgument, "%s: blocks must be >= 0, got %d", caller, blocks);
   CudaDeviceGuard guard(device_);
-  gpu_kernels::launch_put_sm(device_state_ptr_, dst, src, n, pe, blocks ? blocks : 2 * sm_count_, stream);
+  gpu_kernels::launch_put_sm(device_state_ptr_, dst, src, n, pe, blocks ? blocks : 4 * sm_count_, stream);
 }
 
 void GpuHeap::put_signal_on_stream(void* dst, const void* src, size_t n, uint64_t* signal, uint64_t value, int sig_op,

@@ -14,13 +14,13 @@ __global__ void wait_kernel(const DeviceState* s, uint64_t* signal, int cmp, uin
   dev::signal_wait_until(*s, signal, cmp, value);
 }
 
-// Each block copies one contiguous, 16-byte aligned share of the buffer.
-__global__ void __launch_bounds__(512) put_sm_kernel(const DeviceState* s, char* dst, const char* src, size_t n, int pe) {
-  size_t share = ((n + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
-  size_t begin = static_cast<size_t>(blockIdx.x) * share;
-  if (begin >= n) return;
-  size_t len = n - begin < share ? n - begin : share;
-  dev::putmem_block(*s, dst + begin, src + begin, len, pe);
+// The whole grid strides over the buffer (thread t copies 16-byte pieces t, t + T, ...), so
+// every wave of stores covers one contiguous stretch of the peer's memory.
+__global__ void __launch_bounds__(512, 4) put_sm_kernel(const DeviceState* s, char* dst, const char* src, size_t n,
+                                                        int pe) {
+  size_t lanes = static_cast<size_t>(gridDim.x) * blockDim.x;
+  size_t lane = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  dev::detail::copy_bytes(dev::detail::peer_or_trap(*s, dst, pe, "put"), src, n, lane, lanes);
 }
 
 }  // namespace
@@ -38,7 +38,7 @@ void launch_wait(const DeviceState* state, uint64_t* signal, int cmp, uint64_t v
 void launch_put_sm(const DeviceState* state, void* dst_sym, const void* src, size_t n, int pe, int blocks,
                    void* stream) {
   if (n == 0) return;
-  size_t max_blocks = (n + 4095) / 4096;  // at least 4 KiB per block
+  size_t max_blocks = (n + 8191) / 8192;  // at least 8 KiB per block
   if (static_cast<size_t>(blocks) > max_blocks) blocks = static_cast<int>(max_blocks);
   put_sm_kernel<<<blocks, 512, 0, static_cast<cudaStream_t>(stream)>>>(state, static_cast<char*>(dst_sym),
                                                                        static_cast<const char*>(src), n, pe);

@@ -255,7 +255,7 @@ def check_atomics(me: int, n: int) -> None:
     drawn = {pe: [] for pe in range(n)}
     for src_pe in range(n):
         part = np.empty(total * iters, np.int64)
-        sh.get(part, tickets[src_pe * total * iters:(src_pe + 1) * total * iters], pe=me)
+        sh.get(part, tickets[src_pe * total * iters:(src_pe + 1) * total * iters], pe=src_pe)
         for pe in range(n):
             drawn[pe].append(part[target == pe])
     for pe in range(n):

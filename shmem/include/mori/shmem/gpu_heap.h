@@ -63,7 +63,7 @@ class GpuHeap {
   // Copy-engine put/get between local memory and `pe`'s GPU heap (dst/src symmetric).
   void put_on_stream(void* dst, const void* src, size_t n, int pe, void* stream, const char* caller);
   void get_on_stream(void* dst, const void* src, size_t n, int pe, void* stream, const char* caller);
-  // The same put with SM stores: `blocks` thread blocks (0: two per multiprocessor) copy over NVLink.
+  // The same put with SM stores: `blocks` thread blocks (0: four per multiprocessor) copy over NVLink.
   void put_sm_on_stream(void* dst, const void* src, size_t n, int pe, int blocks, void* stream, const char* caller);
   // Put, then a release update of the uint64 signal on `pe` once the data has landed.
   void put_signal_on_stream(void* dst, const void* src, size_t n, uint64_t* signal, uint64_t value, int sig_op, int pe,
