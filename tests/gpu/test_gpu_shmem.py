@@ -7,6 +7,8 @@ tests/programs/gpu_suite.py runs in its own 2-PE job, so one failure cannot hide
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -60,3 +62,39 @@ def test_multicast_stays_off() -> None:
                 if f.endswith((".cc", ".cu", ".cuh", ".h", ".py")):
                     with open(os.path.join(dirpath, f), encoding="utf-8") as fh:
                         assert "cuMulticastCreate" not in fh.read(), f"{f} uses NVLink multicast"
+
+
+def _run_python(code: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+
+
+def test_unbound_pe_refuses_gpu_calls_clearly() -> None:
+    """Without a GPU binding, MORI's GPU calls fail with Unavailable naming the fix (runs everywhere)."""
+    code = (
+        "import mori.shmem as sh\n"
+        "from mori.shmem import gpu\n"
+        "sh.shmem_init()\n"
+        "assert not gpu.is_bound() and gpu.device() == -1\n"
+        "for call in (sh.shmem_barrier_on_stream, lambda: gpu.putmem_on_stream(0, 0, 8, 0), gpu.device_state_ptr):\n"
+        "    try:\n"
+        "        call()\n"
+        "        raise SystemExit('a GPU call succeeded on an unbound PE')\n"
+        "    except NotImplementedError as exc:\n"
+        "        assert 'not bound to a GPU' in str(exc), exc\n"
+        "addr = sh.shmem_malloc(64)\n"
+        "assert addr and not gpu.contains(addr)  # host heap when unbound\n"
+        "sh.shmem_free(addr)\n"
+        "sh.shmem_finalize()\n"
+        "print('ok')\n")
+    proc = _run_python(code, {"MORI_DEVICE": "-1"})
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_missing_device_is_an_error() -> None:
+    """MORI_DEVICE naming a device this process cannot see fails init with a clear message."""
+    count = _C.shmem.cuda_device_count()
+    proc = _run_python("import mori.shmem as sh\nsh.shmem_init()\n", {"MORI_DEVICE": str(count + 3)})
+    assert proc.returncode != 0
+    expected = "does not exist" if _C.shmem.built_with_cuda() else "built without CUDA"
+    assert expected in proc.stderr, proc.stderr[-2000:]
