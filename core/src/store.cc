@@ -333,7 +333,7 @@ void StoreBootstrap::broadcast(void* buf, size_t bytes, int root) {
 std::string StoreBootstrap::describe() const { return "tcp-store " + client_->address(); }
 
 void StoreBootstrap::shutdown() {
-  if (server_) barrier();  // nobody may still need the server we host
+  barrier();  // collective: the rank hosting the server must not stop it while others still need it
   client_->goodbye();
   if (server_) server_->stop();
 }
