@@ -471,7 +471,7 @@ uint64_t Runtime::wait_until(const void* ivar, Cmp cmp, uint64_t value, Word wor
         seen = load_word(ivar, word.width);
         return compare_word(seen, cmp, value, word);
       },
-      caller);
+      caller, ivar);
   return seen;
 }
 
@@ -503,7 +503,7 @@ void Runtime::barrier_pes(const std::vector<int>& pes, int me, uint64_t* counter
     atomic(&counters[round], AmoOp::kAdd, 8, 1, 0, partner, caller);
     uint64_t target = epoch;
     uint64_t* mine = &counters[round];
-    wait_for([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= target; }, caller);
+    wait_for([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= target; }, caller, mine);
   }
 }
 

@@ -113,9 +113,10 @@ class Runtime {
   bool test(const void* ivar, Cmp cmp, uint64_t value, Word word) const;
   // Waits until the comparison holds; returns the value that satisfied it.
   uint64_t wait_until(const void* ivar, Cmp cmp, uint64_t value, Word word, const char* caller = "shmem_wait_until");
-  // Waits until `ready()` is true, spinning then sleeping on this PE's doorbell.
+  // Waits until `ready()` is true, spinning then sleeping on this PE's doorbell. `watched`
+  // is the local symmetric word the predicate reads (nullptr: any write may matter).
   template <typename Pred>
-  void wait_for(Pred ready, const char* caller);
+  void wait_for(Pred ready, const char* caller, const void* watched = nullptr);
 
   // ---- barriers
   void barrier_all();
