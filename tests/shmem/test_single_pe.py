@@ -30,7 +30,7 @@ def test_parse_size_rejects(bad):
 
 def test_alignment_and_reuse(pe):
     sizes = [1, 63, 64, 65, 4095, 1 << 20]
-    for align in (64, 256, 4096, 1 << 16):
+    for align in (64, 256, 4096, 1 << 16, 1 << 21):
         ptrs = [sh.shmem_malloc_align(align, s) for s in sizes]
         assert all(p % align == 0 for p in ptrs)
         assert len(set(ptrs)) == len(ptrs)
@@ -42,6 +42,8 @@ def test_alignment_and_reuse(pe):
     sh.shmem_free(a)
     with pytest.raises(ValueError, match="power of two"):
         sh.shmem_malloc_align(48, 10)
+    with pytest.raises(ValueError, match="largest supported"):
+        sh.shmem_malloc_align(1 << 31, 10)
     assert sh.shmem_malloc(0) == 0
 
 

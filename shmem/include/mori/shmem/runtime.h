@@ -46,6 +46,8 @@ constexpr uint32_t kStateRunning = 1;
 constexpr uint32_t kStateFinalized = 2;
 // Bytes reserved at the start of the heap (control block plus room for runtime scratch).
 constexpr size_t kHeapReserved = 64 * 1024;
+// Heaps are mapped at this alignment; symmetric allocations may ask for any alignment up to it.
+constexpr size_t kMaxAlignment = size_t(1) << 30;
 
 enum class ThreadLevel : int { kSingle = 0, kFunneled = 1, kSerialized = 2, kMultiple = 3 };
 
