@@ -53,6 +53,12 @@ void GpuHeap::check_peer(int pe, const char* caller) const {
 }
 
 void* GpuHeap::allocate(size_t bytes, size_t alignment, const char* caller) {
+  // Offsets are aligned by the allocator; addresses are aligned on every PE only up to the
+  // alignment of the heap bases, which cudaMalloc guarantees to 256 bytes (2 MiB in practice).
+  size_t base_align = reinterpret_cast<uintptr_t>(base_) & (~reinterpret_cast<uintptr_t>(base_) + 1);
+  if (alignment > base_align)
+    raise(Status::kInvalidArgument, "%s: alignment %zu exceeds what the GPU heap base allows (%zu)", caller, alignment,
+          base_align);
   std::lock_guard<std::mutex> lock(mu_);
   auto off = allocator_->allocate(bytes, alignment);
   if (!off)
