@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "capi/typed_helpers.h"
+#include "capi/wait.h"
 #include "mori/core/status.h"
 
 namespace mori::capi {
@@ -54,10 +55,6 @@ Group active_group(int start, int log_stride, int size, long* psync, const char*
 
 void group_barrier(Group& g, const char* fn, bool sync_only) {
   auto& r = rt(fn);
-  if (g.world) {
-    r.barrier_all();
-    return;
-  }
   if (!sync_only) r.quiet();
   // Dissemination: in round k tell member me+2^k, then wait for member me-2^k. Each
   // arrival is consumed (decremented), so the counters are zero again afterwards and
@@ -66,7 +63,7 @@ void group_barrier(Group& g, const char* fn, bool sync_only) {
     int partner = g.pes[(g.me + dist) % g.n];
     r.atomic(&g.counters[round], AmoOp::kAdd, 8, 1, 0, partner, fn);
     uint64_t* mine = &g.counters[round];
-    r.wait_for([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= 1; }, fn);
+    wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= 1; }, fn);
     __atomic_fetch_sub(mine, 1, __ATOMIC_ACQ_REL);
   }
 }
@@ -105,7 +102,7 @@ void collect_group(Group& g, void* dest, const void* source, size_t bytes, const
   uint64_t offset = 0;
   if (g.me > 0) {
     uint64_t* mine = g.chain;
-    r.wait_for([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) != 0; }, fn);
+    wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) != 0; }, fn);
     offset = __atomic_load_n(mine, __ATOMIC_ACQUIRE) - 1;
     __atomic_store_n(mine, 0, __ATOMIC_RELEASE);
   }
@@ -190,13 +187,15 @@ extern "C" {
 
 void shmem_barrier_all(void) {
   MORI_CAPI_TRY
-  rt("shmem_barrier_all").barrier_all();
+  Group g = team_group(SHMEM_TEAM_WORLD, "shmem_barrier_all");
+  group_barrier(g, "shmem_barrier_all");
   MORI_CAPI_CATCH("shmem_barrier_all")
 }
 
 void shmem_sync_all(void) {
   MORI_CAPI_TRY
-  rt("shmem_sync_all").barrier_all();
+  Group g = team_group(SHMEM_TEAM_WORLD, "shmem_sync_all");
+  group_barrier(g, "shmem_sync_all", true);
   MORI_CAPI_CATCH("shmem_sync_all")
 }
 

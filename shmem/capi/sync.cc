@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Point-to-point synchronization: wait_until/test and their all/any/some/vector forms, signals.
 #include "capi/typed_helpers.h"
+#include "capi/wait.h"
 #include "mori/core/status.h"
 
 using mori::shmem::Cmp;
@@ -42,7 +43,8 @@ size_t scan(mori::shmem::Runtime& r, Many kind, const char* base, size_t elem, s
 void wait_until(const void* ivar, int cmp, uint64_t value, Word w, const char* fn) noexcept {
   MORI_CAPI_TRY
   check_cmp(cmp);
-  rt(fn).wait_until(ivar, static_cast<Cmp>(cmp), value, w, fn);
+  auto& r = rt(fn);
+  wait([&] { return r.test(ivar, static_cast<Cmp>(cmp), value, w); }, fn);
   MORI_CAPI_CATCH(fn)
 }
 
@@ -62,7 +64,7 @@ size_t wait_until_many(Many kind, const void* ivars, size_t elem, size_t n, size
   bool done = false;
   auto base = static_cast<const char*>(ivars);
   auto vals = static_cast<const char*>(values);
-  r.wait_for([&] {
+  wait([&] {
     result = scan(r, kind, base, elem, n, indices, status, cmp, vals, scalar, w, &done);
     return done;
   }, fn);
@@ -98,7 +100,13 @@ uint64_t shmem_signal_wait_until(uint64_t* sig_addr, int cmp, uint64_t cmp_value
   const char* fn = "shmem_signal_wait_until";
   MORI_CAPI_TRY
   check_cmp(cmp);
-  return rt(fn).wait_until(sig_addr, static_cast<Cmp>(cmp), cmp_value, word_of<uint64_t>(), fn);
+  auto& r = rt(fn);
+  uint64_t seen = 0;
+  wait([&] {
+    seen = __atomic_load_n(sig_addr, __ATOMIC_ACQUIRE);
+    return r.test(&seen, static_cast<Cmp>(cmp), cmp_value, word_of<uint64_t>());
+  }, fn);
+  return seen;
   MORI_CAPI_CATCH(fn)
 }
 
