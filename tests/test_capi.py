@@ -16,7 +16,7 @@ import pytest
 from harness import check, job_env, mori_run, mpirun
 
 CAPI = Path(__file__).parent / "capi"
-PROGRAMS = ["rma", "amo", "sync", "coll", "legacy", "errors"]
+PROGRAMS = ["rma", "amo", "sync", "coll", "legacy", "threads", "errors"]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def tools() -> dict:
 def built(tools, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("capi")
     for name in PROGRAMS:
-        cmd = [tools["oshcc"], "-std=c11", "-O1", "-Wall", "-Werror", "-o", str(out / name), str(CAPI / f"{name}.c"), "-lm"]
+        cmd = [tools["oshcc"], "-std=c11", "-O1", "-Wall", "-Werror", "-pthread", "-o", str(out / name), str(CAPI / f"{name}.c"), "-lm"]
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stderr}"
     return out
@@ -52,7 +52,7 @@ def _oshrun(tools: dict, n: int, prog: list[str], timeout: float = 90, env: dict
         raise AssertionError(f"oshrun timed out after {timeout}s (a hang): {' '.join(cmd)}") from exc
 
 
-@pytest.mark.parametrize("name", ["rma", "amo", "sync", "coll", "legacy"])
+@pytest.mark.parametrize("name", ["rma", "amo", "sync", "coll", "legacy", "threads"])
 @pytest.mark.parametrize("n", [2, 4])
 def test_program_oshrun(built, tools, name, n):
     seed = _seed()

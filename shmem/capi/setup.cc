@@ -192,7 +192,11 @@ int shmem_pe_accessible(int pe) {
   MORI_CAPI_TRY
   auto& r = rt("shmem_pe_accessible");
   if (pe < 0 || pe >= r.n_pes()) return 0;
-  r.check_peers("shmem_pe_accessible");
+  try {
+    r.check_peers("shmem_pe_accessible");  // a PE that died is not accessible
+  } catch (const mori::Error&) {
+    return 0;
+  }
   return 1;
   MORI_CAPI_CATCH("shmem_pe_accessible")
 }
