@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Library setup, exit and query routines; error reporting; shmem_global_exit.
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -105,6 +106,9 @@ void setup_state() {
   g_state.used_slots = 0;
   g_state.used_nodes = 0;
   g_state.data_bytes = make_data_symmetric();
+  cpu_set_t cpus;
+  int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  g_state.oversubscribed = r.topology().local_size() > ncpu;
   setup_predefined_teams();
   g_watcher.start(g_state.sym);
   r.barrier_all();  // nobody touches a peer's SymBlock before the peer zeroed it

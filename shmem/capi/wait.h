@@ -1,14 +1,13 @@
 // SPDX-License-Identifier: MIT
-// How the C API waits for a condition: spin, then yield, then short sleeps.
+// How the C API waits for a condition: busy-poll, then short sleeps.
 //
 // The runtime's own wait (Runtime::wait_for) sleeps on this PE's doorbell, which makes
 // every write into this PE's memory by a peer pay a futex wake-up while it sleeps. C
 // programs often leave PEs idle in a barrier or wait_until while others stream puts
 // into them (benchmarks, master/worker codes), so the C API never registers as a
-// sleeper: it spins briefly, yields the core for up to 10 ms (oversubscribed PEs make
-// progress; an idle core returns at once), then naps with
-// a short capped back-off. Peers stay at full speed; a long-idle waiter reacts within
-// the cap (kMaxNapNs). Dead peers are still detected (check_peers every 50 ms).
+// sleeper: it busy-polls (2 ms, or 20 us when the host's PEs outnumber its cores), then
+// naps with a short capped back-off. Peers stay at full speed; a long-idle waiter reacts
+// within the cap (kMaxNapNs). Dead peers are still detected (check_peers every 50 ms).
 #pragma once
 
 #include <sched.h>
@@ -21,29 +20,36 @@
 namespace mori::capi {
 
 constexpr long kMaxNapNs = 100'000;  // 100 us
-constexpr int kSpinPolls = 256;      // then yield: with more PEs than cores the peer needs this core
+constexpr int kSpinPolls = 64;       // polls between clock reads while busy-polling
+// Busy-poll budget: long when every PE of the host has a core of its own (a running peer
+// answers within microseconds); short when PEs outnumber cores, where the PE we wait for
+// may need this very core (Open MPI likewise only yields when oversubscribed).
+constexpr int kSpinUsDedicated = 2000;
+constexpr int kSpinUsOversubscribed = 20;
 
 template <typename Pred>
 void wait(Pred ready, const char* fn) {
   if (ready()) return;
-  for (int i = 0; i < kSpinPolls; ++i) {
+  const auto budget = std::chrono::microseconds(state().oversubscribed ? kSpinUsOversubscribed : kSpinUsDedicated);
+  auto spin_start = std::chrono::steady_clock::now();
+  for (int i = 1;; ++i) {
 #if defined(__x86_64__)
     __builtin_ia32_pause();
 #endif
     if (ready()) return;
+    if (i % kSpinPolls == 0 && std::chrono::steady_clock::now() - spin_start > budget)
+      break;
   }
   auto& r = rt(fn);
-  auto start = std::chrono::steady_clock::now(), last_check = start;
+  auto last_check = std::chrono::steady_clock::now();
   long nap = 1000;
-  for (unsigned k = 0;; ++k) {
+  for (;;) {
+    // Sleeping (not sched_yield) hands the core to a peer that needs it: with more PEs
+    // than cores, yielding under CFS rarely runs the PE we wait for.
+    timespec ts{0, nap};
+    nanosleep(&ts, nullptr);
+    nap = nap * 2 > kMaxNapNs ? kMaxNapNs : nap * 2;
     auto t = std::chrono::steady_clock::now();
-    if (t - start < std::chrono::milliseconds(10)) {
-      sched_yield();  // let an oversubscribed peer run
-    } else {
-      timespec ts{0, nap};
-      nanosleep(&ts, nullptr);
-      nap = nap * 2 > kMaxNapNs ? kMaxNapNs : nap * 2;
-    }
     if (ready()) return;
     if (t - last_check > std::chrono::milliseconds(50)) {
       r.check_peers(fn);
