@@ -25,4 +25,12 @@
     "threads used for large host copies (0: automatic)")                                           \
   X(log_level, "MORI_LOG_LEVEL", string, "WARN", "ERROR, WARN, INFO, DEBUG or TRACE")              \
   X(ep_launch_config_mode, "MORI_EP_LAUNCH_CONFIG_MODE", string, "MANUAL",                         \
-    "EP launch parameters: MANUAL (config/call arguments) or AUTO (JSON tuning rules)")
+    "EP launch parameters: MANUAL (config/call arguments) or AUTO (JSON tuning rules)")             \
+  X(ccl_chunk_size, "MORI_CCL_CHUNK_SIZE", size, "16MiB",                                          \
+    "largest staging buffer of a host collective; larger staged calls run in chunks")               \
+  X(ccl_gpu_staging_size, "MORI_CCL_GPU_STAGING_SIZE", size, "256MiB",                             \
+    "GPU staging buffer of the copy-engine allgather (largest input shard it stages)")             \
+  X(deepspeed, "MORI_DEEPSPEED", bool, "0",                                                        \
+    "install the DeepSpeed hook on import of mori.apps.deepspeed (ZeRO-3 all-gathers via MORI)")   \
+  X(deepspeed_max_numel, "MORI_DEEPSPEED_MAX_NUMEL", int, "67108864",                              \
+    "largest all-gather input (elements per rank) the DeepSpeed hook routes through MORI")
