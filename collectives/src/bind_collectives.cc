@@ -87,6 +87,7 @@ void bind_collectives(py::module_& m) {
       },
       py::arg("out"), py::arg("inp"), py::arg("send_bytes"), py::arg("send_offsets"), py::arg("recv_bytes"),
       py::arg("recv_offsets"));
+  m.def("runtime_generation", &shmem::Runtime::generation, "Counts shmem inits (cached state checks it).");
   m.def("host_stats", [] {
     const HostStats& s = hc("mori.ccl stats").stats();
     py::dict d;

@@ -37,8 +37,10 @@ size_t stage_capacity(size_t bytes) {
   return c;
 }
 
-std::mutex g_mu;  // one collective at a time per process; also guards the instance
-std::unique_ptr<HostCollectives> g_instance;
+std::mutex g_mu;  // one collective at a time per process
+// A plain pointer on purpose: at process exit the runtime may be gone, and the workspace
+// must not be freed into it. release() frees it collectively while the runtime lives.
+HostCollectives* g_instance = nullptr;
 
 }  // namespace
 
@@ -63,20 +65,17 @@ struct HostCollectives::Round {
 HostCollectives& HostCollectives::get(const char* caller) {
   auto& rt = shmem::Runtime::get(caller);
   if (!g_instance || g_instance->generation_ != shmem::Runtime::generation()) {
-    // A stale instance belongs to a finalized runtime whose heap is gone: drop it unfreed.
-    if (g_instance) (void)g_instance.release();
-    g_instance.reset(new HostCollectives(rt));
+    // A stale instance belongs to a finalized runtime whose heap is gone: forget it unfreed.
+    g_instance = new HostCollectives(rt);
   }
   return *g_instance;
 }
 
 void HostCollectives::release() {
   if (!g_instance) return;
-  if (!shmem::Runtime::initialized() || g_instance->generation_ != shmem::Runtime::generation()) {
-    (void)g_instance.release();
-    return;
-  }
-  g_instance.reset();
+  HostCollectives* h = g_instance;
+  g_instance = nullptr;
+  if (shmem::Runtime::initialized() && h->generation_ == shmem::Runtime::generation()) delete h;
 }
 
 HostCollectives::HostCollectives(shmem::Runtime& rt)
