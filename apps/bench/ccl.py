@@ -221,6 +221,7 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--no-overlap", action="store_true", help="skip the GEMM-overlap test")
     parser.add_argument("--json", default=None, help="where to write the JSON (default bench-results/ccl-*.json)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.max_size is None:
         args.max_size = 1 << 30 if args.gpu else 64 * MIB
@@ -228,8 +229,8 @@ def main(argv: Optional[list] = None) -> int:
         args.json = f"bench-results/ccl-{'gpu' if args.gpu else 'cpu'}.json"
     if args.worker:
         return _worker(args)
-    cmd = [sys.executable, "-m", "mori.apps.bench.ccl", "--worker", *(argv or [])]
-    if "--json" not in (argv or []):
+    cmd = [sys.executable, "-m", "mori.apps.bench.ccl", "--worker", *argv]
+    if "--json" not in argv:
         cmd += ["--json", args.json]
     import subprocess
 
