@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "mori/collectives/ce_allgather.h"
+#include "mori/core/env.h"
 #include "mori/core/status.h"
 #include "mori/shmem/runtime.h"
 
@@ -95,9 +97,10 @@ struct CeAllgather::Impl {
   uint64_t* epoch = nullptr;            // device counter of this PE
   uint64_t** peer_ready = nullptr;      // device array: &ready[me] in every peer's window
   uint64_t** peer_done = nullptr;       // device array: &done[me] in every peer's window
-  std::vector<cudaStream_t> streams;    // one per peer
+  int splits = 1;                       // concurrent copies per peer shard
+  std::vector<cudaStream_t> streams;    // splits per peer, index pe * splits + k
   cudaEvent_t fork = nullptr;
-  std::vector<cudaEvent_t> joins;
+  std::vector<cudaEvent_t> joins;       // same indexing
 
   uint64_t* flags(int kind) const { return static_cast<uint64_t*>(win.local) + kind * n; }
 };
@@ -148,12 +151,15 @@ CeAllgather::CeAllgather(size_t staging_bytes) : impl_(std::make_unique<Impl>())
   cuda_check(cudaMalloc(&d.peer_done, d.n * sizeof(uint64_t*)), "cudaMalloc");
   cuda_check(cudaMemcpy(d.peer_ready, ready.data(), d.n * sizeof(uint64_t*), cudaMemcpyHostToDevice), "cudaMemcpy");
   cuda_check(cudaMemcpy(d.peer_done, done.data(), d.n * sizeof(uint64_t*), cudaMemcpyHostToDevice), "cudaMemcpy");
-  d.streams.assign(d.n, nullptr);
-  d.joins.assign(d.n, nullptr);
+  d.splits = static_cast<int>(std::min<int64_t>(std::max<int64_t>(env::get().ccl_ce_splits, 1), 16));
+  d.streams.assign(d.n * d.splits, nullptr);
+  d.joins.assign(d.n * d.splits, nullptr);
   for (int pe = 0; pe < d.n; ++pe) {
     if (pe == d.me) continue;
-    cuda_check(cudaStreamCreateWithFlags(&d.streams[pe], cudaStreamNonBlocking), "cudaStreamCreate");
-    cuda_check(cudaEventCreateWithFlags(&d.joins[pe], cudaEventDisableTiming), "cudaEventCreate");
+    for (int k = 0; k < d.splits; ++k) {
+      cuda_check(cudaStreamCreateWithFlags(&d.streams[pe * d.splits + k], cudaStreamNonBlocking), "cudaStreamCreate");
+      cuda_check(cudaEventCreateWithFlags(&d.joins[pe * d.splits + k], cudaEventDisableTiming), "cudaEventCreate");
+    }
   }
   cuda_check(cudaEventCreateWithFlags(&d.fork, cudaEventDisableTiming), "cudaEventCreate");
   cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
@@ -213,12 +219,19 @@ void CeAllgather::run(void* out, const void* in, size_t bytes, uintptr_t stream_
   for (int step = 1; step < d.n; ++step) {
     int pe = (d.me + step) % d.n;
     const char* src = static_cast<const char*>(d.win.peers[pe]) + kStagingOffset + off;
-    cuda_check(cudaStreamWaitEvent(d.streams[pe], d.fork, 0), "cudaStreamWaitEvent");
-    cuda_check(cudaMemcpyAsync(o + static_cast<size_t>(pe) * bytes, src, bytes, cudaMemcpyDeviceToDevice,
-                               d.streams[pe]),
-               "cudaMemcpyAsync (peer pull)");
-    cuda_check(cudaEventRecord(d.joins[pe], d.streams[pe]), "cudaEventRecord");
-    cuda_check(cudaStreamWaitEvent(s, d.joins[pe], 0), "cudaStreamWaitEvent");
+    char* dst = o + static_cast<size_t>(pe) * bytes;
+    // Several concurrent copies of >= 1 MiB each can keep more copy engines busy on one link.
+    size_t pieces = std::max<size_t>(1, std::min<size_t>(d.splits, bytes >> 20));
+    size_t piece = (bytes + pieces - 1) / pieces;
+    piece = (piece + 4095) / 4096 * 4096;
+    for (size_t k = 0, lo = 0; lo < bytes; ++k, lo += piece) {
+      size_t len = std::min(piece, bytes - lo);
+      cudaStream_t cs = d.streams[pe * d.splits + k];
+      cuda_check(cudaStreamWaitEvent(cs, d.fork, 0), "cudaStreamWaitEvent");
+      cuda_check(cudaMemcpyAsync(dst + lo, src + lo, len, cudaMemcpyDeviceToDevice, cs), "cudaMemcpyAsync (peer pull)");
+      cuda_check(cudaEventRecord(d.joins[pe * d.splits + k], cs), "cudaEventRecord");
+      cuda_check(cudaStreamWaitEvent(s, d.joins[pe * d.splits + k], 0), "cudaStreamWaitEvent");
+    }
     stats_.bytes_pulled += bytes;
   }
   // Everyone has read everyone's window: it may be reused (and a symmetric input rewritten).
