@@ -233,6 +233,11 @@ const char* Runtime::transport_name(int pe) const {
   return peer_transport_[pe]->name();
 }
 
+std::string Runtime::transport_endpoint(int pe) const {
+  check_pe(pe, "transport_endpoint");
+  return peer_transport_[pe]->endpoint(pe);
+}
+
 // ---------------------------------------------------------------- memory
 
 void* Runtime::malloc(size_t bytes, size_t alignment, const char* caller, bool barrier) {

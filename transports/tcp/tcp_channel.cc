@@ -18,6 +18,13 @@
 namespace mori::tcp {
 namespace {
 
+// Text for a failed socket call; a reset or broken pipe means the peer process went away.
+std::string io_error(const char* call, int err) {
+  std::string text = std::string(call) + ": " + std::strerror(err);
+  if (err == ECONNRESET || err == EPIPE) text += " (the peer exited or dropped the connection)";
+  return text;
+}
+
 const char* hello_refusal(HelloStatus s) {
   switch (s) {
     case HelloStatus::kRefused: return "it refused our job secret (is the peer part of another job?)";
@@ -133,7 +140,7 @@ uint64_t TcpChannel::send_request(Request& rq, const void* payload, size_t n, bo
         wait_io(true);
         continue;
       }
-      fail(std::string("send: ") + std::strerror(errno));
+      fail(io_error("send", errno));
     }
     last_progress_ = net::now();
     auto left = static_cast<size_t>(k);
@@ -155,7 +162,7 @@ void TcpChannel::wait_io(bool want_write) {
   int rc = ::poll(&p, 1, 100);
   if (rc < 0) {
     if (errno == EINTR) return;
-    fail(std::string("poll: ") + std::strerror(errno));
+    fail(io_error("poll", errno));
   }
   if (rc > 0 && (p.revents & (POLLIN | POLLERR | POLLHUP))) {
     read_replies();
@@ -187,7 +194,7 @@ bool TcpChannel::fill_buffer() {
     if (k == 0) fail("the peer closed the connection (it exited or finalized)");
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
-    fail(std::string("recv: ") + std::strerror(errno));
+    fail(io_error("recv", errno));
   }
 }
 
@@ -246,7 +253,7 @@ bool TcpChannel::read_replies() {
         if (k < 0) {
           if (errno == EINTR) continue;
           if (errno == EAGAIN || errno == EWOULDBLOCK) return any;
-          fail(std::string("recv: ") + std::strerror(errno));
+          fail(io_error("recv", errno));
         }
         cur_got_ += static_cast<size_t>(k);
         last_progress_ = net::now();

@@ -73,7 +73,9 @@ void send_reply(int fd, const Request& rq, ReplyStatus status, uint64_t value = 
   send_iov(fd, iov, length ? 2 : 1);
 }
 
+// Logs the refusal on the target and sends it back to the initiator.
 void send_error(int fd, const Request& rq, ReplyStatus status, std::string text) {
+  MORI_LOG(kWarn, "TCP", "%s", text.c_str());
   if (text.size() > kMaxErrorText) text.resize(kMaxErrorText);
   send_reply(fd, rq, status, 0, text.data(), text.size());
 }
@@ -217,6 +219,7 @@ void TcpTarget::serve(Conn* conn) {
   int fd = conn->fd;
   int peer = -1;
   bool primary = false, bye = false;
+  std::string why = "its connection closed without a goodbye";
   try {
     peer = handshake(fd, &primary);
     if (peer >= 0) {
@@ -228,22 +231,23 @@ void TcpTarget::serve(Conn* conn) {
       }
     }
   } catch (const std::exception& e) {
+    why = e.what();  // e.g. "tcp recv: Connection timed out" once keepalive gives up on a silent host
     if (!stopping_.load())
       MORI_LOG(kDebug, "TCP", "PE %d: connection from PE %d ended: %s", opt_.my_pe, peer, e.what());
   }
-  if (peer >= 0 && primary) mark_gone(peer, bye);
+  if (peer >= 0 && primary) mark_gone(peer, bye, why);
   ::shutdown(fd, SHUT_RDWR);  // closed by the reaper or stop(), which also join this thread
   conn->done.store(true);
 }
 
-void TcpTarget::mark_gone(int pe, bool said_bye) {
+void TcpTarget::mark_gone(int pe, bool said_bye, const std::string& why) {
   std::lock_guard<std::mutex> lock(conns_mu_);
   primary_live_[pe] = 0;
   if (said_bye) said_bye_[pe] = 1;
   if (said_bye_[pe] || stopping_.load()) return;
   int expected = -1;
   if (first_dead_.compare_exchange_strong(expected, pe))
-    MORI_LOG(kWarn, "TCP", "PE %d: lost PE %d (its connection closed without a goodbye)", opt_.my_pe, pe);
+    MORI_LOG(kWarn, "TCP", "PE %d: lost PE %d (%s)", opt_.my_pe, pe, why.c_str());
 }
 
 char* TcpTarget::locate(uint32_t region, uint64_t offset, uint64_t length, int peer, const char* what,
@@ -258,20 +262,20 @@ char* TcpTarget::locate(uint32_t region, uint64_t offset, uint64_t length, int p
   }
   if (it == regions_.end()) {
     *status = ReplyStatus::kBadRegion;
-    *error = format("PE %d refused a %s from PE %d: no symmetric region %u is registered", opt_.my_pe, what, peer,
+    *error = format("PE %d refused %s from PE %d: no symmetric region %u is registered", opt_.my_pe, what, peer,
                     region);
     return nullptr;
   }
   const Exposed& r = it->second;
   if (r.kind != MemKind::kHost) {
     *status = ReplyStatus::kBadRegion;
-    *error = format("PE %d refused a %s from PE %d: region %u is device memory, which the tcp transport cannot reach",
+    *error = format("PE %d refused %s from PE %d: region %u is device memory, which the tcp transport cannot reach",
                     opt_.my_pe, what, peer, region);
     return nullptr;
   }
   if (offset > r.size || length > r.size - offset) {
     *status = ReplyStatus::kOutOfBounds;
-    *error = format("PE %d refused a %s from PE %d: %llu bytes at offset %llu are outside region %u (%zu bytes)",
+    *error = format("PE %d refused %s from PE %d: %llu bytes at offset %llu are outside region %u (%zu bytes)",
                     opt_.my_pe, what, peer, static_cast<unsigned long long>(length),
                     static_cast<unsigned long long>(offset), region, r.size);
     return nullptr;
@@ -286,10 +290,10 @@ bool TcpTarget::handle(int fd, SocketReader& in, const Request& rq, int peer, bo
   switch (op) {
     case Op::kPut:
     case Op::kPutSignal: {
-      const char* what = op == Op::kPut ? "put" : "put_signal";
+      const char* what = op == Op::kPut ? "a put" : "a put_signal";
       if (rq.length > kMaxChunk) {
         send_error(fd, rq, ReplyStatus::kTooLarge,
-                   format("PE %d refused a %s of %llu bytes from PE %d: requests carry at most %zu bytes", opt_.my_pe,
+                   format("PE %d refused %s of %llu bytes from PE %d: requests carry at most %zu bytes", opt_.my_pe,
                           what, static_cast<unsigned long long>(rq.length), peer, kMaxChunk));
         return false;  // cannot trust the framing any more
       }
@@ -299,7 +303,7 @@ bool TcpTarget::handle(int fd, SocketReader& in, const Request& rq, int peer, bo
         if (rq.aux > static_cast<uint8_t>(SignalOp::kAdd)) {
           status = ReplyStatus::kBadRequest;
           error = format("PE %d refused a put_signal from PE %d: unknown signal op %d", opt_.my_pe, peer, rq.aux);
-        } else if ((sig = locate(rq.signal_region, rq.signal_offset, 8, peer, "put_signal (signal)", &status,
+        } else if ((sig = locate(rq.signal_region, rq.signal_offset, 8, peer, "a put_signal's signal", &status,
                                  &error)) != nullptr &&
                    reinterpret_cast<uintptr_t>(sig) % 8) {
           status = ReplyStatus::kBadRequest;
@@ -310,7 +314,6 @@ bool TcpTarget::handle(int fd, SocketReader& in, const Request& rq, int peer, bo
       }
       if (!dst || (op == Op::kPutSignal && !sig)) {
         in.skip(rq.length);
-        MORI_LOG(kWarn, "TCP", "%s", error.c_str());
         send_error(fd, rq, status, error);
         return true;
       }
@@ -332,9 +335,8 @@ bool TcpTarget::handle(int fd, SocketReader& in, const Request& rq, int peer, bo
                           static_cast<unsigned long long>(rq.length), peer, kMaxChunk));
         return false;
       }
-      char* src = locate(rq.region, rq.offset, rq.length, peer, "get", &status, &error);
+      char* src = locate(rq.region, rq.offset, rq.length, peer, "a get", &status, &error);
       if (!src) {
-        MORI_LOG(kWarn, "TCP", "%s", error.c_str());
         send_error(fd, rq, status, error);
         return true;
       }
@@ -348,7 +350,7 @@ bool TcpTarget::handle(int fd, SocketReader& in, const Request& rq, int peer, bo
         status = ReplyStatus::kBadRequest;
         error = format("PE %d refused an atomic from PE %d: op %d of width %d is not an atomic MORI knows", opt_.my_pe,
                        peer, rq.aux, rq.width);
-      } else if (char* addr = locate(rq.region, rq.offset, rq.width, peer, "atomic", &status, &error)) {
+      } else if (char* addr = locate(rq.region, rq.offset, rq.width, peer, "an atomic", &status, &error)) {
         if (reinterpret_cast<uintptr_t>(addr) % rq.width) {
           status = ReplyStatus::kBadRequest;
           error = format("PE %d refused a %d-byte atomic from PE %d at unaligned offset %llu", opt_.my_pe, rq.width,
@@ -360,7 +362,6 @@ bool TcpTarget::handle(int fd, SocketReader& in, const Request& rq, int peer, bo
           return true;
         }
       }
-      MORI_LOG(kWarn, "TCP", "%s", error.c_str());
       send_error(fd, rq, status, error);
       return true;
     }

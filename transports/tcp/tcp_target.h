@@ -78,7 +78,7 @@ class TcpTarget {
   // The exposed memory for (region, offset, length), or an error text.
   char* locate(uint32_t region, uint64_t offset, uint64_t length, int peer, const char* what, ReplyStatus* status,
                std::string* error);
-  void mark_gone(int pe, bool said_bye);
+  void mark_gone(int pe, bool said_bye, const std::string& why);
 
   Options opt_;
   int listen_fd_ = -1;
