@@ -112,6 +112,11 @@ void StoreServer::stop() {
     if (t.joinable()) t.join();
 }
 
+bool StoreServer::wait_goodbyes(int n, double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return goodbyes_ >= n; });
+}
+
 void StoreServer::accept_loop() {
   while (!stopping_.load()) {
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
@@ -203,6 +208,11 @@ void StoreServer::serve(int fd) {
       } else if (op == kBye) {
         said_bye = true;
         net::send_all(fd, &ok, 1);
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++goodbyes_;
+        }
+        cv_.notify_all();
         break;
       } else {
         MORI_LOG(kWarn, "BOOTSTRAP", "store: unknown op %d from rank %d", op, rank);
@@ -338,9 +348,13 @@ std::string StoreBootstrap::job_secret() {
 std::string StoreBootstrap::describe() const { return "tcp-store " + client_->address(); }
 
 void StoreBootstrap::shutdown() {
-  if (server_) barrier();  // nobody may still need the server we host
+  barrier();  // collective: everyone is done with the store
   client_->goodbye();
-  if (server_) server_->stop();
+  if (server_) {
+    // Stop only once every rank has its last reply (said goodbye), or the timeout passed.
+    server_->wait_goodbyes(size_, timeout_s_);
+    server_->stop();
+  }
 }
 
 // ---------------------------------------------------------------- misc
