@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import socket
 import statistics
 import struct
@@ -29,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20]
@@ -242,21 +241,6 @@ class _Loopback:
         return subprocess.Popen(self.command(cmd), env=env, **kwargs)
 
 
-@dataclass
-class Report:
-    command: str
-    date: str
-    machine: str
-    link: str
-    transport: str
-    socket_rtt_us: float
-    latency_us: dict
-    socket_stream_gbps: dict
-    put_gbps: dict
-    get_gbps: dict
-    targets: dict = field(default_factory=dict)
-
-
 def _wait_all(procs: list[subprocess.Popen], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     try:
@@ -278,7 +262,7 @@ def _wait_all(procs: list[subprocess.Popen], timeout: float, what: str) -> None:
         raise RuntimeError(f"{what} failed (exit codes {[p.returncode for p in procs]})")
 
 
-def _run_pair(hosts, sizes: Sequence[int], workdir: str, rate: str) -> Report:
+def _run_pair(hosts, sizes: Sequence[int], workdir: str) -> dict:
     me = os.path.abspath(__file__)
     py = sys.executable
     size_arg = ",".join(map(str, sizes))
@@ -297,41 +281,34 @@ def _run_pair(hosts, sizes: Sequence[int], workdir: str, rate: str) -> Report:
     _wait_all(procs, 600, "MORI shmem job")
     with open(mori_out) as f:
         ours = json.load(f)
+    return ours
+
+
+def build_report(ours: dict, sizes: Sequence[int], link: str, rate: str):
+    """One row per measurement; ratios are MORI over the socket baseline of the same run."""
+    from mori.apps.bench.report import Report, human_size
+
     base = ours["socket"]
     rtt = base["rtt_us"]
+    report = Report("shmem_hosts", ["op", "size", "mori_us", "socket_rtt_us", "mori/socket", "mori_GBps",
+                                    "socket_GBps"])
+    for name, us in ours["latency_us"].items():
+        report.add(op=name, size="8 B", mori_us=us, socket_rtt_us=rtt, **{"mori/socket": us / rtt})
+    for op in ("put", "get"):
+        for s in sizes:
+            ours_bw, sock_bw = ours[f"{op}_gbps"][str(s)], base["stream_gbps"][str(s)]
+            report.add(op=f"{op} bandwidth", size=human_size(s), mori_GBps=ours_bw, socket_GBps=sock_bw,
+                       **{"mori/socket": ours_bw / sock_bw})
     big = [s for s in sizes if s >= 1 << 20]
-    targets = {
-        "put8+quiet <= 2 x socket rtt": ours["latency_us"]["put8+quiet"] <= 2 * rtt,
-        "put bandwidth >= 0.8 x socket at >= 1 MiB":
-            all(ours["put_gbps"][str(s)] >= 0.8 * base["stream_gbps"][str(s)] for s in big),
+    report.meta = {
+        "transport": ours["transport"], "link": link, "rate": rate or None, "socket_rtt_us": rtt,
+        "targets": {
+            "put8+quiet <= 2 x socket rtt": ours["latency_us"]["put8+quiet"] <= 2 * rtt,
+            "put bandwidth >= 0.8 x socket at >= 1 MiB":
+                all(ours["put_gbps"][str(s)] >= 0.8 * base["stream_gbps"][str(s)] for s in big) if big else None,
+        },
     }
-    return Report(command="mori bench shmem --hosts 2" + (f" --rate {rate}" if rate else ""),
-                  date=time.strftime("%Y-%m-%d %H:%M"), machine=f"{platform.node()} ({os.cpu_count()} cpus)",
-                  link="loopback" if isinstance(hosts[0], _Loopback) else
-                  f"veth between network namespaces{', tbf ' + rate if rate else ''}",
-                  transport=ours["transport"], socket_rtt_us=rtt, latency_us=ours["latency_us"],
-                  socket_stream_gbps=base["stream_gbps"], put_gbps=ours["put_gbps"], get_gbps=ours["get_gbps"],
-                  targets=targets)
-
-
-def _human(size: int) -> str:
-    return f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
-
-
-def print_report(r: Report, sizes: Sequence[int]) -> None:
-    print(f"{r.command}: {r.link}, transport {r.transport}, {r.machine}, {r.date}")
-    print(f"\n{'latency (8 B)':<18}{'MORI us':>10}{'socket rtt us':>15}{'ratio':>8}")
-    for name, us in r.latency_us.items():
-        print(f"{name:<18}{us:>10.1f}{r.socket_rtt_us:>15.1f}{us / r.socket_rtt_us:>8.2f}")
-    print(f"\n{'size':<10}{'put GB/s':>10}{'get GB/s':>10}{'socket GB/s':>13}{'put/socket':>12}{'get/socket':>12}")
-    for s in sizes:
-        k = str(s)
-        sock = r.socket_stream_gbps[k]
-        print(f"{_human(s):<10}{r.put_gbps[k]:>10.2f}{r.get_gbps[k]:>10.2f}{sock:>13.2f}"
-              f"{r.put_gbps[k] / sock:>12.2f}{r.get_gbps[k] / sock:>12.2f}")
-    print()
-    for name, ok in r.targets.items():
-        print(f"target {name}: {'met' if ok else 'MISSED'}")
+    return report
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -355,7 +332,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="mori-bench-") as workdir:
         if args.loopback:
-            report = _run_pair([_Loopback("a"), _Loopback("b")], sizes, workdir, "")
+            link = "loopback (two node ids, one machine)"
+            ours = _run_pair([_Loopback("a"), _Loopback("b")], sizes, workdir)
         else:
             from mori.apps.netns import VethHosts, unavailable_reason
 
@@ -363,16 +341,17 @@ def main(argv: Optional[list[str]] = None) -> int:
             if reason:
                 print(f"mori bench shmem --hosts 2: {reason}; run as root or pass --loopback", file=sys.stderr)
                 return 2
+            link = "veth between two network namespaces" + (f", tbf {args.rate}" if args.rate else "")
             with VethHosts(subnet="10.204.0") as veth:
                 if args.rate:
                     veth.limit_rate(args.rate)
-                report = _run_pair(veth.hosts, sizes, workdir, args.rate)
-    print_report(report, sizes)
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(asdict(report), f, indent=1)
-        print(f"JSON: {args.json}")
+                ours = _run_pair(veth.hosts, sizes, workdir)
+    report = build_report(ours, sizes, link, args.rate)
+    report.show(f"mori bench shmem --hosts 2: {link}, transport {ours['transport']} "
+                "(latency: lower is better; bandwidth: higher)")
+    for name, ok in report.meta["targets"].items():
+        print(f"target {name}: {'n/a' if ok is None else 'met' if ok else 'MISSED'}")
+    print("wrote", report.save(args.json))
     return 0
 
 

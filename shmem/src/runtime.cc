@@ -164,7 +164,10 @@ void Runtime::setup() {
   ShmTransport* shm_ptr = shm.get();
   transports_.push_back(std::move(shm));
   auto tcp = TcpTransport::create(*bootstrap_, topology_, tcp_peers, settings.bootstrap_timeout,
-                                  [ctrl] { ctrl->doorbell.ring(); });
+                                  [ctrl](uint32_t region, uint64_t offset, uint64_t length) {
+                                    ctrl->doorbell.ring(Doorbell::key(static_cast<int>(region), offset),
+                                                        Doorbell::key(static_cast<int>(region), offset + length));
+                                  });
   if (tcp) {
     for (int pe : tcp_peers) peer_transport_[pe] = tcp.get();
     transports_.push_back(std::move(tcp));

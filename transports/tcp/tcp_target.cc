@@ -324,7 +324,10 @@ bool TcpTarget::handle(int fd, SocketReader& in, const Request& rq, int peer, bo
       } else {
         std::atomic_thread_fence(std::memory_order_release);
       }
-      if (opt_.on_write) opt_.on_write();
+      if (opt_.on_write) {
+        opt_.on_write(rq.region, rq.offset, rq.length);
+        if (sig) opt_.on_write(rq.signal_region, rq.signal_offset, 8);
+      }
       if (rq.flags & kFlagAck) send_reply(fd, rq, ReplyStatus::kOk);
       return true;
     }
@@ -357,7 +360,7 @@ bool TcpTarget::handle(int fd, SocketReader& in, const Request& rq, int peer, bo
                          peer, static_cast<unsigned long long>(rq.offset));
         } else {
           uint64_t old = apply_amo(addr, amo, rq.width, rq.operand, rq.compare);
-          if (amo != AmoOp::kFetch && opt_.on_write) opt_.on_write();
+          if (amo != AmoOp::kFetch && opt_.on_write) opt_.on_write(rq.region, rq.offset, rq.width);
           if (is_fetching(amo) || (rq.flags & kFlagAck)) send_reply(fd, rq, ReplyStatus::kOk, old);
           return true;
         }

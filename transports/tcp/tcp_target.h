@@ -35,7 +35,8 @@ class TcpTarget {
     JobSecret secret{};
     std::string bind_ip = "0.0.0.0";
     double timeout_s = 120;            // liveness budget of connections (keepalive, handshakes)
-    std::function<void()> on_write;    // called after remote data lands here (rings the doorbell)
+    // Called after remote data lands in [offset, offset + length) of `region` (rings the doorbell).
+    std::function<void(uint32_t region, uint64_t offset, uint64_t length)> on_write;
   };
 
   explicit TcpTarget(Options options);

@@ -14,7 +14,7 @@ TcpTransport::TcpTransport(int my_pe, int n_pes, double timeout_s)
 
 std::unique_ptr<TcpTransport> TcpTransport::create(Bootstrap& bootstrap, const Topology& topology,
                                                    const std::vector<int>& tcp_peers, double timeout_s,
-                                                   std::function<void()> on_write) {
+                                                   std::function<void(uint32_t, uint64_t, uint64_t)> on_write) {
   // Whether anybody needs tcp is a collective decision: a PE that reaches nobody over
   // tcp may still be reached over tcp (MORI_DISABLE_P2P set on some PEs only).
   uint8_t wants = tcp_peers.empty() ? 0 : 1;

@@ -32,7 +32,7 @@ class TcpTransport : public Transport {
   // PE connects to its tcp peers. `on_write` runs after remote data lands here.
   static std::unique_ptr<TcpTransport> create(Bootstrap& bootstrap, const Topology& topology,
                                               const std::vector<int>& tcp_peers, double timeout_s,
-                                              std::function<void()> on_write);
+                                              std::function<void(uint32_t, uint64_t, uint64_t)> on_write);
   ~TcpTransport() override;
 
   const char* name() const override { return "tcp"; }
