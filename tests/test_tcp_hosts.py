@@ -62,3 +62,16 @@ def test_hostile_client_from_another_host(hosts, tmp_path):
     assert client.returncode == 0, client.stdout + client.stderr + text
     assert "target survived the hostile client" in text
     assert "did not present the job secret" in text and "are outside region 0" in text
+
+
+def test_unreachable_address_is_a_clear_init_error(hosts):
+    """`--socket-ifname lo` makes every PE publish 127.0.0.1, which the other host cannot reach:
+    init must fail within the timeout, naming the PE, its address and the setting to fix."""
+    from multihost import MultiHostJob
+
+    job = MultiHostJob(hosts, 1, python_program("shmem_suite.py", "--quick"), os.urandom(32).hex(),
+                       env={"MORI_BOOTSTRAP_TIMEOUT": "4"}, launcher_args=["--socket-ifname", "lo"])
+    results = job.wait(60)
+    text = "\n".join(r.text for r in results)
+    assert all(r.returncode != 0 for r in results), text
+    assert "cannot reach PE" in text and "127.0.0.1:" in text and "MORI_SOCKET_IFNAME" in text, text
