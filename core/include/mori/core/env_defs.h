@@ -25,4 +25,14 @@
     "threads used for large host copies (0: automatic)")                                           \
   X(log_level, "MORI_LOG_LEVEL", string, "WARN", "ERROR, WARN, INFO, DEBUG or TRACE")              \
   X(ep_launch_config_mode, "MORI_EP_LAUNCH_CONFIG_MODE", string, "MANUAL",                         \
-    "EP launch parameters: MANUAL (config/call arguments) or AUTO (JSON tuning rules)")
+    "EP launch parameters: MANUAL (config/call arguments) or AUTO (JSON tuning rules)")                 \
+  X(store_addr, "MORI_STORE_ADDR", string, "", "host:port of the job's bootstrap store (set by mori run)") \
+  X(rank, "MORI_RANK", int, "-1", "this process's rank (set by mori run)")                         \
+  X(world_size, "MORI_WORLD_SIZE", int, "0", "number of ranks of the job (set by mori run)")         \
+  X(job_secret, "MORI_JOB_SECRET", string, "", "hex secret every rank presents to the store")      \
+  X(master_port, "MORI_MASTER_PORT", int, "0",                                                     \
+    "store port for MASTER_ADDR/RANK/WORLD_SIZE launches (0: MASTER_PORT + 1)")                     \
+  X(shmem_symmetric_data, "MORI_SHMEM_SYMMETRIC_DATA", bool, "1",                                  \
+    "C API: make the program's global and static variables symmetric at shmem_init")              \
+  X(mpi_library, "MORI_MPI_LIBRARY", string, "",                                                   \
+    "C API under mpirun: the libmpi to load for the bootstrap (default: libmpi.so.40 / libmpich.so.12)")
