@@ -20,6 +20,7 @@ namespace {
 std::mutex g_init_mu;
 Runtime* g_runtime = nullptr;
 int g_bound_device = -1;  // Runtime::bind_device
+std::atomic<uint64_t> g_generation{0};
 
 template <typename T>
 bool compare(T a, Cmp cmp, T b) {
@@ -88,6 +89,7 @@ void Runtime::init(std::unique_ptr<Bootstrap> bootstrap) {
     throw;
   }
   g_runtime = rt;
+  g_generation.fetch_add(1);
 }
 
 void Runtime::finalize() {
@@ -105,6 +107,8 @@ void Runtime::finalize() {
 }
 
 bool Runtime::initialized() { return g_runtime != nullptr; }
+
+uint64_t Runtime::generation() { return g_generation.load(); }
 
 Runtime& Runtime::get(const char* caller) {
   Runtime* rt = g_runtime;

@@ -35,4 +35,14 @@
   X(shmem_symmetric_data, "MORI_SHMEM_SYMMETRIC_DATA", bool, "1",                                  \
     "C API: make the program's global and static variables symmetric at shmem_init")              \
   X(mpi_library, "MORI_MPI_LIBRARY", string, "",                                                   \
-    "C API under mpirun: the libmpi to load for the bootstrap (default: libmpi.so.40 / libmpich.so.12)")
+    "C API under mpirun: the libmpi to load for the bootstrap (default: libmpi.so.40 / libmpich.so.12)") \
+  X(ccl_chunk_size, "MORI_CCL_CHUNK_SIZE", size, "16MiB",                                          \
+    "largest staging buffer of a host collective; larger staged calls run in chunks")               \
+  X(ccl_gpu_staging_size, "MORI_CCL_GPU_STAGING_SIZE", size, "256MiB",                             \
+    "GPU staging buffer of the copy-engine allgather (largest input shard it stages)")             \
+  X(ccl_ce_splits, "MORI_CCL_CE_SPLITS", int, "1",                                                 \
+    "copy-engine allgather: concurrent copies (streams) per peer shard, each at least 1 MiB")      \
+  X(deepspeed, "MORI_DEEPSPEED", bool, "0",                                                        \
+    "install the DeepSpeed hook on import of mori.apps.deepspeed (ZeRO-3 all-gathers via MORI)")   \
+  X(deepspeed_max_numel, "MORI_DEEPSPEED_MAX_NUMEL", int, "67108864",                              \
+    "largest all-gather input (elements per rank) the DeepSpeed hook routes through MORI")

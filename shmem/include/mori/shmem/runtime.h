@@ -60,6 +60,9 @@ class Runtime {
   // Collective: quiet, barrier, tear down. A later init() starts afresh.
   static void finalize();
   static bool initialized();
+  // Counts successful init() calls: state cached outside the runtime (collective workspaces)
+  // compares it to know whether the runtime it was built for is still the live one.
+  static uint64_t generation();
   // The live runtime; `caller` names the API function in the "used before init" error.
   static Runtime& get(const char* caller);
 
