@@ -7,8 +7,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdint>
-
 #include "mori/core/status.h"
 
 namespace mori {
