@@ -32,8 +32,10 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20]
-LAT_ITERS = 3000
-REPEATS = 3
+LAT_ITERS = 3000   # per latency figure, split into LAT_SLICES alternating samples
+LAT_SLICES = 10    # fine interleaving: baseline and MORI see the same machine load
+WARMUP = 30        # untimed operations before each latency sample
+REPEATS = 3        # bandwidth samples per size (alternating baseline / put / get)
 PORT = 29700
 
 
@@ -92,8 +94,8 @@ class SocketBaseline:
     def rtt_us(self, iters: int) -> float:
         msg = bytearray(8)
         mv = memoryview(msg)
-        self.conn.sendall(_CMD.pack(b"p", iters + 100, 8))
-        for _ in range(100):
+        self.conn.sendall(_CMD.pack(b"p", iters + WARMUP, 8))
+        for _ in range(WARMUP):
             self.conn.sendall(msg)
             _recv_exact(self.conn, mv)
         t = time.perf_counter()
@@ -153,7 +155,7 @@ def shmem_worker(sizes: Sequence[int], out: str) -> None:
     sh.barrier_all()
 
     def timed(fn, iters: int) -> float:
-        for _ in range(100):
+        for _ in range(WARMUP):
             fn()
         t = time.perf_counter()
         for _ in range(iters):
@@ -171,10 +173,10 @@ def shmem_worker(sizes: Sequence[int], out: str) -> None:
         ops = {"put8+quiet": put_quiet, "get8": lambda: c.get(l_addr, b_addr, 8, peer, False),
                "fetch_add8": lambda: c.atomic(w_addr, 5, 8, 1, 0, peer)}  # 5: fetch_add (AmoOp order)
         samples: dict[str, list[float]] = {k: [] for k in ["socket rtt", *ops]}
-        for _ in range(REPEATS):
-            samples["socket rtt"].append(base.rtt_us(LAT_ITERS))
+        for _ in range(LAT_SLICES):
+            samples["socket rtt"].append(base.rtt_us(LAT_ITERS // LAT_SLICES))
             for name, fn in ops.items():
-                samples[name].append(timed(fn, LAT_ITERS))
+                samples[name].append(timed(fn, LAT_ITERS // LAT_SLICES))
         rtt = statistics.median(samples.pop("socket rtt"))
         result["socket"]["rtt_us"] = rtt
         result["latency_us"] = {k: statistics.median(v) for k, v in samples.items()}
