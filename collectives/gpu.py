@@ -142,12 +142,12 @@ def all_gather(out: Any, inp: Any) -> None:
         return
     if is_symmetric(out):  # straight into every peer's output
         _counts["zero_copy"] += 1
-        eng.exchange([(p, i, mine, nbytes, True, 0) for p in peers], [(p, 0, nbytes, 0) for p in peers],
+        eng.exchange([(p, i, mine, nbytes, True, 0) for p in peers], [(p, 0, nbytes, 0, True) for p in peers],
                      mine, i, nbytes, False, stream)
         return
     for k, (lo, ln) in enumerate(_pieces(nbytes, eng.slot_bytes)):
         eng.exchange([(p, i + lo, 0, ln, False, 0) for p in peers],
-                     [(p, o + p * nbytes + lo, ln, 0) for p in peers],
+                     [(p, o + p * nbytes + lo, ln, 0, False) for p in peers],
                      mine, i, nbytes if k == 0 else 0, False, stream)
 
 
@@ -168,7 +168,7 @@ def broadcast(t: Any, src: int) -> None:
             sends = [(p, a + lo, a + lo if direct else 0, ln, direct, 0) for p in range(n) if p != me]
             eng.exchange(sends, [], 0, 0, 0, False, stream)
         else:
-            eng.exchange([], [(src, 0 if direct else a + lo, ln, 0)], 0, 0, 0, False, stream)
+            eng.exchange([], [(src, 0 if direct else a + lo, ln, 0, direct)], 0, 0, 0, False, stream)
 
 
 def _combine(parts: Sequence[Any], op: ReduceOp) -> Any:
@@ -227,7 +227,7 @@ def reduce_scatter(out: Any, inp: Any, op: ReduceOp) -> None:
     peers = [p for p in range(n) if p != me]
     for lo, m in _pieces(k, max(1, eng.slot_bytes // elem)):
         eng.exchange([(p, a + (p * k + lo) * elem, 0, m * elem, False, 0) for p in peers],
-                     [(p, 0, m * elem, 0) for p in peers], 0, 0, 0, True, stream)
+                     [(p, 0, m * elem, 0, False) for p in peers], 0, 0, 0, True, stream)
         parts = [flat_in[me * k + lo: me * k + lo + m] if q == me else _slot(eng, q, m, out.dtype) for q in range(n)]
         flat_out[lo: lo + m].copy_(_combine(parts, op))
         eng.finish(stream)
@@ -256,14 +256,14 @@ def all_reduce(t: Any, op: ReduceOp) -> None:
         bounds = [(base + min(q * blk, span), base + min((q + 1) * blk, span)) for q in range(n)]
         lo_me, hi_me = bounds[me]
         eng.exchange([(p, a + bounds[p][0] * elem, 0, (bounds[p][1] - bounds[p][0]) * elem, False, 0) for p in peers],
-                     [(p, 0, (hi_me - lo_me) * elem, 0) for p in peers], 0, 0, 0, True, stream)
+                     [(p, 0, (hi_me - lo_me) * elem, 0, False) for p in peers], 0, 0, 0, True, stream)
         if hi_me > lo_me:
             parts = [flat[lo_me:hi_me] if q == me else _slot(eng, q, hi_me - lo_me, t.dtype) for q in range(n)]
             flat[lo_me:hi_me].copy_(_combine(parts, op))
         eng.finish(stream)
         mine = a + lo_me * elem
         eng.exchange([(p, mine, mine if direct else 0, (hi_me - lo_me) * elem, direct, 0) for p in peers],
-                     [(p, 0 if direct else a + bounds[p][0] * elem, (bounds[p][1] - bounds[p][0]) * elem, 0)
+                     [(p, 0 if direct else a + bounds[p][0] * elem, (bounds[p][1] - bounds[p][0]) * elem, 0, direct)
                       for p in peers], 0, 0, 0, False, stream)
         base += span
     if direct:
@@ -290,7 +290,7 @@ def all_to_all(out: Any, inp: Any, send: Sequence[int], send_off: Sequence[int],
                               "slot per peer; raise MORI_CCL_GPU_STAGING_SIZE (same on every PE)")
     for k, (lo, ln) in enumerate(_pieces(max(biggest, 1), eng.slot_bytes)):
         sends = [(p, i + send_off[p] + lo, 0, max(0, min(ln, send[p] - lo)), False, 0) for p in peers]
-        recvs = [(p, o + recv_off[p] + lo, max(0, min(ln, recv[p] - lo)), 0) for p in peers]
+        recvs = [(p, o + recv_off[p] + lo, max(0, min(ln, recv[p] - lo)), 0, False) for p in peers]
         first = k == 0
         eng.exchange(sends, recvs, o + recv_off[me] if first else 0, i + send_off[me] if first else 0,
                      send[me] if first else 0, False, stream)

@@ -125,7 +125,8 @@ struct CeEngine::Impl {
   int slot_index(int src, int dst) const { return (src - dst - 1 + n) % n; }
 };
 
-int CeEngine::chunks(size_t bytes) {
+int CeEngine::chunks(size_t bytes, bool direct) {
+  if (direct) return 1;
   size_t c = (bytes + kChunkTarget - 1) / kChunkTarget;
   return static_cast<int>(std::clamp<size_t>(c, 1, kMaxChunks));
 }
@@ -252,6 +253,8 @@ void CeEngine::exchange(const std::vector<CeSend>& sends, const std::vector<CeRe
   }
   for (const CeRecv& r : recvs) {
     check_pe(r.pe, "receive from");
+    if (r.copy_to && r.direct)
+      raise(Status::kInvalidArgument, "%s: a direct receive from PE %d has nothing to copy out", caller, r.pe);
     if (r.copy_to && r.staging_offset + r.bytes > slot_bytes_)
       raise(Status::kInvalidArgument, "%s: %zu bytes at staging offset %zu exceed the %zu-byte slot per peer "
             "(MORI_CCL_GPU_STAGING_SIZE)", caller, r.bytes, r.staging_offset, slot_bytes_);
@@ -274,7 +277,7 @@ void CeEngine::exchange(const std::vector<CeSend>& sends, const std::vector<CeRe
     cuda_check(cudaStreamWaitEvent(ps, d.fork, 0), "cudaStreamWaitEvent");
     gate_kernel<<<1, 1, 0, ps>>>(d.state, d.flags, x.pe, x.direct ? 1 : 0);
     cuda_check(cudaGetLastError(), "gate kernel launch");
-    int c_n = chunks(x.bytes);
+    int c_n = chunks(x.bytes, x.direct);
     size_t piece = piece_bytes(x.bytes, c_n);
     const char* src = static_cast<const char*>(x.src);
     for (int c = 0; c < c_n; ++c) {
@@ -296,7 +299,7 @@ void CeEngine::exchange(const std::vector<CeSend>& sends, const std::vector<CeRe
     if (r.bytes == 0) continue;
     cudaStream_t rs = d.recv[r.pe];
     cuda_check(cudaStreamWaitEvent(rs, d.fork, 0), "cudaStreamWaitEvent");
-    int c_n = chunks(r.bytes);
+    int c_n = chunks(r.bytes, r.direct);
     if (r.copy_to) {
       // Copy each chunk out while the next one is still on the wire.
       size_t piece = piece_bytes(r.bytes, c_n);

@@ -27,7 +27,7 @@ void bind_ce_engine(py::module_& m) {
       .def(
           "exchange",
           [](CeEngine& self, const std::vector<std::tuple<int, uintptr_t, uintptr_t, size_t, bool, size_t>>& sends,
-             const std::vector<std::tuple<int, uintptr_t, size_t, size_t>>& recvs, uintptr_t local_dst,
+             const std::vector<std::tuple<int, uintptr_t, size_t, size_t, bool>>& recvs, uintptr_t local_dst,
              uintptr_t local_src, size_t local_bytes, bool defer_release, uintptr_t stream) {
             std::vector<CeSend> s;
             s.reserve(sends.size());
@@ -35,13 +35,13 @@ void bind_ce_engine(py::module_& m) {
               s.push_back(CeSend{pe, p(src), p(dst), bytes, direct, off});
             std::vector<CeRecv> r;
             r.reserve(recvs.size());
-            for (const auto& [pe, copy_to, bytes, off] : recvs) r.push_back(CeRecv{pe, p(copy_to), bytes, off});
+            for (const auto& [pe, copy_to, bytes, off, direct] : recvs) r.push_back(CeRecv{pe, p(copy_to), bytes, off, direct});
             py::gil_scoped_release nogil;
             self.exchange(s, r, p(local_dst), p(local_src), local_bytes, defer_release, stream);
           },
           py::arg("sends"), py::arg("recvs"), py::arg("local_dst"), py::arg("local_src"), py::arg("local_bytes"),
           py::arg("defer_release"), py::arg("stream"),
-          "sends: (pe, src, dst, bytes, direct, staging_offset); recvs: (pe, copy_to or 0, bytes, staging_offset).")
+          "sends: (pe, src, dst, bytes, direct, staging_offset); recvs: (pe, copy_to or 0, bytes, staging_offset, direct).")
       .def("finish", [](CeEngine& self, uintptr_t stream) { self.finish(stream); }, py::arg("stream"))
       .def(
           "local_copy",
@@ -52,7 +52,7 @@ void bind_ce_engine(py::module_& m) {
       .def("slot", [](const CeEngine& self, int pe) { return reinterpret_cast<uintptr_t>(self.slot(pe)); })
       .def_property_readonly("slot_bytes", &CeEngine::slot_bytes)
       .def_property_readonly("device", &CeEngine::device)
-      .def_static("chunks", &CeEngine::chunks)
+      .def_static("chunks", &CeEngine::chunks, py::arg("bytes"), py::arg("direct") = false)
       .def("stats", [](const CeEngine& self) {
         py::dict d;
         d["calls"] = self.stats().calls;

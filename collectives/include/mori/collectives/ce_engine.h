@@ -42,6 +42,7 @@ struct CeRecv {
   void* copy_to = nullptr;
   size_t bytes = 0;
   size_t staging_offset = 0;
+  bool direct = false;  // the sender pushes straight into the destination (one piece, one signal)
 };
 
 struct CeStats {
@@ -74,8 +75,10 @@ class CeEngine {
   void* slot(int pe) const;
   int device() const { return device_; }
   const CeStats& stats() const { return stats_; }
-  // Pieces a transfer of `bytes` is cut into (signals per pair); the same on both sides.
-  static int chunks(size_t bytes);
+  // Pieces a transfer of `bytes` is cut into (signals per pair); the same on both sides. Staged
+  // transfers are pipelined (the receiver copies a piece out while the next one flies); direct
+  // ones move in one piece.
+  static int chunks(size_t bytes, bool direct = false);
 
  private:
   struct Impl;
