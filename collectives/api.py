@@ -12,8 +12,8 @@
 Every function is collective over the whole shmem world (``group=None``; a torch process
 group that spans the same ranks in the same order is accepted too). CPU tensors and numpy
 arrays move through the host heap (ordinary ones are staged, symmetric ones from
-``mori.shmem.tensor``/``mori.shmem.zeros`` are read in place); CUDA tensors use the
-copy-engine allgather (:mod:`mori.collectives.gpu`). Calls complete before they return
+``mori.shmem.tensor``/``mori.shmem.zeros`` are read in place); CUDA tensors are pushed
+between GPUs by the copy engines through the GPU symmetric heap (:mod:`mori.collectives.gpu`). Calls complete before they return
 (CUDA ones are enqueued on the current stream); ``async_op=True`` returns a finished
 :class:`Work` for code written against torch.distributed.
 """
@@ -27,7 +27,7 @@ import numpy as np
 from mori import _C
 from mori.collectives import gpu
 from mori.collectives.dtypes import DataType, ReduceOp, data_type, reduce_op
-from mori.core.errors import InvalidArgument, Unavailable
+from mori.core.errors import InvalidArgument
 
 _native = _C.collectives
 _COMPLEX = (DataType.Complex64, DataType.Complex128)
@@ -113,12 +113,6 @@ def _same_device(caller: str, *bufs: _Buf) -> str:
     return devs.pop()
 
 
-def _need_cpu(caller: str, dev: str) -> None:
-    if dev != "cpu":
-        raise Unavailable(f"{caller}: CUDA tensors are supported by all_gather_into_tensor / all_gather_single "
-                          "(copy engines); this collective runs on CPU tensors only in this MORI")
-
-
 # ---------------------------------------------------------------- allgather
 
 
@@ -165,11 +159,13 @@ def broadcast(tensor: Any, src: int = 0, group: Any = None, async_op: bool = Fal
     caller = "mori.ccl.broadcast"
     check_group(group, caller)
     b = _buf(tensor, "tensor", caller, writable=True)
-    _need_cpu(caller, b.device)
     _, n = _world()
     if not 0 <= int(src) < n:
         raise InvalidArgument(f"{caller}: src={src} is not a PE (0..{n - 1})")
-    _native.broadcast(b.addr, b.nbytes, int(src))
+    if b.device == "cuda":
+        gpu.broadcast(tensor, int(src))
+    else:
+        _native.broadcast(b.addr, b.nbytes, int(src))
     return _done(async_op)
 
 
@@ -178,8 +174,10 @@ def all_reduce(tensor: Any, op: Any = "sum", group: Any = None, async_op: bool =
     caller = "mori.ccl.all_reduce"
     check_group(group, caller)
     b = _buf(tensor, "tensor", caller, writable=True)
-    _need_cpu(caller, b.device)
-    _native.allreduce(b.addr, b.addr, b.numel, int(b.dtype), int(reduce_op(op)))
+    if b.device == "cuda":
+        gpu.all_reduce(tensor, reduce_op(op))
+    else:
+        _native.allreduce(b.addr, b.addr, b.numel, int(b.dtype), int(reduce_op(op)))
     return _done(async_op)
 
 
@@ -189,13 +187,16 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = "sum", group: Any =
     caller = "mori.ccl.reduce_scatter_tensor"
     check_group(group, caller)
     o, i = _buf(output, "output", caller, writable=True), _buf(input, "input", caller)
-    _need_cpu(caller, _same_device(caller, o, i))
+    dev = _same_device(caller, o, i)
     _, n = _world()
     if o.dtype != i.dtype:
         raise InvalidArgument(f"{caller}: output dtype {o.dtype.name} differs from input dtype {i.dtype.name}")
     if i.numel != n * o.numel:
         raise InvalidArgument(f"{caller}: input has {i.numel} elements; expected {n} PEs x {o.numel} = {n * o.numel}")
-    _native.reduce_scatter(o.addr, i.addr, o.numel, int(o.dtype), int(reduce_op(op)))
+    if dev == "cuda":
+        gpu.reduce_scatter(output, input, reduce_op(op))
+    else:
+        _native.reduce_scatter(o.addr, i.addr, o.numel, int(o.dtype), int(reduce_op(op)))
     return _done(async_op)
 
 
@@ -217,7 +218,7 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: Optional[Sequ
     caller = "mori.ccl.all_to_all_single"
     check_group(group, caller)
     o, i = _buf(output, "output", caller, writable=True), _buf(input, "input", caller)
-    _need_cpu(caller, _same_device(caller, o, i))
+    dev = _same_device(caller, o, i)
     _, n = _world()
     if o.dtype != i.dtype:
         raise InvalidArgument(f"{caller}: output dtype {o.dtype.name} differs from input dtype {i.dtype.name}")
@@ -230,8 +231,12 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: Optional[Sequ
     row = in_row or out_row
     send_off = np.concatenate([[0], np.cumsum(send)[:-1]]).astype(np.int64)
     recv_off = np.concatenate([[0], np.cumsum(recv)[:-1]]).astype(np.int64)
-    _native.alltoallv(o.addr, i.addr, [int(s) * row for s in send], [int(s) * row for s in send_off],
-                      [int(s) * row for s in recv], [int(s) * row for s in recv_off])
+    args = ([int(s) * row for s in send], [int(s) * row for s in send_off], [int(s) * row for s in recv],
+            [int(s) * row for s in recv_off])
+    if dev == "cuda":
+        gpu.all_to_all(output, input, *args, uniform=input_split_sizes is None and output_split_sizes is None)
+    else:
+        _native.alltoallv(o.addr, i.addr, *args)
     return _done(async_op)
 
 

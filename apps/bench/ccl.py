@@ -2,8 +2,8 @@
 """``mori bench ccl``: allgather bus bandwidth, MORI vs the framework baseline in the same run.
 
     mori bench ccl                 # CPU: mori.ccl (host heap) vs torch.distributed gloo, 2 PEs
-    mori bench ccl --gpu           # GPUs: copy-engine allgather vs NCCL all_gather_into_tensor,
-                                   # plus the GEMM-overlap test
+    mori bench ccl --gpu           # GPUs: copy-engine (push) allgather vs NCCL all_gather_into_tensor,
+                                   # the other collectives at one size, and the GEMM-overlap test
 
 busbw = (n - 1) / n * output_bytes / time (nccl-tests' definition for allgather); time is the
 slowest rank's mean over back-to-back iterations. Each size is checked once: MORI's output
@@ -80,7 +80,8 @@ def _worker(args: argparse.Namespace) -> int:
         return slowest((time.perf_counter() - t0) / iters)
 
     rep = Report("ccl-gpu" if use_gpu else "ccl-cpu",
-                 ["size", "mori_us", "mori_busbw_GBs", "base_us", "base_busbw_GBs", "ratio", "mori_sym_busbw_GBs"])
+                 ["size", "mori_us", "mori_busbw_GBs", "base_us", "base_busbw_GBs", "ratio", "mori_sym_busbw_GBs",
+                  "sym_ratio"])
     rep.meta.update({"pes": n, "dtype": str(dtype), "baseline": "nccl" if use_gpu else "gloo",
                      "busbw": "(n-1)/n * output_bytes / time"})
     if use_gpu:
@@ -99,24 +100,42 @@ def _worker(args: argparse.Namespace) -> int:
         iters = max(3, min(args.iters, int(args.budget * 2e9 / max(total, 1)) + 3))
         t_m = timed(lambda: ccl.all_gather_into_tensor(out_m, inp), iters)
         t_b = timed(lambda: dist.all_gather_into_tensor(out_b, inp), iters)
-        # symmetric input (zero extra copy)
+        # symmetric buffers (zero extra copy): on GPUs the output (peers push straight into it),
+        # on CPUs the input (peers read it in place)
+        t_s = None
         if use_gpu:
-            sym = gpu.symmetric_input(shard, dtype)
+            sym = gpu.symmetric_empty((n * shard,), dtype)
+            ccl.all_gather_into_tensor(sym, inp)
+            sync()
+            if not torch.equal(sym.view(torch.int16), out_b.view(torch.int16)):
+                raise AssertionError(f"PE {me}: MORI (symmetric output) and NCCL differ at {total} bytes")
+            t_s = timed(lambda: ccl.all_gather_into_tensor(sym, inp), iters)
+            sync()
+            from mori.shmem.tensor_utils import mori_shmem_free_tensor
+
+            mori_shmem_free_tensor(sym)
         else:
             sym = sh.tensor(shard, dtype) if shard * elem * 4 < sh.heap_free() else None
-        t_s = None
-        if sym is not None:
-            sym.copy_(inp)
-            t_s = timed(lambda: ccl.all_gather_into_tensor(out_m, sym), iters)
-            if not use_gpu:
+            if sym is not None:
+                sym.copy_(inp)
+                t_s = timed(lambda: ccl.all_gather_into_tensor(out_m, sym), iters)
                 sh.free(sym)
         bus = lambda t: (n - 1) / n * total / t / 1e9  # noqa: E731
         rep.add(size=human_size(total), mori_us=t_m * 1e6, mori_busbw_GBs=bus(t_m), base_us=t_b * 1e6,
                 base_busbw_GBs=bus(t_b), ratio=t_b / t_m, mori_sym_busbw_GBs=bus(t_s) if t_s else None,
+                sym_ratio=t_b / t_s if t_s else None,
                 bytes=total)
         del inp, out_m, out_b
     if me == 0:
         rep.show(f"allgather on {n} {'GPUs' if use_gpu else 'CPU PEs'}: mori.ccl vs {rep.meta['baseline']}")
+    if use_gpu and not args.no_others:
+        others = _other_collectives(args, me, n, timed)
+        if me == 0:
+            ot = Report("ccl-gpu-others", ["collective", "size", "mori_us", "nccl_us", "speedup"])
+            for row in others:
+                ot.add(**row)
+            ot.show(f"other collectives on {n} GPUs (bf16; mori.ccl vs NCCL, same tensors, outputs compared)")
+            rep.meta["others"] = others
     overlap = None
     if use_gpu and not args.no_overlap:
         overlap = _gemm_overlap(args, me, n, slowest)
@@ -179,8 +198,12 @@ def _gemm_overlap(args: argparse.Namespace, me: int, n: int, slowest: Callable[[
     alone = slowest(s.elapsed_time(e) / 1e3)
     rows = [{"case": "GEMM alone", "gemm_ms": alone * 1e3, "gemm_TFLOPs": flops * args.gemm_iters / alone / 1e12,
              "slowdown_pct": 0.0, "comm_busbw_GBs": None, "comm_covers_window": None}]
+    from mori.collectives import gpu
+
+    sym_out = gpu.symmetric_empty((n * shard,), torch.bfloat16)
     cases = [("beside NCCL all_gather", lambda: dist.all_gather_into_tensor(out, inp)),
-             ("beside MORI copy-engine all_gather", lambda: ccl.all_gather_into_tensor(out, inp))]
+             ("beside MORI copy-engine all_gather", lambda: ccl.all_gather_into_tensor(out, inp)),
+             ("beside MORI, symmetric output", lambda: ccl.all_gather_into_tensor(sym_out, inp))]
     for name, fn in cases:
         fn()
         t_one = slowest(comm_time(fn, 3))
@@ -205,6 +228,45 @@ def _gemm_overlap(args: argparse.Namespace, me: int, n: int, slowest: Callable[[
     return rows
 
 
+def _other_collectives(args: argparse.Namespace, me: int, n: int, timed: Callable) -> list[dict]:
+    """broadcast, all-reduce, reduce-scatter, all-to-all: mori.ccl vs NCCL on the same tensors."""
+    import torch
+    import torch.distributed as dist
+
+    import mori.ccl as ccl
+    from mori.apps.bench.report import human_size
+
+    numel = args.others_size // 2 // n * n
+    g = torch.Generator(device="cuda").manual_seed(7 + me)
+    x = (torch.randn(numel, device="cuda", generator=g) * 4).round().bfloat16()  # sums stay exact
+    a, b = x.clone(), x.clone()
+    rs_a, rs_b = torch.empty(numel // n, device="cuda", dtype=torch.bfloat16), torch.empty(
+        numel // n, device="cuda", dtype=torch.bfloat16)
+    cases = [
+        ("broadcast", lambda: ccl.broadcast(a, src=0), lambda: dist.broadcast(b, src=0), lambda: (a, b)),
+        ("all_reduce sum", lambda: ccl.all_reduce(a), lambda: dist.all_reduce(b), lambda: (a, b)),
+        ("reduce_scatter sum", lambda: ccl.reduce_scatter_tensor(rs_a, x), lambda: dist.reduce_scatter_tensor(rs_b, x),
+         lambda: (rs_a, rs_b)),
+        ("all_to_all", lambda: ccl.all_to_all_single(a, x), lambda: dist.all_to_all_single(b, x), lambda: (a, b)),
+    ]
+    rows = []
+    iters = max(3, min(args.iters, int(args.budget * 2e9 / max(args.others_size, 1)) + 3))
+    for name, fm, fb, outs in cases:
+        a.copy_(x)
+        b.copy_(x)
+        fm()
+        fb()
+        torch.cuda.synchronize()
+        ma, nb = outs()
+        if not torch.equal(ma.float(), nb.float()):
+            raise AssertionError(f"PE {me}: {name}: MORI and NCCL differ")
+        t_m = timed(fm, iters)
+        t_b = timed(fb, iters)
+        rows.append({"collective": name, "size": human_size(numel * 2), "mori_us": t_m * 1e6, "nccl_us": t_b * 1e6,
+                     "speedup": t_b / t_m})
+    return rows
+
+
 def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(prog="mori bench ccl", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -219,6 +281,8 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--gemm-iters", type=int, default=200, help="GEMMs in the timed loop")
     parser.add_argument("--overlap-size", type=int, default=256 * MIB, help="all-gather output bytes beside the GEMM")
     parser.add_argument("--no-overlap", action="store_true", help="skip the GEMM-overlap test")
+    parser.add_argument("--no-others", action="store_true", help="skip broadcast/all-reduce/reduce-scatter/all-to-all")
+    parser.add_argument("--others-size", type=int, default=64 * MIB, help="tensor bytes for the other collectives")
     parser.add_argument("--json", default=None, help="where to write the JSON (default bench-results/ccl-*.json)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     argv = list(sys.argv[1:] if argv is None else argv)

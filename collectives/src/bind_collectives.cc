@@ -14,7 +14,7 @@ namespace py = pybind11;
 using namespace mori;
 using namespace mori::collectives;
 
-void bind_ce_allgather(py::module_& m);  // ce_allgather_bind.cc (CUDA builds) or a stub that says why not
+void bind_ce_engine(py::module_& m);  // ce_engine_bind.cc (CUDA builds) or a stub that says why not
 
 namespace {
 
@@ -102,5 +102,5 @@ void bind_collectives(py::module_& m) {
   m.def(
       "release", [] { HostCollectives::release(); }, py::call_guard<py::gil_scoped_release>(),
       "Free the collectives' symmetric workspace (collective).");
-  bind_ce_allgather(m);
+  bind_ce_engine(m);
 }

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Copy-engine allgather on 2 GPUs (skipped without them)."""
+"""MORI-CCL collectives on CUDA tensors, 2 GPUs (skipped without them)."""
 from __future__ import annotations
 
 import pytest
@@ -15,7 +15,7 @@ needs_gpus = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.devi
 @pytest.mark.gpu
 @needs_gpus
 @pytest.mark.timeout(300)
-def test_ce_allgather_2gpus():
+def test_ccl_gpu_collectives_2gpus():
     from mori import _C
 
     if not getattr(_C.collectives, "has_cuda", False):

@@ -39,9 +39,7 @@
   X(ccl_chunk_size, "MORI_CCL_CHUNK_SIZE", size, "16MiB",                                          \
     "largest staging buffer of a host collective; larger staged calls run in chunks")               \
   X(ccl_gpu_staging_size, "MORI_CCL_GPU_STAGING_SIZE", size, "256MiB",                             \
-    "GPU staging buffer of the copy-engine allgather (largest input shard it stages)")             \
-  X(ccl_ce_splits, "MORI_CCL_CE_SPLITS", int, "1",                                                 \
-    "copy-engine allgather: concurrent copies (streams) per peer shard, each at least 1 MiB")      \
+    "GPU collectives: receive staging in the GPU symmetric heap (split over the peers)")           \
   X(deepspeed, "MORI_DEEPSPEED", bool, "0",                                                        \
     "install the DeepSpeed hook on import of mori.apps.deepspeed (ZeRO-3 all-gathers via MORI)")   \
   X(deepspeed_max_numel, "MORI_DEEPSPEED_MAX_NUMEL", int, "67108864",                              \
