@@ -25,4 +25,6 @@
     "threads used for large host copies (0: automatic)")                                           \
   X(log_level, "MORI_LOG_LEVEL", string, "WARN", "ERROR, WARN, INFO, DEBUG or TRACE")              \
   X(ep_launch_config_mode, "MORI_EP_LAUNCH_CONFIG_MODE", string, "MANUAL",                         \
-    "EP launch parameters: MANUAL (config/call arguments) or AUTO (JSON tuning rules)")
+    "EP launch parameters: MANUAL (config/call arguments) or AUTO (JSON tuning rules)")           \
+  X(ep_tuning_config, "MORI_EP_TUNING_CONFIG", string, "",                                         \
+    "EP AUTO mode: explicit tuning-rule JSON file (default: search ep/tuning_configs)")
