@@ -50,8 +50,12 @@ EpConfig make_config(const py::dict& d) {
 
 void bind_ep(py::module_& m) {
   py::class_<EpHandle>(m, "EpHandle")
-      .def(py::init([](const py::dict& cfg) { return new EpHandle(make_config(cfg)); }), py::arg("config"),
-           py::call_guard<py::gil_scoped_release>())
+      .def(py::init([](const py::dict& cfg) {
+             EpConfig c = make_config(cfg);
+             py::gil_scoped_release nogil;  // construction is collective: peers may take a while
+             return new EpHandle(c);
+           }),
+           py::arg("config"))
       .def_property_readonly("threads", &EpHandle::threads)
       .def_property_readonly("max_recv", [](const EpHandle& h) { return h.config().max_recv(); })
       .def(

@@ -42,6 +42,7 @@ void EpHandle::dispatch_v1(const DispatchArgs& a) {
   const int64_t max_recv = cfg_.max_recv(), max_send = cfg_.max_send(), max_inp = cfg_.max_num_inp_token_per_rank;
   const size_t row = static_cast<size_t>(a.hidden) * dtype_size(a.dtype), k4 = static_cast<size_t>(k) * 4;
   const size_t sc = (a.scales && cfg_.scale_dim > 0) ? cfg_.scale_bytes() : 0;
+  const size_t sc_all = cfg_.scale_bytes();
   const char* in = static_cast<const char*>(a.input);
   const char* scales = static_cast<const char*>(a.scales);
   const uint64_t round = ++disp_round_;
@@ -175,13 +176,15 @@ void EpHandle::dispatch_v1(const DispatchArgs& a) {
         const int d = my_node * g + l;
         const uint64_t slot = fnext[l]++;
         write(d, lay_->disp_tok + slot * row, base_ + lay_->inbox_tok + e * row, row, true);
-        if (a.weights) write(d, lay_->disp_w + slot * k4, base_ + lay_->inbox_w + e * k4, k4, true);
+        // Weights and scales are whatever the source PE put in the inbox (it may have sent
+        // them even if this PE, with no tokens of its own, passed none).
+        write(d, lay_->disp_w + slot * k4, base_ + lay_->inbox_w + e * k4, k4, true);
         write(d, lay_->disp_idx + slot * k4, base_ + lay_->inbox_idx + e * k4, k4, true);
-        if (sc) write(d, lay_->disp_scale + slot * sc, base_ + lay_->inbox_scale + e * sc, sc, true);
+        write(d, lay_->disp_scale + slot * sc_all, base_ + lay_->inbox_scale + e * sc_all, sc_all, true);
         // The row carries the original source position, not mine.
         write(d, lay_->disp_src + slot * 4, &pos[j], 4, true);
         ++sent_to_[d];
-        if (d != me) remote_bytes += row + 2 * k4 + sc + 4;
+        if (d != me) remote_bytes += row + 2 * k4 + sc_all + 4;
       }
     }
     rt_->quiet();
