@@ -333,7 +333,9 @@ void StoreBootstrap::broadcast(void* buf, size_t bytes, int root) {
 std::string StoreBootstrap::describe() const { return "tcp-store " + client_->address(); }
 
 void StoreBootstrap::shutdown() {
-  if (server_) barrier();  // nobody may still need the server we host
+  // Collective: the rank hosting the server (unique-id init) must not stop it while others still
+  // use it, and it can only know that if every rank joins this barrier.
+  barrier();
   client_->goodbye();
   if (server_) server_->stop();
 }
