@@ -333,9 +333,27 @@ void StoreBootstrap::broadcast(void* buf, size_t bytes, int root) {
 std::string StoreBootstrap::describe() const { return "tcp-store " + client_->address(); }
 
 void StoreBootstrap::shutdown() {
-  // Collective: the rank hosting the server (unique-id init) must not stop it while others still
-  // use it, and it can only know that if every rank joins this barrier.
-  barrier();
+  // The rank hosting the server (unique-id init) must not stop it while another rank may still
+  // be waiting for a reply: every rank leaves a "bye" key after its last request, and the host
+  // stops only once it has seen all of them.
+  const std::string bye = ns_ + "bye/";
+  if (!server_) {
+    try {
+      client_->set(bye + std::to_string(rank_), "");
+    } catch (const Error&) {
+      // The host stops its server as soon as it has every "bye" key, possibly before our
+      // acknowledgement was written: a closed connection here means the key arrived.
+    }
+  } else {
+    std::vector<std::string> keys;
+    std::vector<int> owners;
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) {
+        keys.push_back(bye + std::to_string(r));
+        owners.push_back(r);
+      }
+    if (!keys.empty()) client_->get(keys, owners, timeout_s_);
+  }
   client_->goodbye();
   if (server_) server_->stop();
 }
