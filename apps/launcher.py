@@ -133,20 +133,23 @@ def launch(cfg: LaunchConfig) -> int:
 
 
 def _supervise(procs: list[subprocess.Popen], grace: float) -> int:
+    """Wait for every rank; on the first failure stop the rest. The result is the worst code
+    of the ranks that ended on their own (ranks we stopped report 128+SIGTERM otherwise)."""
     worst = 0
-    stopping = False
+    stopped_by_us: set[int] = set()
     running = set(range(len(procs)))
     while running:
-        for i in list(running):
+        for i in sorted(running):
             rc = procs[i].poll()
             if rc is None:
                 continue
             running.discard(i)
             code = _exit_code(rc)
-            worst = max(worst, code)
-            if code != 0 and running and not stopping:
-                stopping = True
+            if i not in stopped_by_us:
+                worst = max(worst, code)
+            if code != 0 and running and not stopped_by_us:
                 sys.stderr.write(f"mori run: rank {i} exited with code {code}; stopping the other ranks\n")
+                stopped_by_us.update(running)
                 _terminate([procs[j] for j in running], grace)
         time.sleep(0.02)
     return worst

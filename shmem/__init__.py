@@ -16,7 +16,9 @@ from mori.shmem.api import (
     shmem_buffer_register,
     shmem_ext_malloc_with_flags,
     shmem_finalize,
+    shmem_fence,
     shmem_free,
+    shmem_getmem,
     shmem_get_unique_id,
     shmem_init,
     shmem_init_attr,
@@ -28,6 +30,9 @@ from mori.shmem.api import (
     shmem_npes,
     shmem_num_qp_per_pe,
     shmem_ptr_p2p,
+    shmem_putmem,
+    shmem_putmem_nbi,
+    shmem_quiet,
     shmem_torch_process_group_init,
 )
 from mori.shmem.arrays import (

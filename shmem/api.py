@@ -188,3 +188,12 @@ def shmem_buffer_deregister(ptr: int, size: int) -> int:
 def shmem_num_qp_per_pe() -> int:
     """Queue pairs per peer: MORI's RDMA notion; our transports use one connection per peer."""
     return 1
+
+
+# The address-level RMA calls are the native functions themselves: on small messages the
+# cost of a Python wrapper would be most of the latency.
+shmem_putmem = _native.putmem
+shmem_putmem_nbi = _native.putmem_nbi
+shmem_getmem = _native.getmem
+shmem_quiet = _native.quiet
+shmem_fence = _native.fence

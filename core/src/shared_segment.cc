@@ -10,7 +10,25 @@
 
 namespace mori {
 
-SharedSegment SharedSegment::create(const std::string& name, size_t size) {
+namespace {
+
+// Reserves size + alignment of address space and returns an aligned start inside it,
+// releasing the slack, so a MAP_FIXED mapping can go there.
+void* reserve_aligned(size_t size, size_t alignment) {
+  size_t span = size + alignment;
+  void* raw = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) raise_errno("reserving %zu bytes of address space", span);
+  uintptr_t start = (reinterpret_cast<uintptr_t>(raw) + alignment - 1) & ~(alignment - 1);
+  size_t head = start - reinterpret_cast<uintptr_t>(raw);
+  if (head) munmap(raw, head);
+  size_t tail = span - head - size;
+  if (tail) munmap(reinterpret_cast<void*>(start + size), tail);
+  return reinterpret_cast<void*>(start);
+}
+
+}  // namespace
+
+SharedSegment SharedSegment::create(const std::string& name, size_t size, size_t alignment) {
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) raise_errno("shm_open(%s)", name.c_str());
   if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
@@ -20,9 +38,11 @@ SharedSegment SharedSegment::create(const std::string& name, size_t size) {
     errno = err;
     raise_errno("ftruncate(%s, %zu)", name.c_str(), size);
   }
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  void* where = alignment ? reserve_aligned(size, alignment) : nullptr;
+  void* p = mmap(where, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE | (where ? MAP_FIXED : 0), fd, 0);
   close(fd);
   if (p == MAP_FAILED) {
+    if (where) munmap(where, size);
     shm_unlink(name.c_str());
     raise_errno("mmap of %zu bytes of shared memory %s", size, name.c_str());
   }

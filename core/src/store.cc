@@ -112,6 +112,11 @@ void StoreServer::stop() {
     if (t.joinable()) t.join();
 }
 
+bool StoreServer::wait_goodbyes(int n, double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return goodbyes_ >= n; });
+}
+
 void StoreServer::accept_loop() {
   while (!stopping_.load()) {
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
@@ -203,6 +208,11 @@ void StoreServer::serve(int fd) {
       } else if (op == kBye) {
         said_bye = true;
         net::send_all(fd, &ok, 1);
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++goodbyes_;
+        }
+        cv_.notify_all();
         break;
       } else {
         MORI_LOG(kWarn, "BOOTSTRAP", "store: unknown op %d from rank %d", op, rank);
@@ -333,29 +343,13 @@ void StoreBootstrap::broadcast(void* buf, size_t bytes, int root) {
 std::string StoreBootstrap::describe() const { return "tcp-store " + client_->address(); }
 
 void StoreBootstrap::shutdown() {
-  // The rank hosting the server (unique-id init) must not stop it while another rank may still
-  // be waiting for a reply: every rank leaves a "bye" key after its last request, and the host
-  // stops only once it has seen all of them.
-  const std::string bye = ns_ + "bye/";
-  if (!server_) {
-    try {
-      client_->set(bye + std::to_string(rank_), "");
-    } catch (const Error&) {
-      // The host stops its server as soon as it has every "bye" key, possibly before our
-      // acknowledgement was written: a closed connection here means the key arrived.
-    }
-  } else {
-    std::vector<std::string> keys;
-    std::vector<int> owners;
-    for (int r = 0; r < size_; ++r)
-      if (r != rank_) {
-        keys.push_back(bye + std::to_string(r));
-        owners.push_back(r);
-      }
-    if (!keys.empty()) client_->get(keys, owners, timeout_s_);
-  }
+  barrier();  // collective: everyone is done with the store
   client_->goodbye();
-  if (server_) server_->stop();
+  if (server_) {
+    // Stop only once every rank has its last reply (said goodbye), or the timeout passed.
+    server_->wait_goodbyes(size_, timeout_s_);
+    server_->stop();
+  }
 }
 
 // ---------------------------------------------------------------- misc

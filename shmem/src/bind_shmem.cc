@@ -204,8 +204,49 @@ void bind_shmem(py::module_& m) {
       py::arg("dst"), py::arg("src"), py::arg("nbytes"), py::arg("signal"), py::arg("value"), py::arg("sig_op"),
       py::arg("pe"), py::arg("nbi") = false);
   m.def("signal_fetch", [](uintptr_t sig) { return rt("shmem_signal_fetch").signal_fetch(static_cast<uint64_t*>(vp(sig))); });
-  m.def("fence", [] { rt("shmem_fence").fence(); });
-  m.def("quiet", [] { rt("shmem_quiet").quiet(); });
+  m.def("fence", [] { rt("shmem_fence").fence(); }, "Order earlier puts/atomics to each PE before later ones.");
+  m.def("quiet", [] { rt("shmem_quiet").quiet(); }, "Complete every outstanding put, get and atomic of this PE.");
+  // MORI-style address API, bound directly (no Python wrapper) because small-message latency
+  // from Python is dominated by call overhead.
+  m.def(
+      "putmem",
+      [](uintptr_t dst, uintptr_t src, size_t n, int pe) {
+        Runtime& r = rt("shmem_putmem");
+        if (n >= kReleaseGilBytes) {
+          py::gil_scoped_release nogil;
+          r.put(vp(dst), vp(src), n, pe, false);
+        } else {
+          r.put(vp(dst), vp(src), n, pe, false);
+        }
+      },
+      py::arg("dest"), py::arg("source"), py::arg("nbytes"), py::arg("pe"),
+      "Copy nbytes from local address source to symmetric address dest on pe (returns when source is reusable).");
+  m.def(
+      "putmem_nbi",
+      [](uintptr_t dst, uintptr_t src, size_t n, int pe) {
+        Runtime& r = rt("shmem_putmem_nbi");
+        if (n >= kReleaseGilBytes) {
+          py::gil_scoped_release nogil;
+          r.put(vp(dst), vp(src), n, pe, true);
+        } else {
+          r.put(vp(dst), vp(src), n, pe, true);
+        }
+      },
+      py::arg("dest"), py::arg("source"), py::arg("nbytes"), py::arg("pe"),
+      "Non-blocking putmem: complete after quiet().");
+  m.def(
+      "getmem",
+      [](uintptr_t dst, uintptr_t src, size_t n, int pe) {
+        Runtime& r = rt("shmem_getmem");
+        if (n >= kReleaseGilBytes) {
+          py::gil_scoped_release nogil;
+          r.get(vp(dst), vp(src), n, pe, false);
+        } else {
+          r.get(vp(dst), vp(src), n, pe, false);
+        }
+      },
+      py::arg("dest"), py::arg("source"), py::arg("nbytes"), py::arg("pe"),
+      "Copy nbytes from symmetric address source on pe to local address dest.");
 
   // ---- synchronization
   m.def(

@@ -133,7 +133,9 @@ void Runtime::setup() {
   heap_bytes = (heap_bytes + 4095) / 4096 * 4096;
   char name[64];
   std::snprintf(name, sizeof(name), "/mori-%016llx-%d", static_cast<unsigned long long>(tag), my_pe_);
-  heap_segment_ = SharedSegment::create(name, heap_bytes);
+  // Every PE's heap starts on a kMaxAlignment boundary, so an aligned offset is an aligned
+  // address on every PE and allocations stay symmetric for any alignment up to it.
+  heap_segment_ = SharedSegment::create(name, heap_bytes, kMaxAlignment);
 
   auto* ctrl = new (heap_segment_.data()) ControlBlock();
   ctrl->magic = ControlBlock::kMagic;
@@ -232,6 +234,9 @@ const char* Runtime::transport_name(int pe) const {
 
 void* Runtime::malloc(size_t bytes, size_t alignment, const char* caller, bool barrier) {
   if (bytes == 0) return nullptr;
+  if (alignment > kMaxAlignment)
+    raise(Status::kInvalidArgument, "%s: alignment %zu exceeds the largest supported (%zu)", caller, alignment,
+          kMaxAlignment);
   void* p;
   {
     std::lock_guard<std::mutex> lock(alloc_mu_);
@@ -471,7 +476,7 @@ uint64_t Runtime::wait_until(const void* ivar, Cmp cmp, uint64_t value, Word wor
         seen = load_word(ivar, word.width);
         return compare_word(seen, cmp, value, word);
       },
-      caller);
+      caller, ivar);
   return seen;
 }
 
@@ -503,7 +508,7 @@ void Runtime::barrier_pes(const std::vector<int>& pes, int me, uint64_t* counter
     atomic(&counters[round], AmoOp::kAdd, 8, 1, 0, partner, caller);
     uint64_t target = epoch;
     uint64_t* mine = &counters[round];
-    wait_for([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= target; }, caller);
+    wait_for([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= target; }, caller, mine);
   }
 }
 

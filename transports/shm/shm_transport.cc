@@ -84,8 +84,7 @@ void* ShmTransport::direct_ptr(int pe, RemoteRef r) {
 
 void ShmTransport::put(int pe, RemoteRef dst, const void* src, size_t n, bool) {
   std::memcpy(at(pe, dst), src, n);
-  std::atomic_thread_fence(std::memory_order_release);
-  ring(pe);
+  ring(pe, dst, n);
 }
 
 void ShmTransport::get(int pe, void* dst, RemoteRef src, size_t n, bool) {
@@ -95,7 +94,7 @@ void ShmTransport::get(int pe, void* dst, RemoteRef src, size_t n, bool) {
 
 uint64_t ShmTransport::atomic(int pe, RemoteRef target, AmoOp op, int width, uint64_t operand, uint64_t compare) {
   uint64_t old = apply_amo(at(pe, target), op, width, operand, compare);
-  if (op != AmoOp::kFetch) ring(pe);
+  if (op != AmoOp::kFetch) ring(pe, target, static_cast<size_t>(width));
   return old;
 }
 
@@ -104,7 +103,7 @@ void ShmTransport::put_signal(int pe, RemoteRef dst, const void* src, size_t n, 
   std::memcpy(at(pe, dst), src, n);
   // The release ordering of the signal update publishes the payload to an acquiring reader.
   apply_amo(at(pe, signal), op == SignalOp::kSet ? AmoOp::kSet : AmoOp::kAdd, 8, value, 0);
-  ring(pe);
+  ring(pe, signal, 8);
 }
 
 void ShmTransport::fence(int) { std::atomic_thread_fence(std::memory_order_seq_cst); }

@@ -36,8 +36,8 @@ class ShmTransport : public Transport {
 
  private:
   char* at(int pe, RemoteRef r) const;
-  void ring(int pe) {
-    if (Doorbell* b = doorbells_[pe]) b->ring();
+  void ring(int pe, RemoteRef r, size_t n) {
+    if (Doorbell* b = doorbells_[pe]) b->ring(Doorbell::key(r.region->id, r.offset), Doorbell::key(r.region->id, r.offset + n));
   }
 
   int my_pe_;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// A wake-up word in shared memory. Writers ring it after changing a PE's memory;
-// a PE waiting for a value sleeps on it (after spinning) instead of burning a core.
-// Ringing costs one load unless somebody is actually asleep.
+// A wake-up word in shared memory. A PE that waits for a value spins, then registers the
+// word it watches and sleeps on the doorbell's futex; a writer into that PE's memory rings
+// the bell only if a sleeper watches a word inside the written range. An idle writer path
+// costs a fence and one load; unrelated writes never wake a sleeper.
 #pragma once
 
 #include <atomic>
@@ -12,16 +13,44 @@
 namespace mori {
 
 struct alignas(64) Doorbell {
+  static constexpr int kSlots = 14;
+  static constexpr uint64_t kWatchAll = ~0ull;
+
+  // Key of a word: (region id + 1) << 48 | byte offset in the region.
+  static constexpr uint64_t key(int region, uint64_t offset) {
+    return (static_cast<uint64_t>(region + 1) << 48) | offset;
+  }
+
   std::atomic<uint32_t> seq{0};
   std::atomic<uint32_t> sleepers{0};
+  std::atomic<uint64_t> watch[kSlots];  // 0 = free slot
 
-  void ring() {
+  // Writer side: [begin, end) keys of bytes just written (end exclusive).
+  void ring(uint64_t begin, uint64_t end) {
     // Orders the caller's data stores before the sleepers check (store-load fence).
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (sleepers.load(std::memory_order_seq_cst) != 0) {
-      seq.fetch_add(1, std::memory_order_seq_cst);
-      futex::wake(reinterpret_cast<const uint32_t*>(&seq));
+    if (sleepers.load(std::memory_order_relaxed) == 0) return;
+    for (auto& w : watch) {
+      uint64_t k = w.load(std::memory_order_relaxed);
+      if (k != 0 && (k == kWatchAll || (k >= begin && k < end))) {
+        seq.fetch_add(1, std::memory_order_seq_cst);
+        futex::wake(reinterpret_cast<const uint32_t*>(&seq));
+        return;
+      }
     }
+  }
+
+  // Waiter side: claim a slot for `k` (falls back to kWatchAll semantics if none is free);
+  // returns the slot or -1 (then the caller sleeps with a short timeout only).
+  int claim(uint64_t k) {
+    for (int i = 0; i < kSlots; ++i) {
+      uint64_t expected = 0;
+      if (watch[i].compare_exchange_strong(expected, k, std::memory_order_seq_cst)) return i;
+    }
+    return -1;
+  }
+  void release(int slot) {
+    if (slot >= 0) watch[slot].store(0, std::memory_order_release);
   }
   // One sleep of at most timeout_ns, unless the bell rang since `observed` was read.
   void sleep(uint32_t observed, int64_t timeout_ns) {
@@ -29,5 +58,6 @@ struct alignas(64) Doorbell {
   }
 };
 static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex word must be 32-bit");
+static_assert(sizeof(std::atomic<uint64_t>) == 8, "watch keys are 64-bit");
 
 }  // namespace mori

@@ -9,8 +9,9 @@ namespace mori {
 
 class SharedSegment {
  public:
-  // Creates and maps a new segment (fails if the name exists).
-  static SharedSegment create(const std::string& name, size_t size);
+  // Creates and maps a new segment (fails if the name exists) at an address that is a
+  // multiple of `alignment` (a power of two; 0 = wherever the kernel puts it).
+  static SharedSegment create(const std::string& name, size_t size, size_t alignment = 0);
   // Maps an existing segment created by a peer.
   static SharedSegment open(const std::string& name, size_t size);
 

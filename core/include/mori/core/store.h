@@ -34,6 +34,8 @@ class StoreServer {
   StoreServer& operator=(const StoreServer&) = delete;
 
   int port() const { return port_; }
+  // Waits until `n` ranks have said goodbye (or timeout_s passes); then stopping is safe.
+  bool wait_goodbyes(int n, double timeout_s);
   void stop();
 
  private:
@@ -49,6 +51,7 @@ class StoreServer {
   std::condition_variable cv_;
   std::map<std::string, std::string> kv_;
   std::map<int, bool> rank_gone_;  // rank -> disconnected without saying goodbye
+  int goodbyes_ = 0;
   std::vector<std::thread> workers_;
   std::vector<int> client_fds_;
 };

@@ -46,6 +46,8 @@ constexpr uint32_t kStateRunning = 1;
 constexpr uint32_t kStateFinalized = 2;
 // Bytes reserved at the start of the heap (control block plus room for runtime scratch).
 constexpr size_t kHeapReserved = 64 * 1024;
+// Heaps are mapped at this alignment; symmetric allocations may ask for any alignment up to it.
+constexpr size_t kMaxAlignment = size_t(1) << 30;
 
 enum class ThreadLevel : int { kSingle = 0, kFunneled = 1, kSerialized = 2, kMultiple = 3 };
 
@@ -113,9 +115,10 @@ class Runtime {
   bool test(const void* ivar, Cmp cmp, uint64_t value, Word word) const;
   // Waits until the comparison holds; returns the value that satisfied it.
   uint64_t wait_until(const void* ivar, Cmp cmp, uint64_t value, Word word, const char* caller = "shmem_wait_until");
-  // Waits until `ready()` is true, spinning then sleeping on this PE's doorbell.
+  // Waits until `ready()` is true, spinning then sleeping on this PE's doorbell. `watched`
+  // is the local symmetric word the predicate reads (nullptr: any write may matter).
   template <typename Pred>
-  void wait_for(Pred ready, const char* caller);
+  void wait_for(Pred ready, const char* caller, const void* watched = nullptr);
 
   // ---- barriers
   void barrier_all();

@@ -10,7 +10,7 @@
 namespace mori::shmem {
 
 template <typename Pred>
-void Runtime::wait_for(Pred ready, const char* caller) {
+void Runtime::wait_for(Pred ready, const char* caller, const void* watched) {
   const int spins = static_cast<int>(env::get().spin_iterations);
   for (int i = 0; i < spins; ++i) {
     if (ready()) return;
@@ -19,12 +19,25 @@ void Runtime::wait_for(Pred ready, const char* caller) {
 #endif
   }
   Doorbell& bell = control()->doorbell;
+  // Writers wake us only for writes covering the watched word (any write if unknown).
+  uint64_t key = Doorbell::kWatchAll;
+  if (watched && is_symmetric(watched)) {
+    RemoteRef ref = resolve(watched, 1, caller);
+    key = Doorbell::key(ref.region->id, ref.offset);
+  }
+  int slot = bell.claim(key);
   auto last_check = std::chrono::steady_clock::now();
+  struct Release {
+    Doorbell& b;
+    int s;
+    ~Release() { b.release(s); }
+  } release{bell, slot};
   while (true) {
     uint32_t seq = bell.seq.load(std::memory_order_seq_cst);
     bell.sleepers.fetch_add(1, std::memory_order_seq_cst);
     bool ok = ready();
-    if (!ok) bell.sleep(seq, 2'000'000);  // 2 ms: a lost wake-up costs at most this
+    // Without a slot nobody will ring for us: poll at a short interval instead.
+    if (!ok) bell.sleep(seq, slot >= 0 ? 2'000'000 : 100'000);
     bell.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (ok || ready()) return;
     auto now = std::chrono::steady_clock::now();

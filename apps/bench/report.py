@@ -1,0 +1,81 @@
+# SPDX-License-Identifier: MIT
+"""The one skeleton every benchmark reports through: a rich table on stdout and a JSON file
+with the machine, the command and every row."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import socket
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+
+def machine_info() -> dict:
+    info = {"hostname": socket.gethostname(), "platform": platform.platform(), "python": platform.python_version(),
+            "cpus": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return info
+
+
+@dataclass
+class Report:
+    """Rows of one benchmark run; `show()` prints them, `save()` writes JSON."""
+
+    name: str
+    columns: Sequence[str]
+    rows: list = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+    def add(self, **row: Any) -> None:
+        self.rows.append(row)
+
+    def show(self, title: Optional[str] = None) -> None:
+        try:
+            from rich.console import Console
+            from rich.table import Table
+
+            table = Table(title=title or self.name)
+            for c in self.columns:
+                table.add_column(c, justify="right")
+            for r in self.rows:
+                table.add_row(*(_fmt(r.get(c)) for c in self.columns))
+            Console(width=200).print(table)
+        except ImportError:  # plain text fallback
+            print(title or self.name)
+            print("  ".join(f"{c:>14}" for c in self.columns))
+            for r in self.rows:
+                print("  ".join(f"{_fmt(r.get(c)):>14}" for c in self.columns))
+
+    def save(self, path: Optional[str]) -> str:
+        path = path or f"bench-results/{self.name}.json"
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        doc = {"benchmark": self.name, "date": _dt.datetime.now().isoformat(timespec="seconds"),
+               "command": " ".join(sys.argv), "machine": machine_info(), "meta": self.meta, "rows": self.rows}
+        with open(path, "w") as f:
+            json.dump(doc, f, indent=1)
+        return path
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
+def human_size(n: int) -> str:
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div} {unit}"
+    return f"{n} B"

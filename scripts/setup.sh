@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what MORI needs on a fresh Debian machine and builds it in place (pip install -e .).
+# Idempotent: re-running only rebuilds what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null; then SUDO="sudo"; fi
+
+need_apt=""
+command -v mpirun >/dev/null || need_apt="$need_apt openmpi-bin libopenmpi-dev"
+command -v ip >/dev/null || need_apt="$need_apt iproute2"
+command -v cmake >/dev/null || need_apt="$need_apt cmake"
+command -v g++ >/dev/null || need_apt="$need_apt g++"
+if [ -n "$need_apt" ]; then
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $need_apt
+fi
+
+PY=${PYTHON:-python3}
+# torch 2.13.0 is the CPU build this machine kind carries locally; any torch >= 2.3 works.
+$PY -m pip install -q --disable-pip-version-check \
+  "numpy>=1.24" msgpack rich pybind11 "scikit-build-core>=0.10" ninja \
+  mpi4py pytest pytest-timeout pytest-mpi "torch==2.13.0"
+if [ -f scripts/requirements-extra.txt ]; then
+  $PY -m pip install -q --disable-pip-version-check -r scripts/requirements-extra.txt
+fi
+$PY -m pip install -q --disable-pip-version-check --no-build-isolation -e .
+echo "mori installed: $($PY -c 'import mori; print(mori.__version__)')"

@@ -1,0 +1,75 @@
+# SPDX-License-Identifier: MIT
+"""Failure behaviour: dead peers, missing ranks, use before init, the launcher's exit codes."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness import check, job_env, mori_run, python_program
+
+
+@pytest.mark.parametrize("mode", ["barrier", "wait_until"])
+def test_peer_exits_early(mode):
+    out = check(mori_run(3, python_program("early_exit.py", 1, mode), timeout=60))
+    for pe in (0, 2):
+        assert f"PE {pe} caught" in out, out
+    assert "PE 1 (pid" in out and "exited without finalizing" in out, out
+
+
+def test_missing_rank_times_out_naming_it():
+    code = ("import os, sys\n"
+            "if os.environ['MORI_RANK'] == '2': sys.exit(0)\n"
+            "import mori.shmem as sh\n"
+            "try:\n    sh.shmem_init()\nexcept TimeoutError as e:\n    print('caught:', e); sys.exit(0)\n"
+            "sys.exit(1)\n")
+    start = time.monotonic()
+    out = check(mori_run(3, [sys.executable, "-c", code], timeout=60, env={"MORI_BOOTSTRAP_TIMEOUT": "3"}))
+    assert time.monotonic() - start < 30
+    assert out.count("caught:") == 2 and "waiting for rank 2" in out, out
+
+
+def test_use_before_init():
+    code = ("import mori.shmem as sh\n"
+            "for f in (sh.my_pe, sh.barrier_all, lambda: sh.shmem_malloc(8)):\n"
+            "    try:\n        f()\n    except RuntimeError as e:\n        assert 'not initialized' in str(e), e\n"
+            "    else:\n        raise SystemExit('no error')\n"
+            "print('ok')\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr
+
+
+def test_double_init_is_an_error():
+    code = ("import mori.shmem as sh\nsh.init()\ntry:\n    sh.init()\nexcept RuntimeError as e:\n"
+            "    assert 'already initialized' in str(e); print('ok')\nsh.finalize()\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr
+
+
+def test_heap_size_env_and_bad_value():
+    code = ("import mori.shmem as sh\nsh.init()\nprint(sh.heap_size())\nsh.finalize()\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=job_env({"MORI_SHMEM_HEAP_SIZE": "3MiB"}),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == str(3 << 20), proc.stderr
+    proc = subprocess.run([sys.executable, "-c", code], env=job_env({"MORI_SHMEM_HEAP_SIZE": "12parsecs"}),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "MORI_SHMEM_HEAP_SIZE" in proc.stderr and "parsecs" in proc.stderr
+
+
+def test_launcher_returns_worst_code_and_stops_the_rest():
+    code = ("import os, sys, time\nr = int(os.environ['RANK'])\nprint('hello from', r)\n"
+            "time.sleep(0.2 if r == 1 else 60)\nsys.exit(7 if r == 1 else 0)\n")
+    start = time.monotonic()
+    proc = mori_run(3, [sys.executable, "-c", code], timeout=60)
+    assert proc.returncode == 7
+    assert time.monotonic() - start < 30, "the other ranks were not stopped"
+    assert "[1] hello from 1" in proc.stdout and "[2] hello from 2" in proc.stdout
+
+
+def test_launcher_sets_torchrun_and_mori_env():
+    code = "import os\nprint(*(os.environ[k] for k in ('RANK','WORLD_SIZE','LOCAL_RANK','MORI_RANK','MASTER_PORT')))"
+    proc = mori_run(2, [sys.executable, "-c", code], timeout=60)
+    lines = sorted(l for l in proc.stdout.splitlines() if l.startswith("["))
+    assert lines[0].split()[1:5] == ["0", "2", "0", "0"] and lines[1].split()[1:5] == ["1", "2", "1", "1"], lines
