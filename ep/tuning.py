@@ -55,6 +55,7 @@ def device_arch_model(device: torch.device) -> tuple[str, str]:
 class RuleSet:
     path: Path
     rules: list
+    phase: str = ""
 
 
 def find_rule_file(arch: str, model: str, kernel: K, ep: int, phase: str,
@@ -78,13 +79,11 @@ def load_rules(path: Path, phase: str) -> RuleSet:
     data = json.loads(path.read_text())
     if not isinstance(data, dict) or not isinstance(data.get("rules"), list):
         raise ValueError(f"{path}: a tuning file holds an object with a 'rules' list")
-    if data.get("phase", phase) != phase:
-        raise ValueError(f"{path}: phase {data.get('phase')!r}, expected {phase!r}")
     for i, r in enumerate(data["rules"]):
         for key in ("dtype", "num_tokens", "block_num", "warp_per_block"):
             if key not in r:
                 raise ValueError(f"{path}: rule {i} has no {key!r}")
-    return RuleSet(path, data["rules"])
+    return RuleSet(path, data["rules"], str(data.get("phase", "")))
 
 
 def select_rule(rules: list, dtype: str, num_tokens: int, hidden_dim: int, topk: int,
@@ -125,7 +124,11 @@ class LaunchConfigurator:
         key = (arch, model, phase)
         if key not in self._rules:
             path = find_rule_file(arch, model, self.kernel, self.world_size, phase, self.explicit_file)
-            self._rules[key] = load_rules(path, phase) if path else None
+            rs = load_rules(path, phase) if path else None
+            # An explicit file holds one phase; the other phase falls back.
+            if rs is not None and rs.phase not in ("", phase):
+                rs = None
+            self._rules[key] = rs
         return self._rules[key]
 
     def resolve(self, phase: str, device: torch.device, dtype: torch.dtype, num_tokens: int, hidden_dim: int,

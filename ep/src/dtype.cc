@@ -128,9 +128,11 @@ uint8_t float_to_fp8_e4m3fn(float f) {
   uint32_t b = float_to_bits(f);
   uint8_t sign = static_cast<uint8_t>((b >> 24) & 0x80u);
   uint32_t abs = b & 0x7fffffffu;
-  if (abs >= 0x7f800000u) return sign | 0x7f;  // inf, NaN
+  if (abs > 0x7f800000u) return sign | 0x7f;  // NaN
+  // Past 448 (infinities included) saturates to +-448, as torch's cast does.
+  if (abs == 0x7f800000u) return sign | 0x7e;
   uint32_t code = fp8_magnitude(abs, 7);
-  if (code >= 0x7f) return sign | 0x7f;  // past 448: NaN, as torch's cast
+  if (code >= 0x7f) return sign | 0x7e;
   return sign | static_cast<uint8_t>(code);
 }
 

@@ -76,6 +76,8 @@ def make_routing(case: Case, world: int, gen: torch.Generator) -> list[torch.Ten
     for r in range(world):
         if case.routing in ("max_tokens", "all_to_one"):
             n = case.max_tokens
+        elif case.routing == "half_tokens":  # fits a receive buffer capped at half size
+            n = case.max_tokens // 2
         else:
             n = int(torch.randint(0, case.max_tokens + 1, (1,), generator=gen))
         if case.routing == "zero_tokens" and r == world - 1:
@@ -129,6 +131,8 @@ def run_case(case: Case, me: int, world: int, seed: int, num_threads: int) -> No
         use_external_inp_buf=not case.zero_copy, kernel_type=kernel, gpu_per_node=case.gpu_per_node,
         quant_type=case.quant, max_total_recv_tokens=case.max_total_recv)
     op = EpDispatchCombineOp(cfg, num_threads=num_threads)
+    if op.launch_config_mode == "AUTO" and me == 0:
+        print(f"auto launch config {op.get_launch_config(True, dtype=case.dtype, num_tokens=case.max_tokens, hidden_dim=case.hidden)}")
     epr = case.experts_per_rank
     max_send = world * case.max_tokens
     comb_dtype = case.combine_dtype or case.dtype
@@ -238,7 +242,7 @@ def presets(name: str, world: int) -> list[Case]:
             cases.append(replace(base, routing=routing, zero_copy=True, kernel=K.IntraNodeLL, rounds=1))
         cases.append(replace(base, routing="max_tokens", max_tokens=64, block_num=7, rounds=3))
         cases.append(replace(base, topk=1, experts_per_rank=1, rounds=3))
-        cases.append(replace(base, max_total_recv=world * base.max_tokens // 2 + 1, routing="random"))
+        cases.append(replace(base, max_total_recv=world * base.max_tokens // 2, routing="half_tokens"))
         return cases
     if name == "internode":
         gpn = max(1, world // 2)

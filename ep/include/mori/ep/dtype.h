@@ -51,7 +51,7 @@ uint16_t float_to_f16(float f);
 // Decode tables (256 entries each) for the fp8 formats.
 const float* fp8_e4m3fn_table();
 const float* fp8_e4m3fnuz_table();
-// Round to nearest even. e4m3fn: magnitudes that round past 448 become NaN (0x7f), like torch's cast.
+// Round to nearest even. e4m3fn: magnitudes past 448 saturate to +-448, like torch's cast.
 uint8_t float_to_fp8_e4m3fn(float f);
 // e4m3fnuz: magnitudes that round past 240 become NaN (0x80), like torch's cast.
 uint8_t float_to_fp8_e4m3fnuz(float f);
