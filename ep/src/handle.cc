@@ -19,8 +19,11 @@
 // token, the rows of its unique destination PEs in fp32.
 #include "mori/ep/handle.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -72,6 +75,7 @@ EpHandle::EpHandle(const EpConfig& cfg) : cfg_(cfg), rt_(&Runtime::get("EpDispat
     threads = std::clamp(hw / local, 1, 8);
   }
   team_ = std::make_unique<ThreadTeam>(threads);
+  oversubscribed_ = rt_->topology().local_size() * threads > static_cast<int>(std::thread::hardware_concurrency());
   for (int pe = 0; pe < cfg_.world_size; ++pe) all_pes_.push_back(pe);
   int g = cfg_.pes_per_node(), node = cfg_.rank / g;
   for (int l = 0; l < g; ++l) node_pes_.push_back(node * g + l);
@@ -227,15 +231,25 @@ void EpHandle::read(int pe, size_t off, void* dst, size_t n) {
 
 void EpHandle::wait_signals(const uint64_t* sig, const std::vector<int>& from, uint64_t round, bool at_least,
                             const char* caller) {
-  rt_->wait_for(
-      [&] {
-        for (int pe : from) {
-          uint64_t v = __atomic_load_n(&sig[pe], __ATOMIC_ACQUIRE);
-          if (at_least ? v < round : (v >> 32) != round) return false;
-        }
-        return true;
-      },
-      caller);
+  auto ready = [&] {
+    for (int pe : from) {
+      uint64_t v = __atomic_load_n(&sig[pe], __ATOMIC_ACQUIRE);
+      if (at_least ? v < round : (v >> 32) != round) return false;
+    }
+    return true;
+  };
+  if (oversubscribed_) {
+    // More PEs than cores on this host: a spinning waiter takes the core from the very peer it
+    // waits for. Poll with sched_yield for a while (handing the core over), then let the
+    // runtime sleep on its doorbell.
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+    for (int i = 0;; ++i) {
+      if (ready()) return;
+      sched_yield();
+      if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) break;
+    }
+  }
+  rt_->wait_for(ready, caller);
 }
 
 // ---------------------------------------------------------------- validation

@@ -145,6 +145,7 @@ class EpHandle {
   std::vector<int> all_pes_, node_pes_;
   std::unique_ptr<ThreadTeam> team_;
   Mover mover_ = Mover::kDirect;
+  bool oversubscribed_ = false;  // more PEs x threads on this host than hardware threads
 
   // State of the last dispatch (what combine needs).
   uint64_t disp_round_ = 0, comb_round_ = 0;
