@@ -232,6 +232,203 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _nccl_baseline(rank: int, world: int, port: int, args, out_q) -> None:
+    """One rank of the plain-torch path over NCCL (spawned), timed with CUDA events."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
+    epr = args.experts // world
+    res = {}
+    for tokens in args.tokens:
+        idx = _routing(tokens, world, args.experts, args.topk, args.seed + rank)
+        g = torch.Generator().manual_seed(1000 + rank)
+        x = torch.randn(tokens, args.hidden, generator=g).to(torch.float8_e4m3fn).cuda()
+        w = torch.rand(tokens, args.topk, generator=g).cuda()
+        dest = idx.long().cuda() // epr
+        onehot = torch.zeros(tokens, world, dtype=torch.bool, device="cuda")
+        onehot.scatter_(1, dest, True)
+        idx_d = idx.cuda()
+
+        def disp():
+            tok, rk = onehot.nonzero(as_tuple=True)
+            order = torch.argsort(rk, stable=True)
+            send_tok = tok[order]
+            send_counts = torch.bincount(rk, minlength=world)
+            recv_counts = torch.empty_like(send_counts)
+            dist.all_to_all_single(recv_counts, send_counts)
+            sc, rc = send_counts.tolist(), recv_counts.tolist()
+            rows = x.view(torch.uint8).index_select(0, send_tok)
+            out = torch.empty(sum(rc), args.hidden, dtype=torch.uint8, device="cuda")
+            dist.all_to_all_single(out, rows, rc, sc)
+            meta = torch.cat([idx_d.index_select(0, send_tok), w.index_select(0, send_tok).view(torch.int32)], 1)
+            out_meta = torch.empty(sum(rc), meta.shape[1], dtype=torch.int32, device="cuda")
+            dist.all_to_all_single(out_meta, meta, rc, sc)
+            return out, send_tok, sc, rc
+
+        out, send_tok, sc, rc = disp()
+        expert = out.view(torch.float8_e4m3fn).to(torch.bfloat16)
+
+        def comb():
+            back = torch.empty(len(send_tok), args.hidden, dtype=torch.bfloat16, device="cuda")
+            dist.all_to_all_single(back, expert, sc, rc)
+            acc = torch.zeros(tokens, args.hidden, dtype=torch.float32, device="cuda")
+            acc.index_add_(0, send_tok, back.float())
+            return acc.to(torch.bfloat16)
+
+        for name, fn in (("dispatch", disp), ("combine", comb)):
+            times = []
+            for it in range(args.warmup + args.iters):
+                dist.barrier()
+                torch.cuda.synchronize()
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                torch.cuda.synchronize()
+                if it >= args.warmup:
+                    times.append(a.elapsed_time(b) * 1e-3)
+            t = torch.tensor(times, device="cuda", dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            res[(tokens, name)] = t.mean().item()
+    if rank == 0:
+        out_q.put(res)
+    dist.destroy_process_group()
+
+
+def _gpu(args: argparse.Namespace) -> int:
+    """One process drives the CUDA IntraNode kernels on every GPU (GpuEpGroup), graphs replayed."""
+    import torch
+    import torch.multiprocessing as mp
+
+    from mori.apps.bench.report import Report
+    from mori.ep.gpu_group import GpuEpGroup
+
+    world = args.nproc if args.nproc > 0 else torch.cuda.device_count()
+    devs = [torch.device("cuda", r) for r in range(world)]
+    epr = args.experts // world
+    hidden, topk = args.hidden, args.topk
+    fp8, bf16 = torch.float8_e4m3fn, torch.bfloat16
+    # Copy-engine peer ceiling, measured now: 1 GiB cuda:0 -> cuda:1.
+    a = torch.empty(1 << 30, dtype=torch.uint8, device=devs[0])
+    b = torch.empty(1 << 30, dtype=torch.uint8, device=devs[1])
+    for _ in range(3):
+        b.copy_(a)
+    torch.cuda.synchronize(devs[0]); torch.cuda.synchronize(devs[1])
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.device(devs[0]):
+        e0.record()
+        for _ in range(5):
+            b.copy_(a)
+        e1.record()
+    torch.cuda.synchronize(devs[0])
+    ceiling = 5 * (1 << 30) / (e0.elapsed_time(e1) * 1e-3) / 1e9
+    del a, b
+
+    report = Report("ep-gpu", ["tokens", "phase", "impl", "time_us", "deepep_GBps", "link_GBps", "link_eff",
+                               "vs_baseline"],
+                    meta={"world": world, "hidden": hidden, "topk": topk, "experts": args.experts,
+                          "kernel": "IntraNode (CUDA)", "dispatch_dtype": "float8_e4m3fn", "combine_dtype": "bfloat16",
+                          "peer_copy_ceiling_GBps": ceiling, "device": torch.cuda.get_device_name(0),
+                          "block_num": args.block_num, "warp_per_block": args.warp_per_block})
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = 29000 + os.getpid() % 1000
+    procs = [ctx.Process(target=_nccl_baseline, args=(r, world, port, args, q)) for r in range(world)]
+    for p in procs:
+        p.start()
+    base = q.get(timeout=300)
+    for p in procs:
+        p.join(60)
+
+    for tokens in args.tokens:
+        group = GpuEpGroup(list(range(world)), hidden, topk, epr, tokens, max_token_type_size=2)
+        xs, ws, idxs = [], [], []
+        for r in range(world):
+            idx = _routing(tokens, world, args.experts, topk, args.seed + r)
+            g = torch.Generator().manual_seed(1000 + r)
+            xs.append(torch.randn(tokens, hidden, generator=g).to(fp8).to(devs[r]))
+            ws.append(torch.rand(tokens, topk, generator=g).to(devs[r]))
+            idxs.append(idx.to(devs[r]))
+        exp = [torch.empty(group.max_recv, hidden, dtype=bf16, device=d) for d in devs]
+        streams = [torch.cuda.Stream(d) for d in devs]
+        bn, wpb = args.block_num, args.warp_per_block
+
+        def disp(r, st):
+            group.dispatch_send(r, xs[r], ws[r], None, idxs[r], bn, wpb, stream=st)
+            group.dispatch_recv(r, stream=st)
+
+        def comb(r, st):
+            group.combine_send(r, exp[r], None, bn, wpb, stream=st)
+            group.combine_recv(r, bf16, tokens, weights=False, block_num=bn, warp_per_block=wpb, stream=st)
+
+        # One eager round (also fills the expert buffers), then capture each phase per rank.
+        for r in range(world):
+            disp(r, streams[r])
+        for r in range(world):
+            torch.cuda.synchronize(devs[r])
+            out = group.outputs(r, fp8)[0]
+            exp[r].copy_(out.to(bf16))
+        for r in range(world):
+            comb(r, streams[r])
+        for d in devs:
+            torch.cuda.synchronize(d)
+        graphs = {}
+        for phase, fn in (("dispatch", disp), ("combine", comb)):
+            for r in range(world):
+                with torch.cuda.device(devs[r]):
+                    gr = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(gr, stream=streams[r]):
+                        fn(r, streams[r])
+                    graphs[(phase, r)] = gr
+        totals = [int(group.outputs(r, fp8)[4].item()) for r in range(world)]
+        own = [int((group.src_token_pos(r)[:totals[r]].long() // (world * tokens) == r).sum()) for r in range(world)]
+        times = {"dispatch": [], "combine": []}
+        for it in range(args.warmup + args.iters):
+            for phase in ("dispatch", "combine"):
+                for d in devs:
+                    torch.cuda.synchronize(d)
+                evs = []
+                for r in range(world):
+                    with torch.cuda.device(devs[r]):
+                        s0, s1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        s0.record(streams[r])
+                        graphs[(phase, r)].replay()
+                        s1.record(streams[r])
+                        evs.append((s0, s1))
+                for d in devs:
+                    torch.cuda.synchronize(d)
+                if it >= args.warmup:
+                    times[phase].append(max(s0.elapsed_time(s1) for s0, s1 in evs) * 1e-3)
+        comb_rows, comb_remote = [], []
+        for r in range(world):
+            dests = [{int(e) // epr for e in row} for row in idxs[r].cpu().tolist()]
+            comb_rows.append(sum(len(d) for d in dests))
+            comb_remote.append(sum(len(d - {r}) for d in dests))
+        for phase in ("dispatch", "combine"):
+            t = sum(times[phase]) / len(times[phase])
+            row = hidden * (1 if phase == "dispatch" else 2)
+            if phase == "dispatch":
+                algo = [totals[r] * row for r in range(world)]
+                link = [(totals[r] - own[r]) * row for r in range(world)]
+            else:
+                algo = [comb_rows[r] * row for r in range(world)]
+                link = [comb_remote[r] * row for r in range(world)]
+            for impl, tt in (("mori", t), ("all_to_all (nccl)", base[(tokens, phase)])):
+                bw = sum(a / tt for a in algo) / world / 1e9
+                lk = sum(x / tt for x in link) / world / 1e9
+                report.add(tokens=tokens, phase=phase, impl=impl, time_us=tt * 1e6, deepep_GBps=bw, link_GBps=lk,
+                           link_eff=lk / ceiling, vs_baseline=tt / t)
+        del graphs, group
+    report.show(f"MoE dispatch/combine on {world} GPUs ({torch.cuda.get_device_name(0)}), hidden {hidden}, "
+                f"top-{topk} of {args.experts}, FP8 dispatch / BF16 combine, CUDA graphs; copy-engine peer ceiling "
+                f"{ceiling:.0f} GB/s; vs_baseline = baseline time / mori time")
+    print(f"wrote {report.save(args.json)}")
+    return 0
+
+
 def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(prog="mori bench ep", description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--nproc", type=int, default=4, help="ranks (PEs) on this host (default 4)")
@@ -245,10 +442,19 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--seed", type=int, default=123)
     parser.add_argument("--json", default="bench-results/ep.json")
+    parser.add_argument("--gpu", action="store_true", help="CUDA kernels on this node's GPUs (vs NCCL)")
+    parser.add_argument("--block-num", type=int, default=64, help="GPU blocks per kernel")
+    parser.add_argument("--warp-per-block", type=int, default=16, help="GPU warps per block")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         return _worker(args)
+    if args.gpu:
+        if args.json == "bench-results/ep.json":
+            args.json = "bench-results/ep-gpu.json"
+        if "-n" not in (argv or sys.argv) and "--nproc" not in (argv or sys.argv):
+            args.nproc = 0  # every GPU
+        return _gpu(args)
     tail = [sys.executable, "-m", "mori.apps.bench.ep", "--worker", "--json", args.json, "--hidden", str(args.hidden),
             "--topk", str(args.topk), "--experts", str(args.experts), "--kernel", args.kernel,
             "--gpu-per-node", str(args.gpu_per_node), "--iters", str(args.iters), "--warmup", str(args.warmup),

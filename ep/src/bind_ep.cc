@@ -8,6 +8,9 @@
 #include "mori/ep/config.h"
 #include "mori/ep/dtype.h"
 #include "mori/ep/handle.h"
+#ifdef MORI_EP_CUDA
+#include "mori/ep/cuda/gpu_group.h"
+#endif
 
 namespace py = pybind11;
 using namespace mori::ep;
@@ -119,6 +122,57 @@ void bind_ep(py::module_& m) {
            })
       .def("last_dispatch_remote_bytes", &EpHandle::last_dispatch_remote_bytes)
       .def("last_combine_remote_bytes", &EpHandle::last_combine_remote_bytes);
+
+#ifdef MORI_EP_CUDA
+  namespace cu = mori::ep::cuda;
+  m.attr("cuda_built") = true;
+  py::class_<cu::GpuGroup>(m, "GpuGroup")
+      .def(py::init([](std::vector<int> devices, int topk, int experts_per_rank, int max_inp, int64_t max_recv,
+                       int scale_bytes, int max_row_bytes) {
+             cu::Shape s{};
+             s.world = static_cast<int>(devices.size());
+             s.topk = topk;
+             s.experts_per_rank = experts_per_rank;
+             s.max_inp = max_inp;
+             s.max_recv = max_recv;
+             s.max_send = static_cast<int64_t>(s.world) * max_inp;
+             s.scale_bytes = scale_bytes;
+             return new cu::GpuGroup(devices, s, max_row_bytes);
+           }),
+           py::arg("devices"), py::arg("topk"), py::arg("experts_per_rank"), py::arg("max_inp"), py::arg("max_recv"),
+           py::arg("scale_bytes"), py::arg("max_row_bytes"))
+      .def("dispatch_send",
+           [](cu::GpuGroup& g, int rank, uintptr_t input, int row_bytes, uintptr_t weights, uintptr_t scales,
+              uintptr_t indices, int n, int blocks, int warps, uintptr_t stream) {
+             g.dispatch_send(rank, ptr_of<const void>(input), row_bytes, ptr_of<const float>(weights),
+                             ptr_of<const void>(scales), ptr_of<const int32_t>(indices), n, blocks, warps,
+                             ptr_of<void>(stream));
+           })
+      .def("dispatch_recv", [](cu::GpuGroup& g, int rank, uintptr_t stream) { g.dispatch_recv(rank, ptr_of<void>(stream)); })
+      .def("combine_send",
+           [](cu::GpuGroup& g, int rank, uintptr_t input, int dtype, int hidden, uintptr_t weights, int blocks,
+              int warps, uintptr_t stream) {
+             g.combine_send(rank, ptr_of<const void>(input), dtype, hidden, ptr_of<const float>(weights), blocks,
+                            warps, ptr_of<void>(stream));
+           })
+      .def("combine_recv",
+           [](cu::GpuGroup& g, int rank, int dtype, int hidden, bool weights, int n, int blocks, int warps,
+              uintptr_t stream) { g.combine_recv(rank, dtype, hidden, weights, n, blocks, warps, ptr_of<void>(stream)); })
+      .def("buffers", [](const cu::GpuGroup& g, int rank) {
+        py::dict d;
+        d["disp_tok"] = g.disp_tok(rank);
+        d["disp_w"] = g.disp_w(rank);
+        d["disp_idx"] = g.disp_idx(rank);
+        d["disp_scale"] = g.disp_scale(rank);
+        d["disp_src"] = g.disp_src(rank);
+        d["total_recv"] = g.total_recv(rank);
+        d["comb_out"] = g.comb_out(rank);
+        d["comb_out_w"] = g.comb_out_w(rank);
+        return d;
+      });
+#else
+  m.attr("cuda_built") = false;
+#endif
 
   m.def("dtype_size", [](int t) { return dtype_size(static_cast<DType>(t)); });
   // Element-wise fp32 -> dtype encode of n values (tests compare it with torch's casts).
