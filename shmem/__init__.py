@@ -43,3 +43,16 @@ from mori.shmem.arrays import (
     heap_free, heap_size, ptr, put, put_signal, quiet, signal_fetch, tensor, test, topology, transport_name,
     wait_until, zeros,
 )
+from mori.shmem.gpu import shmem_barrier_on_stream
+
+# MORI's torch tensor helpers import torch: loaded on first use (mori.shmem.tensor_utils).
+_TENSOR_HELPERS = ("MoriShmemBuffer", "mori_shmem_create_tensor", "symm_mori_shmem_tensor", "mori_shmem_free_tensor",
+                   "mori_shmem_create_tensor_list_intra_node")
+
+
+def __getattr__(name: str):
+    if name in _TENSOR_HELPERS:
+        from mori.shmem import tensor_utils
+
+        return getattr(tensor_utils, name)
+    raise AttributeError(f"module 'mori.shmem' has no attribute {name!r}")

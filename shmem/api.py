@@ -13,6 +13,7 @@ from typing import Any, Optional
 from mori import _C
 from mori.core.bootstrap import LaunchInfo, MpiBootstrap, detect_launch, new_unique_id
 from mori.core.errors import InvalidArgument, InvalidUsage
+from mori.shmem.gpu import bind_current_device, shmem_barrier_on_stream  # noqa: F401 (MORI exports it here)
 
 MORI_SHMEM_INIT_WITH_MPI_COMM = 0
 MORI_SHMEM_INIT_WITH_UNIQUEID = 1
@@ -46,6 +47,7 @@ def shmem_init(launch: Optional[LaunchInfo] = None) -> int:
     """Initialize from whatever launched this process (``mori run``, ``mpirun``, torchrun,
     MASTER_ADDR/RANK/WORLD_SIZE, or nothing: a job of one PE). Collective. Returns 0."""
     info = launch or detect_launch()
+    bind_current_device()
     if info.kind == "mori-run":
         _native.init_store(info.store_host, info.store_port, info.secret_hex, info.rank, info.size)
     elif info.kind == "mpi":
@@ -62,6 +64,7 @@ def shmem_init(launch: Optional[LaunchInfo] = None) -> int:
 
 def shmem_mpi_init(comm: Any = None) -> int:
     """Initialize over MPI (mpi4py's ``COMM_WORLD`` unless ``comm`` is given). Collective. Returns 0."""
+    bind_current_device()
     _native.init_python(MpiBootstrap(comm))
     return 0
 
@@ -81,6 +84,7 @@ def shmem_init_attr(flags: int, rank: int, nranks: int, unique_id: bytes = b"", 
         unique_id: 128 bytes from ``shmem_get_unique_id()`` on one rank.
     Returns 0.
     """
+    bind_current_device()
     if flags == MORI_SHMEM_INIT_WITH_UNIQUEID:
         if not isinstance(unique_id, (bytes, bytearray)) or len(unique_id) != UNIQUE_ID_BYTES:
             raise InvalidArgument(f"unique_id must be {UNIQUE_ID_BYTES} bytes from shmem_get_unique_id(), "
@@ -141,6 +145,8 @@ def shmem_malloc(size: int) -> int:
     Raises MemoryError (mori.core.OutOfMemory) naming the free space when the heap is exhausted."""
     if size < 0:
         raise InvalidArgument(f"shmem_malloc: size must be >= 0, got {size}")
+    if _native.gpu_bound():  # bound to a GPU: MORI's shmem_malloc hands out device memory
+        return _native.gpu_malloc(int(size), 256)
     return _native.malloc(int(size), 64)
 
 
@@ -148,6 +154,8 @@ def shmem_malloc_align(alignment: int, size: int) -> int:
     """Allocate ``size`` symmetric bytes aligned to ``alignment`` (a power of two). Collective."""
     if size < 0:
         raise InvalidArgument(f"shmem_malloc_align: size must be >= 0, got {size}")
+    if _native.gpu_bound():
+        return _native.gpu_malloc(int(size), max(int(alignment), 256))
     return _native.malloc(int(size), int(alignment))
 
 
@@ -158,6 +166,9 @@ def shmem_ext_malloc_with_flags(size: int, flags: int = 0) -> int:
 
 def shmem_free(ptr: int) -> None:
     """Free a symmetric allocation. Collective."""
+    if _native.gpu_contains(int(ptr)):
+        _native.gpu_free(int(ptr))
+        return
     _native.free(int(ptr))
 
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "mori/core/shared_segment.h"
 
+#include <cstdint>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>

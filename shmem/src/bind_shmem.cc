@@ -66,6 +66,8 @@ constexpr size_t kReleaseGilBytes = 64 * 1024;  // below this, dropping the GIL 
 
 }  // namespace
 
+void bind_shmem_gpu(py::module_& m);  // bind_shmem_gpu.cc
+
 void bind_shmem(py::module_& m) {
   m.def("init_single", [] { Runtime::init(make_single_bootstrap()); }, "Initialize a job of one PE.");
   m.def(
@@ -270,4 +272,5 @@ void bind_shmem(py::module_& m) {
     py::gil_scoped_release nogil;
     r.barrier_all();
   });
+  bind_shmem_gpu(m);
 }

@@ -10,6 +10,7 @@
 #include "mori/core/env.h"
 #include "mori/core/log.h"
 #include "mori/core/status.h"
+#include "mori/shmem/gpu_heap.h"
 #include "transports/shm/shm_transport.h"
 
 namespace mori::shmem {
@@ -17,6 +18,8 @@ namespace {
 
 std::mutex g_init_mu;
 Runtime* g_runtime = nullptr;
+int g_bound_device = -1;  // Runtime::bind_device
+std::atomic<uint64_t> g_generation{0};
 
 template <typename T>
 bool compare(T a, Cmp cmp, T b) {
@@ -85,6 +88,7 @@ void Runtime::init(std::unique_ptr<Bootstrap> bootstrap) {
     throw;
   }
   g_runtime = rt;
+  g_generation.fetch_add(1);
 }
 
 void Runtime::finalize() {
@@ -103,6 +107,8 @@ void Runtime::finalize() {
 
 bool Runtime::initialized() { return g_runtime != nullptr; }
 
+uint64_t Runtime::generation() { return g_generation.load(); }
+
 Runtime& Runtime::get(const char* caller) {
   Runtime* rt = g_runtime;
   if (!rt) raise(Status::kInvalidUsage, "%s: shmem is not initialized (call shmem_init / a mori.shmem init function first)", caller);
@@ -119,7 +125,14 @@ Runtime::~Runtime() = default;
 
 void Runtime::setup() {
   const auto& settings = env::get();
-  topology_ = Topology::discover(*bootstrap_);
+  int device = settings.device >= 0 ? static_cast<int>(settings.device) : g_bound_device;
+  topology_ = Topology::discover(*bootstrap_, device);
+  int bound = 0;
+  for (int pe = 0; pe < n_pes_; ++pe) bound += topology_.pe(pe).cuda_device >= 0;
+  if (bound != 0 && bound != n_pes_)
+    raise(Status::kInvalidUsage,
+          "%d of %d PEs are bound to a CUDA device (MORI_DEVICE or torch's current device): bind every PE or none",
+          bound, n_pes_);
 
   // Job tag shared by all PEs names the heap segments.
   uint64_t tag = 0;
@@ -199,6 +212,7 @@ void Runtime::setup() {
   ctrl->state.store(kStateRunning, std::memory_order_release);
   MORI_LOG(kInfo, "SHMEM", "PE %d of %d up: %s heap, bootstrap %s", my_pe_, n_pes_, human_bytes(heap_bytes).c_str(),
            bootstrap_->describe().c_str());
+  if (device >= 0) gpu_ = GpuHeap::create(*this, device, settings.gpu_heap_size);
 }
 
 void Runtime::teardown() {
@@ -213,7 +227,18 @@ void Runtime::teardown() {
     if (peer_transport_[pe]) peer_transport_[pe]->disconnect_region(heap_region_, pe);
   for (auto& r : extra_regions_)
     for (int pe = 0; pe < n_pes_; ++pe)
-      if (peer_transport_[pe]) peer_transport_[pe]->disconnect_region(*r, pe);
+      if (Transport* t = transport_or_null(*r, pe)) t->disconnect_region(*r, pe);
+  if (gpu_) {
+    // Every PE has unmapped our GPU heap before it is freed.
+    if (!error) {
+      try {
+        bootstrap_->barrier();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    gpu_.reset();
+  }
   transports_.clear();
   if (!error) {
     try {
@@ -323,7 +348,8 @@ int Runtime::add_region(void* base, size_t size, MemKind kind, const std::string
     region->remote_bases[pe] = all[pe].base;
     region->handles[pe] = std::string(all[pe].handle, strnlen(all[pe].handle, sizeof(all[pe].handle)));
   }
-  for (int pe = 0; pe < n_pes_; ++pe) peer_transport_[pe]->connect_region(*region, pe);
+  for (int pe = 0; pe < n_pes_; ++pe)
+    if (Transport* t = transport_or_null(*region, pe)) t->connect_region(*region, pe);
   extra_regions_.push_back(std::move(region));
   return extra_regions_.back()->id;
 }
@@ -368,7 +394,8 @@ bool Runtime::is_symmetric(const void* sym) const {
 void* Runtime::ptr(const void* sym, int pe) const {
   if (pe < 0 || pe >= n_pes_ || !is_symmetric(sym)) return nullptr;
   RemoteRef ref = resolve(sym, 0, "shmem_ptr");
-  return peer_transport_[pe]->direct_ptr(pe, ref);
+  Transport* t = transport_or_null(*ref.region, pe);
+  return t ? t->direct_ptr(pe, ref) : nullptr;
 }
 
 uint64_t Runtime::remote_address(const void* sym, int pe) const {
@@ -388,14 +415,14 @@ void Runtime::put(void* dst, const void* src, size_t n, int pe, bool nbi) {
   check_pe(pe, "shmem_put");
   if (n == 0) return;
   RemoteRef ref = resolve(dst, n, "shmem_put");
-  transport(pe).put(pe, ref, src, n, nbi);
+  transport(ref, pe, "shmem_put").put(pe, ref, src, n, nbi);
 }
 
 void Runtime::get(void* dst, const void* src, size_t n, int pe, bool nbi) {
   check_pe(pe, "shmem_get");
   if (n == 0) return;
   RemoteRef ref = resolve(src, n, "shmem_get");
-  transport(pe).get(pe, dst, ref, n, nbi);
+  transport(ref, pe, "shmem_get").get(pe, dst, ref, n, nbi);
 }
 
 void Runtime::iput(void* dst, const void* src, ptrdiff_t dst_stride, ptrdiff_t src_stride, size_t nelems, size_t elem,
@@ -405,8 +432,8 @@ void Runtime::iput(void* dst, const void* src, ptrdiff_t dst_stride, ptrdiff_t s
   // Validate the whole span once, then move element by element.
   char* first = static_cast<char*>(dst);
   char* last = first + static_cast<ptrdiff_t>(nelems - 1) * dst_stride * static_cast<ptrdiff_t>(elem);
-  resolve(std::min(first, last), static_cast<size_t>(std::abs(last - first)) + elem, "shmem_iput");
-  Transport& t = transport(pe);
+  Transport& t = transport(resolve(std::min(first, last), static_cast<size_t>(std::abs(last - first)) + elem, "shmem_iput"),
+                           pe, "shmem_iput");
   for (size_t i = 0; i < nelems; ++i) {
     char* d = first + static_cast<ptrdiff_t>(i) * dst_stride * static_cast<ptrdiff_t>(elem);
     const char* s = static_cast<const char*>(src) + static_cast<ptrdiff_t>(i) * src_stride * static_cast<ptrdiff_t>(elem);
@@ -420,8 +447,8 @@ void Runtime::iget(void* dst, const void* src, ptrdiff_t dst_stride, ptrdiff_t s
   if (nelems == 0) return;
   const char* first = static_cast<const char*>(src);
   const char* last = first + static_cast<ptrdiff_t>(nelems - 1) * src_stride * static_cast<ptrdiff_t>(elem);
-  resolve(std::min(first, last), static_cast<size_t>(std::abs(last - first)) + elem, "shmem_iget");
-  Transport& t = transport(pe);
+  Transport& t = transport(resolve(std::min(first, last), static_cast<size_t>(std::abs(last - first)) + elem, "shmem_iget"),
+                           pe, "shmem_iget");
   for (size_t i = 0; i < nelems; ++i) {
     const char* s = first + static_cast<ptrdiff_t>(i) * src_stride * static_cast<ptrdiff_t>(elem);
     char* d = static_cast<char*>(dst) + static_cast<ptrdiff_t>(i) * dst_stride * static_cast<ptrdiff_t>(elem);
@@ -437,7 +464,7 @@ uint64_t Runtime::atomic(void* target, AmoOp op, int width, uint64_t operand, ui
   if (ref.offset % static_cast<size_t>(width))
     raise(Status::kInvalidArgument, "%s: %d-byte atomic on address %p that is not %d-byte aligned", caller, width,
           target, width);
-  return transport(pe).atomic(pe, ref, op, width, operand, compare);
+  return transport(ref, pe, caller).atomic(pe, ref, op, width, operand, compare);
 }
 
 void Runtime::put_signal(void* dst, const void* src, size_t n, uint64_t* signal, uint64_t value, SignalOp op, int pe,
@@ -446,7 +473,9 @@ void Runtime::put_signal(void* dst, const void* src, size_t n, uint64_t* signal,
   RemoteRef d = resolve(dst, n, "shmem_put_signal");
   RemoteRef s = resolve(signal, 8, "shmem_put_signal (signal)");
   if (s.offset % 8) raise(Status::kInvalidArgument, "shmem_put_signal: signal address %p is not 8-byte aligned", signal);
-  transport(pe).put_signal(pe, d, src, n, s, value, op, nbi);
+  if (d.region->kind != s.region->kind)
+    raise(Status::kInvalidArgument, "shmem_put_signal: data and signal must both be in host memory or both in GPU memory");
+  transport(d, pe, "shmem_put_signal").put_signal(pe, d, src, n, s, value, op, nbi);
 }
 
 uint64_t Runtime::signal_fetch(const uint64_t* signal) const {
@@ -520,6 +549,62 @@ void Runtime::barrier_all() {
     for (int i = 0; i < n_pes_; ++i) world[i] = i;
   }
   barrier_pes(world, my_pe_, control()->barrier_counters, barrier_epoch_, "shmem_barrier_all");
+}
+
+}  // namespace mori::shmem
+
+// ---------------------------------------------------------------- GPU heap
+
+namespace mori::shmem {
+
+void Runtime::bind_device(int device) { g_bound_device = device; }
+
+GpuHeap& Runtime::gpu_heap(const char* caller) const {
+  if (!gpu_)
+    raise(Status::kUnavailable,
+          "%s: PE %d is not bound to a GPU (set MORI_DEVICE, or make a CUDA device current in torch before init)",
+          caller, my_pe_);
+  return *gpu_;
+}
+
+void* Runtime::gpu_malloc(size_t bytes, size_t alignment, const char* caller, bool barrier) {
+  if (bytes == 0) return nullptr;
+  void* p = gpu_heap(caller).allocate(bytes, alignment, caller);
+  if (barrier) barrier_all();
+  return p;
+}
+
+void Runtime::gpu_free(void* ptr, const char* caller, bool barrier) {
+  if (!ptr) return;
+  GpuHeap& heap = gpu_heap(caller);
+  if (barrier) barrier_all();
+  heap.release(ptr, caller);
+}
+
+void Runtime::adopt_device_transport(std::unique_ptr<Transport> t, const std::vector<Transport*>& per_peer) {
+  if (static_cast<int>(per_peer.size()) != n_pes_) raise(Status::kInternal, "device transport table has wrong size");
+  peer_device_transport_ = per_peer;
+  transports_.push_back(std::move(t));
+}
+
+const char* Runtime::device_transport_name(int pe) const {
+  check_pe(pe, "device_transport_name");
+  Transport* t = pe < static_cast<int>(peer_device_transport_.size()) ? peer_device_transport_[pe] : nullptr;
+  return t ? t->name() : "none";
+}
+
+Transport* Runtime::transport_or_null(const MemRegion& region, int pe) const {
+  if (region.kind == MemKind::kDevice)
+    return pe < static_cast<int>(peer_device_transport_.size()) ? peer_device_transport_[pe] : nullptr;
+  return peer_transport_[pe];
+}
+
+Transport& Runtime::transport(const RemoteRef& r, int pe, const char* caller) const {
+  Transport* t = transport_or_null(*r.region, pe);
+  if (!t)
+    raise(Status::kUnavailable, "%s: PE %d's %s memory is not reachable from PE %d by any transport", caller, pe,
+          r.region->kind == MemKind::kDevice ? "GPU" : "host", my_pe_);
+  return *t;
 }
 
 }  // namespace mori::shmem

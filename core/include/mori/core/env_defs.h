@@ -25,6 +25,26 @@
     "threads used for large host copies (0: automatic)")                                           \
   X(log_level, "MORI_LOG_LEVEL", string, "WARN", "ERROR, WARN, INFO, DEBUG or TRACE")              \
   X(ep_launch_config_mode, "MORI_EP_LAUNCH_CONFIG_MODE", string, "MANUAL",                         \
-    "EP launch parameters: MANUAL (config/call arguments) or AUTO (JSON tuning rules)")           \
+    "EP launch parameters: MANUAL (config/call arguments) or AUTO (JSON tuning rules)")                 \
+  X(store_addr, "MORI_STORE_ADDR", string, "", "host:port of the job's bootstrap store (set by mori run)") \
+  X(rank, "MORI_RANK", int, "-1", "this process's rank (set by mori run)")                         \
+  X(world_size, "MORI_WORLD_SIZE", int, "0", "number of ranks of the job (set by mori run)")         \
+  X(job_secret, "MORI_JOB_SECRET", string, "", "hex secret every rank presents to the store")      \
+  X(master_port, "MORI_MASTER_PORT", int, "0",                                                     \
+    "store port for MASTER_ADDR/RANK/WORLD_SIZE launches (0: MASTER_PORT + 1)")                     \
+  X(shmem_symmetric_data, "MORI_SHMEM_SYMMETRIC_DATA", bool, "1",                                  \
+    "C API: make the program's global and static variables symmetric at shmem_init")              \
+  X(mpi_library, "MORI_MPI_LIBRARY", string, "",                                                   \
+    "C API under mpirun: the libmpi to load for the bootstrap (default: libmpi.so.40 / libmpich.so.12)") \
+  X(ccl_chunk_size, "MORI_CCL_CHUNK_SIZE", size, "16MiB",                                          \
+    "largest staging buffer of a host collective; larger staged calls run in chunks")               \
+  X(ccl_gpu_staging_size, "MORI_CCL_GPU_STAGING_SIZE", size, "256MiB",                             \
+    "GPU staging buffer of the copy-engine allgather (largest input shard it stages)")             \
+  X(ccl_ce_splits, "MORI_CCL_CE_SPLITS", int, "1",                                                 \
+    "copy-engine allgather: concurrent copies (streams) per peer shard, each at least 1 MiB")      \
+  X(deepspeed, "MORI_DEEPSPEED", bool, "0",                                                        \
+    "install the DeepSpeed hook on import of mori.apps.deepspeed (ZeRO-3 all-gathers via MORI)")   \
+  X(deepspeed_max_numel, "MORI_DEEPSPEED_MAX_NUMEL", int, "67108864",                              \
+    "largest all-gather input (elements per rank) the DeepSpeed hook routes through MORI")   \
   X(ep_tuning_config, "MORI_EP_TUNING_CONFIG", string, "",                                         \
     "EP AUTO mode: explicit tuning-rule JSON file (default: search ep/tuning_configs)")

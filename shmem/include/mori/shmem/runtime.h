@@ -21,6 +21,8 @@
 
 namespace mori::shmem {
 
+class GpuHeap;
+
 // Comparison of a wait/test. Values follow OpenSHMEM's SHMEM_CMP_* numbering.
 enum class Cmp : int { kEq = 0, kNe = 1, kGt = 2, kLe = 3, kLt = 4, kGe = 5 };
 
@@ -58,6 +60,9 @@ class Runtime {
   // Collective: quiet, barrier, tear down. A later init() starts afresh.
   static void finalize();
   static bool initialized();
+  // Counts successful init() calls: state cached outside the runtime (collective workspaces)
+  // compares it to know whether the runtime it was built for is still the live one.
+  static uint64_t generation();
   // The live runtime; `caller` names the API function in the "used before init" error.
   static Runtime& get(const char* caller);
 
@@ -94,6 +99,19 @@ class Runtime {
   uint64_t remote_address(const void* sym, int pe) const;
 
   void check_pe(int pe, const char* caller) const;
+
+  // ---- GPU symmetric heap (gpu_heap.h), present when this PE is bound to a CUDA device
+  // Device the next init binds when MORI_DEVICE is unset (-1: none); set by mori.shmem from torch.
+  static void bind_device(int device);
+  GpuHeap* gpu() const { return gpu_.get(); }
+  GpuHeap& gpu_heap(const char* caller) const;  // throws Unavailable when not bound to a GPU
+  // Collective like malloc/free, on the GPU heap.
+  void* gpu_malloc(size_t bytes, size_t alignment, const char* caller, bool barrier = true);
+  void gpu_free(void* ptr, const char* caller, bool barrier = true);
+  // Installs the transport of device regions: per_peer[pe] reaches pe's device regions, or is nullptr.
+  void adopt_device_transport(std::unique_ptr<Transport> t, const std::vector<Transport*>& per_peer);
+  // "cuda", or "none" when `pe`'s device regions are not reachable from here.
+  const char* device_transport_name(int pe) const;
 
   // ---- RMA and atomics (dst/src/target on the remote side are symmetric addresses)
   void put(void* dst, const void* src, size_t n, int pe, bool nbi = false);
@@ -140,6 +158,9 @@ class Runtime {
   void teardown();
   ControlBlock* control() const { return reinterpret_cast<ControlBlock*>(heap_region_.local_base); }
   Transport& transport(int pe) const { return *peer_transport_[pe]; }
+  // The transport for `pe`'s part of r's region (device regions have their own); throws if none.
+  Transport& transport(const RemoteRef& r, int pe, const char* caller) const;
+  Transport* transport_or_null(const MemRegion& region, int pe) const;
 
   std::unique_ptr<Bootstrap> bootstrap_;
   Topology topology_;
@@ -157,6 +178,8 @@ class Runtime {
   std::mutex barrier_mu_;
   std::vector<std::pair<uintptr_t, size_t>> registered_;
   ThreadLevel thread_level_ = ThreadLevel::kMultiple;
+  std::vector<Transport*> peer_device_transport_;  // per PE, for MemKind::kDevice regions
+  std::unique_ptr<GpuHeap> gpu_;
 };
 
 }  // namespace mori::shmem

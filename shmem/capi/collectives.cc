@@ -1,0 +1,289 @@
+// SPDX-License-Identifier: MIT
+// Collectives over teams and active sets, on the runtime's one-sided operations:
+// a dissemination barrier on symmetric counters, then every member pulls (get) or
+// pushes (put) its share directly between the users' symmetric buffers.
+#include "capi/collectives.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "capi/typed_helpers.h"
+#include "capi/wait.h"
+#include "mori/core/status.h"
+
+namespace mori::capi {
+
+Group team_group(shmem_team_t team, const char* fn) {
+  mori_shmem_team* t = check_team(team, fn);
+  Group g;
+  g.pes = t->pes.data();
+  g.n = static_cast<int>(t->pes.size());
+  g.me = t->my_index;
+  TeamSlot& slot = state().sym->teams[t->slot];
+  g.counters = slot.counters;
+  g.chain = &slot.chain;
+  g.world = t->world;
+  return g;
+}
+
+Group active_group(int start, int log_stride, int size, long* psync, const char* fn) {
+  auto& r = rt(fn);
+  if (size < 1 || start < 0 || log_stride < 0 || log_stride > 30)
+    raise(Status::kInvalidArgument, "bad active set (PE_start %d, logPE_stride %d, PE_size %d)", start, log_stride,
+          size);
+  long last = start + (static_cast<long>(size - 1) << log_stride);
+  if (last >= r.n_pes())
+    raise(Status::kInvalidArgument, "active set (PE_start %d, logPE_stride %d, PE_size %d) reaches PE %ld of %d", start,
+          log_stride, size, last, r.n_pes());
+  if (!psync) raise(Status::kInvalidArgument, "pSync is NULL");
+  check_symmetric(psync, SHMEM_BARRIER_SYNC_SIZE * sizeof(long), fn);
+  Group g;
+  g.storage.resize(size);
+  for (int i = 0; i < size; ++i) g.storage[i] = start + (i << log_stride);
+  g.pes = g.storage.data();
+  g.n = size;
+  int rel = r.my_pe() - start;
+  if (rel >= 0 && (rel & ((1 << log_stride) - 1)) == 0 && (rel >> log_stride) < size) g.me = rel >> log_stride;
+  if (g.me < 0)
+    raise(Status::kInvalidArgument, "PE %d is not in the active set (PE_start %d, logPE_stride %d, PE_size %d)",
+          r.my_pe(), start, log_stride, size);
+  g.counters = reinterpret_cast<uint64_t*>(psync);
+  g.chain = reinterpret_cast<uint64_t*>(psync) + kPsyncChain;
+  g.world = false;
+  return g;
+}
+
+void group_barrier(Group& g, const char* fn, bool sync_only) {
+  auto& r = rt(fn);
+  if (!sync_only) r.quiet();
+  // Dissemination: in round k tell member me+2^k, then wait for member me-2^k. Each
+  // arrival is consumed (decremented), so the counters are zero again afterwards and
+  // an early arrival from the next barrier is kept, not lost.
+  for (int round = 0, dist = 1; dist < g.n; ++round, dist <<= 1) {
+    int partner = g.pes[(g.me + dist) % g.n];
+    r.atomic(&g.counters[round], AmoOp::kAdd, 8, 1, 0, partner, fn);
+    uint64_t* mine = &g.counters[round];
+    wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= 1; }, fn);
+    __atomic_fetch_sub(mine, 1, __ATOMIC_ACQ_REL);
+  }
+}
+
+void check_symmetric(const void* p, size_t bytes, const char* fn) { rt(fn).resolve(p, bytes, fn); }
+
+void broadcast_group(Group& g, void* dest, const void* source, size_t bytes, int root, bool root_copies,
+                     const char* fn) {
+  if (root < 0 || root >= g.n) raise(Status::kInvalidArgument, "PE_root %d is out of range for %d PEs", root, g.n);
+  auto& r = rt(fn);
+  group_barrier(g, fn);  // the root's source is ready and every dest is free
+  if (bytes) {
+    if (g.me != root) r.get(dest, source, bytes, g.pes[root]);
+    else if (root_copies && dest != source) std::memmove(dest, source, bytes);
+  }
+  group_barrier(g, fn);  // the root may reuse its source
+}
+
+void fcollect_group(Group& g, void* dest, const void* source, size_t bytes, const char* fn) {
+  auto& r = rt(fn);
+  group_barrier(g, fn);
+  if (bytes) {
+    char* at = static_cast<char*>(dest) + static_cast<size_t>(g.me) * bytes;
+    for (int k = 0; k < g.n; ++k) {
+      int j = (g.me + k) % g.n;  // start at different peers to spread the traffic
+      r.put(at, source, bytes, g.pes[j], true);
+    }
+  }
+  group_barrier(g, fn);
+}
+
+void collect_group(Group& g, void* dest, const void* source, size_t bytes, const char* fn) {
+  auto& r = rt(fn);
+  group_barrier(g, fn);
+  // Running offset: member k waits for k-1's end offset (stored +1 so zero means "not yet").
+  uint64_t offset = 0;
+  if (g.me > 0) {
+    uint64_t* mine = g.chain;
+    wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) != 0; }, fn);
+    offset = __atomic_load_n(mine, __ATOMIC_ACQUIRE) - 1;
+    __atomic_store_n(mine, 0, __ATOMIC_RELEASE);
+  }
+  if (g.me + 1 < g.n) r.atomic(g.chain, AmoOp::kSet, 8, offset + bytes + 1, 0, g.pes[g.me + 1], fn);
+  if (bytes) {
+    char* at = static_cast<char*>(dest) + offset;
+    for (int k = 0; k < g.n; ++k) r.put(at, source, bytes, g.pes[(g.me + k) % g.n], true);
+  }
+  group_barrier(g, fn);
+}
+
+void alltoalls_group(Group& g, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+                     size_t elem, const char* fn) {
+  auto& r = rt(fn);
+  group_barrier(g, fn);
+  if (nelems) {
+    for (int k = 0; k < g.n; ++k) {
+      int j = (g.me + k) % g.n;
+      char* d = static_cast<char*>(dest) + static_cast<ptrdiff_t>(j * nelems * elem) * dst;
+      const char* s = static_cast<const char*>(source) + static_cast<ptrdiff_t>(g.me * nelems * elem) * sst;
+      if (dst == 1 && sst == 1) r.get(d, s, nelems * elem, g.pes[j], true);
+      else r.iget(d, s, dst, sst, nelems, elem, g.pes[j]);
+    }
+    r.quiet();
+  }
+  group_barrier(g, fn);
+}
+
+// ---- noexcept entry points of the typed team routines
+
+int broadcast(shmem_team_t team, void* dest, const void* source, size_t bytes, int root, const char* fn) noexcept {
+  MORI_CAPI_TRY
+  Group g = team_group(team, fn);
+  if (g.me < 0) return -1;
+  broadcast_group(g, dest, source, bytes, root, true, fn);
+  return 0;
+  MORI_CAPI_CATCH(fn)
+}
+
+int collect(shmem_team_t team, void* dest, const void* source, size_t bytes, const char* fn) noexcept {
+  MORI_CAPI_TRY
+  Group g = team_group(team, fn);
+  if (g.me < 0) return -1;
+  collect_group(g, dest, source, bytes, fn);
+  return 0;
+  MORI_CAPI_CATCH(fn)
+}
+
+int fcollect(shmem_team_t team, void* dest, const void* source, size_t bytes, const char* fn) noexcept {
+  MORI_CAPI_TRY
+  Group g = team_group(team, fn);
+  if (g.me < 0) return -1;
+  fcollect_group(g, dest, source, bytes, fn);
+  return 0;
+  MORI_CAPI_CATCH(fn)
+}
+
+int alltoall(shmem_team_t team, void* dest, const void* source, size_t bytes, const char* fn) noexcept {
+  MORI_CAPI_TRY
+  Group g = team_group(team, fn);
+  if (g.me < 0) return -1;
+  alltoalls_group(g, dest, source, 1, 1, 1, bytes, fn);
+  return 0;
+  MORI_CAPI_CATCH(fn)
+}
+
+int alltoalls(shmem_team_t team, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+              size_t elem, const char* fn) noexcept {
+  MORI_CAPI_TRY
+  Group g = team_group(team, fn);
+  if (g.me < 0) return -1;
+  alltoalls_group(g, dest, source, dst, sst, nelems, elem, fn);
+  return 0;
+  MORI_CAPI_CATCH(fn)
+}
+
+}  // namespace mori::capi
+
+using namespace mori::capi;
+
+extern "C" {
+
+void shmem_barrier_all(void) {
+  MORI_CAPI_TRY
+  Group g = team_group(SHMEM_TEAM_WORLD, "shmem_barrier_all");
+  group_barrier(g, "shmem_barrier_all");
+  MORI_CAPI_CATCH("shmem_barrier_all")
+}
+
+void shmem_sync_all(void) {
+  MORI_CAPI_TRY
+  Group g = team_group(SHMEM_TEAM_WORLD, "shmem_sync_all");
+  group_barrier(g, "shmem_sync_all", true);
+  MORI_CAPI_CATCH("shmem_sync_all")
+}
+
+int shmem_team_sync(shmem_team_t team) {
+  MORI_CAPI_TRY
+  Group g = team_group(team, "shmem_team_sync");
+  if (g.me < 0) return -1;
+  group_barrier(g, "shmem_team_sync", true);
+  return 0;
+  MORI_CAPI_CATCH("shmem_team_sync")
+}
+
+int shmem_broadcastmem(shmem_team_t team, void* dest, const void* source, size_t nelems, int PE_root) {
+  return broadcast(team, dest, source, nelems, PE_root, "shmem_broadcastmem");
+}
+int shmem_collectmem(shmem_team_t team, void* dest, const void* source, size_t nelems) {
+  return collect(team, dest, source, nelems, "shmem_collectmem");
+}
+int shmem_fcollectmem(shmem_team_t team, void* dest, const void* source, size_t nelems) {
+  return fcollect(team, dest, source, nelems, "shmem_fcollectmem");
+}
+int shmem_alltoallmem(shmem_team_t team, void* dest, const void* source, size_t nelems) {
+  return alltoall(team, dest, source, nelems, "shmem_alltoallmem");
+}
+int shmem_alltoallsmem(shmem_team_t team, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst,
+                       size_t nelems) {
+  return alltoalls(team, dest, source, dst, sst, nelems, 1, "shmem_alltoallsmem");
+}
+
+// ---- active sets (pSync holds the barrier counters and the collect offset word)
+
+void shmem_barrier(int PE_start, int logPE_stride, int PE_size, long* pSync) {
+  MORI_CAPI_TRY
+  Group g = active_group(PE_start, logPE_stride, PE_size, pSync, "shmem_barrier");
+  group_barrier(g, "shmem_barrier");
+  MORI_CAPI_CATCH("shmem_barrier")
+}
+
+void shmem_sync(int PE_start, int logPE_stride, int PE_size, long* pSync) {
+  MORI_CAPI_TRY
+  Group g = active_group(PE_start, logPE_stride, PE_size, pSync, "shmem_sync");
+  group_barrier(g, "shmem_sync", true);
+  MORI_CAPI_CATCH("shmem_sync")
+}
+
+#define MORI_ACTIVE_SIZED(BITS)                                                                                     \
+  void shmem_broadcast##BITS(void* dest, const void* source, size_t nelems, int PE_root, int PE_start,              \
+                             int logPE_stride, int PE_size, long* pSync) {                                          \
+    const char* fn = "shmem_broadcast" #BITS;                                                                       \
+    MORI_CAPI_TRY                                                                                                   \
+    Group g = active_group(PE_start, logPE_stride, PE_size, pSync, fn);                                             \
+    broadcast_group(g, dest, source, nelems * (BITS / 8), PE_root, false, fn);                                      \
+    MORI_CAPI_CATCH(fn)                                                                                             \
+  }                                                                                                                 \
+  void shmem_collect##BITS(void* dest, const void* source, size_t nelems, int PE_start, int logPE_stride,           \
+                           int PE_size, long* pSync) {                                                              \
+    const char* fn = "shmem_collect" #BITS;                                                                         \
+    MORI_CAPI_TRY                                                                                                   \
+    Group g = active_group(PE_start, logPE_stride, PE_size, pSync, fn);                                             \
+    collect_group(g, dest, source, nelems * (BITS / 8), fn);                                                        \
+    MORI_CAPI_CATCH(fn)                                                                                             \
+  }                                                                                                                 \
+  void shmem_fcollect##BITS(void* dest, const void* source, size_t nelems, int PE_start, int logPE_stride,          \
+                            int PE_size, long* pSync) {                                                             \
+    const char* fn = "shmem_fcollect" #BITS;                                                                        \
+    MORI_CAPI_TRY                                                                                                   \
+    Group g = active_group(PE_start, logPE_stride, PE_size, pSync, fn);                                             \
+    fcollect_group(g, dest, source, nelems * (BITS / 8), fn);                                                       \
+    MORI_CAPI_CATCH(fn)                                                                                             \
+  }                                                                                                                 \
+  void shmem_alltoall##BITS(void* dest, const void* source, size_t nelems, int PE_start, int logPE_stride,          \
+                            int PE_size, long* pSync) {                                                             \
+    const char* fn = "shmem_alltoall" #BITS;                                                                        \
+    MORI_CAPI_TRY                                                                                                   \
+    Group g = active_group(PE_start, logPE_stride, PE_size, pSync, fn);                                             \
+    alltoalls_group(g, dest, source, 1, 1, 1, nelems * (BITS / 8), fn);                                             \
+    MORI_CAPI_CATCH(fn)                                                                                             \
+  }                                                                                                                 \
+  void shmem_alltoalls##BITS(void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,          \
+                             int PE_start, int logPE_stride, int PE_size, long* pSync) {                            \
+    const char* fn = "shmem_alltoalls" #BITS;                                                                       \
+    MORI_CAPI_TRY                                                                                                   \
+    Group g = active_group(PE_start, logPE_stride, PE_size, pSync, fn);                                             \
+    alltoalls_group(g, dest, source, dst, sst, nelems, BITS / 8, fn);                                               \
+    MORI_CAPI_CATCH(fn)                                                                                             \
+  }
+
+MORI_ACTIVE_SIZED(32)
+MORI_ACTIVE_SIZED(64)
+
+}  // extern "C"

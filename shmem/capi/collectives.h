@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: MIT
+// The PE group a collective runs over: a team (symmetric counters in its slot) or
+// an active set (PE_start, logPE_stride, PE_size; counters in the caller's pSync).
+#pragma once
+
+#include <shmem.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace mori::capi {
+
+struct Group {
+  std::vector<int> storage;   // active sets own their PE list
+  const int* pes = nullptr;   // world PE of each member
+  int n = 0;
+  int me = -1;                // my index, -1 when not a member
+  uint64_t* counters = nullptr;  // symmetric barrier counters (TeamSlot::kRounds words)
+  uint64_t* chain = nullptr;     // symmetric running-offset word of collect
+  bool world = false;
+};
+
+Group team_group(shmem_team_t team, const char* fn);
+// Checks the arguments; throws when this PE is not in the active set.
+Group active_group(int start, int log_stride, int size, long* psync, const char* fn);
+
+// Barrier over the group: completes this PE's outstanding RMA first (quiet) unless `sync_only`.
+void group_barrier(Group& g, const char* fn, bool sync_only = false);
+
+// Throws naming `fn` unless [p, p+bytes) is symmetric memory.
+void check_symmetric(const void* p, size_t bytes, const char* fn);
+
+// Byte-level collectives over a group (team and active-set routines share them).
+void broadcast_group(Group& g, void* dest, const void* source, size_t bytes, int root, bool root_copies,
+                     const char* fn);
+void collect_group(Group& g, void* dest, const void* source, size_t bytes, const char* fn);
+void fcollect_group(Group& g, void* dest, const void* source, size_t bytes, const char* fn);
+void alltoalls_group(Group& g, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+                     size_t elem, const char* fn);
+
+}  // namespace mori::capi

@@ -1,0 +1,249 @@
+// SPDX-License-Identifier: MIT
+// Library setup, exit and query routines; error reporting; shmem_global_exit.
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "capi/launch_bootstrap.h"
+#include "capi/state.h"
+#include "capi/symmetric_data.h"
+#include "mori/core/env.h"
+#include "mori/core/futex.h"
+#include "mori/core/log.h"
+#include "mori/core/status.h"
+
+using mori::shmem::Runtime;
+
+namespace mori::capi {
+namespace {
+
+State g_state;
+
+// Waits for a peer's shmem_global_exit: the peer stores the status into this PE's
+// SymBlock and wakes the futex (or, across hosts, the timed sleep notices it).
+class ExitWatcher {
+ public:
+  void start(SymBlock* sym) {
+    sym_ = sym;
+    stop_.store(false);
+    thread_ = std::thread([this] { run(); });
+  }
+  void stop() {
+    if (!thread_.joinable()) return;
+    stop_.store(true);
+    __atomic_fetch_add(&sym_->exit_futex, 1, __ATOMIC_SEQ_CST);
+    futex::wake(&sym_->exit_futex);
+    thread_.join();
+  }
+
+ private:
+  void run() {
+    while (!stop_.load()) {
+      uint32_t seen = __atomic_load_n(&sym_->exit_futex, __ATOMIC_ACQUIRE);
+      uint64_t code = __atomic_load_n(&sym_->exit_code, __ATOMIC_ACQUIRE);
+      if (code & 1) {
+        // The whole job ends with the status a peer passed to shmem_global_exit.
+        _exit(static_cast<int>(code >> 1));
+      }
+      futex::wait(&sym_->exit_futex, seen, 100'000'000);
+    }
+  }
+  SymBlock* sym_ = nullptr;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+ExitWatcher g_watcher;
+
+}  // namespace
+
+State& state() { return g_state; }
+
+void global_exit(int status) noexcept {
+  std::fflush(nullptr);
+  if (Runtime::initialized() && g_state.sym) {
+    try {
+      auto& r = Runtime::get("shmem_global_exit");
+      uint64_t code = (static_cast<uint64_t>(static_cast<uint32_t>(status)) << 1) | 1;
+      for (int pe = 0; pe < r.n_pes(); ++pe) {
+        if (pe == r.my_pe()) continue;
+        try {
+          r.atomic(&g_state.sym->exit_code, AmoOp::kSet, 8, code, 0, pe, "shmem_global_exit");
+          r.atomic(&g_state.sym->exit_futex, AmoOp::kAdd, 4, 1, 0, pe, "shmem_global_exit");
+          if (auto* word = static_cast<uint32_t*>(r.ptr(&g_state.sym->exit_futex, pe))) futex::wake(word);
+        } catch (...) {
+          // a peer that is already gone needs no notice
+        }
+      }
+    } catch (...) {
+    }
+  }
+  _exit(status);
+}
+
+void fail(const char* fn, const std::exception& e) noexcept {
+  int pe = Runtime::initialized() ? Runtime::get(fn).my_pe() : -1;
+  const char* what = e.what();
+  // Runtime messages often start with the routine's generic name; always lead with the public one.
+  if (pe >= 0)
+    std::fprintf(stderr, "shmem error on PE %d: %s: %s\n", pe, fn, what);
+  else
+    std::fprintf(stderr, "shmem error: %s: %s\n", fn, what);
+  global_exit(1);
+}
+
+void setup_state() {
+  auto& r = rt("shmem_init");
+  g_state.sym = static_cast<SymBlock*>(r.malloc(sizeof(SymBlock), 64, "shmem_init", false));
+  std::memset(g_state.sym, 0, sizeof(SymBlock));
+  g_state.used_slots = 0;
+  g_state.used_nodes = 0;
+  g_state.data_bytes = make_data_symmetric();
+  cpu_set_t cpus;
+  int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  g_state.oversubscribed = r.topology().local_size() > ncpu;
+  setup_predefined_teams();
+  g_watcher.start(g_state.sym);
+  r.barrier_all();  // nobody touches a peer's SymBlock before the peer zeroed it
+}
+
+void teardown_state() {
+  g_watcher.stop();
+  teardown_teams();
+  g_state.sym = nullptr;
+}
+
+}  // namespace mori::capi
+
+using namespace mori::capi;
+
+namespace {
+
+void init_common(int requested, const char* fn) {
+  if (Runtime::initialized()) return;  // repeated initialization is a no-op
+  // OpenSHMEM's own heap-size variable, unless MORI's is set explicitly.
+  if (const char* s = std::getenv("SHMEM_SYMMETRIC_SIZE")) setenv("MORI_SHMEM_HEAP_SIZE", s, 0);
+  mori::env::reload();
+  bool mpi_init = false;
+  auto boot = make_launch_bootstrap(&mpi_init);
+  state().mpi_initialized_by_us = mpi_init;
+  Runtime::init(std::move(boot));
+  state().thread_level = requested;
+  Runtime::get(fn).set_thread_level(static_cast<mori::shmem::ThreadLevel>(requested));
+  setup_state();
+}
+
+}  // namespace
+
+extern "C" {
+
+void shmem_init(void) {
+  MORI_CAPI_TRY
+  init_common(SHMEM_THREAD_SINGLE, "shmem_init");
+  MORI_CAPI_CATCH("shmem_init")
+}
+
+int shmem_init_thread(int requested, int* provided) {
+  MORI_CAPI_TRY
+  if (requested < SHMEM_THREAD_SINGLE || requested > SHMEM_THREAD_MULTIPLE)
+    mori::raise(mori::Status::kInvalidArgument, "unknown thread level %d", requested);
+  // Every level is supported: the runtime's operations are thread-safe.
+  init_common(requested, "shmem_init_thread");
+  if (provided) *provided = requested;
+  return 0;
+  MORI_CAPI_CATCH("shmem_init_thread")
+}
+
+void shmem_query_thread(int* provided) {
+  MORI_CAPI_TRY
+  rt("shmem_query_thread");
+  if (provided) *provided = state().thread_level;
+  MORI_CAPI_CATCH("shmem_query_thread")
+}
+
+void shmem_finalize(void) {
+  MORI_CAPI_TRY
+  if (!Runtime::initialized()) return;
+  rt("shmem_finalize").barrier_all();
+  teardown_state();
+  Runtime::finalize();
+  finalize_launch_mpi();
+  MORI_CAPI_CATCH("shmem_finalize")
+}
+
+void shmem_global_exit(int status) { global_exit(status); }
+
+int shmem_my_pe(void) {
+  MORI_CAPI_TRY
+  return rt("shmem_my_pe").my_pe();
+  MORI_CAPI_CATCH("shmem_my_pe")
+}
+
+int shmem_n_pes(void) {
+  MORI_CAPI_TRY
+  return rt("shmem_n_pes").n_pes();
+  MORI_CAPI_CATCH("shmem_n_pes")
+}
+
+int shmem_pe_accessible(int pe) {
+  MORI_CAPI_TRY
+  auto& r = rt("shmem_pe_accessible");
+  if (pe < 0 || pe >= r.n_pes()) return 0;
+  try {
+    r.check_peers("shmem_pe_accessible");  // a PE that died is not accessible
+  } catch (const mori::Error&) {
+    return 0;
+  }
+  return 1;
+  MORI_CAPI_CATCH("shmem_pe_accessible")
+}
+
+int shmem_addr_accessible(const void* addr, int pe) {
+  MORI_CAPI_TRY
+  auto& r = rt("shmem_addr_accessible");
+  return pe >= 0 && pe < r.n_pes() && r.is_symmetric(addr) ? 1 : 0;
+  MORI_CAPI_CATCH("shmem_addr_accessible")
+}
+
+void* shmem_ptr(const void* dest, int pe) {
+  MORI_CAPI_TRY
+  return rt("shmem_ptr").ptr(dest, pe);
+  MORI_CAPI_CATCH("shmem_ptr")
+}
+
+void shmem_info_get_version(int* major, int* minor) {
+  if (major) *major = SHMEM_MAJOR_VERSION;
+  if (minor) *minor = SHMEM_MINOR_VERSION;
+}
+
+void shmem_info_get_name(char* name) {
+  if (name) std::snprintf(name, SHMEM_MAX_NAME_LEN, "%s", SHMEM_VENDOR_STRING);
+}
+
+void shmem_pcontrol(const int level, ...) {
+  // Profiling levels carry no meaning without a profiler attached; accepted and ignored.
+  (void)level;
+}
+
+// ---- deprecated names
+void start_pes(int npes) {
+  (void)npes;  // the launcher decides the job size
+  shmem_init();
+}
+int _my_pe(void) { return shmem_my_pe(); }
+int _num_pes(void) { return shmem_n_pes(); }
+void shmem_clear_cache_inv(void) {}
+void shmem_set_cache_inv(void) {}
+void shmem_clear_cache_line_inv(void*) {}
+void shmem_set_cache_line_inv(void*) {}
+void shmem_udcflush(void) {}
+void shmem_udcflush_line(void*) {}
+
+}  // extern "C"

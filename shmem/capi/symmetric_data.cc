@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: MIT
+#include "capi/symmetric_data.h"
+
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "mori/core/env.h"
+#include "mori/core/log.h"
+#include "mori/core/status.h"
+#include "mori/shmem/runtime.h"
+
+namespace mori::capi {
+namespace {
+
+struct Span {
+  uintptr_t start = 0, end = 0;
+};
+
+// The main program is the first object dl_iterate_phdr reports. Its writable PT_LOAD
+// holds .data and .bss; the part covered by PT_GNU_RELRO becomes read-only after
+// relocation and is left alone (page granularity, as the dynamic linker protects it).
+int find_data(struct dl_phdr_info* info, size_t, void* out) {
+  auto* span = static_cast<Span*>(out);
+  uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  uintptr_t relro_end = 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_GNU_RELRO) relro_end = (info->dlpi_addr + ph.p_vaddr + ph.p_memsz) & ~(page - 1);
+  }
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_W)) continue;
+    uintptr_t lo = (info->dlpi_addr + ph.p_vaddr) & ~(page - 1);
+    uintptr_t hi = (info->dlpi_addr + ph.p_vaddr + ph.p_memsz + page - 1) & ~(page - 1);
+    if (relro_end > lo && relro_end <= hi) lo = relro_end;
+    if (hi > lo) *span = {lo, hi};
+    break;
+  }
+  return 1;  // only the main program
+}
+
+Span g_span;
+
+// A forked child must not keep sharing its parent's globals: give it a private copy.
+void privatize_in_child() {
+  if (!g_span.start) return;
+  size_t n = g_span.end - g_span.start;
+  void* tmp = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (tmp == MAP_FAILED) return;
+  std::memcpy(tmp, reinterpret_cast<void*>(g_span.start), n);
+  void* p = mmap(reinterpret_cast<void*>(g_span.start), n, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  if (p != MAP_FAILED) std::memcpy(p, tmp, n);
+  munmap(tmp, n);
+  g_span = {};
+}
+
+}  // namespace
+
+size_t make_data_symmetric() {
+  if (!env::get().shmem_symmetric_data) return 0;
+  Span span;
+  dl_iterate_phdr(find_data, &span);
+  size_t n = span.end - span.start;
+  if (!span.start || n == 0) return 0;
+  auto& rt = shmem::Runtime::get("shmem_init");
+
+  if (g_span.start != span.start) {  // not already shared by an earlier init
+    uint64_t tag = 0;
+    if (getrandom(&tag, sizeof(tag), 0) != sizeof(tag)) raise_errno("getrandom");
+    char name[96];
+    std::snprintf(name, sizeof(name), "/mori-data-%d-%016llx", getpid(), static_cast<unsigned long long>(tag));
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) raise_errno("shmem_init: shm_open(%s) for the symmetric data segment", name);
+    if (ftruncate(fd, static_cast<off_t>(n)) != 0) {
+      close(fd);
+      shm_unlink(name);
+      raise_errno("shmem_init: ftruncate of the symmetric data segment to %zu bytes", n);
+    }
+    void* staging = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (staging == MAP_FAILED) {
+      close(fd);
+      shm_unlink(name);
+      raise_errno("shmem_init: mmap of the symmetric data segment");
+    }
+    // Copy the live contents, then swap the pages in place: one mmap call replaces the
+    // private pages with shared ones holding the same bytes.
+    std::memcpy(staging, reinterpret_cast<void*>(span.start), n);
+    void* p = mmap(reinterpret_cast<void*>(span.start), n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+    int err = errno;
+    munmap(staging, n);
+    close(fd);
+    if (p == MAP_FAILED) {
+      shm_unlink(name);
+      errno = err;
+      raise_errno("shmem_init: remapping the data segment [%p, +%zu)", reinterpret_cast<void*>(span.start), n);
+    }
+    static bool atfork_done = false;
+    if (!atfork_done) pthread_atfork(nullptr, nullptr, privatize_in_child);
+    atfork_done = true;
+    g_span = span;
+    try {
+      rt.add_region(reinterpret_cast<void*>(span.start), n, MemKind::kHost, name);
+      rt.barrier_all();  // every peer has mapped it: the name can go
+    } catch (...) {
+      shm_unlink(name);
+      throw;
+    }
+    shm_unlink(name);
+  } else {
+    // Re-initialization: the pages are already shared but the name is gone; share a fresh object.
+    g_span = {};
+    return make_data_symmetric();
+  }
+  MORI_LOG(kInfo, "SHMEM", "symmetric data+bss: %zu bytes at %p", n, reinterpret_cast<void*>(span.start));
+  return n;
+}
+
+}  // namespace mori::capi

@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: MIT
+// Point-to-point synchronization: wait_until/test and their all/any/some/vector forms, signals.
+#include "capi/typed_helpers.h"
+#include "capi/wait.h"
+#include "mori/core/status.h"
+
+using mori::shmem::Cmp;
+using mori::shmem::Word;
+
+namespace mori::capi {
+namespace {
+
+void check_cmp(int cmp) {
+  if (cmp < SHMEM_CMP_EQ || cmp > SHMEM_CMP_GE)
+    raise(Status::kInvalidArgument, "cmp must be one of SHMEM_CMP_EQ..SHMEM_CMP_GE, got %d", cmp);
+}
+
+// Which elements currently satisfy the comparison. Returns as for the *_many helpers,
+// with `done` telling whether a wait may stop.
+size_t scan(mori::shmem::Runtime& r, Many kind, const char* base, size_t elem, size_t n, size_t* indices,
+            const int* status, int cmp, const char* values, uint64_t scalar, Word w, bool* done) {
+  size_t hits = 0, active = 0, first = SIZE_MAX;
+  for (size_t i = 0; i < n; ++i) {
+    if (status && status[i]) continue;
+    ++active;
+    uint64_t v = scalar;
+    if (values) std::memcpy(&v, values + i * elem, elem);
+    if (!r.test(base + i * elem, static_cast<Cmp>(cmp), v, w)) continue;
+    if (first == SIZE_MAX) first = i;
+    if (kind == Many::kSome && indices) indices[hits] = i;
+    ++hits;
+  }
+  switch (kind) {
+    case Many::kAll: *done = hits == active; return *done ? 1 : 0;
+    case Many::kAny: *done = active == 0 || hits > 0; return first;
+    case Many::kSome: *done = active == 0 || hits > 0; return hits;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void wait_until(const void* ivar, int cmp, uint64_t value, Word w, const char* fn) noexcept {
+  MORI_CAPI_TRY
+  check_cmp(cmp);
+  auto& r = rt(fn);
+  wait([&] { return r.test(ivar, static_cast<Cmp>(cmp), value, w); }, fn);
+  MORI_CAPI_CATCH(fn)
+}
+
+int test(const void* ivar, int cmp, uint64_t value, Word w, const char* fn) noexcept {
+  MORI_CAPI_TRY
+  check_cmp(cmp);
+  return rt(fn).test(ivar, static_cast<Cmp>(cmp), value, w) ? 1 : 0;
+  MORI_CAPI_CATCH(fn)
+}
+
+size_t wait_until_many(Many kind, const void* ivars, size_t elem, size_t n, size_t* indices, const int* status,
+                       int cmp, const void* values, uint64_t scalar, Word w, const char* fn) noexcept {
+  MORI_CAPI_TRY
+  check_cmp(cmp);
+  auto& r = rt(fn);
+  size_t result = 0;
+  bool done = false;
+  auto base = static_cast<const char*>(ivars);
+  auto vals = static_cast<const char*>(values);
+  wait([&] {
+    result = scan(r, kind, base, elem, n, indices, status, cmp, vals, scalar, w, &done);
+    return done;
+  }, fn);
+  return result;
+  MORI_CAPI_CATCH(fn)
+}
+
+size_t test_many(Many kind, const void* ivars, size_t elem, size_t n, size_t* indices, const int* status, int cmp,
+                 const void* values, uint64_t scalar, Word w, const char* fn) noexcept {
+  MORI_CAPI_TRY
+  check_cmp(cmp);
+  bool done = false;
+  size_t result = scan(rt(fn), kind, static_cast<const char*>(ivars), elem, n, indices, status, cmp,
+                       static_cast<const char*>(values), scalar, w, &done);
+  if (kind == Many::kAll) return done ? 1 : 0;
+  return result;
+  MORI_CAPI_CATCH(fn)
+}
+
+}  // namespace mori::capi
+
+using namespace mori::capi;
+
+extern "C" {
+
+uint64_t shmem_signal_fetch(const uint64_t* sig_addr) {
+  MORI_CAPI_TRY
+  return rt("shmem_signal_fetch").signal_fetch(sig_addr);
+  MORI_CAPI_CATCH("shmem_signal_fetch")
+}
+
+uint64_t shmem_signal_wait_until(uint64_t* sig_addr, int cmp, uint64_t cmp_value) {
+  const char* fn = "shmem_signal_wait_until";
+  MORI_CAPI_TRY
+  check_cmp(cmp);
+  auto& r = rt(fn);
+  uint64_t seen = 0;
+  wait([&] {
+    seen = __atomic_load_n(sig_addr, __ATOMIC_ACQUIRE);
+    return r.test(&seen, static_cast<Cmp>(cmp), cmp_value, word_of<uint64_t>());
+  }, fn);
+  return seen;
+  MORI_CAPI_CATCH(fn)
+}
+
+void shmem_wait(long* ivar, long cmp_value) {
+  wait_until(ivar, SHMEM_CMP_NE, bits<long>(cmp_value), word_of<long>(), "shmem_wait");
+}
+
+void shmem_wait_until(long* ivar, int cmp, long cmp_value) {
+  wait_until(ivar, cmp, bits<long>(cmp_value), word_of<long>(), "shmem_wait_until");
+}
+
+}  // extern "C"

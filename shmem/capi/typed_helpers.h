@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: MIT
+// What the generated typed routines (typed_gen.cc) forward to: byte-level RMA,
+// word-level AMOs and waits, and typed reductions. Every helper is noexcept: it
+// reports a failure through capi::fail, naming the public routine `fn`.
+#pragma once
+
+#include <shmem.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "capi/collectives.h"
+#include "mori/core/status.h"
+#include "capi/state.h"
+
+namespace mori::capi {
+
+// ---- bit casts between an element and the 64-bit operand word of the runtime
+template <typename T>
+inline uint64_t bits(T v) {
+  static_assert(sizeof(T) <= 8);
+  uint64_t u = 0;
+  std::memcpy(&u, &v, sizeof(T));
+  return u;
+}
+template <typename T>
+inline T from_bits(uint64_t u) {
+  T v;
+  std::memcpy(&v, &u, sizeof(T));
+  return v;
+}
+template <typename T>
+constexpr mori::shmem::Word word_of() {
+  using mori::shmem::Num;
+  return {static_cast<int>(sizeof(T)),
+          std::is_floating_point_v<T> ? Num::kFloat : (std::is_signed_v<T> ? Num::kSigned : Num::kUnsigned)};
+}
+
+// ---- RMA (bytes)
+void put(shmem_ctx_t ctx, void* dest, const void* source, size_t bytes, int pe, bool nbi, const char* fn) noexcept;
+void get(shmem_ctx_t ctx, void* dest, const void* source, size_t bytes, int pe, bool nbi, const char* fn) noexcept;
+void iput(shmem_ctx_t ctx, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, size_t elem,
+          int pe, const char* fn) noexcept;
+void iget(shmem_ctx_t ctx, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, size_t elem,
+          int pe, const char* fn) noexcept;
+void put_signal(shmem_ctx_t ctx, void* dest, const void* source, size_t bytes, uint64_t* sig_addr, uint64_t signal,
+                int sig_op, int pe, bool nbi, const char* fn) noexcept;
+// ---- AMO on a 4- or 8-byte word; returns the old value for fetching ops
+uint64_t amo(shmem_ctx_t ctx, void* target, mori::AmoOp op, size_t width, uint64_t operand, uint64_t cond, int pe,
+             const char* fn) noexcept;
+
+// ---- point-to-point synchronization
+void wait_until(const void* ivar, int cmp, uint64_t value, mori::shmem::Word w, const char* fn) noexcept;
+int test(const void* ivar, int cmp, uint64_t value, mori::shmem::Word w, const char* fn) noexcept;
+enum class Many { kAll, kAny, kSome };
+// Returns: all -> 1 when satisfied; any -> index or SIZE_MAX; some -> count (indices filled).
+// `values` (vector forms) holds one comparison value per element, else `scalar` is used.
+size_t wait_until_many(Many kind, const void* ivars, size_t elem, size_t n, size_t* indices, const int* status,
+                       int cmp, const void* values, uint64_t scalar, mori::shmem::Word w, const char* fn) noexcept;
+size_t test_many(Many kind, const void* ivars, size_t elem, size_t n, size_t* indices, const int* status, int cmp,
+                 const void* values, uint64_t scalar, mori::shmem::Word w, const char* fn) noexcept;
+
+// ---- team collectives (bytes); return 0, or -1 when called by a PE outside the team
+int broadcast(shmem_team_t team, void* dest, const void* source, size_t bytes, int root, const char* fn) noexcept;
+int collect(shmem_team_t team, void* dest, const void* source, size_t bytes, const char* fn) noexcept;
+int fcollect(shmem_team_t team, void* dest, const void* source, size_t bytes, const char* fn) noexcept;
+int alltoall(shmem_team_t team, void* dest, const void* source, size_t bytes, const char* fn) noexcept;
+int alltoalls(shmem_team_t team, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+              size_t elem, const char* fn) noexcept;
+
+// ---- reductions
+struct OpAnd { template <typename T> static T apply(T a, T b) { return a & b; } };
+struct OpOr { template <typename T> static T apply(T a, T b) { return a | b; } };
+struct OpXor { template <typename T> static T apply(T a, T b) { return a ^ b; } };
+struct OpMax { template <typename T> static T apply(T a, T b) { return a < b ? b : a; } };
+struct OpMin { template <typename T> static T apply(T a, T b) { return b < a ? b : a; } };
+struct OpSum { template <typename T> static T apply(T a, T b) { return a + b; } };
+struct OpProd { template <typename T> static T apply(T a, T b) { return a * b; } };
+
+// Every member combines the members' sources in team order, so floating-point
+// results are bit-identical on all PEs. Sources are read in place when the peer is
+// mapped (shm), else fetched in chunks.
+template <typename T, typename Op>
+void reduce_group(Group& g, T* dest, const T* source, size_t n, const char* fn) {
+  auto& r = rt(fn);
+  group_barrier(g, fn);
+  std::vector<T> acc(n);
+  constexpr size_t kChunk = 8192;
+  std::vector<T> tmp(std::min(n, kChunk));
+  for (int j = 0; j < g.n; ++j) {
+    int pe = g.pes[j];
+    const T* peer = static_cast<const T*>(r.ptr(source, pe));
+    for (size_t off = 0; off < n; off += kChunk) {
+      size_t len = std::min(kChunk, n - off);
+      const T* in = peer ? peer + off : nullptr;
+      if (!in) {
+        r.get(tmp.data(), source + off, len * sizeof(T), pe);
+        in = tmp.data();
+      }
+      if (j == 0) {
+        std::copy(in, in + len, acc.begin() + static_cast<ptrdiff_t>(off));
+      } else {
+        for (size_t i = 0; i < len; ++i) acc[off + i] = Op::apply(acc[off + i], in[i]);
+      }
+    }
+  }
+  group_barrier(g, fn);  // every member has read every source: dest may alias source now
+  std::copy(acc.begin(), acc.end(), dest);
+}
+
+template <typename T, typename Op>
+int reduce(shmem_team_t team, T* dest, const T* source, size_t n, const char* fn) noexcept {
+  MORI_CAPI_TRY
+  Group g = team_group(team, fn);
+  if (g.me < 0) return -1;
+  if (n) check_symmetric(dest, n * sizeof(T), fn), check_symmetric(source, n * sizeof(T), fn);
+  reduce_group<T, Op>(g, dest, source, n, fn);
+  return 0;
+  MORI_CAPI_CATCH(fn)
+}
+
+template <typename T, typename Op>
+void reduce_active(T* dest, const T* source, int nreduce, int start, int log_stride, int size, long* psync,
+                   const char* fn) noexcept {
+  MORI_CAPI_TRY
+  if (nreduce < 0) mori::raise(mori::Status::kInvalidArgument, "nreduce is negative (%d)", nreduce);
+  Group g = active_group(start, log_stride, size, psync, fn);
+  if (nreduce) check_symmetric(dest, nreduce * sizeof(T), fn), check_symmetric(source, nreduce * sizeof(T), fn);
+  reduce_group<T, Op>(g, dest, source, static_cast<size_t>(nreduce), fn);
+  MORI_CAPI_CATCH(fn)
+}
+
+}  // namespace mori::capi

@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: MIT
+ * OpenSHMEM 1.2-1.4 names that older programs and suites use: start_pes, _my_pe,
+ * shmalloc/shfree, active-set collectives with pSync/pWrk, *_to_all reductions,
+ * broadcast32/64, (f)collect32/64, alltoall64, shmem_barrier, deprecated AMOs and waits. */
+#include "check.h"
+
+long pSync[_SHMEM_BCAST_SYNC_SIZE];
+long pSync2[SHMEM_REDUCE_SYNC_SIZE];
+long pWrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE + 64];
+int isrc[16], idst[16 * 64];
+long lsrc[8], ldst[8 * 64];
+long ivar;
+
+int main(int argc, char **argv) {
+  seed_from_args(argc, argv);
+  for (int i = 0; i < _SHMEM_BCAST_SYNC_SIZE; ++i) pSync[i] = _SHMEM_SYNC_VALUE;
+  for (int i = 0; i < SHMEM_REDUCE_SYNC_SIZE; ++i) pSync2[i] = SHMEM_SYNC_VALUE;
+  start_pes(0);
+  int me = _my_pe(), n = _num_pes();
+  CHECK(me == shmem_my_pe() && n == shmem_n_pes(), "_my_pe/_num_pes");
+  int major, minor;
+  shmem_info_get_version(&major, &minor);
+  CHECK(major == 1 && minor == 5, "version %d.%d", major, minor);
+  char name[SHMEM_MAX_NAME_LEN];
+  shmem_info_get_name(name);
+  CHECK(name[0] != 0, "name");
+  shmem_barrier_all();
+
+  /* active set: even PEs (stride 2^1) */
+  int start = 0, log = 1, size = (n + 1) / 2;
+  int member = (me % 2) == 0;
+  for (int i = 0; i < 16; ++i) isrc[i] = (int)rnd(1, me, i);
+  if (member) {
+    shmem_barrier(start, log, size, pSync);
+    shmem_broadcast32(idst, isrc, 16, 0, start, log, size, pSync);
+    if (me != 0)
+      for (int i = 0; i < 16; ++i) CHECK(idst[i] == (int)rnd(1, 0, i), "broadcast32 %d", i);
+    shmem_barrier(start, log, size, pSync);
+    shmem_fcollect32(idst, isrc, 16, start, log, size, pSync);
+    for (int k = 0; k < size; ++k)
+      for (int i = 0; i < 16; ++i) CHECK(idst[k * 16 + i] == (int)rnd(1, 2 * k, i), "fcollect32 %d %d", k, i);
+    shmem_barrier(start, log, size, pSync);
+    shmem_collect32(idst, isrc, (size_t)(me / 2 + 1), start, log, size, pSync);
+    int off = 0;
+    for (int k = 0; k < size; ++k)
+      for (int i = 0; i <= k; ++i, ++off) CHECK(idst[off] == (int)rnd(1, 2 * k, i), "collect32 %d %d", k, i);
+    /* reductions with pWrk/pSync */
+    for (int i = 0; i < 8; ++i) lsrc[i] = (long)(rnd(2, me, i) % 1000);
+    shmem_barrier(start, log, size, pSync);
+    shmem_long_sum_to_all(ldst, lsrc, 8, start, log, size, pWrk, pSync2);
+    for (int i = 0; i < 8; ++i) {
+      long s = 0;
+      for (int k = 0; k < size; ++k) s += (long)(rnd(2, 2 * k, i) % 1000);
+      CHECK(ldst[i] == s, "sum_to_all %d", i);
+    }
+    shmem_barrier(start, log, size, pSync);
+    shmem_long_max_to_all(ldst, lsrc, 8, start, log, size, pWrk, pSync2);
+    for (int i = 0; i < 8; ++i) {
+      long m = 0;
+      for (int k = 0; k < size; ++k) m = m > (long)(rnd(2, 2 * k, i) % 1000) ? m : (long)(rnd(2, 2 * k, i) % 1000);
+      CHECK(ldst[i] == m, "max_to_all %d", i);
+    }
+  }
+  shmem_barrier_all();
+  /* pSync is back to SHMEM_SYNC_VALUE after the calls */
+  for (int i = 0; i < _SHMEM_BCAST_SYNC_SIZE; ++i) CHECK(pSync[i] == _SHMEM_SYNC_VALUE, "pSync[%d]=%ld", i, pSync[i]);
+  for (int i = 0; i < SHMEM_REDUCE_SYNC_SIZE; ++i) CHECK(pSync2[i] == SHMEM_SYNC_VALUE, "pSync2[%d]", i);
+
+  /* whole world: int and/or/xor/prod to_all, alltoall64, broadcast64 */
+  int iv[4] = {me + 1, 1 << me, me, 2};
+  int *ires = shmalloc(4 * sizeof(int));
+  int *iin = shmalloc(4 * sizeof(int));
+  for (int i = 0; i < 4; ++i) iin[i] = iv[i];
+  shmem_int_prod_to_all(ires, iin, 4, 0, 0, n, (int *)pWrk, pSync2);
+  long fact = 1;
+  for (int k = 1; k <= n; ++k) fact *= k;
+  CHECK(ires[0] == (int)fact && ires[3] == 1 << n, "prod_to_all");
+  shmem_barrier_all();
+  shmem_int_or_to_all(ires, iin + 1, 1, 0, 0, n, (int *)pWrk, pSync2);
+  CHECK(ires[0] == (1 << n) - 1, "or_to_all %x", ires[0]);
+  shmem_barrier_all();
+  for (int j = 0; j < n; ++j) lsrc[j % 8] = 0;
+  long *a2a_src = shmalloc(n * sizeof(long)), *a2a_dst = shmalloc(n * sizeof(long));
+  for (int j = 0; j < n; ++j) a2a_src[j] = me * 100 + j;
+  shmem_alltoall64(a2a_dst, a2a_src, 1, 0, 0, n, pSync);
+  for (int j = 0; j < n; ++j) CHECK(a2a_dst[j] == j * 100 + me, "alltoall64 %d", j);
+  shmem_barrier_all();
+  shmem_broadcast64(a2a_dst, a2a_src, n, n - 1, 0, 0, n, pSync);
+  if (me != n - 1)
+    for (int j = 0; j < n; ++j) CHECK(a2a_dst[j] == (n - 1) * 100 + j, "broadcast64 %d", j);
+
+  /* deprecated AMOs and waits */
+  shmem_barrier_all();
+  long *cnt = shmalloc(sizeof(long));
+  *cnt = 0;
+  shmem_barrier_all();
+  shmem_long_inc(cnt, 0);
+  shmem_barrier_all();
+  if (me == 0) CHECK(*cnt == n, "long_inc %ld", *cnt);
+  if (me == 0) shmem_long_p(&ivar, 5, n - 1);
+  if (me == n - 1) {
+    shmem_long_wait(&ivar, 0);
+    shmem_wait_until(&ivar, SHMEM_CMP_EQ, 5);
+    CHECK(ivar == 5, "wait");
+  }
+  shmem_barrier_all();
+  long *big = shrealloc(cnt, 1 << 16);
+  CHECK(big != NULL, "shrealloc");
+  void *al = shmemalign(4096, 100);
+  CHECK(al != NULL && ((uintptr_t)al % 4096) == 0, "shmemalign");
+  shfree(al);
+  shfree(big);
+  shfree(a2a_dst);
+  shfree(a2a_src);
+  shfree(iin);
+  shfree(ires);
+  shmem_finalize();
+  if (me == 0) printf("legacy: OK on %d PEs\n", n);
+  return 0;
+}
