@@ -392,11 +392,12 @@ def _gpu(args: argparse.Namespace) -> int:
                     torch.cuda.synchronize(d)
                 evs = []
                 for r in range(world):
-                    with torch.cuda.device(devs[r]):
+                    # replay() launches on the current stream: make it the timed one.
+                    with torch.cuda.device(devs[r]), torch.cuda.stream(streams[r]):
                         s0, s1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        s0.record(streams[r])
+                        s0.record()
                         graphs[(phase, r)].replay()
-                        s1.record(streams[r])
+                        s1.record()
                         evs.append((s0, s1))
                 for d in devs:
                     torch.cuda.synchronize(d)
