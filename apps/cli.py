@@ -16,7 +16,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         command = command[1:]
     cfg = LaunchConfig(nproc=args.nproc, command=command, nnodes=args.nnodes, node_rank=args.node_rank,
                        master_addr=args.master_addr, master_port=args.master_port,
-                       prefix_output=not args.no_prefix)
+                       socket_ifname=args.socket_ifname, prefix_output=not args.no_prefix)
     try:
         return launch(cfg)
     except ValueError as exc:
@@ -108,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--node-rank", type=int, default=0, help="this host's index in [0, nnodes)")
     run.add_argument("--master-addr", default="127.0.0.1", help="address of node 0 (multi-host)")
     run.add_argument("--master-port", type=int, default=0, help="port of node 0's bootstrap store (multi-host)")
+    run.add_argument("--socket-ifname", default="",
+                     help="network interface the hosts share (sets MORI_SOCKET_IFNAME for the processes)")
     run.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with the rank")
     run.add_argument("command", nargs=argparse.REMAINDER, help="program and its arguments")
     run.set_defaults(func=_cmd_run)

@@ -32,6 +32,7 @@ class LaunchConfig:
     master_addr: str = "127.0.0.1"
     master_port: int = 0  # 0: pick a free port (single node only)
     secret_hex: str = ""
+    socket_ifname: str = ""  # MORI_SOCKET_IFNAME for the processes (interface the hosts share)
     prefix_output: bool = True
     kill_grace_s: float = 3.0
     extra_env: dict = field(default_factory=dict)
@@ -76,6 +77,10 @@ def launch(cfg: LaunchConfig) -> int:
         # unless the user supplies a real one (recommended on shared networks).
         import hashlib
         secret = hashlib.sha256(f"mori-run:{cfg.master_addr}:{cfg.master_port}".encode()).hexdigest()
+        if cfg.node_rank == 0:
+            sys.stderr.write("mori run: MORI_JOB_SECRET is not set, so the job secret is derived from "
+                             "--master-addr/--master-port and anyone who knows them can join; export the same "
+                             "random MORI_JOB_SECRET (64 hex digits) on every host to keep strangers out\n")
     secret = secret or _C.core.random_secret_hex()
 
     server = None
@@ -90,6 +95,10 @@ def launch(cfg: LaunchConfig) -> int:
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
     lock = threading.Lock()
+    handles_term = threading.current_thread() is threading.main_thread()
+    if handles_term:
+        # A terminated launcher stops its ranks too instead of leaving them orphaned.
+        previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         for local_rank in range(cfg.nproc):
             rank = cfg.node_rank * cfg.nproc + local_rank
@@ -113,6 +122,8 @@ def launch(cfg: LaunchConfig) -> int:
                 "MASTER_PORT": str(torch_port),
                 "PYTHONUNBUFFERED": "1",
             })
+            if cfg.socket_ifname:
+                env["MORI_SOCKET_IFNAME"] = cfg.socket_ifname
             proc = subprocess.Popen(list(cfg.command), env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
             procs.append(proc)
@@ -126,10 +137,16 @@ def launch(cfg: LaunchConfig) -> int:
         _terminate(procs, cfg.kill_grace_s)
         return 130
     finally:
+        if handles_term:
+            signal.signal(signal.SIGTERM, previous_term if previous_term is not None else signal.SIG_DFL)
         for t in pumps:
             t.join(timeout=5)
         if server is not None:
             server.stop()
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _supervise(procs: list[subprocess.Popen], grace: float) -> int:

@@ -14,3 +14,8 @@ def transport_name(pe: int) -> str:
 def transport_matrix() -> list[str]:
     """Transport name for every PE, as seen from this PE."""
     return [_C.shmem.transport_name(pe) for pe in range(_C.shmem.n_pes())]
+
+
+def transport_endpoint(pe: int) -> str:
+    """Where this PE's transport reaches ``pe``: "ip:port" of its tcp listener, "" for shm."""
+    return _C.shmem.transport_endpoint(pe)

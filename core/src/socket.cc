@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -122,6 +123,20 @@ bool recv_all(int fd, void* buf, size_t n, double deadline) {
 void set_nodelay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+void set_liveness(int fd, double timeout_s) {
+  // Probe after a quarter of the budget of silence, three probes spread over another quarter.
+  int idle = std::max(1, std::min(60, static_cast<int>(timeout_s / 4)));
+  int interval = std::max(1, std::min(20, static_cast<int>(timeout_s / 12)));
+  int count = 3;
+  int one = 1;
+  unsigned user_timeout_ms = static_cast<unsigned>(std::max(1.0, timeout_s) * 1000);
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
 }
 
 void close_fd(int& fd) {

@@ -234,7 +234,7 @@ void StoreServer::serve(int fd) {
 // ---------------------------------------------------------------- client
 
 StoreClient::StoreClient(const std::string& host, int port, const JobSecret& secret, int rank, double timeout_s)
-    : rank_(rank), address_(host + ":" + std::to_string(port)) {
+    : rank_(rank), address_(host + ":" + std::to_string(port)), secret_(secret) {
   fd_ = net::connect_tcp(host, port, timeout_s);
   std::string hello(kHello, sizeof(kHello));
   hello.append(reinterpret_cast<const char*>(secret.data()), secret.size());
@@ -340,6 +340,11 @@ void StoreBootstrap::broadcast(void* buf, size_t bytes, int root) {
   }
 }
 
+std::string StoreBootstrap::job_secret() {
+  const JobSecret& s = client_->secret();
+  return std::string(reinterpret_cast<const char*>(s.data()), s.size());
+}
+
 std::string StoreBootstrap::describe() const { return "tcp-store " + client_->address(); }
 
 void StoreBootstrap::shutdown() {
@@ -358,6 +363,16 @@ void Bootstrap::broadcast(void* buf, size_t bytes, int root) {
   std::vector<char> all(bytes * size());
   allgather(buf, all.data(), bytes);
   std::memcpy(buf, all.data() + root * bytes, bytes);
+}
+
+std::string Bootstrap::job_secret() {
+  if (job_secret_.empty()) {
+    JobSecret s{};
+    if (rank() == 0) s = random_secret();
+    broadcast(s.data(), s.size(), 0);
+    job_secret_.assign(reinterpret_cast<const char*>(s.data()), s.size());
+  }
+  return job_secret_;
 }
 
 void Bootstrap::barrier() {

@@ -95,6 +95,7 @@ void bind_shmem(py::module_& m) {
   m.def("n_pes", [] { return rt("shmem_npes").n_pes(); });
   m.def("bootstrap_name", [] { return rt("bootstrap_name").bootstrap().describe(); });
   m.def("transport_name", [](int pe) { return std::string(rt("transport_name").transport_name(pe)); });
+  m.def("transport_endpoint", [](int pe) { return rt("transport_endpoint").transport_endpoint(pe); });
   m.def("topology", [] {
     const Topology& t = rt("topology").topology();
     py::dict d;

@@ -12,6 +12,7 @@
 #include "mori/core/status.h"
 #include "mori/shmem/gpu_heap.h"
 #include "transports/shm/shm_transport.h"
+#include "transports/tcp/tcp_transport.h"
 
 namespace mori::shmem {
 namespace {
@@ -161,23 +162,30 @@ void Runtime::setup() {
   heap_region_.size = heap_bytes;
   allocator_ = std::make_unique<HeapAllocator>(kHeapReserved, heap_bytes);
 
-  // Transports: shm for every PE of this host (unless P2P is disabled), nothing else yet.
+  // Transports: shm for every PE of this host (unless P2P is disabled), tcp for the rest.
   auto shm = std::make_unique<ShmTransport>(my_pe_, n_pes_);
   peer_transport_.assign(n_pes_, nullptr);
+  std::vector<int> tcp_peers;  // on another node, or MORI_DISABLE_P2P=1
   for (int pe = 0; pe < n_pes_; ++pe) {
     bool same_host = topology_.same_node(pe, my_pe_);
     if (pe == my_pe_ || (same_host && !settings.disable_p2p)) {
       peer_transport_[pe] = shm.get();
     } else {
-      raise(Status::kUnavailable,
-            "PE %d (host %s) is not reachable from PE %d (host %s): %s and no remote transport is built into this "
-            "MORI",
-            pe, topology_.pe(pe).hostname, my_pe_, topology_.pe(my_pe_).hostname,
-            same_host ? "MORI_DISABLE_P2P=1 forbids shared memory" : "it is on another node");
+      tcp_peers.push_back(pe);
     }
   }
   ShmTransport* shm_ptr = shm.get();
   transports_.push_back(std::move(shm));
+  auto tcp = TcpTransport::create(*bootstrap_, topology_, tcp_peers, settings.bootstrap_timeout,
+                                  [ctrl](uint32_t region, uint64_t offset, uint64_t length) {
+                                    ctrl->doorbell.ring(Doorbell::key(static_cast<int>(region), offset),
+                                                        Doorbell::key(static_cast<int>(region), offset + length));
+                                  });
+  if (tcp) {
+    for (int pe : tcp_peers) peer_transport_[pe] = tcp.get();
+    transports_.push_back(std::move(tcp));
+  }
+  for (auto& t : transports_) t->expose_region(heap_region_);
 
   // Exchange the heap's base and sharing handle, connect every peer.
   struct Announce {
@@ -253,6 +261,11 @@ void Runtime::teardown() {
 const char* Runtime::transport_name(int pe) const {
   check_pe(pe, "transport_name");
   return peer_transport_[pe]->name();
+}
+
+std::string Runtime::transport_endpoint(int pe) const {
+  check_pe(pe, "transport_endpoint");
+  return peer_transport_[pe]->endpoint(pe);
 }
 
 // ---------------------------------------------------------------- memory
@@ -348,6 +361,7 @@ int Runtime::add_region(void* base, size_t size, MemKind kind, const std::string
     region->remote_bases[pe] = all[pe].base;
     region->handles[pe] = std::string(all[pe].handle, strnlen(all[pe].handle, sizeof(all[pe].handle)));
   }
+  for (auto& t : transports_) t->expose_region(*region);
   for (int pe = 0; pe < n_pes_; ++pe)
     if (Transport* t = transport_or_null(*region, pe)) t->connect_region(*region, pe);
   extra_regions_.push_back(std::move(region));

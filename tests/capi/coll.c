@@ -95,7 +95,10 @@ int main(int argc, char **argv) {
   int me = shmem_my_pe(), n = shmem_n_pes();
 
   CHECK(shmem_team_n_pes(SHMEM_TEAM_WORLD) == n && shmem_team_my_pe(SHMEM_TEAM_WORLD) == me, "world");
-  CHECK(shmem_team_n_pes(SHMEM_TEAM_SHARED) == n, "shared (one host)");
+  /* the shared team is this host's PEs: all of them unless `mori run --nnodes` spread the job */
+  const char *local = getenv("MORI_LOCAL_WORLD_SIZE");
+  int n_shared = local && getenv("MORI_NNODES") && atoi(getenv("MORI_NNODES")) > 1 ? atoi(local) : n;
+  CHECK(shmem_team_n_pes(SHMEM_TEAM_SHARED) == n_shared && shmem_team_my_pe(SHMEM_TEAM_SHARED) >= 0, "shared team");
   CHECK(shmem_team_my_pe(SHMEM_TEAM_INVALID) == -1, "invalid team");
   shmem_team_config_t cfg = {.num_contexts = 2};
   struct bufs bf = {shmem_malloc(NE * n * sizeof(long)), shmem_calloc(NE * n * n, sizeof(long)),

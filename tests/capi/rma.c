@@ -124,10 +124,15 @@ int main(int argc, char **argv) {
   /* zero-length RMA with NULL buffers is a no-op */
   shmem_putmem(NULL, NULL, 0, right);
   shmem_getmem(NULL, NULL, 0, right);
-  /* shmem_ptr works on globals and the heap for PEs of this host */
+  /* shmem_ptr works on globals and the heap for PEs of this host (SHMEM_TEAM_SHARED), and is
+     NULL for PEs on other hosts */
   long *peer = shmem_ptr(g_long, right);
-  CHECK(peer != NULL && peer[2] == 12345 + me, "shmem_ptr on a global");
-  CHECK(shmem_ptr(g_bytes, right) != NULL, "shmem_ptr on static bss");
+  if (shmem_team_translate_pe(SHMEM_TEAM_WORLD, right, SHMEM_TEAM_SHARED) >= 0) {
+    CHECK(peer != NULL && peer[2] == 12345 + me, "shmem_ptr on a global");
+    CHECK(shmem_ptr(g_bytes, right) != NULL, "shmem_ptr on static bss");
+  } else {
+    CHECK(peer == NULL && shmem_ptr(g_bytes, right) == NULL, "shmem_ptr to another host is NULL");
+  }
   int local_var = 0;
   CHECK(shmem_ptr(&local_var, right) == NULL, "shmem_ptr on a stack address is NULL");
   CHECK(shmem_malloc(0) == NULL, "malloc(0) is NULL");

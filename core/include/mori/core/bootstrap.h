@@ -25,6 +25,10 @@ class Bootstrap {
   virtual std::string describe() const = 0;
   // Called once the job is finished with the bootstrap (finalize): lets servers exit cleanly.
   virtual void shutdown() {}
+  // The job's secret (32 raw bytes) that transports demand from connecting peers.
+  // Store-based bootstraps return the store's secret; the default draws one on rank 0
+  // and broadcasts it over this bootstrap, so its first call is collective.
+  virtual std::string job_secret();
 
   // Convenience: allgather of a vector of trivially-copyable values.
   template <typename T>
@@ -33,6 +37,9 @@ class Bootstrap {
     allgather(&mine, all.data(), sizeof(T));
     return all;
   }
+
+ private:
+  std::string job_secret_;  // cached by the default job_secret()
 };
 
 // A bootstrap of one rank (no peers); used by single-process programs.

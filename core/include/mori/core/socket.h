@@ -22,6 +22,9 @@ void send_all(int fd, const void* buf, size_t n);
 bool recv_all(int fd, void* buf, size_t n, double deadline = -1);
 
 void set_nodelay(int fd);
+// Makes a silent peer (host gone, link down) an error on this socket within about
+// timeout_s: TCP keepalive probes on idle connections, TCP_USER_TIMEOUT on unacknowledged data.
+void set_liveness(int fd, double timeout_s);
 void close_fd(int& fd);
 
 }  // namespace mori::net

@@ -72,12 +72,14 @@ class StoreClient {
   void goodbye();  // tells the server this rank leaves on purpose
 
   const std::string& address() const { return address_; }
+  const JobSecret& secret() const { return secret_; }
 
  private:
   std::mutex mu_;
   int fd_ = -1;
   int rank_;
   std::string address_;
+  JobSecret secret_;
 };
 
 // Bootstrap over a store: allgather = set own key, get everyone's.
@@ -92,6 +94,7 @@ class StoreBootstrap : public Bootstrap {
   void broadcast(void* buf, size_t bytes, int root) override;
   std::string describe() const override;
   void shutdown() override;
+  std::string job_secret() override;
 
  private:
   std::unique_ptr<StoreClient> client_;

@@ -71,6 +71,8 @@ class Runtime {
   Bootstrap& bootstrap() { return *bootstrap_; }
   const Topology& topology() const { return topology_; }
   const char* transport_name(int pe) const;
+  // Where the transport to `pe` reaches it ("ip:port" for tcp, "" for shm).
+  std::string transport_endpoint(int pe) const;
 
   // ---- symmetric memory (collective: every PE calls with the same arguments).
   // malloc/calloc/realloc end with a barrier and free starts with one, as OpenSHMEM requires,

@@ -17,6 +17,8 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched) {
 #if defined(__x86_64__)
     __builtin_ia32_pause();
 #endif
+    // Let a progress thread on this core (tcp target, a peer PE) deliver what we wait for.
+    if ((i & 255) == 255) std::this_thread::yield();
   }
   Doorbell& bell = control()->doorbell;
   // Writers wake us only for writes covering the watched word (any write if unknown).

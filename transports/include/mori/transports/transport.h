@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "mori/transports/mem_region.h"
 
@@ -45,6 +46,12 @@ class Transport {
 
   // A PE this transport knows to be gone (connection lost, process exited), or -1.
   virtual int dead_peer() const { return -1; }
+
+  // Lets peers reach this PE's own part of `region` through this transport (a
+  // target-side engine serves it). Called for every symmetric region, heap first.
+  virtual void expose_region(const MemRegion& region) {}
+  // Where this transport reaches `pe` ("ip:port" for tcp), or "" when not meaningful.
+  virtual std::string endpoint(int pe) const { return ""; }
 };
 
 }  // namespace mori

@@ -1,0 +1,139 @@
+# SPDX-License-Identifier: MIT
+"""Pretend hosts on one machine: network namespaces joined by a veth pair.
+
+Each namespace has its own loopback and one veth end with its own IPv4 address,
+so processes in different namespaces can only talk over that link, as separate
+hosts would. Used by the multi-host tests and by ``mori bench shmem --hosts 2``.
+Needs root and iproute2 (``tc`` for rate limits).
+
+    with VethHosts() as hosts:
+        a, b = hosts.hosts
+        a.popen(["python", "server.py"]); b.popen(["python", "client.py", a.ip])
+
+Everything is removed on exit (also after errors); namespaces left behind by a
+process that was killed are removed the next time, once their creator is gone.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+_PREFIX = "mori-"
+_counter = 0
+_counter_lock = threading.Lock()
+
+
+def unavailable_reason() -> Optional[str]:
+    """Why namespaces cannot be made here (None when they can)."""
+    if os.geteuid() != 0:
+        return "creating network namespaces needs root"
+    if shutil.which("ip") is None:
+        return "iproute2's `ip` command is not installed"
+    return None
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, stdin=subprocess.DEVNULL)
+
+
+def remove_stale() -> None:
+    """Delete namespaces made by MORI processes that no longer exist."""
+    listing = _ip("netns", "list", check=False).stdout
+    for line in listing.splitlines():
+        name = line.split()[0] if line.split() else ""
+        if not name.startswith(_PREFIX):
+            continue
+        try:
+            pid = int(name[len(_PREFIX):].split("-")[0])
+        except ValueError:
+            continue
+        if not os.path.exists(f"/proc/{pid}"):
+            _ip("netns", "del", name, check=False)
+
+
+@dataclass
+class Host:
+    """One namespace: its name, its veth end and address."""
+
+    name: str
+    ifname: str
+    ip: str
+
+    def command(self, cmd: Sequence[str]) -> list[str]:
+        """``cmd`` prefixed so that it runs inside this namespace."""
+        return ["ip", "netns", "exec", self.name, *map(str, cmd)]
+
+    def popen(self, cmd: Sequence[str], env: Optional[dict] = None, **kwargs) -> subprocess.Popen:
+        """Start ``cmd`` in this namespace (stdin closed)."""
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        return subprocess.Popen(self.command(cmd), env=env, **kwargs)
+
+    def run(self, cmd: Sequence[str], timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        return subprocess.run(self.command(cmd), timeout=timeout, **kwargs)
+
+
+@dataclass
+class VethHosts:
+    """Two namespaces joined by one veth link (``subnet``.1 and ``subnet``.2/24)."""
+
+    subnet: str = "10.203.0"
+    hosts: list[Host] = field(default_factory=list)
+
+    def __enter__(self) -> "VethHosts":
+        self.create()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.destroy()
+
+    def create(self) -> None:
+        global _counter
+        reason = unavailable_reason()
+        if reason:
+            raise PermissionError(reason)
+        remove_stale()
+        with _counter_lock:
+            _counter += 1
+            k = _counter
+        pid = os.getpid()
+        # Interface names are limited to 15 characters.
+        tag = f"{pid % 10**7}{k % 100}"
+        self.hosts = [Host(f"{_PREFIX}{pid}-{k}-{h}", f"mv{tag}{'ab'[h]}", f"{self.subnet}.{h + 1}") for h in range(2)]
+        try:
+            for h in self.hosts:
+                _ip("netns", "add", h.name)
+            a, b = self.hosts
+            _ip("link", "add", a.ifname, "type", "veth", "peer", "name", b.ifname)
+            for h in self.hosts:
+                _ip("link", "set", h.ifname, "netns", h.name)
+                _ip("-n", h.name, "addr", "add", f"{h.ip}/24", "dev", h.ifname)
+                _ip("-n", h.name, "link", "set", h.ifname, "up")
+                _ip("-n", h.name, "link", "set", "lo", "up")
+        except subprocess.CalledProcessError as exc:
+            self.destroy()
+            raise RuntimeError(f"could not create network namespaces: {' '.join(exc.cmd)}: {exc.stderr.strip()}") from exc
+
+    def destroy(self) -> None:
+        """Delete both namespaces (the veth pair goes with them). Safe to call twice."""
+        for h in self.hosts:
+            _ip("netns", "del", h.name, check=False)
+        self.hosts = []
+
+    def limit_rate(self, rate: str, burst: str = "64kb", latency: str = "50ms") -> None:
+        """Shape both directions of the link with a token bucket (``tc qdisc ... tbf``)."""
+        if shutil.which("tc") is None:
+            raise RuntimeError("`tc` (iproute2) is not installed")
+        for h in self.hosts:
+            subprocess.run(h.command(["tc", "qdisc", "replace", "dev", h.ifname, "root", "tbf", "rate", rate,
+                                      "burst", burst, "latency", latency]),
+                           check=True, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+
+    def link_down(self, host: int) -> None:
+        """Take ``host``'s end of the link down, as if its cable were pulled."""
+        h = self.hosts[host]
+        _ip("-n", h.name, "link", "set", h.ifname, "down")

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: MIT
+#include "transports/tcp/socket_reader.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "mori/core/status.h"
+
+namespace mori::tcp {
+
+size_t SocketReader::fill() {
+  if (pos_ == end_) pos_ = end_ = 0;
+  while (true) {
+    ssize_t k = ::recv(fd_, buf_.data() + end_, buf_.size() - end_, 0);
+    if (k >= 0) {
+      end_ += static_cast<size_t>(k);
+      return static_cast<size_t>(k);
+    }
+    if (errno == EINTR) continue;
+    raise_errno("tcp recv");
+  }
+}
+
+bool SocketReader::read(void* dst, size_t n) {
+  char* out = static_cast<char*>(dst);
+  size_t got = 0;
+  while (got < n) {
+    if (pos_ < end_) {
+      size_t take = std::min(n - got, end_ - pos_);
+      std::memcpy(out + got, buf_.data() + pos_, take);
+      pos_ += take;
+      got += take;
+      continue;
+    }
+    size_t want = n - got;
+    if (want >= buf_.size() / 2) {
+      // Large payload: let the kernel copy straight into the destination.
+      ssize_t k = ::recv(fd_, out + got, want, 0);
+      if (k < 0) {
+        if (errno == EINTR) continue;
+        raise_errno("tcp recv");
+      }
+      if (k == 0) {
+        if (got == 0) return false;
+        raise(Status::kRemote, "connection closed in the middle of a %zu-byte message", n);
+      }
+      got += static_cast<size_t>(k);
+      continue;
+    }
+    if (fill() == 0) {
+      if (got == 0) return false;
+      raise(Status::kRemote, "connection closed in the middle of a %zu-byte message", n);
+    }
+  }
+  return true;
+}
+
+void SocketReader::skip(size_t n) {
+  while (n > 0) {
+    if (pos_ == end_ && fill() == 0) raise(Status::kRemote, "connection closed in the middle of a payload");
+    size_t take = std::min(n, end_ - pos_);
+    pos_ += take;
+    n -= take;
+  }
+}
+
+}  // namespace mori::tcp

@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: MIT
+// Buffered reads from a blocking socket: small frames come out of one recv()
+// each batch, large payloads go straight from the kernel into their destination.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+namespace mori::tcp {
+
+class SocketReader {
+ public:
+  explicit SocketReader(int fd, size_t buffer_bytes = 64 * 1024) : fd_(fd), buf_(buffer_bytes) {}
+
+  // Reads exactly n bytes into dst. Returns false on an orderly close before the
+  // first byte; throws on errors or on a close in the middle.
+  bool read(void* dst, size_t n);
+  // Reads and discards n bytes (the payload of a refused request).
+  void skip(size_t n);
+
+ private:
+  // recv() into the buffer; returns bytes read (0 on orderly close).
+  size_t fill();
+
+  int fd_;
+  std::vector<char> buf_;
+  size_t pos_ = 0, end_ = 0;
+};
+
+}  // namespace mori::tcp
