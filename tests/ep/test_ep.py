@@ -131,3 +131,18 @@ def test_config_defaults_match_mori():
     assert c.max_num_tokens_to_recv == 8 * 4096
     capped = EpDispatchCombineConfig(torch.bfloat16, 0, 8, 7168, 0, 1, 4, 4096, 32, 8, max_total_recv_tokens=1000)
     assert capped.max_num_tokens_to_recv == 8 * 125
+
+
+@pytest.mark.netns
+def test_internode_kernel_types_across_two_hosts():
+    """InterNode, InterNodeV1, InterNodeV1LL and AsyncLL with 2 PEs on each of two hosts (network
+    namespaces joined by veth): same-host peers over shm, the other host over the tcp transport."""
+    from multihost import check_all, run_on_hosts, veth_hosts_or_skip
+
+    vh = veth_hosts_or_skip()
+    try:
+        out = check_all(run_on_hosts(vh.hosts, 2, python_program("ep_suite.py", "--preset", "internode,hosts"),
+                                     timeout=240))
+    finally:
+        vh.destroy()
+    assert "on 4 PEs passed" in out

@@ -253,6 +253,13 @@ def presets(name: str, world: int) -> list[Case]:
         cases.append(replace(base, kernel=K.InterNodeV1, gpu_per_node=gpn, quant="fp8_direct_cast"))
         cases.append(replace(base, kernel=K.InterNodeV1, gpu_per_node=1, routing="sentinel"))
         return cases
+    if name == "hosts":
+        # Across hosts: IntraNode must refuse (no direct mapping of the other host); the
+        # RMA kernel types with the Complete Example's shape (hidden 7168, top-8).
+        return [replace(base, kernel=K.InterNodeV1, gpu_per_node=max(1, world // 2), hidden=7168, topk=8,
+                        experts_per_rank=8, max_tokens=32, routing="max_tokens"),
+                replace(base, kernel=K.InterNodeV1LL, hidden=7168, topk=8, experts_per_rank=8, max_tokens=32,
+                        dtype=FP8, combine_dtype=torch.bfloat16)]
     raise SystemExit(f"unknown preset {name}")
 
 
@@ -265,6 +272,16 @@ def main() -> int:
     sh.shmem_init()
     me, world = sh.shmem_mype(), sh.shmem_npes()
     t0 = time.time()
+    if "hosts" in args.preset.split(","):
+        cfg = EpDispatchCombineConfig(data_type=torch.bfloat16, rank=me, world_size=world, hidden_dim=8, scale_dim=0,
+                                      scale_type_size=4, max_token_type_size=4, max_num_inp_token_per_rank=4,
+                                      num_experts_per_rank=2, num_experts_per_token=2)
+        try:
+            EpDispatchCombineOp(cfg)
+            raise AssertionError(f"PE {me}: IntraNode across hosts did not refuse")
+        except NotImplementedError as exc:
+            assert "InterNodeV1" in str(exc), exc
+        sh.shmem_barrier_all()
     cases = [c for name in args.preset.split(",") for c in presets(name, world)]
     for i, case in enumerate(cases):
         run_case(case, me, world, args.seed + i, args.threads)
