@@ -1,2 +1,23 @@
 # SPDX-License-Identifier: MIT
-"""mori.ep"""
+"""``mori.ep`` (also ``mori.ops``): MoE expert-parallel dispatch/combine with MORI's API.
+
+    import mori
+    mori.shmem.shmem_torch_process_group_init("default")
+    config = mori.ops.EpDispatchCombineConfig(data_type=torch.bfloat16, rank=rank, world_size=world, ...)
+    op = mori.ops.EpDispatchCombineOp(config)
+    out, out_w, out_s, out_idx, recv_num_token = op.dispatch(x, weights, scales, indices)
+    combined, combined_w = op.combine(expert_out, out_w, indices)
+
+See docs/ep.md.
+"""
+from mori.ep.config import EpDispatchCombineConfig
+from mori.ep.kernel_type import EpDispatchCombineKernelType, EpDispatchCombineQuantType
+from mori.ep.op import TOPK_IDX_DTYPE, EpDispatchCombineOp
+
+__all__ = [
+    "EpDispatchCombineConfig",
+    "EpDispatchCombineKernelType",
+    "EpDispatchCombineOp",
+    "EpDispatchCombineQuantType",
+    "TOPK_IDX_DTYPE",
+]

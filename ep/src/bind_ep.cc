@@ -1,7 +1,187 @@
 // SPDX-License-Identifier: MIT
-// mori._C.ep
+// mori._C.ep: the EP handle with tensors as (address, shape) integers; mori.ep builds the
+// torch views on top.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "mori/core/env.h"
+#include "mori/ep/config.h"
+#include "mori/ep/dtype.h"
+#include "mori/ep/handle.h"
+#ifdef MORI_EP_CUDA
+#include "mori/ep/cuda/gpu_group.h"
+#endif
 
 namespace py = pybind11;
+using namespace mori::ep;
 
-void bind_ep(py::module_& m) {}
+namespace {
+
+template <typename T>
+T* ptr_of(uintptr_t p) {
+  return reinterpret_cast<T*>(p);
+}
+
+EpConfig make_config(const py::dict& d) {
+  EpConfig c;
+  auto get = [&](const char* k, auto& field) {
+    if (d.contains(k)) field = d[k].cast<std::remove_reference_t<decltype(field)>>();
+  };
+  get("rank", c.rank);
+  get("world_size", c.world_size);
+  get("hidden_dim", c.hidden_dim);
+  get("scale_dim", c.scale_dim);
+  get("scale_type_size", c.scale_type_size);
+  get("max_token_type_size", c.max_token_type_size);
+  get("max_num_inp_token_per_rank", c.max_num_inp_token_per_rank);
+  get("num_experts_per_rank", c.num_experts_per_rank);
+  get("num_experts_per_token", c.num_experts_per_token);
+  get("warp_num_per_block", c.warp_num_per_block);
+  get("block_num", c.block_num);
+  get("max_total_recv_tokens", c.max_total_recv_tokens);
+  get("use_external_inp_buf", c.use_external_inp_buf);
+  get("gpu_per_node", c.gpu_per_node);
+  get("rdma_block_num", c.rdma_block_num);
+  get("num_qp_per_pe", c.num_qp_per_pe);
+  get("num_threads", c.num_threads);
+  if (d.contains("kernel_type")) c.kernel_type = static_cast<KernelType>(d["kernel_type"].cast<int>());
+  if (d.contains("quant_type")) c.quant_type = static_cast<QuantType>(d["quant_type"].cast<int>());
+  return c;
+}
+
+}  // namespace
+
+void bind_ep(py::module_& m) {
+  py::class_<EpHandle>(m, "EpHandle")
+      .def(py::init([](const py::dict& cfg) {
+             EpConfig c = make_config(cfg);
+             py::gil_scoped_release nogil;  // construction is collective: peers may take a while
+             return new EpHandle(c);
+           }),
+           py::arg("config"))
+      .def_property_readonly("threads", &EpHandle::threads)
+      .def_property_readonly("max_recv", [](const EpHandle& h) { return h.config().max_recv(); })
+      .def(
+          "dispatch",
+          [](EpHandle& h, uintptr_t input, int dtype, int num_tokens, int hidden, uintptr_t weights, uintptr_t scales,
+             uintptr_t indices, int block_num, int warp_per_block, int rdma_block_num) {
+            DispatchArgs a;
+            a.input = ptr_of<const void>(input);
+            a.dtype = static_cast<DType>(dtype);
+            a.num_tokens = num_tokens;
+            a.hidden = hidden;
+            a.weights = ptr_of<const float>(weights);
+            a.scales = ptr_of<const void>(scales);
+            a.indices = ptr_of<const int32_t>(indices);
+            a.launch = {block_num, warp_per_block, rdma_block_num};
+            DispatchResult r;
+            {
+              py::gil_scoped_release nogil;
+              r = h.dispatch(a);
+            }
+            return py::make_tuple(reinterpret_cast<uintptr_t>(r.tokens), reinterpret_cast<uintptr_t>(r.weights),
+                                  reinterpret_cast<uintptr_t>(r.scales), reinterpret_cast<uintptr_t>(r.indices),
+                                  reinterpret_cast<uintptr_t>(r.total_recv));
+          },
+          py::arg("input"), py::arg("dtype"), py::arg("num_tokens"), py::arg("hidden"), py::arg("weights"),
+          py::arg("scales"), py::arg("indices"), py::arg("block_num") = -1, py::arg("warp_per_block") = -1,
+          py::arg("rdma_block_num") = -1)
+      .def("dispatch_recv", &EpHandle::dispatch_recv, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "combine",
+          [](EpHandle& h, uintptr_t input, int dtype, int num_rows, int hidden, uintptr_t weights, uintptr_t indices,
+             int num_tokens, int use_external_inp_buf, int block_num, int warp_per_block, int rdma_block_num) {
+            CombineArgs a;
+            a.input = ptr_of<const void>(input);
+            a.dtype = static_cast<DType>(dtype);
+            a.num_rows = num_rows;
+            a.hidden = hidden;
+            a.weights = ptr_of<const float>(weights);
+            a.indices = ptr_of<const int32_t>(indices);
+            a.num_tokens = num_tokens;
+            a.use_external_inp_buf = use_external_inp_buf;
+            a.launch = {block_num, warp_per_block, rdma_block_num};
+            CombineResult r;
+            {
+              py::gil_scoped_release nogil;
+              r = h.combine(a);
+            }
+            return py::make_tuple(reinterpret_cast<uintptr_t>(r.tokens), reinterpret_cast<uintptr_t>(r.weights));
+          },
+          py::arg("input"), py::arg("dtype"), py::arg("num_rows"), py::arg("hidden"), py::arg("weights"),
+          py::arg("indices"), py::arg("num_tokens"), py::arg("use_external_inp_buf") = -1, py::arg("block_num") = -1,
+          py::arg("warp_per_block") = -1, py::arg("rdma_block_num") = -1)
+      .def("combine_recv", &EpHandle::combine_recv, py::call_guard<py::gil_scoped_release>())
+      .def("total_recv", &EpHandle::total_recv)
+      .def("cur_rank_num_token", &EpHandle::cur_rank_num_token)
+      .def("src_token_pos", [](const EpHandle& h) { return reinterpret_cast<uintptr_t>(h.src_token_pos()); })
+      .def("registered_combine_input",
+           [](const EpHandle& h) {
+             return py::make_tuple(reinterpret_cast<uintptr_t>(h.registered_combine_input()),
+                                   h.registered_combine_input_bytes());
+           })
+      .def("last_dispatch_remote_bytes", &EpHandle::last_dispatch_remote_bytes)
+      .def("last_combine_remote_bytes", &EpHandle::last_combine_remote_bytes);
+
+#ifdef MORI_EP_CUDA
+  namespace cu = mori::ep::cuda;
+  m.attr("cuda_built") = true;
+  py::class_<cu::GpuGroup>(m, "GpuGroup")
+      .def(py::init([](std::vector<int> devices, int topk, int experts_per_rank, int max_inp, int64_t max_recv,
+                       int scale_bytes, int max_row_bytes) {
+             cu::Shape s{};
+             s.world = static_cast<int>(devices.size());
+             s.topk = topk;
+             s.experts_per_rank = experts_per_rank;
+             s.max_inp = max_inp;
+             s.max_recv = max_recv;
+             s.max_send = static_cast<int64_t>(s.world) * max_inp;
+             s.scale_bytes = scale_bytes;
+             return new cu::GpuGroup(devices, s, max_row_bytes);
+           }),
+           py::arg("devices"), py::arg("topk"), py::arg("experts_per_rank"), py::arg("max_inp"), py::arg("max_recv"),
+           py::arg("scale_bytes"), py::arg("max_row_bytes"))
+      .def("dispatch_send",
+           [](cu::GpuGroup& g, int rank, uintptr_t input, int row_bytes, uintptr_t weights, uintptr_t scales,
+              uintptr_t indices, int n, int blocks, int warps, uintptr_t stream) {
+             g.dispatch_send(rank, ptr_of<const void>(input), row_bytes, ptr_of<const float>(weights),
+                             ptr_of<const void>(scales), ptr_of<const int32_t>(indices), n, blocks, warps,
+                             ptr_of<void>(stream));
+           })
+      .def("dispatch_recv", [](cu::GpuGroup& g, int rank, uintptr_t stream) { g.dispatch_recv(rank, ptr_of<void>(stream)); })
+      .def("combine_send",
+           [](cu::GpuGroup& g, int rank, uintptr_t input, int dtype, int hidden, uintptr_t weights, int blocks,
+              int warps, uintptr_t stream) {
+             g.combine_send(rank, ptr_of<const void>(input), dtype, hidden, ptr_of<const float>(weights), blocks,
+                            warps, ptr_of<void>(stream));
+           })
+      .def("combine_recv",
+           [](cu::GpuGroup& g, int rank, int dtype, int hidden, bool weights, int n, int blocks, int warps,
+              uintptr_t stream) { g.combine_recv(rank, dtype, hidden, weights, n, blocks, warps, ptr_of<void>(stream)); })
+      .def("buffers", [](const cu::GpuGroup& g, int rank) {
+        py::dict d;
+        d["disp_tok"] = g.disp_tok(rank);
+        d["disp_w"] = g.disp_w(rank);
+        d["disp_idx"] = g.disp_idx(rank);
+        d["disp_scale"] = g.disp_scale(rank);
+        d["disp_src"] = g.disp_src(rank);
+        d["total_recv"] = g.total_recv(rank);
+        d["comb_out"] = g.comb_out(rank);
+        d["comb_out_w"] = g.comb_out_w(rank);
+        return d;
+      });
+#else
+  m.attr("cuda_built") = false;
+#endif
+
+  m.def("dtype_size", [](int t) { return dtype_size(static_cast<DType>(t)); });
+  // Element-wise fp32 -> dtype encode of n values (tests compare it with torch's casts).
+  m.def(
+      "encode_fp32",
+      [](uintptr_t src, uintptr_t dst, int dtype, int n) {
+        store_row(ptr_of<void>(dst), ptr_of<const float>(src), static_cast<DType>(dtype), n);
+      },
+      py::arg("src"), py::arg("dst"), py::arg("dtype"), py::arg("n"));
+  m.def("launch_config_mode", [] { return mori::env::get().ep_launch_config_mode; });
+  m.def("tuning_config_path", [] { return mori::env::get().ep_tuning_config; });
+}

@@ -43,4 +43,6 @@
   X(deepspeed, "MORI_DEEPSPEED", bool, "0",                                                        \
     "install the DeepSpeed hook on import of mori.apps.deepspeed (ZeRO-3 all-gathers via MORI)")   \
   X(deepspeed_max_numel, "MORI_DEEPSPEED_MAX_NUMEL", int, "67108864",                              \
-    "largest all-gather input (elements per rank) the DeepSpeed hook routes through MORI")
+    "largest all-gather input (elements per rank) the DeepSpeed hook routes through MORI")   \
+  X(ep_tuning_config, "MORI_EP_TUNING_CONFIG", string, "",                                         \
+    "EP AUTO mode: explicit tuning-rule JSON file (default: search ep/tuning_configs)")

@@ -1,0 +1,472 @@
+# SPDX-License-Identifier: MIT
+"""``mori bench ep``: MoE dispatch/combine against the plain-torch all_to_all path.
+
+Setup as MORI's and DeepEP's benchmarks: ``--tokens`` per rank (4096 for bandwidth, 128 for
+latency), hidden 7168, top-8 of 256 experts spread over the ranks, FP8 (e4m3fn) dispatch and
+BF16 combine, uniform random routing. The baseline runs in the same job with the same routing:
+what engines fall back to without a dispatch kernel — exchange per-rank counts, permute rows by
+destination, ``all_to_all_single`` the rows, top-k ids and weights (gloo on CPU, NCCL on GPU),
+and for combine the reverse ``all_to_all_single`` plus an ``index_add_`` per source token.
+
+Figures per phase (per rank, averaged over ranks; time = mean over iterations of the slowest
+rank's time, every iteration starting from a barrier):
+* DeepEP bandwidth: received rows x hidden x element size / time, the rank's own rows included
+  (dispatch counts rows received, combine the rows sent back: DeepEP's definition);
+* link efficiency: bytes that crossed from other ranks into this one / time / the peer-copy
+  ceiling measured in the same run (CPU: concurrent memcpy between PEs' mapped heaps).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from typing import Callable, Optional
+
+
+def _routing(tokens: int, world: int, experts: int, topk: int, seed: int):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.rand(tokens, experts, generator=g).argsort(dim=1)[:, :topk].to(torch.int32)
+    return idx
+
+
+class _A2ABaseline:
+    """The all_to_all_single path (one rank's view), with the same routing as the op."""
+
+    def __init__(self, dist, group, me: int, world: int, idx, epr: int, hidden: int):
+        import torch
+
+        self.dist, self.group, self.world = dist, group, world
+        n, k = idx.shape
+        dest = (idx.long() // epr)
+        # One row per (token, unique destination rank), ordered by destination.
+        onehot = torch.zeros(n, world, dtype=torch.bool)
+        onehot.scatter_(1, dest, True)
+        tok, rank = onehot.nonzero(as_tuple=True)
+        order = torch.argsort(rank, stable=True)
+        self.send_tok = tok[order]
+        self.send_counts = torch.bincount(rank, minlength=world)
+        self.n, self.k, self.hidden = n, k, hidden
+
+    def dispatch(self, x_bytes, weights, idx):
+        import torch
+
+        dist = self.dist
+        recv_counts = torch.empty_like(self.send_counts)
+        dist.all_to_all_single(recv_counts, self.send_counts, group=self.group)
+        sc, rc = self.send_counts.tolist(), recv_counts.tolist()
+        total = sum(rc)
+        rows = x_bytes.index_select(0, self.send_tok)
+        out = torch.empty(total, x_bytes.shape[1], dtype=torch.uint8)
+        dist.all_to_all_single(out, rows, rc, sc, group=self.group)
+        meta = torch.cat([idx.index_select(0, self.send_tok), weights.index_select(0, self.send_tok).view(torch.int32)], 1)
+        out_meta = torch.empty(total, meta.shape[1], dtype=torch.int32)
+        dist.all_to_all_single(out_meta, meta, rc, sc, group=self.group)
+        self.recv_counts = rc
+        return out, out_meta
+
+    def combine(self, expert_out_bytes, out_dtype):
+        import torch
+
+        rc, sc = self.recv_counts, self.send_counts.tolist()
+        back = torch.empty(len(self.send_tok), expert_out_bytes.shape[1], dtype=torch.uint8)
+        self.dist.all_to_all_single(back, expert_out_bytes, sc, rc, group=self.group)
+        vals = back.view(out_dtype).float()
+        acc = torch.zeros(self.n, vals.shape[1], dtype=torch.float32)
+        acc.index_add_(0, self.send_tok, vals)
+        return acc.to(out_dtype)
+
+
+def _measure(fn: Callable[[], None], barrier: Callable[[], None], iters: int, warmup: int, reduce_max) -> float:
+    """Mean over iterations of the slowest rank's duration (seconds)."""
+    for _ in range(warmup):
+        barrier()
+        fn()
+    times = []
+    for _ in range(iters):
+        barrier()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return sum(reduce_max(times)) / iters
+
+
+def _worker(args: argparse.Namespace) -> int:
+    import torch
+    import torch.distributed as dist
+
+    import mori.shmem as sh
+    from mori.apps.bench.report import Report
+    from mori.ops import EpDispatchCombineConfig, EpDispatchCombineKernelType, EpDispatchCombineOp
+
+    dist.init_process_group("gloo")
+    sh.shmem_init()
+    me, world = sh.shmem_mype(), sh.shmem_npes()
+    group = dist.group.WORLD
+    if args.experts % world:
+        raise SystemExit(f"--experts {args.experts} is not a multiple of the {world} ranks")
+    epr = args.experts // world
+    hidden, topk = args.hidden, args.topk
+    kernel = EpDispatchCombineKernelType[args.kernel]
+    fp8, bf16 = torch.float8_e4m3fn, torch.bfloat16
+
+    def reduce_max(values: list) -> list:
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        return t.tolist()
+
+    def reduce_mean(v: float) -> float:
+        t = torch.tensor([v], dtype=torch.float64)
+        dist.all_reduce(t, group=group)
+        return t.item() / world
+
+    # The peer-copy ceiling: every PE copies from its right neighbour's mapped heap at once.
+    ceil_bytes = 64 << 20
+    src_sym = sh.shmem_malloc(ceil_bytes)
+    peer = sh.shmem_ptr_p2p(src_sym, me, (me + 1) % world)
+    local = torch.empty(ceil_bytes, dtype=torch.uint8)
+    import ctypes
+
+    ctypes.memset(src_sym, 1, ceil_bytes)
+    sh.shmem_barrier_all()
+    copy_t = _measure(lambda: ctypes.memmove(local.data_ptr(), peer, ceil_bytes), sh.shmem_barrier_all, 5, 2,
+                      reduce_max) if peer else float("nan")
+    ceiling = ceil_bytes / copy_t / 1e9
+    sh.shmem_barrier_all()
+    sh.shmem_free(src_sym)
+
+    report = Report("ep", ["tokens", "phase", "impl", "time_us", "deepep_GBps", "link_GBps", "link_eff",
+                           "vs_baseline"],
+                    meta={"world": world, "hidden": hidden, "topk": topk, "experts": args.experts,
+                          "kernel": kernel.name, "dispatch_dtype": "float8_e4m3fn", "combine_dtype": "bfloat16",
+                          "peer_copy_ceiling_GBps": ceiling, "device": "cpu"})
+    for tokens in args.tokens:
+        all_idx = [_routing(tokens, world, args.experts, topk, args.seed + r) for r in range(world)]
+        idx = all_idx[me]
+        g = torch.Generator().manual_seed(1000 + me)
+        x = (torch.randn(tokens, hidden, generator=g)).to(fp8)
+        w = torch.rand(tokens, topk, generator=g)
+        cfg = EpDispatchCombineConfig(
+            data_type=fp8, rank=me, world_size=world, hidden_dim=hidden, scale_dim=0, scale_type_size=4,
+            max_token_type_size=2, max_num_inp_token_per_rank=tokens, num_experts_per_rank=epr,
+            num_experts_per_token=topk, kernel_type=kernel, gpu_per_node=args.gpu_per_node)
+        op = EpDispatchCombineOp(cfg)
+        state = {}
+
+        def disp():
+            state["d"] = op.dispatch(x, w, None, idx)
+            if kernel == EpDispatchCombineKernelType.AsyncLL:
+                op.dispatch_recv()
+
+        disp()
+        total = int(state["d"][4][0])
+        expert_out = state["d"][0][:total].to(bf16)  # the expert's output (identity), in bf16
+
+        def comb():
+            op.combine(expert_out, None, idx)
+            if kernel == EpDispatchCombineKernelType.AsyncLL:
+                op.combine_recv()
+
+        comb()
+        # What crossed between PEs into this rank (this rank's receive side).
+        src = op.get_dispatch_src_token_pos()
+        own = int((torch.div(src, world * tokens, rounding_mode="floor") == me).sum())
+        dests = [{int(e) // epr for e in row} for row in idx.tolist()]
+        comb_rows = sum(len(d) for d in dests)
+        comb_remote = sum(len(d - {me}) for d in dests)
+        t_d = _measure(disp, sh.shmem_barrier_all, args.iters, args.warmup, reduce_max)
+        # Combine needs a matching dispatch before it; time combine alone after each dispatch.
+        comb_times = []
+        for it in range(args.warmup + args.iters):
+            sh.shmem_barrier_all()
+            disp()
+            sh.shmem_barrier_all()
+            t0 = time.perf_counter()
+            comb()
+            if it >= args.warmup:
+                comb_times.append(time.perf_counter() - t0)
+        t_c = sum(reduce_max(comb_times)) / args.iters
+
+        base = _A2ABaseline(dist, group, me, world, idx, epr, hidden)
+        xb = x.view(torch.uint8)
+        bstate = {}
+
+        def bdisp():
+            bstate["d"] = base.dispatch(xb, w, idx)
+
+        bdisp()
+        b_expert = bstate["d"][0].view(fp8).to(bf16).view(torch.uint8)
+        t_bd = _measure(bdisp, dist.barrier, args.iters, args.warmup, reduce_max)
+        t_bc = _measure(lambda: base.combine(b_expert, bf16), dist.barrier, args.iters, args.warmup, reduce_max)
+        if int(sum(base.recv_counts)) != total:
+            raise SystemExit(f"rank {me}: the baseline received {sum(base.recv_counts)} rows, the op {total}")
+
+        row_d, row_c = hidden * 1, hidden * 2
+        figures = {
+            ("dispatch", "mori"): (t_d, total * row_d, (total - own) * row_d),
+            ("dispatch", "all_to_all"): (t_bd, total * row_d, (total - own) * row_d),
+            ("combine", "mori"): (t_c, comb_rows * row_c, comb_remote * row_c),
+            ("combine", "all_to_all"): (t_bc, comb_rows * row_c, comb_remote * row_c),
+        }
+        for phase in ("dispatch", "combine"):
+            t_ours = figures[(phase, "mori")][0]
+            for impl in ("mori", "all_to_all"):
+                t, algo_bytes, link_bytes = figures[(phase, impl)]
+                bw = reduce_mean(algo_bytes / t / 1e9)
+                link = reduce_mean(link_bytes / t / 1e9)
+                report.add(tokens=tokens, phase=phase, impl=impl if impl == "mori" else
+                           f"all_to_all ({dist.get_backend(group)})", time_us=t * 1e6, deepep_GBps=bw,
+                           link_GBps=link, link_eff=link / ceiling, vs_baseline=t / t_ours if impl != "mori" else 1.0)
+        del op
+    if me == 0:
+        report.show(f"MoE dispatch/combine, {world} ranks, hidden {hidden}, top-{topk} of {args.experts}, "
+                    f"FP8 dispatch / BF16 combine ({kernel.name}); peer-copy ceiling {ceiling:.2f} GB/s; "
+                    f"vs_baseline = baseline time / mori time")
+        print(f"wrote {report.save(args.json)}")
+    sh.shmem_barrier_all()
+    sh.shmem_finalize()
+    dist.destroy_process_group()
+    return 0
+
+
+def _nccl_baseline(rank: int, world: int, port: int, args, out_q) -> None:
+    """One rank of the plain-torch path over NCCL (spawned), timed with CUDA events."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
+    epr = args.experts // world
+    res = {}
+    for tokens in args.tokens:
+        idx = _routing(tokens, world, args.experts, args.topk, args.seed + rank)
+        g = torch.Generator().manual_seed(1000 + rank)
+        x = torch.randn(tokens, args.hidden, generator=g).to(torch.float8_e4m3fn).cuda()
+        w = torch.rand(tokens, args.topk, generator=g).cuda()
+        dest = idx.long().cuda() // epr
+        onehot = torch.zeros(tokens, world, dtype=torch.bool, device="cuda")
+        onehot.scatter_(1, dest, True)
+        idx_d = idx.cuda()
+
+        def disp():
+            tok, rk = onehot.nonzero(as_tuple=True)
+            order = torch.argsort(rk, stable=True)
+            send_tok = tok[order]
+            send_counts = torch.bincount(rk, minlength=world)
+            recv_counts = torch.empty_like(send_counts)
+            dist.all_to_all_single(recv_counts, send_counts)
+            sc, rc = send_counts.tolist(), recv_counts.tolist()
+            rows = x.view(torch.uint8).index_select(0, send_tok)
+            out = torch.empty(sum(rc), args.hidden, dtype=torch.uint8, device="cuda")
+            dist.all_to_all_single(out, rows, rc, sc)
+            meta = torch.cat([idx_d.index_select(0, send_tok), w.index_select(0, send_tok).view(torch.int32)], 1)
+            out_meta = torch.empty(sum(rc), meta.shape[1], dtype=torch.int32, device="cuda")
+            dist.all_to_all_single(out_meta, meta, rc, sc)
+            return out, send_tok, sc, rc
+
+        out, send_tok, sc, rc = disp()
+        expert = out.view(torch.float8_e4m3fn).to(torch.bfloat16)
+
+        def comb():
+            back = torch.empty(len(send_tok), args.hidden, dtype=torch.bfloat16, device="cuda")
+            dist.all_to_all_single(back, expert, sc, rc)
+            acc = torch.zeros(tokens, args.hidden, dtype=torch.float32, device="cuda")
+            acc.index_add_(0, send_tok, back.float())
+            return acc.to(torch.bfloat16)
+
+        for name, fn in (("dispatch", disp), ("combine", comb)):
+            times = []
+            for it in range(args.warmup + args.iters):
+                dist.barrier()
+                torch.cuda.synchronize()
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                torch.cuda.synchronize()
+                if it >= args.warmup:
+                    times.append(a.elapsed_time(b) * 1e-3)
+            t = torch.tensor(times, device="cuda", dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            res[(tokens, name)] = t.mean().item()
+    if rank == 0:
+        out_q.put(res)
+    dist.destroy_process_group()
+
+
+def _gpu(args: argparse.Namespace) -> int:
+    """One process drives the CUDA IntraNode kernels on every GPU (GpuEpGroup), graphs replayed."""
+    import torch
+    import torch.multiprocessing as mp
+
+    from mori.apps.bench.report import Report
+    from mori.ep.gpu_group import GpuEpGroup
+
+    world = args.nproc if args.nproc > 0 else torch.cuda.device_count()
+    devs = [torch.device("cuda", r) for r in range(world)]
+    epr = args.experts // world
+    hidden, topk = args.hidden, args.topk
+    fp8, bf16 = torch.float8_e4m3fn, torch.bfloat16
+    # Copy-engine peer ceiling, measured now: 1 GiB cuda:0 -> cuda:1.
+    a = torch.empty(1 << 30, dtype=torch.uint8, device=devs[0])
+    b = torch.empty(1 << 30, dtype=torch.uint8, device=devs[1])
+    for _ in range(3):
+        b.copy_(a)
+    torch.cuda.synchronize(devs[0]); torch.cuda.synchronize(devs[1])
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.device(devs[0]):
+        e0.record()
+        for _ in range(5):
+            b.copy_(a)
+        e1.record()
+    torch.cuda.synchronize(devs[0])
+    ceiling = 5 * (1 << 30) / (e0.elapsed_time(e1) * 1e-3) / 1e9
+    del a, b
+
+    report = Report("ep-gpu", ["tokens", "phase", "impl", "time_us", "deepep_GBps", "link_GBps", "link_eff",
+                               "vs_baseline"],
+                    meta={"world": world, "hidden": hidden, "topk": topk, "experts": args.experts,
+                          "kernel": "IntraNode (CUDA)", "dispatch_dtype": "float8_e4m3fn", "combine_dtype": "bfloat16",
+                          "peer_copy_ceiling_GBps": ceiling, "device": torch.cuda.get_device_name(0),
+                          "block_num": args.block_num, "warp_per_block": args.warp_per_block})
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = 29000 + os.getpid() % 1000
+    procs = [ctx.Process(target=_nccl_baseline, args=(r, world, port, args, q)) for r in range(world)]
+    for p in procs:
+        p.start()
+    base = q.get(timeout=300)
+    for p in procs:
+        p.join(60)
+
+    for tokens in args.tokens:
+        group = GpuEpGroup(list(range(world)), hidden, topk, epr, tokens, max_token_type_size=2)
+        xs, ws, idxs = [], [], []
+        for r in range(world):
+            idx = _routing(tokens, world, args.experts, topk, args.seed + r)
+            g = torch.Generator().manual_seed(1000 + r)
+            xs.append(torch.randn(tokens, hidden, generator=g).to(fp8).to(devs[r]))
+            ws.append(torch.rand(tokens, topk, generator=g).to(devs[r]))
+            idxs.append(idx.to(devs[r]))
+        exp = [torch.empty(group.max_recv, hidden, dtype=bf16, device=d) for d in devs]
+        streams = [torch.cuda.Stream(d) for d in devs]
+        bn, wpb = args.block_num, args.warp_per_block
+
+        def disp(r, st):
+            group.dispatch_send(r, xs[r], ws[r], None, idxs[r], bn, wpb, stream=st)
+            group.dispatch_recv(r, stream=st)
+
+        def comb(r, st):
+            group.combine_send(r, exp[r], None, bn, wpb, stream=st)
+            group.combine_recv(r, bf16, tokens, weights=False, block_num=bn, warp_per_block=wpb, stream=st)
+
+        # One eager round (also fills the expert buffers), then capture each phase per rank.
+        for r in range(world):
+            disp(r, streams[r])
+        for r in range(world):
+            torch.cuda.synchronize(devs[r])
+            out = group.outputs(r, fp8)[0]
+            exp[r].copy_(out.to(bf16))
+        for r in range(world):
+            comb(r, streams[r])
+        for d in devs:
+            torch.cuda.synchronize(d)
+        graphs = {}
+        for phase, fn in (("dispatch", disp), ("combine", comb)):
+            for r in range(world):
+                with torch.cuda.device(devs[r]):
+                    gr = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(gr, stream=streams[r]):
+                        fn(r, streams[r])
+                    graphs[(phase, r)] = gr
+        totals = [int(group.outputs(r, fp8)[4].item()) for r in range(world)]
+        own = [int((group.src_token_pos(r)[:totals[r]].long() // (world * tokens) == r).sum()) for r in range(world)]
+        times = {"dispatch": [], "combine": []}
+        for it in range(args.warmup + args.iters):
+            for phase in ("dispatch", "combine"):
+                for d in devs:
+                    torch.cuda.synchronize(d)
+                evs = []
+                for r in range(world):
+                    # replay() launches on the current stream: make it the timed one.
+                    with torch.cuda.device(devs[r]), torch.cuda.stream(streams[r]):
+                        s0, s1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        s0.record()
+                        graphs[(phase, r)].replay()
+                        s1.record()
+                        evs.append((s0, s1))
+                for d in devs:
+                    torch.cuda.synchronize(d)
+                if it >= args.warmup:
+                    times[phase].append(max(s0.elapsed_time(s1) for s0, s1 in evs) * 1e-3)
+        comb_rows, comb_remote = [], []
+        for r in range(world):
+            dests = [{int(e) // epr for e in row} for row in idxs[r].cpu().tolist()]
+            comb_rows.append(sum(len(d) for d in dests))
+            comb_remote.append(sum(len(d - {r}) for d in dests))
+        for phase in ("dispatch", "combine"):
+            t = sum(times[phase]) / len(times[phase])
+            row = hidden * (1 if phase == "dispatch" else 2)
+            if phase == "dispatch":
+                algo = [totals[r] * row for r in range(world)]
+                link = [(totals[r] - own[r]) * row for r in range(world)]
+            else:
+                algo = [comb_rows[r] * row for r in range(world)]
+                link = [comb_remote[r] * row for r in range(world)]
+            for impl, tt in (("mori", t), ("all_to_all (nccl)", base[(tokens, phase)])):
+                bw = sum(a / tt for a in algo) / world / 1e9
+                lk = sum(x / tt for x in link) / world / 1e9
+                report.add(tokens=tokens, phase=phase, impl=impl, time_us=tt * 1e6, deepep_GBps=bw, link_GBps=lk,
+                           link_eff=lk / ceiling, vs_baseline=tt / t)
+        del graphs, group
+    report.show(f"MoE dispatch/combine on {world} GPUs ({torch.cuda.get_device_name(0)}), hidden {hidden}, "
+                f"top-{topk} of {args.experts}, FP8 dispatch / BF16 combine, CUDA graphs; copy-engine peer ceiling "
+                f"{ceiling:.0f} GB/s; vs_baseline = baseline time / mori time")
+    print(f"wrote {report.save(args.json)}")
+    return 0
+
+
+def main(argv: Optional[list] = None) -> int:
+    parser = argparse.ArgumentParser(prog="mori bench ep", description=__doc__.split("\n\n")[0])
+    parser.add_argument("-n", "--nproc", type=int, default=4, help="ranks (PEs) on this host (default 4)")
+    parser.add_argument("--tokens", type=int, nargs="+", default=[4096, 128], help="tokens per rank")
+    parser.add_argument("--hidden", type=int, default=7168)
+    parser.add_argument("--topk", type=int, default=8)
+    parser.add_argument("--experts", type=int, default=256)
+    parser.add_argument("--kernel", default="IntraNode", help="EpDispatchCombineKernelType name")
+    parser.add_argument("--gpu-per-node", type=int, default=8)
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=123)
+    parser.add_argument("--json", default="bench-results/ep.json")
+    parser.add_argument("--gpu", action="store_true", help="CUDA kernels on this node's GPUs (vs NCCL)")
+    parser.add_argument("--block-num", type=int, default=64, help="GPU blocks per kernel")
+    parser.add_argument("--warp-per-block", type=int, default=16, help="GPU warps per block")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return _worker(args)
+    if args.gpu:
+        if args.json == "bench-results/ep.json":
+            args.json = "bench-results/ep-gpu.json"
+        if "-n" not in (argv or sys.argv) and "--nproc" not in (argv or sys.argv):
+            args.nproc = 0  # every GPU
+        return _gpu(args)
+    tail = [sys.executable, "-m", "mori.apps.bench.ep", "--worker", "--json", args.json, "--hidden", str(args.hidden),
+            "--topk", str(args.topk), "--experts", str(args.experts), "--kernel", args.kernel,
+            "--gpu-per-node", str(args.gpu_per_node), "--iters", str(args.iters), "--warmup", str(args.warmup),
+            "--seed", str(args.seed), "--tokens", *map(str, args.tokens)]
+    env = dict(os.environ)
+    # Receive buffers scale with tokens x hidden x ranks; make room unless the user chose.
+    per_pe = 6 * args.nproc * max(args.tokens) * args.hidden * 2 + (256 << 20)
+    env.setdefault("MORI_SHMEM_HEAP_SIZE", str(per_pe))
+    return subprocess.call([sys.executable, "-m", "mori.apps.cli", "run", "-n", str(args.nproc), "--no-prefix", "--",
+                            *tail], env=env, stdin=subprocess.DEVNULL)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

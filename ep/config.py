@@ -1,0 +1,86 @@
+# SPDX-License-Identifier: MIT
+"""``EpDispatchCombineConfig``: the fields and defaults of MORI's dataclass."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mori.ep.kernel_type import EpDispatchCombineKernelType, normalize_quant_type
+
+
+@dataclass
+class EpDispatchCombineConfig:
+    """Configuration of one ``EpDispatchCombineOp`` (same fields, order and defaults as MORI).
+
+    ``data_type`` is kept for compatibility: each call uses its input tensor's dtype.
+    ``max_total_recv_tokens`` (0 = no cap) caps the receive buffer at
+    ``world_size * min(ceil(cap / world_size), max_num_inp_token_per_rank)`` rows.
+    On CPU, ``block_num`` is the number of token blocks (each reserves its receive rows with
+    one atomic per destination, as a GPU thread block does); ``warp_num_per_block``,
+    ``rdma_block_num`` and ``num_qp_per_pe`` only matter on GPUs and are checked for range.
+    """
+
+    data_type: Any
+    rank: int
+    world_size: int
+    hidden_dim: int
+    scale_dim: int
+    scale_type_size: int
+    max_token_type_size: int
+    max_num_inp_token_per_rank: int
+    num_experts_per_rank: int
+    num_experts_per_token: int
+    warp_num_per_block: int = 8
+    block_num: int = 80
+    max_total_recv_tokens: int = 0
+    use_external_inp_buf: bool = True
+    kernel_type: EpDispatchCombineKernelType = EpDispatchCombineKernelType.IntraNode
+    gpu_per_node: int = 8
+    rdma_block_num: int = 0
+    num_qp_per_pe: int = 1
+    quant_type: str = "none"
+
+    @property
+    def max_num_tokens_to_send(self) -> int:
+        """Stride of the flat source positions: ``world_size * max_num_inp_token_per_rank``."""
+        return self.world_size * self.max_num_inp_token_per_rank
+
+    @property
+    def max_num_tokens_to_recv_per_rank(self) -> int:
+        if self.max_total_recv_tokens > 0:
+            per = -(-self.max_total_recv_tokens // self.world_size)
+            return min(per, self.max_num_inp_token_per_rank)
+        return self.max_num_inp_token_per_rank
+
+    @property
+    def max_num_tokens_to_recv(self) -> int:
+        """Rows of every dispatch output (and of the registered combine input)."""
+        return self.world_size * self.max_num_tokens_to_recv_per_rank
+
+    def native(self, num_threads: int = 0) -> dict:
+        """The fields the C++ handle takes (after checking types the C++ side cannot)."""
+        for name in ("rank", "world_size", "hidden_dim", "scale_dim", "scale_type_size", "max_token_type_size",
+                     "max_num_inp_token_per_rank", "num_experts_per_rank", "num_experts_per_token",
+                     "warp_num_per_block", "block_num", "max_total_recv_tokens", "gpu_per_node", "rdma_block_num",
+                     "num_qp_per_pe"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"EpDispatchCombineConfig.{name} must be an int, got {value!r}")
+        try:
+            kernel = EpDispatchCombineKernelType(int(self.kernel_type))
+        except (TypeError, ValueError):
+            raise ValueError(f"EpDispatchCombineConfig.kernel_type {self.kernel_type!r} is not an "
+                             f"EpDispatchCombineKernelType") from None
+        return {
+            "rank": self.rank, "world_size": self.world_size, "hidden_dim": self.hidden_dim,
+            "scale_dim": self.scale_dim, "scale_type_size": self.scale_type_size,
+            "max_token_type_size": self.max_token_type_size,
+            "max_num_inp_token_per_rank": self.max_num_inp_token_per_rank,
+            "num_experts_per_rank": self.num_experts_per_rank, "num_experts_per_token": self.num_experts_per_token,
+            "warp_num_per_block": self.warp_num_per_block, "block_num": self.block_num,
+            "max_total_recv_tokens": self.max_total_recv_tokens,
+            "use_external_inp_buf": bool(self.use_external_inp_buf), "kernel_type": int(kernel),
+            "gpu_per_node": self.gpu_per_node, "rdma_block_num": self.rdma_block_num,
+            "num_qp_per_pe": self.num_qp_per_pe, "quant_type": int(normalize_quant_type(self.quant_type)),
+            "num_threads": int(num_threads),
+        }

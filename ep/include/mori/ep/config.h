@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: MIT
+// EpConfig: the C++ side of mori.ops.EpDispatchCombineConfig, plus the sizes derived from it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mori::ep {
+
+// Values are MORI's (EpDispatchCombineKernelType).
+enum class KernelType : int {
+  kIntraNode = 0,
+  kInterNode = 1,
+  kInterNodeV1 = 2,
+  kInterNodeV1LL = 3,
+  kAsyncLL = 4,
+  kIntraNodeLL = 5,
+};
+const char* kernel_type_name(KernelType t);
+
+// How combine moves expert outputs on the wire.
+enum class QuantType : int { kNone = 0, kFp8DirectCast = 1 };
+
+struct EpConfig {
+  int rank = 0;
+  int world_size = 1;
+  int hidden_dim = 0;
+  int scale_dim = 0;
+  int scale_type_size = 0;
+  int max_token_type_size = 4;
+  int max_num_inp_token_per_rank = 0;
+  int num_experts_per_rank = 0;
+  int num_experts_per_token = 0;
+  int warp_num_per_block = 8;
+  int block_num = 80;
+  int max_total_recv_tokens = 0;
+  bool use_external_inp_buf = true;
+  KernelType kernel_type = KernelType::kIntraNode;
+  int gpu_per_node = 8;
+  int rdma_block_num = 0;
+  int num_qp_per_pe = 1;
+  QuantType quant_type = QuantType::kNone;
+  int num_threads = 0;  // CPU copy threads of this PE; 0: MORI_COPY_THREADS, else automatic
+
+  // Throws InvalidArgument naming the first bad field.
+  void validate() const;
+
+  int num_experts() const { return world_size * num_experts_per_rank; }
+  // Stride of the flat source position (MORI's MaxNumTokensToSend).
+  int64_t max_send() const { return static_cast<int64_t>(world_size) * max_num_inp_token_per_rank; }
+  int64_t max_recv_per_rank() const;
+  int64_t max_recv() const { return static_cast<int64_t>(world_size) * max_recv_per_rank(); }
+  size_t token_bytes() const { return static_cast<size_t>(hidden_dim) * max_token_type_size; }
+  size_t scale_bytes() const { return static_cast<size_t>(scale_dim) * scale_type_size; }
+  // Logical nodes for the inter-node kernel types: PE p is on node p / pes_per_node().
+  int pes_per_node() const { return gpu_per_node < world_size ? gpu_per_node : world_size; }
+  int num_nodes() const { return world_size / pes_per_node(); }
+};
+
+}  // namespace mori::ep

@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: MIT
+// EpHandle: one PE's MoE dispatch/combine state on the host. It owns its symmetric
+// buffers (allocated from the shmem runtime's heap, collectively) and runs the CPU
+// kernels of every kernel type over the runtime:
+//
+//   IntraNode / IntraNodeLL  direct stores into peers' mapped buffers (shm), slot ranges
+//                            reserved with one atomic per block and destination, release
+//                            signals; combine pushes rows back (or pulls them, zero-copy).
+//   InterNode                the same protocol on the runtime's RMA calls, one put per token
+//                            and field (works over any transport: shm, tcp).
+//   InterNodeV1LL            RMA with packed puts: one put per block, destination and field.
+//   AsyncLL                  packed RMA, split into send and recv halves for overlap.
+//   InterNodeV1              node-level dedup: one copy per destination node goes to the PE
+//                            with the same local rank there, which forwards it inside its node;
+//                            combine reduces inside the node first and sends one row back.
+//
+// Arguments are raw pointers (the Python layer passes tensors' data pointers).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "mori/ep/config.h"
+#include "mori/ep/dtype.h"
+#include "mori/ep/thread_team.h"
+
+namespace mori::shmem {
+class Runtime;
+}
+
+namespace mori::ep {
+
+struct LaunchParams {
+  int block_num = -1;       // token blocks (CPU: work partitions; one slot atomic per block and destination)
+  int warp_per_block = -1;  // GPU only; checked for sign
+  int rdma_block_num = -1;  // GPU inter-node only; checked for sign
+};
+
+struct DispatchArgs {
+  const void* input = nullptr;  // [num_tokens, hidden] of dtype
+  DType dtype = DType::kBFloat16;
+  int num_tokens = 0;
+  int hidden = 0;
+  const float* weights = nullptr;     // [num_tokens, topk] or null
+  const void* scales = nullptr;       // [num_tokens, scale_dim] of scale_type_size bytes, or null
+  const int32_t* indices = nullptr;   // [num_tokens, topk] global expert ids, -1 = none
+  LaunchParams launch;
+};
+
+// Pointers into this PE's symmetric buffers; rows are dense with the call's row size.
+struct DispatchResult {
+  void* tokens;        // [max_recv, hidden]
+  float* weights;      // [max_recv, topk]
+  void* scales;        // [max_recv, scale_dim] or null when scale_dim == 0
+  int32_t* indices;    // [max_recv, topk]
+  int32_t* total_recv; // 1 element
+};
+
+struct CombineArgs {
+  const void* input = nullptr;  // [num_rows, hidden] rows aligned with the dispatch output
+  DType dtype = DType::kBFloat16;
+  int num_rows = 0;
+  int hidden = 0;
+  const float* weights = nullptr;    // [num_rows, topk] or null
+  const int32_t* indices = nullptr;  // this rank's original routing [num_tokens, topk]
+  int num_tokens = 0;
+  int use_external_inp_buf = -1;     // -1: config; 0: zero-copy (pull); 1: external (push)
+  LaunchParams launch;
+};
+
+struct CombineResult {
+  void* tokens;    // [max_inp, hidden] of the input dtype
+  float* weights;  // [max_inp, topk], or null when no weights were given
+};
+
+class EpHandle {
+ public:
+  // Collective over all PEs of the shmem runtime (allocates symmetric buffers).
+  explicit EpHandle(const EpConfig& cfg);
+  ~EpHandle();
+  EpHandle(const EpHandle&) = delete;
+  EpHandle& operator=(const EpHandle&) = delete;
+
+  const EpConfig& config() const { return cfg_; }
+  int threads() const { return team_->size(); }
+
+  // Full dispatch; for AsyncLL only the send half (finish with dispatch_recv()).
+  DispatchResult dispatch(const DispatchArgs& a);
+  void dispatch_recv();
+  // Full combine; for AsyncLL only the send half (finish with combine_recv()).
+  CombineResult combine(const CombineArgs& a);
+  void combine_recv();
+
+  int32_t total_recv() const;
+  int cur_rank_num_token() const { return cur_tokens_; }
+  // Flat source position of every received row (src_rank * max_send + src_token).
+  const int32_t* src_token_pos() const;
+  // The symmetric buffer zero-copy combine reads from: max_recv rows of up to token_bytes each.
+  void* registered_combine_input() const;
+  size_t registered_combine_input_bytes() const;
+  // Bytes that crossed to other PEs in the last dispatch / combine (for link-efficiency figures).
+  uint64_t last_dispatch_remote_bytes() const { return disp_remote_bytes_; }
+  uint64_t last_combine_remote_bytes() const { return comb_remote_bytes_; }
+
+ private:
+  struct Layout;
+  enum class Mover { kDirect, kPutPerToken, kPutPacked };
+
+  void allocate();
+  void release() noexcept;
+  int choose_blocks(int requested, int items, bool rma) const;
+  void check_launch(const LaunchParams& p, const char* caller) const;
+  void validate_dispatch(const DispatchArgs& a) const;
+  void validate_combine(const CombineArgs& a, bool external) const;
+
+  void dispatch_send_flat(const DispatchArgs& a);
+  void dispatch_recv_flat();
+  void combine_send_flat(const CombineArgs& a, bool external);
+  void combine_recv_flat();
+  void dispatch_v1(const DispatchArgs& a);
+  void combine_v1(const CombineArgs& a, bool external);
+  void reduce_own_tokens(bool pull);
+
+  // Waits until every PE in `from` has set its 64-bit word in `sig` to a value whose
+  // high 32 bits equal `round` (dispatch counts) or, with `at_least`, to >= round.
+  void wait_signals(const uint64_t* sig, const std::vector<int>& from, uint64_t round, bool at_least,
+                    const char* caller);
+  void signal(int pe, uint64_t* local_word, uint64_t value);
+  uint64_t fetch_add(int pe, uint64_t* local_word, uint64_t add);
+  // Writes n bytes at symmetric offset `off` of `pe`'s buffers.
+  void write(int pe, size_t off, const void* src, size_t n, bool direct_ok);
+  void read(int pe, size_t off, void* dst, size_t n);
+  char* peer(int pe) const { return peer_base_[pe]; }
+  template <typename T>
+  T* at(size_t off) const {
+    return reinterpret_cast<T*>(base_ + off);
+  }
+
+  EpConfig cfg_;
+  shmem::Runtime* rt_;
+  std::unique_ptr<Layout> lay_;
+  char* base_ = nullptr;
+  std::vector<char*> peer_base_;  // each PE's allocation mapped here, or null
+  std::vector<int> all_pes_, node_pes_;
+  std::unique_ptr<ThreadTeam> team_;
+  Mover mover_ = Mover::kDirect;
+  bool oversubscribed_ = false;  // more PEs x threads on this host than hardware threads
+
+  // State of the last dispatch (what combine needs).
+  uint64_t disp_round_ = 0, comb_round_ = 0;
+  int cur_tokens_ = 0;
+  bool dispatch_pending_ = false, combine_pending_ = false;
+  bool dispatch_done_ = false;
+  std::vector<int64_t> dest_map_;     // [max_inp * topk]: dest_pe * max_recv + slot, or -1
+  std::vector<int32_t> last_indices_; // the routing of the last dispatch (#475 check)
+  std::vector<uint8_t> node_sent_;    // V1: [max_inp * nodes] token went to that remote node
+  std::vector<int32_t> inbox_count_;  // V1: tokens in my inbox from each node
+  std::vector<int64_t> fwd_map_;      // V1: [nodes * max_inp * local]: slot on local PE, or -1
+  std::vector<uint64_t> part_count_, part_base_;
+  std::vector<int32_t> sent_to_;      // tokens this PE sent to each PE in the current dispatch
+  bool overflow_sent_ = false;
+  int64_t last_row_bytes_ = 0;
+  // Combine parameters carried from the send half to the recv half.
+  DType comb_dtype_ = DType::kBFloat16;
+  DType comb_wire_ = DType::kBFloat16;
+  int comb_hidden_ = 0;
+  bool comb_weights_ = false, comb_pull_ = false;
+  uint64_t disp_remote_bytes_ = 0, comb_remote_bytes_ = 0;
+};
+
+}  // namespace mori::ep

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: MIT
+// A small persistent team of threads for the CPU kernels: run(n, fn) calls fn(0..n-1)
+// spread over the team (the calling thread works too) and returns when all are done.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace mori::ep {
+
+class ThreadTeam {
+ public:
+  explicit ThreadTeam(int threads);
+  ~ThreadTeam();
+  ThreadTeam(const ThreadTeam&) = delete;
+  ThreadTeam& operator=(const ThreadTeam&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+  // Calls fn(i) for every i in [0, tasks); rethrows the first exception a task threw.
+  void run(int tasks, const std::function<void(int)>& fn);
+
+ private:
+  void worker_loop();
+  void drain();
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  int busy_ = 0;
+  const std::function<void(int)>* fn_ = nullptr;
+  int tasks_ = 0;
+  std::atomic<int> next_{0};
+  std::exception_ptr error_;
+};
+
+}  // namespace mori::ep

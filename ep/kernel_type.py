@@ -1,0 +1,59 @@
+# SPDX-License-Identifier: MIT
+"""EP kernel types and combine quantization types, with MORI's names and values."""
+from __future__ import annotations
+
+import enum
+
+
+class EpDispatchCombineKernelType(enum.IntEnum):
+    """Which dispatch/combine protocol an op runs (values are MORI's).
+
+    * ``IntraNode`` (0): every PE of the job on one host / NVLink domain; direct stores into
+      peers' mapped buffers.
+    * ``InterNode`` (1): baseline multi-node protocol over the runtime's RMA calls (one put per
+      token and field); works over any transport.
+    * ``InterNodeV1`` (2): node-level dedup: one copy per destination node, forwarded inside it.
+    * ``InterNodeV1LL`` (3): low-latency multi-node: packed RMA puts straight to each PE.
+    * ``AsyncLL`` (4): packed RMA split into send/recv halves (``dispatch_send``/``dispatch_recv``,
+      ``combine_send``/``combine_recv``) so communication overlaps compute.
+    * ``IntraNodeLL`` (5): intra-node with fewer, larger blocks for small batches.
+    """
+
+    IntraNode = 0
+    InterNode = 1
+    InterNodeV1 = 2
+    InterNodeV1LL = 3
+    AsyncLL = 4
+    IntraNodeLL = 5
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class EpDispatchCombineQuantType(enum.IntEnum):
+    """How combine carries expert outputs on the wire (MORI's ``quant_type``)."""
+
+    None_ = 0
+    Fp8DirectCast = 1
+
+    def __str__(self) -> str:
+        return self.name
+
+
+QUANT_TYPES = {"none": EpDispatchCombineQuantType.None_, "fp8_direct_cast": EpDispatchCombineQuantType.Fp8DirectCast}
+# MORI's other combine quantizations; named so the error can say they exist but are not built here.
+UNSUPPORTED_QUANT_TYPES = ("fp8_blockwise", "fp4_blockwise")
+
+
+def normalize_quant_type(value) -> EpDispatchCombineQuantType:
+    """Accepts ``"none"``, ``"fp8_direct_cast"`` (any case) or an ``EpDispatchCombineQuantType``."""
+    if isinstance(value, EpDispatchCombineQuantType):
+        return value
+    if isinstance(value, str):
+        key = value.strip().lower()
+        if key in QUANT_TYPES:
+            return QUANT_TYPES[key]
+        if key in UNSUPPORTED_QUANT_TYPES:
+            raise NotImplementedError(f"quant_type={value!r} is not implemented in this MORI "
+                                      f"(supported: {sorted(QUANT_TYPES)})")
+    raise ValueError(f"invalid quant_type {value!r}: expected one of {sorted(QUANT_TYPES)}")

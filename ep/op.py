@@ -1,0 +1,331 @@
+# SPDX-License-Identifier: MIT
+"""``EpDispatchCombineOp``: MORI's MoE dispatch/combine operator.
+
+Semantics (MORI's): each token goes once to every *rank* that hosts one of its top-k
+experts, carrying all k indices and weights; the receiver sees the rows in arrival order
+(not sorted) and ``recv_num_token[0]`` of them are valid. Combine returns, for each own
+token, the unweighted sum of the rows its destination ranks send back (expert weighting
+belongs to the expert computation), and the sum of their weight rows.
+
+Outputs are views of the op's symmetric buffers: they are overwritten by the next call
+of the same phase, and stay valid while the op lives.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from mori import _C
+from mori.ep import standard_moe
+from mori.ep.config import EpDispatchCombineConfig
+from mori.ep.kernel_type import EpDispatchCombineKernelType, normalize_quant_type
+from mori.ep.tensors import address, dtype_code, view_at
+from mori.ep.tuning import LaunchConfigurator, mode_from_env
+
+TOPK_IDX_DTYPE = torch.int32
+
+
+def _require_tensor(t, fn: str, name: str) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    return t
+
+
+class EpDispatchCombineOp:
+    """MoE dispatch/combine over the shmem runtime. Collective: every PE of the shmem job
+    constructs one with the same config (except ``rank``), after shmem is initialized."""
+
+    def __init__(self, config: EpDispatchCombineConfig, num_threads: int = 0):
+        self.config = config
+        self._kernel = EpDispatchCombineKernelType(int(config.kernel_type))
+        self._quant = normalize_quant_type(config.quant_type)
+        self._handle = _C.ep.EpHandle(config.native(num_threads))
+        mode, explicit = mode_from_env()
+        self.launch_config_mode = (mode or "MANUAL").upper()
+        self._launch = LaunchConfigurator(self._kernel, config.world_size, config.num_experts_per_token,
+                                          self.launch_config_mode, explicit)
+        self._views: dict = {}
+        self._last_dispatch_dtype: Optional[torch.dtype] = None
+        self._last_hidden = config.hidden_dim
+        self._std_src_info: Optional[torch.Tensor] = None
+        self.local_expert_count: Optional[torch.Tensor] = None
+
+    # ------------------------------------------------------------------ sizes
+
+    def max_num_tokens_to_send(self) -> int:
+        return self.config.max_num_tokens_to_send
+
+    def max_num_tokens_to_recv(self) -> int:
+        return self.config.max_num_tokens_to_recv
+
+    def max_num_tokens_to_recv_per_rank(self) -> int:
+        return self.config.max_num_tokens_to_recv_per_rank
+
+    @property
+    def num_threads(self) -> int:
+        """CPU threads this PE's kernels use (``MORI_COPY_THREADS``, else automatic)."""
+        return self._handle.threads
+
+    def get_launch_config(self, is_dispatch: bool = True, block_num: int = -1, rdma_block_num: int = -1,
+                          warp_per_block: int = -1, *, dtype: Optional[torch.dtype] = None, num_tokens: int = 0,
+                          hidden_dim: int = -1) -> tuple[int, int, int]:
+        """(block_num, rdma_block_num, warp_per_block) this op would use (AUTO rules or the
+        given values; -1 means the config's)."""
+        return self._launch.resolve("dispatch" if is_dispatch else "combine", torch.device("cpu"),
+                                    dtype or self.config.data_type, num_tokens,
+                                    hidden_dim if hidden_dim > 0 else self.config.hidden_dim,
+                                    block_num, rdma_block_num, warp_per_block,
+                                    zero_copy=not self.config.use_external_inp_buf,
+                                    quant_type=str(self.config.quant_type))
+
+    # ------------------------------------------------------------------ views
+
+    def _view(self, key: str, addr: int, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+        k = (key, addr, shape, dtype)
+        t = self._views.get(k)
+        if t is None:
+            t = view_at(addr, shape, dtype)
+            self._views[k] = t
+        return t
+
+    def _check_device(self, fn: str, *tensors: Optional[torch.Tensor]) -> None:
+        for t in tensors:
+            if t is not None and t.device.type != "cpu":
+                raise NotImplementedError(
+                    f"{fn}: tensors on {t.device} need MORI's GPU symmetric heap, which this build's op does not "
+                    f"use; pass CPU tensors")
+
+    # ------------------------------------------------------------------ dispatch
+
+    def dispatch(self, input: torch.Tensor, weights: Optional[torch.Tensor], scales: Optional[torch.Tensor],
+                 indices: torch.Tensor, block_num: int = -1, rdma_block_num: int = -1, warp_per_block: int = -1,
+                 call_local_expert_count: bool = False):
+        """Send each token to the ranks of its top-k experts.
+
+        Returns ``(out, out_weights, out_scales, out_indices, recv_num_token)``: views with
+        ``max_num_tokens_to_recv()`` rows, of which ``recv_num_token[0]`` are valid;
+        ``out_scales`` is None when ``scale_dim == 0``. For ``AsyncLL`` this is the send
+        half: the views fill in at ``dispatch_recv()``.
+        """
+        fn = "EpDispatchCombineOp.dispatch"
+        cfg = self.config
+        input = _require_tensor(input, fn, "input")
+        indices = _require_tensor(indices, fn, "indices")
+        self._check_device(fn, input, weights, scales, indices)
+        if input.dim() != 2:
+            raise ValueError(f"{fn}: input must be 2-D [num_tokens, hidden_dim], got shape {tuple(input.shape)}")
+        n, hidden = input.shape
+        k = cfg.num_experts_per_token
+        if indices.dim() != 2 or indices.shape[0] != n or indices.shape[1] != k:
+            raise ValueError(f"{fn}: indices must be [num_tokens={n}, num_experts_per_token={k}], "
+                             f"got shape {tuple(indices.shape)}")
+        if indices.dtype.is_floating_point or indices.dtype == torch.bool or indices.is_complex():
+            raise ValueError(f"{fn}: indices must be an integer tensor (int32), got {indices.dtype}")
+        if weights is not None:
+            weights = _require_tensor(weights, fn, "weights")
+            if weights.shape != (n, k):
+                raise ValueError(f"{fn}: weights must be [num_tokens={n}, num_experts_per_token={k}], "
+                                 f"got shape {tuple(weights.shape)}")
+            if weights.dtype != torch.float32:
+                raise ValueError(f"{fn}: weights must be float32, got {weights.dtype}")
+            weights = weights.contiguous()
+        # An empty scales tensor on a rank with no tokens still means "scales travel": the
+        # output view is returned, filled by the peers that do send.
+        has_scales = scales is not None and cfg.scale_dim > 0
+        if has_scales:
+            scales = _require_tensor(scales, fn, "scales")
+            if scales.shape != (n, cfg.scale_dim):
+                raise ValueError(f"{fn}: scales must be [num_tokens={n}, scale_dim={cfg.scale_dim}], "
+                                 f"got shape {tuple(scales.shape)}")
+            if scales.element_size() != cfg.scale_type_size:
+                raise ValueError(f"{fn}: scales dtype {scales.dtype} is {scales.element_size()} bytes, but "
+                                 f"scale_type_size is {cfg.scale_type_size}")
+            scales = scales.contiguous()
+        input = input.contiguous()
+        if indices.dtype != TOPK_IDX_DTYPE:
+            if n and (indices.min() < -2**31 or indices.max() >= 2**31):
+                raise ValueError(f"{fn}: indices hold values outside int32")
+            indices = indices.to(TOPK_IDX_DTYPE)
+        indices = indices.contiguous()
+        bn, rbn, wpb = self._launch.resolve("dispatch", input.device, input.dtype, n, hidden,
+                                            block_num, rdma_block_num, warp_per_block)
+        out_p, w_p, s_p, i_p, total_p = self._handle.dispatch(
+            address(input), dtype_code(input.dtype, fn), n, hidden, address(weights),
+            address(scales) if has_scales else 0, address(indices), bn, wpb, rbn)
+        self._last_dispatch_dtype = input.dtype
+        self._last_hidden = hidden
+        rows = cfg.max_num_tokens_to_recv
+        out = self._view("tok", out_p, (rows, hidden), input.dtype)
+        out_w = self._view("w", w_p, (rows, k), torch.float32)
+        out_s = self._view("s", s_p, (rows, cfg.scale_dim), scales.dtype) if has_scales else None
+        out_i = self._view("i", i_p, (rows, k), TOPK_IDX_DTYPE)
+        recv = self._view("n", total_p, (1,), torch.int32)
+        if call_local_expert_count and self._kernel != EpDispatchCombineKernelType.AsyncLL:
+            self._count_local_experts(out_i, int(recv[0]))
+        return out, out_w, out_s, out_i, recv
+
+    def _count_local_experts(self, out_indices: torch.Tensor, total: int) -> None:
+        epr = self.config.num_experts_per_rank
+        local = out_indices[:total].long() - self.config.rank * epr
+        local = local[(local >= 0) & (local < epr)]
+        self.local_expert_count = torch.bincount(local, minlength=epr).to(torch.int32)
+
+    def dispatch_send(self, input, weights, scales, indices, block_num: int = -1, rdma_block_num: int = -1,
+                      warp_per_block: int = -1):
+        """Same as ``dispatch`` (the send half for ``AsyncLL``)."""
+        return self.dispatch(input, weights, scales, indices, block_num, rdma_block_num, warp_per_block)
+
+    def dispatch_recv(self, block_num: int = -1, warp_per_block: int = -1) -> None:
+        """``AsyncLL`` only: wait for every peer's tokens; fills the views ``dispatch_send`` returned."""
+        if self._kernel != EpDispatchCombineKernelType.AsyncLL:
+            raise ValueError(f"dispatch_recv only supports AsyncLL, got kernel_type={self._kernel.name}")
+        self._handle.dispatch_recv()
+
+    # ------------------------------------------------------------------ combine
+
+    def combine(self, input: torch.Tensor, weights: Optional[torch.Tensor], indices: torch.Tensor,
+                block_num: int = -1, rdma_block_num: int = -1, warp_per_block: int = -1,
+                use_external_inp_buf: int = -1, call_reset: bool = False):
+        """Send expert outputs back and sum them per source token.
+
+        ``input`` rows align with the dispatch output rows (at least ``recv_num_token[0]``
+        of them; or the registered buffer in zero-copy mode); ``weights`` likewise (or None);
+        ``indices`` must be this rank's original ``[num_tokens, top_k]`` routing, as given
+        to dispatch. Returns ``(out [max_num_inp_token_per_rank, hidden], out_weights or None)``.
+        """
+        fn = "EpDispatchCombineOp.combine"
+        cfg = self.config
+        input = _require_tensor(input, fn, "input")
+        indices = _require_tensor(indices, fn, "indices")
+        self._check_device(fn, input, weights, indices)
+        if input.dim() != 2:
+            raise ValueError(f"{fn}: input must be 2-D [rows, hidden_dim], got shape {tuple(input.shape)}")
+        rows, hidden = input.shape
+        k = cfg.num_experts_per_token
+        if indices.dim() != 2 or indices.shape[1] != k:
+            raise ValueError(f"{fn}: indices must be this rank's [num_tokens, {k}] routing, "
+                             f"got shape {tuple(indices.shape)} (MORI issue #475)")
+        if weights is not None:
+            weights = _require_tensor(weights, fn, "weights")
+            if weights.dim() != 2 or weights.shape[1] != k:
+                raise ValueError(f"{fn}: weights must be [rows, {k}] aligned with input, got {tuple(weights.shape)}")
+            if weights.shape[0] < int(self._handle.total_recv()):
+                raise ValueError(f"{fn}: weights has {weights.shape[0]} rows, fewer than the "
+                                 f"{int(self._handle.total_recv())} received tokens")
+            if weights.dtype != torch.float32:
+                raise ValueError(f"{fn}: weights must be float32, got {weights.dtype}")
+            weights = weights.contiguous()
+        if not input.is_contiguous():
+            input = input.contiguous()
+        if indices.dtype != TOPK_IDX_DTYPE:
+            indices = indices.to(TOPK_IDX_DTYPE)
+        indices = indices.contiguous()
+        external = cfg.use_external_inp_buf if use_external_inp_buf < 0 else bool(use_external_inp_buf)
+        bn, rbn, wpb = self._launch.resolve("combine", input.device, input.dtype, indices.shape[0], hidden,
+                                            block_num, rdma_block_num, warp_per_block, zero_copy=not external,
+                                            quant_type=str(cfg.quant_type))
+        out_p, w_p = self._handle.combine(
+            address(input), dtype_code(input.dtype, fn), rows, hidden, address(weights), address(indices),
+            indices.shape[0], int(external), bn, wpb, rbn)
+        out = self._view("cout", out_p, (cfg.max_num_inp_token_per_rank, hidden), input.dtype)
+        out_w = self._view("cw", w_p, (cfg.max_num_inp_token_per_rank, k), torch.float32) if w_p else None
+        if call_reset:
+            self.reset()
+        return out, out_w
+
+    def combine_send(self, input, weights, indices, block_num: int = -1, rdma_block_num: int = -1,
+                     warp_per_block: int = -1):
+        """Same as ``combine`` (the send half for ``AsyncLL``)."""
+        return self.combine(input, weights, indices, block_num, rdma_block_num, warp_per_block)
+
+    def combine_recv(self, block_num: int = -1, warp_per_block: int = -1) -> None:
+        """``AsyncLL`` only: wait for every peer's rows and sum them into the views ``combine_send`` returned."""
+        if self._kernel != EpDispatchCombineKernelType.AsyncLL:
+            raise ValueError(f"combine_recv only supports AsyncLL, got kernel_type={self._kernel.name}")
+        self._handle.combine_recv()
+
+    def reset(self) -> None:
+        """Kept for MORI compatibility: every counter resets itself inside dispatch/combine."""
+
+    # ------------------------------------------------------------------ introspection
+
+    def get_dispatch_src_token_pos(self) -> torch.Tensor:
+        """Source of each received row: ``src_rank * max_num_tokens_to_send() + src_token``
+        (int32, ``recv_num_token[0]`` entries; a copy)."""
+        total = int(self._handle.total_recv())
+        return view_at(self._handle.src_token_pos(), (total,), torch.int32).clone()
+
+    def decode_send_flat_idx(self, flat_idx):
+        """``(src_rank, src_token)`` of a flat source position (int or tensor)."""
+        stride = self.config.max_num_tokens_to_send
+        if isinstance(flat_idx, torch.Tensor):
+            return torch.div(flat_idx, stride, rounding_mode="floor"), torch.remainder(flat_idx, stride)
+        return int(flat_idx) // stride, int(flat_idx) % stride
+
+    def get_cur_rank_num_token(self) -> int:
+        return int(self._handle.cur_rank_num_token())
+
+    def get_registered_combine_input_buffer(self, dtype: torch.dtype, hidden_dim: int = -1) -> torch.Tensor:
+        """The symmetric buffer zero-copy combine reads: ``[max_num_tokens_to_recv(), hidden]``
+        of ``dtype``. Write expert outputs into its first ``recv_num_token[0]`` rows."""
+        hidden = self.config.hidden_dim if hidden_dim is None or hidden_dim <= 0 else hidden_dim
+        size = torch.empty(0, dtype=dtype).element_size()
+        if hidden > self.config.hidden_dim or size > self.config.max_token_type_size:
+            raise ValueError(f"get_registered_combine_input_buffer: {hidden} x {dtype} rows exceed the buffer's "
+                             f"hidden_dim={self.config.hidden_dim} x max_token_type_size="
+                             f"{self.config.max_token_type_size} bytes")
+        addr, _ = self._handle.registered_combine_input()
+        return self._view("reg", addr, (self.config.max_num_tokens_to_recv, hidden), dtype)
+
+    def last_remote_bytes(self) -> tuple[int, int]:
+        """Bytes the last dispatch and combine moved between different PEs (this PE's share)."""
+        return int(self._handle.last_dispatch_remote_bytes()), int(self._handle.last_combine_remote_bytes())
+
+    # ------------------------------------------------------------------ standard MoE (DeepEP layout)
+
+    def convert_dispatch_output(self, dispatch_out_x: torch.Tensor, dispatch_out_topk_idx: torch.Tensor,
+                                block_num: int = -1, warp_per_block: int = -1):
+        """Regroup the last dispatch's rows per local expert:
+        ``(packed_recv_x [E_local, world*max_inp, hidden], packed_recv_count [E_local] int32,
+        packed_recv_src_info [E_local, world*max_inp] int32 (flat source position, -1 = empty),
+        packed_recv_layout_range (empty int64))``."""
+        total = int(self._handle.total_recv())
+        src = view_at(self._handle.src_token_pos(), (total,), torch.int32)
+        result = standard_moe.pack_by_expert(dispatch_out_x, dispatch_out_topk_idx, total, src, self.config)
+        self._std_src_info = result[2]
+        return result
+
+    def convert_combine_input(self, packed_recv_x: torch.Tensor, packed_recv_src_info: torch.Tensor,
+                              packed_recv_layout_range: Optional[torch.Tensor] = None, block_num: int = -1,
+                              warp_per_block: int = -1) -> torch.Tensor:
+        """Sum each received token's local-expert rows back into one row per dispatch output
+        row; returns the registered combine input buffer (a view) holding them."""
+        total = int(self._handle.total_recv())
+        src = view_at(self._handle.src_token_pos(), (total,), torch.int32)
+        reg = self.get_registered_combine_input_buffer(packed_recv_x.dtype, packed_recv_x.shape[2])
+        standard_moe.unpack_to_rows(packed_recv_x, packed_recv_src_info, src, reg[:total])
+        return reg
+
+    def dispatch_standard_moe(self, input, weights, scales, indices, block_num: int = -1, rdma_block_num: int = -1,
+                              warp_per_block: int = -1):
+        """dispatch + convert_dispatch_output."""
+        out, _, _, out_i, recv = self.dispatch(input, weights, scales, indices, block_num, rdma_block_num,
+                                               warp_per_block)
+        if self._kernel == EpDispatchCombineKernelType.AsyncLL:
+            self._handle.dispatch_recv()
+        return self.convert_dispatch_output(out, out_i)
+
+    def combine_standard_moe(self, input, weights, indices, block_num: int = -1, rdma_block_num: int = -1,
+                             warp_per_block: int = -1, call_reset: bool = False):
+        """convert_combine_input (with the last dispatch_standard_moe's layout) + combine.
+        Returns ``(out, None)`` as MORI does."""
+        if self._std_src_info is None:
+            raise RuntimeError("combine_standard_moe: no dispatch_standard_moe/convert_dispatch_output before it")
+        reg = self.convert_combine_input(input, self._std_src_info, None)
+        external = 1 if int(self._quant) != 0 else -1  # fp8 casting needs the push path
+        out, _ = self.combine(reg, weights, indices, block_num, rdma_block_num, warp_per_block,
+                              use_external_inp_buf=external, call_reset=call_reset)
+        if self._kernel == EpDispatchCombineKernelType.AsyncLL:
+            self._handle.combine_recv()
+        return out, None

@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: MIT
+#include "mori/ep/dtype.h"
+
+#include <cmath>
+#include <limits>
+
+#include "mori/core/status.h"
+
+namespace mori::ep {
+
+int dtype_size(DType t) {
+  switch (t) {
+    case DType::kFloat32: case DType::kOpaque4: return 4;
+    case DType::kBFloat16: case DType::kFloat16: case DType::kOpaque2: return 2;
+    case DType::kFloat8E4M3FN: case DType::kFloat8E4M3FNUZ: case DType::kOpaque1: return 1;
+  }
+  raise(Status::kInvalidArgument, "unknown EP dtype code %d", static_cast<int>(t));
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kFloat32: return "float32";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat16: return "float16";
+    case DType::kFloat8E4M3FN: return "float8_e4m3fn";
+    case DType::kFloat8E4M3FNUZ: return "float8_e4m3fnuz";
+    case DType::kOpaque1: return "1-byte";
+    case DType::kOpaque2: return "2-byte";
+    case DType::kOpaque4: return "4-byte";
+  }
+  return "?";
+}
+
+bool dtype_reducible(DType t) {
+  return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16 || t == DType::kFloat8E4M3FN ||
+         t == DType::kFloat8E4M3FNUZ;
+}
+
+// ---------------------------------------------------------------- fp16
+
+float f16_to_float(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  int exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ffu;
+  if (exp == 0x1f) return bits_to_float(sign | 0x7f800000u | (mant << 13));
+  if (exp == 0) {
+    float v = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -v : v;
+  }
+  return bits_to_float(sign | (static_cast<uint32_t>(exp - 15 + 127) << 23) | (mant << 13));
+}
+
+uint16_t float_to_f16(float f) {
+  uint32_t b = float_to_bits(f);
+  uint16_t sign = static_cast<uint16_t>((b >> 16) & 0x8000u);
+  uint32_t abs = b & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7e00u;             // NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;            // rounds to >= 65520: inf
+  if (abs < 0x38800000u) {                                  // below 2^-14: subnormal half
+    // Scale so that one half-subnormal ulp (2^-24) is 1.0, then round to nearest even.
+    float v = bits_to_float(abs) * 16777216.0f;
+    float r = std::nearbyint(v);  // default rounding mode: ties to even
+    return sign | static_cast<uint16_t>(r);
+  }
+  uint32_t mant_odd = (abs >> 13) & 1u;
+  abs += 0xfffu + mant_odd;
+  uint32_t exp = (abs >> 23) - 127 + 15;
+  return sign | static_cast<uint16_t>((exp << 10) | ((abs >> 13) & 0x3ffu));
+}
+
+// ---------------------------------------------------------------- fp8
+
+namespace {
+
+// value = (-1)^s * 2^(e - bias) * (1 + m/8), subnormal when e == 0: 2^(1 - bias) * m/8.
+float fp8_decode(uint8_t v, int bias, bool fnuz) {
+  if (fnuz) {
+    if (v == 0x80) return std::numeric_limits<float>::quiet_NaN();
+  } else if ((v & 0x7f) == 0x7f) {
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  int s = v >> 7, e = (v >> 3) & 0xf, m = v & 7;
+  float mag = e == 0 ? std::ldexp(static_cast<float>(m) / 8.0f, 1 - bias)
+                     : std::ldexp(1.0f + static_cast<float>(m) / 8.0f, e - bias);
+  return s ? -mag : mag;
+}
+
+struct Fp8Tables {
+  float fn[256], fnuz[256];
+  Fp8Tables() {
+    for (int i = 0; i < 256; ++i) {
+      fn[i] = fp8_decode(static_cast<uint8_t>(i), 7, false);
+      fnuz[i] = fp8_decode(static_cast<uint8_t>(i), 8, true);
+    }
+  }
+};
+const Fp8Tables& tables() {
+  static const Fp8Tables t;
+  return t;
+}
+
+// Encodes |f| (given as fp32 bits without sign) into the 7 magnitude bits of an e4m3 code
+// with exponent bias `bias`, rounding to nearest even. Returns 0x80 when the rounded magnitude
+// does not fit in 7 bits (caller decides what overflow means).
+uint32_t fp8_magnitude(uint32_t abs, int bias) {
+  // Smallest normal is 2^(1-bias). Below it, the grid is uniform with step 2^(1-bias-3).
+  uint32_t min_normal_bits = static_cast<uint32_t>(127 + 1 - bias) << 23;
+  if (abs < min_normal_bits) {
+    // Adding 2^(1-bias+...) aligned so that the grid step becomes one unit in the low mantissa
+    // bits lets the FPU do the ties-to-even rounding for us.
+    float magic = bits_to_float(static_cast<uint32_t>(127 + 1 - bias + 23 - 3) << 23);
+    uint32_t r = float_to_bits(bits_to_float(abs) + magic) - float_to_bits(magic);
+    return r;  // 0..8; 8 is the smallest normal, which is also the right code
+  }
+  uint32_t mant_odd = (abs >> 20) & 1u;
+  abs += 0x7ffffu + mant_odd;  // round the 23-bit mantissa to 3 bits, ties to even
+  uint32_t e = (abs >> 23) - 127 + bias;
+  uint32_t code = (e << 3) | ((abs >> 20) & 7u);
+  return code > 0x7f ? 0x80 : code;
+}
+
+}  // namespace
+
+const float* fp8_e4m3fn_table() { return tables().fn; }
+const float* fp8_e4m3fnuz_table() { return tables().fnuz; }
+
+uint8_t float_to_fp8_e4m3fn(float f) {
+  uint32_t b = float_to_bits(f);
+  uint8_t sign = static_cast<uint8_t>((b >> 24) & 0x80u);
+  uint32_t abs = b & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7f;  // NaN
+  // Past 448 (infinities included) saturates to +-448, as torch's cast does.
+  if (abs == 0x7f800000u) return sign | 0x7e;
+  uint32_t code = fp8_magnitude(abs, 7);
+  if (code >= 0x7f) return sign | 0x7e;
+  return sign | static_cast<uint8_t>(code);
+}
+
+uint8_t float_to_fp8_e4m3fnuz(float f) {
+  uint32_t b = float_to_bits(f);
+  uint32_t abs = b & 0x7fffffffu;
+  if (abs >= 0x7f800000u) return 0x80;
+  uint32_t code = fp8_magnitude(abs, 8);
+  if (code > 0x7f) return 0x80;
+  if (code == 0) return 0;  // no negative zero in fnuz
+  return static_cast<uint8_t>(((b >> 24) & 0x80u) | code);
+}
+
+// ---------------------------------------------------------------- rows
+
+void accumulate_row(float* acc, const void* src, DType t, int n) {
+  switch (t) {
+    case DType::kFloat32: {
+      const float* s = static_cast<const float*>(src);
+      for (int i = 0; i < n; ++i) acc[i] += s[i];
+      return;
+    }
+    case DType::kBFloat16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      for (int i = 0; i < n; ++i) acc[i] += bits_to_float(static_cast<uint32_t>(s[i]) << 16);
+      return;
+    }
+    case DType::kFloat16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      for (int i = 0; i < n; ++i) acc[i] += f16_to_float(s[i]);
+      return;
+    }
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ: {
+      const float* lut = t == DType::kFloat8E4M3FN ? fp8_e4m3fn_table() : fp8_e4m3fnuz_table();
+      const uint8_t* s = static_cast<const uint8_t*>(src);
+      for (int i = 0; i < n; ++i) acc[i] += lut[s[i]];
+      return;
+    }
+    default:
+      raise(Status::kInvalidArgument, "combine cannot reduce %s elements", dtype_name(t));
+  }
+}
+
+void store_row(void* dst, const float* src, DType t, int n) {
+  switch (t) {
+    case DType::kFloat32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
+    case DType::kBFloat16: {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      for (int i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
+      return;
+    }
+    case DType::kFloat16: {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      for (int i = 0; i < n; ++i) d[i] = float_to_f16(src[i]);
+      return;
+    }
+    case DType::kFloat8E4M3FN: {
+      uint8_t* d = static_cast<uint8_t*>(dst);
+      for (int i = 0; i < n; ++i) d[i] = float_to_fp8_e4m3fn(src[i]);
+      return;
+    }
+    case DType::kFloat8E4M3FNUZ: {
+      uint8_t* d = static_cast<uint8_t*>(dst);
+      for (int i = 0; i < n; ++i) d[i] = float_to_fp8_e4m3fnuz(src[i]);
+      return;
+    }
+    default:
+      raise(Status::kInvalidArgument, "combine cannot produce %s elements", dtype_name(t));
+  }
+}
+
+void cast_row_to_fp8(uint8_t* dst, const void* src, DType from, int n) {
+  switch (from) {
+    case DType::kFloat32: {
+      const float* s = static_cast<const float*>(src);
+      for (int i = 0; i < n; ++i) dst[i] = float_to_fp8_e4m3fn(s[i]);
+      return;
+    }
+    case DType::kBFloat16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      for (int i = 0; i < n; ++i) dst[i] = float_to_fp8_e4m3fn(bf16_to_float(s[i]));
+      return;
+    }
+    case DType::kFloat16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      for (int i = 0; i < n; ++i) dst[i] = float_to_fp8_e4m3fn(f16_to_float(s[i]));
+      return;
+    }
+    default:
+      raise(Status::kInvalidArgument, "fp8_direct_cast needs float32/bfloat16/float16 combine input, got %s",
+            dtype_name(from));
+  }
+}
+
+}  // namespace mori::ep

@@ -1,0 +1,668 @@
+// SPDX-License-Identifier: MIT
+// EpHandle: buffers, validation, signalling, and the flat (non-node-dedup) protocol that
+// IntraNode, IntraNodeLL, InterNode, InterNodeV1LL and AsyncLL share.
+//
+// Dispatch, round r (every PE calls it; r counts dispatches):
+//   1. route: each (token, k) gets its destination PE; a PE already hit by an earlier k of
+//      the same token is skipped, so a token goes once to each destination PE.
+//   2. reserve: each token block does one fetch-add per destination on that PE's slot
+//      counter (counter[r % 2]) and gets a contiguous range of receive rows.
+//   3. copy: payload, weights, indices, scales and the flat source position go into the
+//      destination's rows (direct stores, or RMA puts).
+//   4. signal: after the copies are complete, a release store of (r << 32 | count) into
+//      the destination's signal word for this PE (parity r % 2).
+//   5. receive: wait for every PE's signal of round r, sum the counts, reset counter[r % 2]
+//      (nobody touches it again before round r + 2, which needs my round r + 1 signal).
+// Combine, round c: every received row goes back to its source (push) into the slot
+// (my_pe, token) of the source's staging buffer, or stays in my registered buffer for the
+// source to read (pull, zero-copy); then a signal with c; then each PE sums, per own
+// token, the rows of its unique destination PEs in fp32.
+#include "mori/ep/handle.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "mori/core/env.h"
+#include "mori/core/log.h"
+#include "mori/core/status.h"
+#include "mori/shmem/runtime.h"
+#include "ep/src/layout.h"
+
+namespace mori::ep {
+
+using shmem::Runtime;
+
+namespace {
+constexpr uint64_t kOverflowFlag = uint64_t{1} << 31;
+constexpr uint64_t kCountMask = kOverflowFlag - 1;
+
+size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+std::pair<int, int> block_range(int items, int blocks, int b) {
+  int64_t lo = static_cast<int64_t>(items) * b / blocks, hi = static_cast<int64_t>(items) * (b + 1) / blocks;
+  return {static_cast<int>(lo), static_cast<int>(hi)};
+}
+}  // namespace
+
+
+// ---------------------------------------------------------------- lifecycle
+
+EpHandle::EpHandle(const EpConfig& cfg) : cfg_(cfg), rt_(&Runtime::get("EpDispatchCombineOp")) {
+  cfg_.validate();
+  MORI_CHECK_ARG(cfg_.rank == rt_->my_pe() && cfg_.world_size == rt_->n_pes(),
+                 "EpDispatchCombineConfig(rank=%d, world_size=%d) does not match the shmem job (PE %d of %d): the EP "
+                 "group is the shmem world",
+                 cfg_.rank, cfg_.world_size, rt_->my_pe(), rt_->n_pes());
+  switch (cfg_.kernel_type) {
+    case KernelType::kIntraNode:
+    case KernelType::kIntraNodeLL: mover_ = Mover::kDirect; break;
+    case KernelType::kInterNode: mover_ = Mover::kPutPerToken; break;
+    case KernelType::kInterNodeV1LL:
+    case KernelType::kAsyncLL: mover_ = Mover::kPutPacked; break;
+    case KernelType::kInterNodeV1: mover_ = Mover::kDirect; break;  // inside a node; inboxes use puts
+    default: raise(Status::kInvalidArgument, "unknown EpDispatchCombineKernelType %d", static_cast<int>(cfg_.kernel_type));
+  }
+  int threads = cfg_.num_threads;
+  if (threads <= 0) threads = static_cast<int>(env::get().copy_threads);
+  if (threads <= 0) {
+    int hw = static_cast<int>(std::thread::hardware_concurrency());
+    int local = std::max(1, rt_->topology().local_size());
+    threads = std::clamp(hw / local, 1, 8);
+  }
+  team_ = std::make_unique<ThreadTeam>(threads);
+  oversubscribed_ = rt_->topology().local_size() * threads > static_cast<int>(std::thread::hardware_concurrency());
+  for (int pe = 0; pe < cfg_.world_size; ++pe) all_pes_.push_back(pe);
+  int g = cfg_.pes_per_node(), node = cfg_.rank / g;
+  for (int l = 0; l < g; ++l) node_pes_.push_back(node * g + l);
+
+  allocate();
+  if (mover_ == Mover::kDirect && cfg_.kernel_type != KernelType::kInterNodeV1) {
+    for (int pe = 0; pe < cfg_.world_size; ++pe)
+      if (!peer_base_[pe]) {
+        release();
+        raise(Status::kUnavailable,
+              "EpDispatchCombineKernelType.%s needs every PE's memory mapped on this PE, but PE %d is reached over "
+              "the %s transport (another host?): use InterNodeV1, InterNodeV1LL, InterNode or AsyncLL",
+              kernel_type_name(cfg_.kernel_type), pe, rt_->transport_name(pe));
+      }
+  }
+  const int64_t max_inp = cfg_.max_num_inp_token_per_rank, k = cfg_.num_experts_per_token;
+  dest_map_.assign(static_cast<size_t>(max_inp * k), -1);
+  last_indices_.reserve(static_cast<size_t>(max_inp * k));
+  sent_to_.assign(cfg_.world_size, 0);
+  if (cfg_.kernel_type == KernelType::kInterNodeV1) {
+    node_sent_.assign(static_cast<size_t>(max_inp * cfg_.num_nodes()), 0);
+    inbox_count_.assign(cfg_.num_nodes(), 0);
+  }
+}
+
+EpHandle::~EpHandle() { release(); }
+
+void EpHandle::allocate() {
+  Layout l;
+  const int64_t world = cfg_.world_size, max_inp = cfg_.max_num_inp_token_per_rank, max_recv = cfg_.max_recv();
+  const size_t tok = cfg_.token_bytes(), k4 = static_cast<size_t>(cfg_.num_experts_per_token) * 4;
+  const size_t sc = cfg_.scale_bytes();
+  const int64_t nodes = cfg_.num_nodes(), g = cfg_.pes_per_node();
+  size_t off = 0;
+  auto take = [&](size_t bytes, size_t align) {
+    off = align_up(off, align);
+    size_t at = off;
+    off += bytes;
+    return at;
+  };
+  l.counter = take(16, 64);
+  l.total = take(4, 64);
+  l.disp_sig = take(2 * world * 8, 64);
+  l.comb_sig = take(world * 8, 64);
+  l.inbox_sig = take(2 * nodes * 8, 64);
+  l.node_comb_sig = take(nodes * 8, 64);
+  const size_t control_end = off;
+  // Big buffers start on pages: only the rows a run touches ever get memory.
+  l.disp_tok = take(max_recv * tok, 4096);
+  l.disp_w = take(max_recv * k4, 4096);
+  l.disp_idx = take(max_recv * k4, 4096);
+  l.disp_scale = take(max_recv * sc, 4096);
+  l.disp_src = take(max_recv * 4, 4096);
+  l.comb_inp = take(max_recv * tok, 4096);
+  l.comb_inp_w = take(max_recv * k4, 4096);
+  l.comb_stage = take(world * max_inp * tok, 4096);
+  l.comb_stage_w = take(world * max_inp * k4, 4096);
+  l.comb_out = take(max_inp * tok, 4096);
+  l.comb_out_w = take(max_inp * k4, 4096);
+  if (cfg_.kernel_type == KernelType::kInterNodeV1) {
+    l.inbox_tok = take(nodes * max_inp * tok, 4096);
+    l.inbox_w = take(nodes * max_inp * k4, 4096);
+    l.inbox_idx = take(nodes * max_inp * k4, 4096);
+    l.inbox_scale = take(nodes * max_inp * sc, 4096);
+    l.inbox_meta = take(nodes * max_inp * 8, 4096);
+    l.fwd_stage = take(nodes * max_inp * g * tok, 4096);
+    l.fwd_stage_w = take(nodes * max_inp * g * k4, 4096);
+  }
+  l.bytes = align_up(off, 4096);
+  lay_ = std::make_unique<Layout>(l);
+  // Collective; ends with a barrier.
+  base_ = static_cast<char*>(rt_->malloc(l.bytes, 4096, "EpDispatchCombineOp"));
+  // The heap may hand back memory of an earlier op: clear the control words, then make sure
+  // nobody signals into them before everyone has cleared.
+  std::memset(base_, 0, control_end);
+  rt_->barrier_all();
+  peer_base_.resize(cfg_.world_size);
+  for (int pe = 0; pe < cfg_.world_size; ++pe) peer_base_[pe] = static_cast<char*>(rt_->ptr(base_, pe));
+  MORI_LOG(kInfo, "EP", "%s handle: %s of symmetric buffers, %d copy thread(s)", kernel_type_name(cfg_.kernel_type),
+           human_bytes(l.bytes).c_str(), team_->size());
+}
+
+void EpHandle::release() noexcept {
+  if (!base_) return;
+  // Local bookkeeping only (no barrier): a destructor must not block on peers. Every PE
+  // frees its handles in the same order, which keeps the heap symmetric.
+  try {
+    if (Runtime::initialized()) {
+      Runtime& rt = Runtime::get("EpDispatchCombineOp.__del__");
+      if (&rt == rt_ && rt.is_symmetric(base_)) rt.free(base_, "EpDispatchCombineOp.__del__", false);
+    }
+  } catch (...) {
+  }
+  base_ = nullptr;
+}
+
+// ---------------------------------------------------------------- accessors
+
+int32_t EpHandle::total_recv() const { return __atomic_load_n(at<int32_t>(lay_->total), __ATOMIC_ACQUIRE); }
+const int32_t* EpHandle::src_token_pos() const { return at<int32_t>(lay_->disp_src); }
+void* EpHandle::registered_combine_input() const { return base_ + lay_->comb_inp; }
+size_t EpHandle::registered_combine_input_bytes() const { return static_cast<size_t>(cfg_.max_recv()) * cfg_.token_bytes(); }
+
+// ---------------------------------------------------------------- helpers
+
+int EpHandle::choose_blocks(int requested, int items, bool rma) const {
+  int blocks = requested > 0 ? requested : cfg_.block_num;
+  // A block per ~16 tokens at least, and no more than a few per thread: every block costs one
+  // reservation per destination. Over RMA (a network round trip each), one block per thread.
+  blocks = std::min(blocks, std::max(1, (items + 15) / 16));
+  blocks = std::min(blocks, rma ? team_->size() : 4 * team_->size());
+  return std::max(1, blocks);
+}
+
+void EpHandle::check_launch(const LaunchParams& p, const char* caller) const {
+  MORI_CHECK_ARG(p.block_num == -1 || p.block_num > 0, "%s: block_num must be > 0 (or -1 for the config's), got %d",
+                 caller, p.block_num);
+  MORI_CHECK_ARG(p.warp_per_block == -1 || p.warp_per_block > 0,
+                 "%s: warp_per_block must be > 0 (or -1 for the config's), got %d", caller, p.warp_per_block);
+  MORI_CHECK_ARG(p.rdma_block_num >= -1, "%s: rdma_block_num must be >= 0 (or -1 for the config's), got %d", caller,
+                 p.rdma_block_num);
+}
+
+void EpHandle::signal(int pe, uint64_t* local_word, uint64_t value) {
+  rt_->atomic(local_word, AmoOp::kSet, 8, value, 0, pe, "EpDispatchCombineOp (signal)");
+}
+
+uint64_t EpHandle::fetch_add(int pe, uint64_t* local_word, uint64_t add) {
+  if (mover_ == Mover::kDirect && peer_base_[pe]) {
+    auto* w = reinterpret_cast<uint64_t*>(peer_base_[pe] + (reinterpret_cast<char*>(local_word) - base_));
+    return std::atomic_ref<uint64_t>(*w).fetch_add(add, std::memory_order_relaxed);
+  }
+  return rt_->atomic(local_word, AmoOp::kFetchAdd, 8, add, 0, pe, "EpDispatchCombineOp (slot reservation)");
+}
+
+void EpHandle::write(int pe, size_t off, const void* src, size_t n, bool direct_ok) {
+  if (n == 0) return;
+  if (direct_ok && peer_base_[pe]) {
+    std::memcpy(peer_base_[pe] + off, src, n);
+    return;
+  }
+  // Non-blocking: sources stay valid until the quiet() that precedes the signal.
+  rt_->put(base_ + off, src, n, pe, true);
+}
+
+void EpHandle::read(int pe, size_t off, void* dst, size_t n) {
+  if (peer_base_[pe] && mover_ == Mover::kDirect) {
+    std::memcpy(dst, peer_base_[pe] + off, n);
+    return;
+  }
+  rt_->get(dst, base_ + off, n, pe, false);
+}
+
+void EpHandle::wait_signals(const uint64_t* sig, const std::vector<int>& from, uint64_t round, bool at_least,
+                            const char* caller) {
+  auto ready = [&] {
+    for (int pe : from) {
+      uint64_t v = __atomic_load_n(&sig[pe], __ATOMIC_ACQUIRE);
+      if (at_least ? v < round : (v >> 32) != round) return false;
+    }
+    return true;
+  };
+  if (oversubscribed_) {
+    // More PEs than cores on this host: a spinning waiter takes the core from the very peer it
+    // waits for. Poll with sched_yield for a while (handing the core over), then let the
+    // runtime sleep on its doorbell.
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+    for (int i = 0;; ++i) {
+      if (ready()) return;
+      sched_yield();
+      if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) break;
+    }
+  }
+  rt_->wait_for(ready, caller);
+}
+
+// ---------------------------------------------------------------- validation
+
+void EpHandle::validate_dispatch(const DispatchArgs& a) const {
+  const char* fn = "EpDispatchCombineOp.dispatch";
+  check_launch(a.launch, fn);
+  MORI_CHECK_ARG(a.num_tokens >= 0 && a.num_tokens <= cfg_.max_num_inp_token_per_rank,
+                 "%s: input has %d tokens but max_num_inp_token_per_rank is %d", fn, a.num_tokens,
+                 cfg_.max_num_inp_token_per_rank);
+  MORI_CHECK_ARG(a.hidden > 0 && a.hidden <= cfg_.hidden_dim, "%s: input hidden size %d must be in 1..hidden_dim=%d",
+                 fn, a.hidden, cfg_.hidden_dim);
+  MORI_CHECK_ARG(dtype_size(a.dtype) <= cfg_.max_token_type_size,
+                 "%s: input dtype %s is %d bytes wide, more than max_token_type_size=%d", fn, dtype_name(a.dtype),
+                 dtype_size(a.dtype), cfg_.max_token_type_size);
+  if (a.num_tokens == 0) return;
+  MORI_CHECK_ARG(a.input && a.indices, "%s: input and indices must not be null", fn);
+  const int k = cfg_.num_experts_per_token, ne = cfg_.num_experts();
+  for (int64_t i = 0, n = static_cast<int64_t>(a.num_tokens) * k; i < n; ++i) {
+    int32_t e = a.indices[i];
+    if (e < -1 || e >= ne)
+      raise(Status::kInvalidArgument,
+            "%s: indices[%lld, %lld] = %d is not an expert id: expected -1 (no expert) or 0..%d "
+            "(world_size %d x num_experts_per_rank %d)",
+            fn, static_cast<long long>(i / k), static_cast<long long>(i % k), e, ne - 1, cfg_.world_size,
+            cfg_.num_experts_per_rank);
+  }
+}
+
+void EpHandle::validate_combine(const CombineArgs& a, bool external) const {
+  const char* fn = "EpDispatchCombineOp.combine";
+  check_launch(a.launch, fn);
+  if (!dispatch_done_)
+    raise(Status::kInvalidUsage, "%s: no completed dispatch to combine (call dispatch%s first)", fn,
+          cfg_.kernel_type == KernelType::kAsyncLL ? " and dispatch_recv" : "");
+  MORI_CHECK_ARG(a.hidden > 0 && a.hidden <= cfg_.hidden_dim, "%s: input hidden size %d must be in 1..hidden_dim=%d",
+                 fn, a.hidden, cfg_.hidden_dim);
+  MORI_CHECK_ARG(dtype_reducible(a.dtype), "%s: cannot sum %s tokens (use float32, bfloat16, float16 or fp8 e4m3)",
+                 fn, dtype_name(a.dtype));
+  MORI_CHECK_ARG(dtype_size(a.dtype) <= cfg_.max_token_type_size,
+                 "%s: input dtype %s is %d bytes wide, more than max_token_type_size=%d", fn, dtype_name(a.dtype),
+                 dtype_size(a.dtype), cfg_.max_token_type_size);
+  if (cfg_.quant_type == QuantType::kFp8DirectCast) {
+    MORI_CHECK_ARG(external, "%s: quant_type='fp8_direct_cast' needs use_external_inp_buf=True (the zero-copy "
+                             "buffer is read as is by peers)", fn);
+    MORI_CHECK_ARG(a.dtype == DType::kBFloat16 || a.dtype == DType::kFloat32 || a.dtype == DType::kFloat16,
+                   "%s: quant_type='fp8_direct_cast' casts bfloat16/float16/float32 input to fp8, got %s", fn,
+                   dtype_name(a.dtype));
+  }
+  const int32_t total = total_recv();
+  const bool in_registered = a.input == registered_combine_input();
+  MORI_CHECK_ARG(in_registered || a.num_rows >= total,
+                 "%s: input has %d rows but this rank received %d tokens in the last dispatch (pass the expert "
+                 "outputs for every dispatched row)", fn, a.num_rows, total);
+  MORI_CHECK_ARG(a.num_rows <= cfg_.max_recv(), "%s: input has %d rows, more than max_num_tokens_to_recv()=%lld", fn,
+                 a.num_rows, static_cast<long long>(cfg_.max_recv()));
+  MORI_CHECK_ARG(total == 0 || a.input, "%s: input must not be null", fn);
+  // MORI issue #475: combine needs this rank's own routing, not the dispatch output indices.
+  const int k = cfg_.num_experts_per_token;
+  if (a.num_tokens != cur_tokens_)
+    raise(Status::kInvalidArgument,
+          "%s: indices has %d rows but the last dispatch on this rank had %d tokens: pass this rank's original "
+          "[num_tokens, %d] routing (the indices given to dispatch), not dispatch's output indices (MORI issue #475)",
+          fn, a.num_tokens, cur_tokens_, k);
+  if (cur_tokens_ > 0 &&
+      (!a.indices || std::memcmp(a.indices, last_indices_.data(), static_cast<size_t>(cur_tokens_) * k * 4) != 0))
+    raise(Status::kInvalidArgument,
+          "%s: indices differ from the indices given to the last dispatch on this rank: combine must receive this "
+          "rank's original routing (MORI issue #475)", fn);
+}
+
+// ---------------------------------------------------------------- dispatch
+
+DispatchResult EpHandle::dispatch(const DispatchArgs& a) {
+  if (dispatch_pending_)
+    raise(Status::kInvalidUsage, "EpDispatchCombineOp.dispatch: the previous dispatch_send has no dispatch_recv yet");
+  if (combine_pending_)
+    raise(Status::kInvalidUsage, "EpDispatchCombineOp.dispatch: the previous combine_send has no combine_recv yet");
+  validate_dispatch(a);
+  cur_tokens_ = a.num_tokens;
+  last_indices_.assign(a.indices, a.indices + static_cast<size_t>(a.num_tokens) * cfg_.num_experts_per_token);
+  dispatch_done_ = false;
+  last_row_bytes_ = static_cast<int64_t>(a.hidden) * dtype_size(a.dtype);
+  if (cfg_.kernel_type == KernelType::kInterNodeV1) {
+    dispatch_v1(a);
+    dispatch_done_ = true;
+  } else {
+    dispatch_send_flat(a);
+    dispatch_pending_ = true;
+    if (cfg_.kernel_type != KernelType::kAsyncLL) dispatch_recv();
+  }
+  DispatchResult r;
+  r.tokens = base_ + lay_->disp_tok;
+  r.weights = at<float>(lay_->disp_w);
+  r.scales = cfg_.scale_dim > 0 ? base_ + lay_->disp_scale : nullptr;
+  r.indices = at<int32_t>(lay_->disp_idx);
+  r.total_recv = at<int32_t>(lay_->total);
+  return r;
+}
+
+void EpHandle::dispatch_recv() {
+  if (!dispatch_pending_) {
+    if (cfg_.kernel_type == KernelType::kAsyncLL)
+      raise(Status::kInvalidUsage, "EpDispatchCombineOp.dispatch_recv: no dispatch_send in flight");
+    return;
+  }
+  dispatch_pending_ = false;
+  dispatch_recv_flat();
+  dispatch_done_ = true;
+}
+
+void EpHandle::dispatch_send_flat(const DispatchArgs& a) {
+  const int n = a.num_tokens, k = cfg_.num_experts_per_token, world = cfg_.world_size, me = cfg_.rank;
+  const int epr = cfg_.num_experts_per_rank;
+  const int64_t max_recv = cfg_.max_recv(), max_send = cfg_.max_send();
+  const size_t row = static_cast<size_t>(a.hidden) * dtype_size(a.dtype), k4 = static_cast<size_t>(k) * 4;
+  const size_t sc = (a.scales && cfg_.scale_dim > 0) ? cfg_.scale_bytes() : 0;
+  const uint64_t round = ++disp_round_;
+  const int par = static_cast<int>(round & 1);
+  uint64_t* counter = at<uint64_t>(lay_->counter) + par;
+  const char* in = static_cast<const char*>(a.input);
+  const char* scales = static_cast<const char*>(a.scales);
+  const int blocks = choose_blocks(a.launch.block_num, n, mover_ != Mover::kDirect);
+  part_count_.assign(static_cast<size_t>(blocks) * world, 0);
+  part_base_.assign(static_cast<size_t>(blocks) * world, 0);
+  std::vector<uint8_t> overflow(static_cast<size_t>(blocks) * world, 0);
+  std::vector<int32_t> src_pos(static_cast<size_t>(n));
+  for (int t = 0; t < n; ++t) src_pos[t] = static_cast<int32_t>(me * max_send + t);
+
+  team_->run(blocks, [&](int b) {
+    auto [lo, hi] = block_range(n, blocks, b);
+    uint64_t* cnt = &part_count_[static_cast<size_t>(b) * world];
+    // 1. route, dropping repeats of a destination PE within a token.
+    for (int t = lo; t < hi; ++t) {
+      int64_t* dm = &dest_map_[static_cast<size_t>(t) * k];
+      const int32_t* idx = a.indices + static_cast<size_t>(t) * k;
+      for (int j = 0; j < k; ++j) {
+        // Until its slot is known, a destination d is held as -(d + 2); -1 means none.
+        int d = idx[j] < 0 ? -1 : idx[j] / epr;
+        for (int q = 0; q < j && d >= 0; ++q)
+          if (dm[q] == -(d + 2)) d = -1;
+        dm[j] = d >= 0 ? -(d + 2) : -1;
+        if (d >= 0) ++cnt[d];
+      }
+    }
+    // 2. one reservation per destination for this block.
+    uint64_t* base = &part_base_[static_cast<size_t>(b) * world];
+    uint8_t* ovf = &overflow[static_cast<size_t>(b) * world];
+    for (int d = 0; d < world; ++d) {
+      if (!cnt[d]) continue;
+      base[d] = fetch_add(d, counter, cnt[d]);
+      if (base[d] + cnt[d] > static_cast<uint64_t>(max_recv)) ovf[d] = 1;
+    }
+    // 3. copy rows (slots are handed out in token order within the block's ranges).
+    std::vector<uint64_t> next(base, base + world);
+    if (mover_ == Mover::kPutPacked) {
+      std::vector<char> pack;
+      std::vector<int> toks;
+      for (int d = 0; d < world; ++d) {
+        if (!cnt[d] || ovf[d]) continue;
+        toks.clear();
+        for (int t = lo; t < hi; ++t)
+          for (int j = 0; j < k; ++j)
+            if (dest_map_[static_cast<size_t>(t) * k + j] == -(d + 2)) {
+              dest_map_[static_cast<size_t>(t) * k + j] = d * max_recv + static_cast<int64_t>(next[d]++);
+              toks.push_back(t);
+            }
+        const size_t m = toks.size();
+        const size_t s0 = base[d];
+        // One contiguous put per field: the block's rows for d are consecutive slots.
+        auto put_field = [&](size_t dst_off, size_t width, auto fill) {
+          if (!width) return;
+          pack.resize(m * width);
+          for (size_t i = 0; i < m; ++i) fill(pack.data() + i * width, toks[i]);
+          rt_->put(base_ + dst_off + s0 * width, pack.data(), m * width, d, false);
+        };
+        put_field(lay_->disp_tok, row, [&](char* p, int t) { std::memcpy(p, in + t * row, row); });
+        if (a.weights)
+          put_field(lay_->disp_w, k4, [&](char* p, int t) { std::memcpy(p, a.weights + static_cast<size_t>(t) * k, k4); });
+        put_field(lay_->disp_idx, k4, [&](char* p, int t) { std::memcpy(p, a.indices + static_cast<size_t>(t) * k, k4); });
+        put_field(lay_->disp_scale, sc, [&](char* p, int t) { std::memcpy(p, scales + t * sc, sc); });
+        put_field(lay_->disp_src, 4, [&](char* p, int t) { std::memcpy(p, &src_pos[t], 4); });
+      }
+      for (int t = lo; t < hi; ++t)  // rows that could not be placed
+        for (int j = 0; j < k; ++j) {
+          int64_t& v = dest_map_[static_cast<size_t>(t) * k + j];
+          if (v < -1) v = -1;
+        }
+      return;
+    }
+    const bool direct = mover_ == Mover::kDirect;
+    for (int t = lo; t < hi; ++t) {
+      for (int j = 0; j < k; ++j) {
+        int64_t& v = dest_map_[static_cast<size_t>(t) * k + j];
+        if (v > -2) continue;
+        int d = static_cast<int>(-v - 2);
+        if (ovf[d]) {
+          v = -1;
+          continue;
+        }
+        uint64_t slot = next[d]++;
+        v = d * max_recv + static_cast<int64_t>(slot);
+        write(d, lay_->disp_tok + slot * row, in + t * row, row, direct);
+        if (a.weights) write(d, lay_->disp_w + slot * k4, a.weights + static_cast<size_t>(t) * k, k4, direct);
+        write(d, lay_->disp_idx + slot * k4, a.indices + static_cast<size_t>(t) * k, k4, direct);
+        if (sc) write(d, lay_->disp_scale + slot * sc, scales + t * sc, sc, direct);
+        write(d, lay_->disp_src + slot * 4, &src_pos[t], 4, direct);
+      }
+    }
+  });
+  if (mover_ != Mover::kDirect) rt_->quiet();
+
+  // 4. publish counts (release: the rows are complete before the signal is visible).
+  uint64_t* sig = at<uint64_t>(lay_->disp_sig) + static_cast<size_t>(par) * world;
+  overflow_sent_ = false;
+  uint64_t remote_rows = 0;
+  for (int d = 0; d < world; ++d) {
+    uint64_t c = 0;
+    bool ovf = false;
+    for (int b = 0; b < blocks; ++b) {
+      size_t i = static_cast<size_t>(b) * world + d;
+      if (overflow[i]) ovf = true;
+      else c += part_count_[i];
+    }
+    sent_to_[d] = static_cast<int32_t>(c);
+    if (d != me) remote_rows += c;
+    overflow_sent_ |= ovf;
+    signal(d, &sig[me], (round << 32) | (ovf ? kOverflowFlag : 0) | c);
+  }
+  disp_remote_bytes_ = remote_rows * (row + 2 * k4 + sc + 4);
+}
+
+void EpHandle::dispatch_recv_flat() {
+  const int world = cfg_.world_size;
+  const uint64_t round = disp_round_;
+  const int par = static_cast<int>(round & 1);
+  const uint64_t* sig = at<uint64_t>(lay_->disp_sig) + static_cast<size_t>(par) * world;
+  wait_signals(sig, all_pes_, round, false, "EpDispatchCombineOp.dispatch");
+  uint64_t total = 0;
+  int overflow_from = -1;
+  for (int pe = 0; pe < world; ++pe) {
+    uint64_t v = __atomic_load_n(&sig[pe], __ATOMIC_ACQUIRE);
+    total += v & kCountMask;
+    if ((v & kOverflowFlag) && overflow_from < 0) overflow_from = pe;
+  }
+  __atomic_store_n(at<uint64_t>(lay_->counter) + par, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(at<int32_t>(lay_->total), static_cast<int32_t>(total), __ATOMIC_RELEASE);
+  if (overflow_from >= 0 || overflow_sent_) {
+    dispatch_done_ = false;
+    raise(Status::kInvalidArgument,
+          "EpDispatchCombineOp.dispatch: %s more tokens than max_num_tokens_to_recv()=%lld rows "
+          "(max_total_recv_tokens=%d caps each PE's receive buffer at %lld rows per source); the rows that did not "
+          "fit were dropped. Raise max_total_recv_tokens or send fewer tokens",
+          overflow_sent_ ? "a destination PE was sent" : "this PE was sent", static_cast<long long>(cfg_.max_recv()),
+          cfg_.max_total_recv_tokens, static_cast<long long>(cfg_.max_recv_per_rank()));
+  }
+}
+
+// ---------------------------------------------------------------- combine
+
+CombineResult EpHandle::combine(const CombineArgs& a) {
+  if (combine_pending_)
+    raise(Status::kInvalidUsage, "EpDispatchCombineOp.combine: the previous combine_send has no combine_recv yet");
+  if (dispatch_pending_)
+    raise(Status::kInvalidUsage, "EpDispatchCombineOp.combine: call dispatch_recv() before combining");
+  const bool external = a.use_external_inp_buf < 0 ? cfg_.use_external_inp_buf : a.use_external_inp_buf != 0;
+  validate_combine(a, external);
+  comb_dtype_ = a.dtype;
+  comb_wire_ = cfg_.quant_type == QuantType::kFp8DirectCast ? DType::kFloat8E4M3FN : a.dtype;
+  comb_hidden_ = a.hidden;
+  comb_weights_ = a.weights != nullptr;
+  if (cfg_.kernel_type == KernelType::kInterNodeV1) {
+    combine_v1(a, external);
+  } else {
+    combine_send_flat(a, external);
+    combine_pending_ = true;
+    if (cfg_.kernel_type != KernelType::kAsyncLL) combine_recv();
+  }
+  CombineResult r;
+  r.tokens = base_ + lay_->comb_out;
+  r.weights = a.weights ? at<float>(lay_->comb_out_w) : nullptr;
+  return r;
+}
+
+void EpHandle::combine_recv() {
+  if (!combine_pending_) {
+    if (cfg_.kernel_type == KernelType::kAsyncLL)
+      raise(Status::kInvalidUsage, "EpDispatchCombineOp.combine_recv: no combine_send in flight");
+    return;
+  }
+  combine_pending_ = false;
+  combine_recv_flat();
+}
+
+void EpHandle::combine_send_flat(const CombineArgs& a, bool external) {
+  const int k = cfg_.num_experts_per_token, me = cfg_.rank;
+  const int64_t max_inp = cfg_.max_num_inp_token_per_rank, max_send = cfg_.max_send();
+  const size_t row = static_cast<size_t>(a.hidden) * dtype_size(a.dtype), k4 = static_cast<size_t>(k) * 4;
+  const size_t wire_row = static_cast<size_t>(a.hidden) * dtype_size(comb_wire_);
+  const bool cast = comb_wire_ != a.dtype;
+  const int total = total_recv();
+  const uint64_t round = ++comb_round_;
+  const int32_t* src = src_token_pos();
+  const char* in = static_cast<const char*>(a.input);
+  comb_pull_ = !external;
+  uint64_t remote_rows = 0;
+  if (external) {
+    const bool direct = mover_ == Mover::kDirect;
+    const int blocks = choose_blocks(a.launch.block_num, total, !direct);
+    std::vector<uint64_t> remote(static_cast<size_t>(blocks), 0);
+    team_->run(blocks, [&](int b) {
+      auto [lo, hi] = block_range(total, blocks, b);
+      std::vector<uint8_t> scratch(cast && !direct ? wire_row : 0);
+      for (int i = lo; i < hi; ++i) {
+        int s = static_cast<int>(src[i] / max_send);
+        int64_t t = src[i] % max_send;
+        size_t slot = static_cast<size_t>(me * max_inp + t);
+        size_t off = lay_->comb_stage + slot * row;  // stage rows keep the input row size
+        if (s != me) ++remote[b];
+        if (cast) {
+          if (direct) {
+            cast_row_to_fp8(reinterpret_cast<uint8_t*>(peer(s) + off), in + i * row, a.dtype, a.hidden);
+          } else {
+            cast_row_to_fp8(scratch.data(), in + i * row, a.dtype, a.hidden);
+            rt_->put(base_ + off, scratch.data(), wire_row, s, false);
+          }
+        } else {
+          write(s, off, in + i * row, row, direct);
+        }
+        if (a.weights) write(s, lay_->comb_stage_w + slot * k4, a.weights + static_cast<size_t>(i) * k, k4, direct);
+      }
+    });
+    if (!direct) rt_->quiet();
+    for (auto r : remote) remote_rows += r;
+  } else {
+    // Zero-copy: peers read my registered buffer; copy the input there unless it already is.
+    char* reg = base_ + lay_->comb_inp;
+    if (in != reg && total > 0) std::memmove(reg, in, static_cast<size_t>(total) * row);
+    float* regw = at<float>(lay_->comb_inp_w);
+    if (a.weights && a.weights != regw && total > 0)
+      std::memmove(regw, a.weights, static_cast<size_t>(total) * k4);
+    for (int i = 0; i < total; ++i)
+      if (src[i] / max_send != me) ++remote_rows;
+  }
+  comb_remote_bytes_ = remote_rows * (wire_row + (a.weights ? k4 : 0));
+  uint64_t* sig = at<uint64_t>(lay_->comb_sig);
+  for (int pe : all_pes_) signal(pe, &sig[me], round);
+}
+
+void EpHandle::combine_recv_flat() {
+  wait_signals(at<uint64_t>(lay_->comb_sig), all_pes_, comb_round_, true, "EpDispatchCombineOp.combine");
+  reduce_own_tokens(comb_pull_);
+}
+
+void EpHandle::reduce_own_tokens(bool pull) {
+  const int k = cfg_.num_experts_per_token, n = cur_tokens_, hidden = comb_hidden_;
+  const int64_t max_inp = cfg_.max_num_inp_token_per_rank, max_recv = cfg_.max_recv();
+  const size_t row = static_cast<size_t>(hidden) * dtype_size(comb_dtype_), k4 = static_cast<size_t>(k) * 4;
+  const bool v1 = cfg_.kernel_type == KernelType::kInterNodeV1;
+  const int nodes = cfg_.num_nodes(), g = cfg_.pes_per_node(), lr = cfg_.rank % g;
+  const DType wire = comb_wire_;
+  const bool weights = comb_weights_;
+  char* out = base_ + lay_->comb_out;
+  float* out_w = at<float>(lay_->comb_out_w);
+  const int blocks = choose_blocks(-1, n, false);
+  team_->run(blocks, [&](int b) {
+    auto [lo, hi] = block_range(n, blocks, b);
+    std::vector<float> acc(static_cast<size_t>(hidden)), wacc(static_cast<size_t>(k));
+    std::vector<char> pulled(pull ? row + k4 : 0);
+    for (int t = lo; t < hi; ++t) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      std::fill(wacc.begin(), wacc.end(), 0.0f);
+      auto add_w = [&](const float* w) {
+        for (int j = 0; j < k; ++j) wacc[j] += w[j];
+      };
+      for (int j = 0; j < k; ++j) {
+        int64_t v = dest_map_[static_cast<size_t>(t) * k + j];
+        if (v < 0) continue;
+        int r = static_cast<int>(v / max_recv);
+        size_t slot = static_cast<size_t>(v % max_recv);
+        if (pull) {
+          const char* src_row;
+          const float* src_w;
+          if (peer_base_[r] && mover_ == Mover::kDirect) {
+            src_row = peer_base_[r] + lay_->comb_inp + slot * row;
+            src_w = reinterpret_cast<const float*>(peer_base_[r] + lay_->comb_inp_w + slot * k4);
+          } else {
+            read(r, lay_->comb_inp + slot * row, pulled.data(), row);
+            if (weights) read(r, lay_->comb_inp_w + slot * k4, pulled.data() + row, k4);
+            src_row = pulled.data();
+            src_w = reinterpret_cast<const float*>(pulled.data() + row);
+          }
+          accumulate_row(acc.data(), src_row, comb_dtype_, hidden);
+          if (weights) add_w(src_w);
+        } else {
+          size_t st = static_cast<size_t>(r * max_inp + t);
+          accumulate_row(acc.data(), base_ + lay_->comb_stage + st * row, wire, hidden);
+          if (weights) add_w(at<float>(lay_->comb_stage_w + st * k4));
+        }
+      }
+      if (v1) {
+        // Partial sums from the PEs that forwarded this token inside other nodes.
+        for (int nd = 0; nd < nodes; ++nd) {
+          if (!node_sent_[static_cast<size_t>(t) * nodes + nd]) continue;
+          size_t st = static_cast<size_t>((nd * g + lr) * max_inp + t);
+          accumulate_row(acc.data(), base_ + lay_->comb_stage + st * row, comb_dtype_, hidden);
+          if (weights) add_w(at<float>(lay_->comb_stage_w + st * k4));
+        }
+      }
+      store_row(out + static_cast<size_t>(t) * row, acc.data(), comb_dtype_, hidden);
+      if (weights) std::memcpy(out_w + static_cast<size_t>(t) * k, wacc.data(), k4);
+    }
+  });
+}
+
+}  // namespace mori::ep

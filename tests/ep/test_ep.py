@@ -1,0 +1,148 @@
+# SPDX-License-Identifier: MIT
+"""MORI-EP on CPU: the correctness matrix (every kernel type, dtype, scales, zero-copy and
+external buffers, routing patterns) on 2, 4 and 8 PEs, the EP guide's Complete Example,
+error paths, AUTO launch rules and the fp8/bf16/fp16 conversions against torch."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness import check, mori_run, python_program
+
+torch = pytest.importorskip("torch")
+
+ALL = "kernels,dtypes,routing,internode"
+
+
+@pytest.mark.parametrize("n,presets", [(2, ALL), (4, ALL), (8, "kernels,routing,internode")])
+def test_suite(n, presets):
+    out = check(mori_run(n, python_program("ep_suite.py", "--preset", presets), timeout=240))
+    assert f"on {n} PEs passed" in out
+
+
+def test_suite_with_copy_threads():
+    """Several copy threads per PE (the ThreadTeam paths) on 2 PEs."""
+    out = check(mori_run(2, python_program("ep_suite.py", "--preset", "kernels,routing", "--threads", "3"),
+                         timeout=240))
+    assert "on 2 PEs passed" in out
+
+
+def test_complete_example_from_the_guide():
+    """Seed 002 section 7, device changed to CPU: 8 ranks, hidden 7168, 4096 max tokens, top-8 of 256."""
+    out = check(mori_run(8, python_program("ep_complete_example.py"), timeout=240,
+                         env={"MORI_SHMEM_HEAP_SIZE": "4G"}))
+    assert out.count("sent 128 tokens, received") == 8
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_errors(n):
+    out = check(mori_run(n, python_program("ep_errors.py"), timeout=120))
+    assert f"ep errors ok on {n} PEs" in out
+
+
+def test_dead_peer_is_an_error_not_a_hang():
+    out = check(mori_run(3, python_program("ep_errors.py", "--dead-peer"), timeout=120))
+    assert out.count("dead peer reported") == 2
+
+
+def test_auto_launch_mode_reads_tuning_rules(tmp_path):
+    rules = {"version": "1.0", "gpu_arch": "cpu", "gpu_model": "any", "kernel_type": "IntraNode", "ep_size": 2,
+             "phase": "dispatch",
+             "rules": [{"dtype": "bf16", "num_tokens": 8, "hidden_dim": 64, "block_num": 3, "rdma_block_num": 0,
+                        "warp_per_block": 4},
+                       {"dtype": "bf16", "num_tokens": 4096, "hidden_dim": 64, "block_num": 5,
+                        "rdma_block_num": 0, "warp_per_block": 4}]}
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps(rules))
+    out = check(mori_run(2, python_program("ep_suite.py", "--preset", "quick"), timeout=120,
+                         env={"MORI_EP_LAUNCH_CONFIG_MODE": "AUTO", "MORI_EP_TUNING_CONFIG": str(path)}))
+    assert "on 2 PEs passed" in out
+    assert "auto launch config (5, 0, 4)" in out  # 16 tokens: the smallest rule with num_tokens >= 16
+
+
+def test_rule_selection():
+    from mori.ep.kernel_type import EpDispatchCombineKernelType as K
+    from mori.ep.tuning import AUTO_FALLBACK, LaunchConfigurator, select_rule
+
+    rules = [
+        {"dtype": "bf16", "num_tokens": 128, "hidden_dim": 7168, "block_num": 1, "warp_per_block": 1},
+        {"dtype": "bf16", "num_tokens": 4096, "hidden_dim": 7168, "block_num": 2, "warp_per_block": 2},
+        {"dtype": "bf16", "num_tokens": 64, "hidden_dim": 4096, "block_num": 3, "warp_per_block": 3},
+        {"dtype": "fp8_e4m3", "num_tokens": 64, "hidden_dim": 7168, "block_num": 4, "warp_per_block": 4},
+    ]
+    assert select_rule(rules, "bf16", 100, 7168, 4)["block_num"] == 1     # smallest num_tokens >= N
+    assert select_rule(rules, "bf16", 200, 7168, 4)["block_num"] == 2
+    assert select_rule(rules, "bf16", 9999, 7168, 4)["block_num"] == 2    # clamp to the largest
+    assert select_rule(rules, "bf16", 10, 4096, 4)["block_num"] == 3      # exact hidden preferred
+    combine = rules + [{"dtype": "bf16", "num_tokens": 256, "hidden_dim": 7168, "topk": 8, "zero_copy": True,
+                        "block_num": 5, "warp_per_block": 5}]
+    assert select_rule(combine, "bf16", 10, 7168, 8)["block_num"] == 5      # exact top-k preferred
+    assert select_rule(combine, "bf16", 10, 7168, 8, zero_copy=False)["block_num"] == 1
+    assert select_rule(rules, "fp4", 10, 7168, 8) is None
+    manual = LaunchConfigurator(K.IntraNode, 8, 8, "MANUAL")
+    assert manual.resolve("dispatch", torch.device("cpu"), torch.bfloat16, 10, 64, 7, -1, 3) == (7, -1, 3)
+    auto = LaunchConfigurator(K.InterNodeV1, 16, 8, "AUTO")  # no rule file for cpu: MORI's fallback
+    assert auto.resolve("dispatch", torch.device("cpu"), torch.bfloat16, 10, 64, 7, -1, 3) == AUTO_FALLBACK[K.InterNodeV1]
+    with pytest.raises(ValueError, match="MORI_EP_LAUNCH_CONFIG_MODE"):
+        LaunchConfigurator(K.IntraNode, 8, 8, "FAST")
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e4m3fnuz", "bfloat16", "float16"])
+def test_encode_matches_torch(dtype):
+    """Combine's fp32 -> dtype rounding equals torch's cast, edge cases included."""
+    from mori import _C
+    from mori.ep.tensors import dtype_code
+
+    dt = getattr(torch, dtype)
+    g = torch.Generator().manual_seed(7)
+    vals = torch.cat([
+        torch.randn(20000, generator=g) * 4,
+        torch.randn(20000, generator=g) * 1e-3,
+        torch.randn(2000, generator=g) * 300,
+        torch.tensor([0.0, -0.0, 448.0, 464.0, 465.0, 479.0, 480.0, 500.0, 240.0, 248.0, 250.0, 1e-9, -1e-9,
+                      2 ** -9, 2 ** -10, 3 * 2 ** -10, 2 ** -7, 65504.0, 65519.0, 65520.0, 1e6, 3.0e-8,
+                      float("inf"), float("-inf"), float("nan")]),
+    ]).float().contiguous()
+    # Also every fp8 value and the midpoints between neighbours (the tie cases).
+    grid = torch.arange(256, dtype=torch.uint8).view(dt if "float8" in dtype else torch.uint8).float() \
+        if "float8" in dtype else torch.empty(0)
+    grid = grid[torch.isfinite(grid)].sort().values
+    if grid.numel():
+        vals = torch.cat([vals, grid, (grid[1:] + grid[:-1]) / 2]).contiguous()
+    ref = vals.to(dt)
+    got = torch.empty_like(ref)
+    _C.ep.encode_fp32(vals.data_ptr(), got.data_ptr(), dtype_code(dt, "test"), vals.numel())
+    ref_f, got_f = ref.float(), got.float()
+    same = (ref_f == got_f) | (torch.isnan(ref_f) & torch.isnan(got_f))
+    bad = (~same).nonzero().flatten()[:5]
+    assert same.all(), [(vals[i].item(), ref_f[i].item(), got_f[i].item()) for i in bad]
+
+
+def test_config_defaults_match_mori():
+    from mori.ops import EpDispatchCombineConfig, EpDispatchCombineKernelType as K
+
+    assert [(k.name, k.value) for k in K] == [("IntraNode", 0), ("InterNode", 1), ("InterNodeV1", 2),
+                                              ("InterNodeV1LL", 3), ("AsyncLL", 4), ("IntraNodeLL", 5)]
+    c = EpDispatchCombineConfig(torch.bfloat16, 0, 8, 7168, 0, 1, 4, 4096, 32, 8)
+    assert (c.warp_num_per_block, c.block_num, c.max_total_recv_tokens, c.use_external_inp_buf, c.kernel_type,
+            c.gpu_per_node, c.rdma_block_num, c.num_qp_per_pe, c.quant_type) == \
+        (8, 80, 0, True, K.IntraNode, 8, 0, 1, "none")
+    assert c.max_num_tokens_to_recv == 8 * 4096
+    capped = EpDispatchCombineConfig(torch.bfloat16, 0, 8, 7168, 0, 1, 4, 4096, 32, 8, max_total_recv_tokens=1000)
+    assert capped.max_num_tokens_to_recv == 8 * 125
+
+
+@pytest.mark.netns
+def test_internode_kernel_types_across_two_hosts():
+    """InterNode, InterNodeV1, InterNodeV1LL and AsyncLL with 2 PEs on each of two hosts (network
+    namespaces joined by veth): same-host peers over shm, the other host over the tcp transport."""
+    from multihost import check_all, run_on_hosts, veth_hosts_or_skip
+
+    vh = veth_hosts_or_skip()
+    try:
+        out = check_all(run_on_hosts(vh.hosts, 2, python_program("ep_suite.py", "--preset", "internode,hosts"),
+                                     timeout=240))
+    finally:
+        vh.destroy()
+    assert "on 4 PEs passed" in out
