@@ -63,7 +63,7 @@ void group_barrier(Group& g, const char* fn, bool sync_only) {
     int partner = g.pes[(g.me + dist) % g.n];
     r.atomic(&g.counters[round], AmoOp::kAdd, 8, 1, 0, partner, fn);
     uint64_t* mine = &g.counters[round];
-    wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= 1; }, fn);
+    wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= 1; }, fn, mine);
     __atomic_fetch_sub(mine, 1, __ATOMIC_ACQ_REL);
   }
 }
@@ -102,7 +102,7 @@ void collect_group(Group& g, void* dest, const void* source, size_t bytes, const
   uint64_t offset = 0;
   if (g.me > 0) {
     uint64_t* mine = g.chain;
-    wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) != 0; }, fn);
+    wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) != 0; }, fn, mine);
     offset = __atomic_load_n(mine, __ATOMIC_ACQUIRE) - 1;
     __atomic_store_n(mine, 0, __ATOMIC_RELEASE);
   }

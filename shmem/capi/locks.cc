@@ -62,7 +62,7 @@ void shmem_set_lock(long* lock) {
   uint64_t prev = r.atomic(lock, AmoOp::kSwap, 8, me, 0, kTailPe, fn);
   if (prev != 0) {
     r.atomic(&node(node_of(prev)).next, AmoOp::kSet, 8, me, 0, pe_of(prev), fn);
-    wait([&] { return __atomic_load_n(&mine.locked, __ATOMIC_ACQUIRE) == 0; }, fn);
+    wait([&] { return __atomic_load_n(&mine.locked, __ATOMIC_ACQUIRE) == 0; }, fn, &mine.locked);
   }
   std::lock_guard<std::mutex> g(g_mu);
   g_held[lock] = i;
@@ -113,7 +113,7 @@ void shmem_clear_lock(long* lock) {
       return;
     }
     // A successor swapped itself in and is about to link to us.
-    wait([&] { return __atomic_load_n(&mine.next, __ATOMIC_ACQUIRE) != 0; }, fn);
+    wait([&] { return __atomic_load_n(&mine.next, __ATOMIC_ACQUIRE) != 0; }, fn, &mine.next);
   }
   uint64_t succ = __atomic_load_n(&mine.next, __ATOMIC_ACQUIRE);
   r.atomic(&node(node_of(succ)).locked, AmoOp::kSet, 8, 0, 0, pe_of(succ), fn);

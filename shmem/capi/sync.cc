@@ -44,7 +44,7 @@ void wait_until(const void* ivar, int cmp, uint64_t value, Word w, const char* f
   MORI_CAPI_TRY
   check_cmp(cmp);
   auto& r = rt(fn);
-  wait([&] { return r.test(ivar, static_cast<Cmp>(cmp), value, w); }, fn);
+  wait([&] { return r.test(ivar, static_cast<Cmp>(cmp), value, w); }, fn, ivar);
   MORI_CAPI_CATCH(fn)
 }
 

@@ -1,13 +1,9 @@
 // SPDX-License-Identifier: MIT
-// How the C API waits for a condition: busy-poll, then short sleeps.
-//
-// The runtime's own wait (Runtime::wait_for) sleeps on this PE's doorbell, which makes
-// every write into this PE's memory by a peer pay a futex wake-up while it sleeps. C
-// programs often leave PEs idle in a barrier or wait_until while others stream puts
-// into them (benchmarks, master/worker codes), so the C API never registers as a
-// sleeper: it busy-polls (2 ms, or 20 us when the host's PEs outnumber its cores), then
-// naps with a short capped back-off. Peers stay at full speed; a long-idle waiter reacts
-// within the cap (kMaxNapNs). Dead peers are still detected (check_peers every 50 ms).
+// How the C API waits for a condition: poll (yielding the core when the host's PEs
+// outnumber its cores, as Open MPI does), then, for a single watched word, sleep on the
+// runtime's doorbell (only a write to that word wakes us, so peers' other puts stay
+// syscall-free); multi-word waits nap with a capped back-off. Dead peers are still
+// detected (check_peers every 50 ms).
 #pragma once
 
 #include <sched.h>
@@ -25,22 +21,30 @@ constexpr int kSpinPolls = 64;       // polls between clock reads while busy-pol
 // answers within microseconds); short when PEs outnumber cores, where the PE we wait for
 // may need this very core (Open MPI likewise only yields when oversubscribed).
 constexpr int kSpinUsDedicated = 2000;
-constexpr int kSpinUsOversubscribed = 20;
+constexpr int kSpinUsOversubscribed = 2000;
 
 template <typename Pred>
-void wait(Pred ready, const char* fn) {
+void wait(Pred ready, const char* fn, const void* watched = nullptr) {
   if (ready()) return;
-  const auto budget = std::chrono::microseconds(state().oversubscribed ? kSpinUsOversubscribed : kSpinUsDedicated);
+  const bool crowded = state().oversubscribed;
+  const auto budget = std::chrono::microseconds(crowded ? kSpinUsOversubscribed : kSpinUsDedicated);
   auto spin_start = std::chrono::steady_clock::now();
   for (int i = 1;; ++i) {
+    // With more PEs than cores the PE we wait for may need this core: give it up each poll.
+    if (crowded) sched_yield();
 #if defined(__x86_64__)
-    __builtin_ia32_pause();
+    else __builtin_ia32_pause();
 #endif
     if (ready()) return;
     if (i % kSpinPolls == 0 && std::chrono::steady_clock::now() - spin_start > budget)
       break;
   }
   auto& r = rt(fn);
+  if (watched) {
+    // One watched word: sleep on the doorbell; only a write to that word wakes us.
+    r.wait_for(ready, fn, watched);
+    return;
+  }
   auto last_check = std::chrono::steady_clock::now();
   long nap = 1000;
   for (;;) {

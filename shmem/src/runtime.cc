@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "mori/shmem/runtime.h"
 
+#include <sched.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -128,6 +129,12 @@ void Runtime::setup() {
   const auto& settings = env::get();
   int device = settings.device >= 0 ? static_cast<int>(settings.device) : g_bound_device;
   topology_ = Topology::discover(*bootstrap_, device);
+  {
+    cpu_set_t cpus;
+    int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+    if (ncpu <= 0) ncpu = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+    oversubscribed_ = topology_.local_size() > ncpu;
+  }
   int bound = 0;
   for (int pe = 0; pe < n_pes_; ++pe) bound += topology_.pe(pe).cuda_device >= 0;
   if (bound != 0 && bound != n_pes_)

@@ -150,6 +150,8 @@ class Runtime {
   void check_peers(const char* caller) const;
 
   ThreadLevel thread_level() const { return thread_level_; }
+  // More PEs on this host than cores this process may run on: waits yield instead of spinning.
+  bool oversubscribed() const { return oversubscribed_; }
   void set_thread_level(ThreadLevel l) { thread_level_ = l; }
 
   ~Runtime();
@@ -180,6 +182,7 @@ class Runtime {
   std::mutex barrier_mu_;
   std::vector<std::pair<uintptr_t, size_t>> registered_;
   ThreadLevel thread_level_ = ThreadLevel::kMultiple;
+  bool oversubscribed_ = false;
   std::vector<Transport*> peer_device_transport_;  // per PE, for MemKind::kDevice regions
   std::unique_ptr<GpuHeap> gpu_;
 };

@@ -14,6 +14,11 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched) {
   const int spins = static_cast<int>(env::get().spin_iterations);
   for (int i = 0; i < spins; ++i) {
     if (ready()) return;
+    if (oversubscribed_) {
+      // More PEs than cores: the PE (or tcp progress thread) we wait for may need this core.
+      std::this_thread::yield();
+      continue;
+    }
 #if defined(__x86_64__)
     __builtin_ia32_pause();
 #endif
