@@ -94,7 +94,8 @@ void ShmTransport::get(int pe, void* dst, RemoteRef src, size_t n, bool) {
 
 uint64_t ShmTransport::atomic(int pe, RemoteRef target, AmoOp op, int width, uint64_t operand, uint64_t compare) {
   uint64_t old = apply_amo(at(pe, target), op, width, operand, compare);
-  if (op != AmoOp::kFetch) ring(pe, target, static_cast<size_t>(width));
+  // kSet is a plain release store, not a locked instruction: it needs the fence.
+  if (op != AmoOp::kFetch) ring(pe, target, static_cast<size_t>(width), op != AmoOp::kSet);
   return old;
 }
 

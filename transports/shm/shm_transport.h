@@ -36,8 +36,9 @@ class ShmTransport : public Transport {
 
  private:
   char* at(int pe, RemoteRef r) const;
-  void ring(int pe, RemoteRef r, size_t n) {
-    if (Doorbell* b = doorbells_[pe]) b->ring(Doorbell::key(r.region->id, r.offset), Doorbell::key(r.region->id, r.offset + n));
+  void ring(int pe, RemoteRef r, size_t n, bool after_rmw = false) {
+    if (Doorbell* b = doorbells_[pe])
+      b->ring(Doorbell::key(r.region->id, r.offset), Doorbell::key(r.region->id, r.offset + n), after_rmw);
   }
 
   int my_pe_;

@@ -25,10 +25,14 @@ struct alignas(64) Doorbell {
   std::atomic<uint32_t> sleepers{0};
   std::atomic<uint64_t> watch[kSlots];  // 0 = free slot
 
-  // Writer side: [begin, end) keys of bytes just written (end exclusive).
-  void ring(uint64_t begin, uint64_t end) {
+  // Writer side: [begin, end) keys of bytes just written (end exclusive). `after_rmw`: the
+  // write was a locked read-modify-write, which already is a full fence on x86.
+  void ring(uint64_t begin, uint64_t end, bool after_rmw = false) {
     // Orders the caller's data stores before the sleepers check (store-load fence).
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+#if defined(__x86_64__)
+    if (!after_rmw)
+#endif
+      std::atomic_thread_fence(std::memory_order_seq_cst);
     if (sleepers.load(std::memory_order_relaxed) == 0) return;
     for (auto& w : watch) {
       uint64_t k = w.load(std::memory_order_relaxed);
