@@ -455,7 +455,8 @@ def _gpu_op_worker(args: argparse.Namespace) -> int:
                           "dispatch_dtype": "float8_e4m3fn", "combine_dtype": "bfloat16",
                           "block_num": args.block_num, "warp_per_block": args.warp_per_block})
     for tokens in args.tokens:
-        cfg = EpDispatchCombineConfig(data_type=fp8, rank=rank, world_size=world, hidden_dim=hidden,
+        cfg = EpDispatchCombineConfig(data_type=fp8, rank=rank, world_size=world, hidden_dim=hidden, scale_dim=0,
+                                      scale_type_size=4,
                                       max_token_type_size=2, max_num_inp_token_per_rank=tokens,
                                       num_experts_per_rank=epr, num_experts_per_token=topk)
         op = EpDispatchCombineOp(cfg)
