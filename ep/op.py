@@ -26,6 +26,14 @@ from mori.ep.tuning import LaunchConfigurator, mode_from_env
 TOPK_IDX_DTYPE = torch.int32
 
 
+_GPU_KERNELS = (EpDispatchCombineKernelType.IntraNode, EpDispatchCombineKernelType.IntraNodeLL,
+                EpDispatchCombineKernelType.AsyncLL)
+
+
+def _gpu_bound() -> bool:
+    return bool(getattr(_C.ep, "cuda_built", False)) and bool(_C.shmem.gpu_bound())
+
+
 def _require_tensor(t, fn: str, name: str) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
@@ -40,7 +48,18 @@ class EpDispatchCombineOp:
         self.config = config
         self._kernel = EpDispatchCombineKernelType(int(config.kernel_type))
         self._quant = normalize_quant_type(config.quant_type)
-        self._handle = _C.ep.EpHandle(config.native(num_threads))
+        self._num_threads = num_threads
+        self._cpu_handle = None
+        self._gpu = None
+        self._last_on_gpu = False
+        if _gpu_bound():
+            # Every PE is bound to its GPU: the op's buffers live on the GPU heap. The host
+            # handle (CPU tensors) is built on first use (collective, like every call).
+            if self._kernel in _GPU_KERNELS:
+                from mori.ep.gpu_backend import GpuIntraNode
+                self._gpu = GpuIntraNode(config)
+        else:
+            self._cpu_handle = _C.ep.EpHandle(config.native(num_threads))
         mode, explicit = mode_from_env()
         self.launch_config_mode = (mode or "MANUAL").upper()
         self._launch = LaunchConfigurator(self._kernel, config.world_size, config.num_experts_per_token,
@@ -50,6 +69,13 @@ class EpDispatchCombineOp:
         self._last_hidden = config.hidden_dim
         self._std_src_info: Optional[torch.Tensor] = None
         self.local_expert_count: Optional[torch.Tensor] = None
+
+    @property
+    def _handle(self):
+        """The host-heap handle (CPU tensors); built on first use on a GPU-bound PE."""
+        if self._cpu_handle is None:
+            self._cpu_handle = _C.ep.EpHandle(self.config.native(self._num_threads))
+        return self._cpu_handle
 
     # ------------------------------------------------------------------ sizes
 
@@ -89,12 +115,24 @@ class EpDispatchCombineOp:
             self._views[k] = t
         return t
 
-    def _check_device(self, fn: str, *tensors: Optional[torch.Tensor]) -> None:
-        for t in tensors:
-            if t is not None and t.device.type != "cpu":
+    def _check_device(self, fn: str, *tensors: Optional[torch.Tensor]) -> bool:
+        """True when the call runs on the GPU (CUDA tensors), False on CPU tensors."""
+        devs = {t.device for t in tensors if t is not None}
+        if all(d.type == "cpu" for d in devs):
+            return False
+        if self._gpu is None:
+            if self._kernel not in _GPU_KERNELS:
                 raise NotImplementedError(
-                    f"{fn}: tensors on {t.device} need MORI's GPU symmetric heap, which this build's op does not "
-                    f"use; pass CPU tensors")
+                    f"{fn}: kernel_type {self._kernel.name} has no GPU implementation (no cross-node GPU transport); "
+                    f"use IntraNode, IntraNodeLL or AsyncLL with CUDA tensors, or CPU tensors")
+            raise NotImplementedError(
+                f"{fn}: CUDA tensors need every PE bound to its GPU before shmem init (MORI_DEVICE, or "
+                f"torch.cuda.set_device(local_rank) first); this PE has no GPU heap")
+        want = self._gpu.device
+        for d in devs:
+            if d != want:
+                raise ValueError(f"{fn}: every tensor must be on {want} (this PE's GPU heap), got one on {d}")
+        return True
 
     # ------------------------------------------------------------------ dispatch
 
@@ -112,7 +150,7 @@ class EpDispatchCombineOp:
         cfg = self.config
         input = _require_tensor(input, fn, "input")
         indices = _require_tensor(indices, fn, "indices")
-        self._check_device(fn, input, weights, scales, indices)
+        on_gpu = self._check_device(fn, input, weights, scales, indices)
         if input.dim() != 2:
             raise ValueError(f"{fn}: input must be 2-D [num_tokens, hidden_dim], got shape {tuple(input.shape)}")
         n, hidden = input.shape
@@ -150,6 +188,10 @@ class EpDispatchCombineOp:
         indices = indices.contiguous()
         bn, rbn, wpb = self._launch.resolve("dispatch", input.device, input.dtype, n, hidden,
                                             block_num, rdma_block_num, warp_per_block)
+        self._last_on_gpu = on_gpu
+        if on_gpu:
+            return self._dispatch_gpu(input, weights, scales if has_scales else None, indices, bn, wpb,
+                                      call_local_expert_count)
         out_p, w_p, s_p, i_p, total_p = self._handle.dispatch(
             address(input), dtype_code(input.dtype, fn), n, hidden, address(weights),
             address(scales) if has_scales else 0, address(indices), bn, wpb, rbn)
@@ -163,6 +205,33 @@ class EpDispatchCombineOp:
         recv = self._view("n", total_p, (1,), torch.int32)
         if call_local_expert_count and self._kernel != EpDispatchCombineKernelType.AsyncLL:
             self._count_local_experts(out_i, int(recv[0]))
+        return out, out_w, out_s, out_i, recv
+
+    def _dispatch_gpu(self, input, weights, scales, indices, bn, wpb, call_local_expert_count):
+        g, cfg = self._gpu, self.config
+        if input.shape[0] > cfg.max_num_inp_token_per_rank:
+            raise ValueError(f"EpDispatchCombineOp.dispatch: {input.shape[0]} tokens exceed "
+                             f"max_num_inp_token_per_rank={cfg.max_num_inp_token_per_rank}")
+        g.dispatch_send(input, weights, scales, indices, bn, wpb)
+        if self._kernel != EpDispatchCombineKernelType.AsyncLL:
+            g.dispatch_recv()
+        self._last_dispatch_dtype = input.dtype
+        hidden = input.shape[1]
+        self._last_hidden = hidden
+        rows, k = cfg.max_num_tokens_to_recv, cfg.num_experts_per_token
+        out = g.view("disp_tok", (rows, hidden), input.dtype)
+        out_w = g.view("disp_w", (rows, k), torch.float32)
+        out_s = g.view("disp_scale", (rows, cfg.scale_dim), scales.dtype) if scales is not None else None
+        out_i = g.view("disp_idx", (rows, k), TOPK_IDX_DTYPE)
+        recv = g.view("total_recv", (1,), torch.int32)
+        if call_local_expert_count and self._kernel != EpDispatchCombineKernelType.AsyncLL:
+            # No host sync: rows past recv_num_token are masked, not sliced.
+            epr = cfg.num_experts_per_rank
+            valid = torch.arange(rows, device=g.device)[:, None] < recv
+            local = out_i.long() - cfg.rank * epr
+            keep = valid & (local >= 0) & (local < epr)
+            self.local_expert_count = torch.zeros(epr, dtype=torch.int32, device=g.device).scatter_add_(
+                0, local.clamp(0, epr - 1).flatten(), keep.flatten().to(torch.int32))
         return out, out_w, out_s, out_i, recv
 
     def _count_local_experts(self, out_indices: torch.Tensor, total: int) -> None:
@@ -180,6 +249,9 @@ class EpDispatchCombineOp:
         """``AsyncLL`` only: wait for every peer's tokens; fills the views ``dispatch_send`` returned."""
         if self._kernel != EpDispatchCombineKernelType.AsyncLL:
             raise ValueError(f"dispatch_recv only supports AsyncLL, got kernel_type={self._kernel.name}")
+        if self._last_on_gpu:
+            self._gpu.dispatch_recv()
+            return
         self._handle.dispatch_recv()
 
     # ------------------------------------------------------------------ combine
@@ -198,7 +270,7 @@ class EpDispatchCombineOp:
         cfg = self.config
         input = _require_tensor(input, fn, "input")
         indices = _require_tensor(indices, fn, "indices")
-        self._check_device(fn, input, weights, indices)
+        on_gpu = self._check_device(fn, input, weights, indices)
         if input.dim() != 2:
             raise ValueError(f"{fn}: input must be 2-D [rows, hidden_dim], got shape {tuple(input.shape)}")
         rows, hidden = input.shape
@@ -210,7 +282,7 @@ class EpDispatchCombineOp:
             weights = _require_tensor(weights, fn, "weights")
             if weights.dim() != 2 or weights.shape[1] != k:
                 raise ValueError(f"{fn}: weights must be [rows, {k}] aligned with input, got {tuple(weights.shape)}")
-            if weights.shape[0] < int(self._handle.total_recv()):
+            if not on_gpu and weights.shape[0] < int(self._handle.total_recv()):
                 raise ValueError(f"{fn}: weights has {weights.shape[0]} rows, fewer than the "
                                  f"{int(self._handle.total_recv())} received tokens")
             if weights.dtype != torch.float32:
@@ -225,6 +297,8 @@ class EpDispatchCombineOp:
         bn, rbn, wpb = self._launch.resolve("combine", input.device, input.dtype, indices.shape[0], hidden,
                                             block_num, rdma_block_num, warp_per_block, zero_copy=not external,
                                             quant_type=str(cfg.quant_type))
+        if on_gpu:
+            return self._combine_gpu(input, weights, indices, external, bn, wpb, call_reset)
         out_p, w_p = self._handle.combine(
             address(input), dtype_code(input.dtype, fn), rows, hidden, address(weights), address(indices),
             indices.shape[0], int(external), bn, wpb, rbn)
@@ -232,6 +306,25 @@ class EpDispatchCombineOp:
         out_w = self._view("cw", w_p, (cfg.max_num_inp_token_per_rank, k), torch.float32) if w_p else None
         if call_reset:
             self.reset()
+        return out, out_w
+
+    def _combine_gpu(self, input, weights, indices, external, bn, wpb, call_reset):
+        g, cfg = self._gpu, self.config
+        fn = "EpDispatchCombineOp.combine"
+        if int(self._quant) != 0:
+            raise NotImplementedError(f"{fn}: quant_type {self.config.quant_type} is not implemented by the CUDA "
+                                      f"combine (bf16/fp32 rows travel as they are)")
+        if indices.shape[0] != g.last_num_tokens:
+            raise ValueError(f"{fn}: indices has {indices.shape[0]} rows but the last dispatch sent "
+                             f"{g.last_num_tokens} tokens (pass this rank's original routing; MORI issue #475)")
+        # Zero-copy (registered buffer) and external input run the same push kernel: the
+        # registered buffer is symmetric GPU memory, an external one any device memory.
+        g.combine_send(input, weights, indices.shape[0], bn, wpb)
+        if self._kernel != EpDispatchCombineKernelType.AsyncLL:
+            g.combine_recv(bn, wpb)
+        hidden, k = input.shape[1], cfg.num_experts_per_token
+        out = g.view("comb_out", (cfg.max_num_inp_token_per_rank, hidden), input.dtype)
+        out_w = g.view("comb_out_w", (cfg.max_num_inp_token_per_rank, k), torch.float32) if weights is not None else None
         return out, out_w
 
     def combine_send(self, input, weights, indices, block_num: int = -1, rdma_block_num: int = -1,
@@ -243,7 +336,25 @@ class EpDispatchCombineOp:
         """``AsyncLL`` only: wait for every peer's rows and sum them into the views ``combine_send`` returned."""
         if self._kernel != EpDispatchCombineKernelType.AsyncLL:
             raise ValueError(f"combine_recv only supports AsyncLL, got kernel_type={self._kernel.name}")
+        if self._last_on_gpu:
+            self._gpu.combine_recv(*self._gpu_launch("combine", block_num, warp_per_block))
+            return
         self._handle.combine_recv()
+
+    def _gpu_launch(self, phase: str, block_num: int, warp_per_block: int) -> tuple[int, int]:
+        bn, _, wpb = self._launch.resolve(phase, self._gpu.device, self._last_dispatch_dtype or self.config.data_type,
+                                          0, self._last_hidden, block_num, -1, warp_per_block)
+        return bn, wpb
+
+    def _total_recv(self) -> int:
+        if self._last_on_gpu:
+            return int(self._gpu.view("total_recv", (1,), torch.int32).item())
+        return int(self._handle.total_recv())
+
+    def _src_pos(self, total: int) -> torch.Tensor:
+        if self._last_on_gpu:
+            return self._gpu.view("disp_src", (self.config.max_num_tokens_to_recv,), torch.int32)[:total]
+        return view_at(self._handle.src_token_pos(), (total,), torch.int32)
 
     def reset(self) -> None:
         """Kept for MORI compatibility: every counter resets itself inside dispatch/combine."""
@@ -253,8 +364,7 @@ class EpDispatchCombineOp:
     def get_dispatch_src_token_pos(self) -> torch.Tensor:
         """Source of each received row: ``src_rank * max_num_tokens_to_send() + src_token``
         (int32, ``recv_num_token[0]`` entries; a copy)."""
-        total = int(self._handle.total_recv())
-        return view_at(self._handle.src_token_pos(), (total,), torch.int32).clone()
+        return self._src_pos(self._total_recv()).clone()
 
     def decode_send_flat_idx(self, flat_idx):
         """``(src_rank, src_token)`` of a flat source position (int or tensor)."""
@@ -264,6 +374,8 @@ class EpDispatchCombineOp:
         return int(flat_idx) // stride, int(flat_idx) % stride
 
     def get_cur_rank_num_token(self) -> int:
+        if self._last_on_gpu:
+            return int(self._gpu.last_num_tokens)
         return int(self._handle.cur_rank_num_token())
 
     def get_registered_combine_input_buffer(self, dtype: torch.dtype, hidden_dim: int = -1) -> torch.Tensor:
@@ -275,6 +387,8 @@ class EpDispatchCombineOp:
             raise ValueError(f"get_registered_combine_input_buffer: {hidden} x {dtype} rows exceed the buffer's "
                              f"hidden_dim={self.config.hidden_dim} x max_token_type_size="
                              f"{self.config.max_token_type_size} bytes")
+        if self._gpu is not None:
+            return self._gpu.view("reg_in", (self.config.max_num_tokens_to_recv, hidden), dtype)
         addr, _ = self._handle.registered_combine_input()
         return self._view("reg", addr, (self.config.max_num_tokens_to_recv, hidden), dtype)
 
@@ -290,8 +404,8 @@ class EpDispatchCombineOp:
         ``(packed_recv_x [E_local, world*max_inp, hidden], packed_recv_count [E_local] int32,
         packed_recv_src_info [E_local, world*max_inp] int32 (flat source position, -1 = empty),
         packed_recv_layout_range (empty int64))``."""
-        total = int(self._handle.total_recv())
-        src = view_at(self._handle.src_token_pos(), (total,), torch.int32)
+        total = self._total_recv()
+        src = self._src_pos(total)
         result = standard_moe.pack_by_expert(dispatch_out_x, dispatch_out_topk_idx, total, src, self.config)
         self._std_src_info = result[2]
         return result
@@ -301,8 +415,8 @@ class EpDispatchCombineOp:
                               warp_per_block: int = -1) -> torch.Tensor:
         """Sum each received token's local-expert rows back into one row per dispatch output
         row; returns the registered combine input buffer (a view) holding them."""
-        total = int(self._handle.total_recv())
-        src = view_at(self._handle.src_token_pos(), (total,), torch.int32)
+        total = self._total_recv()
+        src = self._src_pos(total)
         reg = self.get_registered_combine_input_buffer(packed_recv_x.dtype, packed_recv_x.shape[2])
         standard_moe.unpack_to_rows(packed_recv_x, packed_recv_src_info, src, reg[:total])
         return reg
@@ -313,7 +427,7 @@ class EpDispatchCombineOp:
         out, _, _, out_i, recv = self.dispatch(input, weights, scales, indices, block_num, rdma_block_num,
                                                warp_per_block)
         if self._kernel == EpDispatchCombineKernelType.AsyncLL:
-            self._handle.dispatch_recv()
+            self.dispatch_recv()
         return self.convert_dispatch_output(out, out_i)
 
     def combine_standard_moe(self, input, weights, indices, block_num: int = -1, rdma_block_num: int = -1,
@@ -327,5 +441,5 @@ class EpDispatchCombineOp:
         out, _ = self.combine(reg, weights, indices, block_num, rdma_block_num, warp_per_block,
                               use_external_inp_buf=external, call_reset=call_reset)
         if self._kernel == EpDispatchCombineKernelType.AsyncLL:
-            self._handle.combine_recv()
+            self.combine_recv()
         return out, None

@@ -430,6 +430,91 @@ def _gpu(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gpu_op_worker(args: argparse.Namespace) -> int:
+    """One PE of `mori bench ep --gpu --op`: EpDispatchCombineOp on CUDA tensors (this process's
+    GPU, buffers on the shmem GPU heap), each phase captured in a CUDA graph and replayed."""
+    import torch
+    import torch.distributed as dist
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    import mori.shmem as sh
+    from mori.apps.bench.report import Report
+    from mori.ops import EpDispatchCombineConfig, EpDispatchCombineOp
+
+    dist.init_process_group("gloo")
+    torch._C._distributed_c10d._register_process_group("default", dist.group.WORLD)
+    sh.shmem_torch_process_group_init("default")
+    rank, world = sh.shmem_mype(), sh.shmem_npes()
+    dev = torch.device("cuda", local)
+    epr, hidden, topk = args.experts // world, args.hidden, args.topk
+    fp8, bf16 = torch.float8_e4m3fn, torch.bfloat16
+    report = Report("ep-gpu-op", ["tokens", "phase", "time_us", "deepep_GBps", "link_GBps"],
+                    meta={"world": world, "hidden": hidden, "topk": topk, "experts": args.experts,
+                          "kernel": "IntraNode (EpDispatchCombineOp, CUDA, one process per GPU)",
+                          "dispatch_dtype": "float8_e4m3fn", "combine_dtype": "bfloat16",
+                          "block_num": args.block_num, "warp_per_block": args.warp_per_block})
+    for tokens in args.tokens:
+        cfg = EpDispatchCombineConfig(data_type=fp8, rank=rank, world_size=world, hidden_dim=hidden, scale_dim=0,
+                                      scale_type_size=4,
+                                      max_token_type_size=2, max_num_inp_token_per_rank=tokens,
+                                      num_experts_per_rank=epr, num_experts_per_token=topk)
+        op = EpDispatchCombineOp(cfg)
+        idx = _routing(tokens, world, args.experts, topk, args.seed + rank).to(dev)
+        g = torch.Generator().manual_seed(1000 + rank)
+        x = torch.randn(tokens, hidden, generator=g).to(fp8).to(dev)
+        bn, wpb = args.block_num, args.warp_per_block
+        out = op.dispatch(x, None, None, idx, block_num=bn, warp_per_block=wpb)
+        exp = out[0].to(bf16)
+        op.combine(exp, None, idx, block_num=bn, warp_per_block=wpb)
+        torch.cuda.synchronize()
+        sh.shmem_barrier_all()
+        graphs = {}
+        for phase in ("dispatch", "combine"):
+            gr = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(gr):
+                if phase == "dispatch":
+                    op.dispatch(x, None, None, idx, block_num=bn, warp_per_block=wpb)
+                else:
+                    op.combine(exp, None, idx, block_num=bn, warp_per_block=wpb)
+            graphs[phase] = gr
+        total = int(out[4].item())
+        own = int((op.get_dispatch_src_token_pos().long() // op.max_num_tokens_to_send() == rank).sum())
+        dests = [{int(e) // epr for e in row} for row in idx.cpu().tolist()]
+        comb_rows, comb_remote = sum(len(d) for d in dests), sum(len(d - {rank}) for d in dests)
+        times = {"dispatch": [], "combine": []}
+        for it in range(args.warmup + args.iters):
+            for phase in ("dispatch", "combine"):
+                torch.cuda.synchronize()
+                sh.shmem_barrier_all()
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                graphs[phase].replay()
+                e1.record()
+                torch.cuda.synchronize()
+                if it >= args.warmup:
+                    times[phase].append(e0.elapsed_time(e1) * 1e-3)
+        for phase in ("dispatch", "combine"):
+            t = torch.tensor([sum(times[phase]) / len(times[phase])], dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)  # a phase ends when its slowest rank does
+            row = hidden * (1 if phase == "dispatch" else 2)
+            algo = total * row if phase == "dispatch" else comb_rows * row
+            link = (total - own) * row if phase == "dispatch" else comb_remote * row
+            sums = torch.tensor([algo / t.item(), link / t.item()], dtype=torch.float64)
+            dist.all_reduce(sums)
+            report.add(tokens=tokens, phase=phase, time_us=t.item() * 1e6, deepep_GBps=sums[0].item() / world / 1e9,
+                       link_GBps=sums[1].item() / world / 1e9)
+        del graphs
+        torch.cuda.synchronize()
+    if rank == 0:
+        report.show(f"EpDispatchCombineOp on {world} GPUs, one process each ({torch.cuda.get_device_name(dev)}), "
+                    f"hidden {hidden}, top-{topk} of {args.experts}, FP8 dispatch / BF16 combine, CUDA graphs")
+        print(f"wrote {report.save(args.json)}")
+    sh.shmem_finalize()
+    dist.destroy_process_group()
+    return 0
+
+
 def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(prog="mori bench ep", description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--nproc", type=int, default=4, help="ranks (PEs) on this host (default 4)")
@@ -446,10 +531,25 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--gpu", action="store_true", help="CUDA kernels on this node's GPUs (vs NCCL)")
     parser.add_argument("--block-num", type=int, default=64, help="GPU blocks per kernel")
     parser.add_argument("--warp-per-block", type=int, default=16, help="GPU warps per block")
+    parser.add_argument("--op", action="store_true",
+                        help="with --gpu: EpDispatchCombineOp on CUDA tensors, one process per GPU (mori run)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--gpu-op-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         return _worker(args)
+    if args.gpu_op_worker:
+        return _gpu_op_worker(args)
+    if args.gpu and args.op:
+        import torch
+        n = args.nproc if "-n" in (argv or sys.argv) or "--nproc" in (argv or sys.argv) else torch.cuda.device_count()
+        json_path = "bench-results/ep-gpu-op.json" if args.json == "bench-results/ep.json" else args.json
+        tail = [sys.executable, "-m", "mori.apps.bench.ep", "--gpu-op-worker", "--json", json_path, "--hidden",
+                str(args.hidden), "--topk", str(args.topk), "--experts", str(args.experts), "--iters", str(args.iters),
+                "--warmup", str(args.warmup), "--seed", str(args.seed), "--block-num", str(args.block_num),
+                "--warp-per-block", str(args.warp_per_block), "--tokens", *map(str, args.tokens)]
+        return subprocess.call([sys.executable, "-m", "mori.apps.cli", "run", "-n", str(n), "--no-prefix", "--",
+                                *tail], stdin=subprocess.DEVNULL)
     if args.gpu:
         if args.json == "bench-results/ep.json":
             args.json = "bench-results/ep-gpu.json"

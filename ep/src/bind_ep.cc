@@ -10,7 +10,11 @@
 #include "mori/ep/handle.h"
 #ifdef MORI_EP_CUDA
 #include "mori/ep/cuda/gpu_group.h"
+#include "mori/ep/cuda/intranode.h"
 #endif
+#include <memory>
+#include <vector>
+#include "mori/core/status.h"
 
 namespace py = pybind11;
 using namespace mori::ep;
@@ -169,6 +173,69 @@ void bind_ep(py::module_& m) {
         d["comb_out"] = g.comb_out(rank);
         d["comb_out_w"] = g.comb_out_w(rank);
         return d;
+      });
+  // The kernels of one PE over per-PE addresses the caller got from the GPU symmetric heap
+  // (own buffers + shmem ptr() of every peer's): what EpDispatchCombineOp uses on CUDA tensors.
+  struct PeKernels {
+    cu::Shape s{};
+    cu::Peers p{};
+    cu::Local l{};
+  };
+  py::class_<PeKernels>(m, "PeKernels")
+      .def(py::init([](int rank, int world, int topk, int experts_per_rank, int max_inp, int64_t max_recv,
+                       int64_t max_send, int scale_bytes, const py::dict& peers, const py::dict& local) {
+             MORI_CHECK_ARG(world >= 1 && world <= cu::kMaxPes, "CUDA IntraNode kernels support 1..%d PEs, got %d",
+                            cu::kMaxPes, world);
+             auto k = std::make_unique<PeKernels>();
+             k->s = cu::Shape{rank, world, topk, experts_per_rank, max_inp, max_recv, max_send, scale_bytes};
+             auto list = [&](const char* name) {
+               auto v = peers[name].cast<std::vector<uintptr_t>>();
+               MORI_CHECK_ARG(static_cast<int>(v.size()) == world, "PeKernels: peers[%s] needs %d addresses", name,
+                              world);
+               return v;
+             };
+             for (int r = 0; r < world; ++r) {
+               k->p.disp_tok[r] = ptr_of<uint8_t>(list("disp_tok")[r]);
+               k->p.disp_w[r] = ptr_of<float>(list("disp_w")[r]);
+               k->p.disp_idx[r] = ptr_of<int32_t>(list("disp_idx")[r]);
+               k->p.disp_scale[r] = ptr_of<uint8_t>(list("disp_scale")[r]);
+               k->p.disp_src[r] = ptr_of<int32_t>(list("disp_src")[r]);
+               k->p.counter[r] = ptr_of<unsigned long long>(list("counter")[r]);
+               k->p.disp_sig[r] = ptr_of<unsigned long long>(list("disp_sig")[r]);
+               k->p.comb_stage[r] = ptr_of<uint8_t>(list("comb_stage")[r]);
+               k->p.comb_stage_w[r] = ptr_of<float>(list("comb_stage_w")[r]);
+               k->p.comb_sig[r] = ptr_of<unsigned long long>(list("comb_sig")[r]);
+             }
+             k->l.dest_map = ptr_of<int64_t>(local["dest_map"].cast<uintptr_t>());
+             k->l.total_recv = ptr_of<int32_t>(local["total_recv"].cast<uintptr_t>());
+             k->l.state = ptr_of<unsigned long long>(local["state"].cast<uintptr_t>());
+             k->l.comb_out = ptr_of<uint8_t>(local["comb_out"].cast<uintptr_t>());
+             k->l.comb_out_w = ptr_of<float>(local["comb_out_w"].cast<uintptr_t>());
+             return k;
+           }),
+           py::arg("rank"), py::arg("world"), py::arg("topk"), py::arg("experts_per_rank"), py::arg("max_inp"),
+           py::arg("max_recv"), py::arg("max_send"), py::arg("scale_bytes"), py::arg("peers"), py::arg("local"))
+      .def_static("state_words", [](int world) { return cu::state_words(world); })
+      .def("dispatch_send",
+           [](PeKernels& k, uintptr_t input, int row_bytes, uintptr_t weights, uintptr_t scales, uintptr_t indices,
+              int n, int blocks, int warps, uintptr_t stream) {
+             MORI_CHECK_ARG(n >= 0 && n <= k.s.max_inp, "dispatch: %d tokens, max_num_inp_token_per_rank %d", n,
+                            k.s.max_inp);
+             cu::dispatch_send(k.s, k.p, k.l, ptr_of<const void>(input), row_bytes, ptr_of<const float>(weights),
+                               ptr_of<const void>(scales), ptr_of<const int32_t>(indices), n, blocks, warps,
+                               ptr_of<void>(stream));
+           })
+      .def("dispatch_recv",
+           [](PeKernels& k, uintptr_t stream) { cu::dispatch_recv(k.s, k.p, k.l, ptr_of<void>(stream)); })
+      .def("combine_send",
+           [](PeKernels& k, uintptr_t input, int dtype, int hidden, uintptr_t weights, int blocks, int warps,
+              uintptr_t stream) {
+             cu::combine_send(k.s, k.p, k.l, ptr_of<const void>(input), dtype, hidden, ptr_of<const float>(weights),
+                              blocks, warps, ptr_of<void>(stream));
+           })
+      .def("combine_recv", [](PeKernels& k, int dtype, int hidden, bool weights, int n, int blocks, int warps,
+                              uintptr_t stream) {
+        cu::combine_recv(k.s, k.p, k.l, dtype, hidden, weights, n, blocks, warps, ptr_of<void>(stream));
       });
 #else
   m.attr("cuda_built") = false;

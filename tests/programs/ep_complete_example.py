@@ -1,26 +1,38 @@
 # SPDX-License-Identifier: MIT
 """The "Complete Example" of MORI's EP guide (seed 002, section 7), run on CPU.
 
-Only the device changed: CUDA device/NCCL/synchronize became CPU/gloo/no-op. Launched
+Only the device changed: CUDA device/NCCL/synchronize became CPU/gloo/no-op. With the
+argument ``cuda`` it runs as the guide wrote it (one GPU per rank, nccl). Launched
 by `mori run -n N` (which sets MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE), or, without a
 launcher, by torch.multiprocessing.spawn as in the guide. The guide's example checks
 nothing; the two asserts at the end (marked) make it a test.
 """
 import os
+import sys
 import time
 import torch
 import torch.distributed as dist
 import mori
 
 os.environ["MORI_SHMEM_HEAP_SIZE"] = "4G"
+ON_GPU = len(sys.argv) > 1 and sys.argv[1] == "cuda"  # added: the guide's own device
+
+def _sync():
+    if ON_GPU:
+        torch.cuda.synchronize()
 
 def run_ep(rank, world_size):
     # Setup
-    device = torch.device("cpu")  # changed: was torch.cuda.set_device(rank); torch.device("cuda", rank)
-    dist.init_process_group(
-        backend="gloo",  # changed: was "cpu:gloo,cuda:nccl" with device_id=device
-        rank=rank, world_size=world_size,
-    )
+    if ON_GPU:
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+        dist.init_process_group(backend="cpu:gloo,cuda:nccl", rank=rank, world_size=world_size, device_id=device)
+    else:
+        device = torch.device("cpu")  # changed: was torch.cuda.set_device(rank); torch.device("cuda", rank)
+        dist.init_process_group(
+            backend="gloo",  # changed: was "cpu:gloo,cuda:nccl" with device_id=device
+            rank=rank, world_size=world_size,
+        )
     world_group = dist.group.WORLD
     torch._C._distributed_c10d._register_process_group("default", world_group)
     mori.shmem.shmem_torch_process_group_init("default")
@@ -61,7 +73,7 @@ def run_ep(rank, world_size):
     dispatch_out, dispatch_w, dispatch_s, dispatch_idx, recv_count = \
         op.dispatch(input_data, weights, scales, indices,
                     block_num=80, warp_per_block=16)
-    # changed: torch.cuda.synchronize() (CPU ops complete on return)
+    _sync()  # changed: torch.cuda.synchronize() (a no-op on CPU: CPU ops complete on return)
 
     total_recv = recv_count[0].item()
     print(f"Rank {rank}: sent {num_tokens} tokens, received {total_recv}")
@@ -75,10 +87,12 @@ def run_ep(rank, world_size):
         block_num=80, warp_per_block=8,
         call_reset=True,  # reset automatically
     )
-    # changed: torch.cuda.synchronize()
+    _sync()  # changed: torch.cuda.synchronize()
 
     # added for the test: identity experts give input x (unique destination ranks).
     ranks = (indices // config.num_experts_per_rank).tolist()
+    input_data, weights = input_data.cpu(), weights.cpu()
+    combine_out, combine_w = combine_out.cpu(), combine_w.cpu()
     mult = torch.tensor([float(len(set(r))) for r in ranks])
     assert torch.allclose(combine_out[:num_tokens].float(), input_data.float() * mult[:, None], atol=1e-2, rtol=1e-2)
     assert torch.allclose(combine_w[:num_tokens], weights * mult[:, None], rtol=1e-6)

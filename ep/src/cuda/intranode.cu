@@ -53,7 +53,8 @@ __device__ __forceinline__ int route(const int32_t* idx, int64_t t, int lane, co
   int d = -1;
   if (lane < s.topk) {
     int e = idx[t * s.topk + lane];
-    d = e >= 0 ? e / s.experts_per_rank : -1;
+    // Ids past the last expert are dropped like -1 (the host cannot check them without a sync).
+    d = e >= 0 && e < s.world * s.experts_per_rank ? e / s.experts_per_rank : -1;
   }
   bool dup = false;
   for (int q = 0; q < s.topk; ++q) {

@@ -1,0 +1,160 @@
+# SPDX-License-Identifier: MIT
+"""The CUDA side of ``EpDispatchCombineOp``: one process per GPU, buffers on the shmem GPU heap.
+
+Every PE allocates the same symmetric block from the runtime's GPU heap (the allocation
+``mori.shmem.shmem_malloc`` makes when bound to a GPU), zeroes it, and asks the runtime
+for each peer's mapping of it (``shmem_ptr_p2p``). The IntraNode kernels get those per-PE
+addresses and run on torch's current stream; their counters and signals reset themselves
+on the device, so nothing here synchronizes the host and dispatch/combine can be captured
+in CUDA graphs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from mori import _C
+from mori.core.errors import Unavailable
+from mori.ep.gpu_group import device_view
+
+_COMBINE_CODES = {torch.float32: 0, torch.bfloat16: 1}
+
+# Per-PE buffers that peers write (their addresses travel to the kernels for every PE).
+_SHARED = ("disp_tok", "disp_w", "disp_idx", "disp_scale", "disp_src", "counter", "disp_sig", "comb_stage",
+           "comb_stage_w", "comb_sig")
+# Buffers only this PE touches.
+_LOCAL = ("dest_map", "total_recv", "state", "comb_out", "comb_out_w")
+
+
+def _align(v: int) -> int:
+    return (v + 255) // 256 * 256
+
+
+@dataclass
+class _PendingCombine:
+    dtype: torch.dtype
+    hidden: int
+    weights: bool
+    num_tokens: int
+
+
+class GpuIntraNode:
+    """Symmetric GPU buffers and kernel launches of one PE (collective construction)."""
+
+    def __init__(self, cfg):
+        native = _C.shmem
+        self.cfg = cfg
+        self.device = torch.device("cuda", int(native.gpu_device()))
+        world, rank, k = cfg.world_size, cfg.rank, cfg.num_experts_per_token
+        self.world, self.rank, self.topk = world, rank, k
+        self.max_recv = int(cfg.max_num_tokens_to_recv)
+        self.max_send = int(cfg.max_num_tokens_to_send)
+        self.max_inp = int(cfg.max_num_inp_token_per_rank)
+        self.max_row = cfg.hidden_dim * cfg.max_token_type_size
+        self.scale_bytes = cfg.scale_dim * cfg.scale_type_size
+        stage_rows = world * self.max_inp
+        sizes = {
+            "disp_tok": self.max_recv * self.max_row, "disp_w": self.max_recv * k * 4,
+            "disp_idx": self.max_recv * k * 4, "disp_scale": self.max_recv * self.scale_bytes + 16,
+            "disp_src": self.max_recv * 4, "counter": 16, "disp_sig": 2 * world * 8,
+            "comb_stage": stage_rows * self.max_row, "comb_stage_w": stage_rows * k * 4, "comb_sig": world * 8,
+            "dest_map": self.max_inp * k * 8, "total_recv": 4,
+            "state": int(_C.ep.PeKernels.state_words(world)) * 8,
+            "comb_out": self.max_inp * self.max_row, "comb_out_w": self.max_inp * k * 4,
+            # zero-copy combine input (get_registered_combine_input_buffer)
+            "reg_in": self.max_recv * self.max_row,
+        }
+        off, offsets = 0, {}
+        for name, size in sizes.items():
+            offsets[name] = off
+            off = _align(off + size)
+        self.nbytes = off
+        # The same path as mori.shmem.shmem_malloc on a bound PE: one heap, collective.
+        self.base = int(native.gpu_malloc(off, 256))
+        with torch.cuda.device(self.device):
+            device_view(self.base, (off,), torch.uint8, self.device).zero_()
+            torch.cuda.synchronize(self.device)
+        native.barrier_all()  # every PE's counters and signals are zero before anyone's first round
+        self.addr = {name: self.base + o for name, o in offsets.items()}
+        peers = {name: [] for name in _SHARED}
+        for pe in range(world):
+            remote = self.base if pe == rank else int(native.ptr(self.base, pe))
+            if remote == 0:
+                raise Unavailable(f"EpDispatchCombineOp: PE {pe}'s GPU heap is not P2P-reachable from PE {rank} "
+                                  f"(other node or MORI_DISABLE_P2P); the CUDA IntraNode kernels need NVLink/P2P peers")
+            for name in _SHARED:
+                peers[name].append(remote + offsets[name])
+        local = {name: self.addr[name] for name in _LOCAL}
+        self.kernels = _C.ep.PeKernels(rank, world, k, cfg.num_experts_per_rank, self.max_inp, self.max_recv,
+                                       self.max_send, self.scale_bytes, peers, local)
+        self._views: dict = {}
+        self.pending: Optional[_PendingCombine] = None
+        self.last_num_tokens = 0
+
+    def free(self) -> None:
+        """Collective: give the block back to the GPU heap (kernels using it must be done)."""
+        if self.base:
+            torch.cuda.synchronize(self.device)
+            _C.shmem.gpu_free(self.base)
+            self.base = 0
+
+    # ------------------------------------------------------------------ views
+
+    def view(self, name: str, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+        key = (name, shape, dtype)
+        t = self._views.get(key)
+        if t is None:
+            t = device_view(self.addr[name], shape, dtype, self.device)
+            self._views[key] = t
+        return t
+
+    # ------------------------------------------------------------------ launches
+
+    def grid(self, blocks: int, warps: int) -> tuple[int, int]:
+        """-1 means the config's block_num / warp_num_per_block (as in MORI)."""
+        return (blocks if blocks > 0 else self.cfg.block_num,
+                warps if warps > 0 else self.cfg.warp_num_per_block)
+
+    @staticmethod
+    def stream() -> int:
+        return int(torch.cuda.current_stream().cuda_stream)
+
+    def dispatch_send(self, x: torch.Tensor, w: Optional[torch.Tensor], s: Optional[torch.Tensor],
+                      idx: torch.Tensor, blocks: int, warps: int) -> None:
+        row_bytes = x.shape[1] * x.element_size()
+        if row_bytes > self.max_row:
+            raise ValueError(f"EpDispatchCombineOp.dispatch: rows of {row_bytes} bytes exceed hidden_dim x "
+                             f"max_token_type_size = {self.max_row}")
+        self.last_num_tokens = x.shape[0]
+        blocks, warps = self.grid(blocks, warps)
+        self.kernels.dispatch_send(x.data_ptr() if x.numel() else 0, row_bytes,
+                                   w.data_ptr() if w is not None and w.numel() else 0,
+                                   s.data_ptr() if s is not None and s.numel() else 0,
+                                   idx.data_ptr() if idx.numel() else 0, x.shape[0], blocks, warps, self.stream())
+
+    def dispatch_recv(self) -> None:
+        self.kernels.dispatch_recv(self.stream())
+
+    def combine_send(self, x: torch.Tensor, w: Optional[torch.Tensor], num_tokens: int, blocks: int,
+                     warps: int) -> None:
+        fn = "EpDispatchCombineOp.combine"
+        if x.dtype not in _COMBINE_CODES:
+            raise NotImplementedError(f"{fn}: CUDA combine supports float32 and bfloat16, got {x.dtype}")
+        hidden = x.shape[1]
+        if hidden * x.element_size() > self.max_row or (hidden * x.element_size()) % 16:
+            raise ValueError(f"{fn}: rows of {hidden} x {x.dtype} must fit hidden_dim x max_token_type_size = "
+                             f"{self.max_row} bytes and be a multiple of 16 bytes")
+        blocks, warps = self.grid(blocks, warps)
+        self.kernels.combine_send(x.data_ptr(), _COMBINE_CODES[x.dtype], hidden,
+                                  w.data_ptr() if w is not None and w.numel() else 0, blocks, warps, self.stream())
+        self.pending = _PendingCombine(x.dtype, hidden, w is not None, num_tokens)
+
+    def combine_recv(self, blocks: int, warps: int) -> None:
+        p = self.pending
+        if p is None:
+            raise RuntimeError("EpDispatchCombineOp.combine_recv: no combine_send before it")
+        blocks, warps = self.grid(blocks, warps)
+        self.kernels.combine_recv(_COMBINE_CODES[p.dtype], p.hidden, p.weights, p.num_tokens, blocks, warps,
+                                  self.stream())

@@ -1,0 +1,235 @@
+# SPDX-License-Identifier: MIT
+"""EpDispatchCombineOp on CUDA tensors, one process per GPU (the vLLM/SGLang way):
+
+    mori run -n 2 python ep_gpu_op_suite.py [check ...]     # default: every check
+
+Each PE binds GPU LOCAL_RANK through torch before shmem init. MORI's method: every PE
+seeds the same generator and builds all PEs' inputs, so it can check its own outputs
+exactly (dispatch bit-exact; combine = input x unique destination ranks). Prints
+"PASS <check>" per check; exits non-zero on the first failure.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+LOCAL_RANK = int(os.environ.get("LOCAL_RANK", "0"))
+torch.cuda.set_device(LOCAL_RANK)
+
+import mori  # noqa: E402
+import mori.shmem as sh  # noqa: E402
+from mori.ops import EpDispatchCombineConfig, EpDispatchCombineKernelType, EpDispatchCombineOp  # noqa: E402
+
+KT = EpDispatchCombineKernelType
+DEV = torch.device("cuda", LOCAL_RANK)
+
+
+def expect(cond: bool, what: str) -> None:
+    if not cond:
+        raise AssertionError(f"PE {sh.shmem_mype()}: {what}")
+
+
+def make_op(dtype, hidden, scale_dim=0, kernel=KT.IntraNode, external=True, max_inp=128, topk=8, epr=16):
+    cfg = EpDispatchCombineConfig(
+        data_type=dtype, rank=sh.shmem_mype(), world_size=sh.shmem_npes(), hidden_dim=hidden, scale_dim=scale_dim,
+        scale_type_size=4, max_token_type_size=4, max_num_inp_token_per_rank=max_inp, num_experts_per_rank=epr,
+        num_experts_per_token=topk, use_external_inp_buf=external, kernel_type=kernel)
+    return EpDispatchCombineOp(cfg)
+
+
+def inputs(op, dtype, seed, n_max=None, pattern="random"):
+    """Every PE's (x, w, scales, idx) on the CPU, from one seed."""
+    cfg = op.config
+    world, k, experts = cfg.world_size, cfg.num_experts_per_token, cfg.world_size * cfg.num_experts_per_rank
+    n_max = n_max or cfg.max_num_inp_token_per_rank
+    g = torch.Generator().manual_seed(seed)
+    data = []
+    for r in range(world):
+        n = n_max if r == 0 or pattern == "max" else int(torch.randint(0, n_max + 1, (1,), generator=g))
+        idx = torch.rand(n, experts, generator=g).argsort(1)[:, :k].to(torch.int32)
+        if pattern == "one_rank":
+            idx = torch.rand(n, cfg.num_experts_per_rank, generator=g).argsort(1)[:, :k].to(torch.int32)
+        idx[torch.rand(n, k, generator=g) < 0.1] = -1
+        x = (torch.randn(n, cfg.hidden_dim, generator=g) * 2).to(dtype)
+        w = torch.rand(n, k, generator=g)
+        s = torch.randn(n, cfg.scale_dim, generator=g)
+        data.append((x, w, s, idx))
+    return data
+
+
+def dests(row, epr):
+    return {e // epr for e in row if e >= 0}
+
+
+def check_dispatch(op, data, outs, with_scales):
+    cfg, me = op.config, sh.shmem_mype()
+    out, ow, os_, oi, recv = outs
+    expect(recv.device == DEV and recv.dtype == torch.int32 and recv.shape == (1,), "recv_num_token is int32[1] on the GPU")
+    expect(out.shape[0] == op.max_num_tokens_to_recv() and out.device == DEV, "dispatch output rows/device")
+    total = int(recv.item())
+    pos = op.get_dispatch_src_token_pos().long().cpu()
+    stride = op.max_num_tokens_to_send()
+    expected = sorted(q * stride + t for q in range(cfg.world_size) for t, row in enumerate(data[q][3].tolist())
+                      if me in dests(row, cfg.num_experts_per_rank))
+    expect(total == len(expected), f"recv_num_token {total} != {len(expected)}")
+    expect(sorted(pos.tolist()) == expected, "source positions")
+    if not total:
+        return
+    src_r, src_t = op.decode_send_flat_idx(pos)
+    pick = lambda j: torch.stack([data[q][j][t] for q, t in zip(src_r.tolist(), src_t.tolist())])  # noqa: E731
+    expect(torch.equal(out[:total].cpu().view(torch.uint8), pick(0).view(torch.uint8)), "payload bit-exact")
+    expect(torch.equal(ow[:total].cpu(), pick(1)), "weights")
+    expect(torch.equal(oi[:total].cpu(), pick(3)), "indices")
+    if with_scales:
+        expect(torch.equal(os_[:total].cpu(), pick(2)), "scales")
+
+
+def check_combine(op, data, comb, comb_dtype):
+    cfg, me = op.config, sh.shmem_mype()
+    x, w, _, idx = data[me]
+    c, cw = comb
+    n = x.shape[0]
+    mult = torch.tensor([float(len(dests(row, cfg.num_experts_per_rank))) for row in idx.tolist()])
+    ref = x.to(comb_dtype).float() * mult[:, None]
+    expect(torch.allclose(c[:n].cpu().float(), ref, atol=1e-2, rtol=1e-2), "combine = input x unique ranks")
+    expect(torch.allclose(cw[:n].cpu(), w * mult[:, None], rtol=1e-6, atol=1e-6), "combine weights")
+
+
+def to_dev(t):
+    return t.to(DEV)
+
+
+def one_round(op, data, dtype, comb_dtype, scale_dim, zero_copy=False, split=False, seed_tag=""):
+    me = sh.shmem_mype()
+    x, w, s, idx = (to_dev(t) for t in data[me])
+    scales = s if scale_dim else None
+    if split:
+        outs = op.dispatch_send(x, w, scales, idx)
+        op.dispatch_recv()
+    else:
+        outs = op.dispatch(x, w, scales, idx, block_num=16, warp_per_block=8)
+    check_dispatch(op, data, outs, bool(scale_dim))
+    total = int(outs[4].item())
+    expert = outs[0][:total].to(comb_dtype)
+    if zero_copy:
+        reg = op.get_registered_combine_input_buffer(comb_dtype)
+        expect(reg.device == DEV, "registered combine buffer is on the GPU")
+        reg[:total].copy_(expert)
+        expert = reg
+    if split:
+        comb = op.combine_send(expert, outs[1], idx)
+        op.combine_recv()
+    else:
+        comb = op.combine(expert, outs[1], idx, block_num=16, warp_per_block=8)
+    check_combine(op, data, comb, comb_dtype)
+
+
+def check_dtypes():
+    for kernel in (KT.IntraNode, KT.IntraNodeLL):
+        for dtype, hidden, scale_dim in ((torch.bfloat16, 2048, 0), (torch.float8_e4m3fn, 2048, 16),
+                                         (torch.float32, 256, 4), (torch.bfloat16, 136, 0)):
+            op = make_op(dtype, hidden, scale_dim, kernel)
+            comb_dtype = torch.float32 if dtype == torch.float32 else torch.bfloat16
+            for i, pattern in enumerate(("random", "max", "one_rank", "random")):
+                one_round(op, inputs(op, dtype, 100 + i, pattern=pattern), dtype, comb_dtype, scale_dim)
+            op.local_expert_count = None
+            data = inputs(op, dtype, 7)
+            x, w, s, idx = (to_dev(t) for t in data[sh.shmem_mype()])
+            out = op.dispatch(x, w, s if scale_dim else None, idx, call_local_expert_count=True)
+            total = int(out[4].item())
+            local = out[3][:total].long().cpu() - sh.shmem_mype() * op.config.num_experts_per_rank
+            local = local[(local >= 0) & (local < op.config.num_experts_per_rank)]
+            ref = torch.bincount(local, minlength=op.config.num_experts_per_rank).to(torch.int32)
+            expect(torch.equal(op.local_expert_count.cpu(), ref), "local_expert_count")
+            op.combine(out[0].to(comb_dtype), out[1], idx)  # keep both PEs in step
+            torch.cuda.synchronize()
+            print(f"PASS dtypes {kernel.name} {dtype} hidden={hidden} scale_dim={scale_dim}", flush=True)
+
+
+def check_zero_copy():
+    op = make_op(torch.bfloat16, 2048, external=False)
+    for i in range(3):
+        one_round(op, inputs(op, torch.bfloat16, 300 + i), torch.bfloat16, torch.bfloat16, 0, zero_copy=True)
+    print("PASS zero_copy", flush=True)
+
+
+def check_async_ll():
+    op = make_op(torch.float8_e4m3fn, 2048, scale_dim=16, kernel=KT.AsyncLL)
+    for i in range(3):
+        one_round(op, inputs(op, torch.float8_e4m3fn, 400 + i), torch.float8_e4m3fn, torch.bfloat16, 16, split=True)
+    print("PASS async_ll", flush=True)
+
+
+def check_graph():
+    me = sh.shmem_mype()
+    op = make_op(torch.bfloat16, 2048, max_inp=96)
+    n = 96
+    data = inputs(op, torch.bfloat16, 500, pattern="max")
+    sx, sw, _, sidx = (to_dev(t) for t in data[me])
+
+    def step():
+        outs = op.dispatch(sx, sw, None, sidx, block_num=16, warp_per_block=8)
+        comb = op.combine(outs[0], outs[1], sidx, block_num=16, warp_per_block=8)
+        return outs, comb
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()  # warm-up (views cached, launch path exercised) outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    sh.shmem_barrier_all()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs, comb = step()
+    for i in range(4):
+        data = inputs(op, torch.bfloat16, 600 + i, pattern="max")
+        x, w, _, idx = data[me]
+        expect(x.shape[0] == n, "graph inputs keep their shape")
+        sx.copy_(x)
+        sw.copy_(w)
+        sidx.copy_(idx)
+        graph.replay()
+        torch.cuda.synchronize()
+        check_dispatch(op, data, outs, False)
+        check_combine(op, data, comb, torch.bfloat16)
+        sh.shmem_barrier_all()  # nobody overwrites static inputs a peer's replay may still read
+    print("PASS graph_replay", flush=True)
+
+
+def check_errors():
+    op = make_op(torch.bfloat16, 256, kernel=KT.InterNodeV1)
+    x = torch.zeros(4, 256, dtype=torch.bfloat16, device=DEV)
+    idx = torch.zeros(4, 8, dtype=torch.int32, device=DEV)
+    try:
+        op.dispatch(x, None, None, idx)
+    except NotImplementedError as e:
+        expect("InterNodeV1" in str(e), f"error names the kernel type: {e}")
+    else:
+        expect(False, "InterNodeV1 on CUDA tensors must raise")
+    print("PASS errors", flush=True)
+
+
+CHECKS = {"dtypes": check_dtypes, "zero_copy": check_zero_copy, "async_ll": check_async_ll, "graph": check_graph,
+          "errors": check_errors}
+
+
+def main() -> int:
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    torch._C._distributed_c10d._register_process_group("default", dist.group.WORLD)
+    sh.shmem_torch_process_group_init("default")
+    expect(mori.shmem.gpu.is_bound() and mori.shmem.gpu.device() == LOCAL_RANK, "PE bound to its GPU")
+    for name in sys.argv[1:] or list(CHECKS):
+        CHECKS[name]()
+        sh.shmem_barrier_all()
+    torch.cuda.synchronize()
+    sh.shmem_finalize()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
