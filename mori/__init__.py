@@ -18,7 +18,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {"core", "transports", "shmem", "collectives", "ep", "io", "apps", "ccl", "ops"}
+_SUBMODULES = {"core", "transports", "shmem", "collectives", "ep", "io", "apps", "ccl", "ops", "cpp"}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,9 @@
+# SPDX-License-Identifier: MIT
+"""``mori.ops.dispatch_combine``: the module path ROCm/mori gives its EP op. Integrations
+import it by that name (vLLM: ``import mori.ops.dispatch_combine as mori_ops``)."""
+from mori.ep.config import EpDispatchCombineConfig
+from mori.ep.kernel_type import EpDispatchCombineKernelType, EpDispatchCombineQuantType
+from mori.ep.op import TOPK_IDX_DTYPE, EpDispatchCombineOp
+
+__all__ = ["EpDispatchCombineConfig", "EpDispatchCombineKernelType", "EpDispatchCombineOp",
+           "EpDispatchCombineQuantType", "TOPK_IDX_DTYPE"]
