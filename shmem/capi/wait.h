@@ -21,7 +21,7 @@ constexpr int kSpinPolls = 64;       // polls between clock reads while busy-pol
 // answers within microseconds); short when PEs outnumber cores, where the PE we wait for
 // may need this very core (Open MPI likewise only yields when oversubscribed).
 constexpr int kSpinUsDedicated = 2000;
-constexpr int kSpinUsOversubscribed = 2000;
+constexpr int kSpinUsOversubscribed = 50;
 
 template <typename Pred>
 void wait(Pred ready, const char* fn, const void* watched = nullptr) {

@@ -2,6 +2,7 @@
 // Runtime::wait_for: spin, then sleep on the doorbell, checking peers' liveness.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -9,13 +10,17 @@
 
 namespace mori::shmem {
 
+constexpr int kCrowdedYields = 64;  // polls of an oversubscribed wait before it sleeps
+
 template <typename Pred>
 void Runtime::wait_for(Pred ready, const char* caller, const void* watched) {
-  const int spins = static_cast<int>(env::get().spin_iterations);
+  // More PEs than cores: yield the core a few times (the PE or tcp progress thread we wait for
+  // may need it), then sleep rather than keep stealing time slices from the PEs that work.
+  const int spins = oversubscribed_ ? std::min<int>(static_cast<int>(env::get().spin_iterations), kCrowdedYields)
+                                    : static_cast<int>(env::get().spin_iterations);
   for (int i = 0; i < spins; ++i) {
     if (ready()) return;
     if (oversubscribed_) {
-      // More PEs than cores: the PE (or tcp progress thread) we wait for may need this core.
       std::this_thread::yield();
       continue;
     }
