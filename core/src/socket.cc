@@ -120,6 +120,18 @@ bool recv_all(int fd, void* buf, size_t n, double deadline) {
   return true;
 }
 
+void advance_iov(struct msghdr& msg, size_t sent) {
+  while (msg.msg_iovlen > 0 && sent >= msg.msg_iov->iov_len) {
+    sent -= msg.msg_iov->iov_len;
+    ++msg.msg_iov;
+    --msg.msg_iovlen;
+  }
+  if (msg.msg_iovlen > 0) {
+    msg.msg_iov->iov_base = static_cast<char*>(msg.msg_iov->iov_base) + sent;
+    msg.msg_iov->iov_len -= sent;
+  }
+}
+
 void set_nodelay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

@@ -143,16 +143,7 @@ uint64_t TcpChannel::send_request(Request& rq, const void* payload, size_t n, bo
       fail(io_error("send", errno));
     }
     last_progress_ = net::now();
-    auto left = static_cast<size_t>(k);
-    while (msg.msg_iovlen > 0 && left >= msg.msg_iov->iov_len) {
-      left -= msg.msg_iov->iov_len;
-      ++msg.msg_iov;
-      --msg.msg_iovlen;
-    }
-    if (msg.msg_iovlen > 0) {
-      msg.msg_iov->iov_base = static_cast<char*>(msg.msg_iov->iov_base) + left;
-      msg.msg_iov->iov_len -= left;
-    }
+    net::advance_iov(msg, static_cast<size_t>(k));
   }
   return rq.seq;
 }

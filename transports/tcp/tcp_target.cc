@@ -48,16 +48,7 @@ void send_iov(int fd, iovec* iov, int count) {
       if (errno == EINTR) continue;
       raise_errno("tcp send");
     }
-    auto left = static_cast<size_t>(k);
-    while (msg.msg_iovlen > 0 && left >= msg.msg_iov->iov_len) {
-      left -= msg.msg_iov->iov_len;
-      ++msg.msg_iov;
-      --msg.msg_iovlen;
-    }
-    if (msg.msg_iovlen > 0) {
-      msg.msg_iov->iov_base = static_cast<char*>(msg.msg_iov->iov_base) + left;
-      msg.msg_iov->iov_len -= left;
-    }
+    net::advance_iov(msg, static_cast<size_t>(k));
   }
 }
 

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include <sys/socket.h>
+
 namespace mori::net {
 
 // Monotonic seconds.
@@ -22,6 +24,9 @@ void send_all(int fd, const void* buf, size_t n);
 bool recv_all(int fd, void* buf, size_t n, double deadline = -1);
 
 void set_nodelay(int fd);
+
+// Drops the first `sent` bytes from a scatter/gather message after a partial sendmsg().
+void advance_iov(struct msghdr& msg, size_t sent);
 // Makes a silent peer (host gone, link down) an error on this socket within about
 // timeout_s: TCP keepalive probes on idle connections, TCP_USER_TIMEOUT on unacknowledged data.
 void set_liveness(int fd, double timeout_s);
