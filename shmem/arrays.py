@@ -147,6 +147,20 @@ def tensor(shape: Shape, dtype: Any = None) -> Any:
     return t
 
 
+def _as_array(obj: Any) -> np.ndarray:
+    """A numpy view of a symmetric numpy array or CPU torch tensor (no copy)."""
+    if isinstance(obj, np.ndarray):
+        return obj
+    if hasattr(obj, "data_ptr") and hasattr(obj, "numpy"):
+        if obj.device.type != "cpu":
+            raise InvalidArgument(f"expected a CPU tensor here, got one on {obj.device}")
+        try:
+            return obj.numpy()
+        except TypeError as exc:  # e.g. bfloat16 has no numpy dtype
+            raise InvalidArgument(f"dtype {obj.dtype} has no element-wise shmem operations") from exc
+    raise InvalidArgument(f"expected a numpy array or torch tensor, got {type(obj).__name__}")
+
+
 def _address(obj: Any) -> int:
     if isinstance(obj, np.ndarray):
         return obj.__array_interface__["data"][0]
@@ -218,12 +232,14 @@ def iget(dest: np.ndarray, source: np.ndarray, dst_stride: int, src_stride: int,
 
 def p(dest: np.ndarray, value: Any, pe: int, index: int = 0) -> None:
     """Store one element ``value`` at ``dest[index]`` on PE ``pe``."""
+    dest = _as_array(dest)
     one = np.asarray([value], dtype=dest.dtype)
     _native.put(_address(dest) + index * dest.itemsize, _address(one), dest.itemsize, pe, False)
 
 
 def g(source: np.ndarray, pe: int, index: int = 0) -> Any:
     """Load ``source[index]`` from PE ``pe``."""
+    source = _as_array(source)
     one = np.empty(1, dtype=source.dtype)
     _native.get(_address(one), _address(source) + index * source.itemsize, source.itemsize, pe, False)
     return one[0]
@@ -249,6 +265,8 @@ def signal_fetch(signal: np.ndarray) -> int:
 
 
 def _check_signal(signal: np.ndarray) -> None:
+    if hasattr(signal, "numpy") and not isinstance(signal, np.ndarray):
+        signal = _as_array(signal)
     if not isinstance(signal, np.ndarray) or signal.dtype != np.uint64:
         raise InvalidArgument("signal must be a symmetric numpy array of dtype uint64")
 
@@ -278,6 +296,7 @@ def _from_bits(bits: int, dtype: np.dtype) -> Any:
 
 
 def _amo(op: str, target: np.ndarray, value: Any, pe: int, index: int, compare: Any = 0) -> Any:
+    target = _as_array(target)
     width, _ = _word(target, op)
     dt = target.dtype
     old = _native.atomic(_address(target) + index * dt.itemsize, _AMO[op], width, _to_bits(value, dt),
@@ -369,6 +388,7 @@ def _wait_word(ivar: np.ndarray) -> tuple[int, int]:
 def wait_until(ivar: np.ndarray, cmp: Union[int, str], value: Any, index: int = 0) -> Any:
     """Block until ``ivar[index] <cmp> value`` holds locally; returns the value seen.
     Fails (instead of hanging) if a peer dies while we wait."""
+    ivar = _as_array(ivar)
     width, num = _wait_word(ivar)
     seen = _native.wait_until(_address(ivar) + index * ivar.itemsize, _cmp(cmp), _to_bits(value, ivar.dtype)
                               if width >= 4 else int(value) & ((1 << (8 * width)) - 1), width, num)
@@ -377,6 +397,7 @@ def wait_until(ivar: np.ndarray, cmp: Union[int, str], value: Any, index: int = 
 
 def test(ivar: np.ndarray, cmp: Union[int, str], value: Any, index: int = 0) -> bool:
     """Whether ``ivar[index] <cmp> value`` holds now."""
+    ivar = _as_array(ivar)
     width, num = _wait_word(ivar)
     bits = _to_bits(value, ivar.dtype) if width >= 4 else int(value) & ((1 << (8 * width)) - 1)
     return _native.test(_address(ivar) + index * ivar.itemsize, _cmp(cmp), bits, width, num)

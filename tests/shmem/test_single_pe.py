@@ -89,6 +89,17 @@ def test_torch_tensor_on_heap(pe):
     sh.put(t, src, pe=0)
     assert torch.equal(t, src)
     sh.free(t)
+    # element-wise operations take CPU tensors too
+    c = sh.tensor(4, torch.int64)
+    sh.p(c, 41, pe=0, index=2)
+    assert sh.atomic_fetch_add(c, 1, pe=0, index=2) == 41 and int(c[2]) == 42
+    assert sh.g(c, pe=0, index=2) == 42
+    assert sh.wait_until(c, ">=", 42, index=2) == 42 and sh.test(c, "==", 42, index=2)
+    b = sh.tensor(2, torch.bfloat16)
+    with pytest.raises(ValueError, match="bfloat16"):
+        sh.atomic_add(b, 1, pe=0)
+    sh.free(b)
+    sh.free(c)
 
 
 def test_atomic_dtype_errors(pe):
