@@ -26,11 +26,9 @@ MIB = 1 << 20
 
 
 def _sizes(lo: int, hi: int) -> list[int]:
-    out, s = [], lo
-    while s <= hi:
-        out.append(s)
-        s *= 4
-    return out
+    from mori.apps.bench.report import size_sweep
+
+    return size_sweep(lo, hi)
 
 
 def _worker(args: argparse.Namespace) -> int:

@@ -74,6 +74,15 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def size_sweep(lo: int, hi: int, factor: int = 4) -> list[int]:
+    """Sizes lo, lo*factor, ... up to hi (inclusive): the sweep every size-based benchmark uses."""
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s *= factor
+    return out
+
+
 def human_size(n: int) -> str:
     for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= div and n % div == 0:

@@ -43,11 +43,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _sizes(lo: int, hi: int) -> list[int]:
-    out, s = [], lo
-    while s <= hi:
-        out.append(s)
-        s *= 4
-    return out
+    from mori.apps.bench.report import size_sweep
+
+    return size_sweep(lo, hi)
 
 
 def _time_per_op(fn: Any, nbytes: int, reps: int) -> float:
