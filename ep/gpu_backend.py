@@ -17,13 +17,13 @@ import torch
 
 from mori import _C
 from mori.core.errors import Unavailable
-from mori.ep.gpu_group import device_view
+from mori.shmem.tensor_utils import wrap_device_pointer
 
 _COMBINE_CODES = {torch.float32: 0, torch.bfloat16: 1}
 
 # Per-PE buffers that peers write (their addresses travel to the kernels for every PE).
 _SHARED = ("disp_tok", "disp_w", "disp_idx", "disp_scale", "disp_src", "counter", "disp_sig", "comb_stage",
-           "comb_stage_w", "comb_sig")
+           "comb_stage_w", "comb_flag", "comb_done")
 # Buffers only this PE touches.
 _LOCAL = ("dest_map", "total_recv", "state", "comb_out", "comb_out_w")
 
@@ -38,6 +38,7 @@ class _PendingCombine:
     hidden: int
     weights: bool
     num_tokens: int
+    fp8: bool
 
 
 class GpuIntraNode:
@@ -59,7 +60,8 @@ class GpuIntraNode:
             "disp_tok": self.max_recv * self.max_row, "disp_w": self.max_recv * k * 4,
             "disp_idx": self.max_recv * k * 4, "disp_scale": self.max_recv * self.scale_bytes + 16,
             "disp_src": self.max_recv * 4, "counter": 16, "disp_sig": 2 * world * 8,
-            "comb_stage": stage_rows * self.max_row, "comb_stage_w": stage_rows * k * 4, "comb_sig": world * 8,
+            "comb_stage": stage_rows * self.max_row, "comb_stage_w": stage_rows * k * 4, "comb_flag": stage_rows * 4,
+            "comb_done": world * 8,
             "dest_map": self.max_inp * k * 8, "total_recv": 4,
             "state": int(_C.ep.PeKernels.state_words(world)) * 8,
             "comb_out": self.max_inp * self.max_row, "comb_out_w": self.max_inp * k * 4,
@@ -74,7 +76,7 @@ class GpuIntraNode:
         # The same path as mori.shmem.shmem_malloc on a bound PE: one heap, collective.
         self.base = int(native.gpu_malloc(off, 256))
         with torch.cuda.device(self.device):
-            device_view(self.base, (off,), torch.uint8, self.device).zero_()
+            wrap_device_pointer(self.base, off, torch.uint8, (off,)).zero_()
             torch.cuda.synchronize(self.device)
         native.barrier_all()  # every PE's counters and signals are zero before anyone's first round
         self.addr = {name: self.base + o for name, o in offsets.items()}
@@ -106,7 +108,10 @@ class GpuIntraNode:
         key = (name, shape, dtype)
         t = self._views.get(key)
         if t is None:
-            t = device_view(self.addr[name], shape, dtype, self.device)
+            numel = 1
+            for d in shape:
+                numel *= d
+            t = wrap_device_pointer(self.addr[name], numel * dtype.itemsize, dtype, shape)
             self._views[key] = t
         return t
 
@@ -137,24 +142,28 @@ class GpuIntraNode:
     def dispatch_recv(self) -> None:
         self.kernels.dispatch_recv(self.stream())
 
-    def combine_send(self, x: torch.Tensor, w: Optional[torch.Tensor], num_tokens: int, blocks: int,
-                     warps: int) -> None:
+    def combine(self, x: torch.Tensor, w: Optional[torch.Tensor], num_tokens: int, fp8: bool, phase: int,
+                blocks: int, warps: int) -> None:
+        """phase 0: send and sum in one kernel; 1: send only; 2: sum only (AsyncLL's halves)."""
         fn = "EpDispatchCombineOp.combine"
         if x.dtype not in _COMBINE_CODES:
             raise NotImplementedError(f"{fn}: CUDA combine supports float32 and bfloat16, got {x.dtype}")
         hidden = x.shape[1]
-        if hidden * x.element_size() > self.max_row or (hidden * x.element_size()) % 16:
+        if hidden * x.element_size() > self.max_row or hidden % 8:
             raise ValueError(f"{fn}: rows of {hidden} x {x.dtype} must fit hidden_dim x max_token_type_size = "
-                             f"{self.max_row} bytes and be a multiple of 16 bytes")
+                             f"{self.max_row} bytes, with hidden a multiple of 8")
         blocks, warps = self.grid(blocks, warps)
-        self.kernels.combine_send(x.data_ptr(), _COMBINE_CODES[x.dtype], hidden,
-                                  w.data_ptr() if w is not None and w.numel() else 0, blocks, warps, self.stream())
-        self.pending = _PendingCombine(x.dtype, hidden, w is not None, num_tokens)
+        self.kernels.combine(x.data_ptr() if x.numel() else 0, w.data_ptr() if w is not None and w.numel() else 0,
+                             w is not None, _COMBINE_CODES[x.dtype], hidden, fp8, num_tokens, phase, blocks, warps,
+                             self.stream())
+        if phase == 1:
+            self.pending = _PendingCombine(x.dtype, hidden, w is not None, num_tokens, fp8)
 
     def combine_recv(self, blocks: int, warps: int) -> None:
         p = self.pending
         if p is None:
             raise RuntimeError("EpDispatchCombineOp.combine_recv: no combine_send before it")
         blocks, warps = self.grid(blocks, warps)
-        self.kernels.combine_recv(_COMBINE_CODES[p.dtype], p.hidden, p.weights, p.num_tokens, blocks, warps,
-                                  self.stream())
+        self.kernels.combine(0, 0, p.weights, _COMBINE_CODES[p.dtype], p.hidden, p.fp8, p.num_tokens, 2, blocks,
+                             warps, self.stream())
+        self.pending = None

@@ -311,17 +311,14 @@ class EpDispatchCombineOp:
     def _combine_gpu(self, input, weights, indices, external, bn, wpb, call_reset):
         g, cfg = self._gpu, self.config
         fn = "EpDispatchCombineOp.combine"
-        if int(self._quant) != 0:
-            raise NotImplementedError(f"{fn}: quant_type {self.config.quant_type} is not implemented by the CUDA "
-                                      f"combine (bf16/fp32 rows travel as they are)")
         if indices.shape[0] != g.last_num_tokens:
             raise ValueError(f"{fn}: indices has {indices.shape[0]} rows but the last dispatch sent "
                              f"{g.last_num_tokens} tokens (pass this rank's original routing; MORI issue #475)")
-        # Zero-copy (registered buffer) and external input run the same push kernel: the
-        # registered buffer is symmetric GPU memory, an external one any device memory.
-        g.combine_send(input, weights, indices.shape[0], bn, wpb)
-        if self._kernel != EpDispatchCombineKernelType.AsyncLL:
-            g.combine_recv(bn, wpb)
+        # Zero-copy (registered buffer) and external input run the same kernel: peers never read
+        # the input, this PE's warps push its rows. fp8_direct_cast converts rows as they are pushed.
+        fp8 = int(self._quant) == 1
+        split = self._kernel == EpDispatchCombineKernelType.AsyncLL
+        g.combine(input, weights, indices.shape[0], fp8, 1 if split else 0, bn, wpb)
         hidden, k = input.shape[1], cfg.num_experts_per_token
         out = g.view("comb_out", (cfg.max_num_inp_token_per_rank, hidden), input.dtype)
         out_w = g.view("comb_out_w", (cfg.max_num_inp_token_per_rank, k), torch.float32) if weights is not None else None

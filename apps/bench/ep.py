@@ -8,12 +8,17 @@ what engines fall back to without a dispatch kernel — exchange per-rank counts
 destination, ``all_to_all_single`` the rows, top-k ids and weights (gloo on CPU, NCCL on GPU),
 and for combine the reverse ``all_to_all_single`` plus an ``index_add_`` per source token.
 
-Figures per phase (per rank, averaged over ranks; time = mean over iterations of the slowest
-rank's time, every iteration starting from a barrier):
+Time per phase: on CPUs the mean over iterations of the slowest rank's time, every iteration
+starting from a barrier; on GPUs (``--gpu``) the slowest rank's time per call in CUDA graphs of
+back-to-back calls (dispatch alone; combine = dispatch+combine pairs minus dispatch), the NCCL
+path per iteration from a barrier (it synchronizes with the host anyway). Figures per phase
+(per rank, averaged over ranks):
 * DeepEP bandwidth: received rows x hidden x element size / time, the rank's own rows included
   (dispatch counts rows received, combine the rows sent back: DeepEP's definition);
 * link efficiency: bytes that crossed from other ranks into this one / time / the peer-copy
-  ceiling measured in the same run (CPU: concurrent memcpy between PEs' mapped heaps).
+  ceiling measured in the same run (CPU: concurrent memcpy between PEs' mapped heaps; GPU: one-way
+  copy-engine put into a peer's GPU heap). With ``--quant fp8_direct_cast`` combine rows cross
+  as one byte per element, and the link figure counts those bytes.
 """
 from __future__ import annotations
 
@@ -232,207 +237,77 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _nccl_baseline(rank: int, world: int, port: int, args, out_q) -> None:
-    """One rank of the plain-torch path over NCCL (spawned), timed with CUDA events."""
-    import torch
-    import torch.distributed as dist
+def _ce_ceiling(sh, torch, dist, rank: int, world: int, nbytes: int = 256 << 20) -> float:
+    """One-way copy-engine peer bandwidth (GB/s): each PE in turn puts ``nbytes`` into its right
+    neighbour's GPU heap (``putmem_on_stream``, cudaMemcpyAsync) while the others wait; the mean."""
+    from mori.shmem import gpu
+    from mori.shmem.tensor_utils import mori_shmem_create_tensor, mori_shmem_free_tensor
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
-    epr = args.experts // world
-    res = {}
-    for tokens in args.tokens:
-        idx = _routing(tokens, world, args.experts, args.topk, args.seed + rank)
-        g = torch.Generator().manual_seed(1000 + rank)
-        x = torch.randn(tokens, args.hidden, generator=g).to(torch.float8_e4m3fn).cuda()
-        w = torch.rand(tokens, args.topk, generator=g).cuda()
-        dest = idx.long().cuda() // epr
-        onehot = torch.zeros(tokens, world, dtype=torch.bool, device="cuda")
-        onehot.scatter_(1, dest, True)
-        idx_d = idx.cuda()
-
-        def disp():
-            tok, rk = onehot.nonzero(as_tuple=True)
-            order = torch.argsort(rk, stable=True)
-            send_tok = tok[order]
-            send_counts = torch.bincount(rk, minlength=world)
-            recv_counts = torch.empty_like(send_counts)
-            dist.all_to_all_single(recv_counts, send_counts)
-            sc, rc = send_counts.tolist(), recv_counts.tolist()
-            rows = x.view(torch.uint8).index_select(0, send_tok)
-            out = torch.empty(sum(rc), args.hidden, dtype=torch.uint8, device="cuda")
-            dist.all_to_all_single(out, rows, rc, sc)
-            meta = torch.cat([idx_d.index_select(0, send_tok), w.index_select(0, send_tok).view(torch.int32)], 1)
-            out_meta = torch.empty(sum(rc), meta.shape[1], dtype=torch.int32, device="cuda")
-            dist.all_to_all_single(out_meta, meta, rc, sc)
-            return out, send_tok, sc, rc
-
-        out, send_tok, sc, rc = disp()
-        expert = out.view(torch.float8_e4m3fn).to(torch.bfloat16)
-
-        def comb():
-            back = torch.empty(len(send_tok), args.hidden, dtype=torch.bfloat16, device="cuda")
-            dist.all_to_all_single(back, expert, sc, rc)
-            acc = torch.zeros(tokens, args.hidden, dtype=torch.float32, device="cuda")
-            acc.index_add_(0, send_tok, back.float())
-            return acc.to(torch.bfloat16)
-
-        for name, fn in (("dispatch", disp), ("combine", comb)):
-            times = []
-            for it in range(args.warmup + args.iters):
-                dist.barrier()
-                torch.cuda.synchronize()
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                fn()
-                b.record()
-                torch.cuda.synchronize()
-                if it >= args.warmup:
-                    times.append(a.elapsed_time(b) * 1e-3)
-            t = torch.tensor(times, device="cuda", dtype=torch.float64)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            res[(tokens, name)] = t.mean().item()
-    if rank == 0:
-        out_q.put(res)
-    dist.destroy_process_group()
+    dst = mori_shmem_create_tensor((nbytes,), torch.uint8)
+    src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device="cuda")
+    rates = []
+    for turn in range(world):
+        sh.shmem_barrier_all()
+        if turn == rank:
+            peer = (rank + 1) % world
+            for _ in range(2):
+                gpu.putmem_on_stream(dst, src, nbytes, peer)
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            for _ in range(5):
+                gpu.putmem_on_stream(dst, src, nbytes, peer)
+            e1.record()
+            e1.synchronize()
+            rates.append(5 * nbytes / (e0.elapsed_time(e1) * 1e-3) / 1e9)
+    torch.cuda.synchronize()
+    sh.shmem_barrier_all()
+    mori_shmem_free_tensor(dst)
+    t = torch.tensor([sum(rates)], dtype=torch.float64)
+    dist.all_reduce(t)
+    return t.item() / world
 
 
-def _gpu(args: argparse.Namespace) -> int:
-    """One process drives the CUDA IntraNode kernels on every GPU (GpuEpGroup), graphs replayed."""
-    import torch
-    import torch.multiprocessing as mp
+def _nccl_path(dist, torch, nccl, x, w, idx, epr: int, world: int):
+    """The plain-torch fallback over NCCL for one rank: (dispatch, combine) closures."""
+    tokens, hidden = x.shape
+    dest = idx.long() // epr
+    onehot = torch.zeros(tokens, world, dtype=torch.bool, device=x.device)
+    onehot.scatter_(1, dest, True)
+    state = {}
 
-    from mori.apps.bench.report import Report
-    from mori.ep.gpu_group import GpuEpGroup
+    def disp():
+        tok, rk = onehot.nonzero(as_tuple=True)
+        order = torch.argsort(rk, stable=True)
+        send_tok = tok[order]
+        send_counts = torch.bincount(rk, minlength=world)
+        recv_counts = torch.empty_like(send_counts)
+        dist.all_to_all_single(recv_counts, send_counts, group=nccl)
+        sc, rc = send_counts.tolist(), recv_counts.tolist()
+        rows = x.view(torch.uint8).index_select(0, send_tok)
+        out = torch.empty(sum(rc), hidden, dtype=torch.uint8, device=x.device)
+        dist.all_to_all_single(out, rows, rc, sc, group=nccl)
+        meta = torch.cat([idx.index_select(0, send_tok), w.index_select(0, send_tok).view(torch.int32)], 1)
+        out_meta = torch.empty(sum(rc), meta.shape[1], dtype=torch.int32, device=x.device)
+        dist.all_to_all_single(out_meta, meta, rc, sc, group=nccl)
+        state.update(out=out, send_tok=send_tok, sc=sc, rc=rc)
 
-    world = args.nproc if args.nproc > 0 else torch.cuda.device_count()
-    devs = [torch.device("cuda", r) for r in range(world)]
-    epr = args.experts // world
-    hidden, topk = args.hidden, args.topk
-    fp8, bf16 = torch.float8_e4m3fn, torch.bfloat16
-    # Copy-engine peer ceiling, measured now: 1 GiB cuda:0 -> cuda:1.
-    a = torch.empty(1 << 30, dtype=torch.uint8, device=devs[0])
-    b = torch.empty(1 << 30, dtype=torch.uint8, device=devs[1])
-    for _ in range(3):
-        b.copy_(a)
-    torch.cuda.synchronize(devs[0]); torch.cuda.synchronize(devs[1])
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    with torch.cuda.device(devs[0]):
-        e0.record()
-        for _ in range(5):
-            b.copy_(a)
-        e1.record()
-    torch.cuda.synchronize(devs[0])
-    ceiling = 5 * (1 << 30) / (e0.elapsed_time(e1) * 1e-3) / 1e9
-    del a, b
+    def comb():
+        back = torch.empty(len(state["send_tok"]), hidden, dtype=torch.bfloat16, device=x.device)
+        dist.all_to_all_single(back, state["expert"], state["sc"], state["rc"], group=nccl)
+        acc = torch.zeros(tokens, hidden, dtype=torch.float32, device=x.device)
+        acc.index_add_(0, state["send_tok"], back.float())
+        return acc.to(torch.bfloat16)
 
-    report = Report("ep-gpu", ["tokens", "phase", "impl", "time_us", "deepep_GBps", "link_GBps", "link_eff",
-                               "vs_baseline"],
-                    meta={"world": world, "hidden": hidden, "topk": topk, "experts": args.experts,
-                          "kernel": "IntraNode (CUDA)", "dispatch_dtype": "float8_e4m3fn", "combine_dtype": "bfloat16",
-                          "peer_copy_ceiling_GBps": ceiling, "device": torch.cuda.get_device_name(0),
-                          "block_num": args.block_num, "warp_per_block": args.warp_per_block})
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = 29000 + os.getpid() % 1000
-    procs = [ctx.Process(target=_nccl_baseline, args=(r, world, port, args, q)) for r in range(world)]
-    for p in procs:
-        p.start()
-    base = q.get(timeout=300)
-    for p in procs:
-        p.join(60)
-
-    for tokens in args.tokens:
-        group = GpuEpGroup(list(range(world)), hidden, topk, epr, tokens, max_token_type_size=2)
-        xs, ws, idxs = [], [], []
-        for r in range(world):
-            idx = _routing(tokens, world, args.experts, topk, args.seed + r)
-            g = torch.Generator().manual_seed(1000 + r)
-            xs.append(torch.randn(tokens, hidden, generator=g).to(fp8).to(devs[r]))
-            ws.append(torch.rand(tokens, topk, generator=g).to(devs[r]))
-            idxs.append(idx.to(devs[r]))
-        exp = [torch.empty(group.max_recv, hidden, dtype=bf16, device=d) for d in devs]
-        streams = [torch.cuda.Stream(d) for d in devs]
-        bn, wpb = args.block_num, args.warp_per_block
-
-        def disp(r, st):
-            group.dispatch_send(r, xs[r], ws[r], None, idxs[r], bn, wpb, stream=st)
-            group.dispatch_recv(r, stream=st)
-
-        def comb(r, st):
-            group.combine_send(r, exp[r], None, bn, wpb, stream=st)
-            group.combine_recv(r, bf16, tokens, weights=False, block_num=bn, warp_per_block=wpb, stream=st)
-
-        # One eager round (also fills the expert buffers), then capture each phase per rank.
-        for r in range(world):
-            disp(r, streams[r])
-        for r in range(world):
-            torch.cuda.synchronize(devs[r])
-            out = group.outputs(r, fp8)[0]
-            exp[r].copy_(out.to(bf16))
-        for r in range(world):
-            comb(r, streams[r])
-        for d in devs:
-            torch.cuda.synchronize(d)
-        graphs = {}
-        for phase, fn in (("dispatch", disp), ("combine", comb)):
-            for r in range(world):
-                with torch.cuda.device(devs[r]):
-                    gr = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(gr, stream=streams[r]):
-                        fn(r, streams[r])
-                    graphs[(phase, r)] = gr
-        totals = [int(group.outputs(r, fp8)[4].item()) for r in range(world)]
-        own = [int((group.src_token_pos(r)[:totals[r]].long() // (world * tokens) == r).sum()) for r in range(world)]
-        times = {"dispatch": [], "combine": []}
-        for it in range(args.warmup + args.iters):
-            for phase in ("dispatch", "combine"):
-                for d in devs:
-                    torch.cuda.synchronize(d)
-                evs = []
-                for r in range(world):
-                    # replay() launches on the current stream: make it the timed one.
-                    with torch.cuda.device(devs[r]), torch.cuda.stream(streams[r]):
-                        s0, s1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        s0.record()
-                        graphs[(phase, r)].replay()
-                        s1.record()
-                        evs.append((s0, s1))
-                for d in devs:
-                    torch.cuda.synchronize(d)
-                if it >= args.warmup:
-                    times[phase].append(max(s0.elapsed_time(s1) for s0, s1 in evs) * 1e-3)
-        comb_rows, comb_remote = [], []
-        for r in range(world):
-            dests = [{int(e) // epr for e in row} for row in idxs[r].cpu().tolist()]
-            comb_rows.append(sum(len(d) for d in dests))
-            comb_remote.append(sum(len(d - {r}) for d in dests))
-        for phase in ("dispatch", "combine"):
-            t = sum(times[phase]) / len(times[phase])
-            row = hidden * (1 if phase == "dispatch" else 2)
-            if phase == "dispatch":
-                algo = [totals[r] * row for r in range(world)]
-                link = [(totals[r] - own[r]) * row for r in range(world)]
-            else:
-                algo = [comb_rows[r] * row for r in range(world)]
-                link = [comb_remote[r] * row for r in range(world)]
-            for impl, tt in (("mori", t), ("all_to_all (nccl)", base[(tokens, phase)])):
-                bw = sum(a / tt for a in algo) / world / 1e9
-                lk = sum(x / tt for x in link) / world / 1e9
-                report.add(tokens=tokens, phase=phase, impl=impl, time_us=tt * 1e6, deepep_GBps=bw, link_GBps=lk,
-                           link_eff=lk / ceiling, vs_baseline=tt / t)
-        del graphs, group
-    report.show(f"MoE dispatch/combine on {world} GPUs ({torch.cuda.get_device_name(0)}), hidden {hidden}, "
-                f"top-{topk} of {args.experts}, FP8 dispatch / BF16 combine, CUDA graphs; copy-engine peer ceiling "
-                f"{ceiling:.0f} GB/s; vs_baseline = baseline time / mori time")
-    print(f"wrote {report.save(args.json)}")
-    return 0
+    disp()
+    state["expert"] = state["out"].view(torch.float8_e4m3fn).to(torch.bfloat16)
+    return disp, comb
 
 
-def _gpu_op_worker(args: argparse.Namespace) -> int:
-    """One PE of `mori bench ep --gpu --op`: EpDispatchCombineOp on CUDA tensors (this process's
-    GPU, buffers on the shmem GPU heap), each phase captured in a CUDA graph and replayed."""
+def _gpu_worker(args: argparse.Namespace) -> int:
+    """One PE of `mori bench ep --gpu`: EpDispatchCombineOp on CUDA tensors (this process's GPU,
+    buffers on the shmem GPU heap) and the NCCL path, same routing, same process."""
+    import statistics
+
     import torch
     import torch.distributed as dist
 
@@ -447,68 +322,112 @@ def _gpu_op_worker(args: argparse.Namespace) -> int:
     sh.shmem_torch_process_group_init("default")
     rank, world = sh.shmem_mype(), sh.shmem_npes()
     dev = torch.device("cuda", local)
+    nccl = dist.new_group(backend="nccl", device_id=dev)
     epr, hidden, topk = args.experts // world, args.hidden, args.topk
     fp8, bf16 = torch.float8_e4m3fn, torch.bfloat16
-    report = Report("ep-gpu-op", ["tokens", "phase", "time_us", "deepep_GBps", "link_GBps"],
+    bn, wpb = args.block_num, args.warp_per_block
+    ceiling = _ce_ceiling(sh, torch, dist, rank, world)
+
+    def slowest(v: float) -> float:
+        t = torch.tensor([v], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.item()
+
+    def mean(v: float) -> float:
+        t = torch.tensor([v], dtype=torch.float64)
+        dist.all_reduce(t)
+        return t.item() / world
+
+    def graph_time(body: Callable[[], None], reps: int) -> float:
+        """Seconds per call of ``body``: ``reps`` calls captured back to back in one graph, the
+        graph replayed 5 times, the median replay / reps (the slowest rank's)."""
+        gr = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(gr):
+            for _ in range(reps):
+                body()
+        samples = []
+        for _ in range(6):
+            torch.cuda.synchronize()
+            sh.shmem_barrier_all()
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            gr.replay()
+            e1.record()
+            e1.synchronize()
+            samples.append(e0.elapsed_time(e1) * 1e-3 / reps)
+        del gr
+        return slowest(statistics.median(samples[1:]))
+
+    report = Report("ep-gpu", ["tokens", "phase", "impl", "time_us", "deepep_GBps", "link_GBps", "link_eff",
+                               "vs_baseline"],
                     meta={"world": world, "hidden": hidden, "topk": topk, "experts": args.experts,
                           "kernel": "IntraNode (EpDispatchCombineOp, CUDA, one process per GPU)",
                           "dispatch_dtype": "float8_e4m3fn", "combine_dtype": "bfloat16",
-                          "block_num": args.block_num, "warp_per_block": args.warp_per_block})
+                          "combine_quant": args.quant, "peer_copy_ceiling_GBps": ceiling,
+                          "device": torch.cuda.get_device_name(dev), "block_num": bn, "warp_per_block": wpb,
+                          "timing": "graphs of back-to-back calls; combine = (dispatch+combine) - dispatch"})
     for tokens in args.tokens:
         cfg = EpDispatchCombineConfig(data_type=fp8, rank=rank, world_size=world, hidden_dim=hidden, scale_dim=0,
-                                      scale_type_size=4,
-                                      max_token_type_size=2, max_num_inp_token_per_rank=tokens,
-                                      num_experts_per_rank=epr, num_experts_per_token=topk)
+                                      scale_type_size=4, max_token_type_size=2, max_num_inp_token_per_rank=tokens,
+                                      num_experts_per_rank=epr, num_experts_per_token=topk, quant_type=args.quant)
         op = EpDispatchCombineOp(cfg)
         idx = _routing(tokens, world, args.experts, topk, args.seed + rank).to(dev)
         g = torch.Generator().manual_seed(1000 + rank)
         x = torch.randn(tokens, hidden, generator=g).to(fp8).to(dev)
-        bn, wpb = args.block_num, args.warp_per_block
+        w = torch.rand(tokens, topk, generator=g).to(dev)
         out = op.dispatch(x, None, None, idx, block_num=bn, warp_per_block=wpb)
-        exp = out[0].to(bf16)
+        exp = out[0].to(bf16)  # the expert's output (identity), in bf16
         op.combine(exp, None, idx, block_num=bn, warp_per_block=wpb)
         torch.cuda.synchronize()
         sh.shmem_barrier_all()
-        graphs = {}
-        for phase in ("dispatch", "combine"):
-            gr = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(gr):
-                if phase == "dispatch":
-                    op.dispatch(x, None, None, idx, block_num=bn, warp_per_block=wpb)
-                else:
-                    op.combine(exp, None, idx, block_num=bn, warp_per_block=wpb)
-            graphs[phase] = gr
+
+        def disp():
+            op.dispatch(x, None, None, idx, block_num=bn, warp_per_block=wpb)
+
+        def pair():
+            disp()
+            op.combine(exp, None, idx, block_num=bn, warp_per_block=wpb)
+
+        reps = max(4, min(50, (1 << 31) // max(1, tokens * hidden * 64)))
+        t_d = graph_time(disp, reps)
+        t_c = graph_time(pair, reps) - t_d
         total = int(out[4].item())
         own = int((op.get_dispatch_src_token_pos().long() // op.max_num_tokens_to_send() == rank).sum())
         dests = [{int(e) // epr for e in row} for row in idx.cpu().tolist()]
         comb_rows, comb_remote = sum(len(d) for d in dests), sum(len(d - {rank}) for d in dests)
-        times = {"dispatch": [], "combine": []}
-        for it in range(args.warmup + args.iters):
-            for phase in ("dispatch", "combine"):
+
+        b_disp, b_comb = _nccl_path(dist, torch, nccl, x, w, idx, epr, world)
+        base = {}
+        for phase, fn in (("dispatch", b_disp), ("combine", b_comb)):
+            times = []
+            for it in range(args.warmup + args.iters):
                 torch.cuda.synchronize()
-                sh.shmem_barrier_all()
+                dist.barrier()
                 e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 e0.record()
-                graphs[phase].replay()
+                fn()
                 e1.record()
-                torch.cuda.synchronize()
+                e1.synchronize()
                 if it >= args.warmup:
-                    times[phase].append(e0.elapsed_time(e1) * 1e-3)
-        for phase in ("dispatch", "combine"):
-            t = torch.tensor([sum(times[phase]) / len(times[phase])], dtype=torch.float64)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)  # a phase ends when its slowest rank does
+                    times.append(e0.elapsed_time(e1) * 1e-3)
+            base[phase] = slowest(statistics.median(times))
+        wire = 1 if args.quant == "fp8_direct_cast" else 2  # bytes per combine element crossing NVLink
+        for phase, t_ours in (("dispatch", t_d), ("combine", t_c)):
             row = hidden * (1 if phase == "dispatch" else 2)
             algo = total * row if phase == "dispatch" else comb_rows * row
-            link = (total - own) * row if phase == "dispatch" else comb_remote * row
-            sums = torch.tensor([algo / t.item(), link / t.item()], dtype=torch.float64)
-            dist.all_reduce(sums)
-            report.add(tokens=tokens, phase=phase, time_us=t.item() * 1e6, deepep_GBps=sums[0].item() / world / 1e9,
-                       link_GBps=sums[1].item() / world / 1e9)
-        del graphs
+            link = (total - own) * row if phase == "dispatch" else comb_remote * hidden * wire
+            for impl, t in (("mori", t_ours), ("all_to_all (nccl)", base[phase])):
+                lk = mean(link / t / 1e9)
+                report.add(tokens=tokens, phase=phase, impl=impl, time_us=t * 1e6, deepep_GBps=mean(algo / t / 1e9),
+                           link_GBps=lk, link_eff=lk / ceiling, vs_baseline=t / t_ours)
+        del op
         torch.cuda.synchronize()
+        sh.shmem_barrier_all()
     if rank == 0:
-        report.show(f"EpDispatchCombineOp on {world} GPUs, one process each ({torch.cuda.get_device_name(dev)}), "
-                    f"hidden {hidden}, top-{topk} of {args.experts}, FP8 dispatch / BF16 combine, CUDA graphs")
+        report.show(f"MoE dispatch/combine on {world} GPUs ({torch.cuda.get_device_name(dev)}), one process each, "
+                    f"hidden {hidden}, top-{topk} of {args.experts}, FP8 dispatch / BF16 combine"
+                    f"{' (fp8 direct cast)' if args.quant != 'none' else ''}, block_num {bn} x {wpb} warps; "
+                    f"copy-engine peer ceiling {ceiling:.0f} GB/s; vs_baseline = baseline time / mori time")
         print(f"wrote {report.save(args.json)}")
     sh.shmem_finalize()
     dist.destroy_process_group()
@@ -528,34 +447,29 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--seed", type=int, default=123)
     parser.add_argument("--json", default="bench-results/ep.json")
-    parser.add_argument("--gpu", action="store_true", help="CUDA kernels on this node's GPUs (vs NCCL)")
-    parser.add_argument("--block-num", type=int, default=64, help="GPU blocks per kernel")
+    parser.add_argument("--gpu", action="store_true",
+                        help="CUDA: EpDispatchCombineOp, one process per GPU of this node, vs the NCCL path")
+    parser.add_argument("--block-num", type=int, default=128, help="GPU blocks per kernel")
     parser.add_argument("--warp-per-block", type=int, default=16, help="GPU warps per block")
-    parser.add_argument("--op", action="store_true",
-                        help="with --gpu: EpDispatchCombineOp on CUDA tensors, one process per GPU (mori run)")
+    parser.add_argument("--quant", default="none", help="GPU combine quant_type (none or fp8_direct_cast)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--gpu-op-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--gpu-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         return _worker(args)
-    if args.gpu_op_worker:
-        return _gpu_op_worker(args)
-    if args.gpu and args.op:
+    if args.gpu_worker:
+        return _gpu_worker(args)
+    if args.gpu:
         import torch
-        n = args.nproc if "-n" in (argv or sys.argv) or "--nproc" in (argv or sys.argv) else torch.cuda.device_count()
-        json_path = "bench-results/ep-gpu-op.json" if args.json == "bench-results/ep.json" else args.json
-        tail = [sys.executable, "-m", "mori.apps.bench.ep", "--gpu-op-worker", "--json", json_path, "--hidden",
+        given = argv if argv is not None else sys.argv
+        n = args.nproc if "-n" in given or "--nproc" in given else torch.cuda.device_count()
+        json_path = "bench-results/ep-gpu.json" if args.json == "bench-results/ep.json" else args.json
+        tail = [sys.executable, "-m", "mori.apps.bench.ep", "--gpu-worker", "--json", json_path, "--hidden",
                 str(args.hidden), "--topk", str(args.topk), "--experts", str(args.experts), "--iters", str(args.iters),
                 "--warmup", str(args.warmup), "--seed", str(args.seed), "--block-num", str(args.block_num),
-                "--warp-per-block", str(args.warp_per_block), "--tokens", *map(str, args.tokens)]
+                "--warp-per-block", str(args.warp_per_block), "--quant", args.quant, "--tokens", *map(str, args.tokens)]
         return subprocess.call([sys.executable, "-m", "mori.apps.cli", "run", "-n", str(n), "--no-prefix", "--",
                                 *tail], stdin=subprocess.DEVNULL)
-    if args.gpu:
-        if args.json == "bench-results/ep.json":
-            args.json = "bench-results/ep-gpu.json"
-        if "-n" not in (argv or sys.argv) and "--nproc" not in (argv or sys.argv):
-            args.nproc = 0  # every GPU
-        return _gpu(args)
     tail = [sys.executable, "-m", "mori.apps.bench.ep", "--worker", "--json", args.json, "--hidden", str(args.hidden),
             "--topk", str(args.topk), "--experts", str(args.experts), "--kernel", args.kernel,
             "--gpu-per-node", str(args.gpu_per_node), "--iters", str(args.iters), "--warmup", str(args.warmup),

@@ -9,11 +9,11 @@
 #include "mori/ep/dtype.h"
 #include "mori/ep/handle.h"
 #ifdef MORI_EP_CUDA
-#include "mori/ep/cuda/gpu_group.h"
 #include "mori/ep/cuda/intranode.h"
 #endif
 #include <memory>
 #include <vector>
+
 #include "mori/core/status.h"
 
 namespace py = pybind11;
@@ -130,50 +130,6 @@ void bind_ep(py::module_& m) {
 #ifdef MORI_EP_CUDA
   namespace cu = mori::ep::cuda;
   m.attr("cuda_built") = true;
-  py::class_<cu::GpuGroup>(m, "GpuGroup")
-      .def(py::init([](std::vector<int> devices, int topk, int experts_per_rank, int max_inp, int64_t max_recv,
-                       int scale_bytes, int max_row_bytes) {
-             cu::Shape s{};
-             s.world = static_cast<int>(devices.size());
-             s.topk = topk;
-             s.experts_per_rank = experts_per_rank;
-             s.max_inp = max_inp;
-             s.max_recv = max_recv;
-             s.max_send = static_cast<int64_t>(s.world) * max_inp;
-             s.scale_bytes = scale_bytes;
-             return new cu::GpuGroup(devices, s, max_row_bytes);
-           }),
-           py::arg("devices"), py::arg("topk"), py::arg("experts_per_rank"), py::arg("max_inp"), py::arg("max_recv"),
-           py::arg("scale_bytes"), py::arg("max_row_bytes"))
-      .def("dispatch_send",
-           [](cu::GpuGroup& g, int rank, uintptr_t input, int row_bytes, uintptr_t weights, uintptr_t scales,
-              uintptr_t indices, int n, int blocks, int warps, uintptr_t stream) {
-             g.dispatch_send(rank, ptr_of<const void>(input), row_bytes, ptr_of<const float>(weights),
-                             ptr_of<const void>(scales), ptr_of<const int32_t>(indices), n, blocks, warps,
-                             ptr_of<void>(stream));
-           })
-      .def("dispatch_recv", [](cu::GpuGroup& g, int rank, uintptr_t stream) { g.dispatch_recv(rank, ptr_of<void>(stream)); })
-      .def("combine_send",
-           [](cu::GpuGroup& g, int rank, uintptr_t input, int dtype, int hidden, uintptr_t weights, int blocks,
-              int warps, uintptr_t stream) {
-             g.combine_send(rank, ptr_of<const void>(input), dtype, hidden, ptr_of<const float>(weights), blocks,
-                            warps, ptr_of<void>(stream));
-           })
-      .def("combine_recv",
-           [](cu::GpuGroup& g, int rank, int dtype, int hidden, bool weights, int n, int blocks, int warps,
-              uintptr_t stream) { g.combine_recv(rank, dtype, hidden, weights, n, blocks, warps, ptr_of<void>(stream)); })
-      .def("buffers", [](const cu::GpuGroup& g, int rank) {
-        py::dict d;
-        d["disp_tok"] = g.disp_tok(rank);
-        d["disp_w"] = g.disp_w(rank);
-        d["disp_idx"] = g.disp_idx(rank);
-        d["disp_scale"] = g.disp_scale(rank);
-        d["disp_src"] = g.disp_src(rank);
-        d["total_recv"] = g.total_recv(rank);
-        d["comb_out"] = g.comb_out(rank);
-        d["comb_out_w"] = g.comb_out_w(rank);
-        return d;
-      });
   // The kernels of one PE over per-PE addresses the caller got from the GPU symmetric heap
   // (own buffers + shmem ptr() of every peer's): what EpDispatchCombineOp uses on CUDA tensors.
   struct PeKernels {
@@ -204,7 +160,8 @@ void bind_ep(py::module_& m) {
                k->p.disp_sig[r] = ptr_of<unsigned long long>(list("disp_sig")[r]);
                k->p.comb_stage[r] = ptr_of<uint8_t>(list("comb_stage")[r]);
                k->p.comb_stage_w[r] = ptr_of<float>(list("comb_stage_w")[r]);
-               k->p.comb_sig[r] = ptr_of<unsigned long long>(list("comb_sig")[r]);
+               k->p.comb_flag[r] = ptr_of<unsigned int>(list("comb_flag")[r]);
+               k->p.comb_done[r] = ptr_of<unsigned long long>(list("comb_done")[r]);
              }
              k->l.dest_map = ptr_of<int64_t>(local["dest_map"].cast<uintptr_t>());
              k->l.total_recv = ptr_of<int32_t>(local["total_recv"].cast<uintptr_t>());
@@ -227,16 +184,23 @@ void bind_ep(py::module_& m) {
            })
       .def("dispatch_recv",
            [](PeKernels& k, uintptr_t stream) { cu::dispatch_recv(k.s, k.p, k.l, ptr_of<void>(stream)); })
-      .def("combine_send",
-           [](PeKernels& k, uintptr_t input, int dtype, int hidden, uintptr_t weights, int blocks, int warps,
-              uintptr_t stream) {
-             cu::combine_send(k.s, k.p, k.l, ptr_of<const void>(input), dtype, hidden, ptr_of<const float>(weights),
-                              blocks, warps, ptr_of<void>(stream));
-           })
-      .def("combine_recv", [](PeKernels& k, int dtype, int hidden, bool weights, int n, int blocks, int warps,
-                              uintptr_t stream) {
-        cu::combine_recv(k.s, k.p, k.l, dtype, hidden, weights, n, blocks, warps, ptr_of<void>(stream));
-      });
+      .def("combine",
+           [](PeKernels& k, uintptr_t input, uintptr_t weights, bool with_weights, int dtype, int hidden, bool fp8,
+              int num_tokens, int phase, int blocks, int warps, uintptr_t stream) {
+             MORI_CHECK_ARG(phase >= 0 && phase <= 2, "combine phase %d (0 fused, 1 send, 2 receive)", phase);
+             cu::CombineArgs a;
+             a.input = ptr_of<const void>(input);
+             a.weights = ptr_of<const float>(weights);
+             a.with_weights = with_weights;
+             a.dtype = dtype;
+             a.hidden = hidden;
+             a.fp8 = fp8;
+             a.num_tokens = num_tokens;
+             cu::combine(k.s, k.p, k.l, a, static_cast<cu::CombinePhase>(phase), blocks, warps, ptr_of<void>(stream));
+           },
+           py::arg("input"), py::arg("weights"), py::arg("with_weights"), py::arg("dtype"), py::arg("hidden"),
+           py::arg("fp8"), py::arg("num_tokens"), py::arg("phase"), py::arg("blocks"), py::arg("warps"),
+           py::arg("stream"));
 #else
   m.attr("cuda_built") = false;
 #endif

@@ -18,13 +18,16 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("checks", ["dtypes", "zero_copy async_ll errors", "graph"])
+# PASS lines per PE: a line per dtype/kernel case, per kernel, or one.
+_LINES = {"dtypes": 8, "fp8_cast": 3, "standard_moe": 2}
+
+
+@pytest.mark.parametrize("checks", ["dtypes", "zero_copy async_ll errors", "graph", "fp8_cast standard_moe"])
 def test_gpu_op(checks):
     names = checks.split()
     out = check(mori_run(2, python_program("ep_gpu_op_suite.py", *names), timeout=150))
     for name in names:
-        want = 16 if name == "dtypes" else 2  # 8 dtype/kernel cases, or one line, per PE
-        assert out.count(f"PASS {name}") == want, out
+        assert out.count(f"PASS {name}") == 2 * _LINES.get(name, 1), out
 
 
 def test_gpu_complete_example_from_the_guide():

@@ -31,11 +31,12 @@ def expect(cond: bool, what: str) -> None:
         raise AssertionError(f"PE {sh.shmem_mype()}: {what}")
 
 
-def make_op(dtype, hidden, scale_dim=0, kernel=KT.IntraNode, external=True, max_inp=128, topk=8, epr=16):
+def make_op(dtype, hidden, scale_dim=0, kernel=KT.IntraNode, external=True, max_inp=128, topk=8, epr=16,
+            quant="none"):
     cfg = EpDispatchCombineConfig(
         data_type=dtype, rank=sh.shmem_mype(), world_size=sh.shmem_npes(), hidden_dim=hidden, scale_dim=scale_dim,
         scale_type_size=4, max_token_type_size=4, max_num_inp_token_per_rank=max_inp, num_experts_per_rank=epr,
-        num_experts_per_token=topk, use_external_inp_buf=external, kernel_type=kernel)
+        num_experts_per_token=topk, use_external_inp_buf=external, kernel_type=kernel, quant_type=quant)
     return EpDispatchCombineOp(cfg)
 
 
@@ -128,7 +129,7 @@ def one_round(op, data, dtype, comb_dtype, scale_dim, zero_copy=False, split=Fal
 
 def check_dtypes():
     for kernel in (KT.IntraNode, KT.IntraNodeLL):
-        for dtype, hidden, scale_dim in ((torch.bfloat16, 2048, 0), (torch.float8_e4m3fn, 2048, 16),
+        for dtype, hidden, scale_dim in ((torch.bfloat16, 2048, 0), (torch.float8_e4m3fn, 7168, 56),
                                          (torch.float32, 256, 4), (torch.bfloat16, 136, 0)):
             op = make_op(dtype, hidden, scale_dim, kernel)
             comb_dtype = torch.float32 if dtype == torch.float32 else torch.bfloat16
@@ -160,6 +161,55 @@ def check_async_ll():
     for i in range(3):
         one_round(op, inputs(op, torch.float8_e4m3fn, 400 + i), torch.float8_e4m3fn, torch.bfloat16, 16, split=True)
     print("PASS async_ll", flush=True)
+
+
+def check_fp8_cast():
+    """quant_type fp8_direct_cast: rows from other PEs cross NVLink as e4m3 and are summed in
+    fp32; this PE's own rows are read from the input as they are."""
+    me = sh.shmem_mype()
+    for kernel, comb_dtype in ((KT.IntraNode, torch.bfloat16), (KT.AsyncLL, torch.float32),
+                               (KT.IntraNodeLL, torch.bfloat16)):
+        op = make_op(torch.bfloat16, 2048, kernel=kernel, quant="fp8_direct_cast")
+        for i in range(2):
+            data = inputs(op, torch.bfloat16, 800 + i)
+            x, w, _, idx = (to_dev(t) for t in data[me])
+            outs = op.dispatch(x, w, None, idx)
+            if kernel == KT.AsyncLL:
+                op.dispatch_recv()
+            check_dispatch(op, data, outs, False)
+            total = int(outs[4].item())
+            c, cw = op.combine(outs[0][:total].to(comb_dtype), outs[1], idx)
+            if kernel == KT.AsyncLL:
+                op.combine_recv()
+            xs, ws, idxs = data[me][0], data[me][1], data[me][3]
+            epr = op.config.num_experts_per_rank
+            ds = [dests(row, epr) for row in idxs.tolist()]
+            own = torch.tensor([float(me in d) for d in ds])[:, None]
+            remote = torch.tensor([float(len(d - {me})) for d in ds])[:, None]
+            xf = xs.to(comb_dtype).float()
+            ref = xf * own + xf.to(torch.float8_e4m3fn).float() * remote
+            got = c[:xs.shape[0]].cpu().float()
+            expect(torch.allclose(got, ref, atol=1e-2, rtol=1e-2),
+                   f"{kernel.name}: fp8 combine differs from the e4m3-rounded reference "
+                   f"(max err {(got - ref).abs().max()})")
+            if bool((remote > 0).any()):
+                expect((got - xf * (own + remote)).abs().max() > 0.05, f"{kernel.name}: remote rows were not cast")
+            expect(torch.allclose(cw[:xs.shape[0]].cpu(), ws * (own + remote), rtol=1e-6, atol=1e-6),
+                   f"{kernel.name}: weights")
+        torch.cuda.synchronize()
+        print(f"PASS fp8_cast {kernel.name} {comb_dtype}", flush=True)
+
+
+def check_standard_moe():
+    from ep_standard import standard_round
+    me = sh.shmem_mype()
+    for kernel in (KT.IntraNode, KT.AsyncLL):
+        op = make_op(torch.bfloat16, 1024, kernel=kernel, epr=4, max_inp=64)
+        for i in range(2):
+            data = inputs(op, torch.bfloat16, 900 + i)
+            standard_round(op, [d[0] for d in data], [d[3] for d in data], me, DEV)
+        torch.cuda.synchronize()
+        print(f"PASS standard_moe {kernel.name}", flush=True)
 
 
 def check_graph():
@@ -213,7 +263,7 @@ def check_errors():
 
 
 CHECKS = {"dtypes": check_dtypes, "zero_copy": check_zero_copy, "async_ll": check_async_ll, "graph": check_graph,
-          "errors": check_errors}
+          "errors": check_errors, "fp8_cast": check_fp8_cast, "standard_moe": check_standard_moe}
 
 
 def main() -> int:

@@ -23,6 +23,8 @@ import mori
 import mori.shmem as sh
 from mori.ops import EpDispatchCombineConfig, EpDispatchCombineKernelType as K, EpDispatchCombineOp
 
+from ep_standard import standard_round
+
 FP8 = torch.float8_e4m3fn
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 1e-3, FP8: 1.25e-1}
 
@@ -45,6 +47,7 @@ class Case:
     gpu_per_node: int = 8
     max_total_recv: int = 0
     block_num: int = -1
+    standard: bool = False  # also a standard-MoE (DeepEP layout) round
 
     def name(self) -> str:
         parts = [self.kernel.name, str(self.dtype).replace("torch.", "")]
@@ -62,6 +65,8 @@ class Case:
             parts.append(f"gpn{self.gpu_per_node}")
         if self.max_total_recv:
             parts.append(f"cap{self.max_total_recv}")
+        if self.standard:
+            parts.append("standard")
         return "/".join(parts)
 
 
@@ -208,6 +213,11 @@ def run_case(case: Case, me: int, world: int, seed: int, num_threads: int) -> No
             ref_w = weights[me] * mult[:, None]
             if c_w is None or not torch.allclose(c_w[:n], ref_w, rtol=1e-6, atol=1e-6):
                 fail(me, case, f"round {rnd}: combined weights differ from weights x unique ranks")
+        if case.standard:
+            try:
+                standard_round(op, inputs, indices, me, torch.device("cpu"))
+            except AssertionError as exc:
+                fail(me, case, f"round {rnd}: {exc}")
     del op
 
 
@@ -234,6 +244,8 @@ def presets(name: str, world: int) -> list[Case]:
         cases.append(replace(base, quant="fp8_direct_cast"))
         cases.append(replace(base, kernel=K.AsyncLL, quant="fp8_direct_cast", dtype=torch.float32))
         cases.append(replace(base, dtype=FP8, zero_copy=True))  # fp8 combine output
+        cases.append(replace(base, standard=True, routing="sentinel"))
+        cases.append(replace(base, standard=True, kernel=K.AsyncLL, dtype=torch.float32))
         return cases
     if name == "routing":
         cases = []

@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: MIT
-// CUDA IntraNode dispatch/combine kernels (see mori/ep/cuda/intranode.h for the protocol).
+// CUDA IntraNode dispatch/combine kernels (see mori/ep/cuda/intranode.h for the protocols).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <type_traits>
 
 #include "mori/core/status.h"
 #include "mori/ep/cuda/intranode.h"
@@ -64,7 +68,7 @@ __device__ __forceinline__ int route(const int32_t* idx, int64_t t, int lane, co
   return dup ? -1 : d;
 }
 
-__global__ void k_dispatch_send(Shape s, Peers p, Local l, const uint8_t* in, int row_bytes, const float* w,
+__global__ void __launch_bounds__(1024) k_dispatch_send(Shape s, Peers p, Local l, const uint8_t* in, int row_bytes, const float* w,
                                 const uint8_t* sc, const int32_t* idx, int n) {
   __shared__ unsigned int cnt[kMaxPes], run[kMaxPes];
   __shared__ unsigned long long base[kMaxPes];
@@ -162,105 +166,236 @@ __global__ void k_dispatch_recv(Shape s, Peers p, Local l) {
   }
 }
 
-__global__ void k_combine_send(Shape s, Peers p, Local l, const uint8_t* in, int row_bytes, const float* w) {
-  __shared__ bool last;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  const unsigned long long round = l.state[1] + 1;
-  const int total = *l.total_recv;
-  const int32_t* src = p.disp_src[s.rank];
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * nwarps + warp; i < total;
-       i += static_cast<int64_t>(gridDim.x) * nwarps) {
-    const int64_t pos = src[i];
-    const int pe = static_cast<int>(pos / s.max_send);
-    const int64_t slot = s.rank * static_cast<int64_t>(s.max_inp) + pos % s.max_send;
-    warp_copy(p.comb_stage[pe] + slot * row_bytes, in + i * row_bytes, row_bytes, lane);
-    if (w && lane < s.topk) p.comb_stage_w[pe][slot * s.topk + lane] = w[i * s.topk + lane];
+// ---------------------------------------------------------------- combine
+
+__device__ __forceinline__ void st_release_sys_u32(unsigned* p, unsigned v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned ld_acquire_sys_u32(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Eight elements of a row <-> eight floats. kCoherent loads bypass L1 (rows peers write while
+// the kernel runs); the others use the read-only path (the combine input).
+struct Fp8 {};  // e4m3fn, combine's fp8_direct_cast wire type
+
+template <typename T>
+struct Row8;
+
+template <>
+struct Row8<__nv_bfloat16> {
+  static constexpr int kBytes = 16;
+  template <bool kCoherent>
+  __device__ static void add(float* acc, const uint8_t* p) {
+    const int4* q = reinterpret_cast<const int4*>(p);
+    int4 v = kCoherent ? __ldcg(q) : __ldg(q);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 f = __bfloat1622float2(h[i]);
+      acc[2 * i] += f.x;
+      acc[2 * i + 1] += f.y;
+    }
   }
-  __threadfence_system();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&l.state[2], 1ull) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence_system();
-  if (threadIdx.x < s.world) st_release_sys(p.comb_sig[threadIdx.x] + s.rank, round);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    l.state[2] = 0;
-    l.state[1] = round;
+  __device__ static void store(uint8_t* p, const float* acc) {
+    int4 v;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+    *reinterpret_cast<int4*>(p) = v;
+  }
+};
+
+template <>
+struct Row8<float> {
+  static constexpr int kBytes = 32;
+  template <bool kCoherent>
+  __device__ static void add(float* acc, const uint8_t* p) {
+    const float4* q = reinterpret_cast<const float4*>(p);
+    float4 a = kCoherent ? __ldcg(q) : __ldg(q);
+    float4 b = kCoherent ? __ldcg(q + 1) : __ldg(q + 1);
+    acc[0] += a.x, acc[1] += a.y, acc[2] += a.z, acc[3] += a.w;
+    acc[4] += b.x, acc[5] += b.y, acc[6] += b.z, acc[7] += b.w;
+  }
+  __device__ static void store(uint8_t* p, const float* acc) {
+    float4* q = reinterpret_cast<float4*>(p);
+    q[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    q[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+  }
+};
+
+template <>
+struct Row8<Fp8> {
+  static constexpr int kBytes = 8;
+  template <bool kCoherent>
+  __device__ static void add(float* acc, const uint8_t* p) {
+    const uint2* q = reinterpret_cast<const uint2*>(p);
+    uint2 v = kCoherent ? __ldcg(q) : __ldg(q);
+    const __nv_fp8x2_storage_t* e = reinterpret_cast<const __nv_fp8x2_storage_t*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(e[i], __NV_E4M3)));
+      acc[2 * i] += f.x;
+      acc[2 * i + 1] += f.y;
+    }
+  }
+  __device__ static void store(uint8_t* p, const float* acc) {
+    uint2 v;
+    __nv_fp8x2_storage_t* e = reinterpret_cast<__nv_fp8x2_storage_t*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      e[i] = __nv_cvt_float2_to_fp8x2(make_float2(acc[2 * i], acc[2 * i + 1]), __NV_SATFINITE, __NV_E4M3);
+    *reinterpret_cast<uint2*>(p) = v;
+  }
+};
+
+// One row from the combine input (T) into a staging row (S: T, or fp8 when direct-cast).
+template <typename T, typename S>
+__device__ __forceinline__ void send_row(uint8_t* __restrict__ dst, const uint8_t* __restrict__ src, int groups,
+                                         int lane) {
+  if constexpr (std::is_same_v<T, S>) {
+    warp_copy(dst, src, static_cast<int64_t>(groups) * Row8<T>::kBytes, lane);
+  } else {
+#pragma unroll 4
+    for (int c = lane; c < groups; c += 32) {
+      float f[8] = {};
+      Row8<T>::template add<false>(f, src + c * Row8<T>::kBytes);
+      Row8<S>::store(dst + c * Row8<S>::kBytes, f);
+    }
   }
 }
 
-template <typename T>
-struct Vec;  // 16 bytes of T <-> 8 or 4 floats
-template <>
-struct Vec<__nv_bfloat16> {
-  static constexpr int kN = 8;
-  __device__ static void add(float* acc, int4 v) {
-    const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&v);
-#pragma unroll
-    for (int i = 0; i < kN; ++i) acc[i] += __bfloat162float(h[i]);
-  }
-  __device__ static int4 pack(const float* acc) {
-    int4 v;
-    __nv_bfloat16* h = reinterpret_cast<__nv_bfloat16*>(&v);
-#pragma unroll
-    for (int i = 0; i < kN; ++i) h[i] = __float2bfloat16_rn(acc[i]);
-    return v;
-  }
-};
-template <>
-struct Vec<float> {
-  static constexpr int kN = 4;
-  __device__ static void add(float* acc, int4 v) {
-    const float* f = reinterpret_cast<const float*>(&v);
-#pragma unroll
-    for (int i = 0; i < kN; ++i) acc[i] += f[i];
-  }
-  __device__ static int4 pack(const float* acc) {
-    int4 v;
-    float* f = reinterpret_cast<float*>(&v);
-#pragma unroll
-    for (int i = 0; i < kN; ++i) f[i] = acc[i];
-    return v;
-  }
+struct CombineJob {
+  const uint8_t* in;  // combine input rows (T)
+  const float* w;     // input weights or null
+  bool with_w;
+  int groups;         // hidden / 8
+  int num_tokens;
+  unsigned round;
 };
 
-template <typename T>
-__global__ void k_combine_recv(Shape s, Peers p, Local l, int row_bytes, bool weights, int n) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  const unsigned long long round = l.state[1];
-  if (threadIdx.x < s.world)
-    while (ld_acquire_sys(p.comb_sig[s.rank] + threadIdx.x) < round) __nanosleep(64);
-  __syncthreads();
+// Rows first, first + step, ... of this PE's dispatch output go back to their source PEs'
+// staging; each row's flag is set once its bytes (and weights) are visible system-wide.
+template <typename T, typename S>
+__device__ void send_rows(const Shape& s, const Peers& p, const Local& l, const CombineJob& j, bool include_self,
+                          int64_t first, int64_t step, int lane) {
+  const int total = *l.total_recv;
+  const int32_t* src = p.disp_src[s.rank];
+  const int in_row = j.groups * Row8<T>::kBytes, st_row = j.groups * Row8<S>::kBytes;
+  for (int64_t i = first; i < total; i += step) {
+    const int64_t pos = src[i];
+    const int pe = static_cast<int>(pos / s.max_send);
+    if (pe == s.rank && !include_self) continue;  // the receiver reads its own rows from the input
+    const int64_t at = static_cast<int64_t>(s.rank) * s.max_inp + pos % s.max_send;
+    send_row<T, S>(p.comb_stage[pe] + at * st_row, j.in + i * in_row, j.groups, lane);
+    if (j.w && lane < s.topk) p.comb_stage_w[pe][at * s.topk + lane] = __ldg(j.w + i * s.topk + lane);
+    __threadfence_system();  // each lane's stores, then (after the warp barrier) the flag
+    __syncwarp();
+    if (lane == 0) st_release_sys_u32(p.comb_flag[pe] + at, j.round);
+  }
+}
+
+template <typename T, typename S>
+__device__ void recv_token(const Shape& s, const Peers& p, const Local& l, const CombineJob& j, bool local_from_input,
+                           int64_t t, int lane) {
+  int r = -1;
+  int64_t slot = 0;
+  if (lane < s.topk) {
+    const int64_t v = l.dest_map[t * s.topk + lane];
+    if (v >= 0) {
+      r = static_cast<int>(v / s.max_recv);
+      slot = v - r * s.max_recv;
+    }
+  }
+  const int64_t stage_row = static_cast<int64_t>(r) * s.max_inp + t;
+  if (r >= 0 && !(local_from_input && r == s.rank)) {
+    const unsigned* f = p.comb_flag[s.rank] + stage_row;
+    while (ld_acquire_sys_u32(f) != j.round) {
+    }
+  }
+  __syncwarp();
+  constexpr int kU = 4;  // groups in flight per lane
+  const int in_row = j.groups * Row8<T>::kBytes, st_row = j.groups * Row8<S>::kBytes;
   const uint8_t* stage = p.comb_stage[s.rank];
-  const float* stage_w = p.comb_stage_w[s.rank];
-  const int nvec = row_bytes >> 4;
-  for (int64_t t = static_cast<int64_t>(blockIdx.x) * nwarps + warp; t < n;
-       t += static_cast<int64_t>(gridDim.x) * nwarps) {
-    int r = -1;
-    if (lane < s.topk) {
-      int64_t v = l.dest_map[t * s.topk + lane];
-      r = v >= 0 ? static_cast<int>(v / s.max_recv) : -1;
-    }
-    int rows[kMaxTopk];
-    int m = 0;
-    for (int j = 0; j < s.topk; ++j) {
-      int rj = __shfl_sync(kFull, r, j);
-      if (rj >= 0) rows[m++] = rj;
-    }
-    for (int c = lane; c < nvec; c += 32) {
-      float acc[Vec<T>::kN] = {};
-      for (int j = 0; j < m; ++j) {
-        const int4* row = reinterpret_cast<const int4*>(stage + (rows[j] * static_cast<int64_t>(s.max_inp) + t) * row_bytes);
-        Vec<T>::add(acc, row[c]);
+  uint8_t* out = l.comb_out + t * in_row;
+  for (int c0 = lane; c0 < j.groups; c0 += 32 * kU) {
+    float acc[kU][8] = {};
+    for (int q = 0; q < s.topk; ++q) {
+      const int rq = __shfl_sync(kFull, r, q);
+      const int64_t sq = __shfl_sync(kFull, slot, q);
+      if (rq < 0) continue;  // warp-uniform
+      if (local_from_input && rq == s.rank) {
+        const uint8_t* row = j.in + sq * in_row;
+#pragma unroll
+        for (int u = 0; u < kU; ++u)
+          if (c0 + 32 * u < j.groups) Row8<T>::template add<false>(acc[u], row + (c0 + 32 * u) * Row8<T>::kBytes);
+      } else {
+        const uint8_t* row = stage + (static_cast<int64_t>(rq) * s.max_inp + t) * st_row;
+#pragma unroll
+        for (int u = 0; u < kU; ++u)
+          if (c0 + 32 * u < j.groups) Row8<S>::template add<true>(acc[u], row + (c0 + 32 * u) * Row8<S>::kBytes);
       }
-      reinterpret_cast<int4*>(l.comb_out + t * row_bytes)[c] = Vec<T>::pack(acc);
     }
-    if (weights && lane < s.topk) {
-      float acc = 0.0f;
-      for (int j = 0; j < m; ++j) acc += stage_w[(rows[j] * static_cast<int64_t>(s.max_inp) + t) * s.topk + lane];
-      l.comb_out_w[t * s.topk + lane] = acc;
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+      if (c0 + 32 * u < j.groups) Row8<T>::store(out + (c0 + 32 * u) * Row8<T>::kBytes, acc[u]);
+  }
+  if (j.with_w) {
+    float acc = 0.0f;
+    for (int q = 0; q < s.topk; ++q) {
+      const int rq = __shfl_sync(kFull, r, q);
+      const int64_t sq = __shfl_sync(kFull, slot, q);
+      if (rq < 0 || lane >= s.topk) continue;
+      if (local_from_input && rq == s.rank)
+        acc += __ldg(j.w + sq * s.topk + lane);
+      else
+        acc += __ldcg(p.comb_stage_w[s.rank] + (static_cast<int64_t>(rq) * s.max_inp + t) * s.topk + lane);
     }
+    if (lane < s.topk) l.comb_out_w[t * s.topk + lane] = acc;
+  }
+}
+
+// Block roles: kFused splits the grid (senders first, so they are scheduled before receivers
+// that wait for peers' senders); kSend / kRecv give every block one role.
+template <typename T, typename S>
+__global__ void __launch_bounds__(1024) k_combine(Shape s, Peers p, Local l, CombineJob j, int phase) {
+  __shared__ bool last;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const unsigned long long round = l.state[1] + 1;  // bumped only by the last block, after all read it
+  j.round = static_cast<unsigned>(round);
+  const bool split = phase == static_cast<int>(CombinePhase::kFused) && s.world > 1 && gridDim.x > 1;
+  const int senders = split ? static_cast<int>(gridDim.x / 2) : static_cast<int>(gridDim.x);
+  const bool sends = phase != static_cast<int>(CombinePhase::kRecv) && (!split || blockIdx.x < senders);
+  const bool recvs = phase != static_cast<int>(CombinePhase::kSend) && (!split || blockIdx.x >= senders);
+  if (sends) {
+    // A peer's staging still holds rows of our previous round until it says it read them.
+    if (threadIdx.x < s.world && threadIdx.x != s.rank)
+      while (ld_acquire_sys(p.comb_done[s.rank] + threadIdx.x) + 1 < round) __nanosleep(32);
+    __syncthreads();
+    send_rows<T, S>(s, p, l, j, phase == static_cast<int>(CombinePhase::kSend),
+                    static_cast<int64_t>(blockIdx.x) * nwarps + warp, static_cast<int64_t>(senders) * nwarps, lane);
+  }
+  if (recvs) {
+    const int first = split ? senders : 0, count = static_cast<int>(gridDim.x) - first;
+    for (int64_t t = static_cast<int64_t>(blockIdx.x - first) * nwarps + warp; t < j.num_tokens;
+         t += static_cast<int64_t>(count) * nwarps)
+      recv_token<T, S>(s, p, l, j, phase == static_cast<int>(CombinePhase::kFused), t, lane);
+  }
+  if (phase == static_cast<int>(CombinePhase::kSend)) return;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicAdd(&l.state[2], 1ull) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  if (threadIdx.x < s.world && threadIdx.x != s.rank) st_release_sys(p.comb_done[threadIdx.x] + s.rank, round);
+  if (threadIdx.x == 0) {
+    l.state[2] = 0;
+    l.state[1] = round;
   }
 }
 
@@ -294,30 +429,51 @@ void dispatch_recv(const Shape& s, const Peers& p, const Local& l, void* stream)
   check(cudaGetLastError(), "dispatch_recv launch");
 }
 
-void combine_send(const Shape& s, const Peers& p, const Local& l, const void* input, int dtype, int hidden,
-                  const float* weights, int blocks, int warps, void* stream) {
-  check_shape(s, blocks, warps);
-  MORI_CHECK_ARG(dtype == 0 || dtype == 1, "CUDA combine supports float32 and bfloat16, got dtype code %d", dtype);
-  const int row_bytes = hidden * (dtype == 0 ? 4 : 2);
-  k_combine_send<<<blocks, warps * 32, 0, static_cast<cudaStream_t>(stream)>>>(
-      s, p, l, static_cast<const uint8_t*>(input), row_bytes, weights);
-  check(cudaGetLastError(), "combine_send launch");
+namespace {
+
+// Receivers of the fused kernel spin on peers' senders: every block must be resident at once.
+int resident_blocks(const void* kernel, int threads) {
+  int dev = 0, sms = 0, per_sm = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0),
+        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  return per_sm * sms;
 }
 
-void combine_recv(const Shape& s, const Peers& p, const Local& l, int dtype, int hidden, bool weights, int num_tokens,
-                  int blocks, int warps, void* stream) {
+template <typename T, typename S>
+void launch_combine(const Shape& s, const Peers& p, const Local& l, const CombineJob& j, CombinePhase phase,
+                    int blocks, int warps, cudaStream_t stream) {
+  const void* kernel = reinterpret_cast<const void*>(&k_combine<T, S>);
+  if (phase == CombinePhase::kFused) blocks = std::max(1, std::min(blocks, resident_blocks(kernel, warps * 32)));
+  k_combine<T, S><<<blocks, warps * 32, 0, stream>>>(s, p, l, j, static_cast<int>(phase));
+  check(cudaGetLastError(), "combine launch");
+}
+
+}  // namespace
+
+void combine(const Shape& s, const Peers& p, const Local& l, const CombineArgs& a, CombinePhase phase, int blocks,
+             int warps, void* stream) {
   check_shape(s, blocks, warps);
-  const int row_bytes = hidden * (dtype == 0 ? 4 : 2);
-  MORI_CHECK_ARG(row_bytes % 16 == 0, "CUDA combine needs hidden * element size to be a multiple of 16 bytes, got %d",
-                 row_bytes);
+  MORI_CHECK_ARG(a.dtype == 0 || a.dtype == 1, "CUDA combine supports float32 and bfloat16, got dtype code %d",
+                 a.dtype);
+  MORI_CHECK_ARG(a.hidden > 0 && a.hidden % 8 == 0, "CUDA combine needs a hidden size that is a multiple of 8, got %d",
+                 a.hidden);
+  MORI_CHECK_ARG(a.num_tokens >= 0 && a.num_tokens <= s.max_inp, "combine: %d tokens, max_num_inp_token_per_rank %d",
+                 a.num_tokens, s.max_inp);
+  CombineJob j{static_cast<const uint8_t*>(a.input), a.weights, a.with_weights, a.hidden / 8, a.num_tokens, 0};
   auto st = static_cast<cudaStream_t>(stream);
-  if (dtype == 1)
-    k_combine_recv<__nv_bfloat16><<<blocks, warps * 32, 0, st>>>(s, p, l, row_bytes, weights, num_tokens);
-  else if (dtype == 0)
-    k_combine_recv<float><<<blocks, warps * 32, 0, st>>>(s, p, l, row_bytes, weights, num_tokens);
-  else
-    raise(Status::kInvalidArgument, "CUDA combine supports float32 and bfloat16, got dtype code %d", dtype);
-  check(cudaGetLastError(), "combine_recv launch");
+  if (a.dtype == 1) {
+    if (a.fp8)
+      launch_combine<__nv_bfloat16, Fp8>(s, p, l, j, phase, blocks, warps, st);
+    else
+      launch_combine<__nv_bfloat16, __nv_bfloat16>(s, p, l, j, phase, blocks, warps, st);
+  } else {
+    if (a.fp8)
+      launch_combine<float, Fp8>(s, p, l, j, phase, blocks, warps, st);
+    else
+      launch_combine<float, float>(s, p, l, j, phase, blocks, warps, st);
+  }
 }
 
 }  // namespace mori::ep::cuda

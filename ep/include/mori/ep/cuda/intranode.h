@@ -4,13 +4,22 @@
 // Every buffer argument is an array of per-PE device pointers as this GPU addresses them
 // (the PE's own buffer at index rank, peers' buffers mapped by P2P/IPC). The kernels know
 // nothing about how the pointers were obtained: the caller gets them from the runtime's
-// ptr() or from its own peer mappings. No CUDA header is needed to include this file.
+// ptr(). No CUDA header is needed to include this file.
 //
-// Protocol (the CPU handle's, on the GPU): one remote atomic per block and destination
-// reserves a range of receive rows; warps copy rows with 16-byte stores; the last block to
-// finish publishes (round << 32 | count) with a system-scope release store; the receive
-// kernel waits with acquire loads. Rounds and counters live in device memory and reset
-// themselves, so dispatch and combine can be captured in CUDA graphs and replayed.
+// Dispatch (the CPU handle's protocol, on the GPU): one remote atomic per block and
+// destination reserves a range of receive rows; warps copy rows with 16-byte stores; the
+// last block to finish publishes (round << 32 | count) with a system-scope release store;
+// the receive kernel waits with acquire loads.
+//
+// Combine: a sending warp writes a row (and its weights) into the source PE's staging slot
+// for (sender, token) and then sets that slot's 32-bit flag to the combine round; a receiving
+// warp waits for the flags of its token's remote rows and sums them with its own rows, read
+// straight from the combine input. In the fused kernel (IntraNode) half of the blocks send and
+// half receive, so the sums run while rows are still arriving over NVLink. A receiver that is
+// done reading tells each peer (comb_done) so a later round never overwrites unread rows.
+//
+// Rounds and counters live in device memory and only move forward, so dispatch and combine
+// can be captured in CUDA graphs and replayed.
 #pragma once
 
 #include <cstdint>
@@ -25,11 +34,12 @@ struct Peers {
   int32_t* disp_idx[kMaxPes];
   uint8_t* disp_scale[kMaxPes];
   int32_t* disp_src[kMaxPes];
-  unsigned long long* counter[kMaxPes];   // [2] per PE (by round parity)
-  unsigned long long* disp_sig[kMaxPes];  // [2][world] per PE
-  uint8_t* comb_stage[kMaxPes];           // [world * max_inp] rows per PE
-  float* comb_stage_w[kMaxPes];
-  unsigned long long* comb_sig[kMaxPes];  // [world] per PE
+  unsigned long long* counter[kMaxPes];    // [2] per PE (by round parity)
+  unsigned long long* disp_sig[kMaxPes];   // [2][world] per PE
+  uint8_t* comb_stage[kMaxPes];            // [world * max_inp] rows per PE, by (sender, token)
+  float* comb_stage_w[kMaxPes];            // [world * max_inp * topk]
+  unsigned int* comb_flag[kMaxPes];        // [world * max_inp]: round of the row that landed
+  unsigned long long* comb_done[kMaxPes];  // [world]: last round PE q finished reading from here
 };
 
 // Device memory of the launching PE only.
@@ -48,17 +58,30 @@ struct Shape {
   int scale_bytes;  // per token (0: none)
 };
 
-// dtype codes of mori::ep::DType (float32 = 0, bfloat16 = 1) for combine.
+// Which half of combine a launch runs: both at once (IntraNode, IntraNodeLL) or one
+// (AsyncLL's combine_send / combine_recv).
+enum class CombinePhase : int { kFused = 0, kSend = 1, kRecv = 2 };
+
+struct CombineArgs {
+  const void* input = nullptr;     // send side: this PE's expert outputs, rows aligned with its dispatch output
+  const float* weights = nullptr;  // send side: [rows, topk] or null
+  bool with_weights = false;       // receive side: sum weights too
+  int dtype = 1;                   // mori::ep::DType code of input and output: float32 = 0, bfloat16 = 1
+  int hidden = 0;
+  bool fp8 = false;                // quant_type fp8_direct_cast: rows cross NVLink as e4m3
+  int num_tokens = 0;              // receive side: this PE's tokens of the last dispatch
+};
+
 void dispatch_send(const Shape& s, const Peers& p, const Local& l, const void* input, int row_bytes,
                    const float* weights, const void* scales, const int32_t* indices, int num_tokens, int blocks,
                    int warps, void* stream);
 void dispatch_recv(const Shape& s, const Peers& p, const Local& l, void* stream);
-void combine_send(const Shape& s, const Peers& p, const Local& l, const void* input, int dtype, int hidden,
-                  const float* weights, int blocks, int warps, void* stream);
-void combine_recv(const Shape& s, const Peers& p, const Local& l, int dtype, int hidden, bool weights, int num_tokens,
-                  int blocks, int warps, void* stream);
+// `blocks` is capped so that every block of the fused kernel is resident at once (its
+// receivers wait for peers' senders).
+void combine(const Shape& s, const Peers& p, const Local& l, const CombineArgs& a, CombinePhase phase, int blocks,
+             int warps, void* stream);
 
-// Bytes of state for Local::state.
+// Words of Local::state.
 inline int state_words(int world) { return 4 + world; }
 
 }  // namespace mori::ep::cuda
