@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: build, then the steps named in STEPS (default all):
-#   tests  the EP and CCL GPU tests (pytest)
+#   tests  the GPU tests (pytest; TESTS overrides which)
 #   ep     `mori bench ep --gpu` for each launch shape in EP_SHAPES (block_num x warp_per_block),
 #          and once with the fp8_direct_cast combine
 #   ccl    `mori bench ccl --gpu` (all-gather sweep, other collectives, GEMM overlap)
@@ -11,6 +11,7 @@ OUT=${OUT:-bench-results}
 PY=${PYTHON:-python3}
 STEPS=${STEPS:-tests ep ccl}
 EP_SHAPES=${EP_SHAPES:-128x16}
+TESTS=${TESTS:-tests/ep/test_ep_gpu_op.py tests/collectives/test_ccl_gpu.py tests/gpu}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 { date -u; nvidia-smi --query-gpu=index,name,driver_version --format=csv; } > "$OUT/machine.txt" 2>&1
@@ -28,8 +29,7 @@ step build env CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" $PY -m pip install --no-bui
 for s in $STEPS; do
   case $s in
     tests)
-      step tests timeout 600 $PY -m pytest -q -rs -p no:cacheprovider tests/ep/test_ep_gpu_op.py \
-        tests/collectives/test_ccl_gpu.py tests/gpu
+      step tests timeout 600 $PY -m pytest -q -rs -p no:cacheprovider $TESTS
       tail -3 "$OUT/tests.log" ;;
     ep)
       for shape in $EP_SHAPES; do
