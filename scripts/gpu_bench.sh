@@ -4,7 +4,8 @@
 #   ep     `mori bench ep --gpu` for each launch shape in EP_SHAPES (block_num x warp_per_block),
 #          and once with the fp8_direct_cast combine
 #   ccl    `mori bench ccl --gpu` (all-gather sweep, other collectives, GEMM overlap)
-# Logs and JSON go to $OUT (default bench-results/). NVLink multicast stays off.
+# Logs and JSON go to $OUT/results.tgz (default OUT: bench-results/), a summary to stdout.
+# NVLink multicast stays off.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-bench-results}
@@ -13,34 +14,36 @@ STEPS=${STEPS:-tests ep ccl}
 EP_SHAPES=${EP_SHAPES:-128x16}
 TESTS=${TESTS:-tests/ep/test_ep_gpu_op.py tests/collectives/test_ccl_gpu.py tests/gpu}
 mkdir -p "$OUT"
+RES=$(mktemp -d)
+trap 'tar czf "$OUT/results.tgz" -C "$RES" .' EXIT
 cd "$(dirname "$0")/.."
-{ date -u; nvidia-smi --query-gpu=index,name,driver_version --format=csv; } > "$OUT/machine.txt" 2>&1
+{ date -u; nvidia-smi --query-gpu=index,name,driver_version --format=csv; } > "$RES/machine.txt" 2>&1
 rc=0
 step() {  # name, command...: run, keep the log, remember failures
   local name=$1 start=$SECONDS
   shift
-  "$@" > "$OUT/$name.log" 2>&1
+  "$@" > "$RES/$name.log" 2>&1
   local r=$?
   echo "== $name: exit $r, $((SECONDS - start)) s"
-  [ $r -eq 0 ] || { rc=1; tail -25 "$OUT/$name.log"; }
+  [ $r -eq 0 ] || { rc=1; tail -25 "$RES/$name.log"; }
   return $r
 }
 step build env CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" $PY -m pip install --no-build-isolation --no-deps -e . || exit 1
 for s in $STEPS; do
   case $s in
     tests)
-      step tests timeout 600 $PY -m pytest -q -rs -p no:cacheprovider $TESTS
-      tail -3 "$OUT/tests.log" ;;
+      step tests timeout 600 $PY -m pytest -q -rfEs -p no:cacheprovider $TESTS
+      tail -3 "$RES/tests.log" ;;
     ep)
       for shape in $EP_SHAPES; do
         step "ep-$shape" timeout 300 $PY -m mori.apps.cli bench ep --gpu --block-num "${shape%x*}" \
-          --warp-per-block "${shape#*x}" --json "$OUT/ep-$shape.json" && tail -12 "$OUT/ep-$shape.log"
+          --warp-per-block "${shape#*x}" --json "$RES/ep-$shape.json" && tail -12 "$RES/ep-$shape.log"
       done
       shape=${EP_SHAPES%% *}
       step ep-fp8 timeout 300 $PY -m mori.apps.cli bench ep --gpu --quant fp8_direct_cast --block-num "${shape%x*}" \
-        --warp-per-block "${shape#*x}" --json "$OUT/ep-fp8.json" && tail -12 "$OUT/ep-fp8.log" ;;
+        --warp-per-block "${shape#*x}" --json "$RES/ep-fp8.json" && tail -12 "$RES/ep-fp8.log" ;;
     ccl)
-      step ccl timeout 400 $PY -m mori.apps.cli bench ccl --gpu --json "$OUT/ccl.json" && tail -40 "$OUT/ccl.log" ;;
+      step ccl timeout 400 $PY -m mori.apps.cli bench ccl --gpu --json "$RES/ccl.json" && tail -40 "$RES/ccl.log" ;;
   esac
 done
 exit $rc

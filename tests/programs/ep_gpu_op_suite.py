@@ -165,7 +165,8 @@ def check_async_ll():
 
 def check_fp8_cast():
     """quant_type fp8_direct_cast: rows from other PEs cross NVLink as e4m3 and are summed in
-    fp32; this PE's own rows are read from the input as they are."""
+    fp32; IntraNode reads this PE's own rows from the input as they are, AsyncLL stages (and
+    casts) them too."""
     me = sh.shmem_mype()
     for kernel, comb_dtype in ((KT.IntraNode, torch.bfloat16), (KT.AsyncLL, torch.float32),
                                (KT.IntraNodeLL, torch.bfloat16)):
@@ -187,7 +188,8 @@ def check_fp8_cast():
             own = torch.tensor([float(me in d) for d in ds])[:, None]
             remote = torch.tensor([float(len(d - {me})) for d in ds])[:, None]
             xf = xs.to(comb_dtype).float()
-            ref = xf * own + xf.to(torch.float8_e4m3fn).float() * remote
+            xq = xf.to(torch.float8_e4m3fn).float()
+            ref = (xq if kernel == KT.AsyncLL else xf) * own + xq * remote
             got = c[:xs.shape[0]].cpu().float()
             expect(torch.allclose(got, ref, atol=1e-2, rtol=1e-2),
                    f"{kernel.name}: fp8 combine differs from the e4m3-rounded reference "

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <type_traits>
 
 #include "mori/core/status.h"
@@ -30,8 +31,10 @@ __device__ __forceinline__ void st_release_sys(unsigned long long* p, unsigned l
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-// Copies `bytes` with the whole warp: 16-byte vectors (four in flight per lane) when aligned.
-__device__ __forceinline__ void warp_copy(uint8_t* dst, const uint8_t* src, int64_t bytes, int lane) {
+// Copies `bytes` with the whole warp: 16-byte vectors, kU loads in flight per lane, when aligned.
+template <int kU = 4>
+__device__ __forceinline__ void warp_copy(uint8_t* __restrict__ dst, const uint8_t* __restrict__ src, int64_t bytes,
+                                          int lane) {
   if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | static_cast<uintptr_t>(bytes)) & 15) !=
       0) {
     for (int64_t i = lane; i < bytes; i += 32) dst[i] = src[i];
@@ -41,12 +44,12 @@ __device__ __forceinline__ void warp_copy(uint8_t* dst, const uint8_t* src, int6
   int4* d = reinterpret_cast<int4*>(dst);
   const int64_t n = bytes >> 4;
   int64_t i = lane;
-  for (; i + 96 < n; i += 128) {
-    int4 a = __ldg(s + i), b = __ldg(s + i + 32), c = __ldg(s + i + 64), e = __ldg(s + i + 96);
-    d[i] = a;
-    d[i + 32] = b;
-    d[i + 64] = c;
-    d[i + 96] = e;
+  for (; i + 32 * (kU - 1) < n; i += 32 * kU) {
+    int4 v[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) v[u] = __ldg(s + i + 32 * u);
+#pragma unroll
+    for (int u = 0; u < kU; ++u) d[i + 32 * u] = v[u];
   }
   for (; i < n; i += 32) d[i] = __ldg(s + i);
 }
@@ -257,7 +260,7 @@ template <typename T, typename S>
 __device__ __forceinline__ void send_row(uint8_t* __restrict__ dst, const uint8_t* __restrict__ src, int groups,
                                          int lane) {
   if constexpr (std::is_same_v<T, S>) {
-    warp_copy(dst, src, static_cast<int64_t>(groups) * Row8<T>::kBytes, lane);
+    warp_copy<8>(dst, src, static_cast<int64_t>(groups) * Row8<T>::kBytes, lane);
   } else {
 #pragma unroll 4
     for (int c = lane; c < groups; c += 32) {
@@ -275,6 +278,8 @@ struct CombineJob {
   int groups;         // hidden / 8
   int num_tokens;
   unsigned round;
+  int flag_mode;  // experiment: 0 all lanes fence per row, 1 lane 0 fences per row, 2 one fence per warp
+  int spin_ns;    // experiment: back-off between flag polls
 };
 
 // Rows first, first + step, ... of this PE's dispatch output go back to their source PEs'
@@ -292,9 +297,23 @@ __device__ void send_rows(const Shape& s, const Peers& p, const Local& l, const 
     const int64_t at = static_cast<int64_t>(s.rank) * s.max_inp + pos % s.max_send;
     send_row<T, S>(p.comb_stage[pe] + at * st_row, j.in + i * in_row, j.groups, lane);
     if (j.w && lane < s.topk) p.comb_stage_w[pe][at * s.topk + lane] = __ldg(j.w + i * s.topk + lane);
-    __threadfence_system();  // each lane's stores, then (after the warp barrier) the flag
+    if (j.flag_mode == 2) continue;
+    if (j.flag_mode == 0) __threadfence_system();  // each lane's stores, then (after the warp barrier) the flag
     __syncwarp();
-    if (lane == 0) st_release_sys_u32(p.comb_flag[pe] + at, j.round);
+    if (lane == 0) {
+      if (j.flag_mode == 1) __threadfence_system();
+      st_release_sys_u32(p.comb_flag[pe] + at, j.round);
+    }
+  }
+  if (j.flag_mode != 2) return;
+  __syncwarp();
+  if (lane != 0) return;
+  __threadfence_system();
+  for (int64_t i = first; i < total; i += step) {
+    const int64_t pos = src[i];
+    const int pe = static_cast<int>(pos / s.max_send);
+    if (pe == s.rank && !include_self) continue;
+    st_release_sys_u32(p.comb_flag[pe] + static_cast<int64_t>(s.rank) * s.max_inp + pos % s.max_send, j.round);
   }
 }
 
@@ -313,8 +332,8 @@ __device__ void recv_token(const Shape& s, const Peers& p, const Local& l, const
   const int64_t stage_row = static_cast<int64_t>(r) * s.max_inp + t;
   if (r >= 0 && !(local_from_input && r == s.rank)) {
     const unsigned* f = p.comb_flag[s.rank] + stage_row;
-    while (ld_acquire_sys_u32(f) != j.round) {
-    }
+    while (ld_acquire_sys_u32(f) != j.round)
+      if (j.spin_ns) __nanosleep(j.spin_ns);
   }
   __syncwarp();
   constexpr int kU = 4;  // groups in flight per lane
@@ -461,7 +480,9 @@ void combine(const Shape& s, const Peers& p, const Local& l, const CombineArgs& 
                  a.hidden);
   MORI_CHECK_ARG(a.num_tokens >= 0 && a.num_tokens <= s.max_inp, "combine: %d tokens, max_num_inp_token_per_rank %d",
                  a.num_tokens, s.max_inp);
-  CombineJob j{static_cast<const uint8_t*>(a.input), a.weights, a.with_weights, a.hidden / 8, a.num_tokens, 0};
+  CombineJob j{static_cast<const uint8_t*>(a.input), a.weights, a.with_weights, a.hidden / 8, a.num_tokens, 0, 0, 0};
+  if (const char* v = std::getenv("MORI_EP_COMBINE_FLAGS")) j.flag_mode = std::atoi(v);
+  if (const char* v = std::getenv("MORI_EP_COMBINE_SPIN_NS")) j.spin_ns = std::atoi(v);
   auto st = static_cast<cudaStream_t>(stream);
   if (a.dtype == 1) {
     if (a.fp8)
