@@ -127,7 +127,8 @@ class GpuIntraNode:
         return int(torch.cuda.current_stream().cuda_stream)
 
     def dispatch_send(self, x: torch.Tensor, w: Optional[torch.Tensor], s: Optional[torch.Tensor],
-                      idx: torch.Tensor, blocks: int, warps: int) -> None:
+                      idx: torch.Tensor, blocks: int, warps: int, with_recv: bool) -> None:
+        """with_recv: the same launch also waits for the peers (else dispatch_recv does)."""
         row_bytes = x.shape[1] * x.element_size()
         if row_bytes > self.max_row:
             raise ValueError(f"EpDispatchCombineOp.dispatch: rows of {row_bytes} bytes exceed hidden_dim x "
@@ -137,7 +138,8 @@ class GpuIntraNode:
         self.kernels.dispatch_send(x.data_ptr() if x.numel() else 0, row_bytes,
                                    w.data_ptr() if w is not None and w.numel() else 0,
                                    s.data_ptr() if s is not None and s.numel() else 0,
-                                   idx.data_ptr() if idx.numel() else 0, x.shape[0], blocks, warps, self.stream())
+                                   idx.data_ptr() if idx.numel() else 0, x.shape[0], blocks, warps, with_recv,
+                                   self.stream())
 
     def dispatch_recv(self) -> None:
         self.kernels.dispatch_recv(self.stream())

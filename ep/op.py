@@ -212,9 +212,8 @@ class EpDispatchCombineOp:
         if input.shape[0] > cfg.max_num_inp_token_per_rank:
             raise ValueError(f"EpDispatchCombineOp.dispatch: {input.shape[0]} tokens exceed "
                              f"max_num_inp_token_per_rank={cfg.max_num_inp_token_per_rank}")
-        g.dispatch_send(input, weights, scales, indices, bn, wpb)
-        if self._kernel != EpDispatchCombineKernelType.AsyncLL:
-            g.dispatch_recv()
+        g.dispatch_send(input, weights, scales, indices, bn, wpb,
+                        with_recv=self._kernel != EpDispatchCombineKernelType.AsyncLL)
         self._last_dispatch_dtype = input.dtype
         hidden = input.shape[1]
         self._last_hidden = hidden

@@ -175,12 +175,12 @@ void bind_ep(py::module_& m) {
       .def_static("state_words", [](int world) { return cu::state_words(world); })
       .def("dispatch_send",
            [](PeKernels& k, uintptr_t input, int row_bytes, uintptr_t weights, uintptr_t scales, uintptr_t indices,
-              int n, int blocks, int warps, uintptr_t stream) {
+              int n, int blocks, int warps, bool with_recv, uintptr_t stream) {
              MORI_CHECK_ARG(n >= 0 && n <= k.s.max_inp, "dispatch: %d tokens, max_num_inp_token_per_rank %d", n,
                             k.s.max_inp);
              cu::dispatch_send(k.s, k.p, k.l, ptr_of<const void>(input), row_bytes, ptr_of<const float>(weights),
                                ptr_of<const void>(scales), ptr_of<const int32_t>(indices), n, blocks, warps,
-                               ptr_of<void>(stream));
+                               with_recv, ptr_of<void>(stream));
            })
       .def("dispatch_recv",
            [](PeKernels& k, uintptr_t stream) { cu::dispatch_recv(k.s, k.p, k.l, ptr_of<void>(stream)); })

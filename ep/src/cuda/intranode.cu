@@ -71,8 +71,27 @@ __device__ __forceinline__ int route(const int32_t* idx, int64_t t, int lane, co
   return dup ? -1 : d;
 }
 
+// Warp 0: wait for every PE's (round, count) signal of `round`, publish the total, and free the
+// counter parity (nobody reserves it again before my next round's signal reaches them).
+__device__ void wait_dispatch(const Shape& s, const Peers& p, const Local& l, unsigned long long round) {
+  if (threadIdx.x >= 32) return;
+  const int parity = static_cast<int>(round & 1);
+  const unsigned long long* sig = p.disp_sig[s.rank] + parity * s.world;
+  unsigned long long c = 0;
+  if (threadIdx.x < s.world) {
+    unsigned long long v;
+    while (((v = ld_acquire_sys(sig + threadIdx.x)) >> 32) != round) __nanosleep(64);
+    c = v & kCountMask;
+  }
+  for (int off = 16; off; off >>= 1) c += __shfl_down_sync(kFull, c, off);
+  if (threadIdx.x == 0) {
+    *l.total_recv = static_cast<int32_t>(c);
+    atomicExch(p.counter[s.rank] + parity, 0ull);
+  }
+}
+
 __global__ void __launch_bounds__(1024) k_dispatch_send(Shape s, Peers p, Local l, const uint8_t* in, int row_bytes, const float* w,
-                                const uint8_t* sc, const int32_t* idx, int n) {
+                                const uint8_t* sc, const int32_t* idx, int n, bool fused_recv) {
   __shared__ unsigned int cnt[kMaxPes], run[kMaxPes];
   __shared__ unsigned long long base[kMaxPes];
   __shared__ int ovf[kMaxPes];
@@ -149,25 +168,11 @@ __global__ void __launch_bounds__(1024) k_dispatch_send(Shape s, Peers p, Local 
     l.state[3] = 0;
     l.state[0] = round;
   }
+  // IntraNode: the last block also waits for the peers (one launch less); AsyncLL waits in dispatch_recv.
+  if (fused_recv) wait_dispatch(s, p, l, round);
 }
 
-__global__ void k_dispatch_recv(Shape s, Peers p, Local l) {
-  const unsigned long long round = l.state[0];
-  const int parity = static_cast<int>(round & 1);
-  const unsigned long long* sig = p.disp_sig[s.rank] + parity * s.world;
-  unsigned long long c = 0;
-  if (threadIdx.x < s.world) {
-    unsigned long long v;
-    while (((v = ld_acquire_sys(sig + threadIdx.x)) >> 32) != round) __nanosleep(64);
-    c = v & kCountMask;
-  }
-  for (int off = 16; off; off >>= 1) c += __shfl_down_sync(kFull, c, off);
-  if (threadIdx.x == 0) {
-    *l.total_recv = static_cast<int32_t>(c);
-    // Nobody reserves this parity again before my next round's signal reaches them.
-    atomicExch(p.counter[s.rank] + parity, 0ull);
-  }
-}
+__global__ void k_dispatch_recv(Shape s, Peers p, Local l) { wait_dispatch(s, p, l, l.state[0]); }
 
 // ---------------------------------------------------------------- combine
 
@@ -280,6 +285,7 @@ struct CombineJob {
   unsigned round;
   int flag_mode;  // experiment: 0 all lanes fence per row, 1 lane 0 fences per row, 2 one fence per warp
   int spin_ns;    // experiment: back-off between flag polls
+  int senders8;   // experiment: eighths of the fused grid that send (8: every block sends, then receives)
 };
 
 // Rows first, first + step, ... of this PE's dispatch output go back to their source PEs'
@@ -336,11 +342,13 @@ __device__ void recv_token(const Shape& s, const Peers& p, const Local& l, const
       if (j.spin_ns) __nanosleep(j.spin_ns);
   }
   __syncwarp();
-  constexpr int kU = 4;  // groups in flight per lane
+  constexpr int kU = sizeof(T) == 4 ? 2 : 4;  // groups in flight per lane (fp32 rows: fewer, no spills)
   const int in_row = j.groups * Row8<T>::kBytes, st_row = j.groups * Row8<S>::kBytes;
   const uint8_t* stage = p.comb_stage[s.rank];
   uint8_t* out = l.comb_out + t * in_row;
-  for (int c0 = lane; c0 < j.groups; c0 += 32 * kU) {
+  // Every lane runs every iteration: the row list travels by shuffles.
+  for (int base = 0; base < j.groups; base += 32 * kU) {
+    const int c0 = base + lane;
     float acc[kU][8] = {};
     for (int q = 0; q < s.topk; ++q) {
       const int rq = __shfl_sync(kFull, r, q);
@@ -385,8 +393,10 @@ __global__ void __launch_bounds__(1024) k_combine(Shape s, Peers p, Local l, Com
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const unsigned long long round = l.state[1] + 1;  // bumped only by the last block, after all read it
   j.round = static_cast<unsigned>(round);
-  const bool split = phase == static_cast<int>(CombinePhase::kFused) && s.world > 1 && gridDim.x > 1;
-  const int senders = split ? static_cast<int>(gridDim.x / 2) : static_cast<int>(gridDim.x);
+  const int want = static_cast<int>(gridDim.x) * j.senders8 / 8;
+  const bool split = phase == static_cast<int>(CombinePhase::kFused) && s.world > 1 && want > 0 &&
+                     want < static_cast<int>(gridDim.x);
+  const int senders = split ? want : static_cast<int>(gridDim.x);
   const bool sends = phase != static_cast<int>(CombinePhase::kRecv) && (!split || blockIdx.x < senders);
   const bool recvs = phase != static_cast<int>(CombinePhase::kSend) && (!split || blockIdx.x >= senders);
   if (sends) {
@@ -435,11 +445,11 @@ void check_shape(const Shape& s, int blocks, int warps) {
 
 void dispatch_send(const Shape& s, const Peers& p, const Local& l, const void* input, int row_bytes,
                    const float* weights, const void* scales, const int32_t* indices, int num_tokens, int blocks,
-                   int warps, void* stream) {
+                   int warps, bool with_recv, void* stream) {
   check_shape(s, blocks, warps);
   k_dispatch_send<<<blocks, warps * 32, 0, static_cast<cudaStream_t>(stream)>>>(
       s, p, l, static_cast<const uint8_t*>(input), row_bytes, weights, static_cast<const uint8_t*>(scales), indices,
-      num_tokens);
+      num_tokens, with_recv);
   check(cudaGetLastError(), "dispatch_send launch");
 }
 
@@ -480,9 +490,10 @@ void combine(const Shape& s, const Peers& p, const Local& l, const CombineArgs& 
                  a.hidden);
   MORI_CHECK_ARG(a.num_tokens >= 0 && a.num_tokens <= s.max_inp, "combine: %d tokens, max_num_inp_token_per_rank %d",
                  a.num_tokens, s.max_inp);
-  CombineJob j{static_cast<const uint8_t*>(a.input), a.weights, a.with_weights, a.hidden / 8, a.num_tokens, 0, 0, 0};
+  CombineJob j{static_cast<const uint8_t*>(a.input), a.weights, a.with_weights, a.hidden / 8, a.num_tokens, 0, 0, 0, 4};
   if (const char* v = std::getenv("MORI_EP_COMBINE_FLAGS")) j.flag_mode = std::atoi(v);
   if (const char* v = std::getenv("MORI_EP_COMBINE_SPIN_NS")) j.spin_ns = std::atoi(v);
+  if (const char* v = std::getenv("MORI_EP_COMBINE_SENDERS")) j.senders8 = std::atoi(v);
   auto st = static_cast<cudaStream_t>(stream);
   if (a.dtype == 1) {
     if (a.fp8)

@@ -72,9 +72,11 @@ struct CombineArgs {
   int num_tokens = 0;              // receive side: this PE's tokens of the last dispatch
 };
 
+// `with_recv`: the last block also waits for every peer and publishes recv_num_token (IntraNode);
+// without it dispatch_recv does (AsyncLL).
 void dispatch_send(const Shape& s, const Peers& p, const Local& l, const void* input, int row_bytes,
                    const float* weights, const void* scales, const int32_t* indices, int num_tokens, int blocks,
-                   int warps, void* stream);
+                   int warps, bool with_recv, void* stream);
 void dispatch_recv(const Shape& s, const Peers& p, const Local& l, void* stream);
 // `blocks` is capped so that every block of the fused kernel is resident at once (its
 // receivers wait for peers' senders).
