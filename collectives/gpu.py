@@ -8,7 +8,8 @@ the peer's destination when that tensor lies in the GPU symmetric heap (``symmet
 GPU heap), which the peer copies out while later chunks are still in flight, or reduces with
 torch ops (all-reduce, reduce-scatter). Everything is enqueued on torch's current stream and can
 be captured in a CUDA graph. Every PE must make the same calls in the same order, with its
-tensors symmetric on every PE or on none.
+tensors symmetric on every PE or on none. Staging a caller reads (reductions) stays valid until
+its next exchange: a peer pushes again only once this PE's stream has reached that exchange.
 
 One engine per process, created on first use (collectively), bound to the runtime's GPU heap.
 """
@@ -143,12 +144,12 @@ def all_gather(out: Any, inp: Any) -> None:
     if is_symmetric(out):  # straight into every peer's output
         _counts["zero_copy"] += 1
         eng.exchange([(p, i, mine, nbytes, True, 0) for p in peers], [(p, 0, nbytes, 0, True) for p in peers],
-                     mine, i, nbytes, False, stream)
+                     mine, i, nbytes, stream)
         return
     for k, (lo, ln) in enumerate(_pieces(nbytes, eng.slot_bytes)):
         eng.exchange([(p, i + lo, 0, ln, False, 0) for p in peers],
                      [(p, o + p * nbytes + lo, ln, 0, False) for p in peers],
-                     mine, i, nbytes if k == 0 else 0, False, stream)
+                     mine, i, nbytes if k == 0 else 0, stream)
 
 
 def broadcast(t: Any, src: int) -> None:
@@ -166,9 +167,9 @@ def broadcast(t: Any, src: int) -> None:
     for lo, ln in _pieces(nbytes, step):
         if me == src:
             sends = [(p, a + lo, a + lo if direct else 0, ln, direct, 0) for p in range(n) if p != me]
-            eng.exchange(sends, [], 0, 0, 0, False, stream)
+            eng.exchange(sends, [], 0, 0, 0, stream)
         else:
-            eng.exchange([], [(src, 0 if direct else a + lo, ln, 0, direct)], 0, 0, 0, False, stream)
+            eng.exchange([], [(src, 0 if direct else a + lo, ln, 0, direct)], 0, 0, 0, stream)
 
 
 def _combine(parts: Sequence[Any], op: ReduceOp) -> Any:
@@ -226,11 +227,11 @@ def reduce_scatter(out: Any, inp: Any, op: ReduceOp) -> None:
     a = int(inp.data_ptr())
     peers = [p for p in range(n) if p != me]
     for lo, m in _pieces(k, max(1, eng.slot_bytes // elem)):
+        # The staging read below stays ours until our next exchange starts (peers wait for that).
         eng.exchange([(p, a + (p * k + lo) * elem, 0, m * elem, False, 0) for p in peers],
-                     [(p, 0, m * elem, 0, False) for p in peers], 0, 0, 0, True, stream)
+                     [(p, 0, m * elem, 0, False) for p in peers], 0, 0, 0, stream)
         parts = [flat_in[me * k + lo: me * k + lo + m] if q == me else _slot(eng, q, m, out.dtype) for q in range(n)]
         flat_out[lo: lo + m].copy_(_combine(parts, op))
-        eng.finish(stream)
 
 
 def all_reduce(t: Any, op: ReduceOp) -> None:
@@ -256,15 +257,14 @@ def all_reduce(t: Any, op: ReduceOp) -> None:
         bounds = [(base + min(q * blk, span), base + min((q + 1) * blk, span)) for q in range(n)]
         lo_me, hi_me = bounds[me]
         eng.exchange([(p, a + bounds[p][0] * elem, 0, (bounds[p][1] - bounds[p][0]) * elem, False, 0) for p in peers],
-                     [(p, 0, (hi_me - lo_me) * elem, 0, False) for p in peers], 0, 0, 0, True, stream)
-        if hi_me > lo_me:
+                     [(p, 0, (hi_me - lo_me) * elem, 0, False) for p in peers], 0, 0, 0, stream)
+        if hi_me > lo_me:  # staging is ours until the next exchange
             parts = [flat[lo_me:hi_me] if q == me else _slot(eng, q, hi_me - lo_me, t.dtype) for q in range(n)]
             flat[lo_me:hi_me].copy_(_combine(parts, op))
-        eng.finish(stream)
         mine = a + lo_me * elem
         eng.exchange([(p, mine, mine if direct else 0, (hi_me - lo_me) * elem, direct, 0) for p in peers],
                      [(p, 0 if direct else a + bounds[p][0] * elem, (bounds[p][1] - bounds[p][0]) * elem, 0, direct)
-                      for p in peers], 0, 0, 0, False, stream)
+                      for p in peers], 0, 0, 0, stream)
         base += span
     if direct:
         _counts["zero_copy"] += 1
@@ -293,4 +293,4 @@ def all_to_all(out: Any, inp: Any, send: Sequence[int], send_off: Sequence[int],
         recvs = [(p, o + recv_off[p] + lo, max(0, min(ln, recv[p] - lo)), 0, False) for p in peers]
         first = k == 0
         eng.exchange(sends, recvs, o + recv_off[me] if first else 0, i + send_off[me] if first else 0,
-                     send[me] if first else 0, False, stream)
+                     send[me] if first else 0, stream)
