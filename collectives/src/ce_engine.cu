@@ -57,8 +57,9 @@ struct PeSet {
   }
 };
 
-// Starts call e. Ready goes out before any thread spins, so two PEs entering together never wait
-// on each other.
+// Starts call e: ready(e) to the peers we receive from (this stream is past everything it did
+// with their earlier pushes), then wait for the ready of the peers we push to. Every signal goes
+// out before any thread spins.
 __global__ void enter_kernel(const DeviceState* st, Flags f, int me, PeSet ready_to, PeSet wait_ready) {
   __shared__ uint64_t e;
   if (threadIdx.x == 0) {
