@@ -8,7 +8,8 @@ the peer's destination when that tensor lies in the GPU symmetric heap (``symmet
 GPU heap), which the peer copies out while later chunks are still in flight, or reduces with
 torch ops (all-reduce, reduce-scatter). Everything is enqueued on torch's current stream and can
 be captured in a CUDA graph. Every PE must make the same calls in the same order, with its
-tensors symmetric on every PE or on none.
+tensors symmetric on every PE or on none. Staging a caller reads (reductions) stays valid until
+its next exchange: a peer pushes again only once this PE's stream has reached that exchange.
 
 One engine per process, created on first use (collectively), bound to the runtime's GPU heap.
 """
@@ -23,6 +24,7 @@ from mori.core.errors import InvalidArgument, Unavailable
 _native = _C.collectives
 _engine: Optional[Any] = None
 _engine_gen: Optional[int] = None
+_world: Optional[tuple] = None  # (me, n, peers, GPU heap start, GPU heap end) of the engine's runtime
 _slots: dict = {}
 _counts = {"all_gather": 0, "broadcast": 0, "all_reduce": 0, "reduce_scatter": 0, "all_to_all": 0, "zero_copy": 0}
 
@@ -34,7 +36,7 @@ def available() -> bool:
 
 def engine() -> Any:
     """The process's engine (created collectively on first use; every PE makes the same call)."""
-    global _engine, _engine_gen
+    global _engine, _engine_gen, _world
     if not available():
         raise Unavailable("mori.ccl: this MORI was built without CUDA; CUDA tensors cannot be used "
                           "(rebuild where nvcc is installed)")
@@ -46,12 +48,16 @@ def engine() -> Any:
 
         _engine = _native.CeEngine(int(setting("MORI_CCL_GPU_STAGING_SIZE")))
         _engine_gen = gen
+        me, n = _C.shmem.my_pe(), _C.shmem.n_pes()
+        base = int(_C.shmem.gpu_heap_base())
+        _world = (me, n, [p for p in range(n) if p != me], base, base + int(_C.shmem.gpu_heap_size()))
     return _engine
 
 
 def _drop() -> None:
-    global _engine
+    global _engine, _world
     _slots.clear()
+    _world = None
     _engine = None  # the destructor frees the window (collectively while its runtime lives)
 
 
@@ -107,16 +113,36 @@ def _slot(eng: Any, pe: int, numel: int, dtype: Any) -> Any:
     return raw[: numel * dtype.itemsize].view(dtype)
 
 
-def _prepare(caller: str, *tensors: Any) -> tuple[Any, int, int, int]:
-    import torch
+_raw_stream: Any = None
 
+
+def _current_stream(device: int) -> int:
+    """torch's current stream on ``device`` as a cudaStream_t integer."""
+    global _raw_stream
+    if _raw_stream is None:
+        import torch
+
+        # The raw getter (what torch.compile uses) skips building a torch.cuda.Stream per call.
+        _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+            lambda d: torch.cuda.current_stream(d).cuda_stream)
+    return int(_raw_stream(device))
+
+
+def _prepare(caller: str, *tensors: Any) -> tuple[Any, int, int, list, int]:
+    """(engine, me, n, peers, stream) after checking that the tensors are on this PE's GPU."""
     eng = engine()
+    dev = eng.device
     for t in tensors:
-        if t.device.index != eng.device:
-            raise InvalidArgument(f"{caller}: a tensor is on {t.device} but this PE's GPU is cuda:{eng.device} "
+        if t.get_device() != dev:
+            raise InvalidArgument(f"{caller}: a tensor is on {t.device} but this PE's GPU is cuda:{dev} "
                                   "(torch.cuda.set_device before mori.shmem init)")
-    stream = int(torch.cuda.current_stream(eng.device).cuda_stream)
-    return eng, _C.shmem.my_pe(), _C.shmem.n_pes(), stream
+    me, n, peers, _, _ = _world
+    return eng, me, n, peers, _current_stream(dev)
+
+
+def _in_heap(addr: int, nbytes: int) -> bool:
+    """Whether [addr, addr + nbytes) lies in the GPU heap (``is_symmetric`` with the engine's cached bounds)."""
+    return _world[3] <= addr and addr + max(nbytes, 1) <= _world[4]
 
 
 def _pieces(total: int, step: int) -> list[tuple[int, int]]:
@@ -129,46 +155,45 @@ def _pieces(total: int, step: int) -> list[tuple[int, int]]:
 
 def all_gather(out: Any, inp: Any) -> None:
     """out (n * numel) = every PE's inp, in PE order."""
-    eng, me, n, stream = _prepare("mori.ccl.all_gather_into_tensor", out, inp)
+    eng, me, n, peers, stream = _prepare("mori.ccl.all_gather_into_tensor", out, inp)
     nbytes = inp.numel() * inp.element_size()
     _counts["all_gather"] += 1
     if nbytes == 0:
         return
-    o, i = int(out.data_ptr()), int(inp.data_ptr())
+    o, i = out.data_ptr(), inp.data_ptr()
     mine = o + me * nbytes
-    peers = [p for p in range(n) if p != me]
     if not peers:
         eng.local_copy(mine, i, nbytes, stream)
         return
-    if is_symmetric(out):  # straight into every peer's output
+    if _in_heap(o, n * nbytes):  # straight into every peer's output
         _counts["zero_copy"] += 1
         eng.exchange([(p, i, mine, nbytes, True, 0) for p in peers], [(p, 0, nbytes, 0, True) for p in peers],
-                     mine, i, nbytes, False, stream)
+                     mine, i, nbytes, stream)
         return
     for k, (lo, ln) in enumerate(_pieces(nbytes, eng.slot_bytes)):
         eng.exchange([(p, i + lo, 0, ln, False, 0) for p in peers],
                      [(p, o + p * nbytes + lo, ln, 0, False) for p in peers],
-                     mine, i, nbytes if k == 0 else 0, False, stream)
+                     mine, i, nbytes if k == 0 else 0, stream)
 
 
 def broadcast(t: Any, src: int) -> None:
     """t on every PE = t on PE src."""
-    eng, me, n, stream = _prepare("mori.ccl.broadcast", t)
+    eng, me, n, peers, stream = _prepare("mori.ccl.broadcast", t)
     nbytes = t.numel() * t.element_size()
     _counts["broadcast"] += 1
     if nbytes == 0 or n == 1:
         return
-    a = int(t.data_ptr())
-    direct = is_symmetric(t)
+    a = t.data_ptr()
+    direct = _in_heap(a, nbytes)
     if direct:
         _counts["zero_copy"] += 1
     step = nbytes if direct else eng.slot_bytes
     for lo, ln in _pieces(nbytes, step):
         if me == src:
-            sends = [(p, a + lo, a + lo if direct else 0, ln, direct, 0) for p in range(n) if p != me]
-            eng.exchange(sends, [], 0, 0, 0, False, stream)
+            sends = [(p, a + lo, a + lo if direct else 0, ln, direct, 0) for p in peers]
+            eng.exchange(sends, [], 0, 0, 0, stream)
         else:
-            eng.exchange([], [(src, 0 if direct else a + lo, ln, 0, direct)], 0, 0, 0, False, stream)
+            eng.exchange([], [(src, 0 if direct else a + lo, ln, 0, direct)], 0, 0, 0, stream)
 
 
 def _combine(parts: Sequence[Any], op: ReduceOp) -> Any:
@@ -213,7 +238,7 @@ def _fold(xs: list, f: Any) -> Any:
 
 def reduce_scatter(out: Any, inp: Any, op: ReduceOp) -> None:
     """out (k) = op over PEs of block me of inp (n * k); blocks reduced in PE order."""
-    eng, me, n, stream = _prepare("mori.ccl.reduce_scatter_tensor", out, inp)
+    eng, me, n, peers, stream = _prepare("mori.ccl.reduce_scatter_tensor", out, inp)
     _counts["reduce_scatter"] += 1
     k, elem = out.numel(), out.element_size()
     if k == 0:
@@ -223,20 +248,19 @@ def reduce_scatter(out: Any, inp: Any, op: ReduceOp) -> None:
     if n == 1:
         flat_out.copy_(flat_in)
         return
-    a = int(inp.data_ptr())
-    peers = [p for p in range(n) if p != me]
+    a = inp.data_ptr()
     for lo, m in _pieces(k, max(1, eng.slot_bytes // elem)):
+        # The staging read below stays ours until our next exchange starts (peers wait for that).
         eng.exchange([(p, a + (p * k + lo) * elem, 0, m * elem, False, 0) for p in peers],
-                     [(p, 0, m * elem, 0, False) for p in peers], 0, 0, 0, True, stream)
+                     [(p, 0, m * elem, 0, False) for p in peers], 0, 0, 0, stream)
         parts = [flat_in[me * k + lo: me * k + lo + m] if q == me else _slot(eng, q, m, out.dtype) for q in range(n)]
         flat_out[lo: lo + m].copy_(_combine(parts, op))
-        eng.finish(stream)
 
 
 def all_reduce(t: Any, op: ReduceOp) -> None:
     """t (in place) = op over PEs: a reduce-scatter (each PE reduces one block in PE order) then an
     all-gather of the blocks, so every PE ends with the same bits."""
-    eng, me, n, stream = _prepare("mori.ccl.all_reduce", t)
+    eng, me, n, peers, stream = _prepare("mori.ccl.all_reduce", t)
     _counts["all_reduce"] += 1
     total, elem = t.numel(), t.element_size()
     if total == 0:
@@ -245,9 +269,8 @@ def all_reduce(t: Any, op: ReduceOp) -> None:
     if n == 1:
         return
     flat = t.view(-1)
-    a = int(t.data_ptr())
-    direct = is_symmetric(t)
-    peers = [p for p in range(n) if p != me]
+    a = t.data_ptr()
+    direct = _in_heap(a, total * elem)
     max_blk = max(1, eng.slot_bytes // elem)
     base = 0
     while base < total:
@@ -256,15 +279,14 @@ def all_reduce(t: Any, op: ReduceOp) -> None:
         bounds = [(base + min(q * blk, span), base + min((q + 1) * blk, span)) for q in range(n)]
         lo_me, hi_me = bounds[me]
         eng.exchange([(p, a + bounds[p][0] * elem, 0, (bounds[p][1] - bounds[p][0]) * elem, False, 0) for p in peers],
-                     [(p, 0, (hi_me - lo_me) * elem, 0, False) for p in peers], 0, 0, 0, True, stream)
-        if hi_me > lo_me:
+                     [(p, 0, (hi_me - lo_me) * elem, 0, False) for p in peers], 0, 0, 0, stream)
+        if hi_me > lo_me:  # staging is ours until the next exchange
             parts = [flat[lo_me:hi_me] if q == me else _slot(eng, q, hi_me - lo_me, t.dtype) for q in range(n)]
             flat[lo_me:hi_me].copy_(_combine(parts, op))
-        eng.finish(stream)
         mine = a + lo_me * elem
         eng.exchange([(p, mine, mine if direct else 0, (hi_me - lo_me) * elem, direct, 0) for p in peers],
                      [(p, 0 if direct else a + bounds[p][0] * elem, (bounds[p][1] - bounds[p][0]) * elem, 0, direct)
-                      for p in peers], 0, 0, 0, False, stream)
+                      for p in peers], 0, 0, 0, stream)
         base += span
     if direct:
         _counts["zero_copy"] += 1
@@ -275,12 +297,11 @@ def all_to_all(out: Any, inp: Any, send: Sequence[int], send_off: Sequence[int],
     """Bytes inp[send_off[p]: +send[p]] go to PE p, which stores them at out[recv_off[me]: +recv[me]].
     ``uniform``: every pair moves the same bytes (no explicit splits), so large calls may run in rounds."""
     caller = "mori.ccl.all_to_all_single"
-    eng, me, n, stream = _prepare(caller, out, inp)
+    eng, me, n, peers, stream = _prepare(caller, out, inp)
     _counts["all_to_all"] += 1
     if send[me] != recv[me]:
         raise InvalidArgument(f"{caller}: PE {me} sends itself {send[me]} bytes but expects {recv[me]}")
-    o, i = int(out.data_ptr()), int(inp.data_ptr())
-    peers = [p for p in range(n) if p != me]
+    o, i = out.data_ptr(), inp.data_ptr()
     if not peers:
         eng.local_copy(o + recv_off[me], i + send_off[me], send[me], stream)
         return
@@ -293,4 +314,4 @@ def all_to_all(out: Any, inp: Any, send: Sequence[int], send_off: Sequence[int],
         recvs = [(p, o + recv_off[p] + lo, max(0, min(ln, recv[p] - lo)), 0, False) for p in peers]
         first = k == 0
         eng.exchange(sends, recvs, o + recv_off[me] if first else 0, i + send_off[me] if first else 0,
-                     send[me] if first else 0, False, stream)
+                     send[me] if first else 0, stream)

@@ -25,77 +25,120 @@ void cuda_check(cudaError_t err, const char* what) {
 // Flag values are epoch * kEpochStride + x: they only grow, so waits are ">=" and nothing is
 // ever reset (a replayed CUDA graph reads the next epoch from device memory).
 constexpr uint64_t kEpochStride = uint64_t(1) << 20;
+// A transfer's last piece is signalled as kLastPiece, so "all of it landed" needs no piece count.
+constexpr uint64_t kLastPiece = kEpochStride - 1;
 constexpr int kMaxChunks = 16;
 constexpr size_t kChunkTarget = size_t(16) << 20;  // pipelining unit of staged receives
 constexpr size_t kChunkAlign = size_t(64) << 10;
+constexpr int kMaxPes = 256;   // width of PeSet
+constexpr int kCopyBatch = 8;  // copies per copy-kernel launch
+
+__host__ __device__ constexpr uint64_t piece_mark(int c, int c_n) {
+  return c + 1 == c_n ? kLastPiece : static_cast<uint64_t>(c + 1);
+}
 
 // Symmetric addresses (this PE's heap) of the window's words.
 struct Flags {
-  uint64_t* data;   // [n] data[p]: PE p's chunks of this epoch that landed here (e*S + count)
-  uint64_t* ready;  // [n] ready[p]: PE p entered call e (e + 1): its destination may be written
-  uint64_t* ack;    // [n] ack[p]: PE p released the staging this PE filled in call e ((e+1)*S)
+  uint64_t* data;   // [n] data[p]: PE p's pieces of call e landed here (e*S + piece mark)
+  uint64_t* ready;  // [n] ready[p]: PE p's stream reached call e (e + 1)
   uint64_t* epoch;  // local: the next call's epoch
   uint64_t* cur;    // local: the running call's epoch
 };
 
-__global__ void begin_kernel(const DeviceState* st, Flags f, int n, int me) {
-  uint64_t e = *f.epoch;
-  *f.cur = e;
-  *f.epoch = e + 1;
-  for (int p = 0; p < n; ++p)
-    if (p != me) dev::signal_op(*st, f.ready + me, e + 1, dev::kSignalSet, p);
+// A set of PEs, passed to kernels by value (one thread per PE tests its bit).
+struct PeSet {
+  uint64_t w[kMaxPes / 64] = {};
+  void add(int pe) { w[pe >> 6] |= uint64_t(1) << (pe & 63); }
+  __host__ __device__ bool has(int pe) const { return pe < kMaxPes && ((w[pe >> 6] >> (pe & 63)) & 1); }
+  bool any() const {
+    for (uint64_t x : w)
+      if (x) return true;
+    return false;
+  }
+};
+
+// Starts call e: ready(e) to the peers we receive from (this stream is past everything it did
+// with their earlier pushes), then wait for the ready of the peers we push to. Every signal goes
+// out before any thread spins.
+__global__ void enter_kernel(const DeviceState* st, Flags f, int me, PeSet ready_to, PeSet wait_ready) {
+  __shared__ uint64_t e;
+  if (threadIdx.x == 0) {
+    e = *f.epoch;
+    *f.cur = e;
+    *f.epoch = e + 1;
+  }
+  __syncthreads();
+  const int p = threadIdx.x;
+  if (ready_to.has(p)) dev::signal_op(*st, f.ready + me, e + 1, dev::kSignalSet, p);
+  __syncthreads();
+  if (wait_ready.has(p)) dev::signal_wait_until(*st, f.ready + p, dev::kCmpGe, e + 1);
 }
 
-// Before pushing to p: p released the staging of our previous call, and (direct pushes) p has
-// entered this call, so its destination is no longer in use by earlier work on its stream.
-__global__ void gate_kernel(const DeviceState* st, Flags f, int p, int need_ready) {
-  uint64_t e = *f.cur;
-  dev::signal_wait_until(*st, f.ack + p, dev::kCmpGe, e * kEpochStride);
-  if (need_ready) dev::signal_wait_until(*st, f.ready + p, dev::kCmpGe, e + 1);
+// Runs after this PE's one-piece pushes completed (stream order): publishes them, then waits for
+// everything this PE receives in one piece or does not copy out.
+__global__ void arrive_kernel(const DeviceState* st, Flags f, int me, PeSet data_to, PeSet data_from) {
+  const int p = threadIdx.x;
+  const uint64_t done = *f.cur * kEpochStride + kLastPiece;
+  if (data_to.has(p)) {
+    dev::fence();  // the copy engine's writes are visible before the flag
+    dev::signal_op(*st, f.data + me, done, dev::kSignalSet, p);
+  }
+  __syncthreads();
+  if (data_from.has(p)) dev::signal_wait_until(*st, f.data + p, dev::kCmpGe, done);
 }
 
-// After the copy engine finished chunk c (stream order): p may read it.
-__global__ void signal_kernel(const DeviceState* st, Flags f, int p, int me, uint64_t count) {
+// Piece `mark` of a multi-piece push to p landed (stream order after its copy).
+__global__ void signal_kernel(const DeviceState* st, Flags f, int p, int me, uint64_t mark) {
   dev::fence();
-  dev::signal_op(*st, f.data + me, *f.cur * kEpochStride + count, dev::kSignalSet, p);
+  dev::signal_op(*st, f.data + me, *f.cur * kEpochStride + mark, dev::kSignalSet, p);
 }
 
-__global__ void wait_kernel(const DeviceState* st, Flags f, int p, uint64_t count) {
-  dev::signal_wait_until(*st, f.data + p, dev::kCmpGe, *f.cur * kEpochStride + count);
+__global__ void wait_kernel(const DeviceState* st, Flags f, int p, uint64_t mark) {
+  dev::signal_wait_until(*st, f.data + p, dev::kCmpGe, *f.cur * kEpochStride + mark);
 }
 
-__global__ void release_kernel(const DeviceState* st, Flags f, int n, int me) {
-  uint64_t v = (*f.cur + 1) * kEpochStride;
-  for (int p = 0; p < n; ++p)
-    if (p != me) dev::signal_op(*st, f.ack + me, v, dev::kSignalSet, p);
-}
+struct CopyJob {
+  const void* src;
+  void* dst;
+  size_t bytes;
+};
+struct CopyBatch {
+  CopyJob job[kCopyBatch];
+};
 
-__global__ void copy16_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, size_t n16) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n16;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x)
-    dst[i] = src[i];
-}
-
-__global__ void copy1_kernel(const uint8_t* __restrict__ src, uint8_t* __restrict__ dst, size_t n) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x)
-    dst[i] = src[i];
+// blockIdx.y picks the job; widest access both pointers allow, any length.
+__global__ void copy_kernel(CopyBatch b) {
+  const CopyJob j = b.job[blockIdx.y];
+  dev::detail::copy_bytes(j.dst, j.src, j.bytes, blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x,
+                          static_cast<size_t>(gridDim.x) * blockDim.x);
 }
 
 // Local copies run on SMs: a copy-engine copy within one GPU is far slower than HBM allows.
-void launch_copy(void* dst, const void* src, size_t bytes, int max_blocks, cudaStream_t s) {
-  if (bytes == 0 || dst == src) return;
+// Several jobs share a launch (max_blocks split between them).
+void launch_copies(const CopyJob* jobs, size_t n, int max_blocks, cudaStream_t s) {
   const int threads = 512;
-  auto a16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  if (a16(dst) && a16(src) && bytes % 16 == 0) {
-    size_t n16 = bytes / 16;
-    int blocks = static_cast<int>(std::min<size_t>((n16 + threads - 1) / threads, max_blocks));
-    copy16_kernel<<<blocks, threads, 0, s>>>(static_cast<const uint4*>(src), static_cast<uint4*>(dst), n16);
-  } else {
-    int blocks = static_cast<int>(std::min<size_t>((bytes + threads - 1) / threads, max_blocks));
-    copy1_kernel<<<blocks, threads, 0, s>>>(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), bytes);
+  CopyBatch b{};
+  int m = 0;
+  size_t units = 0;  // most vectors of one job
+  auto flush = [&] {
+    if (m == 0) return;
+    size_t per_job = static_cast<size_t>(std::max(1, max_blocks / m));
+    unsigned blocks = static_cast<unsigned>(std::clamp<size_t>((units + threads - 1) / threads, 1, per_job));
+    copy_kernel<<<dim3(blocks, m), threads, 0, s>>>(b);
+    cuda_check(cudaGetLastError(), "copy kernel launch");
+    b = CopyBatch{};
+    m = 0;
+    units = 0;
+  };
+  for (size_t k = 0; k < n; ++k) {
+    const CopyJob& j = jobs[k];
+    if (j.bytes == 0 || j.dst == j.src) continue;
+    bool a16 = ((reinterpret_cast<uintptr_t>(j.dst) | reinterpret_cast<uintptr_t>(j.src)) & 15) == 0;
+    units = std::max(units, a16 ? j.bytes / 16 : j.bytes);
+    b.job[m++] = j;
+    if (m == kCopyBatch) flush();
   }
-  cuda_check(cudaGetLastError(), "copy kernel launch");
+  flush();
 }
 
 size_t piece_bytes(size_t bytes, int chunks) {
@@ -110,17 +153,19 @@ struct CeEngine::Impl {
   uint64_t generation = 0;
   int me = 0, n = 1;
   int sm_count = 0;
+  int threads = 32;  // enter/arrive kernels: one thread per PE
   char* window = nullptr;  // symmetric: flags, then (n - 1) staging slots
   char* staging = nullptr;
   Flags flags{};
   const DeviceState* state = nullptr;
   std::vector<char*> peer_slot;  // [pe]: pe's slot that receives from this PE, as mapped here
-  // Per peer: the pushing stream, the stream that signals landed chunks, the receiving stream.
+  // Per peer: the pushing stream, the stream that signals a multi-piece push's pieces, the
+  // stream that copies a multi-piece receive out.
   std::vector<cudaStream_t> push, sig, recv;
   std::vector<cudaEvent_t> chunk_done;  // [pe * kMaxChunks + c]
   std::vector<cudaEvent_t> push_done, recv_done;
   cudaStream_t local = nullptr;
-  cudaEvent_t fork = nullptr, local_done = nullptr;
+  cudaEvent_t start = nullptr, fork = nullptr, local_done = nullptr;
 
   int slot_index(int src, int dst) const { return (src - dst - 1 + n) % n; }
 };
@@ -139,6 +184,9 @@ CeEngine::CeEngine(size_t staging_bytes) : impl_(std::make_unique<Impl>()) {
   d.generation = shmem::Runtime::generation();
   d.me = rt.my_pe();
   d.n = rt.n_pes();
+  if (d.n > kMaxPes)
+    raise(Status::kUnavailable, "%s: %d PEs; the GPU engine handles at most %d", caller, d.n, kMaxPes);
+  d.threads = (d.n + 31) / 32 * 32;
   shmem::GpuHeap* heap = rt.gpu();
   if (!heap)
     raise(Status::kUnavailable,
@@ -154,13 +202,13 @@ CeEngine::CeEngine(size_t staging_bytes) : impl_(std::make_unique<Impl>()) {
   cuda_check(cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute");
   d.state = heap->device_state_ptr();
 
-  size_t flag_bytes = (3 * d.n * sizeof(uint64_t) + 2 * sizeof(uint64_t) + 4095) / 4096 * 4096;
+  size_t flag_bytes = (2 * d.n * sizeof(uint64_t) + 2 * sizeof(uint64_t) + 4095) / 4096 * 4096;
   slot_bytes_ = d.n > 1 ? staging_bytes / (d.n - 1) / 4096 * 4096 : 0;
   size_t total = flag_bytes + slot_bytes_ * (d.n - 1);
   d.window = static_cast<char*>(rt.gpu_malloc(total, 256, caller));
   d.staging = d.window + flag_bytes;
   auto* w = reinterpret_cast<uint64_t*>(d.window);
-  d.flags = Flags{w, w + d.n, w + 2 * d.n, w + 3 * d.n, w + 3 * d.n + 1};
+  d.flags = Flags{w, w + d.n, w + 2 * d.n, w + 2 * d.n + 1};
   cuda_check(cudaMemset(d.window, 0, flag_bytes), "cudaMemset");
   d.peer_slot.assign(d.n, nullptr);
   for (int pe = 0; pe < d.n; ++pe) {
@@ -187,6 +235,7 @@ CeEngine::CeEngine(size_t staging_bytes) : impl_(std::make_unique<Impl>()) {
     for (int c = 0; c < kMaxChunks; ++c) event(&d.chunk_done[pe * kMaxChunks + c]);
   }
   stream(&d.local);
+  event(&d.start);
   event(&d.fork);
   event(&d.local_done);
   cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
@@ -204,8 +253,8 @@ CeEngine::~CeEngine() {
     for (auto e : *v)
       if (e) cudaEventDestroy(e);
   if (d.local) cudaStreamDestroy(d.local);
-  if (d.fork) cudaEventDestroy(d.fork);
-  if (d.local_done) cudaEventDestroy(d.local_done);
+  for (cudaEvent_t e : {d.start, d.fork, d.local_done})
+    if (e) cudaEventDestroy(e);
   // The window goes back to the heap (collective) only if that heap is still the live one.
   if (d.window && shmem::Runtime::initialized() && shmem::Runtime::generation() == d.generation) {
     try {
@@ -222,24 +271,33 @@ void* CeEngine::slot(int pe) const {
 }
 
 void CeEngine::local_copy(void* dst, const void* src, size_t bytes, uintptr_t stream) {
-  launch_copy(dst, src, bytes, 2 * impl_->sm_count, reinterpret_cast<cudaStream_t>(stream));
+  CopyJob job{src, dst, bytes};
+  launch_copies(&job, 1, 2 * impl_->sm_count, reinterpret_cast<cudaStream_t>(stream));
 }
 
 void CeEngine::exchange(const std::vector<CeSend>& sends, const std::vector<CeRecv>& recvs, void* local_dst,
-                        const void* local_src, size_t local_bytes, bool defer_release, uintptr_t stream_id) {
+                        const void* local_src, size_t local_bytes, uintptr_t stream_id) {
   Impl& d = *impl_;
   const char* caller = "mori.ccl GPU exchange";
   auto s = reinterpret_cast<cudaStream_t>(stream_id);
-  auto check_pe = [&](int pe, const char* what) {
+  auto check_pe = [&](int pe, PeSet& seen, const char* what) {
     if (pe < 0 || pe >= d.n || pe == d.me)
       raise(Status::kInvalidArgument, "%s: %s PE %d is not a peer (PEs 0..%d, this is %d)", caller, what, pe, d.n - 1,
             d.me);
+    if (seen.has(pe)) raise(Status::kInvalidArgument, "%s: two entries %s PE %d", caller, what, pe);
+    seen.add(pe);
   };
-  // Validate everything before enqueuing anything.
+  // Validate and plan everything before enqueuing anything.
+  PeSet sent, got;
+  PeSet ready_to, wait_ready;  // enter: peers we receive from / push to
+  PeSet data_to, data_from;    // arrive: one-piece pushes to signal / receives to wait for
   std::vector<char*> remote(sends.size(), nullptr);
+  std::vector<int> send_chunks(sends.size(), 0), recv_chunks(recvs.size(), 0);
+  int s_send = -1, s_recv = -1;  // the push and the multi-piece copy-out that run on `s` itself
+  bool fork = false;             // anything runs on a side stream
   for (size_t k = 0; k < sends.size(); ++k) {
     const CeSend& x = sends[k];
-    check_pe(x.pe, "send to");
+    check_pe(x.pe, sent, "send to");
     if (x.direct) {
       d.rt->resolve(x.dst, x.bytes, caller);  // throws unless the whole range is symmetric
       remote[k] = static_cast<char*>(d.rt->ptr(x.dst, x.pe));
@@ -250,34 +308,85 @@ void CeEngine::exchange(const std::vector<CeSend>& sends, const std::vector<CeRe
               "(MORI_CCL_GPU_STAGING_SIZE)", caller, x.bytes, x.staging_offset, slot_bytes_);
       remote[k] = d.peer_slot[x.pe] + x.staging_offset;
     }
+    if (x.bytes == 0) continue;
+    send_chunks[k] = chunks(x.bytes, x.direct);
+    wait_ready.add(x.pe);
+    if (send_chunks[k] == 1) data_to.add(x.pe);
+    if (send_chunks[k] == 1 && s_send < 0)
+      s_send = static_cast<int>(k);
+    else
+      fork = true;
   }
-  for (const CeRecv& r : recvs) {
-    check_pe(r.pe, "receive from");
+  std::vector<CopyJob> copy_outs;  // one-piece staged receives, copied out after arrive
+  for (size_t k = 0; k < recvs.size(); ++k) {
+    const CeRecv& r = recvs[k];
+    check_pe(r.pe, got, "receive from");
     if (r.copy_to && r.direct)
       raise(Status::kInvalidArgument, "%s: a direct receive from PE %d has nothing to copy out", caller, r.pe);
     if (r.copy_to && r.staging_offset + r.bytes > slot_bytes_)
       raise(Status::kInvalidArgument, "%s: %zu bytes at staging offset %zu exceed the %zu-byte slot per peer "
             "(MORI_CCL_GPU_STAGING_SIZE)", caller, r.bytes, r.staging_offset, slot_bytes_);
+    if (r.bytes == 0) continue;
+    recv_chunks[k] = chunks(r.bytes, r.direct);
+    ready_to.add(r.pe);
+    if (!r.copy_to || recv_chunks[k] == 1) {
+      data_from.add(r.pe);
+      if (r.copy_to) copy_outs.push_back(CopyJob{static_cast<char*>(slot(r.pe)) + r.staging_offset, r.copy_to, r.bytes});
+    } else if (s_recv < 0) {
+      s_recv = static_cast<int>(k);
+    } else {
+      fork = true;
+    }
   }
 
+  // Each piece of a multi-piece receive: wait for its signal, copy it out (while the next flies).
+  auto copy_out_pieces = [&](const CeRecv& r, int c_n, cudaStream_t rs) {
+    size_t piece = piece_bytes(r.bytes, c_n);
+    const char* from = static_cast<const char*>(slot(r.pe)) + r.staging_offset;
+    char* to = static_cast<char*>(r.copy_to);
+    for (int c = 0; c < c_n; ++c) {
+      size_t lo = std::min(r.bytes, c * piece), len = std::min(piece, r.bytes - lo);
+      wait_kernel<<<1, 1, 0, rs>>>(d.state, d.flags, r.pe, piece_mark(c, c_n));
+      cuda_check(cudaGetLastError(), "wait kernel launch");
+      CopyJob job{from + lo, to + lo, len};
+      launch_copies(&job, 1, d.sm_count, rs);
+    }
+  };
+  auto push = [&](size_t k, cudaStream_t ps) {
+    cuda_check(cudaMemcpyAsync(remote[k], sends[k].src, sends[k].bytes, cudaMemcpyDeviceToDevice, ps),
+               "cudaMemcpyAsync (push to peer)");
+  };
+
   ++stats_.calls;
-  begin_kernel<<<1, 1, 0, s>>>(d.state, d.flags, d.n, d.me);
-  cuda_check(cudaGetLastError(), "begin kernel launch");
-  cuda_check(cudaEventRecord(d.fork, s), "cudaEventRecord");
-  if (local_bytes && local_dst != local_src) {
-    cuda_check(cudaStreamWaitEvent(d.local, d.fork, 0), "cudaStreamWaitEvent");
-    launch_copy(local_dst, local_src, local_bytes, 2 * d.sm_count, d.local);
+  // The local shard needs no peer: it overlaps the whole exchange.
+  const bool local = local_bytes && local_dst != local_src;
+  if (local) {
+    cuda_check(cudaEventRecord(d.start, s), "cudaEventRecord");
+    cuda_check(cudaStreamWaitEvent(d.local, d.start, 0), "cudaStreamWaitEvent");
+    CopyJob job{local_src, local_dst, local_bytes};
+    launch_copies(&job, 1, 2 * d.sm_count, d.local);
     cuda_check(cudaEventRecord(d.local_done, d.local), "cudaEventRecord");
-    cuda_check(cudaStreamWaitEvent(s, d.local_done, 0), "cudaStreamWaitEvent");
   }
+  enter_kernel<<<1, d.threads, 0, s>>>(d.state, d.flags, d.me, ready_to, wait_ready);
+  cuda_check(cudaGetLastError(), "enter kernel launch");
+  if (fork) cuda_check(cudaEventRecord(d.fork, s), "cudaEventRecord");
+  if (s_send >= 0) push(s_send, s);
+
+  std::vector<cudaEvent_t> before_arrive, at_end;
   for (size_t k = 0; k < sends.size(); ++k) {
     const CeSend& x = sends[k];
-    if (x.bytes == 0) continue;
-    cudaStream_t ps = d.push[x.pe], ss = d.sig[x.pe];
+    if (x.bytes == 0 || static_cast<int>(k) == s_send) continue;
+    cudaStream_t ps = d.push[x.pe];
     cuda_check(cudaStreamWaitEvent(ps, d.fork, 0), "cudaStreamWaitEvent");
-    gate_kernel<<<1, 1, 0, ps>>>(d.state, d.flags, x.pe, x.direct ? 1 : 0);
-    cuda_check(cudaGetLastError(), "gate kernel launch");
-    int c_n = chunks(x.bytes, x.direct);
+    int c_n = send_chunks[k];
+    if (c_n == 1) {  // signalled by the arrive kernel
+      push(k, ps);
+      cuda_check(cudaEventRecord(d.push_done[x.pe], ps), "cudaEventRecord");
+      before_arrive.push_back(d.push_done[x.pe]);
+      continue;
+    }
+    // Piece c is signalled from the sig stream while piece c + 1 is copied.
+    cudaStream_t ss = d.sig[x.pe];
     size_t piece = piece_bytes(x.bytes, c_n);
     const char* src = static_cast<const char*>(x.src);
     for (int c = 0; c < c_n; ++c) {
@@ -288,43 +397,32 @@ void CeEngine::exchange(const std::vector<CeSend>& sends, const std::vector<CeRe
       cudaEvent_t ev = d.chunk_done[x.pe * kMaxChunks + c];
       cuda_check(cudaEventRecord(ev, ps), "cudaEventRecord");
       cuda_check(cudaStreamWaitEvent(ss, ev, 0), "cudaStreamWaitEvent");
-      signal_kernel<<<1, 1, 0, ss>>>(d.state, d.flags, x.pe, d.me, static_cast<uint64_t>(c + 1));
+      signal_kernel<<<1, 1, 0, ss>>>(d.state, d.flags, x.pe, d.me, piece_mark(c, c_n));
       cuda_check(cudaGetLastError(), "signal kernel launch");
     }
     cuda_check(cudaEventRecord(d.push_done[x.pe], ss), "cudaEventRecord");
-    cuda_check(cudaStreamWaitEvent(s, d.push_done[x.pe], 0), "cudaStreamWaitEvent");
-    (x.direct ? stats_.direct_bytes : stats_.staged_bytes) += x.bytes;
+    at_end.push_back(d.push_done[x.pe]);
   }
-  for (const CeRecv& r : recvs) {
-    if (r.bytes == 0) continue;
+  for (size_t k = 0; k < recvs.size(); ++k) {
+    const CeRecv& r = recvs[k];
+    if (r.bytes == 0 || !r.copy_to || recv_chunks[k] == 1 || static_cast<int>(k) == s_recv) continue;
     cudaStream_t rs = d.recv[r.pe];
     cuda_check(cudaStreamWaitEvent(rs, d.fork, 0), "cudaStreamWaitEvent");
-    int c_n = chunks(r.bytes, r.direct);
-    if (r.copy_to) {
-      // Copy each chunk out while the next one is still on the wire.
-      size_t piece = piece_bytes(r.bytes, c_n);
-      const char* from = static_cast<const char*>(slot(r.pe)) + r.staging_offset;
-      char* to = static_cast<char*>(r.copy_to);
-      for (int c = 0; c < c_n; ++c) {
-        size_t lo = std::min(r.bytes, c * piece), len = std::min(piece, r.bytes - lo);
-        wait_kernel<<<1, 1, 0, rs>>>(d.state, d.flags, r.pe, static_cast<uint64_t>(c + 1));
-        cuda_check(cudaGetLastError(), "wait kernel launch");
-        launch_copy(to + lo, from + lo, len, d.sm_count, rs);
-      }
-    } else {
-      wait_kernel<<<1, 1, 0, rs>>>(d.state, d.flags, r.pe, static_cast<uint64_t>(c_n));
-      cuda_check(cudaGetLastError(), "wait kernel launch");
-    }
+    copy_out_pieces(r, recv_chunks[k], rs);
     cuda_check(cudaEventRecord(d.recv_done[r.pe], rs), "cudaEventRecord");
-    cuda_check(cudaStreamWaitEvent(s, d.recv_done[r.pe], 0), "cudaStreamWaitEvent");
+    at_end.push_back(d.recv_done[r.pe]);
   }
-  if (!defer_release) finish(stream_id);
-}
-
-void CeEngine::finish(uintptr_t stream_id) {
-  Impl& d = *impl_;
-  release_kernel<<<1, 1, 0, reinterpret_cast<cudaStream_t>(stream_id)>>>(d.state, d.flags, d.n, d.me);
-  cuda_check(cudaGetLastError(), "release kernel launch");
+  for (cudaEvent_t ev : before_arrive) cuda_check(cudaStreamWaitEvent(s, ev, 0), "cudaStreamWaitEvent");
+  if (data_to.any() || data_from.any()) {
+    arrive_kernel<<<1, d.threads, 0, s>>>(d.state, d.flags, d.me, data_to, data_from);
+    cuda_check(cudaGetLastError(), "arrive kernel launch");
+  }
+  launch_copies(copy_outs.data(), copy_outs.size(), 2 * d.sm_count, s);
+  // After arrive: its signals must not wait for this copy-out, whose sender signals from a side stream.
+  if (s_recv >= 0) copy_out_pieces(recvs[s_recv], recv_chunks[s_recv], s);
+  for (cudaEvent_t ev : at_end) cuda_check(cudaStreamWaitEvent(s, ev, 0), "cudaStreamWaitEvent");
+  if (local) cuda_check(cudaStreamWaitEvent(s, d.local_done, 0), "cudaStreamWaitEvent");
+  for (size_t k = 0; k < sends.size(); ++k) (sends[k].direct ? stats_.direct_bytes : stats_.staged_bytes) += sends[k].bytes;
 }
 
 }  // namespace mori::collectives

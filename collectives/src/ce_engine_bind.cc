@@ -28,7 +28,7 @@ void bind_ce_engine(py::module_& m) {
           "exchange",
           [](CeEngine& self, const std::vector<std::tuple<int, uintptr_t, uintptr_t, size_t, bool, size_t>>& sends,
              const std::vector<std::tuple<int, uintptr_t, size_t, size_t, bool>>& recvs, uintptr_t local_dst,
-             uintptr_t local_src, size_t local_bytes, bool defer_release, uintptr_t stream) {
+             uintptr_t local_src, size_t local_bytes, uintptr_t stream) {
             std::vector<CeSend> s;
             s.reserve(sends.size());
             for (const auto& [pe, src, dst, bytes, direct, off] : sends)
@@ -37,12 +37,11 @@ void bind_ce_engine(py::module_& m) {
             r.reserve(recvs.size());
             for (const auto& [pe, copy_to, bytes, off, direct] : recvs) r.push_back(CeRecv{pe, p(copy_to), bytes, off, direct});
             py::gil_scoped_release nogil;
-            self.exchange(s, r, p(local_dst), p(local_src), local_bytes, defer_release, stream);
+            self.exchange(s, r, p(local_dst), p(local_src), local_bytes, stream);
           },
           py::arg("sends"), py::arg("recvs"), py::arg("local_dst"), py::arg("local_src"), py::arg("local_bytes"),
-          py::arg("defer_release"), py::arg("stream"),
+          py::arg("stream"),
           "sends: (pe, src, dst, bytes, direct, staging_offset); recvs: (pe, copy_to or 0, bytes, staging_offset, direct).")
-      .def("finish", [](CeEngine& self, uintptr_t stream) { self.finish(stream); }, py::arg("stream"))
       .def(
           "local_copy",
           [](CeEngine& self, uintptr_t dst, uintptr_t src, size_t bytes, uintptr_t stream) {
