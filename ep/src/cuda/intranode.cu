@@ -140,7 +140,13 @@ __global__ void __launch_bounds__(1024) k_dispatch_send(Shape s, Peers p, Local 
         for (int b = lane; b < s.scale_bytes; b += 32)
           p.disp_scale[dj][slot * s.scale_bytes + b] = sc[t * s.scale_bytes + b];
       }
-      if (lane == 0) p.disp_src[dj][slot] = static_cast<int32_t>(s.rank * s.max_send + t);
+      if (lane == 0) {
+        p.disp_src[dj][slot] = static_cast<int32_t>(s.rank * s.max_send + t);
+        // Which token sits in slot `slot` of PE dj this round: combine sums in that order.
+        if (dj != s.rank)
+          reinterpret_cast<uint2*>(l.slot_token)[dj * s.max_recv + slot] =
+              make_uint2(static_cast<unsigned>(t), static_cast<unsigned>(l.state[0] + 1));
+      }
     }
     if (lane < s.topk) l.dest_map[t * s.topk + lane] = entry;
   }
@@ -285,13 +291,14 @@ struct CombineJob {
   unsigned round;
   int flag_mode;  // experiment: 0 all lanes fence per row, 1 lane 0 fences per row, 2 one fence per warp
   int spin_ns;    // experiment: back-off between flag polls
-  int senders8;   // experiment: eighths of the fused grid that send (8: every block sends, then receives)
+  int senders8;   // experiment: eighths of each block's warps that send (8: every warp sends, then sums)
+  int ordered;    // experiment: sum tokens in the order their rows arrive
 };
 
 // Rows first, first + step, ... of this PE's dispatch output go back to their source PEs'
 // staging; each row's flag is set once its bytes (and weights) are visible system-wide.
 template <typename T, typename S>
-__device__ void send_rows(const Shape& s, const Peers& p, const Local& l, const CombineJob& j, bool include_self,
+__device__ __forceinline__ void send_rows(const Shape& s, const Peers& p, const Local& l, const CombineJob& j, bool include_self,
                           int64_t first, int64_t step, int lane) {
   const int total = *l.total_recv;
   const int32_t* src = p.disp_src[s.rank];
@@ -324,7 +331,7 @@ __device__ void send_rows(const Shape& s, const Peers& p, const Local& l, const 
 }
 
 template <typename T, typename S>
-__device__ void recv_token(const Shape& s, const Peers& p, const Local& l, const CombineJob& j, bool local_from_input,
+__device__ __forceinline__ void recv_token(const Shape& s, const Peers& p, const Local& l, const CombineJob& j, bool local_from_input,
                            int64_t t, int lane) {
   int r = -1;
   int64_t slot = 0;
@@ -385,6 +392,35 @@ __device__ void recv_token(const Shape& s, const Peers& p, const Local& l, const
   }
 }
 
+// Which token a receiving warp sums at work item e, or -1. Unordered: item t is token t.
+// Ordered (fused kernel): peers push the rows they hold in slot order, so after the tokens
+// with no remote row this walks (slot, peer) pairs in that order through slot_token (written by
+// this PE's dispatch) and sums each token at its lowest-numbered remote destination.
+__device__ __forceinline__ int64_t token_at(const Shape& s, const Local& l, const CombineJob& j, bool ordered,
+                                            unsigned dround, int64_t e, int lane) {
+  if (e < j.num_tokens) {
+    if (!ordered) return e;
+    const int64_t v = lane < s.topk ? l.dest_map[e * s.topk + lane] : -1;
+    const bool remote = v >= 0 && static_cast<int>(v / s.max_recv) != s.rank;
+    return __any_sync(kFull, remote) ? -1 : e;
+  }
+  e -= j.num_tokens;
+  const int64_t k = e / s.world;
+  const int r = static_cast<int>(e - k * s.world);
+  if (r == s.rank) return -1;
+  const uint64_t v = l.slot_token[r * s.max_recv + k];
+  if (static_cast<unsigned>(v >> 32) != dround) return -1;
+  const int64_t t = static_cast<int64_t>(v & 0xffffffffull);
+  int d = s.world;
+  if (lane < s.topk) {
+    const int64_t m = l.dest_map[t * s.topk + lane];
+    const int dm = m >= 0 ? static_cast<int>(m / s.max_recv) : s.world;
+    if (dm != s.rank) d = dm;
+  }
+  for (int off = 16; off; off >>= 1) d = min(d, __shfl_xor_sync(kFull, d, off));
+  return d == r ? t : -1;
+}
+
 // Block roles: kFused splits the grid (senders first, so they are scheduled before receivers
 // that wait for peers' senders); kSend / kRecv give every block one role.
 template <typename T, typename S>
@@ -393,25 +429,36 @@ __global__ void __launch_bounds__(1024) k_combine(Shape s, Peers p, Local l, Com
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const unsigned long long round = l.state[1] + 1;  // bumped only by the last block, after all read it
   j.round = static_cast<unsigned>(round);
-  const int want = static_cast<int>(gridDim.x) * j.senders8 / 8;
-  const bool split = phase == static_cast<int>(CombinePhase::kFused) && s.world > 1 && want > 0 &&
-                     want < static_cast<int>(gridDim.x);
-  const int senders = split ? want : static_cast<int>(gridDim.x);
-  const bool sends = phase != static_cast<int>(CombinePhase::kRecv) && (!split || blockIdx.x < senders);
-  const bool recvs = phase != static_cast<int>(CombinePhase::kSend) && (!split || blockIdx.x >= senders);
-  if (sends) {
+  const bool fused = phase == static_cast<int>(CombinePhase::kFused);
+  if (phase != static_cast<int>(CombinePhase::kRecv)) {
     // A peer's staging still holds rows of our previous round until it says it read them.
     if (threadIdx.x < s.world && threadIdx.x != s.rank)
       while (ld_acquire_sys(p.comb_done[s.rank] + threadIdx.x) + 1 < round) __nanosleep(32);
     __syncthreads();
+  }
+  // Fused: the first senders8/8 warps of every block push, the others sum (every SM does both:
+  // NVLink writes and HBM reads each need many SMs); 8/8: every warp pushes, then sums.
+  const int send_warps = fused && s.world > 1 ? nwarps * j.senders8 / 8 : nwarps;
+  const bool split = fused && send_warps > 0 && send_warps < nwarps;
+  const bool sends = phase != static_cast<int>(CombinePhase::kRecv) && (!split || warp < send_warps);
+  const bool recvs = phase != static_cast<int>(CombinePhase::kSend) && (!split || warp >= send_warps);
+  if (sends) {
+    const int per_block = split ? send_warps : nwarps;
     send_rows<T, S>(s, p, l, j, phase == static_cast<int>(CombinePhase::kSend),
-                    static_cast<int64_t>(blockIdx.x) * nwarps + warp, static_cast<int64_t>(senders) * nwarps, lane);
+                    static_cast<int64_t>(blockIdx.x) * per_block + warp, static_cast<int64_t>(gridDim.x) * per_block,
+                    lane);
   }
   if (recvs) {
-    const int first = split ? senders : 0, count = static_cast<int>(gridDim.x) - first;
-    for (int64_t t = static_cast<int64_t>(blockIdx.x - first) * nwarps + warp; t < j.num_tokens;
-         t += static_cast<int64_t>(count) * nwarps)
-      recv_token<T, S>(s, p, l, j, phase == static_cast<int>(CombinePhase::kFused), t, lane);
+    const int per_block = split ? nwarps - send_warps : nwarps;
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * per_block + (split ? warp - send_warps : warp);
+    const int64_t step = static_cast<int64_t>(gridDim.x) * per_block;
+    const bool ordered = fused && j.ordered && s.world > 1;
+    const int64_t items = j.num_tokens + (ordered ? s.max_recv * s.world : 0);
+    const unsigned dround = static_cast<unsigned>(l.state[0]);
+    for (int64_t e = first; e < items; e += step) {
+      const int64_t t = token_at(s, l, j, ordered, dround, e, lane);
+      if (t >= 0) recv_token<T, S>(s, p, l, j, fused, t, lane);
+    }
   }
   if (phase == static_cast<int>(CombinePhase::kSend)) return;
   __syncthreads();
@@ -490,10 +537,11 @@ void combine(const Shape& s, const Peers& p, const Local& l, const CombineArgs& 
                  a.hidden);
   MORI_CHECK_ARG(a.num_tokens >= 0 && a.num_tokens <= s.max_inp, "combine: %d tokens, max_num_inp_token_per_rank %d",
                  a.num_tokens, s.max_inp);
-  CombineJob j{static_cast<const uint8_t*>(a.input), a.weights, a.with_weights, a.hidden / 8, a.num_tokens, 0, 0, 0, 4};
+  CombineJob j{static_cast<const uint8_t*>(a.input), a.weights, a.with_weights, a.hidden / 8, a.num_tokens, 0, 0, 0, 8, 0};
   if (const char* v = std::getenv("MORI_EP_COMBINE_FLAGS")) j.flag_mode = std::atoi(v);
   if (const char* v = std::getenv("MORI_EP_COMBINE_SPIN_NS")) j.spin_ns = std::atoi(v);
   if (const char* v = std::getenv("MORI_EP_COMBINE_SENDERS")) j.senders8 = std::atoi(v);
+  if (const char* v = std::getenv("MORI_EP_COMBINE_ORDERED")) j.ordered = std::atoi(v);
   auto st = static_cast<cudaStream_t>(stream);
   if (a.dtype == 1) {
     if (a.fp8)

@@ -49,6 +49,7 @@ struct Local {
   unsigned long long* state;  // [0] dispatch round, [1] combine round, [2] blocks done, [3] flags, [4..) sent[world]
   uint8_t* comb_out;          // [max_inp] rows
   float* comb_out_w;          // [max_inp * topk]
+  uint64_t* slot_token;       // [world * max_recv]: (dispatch round << 32 | token) of my row in PE q's slot k
 };
 
 struct Shape {
