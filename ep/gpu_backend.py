@@ -23,7 +23,7 @@ _COMBINE_CODES = {torch.float32: 0, torch.bfloat16: 1}
 
 # Per-PE buffers that peers write (their addresses travel to the kernels for every PE).
 _SHARED = ("disp_tok", "disp_w", "disp_idx", "disp_scale", "disp_src", "counter", "disp_sig", "comb_stage",
-           "comb_stage_w", "comb_flag", "comb_done")
+           "comb_stage_w", "comb_flag", "comb_done", "reg_in", "comb_ready")
 # Buffers only this PE touches.
 _LOCAL = ("dest_map", "total_recv", "state", "comb_out", "comb_out_w", "slot_token")
 
@@ -61,7 +61,7 @@ class GpuIntraNode:
             "disp_idx": self.max_recv * k * 4, "disp_scale": self.max_recv * self.scale_bytes + 16,
             "disp_src": self.max_recv * 4, "counter": 16, "disp_sig": 2 * world * 8,
             "comb_stage": stage_rows * self.max_row, "comb_stage_w": stage_rows * k * 4, "comb_flag": stage_rows * 4,
-            "comb_done": world * 8,
+            "comb_done": world * 8, "comb_ready": world * 8,
             "dest_map": self.max_inp * k * 8, "total_recv": 4,
             "state": int(_C.ep.PeKernels.state_words(world)) * 8,
             "comb_out": self.max_inp * self.max_row, "comb_out_w": self.max_inp * k * 4,
@@ -156,9 +156,10 @@ class GpuIntraNode:
             raise ValueError(f"{fn}: rows of {hidden} x {x.dtype} must fit hidden_dim x max_token_type_size = "
                              f"{self.max_row} bytes, with hidden a multiple of 8")
         blocks, warps = self.grid(blocks, warps)
+        zero_copy = x.numel() > 0 and x.data_ptr() == self.addr["reg_in"]
         self.kernels.combine(x.data_ptr() if x.numel() else 0, w.data_ptr() if w is not None and w.numel() else 0,
-                             w is not None, _COMBINE_CODES[x.dtype], hidden, fp8, num_tokens, phase, blocks, warps,
-                             self.stream())
+                             w is not None, _COMBINE_CODES[x.dtype], hidden, fp8, num_tokens, phase, zero_copy, blocks,
+                             warps, self.stream())
         if phase == 1:
             self.pending = _PendingCombine(x.dtype, hidden, w is not None, num_tokens, fp8)
 
@@ -167,6 +168,6 @@ class GpuIntraNode:
         if p is None:
             raise RuntimeError("EpDispatchCombineOp.combine_recv: no combine_send before it")
         blocks, warps = self.grid(blocks, warps)
-        self.kernels.combine(0, 0, p.weights, _COMBINE_CODES[p.dtype], p.hidden, p.fp8, p.num_tokens, 2, blocks,
-                             warps, self.stream())
+        self.kernels.combine(0, 0, p.weights, _COMBINE_CODES[p.dtype], p.hidden, p.fp8, p.num_tokens, 2, False,
+                             blocks, warps, self.stream())
         self.pending = None

@@ -363,7 +363,8 @@ def _gpu_worker(args: argparse.Namespace) -> int:
                     meta={"world": world, "hidden": hidden, "topk": topk, "experts": args.experts,
                           "kernel": "IntraNode (EpDispatchCombineOp, CUDA, one process per GPU)",
                           "dispatch_dtype": "float8_e4m3fn", "combine_dtype": "bfloat16",
-                          "combine_quant": args.quant, "peer_copy_ceiling_GBps": ceiling,
+                          "combine_quant": args.quant, "zero_copy_combine": args.zero_copy,
+                          "peer_copy_ceiling_GBps": ceiling,
                           "device": torch.cuda.get_device_name(dev), "block_num": bn, "warp_per_block": wpb,
                           "timing": "graphs of back-to-back calls; combine = (dispatch+combine) - dispatch"})
     for tokens in args.tokens:
@@ -377,6 +378,10 @@ def _gpu_worker(args: argparse.Namespace) -> int:
         w = torch.rand(tokens, topk, generator=g).to(dev)
         out = op.dispatch(x, None, None, idx, block_num=bn, warp_per_block=wpb)
         exp = out[0].to(bf16)  # the expert's output (identity), in bf16
+        if args.zero_copy:  # the expert writes straight into the registered combine input
+            reg = op.get_registered_combine_input_buffer(bf16)
+            reg.copy_(exp)
+            exp = reg
         op.combine(exp, None, idx, block_num=bn, warp_per_block=wpb)
         torch.cuda.synchronize()
         sh.shmem_barrier_all()
@@ -426,7 +431,7 @@ def _gpu_worker(args: argparse.Namespace) -> int:
     if rank == 0:
         report.show(f"MoE dispatch/combine on {world} GPUs ({torch.cuda.get_device_name(dev)}), one process each, "
                     f"hidden {hidden}, top-{topk} of {args.experts}, FP8 dispatch / BF16 combine"
-                    f"{' (fp8 direct cast)' if args.quant != 'none' else ''}, block_num {bn} x {wpb} warps; "
+                    f"{' (fp8 direct cast)' if args.quant != 'none' else ''}{', zero-copy combine' if args.zero_copy else ''}, block_num {bn} x {wpb} warps; "
                     f"copy-engine peer ceiling {ceiling:.0f} GB/s; vs_baseline = baseline time / mori time")
         print(f"wrote {report.save(args.json)}")
     sh.shmem_finalize()
@@ -452,6 +457,8 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--block-num", type=int, default=128, help="GPU blocks per kernel")
     parser.add_argument("--warp-per-block", type=int, default=16, help="GPU warps per block")
     parser.add_argument("--quant", default="none", help="GPU combine quant_type (none or fp8_direct_cast)")
+    parser.add_argument("--zero-copy", action="store_true",
+                        help="GPU: combine from the registered input buffer (use_external_inp_buf=False)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--gpu-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -467,7 +474,8 @@ def main(argv: Optional[list] = None) -> int:
         tail = [sys.executable, "-m", "mori.apps.bench.ep", "--gpu-worker", "--json", json_path, "--hidden",
                 str(args.hidden), "--topk", str(args.topk), "--experts", str(args.experts), "--iters", str(args.iters),
                 "--warmup", str(args.warmup), "--seed", str(args.seed), "--block-num", str(args.block_num),
-                "--warp-per-block", str(args.warp_per_block), "--quant", args.quant, "--tokens", *map(str, args.tokens)]
+                "--warp-per-block", str(args.warp_per_block), "--quant", args.quant, "--tokens", *map(str, args.tokens),
+                *(["--zero-copy"] if args.zero_copy else [])]
         return subprocess.call([sys.executable, "-m", "mori.apps.cli", "run", "-n", str(n), "--no-prefix", "--",
                                 *tail], stdin=subprocess.DEVNULL)
     tail = [sys.executable, "-m", "mori.apps.bench.ep", "--worker", "--json", args.json, "--hidden", str(args.hidden),

@@ -162,6 +162,8 @@ void bind_ep(py::module_& m) {
                k->p.comb_stage_w[r] = ptr_of<float>(list("comb_stage_w")[r]);
                k->p.comb_flag[r] = ptr_of<unsigned int>(list("comb_flag")[r]);
                k->p.comb_done[r] = ptr_of<unsigned long long>(list("comb_done")[r]);
+               k->p.comb_in[r] = ptr_of<uint8_t>(list("reg_in")[r]);
+               k->p.comb_ready[r] = ptr_of<unsigned long long>(list("comb_ready")[r]);
              }
              k->l.dest_map = ptr_of<int64_t>(local["dest_map"].cast<uintptr_t>());
              k->l.total_recv = ptr_of<int32_t>(local["total_recv"].cast<uintptr_t>());
@@ -187,7 +189,7 @@ void bind_ep(py::module_& m) {
            [](PeKernels& k, uintptr_t stream) { cu::dispatch_recv(k.s, k.p, k.l, ptr_of<void>(stream)); })
       .def("combine",
            [](PeKernels& k, uintptr_t input, uintptr_t weights, bool with_weights, int dtype, int hidden, bool fp8,
-              int num_tokens, int phase, int blocks, int warps, uintptr_t stream) {
+              int num_tokens, int phase, bool zero_copy, int blocks, int warps, uintptr_t stream) {
              MORI_CHECK_ARG(phase >= 0 && phase <= 2, "combine phase %d (0 fused, 1 send, 2 receive)", phase);
              cu::CombineArgs a;
              a.input = ptr_of<const void>(input);
@@ -197,10 +199,12 @@ void bind_ep(py::module_& m) {
              a.hidden = hidden;
              a.fp8 = fp8;
              a.num_tokens = num_tokens;
+             a.zero_copy = zero_copy;
              cu::combine(k.s, k.p, k.l, a, static_cast<cu::CombinePhase>(phase), blocks, warps, ptr_of<void>(stream));
            },
            py::arg("input"), py::arg("weights"), py::arg("with_weights"), py::arg("dtype"), py::arg("hidden"),
-           py::arg("fp8"), py::arg("num_tokens"), py::arg("phase"), py::arg("blocks"), py::arg("warps"),
+           py::arg("fp8"), py::arg("num_tokens"), py::arg("phase"), py::arg("zero_copy"), py::arg("blocks"),
+           py::arg("warps"),
            py::arg("stream"));
 #else
   m.attr("cuda_built") = false;

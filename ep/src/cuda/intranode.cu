@@ -293,6 +293,8 @@ struct CombineJob {
   int spin_ns;    // experiment: back-off between flag polls
   int senders8;   // experiment: eighths of each block's warps that send (8: every warp sends, then sums)
   int ordered;    // experiment: sum tokens in the order their rows arrive
+  int pull;       // fused phase: pull combine (k_combine_pull) instead of pushes
+  bool zero_copy;
 };
 
 // Rows first, first + step, ... of this PE's dispatch output go back to their source PEs'
@@ -475,6 +477,109 @@ __global__ void __launch_bounds__(1024) k_combine(Shape s, Peers p, Local l, Com
   }
 }
 
+// Pull combine (fused phase): every PE first makes the rows other PEs need readable in its
+// own symmetric memory (the registered input as is, else a copy, or an fp8 cast, into
+// comb_stage by dispatch slot) and tells them (comb_ready); then every warp sums slices of
+// tokens, reading its own rows from the input and the others' straight over NVLink. The sums
+// overlap the transfer, and no remote store needs a fence.
+template <typename T, typename S>
+__global__ void __launch_bounds__(1024) k_combine_pull(Shape s, Peers p, Local l, CombineJob j, bool zero_copy) {
+  __shared__ bool last;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const unsigned long long round = l.state[1] + 1;
+  const int64_t gw = static_cast<int64_t>(blockIdx.x) * nwarps + warp, nw = static_cast<int64_t>(gridDim.x) * nwarps;
+  unsigned long long* staged = &l.state[4 + s.world];
+  const bool direct = zero_copy && std::is_same_v<T, S>;  // peers read the registered input itself
+  const int in_row = j.groups * Row8<T>::kBytes, st_row = j.groups * Row8<S>::kBytes;
+  // 1. Stage: peers still read our previous round's rows until they say they are done.
+  if (threadIdx.x < s.world && threadIdx.x != s.rank)
+    while (ld_acquire_sys(p.comb_done[s.rank] + threadIdx.x) + 1 < round) __nanosleep(32);
+  __syncthreads();
+  const int total = *l.total_recv;
+  const int32_t* src = p.disp_src[s.rank];
+  for (int64_t i = gw; i < total; i += nw) {
+    if (static_cast<int>(src[i] / s.max_send) == s.rank) continue;  // read locally from the input
+    if (!direct) send_row<T, S>(p.comb_stage[s.rank] + i * st_row, j.in + i * in_row, j.groups, lane);
+    if (j.w && lane < s.topk) p.comb_stage_w[s.rank][i * s.topk + lane] = __ldg(j.w + i * s.topk + lane);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();  // this block's staged rows, before it counts
+    last = atomicAdd(staged, 1ull) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (last && threadIdx.x < s.world && threadIdx.x != s.rank) {
+    __threadfence_system();
+    st_release_sys(p.comb_ready[threadIdx.x] + s.rank, round);
+  }
+  // 2. Sum: wait until every peer's rows are readable, then slices of 32 x kU groups per item.
+  if (threadIdx.x < s.world && threadIdx.x != s.rank)
+    while (ld_acquire_sys(p.comb_ready[s.rank] + threadIdx.x) < round) __nanosleep(32);
+  __syncthreads();
+  constexpr int kU = sizeof(T) == 4 ? 2 : 4;
+  const int slice = 32 * kU, slices = (j.groups + slice - 1) / slice;
+  const int64_t items = static_cast<int64_t>(j.num_tokens) * slices;
+  for (int64_t e = gw; e < items; e += nw) {
+    const int64_t t = e / slices;
+    const int base = static_cast<int>(e - t * slices) * slice;
+    int r = -1;
+    int64_t slot = 0;
+    if (lane < s.topk) {
+      const int64_t v = l.dest_map[t * s.topk + lane];
+      if (v >= 0) {
+        r = static_cast<int>(v / s.max_recv);
+        slot = v - r * s.max_recv;
+      }
+    }
+    const int c0 = base + lane;
+    float acc[kU][8] = {};
+    for (int q = 0; q < s.topk; ++q) {
+      const int rq = __shfl_sync(kFull, r, q);
+      const int64_t sq = __shfl_sync(kFull, slot, q);
+      if (rq < 0) continue;  // warp-uniform
+      if (rq == s.rank || direct) {
+        const uint8_t* row = (rq == s.rank ? j.in : p.comb_in[rq]) + sq * in_row;
+#pragma unroll
+        for (int u = 0; u < kU; ++u)
+          if (c0 + 32 * u < j.groups) Row8<T>::template add<true>(acc[u], row + (c0 + 32 * u) * Row8<T>::kBytes);
+      } else {
+        const uint8_t* row = p.comb_stage[rq] + sq * st_row;
+#pragma unroll
+        for (int u = 0; u < kU; ++u)
+          if (c0 + 32 * u < j.groups) Row8<S>::template add<true>(acc[u], row + (c0 + 32 * u) * Row8<S>::kBytes);
+      }
+    }
+    uint8_t* out = l.comb_out + t * in_row;
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+      if (c0 + 32 * u < j.groups) Row8<T>::store(out + (c0 + 32 * u) * Row8<T>::kBytes, acc[u]);
+    if (j.with_w && base == 0) {
+      float wacc = 0.0f;
+      for (int q = 0; q < s.topk; ++q) {
+        const int rq = __shfl_sync(kFull, r, q);
+        const int64_t sq = __shfl_sync(kFull, slot, q);
+        if (rq < 0 || lane >= s.topk) continue;
+        wacc += rq == s.rank ? __ldg(j.w + sq * s.topk + lane) : __ldcg(p.comb_stage_w[rq] + sq * s.topk + lane);
+      }
+      if (lane < s.topk) l.comb_out_w[t * s.topk + lane] = wacc;
+    }
+  }
+  // 3. Done reading the peers' rows: tell them (the last block, once every block is through).
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicAdd(&l.state[2], 1ull) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  if (threadIdx.x < s.world && threadIdx.x != s.rank) st_release_sys(p.comb_done[threadIdx.x] + s.rank, round);
+  if (threadIdx.x == 0) {
+    l.state[2] = 0;
+    *staged = 0;
+    l.state[1] = round;
+  }
+}
+
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) raise(Status::kInternal, "%s: %s", what, cudaGetErrorString(e));
 }
@@ -520,6 +625,13 @@ int resident_blocks(const void* kernel, int threads) {
 template <typename T, typename S>
 void launch_combine(const Shape& s, const Peers& p, const Local& l, const CombineJob& j, CombinePhase phase,
                     int blocks, int warps, cudaStream_t stream) {
+  if (phase == CombinePhase::kFused && j.pull) {
+    const void* kernel = reinterpret_cast<const void*>(&k_combine_pull<T, S>);
+    blocks = std::max(1, std::min(blocks, resident_blocks(kernel, warps * 32)));
+    k_combine_pull<T, S><<<blocks, warps * 32, 0, stream>>>(s, p, l, j, j.zero_copy);
+    check(cudaGetLastError(), "combine launch");
+    return;
+  }
   const void* kernel = reinterpret_cast<const void*>(&k_combine<T, S>);
   if (phase == CombinePhase::kFused) blocks = std::max(1, std::min(blocks, resident_blocks(kernel, warps * 32)));
   k_combine<T, S><<<blocks, warps * 32, 0, stream>>>(s, p, l, j, static_cast<int>(phase));
@@ -537,11 +649,12 @@ void combine(const Shape& s, const Peers& p, const Local& l, const CombineArgs& 
                  a.hidden);
   MORI_CHECK_ARG(a.num_tokens >= 0 && a.num_tokens <= s.max_inp, "combine: %d tokens, max_num_inp_token_per_rank %d",
                  a.num_tokens, s.max_inp);
-  CombineJob j{static_cast<const uint8_t*>(a.input), a.weights, a.with_weights, a.hidden / 8, a.num_tokens, 0, 0, 0, 8, 0};
+  CombineJob j{static_cast<const uint8_t*>(a.input), a.weights, a.with_weights, a.hidden / 8, a.num_tokens, 0, 0, 0, 8, 0, 1, a.zero_copy};
   if (const char* v = std::getenv("MORI_EP_COMBINE_FLAGS")) j.flag_mode = std::atoi(v);
   if (const char* v = std::getenv("MORI_EP_COMBINE_SPIN_NS")) j.spin_ns = std::atoi(v);
   if (const char* v = std::getenv("MORI_EP_COMBINE_SENDERS")) j.senders8 = std::atoi(v);
   if (const char* v = std::getenv("MORI_EP_COMBINE_ORDERED")) j.ordered = std::atoi(v);
+  if (const char* v = std::getenv("MORI_EP_COMBINE_PULL")) j.pull = std::atoi(v);
   auto st = static_cast<cudaStream_t>(stream);
   if (a.dtype == 1) {
     if (a.fp8)

@@ -40,13 +40,15 @@ struct Peers {
   float* comb_stage_w[kMaxPes];            // [world * max_inp * topk]
   unsigned int* comb_flag[kMaxPes];        // [world * max_inp]: round of the row that landed
   unsigned long long* comb_done[kMaxPes];  // [world]: last round PE q finished reading from here
+  uint8_t* comb_in[kMaxPes];               // registered combine input (zero-copy), rows by dispatch slot
+  unsigned long long* comb_ready[kMaxPes]; // [world]: last round PE q's rows are readable (pull combine)
 };
 
 // Device memory of the launching PE only.
 struct Local {
   int64_t* dest_map;          // [max_inp * topk]
   int32_t* total_recv;        // [1]
-  unsigned long long* state;  // [0] dispatch round, [1] combine round, [2] blocks done, [3] flags, [4..) sent[world]
+  unsigned long long* state;  // see state_words
   uint8_t* comb_out;          // [max_inp] rows
   float* comb_out_w;          // [max_inp * topk]
   uint64_t* slot_token;       // [world * max_recv]: (dispatch round << 32 | token) of my row in PE q's slot k
@@ -71,6 +73,7 @@ struct CombineArgs {
   int hidden = 0;
   bool fp8 = false;                // quant_type fp8_direct_cast: rows cross NVLink as e4m3
   int num_tokens = 0;              // receive side: this PE's tokens of the last dispatch
+  bool zero_copy = false;          // input is this PE's registered buffer (Peers::comb_in)
 };
 
 // `with_recv`: the last block also waits for every peer and publishes recv_num_token (IntraNode);
@@ -85,6 +88,8 @@ void combine(const Shape& s, const Peers& p, const Local& l, const CombineArgs& 
              int warps, void* stream);
 
 // Words of Local::state.
-inline int state_words(int world) { return 4 + world; }
+// [0] dispatch round, [1] combine round, [2] blocks done, [3] overflow flags, [4, 4 + world) rows
+// sent per PE, [4 + world] blocks that staged (pull combine).
+inline int state_words(int world) { return 5 + world; }
 
 }  // namespace mori::ep::cuda
