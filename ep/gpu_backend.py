@@ -25,7 +25,7 @@ _COMBINE_CODES = {torch.float32: 0, torch.bfloat16: 1}
 _SHARED = ("disp_tok", "disp_w", "disp_idx", "disp_scale", "disp_src", "counter", "disp_sig", "comb_stage",
            "comb_stage_w", "comb_flag", "comb_done", "reg_in", "comb_ready")
 # Buffers only this PE touches.
-_LOCAL = ("dest_map", "total_recv", "state", "comb_out", "comb_out_w", "slot_token")
+_LOCAL = ("dest_map", "total_recv", "state", "comb_out", "comb_out_w")
 
 
 def _align(v: int) -> int:
@@ -65,7 +65,6 @@ class GpuIntraNode:
             "dest_map": self.max_inp * k * 8, "total_recv": 4,
             "state": int(_C.ep.PeKernels.state_words(world)) * 8,
             "comb_out": self.max_inp * self.max_row, "comb_out_w": self.max_inp * k * 4,
-            "slot_token": world * self.max_recv * 8,
             # zero-copy combine input (get_registered_combine_input_buffer)
             "reg_in": self.max_recv * self.max_row,
         }

@@ -11,7 +11,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 OUT=${OUT:-bench-results}
 PY=${PYTHON:-python3}
 STEPS=${STEPS:-tests ep ccl}
-EP_SHAPES=${EP_SHAPES:-128x16}
+EP_SHAPES=${EP_SHAPES:-264x16}
 TESTS=${TESTS:-tests/ep/test_ep_gpu_op.py tests/collectives/test_ccl_gpu.py tests/gpu}
 mkdir -p "$OUT"
 RES=$(mktemp -d)

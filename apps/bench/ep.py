@@ -454,7 +454,7 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--json", default="bench-results/ep.json")
     parser.add_argument("--gpu", action="store_true",
                         help="CUDA: EpDispatchCombineOp, one process per GPU of this node, vs the NCCL path")
-    parser.add_argument("--block-num", type=int, default=128, help="GPU blocks per kernel")
+    parser.add_argument("--block-num", type=int, default=264, help="GPU blocks per kernel")
     parser.add_argument("--warp-per-block", type=int, default=16, help="GPU warps per block")
     parser.add_argument("--quant", default="none", help="GPU combine quant_type (none or fp8_direct_cast)")
     parser.add_argument("--zero-copy", action="store_true",

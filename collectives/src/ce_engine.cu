@@ -2,7 +2,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "mori/collectives/ce_engine.h"
@@ -353,27 +352,8 @@ void CeEngine::exchange(const std::vector<CeSend>& sends, const std::vector<CeRe
       launch_copies(&job, 1, d.sm_count, rs);
     }
   };
-  static const int split_ways = [] {
-    const char* v = std::getenv("MORI_CCL_SPLIT");  // experiment: copies per large one-piece push
-    return v ? std::max(1, std::min(2, std::atoi(v))) : 1;
-  }();
-  std::vector<cudaEvent_t> before_arrive, at_end;
   auto push = [&](size_t k, cudaStream_t ps) {
-    size_t first = sends[k].bytes;
-    if (split_ways == 2 && first >= (size_t(8) << 20)) {
-      // The second half on another stream: a second copy engine can take it.
-      int pe = sends[k].pe;
-      first = first / 2 / 4096 * 4096;
-      cudaEvent_t go = d.chunk_done[pe * kMaxChunks], done = d.chunk_done[pe * kMaxChunks + 1];
-      cuda_check(cudaEventRecord(go, ps), "cudaEventRecord");
-      cuda_check(cudaStreamWaitEvent(d.sig[pe], go, 0), "cudaStreamWaitEvent");
-      cuda_check(cudaMemcpyAsync(remote[k] + first, static_cast<const char*>(sends[k].src) + first,
-                                 sends[k].bytes - first, cudaMemcpyDeviceToDevice, d.sig[pe]),
-                 "cudaMemcpyAsync (push to peer)");
-      cuda_check(cudaEventRecord(done, d.sig[pe]), "cudaEventRecord");
-      before_arrive.push_back(done);
-    }
-    cuda_check(cudaMemcpyAsync(remote[k], sends[k].src, first, cudaMemcpyDeviceToDevice, ps),
+    cuda_check(cudaMemcpyAsync(remote[k], sends[k].src, sends[k].bytes, cudaMemcpyDeviceToDevice, ps),
                "cudaMemcpyAsync (push to peer)");
   };
 
@@ -392,6 +372,7 @@ void CeEngine::exchange(const std::vector<CeSend>& sends, const std::vector<CeRe
   if (fork) cuda_check(cudaEventRecord(d.fork, s), "cudaEventRecord");
   if (s_send >= 0) push(s_send, s);
 
+  std::vector<cudaEvent_t> before_arrive, at_end;
   for (size_t k = 0; k < sends.size(); ++k) {
     const CeSend& x = sends[k];
     if (x.bytes == 0 || static_cast<int>(k) == s_send) continue;

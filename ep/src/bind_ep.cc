@@ -170,7 +170,6 @@ void bind_ep(py::module_& m) {
              k->l.state = ptr_of<unsigned long long>(local["state"].cast<uintptr_t>());
              k->l.comb_out = ptr_of<uint8_t>(local["comb_out"].cast<uintptr_t>());
              k->l.comb_out_w = ptr_of<float>(local["comb_out_w"].cast<uintptr_t>());
-             k->l.slot_token = ptr_of<uint64_t>(local["slot_token"].cast<uintptr_t>());
              return k;
            }),
            py::arg("rank"), py::arg("world"), py::arg("topk"), py::arg("experts_per_rank"), py::arg("max_inp"),

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <type_traits>
 
 #include "mori/core/status.h"
@@ -140,13 +139,7 @@ __global__ void __launch_bounds__(1024) k_dispatch_send(Shape s, Peers p, Local 
         for (int b = lane; b < s.scale_bytes; b += 32)
           p.disp_scale[dj][slot * s.scale_bytes + b] = sc[t * s.scale_bytes + b];
       }
-      if (lane == 0) {
-        p.disp_src[dj][slot] = static_cast<int32_t>(s.rank * s.max_send + t);
-        // Which token sits in slot `slot` of PE dj this round: combine sums in that order.
-        if (dj != s.rank)
-          reinterpret_cast<uint2*>(l.slot_token)[dj * s.max_recv + slot] =
-              make_uint2(static_cast<unsigned>(t), static_cast<unsigned>(l.state[0] + 1));
-      }
+      if (lane == 0) p.disp_src[dj][slot] = static_cast<int32_t>(s.rank * s.max_send + t);
     }
     if (lane < s.topk) l.dest_map[t * s.topk + lane] = entry;
   }
@@ -283,186 +276,77 @@ __device__ __forceinline__ void send_row(uint8_t* __restrict__ dst, const uint8_
 }
 
 struct CombineJob {
-  const uint8_t* in;  // combine input rows (T)
+  const uint8_t* in;  // combine input rows (T), aligned with this PE's dispatch output
   const float* w;     // input weights or null
   bool with_w;
   int groups;         // hidden / 8
   int num_tokens;
-  unsigned round;
-  int flag_mode;  // experiment: 0 all lanes fence per row, 1 lane 0 fences per row, 2 one fence per warp
-  int spin_ns;    // experiment: back-off between flag polls
-  int senders8;   // experiment: eighths of each block's warps that send (8: every warp sends, then sums)
-  int ordered;    // experiment: sum tokens in the order their rows arrive
-  int pull;       // fused phase: pull combine (k_combine_pull) instead of pushes
-  bool zero_copy;
+  bool zero_copy;     // `in` is this PE's registered buffer (Peers::comb_in)
 };
 
-// Rows first, first + step, ... of this PE's dispatch output go back to their source PEs'
-// staging; each row's flag is set once its bytes (and weights) are visible system-wide.
-template <typename T, typename S>
-__device__ __forceinline__ void send_rows(const Shape& s, const Peers& p, const Local& l, const CombineJob& j, bool include_self,
-                          int64_t first, int64_t step, int lane) {
-  const int total = *l.total_recv;
-  const int32_t* src = p.disp_src[s.rank];
-  const int in_row = j.groups * Row8<T>::kBytes, st_row = j.groups * Row8<S>::kBytes;
-  for (int64_t i = first; i < total; i += step) {
-    const int64_t pos = src[i];
-    const int pe = static_cast<int>(pos / s.max_send);
-    if (pe == s.rank && !include_self) continue;  // the receiver reads its own rows from the input
-    const int64_t at = static_cast<int64_t>(s.rank) * s.max_inp + pos % s.max_send;
-    send_row<T, S>(p.comb_stage[pe] + at * st_row, j.in + i * in_row, j.groups, lane);
-    if (j.w && lane < s.topk) p.comb_stage_w[pe][at * s.topk + lane] = __ldg(j.w + i * s.topk + lane);
-    if (j.flag_mode == 2) continue;
-    if (j.flag_mode == 0) __threadfence_system();  // each lane's stores, then (after the warp barrier) the flag
-    __syncwarp();
-    if (lane == 0) {
-      if (j.flag_mode == 1) __threadfence_system();
-      st_release_sys_u32(p.comb_flag[pe] + at, j.round);
+struct RowRef {
+  const uint8_t* ptr;
+  bool staged;  // stored as the wire type S, else as the input type T
+};
+
+__host__ __device__ constexpr int kSliceGroups(int elem_bytes) { return 32 * (elem_bytes == 4 ? 2 : 4); }
+
+// Sums groups [base, base + 32 kU) of token t over its destination rows into comb_out (and, for
+// the slice at 0, its weights). Lanes < topk hold the token's (rank, slot) entries, -1 for none;
+// row(rank, slot) gives each row, weight(rank, slot) its weights.
+template <typename T, typename S, typename RowFn, typename WeightFn>
+__device__ __forceinline__ void sum_slice(const Shape& s, const Local& l, const CombineJob& j, int r, int64_t slot,
+                                          int64_t t, int base, int lane, RowFn row, WeightFn weight) {
+  constexpr int kU = kSliceGroups(sizeof(T)) / 32;  // groups in flight per lane (fp32: fewer, no spills)
+  const int c0 = base + lane;
+  float acc[kU][8] = {};
+  for (int q = 0; q < s.topk; ++q) {  // every lane runs every step: the row list travels by shuffles
+    const int rq = __shfl_sync(kFull, r, q);
+    const int64_t sq = __shfl_sync(kFull, slot, q);
+    if (rq < 0) continue;  // warp-uniform
+    const RowRef ref = row(rq, sq);
+    const uint8_t* ptr = ref.ptr;
+    if (ref.staged) {
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+        if (c0 + 32 * u < j.groups) Row8<S>::template add<true>(acc[u], ptr + (c0 + 32 * u) * Row8<S>::kBytes);
+    } else {
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+        if (c0 + 32 * u < j.groups) Row8<T>::template add<true>(acc[u], ptr + (c0 + 32 * u) * Row8<T>::kBytes);
     }
   }
-  if (j.flag_mode != 2) return;
-  __syncwarp();
-  if (lane != 0) return;
-  __threadfence_system();
-  for (int64_t i = first; i < total; i += step) {
-    const int64_t pos = src[i];
-    const int pe = static_cast<int>(pos / s.max_send);
-    if (pe == s.rank && !include_self) continue;
-    st_release_sys_u32(p.comb_flag[pe] + static_cast<int64_t>(s.rank) * s.max_inp + pos % s.max_send, j.round);
+  uint8_t* out = l.comb_out + t * j.groups * Row8<T>::kBytes;
+#pragma unroll
+  for (int u = 0; u < kU; ++u)
+    if (c0 + 32 * u < j.groups) Row8<T>::store(out + (c0 + 32 * u) * Row8<T>::kBytes, acc[u]);
+  if (!j.with_w || base != 0) return;
+  float wacc = 0.0f;
+  for (int q = 0; q < s.topk; ++q) {
+    const int rq = __shfl_sync(kFull, r, q);
+    const int64_t sq = __shfl_sync(kFull, slot, q);
+    if (rq >= 0 && lane < s.topk) wacc += __ldcg(weight(rq, sq) + lane);
   }
+  if (lane < s.topk) l.comb_out_w[t * s.topk + lane] = wacc;
 }
 
-template <typename T, typename S>
-__device__ __forceinline__ void recv_token(const Shape& s, const Peers& p, const Local& l, const CombineJob& j, bool local_from_input,
-                           int64_t t, int lane) {
-  int r = -1;
-  int64_t slot = 0;
-  if (lane < s.topk) {
-    const int64_t v = l.dest_map[t * s.topk + lane];
-    if (v >= 0) {
-      r = static_cast<int>(v / s.max_recv);
-      slot = v - r * s.max_recv;
-    }
-  }
-  const int64_t stage_row = static_cast<int64_t>(r) * s.max_inp + t;
-  if (r >= 0 && !(local_from_input && r == s.rank)) {
-    const unsigned* f = p.comb_flag[s.rank] + stage_row;
-    while (ld_acquire_sys_u32(f) != j.round)
-      if (j.spin_ns) __nanosleep(j.spin_ns);
-  }
-  __syncwarp();
-  constexpr int kU = sizeof(T) == 4 ? 2 : 4;  // groups in flight per lane (fp32 rows: fewer, no spills)
-  const int in_row = j.groups * Row8<T>::kBytes, st_row = j.groups * Row8<S>::kBytes;
-  const uint8_t* stage = p.comb_stage[s.rank];
-  uint8_t* out = l.comb_out + t * in_row;
-  // Every lane runs every iteration: the row list travels by shuffles.
-  for (int base = 0; base < j.groups; base += 32 * kU) {
-    const int c0 = base + lane;
-    float acc[kU][8] = {};
-    for (int q = 0; q < s.topk; ++q) {
-      const int rq = __shfl_sync(kFull, r, q);
-      const int64_t sq = __shfl_sync(kFull, slot, q);
-      if (rq < 0) continue;  // warp-uniform
-      if (local_from_input && rq == s.rank) {
-        const uint8_t* row = j.in + sq * in_row;
-#pragma unroll
-        for (int u = 0; u < kU; ++u)
-          if (c0 + 32 * u < j.groups) Row8<T>::template add<false>(acc[u], row + (c0 + 32 * u) * Row8<T>::kBytes);
-      } else {
-        const uint8_t* row = stage + (static_cast<int64_t>(rq) * s.max_inp + t) * st_row;
-#pragma unroll
-        for (int u = 0; u < kU; ++u)
-          if (c0 + 32 * u < j.groups) Row8<S>::template add<true>(acc[u], row + (c0 + 32 * u) * Row8<S>::kBytes);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kU; ++u)
-      if (c0 + 32 * u < j.groups) Row8<T>::store(out + (c0 + 32 * u) * Row8<T>::kBytes, acc[u]);
-  }
-  if (j.with_w) {
-    float acc = 0.0f;
-    for (int q = 0; q < s.topk; ++q) {
-      const int rq = __shfl_sync(kFull, r, q);
-      const int64_t sq = __shfl_sync(kFull, slot, q);
-      if (rq < 0 || lane >= s.topk) continue;
-      if (local_from_input && rq == s.rank)
-        acc += __ldg(j.w + sq * s.topk + lane);
-      else
-        acc += __ldcg(p.comb_stage_w[s.rank] + (static_cast<int64_t>(rq) * s.max_inp + t) * s.topk + lane);
-    }
-    if (lane < s.topk) l.comb_out_w[t * s.topk + lane] = acc;
-  }
+// Lanes < topk: (rank, slot) of token t's dispatch rows (rank -1: none).
+__device__ __forceinline__ void token_rows(const Shape& s, const Local& l, int64_t t, int lane, int& r,
+                                           int64_t& slot) {
+  r = -1;
+  slot = 0;
+  if (lane >= s.topk) return;
+  const int64_t v = l.dest_map[t * s.topk + lane];
+  if (v < 0) return;
+  r = static_cast<int>(v / s.max_recv);
+  slot = v - r * s.max_recv;
 }
 
-// Which token a receiving warp sums at work item e, or -1. Unordered: item t is token t.
-// Ordered (fused kernel): peers push the rows they hold in slot order, so after the tokens
-// with no remote row this walks (slot, peer) pairs in that order through slot_token (written by
-// this PE's dispatch) and sums each token at its lowest-numbered remote destination.
-__device__ __forceinline__ int64_t token_at(const Shape& s, const Local& l, const CombineJob& j, bool ordered,
-                                            unsigned dround, int64_t e, int lane) {
-  if (e < j.num_tokens) {
-    if (!ordered) return e;
-    const int64_t v = lane < s.topk ? l.dest_map[e * s.topk + lane] : -1;
-    const bool remote = v >= 0 && static_cast<int>(v / s.max_recv) != s.rank;
-    return __any_sync(kFull, remote) ? -1 : e;
-  }
-  e -= j.num_tokens;
-  const int64_t k = e / s.world;
-  const int r = static_cast<int>(e - k * s.world);
-  if (r == s.rank) return -1;
-  const uint64_t v = l.slot_token[r * s.max_recv + k];
-  if (static_cast<unsigned>(v >> 32) != dround) return -1;
-  const int64_t t = static_cast<int64_t>(v & 0xffffffffull);
-  int d = s.world;
-  if (lane < s.topk) {
-    const int64_t m = l.dest_map[t * s.topk + lane];
-    const int dm = m >= 0 ? static_cast<int>(m / s.max_recv) : s.world;
-    if (dm != s.rank) d = dm;
-  }
-  for (int off = 16; off; off >>= 1) d = min(d, __shfl_xor_sync(kFull, d, off));
-  return d == r ? t : -1;
-}
-
-// Block roles: kFused splits the grid (senders first, so they are scheduled before receivers
-// that wait for peers' senders); kSend / kRecv give every block one role.
-template <typename T, typename S>
-__global__ void __launch_bounds__(1024) k_combine(Shape s, Peers p, Local l, CombineJob j, int phase) {
+// The last block to finish (all blocks count in state[2]) tells the peers this PE read round
+// `round` of their rows, and moves the combine round on.
+__device__ __forceinline__ void finish_round(const Shape& s, const Peers& p, const Local& l,
+                                             unsigned long long round) {
   __shared__ bool last;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  const unsigned long long round = l.state[1] + 1;  // bumped only by the last block, after all read it
-  j.round = static_cast<unsigned>(round);
-  const bool fused = phase == static_cast<int>(CombinePhase::kFused);
-  if (phase != static_cast<int>(CombinePhase::kRecv)) {
-    // A peer's staging still holds rows of our previous round until it says it read them.
-    if (threadIdx.x < s.world && threadIdx.x != s.rank)
-      while (ld_acquire_sys(p.comb_done[s.rank] + threadIdx.x) + 1 < round) __nanosleep(32);
-    __syncthreads();
-  }
-  // Fused: the first senders8/8 warps of every block push, the others sum (every SM does both:
-  // NVLink writes and HBM reads each need many SMs); 8/8: every warp pushes, then sums.
-  const int send_warps = fused && s.world > 1 ? nwarps * j.senders8 / 8 : nwarps;
-  const bool split = fused && send_warps > 0 && send_warps < nwarps;
-  const bool sends = phase != static_cast<int>(CombinePhase::kRecv) && (!split || warp < send_warps);
-  const bool recvs = phase != static_cast<int>(CombinePhase::kSend) && (!split || warp >= send_warps);
-  if (sends) {
-    const int per_block = split ? send_warps : nwarps;
-    send_rows<T, S>(s, p, l, j, phase == static_cast<int>(CombinePhase::kSend),
-                    static_cast<int64_t>(blockIdx.x) * per_block + warp, static_cast<int64_t>(gridDim.x) * per_block,
-                    lane);
-  }
-  if (recvs) {
-    const int per_block = split ? nwarps - send_warps : nwarps;
-    const int64_t first = static_cast<int64_t>(blockIdx.x) * per_block + (split ? warp - send_warps : warp);
-    const int64_t step = static_cast<int64_t>(gridDim.x) * per_block;
-    const bool ordered = fused && j.ordered && s.world > 1;
-    const int64_t items = j.num_tokens + (ordered ? s.max_recv * s.world : 0);
-    const unsigned dround = static_cast<unsigned>(l.state[0]);
-    for (int64_t e = first; e < items; e += step) {
-      const int64_t t = token_at(s, l, j, ordered, dround, e, lane);
-      if (t >= 0) recv_token<T, S>(s, p, l, j, fused, t, lane);
-    }
-  }
-  if (phase == static_cast<int>(CombinePhase::kSend)) return;
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
@@ -473,111 +357,121 @@ __global__ void __launch_bounds__(1024) k_combine(Shape s, Peers p, Local l, Com
   if (threadIdx.x < s.world && threadIdx.x != s.rank) st_release_sys(p.comb_done[threadIdx.x] + s.rank, round);
   if (threadIdx.x == 0) {
     l.state[2] = 0;
+    l.state[4 + s.world] = 0;
     l.state[1] = round;
   }
 }
 
-// Pull combine (fused phase): every PE first makes the rows other PEs need readable in its
-// own symmetric memory (the registered input as is, else a copy, or an fp8 cast, into
-// comb_stage by dispatch slot) and tells them (comb_ready); then every warp sums slices of
-// tokens, reading its own rows from the input and the others' straight over NVLink. The sums
-// overlap the transfer, and no remote store needs a fence.
-template <typename T, typename S>
-__global__ void __launch_bounds__(1024) k_combine_pull(Shape s, Peers p, Local l, CombineJob j, bool zero_copy) {
-  __shared__ bool last;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  const unsigned long long round = l.state[1] + 1;
-  const int64_t gw = static_cast<int64_t>(blockIdx.x) * nwarps + warp, nw = static_cast<int64_t>(gridDim.x) * nwarps;
-  unsigned long long* staged = &l.state[4 + s.world];
-  const bool direct = zero_copy && std::is_same_v<T, S>;  // peers read the registered input itself
-  const int in_row = j.groups * Row8<T>::kBytes, st_row = j.groups * Row8<S>::kBytes;
-  // 1. Stage: peers still read our previous round's rows until they say they are done.
+// Waits (threads < world) until every peer read our rows of the previous round.
+__device__ __forceinline__ void wait_peers_done(const Shape& s, const Peers& p, unsigned long long round) {
   if (threadIdx.x < s.world && threadIdx.x != s.rank)
     while (ld_acquire_sys(p.comb_done[s.rank] + threadIdx.x) + 1 < round) __nanosleep(32);
   __syncthreads();
+}
+
+// Pull combine (IntraNode, IntraNodeLL): every PE first makes the rows other PEs need readable
+// in its own symmetric memory (the registered input as is, else a copy, or an fp8 cast, into
+// comb_stage by dispatch slot) and tells them (comb_ready); then every warp sums slices of
+// tokens, reading its own rows from the input and the others' straight over NVLink. The sums
+// overlap the transfer, no remote store needs a fence, and a slice per warp keeps the
+// latency of small batches down.
+template <typename T, typename S>
+__global__ void __launch_bounds__(1024) k_combine_pull(Shape s, Peers p, Local l, CombineJob j) {
+  __shared__ bool last;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const unsigned long long round = l.state[1] + 1;  // bumped only by the last block, after all read it
+  const int64_t gw = static_cast<int64_t>(blockIdx.x) * nwarps + warp, nw = static_cast<int64_t>(gridDim.x) * nwarps;
+  const bool direct = j.zero_copy && std::is_same_v<T, S>;  // peers read the registered input itself
+  const int in_row = j.groups * Row8<T>::kBytes, st_row = j.groups * Row8<S>::kBytes;
+  // 1. Stage the rows that go to other PEs.
+  wait_peers_done(s, p, round);
   const int total = *l.total_recv;
   const int32_t* src = p.disp_src[s.rank];
   for (int64_t i = gw; i < total; i += nw) {
-    if (static_cast<int>(src[i] / s.max_send) == s.rank) continue;  // read locally from the input
+    if (static_cast<int>(src[i] / s.max_send) == s.rank) continue;  // summed here, from the input
     if (!direct) send_row<T, S>(p.comb_stage[s.rank] + i * st_row, j.in + i * in_row, j.groups, lane);
     if (j.w && lane < s.topk) p.comb_stage_w[s.rank][i * s.topk + lane] = __ldg(j.w + i * s.topk + lane);
   }
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence_system();  // this block's staged rows, before it counts
-    last = atomicAdd(staged, 1ull) == gridDim.x - 1;
+    last = atomicAdd(&l.state[4 + s.world], 1ull) == gridDim.x - 1;
   }
   __syncthreads();
   if (last && threadIdx.x < s.world && threadIdx.x != s.rank) {
     __threadfence_system();
     st_release_sys(p.comb_ready[threadIdx.x] + s.rank, round);
   }
-  // 2. Sum: wait until every peer's rows are readable, then slices of 32 x kU groups per item.
+  // 2. Sum once every peer's rows are readable.
   if (threadIdx.x < s.world && threadIdx.x != s.rank)
     while (ld_acquire_sys(p.comb_ready[s.rank] + threadIdx.x) < round) __nanosleep(32);
   __syncthreads();
-  constexpr int kU = sizeof(T) == 4 ? 2 : 4;
-  const int slice = 32 * kU, slices = (j.groups + slice - 1) / slice;
+  constexpr int kSlice = kSliceGroups(sizeof(T));
+  const int slices = (j.groups + kSlice - 1) / kSlice;
   const int64_t items = static_cast<int64_t>(j.num_tokens) * slices;
   for (int64_t e = gw; e < items; e += nw) {
     const int64_t t = e / slices;
-    const int base = static_cast<int>(e - t * slices) * slice;
-    int r = -1;
-    int64_t slot = 0;
-    if (lane < s.topk) {
-      const int64_t v = l.dest_map[t * s.topk + lane];
-      if (v >= 0) {
-        r = static_cast<int>(v / s.max_recv);
-        slot = v - r * s.max_recv;
-      }
-    }
-    const int c0 = base + lane;
-    float acc[kU][8] = {};
-    for (int q = 0; q < s.topk; ++q) {
-      const int rq = __shfl_sync(kFull, r, q);
-      const int64_t sq = __shfl_sync(kFull, slot, q);
-      if (rq < 0) continue;  // warp-uniform
-      if (rq == s.rank || direct) {
-        const uint8_t* row = (rq == s.rank ? j.in : p.comb_in[rq]) + sq * in_row;
-#pragma unroll
-        for (int u = 0; u < kU; ++u)
-          if (c0 + 32 * u < j.groups) Row8<T>::template add<true>(acc[u], row + (c0 + 32 * u) * Row8<T>::kBytes);
-      } else {
-        const uint8_t* row = p.comb_stage[rq] + sq * st_row;
-#pragma unroll
-        for (int u = 0; u < kU; ++u)
-          if (c0 + 32 * u < j.groups) Row8<S>::template add<true>(acc[u], row + (c0 + 32 * u) * Row8<S>::kBytes);
-      }
-    }
-    uint8_t* out = l.comb_out + t * in_row;
-#pragma unroll
-    for (int u = 0; u < kU; ++u)
-      if (c0 + 32 * u < j.groups) Row8<T>::store(out + (c0 + 32 * u) * Row8<T>::kBytes, acc[u]);
-    if (j.with_w && base == 0) {
-      float wacc = 0.0f;
-      for (int q = 0; q < s.topk; ++q) {
-        const int rq = __shfl_sync(kFull, r, q);
-        const int64_t sq = __shfl_sync(kFull, slot, q);
-        if (rq < 0 || lane >= s.topk) continue;
-        wacc += rq == s.rank ? __ldg(j.w + sq * s.topk + lane) : __ldcg(p.comb_stage_w[rq] + sq * s.topk + lane);
-      }
-      if (lane < s.topk) l.comb_out_w[t * s.topk + lane] = wacc;
-    }
+    int r;
+    int64_t slot;
+    token_rows(s, l, t, lane, r, slot);
+    sum_slice<T, S>(
+        s, l, j, r, slot, t, static_cast<int>(e - t * slices) * kSlice, lane,
+        [&](int rq, int64_t sq) {
+          if (rq == s.rank) return RowRef{j.in + sq * in_row, false};
+          if (direct) return RowRef{p.comb_in[rq] + sq * in_row, false};
+          return RowRef{p.comb_stage[rq] + sq * st_row, true};
+        },
+        [&](int rq, int64_t sq) { return (rq == s.rank ? j.w : p.comb_stage_w[rq]) + sq * s.topk; });
   }
-  // 3. Done reading the peers' rows: tell them (the last block, once every block is through).
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(&l.state[2], 1ull) == gridDim.x - 1;
+  finish_round(s, p, l, round);
+}
+
+// AsyncLL's halves, by push. kSend: every row of this PE's dispatch output goes into its source
+// PE's staging at (this PE, token), then that slot's 32-bit flag is set to the round (after a
+// system fence, so the row is visible first). kRecv: each token waits for its rows' flags and
+// sums them from the staging.
+template <typename T, typename S>
+__global__ void __launch_bounds__(1024) k_combine_push(Shape s, Peers p, Local l, CombineJob j, bool send) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const unsigned long long round = l.state[1] + 1;
+  const unsigned flag = static_cast<unsigned>(round);
+  const int64_t gw = static_cast<int64_t>(blockIdx.x) * nwarps + warp, nw = static_cast<int64_t>(gridDim.x) * nwarps;
+  const int in_row = j.groups * Row8<T>::kBytes, st_row = j.groups * Row8<S>::kBytes;
+  if (send) {
+    wait_peers_done(s, p, round);
+    const int total = *l.total_recv;
+    const int32_t* src = p.disp_src[s.rank];
+    for (int64_t i = gw; i < total; i += nw) {
+      const int64_t pos = src[i];
+      const int pe = static_cast<int>(pos / s.max_send);
+      const int64_t at = static_cast<int64_t>(s.rank) * s.max_inp + pos % s.max_send;
+      send_row<T, S>(p.comb_stage[pe] + at * st_row, j.in + i * in_row, j.groups, lane);
+      if (j.w && lane < s.topk) p.comb_stage_w[pe][at * s.topk + lane] = __ldg(j.w + i * s.topk + lane);
+      __threadfence_system();  // each lane's stores, then (after the warp barrier) the flag
+      __syncwarp();
+      if (lane == 0) st_release_sys_u32(p.comb_flag[pe] + at, flag);
+    }
+    return;
   }
-  __syncthreads();
-  if (!last) return;
-  if (threadIdx.x < s.world && threadIdx.x != s.rank) st_release_sys(p.comb_done[threadIdx.x] + s.rank, round);
-  if (threadIdx.x == 0) {
-    l.state[2] = 0;
-    *staged = 0;
-    l.state[1] = round;
+  constexpr int kSlice = kSliceGroups(sizeof(T));
+  for (int64_t t = gw; t < j.num_tokens; t += nw) {
+    int r;
+    int64_t slot;
+    token_rows(s, l, t, lane, r, slot);
+    if (r >= 0)
+      while (ld_acquire_sys_u32(p.comb_flag[s.rank] + static_cast<int64_t>(r) * s.max_inp + t) != flag) {
+      }
+    __syncwarp();
+    for (int base = 0; base < j.groups; base += kSlice)
+      sum_slice<T, S>(
+          s, l, j, r, slot, t, base, lane,
+          [&](int rq, int64_t) {
+            return RowRef{
+                p.comb_stage[s.rank] + (static_cast<int64_t>(rq) * s.max_inp + t) * st_row, true};
+          },
+          [&](int rq, int64_t) { return p.comb_stage_w[s.rank] + (static_cast<int64_t>(rq) * s.max_inp + t) * s.topk; });
   }
+  finish_round(s, p, l, round);
 }
 
 void check(cudaError_t e, const char* what) {
@@ -625,16 +519,13 @@ int resident_blocks(const void* kernel, int threads) {
 template <typename T, typename S>
 void launch_combine(const Shape& s, const Peers& p, const Local& l, const CombineJob& j, CombinePhase phase,
                     int blocks, int warps, cudaStream_t stream) {
-  if (phase == CombinePhase::kFused && j.pull) {
+  if (phase == CombinePhase::kFused) {
     const void* kernel = reinterpret_cast<const void*>(&k_combine_pull<T, S>);
     blocks = std::max(1, std::min(blocks, resident_blocks(kernel, warps * 32)));
-    k_combine_pull<T, S><<<blocks, warps * 32, 0, stream>>>(s, p, l, j, j.zero_copy);
-    check(cudaGetLastError(), "combine launch");
-    return;
+    k_combine_pull<T, S><<<blocks, warps * 32, 0, stream>>>(s, p, l, j);
+  } else {
+    k_combine_push<T, S><<<blocks, warps * 32, 0, stream>>>(s, p, l, j, phase == CombinePhase::kSend);
   }
-  const void* kernel = reinterpret_cast<const void*>(&k_combine<T, S>);
-  if (phase == CombinePhase::kFused) blocks = std::max(1, std::min(blocks, resident_blocks(kernel, warps * 32)));
-  k_combine<T, S><<<blocks, warps * 32, 0, stream>>>(s, p, l, j, static_cast<int>(phase));
   check(cudaGetLastError(), "combine launch");
 }
 
@@ -649,12 +540,8 @@ void combine(const Shape& s, const Peers& p, const Local& l, const CombineArgs& 
                  a.hidden);
   MORI_CHECK_ARG(a.num_tokens >= 0 && a.num_tokens <= s.max_inp, "combine: %d tokens, max_num_inp_token_per_rank %d",
                  a.num_tokens, s.max_inp);
-  CombineJob j{static_cast<const uint8_t*>(a.input), a.weights, a.with_weights, a.hidden / 8, a.num_tokens, 0, 0, 0, 8, 0, 1, a.zero_copy};
-  if (const char* v = std::getenv("MORI_EP_COMBINE_FLAGS")) j.flag_mode = std::atoi(v);
-  if (const char* v = std::getenv("MORI_EP_COMBINE_SPIN_NS")) j.spin_ns = std::atoi(v);
-  if (const char* v = std::getenv("MORI_EP_COMBINE_SENDERS")) j.senders8 = std::atoi(v);
-  if (const char* v = std::getenv("MORI_EP_COMBINE_ORDERED")) j.ordered = std::atoi(v);
-  if (const char* v = std::getenv("MORI_EP_COMBINE_PULL")) j.pull = std::atoi(v);
+  CombineJob j{static_cast<const uint8_t*>(a.input), a.weights, a.with_weights, a.hidden / 8, a.num_tokens,
+               a.zero_copy};
   auto st = static_cast<cudaStream_t>(stream);
   if (a.dtype == 1) {
     if (a.fp8)

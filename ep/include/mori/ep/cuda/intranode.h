@@ -51,7 +51,6 @@ struct Local {
   unsigned long long* state;  // see state_words
   uint8_t* comb_out;          // [max_inp] rows
   float* comb_out_w;          // [max_inp * topk]
-  uint64_t* slot_token;       // [world * max_recv]: (dispatch round << 32 | token) of my row in PE q's slot k
 };
 
 struct Shape {
