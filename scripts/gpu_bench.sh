@@ -2,7 +2,7 @@
 # One call on a GPU machine: build, then the steps named in STEPS (default all):
 #   tests  the GPU tests (pytest; TESTS overrides which)
 #   ep     `mori bench ep --gpu` for each launch shape in EP_SHAPES (block_num x warp_per_block),
-#          and once with the fp8_direct_cast combine
+#          then with the fp8_direct_cast combine and with the zero-copy combine
 #   ccl    `mori bench ccl --gpu` (all-gather sweep, other collectives, GEMM overlap)
 # Logs and JSON go to $OUT/results.tgz (default OUT: bench-results/), a summary to stdout.
 # NVLink multicast stays off.
@@ -40,8 +40,11 @@ for s in $STEPS; do
           --warp-per-block "${shape#*x}" --json "$RES/ep-$shape.json" && tail -12 "$RES/ep-$shape.log"
       done
       shape=${EP_SHAPES%% *}
-      step ep-fp8 timeout 300 $PY -m mori.apps.cli bench ep --gpu --quant fp8_direct_cast --block-num "${shape%x*}" \
-        --warp-per-block "${shape#*x}" --json "$RES/ep-fp8.json" && tail -12 "$RES/ep-fp8.log" ;;
+      for extra in "--quant fp8_direct_cast" "--zero-copy"; do
+        name=ep-$(echo "$extra" | tr -dc 'a-z0-9_')
+        step "$name" timeout 300 $PY -m mori.apps.cli bench ep --gpu $extra --block-num "${shape%x*}" \
+          --warp-per-block "${shape#*x}" --json "$RES/$name.json" && tail -12 "$RES/$name.log"
+      done ;;
     ccl)
       step ccl timeout 400 $PY -m mori.apps.cli bench ccl --gpu --json "$RES/ccl.json" && tail -40 "$RES/ccl.log" ;;
   esac
