@@ -378,6 +378,7 @@ __device__ __forceinline__ void wait_peers_done(const Shape& s, const Peers& p, 
 template <typename T, typename S>
 __global__ void __launch_bounds__(1024) k_combine_pull(Shape s, Peers p, Local l, CombineJob j) {
   __shared__ bool last;
+  __shared__ unsigned direct_peers;  // peers whose registered input is read as is
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const unsigned long long round = l.state[1] + 1;  // bumped only by the last block, after all read it
   const int64_t gw = static_cast<int64_t>(blockIdx.x) * nwarps + warp, nw = static_cast<int64_t>(gridDim.x) * nwarps;
@@ -400,11 +401,17 @@ __global__ void __launch_bounds__(1024) k_combine_pull(Shape s, Peers p, Local l
   __syncthreads();
   if (last && threadIdx.x < s.world && threadIdx.x != s.rank) {
     __threadfence_system();
-    st_release_sys(p.comb_ready[threadIdx.x] + s.rank, round);
+    st_release_sys(p.comb_ready[threadIdx.x] + s.rank, (round << 1) | (direct ? 1ull : 0ull));
   }
-  // 2. Sum once every peer's rows are readable.
-  if (threadIdx.x < s.world && threadIdx.x != s.rank)
-    while (ld_acquire_sys(p.comb_ready[s.rank] + threadIdx.x) < round) __nanosleep(32);
+  // 2. Sum once every peer's rows are readable. Each peer says where (its registered input or
+  // its staging): PEs may differ in that from call to call.
+  if (threadIdx.x == 0) direct_peers = 0;
+  __syncthreads();
+  if (threadIdx.x < s.world && threadIdx.x != s.rank) {
+    unsigned long long v;
+    while (((v = ld_acquire_sys(p.comb_ready[s.rank] + threadIdx.x)) >> 1) < round) __nanosleep(32);
+    if (v & 1) atomicOr(&direct_peers, 1u << threadIdx.x);
+  }
   __syncthreads();
   constexpr int kSlice = kSliceGroups(sizeof(T));
   const int slices = (j.groups + kSlice - 1) / kSlice;
@@ -418,7 +425,7 @@ __global__ void __launch_bounds__(1024) k_combine_pull(Shape s, Peers p, Local l
         s, l, j, r, slot, t, static_cast<int>(e - t * slices) * kSlice, lane,
         [&](int rq, int64_t sq) {
           if (rq == s.rank) return RowRef{j.in + sq * in_row, false};
-          if (direct) return RowRef{p.comb_in[rq] + sq * in_row, false};
+          if ((direct_peers >> rq) & 1) return RowRef{p.comb_in[rq] + sq * in_row, false};
           return RowRef{p.comb_stage[rq] + sq * st_row, true};
         },
         [&](int rq, int64_t sq) { return (rq == s.rank ? j.w : p.comb_stage_w[rq]) + sq * s.topk; });

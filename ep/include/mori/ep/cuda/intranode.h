@@ -41,7 +41,7 @@ struct Peers {
   unsigned int* comb_flag[kMaxPes];        // [world * max_inp]: round of the row that landed
   unsigned long long* comb_done[kMaxPes];  // [world]: last round PE q finished reading from here
   uint8_t* comb_in[kMaxPes];               // registered combine input (zero-copy), rows by dispatch slot
-  unsigned long long* comb_ready[kMaxPes]; // [world]: last round PE q's rows are readable (pull combine)
+  unsigned long long* comb_ready[kMaxPes]; // [world]: PE q's rows of round r are readable: r << 1 | in comb_in
 };
 
 // Device memory of the launching PE only.
