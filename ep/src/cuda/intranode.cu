@@ -291,7 +291,7 @@ struct RowRef {
 
 __host__ __device__ constexpr int kSliceGroups(int elem_bytes) { return 32 * (elem_bytes == 4 ? 2 : 4); }
 
-// Sums groups [base, base + 32 kU) of token t over its destination rows into comb_out (and, for
+// Sums groups [base, base + kSliceGroups) of token t over its destination rows into comb_out (and, for
 // the slice at 0, its weights). Lanes < topk hold the token's (rank, slot) entries, -1 for none;
 // row(rank, slot) gives each row, weight(rank, slot) its weights.
 template <typename T, typename S, typename RowFn, typename WeightFn>

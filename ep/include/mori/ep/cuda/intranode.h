@@ -8,15 +8,17 @@
 //
 // Dispatch (the CPU handle's protocol, on the GPU): one remote atomic per block and
 // destination reserves a range of receive rows; warps copy rows with 16-byte stores; the
-// last block to finish publishes (round << 32 | count) with a system-scope release store;
-// the receive kernel waits with acquire loads.
+// last block to finish publishes (round << 32 | count) with a system-scope release store and
+// (unless AsyncLL) waits for every peer's with acquire loads.
 //
-// Combine: a sending warp writes a row (and its weights) into the source PE's staging slot
-// for (sender, token) and then sets that slot's 32-bit flag to the combine round; a receiving
-// warp waits for the flags of its token's remote rows and sums them with its own rows, read
-// straight from the combine input. In the fused kernel (IntraNode) half of the blocks send and
-// half receive, so the sums run while rows are still arriving over NVLink. A receiver that is
-// done reading tells each peer (comb_done) so a later round never overwrites unread rows.
+// Combine, fused (IntraNode, IntraNodeLL): pull. Each PE makes the rows other PEs need readable
+// in its own symmetric memory (its registered input as is, else a copy or an fp8 cast into its
+// staging, by dispatch slot), then flags every peer (comb_ready: round, and where the rows are);
+// every warp then sums slices of its tokens, its own rows read from the input and the peers'
+// loaded over NVLink, so the transfer and the sums overlap. Combine, AsyncLL: push. The send
+// half writes every row into its source PE's staging at (sender, token) and sets that slot's
+// 32-bit flag to the round; the receive half waits for the flags and sums. Either way a PE
+// that is done reading tells each peer (comb_done), so no round overwrites unread rows.
 //
 // Rounds and counters live in device memory and only move forward, so dispatch and combine
 // can be captured in CUDA graphs and replayed.
