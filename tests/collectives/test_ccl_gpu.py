@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""MORI-CCL collectives on CUDA tensors, 2 GPUs (skipped without them)."""
+"""MORI-CCL collectives on CUDA tensors: 2 GPUs, and every GPU of the machine when it has more
+(skipped without 2)."""
 from __future__ import annotations
 
 import pytest
@@ -12,13 +13,17 @@ needs_gpus = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.devi
                                 reason="needs 2 CUDA GPUs")
 
 
+_PES = sorted({2, torch.cuda.device_count()}) if torch.cuda.is_available() and torch.cuda.device_count() > 2 else [2]
+
+
 @pytest.mark.gpu
 @needs_gpus
-@pytest.mark.timeout(300)
-def test_ccl_gpu_collectives_2gpus():
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("pes", _PES)
+def test_ccl_gpu_collectives(pes):
     from mori import _C
 
     if not getattr(_C.collectives, "has_cuda", False):
         pytest.skip("MORI built without CUDA")
-    out = check(mori_run(2, python_program("ccl_gpu_suite.py"), timeout=280))
-    assert out.count("ccl gpu suite ok") == 2
+    out = check(mori_run(pes, python_program("ccl_gpu_suite.py"), timeout=280 + 30 * pes))
+    assert out.count("ccl gpu suite ok") == pes

@@ -20,14 +20,17 @@ pytestmark = [
 
 # PASS lines per PE: a line per dtype/kernel case, per kernel, or one.
 _LINES = {"dtypes": 8, "fp8_cast": 3, "standard_moe": 2}
+# 2 PEs, and every GPU of the machine when it has more (EP8 on an 8-GPU node).
+_PES = sorted({2, torch.cuda.device_count()}) if torch.cuda.is_available() and torch.cuda.device_count() > 2 else [2]
 
 
+@pytest.mark.parametrize("pes", _PES)
 @pytest.mark.parametrize("checks", ["dtypes", "zero_copy async_ll errors", "graph", "fp8_cast standard_moe"])
-def test_gpu_op(checks):
+def test_gpu_op(checks, pes):
     names = checks.split()
-    out = check(mori_run(2, python_program("ep_gpu_op_suite.py", *names), timeout=150))
+    out = check(mori_run(pes, python_program("ep_gpu_op_suite.py", *names), timeout=150 + 30 * pes))
     for name in names:
-        assert out.count(f"PASS {name}") == 2 * _LINES.get(name, 1), out
+        assert out.count(f"PASS {name}") == pes * _LINES.get(name, 1), out
 
 
 def test_gpu_complete_example_from_the_guide():
