@@ -17,8 +17,10 @@ path per iteration from a barrier (it synchronizes with the host anyway). Figure
   (dispatch counts rows received, combine the rows sent back: DeepEP's definition);
 * link efficiency: bytes that crossed from other ranks into this one / time / the peer-copy
   ceiling measured in the same run (CPU: concurrent memcpy between PEs' mapped heaps; GPU: one-way
-  copy-engine put into a peer's GPU heap). With ``--quant fp8_direct_cast`` combine rows cross
-  as one byte per element, and the link figure counts those bytes.
+  copy-engine put into a peer's GPU heap; ``link_eff_2way`` divides by the copy engines' rate per
+  direction when every PE puts at once, as in dispatch and combine). With ``--quant
+  fp8_direct_cast`` combine rows cross as one byte per element, and the link figure counts those
+  bytes.
 """
 from __future__ import annotations
 
@@ -237,34 +239,43 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ce_ceiling(sh, torch, dist, rank: int, world: int, nbytes: int = 256 << 20) -> float:
-    """One-way copy-engine peer bandwidth (GB/s): each PE in turn puts ``nbytes`` into its right
-    neighbour's GPU heap (``putmem_on_stream``, cudaMemcpyAsync) while the others wait; the mean."""
+def _ce_ceiling(sh, torch, dist, rank: int, world: int, nbytes: int = 256 << 20) -> tuple[float, float]:
+    """Copy-engine peer bandwidth (GB/s) into a neighbour's GPU heap (``putmem_on_stream``,
+    cudaMemcpyAsync): one way (each PE in turn puts ``nbytes`` to its right neighbour while the
+    others wait; the mean) and two-way (every PE puts at once, as dispatch and combine do; the
+    mean per PE)."""
     from mori.shmem import gpu
     from mori.shmem.tensor_utils import mori_shmem_create_tensor, mori_shmem_free_tensor
 
     dst = mori_shmem_create_tensor((nbytes,), torch.uint8)
     src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device="cuda")
-    rates = []
+    peer = (rank + 1) % world
+
+    def timed_puts(reps: int = 5) -> float:
+        for _ in range(2):
+            gpu.putmem_on_stream(dst, src, nbytes, peer)
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        for _ in range(reps):
+            gpu.putmem_on_stream(dst, src, nbytes, peer)
+        e1.record()
+        e1.synchronize()
+        return reps * nbytes / (e0.elapsed_time(e1) * 1e-3) / 1e9
+
+    one_way = 0.0
     for turn in range(world):
         sh.shmem_barrier_all()
         if turn == rank:
-            peer = (rank + 1) % world
-            for _ in range(2):
-                gpu.putmem_on_stream(dst, src, nbytes, peer)
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            for _ in range(5):
-                gpu.putmem_on_stream(dst, src, nbytes, peer)
-            e1.record()
-            e1.synchronize()
-            rates.append(5 * nbytes / (e0.elapsed_time(e1) * 1e-3) / 1e9)
+            one_way = timed_puts()
+    torch.cuda.synchronize()
+    sh.shmem_barrier_all()
+    both = timed_puts()
     torch.cuda.synchronize()
     sh.shmem_barrier_all()
     mori_shmem_free_tensor(dst)
-    t = torch.tensor([sum(rates)], dtype=torch.float64)
+    t = torch.tensor([one_way, both], dtype=torch.float64)
     dist.all_reduce(t)
-    return t.item() / world
+    return t[0].item() / world, t[1].item() / world
 
 
 def _nccl_path(dist, torch, nccl, x, w, idx, epr: int, world: int):
@@ -326,7 +337,7 @@ def _gpu_worker(args: argparse.Namespace) -> int:
     epr, hidden, topk = args.experts // world, args.hidden, args.topk
     fp8, bf16 = torch.float8_e4m3fn, torch.bfloat16
     bn, wpb = args.block_num, args.warp_per_block
-    ceiling = _ce_ceiling(sh, torch, dist, rank, world)
+    ceiling, ceiling_2way = _ce_ceiling(sh, torch, dist, rank, world)
 
     def slowest(v: float) -> float:
         t = torch.tensor([v], dtype=torch.float64)
@@ -359,12 +370,12 @@ def _gpu_worker(args: argparse.Namespace) -> int:
         return slowest(statistics.median(samples[1:]))
 
     report = Report("ep-gpu", ["tokens", "phase", "impl", "time_us", "deepep_GBps", "link_GBps", "link_eff",
-                               "vs_baseline"],
+                               "link_eff_2way", "vs_baseline"],
                     meta={"world": world, "hidden": hidden, "topk": topk, "experts": args.experts,
                           "kernel": "IntraNode (EpDispatchCombineOp, CUDA, one process per GPU)",
                           "dispatch_dtype": "float8_e4m3fn", "combine_dtype": "bfloat16",
                           "combine_quant": args.quant, "zero_copy_combine": args.zero_copy,
-                          "peer_copy_ceiling_GBps": ceiling,
+                          "peer_copy_ceiling_GBps": ceiling, "peer_copy_ceiling_two_way_GBps": ceiling_2way,
                           "device": torch.cuda.get_device_name(dev), "block_num": bn, "warp_per_block": wpb,
                           "timing": "graphs of back-to-back calls; combine = (dispatch+combine) - dispatch"})
     for tokens in args.tokens:
@@ -424,7 +435,8 @@ def _gpu_worker(args: argparse.Namespace) -> int:
             for impl, t in (("mori", t_ours), ("all_to_all (nccl)", base[phase])):
                 lk = mean(link / t / 1e9)
                 report.add(tokens=tokens, phase=phase, impl=impl, time_us=t * 1e6, deepep_GBps=mean(algo / t / 1e9),
-                           link_GBps=lk, link_eff=lk / ceiling, vs_baseline=t / t_ours)
+                           link_GBps=lk, link_eff=lk / ceiling, link_eff_2way=lk / ceiling_2way,
+                           vs_baseline=t / t_ours)
         del op
         torch.cuda.synchronize()
         sh.shmem_barrier_all()
@@ -432,7 +444,8 @@ def _gpu_worker(args: argparse.Namespace) -> int:
         report.show(f"MoE dispatch/combine on {world} GPUs ({torch.cuda.get_device_name(dev)}), one process each, "
                     f"hidden {hidden}, top-{topk} of {args.experts}, FP8 dispatch / BF16 combine"
                     f"{' (fp8 direct cast)' if args.quant != 'none' else ''}{', zero-copy combine' if args.zero_copy else ''}, block_num {bn} x {wpb} warps; "
-                    f"copy-engine peer ceiling {ceiling:.0f} GB/s; vs_baseline = baseline time / mori time")
+                    f"copy-engine peer ceiling {ceiling:.0f} GB/s one way, {ceiling_2way:.0f} GB/s per direction two-way; "
+                    f"vs_baseline = baseline time / mori time")
         print(f"wrote {report.save(args.json)}")
     sh.shmem_finalize()
     dist.destroy_process_group()
