@@ -27,6 +27,14 @@ def machine_info() -> dict:
     return info
 
 
+def command_line() -> str:
+    """How this process was started, without the install path: ``python -m module args`` for a
+    module, else the script's file name and its arguments."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    head = f"python -m {spec.name}" if spec is not None and spec.name else os.path.basename(sys.argv[0])
+    return " ".join([head, *sys.argv[1:]])
+
+
 @dataclass
 class Report:
     """Rows of one benchmark run; `show()` prints them, `save()` writes JSON."""
@@ -60,7 +68,7 @@ class Report:
         path = path or f"bench-results/{self.name}.json"
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         doc = {"benchmark": self.name, "date": _dt.datetime.now().isoformat(timespec="seconds"),
-               "command": " ".join(sys.argv), "machine": machine_info(), "meta": self.meta, "rows": self.rows}
+               "command": command_line(), "machine": machine_info(), "meta": self.meta, "rows": self.rows}
         with open(path, "w") as f:
             json.dump(doc, f, indent=1)
         return path
