@@ -62,6 +62,15 @@ def mpirun(n: int, program: Sequence[str], timeout: float = 120, env: Optional[d
     return _run([exe, "-n", str(n), *program], timeout, env)
 
 
+def gpu_pe_counts(device_count: int) -> list[int]:
+    """PE counts of a multi-GPU test: 2, and every GPU of the machine when it has more; none (skip)
+    with fewer than 2 GPUs, unless MORI_TEST_SHARE_GPUS=1 lets 2 PEs share one GPU (the PEs'
+    kernels then take turns on it: a check of correctness, never of speed)."""
+    if device_count >= 2:
+        return sorted({2, device_count})
+    return [2] if device_count == 1 and os.environ.get("MORI_TEST_SHARE_GPUS") == "1" else []
+
+
 def python_program(name: str, *args: str) -> list[str]:
     return [sys.executable, str(PROGRAMS / name), *map(str, args)]
 

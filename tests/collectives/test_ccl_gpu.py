@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from harness import check, mori_run, python_program
+from harness import check, gpu_pe_counts, mori_run, python_program
 
 torch = pytest.importorskip("torch")
 
-needs_gpus = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
-                                reason="needs 2 CUDA GPUs")
-
-
-_PES = sorted({2, torch.cuda.device_count()}) if torch.cuda.is_available() and torch.cuda.device_count() > 2 else [2]
+_PES = gpu_pe_counts(torch.cuda.device_count() if torch.cuda.is_available() else 0)
+needs_gpus = pytest.mark.skipif(not _PES, reason="needs 2 CUDA GPUs (or MORI_TEST_SHARE_GPUS=1 and one)")
 
 
 @pytest.mark.gpu

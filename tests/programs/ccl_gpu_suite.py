@@ -195,7 +195,7 @@ def graphs(me: int, n: int) -> None:
 
 
 def main() -> int:
-    dev = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()  # PEs may share GPUs
     torch.cuda.set_device(dev)
     with sh.init() as s:
         me, n = s.my_pe, s.n_pes

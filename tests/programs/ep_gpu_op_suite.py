@@ -16,14 +16,14 @@ import sys
 import torch
 
 LOCAL_RANK = int(os.environ.get("LOCAL_RANK", "0"))
-torch.cuda.set_device(LOCAL_RANK)
+torch.cuda.set_device(LOCAL_RANK % torch.cuda.device_count())  # PEs may share GPUs (tests/harness.py)
 
 import mori  # noqa: E402
 import mori.shmem as sh  # noqa: E402
 from mori.ops import EpDispatchCombineConfig, EpDispatchCombineKernelType, EpDispatchCombineOp  # noqa: E402
 
 KT = EpDispatchCombineKernelType
-DEV = torch.device("cuda", LOCAL_RANK)
+DEV = torch.device("cuda", torch.cuda.current_device())
 
 
 def expect(cond: bool, what: str) -> None:
@@ -278,7 +278,7 @@ def main() -> int:
     dist.init_process_group("gloo")
     torch._C._distributed_c10d._register_process_group("default", dist.group.WORLD)
     sh.shmem_torch_process_group_init("default")
-    expect(mori.shmem.gpu.is_bound() and mori.shmem.gpu.device() == LOCAL_RANK, "PE bound to its GPU")
+    expect(mori.shmem.gpu.is_bound() and mori.shmem.gpu.device() == DEV.index, "PE bound to its GPU")
     for name in sys.argv[1:] or list(CHECKS):
         CHECKS[name]()
         sh.shmem_barrier_all()
