@@ -23,7 +23,7 @@ _COMBINE_CODES = {torch.float32: 0, torch.bfloat16: 1}
 
 # Per-PE buffers that peers write (their addresses travel to the kernels for every PE).
 _SHARED = ("disp_tok", "disp_w", "disp_idx", "disp_scale", "disp_src", "counter", "disp_sig", "comb_stage",
-           "comb_stage_w", "comb_flag", "comb_done", "reg_in", "comb_ready")
+           "comb_stage_w", "comb_flag", "comb_done", "reg_in", "comb_ready", "disp_inv")
 # Buffers only this PE touches.
 _LOCAL = ("dest_map", "total_recv", "state", "comb_out", "comb_out_w")
 
@@ -61,7 +61,7 @@ class GpuIntraNode:
             "disp_idx": self.max_recv * k * 4, "disp_scale": self.max_recv * self.scale_bytes + 16,
             "disp_src": self.max_recv * 4, "counter": 16, "disp_sig": 2 * world * 8,
             "comb_stage": stage_rows * self.max_row, "comb_stage_w": stage_rows * k * 4, "comb_flag": stage_rows * 4,
-            "comb_done": world * 8, "comb_ready": world * 8,
+            "comb_done": world * 8, "comb_ready": world * 8, "disp_inv": stage_rows * 8,
             "dest_map": self.max_inp * k * 8, "total_recv": 4,
             "state": int(_C.ep.PeKernels.state_words(world)) * 8,
             "comb_out": self.max_inp * self.max_row, "comb_out_w": self.max_inp * k * 4,

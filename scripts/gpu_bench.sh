@@ -2,7 +2,8 @@
 # One call on a GPU machine: build, then the steps named in STEPS (default all):
 #   tests  the GPU tests (pytest; TESTS overrides which)
 #   ep     `mori bench ep --gpu` for each launch shape in EP_SHAPES (block_num x warp_per_block),
-#          then with the fp8_direct_cast combine and with the zero-copy combine
+#          then with the fp8_direct_cast combine, the zero-copy combine, and pipelined staging
+#          (MORI_EP_COMBINE_STAGING=pipelined) for the external and fp8 combines
 #   ccl    `mori bench ccl --gpu` (all-gather sweep, other collectives, GEMM overlap)
 # Logs and JSON go to $OUT/results.tgz (default OUT: bench-results/), a summary to stdout.
 # NVLink multicast stays off.
@@ -40,10 +41,14 @@ for s in $STEPS; do
           --warp-per-block "${shape#*x}" --json "$RES/ep-$shape.json" && tail -12 "$RES/ep-$shape.log"
       done
       shape=${EP_SHAPES%% *}
-      for extra in "--quant fp8_direct_cast" "--zero-copy"; do
-        name=ep-$(echo "$extra" | tr -dc 'a-z0-9_')
-        step "$name" timeout 300 $PY -m mori.apps.cli bench ep --gpu $extra --block-num "${shape%x*}" \
-          --warp-per-block "${shape#*x}" --json "$RES/$name.json" && tail -12 "$RES/$name.log"
+      # name, MORI_EP_COMBINE_STAGING, extra arguments
+      for variant in "fp8cast bulk --quant fp8_direct_cast" "zerocopy bulk --zero-copy" "pipelined pipelined" \
+                     "fp8cast-pipelined pipelined --quant fp8_direct_cast"; do
+        set -- $variant
+        name=ep-$1 staging=$2
+        shift 2
+        step "$name" env MORI_EP_COMBINE_STAGING=$staging timeout 300 $PY -m mori.apps.cli bench ep --gpu "$@" \
+          --block-num "${shape%x*}" --warp-per-block "${shape#*x}" --json "$RES/$name.json" && tail -12 "$RES/$name.log"
       done ;;
     ccl)
       step ccl timeout 400 $PY -m mori.apps.cli bench ccl --gpu --json "$RES/ccl.json" && tail -40 "$RES/ccl.log" ;;

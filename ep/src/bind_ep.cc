@@ -136,6 +136,7 @@ void bind_ep(py::module_& m) {
     cu::Shape s{};
     cu::Peers p{};
     cu::Local l{};
+    bool pipelined = false;  // MORI_EP_COMBINE_STAGING=pipelined
   };
   py::class_<PeKernels>(m, "PeKernels")
       .def(py::init([](int rank, int world, int topk, int experts_per_rank, int max_inp, int64_t max_recv,
@@ -164,7 +165,12 @@ void bind_ep(py::module_& m) {
                k->p.comb_done[r] = ptr_of<unsigned long long>(list("comb_done")[r]);
                k->p.comb_in[r] = ptr_of<uint8_t>(list("reg_in")[r]);
                k->p.comb_ready[r] = ptr_of<unsigned long long>(list("comb_ready")[r]);
+               k->p.disp_inv[r] = ptr_of<unsigned long long>(list("disp_inv")[r]);
              }
+             const std::string& staging = mori::env::get().ep_combine_staging;
+             MORI_CHECK_ARG(staging == "bulk" || staging == "pipelined",
+                            "MORI_EP_COMBINE_STAGING=%s: must be 'bulk' or 'pipelined'", staging.c_str());
+             k->pipelined = staging == "pipelined";
              k->l.dest_map = ptr_of<int64_t>(local["dest_map"].cast<uintptr_t>());
              k->l.total_recv = ptr_of<int32_t>(local["total_recv"].cast<uintptr_t>());
              k->l.state = ptr_of<unsigned long long>(local["state"].cast<uintptr_t>());
@@ -175,6 +181,8 @@ void bind_ep(py::module_& m) {
            py::arg("rank"), py::arg("world"), py::arg("topk"), py::arg("experts_per_rank"), py::arg("max_inp"),
            py::arg("max_recv"), py::arg("max_send"), py::arg("scale_bytes"), py::arg("peers"), py::arg("local"))
       .def_static("state_words", [](int world) { return cu::state_words(world); })
+      .def_readwrite("pipelined_staging", &PeKernels::pipelined,
+                     "combine from an external input flags each staged row (MORI_EP_COMBINE_STAGING)")
       .def("dispatch_send",
            [](PeKernels& k, uintptr_t input, int row_bytes, uintptr_t weights, uintptr_t scales, uintptr_t indices,
               int n, int blocks, int warps, bool with_recv, uintptr_t stream) {
@@ -199,6 +207,7 @@ void bind_ep(py::module_& m) {
              a.fp8 = fp8;
              a.num_tokens = num_tokens;
              a.zero_copy = zero_copy;
+             a.pipelined = k.pipelined;
              cu::combine(k.s, k.p, k.l, a, static_cast<cu::CombinePhase>(phase), blocks, warps, ptr_of<void>(stream));
            },
            py::arg("input"), py::arg("weights"), py::arg("with_weights"), py::arg("dtype"), py::arg("hidden"),

@@ -26,10 +26,12 @@ _LINES = {"dtypes": 8, "fp8_cast": 3, "standard_moe": 2}
 
 
 @pytest.mark.parametrize("pes", _PES)
+@pytest.mark.parametrize("staging", ["bulk", "pipelined"])  # MORI_EP_COMBINE_STAGING
 @pytest.mark.parametrize("checks", ["dtypes", "zero_copy async_ll errors", "graph", "fp8_cast standard_moe"])
-def test_gpu_op(checks, pes):
+def test_gpu_op(checks, staging, pes):
     names = checks.split()
-    out = check(mori_run(pes, python_program("ep_gpu_op_suite.py", *names), timeout=150 + 30 * pes))
+    out = check(mori_run(pes, python_program("ep_gpu_op_suite.py", *names), timeout=150 + 30 * pes,
+                         env={"MORI_EP_COMBINE_STAGING": staging}))
     for name in names:
         assert out.count(f"PASS {name}") == pes * _LINES.get(name, 1), out
 

@@ -139,7 +139,10 @@ __global__ void __launch_bounds__(1024) k_dispatch_send(Shape s, Peers p, Local 
         for (int b = lane; b < s.scale_bytes; b += 32)
           p.disp_scale[dj][slot * s.scale_bytes + b] = sc[t * s.scale_bytes + b];
       }
-      if (lane == 0) p.disp_src[dj][slot] = static_cast<int32_t>(s.rank * s.max_send + t);
+      if (lane == 0) {
+        p.disp_src[dj][slot] = static_cast<int32_t>(s.rank * s.max_send + t);
+        p.disp_inv[dj][static_cast<int64_t>(s.rank) * s.max_inp + t] = (round << 32) | static_cast<unsigned long long>(slot);
+      }
     }
     if (lane < s.topk) l.dest_map[t * s.topk + lane] = entry;
   }
@@ -282,6 +285,7 @@ struct CombineJob {
   int groups;         // hidden / 8
   int num_tokens;
   bool zero_copy;     // `in` is this PE's registered buffer (Peers::comb_in)
+  bool pipelined;     // staged rows are flagged one by one (stage_per_row)
 };
 
 struct RowRef {
@@ -369,58 +373,119 @@ __device__ __forceinline__ void wait_peers_done(const Shape& s, const Peers& p, 
   __syncthreads();
 }
 
+// Pipelined staging, run by a few warps of every block: the rows other PEs need, visited in
+// (token, source PE) order through the map dispatch left (disp_inv), each copied (or cast) into
+// the staging at its slot and then flagged to its source PE, whose pulls go in the same token
+// order. Lanes read 32 map entries at once (a warp's next 32, `ns` apart) to hide the latency
+// of the scan; the rows are then staged in order.
+template <typename T, typename S>
+__device__ void stage_per_row(const Shape& s, const Peers& p, const Local& l, const CombineJob& j, int64_t sg,
+                              int64_t ns, int lane, unsigned flag) {
+  const unsigned long long disp_round = l.state[0];
+  const int in_row = j.groups * Row8<T>::kBytes, st_row = j.groups * Row8<S>::kBytes;
+  const int64_t n = static_cast<int64_t>(s.max_inp) * s.world;
+  const unsigned long long* inv = p.disp_inv[s.rank];
+  for (int64_t k0 = sg; k0 < n; k0 += 32 * ns) {
+    const int64_t k = k0 + lane * ns;  // entry (token k / world, source k % world)
+    const int q = static_cast<int>(k % s.world);
+    const int64_t t = k / s.world;
+    unsigned long long e = 0;
+    if (k < n && q != s.rank) e = inv[static_cast<int64_t>(q) * s.max_inp + t];
+    unsigned todo = __ballot_sync(kFull, (e >> 32) == disp_round);
+    while (todo) {
+      const int src = __ffs(todo) - 1;
+      todo &= todo - 1;
+      const int qs = __shfl_sync(kFull, q, src);
+      const int64_t ts = __shfl_sync(kFull, t, src);
+      const int64_t slot = static_cast<int64_t>(__shfl_sync(kFull, e, src) & 0xffffffffull);
+      send_row<T, S>(p.comb_stage[s.rank] + slot * st_row, j.in + slot * in_row, j.groups, lane);
+      if (j.w && lane < s.topk) p.comb_stage_w[s.rank][slot * s.topk + lane] = __ldg(j.w + slot * s.topk + lane);
+      __threadfence_system();  // each lane's stores, then (after the warp barrier) the flag
+      __syncwarp();
+      if (lane == 0) st_release_sys_u32(p.comb_flag[qs] + static_cast<int64_t>(s.rank) * s.max_inp + ts, flag);
+    }
+  }
+}
+
 // Pull combine (IntraNode, IntraNodeLL): every PE first makes the rows other PEs need readable
 // in its own symmetric memory (the registered input as is, else a copy, or an fp8 cast, into
 // comb_stage by dispatch slot) and tells them (comb_ready); then every warp sums slices of
 // tokens, reading its own rows from the input and the others' straight over NVLink. The sums
 // overlap the transfer, no remote store needs a fence, and a slice per warp keeps the
-// latency of small batches down.
+// latency of small batches down. With pipelined staging the copy overlaps the pulls too.
 template <typename T, typename S>
 __global__ void __launch_bounds__(1024) k_combine_pull(Shape s, Peers p, Local l, CombineJob j) {
   __shared__ bool last;
-  __shared__ unsigned direct_peers;  // peers whose registered input is read as is
+  __shared__ unsigned direct_peers, per_row_peers;  // peers whose input is read as is / whose rows are flagged
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const unsigned long long round = l.state[1] + 1;  // bumped only by the last block, after all read it
   const int64_t gw = static_cast<int64_t>(blockIdx.x) * nwarps + warp, nw = static_cast<int64_t>(gridDim.x) * nwarps;
   const bool direct = j.zero_copy && std::is_same_v<T, S>;  // peers read the registered input itself
+  const bool per_row = !direct && j.pipelined && s.world > 1;
   const int in_row = j.groups * Row8<T>::kBytes, st_row = j.groups * Row8<S>::kBytes;
-  // 1. Stage the rows that go to other PEs.
   wait_peers_done(s, p, round);
-  const int total = *l.total_recv;
-  const int32_t* src = p.disp_src[s.rank];
-  for (int64_t i = gw; i < total; i += nw) {
-    if (static_cast<int>(src[i] / s.max_send) == s.rank) continue;  // summed here, from the input
-    if (!direct) send_row<T, S>(p.comb_stage[s.rank] + i * st_row, j.in + i * in_row, j.groups, lane);
-    if (j.w && lane < s.topk) p.comb_stage_w[s.rank][i * s.topk + lane] = __ldg(j.w + i * s.topk + lane);
+  if (per_row) {
+    // Rows will be flagged one by one: say so at once.
+    if (blockIdx.x == 0 && threadIdx.x < s.world && threadIdx.x != s.rank)
+      st_release_sys(p.comb_ready[threadIdx.x] + s.rank, (round << 2) | kStagedPerRow);
+  } else {
+    // 1. Stage the rows that go to other PEs (direct: their weights only), then one flag.
+    const int total = *l.total_recv;
+    const int32_t* src = p.disp_src[s.rank];
+    for (int64_t i = gw; i < total; i += nw) {
+      if (static_cast<int>(src[i] / s.max_send) == s.rank) continue;  // summed here, from the input
+      if (!direct) send_row<T, S>(p.comb_stage[s.rank] + i * st_row, j.in + i * in_row, j.groups, lane);
+      if (j.w && lane < s.topk) p.comb_stage_w[s.rank][i * s.topk + lane] = __ldg(j.w + i * s.topk + lane);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence_system();  // this block's staged rows, before it counts
+      last = atomicAdd(&l.state[4 + s.world], 1ull) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (last && threadIdx.x < s.world && threadIdx.x != s.rank) {
+      __threadfence_system();
+      st_release_sys(p.comb_ready[threadIdx.x] + s.rank, (round << 2) | (direct ? kDirect : kStagedAll));
+    }
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence_system();  // this block's staged rows, before it counts
-    last = atomicAdd(&l.state[4 + s.world], 1ull) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (last && threadIdx.x < s.world && threadIdx.x != s.rank) {
-    __threadfence_system();
-    st_release_sys(p.comb_ready[threadIdx.x] + s.rank, (round << 1) | (direct ? 1ull : 0ull));
-  }
-  // 2. Sum once every peer's rows are readable. Each peer says where (its registered input or
-  // its staging): PEs may differ in that from call to call.
-  if (threadIdx.x == 0) direct_peers = 0;
+  // 2. Learn where every peer's rows are (PEs may differ in that from call to call).
+  if (threadIdx.x == 0) direct_peers = per_row_peers = 0;
   __syncthreads();
   if (threadIdx.x < s.world && threadIdx.x != s.rank) {
     unsigned long long v;
-    while (((v = ld_acquire_sys(p.comb_ready[s.rank] + threadIdx.x)) >> 1) < round) __nanosleep(32);
-    if (v & 1) atomicOr(&direct_peers, 1u << threadIdx.x);
+    while (((v = ld_acquire_sys(p.comb_ready[s.rank] + threadIdx.x)) >> 2) < round) __nanosleep(32);
+    if ((v & 3) == kDirect) atomicOr(&direct_peers, 1u << threadIdx.x);
+    if ((v & 3) == kStagedPerRow) atomicOr(&per_row_peers, 1u << threadIdx.x);
   }
   __syncthreads();
+  // 3. Pipelined: an eighth of the warps stage (all of them when a block has few), the others pull.
+  const unsigned flag = static_cast<unsigned>(round);
+  int64_t pw = gw, np = nw;
+  if (per_row) {
+    const int stagers = nwarps >= 4 ? max(1, nwarps / 8) : nwarps;
+    if (warp < stagers)
+      stage_per_row<T, S>(s, p, l, j, static_cast<int64_t>(blockIdx.x) * stagers + warp,
+                          static_cast<int64_t>(gridDim.x) * stagers, lane, flag);
+    if (stagers < nwarps && warp < stagers) {
+      np = 0;  // this stager is done
+    } else if (stagers < nwarps) {
+      pw = static_cast<int64_t>(blockIdx.x) * (nwarps - stagers) + warp - stagers;
+      np = static_cast<int64_t>(gridDim.x) * (nwarps - stagers);
+    }
+  }
+  // 4. Sum slices of tokens.
   constexpr int kSlice = kSliceGroups(sizeof(T));
   const int slices = (j.groups + kSlice - 1) / kSlice;
-  const int64_t items = static_cast<int64_t>(j.num_tokens) * slices;
-  for (int64_t e = gw; e < items; e += nw) {
+  const int64_t items = np ? static_cast<int64_t>(j.num_tokens) * slices : 0;
+  for (int64_t e = pw; e < items; e += np) {
     const int64_t t = e / slices;
     int r;
     int64_t slot;
     token_rows(s, l, t, lane, r, slot);
+    if (r >= 0 && ((per_row_peers >> r) & 1))
+      while (ld_acquire_sys_u32(p.comb_flag[s.rank] + static_cast<int64_t>(r) * s.max_inp + t) != flag) {
+      }
+    __syncwarp();
     sum_slice<T, S>(
         s, l, j, r, slot, t, static_cast<int>(e - t * slices) * kSlice, lane,
         [&](int rq, int64_t sq) {
@@ -548,7 +613,7 @@ void combine(const Shape& s, const Peers& p, const Local& l, const CombineArgs& 
   MORI_CHECK_ARG(a.num_tokens >= 0 && a.num_tokens <= s.max_inp, "combine: %d tokens, max_num_inp_token_per_rank %d",
                  a.num_tokens, s.max_inp);
   CombineJob j{static_cast<const uint8_t*>(a.input), a.weights, a.with_weights, a.hidden / 8, a.num_tokens,
-               a.zero_copy};
+               a.zero_copy, a.pipelined};
   auto st = static_cast<cudaStream_t>(stream);
   if (a.dtype == 1) {
     if (a.fp8)

@@ -26,6 +26,8 @@
   X(log_level, "MORI_LOG_LEVEL", string, "WARN", "ERROR, WARN, INFO, DEBUG or TRACE")              \
   X(ep_launch_config_mode, "MORI_EP_LAUNCH_CONFIG_MODE", string, "MANUAL",                         \
     "EP launch parameters: MANUAL (config/call arguments) or AUTO (JSON tuning rules)")                 \
+  X(ep_combine_staging, "MORI_EP_COMBINE_STAGING", string, "bulk",                                \
+    "CUDA combine from an external input: bulk (stage every row, then pull) or pipelined (pull each row once staged)") \
   X(store_addr, "MORI_STORE_ADDR", string, "", "host:port of the job's bootstrap store (set by mori run)") \
   X(rank, "MORI_RANK", int, "-1", "this process's rank (set by mori run)")                         \
   X(world_size, "MORI_WORLD_SIZE", int, "0", "number of ranks of the job (set by mori run)")         \

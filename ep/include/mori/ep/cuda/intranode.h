@@ -15,7 +15,10 @@
 // in its own symmetric memory (its registered input as is, else a copy or an fp8 cast into its
 // staging, by dispatch slot), then flags every peer (comb_ready: round, and where the rows are);
 // every warp then sums slices of its tokens, its own rows read from the input and the peers'
-// loaded over NVLink, so the transfer and the sums overlap. Combine, AsyncLL: push. The send
+// loaded over NVLink, so the transfer and the sums overlap. Pipelined staging: a few warps per
+// block stage rows in their source PE's token order (dispatch left a map, disp_inv) and flag each
+// row to its source (comb_flag); the other warps pull in the same order, waiting per row, so the
+// staging copy hides behind the pull instead of preceding it. Combine, AsyncLL: push. The send
 // half writes every row into its source PE's staging at (sender, token) and sets that slot's
 // 32-bit flag to the round; the receive half waits for the flags and sums. Either way a PE
 // that is done reading tells each peer (comb_done), so no round overwrites unread rows.
@@ -30,6 +33,10 @@ namespace mori::ep::cuda {
 
 constexpr int kMaxPes = 8;
 
+// Where a PE's rows of a combine round can be read (the low bits of comb_ready): its staging,
+// complete; its registered input; or its staging, each row flagged in comb_flag once staged.
+enum ReadyMode : unsigned { kStagedAll = 0, kDirect = 1, kStagedPerRow = 2 };
+
 struct Peers {
   uint8_t* disp_tok[kMaxPes];
   float* disp_w[kMaxPes];
@@ -43,7 +50,9 @@ struct Peers {
   unsigned int* comb_flag[kMaxPes];        // [world * max_inp]: round of the row that landed
   unsigned long long* comb_done[kMaxPes];  // [world]: last round PE q finished reading from here
   uint8_t* comb_in[kMaxPes];               // registered combine input (zero-copy), rows by dispatch slot
-  unsigned long long* comb_ready[kMaxPes]; // [world]: PE q's rows of round r are readable: r << 1 | in comb_in
+  unsigned long long* comb_ready[kMaxPes]; // [world]: PE q's round r rows: r << 2 | ReadyMode
+  unsigned long long* disp_inv[kMaxPes];   // [world * max_inp]: PE q's token t landed here at slot:
+                                           // (dispatch round << 32 | slot) at q * max_inp + t
 };
 
 // Device memory of the launching PE only.
@@ -75,6 +84,7 @@ struct CombineArgs {
   bool fp8 = false;                // quant_type fp8_direct_cast: rows cross NVLink as e4m3
   int num_tokens = 0;              // receive side: this PE's tokens of the last dispatch
   bool zero_copy = false;          // input is this PE's registered buffer (Peers::comb_in)
+  bool pipelined = false;          // staged rows: flag each row as it is staged (else all, then one flag)
 };
 
 // `with_recv`: the last block also waits for every peer and publishes recv_num_token (IntraNode);
