@@ -35,6 +35,16 @@ def command_line() -> str:
     return " ".join([head, *sys.argv[1:]])
 
 
+# Set by `mori run` for every job (and one is a secret): not part of how a run was configured.
+_LAUNCHER_VARS = {"MORI_JOB_SECRET", "MORI_STORE_ADDR", "MORI_RANK", "MORI_WORLD_SIZE", "MORI_LOCAL_RANK",
+                  "MORI_LOCAL_WORLD_SIZE", "MORI_NNODES", "MORI_NODE_RANK", "MORI_MASTER_PORT"}
+
+
+def settings() -> dict:
+    """The MORI_* settings this run was started with (the launcher's own variables left out)."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("MORI_") and k not in _LAUNCHER_VARS}
+
+
 @dataclass
 class Report:
     """Rows of one benchmark run; `show()` prints them, `save()` writes JSON."""
@@ -68,7 +78,8 @@ class Report:
         path = path or f"bench-results/{self.name}.json"
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         doc = {"benchmark": self.name, "date": _dt.datetime.now().isoformat(timespec="seconds"),
-               "command": command_line(), "machine": machine_info(), "meta": self.meta, "rows": self.rows}
+               "command": command_line(), "settings": settings(), "machine": machine_info(), "meta": self.meta,
+               "rows": self.rows}
         with open(path, "w") as f:
             json.dump(doc, f, indent=1)
         return path

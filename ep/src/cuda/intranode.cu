@@ -458,11 +458,11 @@ __global__ void __launch_bounds__(1024) k_combine_pull(Shape s, Peers p, Local l
     if ((v & 3) == kStagedPerRow) atomicOr(&per_row_peers, 1u << threadIdx.x);
   }
   __syncthreads();
-  // 3. Pipelined: an eighth of the warps stage (all of them when a block has few), the others pull.
+  // 3. Pipelined: a quarter of the warps stage (all of them when a block has few), the others pull.
   const unsigned flag = static_cast<unsigned>(round);
   int64_t pw = gw, np = nw;
   if (per_row) {
-    const int stagers = nwarps >= 4 ? max(1, nwarps / 8) : nwarps;
+    const int stagers = nwarps >= 4 ? nwarps / 4 : nwarps;
     if (warp < stagers)
       stage_per_row<T, S>(s, p, l, j, static_cast<int64_t>(blockIdx.x) * stagers + warp,
                           static_cast<int64_t>(gridDim.x) * stagers, lane, flag);

@@ -15,7 +15,7 @@
 // in its own symmetric memory (its registered input as is, else a copy or an fp8 cast into its
 // staging, by dispatch slot), then flags every peer (comb_ready: round, and where the rows are);
 // every warp then sums slices of its tokens, its own rows read from the input and the peers'
-// loaded over NVLink, so the transfer and the sums overlap. Pipelined staging: a few warps per
+// loaded over NVLink, so the transfer and the sums overlap. Pipelined staging: a quarter of the warps per
 // block stage rows in their source PE's token order (dispatch left a map, disp_inv) and flag each
 // row to its source (comb_flag); the other warps pull in the same order, waiting per row, so the
 // staging copy hides behind the pull instead of preceding it. Combine, AsyncLL: push. The send
