@@ -64,11 +64,13 @@ def mpirun(n: int, program: Sequence[str], timeout: float = 120, env: Optional[d
 
 def gpu_pe_counts(device_count: int) -> list[int]:
     """PE counts of a multi-GPU test: 2, and every GPU of the machine when it has more; none (skip)
-    with fewer than 2 GPUs, unless MORI_TEST_SHARE_GPUS=1 lets 2 PEs share one GPU (the PEs'
-    kernels then take turns on it: a check of correctness, never of speed)."""
-    if device_count >= 2:
-        return sorted({2, device_count})
-    return [2] if device_count == 1 and os.environ.get("MORI_TEST_SHARE_GPUS") == "1" else []
+    with fewer than 2 GPUs. MORI_TEST_GPU_PES="2,8" names the counts instead, and then PEs may
+    share GPUs (their kernels take turns on a shared GPU: a check of correctness, never of speed;
+    EP8 and CCL8 protocols can so be tested on one GPU)."""
+    named = os.environ.get("MORI_TEST_GPU_PES", "").strip()
+    if named and device_count >= 1:
+        return sorted({int(v) for v in named.split(",") if v.strip()})
+    return sorted({2, device_count}) if device_count >= 2 else []
 
 
 def python_program(name: str, *args: str) -> list[str]:

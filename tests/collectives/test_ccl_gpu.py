@@ -10,7 +10,7 @@ from harness import check, gpu_pe_counts, mori_run, python_program
 torch = pytest.importorskip("torch")
 
 _PES = gpu_pe_counts(torch.cuda.device_count() if torch.cuda.is_available() else 0)
-needs_gpus = pytest.mark.skipif(not _PES, reason="needs 2 CUDA GPUs (or MORI_TEST_SHARE_GPUS=1 and one)")
+needs_gpus = pytest.mark.skipif(not _PES, reason="needs 2 CUDA GPUs (or MORI_TEST_GPU_PES and one)")
 
 
 @pytest.mark.gpu

@@ -16,7 +16,7 @@ _PES = gpu_pe_counts(torch.cuda.device_count() if torch.cuda.is_available() else
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not _PES, reason="needs 2 CUDA GPUs (or MORI_TEST_SHARE_GPUS=1 and one)"),
+    pytest.mark.skipif(not _PES, reason="needs 2 CUDA GPUs (or MORI_TEST_GPU_PES and one)"),
     pytest.mark.skipif(not getattr(_C.ep, "cuda_built", False), reason="MORI built without CUDA"),
 ]
 

@@ -20,7 +20,7 @@ needs_gpus = [
     pytest.mark.gpu,
     pytest.mark.skipif(_NO_CUDA, reason="MORI was built without CUDA"),
     pytest.mark.skipif(not _NO_CUDA and not gpu_pe_counts(_C.shmem.cuda_device_count()),
-                       reason="needs 2 CUDA GPUs (or MORI_TEST_SHARE_GPUS=1 and one)"),
+                       reason="needs 2 CUDA GPUs (or MORI_TEST_GPU_PES and one)"),
 ]
 
 
