@@ -4,8 +4,7 @@
 #   ep     `mori bench ep --gpu` for each launch shape in EP_SHAPES (block_num x warp_per_block),
 #          then with the fp8_direct_cast combine, the zero-copy combine, and pipelined staging
 #          (MORI_EP_COMBINE_STAGING=pipelined) for the external and fp8 combines
-#   ccl    `mori bench ccl --gpu` (all-gather sweep, other collectives, GEMM overlap), then the
-#          all-gather sweep again with MORI_CCL_GPU_SIGNAL=memop
+#   ccl    `mori bench ccl --gpu` (all-gather sweep, other collectives, GEMM overlap)
 # Logs and JSON go to $OUT/results.tgz (default OUT: bench-results/), a summary to stdout.
 # NVLink multicast stays off.
 set -uo pipefail
@@ -52,10 +51,7 @@ for s in $STEPS; do
           --block-num "${shape%x*}" --warp-per-block "${shape#*x}" --json "$RES/$name.json" && tail -12 "$RES/$name.log"
       done ;;
     ccl)
-      step ccl timeout 400 $PY -m mori.apps.cli bench ccl --gpu --json "$RES/ccl.json" && tail -40 "$RES/ccl.log"
-      # the stream-memop handshake (opt-in), all-gather sweep only
-      step ccl-memop env MORI_CCL_GPU_SIGNAL=memop timeout 300 $PY -m mori.apps.cli bench ccl --gpu --no-overlap \
-        --no-others --json "$RES/ccl-memop.json" && tail -20 "$RES/ccl-memop.log" ;;
+      step ccl timeout 400 $PY -m mori.apps.cli bench ccl --gpu --json "$RES/ccl.json" && tail -40 "$RES/ccl.log" ;;
   esac
 done
 exit $rc

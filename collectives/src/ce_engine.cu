@@ -1,14 +1,10 @@
 // SPDX-License-Identifier: MIT
-#include <cuda.h>  // driver types and flags only: the entry points come through the runtime
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstring>
-#include <string>
 
 #include "mori/collectives/ce_engine.h"
-#include "mori/core/env.h"
 #include "mori/core/status.h"
 #include "mori/shmem/device.cuh"
 #include "mori/shmem/gpu_heap.h"
@@ -41,21 +37,13 @@ __host__ __device__ constexpr uint64_t piece_mark(int c, int c_n) {
   return c + 1 == c_n ? kLastPiece : static_cast<uint64_t>(c + 1);
 }
 
-// Symmetric addresses (this PE's heap) of the window's words (kernel signalling).
+// Symmetric addresses (this PE's heap) of the window's words.
 struct Flags {
   uint64_t* data;   // [n] data[p]: PE p's pieces of call e landed here (e*S + piece mark)
   uint64_t* ready;  // [n] ready[p]: PE p's stream reached call e (e + 1)
   uint64_t* epoch;  // local: the next call's epoch
   uint64_t* cur;    // local: the running call's epoch
 };
-
-// Memop signalling's words, apart from Flags so the two protocols never share a word. They
-// toggle: the peer sets them (kReadySet / a piece mark), their owner resets them to 0.
-struct Toggles {
-  uint64_t* data;   // [n] data[p]: PE p's pieces of this call landed (piece mark; 0 between calls)
-  uint64_t* ready;  // [n] ready[p]: PE p's stream reached this call (kReadySet; 0 once waited for)
-};
-constexpr uint64_t kReadySet = 1;
 
 // A set of PEs, passed to kernels by value (one thread per PE tests its bit).
 struct PeSet {
@@ -108,116 +96,6 @@ __global__ void signal_kernel(const DeviceState* st, Flags f, int p, int me, uin
 __global__ void wait_kernel(const DeviceState* st, Flags f, int p, uint64_t mark) {
   dev::signal_wait_until(*st, f.data + p, dev::kCmpGe, *f.cur * kEpochStride + mark);
 }
-
-// ------------------------------------------------------------------ stream memory operations
-
-constexpr const char* kSignalEnv = "MORI_CCL_GPU_SIGNAL";
-
-// The driver's 64-bit stream memory operations, resolved through the runtime: libmori does not
-// link libcuda (it must load where there is no driver).
-struct MemOps {
-  using ValueFn = CUresult(CUDAAPI*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
-  using ErrorNameFn = CUresult(CUDAAPI*)(CUresult, const char**);
-  ValueFn write = nullptr, wait = nullptr;
-  ErrorNameFn error_name = nullptr;
-  // Waits for data add FLUSH where the device offers it (remote writes visible to the work after
-  // the wait even if the device reordered them); NVLink peers' writes need no flush (see docs).
-  unsigned data_wait = CU_STREAM_WAIT_VALUE_GEQ;
-};
-
-// Whether this PE can use MemOps; exchanged between PEs.
-enum MemOpSupport : int32_t { kMemOpsOk = 0, kNoEntryPoint = 1, kNoDeviceSupport = 2 };
-
-const char* support_text(int32_t support) {
-  switch (support) {
-    case kNoEntryPoint: return "the driver lacks cuStreamWriteValue64/cuStreamWaitValue64";
-    case kNoDeviceSupport: return "CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS is 0";
-    default: return "available";
-  }
-}
-
-template <typename Fn>
-Fn driver_entry(const char* name) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  cudaError_t err = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found);
-  if (err != cudaSuccess) cudaGetLastError();  // not sticky: keep it from surfacing at a later launch check
-  return err == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<Fn>(fn) : nullptr;
-}
-
-int32_t probe_memops(int device, MemOps& ops) {
-  using DeviceGetFn = CUresult(CUDAAPI*)(CUdevice*, int);
-  using AttributeFn = CUresult(CUDAAPI*)(int*, CUdevice_attribute, CUdevice);
-  ops.write = driver_entry<MemOps::ValueFn>("cuStreamWriteValue64");
-  ops.wait = driver_entry<MemOps::ValueFn>("cuStreamWaitValue64");
-  ops.error_name = driver_entry<MemOps::ErrorNameFn>("cuGetErrorName");
-  auto device_get = driver_entry<DeviceGetFn>("cuDeviceGet");
-  auto attribute = driver_entry<AttributeFn>("cuDeviceGetAttribute");
-  if (!ops.write || !ops.wait || !device_get || !attribute) return kNoEntryPoint;
-  CUdevice dev = 0;
-  int can = 0, flush = 0;
-  if (device_get(&dev, device) != CUDA_SUCCESS ||
-      attribute(&can, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev) != CUDA_SUCCESS || !can)
-    return kNoDeviceSupport;
-  if (attribute(&flush, CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, dev) == CUDA_SUCCESS && flush)
-    ops.data_wait |= CU_STREAM_WAIT_VALUE_FLUSH;
-  return kMemOpsOk;
-}
-
-// MORI_CCL_GPU_SIGNAL as set on one PE.
-enum SignalWish : int32_t { kWishBad = -1, kWishAuto = 0, kWishMemop = 1, kWishKernel = 2 };
-
-SignalWish parse_wish(const std::string& raw) {
-  std::string v;
-  for (char c : raw)
-    if (!std::isspace(static_cast<unsigned char>(c))) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (v.empty() || v == "auto") return kWishAuto;
-  if (v == "memop") return kWishMemop;
-  if (v == "kernel") return kWishKernel;
-  return kWishBad;
-}
-
-// The setting's value now (not at runtime init): like the collectives' other settings, a change
-// of the environment is seen by the next engine.
-std::string setting_now(const char* name) {
-  for (const env::Entry& e : env::describe())
-    if (e.name == name) return e.value;
-  return {};
-}
-
-struct SignalAnnounce {
-  int32_t wish, support;
-};
-
-// The two protocols use different flag words, so every PE must pick the same one: each decides
-// from the same allgathered table, so all pick one or all raise the same error. An explicit
-// choice on any PE wins over auto; auto is memop when every PE can use it.
-CeSignal choose_signal(shmem::Runtime& rt, int32_t support, const char* caller) {
-  const std::string mine = setting_now(kSignalEnv);
-  auto all = rt.bootstrap().allgather_values(SignalAnnounce{parse_wish(mine), support});
-  int memop_pe = -1, kernel_pe = -1;
-  for (int pe = 0; pe < static_cast<int>(all.size()); ++pe) {
-    if (all[pe].wish == kWishBad)
-      raise(Status::kInvalidArgument, "%s: %s on PE %d%s is not auto, memop or kernel", caller, kSignalEnv, pe,
-            pe == rt.my_pe() ? (" ('" + mine + "')").c_str() : "");
-    if (all[pe].wish == kWishMemop && memop_pe < 0) memop_pe = pe;
-    if (all[pe].wish == kWishKernel && kernel_pe < 0) kernel_pe = pe;
-  }
-  if (memop_pe >= 0 && kernel_pe >= 0)
-    raise(Status::kInvalidArgument, "%s: %s is memop on PE %d but kernel on PE %d; set one value on every PE", caller,
-          kSignalEnv, memop_pe, kernel_pe);
-  if (kernel_pe >= 0) return CeSignal::kKernel;
-  for (int pe = 0; pe < static_cast<int>(all.size()); ++pe) {
-    if (all[pe].support == kMemOpsOk) continue;
-    if (memop_pe >= 0)
-      raise(Status::kUnavailable, "%s: %s=memop (set on PE %d), but PE %d cannot use CUDA stream memory operations "
-            "(%s); use %s=kernel or auto", caller, kSignalEnv, memop_pe, pe, support_text(all[pe].support), kSignalEnv);
-    return CeSignal::kKernel;
-  }
-  return CeSignal::kMemop;
-}
-
-// ------------------------------------------------------------------ copies
 
 struct CopyJob {
   const void* src;
@@ -281,10 +159,6 @@ struct CeEngine::Impl {
   Flags flags{};
   const DeviceState* state = nullptr;
   std::vector<char*> peer_slot;  // [pe]: pe's slot that receives from this PE, as mapped here
-  CeSignal signal = CeSignal::kKernel;
-  MemOps ops;  // memop signalling only
-  Toggles toggles{};
-  std::vector<uint64_t*> peer_ready, peer_data;  // [pe]: pe's toggles.ready[me] / .data[me], as mapped here
   // Per peer: the pushing stream, the stream that signals a multi-piece push's pieces, the
   // stream that copies a multi-piece receive out.
   std::vector<cudaStream_t> push, sig, recv;
@@ -294,122 +168,7 @@ struct CeEngine::Impl {
   cudaEvent_t start = nullptr, fork = nullptr, local_done = nullptr;
 
   int slot_index(int src, int dst) const { return (src - dst - 1 + n) % n; }
-
-  // The handshake steps of one exchange, in either signalling.
-  void enter(cudaStream_t s, const PeSet& ready_to, const PeSet& wait_ready);
-  void arrive(cudaStream_t s, const PeSet& data_to, const PeSet& data_from);
-  void signal_piece(cudaStream_t s, int pe, uint64_t mark);
-  void wait_piece(cudaStream_t s, int pe, uint64_t mark);
-  void rearm(cudaStream_t s, const PeSet& received_from);
-
-  // One stream memory operation on a word (a local one, or a peer's as mapped here).
-  void write(cudaStream_t s, uint64_t* word, uint64_t value);
-  void wait(cudaStream_t s, uint64_t* word, uint64_t value, unsigned flags);
-  void cu_check(CUresult r, const char* what) const;
 };
-
-// ------------------------------------------------------------------ signalling
-//
-// Kernel signalling: the kernels above, values e * kEpochStride + mark with the epoch read from
-// device memory (flags only grow).
-//
-// Memop signalling: a stream memory operation's value is fixed when it is enqueued (a captured
-// graph replays it unchanged), so instead of growing values every word toggles between 0 and a
-// constant:
-//   ready: PE p writes kReadySet into my toggles.ready[p] at the start of each call in which it
-//          receives from me; I wait for it before pushing to p, then reset it to 0 on my stream.
-//   data:  p writes each piece's mark (1 .. c_n - 1, then kLastPiece) into my toggles.data[p]
-//          after that piece's copy; the write's default memory barrier makes the copy visible
-//          first. I wait >= the mark before using the piece, and reset the word to 0 on the
-//          caller's stream once every wait on it is done (side streams joined), before the call
-//          returns. Every receive waits for kLastPiece and p's marks only rise, so no write of
-//          this call is still on its way when the reset runs.
-// Why no reset races with the peer's next set: p sets a word again only after waiting for
-// something I sent after my reset. (ready) I wait on ready[p] only in a call e where I push to
-// p; p's call e waits for my data, which my streams send after the reset, and p's next ready
-// follows its call e in p's stream order. (data) p's next data write, in a call e' > e, follows
-// its wait for my ready of e', which my stream sends after call e, hence after the reset (the
-// write's memory barrier publishes the reset first). So each word goes 0 -> set -> waited ->
-// 0 once per call that uses it. A CUDA-graph replay enqueues the same operations with the same
-// values, which is all this protocol needs.
-
-void CeEngine::Impl::cu_check(CUresult r, const char* what) const {
-  if (r == CUDA_SUCCESS) return;
-  const char* name = nullptr;
-  if (!ops.error_name || ops.error_name(r, &name) != CUDA_SUCCESS || !name) name = "CUresult";
-  raise(Status::kSystem, "mori.ccl GPU engine: %s failed: %s (%d); %s=kernel signals with kernels instead", what, name,
-        static_cast<int>(r), kSignalEnv);
-}
-
-void CeEngine::Impl::write(cudaStream_t s, uint64_t* word, uint64_t value) {
-  // CU_STREAM_WRITE_VALUE_DEFAULT keeps the memory barrier: earlier work of this stream (a copy
-  // into the peer) is visible before the value.
-  cu_check(ops.write(s, static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(word)), value,
-                     CU_STREAM_WRITE_VALUE_DEFAULT),
-           "cuStreamWriteValue64");
-}
-
-void CeEngine::Impl::wait(cudaStream_t s, uint64_t* word, uint64_t value, unsigned flags) {
-  cu_check(ops.wait(s, static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(word)), value, flags),
-           "cuStreamWaitValue64");
-}
-
-// Starts the call: ready to the peers we receive from, then wait for the ready of the peers we
-// push to. All signals are enqueued before any wait.
-void CeEngine::Impl::enter(cudaStream_t s, const PeSet& ready_to, const PeSet& wait_ready) {
-  if (signal == CeSignal::kKernel) {
-    enter_kernel<<<1, threads, 0, s>>>(state, flags, me, ready_to, wait_ready);
-    cuda_check(cudaGetLastError(), "enter kernel launch");
-    return;
-  }
-  for (int p = 0; p < n; ++p)
-    if (ready_to.has(p)) write(s, peer_ready[p], kReadySet);
-  for (int p = 0; p < n; ++p) {
-    if (!wait_ready.has(p)) continue;
-    wait(s, toggles.ready + p, kReadySet, CU_STREAM_WAIT_VALUE_GEQ);
-    write(s, toggles.ready + p, 0);  // the only wait on it this call is done
-  }
-}
-
-// After this PE's one-piece pushes (stream order): publish them, then wait for everything this
-// PE receives in one piece or does not copy out.
-void CeEngine::Impl::arrive(cudaStream_t s, const PeSet& data_to, const PeSet& data_from) {
-  if (signal == CeSignal::kKernel) {
-    arrive_kernel<<<1, threads, 0, s>>>(state, flags, me, data_to, data_from);
-    cuda_check(cudaGetLastError(), "arrive kernel launch");
-    return;
-  }
-  for (int p = 0; p < n; ++p)
-    if (data_to.has(p)) write(s, peer_data[p], kLastPiece);
-  for (int p = 0; p < n; ++p)
-    if (data_from.has(p)) wait(s, toggles.data + p, kLastPiece, ops.data_wait);
-}
-
-// Piece `mark` of a multi-piece push to `pe` landed (stream order after its copy).
-void CeEngine::Impl::signal_piece(cudaStream_t s, int pe, uint64_t mark) {
-  if (signal == CeSignal::kMemop) return write(s, peer_data[pe], mark);
-  signal_kernel<<<1, 1, 0, s>>>(state, flags, pe, me, mark);
-  cuda_check(cudaGetLastError(), "signal kernel launch");
-}
-
-// Work after this on `s` may use piece `mark` of what `pe` pushes here.
-void CeEngine::Impl::wait_piece(cudaStream_t s, int pe, uint64_t mark) {
-  if (signal == CeSignal::kMemop) return wait(s, toggles.data + pe, mark, ops.data_wait);
-  wait_kernel<<<1, 1, 0, s>>>(state, flags, pe, mark);
-  cuda_check(cudaGetLastError(), "wait kernel launch");
-}
-
-// Ends the call on the caller's stream, every side stream joined: memop data words back to 0
-// (kernel flags only grow; nothing to do).
-void CeEngine::Impl::rearm(cudaStream_t s, const PeSet& received_from) {
-  if (signal == CeSignal::kKernel) return;
-  for (int p = 0; p < n; ++p)
-    if (received_from.has(p)) write(s, toggles.data + p, 0);
-}
-
-const char* signal_name(CeSignal s) { return s == CeSignal::kMemop ? "memop" : "kernel"; }
-
-CeSignal CeEngine::signal() const { return impl_->signal; }
 
 int CeEngine::chunks(size_t bytes, bool direct) {
   if (direct) return 1;
@@ -442,34 +201,21 @@ CeEngine::CeEngine(size_t staging_bytes) : impl_(std::make_unique<Impl>()) {
   cuda_check(cudaSetDevice(device_), "cudaSetDevice");
   cuda_check(cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute");
   d.state = heap->device_state_ptr();
-  // Before allocating anything: a raise here leaves nothing behind.
-  MemOps ops;
-  int32_t support = probe_memops(device_, ops);
-  d.signal = choose_signal(rt, support, caller);
-  if (d.signal == CeSignal::kMemop) d.ops = ops;
 
-  // Words: Flags (2n + 2), then Toggles (2n); then the staging slots.
-  size_t flag_bytes = ((4 * d.n + 2) * sizeof(uint64_t) + 4095) / 4096 * 4096;
+  size_t flag_bytes = (2 * d.n * sizeof(uint64_t) + 2 * sizeof(uint64_t) + 4095) / 4096 * 4096;
   slot_bytes_ = d.n > 1 ? staging_bytes / (d.n - 1) / 4096 * 4096 : 0;
   size_t total = flag_bytes + slot_bytes_ * (d.n - 1);
   d.window = static_cast<char*>(rt.gpu_malloc(total, 256, caller));
   d.staging = d.window + flag_bytes;
   auto* w = reinterpret_cast<uint64_t*>(d.window);
   d.flags = Flags{w, w + d.n, w + 2 * d.n, w + 2 * d.n + 1};
-  d.toggles = Toggles{w + 2 * d.n + 2, w + 3 * d.n + 2};
   cuda_check(cudaMemset(d.window, 0, flag_bytes), "cudaMemset");
   d.peer_slot.assign(d.n, nullptr);
-  d.peer_ready.assign(d.n, nullptr);
-  d.peer_data.assign(d.n, nullptr);
   for (int pe = 0; pe < d.n; ++pe) {
     if (pe == d.me) continue;
     char* sym = d.staging + static_cast<size_t>(d.slot_index(d.me, pe)) * slot_bytes_;
     d.peer_slot[pe] = static_cast<char*>(rt.ptr(sym, pe));
-    // The host-side counterpart of dev::signal_op's address translation, for the memop writes.
-    d.peer_ready[pe] = static_cast<uint64_t*>(rt.ptr(d.toggles.ready + d.me, pe));
-    d.peer_data[pe] = static_cast<uint64_t*>(rt.ptr(d.toggles.data + d.me, pe));
-    if (!d.peer_slot[pe] || !d.peer_ready[pe] || !d.peer_data[pe])
-      raise(Status::kUnavailable, "%s: no direct pointer to PE %d's GPU heap", caller, pe);
+    if (!d.peer_slot[pe]) raise(Status::kUnavailable, "%s: no direct pointer to PE %d's GPU heap", caller, pe);
   }
   auto stream = [](cudaStream_t* s) { cuda_check(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking), "cudaStreamCreate"); };
   auto event = [](cudaEvent_t* e) { cuda_check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate"); };
@@ -600,7 +346,8 @@ void CeEngine::exchange(const std::vector<CeSend>& sends, const std::vector<CeRe
     char* to = static_cast<char*>(r.copy_to);
     for (int c = 0; c < c_n; ++c) {
       size_t lo = std::min(r.bytes, c * piece), len = std::min(piece, r.bytes - lo);
-      d.wait_piece(rs, r.pe, piece_mark(c, c_n));
+      wait_kernel<<<1, 1, 0, rs>>>(d.state, d.flags, r.pe, piece_mark(c, c_n));
+      cuda_check(cudaGetLastError(), "wait kernel launch");
       CopyJob job{from + lo, to + lo, len};
       launch_copies(&job, 1, d.sm_count, rs);
     }
@@ -620,7 +367,8 @@ void CeEngine::exchange(const std::vector<CeSend>& sends, const std::vector<CeRe
     launch_copies(&job, 1, 2 * d.sm_count, d.local);
     cuda_check(cudaEventRecord(d.local_done, d.local), "cudaEventRecord");
   }
-  d.enter(s, ready_to, wait_ready);
+  enter_kernel<<<1, d.threads, 0, s>>>(d.state, d.flags, d.me, ready_to, wait_ready);
+  cuda_check(cudaGetLastError(), "enter kernel launch");
   if (fork) cuda_check(cudaEventRecord(d.fork, s), "cudaEventRecord");
   if (s_send >= 0) push(s_send, s);
 
@@ -649,7 +397,8 @@ void CeEngine::exchange(const std::vector<CeSend>& sends, const std::vector<CeRe
       cudaEvent_t ev = d.chunk_done[x.pe * kMaxChunks + c];
       cuda_check(cudaEventRecord(ev, ps), "cudaEventRecord");
       cuda_check(cudaStreamWaitEvent(ss, ev, 0), "cudaStreamWaitEvent");
-      d.signal_piece(ss, x.pe, piece_mark(c, c_n));
+      signal_kernel<<<1, 1, 0, ss>>>(d.state, d.flags, x.pe, d.me, piece_mark(c, c_n));
+      cuda_check(cudaGetLastError(), "signal kernel launch");
     }
     cuda_check(cudaEventRecord(d.push_done[x.pe], ss), "cudaEventRecord");
     at_end.push_back(d.push_done[x.pe]);
@@ -664,12 +413,14 @@ void CeEngine::exchange(const std::vector<CeSend>& sends, const std::vector<CeRe
     at_end.push_back(d.recv_done[r.pe]);
   }
   for (cudaEvent_t ev : before_arrive) cuda_check(cudaStreamWaitEvent(s, ev, 0), "cudaStreamWaitEvent");
-  if (data_to.any() || data_from.any()) d.arrive(s, data_to, data_from);
+  if (data_to.any() || data_from.any()) {
+    arrive_kernel<<<1, d.threads, 0, s>>>(d.state, d.flags, d.me, data_to, data_from);
+    cuda_check(cudaGetLastError(), "arrive kernel launch");
+  }
   launch_copies(copy_outs.data(), copy_outs.size(), 2 * d.sm_count, s);
   // After arrive: its signals must not wait for this copy-out, whose sender signals from a side stream.
   if (s_recv >= 0) copy_out_pieces(recvs[s_recv], recv_chunks[s_recv], s);
   for (cudaEvent_t ev : at_end) cuda_check(cudaStreamWaitEvent(s, ev, 0), "cudaStreamWaitEvent");
-  d.rearm(s, ready_to);  // after the joins: every wait of this call on the data words is done
   if (local) cuda_check(cudaStreamWaitEvent(s, d.local_done, 0), "cudaStreamWaitEvent");
   for (size_t k = 0; k < sends.size(); ++k) (sends[k].direct ? stats_.direct_bytes : stats_.staged_bytes) += sends[k].bytes;
 }

@@ -51,16 +51,12 @@ void bind_ce_engine(py::module_& m) {
       .def("slot", [](const CeEngine& self, int pe) { return reinterpret_cast<uintptr_t>(self.slot(pe)); })
       .def_property_readonly("slot_bytes", &CeEngine::slot_bytes)
       .def_property_readonly("device", &CeEngine::device)
-      .def_property_readonly(
-          "signal", [](const CeEngine& self) { return mori::collectives::signal_name(self.signal()); },
-          "Handshake every PE chose (MORI_CCL_GPU_SIGNAL): 'memop' or 'kernel'.")
       .def_static("chunks", &CeEngine::chunks, py::arg("bytes"), py::arg("direct") = false)
       .def("stats", [](const CeEngine& self) {
         py::dict d;
         d["calls"] = self.stats().calls;
         d["direct_bytes"] = self.stats().direct_bytes;
         d["staged_bytes"] = self.stats().staged_bytes;
-        d["signal"] = mori::collectives::signal_name(self.signal());
         return d;
       });
 }

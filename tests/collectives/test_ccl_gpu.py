@@ -17,12 +17,10 @@ needs_gpus = pytest.mark.skipif(not _PES, reason="needs 2 CUDA GPUs (or MORI_TES
 @needs_gpus
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("pes", _PES)
-@pytest.mark.parametrize("signal", ["auto", "kernel"])  # MORI_CCL_GPU_SIGNAL (auto: stream memops where supported)
-def test_ccl_gpu_collectives(pes, signal):
+def test_ccl_gpu_collectives(pes):
     from mori import _C
 
     if not getattr(_C.collectives, "has_cuda", False):
         pytest.skip("MORI built without CUDA")
-    out = check(mori_run(pes, python_program("ccl_gpu_suite.py"), timeout=280 + 30 * pes,
-                         env={"MORI_CCL_GPU_SIGNAL": signal}))
+    out = check(mori_run(pes, python_program("ccl_gpu_suite.py"), timeout=280 + 30 * pes))
     assert out.count("ccl gpu suite ok") == pes

@@ -24,14 +24,6 @@
 // Everything lives in the runtime's GPU symmetric heap (Runtime::gpu_malloc): flags, epoch and
 // staging; peer addresses come from Runtime::ptr. The epoch lives in device memory and flags
 // only grow (nothing is reset), so a captured CUDA graph replays correctly.
-//
-// Two ways to signal (MORI_CCL_GPU_SIGNAL, agreed by all PEs when the engine is made):
-//   kernel: the one-block enter/arrive kernels and one-thread piece kernels above;
-//   memop:  CUDA stream memory operations (cuStreamWriteValue64 into the peer's flag word,
-//           cuStreamWaitValue64 on our own), no kernel in the handshake. Their values are fixed
-//           when enqueued (a graph replays the same value), so this protocol uses other flag
-//           words that toggle: set to a constant by the peer, reset to 0 by their owner once
-//           waited for (see ce_engine.cu for why no reset can race with the next set).
 #pragma once
 
 #include <cstddef>
@@ -68,15 +60,10 @@ struct CeStats {
   uint64_t calls = 0, direct_bytes = 0, staged_bytes = 0;
 };
 
-// How an exchange signals and waits (see the protocol above).
-enum class CeSignal { kKernel, kMemop };
-const char* signal_name(CeSignal s);  // "kernel" / "memop"
-
 class CeEngine {
  public:
   // Collective over the runtime's PEs (all bound to GPUs of this node, P2P-reachable, at most
-  // 256): picks the signalling (MORI_CCL_GPU_SIGNAL: auto | memop | kernel; every PE the same),
-  // allocates the flags and `staging_bytes` of receive staging from the GPU symmetric heap.
+  // 256): allocates the flags and `staging_bytes` of receive staging from the GPU symmetric heap.
   explicit CeEngine(size_t staging_bytes);
   // Collective when the runtime that made it is still live (frees the heap memory).
   ~CeEngine();
@@ -98,8 +85,6 @@ class CeEngine {
   void* slot(int pe) const;
   int device() const { return device_; }
   const CeStats& stats() const { return stats_; }
-  // The signalling every PE's engine chose (MORI_CCL_GPU_SIGNAL).
-  CeSignal signal() const;
   // Pieces a transfer of `bytes` is cut into (signals per pair); the same on both sides. Staged
   // transfers are pipelined (the receiver copies a piece out while the next one flies); direct
   // ones move in one piece.

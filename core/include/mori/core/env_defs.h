@@ -42,8 +42,6 @@
     "largest staging buffer of a host collective; larger staged calls run in chunks")               \
   X(ccl_gpu_staging_size, "MORI_CCL_GPU_STAGING_SIZE", size, "256MiB",                             \
     "GPU collectives: receive staging in the GPU symmetric heap (split over the peers)")           \
-  X(ccl_gpu_signal, "MORI_CCL_GPU_SIGNAL", string, "kernel",                                       \
-    "GPU collectives' handshake: kernel, memop (CUDA stream memory operations; no timeout) or auto") \
   X(deepspeed, "MORI_DEEPSPEED", bool, "0",                                                        \
     "install the DeepSpeed hook on import of mori.apps.deepspeed (ZeRO-3 all-gathers via MORI)")   \
   X(deepspeed_max_numel, "MORI_DEEPSPEED_MAX_NUMEL", int, "67108864",                              \
