@@ -31,3 +31,18 @@ def test_suite_8pes():
     out = check(mori_run(8, python_program("ccl_suite.py", "--quick"), timeout=140,
                          env={**ENV, "MORI_CCL_CHUNK_SIZE": "8K"}))
     assert out.count("ccl suite ok") == 8
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(300)
+def test_suite_across_two_hosts():
+    """2 PEs on each of two hosts (network namespaces joined by veth): same-host peers over shm,
+    the other host over the tcp transport."""
+    from multihost import check_all, run_on_hosts, veth_hosts_or_skip
+
+    vh = veth_hosts_or_skip()
+    try:
+        out = check_all(run_on_hosts(vh.hosts, 2, python_program("ccl_suite.py", "--quick"), timeout=280, env=ENV))
+    finally:
+        vh.destroy()
+    assert out.count("ccl suite ok") == 4
