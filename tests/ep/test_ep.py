@@ -88,6 +88,25 @@ def test_rule_selection():
         LaunchConfigurator(K.IntraNode, 8, 8, "FAST")
 
 
+def test_shipped_tuning_rules():
+    """The rules shipped for 2 x H200 load and give the measured launch shape for the measured cases."""
+    from mori.ep.kernel_type import EpDispatchCombineKernelType as K
+    from mori.ep.tuning import find_rule_file, load_rules, select_rule
+
+    for phase, dtype, extra in (("dispatch", "fp8_e4m3", {}),
+                                ("combine", "bf16", {"zero_copy": False, "quant_type": "none"}),
+                                ("combine", "bf16", {"zero_copy": True, "quant_type": "none"}),
+                                ("combine", "bf16", {"zero_copy": False, "quant_type": "fp8_direct_cast"})):
+        path = find_rule_file("sm90", "h200", K.IntraNode, 2, phase)
+        assert path is not None and path.name == f"sm90_h200_IntraNode_ep2_{phase}.json"
+        rules = load_rules(path, phase)
+        assert rules.phase == phase
+        for tokens in (128, 4096):
+            rule = select_rule(rules.rules, dtype, tokens, 7168, 8, **extra)
+            assert (rule["block_num"], rule["warp_per_block"]) == (264, 16), (phase, dtype, extra, tokens)
+    assert find_rule_file("sm90", "h200", K.IntraNode, 8, "dispatch") is None  # EP8 not measured yet
+
+
 @pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e4m3fnuz", "bfloat16", "float16"])
 def test_encode_matches_torch(dtype):
     """Combine's fp32 -> dtype rounding equals torch's cast, edge cases included."""
