@@ -204,8 +204,8 @@ def main() -> int:
         side = torch.cuda.Stream()
         x = torch.arange(4096, device="cuda", dtype=torch.float32) + 10000 * me
         out = torch.empty(n * 4096, device="cuda")
-        with torch.cuda.stream(side):
-            side.wait_stream(torch.cuda.current_stream())
+        side.wait_stream(torch.cuda.current_stream())  # x is written on this stream: outside the `with`,
+        with torch.cuda.stream(side):                    # where current_stream() would be `side` itself
             ccl.all_gather_single(out, x)
             ccl.all_reduce(x)
         torch.cuda.current_stream().wait_stream(side)
