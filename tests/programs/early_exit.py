@@ -21,6 +21,13 @@ start = time.monotonic()
 try:
     if mode == "barrier":
         sh.barrier_all()
+    elif mode == "all_gather":  # a host collective of mori.ccl
+        import torch
+
+        import mori.ccl as ccl
+
+        x = torch.full((1000,), float(me))
+        ccl.all_gather_into_tensor(torch.empty(1000 * sh.n_pes()), x)
     else:
         sh.wait_until(flag, sh.CMP_EQ, 1)  # the victim would have set it
     print(f"PE {me}: no error")

@@ -11,7 +11,7 @@ import pytest
 from harness import check, job_env, mori_run, python_program
 
 
-@pytest.mark.parametrize("mode", ["barrier", "wait_until"])
+@pytest.mark.parametrize("mode", ["barrier", "wait_until", "all_gather"])
 def test_peer_exits_early(mode):
     out = check(mori_run(3, python_program("early_exit.py", 1, mode), timeout=60))
     for pe in (0, 2):
