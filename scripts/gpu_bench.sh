@@ -6,6 +6,8 @@
 #          (MORI_EP_COMBINE_STAGING=pipelined) for the external and fp8 combines
 #   ccl    `mori bench ccl --gpu` (all-gather sweep, other collectives, GEMM overlap)
 # Logs and JSON go to $OUT/results.tgz (default OUT: bench-results/), a summary to stdout.
+# Tests and benchmarks use every GPU of the node. On 8 GPUs the whole script outlasts a
+# 10-minute call: run `STEPS=tests` and `STEPS="ep ccl"` as two calls.
 # NVLink multicast stays off.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1

@@ -269,7 +269,8 @@ def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(prog="mori bench ccl", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpu", action="store_true", help="GPUs: copy-engine allgather vs NCCL (+ GEMM overlap)")
-    parser.add_argument("-n", "--pes", type=int, default=2, help="PEs (one GPU each with --gpu)")
+    parser.add_argument("-n", "--pes", type=int, default=None,
+                        help="PEs (default: 2 on CPUs; with --gpu one per GPU of this node)")
     parser.add_argument("--min-size", type=int, default=MIB, help="smallest allgather output in bytes")
     parser.add_argument("--max-size", type=int, default=None,
                         help="largest output in bytes (default 1 GiB on GPUs, 64 MiB on CPUs)")
@@ -285,6 +286,14 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    if args.pes is None:
+        args.pes = 2
+        if args.gpu:
+            import torch
+
+            args.pes = torch.cuda.device_count()
+            if args.pes < 2:
+                parser.error(f"--gpu needs 2 or more GPUs on this node (found {args.pes}); -n picks how many")
     if args.max_size is None:
         args.max_size = 1 << 30 if args.gpu else 64 * MIB
     if args.json is None:
