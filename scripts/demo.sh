@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 source scripts/env.sh
-mori run -n 4 mori info
-mori run -n 4 python tests/programs/shmem_suite.py --quick
-mori bench shmem --json bench-results/shmem.json
+PY=${PYTHON:-python3}
+MORI="$PY -m mori.apps.cli"  # the `mori` command, also where the interpreter's scripts are not on PATH
+$MORI run -n 4 $MORI info
+$MORI run -n 4 $PY tests/programs/shmem_suite.py --quick
+$MORI bench shmem --json bench-results/shmem.json
