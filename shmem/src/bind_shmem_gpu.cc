@@ -21,6 +21,8 @@ GpuHeap& heap(const char* caller) { return Runtime::get(caller).gpu_heap(caller)
 void bind_shmem_gpu(py::module_& m) {
   m.def("built_with_cuda", &GpuHeap::built_with_cuda, "Whether this MORI has its CUDA code compiled in.");
   m.def("cuda_device_count", &GpuHeap::device_count, "CUDA devices this process sees (0 without CUDA).");
+  m.def("pointer_device", [](uintptr_t ptr) { return GpuHeap::pointer_device(vp(ptr)); }, py::arg("ptr"),
+        "CUDA device whose memory the address points into, else -1 (host memory).");
   m.def("bind_device", &Runtime::bind_device, py::arg("device"),
         "Device the next init binds when MORI_DEVICE is unset (-1: none).");
   m.def("gpu_bound", [] { return Runtime::get("gpu_bound").gpu() != nullptr; });

@@ -86,6 +86,15 @@ int GpuHeap::device_count() {
   return n;
 }
 
+int GpuHeap::pointer_device(const void* ptr) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
+    cudaGetLastError();  // an address CUDA never saw: host memory
+    return -1;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? a.device : -1;
+}
+
 namespace {
 
 struct DeviceAnnounce {
@@ -251,6 +260,7 @@ void GpuHeap::barrier_on_stream(void* stream) {
 
 bool GpuHeap::built_with_cuda() { return false; }
 int GpuHeap::device_count() { return 0; }
+int GpuHeap::pointer_device(const void*) { return -1; }
 
 std::unique_ptr<GpuHeap> GpuHeap::create(Runtime& rt, int device, size_t) {
   raise(Status::kUnavailable, "PE %d was asked to bind CUDA device %d, but this MORI was built without CUDA",

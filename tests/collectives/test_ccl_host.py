@@ -33,6 +33,14 @@ def test_suite_8pes():
     assert out.count("ccl suite ok") == 8
 
 
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("pes", [2, 4])
+def test_mori_class_api(pes):
+    """AllGatherIntoTensor (DeepSpeed's MORI hook's call) and AllgatherSdma on CPU memory."""
+    out = check(mori_run(pes, python_program("ccl_handles.py"), timeout=140, env=ENV))
+    assert out.count("ccl handles ok") == pes
+
+
 @pytest.mark.netns
 @pytest.mark.timeout(300)
 def test_suite_across_two_hosts():

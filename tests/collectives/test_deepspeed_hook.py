@@ -42,3 +42,11 @@ def test_env_switch_installs(monkeypatch):
     finally:
         mds.uninstall()
     assert dscomm.allgather_fn is original and not mds.installed()
+
+
+@pytest.mark.timeout(240)
+def test_deepspeeds_builtin_mori_path_builds_and_runs_our_handle():
+    """DeepSpeed 0.19.8's own MORI path (deepspeed/comm/mori.py, DS_SDMA_ALLGATHER=1) builds
+    mori.ccl.AllGatherIntoTensor from this MORI and its calls gather bit-exactly."""
+    out = check(mori_run(2, python_program("ds_builtin_mori.py"), timeout=230, env={"MORI_SPIN_ITERATIONS": "200"}))
+    assert out.count("deepspeed builtin mori ok") == 2, out[-3000:]

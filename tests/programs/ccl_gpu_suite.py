@@ -194,12 +194,34 @@ def graphs(me: int, n: int) -> None:
         expect(torch.equal(red.cpu(), torch.arange(1001, dtype=torch.float64) * n + it), f"graph all_reduce {it}")
 
 
+def handles(me: int, n: int) -> None:
+    """MORI's class API on GPU memory: raw device addresses and a stream (DeepSpeed's MORI hook),
+    tensors, and the output left in the transit buffer."""
+    count = 100003
+    mine = lambda p: torch.arange(count, dtype=torch.float32) * (p + 1) + 0.5 * p  # noqa: E731
+    want = torch.cat([mine(p) for p in range(n)]).to(torch.bfloat16)
+    x = mine(me).to(torch.bfloat16).cuda()
+    ag = ccl.AllGatherIntoTensor(me, n, 1 << 20, n << 20)
+    out = torch.zeros(n * count, dtype=torch.bfloat16, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    expect(ag(x.data_ptr(), out.data_ptr(), count, ccl.DataType.BFloat16, side.cuda_stream) is True, "handle call")
+    torch.cuda.current_stream().wait_stream(side)
+    expect(torch.equal(out.cpu(), want), "AllGatherIntoTensor on device addresses")
+    sd = ccl.AllgatherSdma(me, n, transit_buffer_size=8 << 20, copy_output_to_user=False)
+    expect(sd.start_async(x, out, count) is True, "start_async")
+    sd.wait_async()
+    got = sd.get_output_transit_buffer(torch.bfloat16)[: n * count]
+    expect(got.is_cuda and torch.equal(got.cpu(), want), "AllgatherSdma transit output")
+
+
 def main() -> int:
     dev = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()  # PEs may share GPUs
     torch.cuda.set_device(dev)
     with sh.init() as s:
         me, n = s.my_pe, s.n_pes
         run_all(me, n, 4242, (1, 3, 1001, 65536 + 7), 20 * (1 << 20) // 2 + 3)  # > 1 chunk
+        handles(me, n)
         # side stream
         side = torch.cuda.Stream()
         x = torch.arange(4096, device="cuda", dtype=torch.float32) + 10000 * me

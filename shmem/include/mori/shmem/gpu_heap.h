@@ -32,6 +32,9 @@ class GpuHeap {
   static bool built_with_cuda();
   // CUDA devices visible to this process (0 without CUDA or a driver).
   static int device_count();
+  // CUDA device whose memory `ptr` points into (device or managed memory), else -1 (host memory,
+  // including pinned host memory, or a build without CUDA).
+  static int pointer_device(const void* ptr);
 
   // Collective over `rt`'s PEs (every PE bound to a device): allocates, exchanges IPC handles,
   // maps reachable peers, installs the cuda transport for device regions.
