@@ -17,6 +17,6 @@ from mori.collectives.dtypes import DataType, ReduceOp, data_type, reduce_op, si
 
 __all__ = [
     "AllGatherIntoTensor", "AllgatherSdma", "DataType", "ReduceOp", "Work", "all_gather", "all_gather_into_tensor",
-    "all_gather_single", "all_reduce", "all_to_all_single", "broadcast", "check_group", "data_type", "reduce_op", "reduce_scatter_single",
-    "reduce_scatter_tensor", "release", "size_of", "stats",
+    "all_gather_single", "all_reduce", "all_to_all_single", "broadcast", "check_group", "data_type", "reduce_op",
+    "reduce_scatter_single", "reduce_scatter_tensor", "release", "size_of", "stats",
 ]

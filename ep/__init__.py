@@ -12,6 +12,7 @@ See docs/ep.md.
 """
 from mori.ep.config import EpDispatchCombineConfig
 from mori.ep.kernel_type import EpDispatchCombineKernelType, EpDispatchCombineQuantType
+from mori.ep.local_expert_count import launch_local_expert_count
 from mori.ep.op import TOPK_IDX_DTYPE, EpDispatchCombineOp
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "EpDispatchCombineOp",
     "EpDispatchCombineQuantType",
     "TOPK_IDX_DTYPE",
+    "launch_local_expert_count",
 ]

@@ -20,6 +20,7 @@ from mori import _C
 from mori.ep import standard_moe
 from mori.ep.config import EpDispatchCombineConfig
 from mori.ep.kernel_type import EpDispatchCombineKernelType, normalize_quant_type
+from mori.ep.local_expert_count import count_local_experts
 from mori.ep.tensors import address, dtype_code, view_at
 from mori.ep.tuning import LaunchConfigurator, mode_from_env
 
@@ -204,7 +205,7 @@ class EpDispatchCombineOp:
         out_i = self._view("i", i_p, (rows, k), TOPK_IDX_DTYPE)
         recv = self._view("n", total_p, (1,), torch.int32)
         if call_local_expert_count and self._kernel != EpDispatchCombineKernelType.AsyncLL:
-            self._count_local_experts(out_i, int(recv[0]))
+            self.local_expert_count = count_local_experts(out_i, recv, cfg.rank, cfg.num_experts_per_rank)
         return out, out_w, out_s, out_i, recv
 
     def _dispatch_gpu(self, input, weights, scales, indices, bn, wpb, call_local_expert_count):
@@ -224,20 +225,8 @@ class EpDispatchCombineOp:
         out_i = g.view("disp_idx", (rows, k), TOPK_IDX_DTYPE)
         recv = g.view("total_recv", (1,), torch.int32)
         if call_local_expert_count and self._kernel != EpDispatchCombineKernelType.AsyncLL:
-            # No host sync: rows past recv_num_token are masked, not sliced.
-            epr = cfg.num_experts_per_rank
-            valid = torch.arange(rows, device=g.device)[:, None] < recv
-            local = out_i.long() - cfg.rank * epr
-            keep = valid & (local >= 0) & (local < epr)
-            self.local_expert_count = torch.zeros(epr, dtype=torch.int32, device=g.device).scatter_add_(
-                0, local.clamp(0, epr - 1).flatten(), keep.flatten().to(torch.int32))
+            self.local_expert_count = count_local_experts(out_i, recv, cfg.rank, cfg.num_experts_per_rank)
         return out, out_w, out_s, out_i, recv
-
-    def _count_local_experts(self, out_indices: torch.Tensor, total: int) -> None:
-        epr = self.config.num_experts_per_rank
-        local = out_indices[:total].long() - self.config.rank * epr
-        local = local[(local >= 0) & (local < epr)]
-        self.local_expert_count = torch.bincount(local, minlength=epr).to(torch.int32)
 
     def dispatch_send(self, input, weights, scales, indices, block_num: int = -1, rdma_block_num: int = -1,
                       warp_per_block: int = -1):

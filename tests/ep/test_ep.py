@@ -88,6 +88,13 @@ def test_rule_selection():
         LaunchConfigurator(K.IntraNode, 8, 8, "FAST")
 
 
+@pytest.mark.parametrize("n", [2, 4])
+def test_local_expert_count(n):
+    """dispatch(call_local_expert_count=True) and MORI's launch_local_expert_count on addresses."""
+    out = check(mori_run(n, python_program("ep_local_expert_count.py"), timeout=100))
+    assert out.count("local expert count ok") == n
+
+
 def test_shipped_tuning_rules():
     """The rules shipped for 2 x H200 load and give the measured launch shape for the measured cases."""
     from mori.ep.kernel_type import EpDispatchCombineKernelType as K

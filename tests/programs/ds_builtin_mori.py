@@ -40,7 +40,9 @@ def main() -> int:
     for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.int8, torch.uint8,
                   torch.int16, torch.int32, torch.int64):
         numel = 4099
-        gen = lambda r: torch.randint(-100, 100, (numel,), generator=torch.Generator().manual_seed(31 * r + 7))  # noqa: E731
+        def gen(r: int) -> torch.Tensor:
+            return torch.randint(-100, 100, (numel,), generator=torch.Generator().manual_seed(31 * r + 7))
+
         x = gen(me).to(dtype)
         want = torch.cat([gen(r).to(dtype) for r in range(n)])
         assert ds_mori.supports(x), f"DeepSpeed's supports() refused {dtype}"

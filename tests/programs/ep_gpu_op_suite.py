@@ -144,6 +144,9 @@ def check_dtypes():
             local = local[(local >= 0) & (local < op.config.num_experts_per_rank)]
             ref = torch.bincount(local, minlength=op.config.num_experts_per_rank).to(torch.int32)
             expect(torch.equal(op.local_expert_count.cpu(), ref), "local_expert_count")
+            standalone = torch.full_like(op.local_expert_count, -1)
+            mori.ops.launch_local_expert_count(op.config, out[3].data_ptr(), out[4].data_ptr(), standalone.data_ptr())
+            expect(torch.equal(standalone.cpu(), ref), "launch_local_expert_count on device addresses")
             op.combine(out[0].to(comb_dtype), out[1], idx)  # keep both PEs in step
             torch.cuda.synchronize()
             print(f"PASS dtypes {kernel.name} {dtype} hidden={hidden} scale_dim={scale_dim}", flush=True)
