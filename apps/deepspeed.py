@@ -80,7 +80,7 @@ def install(max_numel: Optional[int] = None) -> None:
     global _state
     import deepspeed.comm as dscomm
 
-    from mori.collectives.settings import setting
+    from mori.core.env import setting
 
     with _lock:
         if _state is not None:
@@ -213,7 +213,7 @@ def _run(out: Any, inp: Any) -> Any:
 
 
 def _install_from_env() -> None:
-    from mori.collectives.settings import setting
+    from mori.core.env import setting
 
     if setting("MORI_DEEPSPEED"):
         install()

@@ -44,7 +44,7 @@ def engine() -> Any:
     if _engine is not None and _engine_gen != gen:
         _drop()
     if _engine is None:
-        from mori.collectives.settings import setting
+        from mori.core.env import setting
 
         _engine = _native.CeEngine(int(setting("MORI_CCL_GPU_STAGING_SIZE")))
         _engine_gen = gen

@@ -21,6 +21,7 @@ from mori.ep import standard_moe
 from mori.ep.config import EpDispatchCombineConfig
 from mori.ep.kernel_type import EpDispatchCombineKernelType, normalize_quant_type
 from mori.ep.local_expert_count import count_local_experts
+from mori.ep.profiler import TraceBuffer, enabled as profiling_enabled, traced
 from mori.ep.tensors import address, dtype_code, view_at
 from mori.ep.tuning import LaunchConfigurator, mode_from_env
 
@@ -70,6 +71,7 @@ class EpDispatchCombineOp:
         self._last_hidden = config.hidden_dim
         self._std_src_info: Optional[torch.Tensor] = None
         self.local_expert_count: Optional[torch.Tensor] = None
+        self._trace: Optional[TraceBuffer] = TraceBuffer(config.rank) if profiling_enabled() else None
 
     @property
     def _handle(self):
@@ -137,6 +139,7 @@ class EpDispatchCombineOp:
 
     # ------------------------------------------------------------------ dispatch
 
+    @traced("dispatch")
     def dispatch(self, input: torch.Tensor, weights: Optional[torch.Tensor], scales: Optional[torch.Tensor],
                  indices: torch.Tensor, block_num: int = -1, rdma_block_num: int = -1, warp_per_block: int = -1,
                  call_local_expert_count: bool = False):
@@ -233,6 +236,7 @@ class EpDispatchCombineOp:
         """Same as ``dispatch`` (the send half for ``AsyncLL``)."""
         return self.dispatch(input, weights, scales, indices, block_num, rdma_block_num, warp_per_block)
 
+    @traced("dispatch_recv")
     def dispatch_recv(self, block_num: int = -1, warp_per_block: int = -1) -> None:
         """``AsyncLL`` only: wait for every peer's tokens; fills the views ``dispatch_send`` returned."""
         if self._kernel != EpDispatchCombineKernelType.AsyncLL:
@@ -244,6 +248,7 @@ class EpDispatchCombineOp:
 
     # ------------------------------------------------------------------ combine
 
+    @traced("combine")
     def combine(self, input: torch.Tensor, weights: Optional[torch.Tensor], indices: torch.Tensor,
                 block_num: int = -1, rdma_block_num: int = -1, warp_per_block: int = -1,
                 use_external_inp_buf: int = -1, call_reset: bool = False):
@@ -317,6 +322,7 @@ class EpDispatchCombineOp:
         """Same as ``combine`` (the send half for ``AsyncLL``)."""
         return self.combine(input, weights, indices, block_num, rdma_block_num, warp_per_block)
 
+    @traced("combine_recv")
     def combine_recv(self, block_num: int = -1, warp_per_block: int = -1) -> None:
         """``AsyncLL`` only: wait for every peer's rows and sum them into the views ``combine_send`` returned."""
         if self._kernel != EpDispatchCombineKernelType.AsyncLL:
@@ -345,6 +351,11 @@ class EpDispatchCombineOp:
         """Kept for MORI compatibility: every counter resets itself inside dispatch/combine."""
 
     # ------------------------------------------------------------------ introspection
+
+    def get_debug_time_buf(self) -> TraceBuffer:
+        """This PE's spans of dispatch/combine calls (``MORI_EP_PROFILE=1`` when the op was built;
+        else empty), for :func:`mori.kernel_profiler.export_to_perfetto`."""
+        return self._trace if self._trace is not None else TraceBuffer(self.config.rank)
 
     def get_dispatch_src_token_pos(self) -> torch.Tensor:
         """Source of each received row: ``src_rank * max_num_tokens_to_send() + src_token``
@@ -406,6 +417,7 @@ class EpDispatchCombineOp:
         standard_moe.unpack_to_rows(packed_recv_x, packed_recv_src_info, src, reg[:total])
         return reg
 
+    @traced("dispatch_standard_moe")
     def dispatch_standard_moe(self, input, weights, scales, indices, block_num: int = -1, rdma_block_num: int = -1,
                               warp_per_block: int = -1):
         """dispatch + convert_dispatch_output."""
@@ -415,6 +427,7 @@ class EpDispatchCombineOp:
             self.dispatch_recv()
         return self.convert_dispatch_output(out, out_i)
 
+    @traced("combine_standard_moe")
     def combine_standard_moe(self, input, weights, indices, block_num: int = -1, rdma_block_num: int = -1,
                              warp_per_block: int = -1, call_reset: bool = False):
         """convert_combine_input (with the last dispatch_standard_moe's layout) + combine.

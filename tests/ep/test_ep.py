@@ -95,6 +95,12 @@ def test_local_expert_count(n):
     assert out.count("local expert count ok") == n
 
 
+def test_profile_spans_and_perfetto_export(tmp_path):
+    """MORI_EP_PROFILE=1: a span per dispatch/combine, exported as a Chrome JSON trace."""
+    out = check(mori_run(2, python_program("ep_profile.py", tmp_path), timeout=100, env={"MORI_EP_PROFILE": "1"}))
+    assert out.count("ep profile ok") == 2
+
+
 def test_shipped_tuning_rules():
     """The rules shipped for 2 x H200 load and give the measured launch shape for the measured cases."""
     from mori.ep.kernel_type import EpDispatchCombineKernelType as K

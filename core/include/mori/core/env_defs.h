@@ -47,4 +47,6 @@
   X(deepspeed_max_numel, "MORI_DEEPSPEED_MAX_NUMEL", int, "67108864",                              \
     "largest all-gather input (elements per rank) the DeepSpeed hook routes through MORI")   \
   X(ep_tuning_config, "MORI_EP_TUNING_CONFIG", string, "",                                         \
-    "EP AUTO mode: explicit tuning-rule JSON file (default: search ep/tuning_configs)")
+    "EP AUTO mode: explicit tuning-rule JSON file (default: search ep/tuning_configs)")             \
+  X(ep_profile, "MORI_EP_PROFILE", bool, "0",                                                      \
+    "EP ops record a span per dispatch/combine call (op.get_debug_time_buf, mori.kernel_profiler)")
