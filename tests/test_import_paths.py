@@ -33,3 +33,18 @@ def test_aliases_are_the_same_modules():
                  "shmem_ptr_p2p", "shmem_barrier_all", "shmem_buffer_register", "shmem_buffer_deregister",
                  "MORI_SHMEM_INIT_WITH_MPI_COMM", "MORI_SHMEM_INIT_WITH_UNIQUEID"):
         assert hasattr(mori.shmem, name), name
+
+
+def test_mori_names_of_later_additions():
+    """MORI's kernel_profiler module, its ccl class API and launch_local_expert_count."""
+    pytest.importorskip("torch")
+    import mori.ccl
+    import mori.ep.profiler
+    import mori.kernel_profiler
+    import mori.ops
+
+    assert mori.kernel_profiler is mori.ep.profiler and callable(mori.kernel_profiler.export_to_perfetto)
+    from mori.ccl import AllGatherIntoTensor, AllgatherSdma, DataType, size_of  # noqa: F401
+    from mori.ops import launch_local_expert_count  # noqa: F401
+
+    assert size_of(DataType.BFloat16) == 2 and int(DataType.Float64) == 11
