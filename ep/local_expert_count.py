@@ -14,6 +14,7 @@ import torch
 
 from mori import _C
 from mori.core.errors import InvalidArgument
+from mori.ep.tensors import view_at
 
 
 def count_local_experts(indices: torch.Tensor, recv_num_token: torch.Tensor, rank: int,
@@ -50,12 +51,11 @@ def launch_local_expert_count(config: Any, indices_ptr: int, total_recv_token_nu
         raise InvalidArgument(f"{caller}: the three addresses must all be GPU memory or all host memory, got "
                               + ", ".join(f"{n} on {'cuda:%d' % d if d >= 0 else 'host'}" for n, d in devices.items()))
     if devices["indices_ptr"] < 0:
-        total = int(np.ctypeslib.as_array(_at(int(total_recv_token_num_ptr), 4)).view(np.int32)[0])
+        total = int(view_at(int(total_recv_token_num_ptr), (1,), torch.int32)[0])
         _check_total(caller, total, config)
-        idx = torch.from_numpy(np.ctypeslib.as_array(_at(int(indices_ptr), max(total * k * 4, 4)))
-                               .view(np.int32)[: total * k].reshape(total, k))
+        idx = view_at(int(indices_ptr), (total, k), torch.int32)
         counts = count_local_experts(idx, torch.tensor([total], dtype=torch.int32), rank, epr)
-        np.ctypeslib.as_array(_at(int(local_expert_count_ptr), epr * 4)).view(np.int32)[:] = counts.numpy()
+        view_at(int(local_expert_count_ptr), (epr,), torch.int32).copy_(counts)
         return
     from mori.shmem.tensor_utils import wrap_device_pointer
 
@@ -67,12 +67,6 @@ def launch_local_expert_count(config: Any, indices_ptr: int, total_recv_token_nu
         idx = wrap_device_pointer(int(indices_ptr), max(total * k * 4, 4), torch.int32, (max(total * k, 1),))
         counts = count_local_experts(idx[: total * k].view(total, k), total_t, rank, epr)
         wrap_device_pointer(int(local_expert_count_ptr), epr * 4, torch.int32, (epr,)).copy_(counts)
-
-
-def _at(addr: int, nbytes: int) -> Any:
-    import ctypes
-
-    return (ctypes.c_uint8 * nbytes).from_address(addr)
 
 
 def _check_total(caller: str, total: int, config: Any) -> None:
