@@ -12,6 +12,7 @@ command -v mpirun >/dev/null || need_apt="$need_apt openmpi-bin libopenmpi-dev"
 command -v ip >/dev/null || need_apt="$need_apt iproute2"
 command -v cmake >/dev/null || need_apt="$need_apt cmake"
 command -v g++ >/dev/null || need_apt="$need_apt g++"
+[ -f /usr/include/openssl/hmac.h ] || need_apt="$need_apt libssl-dev"   # HMAC (core/auth)
 if [ -n "$need_apt" ]; then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $need_apt
