@@ -297,8 +297,9 @@ static int dial(const EngineImpl& engine, const EngineDesc& desc) {
   const auto& s = engine.settings();
   if (desc.port == 0) raise(Status::kInvalidUsage, "engine '%s' has no listening port (create a backend there first)",
                             desc.key.c_str());
-  int fd = net::connect_tcp(desc.host, static_cast<int>(desc.port), s.connect_timeout_s);
+  int fd = -1;
   try {
+    fd = net::connect_tcp(desc.host, static_cast<int>(desc.port), s.connect_timeout_s);
     double deadline = net::now() + s.connect_timeout_s;
     auth::client_handshake(fd, desc.secret.data(), desc.secret.size(), wire::kAuthLabel, deadline);
     wire::Hello hello{wire::kVersion, static_cast<uint32_t>(engine.key().size())};
@@ -310,7 +311,7 @@ static int dial(const EngineImpl& engine, const EngineDesc& desc) {
     net::set_nodelay(fd);
     return fd;
   } catch (const Error& e) {
-    ::close(fd);
+    if (fd >= 0) ::close(fd);
     raise(e.status() == Status::kTimeout ? Status::kTimeout : Status::kRemote, "engine '%s' at %s:%u: %s",
           desc.key.c_str(), desc.host.c_str(), desc.port, e.what());
   }
