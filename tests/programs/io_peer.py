@@ -47,14 +47,19 @@ class Peer:
             self.engine.create_backend(BackendType.XGMI, XgmiBackendConfig())
         return {"engine": b64(self.engine.get_engine_desc().pack())}
 
-    def cmd_alloc(self, size: int, seed: int, device: str = "numpy") -> dict:
+    def cmd_alloc(self, size: int, seed: int, device: str = "numpy", sub_offset: int = 0) -> dict:
+        """`size` random bytes; with sub_offset, a view that far into a larger allocation
+        (a sub-region registration, MORI issue #415)."""
         data = np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8)
         if device == "numpy":
             buf = data
             desc = self.engine.register_memory(buf.ctypes.data, buf.nbytes, -1, MemoryLocationType.CPU)
         else:
             import torch
-            buf = torch.from_numpy(data).to(device)
+            whole = torch.zeros(size + sub_offset, dtype=torch.uint8, device=device)
+            buf = whole[sub_offset:]
+            buf.copy_(torch.from_numpy(data))
+            self.keep = getattr(self, "keep", []) + [whole]
             desc = self.engine.register_torch_tensor(buf)
         self.bufs.append(buf)
         self.descs.append(desc)
