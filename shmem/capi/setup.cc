@@ -126,8 +126,19 @@ using namespace mori::capi;
 
 namespace {
 
+// A program that returns from main (or calls exit) without shmem_finalize still finalizes,
+// as Open MPI's OSHMEM does: otherwise the runtime's threads and the exit watcher would
+// be torn down by static destructors mid-flight (abort, lost stdio output, status 134).
+// Registered at the end of initialization, so it runs before the destructors of every
+// static object the libraries or the runtime's setup created (exit runs handlers in
+// reverse order of registration); exit's status and stdio flushing are untouched.
+void finalize_at_exit() {
+  if (Runtime::initialized()) shmem_finalize();
+}
+
 void init_common(int requested, const char* fn) {
   if (Runtime::initialized()) return;  // repeated initialization is a no-op
+
   // OpenSHMEM's own heap-size variable, unless MORI's is set explicitly.
   if (const char* s = std::getenv("SHMEM_SYMMETRIC_SIZE")) setenv("MORI_SHMEM_HEAP_SIZE", s, 0);
   mori::env::reload();
@@ -138,6 +149,8 @@ void init_common(int requested, const char* fn) {
   state().thread_level = requested;
   Runtime::get(fn).set_thread_level(static_cast<mori::shmem::ThreadLevel>(requested));
   setup_state();
+  static bool at_exit_registered = false;
+  if (!at_exit_registered && std::atexit(finalize_at_exit) == 0) at_exit_registered = true;
 }
 
 }  // namespace
