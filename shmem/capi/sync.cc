@@ -148,6 +148,20 @@ uint64_t shmem_signal_wait_until(uint64_t* sig_addr, int cmp, uint64_t cmp_value
   MORI_CAPI_CATCH(fn)
 }
 
+// OpenSHMEM 1.6: update a remote signal without data (an atomic on the signal word).
+void shmem_ctx_signal_add(shmem_ctx_t ctx, uint64_t* sig_addr, uint64_t signal, int pe) {
+  amo(ctx, sig_addr, mori::AmoOp::kAdd, 8, signal, 0, pe, "shmem_ctx_signal_add");
+}
+void shmem_ctx_signal_set(shmem_ctx_t ctx, uint64_t* sig_addr, uint64_t signal, int pe) {
+  amo(ctx, sig_addr, mori::AmoOp::kSet, 8, signal, 0, pe, "shmem_ctx_signal_set");
+}
+void shmem_signal_add(uint64_t* sig_addr, uint64_t signal, int pe) {
+  amo(SHMEM_CTX_DEFAULT, sig_addr, mori::AmoOp::kAdd, 8, signal, 0, pe, "shmem_signal_add");
+}
+void shmem_signal_set(uint64_t* sig_addr, uint64_t signal, int pe) {
+  amo(SHMEM_CTX_DEFAULT, sig_addr, mori::AmoOp::kSet, 8, signal, 0, pe, "shmem_signal_set");
+}
+
 void shmem_wait(long* ivar, long cmp_value) {
   wait_until(ivar, SHMEM_CMP_NE, bits<long>(cmp_value), word_of<long>(), "shmem_wait");
 }
