@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The OpenSHMEM C API: C programs in tests/capi/ built with our oshcc and run on 1-4 PEs
+"""The OpenSHMEM C API: C programs in tests/capi/ built with our oshcc and run on 1-8 PEs
 through oshrun, `mori run` and mpirun. Each program checks exact values on data drawn
 from a seed chosen here (printed on failure) and exits non-zero on the first mismatch."""
 from __future__ import annotations
@@ -57,7 +57,7 @@ def _oshrun(tools: dict, n: int, prog: list[str], timeout: float = 90, env: dict
 
 
 @pytest.mark.parametrize("name", ["rma", "amo", "sync", "coll", "legacy", "threads"])
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [1, 2, 4, 8])
 def test_program_oshrun(built, tools, name, n):
     seed = _seed()
     proc = _oshrun(tools, n, [str(built / name), seed])
@@ -65,7 +65,7 @@ def test_program_oshrun(built, tools, name, n):
     assert f"{name}: OK on {n} PEs" in out, f"seed {seed}:\n{out[-3000:]}"
 
 
-@pytest.mark.parametrize("name", ["coll", "rma"])
+@pytest.mark.parametrize("name", ["coll", "rma", "amo", "sync", "legacy", "threads"])
 def test_odd_pe_counts(built, name):
     """3 PEs: strided teams with odd sizes, ring neighbours that are not mutual."""
     seed = _seed()
@@ -126,6 +126,7 @@ def test_cplusplus_and_showme(tools, tmp_path):
     src = tmp_path / "hello.cc"
     src.write_text('#include <shmem.h>\n#include <shmemx.h>\n#include <cstdio>\n'
                    'int main() { shmem_init(); long* p = static_cast<long*>(shmem_malloc(8)); *p = shmem_my_pe();\n'
+                   '  if (shmem_sync(SHMEM_TEAM_WORLD) != 0) return 5;  // the 1.5 overload of the C++ header\n'
                    '  shmem_barrier_all(); std::printf("cxx %ld %d\\n", shmem_long_g(p, 0), shmem_n_pes());\n'
                    '  shmem_free(p); shmem_finalize(); return 0; }\n')
     exe = tmp_path / "hello"
