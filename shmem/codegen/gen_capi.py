@@ -4,11 +4,14 @@
 OpenSHMEM 1.5 spells most routines once per element type (``shmem_int_put``,
 ``shmem_ctx_ulong_atomic_fetch_xor_nbi``, ``shmem_double_max_reduce``...). Writing
 thousands of near-identical declarations by hand invites drift, so this script
-derives them from the spec's type tables and writes three files:
+derives them from the spec's type tables and writes:
 
 * ``shmem/include/mori_shmem/typed.h``   - declarations included by shmem.h
 * ``shmem/include/mori_shmem/generic.h`` - the C11 ``_Generic`` macros
 * ``shmem/capi/typed_gen.cc``            - definitions forwarding to mori::capi
+* ``shmem/include/pshmem.h``, ``shmem/capi/profiling_names.h``,
+  ``shmem/capi/profiling_aliases.ld``    - the profiling interface (pshmem_* names)
+* ``tests/capi/generics_gen.c``          - a test calling every generic with every type
 
 Run ``python shmem/codegen/gen_capi.py`` after editing; the outputs are committed
 and carry a "generated" banner. ``--check`` exits 1 if they are stale (CI).
