@@ -198,22 +198,25 @@ def test_exit_without_finalize_keeps_status_and_output(built, tools, how, n):
         assert f"noexit PE {pe} got {got}" in proc.stdout, f"PE {pe}'s output is missing:\n{text[-3000:]}"
 
 
+@pytest.mark.parametrize("how", ["link", "preload"])
 @pytest.mark.parametrize("n", [1, 2, 3])
-def test_profiling_interface_interposes_putmem(built, tools, tmp_path, n):
-    """A tool library linked before libmori_shmem defines shmem_putmem/shmem_my_pe/
-    shmem_pcontrol/shmem_finalize and forwards to pshmem_*: it sees exactly the program's calls
-    (none while shmem_pcontrol(0) is in force, none made inside the library by _my_pe)."""
+def test_profiling_interface_interposes_putmem(built, tools, tmp_path, n, how):
+    """A tool library (linked before libmori_shmem, or LD_PRELOADed into an unchanged
+    program) defines shmem_putmem/shmem_my_pe/shmem_pcontrol/shmem_finalize and forwards to
+    pshmem_*: it sees exactly the program's calls (none while shmem_pcontrol(0) is in force,
+    none made inside the library by _my_pe)."""
     tool = tmp_path / "libprofile_tool.so"
     res = subprocess.run([tools["oshcc"], "-std=c11", "-Wall", "-Werror", "-shared", "-fPIC", "-o", str(tool),
                           str(CAPI / "profile_tool.c")], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     exe = tmp_path / "profile"
+    link = [f"-L{tmp_path}", "-lprofile_tool", f"-Wl,-rpath,{tmp_path}"] if how == "link" else []
     res = subprocess.run([tools["oshcc"], "-std=c11", "-Wall", "-Werror", "-o", str(exe), str(CAPI / "profile.c"),
-                          f"-L{tmp_path}", "-lprofile_tool", f"-Wl,-rpath,{tmp_path}"],
-                         capture_output=True, text=True, timeout=120)
+                          *link], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     seed = _seed()
-    out = check(_oshrun(tools, n, [str(exe), seed], timeout=120))
+    env = {"LD_PRELOAD": str(tool)} if how == "preload" else None
+    out = check(_oshrun(tools, n, [str(exe), seed], timeout=120, env=env))
     for pe in range(n):
         want = [ln.split(": ", 1)[1] for ln in out.splitlines() if ln.startswith(f"program PE {pe}: ")]
         seen = [ln.split(": ", 1)[1] for ln in out.splitlines() if ln.startswith(f"tool PE {pe}: ")]
