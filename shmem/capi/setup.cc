@@ -138,7 +138,6 @@ void finalize_at_exit() {
 
 void init_common(int requested, const char* fn) {
   if (Runtime::initialized()) return;  // repeated initialization is a no-op
-
   // OpenSHMEM's own heap-size variable, unless MORI's is set explicitly.
   if (const char* s = std::getenv("SHMEM_SYMMETRIC_SIZE")) setenv("MORI_SHMEM_HEAP_SIZE", s, 0);
   mori::env::reload();

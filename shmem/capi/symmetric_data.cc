@@ -55,7 +55,7 @@ Span g_span;
 // the sanitizer's interceptor, which refuses to read the poisoned redzones it keeps between
 // globals, and this copy must take every byte. (Redzones stay poisoned: the shadow memory
 // is untouched by the remap, so ASan still checks the program's own accesses to globals.)
-// The kernel copies for us in write_span; copy_words is the user-space fallback.
+// At init the kernel copies (write_span); a forked child's private copy uses copy_words.
 void copy_words(void* dst, const void* src, size_t n) {
   auto* d = static_cast<volatile uint64_t*>(dst);  // volatile: not turned back into memcpy
   auto* s = static_cast<const volatile uint64_t*>(src);
