@@ -183,6 +183,10 @@ void shmem_query_thread(int* provided) {
 void shmem_finalize(void) {
   MORI_CAPI_TRY
   if (!Runtime::initialized()) return;
+  // Write out buffered output before the closing barrier: once every PE has passed it, the
+  // first to exit with a non-zero status makes the launcher stop the others, which must
+  // not take their output with them.
+  std::fflush(nullptr);
   rt("shmem_finalize").barrier_all();
   teardown_state();
   Runtime::finalize();
