@@ -65,6 +65,11 @@ Lane::~Lane() {
   net::close_fd(fd_);
 }
 
+char* Lane::staging(std::unique_ptr<gpu::HostBuffer>& buf, size_t n) {
+  if (!buf || buf->size() < n) buf = std::make_unique<gpu::HostBuffer>(std::max<size_t>(n, 1 << 20));
+  return buf->data();
+}
+
 bool Lane::expects_reply(const Piece& p) {
   auto op = static_cast<wire::Op>(p.req.op);
   return op == wire::Op::kWrite || op == wire::Op::kRead || op == wire::Op::kGrant;
@@ -155,8 +160,7 @@ void Lane::send_pieces(std::vector<Piece>& batch) {
       if (write && p.gpu) {
         // GPU source: stage through host memory, one piece at a time.
         flush();
-        if (staging_.size() < p.req.length) staging_.resize(std::max<size_t>(p.req.length, 1 << 20));
-        std::string err = gpu::copy_to_host(staging_.data(), p.local, p.req.length, p.device);
+        std::string err = gpu::copy_to_host(staging(tx_staging_, p.req.length), p.local, p.req.length, p.device);
         if (!err.empty()) raise(Status::kTransport, "%s", err.c_str());
       }
       if (expects_reply(p)) {
@@ -167,7 +171,7 @@ void Lane::send_pieces(std::vector<Piece>& batch) {
       headers.push_back(p.req);
       iov.push_back({&headers.back(), sizeof(wire::Request)});
       if (write && p.gpu) {
-        iov.push_back({staging_.data(), p.req.length});
+        iov.push_back({tx_staging_->data(), p.req.length});
         ++reached;
         flush();
         --reached;
@@ -237,9 +241,9 @@ void Lane::handle_reply(const wire::Reply& r, tcp::SocketReader& reader) {
   if (status == StatusCode::SUCCESS && op == wire::Op::kRead) {
     if (r.length != p.req.length) raise(Status::kRemote, "%s sent a read reply of the wrong length", peer_.name().c_str());
     if (p.gpu) {
-      if (staging_.size() < r.length) staging_.resize(std::max<size_t>(r.length, 1 << 20));
-      if (!reader.read(staging_.data(), r.length)) raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
-      std::string err = gpu::copy_to_device(p.local, staging_.data(), r.length, p.device);
+      char* buf = staging(rx_staging_, r.length);
+      if (!reader.read(buf, r.length)) raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
+      std::string err = gpu::copy_to_device(p.local, buf, r.length, p.device);
       if (!err.empty()) status = StatusCode::ERR_GPU_OP, message = err;
     } else if (r.length && !reader.read(p.local, r.length)) {
       raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
@@ -361,6 +365,7 @@ void Peer::finished(Transfer* t) {
       d->status->update(d->failure, d->why);
       continue;
     }
+    d->status->update(StatusCode::SUCCESS);  // the data is in place: the caller need not wait for the notice
     if (d->notify) {
       if (Lane* lane = notify_lane()) {
         Lane::Piece p;
@@ -374,7 +379,6 @@ void Peer::finished(Transfer* t) {
                  static_cast<unsigned long long>(d->uid));
       }
     }
-    d->status->update(StatusCode::SUCCESS);
   }
 }
 
