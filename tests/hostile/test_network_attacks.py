@@ -396,6 +396,58 @@ def test_derived_secret_paths_warn(torchrun):
     assert quiet.returncode == 0 and "warning" not in quiet.stderr, quiet.stderr
 
 
+C_PROGRAM = r"""
+#include <shmem.h>
+#include <stdio.h>
+int main(void) {
+  shmem_init();
+  long *x = shmem_malloc(sizeof(long));
+  *x = 0;
+  shmem_barrier_all();
+  shmem_long_atomic_add(x, shmem_my_pe() + 1, 0);
+  shmem_barrier_all();
+  if (shmem_my_pe() == 0) printf("sum %ld\n", *x);
+  shmem_finalize();
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("with_secret", [False, True])
+def test_c_api_derived_secret_warns(tmp_path, with_secret):
+    """The C API's MASTER_ADDR/RANK path derives the secret when MORI_JOB_SECRET is unset: it
+    must say so (once per host), and the job still works."""
+    from mori.shmem.capi import paths
+
+    src, exe = tmp_path / "derived.c", tmp_path / "derived"
+    src.write_text(C_PROGRAM)
+    cc = subprocess.run([str(paths().bin_dir / "oshcc"), "-o", str(exe), str(src)], capture_output=True, text=True,
+                        timeout=120)
+    assert cc.returncode == 0, cc.stderr
+    port, secret = _free_port(), os.urandom(32).hex()
+    procs = []
+    for rank in range(2):
+        extra = {**TCP, "MASTER_ADDR": "127.0.0.1", "MORI_MASTER_PORT": str(port), "RANK": str(rank),
+                 "WORLD_SIZE": "2", "LOCAL_RANK": str(rank)}
+        env = job_env({**extra, "MORI_JOB_SECRET": secret}) if with_secret else _no_secret_env(extra)
+        procs.append(subprocess.Popen([str(exe)], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    results = []
+    try:
+        for p in procs:
+            results.append(p.communicate(timeout=60))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, (out, err) in zip(procs, results):
+        assert p.returncode == 0, out + err
+    assert "sum 3" in results[0][0]
+    assert ("MORI_JOB_SECRET is not set" in results[0][1]) != with_secret, results[0][1]
+    assert "MORI_JOB_SECRET is not set" not in results[1][1], results[1][1]  # local rank 1 stays quiet
+
+
 def test_unique_id_leaves_the_secret_to_mori_job_secret():
     """With MORI_JOB_SECRET set, a unique id (what torchrun's store carries) holds no secret;
     a rank without MORI_JOB_SECRET gets a clear error instead of a wrong secret."""
