@@ -353,7 +353,10 @@ def test_multi_node_secret_is_drawn_by_node0_and_passed_by_file(tmp_path):
         printed = ""
         deadline = time.monotonic() + 60
         while "MORI_JOB_SECRET=" not in printed and time.monotonic() < deadline:
-            printed += node0.stderr.readline()
+            line = node0.stderr.readline()
+            if not line:
+                break  # node 0 ended without printing it
+            printed += line
         m = re.search(r"MORI_JOB_SECRET=([0-9a-f]{64}) ", printed)
         assert m, printed
         secret_file = tmp_path / "job.secret"
