@@ -79,6 +79,9 @@ class EnvJob:
         with open(f"/proc/{self.procs[0].pid}/status") as f:
             return int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1)) << 10
 
+    def open_fds_of_rank0(self) -> int:
+        return len(os.listdir(f"/proc/{self.procs[0].pid}/fd"))
+
     def finish(self, timeout: float = 90) -> list[str]:
         outs = []
         try:
@@ -219,12 +222,19 @@ def test_store_refuses_garbage_wrong_secret_replay_and_huge_lengths():
         job.wait_for_store()
         from mori import _C
 
-        # Garbage, many times: each connection is closed, and the refusals are rate-limited.
+        # Garbage, many times: each connection is closed (its descriptor too: none leaks), and
+        # the refusals are rate-limited.
+        fds_before = job.open_fds_of_rank0()
         for _ in range(200):
             s = socket.create_connection(("127.0.0.1", job.port), timeout=10)
             s.sendall(os.urandom(72))
             assert w.closed_by_peer(s), "the store kept a connection that sent garbage"
             s.close()
+        deadline = time.monotonic() + 10
+        while job.open_fds_of_rank0() > fds_before + 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert job.open_fds_of_rank0() <= fds_before + 4, \
+            f"rank 0 holds {job.open_fds_of_rank0() - fds_before} more descriptors after 200 refused connections"
 
         # A wrong secret: the store's proof does not check out and ours is refused.
         s = socket.create_connection(("127.0.0.1", job.port), timeout=10)
