@@ -221,7 +221,7 @@ void StoreServer::serve(net::Connection& conn) {
       }
     }
   } catch (const std::exception& e) {
-    if (!stopping_.load()) MORI_LOG(kWarn, "BOOTSTRAP", "store connection of rank %d ended: %s", rank, e.what());
+    MORI_LOG(kDebug, "BOOTSTRAP", "store connection of rank %d ended: %s", rank, e.what());
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
