@@ -15,7 +15,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     cfg = LaunchConfig(nproc=args.nproc, command=command, nnodes=args.nnodes, node_rank=args.node_rank,
-                       master_addr=args.master_addr, master_port=args.master_port,
+                       master_addr=args.master_addr, master_port=args.master_port, secret_file=args.secret_file,
                        socket_ifname=args.socket_ifname, prefix_output=not args.no_prefix)
     try:
         return launch(cfg)
@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--node-rank", type=int, default=0, help="this host's index in [0, nnodes)")
     run.add_argument("--master-addr", default="127.0.0.1", help="address of node 0 (multi-host)")
     run.add_argument("--master-port", type=int, default=0, help="port of node 0's bootstrap store (multi-host)")
+    run.add_argument("--secret-file", default="",
+                     help="file holding the job secret (64 hex digits; default: MORI_JOB_SECRET, else node 0 "
+                          "draws one and prints it)")
     run.add_argument("--socket-ifname", default="",
                      help="network interface the hosts share (sets MORI_SOCKET_IFNAME for the processes)")
     run.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with the rank")
