@@ -297,27 +297,41 @@ std::string Peer::name() const {
   return format("engine '%s' at %s:%u", desc_.key.c_str(), desc_.host.c_str(), desc_.port);
 }
 
-static int dial(const EngineImpl& engine, const EngineDesc& desc) {
-  const auto& s = engine.settings();
-  if (desc.port == 0) raise(Status::kInvalidUsage, "engine '%s' has no listening port (create a backend there first)",
-                            desc.key.c_str());
-  int fd = -1;
+static int dial_once(const EngineImpl& engine, const EngineDesc& desc, double deadline) {
+  int fd = net::connect_tcp(desc.host, static_cast<int>(desc.port), std::max(0.1, deadline - net::now()));
   try {
-    fd = net::connect_tcp(desc.host, static_cast<int>(desc.port), s.connect_timeout_s);
-    double deadline = net::now() + s.connect_timeout_s;
     auth::client_handshake(fd, desc.secret.data(), desc.secret.size(), wire::kAuthLabel, deadline);
     wire::Hello hello{wire::kVersion, static_cast<uint32_t>(engine.key().size())};
     net::send_all(fd, &hello, sizeof(hello));
     net::send_all(fd, engine.key().data(), engine.key().size());
     wire::HelloReply reply{};
-    if (!net::recv_all(fd, &reply, sizeof(reply), deadline) || !reply.ok)
-      raise(Status::kRemote, "refused our hello");
+    if (!net::recv_all(fd, &reply, sizeof(reply), deadline) || !reply.ok) raise(Status::kRemote, "refused our hello");
     net::set_nodelay(fd);
     return fd;
-  } catch (const Error& e) {
-    if (fd >= 0) ::close(fd);
-    raise(e.status() == Status::kTimeout ? Status::kTimeout : Status::kRemote, "engine '%s' at %s:%u: %s",
-          desc.key.c_str(), desc.host.c_str(), desc.port, e.what());
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+}
+
+static int dial(const EngineImpl& engine, const EngineDesc& desc) {
+  if (desc.port == 0)
+    raise(Status::kInvalidUsage, "engine '%s' has no listening port (create a backend there first)", desc.key.c_str());
+  double deadline = net::now() + engine.settings().connect_timeout_s;
+  while (true) {
+    try {
+      return dial_once(engine, desc, deadline);
+    } catch (const auth::Refused& e) {  // a definite no: wrong secret
+      raise(Status::kRemote, "engine '%s' at %s:%u: %s", desc.key.c_str(), desc.host.c_str(), desc.port, e.what());
+    } catch (const Error& e) {
+      // A handshake that broke (a flood of strangers may have pushed us out): try again in time.
+      if (net::now() + 0.05 < deadline && e.status() != Status::kTimeout) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        continue;
+      }
+      raise(e.status() == Status::kTimeout ? Status::kTimeout : Status::kRemote, "engine '%s' at %s:%u: %s",
+            desc.key.c_str(), desc.host.c_str(), desc.port, e.what());
+    }
   }
 }
 

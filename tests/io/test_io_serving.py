@@ -52,6 +52,16 @@ def block_offsets(local_blocks: list, remote_blocks: list):
     return lo, ro, sz
 
 
+def remote_blocks_digest(peer: RemotePeer, index: int, blocks: list) -> str:
+    """The peer's blocks, K then V, one digest each (read there, not here)."""
+    parts = []
+    for kv in range(2):
+        for b in blocks:
+            off = kv * BLOCKS * BLOCK_LEN + b * BLOCK_LEN
+            parts.append(peer.ask("digest", index=index, offset=off, length=BLOCK_LEN)["sha"])
+    return "".join(parts)
+
+
 def per_block_digests(t, blocks: list) -> str:
     raw = t.view(torch.uint8).reshape(2, BLOCKS, BLOCK_LEN)
     return "".join(hashlib.sha256(raw[kv, b].contiguous().numpy().tobytes()).hexdigest()
