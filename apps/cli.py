@@ -28,6 +28,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
     import mori
     from mori import _C
 
+    if args.io:
+        from mori.io.engine import probe_backends
+        print("MORI-IO backend per memory pair on this machine:")
+        for r in probe_backends():
+            ok = {True: "ok", False: "FAILED", None: "-"}[r["works"]]
+            print(f"  {r['pair']:<28} {r['backend']:<9} {ok:<7} {r['message']}")
+        return 0
     if args.env:
         for row in _C.core.env_table():
             mark = "*" if row["is_set"] else " "
@@ -119,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     info = sub.add_parser("info", help="show PEs, nodes and the transport chosen for each pair")
     info.add_argument("--env", action="store_true", help="list every MORI_* setting instead")
+    info.add_argument("--io", action="store_true", help="MORI-IO: the backend each kind of memory pair gets here")
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(func=_cmd_info)
 

@@ -6,6 +6,7 @@ CUDA KV caches."""
 from __future__ import annotations
 
 import hashlib
+import time
 
 import numpy as np
 import pytest
@@ -117,8 +118,13 @@ def test_two_processes_one_gpu(gpu_two, op):
         lo = [int(p) * size for p in perm]
         ro = [i * size for i in range(batch)]
         s = me.create_session(ld, remote)
-        st = (s.batch_read if op == "read" else s.batch_write)(lo, ro, [size] * batch, me.allocate_transfer_uid())
+        st_uid = me.allocate_transfer_uid()
+        st = (s.batch_read if op == "read" else s.batch_write)(lo, ro, [size] * batch, st_uid)
         assert st.WaitFor(60000) == StatusCode.SUCCESS, st.Message()
+        deadline = time.monotonic() + 10  # the notification follows the data, on every backend
+        while not peer.ask("pop", key=me.get_engine_desc().key, uid=st_uid)["found"]:
+            assert time.monotonic() < deadline, "no inbound notification"
+            time.sleep(0.01)
         remote_before = rng_bytes(total, 20 + size)
         if op == "write":
             expect = torch.cat([before_local[l:l + size] for l in lo])
