@@ -73,3 +73,17 @@ def test_launcher_sets_torchrun_and_mori_env():
     proc = mori_run(2, [sys.executable, "-c", code], timeout=60)
     lines = sorted(l for l in proc.stdout.splitlines() if l.startswith("["))
     assert lines[0].split()[1:5] == ["0", "2", "0", "0"] and lines[1].split()[1:5] == ["1", "2", "1", "1"], lines
+
+
+def test_launcher_of_a_later_host_names_global_ranks():
+    """`mori run --node-rank 1` runs global ranks 2 and 3: a failing rank is named by its global
+    rank, not its index on this host (it said "rank 1" where rank 3 died)."""
+    code = ("import os, sys, time\nr = int(os.environ['RANK'])\n"
+            "time.sleep(60) if r == 2 else sys.exit(5)\n")
+    start = time.monotonic()
+    proc = mori_run(2, [sys.executable, "-c", code], timeout=60,
+                    launcher_args=["--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
+                                   "--master-port", "29997"], env={"MORI_JOB_SECRET": "ab" * 32})
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    assert time.monotonic() - start < 30, "rank 2 was not stopped"
+    assert "rank 3 exited with code 5" in proc.stderr, proc.stderr
