@@ -35,7 +35,9 @@ int main(int argc, char **argv) {
   for (uint64_t i = 0; i < LIVE; ++i) next[i] = ~rnd(1, me, i);
   for (uint64_t i = 0; i < LIVE; ++i) CHECK(live[i] == rnd(1, me, i), "live block changed at element %llu",
                                             (unsigned long long)i);
-  /* And the heap is still symmetric: a put into the right neighbour's block lands there. */
+  /* And the heap is still symmetric: a put into the right neighbour's block lands there
+   * (after the barrier: the neighbour has finished writing its own copy). */
+  shmem_barrier_all();
   shmem_uint64_put(next, live, LIVE, (me + 1) % n);
   shmem_barrier_all();
   for (uint64_t i = 0; i < LIVE; ++i)
