@@ -211,6 +211,10 @@ def test_bad_shapes_are_errors_and_leak_nothing():
         for shape in ((2**32, 2**32), (2**62, 8), (2**40,) * 3, (2**20, 2**20)):
             refused(lambda: sh.zeros(shape, np.int64), MemoryError)
             refused(lambda: sh.tensor(shape, torch.int64), MemoryError)
+        from mori.shmem import tensor_utils  # GPU tensors: checked the same way, before any device is needed
+        for shape in ((2**62, 8), (2**61, 16)):  # torch.Size.numel() wraps these to 0 and 2
+            refused(lambda: tensor_utils.mori_shmem_create_tensor(shape, torch.float32), MemoryError)
+        refused(lambda: tensor_utils.mori_shmem_create_tensor((4, -2), torch.float32), ValueError, "negative")
         refused(lambda: sh.zeros((1,) * 65), ValueError, "dimensions")
         refused(lambda: sh.zeros(2.5), ValueError, "shape")
         refused(lambda: sh.zeros(4, object), ValueError, "object")
