@@ -600,7 +600,8 @@ def test(ivar: np.ndarray, cmp: Union[int, str], value: Any, index: int = 0) -> 
 
 def ptr(obj: Any, pe: int) -> Optional[np.ndarray]:
     """A numpy view of ``obj``'s counterpart on ``pe`` when it is directly addressable, else None."""
-    addr = _native.ptr(_address(obj), pe)
+    pe = _integer(pe, "pe", "ptr")
+    addr = _native.ptr(_address(obj), pe) if 0 <= pe < _native.n_pes() else 0
     if not addr:
         return None
     arr = np.asarray(obj)

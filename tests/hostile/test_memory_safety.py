@@ -155,6 +155,7 @@ def test_element_operations_check_the_index():
         refused(lambda: sh.signal_fetch(empty_sig), ValueError, "signal")
         refused(lambda: sh.put_signal(x, xs, empty_sig, 1, sh.SIGNAL_SET, 0), ValueError, "signal")
         refused(lambda: sh.put_signal(x, xs, sh.zeros(1, np.uint64), 1, 7, 0), ValueError, "sig_op")
+        assert sh.ptr(x, 2**70) is None and sh.ptr(x, -1) is None and sh.ptr(x, 0) is not None
         # the valid index still hits exactly its element
         i = int(rng.integers(0, 8))
         v = int(rng.integers(1, 2**40))
