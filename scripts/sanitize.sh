@@ -38,7 +38,7 @@ import importlib.util
 print(importlib.util.find_spec("mori._C").origin)
 EOF
 )
-if ! ldd "$ext" | grep -q libasan; then
+if ! grep -q libasan <<<"$(ldd "$ext")"; then  # not a pipe: grep -q would cut ldd off (pipefail)
   echo "sanitize.sh: $ext is not linked against libasan: the instrumented build did not take" >&2
   exit 1
 fi
