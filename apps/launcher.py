@@ -165,7 +165,7 @@ def launch(cfg: LaunchConfig) -> int:
                 t = threading.Thread(target=_pump, args=(stream, sink, prefix, lock), daemon=True)
                 t.start()
                 pumps.append(t)
-        return _supervise(procs, cfg.kill_grace_s)
+        return _supervise(procs, cfg.kill_grace_s, first_rank=cfg.node_rank * cfg.nproc)
     except KeyboardInterrupt:
         _terminate(procs, cfg.kill_grace_s)
         return 130
@@ -182,9 +182,10 @@ def _raise_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def _supervise(procs: list[subprocess.Popen], grace: float) -> int:
+def _supervise(procs: list[subprocess.Popen], grace: float, first_rank: int = 0) -> int:
     """Wait for every rank; on the first failure stop the rest. The result is the worst code
-    of the ranks that ended on their own (ranks we stopped report 128+SIGTERM otherwise)."""
+    of the ranks that ended on their own (ranks we stopped report 128+SIGTERM otherwise).
+    ``procs[i]`` is global rank ``first_rank + i`` (this host's first rank), the name it is reported by."""
     worst = 0
     stopped_by_us: set[int] = set()
     running = set(range(len(procs)))
@@ -198,7 +199,7 @@ def _supervise(procs: list[subprocess.Popen], grace: float) -> int:
             if i not in stopped_by_us:
                 worst = max(worst, code)
             if code != 0 and running and not stopped_by_us:
-                sys.stderr.write(f"mori run: rank {i} exited with code {code}; stopping the other ranks\n")
+                sys.stderr.write(f"mori run: rank {first_rank + i} exited with code {code}; stopping the other ranks\n")
                 stopped_by_us.update(running)
                 _terminate([procs[j] for j in running], grace)
         time.sleep(0.02)

@@ -7,12 +7,13 @@ them in the same order with the same arguments.
 """
 from __future__ import annotations
 
+import operator
 import os
 from typing import Any, Optional
 
 from mori import _C
 from mori.core.bootstrap import LaunchInfo, MpiBootstrap, detect_launch, new_unique_id
-from mori.core.errors import InvalidArgument, InvalidUsage
+from mori.core.errors import InvalidArgument, InvalidUsage, OutOfMemory
 from mori.shmem.gpu import bind_current_device, shmem_barrier_on_stream  # noqa: F401 (MORI exports it here)
 
 MORI_SHMEM_INIT_WITH_MPI_COMM = 0
@@ -140,23 +141,47 @@ def shmem_npes() -> int:
     return _native.n_pes()
 
 
+def _size(size: Any, caller: str) -> int:
+    """A byte count as the native calls take it (size_t); InvalidArgument naming it otherwise."""
+    try:
+        size = operator.index(size)
+    except TypeError:
+        raise InvalidArgument(f"{caller}: size must be an integer, got {type(size).__name__}") from None
+    if size < 0:
+        raise InvalidArgument(f"{caller}: size must be >= 0, got {size}")
+    if size >= 1 << 64:
+        raise OutOfMemory(f"{caller}: {size} bytes is more than any address space")
+    return size
+
+
+def _alignment(alignment: Any, caller: str) -> int:
+    try:
+        alignment = operator.index(alignment)
+    except TypeError:
+        raise InvalidArgument(f"{caller}: alignment must be an integer, got {type(alignment).__name__}") from None
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise InvalidArgument(f"{caller}: alignment must be a power of two, got {alignment}")
+    if alignment >= 1 << 63:  # the native call names the real limit for smaller ones
+        raise InvalidArgument(f"{caller}: alignment {alignment} exceeds the largest supported")
+    return alignment
+
+
 def shmem_malloc(size: int) -> int:
     """Allocate ``size`` symmetric bytes; returns the address (0 for size 0). Collective.
     Raises MemoryError (mori.core.OutOfMemory) naming the free space when the heap is exhausted."""
-    if size < 0:
-        raise InvalidArgument(f"shmem_malloc: size must be >= 0, got {size}")
-    if _native.gpu_bound():  # bound to a GPU: MORI's shmem_malloc hands out device memory
-        return _native.gpu_malloc(int(size), 256)
-    return _native.malloc(int(size), 64)
+    size = _size(size, "shmem_malloc")
+    if _native.gpu_bound("shmem_malloc"):  # bound to a GPU: MORI's shmem_malloc hands out device memory
+        return _native.gpu_malloc(size, 256)
+    return _native.malloc(size, 64)
 
 
 def shmem_malloc_align(alignment: int, size: int) -> int:
     """Allocate ``size`` symmetric bytes aligned to ``alignment`` (a power of two). Collective."""
-    if size < 0:
-        raise InvalidArgument(f"shmem_malloc_align: size must be >= 0, got {size}")
-    if _native.gpu_bound():
-        return _native.gpu_malloc(int(size), max(int(alignment), 256))
-    return _native.malloc(int(size), int(alignment))
+    alignment = _alignment(alignment, "shmem_malloc_align")
+    size = _size(size, "shmem_malloc_align")
+    if _native.gpu_bound("shmem_malloc_align"):
+        return _native.gpu_malloc(size, max(alignment, 256))
+    return _native.malloc(size, alignment)
 
 
 def shmem_ext_malloc_with_flags(size: int, flags: int = 0) -> int:
@@ -166,7 +191,7 @@ def shmem_ext_malloc_with_flags(size: int, flags: int = 0) -> int:
 
 def shmem_free(ptr: int) -> None:
     """Free a symmetric allocation. Collective."""
-    if _native.gpu_contains(int(ptr)):
+    if _native.gpu_contains(int(ptr), "shmem_free"):
         _native.gpu_free(int(ptr))
         return
     _native.free(int(ptr))

@@ -4,8 +4,10 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "mori/core/env.h"
+#include "mori/core/socket.h"
 #include "mori/core/status.h"
 
 namespace mori {
@@ -68,6 +70,70 @@ UniqueIdFields parse_unique_id(const uint8_t* data, size_t size) {
   return f;
 }
 
+namespace {
+
+// A store bootstrap whose store may live inside one of the job's ranks (the one that made the
+// unique id, or rank 0 of a MASTER_ADDR job). That rank's death takes the store along and the
+// others would read only "connection closed": this names the rank. Which rank hosts the store
+// is learnt once, by an allgather at construction; no rank hosts it under `mori run`.
+class RankHostedStore : public Bootstrap {
+ public:
+  RankHostedStore(std::unique_ptr<Bootstrap> inner, bool hosting, std::string host, int port)
+      : inner_(std::move(inner)), host_(std::move(host)), port_(port) {
+    uint8_t mine = hosting ? 1 : 0;
+    std::vector<uint8_t> all(static_cast<size_t>(inner_->size()));
+    inner_->allgather(&mine, all.data(), 1);
+    for (int r = 0; r < inner_->size() && host_rank_ < 0; ++r)
+      if (all[r]) host_rank_ = r;
+  }
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  void allgather(const void* send, void* recv, size_t bytes) override {
+    guarded([&] { inner_->allgather(send, recv, bytes); });
+  }
+  void broadcast(void* buf, size_t bytes, int root) override {
+    guarded([&] { inner_->broadcast(buf, bytes, root); });
+  }
+  void barrier() override {
+    guarded([&] { inner_->barrier(); });
+  }
+  std::string describe() const override {
+    return host_rank_ < 0 ? inner_->describe() : inner_->describe() + format(" (hosted by rank %d)", host_rank_);
+  }
+  void shutdown() override { inner_->shutdown(); }
+  std::string job_secret() override { return inner_->job_secret(); }
+
+ private:
+  template <typename Op>
+  void guarded(Op&& op) {
+    try {
+      op();
+    } catch (const Error& e) {
+      if (host_rank_ < 0 || host_rank_ == rank() || store_reachable()) throw;
+      raise(Status::kRemote,
+            "rank %d: lost the bootstrap store at %s:%d, hosted by rank %d: rank %d exited or failed (%s)", rank(),
+            host_.c_str(), port_, host_rank_, host_rank_, e.what());
+    }
+  }
+  // A store that still accepts connections is alive: the error was something else.
+  bool store_reachable() const {
+    try {
+      int fd = net::connect_tcp(host_, port_, 0.5);
+      net::close_fd(fd);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }
+
+  std::unique_ptr<Bootstrap> inner_;
+  std::string host_;
+  int port_;
+  int host_rank_ = -1;
+};
+
+}  // namespace
+
 std::unique_ptr<Bootstrap> bootstrap_from_unique_id(const uint8_t* uid, size_t size, int rank, int nranks) {
   UniqueIdFields f = parse_unique_id(uid, size);
   if (nranks < 1) raise(Status::kInvalidArgument, "nranks must be >= 1, got %d", nranks);
@@ -85,7 +151,9 @@ std::unique_ptr<Bootstrap> bootstrap_from_unique_id(const uint8_t* uid, size_t s
   // The host's own rank may talk to its server over loopback.
   std::string host = server ? "127.0.0.1" : f.host;
   auto client = std::make_unique<StoreClient>(host, f.port, f.secret, rank, timeout);
-  return std::make_unique<StoreBootstrap>(std::move(client), rank, nranks, timeout, server);
+  return std::make_unique<RankHostedStore>(
+      std::make_unique<StoreBootstrap>(std::move(client), rank, nranks, timeout, server), server != nullptr, host,
+      f.port);
 }
 
 std::unique_ptr<Bootstrap> bootstrap_from_store(const std::string& host, int port, const JobSecret& secret, int rank,
@@ -97,7 +165,9 @@ std::unique_ptr<Bootstrap> bootstrap_from_store(const std::string& host, int por
   if (host_locally) server = std::make_shared<StoreServer>(secret, is_loopback(host) ? "127.0.0.1" : "0.0.0.0", port);
   double timeout = env::get().bootstrap_timeout;
   auto client = std::make_unique<StoreClient>(host_locally ? "127.0.0.1" : host, port, secret, rank, timeout);
-  return std::make_unique<StoreBootstrap>(std::move(client), rank, nranks, timeout, server);
+  return std::make_unique<RankHostedStore>(
+      std::make_unique<StoreBootstrap>(std::move(client), rank, nranks, timeout, server), host_locally,
+      host_locally ? "127.0.0.1" : host, port);
 }
 
 }  // namespace mori
