@@ -32,6 +32,15 @@ _GPU_KERNELS = (EpDispatchCombineKernelType.IntraNode, EpDispatchCombineKernelTy
                 EpDispatchCombineKernelType.AsyncLL)
 
 
+def warmup_jit_kernels(kernel_type: EpDispatchCombineKernelType) -> None:
+    """MORI compiles a kernel type's kernels here; ours are compiled ahead of time (CPU and CUDA
+    alike), so this checks ``kernel_type`` and returns."""
+    try:
+        EpDispatchCombineKernelType(int(kernel_type))
+    except (TypeError, ValueError):
+        raise ValueError(f"Unknown kernel_type: {kernel_type!r}") from None
+
+
 def _gpu_bound() -> bool:
     return bool(getattr(_C.ep, "cuda_built", False)) and bool(_C.shmem.gpu_bound())
 
@@ -46,7 +55,7 @@ class EpDispatchCombineOp:
     """MoE dispatch/combine over the shmem runtime. Collective: every PE of the shmem job
     constructs one with the same config (except ``rank``), after shmem is initialized."""
 
-    def __init__(self, config: EpDispatchCombineConfig, num_threads: int = 0):
+    def __init__(self, config: EpDispatchCombineConfig, *, num_threads: int = 0):
         self.config = config
         self._kernel = EpDispatchCombineKernelType(int(config.kernel_type))
         self._quant = normalize_quant_type(config.quant_type)
@@ -55,6 +64,7 @@ class EpDispatchCombineOp:
         self._gpu = None
         self._last_on_gpu = False
         if _gpu_bound():
+            _C.ep.validate_config(config.native(num_threads))  # the host handle checks it on CPU
             # Every PE is bound to its GPU: the op's buffers live on the GPU heap. The host
             # handle (CPU tensors) is built on first use (collective, like every call).
             if self._kernel in _GPU_KERNELS:
@@ -70,7 +80,12 @@ class EpDispatchCombineOp:
         self._last_dispatch_dtype: Optional[torch.dtype] = None
         self._last_hidden = config.hidden_dim
         self._std_src_info: Optional[torch.Tensor] = None
-        self.local_expert_count: Optional[torch.Tensor] = None
+        # Allocated with the op, as MORI does; every count overwrites it in place, so a caller
+        # (or a captured CUDA graph) may hold on to this tensor.
+        self.local_expert_count = torch.zeros(config.num_experts_per_rank, dtype=torch.int32,
+                                              device=self._gpu.device if self._gpu is not None else "cpu")
+        self._count_at_recv = False  # AsyncLL: dispatch_send asked for the count, dispatch_recv makes it
+        self._last_out_indices: Optional[tuple] = None  # (out_indices, recv_num_token) views of the last dispatch
         self._trace: Optional[TraceBuffer] = TraceBuffer(config.rank) if profiling_enabled() else None
 
     @property
@@ -90,6 +105,10 @@ class EpDispatchCombineOp:
 
     def max_num_tokens_to_recv_per_rank(self) -> int:
         return self.config.max_num_tokens_to_recv_per_rank
+
+    def max_num_tokens_to_send_per_rank(self) -> int:
+        """``max_num_inp_token_per_rank`` (MORI's MaxNumTokensToSendPerRank)."""
+        return self.config.max_num_tokens_to_send_per_rank
 
     @property
     def num_threads(self) -> int:
@@ -207,8 +226,7 @@ class EpDispatchCombineOp:
         out_s = self._view("s", s_p, (rows, cfg.scale_dim), scales.dtype) if has_scales else None
         out_i = self._view("i", i_p, (rows, k), TOPK_IDX_DTYPE)
         recv = self._view("n", total_p, (1,), torch.int32)
-        if call_local_expert_count and self._kernel != EpDispatchCombineKernelType.AsyncLL:
-            self.local_expert_count = count_local_experts(out_i, recv, cfg.rank, cfg.num_experts_per_rank)
+        self._after_dispatch(out_i, recv, call_local_expert_count)
         return out, out_w, out_s, out_i, recv
 
     def _dispatch_gpu(self, input, weights, scales, indices, bn, wpb, call_local_expert_count):
@@ -227,24 +245,45 @@ class EpDispatchCombineOp:
         out_s = g.view("disp_scale", (rows, cfg.scale_dim), scales.dtype) if scales is not None else None
         out_i = g.view("disp_idx", (rows, k), TOPK_IDX_DTYPE)
         recv = g.view("total_recv", (1,), torch.int32)
-        if call_local_expert_count and self._kernel != EpDispatchCombineKernelType.AsyncLL:
-            self.local_expert_count = count_local_experts(out_i, recv, cfg.rank, cfg.num_experts_per_rank)
+        self._after_dispatch(out_i, recv, call_local_expert_count)
         return out, out_w, out_s, out_i, recv
 
-    def dispatch_send(self, input, weights, scales, indices, block_num: int = -1, rdma_block_num: int = -1,
-                      warp_per_block: int = -1):
-        """Same as ``dispatch`` (the send half for ``AsyncLL``)."""
-        return self.dispatch(input, weights, scales, indices, block_num, rdma_block_num, warp_per_block)
+    def _after_dispatch(self, out_i: torch.Tensor, recv: torch.Tensor, call_local_expert_count: bool) -> None:
+        """Counts local experts now, or (AsyncLL, whose rows arrive at dispatch_recv) at dispatch_recv."""
+        self._last_out_indices = (out_i, recv)
+        split = self._kernel == EpDispatchCombineKernelType.AsyncLL
+        self._count_at_recv = bool(call_local_expert_count) and split
+        if call_local_expert_count and not split:
+            self._count_local_experts()
+
+    def _count_local_experts(self) -> None:
+        out_i, recv = self._last_out_indices
+        cfg = self.config
+        self.local_expert_count.copy_(count_local_experts(out_i, recv, cfg.rank, cfg.num_experts_per_rank))
+
+    def dispatch_send(self, input: torch.Tensor, weights: Optional[torch.Tensor], scales: Optional[torch.Tensor],
+                      indices: torch.Tensor, block_num: int = -1, warp_per_block: int = -1,
+                      call_local_expert_count: bool = False):
+        """Same as ``dispatch`` (the send half for ``AsyncLL``). With ``call_local_expert_count``
+        ``op.local_expert_count`` is filled as ``dispatch`` fills it: here, or for ``AsyncLL``
+        (whose rows have not arrived yet) by the following ``dispatch_recv``."""
+        return self.dispatch(input, weights, scales, indices, block_num, -1, warp_per_block,
+                             call_local_expert_count)
 
     @traced("dispatch_recv")
-    def dispatch_recv(self, block_num: int = -1, warp_per_block: int = -1) -> None:
-        """``AsyncLL`` only: wait for every peer's tokens; fills the views ``dispatch_send`` returned."""
+    def dispatch_recv(self, block_num: int = -1, warp_per_block: int = -1,
+                      call_local_expert_count: bool = False) -> None:
+        """``AsyncLL`` only: wait for every peer's tokens; fills the views ``dispatch_send`` returned.
+        ``call_local_expert_count`` (here or at ``dispatch_send``) fills ``op.local_expert_count``."""
         if self._kernel != EpDispatchCombineKernelType.AsyncLL:
             raise ValueError(f"dispatch_recv only supports AsyncLL, got kernel_type={self._kernel.name}")
         if self._last_on_gpu:
             self._gpu.dispatch_recv()
-            return
-        self._handle.dispatch_recv()
+        else:
+            self._handle.dispatch_recv()
+        if (call_local_expert_count or self._count_at_recv) and self._last_out_indices is not None:
+            self._count_local_experts()
+        self._count_at_recv = False
 
     # ------------------------------------------------------------------ combine
 
@@ -317,10 +356,10 @@ class EpDispatchCombineOp:
         out_w = g.view("comb_out_w", (cfg.max_num_inp_token_per_rank, k), torch.float32) if weights is not None else None
         return out, out_w
 
-    def combine_send(self, input, weights, indices, block_num: int = -1, rdma_block_num: int = -1,
-                     warp_per_block: int = -1):
+    def combine_send(self, input: torch.Tensor, weights: Optional[torch.Tensor], indices: torch.Tensor,
+                     block_num: int = -1, warp_per_block: int = -1):
         """Same as ``combine`` (the send half for ``AsyncLL``)."""
-        return self.combine(input, weights, indices, block_num, rdma_block_num, warp_per_block)
+        return self.combine(input, weights, indices, block_num, -1, warp_per_block)
 
     @traced("combine_recv")
     def combine_recv(self, block_num: int = -1, warp_per_block: int = -1) -> None:
@@ -356,6 +395,11 @@ class EpDispatchCombineOp:
         """This PE's spans of dispatch/combine calls (``MORI_EP_PROFILE=1`` when the op was built;
         else empty), for :func:`mori.kernel_profiler.export_to_perfetto`."""
         return self._trace if self._trace is not None else TraceBuffer(self.config.rank)
+
+    def get_debug_time_offset(self) -> torch.Tensor:
+        """int32 ``[1]``: how many spans :meth:`get_debug_time_buf` holds (MORI's per-warp write
+        offsets into its device buffer; our one recorder is the host)."""
+        return torch.tensor([len(self._trace) if self._trace is not None else 0], dtype=torch.int32)
 
     def get_dispatch_src_token_pos(self) -> torch.Tensor:
         """Source of each received row: ``src_rank * max_num_tokens_to_send() + src_token``
@@ -407,7 +451,7 @@ class EpDispatchCombineOp:
         return result
 
     def convert_combine_input(self, packed_recv_x: torch.Tensor, packed_recv_src_info: torch.Tensor,
-                              packed_recv_layout_range: Optional[torch.Tensor] = None, block_num: int = -1,
+                              packed_recv_layout_range: Optional[torch.Tensor], block_num: int = -1,
                               warp_per_block: int = -1) -> torch.Tensor:
         """Sum each received token's local-expert rows back into one row per dispatch output
         row; returns the registered combine input buffer (a view) holding them."""

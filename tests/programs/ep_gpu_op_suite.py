@@ -135,7 +135,9 @@ def check_dtypes():
             comb_dtype = torch.float32 if dtype == torch.float32 else torch.bfloat16
             for i, pattern in enumerate(("random", "max", "one_rank", "random")):
                 one_round(op, inputs(op, dtype, 100 + i, pattern=pattern), dtype, comb_dtype, scale_dim)
-            op.local_expert_count = None
+            count = op.local_expert_count  # allocated with the op, on this PE's GPU
+            expect(count.device == DEV and count.dtype == torch.int32 and not count.any(), "local_expert_count at construction")
+            count.fill_(-1)
             data = inputs(op, dtype, 7)
             x, w, s, idx = (to_dev(t) for t in data[sh.shmem_mype()])
             out = op.dispatch(x, w, s if scale_dim else None, idx, call_local_expert_count=True)
@@ -143,7 +145,7 @@ def check_dtypes():
             local = out[3][:total].long().cpu() - sh.shmem_mype() * op.config.num_experts_per_rank
             local = local[(local >= 0) & (local < op.config.num_experts_per_rank)]
             ref = torch.bincount(local, minlength=op.config.num_experts_per_rank).to(torch.int32)
-            expect(torch.equal(op.local_expert_count.cpu(), ref), "local_expert_count")
+            expect(op.local_expert_count is count and torch.equal(count.cpu(), ref), "local_expert_count (in place)")
             standalone = torch.full_like(op.local_expert_count, -1)
             mori.ops.launch_local_expert_count(op.config, out[3].data_ptr(), out[4].data_ptr(), standalone.data_ptr())
             expect(torch.equal(standalone.cpu(), ref), "launch_local_expert_count on device addresses")
@@ -168,6 +170,21 @@ def check_async_ll():
     op = make_op(torch.float8_e4m3fn, 2048, scale_dim=16, kernel=KT.AsyncLL)
     for i in range(3):
         one_round(op, inputs(op, torch.float8_e4m3fn, 400 + i), torch.float8_e4m3fn, torch.bfloat16, 16, split=True)
+    # SGLang's low-latency call: the count asked at dispatch_recv (and, ours, at dispatch_send).
+    me = sh.shmem_mype()
+    for i, at_send in enumerate((False, True)):
+        data = inputs(op, torch.float8_e4m3fn, 410 + i)
+        x, w, s, idx = (to_dev(t) for t in data[me])
+        op.local_expert_count.fill_(-1)
+        out = op.dispatch_send(x, w, s, idx, call_local_expert_count=at_send)
+        op.dispatch_recv(call_local_expert_count=not at_send)
+        total = int(out[4].item())
+        local = out[3][:total].long().cpu() - me * op.config.num_experts_per_rank
+        local = local[(local >= 0) & (local < op.config.num_experts_per_rank)]
+        ref = torch.bincount(local, minlength=op.config.num_experts_per_rank).to(torch.int32)
+        expect(torch.equal(op.local_expert_count.cpu(), ref), f"AsyncLL local_expert_count (asked at_send={at_send})")
+        op.combine_send(out[0][:total].to(torch.bfloat16), out[1], idx)
+        op.combine_recv()
     print("PASS async_ll", flush=True)
 
 
