@@ -13,7 +13,7 @@ See docs/ep.md.
 from mori.ep.config import EpDispatchCombineConfig
 from mori.ep.kernel_type import EpDispatchCombineKernelType, EpDispatchCombineQuantType
 from mori.ep.local_expert_count import launch_local_expert_count
-from mori.ep.op import TOPK_IDX_DTYPE, EpDispatchCombineOp
+from mori.ep.op import TOPK_IDX_DTYPE, EpDispatchCombineOp, warmup_jit_kernels
 
 __all__ = [
     "EpDispatchCombineConfig",
@@ -22,4 +22,5 @@ __all__ = [
     "EpDispatchCombineQuantType",
     "TOPK_IDX_DTYPE",
     "launch_local_expert_count",
+    "warmup_jit_kernels",
 ]
