@@ -218,6 +218,9 @@ void bind_ep(py::module_& m) {
   m.attr("cuda_built") = false;
 #endif
 
+  m.def(
+      "validate_config", [](const py::dict& cfg) { make_config(cfg).validate(); }, py::arg("config"),
+      "Raises InvalidArgument naming the first bad field (or product of fields) of an EP config.");
   m.def("dtype_size", [](int t) { return dtype_size(static_cast<DType>(t)); });
   // Element-wise fp32 -> dtype encode of n values (tests compare it with torch's casts).
   m.def(
