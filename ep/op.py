@@ -19,7 +19,7 @@ import torch
 from mori import _C
 from mori.ep import standard_moe
 from mori.ep.config import EpDispatchCombineConfig
-from mori.ep.kernel_type import EpDispatchCombineKernelType, normalize_quant_type
+from mori.ep.kernel_type import BLOCKWISE, BLOCKWISE_KERNELS, EpDispatchCombineKernelType, normalize_quant_type
 from mori.ep.local_expert_count import count_local_experts
 from mori.ep.profiler import TraceBuffer, enabled as profiling_enabled, traced
 from mori.ep.tensors import address, dtype_code, view_at
@@ -326,6 +326,8 @@ class EpDispatchCombineOp:
             indices = indices.to(TOPK_IDX_DTYPE)
         indices = indices.contiguous()
         external = cfg.use_external_inp_buf if use_external_inp_buf < 0 else bool(use_external_inp_buf)
+        if self._quant in BLOCKWISE:
+            self._check_blockwise(input.dtype, external)
         bn, rbn, wpb = self._launch.resolve("combine", input.device, input.dtype, indices.shape[0], hidden,
                                             block_num, rdma_block_num, warp_per_block, zero_copy=not external,
                                             quant_type=str(cfg.quant_type))
@@ -340,9 +342,26 @@ class EpDispatchCombineOp:
             self.reset()
         return out, out_w
 
+    def _check_blockwise(self, dtype: torch.dtype, external: bool) -> None:
+        """MORI's rules for blockwise combine, raised where MORI raises them (at combine, after a
+        dispatch that worked): the kernel types it builds, bfloat16 input, an external input."""
+        label = "fp4_blockwise" if self._quant == BLOCKWISE[1] else "fp8_blockwise"
+        allowed = BLOCKWISE_KERNELS[self._quant]
+        if self._kernel.name not in allowed:
+            raise ValueError(f"{label} combine currently only supports {'/'.join(allowed)} combine "
+                             f"(kernel_type={self._kernel.name})")
+        if dtype != torch.bfloat16:
+            raise ValueError(f"{label} combine only supports bf16, got {dtype}")
+        if not external:
+            raise ValueError(f"{label} combine currently requires use_external_inp_buf=True (zero-copy input "
+                             f"is read by peers as it is, unquantized)")
+
     def _combine_gpu(self, input, weights, indices, external, bn, wpb, call_reset):
         g, cfg = self._gpu, self.config
         fn = "EpDispatchCombineOp.combine"
+        if self._quant in BLOCKWISE:
+            raise NotImplementedError(f"{fn}: quant_type={cfg.quant_type!r} on CUDA tensors is not implemented yet "
+                                      f"(CPU tensors are)")
         if indices.shape[0] != g.last_num_tokens:
             raise ValueError(f"{fn}: indices has {indices.shape[0]} rows but the last dispatch sent "
                              f"{g.last_num_tokens} tokens (pass this rank's original routing; MORI issue #475)")

@@ -30,6 +30,7 @@
 #include "mori/core/env.h"
 #include "mori/core/log.h"
 #include "mori/core/status.h"
+#include "mori/ep/blockwise.h"
 #include "mori/shmem/runtime.h"
 #include "ep/src/layout.h"
 
@@ -131,7 +132,11 @@ void EpHandle::allocate() {
   l.disp_src = take(max_recv * 4, 4096);
   l.comb_inp = take(max_recv * tok, 4096);
   l.comb_inp_w = take(max_recv * k4, 4096);
-  l.comb_stage = take(world * max_inp * tok, 4096);
+  // Blockwise rows (codes + scales) can outgrow a token row when hidden is small.
+  const size_t stage_row = cfg_.blockwise()
+      ? std::max(tok, blockwise_layout(cfg_.quant_type == QuantType::kFp4Blockwise, cfg_.hidden_dim).row_bytes())
+      : tok;
+  l.comb_stage = take(world * max_inp * stage_row, 4096);
   l.comb_stage_w = take(world * max_inp * k4, 4096);
   l.comb_out = take(max_inp * tok, 4096);
   l.comb_out_w = take(max_inp * k4, 4096);
@@ -298,6 +303,12 @@ void EpHandle::validate_combine(const CombineArgs& a, bool external) const {
     MORI_CHECK_ARG(a.dtype == DType::kBFloat16 || a.dtype == DType::kFloat32 || a.dtype == DType::kFloat16,
                    "%s: quant_type='fp8_direct_cast' casts bfloat16/float16/float32 input to fp8, got %s", fn,
                    dtype_name(a.dtype));
+  }
+  if (cfg_.blockwise()) {
+    MORI_CHECK_ARG(external, "%s: blockwise combine quantizes the rows it pushes: it needs use_external_inp_buf=True",
+                   fn);
+    MORI_CHECK_ARG(a.dtype == DType::kBFloat16 || a.dtype == DType::kFloat32 || a.dtype == DType::kFloat16,
+                   "%s: blockwise combine quantizes bfloat16/float16/float32 input, got %s", fn, dtype_name(a.dtype));
   }
   const int32_t total = total_recv();
   const bool in_registered = a.input == registered_combine_input();
@@ -548,8 +559,11 @@ void EpHandle::combine_send_flat(const CombineArgs& a, bool external) {
   const int k = cfg_.num_experts_per_token, me = cfg_.rank;
   const int64_t max_inp = cfg_.max_num_inp_token_per_rank, max_send = cfg_.max_send();
   const size_t row = static_cast<size_t>(a.hidden) * dtype_size(a.dtype), k4 = static_cast<size_t>(k) * 4;
-  const size_t wire_row = static_cast<size_t>(a.hidden) * dtype_size(comb_wire_);
-  const bool cast = comb_wire_ != a.dtype;
+  const bool blockwise = cfg_.blockwise();
+  const BlockwiseLayout bl = blockwise_layout(cfg_.quant_type == QuantType::kFp4Blockwise, a.hidden);
+  const size_t wire_row = blockwise ? bl.row_bytes() : static_cast<size_t>(a.hidden) * dtype_size(comb_wire_);
+  const size_t stage_row = blockwise ? wire_row : row;  // stage rows keep the input row size otherwise
+  const bool cast = comb_wire_ != a.dtype || blockwise;
   const int total = total_recv();
   const uint64_t round = ++comb_round_;
   const int32_t* src = src_token_pos();
@@ -567,15 +581,15 @@ void EpHandle::combine_send_flat(const CombineArgs& a, bool external) {
         int s = static_cast<int>(src[i] / max_send);
         int64_t t = src[i] % max_send;
         size_t slot = static_cast<size_t>(me * max_inp + t);
-        size_t off = lay_->comb_stage + slot * row;  // stage rows keep the input row size
+        size_t off = lay_->comb_stage + slot * stage_row;
         if (s != me) ++remote[b];
         if (cast) {
-          if (direct) {
-            cast_row_to_fp8(reinterpret_cast<uint8_t*>(peer(s) + off), in + i * row, a.dtype, a.hidden);
-          } else {
-            cast_row_to_fp8(scratch.data(), in + i * row, a.dtype, a.hidden);
-            rt_->put(base_ + off, scratch.data(), wire_row, s, false);
-          }
+          uint8_t* dst = direct ? reinterpret_cast<uint8_t*>(peer(s) + off) : scratch.data();
+          if (blockwise)
+            quantize_row_blockwise(dst, in + i * row, a.dtype, bl);
+          else
+            cast_row_to_fp8(dst, in + i * row, a.dtype, a.hidden);
+          if (!direct) rt_->put(base_ + off, scratch.data(), wire_row, s, false);
         } else {
           write(s, off, in + i * row, row, direct);
         }
@@ -612,12 +626,15 @@ void EpHandle::reduce_own_tokens(bool pull) {
   const int nodes = cfg_.num_nodes(), g = cfg_.pes_per_node(), lr = cfg_.rank % g;
   const DType wire = comb_wire_;
   const bool weights = comb_weights_;
+  const bool blockwise = cfg_.blockwise() && !pull;
+  const BlockwiseLayout bl = blockwise_layout(cfg_.quant_type == QuantType::kFp4Blockwise, hidden);
+  const size_t stage_row = blockwise ? bl.row_bytes() : row;
   char* out = base_ + lay_->comb_out;
   float* out_w = at<float>(lay_->comb_out_w);
   const int blocks = choose_blocks(-1, n, false);
   team_->run(blocks, [&](int b) {
     auto [lo, hi] = block_range(n, blocks, b);
-    std::vector<float> acc(static_cast<size_t>(hidden)), wacc(static_cast<size_t>(k));
+    std::vector<float> acc(static_cast<size_t>(hidden) * dtype_lanes(comb_dtype_)), wacc(static_cast<size_t>(k));
     std::vector<char> pulled(pull ? row + k4 : 0);
     for (int t = lo; t < hi; ++t) {
       std::fill(acc.begin(), acc.end(), 0.0f);
@@ -646,7 +663,11 @@ void EpHandle::reduce_own_tokens(bool pull) {
           if (weights) add_w(src_w);
         } else {
           size_t st = static_cast<size_t>(r * max_inp + t);
-          accumulate_row(acc.data(), base_ + lay_->comb_stage + st * row, wire, hidden);
+          const char* staged = base_ + lay_->comb_stage + st * stage_row;
+          if (blockwise)
+            accumulate_row_blockwise(acc.data(), reinterpret_cast<const uint8_t*>(staged), bl);
+          else
+            accumulate_row(acc.data(), staged, wire, hidden);
           if (weights) add_w(at<float>(lay_->comb_stage_w + st * k4));
         }
       }

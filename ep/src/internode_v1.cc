@@ -270,7 +270,7 @@ void EpHandle::combine_v1(const CombineArgs& a, bool external) {
 
   // 2. as forwarder: one partial row per inbox token, back to its source.
   const InboxMeta* meta = at<InboxMeta>(lay_->inbox_meta);
-  std::vector<float> acc(static_cast<size_t>(a.hidden)), wacc(static_cast<size_t>(k));
+  std::vector<float> acc(static_cast<size_t>(a.hidden) * dtype_lanes(a.dtype)), wacc(static_cast<size_t>(k));
   std::vector<char> out_row(row);
   std::vector<int> other_nodes;
   for (int nd = 0; nd < nodes; ++nd) {

@@ -35,6 +35,17 @@ def test_complete_example_from_the_guide():
     assert out.count("sent 128 tokens, received") == 8
 
 
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_blockwise_and_fp4_combine(n):
+    """quant_type fp8_blockwise / fp4_blockwise (exact against a model of the wire, within MORI's
+    tolerance, refused at combine where MORI refuses) and fp4 rows, every kernel type."""
+    out = check(mori_run(n, python_program("ep_quant_combine.py"), timeout=240))
+    assert f"ep quant combine ok on {n} PEs" in out
+    # fp8: IntraNode, IntraNodeLL, AsyncLL; fp4: IntraNode, IntraNodeLL (x 2 hidden sizes); the rest refused.
+    assert out.count(": combined") == 10 and out.count(": refused at combine") == 14, out
+    assert out.count("fp4 rows: dispatched and combined") == 6
+
+
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_errors(n):
     out = check(mori_run(n, python_program("ep_errors.py"), timeout=120))

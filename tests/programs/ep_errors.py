@@ -67,8 +67,6 @@ def main() -> int:
     expect_error(ValueError, "num_experts_per_token", EpDispatchCombineOp,
                  EpDispatchCombineConfig(**{**base, "num_experts_per_token": 99}))
     expect_error(ValueError, "quant_type", EpDispatchCombineOp, EpDispatchCombineConfig(**{**base, "quant_type": "int3"}))
-    expect_error(NotImplementedError, "fp8_blockwise", EpDispatchCombineOp,
-                 EpDispatchCombineConfig(**{**base, "quant_type": "fp8_blockwise"}))
 
     # Fields and products of fields that overflow int32 name them (issue 13 item 6: the
     # num_experts() bound used to wrap and read "1..-2147483648").
