@@ -22,6 +22,7 @@ from mori.ep.config import EpDispatchCombineConfig
 from mori.ep.kernel_type import BLOCKWISE, BLOCKWISE_KERNELS, EpDispatchCombineKernelType, normalize_quant_type
 from mori.ep.local_expert_count import count_local_experts
 from mori.ep.profiler import TraceBuffer, enabled as profiling_enabled, traced
+from mori.ep.routing import EpDispatchRoutingHandle
 from mori.ep.tensors import address, dtype_code, view_at
 from mori.ep.tuning import LaunchConfigurator, mode_from_env
 
@@ -161,19 +162,26 @@ class EpDispatchCombineOp:
     @traced("dispatch")
     def dispatch(self, input: torch.Tensor, weights: Optional[torch.Tensor], scales: Optional[torch.Tensor],
                  indices: torch.Tensor, block_num: int = -1, rdma_block_num: int = -1, warp_per_block: int = -1,
-                 call_local_expert_count: bool = False):
+                 call_local_expert_count: bool = False, *, routing: Optional[EpDispatchRoutingHandle] = None,
+                 return_routing: bool = False):
         """Send each token to the ranks of its top-k experts.
 
         Returns ``(out, out_weights, out_scales, out_indices, recv_num_token)``: views with
         ``max_num_tokens_to_recv()`` rows, of which ``recv_num_token[0]`` are valid;
         ``out_scales`` is None when ``scale_dim == 0``. For ``AsyncLL`` this is the send
-        half: the views fill in at ``dispatch_recv()``.
+        half: the views fill in at ``dispatch_recv()``. ``return_routing=True`` appends an
+        :class:`EpDispatchRoutingHandle` of this layout (``recv_num_token`` is then its tensor);
+        ``routing=h`` dispatches the same routing again into ``h``'s layout (IntraNode).
         """
         fn = "EpDispatchCombineOp.dispatch"
         cfg = self.config
         input = _require_tensor(input, fn, "input")
         indices = _require_tensor(indices, fn, "indices")
         on_gpu = self._check_device(fn, input, weights, scales, indices)
+        if routing is not None and return_routing:
+            raise ValueError("pass either `routing=` (replay) or `return_routing=True` (new layout), not both")
+        if routing is not None or return_routing:
+            self._check_routing_support(fn, on_gpu)
         if input.dim() != 2:
             raise ValueError(f"{fn}: input must be 2-D [num_tokens, hidden_dim], got shape {tuple(input.shape)}")
         n, hidden = input.shape
@@ -215,9 +223,12 @@ class EpDispatchCombineOp:
         if on_gpu:
             return self._dispatch_gpu(input, weights, scales if has_scales else None, indices, bn, wpb,
                                       call_local_expert_count)
+        replay = 0
+        if routing is not None:
+            replay = self._replay_map(fn, routing, indices)
         out_p, w_p, s_p, i_p, total_p = self._handle.dispatch(
             address(input), dtype_code(input.dtype, fn), n, hidden, address(weights),
-            address(scales) if has_scales else 0, address(indices), bn, wpb, rbn)
+            address(scales) if has_scales else 0, address(indices), bn, wpb, rbn, replay)
         self._last_dispatch_dtype = input.dtype
         self._last_hidden = hidden
         rows = cfg.max_num_tokens_to_recv
@@ -227,7 +238,68 @@ class EpDispatchCombineOp:
         out_i = self._view("i", i_p, (rows, k), TOPK_IDX_DTYPE)
         recv = self._view("n", total_p, (1,), torch.int32)
         self._after_dispatch(out_i, recv, call_local_expert_count)
+        if routing is not None:
+            if int(recv[0]) != int(routing.total_recv_token_num[0]):
+                raise RuntimeError(f"{fn}: replaying the routing handle delivered {int(recv[0])} rows to this PE, "
+                                   f"the handle's dispatch {int(routing.total_recv_token_num[0])}: every PE must "
+                                   f"replay the handle of the same dispatch")
+            return out, out_w, out_s, out_i, routing.total_recv_token_num
+        if return_routing:
+            h = self._snapshot_routing(indices)
+            return out, out_w, out_s, out_i, h.total_recv_token_num, h
         return out, out_w, out_s, out_i, recv
+
+    # ------------------------------------------------------------------ routing handles
+
+    def _check_routing_support(self, fn: str, on_gpu: bool) -> None:
+        if self._kernel != EpDispatchCombineKernelType.IntraNode:
+            raise NotImplementedError(f"{fn}: routing handle path not supported for kernel_type={self._kernel.name}; "
+                                      f"IntraNode takes routing handles here (MORI: IntraNode and InterNodeV1)")
+        if on_gpu:
+            raise NotImplementedError(f"{fn}: routing handles on CUDA tensors are not implemented yet (CPU tensors "
+                                      f"are)")
+
+    def _snapshot_routing(self, indices: torch.Tensor) -> EpDispatchRoutingHandle:
+        """This dispatch's layout, copied out of the handle (it outlives later dispatches)."""
+        cfg, n = self.config, int(indices.shape[0])
+        k, rows = cfg.num_experts_per_token, cfg.max_num_tokens_to_recv
+        total = int(self._handle.total_recv())
+        src = torch.full((rows,), -1, dtype=torch.int32)
+        src[:total] = view_at(self._handle.src_token_pos(), (total,), torch.int32)
+        empty = torch.zeros(0, dtype=torch.int32)
+        return EpDispatchRoutingHandle(
+            disp_dest_tok_id_map=view_at(self._handle.dest_map(), (n * k,), torch.int64).clone(),
+            inter_node_disp_dest_tok_id_map=empty, inter_node_disp_send_map=empty.clone(),
+            total_recv_token_num=torch.tensor([total], dtype=torch.int32), disp_tok_id_to_src_tok_id_local=src,
+            cur_rank_num_token=n, indices=indices.clone())
+
+    def _routing_layout(self, fn: str, routing: EpDispatchRoutingHandle, indices: torch.Tensor) -> dict:
+        """The handle's tensors checked against this call (MORI's checks, and the routing itself)."""
+        if not isinstance(routing, EpDispatchRoutingHandle):
+            raise ValueError(f"{fn}: routing must be an EpDispatchRoutingHandle, got {type(routing).__name__}")
+        cfg = self.config
+        n, k = routing.source_token_count(), cfg.num_experts_per_token
+        if int(indices.shape[0]) != n:
+            raise ValueError(f"{fn}: indices has {int(indices.shape[0])} tokens but routing.cur_rank_num_token={n}")
+        dm, tot, src = routing.disp_dest_tok_id_map, routing.total_recv_token_num, routing.disp_tok_id_to_src_tok_id_local
+        for name, t, dtype, need in (("disp_dest_tok_id_map", dm, torch.int64, n * k),
+                                     ("total_recv_token_num", tot, torch.int32, 1),
+                                     ("disp_tok_id_to_src_tok_id_local", src, torch.int32, 0)):
+            if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.device.type != "cpu" or t.numel() < need:
+                raise ValueError(f"{fn}: routing.{name} must be a CPU {dtype} tensor of at least {need} elements "
+                                 f"(a handle from this op's dispatch(..., return_routing=True))")
+        total = int(tot.reshape(-1)[0])
+        if not 0 <= total <= min(src.numel(), cfg.max_num_tokens_to_recv):
+            raise ValueError(f"{fn}: routing.total_recv_token_num is {total}, outside 0..{src.numel()}")
+        if routing.indices is not None and not torch.equal(routing.indices.to(indices.dtype), indices):
+            raise ValueError(f"{fn}: indices differ from the routing the handle was made with (a handle replays "
+                             f"one routing)")
+        return {"dest_map": dm.contiguous(), "total": total, "src": src.contiguous(), "tokens": n}
+
+    def _replay_map(self, fn: str, routing: EpDispatchRoutingHandle, indices: torch.Tensor) -> int:
+        layout = self._routing_layout(fn, routing, indices)
+        self._replay_keep = layout["dest_map"]  # alive during the call
+        return address(layout["dest_map"]) or 0
 
     def _dispatch_gpu(self, input, weights, scales, indices, bn, wpb, call_local_expert_count):
         g, cfg = self._gpu, self.config
@@ -290,8 +362,10 @@ class EpDispatchCombineOp:
     @traced("combine")
     def combine(self, input: torch.Tensor, weights: Optional[torch.Tensor], indices: torch.Tensor,
                 block_num: int = -1, rdma_block_num: int = -1, warp_per_block: int = -1,
-                use_external_inp_buf: int = -1, call_reset: bool = False):
-        """Send expert outputs back and sum them per source token.
+                use_external_inp_buf: int = -1, call_reset: bool = False, *,
+                routing: Optional[EpDispatchRoutingHandle] = None):
+        """Send expert outputs back and sum them per source token (``routing=h``: of the dispatch
+        that made routing handle ``h``, whatever ran since; IntraNode).
 
         ``input`` rows align with the dispatch output rows (at least ``recv_num_token[0]``
         of them; or the registered buffer in zero-copy mode); ``weights`` likewise (or None);
@@ -303,6 +377,8 @@ class EpDispatchCombineOp:
         input = _require_tensor(input, fn, "input")
         indices = _require_tensor(indices, fn, "indices")
         on_gpu = self._check_device(fn, input, weights, indices)
+        if routing is not None:
+            self._check_routing_support(fn, on_gpu)
         if input.dim() != 2:
             raise ValueError(f"{fn}: input must be 2-D [rows, hidden_dim], got shape {tuple(input.shape)}")
         rows, hidden = input.shape
@@ -314,9 +390,10 @@ class EpDispatchCombineOp:
             weights = _require_tensor(weights, fn, "weights")
             if weights.dim() != 2 or weights.shape[1] != k:
                 raise ValueError(f"{fn}: weights must be [rows, {k}] aligned with input, got {tuple(weights.shape)}")
-            if not on_gpu and weights.shape[0] < int(self._handle.total_recv()):
-                raise ValueError(f"{fn}: weights has {weights.shape[0]} rows, fewer than the "
-                                 f"{int(self._handle.total_recv())} received tokens")
+            received = int(routing.total_recv_token_num.reshape(-1)[0]) if routing is not None else \
+                (int(self._handle.total_recv()) if not on_gpu else 0)
+            if weights.shape[0] < received:
+                raise ValueError(f"{fn}: weights has {weights.shape[0]} rows, fewer than the {received} received tokens")
             if weights.dtype != torch.float32:
                 raise ValueError(f"{fn}: weights must be float32, got {weights.dtype}")
             weights = weights.contiguous()
@@ -333,9 +410,15 @@ class EpDispatchCombineOp:
                                             quant_type=str(cfg.quant_type))
         if on_gpu:
             return self._combine_gpu(input, weights, indices, external, bn, wpb, call_reset)
+        layout = self._routing_layout(fn, routing, indices) if routing is not None else None
+        made_with = routing.indices.to(TOPK_IDX_DTYPE).contiguous() if layout and routing.indices is not None else None
+        route = {} if layout is None else {
+            "routing": True, "routing_dest_map": address(layout["dest_map"]), "routing_tokens": layout["tokens"],
+            "routing_indices": address(made_with), "routing_total": layout["total"],
+            "routing_src": address(layout["src"])}
         out_p, w_p = self._handle.combine(
             address(input), dtype_code(input.dtype, fn), rows, hidden, address(weights), address(indices),
-            indices.shape[0], int(external), bn, wpb, rbn)
+            indices.shape[0], int(external), bn, wpb, rbn, **route)
         out = self._view("cout", out_p, (cfg.max_num_inp_token_per_rank, hidden), input.dtype)
         out_w = self._view("cw", w_p, (cfg.max_num_inp_token_per_rank, k), torch.float32) if w_p else None
         if call_reset:

@@ -284,10 +284,13 @@ void EpHandle::validate_dispatch(const DispatchArgs& a) const {
   }
 }
 
-void EpHandle::validate_combine(const CombineArgs& a, bool external) const {
+void EpHandle::validate_combine(const CombineArgs& a, bool external, const RoutingView& layout) const {
   const char* fn = "EpDispatchCombineOp.combine";
   check_launch(a.launch, fn);
-  if (!dispatch_done_)
+  MORI_CHECK_ARG(!a.routing || cfg_.kernel_type == KernelType::kIntraNode,
+                 "%s: routing handles are implemented for IntraNode here, not %s", fn,
+                 kernel_type_name(cfg_.kernel_type));
+  if (!a.routing && !dispatch_done_)
     raise(Status::kInvalidUsage, "%s: no completed dispatch to combine (call dispatch%s first)", fn,
           cfg_.kernel_type == KernelType::kAsyncLL ? " and dispatch_recv" : "");
   MORI_CHECK_ARG(a.hidden > 0 && a.hidden <= cfg_.hidden_dim, "%s: input hidden size %d must be in 1..hidden_dim=%d",
@@ -310,7 +313,7 @@ void EpHandle::validate_combine(const CombineArgs& a, bool external) const {
     MORI_CHECK_ARG(a.dtype == DType::kBFloat16 || a.dtype == DType::kFloat32 || a.dtype == DType::kFloat16,
                    "%s: blockwise combine quantizes bfloat16/float16/float32 input, got %s", fn, dtype_name(a.dtype));
   }
-  const int32_t total = total_recv();
+  const int32_t total = layout.total_recv;
   const bool in_registered = a.input == registered_combine_input();
   MORI_CHECK_ARG(in_registered || a.num_rows >= total,
                  "%s: input has %d rows but this rank received %d tokens in the last dispatch (pass the expert "
@@ -320,16 +323,37 @@ void EpHandle::validate_combine(const CombineArgs& a, bool external) const {
   MORI_CHECK_ARG(total == 0 || a.input, "%s: input must not be null", fn);
   // MORI issue #475: combine needs this rank's own routing, not the dispatch output indices.
   const int k = cfg_.num_experts_per_token;
-  if (a.num_tokens != cur_tokens_)
+  if (a.num_tokens != layout.cur_tokens)
     raise(Status::kInvalidArgument,
-          "%s: indices has %d rows but the last dispatch on this rank had %d tokens: pass this rank's original "
+          "%s: indices has %d rows but the %s had %d tokens: pass this rank's original "
           "[num_tokens, %d] routing (the indices given to dispatch), not dispatch's output indices (MORI issue #475)",
-          fn, a.num_tokens, cur_tokens_, k);
-  if (cur_tokens_ > 0 &&
-      (!a.indices || std::memcmp(a.indices, last_indices_.data(), static_cast<size_t>(cur_tokens_) * k * 4) != 0))
+          fn, a.num_tokens, a.routing ? "routing handle's dispatch" : "last dispatch on this rank", layout.cur_tokens,
+          k);
+  if (layout.cur_tokens > 0 && layout.indices &&
+      (!a.indices || std::memcmp(a.indices, layout.indices, static_cast<size_t>(layout.cur_tokens) * k * 4) != 0))
     raise(Status::kInvalidArgument,
-          "%s: indices differ from the indices given to the last dispatch on this rank: combine must receive this "
-          "rank's original routing (MORI issue #475)", fn);
+          "%s: indices differ from the indices given to the %s: combine must receive this "
+          "rank's original routing (MORI issue #475)", fn, a.routing ? "routing handle's dispatch" : "last dispatch on this rank");
+}
+
+void EpHandle::check_replay(const DispatchArgs& a) const {
+  const char* fn = "EpDispatchCombineOp.dispatch(routing=...)";
+  MORI_CHECK_ARG(cfg_.kernel_type == KernelType::kIntraNode, "%s: routing handles are implemented for IntraNode "
+                 "here, not %s", fn, kernel_type_name(cfg_.kernel_type));
+  const int k = cfg_.num_experts_per_token;
+  const int64_t max_recv = cfg_.max_recv(), limit = static_cast<int64_t>(cfg_.world_size) * max_recv;
+  for (int64_t i = 0, n = static_cast<int64_t>(a.num_tokens) * k; i < n; ++i) {
+    const int64_t v = a.replay_dest_map[i];
+    if (v < -1 || v >= limit)
+      raise(Status::kInvalidArgument, "%s: the routing's destination map entry [%lld, %lld] = %lld is not a slot "
+            "(expected -1 or 0..%lld)", fn, static_cast<long long>(i / k), static_cast<long long>(i % k),
+            static_cast<long long>(v), static_cast<long long>(limit - 1));
+  }
+}
+
+void EpHandle::enter_phase(Phase p) {
+  if (last_phase_ == p) rt_->barrier_all();
+  last_phase_ = p;
 }
 
 // ---------------------------------------------------------------- dispatch
@@ -340,6 +364,8 @@ DispatchResult EpHandle::dispatch(const DispatchArgs& a) {
   if (combine_pending_)
     raise(Status::kInvalidUsage, "EpDispatchCombineOp.dispatch: the previous combine_send has no combine_recv yet");
   validate_dispatch(a);
+  if (a.replay_dest_map) check_replay(a);
+  enter_phase(Phase::kDispatch);
   cur_tokens_ = a.num_tokens;
   last_indices_.assign(a.indices, a.indices + static_cast<size_t>(a.num_tokens) * cfg_.num_experts_per_token);
   dispatch_done_ = false;
@@ -348,7 +374,10 @@ DispatchResult EpHandle::dispatch(const DispatchArgs& a) {
     dispatch_v1(a);
     dispatch_done_ = true;
   } else {
-    dispatch_send_flat(a);
+    if (a.replay_dest_map)
+      dispatch_replay_flat(a);
+    else
+      dispatch_send_flat(a);
     dispatch_pending_ = true;
     if (cfg_.kernel_type != KernelType::kAsyncLL) dispatch_recv();
   }
@@ -473,7 +502,13 @@ void EpHandle::dispatch_send_flat(const DispatchArgs& a) {
   });
   if (mover_ != Mover::kDirect) rt_->quiet();
 
-  // 4. publish counts (release: the rows are complete before the signal is visible).
+  publish_dispatch_counts(round, blocks, overflow, row + 2 * k4 + sc + 4);
+}
+
+void EpHandle::publish_dispatch_counts(uint64_t round, int blocks, const std::vector<uint8_t>& overflow,
+                                       uint64_t row_bytes) {
+  // Release: the rows are complete before the signal is visible.
+  const int world = cfg_.world_size, me = cfg_.rank, par = static_cast<int>(round & 1);
   uint64_t* sig = at<uint64_t>(lay_->disp_sig) + static_cast<size_t>(par) * world;
   overflow_sent_ = false;
   uint64_t remote_rows = 0;
@@ -490,7 +525,45 @@ void EpHandle::dispatch_send_flat(const DispatchArgs& a) {
     overflow_sent_ |= ovf;
     signal(d, &sig[me], (round << 32) | (ovf ? kOverflowFlag : 0) | c);
   }
-  disp_remote_bytes_ = remote_rows * (row + 2 * k4 + sc + 4);
+  disp_remote_bytes_ = remote_rows * row_bytes;
+}
+
+// A routing handle's layout again: every row goes to the slot the handle names (no slot
+// reservation), so the receivers see the same rows in the same places as in that dispatch.
+void EpHandle::dispatch_replay_flat(const DispatchArgs& a) {
+  const int n = a.num_tokens, k = cfg_.num_experts_per_token, world = cfg_.world_size, me = cfg_.rank;
+  const int64_t max_recv = cfg_.max_recv(), max_send = cfg_.max_send();
+  const size_t row = static_cast<size_t>(a.hidden) * dtype_size(a.dtype), k4 = static_cast<size_t>(k) * 4;
+  const size_t sc = (a.scales && cfg_.scale_dim > 0) ? cfg_.scale_bytes() : 0;
+  const uint64_t round = ++disp_round_;
+  const char* in = static_cast<const char*>(a.input);
+  const char* scales = static_cast<const char*>(a.scales);
+  std::copy(a.replay_dest_map, a.replay_dest_map + static_cast<size_t>(n) * k, dest_map_.begin());
+  const int blocks = choose_blocks(a.launch.block_num, n, mover_ != Mover::kDirect);
+  part_count_.assign(static_cast<size_t>(blocks) * world, 0);
+  const std::vector<uint8_t> overflow(static_cast<size_t>(blocks) * world, 0);
+  const bool direct = mover_ == Mover::kDirect;
+  team_->run(blocks, [&](int b) {
+    auto [lo, hi] = block_range(n, blocks, b);
+    uint64_t* cnt = &part_count_[static_cast<size_t>(b) * world];
+    for (int t = lo; t < hi; ++t) {
+      const int32_t src_pos = static_cast<int32_t>(me * max_send + t);
+      for (int j = 0; j < k; ++j) {
+        const int64_t v = dest_map_[static_cast<size_t>(t) * k + j];
+        if (v < 0) continue;
+        const int d = static_cast<int>(v / max_recv);
+        const size_t slot = static_cast<size_t>(v % max_recv);
+        ++cnt[d];
+        write(d, lay_->disp_tok + slot * row, in + t * row, row, direct);
+        if (a.weights) write(d, lay_->disp_w + slot * k4, a.weights + static_cast<size_t>(t) * k, k4, direct);
+        write(d, lay_->disp_idx + slot * k4, a.indices + static_cast<size_t>(t) * k, k4, direct);
+        if (sc) write(d, lay_->disp_scale + slot * sc, scales + t * sc, sc, direct);
+        write(d, lay_->disp_src + slot * 4, &src_pos, 4, direct);
+      }
+    }
+  });
+  if (!direct) rt_->quiet();
+  publish_dispatch_counts(round, blocks, overflow, row + 2 * k4 + sc + 4);
 }
 
 void EpHandle::dispatch_recv_flat() {
@@ -527,7 +600,10 @@ CombineResult EpHandle::combine(const CombineArgs& a) {
   if (dispatch_pending_)
     raise(Status::kInvalidUsage, "EpDispatchCombineOp.combine: call dispatch_recv() before combining");
   const bool external = a.use_external_inp_buf < 0 ? cfg_.use_external_inp_buf : a.use_external_inp_buf != 0;
-  validate_combine(a, external);
+  const RoutingView live{dest_map_.data(), cur_tokens_, last_indices_.data(), total_recv(), src_token_pos()};
+  validate_combine(a, external, a.routing ? *a.routing : live);
+  enter_phase(Phase::kCombine);
+  comb_layout_ = a.routing ? *a.routing : live;
   comb_dtype_ = a.dtype;
   comb_wire_ = cfg_.quant_type == QuantType::kFp8DirectCast ? DType::kFloat8E4M3FN : a.dtype;
   comb_hidden_ = a.hidden;
@@ -564,9 +640,9 @@ void EpHandle::combine_send_flat(const CombineArgs& a, bool external) {
   const size_t wire_row = blockwise ? bl.row_bytes() : static_cast<size_t>(a.hidden) * dtype_size(comb_wire_);
   const size_t stage_row = blockwise ? wire_row : row;  // stage rows keep the input row size otherwise
   const bool cast = comb_wire_ != a.dtype || blockwise;
-  const int total = total_recv();
+  const int total = comb_layout_.total_recv;
   const uint64_t round = ++comb_round_;
-  const int32_t* src = src_token_pos();
+  const int32_t* src = comb_layout_.src_pos;
   const char* in = static_cast<const char*>(a.input);
   comb_pull_ = !external;
   uint64_t remote_rows = 0;
@@ -619,7 +695,8 @@ void EpHandle::combine_recv_flat() {
 }
 
 void EpHandle::reduce_own_tokens(bool pull) {
-  const int k = cfg_.num_experts_per_token, n = cur_tokens_, hidden = comb_hidden_;
+  const int k = cfg_.num_experts_per_token, n = comb_layout_.cur_tokens, hidden = comb_hidden_;
+  const int64_t* dest_map = comb_layout_.dest_map;
   const int64_t max_inp = cfg_.max_num_inp_token_per_rank, max_recv = cfg_.max_recv();
   const size_t row = static_cast<size_t>(hidden) * dtype_size(comb_dtype_), k4 = static_cast<size_t>(k) * 4;
   const bool v1 = cfg_.kernel_type == KernelType::kInterNodeV1;
@@ -643,7 +720,7 @@ void EpHandle::reduce_own_tokens(bool pull) {
         for (int j = 0; j < k; ++j) wacc[j] += w[j];
       };
       for (int j = 0; j < k; ++j) {
-        int64_t v = dest_map_[static_cast<size_t>(t) * k + j];
+        int64_t v = dest_map[static_cast<size_t>(t) * k + j];
         if (v < 0) continue;
         int r = static_cast<int>(v / max_recv);
         size_t slot = static_cast<size_t>(v % max_recv);

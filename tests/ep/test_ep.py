@@ -46,6 +46,13 @@ def test_blockwise_and_fp4_combine(n):
     assert out.count("fp4 rows: dispatched and combined") == 6
 
 
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_routing_handles(n):
+    """Three layers in flight, combined out of order by their handles; a handle replayed; errors."""
+    out = check(mori_run(n, python_program("ep_routing.py"), timeout=200))
+    assert out.count("routing handles ok") == n
+
+
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_errors(n):
     out = check(mori_run(n, python_program("ep_errors.py"), timeout=120))

@@ -107,18 +107,13 @@ EXTENSIONS = {
     "mori.ops:EpDispatchCombineOp.__init__": {"num_threads"},
     "mori.ops:EpDispatchCombineOp.get_launch_config": {"dtype", "num_tokens", "hidden_dim"},
     "mori.shmem:shmem_init_attr": {"comm"},
+    "mori.ops.dispatch_combine:EpDispatchRoutingHandle.__init__": {"indices"},
 }
 
 # Known differences outside this suite's layer, kept visible (strict: fixing one fails the mark).
 KNOWN_DIFFERENCES = {
     "mori.shmem:shmem_ext_malloc_with_flags": "ours gives flags a default (0); MORI's has none",
 }
-_ROUTING = "routing handles (issue 14 item 5) not implemented yet"
-KNOWN_DIFFERENCES.update({k: _ROUTING for k in (
-    "mori.ops:EpDispatchCombineOp.dispatch", "mori.ops:EpDispatchCombineOp.combine",
-    "mori.ops.dispatch_combine:EpDispatchRoutingHandle.__init__",
-    "mori.ops.dispatch_combine:EpDispatchRoutingHandle.tensors",
-    "mori.ops.dispatch_combine:EpDispatchRoutingHandle.from_tensors")})
 
 
 def _resolve(key: str):
