@@ -46,6 +46,7 @@ QUANT_TYPES = {"none": EpDispatchCombineQuantType.None_, "fp8_direct_cast": EpDi
                "fp8_blockwise": EpDispatchCombineQuantType.Fp8BlockwiseQuant,
                "fp4_blockwise": EpDispatchCombineQuantType.Fp4BlockwiseQuant}
 BLOCKWISE = (EpDispatchCombineQuantType.Fp8BlockwiseQuant, EpDispatchCombineQuantType.Fp4BlockwiseQuant)
+BLOCKWISE_SCALE_DIM = 56  # MORI's scales per combine row (MORI_FP8_COMBINE_SCALE_DIM's default); ep/blockwise.h too
 # Kernel types whose combine MORI builds for each blockwise quant type (it refuses others at combine).
 BLOCKWISE_KERNELS = {
     EpDispatchCombineQuantType.Fp8BlockwiseQuant: ("IntraNode", "IntraNodeLL", "AsyncLL"),

@@ -19,7 +19,8 @@ import torch
 from mori import _C
 from mori.ep import standard_moe
 from mori.ep.config import EpDispatchCombineConfig
-from mori.ep.kernel_type import BLOCKWISE, BLOCKWISE_KERNELS, EpDispatchCombineKernelType, normalize_quant_type
+from mori.ep.kernel_type import (BLOCKWISE, BLOCKWISE_KERNELS, BLOCKWISE_SCALE_DIM, EpDispatchCombineKernelType,
+                                 normalize_quant_type)
 from mori.ep.local_expert_count import count_local_experts
 from mori.ep.profiler import TraceBuffer, enabled as profiling_enabled, traced
 from mori.ep.routing import EpDispatchRoutingHandle
@@ -442,9 +443,13 @@ class EpDispatchCombineOp:
     def _combine_gpu(self, input, weights, indices, external, bn, wpb, call_reset):
         g, cfg = self._gpu, self.config
         fn = "EpDispatchCombineOp.combine"
+        block = 0
         if self._quant in BLOCKWISE:
-            raise NotImplementedError(f"{fn}: quant_type={cfg.quant_type!r} on CUDA tensors is not implemented yet "
-                                      f"(CPU tensors are)")
+            block = -(-input.shape[1] // BLOCKWISE_SCALE_DIM)
+            if self._quant != BLOCKWISE[0] or block % 8:
+                raise NotImplementedError(f"{fn}: on CUDA tensors blockwise combine is fp8_blockwise with blocks of a "
+                                          f"multiple of 8 values (hidden 7168: 128); got quant_type="
+                                          f"{cfg.quant_type!r}, block {block} (CPU tensors take any)")
         if indices.shape[0] != g.last_num_tokens:
             raise ValueError(f"{fn}: indices has {indices.shape[0]} rows but the last dispatch sent "
                              f"{g.last_num_tokens} tokens (pass this rank's original routing; MORI issue #475)")
@@ -452,7 +457,7 @@ class EpDispatchCombineOp:
         # the input, this PE's warps push its rows. fp8_direct_cast converts rows as they are pushed.
         fp8 = int(self._quant) == 1
         split = self._kernel == EpDispatchCombineKernelType.AsyncLL
-        g.combine(input, weights, indices.shape[0], fp8, 1 if split else 0, bn, wpb)
+        g.combine(input, weights, indices.shape[0], fp8, 1 if split else 0, bn, wpb, block)
         hidden, k = input.shape[1], cfg.num_experts_per_token
         out = g.view("comb_out", (cfg.max_num_inp_token_per_rank, hidden), input.dtype)
         out_w = g.view("comb_out_w", (cfg.max_num_inp_token_per_rank, k), torch.float32) if weights is not None else None

@@ -82,6 +82,9 @@ struct CombineArgs {
   int dtype = 1;                   // mori::ep::DType code of input and output: float32 = 0, bfloat16 = 1
   int hidden = 0;
   bool fp8 = false;                // quant_type fp8_direct_cast: rows cross NVLink as e4m3
+  int block = 0;                   // quant_type fp8_blockwise: values per scale block (a multiple of 8;
+                                   // bfloat16 input); staged rows are e4m3 codes, then one fp32 scale per
+                                   // block (amax / 448). 0: off
   int num_tokens = 0;              // receive side: this PE's tokens of the last dispatch
   bool zero_copy = false;          // input is this PE's registered buffer (Peers::comb_in)
   bool pipelined = false;          // staged rows: flag each row as it is staged (else all, then one flag)
