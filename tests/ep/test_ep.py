@@ -53,6 +53,15 @@ def test_routing_handles(n):
     assert out.count("routing handles ok") == n
 
 
+@pytest.mark.parametrize("n", [2, 4])
+def test_vllm_and_sglang_call_sequences(n):
+    """vLLM's and SGLang's MORI managers' calls (standard/normal and AsyncLL/low-latency; fp8 and
+    mxfp4 dispatch; bf16, fp8_blockwise, fp4_blockwise combine) around a real MoE layer, against
+    a plain-torch MoE."""
+    out = check(mori_run(n, python_program("ep_integrations.py"), timeout=200))
+    assert f"ep integrations ok on {n} PEs" in out and out.count("matches the torch MoE") == 8
+
+
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_errors(n):
     out = check(mori_run(n, python_program("ep_errors.py"), timeout=120))
