@@ -15,11 +15,20 @@ namespace {
 constexpr float kFp8Max = 448.0f;  // e4m3fn
 constexpr float kFp4Max = 6.0f;    // e2m1
 
-float load(const void* src, DType t, int i) {
+// The row as fp32 (one switch per row, so the loops below vectorize).
+void load_row(float* dst, const void* src, DType t, int n) {
   switch (t) {
-    case DType::kFloat32: return static_cast<const float*>(src)[i];
-    case DType::kBFloat16: return bf16_to_float(static_cast<const uint16_t*>(src)[i]);
-    case DType::kFloat16: return f16_to_float(static_cast<const uint16_t*>(src)[i]);
+    case DType::kFloat32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
+    case DType::kBFloat16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      for (int i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
+      return;
+    }
+    case DType::kFloat16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      for (int i = 0; i < n; ++i) dst[i] = f16_to_float(s[i]);
+      return;
+    }
     default:
       raise(Status::kInvalidArgument, "blockwise combine quantizes float32/bfloat16/float16 rows, got %s",
             dtype_name(t));
@@ -40,20 +49,18 @@ BlockwiseLayout blockwise_layout(bool fp4, int hidden, int scale_dim) {
 void quantize_row_blockwise(uint8_t* dst, const void* src, DType from, const BlockwiseLayout& l) {
   const float qmax = l.fp4 ? kFp4Max : kFp8Max;
   float* scales_out = reinterpret_cast<float*>(dst + l.code_bytes());
-  std::vector<float> v(static_cast<size_t>(l.block));
+  thread_local std::vector<float> v;
+  v.resize(static_cast<size_t>(l.hidden));
+  load_row(v.data(), src, from, l.hidden);
   if (l.fp4) std::memset(dst, 0, l.code_bytes());
   for (int b = 0; b < l.blocks; ++b) {
-    const int lo = b * l.block, n = std::min(l.block, l.hidden - lo);
+    const int lo = b * l.block, hi = std::min(l.hidden, lo + l.block);
     float amax = 0.0f;
-    for (int i = 0; i < n; ++i) {
-      v[i] = load(src, from, lo + i);
-      amax = std::fmax(amax, std::fabs(v[i]));
-    }
+    for (int i = lo; i < hi; ++i) amax = std::fmax(amax, std::fabs(v[i]));
     const float scale = amax / qmax;  // 0 for an all-zero block: its codes are 0
     std::memcpy(&scales_out[b], &scale, 4);
-    for (int i = 0; i < n; ++i) {
-      const float q = scale > 0.0f ? v[i] / scale : 0.0f;
-      const int at = lo + i;
+    for (int at = lo; at < hi; ++at) {
+      const float q = scale > 0.0f ? v[at] / scale : 0.0f;
       if (l.fp4)
         dst[at / 2] |= static_cast<uint8_t>(float_to_fp4_e2m1(q) << ((at & 1) * 4));
       else

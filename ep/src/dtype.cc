@@ -52,10 +52,10 @@ uint8_t float_to_fp4_e2m1(float f) {
   if (std::isnan(f)) return 7;
   const uint8_t sign = std::signbit(f) ? 8 : 0;
   const float a = std::fabs(f);
-  // Midpoints between neighbouring magnitudes; a tie goes to the even code (mantissa bit 0).
-  static const float mid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
-  uint8_t code = 0;
-  while (code < 7 && (a > mid[code] || (a == mid[code] && (code & 1) == 1))) ++code;
+  // Each threshold is the midpoint to the next magnitude: strict where the lower code is even
+  // (a tie stays there), inclusive where it is odd (a tie moves up to the even code).
+  const uint8_t code = static_cast<uint8_t>((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
+                                            (a >= 3.5f) + (a > 5.0f));
   return sign | code;
 }
 
