@@ -182,7 +182,7 @@ class EpDispatchCombineOp:
         if routing is not None and return_routing:
             raise ValueError("pass either `routing=` (replay) or `return_routing=True` (new layout), not both")
         if routing is not None or return_routing:
-            self._check_routing_support(fn, on_gpu)
+            self._check_routing_support(fn, on_gpu, replay=routing is not None)
         if input.dim() != 2:
             raise ValueError(f"{fn}: input must be 2-D [num_tokens, hidden_dim], got shape {tuple(input.shape)}")
         n, hidden = input.shape
@@ -222,8 +222,12 @@ class EpDispatchCombineOp:
                                             block_num, rdma_block_num, warp_per_block)
         self._last_on_gpu = on_gpu
         if on_gpu:
-            return self._dispatch_gpu(input, weights, scales if has_scales else None, indices, bn, wpb,
+            outs = self._dispatch_gpu(input, weights, scales if has_scales else None, indices, bn, wpb,
                                       call_local_expert_count)
+            if return_routing:
+                h = self._snapshot_routing_gpu(indices)
+                return outs[:4] + (h.total_recv_token_num, h)
+            return outs
         replay = 0
         if routing is not None:
             replay = self._replay_map(fn, routing, indices)
@@ -252,13 +256,45 @@ class EpDispatchCombineOp:
 
     # ------------------------------------------------------------------ routing handles
 
-    def _check_routing_support(self, fn: str, on_gpu: bool) -> None:
+    def _check_routing_support(self, fn: str, on_gpu: bool, replay: bool = False) -> None:
         if self._kernel != EpDispatchCombineKernelType.IntraNode:
             raise NotImplementedError(f"{fn}: routing handle path not supported for kernel_type={self._kernel.name}; "
                                       f"IntraNode takes routing handles here (MORI: IntraNode and InterNodeV1)")
-        if on_gpu:
-            raise NotImplementedError(f"{fn}: routing handles on CUDA tensors are not implemented yet (CPU tensors "
-                                      f"are)")
+        if on_gpu and replay:
+            raise NotImplementedError(f"{fn}: replaying a routing handle (dispatch(..., routing=h)) on CUDA tensors "
+                                      f"is not implemented yet (return_routing=True and combine(..., routing=h) are)")
+
+    def _snapshot_routing_gpu(self, indices: torch.Tensor) -> EpDispatchRoutingHandle:
+        """The layout of the dispatch just enqueued, copied on the GPU (no host sync)."""
+        g, cfg, n = self._gpu, self.config, int(indices.shape[0])
+        k, rows = cfg.num_experts_per_token, cfg.max_num_tokens_to_recv
+        empty = torch.zeros(0, dtype=torch.int32, device=g.device)
+        return EpDispatchRoutingHandle(
+            disp_dest_tok_id_map=g.view("dest_map", (cfg.max_num_inp_token_per_rank * k,), torch.int64)[: n * k].clone(),
+            inter_node_disp_dest_tok_id_map=empty, inter_node_disp_send_map=empty.clone(),
+            total_recv_token_num=g.view("total_recv", (1,), torch.int32).clone(),
+            disp_tok_id_to_src_tok_id_local=g.view("disp_src", (rows,), torch.int32).clone(),
+            cur_rank_num_token=n, indices=indices.clone())
+
+    def _restore_routing_gpu(self, fn: str, routing: EpDispatchRoutingHandle, indices: torch.Tensor) -> None:
+        """Puts a handle's layout back into the op's GPU buffers for the combine that follows (device
+        copies on the current stream; the routing itself is compared by token count only here)."""
+        if not isinstance(routing, EpDispatchRoutingHandle):
+            raise ValueError(f"{fn}: routing must be an EpDispatchRoutingHandle, got {type(routing).__name__}")
+        g, cfg = self._gpu, self.config
+        n, k, rows = routing.source_token_count(), cfg.num_experts_per_token, cfg.max_num_tokens_to_recv
+        if int(indices.shape[0]) != n:
+            raise ValueError(f"{fn}: indices has {int(indices.shape[0])} tokens but routing.cur_rank_num_token={n}")
+        fields = (("disp_dest_tok_id_map", routing.disp_dest_tok_id_map, torch.int64, n * k),
+                  ("total_recv_token_num", routing.total_recv_token_num, torch.int32, 1),
+                  ("disp_tok_id_to_src_tok_id_local", routing.disp_tok_id_to_src_tok_id_local, torch.int32, rows))
+        for name, t, dtype, need in fields:
+            if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.device != g.device or t.numel() < need:
+                raise ValueError(f"{fn}: routing.{name} must be a {dtype} tensor on {g.device} of at least {need} "
+                                 f"elements (a handle from this op's dispatch(..., return_routing=True))")
+        g.view("dest_map", (n * k,), torch.int64).copy_(routing.disp_dest_tok_id_map.reshape(-1)[: n * k])
+        g.view("total_recv", (1,), torch.int32).copy_(routing.total_recv_token_num.reshape(-1)[:1])
+        g.view("disp_src", (rows,), torch.int32).copy_(routing.disp_tok_id_to_src_tok_id_local.reshape(-1)[:rows])
 
     def _snapshot_routing(self, indices: torch.Tensor) -> EpDispatchRoutingHandle:
         """This dispatch's layout, copied out of the handle (it outlives later dispatches)."""
@@ -391,7 +427,7 @@ class EpDispatchCombineOp:
             weights = _require_tensor(weights, fn, "weights")
             if weights.dim() != 2 or weights.shape[1] != k:
                 raise ValueError(f"{fn}: weights must be [rows, {k}] aligned with input, got {tuple(weights.shape)}")
-            received = int(routing.total_recv_token_num.reshape(-1)[0]) if routing is not None else \
+            received = (0 if on_gpu else int(routing.total_recv_token_num.reshape(-1)[0])) if routing is not None else \
                 (int(self._handle.total_recv()) if not on_gpu else 0)
             if weights.shape[0] < received:
                 raise ValueError(f"{fn}: weights has {weights.shape[0]} rows, fewer than the {received} received tokens")
@@ -410,7 +446,7 @@ class EpDispatchCombineOp:
                                             block_num, rdma_block_num, warp_per_block, zero_copy=not external,
                                             quant_type=str(cfg.quant_type))
         if on_gpu:
-            return self._combine_gpu(input, weights, indices, external, bn, wpb, call_reset)
+            return self._combine_gpu(input, weights, indices, external, bn, wpb, call_reset, routing)
         layout = self._routing_layout(fn, routing, indices) if routing is not None else None
         made_with = routing.indices.to(TOPK_IDX_DTYPE).contiguous() if layout and routing.indices is not None else None
         route = {} if layout is None else {
@@ -440,9 +476,24 @@ class EpDispatchCombineOp:
             raise ValueError(f"{label} combine currently requires use_external_inp_buf=True (zero-copy input "
                              f"is read by peers as it is, unquantized)")
 
-    def _combine_gpu(self, input, weights, indices, external, bn, wpb, call_reset):
+    def _combine_gpu(self, input, weights, indices, external, bn, wpb, call_reset, routing=None):
         g, cfg = self._gpu, self.config
         fn = "EpDispatchCombineOp.combine"
+        if routing is not None:
+            # The handle's layout goes into the buffers the kernels read, and the last dispatch's
+            # comes back after the combine (device copies, in stream order); staging is the bulk
+            # kind (the pipelined kind follows the map the last dispatch left, not the handle's).
+            live_tokens = g.last_num_tokens
+            live = self._snapshot_routing_gpu(torch.empty(live_tokens, 0))
+            self._restore_routing_gpu(fn, routing, indices)
+            pipelined, g.kernels.pipelined_staging = g.kernels.pipelined_staging, False
+            try:
+                g.last_num_tokens = int(indices.shape[0])
+                return self._combine_gpu(input, weights, indices, external, bn, wpb, call_reset)
+            finally:
+                g.kernels.pipelined_staging = pipelined
+                self._restore_routing_gpu(fn, live, torch.empty(live_tokens, 0))
+                g.last_num_tokens = live_tokens
         block = 0
         if self._quant in BLOCKWISE:
             block = -(-input.shape[1] // BLOCKWISE_SCALE_DIM)

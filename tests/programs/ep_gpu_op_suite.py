@@ -288,6 +288,51 @@ def check_fp8_blockwise():
     print("PASS fp8_blockwise refusals", flush=True)
 
 
+def check_routing():
+    """Routing handles on CUDA tensors (IntraNode): three layers dispatched with return_routing=True,
+    their expert outputs kept, combined out of order by their handles; a plain combine of the last
+    dispatch still works after them; a replay (dispatch(routing=h)) raises NotImplementedError."""
+    me = sh.shmem_mype()
+    op = make_op(torch.bfloat16, 2048)
+    layers, handles, expert = [], [], []
+    for tag in range(3):
+        data = inputs(op, torch.bfloat16, 1000 + tag)
+        x, w, _, idx = (to_dev(t) for t in data[me])
+        out, ow, _, oi, recv, h = op.dispatch(x, w, None, idx, return_routing=True)
+        expect(recv is h.total_recv_token_num and h.disp_dest_tok_id_map.is_cuda, "return_routing's handle")
+        check_dispatch(op, data, (out, ow, None, oi, recv), False)
+        total = int(recv.item())
+        expert.append(((out[:total].float() * (1 + tag)).to(torch.bfloat16), ow[:total].clone()))
+        layers.append(data)
+        handles.append(h)
+        # Peers' next dispatch writes this PE's receive buffers (no wait on the GPU, as in MORI):
+        # every PE has taken its copies first.
+        torch.cuda.synchronize()
+        sh.shmem_barrier_all()
+    for tag in (1, 0, 2):
+        x, w, _, idx = (to_dev(t) for t in layers[tag][me])
+        c, cw = op.combine(expert[tag][0], expert[tag][1], idx, routing=handles[tag])
+        xs, ws, idxs = layers[tag][me][0], layers[tag][me][1], layers[tag][me][3]
+        mult = torch.tensor([float(len(dests(row, op.config.num_experts_per_rank))) for row in idxs.tolist()])
+        ref = (xs.float() * (1 + tag)).to(torch.bfloat16).float() * mult[:, None]
+        expect(torch.allclose(c[:xs.shape[0]].cpu().float(), ref, atol=2e-2, rtol=1e-2), f"layer {tag} by its handle")
+        expect(torch.allclose(cw[:xs.shape[0]].cpu(), ws * mult[:, None], rtol=1e-6, atol=1e-6), f"layer {tag} weights")
+    # The last dispatch (layer 2) is still the op's own layout.
+    x, w, _, idx = (to_dev(t) for t in layers[2][me])
+    c, _ = op.combine(expert[2][0], expert[2][1], idx)
+    xs, idxs = layers[2][me][0], layers[2][me][3]
+    mult = torch.tensor([float(len(dests(row, op.config.num_experts_per_rank))) for row in idxs.tolist()])
+    ref = (xs.float() * 3).to(torch.bfloat16).float() * mult[:, None]
+    expect(torch.allclose(c[:xs.shape[0]].cpu().float(), ref, atol=2e-2, rtol=1e-2), "plain combine after handles")
+    try:
+        op.dispatch(x, w, None, idx, routing=handles[2])
+        expect(False, "a replay on CUDA tensors did not raise")
+    except NotImplementedError as exc:
+        expect("replaying" in str(exc), f"replay refusal: {exc}")
+    torch.cuda.synchronize()
+    print("PASS routing", flush=True)
+
+
 def check_standard_moe():
     from ep_standard import standard_round
     me = sh.shmem_mype()
@@ -352,7 +397,7 @@ def check_errors():
 
 CHECKS = {"dtypes": check_dtypes, "zero_copy": check_zero_copy, "async_ll": check_async_ll, "graph": check_graph,
           "errors": check_errors, "fp8_cast": check_fp8_cast, "standard_moe": check_standard_moe,
-          "fp8_blockwise": check_fp8_blockwise}
+          "fp8_blockwise": check_fp8_blockwise, "routing": check_routing}
 
 
 def main() -> int:
