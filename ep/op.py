@@ -257,9 +257,12 @@ class EpDispatchCombineOp:
     # ------------------------------------------------------------------ routing handles
 
     def _check_routing_support(self, fn: str, on_gpu: bool, replay: bool = False) -> None:
-        if self._kernel != EpDispatchCombineKernelType.IntraNode:
+        if self._kernel not in (EpDispatchCombineKernelType.IntraNode, EpDispatchCombineKernelType.InterNodeV1):
             raise NotImplementedError(f"{fn}: routing handle path not supported for kernel_type={self._kernel.name}; "
-                                      f"IntraNode takes routing handles here (MORI: IntraNode and InterNodeV1)")
+                                      f"only IntraNode and InterNodeV1 take routing handles (as in MORI)")
+        if replay and self._kernel == EpDispatchCombineKernelType.InterNodeV1:
+            raise NotImplementedError(f"{fn}: replaying a routing handle (dispatch(..., routing=h)) on InterNodeV1 is "
+                                      f"not implemented yet (return_routing=True and combine(..., routing=h) are)")
         if on_gpu and replay:
             raise NotImplementedError(f"{fn}: replaying a routing handle (dispatch(..., routing=h)) on CUDA tensors "
                                       f"is not implemented yet (return_routing=True and combine(..., routing=h) are)")
@@ -303,10 +306,18 @@ class EpDispatchCombineOp:
         total = int(self._handle.total_recv())
         src = torch.full((rows,), -1, dtype=torch.int32)
         src[:total] = view_at(self._handle.src_token_pos(), (total,), torch.int32)
-        empty = torch.zeros(0, dtype=torch.int32)
+        inbox, sent = torch.zeros(0, dtype=torch.int32), torch.zeros(0, dtype=torch.uint8)
+        if self._kernel == EpDispatchCombineKernelType.InterNodeV1:
+            # Ours: the node each token visited (uint8 [tokens * nodes]); this PE's inbox as a
+            # forwarder, its entry counts per node then (source token, local-rank mask) pairs.
+            nodes = cfg.world_size // min(cfg.gpu_per_node, cfg.world_size)
+            sent = view_at(self._handle.node_sent(), (n * nodes,), torch.uint8).clone()
+            inbox = torch.cat([view_at(self._handle.inbox_count(), (nodes,), torch.int32),
+                               view_at(self._handle.inbox_meta(), (nodes * cfg.max_num_inp_token_per_rank * 2,),
+                                       torch.int32)])
         return EpDispatchRoutingHandle(
             disp_dest_tok_id_map=view_at(self._handle.dest_map(), (n * k,), torch.int64).clone(),
-            inter_node_disp_dest_tok_id_map=empty, inter_node_disp_send_map=empty.clone(),
+            inter_node_disp_dest_tok_id_map=inbox, inter_node_disp_send_map=sent,
             total_recv_token_num=torch.tensor([total], dtype=torch.int32), disp_tok_id_to_src_tok_id_local=src,
             cur_rank_num_token=n, indices=indices.clone())
 
@@ -331,7 +342,19 @@ class EpDispatchCombineOp:
         if routing.indices is not None and not torch.equal(routing.indices.to(indices.dtype), indices):
             raise ValueError(f"{fn}: indices differ from the routing the handle was made with (a handle replays "
                              f"one routing)")
-        return {"dest_map": dm.contiguous(), "total": total, "src": src.contiguous(), "tokens": n}
+        layout = {"dest_map": dm.contiguous(), "total": total, "src": src.contiguous(), "tokens": n}
+        if self._kernel == EpDispatchCombineKernelType.InterNodeV1:
+            nodes = cfg.world_size // min(cfg.gpu_per_node, cfg.world_size)
+            inbox, sent = routing.inter_node_disp_dest_tok_id_map, routing.inter_node_disp_send_map
+            for name, t, dtype, need in (("inter_node_disp_send_map", sent, torch.uint8, n * nodes),
+                                         ("inter_node_disp_dest_tok_id_map", inbox, torch.int32,
+                                          nodes + nodes * cfg.max_num_inp_token_per_rank * 2)):
+                if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.device.type != "cpu" or t.numel() < need:
+                    raise ValueError(f"{fn}: routing.{name} must be a CPU {dtype} tensor of at least {need} elements "
+                                     f"(InterNodeV1's maps, from this op's dispatch(..., return_routing=True))")
+            inbox = inbox.contiguous()
+            layout.update(sent=sent.contiguous(), inbox=inbox, inbox_meta=address(inbox) + 4 * nodes)
+        return layout
 
     def _replay_map(self, fn: str, routing: EpDispatchRoutingHandle, indices: torch.Tensor) -> int:
         layout = self._routing_layout(fn, routing, indices)
@@ -453,6 +476,9 @@ class EpDispatchCombineOp:
             "routing": True, "routing_dest_map": address(layout["dest_map"]), "routing_tokens": layout["tokens"],
             "routing_indices": address(made_with), "routing_total": layout["total"],
             "routing_src": address(layout["src"])}
+        if layout is not None and "sent" in layout:
+            route.update(routing_node_sent=address(layout["sent"]) or 0, routing_inbox_count=address(layout["inbox"]),
+                         routing_inbox_meta=layout["inbox_meta"])
         out_p, w_p = self._handle.combine(
             address(input), dtype_code(input.dtype, fn), rows, hidden, address(weights), address(indices),
             indices.shape[0], int(external), bn, wpb, rbn, **route)

@@ -97,10 +97,13 @@ void bind_ep(py::module_& m) {
           [](EpHandle& h, uintptr_t input, int dtype, int num_rows, int hidden, uintptr_t weights, uintptr_t indices,
              int num_tokens, int use_external_inp_buf, int block_num, int warp_per_block, int rdma_block_num,
              bool routing, uintptr_t routing_dest_map, int routing_tokens, uintptr_t routing_indices,
-             int routing_total, uintptr_t routing_src) {
+             int routing_total, uintptr_t routing_src, uintptr_t routing_node_sent, uintptr_t routing_inbox_count,
+             uintptr_t routing_inbox_meta) {
             CombineArgs a;
             RoutingView view{ptr_of<const int64_t>(routing_dest_map), routing_tokens,
-                             ptr_of<const int32_t>(routing_indices), routing_total, ptr_of<const int32_t>(routing_src)};
+                             ptr_of<const int32_t>(routing_indices), routing_total, ptr_of<const int32_t>(routing_src),
+                             ptr_of<const uint8_t>(routing_node_sent), ptr_of<const int32_t>(routing_inbox_count),
+                             ptr_of<const int32_t>(routing_inbox_meta)};
             if (routing) a.routing = &view;
             a.input = ptr_of<const void>(input);
             a.dtype = static_cast<DType>(dtype);
@@ -122,12 +125,16 @@ void bind_ep(py::module_& m) {
           py::arg("indices"), py::arg("num_tokens"), py::arg("use_external_inp_buf") = -1, py::arg("block_num") = -1,
           py::arg("warp_per_block") = -1, py::arg("rdma_block_num") = -1, py::arg("routing") = false,
           py::arg("routing_dest_map") = 0, py::arg("routing_tokens") = 0, py::arg("routing_indices") = 0,
-          py::arg("routing_total") = 0, py::arg("routing_src") = 0)
+          py::arg("routing_total") = 0, py::arg("routing_src") = 0, py::arg("routing_node_sent") = 0,
+          py::arg("routing_inbox_count") = 0, py::arg("routing_inbox_meta") = 0)
       .def("combine_recv", &EpHandle::combine_recv, py::call_guard<py::gil_scoped_release>())
       .def("total_recv", &EpHandle::total_recv)
       .def("cur_rank_num_token", &EpHandle::cur_rank_num_token)
       .def("src_token_pos", [](const EpHandle& h) { return reinterpret_cast<uintptr_t>(h.src_token_pos()); })
       .def("dest_map", [](const EpHandle& h) { return reinterpret_cast<uintptr_t>(h.dest_map()); })
+      .def("node_sent", [](const EpHandle& h) { return reinterpret_cast<uintptr_t>(h.node_sent()); })
+      .def("inbox_count", [](const EpHandle& h) { return reinterpret_cast<uintptr_t>(h.inbox_count()); })
+      .def("inbox_meta", [](const EpHandle& h) { return reinterpret_cast<uintptr_t>(h.inbox_meta()); })
       .def("registered_combine_input",
            [](const EpHandle& h) {
              return py::make_tuple(reinterpret_cast<uintptr_t>(h.registered_combine_input()),

@@ -287,9 +287,12 @@ void EpHandle::validate_dispatch(const DispatchArgs& a) const {
 void EpHandle::validate_combine(const CombineArgs& a, bool external, const RoutingView& layout) const {
   const char* fn = "EpDispatchCombineOp.combine";
   check_launch(a.launch, fn);
-  MORI_CHECK_ARG(!a.routing || cfg_.kernel_type == KernelType::kIntraNode,
-                 "%s: routing handles are implemented for IntraNode here, not %s", fn,
-                 kernel_type_name(cfg_.kernel_type));
+  MORI_CHECK_ARG(!a.routing || cfg_.kernel_type == KernelType::kIntraNode ||
+                     (cfg_.kernel_type == KernelType::kInterNodeV1 &&
+                      (a.routing->node_sent || a.routing->cur_tokens == 0) && a.routing->inbox_count &&
+                      a.routing->inbox_meta),
+                 "%s: routing handles are implemented for IntraNode and InterNodeV1 here, not %s (or the handle "
+                 "lacks InterNodeV1's maps)", fn, kernel_type_name(cfg_.kernel_type));
   if (!a.routing && !dispatch_done_)
     raise(Status::kInvalidUsage, "%s: no completed dispatch to combine (call dispatch%s first)", fn,
           cfg_.kernel_type == KernelType::kAsyncLL ? " and dispatch_recv" : "");
@@ -600,7 +603,10 @@ CombineResult EpHandle::combine(const CombineArgs& a) {
   if (dispatch_pending_)
     raise(Status::kInvalidUsage, "EpDispatchCombineOp.combine: call dispatch_recv() before combining");
   const bool external = a.use_external_inp_buf < 0 ? cfg_.use_external_inp_buf : a.use_external_inp_buf != 0;
-  const RoutingView live{dest_map_.data(), cur_tokens_, last_indices_.data(), total_recv(), src_token_pos()};
+  const bool v1 = cfg_.kernel_type == KernelType::kInterNodeV1;
+  const RoutingView live{dest_map_.data(), cur_tokens_, last_indices_.data(), total_recv(), src_token_pos(),
+                         v1 ? node_sent_.data() : nullptr, v1 ? inbox_count_.data() : nullptr,
+                         v1 ? inbox_meta() : nullptr};
   validate_combine(a, external, a.routing ? *a.routing : live);
   enter_phase(Phase::kCombine);
   comb_layout_ = a.routing ? *a.routing : live;
@@ -751,7 +757,7 @@ void EpHandle::reduce_own_tokens(bool pull) {
       if (v1) {
         // Partial sums from the PEs that forwarded this token inside other nodes.
         for (int nd = 0; nd < nodes; ++nd) {
-          if (!node_sent_[static_cast<size_t>(t) * nodes + nd]) continue;
+          if (!comb_layout_.node_sent[static_cast<size_t>(t) * nodes + nd]) continue;
           size_t st = static_cast<size_t>((nd * g + lr) * max_inp + t);
           accumulate_row(acc.data(), base_ + lay_->comb_stage + st * row, comb_dtype_, hidden);
           if (weights) add_w(at<float>(lay_->comb_stage_w + st * k4));

@@ -45,6 +45,10 @@ struct RoutingView {
   const int32_t* indices = nullptr;   // the routing it was made with, or null (then not compared)
   int32_t total_recv = 0;
   const int32_t* src_pos = nullptr;   // [total_recv] flat source positions
+  // InterNodeV1 only: the nodes each token visited, and what this PE forwarded.
+  const uint8_t* node_sent = nullptr;    // [cur_tokens * nodes]
+  const int32_t* inbox_count = nullptr;  // [nodes] entries in this PE's inbox from each node
+  const int32_t* inbox_meta = nullptr;   // [nodes * max_inp][2]: (source token, local-rank mask)
 };
 
 struct DispatchArgs {
@@ -110,6 +114,10 @@ class EpHandle {
   const int32_t* src_token_pos() const;
   // Where the last dispatch sent this PE's tokens ([cur_rank_num_token * topk], see RoutingView).
   const int64_t* dest_map() const { return dest_map_.data(); }
+  // InterNodeV1: the last dispatch's node_sent / inbox_count / inbox entries (see RoutingView).
+  const uint8_t* node_sent() const { return node_sent_.data(); }
+  const int32_t* inbox_count() const { return inbox_count_.data(); }
+  const int32_t* inbox_meta() const;
   // The symmetric buffer zero-copy combine reads from: max_recv rows of up to token_bytes each.
   void* registered_combine_input() const;
   size_t registered_combine_input_bytes() const;
