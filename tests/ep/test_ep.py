@@ -205,3 +205,20 @@ def test_internode_kernel_types_across_two_hosts():
     finally:
         vh.destroy()
     assert "on 4 PEs passed" in out
+
+
+@pytest.mark.netns
+def test_blockwise_fp4_and_routing_handles_across_two_hosts():
+    """The inter-node kernel types with fp4 rows and the blockwise combines (AsyncLL combines
+    fp8_blockwise, the others refuse at combine), and InterNodeV1 routing handles, with 2 PEs on
+    each of two hosts (network namespaces, tcp transport between them)."""
+    from multihost import check_all, run_on_hosts, veth_hosts_or_skip
+
+    vh = veth_hosts_or_skip()
+    try:
+        quant = check_all(run_on_hosts(vh.hosts, 2, python_program("ep_quant_combine.py", "--hosts"), timeout=240))
+        routing = check_all(run_on_hosts(vh.hosts, 2, python_program("ep_routing.py", "--hosts"), timeout=240))
+    finally:
+        vh.destroy()
+    assert "ep quant combine ok on 4 PEs" in quant and quant.count(": combined") == 2
+    assert routing.count("routing handles ok (InterNodeV1)") == 4
