@@ -115,9 +115,10 @@ def test_rule_selection():
         LaunchConfigurator(K.IntraNode, 8, 8, "FAST")
 
 
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [2, 4, 8])
 def test_local_expert_count(n):
-    """dispatch(call_local_expert_count=True) and MORI's launch_local_expert_count on addresses."""
+    """dispatch(call_local_expert_count=True), the split phases on every kernel type, and MORI's
+    launch_local_expert_count on addresses."""
     out = check(mori_run(n, python_program("ep_local_expert_count.py"), timeout=100))
     assert out.count("local expert count ok") == n
 
