@@ -128,8 +128,9 @@ class GpuIntraNode:
         return int(torch.cuda.current_stream().cuda_stream)
 
     def dispatch_send(self, x: torch.Tensor, w: Optional[torch.Tensor], s: Optional[torch.Tensor],
-                      idx: torch.Tensor, blocks: int, warps: int, with_recv: bool) -> None:
-        """with_recv: the same launch also waits for the peers (else dispatch_recv does)."""
+                      idx: torch.Tensor, blocks: int, warps: int, with_recv: bool, replay: int = 0) -> None:
+        """with_recv: the same launch also waits for the peers (else dispatch_recv does); replay: the
+        device address of a routing handle's dest map (rows go to its slots)."""
         row_bytes = x.shape[1] * x.element_size()
         if row_bytes > self.max_row:
             raise ValueError(f"EpDispatchCombineOp.dispatch: rows of {row_bytes} bytes exceed hidden_dim x "
@@ -140,7 +141,7 @@ class GpuIntraNode:
                                    w.data_ptr() if w is not None and w.numel() else 0,
                                    s.data_ptr() if s is not None and s.numel() else 0,
                                    idx.data_ptr() if idx.numel() else 0, x.shape[0], blocks, warps, with_recv,
-                                   self.stream())
+                                   self.stream(), replay)
 
     def dispatch_recv(self) -> None:
         self.kernels.dispatch_recv(self.stream())

@@ -222,8 +222,11 @@ class EpDispatchCombineOp:
                                             block_num, rdma_block_num, warp_per_block)
         self._last_on_gpu = on_gpu
         if on_gpu:
+            replay_map = self._gpu_replay_map(fn, routing, indices) if routing is not None else None
             outs = self._dispatch_gpu(input, weights, scales if has_scales else None, indices, bn, wpb,
-                                      call_local_expert_count)
+                                      call_local_expert_count, replay_map)
+            if routing is not None:
+                return outs[:4] + (routing.total_recv_token_num,)
             if return_routing:
                 h = self._snapshot_routing_gpu(indices)
                 return outs[:4] + (h.total_recv_token_num, h)
@@ -263,9 +266,6 @@ class EpDispatchCombineOp:
         if replay and self._kernel == EpDispatchCombineKernelType.InterNodeV1:
             raise NotImplementedError(f"{fn}: replaying a routing handle (dispatch(..., routing=h)) on InterNodeV1 is "
                                       f"not implemented yet (return_routing=True and combine(..., routing=h) are)")
-        if on_gpu and replay:
-            raise NotImplementedError(f"{fn}: replaying a routing handle (dispatch(..., routing=h)) on CUDA tensors "
-                                      f"is not implemented yet (return_routing=True and combine(..., routing=h) are)")
 
     def _snapshot_routing_gpu(self, indices: torch.Tensor) -> EpDispatchRoutingHandle:
         """The layout of the dispatch just enqueued, copied on the GPU (no host sync)."""
@@ -278,6 +278,22 @@ class EpDispatchCombineOp:
             total_recv_token_num=g.view("total_recv", (1,), torch.int32).clone(),
             disp_tok_id_to_src_tok_id_local=g.view("disp_src", (rows,), torch.int32).clone(),
             cur_rank_num_token=n, indices=indices.clone())
+
+    def _gpu_replay_map(self, fn: str, routing: EpDispatchRoutingHandle, indices: torch.Tensor) -> torch.Tensor:
+        """A handle's dest map checked for a replay on the GPU (by count and tensor kind: comparing
+        the routing itself would sync the host)."""
+        if not isinstance(routing, EpDispatchRoutingHandle):
+            raise ValueError(f"{fn}: routing must be an EpDispatchRoutingHandle, got {type(routing).__name__}")
+        n, k = routing.source_token_count(), self.config.num_experts_per_token
+        if int(indices.shape[0]) != n:
+            raise ValueError(f"{fn}: replay dispatch indices has {int(indices.shape[0])} tokens but "
+                             f"routing.cur_rank_num_token={n}")
+        dm = routing.disp_dest_tok_id_map
+        if not isinstance(dm, torch.Tensor) or dm.dtype != torch.int64 or dm.device != self._gpu.device \
+                or dm.numel() < n * k:
+            raise ValueError(f"{fn}: routing.disp_dest_tok_id_map must be an int64 tensor on {self._gpu.device} of "
+                             f"at least {n * k} elements (a handle from this op's dispatch(..., return_routing=True))")
+        return dm.reshape(-1)[: n * k].contiguous()
 
     def _restore_routing_gpu(self, fn: str, routing: EpDispatchRoutingHandle, indices: torch.Tensor) -> None:
         """Puts a handle's layout back into the op's GPU buffers for the combine that follows (device
@@ -361,13 +377,14 @@ class EpDispatchCombineOp:
         self._replay_keep = layout["dest_map"]  # alive during the call
         return address(layout["dest_map"]) or 0
 
-    def _dispatch_gpu(self, input, weights, scales, indices, bn, wpb, call_local_expert_count):
+    def _dispatch_gpu(self, input, weights, scales, indices, bn, wpb, call_local_expert_count, replay=None):
         g, cfg = self._gpu, self.config
         if input.shape[0] > cfg.max_num_inp_token_per_rank:
             raise ValueError(f"EpDispatchCombineOp.dispatch: {input.shape[0]} tokens exceed "
                              f"max_num_inp_token_per_rank={cfg.max_num_inp_token_per_rank}")
         g.dispatch_send(input, weights, scales, indices, bn, wpb,
-                        with_recv=self._kernel != EpDispatchCombineKernelType.AsyncLL)
+                        with_recv=self._kernel != EpDispatchCombineKernelType.AsyncLL,
+                        replay=replay.data_ptr() if replay is not None and replay.numel() else 0)
         self._last_dispatch_dtype = input.dtype
         hidden = input.shape[1]
         self._last_hidden = hidden

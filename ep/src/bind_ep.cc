@@ -201,13 +201,16 @@ void bind_ep(py::module_& m) {
                      "combine from an external input flags each staged row (MORI_EP_COMBINE_STAGING)")
       .def("dispatch_send",
            [](PeKernels& k, uintptr_t input, int row_bytes, uintptr_t weights, uintptr_t scales, uintptr_t indices,
-              int n, int blocks, int warps, bool with_recv, uintptr_t stream) {
+              int n, int blocks, int warps, bool with_recv, uintptr_t stream, uintptr_t replay_dest_map) {
              MORI_CHECK_ARG(n >= 0 && n <= k.s.max_inp, "dispatch: %d tokens, max_num_inp_token_per_rank %d", n,
                             k.s.max_inp);
              cu::dispatch_send(k.s, k.p, k.l, ptr_of<const void>(input), row_bytes, ptr_of<const float>(weights),
                                ptr_of<const void>(scales), ptr_of<const int32_t>(indices), n, blocks, warps,
-                               with_recv, ptr_of<void>(stream));
-           })
+                               with_recv, ptr_of<void>(stream), ptr_of<const int64_t>(replay_dest_map));
+           },
+           py::arg("input"), py::arg("row_bytes"), py::arg("weights"), py::arg("scales"), py::arg("indices"),
+           py::arg("n"), py::arg("blocks"), py::arg("warps"), py::arg("with_recv"), py::arg("stream"),
+           py::arg("replay_dest_map") = 0)
       .def("dispatch_recv",
            [](PeKernels& k, uintptr_t stream) { cu::dispatch_recv(k.s, k.p, k.l, ptr_of<void>(stream)); })
       .def("combine",

@@ -324,11 +324,24 @@ def check_routing():
     mult = torch.tensor([float(len(dests(row, op.config.num_experts_per_rank))) for row in idxs.tolist()])
     ref = (xs.float() * 3).to(torch.bfloat16).float() * mult[:, None]
     expect(torch.allclose(c[:xs.shape[0]].cpu().float(), ref, atol=2e-2, rtol=1e-2), "plain combine after handles")
-    try:
-        op.dispatch(x, w, None, idx, routing=handles[2])
-        expect(False, "a replay on CUDA tensors did not raise")
-    except NotImplementedError as exc:
-        expect("replaying" in str(exc), f"replay refusal: {exc}")
+    # Replay layer 0's routing with new payloads: the same rows land in the same slots.
+    torch.cuda.synchronize()
+    sh.shmem_barrier_all()
+    x0, w0, _, idx0 = layers[0][me]
+    new = [(d[0].float() * -2).to(torch.bfloat16) for d in layers[0]]  # every PE's new payload
+    h0 = handles[0]
+    out, ow, _, oi, recv = op.dispatch(new[me].to(DEV), w0.to(DEV), None, idx0.to(DEV), routing=h0)
+    expect(recv is h0.total_recv_token_num, "a replay returns the handle's total_recv_token_num")
+    total = int(recv.item())
+    pos = op.get_dispatch_src_token_pos().long().cpu()
+    expect(torch.equal(pos, h0.disp_tok_id_to_src_tok_id_local[:total].long().cpu()), "replay: same slots")
+    src_r, src_t = op.decode_send_flat_idx(pos)
+    want = torch.stack([new[a][b] for a, b in zip(src_r.tolist(), src_t.tolist())]) if total else new[me][:0]
+    expect(torch.equal(out[:total].cpu(), want), "replay: the new payloads at the handle's slots")
+    c, _ = op.combine(out[:total], ow[:total], idx0.to(DEV), routing=h0)
+    mult = torch.tensor([float(len(dests(row, op.config.num_experts_per_rank))) for row in idx0.tolist()])
+    expect(torch.allclose(c[:x0.shape[0]].cpu().float(), new[me].float() * mult[:, None], atol=2e-2, rtol=1e-2),
+           "combine of the replay")
     torch.cuda.synchronize()
     print("PASS routing", flush=True)
 

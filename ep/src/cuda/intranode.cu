@@ -89,8 +89,21 @@ __device__ void wait_dispatch(const Shape& s, const Peers& p, const Local& l, un
   }
 }
 
+// Destination PE and slot of lane `lane`'s entry of token t in a replayed layout (a routing
+// handle's dest map), or -1; entries that name no slot of this job are dropped like -1.
+__device__ __forceinline__ int replay_route(const int64_t* replay, int64_t t, int lane, const Shape& s,
+                                            int64_t& slot) {
+  slot = 0;
+  if (lane >= s.topk) return -1;
+  const int64_t v = replay[t * s.topk + lane];
+  if (v < 0 || v >= s.world * s.max_recv) return -1;
+  slot = v % s.max_recv;
+  return static_cast<int>(v / s.max_recv);
+}
+
 __global__ void __launch_bounds__(1024) k_dispatch_send(Shape s, Peers p, Local l, const uint8_t* in, int row_bytes, const float* w,
-                                const uint8_t* sc, const int32_t* idx, int n, bool fused_recv) {
+                                const uint8_t* sc, const int32_t* idx, int n, bool fused_recv,
+                                const int64_t* replay) {
   __shared__ unsigned int cnt[kMaxPes], run[kMaxPes];
   __shared__ unsigned long long base[kMaxPes];
   __shared__ int ovf[kMaxPes];
@@ -108,27 +121,34 @@ __global__ void __launch_bounds__(1024) k_dispatch_send(Shape s, Peers p, Local 
   }
   __syncthreads();
   for (int64_t t = lo + warp; t < hi; t += nwarps) {
-    int d = route(idx, t, lane, s);
+    int64_t unused;
+    int d = replay ? replay_route(replay, t, lane, s, unused) : route(idx, t, lane, s);
     if (d >= 0) atomicAdd(&cnt[d], 1u);
   }
   __syncthreads();
-  // One remote atomic per destination for the whole block.
-  if (threadIdx.x < s.world && cnt[threadIdx.x]) {
+  // One remote atomic per destination for the whole block (a replay has its slots already).
+  if (!replay && threadIdx.x < s.world && cnt[threadIdx.x]) {
     int d = threadIdx.x;
     base[d] = atomicAdd_system(p.counter[d] + parity, static_cast<unsigned long long>(cnt[d]));
     if (base[d] + cnt[d] > static_cast<unsigned long long>(s.max_recv)) ovf[d] = 1;
   }
   __syncthreads();
   for (int64_t t = lo + warp; t < hi; t += nwarps) {
-    const int d = route(idx, t, lane, s);
+    int64_t replay_slot = 0;
+    const int d = replay ? replay_route(replay, t, lane, s, replay_slot) : route(idx, t, lane, s);
     int64_t entry = -1;
     for (int j = 0; j < s.topk; ++j) {
       const int dj = __shfl_sync(kFull, d, j);
       if (dj < 0 || ovf[dj]) continue;  // warp-uniform
-      unsigned int r = 0;
-      if (lane == 0) r = atomicAdd(&run[dj], 1u);
-      r = __shfl_sync(kFull, r, 0);
-      const int64_t slot = static_cast<int64_t>(base[dj] + r);
+      int64_t slot;
+      if (replay) {
+        slot = __shfl_sync(kFull, replay_slot, j);
+      } else {
+        unsigned int r = 0;
+        if (lane == 0) r = atomicAdd(&run[dj], 1u);
+        r = __shfl_sync(kFull, r, 0);
+        slot = static_cast<int64_t>(base[dj] + r);
+      }
       if (lane == j) entry = dj * s.max_recv + slot;
       warp_copy(p.disp_tok[dj] + slot * row_bytes, in + t * row_bytes, row_bytes, lane);
       if (lane < s.topk) {
@@ -612,11 +632,11 @@ void check_shape(const Shape& s, int blocks, int warps) {
 
 void dispatch_send(const Shape& s, const Peers& p, const Local& l, const void* input, int row_bytes,
                    const float* weights, const void* scales, const int32_t* indices, int num_tokens, int blocks,
-                   int warps, bool with_recv, void* stream) {
+                   int warps, bool with_recv, void* stream, const int64_t* replay_dest_map) {
   check_shape(s, blocks, warps);
   k_dispatch_send<<<blocks, warps * 32, 0, static_cast<cudaStream_t>(stream)>>>(
       s, p, l, static_cast<const uint8_t*>(input), row_bytes, weights, static_cast<const uint8_t*>(scales), indices,
-      num_tokens, with_recv);
+      num_tokens, with_recv, replay_dest_map);
   check(cudaGetLastError(), "dispatch_send launch");
 }
 

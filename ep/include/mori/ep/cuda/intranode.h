@@ -91,10 +91,11 @@ struct CombineArgs {
 };
 
 // `with_recv`: the last block also waits for every peer and publishes recv_num_token (IntraNode);
-// without it dispatch_recv does (AsyncLL).
+// without it dispatch_recv does (AsyncLL). `replay_dest_map` (device, [num_tokens * topk]): put
+// every row in the slot this layout names instead of reserving slots (a routing handle's replay).
 void dispatch_send(const Shape& s, const Peers& p, const Local& l, const void* input, int row_bytes,
                    const float* weights, const void* scales, const int32_t* indices, int num_tokens, int blocks,
-                   int warps, bool with_recv, void* stream);
+                   int warps, bool with_recv, void* stream, const int64_t* replay_dest_map = nullptr);
 void dispatch_recv(const Shape& s, const Peers& p, const Local& l, void* stream);
 // `blocks` is capped so that every block of the fused kernel is resident at once (its
 // receivers wait for peers' senders).
