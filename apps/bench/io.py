@@ -42,6 +42,7 @@ from typing import Callable, Optional, Sequence
 MIB = 1 << 20
 DEFAULT_SIZES = "8,4K,64K,1M,16M,64M"
 ALL_BASELINES = ("socket", "memcpy", "mooncake-tcp", "nixl-ucx-tcp", "nixl-ucx-default")
+NETNS_BASELINES = ("socket", "mooncake-tcp", "nixl-ucx-tcp", "nixl-ucx-default")  # memcpy: same-host only
 # ratio column -> the engine it compares against
 RATIOS = {"x socket": "socket", "x mooncake": "mooncake-tcp", "x nixl-tcp": "nixl-ucx-tcp",
           "x nixl-dflt": "nixl-ucx-default", "x memcpy": "memcpy"}
@@ -277,8 +278,9 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--mori", default=None,
                         help="MORI-IO runs: auto (its own path choice), tcp (node ids apart); "
                              "default auto,tcp on one host, tcp across namespaces")
-    parser.add_argument("--baselines", default=",".join(ALL_BASELINES),
-                        help=f"comma list from {','.join(ALL_BASELINES)}, or none")
+    parser.add_argument("--baselines", default=None,
+                        help=f"comma list from {','.join(ALL_BASELINES)}, or none (default: all; "
+                             "across namespaces all but memcpy)")
     parser.add_argument("--only-baselines", action="store_true", help="no MORI-IO rows")
     parser.add_argument("--iters", type=int, default=128, help="most timed transfers per row")
     parser.add_argument("--budget", type=float, default=0.2, help="rough seconds per row")
@@ -305,6 +307,8 @@ def main(argv: Optional[list] = None) -> int:
     apis = [a for a in args.apis.split(",") if a]
     if not apis or set(apis) - {"session", "engine"}:
         parser.error("--apis takes session and/or engine")
+    if args.baselines is None:
+        args.baselines = ",".join(ALL_BASELINES if args.hosts == "local" else NETNS_BASELINES)
     args.baselines = [] if args.baselines == "none" else [b for b in args.baselines.split(",") if b]
     if set(args.baselines) - set(ALL_BASELINES):
         parser.error(f"--baselines: unknown {sorted(set(args.baselines) - set(ALL_BASELINES))}; "
