@@ -1,0 +1,89 @@
+# SPDX-License-Identifier: MIT
+"""Smoke tests of ``mori bench io``: tiny sizes, every row verified by the benchmark itself
+(the destination is overwritten first, then hashed on both sides), the JSON checked here."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mori.apps.netns import unavailable_reason
+
+
+def _bench(tmp_path, *args: str, timeout: float = 240) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp_path / "io.json"
+    proc = subprocess.run([sys.executable, "-m", "mori.apps.cli", "bench", "io", "--max-buffer", "1M", *args,
+                           "--json", str(out)],
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    doc = json.loads(out.read_text()) if out.exists() else {}
+    return proc, doc
+
+
+def _check_rows(doc: dict, engine: str, apis: list[str], batches: list[int], sizes: list[int]) -> None:
+    rows = [r for r in doc["rows"] if r["engine"] == engine]
+    got = sorted((r["op"], r["api"], r["BatchSize"], r["MsgSize (B)"]) for r in rows)
+    want = sorted((op, api, b, s) for op in ("write", "read") for api in apis for b in batches for s in sizes)
+    assert got == want, f"{engine}: rows {got} != {want}"
+    for r in rows:
+        assert r["verified"] is True
+        assert r["TotalSize (MB)"] == pytest.approx(r["MsgSize (B)"] * r["BatchSize"] / 1e6)
+        assert r["Max BW (GB/s)"] >= r["Avg BW (GB/s)"] > 0
+        assert 0 < r["Min Lat (us)"] <= r["Avg Lat (us)"]
+        assert r["iters"] >= 3
+
+
+def test_bench_io_baselines_only(tmp_path):
+    proc, doc = _bench(tmp_path, "--only-baselines", "--baselines", "socket,memcpy", "--sizes", "8,4K",
+                       "--batches", "1,4", "--budget", "0.02", "--lat-iters", "50")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert doc["meta"]["engines"]["socket"]["status"] == "ok"
+    assert "mori" not in doc["meta"]["engines"]
+    for engine in ("socket", "memcpy"):
+        _check_rows(doc, engine, ["-"], [1, 4], [8, 4096])
+    memcpy = [r for r in doc["rows"] if r["engine"] == "memcpy"]
+    assert all(r["x socket"] == pytest.approx(r["Max BW (GB/s)"] /
+                                              next(s["Max BW (GB/s)"] for s in doc["rows"]
+                                                   if s["engine"] == "socket" and s["op"] == r["op"]
+                                                   and s["BatchSize"] == r["BatchSize"]
+                                                   and s["MsgSize (B)"] == r["MsgSize (B)"]))
+               for r in memcpy)
+    lat = {(r["engine"], r["op"]): r for r in doc["meta"]["latency"]}
+    assert set(lat) == {(e, op) for e in ("socket", "memcpy") for op in ("write", "read")}
+    assert all(r["n"] == 50 and 0 < r["p50_us"] <= r["p99_us"] <= r["max_us"] for r in lat.values())
+    assert "/" not in doc["command"].split()[0]  # no install path in the JSON
+
+
+def test_bench_io_rejects_bad_sizes(tmp_path):
+    proc, doc = _bench(tmp_path, "--only-baselines", "--sizes", "8,0", timeout=60)
+    assert proc.returncode == 2
+    assert "--sizes" in proc.stderr and doc == {}
+
+
+def _mori_io_missing() -> str:
+    from mori.apps.bench.io_mori import unavailable
+
+    return unavailable() or ""
+
+
+@pytest.mark.skipif(bool(_mori_io_missing()), reason=_mori_io_missing() or "mori.io has IOEngine")
+def test_bench_io_mori(tmp_path):
+    proc, doc = _bench(tmp_path, "--baselines", "none", "--sizes", "8,64K", "--batches", "1,4", "--budget", "0.02",
+                       "--lat-iters", "50")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for engine in ("mori", "mori-tcp"):
+        assert doc["meta"]["engines"][engine]["status"] == "ok"
+        assert doc["meta"]["engines"][engine]["backend"]
+        _check_rows(doc, engine, ["session", "engine"], [1, 4], [8, 65536])
+    assert doc["meta"]["engines"]["mori-tcp"]["backend"] == "tcp"
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(bool(unavailable_reason()), reason=unavailable_reason() or "netns available")
+def test_bench_io_netns_socket(tmp_path):
+    proc, doc = _bench(tmp_path, "--hosts", "netns", "--only-baselines", "--baselines", "socket", "--sizes", "64K",
+                       "--batches", "1,4", "--budget", "0.02", "--no-latency")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert doc["meta"]["hosts"] == "netns" and "veth" in doc["meta"]["link"]
+    _check_rows(doc, "socket", ["-"], [1, 4], [65536])
