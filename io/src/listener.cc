@@ -1,0 +1,307 @@
+// SPDX-License-Identifier: MIT
+#include "io/src/listener.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "io/src/engine_impl.h"
+#include "mori/core/auth.h"
+#include "mori/core/log.h"
+#include "mori/core/socket.h"
+#include "mori/core/status.h"
+#include "transports/tcp/socket_reader.h"
+
+namespace mori::io {
+
+// Connections still proving the secret; more are closed at once (a stranger cannot
+// exhaust threads or descriptors by holding connections open).
+constexpr int kMaxUnauthenticated = 64;
+
+Listener::Listener(EngineImpl& engine, const std::string& host, int port) : engine_(engine) {
+  listen_fd_ = net::listen_tcp(host, port, &port_);
+  acceptor_ = std::thread([this] { accept_loop(); });
+}
+
+Listener::~Listener() {
+  stopping_.store(true);
+  ::shutdown(listen_fd_, SHUT_RDWR);
+  if (acceptor_.joinable()) acceptor_.join();
+  net::close_fd(listen_fd_);
+  std::list<std::unique_ptr<Conn>> conns;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& c : conns_) ::shutdown(c->fd, SHUT_RDWR);
+    conns.swap(conns_);
+  }
+  for (auto& c : conns) {
+    if (c->thread.joinable()) c->thread.join();
+    net::close_fd(c->fd);
+  }
+}
+
+void Listener::reap() {
+  std::list<std::unique_ptr<Conn>> finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = conns_.begin(); it != conns_.end();) {
+      if ((*it)->done.load()) {
+        finished.push_back(std::move(*it));
+        it = conns_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& c : finished) {
+    if (c->thread.joinable()) c->thread.join();
+    net::close_fd(c->fd);
+  }
+}
+
+void Listener::accept_loop() {
+  while (!stopping_.load()) {
+    pollfd pfd{listen_fd_, POLLIN, 0};
+    int rc = poll(&pfd, 1, 200);
+    reap();
+    if (rc <= 0) continue;
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (stopping_.load()) return;
+      // Out of descriptors or a transient error: wait a little, never give up serving.
+      if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    if (unauthenticated_.load() >= kMaxUnauthenticated) {
+      ::close(fd);
+      uint64_t n = refused_.fetch_add(1) + 1;
+      if ((n & (n - 1)) == 0)  // 1, 2, 4, 8, ...: a flood does not flood the log
+        MORI_LOG(kWarn, "IO", "engine '%s' refused %llu connection(s): too many unauthenticated", engine_.key().c_str(),
+                 static_cast<unsigned long long>(n));
+      continue;
+    }
+    auto conn = std::make_unique<Conn>();
+    conn->fd = fd;
+    Conn* c = conn.get();
+    unauthenticated_.fetch_add(1);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      conns_.push_back(std::move(conn));
+    }
+    c->thread = std::thread([this, c] { serve(c); });
+  }
+}
+
+static void set_timeouts(int fd, double seconds) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(seconds);
+  tv.tv_usec = static_cast<suseconds_t>((seconds - static_cast<double>(tv.tv_sec)) * 1e6);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+void Listener::serve(Conn* c) {
+  const auto& s = engine_.settings();
+  bool authenticated = false;
+  try {
+    set_timeouts(c->fd, s.connect_timeout_s);
+    double deadline = net::now() + s.connect_timeout_s;
+    const std::string& secret = engine_.desc().secret;
+    if (auth::server_handshake(c->fd, secret.data(), secret.size(), wire::kAuthLabel, deadline)) {
+      wire::Hello hello{};
+      if (net::recv_all(c->fd, &hello, sizeof(hello), deadline) && hello.version == wire::kVersion &&
+          hello.key_len <= wire::kMaxKey) {
+        c->peer_key.resize(hello.key_len);
+        if (hello.key_len == 0 || net::recv_all(c->fd, c->peer_key.data(), hello.key_len, deadline)) {
+          wire::HelloReply reply{wire::kVersion, 1};
+          net::send_all(c->fd, &reply, sizeof(reply));
+          authenticated = true;
+          c->ready.store(true);
+        }
+      }
+    }
+  } catch (const std::exception&) {
+  }
+  unauthenticated_.fetch_sub(1);
+  if (!authenticated) {
+    uint64_t n = refused_.fetch_add(1) + 1;
+    if ((n & (n - 1)) == 0)
+      MORI_LOG(kWarn, "IO", "engine '%s' refused %llu connection(s) that could not prove its secret",
+               engine_.key().c_str(), static_cast<unsigned long long>(n));
+  } else {
+    try {
+      net::set_nodelay(c->fd);
+      set_timeouts(c->fd, s.timeout_s);
+      serve_requests(c);
+    } catch (const std::exception& e) {
+      MORI_LOG(kInfo, "IO", "engine '%s': connection from '%s' ended: %s", engine_.key().c_str(),
+               c->peer_key.c_str(), e.what());
+    }
+  }
+  ::shutdown(c->fd, SHUT_RDWR);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    c->granted.clear();
+    c->revoking.clear();
+  }
+  cv_.notify_all();
+  c->done.store(true);
+}
+
+void Listener::reply(Conn* c, const wire::Reply& r, const std::string& message, const void* payload, size_t n) {
+  iovec iov[3] = {{const_cast<wire::Reply*>(&r), sizeof(r)},
+                  {const_cast<char*>(message.data()), message.size()},
+                  {const_cast<void*>(payload), n}};
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = 3;
+  std::lock_guard<std::mutex> lock(c->send_mu);
+  while (msg.msg_iovlen > 0) {
+    ssize_t k = ::sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) raise(Status::kTimeout, "peer '%s' stopped reading", c->peer_key.c_str());
+      raise_errno("send to '%s'", c->peer_key.c_str());
+    }
+    net::advance_iov(msg, static_cast<size_t>(k));
+  }
+}
+
+static wire::Reply make_reply(uint64_t id, StatusCode status, const std::string& message, uint64_t length) {
+  wire::Reply r{};
+  r.kind = static_cast<uint8_t>(wire::ReplyKind::kReply);
+  r.status = static_cast<uint8_t>(status);
+  r.message_len = static_cast<uint16_t>(message.size());
+  r.id = id;
+  r.length = length;
+  return r;
+}
+
+void Listener::serve_requests(Conn* c) {
+  tcp::SocketReader reader(c->fd, 256 * 1024);
+  std::unique_ptr<gpu::HostBuffer> staging;
+  auto stage = [&](size_t n) -> char* {
+    if (!staging || staging->size() < n) staging = std::make_unique<gpu::HostBuffer>(std::max<size_t>(n, 1 << 20));
+    return staging->data();
+  };
+  Registry& registry = engine_.registry();
+  while (!stopping_.load()) {
+    if (!reader.buffered()) {
+      pollfd pfd{c->fd, POLLIN, 0};
+      int rc = poll(&pfd, 1, 200);
+      if (rc < 0 && errno != EINTR) raise_errno("poll");
+      if (rc <= 0) continue;
+    }
+    wire::Request q;
+    if (!reader.read(&q, sizeof(q))) return;  // the initiator closed
+    auto op = static_cast<wire::Op>(q.op);
+    if ((op == wire::Op::kWrite || op == wire::Op::kRead) && q.length > wire::kMaxChunk)
+      raise(Status::kRemote, "peer '%s' announced a %llu-byte request", c->peer_key.c_str(),
+            static_cast<unsigned long long>(q.length));
+    std::string why;
+    switch (op) {
+      case wire::Op::kWrite: {
+        RegionUse use = registry.acquire(q.region, q.region_key, q.offset, q.length, true, &why);
+        if (!use) {
+          reader.skip(q.length);
+          reply(c, make_reply(q.id, StatusCode::ERR_INVALID_ARGS, why, 0), why, nullptr, 0);
+          break;
+        }
+        StatusCode status = StatusCode::SUCCESS;
+        if (use->loc == MemoryLocationType::GPU) {
+          char* buf = stage(q.length);
+          if (!reader.read(buf, q.length)) raise(Status::kRemote, "connection closed in a payload");
+          why = gpu::copy_to_device(use->ptr + q.offset, buf, q.length, use->device);
+          if (!why.empty()) status = StatusCode::ERR_GPU_OP;
+        } else if (q.length && !reader.read(use->ptr + q.offset, q.length)) {
+          raise(Status::kRemote, "connection closed in a payload");
+        }
+        reply(c, make_reply(q.id, status, why, 0), why, nullptr, 0);
+        break;
+      }
+      case wire::Op::kRead: {
+        RegionUse use = registry.acquire(q.region, q.region_key, q.offset, q.length, true, &why);
+        if (!use) {
+          reply(c, make_reply(q.id, StatusCode::ERR_INVALID_ARGS, why, 0), why, nullptr, 0);
+          break;
+        }
+        const char* src = use->ptr + q.offset;
+        if (use->loc == MemoryLocationType::GPU) {
+          char* buf = stage(q.length);
+          why = gpu::copy_to_host(buf, src, q.length, use->device);
+          if (!why.empty()) {
+            reply(c, make_reply(q.id, StatusCode::ERR_GPU_OP, why, 0), why, nullptr, 0);
+            break;
+          }
+          src = buf;
+        }
+        reply(c, make_reply(q.id, StatusCode::SUCCESS, "", q.length), "", src, q.length);
+        break;
+      }
+      case wire::Op::kNotify:
+        engine_.note_inbound(c->peer_key, q.aux);
+        break;
+      case wire::Op::kGrant: {
+        RegionUse use = registry.acquire(q.region, q.region_key, 0, 0, true, &why);
+        if (use && use->loc != MemoryLocationType::CPU) why = "direct access is for CPU memory only";
+        if (!why.empty()) {
+          reply(c, make_reply(q.id, StatusCode::ERR_INVALID_ARGS, why, 0), why, nullptr, 0);
+          break;
+        }
+        wire::GrantReply g{};
+        g.pid = static_cast<uint64_t>(getpid());
+        g.addr = reinterpret_cast<uint64_t>(use->ptr);
+        g.size = use->size;
+        g.token_addr = reinterpret_cast<uint64_t>(engine_.token());
+        std::memcpy(g.token, engine_.token(), sizeof(g.token));
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          c->granted.insert(q.region);
+        }
+        reply(c, make_reply(q.id, StatusCode::SUCCESS, "", sizeof(g)), "", &g, sizeof(g));
+        break;
+      }
+      case wire::Op::kRevokeAck: {
+        std::lock_guard<std::mutex> lock(mu_);
+        c->revoking.erase(static_cast<uint32_t>(q.aux));
+        cv_.notify_all();
+        break;
+      }
+      default:
+        raise(Status::kRemote, "peer '%s' sent an unknown request %u", c->peer_key.c_str(), q.op);
+    }
+  }
+}
+
+bool Listener::revoke(uint32_t region, double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (auto& c : conns_) {
+    // Every peer hears of it (its sessions turn dead); those with a grant drop it first.
+    if (c->done.load() || !c->ready.load()) continue;
+    c->granted.erase(region);
+    c->revoking.insert(region);
+    wire::Reply r{};
+    r.kind = static_cast<uint8_t>(wire::ReplyKind::kRevoke);
+    r.id = region;
+    try {
+      reply(c.get(), r, "", nullptr, 0);
+    } catch (const std::exception&) {
+      c->revoking.erase(region);
+      ::shutdown(c->fd, SHUT_RDWR);  // a peer we cannot tell must not keep access
+    }
+  }
+  return cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] {
+    for (auto& c : conns_)
+      if (!c->done.load() && c->revoking.count(region)) return false;
+    return true;
+  });
+}
+
+}  // namespace mori::io
