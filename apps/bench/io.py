@@ -15,7 +15,8 @@ mean. Every row is verified (destination overwritten first, then hashed on both 
 
 Engines, each in its own pair of processes, one after the other:
   mori              MORI-IO, the backend it picks itself (same host: its shared-memory path)
-  mori-tcp          MORI-IO with the two engines on different node ids (MORI_NODE_ID): tcp
+  mori-tcp          MORI-IO with its same-host path off (MORI_IO_DIRECT=0): tcp over loopback
+                    (across namespaces "mori" is tcp: each namespace gets its own MORI_NODE_ID)
   socket            one plain TCP connection, sendmsg/recvmsg_into on the buffers (the ceiling)
   memcpy            numpy copies in one process (the same-host ceiling)
   mooncake-tcp      Mooncake Transfer Engine, tcp transport, P2PHANDSHAKE
@@ -90,10 +91,13 @@ def engine_runs(args: argparse.Namespace) -> list[EngineRun]:
             if kind == "auto":
                 runs.append(EngineRun("mori", "mori", "MORI-IO, backend of its choice", same_host_path=True))
             else:
-                runs.append(EngineRun(
-                    "mori-tcp" if args.hosts == "local" else "mori", "mori",
-                    "MORI-IO, engines on different node ids (tcp)",
-                    env=lambda host, role: {"MORI_NODE_ID": f"mori-bench-io-{role}-{host.name}"}, tcp=True))
+                if args.hosts == "local":
+                    runs.append(EngineRun("mori-tcp", "mori", "MORI-IO, same-host path off (MORI_IO_DIRECT=0): tcp",
+                                          env=lambda host, role: {"MORI_IO_DIRECT": "0"}, tcp=True))
+                else:  # the namespaces share one kernel: without their own node ids they are one node
+                    runs.append(EngineRun("mori", "mori", "MORI-IO, one node id per namespace (tcp)",
+                                          env=lambda host, role: {"MORI_NODE_ID": f"mori-bench-io-{host.name}"},
+                                          tcp=True))
     for name in args.baselines:
         if name == "socket":
             runs.append(EngineRun("socket", "socket", "plain TCP socket, sendmsg/recvmsg_into"))
@@ -382,7 +386,7 @@ def main(argv: Optional[list] = None) -> int:
         if mine:
             backend = engines[run.name].get("backend")
             _show(Report, run.name, ["op", "api", *MORI_COLUMNS, *ratio_cols], mine,
-                  f"{run.name}: {run.describe}" + (f" [backend {backend}]" if backend else "") + f"; {link}")
+                  f"{run.name}: {run.describe}" + (f" (backend {backend})" if backend else "") + f"; {link}")
     if lat:
         _show(Report, "io-latency", ["engine", "backend", "op", "api", "p50_us", "p99_us", "max_us", "mean_us",
                                      "p99/p50", "p50 x socket"], lat,
