@@ -35,10 +35,12 @@ def _check_rows(doc: dict, engine: str, apis: list[str], batches: list[int], siz
 
 
 def test_bench_io_baselines_only(tmp_path):
+    # two passes: each row is the best of both (a second pass once met the first one's stale files)
     proc, doc = _bench(tmp_path, "--only-baselines", "--baselines", "socket,memcpy", "--sizes", "8,4K",
-                       "--batches", "1,4", "--budget", "0.02", "--lat-iters", "50")
+                       "--batches", "1,4", "--budget", "0.02", "--lat-iters", "50", "--repeats", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert doc["meta"]["engines"]["socket"]["status"] == "ok"
+    assert all(r["passes"] == 2 for r in doc["rows"] + doc["meta"]["latency"])
     assert "mori" not in doc["meta"]["engines"]
     for engine in ("socket", "memcpy"):
         _check_rows(doc, engine, ["-"], [1, 4], [8, 4096])
