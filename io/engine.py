@@ -150,3 +150,45 @@ class IOEngine:
     def wait_all(self, statuses: Sequence[Optional[TransferStatus]], timeout_ms: int = -1) -> StatusCode:
         """MORI's wait_all: failure wins; ``timeout_ms`` 0 polls, < 0 waits, > 0 bounds the wait."""
         return _io.wait_all(list(statuses), timeout_ms)
+
+
+def probe_backends() -> list[dict]:
+    """Which backend each kind of memory pair gets on this machine (for ``mori info --io``):
+    two engines of this process, RDMA backends (XGMI too when a GPU is visible), one small
+    transfer per pair to prove it works."""
+    import numpy as np
+
+    rows = []
+    engines = []
+    for name in ("probe-a", "probe-b"):
+        e = IOEngine(f"mori-info-{name}-{id(rows)}", _io.IOEngineConfig("127.0.0.1", 0))
+        e.create_backend(BackendType.RDMA)
+        engines.append(e)
+    try:
+        import torch
+        gpu = torch.cuda.is_available()
+    except ImportError:
+        torch, gpu = None, False
+    if gpu:
+        for e in engines:
+            e.create_backend(BackendType.XGMI)
+    a, b = engines
+    a.register_remote_engine(b.get_engine_desc())
+    kinds = [("CPU", "CPU")] + ([("GPU", "GPU"), ("CPU", "GPU")] if gpu else [])
+    for lk, rk in kinds:
+        def alloc(engine, kind):
+            if kind == "CPU":
+                buf = np.arange(4096, dtype=np.uint8)
+                return buf, engine.register_memory(buf.ctypes.data, buf.nbytes, -1, MemoryLocationType.CPU)
+            t = torch.arange(4096, dtype=torch.uint8, device="cuda")
+            return t, engine.register_torch_tensor(t)
+        lb, ld = alloc(a, lk)
+        rb, rd = alloc(b, rk)
+        backend = a.backend_for(ld, rd)
+        st = a.write(ld, 0, rd, 0, 4096, a.allocate_transfer_uid())
+        code = st.WaitFor(10000)
+        rows.append({"pair": f"{lk} -> {rk} (this host)", "backend": backend or "none",
+                     "works": code == StatusCode.SUCCESS, "message": st.Message()})
+    rows.append({"pair": "CPU/GPU -> another host", "backend": "tcp", "works": None,
+                 "message": "no RDMA stack in this build: BackendType.RDMA runs on the tcp backend"})
+    return rows

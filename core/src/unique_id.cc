@@ -12,7 +12,13 @@ namespace mori {
 namespace {
 
 constexpr char kMagic[8] = {'M', 'O', 'R', 'I', 'U', 'I', 'D', '1'};
-constexpr size_t kHostOffset = 12, kHostBytes = 48, kSecretOffset = 60;
+constexpr size_t kHostOffset = 12, kHostBytes = 48, kSecretOffset = 60, kFlagsOffset = 92;
+// Flag: the id carries no secret; every rank takes the job secret from MORI_JOB_SECRET. Set
+// when the creator has MORI_JOB_SECRET, so the secret stays off whatever channel (torchrun's
+// unauthenticated store, a file, a socket) carries the id.
+constexpr uint8_t kSecretFromEnv = 1;
+
+bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0; }
 
 std::mutex g_mu;
 std::map<int, std::shared_ptr<StoreServer>> g_servers;  // port -> server started by create_unique_id
@@ -20,7 +26,9 @@ std::map<int, std::shared_ptr<StoreServer>> g_servers;  // port -> server starte
 }  // namespace
 
 UniqueId create_unique_id() {
-  JobSecret secret = random_secret();
+  const std::string& env_secret = env::get().job_secret;
+  const bool from_env = !env_secret.empty();
+  JobSecret secret = from_env ? secret_from_hex(env_secret) : random_secret();
   auto server = std::make_shared<StoreServer>(secret);
   UniqueId id{};
   std::memcpy(id.data(), kMagic, sizeof(kMagic));
@@ -29,7 +37,8 @@ UniqueId create_unique_id() {
   std::memcpy(id.data() + 10, &port, 2);
   std::string host = local_ip_address();
   std::strncpy(reinterpret_cast<char*>(id.data() + kHostOffset), host.c_str(), kHostBytes - 1);
-  std::memcpy(id.data() + kSecretOffset, secret.data(), secret.size());
+  if (from_env) id[kFlagsOffset] = kSecretFromEnv;
+  else std::memcpy(id.data() + kSecretOffset, secret.data(), secret.size());
   std::lock_guard<std::mutex> lock(g_mu);
   g_servers[port] = std::move(server);
   return id;
@@ -46,7 +55,16 @@ UniqueIdFields parse_unique_id(const uint8_t* data, size_t size) {
   f.port = port;
   f.host = std::string(reinterpret_cast<const char*>(data + kHostOffset),
                        strnlen(reinterpret_cast<const char*>(data + kHostOffset), kHostBytes));
-  std::memcpy(f.secret.data(), data + kSecretOffset, f.secret.size());
+  if (data[kFlagsOffset] & kSecretFromEnv) {
+    const std::string& env_secret = env::get().job_secret;
+    if (env_secret.empty())
+      raise(Status::kInvalidArgument,
+            "unique_id: its creator took the job secret from MORI_JOB_SECRET, which is not set here; set the same "
+            "MORI_JOB_SECRET on every rank");
+    f.secret = secret_from_hex(env_secret);
+  } else {
+    std::memcpy(f.secret.data(), data + kSecretOffset, f.secret.size());
+  }
   return f;
 }
 
@@ -75,7 +93,8 @@ std::unique_ptr<Bootstrap> bootstrap_from_store(const std::string& host, int por
   if (nranks < 1) raise(Status::kInvalidArgument, "world size must be >= 1, got %d", nranks);
   if (rank < 0 || rank >= nranks) raise(Status::kInvalidArgument, "rank %d is out of range for world size %d", rank, nranks);
   std::shared_ptr<StoreServer> server;
-  if (host_locally) server = std::make_shared<StoreServer>(secret, "0.0.0.0", port);
+  // A store whose address is loopback serves one host only: keep it off the network.
+  if (host_locally) server = std::make_shared<StoreServer>(secret, is_loopback(host) ? "127.0.0.1" : "0.0.0.0", port);
   double timeout = env::get().bootstrap_timeout;
   auto client = std::make_unique<StoreClient>(host_locally ? "127.0.0.1" : host, port, secret, rank, timeout);
   return std::make_unique<StoreBootstrap>(std::move(client), rank, nranks, timeout, server);

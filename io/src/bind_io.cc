@@ -204,9 +204,12 @@ void bind_io(py::module_& m) {
       .def_readwrite("num_events", &XgmiBackendConfig::num_events);
 
   py::class_<TcpBackendConfig>(m, "TcpBackendConfig")
-      .def(py::init([](int lanes) { return TcpBackendConfig{lanes}; }), py::arg("lanes") = 0,
-           "Our tcp backend: `lanes` connections per peer (0: MORI_IO_TCP_LANES).")
-      .def_readwrite("lanes", &TcpBackendConfig::lanes);
+      .def(py::init([](int lanes, bool direct) { return TcpBackendConfig{lanes, direct}; }), py::arg("lanes") = 0,
+           py::arg("direct") = true,
+           "Our tcp backend: `lanes` connections per peer (0: MORI_IO_TCP_LANES); `direct`: CPU memory of "
+           "engines on this host moves by process_vm_readv/writev instead of sockets.")
+      .def_readwrite("lanes", &TcpBackendConfig::lanes)
+      .def_readwrite("direct", &TcpBackendConfig::direct);
 
   py::class_<EngineDesc>(m, "EngineDesc")
       .def_readonly("key", &EngineDesc::key)

@@ -16,7 +16,7 @@
 namespace mori::io {
 
 IoSettings read_settings() {
-  const auto& e = env::get();
+  const env::Settings e = env::current();
   IoSettings s{};
   s.timeout_s = std::max<int64_t>(1, e.io_timeout_ms) / 1000.0;
   s.connect_timeout_s = std::max<int64_t>(1, e.io_cp_timeout_ms) / 1000.0;
@@ -77,7 +77,7 @@ void EngineImpl::ensure_listener() {
   MORI_LOG(kInfo, "IO", "engine '%s' listens on %s:%u", desc_.key.c_str(), desc_.host.c_str(), desc_.port);
 }
 
-void EngineImpl::create_net_backend(BackendType type, int lanes, bool notify) {
+void EngineImpl::create_net_backend(BackendType type, int lanes, bool notify, bool direct) {
   std::lock_guard<std::mutex> lock(mu_);
   if (net_backend_) {
     MORI_LOG(kInfo, "IO", "engine '%s': the network backend exists already", desc_.key.c_str());
@@ -88,6 +88,7 @@ void EngineImpl::create_net_backend(BackendType type, int lanes, bool notify) {
   net_type_ = type;
   lanes_ = lanes > 0 ? lanes : settings_.lanes;
   notify_ = notify;
+  direct_allowed_ = direct && settings_.direct;
   if (type == BackendType::RDMA)
     MORI_LOG(kInfo, "IO",
              "engine '%s': no RDMA stack in this build; BackendType.RDMA runs on the tcp backend (%d connections per "
@@ -212,11 +213,12 @@ Route EngineImpl::route(const MemoryDesc& local, const MemoryDesc& remote, std::
   std::shared_ptr<Peer> p = peer(remote.engine_key);
   if (out) *out = p;
   if (!p) return Route::kNone;
-  bool net, xgmi;
+  bool net, xgmi, direct;
   {
     std::lock_guard<std::mutex> lock(mu_);
     net = net_backend_;
     xgmi = xgmi_backend_;
+    direct = net ? direct_allowed_ : settings_.direct;
   }
   bool same_node = p->desc().node_id == desc_.node_id;
   bool any_gpu = local.loc == MemoryLocationType::GPU || remote.loc == MemoryLocationType::GPU;
@@ -226,7 +228,7 @@ Route EngineImpl::route(const MemoryDesc& local, const MemoryDesc& remote, std::
     return net ? Route::kTcp : Route::kNone;
   }
   if (!net && !xgmi) return Route::kNone;
-  if (same_node && settings_.direct && p->grant(remote)) return Route::kDirect;
+  if (same_node && direct && p->grant(remote)) return Route::kDirect;
   return net ? Route::kTcp : Route::kNone;
 }
 
@@ -480,11 +482,11 @@ void Engine::create_rdma_backend(const RdmaBackendConfig& c) {
   MORI_CHECK_ARG(c.num_nics_per_transfer >= 1, "RdmaBackendConfig: num_nics_per_transfer must be >= 1");
   MORI_CHECK_ARG(!c.enable_transfer_chunking || c.chunk_bytes >= 4096,
                  "RdmaBackendConfig: chunk_bytes must be >= 4096 with chunking on");
-  impl_->create_net_backend(BackendType::RDMA, c.qp_per_transfer > 1 ? c.qp_per_transfer : 0, c.enable_notification);
+  impl_->create_net_backend(BackendType::RDMA, c.qp_per_transfer > 1 ? c.qp_per_transfer : 0, c.enable_notification, true);
 }
 void Engine::create_tcp_backend(const TcpBackendConfig& c) {
   MORI_CHECK_ARG(c.lanes >= 0, "TcpBackendConfig: lanes must be >= 0");
-  impl_->create_net_backend(BackendType::TCP, c.lanes, true);
+  impl_->create_net_backend(BackendType::TCP, c.lanes, true, c.direct);
 }
 void Engine::create_xgmi_backend(const XgmiBackendConfig& c) {
   MORI_CHECK_ARG(c.num_streams >= 1 && c.num_events >= 1, "XgmiBackendConfig: num_streams and num_events must be >= 1");

@@ -51,7 +51,7 @@ class EngineImpl {
 
   // Everything the public Engine does.
   void ensure_listener();
-  void create_net_backend(BackendType type, int lanes, bool notify);
+  void create_net_backend(BackendType type, int lanes, bool notify, bool direct);
   void create_xgmi_backend(const XgmiBackendConfig& config);
   void remove_backend(BackendType type);
   bool has_backend(BackendType type) const;
@@ -93,6 +93,7 @@ class EngineImpl {
   BackendType net_type_ = BackendType::Unknown;
   int lanes_ = 1;
   bool notify_ = true;
+  bool direct_allowed_ = true;
   std::unique_ptr<Listener> listener_;
   std::map<std::string, std::shared_ptr<Peer>> peers_;
   std::map<std::string, EngineDesc> remotes_;

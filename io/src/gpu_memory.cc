@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: MIT
 #include "io/src/gpu_memory.h"
 
+#include <condition_variable>
 #include <cstdlib>
+#include <deque>
+#include <thread>
+#include <tuple>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -120,6 +124,20 @@ struct IpcCopier::Impl {
   std::map<int, std::vector<cudaStream_t>> streams;  // per device
   std::map<int, size_t> next;
   std::map<std::tuple<std::string, uint32_t, int>, char*> opened;  // (engine, region, local device) -> base
+  std::vector<cudaEvent_t> free_events;
+
+  // Completions: one thread waits on each copy's event in submission order (a blocking
+  // event wait answers in microseconds; a host callback takes tens of them).
+  struct Pending {
+    cudaEvent_t event;
+    int device;
+    std::function<void(const std::string&)> done;
+  };
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  std::deque<Pending> pending;
+  bool stopping = false;
+  std::thread completer;
 
   cudaStream_t stream(int device) {
     auto& v = streams[device];
@@ -133,11 +151,52 @@ struct IpcCopier::Impl {
     }
     return v[next[device]++ % v.size()];
   }
+
+  cudaEvent_t event() {
+    if (!free_events.empty()) {
+      cudaEvent_t e = free_events.back();
+      free_events.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return nullptr;
+    return e;
+  }
+
+  void complete_loop() {
+    while (true) {
+      Pending p;
+      {
+        std::unique_lock<std::mutex> lock(done_mu);
+        done_cv.wait(lock, [&] { return stopping || !pending.empty(); });
+        if (pending.empty()) return;
+        p = std::move(pending.front());
+        pending.pop_front();
+      }
+      cudaSetDevice(p.device);
+      cudaError_t err = cudaEventSynchronize(p.event);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        free_events.push_back(p.event);
+      }
+      p.done(err == cudaSuccess ? "" : cuda_error("cudaEventSynchronize (CUDA IPC copy)", err));
+    }
+  }
 };
 
-IpcCopier::IpcCopier(int num_streams) : impl_(std::make_unique<Impl>()) { impl_->num_streams = num_streams; }
+IpcCopier::IpcCopier(int num_streams) : impl_(std::make_unique<Impl>()) {
+  impl_->num_streams = num_streams;
+  impl_->completer = std::thread([this] { impl_->complete_loop(); });
+}
 
 IpcCopier::~IpcCopier() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->done_mu);
+    impl_->stopping = true;
+  }
+  impl_->done_cv.notify_all();
+  impl_->completer.join();  // runs what is still pending
+  for (auto e : impl_->free_events) cudaEventDestroy(e);
   for (auto& [device, v] : impl_->streams) {
     cudaSetDevice(device);
     for (auto s : v) {
@@ -179,25 +238,17 @@ char* IpcCopier::open(const MemoryDesc& remote, int local_device, bool same_proc
   return static_cast<char*>(base) + remote.ipc_offset;
 }
 
-namespace {
-struct Done {
-  std::function<void(const std::string&)> fn;
-};
-void CUDART_CB on_done(void* arg) {
-  std::unique_ptr<Done> d(static_cast<Done*>(arg));
-  d->fn("");
-}
-}  // namespace
-
 void IpcCopier::copy(int device, const std::vector<std::pair<char*, const char*>>& dst_src,
                      const std::vector<size_t>& sizes, std::function<void(const std::string&)> done) {
   cudaStream_t s;
+  cudaEvent_t ev;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     s = impl_->stream(device);
+    ev = impl_->event();
   }
-  if (!s) {
-    done("no CUDA stream for the copy");
+  if (!s || !ev) {
+    done("no CUDA stream or event for the copy");
     return;
   }
   cudaSetDevice(device);
@@ -206,18 +257,20 @@ void IpcCopier::copy(int device, const std::vector<std::pair<char*, const char*>
     if (err != cudaSuccess) {
       cudaGetLastError();
       cudaStreamSynchronize(s);
+      {
+        std::lock_guard<std::mutex> lock(impl_->mu);
+        impl_->free_events.push_back(ev);
+      }
       done(cuda_error("cudaMemcpyAsync (CUDA IPC)", err));
       return;
     }
   }
-  auto* d = new Done{std::move(done)};
-  cudaError_t err = cudaLaunchHostFunc(s, on_done, d);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    cudaStreamSynchronize(s);
-    d->fn("");
-    delete d;
+  cudaEventRecord(ev, s);
+  {
+    std::lock_guard<std::mutex> lock(impl_->done_mu);
+    impl_->pending.push_back({ev, device, std::move(done)});
   }
+  impl_->done_cv.notify_one();
 }
 
 void IpcCopier::forget(const std::string& engine_key, uint32_t region) {

@@ -20,83 +20,18 @@
 
 namespace mori::io {
 
-// Connections still proving the secret; more are closed at once (a stranger cannot
-// exhaust threads or descriptors by holding connections open).
-constexpr int kMaxUnauthenticated = 64;
-
 Listener::Listener(EngineImpl& engine, const std::string& host, int port) : engine_(engine) {
-  listen_fd_ = net::listen_tcp(host, port, &port_);
-  acceptor_ = std::thread([this] { accept_loop(); });
+  int fd = net::listen_tcp(host, port, &port_);
+  net::Acceptor::Options opt;
+  opt.service = "IO engine '" + engine_.key() + "'";
+  opt.subsys = "IO";
+  opt.pending_lifetime_s = engine_.settings().connect_timeout_s;
+  acceptor_ = std::make_unique<net::Acceptor>(fd, opt, [this](net::Connection& c) { serve(c); });
 }
 
 Listener::~Listener() {
   stopping_.store(true);
-  ::shutdown(listen_fd_, SHUT_RDWR);
-  if (acceptor_.joinable()) acceptor_.join();
-  net::close_fd(listen_fd_);
-  std::list<std::unique_ptr<Conn>> conns;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& c : conns_) ::shutdown(c->fd, SHUT_RDWR);
-    conns.swap(conns_);
-  }
-  for (auto& c : conns) {
-    if (c->thread.joinable()) c->thread.join();
-    net::close_fd(c->fd);
-  }
-}
-
-void Listener::reap() {
-  std::list<std::unique_ptr<Conn>> finished;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = conns_.begin(); it != conns_.end();) {
-      if ((*it)->done.load()) {
-        finished.push_back(std::move(*it));
-        it = conns_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (auto& c : finished) {
-    if (c->thread.joinable()) c->thread.join();
-    net::close_fd(c->fd);
-  }
-}
-
-void Listener::accept_loop() {
-  while (!stopping_.load()) {
-    pollfd pfd{listen_fd_, POLLIN, 0};
-    int rc = poll(&pfd, 1, 200);
-    reap();
-    if (rc <= 0) continue;
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (stopping_.load()) return;
-      // Out of descriptors or a transient error: wait a little, never give up serving.
-      if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      continue;
-    }
-    if (unauthenticated_.load() >= kMaxUnauthenticated) {
-      ::close(fd);
-      uint64_t n = refused_.fetch_add(1) + 1;
-      if ((n & (n - 1)) == 0)  // 1, 2, 4, 8, ...: a flood does not flood the log
-        MORI_LOG(kWarn, "IO", "engine '%s' refused %llu connection(s): too many unauthenticated", engine_.key().c_str(),
-                 static_cast<unsigned long long>(n));
-      continue;
-    }
-    auto conn = std::make_unique<Conn>();
-    conn->fd = fd;
-    Conn* c = conn.get();
-    unauthenticated_.fetch_add(1);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      conns_.push_back(std::move(conn));
-    }
-    c->thread = std::thread([this, c] { serve(c); });
-  }
+  acceptor_->stop();  // shuts every connection down and joins its thread
 }
 
 static void set_timeouts(int fd, double seconds) {
@@ -107,8 +42,11 @@ static void set_timeouts(int fd, double seconds) {
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 }
 
-void Listener::serve(Conn* c) {
+void Listener::serve(net::Connection& nc) {
   const auto& s = engine_.settings();
+  Conn conn;
+  Conn* c = &conn;
+  c->fd = nc.fd();
   bool authenticated = false;
   try {
     set_timeouts(c->fd, s.connect_timeout_s);
@@ -122,37 +60,38 @@ void Listener::serve(Conn* c) {
         if (hello.key_len == 0 || net::recv_all(c->fd, c->peer_key.data(), hello.key_len, deadline)) {
           wire::HelloReply reply{wire::kVersion, 1};
           net::send_all(c->fd, &reply, sizeof(reply));
-          authenticated = true;
-          c->ready.store(true);
+          authenticated = nc.admit();
         }
       }
     }
   } catch (const std::exception&) {
   }
-  unauthenticated_.fetch_sub(1);
   if (!authenticated) {
-    uint64_t n = refused_.fetch_add(1) + 1;
-    if ((n & (n - 1)) == 0)
-      MORI_LOG(kWarn, "IO", "engine '%s' refused %llu connection(s) that could not prove its secret",
-               engine_.key().c_str(), static_cast<unsigned long long>(n));
-  } else {
-    try {
-      net::set_nodelay(c->fd);
-      set_timeouts(c->fd, s.timeout_s);
-      serve_requests(c);
-    } catch (const std::exception& e) {
-      MORI_LOG(kInfo, "IO", "engine '%s': connection from '%s' ended: %s", engine_.key().c_str(),
-               c->peer_key.c_str(), e.what());
-    }
+    uint64_t suppressed = 0;
+    if (!nc.evicted() && refusals_log_.allow(&suppressed))
+      MORI_LOG(kWarn, "IO", "engine '%s' refused a connection from %s that could not prove its secret%s",
+               engine_.key().c_str(), nc.peer().c_str(),
+               suppressed ? format(" (%llu similar lines suppressed)", (unsigned long long)suppressed).c_str() : "");
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    conns_.insert(c);
+  }
+  try {
+    net::set_nodelay(c->fd);
+    set_timeouts(c->fd, s.timeout_s);
+    serve_requests(c);
+  } catch (const std::exception& e) {
+    MORI_LOG(kInfo, "IO", "engine '%s': connection from '%s' ended: %s", engine_.key().c_str(), c->peer_key.c_str(),
+             e.what());
   }
   ::shutdown(c->fd, SHUT_RDWR);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    c->granted.clear();
-    c->revoking.clear();
+    conns_.erase(c);
   }
   cv_.notify_all();
-  c->done.store(true);
 }
 
 void Listener::reply(Conn* c, const wire::Reply& r, const std::string& message, const void* payload, size_t n) {
@@ -282,24 +221,23 @@ void Listener::serve_requests(Conn* c) {
 
 bool Listener::revoke(uint32_t region, double timeout_s) {
   std::unique_lock<std::mutex> lock(mu_);
-  for (auto& c : conns_) {
+  for (Conn* c : conns_) {
     // Every peer hears of it (its sessions turn dead); those with a grant drop it first.
-    if (c->done.load() || !c->ready.load()) continue;
     c->granted.erase(region);
     c->revoking.insert(region);
     wire::Reply r{};
     r.kind = static_cast<uint8_t>(wire::ReplyKind::kRevoke);
     r.id = region;
     try {
-      reply(c.get(), r, "", nullptr, 0);
+      reply(c, r, "", nullptr, 0);
     } catch (const std::exception&) {
       c->revoking.erase(region);
       ::shutdown(c->fd, SHUT_RDWR);  // a peer we cannot tell must not keep access
     }
   }
   return cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] {
-    for (auto& c : conns_)
-      if (!c->done.load() && c->revoking.count(region)) return false;
+    for (Conn* c : conns_)
+      if (c->revoking.count(region)) return false;
     return true;
   });
 }

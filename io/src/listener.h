@@ -6,7 +6,6 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -14,6 +13,8 @@
 #include <thread>
 
 #include "io/src/wire.h"
+#include "mori/core/acceptor.h"
+#include "mori/core/rate_limited_log.h"
 
 namespace mori::io {
 
@@ -32,33 +33,27 @@ class Listener {
   bool revoke(uint32_t region, double timeout_s);
 
  private:
+  // One authenticated peer's connection (lives on its handler's stack).
   struct Conn {
     int fd = -1;
     std::string peer_key;
     std::mutex send_mu;
-    std::set<uint32_t> granted;    // guarded by the listener's mu_
-    std::set<uint32_t> revoking;   // guarded by the listener's mu_
-    std::thread thread;
-    std::atomic<bool> done{false};
-    std::atomic<bool> ready{false};  // authenticated
+    std::set<uint32_t> granted;   // guarded by the listener's mu_
+    std::set<uint32_t> revoking;  // guarded by the listener's mu_
   };
 
-  void accept_loop();
-  void serve(Conn* c);
+  void serve(net::Connection& nc);
   void serve_requests(Conn* c);
   void reply(Conn* c, const wire::Reply& r, const std::string& message, const void* payload, size_t n);
-  void reap();  // joins finished connection threads
 
   EngineImpl& engine_;
-  int listen_fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
-  std::atomic<int> unauthenticated_{0};
-  std::atomic<uint64_t> refused_{0};
-  std::thread acceptor_;
+  log::RateLimit refusals_log_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::list<std::unique_ptr<Conn>> conns_;
+  std::set<Conn*> conns_;
+  std::unique_ptr<net::Acceptor> acceptor_;  // last: stopped first
 };
 
 }  // namespace mori::io

@@ -65,6 +65,11 @@ Lane::~Lane() {
   net::close_fd(fd_);
 }
 
+char* Lane::staging(std::unique_ptr<gpu::HostBuffer>& buf, size_t n) {
+  if (!buf || buf->size() < n) buf = std::make_unique<gpu::HostBuffer>(std::max<size_t>(n, 1 << 20));
+  return buf->data();
+}
+
 bool Lane::expects_reply(const Piece& p) {
   auto op = static_cast<wire::Op>(p.req.op);
   return op == wire::Op::kWrite || op == wire::Op::kRead || op == wire::Op::kGrant;
@@ -155,8 +160,7 @@ void Lane::send_pieces(std::vector<Piece>& batch) {
       if (write && p.gpu) {
         // GPU source: stage through host memory, one piece at a time.
         flush();
-        if (staging_.size() < p.req.length) staging_.resize(std::max<size_t>(p.req.length, 1 << 20));
-        std::string err = gpu::copy_to_host(staging_.data(), p.local, p.req.length, p.device);
+        std::string err = gpu::copy_to_host(staging(tx_staging_, p.req.length), p.local, p.req.length, p.device);
         if (!err.empty()) raise(Status::kTransport, "%s", err.c_str());
       }
       if (expects_reply(p)) {
@@ -167,7 +171,7 @@ void Lane::send_pieces(std::vector<Piece>& batch) {
       headers.push_back(p.req);
       iov.push_back({&headers.back(), sizeof(wire::Request)});
       if (write && p.gpu) {
-        iov.push_back({staging_.data(), p.req.length});
+        iov.push_back({tx_staging_->data(), p.req.length});
         ++reached;
         flush();
         --reached;
@@ -237,9 +241,9 @@ void Lane::handle_reply(const wire::Reply& r, tcp::SocketReader& reader) {
   if (status == StatusCode::SUCCESS && op == wire::Op::kRead) {
     if (r.length != p.req.length) raise(Status::kRemote, "%s sent a read reply of the wrong length", peer_.name().c_str());
     if (p.gpu) {
-      if (staging_.size() < r.length) staging_.resize(std::max<size_t>(r.length, 1 << 20));
-      if (!reader.read(staging_.data(), r.length)) raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
-      std::string err = gpu::copy_to_device(p.local, staging_.data(), r.length, p.device);
+      char* buf = staging(rx_staging_, r.length);
+      if (!reader.read(buf, r.length)) raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
+      std::string err = gpu::copy_to_device(p.local, buf, r.length, p.device);
       if (!err.empty()) status = StatusCode::ERR_GPU_OP, message = err;
     } else if (r.length && !reader.read(p.local, r.length)) {
       raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
@@ -293,26 +297,41 @@ std::string Peer::name() const {
   return format("engine '%s' at %s:%u", desc_.key.c_str(), desc_.host.c_str(), desc_.port);
 }
 
-static int dial(const EngineImpl& engine, const EngineDesc& desc) {
-  const auto& s = engine.settings();
-  if (desc.port == 0) raise(Status::kInvalidUsage, "engine '%s' has no listening port (create a backend there first)",
-                            desc.key.c_str());
-  int fd = net::connect_tcp(desc.host, static_cast<int>(desc.port), s.connect_timeout_s);
+static int dial_once(const EngineImpl& engine, const EngineDesc& desc, double deadline) {
+  int fd = net::connect_tcp(desc.host, static_cast<int>(desc.port), std::max(0.1, deadline - net::now()));
   try {
-    double deadline = net::now() + s.connect_timeout_s;
     auth::client_handshake(fd, desc.secret.data(), desc.secret.size(), wire::kAuthLabel, deadline);
     wire::Hello hello{wire::kVersion, static_cast<uint32_t>(engine.key().size())};
     net::send_all(fd, &hello, sizeof(hello));
     net::send_all(fd, engine.key().data(), engine.key().size());
     wire::HelloReply reply{};
-    if (!net::recv_all(fd, &reply, sizeof(reply), deadline) || !reply.ok)
-      raise(Status::kRemote, "refused our hello");
+    if (!net::recv_all(fd, &reply, sizeof(reply), deadline) || !reply.ok) raise(Status::kRemote, "refused our hello");
     net::set_nodelay(fd);
     return fd;
-  } catch (const Error& e) {
+  } catch (...) {
     ::close(fd);
-    raise(e.status() == Status::kTimeout ? Status::kTimeout : Status::kRemote, "engine '%s' at %s:%u: %s",
-          desc.key.c_str(), desc.host.c_str(), desc.port, e.what());
+    throw;
+  }
+}
+
+static int dial(const EngineImpl& engine, const EngineDesc& desc) {
+  if (desc.port == 0)
+    raise(Status::kInvalidUsage, "engine '%s' has no listening port (create a backend there first)", desc.key.c_str());
+  double deadline = net::now() + engine.settings().connect_timeout_s;
+  while (true) {
+    try {
+      return dial_once(engine, desc, deadline);
+    } catch (const auth::Refused& e) {  // a definite no: wrong secret
+      raise(Status::kRemote, "engine '%s' at %s:%u: %s", desc.key.c_str(), desc.host.c_str(), desc.port, e.what());
+    } catch (const Error& e) {
+      // A handshake that broke (a flood of strangers may have pushed us out): try again in time.
+      if (net::now() + 0.05 < deadline && e.status() != Status::kTimeout) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        continue;
+      }
+      raise(e.status() == Status::kTimeout ? Status::kTimeout : Status::kRemote, "engine '%s' at %s:%u: %s",
+            desc.key.c_str(), desc.host.c_str(), desc.port, e.what());
+    }
   }
 }
 
@@ -360,6 +379,7 @@ void Peer::finished(Transfer* t) {
       d->status->update(d->failure, d->why);
       continue;
     }
+    d->status->update(StatusCode::SUCCESS);  // the data is in place: the caller need not wait for the notice
     if (d->notify) {
       if (Lane* lane = notify_lane()) {
         Lane::Piece p;
@@ -373,7 +393,6 @@ void Peer::finished(Transfer* t) {
                  static_cast<unsigned long long>(d->uid));
       }
     }
-    d->status->update(StatusCode::SUCCESS);
   }
 }
 

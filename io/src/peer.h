@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "io/src/gpu_memory.h"
 #include "io/src/registry.h"
 #include "io/src/wire.h"
 #include "mori/io/transfer_status.h"
@@ -99,7 +100,10 @@ class Lane {
   std::deque<Piece> pending_;
   double last_progress_ = 0;
 
-  std::vector<char> staging_;  // host bounce buffer for GPU memory (pinned when CUDA is there)
+  // Host bounce buffer for GPU memory (pinned when CUDA is there), grown on demand.
+  // tx and rx each have their own: they run at the same time.
+  static char* staging(std::unique_ptr<gpu::HostBuffer>& buf, size_t n);
+  std::unique_ptr<gpu::HostBuffer> tx_staging_, rx_staging_;
   std::thread tx_, rx_;
 };
 

@@ -564,7 +564,9 @@ void Runtime::barrier_pes(const std::vector<int>& pes, int me, uint64_t* counter
 
 void Runtime::barrier_all() {
   std::lock_guard<std::mutex> lock(barrier_mu_);
-  static thread_local std::vector<int> world;
+  // Guarded by barrier_mu_. Not thread_local: a thread's TLS is destroyed before exit's
+  // handlers run, and the C API's finalize-at-exit handler still calls barrier_all.
+  static std::vector<int> world;
   if (static_cast<int>(world.size()) != n_pes_) {
     world.resize(n_pes_);
     for (int i = 0; i < n_pes_; ++i) world[i] = i;

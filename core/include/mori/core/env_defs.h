@@ -31,7 +31,7 @@
   X(store_addr, "MORI_STORE_ADDR", string, "", "host:port of the job's bootstrap store (set by mori run)") \
   X(rank, "MORI_RANK", int, "-1", "this process's rank (set by mori run)")                         \
   X(world_size, "MORI_WORLD_SIZE", int, "0", "number of ranks of the job (set by mori run)")         \
-  X(job_secret, "MORI_JOB_SECRET", string, "", "hex secret every rank presents to the store")      \
+  X(job_secret, "MORI_JOB_SECRET", string, "", "hex job secret each rank proves (never sends) to the store") \
   X(master_port, "MORI_MASTER_PORT", int, "0",                                                     \
     "store port for MASTER_ADDR/RANK/WORLD_SIZE launches (0: MASTER_PORT + 1)")                     \
   X(shmem_symmetric_data, "MORI_SHMEM_SYMMETRIC_DATA", bool, "1",                                  \

@@ -55,6 +55,7 @@ struct XgmiBackendConfig {
 // Our own network backend's knobs (BackendType.TCP); 0 = the MORI_IO_* setting.
 struct TcpBackendConfig {
   int lanes = 0;
+  bool direct = true;  // CPU memory of engines on one host without sockets (MORI_IO_DIRECT)
 };
 
 constexpr size_t kIpcHandleBytes = 64;
