@@ -89,3 +89,10 @@ def test_bench_io_netns_socket(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert doc["meta"]["hosts"] == "netns" and "veth" in doc["meta"]["link"]
     _check_rows(doc, "socket", ["-"], [1, 4], [65536])
+
+
+def test_bench_io_gpu_flag_reaches_gpu_benchmark():
+    proc = subprocess.run([sys.executable, "-m", "mori.apps.cli", "bench", "io", "--gpu", "--help"],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: mori bench io --gpu") and "--peer-device" in proc.stdout
