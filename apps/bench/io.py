@@ -51,11 +51,11 @@ MORI_COLUMNS = ["MsgSize (B)", "BatchSize", "TotalSize (MB)", "Max BW (GB/s)", "
                 "Avg Lat (us)"]
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, option: str = "--sizes") -> int:
     """``8``, ``4K``, ``1M``, ``2G`` (binary units) -> bytes."""
     m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)i?B?\s*", text, flags=re.IGNORECASE)
     if not m or int(m.group(1)) <= 0:
-        raise ValueError(f"--sizes: {text!r} is not a positive size (e.g. 8, 4K, 1M)")
+        raise ValueError(f"{option}: {text!r} is not a positive size (e.g. 8, 4K, 1M)")
     return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
 
 
@@ -317,8 +317,8 @@ def main(argv: Optional[list] = None) -> int:
     args = parser.parse_args(argv)
     try:
         sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
-        batches = [int(b) for b in args.batches.split(",") if b.strip()]
-        max_buffer = parse_size(args.max_buffer)
+        batches = [parse_size(b, "--batches") for b in args.batches.split(",") if b.strip()]
+        max_buffer = parse_size(args.max_buffer, "--max-buffer")
     except ValueError as exc:
         parser.error(str(exc))
     if args.repeats < 1:

@@ -57,10 +57,11 @@ def test_bench_io_baselines_only(tmp_path):
     assert "/" not in doc["command"].split()[0]  # no install path in the JSON
 
 
-def test_bench_io_rejects_bad_sizes(tmp_path):
-    proc, doc = _bench(tmp_path, "--only-baselines", "--sizes", "8,0", timeout=60)
+@pytest.mark.parametrize("option,value", [("--sizes", "8,0"), ("--batches", "1,x"), ("--max-buffer", "-1")])
+def test_bench_io_rejects_bad_input(tmp_path, option, value):
+    proc, doc = _bench(tmp_path, "--only-baselines", option, value, timeout=60)
     assert proc.returncode == 2
-    assert "--sizes" in proc.stderr and doc == {}
+    assert f"{option}: {value!r}" in proc.stderr and doc == {}
 
 
 def _mori_io_missing() -> str:
