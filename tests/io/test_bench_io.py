@@ -57,7 +57,7 @@ def test_bench_io_baselines_only(tmp_path):
     assert "/" not in doc["command"].split()[0]  # no install path in the JSON
 
 
-@pytest.mark.parametrize("option,value", [("--sizes", "8,0"), ("--batches", "1,x"), ("--max-buffer", "-1")])
+@pytest.mark.parametrize("option,value", [("--sizes", "0"), ("--batches", "x"), ("--max-buffer", "-1")])
 def test_bench_io_rejects_bad_input(tmp_path, option, value):
     proc, doc = _bench(tmp_path, "--only-baselines", option, value, timeout=60)
     assert proc.returncode == 2
