@@ -97,3 +97,21 @@ def test_bench_io_gpu_flag_reaches_gpu_benchmark():
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: mori bench io --gpu") and "--peer-device" in proc.stdout
+
+
+def test_bench_io_missing_baselines_are_skipped(tmp_path):
+    """Mooncake and NIXL absent (as on CI): reported as skipped, the rest of the run goes on."""
+    out = tmp_path / "io.json"
+    hide = "; ".join(f"sys.modules[{m!r}] = None" for m in ("mooncake", "nixl", "nixl_cu12", "nixl_cu13"))
+    code = (f"import sys; {hide}; from mori.apps.bench.io import main; "
+            f"sys.exit(main(['--only-baselines', '--baselines', 'socket,mooncake-tcp,nixl-ucx-tcp', '--sizes', '8', "
+            f"'--batches', '1', '--budget', '0.02', '--no-latency', '--max-buffer', '1M', '--json', {str(out)!r}]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    engines = json.loads(out.read_text())["meta"]["engines"]
+    assert engines["socket"]["status"] == "ok"
+    assert engines["mooncake-tcp"] == {"status": "skipped", "describe": engines["mooncake-tcp"]["describe"],
+                                       "reason": "mooncake-transfer-engine-non-cuda is not installed "
+                                                 "(scripts/bench-io-setup.sh)"}
+    assert engines["nixl-ucx-tcp"]["status"] == "skipped" and "nixl" in engines["nixl-ucx-tcp"]["reason"]
