@@ -9,9 +9,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <vector>
 
 #include "io/src/engine_impl.h"
+#include "io/src/registry.h"
 #include "mori/core/auth.h"
 #include "mori/core/log.h"
 #include "mori/core/socket.h"
@@ -81,6 +84,9 @@ void Listener::serve(net::Connection& nc) {
   try {
     net::set_nodelay(c->fd);
     set_timeouts(c->fd, s.timeout_s);
+    int buf = 4 << 20;  // as the initiator's lanes: a read reply of a few MiB need not wait for the window to grow
+    setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
     serve_requests(c);
   } catch (const std::exception& e) {
     MORI_LOG(kInfo, "IO", "engine '%s': connection from '%s' ended: %s", engine_.key().c_str(), c->peer_key.c_str(),
@@ -94,13 +100,10 @@ void Listener::serve(net::Connection& nc) {
   cv_.notify_all();
 }
 
-void Listener::reply(Conn* c, const wire::Reply& r, const std::string& message, const void* payload, size_t n) {
-  iovec iov[3] = {{const_cast<wire::Reply*>(&r), sizeof(r)},
-                  {const_cast<char*>(message.data()), message.size()},
-                  {const_cast<void*>(payload), n}};
+void Listener::send_iov(Conn* c, std::vector<iovec>& iov) {
   msghdr msg{};
-  msg.msg_iov = iov;
-  msg.msg_iovlen = 3;
+  msg.msg_iov = iov.data();
+  msg.msg_iovlen = iov.size();
   std::lock_guard<std::mutex> lock(c->send_mu);
   while (msg.msg_iovlen > 0) {
     ssize_t k = ::sendmsg(c->fd, &msg, MSG_NOSIGNAL);
@@ -113,6 +116,13 @@ void Listener::reply(Conn* c, const wire::Reply& r, const std::string& message, 
   }
 }
 
+void Listener::reply(Conn* c, const wire::Reply& r, const std::string& message, const void* payload, size_t n) {
+  std::vector<iovec> iov = {{const_cast<wire::Reply*>(&r), sizeof(r)},
+                            {const_cast<char*>(message.data()), message.size()},
+                            {const_cast<void*>(payload), n}};
+  send_iov(c, iov);
+}
+
 static wire::Reply make_reply(uint64_t id, StatusCode status, const std::string& message, uint64_t length) {
   wire::Reply r{};
   r.kind = static_cast<uint8_t>(wire::ReplyKind::kReply);
@@ -123,6 +133,43 @@ static wire::Reply make_reply(uint64_t id, StatusCode status, const std::string&
   return r;
 }
 
+// Replies of one connection, sent together when the requests that were already received
+// are answered (one sendmsg for a batch of 128 small writes instead of 128). Payloads are
+// sent from registered memory: the batch keeps those regions in use until it is sent.
+class ReplyBatch {
+ public:
+  explicit ReplyBatch(std::function<void(std::vector<iovec>&)> send) : send_(std::move(send)) {}
+  void add(const wire::Reply& r, std::string message, const void* payload, size_t n, RegionUse use) {
+    headers_.push_back(r);
+    iov_.push_back({&headers_.back(), sizeof(wire::Reply)});
+    if (!message.empty()) {
+      messages_.push_back(std::move(message));
+      iov_.push_back({messages_.back().data(), messages_.back().size()});
+    }
+    if (n) iov_.push_back({const_cast<void*>(payload), n});
+    if (use) holds_.push_back(std::move(use));
+    bytes_ += n;
+    if (headers_.size() >= 128 || bytes_ >= (4u << 20) || iov_.size() >= 512) flush();
+  }
+  void flush() {
+    if (iov_.empty()) return;
+    send_(iov_);
+    iov_.clear();
+    headers_.clear();
+    messages_.clear();
+    holds_.clear();
+    bytes_ = 0;
+  }
+
+ private:
+  std::function<void(std::vector<iovec>&)> send_;
+  std::deque<wire::Reply> headers_;  // a deque: addresses stay put while iov_ points at them
+  std::deque<std::string> messages_;
+  std::vector<iovec> iov_;
+  std::vector<RegionUse> holds_;
+  size_t bytes_ = 0;
+};
+
 void Listener::serve_requests(Conn* c) {
   tcp::SocketReader reader(c->fd, 256 * 1024);
   std::unique_ptr<gpu::HostBuffer> staging;
@@ -131,8 +178,13 @@ void Listener::serve_requests(Conn* c) {
     return staging->data();
   };
   Registry& registry = engine_.registry();
+  ReplyBatch batch([&](std::vector<iovec>& iov) { send_iov(c, iov); });
+  auto answer = [&](uint64_t id, StatusCode status, const std::string& why) {
+    batch.add(make_reply(id, status, why, 0), why, nullptr, 0, RegionUse());
+  };
   while (!stopping_.load()) {
     if (!reader.buffered()) {
+      batch.flush();  // everything received so far is answered: send it before waiting
       pollfd pfd{c->fd, POLLIN, 0};
       int rc = poll(&pfd, 1, 200);
       if (rc < 0 && errno != EINTR) raise_errno("poll");
@@ -150,7 +202,7 @@ void Listener::serve_requests(Conn* c) {
         RegionUse use = registry.acquire(q.region, q.region_key, q.offset, q.length, true, &why);
         if (!use) {
           reader.skip(q.length);
-          reply(c, make_reply(q.id, StatusCode::ERR_INVALID_ARGS, why, 0), why, nullptr, 0);
+          answer(q.id, StatusCode::ERR_INVALID_ARGS, why);
           break;
         }
         StatusCode status = StatusCode::SUCCESS;
@@ -162,13 +214,13 @@ void Listener::serve_requests(Conn* c) {
         } else if (q.length && !reader.read(use->ptr + q.offset, q.length)) {
           raise(Status::kRemote, "connection closed in a payload");
         }
-        reply(c, make_reply(q.id, status, why, 0), why, nullptr, 0);
+        answer(q.id, status, why);
         break;
       }
       case wire::Op::kRead: {
         RegionUse use = registry.acquire(q.region, q.region_key, q.offset, q.length, true, &why);
         if (!use) {
-          reply(c, make_reply(q.id, StatusCode::ERR_INVALID_ARGS, why, 0), why, nullptr, 0);
+          answer(q.id, StatusCode::ERR_INVALID_ARGS, why);
           break;
         }
         const char* src = use->ptr + q.offset;
@@ -176,12 +228,14 @@ void Listener::serve_requests(Conn* c) {
           char* buf = stage(q.length);
           why = gpu::copy_to_host(buf, src, q.length, use->device);
           if (!why.empty()) {
-            reply(c, make_reply(q.id, StatusCode::ERR_GPU_OP, why, 0), why, nullptr, 0);
+            answer(q.id, StatusCode::ERR_GPU_OP, why);
             break;
           }
-          src = buf;
+          batch.add(make_reply(q.id, StatusCode::SUCCESS, "", q.length), "", buf, q.length, RegionUse());
+          batch.flush();  // the staging buffer is reused by the next request
+          break;
         }
-        reply(c, make_reply(q.id, StatusCode::SUCCESS, "", q.length), "", src, q.length);
+        batch.add(make_reply(q.id, StatusCode::SUCCESS, "", q.length), "", src, q.length, std::move(use));
         break;
       }
       case wire::Op::kNotify:
@@ -191,7 +245,7 @@ void Listener::serve_requests(Conn* c) {
         RegionUse use = registry.acquire(q.region, q.region_key, 0, 0, true, &why);
         if (use && use->loc != MemoryLocationType::CPU) why = "direct access is for CPU memory only";
         if (!why.empty()) {
-          reply(c, make_reply(q.id, StatusCode::ERR_INVALID_ARGS, why, 0), why, nullptr, 0);
+          answer(q.id, StatusCode::ERR_INVALID_ARGS, why);
           break;
         }
         wire::GrantReply g{};
@@ -204,7 +258,8 @@ void Listener::serve_requests(Conn* c) {
           std::lock_guard<std::mutex> lock(mu_);
           c->granted.insert(q.region);
         }
-        reply(c, make_reply(q.id, StatusCode::SUCCESS, "", sizeof(g)), "", &g, sizeof(g));
+        batch.add(make_reply(q.id, StatusCode::SUCCESS, "", sizeof(g)), "", &g, sizeof(g), RegionUse());
+        batch.flush();
         break;
       }
       case wire::Op::kRevokeAck: {

@@ -11,6 +11,9 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include <sys/uio.h>
 
 #include "io/src/wire.h"
 #include "mori/core/acceptor.h"
@@ -45,6 +48,7 @@ class Listener {
   void serve(net::Connection& nc);
   void serve_requests(Conn* c);
   void reply(Conn* c, const wire::Reply& r, const std::string& message, const void* payload, size_t n);
+  void send_iov(Conn* c, std::vector<iovec>& iov);
 
   EngineImpl& engine_;
   int port_ = 0;
