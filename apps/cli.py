@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(func=_cmd_info)
 
-    bench = sub.add_parser("bench", help="benchmarks (shmem, ...); see mori bench WHAT --help", add_help=False)
+    bench = sub.add_parser("bench", help="benchmarks (shmem, ccl, ep, io, ...); see mori bench WHAT --help", add_help=False)
     bench.add_argument("what", nargs="?", default="--help", help="which benchmark")
     bench.set_defaults(func=None)
     return parser
