@@ -5,6 +5,7 @@
 #          then with the fp8_direct_cast combine, the zero-copy combine, and pipelined staging
 #          (MORI_EP_COMBINE_STAGING=pipelined) for the external and fp8 combines
 #   ccl    `mori bench ccl --gpu` (all-gather sweep, other collectives, GEMM overlap)
+#   io     `mori bench io --gpu` (MORI-IO on GPU memory between two processes vs a device copy)
 # Logs and JSON go to $OUT/results.tgz (default OUT: bench-results/), a summary to stdout.
 # Tests and benchmarks use every GPU of the node. On 8 GPUs the whole script outlasts a
 # 10-minute call: run `STEPS=tests` and `STEPS="ep ccl"` as two calls.
@@ -13,9 +14,9 @@ set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-bench-results}
 PY=${PYTHON:-python3}
-STEPS=${STEPS:-tests ep ccl}
+STEPS=${STEPS:-tests ep ccl io}
 EP_SHAPES=${EP_SHAPES:-264x16}
-TESTS=${TESTS:-tests/ep/test_ep_gpu_op.py tests/collectives/test_ccl_gpu.py tests/gpu}
+TESTS=${TESTS:-tests/ep/test_ep_gpu_op.py tests/collectives/test_ccl_gpu.py tests/gpu tests/io/test_io_gpu.py}
 mkdir -p "$OUT"
 RES=$(mktemp -d)
 trap 'tar czf "$OUT/results.tgz" -C "$RES" .' EXIT
@@ -54,6 +55,8 @@ for s in $STEPS; do
       done ;;
     ccl)
       step ccl timeout 400 $PY -m mori.apps.cli bench ccl --gpu --json "$RES/ccl.json" && tail -40 "$RES/ccl.log" ;;
+    io)
+      step io timeout 300 $PY -m mori.apps.cli bench io --gpu --json "$RES/io-gpu.json" && tail -25 "$RES/io.log" ;;
   esac
 done
 exit $rc

@@ -12,6 +12,17 @@
 
 namespace mori::io {
 
+// Drops `done` bytes from the front of iov[first...] (after a short copy).
+static void advance(std::vector<iovec>& iov, size_t& first, size_t done) {
+  while (done > 0) {
+    size_t take = std::min(done, iov[first].iov_len);
+    iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + take;
+    iov[first].iov_len -= take;
+    done -= take;
+    if (iov[first].iov_len == 0) ++first;
+  }
+}
+
 std::string direct_copy(bool read, pid_t pid, const DirectSegment* segs, size_t n) {
   constexpr size_t kBatch = IOV_MAX;
   std::vector<iovec> local, remote;
@@ -40,20 +51,8 @@ std::string direct_copy(bool read, pid_t pid, const DirectSegment* segs, size_t 
       }
       if (k == 0) return format("process %d: direct copy made no progress", static_cast<int>(pid));
       want -= static_cast<size_t>(k);
-      for (size_t left = static_cast<size_t>(k); left > 0;) {
-        size_t take = std::min(left, local[lo].iov_len);
-        local[lo].iov_base = static_cast<char*>(local[lo].iov_base) + take;
-        local[lo].iov_len -= take;
-        left -= take;
-        if (local[lo].iov_len == 0) ++lo;
-      }
-      for (size_t left = static_cast<size_t>(k); left > 0;) {
-        size_t take = std::min(left, remote[ro].iov_len);
-        remote[ro].iov_base = static_cast<char*>(remote[ro].iov_base) + take;
-        remote[ro].iov_len -= take;
-        left -= take;
-        if (remote[ro].iov_len == 0) ++ro;
-      }
+      advance(local, lo, static_cast<size_t>(k));
+      advance(remote, ro, static_cast<size_t>(k));
     }
   }
   return "";

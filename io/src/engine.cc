@@ -482,7 +482,12 @@ void Engine::create_rdma_backend(const RdmaBackendConfig& c) {
   MORI_CHECK_ARG(c.num_nics_per_transfer >= 1, "RdmaBackendConfig: num_nics_per_transfer must be >= 1");
   MORI_CHECK_ARG(!c.enable_transfer_chunking || c.chunk_bytes >= 4096,
                  "RdmaBackendConfig: chunk_bytes must be >= 4096 with chunking on");
-  impl_->create_net_backend(BackendType::RDMA, c.qp_per_transfer > 1 ? c.qp_per_transfer : 0, c.enable_notification, true);
+  // MORI's environment overrides of the configuration.
+  const env::Settings e = env::current();
+  int qp = e.io_qp_per_transfer > 0 ? static_cast<int>(std::min<int64_t>(e.io_qp_per_transfer, 64)) : c.qp_per_transfer;
+  bool notify = e.io_enable_notification.empty() ? c.enable_notification
+                                                  : env::parse_bool(e.io_enable_notification, "MORI_IO_ENABLE_NOTIFICATION");
+  impl_->create_net_backend(BackendType::RDMA, qp > 1 ? qp : 0, notify, true);
 }
 void Engine::create_tcp_backend(const TcpBackendConfig& c) {
   MORI_CHECK_ARG(c.lanes >= 0, "TcpBackendConfig: lanes must be >= 0");

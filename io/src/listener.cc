@@ -37,14 +37,6 @@ Listener::~Listener() {
   acceptor_->stop();  // shuts every connection down and joins its thread
 }
 
-static void set_timeouts(int fd, double seconds) {
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(seconds);
-  tv.tv_usec = static_cast<suseconds_t>((seconds - static_cast<double>(tv.tv_sec)) * 1e6);
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-}
-
 void Listener::serve(net::Connection& nc) {
   const auto& s = engine_.settings();
   Conn conn;
@@ -52,7 +44,7 @@ void Listener::serve(net::Connection& nc) {
   c->fd = nc.fd();
   bool authenticated = false;
   try {
-    set_timeouts(c->fd, s.connect_timeout_s);
+    net::set_timeouts(c->fd, s.connect_timeout_s);
     double deadline = net::now() + s.connect_timeout_s;
     const std::string& secret = engine_.desc().secret;
     if (auth::server_handshake(c->fd, secret.data(), secret.size(), wire::kAuthLabel, deadline)) {
@@ -83,7 +75,7 @@ void Listener::serve(net::Connection& nc) {
   }
   try {
     net::set_nodelay(c->fd);
-    set_timeouts(c->fd, s.timeout_s);
+    net::set_timeouts(c->fd, s.timeout_s);
     int buf = 4 << 20;  // as the initiator's lanes: a read reply of a few MiB need not wait for the window to grow
     setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
     setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));

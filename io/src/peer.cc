@@ -37,17 +37,9 @@ void Transfer::piece_done(StatusCode code, const std::string& message) {
 // ---------------------------------------------------------------------------------------------
 // Lane
 
-static void set_timeouts(int fd, double seconds) {
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(seconds);
-  tv.tv_usec = static_cast<suseconds_t>((seconds - static_cast<double>(tv.tv_sec)) * 1e6);
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-}
-
 Lane::Lane(Peer& peer, int index, int fd) : peer_(peer), index_(index), fd_(fd) {
   double timeout = peer_.engine().settings().timeout_s;
-  set_timeouts(fd_, timeout);
+  net::set_timeouts(fd_, timeout);
   net::set_liveness(fd_, timeout);
   int buf = 4 << 20;
   setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));

@@ -62,5 +62,9 @@
     "MORI-IO: CPU memory of engines on one host moves by process_vm_readv/writev, not sockets")     \
   X(io_direct_threads, "MORI_IO_DIRECT_THREADS", int, "2",                                          \
     "MORI-IO: threads that run large same-host copies")                                             \
+  X(io_qp_per_transfer, "MORI_IO_QP_PER_TRANSFER", int, "0",                                        \
+    "MORI-IO (MORI's name): overrides RdmaBackendConfig.qp_per_transfer, here the tcp lanes per peer (0: the config)") \
+  X(io_enable_notification, "MORI_IO_ENABLE_NOTIFICATION", string, "",                              \
+    "MORI-IO (MORI's name): 1/0 overrides RdmaBackendConfig.enable_notification (empty: the config)") \
   X(ep_profile, "MORI_EP_PROFILE", bool, "0",                                                      \
     "EP ops record a span per dispatch/combine call (op.get_debug_time_buf, mori.kernel_profiler)")

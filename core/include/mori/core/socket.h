@@ -24,6 +24,8 @@ void send_all(int fd, const void* buf, size_t n);
 bool recv_all(int fd, void* buf, size_t n, double deadline = -1);
 
 void set_nodelay(int fd);
+// Blocking send()/recv() on fd fail with EAGAIN after `seconds` without progress.
+void set_timeouts(int fd, double seconds);
 
 // Drops the first `sent` bytes from a scatter/gather message after a partial sendmsg().
 void advance_iov(struct msghdr& msg, size_t sent);
