@@ -53,7 +53,7 @@ EngineImpl::EngineImpl(std::string key, IOEngineConfig config) : config_(std::mo
   desc_.secret.resize(kEngineSecretBytes);
   auth::random_bytes(desc_.secret.data(), desc_.secret.size());
   auth::random_bytes(token_, sizeof(token_));
-  direct_ = std::make_unique<DirectCopier>(settings_.direct_threads);
+  direct_ = std::make_unique<DirectCopier>(std::max(1, settings_.direct_threads - 1));  // the caller copies too
 }
 
 EngineImpl::~EngineImpl() {
@@ -405,16 +405,16 @@ void EngineImpl::post_direct(bool read, const std::shared_ptr<Grant>& g, const s
     std::string err = direct_copy(read, static_cast<pid_t>(g->pid), part.data(), part.size());
     t->piece_done(err.empty() ? StatusCode::SUCCESS : StatusCode::ERR_RDMA_OP, err);
   };
-  size_t workers = direct_->threads();
-  if (total <= 4 * settings_.inline_bytes || workers == 1) {
-    if (total <= 4 * settings_.inline_bytes) {
-      t->add_pieces(1);
-      run(std::move(segs));
-      return;
-    }
+  // Small jobs run on the caller's thread; large ones are cut into `direct_threads` parts of
+  // about equal bytes: the caller copies the first, workers the rest (both cores busy, one
+  // hand-off fewer than giving every part away).
+  size_t parts_wanted = static_cast<size_t>(settings_.direct_threads);
+  if (total <= 4 * settings_.inline_bytes || parts_wanted == 1) {
+    t->add_pieces(1);
+    run(std::move(segs));
+    return;
   }
-  // Split into `workers` parts of about equal bytes (large segments are cut).
-  uint64_t share = (total + workers - 1) / workers;
+  uint64_t share = (total + parts_wanted - 1) / parts_wanted;
   std::vector<std::vector<DirectSegment>> parts(1);
   uint64_t in_part = 0;
   for (auto s : segs) {
@@ -433,7 +433,9 @@ void EngineImpl::post_direct(bool read, const std::shared_ptr<Grant>& g, const s
   }
   if (parts.back().empty()) parts.pop_back();
   t->add_pieces(static_cast<int>(parts.size()));
-  for (auto& part : parts) direct_->submit([run, part = std::move(part)]() mutable { run(std::move(part)); });
+  for (size_t i = 1; i < parts.size(); ++i)
+    direct_->submit([run, part = std::move(parts[i])]() mutable { run(std::move(part)); });
+  run(std::move(parts[0]));
 }
 
 void EngineImpl::post_cuda_ipc(bool read, const std::shared_ptr<Transfer>& t, Region& local, const MemoryDesc& remote,

@@ -8,10 +8,7 @@ namespace mori::io {
 
 static bool settled(StatusCode c) { return c != StatusCode::INIT && c != StatusCode::IN_PROGRESS; }
 
-StatusCode StatusState::code() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return code_;
-}
+StatusCode StatusState::code() const { return code_.load(std::memory_order_acquire); }
 
 std::string StatusState::message() const {
   std::lock_guard<std::mutex> lock(mu_);

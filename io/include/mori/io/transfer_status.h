@@ -4,6 +4,7 @@
 // is harmless (MORI keeps a raw pointer there: a use-after-free).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -27,7 +28,7 @@ class StatusState {
  private:
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  StatusCode code_ = StatusCode::INIT;
+  std::atomic<StatusCode> code_{StatusCode::INIT};  // written under mu_, read without it
   std::string message_;
 };
 
