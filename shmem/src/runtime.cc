@@ -152,8 +152,8 @@ void Runtime::setup() {
     raise(Status::kInvalidArgument, "MORI_SHMEM_HEAP_SIZE=%zu is too small (minimum %zu bytes)", heap_bytes,
           2 * kHeapReserved);
   heap_bytes = (heap_bytes + 4095) / 4096 * 4096;
-  char name[64];
-  std::snprintf(name, sizeof(name), "/mori-%016llx-%d", static_cast<unsigned long long>(tag), my_pe_);
+  char name[64];  // a label in /proc/PID/maps; peers open the heap by heap_segment_.name()
+  std::snprintf(name, sizeof(name), "mori-heap-%016llx-%d", static_cast<unsigned long long>(tag), my_pe_);
   // Every PE's heap starts on a kMaxAlignment boundary, so an aligned offset is an aligned
   // address on every PE and allocations stay symmetric for any alignment up to it.
   heap_segment_ = SharedSegment::create(name, heap_bytes, kMaxAlignment);
@@ -200,7 +200,7 @@ void Runtime::setup() {
     uint64_t size;
     char name[64];
   } mine{reinterpret_cast<uint64_t>(heap_region_.local_base), heap_bytes, {}};
-  std::strncpy(mine.name, name, sizeof(mine.name) - 1);
+  std::strncpy(mine.name, heap_segment_.name().c_str(), sizeof(mine.name) - 1);
   auto all = bootstrap_->allgather_values(mine);
   heap_region_.remote_bases.resize(n_pes_);
   heap_region_.handles.resize(n_pes_);
@@ -222,8 +222,8 @@ void Runtime::setup() {
       if (pe != my_pe_) watch_.watch(pe, topology_.pe(pe).pid);
     }
   }
-  bootstrap_->barrier();  // everyone has mapped everyone: the names can go
-  heap_segment_.unlink();
+  bootstrap_->barrier();  // everyone has mapped everyone: the handle can go
+  heap_segment_.release_handle();
   ctrl->state.store(kStateRunning, std::memory_order_release);
   MORI_LOG(kInfo, "SHMEM", "PE %d of %d up: %s heap, bootstrap %s", my_pe_, n_pes_, human_bytes(heap_bytes).c_str(),
            bootstrap_->describe().c_str());

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from harness import job_env
+from harness import job_env, python_program
 
 BOUND_S = 15.0  # how long a PE may survive its launcher, or a survivor take to notice a death
 
@@ -79,4 +79,23 @@ def test_no_rank_outlives_its_launcher(sig):
                 os.kill(p, signal.SIGKILL)
         launcher.kill()
         launcher.wait()
+
+
+def test_no_shm_segment_outlives_a_job_killed_in_init(tmp_path):
+    """Both PEs are SIGKILLed inside init once their heaps exist: nothing may stay in /dev/shm."""
+    procs = [subprocess.Popen(python_program("die_in_init.py", r, 2, tmp_path), env=job_env(),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(2)]
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=120)[0])
+        finally:
+            p.kill()
+    for p, out in zip(procs, outs):
+        assert p.returncode == -signal.SIGKILL, out
+        heap = out.split("heap mapped at:", 1)[1].split()
+        assert heap, out  # the PE died with its heap mapped: the case under test happened
+        left = [path for path in heap if path.startswith("/dev/") and os.path.exists(path)]
+        assert not left, f"segments of a dead job are still in /dev/shm: {left}"
 
