@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from harness import job_env, python_program
+from harness import _run, check, job_env, mori_run, mpirun, python_program
 
 BOUND_S = 15.0  # how long a PE may survive its launcher, or a survivor take to notice a death
 
@@ -99,3 +99,92 @@ def test_no_shm_segment_outlives_a_job_killed_in_init(tmp_path):
         left = [path for path in heap if path.startswith("/dev/") and os.path.exists(path)]
         assert not left, f"segments of a dead job are still in /dev/shm: {left}"
 
+
+def _survivors_caught(out: str, n: int, victim: int, *needles: str) -> list[float]:
+    """Every PE but the victim caught an error holding every needle; returns how long each took."""
+    took = []
+    for pe in range(n):
+        if pe == victim:
+            continue
+        lines = [l for l in out.splitlines() if f"PE {pe} caught after" in l]
+        assert lines, f"PE {pe} reported no error:\n{out[-4000:]}"
+        for needle in needles:
+            assert needle in lines[0], f"PE {pe}: {needle!r} not in {lines[0]!r}"
+        took.append(float(lines[0].split("caught after ")[1].split("s:")[0]))
+    assert max(took) < BOUND_S, took
+    return took
+
+
+DEATHS = ["put", "get", "put_other", "atomic"]
+
+
+@pytest.mark.parametrize("mode", DEATHS)
+def test_dead_peer_fails_operations_on_one_host_under_mori_run(mode):
+    out = check(mori_run(3, python_program("peer_death.py", 1, mode), timeout=120))
+    _survivors_caught(out, 3, 1, "PE 1 (pid", "exited without finalizing")
+
+
+@pytest.mark.parametrize("mode", ["put", "skip_barrier"])
+def test_dead_peer_fails_operations_under_mpirun(mode):
+    # mpirun itself fails the job (a rank left without MPI_Finalize), after the survivors caught it
+    out = check(mpirun(3, python_program("peer_death.py", 1, mode), timeout=120), expect_ok=False)
+    _survivors_caught(out, 3, 1, "PE 1 has finalized" if mode == "skip_barrier" else "exited without finalizing")
+
+
+def test_peer_that_skips_a_barrier_and_finalizes():
+    out = check(mori_run(3, python_program("peer_death.py", 1, "skip_barrier"), timeout=120))
+    took = _survivors_caught(out, 3, 1, "PE 1 has finalized", "shmem_barrier_all")
+    assert max(took) < 4, took  # noticed while the victim still runs (it sleeps 5 s after finalize)
+
+
+def test_stopped_peer_times_out_naming_it():
+    out = check(mori_run(3, python_program("peer_death.py", 1, "stop"), timeout=120,
+                         env={"MORI_SHMEM_WAIT_TIMEOUT": "2"}))
+    # PE 2 waits for PE 1 in round 0 and times out naming it; PE 0 (round 1 waits for PE 1 too)
+    # times out as well, or first sees PE 2 leave after its timeout: either is an error in bound.
+    _survivors_caught(out, 3, 1, "shmem_barrier_all on PE")
+    pe2 = out.split("PE 2 caught")[1].split("\n")[0]
+    for needle in ("Timeout:", "waited 2.0 s (MORI_SHMEM_WAIT_TIMEOUT=2)", "for PE 1 to reach the barrier (round 0)"):
+        assert needle in pe2, pe2
+
+
+def test_unsatisfied_wait_until_times_out_saying_what_it_waited_for():
+    out = check(mori_run(2, python_program("peer_death.py", 1, "wait_until"), timeout=120,
+                         env={"MORI_SHMEM_WAIT_TIMEOUT": "1.5"}))
+    took = _survivors_caught(out, 2, 1, "Timeout:", "shmem_wait_until", "MORI_SHMEM_WAIT_TIMEOUT=1.5",
+                             "8-byte word at", "to become == 7 (it holds 0)")
+    assert min(took) >= 1.5, took
+
+
+def test_dead_peer_fails_operations_under_torchrun():
+    pytest.importorskip("torch")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = check(_run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", "--master-port",
+                      str(port), *python_program("peer_death.py", 1, "put")[1:]], timeout=120, env=None),
+                expect_ok=False)  # torchrun may report the victim's early exit; the survivors must have caught it
+    _survivors_caught(out, 3, 1, "PE 1 (pid", "exited without finalizing")
+
+
+def test_dead_peer_fails_operations_under_master_addr_env():
+    """Plain MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE, no launcher at all (rank 0 hosts the store)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [subprocess.Popen(python_program("peer_death.py", 1, "put_other"),
+                              env=job_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(r),
+                                           "WORLD_SIZE": "3", "LOCAL_RANK": str(r)}),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(3)]
+    out = ""
+    for p in procs:
+        try:
+            out += p.communicate(timeout=120)[0]
+        finally:
+            p.kill()
+    _survivors_caught(out, 3, 1, "PE 1 (pid", "exited without finalizing")

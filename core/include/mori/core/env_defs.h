@@ -49,4 +49,6 @@
   X(ep_tuning_config, "MORI_EP_TUNING_CONFIG", string, "",                                         \
     "EP AUTO mode: explicit tuning-rule JSON file (default: search ep/tuning_configs)")             \
   X(ep_profile, "MORI_EP_PROFILE", bool, "0",                                                      \
-    "EP ops record a span per dispatch/combine call (op.get_debug_time_buf, mori.kernel_profiler)")
+    "EP ops record a span per dispatch/combine call (op.get_debug_time_buf, mori.kernel_profiler)") \
+  X(shmem_wait_timeout, "MORI_SHMEM_WAIT_TIMEOUT", seconds, "inf",                                 \
+    "seconds a shmem wait (wait_until, barrier, collective) may last before it fails saying what it waited for on which PE (inf: no limit)")
