@@ -184,7 +184,7 @@ void Runtime::setup() {
   auto* ctrl = new (heap_segment_.data()) ControlBlock();
   ctrl->magic = ControlBlock::kMagic;
   ctrl->pid = static_cast<int32_t>(getpid());
-  ctrl->final_epoch.store(0);
+  ctrl->barrier_done.store(0);
   ctrl->state.store(0);
 
   heap_region_.id = 0;
@@ -263,7 +263,6 @@ void Runtime::teardown() {
   } catch (...) {
     error = std::current_exception();
   }
-  control()->final_epoch.store(barrier_epoch_, std::memory_order_relaxed);
   control()->state.store(kStateFinalized, std::memory_order_release);
   watch_.clear();  // its thread reads the peers' control blocks, unmapped below
   for (int pe = 0; pe < n_pes_; ++pe)
@@ -572,11 +571,35 @@ uint64_t Runtime::wait_until(const void* ivar, Cmp cmp, uint64_t value, Word wor
   return seen;
 }
 
-void Runtime::check_peers(const char* caller) const {
+void Runtime::check_dead(const WaitFrom& from, const char* caller) const {
   int pe = dead_pe_.load(std::memory_order_acquire);
-  if (pe >= 0)
-    raise(Status::kRemote, "%s on PE %d: PE %d (pid %d on %s) exited without finalizing", caller, my_pe_, pe,
-          topology_.pe(pe).pid, topology_.pe(pe).hostname);
+  auto excused = [&](int p) {  // it completed the barrier we wait in: we do not need it
+    return from.world_epoch && peer_control_[p] &&
+           peer_control_[p]->barrier_done.load(std::memory_order_acquire) >= from.world_epoch;
+  };
+  if (pe >= 0 && excused(pe)) {
+    pe = -1;
+    for (int other = 0; other < n_pes_ && pe < 0; ++other) {
+      ControlBlock* c = peer_control_[other];
+      if (other != my_pe_ && peer_gone_[other].load(std::memory_order_acquire) && !excused(other) &&
+          !(c && c->state.load(std::memory_order_acquire) == kStateFinalized))
+        pe = other;
+    }
+  }
+  if (pe >= 0) {
+    // Name every PE known dead: the watch may see two deaths at once, in no particular order.
+    std::string also;
+    for (int other = 0; other < n_pes_; ++other) {
+      ControlBlock* c = peer_control_[other];
+      if (other == pe || !peer_gone_[other].load(std::memory_order_acquire) || excused(other) ||
+          (c && c->state.load(std::memory_order_acquire) == kStateFinalized))
+        continue;
+      also += (also.empty() ? "; so did PE " : ", PE ") + std::to_string(other) + " (pid " +
+              std::to_string(topology_.pe(other).pid) + ")";
+    }
+    raise(Status::kRemote, "%s on PE %d: PE %d (pid %d on %s) exited without finalizing%s", caller, my_pe_, pe,
+          topology_.pe(pe).pid, topology_.pe(pe).hostname, also.c_str());
+  }
   for (auto& t : transports_) {
     int dead = t->dead_peer();
     if (dead >= 0)
@@ -610,7 +633,8 @@ int Runtime::finalized_source(const WaitFrom& from) const {
   if (finalized(from.source)) return from.source;
   if (from.world_epoch)
     for (int pe = 0; pe < n_pes_; ++pe)
-      if (finalized(pe) && peer_control_[pe]->final_epoch.load(std::memory_order_relaxed) < from.world_epoch) return pe;
+      if (finalized(pe) && peer_control_[pe]->barrier_done.load(std::memory_order_acquire) < from.world_epoch)
+        return pe;
   return -1;
 }
 
@@ -623,12 +647,15 @@ void Runtime::raise_wait_timeout(const char* caller, double waited, const std::s
 
 void Runtime::barrier_pes(const std::vector<int>& pes, int me, uint64_t* counters, uint64_t& epoch,
                           const char* caller) {
-  quiet();
+  // The barrier's own signals skip the liveness check of user operations: a barrier fails
+  // only when it cannot complete (its waits), not because a PE that already did its part left.
+  for (auto& t : transports_) t->quiet();
   int n = static_cast<int>(pes.size());
   ++epoch;
   for (int round = 0, dist = 1; dist < n; ++round, dist <<= 1) {
     int partner = pes[(me + dist) % n];
-    atomic(&counters[round], AmoOp::kAdd, 8, 1, 0, partner, caller);
+    RemoteRef ref = resolve(&counters[round], 8, caller);
+    transport(ref, partner, caller).atomic(partner, ref, AmoOp::kAdd, 8, 1, 0);
     uint64_t target = epoch;
     uint64_t* mine = &counters[round];
     int from = pes[(me - dist % n + n) % n];  // who signals me in this round
@@ -640,6 +667,7 @@ void Runtime::barrier_pes(const std::vector<int>& pes, int me, uint64_t* counter
                return std::string(text);
              });
   }
+  if (counters == control()->barrier_counters) control()->barrier_done.store(epoch, std::memory_order_release);
 }
 
 void Runtime::barrier_all() {

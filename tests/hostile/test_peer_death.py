@@ -177,7 +177,8 @@ def test_dead_peer_fails_operations_under_master_addr_env():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     procs = [subprocess.Popen(python_program("peer_death.py", 1, "put_other"),
-                              env=job_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(r),
+                              env=job_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "MORI_MASTER_PORT": str(port),
+                                           "RANK": str(r),
                                            "WORLD_SIZE": "3", "LOCAL_RANK": str(r)}),
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(3)]
@@ -187,4 +188,22 @@ def test_dead_peer_fails_operations_under_master_addr_env():
             out += p.communicate(timeout=120)[0]
         finally:
             p.kill()
+    _survivors_caught(out, 3, 1, "PE 1 (pid", "exited without finalizing")
+
+
+_UID_DRIVER = """
+import os, subprocess, sys
+import mori.shmem as sh
+uid_file, n, program = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+with open(uid_file, "wb") as f:
+    f.write(sh.shmem_get_unique_id())  # this process hosts the store, as rank 0's host would
+procs = [subprocess.Popen(program, env=dict(os.environ, PEER_DEATH_UID_FILE=uid_file, PEER_DEATH_RANK=str(r),
+                                            PEER_DEATH_SIZE=str(n))) for r in range(n)]
+sys.exit(max(p.wait() for p in procs))
+"""
+
+
+def test_dead_peer_fails_operations_under_unique_id_init(tmp_path):
+    out = check(_run([sys.executable, "-c", _UID_DRIVER, str(tmp_path / "uid"), "3",
+                      *python_program("peer_death.py", 1, "put")], timeout=120, env=None))
     _survivors_caught(out, 3, 1, "PE 1 (pid", "exited without finalizing")

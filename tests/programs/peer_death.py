@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """A PE that dies, stops or leaves early, and survivors that must get an error, not a hang.
 
-Usage: peer_death.py VICTIM MODE. Modes:
+Usage: peer_death.py VICTIM MODE (launched by any launcher, or with PEER_DEATH_UID_FILE/RANK/SIZE
+holding a unique id and this PE's place). Modes:
   put, get, put_other, atomic: the victim dies (exits) while the others stream puts/gets/quiets
       (to it, or with put_other to a live PE); on one host these never touch the victim's process.
   skip_barrier: the victim skips a barrier and finalizes; the others' next barrier must fail.
@@ -23,7 +24,13 @@ victim = int(sys.argv[1])
 mode = sys.argv[2]
 LIMIT_S = 60.0  # a survivor that sees nothing for this long reports "no error"
 
-sh.init()
+uid_file = os.environ.get("PEER_DEATH_UID_FILE")  # launched by hand with a unique id
+if uid_file:
+    with open(uid_file, "rb") as f:
+        sh.shmem_init_attr(sh.MORI_SHMEM_INIT_WITH_UNIQUEID, int(os.environ["PEER_DEATH_RANK"]),
+                           int(os.environ["PEER_DEATH_SIZE"]), f.read())
+else:
+    sh.init()
 me, n = sh.my_pe(), sh.n_pes()
 data = sh.zeros(1024, np.int64)
 pids = sh.zeros(n, np.int64)

@@ -42,7 +42,7 @@ struct alignas(64) ControlBlock {
   uint64_t magic;
   std::atomic<uint32_t> state;  // kStateRunning / kStateFinalized
   int32_t pid;
-  std::atomic<uint64_t> final_epoch;  // the last barrier_all epoch this PE reached (set before kStateFinalized)
+  std::atomic<uint64_t> barrier_done;  // the last barrier_all epoch this PE completed
   Doorbell doorbell;
   alignas(64) uint64_t barrier_counters[kBarrierRounds];
 };
@@ -56,7 +56,8 @@ constexpr size_t kMaxAlignment = size_t(1) << 30;
 // What a wait waits for, so that it can fail at once when that can no longer come, and name it.
 struct WaitFrom {
   int source = -1;           // the PE whose write ends the wait (-1: unknown or any)
-  uint64_t world_epoch = 0;  // a barrier_all epoch: a PE that finalized in an earlier one never comes
+  uint64_t world_epoch = 0;  // a barrier_all epoch: PEs that completed it are not needed, PEs that
+                             // finalized or died before it are
 };
 
 enum class ThreadLevel : int { kSingle = 0, kFunneled = 1, kSerialized = 2, kMultiple = 3 };
@@ -158,7 +159,7 @@ class Runtime {
   void barrier_pes(const std::vector<int>& pes, int me, uint64_t* counters, uint64_t& epoch, const char* caller);
 
   // Throws naming a PE that died (process exited or connection lost) before finalizing.
-  void check_peers(const char* caller) const;
+  void check_peers(const char* caller) const { check_dead(WaitFrom{}, caller); }
   // The check of every operation: free unless a peer on this host has exited (then it throws
   // naming a PE that died, or `pe` if that one has finalized and is gone).
   void check_alive(int pe, const char* caller) const {
@@ -183,6 +184,8 @@ class Runtime {
   Transport& transport(const RemoteRef& r, int pe, const char* caller) const;
   Transport* transport_or_null(const MemRegion& region, int pe) const;
   void check_target(int pe, const char* caller) const;
+  // check_peers for a wait: a same-host PE that died after completing `from.world_epoch` is not needed.
+  void check_dead(const WaitFrom& from, const char* caller) const;
   // Called by the process watch's thread when a peer on this host has exited.
   void on_peer_exit(int pe);
   // A PE that finalized and so will never write what `from` waits for, or -1.

@@ -18,7 +18,9 @@ constexpr int kCrowdedYields = 64;  // polls of an oversubscribed wait before it
 
 template <typename Pred, typename Describe>
 void Runtime::wait_for(Pred ready, const char* caller, const void* watched, WaitFrom from, Describe describe) {
-  check_alive(-1, caller);
+  // A wait that is already satisfied succeeds even after a death (the dead PE did its part).
+  if (ready()) return;
+  if (peer_exited_.load(std::memory_order_relaxed)) check_dead(from, caller);
   // More PEs than cores: yield the core a few times (the PE or tcp progress thread we wait for
   // may need it), then sleep rather than keep stealing time slices from the PEs that work.
   const int spins = oversubscribed_ ? std::min<int>(static_cast<int>(env::get().spin_iterations), kCrowdedYields)
@@ -59,14 +61,17 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched, Wait
     if (!ok) bell.sleep(seq, slot >= 0 ? 2'000'000 : 100'000);
     bell.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (ok || ready()) return;
-    check_alive(-1, caller);  // the process watch rings every bell when a peer dies
+    // First the cause, then its consequences: a PE that finalized too early may have made a
+    // third PE fail and exit, which the process watch reports next.
+    int gone = finalized_source(from);
+    // The process watch rings every bell when a peer dies.
+    if (gone < 0 && peer_exited_.load(std::memory_order_relaxed)) check_dead(from, caller);
     auto now = std::chrono::steady_clock::now();
-    if (now - last_check < std::chrono::milliseconds(50)) continue;
+    if (gone < 0 && now - last_check < std::chrono::milliseconds(50)) continue;
     last_check = now;
-    check_peers(caller);
+    if (gone < 0) check_dead(from, caller);
     double waited = std::chrono::duration<double>(now - start).count();
     bool expired = waited >= timeout;  // never for the default (inf)
-    int gone = finalized_source(from);
     if ((gone < 0 && !expired) || ready()) continue;
     std::string what;
     if constexpr (std::is_same_v<Describe, std::nullptr_t>) {
