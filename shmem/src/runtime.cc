@@ -572,6 +572,13 @@ uint64_t Runtime::wait_until(const void* ivar, Cmp cmp, uint64_t value, Word wor
 }
 
 void Runtime::check_dead(const WaitFrom& from, const char* caller) const {
+  // A lost remote PE first: it is usually the cause, and a same-host PE that failed on it and
+  // exited is the consequence (the process watch may report that one sooner).
+  std::string lost;
+  for (auto& t : transports_) {
+    int dead = t->dead_peer();
+    if (dead >= 0 && lost.empty()) lost = "lost PE " + std::to_string(dead) + " (" + t->name() + " transport)";
+  }
   int pe = dead_pe_.load(std::memory_order_acquire);
   auto excused = [&](int p) {  // it completed the barrier we wait in: we do not need it
     return from.world_epoch && peer_control_[p] &&
@@ -586,25 +593,22 @@ void Runtime::check_dead(const WaitFrom& from, const char* caller) const {
         pe = other;
     }
   }
-  if (pe >= 0) {
-    // Name every PE known dead: the watch may see two deaths at once, in no particular order.
-    std::string also;
-    for (int other = 0; other < n_pes_; ++other) {
-      ControlBlock* c = peer_control_[other];
-      if (other == pe || !peer_gone_[other].load(std::memory_order_acquire) || excused(other) ||
-          (c && c->state.load(std::memory_order_acquire) == kStateFinalized))
-        continue;
-      also += (also.empty() ? "; so did PE " : ", PE ") + std::to_string(other) + " (pid " +
-              std::to_string(topology_.pe(other).pid) + ")";
-    }
-    raise(Status::kRemote, "%s on PE %d: PE %d (pid %d on %s) exited without finalizing%s", caller, my_pe_, pe,
-          topology_.pe(pe).pid, topology_.pe(pe).hostname, also.c_str());
+  if (pe < 0) {
+    if (!lost.empty()) raise(Status::kRemote, "%s on PE %d: %s", caller, my_pe_, lost.c_str());
+    return;
   }
-  for (auto& t : transports_) {
-    int dead = t->dead_peer();
-    if (dead >= 0)
-      raise(Status::kRemote, "%s on PE %d: lost PE %d (%s transport)", caller, my_pe_, dead, t->name());
+  // Name every PE known dead: the watch may see two deaths at once, in no particular order.
+  std::string also;
+  for (int other = 0; other < n_pes_; ++other) {
+    ControlBlock* c = peer_control_[other];
+    if (other == pe || !peer_gone_[other].load(std::memory_order_acquire) || excused(other) ||
+        (c && c->state.load(std::memory_order_acquire) == kStateFinalized))
+      continue;
+    also += (also.empty() ? "; so did PE " : ", PE ") + std::to_string(other) + " (pid " +
+            std::to_string(topology_.pe(other).pid) + ")";
   }
+  raise(Status::kRemote, "%s on PE %d: %s%sPE %d (pid %d on %s) exited without finalizing%s", caller, my_pe_,
+        lost.c_str(), lost.empty() ? "" : "; ", pe, topology_.pe(pe).pid, topology_.pe(pe).hostname, also.c_str());
 }
 
 void Runtime::check_target(int pe, const char* caller) const {
