@@ -15,7 +15,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     cfg = LaunchConfig(nproc=args.nproc, command=command, nnodes=args.nnodes, node_rank=args.node_rank,
-                       master_addr=args.master_addr, master_port=args.master_port,
+                       master_addr=args.master_addr, master_port=args.master_port, secret_file=args.secret_file,
                        socket_ifname=args.socket_ifname, prefix_output=not args.no_prefix)
     try:
         return launch(cfg)
@@ -28,6 +28,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
     import mori
     from mori import _C
 
+    if args.io:
+        from mori.io.engine import probe_backends
+        print("MORI-IO backend per memory pair on this machine:")
+        for r in probe_backends():
+            ok = {True: "ok", False: "FAILED", None: "-"}[r["works"]]
+            print(f"  {r['pair']:<28} {r['backend']:<9} {ok:<7} {r['message']}")
+        return 0
     if args.env:
         for row in _C.core.env_table():
             mark = "*" if row["is_set"] else " "
@@ -108,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--node-rank", type=int, default=0, help="this host's index in [0, nnodes)")
     run.add_argument("--master-addr", default="127.0.0.1", help="address of node 0 (multi-host)")
     run.add_argument("--master-port", type=int, default=0, help="port of node 0's bootstrap store (multi-host)")
+    run.add_argument("--secret-file", default="",
+                     help="file holding the job secret (64 hex digits; default: MORI_JOB_SECRET, else node 0 "
+                          "draws one and prints it)")
     run.add_argument("--socket-ifname", default="",
                      help="network interface the hosts share (sets MORI_SOCKET_IFNAME for the processes)")
     run.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with the rank")
@@ -116,10 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     info = sub.add_parser("info", help="show PEs, nodes and the transport chosen for each pair")
     info.add_argument("--env", action="store_true", help="list every MORI_* setting instead")
+    info.add_argument("--io", action="store_true", help="MORI-IO: the backend each kind of memory pair gets here")
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(func=_cmd_info)
 
-    bench = sub.add_parser("bench", help="benchmarks (shmem, ...); see mori bench WHAT --help", add_help=False)
+    bench = sub.add_parser("bench", help="benchmarks (shmem, ccl, ep, io, ...); see mori bench WHAT --help", add_help=False)
     bench.add_argument("what", nargs="?", default="--help", help="which benchmark")
     bench.set_defaults(func=None)
     return parser

@@ -39,6 +39,7 @@ class LaunchConfig:
     master_addr: str = "127.0.0.1"
     master_port: int = 0  # 0: pick a free port (single node only)
     secret_hex: str = ""
+    secret_file: str = ""  # --secret-file: a file holding the job secret (64 hex digits)
     socket_ifname: str = ""  # MORI_SOCKET_IFNAME for the processes (interface the hosts share)
     prefix_output: bool = True
     kill_grace_s: float = 3.0
@@ -138,6 +139,47 @@ def _exit_code(rc: int) -> int:
     return 128 - rc if rc < 0 else rc  # killed by signal N -> 128+N, like a shell
 
 
+def _read_secret_file(path: str) -> str:
+    """The job secret in ``path`` (64 hex digits; surrounding whitespace ignored)."""
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise ValueError(f"--secret-file {path}: {exc.strerror}") from exc
+    if mode & 0o077:
+        sys.stderr.write(f"mori run: warning: --secret-file {path} can be read by other users "
+                         f"(mode {mode & 0o777:03o}); chmod 600 it\n")
+    return _checked_secret(text, f"--secret-file {path}")
+
+
+def _checked_secret(text: str, where: str) -> str:
+    if len(text) != 64 or any(c not in "0123456789abcdefABCDEF" for c in text):
+        raise ValueError(f"{where}: the job secret must be 64 hex digits (e.g. from `openssl rand -hex 32`)")
+    return text
+
+
+def _job_secret(cfg: LaunchConfig, multi_node: bool) -> str:
+    """The secret every rank proves to the store and to each other: given (--secret-file, then
+    MORI_JOB_SECRET), else random. Across hosts node 0 draws it and says how to pass it on."""
+    if cfg.secret_hex:
+        return _checked_secret(cfg.secret_hex, "secret_hex")
+    if cfg.secret_file:
+        return _read_secret_file(cfg.secret_file)
+    if os.environ.get("MORI_JOB_SECRET"):
+        return _checked_secret(os.environ["MORI_JOB_SECRET"], "MORI_JOB_SECRET")
+    if multi_node and cfg.node_rank != 0:
+        raise ValueError(f"node {cfg.node_rank} needs the job secret of node 0: set MORI_JOB_SECRET or pass "
+                         "--secret-file FILE with the secret node 0 printed (or the one you gave it)")
+    secret = _C.core.random_secret_hex()
+    if multi_node:
+        sys.stderr.write(
+            "mori run: no job secret given, so node 0 drew a random one. Start every other node with it:\n"
+            f"  MORI_JOB_SECRET={secret} mori run --nnodes {cfg.nnodes} --node-rank K ...\n"
+            "or put it in a file only you can read (chmod 600) and pass --secret-file FILE on every node.\n")
+    return secret
+
+
 def launch(cfg: LaunchConfig) -> int:
     """Run the job's local processes; returns the worst exit code (0 if all succeeded)."""
     if cfg.nproc < 1:
@@ -150,21 +192,12 @@ def launch(cfg: LaunchConfig) -> int:
     multi_node = cfg.nnodes > 1
     if multi_node and not cfg.master_port:
         raise ValueError("--master-port is required with --nnodes > 1")
-    secret = cfg.secret_hex or os.environ.get("MORI_JOB_SECRET") or ""
-    if multi_node and not secret:
-        # Every host must present the same secret: derive it from the rendezvous address
-        # unless the user supplies a real one (recommended on shared networks).
-        import hashlib
-        secret = hashlib.sha256(f"mori-run:{cfg.master_addr}:{cfg.master_port}".encode()).hexdigest()
-        if cfg.node_rank == 0:
-            sys.stderr.write("mori run: MORI_JOB_SECRET is not set, so the job secret is derived from "
-                             "--master-addr/--master-port and anyone who knows them can join; export the same "
-                             "random MORI_JOB_SECRET (64 hex digits) on every host to keep strangers out\n")
-    secret = secret or _C.core.random_secret_hex()
+    secret = _job_secret(cfg, multi_node)
 
     server = None
     if cfg.node_rank == 0:
-        server = _C.core.StoreServer(secret, "0.0.0.0", cfg.master_port)
+        # One host: the store is for local ranks only, so it stays off the network.
+        server = _C.core.StoreServer(secret, "0.0.0.0" if multi_node else "127.0.0.1", cfg.master_port)
         store_port = server.port
     else:
         store_port = cfg.master_port
@@ -217,7 +250,7 @@ def launch(cfg: LaunchConfig) -> int:
                 t = threading.Thread(target=_pump, args=(stream, sink, prefix, lock), daemon=True)
                 t.start()
                 pumps.append(t)
-        return _supervise(procs, cfg.kill_grace_s)
+        return _supervise(procs, cfg.kill_grace_s, first_rank=cfg.node_rank * cfg.nproc)
     except KeyboardInterrupt:
         _terminate(procs, cfg.kill_grace_s)
         return 130
@@ -239,9 +272,10 @@ def _raise_stopped(signum, frame) -> None:
     raise _Stopped(signum)
 
 
-def _supervise(procs: list[subprocess.Popen], grace: float) -> int:
+def _supervise(procs: list[subprocess.Popen], grace: float, first_rank: int = 0) -> int:
     """Wait for every rank; on the first failure stop the rest. The result is the worst code
-    of the ranks that ended on their own (ranks we stopped report 128+SIGTERM otherwise)."""
+    of the ranks that ended on their own (ranks we stopped report 128+SIGTERM otherwise).
+    ``procs[i]`` is global rank ``first_rank + i`` (this host's first rank), the name it is reported by."""
     worst = 0
     stopped_by_us: set[int] = set()
     running = set(range(len(procs)))
@@ -255,7 +289,7 @@ def _supervise(procs: list[subprocess.Popen], grace: float) -> int:
             if i not in stopped_by_us:
                 worst = max(worst, code)
             if code != 0 and running and not stopped_by_us:
-                sys.stderr.write(f"mori run: rank {i} exited with code {code}; stopping the other ranks\n")
+                sys.stderr.write(f"mori run: rank {first_rank + i} exited with code {code}; stopping the other ranks\n")
                 stopped_by_us.update(running)
                 _terminate([procs[j] for j in running], grace)
         time.sleep(0.02)

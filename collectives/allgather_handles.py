@@ -9,12 +9,15 @@
 Both take raw addresses or tensors, on a GPU (copy-engine pushes through the GPU symmetric
 heap, enqueued on ``stream``, else torch's current stream) or in host memory (the shared host
 heap). As in MORI, a call whose input or output exceeds the buffer sizes given at construction
-returns False (callers such as DeepSpeed then take their own path); bad arguments raise.
-``copy_output_to_user=False`` leaves the result in the output transit buffer
-(:meth:`AllgatherSdma.get_output_transit_buffer`) instead of the caller's output. Our engine
-needs no transit buffers for correctness and no flag resets; registration of an output is
-recorded, and a push lands directly in any output that lies in the symmetric heap
-(``mori.shmem.tensor`` / ``mori_shmem_create_tensor``), registered or not.
+returns False (callers such as DeepSpeed then take their own path); bad arguments raise, and
+:class:`AllGatherIntoTensor` refuses a per-PE byte length that is not a multiple of 4 (MORI's
+copy engine moves uint32 lanes). ``copy_output_to_user=False`` leaves the result in the output
+transit buffer (:meth:`AllgatherSdma.get_output_transit_buffer`) instead of the caller's output;
+with ``copy_output_to_user=True`` :class:`AllgatherSdma` fills both, as MORI's (its users read the
+transit buffer after a call). Our engine needs no flag resets; registration of an output is
+recorded (``auto_register=True``: every call's output is), and a push lands directly in any
+output that lies in the symmetric heap (``mori.shmem.tensor`` / ``mori_shmem_create_tensor``),
+registered or not.
 """
 from __future__ import annotations
 
@@ -50,16 +53,26 @@ def _stream_handle(stream: Any) -> Optional[int]:
 
 
 class AllGatherIntoTensor:
-    """``AllGatherIntoTensor(my_pe, npes, input_buffer_size, output_buffer_size, copy_output_to_user=True)``
-    or ``AllGatherIntoTensor(my_pe, npes, transit_buffer_size=512 MiB, copy_output_to_user=True)`` (split
-    evenly between input and output, as in MORI). Collective: every PE builds one."""
+    """``AllGatherIntoTensor(my_pe, npes, input_buffer_size, output_buffer_size, copy_output_to_user=True,
+    auto_register=False)`` or ``AllGatherIntoTensor(my_pe, npes, transit_buffer_size=512 MiB,
+    copy_output_to_user=True, auto_register=False)`` (split evenly between input and output, as in
+    MORI). Collective: every PE builds one."""
 
     def __init__(self, my_pe: int, npes: int, *sizes: Any, copy_output_to_user: bool = True,
-                 input_buffer_size: Optional[int] = None, output_buffer_size: Optional[int] = None,
-                 transit_buffer_size: Optional[int] = None) -> None:
+                 auto_register: bool = False, input_buffer_size: Optional[int] = None,
+                 output_buffer_size: Optional[int] = None, transit_buffer_size: Optional[int] = None) -> None:
         caller = "mori.ccl.AllGatherIntoTensor"
-        if sizes and isinstance(sizes[-1], bool):  # MORI's trailing positional copy_output_to_user
-            copy_output_to_user, sizes = sizes[-1], sizes[:-1]
+        flags = []
+        while sizes and isinstance(sizes[-1], bool):  # MORI's trailing positional copy_output_to_user, auto_register
+            flags.insert(0, sizes[-1])
+            sizes = sizes[:-1]
+        if len(flags) > 2:
+            raise InvalidArgument(f"{caller}: expected at most copy_output_to_user and auto_register after the sizes, "
+                                  f"got {len(flags)} flags")
+        if flags:
+            copy_output_to_user = flags[0]
+        if len(flags) == 2:
+            auto_register = flags[1]
         if len(sizes) == 2:
             input_buffer_size, output_buffer_size = sizes
         elif len(sizes) == 1:
@@ -86,8 +99,12 @@ class AllGatherIntoTensor:
         self._me, self._n = me, n
         self.input_buffer_size, self.output_buffer_size = int(input_buffer_size), int(output_buffer_size)
         self.copy_output_to_user = bool(copy_output_to_user)
+        self.auto_register = bool(auto_register)
+        self._lane_check = True       # AllGatherIntoTensor's uint32-lane rule (AllgatherSdma rounds instead)
+        self._mirror_transit = False  # AllgatherSdma: also leave the result in the transit buffer
         self._registered: dict[int, int] = {}
         self._transit: dict[str, Any] = {}  # "cpu" / "cuda": the output transit buffer, made on first use
+        self._retired: list = []            # smaller transit buffers it replaced (their views stay valid)
         self._async: Optional[tuple[float, Any]] = None  # (start time, CUDA event or None)
 
     def my_pe(self) -> int:
@@ -163,22 +180,36 @@ class AllGatherIntoTensor:
     def is_output_registered(self, ptr: Any) -> bool:
         return _address(ptr, "ptr", "mori.ccl.AllGatherIntoTensor.is_output_registered") in self._registered
 
-    def output_transit_buffer(self, device: str) -> Any:
-        """The output transit buffer (uint8, ``output_buffer_size`` bytes) for ``device`` ("cpu" or
-        "cuda"); symmetric, so made collectively on first use."""
+    def output_transit_buffer(self, device: str, nbytes: Optional[int] = None) -> Any:
+        """The output transit buffer (uint8) for ``device`` ("cpu" or "cuda"); symmetric, so made
+        collectively. A call that mirrors its result there makes (or grows) it to what the calls so
+        far needed, so a 512 MiB default costs no heap it does not use; asked for with no size
+        before any call, it is made with ``output_buffer_size`` bytes, as MORI's."""
         buf = self._transit.get(device)
-        if buf is None:
+        if nbytes is None:
+            want = len(buf) if buf is not None else self.output_buffer_size
+        else:
+            want = max(int(nbytes), 1)
+        if buf is None or len(buf) < want:
+            grown = 2 * len(buf) if buf is not None else 0  # geometric: a few reallocations at most
+            size = want if nbytes is None else min(self.output_buffer_size, max(want, grown))
             if device == "cuda":
                 from mori.shmem.tensor_utils import mori_shmem_create_tensor
 
                 import torch
 
-                buf = mori_shmem_create_tensor((self.output_buffer_size,), torch.uint8)
+                new = mori_shmem_create_tensor((size,), torch.uint8)
             else:
                 import mori.shmem as sh
 
-                buf = sh.zeros(self.output_buffer_size, np.uint8)
-            self._transit[device] = buf
+                new = sh.zeros(size, np.uint8)
+            if buf is not None:
+                if device == "cuda":
+                    new[: len(buf)].copy_(buf)
+                else:
+                    new[: len(buf)] = buf
+                self._retired.append(buf)  # views handed out earlier stay valid
+            buf = self._transit[device] = new
         return buf
 
     # ------------------------------------------------------------------ the work
@@ -190,9 +221,13 @@ class AllGatherIntoTensor:
         if int(sendcount) < 0:
             raise InvalidArgument(f"{caller}: sendcount must be >= 0, got {sendcount}")
         nbytes = int(sendcount) * size_of(dt)
+        if self._lane_check and nbytes % 4:
+            raise InvalidArgument(f"{caller}: sendcount={sendcount} x {dt.name} is {nbytes} bytes per PE, not a "
+                                  f"multiple of 4 (MORI's copy engine moves uint32 lanes)")
         if nbytes > self.input_buffer_size or self._n * nbytes > self.output_buffer_size:
             return False
         device = self._device_of(send, "sendbuff", caller)
+        transit = None
         if self.copy_output_to_user:
             recv = _address(recvbuff, "recvbuff", caller)
             if self._device_of(recv, "recvbuff", caller) != device:
@@ -200,17 +235,26 @@ class AllGatherIntoTensor:
                                       f"({'GPU' if device >= 0 else 'host'} and "
                                       f"{'host' if device >= 0 else 'GPU'})")
             out = self._view(recv, self._n * nbytes, device)
+            if self.auto_register:
+                self._registered.setdefault(recv, self._n * nbytes)
+            if self._mirror_transit:
+                transit = self.output_transit_buffer("cuda" if device >= 0 else "cpu",
+                                                     self._n * nbytes)[: self._n * nbytes]
         else:
-            out = self.output_transit_buffer("cuda" if device >= 0 else "cpu")[: self._n * nbytes]
+            out = self.output_transit_buffer("cuda" if device >= 0 else "cpu", self._n * nbytes)[: self._n * nbytes]
         inp = self._view(send, nbytes, device)
         if device < 0:
             all_gather_into_tensor(out, inp)
+            if transit is not None:
+                transit[:] = out
             return True
         import torch
 
         s = _stream_handle(stream)
         with torch.cuda.stream(torch.cuda.ExternalStream(s)) if s is not None else contextlib.nullcontext():
             all_gather_into_tensor(out, inp)
+            if transit is not None:
+                transit.copy_(out)
             if event_out is not None:
                 event_out.append(torch.cuda.Event())
                 event_out[0].record()
@@ -254,6 +298,8 @@ class AllgatherSdma:
         self._impl = AllGatherIntoTensor(my_pe, npes, copy_output_to_user=copy_output_to_user,
                                          input_buffer_size=input_buffer_size, output_buffer_size=output_buffer_size,
                                          transit_buffer_size=transit_buffer_size)
+        self._impl._lane_check = False     # MORI's AllgatherSdma rounds the bytes up to lanes instead
+        self._impl._mirror_transit = True  # its users read the transit buffer after a copy-out call
 
     def __call__(self, input_data: Any, output_data: Any, count: int, stream: Any = None) -> bool:
         return self._impl(input_data, output_data, count, _dtype_of(input_data), stream)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -37,6 +38,16 @@ def _int_env(*names: str) -> Optional[int]:
     return None
 
 
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, text: str) -> None:
+    """One stderr line per process: a derived secret is weak, and saying so once is enough."""
+    if key not in _warned:
+        _warned.add(key)
+        sys.stderr.write(f"mori: warning: {text}\n")
+
+
 def detect_launch() -> LaunchInfo:
     """Identify the launcher from its environment variables.
 
@@ -60,9 +71,20 @@ def detect_launch() -> LaunchInfo:
         # torchrun's agent (or torch's own rank-0 store) owns MASTER_PORT; MORI's store uses the next port
         # unless MORI_MASTER_PORT says otherwise.
         store_port = int(env.get("MORI_MASTER_PORT", port + 1))
-        secret = env.get("MORI_JOB_SECRET") or hashlib.sha256(
+        secret = env.get("MORI_JOB_SECRET", "")
+        local_rank = int(env.get("LOCAL_RANK", 0))
+        if not secret and local_rank == 0:
+            if kind == "torchrun":
+                _warn_once("torchrun", "MORI_JOB_SECRET is not set, so the job secret travels in MORI's unique id "
+                           "through torchrun's store, which anyone who can reach MASTER_ADDR:MASTER_PORT can read; "
+                           "set the same random MORI_JOB_SECRET (64 hex digits) on every node")
+            else:
+                _warn_once("env", "MORI_JOB_SECRET is not set, so the job secret is derived from MASTER_ADDR and "
+                           "the port, and anyone who knows them can join the job; set the same random "
+                           "MORI_JOB_SECRET (64 hex digits) on every rank")
+        secret = secret or hashlib.sha256(
             f"mori:{env['MASTER_ADDR']}:{store_port}:{env.get('TORCHELASTIC_RUN_ID', '')}".encode()).hexdigest()
-        return LaunchInfo(kind, int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)),
+        return LaunchInfo(kind, int(env["RANK"]), int(env["WORLD_SIZE"]), local_rank,
                           int(env.get("LOCAL_WORLD_SIZE", 1)), env["MASTER_ADDR"], store_port, secret)
     return LaunchInfo("single")
 

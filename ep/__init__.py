@@ -13,13 +13,16 @@ See docs/ep.md.
 from mori.ep.config import EpDispatchCombineConfig
 from mori.ep.kernel_type import EpDispatchCombineKernelType, EpDispatchCombineQuantType
 from mori.ep.local_expert_count import launch_local_expert_count
-from mori.ep.op import TOPK_IDX_DTYPE, EpDispatchCombineOp
+from mori.ep.op import TOPK_IDX_DTYPE, EpDispatchCombineOp, warmup_jit_kernels
+from mori.ep.routing import EpDispatchRoutingHandle
 
 __all__ = [
     "EpDispatchCombineConfig",
     "EpDispatchCombineKernelType",
     "EpDispatchCombineOp",
     "EpDispatchCombineQuantType",
+    "EpDispatchRoutingHandle",
     "TOPK_IDX_DTYPE",
     "launch_local_expert_count",
+    "warmup_jit_kernels",
 ]

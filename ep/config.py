@@ -41,6 +41,11 @@ class EpDispatchCombineConfig:
     quant_type: str = "none"
 
     @property
+    def max_num_tokens_to_send_per_rank(self) -> int:
+        """``max_num_inp_token_per_rank`` (MORI's MaxNumTokensToSendPerRank)."""
+        return self.max_num_inp_token_per_rank
+
+    @property
     def max_num_tokens_to_send(self) -> int:
         """Stride of the flat source positions: ``world_size * max_num_inp_token_per_rank``."""
         return self.world_size * self.max_num_inp_token_per_rank
@@ -66,6 +71,8 @@ class EpDispatchCombineConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"EpDispatchCombineConfig.{name} must be an int, got {value!r}")
+            if not -2**31 <= value < 2**31:
+                raise ValueError(f"EpDispatchCombineConfig.{name} = {value} does not fit int32")
         try:
             kernel = EpDispatchCombineKernelType(int(self.kernel_type))
         except (TypeError, ValueError):

@@ -3,7 +3,8 @@
 import it by that name (vLLM: ``import mori.ops.dispatch_combine as mori_ops``)."""
 from mori.ep.config import EpDispatchCombineConfig
 from mori.ep.kernel_type import EpDispatchCombineKernelType, EpDispatchCombineQuantType
-from mori.ep.op import TOPK_IDX_DTYPE, EpDispatchCombineOp
+from mori.ep.op import TOPK_IDX_DTYPE, EpDispatchCombineOp, warmup_jit_kernels
+from mori.ep.routing import EpDispatchRoutingHandle
 
 __all__ = ["EpDispatchCombineConfig", "EpDispatchCombineKernelType", "EpDispatchCombineOp",
-           "EpDispatchCombineQuantType", "TOPK_IDX_DTYPE"]
+           "EpDispatchCombineQuantType", "EpDispatchRoutingHandle", "TOPK_IDX_DTYPE", "warmup_jit_kernels"]

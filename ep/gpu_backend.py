@@ -39,6 +39,7 @@ class _PendingCombine:
     weights: bool
     num_tokens: int
     fp8: bool
+    block: int
 
 
 class GpuIntraNode:
@@ -127,8 +128,9 @@ class GpuIntraNode:
         return int(torch.cuda.current_stream().cuda_stream)
 
     def dispatch_send(self, x: torch.Tensor, w: Optional[torch.Tensor], s: Optional[torch.Tensor],
-                      idx: torch.Tensor, blocks: int, warps: int, with_recv: bool) -> None:
-        """with_recv: the same launch also waits for the peers (else dispatch_recv does)."""
+                      idx: torch.Tensor, blocks: int, warps: int, with_recv: bool, replay: int = 0) -> None:
+        """with_recv: the same launch also waits for the peers (else dispatch_recv does); replay: the
+        device address of a routing handle's dest map (rows go to its slots)."""
         row_bytes = x.shape[1] * x.element_size()
         if row_bytes > self.max_row:
             raise ValueError(f"EpDispatchCombineOp.dispatch: rows of {row_bytes} bytes exceed hidden_dim x "
@@ -139,14 +141,15 @@ class GpuIntraNode:
                                    w.data_ptr() if w is not None and w.numel() else 0,
                                    s.data_ptr() if s is not None and s.numel() else 0,
                                    idx.data_ptr() if idx.numel() else 0, x.shape[0], blocks, warps, with_recv,
-                                   self.stream())
+                                   self.stream(), replay)
 
     def dispatch_recv(self) -> None:
         self.kernels.dispatch_recv(self.stream())
 
     def combine(self, x: torch.Tensor, w: Optional[torch.Tensor], num_tokens: int, fp8: bool, phase: int,
-                blocks: int, warps: int) -> None:
-        """phase 0: send and sum in one kernel; 1: send only; 2: sum only (AsyncLL's halves)."""
+                blocks: int, warps: int, block: int = 0) -> None:
+        """phase 0: send and sum in one kernel; 1: send only; 2: sum only (AsyncLL's halves).
+        ``block`` > 0: fp8_blockwise rows (e4m3 codes + one fp32 scale per ``block`` values)."""
         fn = "EpDispatchCombineOp.combine"
         if x.dtype not in _COMBINE_CODES:
             raise NotImplementedError(f"{fn}: CUDA combine supports float32 and bfloat16, got {x.dtype}")
@@ -154,13 +157,18 @@ class GpuIntraNode:
         if hidden * x.element_size() > self.max_row or hidden % 8:
             raise ValueError(f"{fn}: rows of {hidden} x {x.dtype} must fit hidden_dim x max_token_type_size = "
                              f"{self.max_row} bytes, with hidden a multiple of 8")
+        if block:
+            staged = (hidden + 4 * -(-hidden // block) + 15) // 16 * 16
+            if staged > self.max_row:
+                raise ValueError(f"{fn}: fp8_blockwise rows of {staged} bytes (codes + scales) exceed hidden_dim x "
+                                 f"max_token_type_size = {self.max_row}")
         blocks, warps = self.grid(blocks, warps)
         zero_copy = x.numel() > 0 and x.data_ptr() == self.addr["reg_in"]
         self.kernels.combine(x.data_ptr() if x.numel() else 0, w.data_ptr() if w is not None and w.numel() else 0,
                              w is not None, _COMBINE_CODES[x.dtype], hidden, fp8, num_tokens, phase, zero_copy, blocks,
-                             warps, self.stream())
+                             warps, self.stream(), block)
         if phase == 1:
-            self.pending = _PendingCombine(x.dtype, hidden, w is not None, num_tokens, fp8)
+            self.pending = _PendingCombine(x.dtype, hidden, w is not None, num_tokens, fp8, block)
 
     def combine_recv(self, blocks: int, warps: int) -> None:
         p = self.pending
@@ -168,5 +176,5 @@ class GpuIntraNode:
             raise RuntimeError("EpDispatchCombineOp.combine_recv: no combine_send before it")
         blocks, warps = self.grid(blocks, warps)
         self.kernels.combine(0, 0, p.weights, _COMBINE_CODES[p.dtype], p.hidden, p.fp8, p.num_tokens, 2, False,
-                             blocks, warps, self.stream())
+                             blocks, warps, self.stream(), p.block)
         self.pending = None

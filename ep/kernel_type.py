@@ -35,25 +35,32 @@ class EpDispatchCombineQuantType(enum.IntEnum):
 
     None_ = 0
     Fp8DirectCast = 1
+    Fp8BlockwiseQuant = 2
+    Fp4BlockwiseQuant = 3
 
     def __str__(self) -> str:
         return self.name
 
 
-QUANT_TYPES = {"none": EpDispatchCombineQuantType.None_, "fp8_direct_cast": EpDispatchCombineQuantType.Fp8DirectCast}
-# MORI's other combine quantizations; named so the error can say they exist but are not built here.
-UNSUPPORTED_QUANT_TYPES = ("fp8_blockwise", "fp4_blockwise")
+QUANT_TYPES = {"none": EpDispatchCombineQuantType.None_, "fp8_direct_cast": EpDispatchCombineQuantType.Fp8DirectCast,
+               "fp8_blockwise": EpDispatchCombineQuantType.Fp8BlockwiseQuant,
+               "fp4_blockwise": EpDispatchCombineQuantType.Fp4BlockwiseQuant}
+BLOCKWISE = (EpDispatchCombineQuantType.Fp8BlockwiseQuant, EpDispatchCombineQuantType.Fp4BlockwiseQuant)
+BLOCKWISE_SCALE_DIM = 56  # MORI's scales per combine row (MORI_FP8_COMBINE_SCALE_DIM's default); ep/blockwise.h too
+# Kernel types whose combine MORI builds for each blockwise quant type (it refuses others at combine).
+BLOCKWISE_KERNELS = {
+    EpDispatchCombineQuantType.Fp8BlockwiseQuant: ("IntraNode", "IntraNodeLL", "AsyncLL"),
+    EpDispatchCombineQuantType.Fp4BlockwiseQuant: ("IntraNode", "IntraNodeLL"),
+}
 
 
 def normalize_quant_type(value) -> EpDispatchCombineQuantType:
-    """Accepts ``"none"``, ``"fp8_direct_cast"`` (any case) or an ``EpDispatchCombineQuantType``."""
+    """Accepts ``"none"``, ``"fp8_direct_cast"``, ``"fp8_blockwise"``, ``"fp4_blockwise"`` (any case)
+    or an ``EpDispatchCombineQuantType``."""
     if isinstance(value, EpDispatchCombineQuantType):
         return value
     if isinstance(value, str):
         key = value.strip().lower()
         if key in QUANT_TYPES:
             return QUANT_TYPES[key]
-        if key in UNSUPPORTED_QUANT_TYPES:
-            raise NotImplementedError(f"quant_type={value!r} is not implemented in this MORI "
-                                      f"(supported: {sorted(QUANT_TYPES)})")
     raise ValueError(f"invalid quant_type {value!r}: expected one of {sorted(QUANT_TYPES)}")

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any
 
 import numpy as np
@@ -35,38 +36,54 @@ def launch_local_expert_count(config: Any, indices_ptr: int, total_recv_token_nu
                               stream: Any = 0) -> None:
     """MORI's standalone count: ``indices_ptr`` (int32 [total, topk] global expert ids),
     ``total_recv_token_num_ptr`` (int32 [1]: total) and ``local_expert_count_ptr`` (int32
-    [num_experts_per_rank], overwritten) are addresses on this PE's GPU, or all three in host
-    memory. The count is read first (a host sync on ``stream``), so only ``total`` rows are touched;
-    ``block_num``/``warp_per_block`` are accepted for MORI's signature (torch ops do the work)."""
+    [num_experts_per_rank], overwritten) are addresses on one GPU, or all three in host memory.
+    Needs no shmem runtime (as MORI's). The count is read first (a host sync on ``stream``), so only
+    ``total`` rows are touched; ``block_num``/``warp_per_block`` are -1 (the config's) or > 0, as a
+    launch shape (torch ops do the work)."""
     caller = "mori.ops.launch_local_expert_count"
     epr, k, rank = int(config.num_experts_per_rank), int(config.num_experts_per_token), int(config.rank)
+    for name, v in (("block_num", block_num), ("warp_per_block", warp_per_block)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not (v == -1 or v > 0):
+            raise InvalidArgument(f"{caller}: {name} must be -1 (the config's) or > 0, got {v!r}")
     ptrs = {"indices_ptr": indices_ptr, "total_recv_token_num_ptr": total_recv_token_num_ptr,
             "local_expert_count_ptr": local_expert_count_ptr}
     for name, p in ptrs.items():
         if not isinstance(p, (int, np.integer)) or isinstance(p, bool) or p <= 0:
             raise InvalidArgument(f"{caller}: {name} must be a non-null address (int), got {p!r}")
-    on_gpu = bool(_C.shmem.built_with_cuda() and _C.shmem.gpu_bound())
-    devices = {name: int(_C.shmem.pointer_device(int(p))) if on_gpu else -1 for name, p in ptrs.items()}
-    if len(set(d >= 0 for d in devices.values())) != 1:
-        raise InvalidArgument(f"{caller}: the three addresses must all be GPU memory or all host memory, got "
+    # CUDA's pointer attributes, not the shmem runtime: this works before (or without) shmem init.
+    cuda = bool(_C.shmem.built_with_cuda())
+    devices = {name: int(_C.shmem.pointer_device(int(p))) if cuda else -1 for name, p in ptrs.items()}
+    if len(set(devices.values())) != 1:
+        raise InvalidArgument(f"{caller}: the three addresses must be memory of one GPU or all host memory, got "
                               + ", ".join(f"{n} on {'cuda:%d' % d if d >= 0 else 'host'}" for n, d in devices.items()))
-    if devices["indices_ptr"] < 0:
+    device = devices["indices_ptr"]
+    if device < 0:
         total = int(view_at(int(total_recv_token_num_ptr), (1,), torch.int32)[0])
         _check_total(caller, total, config)
         idx = view_at(int(indices_ptr), (total, k), torch.int32)
         counts = count_local_experts(idx, torch.tensor([total], dtype=torch.int32), rank, epr)
         view_at(int(local_expert_count_ptr), (epr,), torch.int32).copy_(counts)
         return
-    from mori.shmem.tensor_utils import wrap_device_pointer
-
     s = int(stream.cuda_stream) if hasattr(stream, "cuda_stream") else int(stream or 0)
-    with torch.cuda.stream(torch.cuda.ExternalStream(s)) if s else contextlib.nullcontext():
-        total_t = wrap_device_pointer(int(total_recv_token_num_ptr), 4, torch.int32, (1,))
+    with torch.cuda.device(device), \
+            (torch.cuda.stream(torch.cuda.ExternalStream(s)) if s else contextlib.nullcontext()):
+        total_t = _device_view(device, int(total_recv_token_num_ptr), (1,))
         total = int(total_t.item())
         _check_total(caller, total, config)
-        idx = wrap_device_pointer(int(indices_ptr), max(total * k * 4, 4), torch.int32, (max(total * k, 1),))
+        idx = _device_view(device, int(indices_ptr), (max(total * k, 1),))
         counts = count_local_experts(idx[: total * k].view(total, k), total_t, rank, epr)
-        wrap_device_pointer(int(local_expert_count_ptr), epr * 4, torch.int32, (epr,)).copy_(counts)
+        _device_view(device, int(local_expert_count_ptr), (epr,)).copy_(counts)
+
+
+def _device_view(device: int, addr: int, shape: tuple) -> torch.Tensor:
+    """An int32 tensor over GPU memory at ``addr`` (no copy, no ownership, no shmem runtime)."""
+    from mori.shmem.tensor_utils import MoriShmemBuffer
+
+    nbytes = 4 * math.prod(shape)
+    t = torch.as_tensor(MoriShmemBuffer(addr, nbytes), device=torch.device("cuda", device))
+    if t.data_ptr() != addr:
+        raise RuntimeError("launch_local_expert_count: torch copied a device buffer instead of viewing it")
+    return t.view(torch.int32).view(shape)
 
 
 def _check_total(caller: str, total: int, config: Any) -> None:

@@ -19,9 +19,11 @@ import torch
 from mori import _C
 from mori.ep import standard_moe
 from mori.ep.config import EpDispatchCombineConfig
-from mori.ep.kernel_type import EpDispatchCombineKernelType, normalize_quant_type
+from mori.ep.kernel_type import (BLOCKWISE, BLOCKWISE_KERNELS, BLOCKWISE_SCALE_DIM, EpDispatchCombineKernelType,
+                                 normalize_quant_type)
 from mori.ep.local_expert_count import count_local_experts
 from mori.ep.profiler import TraceBuffer, enabled as profiling_enabled, traced
+from mori.ep.routing import EpDispatchRoutingHandle
 from mori.ep.tensors import address, dtype_code, view_at
 from mori.ep.tuning import LaunchConfigurator, mode_from_env
 
@@ -30,6 +32,15 @@ TOPK_IDX_DTYPE = torch.int32
 
 _GPU_KERNELS = (EpDispatchCombineKernelType.IntraNode, EpDispatchCombineKernelType.IntraNodeLL,
                 EpDispatchCombineKernelType.AsyncLL)
+
+
+def warmup_jit_kernels(kernel_type: EpDispatchCombineKernelType) -> None:
+    """MORI compiles a kernel type's kernels here; ours are compiled ahead of time (CPU and CUDA
+    alike), so this checks ``kernel_type`` and returns."""
+    try:
+        EpDispatchCombineKernelType(int(kernel_type))
+    except (TypeError, ValueError):
+        raise ValueError(f"Unknown kernel_type: {kernel_type!r}") from None
 
 
 def _gpu_bound() -> bool:
@@ -46,7 +57,7 @@ class EpDispatchCombineOp:
     """MoE dispatch/combine over the shmem runtime. Collective: every PE of the shmem job
     constructs one with the same config (except ``rank``), after shmem is initialized."""
 
-    def __init__(self, config: EpDispatchCombineConfig, num_threads: int = 0):
+    def __init__(self, config: EpDispatchCombineConfig, *, num_threads: int = 0):
         self.config = config
         self._kernel = EpDispatchCombineKernelType(int(config.kernel_type))
         self._quant = normalize_quant_type(config.quant_type)
@@ -55,6 +66,7 @@ class EpDispatchCombineOp:
         self._gpu = None
         self._last_on_gpu = False
         if _gpu_bound():
+            _C.ep.validate_config(config.native(num_threads))  # the host handle checks it on CPU
             # Every PE is bound to its GPU: the op's buffers live on the GPU heap. The host
             # handle (CPU tensors) is built on first use (collective, like every call).
             if self._kernel in _GPU_KERNELS:
@@ -70,7 +82,12 @@ class EpDispatchCombineOp:
         self._last_dispatch_dtype: Optional[torch.dtype] = None
         self._last_hidden = config.hidden_dim
         self._std_src_info: Optional[torch.Tensor] = None
-        self.local_expert_count: Optional[torch.Tensor] = None
+        # Allocated with the op, as MORI does; every count overwrites it in place, so a caller
+        # (or a captured CUDA graph) may hold on to this tensor.
+        self.local_expert_count = torch.zeros(config.num_experts_per_rank, dtype=torch.int32,
+                                              device=self._gpu.device if self._gpu is not None else "cpu")
+        self._count_at_recv = False  # AsyncLL: dispatch_send asked for the count, dispatch_recv makes it
+        self._last_out_indices: Optional[tuple] = None  # (out_indices, recv_num_token) views of the last dispatch
         self._trace: Optional[TraceBuffer] = TraceBuffer(config.rank) if profiling_enabled() else None
 
     @property
@@ -90,6 +107,10 @@ class EpDispatchCombineOp:
 
     def max_num_tokens_to_recv_per_rank(self) -> int:
         return self.config.max_num_tokens_to_recv_per_rank
+
+    def max_num_tokens_to_send_per_rank(self) -> int:
+        """``max_num_inp_token_per_rank`` (MORI's MaxNumTokensToSendPerRank)."""
+        return self.config.max_num_tokens_to_send_per_rank
 
     @property
     def num_threads(self) -> int:
@@ -142,19 +163,26 @@ class EpDispatchCombineOp:
     @traced("dispatch")
     def dispatch(self, input: torch.Tensor, weights: Optional[torch.Tensor], scales: Optional[torch.Tensor],
                  indices: torch.Tensor, block_num: int = -1, rdma_block_num: int = -1, warp_per_block: int = -1,
-                 call_local_expert_count: bool = False):
+                 call_local_expert_count: bool = False, *, routing: Optional[EpDispatchRoutingHandle] = None,
+                 return_routing: bool = False):
         """Send each token to the ranks of its top-k experts.
 
         Returns ``(out, out_weights, out_scales, out_indices, recv_num_token)``: views with
         ``max_num_tokens_to_recv()`` rows, of which ``recv_num_token[0]`` are valid;
         ``out_scales`` is None when ``scale_dim == 0``. For ``AsyncLL`` this is the send
-        half: the views fill in at ``dispatch_recv()``.
+        half: the views fill in at ``dispatch_recv()``. ``return_routing=True`` appends an
+        :class:`EpDispatchRoutingHandle` of this layout (``recv_num_token`` is then its tensor);
+        ``routing=h`` dispatches the same routing again into ``h``'s layout (IntraNode).
         """
         fn = "EpDispatchCombineOp.dispatch"
         cfg = self.config
         input = _require_tensor(input, fn, "input")
         indices = _require_tensor(indices, fn, "indices")
         on_gpu = self._check_device(fn, input, weights, scales, indices)
+        if routing is not None and return_routing:
+            raise ValueError("pass either `routing=` (replay) or `return_routing=True` (new layout), not both")
+        if routing is not None or return_routing:
+            self._check_routing_support(fn, on_gpu, replay=routing is not None)
         if input.dim() != 2:
             raise ValueError(f"{fn}: input must be 2-D [num_tokens, hidden_dim], got shape {tuple(input.shape)}")
         n, hidden = input.shape
@@ -194,11 +222,21 @@ class EpDispatchCombineOp:
                                             block_num, rdma_block_num, warp_per_block)
         self._last_on_gpu = on_gpu
         if on_gpu:
-            return self._dispatch_gpu(input, weights, scales if has_scales else None, indices, bn, wpb,
-                                      call_local_expert_count)
+            replay_map = self._gpu_replay_map(fn, routing, indices) if routing is not None else None
+            outs = self._dispatch_gpu(input, weights, scales if has_scales else None, indices, bn, wpb,
+                                      call_local_expert_count, replay_map)
+            if routing is not None:
+                return outs[:4] + (routing.total_recv_token_num,)
+            if return_routing:
+                h = self._snapshot_routing_gpu(indices)
+                return outs[:4] + (h.total_recv_token_num, h)
+            return outs
+        replay = 0
+        if routing is not None:
+            replay = self._replay_map(fn, routing, indices)
         out_p, w_p, s_p, i_p, total_p = self._handle.dispatch(
             address(input), dtype_code(input.dtype, fn), n, hidden, address(weights),
-            address(scales) if has_scales else 0, address(indices), bn, wpb, rbn)
+            address(scales) if has_scales else 0, address(indices), bn, wpb, rbn, replay)
         self._last_dispatch_dtype = input.dtype
         self._last_hidden = hidden
         rows = cfg.max_num_tokens_to_recv
@@ -207,17 +245,146 @@ class EpDispatchCombineOp:
         out_s = self._view("s", s_p, (rows, cfg.scale_dim), scales.dtype) if has_scales else None
         out_i = self._view("i", i_p, (rows, k), TOPK_IDX_DTYPE)
         recv = self._view("n", total_p, (1,), torch.int32)
-        if call_local_expert_count and self._kernel != EpDispatchCombineKernelType.AsyncLL:
-            self.local_expert_count = count_local_experts(out_i, recv, cfg.rank, cfg.num_experts_per_rank)
+        self._after_dispatch(out_i, recv, call_local_expert_count)
+        if routing is not None:
+            if int(recv[0]) != int(routing.total_recv_token_num[0]):
+                raise RuntimeError(f"{fn}: replaying the routing handle delivered {int(recv[0])} rows to this PE, "
+                                   f"the handle's dispatch {int(routing.total_recv_token_num[0])}: every PE must "
+                                   f"replay the handle of the same dispatch")
+            return out, out_w, out_s, out_i, routing.total_recv_token_num
+        if return_routing:
+            h = self._snapshot_routing(indices)
+            return out, out_w, out_s, out_i, h.total_recv_token_num, h
         return out, out_w, out_s, out_i, recv
 
-    def _dispatch_gpu(self, input, weights, scales, indices, bn, wpb, call_local_expert_count):
+    # ------------------------------------------------------------------ routing handles
+
+    def _check_routing_support(self, fn: str, on_gpu: bool, replay: bool = False) -> None:
+        if self._kernel not in (EpDispatchCombineKernelType.IntraNode, EpDispatchCombineKernelType.InterNodeV1):
+            raise NotImplementedError(f"{fn}: routing handle path not supported for kernel_type={self._kernel.name}; "
+                                      f"only IntraNode and InterNodeV1 take routing handles (as in MORI)")
+        if replay and self._kernel == EpDispatchCombineKernelType.InterNodeV1:
+            raise NotImplementedError(f"{fn}: replaying a routing handle (dispatch(..., routing=h)) on InterNodeV1 is "
+                                      f"not implemented yet (return_routing=True and combine(..., routing=h) are)")
+
+    def _snapshot_routing_gpu(self, indices: torch.Tensor) -> EpDispatchRoutingHandle:
+        """The layout of the dispatch just enqueued, copied on the GPU (no host sync)."""
+        g, cfg, n = self._gpu, self.config, int(indices.shape[0])
+        k, rows = cfg.num_experts_per_token, cfg.max_num_tokens_to_recv
+        empty = torch.zeros(0, dtype=torch.int32, device=g.device)
+        return EpDispatchRoutingHandle(
+            disp_dest_tok_id_map=g.view("dest_map", (cfg.max_num_inp_token_per_rank * k,), torch.int64)[: n * k].clone(),
+            inter_node_disp_dest_tok_id_map=empty, inter_node_disp_send_map=empty.clone(),
+            total_recv_token_num=g.view("total_recv", (1,), torch.int32).clone(),
+            disp_tok_id_to_src_tok_id_local=g.view("disp_src", (rows,), torch.int32).clone(),
+            cur_rank_num_token=n, indices=indices.clone())
+
+    def _gpu_replay_map(self, fn: str, routing: EpDispatchRoutingHandle, indices: torch.Tensor) -> torch.Tensor:
+        """A handle's dest map checked for a replay on the GPU (by count and tensor kind: comparing
+        the routing itself would sync the host)."""
+        if not isinstance(routing, EpDispatchRoutingHandle):
+            raise ValueError(f"{fn}: routing must be an EpDispatchRoutingHandle, got {type(routing).__name__}")
+        n, k = routing.source_token_count(), self.config.num_experts_per_token
+        if int(indices.shape[0]) != n:
+            raise ValueError(f"{fn}: replay dispatch indices has {int(indices.shape[0])} tokens but "
+                             f"routing.cur_rank_num_token={n}")
+        dm = routing.disp_dest_tok_id_map
+        if not isinstance(dm, torch.Tensor) or dm.dtype != torch.int64 or dm.device != self._gpu.device \
+                or dm.numel() < n * k:
+            raise ValueError(f"{fn}: routing.disp_dest_tok_id_map must be an int64 tensor on {self._gpu.device} of "
+                             f"at least {n * k} elements (a handle from this op's dispatch(..., return_routing=True))")
+        return dm.reshape(-1)[: n * k].contiguous()
+
+    def _restore_routing_gpu(self, fn: str, routing: EpDispatchRoutingHandle, indices: torch.Tensor) -> None:
+        """Puts a handle's layout back into the op's GPU buffers for the combine that follows (device
+        copies on the current stream; the routing itself is compared by token count only here)."""
+        if not isinstance(routing, EpDispatchRoutingHandle):
+            raise ValueError(f"{fn}: routing must be an EpDispatchRoutingHandle, got {type(routing).__name__}")
+        g, cfg = self._gpu, self.config
+        n, k, rows = routing.source_token_count(), cfg.num_experts_per_token, cfg.max_num_tokens_to_recv
+        if int(indices.shape[0]) != n:
+            raise ValueError(f"{fn}: indices has {int(indices.shape[0])} tokens but routing.cur_rank_num_token={n}")
+        fields = (("disp_dest_tok_id_map", routing.disp_dest_tok_id_map, torch.int64, n * k),
+                  ("total_recv_token_num", routing.total_recv_token_num, torch.int32, 1),
+                  ("disp_tok_id_to_src_tok_id_local", routing.disp_tok_id_to_src_tok_id_local, torch.int32, rows))
+        for name, t, dtype, need in fields:
+            if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.device != g.device or t.numel() < need:
+                raise ValueError(f"{fn}: routing.{name} must be a {dtype} tensor on {g.device} of at least {need} "
+                                 f"elements (a handle from this op's dispatch(..., return_routing=True))")
+        g.view("dest_map", (n * k,), torch.int64).copy_(routing.disp_dest_tok_id_map.reshape(-1)[: n * k])
+        g.view("total_recv", (1,), torch.int32).copy_(routing.total_recv_token_num.reshape(-1)[:1])
+        g.view("disp_src", (rows,), torch.int32).copy_(routing.disp_tok_id_to_src_tok_id_local.reshape(-1)[:rows])
+
+    def _snapshot_routing(self, indices: torch.Tensor) -> EpDispatchRoutingHandle:
+        """This dispatch's layout, copied out of the handle (it outlives later dispatches)."""
+        cfg, n = self.config, int(indices.shape[0])
+        k, rows = cfg.num_experts_per_token, cfg.max_num_tokens_to_recv
+        total = int(self._handle.total_recv())
+        src = torch.full((rows,), -1, dtype=torch.int32)
+        src[:total] = view_at(self._handle.src_token_pos(), (total,), torch.int32)
+        inbox, sent = torch.zeros(0, dtype=torch.int32), torch.zeros(0, dtype=torch.uint8)
+        if self._kernel == EpDispatchCombineKernelType.InterNodeV1:
+            # Ours: the node each token visited (uint8 [tokens * nodes]); this PE's inbox as a
+            # forwarder, its entry counts per node then (source token, local-rank mask) pairs.
+            nodes = cfg.world_size // min(cfg.gpu_per_node, cfg.world_size)
+            sent = view_at(self._handle.node_sent(), (n * nodes,), torch.uint8).clone()
+            inbox = torch.cat([view_at(self._handle.inbox_count(), (nodes,), torch.int32),
+                               view_at(self._handle.inbox_meta(), (nodes * cfg.max_num_inp_token_per_rank * 2,),
+                                       torch.int32)])
+        return EpDispatchRoutingHandle(
+            disp_dest_tok_id_map=view_at(self._handle.dest_map(), (n * k,), torch.int64).clone(),
+            inter_node_disp_dest_tok_id_map=inbox, inter_node_disp_send_map=sent,
+            total_recv_token_num=torch.tensor([total], dtype=torch.int32), disp_tok_id_to_src_tok_id_local=src,
+            cur_rank_num_token=n, indices=indices.clone())
+
+    def _routing_layout(self, fn: str, routing: EpDispatchRoutingHandle, indices: torch.Tensor) -> dict:
+        """The handle's tensors checked against this call (MORI's checks, and the routing itself)."""
+        if not isinstance(routing, EpDispatchRoutingHandle):
+            raise ValueError(f"{fn}: routing must be an EpDispatchRoutingHandle, got {type(routing).__name__}")
+        cfg = self.config
+        n, k = routing.source_token_count(), cfg.num_experts_per_token
+        if int(indices.shape[0]) != n:
+            raise ValueError(f"{fn}: indices has {int(indices.shape[0])} tokens but routing.cur_rank_num_token={n}")
+        dm, tot, src = routing.disp_dest_tok_id_map, routing.total_recv_token_num, routing.disp_tok_id_to_src_tok_id_local
+        for name, t, dtype, need in (("disp_dest_tok_id_map", dm, torch.int64, n * k),
+                                     ("total_recv_token_num", tot, torch.int32, 1),
+                                     ("disp_tok_id_to_src_tok_id_local", src, torch.int32, 0)):
+            if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.device.type != "cpu" or t.numel() < need:
+                raise ValueError(f"{fn}: routing.{name} must be a CPU {dtype} tensor of at least {need} elements "
+                                 f"(a handle from this op's dispatch(..., return_routing=True))")
+        total = int(tot.reshape(-1)[0])
+        if not 0 <= total <= min(src.numel(), cfg.max_num_tokens_to_recv):
+            raise ValueError(f"{fn}: routing.total_recv_token_num is {total}, outside 0..{src.numel()}")
+        if routing.indices is not None and not torch.equal(routing.indices.to(indices.dtype), indices):
+            raise ValueError(f"{fn}: indices differ from the routing the handle was made with (a handle replays "
+                             f"one routing)")
+        layout = {"dest_map": dm.contiguous(), "total": total, "src": src.contiguous(), "tokens": n}
+        if self._kernel == EpDispatchCombineKernelType.InterNodeV1:
+            nodes = cfg.world_size // min(cfg.gpu_per_node, cfg.world_size)
+            inbox, sent = routing.inter_node_disp_dest_tok_id_map, routing.inter_node_disp_send_map
+            for name, t, dtype, need in (("inter_node_disp_send_map", sent, torch.uint8, n * nodes),
+                                         ("inter_node_disp_dest_tok_id_map", inbox, torch.int32,
+                                          nodes + nodes * cfg.max_num_inp_token_per_rank * 2)):
+                if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.device.type != "cpu" or t.numel() < need:
+                    raise ValueError(f"{fn}: routing.{name} must be a CPU {dtype} tensor of at least {need} elements "
+                                     f"(InterNodeV1's maps, from this op's dispatch(..., return_routing=True))")
+            inbox = inbox.contiguous()
+            layout.update(sent=sent.contiguous(), inbox=inbox, inbox_meta=address(inbox) + 4 * nodes)
+        return layout
+
+    def _replay_map(self, fn: str, routing: EpDispatchRoutingHandle, indices: torch.Tensor) -> int:
+        layout = self._routing_layout(fn, routing, indices)
+        self._replay_keep = layout["dest_map"]  # alive during the call
+        return address(layout["dest_map"]) or 0
+
+    def _dispatch_gpu(self, input, weights, scales, indices, bn, wpb, call_local_expert_count, replay=None):
         g, cfg = self._gpu, self.config
         if input.shape[0] > cfg.max_num_inp_token_per_rank:
             raise ValueError(f"EpDispatchCombineOp.dispatch: {input.shape[0]} tokens exceed "
                              f"max_num_inp_token_per_rank={cfg.max_num_inp_token_per_rank}")
         g.dispatch_send(input, weights, scales, indices, bn, wpb,
-                        with_recv=self._kernel != EpDispatchCombineKernelType.AsyncLL)
+                        with_recv=self._kernel != EpDispatchCombineKernelType.AsyncLL,
+                        replay=replay.data_ptr() if replay is not None and replay.numel() else 0)
         self._last_dispatch_dtype = input.dtype
         hidden = input.shape[1]
         self._last_hidden = hidden
@@ -227,32 +394,55 @@ class EpDispatchCombineOp:
         out_s = g.view("disp_scale", (rows, cfg.scale_dim), scales.dtype) if scales is not None else None
         out_i = g.view("disp_idx", (rows, k), TOPK_IDX_DTYPE)
         recv = g.view("total_recv", (1,), torch.int32)
-        if call_local_expert_count and self._kernel != EpDispatchCombineKernelType.AsyncLL:
-            self.local_expert_count = count_local_experts(out_i, recv, cfg.rank, cfg.num_experts_per_rank)
+        self._after_dispatch(out_i, recv, call_local_expert_count)
         return out, out_w, out_s, out_i, recv
 
-    def dispatch_send(self, input, weights, scales, indices, block_num: int = -1, rdma_block_num: int = -1,
-                      warp_per_block: int = -1):
-        """Same as ``dispatch`` (the send half for ``AsyncLL``)."""
-        return self.dispatch(input, weights, scales, indices, block_num, rdma_block_num, warp_per_block)
+    def _after_dispatch(self, out_i: torch.Tensor, recv: torch.Tensor, call_local_expert_count: bool) -> None:
+        """Counts local experts now, or (AsyncLL, whose rows arrive at dispatch_recv) at dispatch_recv."""
+        self._last_out_indices = (out_i, recv)
+        split = self._kernel == EpDispatchCombineKernelType.AsyncLL
+        self._count_at_recv = bool(call_local_expert_count) and split
+        if call_local_expert_count and not split:
+            self._count_local_experts()
+
+    def _count_local_experts(self) -> None:
+        out_i, recv = self._last_out_indices
+        cfg = self.config
+        self.local_expert_count.copy_(count_local_experts(out_i, recv, cfg.rank, cfg.num_experts_per_rank))
+
+    def dispatch_send(self, input: torch.Tensor, weights: Optional[torch.Tensor], scales: Optional[torch.Tensor],
+                      indices: torch.Tensor, block_num: int = -1, warp_per_block: int = -1,
+                      call_local_expert_count: bool = False):
+        """Same as ``dispatch`` (the send half for ``AsyncLL``). With ``call_local_expert_count``
+        ``op.local_expert_count`` is filled as ``dispatch`` fills it: here, or for ``AsyncLL``
+        (whose rows have not arrived yet) by the following ``dispatch_recv``."""
+        return self.dispatch(input, weights, scales, indices, block_num, -1, warp_per_block,
+                             call_local_expert_count)
 
     @traced("dispatch_recv")
-    def dispatch_recv(self, block_num: int = -1, warp_per_block: int = -1) -> None:
-        """``AsyncLL`` only: wait for every peer's tokens; fills the views ``dispatch_send`` returned."""
+    def dispatch_recv(self, block_num: int = -1, warp_per_block: int = -1,
+                      call_local_expert_count: bool = False) -> None:
+        """``AsyncLL`` only: wait for every peer's tokens; fills the views ``dispatch_send`` returned.
+        ``call_local_expert_count`` (here or at ``dispatch_send``) fills ``op.local_expert_count``."""
         if self._kernel != EpDispatchCombineKernelType.AsyncLL:
             raise ValueError(f"dispatch_recv only supports AsyncLL, got kernel_type={self._kernel.name}")
         if self._last_on_gpu:
             self._gpu.dispatch_recv()
-            return
-        self._handle.dispatch_recv()
+        else:
+            self._handle.dispatch_recv()
+        if (call_local_expert_count or self._count_at_recv) and self._last_out_indices is not None:
+            self._count_local_experts()
+        self._count_at_recv = False
 
     # ------------------------------------------------------------------ combine
 
     @traced("combine")
     def combine(self, input: torch.Tensor, weights: Optional[torch.Tensor], indices: torch.Tensor,
                 block_num: int = -1, rdma_block_num: int = -1, warp_per_block: int = -1,
-                use_external_inp_buf: int = -1, call_reset: bool = False):
-        """Send expert outputs back and sum them per source token.
+                use_external_inp_buf: int = -1, call_reset: bool = False, *,
+                routing: Optional[EpDispatchRoutingHandle] = None):
+        """Send expert outputs back and sum them per source token (``routing=h``: of the dispatch
+        that made routing handle ``h``, whatever ran since; IntraNode).
 
         ``input`` rows align with the dispatch output rows (at least ``recv_num_token[0]``
         of them; or the registered buffer in zero-copy mode); ``weights`` likewise (or None);
@@ -264,6 +454,8 @@ class EpDispatchCombineOp:
         input = _require_tensor(input, fn, "input")
         indices = _require_tensor(indices, fn, "indices")
         on_gpu = self._check_device(fn, input, weights, indices)
+        if routing is not None:
+            self._check_routing_support(fn, on_gpu)
         if input.dim() != 2:
             raise ValueError(f"{fn}: input must be 2-D [rows, hidden_dim], got shape {tuple(input.shape)}")
         rows, hidden = input.shape
@@ -275,9 +467,10 @@ class EpDispatchCombineOp:
             weights = _require_tensor(weights, fn, "weights")
             if weights.dim() != 2 or weights.shape[1] != k:
                 raise ValueError(f"{fn}: weights must be [rows, {k}] aligned with input, got {tuple(weights.shape)}")
-            if not on_gpu and weights.shape[0] < int(self._handle.total_recv()):
-                raise ValueError(f"{fn}: weights has {weights.shape[0]} rows, fewer than the "
-                                 f"{int(self._handle.total_recv())} received tokens")
+            received = (0 if on_gpu else int(routing.total_recv_token_num.reshape(-1)[0])) if routing is not None else \
+                (int(self._handle.total_recv()) if not on_gpu else 0)
+            if weights.shape[0] < received:
+                raise ValueError(f"{fn}: weights has {weights.shape[0]} rows, fewer than the {received} received tokens")
             if weights.dtype != torch.float32:
                 raise ValueError(f"{fn}: weights must be float32, got {weights.dtype}")
             weights = weights.contiguous()
@@ -287,23 +480,70 @@ class EpDispatchCombineOp:
             indices = indices.to(TOPK_IDX_DTYPE)
         indices = indices.contiguous()
         external = cfg.use_external_inp_buf if use_external_inp_buf < 0 else bool(use_external_inp_buf)
+        if self._quant in BLOCKWISE:
+            self._check_blockwise(input.dtype, external)
         bn, rbn, wpb = self._launch.resolve("combine", input.device, input.dtype, indices.shape[0], hidden,
                                             block_num, rdma_block_num, warp_per_block, zero_copy=not external,
                                             quant_type=str(cfg.quant_type))
         if on_gpu:
-            return self._combine_gpu(input, weights, indices, external, bn, wpb, call_reset)
+            return self._combine_gpu(input, weights, indices, external, bn, wpb, call_reset, routing)
+        layout = self._routing_layout(fn, routing, indices) if routing is not None else None
+        made_with = routing.indices.to(TOPK_IDX_DTYPE).contiguous() if layout and routing.indices is not None else None
+        route = {} if layout is None else {
+            "routing": True, "routing_dest_map": address(layout["dest_map"]), "routing_tokens": layout["tokens"],
+            "routing_indices": address(made_with), "routing_total": layout["total"],
+            "routing_src": address(layout["src"])}
+        if layout is not None and "sent" in layout:
+            route.update(routing_node_sent=address(layout["sent"]) or 0, routing_inbox_count=address(layout["inbox"]),
+                         routing_inbox_meta=layout["inbox_meta"])
         out_p, w_p = self._handle.combine(
             address(input), dtype_code(input.dtype, fn), rows, hidden, address(weights), address(indices),
-            indices.shape[0], int(external), bn, wpb, rbn)
+            indices.shape[0], int(external), bn, wpb, rbn, **route)
         out = self._view("cout", out_p, (cfg.max_num_inp_token_per_rank, hidden), input.dtype)
         out_w = self._view("cw", w_p, (cfg.max_num_inp_token_per_rank, k), torch.float32) if w_p else None
         if call_reset:
             self.reset()
         return out, out_w
 
-    def _combine_gpu(self, input, weights, indices, external, bn, wpb, call_reset):
+    def _check_blockwise(self, dtype: torch.dtype, external: bool) -> None:
+        """MORI's rules for blockwise combine, raised where MORI raises them (at combine, after a
+        dispatch that worked): the kernel types it builds, bfloat16 input, an external input."""
+        label = "fp4_blockwise" if self._quant == BLOCKWISE[1] else "fp8_blockwise"
+        allowed = BLOCKWISE_KERNELS[self._quant]
+        if self._kernel.name not in allowed:
+            raise ValueError(f"{label} combine currently only supports {'/'.join(allowed)} combine "
+                             f"(kernel_type={self._kernel.name})")
+        if dtype != torch.bfloat16:
+            raise ValueError(f"{label} combine only supports bf16, got {dtype}")
+        if not external:
+            raise ValueError(f"{label} combine currently requires use_external_inp_buf=True (zero-copy input "
+                             f"is read by peers as it is, unquantized)")
+
+    def _combine_gpu(self, input, weights, indices, external, bn, wpb, call_reset, routing=None):
         g, cfg = self._gpu, self.config
         fn = "EpDispatchCombineOp.combine"
+        if routing is not None:
+            # The handle's layout goes into the buffers the kernels read, and the last dispatch's
+            # comes back after the combine (device copies, in stream order); staging is the bulk
+            # kind (the pipelined kind follows the map the last dispatch left, not the handle's).
+            live_tokens = g.last_num_tokens
+            live = self._snapshot_routing_gpu(torch.empty(live_tokens, 0))
+            self._restore_routing_gpu(fn, routing, indices)
+            pipelined, g.kernels.pipelined_staging = g.kernels.pipelined_staging, False
+            try:
+                g.last_num_tokens = int(indices.shape[0])
+                return self._combine_gpu(input, weights, indices, external, bn, wpb, call_reset)
+            finally:
+                g.kernels.pipelined_staging = pipelined
+                self._restore_routing_gpu(fn, live, torch.empty(live_tokens, 0))
+                g.last_num_tokens = live_tokens
+        block = 0
+        if self._quant in BLOCKWISE:
+            block = -(-input.shape[1] // BLOCKWISE_SCALE_DIM)
+            if self._quant != BLOCKWISE[0] or block % 8:
+                raise NotImplementedError(f"{fn}: on CUDA tensors blockwise combine is fp8_blockwise with blocks of a "
+                                          f"multiple of 8 values (hidden 7168: 128); got quant_type="
+                                          f"{cfg.quant_type!r}, block {block} (CPU tensors take any)")
         if indices.shape[0] != g.last_num_tokens:
             raise ValueError(f"{fn}: indices has {indices.shape[0]} rows but the last dispatch sent "
                              f"{g.last_num_tokens} tokens (pass this rank's original routing; MORI issue #475)")
@@ -311,16 +551,16 @@ class EpDispatchCombineOp:
         # the input, this PE's warps push its rows. fp8_direct_cast converts rows as they are pushed.
         fp8 = int(self._quant) == 1
         split = self._kernel == EpDispatchCombineKernelType.AsyncLL
-        g.combine(input, weights, indices.shape[0], fp8, 1 if split else 0, bn, wpb)
+        g.combine(input, weights, indices.shape[0], fp8, 1 if split else 0, bn, wpb, block)
         hidden, k = input.shape[1], cfg.num_experts_per_token
         out = g.view("comb_out", (cfg.max_num_inp_token_per_rank, hidden), input.dtype)
         out_w = g.view("comb_out_w", (cfg.max_num_inp_token_per_rank, k), torch.float32) if weights is not None else None
         return out, out_w
 
-    def combine_send(self, input, weights, indices, block_num: int = -1, rdma_block_num: int = -1,
-                     warp_per_block: int = -1):
+    def combine_send(self, input: torch.Tensor, weights: Optional[torch.Tensor], indices: torch.Tensor,
+                     block_num: int = -1, warp_per_block: int = -1):
         """Same as ``combine`` (the send half for ``AsyncLL``)."""
-        return self.combine(input, weights, indices, block_num, rdma_block_num, warp_per_block)
+        return self.combine(input, weights, indices, block_num, -1, warp_per_block)
 
     @traced("combine_recv")
     def combine_recv(self, block_num: int = -1, warp_per_block: int = -1) -> None:
@@ -356,6 +596,11 @@ class EpDispatchCombineOp:
         """This PE's spans of dispatch/combine calls (``MORI_EP_PROFILE=1`` when the op was built;
         else empty), for :func:`mori.kernel_profiler.export_to_perfetto`."""
         return self._trace if self._trace is not None else TraceBuffer(self.config.rank)
+
+    def get_debug_time_offset(self) -> torch.Tensor:
+        """int32 ``[1]``: how many spans :meth:`get_debug_time_buf` holds (MORI's per-warp write
+        offsets into its device buffer; our one recorder is the host)."""
+        return torch.tensor([len(self._trace) if self._trace is not None else 0], dtype=torch.int32)
 
     def get_dispatch_src_token_pos(self) -> torch.Tensor:
         """Source of each received row: ``src_rank * max_num_tokens_to_send() + src_token``
@@ -407,7 +652,7 @@ class EpDispatchCombineOp:
         return result
 
     def convert_combine_input(self, packed_recv_x: torch.Tensor, packed_recv_src_info: torch.Tensor,
-                              packed_recv_layout_range: Optional[torch.Tensor] = None, block_num: int = -1,
+                              packed_recv_layout_range: Optional[torch.Tensor], block_num: int = -1,
                               warp_per_block: int = -1) -> torch.Tensor:
         """Sum each received token's local-expert rows back into one row per dispatch output
         row; returns the registered combine input buffer (a view) holding them."""

@@ -15,7 +15,9 @@ from __future__ import annotations
 import collections
 import functools
 import json
+import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -67,20 +69,50 @@ class TraceBuffer:
 
 
 def _event(name: str, rank: int, track: str, ts_us: float, dur_us: float) -> dict:
-    return {"name": name, "cat": "mori.ep", "ph": "X", "ts": ts_us, "dur": max(dur_us, 0.0), "pid": rank,
+    return {"name": name, "cat": "mori.ep", "ph": "X", "ts": ts_us, "dur": dur_us, "pid": rank,
             "tid": track}
 
 
-def export_to_perfetto(trace_buffer: Union[TraceBuffer, Sequence[TraceBuffer]], path: str) -> int:
+def export_to_perfetto(trace_buffer: Union[TraceBuffer, Sequence[TraceBuffer]], filename: str = "trace.json",
+                       slot_map: Optional[Any] = None, gpu_freq_ghz: Optional[float] = None,
+                       validate_pairs: bool = True, sanitize_orphans: bool = True) -> int:
     """Write one or several PEs' buffers as a Chrome JSON trace (open it at ui.perfetto.dev; one
-    process per PE, a host and a gpu track each). Returns the number of events written."""
+    process per PE, a host and a gpu track each). MORI's signature; returns the number of events
+    written, 0 (with a warning, nothing written) when there are none, as MORI does.
+
+    * ``slot_map``: names to show, as a dict from our span names (``"dispatch"``, ...) to display
+      names; MORI's slot-id maps (int keys, or an enum class of slots) name device slots that our
+      spans do not have, so their entries match nothing and names stay as recorded.
+    * ``gpu_freq_ghz``: MORI converts device clock ticks with it; our times are already in
+      nanoseconds, so it must be None or a positive number and changes nothing.
+    * ``validate_pairs``: warn about spans that end before they start (MORI: unmatched begin/end).
+    * ``sanitize_orphans``: drop such spans from the file (MORI: orphaned begin/end events).
+    """
     buffers = [trace_buffer] if isinstance(trace_buffer, TraceBuffer) else list(trace_buffer)
     for b in buffers:
         if not isinstance(b, TraceBuffer):
             raise TypeError(f"export_to_perfetto: expected a TraceBuffer (op.get_debug_time_buf()), got {type(b).__name__}")
+    if not isinstance(filename, (str, os.PathLike)):
+        raise TypeError(f"export_to_perfetto: filename must be a path, got {type(filename).__name__}")
+    if gpu_freq_ghz is not None and not (isinstance(gpu_freq_ghz, (int, float)) and gpu_freq_ghz > 0):
+        raise ValueError(f"export_to_perfetto: gpu_freq_ghz must be None or > 0, got {gpu_freq_ghz!r}")
+    names = {k: str(v) for k, v in slot_map.items() if isinstance(k, str)} if isinstance(slot_map, dict) else {}
     events = [e for b in buffers for e in b.events()]
+    bad = [e for e in events if e["dur"] < 0]
+    if bad and validate_pairs:
+        warnings.warn(f"export_to_perfetto: {len(bad)} spans end before they start; first: {bad[:3]}")
+    if sanitize_orphans:
+        events = [e for e in events if e["dur"] >= 0]
+    for e in events:
+        e["dur"] = max(e["dur"], 0.0)
+        base, suffix = (e["name"][:-10], " (enqueue)") if e["name"].endswith(" (enqueue)") else (e["name"], "")
+        e["name"] = names.get(base, base) + suffix
+    if not events:
+        warnings.warn("export_to_perfetto: no trace events in the buffer (was MORI_EP_PROFILE=1 set when the op "
+                      "was built?); nothing written")
+        return 0
     meta = [{"name": "process_name", "ph": "M", "pid": b.rank, "args": {"name": f"PE {b.rank}"}} for b in buffers]
-    with open(path, "w") as f:
+    with open(filename, "w") as f:
         json.dump({"traceEvents": meta + events, "displayTimeUnit": "ns"}, f)
     return len(events)
 

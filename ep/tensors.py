@@ -20,6 +20,8 @@ _REDUCIBLE = {
     torch.float8_e4m3fn: 3,
     torch.float8_e4m3fnuz: 4,
 }
+if hasattr(torch, "float4_e2m1fn_x2"):  # two e2m1 values per byte; combine sums them in fp32
+    _REDUCIBLE[torch.float4_e2m1fn_x2] = 8
 _OPAQUE_BY_SIZE = {1: 5, 2: 6, 4: 7}
 
 

@@ -5,4 +5,15 @@ import sys
 
 from mori import _C as _native
 
+
+def _moris_ep_name(name: str):
+    # MORI's native EP names (mori.ep.cpp_names), loaded on first use: they need torch.
+    from mori.ep import cpp_names
+
+    if name in cpp_names.__all__:
+        return getattr(cpp_names, name)
+    raise AttributeError(f"module 'mori.cpp' has no attribute {name!r}")
+
+
+_native.__getattr__ = _moris_ep_name
 sys.modules[__name__] = _native

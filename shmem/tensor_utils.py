@@ -16,6 +16,7 @@ import torch
 from mori import _C
 from mori.core.errors import InvalidArgument, InvalidUsage, Unavailable
 from mori.shmem import api
+from mori.shmem.arrays import _heap_bytes, _shape
 
 _native = _C.shmem
 _SYMM_ATTR = "__symm_tensor__"
@@ -58,16 +59,14 @@ def wrap_device_pointer(ptr: int, nbytes: int, dtype: torch.dtype, shape: Sequen
     return flat.view(dtype).view(*shape)
 
 
-def _shape(shape: Union[int, Sequence[int]]) -> tuple[int, ...]:
-    return (int(shape),) if isinstance(shape, int) else tuple(int(s) for s in shape)
-
-
 def mori_shmem_create_tensor(shape: Union[int, Sequence[int]], dtype: torch.dtype) -> torch.Tensor:
     """Allocate a symmetric tensor on the GPU heap. Collective (same shape and dtype on every PE)."""
-    shape = _shape(shape)
-    if any(s < 0 for s in shape):
-        raise InvalidArgument(f"mori_shmem_create_tensor: negative dimension in shape {shape}")
-    nbytes = torch.Size(shape).numel() * dtype.itemsize
+    if not isinstance(dtype, torch.dtype):
+        raise InvalidArgument(f"mori_shmem_create_tensor: dtype must be a torch.dtype, got {dtype!r}")
+    # The host arrays' checks: no negative dimension, and a byte count in Python ints, which do
+    # not wrap (torch.Size.numel() does: (2**62, 8) has "0" elements there).
+    shape = _shape(shape, "mori_shmem_create_tensor")
+    nbytes = _heap_bytes(shape, dtype.itemsize, "mori_shmem_create_tensor") if 0 not in shape else 0
     if nbytes == 0:
         raise InvalidArgument(f"mori_shmem_create_tensor: shape {shape} has no elements")
     dev = _device()

@@ -61,7 +61,7 @@ def test_hostile_client_from_another_host(hosts, tmp_path):
     text = check_all(results)
     assert client.returncode == 0, client.stdout + client.stderr + text
     assert "target survived the hostile client" in text
-    assert "did not present the job secret" in text and "are outside region 0" in text
+    assert "could not prove it holds the job secret" in text and "are outside region 0" in text
 
 
 def test_unreachable_address_is_a_clear_init_error(hosts):

@@ -13,6 +13,7 @@ _BENCHES = {
     "shmem-c": "shmem_c",
     "ep": "ep",
     "ccl": "ccl",
+    "io": "io",
 }
 
 
@@ -25,7 +26,9 @@ def main(argv: Sequence[str]) -> int:
               "  shmem --gpu      GPU heap RMA on 2 GPUs (vs torch peer copy)\n"
               "  shmem-c          the C API vs Open MPI's OpenSHMEM\n"
               "  ep               MoE dispatch/combine (vs the all_to_all path)\n"
-              "  ccl              allgather and friends (vs gloo / NCCL)")
+              "  ccl              allgather and friends (vs gloo / NCCL)\n"
+              "  io               MORI-IO point-to-point transfers (vs a TCP socket, memcpy, Mooncake, NIXL)\n"
+              "  io --gpu         MORI-IO on GPU memory, CUDA IPC and tcp (vs a device-to-device copy)")
         return 0
     what, rest = argv[0], argv[1:]
     module = _BENCHES.get(what)
@@ -33,6 +36,9 @@ def main(argv: Sequence[str]) -> int:
         module = "shmem_hosts"
     elif what == "shmem" and "--gpu" in rest:
         module = "shmem_gpu"
+        rest = [a for a in rest if a != "--gpu"]
+    elif what == "io" and "--gpu" in rest:
+        module = "io_gpu"
         rest = [a for a in rest if a != "--gpu"]
     if module is None:
         print(f"mori bench: unknown benchmark {what!r}; choose from {', '.join(_BENCHES)}", file=sys.stderr)

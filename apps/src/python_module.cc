@@ -34,4 +34,6 @@ PYBIND11_MODULE(_C, m) {
   bind_ep(ep);
   auto io = m.def_submodule("io", "transfer engine");
   bind_io(io);
+  // MORI's users import TransferStatus from the flat native module (mori.cpp).
+  m.attr("TransferStatus") = io.attr("TransferStatus");
 }

@@ -2,8 +2,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "mori/core/auth.h"
 #include "mori/core/env.h"
 #include "mori/core/heap_allocator.h"
+#include "mori/core/socket.h"
 #include "mori/core/store.h"
 #include "mori/core/topology.h"
 #include "mori/core/unique_id.h"
@@ -42,6 +44,37 @@ void bind_core(py::module_& m) {
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("port", &StoreServer::port)
       .def("stop", &StoreServer::stop, py::call_guard<py::gil_scoped_release>());
+  py::class_<StoreClient>(m, "StoreClient", "A client of the bootstrap store (what every rank runs).")
+      .def(py::init([](const std::string& host, int port, const std::string& secret_hex, int rank, double timeout_s) {
+             return std::make_unique<StoreClient>(host, port, secret_from_hex(secret_hex), rank, timeout_s);
+           }),
+           py::arg("host"), py::arg("port"), py::arg("secret_hex"), py::arg("rank"), py::arg("timeout_s") = 30,
+           py::call_guard<py::gil_scoped_release>())
+      .def("set", [](StoreClient& c, const std::string& key, py::bytes value) {
+             std::string v = value;
+             py::gil_scoped_release release;
+             c.set(key, v);
+           }, py::arg("key"), py::arg("value"))
+      .def("get", [](StoreClient& c, const std::vector<std::string>& keys, const std::vector<int>& owners,
+                     double timeout_s) {
+             std::vector<std::string> values;
+             {
+               py::gil_scoped_release release;
+               values = c.get(keys, owners, timeout_s);
+             }
+             py::list out;
+             for (auto& v : values) out.append(py::bytes(v));
+             return out;
+           }, py::arg("keys"), py::arg("owner_ranks"), py::arg("timeout_s"))
+      .def("goodbye", &StoreClient::goodbye, py::call_guard<py::gil_scoped_release>());
+  m.def("auth_client_handshake",
+        [](int fd, py::bytes secret, const std::string& label, double timeout_s) {
+          std::string s = secret;
+          py::gil_scoped_release release;
+          auth::client_handshake(fd, s.data(), s.size(), label, net::now() + timeout_s);
+        },
+        py::arg("fd"), py::arg("secret"), py::arg("label"), py::arg("timeout_s") = 10,
+        "Runs the client side of core/auth's challenge-response on a connected socket (for tests).");
 
   m.def("create_unique_id", [] {
     UniqueId id = create_unique_id();

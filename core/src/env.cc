@@ -90,6 +90,8 @@ const Settings& get() {
   return *g_settings;
 }
 
+Settings current() { return load(); }
+
 void reload() {
   Settings fresh = load();  // parse first: a bad value leaves the old settings in place
   std::lock_guard<std::mutex> lock(g_mutex);

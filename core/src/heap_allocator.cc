@@ -2,13 +2,18 @@
 #include "mori/core/heap_allocator.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <iterator>
 
 #include "mori/core/status.h"
 
 namespace mori {
 namespace {
-size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+// Rounds up to a multiple of `a` (a power of two); nullopt where that would pass SIZE_MAX.
+std::optional<size_t> align_up(size_t v, size_t a) {
+  if (v > SIZE_MAX - (a - 1)) return std::nullopt;
+  return (v + a - 1) & ~(a - 1);
+}
 }  // namespace
 
 std::string human_bytes(size_t b) {
@@ -30,16 +35,20 @@ std::optional<size_t> HeapAllocator::allocate(size_t bytes, size_t alignment) {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0)
     raise(Status::kInvalidArgument, "alignment must be a power of two, got %zu", alignment);
   alignment = std::max(alignment, kMinAlign);
-  bytes = align_up(std::max<size_t>(bytes, 1), kMinAlign);
+  // A request larger than the heap never fits; refusing it here also keeps the rounding
+  // below from wrapping near SIZE_MAX into a small block.
+  if (bytes > capacity()) return std::nullopt;
+  bytes = *align_up(std::max<size_t>(bytes, 1), kMinAlign);
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     size_t off = it->first, len = it->second;
-    size_t start = align_up(off, alignment);
-    if (start + bytes > off + len) continue;
+    auto start = align_up(off, alignment);
+    if (!start || *start - off >= len || bytes > len - (*start - off)) continue;
+    size_t begin = *start;
     free_.erase(it);
-    if (start > off) free_[off] = start - off;
-    if (start + bytes < off + len) free_[start + bytes] = off + len - (start + bytes);
-    used_[start] = bytes;
-    return start;
+    if (begin > off) free_[off] = begin - off;
+    if (begin + bytes < off + len) free_[begin + bytes] = off + len - (begin + bytes);
+    used_[begin] = bytes;
+    return begin;
   }
   return std::nullopt;
 }
@@ -77,8 +86,8 @@ bool HeapAllocator::release(size_t offset) {
 
 bool HeapAllocator::resize_in_place(size_t offset, size_t new_bytes) {
   auto it = used_.find(offset);
-  if (it == used_.end()) return false;
-  new_bytes = align_up(std::max<size_t>(new_bytes, 1), kMinAlign);
+  if (it == used_.end() || new_bytes > capacity()) return false;
+  new_bytes = *align_up(std::max<size_t>(new_bytes, 1), kMinAlign);
   size_t old = it->second;
   if (new_bytes <= old) {
     if (new_bytes < old) insert_free(offset + new_bytes, old - new_bytes);

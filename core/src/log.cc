@@ -32,10 +32,19 @@ const char* level_name(Level l) {
 
 }  // namespace
 
+// -1: not read from MORI_LOG_LEVEL yet.
+std::atomic<int> g_threshold{-1};
+
 bool enabled(Level level) {
-  static const Level threshold = parse_level();
-  return level <= threshold;
+  int t = g_threshold.load(std::memory_order_relaxed);
+  if (t < 0) {
+    t = static_cast<int>(parse_level());
+    g_threshold.store(t, std::memory_order_relaxed);
+  }
+  return static_cast<int>(level) <= t;
 }
+
+void set_level(Level level) { g_threshold.store(static_cast<int>(level)); }
 
 void set_pe(int pe) { g_pe.store(pe); }
 

@@ -9,26 +9,36 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <string_view>
+#include <thread>
 
+#include "mori/core/auth.h"
 #include "mori/core/env.h"
 #include "mori/core/log.h"
+#include "mori/core/rate_limited_log.h"
 #include "mori/core/socket.h"
 #include "mori/core/status.h"
 
 namespace mori {
 namespace {
 
-constexpr char kHello[8] = {'M', 'O', 'R', 'I', 'S', 'T', 'R', '1'};
-enum Op : uint8_t { kSet = 1, kGet = 2, kBye = 3 };
-enum Reply : uint8_t { kOk = 0, kTimedOut = 1, kOwnerGone = 2, kRefused = 3 };
+// The authentication label: a proof made for the store is worth nothing to any other service.
+constexpr std::string_view kAuthLabel = "mori-store-v1";
+// A connection has this long to authenticate and name its rank.
+constexpr double kHandshakeSeconds = 10;
+// Strangers waiting to authenticate at once; more evict the oldest (see net::Acceptor).
+constexpr size_t kMaxPending = 64;
+constexpr uint64_t kMaxKeyBytes = 4096;
+constexpr uint32_t kMaxKeysPerGet = 1u << 20;
+// Values are received in pieces of this size, so memory follows the bytes that arrive,
+// not the length a peer announces.
+constexpr size_t kReceiveChunk = 1 << 20;
 
-bool secrets_equal(const uint8_t* a, const uint8_t* b, size_t n) {
-  uint8_t diff = 0;  // constant time: do not leak how many bytes matched
-  for (size_t i = 0; i < n; ++i) diff |= a[i] ^ b[i];
-  return diff == 0;
-}
+enum Op : uint8_t { kSet = 1, kGet = 2, kBye = 3 };
+enum Reply : uint8_t { kOk = 0, kTimedOut = 1, kOwnerGone = 2 };
 
 template <typename T>
 void put_raw(std::string& buf, const T& v) {
@@ -44,11 +54,17 @@ T read_raw(int fd, double deadline = -1) {
   if (!net::recv_all(fd, &v, sizeof(T), deadline)) raise(Status::kRemote, "bootstrap store connection closed");
   return v;
 }
-std::string read_str(int fd, uint64_t max_len = (1ull << 32)) {
+std::string read_str(int fd, uint64_t max_len, const char* what) {
   uint64_t n = read_raw<uint64_t>(fd);
-  if (n > max_len) raise(Status::kRemote, "bootstrap store message too long (%llu bytes)", (unsigned long long)n);
-  std::string s(n, '\0');
-  if (n && !net::recv_all(fd, s.data(), n)) raise(Status::kRemote, "bootstrap store connection closed");
+  if (n > max_len)
+    raise(Status::kRemote, "bootstrap store: a %s of %llu bytes is above the limit of %llu bytes", what,
+          static_cast<unsigned long long>(n), static_cast<unsigned long long>(max_len));
+  std::string s;
+  while (s.size() < n) {
+    size_t at = s.size(), k = static_cast<size_t>(std::min<uint64_t>(kReceiveChunk, n - at));
+    s.resize(at + k);
+    if (!net::recv_all(fd, s.data() + at, k)) raise(Status::kRemote, "bootstrap store connection closed");
+  }
   return s;
 }
 
@@ -92,24 +108,24 @@ JobSecret secret_from_hex(const std::string& hex) {
 // ---------------------------------------------------------------- server
 
 StoreServer::StoreServer(const JobSecret& secret, const std::string& bind_host, int port) : secret_(secret) {
-  listen_fd_ = net::listen_tcp(bind_host, port, &port_);
-  acceptor_ = std::thread([this] { accept_loop(); });
+  int listen_fd = net::listen_tcp(bind_host, port, &port_);
+  net::Acceptor::Options o;
+  o.service = "bootstrap store";
+  o.subsys = "BOOTSTRAP";
+  o.max_pending = kMaxPending;
+  o.pending_lifetime_s = kHandshakeSeconds + 1;  // a backstop: serve() gives up at kHandshakeSeconds
+  acceptor_ = std::make_unique<net::Acceptor>(listen_fd, std::move(o), [this](net::Connection& c) { serve(c); });
 }
 
 StoreServer::~StoreServer() { stop(); }
 
 void StoreServer::stop() {
-  if (stopping_.exchange(true)) return;
-  ::shutdown(listen_fd_, SHUT_RDWR);
-  net::close_fd(listen_fd_);
-  if (acceptor_.joinable()) acceptor_.join();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (int fd : client_fds_) ::shutdown(fd, SHUT_RDWR);
+    if (stopping_.exchange(true)) return;
   }
-  cv_.notify_all();
-  for (auto& t : workers_)
-    if (t.joinable()) t.join();
+  cv_.notify_all();  // pending gets answer "timed out" and their connections end
+  acceptor_->stop();
 }
 
 bool StoreServer::wait_goodbyes(int n, double timeout_s) {
@@ -117,41 +133,24 @@ bool StoreServer::wait_goodbyes(int n, double timeout_s) {
   return cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return goodbyes_ >= n; });
 }
 
-void StoreServer::accept_loop() {
-  while (!stopping_.load()) {
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (stopping_.load()) return;
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      return;
-    }
-    net::set_nodelay(fd);
-    std::lock_guard<std::mutex> lock(mu_);
-    client_fds_.push_back(fd);
-    workers_.emplace_back([this, fd] { serve(fd); });
+void StoreServer::serve(net::Connection& conn) {
+  const int fd = conn.fd();
+  double deadline = net::now() + kHandshakeSeconds;
+  if (!auth::server_handshake(fd, secret_.data(), secret_.size(), kAuthLabel, deadline)) {
+    if (!conn.evicted())
+      MORI_LOG_LIMITED(refusals_log_, kWarn, "BOOTSTRAP",
+                       "store refused a connection from %s: it did not prove it holds the job secret",
+                       conn.peer().c_str());
+    return;
   }
-}
-
-void StoreServer::serve(int fd) {
+  if (!conn.admit()) return;
+  int32_t claimed = read_raw<int32_t>(fd, deadline);
   int rank = -1;
   bool said_bye = false;
   try {
-    char hello[8];
-    uint8_t secret[32];
-    // A client gets a few seconds to authenticate; strangers are dropped.
-    double deadline = net::now() + 10;
-    if (!net::recv_all(fd, hello, sizeof(hello), deadline) || !net::recv_all(fd, secret, sizeof(secret), deadline))
-      throw Error(Status::kRemote, "client left before hello");
-    rank = read_raw<int32_t>(fd, deadline);
-    if (std::memcmp(hello, kHello, sizeof(hello)) != 0 || !secrets_equal(secret, secret_.data(), secret_.size())) {
-      uint8_t r = kRefused;
-      net::send_all(fd, &r, 1);
-      MORI_LOG(kWarn, "BOOTSTRAP", "store refused a client without the job secret (claimed rank %d)", rank);
-      rank = -1;
-      throw Error(Status::kRemote, "refused");
-    }
     {
       std::lock_guard<std::mutex> lock(mu_);
+      rank = claimed;
       rank_gone_[rank] = false;
     }
     uint8_t ok = kOk;
@@ -160,7 +159,8 @@ void StoreServer::serve(int fd) {
       uint8_t op;
       if (!net::recv_all(fd, &op, 1)) break;
       if (op == kSet) {
-        std::string key = read_str(fd, 4096), value = read_str(fd);
+        std::string key = read_str(fd, kMaxKeyBytes, "key");
+        std::string value = read_str(fd, kStoreMaxValueBytes, "value");
         {
           std::lock_guard<std::mutex> lock(mu_);
           kv_[key] = std::move(value);
@@ -169,14 +169,15 @@ void StoreServer::serve(int fd) {
         net::send_all(fd, &ok, 1);
       } else if (op == kGet) {
         uint32_t n = read_raw<uint32_t>(fd);
-        std::vector<std::string> keys(n);
-        std::vector<int32_t> owners(n);
+        if (n > kMaxKeysPerGet) raise(Status::kRemote, "bootstrap store: a get of %u keys from rank %d", n, rank);
+        std::vector<std::string> keys;
+        std::vector<int32_t> owners;
         for (uint32_t i = 0; i < n; ++i) {
-          keys[i] = read_str(fd, 4096);
-          owners[i] = read_raw<int32_t>(fd);
+          keys.push_back(read_str(fd, kMaxKeyBytes, "key"));
+          owners.push_back(read_raw<int32_t>(fd));
         }
         double timeout = read_raw<double>(fd);
-        auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+        auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
         std::string reply;
         std::unique_lock<std::mutex> lock(mu_);
         uint32_t missing = 0;
@@ -189,7 +190,7 @@ void StoreServer::serve(int fd) {
             status = kOwnerGone;
             break;
           }
-          if (stopping_.load() || cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+          if (stopping_.load() || cv_.wait_until(lock, until) == std::cv_status::timeout) {
             while (missing < n && kv_.count(keys[missing])) ++missing;
             if (missing == n) break;
             status = kTimedOut;
@@ -215,7 +216,7 @@ void StoreServer::serve(int fd) {
         cv_.notify_all();
         break;
       } else {
-        MORI_LOG(kWarn, "BOOTSTRAP", "store: unknown op %d from rank %d", op, rank);
+        MORI_LOG(kWarn, "BOOTSTRAP", "store: unknown op %d from rank %d; closing its connection", op, rank);
         break;
       }
     }
@@ -227,29 +228,49 @@ void StoreServer::serve(int fd) {
     if (rank >= 0 && !said_bye) rank_gone_[rank] = true;
   }
   cv_.notify_all();
-  // The fd is closed by stop(); closing here could race with a reused descriptor number.
-  ::shutdown(fd, SHUT_RDWR);
 }
 
 // ---------------------------------------------------------------- client
 
 StoreClient::StoreClient(const std::string& host, int port, const JobSecret& secret, int rank, double timeout_s)
     : rank_(rank), address_(host + ":" + std::to_string(port)), secret_(secret) {
-  fd_ = net::connect_tcp(host, port, timeout_s);
-  std::string hello(kHello, sizeof(kHello));
-  hello.append(reinterpret_cast<const char*>(secret.data()), secret.size());
-  put_raw<int32_t>(hello, rank);
-  net::send_all(fd_, hello.data(), hello.size());
-  uint8_t r = 0;
-  if (!net::recv_all(fd_, &r, 1, net::now() + timeout_s) || r != kOk) {
-    net::close_fd(fd_);
-    raise(Status::kRemote, "bootstrap store at %s refused rank %d: wrong job secret", address_.c_str(), rank);
+  const double deadline = net::now() + timeout_s;
+  std::string last_error;
+  // A connection can break before it is admitted (the store evicts strangers first when it is
+  // flooded, and may evict us by mistake): try again until the deadline. A refusal is final.
+  while (true) {
+    fd_ = net::connect_tcp(host, port, std::max(0.1, deadline - net::now()));
+    try {
+      auth::client_handshake(fd_, secret_.data(), secret_.size(), kAuthLabel, deadline);
+      int32_t r = rank;
+      net::send_all(fd_, &r, sizeof(r));
+      uint8_t ok = 1;
+      if (!net::recv_all(fd_, &ok, 1, deadline) || ok != kOk)
+        raise(Status::kRemote, "the store closed the connection after authentication");
+      return;
+    } catch (const auth::Refused& e) {
+      net::close_fd(fd_);
+      raise(Status::kRemote, "bootstrap store at %s refused rank %d: %s (every rank needs the same MORI_JOB_SECRET)",
+            address_.c_str(), rank, e.what());
+    } catch (const Error& e) {
+      net::close_fd(fd_);
+      last_error = e.what();
+    }
+    if (net::now() >= deadline)
+      raise(Status::kTimeout, "rank %d could not authenticate to the bootstrap store at %s within %.0f s: %s", rank,
+            address_.c_str(), timeout_s, last_error.c_str());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
 
 StoreClient::~StoreClient() { net::close_fd(fd_); }
 
 void StoreClient::set(const std::string& key, const std::string& value) {
+  MORI_CHECK_ARG(key.size() <= kMaxKeyBytes, "bootstrap store key of %zu bytes: keys have at most %llu", key.size(),
+                 static_cast<unsigned long long>(kMaxKeyBytes));
+  MORI_CHECK_ARG(value.size() <= kStoreMaxValueBytes,
+                 "bootstrap store value for '%s' is %zu bytes: the store takes at most %llu per key", key.c_str(),
+                 value.size(), static_cast<unsigned long long>(kStoreMaxValueBytes));
   std::lock_guard<std::mutex> lock(mu_);
   std::string msg;
   put_raw<uint8_t>(msg, kSet);
@@ -274,7 +295,7 @@ std::vector<std::string> StoreClient::get(const std::vector<std::string>& keys, 
   uint8_t status = read_raw<uint8_t>(fd_, net::now() + timeout_s + 30);
   if (status != kOk) {
     int32_t owner = read_raw<int32_t>(fd_);
-    std::string key = read_str(fd_);
+    std::string key = read_str(fd_, kMaxKeyBytes, "key");
     if (status == kOwnerGone)
       raise(Status::kRemote, "rank %d: rank %d left the job (its bootstrap connection closed) before providing '%s'",
             rank_, owner, key.c_str());
@@ -284,7 +305,7 @@ std::vector<std::string> StoreClient::get(const std::vector<std::string>& keys, 
           rank_, timeout_s, owner, key.c_str());
   }
   std::vector<std::string> values(keys.size());
-  for (auto& v : values) v = read_str(fd_);
+  for (auto& v : values) v = read_str(fd_, kStoreMaxValueBytes, "value");
   return values;
 }
 

@@ -68,8 +68,9 @@ void bind_ep(py::module_& m) {
       .def(
           "dispatch",
           [](EpHandle& h, uintptr_t input, int dtype, int num_tokens, int hidden, uintptr_t weights, uintptr_t scales,
-             uintptr_t indices, int block_num, int warp_per_block, int rdma_block_num) {
+             uintptr_t indices, int block_num, int warp_per_block, int rdma_block_num, uintptr_t replay_dest_map) {
             DispatchArgs a;
+            a.replay_dest_map = ptr_of<const int64_t>(replay_dest_map);
             a.input = ptr_of<const void>(input);
             a.dtype = static_cast<DType>(dtype);
             a.num_tokens = num_tokens;
@@ -89,13 +90,21 @@ void bind_ep(py::module_& m) {
           },
           py::arg("input"), py::arg("dtype"), py::arg("num_tokens"), py::arg("hidden"), py::arg("weights"),
           py::arg("scales"), py::arg("indices"), py::arg("block_num") = -1, py::arg("warp_per_block") = -1,
-          py::arg("rdma_block_num") = -1)
+          py::arg("rdma_block_num") = -1, py::arg("replay_dest_map") = 0)
       .def("dispatch_recv", &EpHandle::dispatch_recv, py::call_guard<py::gil_scoped_release>())
       .def(
           "combine",
           [](EpHandle& h, uintptr_t input, int dtype, int num_rows, int hidden, uintptr_t weights, uintptr_t indices,
-             int num_tokens, int use_external_inp_buf, int block_num, int warp_per_block, int rdma_block_num) {
+             int num_tokens, int use_external_inp_buf, int block_num, int warp_per_block, int rdma_block_num,
+             bool routing, uintptr_t routing_dest_map, int routing_tokens, uintptr_t routing_indices,
+             int routing_total, uintptr_t routing_src, uintptr_t routing_node_sent, uintptr_t routing_inbox_count,
+             uintptr_t routing_inbox_meta) {
             CombineArgs a;
+            RoutingView view{ptr_of<const int64_t>(routing_dest_map), routing_tokens,
+                             ptr_of<const int32_t>(routing_indices), routing_total, ptr_of<const int32_t>(routing_src),
+                             ptr_of<const uint8_t>(routing_node_sent), ptr_of<const int32_t>(routing_inbox_count),
+                             ptr_of<const int32_t>(routing_inbox_meta)};
+            if (routing) a.routing = &view;
             a.input = ptr_of<const void>(input);
             a.dtype = static_cast<DType>(dtype);
             a.num_rows = num_rows;
@@ -114,11 +123,18 @@ void bind_ep(py::module_& m) {
           },
           py::arg("input"), py::arg("dtype"), py::arg("num_rows"), py::arg("hidden"), py::arg("weights"),
           py::arg("indices"), py::arg("num_tokens"), py::arg("use_external_inp_buf") = -1, py::arg("block_num") = -1,
-          py::arg("warp_per_block") = -1, py::arg("rdma_block_num") = -1)
+          py::arg("warp_per_block") = -1, py::arg("rdma_block_num") = -1, py::arg("routing") = false,
+          py::arg("routing_dest_map") = 0, py::arg("routing_tokens") = 0, py::arg("routing_indices") = 0,
+          py::arg("routing_total") = 0, py::arg("routing_src") = 0, py::arg("routing_node_sent") = 0,
+          py::arg("routing_inbox_count") = 0, py::arg("routing_inbox_meta") = 0)
       .def("combine_recv", &EpHandle::combine_recv, py::call_guard<py::gil_scoped_release>())
       .def("total_recv", &EpHandle::total_recv)
       .def("cur_rank_num_token", &EpHandle::cur_rank_num_token)
       .def("src_token_pos", [](const EpHandle& h) { return reinterpret_cast<uintptr_t>(h.src_token_pos()); })
+      .def("dest_map", [](const EpHandle& h) { return reinterpret_cast<uintptr_t>(h.dest_map()); })
+      .def("node_sent", [](const EpHandle& h) { return reinterpret_cast<uintptr_t>(h.node_sent()); })
+      .def("inbox_count", [](const EpHandle& h) { return reinterpret_cast<uintptr_t>(h.inbox_count()); })
+      .def("inbox_meta", [](const EpHandle& h) { return reinterpret_cast<uintptr_t>(h.inbox_meta()); })
       .def("registered_combine_input",
            [](const EpHandle& h) {
              return py::make_tuple(reinterpret_cast<uintptr_t>(h.registered_combine_input()),
@@ -185,18 +201,21 @@ void bind_ep(py::module_& m) {
                      "combine from an external input flags each staged row (MORI_EP_COMBINE_STAGING)")
       .def("dispatch_send",
            [](PeKernels& k, uintptr_t input, int row_bytes, uintptr_t weights, uintptr_t scales, uintptr_t indices,
-              int n, int blocks, int warps, bool with_recv, uintptr_t stream) {
+              int n, int blocks, int warps, bool with_recv, uintptr_t stream, uintptr_t replay_dest_map) {
              MORI_CHECK_ARG(n >= 0 && n <= k.s.max_inp, "dispatch: %d tokens, max_num_inp_token_per_rank %d", n,
                             k.s.max_inp);
              cu::dispatch_send(k.s, k.p, k.l, ptr_of<const void>(input), row_bytes, ptr_of<const float>(weights),
                                ptr_of<const void>(scales), ptr_of<const int32_t>(indices), n, blocks, warps,
-                               with_recv, ptr_of<void>(stream));
-           })
+                               with_recv, ptr_of<void>(stream), ptr_of<const int64_t>(replay_dest_map));
+           },
+           py::arg("input"), py::arg("row_bytes"), py::arg("weights"), py::arg("scales"), py::arg("indices"),
+           py::arg("n"), py::arg("blocks"), py::arg("warps"), py::arg("with_recv"), py::arg("stream"),
+           py::arg("replay_dest_map") = 0)
       .def("dispatch_recv",
            [](PeKernels& k, uintptr_t stream) { cu::dispatch_recv(k.s, k.p, k.l, ptr_of<void>(stream)); })
       .def("combine",
            [](PeKernels& k, uintptr_t input, uintptr_t weights, bool with_weights, int dtype, int hidden, bool fp8,
-              int num_tokens, int phase, bool zero_copy, int blocks, int warps, uintptr_t stream) {
+              int num_tokens, int phase, bool zero_copy, int blocks, int warps, uintptr_t stream, int block) {
              MORI_CHECK_ARG(phase >= 0 && phase <= 2, "combine phase %d (0 fused, 1 send, 2 receive)", phase);
              cu::CombineArgs a;
              a.input = ptr_of<const void>(input);
@@ -208,16 +227,19 @@ void bind_ep(py::module_& m) {
              a.num_tokens = num_tokens;
              a.zero_copy = zero_copy;
              a.pipelined = k.pipelined;
+             a.block = block;
              cu::combine(k.s, k.p, k.l, a, static_cast<cu::CombinePhase>(phase), blocks, warps, ptr_of<void>(stream));
            },
            py::arg("input"), py::arg("weights"), py::arg("with_weights"), py::arg("dtype"), py::arg("hidden"),
            py::arg("fp8"), py::arg("num_tokens"), py::arg("phase"), py::arg("zero_copy"), py::arg("blocks"),
-           py::arg("warps"),
-           py::arg("stream"));
+           py::arg("warps"), py::arg("stream"), py::arg("block") = 0);
 #else
   m.attr("cuda_built") = false;
 #endif
 
+  m.def(
+      "validate_config", [](const py::dict& cfg) { make_config(cfg).validate(); }, py::arg("config"),
+      "Raises InvalidArgument naming the first bad field (or product of fields) of an EP config.");
   m.def("dtype_size", [](int t) { return dtype_size(static_cast<DType>(t)); });
   // Element-wise fp32 -> dtype encode of n values (tests compare it with torch's casts).
   m.def(

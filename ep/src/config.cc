@@ -1,9 +1,28 @@
 // SPDX-License-Identifier: MIT
 #include "mori/ep/config.h"
 
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+
 #include "mori/core/status.h"
 
 namespace mori::ep {
+
+namespace {
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+// InvalidArgument naming `what` when the product of these config fields exceeds int32 (the
+// kernels keep counts and row sizes in an int).
+void check_int32_product(std::initializer_list<int64_t> factors, const char* what) {
+  int64_t p = 1;
+  for (int64_t f : factors)
+    if (__builtin_mul_overflow(p, f, &p) || p > kInt32Max)
+      ::mori::raise(Status::kInvalidArgument, "EpDispatchCombineConfig: %s overflows int32 (fields too large)", what);
+}
+
+}  // namespace
 
 const char* kernel_type_name(KernelType t) {
   switch (t) {
@@ -37,6 +56,10 @@ void EpConfig::validate() const {
                  "EpDispatchCombineConfig.max_num_inp_token_per_rank must be > 0, got %d", max_num_inp_token_per_rank);
   MORI_CHECK_ARG(num_experts_per_rank > 0, "EpDispatchCombineConfig.num_experts_per_rank must be > 0, got %d",
                  num_experts_per_rank);
+  // Every product of fields that sizes something is checked before it is used (issue: the
+  // num_experts() bound of the next check used to wrap negative).
+  check_int32_product({world_size, num_experts_per_rank},
+                      "world_size * num_experts_per_rank (the number of experts)");
   MORI_CHECK_ARG(num_experts_per_token > 0 && num_experts_per_token <= num_experts(),
                  "EpDispatchCombineConfig.num_experts_per_token must be in 1..%d (all experts), got %d", num_experts(),
                  num_experts_per_token);
@@ -57,6 +80,11 @@ void EpConfig::validate() const {
                  "EpDispatchCombineConfig: world_size^2 * max_num_inp_token_per_rank = %lld does not fit the int32 "
                  "source positions",
                  static_cast<long long>(static_cast<int64_t>(world_size) * max_send()));
+  check_int32_product({hidden_dim, max_token_type_size}, "hidden_dim * max_token_type_size (bytes per row)");
+  check_int32_product({scale_dim, scale_type_size}, "scale_dim * scale_type_size (scale bytes per row)");
+  check_int32_product({max_num_inp_token_per_rank, num_experts_per_token},
+                      "max_num_inp_token_per_rank * num_experts_per_token (routing entries)");
+  // With rows < 2^31 (above) and row bytes < 2^31, every buffer size (rows x row bytes) fits int64.
 }
 
 }  // namespace mori::ep

@@ -12,10 +12,13 @@ int dtype_size(DType t) {
   switch (t) {
     case DType::kFloat32: case DType::kOpaque4: return 4;
     case DType::kBFloat16: case DType::kFloat16: case DType::kOpaque2: return 2;
-    case DType::kFloat8E4M3FN: case DType::kFloat8E4M3FNUZ: case DType::kOpaque1: return 1;
+    case DType::kFloat8E4M3FN: case DType::kFloat8E4M3FNUZ: case DType::kOpaque1: case DType::kFloat4E2M1x2:
+      return 1;
   }
   raise(Status::kInvalidArgument, "unknown EP dtype code %d", static_cast<int>(t));
 }
+
+int dtype_lanes(DType t) { return t == DType::kFloat4E2M1x2 ? 2 : 1; }
 
 const char* dtype_name(DType t) {
   switch (t) {
@@ -27,13 +30,33 @@ const char* dtype_name(DType t) {
     case DType::kOpaque1: return "1-byte";
     case DType::kOpaque2: return "2-byte";
     case DType::kOpaque4: return "4-byte";
+    case DType::kFloat4E2M1x2: return "float4_e2m1fn_x2";
   }
   return "?";
 }
 
 bool dtype_reducible(DType t) {
   return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16 || t == DType::kFloat8E4M3FN ||
-         t == DType::kFloat8E4M3FNUZ;
+         t == DType::kFloat8E4M3FNUZ || t == DType::kFloat4E2M1x2;
+}
+
+// ---------------------------------------------------------------- fp4 e2m1
+
+const float* fp4_e2m1_table() {
+  static const float table[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                  -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+  return table;
+}
+
+uint8_t float_to_fp4_e2m1(float f) {
+  if (std::isnan(f)) return 7;
+  const uint8_t sign = std::signbit(f) ? 8 : 0;
+  const float a = std::fabs(f);
+  // Each threshold is the midpoint to the next magnitude: strict where the lower code is even
+  // (a tie stays there), inclusive where it is odd (a tie moves up to the even code).
+  const uint8_t code = static_cast<uint8_t>((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
+                                            (a >= 3.5f) + (a > 5.0f));
+  return sign | code;
 }
 
 // ---------------------------------------------------------------- fp16
@@ -172,6 +195,15 @@ void accumulate_row(float* acc, const void* src, DType t, int n) {
       for (int i = 0; i < n; ++i) acc[i] += lut[s[i]];
       return;
     }
+    case DType::kFloat4E2M1x2: {
+      const float* lut = fp4_e2m1_table();
+      const uint8_t* s = static_cast<const uint8_t*>(src);
+      for (int i = 0; i < n; ++i) {
+        acc[2 * i] += lut[s[i] & 0xf];
+        acc[2 * i + 1] += lut[s[i] >> 4];
+      }
+      return;
+    }
     default:
       raise(Status::kInvalidArgument, "combine cannot reduce %s elements", dtype_name(t));
   }
@@ -198,6 +230,12 @@ void store_row(void* dst, const float* src, DType t, int n) {
     case DType::kFloat8E4M3FNUZ: {
       uint8_t* d = static_cast<uint8_t*>(dst);
       for (int i = 0; i < n; ++i) d[i] = float_to_fp8_e4m3fnuz(src[i]);
+      return;
+    }
+    case DType::kFloat4E2M1x2: {
+      uint8_t* d = static_cast<uint8_t*>(dst);
+      for (int i = 0; i < n; ++i)
+        d[i] = static_cast<uint8_t>(float_to_fp4_e2m1(src[2 * i]) | (float_to_fp4_e2m1(src[2 * i + 1]) << 4));
       return;
     }
     default:

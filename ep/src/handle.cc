@@ -30,6 +30,7 @@
 #include "mori/core/env.h"
 #include "mori/core/log.h"
 #include "mori/core/status.h"
+#include "mori/ep/blockwise.h"
 #include "mori/shmem/runtime.h"
 #include "ep/src/layout.h"
 
@@ -131,7 +132,11 @@ void EpHandle::allocate() {
   l.disp_src = take(max_recv * 4, 4096);
   l.comb_inp = take(max_recv * tok, 4096);
   l.comb_inp_w = take(max_recv * k4, 4096);
-  l.comb_stage = take(world * max_inp * tok, 4096);
+  // Blockwise rows (codes + scales) can outgrow a token row when hidden is small.
+  const size_t stage_row = cfg_.blockwise()
+      ? std::max(tok, blockwise_layout(cfg_.quant_type == QuantType::kFp4Blockwise, cfg_.hidden_dim).row_bytes())
+      : tok;
+  l.comb_stage = take(world * max_inp * stage_row, 4096);
   l.comb_stage_w = take(world * max_inp * k4, 4096);
   l.comb_out = take(max_inp * tok, 4096);
   l.comb_out_w = take(max_inp * k4, 4096);
@@ -279,10 +284,16 @@ void EpHandle::validate_dispatch(const DispatchArgs& a) const {
   }
 }
 
-void EpHandle::validate_combine(const CombineArgs& a, bool external) const {
+void EpHandle::validate_combine(const CombineArgs& a, bool external, const RoutingView& layout) const {
   const char* fn = "EpDispatchCombineOp.combine";
   check_launch(a.launch, fn);
-  if (!dispatch_done_)
+  MORI_CHECK_ARG(!a.routing || cfg_.kernel_type == KernelType::kIntraNode ||
+                     (cfg_.kernel_type == KernelType::kInterNodeV1 &&
+                      (a.routing->node_sent || a.routing->cur_tokens == 0) && a.routing->inbox_count &&
+                      a.routing->inbox_meta),
+                 "%s: routing handles are implemented for IntraNode and InterNodeV1 here, not %s (or the handle "
+                 "lacks InterNodeV1's maps)", fn, kernel_type_name(cfg_.kernel_type));
+  if (!a.routing && !dispatch_done_)
     raise(Status::kInvalidUsage, "%s: no completed dispatch to combine (call dispatch%s first)", fn,
           cfg_.kernel_type == KernelType::kAsyncLL ? " and dispatch_recv" : "");
   MORI_CHECK_ARG(a.hidden > 0 && a.hidden <= cfg_.hidden_dim, "%s: input hidden size %d must be in 1..hidden_dim=%d",
@@ -299,7 +310,13 @@ void EpHandle::validate_combine(const CombineArgs& a, bool external) const {
                    "%s: quant_type='fp8_direct_cast' casts bfloat16/float16/float32 input to fp8, got %s", fn,
                    dtype_name(a.dtype));
   }
-  const int32_t total = total_recv();
+  if (cfg_.blockwise()) {
+    MORI_CHECK_ARG(external, "%s: blockwise combine quantizes the rows it pushes: it needs use_external_inp_buf=True",
+                   fn);
+    MORI_CHECK_ARG(a.dtype == DType::kBFloat16 || a.dtype == DType::kFloat32 || a.dtype == DType::kFloat16,
+                   "%s: blockwise combine quantizes bfloat16/float16/float32 input, got %s", fn, dtype_name(a.dtype));
+  }
+  const int32_t total = layout.total_recv;
   const bool in_registered = a.input == registered_combine_input();
   MORI_CHECK_ARG(in_registered || a.num_rows >= total,
                  "%s: input has %d rows but this rank received %d tokens in the last dispatch (pass the expert "
@@ -309,16 +326,37 @@ void EpHandle::validate_combine(const CombineArgs& a, bool external) const {
   MORI_CHECK_ARG(total == 0 || a.input, "%s: input must not be null", fn);
   // MORI issue #475: combine needs this rank's own routing, not the dispatch output indices.
   const int k = cfg_.num_experts_per_token;
-  if (a.num_tokens != cur_tokens_)
+  if (a.num_tokens != layout.cur_tokens)
     raise(Status::kInvalidArgument,
-          "%s: indices has %d rows but the last dispatch on this rank had %d tokens: pass this rank's original "
+          "%s: indices has %d rows but the %s had %d tokens: pass this rank's original "
           "[num_tokens, %d] routing (the indices given to dispatch), not dispatch's output indices (MORI issue #475)",
-          fn, a.num_tokens, cur_tokens_, k);
-  if (cur_tokens_ > 0 &&
-      (!a.indices || std::memcmp(a.indices, last_indices_.data(), static_cast<size_t>(cur_tokens_) * k * 4) != 0))
+          fn, a.num_tokens, a.routing ? "routing handle's dispatch" : "last dispatch on this rank", layout.cur_tokens,
+          k);
+  if (layout.cur_tokens > 0 && layout.indices &&
+      (!a.indices || std::memcmp(a.indices, layout.indices, static_cast<size_t>(layout.cur_tokens) * k * 4) != 0))
     raise(Status::kInvalidArgument,
-          "%s: indices differ from the indices given to the last dispatch on this rank: combine must receive this "
-          "rank's original routing (MORI issue #475)", fn);
+          "%s: indices differ from the indices given to the %s: combine must receive this "
+          "rank's original routing (MORI issue #475)", fn, a.routing ? "routing handle's dispatch" : "last dispatch on this rank");
+}
+
+void EpHandle::check_replay(const DispatchArgs& a) const {
+  const char* fn = "EpDispatchCombineOp.dispatch(routing=...)";
+  MORI_CHECK_ARG(cfg_.kernel_type == KernelType::kIntraNode, "%s: routing handles are implemented for IntraNode "
+                 "here, not %s", fn, kernel_type_name(cfg_.kernel_type));
+  const int k = cfg_.num_experts_per_token;
+  const int64_t max_recv = cfg_.max_recv(), limit = static_cast<int64_t>(cfg_.world_size) * max_recv;
+  for (int64_t i = 0, n = static_cast<int64_t>(a.num_tokens) * k; i < n; ++i) {
+    const int64_t v = a.replay_dest_map[i];
+    if (v < -1 || v >= limit)
+      raise(Status::kInvalidArgument, "%s: the routing's destination map entry [%lld, %lld] = %lld is not a slot "
+            "(expected -1 or 0..%lld)", fn, static_cast<long long>(i / k), static_cast<long long>(i % k),
+            static_cast<long long>(v), static_cast<long long>(limit - 1));
+  }
+}
+
+void EpHandle::enter_phase(Phase p) {
+  if (last_phase_ == p) rt_->barrier_all();
+  last_phase_ = p;
 }
 
 // ---------------------------------------------------------------- dispatch
@@ -329,6 +367,8 @@ DispatchResult EpHandle::dispatch(const DispatchArgs& a) {
   if (combine_pending_)
     raise(Status::kInvalidUsage, "EpDispatchCombineOp.dispatch: the previous combine_send has no combine_recv yet");
   validate_dispatch(a);
+  if (a.replay_dest_map) check_replay(a);
+  enter_phase(Phase::kDispatch);
   cur_tokens_ = a.num_tokens;
   last_indices_.assign(a.indices, a.indices + static_cast<size_t>(a.num_tokens) * cfg_.num_experts_per_token);
   dispatch_done_ = false;
@@ -337,7 +377,10 @@ DispatchResult EpHandle::dispatch(const DispatchArgs& a) {
     dispatch_v1(a);
     dispatch_done_ = true;
   } else {
-    dispatch_send_flat(a);
+    if (a.replay_dest_map)
+      dispatch_replay_flat(a);
+    else
+      dispatch_send_flat(a);
     dispatch_pending_ = true;
     if (cfg_.kernel_type != KernelType::kAsyncLL) dispatch_recv();
   }
@@ -462,7 +505,13 @@ void EpHandle::dispatch_send_flat(const DispatchArgs& a) {
   });
   if (mover_ != Mover::kDirect) rt_->quiet();
 
-  // 4. publish counts (release: the rows are complete before the signal is visible).
+  publish_dispatch_counts(round, blocks, overflow, row + 2 * k4 + sc + 4);
+}
+
+void EpHandle::publish_dispatch_counts(uint64_t round, int blocks, const std::vector<uint8_t>& overflow,
+                                       uint64_t row_bytes) {
+  // Release: the rows are complete before the signal is visible.
+  const int world = cfg_.world_size, me = cfg_.rank, par = static_cast<int>(round & 1);
   uint64_t* sig = at<uint64_t>(lay_->disp_sig) + static_cast<size_t>(par) * world;
   overflow_sent_ = false;
   uint64_t remote_rows = 0;
@@ -479,7 +528,45 @@ void EpHandle::dispatch_send_flat(const DispatchArgs& a) {
     overflow_sent_ |= ovf;
     signal(d, &sig[me], (round << 32) | (ovf ? kOverflowFlag : 0) | c);
   }
-  disp_remote_bytes_ = remote_rows * (row + 2 * k4 + sc + 4);
+  disp_remote_bytes_ = remote_rows * row_bytes;
+}
+
+// A routing handle's layout again: every row goes to the slot the handle names (no slot
+// reservation), so the receivers see the same rows in the same places as in that dispatch.
+void EpHandle::dispatch_replay_flat(const DispatchArgs& a) {
+  const int n = a.num_tokens, k = cfg_.num_experts_per_token, world = cfg_.world_size, me = cfg_.rank;
+  const int64_t max_recv = cfg_.max_recv(), max_send = cfg_.max_send();
+  const size_t row = static_cast<size_t>(a.hidden) * dtype_size(a.dtype), k4 = static_cast<size_t>(k) * 4;
+  const size_t sc = (a.scales && cfg_.scale_dim > 0) ? cfg_.scale_bytes() : 0;
+  const uint64_t round = ++disp_round_;
+  const char* in = static_cast<const char*>(a.input);
+  const char* scales = static_cast<const char*>(a.scales);
+  std::copy(a.replay_dest_map, a.replay_dest_map + static_cast<size_t>(n) * k, dest_map_.begin());
+  const int blocks = choose_blocks(a.launch.block_num, n, mover_ != Mover::kDirect);
+  part_count_.assign(static_cast<size_t>(blocks) * world, 0);
+  const std::vector<uint8_t> overflow(static_cast<size_t>(blocks) * world, 0);
+  const bool direct = mover_ == Mover::kDirect;
+  team_->run(blocks, [&](int b) {
+    auto [lo, hi] = block_range(n, blocks, b);
+    uint64_t* cnt = &part_count_[static_cast<size_t>(b) * world];
+    for (int t = lo; t < hi; ++t) {
+      const int32_t src_pos = static_cast<int32_t>(me * max_send + t);
+      for (int j = 0; j < k; ++j) {
+        const int64_t v = dest_map_[static_cast<size_t>(t) * k + j];
+        if (v < 0) continue;
+        const int d = static_cast<int>(v / max_recv);
+        const size_t slot = static_cast<size_t>(v % max_recv);
+        ++cnt[d];
+        write(d, lay_->disp_tok + slot * row, in + t * row, row, direct);
+        if (a.weights) write(d, lay_->disp_w + slot * k4, a.weights + static_cast<size_t>(t) * k, k4, direct);
+        write(d, lay_->disp_idx + slot * k4, a.indices + static_cast<size_t>(t) * k, k4, direct);
+        if (sc) write(d, lay_->disp_scale + slot * sc, scales + t * sc, sc, direct);
+        write(d, lay_->disp_src + slot * 4, &src_pos, 4, direct);
+      }
+    }
+  });
+  if (!direct) rt_->quiet();
+  publish_dispatch_counts(round, blocks, overflow, row + 2 * k4 + sc + 4);
 }
 
 void EpHandle::dispatch_recv_flat() {
@@ -516,7 +603,13 @@ CombineResult EpHandle::combine(const CombineArgs& a) {
   if (dispatch_pending_)
     raise(Status::kInvalidUsage, "EpDispatchCombineOp.combine: call dispatch_recv() before combining");
   const bool external = a.use_external_inp_buf < 0 ? cfg_.use_external_inp_buf : a.use_external_inp_buf != 0;
-  validate_combine(a, external);
+  const bool v1 = cfg_.kernel_type == KernelType::kInterNodeV1;
+  const RoutingView live{dest_map_.data(), cur_tokens_, last_indices_.data(), total_recv(), src_token_pos(),
+                         v1 ? node_sent_.data() : nullptr, v1 ? inbox_count_.data() : nullptr,
+                         v1 ? inbox_meta() : nullptr};
+  validate_combine(a, external, a.routing ? *a.routing : live);
+  enter_phase(Phase::kCombine);
+  comb_layout_ = a.routing ? *a.routing : live;
   comb_dtype_ = a.dtype;
   comb_wire_ = cfg_.quant_type == QuantType::kFp8DirectCast ? DType::kFloat8E4M3FN : a.dtype;
   comb_hidden_ = a.hidden;
@@ -548,11 +641,14 @@ void EpHandle::combine_send_flat(const CombineArgs& a, bool external) {
   const int k = cfg_.num_experts_per_token, me = cfg_.rank;
   const int64_t max_inp = cfg_.max_num_inp_token_per_rank, max_send = cfg_.max_send();
   const size_t row = static_cast<size_t>(a.hidden) * dtype_size(a.dtype), k4 = static_cast<size_t>(k) * 4;
-  const size_t wire_row = static_cast<size_t>(a.hidden) * dtype_size(comb_wire_);
-  const bool cast = comb_wire_ != a.dtype;
-  const int total = total_recv();
+  const bool blockwise = cfg_.blockwise();
+  const BlockwiseLayout bl = blockwise_layout(cfg_.quant_type == QuantType::kFp4Blockwise, a.hidden);
+  const size_t wire_row = blockwise ? bl.row_bytes() : static_cast<size_t>(a.hidden) * dtype_size(comb_wire_);
+  const size_t stage_row = blockwise ? wire_row : row;  // stage rows keep the input row size otherwise
+  const bool cast = comb_wire_ != a.dtype || blockwise;
+  const int total = comb_layout_.total_recv;
   const uint64_t round = ++comb_round_;
-  const int32_t* src = src_token_pos();
+  const int32_t* src = comb_layout_.src_pos;
   const char* in = static_cast<const char*>(a.input);
   comb_pull_ = !external;
   uint64_t remote_rows = 0;
@@ -567,15 +663,15 @@ void EpHandle::combine_send_flat(const CombineArgs& a, bool external) {
         int s = static_cast<int>(src[i] / max_send);
         int64_t t = src[i] % max_send;
         size_t slot = static_cast<size_t>(me * max_inp + t);
-        size_t off = lay_->comb_stage + slot * row;  // stage rows keep the input row size
+        size_t off = lay_->comb_stage + slot * stage_row;
         if (s != me) ++remote[b];
         if (cast) {
-          if (direct) {
-            cast_row_to_fp8(reinterpret_cast<uint8_t*>(peer(s) + off), in + i * row, a.dtype, a.hidden);
-          } else {
-            cast_row_to_fp8(scratch.data(), in + i * row, a.dtype, a.hidden);
-            rt_->put(base_ + off, scratch.data(), wire_row, s, false);
-          }
+          uint8_t* dst = direct ? reinterpret_cast<uint8_t*>(peer(s) + off) : scratch.data();
+          if (blockwise)
+            quantize_row_blockwise(dst, in + i * row, a.dtype, bl);
+          else
+            cast_row_to_fp8(dst, in + i * row, a.dtype, a.hidden);
+          if (!direct) rt_->put(base_ + off, scratch.data(), wire_row, s, false);
         } else {
           write(s, off, in + i * row, row, direct);
         }
@@ -605,19 +701,23 @@ void EpHandle::combine_recv_flat() {
 }
 
 void EpHandle::reduce_own_tokens(bool pull) {
-  const int k = cfg_.num_experts_per_token, n = cur_tokens_, hidden = comb_hidden_;
+  const int k = cfg_.num_experts_per_token, n = comb_layout_.cur_tokens, hidden = comb_hidden_;
+  const int64_t* dest_map = comb_layout_.dest_map;
   const int64_t max_inp = cfg_.max_num_inp_token_per_rank, max_recv = cfg_.max_recv();
   const size_t row = static_cast<size_t>(hidden) * dtype_size(comb_dtype_), k4 = static_cast<size_t>(k) * 4;
   const bool v1 = cfg_.kernel_type == KernelType::kInterNodeV1;
   const int nodes = cfg_.num_nodes(), g = cfg_.pes_per_node(), lr = cfg_.rank % g;
   const DType wire = comb_wire_;
   const bool weights = comb_weights_;
+  const bool blockwise = cfg_.blockwise() && !pull;
+  const BlockwiseLayout bl = blockwise_layout(cfg_.quant_type == QuantType::kFp4Blockwise, hidden);
+  const size_t stage_row = blockwise ? bl.row_bytes() : row;
   char* out = base_ + lay_->comb_out;
   float* out_w = at<float>(lay_->comb_out_w);
   const int blocks = choose_blocks(-1, n, false);
   team_->run(blocks, [&](int b) {
     auto [lo, hi] = block_range(n, blocks, b);
-    std::vector<float> acc(static_cast<size_t>(hidden)), wacc(static_cast<size_t>(k));
+    std::vector<float> acc(static_cast<size_t>(hidden) * dtype_lanes(comb_dtype_)), wacc(static_cast<size_t>(k));
     std::vector<char> pulled(pull ? row + k4 : 0);
     for (int t = lo; t < hi; ++t) {
       std::fill(acc.begin(), acc.end(), 0.0f);
@@ -626,7 +726,7 @@ void EpHandle::reduce_own_tokens(bool pull) {
         for (int j = 0; j < k; ++j) wacc[j] += w[j];
       };
       for (int j = 0; j < k; ++j) {
-        int64_t v = dest_map_[static_cast<size_t>(t) * k + j];
+        int64_t v = dest_map[static_cast<size_t>(t) * k + j];
         if (v < 0) continue;
         int r = static_cast<int>(v / max_recv);
         size_t slot = static_cast<size_t>(v % max_recv);
@@ -646,14 +746,18 @@ void EpHandle::reduce_own_tokens(bool pull) {
           if (weights) add_w(src_w);
         } else {
           size_t st = static_cast<size_t>(r * max_inp + t);
-          accumulate_row(acc.data(), base_ + lay_->comb_stage + st * row, wire, hidden);
+          const char* staged = base_ + lay_->comb_stage + st * stage_row;
+          if (blockwise)
+            accumulate_row_blockwise(acc.data(), reinterpret_cast<const uint8_t*>(staged), bl);
+          else
+            accumulate_row(acc.data(), staged, wire, hidden);
           if (weights) add_w(at<float>(lay_->comb_stage_w + st * k4));
         }
       }
       if (v1) {
         // Partial sums from the PEs that forwarded this token inside other nodes.
         for (int nd = 0; nd < nodes; ++nd) {
-          if (!node_sent_[static_cast<size_t>(t) * nodes + nd]) continue;
+          if (!comb_layout_.node_sent[static_cast<size_t>(t) * nodes + nd]) continue;
           size_t st = static_cast<size_t>((nd * g + lr) * max_inp + t);
           accumulate_row(acc.data(), base_ + lay_->comb_stage + st * row, comb_dtype_, hidden);
           if (weights) add_w(at<float>(lay_->comb_stage_w + st * k4));

@@ -34,7 +34,10 @@ struct InboxMeta {
 };
 constexpr uint64_t kOverflowFlag = uint64_t{1} << 31;
 constexpr uint64_t kCountMask = kOverflowFlag - 1;
+static_assert(sizeof(InboxMeta) == 8, "RoutingView::inbox_meta holds (token, mask) int32 pairs");
 }  // namespace
+
+const int32_t* EpHandle::inbox_meta() const { return at<int32_t>(lay_->inbox_meta); }
 
 void EpHandle::dispatch_v1(const DispatchArgs& a) {
   const int n = a.num_tokens, k = cfg_.num_experts_per_token, me = cfg_.rank, epr = cfg_.num_experts_per_rank;
@@ -224,8 +227,8 @@ void EpHandle::combine_v1(const CombineArgs& a, bool external) {
   const size_t row = static_cast<size_t>(a.hidden) * dtype_size(a.dtype), k4 = static_cast<size_t>(k) * 4;
   const size_t wire_row = static_cast<size_t>(a.hidden) * dtype_size(comb_wire_);
   const bool cast = comb_wire_ != a.dtype;
-  const int total = total_recv();
-  const int32_t* src = src_token_pos();
+  const int total = comb_layout_.total_recv;
+  const int32_t* src = comb_layout_.src_pos;
   const char* in = static_cast<const char*>(a.input);
   const float* inw = a.weights;
   if (!external) {
@@ -269,15 +272,15 @@ void EpHandle::combine_v1(const CombineArgs& a, bool external) {
   wait_signals(sig, node_pes_, round, true, "EpDispatchCombineOp.combine");
 
   // 2. as forwarder: one partial row per inbox token, back to its source.
-  const InboxMeta* meta = at<InboxMeta>(lay_->inbox_meta);
-  std::vector<float> acc(static_cast<size_t>(a.hidden)), wacc(static_cast<size_t>(k));
+  const InboxMeta* meta = reinterpret_cast<const InboxMeta*>(comb_layout_.inbox_meta);
+  std::vector<float> acc(static_cast<size_t>(a.hidden) * dtype_lanes(a.dtype)), wacc(static_cast<size_t>(k));
   std::vector<char> out_row(row);
   std::vector<int> other_nodes;
   for (int nd = 0; nd < nodes; ++nd) {
     if (nd == my_node) continue;
     other_nodes.push_back(nd);
     const int s = nd * g + lr;
-    for (int j = 0; j < inbox_count_[nd]; ++j) {
+    for (int j = 0; j < comb_layout_.inbox_count[nd]; ++j) {
       const InboxMeta mt = meta[static_cast<size_t>(nd) * max_inp + j];
       std::fill(acc.begin(), acc.end(), 0.0f);
       std::fill(wacc.begin(), wacc.end(), 0.0f);

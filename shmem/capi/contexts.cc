@@ -91,4 +91,27 @@ int shmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t* team) {
   MORI_CAPI_CATCH("shmem_ctx_get_team")
 }
 
+// OpenSHMEM 1.6 sessions are performance hints ("implementations are not required to apply
+// any optimization"): MORI's puts and AMOs are already issued directly, so there is
+// nothing to batch. The arguments are still checked.
+void shmem_ctx_session_start(shmem_ctx_t ctx, long options, const shmem_ctx_session_config_t* config,
+                             long config_mask) {
+  (void)options;  // any combination of options is allowed
+  MORI_CAPI_TRY
+  rt("shmem_ctx_session_start");
+  if (ctx == SHMEM_CTX_INVALID) return;
+  if (config_mask & ~SHMEM_CTX_SESSION_TOTAL_OPS)
+    mori::raise(mori::Status::kInvalidArgument, "config_mask has unknown bits 0x%lx",
+                config_mask & ~SHMEM_CTX_SESSION_TOTAL_OPS);
+  if (config_mask && !config) mori::raise(mori::Status::kInvalidArgument, "config is NULL but config_mask is not 0");
+  MORI_CAPI_CATCH("shmem_ctx_session_start")
+}
+
+void shmem_ctx_session_stop(shmem_ctx_t ctx) {
+  MORI_CAPI_TRY
+  rt("shmem_ctx_session_stop");
+  (void)ctx;
+  MORI_CAPI_CATCH("shmem_ctx_session_stop")
+}
+
 }  // extern "C"

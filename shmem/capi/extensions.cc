@@ -27,26 +27,10 @@ size_t shmemx_heap_free(void) {
   MORI_CAPI_CATCH("shmemx_heap_free")
 }
 
-void shmemx_signal_add(uint64_t* sig_addr, uint64_t signal, int pe) {
-  MORI_CAPI_TRY
-  rt("shmemx_signal_add").atomic(sig_addr, mori::AmoOp::kAdd, 8, signal, 0, pe, "shmemx_signal_add");
-  MORI_CAPI_CATCH("shmemx_signal_add")
-}
-
-void shmemx_signal_set(uint64_t* sig_addr, uint64_t signal, int pe) {
-  MORI_CAPI_TRY
-  rt("shmemx_signal_set").atomic(sig_addr, mori::AmoOp::kSet, 8, signal, 0, pe, "shmemx_signal_set");
-  MORI_CAPI_CATCH("shmemx_signal_set")
-}
-
-void* shmemx_team_ptr(shmem_team_t team, const void* dest, int pe) {
-  MORI_CAPI_TRY
-  auto& r = rt("shmemx_team_ptr");
-  if (team == SHMEM_TEAM_INVALID || !team_alive(team) || pe < 0 || pe >= static_cast<int>(team->pes.size()))
-    return nullptr;
-  return r.ptr(dest, team->pes[pe]);
-  MORI_CAPI_CATCH("shmemx_team_ptr")
-}
+// The shmemx_ forms predate OpenSHMEM 1.6's standard names; they stay for existing programs.
+void shmemx_signal_add(uint64_t* sig_addr, uint64_t signal, int pe) { shmem_signal_add(sig_addr, signal, pe); }
+void shmemx_signal_set(uint64_t* sig_addr, uint64_t signal, int pe) { shmem_signal_set(sig_addr, signal, pe); }
+void* shmemx_team_ptr(shmem_team_t team, const void* dest, int pe) { return shmem_team_ptr(team, dest, pe); }
 
 size_t shmemx_symmetric_data_size(void) { return state().data_bytes; }
 

@@ -9,6 +9,7 @@
 
 #include "capi/sha256.h"
 #include "mori/core/env.h"
+#include "mori/core/log.h"
 #include "mori/core/status.h"
 #include "mori/core/store.h"
 #include "mori/core/unique_id.h"
@@ -174,6 +175,10 @@ std::unique_ptr<Bootstrap> make_launch_bootstrap(bool* mpi_initialized) {
     int rank = env_int({"RANK"}, 0), size = env_int({"WORLD_SIZE"}, 1);
     std::string secret = e.job_secret;
     if (secret.empty()) {  // the same derivation as mori.core.bootstrap.detect_launch
+      if (env_int({"LOCAL_RANK"}, 0) == 0)
+        MORI_LOG(kWarn, "BOOTSTRAP",
+                 "MORI_JOB_SECRET is not set, so the job secret is derived from MASTER_ADDR and the port, and anyone "
+                 "who knows them can join the job; set the same random MORI_JOB_SECRET (64 hex digits) on every rank");
       const char* run_id = env_str("TORCHELASTIC_RUN_ID");
       secret = sha256_hex("mori:" + std::string(addr) + ":" + std::to_string(port) + ":" + (run_id ? run_id : ""));
     }

@@ -37,6 +37,45 @@ void iget(shmem_ctx_t ctx, void* dest, const void* source, ptrdiff_t dst, ptrdif
   MORI_CAPI_CATCH(fn)
 }
 
+namespace {
+
+// Byte offset of block k (k < nblocks) at a stride of `stride` elements, checked for overflow.
+size_t block_offset(ptrdiff_t stride, size_t nblocks, size_t bsize, size_t elem, const char* name) {
+  if (stride < 1) raise(Status::kInvalidArgument, "%s must be >= 1, got %td", name, stride);
+  size_t span = 0;
+  if (__builtin_mul_overflow(static_cast<size_t>(stride), nblocks - 1, &span) ||
+      __builtin_add_overflow(span, bsize, &span) || __builtin_mul_overflow(span, elem, &span))
+    raise(Status::kInvalidArgument, "%s %td with %zu blocks of %zu elements overflows the address space", name,
+          stride, nblocks, bsize);
+  return static_cast<size_t>(stride) * elem;
+}
+
+}  // namespace
+
+void ibput(shmem_ctx_t ctx, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+           size_t elem, int pe, const char* fn) noexcept {
+  if (bsize == 0 || nblocks == 0 || ctx == SHMEM_CTX_INVALID) return;
+  MORI_CAPI_TRY
+  size_t dstep = block_offset(dst, nblocks, bsize, elem, "dst"), sstep = block_offset(sst, nblocks, bsize, elem, "sst");
+  auto& r = rt(fn);
+  int wpe = world_pe(ctx, pe, fn);
+  for (size_t k = 0; k < nblocks; ++k)
+    r.put(static_cast<char*>(dest) + k * dstep, static_cast<const char*>(source) + k * sstep, bsize * elem, wpe, false);
+  MORI_CAPI_CATCH(fn)
+}
+
+void ibget(shmem_ctx_t ctx, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+           size_t elem, int pe, const char* fn) noexcept {
+  if (bsize == 0 || nblocks == 0 || ctx == SHMEM_CTX_INVALID) return;
+  MORI_CAPI_TRY
+  size_t dstep = block_offset(dst, nblocks, bsize, elem, "dst"), sstep = block_offset(sst, nblocks, bsize, elem, "sst");
+  auto& r = rt(fn);
+  int wpe = world_pe(ctx, pe, fn);
+  for (size_t k = 0; k < nblocks; ++k)
+    r.get(static_cast<char*>(dest) + k * dstep, static_cast<const char*>(source) + k * sstep, bsize * elem, wpe, false);
+  MORI_CAPI_CATCH(fn)
+}
+
 void put_signal(shmem_ctx_t ctx, void* dest, const void* source, size_t bytes, uint64_t* sig_addr, uint64_t signal,
                 int sig_op, int pe, bool nbi, const char* fn) noexcept {
   if (ctx == SHMEM_CTX_INVALID) return;

@@ -126,6 +126,16 @@ using namespace mori::capi;
 
 namespace {
 
+// A program that returns from main (or calls exit) without shmem_finalize still finalizes,
+// as Open MPI's OSHMEM does: otherwise the runtime's threads and the exit watcher would
+// be torn down by static destructors mid-flight (abort, lost stdio output, status 134).
+// Registered at the end of initialization, so it runs before the destructors of every
+// static object the libraries or the runtime's setup created (exit runs handlers in
+// reverse order of registration); exit's status and stdio flushing are untouched.
+void finalize_at_exit() {
+  if (Runtime::initialized()) shmem_finalize();
+}
+
 void init_common(int requested, const char* fn) {
   if (Runtime::initialized()) return;  // repeated initialization is a no-op
   // OpenSHMEM's own heap-size variable, unless MORI's is set explicitly.
@@ -138,6 +148,8 @@ void init_common(int requested, const char* fn) {
   state().thread_level = requested;
   Runtime::get(fn).set_thread_level(static_cast<mori::shmem::ThreadLevel>(requested));
   setup_state();
+  static bool at_exit_registered = false;
+  if (!at_exit_registered && std::atexit(finalize_at_exit) == 0) at_exit_registered = true;
 }
 
 }  // namespace
@@ -171,6 +183,10 @@ void shmem_query_thread(int* provided) {
 void shmem_finalize(void) {
   MORI_CAPI_TRY
   if (!Runtime::initialized()) return;
+  // Write out buffered output before the closing barrier: once every PE has passed it, the
+  // first to exit with a non-zero status makes the launcher stop the others, which must
+  // not take their output with them.
+  std::fflush(nullptr);
   rt("shmem_finalize").barrier_all();
   teardown_state();
   Runtime::finalize();

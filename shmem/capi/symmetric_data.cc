@@ -7,10 +7,12 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
-#include <cstring>
 
 #include "mori/core/env.h"
 #include "mori/core/log.h"
@@ -49,16 +51,40 @@ int find_data(struct dl_phdr_info* info, size_t, void* out) {
 
 Span g_span;
 
+// The span is copied without memcpy: in a program built with -fsanitize=address, memcpy is
+// the sanitizer's interceptor, which refuses to read the poisoned redzones it keeps between
+// globals, and this copy must take every byte. (Redzones stay poisoned: the shadow memory
+// is untouched by the remap, so ASan still checks the program's own accesses to globals.)
+// At init the kernel copies (write_span); a forked child's private copy uses copy_words.
+void copy_words(void* dst, const void* src, size_t n) {
+  auto* d = static_cast<volatile uint64_t*>(dst);  // volatile: not turned back into memcpy
+  auto* s = static_cast<const volatile uint64_t*>(src);
+  for (size_t i = 0; i < n / sizeof(uint64_t); ++i) d[i] = s[i];
+}
+
+// Writes [src, src + n) to the start of `fd` by raw system calls (not libc's write, which
+// sanitizers also intercept).
+bool write_span(int fd, const void* src, size_t n) {
+  auto* p = static_cast<const char*>(src);
+  for (size_t done = 0; done < n;) {
+    long w = syscall(SYS_pwrite64, fd, p + done, n - done, static_cast<off_t>(done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    done += static_cast<size_t>(w);
+  }
+  return true;
+}
+
 // A forked child must not keep sharing its parent's globals: give it a private copy.
 void privatize_in_child() {
   if (!g_span.start) return;
   size_t n = g_span.end - g_span.start;
   void* tmp = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (tmp == MAP_FAILED) return;
-  std::memcpy(tmp, reinterpret_cast<void*>(g_span.start), n);
+  copy_words(tmp, reinterpret_cast<void*>(g_span.start), n);
   void* p = mmap(reinterpret_cast<void*>(g_span.start), n, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-  if (p != MAP_FAILED) std::memcpy(p, tmp, n);
+  if (p != MAP_FAILED) copy_words(p, tmp, n);
   munmap(tmp, n);
   g_span = {};
 }
@@ -85,18 +111,17 @@ size_t make_data_symmetric() {
       shm_unlink(name);
       raise_errno("shmem_init: ftruncate of the symmetric data segment to %zu bytes", n);
     }
-    void* staging = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (staging == MAP_FAILED) {
+    // Copy the live contents into the object, then swap the pages in place: one mmap call
+    // replaces the private pages with shared ones holding the same bytes.
+    if (!write_span(fd, reinterpret_cast<void*>(span.start), n)) {
+      int err = errno;
       close(fd);
       shm_unlink(name);
-      raise_errno("shmem_init: mmap of the symmetric data segment");
+      errno = err;
+      raise_errno("shmem_init: copying %zu bytes of data+bss into the symmetric data segment", n);
     }
-    // Copy the live contents, then swap the pages in place: one mmap call replaces the
-    // private pages with shared ones holding the same bytes.
-    std::memcpy(staging, reinterpret_cast<void*>(span.start), n);
     void* p = mmap(reinterpret_cast<void*>(span.start), n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
     int err = errno;
-    munmap(staging, n);
     close(fd);
     if (p == MAP_FAILED) {
       shm_unlink(name);

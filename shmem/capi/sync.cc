@@ -15,24 +15,62 @@ void check_cmp(int cmp) {
     raise(Status::kInvalidArgument, "cmp must be one of SHMEM_CMP_EQ..SHMEM_CMP_GE, got %d", cmp);
 }
 
+// Where the next _any scan of an ivars array starts: one past the index it handed out
+// last. OpenSHMEM 1.5 asks that repeated _any calls eventually return every satisfied
+// index; always starting at 0 would starve the higher ones while a lower one stays
+// satisfied. A few arrays per thread are remembered (a program rarely polls more).
+class AnyCursors {
+ public:
+  size_t start(const void* base, size_t n) {
+    for (auto& c : slots_)
+      if (c.base == base) return c.n == n && c.next < n ? c.next : 0;
+    return 0;
+  }
+  void handed_out(const void* base, size_t n, size_t index) {
+    Slot* s = nullptr;
+    for (auto& c : slots_)
+      if (c.base == base) s = &c;
+    if (!s) s = &slots_[victim_++ % kSlots];
+    *s = {base, n, index + 1};
+  }
+
+ private:
+  static constexpr size_t kSlots = 8;
+  struct Slot {
+    const void* base = nullptr;
+    size_t n = 0;
+    size_t next = 0;
+  };
+  Slot slots_[kSlots];
+  size_t victim_ = 0;
+};
+thread_local AnyCursors t_any_cursors;
+
 // Which elements currently satisfy the comparison. Returns as for the *_many helpers,
-// with `done` telling whether a wait may stop.
+// with `done` telling whether a wait may stop. _any scans round-robin (see AnyCursors);
+// _some reports every satisfied index, in index order.
 size_t scan(mori::shmem::Runtime& r, Many kind, const char* base, size_t elem, size_t n, size_t* indices,
             const int* status, int cmp, const char* values, uint64_t scalar, Word w, bool* done) {
-  size_t hits = 0, active = 0, first = SIZE_MAX;
-  for (size_t i = 0; i < n; ++i) {
+  size_t hits = 0, active = 0, found = SIZE_MAX;
+  const size_t start = kind == Many::kAny ? t_any_cursors.start(base, n) : 0;
+  for (size_t k = 0; k < n; ++k) {
+    size_t i = start + k < n ? start + k : start + k - n;
     if (status && status[i]) continue;
     ++active;
     uint64_t v = scalar;
     if (values) std::memcpy(&v, values + i * elem, elem);
     if (!r.test(base + i * elem, static_cast<Cmp>(cmp), v, w)) continue;
-    if (first == SIZE_MAX) first = i;
+    if (found == SIZE_MAX) found = i;
+    if (kind == Many::kAny) break;  // the first satisfied one after the cursor is the answer
     if (kind == Many::kSome && indices) indices[hits] = i;
     ++hits;
   }
   switch (kind) {
     case Many::kAll: *done = hits == active; return *done ? 1 : 0;
-    case Many::kAny: *done = active == 0 || hits > 0; return first;
+    case Many::kAny:
+      *done = active == 0 || found != SIZE_MAX;
+      if (found != SIZE_MAX) t_any_cursors.handed_out(base, n, found);
+      return found;
     case Many::kSome: *done = active == 0 || hits > 0; return hits;
   }
   return 0;
@@ -108,6 +146,20 @@ uint64_t shmem_signal_wait_until(uint64_t* sig_addr, int cmp, uint64_t cmp_value
   }, fn);
   return seen;
   MORI_CAPI_CATCH(fn)
+}
+
+// OpenSHMEM 1.6: update a remote signal without data (an atomic on the signal word).
+void shmem_ctx_signal_add(shmem_ctx_t ctx, uint64_t* sig_addr, uint64_t signal, int pe) {
+  amo(ctx, sig_addr, mori::AmoOp::kAdd, 8, signal, 0, pe, "shmem_ctx_signal_add");
+}
+void shmem_ctx_signal_set(shmem_ctx_t ctx, uint64_t* sig_addr, uint64_t signal, int pe) {
+  amo(ctx, sig_addr, mori::AmoOp::kSet, 8, signal, 0, pe, "shmem_ctx_signal_set");
+}
+void shmem_signal_add(uint64_t* sig_addr, uint64_t signal, int pe) {
+  amo(SHMEM_CTX_DEFAULT, sig_addr, mori::AmoOp::kAdd, 8, signal, 0, pe, "shmem_signal_add");
+}
+void shmem_signal_set(uint64_t* sig_addr, uint64_t signal, int pe) {
+  amo(SHMEM_CTX_DEFAULT, sig_addr, mori::AmoOp::kSet, 8, signal, 0, pe, "shmem_signal_set");
 }
 
 void shmem_wait(long* ivar, long cmp_value) {

@@ -207,4 +207,15 @@ void shmem_team_destroy(shmem_team_t team) {
   MORI_CAPI_CATCH("shmem_team_destroy")
 }
 
+// OpenSHMEM 1.6: shmem_ptr with a PE number relative to `team`; NULL when the PE is not a
+// member, the team is invalid, or its memory is not mapped here.
+void* shmem_team_ptr(shmem_team_t team, const void* dest, int pe) {
+  MORI_CAPI_TRY
+  auto& r = rt("shmem_team_ptr");
+  if (team == SHMEM_TEAM_INVALID || !team_alive(team) || pe < 0 || pe >= static_cast<int>(team->pes.size()))
+    return nullptr;
+  return r.ptr(dest, team->pes[pe]);
+  MORI_CAPI_CATCH("shmem_team_ptr")
+}
+
 }  // extern "C"

@@ -46,6 +46,12 @@ void iput(shmem_ctx_t ctx, void* dest, const void* source, ptrdiff_t dst, ptrdif
           int pe, const char* fn) noexcept;
 void iget(shmem_ctx_t ctx, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, size_t elem,
           int pe, const char* fn) noexcept;
+// OpenSHMEM 1.6 interleaved blocks: nblocks blocks of bsize contiguous elements, block k
+// starting k * dst (dest) and k * sst (source) elements from the start.
+void ibput(shmem_ctx_t ctx, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+           size_t elem, int pe, const char* fn) noexcept;
+void ibget(shmem_ctx_t ctx, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+           size_t elem, int pe, const char* fn) noexcept;
 void put_signal(shmem_ctx_t ctx, void* dest, const void* source, size_t bytes, uint64_t* sig_addr, uint64_t signal,
                 int sig_op, int pe, bool nbi, const char* fn) noexcept;
 // ---- AMO on a 4- or 8-byte word; returns the old value for fetching ops
@@ -82,15 +88,17 @@ struct OpProd { template <typename T> static T apply(T a, T b) { return a * b; }
 
 // Every member combines the members' sources in team order, so floating-point
 // results are bit-identical on all PEs. Sources are read in place when the peer is
-// mapped (shm), else fetched in chunks.
+// mapped (shm), else fetched in chunks. `upto` members are combined: all of them for a
+// reduction, the first me+1 (inclusive scan) or me (exclusive scan: none gives zeros).
 template <typename T, typename Op>
-void reduce_group(Group& g, T* dest, const T* source, size_t n, const char* fn) {
+void reduce_group(Group& g, T* dest, const T* source, size_t n, const char* fn, int upto = -1) {
   auto& r = rt(fn);
+  if (upto < 0) upto = g.n;
   group_barrier(g, fn);
-  std::vector<T> acc(n);
+  std::vector<T> acc(n);  // value-initialized: zeros
   constexpr size_t kChunk = 8192;
   std::vector<T> tmp(std::min(n, kChunk));
-  for (int j = 0; j < g.n; ++j) {
+  for (int j = 0; j < upto; ++j) {
     int pe = g.pes[j];
     const T* peer = static_cast<const T*>(r.ptr(source, pe));
     for (size_t off = 0; off < n; off += kChunk) {
@@ -118,6 +126,18 @@ int reduce(shmem_team_t team, T* dest, const T* source, size_t n, const char* fn
   if (g.me < 0) return -1;
   if (n) check_symmetric(dest, n * sizeof(T), fn), check_symmetric(source, n * sizeof(T), fn);
   reduce_group<T, Op>(g, dest, source, n, fn);
+  return 0;
+  MORI_CAPI_CATCH(fn)
+}
+
+// OpenSHMEM 1.6 shmem_TYPENAME_sum_inscan / _exscan: prefix sums over the team's members.
+template <typename T, bool kInclusive>
+int sum_scan(shmem_team_t team, T* dest, const T* source, size_t n, const char* fn) noexcept {
+  MORI_CAPI_TRY
+  Group g = team_group(team, fn);
+  if (g.me < 0) return -1;
+  if (n) check_symmetric(dest, n * sizeof(T), fn), check_symmetric(source, n * sizeof(T), fn);
+  reduce_group<T, OpSum>(g, dest, source, n, fn, kInclusive ? g.me + 1 : g.me);
   return 0;
   MORI_CAPI_CATCH(fn)
 }

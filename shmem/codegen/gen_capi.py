@@ -4,11 +4,14 @@
 OpenSHMEM 1.5 spells most routines once per element type (``shmem_int_put``,
 ``shmem_ctx_ulong_atomic_fetch_xor_nbi``, ``shmem_double_max_reduce``...). Writing
 thousands of near-identical declarations by hand invites drift, so this script
-derives them from the spec's type tables and writes three files:
+derives them from the spec's type tables and writes:
 
 * ``shmem/include/mori_shmem/typed.h``   - declarations included by shmem.h
 * ``shmem/include/mori_shmem/generic.h`` - the C11 ``_Generic`` macros
 * ``shmem/capi/typed_gen.cc``            - definitions forwarding to mori::capi
+* ``shmem/include/pshmem.h``, ``shmem/capi/profiling_names.h``,
+  ``shmem/capi/profiling_aliases.ld``    - the profiling interface (pshmem_* names)
+* ``tests/capi/generics_gen.c``          - a test calling every generic with every type
 
 Run ``python shmem/codegen/gen_capi.py`` after editing; the outputs are committed
 and carry a "generated" banner. ``--check`` exits 1 if they are stale (CI).
@@ -16,6 +19,7 @@ and carry a "generated" banner. ``--check`` exits 1 if they are stale (CI).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +140,12 @@ def gen_rma(o: Out) -> None:
                 o.fn("void", f"{pre}{n}_i{op}",
                      f"{cx}{c} *dest, const {c} *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe",
                      f'mori::capi::i{op}({ca}, dest, source, dst, sst, nelems, sizeof({c}), pe, "{pre}{n}_i{op}");')
+            for op in ("put", "get"):  # OpenSHMEM 1.6
+                o.fn("void", f"{pre}{n}_ib{op}",
+                     f"{cx}{c} *dest, const {c} *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, "
+                     "int pe",
+                     f'mori::capi::ib{op}({ca}, dest, source, dst, sst, bsize, nblocks, sizeof({c}), pe, '
+                     f'"{pre}{n}_ib{op}");')
             o.fn("void", f"{pre}{n}_p", f"{cx}{c} *dest, {c} value, int pe",
                  f'mori::capi::put({ca}, dest, &value, sizeof({c}), pe, false, "{pre}{n}_p");')
             o.fn(c, f"{pre}{n}_g", f"{cx}const {c} *source, int pe",
@@ -155,6 +165,10 @@ def gen_rma(o: Out) -> None:
                     o.fn("void", f"{pre}{op}{bits}{sfx}", f"{cx}void *dest, const void *source, size_t nelems, int pe",
                          f'mori::capi::{op}({ca}, dest, source, nelems * {b}, pe, {str(nbi).lower()}, '
                          f'"{pre}{op}{bits}{sfx}");')
+                o.fn("void", f"{pre}ib{op}{bits}",  # OpenSHMEM 1.6
+                     f"{cx}void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, "
+                     "int pe",
+                     f'mori::capi::ib{op}({ca}, dest, source, dst, sst, bsize, nblocks, {b}, pe, "{pre}ib{op}{bits}");')
                 o.fn("void", f"{pre}i{op}{bits}",
                      f"{cx}void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe",
                      f'mori::capi::i{op}({ca}, dest, source, dst, sst, nelems, {b}, pe, "{pre}i{op}{bits}");')
@@ -281,6 +295,10 @@ def gen_collectives(o: Out) -> None:
             o.fn("int", f"shmem_{n}_alltoalls",
                  f"shmem_team_t team, {c} *dest, const {c} *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems",
                  f'return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof({c}), "shmem_{n}_alltoalls");')
+        if "sum" in t.reduce:  # OpenSHMEM 1.6 prefix sums, over the sum reduction's types
+            for scan, incl in (("inscan", "true"), ("exscan", "false")):
+                o.fn("int", f"shmem_{n}_sum_{scan}", f"shmem_team_t team, {c} *dest, const {c} *source, size_t nelems",
+                     f'return mori::capi::sum_scan<{c}, {incl}>(team, dest, source, nelems, "shmem_{n}_sum_{scan}");')
         for op in t.reduce:
             o.fn("int", f"shmem_{n}_{op}_reduce", f"shmem_team_t team, {c} *dest, const {c} *source, size_t nreduce",
                  f"return mori::capi::reduce<{c}, mori::capi::Op{op.capitalize()}>(team, dest, source, nreduce, "
@@ -298,63 +316,338 @@ def gen_collectives(o: Out) -> None:
 
 # ---------------------------------------------------------------- C11 _Generic
 
-def assoc(types: list[T], fmt: str, ptr: str = "{c} *", extra_quals: tuple = ()) -> str:
+def select(ctrl: str, types: list[T], fmt: str, quals: tuple = ()) -> str:
+    """A _Generic over `ctrl` choosing fmt.format(n=...) for a pointer to each type.
+
+    The types with their own C spelling are one association list. The fixed-width and
+    size types (int32_t, uint64_t, size_t...) are typedefs of some of those, and which
+    ones depends on the platform; a typedef of a type already listed would be a duplicate
+    association (an error), and one of a type not listed would be missed. So each of them
+    gets its own nested _Generic in the default branch: reached only when no earlier
+    association matched, never a duplicate, on any ABI."""
     rows = []
     for t in types:
         if not t.generic:
             continue
-        rows.append(f"{ptr.format(c=t.c)}: {fmt.format(n=t.name)}")
-        for q in extra_quals:
-            rows.append(f"{q} {ptr.format(c=t.c)}: {fmt.format(n=t.name)}")
-    return ", ".join(rows)
+        for q in ("",) + quals:
+            rows.append(f"{q + ' ' if q else ''}{t.c} *: {fmt.format(n=t.name)}")
+    tail = "shmemi_generic_no_match"
+    for t in reversed([t for t in types if not t.generic]):
+        alts = ", ".join(f"{q + ' ' if q else ''}{t.c} *: {fmt.format(n=t.name)}" for q in ("",) + quals)
+        tail = f"_Generic({ctrl}, {alts}, default: {tail})"
+    return f"_Generic({ctrl}, {', '.join(rows)}, default: {tail})"
+
+
+A1 = "SHMEMI_A1(__VA_ARGS__, 0)"
+A2 = "SHMEMI_A2(__VA_ARGS__, 0, 0)"
+
+
+@dataclass(frozen=True)
+class Generic:
+    """One C11 type-generic routine: the macro, the typed routine pattern, the spec table."""
+
+    name: str  # e.g. shmem_atomic_fetch_and
+    suffix: str  # typed routine is shmem_{n}_{suffix} (shmem_ctx_{n}_{suffix} with a context)
+    types: tuple  # the element types of its table
+    ctx: bool  # also takes a context as first argument
+    ctrl: str = A1  # the argument whose pointer type selects the routine
+    quals: tuple = ()  # extra qualifiers accepted on that pointer
+
+
+def generics() -> list[Generic]:
+    """Every type-generic routine of OpenSHMEM 1.5 (and the 1.3/1.4 AMO names), with its table."""
+    out = []
+    rma = tuple(t for t in TYPES if t.rma)
+    for op in ("put", "put_nbi", "iput", "ibput", "p", "put_signal", "put_signal_nbi", "get", "get_nbi", "iget",
+               "ibget"):
+        out.append(Generic(f"shmem_{op}", op, rma, True))
+    out.append(Generic("shmem_g", "g", rma, True, quals=("const",)))
+    for op, (fam, _fetches, _operands) in AMO_OPS.items():
+        types = tuple(amo_types(fam))
+        out.append(Generic(f"shmem_atomic_{op}", f"atomic_{op}", types, True,
+                           quals=("const",) if op == "fetch" else ()))
+        if op in NBI_AMO:
+            # the first non-ctx argument is the fetch buffer: select on it
+            out.append(Generic(f"shmem_atomic_{op}_nbi", f"atomic_{op}_nbi", types, True))
+    wait = tuple(t for t in TYPES if t.wait)
+    out.append(Generic("shmem_wait_until", "wait_until", wait, False, quals=("volatile",)))
+    out.append(Generic("shmem_test", "test", wait, False, quals=("volatile",)))
+    for kind in ("wait_until", "test"):
+        for many in ("all", "any", "some"):
+            for vec in ("", "_vector"):
+                out.append(Generic(f"shmem_{kind}_{many}{vec}", f"{kind}_{many}{vec}", wait, False))
+    for op in ("broadcast", "collect", "fcollect", "alltoall", "alltoalls"):
+        out.append(Generic(f"shmem_{op}", op, rma, False, ctrl=A2))
+    for op in BIT + ARITH:
+        out.append(Generic(f"shmem_{op}_reduce", f"{op}_reduce", tuple(t for t in TYPES if op in t.reduce), False,
+                           ctrl=A2))
+    for scan in ("inscan", "exscan"):  # OpenSHMEM 1.6
+        out.append(Generic(f"shmem_sum_{scan}", f"sum_{scan}", tuple(t for t in TYPES if "sum" in t.reduce), False,
+                           ctrl=A2))
+    for lop in LEG_INT:  # 1.3/1.4 generic AMO names
+        out.append(Generic(f"shmem_{lop}", lop, tuple(t for t in TYPES if lop in t.legacy_amo), False,
+                           quals=("const",) if lop == "fetch" else ()))
+    return out
 
 
 def generic_macros() -> list[str]:
     out = []
-    rma = [t for t in TYPES if t.rma]
-
-    def ctx_macro(name: str, types: list[T], suffix: str, quals: tuple = ()) -> None:
-        plain = assoc(types, "shmem_{n}_" + suffix, extra_quals=quals)
-        ctx = assoc(types, "shmem_ctx_{n}_" + suffix, extra_quals=quals)
-        out.append(f"#define {name}(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), "
-                   f"shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), {ctx}, default: shmemi_generic_no_match), "
-                   f"default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), {plain}, default: shmemi_generic_no_match))"
-                   f"(__VA_ARGS__)")
-
-    def plain_macro(name: str, types: list[T], fmt: str, arg: str = "SHMEMI_A1(__VA_ARGS__, 0)",
-                    quals: tuple = ()) -> None:
-        out.append(f"#define {name}(...) _Generic({arg}, {assoc(types, fmt, extra_quals=quals)}, "
-                   f"default: shmemi_generic_no_match)(__VA_ARGS__)")
-
-    for op in ("put", "put_nbi", "iput", "p", "put_signal", "put_signal_nbi"):
-        ctx_macro(f"shmem_{op}", rma, op)
-    for op in ("get", "get_nbi", "iget"):
-        ctx_macro(f"shmem_{op}", rma, op)
-    ctx_macro("shmem_g", rma, "g", quals=("const",))
-    for op, (fam, fetches, operands) in AMO_OPS.items():
-        ctx_macro(f"shmem_atomic_{op}", amo_types(fam), f"atomic_{op}", quals=("const",) if op == "fetch" else ())
-        if op in NBI_AMO:
-            # the first non-ctx argument is the fetch buffer: select on it
-            ctx_macro(f"shmem_atomic_{op}_nbi", amo_types(fam), f"atomic_{op}_nbi")
-    wait = [t for t in TYPES if t.wait]
-    plain_macro("shmem_wait_until", wait, "shmem_{n}_wait_until", quals=("volatile",))
-    plain_macro("shmem_test", wait, "shmem_{n}_test", quals=("volatile",))
-    for kind in ("wait_until", "test"):
-        for many in ("all", "any", "some"):
-            for vec in ("", "_vector"):
-                plain_macro(f"shmem_{kind}_{many}{vec}", wait, f"shmem_{{n}}_{kind}_{many}{vec}")
-    team_arg = "SHMEMI_A2(__VA_ARGS__, 0, 0)"
-    for op in ("broadcast", "collect", "fcollect", "alltoall", "alltoalls"):
-        plain_macro(f"shmem_{op}", rma, f"shmem_{{n}}_{op}", arg=team_arg)
-    for op in BIT + ARITH:
-        plain_macro(f"shmem_{op}_reduce", [t for t in TYPES if op in t.reduce], f"shmem_{{n}}_{op}_reduce",
-                    arg=team_arg)
-    # 1.3/1.4 generic AMO names
-    for lop in LEG_INT:
-        op = LEGACY_TO_NEW[lop]
-        types = [t for t in TYPES if lop in t.legacy_amo]
-        plain_macro(f"shmem_{lop}", types, f"shmem_{{n}}_{lop}", quals=("const",) if lop == "fetch" else ())
+    for g in generics():
+        plain = select(g.ctrl, list(g.types), "shmem_{n}_" + g.suffix, g.quals)
+        if g.ctx:
+            ctx = select(A2, list(g.types), "shmem_ctx_{n}_" + g.suffix, g.quals)
+            out.append(f"#define {g.name}(...) _Generic({A1}, shmem_ctx_t: {ctx}, default: {plain})(__VA_ARGS__)")
+        else:
+            out.append(f"#define {g.name}(...) {plain}(__VA_ARGS__)")
+    # shmem_sync(team) (1.5) beside the deprecated active-set shmem_sync(start, stride, size, pSync):
+    # the macro's own name in its expansion is not re-expanded, so it names the function.
+    out.append(f"#define shmem_sync(...) _Generic({A1}, shmem_team_t: shmem_team_sync, default: shmem_sync)"
+               "(__VA_ARGS__)")
     return out
+
+
+
+# ---------------------------------------------------------------- the generics' test
+
+AMO_EXPECT = {  # op -> (expected new value, fetched value or None), in terms of init, v, cond
+    "fetch": ("init", "init"), "set": ("v", None), "swap": ("v", "init"), "compare_swap": ("v", "init"),
+    "fetch_inc": ("(T)(init + 1)", "init"), "inc": ("(T)(init + 1)", None),
+    "fetch_add": ("(T)(init + v)", "init"), "add": ("(T)(init + v)", None),
+    "fetch_and": ("(T)(init & v)", "init"), "and": ("(T)(init & v)", None),
+    "fetch_or": ("(T)(init | v)", "init"), "or": ("(T)(init | v)", None),
+    "fetch_xor": ("(T)(init ^ v)", "init"), "xor": ("(T)(init ^ v)", None),
+}
+REDUCE_EXPR = {"and": "(T)(acc & x)", "or": "(T)(acc | x)", "xor": "(T)(acc ^ x)", "max": "(x > acc ? x : acc)",
+               "min": "(x < acc ? x : acc)", "sum": "(T)(acc + x)", "prod": "(T)(acc * x)"}
+
+
+def generic_case(g: Generic, t: T, ctx: bool, tag: int) -> str:
+    """C code that calls generic `g` on type `t` (on this PE, or as a collective) and checks the result."""
+    c = t.c
+    cx = "SHMEM_CTX_DEFAULT, " if ctx else ""
+    what = f'"{g.name}({"ctx, " if ctx else ""}{c} *)"'
+    op = g.suffix
+    lines = [f"  {{ /* {g.name} on {c}{' with a context' if ctx else ''} */", f"    typedef {c} T;",
+             "    T *d = (T *)sym, *src = (T *)(sym + 4096); (void)d; (void)src;"]
+    add = lines.append
+    # distinct, exactly representable values: element i is 16 i + (0..15), below 128
+    add(f"    T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd({tag}, me, i) % 16); (void)s;")
+    if op in ("put", "put_nbi", "put_signal", "put_signal_nbi", "p", "iput", "ibput"):
+        add("    for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);")
+        if op == "p":
+            add(f"    {g.name}({cx}d, s[2], me);")
+            add(f"    CHECK(d[0] == s[2] && d[1] == (T)101, \"%s\", {what});")
+        elif op == "iput":
+            add(f"    {g.name}({cx}d, s, 2, 1, 2, me);")
+            add(f"    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == s[1] && d[3] == (T)103, \"%s\", {what});")
+        elif op == "ibput":  # 2 blocks of 1 element, 3 apart in dest, 2 apart in source
+            add(f"    {g.name}({cx}d, s, 3, 2, 1, 2, me);")
+            add(f"    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "
+                f"\"%s\", {what});")
+        else:
+            if "signal" in op:
+                add("    uint64_t *sig = (uint64_t *)(sym + 6144); *sig = 0;")
+                add(f"    {g.name}({cx}d, s, 4, sig, {tag}, SHMEM_SIGNAL_SET, me);")
+            else:
+                add(f"    {g.name}({cx}d, s, 4, me);")
+            if op.endswith("nbi"):
+                add("    shmem_quiet();")
+            add(f"    for (int i = 0; i < 4; ++i) CHECK(d[i] == s[i], \"%s element %d\", {what}, i);")
+            add(f"    CHECK(d[4] == (T)104, \"%s wrote past the end\", {what});")
+            if "signal" in op:
+                add(f"    CHECK(shmem_signal_fetch(sig) == {tag}, \"%s signal\", {what});")
+    elif op in ("get", "get_nbi", "g", "iget", "ibget"):
+        add("    for (int i = 0; i < 4; ++i) src[i] = s[i];")
+        add("    T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;")
+        if op == "g":
+            add(f"    r = {g.name}({cx}(const T *)&src[3], me);")
+            add(f"    CHECK(r == s[3], \"%s\", {what});")
+        elif op == "iget":
+            add(f"    {g.name}({cx}l, src, 1, 2, 2, me);")
+            add(f"    CHECK(l[0] == s[0] && l[1] == s[2] && l[2] == (T)102, \"%s\", {what});")
+        elif op == "ibget":  # 2 blocks of 2 elements: source blocks 2 apart, dest blocks 3 apart
+            add(f"    {g.name}({cx}l, src, 3, 2, 2, 2, me);")
+            add(f"    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "
+                f"\"%s\", {what});")
+        else:
+            add(f"    {g.name}({cx}l, src, 4, me);")
+            if op.endswith("nbi"):
+                add("    shmem_quiet();")
+            add(f"    for (int i = 0; i < 4; ++i) CHECK(l[i] == s[i], \"%s element %d\", {what}, i);")
+            add(f"    CHECK(l[4] == (T)104, \"%s read past the end\", {what});")
+    elif op.startswith("atomic_") or op in LEGACY_TO_NEW:
+        base = op[len("atomic_"):] if op.startswith("atomic_") else LEGACY_TO_NEW[op]
+        nbi = base.endswith("_nbi")
+        base = base.removesuffix("_nbi")
+        bitwise = AMO_OPS[base][0] == "bit"
+        val = (lambda k: f"(T)rnd({tag}, me, {k})") if bitwise else (lambda k: f"(T)(1 + rnd({tag}, me, {k}) % 50)")
+        add(f"    T init = {val(0)}, v = {val(1)}; (void)v; d[0] = init; d[1] = (T)77;")
+        new, fetched = AMO_EXPECT[base]
+        operands = {"fetch": [], "set": ["v"], "swap": ["v"], "compare_swap": ["init", "v"], "fetch_inc": [],
+                    "inc": [], "fetch_add": ["v"], "add": ["v"], "fetch_and": ["v"], "and": ["v"],
+                    "fetch_or": ["v"], "or": ["v"], "fetch_xor": ["v"], "xor": ["v"]}[base]
+        target = "(const T *)d" if base == "fetch" else "d"
+        args = ", ".join([target] + operands + ["me"])
+        if nbi:
+            add("    T f = (T)0;")
+            add(f"    {g.name}({cx}&f, {args});")
+            add("    shmem_quiet();")
+            add(f"    CHECK(f == init, \"%s fetched\", {what});")
+        elif fetched:
+            add(f"    r = {g.name}({cx}{args});")
+            add(f"    CHECK(r == {fetched}, \"%s fetched\", {what});")
+        else:
+            add(f"    {g.name}({cx}{args});")
+        add(f"    CHECK(d[0] == {new}, \"%s result\", {what});")
+        add(f"    CHECK(d[1] == (T)77, \"%s wrote past the element\", {what});")
+    elif op in ("wait_until", "test") or op.startswith(("wait_until_", "test_")):
+        add("    for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);")  # 1..3: GE 1 holds, GT 3 never
+        add("    T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;")
+        add("    (void)want; (void)none;")
+        vec = op.endswith("_vector")
+        yes = "SHMEM_CMP_EQ, want" if vec else "SHMEM_CMP_GE, (T)1"
+        no = "SHMEM_CMP_EQ, none" if vec else "SHMEM_CMP_GT, (T)3"
+        kind = op.removesuffix("_vector")
+        if op == "wait_until":
+            add(f"    {g.name}(&d[2], SHMEM_CMP_EQ, d[2]);")
+        elif op == "test":
+            add(f"    CHECK({g.name}(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && {g.name}(&d[1], SHMEM_CMP_NE, d[1]) == 0,"
+                f" \"%s\", {what});")
+        elif kind == "wait_until_all":
+            add(f"    {g.name}(d, 4, NULL, {yes});")
+        elif kind == "test_all":
+            add(f"    CHECK({g.name}(d, 4, NULL, {yes}) == 1 && {g.name}(d, 4, NULL, {no}) == 0, \"%s\", {what});")
+        elif kind == "wait_until_any":
+            add(f"    CHECK({g.name}(d, 4, NULL, {yes}) < 4, \"%s\", {what});")
+        elif kind == "test_any":
+            add(f"    CHECK({g.name}(d, 4, NULL, {yes}) < 4 && {g.name}(d, 4, NULL, {no}) == SIZE_MAX, \"%s\", {what});")
+        elif kind == "wait_until_some":
+            add(f"    CHECK({g.name}(d, 4, idx, NULL, {yes}) == 4 && idx[3] == 3, \"%s\", {what});")
+        elif kind == "test_some":
+            add(f"    CHECK({g.name}(d, 4, idx, NULL, {yes}) == 4 && {g.name}(d, 4, idx, NULL, {no}) == 0, \"%s\","
+                f" {what});")
+    elif op in ("broadcast", "collect", "fcollect", "alltoall", "alltoalls"):
+        val = f"(T)(16 * (j % 4) + rnd({tag}, pe, j) % 16)"
+        add("    shmem_barrier_all(); /* peers are done with the scratch area */")
+        if op == "broadcast":
+            add(f"    {{ int pe = 0; for (int j = 0; j < 4; ++j) src[j] = {val}; }}")
+            add(f"    {g.name}(SHMEM_TEAM_WORLD, d, src, 4, 0);")
+            add(f"    if (me != 0) {{ int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == {val}, \"%s %d\", {what}, j); }}")
+        elif op in ("collect", "fcollect"):
+            add(f"    {{ int pe = me; for (int j = 0; j < 4; ++j) src[j] = {val}; }}")
+            add(f"    {g.name}(SHMEM_TEAM_WORLD, d, src, 4);")
+            add(f"    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j)"
+                f" CHECK(d[pe * 4 + j] == {val}, \"%s from PE %d\", {what}, pe);")
+        else:
+            # element j of the block for PE q, sent by pe: value(pe, q * 2 + j)
+            add(f"    {{ int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = {val}; }}")
+            if op == "alltoall":
+                add(f"    {g.name}(SHMEM_TEAM_WORLD, d, src, 2);")
+            else:
+                add(f"    {g.name}(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);")
+            add(f"    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {{ int j = me * 2 + k;"
+                f" CHECK(d[pe * 2 + k] == {val}, \"%s from PE %d\", {what}, pe); }}")
+    elif op in ("sum_inscan", "sum_exscan"):
+        val = f"(T)(1 + rnd({tag}, pe, j) % 3)"
+        add("    shmem_barrier_all();")
+        add(f"    {{ int pe = me; for (int j = 0; j < 4; ++j) src[j] = {val}; }}")
+        add(f"    {g.name}(SHMEM_TEAM_WORLD, d, src, 4);")
+        upto = "me + 1" if op == "sum_inscan" else "me"
+        add("    for (int j = 0; j < 4; ++j) {")
+        add(f"      T acc = (T)0; for (int pe = 0; pe < {upto}; ++pe) {{ T x = {val}; acc = (T)(acc + x); }}")
+        add(f"      CHECK(d[j] == acc, \"%s element %d\", {what}, j);")
+        add("    }")
+    elif op.endswith("_reduce"):
+        rop = op.removesuffix("_reduce")
+        small = rop in ("sum", "prod") or t.name in ("float", "double", "longdouble")
+        val = f"(T)(1 + rnd({tag}, pe, j) % 3)" if small else f"(T)rnd({tag}, pe, j)"
+        add("    shmem_barrier_all();")
+        add(f"    {{ int pe = me; for (int j = 0; j < 4; ++j) src[j] = {val}; }}")
+        add(f"    {g.name}(SHMEM_TEAM_WORLD, d, src, 4);")
+        add("    for (int j = 0; j < 4; ++j) {")
+        add(f"      T acc; {{ int pe = 0; acc = {val}; }}")
+        add(f"      for (int pe = 1; pe < npes; ++pe) {{ T x = {val}; acc = {REDUCE_EXPR[rop]}; }}")
+        add(f"      CHECK(d[j] == acc, \"%s element %d\", {what}, j);")
+        add("    }")
+    else:
+        raise ValueError(f"no test for generic {g.name}")
+    add("  }")
+    return "\n".join(lines)
+
+
+def render_generic_test() -> str:
+    """tests/capi/generics_gen.c: every generic of generics(), instantiated with every type of its table."""
+    funcs, calls, tag = [], [], 1
+    for g in generics():
+        body = []
+        for t in g.types:
+            for ctx in ((False, True) if g.ctx else (False,)):
+                body.append(generic_case(g, t, ctx, tag))
+                tag += 1
+        fname = "t_" + g.name
+        funcs.append(f"static void {fname}(void) {{\n" + "\n".join(body) + "\n}\n")
+        calls.append(f"  {fname}();")
+    return (BANNER + "/* Each C11 type-generic routine, called with each type the spec's table lists for it\n"
+            "   (fixed-width typedefs included), checked for the exact result. A type the header\n"
+            "   does not dispatch fails to link (shmemi_generic_no_match). Single-PE operations\n"
+            "   target this PE; collectives run on SHMEM_TEAM_WORLD. */\n"
+            "#include <string.h>\n\n#include \"check.h\"\n\n"
+            "static int me, npes;\nstatic unsigned char *sym; /* symmetric scratch: dest at 0, source at 4096, signal at 6144 */\n\n" +
+            "\n".join(funcs) +
+            "\nint main(int argc, char **argv) {\n  seed_from_args(argc, argv);\n  shmem_init();\n"
+            "  me = shmem_my_pe();\n  npes = shmem_n_pes();\n  CHECK(npes <= 64, \"at most 64 PEs\");\n"
+            "  sym = shmem_malloc(8192);\n" + "\n".join(calls) +
+            f"\n  shmem_barrier_all();\n  shmem_free(sym);\n  shmem_finalize();\n"
+            f"  if (me == 0) printf(\"generics: OK on %d PEs ({tag - 1} cases)\\n\", npes);\n  return 0;\n}}\n")
+
+
+
+# ---------------------------------------------------------------- profiling interface
+
+DECL = re.compile(r"SHMEM_FUNCTION_ATTRIBUTES\s+(?!extern\b)([^;{}]*?)\b([A-Za-z_]\w*)\s*\(([^;{}]*?)\)([^;{}]*);",
+                  re.S)
+DEPRECATED_BARE = ("start_pes", "_my_pe", "_num_pes", "shmalloc", "shfree", "shrealloc", "shmemalign")
+
+
+def routines(typed_decls: list[str]) -> list[tuple[str, str]]:
+    """(name, declaration) of every routine the library exports: hand-written in shmem.h and
+    shmemx.h, generated in typed.h."""
+    text = (ROOT / "include/shmem.h").read_text() + (ROOT / "include/shmemx.h").read_text() + "\n".join(typed_decls)
+    out, seen = [], set()
+    for m in DECL.finditer(text):
+        name = m.group(2)
+        if not (name.startswith(("shmem_", "shmemx_")) or name in DEPRECATED_BARE) or name in seen:
+            continue
+        seen.add(name)
+        out.append((name, " ".join(m.group(0).split())))
+    return out
+
+
+def render_profiling(typed_decls: list[str]) -> dict[Path, str]:
+    """The OpenSHMEM profiling interface: every routine is defined as pshmem_NAME (the
+    library's sources are compiled with profiling_names.h forced in, which renames them, so
+    calls inside the library also use the p-names and a tool sees only the program's calls)
+    and exported a second time as NAME by profiling_aliases.ld, a linker script of symbol
+    assignments (same address). A tool defines NAME, links before libmori_shmem (or is
+    LD_PRELOADed), and calls pshmem_NAME."""
+    rs = routines(typed_decls)
+    names_h = (BANNER + "/* Forced into every source of libmori_shmem: routines are defined as pshmem_*. */\n"
+               "#ifndef MORI_SHMEM_PROFILING_NAMES_H\n#define MORI_SHMEM_PROFILING_NAMES_H\n" +
+               "".join(f"#define {n} p{n}\n" for n, _ in rs) + "#endif\n")
+    ld = ("/* GENERATED by shmem/codegen/gen_capi.py - do not edit by hand. SPDX-License-Identifier: MIT\n"
+          "   Implicit linker script of libmori_shmem: each OpenSHMEM name is a second symbol at the address of\n"
+          "   its pshmem_ definition, so a tool that defines the name itself interposes it. */\n" +
+          "".join(f"{n} = p{n};\n" for n, _ in rs))
+    decls = []
+    for n, d in rs:
+        decls.append(re.sub(rf"\b{n}\s*\(", f"p{n}(", d, count=1))
+    pshmem_h = (BANNER + "/* The OpenSHMEM profiling interface: every routine of shmem.h and shmemx.h under its\n"
+                "   name-shifted pshmem_ name (start_pes -> pstart_pes, ...), for tools that wrap the library. */\n"
+                "#ifndef MORI_PSHMEM_H\n#define MORI_PSHMEM_H\n\n#include <shmem.h>\n#include <shmemx.h>\n\n"
+                "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n" + "\n".join(decls) +
+                "\n\n#ifdef __cplusplus\n}\n#endif\n#endif\n")
+    return {ROOT / "capi/profiling_names.h": names_h, ROOT / "capi/profiling_aliases.ld": ld,
+            ROOT / "include/pshmem.h": pshmem_h}
 
 
 def render() -> dict[Path, str]:
@@ -375,8 +668,8 @@ def render() -> dict[Path, str]:
     defs_cc = (BANNER.replace("/*", "//", 1).replace("\n   ", "\n// ").replace(" */\n", "\n") +
                "// Definitions of every typed routine: each forwards to a mori::capi helper.\n"
                '#include "capi/typed_helpers.h"\n\nextern "C" {\n\n' + "\n".join(o.defs) + "\n\n}  // extern \"C\"\n")
-    return {ROOT / "include/mori_shmem/typed.h": typed_h, ROOT / "include/mori_shmem/generic.h": generic_h,
-            ROOT / "capi/typed_gen.cc": defs_cc}
+    return {**render_profiling(o.decls), ROOT / "include/mori_shmem/typed.h": typed_h, ROOT / "include/mori_shmem/generic.h": generic_h,
+            ROOT / "capi/typed_gen.cc": defs_cc, ROOT.parent / "tests/capi/generics_gen.c": render_generic_test()}
 
 
 def main(argv: list[str]) -> int:

@@ -203,6 +203,23 @@ SHMEM_FUNCTION_ATTRIBUTES void shmem_set_lock(long *lock);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_clear_lock(long *lock);
 SHMEM_FUNCTION_ATTRIBUTES int shmem_test_lock(long *lock);
 
+/* ---------------------------------------------------------------- OpenSHMEM 1.6 additions */
+/* (typed ibput/ibget and sum_inscan/exscan are in mori_shmem/typed.h; docs/shmem-c.md lists
+ * which 1.6 routines are in: SHMEM_MINOR_VERSION stays 5 until all are.) */
+#define SHMEM_CTX_SESSION_BATCH (1L << 0)
+#define SHMEM_CTX_SESSION_TOTAL_OPS (1L << 0)
+typedef struct {
+  size_t total_ops;
+} shmem_ctx_session_config_t;
+SHMEM_FUNCTION_ATTRIBUTES void *shmem_team_ptr(shmem_team_t team, const void *dest, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_signal_add(uint64_t *sig_addr, uint64_t signal, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_signal_set(uint64_t *sig_addr, uint64_t signal, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_signal_add(shmem_ctx_t ctx, uint64_t *sig_addr, uint64_t signal, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_signal_set(shmem_ctx_t ctx, uint64_t *sig_addr, uint64_t signal, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_session_start(shmem_ctx_t ctx, long options,
+                                                       const shmem_ctx_session_config_t *config, long config_mask);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_session_stop(shmem_ctx_t ctx);
+
 /* ---------------------------------------------------------------- deprecated names */
 SHMEM_FUNCTION_ATTRIBUTES void start_pes(int npes);
 SHMEM_FUNCTION_ATTRIBUTES int _my_pe(void);
@@ -225,6 +242,12 @@ SHMEM_FUNCTION_ATTRIBUTES void shmem_wait_until(long *ivar, int cmp, long cmp_va
 #endif
 
 #include "mori_shmem/typed.h"
+
+#ifdef __cplusplus
+/* OpenSHMEM 1.5's shmem_sync(team) beside the deprecated active-set shmem_sync (C11 gets a
+ * _Generic macro in mori_shmem/generic.h). */
+inline int shmem_sync(shmem_team_t team) { return shmem_team_sync(team); }
+#endif
 
 #if !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 #include "mori_shmem/generic.h"

@@ -6,6 +6,15 @@
 
 #include <shmem.h>
 
+/* Feature macros: one per routine below, so portable programs can test for it. */
+#define HAVE_SHMEMX_WTIME 1
+#define HAVE_SHMEMX_HEAP_SIZE 1
+#define HAVE_SHMEMX_HEAP_FREE 1
+#define HAVE_SHMEMX_SIGNAL_ADD 1
+#define HAVE_SHMEMX_SIGNAL_SET 1
+#define HAVE_SHMEMX_TEAM_PTR 1
+#define HAVE_SHMEMX_SYMMETRIC_DATA_SIZE 1
+
 #ifdef __cplusplus
 extern "C" {
 #endif

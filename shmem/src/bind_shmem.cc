@@ -62,6 +62,30 @@ Runtime& rt(const char* caller) { return Runtime::get(caller); }
 void* vp(uintptr_t a) { return reinterpret_cast<void*>(a); }
 uintptr_t ip(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
+// A local word that a wait, test or signal read loads: it must lie in this PE's host memory
+// (a symmetric heap or region), or the load would fault on a bad address instead of raising.
+void local_word(const Runtime& r, uintptr_t addr, int width, const char* caller) {
+  RemoteRef ref = r.resolve(vp(addr), static_cast<size_t>(width), caller);
+  if (ref.region->kind != MemKind::kHost)
+    raise(Status::kInvalidArgument, "%s: %p is GPU memory; the host cannot wait on it", caller, vp(addr));
+  if (ref.offset % static_cast<size_t>(width))
+    raise(Status::kInvalidArgument, "%s: %d-byte word at %p is not %d-byte aligned", caller, width, vp(addr), width);
+}
+
+shmem::Word wait_word(int width, int num, const char* caller) {
+  if (width != 1 && width != 2 && width != 4 && width != 8)
+    raise(Status::kInvalidArgument, "%s: word width must be 1, 2, 4 or 8 bytes, got %d", caller, width);
+  if (num < 0 || num > static_cast<int>(shmem::Num::kFloat) || (num == static_cast<int>(shmem::Num::kFloat) && width < 4))
+    raise(Status::kInvalidArgument, "%s: unknown number kind %d for a %d-byte word", caller, num, width);
+  return shmem::Word{width, static_cast<shmem::Num>(num)};
+}
+
+shmem::Cmp comparison(int cmp, const char* caller) {
+  if (cmp < 0 || cmp > static_cast<int>(shmem::Cmp::kGe))
+    raise(Status::kInvalidArgument, "%s: unknown comparison %d (SHMEM_CMP_* are 0..5)", caller, cmp);
+  return static_cast<shmem::Cmp>(cmp);
+}
+
 constexpr size_t kReleaseGilBytes = 64 * 1024;  // below this, dropping the GIL costs more than it saves
 
 }  // namespace
@@ -140,11 +164,14 @@ void bind_shmem(py::module_& m) {
     py::gil_scoped_release nogil;
     return ip(r.realloc(vp(p), n, "shmem_realloc"));
   });
-  m.def("free", [](uintptr_t p) {
-    Runtime& r = rt("shmem_free");
-    py::gil_scoped_release nogil;
-    r.free(vp(p), "shmem_free");
-  });
+  m.def(
+      "free",
+      [](uintptr_t p, bool barrier) {
+        Runtime& r = rt("shmem_free");
+        py::gil_scoped_release nogil;
+        r.free(vp(p), "shmem_free", barrier);
+      },
+      py::arg("ptr"), py::arg("barrier") = true);
   m.def("heap_base", [] { return ip(rt("heap_base").heap_base()); });
   m.def("heap_size", [] { return rt("heap_size").heap_size(); });
   m.def("heap_free", [] { return rt("heap_free").heap_free(); });
@@ -206,7 +233,11 @@ void bind_shmem(py::module_& m) {
       },
       py::arg("dst"), py::arg("src"), py::arg("nbytes"), py::arg("signal"), py::arg("value"), py::arg("sig_op"),
       py::arg("pe"), py::arg("nbi") = false);
-  m.def("signal_fetch", [](uintptr_t sig) { return rt("shmem_signal_fetch").signal_fetch(static_cast<uint64_t*>(vp(sig))); });
+  m.def("signal_fetch", [](uintptr_t sig) {
+    Runtime& r = rt("shmem_signal_fetch");
+    local_word(r, sig, 8, "shmem_signal_fetch");
+    return r.signal_fetch(static_cast<uint64_t*>(vp(sig)));
+  });
   m.def("fence", [] { rt("shmem_fence").fence(); }, "Order earlier puts/atomics to each PE before later ones.");
   m.def("quiet", [] { rt("shmem_quiet").quiet(); }, "Complete every outstanding put, get and atomic of this PE.");
   // MORI-style address API, bound directly (no Python wrapper) because small-message latency
@@ -255,17 +286,21 @@ void bind_shmem(py::module_& m) {
   m.def(
       "test",
       [](uintptr_t ivar, int cmp, uint64_t value, int width, int num) {
-        return rt("shmem_test").test(vp(ivar), static_cast<shmem::Cmp>(cmp), value,
-                                     shmem::Word{width, static_cast<shmem::Num>(num)});
+        Runtime& r = rt("shmem_test");
+        shmem::Word word = wait_word(width, num, "shmem_test");
+        local_word(r, ivar, width, "shmem_test");
+        return r.test(vp(ivar), comparison(cmp, "shmem_test"), value, word);
       },
       py::arg("ivar"), py::arg("cmp"), py::arg("value"), py::arg("width"), py::arg("num"));
   m.def(
       "wait_until",
       [](uintptr_t ivar, int cmp, uint64_t value, int width, int num) {
         Runtime& r = rt("shmem_wait_until");
+        shmem::Word word = wait_word(width, num, "shmem_wait_until");
+        shmem::Cmp op = comparison(cmp, "shmem_wait_until");
+        local_word(r, ivar, width, "shmem_wait_until");
         py::gil_scoped_release nogil;
-        return r.wait_until(vp(ivar), static_cast<shmem::Cmp>(cmp), value,
-                            shmem::Word{width, static_cast<shmem::Num>(num)});
+        return r.wait_until(vp(ivar), op, value, word);
       },
       py::arg("ivar"), py::arg("cmp"), py::arg("value"), py::arg("width"), py::arg("num"));
   m.def("barrier_all", [] {

@@ -25,7 +25,9 @@ void bind_shmem_gpu(py::module_& m) {
         "CUDA device whose memory the address points into, else -1 (host memory).");
   m.def("bind_device", &Runtime::bind_device, py::arg("device"),
         "Device the next init binds when MORI_DEVICE is unset (-1: none).");
-  m.def("gpu_bound", [] { return Runtime::get("gpu_bound").gpu() != nullptr; });
+  // `caller`: the API function the "used before init" error names (shmem_malloc, not gpu_bound).
+  m.def("gpu_bound", [](const std::string& caller) { return Runtime::get(caller.c_str()).gpu() != nullptr; },
+        py::arg("caller") = "gpu_bound");
   m.def("gpu_device", [] {
     GpuHeap* h = Runtime::get("gpu_device").gpu();
     return h ? h->device() : -1;
@@ -33,10 +35,13 @@ void bind_shmem_gpu(py::module_& m) {
   m.def("gpu_heap_base", [] { return ip(heap("gpu_heap_base").base()); });
   m.def("gpu_heap_size", [] { return heap("gpu_heap_size").size(); });
   m.def("gpu_heap_free", [] { return heap("gpu_heap_free").bytes_free(); });
-  m.def("gpu_contains", [](uintptr_t p) {
-    GpuHeap* h = Runtime::get("gpu_contains").gpu();
-    return h != nullptr && h->contains(vp(p));
-  });
+  m.def(
+      "gpu_contains",
+      [](uintptr_t p, const std::string& caller) {
+        GpuHeap* h = Runtime::get(caller.c_str()).gpu();
+        return h != nullptr && h->contains(vp(p));
+      },
+      py::arg("ptr"), py::arg("caller") = "gpu_contains");
   m.def("gpu_reachable", [](int pe) {
     Runtime& r = Runtime::get("gpu_reachable");
     r.check_pe(pe, "gpu_reachable");

@@ -96,6 +96,28 @@ bool compare_word(uint64_t raw, Cmp cmp, uint64_t value, Word w) {
   return false;
 }
 
+// Element i of a strided array: unsigned arithmetic, which wraps instead of overflowing; only
+// addresses inside a span checked by strided_span (or the caller's own buffer) are used.
+const char* strided_element(const void* base, ptrdiff_t stride, size_t i, size_t elem) {
+  return reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(stride) * elem * i);
+}
+
+// The symmetric span of elements 0..nelems-1 at `stride` (in elements) from `first`, resolved;
+// throws naming `caller` when it leaves the heap or the address space.
+RemoteRef strided_span(const Runtime& rt, const void* first, ptrdiff_t stride, size_t nelems, size_t elem,
+                       const char* caller) {
+  // Bytes from the first to the last element, in unsigned arithmetic with overflow checks: a
+  // product that wraps (nelems = 2^61 + 1) would otherwise pass as a short span.
+  size_t abs_stride = stride < 0 ? 0 - static_cast<size_t>(stride) : static_cast<size_t>(stride);
+  size_t step = 0, reach = 0, bytes = 0;
+  auto a = reinterpret_cast<uintptr_t>(first);
+  if (__builtin_mul_overflow(abs_stride, elem, &step) || __builtin_mul_overflow(step, nelems - 1, &reach) ||
+      __builtin_add_overflow(reach, elem, &bytes) || (stride < 0 ? a < reach : a > UINTPTR_MAX - reach))
+    raise(Status::kInvalidArgument, "%s: %zu elements of %zu bytes at stride %td from %p span more than the address space",
+          caller, nelems, elem, stride, first);
+  return rt.resolve(reinterpret_cast<const void*>(stride < 0 ? a - reach : a), bytes, caller);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- lifecycle
@@ -324,7 +346,9 @@ void* Runtime::malloc(size_t bytes, size_t alignment, const char* caller, bool b
 }
 
 void* Runtime::calloc(size_t count, size_t size, const char* caller) {
-  if (size && count > SIZE_MAX / size) raise(Status::kInvalidArgument, "%s: count * size overflows", caller);
+  // More bytes than size_t holds cannot be allocated: out of memory (the C API returns NULL).
+  if (size && count > SIZE_MAX / size)
+    raise(Status::kOutOfMemory, "%s: %zu elements of %zu bytes overflow size_t", caller, count, size);
   void* p = malloc(count * size, HeapAllocator::kMinAlign, caller, false);
   if (p) std::memset(p, 0, count * size);
   barrier_all();
@@ -481,14 +505,10 @@ void Runtime::iput(void* dst, const void* src, ptrdiff_t dst_stride, ptrdiff_t s
   check_alive(pe, "shmem_iput");
   if (nelems == 0) return;
   // Validate the whole span once, then move element by element.
-  char* first = static_cast<char*>(dst);
-  char* last = first + static_cast<ptrdiff_t>(nelems - 1) * dst_stride * static_cast<ptrdiff_t>(elem);
-  Transport& t = transport(resolve(std::min(first, last), static_cast<size_t>(std::abs(last - first)) + elem, "shmem_iput"),
-                           pe, "shmem_iput");
+  Transport& t = transport(strided_span(*this, dst, dst_stride, nelems, elem, "shmem_iput"), pe, "shmem_iput");
   for (size_t i = 0; i < nelems; ++i) {
-    char* d = first + static_cast<ptrdiff_t>(i) * dst_stride * static_cast<ptrdiff_t>(elem);
-    const char* s = static_cast<const char*>(src) + static_cast<ptrdiff_t>(i) * src_stride * static_cast<ptrdiff_t>(elem);
-    t.put(pe, resolve(d, elem, "shmem_iput"), s, elem, true);
+    t.put(pe, resolve(strided_element(dst, dst_stride, i, elem), elem, "shmem_iput"),
+          strided_element(src, src_stride, i, elem), elem, true);
   }
 }
 
@@ -497,14 +517,10 @@ void Runtime::iget(void* dst, const void* src, ptrdiff_t dst_stride, ptrdiff_t s
   check_pe(pe, "shmem_iget");
   check_alive(pe, "shmem_iget");
   if (nelems == 0) return;
-  const char* first = static_cast<const char*>(src);
-  const char* last = first + static_cast<ptrdiff_t>(nelems - 1) * src_stride * static_cast<ptrdiff_t>(elem);
-  Transport& t = transport(resolve(std::min(first, last), static_cast<size_t>(std::abs(last - first)) + elem, "shmem_iget"),
-                           pe, "shmem_iget");
+  Transport& t = transport(strided_span(*this, src, src_stride, nelems, elem, "shmem_iget"), pe, "shmem_iget");
   for (size_t i = 0; i < nelems; ++i) {
-    const char* s = first + static_cast<ptrdiff_t>(i) * src_stride * static_cast<ptrdiff_t>(elem);
-    char* d = static_cast<char*>(dst) + static_cast<ptrdiff_t>(i) * dst_stride * static_cast<ptrdiff_t>(elem);
-    t.get(pe, d, resolve(s, elem, "shmem_iget"), elem, true);
+    t.get(pe, const_cast<char*>(strided_element(dst, dst_stride, i, elem)),
+          resolve(strided_element(src, src_stride, i, elem), elem, "shmem_iget"), elem, true);
   }
   t.quiet();
 }
@@ -676,7 +692,9 @@ void Runtime::barrier_pes(const std::vector<int>& pes, int me, uint64_t* counter
 
 void Runtime::barrier_all() {
   std::lock_guard<std::mutex> lock(barrier_mu_);
-  static thread_local std::vector<int> world;
+  // Guarded by barrier_mu_. Not thread_local: a thread's TLS is destroyed before exit's
+  // handlers run, and the C API's finalize-at-exit handler still calls barrier_all.
+  static std::vector<int> world;
   if (static_cast<int>(world.size()) != n_pes_) {
     world.resize(n_pes_);
     for (int i = 0; i < n_pes_; ++i) world[i] = i;

@@ -35,6 +35,33 @@ def test_complete_example_from_the_guide():
     assert out.count("sent 128 tokens, received") == 8
 
 
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_blockwise_and_fp4_combine(n):
+    """quant_type fp8_blockwise / fp4_blockwise (exact against a model of the wire, within MORI's
+    tolerance, refused at combine where MORI refuses) and fp4 rows, every kernel type."""
+    out = check(mori_run(n, python_program("ep_quant_combine.py"), timeout=240))
+    assert f"ep quant combine ok on {n} PEs" in out
+    # fp8: IntraNode, IntraNodeLL, AsyncLL; fp4: IntraNode, IntraNodeLL (x 2 hidden sizes); the rest refused.
+    assert out.count(": combined") == 10 and out.count(": refused at combine") == 14, out
+    assert out.count("fp4 rows: dispatched and combined") == 6
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_routing_handles(n):
+    """Three layers in flight, combined out of order by their handles; a handle replayed; errors."""
+    out = check(mori_run(n, python_program("ep_routing.py"), timeout=200))
+    assert out.count("routing handles ok") == n
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_vllm_and_sglang_call_sequences(n):
+    """vLLM's and SGLang's MORI managers' calls (standard/normal and AsyncLL/low-latency; fp8 and
+    mxfp4 dispatch; bf16, fp8_blockwise, fp4_blockwise combine) around a real MoE layer, against
+    a plain-torch MoE."""
+    out = check(mori_run(n, python_program("ep_integrations.py"), timeout=200))
+    assert f"ep integrations ok on {n} PEs" in out and out.count("matches the torch MoE") == 8
+
+
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_errors(n):
     out = check(mori_run(n, python_program("ep_errors.py"), timeout=120))
@@ -88,9 +115,10 @@ def test_rule_selection():
         LaunchConfigurator(K.IntraNode, 8, 8, "FAST")
 
 
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [2, 4, 8])
 def test_local_expert_count(n):
-    """dispatch(call_local_expert_count=True) and MORI's launch_local_expert_count on addresses."""
+    """dispatch(call_local_expert_count=True), the split phases on every kernel type, and MORI's
+    launch_local_expert_count on addresses."""
     out = check(mori_run(n, python_program("ep_local_expert_count.py"), timeout=100))
     assert out.count("local expert count ok") == n
 
@@ -178,3 +206,20 @@ def test_internode_kernel_types_across_two_hosts():
     finally:
         vh.destroy()
     assert "on 4 PEs passed" in out
+
+
+@pytest.mark.netns
+def test_blockwise_fp4_and_routing_handles_across_two_hosts():
+    """The inter-node kernel types with fp4 rows and the blockwise combines (AsyncLL combines
+    fp8_blockwise, the others refuse at combine), and InterNodeV1 routing handles, with 2 PEs on
+    each of two hosts (network namespaces, tcp transport between them)."""
+    from multihost import check_all, run_on_hosts, veth_hosts_or_skip
+
+    vh = veth_hosts_or_skip()
+    try:
+        quant = check_all(run_on_hosts(vh.hosts, 2, python_program("ep_quant_combine.py", "--hosts"), timeout=240))
+        routing = check_all(run_on_hosts(vh.hosts, 2, python_program("ep_routing.py", "--hosts"), timeout=240))
+    finally:
+        vh.destroy()
+    assert "ep quant combine ok on 4 PEs" in quant and quant.count(": combined") == 2
+    assert routing.count("routing handles ok (InterNodeV1)") == 4

@@ -197,7 +197,7 @@ def graphs(me: int, n: int) -> None:
 def handles(me: int, n: int) -> None:
     """MORI's class API on GPU memory: raw device addresses and a stream (DeepSpeed's MORI hook),
     tensors, and the output left in the transit buffer."""
-    count = 100003
+    count = 100002  # bf16: whole uint32 lanes per PE (MORI's rule)
     mine = lambda p: torch.arange(count, dtype=torch.float32) * (p + 1) + 0.5 * p  # noqa: E731
     want = torch.cat([mine(p) for p in range(n)]).to(torch.bfloat16)
     x = mine(me).to(torch.bfloat16).cuda()
@@ -213,6 +213,14 @@ def handles(me: int, n: int) -> None:
     sd.wait_async()
     got = sd.get_output_transit_buffer(torch.bfloat16)[: n * count]
     expect(got.is_cuda and torch.equal(got.cpu(), want), "AllgatherSdma transit output")
+    # copy_output_to_user=True: the user output and (as MORI's) the transit buffer both hold it.
+    both = ccl.AllgatherSdma(me, n, transit_buffer_size=8 << 20)
+    out.zero_()
+    expect(both(x, out, count) is True, "copy-out call")
+    torch.cuda.synchronize()
+    expect(torch.equal(out.cpu(), want), "AllgatherSdma copy-out user output")
+    got = both.get_output_transit_buffer(torch.bfloat16)[: n * count]
+    expect(got.is_cuda and torch.equal(got.cpu(), want), "AllgatherSdma copy-out transit buffer")
 
 
 def main() -> int:

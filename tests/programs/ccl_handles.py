@@ -52,7 +52,7 @@ def main() -> int:
         me, n = s.my_pe, s.n_pes
         ag = ccl.AllGatherIntoTensor(me, n, 1 << 20, n << 20)  # DeepSpeed's call: input and output sizes
         expect(ag.my_pe() == me and ag.npes() == n, "my_pe()/npes()")
-        for salt, count in enumerate((1, 3, 1001)):
+        for salt, count in enumerate((4, 12, 1004)):  # per-PE bytes: whole uint32 lanes (MORI's rule)
             for dt in TORCH:
                 x = payload(me, dt, count, salt)
                 out = torch.full((n * count * ccl.size_of(dt),), 0xA5, dtype=torch.uint8).view(TORCH[dt])
@@ -106,6 +106,34 @@ def main() -> int:
         expect(np.array_equal(sym.view(np.uint8), expected(n, ccl.DataType.Float64, 50, 7)), "symmetric output")
         sd.deregister_output_buffer(torch.from_numpy(sym))
         expect(not sd.is_output_registered(torch.from_numpy(sym)), "deregistration")
+        # MORI's auto_register= (positional after copy_output_to_user too): every call's output is registered.
+        auto = ccl.AllGatherIntoTensor(me, n, 1 << 16, n << 16, True, True)
+        expect(auto.auto_register and auto.copy_output_to_user, "positional copy_output_to_user, auto_register")
+        x = payload(me, ccl.DataType.Int16, 6, 11)
+        out = torch.zeros(6 * n, dtype=torch.int16)
+        expect(not auto.is_output_registered(out), "registered before any call")
+        expect(auto(x, out, 6, ccl.DataType.Int16) is True, "auto_register call")
+        expect(auto.is_output_registered(out) and not ag.is_output_registered(out), "auto_register recorded the output")
+        expect(np.array_equal(out.view(torch.uint8).numpy(), expected(n, ccl.DataType.Int16, 6, 11)), "auto output")
+        expect(ccl.AllGatherIntoTensor(me, n, 64, 64 * n, auto_register=True).auto_register, "auto_register keyword")
+        # A per-PE byte length that is not whole uint32 lanes: MORI raises (a RuntimeError), nothing written.
+        for dt, count in ((ccl.DataType.Int8, 3), (ccl.DataType.Float16, 1), (ccl.DataType.Int8, 1001)):
+            x = payload(me, dt, count, 12)
+            out = torch.full((n * count * ccl.size_of(dt),), 7, dtype=torch.uint8)
+            msg = raises(RuntimeError, lambda: ag(x.data_ptr(), out.data_ptr(), count, dt, 0))
+            expect("multiple of 4" in msg and "sendcount" in msg, f"lane error names it: {msg}")
+            expect(bool((out == 7).all()), "a refused call wrote the output")
+        # AllgatherSdma with copy_output_to_user=True also fills its transit buffer (MORI's users read it),
+        # bytes rounded to lanes as MORI's wrapper does (an odd count is no error there).
+        both = ccl.AllgatherSdma(me, n, transit_buffer_size=1 << 20)
+        for count, salt in ((100, 13), (3, 14), (250, 15)):  # growing: the mirror buffer grows collectively
+            x = payload(me, ccl.DataType.Uint8, count, salt)
+            out = torch.zeros(count * n, dtype=torch.uint8)
+            expect(both(x, out, count) is True, "copy-out call")
+            want = expected(n, ccl.DataType.Uint8, count, salt)
+            expect(np.array_equal(out.numpy(), want), "copy-out user output")
+            transit = both.get_output_transit_buffer(torch.uint8, device="cpu")
+            expect(np.array_equal(transit[: count * n].numpy(), want), f"copy-out transit buffer ({count} per PE)")
         # Bad arguments raise, naming them.
         expect("my_pe" in raises(InvalidArgument, lambda: ccl.AllGatherIntoTensor(me + 1, n)), "my_pe named")
         expect("npes" in raises(InvalidArgument, lambda: ccl.AllGatherIntoTensor(me, n + 1)), "npes named")

@@ -67,8 +67,34 @@ def main() -> int:
     expect_error(ValueError, "num_experts_per_token", EpDispatchCombineOp,
                  EpDispatchCombineConfig(**{**base, "num_experts_per_token": 99}))
     expect_error(ValueError, "quant_type", EpDispatchCombineOp, EpDispatchCombineConfig(**{**base, "quant_type": "int3"}))
-    expect_error(NotImplementedError, "fp8_blockwise", EpDispatchCombineOp,
-                 EpDispatchCombineConfig(**{**base, "quant_type": "fp8_blockwise"}))
+
+    # Fields and products of fields that overflow int32 name them (issue 13 item 6: the
+    # num_experts() bound used to wrap and read "1..-2147483648").
+    expect_error(ValueError, "num_experts_per_rank = 1099511627776 does not fit int32", EpDispatchCombineOp,
+                 EpDispatchCombineConfig(**{**base, "num_experts_per_rank": 2**40}))
+    if world > 1:
+        expect_error(ValueError, "world_size * num_experts_per_rank", EpDispatchCombineOp,
+                     EpDispatchCombineConfig(**{**base, "num_experts_per_rank": 2**31 // world + 1}))
+    expect_error(ValueError, "hidden_dim * max_token_type_size", EpDispatchCombineOp,
+                 EpDispatchCombineConfig(**{**base, "hidden_dim": 2**29, "max_token_type_size": 8}))
+    expect_error(ValueError, "scale_dim * scale_type_size", EpDispatchCombineOp,
+                 EpDispatchCombineConfig(**{**base, "scale_dim": 2**30, "scale_type_size": 4}))
+    wide = 2 * world * world + 1
+    expect_error(ValueError, "max_num_inp_token_per_rank * num_experts_per_token", EpDispatchCombineOp,
+                 EpDispatchCombineConfig(**{**base, "max_num_inp_token_per_rank": (2**31 - 1) // (world * world),
+                                            "num_experts_per_rank": wide, "num_experts_per_token": wide}))
+    # MORI's native classes from mori.cpp: the handle allocates (collectively) and checks its config.
+    import mori.cpp
+
+    native_cfg = mori.cpp.EpDispatchCombineConfig(rank=me, world_size=world, hidden_dim=32, scale_type_size=4,
+                                                  max_token_type_size=4, max_num_inp_token_per_rank=8,
+                                                  num_experts_per_rank=2, num_experts_per_token=2,
+                                                  warp_num_per_block=8, block_num=8)
+    handle = mori.cpp.EpDispatchCombineHandle(native_cfg)
+    assert handle.config is native_cfg
+    native_cfg.num_experts_per_token = 99
+    expect_error(ValueError, "num_experts_per_token", mori.cpp.EpDispatchCombineHandle, native_cfg)
+    del handle
 
     op = EpDispatchCombineOp(EpDispatchCombineConfig(**base))
     h, k, ne = 32, 2, world * 2

@@ -135,7 +135,9 @@ def check_dtypes():
             comb_dtype = torch.float32 if dtype == torch.float32 else torch.bfloat16
             for i, pattern in enumerate(("random", "max", "one_rank", "random")):
                 one_round(op, inputs(op, dtype, 100 + i, pattern=pattern), dtype, comb_dtype, scale_dim)
-            op.local_expert_count = None
+            count = op.local_expert_count  # allocated with the op, on this PE's GPU
+            expect(count.device == DEV and count.dtype == torch.int32 and not count.any(), "local_expert_count at construction")
+            count.fill_(-1)
             data = inputs(op, dtype, 7)
             x, w, s, idx = (to_dev(t) for t in data[sh.shmem_mype()])
             out = op.dispatch(x, w, s if scale_dim else None, idx, call_local_expert_count=True)
@@ -143,7 +145,7 @@ def check_dtypes():
             local = out[3][:total].long().cpu() - sh.shmem_mype() * op.config.num_experts_per_rank
             local = local[(local >= 0) & (local < op.config.num_experts_per_rank)]
             ref = torch.bincount(local, minlength=op.config.num_experts_per_rank).to(torch.int32)
-            expect(torch.equal(op.local_expert_count.cpu(), ref), "local_expert_count")
+            expect(op.local_expert_count is count and torch.equal(count.cpu(), ref), "local_expert_count (in place)")
             standalone = torch.full_like(op.local_expert_count, -1)
             mori.ops.launch_local_expert_count(op.config, out[3].data_ptr(), out[4].data_ptr(), standalone.data_ptr())
             expect(torch.equal(standalone.cpu(), ref), "launch_local_expert_count on device addresses")
@@ -168,6 +170,21 @@ def check_async_ll():
     op = make_op(torch.float8_e4m3fn, 2048, scale_dim=16, kernel=KT.AsyncLL)
     for i in range(3):
         one_round(op, inputs(op, torch.float8_e4m3fn, 400 + i), torch.float8_e4m3fn, torch.bfloat16, 16, split=True)
+    # SGLang's low-latency call: the count asked at dispatch_recv (and, ours, at dispatch_send).
+    me = sh.shmem_mype()
+    for i, at_send in enumerate((False, True)):
+        data = inputs(op, torch.float8_e4m3fn, 410 + i)
+        x, w, s, idx = (to_dev(t) for t in data[me])
+        op.local_expert_count.fill_(-1)
+        out = op.dispatch_send(x, w, s, idx, call_local_expert_count=at_send)
+        op.dispatch_recv(call_local_expert_count=not at_send)
+        total = int(out[4].item())
+        local = out[3][:total].long().cpu() - me * op.config.num_experts_per_rank
+        local = local[(local >= 0) & (local < op.config.num_experts_per_rank)]
+        ref = torch.bincount(local, minlength=op.config.num_experts_per_rank).to(torch.int32)
+        expect(torch.equal(op.local_expert_count.cpu(), ref), f"AsyncLL local_expert_count (asked at_send={at_send})")
+        op.combine_send(out[0][:total].to(torch.bfloat16), out[1], idx)
+        op.combine_recv()
     print("PASS async_ll", flush=True)
 
 
@@ -208,6 +225,125 @@ def check_fp8_cast():
                    f"{kernel.name}: weights")
         torch.cuda.synchronize()
         print(f"PASS fp8_cast {kernel.name} {comb_dtype}", flush=True)
+
+
+def check_fp8_blockwise():
+    """quant_type fp8_blockwise on CUDA (hidden 7168: 56 blocks of 128, one fp32 scale each): rows
+    that cross NVLink are quantized per block and summed in fp32; IntraNode reads this PE's own rows
+    as they are, AsyncLL stages (and quantizes) them too. Checked against the torch model of the wire
+    of tests/programs/ep_quant_combine.py, and to differ from the unquantized sum; MORI's refusals."""
+    from ep_quant_combine import blockwise_roundtrip
+
+    me = sh.shmem_mype()
+    for kernel in (KT.IntraNode, KT.IntraNodeLL, KT.AsyncLL):
+        op = make_op(torch.bfloat16, 7168, kernel=kernel, quant="fp8_blockwise")
+        for i in range(2):
+            data = inputs(op, torch.bfloat16, 900 + i)
+            x, w, _, idx = (to_dev(t) for t in data[me])
+            outs = op.dispatch(x, w, None, idx)
+            if kernel == KT.AsyncLL:
+                op.dispatch_recv()
+            check_dispatch(op, data, outs, False)
+            total = int(outs[4].item())
+            if i == 0:  # MORI's refusal of a non-bf16 input, at combine
+                try:
+                    op.combine(outs[0][:total].float(), outs[1], idx)
+                    expect(False, f"{kernel.name}: fp8_blockwise accepted float32 input")
+                except ValueError as exc:
+                    expect("only supports bf16" in str(exc), f"refusal text: {exc}")
+            c, cw = op.combine(outs[0][:total], outs[1], idx)
+            if kernel == KT.AsyncLL:
+                op.combine_recv()
+            xs, ws, idxs = data[me][0], data[me][1], data[me][3]
+            epr = op.config.num_experts_per_rank
+            ds = [dests(row, epr) for row in idxs.tolist()]
+            own = torch.tensor([float(me in d) for d in ds])[:, None]
+            remote = torch.tensor([float(len(d - {me})) for d in ds])[:, None]
+            xf = xs.float()
+            xq = blockwise_roundtrip(xs, fp4=False) if xs.shape[0] else xf
+            ref = (xq if kernel == KT.AsyncLL else xf) * own + xq * remote
+            got = c[:xs.shape[0]].cpu().float()
+            expect(torch.allclose(got, ref, atol=2e-2, rtol=1e-2),
+                   f"{kernel.name}: fp8_blockwise combine differs from the blockwise model "
+                   f"(max err {(got - ref).abs().max()})")
+            if bool((remote > 0).any()):
+                expect((got - xf * (own + remote)).abs().max() > 1e-3, f"{kernel.name}: remote rows were not quantized")
+            expect(torch.allclose(cw[:xs.shape[0]].cpu(), ws * (own + remote), rtol=1e-6, atol=1e-6),
+                   f"{kernel.name}: weights")
+        torch.cuda.synchronize()
+        print(f"PASS fp8_blockwise {kernel.name}", flush=True)
+    # fp4_blockwise on CUDA tensors is not implemented: NotImplementedError at combine.
+    op = make_op(torch.bfloat16, 7168, quant="fp4_blockwise")
+    data = inputs(op, torch.bfloat16, 950)
+    x, w, _, idx = (to_dev(t) for t in data[me])
+    outs = op.dispatch(x, w, None, idx)
+    total = int(outs[4].item())
+    try:
+        op.combine(outs[0][:total], outs[1], idx)
+        expect(False, "fp4_blockwise on CUDA tensors did not raise")
+    except NotImplementedError as exc:
+        expect("fp8_blockwise" in str(exc), f"fp4 refusal text: {exc}")
+    op2 = make_op(torch.bfloat16, 7168)  # keep every PE in step with a plain round
+    one_round(op2, inputs(op2, torch.bfloat16, 951), torch.bfloat16, torch.bfloat16, 0)
+    print("PASS fp8_blockwise refusals", flush=True)
+
+
+def check_routing():
+    """Routing handles on CUDA tensors (IntraNode): three layers dispatched with return_routing=True,
+    their expert outputs kept, combined out of order by their handles; a plain combine of the last
+    dispatch still works after them; a replay (dispatch(routing=h)) raises NotImplementedError."""
+    me = sh.shmem_mype()
+    op = make_op(torch.bfloat16, 2048)
+    layers, handles, expert = [], [], []
+    for tag in range(3):
+        data = inputs(op, torch.bfloat16, 1000 + tag)
+        x, w, _, idx = (to_dev(t) for t in data[me])
+        out, ow, _, oi, recv, h = op.dispatch(x, w, None, idx, return_routing=True)
+        expect(recv is h.total_recv_token_num and h.disp_dest_tok_id_map.is_cuda, "return_routing's handle")
+        check_dispatch(op, data, (out, ow, None, oi, recv), False)
+        total = int(recv.item())
+        expert.append(((out[:total].float() * (1 + tag)).to(torch.bfloat16), ow[:total].clone()))
+        layers.append(data)
+        handles.append(h)
+        # Peers' next dispatch writes this PE's receive buffers (no wait on the GPU, as in MORI):
+        # every PE has taken its copies first.
+        torch.cuda.synchronize()
+        sh.shmem_barrier_all()
+    for tag in (1, 0, 2):
+        x, w, _, idx = (to_dev(t) for t in layers[tag][me])
+        c, cw = op.combine(expert[tag][0], expert[tag][1], idx, routing=handles[tag])
+        xs, ws, idxs = layers[tag][me][0], layers[tag][me][1], layers[tag][me][3]
+        mult = torch.tensor([float(len(dests(row, op.config.num_experts_per_rank))) for row in idxs.tolist()])
+        ref = (xs.float() * (1 + tag)).to(torch.bfloat16).float() * mult[:, None]
+        expect(torch.allclose(c[:xs.shape[0]].cpu().float(), ref, atol=2e-2, rtol=1e-2), f"layer {tag} by its handle")
+        expect(torch.allclose(cw[:xs.shape[0]].cpu(), ws * mult[:, None], rtol=1e-6, atol=1e-6), f"layer {tag} weights")
+    # The last dispatch (layer 2) is still the op's own layout.
+    x, w, _, idx = (to_dev(t) for t in layers[2][me])
+    c, _ = op.combine(expert[2][0], expert[2][1], idx)
+    xs, idxs = layers[2][me][0], layers[2][me][3]
+    mult = torch.tensor([float(len(dests(row, op.config.num_experts_per_rank))) for row in idxs.tolist()])
+    ref = (xs.float() * 3).to(torch.bfloat16).float() * mult[:, None]
+    expect(torch.allclose(c[:xs.shape[0]].cpu().float(), ref, atol=2e-2, rtol=1e-2), "plain combine after handles")
+    # Replay layer 0's routing with new payloads: the same rows land in the same slots.
+    torch.cuda.synchronize()
+    sh.shmem_barrier_all()
+    x0, w0, _, idx0 = layers[0][me]
+    new = [(d[0].float() * -2).to(torch.bfloat16) for d in layers[0]]  # every PE's new payload
+    h0 = handles[0]
+    out, ow, _, oi, recv = op.dispatch(new[me].to(DEV), w0.to(DEV), None, idx0.to(DEV), routing=h0)
+    expect(recv is h0.total_recv_token_num, "a replay returns the handle's total_recv_token_num")
+    total = int(recv.item())
+    pos = op.get_dispatch_src_token_pos().long().cpu()
+    expect(torch.equal(pos, h0.disp_tok_id_to_src_tok_id_local[:total].long().cpu()), "replay: same slots")
+    src_r, src_t = op.decode_send_flat_idx(pos)
+    want = torch.stack([new[a][b] for a, b in zip(src_r.tolist(), src_t.tolist())]) if total else new[me][:0]
+    expect(torch.equal(out[:total].cpu(), want), "replay: the new payloads at the handle's slots")
+    c, _ = op.combine(out[:total], ow[:total], idx0.to(DEV), routing=h0)
+    mult = torch.tensor([float(len(dests(row, op.config.num_experts_per_rank))) for row in idx0.tolist()])
+    expect(torch.allclose(c[:x0.shape[0]].cpu().float(), new[me].float() * mult[:, None], atol=2e-2, rtol=1e-2),
+           "combine of the replay")
+    torch.cuda.synchronize()
+    print("PASS routing", flush=True)
 
 
 def check_standard_moe():
@@ -273,7 +409,8 @@ def check_errors():
 
 
 CHECKS = {"dtypes": check_dtypes, "zero_copy": check_zero_copy, "async_ll": check_async_ll, "graph": check_graph,
-          "errors": check_errors, "fp8_cast": check_fp8_cast, "standard_moe": check_standard_moe}
+          "errors": check_errors, "fp8_cast": check_fp8_cast, "standard_moe": check_standard_moe,
+          "fp8_blockwise": check_fp8_blockwise, "routing": check_routing}
 
 
 def main() -> int:

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The PE side of the hostile-client test (test_tcp_security.py).
+"""The PE side of the hostile-client tests (tests/hostile/test_network_attacks.py, test_tcp_hosts.py).
 
     mori run ... tcp_guard_target.py WORKDIR
 

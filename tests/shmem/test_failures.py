@@ -73,3 +73,52 @@ def test_launcher_sets_torchrun_and_mori_env():
     proc = mori_run(2, [sys.executable, "-c", code], timeout=60)
     lines = sorted(l for l in proc.stdout.splitlines() if l.startswith("["))
     assert lines[0].split()[1:5] == ["0", "2", "0", "0"] and lines[1].split()[1:5] == ["1", "2", "1", "1"], lines
+
+
+def test_launcher_of_a_later_host_names_global_ranks():
+    """`mori run --node-rank 1` runs global ranks 2 and 3: a failing rank is named by its global
+    rank, not its index on this host (it said "rank 1" where rank 3 died)."""
+    code = ("import os, sys, time\nr = int(os.environ['RANK'])\n"
+            "time.sleep(60) if r == 2 else sys.exit(5)\n")
+    start = time.monotonic()
+    proc = mori_run(2, [sys.executable, "-c", code], timeout=60,
+                    launcher_args=["--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
+                                   "--master-port", "29997"], env={"MORI_JOB_SECRET": "ab" * 32})
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    assert time.monotonic() - start < 30, "rank 2 was not stopped"
+    assert "rank 3 exited with code 5" in proc.stderr, proc.stderr
+
+
+def test_death_of_the_rank_hosting_the_store_is_named():
+    """MASTER_ADDR/RANK jobs: rank 0 hosts the bootstrap store. When its init fails (here: a heap
+    size it alone refuses), the others said only "bootstrap store connection closed"."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = ("import os, sys\nimport mori.shmem as sh\nr = int(os.environ['RANK'])\n"
+            "if r == 0:\n    os.environ['MORI_SHMEM_HEAP_SIZE'] = '4K'\n"
+            "try:\n    sh.shmem_init()\nexcept Exception as e:\n    print(f'rank {r} caught: {e}', flush=True)\n"
+            "    sys.exit(0)\nsys.exit(1)\n")
+    procs = []
+    for rank in range(3):
+        env = job_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "MORI_MASTER_PORT": str(port),
+                       "RANK": str(rank), "WORLD_SIZE": "3", "MORI_JOB_SECRET": "cd" * 32,
+                       "MORI_BOOTSTRAP_TIMEOUT": "20"})
+        for key in ("MORI_STORE_ADDR", "MORI_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "LOCAL_RANK"):
+            env.pop(key, None)
+        procs.append(subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=60)[0])
+    finally:
+        for p in procs:
+            p.kill()
+    assert all(p.returncode == 0 for p in procs), outs
+    assert "MORI_SHMEM_HEAP_SIZE" in outs[0], outs[0]
+    for rank in (1, 2):
+        assert f"rank {rank} caught: rank {rank}: lost the bootstrap store" in outs[rank], outs[rank]
+        assert "hosted by rank 0: rank 0 exited or failed" in outs[rank], outs[rank]

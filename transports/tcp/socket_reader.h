@@ -17,6 +17,8 @@ class SocketReader {
   bool read(void* dst, size_t n);
   // Reads and discards n bytes (the payload of a refused request).
   void skip(size_t n);
+  // True while bytes already received wait in the buffer (poll() would not see them).
+  bool buffered() const { return pos_ < end_; }
 
  private:
   // recv() into the buffer; returns bytes read (0 on orderly close).

@@ -9,8 +9,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
+#include "mori/core/auth.h"
 #include "mori/core/log.h"
 #include "mori/core/socket.h"
 #include "mori/core/status.h"
@@ -27,7 +30,7 @@ std::string io_error(const char* call, int err) {
 
 const char* hello_refusal(HelloStatus s) {
   switch (s) {
-    case HelloStatus::kRefused: return "it refused our job secret (is the peer part of another job?)";
+    case HelloStatus::kRefused: return "it did not understand our hello (mixed MORI installs?)";
     case HelloStatus::kWrongPe: return "it is not the PE we expected (stale address?)";
     case HelloStatus::kDuplicate: return "it already has a connection from this PE";
     case HelloStatus::kBadVersion: return "it speaks another tcp protocol version (mixed MORI installs?)";
@@ -42,24 +45,43 @@ TcpChannel::TcpChannel(int my_pe, int peer, const std::string& ip, int port, con
                        double timeout_s, uint32_t hello_flags)
     : my_pe_(my_pe), peer_(peer), address_(ip + ":" + std::to_string(port)), timeout_s_(timeout_s),
       rbuf_(64 * 1024) {
-  try {
-    fd_ = net::connect_tcp(ip, port, timeout_s);
-  } catch (const Error& e) {
-    raise(e.status(), "PE %d cannot reach PE %d over tcp at %s: %s (set MORI_SOCKET_IFNAME to an interface the hosts share)",
-          my_pe, peer, address_.c_str(), e.what());
-  }
-  net::set_liveness(fd_, timeout_s);
+  const double deadline = net::now() + timeout_s;
   Hello h{};
   std::memcpy(h.magic, kHelloMagic, sizeof(h.magic));
-  std::memcpy(h.secret, secret.data(), sizeof(h.secret));
   h.from_pe = my_pe;
   h.to_pe = peer;
   h.flags = hello_flags;
   h.version = kProtocolVersion;
   HelloReply reply{};
+  // A target flooded by strangers evicts the oldest unauthenticated connection, which may be
+  // ours: an authentication that breaks (rather than being refused) is tried again.
+  while (true) {
+    try {
+      fd_ = net::connect_tcp(ip, port, std::max(0.1, deadline - net::now()));
+    } catch (const Error& e) {
+      raise(e.status(),
+            "PE %d cannot reach PE %d over tcp at %s: %s (set MORI_SOCKET_IFNAME to an interface the hosts share)",
+            my_pe, peer, address_.c_str(), e.what());
+    }
+    net::set_liveness(fd_, timeout_s);
+    try {
+      auth::client_handshake(fd_, secret.data(), secret.size(), kAuthLabel, deadline);
+      break;
+    } catch (const auth::Refused& e) {
+      net::close_fd(fd_);
+      raise(Status::kRemote, "PE %d: PE %d at %s refused the tcp connection: %s (is the peer part of another job?)",
+            my_pe, peer, address_.c_str(), e.what());
+    } catch (const Error& e) {
+      net::close_fd(fd_);
+      if (e.status() == Status::kTimeout || net::now() >= deadline)
+        raise(Status::kRemote, "PE %d: tcp handshake with PE %d at %s failed: %s", my_pe, peer, address_.c_str(),
+              e.what());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   try {
     net::send_all(fd_, &h, sizeof(h));
-    if (!net::recv_all(fd_, &reply, sizeof(reply), net::now() + timeout_s))
+    if (!net::recv_all(fd_, &reply, sizeof(reply), deadline))
       raise(Status::kRemote, "the connection closed during the handshake");
   } catch (const Error& e) {
     net::close_fd(fd_);

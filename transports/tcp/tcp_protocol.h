@@ -4,6 +4,8 @@
 // the target in the order they arrive, which is what gives fence its meaning;
 // replies come back in request order.
 //
+//   both ways:           mutual challenge-response on the job secret (core/auth.h,
+//                        label kAuthLabel); the secret itself never crosses the wire
 //   initiator -> target: Hello, then Request [+ payload] ...
 //   target -> initiator: HelloReply, then Reply [+ payload] ...
 //
@@ -16,11 +18,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace mori::tcp {
 
-constexpr char kHelloMagic[8] = {'M', 'O', 'R', 'I', 'T', 'C', 'P', '1'};
-constexpr uint32_t kProtocolVersion = 1;
+constexpr std::string_view kAuthLabel = "mori-tcp-v1";
+constexpr char kHelloMagic[8] = {'M', 'O', 'R', 'I', 'T', 'C', 'P', '2'};
+constexpr uint32_t kProtocolVersion = 2;
 
 // Largest payload of one request. Bigger transfers are split into chunks of at
 // most this size, pipelined on the connection. The bound is also a safety
@@ -35,24 +39,24 @@ enum HelloFlags : uint32_t {
   kHelloPrimary = 1,
 };
 
+// Sent once authenticated.
 struct Hello {
   char magic[8];
-  uint8_t secret[32];
   int32_t from_pe;
   int32_t to_pe;  // the target the initiator believes it reached
   uint32_t flags;
   uint32_t version;
   uint64_t reserved;
 };
-static_assert(sizeof(Hello) == 64);
+static_assert(sizeof(Hello) == 32);
 
 enum class HelloStatus : uint8_t {
   kOk = 0,
-  kRefused = 1,     // wrong job secret or not a MORI tcp hello
+  kRefused = 1,     // not a MORI tcp hello (a wrong secret never gets this far)
   kWrongPe = 2,     // to_pe is not this PE, or from_pe is out of range
   kDuplicate = 3,   // that PE already has a primary connection
   kBadVersion = 4,
-  kBusy = 5,        // too many connections
+  kBusy = 5,        // too many authenticated connections
 };
 
 struct HelloReply {

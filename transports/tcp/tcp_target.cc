@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "mori/core/auth.h"
 #include "mori/core/log.h"
 #include "mori/core/socket.h"
 #include "mori/core/status.h"
@@ -23,20 +24,8 @@
 namespace mori::tcp {
 namespace {
 
-bool secrets_equal(const uint8_t* a, const uint8_t* b, size_t n) {
-  uint8_t diff = 0;  // constant time: do not leak how many bytes matched
-  for (size_t i = 0; i < n; ++i) diff |= a[i] ^ b[i];
-  return diff == 0;
-}
-
-std::string peer_address(int fd) {
-  sockaddr_in addr{};
-  socklen_t len = sizeof(addr);
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
-  char buf[INET_ADDRSTRLEN] = "?";
-  inet_ntop(AF_INET, &addr.sin_addr, buf, sizeof(buf));
-  return std::string(buf) + ":" + std::to_string(ntohs(addr.sin_port));
-}
+// Strangers waiting to authenticate at once; more evict the oldest (see net::Acceptor).
+constexpr size_t kMaxPending = 64;
 
 void send_iov(int fd, iovec* iov, int count) {
   msghdr msg{};
@@ -90,28 +79,21 @@ bool is_fetching(AmoOp op) {
 
 TcpTarget::TcpTarget(Options options)
     : opt_(std::move(options)), primary_live_(opt_.n_pes, 0), said_bye_(opt_.n_pes, 0) {
-  listen_fd_ = net::listen_tcp(opt_.bind_ip, 0, &port_);
-  acceptor_ = std::thread([this] { accept_loop(); });
+  int listen_fd = net::listen_tcp(opt_.bind_ip, 0, &port_);
+  net::Acceptor::Options o;
+  o.service = format("PE %d's tcp target", opt_.my_pe);
+  o.subsys = "TCP";
+  o.max_pending = kMaxPending;
+  o.pending_lifetime_s = std::min(10.0, opt_.timeout_s) + 1;  // a backstop: handshake() gives up first
+  acceptor_ = std::make_unique<net::Acceptor>(listen_fd, std::move(o), [this](net::Connection& c) { serve(c); });
 }
 
 TcpTarget::~TcpTarget() { stop(); }
 
 void TcpTarget::stop() {
   if (stopping_.exchange(true)) return;
-  ::shutdown(listen_fd_, SHUT_RDWR);  // wakes accept()
-  if (acceptor_.joinable()) acceptor_.join();
-  net::close_fd(listen_fd_);
   regions_cv_.notify_all();
-  std::list<Conn> conns;
-  {
-    std::lock_guard<std::mutex> lock(conns_mu_);
-    for (Conn& c : conns_) ::shutdown(c.fd, SHUT_RDWR);  // wakes blocked recv()/send()
-    conns.splice(conns.end(), conns_);
-  }
-  for (Conn& c : conns) {
-    if (c.thread.joinable()) c.thread.join();
-    net::close_fd(c.fd);
-  }
+  acceptor_->stop();  // shuts every connection down and joins its thread
 }
 
 void TcpTarget::expose(const MemRegion& region) {
@@ -123,96 +105,71 @@ void TcpTarget::expose(const MemRegion& region) {
 }
 
 bool TcpTarget::finalized(int pe) const {
-  std::lock_guard<std::mutex> lock(conns_mu_);
+  std::lock_guard<std::mutex> lock(peers_mu_);
   return pe >= 0 && pe < opt_.n_pes && said_bye_[pe];
 }
 
-void TcpTarget::accept_loop() {
-  // Each PE legitimately opens one connection; the slack covers auxiliary clients.
-  const size_t max_conns = static_cast<size_t>(4 * opt_.n_pes + 16);
-  while (!stopping_.load()) {
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (stopping_.load()) return;
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        continue;
-      }
-      MORI_LOG(kError, "TCP", "PE %d: tcp listener failed: %s", opt_.my_pe, std::strerror(errno));
-      return;
-    }
-    net::set_nodelay(fd);
-    net::set_liveness(fd, opt_.timeout_s);
-    std::lock_guard<std::mutex> lock(conns_mu_);
-    for (auto it = conns_.begin(); it != conns_.end();) {  // reap finished connections
-      if (it->done.load()) {
-        it->thread.join();
-        net::close_fd(it->fd);
-        it = conns_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    if (conns_.size() >= max_conns) {
-      MORI_LOG(kWarn, "TCP", "PE %d: dropping a connection from %s: already %zu connections", opt_.my_pe,
-               peer_address(fd).c_str(), conns_.size());
-      HelloReply r{};
-      r.status = static_cast<uint8_t>(HelloStatus::kBusy);
-      r.pe = opt_.my_pe;
-      ::send(fd, &r, sizeof(r), MSG_NOSIGNAL | MSG_DONTWAIT);
-      ::close(fd);
-      continue;
-    }
-    Conn& c = conns_.emplace_back();
-    c.fd = fd;
-    c.thread = std::thread([this, &c] { serve(&c); });
-  }
-}
-
-int TcpTarget::handshake(int fd, bool* primary) {
-  Hello h{};
-  // A stranger gets a few seconds to introduce itself.
+int TcpTarget::handshake(net::Connection& conn, bool* primary) {
+  const int fd = conn.fd();
+  // A stranger gets a few seconds to prove it holds the job secret.
   double deadline = net::now() + std::min(10.0, opt_.timeout_s);
+  if (!auth::server_handshake(fd, opt_.secret.data(), opt_.secret.size(), kAuthLabel, deadline)) {
+    if (!conn.evicted())
+      MORI_LOG_LIMITED(refusals_log_, kWarn, "TCP",
+                       "PE %d refused a tcp connection from %s: it could not prove it holds the job secret",
+                       opt_.my_pe, conn.peer().c_str());
+    return -1;
+  }
+  if (!conn.admit()) return -1;
+  Hello h{};
   if (!net::recv_all(fd, &h, sizeof(h), deadline)) return -1;
   HelloReply reply{};
   reply.pe = opt_.my_pe;
   reply.max_chunk = kMaxChunk;
   HelloStatus status = HelloStatus::kOk;
   *primary = (h.flags & kHelloPrimary) != 0;
-  if (std::memcmp(h.magic, kHelloMagic, sizeof(kHelloMagic)) != 0 ||
-      !secrets_equal(h.secret, opt_.secret.data(), opt_.secret.size())) {
-    status = HelloStatus::kRefused;
-  } else if (h.version != kProtocolVersion) {
-    status = HelloStatus::kBadVersion;
-  } else if (h.to_pe != opt_.my_pe || h.from_pe < 0 || h.from_pe >= opt_.n_pes || h.from_pe == opt_.my_pe) {
-    status = HelloStatus::kWrongPe;
-  } else if (*primary) {
-    std::lock_guard<std::mutex> lock(conns_mu_);
-    if (primary_live_[h.from_pe]) status = HelloStatus::kDuplicate;
-    else primary_live_[h.from_pe] = 1;
+  // Each PE legitimately opens one connection; the slack covers auxiliary clients.
+  const size_t max_conns = static_cast<size_t>(4 * opt_.n_pes + 16);
+  {
+    std::lock_guard<std::mutex> lock(peers_mu_);
+    if (std::memcmp(h.magic, kHelloMagic, sizeof(kHelloMagic)) != 0) {
+      status = HelloStatus::kRefused;
+    } else if (h.version != kProtocolVersion) {
+      status = HelloStatus::kBadVersion;
+    } else if (h.to_pe != opt_.my_pe || h.from_pe < 0 || h.from_pe >= opt_.n_pes || h.from_pe == opt_.my_pe) {
+      status = HelloStatus::kWrongPe;
+    } else if (authenticated_ >= max_conns) {
+      status = HelloStatus::kBusy;
+    } else if (*primary && primary_live_[h.from_pe]) {
+      status = HelloStatus::kDuplicate;
+    } else {
+      if (*primary) primary_live_[h.from_pe] = 1;
+      ++authenticated_;
+    }
   }
   reply.status = static_cast<uint8_t>(status);
   net::send_all(fd, &reply, sizeof(reply));
   if (status != HelloStatus::kOk) {
-    const char* why = status == HelloStatus::kRefused      ? "it did not present the job secret"
+    const char* why = status == HelloStatus::kRefused      ? "its hello is not a MORI tcp hello"
                       : status == HelloStatus::kBadVersion ? "protocol version mismatch"
                       : status == HelloStatus::kWrongPe    ? "it named the wrong PEs"
+                      : status == HelloStatus::kBusy       ? "too many connections"
                                                            : "that PE is already connected";
-    MORI_LOG(kWarn, "TCP", "PE %d refused a tcp connection from %s (claiming PE %d): %s", opt_.my_pe,
-             peer_address(fd).c_str(), h.from_pe, why);
+    MORI_LOG_LIMITED(refusals_log_, kWarn, "TCP", "PE %d refused a tcp connection from %s (claiming PE %d): %s",
+                     opt_.my_pe, conn.peer().c_str(), h.from_pe, why);
     return -1;
   }
   return h.from_pe;
 }
 
-void TcpTarget::serve(Conn* conn) {
-  int fd = conn->fd;
+void TcpTarget::serve(net::Connection& conn) {
+  const int fd = conn.fd();
+  net::set_liveness(fd, opt_.timeout_s);
   int peer = -1;
   bool primary = false, bye = false;
   std::string why = "its connection closed without a goodbye";
   try {
-    peer = handshake(fd, &primary);
+    peer = handshake(conn, &primary);
     if (peer >= 0) {
       SocketReader in(fd);
       Request rq;
@@ -226,13 +183,17 @@ void TcpTarget::serve(Conn* conn) {
     if (!stopping_.load())
       MORI_LOG(kDebug, "TCP", "PE %d: connection from PE %d ended: %s", opt_.my_pe, peer, e.what());
   }
-  if (peer >= 0 && primary) mark_gone(peer, bye, why);
-  ::shutdown(fd, SHUT_RDWR);  // closed by the reaper or stop(), which also join this thread
-  conn->done.store(true);
+  if (peer >= 0) {
+    {
+      std::lock_guard<std::mutex> lock(peers_mu_);
+      --authenticated_;
+    }
+    if (primary) mark_gone(peer, bye, why);
+  }
 }
 
 void TcpTarget::mark_gone(int pe, bool said_bye, const std::string& why) {
-  std::lock_guard<std::mutex> lock(conns_mu_);
+  std::lock_guard<std::mutex> lock(peers_mu_);
   primary_live_[pe] = 0;
   if (said_bye) said_bye_[pe] = 1;
   if (said_bye_[pe] || stopping_.load()) return;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The target side of the tcp transport: a progress engine that serves remote
 // PEs' requests without this PE's application calling in. One listener thread
-// accepts connections; each authenticated connection gets a service thread that
+// accepts connections (net::Acceptor: strangers bounded in number and lifetime);
+// each connection must prove the job secret (auth.h), then gets a service thread that
 // applies puts, gets, atomics and signals into the regions this PE exposes,
 // strictly in arrival order. Every request is checked against those regions
 // before memory is touched; a bad request gets an error reply and the target
@@ -12,7 +13,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "mori/core/acceptor.h"
+#include "mori/core/rate_limited_log.h"
 #include "mori/core/store.h"
 #include "mori/transports/mem_region.h"
 #include "transports/tcp/tcp_protocol.h"
@@ -64,16 +66,9 @@ class TcpTarget {
     size_t size;
     MemKind kind;
   };
-  struct Conn {
-    int fd = -1;
-    std::thread thread;
-    std::atomic<bool> done{false};
-  };
-
-  void accept_loop();
-  void serve(Conn* conn);
-  // Returns the PE on success; -1 if the hello was refused (reply already sent).
-  int handshake(int fd, bool* primary);
+  void serve(net::Connection& conn);
+  // Returns the PE on success; -1 if the peer was refused (and told, where it authenticated).
+  int handshake(net::Connection& conn, bool* primary);
   // Applies one request; returns false when the connection must close.
   bool handle(int fd, class SocketReader& in, const Request& rq, int peer, bool* bye);
   // The exposed memory for (region, offset, length), or an error text.
@@ -82,20 +77,20 @@ class TcpTarget {
   void mark_gone(int pe, bool said_bye, const std::string& why);
 
   Options opt_;
-  int listen_fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
-  std::thread acceptor_;
+  log::RateLimit refusals_log_;
 
   mutable std::shared_mutex regions_mu_;
   std::condition_variable_any regions_cv_;
   std::map<uint32_t, Exposed> regions_;
 
-  mutable std::mutex conns_mu_;
-  std::list<Conn> conns_;
+  mutable std::mutex peers_mu_;
+  size_t authenticated_ = 0;           // connections being served
   std::vector<uint8_t> primary_live_;  // per PE: a primary connection is being served
   std::vector<uint8_t> said_bye_;      // per PE: finalized on purpose
   std::atomic<int> first_dead_{-1};
+  std::unique_ptr<net::Acceptor> acceptor_;  // last: its threads use everything above
 };
 
 }  // namespace mori::tcp

@@ -89,8 +89,21 @@ __device__ void wait_dispatch(const Shape& s, const Peers& p, const Local& l, un
   }
 }
 
+// Destination PE and slot of lane `lane`'s entry of token t in a replayed layout (a routing
+// handle's dest map), or -1; entries that name no slot of this job are dropped like -1.
+__device__ __forceinline__ int replay_route(const int64_t* replay, int64_t t, int lane, const Shape& s,
+                                            int64_t& slot) {
+  slot = 0;
+  if (lane >= s.topk) return -1;
+  const int64_t v = replay[t * s.topk + lane];
+  if (v < 0 || v >= s.world * s.max_recv) return -1;
+  slot = v % s.max_recv;
+  return static_cast<int>(v / s.max_recv);
+}
+
 __global__ void __launch_bounds__(1024) k_dispatch_send(Shape s, Peers p, Local l, const uint8_t* in, int row_bytes, const float* w,
-                                const uint8_t* sc, const int32_t* idx, int n, bool fused_recv) {
+                                const uint8_t* sc, const int32_t* idx, int n, bool fused_recv,
+                                const int64_t* replay) {
   __shared__ unsigned int cnt[kMaxPes], run[kMaxPes];
   __shared__ unsigned long long base[kMaxPes];
   __shared__ int ovf[kMaxPes];
@@ -108,27 +121,34 @@ __global__ void __launch_bounds__(1024) k_dispatch_send(Shape s, Peers p, Local 
   }
   __syncthreads();
   for (int64_t t = lo + warp; t < hi; t += nwarps) {
-    int d = route(idx, t, lane, s);
+    int64_t unused;
+    int d = replay ? replay_route(replay, t, lane, s, unused) : route(idx, t, lane, s);
     if (d >= 0) atomicAdd(&cnt[d], 1u);
   }
   __syncthreads();
-  // One remote atomic per destination for the whole block.
-  if (threadIdx.x < s.world && cnt[threadIdx.x]) {
+  // One remote atomic per destination for the whole block (a replay has its slots already).
+  if (!replay && threadIdx.x < s.world && cnt[threadIdx.x]) {
     int d = threadIdx.x;
     base[d] = atomicAdd_system(p.counter[d] + parity, static_cast<unsigned long long>(cnt[d]));
     if (base[d] + cnt[d] > static_cast<unsigned long long>(s.max_recv)) ovf[d] = 1;
   }
   __syncthreads();
   for (int64_t t = lo + warp; t < hi; t += nwarps) {
-    const int d = route(idx, t, lane, s);
+    int64_t replay_slot = 0;
+    const int d = replay ? replay_route(replay, t, lane, s, replay_slot) : route(idx, t, lane, s);
     int64_t entry = -1;
     for (int j = 0; j < s.topk; ++j) {
       const int dj = __shfl_sync(kFull, d, j);
       if (dj < 0 || ovf[dj]) continue;  // warp-uniform
-      unsigned int r = 0;
-      if (lane == 0) r = atomicAdd(&run[dj], 1u);
-      r = __shfl_sync(kFull, r, 0);
-      const int64_t slot = static_cast<int64_t>(base[dj] + r);
+      int64_t slot;
+      if (replay) {
+        slot = __shfl_sync(kFull, replay_slot, j);
+      } else {
+        unsigned int r = 0;
+        if (lane == 0) r = atomicAdd(&run[dj], 1u);
+        r = __shfl_sync(kFull, r, 0);
+        slot = static_cast<int64_t>(base[dj] + r);
+      }
       if (lane == j) entry = dj * s.max_recv + slot;
       warp_copy(p.disp_tok[dj] + slot * row_bytes, in + t * row_bytes, row_bytes, lane);
       if (lane < s.topk) {
@@ -190,7 +210,8 @@ __device__ __forceinline__ unsigned ld_acquire_sys_u32(const unsigned* p) {
 
 // Eight elements of a row <-> eight floats. kCoherent loads bypass L1 (rows peers write while
 // the kernel runs); the others use the read-only path (the combine input).
-struct Fp8 {};  // e4m3fn, combine's fp8_direct_cast wire type
+struct Fp8 {};     // e4m3fn, combine's fp8_direct_cast wire type
+struct Fp8Blk {};  // fp8_blockwise wire rows: e4m3fn codes, then one fp32 scale per block
 
 template <typename T>
 struct Row8;
@@ -262,11 +283,43 @@ struct Row8<Fp8> {
   }
 };
 
-// One row from the combine input (T) into a staging row (S: T, or fp8 when direct-cast).
+// One row quantized blockwise by the warp: per block of `block_groups` groups its largest
+// magnitude (a warp reduction), scale = amax / 448, codes = value / scale in e4m3 (saturating).
+template <typename T>
+__device__ void send_row_blockwise(uint8_t* __restrict__ dst, const uint8_t* __restrict__ src, int groups,
+                                   int block_groups, int lane) {
+  float* scales = reinterpret_cast<float*>(dst + static_cast<int64_t>(groups) * Row8<Fp8>::kBytes);
+  const int blocks = (groups + block_groups - 1) / block_groups;
+  for (int b = 0; b < blocks; ++b) {
+    const int g0 = b * block_groups, g1 = min(groups, g0 + block_groups);
+    float amax = 0.0f;
+    for (int c = g0 + lane; c < g1; c += 32) {
+      float f[8] = {};
+      Row8<T>::template add<false>(f, src + c * Row8<T>::kBytes);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(f[i]));
+    }
+    for (int off = 16; off; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFull, amax, off));
+    const float scale = amax / 448.0f;
+    for (int c = g0 + lane; c < g1; c += 32) {
+      float f[8] = {};
+      Row8<T>::template add<false>(f, src + c * Row8<T>::kBytes);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) f[i] = scale > 0.0f ? f[i] / scale : 0.0f;
+      Row8<Fp8>::store(dst + c * Row8<Fp8>::kBytes, f);
+    }
+    if (lane == 0) scales[b] = scale;
+  }
+}
+
+// One row from the combine input (T) into a staging row (S: T, or fp8 when direct-cast, or
+// blockwise-quantized fp8).
 template <typename T, typename S>
 __device__ __forceinline__ void send_row(uint8_t* __restrict__ dst, const uint8_t* __restrict__ src, int groups,
-                                         int lane) {
-  if constexpr (std::is_same_v<T, S>) {
+                                         int lane, int block_groups) {
+  if constexpr (std::is_same_v<S, Fp8Blk>) {
+    send_row_blockwise<T>(dst, src, groups, block_groups, lane);
+  } else if constexpr (std::is_same_v<T, S>) {
     warp_copy<8>(dst, src, static_cast<int64_t>(groups) * Row8<T>::kBytes, lane);
   } else {
 #pragma unroll 4
@@ -286,6 +339,8 @@ struct CombineJob {
   int num_tokens;
   bool zero_copy;     // `in` is this PE's registered buffer (Peers::comb_in)
   bool pipelined;     // staged rows are flagged one by one (stage_per_row)
+  int block_groups;   // Fp8Blk: groups per scale block
+  int st_row;         // bytes of a staged row (the wire type's)
 };
 
 struct RowRef {
@@ -311,9 +366,23 @@ __device__ __forceinline__ void sum_slice(const Shape& s, const Local& l, const 
     const RowRef ref = row(rq, sq);
     const uint8_t* ptr = ref.ptr;
     if (ref.staged) {
+      if constexpr (std::is_same_v<S, Fp8Blk>) {
+        const float* scales = reinterpret_cast<const float*>(ptr + static_cast<int64_t>(j.groups) * Row8<Fp8>::kBytes);
 #pragma unroll
-      for (int u = 0; u < kU; ++u)
-        if (c0 + 32 * u < j.groups) Row8<S>::template add<true>(acc[u], ptr + (c0 + 32 * u) * Row8<S>::kBytes);
+        for (int u = 0; u < kU; ++u) {
+          const int c = c0 + 32 * u;
+          if (c >= j.groups) continue;
+          float f[8] = {};
+          Row8<Fp8>::template add<true>(f, ptr + c * Row8<Fp8>::kBytes);
+          const float sc = __ldcg(scales + c / j.block_groups);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[u][i] += f[i] * sc;
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < kU; ++u)
+          if (c0 + 32 * u < j.groups) Row8<S>::template add<true>(acc[u], ptr + (c0 + 32 * u) * Row8<S>::kBytes);
+      }
     } else {
 #pragma unroll
       for (int u = 0; u < kU; ++u)
@@ -382,7 +451,7 @@ template <typename T, typename S>
 __device__ void stage_per_row(const Shape& s, const Peers& p, const Local& l, const CombineJob& j, int64_t sg,
                               int64_t ns, int lane, unsigned flag) {
   const unsigned long long disp_round = l.state[0];
-  const int in_row = j.groups * Row8<T>::kBytes, st_row = j.groups * Row8<S>::kBytes;
+  const int in_row = j.groups * Row8<T>::kBytes, st_row = j.st_row;
   const int64_t n = static_cast<int64_t>(s.max_inp) * s.world;
   const unsigned long long* inv = p.disp_inv[s.rank];
   for (int64_t k0 = sg; k0 < n; k0 += 32 * ns) {
@@ -398,7 +467,7 @@ __device__ void stage_per_row(const Shape& s, const Peers& p, const Local& l, co
       const int qs = __shfl_sync(kFull, q, src);
       const int64_t ts = __shfl_sync(kFull, t, src);
       const int64_t slot = static_cast<int64_t>(__shfl_sync(kFull, e, src) & 0xffffffffull);
-      send_row<T, S>(p.comb_stage[s.rank] + slot * st_row, j.in + slot * in_row, j.groups, lane);
+      send_row<T, S>(p.comb_stage[s.rank] + slot * st_row, j.in + slot * in_row, j.groups, lane, j.block_groups);
       if (j.w && lane < s.topk) p.comb_stage_w[s.rank][slot * s.topk + lane] = __ldg(j.w + slot * s.topk + lane);
       __threadfence_system();  // each lane's stores, then (after the warp barrier) the flag
       __syncwarp();
@@ -422,7 +491,7 @@ __global__ void __launch_bounds__(1024) k_combine_pull(Shape s, Peers p, Local l
   const int64_t gw = static_cast<int64_t>(blockIdx.x) * nwarps + warp, nw = static_cast<int64_t>(gridDim.x) * nwarps;
   const bool direct = j.zero_copy && std::is_same_v<T, S>;  // peers read the registered input itself
   const bool per_row = !direct && j.pipelined && s.world > 1;
-  const int in_row = j.groups * Row8<T>::kBytes, st_row = j.groups * Row8<S>::kBytes;
+  const int in_row = j.groups * Row8<T>::kBytes, st_row = j.st_row;
   wait_peers_done(s, p, round);
   if (per_row) {
     // Rows will be flagged one by one: say so at once.
@@ -434,7 +503,7 @@ __global__ void __launch_bounds__(1024) k_combine_pull(Shape s, Peers p, Local l
     const int32_t* src = p.disp_src[s.rank];
     for (int64_t i = gw; i < total; i += nw) {
       if (static_cast<int>(src[i] / s.max_send) == s.rank) continue;  // summed here, from the input
-      if (!direct) send_row<T, S>(p.comb_stage[s.rank] + i * st_row, j.in + i * in_row, j.groups, lane);
+      if (!direct) send_row<T, S>(p.comb_stage[s.rank] + i * st_row, j.in + i * in_row, j.groups, lane, j.block_groups);
       if (j.w && lane < s.topk) p.comb_stage_w[s.rank][i * s.topk + lane] = __ldg(j.w + i * s.topk + lane);
     }
     __syncthreads();
@@ -508,7 +577,7 @@ __global__ void __launch_bounds__(1024) k_combine_push(Shape s, Peers p, Local l
   const unsigned long long round = l.state[1] + 1;
   const unsigned flag = static_cast<unsigned>(round);
   const int64_t gw = static_cast<int64_t>(blockIdx.x) * nwarps + warp, nw = static_cast<int64_t>(gridDim.x) * nwarps;
-  const int in_row = j.groups * Row8<T>::kBytes, st_row = j.groups * Row8<S>::kBytes;
+  const int in_row = j.groups * Row8<T>::kBytes, st_row = j.st_row;
   if (send) {
     wait_peers_done(s, p, round);
     const int total = *l.total_recv;
@@ -517,7 +586,7 @@ __global__ void __launch_bounds__(1024) k_combine_push(Shape s, Peers p, Local l
       const int64_t pos = src[i];
       const int pe = static_cast<int>(pos / s.max_send);
       const int64_t at = static_cast<int64_t>(s.rank) * s.max_inp + pos % s.max_send;
-      send_row<T, S>(p.comb_stage[pe] + at * st_row, j.in + i * in_row, j.groups, lane);
+      send_row<T, S>(p.comb_stage[pe] + at * st_row, j.in + i * in_row, j.groups, lane, j.block_groups);
       if (j.w && lane < s.topk) p.comb_stage_w[pe][at * s.topk + lane] = __ldg(j.w + i * s.topk + lane);
       __threadfence_system();  // each lane's stores, then (after the warp barrier) the flag
       __syncwarp();
@@ -563,11 +632,11 @@ void check_shape(const Shape& s, int blocks, int warps) {
 
 void dispatch_send(const Shape& s, const Peers& p, const Local& l, const void* input, int row_bytes,
                    const float* weights, const void* scales, const int32_t* indices, int num_tokens, int blocks,
-                   int warps, bool with_recv, void* stream) {
+                   int warps, bool with_recv, void* stream, const int64_t* replay_dest_map) {
   check_shape(s, blocks, warps);
   k_dispatch_send<<<blocks, warps * 32, 0, static_cast<cudaStream_t>(stream)>>>(
       s, p, l, static_cast<const uint8_t*>(input), row_bytes, weights, static_cast<const uint8_t*>(scales), indices,
-      num_tokens, with_recv);
+      num_tokens, with_recv, replay_dest_map);
   check(cudaGetLastError(), "dispatch_send launch");
 }
 
@@ -577,6 +646,17 @@ void dispatch_recv(const Shape& s, const Peers& p, const Local& l, void* stream)
 }
 
 namespace {
+
+// Bytes of a staged row of the wire type S (Fp8Blk: codes, then the scales, padded to 16).
+template <typename S>
+int staged_row_bytes(int groups, int block_groups) {
+  if constexpr (std::is_same_v<S, Fp8Blk>) {
+    const int blocks = (groups + block_groups - 1) / block_groups;
+    return (groups * Row8<Fp8>::kBytes + 4 * blocks + 15) / 16 * 16;
+  } else {
+    return groups * Row8<S>::kBytes;
+  }
+}
 
 // Receivers of the fused kernel spin on peers' senders: every block must be resident at once.
 int resident_blocks(const void* kernel, int threads) {
@@ -589,8 +669,9 @@ int resident_blocks(const void* kernel, int threads) {
 }
 
 template <typename T, typename S>
-void launch_combine(const Shape& s, const Peers& p, const Local& l, const CombineJob& j, CombinePhase phase,
-                    int blocks, int warps, cudaStream_t stream) {
+void launch_combine(const Shape& s, const Peers& p, const Local& l, CombineJob j, CombinePhase phase, int blocks,
+                    int warps, cudaStream_t stream) {
+  j.st_row = staged_row_bytes<S>(j.groups, j.block_groups);
   if (phase == CombinePhase::kFused) {
     const void* kernel = reinterpret_cast<const void*>(&k_combine_pull<T, S>);
     blocks = std::max(1, std::min(blocks, resident_blocks(kernel, warps * 32)));
@@ -612,10 +693,15 @@ void combine(const Shape& s, const Peers& p, const Local& l, const CombineArgs& 
                  a.hidden);
   MORI_CHECK_ARG(a.num_tokens >= 0 && a.num_tokens <= s.max_inp, "combine: %d tokens, max_num_inp_token_per_rank %d",
                  a.num_tokens, s.max_inp);
+  MORI_CHECK_ARG(a.block == 0 || (a.block > 0 && a.block % 8 == 0 && a.dtype == 1 && !a.fp8),
+                 "CUDA fp8_blockwise combine needs bfloat16 rows and a block of a multiple of 8 values, got dtype "
+                 "code %d, block %d", a.dtype, a.block);
   CombineJob j{static_cast<const uint8_t*>(a.input), a.weights, a.with_weights, a.hidden / 8, a.num_tokens,
-               a.zero_copy, a.pipelined};
+               a.zero_copy, a.pipelined, a.block / 8, 0};
   auto st = static_cast<cudaStream_t>(stream);
-  if (a.dtype == 1) {
+  if (a.block > 0) {
+    launch_combine<__nv_bfloat16, Fp8Blk>(s, p, l, j, phase, blocks, warps, st);
+  } else if (a.dtype == 1) {
     if (a.fp8)
       launch_combine<__nv_bfloat16, Fp8>(s, p, l, j, phase, blocks, warps, st);
     else

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "mori/core/status.h"
+
 namespace mori::auth {
 
 constexpr size_t kNonceBytes = 32;
@@ -26,9 +28,17 @@ Mac hmac_sha256(const void* key, size_t key_len, const void* data, size_t len);
 // Constant-time comparison.
 bool equal(const void* a, const void* b, size_t n);
 
+// A definite "no" from the other side (it proved another secret, or refused our proof): not
+// worth retrying, unlike a connection that merely broke (a plain mori::Error).
+class Refused : public Error {
+ public:
+  explicit Refused(const std::string& what) : Error(Status::kRemote, what) {}
+};
+
 // The client side: sends its nonce, checks the server's proof, sends its own, reads the
-// verdict. Throws mori::Error(kRemote) when the server proves nothing or refuses us,
-// kTimeout when `deadline` (net::now() seconds) passes, kSystem on socket errors.
+// verdict. Throws auth::Refused (status kRemote) when the server proves nothing or refuses
+// us, mori::Error(kRemote) when the connection closes first, kTimeout when `deadline`
+// (net::now() seconds) passes, kSystem on socket errors.
 void client_handshake(int fd, const void* secret, size_t secret_len, std::string_view label, double deadline);
 // The server side. Returns false (after telling the client) when the client fails to
 // prove the secret or speaks something else; throws only on socket errors/timeouts.

@@ -30,6 +30,9 @@ struct Settings {
 // Settings read from the environment once; reload() re-reads (tests, init after env changes).
 const Settings& get();
 void reload();
+// The environment's settings now, parsed afresh and not cached (for objects made late in a
+// process that honour a change of os.environ, e.g. IO engines).
+Settings current();
 
 struct Entry {
   std::string name, type, default_value, value, description;

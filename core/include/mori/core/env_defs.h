@@ -31,7 +31,7 @@
   X(store_addr, "MORI_STORE_ADDR", string, "", "host:port of the job's bootstrap store (set by mori run)") \
   X(rank, "MORI_RANK", int, "-1", "this process's rank (set by mori run)")                         \
   X(world_size, "MORI_WORLD_SIZE", int, "0", "number of ranks of the job (set by mori run)")         \
-  X(job_secret, "MORI_JOB_SECRET", string, "", "hex secret every rank presents to the store")      \
+  X(job_secret, "MORI_JOB_SECRET", string, "", "hex job secret each rank proves (never sends) to the store") \
   X(master_port, "MORI_MASTER_PORT", int, "0",                                                     \
     "store port for MASTER_ADDR/RANK/WORLD_SIZE launches (0: MASTER_PORT + 1)")                     \
   X(shmem_symmetric_data, "MORI_SHMEM_SYMMETRIC_DATA", bool, "1",                                  \
@@ -48,6 +48,20 @@
     "largest all-gather input (elements per rank) the DeepSpeed hook routes through MORI")   \
   X(ep_tuning_config, "MORI_EP_TUNING_CONFIG", string, "",                                         \
     "EP AUTO mode: explicit tuning-rule JSON file (default: search ep/tuning_configs)")             \
+  X(io_timeout_ms, "MORI_IO_TIMEOUT_MS", int, "10000",                                             \
+    "MORI-IO: a peer silent this long with transfers pending fails them (dead, stopped or cut off)") \
+  X(io_cp_timeout_ms, "MORI_IO_CP_TIMEOUT_MS", int, "5000",                                         \
+    "MORI-IO: connecting to a peer engine and proving its secret may take this long")               \
+  X(io_tcp_lanes, "MORI_IO_TCP_LANES", int, "2",                                                    \
+    "MORI-IO tcp backend: connections per peer (RdmaBackendConfig.qp_per_transfer > 1 overrides)")  \
+  X(io_tcp_chunk, "MORI_IO_TCP_CHUNK", size, "1MiB",                                                \
+    "MORI-IO tcp backend: large transfers are striped over the lanes in pieces of this size")       \
+  X(io_inline_bytes, "MORI_IO_INLINE_BYTES", size, "64KiB",                                         \
+    "MORI-IO: posts up to this size are sent from the caller's thread when the connection is idle") \
+  X(io_direct, "MORI_IO_DIRECT", bool, "1",                                                         \
+    "MORI-IO: CPU memory of engines on one host moves by process_vm_readv/writev, not sockets")     \
+  X(io_direct_threads, "MORI_IO_DIRECT_THREADS", int, "2",                                          \
+    "MORI-IO: threads that run large same-host copies")                                             \
   X(ep_profile, "MORI_EP_PROFILE", bool, "0",                                                      \
     "EP ops record a span per dispatch/combine call (op.get_debug_time_buf, mori.kernel_profiler)") \
   X(shmem_wait_timeout, "MORI_SHMEM_WAIT_TIMEOUT", seconds, "inf",                                 \

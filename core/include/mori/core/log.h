@@ -7,6 +7,8 @@ namespace mori::log {
 enum class Level : int { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3, kTrace = 4 };
 
 bool enabled(Level level);
+// Overrides MORI_LOG_LEVEL for the rest of the process (mori.io.set_log_level).
+void set_level(Level level);
 void set_pe(int pe);
 void write(Level level, const char* subsys, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
 

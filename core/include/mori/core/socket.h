@@ -31,5 +31,7 @@ void advance_iov(struct msghdr& msg, size_t sent);
 // timeout_s: TCP keepalive probes on idle connections, TCP_USER_TIMEOUT on unacknowledged data.
 void set_liveness(int fd, double timeout_s);
 void close_fd(int& fd);
+// "ip:port" of the other end of a connected socket ("?" if unknown).
+std::string peer_address(int fd);
 
 }  // namespace mori::net

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 // A TCP key-value store used for bootstrap rendezvous. One server per job
 // (hosted by `mori run`, or by rank 0 when the job starts from a unique id),
-// one client per rank. Clients must present the job secret; every blocking
-// get has a deadline and reports which rank's key is missing.
+// one client per rank. Clients must prove they hold the job secret (auth.h, label
+// "mori-store-v1"; the secret never crosses the wire); strangers are bounded in number
+// and lifetime (acceptor.h). Every blocking get has a deadline and reports which
+// rank's key is missing.
 #pragma once
 
 #include <atomic>
@@ -16,18 +18,23 @@
 #include <thread>
 #include <vector>
 
+#include "mori/core/acceptor.h"
 #include "mori/core/bootstrap.h"
+#include "mori/core/rate_limited_log.h"
 
 namespace mori {
 
 using JobSecret = std::array<uint8_t, 32>;
+// Largest value one key may hold (a set above it is refused before anything is sent).
+constexpr uint64_t kStoreMaxValueBytes = 256ull << 20;
 JobSecret random_secret();
 std::string secret_to_hex(const JobSecret& s);
 JobSecret secret_from_hex(const std::string& hex);
 
 class StoreServer {
  public:
-  // Binds host:port (port 0 picks a free one) and serves in background threads.
+  // Binds host:port (port 0 picks a free one) and serves in background threads. Bind
+  // loopback unless ranks on other hosts must reach it.
   StoreServer(const JobSecret& secret, const std::string& bind_host = "0.0.0.0", int port = 0);
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
@@ -39,26 +46,24 @@ class StoreServer {
   void stop();
 
  private:
-  void accept_loop();
-  void serve(int fd);
+  void serve(net::Connection& conn);
 
   JobSecret secret_;
-  int listen_fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
-  std::thread acceptor_;
+  log::RateLimit refusals_log_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::string> kv_;
   std::map<int, bool> rank_gone_;  // rank -> disconnected without saying goodbye
   int goodbyes_ = 0;
-  std::vector<std::thread> workers_;
-  std::vector<int> client_fds_;
+  std::unique_ptr<net::Acceptor> acceptor_;  // last: its threads use everything above
 };
 
 class StoreClient {
  public:
-  // Connects (retrying until timeout_s) and authenticates as `rank`.
+  // Connects and authenticates as `rank`, retrying broken attempts until timeout_s. Throws
+  // kRemote when the store refuses the secret, kTimeout when it never answers.
   StoreClient(const std::string& host, int port, const JobSecret& secret, int rank, double timeout_s);
   ~StoreClient();
   StoreClient(const StoreClient&) = delete;

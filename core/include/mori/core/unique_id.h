@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
-// MORI's 128-byte unique id: where rank 0's bootstrap store listens, and the job secret.
+// MORI's 128-byte unique id: where rank 0's bootstrap store listens, and the job secret
+// (unless MORI_JOB_SECRET is set where it is created: then every rank takes the secret from
+// its own MORI_JOB_SECRET and the id carries none).
 #pragma once
 
 #include <array>

@@ -18,8 +18,8 @@ enum class KernelType : int {
 };
 const char* kernel_type_name(KernelType t);
 
-// How combine moves expert outputs on the wire.
-enum class QuantType : int { kNone = 0, kFp8DirectCast = 1 };
+// How combine moves expert outputs on the wire (MORI's EpDispatchCombineQuantType values).
+enum class QuantType : int { kNone = 0, kFp8DirectCast = 1, kFp8Blockwise = 2, kFp4Blockwise = 3 };
 
 struct EpConfig {
   int rank = 0;
@@ -55,6 +55,7 @@ struct EpConfig {
   // Logical nodes for the inter-node kernel types: PE p is on node p / pes_per_node().
   int pes_per_node() const { return gpu_per_node < world_size ? gpu_per_node : world_size; }
   int num_nodes() const { return world_size / pes_per_node(); }
+  bool blockwise() const { return quant_type == QuantType::kFp8Blockwise || quant_type == QuantType::kFp4Blockwise; }
 };
 
 }  // namespace mori::ep

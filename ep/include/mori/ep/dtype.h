@@ -18,9 +18,12 @@ enum class DType : int {
   kOpaque1 = 5,         // any other 1-byte type: dispatch-only
   kOpaque2 = 6,
   kOpaque4 = 7,
+  kFloat4E2M1x2 = 8,    // fp4 e2m1, two values per byte (torch.float4_e2m1fn_x2): low nibble first
 };
 
 int dtype_size(DType t);
+// Values per element: 2 for the packed fp4 type, else 1 (accumulators hold n * lanes floats).
+int dtype_lanes(DType t);
 const char* dtype_name(DType t);
 // True when combine can reduce it.
 bool dtype_reducible(DType t);
@@ -56,7 +59,12 @@ uint8_t float_to_fp8_e4m3fn(float f);
 // e4m3fnuz: magnitudes that round past 240 become NaN (0x80), like torch's cast.
 uint8_t float_to_fp8_e4m3fnuz(float f);
 
-// Adds n elements of type t at src into acc (fp32).
+// fp4 e2m1 (1 sign, 2 exponent, 1 mantissa bit; magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6).
+const float* fp4_e2m1_table();  // 16 entries, by nibble
+// Round to nearest even; magnitudes past 6 saturate to +-6; NaN becomes +6 (e2m1 has no NaN).
+uint8_t float_to_fp4_e2m1(float f);
+
+// Adds n elements of type t at src into acc (fp32; n * dtype_lanes(t) values).
 void accumulate_row(float* acc, const void* src, DType t, int n);
 // Encodes n fp32 values into type t at dst.
 void store_row(void* dst, const float* src, DType t, int n);

@@ -37,6 +37,20 @@ struct LaunchParams {
   int rdma_block_num = -1;  // GPU inter-node only; checked for sign
 };
 
+// A dispatch's layout as a routing handle keeps it (mori.ops.EpDispatchRoutingHandle): where this
+// PE's tokens went, and where the rows this PE received came from. Pointers stay the caller's.
+struct RoutingView {
+  const int64_t* dest_map = nullptr;  // [cur_tokens * topk]: dest_pe * max_recv + slot, or -1
+  int cur_tokens = 0;
+  const int32_t* indices = nullptr;   // the routing it was made with, or null (then not compared)
+  int32_t total_recv = 0;
+  const int32_t* src_pos = nullptr;   // [total_recv] flat source positions
+  // InterNodeV1 only: the nodes each token visited, and what this PE forwarded.
+  const uint8_t* node_sent = nullptr;    // [cur_tokens * nodes]
+  const int32_t* inbox_count = nullptr;  // [nodes] entries in this PE's inbox from each node
+  const int32_t* inbox_meta = nullptr;   // [nodes * max_inp][2]: (source token, local-rank mask)
+};
+
 struct DispatchArgs {
   const void* input = nullptr;  // [num_tokens, hidden] of dtype
   DType dtype = DType::kBFloat16;
@@ -46,6 +60,7 @@ struct DispatchArgs {
   const void* scales = nullptr;       // [num_tokens, scale_dim] of scale_type_size bytes, or null
   const int32_t* indices = nullptr;   // [num_tokens, topk] global expert ids, -1 = none
   LaunchParams launch;
+  const int64_t* replay_dest_map = nullptr;  // IntraNode: place the rows where this layout says
 };
 
 // Pointers into this PE's symmetric buffers; rows are dense with the call's row size.
@@ -67,6 +82,7 @@ struct CombineArgs {
   int num_tokens = 0;
   int use_external_inp_buf = -1;     // -1: config; 0: zero-copy (pull); 1: external (push)
   LaunchParams launch;
+  const RoutingView* routing = nullptr;  // combine that dispatch's layout instead of the last one's
 };
 
 struct CombineResult {
@@ -96,6 +112,12 @@ class EpHandle {
   int cur_rank_num_token() const { return cur_tokens_; }
   // Flat source position of every received row (src_rank * max_send + src_token).
   const int32_t* src_token_pos() const;
+  // Where the last dispatch sent this PE's tokens ([cur_rank_num_token * topk], see RoutingView).
+  const int64_t* dest_map() const { return dest_map_.data(); }
+  // InterNodeV1: the last dispatch's node_sent / inbox_count / inbox entries (see RoutingView).
+  const uint8_t* node_sent() const { return node_sent_.data(); }
+  const int32_t* inbox_count() const { return inbox_count_.data(); }
+  const int32_t* inbox_meta() const;
   // The symmetric buffer zero-copy combine reads from: max_recv rows of up to token_bytes each.
   void* registered_combine_input() const;
   size_t registered_combine_input_bytes() const;
@@ -112,9 +134,12 @@ class EpHandle {
   int choose_blocks(int requested, int items, bool rma) const;
   void check_launch(const LaunchParams& p, const char* caller) const;
   void validate_dispatch(const DispatchArgs& a) const;
-  void validate_combine(const CombineArgs& a, bool external) const;
+  void validate_combine(const CombineArgs& a, bool external, const RoutingView& layout) const;
+  void check_replay(const DispatchArgs& a) const;
 
   void dispatch_send_flat(const DispatchArgs& a);
+  void dispatch_replay_flat(const DispatchArgs& a);
+  void publish_dispatch_counts(uint64_t round, int blocks, const std::vector<uint8_t>& overflow, uint64_t row_bytes);
   void dispatch_recv_flat();
   void combine_send_flat(const CombineArgs& a, bool external);
   void combine_recv_flat();
@@ -161,6 +186,14 @@ class EpHandle {
   std::vector<int32_t> sent_to_;      // tokens this PE sent to each PE in the current dispatch
   bool overflow_sent_ = false;
   int64_t last_row_bytes_ = 0;
+  // Two dispatches (or two combines) in a row, as with routing handles: peers write this PE's
+  // buffers of that phase, so the second one starts with a barrier (every PE is done with the
+  // first one's outputs). Alternating dispatch/combine needs none: each phase waits for the other.
+  enum class Phase { kNone, kDispatch, kCombine };
+  Phase last_phase_ = Phase::kNone;
+  void enter_phase(Phase p);
+  // The layout the current combine uses (the last dispatch's, or a routing handle's).
+  RoutingView comb_layout_;
   // Combine parameters carried from the send half to the recv half.
   DType comb_dtype_ = DType::kBFloat16;
   DType comb_wire_ = DType::kBFloat16;

@@ -82,16 +82,20 @@ struct CombineArgs {
   int dtype = 1;                   // mori::ep::DType code of input and output: float32 = 0, bfloat16 = 1
   int hidden = 0;
   bool fp8 = false;                // quant_type fp8_direct_cast: rows cross NVLink as e4m3
+  int block = 0;                   // quant_type fp8_blockwise: values per scale block (a multiple of 8;
+                                   // bfloat16 input); staged rows are e4m3 codes, then one fp32 scale per
+                                   // block (amax / 448). 0: off
   int num_tokens = 0;              // receive side: this PE's tokens of the last dispatch
   bool zero_copy = false;          // input is this PE's registered buffer (Peers::comb_in)
   bool pipelined = false;          // staged rows: flag each row as it is staged (else all, then one flag)
 };
 
 // `with_recv`: the last block also waits for every peer and publishes recv_num_token (IntraNode);
-// without it dispatch_recv does (AsyncLL).
+// without it dispatch_recv does (AsyncLL). `replay_dest_map` (device, [num_tokens * topk]): put
+// every row in the slot this layout names instead of reserving slots (a routing handle's replay).
 void dispatch_send(const Shape& s, const Peers& p, const Local& l, const void* input, int row_bytes,
                    const float* weights, const void* scales, const int32_t* indices, int num_tokens, int blocks,
-                   int warps, bool with_recv, void* stream);
+                   int warps, bool with_recv, void* stream, const int64_t* replay_dest_map = nullptr);
 void dispatch_recv(const Shape& s, const Peers& p, const Local& l, void* stream);
 // `blocks` is capped so that every block of the fused kernel is resident at once (its
 // receivers wait for peers' senders).

@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: MIT
+#include "io/src/direct_copy.h"
+
+#include <limits.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "mori/core/status.h"
+
+namespace mori::io {
+
+std::string direct_copy(bool read, pid_t pid, const DirectSegment* segs, size_t n) {
+  constexpr size_t kBatch = IOV_MAX;
+  std::vector<iovec> local, remote;
+  size_t i = 0;
+  while (i < n) {
+    local.clear();
+    remote.clear();
+    size_t want = 0;
+    for (; i < n && local.size() < kBatch; ++i) {
+      if (segs[i].size == 0) continue;
+      local.push_back({segs[i].local, segs[i].size});
+      remote.push_back({reinterpret_cast<void*>(segs[i].remote), segs[i].size});
+      want += segs[i].size;
+    }
+    // The kernel may stop early (a short copy); advance both lists and go on.
+    size_t lo = 0, ro = 0;
+    while (want > 0) {
+      ssize_t k = read ? process_vm_readv(pid, local.data() + lo, local.size() - lo, remote.data() + ro,
+                                          remote.size() - ro, 0)
+                       : process_vm_writev(pid, local.data() + lo, local.size() - lo, remote.data() + ro,
+                                           remote.size() - ro, 0);
+      if (k < 0) {
+        if (errno == EINTR) continue;
+        return format("%s of process %d failed: %s", read ? "process_vm_readv" : "process_vm_writev",
+                      static_cast<int>(pid), std::strerror(errno));
+      }
+      if (k == 0) return format("process %d: direct copy made no progress", static_cast<int>(pid));
+      want -= static_cast<size_t>(k);
+      for (size_t left = static_cast<size_t>(k); left > 0;) {
+        size_t take = std::min(left, local[lo].iov_len);
+        local[lo].iov_base = static_cast<char*>(local[lo].iov_base) + take;
+        local[lo].iov_len -= take;
+        left -= take;
+        if (local[lo].iov_len == 0) ++lo;
+      }
+      for (size_t left = static_cast<size_t>(k); left > 0;) {
+        size_t take = std::min(left, remote[ro].iov_len);
+        remote[ro].iov_base = static_cast<char*>(remote[ro].iov_base) + take;
+        remote[ro].iov_len -= take;
+        left -= take;
+        if (remote[ro].iov_len == 0) ++ro;
+      }
+    }
+  }
+  return "";
+}
+
+DirectCopier::DirectCopier(int threads) {
+  for (int i = 0; i < std::max(1, threads); ++i) workers_.emplace_back([this] { loop(); });
+}
+
+DirectCopier::~DirectCopier() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void DirectCopier::submit(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+}
+
+void DirectCopier::loop() {
+  while (true) {
+    std::function<void()> job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job();
+  }
+}
+
+}  // namespace mori::io

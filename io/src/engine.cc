@@ -1,0 +1,560 @@
+// SPDX-License-Identifier: MIT
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "io/src/engine_impl.h"
+#include "mori/core/auth.h"
+#include "mori/core/env.h"
+#include "mori/core/log.h"
+#include "mori/core/status.h"
+#include "mori/core/store.h"
+#include "mori/core/topology.h"
+
+namespace mori::io {
+
+IoSettings read_settings() {
+  const env::Settings e = env::current();
+  IoSettings s{};
+  s.timeout_s = std::max<int64_t>(1, e.io_timeout_ms) / 1000.0;
+  s.connect_timeout_s = std::max<int64_t>(1, e.io_cp_timeout_ms) / 1000.0;
+  s.lanes = static_cast<int>(std::clamp<int64_t>(e.io_tcp_lanes, 1, 64));
+  s.chunk_bytes = std::clamp<size_t>(e.io_tcp_chunk, 4096, wire::kMaxChunk);
+  s.direct = e.io_direct;
+  s.direct_threads = static_cast<int>(std::clamp<int64_t>(e.io_direct_threads, 1, 64));
+  s.inline_bytes = e.io_inline_bytes;
+  return s;
+}
+
+const char* route_name(Route r) {
+  switch (r) {
+    case Route::kTcp: return "tcp";
+    case Route::kDirect: return "cma";
+    case Route::kCudaIpc: return "cuda_ipc";
+    default: return "";
+  }
+}
+
+static std::string host_name() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+EngineImpl::EngineImpl(std::string key, IOEngineConfig config) : config_(std::move(config)), settings_(read_settings()) {
+  desc_.key = std::move(key);
+  desc_.node_id = node_identity();
+  desc_.hostname = host_name();
+  desc_.host = config_.host;
+  desc_.port = 0;
+  desc_.pid = getpid();
+  desc_.secret.resize(kEngineSecretBytes);
+  auth::random_bytes(desc_.secret.data(), desc_.secret.size());
+  auth::random_bytes(token_, sizeof(token_));
+  direct_ = std::make_unique<DirectCopier>(settings_.direct_threads);
+}
+
+EngineImpl::~EngineImpl() {
+  ipc_.reset();     // waits for copies in flight
+  direct_.reset();  // runs the queued same-host copies
+  std::map<std::string, std::shared_ptr<Peer>> peers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    peers.swap(peers_);
+  }
+  peers.clear();  // closes lanes: what is still in flight fails
+  listener_.reset();
+}
+
+void EngineImpl::ensure_listener() {
+  if (listener_) return;
+  std::string bind = config_.host.empty() ? "0.0.0.0" : config_.host;
+  listener_ = std::make_unique<Listener>(*this, bind, config_.port);
+  desc_.port = static_cast<uint32_t>(listener_->port());
+  if (desc_.host.empty()) desc_.host = local_ip_address();
+  MORI_LOG(kInfo, "IO", "engine '%s' listens on %s:%u", desc_.key.c_str(), desc_.host.c_str(), desc_.port);
+}
+
+void EngineImpl::create_net_backend(BackendType type, int lanes, bool notify, bool direct) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (net_backend_) {
+    MORI_LOG(kInfo, "IO", "engine '%s': the network backend exists already", desc_.key.c_str());
+    return;
+  }
+  ensure_listener();
+  net_backend_ = true;
+  net_type_ = type;
+  lanes_ = lanes > 0 ? lanes : settings_.lanes;
+  notify_ = notify;
+  direct_allowed_ = direct && settings_.direct;
+  if (type == BackendType::RDMA)
+    MORI_LOG(kInfo, "IO",
+             "engine '%s': no RDMA stack in this build; BackendType.RDMA runs on the tcp backend (%d connections per "
+             "peer; CPU memory of engines on this host moves directly)",
+             desc_.key.c_str(), lanes_);
+}
+
+void EngineImpl::create_xgmi_backend(const XgmiBackendConfig& config) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (xgmi_backend_) {
+    MORI_LOG(kInfo, "IO", "engine '%s': the XGMI (CUDA IPC) backend exists already", desc_.key.c_str());
+    return;
+  }
+  ensure_listener();  // notifications and same-host grants
+  xgmi_backend_ = true;
+  if (gpu::available()) ipc_ = std::make_unique<gpu::IpcCopier>(std::max(1, config.num_streams));
+  else MORI_LOG(kInfo, "IO", "engine '%s': no CUDA device; the XGMI backend serves CPU memory only", desc_.key.c_str());
+}
+
+void EngineImpl::remove_backend(BackendType type) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (type == BackendType::XGMI) xgmi_backend_ = false;
+  else if (type == BackendType::RDMA || type == BackendType::TCP) net_backend_ = false;
+}
+
+bool EngineImpl::has_backend(BackendType type) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (type == BackendType::XGMI) return xgmi_backend_;
+  if (type == BackendType::RDMA || type == BackendType::TCP) return net_backend_ && net_type_ == type;
+  return false;
+}
+
+void EngineImpl::register_remote(const EngineDesc& desc) {
+  MORI_CHECK_ARG(!desc.key.empty(), "register_remote_engine: the descriptor has an empty key");
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = peers_.find(desc.key);
+  if (it != peers_.end() && it->second->desc() == desc && it->second->desc().secret == desc.secret) return;
+  peers_[desc.key] = std::make_shared<Peer>(*this, desc);
+}
+
+void EngineImpl::deregister_remote(const EngineDesc& desc) {
+  std::shared_ptr<Peer> gone;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = peers_.find(desc.key);
+    if (it == peers_.end()) return;
+    gone = std::move(it->second);
+    peers_.erase(it);
+  }
+}
+
+std::shared_ptr<Peer> EngineImpl::peer(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = peers_.find(key);
+  if (it != peers_.end()) return it->second;
+  if (key == desc_.key && listener_) {  // transfers within one engine
+    auto self = std::make_shared<Peer>(*this, desc_);
+    peers_[key] = self;
+    return self;
+  }
+  return nullptr;
+}
+
+MemoryDesc EngineImpl::register_memory(uint64_t ptr, uint64_t size, int device_id, MemoryLocationType loc) {
+  MORI_CHECK_ARG(loc == MemoryLocationType::CPU || loc == MemoryLocationType::GPU,
+                 "register_memory: mem_loc must be MemoryLocationType.CPU or GPU");
+  MORI_CHECK_ARG(ptr != 0 || size == 0, "register_memory: ptr is 0 for a region of %llu bytes",
+                 static_cast<unsigned long long>(size));
+  MORI_CHECK_ARG(ptr + size >= ptr, "register_memory: ptr + size overflows");
+  MemoryDesc d;
+  d.engine_key = desc_.key;
+  d.id = next_id_.fetch_add(1);
+  d.device_id = device_id;
+  d.data = ptr;
+  d.size = size;
+  d.loc = loc;
+  auth::random_bytes(&d.region_key, sizeof(d.region_key));
+  if (loc == MemoryLocationType::GPU) {
+    MORI_CHECK_ARG(device_id >= 0, "register_memory: GPU memory needs its device_id (got %d)", device_id);
+    d.device_bus_id = gpu::bus_id(device_id);
+    bool xgmi;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      xgmi = xgmi_backend_;
+    }
+    if (xgmi && ptr) gpu::export_ipc(reinterpret_cast<const void*>(ptr), &d.ipc_handle, &d.ipc_offset);
+  }
+  registry_.add(d, reinterpret_cast<char*>(ptr), size, loc, device_id);
+  return d;
+}
+
+void EngineImpl::deregister_memory(const MemoryDesc& desc) {
+  MORI_CHECK_ARG(desc.engine_key == desc_.key, "deregister_memory: the descriptor belongs to engine '%s', not '%s'",
+                 desc.engine_key.c_str(), desc_.key.c_str());
+  registry_.retire(desc.id);
+  bool told = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (listener_) told = listener_->revoke(desc.id, settings_.timeout_s);
+  }
+  if (!told) MORI_LOG(kWarn, "IO", "engine '%s': a peer did not confirm the deregistration of region %u in time",
+                      desc_.key.c_str(), desc.id);
+  if (!registry_.remove(desc.id, settings_.timeout_s))
+    MORI_LOG(kWarn, "IO", "engine '%s': region %u still in use %.1f s after deregister_memory", desc_.key.c_str(),
+             desc.id, settings_.timeout_s);
+}
+
+void EngineImpl::note_inbound(const std::string& from, uint64_t uid) {
+  std::lock_guard<std::mutex> lock(inbound_mu_);
+  inbound_[{from, uid}] += 1;
+}
+
+bool EngineImpl::pop_inbound(const std::string& from, uint64_t uid) {
+  std::lock_guard<std::mutex> lock(inbound_mu_);
+  auto it = inbound_.find({from, uid});
+  if (it == inbound_.end()) return false;
+  if (--it->second == 0) inbound_.erase(it);
+  return true;
+}
+
+Route EngineImpl::route(const MemoryDesc& local, const MemoryDesc& remote, std::shared_ptr<Peer>* out) {
+  std::shared_ptr<Peer> p = peer(remote.engine_key);
+  if (out) *out = p;
+  if (!p) return Route::kNone;
+  bool net, xgmi, direct;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    net = net_backend_;
+    xgmi = xgmi_backend_;
+    direct = net ? direct_allowed_ : settings_.direct;
+  }
+  bool same_node = p->desc().node_id == desc_.node_id;
+  bool any_gpu = local.loc == MemoryLocationType::GPU || remote.loc == MemoryLocationType::GPU;
+  if (any_gpu) {
+    bool both_gpu = local.loc == MemoryLocationType::GPU && remote.loc == MemoryLocationType::GPU;
+    if (xgmi && both_gpu && same_node && ipc_) return Route::kCudaIpc;
+    return net ? Route::kTcp : Route::kNone;
+  }
+  if (!net && !xgmi) return Route::kNone;
+  if (same_node && direct && p->grant(remote)) return Route::kDirect;
+  return net ? Route::kTcp : Route::kNone;
+}
+
+std::string EngineImpl::plan(const Region& local, const MemoryDesc& remote, const Segments& segs,
+                             std::vector<Piece>* out) {
+  size_t n = segs.sizes.size();
+  if (segs.local_offsets.size() != n || segs.remote_offsets.size() != n)
+    return format("local_offsets, remote_offsets and sizes differ in length (%zu, %zu, %zu)", segs.local_offsets.size(),
+                  segs.remote_offsets.size(), n);
+  std::vector<Piece> pieces;
+  pieces.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t lo = segs.local_offsets[i], ro = segs.remote_offsets[i], sz = segs.sizes[i];
+    if (sz == 0) continue;
+    if (!range_ok(lo, sz, local.size))
+      return format("entry %zu: local offset %llu + size %llu is outside local memory region %u (%llu bytes)", i,
+                    (unsigned long long)lo, (unsigned long long)sz, local.desc.id, (unsigned long long)local.size);
+    if (!range_ok(ro, sz, remote.size))
+      return format("entry %zu: remote offset %llu + size %llu is outside remote memory region %u (%llu bytes)", i,
+                    (unsigned long long)ro, (unsigned long long)sz, remote.id, (unsigned long long)remote.size);
+    pieces.push_back({lo, ro, sz});
+  }
+  // As MORI: sorted by remote offset, runs contiguous on both sides merged into one piece.
+  if (!std::is_sorted(pieces.begin(), pieces.end(),
+                      [](const Piece& a, const Piece& b) { return a.remote_offset < b.remote_offset; }))
+    std::stable_sort(pieces.begin(), pieces.end(),
+                     [](const Piece& a, const Piece& b) { return a.remote_offset < b.remote_offset; });
+  out->clear();
+  for (const auto& p : pieces) {
+    if (!out->empty()) {
+      Piece& last = out->back();
+      if (last.local_offset + last.size == p.local_offset && last.remote_offset + last.size == p.remote_offset) {
+        last.size += p.size;
+        continue;
+      }
+    }
+    out->push_back(p);
+  }
+  return "";
+}
+
+TransferStatus EngineImpl::transfer(bool read, const MemoryDesc& local, const MemoryDesc& remote,
+                                    const Segments& segs, uint64_t uid) {
+  auto status = std::make_shared<StatusState>();
+  TransferStatus result(status);
+  std::string why;
+  if (local.engine_key != desc_.key) {
+    status->set(StatusCode::ERR_INVALID_ARGS,
+                format("local memory belongs to engine '%s', not to this engine '%s'", local.engine_key.c_str(),
+                       desc_.key.c_str()));
+    return result;
+  }
+  RegionUse use = registry_.acquire(local.id, local.region_key, 0, 0, true, &why);
+  if (!use) {
+    status->set(StatusCode::ERR_INVALID_ARGS, "local " + why);
+    return result;
+  }
+  std::shared_ptr<Peer> p;
+  Route r;
+  try {
+    r = route(local, remote, &p);
+  } catch (const std::exception& e) {
+    status->set(StatusCode::ERR_RDMA_OP, e.what());
+    return result;
+  }
+  if (r == Route::kNone) {
+    status->set(StatusCode::ERR_BAD_STATE,
+                p ? "No available backend found for this memory pair, create backend first"
+                  : format("remote engine '%s' is not registered (register_remote_engine first)",
+                           remote.engine_key.c_str()));
+    return result;
+  }
+  std::vector<Piece> pieces;
+  why = plan(*use.get(), remote, segs, &pieces);
+  if (!why.empty()) {
+    status->set(StatusCode::ERR_INVALID_ARGS, why);
+    return result;
+  }
+  if (pieces.empty()) {
+    status->set(StatusCode::SUCCESS);
+    return result;
+  }
+  auto t = std::make_shared<Transfer>();
+  t->status = status;
+  t->uid = uid;
+  t->peer = p;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    t->notify = notify_;
+  }
+  Region& region = *use.get();
+  t->holds.push_back(std::move(use));
+  status->set(StatusCode::IN_PROGRESS);
+  p->track(t);
+  try {
+    switch (r) {
+      case Route::kTcp: post_tcp(read, *p, t, region, remote, pieces); break;
+      case Route::kDirect: {
+        auto g = p->grant(remote);
+        if (g) post_direct(read, g, t, region, remote, pieces);
+        else post_tcp(read, *p, t, region, remote, pieces);
+        break;
+      }
+      case Route::kCudaIpc:
+        if (t->notify) (void)p->lanes();
+        post_cuda_ipc(read, t, region, remote, pieces);
+        break;
+      default: break;
+    }
+    t->piece_done(StatusCode::SUCCESS);
+  } catch (const Error& e) {
+    t->piece_done(e.status() == Status::kInvalidArgument ? StatusCode::ERR_INVALID_ARGS : StatusCode::ERR_RDMA_OP,
+                  e.what());
+  } catch (const std::exception& e) {
+    t->piece_done(StatusCode::ERR_RDMA_OP, e.what());
+  }
+  return result;
+}
+
+void EngineImpl::post_tcp(bool read, Peer& peer, const std::shared_ptr<Transfer>& t, Region& local,
+                          const MemoryDesc& remote, const std::vector<Piece>& pieces) {
+  std::vector<Lane*> lanes = peer.lanes();
+  size_t n = lanes.size();
+  uint64_t total = 0;
+  for (const auto& p : pieces) total += p.size;
+  std::vector<std::vector<Lane::Piece>> per_lane(n);
+  size_t lane = t->uid % n;
+  const size_t chunk = settings_.chunk_bytes;
+  bool stripe = n > 1 && total > chunk;
+  int count = 0;
+  for (const auto& p : pieces) {
+    for (uint64_t done = 0; done < p.size;) {
+      uint64_t len = std::min<uint64_t>(p.size - done, stripe ? chunk : wire::kMaxChunk);
+      Lane::Piece lp;
+      lp.req.op = static_cast<uint8_t>(read ? wire::Op::kRead : wire::Op::kWrite);
+      lp.req.region = remote.id;
+      lp.req.id = next_request_id();
+      lp.req.region_key = remote.region_key;
+      lp.req.offset = p.remote_offset + done;
+      lp.req.length = len;
+      lp.local = local.ptr + p.local_offset + done;
+      lp.gpu = local.loc == MemoryLocationType::GPU;
+      lp.device = local.device;
+      lp.transfer = t;
+      per_lane[lane].push_back(std::move(lp));
+      ++count;
+      done += len;
+      if (stripe) lane = (lane + 1) % n;
+    }
+  }
+  t->add_pieces(count);
+  for (size_t i = 0; i < n; ++i)
+    if (!per_lane[i].empty()) lanes[i]->post(std::move(per_lane[i]));
+}
+
+void EngineImpl::post_direct(bool read, const std::shared_ptr<Grant>& g, const std::shared_ptr<Transfer>& t,
+                             Region& local, const MemoryDesc& remote, const std::vector<Piece>& pieces) {
+  std::vector<DirectSegment> segs;
+  segs.reserve(pieces.size());
+  uint64_t total = 0;
+  for (const auto& p : pieces) {
+    if (!range_ok(p.remote_offset, p.size, g->size))
+      raise(Status::kInvalidArgument, "remote offset %llu + size %llu is outside remote memory region %u (%llu bytes)",
+            (unsigned long long)p.remote_offset, (unsigned long long)p.size, remote.id, (unsigned long long)g->size);
+    segs.push_back({local.ptr + p.local_offset, g->addr + p.remote_offset, p.size});
+    total += p.size;
+  }
+  auto run = [read, g, t, region = remote.id](std::vector<DirectSegment> part) {
+    std::shared_lock<std::shared_mutex> lock(g->mu);
+    if (g->revoked) {
+      t->piece_done(StatusCode::ERR_BAD_STATE, format("remote memory region %u was deregistered", region));
+      return;
+    }
+    std::string err = direct_copy(read, static_cast<pid_t>(g->pid), part.data(), part.size());
+    t->piece_done(err.empty() ? StatusCode::SUCCESS : StatusCode::ERR_RDMA_OP, err);
+  };
+  size_t workers = direct_->threads();
+  if (total <= 4 * settings_.inline_bytes || workers == 1) {
+    if (total <= 4 * settings_.inline_bytes) {
+      t->add_pieces(1);
+      run(std::move(segs));
+      return;
+    }
+  }
+  // Split into `workers` parts of about equal bytes (large segments are cut).
+  uint64_t share = (total + workers - 1) / workers;
+  std::vector<std::vector<DirectSegment>> parts(1);
+  uint64_t in_part = 0;
+  for (auto s : segs) {
+    while (s.size > 0) {
+      uint64_t take = std::min<uint64_t>(s.size, share - in_part);
+      parts.back().push_back({s.local, s.remote, take});
+      s.local += take;
+      s.remote += take;
+      s.size -= take;
+      in_part += take;
+      if (in_part == share) {
+        parts.emplace_back();
+        in_part = 0;
+      }
+    }
+  }
+  if (parts.back().empty()) parts.pop_back();
+  t->add_pieces(static_cast<int>(parts.size()));
+  for (auto& part : parts) direct_->submit([run, part = std::move(part)]() mutable { run(std::move(part)); });
+}
+
+void EngineImpl::post_cuda_ipc(bool read, const std::shared_ptr<Transfer>& t, Region& local, const MemoryDesc& remote,
+                               const std::vector<Piece>& pieces) {
+  std::string why;
+  bool same_process = t->peer->desc().pid == desc_.pid && t->peer->desc().node_id == desc_.node_id;
+  char* base = ipc_->open(remote, local.device, same_process, &why);
+  if (!base) {
+    t->piece_done(StatusCode::ERR_GPU_OP, why);
+    return;
+  }
+  std::vector<std::pair<char*, const char*>> dst_src;
+  std::vector<size_t> sizes;
+  for (const auto& p : pieces) {
+    char* l = local.ptr + p.local_offset;
+    char* r = base + p.remote_offset;
+    dst_src.emplace_back(read ? l : r, read ? r : l);
+    sizes.push_back(p.size);
+  }
+  t->add_pieces(1);
+  ipc_->copy(local.device, dst_src, sizes, [t](const std::string& err) {
+    t->piece_done(err.empty() ? StatusCode::SUCCESS : StatusCode::ERR_GPU_OP, err);
+  });
+}
+
+bool EngineImpl::session_alive(const MemoryDesc& local, const MemoryDesc& remote) {
+  if (!registry_.alive(local.id)) return false;
+  auto p = peer(remote.engine_key);
+  return p && !p->remote_revoked(remote.id);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Engine and Session
+
+Engine::Engine(std::string key, IOEngineConfig config)
+    : impl_(std::make_unique<EngineImpl>(std::move(key), std::move(config))) {}
+Engine::~Engine() = default;
+
+EngineDesc Engine::engine_desc() const {
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  return impl_->desc();
+}
+void Engine::create_rdma_backend(const RdmaBackendConfig& c) {
+  MORI_CHECK_ARG(!c.enable_notification || c.notif_per_qp >= 1, "RdmaBackendConfig: notif_per_qp must be >= 1");
+  MORI_CHECK_ARG(c.max_chunks_per_transfer >= 1, "RdmaBackendConfig: max_chunks_per_transfer must be >= 1");
+  MORI_CHECK_ARG(c.num_nics_per_transfer >= 1, "RdmaBackendConfig: num_nics_per_transfer must be >= 1");
+  MORI_CHECK_ARG(!c.enable_transfer_chunking || c.chunk_bytes >= 4096,
+                 "RdmaBackendConfig: chunk_bytes must be >= 4096 with chunking on");
+  impl_->create_net_backend(BackendType::RDMA, c.qp_per_transfer > 1 ? c.qp_per_transfer : 0, c.enable_notification, true);
+}
+void Engine::create_tcp_backend(const TcpBackendConfig& c) {
+  MORI_CHECK_ARG(c.lanes >= 0, "TcpBackendConfig: lanes must be >= 0");
+  impl_->create_net_backend(BackendType::TCP, c.lanes, true, c.direct);
+}
+void Engine::create_xgmi_backend(const XgmiBackendConfig& c) {
+  MORI_CHECK_ARG(c.num_streams >= 1 && c.num_events >= 1, "XgmiBackendConfig: num_streams and num_events must be >= 1");
+  impl_->create_xgmi_backend(c);
+}
+void Engine::remove_backend(BackendType type) { impl_->remove_backend(type); }
+bool Engine::has_backend(BackendType type) const { return impl_->has_backend(type); }
+void Engine::register_remote_engine(const EngineDesc& d) { impl_->register_remote(d); }
+void Engine::deregister_remote_engine(const EngineDesc& d) { impl_->deregister_remote(d); }
+MemoryDesc Engine::register_memory(uint64_t ptr, uint64_t size, int device_id, MemoryLocationType loc) {
+  return impl_->register_memory(ptr, size, device_id, loc);
+}
+void Engine::deregister_memory(const MemoryDesc& d) { impl_->deregister_memory(d); }
+uint64_t Engine::allocate_transfer_uid() { return impl_->next_uid(); }
+
+TransferStatus Engine::transfer(bool read, const MemoryDesc& local, const MemoryDesc& remote, const Segments& segs,
+                                uint64_t uid) {
+  return impl_->transfer(read, local, remote, segs, uid);
+}
+
+std::vector<TransferStatus> Engine::batch(bool read, const std::vector<MemoryDesc>& locals,
+                                          const std::vector<MemoryDesc>& remotes, const std::vector<Segments>& segs,
+                                          const std::vector<uint64_t>& uids) {
+  size_t n = locals.size();
+  MORI_CHECK_ARG(remotes.size() == n && segs.size() == n && uids.size() == n,
+                 "batch: local_mems, remote_mems, offsets, sizes and uids must have one entry per pair "
+                 "(%zu local, %zu remote, %zu offset lists, %zu uids)",
+                 n, remotes.size(), segs.size(), uids.size());
+  std::vector<TransferStatus> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = impl_->transfer(read, locals[i], remotes[i], segs[i], uids[i]);
+    if (out[i].Code() == StatusCode::ERR_BAD_STATE) break;  // MORI: the rest are not attempted
+  }
+  return out;
+}
+
+std::optional<Session> Engine::create_session(const MemoryDesc& local, const MemoryDesc& remote) {
+  std::shared_ptr<Peer> p;
+  Route r = impl_->route(local, remote, &p);
+  if (r == Route::kNone) return std::nullopt;
+  if (r == Route::kTcp) (void)p->lanes();  // connect now: an unreachable peer is an error here
+  return Session(shared_from_this(), local, remote);
+}
+
+std::string Engine::backend_for(const MemoryDesc& local, const MemoryDesc& remote) {
+  return route_name(impl_->route(local, remote, nullptr));
+}
+
+std::optional<TransferStatus> Engine::pop_inbound_transfer_status(const std::string& remote_key, uint64_t uid) {
+  if (!impl_->pop_inbound(remote_key, uid)) return std::nullopt;
+  TransferStatus s;
+  s.state()->set(StatusCode::SUCCESS);
+  return s;
+}
+
+bool Session::alive() const { return engine_->impl().session_alive(local_, remote_); }
+
+void set_log_level(const std::string& level) {
+  std::string l = level;
+  std::transform(l.begin(), l.end(), l.begin(), ::tolower);
+  log::Level v;
+  if (l == "trace") v = log::Level::kTrace;
+  else if (l == "debug") v = log::Level::kDebug;
+  else if (l == "info") v = log::Level::kInfo;
+  else if (l == "warning" || l == "warn") v = log::Level::kWarn;
+  else if (l == "error" || l == "critical") v = log::Level::kError;
+  else raise(Status::kInvalidArgument, "set_log_level: level must be trace, debug, info, warning, error or critical, got '%s'", level.c_str());
+  log::set_level(v);
+}
+
+}  // namespace mori::io

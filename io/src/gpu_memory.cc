@@ -1,0 +1,318 @@
+// SPDX-License-Identifier: MIT
+#include "io/src/gpu_memory.h"
+
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <thread>
+#include <tuple>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "mori/core/log.h"
+#include "mori/core/status.h"
+
+#if MORI_WITH_CUDA
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace mori::io::gpu {
+
+#if MORI_WITH_CUDA
+
+namespace {
+
+std::string cuda_error(const char* what, cudaError_t err) {
+  return format("%s failed: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
+}
+
+// The calling thread's stream on `device` for synchronous staging copies.
+cudaStream_t thread_stream(int device) {
+  thread_local std::map<int, cudaStream_t> streams;
+  auto it = streams.find(device);
+  if (it != streams.end()) return it->second;
+  cudaStream_t s = nullptr;
+  cudaSetDevice(device);
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) s = nullptr;
+  streams[device] = s;
+  return s;
+}
+
+using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+
+GetAddressRange address_range_fn() {
+  static GetAddressRange fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPoint("cuMemGetAddressRange", &p, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      return static_cast<GetAddressRange>(nullptr);
+    return reinterpret_cast<GetAddressRange>(p);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+bool available() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+std::string bus_id(int device) {
+  char buf[32] = {};
+  if (cudaDeviceGetPCIBusId(buf, sizeof(buf), device) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  std::string s = buf;
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool export_ipc(const void* ptr, IpcHandle* handle, uint64_t* offset) {
+  static_assert(sizeof(cudaIpcMemHandle_t) <= kIpcHandleBytes);
+  GetAddressRange range = address_range_fn();
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (!range || range(&base, &size, reinterpret_cast<CUdeviceptr>(ptr)) != CUDA_SUCCESS) return false;
+  cudaIpcMemHandle_t h;
+  if (cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(base)) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  handle->fill(0);
+  std::memcpy(handle->data(), &h, sizeof(h));
+  *offset = reinterpret_cast<uint64_t>(ptr) - static_cast<uint64_t>(base);
+  return true;
+}
+
+HostBuffer::HostBuffer(size_t n) : size_(n) {
+  if (available() && cudaHostAlloc(reinterpret_cast<void**>(&data_), n, cudaHostAllocPortable) == cudaSuccess) {
+    pinned_ = true;
+    return;
+  }
+  cudaGetLastError();
+  data_ = static_cast<char*>(std::malloc(n));
+  if (!data_) raise(Status::kOutOfMemory, "cannot allocate a %zu-byte staging buffer", n);
+}
+
+HostBuffer::~HostBuffer() {
+  if (pinned_) cudaFreeHost(data_);
+  else std::free(data_);
+}
+
+std::string copy_to_host(void* host, const void* device_ptr, size_t n, int device) {
+  cudaStream_t s = thread_stream(device);
+  cudaError_t err = cudaMemcpyAsync(host, device_ptr, n, cudaMemcpyDeviceToHost, s);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(s);
+  return err == cudaSuccess ? "" : cuda_error("cudaMemcpyAsync (device to host)", err);
+}
+
+std::string copy_to_device(void* device_ptr, const void* host, size_t n, int device) {
+  cudaStream_t s = thread_stream(device);
+  cudaError_t err = cudaMemcpyAsync(device_ptr, host, n, cudaMemcpyHostToDevice, s);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(s);
+  return err == cudaSuccess ? "" : cuda_error("cudaMemcpyAsync (host to device)", err);
+}
+
+struct IpcCopier::Impl {
+  int num_streams;
+  std::mutex mu;
+  std::map<int, std::vector<cudaStream_t>> streams;  // per device
+  std::map<int, size_t> next;
+  std::map<std::tuple<std::string, uint32_t, int>, char*> opened;  // (engine, region, local device) -> base
+  std::vector<cudaEvent_t> free_events;
+
+  // Completions: one thread waits on each copy's event in submission order (a blocking
+  // event wait answers in microseconds; a host callback takes tens of them).
+  struct Pending {
+    cudaEvent_t event;
+    int device;
+    std::function<void(const std::string&)> done;
+  };
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  std::deque<Pending> pending;
+  bool stopping = false;
+  std::thread completer;
+
+  cudaStream_t stream(int device) {
+    auto& v = streams[device];
+    if (v.empty()) {
+      cudaSetDevice(device);
+      for (int i = 0; i < num_streams; ++i) {
+        cudaStream_t s;
+        if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess) v.push_back(s);
+      }
+      if (v.empty()) return nullptr;
+    }
+    return v[next[device]++ % v.size()];
+  }
+
+  cudaEvent_t event() {
+    if (!free_events.empty()) {
+      cudaEvent_t e = free_events.back();
+      free_events.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return nullptr;
+    return e;
+  }
+
+  void complete_loop() {
+    while (true) {
+      Pending p;
+      {
+        std::unique_lock<std::mutex> lock(done_mu);
+        done_cv.wait(lock, [&] { return stopping || !pending.empty(); });
+        if (pending.empty()) return;
+        p = std::move(pending.front());
+        pending.pop_front();
+      }
+      cudaSetDevice(p.device);
+      cudaError_t err = cudaEventSynchronize(p.event);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        free_events.push_back(p.event);
+      }
+      p.done(err == cudaSuccess ? "" : cuda_error("cudaEventSynchronize (CUDA IPC copy)", err));
+    }
+  }
+};
+
+IpcCopier::IpcCopier(int num_streams) : impl_(std::make_unique<Impl>()) {
+  impl_->num_streams = num_streams;
+  impl_->completer = std::thread([this] { impl_->complete_loop(); });
+}
+
+IpcCopier::~IpcCopier() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->done_mu);
+    impl_->stopping = true;
+  }
+  impl_->done_cv.notify_all();
+  impl_->completer.join();  // runs what is still pending
+  for (auto e : impl_->free_events) cudaEventDestroy(e);
+  for (auto& [device, v] : impl_->streams) {
+    cudaSetDevice(device);
+    for (auto s : v) {
+      cudaStreamSynchronize(s);
+      cudaStreamDestroy(s);
+    }
+  }
+  for (auto& [key, base] : impl_->opened)
+    if (base) {
+      cudaSetDevice(std::get<2>(key));
+      cudaIpcCloseMemHandle(base);
+    }
+}
+
+char* IpcCopier::open(const MemoryDesc& remote, int local_device, bool same_process, std::string* why) {
+  if (same_process) return reinterpret_cast<char*>(remote.data);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto key = std::make_tuple(remote.engine_key, remote.id, local_device);
+  auto it = impl_->opened.find(key);
+  if (it != impl_->opened.end()) return it->second + remote.ipc_offset;
+  bool empty = true;
+  for (auto b : remote.ipc_handle) empty = empty && b == 0;
+  if (empty) {
+    *why = format("remote GPU memory region %u of engine '%s' carries no CUDA IPC handle (register it after "
+                  "create_backend(XGMI))", remote.id, remote.engine_key.c_str());
+    return nullptr;
+  }
+  cudaIpcMemHandle_t h;
+  std::memcpy(&h, remote.ipc_handle.data(), sizeof(h));
+  cudaSetDevice(local_device);
+  void* base = nullptr;
+  cudaError_t err = cudaIpcOpenMemHandle(&base, h, cudaIpcMemLazyEnablePeerAccess);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    *why = cuda_error("cudaIpcOpenMemHandle", err);
+    return nullptr;
+  }
+  impl_->opened[key] = static_cast<char*>(base);
+  return static_cast<char*>(base) + remote.ipc_offset;
+}
+
+void IpcCopier::copy(int device, const std::vector<std::pair<char*, const char*>>& dst_src,
+                     const std::vector<size_t>& sizes, std::function<void(const std::string&)> done) {
+  cudaStream_t s;
+  cudaEvent_t ev;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    s = impl_->stream(device);
+    ev = impl_->event();
+  }
+  if (!s || !ev) {
+    done("no CUDA stream or event for the copy");
+    return;
+  }
+  cudaSetDevice(device);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    cudaError_t err = cudaMemcpyAsync(dst_src[i].first, dst_src[i].second, sizes[i], cudaMemcpyDefault, s);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      cudaStreamSynchronize(s);
+      {
+        std::lock_guard<std::mutex> lock(impl_->mu);
+        impl_->free_events.push_back(ev);
+      }
+      done(cuda_error("cudaMemcpyAsync (CUDA IPC)", err));
+      return;
+    }
+  }
+  cudaEventRecord(ev, s);
+  {
+    std::lock_guard<std::mutex> lock(impl_->done_mu);
+    impl_->pending.push_back({ev, device, std::move(done)});
+  }
+  impl_->done_cv.notify_one();
+}
+
+void IpcCopier::forget(const std::string& engine_key, uint32_t region) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (auto it = impl_->opened.begin(); it != impl_->opened.end();) {
+    if (std::get<0>(it->first) == engine_key && std::get<1>(it->first) == region) {
+      cudaSetDevice(std::get<2>(it->first));
+      cudaIpcCloseMemHandle(it->second);
+      it = impl_->opened.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+#else  // no CUDA
+
+static const char* kNoCuda = "this MORI was built without CUDA: GPU memory cannot be moved";
+
+bool available() { return false; }
+std::string bus_id(int) { return ""; }
+bool export_ipc(const void*, IpcHandle*, uint64_t*) { return false; }
+HostBuffer::HostBuffer(size_t n) : size_(n) {
+  data_ = static_cast<char*>(std::malloc(n));
+  if (!data_) raise(Status::kOutOfMemory, "cannot allocate a %zu-byte staging buffer", n);
+}
+HostBuffer::~HostBuffer() { std::free(data_); }
+std::string copy_to_host(void*, const void*, size_t, int) { return kNoCuda; }
+std::string copy_to_device(void*, const void*, size_t, int) { return kNoCuda; }
+struct IpcCopier::Impl {};
+IpcCopier::IpcCopier(int) {}
+IpcCopier::~IpcCopier() = default;
+char* IpcCopier::open(const MemoryDesc&, int, bool, std::string* why) {
+  *why = kNoCuda;
+  return nullptr;
+}
+void IpcCopier::copy(int, const std::vector<std::pair<char*, const char*>>&, const std::vector<size_t>&,
+                     std::function<void(const std::string&)> done) {
+  done(kNoCuda);
+}
+void IpcCopier::forget(const std::string&, uint32_t) {}
+
+#endif
+
+}  // namespace mori::io::gpu

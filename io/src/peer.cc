@@ -1,0 +1,475 @@
+// SPDX-License-Identifier: MIT
+#include "io/src/peer.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <future>
+
+#include "io/src/direct_copy.h"
+#include "io/src/engine_impl.h"
+#include "mori/core/auth.h"
+#include "mori/core/log.h"
+#include "mori/core/socket.h"
+#include "mori/core/status.h"
+
+namespace mori::io {
+
+// ---------------------------------------------------------------------------------------------
+// Transfer
+
+void Transfer::piece_done(StatusCode code, const std::string& message) {
+  if (is_failure(code)) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (failure == StatusCode::SUCCESS) {
+      failure = code;
+      why = message;
+    }
+  }
+  if (outstanding.fetch_sub(1) == 1) peer->finished(this);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lane
+
+static void set_timeouts(int fd, double seconds) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(seconds);
+  tv.tv_usec = static_cast<suseconds_t>((seconds - static_cast<double>(tv.tv_sec)) * 1e6);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+Lane::Lane(Peer& peer, int index, int fd) : peer_(peer), index_(index), fd_(fd) {
+  double timeout = peer_.engine().settings().timeout_s;
+  set_timeouts(fd_, timeout);
+  net::set_liveness(fd_, timeout);
+  int buf = 4 << 20;
+  setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+  setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+  tx_ = std::thread([this] { tx_loop(); });
+  rx_ = std::thread([this] { rx_loop(); });
+}
+
+Lane::~Lane() {
+  stopping_.store(true);
+  fail("the engine is closing");
+  q_cv_.notify_all();
+  if (tx_.joinable()) tx_.join();
+  if (rx_.joinable()) rx_.join();
+  net::close_fd(fd_);
+}
+
+char* Lane::staging(std::unique_ptr<gpu::HostBuffer>& buf, size_t n) {
+  if (!buf || buf->size() < n) buf = std::make_unique<gpu::HostBuffer>(std::max<size_t>(n, 1 << 20));
+  return buf->data();
+}
+
+bool Lane::expects_reply(const Piece& p) {
+  auto op = static_cast<wire::Op>(p.req.op);
+  return op == wire::Op::kWrite || op == wire::Op::kRead || op == wire::Op::kGrant;
+}
+
+static void fail_piece(Lane::Piece& p, const std::string& why) {
+  if (p.transfer) p.transfer->piece_done(StatusCode::ERR_RDMA_OP, why);
+  if (p.on_reply) p.on_reply(StatusCode::ERR_RDMA_OP, why, {});
+}
+
+void Lane::post(std::vector<Piece> pieces) {
+  if (pieces.empty()) return;
+  size_t payload = 0;
+  for (const auto& p : pieces)
+    if (static_cast<wire::Op>(p.req.op) == wire::Op::kWrite) payload += p.req.length;
+  std::unique_lock<std::mutex> lock(q_mu_);
+  if (broken_.load()) {
+    lock.unlock();
+    for (auto& p : pieces) fail_piece(p, peer_.name() + ": connection lost");
+    return;
+  }
+  if (!sending_ && queue_.empty() && payload <= peer_.engine().settings().inline_bytes) {
+    // Idle lane, small post: send from this thread (no hand-off latency).
+    sending_ = true;
+    lock.unlock();
+    send_pieces(pieces);
+    lock.lock();
+    sending_ = false;
+    if (!queue_.empty()) q_cv_.notify_all();
+    return;
+  }
+  for (auto& p : pieces) queue_.push_back(std::move(p));
+  q_cv_.notify_all();
+}
+
+void Lane::tx_loop() {
+  constexpr size_t kMaxBatch = 64;
+  while (true) {
+    std::vector<Piece> batch;
+    {
+      std::unique_lock<std::mutex> lock(q_mu_);
+      q_cv_.wait(lock, [&] { return stopping_.load() || (!queue_.empty() && !sending_); });
+      if (stopping_.load()) return;
+      size_t bytes = 0;
+      while (!queue_.empty() && batch.size() < kMaxBatch && bytes < (4u << 20)) {
+        bytes += queue_.front().req.length;
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      sending_ = true;
+    }
+    send_pieces(batch);
+    std::lock_guard<std::mutex> lock(q_mu_);
+    sending_ = false;
+    q_cv_.notify_all();
+  }
+}
+
+void Lane::send_pieces(std::vector<Piece>& batch) {
+  std::vector<iovec> iov;
+  iov.reserve(2 * batch.size());
+  std::vector<wire::Request> headers;
+  headers.reserve(batch.size());
+  auto flush = [&] {
+    if (iov.empty()) return;
+    msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = iov.size();
+    while (msg.msg_iovlen > 0) {
+      ssize_t k = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
+      if (k < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+          raise(Status::kTimeout, "%s accepted no data for %.1f s", peer_.name().c_str(),
+                peer_.engine().settings().timeout_s);
+        raise_errno("send to %s", peer_.name().c_str());
+      }
+      net::advance_iov(msg, static_cast<size_t>(k));
+    }
+    iov.clear();
+  };
+  size_t reached = 0;  // pieces before this one are registered as pending (or need no reply)
+  try {
+    for (; reached < batch.size(); ++reached) {
+      auto& p = batch[reached];
+      if (broken_.load()) raise(Status::kRemote, "%s: connection lost", peer_.name().c_str());
+      bool write = static_cast<wire::Op>(p.req.op) == wire::Op::kWrite;
+      if (write && p.gpu) {
+        // GPU source: stage through host memory, one piece at a time.
+        flush();
+        std::string err = gpu::copy_to_host(staging(tx_staging_, p.req.length), p.local, p.req.length, p.device);
+        if (!err.empty()) raise(Status::kTransport, "%s", err.c_str());
+      }
+      if (expects_reply(p)) {
+        std::lock_guard<std::mutex> lock(p_mu_);
+        if (pending_.empty()) last_progress_ = net::now();
+        pending_.push_back(p);  // before the bytes leave: the reply may come at once
+      }
+      headers.push_back(p.req);
+      iov.push_back({&headers.back(), sizeof(wire::Request)});
+      if (write && p.gpu) {
+        iov.push_back({tx_staging_->data(), p.req.length});
+        ++reached;
+        flush();
+        --reached;
+        continue;
+      }
+      if (write && p.req.length) iov.push_back({p.local, p.req.length});
+      if (iov.size() >= 512) flush();
+    }
+    flush();
+  } catch (const std::exception& e) {
+    // Pieces never registered as pending are failed here, the rest by fail().
+    std::string why = e.what();
+    for (size_t i = reached; i < batch.size(); ++i) fail_piece(batch[i], why);
+    fail(why);
+  }
+}
+
+void Lane::rx_loop() {
+  tcp::SocketReader reader(fd_, 256 * 1024);
+  const double timeout = peer_.engine().settings().timeout_s;
+  try {
+    while (!stopping_.load() && !broken_.load()) {
+      if (!reader.buffered()) {
+        pollfd pfd{fd_, POLLIN, 0};
+        int rc = poll(&pfd, 1, 100);
+        if (rc < 0 && errno != EINTR) raise_errno("poll");
+        if (rc <= 0) {
+          std::lock_guard<std::mutex> lock(p_mu_);
+          if (!pending_.empty() && net::now() - last_progress_ > timeout)
+            raise(Status::kTimeout, "%s answered nothing for %.1f s (MORI_IO_TIMEOUT_MS)", peer_.name().c_str(),
+                  timeout);
+          continue;
+        }
+      }
+      wire::Reply r;
+      if (!reader.read(&r, sizeof(r))) raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
+      handle_reply(r, reader);
+    }
+  } catch (const std::exception& e) {
+    if (!stopping_.load()) MORI_LOG(kInfo, "IO", "lane %d to %s: %s", index_, peer_.name().c_str(), e.what());
+    fail(e.what());
+  }
+}
+
+void Lane::handle_reply(const wire::Reply& r, tcp::SocketReader& reader) {
+  if (r.message_len > wire::kMaxMessage) raise(Status::kRemote, "%s sent a malformed reply", peer_.name().c_str());
+  std::string message(r.message_len, '\0');
+  if (r.message_len && !reader.read(message.data(), message.size()))
+    raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
+  if (static_cast<wire::ReplyKind>(r.kind) == wire::ReplyKind::kRevoke) {
+    peer_.revoke(static_cast<uint32_t>(r.id), *this);
+    return;
+  }
+  if (static_cast<wire::ReplyKind>(r.kind) != wire::ReplyKind::kReply)
+    raise(Status::kRemote, "%s sent an unknown reply kind %u", peer_.name().c_str(), r.kind);
+  Piece p;
+  {
+    std::lock_guard<std::mutex> lock(p_mu_);
+    if (pending_.empty() || pending_.front().req.id != r.id)
+      raise(Status::kRemote, "%s answered a request we did not send", peer_.name().c_str());
+    p = std::move(pending_.front());
+    pending_.pop_front();
+    last_progress_ = net::now();
+  }
+  auto status = static_cast<StatusCode>(r.status);
+  auto op = static_cast<wire::Op>(p.req.op);
+  if (status == StatusCode::SUCCESS && op == wire::Op::kRead) {
+    if (r.length != p.req.length) raise(Status::kRemote, "%s sent a read reply of the wrong length", peer_.name().c_str());
+    if (p.gpu) {
+      char* buf = staging(rx_staging_, r.length);
+      if (!reader.read(buf, r.length)) raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
+      std::string err = gpu::copy_to_device(p.local, buf, r.length, p.device);
+      if (!err.empty()) status = StatusCode::ERR_GPU_OP, message = err;
+    } else if (r.length && !reader.read(p.local, r.length)) {
+      raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
+    }
+  } else if (op == wire::Op::kGrant) {
+    if (r.length > 4096) raise(Status::kRemote, "%s sent a malformed grant", peer_.name().c_str());
+    std::vector<char> payload(r.length);
+    if (r.length && !reader.read(payload.data(), payload.size()))
+      raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
+    p.on_reply(status, message, payload);
+    return;
+  } else if (r.length) {
+    raise(Status::kRemote, "%s sent an unexpected payload", peer_.name().c_str());
+  }
+  if (is_failure(status) && message.empty()) message = "refused by " + peer_.name();
+  if (p.transfer) p.transfer->piece_done(status, is_failure(status) ? peer_.name() + ": " + message : "");
+}
+
+void Lane::fail(const std::string& why) {
+  broken_.store(true);
+  ::shutdown(fd_, SHUT_RDWR);
+  std::deque<Piece> queued, pending;
+  {
+    std::lock_guard<std::mutex> lock(q_mu_);
+    queued.swap(queue_);
+  }
+  {
+    std::lock_guard<std::mutex> lock(p_mu_);
+    pending.swap(pending_);
+  }
+  q_cv_.notify_all();
+  for (auto& p : pending) fail_piece(p, why);
+  for (auto& p : queued) fail_piece(p, why);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Peer
+
+Peer::Peer(EngineImpl& engine, EngineDesc desc) : engine_(engine), desc_(std::move(desc)) {}
+
+Peer::~Peer() {
+  std::vector<std::unique_ptr<Lane>> lanes;
+  {
+    std::lock_guard<std::mutex> lock(lanes_mu_);
+    lanes.swap(lanes_);
+  }
+  lanes.clear();
+}
+
+std::string Peer::name() const {
+  return format("engine '%s' at %s:%u", desc_.key.c_str(), desc_.host.c_str(), desc_.port);
+}
+
+static int dial_once(const EngineImpl& engine, const EngineDesc& desc, double deadline) {
+  int fd = net::connect_tcp(desc.host, static_cast<int>(desc.port), std::max(0.1, deadline - net::now()));
+  try {
+    auth::client_handshake(fd, desc.secret.data(), desc.secret.size(), wire::kAuthLabel, deadline);
+    wire::Hello hello{wire::kVersion, static_cast<uint32_t>(engine.key().size())};
+    net::send_all(fd, &hello, sizeof(hello));
+    net::send_all(fd, engine.key().data(), engine.key().size());
+    wire::HelloReply reply{};
+    if (!net::recv_all(fd, &reply, sizeof(reply), deadline) || !reply.ok) raise(Status::kRemote, "refused our hello");
+    net::set_nodelay(fd);
+    return fd;
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+}
+
+static int dial(const EngineImpl& engine, const EngineDesc& desc) {
+  if (desc.port == 0)
+    raise(Status::kInvalidUsage, "engine '%s' has no listening port (create a backend there first)", desc.key.c_str());
+  double deadline = net::now() + engine.settings().connect_timeout_s;
+  while (true) {
+    try {
+      return dial_once(engine, desc, deadline);
+    } catch (const auth::Refused& e) {  // a definite no: wrong secret
+      raise(Status::kRemote, "engine '%s' at %s:%u: %s", desc.key.c_str(), desc.host.c_str(), desc.port, e.what());
+    } catch (const Error& e) {
+      // A handshake that broke (a flood of strangers may have pushed us out): try again in time.
+      if (net::now() + 0.05 < deadline && e.status() != Status::kTimeout) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        continue;
+      }
+      raise(e.status() == Status::kTimeout ? Status::kTimeout : Status::kRemote, "engine '%s' at %s:%u: %s",
+            desc.key.c_str(), desc.host.c_str(), desc.port, e.what());
+    }
+  }
+}
+
+std::vector<Lane*> Peer::lanes() {
+  std::vector<std::unique_ptr<Lane>> dead;  // destroyed after the lock: their threads may call us
+  std::vector<Lane*> out;
+  {
+    std::lock_guard<std::mutex> lock(lanes_mu_);
+    size_t n = static_cast<size_t>(std::max(1, engine_.lanes_));
+    if (lanes_.size() < n) lanes_.resize(n);
+    for (size_t i = 0; i < lanes_.size(); ++i) {
+      if (lanes_[i] && !lanes_[i]->broken()) continue;
+      if (lanes_[i]) dead.push_back(std::move(lanes_[i]));
+      lanes_[i] = std::make_unique<Lane>(*this, static_cast<int>(i), dial(engine_, desc_));
+    }
+    for (auto& l : lanes_) out.push_back(l.get());
+  }
+  return out;
+}
+
+Lane* Peer::notify_lane() {
+  std::lock_guard<std::mutex> lock(lanes_mu_);
+  if (lanes_.empty() || !lanes_[0] || lanes_[0]->broken()) return nullptr;
+  return lanes_[0].get();
+}
+
+void Peer::track(const std::shared_ptr<Transfer>& t) {
+  std::lock_guard<std::mutex> lock(order_mu_);
+  order_.push_back(t);
+}
+
+void Peer::finished(Transfer* t) {
+  std::vector<std::shared_ptr<Transfer>> done;
+  {
+    std::lock_guard<std::mutex> lock(order_mu_);
+    t->finished = true;
+    while (!order_.empty() && order_.front()->finished) {
+      done.push_back(std::move(order_.front()));
+      order_.pop_front();
+    }
+  }
+  for (auto& d : done) {
+    d->holds.clear();  // local regions may be deregistered once the caller sees the status
+    if (d->failure != StatusCode::SUCCESS) {
+      d->status->update(d->failure, d->why);
+      continue;
+    }
+    d->status->update(StatusCode::SUCCESS);  // the data is in place: the caller need not wait for the notice
+    if (d->notify) {
+      if (Lane* lane = notify_lane()) {
+        Lane::Piece p;
+        p.req.op = static_cast<uint8_t>(wire::Op::kNotify);
+        p.req.aux = d->uid;
+        std::vector<Lane::Piece> one;
+        one.push_back(std::move(p));
+        lane->post(std::move(one));
+      } else {
+        MORI_LOG(kWarn, "IO", "no connection to %s for the notification of transfer %llu", name().c_str(),
+                 static_cast<unsigned long long>(d->uid));
+      }
+    }
+  }
+}
+
+std::shared_ptr<Grant> Peer::grant(const MemoryDesc& remote) {
+  {
+    std::lock_guard<std::mutex> lock(grants_mu_);
+    if (direct_refused_) return nullptr;
+    auto it = grants_.find(remote.id);
+    if (it != grants_.end()) return it->second;
+  }
+  Lane* lane = lanes().front();
+  auto promise = std::make_shared<std::promise<std::pair<StatusCode, std::vector<char>>>>();
+  auto future = promise->get_future();
+  Lane::Piece p;
+  p.req.op = static_cast<uint8_t>(wire::Op::kGrant);
+  p.req.region = remote.id;
+  p.req.region_key = remote.region_key;
+  p.req.id = engine_.next_request_id();
+  p.on_reply = [promise](StatusCode c, const std::string&, const std::vector<char>& payload) {
+    promise->set_value({c, payload});
+  };
+  std::vector<Lane::Piece> one;
+  one.push_back(std::move(p));
+  lane->post(std::move(one));
+  if (future.wait_for(std::chrono::duration<double>(engine_.settings().timeout_s)) != std::future_status::ready)
+    return nullptr;
+  auto [code, payload] = future.get();
+  if (code != StatusCode::SUCCESS || payload.size() != sizeof(wire::GrantReply)) return nullptr;
+  wire::GrantReply reply;
+  std::memcpy(&reply, payload.data(), sizeof(reply));
+  // Prove that we see the target's memory: read its token where it says it is.
+  uint8_t token[sizeof(reply.token)] = {};
+  DirectSegment probe{reinterpret_cast<char*>(token), reply.token_addr, sizeof(token)};
+  std::string err = direct_copy(true, static_cast<pid_t>(reply.pid), &probe, 1);
+  std::lock_guard<std::mutex> lock(grants_mu_);
+  if (!err.empty() || std::memcmp(token, reply.token, sizeof(token)) != 0) {
+    direct_refused_ = true;
+    MORI_LOG(kInfo, "IO", "%s is on this host but not reachable directly (%s); its CPU memory goes over tcp",
+             name().c_str(), err.empty() ? "token mismatch" : err.c_str());
+    return nullptr;
+  }
+  auto g = std::make_shared<Grant>();
+  g->pid = reply.pid;
+  g->addr = reply.addr;
+  g->size = reply.size;
+  grants_[remote.id] = g;
+  revoked_.erase(remote.id);
+  return g;
+}
+
+void Peer::revoke(uint32_t region, Lane& from) {
+  std::shared_ptr<Grant> g;
+  {
+    std::lock_guard<std::mutex> lock(grants_mu_);
+    auto it = grants_.find(region);
+    if (it != grants_.end()) {
+      g = it->second;
+      grants_.erase(it);
+    }
+    revoked_[region] = true;
+  }
+  if (g) {
+    std::unique_lock<std::shared_mutex> wait_for_copies(g->mu);
+    g->revoked = true;
+  }
+  Lane::Piece ack;
+  ack.req.op = static_cast<uint8_t>(wire::Op::kRevokeAck);
+  ack.req.aux = region;
+  std::vector<Lane::Piece> one;
+  one.push_back(std::move(ack));
+  from.post(std::move(one));
+}
+
+bool Peer::remote_revoked(uint32_t region) {
+  std::lock_guard<std::mutex> lock(grants_mu_);
+  auto it = revoked_.find(region);
+  return it != revoked_.end() && it->second;
+}
+
+}  // namespace mori::io

@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: MIT
+// The initiator's side of one remote engine: its connections (lanes), the transfers in
+// flight to it (completed in submission order), and the direct-access grants it gave us.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/src/gpu_memory.h"
+#include "io/src/registry.h"
+#include "io/src/wire.h"
+#include "mori/io/transfer_status.h"
+#include "mori/io/types.h"
+#include "transports/tcp/socket_reader.h"
+
+namespace mori::io {
+
+class EngineImpl;
+class Peer;
+
+// One transfer as the engine sees it: pieces in flight, the first error, and the local
+// regions it keeps registered until it is done.
+struct Transfer {
+  std::shared_ptr<StatusState> status;
+  std::atomic<int> outstanding{1};  // +1 held by the submitter until every piece is posted
+  std::mutex mu;
+  StatusCode failure = StatusCode::SUCCESS;
+  std::string why;
+  std::vector<RegionUse> holds;
+  uint64_t uid = 0;
+  bool notify = false;
+  bool finished = false;  // guarded by the peer's order lock
+  std::shared_ptr<Peer> peer;  // kept alive until the transfer is reported
+
+  void add_pieces(int n) { outstanding.fetch_add(n); }
+  // A piece ended (SUCCESS or an error); the last one hands the transfer to its peer.
+  void piece_done(StatusCode code, const std::string& message = "");
+};
+
+// Same-host direct access to one remote region, valid until the target revokes it.
+struct Grant {
+  uint64_t pid = 0, addr = 0, size = 0;
+  std::shared_mutex mu;  // shared while copying; the revocation takes it exclusively
+  bool revoked = false;
+};
+
+class Lane {
+ public:
+  struct Piece {
+    wire::Request req{};
+    char* local = nullptr;  // write source / read destination
+    bool gpu = false;
+    int device = -1;
+    std::shared_ptr<Transfer> transfer;  // null for control messages
+    // Control replies (grants): status, message and payload.
+    std::function<void(StatusCode, const std::string&, const std::vector<char>&)> on_reply;
+  };
+
+  Lane(Peer& peer, int index, int fd);
+  ~Lane();
+  Lane(const Lane&) = delete;
+  Lane& operator=(const Lane&) = delete;
+
+  // Sends the pieces in order (small ones from the caller's thread when the lane is idle).
+  void post(std::vector<Piece> pieces);
+  bool broken() const { return broken_.load(); }
+  // Closes the lane and fails everything queued or in flight on it.
+  void fail(const std::string& why);
+
+ private:
+  static bool expects_reply(const Piece& p);
+  void tx_loop();
+  void rx_loop();
+  void send_pieces(std::vector<Piece>& batch);
+  void handle_reply(const wire::Reply& r, tcp::SocketReader& reader);
+
+  Peer& peer_;
+  int index_;
+  int fd_;
+  std::atomic<bool> broken_{false};
+  std::atomic<bool> stopping_{false};
+
+  std::mutex q_mu_;
+  std::condition_variable q_cv_;
+  std::deque<Piece> queue_;
+  bool sending_ = false;
+
+  std::mutex p_mu_;
+  std::deque<Piece> pending_;
+  double last_progress_ = 0;
+
+  // Host bounce buffer for GPU memory (pinned when CUDA is there), grown on demand.
+  // tx and rx each have their own: they run at the same time.
+  static char* staging(std::unique_ptr<gpu::HostBuffer>& buf, size_t n);
+  std::unique_ptr<gpu::HostBuffer> tx_staging_, rx_staging_;
+  std::thread tx_, rx_;
+};
+
+class Peer {
+ public:
+  Peer(EngineImpl& engine, EngineDesc desc);
+  ~Peer();
+
+  const EngineDesc& desc() const { return desc_; }
+  EngineImpl& engine() { return engine_; }
+  std::string name() const;  // "engine 'key' at host:port"
+
+  // The peer's lanes, dialled on first use and redialled when broken. Throws on failure.
+  std::vector<Lane*> lanes();
+  // Lane 0 if it is up (never dials: called from completion threads).
+  Lane* notify_lane();
+  // A transfer to this peer starts: completions are reported in this order.
+  void track(const std::shared_ptr<Transfer>& t);
+  void finished(Transfer* t);
+  // Fails every transfer in flight (peer dead, engine closing).
+  void fail_all(const std::string& why);
+
+  // Direct access (same host). nullptr when not possible (then the pair goes over tcp).
+  std::shared_ptr<Grant> grant(const MemoryDesc& remote);
+  void revoke(uint32_t region, Lane& from);
+  bool remote_revoked(uint32_t region);
+
+ private:
+  EngineImpl& engine_;
+  EngineDesc desc_;
+  std::mutex lanes_mu_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+
+  std::mutex order_mu_;
+  std::deque<std::shared_ptr<Transfer>> order_;
+
+  std::mutex grants_mu_;
+  std::map<uint32_t, std::shared_ptr<Grant>> grants_;
+  std::map<uint32_t, bool> revoked_;
+  bool direct_refused_ = false;  // the probe failed once: this peer is not reachable directly
+};
+
+}  // namespace mori::io

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: MIT
+// The IO engine's wire format between an initiator and a target engine.
+//
+//   initiator -> target: auth handshake (core/auth, label "mori-io-v1", the target's
+//                        engine secret), Hello, then Request [+ payload] ...
+//   target -> initiator: HelloReply, then Reply [+ payload] ... and Revoke messages
+//
+// Every request names a region by (id, region key) and a byte range; the target checks
+// all three before touching memory. WRITE payloads and READ replies are at most
+// kMaxChunk bytes, so a refused write is drained in bounded time and a peer announcing
+// more is cut off. Replies carry the request's id; a connection answers in order.
+// Integers are little-endian (the only byte order MORI runs on).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mori::io::wire {
+
+constexpr char kAuthLabel[] = "mori-io-v1";
+constexpr uint32_t kVersion = 1;
+constexpr size_t kMaxChunk = 16u << 20;
+constexpr size_t kMaxKey = 4096;      // longest engine key
+constexpr size_t kMaxMessage = 1024;  // longest error text of a reply
+
+struct Hello {
+  uint32_t version;
+  uint32_t key_len;  // followed by the initiator's engine key
+};
+
+struct HelloReply {
+  uint32_t version;
+  uint32_t ok;
+};
+
+enum class Op : uint8_t {
+  kWrite = 1,       // payload of `length` bytes -> (region, offset)
+  kRead = 2,        // reply carries `length` bytes from (region, offset)
+  kNotify = 3,      // aux = transfer uid: an inbound transfer of the initiator finished
+  kGrant = 4,       // same-host direct access: reply GrantReply for (region, key)
+  kRevokeAck = 5,   // aux = region id: the initiator dropped its grant
+};
+
+struct Request {
+  uint8_t op;  // Op
+  uint8_t pad[3];
+  uint32_t region;
+  uint64_t id;  // echoed in the reply
+  uint64_t region_key;
+  uint64_t offset;
+  uint64_t length;
+  uint64_t aux;
+};
+static_assert(sizeof(Request) == 48);
+
+enum class ReplyKind : uint8_t {
+  kReply = 1,   // answers request `id`
+  kRevoke = 2,  // target -> initiator: region `id` is being deregistered; drop grants, ack
+};
+
+struct Reply {
+  uint8_t kind;    // ReplyKind
+  uint8_t status;  // StatusCode of the request
+  uint16_t message_len;
+  uint32_t pad;
+  uint64_t id;
+  uint64_t length;  // payload bytes that follow the message (READ data, GrantReply)
+};
+static_assert(sizeof(Reply) == 24);
+
+// What a target tells a same-host initiator that may access a region directly
+// (process_vm_readv/writev): where it is, and a token it can read to prove the two
+// processes see the same memory (same pid namespace, ptrace allowed).
+struct GrantReply {
+  uint64_t pid;
+  uint64_t addr;
+  uint64_t size;
+  uint64_t token_addr;
+  uint8_t token[16];
+};
+static_assert(sizeof(GrantReply) == 48);
+
+}  // namespace mori::io::wire
