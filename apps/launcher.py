@@ -5,9 +5,16 @@ The launcher hosts the job's bootstrap store, gives every process its rank in th
 environment (MORI's variables plus torchrun's RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/
 MASTER_PORT, so torch programs run unchanged), prefixes each output line with the
 rank, and when one process fails it stops the others and returns the worst exit code.
+
+Ranks never outlive the launcher: SIGTERM, SIGHUP (a closed ssh session) and SIGINT stop
+every rank's process group; a SIGKILLed launcher takes its ranks along through their
+parent-death signal, and a small reaper process kills what the ranks started themselves
+(their process groups) once the launcher is gone.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import signal
 import socket
@@ -48,12 +55,84 @@ def _free_port() -> int:
 def _pump(stream: IO[bytes], sink: IO[str], prefix: str, lock: threading.Lock) -> None:
     for raw in iter(stream.readline, b""):
         line = raw.decode(errors="replace")
-        with lock:
-            sink.write(prefix + line if prefix else line)
-            if not line.endswith("\n"):
-                sink.write("\n")
-            sink.flush()
+        try:
+            with lock:
+                sink.write(prefix + line if prefix else line)
+                if not line.endswith("\n"):
+                    sink.write("\n")
+                sink.flush()
+        except (OSError, ValueError):
+            pass  # our terminal is gone (SIGHUP): keep draining so no rank blocks on a full pipe
     stream.close()
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_launcher():
+    """A preexec function: the rank gets SIGKILL when the launcher dies, however it dies.
+
+    Resolved before any fork; in the child it only makes two system calls (no locks taken),
+    which is what makes a preexec function safe while the output pumps run."""
+    prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+    launcher = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != launcher:  # the launcher died before prctl took effect
+            os._exit(128 + signal.SIGKILL)
+
+    return preexec
+
+
+# The reaper reads one process-group id per line from the launcher; at end of input without
+# "done" (the launcher died) it stops those groups: what a rank forked has no parent-death signal.
+_REAPER = """
+import os, signal, sys, time
+groups, done = [], False
+for line in sys.stdin:
+    if line.strip() == "done":
+        done = True
+        break
+    groups.append(int(line))
+if not done:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for g in groups:
+            try:
+                os.killpg(g, sig)
+            except OSError:
+                pass
+        if sig == signal.SIGTERM:
+            time.sleep(float(sys.argv[1]))
+"""
+
+
+class _Reaper:
+    """Kills the ranks' process groups if the launcher dies without saying it is done."""
+
+    def __init__(self, grace: float) -> None:
+        self._proc = subprocess.Popen([sys.executable, "-c", _REAPER, str(grace)], stdin=subprocess.PIPE,
+                                      stdout=subprocess.DEVNULL, start_new_session=True, text=True)
+
+    def add(self, pgid: int) -> None:
+        self._proc.stdin.write(f"{pgid}\n")
+        self._proc.stdin.flush()
+
+    def done(self) -> None:
+        try:
+            self._proc.stdin.write("done\n")
+            self._proc.stdin.close()
+        except OSError:
+            pass
+        self._proc.wait()
+
+
+class _Stopped(Exception):
+    """The launcher received a stop signal (SIGTERM, SIGHUP)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _exit_code(rc: int) -> int:
@@ -129,9 +208,13 @@ def launch(cfg: LaunchConfig) -> int:
     pumps: list[threading.Thread] = []
     lock = threading.Lock()
     handles_term = threading.current_thread() is threading.main_thread()
+    previous: dict[int, object] = {}
     if handles_term:
-        # A terminated launcher stops its ranks too instead of leaving them orphaned.
-        previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+        # A terminated or hung-up launcher stops its ranks too instead of leaving them orphaned.
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, _raise_stopped)
+    reaper = _Reaper(cfg.kill_grace_s)
+    preexec = _die_with_launcher()
     try:
         for local_rank in range(cfg.nproc):
             rank = cfg.node_rank * cfg.nproc + local_rank
@@ -158,8 +241,10 @@ def launch(cfg: LaunchConfig) -> int:
             if cfg.socket_ifname:
                 env["MORI_SOCKET_IFNAME"] = cfg.socket_ifname
             proc = subprocess.Popen(list(cfg.command), env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                    preexec_fn=preexec)
             procs.append(proc)
+            reaper.add(proc.pid)  # start_new_session: the rank leads its own process group
             prefix = f"[{rank}] " if cfg.prefix_output else ""
             for stream, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
                 t = threading.Thread(target=_pump, args=(stream, sink, prefix, lock), daemon=True)
@@ -169,17 +254,22 @@ def launch(cfg: LaunchConfig) -> int:
     except KeyboardInterrupt:
         _terminate(procs, cfg.kill_grace_s)
         return 130
+    except _Stopped as stop:
+        _terminate(procs, cfg.kill_grace_s)
+        return 128 + stop.signum
     finally:
+        reaper.done()
         if handles_term:
-            signal.signal(signal.SIGTERM, previous_term if previous_term is not None else signal.SIG_DFL)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         for t in pumps:
             t.join(timeout=5)
         if server is not None:
             server.stop()
 
 
-def _raise_interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
+def _raise_stopped(signum, frame) -> None:
+    raise _Stopped(signum)
 
 
 def _supervise(procs: list[subprocess.Popen], grace: float, first_rank: int = 0) -> int:

@@ -2,10 +2,11 @@
 """``mori bench shmem-c``: MORI's OpenSHMEM C library against Open MPI's OpenSHMEM.
 
 One C source (``shmem_c_bench.c``: put/get latency and bandwidth, put latency to a global,
-atomic fetch-add latency, barrier latency) is compiled twice, with MORI's ``oshcc`` and with
-Open MPI's (``/usr/bin/oshcc``), and both binaries run side by side on 2 and 4 PEs (ours
-through ``oshrun`` = ``mori run``, theirs through Open MPI's ``oshrun``). Prints a table and
-writes JSON.
+atomic fetch-add latency, and the latency of barrier, fcollect, broadcast, int64 sum reduction
+and alltoall) is compiled twice, with MORI's ``oshcc`` and with Open MPI's (``/usr/bin/oshcc``),
+and both binaries run on each PE count (ours through ``oshrun`` = ``mori run``, theirs through
+Open MPI's ``oshrun``), ``--runs`` times, alternating which goes first, since a shared machine
+drifts. Prints the median of the runs with their spread (min-max) and writes every run as JSON.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,6 +43,7 @@ class Row:
     iters: int
     us: float
     GBps: float
+    run: int = 0
 
 
 def _compile(oshcc: str, out: Path, env: Optional[dict] = None) -> None:
@@ -62,8 +65,9 @@ def _run(cmd: list[str], env: dict, timeout: float) -> list[dict]:
     return rows
 
 
-def run(pes: list[int], max_bytes: int, scale: float, ompi_oshcc: str, ompi_oshrun: str) -> list[Row]:
-    """Build both binaries and run them; returns every measurement."""
+def run(pes: list[int], max_bytes: int, scale: float, ompi_oshcc: str, ompi_oshrun: str, runs: int = 1) -> list[Row]:
+    """Build both binaries and run each `runs` times per PE count, alternating which implementation
+    goes first; returns every measurement."""
     from mori.shmem.capi import paths
 
     p = paths()
@@ -77,30 +81,45 @@ def run(pes: list[int], max_bytes: int, scale: float, ompi_oshcc: str, ompi_oshr
         else:
             print(f"warning: {ompi_oshcc}/{ompi_oshrun} not found: Open MPI baseline skipped", file=sys.stderr)
         args = [str(max_bytes), str(scale)]
-        for n in pes:
-            env = dict(os.environ, MORI_PYTHON=sys.executable)
-            env.setdefault("MORI_SHMEM_HEAP_SIZE", str(max(64 << 20, 4 * max_bytes)))
-            for r in _run([str(p.bin_dir / "oshrun"), "-n", str(n), str(ours), *args], env, 600):
-                rows.append(Row("mori", n, **r))
-            if have_ompi:
-                env = dict(os.environ, **OMPI_ENV)
-                for r in _run([ompi_oshrun, "-n", str(n), str(theirs), *args], env, 600):
-                    rows.append(Row("openmpi", n, **r))
+        mori_env = dict(os.environ, MORI_PYTHON=sys.executable)
+        mori_env.setdefault("MORI_SHMEM_HEAP_SIZE", str(max(64 << 20, 4 * max_bytes)))
+        impls = [("mori", [str(p.bin_dir / "oshrun")], ours, mori_env)]
+        if have_ompi:
+            impls.append(("openmpi", [ompi_oshrun], theirs, dict(os.environ, **OMPI_ENV)))
+        for k in range(runs):
+            for n in pes:
+                for name, launcher, binary, env in (impls if k % 2 == 0 else impls[::-1]):
+                    for r in _run([*launcher, "-n", str(n), str(binary), *args], env, 600):
+                        rows.append(Row(name, n, run=k, **r))
     return rows
 
 
+def _summary(rows: list[Row], bandwidth: bool) -> tuple[float, float, float]:
+    """(median, min, max) over the runs of one measurement."""
+    vals = [r.GBps if bandwidth else r.us for r in rows]
+    return statistics.median(vals), min(vals), max(vals)
+
+
 def table(rows: list[Row]) -> str:
-    """Side-by-side table: latency (us) for *_lat/barrier, GB/s for *_bw, and mori's speedup."""
-    keyed = {(r.impl, r.pes, r.op, r.bytes): r for r in rows}
-    lines = [f"{'PEs':>3} {'op':<16} {'bytes':>9} {'mori':>12} {'openmpi':>12} {'speedup':>8}"]
-    for (impl, n, op, b), r in sorted(keyed.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][3])):
+    """Side-by-side table: the median over the runs [min-max] of latency (us) for latencies and
+    collectives, GB/s for *_bw, and mori's speedup (ratio of the medians, > 1: mori is faster)."""
+    keyed: dict[tuple, list[Row]] = {}
+    for r in rows:
+        keyed.setdefault((r.impl, r.pes, r.op, r.bytes), []).append(r)
+    runs = max((r.run for r in rows), default=0) + 1
+    lines = [f"median of {runs} run(s) [min-max]",
+             f"{'PEs':>3} {'op':<18} {'bytes':>7} {'mori':>28} {'openmpi':>28} {'speedup':>8}"]
+    for (impl, n, op, b), rs in sorted(keyed.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][3])):
         if impl != "mori":
             continue
-        o = keyed.get(("openmpi", n, op, b))
+        os_ = keyed.get(("openmpi", n, op, b))
         bw = op.endswith("_bw")
-        fmt = (lambda x: f"{x.GBps:9.3f} GB/s") if bw else (lambda x: f"{x.us:9.3f} us")
-        sp = ((r.GBps / o.GBps if o.GBps else float("nan")) if bw else (o.us / r.us if r.us else float("nan"))) if o else None
-        lines.append(f"{n:>3} {op:<16} {b:>9} {fmt(r):>12} {fmt(o) if o else '-':>12} "
+        unit = "GB/s" if bw else "us"
+        m = _summary(rs, bw)
+        o = _summary(os_, bw) if os_ else None
+        fmt = lambda s: f"{s[0]:9.3f} [{s[1]:.3g}-{s[2]:.3g}] {unit}"
+        sp = ((m[0] / o[0]) if bw else (o[0] / m[0])) if o and m[0] and o[0] else None
+        lines.append(f"{n:>3} {op:<18} {b:>7} {fmt(m):>28} {fmt(o) if o else '-':>28} "
                      f"{f'{sp:7.2f}x' if sp is not None else '-':>8}")
     return "\n".join(lines)
 
@@ -112,6 +131,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--pes", default="2,4", help="comma-separated PE counts (default 2,4)")
     ap.add_argument("--max-bytes", type=int, default=4 << 20, help="largest message (default 4 MiB)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply iteration counts (quick runs: 0.1)")
+    ap.add_argument("--runs", type=int, default=5, help="runs of each implementation, alternating (default 5)")
     ap.add_argument("--json", default="bench-results/shmem_c.json", help="where to write the JSON results")
     ap.add_argument("--ompi-oshcc", default="/usr/bin/oshcc")
     ap.add_argument("--ompi-oshrun", default="/usr/bin/oshrun")
@@ -119,14 +139,17 @@ def main(argv: list[str]) -> int:
     pes = [int(x) for x in args.pes.split(",") if x]
     if any(n < 2 for n in pes):
         ap.error("--pes: every PE count must be at least 2")
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
     t0 = time.time()
-    rows = run(pes, args.max_bytes, args.scale, args.ompi_oshcc, args.ompi_oshrun)
+    rows = run(pes, args.max_bytes, args.scale, args.ompi_oshcc, args.ompi_oshrun, args.runs)
     print(table(rows))
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"benchmark": "shmem-c", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node(),
             "cpus": os.cpu_count(), "machine": platform.machine(), "seconds": round(time.time() - t0, 1),
-            "max_bytes": args.max_bytes, "scale": args.scale}
+            "max_bytes": args.max_bytes, "scale": args.scale, "runs": args.runs,
+            "command": "mori bench shmem-c " + " ".join(argv)}
     out.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
     print(f"wrote {out}")
     return 0

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT
  * One OpenSHMEM benchmark source compiled against any implementation (only 1.4 routines):
  * put/get latency and bandwidth between PE 0 and the last PE, put latency to a global
- * variable, atomic fetch-add latency and barrier latency over all PEs. PE 0 prints one
- * JSON object per measurement. Usage: shmem_c_bench [max_bytes] [scale] */
+ * variable, atomic fetch-add latency, and over all PEs the latency of barrier, fcollect,
+ * broadcast, sum reduction (int64) and alltoall (the 1.4 active-set forms, which every
+ * implementation has). PE 0 prints one JSON object per measurement; a collective's time is
+ * the slowest PE's. Usage: shmem_c_bench [max_bytes] [scale] */
 #include <shmem.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,15 @@
 
 static char g_buf[1 << 16];  /* a global: symmetric by the spec */
 static long g_counter;
+
+#define MAX2(a, b) ((a) > (b) ? (a) : (b))
+#define PSYNC_LEN MAX2(MAX2(SHMEM_BCAST_SYNC_SIZE, SHMEM_COLLECT_SYNC_SIZE), \
+                       MAX2(SHMEM_REDUCE_SYNC_SIZE, SHMEM_ALLTOALL_SYNC_SIZE))
+/* Two of each: consecutive calls alternate, so a call never reuses the pSync of one that a
+ * slower PE may still be in (the spec's rule for back-to-back collectives). */
+static long g_psync[2][PSYNC_LEN];
+static long g_wrk[2][MAX2(SHMEM_REDUCE_MIN_WRKDATA_SIZE, 8192 / 2 + 1)];
+static double g_elapsed, g_slowest;
 
 static double now_us(void) {
   struct timespec ts;
@@ -29,6 +40,36 @@ static void report(const char *op, size_t bytes, int iters, double us_total) {
   double gbps = bytes ? (double)bytes / (us * 1e3) : 0.0;
   printf("{\"op\": \"%s\", \"bytes\": %zu, \"iters\": %d, \"us\": %.4f, \"GBps\": %.4f}\n", op, bytes, iters, us, gbps);
   fflush(stdout);
+}
+
+/* Latency of `it` calls of a collective (after `it / 10` warm-up calls), the slowest PE's. */
+typedef void (*coll_fn)(void *dst, const void *src, size_t nelems, int i, int n);
+static void time_collective(const char *op, coll_fn fn, void *dst, const void *src, size_t nelems, size_t bytes,
+                            int it, int n) {
+  for (int i = 0; i < it / 10 + 2; ++i) fn(dst, src, nelems, i, n);
+  shmem_barrier_all();
+  double t = now_us();
+  for (int i = 0; i < it; ++i) fn(dst, src, nelems, i, n);
+  g_elapsed = now_us() - t;
+  shmem_barrier_all();
+  shmem_double_max_to_all(&g_slowest, &g_elapsed, 1, 0, 0, n, (double *)g_wrk[0], g_psync[0]);
+  if (shmem_my_pe() == 0) report(op, bytes, it, g_slowest);
+  shmem_barrier_all();
+}
+
+static void do_fcollect(void *dst, const void *src, size_t nelems, int i, int n) {
+  shmem_fcollect64(dst, src, nelems, 0, 0, n, g_psync[i & 1]);
+}
+static void do_broadcast(void *dst, const void *src, size_t nelems, int i, int n) {
+  /* A non-root may leave before the others got the data: a barrier closes each round. */
+  shmem_broadcast64(dst, src, nelems, 0, 0, 0, n, g_psync[i & 1]);
+  shmem_barrier_all();
+}
+static void do_sum(void *dst, const void *src, size_t nelems, int i, int n) {
+  shmem_long_sum_to_all(dst, src, (int)nelems, 0, 0, n, (long *)g_wrk[i & 1], g_psync[i & 1]);
+}
+static void do_alltoall(void *dst, const void *src, size_t nelems, int i, int n) {
+  shmem_alltoall64(dst, src, nelems, 0, 0, n, g_psync[i & 1]);
 }
 
 int main(int argc, char **argv) {
@@ -80,6 +121,25 @@ int main(int argc, char **argv) {
     for (int i = 0; i < it; ++i) (void)shmem_long_atomic_fetch_add(&g_counter, 1, peer);
     report("fadd_lat_global", 8, it, now_us() - t);
   }
+  for (int k = 0; k < 2; ++k)
+    for (int j = 0; j < PSYNC_LEN; ++j) g_psync[k][j] = SHMEM_SYNC_VALUE;
+  shmem_barrier_all();
+  /* Collectives: element counts per PE of 8 bytes each (1, 128, 8192: 8 B, 1 KiB, 64 KiB). */
+  size_t coll_max = 8192;
+  long *csrc = shmem_malloc(coll_max * 8 * n), *cdst = shmem_malloc(coll_max * 8 * n);
+  for (size_t j = 0; j < coll_max * n; ++j) csrc[j] = me + (long)j;
+  const size_t counts[] = {1, 128, 8192};
+  for (int c = 0; c < 3; ++c) {
+    size_t nelems = counts[c];
+    int it = (int)((nelems <= 128 ? 2000 : 200) * scale) + 10;
+    size_t bytes = nelems * 8;
+    time_collective("fcollect", do_fcollect, cdst, csrc, nelems, bytes, it, n);
+    time_collective("broadcast+barrier", do_broadcast, cdst, csrc, nelems, bytes, it, n);
+    time_collective("sum_to_all_int64", do_sum, cdst, csrc, nelems, bytes, it, n);
+    time_collective("alltoall", do_alltoall, cdst, csrc, nelems, bytes, it, n);
+  }
+  shmem_free(cdst);
+  shmem_free(csrc);
   shmem_barrier_all();
   int bit = (int)(2000 * scale) + 10;
   for (int i = 0; i < bit / 10; ++i) shmem_barrier_all();

@@ -2,6 +2,7 @@
 #include "mori/core/shared_segment.h"
 
 #include <cstdint>
+#include <string>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -30,35 +31,39 @@ void* reserve_aligned(size_t size, size_t alignment) {
 }  // namespace
 
 SharedSegment SharedSegment::create(const std::string& name, size_t size, size_t alignment) {
-  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0) raise_errno("shm_open(%s)", name.c_str());
+  // An anonymous memory file, not a /dev/shm name: its memory goes with the last descriptor
+  // and mapping, so a job killed at any moment (even before its peers mapped it) leaves nothing.
+  int fd = memfd_create(name.c_str(), MFD_CLOEXEC);
+  if (fd < 0) raise_errno("memfd_create(%s)", name.c_str());
   if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
     int err = errno;
     close(fd);
-    shm_unlink(name.c_str());
     errno = err;
     raise_errno("ftruncate(%s, %zu)", name.c_str(), size);
   }
   void* where = alignment ? reserve_aligned(size, alignment) : nullptr;
   void* p = mmap(where, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE | (where ? MAP_FIXED : 0), fd, 0);
-  close(fd);
   if (p == MAP_FAILED) {
+    int err = errno;
     if (where) munmap(where, size);
-    shm_unlink(name.c_str());
+    close(fd);
+    errno = err;
     raise_errno("mmap of %zu bytes of shared memory %s", size, name.c_str());
   }
   SharedSegment s;
   s.data_ = p;
   s.size_ = size;
-  s.name_ = name;
-  s.owner_ = true;
-  s.linked_ = true;
+  s.fd_ = fd;
+  // Peers on this host open the descriptor through /proc while we keep it open (until release_handle()).
+  s.name_ = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd);
   return s;
 }
 
 SharedSegment SharedSegment::open(const std::string& name, size_t size) {
-  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0) raise_errno("shm_open(%s) of a peer's heap", name.c_str());
+  // A peer's memory file (create()) by its /proc path, or a POSIX shm name.
+  bool by_path = name.rfind("/proc/", 0) == 0;
+  int fd = by_path ? ::open(name.c_str(), O_RDWR | O_CLOEXEC) : shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) raise_errno("opening %s, a peer's shared memory (has the peer exited?)", name.c_str());
   struct stat st{};
   if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < size) {
     close(fd);
@@ -80,22 +85,21 @@ SharedSegment& SharedSegment::operator=(SharedSegment&& o) noexcept {
     data_ = o.data_;
     size_ = o.size_;
     name_ = std::move(o.name_);
-    owner_ = o.owner_;
-    linked_ = o.linked_;
+    fd_ = o.fd_;
     o.data_ = nullptr;
     o.size_ = 0;
-    o.owner_ = o.linked_ = false;
+    o.fd_ = -1;
   }
   return *this;
 }
 
-void SharedSegment::unlink() {
-  if (owner_ && linked_) shm_unlink(name_.c_str());
-  linked_ = false;
+void SharedSegment::release_handle() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
 }
 
 SharedSegment::~SharedSegment() {
-  unlink();
+  release_handle();
   if (data_) munmap(data_, size_);
   data_ = nullptr;
 }

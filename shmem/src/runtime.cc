@@ -45,6 +45,29 @@ uint64_t load_word(const void* p, int width) {
   }
 }
 
+// A waited-on value as the program sees it, for error messages.
+std::string word_text(uint64_t raw, Word w) {
+  char text[32];
+  int shift = 64 - 8 * w.width;
+  if (w.num == Num::kFloat) {
+    double d;
+    if (w.width == 4) {
+      float f;
+      uint32_t r = static_cast<uint32_t>(raw);
+      std::memcpy(&f, &r, 4);
+      d = f;
+    } else {
+      std::memcpy(&d, &raw, 8);
+    }
+    std::snprintf(text, sizeof(text), "%g", d);
+  } else if (w.num == Num::kSigned) {
+    std::snprintf(text, sizeof(text), "%lld", static_cast<long long>(static_cast<int64_t>(raw << shift) >> shift));
+  } else {
+    std::snprintf(text, sizeof(text), "%llu", static_cast<unsigned long long>((raw << shift) >> shift));
+  }
+  return text;
+}
+
 bool compare_word(uint64_t raw, Cmp cmp, uint64_t value, Word w) {
   switch (w.num) {
     case Num::kUnsigned: {
@@ -174,8 +197,8 @@ void Runtime::setup() {
     raise(Status::kInvalidArgument, "MORI_SHMEM_HEAP_SIZE=%zu is too small (minimum %zu bytes)", heap_bytes,
           2 * kHeapReserved);
   heap_bytes = (heap_bytes + 4095) / 4096 * 4096;
-  char name[64];
-  std::snprintf(name, sizeof(name), "/mori-%016llx-%d", static_cast<unsigned long long>(tag), my_pe_);
+  char name[64];  // a label in /proc/PID/maps; peers open the heap by heap_segment_.name()
+  std::snprintf(name, sizeof(name), "mori-heap-%016llx-%d", static_cast<unsigned long long>(tag), my_pe_);
   // Every PE's heap starts on a kMaxAlignment boundary, so an aligned offset is an aligned
   // address on every PE and allocations stay symmetric for any alignment up to it.
   heap_segment_ = SharedSegment::create(name, heap_bytes, kMaxAlignment);
@@ -183,6 +206,7 @@ void Runtime::setup() {
   auto* ctrl = new (heap_segment_.data()) ControlBlock();
   ctrl->magic = ControlBlock::kMagic;
   ctrl->pid = static_cast<int32_t>(getpid());
+  ctrl->barrier_done.store(0);
   ctrl->state.store(0);
 
   heap_region_.id = 0;
@@ -222,7 +246,7 @@ void Runtime::setup() {
     uint64_t size;
     char name[64];
   } mine{reinterpret_cast<uint64_t>(heap_region_.local_base), heap_bytes, {}};
-  std::strncpy(mine.name, name, sizeof(mine.name) - 1);
+  std::strncpy(mine.name, heap_segment_.name().c_str(), sizeof(mine.name) - 1);
   auto all = bootstrap_->allgather_values(mine);
   heap_region_.remote_bases.resize(n_pes_);
   heap_region_.handles.resize(n_pes_);
@@ -244,9 +268,11 @@ void Runtime::setup() {
       if (pe != my_pe_) watch_.watch(pe, topology_.pe(pe).pid);
     }
   }
-  bootstrap_->barrier();  // everyone has mapped everyone: the names can go
-  heap_segment_.unlink();
+  bootstrap_->barrier();  // everyone has mapped everyone: the handle can go
+  heap_segment_.release_handle();
   ctrl->state.store(kStateRunning, std::memory_order_release);
+  peer_gone_ = std::make_unique<std::atomic<bool>[]>(n_pes_);
+  watch_.start([this](int pe) { on_peer_exit(pe); });
   MORI_LOG(kInfo, "SHMEM", "PE %d of %d up: %s heap, bootstrap %s", my_pe_, n_pes_, human_bytes(heap_bytes).c_str(),
            bootstrap_->describe().c_str());
   if (device >= 0) gpu_ = GpuHeap::create(*this, device, settings.gpu_heap_size);
@@ -260,6 +286,7 @@ void Runtime::teardown() {
     error = std::current_exception();
   }
   control()->state.store(kStateFinalized, std::memory_order_release);
+  watch_.clear();  // its thread reads the peers' control blocks, unmapped below
   for (int pe = 0; pe < n_pes_; ++pe)
     if (peer_transport_[pe]) peer_transport_[pe]->disconnect_region(heap_region_, pe);
   for (auto& r : extra_regions_)
@@ -458,6 +485,7 @@ void Runtime::check_pe(int pe, const char* caller) const {
 
 void Runtime::put(void* dst, const void* src, size_t n, int pe, bool nbi) {
   check_pe(pe, "shmem_put");
+  check_alive(pe, "shmem_put");
   if (n == 0) return;
   RemoteRef ref = resolve(dst, n, "shmem_put");
   transport(ref, pe, "shmem_put").put(pe, ref, src, n, nbi);
@@ -465,6 +493,7 @@ void Runtime::put(void* dst, const void* src, size_t n, int pe, bool nbi) {
 
 void Runtime::get(void* dst, const void* src, size_t n, int pe, bool nbi) {
   check_pe(pe, "shmem_get");
+  check_alive(pe, "shmem_get");
   if (n == 0) return;
   RemoteRef ref = resolve(src, n, "shmem_get");
   transport(ref, pe, "shmem_get").get(pe, dst, ref, n, nbi);
@@ -473,6 +502,7 @@ void Runtime::get(void* dst, const void* src, size_t n, int pe, bool nbi) {
 void Runtime::iput(void* dst, const void* src, ptrdiff_t dst_stride, ptrdiff_t src_stride, size_t nelems, size_t elem,
                    int pe) {
   check_pe(pe, "shmem_iput");
+  check_alive(pe, "shmem_iput");
   if (nelems == 0) return;
   // Validate the whole span once, then move element by element.
   Transport& t = transport(strided_span(*this, dst, dst_stride, nelems, elem, "shmem_iput"), pe, "shmem_iput");
@@ -485,6 +515,7 @@ void Runtime::iput(void* dst, const void* src, ptrdiff_t dst_stride, ptrdiff_t s
 void Runtime::iget(void* dst, const void* src, ptrdiff_t dst_stride, ptrdiff_t src_stride, size_t nelems, size_t elem,
                    int pe) {
   check_pe(pe, "shmem_iget");
+  check_alive(pe, "shmem_iget");
   if (nelems == 0) return;
   Transport& t = transport(strided_span(*this, src, src_stride, nelems, elem, "shmem_iget"), pe, "shmem_iget");
   for (size_t i = 0; i < nelems; ++i) {
@@ -497,6 +528,7 @@ void Runtime::iget(void* dst, const void* src, ptrdiff_t dst_stride, ptrdiff_t s
 uint64_t Runtime::atomic(void* target, AmoOp op, int width, uint64_t operand, uint64_t compare, int pe,
                          const char* caller) {
   check_pe(pe, caller);
+  check_alive(pe, caller);
   RemoteRef ref = resolve(target, static_cast<size_t>(width), caller);
   if (ref.offset % static_cast<size_t>(width))
     raise(Status::kInvalidArgument, "%s: %d-byte atomic on address %p that is not %d-byte aligned", caller, width,
@@ -507,6 +539,7 @@ uint64_t Runtime::atomic(void* target, AmoOp op, int width, uint64_t operand, ui
 void Runtime::put_signal(void* dst, const void* src, size_t n, uint64_t* signal, uint64_t value, SignalOp op, int pe,
                          bool nbi) {
   check_pe(pe, "shmem_put_signal");
+  check_alive(pe, "shmem_put_signal");
   RemoteRef d = resolve(dst, n, "shmem_put_signal");
   RemoteRef s = resolve(signal, 8, "shmem_put_signal (signal)");
   if (s.offset % 8) raise(Status::kInvalidArgument, "shmem_put_signal: signal address %p is not 8-byte aligned", signal);
@@ -520,10 +553,12 @@ uint64_t Runtime::signal_fetch(const uint64_t* signal) const {
 }
 
 void Runtime::fence() {
+  check_alive(-1, "shmem_fence");
   for (auto& t : transports_) t->fence(-1);
 }
 
 void Runtime::quiet() {
+  check_alive(-1, "shmem_quiet");
   for (auto& t : transports_) t->quiet();
 }
 
@@ -542,40 +577,117 @@ uint64_t Runtime::wait_until(const void* ivar, Cmp cmp, uint64_t value, Word wor
         seen = load_word(ivar, word.width);
         return compare_word(seen, cmp, value, word);
       },
-      caller, ivar);
+      caller, ivar, WaitFrom{}, [&] {
+        static const char* ops[] = {"==", "!=", ">", "<=", "<", ">="};
+        char text[200];
+        std::snprintf(text, sizeof(text), "the %d-byte word at %p to become %s %s (it holds %s)", word.width, ivar,
+                      ops[static_cast<int>(cmp)], word_text(value, word).c_str(), word_text(seen, word).c_str());
+        return std::string(text);
+      });
   return seen;
 }
 
-void Runtime::check_peers(const char* caller) const {
-  for (int pe = 0; pe < n_pes_; ++pe) {
-    if (pe == my_pe_) continue;
-    ControlBlock* c = peer_control_[pe];
-    if (c && c->state.load(std::memory_order_acquire) == kStateFinalized) continue;
-    if (watch_.exited(pe))
-      raise(Status::kRemote, "%s on PE %d: PE %d (pid %d on %s) exited without finalizing", caller, my_pe_, pe,
-            topology_.pe(pe).pid, topology_.pe(pe).hostname);
-  }
+void Runtime::check_dead(const WaitFrom& from, const char* caller) const {
+  // A lost remote PE first: it is usually the cause, and a same-host PE that failed on it and
+  // exited is the consequence (the process watch may report that one sooner).
+  std::string lost;
   for (auto& t : transports_) {
     int dead = t->dead_peer();
-    if (dead >= 0)
-      raise(Status::kRemote, "%s on PE %d: lost PE %d (%s transport)", caller, my_pe_, dead, t->name());
+    if (dead >= 0 && lost.empty()) lost = "lost PE " + std::to_string(dead) + " (" + t->name() + " transport)";
   }
+  int pe = dead_pe_.load(std::memory_order_acquire);
+  auto excused = [&](int p) {  // it completed the barrier we wait in: we do not need it
+    return from.world_epoch && peer_control_[p] &&
+           peer_control_[p]->barrier_done.load(std::memory_order_acquire) >= from.world_epoch;
+  };
+  if (pe >= 0 && excused(pe)) {
+    pe = -1;
+    for (int other = 0; other < n_pes_ && pe < 0; ++other) {
+      ControlBlock* c = peer_control_[other];
+      if (other != my_pe_ && peer_gone_[other].load(std::memory_order_acquire) && !excused(other) &&
+          !(c && c->state.load(std::memory_order_acquire) == kStateFinalized))
+        pe = other;
+    }
+  }
+  if (pe < 0) {
+    if (!lost.empty()) raise(Status::kRemote, "%s on PE %d: %s", caller, my_pe_, lost.c_str());
+    return;
+  }
+  // Name every PE known dead: the watch may see two deaths at once, in no particular order.
+  std::string also;
+  for (int other = 0; other < n_pes_; ++other) {
+    ControlBlock* c = peer_control_[other];
+    if (other == pe || !peer_gone_[other].load(std::memory_order_acquire) || excused(other) ||
+        (c && c->state.load(std::memory_order_acquire) == kStateFinalized))
+      continue;
+    also += (also.empty() ? "; so did PE " : ", PE ") + std::to_string(other) + " (pid " +
+            std::to_string(topology_.pe(other).pid) + ")";
+  }
+  raise(Status::kRemote, "%s on PE %d: %s%sPE %d (pid %d on %s) exited without finalizing%s", caller, my_pe_,
+        lost.c_str(), lost.empty() ? "" : "; ", pe, topology_.pe(pe).pid, topology_.pe(pe).hostname, also.c_str());
+}
+
+void Runtime::check_target(int pe, const char* caller) const {
+  check_peers(caller);
+  if (pe >= 0 && pe != my_pe_ && peer_gone_ && peer_gone_[pe].load(std::memory_order_acquire))
+    raise(Status::kRemote, "%s on PE %d: PE %d (pid %d) has finalized and exited", caller, my_pe_, pe,
+          topology_.pe(pe).pid);
+}
+
+void Runtime::on_peer_exit(int pe) {
+  ControlBlock* c = peer_control_[pe];
+  if (!c || c->state.load(std::memory_order_acquire) != kStateFinalized) {
+    int none = -1;
+    dead_pe_.compare_exchange_strong(none, pe, std::memory_order_acq_rel);
+  }
+  peer_gone_[pe].store(true, std::memory_order_release);
+  peer_exited_.store(true, std::memory_order_release);
+  control()->doorbell.wake_all();  // sleeping waits look now, not at their next timeout
+}
+
+int Runtime::finalized_source(const WaitFrom& from) const {
+  auto finalized = [&](int pe) {
+    ControlBlock* c = pe >= 0 && pe != my_pe_ ? peer_control_[pe] : nullptr;
+    return c && c->state.load(std::memory_order_acquire) == kStateFinalized;
+  };
+  if (finalized(from.source)) return from.source;
+  if (from.world_epoch)
+    for (int pe = 0; pe < n_pes_; ++pe)
+      if (finalized(pe) && peer_control_[pe]->barrier_done.load(std::memory_order_acquire) < from.world_epoch)
+        return pe;
+  return -1;
+}
+
+void Runtime::raise_wait_timeout(const char* caller, double waited, const std::string& what) const {
+  raise(Status::kTimeout, "%s on PE %d: waited %.1f s (MORI_SHMEM_WAIT_TIMEOUT=%g) for %s", caller, my_pe_, waited,
+        env::get().shmem_wait_timeout, what.c_str());
 }
 
 // ---------------------------------------------------------------- barriers
 
 void Runtime::barrier_pes(const std::vector<int>& pes, int me, uint64_t* counters, uint64_t& epoch,
                           const char* caller) {
-  quiet();
+  // The barrier's own signals skip the liveness check of user operations: a barrier fails
+  // only when it cannot complete (its waits), not because a PE that already did its part left.
+  for (auto& t : transports_) t->quiet();
   int n = static_cast<int>(pes.size());
   ++epoch;
   for (int round = 0, dist = 1; dist < n; ++round, dist <<= 1) {
     int partner = pes[(me + dist) % n];
-    atomic(&counters[round], AmoOp::kAdd, 8, 1, 0, partner, caller);
+    RemoteRef ref = resolve(&counters[round], 8, caller);
+    transport(ref, partner, caller).atomic(partner, ref, AmoOp::kAdd, 8, 1, 0);
     uint64_t target = epoch;
     uint64_t* mine = &counters[round];
-    wait_for([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= target; }, caller, mine);
+    int from = pes[(me - dist % n + n) % n];  // who signals me in this round
+    bool world = counters == control()->barrier_counters;
+    wait_for([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= target; }, caller, mine,
+             WaitFrom{from, world ? epoch : 0}, [&] {
+               char text[96];
+               std::snprintf(text, sizeof(text), "PE %d to reach the barrier (round %d)", from, round);
+               return std::string(text);
+             });
   }
+  if (counters == control()->barrier_counters) control()->barrier_done.store(epoch, std::memory_order_release);
 }
 
 void Runtime::barrier_all() {

@@ -44,6 +44,12 @@ struct alignas(64) Doorbell {
     }
   }
 
+  // Wakes every sleeper whatever it watches (its wait has a new reason to look: a peer died).
+  void wake_all() {
+    seq.fetch_add(1, std::memory_order_seq_cst);
+    futex::wake(reinterpret_cast<const uint32_t*>(&seq));
+  }
+
   // Waiter side: claim a slot for `k` (falls back to kWatchAll semantics if none is free);
   // returns the slot or -1 (then the caller sleeps with a short timeout only).
   int claim(uint64_t k) {

@@ -67,4 +67,6 @@
   X(io_enable_notification, "MORI_IO_ENABLE_NOTIFICATION", string, "",                              \
     "MORI-IO (MORI's name): 1/0 overrides RdmaBackendConfig.enable_notification (empty: the config)") \
   X(ep_profile, "MORI_EP_PROFILE", bool, "0",                                                      \
-    "EP ops record a span per dispatch/combine call (op.get_debug_time_buf, mori.kernel_profiler)")
+    "EP ops record a span per dispatch/combine call (op.get_debug_time_buf, mori.kernel_profiler)") \
+  X(shmem_wait_timeout, "MORI_SHMEM_WAIT_TIMEOUT", seconds, "inf",                                 \
+    "seconds a shmem wait (wait_until, barrier, collective) may last before it fails saying what it waited for on which PE (inf: no limit)")

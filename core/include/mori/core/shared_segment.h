@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// A POSIX shared-memory segment, created by its owner and mapped by peers on the same host.
+// A shared-memory segment, created by its owner and mapped by peers on the same host. The
+// memory is an anonymous memory file (memfd): nothing in /dev/shm, freed with the last mapping.
 #pragma once
 
 #include <cstddef>
@@ -9,10 +10,11 @@ namespace mori {
 
 class SharedSegment {
  public:
-  // Creates and maps a new segment (fails if the name exists) at an address that is a
-  // multiple of `alignment` (a power of two; 0 = wherever the kernel puts it).
+  // Creates and maps a new segment at an address that is a multiple of `alignment` (a power of
+  // two; 0 = wherever the kernel puts it). `name` labels it (/proc/PID/maps); name() is then
+  // the handle peers open() it by, valid until release_handle().
   static SharedSegment create(const std::string& name, size_t size, size_t alignment = 0);
-  // Maps an existing segment created by a peer.
+  // Maps a segment created by a peer (its name()), or a POSIX shm object by its name.
   static SharedSegment open(const std::string& name, size_t size);
 
   SharedSegment() = default;
@@ -25,15 +27,14 @@ class SharedSegment {
   void* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& name() const { return name_; }
-  // Removes the name; existing mappings stay valid. Owners call it once every peer mapped.
-  void unlink();
+  // Closes the handle; existing mappings stay valid. Owners call it once every peer mapped.
+  void release_handle();
 
  private:
   void* data_ = nullptr;
   size_t size_ = 0;
   std::string name_;
-  bool owner_ = false;
-  bool linked_ = false;
+  int fd_ = -1;  // owner's descriptor, open until release_handle()
 };
 
 }  // namespace mori

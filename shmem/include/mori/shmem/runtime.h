@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -41,6 +42,7 @@ struct alignas(64) ControlBlock {
   uint64_t magic;
   std::atomic<uint32_t> state;  // kStateRunning / kStateFinalized
   int32_t pid;
+  std::atomic<uint64_t> barrier_done;  // the last barrier_all epoch this PE completed
   Doorbell doorbell;
   alignas(64) uint64_t barrier_counters[kBarrierRounds];
 };
@@ -50,6 +52,13 @@ constexpr uint32_t kStateFinalized = 2;
 constexpr size_t kHeapReserved = 64 * 1024;
 // Heaps are mapped at this alignment; symmetric allocations may ask for any alignment up to it.
 constexpr size_t kMaxAlignment = size_t(1) << 30;
+
+// What a wait waits for, so that it can fail at once when that can no longer come, and name it.
+struct WaitFrom {
+  int source = -1;           // the PE whose write ends the wait (-1: unknown or any)
+  uint64_t world_epoch = 0;  // a barrier_all epoch: PEs that completed it are not needed, PEs that
+                             // finalized or died before it are
+};
 
 enum class ThreadLevel : int { kSingle = 0, kFunneled = 1, kSerialized = 2, kMultiple = 3 };
 
@@ -136,9 +145,12 @@ class Runtime {
   // Waits until the comparison holds; returns the value that satisfied it.
   uint64_t wait_until(const void* ivar, Cmp cmp, uint64_t value, Word word, const char* caller = "shmem_wait_until");
   // Waits until `ready()` is true, spinning then sleeping on this PE's doorbell. `watched`
-  // is the local symmetric word the predicate reads (nullptr: any write may matter).
-  template <typename Pred>
-  void wait_for(Pred ready, const char* caller, const void* watched = nullptr);
+  // is the local symmetric word the predicate reads (nullptr: any write may matter). It fails
+  // (naming the PE) when a peer dies, when `from` has finalized, or after MORI_SHMEM_WAIT_TIMEOUT;
+  // `describe()` says in that error what it waited for.
+  template <typename Pred, typename Describe = std::nullptr_t>
+  void wait_for(Pred ready, const char* caller, const void* watched = nullptr, WaitFrom from = {},
+                Describe describe = nullptr);
 
   // ---- barriers
   void barrier_all();
@@ -147,7 +159,13 @@ class Runtime {
   void barrier_pes(const std::vector<int>& pes, int me, uint64_t* counters, uint64_t& epoch, const char* caller);
 
   // Throws naming a PE that died (process exited or connection lost) before finalizing.
-  void check_peers(const char* caller) const;
+  void check_peers(const char* caller) const { check_dead(WaitFrom{}, caller); }
+  // The check of every operation: free unless a peer on this host has exited (then it throws
+  // naming a PE that died, or `pe` if that one has finalized and is gone).
+  void check_alive(int pe, const char* caller) const {
+    if (peer_exited_.load(std::memory_order_relaxed)) [[unlikely]]
+      check_target(pe, caller);
+  }
 
   ThreadLevel thread_level() const { return thread_level_; }
   // More PEs on this host than cores this process may run on: waits yield instead of spinning.
@@ -165,6 +183,14 @@ class Runtime {
   // The transport for `pe`'s part of r's region (device regions have their own); throws if none.
   Transport& transport(const RemoteRef& r, int pe, const char* caller) const;
   Transport* transport_or_null(const MemRegion& region, int pe) const;
+  void check_target(int pe, const char* caller) const;
+  // check_peers for a wait: a same-host PE that died after completing `from.world_epoch` is not needed.
+  void check_dead(const WaitFrom& from, const char* caller) const;
+  // Called by the process watch's thread when a peer on this host has exited.
+  void on_peer_exit(int pe);
+  // A PE that finalized and so will never write what `from` waits for, or -1.
+  int finalized_source(const WaitFrom& from) const;
+  [[noreturn]] void raise_wait_timeout(const char* caller, double waited, const std::string& what) const;
 
   std::unique_ptr<Bootstrap> bootstrap_;
   Topology topology_;
@@ -177,7 +203,10 @@ class Runtime {
   std::vector<std::unique_ptr<Transport>> transports_;
   std::vector<Transport*> peer_transport_;
   std::vector<ControlBlock*> peer_control_;  // directly mapped control blocks (same host) or nullptr
-  ProcessWatch watch_;
+  std::atomic<bool> peer_exited_{false};   // some watched peer has exited (finalized or not)
+  std::atomic<int> dead_pe_{-1};            // the first that exited without finalizing
+  std::unique_ptr<std::atomic<bool>[]> peer_gone_;  // per PE: exited
+  ProcessWatch watch_;  // after the members its thread uses: it is destroyed (stopped) first
   uint64_t barrier_epoch_ = 0;
   std::mutex barrier_mu_;
   std::vector<std::pair<uintptr_t, size_t>> registered_;

@@ -4,16 +4,23 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <string>
 #include <thread>
+#include <type_traits>
 
 #include "mori/core/env.h"
+#include "mori/core/status.h"
 
 namespace mori::shmem {
 
 constexpr int kCrowdedYields = 64;  // polls of an oversubscribed wait before it sleeps
 
-template <typename Pred>
-void Runtime::wait_for(Pred ready, const char* caller, const void* watched) {
+template <typename Pred, typename Describe>
+void Runtime::wait_for(Pred ready, const char* caller, const void* watched, WaitFrom from, Describe describe) {
+  // A wait that is already satisfied succeeds even after a death (the dead PE did its part).
+  if (ready()) return;
+  if (peer_exited_.load(std::memory_order_relaxed)) check_dead(from, caller);
   // More PEs than cores: yield the core a few times (the PE or tcp progress thread we wait for
   // may need it), then sleep rather than keep stealing time slices from the PEs that work.
   const int spins = oversubscribed_ ? std::min<int>(static_cast<int>(env::get().spin_iterations), kCrowdedYields)
@@ -38,7 +45,9 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched) {
     key = Doorbell::key(ref.region->id, ref.offset);
   }
   int slot = bell.claim(key);
-  auto last_check = std::chrono::steady_clock::now();
+  const auto start = std::chrono::steady_clock::now();
+  const double timeout = env::get().shmem_wait_timeout;
+  auto last_check = start;
   struct Release {
     Doorbell& b;
     int s;
@@ -52,11 +61,35 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched) {
     if (!ok) bell.sleep(seq, slot >= 0 ? 2'000'000 : 100'000);
     bell.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (ok || ready()) return;
+    // First the cause, then its consequences: a PE that finalized too early may have made a
+    // third PE fail and exit, which the process watch reports next.
+    int gone = finalized_source(from);
+    // The process watch rings every bell when a peer dies.
+    if (gone < 0 && peer_exited_.load(std::memory_order_relaxed)) check_dead(from, caller);
     auto now = std::chrono::steady_clock::now();
-    if (now - last_check > std::chrono::milliseconds(50)) {
-      check_peers(caller);
-      last_check = now;
+    if (gone < 0 && now - last_check < std::chrono::milliseconds(50)) continue;
+    last_check = now;
+    if (gone < 0) check_dead(from, caller);
+    double waited = std::chrono::duration<double>(now - start).count();
+    bool expired = waited >= timeout;  // never for the default (inf)
+    if ((gone < 0 && !expired) || ready()) continue;
+    std::string what;
+    if constexpr (std::is_same_v<Describe, std::nullptr_t>) {
+      char text[96];
+      if (watched)
+        std::snprintf(text, sizeof(text), "a write to the word at %p", watched);
+      else
+        std::snprintf(text, sizeof(text), "its condition to hold");
+      what = text;
+    } else {
+      what = describe();
     }
+    if (gone >= 0)
+      raise(Status::kRemote,
+            "%s on PE %d: PE %d has finalized, so it will never send what this wait needs (did it skip a "
+            "barrier?); waited for %s",
+            caller, my_pe_, gone, what.c_str());
+    raise_wait_timeout(caller, waited, what);
   }
 }
 

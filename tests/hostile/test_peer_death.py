@@ -1,0 +1,209 @@
+# SPDX-License-Identifier: MIT
+"""Hostile endings: a killed or hung-up launcher, PEs that die, stop or skip a barrier.
+
+Nothing may outlive its job (no PE, no /dev/shm segment) and nothing may wait forever:
+every survivor gets an error naming the PE it lost within a bounded time."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness import _run, check, job_env, mori_run, mpirun, python_program
+
+BOUND_S = 15.0  # how long a PE may survive its launcher, or a survivor take to notice a death
+
+
+def _gone(pid: int) -> bool:
+    """True once `pid` has exited (a zombie counts: its parent is gone, nobody may reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def _wait_gone(pids: list[int], bound: float) -> list[int]:
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if not _gone(p)]
+        if not alive:
+            return []
+        time.sleep(0.05)
+    return [p for p in pids if not _gone(p)]
+
+
+# Every rank prints its pid and the pid of a child it forked (a grandchild of the launcher).
+_SLEEPER = ("import os, subprocess, sys, time\n"
+            "kid = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+            "print('pids', os.getpid(), kid.pid, flush=True)\n"
+            "time.sleep(600)\n")
+
+
+def _start_sleepers(n: int) -> tuple[subprocess.Popen, list[int]]:
+    launcher = subprocess.Popen([sys.executable, "-m", "mori.apps.cli", "run", "-n", str(n), "--",
+                                 sys.executable, "-c", _SLEEPER], env=job_env(), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pids: list[int] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(pids) < 2 * n:
+            assert time.monotonic() < deadline, f"ranks did not start; got {pids}"
+            line = launcher.stdout.readline()
+            assert line, "launcher ended early"
+            if "pids" in line:
+                pids += [int(v) for v in line.split()[-2:]]
+    except BaseException:
+        launcher.kill()
+        raise
+    return launcher, pids
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP, signal.SIGTERM])
+def test_no_rank_outlives_its_launcher(sig):
+    launcher, pids = _start_sleepers(3)
+    try:
+        launcher.send_signal(sig)
+        rc = launcher.wait(timeout=60)
+        survivors = _wait_gone(pids, BOUND_S)
+        assert not survivors, f"after {sig.name} of the launcher these processes still run: {survivors}"
+        if sig != signal.SIGKILL:  # it stopped the ranks itself and says by which signal
+            assert rc == 128 + sig, rc
+    finally:
+        for p in pids:
+            if not _gone(p):
+                os.kill(p, signal.SIGKILL)
+        launcher.kill()
+        launcher.wait()
+
+
+def test_no_shm_segment_outlives_a_job_killed_in_init(tmp_path):
+    """Both PEs are SIGKILLed inside init once their heaps exist: nothing may stay in /dev/shm."""
+    procs = [subprocess.Popen(python_program("die_in_init.py", r, 2, tmp_path), env=job_env(),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(2)]
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=120)[0])
+        finally:
+            p.kill()
+    for p, out in zip(procs, outs):
+        assert p.returncode == -signal.SIGKILL, out
+        heap = out.split("heap mapped at:", 1)[1].split()
+        assert heap, out  # the PE died with its heap mapped: the case under test happened
+        left = [path for path in heap if path.startswith("/dev/") and os.path.exists(path)]
+        assert not left, f"segments of a dead job are still in /dev/shm: {left}"
+
+
+def _survivors_caught(out: str, n: int, victim: int, *needles: str) -> list[float]:
+    """Every PE but the victim caught an error holding every needle; returns how long each took."""
+    took = []
+    for pe in range(n):
+        if pe == victim:
+            continue
+        lines = [l for l in out.splitlines() if f"PE {pe} caught after" in l]
+        assert lines, f"PE {pe} reported no error:\n{out[-4000:]}"
+        for needle in needles:
+            assert needle in lines[0], f"PE {pe}: {needle!r} not in {lines[0]!r}"
+        took.append(float(lines[0].split("caught after ")[1].split("s:")[0]))
+    assert max(took) < BOUND_S, took
+    return took
+
+
+DEATHS = ["put", "get", "put_other", "atomic"]
+
+
+@pytest.mark.parametrize("mode", DEATHS)
+def test_dead_peer_fails_operations_on_one_host_under_mori_run(mode):
+    out = check(mori_run(3, python_program("peer_death.py", 1, mode), timeout=120))
+    _survivors_caught(out, 3, 1, "PE 1 (pid", "exited without finalizing")
+
+
+@pytest.mark.parametrize("mode", ["put", "skip_barrier"])
+def test_dead_peer_fails_operations_under_mpirun(mode):
+    # mpirun itself fails the job (a rank left without MPI_Finalize), after the survivors caught it
+    out = check(mpirun(3, python_program("peer_death.py", 1, mode), timeout=120), expect_ok=False)
+    _survivors_caught(out, 3, 1, "PE 1 has finalized" if mode == "skip_barrier" else "exited without finalizing")
+
+
+def test_peer_that_skips_a_barrier_and_finalizes():
+    out = check(mori_run(3, python_program("peer_death.py", 1, "skip_barrier"), timeout=120))
+    took = _survivors_caught(out, 3, 1, "PE 1 has finalized", "shmem_barrier_all")
+    assert max(took) < 4, took  # noticed while the victim still runs (it sleeps 5 s after finalize)
+
+
+def test_stopped_peer_times_out_naming_it():
+    out = check(mori_run(3, python_program("peer_death.py", 1, "stop"), timeout=120,
+                         env={"MORI_SHMEM_WAIT_TIMEOUT": "2"}))
+    # PE 2 waits for PE 1 in round 0 and times out naming it; PE 0 (round 1 waits for PE 1 too)
+    # times out as well, or first sees PE 2 leave after its timeout: either is an error in bound.
+    _survivors_caught(out, 3, 1, "shmem_barrier_all on PE")
+    pe2 = out.split("PE 2 caught")[1].split("\n")[0]
+    for needle in ("Timeout:", "waited 2.0 s (MORI_SHMEM_WAIT_TIMEOUT=2)", "for PE 1 to reach the barrier (round 0)"):
+        assert needle in pe2, pe2
+
+
+def test_unsatisfied_wait_until_times_out_saying_what_it_waited_for():
+    out = check(mori_run(2, python_program("peer_death.py", 1, "wait_until"), timeout=120,
+                         env={"MORI_SHMEM_WAIT_TIMEOUT": "1.5"}))
+    took = _survivors_caught(out, 2, 1, "Timeout:", "shmem_wait_until", "MORI_SHMEM_WAIT_TIMEOUT=1.5",
+                             "8-byte word at", "to become == 7 (it holds 0)")
+    assert min(took) >= 1.5, took
+
+
+def test_dead_peer_fails_operations_under_torchrun():
+    pytest.importorskip("torch")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = check(_run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", "--master-port",
+                      str(port), *python_program("peer_death.py", 1, "put")[1:]], timeout=120, env=None),
+                expect_ok=False)  # torchrun may report the victim's early exit; the survivors must have caught it
+    _survivors_caught(out, 3, 1, "PE 1 (pid", "exited without finalizing")
+
+
+def test_dead_peer_fails_operations_under_master_addr_env():
+    """Plain MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE, no launcher at all (rank 0 hosts the store)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [subprocess.Popen(python_program("peer_death.py", 1, "put_other"),
+                              env=job_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "MORI_MASTER_PORT": str(port),
+                                           "RANK": str(r),
+                                           "WORLD_SIZE": "3", "LOCAL_RANK": str(r)}),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(3)]
+    out = ""
+    for p in procs:
+        try:
+            out += p.communicate(timeout=120)[0]
+        finally:
+            p.kill()
+    _survivors_caught(out, 3, 1, "PE 1 (pid", "exited without finalizing")
+
+
+_UID_DRIVER = """
+import os, subprocess, sys
+import mori.shmem as sh
+uid_file, n, program = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+with open(uid_file, "wb") as f:
+    f.write(sh.shmem_get_unique_id())  # this process hosts the store, as rank 0's host would
+procs = [subprocess.Popen(program, env=dict(os.environ, PEER_DEATH_UID_FILE=uid_file, PEER_DEATH_RANK=str(r),
+                                            PEER_DEATH_SIZE=str(n))) for r in range(n)]
+sys.exit(max(p.wait() for p in procs))
+"""
+
+
+def test_dead_peer_fails_operations_under_unique_id_init(tmp_path):
+    out = check(_run([sys.executable, "-c", _UID_DRIVER, str(tmp_path / "uid"), "3",
+                      *python_program("peer_death.py", 1, "put")], timeout=120, env=None))
+    _survivors_caught(out, 3, 1, "PE 1 (pid", "exited without finalizing")
