@@ -53,7 +53,8 @@ def make_driver(engine: str) -> Driver:
     if engine.startswith("mori"):
         from mori.apps.bench.io_mori import MoriDriver
 
-        return MoriDriver("rdma" if engine == "mori-rdma" else "tcp")
+        # As MORI's own benchmark and vLLM/SGLang: BackendType.RDMA with notifications off.
+        return MoriDriver("rdma")
     from mori.apps.bench.io_baselines import BASELINES
 
     return BASELINES[engine]()
