@@ -159,7 +159,11 @@ def signal_wait_until_on_stream(signal: Any, cmp: int, value: int, stream: Any =
 def shmem_barrier_on_stream(stream: Any = None) -> None:
     """Enqueue a barrier of all PEs on ``stream`` (MORI's function): it completes once every PE's
     stream has reached its own barrier, and work enqueued before it on any PE (puts included) is
-    visible to work enqueued after it on every PE."""
+    visible to work enqueued after it on every PE. On a PE without a GPU (a CPU job) there is
+    no stream to order: it is a host barrier of all PEs."""
+    if not is_bound():
+        _native.barrier_all()
+        return
     _native.barrier_on_stream(stream_handle(stream))
 
 
