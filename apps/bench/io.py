@@ -40,6 +40,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
+from mori.apps.bench.processes import stop as stop_processes
+
 MIB = 1 << 20
 DEFAULT_SIZES = "8,4K,64K,1M,16M,64M"
 ALL_BASELINES = ("socket", "memcpy", "mooncake-tcp", "nixl-ucx-tcp", "nixl-ucx-default")
@@ -132,18 +134,6 @@ def _tail(path: str, lines: int = 15) -> str:
         return ""
 
 
-def _stop(procs: Sequence[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 def _wait_ready(proc: subprocess.Popen, path: str, timeout: float) -> int:
     """The control port the target writes to ``path`` once it is ready."""
     deadline = time.monotonic() + timeout
@@ -195,10 +185,10 @@ def run_pair(run: EngineRun, hosts: Sequence, plan_path: str, workdir: str, buf_
         for p in reversed(procs):
             p.wait(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        _stop(procs)
+        stop_processes(procs)
         return {"error": f"did not finish within {timeout:.0f} s", "log": _tail(logs["initiator"])}
     except RuntimeError as exc:
-        _stop(procs)
+        stop_processes(procs)
         return {"error": str(exc), "log": _tail(logs["target"])}
     if os.path.exists(out):
         with open(out) as f:

@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from mori.apps.bench.processes import stop as stop_processes
+
 SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20]
 LAT_ITERS = 3000   # per latency figure, split into LAT_SLICES alternating samples
 LAT_SLICES = 10    # fine interleaving: baseline and MORI see the same machine load
@@ -249,15 +251,7 @@ def _wait_all(procs: list[subprocess.Popen], timeout: float, what: str) -> None:
         for p in procs:
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(procs)
         raise RuntimeError(f"{what} did not finish within {timeout:.0f} s")
     bad = [p.returncode for p in procs if p.returncode != 0]
     if bad:
