@@ -162,8 +162,8 @@ def test_element_operations_check_the_index():
         sh.p(x, v, 0, index=i)
         xs[i] = v
         assert np.array_equal(x, xs) and sh.g(x, 0, index=i) == v
+        assert sh.wait_until(x, "==", v, index=i) == v  # before element 7 changes: i may be 7
         assert sh.atomic_fetch_add(x, 5, 0, index=7) == xs[7] and x[7] == xs[7] + 5
-        assert sh.wait_until(x, "==", v, index=i) == v
         two_d = sh.zeros((3, 4), np.int64)
         col = two_d[:, 1]  # a strided view: index 2 is two_d[2, 1]
         sh.p(col, 77, 0, index=2)
