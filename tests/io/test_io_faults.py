@@ -227,7 +227,7 @@ def test_stopped_peer_times_out(monkeypatch):
 @pytest.mark.netns
 def test_downed_link_between_hosts():
     """Two namespaces ("hosts"): a transfer works over the veth link; with the link down,
-    the one in flight fails within the timeout (no RST ever arrives)."""
+    one posted with the link down fails within the timeout (no RST ever arrives)."""
     from mori.apps.netns import VethHosts, unavailable_reason
     reason = unavailable_reason()
     if reason:
@@ -247,9 +247,11 @@ def test_downed_link_between_hosts():
             out = init.ask("transfer", op="write", local=l["index"], remote=r["mem"], loffs=[0], roffs=[0],
                            sizes=[1 << 20])
             assert out["code"] == int(StatusCode.SUCCESS), out["message"]
-            posted = init.ask("post", op="write", local=l["index"], remote=r["mem"], size=32 << 20)
+            # Down first, then post: a fast machine finished the write before a later link_down.
+            # The target's reply cannot cross a downed link, so this post must time out.
             hosts.link_down(1)
             t0 = time.monotonic()
+            posted = init.ask("post", op="write", local=l["index"], remote=r["mem"], size=32 << 20)
             res = init.ask("wait", index=posted["index"], timeout_ms=20000, timeout=40)
             assert res["code"] > 10, res
             assert time.monotonic() - t0 < 15
