@@ -64,7 +64,8 @@ EngineImpl::~EngineImpl() {
     std::lock_guard<std::mutex> lock(mu_);
     peers.swap(peers_);
   }
-  peers.clear();  // closes lanes: what is still in flight fails
+  for (auto& [key, p] : peers) p->close();  // joins the lanes here: what is still in flight fails
+  peers.clear();
   listener_.reset();
 }
 
@@ -138,6 +139,7 @@ void EngineImpl::deregister_remote(const EngineDesc& desc) {
     gone = std::move(it->second);
     peers_.erase(it);
   }
+  gone->close();  // transfers in flight may keep the peer itself alive a little longer
 }
 
 std::shared_ptr<Peer> EngineImpl::peer(const std::string& key) {

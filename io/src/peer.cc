@@ -50,7 +50,7 @@ Lane::Lane(Peer& peer, int index, int fd) : peer_(peer), index_(index), fd_(fd) 
 
 Lane::~Lane() {
   stopping_.store(true);
-  fail("the engine is closing");
+  fail("closed by this engine (engine closing or peer deregistered)");
   q_cv_.notify_all();
   if (tx_.joinable()) tx_.join();
   if (rx_.joinable()) rx_.join();
@@ -175,7 +175,7 @@ void Lane::send_pieces(std::vector<Piece>& batch) {
     flush();
   } catch (const std::exception& e) {
     // Pieces never registered as pending are failed here, the rest by fail().
-    std::string why = e.what();
+    std::string why = naming(e.what());
     for (size_t i = reached; i < batch.size(); ++i) fail_piece(batch[i], why);
     fail(why);
   }
@@ -254,7 +254,13 @@ void Lane::handle_reply(const wire::Reply& r, tcp::SocketReader& reader) {
   if (p.transfer) p.transfer->piece_done(status, is_failure(status) ? peer_.name() + ": " + message : "");
 }
 
-void Lane::fail(const std::string& why) {
+std::string Lane::naming(const std::string& why) const {
+  // Socket-level errors ("tcp recv: Connection reset by peer") do not say whom they lost.
+  return why.find(peer_.name()) == std::string::npos ? peer_.name() + ": " + why : why;
+}
+
+void Lane::fail(const std::string& reason) {
+  const std::string why = naming(reason);
   broken_.store(true);
   ::shutdown(fd_, SHUT_RDWR);
   std::deque<Piece> queued, pending;
@@ -276,13 +282,16 @@ void Lane::fail(const std::string& why) {
 
 Peer::Peer(EngineImpl& engine, EngineDesc desc) : engine_(engine), desc_(std::move(desc)) {}
 
-Peer::~Peer() {
+Peer::~Peer() { close(); }
+
+void Peer::close() {
   std::vector<std::unique_ptr<Lane>> lanes;
   {
     std::lock_guard<std::mutex> lock(lanes_mu_);
+    closed_ = true;
     lanes.swap(lanes_);
   }
-  lanes.clear();
+  lanes.clear();  // outside the lock: failing pieces calls back into notify_lane()
 }
 
 std::string Peer::name() const {
@@ -332,6 +341,7 @@ std::vector<Lane*> Peer::lanes() {
   std::vector<Lane*> out;
   {
     std::lock_guard<std::mutex> lock(lanes_mu_);
+    if (closed_) raise(Status::kInvalidUsage, "%s: it was deregistered or its engine closed", name().c_str());
     size_t n = static_cast<size_t>(std::max(1, engine_.lanes_));
     if (lanes_.size() < n) lanes_.resize(n);
     for (size_t i = 0; i < lanes_.size(); ++i) {

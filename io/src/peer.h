@@ -79,6 +79,7 @@ class Lane {
   void fail(const std::string& why);
 
  private:
+  std::string naming(const std::string& why) const;  // `why`, prefixed with the peer's name
   static bool expects_reply(const Piece& p);
   void tx_loop();
   void rx_loop();
@@ -123,8 +124,11 @@ class Peer {
   // A transfer to this peer starts: completions are reported in this order.
   void track(const std::shared_ptr<Transfer>& t);
   void finished(Transfer* t);
-  // Fails every transfer in flight (peer dead, engine closing).
-  void fail_all(const std::string& why);
+  // Closes the lanes (joining their threads) and fails what is in flight over them; later
+  // lanes() calls throw. Called by the engine on its own thread before it lets the peer go:
+  // a lane thread may otherwise drop the last reference (through a finished transfer) and
+  // destroy, and so join, itself.
+  void close();
 
   // Direct access (same host). nullptr when not possible (then the pair goes over tcp).
   std::shared_ptr<Grant> grant(const MemoryDesc& remote);
@@ -136,6 +140,7 @@ class Peer {
   EngineDesc desc_;
   std::mutex lanes_mu_;
   std::vector<std::unique_ptr<Lane>> lanes_;
+  bool closed_ = false;  // guarded by lanes_mu_
 
   std::mutex order_mu_;
   std::deque<std::shared_ptr<Transfer>> order_;

@@ -229,6 +229,31 @@ def test_dropped_status_and_threads(pair):
     assert np.array_equal(src_buf, dst_buf)
 
 
+def test_engine_dropped_as_its_transfers_complete():
+    """An engine dropped right after a wait (or a peer deregistered with transfers in flight)
+    while a lane thread still finishes the transfer: that thread once held the last reference
+    to the peer and joined itself (std::terminate, seen under the sanitizers)."""
+    for i in range(40):
+        a, b = engine_pair(direct=False, lanes=1)
+        src_buf, src = region(a, 1 << 16, 100 + i)
+        dst_buf, dst = region(b, 1 << 16, 200 + i)
+        remote = MemoryDesc.unpack(dst.pack())
+        if i % 2:
+            st = a.write(src, 0, remote, 0, 1 << 16, a.allocate_transfer_uid())
+            assert st.WaitFor(30000) == StatusCode.SUCCESS, st.Message()
+            assert np.array_equal(src_buf, dst_buf)
+            del st, a  # the engine goes while its lane thread may still be reporting
+        else:
+            sts = [a.write(src, 0, remote, 0, 1 << 16, a.allocate_transfer_uid()) for _ in range(16)]
+            a.deregister_remote_engine(EngineDesc.unpack(b.get_engine_desc().pack()))
+            for st in sts:  # each ends: done before the deregistration, or failed naming the peer
+                code = st.WaitFor(30000)
+                assert code == StatusCode.SUCCESS or b.get_engine_desc().key in st.Message(), st.Message()
+            late = a.write(src, 0, remote, 0, 8, a.allocate_transfer_uid())
+            assert late.WaitFor(30000) != StatusCode.SUCCESS
+        del b
+
+
 def test_transfer_status_api():
     """MORI's TransferStatus: constructible, failure-sticky Update, WaitFor releases the GIL."""
     st = TransferStatus()
