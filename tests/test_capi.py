@@ -80,6 +80,38 @@ def test_single_pe_without_launcher(built):
     assert proc.returncode == 0 and "legacy: OK on 1 PEs" in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_derived_secret_matches_python(built):
+    """Without MORI_JOB_SECRET, a MASTER_ADDR/RANK job derives its secret from the address and
+    port; the C API (rank 0, hosting the store) must derive exactly what mori.core.bootstrap does,
+    or Python and C ranks of one job could not meet: a client holding the Python-derived secret
+    is let in, one holding another secret is refused."""
+    import socket
+
+    from mori import _C
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launch = {"MASTER_ADDR": "127.0.0.1", "MORI_MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "2",
+              "LOCAL_RANK": "1"}  # local rank 1: no warning on stderr
+    env = {k: v for k, v in job_env(launch).items() if not k.startswith(("MORI_STORE", "MORI_JOB_SECRET", "OMPI_COMM"))}
+    code = "from mori.core.bootstrap import detect_launch; print(detect_launch().secret_hex)"
+    derived = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert derived.returncode == 0, derived.stderr
+    secret = derived.stdout.strip().splitlines()[-1]
+    rank0 = subprocess.Popen([str(built / "legacy"), _seed()], env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        with pytest.raises(Exception, match="(?i)refus|secret|auth"):
+            _C.core.StoreClient("127.0.0.1", port, "ab" * 32, 1, 30)
+        client = _C.core.StoreClient("127.0.0.1", port, secret, 1, 30)  # raises if the secrets differ
+        del client
+    finally:
+        rank0.kill()
+        out = rank0.communicate(timeout=30)[0]
+    assert "OK" not in out, out  # rank 0 was still waiting for rank 1: the check above ran against it
+
+
 def test_mpirun_bootstrap(built):
     """Started by Open MPI's mpirun, shmem_init bootstraps over MPI (libmpi loaded at run time)."""
     if shutil.which("mpirun") is None:
