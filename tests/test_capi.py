@@ -17,7 +17,7 @@ from harness import check, job_env, mori_run, mpirun
 
 CAPI = Path(__file__).parent / "capi"
 PROGRAMS = ["rma", "amo", "sync", "coll", "legacy", "threads", "errors", "fair", "team_sync", "shmemx", "noexit",
-            "generics_gen", "v16"]
+            "generics_gen", "v16", "barrier"]
 # The conformance programs (one per defect of the conformance issue) run at these PE counts.
 CONFORMANCE_PES = [1, 2, 3, 4, 8]
 
@@ -200,6 +200,25 @@ def test_conformance_program(built, tools, name, n):
     out = check(_oshrun(tools, n, [str(built / name), seed], timeout=180))
     label = "generics" if name == "generics_gen" else name
     assert f"{label}: OK on {n} PEs" in out, f"seed {seed}:\n{out[-3000:]}"
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8])
+def test_barrier_rounds(built, tools, n):
+    """The barriers (same-host central barrier) over hundreds of rounds that mix barrier_all,
+    active sets over all and over the even PEs, team_sync and fcollect on parity teams, with
+    random arrival orders: nobody leaves before every member arrived, pSync is restored."""
+    seed = _seed()
+    out = check(_oshrun(tools, n, [str(built / "barrier"), seed], timeout=180))
+    assert f"barrier: OK on {n} PEs" in out, f"seed {seed}:\n{out[-3000:]}"
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_barrier_rounds_over_tcp(built, tools, n):
+    """The same rounds with the PEs reaching each other over tcp (MORI_DISABLE_P2P=1): the
+    dissemination barrier, which groups that do not share one host use."""
+    seed = _seed()
+    out = check(_oshrun(tools, n, [str(built / "barrier"), seed, "120"], timeout=180, env={"MORI_DISABLE_P2P": "1"}))
+    assert f"barrier: OK on {n} PEs" in out, f"seed {seed}:\n{out[-3000:]}"
 
 
 def test_shmemx_feature_macros_cover_every_extension(tools):
