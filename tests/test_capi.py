@@ -392,6 +392,22 @@ def test_v16_bad_stride_names_the_argument(built, tools):
     assert "shmem_long_ibput" in text and "dst must be >= 1" in text, text
 
 
+def test_v16_pe_quiet_names_the_bad_target(built, tools):
+    proc = _oshrun(tools, 2, [str(built / "v16"), _seed(), "badquiet"], timeout=90)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, text
+    assert "shmem_pe_quiet" in text and "target_pes[1] (4)" in text, text
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_v16_over_tcp(built, tools, n):
+    """The 1.6 routines with the PEs reaching each other over tcp, where _nbi puts really are
+    asynchronous: pe_quiet must complete them before the flag that follows."""
+    seed = _seed()
+    out = check(_oshrun(tools, n, [str(built / "v16"), seed], timeout=120, env={"MORI_DISABLE_P2P": "1"}))
+    assert f"v16: OK on {n} PEs" in out, f"seed {seed}"
+
+
 @pytest.fixture(scope="module")
 def asan_program(tools, tmp_path_factory) -> Path:
     exe = tmp_path_factory.mktemp("capi_asan") / "asan"

@@ -39,6 +39,8 @@
 #define shmem_quiet pshmem_quiet
 #define shmem_ctx_fence pshmem_ctx_fence
 #define shmem_ctx_quiet pshmem_ctx_quiet
+#define shmem_pe_quiet pshmem_pe_quiet
+#define shmem_ctx_pe_quiet pshmem_ctx_pe_quiet
 #define shmem_barrier_all pshmem_barrier_all
 #define shmem_sync_all pshmem_sync_all
 #define shmem_team_sync pshmem_team_sync

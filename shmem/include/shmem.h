@@ -159,6 +159,9 @@ SHMEM_FUNCTION_ATTRIBUTES void shmem_fence(void);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_quiet(void);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_fence(shmem_ctx_t ctx);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_quiet(shmem_ctx_t ctx);
+/* OpenSHMEM 1.6: complete the operations to the listed PEs (MORI completes all of them). */
+SHMEM_FUNCTION_ATTRIBUTES void shmem_pe_quiet(const int *target_pes, size_t npes);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_pe_quiet(shmem_ctx_t ctx, const int *target_pes, size_t npes);
 
 /* ---------------------------------------------------------------- collectives */
 SHMEM_FUNCTION_ATTRIBUTES void shmem_barrier_all(void);

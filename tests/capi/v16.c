@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT
  * The OpenSHMEM 1.6 routines MORI has: shmem_team_ptr, shmem_(ctx_)signal_add/set,
  * shmem_ibput/ibget (typed, sized, context, generic), shmem_sum_inscan/exscan on a split
- * team, and session hints around a batch of puts. `v16 badstride` passes dst = 0. */
+ * team, session hints around a batch of puts, and shmem_(ctx_)pe_quiet (data put with _nbi
+ * and completed by pe_quiet is there when the flag that follows it arrives). `v16 badstride`
+ * passes dst = 0, `v16 badquiet` a target PE out of range. */
 #include <string.h>
 
 #include "check.h"
@@ -107,7 +109,33 @@ int main(int argc, char **argv) {
   shmem_barrier_all();
   for (int i = 0; i < 8; ++i) CHECK(g_dest[i] == (long)rnd(7, left, i), "session put %d", i);
 
+  /* pe_quiet: nbi puts to the right neighbour, completed by pe_quiet on it alone, then a flag */
+  static long pq_data[64], pq_flag;
+  shmem_barrier_all();
+  for (int round = 1; round <= 20; ++round) {
+    for (int i = 0; i < 64; ++i) {
+      long v = (long)rnd(8, me, (uint64_t)(round * 64 + i));
+      shmem_long_put_nbi(&pq_data[i], &v, 1, right);
+    }
+    int target = right, none = -1;
+    if (round % 2)
+      shmem_pe_quiet(&target, 1);
+    else
+      shmem_ctx_pe_quiet(ctx, &target, 1);
+    shmem_pe_quiet(&none, 0);  /* npes 0: the list is not read */
+    shmem_pe_quiet(NULL, 0);
+    shmem_long_atomic_set(&pq_flag, round, right);
+    shmem_long_wait_until(&pq_flag, SHMEM_CMP_EQ, round);
+    for (int i = 0; i < 64; ++i)
+      CHECK(pq_data[i] == (long)rnd(8, left, (uint64_t)(round * 64 + i)), "pe_quiet round %d element %d", round, i);
+    shmem_barrier_all();  /* the left neighbour may overwrite pq_data now */
+  }
+
   if (!strcmp(mode, "badstride")) shmem_long_ibput(g_dest, src, 0, 1, 1, 2, right);
+  if (!strcmp(mode, "badquiet")) {
+    int pes[2] = {right, n + 2};
+    shmem_pe_quiet(pes, 2);
+  }
 
   shmem_ctx_destroy(ctx);
   if (odd != SHMEM_TEAM_INVALID) shmem_team_destroy(odd);
