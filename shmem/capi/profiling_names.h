@@ -6,6 +6,7 @@
 #define shmem_init pshmem_init
 #define shmem_init_thread pshmem_init_thread
 #define shmem_query_thread pshmem_query_thread
+#define shmem_query_initialized pshmem_query_initialized
 #define shmem_finalize pshmem_finalize
 #define shmem_global_exit pshmem_global_exit
 #define shmem_my_pe pshmem_my_pe

@@ -15,6 +15,7 @@ extern "C" {
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_init(void);
 SHMEM_FUNCTION_ATTRIBUTES int pshmem_init_thread(int requested, int *provided);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_query_thread(int *provided);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_query_initialized(int *initialized);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_finalize(void);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_global_exit(int status) __attribute__((noreturn));
 SHMEM_FUNCTION_ATTRIBUTES int pshmem_my_pe(void);

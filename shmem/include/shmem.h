@@ -113,6 +113,8 @@ SHMEM_FUNCTION_ATTRIBUTES extern struct mori_shmem_ctx mori_shmem_ctx_default;
 SHMEM_FUNCTION_ATTRIBUTES void shmem_init(void);
 SHMEM_FUNCTION_ATTRIBUTES int shmem_init_thread(int requested, int *provided);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_query_thread(int *provided);
+/* OpenSHMEM 1.6: nonzero while initialized (init/finalize calls are counted and matched). */
+SHMEM_FUNCTION_ATTRIBUTES void shmem_query_initialized(int *initialized);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_finalize(void);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_global_exit(int status) __attribute__((noreturn));
 SHMEM_FUNCTION_ATTRIBUTES int shmem_my_pe(void);

@@ -2,7 +2,8 @@
  * The OpenSHMEM 1.6 routines MORI has: shmem_team_ptr, shmem_(ctx_)signal_add/set,
  * shmem_ibput/ibget (typed, sized, context, generic), shmem_sum_inscan/exscan on a split
  * team, session hints around a batch of puts, and shmem_(ctx_)pe_quiet (data put with _nbi
- * and completed by pe_quiet is there when the flag that follows it arrives). `v16 badstride`
+ * and completed by pe_quiet is there when the flag that follows it arrives), repeated
+ * init/finalize with shmem_query_initialized. `v16 badstride`
  * passes dst = 0, `v16 badquiet` a target PE out of range. */
 #include <string.h>
 
@@ -140,7 +141,25 @@ int main(int argc, char **argv) {
   shmem_ctx_destroy(ctx);
   if (odd != SHMEM_TEAM_INVALID) shmem_team_destroy(odd);
   shmem_free(sig);
+
+  /* multiple initialization: each init is matched by a finalize; only the last one ends it */
+  int initialized = -1, provided = -1;
+  shmem_query_initialized(&initialized);
+  CHECK(initialized == 1, "query_initialized after init: %d", initialized);
+  shmem_init();
+  CHECK(shmem_init_thread(SHMEM_THREAD_MULTIPLE, &provided) == 0, "second init_thread");
+  CHECK(provided == SHMEM_THREAD_SINGLE, "a repeated init keeps the first thread level, got %d", provided);
   shmem_finalize();
+  shmem_finalize();
+  shmem_query_initialized(&initialized);
+  CHECK(initialized == 1, "still initialized with one init unmatched: %d", initialized);
+  long v = (long)rnd(9, me, 0);
+  shmem_long_p(&g_x, v, right);  /* and it still works */
+  shmem_barrier_all();
+  CHECK(g_x == (long)rnd(9, left, 0), "put after a matched init/finalize pair");
+  shmem_finalize();
+  shmem_query_initialized(&initialized);
+  CHECK(initialized == 0, "query_initialized after the last finalize: %d", initialized);
   if (me == 0) printf("v16: OK on %d PEs\n", n);
   return 0;
 }
