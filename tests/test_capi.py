@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from harness import check, job_env, mori_run, mpirun
 
 CAPI = Path(__file__).parent / "capi"
 PROGRAMS = ["rma", "amo", "sync", "coll", "legacy", "threads", "errors", "fair", "team_sync", "shmemx", "noexit",
-            "generics_gen", "v16"]
+            "generics_gen", "v16", "barrier"]
 # The conformance programs (one per defect of the conformance issue) run at these PE counts.
 CONFORMANCE_PES = [1, 2, 3, 4, 8]
 
@@ -80,6 +81,99 @@ def test_single_pe_without_launcher(built):
     assert proc.returncode == 0 and "legacy: OK on 1 PEs" in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_derived_secret_matches_python(built):
+    """Without MORI_JOB_SECRET, a MASTER_ADDR/RANK job derives its secret from the address and
+    port; the C API (rank 0, hosting the store) must derive exactly what mori.core.bootstrap does,
+    or Python and C ranks of one job could not meet: a client holding the Python-derived secret
+    is let in, one holding another secret is refused."""
+    import socket
+
+    from mori import _C
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launch = {"MASTER_ADDR": "127.0.0.1", "MORI_MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "2",
+              "LOCAL_RANK": "1"}  # local rank 1: no warning on stderr
+    env = {k: v for k, v in job_env(launch).items() if not k.startswith(("MORI_STORE", "MORI_JOB_SECRET", "OMPI_COMM"))}
+    code = "from mori.core.bootstrap import detect_launch; print(detect_launch().secret_hex)"
+    derived = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert derived.returncode == 0, derived.stderr
+    secret = derived.stdout.strip().splitlines()[-1]
+    rank0 = subprocess.Popen([str(built / "legacy"), _seed()], env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        with pytest.raises(Exception, match="(?i)refus|secret|auth"):
+            _C.core.StoreClient("127.0.0.1", port, "ab" * 32, 1, 30)
+        client = _C.core.StoreClient("127.0.0.1", port, secret, 1, 30)  # raises if the secrets differ
+        del client
+    finally:
+        rank0.kill()
+        out = rank0.communicate(timeout=30)[0]
+    assert "OK" not in out, out  # rank 0 was still waiting for rank 1: the check above ran against it
+
+
+def _holds_data_segment(pid: int) -> bool:
+    """Whether PE `pid` has created its symmetric data segment: a /dev/shm object (before memfd)
+    or a memory file among its descriptors."""
+    if any(name.startswith(f"mori-data-{pid}-") for name in os.listdir("/dev/shm")):
+        return True
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except FileNotFoundError:
+        return False
+    for fd in fds:
+        try:
+            if "mori-data" in os.readlink(f"/proc/{pid}/fd/{fd}"):
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def test_pe_killed_during_init_leaves_nothing_in_dev_shm(built):
+    """A PE killed while shmem_init shares its globals (its peer is slow to map them) must not
+    leave the data segment in /dev/shm: it is a memory file, gone with its last user."""
+    import signal
+    import socket
+    import time
+
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace is not installed (scripts/setup.sh installs it)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    before = set(os.listdir("/dev/shm"))
+    base = {"MASTER_ADDR": "127.0.0.1", "MORI_MASTER_PORT": str(port), "WORLD_SIZE": "2", "MORI_BOOTSTRAP_TIMEOUT": "20"}
+    env = {k: v for k, v in job_env(base).items() if not k.startswith(("MORI_STORE", "OMPI_COMM"))}
+    seed = _seed()
+    pe0 = subprocess.Popen([str(built / "legacy"), seed], env={**env, "RANK": "0", "LOCAL_RANK": "0"},
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # PE 1's ftruncate calls (its heap's, then its data segment's) take 1.5 s each, so PE 0 sits
+    # in shmem_init holding its data segment, waiting for PE 1 to map it.
+    pe1 = subprocess.Popen([strace, "-f", "-o", os.devnull, "-e", "trace=ftruncate", "-e",
+                            "inject=ftruncate:delay_enter=1500000", str(built / "legacy"), seed],
+                           env={**env, "RANK": "1", "LOCAL_RANK": "1"}, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not _holds_data_segment(pe0.pid):
+            assert pe0.poll() is None, f"PE 0 exited ({pe0.returncode}) before creating its data segment"
+            assert time.monotonic() < deadline, "PE 0 never created its data segment"
+            time.sleep(0.005)
+        pe0.send_signal(signal.SIGKILL)
+        pe0.wait(timeout=30)
+        pe1.wait(timeout=60)  # it fails on the lost PE 0
+    finally:
+        for p in (pe0, pe1):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    leaked = sorted(name for name in set(os.listdir("/dev/shm")) - before if name.startswith("mori"))
+    assert not leaked, f"left in /dev/shm: {leaked}"
+
+
 def test_mpirun_bootstrap(built):
     """Started by Open MPI's mpirun, shmem_init bootstraps over MPI (libmpi loaded at run time)."""
     if shutil.which("mpirun") is None:
@@ -101,6 +195,36 @@ def test_bad_input_ends_job_naming_the_call(built, tools, case, fn):
     assert proc.returncode != 0, text
     assert f"shmem error on PE" in text and fn in text, text
     assert ("out of range" if case == "pe" else "not symmetric") in text, text
+
+
+@pytest.mark.parametrize("case", ["stop", "stop_active"])
+@pytest.mark.parametrize("n", [3, 5])
+def test_stopped_peer_times_out_naming_it(built, tools, case, n):
+    """The last PE stops (SIGSTOP) before a barrier; with MORI_SHMEM_WAIT_TIMEOUT the others'
+    barrier ends in an error that names the PE they waited for, and the job ends."""
+    proc = _oshrun(tools, n, [str(built / "errors"), case], timeout=120, env={"MORI_SHMEM_WAIT_TIMEOUT": "2"})
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, text
+    fn = "shmem_barrier_all" if case == "stop" else "shmem_barrier"
+    assert re.search(rf"shmem error on PE [0-{n - 2}]: {fn}:", text), text  # whichever survivor reports first
+    assert "waited 2.0 s (MORI_SHMEM_WAIT_TIMEOUT=2)" in text, text
+    assert f"not arrived: PE {n - 1}\n" in text, text  # exactly the stopped one
+
+
+def test_dead_peer_fails_barrier_naming_it(built, tools):
+    proc = _oshrun(tools, 4, [str(built / "errors"), "dead"], timeout=120)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, text
+    assert re.search(r"shmem error on PE [0-2]: shmem_barrier_all:", text), text
+    assert "PE 3 (pid" in text and "exited without finalizing" in text, text
+
+
+def test_unsatisfied_wait_until_times_out_saying_what(built, tools):
+    proc = _oshrun(tools, 2, [str(built / "errors"), "wait"], timeout=120, env={"MORI_SHMEM_WAIT_TIMEOUT": "1.5"})
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, text
+    assert "shmem error on PE 0: shmem_long_wait_until:" in text, text
+    assert "waited 1.5 s (MORI_SHMEM_WAIT_TIMEOUT=1.5)" in text and "to become == 0x7" in text, text
 
 
 def test_exhausted_heap_returns_null(built, tools):
@@ -168,6 +292,25 @@ def test_conformance_program(built, tools, name, n):
     out = check(_oshrun(tools, n, [str(built / name), seed], timeout=180))
     label = "generics" if name == "generics_gen" else name
     assert f"{label}: OK on {n} PEs" in out, f"seed {seed}:\n{out[-3000:]}"
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8])
+def test_barrier_rounds(built, tools, n):
+    """The barriers (same-host central barrier) over hundreds of rounds that mix barrier_all,
+    active sets over all and over the even PEs, team_sync and fcollect on parity teams, with
+    random arrival orders: nobody leaves before every member arrived, pSync is restored."""
+    seed = _seed()
+    out = check(_oshrun(tools, n, [str(built / "barrier"), seed], timeout=180))
+    assert f"barrier: OK on {n} PEs" in out, f"seed {seed}:\n{out[-3000:]}"
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_barrier_rounds_over_tcp(built, tools, n):
+    """The same rounds with the PEs reaching each other over tcp (MORI_DISABLE_P2P=1): the
+    dissemination barrier, which groups that do not share one host use."""
+    seed = _seed()
+    out = check(_oshrun(tools, n, [str(built / "barrier"), seed, "120"], timeout=180, env={"MORI_DISABLE_P2P": "1"}))
+    assert f"barrier: OK on {n} PEs" in out, f"seed {seed}:\n{out[-3000:]}"
 
 
 def test_shmemx_feature_macros_cover_every_extension(tools):
@@ -247,6 +390,22 @@ def test_v16_bad_stride_names_the_argument(built, tools):
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0, text
     assert "shmem_long_ibput" in text and "dst must be >= 1" in text, text
+
+
+def test_v16_pe_quiet_names_the_bad_target(built, tools):
+    proc = _oshrun(tools, 2, [str(built / "v16"), _seed(), "badquiet"], timeout=90)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, text
+    assert "shmem_pe_quiet" in text and "target_pes[1] (4)" in text, text
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_v16_over_tcp(built, tools, n):
+    """The 1.6 routines with the PEs reaching each other over tcp, where _nbi puts really are
+    asynchronous: pe_quiet must complete them before the flag that follows."""
+    seed = _seed()
+    out = check(_oshrun(tools, n, [str(built / "v16"), seed], timeout=120, env={"MORI_DISABLE_P2P": "1"}))
+    assert f"v16: OK on {n} PEs" in out, f"seed {seed}"
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "capi/typed_helpers.h"
 #include "capi/wait.h"
+#include "mori/core/env.h"
 #include "mori/core/status.h"
 
 namespace mori::capi {
@@ -22,6 +24,8 @@ Group team_group(shmem_team_t team, const char* fn) {
   TeamSlot& slot = state().sym->teams[t->slot];
   g.counters = slot.counters;
   g.chain = &slot.chain;
+  g.arrived = &slot.arrived;
+  g.released = &slot.released;
   g.world = t->world;
   return g;
 }
@@ -49,21 +53,75 @@ Group active_group(int start, int log_stride, int size, long* psync, const char*
           r.my_pe(), start, log_stride, size);
   g.counters = reinterpret_cast<uint64_t*>(psync);
   g.chain = reinterpret_cast<uint64_t*>(psync) + kPsyncChain;
+  g.arrived = reinterpret_cast<uint64_t*>(psync) + kPsyncArrived;
+  g.released = reinterpret_cast<uint64_t*>(psync) + kPsyncReleased;
   g.world = false;
   return g;
 }
 
+namespace {
+
+// Whether every member of `g` is a PE of this host reached through shared memory. Every
+// member computes the same answer (the topology and MORI_DISABLE_P2P are the same on all).
+bool shares_this_host(const Group& g, mori::shmem::Runtime& r) {
+  if (g.n > 64 || env::get().disable_p2p) return false;
+  if (r.topology().num_nodes() == 1) return true;
+  for (int i = 0; i < g.n; ++i)
+    if (!r.topology().same_node(g.pes[i], r.my_pe())) return false;
+  return true;
+}
+
+// The members whose bit is missing from `mask`, as "PE 3, PE 5" (for a wait's error).
+std::string missing_members(const Group& g, uint64_t mask) {
+  std::string text;
+  for (int i = 0; i < g.n; ++i)
+    if (!(mask & (uint64_t(1) << i))) text += (text.empty() ? "PE " : ", PE ") + std::to_string(g.pes[i]);
+  return text;
+}
+
+// Same host: each member sets its bit in the arrival mask on member 0 (a direct atomic on
+// the shared mapping); the one that completes the mask clears it and sets every other
+// member's release flag, which wakes it if it sleeps. Each member sleeps once per barrier
+// (a dissemination barrier wakes it once per round), which is what counts when PEs
+// outnumber cores. Both words are zero again afterwards (pSync is restored); a flag is
+// consumed before its owner can arrive at the next barrier, so it is never set twice.
+void central_barrier(Group& g, mori::shmem::Runtime& r, const char* fn) {
+  auto* mask = static_cast<uint64_t*>(r.ptr(g.arrived, g.pes[0]));
+  if (!mask) raise(Status::kInternal, "%s: the barrier word of PE %d is not mapped", fn, g.pes[0]);
+  const uint64_t full = g.n == 64 ? ~uint64_t(0) : (uint64_t(1) << g.n) - 1;
+  const uint64_t bit = uint64_t(1) << g.me;
+  uint64_t before = __atomic_fetch_or(mask, bit, __ATOMIC_ACQ_REL);
+  if ((before | bit) == full) {
+    __atomic_store_n(mask, 0, __ATOMIC_RELEASE);  // before any release: nobody arrives again until then
+    for (int k = 1; k < g.n; ++k) {
+      int j = (g.me + k) % g.n;
+      r.atomic(g.released, AmoOp::kSet, 8, 1, 0, g.pes[j], fn);
+    }
+    return;
+  }
+  uint64_t* mine = g.released;
+  wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) != 0; }, fn, mine, mori::shmem::WaitFrom{},
+       [&] { return "the barrier's other members; not arrived: " + missing_members(g, __atomic_load_n(mask, __ATOMIC_ACQUIRE)); });
+  __atomic_store_n(mine, 0, __ATOMIC_RELAXED);
+}
+
+}  // namespace
+
 void group_barrier(Group& g, const char* fn, bool sync_only) {
   auto& r = rt(fn);
   if (!sync_only) r.quiet();
+  if (g.n == 1) return;
+  if (shares_this_host(g, r)) return central_barrier(g, r, fn);
   // Dissemination: in round k tell member me+2^k, then wait for member me-2^k. Each
   // arrival is consumed (decremented), so the counters are zero again afterwards and
   // an early arrival from the next barrier is kept, not lost.
   for (int round = 0, dist = 1; dist < g.n; ++round, dist <<= 1) {
     int partner = g.pes[(g.me + dist) % g.n];
+    int from = g.pes[(g.me - dist % g.n + g.n) % g.n];  // who signals me in this round
     r.atomic(&g.counters[round], AmoOp::kAdd, 8, 1, 0, partner, fn);
     uint64_t* mine = &g.counters[round];
-    wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= 1; }, fn, mine);
+    wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= 1; }, fn, mine, mori::shmem::WaitFrom{from},
+         [&] { return "PE " + std::to_string(from) + " to reach the barrier (round " + std::to_string(round) + ")"; });
     __atomic_fetch_sub(mine, 1, __ATOMIC_ACQ_REL);
   }
 }
@@ -102,7 +160,9 @@ void collect_group(Group& g, void* dest, const void* source, size_t bytes, const
   uint64_t offset = 0;
   if (g.me > 0) {
     uint64_t* mine = g.chain;
-    wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) != 0; }, fn, mine);
+    int from = g.pes[g.me - 1];
+    wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) != 0; }, fn, mine, mori::shmem::WaitFrom{from},
+         [&] { return "PE " + std::to_string(from) + " to pass on the running offset of collect"; });
     offset = __atomic_load_n(mine, __ATOMIC_ACQUIRE) - 1;
     __atomic_store_n(mine, 0, __ATOMIC_RELEASE);
   }

@@ -18,6 +18,8 @@ struct Group {
   int me = -1;                // my index, -1 when not a member
   uint64_t* counters = nullptr;  // symmetric barrier counters (TeamSlot::kRounds words)
   uint64_t* chain = nullptr;     // symmetric running-offset word of collect
+  uint64_t* arrived = nullptr;   // same-host barrier: arrival mask (on member 0)
+  uint64_t* released = nullptr;  // same-host barrier: this member's release flag
   bool world = false;
 };
 
@@ -26,6 +28,9 @@ Group team_group(shmem_team_t team, const char* fn);
 Group active_group(int start, int log_stride, int size, long* psync, const char* fn);
 
 // Barrier over the group: completes this PE's outstanding RMA first (quiet) unless `sync_only`.
+// Members that all share this host (at most 64) meet at a central arrival mask and sleep
+// until the last one wakes them (one wake-up each per barrier); others run a dissemination
+// barrier (log2(n) rounds of point-to-point signals).
 void group_barrier(Group& g, const char* fn, bool sync_only = false);
 
 // Throws naming `fn` unless [p, p+bytes) is symmetric memory.

@@ -2,12 +2,12 @@
 #include "capi/launch_bootstrap.h"
 
 #include <dlfcn.h>
+#include <openssl/sha.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
-#include "capi/sha256.h"
 #include "mori/core/env.h"
 #include "mori/core/log.h"
 #include "mori/core/status.h"
@@ -16,6 +16,16 @@
 
 namespace mori::capi {
 namespace {
+
+// Lower-case hex SHA-256 of `data`, as Python's hashlib.sha256(...).hexdigest() writes it.
+std::string sha256_hex(const std::string& data) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : digest) out += {kHex[b >> 4], kHex[b & 15]};
+  return out;
+}
 
 const char* env_str(const char* name) {
   const char* v = std::getenv(name);

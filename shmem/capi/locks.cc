@@ -2,8 +2,10 @@
 // Distributed locks: an MCS queue. The user's symmetric `long` on PE 0 holds the
 // queue tail; each waiter spins on its own node in its own memory, and the holder
 // hands over by writing into the successor's node, which wakes exactly that PE.
+#include <cstdio>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "capi/state.h"
 #include "capi/wait.h"
@@ -38,6 +40,12 @@ void give_node(int i) {
 
 LockNode& node(int i) { return state().sym->locks[i]; }
 
+std::string ptr_text(const void* p) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%p", p);
+  return text;
+}
+
 }  // namespace
 }  // namespace mori::capi
 
@@ -62,7 +70,10 @@ void shmem_set_lock(long* lock) {
   uint64_t prev = r.atomic(lock, AmoOp::kSwap, 8, me, 0, kTailPe, fn);
   if (prev != 0) {
     r.atomic(&node(node_of(prev)).next, AmoOp::kSet, 8, me, 0, pe_of(prev), fn);
-    wait([&] { return __atomic_load_n(&mine.locked, __ATOMIC_ACQUIRE) == 0; }, fn, &mine.locked);
+    int holder = pe_of(prev);
+    wait([&] { return __atomic_load_n(&mine.locked, __ATOMIC_ACQUIRE) == 0; }, fn, &mine.locked,
+         mori::shmem::WaitFrom{holder},
+         [&] { return "PE " + std::to_string(holder) + " (ahead in the queue of lock " + ptr_text(lock) + ") to pass it on"; });
   }
   std::lock_guard<std::mutex> g(g_mu);
   g_held[lock] = i;
@@ -113,7 +124,8 @@ void shmem_clear_lock(long* lock) {
       return;
     }
     // A successor swapped itself in and is about to link to us.
-    wait([&] { return __atomic_load_n(&mine.next, __ATOMIC_ACQUIRE) != 0; }, fn, &mine.next);
+    wait([&] { return __atomic_load_n(&mine.next, __ATOMIC_ACQUIRE) != 0; }, fn, &mine.next, mori::shmem::WaitFrom{},
+         [&] { return "the PE queued next for lock " + ptr_text(lock) + " to link itself in"; });
   }
   uint64_t succ = __atomic_load_n(&mine.next, __ATOMIC_ACQUIRE);
   r.atomic(&node(node_of(succ)).locked, AmoOp::kSet, 8, 0, 0, pe_of(succ), fn);

@@ -6,6 +6,7 @@
 #define shmem_init pshmem_init
 #define shmem_init_thread pshmem_init_thread
 #define shmem_query_thread pshmem_query_thread
+#define shmem_query_initialized pshmem_query_initialized
 #define shmem_finalize pshmem_finalize
 #define shmem_global_exit pshmem_global_exit
 #define shmem_my_pe pshmem_my_pe
@@ -39,6 +40,8 @@
 #define shmem_quiet pshmem_quiet
 #define shmem_ctx_fence pshmem_ctx_fence
 #define shmem_ctx_quiet pshmem_ctx_quiet
+#define shmem_pe_quiet pshmem_pe_quiet
+#define shmem_ctx_pe_quiet pshmem_ctx_pe_quiet
 #define shmem_barrier_all pshmem_barrier_all
 #define shmem_sync_all pshmem_sync_all
 #define shmem_team_sync pshmem_team_sync

@@ -4,6 +4,28 @@
 #include "mori/core/status.h"
 
 namespace mori::capi {
+namespace {
+
+// OpenSHMEM 1.6 shmem_(ctx_)pe_quiet: the PEs are checked (team-relative for a team context;
+// the list is not read when npes is 0), then everything is completed: the runtime's quiet is
+// per PE, not per target, and completing more than asked is allowed.
+void pe_quiet(shmem_ctx_t ctx, const int* target_pes, size_t npes, const char* fn) noexcept {
+  MORI_CAPI_TRY
+  if (ctx == SHMEM_CTX_INVALID) return;
+  auto& r = rt(fn);
+  if (npes && !target_pes) raise(Status::kInvalidArgument, "target_pes is NULL with npes %zu", npes);
+  for (size_t i = 0; i < npes; ++i) {
+    try {
+      r.check_pe(world_pe(ctx, target_pes[i], fn), fn);
+    } catch (const std::exception& e) {
+      raise(Status::kInvalidArgument, "target_pes[%zu] (%d): %s", i, target_pes[i], e.what());
+    }
+  }
+  r.quiet();
+  MORI_CAPI_CATCH(fn)
+}
+
+}  // namespace
 
 void put(shmem_ctx_t ctx, void* dest, const void* source, size_t bytes, int pe, bool nbi, const char* fn) noexcept {
   if (bytes == 0 || ctx == SHMEM_CTX_INVALID) return;  // zero-length RMA is a no-op, even on NULL
@@ -121,6 +143,13 @@ void shmem_ctx_fence(shmem_ctx_t ctx) {
 void shmem_ctx_quiet(shmem_ctx_t ctx) {
   if (ctx == SHMEM_CTX_INVALID) return;
   shmem_quiet();
+}
+
+void shmem_ctx_pe_quiet(shmem_ctx_t ctx, const int* target_pes, size_t npes) {
+  pe_quiet(ctx, target_pes, npes, "shmem_ctx_pe_quiet");
+}
+void shmem_pe_quiet(const int* target_pes, size_t npes) {
+  pe_quiet(SHMEM_CTX_DEFAULT, target_pes, npes, "shmem_pe_quiet");
 }
 
 }  // extern "C"

@@ -132,12 +132,21 @@ namespace {
 // Registered at the end of initialization, so it runs before the destructors of every
 // static object the libraries or the runtime's setup created (exit runs handlers in
 // reverse order of registration); exit's status and stdio flushing are untouched.
+// OpenSHMEM 1.6: every shmem_init[_thread] is matched by a shmem_finalize; the library stays
+// initialized until the last one (start_pes, whose repeats are no-ops, counts once).
+int g_init_count = 0;
+
 void finalize_at_exit() {
-  if (Runtime::initialized()) shmem_finalize();
+  if (!Runtime::initialized()) return;
+  g_init_count = 1;  // however many inits are unmatched: this one finalizes
+  shmem_finalize();
 }
 
 void init_common(int requested, const char* fn) {
-  if (Runtime::initialized()) return;  // repeated initialization is a no-op
+  if (Runtime::initialized()) {  // a repeated initialization only counts
+    ++g_init_count;
+    return;
+  }
   // OpenSHMEM's own heap-size variable, unless MORI's is set explicitly.
   if (const char* s = std::getenv("SHMEM_SYMMETRIC_SIZE")) setenv("MORI_SHMEM_HEAP_SIZE", s, 0);
   mori::env::reload();
@@ -148,6 +157,7 @@ void init_common(int requested, const char* fn) {
   state().thread_level = requested;
   Runtime::get(fn).set_thread_level(static_cast<mori::shmem::ThreadLevel>(requested));
   setup_state();
+  g_init_count = 1;
   static bool at_exit_registered = false;
   if (!at_exit_registered && std::atexit(finalize_at_exit) == 0) at_exit_registered = true;
 }
@@ -166,9 +176,10 @@ int shmem_init_thread(int requested, int* provided) {
   MORI_CAPI_TRY
   if (requested < SHMEM_THREAD_SINGLE || requested > SHMEM_THREAD_MULTIPLE)
     mori::raise(mori::Status::kInvalidArgument, "unknown thread level %d", requested);
-  // Every level is supported: the runtime's operations are thread-safe.
+  // Every level is supported: the runtime's operations are thread-safe. A repeated
+  // initialization keeps the level of the first (the spec does not switch levels).
   init_common(requested, "shmem_init_thread");
-  if (provided) *provided = requested;
+  if (provided) *provided = state().thread_level;
   return 0;
   MORI_CAPI_CATCH("shmem_init_thread")
 }
@@ -180,9 +191,19 @@ void shmem_query_thread(int* provided) {
   MORI_CAPI_CATCH("shmem_query_thread")
 }
 
+void shmem_query_initialized(int* initialized) {
+  if (initialized) *initialized = Runtime::initialized() ? 1 : 0;
+}
+
 void shmem_finalize(void) {
   MORI_CAPI_TRY
   if (!Runtime::initialized()) return;
+  if (--g_init_count > 0) {  // not the last: collective like every finalize, nothing released
+    auto& r = rt("shmem_finalize");
+    r.quiet();
+    r.barrier_all();
+    return;
+  }
   // Write out buffered output before the closing barrier: once every PE has passed it, the
   // first to exit with a non-zero status makes the launcher stop the others, which must
   // not take their output with them.
@@ -251,7 +272,7 @@ void shmem_pcontrol(const int level, ...) {
 // ---- deprecated names
 void start_pes(int npes) {
   (void)npes;  // the launcher decides the job size
-  shmem_init();
+  if (!Runtime::initialized()) shmem_init();  // repeated calls have no effect (and need no finalize)
 }
 int _my_pe(void) { return shmem_my_pe(); }
 int _num_pes(void) { return shmem_n_pes(); }

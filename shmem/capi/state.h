@@ -32,16 +32,23 @@ struct mori_shmem_ctx {
 namespace mori::capi {
 
 // Per-team symmetric words: dissemination barrier counters (self-cleaning: each
-// arrival is consumed, so they are back at zero after every barrier) and the
-// running offset word of shmem_collect.
+// arrival is consumed, so they are back at zero after every barrier), the running
+// offset word of shmem_collect, and the words of the same-host barrier (the arrival
+// mask, used on the group's first member only, and each member's release flag; both
+// are zero again after every barrier).
 struct alignas(64) TeamSlot {
   static constexpr int kRounds = 32;
   uint64_t counters[kRounds];
   uint64_t chain;
   uint64_t scratch;
+  uint64_t arrived;
+  uint64_t released;
 };
 // pSync layout of the active-set routines (SHMEM_*_SYNC_SIZE is 64 longs).
 constexpr int kPsyncChain = TeamSlot::kRounds;
+constexpr int kPsyncArrived = TeamSlot::kRounds + 2;
+constexpr int kPsyncReleased = TeamSlot::kRounds + 3;
+static_assert(kPsyncReleased < SHMEM_BARRIER_SYNC_SIZE, "the barrier's words must fit in pSync");
 
 // One MCS queue node per lock a PE may wait for or hold at the same time.
 struct alignas(64) LockNode {

@@ -6,13 +6,13 @@
 #include <link.h>
 #include <pthread.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
 #include "mori/core/env.h"
 #include "mori/core/log.h"
@@ -100,48 +100,33 @@ size_t make_data_symmetric() {
   auto& rt = shmem::Runtime::get("shmem_init");
 
   if (g_span.start != span.start) {  // not already shared by an earlier init
-    uint64_t tag = 0;
-    if (getrandom(&tag, sizeof(tag), 0) != sizeof(tag)) raise_errno("getrandom");
-    char name[96];
-    std::snprintf(name, sizeof(name), "/mori-data-%d-%016llx", getpid(), static_cast<unsigned long long>(tag));
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) raise_errno("shmem_init: shm_open(%s) for the symmetric data segment", name);
-    if (ftruncate(fd, static_cast<off_t>(n)) != 0) {
-      close(fd);
-      shm_unlink(name);
+    // An anonymous memory file, as the heap's segment is (core/shared_segment.h): nothing
+    // appears in /dev/shm, so a PE killed during init leaves nothing behind. Peers on this
+    // host open it through /proc/PID/fd/N while this PE keeps the descriptor open.
+    int fd = memfd_create("mori-data", MFD_CLOEXEC);
+    if (fd < 0) raise_errno("shmem_init: memfd_create for the symmetric data segment");
+    struct Closer {
+      int fd;
+      ~Closer() { close(fd); }
+    } closer{fd};
+    if (ftruncate(fd, static_cast<off_t>(n)) != 0)
       raise_errno("shmem_init: ftruncate of the symmetric data segment to %zu bytes", n);
-    }
-    // Copy the live contents into the object, then swap the pages in place: one mmap call
+    // Copy the live contents into the file, then swap the pages in place: one mmap call
     // replaces the private pages with shared ones holding the same bytes.
-    if (!write_span(fd, reinterpret_cast<void*>(span.start), n)) {
-      int err = errno;
-      close(fd);
-      shm_unlink(name);
-      errno = err;
+    if (!write_span(fd, reinterpret_cast<void*>(span.start), n))
       raise_errno("shmem_init: copying %zu bytes of data+bss into the symmetric data segment", n);
-    }
     void* p = mmap(reinterpret_cast<void*>(span.start), n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
-    int err = errno;
-    close(fd);
-    if (p == MAP_FAILED) {
-      shm_unlink(name);
-      errno = err;
+    if (p == MAP_FAILED)
       raise_errno("shmem_init: remapping the data segment [%p, +%zu)", reinterpret_cast<void*>(span.start), n);
-    }
     static bool atfork_done = false;
     if (!atfork_done) pthread_atfork(nullptr, nullptr, privatize_in_child);
     atfork_done = true;
     g_span = span;
-    try {
-      rt.add_region(reinterpret_cast<void*>(span.start), n, MemKind::kHost, name);
-      rt.barrier_all();  // every peer has mapped it: the name can go
-    } catch (...) {
-      shm_unlink(name);
-      throw;
-    }
-    shm_unlink(name);
+    std::string handle = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd);
+    rt.add_region(reinterpret_cast<void*>(span.start), n, MemKind::kHost, handle);
+    rt.barrier_all();  // every peer has mapped it: the descriptor can close (Closer)
   } else {
-    // Re-initialization: the pages are already shared but the name is gone; share a fresh object.
+    // Re-initialization: the pages are already shared but the handle is gone; share a fresh file.
     g_span = {};
     return make_data_symmetric();
   }

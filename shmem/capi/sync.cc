@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Point-to-point synchronization: wait_until/test and their all/any/some/vector forms, signals.
+#include <cstdio>
+#include <string>
+
 #include "capi/typed_helpers.h"
 #include "capi/wait.h"
 #include "mori/core/status.h"
@@ -76,13 +79,23 @@ size_t scan(mori::shmem::Runtime& r, Many kind, const char* base, size_t elem, s
   return 0;
 }
 
+const char* cmp_text(int cmp) {
+  static const char* ops[] = {"==", "!=", ">", "<=", "<", ">="};
+  return ops[cmp];
+}
+
 }  // namespace
 
 void wait_until(const void* ivar, int cmp, uint64_t value, Word w, const char* fn) noexcept {
   MORI_CAPI_TRY
   check_cmp(cmp);
   auto& r = rt(fn);
-  wait([&] { return r.test(ivar, static_cast<Cmp>(cmp), value, w); }, fn, ivar);
+  wait([&] { return r.test(ivar, static_cast<Cmp>(cmp), value, w); }, fn, ivar, mori::shmem::WaitFrom{}, [&] {
+    char text[160];
+    std::snprintf(text, sizeof(text), "the %d-byte word at %p to become %s 0x%llx (a write by any PE)", w.width, ivar,
+                  cmp_text(cmp), static_cast<unsigned long long>(value));
+    return std::string(text);
+  });
   MORI_CAPI_CATCH(fn)
 }
 
@@ -105,7 +118,12 @@ size_t wait_until_many(Many kind, const void* ivars, size_t elem, size_t n, size
   wait([&] {
     result = scan(r, kind, base, elem, n, indices, status, cmp, vals, scalar, w, &done);
     return done;
-  }, fn);
+  }, fn, nullptr, mori::shmem::WaitFrom{}, [&] {
+    char text[160];
+    std::snprintf(text, sizeof(text), "%s of the %zu %d-byte words at %p to compare %s (writes by any PE)",
+                  kind == Many::kAll ? "all" : kind == Many::kAny ? "any" : "some", n, w.width, ivars, cmp_text(cmp));
+    return std::string(text);
+  });
   return result;
   MORI_CAPI_CATCH(fn)
 }
@@ -143,7 +161,12 @@ uint64_t shmem_signal_wait_until(uint64_t* sig_addr, int cmp, uint64_t cmp_value
   wait([&] {
     seen = __atomic_load_n(sig_addr, __ATOMIC_ACQUIRE);
     return r.test(&seen, static_cast<Cmp>(cmp), cmp_value, word_of<uint64_t>());
-  }, fn);
+  }, fn, sig_addr, mori::shmem::WaitFrom{}, [&] {
+    char text[160];
+    std::snprintf(text, sizeof(text), "the signal at %p to become %s %llu (it holds %llu)", static_cast<void*>(sig_addr),
+                  cmp_text(cmp), static_cast<unsigned long long>(cmp_value), static_cast<unsigned long long>(seen));
+    return std::string(text);
+  });
   return seen;
   MORI_CAPI_CATCH(fn)
 }

@@ -15,6 +15,7 @@ extern "C" {
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_init(void);
 SHMEM_FUNCTION_ATTRIBUTES int pshmem_init_thread(int requested, int *provided);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_query_thread(int *provided);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_query_initialized(int *initialized);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_finalize(void);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_global_exit(int status) __attribute__((noreturn));
 SHMEM_FUNCTION_ATTRIBUTES int pshmem_my_pe(void);
@@ -48,6 +49,8 @@ SHMEM_FUNCTION_ATTRIBUTES void pshmem_fence(void);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_quiet(void);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_ctx_fence(shmem_ctx_t ctx);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_ctx_quiet(shmem_ctx_t ctx);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_pe_quiet(const int *target_pes, size_t npes);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_ctx_pe_quiet(shmem_ctx_t ctx, const int *target_pes, size_t npes);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_barrier_all(void);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_sync_all(void);
 SHMEM_FUNCTION_ATTRIBUTES int pshmem_team_sync(shmem_team_t team);

@@ -113,6 +113,8 @@ SHMEM_FUNCTION_ATTRIBUTES extern struct mori_shmem_ctx mori_shmem_ctx_default;
 SHMEM_FUNCTION_ATTRIBUTES void shmem_init(void);
 SHMEM_FUNCTION_ATTRIBUTES int shmem_init_thread(int requested, int *provided);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_query_thread(int *provided);
+/* OpenSHMEM 1.6: nonzero while initialized (init/finalize calls are counted and matched). */
+SHMEM_FUNCTION_ATTRIBUTES void shmem_query_initialized(int *initialized);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_finalize(void);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_global_exit(int status) __attribute__((noreturn));
 SHMEM_FUNCTION_ATTRIBUTES int shmem_my_pe(void);
@@ -159,6 +161,9 @@ SHMEM_FUNCTION_ATTRIBUTES void shmem_fence(void);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_quiet(void);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_fence(shmem_ctx_t ctx);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_quiet(shmem_ctx_t ctx);
+/* OpenSHMEM 1.6: complete the operations to the listed PEs (MORI completes all of them). */
+SHMEM_FUNCTION_ATTRIBUTES void shmem_pe_quiet(const int *target_pes, size_t npes);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_pe_quiet(shmem_ctx_t ctx, const int *target_pes, size_t npes);
 
 /* ---------------------------------------------------------------- collectives */
 SHMEM_FUNCTION_ATTRIBUTES void shmem_barrier_all(void);

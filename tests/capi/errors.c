@@ -1,8 +1,14 @@
 /* SPDX-License-Identifier: MIT
  * Error behaviour: `errors <case>` does one bad thing; the test checks the exit status and
  * that the message names the call. Cases: pe (out-of-range PE), addr (non-symmetric
- * address), oom (exhausted heap returns NULL, then the program continues), exit (global_exit 99). */
+ * address), oom (exhausted heap returns NULL, then the program continues), exit (global_exit 99),
+ * stop (the last PE stops itself with SIGSTOP: with MORI_SHMEM_WAIT_TIMEOUT the others' barrier
+ * times out naming it), stop_active (the same in an active-set barrier), dead (the last PE
+ * exits without finalizing: the others' barrier fails naming it), wait (a wait_until nobody
+ * satisfies times out saying what it waited for). */
+#include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 
@@ -26,6 +32,23 @@ int main(int argc, char **argv) {
     CHECK(q != NULL, "malloc after failure");
     shmem_free(q);
     if (me == 0) printf("oom: NULL as expected\n");
+  } else if (!strcmp(what, "stop") || !strcmp(what, "stop_active")) {
+    static long psync[SHMEM_BARRIER_SYNC_SIZE];
+    for (int i = 0; i < SHMEM_BARRIER_SYNC_SIZE; ++i) psync[i] = SHMEM_SYNC_VALUE;
+    shmem_barrier_all();
+    if (me == n - 1) raise(SIGSTOP);
+    if (!strcmp(what, "stop"))
+      shmem_barrier_all();
+    else
+      shmem_barrier(0, 0, n, psync);
+  } else if (!strcmp(what, "dead")) {
+    shmem_barrier_all();
+    if (me == n - 1) _exit(7);
+    shmem_barrier_all();
+  } else if (!strcmp(what, "wait")) {
+    shmem_barrier_all();
+    if (me == 0) shmem_long_wait_until(&g, SHMEM_CMP_EQ, 7);
+    else sleep(60);  /* alive, never writes (PE 0's error ends it) */
   } else if (!strcmp(what, "exit")) {
     if (me == n - 1) shmem_global_exit(99);
     for (;;) shmem_long_wait_until(&g, SHMEM_CMP_NE, 0);  /* blocked PEs are ended too */

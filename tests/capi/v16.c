@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT
  * The OpenSHMEM 1.6 routines MORI has: shmem_team_ptr, shmem_(ctx_)signal_add/set,
  * shmem_ibput/ibget (typed, sized, context, generic), shmem_sum_inscan/exscan on a split
- * team, and session hints around a batch of puts. `v16 badstride` passes dst = 0. */
+ * team, session hints around a batch of puts, and shmem_(ctx_)pe_quiet (data put with _nbi
+ * and completed by pe_quiet is there when the flag that follows it arrives), repeated
+ * init/finalize with shmem_query_initialized. `v16 badstride`
+ * passes dst = 0, `v16 badquiet` a target PE out of range. */
 #include <string.h>
 
 #include "check.h"
@@ -107,12 +110,56 @@ int main(int argc, char **argv) {
   shmem_barrier_all();
   for (int i = 0; i < 8; ++i) CHECK(g_dest[i] == (long)rnd(7, left, i), "session put %d", i);
 
+  /* pe_quiet: nbi puts to the right neighbour, completed by pe_quiet on it alone, then a flag */
+  static long pq_data[64], pq_flag;
+  shmem_barrier_all();
+  for (int round = 1; round <= 20; ++round) {
+    for (int i = 0; i < 64; ++i) {
+      long v = (long)rnd(8, me, (uint64_t)(round * 64 + i));
+      shmem_long_put_nbi(&pq_data[i], &v, 1, right);
+    }
+    int target = right, none = -1;
+    if (round % 2)
+      shmem_pe_quiet(&target, 1);
+    else
+      shmem_ctx_pe_quiet(ctx, &target, 1);
+    shmem_pe_quiet(&none, 0);  /* npes 0: the list is not read */
+    shmem_pe_quiet(NULL, 0);
+    shmem_long_atomic_set(&pq_flag, round, right);
+    shmem_long_wait_until(&pq_flag, SHMEM_CMP_EQ, round);
+    for (int i = 0; i < 64; ++i)
+      CHECK(pq_data[i] == (long)rnd(8, left, (uint64_t)(round * 64 + i)), "pe_quiet round %d element %d", round, i);
+    shmem_barrier_all();  /* the left neighbour may overwrite pq_data now */
+  }
+
   if (!strcmp(mode, "badstride")) shmem_long_ibput(g_dest, src, 0, 1, 1, 2, right);
+  if (!strcmp(mode, "badquiet")) {
+    int pes[2] = {right, n + 2};
+    shmem_pe_quiet(pes, 2);
+  }
 
   shmem_ctx_destroy(ctx);
   if (odd != SHMEM_TEAM_INVALID) shmem_team_destroy(odd);
   shmem_free(sig);
+
+  /* multiple initialization: each init is matched by a finalize; only the last one ends it */
+  int initialized = -1, provided = -1;
+  shmem_query_initialized(&initialized);
+  CHECK(initialized == 1, "query_initialized after init: %d", initialized);
+  shmem_init();
+  CHECK(shmem_init_thread(SHMEM_THREAD_MULTIPLE, &provided) == 0, "second init_thread");
+  CHECK(provided == SHMEM_THREAD_SINGLE, "a repeated init keeps the first thread level, got %d", provided);
   shmem_finalize();
+  shmem_finalize();
+  shmem_query_initialized(&initialized);
+  CHECK(initialized == 1, "still initialized with one init unmatched: %d", initialized);
+  long v = (long)rnd(9, me, 0);
+  shmem_long_p(&g_x, v, right);  /* and it still works */
+  shmem_barrier_all();
+  CHECK(g_x == (long)rnd(9, left, 0), "put after a matched init/finalize pair");
+  shmem_finalize();
+  shmem_query_initialized(&initialized);
+  CHECK(initialized == 0, "query_initialized after the last finalize: %d", initialized);
   if (me == 0) printf("v16: OK on %d PEs\n", n);
   return 0;
 }

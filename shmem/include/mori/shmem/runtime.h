@@ -147,10 +147,12 @@ class Runtime {
   // Waits until `ready()` is true, spinning then sleeping on this PE's doorbell. `watched`
   // is the local symmetric word the predicate reads (nullptr: any write may matter). It fails
   // (naming the PE) when a peer dies, when `from` has finalized, or after MORI_SHMEM_WAIT_TIMEOUT;
-  // `describe()` says in that error what it waited for.
+  // `describe()` says in that error what it waited for. `spins` >= 0 replaces the default spin
+  // phase by that many polls without yielding (the caller has spun already); `ring` false
+  // sleeps in short naps instead of asking writers to ring (for waits on several words).
   template <typename Pred, typename Describe = std::nullptr_t>
   void wait_for(Pred ready, const char* caller, const void* watched = nullptr, WaitFrom from = {},
-                Describe describe = nullptr);
+                Describe describe = nullptr, int spins = -1, bool ring = true);
 
   // ---- barriers
   void barrier_all();

@@ -17,17 +17,20 @@ namespace mori::shmem {
 constexpr int kCrowdedYields = 64;  // polls of an oversubscribed wait before it sleeps
 
 template <typename Pred, typename Describe>
-void Runtime::wait_for(Pred ready, const char* caller, const void* watched, WaitFrom from, Describe describe) {
+void Runtime::wait_for(Pred ready, const char* caller, const void* watched, WaitFrom from, Describe describe,
+                       int spins, bool ring) {
   // A wait that is already satisfied succeeds even after a death (the dead PE did its part).
   if (ready()) return;
   if (peer_exited_.load(std::memory_order_relaxed)) check_dead(from, caller);
   // More PEs than cores: yield the core a few times (the PE or tcp progress thread we wait for
   // may need it), then sleep rather than keep stealing time slices from the PEs that work.
-  const int spins = oversubscribed_ ? std::min<int>(static_cast<int>(env::get().spin_iterations), kCrowdedYields)
-                                    : static_cast<int>(env::get().spin_iterations);
+  const bool yields = oversubscribed_ && spins < 0;
+  if (spins < 0)
+    spins = oversubscribed_ ? std::min<int>(static_cast<int>(env::get().spin_iterations), kCrowdedYields)
+                            : static_cast<int>(env::get().spin_iterations);
   for (int i = 0; i < spins; ++i) {
     if (ready()) return;
-    if (oversubscribed_) {
+    if (yields) {
       std::this_thread::yield();
       continue;
     }
@@ -44,7 +47,7 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched, Wait
     RemoteRef ref = resolve(watched, 1, caller);
     key = Doorbell::key(ref.region->id, ref.offset);
   }
-  int slot = bell.claim(key);
+  int slot = ring ? bell.claim(key) : -1;
   const auto start = std::chrono::steady_clock::now();
   const double timeout = env::get().shmem_wait_timeout;
   auto last_check = start;
