@@ -16,6 +16,8 @@ namespace mori::ucx {
 
 namespace {
 
+constexpr double kStayAwakeS = 0.002;
+
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -87,13 +89,21 @@ unsigned UcpWorker::progress() {
 
 void UcpWorker::run() {
   double next = options_.periodic_s > 0 ? now_s() + options_.periodic_s : INFINITY;
+  double active = 0;  // when progress last did something
   while (!stop_.load(std::memory_order_relaxed)) {
-    while (progress() != 0) {
-    }
+    bool did = false;
+    while (progress() != 0) did = true;
     double t = now_s();
+    if (did) active = t;
     if (t >= next) {
       options_.periodic();
       next = t + options_.periodic_s;
+      continue;
+    }
+    // Traffic comes in bursts (a ping-pong, a stream): stay awake a little after the last
+    // event, yielding the core; a sleeping thread takes milliseconds to wake on a busy host.
+    if (t - active < kStayAwakeS) {
+      sched_yield();
       continue;
     }
     ucs_status_t s = api_.worker_arm(worker_);
