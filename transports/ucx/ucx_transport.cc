@@ -374,6 +374,7 @@ void UcxTransport::put(int pe, RemoteRef dst, const void* src, size_t n, bool nb
   ucp_ep_h e = ep(pe, "shmem_put");
   ucp_rkey_h k = rkey(pe, dst, "shmem_put");
   ucp_request_param_t p{};
+  unflushed_.fetch_add(1, std::memory_order_relaxed);
   ucs_status_ptr_t r = api_.put_nbx(e, src, n, remote_address(pe, dst), k, &p);
   if (nbi && !UCS_PTR_IS_ERR(r)) {
     if (r) api_.request_free(r);  // completes at quiet (worker flush)
@@ -389,6 +390,7 @@ void UcxTransport::get(int pe, void* dst, RemoteRef src, size_t n, bool nbi) {
   ucp_request_param_t p{};
   ucs_status_ptr_t r = api_.get_nbx(e, dst, n, remote_address(pe, src), k, &p);
   if (nbi && !UCS_PTR_IS_ERR(r)) {
+    unflushed_.fetch_add(1, std::memory_order_relaxed);
     if (r) api_.request_free(r);
     return;
   }
@@ -412,6 +414,7 @@ uint64_t UcxTransport::atomic(int pe, RemoteRef target, AmoOp op, int width, uin
     p.reply_buffer = width == 4 ? static_cast<void*>(&reply32) : static_cast<void*>(&reply);
   }
   const void* buf = width == 4 ? static_cast<const void*>(&value32) : static_cast<const void*>(&value);
+  if (!replies(op)) unflushed_.fetch_add(1, std::memory_order_relaxed);  // complete once posted, not applied
   ucs_status_ptr_t r = api_.atomic_op_nbx(e, ucp_op(op), buf, 1, remote_address(pe, target), k, &p);
   finish(r, pe, amo_name(op));
   if (op == AmoOp::kAdd || op == AmoOp::kAnd || op == AmoOp::kOr || op == AmoOp::kXor || op == AmoOp::kSet) return 0;
@@ -424,6 +427,7 @@ void UcxTransport::put_signal(int pe, RemoteRef dst, const void* src, size_t n, 
   ucp_rkey_h kd = rkey(pe, dst, "shmem_put_signal");
   ucp_rkey_h ks = rkey(pe, signal, "shmem_put_signal");
   ucp_request_param_t p{};
+  unflushed_.fetch_add(1, std::memory_order_relaxed);
   ucs_status_ptr_t data = n ? api_.put_nbx(e, src, n, remote_address(pe, dst), kd, &p) : nullptr;
   if (UCS_PTR_IS_ERR(data)) finish(data, pe, "shmem_put_signal");
   // The signal must not overtake the data: UCP orders nothing on its own.
@@ -453,8 +457,16 @@ void UcxTransport::fence(int) {
 }
 
 void UcxTransport::quiet() {
-  ucp_request_param_t p{};
-  finish(api_.worker_flush_nbx(worker_->worker(), &p), -1, "shmem_quiet");
+  // Nothing posted since the last flush that could still be in flight: skip the round trip
+  // (barriers quiet every transport, most of them idle).
+  uint64_t posted = unflushed_.load(std::memory_order_acquire);
+  if (posted != flushed_.load(std::memory_order_acquire)) {
+    ucp_request_param_t p{};
+    finish(api_.worker_flush_nbx(worker_->worker(), &p), -1, "shmem_quiet");
+    uint64_t before = flushed_.load(std::memory_order_relaxed);
+    while (before < posted && !flushed_.compare_exchange_weak(before, posted)) {
+    }
+  }
   int dead = dead_peer();
   if (dead >= 0)
     raise(Status::kRemote, "PE %d: shmem_quiet: lost PE %d (ucx transport)", my_pe_, dead);

@@ -97,6 +97,9 @@ class UcxTransport : public Transport {
   std::unique_ptr<std::atomic<int64_t>[]> lost_at_ns_;     // when its endpoint failed (0: it did not)
   std::mutex regions_mu_;
   std::vector<std::unique_ptr<Region>> regions_;  // by region id
+  // Operations that may not yet be applied at the target (puts, nbi gets, non-fetching
+  // AMOs), counted; quiet flushes only when some were posted since the last flush.
+  std::atomic<uint64_t> unflushed_{0}, flushed_{0};
   uint64_t sink_ = 0;                             // reply buffer of swaps whose old value nobody reads
   int32_t ping_[2], pong_[2];                     // heartbeat headers: (this PE, kind)
 };
