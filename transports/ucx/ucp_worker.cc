@@ -5,6 +5,7 @@
 
 #include <poll.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -15,8 +16,6 @@
 namespace mori::ucx {
 
 namespace {
-
-constexpr double kStayAwakeS = 0.002;
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -89,23 +88,22 @@ unsigned UcpWorker::progress() {
 
 void UcpWorker::run() {
   double next = options_.periodic_s > 0 ? now_s() + options_.periodic_s : INFINITY;
-  double active = 0;  // when progress last did something
   while (!stop_.load(std::memory_order_relaxed)) {
-    bool did = false;
-    while (progress() != 0) did = true;
     double t = now_s();
-    if (did) active = t;
     if (t >= next) {
       options_.periodic();
       next = t + options_.periodic_s;
+    }
+    // A caller progresses the worker while it waits for its request: do not fight it for
+    // UCX's worker lock (a preempted holder makes the other spin for its whole time slice).
+    if (waiters_.load(std::memory_order_acquire) > 0) {
+      usleep(200);
       continue;
     }
-    // Traffic comes in bursts (a ping-pong, a stream): stay awake a little after the last
-    // event, yielding the core; a sleeping thread takes milliseconds to wake on a busy host.
-    if (t - active < kStayAwakeS) {
-      sched_yield();
-      continue;
+    while (progress() != 0) {
     }
+    t = now_s();
+    if (t >= next) continue;
     ucs_status_t s = api_.worker_arm(worker_);
     if (s == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress them first
     if (s != UCS_OK) {
@@ -124,6 +122,11 @@ ucs_status_t UcpWorker::wait(ucs_status_ptr_t request, double timeout_s, const s
   if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
   double deadline = std::isinf(timeout_s) ? INFINITY : now_s() + timeout_s;
   unsigned idle = 0;
+  struct Waiting {  // counted while this thread progresses (see run())
+    std::atomic<int>& n;
+    explicit Waiting(std::atomic<int>& c) : n(c) { n.fetch_add(1, std::memory_order_acq_rel); }
+    ~Waiting() { n.fetch_sub(1, std::memory_order_acq_rel); }
+  } waiting(waiters_);
   for (;;) {
     ucs_status_t s = api_.request_check_status(request);
     if (s != UCS_INPROGRESS) {

@@ -80,6 +80,7 @@ class UcpWorker {
   uint64_t memory_types_ = 0;
   int efd_ = -1;
   std::atomic<bool> stop_{false};
+  std::atomic<int> waiters_{0};  // callers inside wait()
   std::thread thread_;
 };
 
