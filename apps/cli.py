@@ -47,10 +47,12 @@ def _cmd_info(args: argparse.Namespace) -> int:
     try:
         topo = sh.topology()
         matrix = [sh.transport_name(pe) for pe in range(sh.n_pes())]
+        # Where each pair's transport goes: tcp's peer address, ucx's UCX transports/devices.
+        endpoints = [_C.shmem.transport_endpoint(pe) for pe in range(sh.n_pes())]
         info = {"version": mori.__version__, "pe": sh.my_pe(), "n_pes": sh.n_pes(),
                 "bootstrap": _C.shmem.bootstrap_name(), "heap_bytes": _C.shmem.heap_size(),
                 "local_rank": topo["local_rank"], "local_size": topo["local_size"],
-                "num_nodes": topo["num_nodes"], "transports": matrix, "pes": topo["pes"]}
+                "num_nodes": topo["num_nodes"], "transports": matrix, "endpoints": endpoints, "pes": topo["pes"]}
         blobs = _gather_json(info)
         if sh.my_pe() == 0:
             if args.json:
@@ -62,6 +64,10 @@ def _cmd_info(args: argparse.Namespace) -> int:
                 print("      " + " ".join(f"{pe:>5}" for pe in range(sh.n_pes())))
                 for b in blobs:
                     print(f"{b['pe']:>5} " + " ".join(f"{t:>5}" for t in b["transports"]))
+                for b in blobs:
+                    for pe, ep in enumerate(b.get("endpoints", [])):
+                        if b["transports"][pe] == "ucx":
+                            print(f"  PE {b['pe']} -> PE {pe}: {ep}")
                 for p in topo["pes"]:
                     print(f"  PE {p['pe']}: node {p['node']} ({p['hostname']}), local rank {p['local_rank']}, "
                           f"pid {p['pid']}, ip {p['ip']}")

@@ -14,6 +14,8 @@ command -v cmake >/dev/null || need_apt="$need_apt cmake"
 command -v g++ >/dev/null || need_apt="$need_apt g++"
 [ -f /usr/include/openssl/hmac.h ] || need_apt="$need_apt libssl-dev"   # HMAC (core/auth)
 command -v strace >/dev/null || need_apt="$need_apt strace"   # a test delays one PE's init (tests/test_capi.py)
+[ -f /usr/include/ucp/api/ucp.h ] || need_apt="$need_apt libucx-dev"   # UCX headers (transports/ucx; libucp is dlopened)
+command -v ucx_info >/dev/null || need_apt="$need_apt ucx-utils"
 if [ -n "$need_apt" ]; then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $need_apt

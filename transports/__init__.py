@@ -19,3 +19,9 @@ def transport_matrix() -> list[str]:
 def transport_endpoint(pe: int) -> str:
     """Where this PE's transport reaches ``pe``: "ip:port" of its tcp listener, "" for shm."""
     return _C.shmem.transport_endpoint(pe)
+
+
+def ucx_library() -> dict:
+    """The UCX library MORI loads at run time (``MORI_UCX_LIBRARY``, else ``libucp.so.0``):
+    ``{"available", "version", "path", "why"}``; ``why`` says why when it is unavailable."""
+    return dict(_C.ucx.library())

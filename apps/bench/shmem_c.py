@@ -7,6 +7,11 @@ and alltoall) is compiled twice, with MORI's ``oshcc`` and with Open MPI's (``/u
 and both binaries run on each PE count (ours through ``oshrun`` = ``mori run``, theirs through
 Open MPI's ``oshrun``), ``--runs`` times, alternating which goes first, since a shared machine
 drifts. Prints the median of the runs with their spread (min-max) and writes every run as JSON.
+
+``--transport ucx`` runs every pair of PEs through UCX on both sides: ours with
+``MORI_NET_TRANSPORT=ucx-all`` and Open MPI's spml ucx, both with ``UCX_TLS`` from
+``--ucx-tls`` (default tcp), and ours over its own tcp transport (``MORI_DISABLE_P2P=1``)
+beside them; ``--transport tcp`` only the latter. Default: ours over shared memory.
 """
 from __future__ import annotations
 
@@ -65,7 +70,18 @@ def _run(cmd: list[str], env: dict, timeout: float) -> list[dict]:
     return rows
 
 
-def run(pes: list[int], max_bytes: int, scale: float, ompi_oshcc: str, ompi_oshrun: str, runs: int = 1) -> list[Row]:
+def _mori_variants(transport: str, ucx_tls: str) -> list[tuple[str, dict]]:
+    """(implementation label, extra environment) of each of our runs."""
+    if transport == "ucx":
+        return [("mori-ucx", {"MORI_NET_TRANSPORT": "ucx-all", "UCX_TLS": ucx_tls}),
+                ("mori-tcp", {"MORI_DISABLE_P2P": "1", "MORI_NET_TRANSPORT": "tcp"})]
+    if transport == "tcp":
+        return [("mori-tcp", {"MORI_DISABLE_P2P": "1", "MORI_NET_TRANSPORT": "tcp"})]
+    return [("mori", {})]
+
+
+def run(pes: list[int], max_bytes: int, scale: float, ompi_oshcc: str, ompi_oshrun: str, runs: int = 1,
+        transport: str = "shm", ucx_tls: str = "tcp") -> list[Row]:
     """Build both binaries and run each `runs` times per PE count, alternating which implementation
     goes first; returns every measurement."""
     from mori.shmem.capi import paths
@@ -83,9 +99,13 @@ def run(pes: list[int], max_bytes: int, scale: float, ompi_oshcc: str, ompi_oshr
         args = [str(max_bytes), str(scale)]
         mori_env = dict(os.environ, MORI_PYTHON=sys.executable)
         mori_env.setdefault("MORI_SHMEM_HEAP_SIZE", str(max(64 << 20, 4 * max_bytes)))
-        impls = [("mori", [str(p.bin_dir / "oshrun")], ours, mori_env)]
+        impls = [(label, [str(p.bin_dir / "oshrun")], ours, dict(mori_env, **extra))
+                 for label, extra in _mori_variants(transport, ucx_tls)]
         if have_ompi:
-            impls.append(("openmpi", [ompi_oshrun], theirs, dict(os.environ, **OMPI_ENV)))
+            ompi_env = dict(os.environ, **OMPI_ENV)
+            if transport == "ucx":  # the same UCX transports under Open MPI's spml ucx
+                ompi_env.update(UCX_TLS=ucx_tls, OMPI_MCA_spml="ucx")
+            impls.append(("openmpi", [ompi_oshrun], theirs, ompi_env))
         for k in range(runs):
             for n in pes:
                 for name, launcher, binary, env in (impls if k % 2 == 0 else impls[::-1]):
@@ -102,25 +122,35 @@ def _summary(rows: list[Row], bandwidth: bool) -> tuple[float, float, float]:
 
 def table(rows: list[Row]) -> str:
     """Side-by-side table: the median over the runs [min-max] of latency (us) for latencies and
-    collectives, GB/s for *_bw, and mori's speedup (ratio of the medians, > 1: mori is faster)."""
+    collectives, GB/s for *_bw, one column per implementation, and the first implementation's
+    speedup over Open MPI (ratio of the medians, > 1: ours is faster)."""
     keyed: dict[tuple, list[Row]] = {}
+    impls: list[str] = []
     for r in rows:
         keyed.setdefault((r.impl, r.pes, r.op, r.bytes), []).append(r)
+        if r.impl not in impls:
+            impls.append(r.impl)
+    ours = [i for i in impls if i != "openmpi"]
+    cols = ours + (["openmpi"] if "openmpi" in impls else [])
     runs = max((r.run for r in rows), default=0) + 1
-    lines = [f"median of {runs} run(s) [min-max]",
-             f"{'PEs':>3} {'op':<18} {'bytes':>7} {'mori':>28} {'openmpi':>28} {'speedup':>8}"]
+    lines = [f"median of {runs} run(s) [min-max]; speedup: {ours[0] if ours else '-'} over openmpi",
+             f"{'PEs':>3} {'op':<18} {'bytes':>7} " + " ".join(f"{c:>28}" for c in cols) + f" {'speedup':>8}"]
+    first = ours[0] if ours else None
     for (impl, n, op, b), rs in sorted(keyed.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][3])):
-        if impl != "mori":
+        if impl != first:
             continue
-        os_ = keyed.get(("openmpi", n, op, b))
         bw = op.endswith("_bw")
         unit = "GB/s" if bw else "us"
-        m = _summary(rs, bw)
-        o = _summary(os_, bw) if os_ else None
         fmt = lambda s: f"{s[0]:9.3f} [{s[1]:.3g}-{s[2]:.3g}] {unit}"
+        cells = []
+        for c in cols:
+            got = keyed.get((c, n, op, b))
+            cells.append(f"{fmt(_summary(got, bw)) if got else '-':>28}")
+        m = _summary(rs, bw)
+        os_ = keyed.get(("openmpi", n, op, b))
+        o = _summary(os_, bw) if os_ else None
         sp = ((m[0] / o[0]) if bw else (o[0] / m[0])) if o and m[0] and o[0] else None
-        lines.append(f"{n:>3} {op:<18} {b:>7} {fmt(m):>28} {fmt(o) if o else '-':>28} "
-                     f"{f'{sp:7.2f}x' if sp is not None else '-':>8}")
+        lines.append(f"{n:>3} {op:<18} {b:>7} " + " ".join(cells) + f" {f'{sp:7.2f}x' if sp is not None else '-':>8}")
     return "\n".join(lines)
 
 
@@ -133,6 +163,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--scale", type=float, default=1.0, help="multiply iteration counts (quick runs: 0.1)")
     ap.add_argument("--runs", type=int, default=5, help="runs of each implementation, alternating (default 5)")
     ap.add_argument("--json", default="bench-results/shmem_c.json", help="where to write the JSON results")
+    ap.add_argument("--transport", choices=["shm", "tcp", "ucx"], default="shm",
+                    help="how our PEs reach each other: shm (default), tcp (MORI_DISABLE_P2P), or ucx "
+                         "(ucx-all, beside tcp; Open MPI gets the same UCX_TLS)")
+    ap.add_argument("--ucx-tls", default="tcp", help="UCX_TLS of the ucx runs, ours and Open MPI's (default tcp)")
     ap.add_argument("--ompi-oshcc", default="/usr/bin/oshcc")
     ap.add_argument("--ompi-oshrun", default="/usr/bin/oshrun")
     args = ap.parse_args(argv)
@@ -142,13 +176,15 @@ def main(argv: list[str]) -> int:
     if args.runs < 1:
         ap.error("--runs must be at least 1")
     t0 = time.time()
-    rows = run(pes, args.max_bytes, args.scale, args.ompi_oshcc, args.ompi_oshrun, args.runs)
+    rows = run(pes, args.max_bytes, args.scale, args.ompi_oshcc, args.ompi_oshrun, args.runs, args.transport,
+               args.ucx_tls)
     print(table(rows))
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"benchmark": "shmem-c", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node(),
             "cpus": os.cpu_count(), "machine": platform.machine(), "seconds": round(time.time() - t0, 1),
             "max_bytes": args.max_bytes, "scale": args.scale, "runs": args.runs,
+            "transport": args.transport, "ucx_tls": args.ucx_tls if args.transport == "ucx" else None,
             "command": "mori bench shmem-c " + " ".join(argv)}
     out.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
     print(f"wrote {out}")

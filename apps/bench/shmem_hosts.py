@@ -12,6 +12,13 @@ Python on both sides:
   message size, against a socket stream of the same message size (sender
   streams, receiver acknowledges the total).
 
+- the rate of non-fetching 8-byte atomic adds (a stream, then quiet) and the
+  latency of barrier_all over the two PEs.
+
+``--transport ucx`` runs the same job twice in the same run, over MORI's tcp
+transport and over the ucx transport (``MORI_NET_TRANSPORT=ucx``, UCX's transports
+from ``--ucx-tls``, default tcp), and shows them side by side.
+
 Targets (issue 4): put bandwidth >= 0.8 x socket at >= 1 MiB; small-put latency
 (put + quiet) <= 2 x socket round trip. Prints a table and writes JSON.
 """
@@ -218,8 +225,27 @@ def shmem_worker(sizes: Sequence[int], out: str) -> None:
                 c.put(f_addr, o_addr, 8, peer, False)
         pp.append((time.perf_counter() - t) / LAT_ITERS * 1e6)
         sh.barrier_all()
+    # Barrier latency (both PEs) and the rate of non-fetching atomic adds (PE 0 streams, then quiet).
+    bar = []
+    for rep in range(REPEATS):
+        sh.barrier_all()
+        t = time.perf_counter()
+        for _ in range(LAT_ITERS // 3):
+            c.barrier_all()
+        bar.append((time.perf_counter() - t) / (LAT_ITERS // 3) * 1e6)
+    if me == 0:
+        rates = []
+        for rep in range(REPEATS):
+            t = time.perf_counter()
+            for _ in range(LAT_ITERS):
+                c.atomic(w_addr, 4, 8, 1, 0, peer)  # 4: add (AmoOp order)
+            c.quiet()
+            rates.append(LAT_ITERS / (time.perf_counter() - t) / 1e6)
+        result["amo_add_mops"] = statistics.median(rates)
+    sh.barrier_all()
     if me == 0:
         result["latency_us"]["put8 ping-pong"] = statistics.median(pp)
+        result["latency_us"]["barrier_all"] = statistics.median(bar)
         with open(out, "w") as f:
             json.dump(result, f)
     if echo is not None:
@@ -258,11 +284,11 @@ def _wait_all(procs: list[subprocess.Popen], timeout: float, what: str) -> None:
         raise RuntimeError(f"{what} failed (exit codes {[p.returncode for p in procs]})")
 
 
-def _run_pair(hosts, sizes: Sequence[int], workdir: str) -> dict:
+def _run_pair(hosts, sizes: Sequence[int], workdir: str, extra_env: Optional[dict] = None) -> dict:
     me = os.path.abspath(__file__)
     py = sys.executable
     size_arg = ",".join(map(str, sizes))
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(extra_env or {}))
     # One PE per host, one `mori run` per host; the socket baseline runs inside the same PEs.
     mori_out = os.path.join(workdir, "mori.json")
     secret = os.urandom(32).hex()
@@ -280,28 +306,49 @@ def _run_pair(hosts, sizes: Sequence[int], workdir: str) -> dict:
     return ours
 
 
-def build_report(ours: dict, sizes: Sequence[int], link: str, rate: str):
-    """One row per measurement; ratios are MORI over the socket baseline of the same run."""
+def build_report(runs: dict[str, dict], sizes: Sequence[int], link: str, rate: str):
+    """One row per measurement, one column set per transport run (``runs``: label -> results);
+    mori/socket is the first run over the socket baseline of the same job."""
     from mori.apps.bench.report import Report, human_size
 
-    base = ours["socket"]
+    labels = list(runs)
+    first = runs[labels[0]]
+    base = first["socket"]
     rtt = base["rtt_us"]
-    report = Report("shmem_hosts", ["op", "size", "mori_us", "socket_rtt_us", "mori/socket", "mori_GBps",
-                                    "socket_GBps"])
-    for name, us in ours["latency_us"].items():
-        report.add(op=name, size="8 B", mori_us=us, socket_rtt_us=rtt, **{"mori/socket": us / rtt})
+    cols = ["op", "size", *[f"{k}_us" for k in labels], "socket_rtt_us", "mori/socket",
+            *[f"{k}_GBps" for k in labels], "socket_GBps"]
+    if len(labels) == 2:
+        cols.insert(cols.index("mori/socket") + 1, f"{labels[1]}/{labels[0]}")
+    report = Report("shmem_hosts", cols)
+    ratio = f"{labels[1]}/{labels[0]}" if len(labels) == 2 else None
+    for name, us in first["latency_us"].items():
+        row = {f"{k}_us": runs[k]["latency_us"][name] for k in labels}
+        if ratio:
+            row[ratio] = runs[labels[1]]["latency_us"][name] / us
+        report.add(op=name, size="8 B", socket_rtt_us=rtt, **{"mori/socket": us / rtt}, **row)
+    if "amo_add_mops" in first:
+        row = {f"{k}_us": 1.0 / runs[k]["amo_add_mops"] for k in labels}
+        if ratio:
+            row[ratio] = row[f"{labels[1]}_us"] / row[f"{labels[0]}_us"]
+        report.add(op="amo add (1/rate)", size="8 B", **row)
     for op in ("put", "get"):
         for s in sizes:
-            ours_bw, sock_bw = ours[f"{op}_gbps"][str(s)], base["stream_gbps"][str(s)]
-            report.add(op=f"{op} bandwidth", size=human_size(s), mori_GBps=ours_bw, socket_GBps=sock_bw,
-                       **{"mori/socket": ours_bw / sock_bw})
+            ours_bw, sock_bw = first[f"{op}_gbps"][str(s)], base["stream_gbps"][str(s)]
+            row = {f"{k}_GBps": runs[k][f"{op}_gbps"][str(s)] for k in labels}
+            if ratio:
+                row[ratio] = runs[labels[1]][f"{op}_gbps"][str(s)] / ours_bw
+            report.add(op=f"{op} bandwidth", size=human_size(s), socket_GBps=sock_bw,
+                       **{"mori/socket": ours_bw / sock_bw}, **row)
     big = [s for s in sizes if s >= 1 << 20]
     report.meta = {
-        "transport": ours["transport"], "link": link, "rate": rate or None, "socket_rtt_us": rtt,
+        "transports": {k: runs[k]["transport"] for k in labels}, "transport": first["transport"], "link": link,
+        "rate": rate or None, "socket_rtt_us": rtt,
+        "amo_add_mops": {k: runs[k].get("amo_add_mops") for k in labels},
+        "ucx_tls": os.environ.get("UCX_TLS"),
         "targets": {
-            "put8+quiet <= 2 x socket rtt": ours["latency_us"]["put8+quiet"] <= 2 * rtt,
+            "put8+quiet <= 2 x socket rtt": first["latency_us"]["put8+quiet"] <= 2 * rtt,
             "put bandwidth >= 0.8 x socket at >= 1 MiB":
-                all(ours["put_gbps"][str(s)] >= 0.8 * base["stream_gbps"][str(s)] for s in big) if big else None,
+                all(first["put_gbps"][str(s)] >= 0.8 * base["stream_gbps"][str(s)] for s in big) if big else None,
         },
     }
     return report
@@ -315,6 +362,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                    help="no namespaces: two node ids on this machine's loopback (no root needed)")
     p.add_argument("--rate", default="", help="shape the veth link with tc tbf, e.g. 1gbit")
     p.add_argument("--sizes", default=",".join(map(str, SIZES)), help="bandwidth message sizes in bytes")
+    p.add_argument("--transport", choices=["tcp", "ucx"], default="tcp",
+                   help="ucx: also run over the ucx transport, beside tcp in the same run")
+    p.add_argument("--ucx-tls", default="tcp", help="UCX_TLS of the ucx run (default tcp)")
     p.add_argument("--json", default="bench-results/shmem_hosts.json", help="where to write the JSON report")
     p.add_argument("--worker", choices=["shmem"], help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -326,10 +376,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.hosts != 2:
         print("mori bench shmem: --hosts must be 2", file=sys.stderr)
         return 2
+    plan = {"tcp": {"MORI_NET_TRANSPORT": "tcp"}}
+    if args.transport == "ucx":
+        plan["ucx"] = {"MORI_NET_TRANSPORT": "ucx", "UCX_TLS": args.ucx_tls}
+    runs: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="mori-bench-") as workdir:
         if args.loopback:
             link = "loopback (two node ids, one machine)"
-            ours = _run_pair([_Loopback("a"), _Loopback("b")], sizes, workdir)
+            for label, env in plan.items():
+                runs[label] = _run_pair([_Loopback("a"), _Loopback("b")], sizes, workdir, env)
         else:
             from mori.apps.netns import VethHosts, unavailable_reason
 
@@ -341,10 +396,17 @@ def main(argv: Optional[list[str]] = None) -> int:
             with VethHosts(subnet="10.204.0") as veth:
                 if args.rate:
                     veth.limit_rate(args.rate)
-                ours = _run_pair(veth.hosts, sizes, workdir)
-    report = build_report(ours, sizes, link, args.rate)
-    report.show(f"mori bench shmem --hosts 2: {link}, transport {ours['transport']} "
-                "(latency: lower is better; bandwidth: higher)")
+                for label, env in plan.items():
+                    runs[label] = _run_pair(veth.hosts, sizes, workdir, env)
+    for label, ours in runs.items():
+        if ours["transport"] != label:
+            raise RuntimeError(f"the {label} run went over {ours['transport']}")
+    report = build_report(runs, sizes, link, args.rate)
+    if args.transport == "ucx":
+        report.meta["ucx_tls"] = args.ucx_tls
+    report.show(f"mori bench shmem --hosts 2: {link}, transports {', '.join(runs)}"
+                + (f" (UCX_TLS={args.ucx_tls})" if args.transport == "ucx" else "")
+                + " (latency: lower is better; bandwidth: higher)")
     for name, ok in report.meta["targets"].items():
         print(f"target {name}: {'n/a' if ok is None else 'met' if ok else 'MISSED'}")
     print("wrote", report.save(args.json))

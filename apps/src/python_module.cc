@@ -11,6 +11,7 @@ void bind_shmem(py::module_& m);
 void bind_collectives(py::module_& m);
 void bind_ep(py::module_& m);
 void bind_io(py::module_& m);
+void bind_ucx(py::module_& m);
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "MORI native core";
@@ -34,6 +35,8 @@ PYBIND11_MODULE(_C, m) {
   bind_ep(ep);
   auto io = m.def_submodule("io", "transfer engine");
   bind_io(io);
+  auto ucx = m.def_submodule("ucx", "UCX, loaded at run time");
+  bind_ucx(ucx);
   // MORI's users import TransferStatus from the flat native module (mori.cpp).
   m.attr("TransferStatus") = io.attr("TransferStatus");
 }

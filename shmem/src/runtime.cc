@@ -14,6 +14,8 @@
 #include "mori/shmem/gpu_heap.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/tcp/tcp_transport.h"
+#include "transports/ucx/ucx_selection.h"
+#include "transports/ucx/ucx_transport.h"
 
 namespace mori::shmem {
 namespace {
@@ -215,20 +217,39 @@ void Runtime::setup() {
   heap_region_.size = heap_bytes;
   allocator_ = std::make_unique<HeapAllocator>(kHeapReserved, heap_bytes);
 
-  // Transports: shm for every PE of this host (unless P2P is disabled), tcp for the rest.
+  // Transports: shm for every PE of this host (unless P2P is disabled), tcp or ucx for
+  // the rest (MORI_NET_TRANSPORT; ucx-all takes the same-host pairs too).
   auto shm = std::make_unique<ShmTransport>(my_pe_, n_pes_);
   peer_transport_.assign(n_pes_, nullptr);
-  std::vector<int> tcp_peers;  // on another node, or MORI_DISABLE_P2P=1
+  std::vector<int> net_peers, local_peers;  // net: on another node, or MORI_DISABLE_P2P=1
   for (int pe = 0; pe < n_pes_; ++pe) {
     bool same_host = topology_.same_node(pe, my_pe_);
-    if (pe == my_pe_ || (same_host && !settings.disable_p2p)) {
-      peer_transport_[pe] = shm.get();
-    } else {
-      tcp_peers.push_back(pe);
-    }
+    if (pe == my_pe_) continue;
+    (same_host && !settings.disable_p2p ? local_peers : net_peers).push_back(pe);
   }
+  auto net = ucx::choose_net_transport(*bootstrap_, settings.net_transport, !net_peers.empty(), !local_peers.empty());
+  std::vector<int> tcp_peers, ucx_peers;
+  if (net.use_ucx) {
+    ucx_peers = net_peers;
+    if (net.all_pairs) ucx_peers.insert(ucx_peers.end(), local_peers.begin(), local_peers.end());
+  } else {
+    tcp_peers = net_peers;
+  }
+  peer_transport_[my_pe_] = shm.get();
+  if (!net.all_pairs)
+    for (int pe : local_peers) peer_transport_[pe] = shm.get();
   ShmTransport* shm_ptr = shm.get();
   transports_.push_back(std::move(shm));
+#if MORI_HAVE_UCX_HEADERS
+  if (net.use_ucx) {
+    auto ucx = UcxTransport::create(*bootstrap_, *net.api, ucx_peers, settings.bootstrap_timeout, [ctrl] {
+      // UCX progress may have landed remote data here: sleeping waiters look again.
+      ctrl->doorbell.ring(0, Doorbell::kWatchAll);
+    });
+    for (int pe : ucx_peers) peer_transport_[pe] = ucx.get();
+    transports_.push_back(std::move(ucx));
+  }
+#endif
   auto tcp = TcpTransport::create(*bootstrap_, topology_, tcp_peers, settings.bootstrap_timeout,
                                   [ctrl](uint32_t region, uint64_t offset, uint64_t length) {
                                     ctrl->doorbell.ring(Doorbell::key(static_cast<int>(region), offset),

@@ -125,9 +125,12 @@ int main(int argc, char **argv) {
   shmem_putmem(NULL, NULL, 0, right);
   shmem_getmem(NULL, NULL, 0, right);
   /* shmem_ptr works on globals and the heap for PEs of this host (SHMEM_TEAM_SHARED), and is
-     NULL for PEs on other hosts */
+     NULL for PEs on other hosts; MORI_NET_TRANSPORT=ucx-all reaches same-host PEs through UCX,
+     which maps nothing, so there it is NULL too */
   long *peer = shmem_ptr(g_long, right);
-  if (shmem_team_translate_pe(SHMEM_TEAM_WORLD, right, SHMEM_TEAM_SHARED) >= 0) {
+  const char *net = getenv("MORI_NET_TRANSPORT");
+  int mapped = net == NULL || strcmp(net, "ucx-all") != 0;
+  if (mapped && shmem_team_translate_pe(SHMEM_TEAM_WORLD, right, SHMEM_TEAM_SHARED) >= 0) {
     CHECK(peer != NULL && peer[2] == 12345 + me, "shmem_ptr on a global");
     CHECK(shmem_ptr(g_bytes, right) != NULL, "shmem_ptr on static bss");
   } else {

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Large and small transfers between PEs on different nodes, every byte checked.
 
-    mori run ... tcp_stress.py [ROUNDS]
+    mori run ... tcp_stress.py [ROUNDS [TRANSPORT]]    # TRANSPORT: expected to the next PE (tcp)
 
 Each round draws (from a generator seeded alike on every PE) a size up to 3 MiB and
 an offset, then does blocking put, non-blocking put + quiet, get, non-blocking get,
@@ -19,11 +19,11 @@ import mori.shmem as sh
 MAX = 3 << 20
 
 
-def main(rounds: int) -> None:
+def main(rounds: int, transport: str = "tcp") -> None:
     sh.init()
     me, n = sh.my_pe(), sh.n_pes()
     right, left = (me + 1) % n, (me - 1) % n
-    assert sh.transport_name(right) == "tcp", f"PE {me} reaches PE {right} over {sh.transport_name(right)}"
+    assert sh.transport_name(right) == transport, f"PE {me} reaches PE {right} over {sh.transport_name(right)}"
     rng = np.random.default_rng(20261129)
     buf = sh.zeros(MAX + 64, np.uint8)
     sig = sh.zeros(1, np.uint64)
@@ -55,4 +55,4 @@ def main(rounds: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 12)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 12, sys.argv[2] if len(sys.argv) > 2 else "tcp")

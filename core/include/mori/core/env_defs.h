@@ -69,4 +69,8 @@
   X(ep_profile, "MORI_EP_PROFILE", bool, "0",                                                      \
     "EP ops record a span per dispatch/combine call (op.get_debug_time_buf, mori.kernel_profiler)") \
   X(shmem_wait_timeout, "MORI_SHMEM_WAIT_TIMEOUT", seconds, "inf",                                 \
-    "seconds a shmem wait (wait_until, barrier, collective) may last before it fails saying what it waited for on which PE (inf: no limit)")
+    "seconds a shmem wait (wait_until, barrier, collective) may last before it fails saying what it waited for on which PE (inf: no limit)") \
+  X(ucx_library, "MORI_UCX_LIBRARY", string, "",                                                   \
+    "UCX: the libucp to load at run time (default: libucp.so.0, then libucp.so)") \
+  X(net_transport, "MORI_NET_TRANSPORT", string, "auto",                                           \
+    "transport between hosts: auto (ucx when UCX has an RDMA transport, else tcp), tcp, ucx, or ucx-all (ucx for every pair, same host too: testing)")

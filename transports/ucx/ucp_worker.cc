@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: MIT
+#include "transports/ucx/ucp_worker.h"
+
+#if MORI_HAVE_UCX_HEADERS
+
+#include <poll.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "mori/core/log.h"
+#include "mori/core/status.h"
+
+namespace mori::ucx {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+UcpWorker::UcpWorker(const Ucp& api, Options options) : api_(api), options_(std::move(options)) {
+  ucp_config_t* config = nullptr;
+  check(api_, api_.config_read(nullptr, nullptr, &config), "ucp_config_read");
+  for (auto& [name, value] : options_.config) {
+    ucs_status_t s = api_.config_modify(config, name.c_str(), value.c_str());
+    if (s != UCS_OK)
+      MORI_LOG(kDebug, "UCX", "%s: UCX setting %s=%s not applied: %s", options_.owner.c_str(), name.c_str(),
+               value.c_str(), api_.status_string(s));
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = options_.features | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 0;
+  ucs_status_t s = api_.init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &context_);
+  api_.config_release(config);
+  check(api_, s, (options_.owner + ": ucp_init").c_str());
+
+  try {
+    ucp_context_attr_t attr{};
+    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    check(api_, api_.context_query(context_, &attr), "ucp_context_query");
+    memory_types_ = attr.memory_types;
+
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_MULTI;
+    check(api_, api_.worker_create(context_, &wp, &worker_), (options_.owner + ": ucp_worker_create").c_str());
+    ucp_address_t* addr = nullptr;
+    size_t len = 0;
+    check(api_, api_.worker_get_address(worker_, &addr, &len), "ucp_worker_get_address");
+    address_.assign(reinterpret_cast<const char*>(addr), len);
+    api_.worker_release_address(worker_, addr);
+    check(api_, api_.worker_get_efd(worker_, &efd_), "ucp_worker_get_efd");
+  } catch (...) {
+    if (worker_) api_.worker_destroy(worker_);
+    api_.cleanup(context_);
+    throw;
+  }
+}
+
+UcpWorker::~UcpWorker() {
+  stop();
+  api_.worker_destroy(worker_);
+  api_.cleanup(context_);
+}
+
+void UcpWorker::start() {
+  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+}
+
+void UcpWorker::stop() {
+  if (!thread_.joinable()) return;
+  stop_.store(true);
+  api_.worker_signal(worker_);
+  thread_.join();
+}
+
+unsigned UcpWorker::progress() {
+  unsigned n = api_.worker_progress(worker_);
+  if (n && options_.on_progress) options_.on_progress();
+  return n;
+}
+
+void UcpWorker::run() {
+  double next = options_.periodic_s > 0 ? now_s() + options_.periodic_s : INFINITY;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    double t = now_s();
+    if (t >= next) {
+      options_.periodic();
+      next = t + options_.periodic_s;
+    }
+    // A caller progresses the worker while it waits for its request: do not fight it for
+    // UCX's worker lock (a preempted holder makes the other spin for its whole time slice).
+    if (waiters_.load(std::memory_order_acquire) > 0) {
+      usleep(200);
+      continue;
+    }
+    while (progress() != 0) {
+    }
+    t = now_s();
+    if (t >= next) continue;
+    ucs_status_t s = api_.worker_arm(worker_);
+    if (s == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress them first
+    if (s != UCS_OK) {
+      MORI_LOG(kError, "UCX", "%s: ucp_worker_arm: %s; progress thread polls", options_.owner.c_str(),
+               api_.status_string(s));
+    }
+    int wait_ms = std::isinf(next) ? 1000 : std::max(1, static_cast<int>((next - t) * 1000));
+    if (s != UCS_OK) wait_ms = 1;
+    pollfd p{efd_, POLLIN, 0};
+    poll(&p, 1, wait_ms);
+  }
+}
+
+ucs_status_t UcpWorker::wait(ucs_status_ptr_t request, double timeout_s, const std::function<bool()>& give_up) {
+  if (request == nullptr) return UCS_OK;
+  if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
+  double deadline = std::isinf(timeout_s) ? INFINITY : now_s() + timeout_s;
+  unsigned idle = 0;
+  struct Waiting {  // counted while this thread progresses (see run())
+    std::atomic<int>& n;
+    explicit Waiting(std::atomic<int>& c) : n(c) { n.fetch_add(1, std::memory_order_acq_rel); }
+    ~Waiting() { n.fetch_sub(1, std::memory_order_acq_rel); }
+  } waiting(waiters_);
+  for (;;) {
+    ucs_status_t s = api_.request_check_status(request);
+    if (s != UCS_INPROGRESS) {
+      api_.request_free(request);
+      return s;
+    }
+    if (progress() != 0) {
+      idle = 0;
+      continue;
+    }
+    // Idle polls are cheap, the clock and give_up() are checked every 64th; past a few
+    // thousand the target side is slow (oversubscribed): yield the core to it.
+    if ((++idle & 63) == 0) {
+      if (give_up && give_up()) return UCS_ERR_CANCELED;
+      if (now_s() > deadline) return UCS_ERR_TIMED_OUT;
+      if (idle > 4096) sched_yield();
+    }
+  }
+}
+
+void UcpWorker::release(ucs_status_ptr_t request) {
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
+  double deadline = now_s() + 1.0;
+  while (api_.request_check_status(request) == UCS_INPROGRESS && now_s() < deadline) progress();
+  api_.request_free(request);
+}
+
+}  // namespace mori::ucx
+
+#endif  // MORI_HAVE_UCX_HEADERS

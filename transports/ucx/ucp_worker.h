@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: MIT
+// One UCP context and worker with its own progress thread. MORI's callers never
+// drive UCX progress, and UCX's tcp and shared-memory transports emulate RMA and
+// atomics in software on the target, so every worker is progressed by a thread
+// that sleeps on the worker's event fd (ucp_worker_arm) and is woken by traffic or
+// by ucp_worker_signal. Used by transports/ucx and by io/'s RDMA backend.
+//
+// Thread mode: UCS_THREAD_MODE_MULTI. Two threads touch the worker (the caller's and
+// the progress thread), and callers wait on their own requests by progressing; UCX's
+// worker lock is held per call, where a mutex of ours would have to be held across a
+// whole wait (or be released and re-taken around every progress call) to the same end.
+#pragma once
+
+#if MORI_HAVE_UCX_HEADERS
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "transports/ucx/ucp_library.h"
+
+namespace mori::ucx {
+
+class UcpWorker {
+ public:
+  struct Options {
+    std::string owner;  // for logs and errors: "shmem PE 3", "io engine x"
+    // UCP settings applied with ucp_config_modify over the user's UCX_* environment
+    // (which stays untouched); a setting this UCX does not know is logged and skipped.
+    std::vector<std::pair<std::string, std::string>> config;
+    uint64_t features = 0;  // UCP_FEATURE_* (WAKEUP is always added)
+    // Runs on the progress thread every `periodic_s` seconds (0: never).
+    std::function<void()> periodic;
+    double periodic_s = 0;
+    // Runs after a progress call that did something (e.g. ring waiters' doorbells).
+    std::function<void()> on_progress;
+  };
+
+  // Throws mori::Error when the context or worker cannot be created.
+  UcpWorker(const Ucp& api, Options options);
+  ~UcpWorker();
+  UcpWorker(const UcpWorker&) = delete;
+  UcpWorker& operator=(const UcpWorker&) = delete;
+
+  const Ucp& api() const { return api_; }
+  ucp_context_h context() const { return context_; }
+  ucp_worker_h worker() const { return worker_; }
+  const std::string& owner() const { return options_.owner; }
+  // This worker's address, to be sent to peers (ucp_ep_create's remote address).
+  const std::string& address() const { return address_; }
+  // UCS_MEMORY_TYPE_* bits UCX can reach here (ucp_context_query).
+  uint64_t memory_types() const { return memory_types_; }
+
+  // One ucp_worker_progress; runs on_progress when it did something.
+  unsigned progress();
+  // Waits for a request of a *_nbx call (a status pointer): progresses until it
+  // completes, `give_up()` says so, or `timeout_s` passes. Returns its status and frees
+  // it; UCS_ERR_TIMED_OUT / UCS_ERR_CANCELED leave it to release() (see there).
+  ucs_status_t wait(ucs_status_ptr_t request, double timeout_s, const std::function<bool()>& give_up = {});
+  // Frees a request that wait() gave up on, once whatever could still complete it is
+  // gone (its endpoint force-closed): progresses briefly so UCX finishes it, then frees.
+  void release(ucs_status_ptr_t request);
+  // Starts the progress thread (after the owner has set up what its callbacks use).
+  void start();
+  // Stops the progress thread (idempotent); the worker stays usable by the caller.
+  void stop();
+
+ private:
+  void run();
+
+  const Ucp& api_;
+  Options options_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::string address_;
+  uint64_t memory_types_ = 0;
+  int efd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> waiters_{0};  // callers inside wait()
+  std::thread thread_;
+};
+
+}  // namespace mori::ucx
+
+#endif  // MORI_HAVE_UCX_HEADERS

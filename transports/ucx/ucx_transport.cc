@@ -1,0 +1,487 @@
+// SPDX-License-Identifier: MIT
+#include "transports/ucx/ucx_transport.h"
+
+#if MORI_HAVE_UCX_HEADERS
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "mori/core/log.h"
+#include "mori/core/status.h"
+#include "transports/ucx/ucp_report.h"
+
+namespace mori {
+
+namespace {
+
+constexpr unsigned kHeartbeatAm = 0x4d4f;  // "MO": our only active-message id
+enum HeartbeatKind : int32_t { kPing = 0, kPong = 1, kBye = 2 };
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Variable-length allgather: every PE's blob, by PE.
+std::vector<std::string> allgather_blobs(Bootstrap& b, const std::string& mine) {
+  auto sizes = b.allgather_values(static_cast<uint64_t>(mine.size()));
+  size_t width = *std::max_element(sizes.begin(), sizes.end());
+  std::string padded = mine;
+  padded.resize(width);
+  std::string all(width * sizes.size(), '\0');
+  if (width) b.allgather(padded.data(), all.data(), width);
+  std::vector<std::string> out(sizes.size());
+  for (size_t pe = 0; pe < sizes.size(); ++pe) out[pe] = all.substr(pe * width, sizes[pe]);
+  return out;
+}
+
+bool ucx_tls_may_use_shared_memory() {
+  const char* tls = getenv("UCX_TLS");
+  if (!tls || !*tls || tls[0] == '^') return true;
+  std::string list = std::string(",") + tls + ",";
+  for (const char* name : {"all", "sm", "shm", "mm", "posix", "sysv"})
+    if (list.find(std::string(",") + name + ",") != std::string::npos) return true;
+  return false;
+}
+
+ucp_atomic_op_t ucp_op(AmoOp op) {
+  switch (op) {
+    case AmoOp::kFetch:
+    case AmoOp::kAdd:
+    case AmoOp::kFetchAdd: return UCP_ATOMIC_OP_ADD;
+    case AmoOp::kSet:
+    case AmoOp::kSwap: return UCP_ATOMIC_OP_SWAP;
+    case AmoOp::kCompareSwap: return UCP_ATOMIC_OP_CSWAP;
+    case AmoOp::kAnd:
+    case AmoOp::kFetchAnd: return UCP_ATOMIC_OP_AND;
+    case AmoOp::kOr:
+    case AmoOp::kFetchOr: return UCP_ATOMIC_OP_OR;
+    case AmoOp::kXor:
+    case AmoOp::kFetchXor: return UCP_ATOMIC_OP_XOR;
+  }
+  return UCP_ATOMIC_OP_LAST;
+}
+
+// Whether UCP needs a reply buffer: every fetching op, and swaps (UCP's swap always fetches).
+bool replies(AmoOp op) {
+  switch (op) {
+    case AmoOp::kAdd:
+    case AmoOp::kAnd:
+    case AmoOp::kOr:
+    case AmoOp::kXor: return false;
+    default: return true;
+  }
+}
+
+}  // namespace
+
+UcxTransport::UcxTransport(Bootstrap& bootstrap, const ucx::Ucp& api, int my_pe, int n_pes, double timeout_s)
+    : bootstrap_(bootstrap),
+      api_(api),
+      my_pe_(my_pe),
+      n_pes_(n_pes),
+      timeout_s_(timeout_s),
+      eps_(n_pes, nullptr),
+      error_args_(n_pes),
+      ep_status_(new std::atomic<int>[n_pes]),
+      last_heard_ns_(new std::atomic<int64_t>[n_pes]),
+      finalized_(new std::atomic<bool>[n_pes]),
+      lost_at_ns_(new std::atomic<int64_t>[n_pes]) {
+  int64_t t = now_ns();
+  for (int pe = 0; pe < n_pes; ++pe) {
+    ep_status_[pe].store(UCS_OK);
+    last_heard_ns_[pe].store(t);
+    finalized_[pe].store(false);
+    lost_at_ns_[pe].store(0);
+    error_args_[pe] = {this, pe};
+  }
+  ping_[0] = pong_[0] = my_pe;
+  ping_[1] = kPing;
+  pong_[1] = kPong;
+}
+
+std::unique_ptr<UcxTransport> UcxTransport::create(Bootstrap& bootstrap, const ucx::Ucp& api,
+                                                   const std::vector<int>& ucx_peers, double timeout_s,
+                                                   std::function<void()> on_progress) {
+  int me = bootstrap.rank(), n = bootstrap.size();
+  std::unique_ptr<UcxTransport> t(new UcxTransport(bootstrap, api, me, n, timeout_s));
+  ucx::UcpWorker::Options o;
+  o.owner = "shmem PE " + std::to_string(me);
+  o.features = UCP_FEATURE_RMA | UCP_FEATURE_AMO32 | UCP_FEATURE_AMO64 | UCP_FEATURE_AM;
+  o.config = {
+      // No memory-type detection: MORI says which memory a region is, and the cache's
+      // malloc/mmap hooks have broken other runtimes' finalize here (Open MPI oshmem).
+      {"MEMTYPE_CACHE", "n"},
+  };
+  // Shared-memory transports only take part with peer error handling when told to (set
+  // only when UCX_TLS may select them: UCX warns about settings nothing used).
+  if (ucx_tls_may_use_shared_memory()) o.config.emplace_back("MM_ERROR_HANDLING", "y");
+  UcxTransport* self = t.get();
+  o.on_progress = std::move(on_progress);
+  // Heartbeat often enough that a silent peer is found within the timeout.
+  o.periodic_s = std::clamp(timeout_s / 4, 0.05, 1.0);
+  o.periodic = [self] { self->heartbeat(); };
+  t->worker_ = std::make_unique<ucx::UcpWorker>(api, std::move(o));
+
+  ucp_am_handler_param_t hp{};
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG |
+                  UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  hp.id = kHeartbeatAm;
+  hp.cb = &UcxTransport::on_am;
+  hp.arg = self;
+  hp.flags = UCP_AM_FLAG_WHOLE_MSG;
+  ucx::check(api, api.worker_set_am_recv_handler(t->worker_->worker(), &hp), "ucp_worker_set_am_recv_handler");
+
+  auto addresses = allgather_blobs(bootstrap, t->worker_->address());
+  for (int pe : ucx_peers) {
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t*>(addresses.at(pe).data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = &UcxTransport::on_ep_error;
+    ep.err_handler.arg = &t->error_args_[pe];
+    ucs_status_t s = api.ep_create(t->worker_->worker(), &ep, &t->eps_.at(pe));
+    if (s != UCS_OK)
+      raise(Status::kUnavailable, "PE %d: no UCX transport reaches PE %d: %s (UCX_TLS=%s)", me, pe,
+            api.status_string(s), getenv("UCX_TLS") ? getenv("UCX_TLS") : "all");
+  }
+  t->worker_->start();
+  MORI_LOG(kInfo, "UCX", "PE %d: UCX %s (%s), %zu ucx peers", me, api.version.c_str(), api.path.c_str(),
+           ucx_peers.size());
+  return t;
+}
+
+UcxTransport::~UcxTransport() {
+  worker_->stop();
+  // Goodbyes first, so peers do not take our silence for a death.
+  int32_t bye[2] = {my_pe_, kBye};
+  std::vector<ucs_status_ptr_t> pending;
+  for (int pe = 0; pe < n_pes_; ++pe) {
+    if (!eps_[pe] || peer_lost(pe)) continue;
+    ucp_request_param_t p{};
+    pending.push_back(api_.am_send_nbx(eps_[pe], kHeartbeatAm, bye, sizeof(bye), nullptr, 0, &p));
+  }
+  for (auto r : pending) {
+    ucs_status_t s = worker_->wait(r, std::min(timeout_s_, 2.0));
+    if (s == UCS_ERR_TIMED_OUT || s == UCS_ERR_CANCELED) worker_->release(r);
+  }
+  {
+    std::lock_guard<std::mutex> lock(regions_mu_);
+    for (auto& r : regions_) {
+      if (!r) continue;
+      for (auto& k : r->rkeys)
+        if (k) api_.rkey_destroy(k);
+      if (r->memh) api_.mem_unmap(worker_->context(), r->memh);
+    }
+    regions_.clear();
+  }
+  close_endpoints();
+}
+
+void UcxTransport::close_endpoints() {
+  for (int pe = 0; pe < n_pes_; ++pe) {
+    if (!eps_[pe]) continue;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    // A lost peer cannot take part in a flush: force-close it.
+    p.flags = peer_lost(pe) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    ucs_status_ptr_t r = api_.ep_close_nbx(eps_[pe], &p);
+    ucs_status_t s = worker_->wait(r, std::min(timeout_s_, 2.0));
+    if (s == UCS_ERR_TIMED_OUT) worker_->release(r);
+    eps_[pe] = nullptr;
+  }
+}
+
+ucs_status_t UcxTransport::on_am(void* arg, const void* header, size_t header_length, void*, size_t,
+                                 const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxTransport*>(arg);
+  if (header_length != sizeof(int32_t) * 2) return UCS_OK;
+  int32_t h[2];
+  std::memcpy(h, header, sizeof(h));
+  int pe = h[0];
+  if (pe < 0 || pe >= self->n_pes_) return UCS_OK;
+  switch (h[1]) {
+    case kPing:
+      if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) {
+        ucp_request_param_t p{};
+        ucs_status_ptr_t r =
+            self->api_.am_send_nbx(param->reply_ep, kHeartbeatAm, self->pong_, sizeof(self->pong_), nullptr, 0, &p);
+        if (r && !UCS_PTR_IS_ERR(r)) self->api_.request_free(r);
+      }
+      break;
+    case kPong: self->last_heard_ns_[pe].store(now_ns(), std::memory_order_relaxed); break;
+    case kBye: self->finalized_[pe].store(true, std::memory_order_release); break;
+  }
+  return UCS_OK;
+}
+
+void UcxTransport::on_ep_error(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* a = static_cast<PeerError*>(arg);
+  int64_t never = 0;
+  a->self->lost_at_ns_[a->pe].compare_exchange_strong(never, now_ns());
+  a->self->ep_status_[a->pe].store(status, std::memory_order_release);
+  if (!a->self->finalized_[a->pe].load(std::memory_order_acquire))
+    MORI_LOG(kWarn, "UCX", "PE %d: the UCX endpoint to PE %d failed: %s", a->self->my_pe_, a->pe,
+             a->self->api_.status_string(status));
+}
+
+void UcxTransport::heartbeat() {
+  for (int pe = 0; pe < n_pes_; ++pe) {
+    if (!eps_[pe] || peer_lost(pe) || finalized_[pe].load(std::memory_order_acquire)) continue;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_REPLY;
+    ucs_status_ptr_t r = api_.am_send_nbx(eps_[pe], kHeartbeatAm, ping_, sizeof(ping_), nullptr, 0, &p);
+    if (r && !UCS_PTR_IS_ERR(r)) api_.request_free(r);
+  }
+}
+
+bool UcxTransport::peer_lost(int pe) const {
+  if (finalized_[pe].load(std::memory_order_acquire)) return false;
+  if (ep_status_[pe].load(std::memory_order_acquire) != UCS_OK) return true;
+  if (!eps_[pe] || std::isinf(timeout_s_)) return false;
+  return static_cast<double>(now_ns() - last_heard_ns_[pe].load(std::memory_order_relaxed)) * 1e-9 > timeout_s_;
+}
+
+int UcxTransport::dead_peer() const {
+  // The PE lost first: a survivor that failed on it and left is lost second.
+  int first = -1;
+  int64_t first_at = 0;
+  for (int pe = 0; pe < n_pes_; ++pe) {
+    if (pe == my_pe_ || !peer_lost(pe)) continue;
+    int64_t at = lost_at_ns_[pe].load(std::memory_order_acquire);
+    if (at == 0) at = last_heard_ns_[pe].load(std::memory_order_relaxed) + static_cast<int64_t>(timeout_s_ * 1e9);
+    if (first < 0 || at < first_at) {
+      first = pe;
+      first_at = at;
+    }
+  }
+  return first;
+}
+
+void UcxTransport::expose_region(const MemRegion& region) {
+  {
+    std::lock_guard<std::mutex> lock(regions_mu_);
+    if (region.id < static_cast<int>(regions_.size()) && regions_[region.id]) return;
+  }
+  auto r = std::make_unique<Region>();
+  bool device = region.kind == MemKind::kDevice;
+  bool reachable = !device || (worker_->memory_types() & (1ull << UCS_MEMORY_TYPE_CUDA));
+  std::string mine;
+  if (!reachable) {
+    MORI_LOG(kInfo, "UCX",
+             "PE %d: region %d is GPU memory and UCX %s reports no CUDA memory support: it stays on the existing "
+             "path (the cuda transport within a node)",
+             my_pe_, region.id, api_.version.c_str());
+  } else if (region.size > 0) {
+    ucp_mem_map_params_t mp{};
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    mp.address = region.local_base;
+    mp.length = region.size;
+    mp.memory_type = device ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+    ucx::check(api_, api_.mem_map(worker_->context(), &mp, &r->memh), "ucp_mem_map of a symmetric region");
+    void* buf = nullptr;
+    size_t len = 0;
+    ucx::check(api_, api_.rkey_pack(worker_->context(), r->memh, &buf, &len), "ucp_rkey_pack");
+    mine.assign(static_cast<const char*>(buf), len);
+    api_.rkey_buffer_release(buf);
+  }
+  // Collective: the runtime exposes every region on every PE in the same order.
+  r->packed = allgather_blobs(bootstrap_, mine);
+  r->rkeys.assign(n_pes_, nullptr);
+  std::lock_guard<std::mutex> lock(regions_mu_);
+  if (region.id >= static_cast<int>(regions_.size())) regions_.resize(region.id + 1);
+  regions_[region.id] = std::move(r);
+}
+
+void UcxTransport::connect_region(MemRegion& region, int pe) {
+  std::lock_guard<std::mutex> lock(regions_mu_);
+  Region* r = region.id < static_cast<int>(regions_.size()) ? regions_[region.id].get() : nullptr;
+  if (!r) raise(Status::kInternal, "ucx: region %d connected before it was exposed", region.id);
+  if (r->rkeys[pe] || r->packed.at(pe).empty() || !eps_.at(pe)) return;
+  ucx::check(api_, api_.ep_rkey_unpack(eps_[pe], r->packed[pe].data(), &r->rkeys[pe]), "ucp_ep_rkey_unpack");
+}
+
+void UcxTransport::disconnect_region(MemRegion& region, int pe) {
+  std::lock_guard<std::mutex> lock(regions_mu_);
+  Region* r = region.id < static_cast<int>(regions_.size()) ? regions_[region.id].get() : nullptr;
+  if (r && r->rkeys.at(pe)) {
+    api_.rkey_destroy(r->rkeys[pe]);
+    r->rkeys[pe] = nullptr;
+  }
+}
+
+ucp_ep_h UcxTransport::ep(int pe, const char* what) const {
+  ucp_ep_h e = pe >= 0 && pe < n_pes_ ? eps_[pe] : nullptr;
+  if (!e) raise(Status::kInternal, "%s: PE %d is not a ucx peer of PE %d", what, pe, my_pe_);
+  int s = ep_status_[pe].load(std::memory_order_acquire);
+  if (s != UCS_OK)
+    raise(Status::kRemote, "PE %d: %s to PE %d: the UCX endpoint to PE %d failed earlier: %s (lost PE %d)", my_pe_,
+          what, pe, pe, api_.status_string(static_cast<ucs_status_t>(s)), pe);
+  return e;
+}
+
+ucp_rkey_h UcxTransport::rkey(int pe, const RemoteRef& r, const char* what) {
+  std::lock_guard<std::mutex> lock(regions_mu_);
+  const MemRegion& region = *r.region;
+  Region* st = region.id < static_cast<int>(regions_.size()) ? regions_[region.id].get() : nullptr;
+  ucp_rkey_h k = st ? st->rkeys.at(pe) : nullptr;
+  if (!k) {
+    if (region.kind == MemKind::kDevice)
+      raise(Status::kUnavailable,
+            "%s to PE %d: region %d is GPU memory, and UCX %s here has no CUDA memory support", what, pe, region.id,
+            api_.version.c_str());
+    raise(Status::kInternal, "%s to PE %d: region %d is not connected over ucx", what, pe, region.id);
+  }
+  return k;
+}
+
+uint64_t UcxTransport::remote_address(int pe, const RemoteRef& r) const {
+  return r.region->remote_bases.at(pe) + r.offset;
+}
+
+void UcxTransport::finish(ucs_status_ptr_t request, int pe, const char* what) {
+  ucs_status_t s = worker_->wait(request, timeout_s_, [this, pe] {
+    if (pe >= 0) return peer_lost(pe);
+    return dead_peer() >= 0;
+  });
+  if (s == UCS_OK) return;
+  if (s == UCS_ERR_TIMED_OUT || s == UCS_ERR_CANCELED) worker_->release(request);
+  int lost = pe >= 0 ? pe : dead_peer();
+  if (s == UCS_ERR_TIMED_OUT) {
+    if (lost < 0) lost = pe;
+    raise(Status::kTimeout, "PE %d: %s%s%s over ucx did not complete within %.1f s (MORI_BOOTSTRAP_TIMEOUT)%s", my_pe_,
+          what, lost >= 0 ? " to PE " : "", lost >= 0 ? std::to_string(lost).c_str() : "", timeout_s_,
+          lost >= 0 ? (" (lost PE " + std::to_string(lost) + ")").c_str() : "");
+  }
+  if (lost >= 0 && s == UCS_ERR_CANCELED) {
+    int es = ep_status_[lost].load();
+    raise(Status::kRemote, "PE %d: %s to PE %d over ucx failed: lost PE %d (%s)", my_pe_, what, lost, lost,
+          es != UCS_OK ? api_.status_string(static_cast<ucs_status_t>(es)) : "silent beyond the timeout");
+  }
+  if (lost >= 0)
+    raise(Status::kRemote, "PE %d: %s to PE %d over ucx failed: %s (lost PE %d)", my_pe_, what, lost,
+          api_.status_string(s), lost);
+  raise(Status::kTransport, "PE %d: %s over ucx failed: %s", my_pe_, what, api_.status_string(s));
+}
+
+void UcxTransport::put(int pe, RemoteRef dst, const void* src, size_t n, bool nbi) {
+  if (n == 0) return;
+  ucp_ep_h e = ep(pe, "shmem_put");
+  ucp_rkey_h k = rkey(pe, dst, "shmem_put");
+  ucp_request_param_t p{};
+  unflushed_.fetch_add(1, std::memory_order_relaxed);
+  ucs_status_ptr_t r = api_.put_nbx(e, src, n, remote_address(pe, dst), k, &p);
+  if (nbi && !UCS_PTR_IS_ERR(r)) {
+    if (r) api_.request_free(r);  // completes at quiet (worker flush)
+    return;
+  }
+  finish(r, pe, "shmem_put");
+}
+
+void UcxTransport::get(int pe, void* dst, RemoteRef src, size_t n, bool nbi) {
+  if (n == 0) return;
+  ucp_ep_h e = ep(pe, "shmem_get");
+  ucp_rkey_h k = rkey(pe, src, "shmem_get");
+  ucp_request_param_t p{};
+  ucs_status_ptr_t r = api_.get_nbx(e, dst, n, remote_address(pe, src), k, &p);
+  if (nbi && !UCS_PTR_IS_ERR(r)) {
+    unflushed_.fetch_add(1, std::memory_order_relaxed);
+    if (r) api_.request_free(r);
+    return;
+  }
+  finish(r, pe, "shmem_get");
+}
+
+uint64_t UcxTransport::atomic(int pe, RemoteRef target, AmoOp op, int width, uint64_t operand, uint64_t compare) {
+  if (width != 4 && width != 8) raise(Status::kInvalidArgument, "shmem_atomic: width %d (4 or 8 bytes)", width);
+  ucp_ep_h e = ep(pe, amo_name(op));
+  ucp_rkey_h k = rkey(pe, target, amo_name(op));
+  // Operand and reply in the word's width; UCP reads the operand when the call is made.
+  // Fetch is an add of 0, set a swap whose old value is dropped: UCP has every other op.
+  uint64_t value = op == AmoOp::kFetch ? 0 : op == AmoOp::kCompareSwap ? compare : operand;
+  uint64_t reply = op == AmoOp::kCompareSwap ? operand : 0;  // CSWAP: the new value goes in the reply buffer
+  uint32_t value32 = static_cast<uint32_t>(value), reply32 = static_cast<uint32_t>(reply);
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+  p.datatype = ucp_dt_make_contig(width);
+  if (replies(op)) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+    p.reply_buffer = width == 4 ? static_cast<void*>(&reply32) : static_cast<void*>(&reply);
+  }
+  const void* buf = width == 4 ? static_cast<const void*>(&value32) : static_cast<const void*>(&value);
+  if (!replies(op)) unflushed_.fetch_add(1, std::memory_order_relaxed);  // complete once posted, not applied
+  ucs_status_ptr_t r = api_.atomic_op_nbx(e, ucp_op(op), buf, 1, remote_address(pe, target), k, &p);
+  finish(r, pe, amo_name(op));
+  if (op == AmoOp::kAdd || op == AmoOp::kAnd || op == AmoOp::kOr || op == AmoOp::kXor || op == AmoOp::kSet) return 0;
+  return width == 4 ? reply32 : reply;
+}
+
+void UcxTransport::put_signal(int pe, RemoteRef dst, const void* src, size_t n, RemoteRef signal, uint64_t value,
+                              SignalOp op, bool nbi) {
+  ucp_ep_h e = ep(pe, "shmem_put_signal");
+  ucp_rkey_h kd = rkey(pe, dst, "shmem_put_signal");
+  ucp_rkey_h ks = rkey(pe, signal, "shmem_put_signal");
+  ucp_request_param_t p{};
+  unflushed_.fetch_add(1, std::memory_order_relaxed);
+  ucs_status_ptr_t data = n ? api_.put_nbx(e, src, n, remote_address(pe, dst), kd, &p) : nullptr;
+  if (UCS_PTR_IS_ERR(data)) finish(data, pe, "shmem_put_signal");
+  // The signal must not overtake the data: UCP orders nothing on its own.
+  ucx::check(api_, api_.worker_fence(worker_->worker()), "ucp_worker_fence");
+  ucp_request_param_t a{};
+  a.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+  a.datatype = ucp_dt_make_contig(8);
+  if (op == SignalOp::kSet) {
+    a.op_attr_mask |= UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+    a.reply_buffer = &sink_;  // the old value is not wanted; concurrent writes to it are harmless
+  }
+  ucs_status_ptr_t sig = api_.atomic_op_nbx(e, op == SignalOp::kSet ? UCP_ATOMIC_OP_SWAP : UCP_ATOMIC_OP_ADD, &value,
+                                            1, remote_address(pe, signal), ks, &a);
+  if (nbi) {
+    for (auto r : {data, sig}) {
+      if (UCS_PTR_IS_ERR(r)) finish(r, pe, "shmem_put_signal_nbi");
+      if (r) api_.request_free(r);
+    }
+    return;
+  }
+  finish(data, pe, "shmem_put_signal");
+  finish(sig, pe, "shmem_put_signal");
+}
+
+void UcxTransport::fence(int) {
+  ucx::check(api_, api_.worker_fence(worker_->worker()), "ucp_worker_fence");
+}
+
+void UcxTransport::quiet() {
+  // Nothing posted since the last flush that could still be in flight: skip the round trip
+  // (barriers quiet every transport, most of them idle).
+  uint64_t posted = unflushed_.load(std::memory_order_acquire);
+  if (posted != flushed_.load(std::memory_order_acquire)) {
+    ucp_request_param_t p{};
+    finish(api_.worker_flush_nbx(worker_->worker(), &p), -1, "shmem_quiet");
+    uint64_t before = flushed_.load(std::memory_order_relaxed);
+    while (before < posted && !flushed_.compare_exchange_weak(before, posted)) {
+    }
+  }
+  int dead = dead_peer();
+  if (dead >= 0)
+    raise(Status::kRemote, "PE %d: shmem_quiet: lost PE %d (ucx transport)", my_pe_, dead);
+}
+
+std::string UcxTransport::endpoint(int pe) const {
+  ucp_ep_h e = pe >= 0 && pe < n_pes_ ? eps_[pe] : nullptr;
+  if (!e) return "";
+  // Lanes exist once the endpoint is wired up: a flush completes the wireup.
+  ucp_request_param_t p{};
+  ucs_status_t s = worker_->wait(api_.ep_flush_nbx(e, &p), timeout_s_);
+  if (s != UCS_OK) return std::string("ucx (endpoint not wired up: ") + api_.status_string(s) + ")";
+  return "ucx " + ucx::endpoint_lanes(api_, e);
+}
+
+}  // namespace mori
+
+#endif  // MORI_HAVE_UCX_HEADERS

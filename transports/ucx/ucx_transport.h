@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: MIT
+// Through UCX (UCP): RDMA where UCX finds verbs (InfiniBand, RoCE), its tcp and
+// shared-memory transports otherwise. One context and worker per PE with a progress
+// thread (UcpWorker); worker addresses and every region's packed rkey are exchanged
+// once through the bootstrap.
+//
+// Ordering: UCP does not order operations on an endpoint, so fence() is a worker
+// fence, put_signal fences between the data and the signal, and quiet() flushes the
+// worker. Liveness: endpoints use peer error handling (a killed peer fails its
+// requests), and a ping/pong heartbeat on an active-message id finds a peer that is
+// silent (a link down sends no reset) within the timeout.
+#pragma once
+
+#if MORI_HAVE_UCX_HEADERS
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "mori/core/bootstrap.h"
+#include "mori/core/topology.h"
+#include "mori/transports/transport.h"
+#include "transports/ucx/ucp_library.h"
+#include "transports/ucx/ucp_worker.h"
+
+namespace mori {
+
+class UcxTransport : public Transport {
+ public:
+  // Collective over `bootstrap` (every PE calls it; PEs without ucx peers pass none).
+  // Returns nullptr on every PE when no PE has ucx peers. `on_progress` runs after UCX
+  // progress did something (remote data may have landed: wake local waiters).
+  static std::unique_ptr<UcxTransport> create(Bootstrap& bootstrap, const ucx::Ucp& api,
+                                              const std::vector<int>& ucx_peers, double timeout_s,
+                                              std::function<void()> on_progress);
+  ~UcxTransport() override;
+
+  const char* name() const override { return "ucx"; }
+
+  void connect_region(MemRegion& region, int pe) override;
+  void disconnect_region(MemRegion& region, int pe) override;
+  void expose_region(const MemRegion& region) override;
+  void* direct_ptr(int pe, RemoteRef r) override { return nullptr; }
+
+  void put(int pe, RemoteRef dst, const void* src, size_t n, bool nbi) override;
+  void get(int pe, void* dst, RemoteRef src, size_t n, bool nbi) override;
+  uint64_t atomic(int pe, RemoteRef target, AmoOp op, int width, uint64_t operand, uint64_t compare) override;
+  void put_signal(int pe, RemoteRef dst, const void* src, size_t n, RemoteRef signal, uint64_t value, SignalOp op,
+                  bool nbi) override;
+  void fence(int pe) override;
+  void quiet() override;
+
+  int dead_peer() const override;
+  // "ucx " + the UCX transports/devices of the endpoint to `pe` and their roles, e.g.
+  // "ucx tcp/eth0: am am_bw keepalive wireup" (wires the endpoint up first).
+  std::string endpoint(int pe) const override;
+
+ private:
+  struct Region {
+    ucp_mem_h memh = nullptr;
+    std::vector<std::string> packed;  // every PE's packed rkey ("" where UCX cannot reach it)
+    std::vector<ucp_rkey_h> rkeys;    // unpacked for our peers
+  };
+  struct PeerError {  // the error handler's argument
+    UcxTransport* self;
+    int pe;
+  };
+
+  UcxTransport(Bootstrap& bootstrap, const ucx::Ucp& api, int my_pe, int n_pes, double timeout_s);
+  void heartbeat();
+  static ucs_status_t on_am(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                            const ucp_am_recv_param_t* param);
+  static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  ucp_ep_h ep(int pe, const char* what) const;
+  ucp_rkey_h rkey(int pe, const RemoteRef& r, const char* what);
+  uint64_t remote_address(int pe, const RemoteRef& r) const;
+  // Waits for `request` of an operation to `pe` (-1: any peer); throws naming the PE.
+  void finish(ucs_status_ptr_t request, int pe, const char* what);
+  bool peer_lost(int pe) const;
+  void close_endpoints();
+
+  Bootstrap& bootstrap_;  // the runtime's; outlives its transports
+  const ucx::Ucp& api_;
+  int my_pe_, n_pes_;
+  double timeout_s_;
+  std::unique_ptr<ucx::UcpWorker> worker_;
+  std::vector<ucp_ep_h> eps_;  // by PE; null for PEs not reached over ucx
+  std::vector<PeerError> error_args_;
+  std::unique_ptr<std::atomic<int>[]> ep_status_;          // UCS_OK until the endpoint fails
+  std::unique_ptr<std::atomic<int64_t>[]> last_heard_ns_;  // a pong from the PE (steady clock)
+  std::unique_ptr<std::atomic<bool>[]> finalized_;         // said goodbye
+  std::unique_ptr<std::atomic<int64_t>[]> lost_at_ns_;     // when its endpoint failed (0: it did not)
+  std::mutex regions_mu_;
+  std::vector<std::unique_ptr<Region>> regions_;  // by region id
+  // Operations that may not yet be applied at the target (puts, nbi gets, non-fetching
+  // AMOs), counted; quiet flushes only when some were posted since the last flush.
+  std::atomic<uint64_t> unflushed_{0}, flushed_{0};
+  uint64_t sink_ = 0;                             // reply buffer of swaps whose old value nobody reads
+  int32_t ping_[2], pong_[2];                     // heartbeat headers: (this PE, kind)
+};
+
+}  // namespace mori
+
+#endif  // MORI_HAVE_UCX_HEADERS
