@@ -19,7 +19,7 @@ import torch
 from mori import _C
 from mori.ep import standard_moe
 from mori.ep.config import EpDispatchCombineConfig
-from mori.ep.kernel_type import (BLOCKWISE, BLOCKWISE_KERNELS, BLOCKWISE_SCALE_DIM, EpDispatchCombineKernelType,
+from mori.ep.kernel_type import (BLOCKWISE, BLOCKWISE_KERNELS, EpDispatchCombineKernelType, blockwise_scale_dim,
                                  normalize_quant_type)
 from mori.ep.local_expert_count import count_local_experts
 from mori.ep.profiler import TraceBuffer, enabled as profiling_enabled, traced
@@ -61,6 +61,8 @@ class EpDispatchCombineOp:
         self.config = config
         self._kernel = EpDispatchCombineKernelType(int(config.kernel_type))
         self._quant = normalize_quant_type(config.quant_type)
+        # Read when the op is built, as the native handle does.
+        self._blockwise_scale_dim = blockwise_scale_dim() if self._quant in BLOCKWISE else 0
         self._num_threads = num_threads
         self._cpu_handle = None
         self._gpu = None
@@ -539,7 +541,7 @@ class EpDispatchCombineOp:
                 g.last_num_tokens = live_tokens
         block = 0
         if self._quant in BLOCKWISE:
-            block = -(-input.shape[1] // BLOCKWISE_SCALE_DIM)
+            block = -(-input.shape[1] // self._blockwise_scale_dim)
             if self._quant != BLOCKWISE[0] or block % 8:
                 raise NotImplementedError(f"{fn}: on CUDA tensors blockwise combine is fp8_blockwise with blocks of a "
                                           f"multiple of 8 values (hidden 7168: 128); got quant_type="

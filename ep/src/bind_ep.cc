@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "mori/core/env.h"
+#include "mori/ep/blockwise.h"
 #include "mori/ep/config.h"
 #include "mori/ep/dtype.h"
 #include "mori/ep/handle.h"
@@ -248,6 +249,17 @@ void bind_ep(py::module_& m) {
         store_row(ptr_of<void>(dst), ptr_of<const float>(src), static_cast<DType>(dtype), n);
       },
       py::arg("src"), py::arg("dst"), py::arg("dtype"), py::arg("n"));
+  // Combine's fused bf16 sum of m rows of n values (tests compare it with a torch fp32 sum).
+  m.def(
+      "sum_rows_bf16",
+      [](uintptr_t rows, int m, uintptr_t dst, int n) {
+        std::vector<const uint16_t*> p(static_cast<size_t>(m));
+        for (int r = 0; r < m; ++r) p[r] = ptr_of<const uint16_t>(rows) + static_cast<size_t>(r) * n;
+        sum_rows_bf16(ptr_of<uint16_t>(dst), p.data(), m, n);
+      },
+      py::arg("rows"), py::arg("m"), py::arg("dst"), py::arg("n"));
+  m.def("blockwise_scale_dim", &blockwise_scale_dim,
+        "MORI_FP8_COMBINE_SCALE_DIM: blockwise combine scales per row (InvalidArgument unless > 0).");
   m.def("launch_config_mode", [] { return mori::env::get().ep_launch_config_mode; });
   m.def("tuning_config_path", [] { return mori::env::get().ep_tuning_config; });
 }

@@ -69,4 +69,6 @@
   X(ep_profile, "MORI_EP_PROFILE", bool, "0",                                                      \
     "EP ops record a span per dispatch/combine call (op.get_debug_time_buf, mori.kernel_profiler)") \
   X(shmem_wait_timeout, "MORI_SHMEM_WAIT_TIMEOUT", seconds, "inf",                                 \
-    "seconds a shmem wait (wait_until, barrier, collective) may last before it fails saying what it waited for on which PE (inf: no limit)")
+    "seconds a shmem wait (wait_until, barrier, collective) may last before it fails saying what it waited for on which PE (inf: no limit)") \
+  X(fp8_combine_scale_dim, "MORI_FP8_COMBINE_SCALE_DIM", int, "56",                                \
+    "EP fp8_blockwise / fp4_blockwise combine (MORI's name): scales per row, blocks of ceil(hidden / it) values; read when an op is built")
