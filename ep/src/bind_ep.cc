@@ -216,7 +216,8 @@ void bind_ep(py::module_& m) {
            [](PeKernels& k, uintptr_t stream) { cu::dispatch_recv(k.s, k.p, k.l, ptr_of<void>(stream)); })
       .def("combine",
            [](PeKernels& k, uintptr_t input, uintptr_t weights, bool with_weights, int dtype, int hidden, bool fp8,
-              int num_tokens, int phase, bool zero_copy, int blocks, int warps, uintptr_t stream, int block) {
+              int num_tokens, int phase, bool zero_copy, int blocks, int warps, uintptr_t stream, int block,
+              bool fp4) {
              MORI_CHECK_ARG(phase >= 0 && phase <= 2, "combine phase %d (0 fused, 1 send, 2 receive)", phase);
              cu::CombineArgs a;
              a.input = ptr_of<const void>(input);
@@ -229,11 +230,12 @@ void bind_ep(py::module_& m) {
              a.zero_copy = zero_copy;
              a.pipelined = k.pipelined;
              a.block = block;
+             a.fp4 = fp4;
              cu::combine(k.s, k.p, k.l, a, static_cast<cu::CombinePhase>(phase), blocks, warps, ptr_of<void>(stream));
            },
            py::arg("input"), py::arg("weights"), py::arg("with_weights"), py::arg("dtype"), py::arg("hidden"),
            py::arg("fp8"), py::arg("num_tokens"), py::arg("phase"), py::arg("zero_copy"), py::arg("blocks"),
-           py::arg("warps"), py::arg("stream"), py::arg("block") = 0);
+           py::arg("warps"), py::arg("stream"), py::arg("block") = 0, py::arg("fp4") = false);
 #else
   m.attr("cuda_built") = false;
 #endif
