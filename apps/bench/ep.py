@@ -16,7 +16,8 @@ path per iteration from a barrier (it synchronizes with the host anyway). Figure
 * DeepEP bandwidth: received rows x hidden x element size / time, the rank's own rows included
   (dispatch counts rows received, combine the rows sent back: DeepEP's definition);
 * link efficiency: bytes that crossed from other ranks into this one / time / the peer-copy
-  ceiling measured in the same run (CPU: concurrent memcpy between PEs' mapped heaps; GPU: one-way
+  ceiling measured in the same run (CPU: concurrent memcpy between PEs' mapped heaps, one before
+  every iteration of a phase, so that the op and its ceiling share the load of a busy host; GPU: one-way
   copy-engine put into a peer's GPU heap; ``link_eff_2way`` divides by the copy engines' rate per
   direction when every PE puts at once, as in dispatch and combine). With ``--quant`` the
   combine is measured once per quant type (``none`` = bf16, ``fp8_direct_cast``, ``fp8_blockwise``,
@@ -159,11 +160,37 @@ def _worker(args: argparse.Namespace) -> int:
     copy_t = _measure(lambda: ctypes.memmove(local.data_ptr(), peer, ceil_bytes), sh.shmem_barrier_all, 5, 2,
                       reduce_max) if peer else float("nan")
     ceiling = ceil_bytes / copy_t / 1e9
-    sh.shmem_barrier_all()
-    sh.shmem_free(src_sym)
 
-    report = Report("ep", ["tokens", "phase", "impl", "time_us", "deepep_GBps", "link_GBps", "link_eff",
-                           "wire_B_row", "vs_baseline"],
+    def copy_once() -> float:
+        """One peer copy of the ceiling (every PE at once, from a barrier): seconds."""
+        sh.shmem_barrier_all()
+        t0 = time.perf_counter()
+        if peer:
+            ctypes.memmove(local.data_ptr(), peer, ceil_bytes)
+        return time.perf_counter() - t0 if peer else float("nan")
+
+    def timed(prep: Optional[Callable[[], None]], fn: Callable[[], None], iters: int,
+              warmup: int) -> tuple[float, float]:
+        """(mean over iterations of the slowest rank's time of fn, the peer-copy ceiling in GB/s
+        measured between them): each iteration a ceiling copy, prep (untimed), then fn, each from
+        a barrier, so that the op and its ceiling see the same load on a shared host."""
+        op_t, cp_t = [], []
+        for it in range(warmup + iters):
+            c = copy_once()
+            if prep is not None:
+                sh.shmem_barrier_all()
+                prep()
+            sh.shmem_barrier_all()
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+            if it >= warmup:
+                op_t.append(dt)
+                cp_t.append(c)
+        return sum(reduce_max(op_t)) / iters, ceil_bytes / (sum(reduce_max(cp_t)) / iters) / 1e9
+
+    report = Report("ep", ["tokens", "phase", "impl", "time_us", "deepep_GBps", "link_GBps", "ceiling_GBps",
+                           "link_eff", "wire_B_row", "vs_baseline"],
                     meta={"world": world, "hidden": hidden, "topk": topk, "experts": args.experts,
                           "kernel": kernel.name, "dispatch_dtype": "float8_e4m3fn", "combine_dtype": "bfloat16",
                           "peer_copy_ceiling_GBps": ceiling, "device": "cpu", "zero_copy_combine": args.zero_copy,
@@ -207,22 +234,9 @@ def _worker(args: argparse.Namespace) -> int:
         dests = [{int(e) // epr for e in row} for row in idx.tolist()]
         comb_rows = sum(len(d) for d in dests)
         comb_remote = sum(len(d - {me}) for d in dests)
-        t_d = _measure(disp, sh.shmem_barrier_all, args.iters, args.warmup, reduce_max)
-
-        def time_combine(disp_fn: Callable[[], None], comb_fn: Callable[[], None], iters: int, warmup: int) -> float:
-            """Combine needs a matching dispatch before it: combine alone, after each dispatch."""
-            comb_times = []
-            for it in range(warmup + iters):
-                sh.shmem_barrier_all()
-                disp_fn()
-                sh.shmem_barrier_all()
-                t0 = time.perf_counter()
-                comb_fn()
-                if it >= warmup:
-                    comb_times.append(time.perf_counter() - t0)
-            return sum(reduce_max(comb_times)) / iters
-
-        t_c = time_combine(disp, comb, args.iters, args.warmup)
+        t_d, ceil_d = timed(None, disp, args.iters, args.warmup)
+        # Combine needs a matching dispatch before it: combine alone, after each dispatch.
+        t_c, ceil_c = timed(disp, comb, args.iters, args.warmup)
         # The quantized combines, each on an op of its quant type (same routing and rows).
         quant_rows = []
         for quant in [q for q in args.quant if q != "none"]:
@@ -246,8 +260,8 @@ def _worker(args: argparse.Namespace) -> int:
                     qop.combine_recv()
 
             # Quantizing costs far more than copying on CPUs: fewer iterations.
-            t_q = time_combine(qdisp, qcomb, max(2, args.iters // 3), 1)
-            quant_rows.append((quant, t_q, qop.last_remote_bytes()[1], _wire_row_bytes(quant, hidden)))
+            t_q, ceil_q = timed(qdisp, qcomb, max(2, args.iters // 3), 1)
+            quant_rows.append((quant, t_q, ceil_q, qop.last_remote_bytes()[1], _wire_row_bytes(quant, hidden)))
             del qop
 
         base = _A2ABaseline(dist, group, me, world, idx, epr, hidden)
@@ -278,23 +292,27 @@ def _worker(args: argparse.Namespace) -> int:
                 t, algo_bytes, link_bytes = figures[(phase, impl)]
                 bw = reduce_mean(algo_bytes / t / 1e9)
                 link = reduce_mean(link_bytes / t / 1e9)
+                ceil_phase = ceil_d if phase == "dispatch" else ceil_c
                 report.add(tokens=tokens, phase=phase, impl=impl if impl != "all_to_all" else
                            f"all_to_all ({dist.get_backend(group)})", time_us=t * 1e6, deepep_GBps=bw,
-                           link_GBps=link, link_eff=link / ceiling, wire_B_row=row_d if phase == "dispatch" else row_c,
+                           link_GBps=link, ceiling_GBps=ceil_phase, link_eff=link / ceil_phase,
+                           wire_B_row=row_d if phase == "dispatch" else row_c,
                            vs_baseline=t / t_ours if impl == "all_to_all" else 1.0)
-        for quant, t, wire_bytes, wire_row in quant_rows:
+        for quant, t, ceil_q, wire_bytes, wire_row in quant_rows:
             # link bytes: what the op put on the wire to other PEs (codes, scales), into this rank on average
             link = reduce_mean(wire_bytes / t / 1e9)
             report.add(tokens=tokens, phase="combine", impl=f"mori ({quant})", time_us=t * 1e6,
-                       deepep_GBps=reduce_mean(comb_rows * row_c / t / 1e9), link_GBps=link, link_eff=link / ceiling,
-                       wire_B_row=wire_row, vs_baseline=t_bc / t)
+                       deepep_GBps=reduce_mean(comb_rows * row_c / t / 1e9), link_GBps=link, ceiling_GBps=ceil_q,
+                       link_eff=link / ceil_q, wire_B_row=wire_row, vs_baseline=t_bc / t)
         del op
     if me == 0:
         report.show(f"MoE dispatch/combine, {world} ranks, hidden {hidden}, top-{topk} of {args.experts}, "
-                    f"FP8 dispatch / BF16 combine ({kernel.name}); peer-copy ceiling {ceiling:.2f} GB/s; "
+                    f"FP8 dispatch / BF16 combine ({kernel.name}); peer-copy ceiling {ceiling:.2f} GB/s at start, "
+                    f"ceiling_GBps measured between each phase's iterations; "
                     f"vs_baseline = baseline time / mori time (quantized rows: their own)")
         print(f"wrote {report.save(args.json)}")
     sh.shmem_barrier_all()
+    sh.shmem_free(src_sym)
     sh.shmem_finalize()
     dist.destroy_process_group()
     return 0
