@@ -40,6 +40,7 @@ class _PendingCombine:
     num_tokens: int
     fp8: bool
     block: int
+    fp4: bool = False
 
 
 class GpuIntraNode:
@@ -147,9 +148,10 @@ class GpuIntraNode:
         self.kernels.dispatch_recv(self.stream())
 
     def combine(self, x: torch.Tensor, w: Optional[torch.Tensor], num_tokens: int, fp8: bool, phase: int,
-                blocks: int, warps: int, block: int = 0) -> None:
+                blocks: int, warps: int, block: int = 0, fp4: bool = False) -> None:
         """phase 0: send and sum in one kernel; 1: send only; 2: sum only (AsyncLL's halves).
-        ``block`` > 0: fp8_blockwise rows (e4m3 codes + one fp32 scale per ``block`` values)."""
+        ``block`` > 0: blockwise rows, e4m3 codes (``fp4``: packed e2m1 codes) + one fp32 scale per
+        ``block`` values."""
         fn = "EpDispatchCombineOp.combine"
         if x.dtype not in _COMBINE_CODES:
             raise NotImplementedError(f"{fn}: CUDA combine supports float32 and bfloat16, got {x.dtype}")
@@ -158,17 +160,17 @@ class GpuIntraNode:
             raise ValueError(f"{fn}: rows of {hidden} x {x.dtype} must fit hidden_dim x max_token_type_size = "
                              f"{self.max_row} bytes, with hidden a multiple of 8")
         if block:
-            staged = (hidden + 4 * -(-hidden // block) + 15) // 16 * 16
+            staged = ((hidden // 2 if fp4 else hidden) + 4 * -(-hidden // block) + 15) // 16 * 16
             if staged > self.max_row:
-                raise ValueError(f"{fn}: fp8_blockwise rows of {staged} bytes (codes + scales) exceed hidden_dim x "
+                raise ValueError(f"{fn}: blockwise rows of {staged} bytes (codes + scales) exceed hidden_dim x "
                                  f"max_token_type_size = {self.max_row}")
         blocks, warps = self.grid(blocks, warps)
         zero_copy = x.numel() > 0 and x.data_ptr() == self.addr["reg_in"]
         self.kernels.combine(x.data_ptr() if x.numel() else 0, w.data_ptr() if w is not None and w.numel() else 0,
                              w is not None, _COMBINE_CODES[x.dtype], hidden, fp8, num_tokens, phase, zero_copy, blocks,
-                             warps, self.stream(), block)
+                             warps, self.stream(), block, fp4)
         if phase == 1:
-            self.pending = _PendingCombine(x.dtype, hidden, w is not None, num_tokens, fp8, block)
+            self.pending = _PendingCombine(x.dtype, hidden, w is not None, num_tokens, fp8, block, fp4)
 
     def combine_recv(self, blocks: int, warps: int) -> None:
         p = self.pending
@@ -176,5 +178,5 @@ class GpuIntraNode:
             raise RuntimeError("EpDispatchCombineOp.combine_recv: no combine_send before it")
         blocks, warps = self.grid(blocks, warps)
         self.kernels.combine(0, 0, p.weights, _COMBINE_CODES[p.dtype], p.hidden, p.fp8, p.num_tokens, 2, False,
-                             blocks, warps, self.stream(), p.block)
+                             blocks, warps, self.stream(), p.block, p.fp4)
         self.pending = None

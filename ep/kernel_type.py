@@ -46,7 +46,6 @@ QUANT_TYPES = {"none": EpDispatchCombineQuantType.None_, "fp8_direct_cast": EpDi
                "fp8_blockwise": EpDispatchCombineQuantType.Fp8BlockwiseQuant,
                "fp4_blockwise": EpDispatchCombineQuantType.Fp4BlockwiseQuant}
 BLOCKWISE = (EpDispatchCombineQuantType.Fp8BlockwiseQuant, EpDispatchCombineQuantType.Fp4BlockwiseQuant)
-BLOCKWISE_SCALE_DIM = 56  # MORI's scales per combine row (MORI_FP8_COMBINE_SCALE_DIM's default); ep/blockwise.h too
 # Kernel types whose combine MORI builds for each blockwise quant type (it refuses others at combine).
 BLOCKWISE_KERNELS = {
     EpDispatchCombineQuantType.Fp8BlockwiseQuant: ("IntraNode", "IntraNodeLL", "AsyncLL"),
@@ -64,3 +63,12 @@ def normalize_quant_type(value) -> EpDispatchCombineQuantType:
         if key in QUANT_TYPES:
             return QUANT_TYPES[key]
     raise ValueError(f"invalid quant_type {value!r}: expected one of {sorted(QUANT_TYPES)}")
+
+
+def blockwise_scale_dim() -> int:
+    """Scales per blockwise combine row: ``MORI_FP8_COMBINE_SCALE_DIM`` (MORI's default 56), as the
+    native layer reads it (``ValueError`` unless > 0). Rows are cut into blocks of
+    ``ceil(hidden / scale_dim)`` values."""
+    from mori import _C
+
+    return int(_C.ep.blockwise_scale_dim())

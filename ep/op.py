@@ -19,7 +19,7 @@ import torch
 from mori import _C
 from mori.ep import standard_moe
 from mori.ep.config import EpDispatchCombineConfig
-from mori.ep.kernel_type import (BLOCKWISE, BLOCKWISE_KERNELS, BLOCKWISE_SCALE_DIM, EpDispatchCombineKernelType,
+from mori.ep.kernel_type import (BLOCKWISE, BLOCKWISE_KERNELS, EpDispatchCombineKernelType, blockwise_scale_dim,
                                  normalize_quant_type)
 from mori.ep.local_expert_count import count_local_experts
 from mori.ep.profiler import TraceBuffer, enabled as profiling_enabled, traced
@@ -61,6 +61,8 @@ class EpDispatchCombineOp:
         self.config = config
         self._kernel = EpDispatchCombineKernelType(int(config.kernel_type))
         self._quant = normalize_quant_type(config.quant_type)
+        # Read when the op is built, as the native handle does.
+        self._blockwise_scale_dim = blockwise_scale_dim() if self._quant in BLOCKWISE else 0
         self._num_threads = num_threads
         self._cpu_handle = None
         self._gpu = None
@@ -539,11 +541,11 @@ class EpDispatchCombineOp:
                 g.last_num_tokens = live_tokens
         block = 0
         if self._quant in BLOCKWISE:
-            block = -(-input.shape[1] // BLOCKWISE_SCALE_DIM)
-            if self._quant != BLOCKWISE[0] or block % 8:
-                raise NotImplementedError(f"{fn}: on CUDA tensors blockwise combine is fp8_blockwise with blocks of a "
-                                          f"multiple of 8 values (hidden 7168: 128); got quant_type="
-                                          f"{cfg.quant_type!r}, block {block} (CPU tensors take any)")
+            block = -(-input.shape[1] // self._blockwise_scale_dim)
+            if block % 8:
+                raise NotImplementedError(f"{fn}: on CUDA tensors blockwise combine needs blocks of a multiple of 8 "
+                                          f"values (hidden 7168 at MORI_FP8_COMBINE_SCALE_DIM=56: 128); got "
+                                          f"quant_type={cfg.quant_type!r}, block {block} (CPU tensors take any)")
         if indices.shape[0] != g.last_num_tokens:
             raise ValueError(f"{fn}: indices has {indices.shape[0]} rows but the last dispatch sent "
                              f"{g.last_num_tokens} tokens (pass this rank's original routing; MORI issue #475)")
@@ -551,7 +553,8 @@ class EpDispatchCombineOp:
         # the input, this PE's warps push its rows. fp8_direct_cast converts rows as they are pushed.
         fp8 = int(self._quant) == 1
         split = self._kernel == EpDispatchCombineKernelType.AsyncLL
-        g.combine(input, weights, indices.shape[0], fp8, 1 if split else 0, bn, wpb, block)
+        g.combine(input, weights, indices.shape[0], fp8, 1 if split else 0, bn, wpb, block,
+                  fp4=self._quant == BLOCKWISE[1])
         hidden, k = input.shape[1], cfg.num_experts_per_token
         out = g.view("comb_out", (cfg.max_num_inp_token_per_rank, hidden), input.dtype)
         out_w = g.view("comb_out_w", (cfg.max_num_inp_token_per_rank, k), torch.float32) if weights is not None else None

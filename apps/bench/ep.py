@@ -16,11 +16,15 @@ path per iteration from a barrier (it synchronizes with the host anyway). Figure
 * DeepEP bandwidth: received rows x hidden x element size / time, the rank's own rows included
   (dispatch counts rows received, combine the rows sent back: DeepEP's definition);
 * link efficiency: bytes that crossed from other ranks into this one / time / the peer-copy
-  ceiling measured in the same run (CPU: concurrent memcpy between PEs' mapped heaps; GPU: one-way
+  ceiling measured in the same run (CPU: concurrent memcpy between PEs' mapped heaps, one before
+  every iteration of a phase, so that the op and its ceiling share the load of a busy host; GPU: one-way
   copy-engine put into a peer's GPU heap; ``link_eff_2way`` divides by the copy engines' rate per
-  direction when every PE puts at once, as in dispatch and combine). With ``--quant
-  fp8_direct_cast`` combine rows cross as one byte per element, and the link figure counts those
-  bytes.
+  direction when every PE puts at once, as in dispatch and combine). With ``--quant`` the
+  combine is measured once per quant type (``none`` = bf16, ``fp8_direct_cast``, ``fp8_blockwise``,
+  ``fp4_blockwise``), each on its own op; its rows cross as the quant type's wire bytes
+  (``wire_B_row``: codes plus scales), and the link figure counts those bytes.
+* ``--zero-copy``: the expert output is written into the registered combine input
+  (``use_external_inp_buf=False``) and peers read it in place (not timed: the expert's write).
 """
 from __future__ import annotations
 
@@ -87,6 +91,20 @@ class _A2ABaseline:
         return acc.to(out_dtype)
 
 
+def _wire_row_bytes(quant: str, hidden: int) -> int:
+    """Bytes of one bf16 combine row on the wire for a quant type (blockwise: codes, then one
+    float32 scale per block of ceil(hidden / MORI_FP8_COMBINE_SCALE_DIM) values)."""
+    from mori.ep.kernel_type import blockwise_scale_dim
+
+    if quant == "fp8_direct_cast":
+        return hidden
+    if quant in ("fp8_blockwise", "fp4_blockwise"):
+        block = -(-hidden // blockwise_scale_dim())
+        blocks = -(-hidden // block)
+        return (hidden if quant == "fp8_blockwise" else (hidden + 1) // 2) + 4 * blocks
+    return 2 * hidden
+
+
 def _measure(fn: Callable[[], None], barrier: Callable[[], None], iters: int, warmup: int, reduce_max) -> float:
     """Mean over iterations of the slowest rank's duration (seconds)."""
     for _ in range(warmup):
@@ -142,14 +160,41 @@ def _worker(args: argparse.Namespace) -> int:
     copy_t = _measure(lambda: ctypes.memmove(local.data_ptr(), peer, ceil_bytes), sh.shmem_barrier_all, 5, 2,
                       reduce_max) if peer else float("nan")
     ceiling = ceil_bytes / copy_t / 1e9
-    sh.shmem_barrier_all()
-    sh.shmem_free(src_sym)
 
-    report = Report("ep", ["tokens", "phase", "impl", "time_us", "deepep_GBps", "link_GBps", "link_eff",
-                           "vs_baseline"],
+    def copy_once() -> float:
+        """One peer copy of the ceiling (every PE at once, from a barrier): seconds."""
+        sh.shmem_barrier_all()
+        t0 = time.perf_counter()
+        if peer:
+            ctypes.memmove(local.data_ptr(), peer, ceil_bytes)
+        return time.perf_counter() - t0 if peer else float("nan")
+
+    def timed(prep: Optional[Callable[[], None]], fn: Callable[[], None], iters: int,
+              warmup: int) -> tuple[float, float]:
+        """(mean over iterations of the slowest rank's time of fn, the peer-copy ceiling in GB/s
+        measured between them): each iteration a ceiling copy, prep (untimed), then fn, each from
+        a barrier, so that the op and its ceiling see the same load on a shared host."""
+        op_t, cp_t = [], []
+        for it in range(warmup + iters):
+            c = copy_once()
+            if prep is not None:
+                sh.shmem_barrier_all()
+                prep()
+            sh.shmem_barrier_all()
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+            if it >= warmup:
+                op_t.append(dt)
+                cp_t.append(c)
+        return sum(reduce_max(op_t)) / iters, ceil_bytes / (sum(reduce_max(cp_t)) / iters) / 1e9
+
+    report = Report("ep", ["tokens", "phase", "impl", "time_us", "deepep_GBps", "link_GBps", "ceiling_GBps",
+                           "link_eff", "wire_B_row", "vs_baseline"],
                     meta={"world": world, "hidden": hidden, "topk": topk, "experts": args.experts,
                           "kernel": kernel.name, "dispatch_dtype": "float8_e4m3fn", "combine_dtype": "bfloat16",
-                          "peer_copy_ceiling_GBps": ceiling, "device": "cpu"})
+                          "peer_copy_ceiling_GBps": ceiling, "device": "cpu", "zero_copy_combine": args.zero_copy,
+                          "combine_quants": args.quant})
     for tokens in args.tokens:
         all_idx = [_routing(tokens, world, args.experts, topk, args.seed + r) for r in range(world)]
         idx = all_idx[me]
@@ -172,8 +217,13 @@ def _worker(args: argparse.Namespace) -> int:
         total = int(state["d"][4][0])
         expert_out = state["d"][0][:total].to(bf16)  # the expert's output (identity), in bf16
 
+        if args.zero_copy:  # the expert writes straight into the registered combine input
+            reg = op.get_registered_combine_input_buffer(bf16)
+            reg[:total].copy_(expert_out)
+            expert_out = reg
+
         def comb():
-            op.combine(expert_out, None, idx)
+            op.combine(expert_out, None, idx, use_external_inp_buf=0 if args.zero_copy else -1)
             if kernel == EpDispatchCombineKernelType.AsyncLL:
                 op.combine_recv()
 
@@ -184,18 +234,35 @@ def _worker(args: argparse.Namespace) -> int:
         dests = [{int(e) // epr for e in row} for row in idx.tolist()]
         comb_rows = sum(len(d) for d in dests)
         comb_remote = sum(len(d - {me}) for d in dests)
-        t_d = _measure(disp, sh.shmem_barrier_all, args.iters, args.warmup, reduce_max)
-        # Combine needs a matching dispatch before it; time combine alone after each dispatch.
-        comb_times = []
-        for it in range(args.warmup + args.iters):
-            sh.shmem_barrier_all()
-            disp()
-            sh.shmem_barrier_all()
-            t0 = time.perf_counter()
-            comb()
-            if it >= args.warmup:
-                comb_times.append(time.perf_counter() - t0)
-        t_c = sum(reduce_max(comb_times)) / args.iters
+        t_d, ceil_d = timed(None, disp, args.iters, args.warmup)
+        # Combine needs a matching dispatch before it: combine alone, after each dispatch.
+        t_c, ceil_c = timed(disp, comb, args.iters, args.warmup)
+        # The quantized combines, each on an op of its quant type (same routing and rows).
+        quant_rows = []
+        for quant in [q for q in args.quant if q != "none"]:
+            qop = EpDispatchCombineOp(EpDispatchCombineConfig(
+                data_type=fp8, rank=me, world_size=world, hidden_dim=hidden, scale_dim=0, scale_type_size=4,
+                max_token_type_size=2, max_num_inp_token_per_rank=tokens, num_experts_per_rank=epr,
+                num_experts_per_token=topk, kernel_type=kernel, gpu_per_node=args.gpu_per_node, quant_type=quant))
+            qout = qop.dispatch(x, w, None, idx)
+            if kernel == EpDispatchCombineKernelType.AsyncLL:
+                qop.dispatch_recv()
+            q_in = qout[0][:total].to(bf16)
+
+            def qdisp(qop=qop):
+                qop.dispatch(x, w, None, idx)
+                if kernel == EpDispatchCombineKernelType.AsyncLL:
+                    qop.dispatch_recv()
+
+            def qcomb(qop=qop, q_in=q_in):
+                qop.combine(q_in, None, idx)
+                if kernel == EpDispatchCombineKernelType.AsyncLL:
+                    qop.combine_recv()
+
+            # Quantizing costs far more than copying on CPUs: fewer iterations.
+            t_q, ceil_q = timed(qdisp, qcomb, max(2, args.iters // 3), 1)
+            quant_rows.append((quant, t_q, ceil_q, qop.last_remote_bytes()[1], _wire_row_bytes(quant, hidden)))
+            del qop
 
         base = _A2ABaseline(dist, group, me, world, idx, epr, hidden)
         xb = x.view(torch.uint8)
@@ -212,28 +279,40 @@ def _worker(args: argparse.Namespace) -> int:
             raise SystemExit(f"rank {me}: the baseline received {sum(base.recv_counts)} rows, the op {total}")
 
         row_d, row_c = hidden * 1, hidden * 2
+        comb_impl = "mori (zero-copy)" if args.zero_copy else "mori"
         figures = {
             ("dispatch", "mori"): (t_d, total * row_d, (total - own) * row_d),
             ("dispatch", "all_to_all"): (t_bd, total * row_d, (total - own) * row_d),
-            ("combine", "mori"): (t_c, comb_rows * row_c, comb_remote * row_c),
+            ("combine", comb_impl): (t_c, comb_rows * row_c, comb_remote * row_c),
             ("combine", "all_to_all"): (t_bc, comb_rows * row_c, comb_remote * row_c),
         }
-        for phase in ("dispatch", "combine"):
-            t_ours = figures[(phase, "mori")][0]
-            for impl in ("mori", "all_to_all"):
+        for phase, ours in (("dispatch", "mori"), ("combine", comb_impl)):
+            t_ours = figures[(phase, ours)][0]
+            for impl in (ours, "all_to_all"):
                 t, algo_bytes, link_bytes = figures[(phase, impl)]
                 bw = reduce_mean(algo_bytes / t / 1e9)
                 link = reduce_mean(link_bytes / t / 1e9)
-                report.add(tokens=tokens, phase=phase, impl=impl if impl == "mori" else
+                ceil_phase = ceil_d if phase == "dispatch" else ceil_c
+                report.add(tokens=tokens, phase=phase, impl=impl if impl != "all_to_all" else
                            f"all_to_all ({dist.get_backend(group)})", time_us=t * 1e6, deepep_GBps=bw,
-                           link_GBps=link, link_eff=link / ceiling, vs_baseline=t / t_ours if impl != "mori" else 1.0)
+                           link_GBps=link, ceiling_GBps=ceil_phase, link_eff=link / ceil_phase,
+                           wire_B_row=row_d if phase == "dispatch" else row_c,
+                           vs_baseline=t / t_ours if impl == "all_to_all" else 1.0)
+        for quant, t, ceil_q, wire_bytes, wire_row in quant_rows:
+            # link bytes: what the op put on the wire to other PEs (codes, scales), into this rank on average
+            link = reduce_mean(wire_bytes / t / 1e9)
+            report.add(tokens=tokens, phase="combine", impl=f"mori ({quant})", time_us=t * 1e6,
+                       deepep_GBps=reduce_mean(comb_rows * row_c / t / 1e9), link_GBps=link, ceiling_GBps=ceil_q,
+                       link_eff=link / ceil_q, wire_B_row=wire_row, vs_baseline=t_bc / t)
         del op
     if me == 0:
         report.show(f"MoE dispatch/combine, {world} ranks, hidden {hidden}, top-{topk} of {args.experts}, "
-                    f"FP8 dispatch / BF16 combine ({kernel.name}); peer-copy ceiling {ceiling:.2f} GB/s; "
-                    f"vs_baseline = baseline time / mori time")
+                    f"FP8 dispatch / BF16 combine ({kernel.name}); peer-copy ceiling {ceiling:.2f} GB/s at start, "
+                    f"ceiling_GBps measured between each phase's iterations; "
+                    f"vs_baseline = baseline time / mori time (quantized rows: their own)")
         print(f"wrote {report.save(args.json)}")
     sh.shmem_barrier_all()
+    sh.shmem_free(src_sym)
     sh.shmem_finalize()
     dist.destroy_process_group()
     return 0
@@ -370,7 +449,7 @@ def _gpu_worker(args: argparse.Namespace) -> int:
         return slowest(statistics.median(samples[1:]))
 
     report = Report("ep-gpu", ["tokens", "phase", "impl", "time_us", "deepep_GBps", "link_GBps", "link_eff",
-                               "link_eff_2way", "vs_baseline"],
+                               "link_eff_2way", "wire_B_row", "vs_baseline"],
                     meta={"world": world, "hidden": hidden, "topk": topk, "experts": args.experts,
                           "kernel": "IntraNode (EpDispatchCombineOp, CUDA, one process per GPU)",
                           "dispatch_dtype": "float8_e4m3fn", "combine_dtype": "bfloat16",
@@ -379,73 +458,79 @@ def _gpu_worker(args: argparse.Namespace) -> int:
                           "device": torch.cuda.get_device_name(dev), "block_num": bn, "warp_per_block": wpb,
                           "timing": "graphs of back-to-back calls; combine = (dispatch+combine) - dispatch"})
     for tokens in args.tokens:
-        cfg = EpDispatchCombineConfig(data_type=fp8, rank=rank, world_size=world, hidden_dim=hidden, scale_dim=0,
-                                      scale_type_size=4, max_token_type_size=2, max_num_inp_token_per_rank=tokens,
-                                      num_experts_per_rank=epr, num_experts_per_token=topk, quant_type=args.quant)
-        op = EpDispatchCombineOp(cfg)
-        idx = _routing(tokens, world, args.experts, topk, args.seed + rank).to(dev)
-        g = torch.Generator().manual_seed(1000 + rank)
-        x = torch.randn(tokens, hidden, generator=g).to(fp8).to(dev)
-        w = torch.rand(tokens, topk, generator=g).to(dev)
-        out = op.dispatch(x, None, None, idx, block_num=bn, warp_per_block=wpb)
-        exp = out[0].to(bf16)  # the expert's output (identity), in bf16
-        if args.zero_copy:  # the expert writes straight into the registered combine input
-            reg = op.get_registered_combine_input_buffer(bf16)
-            reg.copy_(exp)
-            exp = reg
-        op.combine(exp, None, idx, block_num=bn, warp_per_block=wpb)
-        torch.cuda.synchronize()
-        sh.shmem_barrier_all()
-
-        def disp():
-            op.dispatch(x, None, None, idx, block_num=bn, warp_per_block=wpb)
-
-        def pair():
-            disp()
+        base = {}  # the NCCL path, measured once per token count
+        for quant in args.quant:
+            cfg = EpDispatchCombineConfig(data_type=fp8, rank=rank, world_size=world, hidden_dim=hidden, scale_dim=0,
+                                          scale_type_size=4, max_token_type_size=2, max_num_inp_token_per_rank=tokens,
+                                          num_experts_per_rank=epr, num_experts_per_token=topk, quant_type=quant)
+            op = EpDispatchCombineOp(cfg)
+            idx = _routing(tokens, world, args.experts, topk, args.seed + rank).to(dev)
+            g = torch.Generator().manual_seed(1000 + rank)
+            x = torch.randn(tokens, hidden, generator=g).to(fp8).to(dev)
+            w = torch.rand(tokens, topk, generator=g).to(dev)
+            out = op.dispatch(x, None, None, idx, block_num=bn, warp_per_block=wpb)
+            exp = out[0].to(bf16)  # the expert's output (identity), in bf16
+            if args.zero_copy:  # the expert writes straight into the registered combine input
+                reg = op.get_registered_combine_input_buffer(bf16)
+                reg.copy_(exp)
+                exp = reg
             op.combine(exp, None, idx, block_num=bn, warp_per_block=wpb)
+            torch.cuda.synchronize()
+            sh.shmem_barrier_all()
 
-        reps = max(4, min(50, (1 << 31) // max(1, tokens * hidden * 64)))
-        t_d = graph_time(disp, reps)
-        t_c = graph_time(pair, reps) - t_d
-        total = int(out[4].item())
-        own = int((op.get_dispatch_src_token_pos().long() // op.max_num_tokens_to_send() == rank).sum())
-        dests = [{int(e) // epr for e in row} for row in idx.cpu().tolist()]
-        comb_rows, comb_remote = sum(len(d) for d in dests), sum(len(d - {rank}) for d in dests)
+            def disp():
+                op.dispatch(x, None, None, idx, block_num=bn, warp_per_block=wpb)
 
-        b_disp, b_comb = _nccl_path(dist, torch, nccl, x, w, idx, epr, world)
-        base = {}
-        for phase, fn in (("dispatch", b_disp), ("combine", b_comb)):
-            times = []
-            for it in range(args.warmup + args.iters):
-                torch.cuda.synchronize()
-                dist.barrier()
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                fn()
-                e1.record()
-                e1.synchronize()
-                if it >= args.warmup:
-                    times.append(e0.elapsed_time(e1) * 1e-3)
-            base[phase] = slowest(statistics.median(times))
-        wire = 1 if args.quant == "fp8_direct_cast" else 2  # bytes per combine element crossing NVLink
-        for phase, t_ours in (("dispatch", t_d), ("combine", t_c)):
-            row = hidden * (1 if phase == "dispatch" else 2)
-            algo = total * row if phase == "dispatch" else comb_rows * row
-            link = (total - own) * row if phase == "dispatch" else comb_remote * hidden * wire
-            for impl, t in (("mori", t_ours), ("all_to_all (nccl)", base[phase])):
-                lk = mean(link / t / 1e9)
-                report.add(tokens=tokens, phase=phase, impl=impl, time_us=t * 1e6, deepep_GBps=mean(algo / t / 1e9),
-                           link_GBps=lk, link_eff=lk / ceiling, link_eff_2way=lk / ceiling_2way,
-                           vs_baseline=t / t_ours)
-        del op
-        torch.cuda.synchronize()
-        sh.shmem_barrier_all()
+            def pair():
+                disp()
+                op.combine(exp, None, idx, block_num=bn, warp_per_block=wpb)
+
+            reps = max(4, min(50, (1 << 31) // max(1, tokens * hidden * 64)))
+            t_d = graph_time(disp, reps)
+            t_c = graph_time(pair, reps) - t_d
+            total = int(out[4].item())
+            own = int((op.get_dispatch_src_token_pos().long() // op.max_num_tokens_to_send() == rank).sum())
+            dests = [{int(e) // epr for e in row} for row in idx.cpu().tolist()]
+            comb_rows, comb_remote = sum(len(d) for d in dests), sum(len(d - {rank}) for d in dests)
+
+            b_disp, b_comb = _nccl_path(dist, torch, nccl, x, w, idx, epr, world)
+            for phase, fn in (("dispatch", b_disp), ("combine", b_comb)) if not base else ():
+                times = []
+                for it in range(args.warmup + args.iters):
+                    torch.cuda.synchronize()
+                    dist.barrier()
+                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    e0.record()
+                    fn()
+                    e1.record()
+                    e1.synchronize()
+                    if it >= args.warmup:
+                        times.append(e0.elapsed_time(e1) * 1e-3)
+                base[phase] = slowest(statistics.median(times))
+            wire_row = _wire_row_bytes(quant, hidden)  # bytes per combine row crossing NVLink
+            first = quant == args.quant[0]
+            ours = "mori" if quant == "none" else f"mori ({quant})"
+            for phase, t_ours in (("dispatch", t_d), ("combine", t_c)):
+                row = hidden * (1 if phase == "dispatch" else 2)
+                algo = total * row if phase == "dispatch" else comb_rows * row
+                link = (total - own) * row if phase == "dispatch" else comb_remote * wire_row
+                impls = ((ours, t_ours),) + ((("all_to_all (nccl)", base[phase]),) if first else ())
+                for impl, t in impls:
+                    lk = mean(link / t / 1e9)
+                    report.add(tokens=tokens, phase=phase, impl=impl, time_us=t * 1e6, deepep_GBps=mean(algo / t / 1e9),
+                               link_GBps=lk, link_eff=lk / ceiling, link_eff_2way=lk / ceiling_2way,
+                               wire_B_row=row if phase == "dispatch" else wire_row,
+                               vs_baseline=t / t_ours if first else base[phase] / t)
+            del op
+            torch.cuda.synchronize()
+            sh.shmem_barrier_all()
     if rank == 0:
         report.show(f"MoE dispatch/combine on {world} GPUs ({torch.cuda.get_device_name(dev)}), one process each, "
                     f"hidden {hidden}, top-{topk} of {args.experts}, FP8 dispatch / BF16 combine"
-                    f"{' (fp8 direct cast)' if args.quant != 'none' else ''}{', zero-copy combine' if args.zero_copy else ''}, block_num {bn} x {wpb} warps; "
+                    f"{', combine quant ' + '/'.join(args.quant)}{', zero-copy combine' if args.zero_copy else ''}, "
+                    f"block_num {bn} x {wpb} warps; "
                     f"copy-engine peer ceiling {ceiling:.0f} GB/s one way, {ceiling_2way:.0f} GB/s per direction two-way; "
-                    f"vs_baseline = baseline time / mori time")
+                    f"vs_baseline = NCCL path time / mori time (quantized rows: their own)")
         print(f"wrote {report.save(args.json)}")
     sh.shmem_finalize()
     dist.destroy_process_group()
@@ -469,9 +554,11 @@ def main(argv: Optional[list] = None) -> int:
                         help="CUDA: EpDispatchCombineOp, one process per GPU of this node, vs the NCCL path")
     parser.add_argument("--block-num", type=int, default=264, help="GPU blocks per kernel")
     parser.add_argument("--warp-per-block", type=int, default=16, help="GPU warps per block")
-    parser.add_argument("--quant", default="none", help="GPU combine quant_type (none or fp8_direct_cast)")
+    parser.add_argument("--quant", nargs="+", default=["none"],
+                        choices=["none", "fp8_direct_cast", "fp8_blockwise", "fp4_blockwise"],
+                        help="combine quant_type(s), each measured on its own op (none = bf16)")
     parser.add_argument("--zero-copy", action="store_true",
-                        help="GPU: combine from the registered input buffer (use_external_inp_buf=False)")
+                        help="combine from the registered input buffer (use_external_inp_buf=False)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--gpu-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -487,17 +574,20 @@ def main(argv: Optional[list] = None) -> int:
         tail = [sys.executable, "-m", "mori.apps.bench.ep", "--gpu-worker", "--json", json_path, "--hidden",
                 str(args.hidden), "--topk", str(args.topk), "--experts", str(args.experts), "--iters", str(args.iters),
                 "--warmup", str(args.warmup), "--seed", str(args.seed), "--block-num", str(args.block_num),
-                "--warp-per-block", str(args.warp_per_block), "--quant", args.quant, "--tokens", *map(str, args.tokens),
+                "--warp-per-block", str(args.warp_per_block), "--quant", *args.quant, "--tokens", *map(str, args.tokens),
                 *(["--zero-copy"] if args.zero_copy else [])]
         return subprocess.call([sys.executable, "-m", "mori.apps.cli", "run", "-n", str(n), "--no-prefix", "--",
                                 *tail], stdin=subprocess.DEVNULL)
     tail = [sys.executable, "-m", "mori.apps.bench.ep", "--worker", "--json", args.json, "--hidden", str(args.hidden),
             "--topk", str(args.topk), "--experts", str(args.experts), "--kernel", args.kernel,
             "--gpu-per-node", str(args.gpu_per_node), "--iters", str(args.iters), "--warmup", str(args.warmup),
-            "--seed", str(args.seed), "--tokens", *map(str, args.tokens)]
+            "--seed", str(args.seed), "--quant", *args.quant, "--tokens", *map(str, args.tokens),
+            *(["--zero-copy"] if args.zero_copy else [])]
     env = dict(os.environ)
-    # Receive buffers scale with tokens x hidden x ranks; make room unless the user chose.
-    per_pe = 6 * args.nproc * max(args.tokens) * args.hidden * 2 + (256 << 20)
+    # Receive buffers scale with tokens x hidden x ranks; make room unless the user chose (a
+    # quantized combine's op lives beside the bf16 one).
+    ops = 1 + (len([q for q in args.quant if q != "none"]) > 0)
+    per_pe = ops * 6 * args.nproc * max(args.tokens) * args.hidden * 2 + (256 << 20)
     env.setdefault("MORI_SHMEM_HEAP_SIZE", str(per_pe))
     return subprocess.call([sys.executable, "-m", "mori.apps.cli", "run", "-n", str(args.nproc), "--no-prefix", "--",
                             *tail], env=env, stdin=subprocess.DEVNULL)

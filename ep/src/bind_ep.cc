@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "mori/core/env.h"
+#include "mori/ep/blockwise.h"
 #include "mori/ep/config.h"
 #include "mori/ep/dtype.h"
 #include "mori/ep/handle.h"
@@ -215,7 +216,8 @@ void bind_ep(py::module_& m) {
            [](PeKernels& k, uintptr_t stream) { cu::dispatch_recv(k.s, k.p, k.l, ptr_of<void>(stream)); })
       .def("combine",
            [](PeKernels& k, uintptr_t input, uintptr_t weights, bool with_weights, int dtype, int hidden, bool fp8,
-              int num_tokens, int phase, bool zero_copy, int blocks, int warps, uintptr_t stream, int block) {
+              int num_tokens, int phase, bool zero_copy, int blocks, int warps, uintptr_t stream, int block,
+              bool fp4) {
              MORI_CHECK_ARG(phase >= 0 && phase <= 2, "combine phase %d (0 fused, 1 send, 2 receive)", phase);
              cu::CombineArgs a;
              a.input = ptr_of<const void>(input);
@@ -228,11 +230,12 @@ void bind_ep(py::module_& m) {
              a.zero_copy = zero_copy;
              a.pipelined = k.pipelined;
              a.block = block;
+             a.fp4 = fp4;
              cu::combine(k.s, k.p, k.l, a, static_cast<cu::CombinePhase>(phase), blocks, warps, ptr_of<void>(stream));
            },
            py::arg("input"), py::arg("weights"), py::arg("with_weights"), py::arg("dtype"), py::arg("hidden"),
            py::arg("fp8"), py::arg("num_tokens"), py::arg("phase"), py::arg("zero_copy"), py::arg("blocks"),
-           py::arg("warps"), py::arg("stream"), py::arg("block") = 0);
+           py::arg("warps"), py::arg("stream"), py::arg("block") = 0, py::arg("fp4") = false);
 #else
   m.attr("cuda_built") = false;
 #endif
@@ -248,6 +251,17 @@ void bind_ep(py::module_& m) {
         store_row(ptr_of<void>(dst), ptr_of<const float>(src), static_cast<DType>(dtype), n);
       },
       py::arg("src"), py::arg("dst"), py::arg("dtype"), py::arg("n"));
+  // Combine's fused bf16 sum of m rows of n values (tests compare it with a torch fp32 sum).
+  m.def(
+      "sum_rows_bf16",
+      [](uintptr_t rows, int m, uintptr_t dst, int n) {
+        std::vector<const uint16_t*> p(static_cast<size_t>(m));
+        for (int r = 0; r < m; ++r) p[r] = ptr_of<const uint16_t>(rows) + static_cast<size_t>(r) * n;
+        sum_rows_bf16(ptr_of<uint16_t>(dst), p.data(), m, n);
+      },
+      py::arg("rows"), py::arg("m"), py::arg("dst"), py::arg("n"));
+  m.def("blockwise_scale_dim", &blockwise_scale_dim,
+        "MORI_FP8_COMBINE_SCALE_DIM: blockwise combine scales per row (InvalidArgument unless > 0).");
   m.def("launch_config_mode", [] { return mori::env::get().ep_launch_config_mode; });
   m.def("tuning_config_path", [] { return mori::env::get().ep_tuning_config; });
 }

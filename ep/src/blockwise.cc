@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "mori/core/env.h"
 #include "mori/core/status.h"
 
 namespace mori::ep {
@@ -36,6 +37,12 @@ void load_row(float* dst, const void* src, DType t, int n) {
 }
 
 }  // namespace
+
+int blockwise_scale_dim() {
+  const int v = static_cast<int>(env::get().fp8_combine_scale_dim);
+  MORI_CHECK_ARG(v > 0, "MORI_FP8_COMBINE_SCALE_DIM must be > 0 (scales per combine row), got %d", v);
+  return v;
+}
 
 BlockwiseLayout blockwise_layout(bool fp4, int hidden, int scale_dim) {
   BlockwiseLayout l;

@@ -4,6 +4,10 @@
 #include <cmath>
 #include <limits>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "mori/core/status.h"
 
 namespace mori::ep {
@@ -240,6 +244,55 @@ void store_row(void* dst, const float* src, DType t, int n) {
     }
     default:
       raise(Status::kInvalidArgument, "combine cannot produce %s elements", dtype_name(t));
+  }
+}
+
+namespace {
+
+#if defined(__SSE2__)
+// 8 bf16 -> two vectors of 4 floats (a bf16 is the high half of its float).
+inline void load_bf16x8(const uint16_t* p, __m128& lo, __m128& hi) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i zero = _mm_setzero_si128();
+  lo = _mm_castsi128_ps(_mm_unpacklo_epi16(zero, v));
+  hi = _mm_castsi128_ps(_mm_unpackhi_epi16(zero, v));
+}
+
+// float_to_bf16 on 4 lanes, as sign-extended 32-bit values (so that packs_epi32 keeps the bits).
+inline __m128i to_bf16x4(__m128 f) {
+  const __m128i b = _mm_castps_si128(f);
+  const __m128i lsb = _mm_and_si128(_mm_srli_epi32(b, 16), _mm_set1_epi32(1));
+  const __m128i rounded = _mm_srai_epi32(_mm_add_epi32(_mm_add_epi32(b, _mm_set1_epi32(0x7fff)), lsb), 16);
+  const __m128i nan = _mm_or_si128(_mm_srai_epi32(b, 16), _mm_set1_epi32(0x40));
+  const __m128i is_nan = _mm_castps_si128(_mm_cmpunord_ps(f, f));
+  return _mm_or_si128(_mm_and_si128(is_nan, nan), _mm_andnot_si128(is_nan, rounded));
+}
+#endif
+
+}  // namespace
+
+void sum_rows_bf16(uint16_t* dst, const uint16_t* const* rows, int m, int n) {
+  int i = 0;
+#if defined(__SSE2__)
+  for (; i + 16 <= n; i += 16) {
+    __m128 a0 = _mm_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int r = 0; r < m; ++r) {
+      __m128 lo, hi;
+      load_bf16x8(rows[r] + i, lo, hi);
+      a0 = _mm_add_ps(a0, lo);
+      a1 = _mm_add_ps(a1, hi);
+      load_bf16x8(rows[r] + i + 8, lo, hi);
+      a2 = _mm_add_ps(a2, lo);
+      a3 = _mm_add_ps(a3, hi);
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm_packs_epi32(to_bf16x4(a0), to_bf16x4(a1)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 8), _mm_packs_epi32(to_bf16x4(a2), to_bf16x4(a3)));
+  }
+#endif
+  for (; i < n; ++i) {
+    float acc = 0.0f;
+    for (int r = 0; r < m; ++r) acc += bf16_to_float(rows[r][i]);
+    dst[i] = float_to_bf16(acc);
   }
 }
 

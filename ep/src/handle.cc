@@ -31,6 +31,7 @@
 #include "mori/core/log.h"
 #include "mori/core/status.h"
 #include "mori/ep/blockwise.h"
+#include "mori/ep/stream_copy.h"
 #include "mori/shmem/runtime.h"
 #include "ep/src/layout.h"
 
@@ -55,6 +56,7 @@ std::pair<int, int> block_range(int items, int blocks, int b) {
 
 EpHandle::EpHandle(const EpConfig& cfg) : cfg_(cfg), rt_(&Runtime::get("EpDispatchCombineOp")) {
   cfg_.validate();
+  if (cfg_.blockwise()) blockwise_scale_dim_ = blockwise_scale_dim();
   MORI_CHECK_ARG(cfg_.rank == rt_->my_pe() && cfg_.world_size == rt_->n_pes(),
                  "EpDispatchCombineConfig(rank=%d, world_size=%d) does not match the shmem job (PE %d of %d): the EP "
                  "group is the shmem world",
@@ -133,9 +135,9 @@ void EpHandle::allocate() {
   l.comb_inp = take(max_recv * tok, 4096);
   l.comb_inp_w = take(max_recv * k4, 4096);
   // Blockwise rows (codes + scales) can outgrow a token row when hidden is small.
-  const size_t stage_row = cfg_.blockwise()
-      ? std::max(tok, blockwise_layout(cfg_.quant_type == QuantType::kFp4Blockwise, cfg_.hidden_dim).row_bytes())
-      : tok;
+  const bool fp4 = cfg_.quant_type == QuantType::kFp4Blockwise;
+  const size_t stage_row =
+      cfg_.blockwise() ? std::max(tok, blockwise_layout(fp4, cfg_.hidden_dim, blockwise_scale_dim_).row_bytes()) : tok;
   l.comb_stage = take(world * max_inp * stage_row, 4096);
   l.comb_stage_w = take(world * max_inp * k4, 4096);
   l.comb_out = take(max_inp * tok, 4096);
@@ -216,10 +218,13 @@ uint64_t EpHandle::fetch_add(int pe, uint64_t* local_word, uint64_t add) {
   return rt_->atomic(local_word, AmoOp::kFetchAdd, 8, add, 0, pe, "EpDispatchCombineOp (slot reservation)");
 }
 
-void EpHandle::write(int pe, size_t off, const void* src, size_t n, bool direct_ok) {
+void EpHandle::write(int pe, size_t off, const void* src, size_t n, bool direct_ok, bool stream) {
   if (n == 0) return;
   if (direct_ok && peer_base_[pe]) {
-    std::memcpy(peer_base_[pe] + off, src, n);
+    if (stream)
+      copy_streaming(peer_base_[pe] + off, src, n);
+    else
+      std::memcpy(peer_base_[pe] + off, src, n);
     return;
   }
   // Non-blocking: sources stay valid until the quiet() that precedes the signal.
@@ -421,6 +426,9 @@ void EpHandle::dispatch_send_flat(const DispatchArgs& a) {
   std::vector<uint8_t> overflow(static_cast<size_t>(blocks) * world, 0);
   std::vector<int32_t> src_pos(static_cast<size_t>(n));
   for (int t = 0; t < n; ++t) src_pos[t] = static_cast<int32_t>(me * max_send + t);
+  const bool direct = mover_ == Mover::kDirect;
+  // A token goes to up to min(topk, world) PEs.
+  const bool stream = direct && static_cast<size_t>(n) * row * std::min(k, world) >= kStreamMinBytes;
 
   team_->run(blocks, [&](int b) {
     auto [lo, hi] = block_range(n, blocks, b);
@@ -483,7 +491,6 @@ void EpHandle::dispatch_send_flat(const DispatchArgs& a) {
         }
       return;
     }
-    const bool direct = mover_ == Mover::kDirect;
     for (int t = lo; t < hi; ++t) {
       for (int j = 0; j < k; ++j) {
         int64_t& v = dest_map_[static_cast<size_t>(t) * k + j];
@@ -495,13 +502,14 @@ void EpHandle::dispatch_send_flat(const DispatchArgs& a) {
         }
         uint64_t slot = next[d]++;
         v = d * max_recv + static_cast<int64_t>(slot);
-        write(d, lay_->disp_tok + slot * row, in + t * row, row, direct);
+        write(d, lay_->disp_tok + slot * row, in + t * row, row, direct, stream);
         if (a.weights) write(d, lay_->disp_w + slot * k4, a.weights + static_cast<size_t>(t) * k, k4, direct);
         write(d, lay_->disp_idx + slot * k4, a.indices + static_cast<size_t>(t) * k, k4, direct);
         if (sc) write(d, lay_->disp_scale + slot * sc, scales + t * sc, sc, direct);
         write(d, lay_->disp_src + slot * 4, &src_pos[t], 4, direct);
       }
     }
+    if (stream) stream_fence();  // the rows are complete before the signal
   });
   if (mover_ != Mover::kDirect) rt_->quiet();
 
@@ -546,6 +554,7 @@ void EpHandle::dispatch_replay_flat(const DispatchArgs& a) {
   part_count_.assign(static_cast<size_t>(blocks) * world, 0);
   const std::vector<uint8_t> overflow(static_cast<size_t>(blocks) * world, 0);
   const bool direct = mover_ == Mover::kDirect;
+  const bool stream = direct && static_cast<size_t>(n) * row * std::min(k, world) >= kStreamMinBytes;
   team_->run(blocks, [&](int b) {
     auto [lo, hi] = block_range(n, blocks, b);
     uint64_t* cnt = &part_count_[static_cast<size_t>(b) * world];
@@ -557,13 +566,14 @@ void EpHandle::dispatch_replay_flat(const DispatchArgs& a) {
         const int d = static_cast<int>(v / max_recv);
         const size_t slot = static_cast<size_t>(v % max_recv);
         ++cnt[d];
-        write(d, lay_->disp_tok + slot * row, in + t * row, row, direct);
+        write(d, lay_->disp_tok + slot * row, in + t * row, row, direct, stream);
         if (a.weights) write(d, lay_->disp_w + slot * k4, a.weights + static_cast<size_t>(t) * k, k4, direct);
         write(d, lay_->disp_idx + slot * k4, a.indices + static_cast<size_t>(t) * k, k4, direct);
         if (sc) write(d, lay_->disp_scale + slot * sc, scales + t * sc, sc, direct);
         write(d, lay_->disp_src + slot * 4, &src_pos, 4, direct);
       }
     }
+    if (stream) stream_fence();
   });
   if (!direct) rt_->quiet();
   publish_dispatch_counts(round, blocks, overflow, row + 2 * k4 + sc + 4);
@@ -614,6 +624,7 @@ CombineResult EpHandle::combine(const CombineArgs& a) {
   comb_wire_ = cfg_.quant_type == QuantType::kFp8DirectCast ? DType::kFloat8E4M3FN : a.dtype;
   comb_hidden_ = a.hidden;
   comb_weights_ = a.weights != nullptr;
+  comb_own_direct_ = comb_own_w_direct_ = false;
   if (cfg_.kernel_type == KernelType::kInterNodeV1) {
     combine_v1(a, external);
   } else {
@@ -642,7 +653,8 @@ void EpHandle::combine_send_flat(const CombineArgs& a, bool external) {
   const int64_t max_inp = cfg_.max_num_inp_token_per_rank, max_send = cfg_.max_send();
   const size_t row = static_cast<size_t>(a.hidden) * dtype_size(a.dtype), k4 = static_cast<size_t>(k) * 4;
   const bool blockwise = cfg_.blockwise();
-  const BlockwiseLayout bl = blockwise_layout(cfg_.quant_type == QuantType::kFp4Blockwise, a.hidden);
+  const BlockwiseLayout bl =
+      blockwise_layout(cfg_.quant_type == QuantType::kFp4Blockwise, a.hidden, std::max(1, blockwise_scale_dim_));
   const size_t wire_row = blockwise ? bl.row_bytes() : static_cast<size_t>(a.hidden) * dtype_size(comb_wire_);
   const size_t stage_row = blockwise ? wire_row : row;  // stage rows keep the input row size otherwise
   const bool cast = comb_wire_ != a.dtype || blockwise;
@@ -651,9 +663,19 @@ void EpHandle::combine_send_flat(const CombineArgs& a, bool external) {
   const int32_t* src = comb_layout_.src_pos;
   const char* in = static_cast<const char*>(a.input);
   comb_pull_ = !external;
+  // The sum reads my own rows from the input where it runs in this same call (not AsyncLL,
+  // whose combine_recv comes later), they are not cast, and the input is private memory: a view
+  // of symmetric memory (the dispatch output itself, as with an identity expert) may be
+  // rewritten by a peer's next dispatch once that peer has my combine signal.
+  // The weights likewise (usually they are the dispatch's output view: then mine are staged).
+  comb_own_direct_ = external && !cast && cfg_.kernel_type != KernelType::kAsyncLL && !rt_->is_symmetric(in);
+  comb_own_w_direct_ = comb_own_direct_ && a.weights && !rt_->is_symmetric(a.weights);
+  comb_input_ = in;
+  comb_input_w_ = a.weights;
   uint64_t remote_rows = 0;
   if (external) {
     const bool direct = mover_ == Mover::kDirect;
+    const bool stream = direct && !cast && static_cast<size_t>(total) * row >= kStreamMinBytes;
     const int blocks = choose_blocks(a.launch.block_num, total, !direct);
     std::vector<uint64_t> remote(static_cast<size_t>(blocks), 0);
     team_->run(blocks, [&](int b) {
@@ -663,6 +685,11 @@ void EpHandle::combine_send_flat(const CombineArgs& a, bool external) {
         int s = static_cast<int>(src[i] / max_send);
         int64_t t = src[i] % max_send;
         size_t slot = static_cast<size_t>(me * max_inp + t);
+        if (s == me && comb_own_direct_) {
+          if (a.weights && !comb_own_w_direct_)
+            std::memcpy(base_ + lay_->comb_stage_w + slot * k4, a.weights + static_cast<size_t>(i) * k, k4);
+          continue;
+        }
         size_t off = lay_->comb_stage + slot * stage_row;
         if (s != me) ++remote[b];
         if (cast) {
@@ -673,10 +700,11 @@ void EpHandle::combine_send_flat(const CombineArgs& a, bool external) {
             cast_row_to_fp8(dst, in + i * row, a.dtype, a.hidden);
           if (!direct) rt_->put(base_ + off, scratch.data(), wire_row, s, false);
         } else {
-          write(s, off, in + i * row, row, direct);
+          write(s, off, in + i * row, row, direct, stream);
         }
         if (a.weights) write(s, lay_->comb_stage_w + slot * k4, a.weights + static_cast<size_t>(i) * k, k4, direct);
       }
+      if (stream) stream_fence();  // the rows are complete before the signal
     });
     if (!direct) rt_->quiet();
     for (auto r : remote) remote_rows += r;
@@ -704,54 +732,72 @@ void EpHandle::reduce_own_tokens(bool pull) {
   const int k = cfg_.num_experts_per_token, n = comb_layout_.cur_tokens, hidden = comb_hidden_;
   const int64_t* dest_map = comb_layout_.dest_map;
   const int64_t max_inp = cfg_.max_num_inp_token_per_rank, max_recv = cfg_.max_recv();
-  const size_t row = static_cast<size_t>(hidden) * dtype_size(comb_dtype_), k4 = static_cast<size_t>(k) * 4;
+  const size_t esize = static_cast<size_t>(dtype_size(comb_dtype_));
+  const size_t row = static_cast<size_t>(hidden) * esize, k4 = static_cast<size_t>(k) * 4;
   const bool v1 = cfg_.kernel_type == KernelType::kInterNodeV1;
   const int nodes = cfg_.num_nodes(), g = cfg_.pes_per_node(), lr = cfg_.rank % g;
-  const DType wire = comb_wire_;
+  const int lanes = dtype_lanes(comb_dtype_);
   const bool weights = comb_weights_;
   const bool blockwise = cfg_.blockwise() && !pull;
-  const BlockwiseLayout bl = blockwise_layout(cfg_.quant_type == QuantType::kFp4Blockwise, hidden);
+  const BlockwiseLayout bl =
+      blockwise_layout(cfg_.quant_type == QuantType::kFp4Blockwise, hidden, std::max(1, blockwise_scale_dim_));
   const size_t stage_row = blockwise ? bl.row_bytes() : row;
+  const bool own_direct = comb_own_direct_ && !pull;
   char* out = base_ + lay_->comb_out;
   float* out_w = at<float>(lay_->comb_out_w);
+  // The output is read by the caller after the whole combine: big ones bypass the caches.
+  const bool stream = static_cast<size_t>(n) * row >= kStreamMinBytes;
+  // The sum runs over column tiles, so the fp32 accumulator stays in L1 while every source row
+  // streams through once. Blockwise rows are decoded whole (their scales are per block).
+  const int tile = blockwise ? hidden : std::min(hidden, 1024);
+  // A row that adds into the token: its first byte, its element type (blockwise: the codes).
+  struct Source {
+    const char* row;
+    DType type;
+    bool blockwise;
+  };
+  const int max_sources = k + (v1 ? nodes : 0);
   const int blocks = choose_blocks(-1, n, false);
   team_->run(blocks, [&](int b) {
     auto [lo, hi] = block_range(n, blocks, b);
-    std::vector<float> acc(static_cast<size_t>(hidden) * dtype_lanes(comb_dtype_)), wacc(static_cast<size_t>(k));
-    std::vector<char> pulled(pull ? row + k4 : 0);
+    std::vector<float> acc(static_cast<size_t>(tile) * lanes), wacc(static_cast<size_t>(k));
+    std::vector<Source> srcs;
+    std::vector<const float*> wsrcs;
+    srcs.reserve(static_cast<size_t>(max_sources));
+    wsrcs.reserve(static_cast<size_t>(max_sources));
+    std::vector<char> pulled;  // rows read over RMA (pull without a mapping)
+    std::vector<char> out_row(stream ? row : 0);
+    std::vector<const uint16_t*> bf16_rows;
     for (int t = lo; t < hi; ++t) {
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      std::fill(wacc.begin(), wacc.end(), 0.0f);
-      auto add_w = [&](const float* w) {
-        for (int j = 0; j < k; ++j) wacc[j] += w[j];
-      };
+      srcs.clear();
+      wsrcs.clear();
+      size_t pulled_used = 0;
       for (int j = 0; j < k; ++j) {
         int64_t v = dest_map[static_cast<size_t>(t) * k + j];
         if (v < 0) continue;
         int r = static_cast<int>(v / max_recv);
         size_t slot = static_cast<size_t>(v % max_recv);
         if (pull) {
-          const char* src_row;
-          const float* src_w;
           if (peer_base_[r] && mover_ == Mover::kDirect) {
-            src_row = peer_base_[r] + lay_->comb_inp + slot * row;
-            src_w = reinterpret_cast<const float*>(peer_base_[r] + lay_->comb_inp_w + slot * k4);
+            srcs.push_back({peer_base_[r] + lay_->comb_inp + slot * row, comb_dtype_, false});
+            wsrcs.push_back(reinterpret_cast<const float*>(peer_base_[r] + lay_->comb_inp_w + slot * k4));
           } else {
-            read(r, lay_->comb_inp + slot * row, pulled.data(), row);
-            if (weights) read(r, lay_->comb_inp_w + slot * k4, pulled.data() + row, k4);
-            src_row = pulled.data();
-            src_w = reinterpret_cast<const float*>(pulled.data() + row);
+            pulled.resize(static_cast<size_t>(k) * (row + k4));
+            char* dst = pulled.data() + pulled_used;
+            pulled_used += row + k4;
+            read(r, lay_->comb_inp + slot * row, dst, row);
+            if (weights) read(r, lay_->comb_inp_w + slot * k4, dst + row, k4);
+            srcs.push_back({dst, comb_dtype_, false});
+            wsrcs.push_back(reinterpret_cast<const float*>(dst + row));
           }
-          accumulate_row(acc.data(), src_row, comb_dtype_, hidden);
-          if (weights) add_w(src_w);
+        } else if (own_direct && r == cfg_.rank) {
+          srcs.push_back({comb_input_ + slot * row, comb_dtype_, false});
+          wsrcs.push_back(comb_own_w_direct_ ? comb_input_w_ + slot * k
+                                             : at<float>(lay_->comb_stage_w + static_cast<size_t>(r * max_inp + t) * k4));
         } else {
           size_t st = static_cast<size_t>(r * max_inp + t);
-          const char* staged = base_ + lay_->comb_stage + st * stage_row;
-          if (blockwise)
-            accumulate_row_blockwise(acc.data(), reinterpret_cast<const uint8_t*>(staged), bl);
-          else
-            accumulate_row(acc.data(), staged, wire, hidden);
-          if (weights) add_w(at<float>(lay_->comb_stage_w + st * k4));
+          srcs.push_back({base_ + lay_->comb_stage + st * stage_row, comb_wire_, blockwise});
+          wsrcs.push_back(at<float>(lay_->comb_stage_w + st * k4));
         }
       }
       if (v1) {
@@ -759,13 +805,39 @@ void EpHandle::reduce_own_tokens(bool pull) {
         for (int nd = 0; nd < nodes; ++nd) {
           if (!comb_layout_.node_sent[static_cast<size_t>(t) * nodes + nd]) continue;
           size_t st = static_cast<size_t>((nd * g + lr) * max_inp + t);
-          accumulate_row(acc.data(), base_ + lay_->comb_stage + st * row, comb_dtype_, hidden);
-          if (weights) add_w(at<float>(lay_->comb_stage_w + st * k4));
+          srcs.push_back({base_ + lay_->comb_stage + st * row, comb_dtype_, false});
+          wsrcs.push_back(at<float>(lay_->comb_stage_w + st * k4));
         }
       }
-      store_row(out + static_cast<size_t>(t) * row, acc.data(), comb_dtype_, hidden);
-      if (weights) std::memcpy(out_w + static_cast<size_t>(t) * k, wacc.data(), k4);
+      char* dst_row = stream ? out_row.data() : out + static_cast<size_t>(t) * row;
+      bool all_bf16 = comb_dtype_ == DType::kBFloat16;
+      for (const Source& src : srcs) all_bf16 &= src.type == DType::kBFloat16 && !src.blockwise;
+      if (all_bf16) {
+        bf16_rows.clear();
+        for (const Source& src : srcs) bf16_rows.push_back(reinterpret_cast<const uint16_t*>(src.row));
+        sum_rows_bf16(reinterpret_cast<uint16_t*>(dst_row), bf16_rows.data(), static_cast<int>(bf16_rows.size()),
+                      hidden);
+      }
+      for (int c0 = 0; c0 < hidden && !all_bf16; c0 += tile) {
+        const int cn = std::min(tile, hidden - c0);
+        std::fill(acc.begin(), acc.begin() + static_cast<size_t>(cn) * lanes, 0.0f);
+        for (const Source& src : srcs) {
+          if (src.blockwise)
+            accumulate_row_blockwise(acc.data(), reinterpret_cast<const uint8_t*>(src.row), bl);
+          else
+            accumulate_row(acc.data(), src.row + static_cast<size_t>(c0) * dtype_size(src.type), src.type, cn);
+        }
+        store_row(dst_row + static_cast<size_t>(c0) * esize, acc.data(), comb_dtype_, cn);
+      }
+      if (stream) copy_streaming(out + static_cast<size_t>(t) * row, out_row.data(), row);
+      if (weights) {
+        std::fill(wacc.begin(), wacc.end(), 0.0f);
+        for (const float* w : wsrcs)
+          for (int q = 0; q < k; ++q) wacc[q] += w[q];
+        std::memcpy(out_w + static_cast<size_t>(t) * k, wacc.data(), k4);
+      }
     }
+    if (stream) stream_fence();
   });
 }
 

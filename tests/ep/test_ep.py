@@ -5,6 +5,9 @@ error paths, AUTO launch rules and the fp8/bf16/fp16 conversions against torch."
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -44,6 +47,19 @@ def test_blockwise_and_fp4_combine(n):
     # fp8: IntraNode, IntraNodeLL, AsyncLL; fp4: IntraNode, IntraNodeLL (x 2 hidden sizes); the rest refused.
     assert out.count(": combined") == 10 and out.count(": refused at combine") == 14, out
     assert out.count("fp4 rows: dispatched and combined") == 6
+
+
+def test_blockwise_combine_reads_scale_dim_setting():
+    """MORI_FP8_COMBINE_SCALE_DIM=20 (not MORI's 56): blocks of ceil(hidden / 20) values, exact
+    against the wire model at that setting and 20 scales per row on the wire; 0 is refused."""
+    out = check(mori_run(2, python_program("ep_quant_combine.py"), timeout=240,
+                         env={"MORI_FP8_COMBINE_SCALE_DIM": "20"}))
+    assert "ep quant combine ok on 2 PEs" in out and out.count(": combined") == 10, out
+    probe = ("from mori import _C\nfrom mori.ep.kernel_type import blockwise_scale_dim\n"
+             "try:\n    blockwise_scale_dim()\nexcept ValueError as e:\n    print('refused:', e)\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "MORI_FP8_COMBINE_SCALE_DIM": "0"})
+    assert "refused: MORI_FP8_COMBINE_SCALE_DIM must be > 0" in proc.stdout, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])
@@ -177,6 +193,28 @@ def test_encode_matches_torch(dtype):
     same = (ref_f == got_f) | (torch.isnan(ref_f) & torch.isnan(got_f))
     bad = (~same).nonzero().flatten()[:5]
     assert same.all(), [(vals[i].item(), ref_f[i].item(), got_f[i].item()) for i in bad]
+
+
+@pytest.mark.parametrize("m,n", [(1, 7168), (3, 7168), (8, 2051), (13, 16), (5, 7)])
+def test_fused_bf16_sum_matches_torch(m, n):
+    """Combine's fused bf16 sum (registers, one pass) gives the bits of an fp32 sum in row order
+    from zero, rounded once, as torch computes it; ties, NaN, infinities, -0 included."""
+    from mori import _C
+
+    g = torch.Generator().manual_seed(100 + m * n)
+    rows = (torch.randn(m, n, generator=g) * torch.rand(m, 1, generator=g) * 50).to(torch.bfloat16)
+    flat = rows.view(-1)
+    specials = torch.tensor([float("nan"), float("inf"), -0.0, 3.0e38, -3.0e38, 1e-40], dtype=torch.bfloat16)
+    flat[torch.randint(0, flat.numel(), (min(flat.numel(), 24),), generator=g)] = specials.repeat(4)[:min(flat.numel(), 24)]
+    rows = rows.contiguous()
+    acc = torch.zeros(n, dtype=torch.float32)
+    for r in range(m):
+        acc = acc + rows[r].float()
+    ref = acc.to(torch.bfloat16)
+    got = torch.empty(n, dtype=torch.bfloat16)
+    _C.ep.sum_rows_bf16(rows.data_ptr(), m, got.data_ptr(), n)
+    same = (ref.view(torch.int16) == got.view(torch.int16)) | (torch.isnan(ref) & torch.isnan(got))
+    assert same.all(), (~same).nonzero().flatten()[:5].tolist()
 
 
 def test_config_defaults_match_mori():

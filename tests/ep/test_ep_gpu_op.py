@@ -22,19 +22,28 @@ pytestmark = [
 
 
 # PASS lines per PE: a line per dtype/kernel case, per kernel, or one.
-_LINES = {"dtypes": 8, "fp8_cast": 3, "standard_moe": 2, "fp8_blockwise": 4}
+_LINES = {"dtypes": 8, "fp8_cast": 3, "standard_moe": 2, "blockwise": 6}
 
 
 @pytest.mark.parametrize("pes", _PES)
 @pytest.mark.parametrize("staging", ["bulk", "pipelined"])  # MORI_EP_COMBINE_STAGING
 @pytest.mark.parametrize("checks", ["dtypes", "zero_copy async_ll errors", "graph", "fp8_cast standard_moe",
-                                    "fp8_blockwise routing"])
+                                    "blockwise routing"])
 def test_gpu_op(checks, staging, pes):
     names = checks.split()
     out = check(mori_run(pes, python_program("ep_gpu_op_suite.py", *names), timeout=150 + 30 * pes,
                          env={"MORI_EP_COMBINE_STAGING": staging}))
     for name in names:
         assert out.count(f"PASS {name}") == pes * _LINES.get(name, 1), out
+
+
+@pytest.mark.parametrize("pes", _PES)
+def test_gpu_blockwise_at_another_scale_dim(pes):
+    """MORI_FP8_COMBINE_SCALE_DIM=28 (not MORI's 56): hidden 7168 in blocks of 256, on CUDA, against
+    the wire model at that setting (the CPU path's)."""
+    out = check(mori_run(pes, python_program("ep_gpu_op_suite.py", "blockwise"), timeout=150 + 30 * pes,
+                         env={"MORI_FP8_COMBINE_SCALE_DIM": "28"}))
+    assert out.count("PASS blockwise") == pes * _LINES["blockwise"], out
 
 
 @pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.device_count() < 2,

@@ -227,65 +227,73 @@ def check_fp8_cast():
         print(f"PASS fp8_cast {kernel.name} {comb_dtype}", flush=True)
 
 
-def check_fp8_blockwise():
-    """quant_type fp8_blockwise on CUDA (hidden 7168: 56 blocks of 128, one fp32 scale each): rows
-    that cross NVLink are quantized per block and summed in fp32; IntraNode reads this PE's own rows
-    as they are, AsyncLL stages (and quantizes) them too. Checked against the torch model of the wire
-    of tests/programs/ep_quant_combine.py, and to differ from the unquantized sum; MORI's refusals."""
+def check_blockwise():
+    """quant_type fp8_blockwise and fp4_blockwise on CUDA (hidden 7168: blocks of
+    ceil(7168 / MORI_FP8_COMBINE_SCALE_DIM) values, 128 by default, one fp32 scale each): rows that
+    cross NVLink are quantized per block (e4m3, or packed e2m1) and summed in fp32; IntraNode reads
+    this PE's own rows as they are, AsyncLL stages (and quantizes) them too. Checked against the
+    torch model of the wire of tests/programs/ep_quant_combine.py (the CPU path's), and to differ
+    from the unquantized sum; MORI's refusals (float32 input; fp4_blockwise on AsyncLL)."""
     from ep_quant_combine import blockwise_roundtrip
 
     me = sh.shmem_mype()
-    for kernel in (KT.IntraNode, KT.IntraNodeLL, KT.AsyncLL):
-        op = make_op(torch.bfloat16, 7168, kernel=kernel, quant="fp8_blockwise")
-        for i in range(2):
-            data = inputs(op, torch.bfloat16, 900 + i)
-            x, w, _, idx = (to_dev(t) for t in data[me])
-            outs = op.dispatch(x, w, None, idx)
-            if kernel == KT.AsyncLL:
-                op.dispatch_recv()
-            check_dispatch(op, data, outs, False)
-            total = int(outs[4].item())
-            if i == 0:  # MORI's refusal of a non-bf16 input, at combine
-                try:
-                    op.combine(outs[0][:total].float(), outs[1], idx)
-                    expect(False, f"{kernel.name}: fp8_blockwise accepted float32 input")
-                except ValueError as exc:
-                    expect("only supports bf16" in str(exc), f"refusal text: {exc}")
-            c, cw = op.combine(outs[0][:total], outs[1], idx)
-            if kernel == KT.AsyncLL:
-                op.combine_recv()
-            xs, ws, idxs = data[me][0], data[me][1], data[me][3]
-            epr = op.config.num_experts_per_rank
-            ds = [dests(row, epr) for row in idxs.tolist()]
-            own = torch.tensor([float(me in d) for d in ds])[:, None]
-            remote = torch.tensor([float(len(d - {me})) for d in ds])[:, None]
-            xf = xs.float()
-            xq = blockwise_roundtrip(xs, fp4=False) if xs.shape[0] else xf
-            ref = (xq if kernel == KT.AsyncLL else xf) * own + xq * remote
-            got = c[:xs.shape[0]].cpu().float()
-            expect(torch.allclose(got, ref, atol=2e-2, rtol=1e-2),
-                   f"{kernel.name}: fp8_blockwise combine differs from the blockwise model "
-                   f"(max err {(got - ref).abs().max()})")
-            if bool((remote > 0).any()):
-                expect((got - xf * (own + remote)).abs().max() > 1e-3, f"{kernel.name}: remote rows were not quantized")
-            expect(torch.allclose(cw[:xs.shape[0]].cpu(), ws * (own + remote), rtol=1e-6, atol=1e-6),
-                   f"{kernel.name}: weights")
-        torch.cuda.synchronize()
-        print(f"PASS fp8_blockwise {kernel.name}", flush=True)
-    # fp4_blockwise on CUDA tensors is not implemented: NotImplementedError at combine.
-    op = make_op(torch.bfloat16, 7168, quant="fp4_blockwise")
+    allowed = {"fp8_blockwise": (KT.IntraNode, KT.IntraNodeLL, KT.AsyncLL),
+               "fp4_blockwise": (KT.IntraNode, KT.IntraNodeLL)}
+    for quant, kernels in allowed.items():
+        fp4 = quant == "fp4_blockwise"
+        for kernel in kernels:
+            op = make_op(torch.bfloat16, 7168, kernel=kernel, quant=quant)
+            for i in range(2):
+                data = inputs(op, torch.bfloat16, 900 + i)
+                x, w, _, idx = (to_dev(t) for t in data[me])
+                outs = op.dispatch(x, w, None, idx)
+                if kernel == KT.AsyncLL:
+                    op.dispatch_recv()
+                check_dispatch(op, data, outs, False)
+                total = int(outs[4].item())
+                if i == 0:  # MORI's refusal of a non-bf16 input, at combine
+                    try:
+                        op.combine(outs[0][:total].float(), outs[1], idx)
+                        expect(False, f"{kernel.name}: {quant} accepted float32 input")
+                    except ValueError as exc:
+                        expect("only supports bf16" in str(exc), f"refusal text: {exc}")
+                c, cw = op.combine(outs[0][:total], outs[1], idx)
+                if kernel == KT.AsyncLL:
+                    op.combine_recv()
+                xs, ws, idxs = data[me][0], data[me][1], data[me][3]
+                epr = op.config.num_experts_per_rank
+                ds = [dests(row, epr) for row in idxs.tolist()]
+                own = torch.tensor([float(me in d) for d in ds])[:, None]
+                remote = torch.tensor([float(len(d - {me})) for d in ds])[:, None]
+                xf = xs.float()
+                xq = blockwise_roundtrip(xs, fp4=fp4) if xs.shape[0] else xf
+                ref = (xq if kernel == KT.AsyncLL else xf) * own + xq * remote
+                got = c[:xs.shape[0]].cpu().float()
+                expect(torch.allclose(got, ref, atol=2e-2, rtol=1e-2),
+                       f"{kernel.name}: {quant} combine differs from the blockwise model "
+                       f"(max err {(got - ref).abs().max()})")
+                if bool((remote > 0).any()):
+                    expect((got - xf * (own + remote)).abs().max() > 1e-3,
+                           f"{kernel.name}: {quant}: remote rows were not quantized")
+                expect(torch.allclose(cw[:xs.shape[0]].cpu(), ws * (own + remote), rtol=1e-6, atol=1e-6),
+                       f"{kernel.name}: {quant}: weights")
+            torch.cuda.synchronize()
+            print(f"PASS blockwise {quant} {kernel.name}", flush=True)
+    # MORI refuses fp4_blockwise on AsyncLL: the op builds and dispatches, combine raises ValueError.
+    op = make_op(torch.bfloat16, 7168, kernel=KT.AsyncLL, quant="fp4_blockwise")
     data = inputs(op, torch.bfloat16, 950)
     x, w, _, idx = (to_dev(t) for t in data[me])
     outs = op.dispatch(x, w, None, idx)
+    op.dispatch_recv()
     total = int(outs[4].item())
     try:
         op.combine(outs[0][:total], outs[1], idx)
-        expect(False, "fp4_blockwise on CUDA tensors did not raise")
-    except NotImplementedError as exc:
-        expect("fp8_blockwise" in str(exc), f"fp4 refusal text: {exc}")
+        expect(False, "fp4_blockwise on AsyncLL did not raise")
+    except ValueError as exc:
+        expect("fp4_blockwise" in str(exc), f"fp4 refusal text: {exc}")
     op2 = make_op(torch.bfloat16, 7168)  # keep every PE in step with a plain round
     one_round(op2, inputs(op2, torch.bfloat16, 951), torch.bfloat16, torch.bfloat16, 0)
-    print("PASS fp8_blockwise refusals", flush=True)
+    print("PASS blockwise refusals", flush=True)
 
 
 def check_routing():
@@ -410,7 +418,7 @@ def check_errors():
 
 CHECKS = {"dtypes": check_dtypes, "zero_copy": check_zero_copy, "async_ll": check_async_ll, "graph": check_graph,
           "errors": check_errors, "fp8_cast": check_fp8_cast, "standard_moe": check_standard_moe,
-          "fp8_blockwise": check_fp8_blockwise, "routing": check_routing}
+          "blockwise": check_blockwise, "routing": check_routing}
 
 
 def main() -> int:

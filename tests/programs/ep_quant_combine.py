@@ -5,14 +5,15 @@ rows (float4_e2m1fn_x2 dispatched with float8_e8m0fnu scales) on CPU tensors, ev
     mori run -n 4 python ep_quant_combine.py
 
 Every PE builds every PE's inputs from one seed. The blockwise combines are checked exactly
-against a torch model of the wire (per row: blocks of ceil(hidden / 56) values, one float32
-scale = amax / 448 (fp8) or amax / 6 (fp4) per block, values sent as value / scale, multiplied
-back and summed in fp32 over the destination ranks), and within MORI's tolerance of the exact
+against a torch model of the wire (per row: blocks of ceil(hidden / MORI_FP8_COMBINE_SCALE_DIM)
+values, 56 by default, one float32 scale = amax / 448 (fp8) or amax / 6 (fp4) per block, values
+sent as value / scale, multiplied back and summed in fp32 over the destination ranks), and within MORI's tolerance of the exact
 sum; a kernel type MORI refuses builds, dispatches, and raises ValueError at combine, as in MORI.
 fp4 rows are summed in fp32 and rounded back to e2m1 (nearest even, saturating at 6).
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -22,7 +23,7 @@ from mori.ops import EpDispatchCombineConfig, EpDispatchCombineKernelType as K, 
 
 FP4 = torch.float4_e2m1fn_x2
 E8M0 = torch.float8_e8m0fnu
-SCALE_DIM = 56  # MORI's default MORI_FP8_COMBINE_SCALE_DIM
+SCALE_DIM = int(os.environ.get("MORI_FP8_COMBINE_SCALE_DIM", "56"))  # MORI's default 56
 ALLOWED = {"fp8_blockwise": {K.IntraNode, K.IntraNodeLL, K.AsyncLL}, "fp4_blockwise": {K.IntraNode, K.IntraNodeLL}}
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
 

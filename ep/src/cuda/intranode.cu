@@ -211,7 +211,27 @@ __device__ __forceinline__ unsigned ld_acquire_sys_u32(const unsigned* p) {
 // Eight elements of a row <-> eight floats. kCoherent loads bypass L1 (rows peers write while
 // the kernel runs); the others use the read-only path (the combine input).
 struct Fp8 {};     // e4m3fn, combine's fp8_direct_cast wire type
+struct Fp4 {};     // e2m1, two per byte (low nibble first): fp4_blockwise codes
 struct Fp8Blk {};  // fp8_blockwise wire rows: e4m3fn codes, then one fp32 scale per block
+struct Fp4Blk {};  // fp4_blockwise wire rows: packed e2m1 codes, then one fp32 scale per block
+
+// The blockwise wire types: their code type and the largest code magnitude.
+template <typename S>
+struct Blockwise {
+  static constexpr bool kIs = false;
+};
+template <>
+struct Blockwise<Fp8Blk> {
+  static constexpr bool kIs = true;
+  using Code = Fp8;
+  static constexpr float kMax = 448.0f;
+};
+template <>
+struct Blockwise<Fp4Blk> {
+  static constexpr bool kIs = true;
+  using Code = Fp4;
+  static constexpr float kMax = 6.0f;
+};
 
 template <typename T>
 struct Row8;
@@ -283,12 +303,48 @@ struct Row8<Fp8> {
   }
 };
 
+__constant__ float kE2M1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+
+// fp32 -> e2m1 code as the CPU path rounds (ep/src/dtype.cc float_to_fp4_e2m1): nearest, ties
+// to the even code, saturating at 6, NaN to +6.
+__device__ __forceinline__ uint32_t fp4_e2m1_code(float f) {
+  if (isnan(f)) return 7u;
+  const float a = fabsf(f);
+  const uint32_t code =
+      (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
+  return (signbit(f) ? 8u : 0u) | code;
+}
+
+template <>
+struct Row8<Fp4> {
+  static constexpr int kBytes = 4;
+  template <bool kCoherent>
+  __device__ static void add(float* acc, const uint8_t* p) {
+    const unsigned* q = reinterpret_cast<const unsigned*>(p);
+    const unsigned v = kCoherent ? __ldcg(q) : __ldg(q);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const unsigned c = (v >> (4 * i)) & 0xfu;
+      const float m = kE2M1[c & 7u];
+      acc[i] += (c & 8u) ? -m : m;
+    }
+  }
+  __device__ static void store(uint8_t* p, const float* acc) {
+    unsigned v = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v |= fp4_e2m1_code(acc[i]) << (4 * i);
+    *reinterpret_cast<unsigned*>(p) = v;
+  }
+};
+
 // One row quantized blockwise by the warp: per block of `block_groups` groups its largest
-// magnitude (a warp reduction), scale = amax / 448, codes = value / scale in e4m3 (saturating).
-template <typename T>
+// magnitude (a warp reduction), scale = amax / the code's largest value (448 e4m3, 6 e2m1),
+// codes = value / scale (saturating).
+template <typename T, typename S>
 __device__ void send_row_blockwise(uint8_t* __restrict__ dst, const uint8_t* __restrict__ src, int groups,
                                    int block_groups, int lane) {
-  float* scales = reinterpret_cast<float*>(dst + static_cast<int64_t>(groups) * Row8<Fp8>::kBytes);
+  using Code = typename Blockwise<S>::Code;
+  float* scales = reinterpret_cast<float*>(dst + static_cast<int64_t>(groups) * Row8<Code>::kBytes);
   const int blocks = (groups + block_groups - 1) / block_groups;
   for (int b = 0; b < blocks; ++b) {
     const int g0 = b * block_groups, g1 = min(groups, g0 + block_groups);
@@ -300,25 +356,25 @@ __device__ void send_row_blockwise(uint8_t* __restrict__ dst, const uint8_t* __r
       for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(f[i]));
     }
     for (int off = 16; off; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFull, amax, off));
-    const float scale = amax / 448.0f;
+    const float scale = amax / Blockwise<S>::kMax;
     for (int c = g0 + lane; c < g1; c += 32) {
       float f[8] = {};
       Row8<T>::template add<false>(f, src + c * Row8<T>::kBytes);
 #pragma unroll
       for (int i = 0; i < 8; ++i) f[i] = scale > 0.0f ? f[i] / scale : 0.0f;
-      Row8<Fp8>::store(dst + c * Row8<Fp8>::kBytes, f);
+      Row8<Code>::store(dst + c * Row8<Code>::kBytes, f);
     }
     if (lane == 0) scales[b] = scale;
   }
 }
 
 // One row from the combine input (T) into a staging row (S: T, or fp8 when direct-cast, or
-// blockwise-quantized fp8).
+// blockwise-quantized fp8 / fp4).
 template <typename T, typename S>
 __device__ __forceinline__ void send_row(uint8_t* __restrict__ dst, const uint8_t* __restrict__ src, int groups,
                                          int lane, int block_groups) {
-  if constexpr (std::is_same_v<S, Fp8Blk>) {
-    send_row_blockwise<T>(dst, src, groups, block_groups, lane);
+  if constexpr (Blockwise<S>::kIs) {
+    send_row_blockwise<T, S>(dst, src, groups, block_groups, lane);
   } else if constexpr (std::is_same_v<T, S>) {
     warp_copy<8>(dst, src, static_cast<int64_t>(groups) * Row8<T>::kBytes, lane);
   } else {
@@ -339,7 +395,7 @@ struct CombineJob {
   int num_tokens;
   bool zero_copy;     // `in` is this PE's registered buffer (Peers::comb_in)
   bool pipelined;     // staged rows are flagged one by one (stage_per_row)
-  int block_groups;   // Fp8Blk: groups per scale block
+  int block_groups;   // blockwise wire types: groups per scale block
   int st_row;         // bytes of a staged row (the wire type's)
 };
 
@@ -366,14 +422,15 @@ __device__ __forceinline__ void sum_slice(const Shape& s, const Local& l, const 
     const RowRef ref = row(rq, sq);
     const uint8_t* ptr = ref.ptr;
     if (ref.staged) {
-      if constexpr (std::is_same_v<S, Fp8Blk>) {
-        const float* scales = reinterpret_cast<const float*>(ptr + static_cast<int64_t>(j.groups) * Row8<Fp8>::kBytes);
+      if constexpr (Blockwise<S>::kIs) {
+        using Code = typename Blockwise<S>::Code;
+        const float* scales = reinterpret_cast<const float*>(ptr + static_cast<int64_t>(j.groups) * Row8<Code>::kBytes);
 #pragma unroll
         for (int u = 0; u < kU; ++u) {
           const int c = c0 + 32 * u;
           if (c >= j.groups) continue;
           float f[8] = {};
-          Row8<Fp8>::template add<true>(f, ptr + c * Row8<Fp8>::kBytes);
+          Row8<Code>::template add<true>(f, ptr + c * Row8<Code>::kBytes);
           const float sc = __ldcg(scales + c / j.block_groups);
 #pragma unroll
           for (int i = 0; i < 8; ++i) acc[u][i] += f[i] * sc;
@@ -647,12 +704,12 @@ void dispatch_recv(const Shape& s, const Peers& p, const Local& l, void* stream)
 
 namespace {
 
-// Bytes of a staged row of the wire type S (Fp8Blk: codes, then the scales, padded to 16).
+// Bytes of a staged row of the wire type S (blockwise: codes, then the scales, padded to 16).
 template <typename S>
 int staged_row_bytes(int groups, int block_groups) {
-  if constexpr (std::is_same_v<S, Fp8Blk>) {
+  if constexpr (Blockwise<S>::kIs) {
     const int blocks = (groups + block_groups - 1) / block_groups;
-    return (groups * Row8<Fp8>::kBytes + 4 * blocks + 15) / 16 * 16;
+    return (groups * Row8<typename Blockwise<S>::Code>::kBytes + 4 * blocks + 15) / 16 * 16;
   } else {
     return groups * Row8<S>::kBytes;
   }
@@ -694,12 +751,14 @@ void combine(const Shape& s, const Peers& p, const Local& l, const CombineArgs& 
   MORI_CHECK_ARG(a.num_tokens >= 0 && a.num_tokens <= s.max_inp, "combine: %d tokens, max_num_inp_token_per_rank %d",
                  a.num_tokens, s.max_inp);
   MORI_CHECK_ARG(a.block == 0 || (a.block > 0 && a.block % 8 == 0 && a.dtype == 1 && !a.fp8),
-                 "CUDA fp8_blockwise combine needs bfloat16 rows and a block of a multiple of 8 values, got dtype "
+                 "CUDA blockwise combine needs bfloat16 rows and a block of a multiple of 8 values, got dtype "
                  "code %d, block %d", a.dtype, a.block);
   CombineJob j{static_cast<const uint8_t*>(a.input), a.weights, a.with_weights, a.hidden / 8, a.num_tokens,
                a.zero_copy, a.pipelined, a.block / 8, 0};
   auto st = static_cast<cudaStream_t>(stream);
-  if (a.block > 0) {
+  if (a.block > 0 && a.fp4) {
+    launch_combine<__nv_bfloat16, Fp4Blk>(s, p, l, j, phase, blocks, warps, st);
+  } else if (a.block > 0) {
     launch_combine<__nv_bfloat16, Fp8Blk>(s, p, l, j, phase, blocks, warps, st);
   } else if (a.dtype == 1) {
     if (a.fp8)

@@ -73,4 +73,6 @@
   X(ucx_library, "MORI_UCX_LIBRARY", string, "",                                                   \
     "UCX: the libucp to load at run time (default: libucp.so.0, then libucp.so)") \
   X(net_transport, "MORI_NET_TRANSPORT", string, "auto",                                           \
-    "transport between hosts: auto (ucx when UCX has an RDMA transport, else tcp), tcp, ucx, or ucx-all (ucx for every pair, same host too: testing)")
+    "transport between hosts: auto (ucx when UCX has an RDMA transport, else tcp), tcp, ucx, or ucx-all (ucx for every pair, same host too: testing)") \
+  X(fp8_combine_scale_dim, "MORI_FP8_COMBINE_SCALE_DIM", int, "56",                                \
+    "EP fp8_blockwise / fp4_blockwise combine (MORI's name): scales per row, blocks of ceil(hidden / it) values; read when an op is built")

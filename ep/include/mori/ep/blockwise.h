@@ -13,8 +13,8 @@
 
 namespace mori::ep {
 
-// MORI's default number of combine scales per row (MORI_FP8_COMBINE_SCALE_DIM).
-constexpr int kBlockwiseScaleDim = 56;
+// Combine scales per row: MORI_FP8_COMBINE_SCALE_DIM (MORI's default 56), checked to be > 0.
+int blockwise_scale_dim();
 
 struct BlockwiseLayout {
   bool fp4 = false;
@@ -25,7 +25,7 @@ struct BlockwiseLayout {
   size_t row_bytes() const { return code_bytes() + static_cast<size_t>(blocks) * 4; }
 };
 
-BlockwiseLayout blockwise_layout(bool fp4, int hidden, int scale_dim = kBlockwiseScaleDim);
+BlockwiseLayout blockwise_layout(bool fp4, int hidden, int scale_dim);
 // Quantizes one row of `from` (float32, bfloat16 or float16) into dst (layout.row_bytes()).
 void quantize_row_blockwise(uint8_t* dst, const void* src, DType from, const BlockwiseLayout& l);
 // acc[0..hidden) += the dequantized row at src.

@@ -68,6 +68,10 @@ uint8_t float_to_fp4_e2m1(float f);
 void accumulate_row(float* acc, const void* src, DType t, int n);
 // Encodes n fp32 values into type t at dst.
 void store_row(void* dst, const float* src, DType t, int n);
+// dst[i] = bf16(((0 + rows[0][i]) + rows[1][i]) + ... + rows[m-1][i]) summed in fp32: the same
+// bits as accumulate_row over the rows then store_row, in one pass that keeps the sums in
+// registers (combine's common case, bf16 rows).
+void sum_rows_bf16(uint16_t* dst, const uint16_t* const* rows, int m, int n);
 // Encodes a row of type `from` directly as fp8 e4m3fn (combine's fp8_direct_cast).
 void cast_row_to_fp8(uint8_t* dst, const void* src, DType from, int n);
 

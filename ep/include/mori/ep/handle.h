@@ -153,8 +153,9 @@ class EpHandle {
                     const char* caller);
   void signal(int pe, uint64_t* local_word, uint64_t value);
   uint64_t fetch_add(int pe, uint64_t* local_word, uint64_t add);
-  // Writes n bytes at symmetric offset `off` of `pe`'s buffers.
-  void write(int pe, size_t off, const void* src, size_t n, bool direct_ok);
+  // Writes n bytes at symmetric offset `off` of `pe`'s buffers (`stream`: a direct copy
+  // bypasses the caches; the caller fences, see stream_copy.h).
+  void write(int pe, size_t off, const void* src, size_t n, bool direct_ok, bool stream = false);
   void read(int pe, size_t off, void* dst, size_t n);
   char* peer(int pe) const { return peer_base_[pe]; }
   template <typename T>
@@ -171,6 +172,7 @@ class EpHandle {
   std::unique_ptr<ThreadTeam> team_;
   Mover mover_ = Mover::kDirect;
   bool oversubscribed_ = false;  // more PEs x threads on this host than hardware threads
+  int blockwise_scale_dim_ = 0;  // blockwise combine: scales per row (read when the op is built)
 
   // State of the last dispatch (what combine needs).
   uint64_t disp_round_ = 0, comb_round_ = 0;
@@ -199,6 +201,11 @@ class EpHandle {
   DType comb_wire_ = DType::kBFloat16;
   int comb_hidden_ = 0;
   bool comb_weights_ = false, comb_pull_ = false;
+  // This PE's own rows are summed straight from the combine input (not staged): flat kernel
+  // types whose combine sends and sums in one call, rows not cast.
+  bool comb_own_direct_ = false, comb_own_w_direct_ = false;
+  const char* comb_input_ = nullptr;
+  const float* comb_input_w_ = nullptr;
   uint64_t disp_remote_bytes_ = 0, comb_remote_bytes_ = 0;
 };
 

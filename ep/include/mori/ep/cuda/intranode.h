@@ -85,6 +85,7 @@ struct CombineArgs {
   int block = 0;                   // quant_type fp8_blockwise: values per scale block (a multiple of 8;
                                    // bfloat16 input); staged rows are e4m3 codes, then one fp32 scale per
                                    // block (amax / 448). 0: off
+  bool fp4 = false;                // with `block`: quant_type fp4_blockwise, packed e2m1 codes (amax / 6)
   int num_tokens = 0;              // receive side: this PE's tokens of the last dispatch
   bool zero_copy = false;          // input is this PE's registered buffer (Peers::comb_in)
   bool pipelined = false;          // staged rows: flag each row as it is staged (else all, then one flag)
