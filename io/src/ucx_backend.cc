@@ -166,9 +166,13 @@ bool ucx_should_serve_rdma(std::string* why) {
 
 constexpr unsigned kNotifyAmId = 0x4d49;  // "MI": an inbound-transfer notification
 
+struct UcxOp;
+
 struct UcxEndpoint {
   std::string key, name, address;
   ucp_ep_h ep = nullptr;
+  bool peer_errors = true;  // UCX reports a dead peer (not over shared memory: sysv/posix lack it)
+  std::set<UcxOp*> ops;     // in flight, for failing them ourselves when UCX cannot
   bool failed = false;
   std::string why;        // set when the endpoint failed or stalled: every later error says it
   int outstanding = 0;    // operations in flight
@@ -189,8 +193,6 @@ struct UcxState {
   std::map<uint32_t, ucp_mem_h> mems;
 };
 
-namespace {
-
 struct UcxOp {
   UcxBackend* backend;
   const ucx::Ucp* u;
@@ -198,9 +200,15 @@ struct UcxOp {
   std::shared_ptr<Transfer> transfer;
   uint32_t region;
   const char* what;
+  bool settled = false;  // its transfer heard of it already (failed by a stall)
 };
 
-void finish_op(UcxOp* op, ucs_status_t s) {
+namespace {
+
+// Reports the operation to its transfer (once).
+void settle_op(UcxOp* op, ucs_status_t s) {
+  if (op->settled) return;
+  op->settled = true;
   UcxEndpoint& ep = *op->ep;
   --ep.outstanding;
   ep.last_progress = net::now();
@@ -211,6 +219,11 @@ void finish_op(UcxOp* op, ucs_status_t s) {
     std::string why = !ep.why.empty() ? ep.why : format("%s: %s failed: %s", ep.name.c_str(), op->what, op->u->status_string(s));
     op->transfer->piece_done(StatusCode::ERR_RDMA_OP, why);
   }
+}
+
+void finish_op(UcxOp* op, ucs_status_t s) {
+  settle_op(op, s);
+  op->ep->ops.erase(op);
   delete op;
 }
 
@@ -344,7 +357,13 @@ static void close_endpoint(UcxState& st, const std::shared_ptr<UcxEndpoint>& ep,
   if (ep->why.empty()) ep->why = why;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = UCP_EP_CLOSE_FLAG_FORCE;  // fails what is in flight (with our message)
+  // Force fails what is in flight (with our message); UCX allows it only with peer error
+  // handling. Without, we fail the operations ourselves and let UCX close gracefully.
+  p.flags = ep->peer_errors ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  if (!ep->peer_errors) {
+    std::vector<UcxOp*> ops(ep->ops.begin(), ep->ops.end());
+    for (UcxOp* op : ops) settle_op(op, UCS_ERR_CANCELED);
+  }
   ucs_status_ptr_t r = st.u->ep_close_nbx(ep->ep, &p);
   if (UCS_PTR_IS_PTR(r)) ep->close_request = r;
   else ep->closed = true;
@@ -456,6 +475,16 @@ static std::shared_ptr<UcxEndpoint> endpoint(UcxState& st, Peer& peer) {
   p.err_handler.cb = ep_error;
   p.err_handler.arg = ep.get();
   ucs_status_t s = st.u->ep_create(st.worker, &p, &ep->ep);
+  if (s == UCS_ERR_UNREACHABLE) {
+    // Shared-memory transports have no peer failure handling in UCX: a dead or stopped
+    // peer is then found by MORI_IO_TIMEOUT_MS alone.
+    p.field_mask &= ~(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER);
+    ep->peer_errors = false;
+    s = st.u->ep_create(st.worker, &p, &ep->ep);
+    if (s == UCS_OK)
+      MORI_LOG(kInfo, "IO", "%s: the UCX transports in use have no peer failure detection; a dead peer is found "
+               "by MORI_IO_TIMEOUT_MS", peer.name().c_str());
+  }
   if (s != UCS_OK)
     raise(Status::kRemote, "%s: ucp_ep_create: %s", peer.name().c_str(), st.u->status_string(s));
   st.eps[d.key] = ep;
@@ -552,7 +581,9 @@ void UcxBackend::post(bool read, Peer& peer, const std::shared_ptr<Transfer>& t,
       auto make = [&](const char* what) {
         ++ep->outstanding;
         ++posted;
-        return new UcxOp{this, st.u, ep, t, remote_region, what};
+        auto* op = new UcxOp{this, st.u, ep, t, remote_region, what};
+        ep->ops.insert(op);
+        return op;
       };
       for (const auto& s : segs) {
         UcxOp* op = make(read ? "ucp_get_nbx" : "ucp_put_nbx");
