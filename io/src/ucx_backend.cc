@@ -191,6 +191,9 @@ struct UcxState {
   std::map<std::string, std::shared_ptr<UcxEndpoint>> eps;
   std::vector<std::shared_ptr<UcxEndpoint>> closing;
   std::map<uint32_t, ucp_mem_h> mems;
+  // Peer error handling needs a network transport: UCX 1.13's shared-memory ones lack it
+  // (asking anyway fails the endpoint and prints an error).
+  bool peer_errors = true;
 };
 
 struct UcxOp {
@@ -287,6 +290,12 @@ UcxBackend::UcxBackend(EngineImpl& engine) : engine_(engine), state_(std::make_u
   st.ctx = make_context(*u);
   try {
     fill_report(&report_, *u, st.ctx);
+    st.peer_errors = false;
+    for (const auto& r : report_.resources) {
+      std::string tl = r.substr(0, r.find('/'));
+      if (tl != "self" && tl != "sysv" && tl != "posix" && tl != "cma" && tl != "knem" && tl != "xpmem")
+        st.peer_errors = true;
+    }
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // only the progress thread touches it
@@ -468,23 +477,24 @@ static std::shared_ptr<UcxEndpoint> endpoint(UcxState& st, Peer& peer) {
   ep->name = peer.name();
   ep->address = d.ucx_address;
   ucp_ep_params_t p{};
-  p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                 UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+  if (st.peer_errors) p.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep->peer_errors = st.peer_errors;
   p.address = reinterpret_cast<const ucp_address_t*>(ep->address.data());
   p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   p.err_handler.cb = ep_error;
   p.err_handler.arg = ep.get();
   ucs_status_t s = st.u->ep_create(st.worker, &p, &ep->ep);
-  if (s == UCS_ERR_UNREACHABLE) {
+  if (s == UCS_ERR_UNREACHABLE && ep->peer_errors) {
     // Shared-memory transports have no peer failure handling in UCX: a dead or stopped
     // peer is then found by MORI_IO_TIMEOUT_MS alone.
     p.field_mask &= ~(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER);
     ep->peer_errors = false;
     s = st.u->ep_create(st.worker, &p, &ep->ep);
-    if (s == UCS_OK)
-      MORI_LOG(kInfo, "IO", "%s: the UCX transports in use have no peer failure detection; a dead peer is found "
-               "by MORI_IO_TIMEOUT_MS", peer.name().c_str());
   }
+  if (s == UCS_OK && !ep->peer_errors)
+    MORI_LOG(kInfo, "IO", "%s: the UCX transports in use have no peer failure detection; a dead peer is found "
+             "by MORI_IO_TIMEOUT_MS", peer.name().c_str());
   if (s != UCS_OK)
     raise(Status::kRemote, "%s: ucp_ep_create: %s", peer.name().c_str(), st.u->status_string(s));
   st.eps[d.key] = ep;
