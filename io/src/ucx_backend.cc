@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <future>
@@ -439,16 +440,28 @@ void UcxBackend::loop() {
       check_stalls();
       last_check = net::now();
     }
+    // With work in flight: keep progressing for a few ms after the last completion (not
+    // every UCX transport signals its completions on the event fd, e.g. large shared-memory
+    // puts), then sleep in 1 ms steps; idle: sleep on the event fd.
+    bool waiting = false;
+    double latest = 0;
+    for (auto& [key, ep] : st.eps)
+      if (ep->outstanding > 0) {
+        waiting = true;
+        latest = std::max(latest, ep->last_progress);
+      }
+    if (waiting && net::now() - latest < 0.005) {
+      std::this_thread::yield();
+      continue;
+    }
     ucs_status_t s = u.worker_arm(st.worker);
     if (s == UCS_ERR_BUSY) continue;
     {
       std::lock_guard<std::mutex> lock(q_mu_);  // work posted before the arm has signalled already
       if (!queue_.empty() || stopping_) continue;
     }
-    bool waiting = false;  // with work in flight, wake up to check for stalls
-    for (auto& [key, ep] : st.eps) waiting = waiting || ep->outstanding > 0;
     pollfd pfd{st.efd, POLLIN, 0};
-    poll(&pfd, 1, waiting || !st.closing.empty() ? 50 : 500);
+    poll(&pfd, 1, waiting ? 1 : (!st.closing.empty() ? 50 : 500));
   }
   // Closing: whatever is in flight fails, naming the reason.
   for (auto& [key, ep] : st.eps) close_endpoint(st, ep, format("%s: engine '%s' is closing", ep->name.c_str(),
