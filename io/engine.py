@@ -56,9 +56,10 @@ class IOEngine:
     """MORI's transfer engine: ``IOEngine(key, IOEngineConfig(host, port))``.
 
     ``key`` names the engine among its peers (it must be unique). Backends:
-    ``BackendType.TCP`` (ours), ``BackendType.RDMA`` (here: the tcp backend, with same-host
-    CPU memory moved directly; an info log line says so) and ``BackendType.XGMI`` (CUDA
-    IPC + copy engines for GPU memory of one node).
+    ``BackendType.TCP`` (ours), ``BackendType.RDMA`` (UCX when it reports an RDMA transport,
+    or when ``MORI_IO_RDMA_TRANSPORT=ucx`` forces it; otherwise the tcp backend, with
+    same-host CPU memory moved directly; an info log line says which) and
+    ``BackendType.XGMI`` (CUDA IPC + copy engines for GPU memory of one node).
     """
 
     def __init__(self, key: str, config: Any) -> None:
@@ -140,7 +141,8 @@ class IOEngine:
 
     def backend_for(self, local_mem: MemoryDesc, remote_mem: MemoryDesc) -> str:
         """The backend a transfer between the two would use: "tcp", "cma" (same host,
-        process_vm_readv/writev), "cuda_ipc", or "" (none)."""
+        process_vm_readv/writev), "cuda_ipc", "ucx (tcp/lo, ...)" (UCX, with the
+        transports/devices of its endpoint's lanes), or "" (none)."""
         return self._engine.backend_for(local_mem, remote_mem)
 
     def pop_inbound_transfer_status(self, remote_key: str, uid: int) -> Optional[TransferStatus]:
@@ -189,6 +191,19 @@ def probe_backends() -> list[dict]:
         code = st.WaitFor(10000)
         rows.append({"pair": f"{lk} -> {rk} (this host)", "backend": backend or "none",
                      "works": code == StatusCode.SUCCESS, "message": st.Message()})
-    rows.append({"pair": "CPU/GPU -> another host", "backend": "tcp", "works": None,
-                 "message": "no RDMA stack in this build: BackendType.RDMA runs on the tcp backend"})
+    rows.append(_rdma_row(engines[0]))
     return rows
+
+
+def _rdma_row(engine: IOEngine) -> dict:
+    """What BackendType.RDMA runs on between hosts, and what UCX offers here."""
+    report = _io.ucx_report()
+    if not report["loaded"]:
+        ucx = f"UCX not available ({report['why']})"
+    else:
+        ucx = (f"UCX {report['version']}: {', '.join(report['resources']) or 'no transports'}"
+               f" ({'RDMA' if report['rdma'] else 'no RDMA transport'})")
+    on_ucx = bool(engine.get_engine_desc().ucx_address)
+    return {"pair": "CPU -> another host", "backend": "ucx" if on_ucx else "tcp", "works": None,
+            "message": (f"BackendType.RDMA runs on UCX; {ucx}" if on_ucx else
+                        f"BackendType.RDMA runs on the tcp backend; {ucx} (MORI_IO_RDMA_TRANSPORT=ucx forces UCX)")}

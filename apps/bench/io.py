@@ -17,11 +17,14 @@ Engines, each in its own pair of processes, one after the other:
   mori              MORI-IO, the backend it picks itself (same host: its shared-memory path)
   mori-tcp          MORI-IO with its same-host path off (MORI_IO_DIRECT=0): tcp over loopback
                     (across namespaces "mori" is tcp: each namespace gets its own MORI_NODE_ID)
+  mori-ucx-tcp      MORI-IO's RDMA backend on UCX, forced (MORI_IO_RDMA_TRANSPORT=ucx), UCX_TLS=tcp,self
+  mori-ucx-sm       the same with UCX_TLS=sm,self (one host only)
   socket            one plain TCP connection, sendmsg/recvmsg_into on the buffers (the ceiling)
   memcpy            numpy copies in one process (the same-host ceiling)
   mooncake-tcp      Mooncake Transfer Engine, tcp transport, P2PHANDSHAKE
   nixl-ucx-tcp      NIXL, UCX backend, UCX_TLS=tcp,self
   nixl-ucx-default  NIXL, UCX backend, UCX's own choice of transports
+  nixl-ucx-sm       NIXL, UCX backend, UCX_TLS=sm,self (one host only)
 UCX_NET_DEVICES is the interface under test (lo, or each namespace's veth end). Mooncake and
 NIXL are optional: without them their rows are reported as skipped (scripts/bench-io-setup.sh
 installs them). Ratios ("x socket", ...) are Max BW over the baseline's Max BW for the same
@@ -44,11 +47,13 @@ from mori.apps.bench.processes import stop as stop_processes
 
 MIB = 1 << 20
 DEFAULT_SIZES = "8,4K,64K,1M,16M,64M"
-ALL_BASELINES = ("socket", "memcpy", "mooncake-tcp", "nixl-ucx-tcp", "nixl-ucx-default")
-NETNS_BASELINES = ("socket", "mooncake-tcp", "nixl-ucx-tcp", "nixl-ucx-default")  # memcpy: same-host only
+ALL_BASELINES = ("socket", "memcpy", "mooncake-tcp", "nixl-ucx-tcp", "nixl-ucx-default", "nixl-ucx-sm")
+NETNS_BASELINES = ("socket", "mooncake-tcp", "nixl-ucx-tcp", "nixl-ucx-default")  # memcpy, sm: same-host only
 # ratio column -> the engine it compares against
 RATIOS = {"x socket": "socket", "x mooncake": "mooncake-tcp", "x nixl-tcp": "nixl-ucx-tcp",
-          "x nixl-dflt": "nixl-ucx-default", "x memcpy": "memcpy"}
+          "x nixl-dflt": "nixl-ucx-default", "x nixl-sm": "nixl-ucx-sm", "x memcpy": "memcpy"}
+MORI_KINDS = ("auto", "tcp", "ucx-tcp", "ucx-sm")
+UCX_TLS = {"ucx-tcp": "tcp,self", "ucx-sm": "sm,self"}  # the same UCX_TLS as the NIXL rows
 MORI_COLUMNS = ["MsgSize (B)", "BatchSize", "TotalSize (MB)", "Max BW (GB/s)", "Avg BW (GB/s)", "Min Lat (us)",
                 "Avg Lat (us)"]
 
@@ -71,6 +76,7 @@ class EngineRun:
     env: Callable[[object, str], dict] = lambda host, role: {}
     same_host_path: bool = False  # MORI-IO left to pick its own path on one host
     tcp: bool = False            # expected to run over tcp
+    ucx: bool = False            # MORI-IO's RDMA backend on UCX (needs a loadable UCX)
 
 
 @dataclass
@@ -92,6 +98,15 @@ def engine_runs(args: argparse.Namespace) -> list[EngineRun]:
         for kind in args.mori:
             if kind == "auto":
                 runs.append(EngineRun("mori", "mori", "MORI-IO, backend of its choice", same_host_path=True))
+            elif kind in UCX_TLS:
+                def ucx_env(host, role, tls=UCX_TLS[kind], netns=args.hosts != "local"):
+                    env = {"MORI_IO_RDMA_TRANSPORT": "ucx", "UCX_TLS": tls, "UCX_NET_DEVICES": host.ifname,
+                           "MORI_IO_DIRECT": "0"}
+                    if netns:
+                        env["MORI_NODE_ID"] = f"mori-bench-io-{host.name}"
+                    return env
+                runs.append(EngineRun(f"mori-{kind}", "mori", f"MORI-IO RDMA backend on UCX (forced), UCX_TLS={UCX_TLS[kind]}",
+                                      env=ucx_env, ucx=True))
             else:
                 if args.hosts == "local":
                     runs.append(EngineRun("mori-tcp", "mori", "MORI-IO, same-host path off (MORI_IO_DIRECT=0): tcp",
@@ -110,6 +125,9 @@ def engine_runs(args: argparse.Namespace) -> list[EngineRun]:
         elif name == "nixl-ucx-tcp":
             runs.append(EngineRun("nixl-ucx-tcp", "nixl", "NIXL UCX, UCX_TLS=tcp,self",
                                   env=lambda host, role: {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": host.ifname}))
+        elif name == "nixl-ucx-sm":
+            runs.append(EngineRun("nixl-ucx-sm", "nixl", "NIXL UCX, UCX_TLS=sm,self",
+                                  env=lambda host, role: {"UCX_TLS": "sm,self", "UCX_NET_DEVICES": host.ifname}))
         elif name == "nixl-ucx-default":
             runs.append(EngineRun("nixl-ucx-default", "nixl", "NIXL UCX, UCX default transports",
                                   env=lambda host, role: {"UCX_NET_DEVICES": host.ifname}))
@@ -120,7 +138,13 @@ def unavailable(run: EngineRun) -> Optional[str]:
     if run.driver == "mori":
         from mori.apps.bench.io_mori import unavailable as mori_unavailable
 
-        return mori_unavailable()
+        why = mori_unavailable()
+        if why is None and run.ucx:
+            from mori._C import io as _io
+
+            report = _io.ucx_report()
+            why = None if report["loaded"] else f"UCX is not available: {report['why']}"
+        return why
     from mori.apps.bench.io_baselines import unavailable as baseline_unavailable
 
     return baseline_unavailable(run.driver)
@@ -285,8 +309,9 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--ops", default="write,read", help="write (local to remote), read (remote to local)")
     parser.add_argument("--apis", default="session,engine", help="MORI-IO call styles to measure")
     parser.add_argument("--mori", default=None,
-                        help="MORI-IO runs: auto (its own path choice), tcp (node ids apart); "
-                             "default auto,tcp on one host, tcp across namespaces")
+                        help="MORI-IO runs: auto (its own path choice), tcp (node ids apart), ucx-tcp and "
+                             "ucx-sm (the RDMA backend forced onto UCX over UCX_TLS=tcp,self / sm,self); "
+                             "default auto,tcp,ucx-tcp,ucx-sm on one host, tcp,ucx-tcp across namespaces")
     parser.add_argument("--baselines", default=None,
                         help=f"comma list from {','.join(ALL_BASELINES)}, or none (default: all; "
                              "across namespaces all but memcpy)")
@@ -328,10 +353,12 @@ def main(argv: Optional[list] = None) -> int:
         parser.error(f"--baselines: unknown {sorted(set(args.baselines) - set(ALL_BASELINES))}; "
                      f"choose from {','.join(ALL_BASELINES)} or none")
     if args.mori is None:
-        args.mori = "auto,tcp" if args.hosts == "local" else "tcp"
+        args.mori = "auto,tcp,ucx-tcp,ucx-sm" if args.hosts == "local" else "tcp,ucx-tcp"
     args.mori = [m for m in args.mori.split(",") if m]
-    if set(args.mori) - {"auto", "tcp"}:
-        parser.error("--mori takes auto and/or tcp")
+    if set(args.mori) - set(MORI_KINDS):
+        parser.error(f"--mori takes {', '.join(MORI_KINDS)}")
+    if args.hosts != "local" and "ucx-sm" in args.mori:
+        parser.error("--mori ucx-sm: shared memory does not join two hosts (use ucx-tcp)")
     if args.json is None:
         args.json = f"bench-results/io-{args.hosts}.json"
 

@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "io/src/ucx_backend.h"
 #include "mori/io/engine.h"
 
 namespace py = pybind11;
@@ -55,6 +56,7 @@ py::bytes pack_engine(const EngineDesc& d) {
   l.append(d.port);
   l.append(d.pid);
   l.append(to_bytes(d.secret.data(), d.secret.size()));
+  if (!d.ucx_address.empty()) l.append(to_bytes(d.ucx_address.data(), d.ucx_address.size()));  // UCX backends only
   return msgpack().attr("packb")(l, py::arg("use_bin_type") = true).cast<py::bytes>();
 }
 
@@ -69,6 +71,7 @@ EngineDesc unpack_engine(const py::bytes& b) {
   d.port = item<uint32_t>(l, 4, w);
   d.pid = item<int64_t>(l, 5, w);
   if (py::len(l) > 6) d.secret = bin(l, 6, w);
+  if (py::len(l) > 7) d.ucx_address = bin(l, 7, w);
   return d;
 }
 
@@ -91,6 +94,7 @@ py::bytes pack_memory(const MemoryDesc& d) {
   l.append(0);                 // fabric offset
   l.append(0);                 // fabric allocation size
   l.append(d.region_key);
+  if (!d.ucx_rkey.empty()) l.append(to_bytes(d.ucx_rkey.data(), d.ucx_rkey.size()));  // mapped for UCX only
   return msgpack().attr("packb")(l, py::arg("use_bin_type") = true).cast<py::bytes>();
 }
 
@@ -112,6 +116,7 @@ MemoryDesc unpack_memory(const py::bytes& b) {
   d.numa_node = item<int32_t>(l, 8, w);
   d.ipc_offset = item<uint64_t>(l, 9, w);
   if (py::len(l) > 15) d.region_key = item<uint64_t>(l, 15, w);
+  if (py::len(l) > 16) d.ucx_rkey = bin(l, 16, w);
   return d;
 }
 
@@ -218,6 +223,8 @@ void bind_io(py::module_& m) {
       .def_readonly("host", &EngineDesc::host)
       .def_readonly("port", &EngineDesc::port)
       .def_readonly("pid", &EngineDesc::pid)
+      .def_property_readonly("ucx_address",
+                             [](const EngineDesc& d) { return to_bytes(d.ucx_address.data(), d.ucx_address.size()); })
       .def("pack", &pack_engine)
       .def_static("unpack", &unpack_engine, py::arg("packed"))
       .def(py::self == py::self)
@@ -237,6 +244,8 @@ void bind_io(py::module_& m) {
       .def_readonly("loc", &MemoryDesc::loc)
       .def_property_readonly("ipc_handle",
                              [](const MemoryDesc& d) { return to_bytes(d.ipc_handle.data(), d.ipc_handle.size()); })
+      .def_property_readonly("ucx_rkey",
+                             [](const MemoryDesc& d) { return to_bytes(d.ucx_rkey.data(), d.ucx_rkey.size()); })
       .def("pack", &pack_memory)
       .def_static("unpack", &unpack_memory, py::arg("packed"))
       .def(py::self == py::self)
@@ -262,6 +271,26 @@ void bind_io(py::module_& m) {
         return "TransferStatus(code=" + std::to_string(static_cast<int>(s.Code())) + ", message='" + s.Message() + "')";
       });
 
+  m.def(
+      "ucx_report",
+      [] {
+        const UcxReport* rp;
+        {
+          py::gil_scoped_release release;  // the first call loads UCX and makes a context
+          rp = &ucx_report();
+        }
+        const UcxReport& r = *rp;
+        py::dict d;
+        d["loaded"] = r.loaded;
+        d["why"] = r.why;
+        d["version"] = r.version;
+        d["resources"] = r.resources;
+        d["rdma"] = r.rdma;
+        return d;
+      },
+      "What UCX offers this process (the library, its transports under UCX_TLS, whether one is RDMA).");
+  m.def("ucx_lane_transports", &ucx_lane_transports, py::arg("print_info"),
+        "The transports/devices named by the lane lines of ucp_ep_print_info's text.");
   m.def(
       "wait_all",
       [](const std::vector<TransferStatus*>& statuses, int64_t timeout_ms) {

@@ -25,6 +25,11 @@ IoSettings read_settings() {
   s.direct = e.io_direct;
   s.direct_threads = static_cast<int>(std::clamp<int64_t>(e.io_direct_threads, 1, 64));
   s.inline_bytes = e.io_inline_bytes;
+  s.rdma_transport = e.io_rdma_transport;
+  std::transform(s.rdma_transport.begin(), s.rdma_transport.end(), s.rdma_transport.begin(), ::tolower);
+  if (s.rdma_transport.empty()) s.rdma_transport = "auto";
+  MORI_CHECK_ARG(s.rdma_transport == "auto" || s.rdma_transport == "tcp" || s.rdma_transport == "ucx",
+                 "MORI_IO_RDMA_TRANSPORT must be auto, tcp or ucx, got '%s'", e.io_rdma_transport.c_str());
   return s;
 }
 
@@ -33,6 +38,7 @@ const char* route_name(Route r) {
     case Route::kTcp: return "tcp";
     case Route::kDirect: return "cma";
     case Route::kCudaIpc: return "cuda_ipc";
+    case Route::kUcx: return "ucx";
     default: return "";
   }
 }
@@ -59,6 +65,7 @@ EngineImpl::EngineImpl(std::string key, IOEngineConfig config) : config_(std::mo
 EngineImpl::~EngineImpl() {
   ipc_.reset();     // waits for copies in flight
   direct_.reset();  // runs the queued same-host copies
+  ucx_.reset();     // fails what is in flight over UCX, joins its progress thread
   std::map<std::string, std::shared_ptr<Peer>> peers;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -90,11 +97,40 @@ void EngineImpl::create_net_backend(BackendType type, int lanes, bool notify, bo
   lanes_ = lanes > 0 ? lanes : settings_.lanes;
   notify_ = notify;
   direct_allowed_ = direct && settings_.direct;
-  if (type == BackendType::RDMA)
-    MORI_LOG(kInfo, "IO",
-             "engine '%s': no RDMA stack in this build; BackendType.RDMA runs on the tcp backend (%d connections per "
-             "peer; CPU memory of engines on this host moves directly)",
-             desc_.key.c_str(), lanes_);
+  ucx_active_ = false;
+  if (type == BackendType::RDMA) select_rdma_transport();
+}
+
+void EngineImpl::select_rdma_transport() {
+  const std::string& mode = settings_.rdma_transport;
+  std::string why = "MORI_IO_RDMA_TRANSPORT=tcp";
+  bool use_ucx = mode == "ucx" || (mode == "auto" && ucx_should_serve_rdma(&why));
+  if (use_ucx) {
+    try {
+      if (!ucx_) ucx_ = std::make_unique<UcxBackend>(*this);
+    } catch (const Error& e) {
+      if (mode == "ucx") {
+        net_backend_ = false;
+        raise(Status::kInvalidUsage, "engine '%s': MORI_IO_RDMA_TRANSPORT=ucx, but %s", desc_.key.c_str(), e.what());
+      }
+      why = e.what();
+      use_ucx = false;
+    }
+  }
+  if (use_ucx) {
+    ucx_active_ = true;
+    desc_.ucx_address = ucx_->address();
+    std::string res;
+    for (const auto& r : ucx_->report().resources) res += (res.empty() ? "" : ", ") + r;
+    MORI_LOG(kInfo, "IO", "engine '%s': BackendType.RDMA runs on UCX %s (%s)%s; GPU memory goes over tcp",
+             desc_.key.c_str(), ucx_->report().version.c_str(), res.c_str(),
+             mode == "ucx" ? ", forced by MORI_IO_RDMA_TRANSPORT=ucx" : "");
+    return;
+  }
+  MORI_LOG(kInfo, "IO",
+           "engine '%s': no RDMA stack (%s); BackendType.RDMA runs on the tcp backend (%d connections per "
+           "peer; CPU memory of engines on this host moves directly)",
+           desc_.key.c_str(), why.c_str(), lanes_);
 }
 
 void EngineImpl::create_xgmi_backend(const XgmiBackendConfig& config) {
@@ -112,7 +148,7 @@ void EngineImpl::create_xgmi_backend(const XgmiBackendConfig& config) {
 void EngineImpl::remove_backend(BackendType type) {
   std::lock_guard<std::mutex> lock(mu_);
   if (type == BackendType::XGMI) xgmi_backend_ = false;
-  else if (type == BackendType::RDMA || type == BackendType::TCP) net_backend_ = false;
+  else if (type == BackendType::RDMA || type == BackendType::TCP) net_backend_ = ucx_active_ = false;
 }
 
 bool EngineImpl::has_backend(BackendType type) const {
@@ -126,7 +162,9 @@ void EngineImpl::register_remote(const EngineDesc& desc) {
   MORI_CHECK_ARG(!desc.key.empty(), "register_remote_engine: the descriptor has an empty key");
   std::lock_guard<std::mutex> lock(mu_);
   auto it = peers_.find(desc.key);
-  if (it != peers_.end() && it->second->desc() == desc && it->second->desc().secret == desc.secret) return;
+  if (it != peers_.end() && it->second->desc() == desc && it->second->desc().secret == desc.secret &&
+      it->second->desc().ucx_address == desc.ucx_address)
+    return;
   peers_[desc.key] = std::make_shared<Peer>(*this, desc);
 }
 
@@ -178,6 +216,13 @@ MemoryDesc EngineImpl::register_memory(uint64_t ptr, uint64_t size, int device_i
     }
     if (xgmi && ptr) gpu::export_ipc(reinterpret_cast<const void*>(ptr), &d.ipc_handle, &d.ipc_offset);
   }
+  UcxBackend* ucx = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ucx_active_) ucx = ucx_.get();
+  }
+  // CPU memory is mapped for UCX RMA; its rkey travels in the descriptor (no round trip).
+  if (ucx && loc == MemoryLocationType::CPU && ptr && size) d.ucx_rkey = ucx->map(d.id, reinterpret_cast<void*>(ptr), size);
   registry_.add(d, reinterpret_cast<char*>(ptr), size, loc, device_id);
   return d;
 }
@@ -193,9 +238,12 @@ void EngineImpl::deregister_memory(const MemoryDesc& desc) {
   }
   if (!told) MORI_LOG(kWarn, "IO", "engine '%s': a peer did not confirm the deregistration of region %u in time",
                       desc_.key.c_str(), desc.id);
-  if (!registry_.remove(desc.id, settings_.timeout_s))
-    MORI_LOG(kWarn, "IO", "engine '%s': region %u still in use %.1f s after deregister_memory", desc_.key.c_str(),
-             desc.id, settings_.timeout_s);
+  if (!registry_.remove(desc.id, settings_.timeout_s)) {
+    MORI_LOG(kWarn, "IO", "engine '%s': region %u still in use %.1f s after deregister_memory%s", desc_.key.c_str(),
+             desc.id, settings_.timeout_s, ucx_ ? " (its UCX mapping is kept)" : "");
+    return;
+  }
+  if (UcxBackend* u = ucx()) u->unmap(desc.id);
 }
 
 void EngineImpl::note_inbound(const std::string& from, uint64_t uid) {
@@ -215,12 +263,13 @@ Route EngineImpl::route(const MemoryDesc& local, const MemoryDesc& remote, std::
   std::shared_ptr<Peer> p = peer(remote.engine_key);
   if (out) *out = p;
   if (!p) return Route::kNone;
-  bool net, xgmi, direct;
+  bool net, xgmi, direct, ucx;
   {
     std::lock_guard<std::mutex> lock(mu_);
     net = net_backend_;
     xgmi = xgmi_backend_;
     direct = net ? direct_allowed_ : settings_.direct;
+    ucx = net && ucx_active_;
   }
   bool same_node = p->desc().node_id == desc_.node_id;
   bool any_gpu = local.loc == MemoryLocationType::GPU || remote.loc == MemoryLocationType::GPU;
@@ -231,6 +280,8 @@ Route EngineImpl::route(const MemoryDesc& local, const MemoryDesc& remote, std::
   }
   if (!net && !xgmi) return Route::kNone;
   if (same_node && direct && p->grant(remote)) return Route::kDirect;
+  // UCX when both ends run it: the peer published a worker address, the region an rkey.
+  if (ucx && !remote.ucx_rkey.empty() && !p->desc().ucx_address.empty()) return Route::kUcx;
   return net ? Route::kTcp : Route::kNone;
 }
 
@@ -334,6 +385,7 @@ TransferStatus EngineImpl::transfer(bool read, const MemoryDesc& local, const Me
         else post_tcp(read, *p, t, region, remote, pieces);
         break;
       }
+      case Route::kUcx: post_ucx(read, *p, t, region, remote, pieces); break;
       case Route::kCudaIpc:
         if (t->notify) (void)p->lanes();
         post_cuda_ipc(read, t, region, remote, pieces);
@@ -384,6 +436,25 @@ void EngineImpl::post_tcp(bool read, Peer& peer, const std::shared_ptr<Transfer>
   t->add_pieces(count);
   for (size_t i = 0; i < n; ++i)
     if (!per_lane[i].empty()) lanes[i]->post(std::move(per_lane[i]));
+}
+
+void EngineImpl::post_ucx(bool read, Peer& peer, const std::shared_ptr<Transfer>& t, Region& local,
+                          const MemoryDesc& remote, const std::vector<Piece>& pieces) {
+  // The authenticated control connection comes first (it also carries deregistrations).
+  (void)peer.lanes();
+  std::vector<UcxSegment> segs;
+  segs.reserve(pieces.size());
+  for (const auto& p : pieces) segs.push_back({local.ptr + p.local_offset, remote.data + p.remote_offset, p.size});
+  UcxBackend* u = ucx();
+  if (!u) raise(Status::kInvalidUsage, "engine '%s': the RDMA backend on UCX was removed", desc_.key.c_str());
+  t->ucx = u;
+  u->post(read, peer, t, remote.id, remote.region_key, remote.ucx_rkey, std::move(segs));
+}
+
+std::string EngineImpl::route_text(Route r, Peer* peer) {
+  if (r != Route::kUcx || !peer) return route_name(r);
+  UcxBackend* u = ucx();
+  return u ? "ucx (" + u->transports_to(*peer) + ")" : route_name(r);
 }
 
 void EngineImpl::post_direct(bool read, const std::shared_ptr<Grant>& g, const std::shared_ptr<Transfer>& t,
@@ -536,12 +607,15 @@ std::optional<Session> Engine::create_session(const MemoryDesc& local, const Mem
   std::shared_ptr<Peer> p;
   Route r = impl_->route(local, remote, &p);
   if (r == Route::kNone) return std::nullopt;
-  if (r == Route::kTcp) (void)p->lanes();  // connect now: an unreachable peer is an error here
+  if (r == Route::kTcp || r == Route::kUcx) (void)p->lanes();  // connect now: an unreachable peer is an error here
+  if (r == Route::kUcx) (void)impl_->route_text(r, p.get());   // and the UCX endpoint (its wireup)
   return Session(shared_from_this(), local, remote);
 }
 
 std::string Engine::backend_for(const MemoryDesc& local, const MemoryDesc& remote) {
-  return route_name(impl_->route(local, remote, nullptr));
+  std::shared_ptr<Peer> p;
+  Route r = impl_->route(local, remote, &p);
+  return impl_->route_text(r, p.get());
 }
 
 std::optional<TransferStatus> Engine::pop_inbound_transfer_status(const std::string& remote_key, uint64_t uid) {

@@ -14,6 +14,7 @@
 #include "io/src/listener.h"
 #include "io/src/peer.h"
 #include "io/src/registry.h"
+#include "io/src/ucx_backend.h"
 #include "mori/io/engine.h"
 
 namespace mori::io {
@@ -27,10 +28,11 @@ struct IoSettings {
   bool direct;               // same-host CPU memory by process_vm_readv/writev
   int direct_threads;        // workers of large same-host copies
   size_t inline_bytes;       // posts up to this size are sent from the caller's thread
+  std::string rdma_transport;  // MORI_IO_RDMA_TRANSPORT: auto | tcp | ucx
 };
 IoSettings read_settings();
 
-enum class Route { kNone, kTcp, kDirect, kCudaIpc };
+enum class Route { kNone, kTcp, kDirect, kCudaIpc, kUcx };
 const char* route_name(Route r);
 
 class EngineImpl {
@@ -66,6 +68,13 @@ class EngineImpl {
                           uint64_t uid);
   std::shared_ptr<Peer> peer(const std::string& key);
   bool session_alive(const MemoryDesc& local, const MemoryDesc& remote);
+  // The UCX backend when BackendType.RDMA runs on UCX, else nullptr.
+  UcxBackend* ucx() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ucx_.get();
+  }
+  // backend_for's text: the route's name, for UCX with the transports it uses.
+  std::string route_text(Route r, Peer* peer);
 
  private:
   struct Piece {
@@ -77,6 +86,10 @@ class EngineImpl {
                 const std::vector<Piece>& pieces);
   void post_direct(bool read, const std::shared_ptr<Grant>& g, const std::shared_ptr<Transfer>& t, Region& local,
                    const MemoryDesc& remote, const std::vector<Piece>& pieces);
+  void post_ucx(bool read, Peer& peer, const std::shared_ptr<Transfer>& t, Region& local, const MemoryDesc& remote,
+                const std::vector<Piece>& pieces);
+  // BackendType.RDMA: UCX when MORI_IO_RDMA_TRANSPORT and the machine say so (mu_ held).
+  void select_rdma_transport();
   void post_cuda_ipc(bool read, const std::shared_ptr<Transfer>& t, Region& local, const MemoryDesc& remote,
                      const std::vector<Piece>& pieces);
 
@@ -99,6 +112,8 @@ class EngineImpl {
   std::map<std::string, EngineDesc> remotes_;
   std::unique_ptr<DirectCopier> direct_;
   std::unique_ptr<gpu::IpcCopier> ipc_;
+  std::unique_ptr<UcxBackend> ucx_;  // BackendType.RDMA on UCX (kept until the engine goes)
+  bool ucx_active_ = false;           // the network backend is the RDMA one on UCX
 
   uint8_t token_[16] = {};  // read by same-host peers to prove they see our memory
   std::mutex inbound_mu_;

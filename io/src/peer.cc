@@ -13,6 +13,7 @@
 
 #include "io/src/direct_copy.h"
 #include "io/src/engine_impl.h"
+#include "io/src/ucx_backend.h"
 #include "mori/core/auth.h"
 #include "mori/core/log.h"
 #include "mori/core/socket.h"
@@ -382,7 +383,9 @@ void Peer::finished(Transfer* t) {
       continue;
     }
     d->status->update(StatusCode::SUCCESS);  // the data is in place: the caller need not wait for the notice
-    if (d->notify) {
+    if (d->notify && d->ucx) {
+      d->ucx->notify(*this, d->uid);  // after the data: the transfer's flush completed
+    } else if (d->notify) {
       if (Lane* lane = notify_lane()) {
         Lane::Piece p;
         p.req.op = static_cast<uint8_t>(wire::Op::kNotify);
@@ -460,6 +463,10 @@ void Peer::revoke(uint32_t region, Lane& from) {
     std::unique_lock<std::shared_mutex> wait_for_copies(g->mu);
     g->revoked = true;
   }
+  // Our UCX operations on the region must end before the target unmaps it.
+  if (UcxBackend* u = engine_.ucx(); u && !u->quiesce(desc_.key, region, engine_.settings().timeout_s))
+    MORI_LOG(kWarn, "IO", "%s deregisters region %u while UCX operations on it are still in flight", name().c_str(),
+             region);
   Lane::Piece ack;
   ack.req.op = static_cast<uint8_t>(wire::Op::kRevokeAck);
   ack.req.aux = region;

@@ -28,6 +28,7 @@ namespace mori::io {
 
 class EngineImpl;
 class Peer;
+class UcxBackend;
 
 // One transfer as the engine sees it: pieces in flight, the first error, and the local
 // regions it keeps registered until it is done.
@@ -42,6 +43,7 @@ struct Transfer {
   bool notify = false;
   bool finished = false;  // guarded by the peer's order lock
   std::shared_ptr<Peer> peer;  // kept alive until the transfer is reported
+  UcxBackend* ucx = nullptr;   // set when it went over UCX: the notification goes there too
 
   void add_pieces(int n) { outstanding.fetch_add(n); }
   // A piece ended (SUCCESS or an error); the last one hands the transfer to its peer.

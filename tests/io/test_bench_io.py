@@ -80,6 +80,14 @@ def test_bench_io_mori(tmp_path):
         assert doc["meta"]["engines"][engine]["backend"]
         _check_rows(doc, engine, ["session", "engine"], [1, 4], [8, 65536])
     assert doc["meta"]["engines"]["mori-tcp"]["backend"] == "tcp"
+    from ucx_variants import matches, unavailable as ucx_unavailable
+    for variant in ("ucx-tcp", "ucx-sm"):  # the RDMA backend forced onto UCX, beside the others
+        meta = doc["meta"]["engines"][f"mori-{variant}"]
+        if ucx_unavailable():
+            assert meta["status"] == "skipped", meta
+            continue
+        assert meta["status"] == "ok" and matches(variant, meta["backend"]), meta
+        _check_rows(doc, f"mori-{variant}", ["session", "engine"], [1, 4], [8, 65536])
 
 
 @pytest.mark.netns

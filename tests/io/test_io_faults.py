@@ -15,6 +15,7 @@ import msgpack
 import numpy as np
 import pytest
 
+import ucx_variants
 from peer import RemotePeer, b64, unb64
 
 from mori.io import (BackendType, EngineDesc, IOEngine, IOEngineConfig, MemoryDesc, MemoryLocationType, StatusCode,
@@ -28,15 +29,19 @@ def rng_bytes(size: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8)
 
 
-def start_target(env: dict | None = None, prefix=()):
+def start_target(env: dict | None = None, prefix=(), backend: str = "tcp"):
     peer = RemotePeer(env={"MORI_IO_DIRECT": "0", **(env or {})}, prefix=prefix)
-    desc = EngineDesc.unpack(unb64(peer.ask("engine", key=f"target-{next(_seq)}", host="0.0.0.0" if prefix else "127.0.0.1")["engine"]))
+    desc = EngineDesc.unpack(unb64(peer.ask("engine", key=f"target-{next(_seq)}", backend=backend,
+                                            host="0.0.0.0" if prefix else "127.0.0.1")["engine"]))
     return peer, desc
 
 
-def make_initiator(remote: EngineDesc) -> IOEngine:
+def make_initiator(remote: EngineDesc, rdma: bool = False) -> IOEngine:
     me = IOEngine(f"initiator-{next(_seq)}", IOEngineConfig("127.0.0.1", 0))
-    me.create_backend(BackendType.TCP, TcpBackendConfig(2, False))
+    if rdma:
+        me.create_backend(BackendType.RDMA)
+    else:
+        me.create_backend(BackendType.TCP, TcpBackendConfig(2, False))
     me.register_remote_engine(remote)
     return me
 
@@ -54,6 +59,19 @@ def target():
     peer, desc = start_target()
     r = peer.ask("alloc", size=1 << 20, seed=5)
     yield peer, desc, r
+    peer.close()
+
+
+@pytest.fixture(params=["tcp", "ucx-tcp"])
+def any_target(request, monkeypatch):
+    """A target on the tcp backend, or on BackendType.RDMA over UCX (both processes);
+    yields (peer, desc, region, rdma) where rdma says how to make the initiator."""
+    ucx = request.param in ucx_variants.VARIANTS
+    if ucx:
+        ucx_variants.use(monkeypatch, request.param)
+    peer, desc = start_target(ucx_variants.env(request.param) if ucx else None, backend="rdma" if ucx else "tcp")
+    r = peer.ask("alloc", size=1 << 20, seed=5)
+    yield peer, desc, r, ucx
     peer.close()
 
 
@@ -90,10 +108,12 @@ def test_stranger_garbage_and_idle_flood(target):
     legit_write_works(desc, r)  # still serving
 
 
-def test_wrong_secret_is_refused(target):
-    peer, desc, r = target
+def test_wrong_secret_is_refused(any_target):
+    """Over UCX too: the control connection's challenge-response fails before any UCX
+    endpoint is used, so nothing is written (the rkey never helps without the secret)."""
+    peer, desc, r, rdma = any_target
     forged = with_fields(desc, secret=os.urandom(32))
-    me = make_initiator(forged)
+    me = make_initiator(forged, rdma)
     buf = rng_bytes(1 << 20, 8)
     local = me.register_memory(buf.ctypes.data, buf.nbytes, -1, MemoryLocationType.CPU)
     st = me.write(local, 0, MemoryDesc.unpack(unb64(r["mem"])), 0, 1 << 20, 1)
@@ -181,9 +201,9 @@ def test_replayed_session_is_refused(target):
     legit_write_works(desc, r)
 
 
-def test_killed_peer_fails_in_flight_and_later_transfers(target):
-    peer, desc, r = target
-    me = make_initiator(desc)
+def test_killed_peer_fails_in_flight_and_later_transfers(any_target):
+    peer, desc, r, rdma = any_target
+    me = make_initiator(desc, rdma)
     buf = rng_bytes(1 << 20, 10)
     local = me.register_memory(buf.ctypes.data, buf.nbytes, -1, MemoryLocationType.CPU)
     remote = MemoryDesc.unpack(unb64(r["mem"]))
@@ -200,13 +220,17 @@ def test_killed_peer_fails_in_flight_and_later_transfers(target):
     assert later.Failed() and desc.key in later.Message()
 
 
-def test_stopped_peer_times_out(monkeypatch):
+@pytest.mark.parametrize("variant", ["tcp", "ucx-tcp"])
+def test_stopped_peer_times_out(monkeypatch, variant):
     """A SIGSTOPped peer: transfers fail after MORI_IO_TIMEOUT_MS, naming the peer."""
+    ucx = variant in ucx_variants.VARIANTS
+    if ucx:
+        ucx_variants.use(monkeypatch, variant)
     monkeypatch.setenv("MORI_IO_TIMEOUT_MS", "1500")
-    peer, desc = start_target()
+    peer, desc = start_target(ucx_variants.env(variant) if ucx else None, backend="rdma" if ucx else "tcp")
     try:
         r = peer.ask("alloc", size=64 << 20, seed=11)
-        me = make_initiator(desc)
+        me = make_initiator(desc, ucx)
         buf = rng_bytes(64 << 20, 12)
         local = me.register_memory(buf.ctypes.data, buf.nbytes, -1, MemoryLocationType.CPU)
         remote = MemoryDesc.unpack(unb64(r["mem"]))
@@ -225,21 +249,29 @@ def test_stopped_peer_times_out(monkeypatch):
 
 
 @pytest.mark.netns
-def test_downed_link_between_hosts():
+@pytest.mark.parametrize("variant", ["tcp", "ucx-tcp"])
+def test_downed_link_between_hosts(variant):
     """Two namespaces ("hosts"): a transfer works over the veth link; with the link down,
     one posted with the link down fails within the timeout (no RST ever arrives)."""
     from mori.apps.netns import VethHosts, unavailable_reason
     reason = unavailable_reason()
     if reason:
         pytest.skip(reason)
+    ucx = variant in ucx_variants.VARIANTS
+    if ucx and ucx_variants.unavailable():
+        pytest.skip(ucx_variants.unavailable())
+    extra = ucx_variants.env(variant) if ucx else {}
+    backend = "rdma" if ucx else "tcp"
     with VethHosts(subnet="10.207.0") as hosts:
         a, b = hosts.hosts
-        target = RemotePeer(env={"MORI_NODE_ID": "host-b"}, prefix=["ip", "netns", "exec", b.name])
-        init = RemotePeer(env={"MORI_NODE_ID": "host-a", "MORI_IO_TIMEOUT_MS": "2000"},
+        # UCX pinned to the veth (its lo would be the other namespace's loopback).
+        pin = (lambda h: {"UCX_NET_DEVICES": h.ifname}) if ucx else (lambda h: {})
+        target = RemotePeer(env={"MORI_NODE_ID": "host-b", **extra, **pin(b)}, prefix=["ip", "netns", "exec", b.name])
+        init = RemotePeer(env={"MORI_NODE_ID": "host-a", "MORI_IO_TIMEOUT_MS": "2000", **extra, **pin(a)},
                           prefix=["ip", "netns", "exec", a.name])
         try:
-            tdesc = target.ask("engine", key="target-b", host=b.ip)["engine"]
-            idesc = init.ask("engine", key="init-a", host=a.ip)["engine"]
+            tdesc = target.ask("engine", key="target-b", host=b.ip, backend=backend)["engine"]
+            idesc = init.ask("engine", key="init-a", host=a.ip, backend=backend)["engine"]
             init.ask("peer", engine=tdesc)
             target.ask("peer", engine=idesc)
             r = target.ask("alloc", size=32 << 20, seed=1)

@@ -13,6 +13,7 @@ import uuid
 import numpy as np
 import pytest
 
+import ucx_variants
 from peer import RemotePeer, b64, unb64
 
 torch = pytest.importorskip("torch")
@@ -68,8 +69,13 @@ def per_block_digests(t, blocks: list) -> str:
                    for kv in range(2) for b in blocks)
 
 
-@pytest.fixture(params=["direct", "tcp"])
+@pytest.fixture(params=["direct", "tcp", "ucx-tcp"])
 def transport(request, monkeypatch):
+    if request.param in ucx_variants.VARIANTS:  # BackendType.RDMA on UCX, in both processes
+        if request.function.__name__ == "test_vllm_read_mode":
+            pytest.skip("CI time: over UCX the read path is covered by the two-process and engine matrices")
+        ucx_variants.use(monkeypatch, request.param)
+        return ucx_variants.env(request.param)
     value = "1" if request.param == "direct" else "0"
     monkeypatch.setenv("MORI_IO_DIRECT", value)
     return {"MORI_IO_DIRECT": value}

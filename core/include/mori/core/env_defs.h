@@ -66,6 +66,8 @@
     "MORI-IO (MORI's name): overrides RdmaBackendConfig.qp_per_transfer, here the tcp lanes per peer (0: the config)") \
   X(io_enable_notification, "MORI_IO_ENABLE_NOTIFICATION", string, "",                              \
     "MORI-IO (MORI's name): 1/0 overrides RdmaBackendConfig.enable_notification (empty: the config)") \
+  X(io_rdma_transport, "MORI_IO_RDMA_TRANSPORT", string, "auto",                                   \
+    "MORI-IO: what BackendType.RDMA runs on: auto (UCX when it reports an RDMA transport, else tcp), tcp, or ucx (forced, e.g. over UCX_TLS=tcp/sm)") \
   X(ep_profile, "MORI_EP_PROFILE", bool, "0",                                                      \
     "EP ops record a span per dispatch/combine call (op.get_debug_time_buf, mori.kernel_profiler)") \
   X(shmem_wait_timeout, "MORI_SHMEM_WAIT_TIMEOUT", seconds, "inf",                                 \

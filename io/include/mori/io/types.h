@@ -70,6 +70,7 @@ struct EngineDesc {
   uint32_t port = 0;
   int64_t pid = 0;
   std::string secret;  // kEngineSecretBytes raw bytes
+  std::string ucx_address;  // UCX worker address when the RDMA backend runs on UCX (opaque bytes)
 
   bool operator==(const EngineDesc& o) const {
     return key == o.key && node_id == o.node_id && hostname == o.hostname && host == o.host && port == o.port &&
@@ -91,6 +92,7 @@ struct MemoryDesc {
   int32_t numa_node = -1;
   uint64_t ipc_offset = 0;
   uint64_t region_key = 0;
+  std::string ucx_rkey;  // packed UCX rkey when the region is mapped for UCX RMA (opaque bytes)
 
   bool operator==(const MemoryDesc& o) const {
     return engine_key == o.engine_key && id == o.id && device_id == o.device_id &&

@@ -1,0 +1,724 @@
+// SPDX-License-Identifier: MIT
+#include "io/src/ucx_backend.h"
+
+#include <dirent.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <future>
+#include <set>
+#include <sstream>
+
+#include "io/src/engine_impl.h"
+#include "io/src/peer.h"
+#include "mori/core/log.h"
+#include "mori/core/socket.h"
+#include "mori/core/status.h"
+#include "transports/ucx/ucp_library.h"
+
+namespace mori::io {
+
+// ---------------------------------------------------------------------------------------------
+// Reports: which transports UCX has and which an endpoint uses (UCX 1.13's ucp_ep_query has
+// no transports field, so both are read from UCP's print_info text).
+
+bool ucx_is_rdma_resource(const std::string& resource) {
+  std::string tl = resource.substr(0, resource.find('/'));
+  return tl.rfind("rc", 0) == 0 || tl.rfind("dc", 0) == 0 || tl.rfind("ud", 0) == 0 || tl == "srd" ||
+         tl.find("verbs") != std::string::npos || tl.find("mlx5") != std::string::npos;
+}
+
+static std::string strip_path_index(std::string t) {  // "tcp/lo.0" -> "tcp/lo"
+  size_t dot = t.rfind('.');
+  if (dot != std::string::npos && dot + 1 < t.size() &&
+      t.find_first_not_of("0123456789", dot + 1) == std::string::npos)
+    t.resize(dot);
+  return t;
+}
+
+std::vector<std::string> ucx_lane_transports(const std::string& print_info) {
+  std::vector<std::string> out;
+  std::istringstream in(print_info);
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t at = line.find("lane[");
+    if (at == std::string::npos) continue;
+    size_t colon = line.find("]:", at);
+    if (colon == std::string::npos) continue;
+    std::istringstream rest(line.substr(colon + 2));
+    std::string token;  // "1:tcp/lo.0": resource index, transport/device, path index
+    if (!(rest >> token)) continue;
+    size_t c = token.find(':');
+    if (c != std::string::npos && token.find('/') > c) token = token.substr(c + 1);
+    token = strip_path_index(token);
+    bool seen = false;
+    for (const auto& o : out) seen = seen || o == token;
+    if (!seen && !token.empty()) out.push_back(token);
+  }
+  return out;
+}
+
+#if MORI_HAVE_UCX_HEADERS
+
+template <typename Print>
+static std::string print_to_string(Print print) {
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&buf, &len);
+  if (!f) return "";
+  print(f);
+  fclose(f);
+  std::string s(buf ? buf : "", len);
+  free(buf);
+  return s;
+}
+
+static std::vector<std::string> context_resources(const ucx::Ucp& u, ucp_context_h ctx) {
+  std::string text = print_to_string([&](FILE* f) { u.context_print_info(ctx, f); });
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {  // "#      resource 0  :  md 0  dev 0  flags -- tcp/lo"
+    if (line.find(" resource ") == std::string::npos) continue;
+    std::istringstream words(line);
+    std::string w, last;
+    while (words >> w) last = w;
+    if (!last.empty() && last.find('/') != std::string::npos) out.push_back(last);
+  }
+  return out;
+}
+
+static ucp_context_h make_context(const ucx::Ucp& u) {
+  ucp_config_t* config = nullptr;
+  ucx::check(u, u.config_read(nullptr, nullptr, &config), "ucp_config_read");
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 0;
+  ucp_context_h ctx = nullptr;
+  ucs_status_t s = u.init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &ctx);
+  u.config_release(config);
+  ucx::check(u, s, "ucp_init");
+  return ctx;
+}
+
+static bool rdma_devices_present() {
+  DIR* d = opendir("/sys/class/infiniband");
+  if (!d) return false;
+  bool any = false;
+  while (dirent* e = readdir(d))
+    if (e->d_name[0] != '.') any = true;
+  closedir(d);
+  return any;
+}
+
+static void fill_report(UcxReport* r, const ucx::Ucp& u, ucp_context_h ctx) {
+  r->loaded = true;
+  r->version = u.version;
+  r->resources = context_resources(u, ctx);
+  r->rdma = false;
+  for (const auto& res : r->resources) r->rdma = r->rdma || ucx_is_rdma_resource(res);
+}
+
+const UcxReport& ucx_report() {
+  static UcxReport report;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::string why;
+    const ucx::Ucp* u = ucx::load(&why);
+    if (!u) {
+      report.why = why;
+      return;
+    }
+    try {
+      ucp_context_h ctx = make_context(*u);
+      fill_report(&report, *u, ctx);
+      u->cleanup(ctx);
+    } catch (const std::exception& e) {
+      report.why = e.what();
+    }
+  });
+  return report;
+}
+
+bool ucx_should_serve_rdma(std::string* why) {
+  if (!rdma_devices_present()) {
+    *why = "no RDMA device (/sys/class/infiniband is empty)";
+    return false;
+  }
+  const UcxReport& r = ucx_report();
+  if (!r.loaded) {
+    *why = "UCX is not available: " + r.why;
+    return false;
+  }
+  if (!r.rdma) {
+    std::string list;
+    for (const auto& res : r.resources) list += (list.empty() ? "" : ", ") + res;
+    *why = "UCX " + r.version + " reports no RDMA transport (" + list + ")";
+    return false;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The UCP objects, touched only on the progress thread.
+
+constexpr unsigned kNotifyAmId = 0x4d49;  // "MI": an inbound-transfer notification
+
+struct UcxOp;
+
+struct UcxEndpoint {
+  std::string key, name, address;
+  ucp_ep_h ep = nullptr;
+  bool peer_errors = true;  // UCX reports a dead peer (not over shared memory: sysv/posix lack it)
+  std::set<UcxOp*> ops;     // in flight, for failing them ourselves when UCX cannot
+  bool failed = false;
+  std::string why;        // set when the endpoint failed or stalled: every later error says it
+  int outstanding = 0;    // operations in flight
+  double last_progress = 0;
+  void* close_request = nullptr;
+  bool closed = false;
+  std::map<std::pair<uint32_t, uint64_t>, ucp_rkey_h> rkeys;  // (region id, region key)
+};
+
+struct UcxState {
+  const ucx::Ucp* u = nullptr;
+  ucp_context_h ctx = nullptr;
+  ucp_worker_h worker = nullptr;
+  int efd = -1;
+  std::thread::id thread;
+  std::map<std::string, std::shared_ptr<UcxEndpoint>> eps;
+  std::vector<std::shared_ptr<UcxEndpoint>> closing;
+  std::map<uint32_t, ucp_mem_h> mems;
+  // Peer error handling needs a network transport: UCX 1.13's shared-memory ones lack it
+  // (asking anyway fails the endpoint and prints an error).
+  bool peer_errors = true;
+};
+
+struct UcxOp {
+  UcxBackend* backend;
+  const ucx::Ucp* u;
+  std::shared_ptr<UcxEndpoint> ep;
+  std::shared_ptr<Transfer> transfer;
+  uint32_t region;
+  const char* what;
+  bool settled = false;  // its transfer heard of it already (failed by a stall)
+};
+
+namespace {
+
+// Reports the operation to its transfer (once).
+void settle_op(UcxOp* op, ucs_status_t s) {
+  if (op->settled) return;
+  op->settled = true;
+  UcxEndpoint& ep = *op->ep;
+  --ep.outstanding;
+  ep.last_progress = net::now();
+  op->backend->end_remote_use(ep.key, op->region);
+  if (s == UCS_OK) {
+    op->transfer->piece_done(StatusCode::SUCCESS);
+  } else {
+    std::string why = !ep.why.empty() ? ep.why : format("%s: %s failed: %s", ep.name.c_str(), op->what, op->u->status_string(s));
+    op->transfer->piece_done(StatusCode::ERR_RDMA_OP, why);
+  }
+}
+
+void finish_op(UcxOp* op, ucs_status_t s) {
+  settle_op(op, s);
+  op->ep->ops.erase(op);
+  delete op;
+}
+
+void op_callback(void* request, ucs_status_t status, void* user_data) {
+  auto* op = static_cast<UcxOp*>(user_data);
+  const ucx::Ucp* u = op->u;
+  finish_op(op, status);
+  u->request_free(request);
+}
+
+// An operation that UCX may finish at once (NULL), fail at once (error pointer) or later.
+void settle(UcxOp* op, ucs_status_ptr_t r) {
+  if (r == nullptr) finish_op(op, UCS_OK);
+  else if (UCS_PTR_IS_ERR(r)) finish_op(op, UCS_PTR_STATUS(r));
+}
+
+void ep_error(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* ep = static_cast<UcxEndpoint*>(arg);
+  ep->failed = true;
+  if (ep->why.empty()) ep->why = format("%s: the UCX endpoint failed (%d: the peer died or the link broke)",
+                                        ep->name.c_str(), static_cast<int>(status));
+}
+
+struct Notice {
+  const ucx::Ucp* u;
+  uint64_t uid;
+  std::string key;
+};
+
+void notice_sent(void* request, ucs_status_t status, void* user_data) {
+  auto* n = static_cast<Notice*>(user_data);
+  if (status != UCS_OK)
+    MORI_LOG(kWarn, "IO", "the notification of transfer %llu was not delivered: %s", (unsigned long long)n->uid,
+             n->u->status_string(status));
+  n->u->request_free(request);
+  delete n;
+}
+
+}  // namespace
+
+static ucs_status_t notice_received(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                                    const ucp_am_recv_param_t* param) {
+  auto* engine = static_cast<EngineImpl*>(arg);
+  if (header_length != sizeof(uint64_t) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length > wire::kMaxKey)
+    return UCS_OK;  // not ours: dropped
+  uint64_t uid;
+  std::memcpy(&uid, header, sizeof(uid));
+  engine->note_inbound(std::string(static_cast<const char*>(data), length), uid);
+  return UCS_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// UcxBackend
+
+UcxBackend::UcxBackend(EngineImpl& engine) : engine_(engine), state_(std::make_unique<UcxState>()) {
+  std::string why;
+  const ucx::Ucp* u = ucx::load(&why);
+  if (!u) raise(Status::kInvalidUsage, "UCX cannot be loaded: %s", why.c_str());
+  UcxState& st = *state_;
+  st.u = u;
+  st.ctx = make_context(*u);
+  try {
+    fill_report(&report_, *u, st.ctx);
+    st.peer_errors = false;
+    for (const auto& r : report_.resources) {
+      std::string tl = r.substr(0, r.find('/'));
+      if (tl != "self" && tl != "sysv" && tl != "posix" && tl != "cma" && tl != "knem" && tl != "xpmem")
+        st.peer_errors = true;
+    }
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // only the progress thread touches it
+    ucx::check(*u, u->worker_create(st.ctx, &wp, &st.worker), "ucp_worker_create");
+    ucx::check(*u, u->worker_get_efd(st.worker, &st.efd), "ucp_worker_get_efd");
+    ucp_address_t* addr = nullptr;
+    size_t len = 0;
+    ucx::check(*u, u->worker_get_address(st.worker, &addr, &len), "ucp_worker_get_address");
+    address_.assign(reinterpret_cast<const char*>(addr), len);
+    u->worker_release_address(st.worker, addr);
+    ucp_am_handler_param_t ap{};
+    ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    ap.id = kNotifyAmId;
+    ap.cb = notice_received;
+    ap.arg = &engine_;
+    ucx::check(*u, u->worker_set_am_recv_handler(st.worker, &ap), "ucp_worker_set_am_recv_handler");
+  } catch (...) {
+    if (st.worker) u->worker_destroy(st.worker);
+    u->cleanup(st.ctx);
+    throw;
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+UcxBackend::~UcxBackend() {
+  {
+    std::lock_guard<std::mutex> lock(q_mu_);
+    stopping_ = true;
+  }
+  state_->u->worker_signal(state_->worker);
+  thread_.join();
+  UcxState& st = *state_;
+  const ucx::Ucp& u = *st.u;
+  for (auto& [id, memh] : st.mems) u.mem_unmap(st.ctx, memh);
+  u.worker_destroy(st.worker);
+  u.cleanup(st.ctx);
+}
+
+void UcxBackend::submit(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(q_mu_);
+    if (stopping_) raise(Status::kInvalidUsage, "engine '%s' is closing", engine_.key().c_str());
+    queue_.push_back(std::move(fn));
+  }
+  state_->u->worker_signal(state_->worker);
+}
+
+void UcxBackend::call(const std::function<void()>& fn) {
+  if (std::this_thread::get_id() == state_->thread) {
+    fn();
+    return;
+  }
+  std::promise<void> done;
+  auto future = done.get_future();
+  submit([&] {
+    try {
+      fn();
+      done.set_value();
+    } catch (...) {
+      done.set_exception(std::current_exception());
+    }
+  });
+  future.get();
+}
+
+static void close_endpoint(UcxState& st, const std::shared_ptr<UcxEndpoint>& ep, const std::string& why) {
+  ep->failed = true;
+  if (ep->why.empty()) ep->why = why;
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  // Force fails what is in flight (with our message); UCX allows it only with peer error
+  // handling. Without, we fail the operations ourselves and let UCX close gracefully.
+  p.flags = ep->peer_errors ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  if (!ep->peer_errors) {
+    std::vector<UcxOp*> ops(ep->ops.begin(), ep->ops.end());
+    for (UcxOp* op : ops) settle_op(op, UCS_ERR_CANCELED);
+  }
+  ucs_status_ptr_t r = st.u->ep_close_nbx(ep->ep, &p);
+  if (UCS_PTR_IS_PTR(r)) ep->close_request = r;
+  else ep->closed = true;
+  st.closing.push_back(ep);
+}
+
+// Endpoints closed earlier: once UCX is done with them their rkeys go too.
+static void reap(UcxState& st) {
+  for (auto it = st.eps.begin(); it != st.eps.end();) {
+    if (it->second->failed) {
+      close_endpoint(st, it->second, "");
+      it = st.eps.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = st.closing.begin(); it != st.closing.end();) {
+    UcxEndpoint& ep = **it;
+    if (ep.close_request && st.u->request_check_status(ep.close_request) != UCS_INPROGRESS) {
+      st.u->request_free(ep.close_request);
+      ep.close_request = nullptr;
+      ep.closed = true;
+    }
+    if (ep.closed) {
+      for (auto& [k, rkey] : ep.rkeys) st.u->rkey_destroy(rkey);
+      ep.rkeys.clear();
+      it = st.closing.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void UcxBackend::check_stalls() {
+  UcxState& st = *state_;
+  double timeout = engine_.settings().timeout_s, t = net::now();
+  for (auto& [key, ep] : st.eps)
+    if (!ep->failed && ep->outstanding > 0 && t - ep->last_progress > timeout) {
+      ep->failed = true;
+      ep->why = format("%s answered nothing for %.1f s (MORI_IO_TIMEOUT_MS)", ep->name.c_str(), timeout);
+      MORI_LOG(kInfo, "IO", "%s", ep->why.c_str());
+    }
+  reap(st);
+}
+
+void UcxBackend::loop() {
+  UcxState& st = *state_;
+  st.thread = std::this_thread::get_id();
+  const ucx::Ucp& u = *st.u;
+  double last_check = net::now();
+  bool stopping = false;
+  while (true) {
+    std::deque<std::function<void()>> work;
+    {
+      std::lock_guard<std::mutex> lock(q_mu_);
+      work.swap(queue_);
+      stopping = stopping_;
+    }
+    for (auto& fn : work) fn();
+    if (stopping) break;
+    while (u.worker_progress(st.worker) != 0) {
+    }
+    if (net::now() - last_check > 0.05) {
+      check_stalls();
+      last_check = net::now();
+    }
+    // With work in flight: keep progressing for a few ms after the last completion (not
+    // every UCX transport signals its completions on the event fd, e.g. large shared-memory
+    // puts), then sleep in 1 ms steps; idle: sleep on the event fd.
+    bool waiting = false;
+    double latest = 0;
+    for (auto& [key, ep] : st.eps)
+      if (ep->outstanding > 0) {
+        waiting = true;
+        latest = std::max(latest, ep->last_progress);
+      }
+    if (waiting && net::now() - latest < 0.005) {
+      std::this_thread::yield();
+      continue;
+    }
+    ucs_status_t s = u.worker_arm(st.worker);
+    if (s == UCS_ERR_BUSY) continue;
+    {
+      std::lock_guard<std::mutex> lock(q_mu_);  // work posted before the arm has signalled already
+      if (!queue_.empty() || stopping_) continue;
+    }
+    pollfd pfd{st.efd, POLLIN, 0};
+    poll(&pfd, 1, waiting ? 1 : (!st.closing.empty() ? 50 : 500));
+  }
+  // Closing: whatever is in flight fails, naming the reason.
+  for (auto& [key, ep] : st.eps) close_endpoint(st, ep, format("%s: engine '%s' is closing", ep->name.c_str(),
+                                                               engine_.key().c_str()));
+  st.eps.clear();
+  double deadline = net::now() + 2.0;
+  while (!st.closing.empty() && net::now() < deadline) {
+    u.worker_progress(st.worker);
+    reap(st);
+  }
+}
+
+// The endpoint to `peer` (made on first use; a failed or changed one is replaced).
+static std::shared_ptr<UcxEndpoint> endpoint(UcxState& st, Peer& peer) {
+  const EngineDesc& d = peer.desc();
+  auto it = st.eps.find(d.key);
+  if (it != st.eps.end()) {
+    if (!it->second->failed && it->second->address == d.ucx_address) return it->second;
+    close_endpoint(st, it->second, "");
+    st.eps.erase(it);
+  }
+  if (d.ucx_address.empty())
+    raise(Status::kInvalidUsage, "%s has no UCX worker address (its RDMA backend is not on UCX)", peer.name().c_str());
+  auto ep = std::make_shared<UcxEndpoint>();
+  ep->key = d.key;
+  ep->name = peer.name();
+  ep->address = d.ucx_address;
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+  if (st.peer_errors) p.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep->peer_errors = st.peer_errors;
+  p.address = reinterpret_cast<const ucp_address_t*>(ep->address.data());
+  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  p.err_handler.cb = ep_error;
+  p.err_handler.arg = ep.get();
+  ucs_status_t s = st.u->ep_create(st.worker, &p, &ep->ep);
+  if (s == UCS_ERR_UNREACHABLE && ep->peer_errors) {
+    // Shared-memory transports have no peer failure handling in UCX: a dead or stopped
+    // peer is then found by MORI_IO_TIMEOUT_MS alone.
+    p.field_mask &= ~(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER);
+    ep->peer_errors = false;
+    s = st.u->ep_create(st.worker, &p, &ep->ep);
+  }
+  if (s == UCS_OK && !ep->peer_errors)
+    MORI_LOG(kInfo, "IO", "%s: the UCX transports in use have no peer failure detection; a dead peer is found "
+             "by MORI_IO_TIMEOUT_MS", peer.name().c_str());
+  if (s != UCS_OK)
+    raise(Status::kRemote, "%s: ucp_ep_create: %s", peer.name().c_str(), st.u->status_string(s));
+  st.eps[d.key] = ep;
+  return ep;
+}
+
+static ucp_rkey_h remote_key(UcxState& st, UcxEndpoint& ep, uint32_t region, uint64_t region_key,
+                             const std::string& packed) {
+  auto k = std::make_pair(region, region_key);
+  auto it = ep.rkeys.find(k);
+  if (it != ep.rkeys.end()) return it->second;
+  ucp_rkey_h rkey = nullptr;
+  ucs_status_t s = st.u->ep_rkey_unpack(ep.ep, packed.data(), &rkey);
+  if (s != UCS_OK)
+    raise(Status::kInvalidArgument, "remote memory region %u: its UCX rkey does not unpack (%s)", region,
+          st.u->status_string(s));
+  ep.rkeys[k] = rkey;
+  return rkey;
+}
+
+std::string UcxBackend::map(uint32_t region, void* ptr, uint64_t size) {
+  if (size == 0) return "";
+  std::string packed;
+  call([&] {
+    UcxState& st = *state_;
+    ucp_mem_map_params_t p{};
+    p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    p.address = ptr;
+    p.length = size;
+    ucp_mem_h memh = nullptr;
+    ucx::check(*st.u, st.u->mem_map(st.ctx, &p, &memh), "ucp_mem_map");
+    void* buf = nullptr;
+    size_t len = 0;
+    ucs_status_t s = st.u->rkey_pack(st.ctx, memh, &buf, &len);
+    if (s != UCS_OK) {
+      st.u->mem_unmap(st.ctx, memh);
+      ucx::check(*st.u, s, "ucp_rkey_pack");
+    }
+    packed.assign(static_cast<const char*>(buf), len);
+    st.u->rkey_buffer_release(buf);
+    st.mems[region] = memh;
+  });
+  return packed;
+}
+
+void UcxBackend::unmap(uint32_t region) {
+  call([&] {
+    UcxState& st = *state_;
+    auto it = st.mems.find(region);
+    if (it == st.mems.end()) return;
+    st.u->mem_unmap(st.ctx, it->second);
+    st.mems.erase(it);
+  });
+}
+
+void UcxBackend::begin_remote_use(const std::string& peer_key, uint32_t region, int n) {
+  std::lock_guard<std::mutex> lock(use_mu_);
+  remote_uses_[{peer_key, region}] += n;
+}
+
+void UcxBackend::end_remote_use(const std::string& peer_key, uint32_t region) {
+  std::lock_guard<std::mutex> lock(use_mu_);
+  auto it = remote_uses_.find({peer_key, region});
+  if (it != remote_uses_.end() && --it->second <= 0) {
+    remote_uses_.erase(it);
+    use_cv_.notify_all();
+  }
+}
+
+bool UcxBackend::quiesce(const std::string& peer_key, uint32_t region, double timeout_s) {
+  std::unique_lock<std::mutex> lock(use_mu_);
+  return use_cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                          [&] { return remote_uses_.count({peer_key, region}) == 0; });
+}
+
+void UcxBackend::post(bool read, Peer& peer, const std::shared_ptr<Transfer>& t, uint32_t remote_region,
+                      uint64_t remote_key_value, const std::string& rkey, std::vector<UcxSegment> segs) {
+  int n = static_cast<int>(segs.size()) + (read ? 0 : 1);  // writes end with a flush
+  const std::string key = peer.desc().key;
+  begin_remote_use(key, remote_region, n);
+  if (peer.remote_revoked(remote_region)) {
+    for (int i = 0; i < n; ++i) end_remote_use(key, remote_region);
+    raise(Status::kRemote, "%s: remote memory region %u was deregistered", peer.name().c_str(), remote_region);
+  }
+  t->add_pieces(n);
+  auto job = [this, read, t, n, remote_region, remote_key_value, rkey, key, segs = std::move(segs)] {
+    UcxState& st = *state_;
+    int posted = 0;
+    try {
+      auto ep = endpoint(st, *t->peer);
+      if (ep->failed) raise(Status::kRemote, "%s", ep->why.c_str());
+      ucp_rkey_h rk = remote_key(st, *ep, remote_region, remote_key_value, rkey);
+      if (ep->outstanding == 0) ep->last_progress = net::now();
+      auto make = [&](const char* what) {
+        ++ep->outstanding;
+        ++posted;
+        auto* op = new UcxOp{this, st.u, ep, t, remote_region, what};
+        ep->ops.insert(op);
+        return op;
+      };
+      for (const auto& s : segs) {
+        UcxOp* op = make(read ? "ucp_get_nbx" : "ucp_put_nbx");
+        ucp_request_param_t p{};
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        p.cb.send = op_callback;
+        p.user_data = op;
+        settle(op, read ? st.u->get_nbx(ep->ep, s.local, s.size, s.remote, rk, &p)
+                        : st.u->put_nbx(ep->ep, s.local, s.size, s.remote, rk, &p));
+      }
+      if (!read) {  // puts complete locally; the flush completes when the data is in place
+        UcxOp* op = make("ucp_ep_flush_nbx");
+        ucp_request_param_t p{};
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        p.cb.send = op_callback;
+        p.user_data = op;
+        settle(op, st.u->ep_flush_nbx(ep->ep, &p));
+      }
+    } catch (const std::exception& e) {
+      for (int i = posted; i < n; ++i) {
+        end_remote_use(key, remote_region);
+        t->piece_done(StatusCode::ERR_RDMA_OP, e.what());
+      }
+    }
+  };
+  submit(std::move(job));
+}
+
+void UcxBackend::notify(Peer& peer, uint64_t uid) {
+  std::string key = peer.desc().key;
+  try {
+    submit([this, key, uid] {
+      UcxState& st = *state_;
+      auto it = st.eps.find(key);
+      if (it == st.eps.end() || it->second->failed) {
+        MORI_LOG(kWarn, "IO", "no UCX endpoint to engine '%s' for the notification of transfer %llu", key.c_str(),
+                 (unsigned long long)uid);
+        return;
+      }
+      auto* n = new Notice{st.u, uid, engine_.key()};
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+      p.cb.send = notice_sent;
+      p.user_data = n;
+      p.flags = UCP_AM_SEND_FLAG_EAGER;
+      ucs_status_ptr_t r = st.u->am_send_nbx(it->second->ep, kNotifyAmId, &n->uid, sizeof(n->uid), n->key.data(),
+                                             n->key.size(), &p);
+      if (UCS_PTR_IS_PTR(r)) return;  // notice_sent frees it
+      if (UCS_PTR_IS_ERR(r))
+        MORI_LOG(kWarn, "IO", "the notification of transfer %llu to engine '%s' failed: %s", (unsigned long long)uid,
+                 key.c_str(), st.u->status_string(UCS_PTR_STATUS(r)));
+      delete n;
+    });
+  } catch (const Error&) {
+    // The engine is closing: nobody waits for the notice.
+  }
+}
+
+std::string UcxBackend::transports_to(Peer& peer) {
+  std::string out;
+  double timeout = engine_.settings().connect_timeout_s;
+  call([&] {
+    UcxState& st = *state_;
+    auto ep = endpoint(st, peer);
+    // The lanes are final once wireup completed: a flush waits for it.
+    ucp_request_param_t p{};
+    ucs_status_ptr_t r = st.u->ep_flush_nbx(ep->ep, &p);
+    if (UCS_PTR_IS_PTR(r)) {
+      double deadline = net::now() + timeout;
+      while (st.u->request_check_status(r) == UCS_INPROGRESS && net::now() < deadline) st.u->worker_progress(st.worker);
+      if (st.u->request_check_status(r) == UCS_INPROGRESS) st.u->request_cancel(st.worker, r);
+      st.u->request_free(r);
+    }
+    std::string text = print_to_string([&](FILE* f) { st.u->ep_print_info(ep->ep, f); });
+    for (const auto& tl : ucx_lane_transports(text)) out += (out.empty() ? "" : ", ") + tl;
+  });
+  return out;
+}
+
+#else  // built without UCX headers: the backend cannot be made
+
+const UcxReport& ucx_report() {
+  static UcxReport r = [] {
+    UcxReport x;
+    x.why = "built without UCX headers";
+    return x;
+  }();
+  return r;
+}
+bool ucx_should_serve_rdma(std::string* why) {
+  *why = "built without UCX headers";
+  return false;
+}
+struct UcxState {};
+UcxBackend::UcxBackend(EngineImpl& engine) : engine_(engine) {
+  raise(Status::kInvalidUsage, "UCX cannot be loaded: built without UCX headers");
+}
+UcxBackend::~UcxBackend() = default;
+std::string UcxBackend::map(uint32_t, void*, uint64_t) { return ""; }
+void UcxBackend::unmap(uint32_t) {}
+void UcxBackend::post(bool, Peer&, const std::shared_ptr<Transfer>&, uint32_t, uint64_t, const std::string&,
+                      std::vector<UcxSegment>) {}
+void UcxBackend::notify(Peer&, uint64_t) {}
+std::string UcxBackend::transports_to(Peer&) { return ""; }
+bool UcxBackend::quiesce(const std::string&, uint32_t, double) { return true; }
+void UcxBackend::begin_remote_use(const std::string&, uint32_t, int) {}
+void UcxBackend::end_remote_use(const std::string&, uint32_t) {}
+void UcxBackend::call(const std::function<void()>& fn) { fn(); }
+void UcxBackend::submit(std::function<void()> fn) { fn(); }
+void UcxBackend::loop() {}
+void UcxBackend::check_stalls() {}
+
+#endif
+
+}  // namespace mori::io
