@@ -62,12 +62,14 @@ Group active_group(int start, int log_stride, int size, long* psync, const char*
 namespace {
 
 // Whether every member of `g` is a PE of this host reached through shared memory. Every
-// member computes the same answer (the topology and MORI_DISABLE_P2P are the same on all).
+// member computes the same answer: the topology, MORI_DISABLE_P2P and the transport choice
+// (MORI_NET_TRANSPORT=ucx-all leaves same-host pairs unmapped) are the same on all.
 bool shares_this_host(const Group& g, mori::shmem::Runtime& r) {
   if (g.n > 64 || env::get().disable_p2p) return false;
-  if (r.topology().num_nodes() == 1) return true;
-  for (int i = 0; i < g.n; ++i)
-    if (!r.topology().same_node(g.pes[i], r.my_pe())) return false;
+  for (int i = 0; i < g.n; ++i) {
+    if (r.topology().num_nodes() > 1 && !r.topology().same_node(g.pes[i], r.my_pe())) return false;
+    if (g.pes[i] != r.my_pe() && !r.ptr(g.arrived, g.pes[i])) return false;
+  }
   return true;
 }
 
