@@ -359,7 +359,9 @@ def test_profiling_interface_interposes_putmem(built, tools, tmp_path, n, how):
                           *link], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     seed = _seed()
-    env = {"LD_PRELOAD": str(tool)} if how == "preload" else None
+    # After what is preloaded already (scripts/sanitize.sh puts libasan first, where it must be).
+    preloaded = os.environ.get("LD_PRELOAD", "")
+    env = {"LD_PRELOAD": f"{preloaded}:{tool}" if preloaded else str(tool)} if how == "preload" else None
     out = check(_oshrun(tools, n, [str(exe), seed], timeout=120, env=env))
     for pe in range(n):
         want = [ln.split(": ", 1)[1] for ln in out.splitlines() if ln.startswith(f"program PE {pe}: ")]
