@@ -17,18 +17,13 @@
 #include "mori/core/socket.h"
 #include "mori/core/status.h"
 #include "transports/ucx/ucp_library.h"
+#include "transports/ucx/ucp_report.h"
 
 namespace mori::io {
 
 // ---------------------------------------------------------------------------------------------
 // Reports: which transports UCX has and which an endpoint uses (UCX 1.13's ucp_ep_query has
 // no transports field, so both are read from UCP's print_info text).
-
-bool ucx_is_rdma_resource(const std::string& resource) {
-  std::string tl = resource.substr(0, resource.find('/'));
-  return tl.rfind("rc", 0) == 0 || tl.rfind("dc", 0) == 0 || tl.rfind("ud", 0) == 0 || tl == "srd" ||
-         tl.find("verbs") != std::string::npos || tl.find("mlx5") != std::string::npos;
-}
 
 static std::string strip_path_index(std::string t) {  // "tcp/lo.0" -> "tcp/lo"
   size_t dot = t.rfind('.');
@@ -75,21 +70,6 @@ static std::string print_to_string(Print print) {
   return s;
 }
 
-static std::vector<std::string> context_resources(const ucx::Ucp& u, ucp_context_h ctx) {
-  std::string text = print_to_string([&](FILE* f) { u.context_print_info(ctx, f); });
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {  // "#      resource 0  :  md 0  dev 0  flags -- tcp/lo"
-    if (line.find(" resource ") == std::string::npos) continue;
-    std::istringstream words(line);
-    std::string w, last;
-    while (words >> w) last = w;
-    if (!last.empty() && last.find('/') != std::string::npos) out.push_back(last);
-  }
-  return out;
-}
-
 static ucp_context_h make_context(const ucx::Ucp& u) {
   ucp_config_t* config = nullptr;
   ucx::check(u, u.config_read(nullptr, nullptr, &config), "ucp_config_read");
@@ -117,9 +97,9 @@ static bool rdma_devices_present() {
 static void fill_report(UcxReport* r, const ucx::Ucp& u, ucp_context_h ctx) {
   r->loaded = true;
   r->version = u.version;
-  r->resources = context_resources(u, ctx);
+  r->resources = ucx::context_resources(u, ctx);  // the transport's reading of UCX's report
   r->rdma = false;
-  for (const auto& res : r->resources) r->rdma = r->rdma || ucx_is_rdma_resource(res);
+  for (const auto& res : r->resources) r->rdma = r->rdma || ucx::is_rdma_resource(res);
 }
 
 const UcxReport& ucx_report() {

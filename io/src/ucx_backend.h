@@ -107,7 +107,5 @@ const UcxReport& ucx_report();
 bool ucx_should_serve_rdma(std::string* why);
 // "tcp/lo.0" lane lines of ucp_ep_print_info -> "tcp/lo" (distinct, in lane order).
 std::vector<std::string> ucx_lane_transports(const std::string& print_info);
-// Whether a UCX resource name ("rc_mlx5/mlx5_0:1") is an RDMA transport.
-bool ucx_is_rdma_resource(const std::string& resource);
 
 }  // namespace mori::io
