@@ -18,7 +18,7 @@ from harness import check, job_env, mori_run, mpirun
 
 CAPI = Path(__file__).parent / "capi"
 PROGRAMS = ["rma", "amo", "sync", "coll", "legacy", "threads", "errors", "fair", "team_sync", "shmemx", "noexit",
-            "generics_gen", "v16", "barrier"]
+            "generics_gen", "v16", "barrier", "runahead"]
 # The conformance programs (one per defect of the conformance issue) run at these PE counts.
 CONFORMANCE_PES = [1, 2, 3, 4, 8]
 
@@ -224,7 +224,8 @@ def test_unsatisfied_wait_until_times_out_saying_what(built, tools):
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0, text
     assert "shmem error on PE 0: shmem_long_wait_until:" in text, text
-    assert "waited 1.5 s (MORI_SHMEM_WAIT_TIMEOUT=1.5)" in text and "to become == 0x7" in text, text
+    # The deadline is checked between sleeps: on a loaded machine the report may come a little late.
+    assert re.search(r"waited 1\.[5-9] s \(MORI_SHMEM_WAIT_TIMEOUT=1\.5\)", text) and "to become == 0x7" in text, text
 
 
 def test_exhausted_heap_returns_null(built, tools):
@@ -292,6 +293,16 @@ def test_conformance_program(built, tools, name, n):
     out = check(_oshrun(tools, n, [str(built / name), seed], timeout=180))
     label = "generics" if name == "generics_gen" else name
     assert f"{label}: OK on {n} PEs" in out, f"seed {seed}:\n{out[-3000:]}"
+
+
+@pytest.mark.parametrize("n", CONFORMANCE_PES)
+def test_small_collectives_run_ahead(built, tools, n):
+    """Small collectives go without barriers (one message per pair through the inbox): PEs
+    that run ahead of a lagging one, dest filled right before each call, sizes on both sides
+    of the message limit, world / strided team / active set, every value exact."""
+    seed = _seed()
+    out = check(_oshrun(tools, n, [str(built / "runahead"), seed], timeout=240))
+    assert f"runahead: OK on {n} PEs" in out, f"seed {seed}:\n{out[-3000:]}"
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8])

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "capi/inbox.h"
 #include "capi/typed_helpers.h"
 #include "capi/wait.h"
 #include "mori/core/env.h"
@@ -27,6 +28,7 @@ Group team_group(shmem_team_t team, const char* fn) {
   g.arrived = &slot.arrived;
   g.released = &slot.released;
   g.world = t->world;
+  g.channel = t->slot;
   return g;
 }
 
@@ -56,6 +58,7 @@ Group active_group(int start, int log_stride, int size, long* psync, const char*
   g.arrived = reinterpret_cast<uint64_t*>(psync) + kPsyncArrived;
   g.released = reinterpret_cast<uint64_t*>(psync) + kPsyncReleased;
   g.world = false;
+  g.channel = Inbox::kActiveSetChannel;
   return g;
 }
 
@@ -134,6 +137,15 @@ void broadcast_group(Group& g, void* dest, const void* source, size_t bytes, int
                      const char* fn) {
   if (root < 0 || root >= g.n) raise(Status::kInvalidArgument, "PE_root %d is out of range for %d PEs", root, g.n);
   auto& r = rt(fn);
+  if (inbox().usable(g, bytes, r)) {
+    if (g.me == root) {
+      for (int k = 1; k < g.n; ++k) inbox().send(g, (root + k) % g.n, source, bytes, fn);
+      if (root_copies && dest != source) std::memmove(dest, source, bytes);
+    } else {
+      inbox().receive(g, root, dest, bytes, fn);
+    }
+    return;
+  }
   group_barrier(g, fn);  // the root's source is ready and every dest is free
   if (bytes) {
     if (g.me != root) r.get(dest, source, bytes, g.pes[root]);
@@ -144,6 +156,16 @@ void broadcast_group(Group& g, void* dest, const void* source, size_t bytes, int
 
 void fcollect_group(Group& g, void* dest, const void* source, size_t bytes, const char* fn) {
   auto& r = rt(fn);
+  if (inbox().usable(g, bytes, r)) {
+    char* out = static_cast<char*>(dest);
+    for (int k = 1; k < g.n; ++k) inbox().send(g, (g.me + k) % g.n, source, bytes, fn);
+    std::memmove(out + static_cast<size_t>(g.me) * bytes, source, bytes);
+    for (int k = 1; k < g.n; ++k) {
+      int j = (g.me - k + g.n) % g.n;  // in the order the others sent to me
+      inbox().receive(g, j, out + static_cast<size_t>(j) * bytes, bytes, fn);
+    }
+    return;
+  }
   group_barrier(g, fn);
   if (bytes) {
     char* at = static_cast<char*>(dest) + static_cast<size_t>(g.me) * bytes;
@@ -179,6 +201,21 @@ void collect_group(Group& g, void* dest, const void* source, size_t bytes, const
 void alltoalls_group(Group& g, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
                      size_t elem, const char* fn) {
   auto& r = rt(fn);
+  const size_t block = nelems * elem;
+  if (dst == 1 && sst == 1 && inbox().usable(g, block, r)) {
+    char* out = static_cast<char*>(dest);
+    const char* in = static_cast<const char*>(source);
+    for (int k = 1; k < g.n; ++k) {
+      int j = (g.me + k) % g.n;
+      inbox().send(g, j, in + static_cast<size_t>(j) * block, block, fn);
+    }
+    std::memmove(out + static_cast<size_t>(g.me) * block, in + static_cast<size_t>(g.me) * block, block);
+    for (int k = 1; k < g.n; ++k) {
+      int j = (g.me - k + g.n) % g.n;
+      inbox().receive(g, j, out + static_cast<size_t>(j) * block, block, fn);
+    }
+    return;
+  }
   group_barrier(g, fn);
   if (nelems) {
     for (int k = 0; k < g.n; ++k) {

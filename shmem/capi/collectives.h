@@ -21,6 +21,7 @@ struct Group {
   uint64_t* arrived = nullptr;   // same-host barrier: arrival mask (on member 0)
   uint64_t* released = nullptr;  // same-host barrier: this member's release flag
   bool world = false;
+  int channel = -1;              // the Inbox channel: the team's slot, or the active sets' one
 };
 
 Group team_group(shmem_team_t team, const char* fn);

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "capi/inbox.h"
 #include "capi/launch_bootstrap.h"
 #include "capi/state.h"
 #include "capi/symmetric_data.h"
@@ -109,14 +110,16 @@ void setup_state() {
   cpu_set_t cpus;
   int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   g_state.oversubscribed = r.topology().local_size() > ncpu;
+  inbox().setup(r);
   setup_predefined_teams();
   g_watcher.start(g_state.sym);
-  r.barrier_all();  // nobody touches a peer's SymBlock before the peer zeroed it
+  r.barrier_all();  // nobody touches a peer's SymBlock or inbox before the peer zeroed it
 }
 
 void teardown_state() {
   g_watcher.stop();
   teardown_teams();
+  inbox().teardown();
   g_state.sym = nullptr;
 }
 

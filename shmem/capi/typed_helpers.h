@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "capi/collectives.h"
+#include "capi/inbox.h"
 #include "mori/core/status.h"
 #include "capi/state.h"
 
@@ -94,6 +95,22 @@ template <typename T, typename Op>
 void reduce_group(Group& g, T* dest, const T* source, size_t n, const char* fn, int upto = -1) {
   auto& r = rt(fn);
   if (upto < 0) upto = g.n;
+  if (inbox().usable(g, n * sizeof(T), r)) {
+    // Every member sends its source to every other one and combines what it received; the
+    // parts are copied out of the slots, so dest may alias source.
+    std::vector<T> parts(static_cast<size_t>(g.n) * n);
+    for (int k = 1; k < g.n; ++k) inbox().send(g, (g.me + k) % g.n, source, n * sizeof(T), fn);
+    std::copy(source, source + n, parts.begin() + static_cast<ptrdiff_t>(g.me * n));
+    for (int k = 1; k < g.n; ++k) {
+      int j = (g.me - k + g.n) % g.n;
+      inbox().receive(g, j, parts.data() + static_cast<size_t>(j) * n, n * sizeof(T), fn);
+    }
+    std::vector<T> acc(n);  // zeros when nothing is combined (an exclusive scan's first member)
+    for (int j = 0; j < upto; ++j)
+      for (size_t i = 0; i < n; ++i) acc[i] = j == 0 ? parts[i] : Op::apply(acc[i], parts[j * n + i]);
+    std::copy(acc.begin(), acc.end(), dest);
+    return;
+  }
   group_barrier(g, fn);
   std::vector<T> acc(n);  // value-initialized: zeros
   constexpr size_t kChunk = 8192;

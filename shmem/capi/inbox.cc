@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: MIT
+#include "capi/inbox.h"
+
+#include <cstring>
+#include <string>
+
+#include "capi/wait.h"
+#include "mori/core/status.h"
+
+namespace mori::capi {
+
+Inbox& inbox() {
+  static Inbox the_inbox;
+  return the_inbox;
+}
+
+void Inbox::setup(mori::shmem::Runtime& r) {
+  teardown();
+  n_pes_ = r.n_pes();
+  my_pe_ = r.my_pe();
+  if (n_pes_ > kMaxPes) return;  // larger jobs keep the barrier-based collectives
+  size_t cells = static_cast<size_t>(kChannels) * n_pes_;
+  // Collective: every PE allocates the same sizes in the same order (no barrier here: the
+  // caller's closing barrier_all orders the clearing before any peer's first message).
+  slots_ = static_cast<Slot*>(r.malloc(cells * 2 * sizeof(Slot), 64, "shmem_init", false));
+  acks_ = static_cast<Ack*>(r.malloc(cells * sizeof(Ack), 64, "shmem_init", false));
+  for (size_t i = 0; i < cells * 2; ++i) slots_[i].seq = 0;
+  std::memset(acks_, 0, cells * sizeof(Ack));
+  sent_.assign(cells, 0);
+  received_.assign(cells, 0);
+}
+
+void Inbox::teardown() {
+  // The heap goes with the runtime at finalize; only forget the addresses.
+  slots_ = nullptr;
+  acks_ = nullptr;
+  sent_.clear();
+  received_.clear();
+}
+
+bool Inbox::usable(const Group& g, size_t bytes, mori::shmem::Runtime& r) const {
+  return slots_ && g.n > 1 && bytes <= kMessageBytes && n_pes_ == r.n_pes() && g.channel >= 0 &&
+         g.channel < kChannels;
+}
+
+Inbox::Slot* Inbox::slot(int channel, int sender, uint64_t seq) const {
+  return &slots_[index(channel, sender) * 2 + (seq & 1)];
+}
+
+Inbox::Ack* Inbox::ack(int channel, int receiver) const { return &acks_[index(channel, receiver)]; }
+
+void Inbox::send(const Group& g, int to, const void* data, size_t bytes, const char* fn) {
+  auto& r = rt(fn);
+  const int pe = g.pes[to];
+  uint64_t& seq = sent_[index(g.channel, pe)];
+  const uint64_t next = seq + 1;
+  // The slot holds message next-2 until the receiver acknowledged it.
+  if (next > 2) {
+    uint64_t* taken = &ack(g.channel, pe)->seq;
+    wait([&] { return __atomic_load_n(taken, __ATOMIC_ACQUIRE) >= next - 2; }, fn, taken,
+         mori::shmem::WaitFrom{pe}, [&] {
+           return "PE " + std::to_string(pe) + " to take collective message " + std::to_string(next - 2) +
+                  " from its inbox";
+         });
+  }
+  Slot* s = slot(g.channel, my_pe_, next);
+  r.put_signal(s->data, data, bytes, &s->seq, next, SignalOp::kSet, pe);
+  seq = next;
+}
+
+void Inbox::receive(const Group& g, int from, void* out, size_t bytes, const char* fn) {
+  auto& r = rt(fn);
+  const int pe = g.pes[from];
+  uint64_t& seq = received_[index(g.channel, pe)];
+  const uint64_t next = seq + 1;
+  Slot* s = slot(g.channel, pe, next);
+  wait([&] { return __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE) == next; }, fn, &s->seq, mori::shmem::WaitFrom{pe},
+       [&] {
+         return "PE " + std::to_string(pe) + " to send its part of the collective (message " + std::to_string(next) +
+                ")";
+       });
+  if (bytes) std::memcpy(out, s->data, bytes);
+  seq = next;
+  r.atomic(&ack(g.channel, my_pe_)->seq, AmoOp::kSet, 8, next, 0, pe, fn);
+}
+
+}  // namespace mori::capi

@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: MIT
+// Small collectives without barriers. A barrier-based collective costs two barriers plus the
+// data, and when PEs outnumber cores each barrier costs every waiting PE a sleep and a
+// wake-up. Instead, each PE keeps per channel (a team's slot, or one for all active sets) and
+// per sender two message slots in the symmetric heap: a sender puts its part straight into the
+// receiver's slot with a sequence number as the signal, and the receiver copies it out and
+// acknowledges. A sender reuses a slot only once its previous message there was acknowledged,
+// so a fast PE can run at most two collectives ahead of a slow one, and nobody waits for
+// anybody else's arrival: a small fcollect, broadcast, alltoall or reduction is one message
+// per pair. The users' dest buffers are only written by their owner, so a program may fill
+// dest right before the call (as many do) without a barrier.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "capi/collectives.h"
+#include "capi/state.h"
+
+namespace mori::capi {
+
+class Inbox {
+ public:
+  static constexpr size_t kMessageBytes = 1024;  // largest part that travels through a slot
+  static constexpr int kChannels = kMaxTeams + 1;  // one per team slot, the last for active sets
+  static constexpr int kActiveSetChannel = kMaxTeams;
+  static constexpr int kMaxPes = 64;  // the slots take kChannels * 2 * ~1 KiB per PE of the job
+
+  // Collective over the world (at shmem_init): allocates and clears this PE's slots.
+  void setup(mori::shmem::Runtime& r);
+  void teardown();
+
+  // Whether a collective over `g` moving parts of `bytes` goes through the slots. Every
+  // member gives the same answer (same arguments, same topology, same job size).
+  bool usable(const Group& g, size_t bytes, mori::shmem::Runtime& r) const;
+
+  // Sends `bytes` (<= kMessageBytes) to member `to` of `g`.
+  void send(const Group& g, int to, const void* data, size_t bytes, const char* fn);
+  // Waits for the next message from member `from` of `g` and copies `bytes` of it to `out`.
+  void receive(const Group& g, int from, void* out, size_t bytes, const char* fn);
+
+ private:
+  struct alignas(64) Slot {
+    uint64_t seq;  // the message's number on its channel (1, 2, ...); written last
+    unsigned char data[kMessageBytes];
+  };
+  struct alignas(64) Ack {
+    uint64_t seq;  // the last message number the receiver took out of its slot
+  };
+  Slot* slot(int channel, int sender, uint64_t seq) const;
+  Ack* ack(int channel, int receiver) const;
+  size_t index(int channel, int pe) const { return static_cast<size_t>(channel) * n_pes_ + pe; }
+
+  Slot* slots_ = nullptr;  // [channel][sender][2], on every PE at the same offset
+  Ack* acks_ = nullptr;    // [channel][receiver]: what each receiver took from this PE
+  int n_pes_ = 0;
+  int my_pe_ = -1;
+  std::vector<uint64_t> sent_;      // [channel][receiver]: messages sent
+  std::vector<uint64_t> received_;  // [channel][sender]: messages taken
+};
+
+Inbox& inbox();
+
+}  // namespace mori::capi
