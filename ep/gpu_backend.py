@@ -20,6 +20,8 @@ from mori.core.errors import Unavailable
 from mori.shmem.tensor_utils import wrap_device_pointer
 
 _COMBINE_CODES = {torch.float32: 0, torch.bfloat16: 1}
+if hasattr(torch, "float4_e2m1fn_x2"):  # fp4 rows: summed in fp32 and rounded back to e2m1, as on CPU
+    _COMBINE_CODES[torch.float4_e2m1fn_x2] = 8
 
 # Per-PE buffers that peers write (their addresses travel to the kernels for every PE).
 _SHARED = ("disp_tok", "disp_w", "disp_idx", "disp_scale", "disp_src", "counter", "disp_sig", "comb_stage",
@@ -154,7 +156,11 @@ class GpuIntraNode:
         ``block`` values."""
         fn = "EpDispatchCombineOp.combine"
         if x.dtype not in _COMBINE_CODES:
-            raise NotImplementedError(f"{fn}: CUDA combine supports float32 and bfloat16, got {x.dtype}")
+            raise NotImplementedError(f"{fn}: CUDA combine supports float32, bfloat16 and float4_e2m1fn_x2, "
+                                      f"got {x.dtype}")
+        if x.dtype not in (torch.float32, torch.bfloat16) and (fp8 or block):
+            raise ValueError(f"{fn}: fp8_direct_cast and the blockwise combines need float32/bfloat16 input, got "
+                             f"{x.dtype} (combine fp4 rows with quant_type none)")
         hidden = x.shape[1]
         if hidden * x.element_size() > self.max_row or hidden % 8:
             raise ValueError(f"{fn}: rows of {hidden} x {x.dtype} must fit hidden_dim x max_token_type_size = "

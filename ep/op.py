@@ -174,7 +174,7 @@ class EpDispatchCombineOp:
         ``out_scales`` is None when ``scale_dim == 0``. For ``AsyncLL`` this is the send
         half: the views fill in at ``dispatch_recv()``. ``return_routing=True`` appends an
         :class:`EpDispatchRoutingHandle` of this layout (``recv_num_token`` is then its tensor);
-        ``routing=h`` dispatches the same routing again into ``h``'s layout (IntraNode).
+        ``routing=h`` dispatches the same routing again into ``h``'s layout (IntraNode, InterNodeV1).
         """
         fn = "EpDispatchCombineOp.dispatch"
         cfg = self.config
@@ -233,12 +233,10 @@ class EpDispatchCombineOp:
                 h = self._snapshot_routing_gpu(indices)
                 return outs[:4] + (h.total_recv_token_num, h)
             return outs
-        replay = 0
-        if routing is not None:
-            replay = self._replay_map(fn, routing, indices)
+        replay, replay_forward = (0, 0) if routing is None else self._replay_map(fn, routing, indices)
         out_p, w_p, s_p, i_p, total_p = self._handle.dispatch(
             address(input), dtype_code(input.dtype, fn), n, hidden, address(weights),
-            address(scales) if has_scales else 0, address(indices), bn, wpb, rbn, replay)
+            address(scales) if has_scales else 0, address(indices), bn, wpb, rbn, replay, replay_forward)
         self._last_dispatch_dtype = input.dtype
         self._last_hidden = hidden
         rows = cfg.max_num_tokens_to_recv
@@ -265,9 +263,6 @@ class EpDispatchCombineOp:
         if self._kernel not in (EpDispatchCombineKernelType.IntraNode, EpDispatchCombineKernelType.InterNodeV1):
             raise NotImplementedError(f"{fn}: routing handle path not supported for kernel_type={self._kernel.name}; "
                                       f"only IntraNode and InterNodeV1 take routing handles (as in MORI)")
-        if replay and self._kernel == EpDispatchCombineKernelType.InterNodeV1:
-            raise NotImplementedError(f"{fn}: replaying a routing handle (dispatch(..., routing=h)) on InterNodeV1 is "
-                                      f"not implemented yet (return_routing=True and combine(..., routing=h) are)")
 
     def _snapshot_routing_gpu(self, indices: torch.Tensor) -> EpDispatchRoutingHandle:
         """The layout of the dispatch just enqueued, copied on the GPU (no host sync)."""
@@ -327,19 +322,27 @@ class EpDispatchCombineOp:
         inbox, sent = torch.zeros(0, dtype=torch.int32), torch.zeros(0, dtype=torch.uint8)
         if self._kernel == EpDispatchCombineKernelType.InterNodeV1:
             # Ours: the node each token visited (uint8 [tokens * nodes]); this PE's inbox as a
-            # forwarder, its entry counts per node then (source token, local-rank mask) pairs.
-            nodes = cfg.world_size // min(cfg.gpu_per_node, cfg.world_size)
+            # forwarder, its entry counts per node, then (source token, local-rank mask) pairs,
+            # then the slot each entry took on each PE of this node (what a replay needs).
+            nodes, g = self._v1_nodes()
+            entries = nodes * cfg.max_num_inp_token_per_rank
             sent = view_at(self._handle.node_sent(), (n * nodes,), torch.uint8).clone()
             inbox = torch.cat([view_at(self._handle.inbox_count(), (nodes,), torch.int32),
-                               view_at(self._handle.inbox_meta(), (nodes * cfg.max_num_inp_token_per_rank * 2,),
-                                       torch.int32)])
+                               view_at(self._handle.inbox_meta(), (entries * 2,), torch.int32),
+                               view_at(self._handle.forward_slots(), (entries * g,), torch.int32)])
         return EpDispatchRoutingHandle(
             disp_dest_tok_id_map=view_at(self._handle.dest_map(), (n * k,), torch.int64).clone(),
             inter_node_disp_dest_tok_id_map=inbox, inter_node_disp_send_map=sent,
             total_recv_token_num=torch.tensor([total], dtype=torch.int32), disp_tok_id_to_src_tok_id_local=src,
             cur_rank_num_token=n, indices=indices.clone())
 
-    def _routing_layout(self, fn: str, routing: EpDispatchRoutingHandle, indices: torch.Tensor) -> dict:
+    def _v1_nodes(self) -> tuple[int, int]:
+        """InterNodeV1's (nodes, PEs per node)."""
+        g = min(self.config.gpu_per_node, self.config.world_size)
+        return self.config.world_size // g, g
+
+    def _routing_layout(self, fn: str, routing: EpDispatchRoutingHandle, indices: torch.Tensor,
+                        replay: bool = False) -> dict:
         """The handle's tensors checked against this call (MORI's checks, and the routing itself)."""
         if not isinstance(routing, EpDispatchRoutingHandle):
             raise ValueError(f"{fn}: routing must be an EpDispatchRoutingHandle, got {type(routing).__name__}")
@@ -362,11 +365,13 @@ class EpDispatchCombineOp:
                              f"one routing)")
         layout = {"dest_map": dm.contiguous(), "total": total, "src": src.contiguous(), "tokens": n}
         if self._kernel == EpDispatchCombineKernelType.InterNodeV1:
-            nodes = cfg.world_size // min(cfg.gpu_per_node, cfg.world_size)
+            nodes, g = self._v1_nodes()
+            entries = nodes * cfg.max_num_inp_token_per_rank
             inbox, sent = routing.inter_node_disp_dest_tok_id_map, routing.inter_node_disp_send_map
+            # A combine reads the inbox entries; a replay also the forward slots after them.
             for name, t, dtype, need in (("inter_node_disp_send_map", sent, torch.uint8, n * nodes),
                                          ("inter_node_disp_dest_tok_id_map", inbox, torch.int32,
-                                          nodes + nodes * cfg.max_num_inp_token_per_rank * 2)):
+                                          nodes + entries * (2 + (g if replay else 0)))):
                 if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.device.type != "cpu" or t.numel() < need:
                     raise ValueError(f"{fn}: routing.{name} must be a CPU {dtype} tensor of at least {need} elements "
                                      f"(InterNodeV1's maps, from this op's dispatch(..., return_routing=True))")
@@ -374,10 +379,11 @@ class EpDispatchCombineOp:
             layout.update(sent=sent.contiguous(), inbox=inbox, inbox_meta=address(inbox) + 4 * nodes)
         return layout
 
-    def _replay_map(self, fn: str, routing: EpDispatchRoutingHandle, indices: torch.Tensor) -> int:
-        layout = self._routing_layout(fn, routing, indices)
-        self._replay_keep = layout["dest_map"]  # alive during the call
-        return address(layout["dest_map"]) or 0
+    def _replay_map(self, fn: str, routing: EpDispatchRoutingHandle, indices: torch.Tensor) -> tuple[int, int]:
+        """Addresses of the handle's dest map and (InterNodeV1) forwarding layout, checked."""
+        layout = self._routing_layout(fn, routing, indices, replay=True)
+        self._replay_keep = layout  # alive during the call
+        return address(layout["dest_map"]) or 0, address(layout.get("inbox")) or 0
 
     def _dispatch_gpu(self, input, weights, scales, indices, bn, wpb, call_local_expert_count, replay=None):
         g, cfg = self._gpu, self.config

@@ -13,8 +13,9 @@ topk]`` (destination PE x max_num_tokens_to_recv + slot, or -1), ``total_recv_to
 ``[1]``, ``disp_tok_id_to_src_tok_id_local`` int32 ``[max_num_tokens_to_recv]`` (the flat source
 position of each received row); for InterNodeV1 ``inter_node_disp_send_map`` (uint8
 ``[cur_rank_num_token * nodes]``: the nodes each token visited) and ``inter_node_disp_dest_tok_id_map``
-(int32: this PE's forwarding inbox, entry counts per node then (source token, local-rank mask)
-pairs), else both empty. The keyword-only ``indices`` keeps the routing the layout was made with,
+(int32: this PE's forwarding inbox, entry counts per node, then (source token, local-rank mask)
+pairs, then the slot each entry took on each PE of this node, -1 for none: what a replay needs),
+else both empty. The keyword-only ``indices`` keeps the routing the layout was made with,
 so a call with another routing is refused rather than mis-combined.
 """
 from __future__ import annotations

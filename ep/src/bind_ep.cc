@@ -69,9 +69,11 @@ void bind_ep(py::module_& m) {
       .def(
           "dispatch",
           [](EpHandle& h, uintptr_t input, int dtype, int num_tokens, int hidden, uintptr_t weights, uintptr_t scales,
-             uintptr_t indices, int block_num, int warp_per_block, int rdma_block_num, uintptr_t replay_dest_map) {
+             uintptr_t indices, int block_num, int warp_per_block, int rdma_block_num, uintptr_t replay_dest_map,
+             uintptr_t replay_forward) {
             DispatchArgs a;
             a.replay_dest_map = ptr_of<const int64_t>(replay_dest_map);
+            a.replay_forward = ptr_of<const int32_t>(replay_forward);
             a.input = ptr_of<const void>(input);
             a.dtype = static_cast<DType>(dtype);
             a.num_tokens = num_tokens;
@@ -91,7 +93,7 @@ void bind_ep(py::module_& m) {
           },
           py::arg("input"), py::arg("dtype"), py::arg("num_tokens"), py::arg("hidden"), py::arg("weights"),
           py::arg("scales"), py::arg("indices"), py::arg("block_num") = -1, py::arg("warp_per_block") = -1,
-          py::arg("rdma_block_num") = -1, py::arg("replay_dest_map") = 0)
+          py::arg("rdma_block_num") = -1, py::arg("replay_dest_map") = 0, py::arg("replay_forward") = 0)
       .def("dispatch_recv", &EpHandle::dispatch_recv, py::call_guard<py::gil_scoped_release>())
       .def(
           "combine",
@@ -136,6 +138,7 @@ void bind_ep(py::module_& m) {
       .def("node_sent", [](const EpHandle& h) { return reinterpret_cast<uintptr_t>(h.node_sent()); })
       .def("inbox_count", [](const EpHandle& h) { return reinterpret_cast<uintptr_t>(h.inbox_count()); })
       .def("inbox_meta", [](const EpHandle& h) { return reinterpret_cast<uintptr_t>(h.inbox_meta()); })
+      .def("forward_slots", [](const EpHandle& h) { return reinterpret_cast<uintptr_t>(h.forward_slots()); })
       .def("registered_combine_input",
            [](const EpHandle& h) {
              return py::make_tuple(reinterpret_cast<uintptr_t>(h.registered_combine_input()),

@@ -101,6 +101,7 @@ EpHandle::EpHandle(const EpConfig& cfg) : cfg_(cfg), rt_(&Runtime::get("EpDispat
   if (cfg_.kernel_type == KernelType::kInterNodeV1) {
     node_sent_.assign(static_cast<size_t>(max_inp * cfg_.num_nodes()), 0);
     inbox_count_.assign(cfg_.num_nodes(), 0);
+    fwd_slot_.assign(static_cast<size_t>(max_inp) * cfg_.num_nodes() * cfg_.pes_per_node(), -1);
   }
 }
 
@@ -346,16 +347,39 @@ void EpHandle::validate_combine(const CombineArgs& a, bool external, const Routi
 
 void EpHandle::check_replay(const DispatchArgs& a) const {
   const char* fn = "EpDispatchCombineOp.dispatch(routing=...)";
-  MORI_CHECK_ARG(cfg_.kernel_type == KernelType::kIntraNode, "%s: routing handles are implemented for IntraNode "
-                 "here, not %s", fn, kernel_type_name(cfg_.kernel_type));
-  const int k = cfg_.num_experts_per_token;
+  const bool v1 = cfg_.kernel_type == KernelType::kInterNodeV1;
+  MORI_CHECK_ARG(cfg_.kernel_type == KernelType::kIntraNode || v1, "%s: routing handles are implemented for "
+                 "IntraNode and InterNodeV1 here, not %s", fn, kernel_type_name(cfg_.kernel_type));
+  MORI_CHECK_ARG(!v1 || a.replay_forward, "%s: InterNodeV1 replays need the handle's inter_node_disp_dest_tok_id_map",
+                 fn);
+  const int k = cfg_.num_experts_per_token, g = cfg_.pes_per_node(), my_node = cfg_.rank / g;
   const int64_t max_recv = cfg_.max_recv(), limit = static_cast<int64_t>(cfg_.world_size) * max_recv;
   for (int64_t i = 0, n = static_cast<int64_t>(a.num_tokens) * k; i < n; ++i) {
     const int64_t v = a.replay_dest_map[i];
-    if (v < -1 || v >= limit)
+    // InterNodeV1 keeps only the rows this PE put on its own node's PEs (the rest go through forwarders).
+    const bool ok = v == -1 || (v >= 0 && v < limit && (!v1 || v / max_recv / g == my_node));
+    if (!ok)
       raise(Status::kInvalidArgument, "%s: the routing's destination map entry [%lld, %lld] = %lld is not a slot "
-            "(expected -1 or 0..%lld)", fn, static_cast<long long>(i / k), static_cast<long long>(i % k),
-            static_cast<long long>(v), static_cast<long long>(limit - 1));
+            "(expected -1 or %s)", fn, static_cast<long long>(i / k), static_cast<long long>(i % k),
+            static_cast<long long>(v), v1 ? "a slot on a PE of this node" : "0..world_size * max_num_tokens_to_recv - 1");
+  }
+  if (!v1) return;
+  const int nodes = cfg_.num_nodes();
+  const int64_t max_inp = cfg_.max_num_inp_token_per_rank;
+  const int32_t* counts = a.replay_forward;
+  const int32_t* slots = a.replay_forward + nodes + static_cast<size_t>(nodes) * max_inp * 2;
+  for (int nd = 0; nd < nodes; ++nd) {
+    if (counts[nd] < 0 || counts[nd] > max_inp || (nd == my_node && counts[nd] != 0))
+      raise(Status::kInvalidArgument, "%s: the routing's inbox count from node %d is %d (expected 0..%lld)", fn, nd,
+            counts[nd], static_cast<long long>(nd == my_node ? 0 : max_inp));
+    for (int64_t j = 0; j < counts[nd]; ++j)
+      for (int l = 0; l < g; ++l) {
+        const int32_t v = slots[(nd * max_inp + j) * g + l];
+        if (v < -1 || v >= max_recv)
+          raise(Status::kInvalidArgument, "%s: the routing's forward slot (node %d, entry %lld, local rank %d) = %d "
+                "is not a slot (expected -1 or 0..%lld)", fn, nd, static_cast<long long>(j), l, v,
+                static_cast<long long>(max_recv - 1));
+      }
   }
 }
 

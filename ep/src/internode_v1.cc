@@ -12,6 +12,9 @@
 //   3. signal the rail peers (inbox count of round r); forward every entry of my inbox to its
 //      local destinations (one slot reservation per source node and destination).
 //   4. signal my node's PEs with the rows I placed on them; receive from my node's PEs.
+// A replay (routing handle) runs the same rounds without reserving slots: own-node rows go to the
+// handle's dest map, forwarded rows to the slots the handle's forwarder took (each PE replays its
+// own handle, so each forwarder knows its slots); the inbox it receives must be the handle's.
 // Combine, round c:
 //   1. each received row goes to its source if the source is in my node, else to the
 //      forwarder's staging slot (source node, token, my local rank); signal my node.
@@ -52,6 +55,10 @@ void EpHandle::dispatch_v1(const DispatchArgs& a) {
   const int par = static_cast<int>(round & 1);
   uint64_t* counter = at<uint64_t>(lay_->counter) + par;
   uint64_t remote_bytes = 0;
+  const bool replay = a.replay_dest_map != nullptr;
+  const int32_t* replay_count = a.replay_forward;
+  const InboxMeta* replay_meta = replay ? reinterpret_cast<const InboxMeta*>(a.replay_forward + nodes) : nullptr;
+  const int32_t* replay_slot = replay ? a.replay_forward + nodes + static_cast<size_t>(nodes) * max_inp * 2 : nullptr;
 
   // 1. route.
   std::fill(node_sent_.begin(), node_sent_.begin() + static_cast<size_t>(n) * nodes, 0);
@@ -71,6 +78,14 @@ void EpHandle::dispatch_v1(const DispatchArgs& a) {
       if (d / g == my_node) {
         dm[j] = -(d + 2);
         ++local_cnt[d % g];
+        if (replay) {
+          const int64_t v = a.replay_dest_map[static_cast<size_t>(t) * k + j];
+          if (v >= 0 && v / max_recv != d)
+            raise(Status::kInvalidArgument, "EpDispatchCombineOp.dispatch(routing=...): the routing's destination "
+                  "map sends token %d, expert %d to PE %lld, its indices to PE %d (a handle replays one routing)",
+                  t, j, static_cast<long long>(v / max_recv), d);
+          dm[j] = v;  // -1: the handle's dispatch dropped it (overflow)
+        }
       } else {
         node_sent_[static_cast<size_t>(t) * nodes + d / g] = 1;
         node_mask[static_cast<size_t>(t) * nodes + d / g] |= 1u << (d % g);
@@ -116,7 +131,7 @@ void EpHandle::dispatch_v1(const DispatchArgs& a) {
   for (int t = 0; t < n; ++t) src_pos[t] = static_cast<int32_t>(me * max_send + t);
   std::vector<uint64_t> next(g, 0);
   std::vector<uint8_t> ovf(g, 0);
-  for (int l = 0; l < g; ++l) {
+  for (int l = 0; l < g && !replay; ++l) {
     if (!local_cnt[l]) continue;
     next[l] = fetch_add(my_node * g + l, counter, local_cnt[l]);
     if (next[l] + local_cnt[l] > static_cast<uint64_t>(max_recv)) ovf[l] = 1;
@@ -125,14 +140,23 @@ void EpHandle::dispatch_v1(const DispatchArgs& a) {
   for (int t = 0; t < n; ++t) {
     for (int j = 0; j < k; ++j) {
       int64_t& v = dest_map_[static_cast<size_t>(t) * k + j];
-      if (v > -2) continue;
-      int d = static_cast<int>(-v - 2), l = d % g;
-      if (ovf[l]) {
-        v = -1;
-        continue;
+      int d;
+      uint64_t slot;
+      if (replay) {
+        if (v < 0) continue;
+        d = static_cast<int>(v / max_recv);
+        slot = static_cast<uint64_t>(v % max_recv);
+      } else {
+        if (v > -2) continue;
+        d = static_cast<int>(-v - 2);
+        const int l = d % g;
+        if (ovf[l]) {
+          v = -1;
+          continue;
+        }
+        slot = next[l]++;
+        v = d * max_recv + static_cast<int64_t>(slot);
       }
-      uint64_t slot = next[l]++;
-      v = d * max_recv + static_cast<int64_t>(slot);
       write(d, lay_->disp_tok + slot * row, in + t * row, row, true);
       if (a.weights) write(d, lay_->disp_w + slot * k4, a.weights + static_cast<size_t>(t) * k, k4, true);
       write(d, lay_->disp_idx + slot * k4, a.indices + static_cast<size_t>(t) * k, k4, true);
@@ -154,17 +178,34 @@ void EpHandle::dispatch_v1(const DispatchArgs& a) {
     }
   wait_signals(inbox_sig, other_nodes, round, false, "EpDispatchCombineOp.dispatch (InterNodeV1 inbox)");
   const InboxMeta* meta = at<InboxMeta>(lay_->inbox_meta);
+  int replay_mismatch = -1;  // a node whose inbox differs from the handle's (reported after the rounds)
   for (int nd : other_nodes) {
     const int m = static_cast<int>(__atomic_load_n(&inbox_sig[nd], __ATOMIC_ACQUIRE) & kCountMask);
     inbox_count_[nd] = m;
     const int src_pe = nd * g + lr;
+    int32_t* fslot = &fwd_slot_[static_cast<size_t>(nd) * max_inp * g];
+    if (replay) {
+      bool same = m == replay_count[nd];
+      for (int j = 0; j < m && same; ++j) {
+        const InboxMeta got = meta[nd * max_inp + j], want = replay_meta[nd * max_inp + j];
+        same = got.token == want.token && got.mask == want.mask;
+      }
+      if (!same) {
+        // Forward nothing from that node (the rounds still complete, so no peer hangs).
+        if (replay_mismatch < 0) replay_mismatch = nd;
+        std::fill(fslot, fslot + static_cast<size_t>(m) * g, -1);
+        continue;
+      }
+      std::copy(replay_slot + static_cast<size_t>(nd) * max_inp * g,
+                replay_slot + (static_cast<size_t>(nd) * max_inp + m) * g, fslot);
+    }
     std::vector<uint64_t> cnt(g, 0);
     for (int j = 0; j < m; ++j)
       for (int l = 0; l < g; ++l)
         if (meta[nd * max_inp + j].mask & (1u << l)) ++cnt[l];
     std::vector<uint64_t> fnext(g, 0);
     std::vector<uint8_t> fovf(g, 0);
-    for (int l = 0; l < g; ++l) {
+    for (int l = 0; l < g && !replay; ++l) {
       if (!cnt[l]) continue;
       fnext[l] = fetch_add(my_node * g + l, counter, cnt[l]);
       if (fnext[l] + cnt[l] > static_cast<uint64_t>(max_recv)) fovf[l] = ovf[l] = 1;
@@ -175,9 +216,15 @@ void EpHandle::dispatch_v1(const DispatchArgs& a) {
       const InboxMeta mt = meta[e];
       pos[j] = static_cast<int32_t>(src_pe * max_send + mt.token);
       for (int l = 0; l < g; ++l) {
-        if (!(mt.mask & (1u << l)) || fovf[l]) continue;
+        int32_t& fs = fslot[j * g + l];
+        if (!(mt.mask & (1u << l)) || fovf[l]) {
+          if (!replay) fs = -1;
+          continue;
+        }
+        if (replay && fs < 0) continue;  // the handle's dispatch dropped it (overflow)
         const int d = my_node * g + l;
-        const uint64_t slot = fnext[l]++;
+        const uint64_t slot = replay ? static_cast<uint64_t>(fs) : fnext[l]++;
+        fs = static_cast<int32_t>(slot);
         write(d, lay_->disp_tok + slot * row, base_ + lay_->inbox_tok + e * row, row, true);
         // Weights and scales are whatever the source PE put in the inbox (it may have sent
         // them even if this PE, with no tokens of its own, passed none).
@@ -212,6 +259,11 @@ void EpHandle::dispatch_v1(const DispatchArgs& a) {
   }
   __atomic_store_n(counter, 0, __ATOMIC_RELEASE);
   __atomic_store_n(at<int32_t>(lay_->total), static_cast<int32_t>(total), __ATOMIC_RELEASE);
+  if (replay_mismatch >= 0)
+    raise(Status::kInvalidArgument,
+          "EpDispatchCombineOp.dispatch(routing=...): the tokens forwarded from node %d differ from the routing "
+          "handle's (every PE must replay the handle of the same dispatch); they were not delivered",
+          replay_mismatch);
   if (overflow_in || overflow_sent_)
     raise(Status::kInvalidArgument,
           "EpDispatchCombineOp.dispatch: a PE was sent more tokens than max_num_tokens_to_recv()=%lld rows "

@@ -22,13 +22,13 @@ pytestmark = [
 
 
 # PASS lines per PE: a line per dtype/kernel case, per kernel, or one.
-_LINES = {"dtypes": 8, "fp8_cast": 3, "standard_moe": 2, "blockwise": 6}
+_LINES = {"dtypes": 8, "fp8_cast": 3, "standard_moe": 2, "blockwise": 6, "fp4_rows": 4}
 
 
 @pytest.mark.parametrize("pes", _PES)
 @pytest.mark.parametrize("staging", ["bulk", "pipelined"])  # MORI_EP_COMBINE_STAGING
 @pytest.mark.parametrize("checks", ["dtypes", "zero_copy async_ll errors", "graph", "fp8_cast standard_moe",
-                                    "blockwise routing"])
+                                    "blockwise routing", "fp4_rows"])
 def test_gpu_op(checks, staging, pes):
     names = checks.split()
     out = check(mori_run(pes, python_program("ep_gpu_op_suite.py", *names), timeout=150 + 30 * pes,

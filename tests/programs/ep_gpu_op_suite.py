@@ -403,6 +403,79 @@ def check_graph():
     print("PASS graph_replay", flush=True)
 
 
+def check_fp4_rows():
+    """float4_e2m1fn_x2 rows dispatched with float8_e8m0fnu scales, combined on CUDA for every GPU
+    kernel type (IntraNode with an external and a registered input, IntraNodeLL, AsyncLL): summed
+    in fp32 and rounded back to e2m1. Compared bit for bit with the CPU path (the same op, the same
+    inputs on CPU tensors) and with the torch model of tests/programs/ep_quant_combine.py."""
+    from ep_quant_combine import E2M1, to_e2m1
+
+    fp4, e8m0 = torch.float4_e2m1fn_x2, torch.float8_e8m0fnu
+    me, world = sh.shmem_mype(), sh.shmem_npes()
+    values, k, epr, max_tok = 7168, 8, 16, 64
+    packed, scale_dim = values // 2, values // 32
+    cases = ((KT.IntraNode, True), (KT.IntraNode, False), (KT.IntraNodeLL, True), (KT.AsyncLL, True))
+    for case, (kernel, external) in enumerate(cases):
+        cfg = EpDispatchCombineConfig(
+            data_type=fp4, rank=me, world_size=world, hidden_dim=packed, scale_dim=scale_dim, scale_type_size=1,
+            max_token_type_size=1, max_num_inp_token_per_rank=max_tok, num_experts_per_rank=epr,
+            num_experts_per_token=k, use_external_inp_buf=external, kernel_type=kernel)
+        op = EpDispatchCombineOp(cfg)
+        split = kernel == KT.AsyncLL
+        for rnd in range(2):
+            g = torch.Generator().manual_seed(900 + 10 * case + rnd)
+            data = []
+            for r in range(world):
+                n = max_tok if r == 0 else int(torch.randint(0, max_tok + 1, (1,), generator=g))
+                idx = torch.rand(n, world * epr, generator=g).argsort(1)[:, :k].to(torch.int32)
+                idx[torch.rand(n, k, generator=g) < 0.1] = -1
+                nib = torch.randint(0, 16, (n, values), generator=g, dtype=torch.uint8)
+                x = (nib[:, 0::2] | (nib[:, 1::2] << 4)).view(fp4)
+                sc = torch.randint(100, 140, (n, scale_dim), generator=g, dtype=torch.uint8).view(e8m0)
+                data.append((x, torch.rand(n, k, generator=g), sc, idx))
+            x, w, sc, idx = data[me]
+            results = []
+            for dev in (DEV, torch.device("cpu")):  # the CUDA kernels, then the CPU path
+                # 1-byte float types travel as their bytes
+                xd, sd = (t.view(torch.uint8).to(dev).view(t.dtype) for t in (x, sc))
+                wd, id_ = w.to(dev), idx.to(dev)
+                outs = op.dispatch(xd, wd, sd, id_)
+                if split:
+                    op.dispatch_recv()
+                total = int(outs[4][0])
+                pos = op.get_dispatch_src_token_pos().long().cpu()
+                src_r, src_t = op.decode_send_flat_idx(pos)
+                want_x = torch.stack([data[q][0][t] for q, t in zip(src_r.tolist(), src_t.tolist())]) \
+                    if total else x[:0]
+                expect(torch.equal(outs[0][:total].cpu().view(torch.uint8), want_x.view(torch.uint8)),
+                       f"{kernel.name} fp4 dispatch on {dev.type} is not bit-exact")
+                rows, mode = outs[0][:total], -1
+                if not external and dev.type == "cuda":
+                    reg = op.get_registered_combine_input_buffer(fp4)
+                    reg.view(torch.uint8)[:total].copy_(rows.view(torch.uint8))
+                    rows = reg
+                elif not external:
+                    mode = 1  # the CPU reference sums the same rows from an external input
+                c, cw = op.combine(rows, outs[1][:total], id_, use_external_inp_buf=mode)
+                if split:
+                    op.combine_recv()
+                results.append((c[: x.shape[0]].cpu().view(torch.uint8).clone(), cw[: x.shape[0]].cpu().clone()))
+            (gpu_c, gpu_w), (cpu_c, cpu_w) = results
+            expect(torch.equal(gpu_c, cpu_c), f"{kernel.name} round {rnd}: CUDA fp4 combine differs from the CPU "
+                   f"path at {(gpu_c != cpu_c).nonzero()[:3].tolist()}")
+            expect(torch.equal(gpu_w, cpu_w), f"{kernel.name} round {rnd}: CUDA fp4 combine weights differ from CPU")
+            n = x.shape[0]
+            if n:
+                b = x.view(torch.uint8)
+                vals = torch.stack([E2M1[(b & 15).long()], E2M1[(b >> 4).long()]], -1).reshape(n, values)
+                mult = torch.tensor([float(len(dests(row, epr))) for row in idx.tolist()])
+                codes = to_e2m1(vals * mult[:, None] + 0.0)  # the sums start at +0
+                expect(torch.equal(gpu_c, codes[:, 0::2] | (codes[:, 1::2] << 4)),
+                       f"{kernel.name} round {rnd}: CUDA fp4 combine differs from encode(sum)")
+        del op
+        print(f"PASS fp4_rows {kernel.name} external={external}", flush=True)
+
+
 def check_errors():
     op = make_op(torch.bfloat16, 256, kernel=KT.InterNodeV1)
     x = torch.zeros(4, 256, dtype=torch.bfloat16, device=DEV)
@@ -418,7 +491,7 @@ def check_errors():
 
 CHECKS = {"dtypes": check_dtypes, "zero_copy": check_zero_copy, "async_ll": check_async_ll, "graph": check_graph,
           "errors": check_errors, "fp8_cast": check_fp8_cast, "standard_moe": check_standard_moe,
-          "blockwise": check_blockwise, "routing": check_routing}
+          "blockwise": check_blockwise, "routing": check_routing, "fp4_rows": check_fp4_rows}
 
 
 def main() -> int:

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """Routing handles on CPU tensors (IntraNode): several layers dispatched with
 return_routing=True, then combined out of order with routing=h; a handle replayed by
-dispatch(routing=h) puts the rows where they were; handles rebuilt from their tensors; errors.
+dispatch(routing=h) puts the rows where they were (IntraNode and InterNodeV1); handles rebuilt
+from their tensors; errors.
 
     mori run -n 4 python ep_routing.py
 
@@ -96,8 +97,37 @@ def main() -> int:
         x, w, idx = v1_layers[tag][me]
         c, cw = v1.combine(v1_rows[tag][0], v1_rows[tag][1], idx, routing=v1_handles[tag])
         check_combine(c, cw, x, w, idx, tag, f"InterNodeV1 combine of layer {tag} by its handle", exact=False)
+    # Replays, out of order, with every handle still alive: each row lands where the handle's
+    # dispatch put it (through the same forwarders and their slots), bit for bit. Integer-valued
+    # payloads make the forwarders' partial sums exact, so the combines are compared exactly.
+    for tag in (1, 0):
+        x, w, idx = v1_layers[tag][me]
+        h = v1_handles[tag]
+        payloads = [torch.randint(-8, 9, v1_layers[tag][r][0].shape,
+                                  generator=torch.Generator().manual_seed(300 + 10 * tag + r)).float()
+                    for r in range(world)]
+        w2 = torch.rand(w.shape, generator=torch.Generator().manual_seed(400 + tag + me))
+        out, ow, _, _, recv = v1.dispatch(payloads[me], w2, None, idx, routing=h)
+        if recv is not h.total_recv_token_num:
+            fail("an InterNodeV1 replay returns the handle's total_recv_token_num")
+        total = int(recv[0])
+        pos = h.disp_tok_id_to_src_tok_id_local[:total]
+        if not torch.equal(v1.get_dispatch_src_token_pos(), pos):
+            fail(f"the InterNodeV1 replay of layer {tag} placed rows elsewhere than the handle's dispatch")
+        src_r, src_t = v1.decode_send_flat_idx(pos.long())
+        if not torch.equal(out[:total], torch.stack([payloads[a][b] for a, b in zip(src_r.tolist(), src_t.tolist())])):
+            fail(f"InterNodeV1 replayed rows of layer {tag} differ from the new payloads at the handle's positions")
+        c, cw = v1.combine(expert(out[:total], me, tag).clone(), ow[:total].clone(), idx, routing=h)
+        check_combine(c, cw, payloads[me], w2, idx, tag, f"InterNodeV1 combine of the replay of layer {tag}")
+    x, w, idx = v1_layers[2][me]  # untouched by the replays
+    c, cw = v1.combine(v1_rows[2][0], v1_rows[2][1], idx, routing=v1_handles[2])
+    check_combine(c, cw, x, w, idx, 2, "InterNodeV1 combine of layer 2 after the replays", exact=False)
     x, w, idx = v1_layers[0][me]
-    expect_error(NotImplementedError, "InterNodeV1", v1.dispatch, x, w, None, idx, routing=v1_handles[0])
+    nodes = world // max(1, world // 2)
+    legacy = EpDispatchRoutingHandle.from_tensors(  # a handle without the forward slots
+        (v1_handles[0].disp_dest_tok_id_map, v1_handles[0].inter_node_disp_dest_tok_id_map[: nodes * (1 + 2 * MAX_TOK)])
+        + v1_handles[0].tensors()[2:], cur_rank_num_token=x.shape[0])
+    expect_error(ValueError, "inter_node_disp_dest_tok_id_map", v1.dispatch, x, w, None, idx, routing=legacy)
     del v1
     if "--hosts" in sys.argv:  # PEs on several hosts: IntraNode (below) needs every peer mapped
         sh.shmem_barrier_all()

@@ -211,7 +211,7 @@ __device__ __forceinline__ unsigned ld_acquire_sys_u32(const unsigned* p) {
 // Eight elements of a row <-> eight floats. kCoherent loads bypass L1 (rows peers write while
 // the kernel runs); the others use the read-only path (the combine input).
 struct Fp8 {};     // e4m3fn, combine's fp8_direct_cast wire type
-struct Fp4 {};     // e2m1, two per byte (low nibble first): fp4_blockwise codes
+struct Fp4 {};     // e2m1, two per byte (low nibble first): fp4_blockwise codes, float4_e2m1fn_x2 rows
 struct Fp8Blk {};  // fp8_blockwise wire rows: e4m3fn codes, then one fp32 scale per block
 struct Fp4Blk {};  // fp4_blockwise wire rows: packed e2m1 codes, then one fp32 scale per block
 
@@ -744,8 +744,13 @@ void launch_combine(const Shape& s, const Peers& p, const Local& l, CombineJob j
 void combine(const Shape& s, const Peers& p, const Local& l, const CombineArgs& a, CombinePhase phase, int blocks,
              int warps, void* stream) {
   check_shape(s, blocks, warps);
-  MORI_CHECK_ARG(a.dtype == 0 || a.dtype == 1, "CUDA combine supports float32 and bfloat16, got dtype code %d",
-                 a.dtype);
+  constexpr int kFp4Rows = 8;  // DType::kFloat4E2M1x2 (torch.float4_e2m1fn_x2): two values per element
+  MORI_CHECK_ARG(a.dtype == 0 || a.dtype == 1 || a.dtype == kFp4Rows,
+                 "CUDA combine supports float32, bfloat16 and float4_e2m1fn_x2, got dtype code %d", a.dtype);
+  // fp4 rows are summed in fp32 and rounded back to e2m1, as on CPU; casting them is refused there too.
+  MORI_CHECK_ARG(a.dtype != kFp4Rows || (!a.fp8 && a.block == 0),
+                 "CUDA combine of float4_e2m1fn_x2 rows takes quant_type none (fp8_direct_cast and the blockwise "
+                 "combines need float32/bfloat16 input)");
   MORI_CHECK_ARG(a.hidden > 0 && a.hidden % 8 == 0, "CUDA combine needs a hidden size that is a multiple of 8, got %d",
                  a.hidden);
   MORI_CHECK_ARG(a.num_tokens >= 0 && a.num_tokens <= s.max_inp, "combine: %d tokens, max_num_inp_token_per_rank %d",
@@ -753,10 +758,13 @@ void combine(const Shape& s, const Peers& p, const Local& l, const CombineArgs& 
   MORI_CHECK_ARG(a.block == 0 || (a.block > 0 && a.block % 8 == 0 && a.dtype == 1 && !a.fp8),
                  "CUDA blockwise combine needs bfloat16 rows and a block of a multiple of 8 values, got dtype "
                  "code %d, block %d", a.dtype, a.block);
-  CombineJob j{static_cast<const uint8_t*>(a.input), a.weights, a.with_weights, a.hidden / 8, a.num_tokens,
+  const int groups = a.dtype == kFp4Rows ? a.hidden / 4 : a.hidden / 8;  // of 8 values
+  CombineJob j{static_cast<const uint8_t*>(a.input), a.weights, a.with_weights, groups, a.num_tokens,
                a.zero_copy, a.pipelined, a.block / 8, 0};
   auto st = static_cast<cudaStream_t>(stream);
-  if (a.block > 0 && a.fp4) {
+  if (a.dtype == kFp4Rows) {
+    launch_combine<Fp4, Fp4>(s, p, l, j, phase, blocks, warps, st);
+  } else if (a.block > 0 && a.fp4) {
     launch_combine<__nv_bfloat16, Fp4Blk>(s, p, l, j, phase, blocks, warps, st);
   } else if (a.block > 0) {
     launch_combine<__nv_bfloat16, Fp8Blk>(s, p, l, j, phase, blocks, warps, st);

@@ -60,7 +60,11 @@ struct DispatchArgs {
   const void* scales = nullptr;       // [num_tokens, scale_dim] of scale_type_size bytes, or null
   const int32_t* indices = nullptr;   // [num_tokens, topk] global expert ids, -1 = none
   LaunchParams launch;
-  const int64_t* replay_dest_map = nullptr;  // IntraNode: place the rows where this layout says
+  const int64_t* replay_dest_map = nullptr;  // IntraNode, InterNodeV1: place the rows where this layout says
+  // InterNodeV1 replay: the handle's forwarding layout, int32 [nodes] inbox counts, then
+  // [nodes * max_inp][2] inbox entries (source token, local-rank mask), then
+  // [nodes * max_inp * pes_per_node] the slot each entry took on each PE of this node, or -1.
+  const int32_t* replay_forward = nullptr;
 };
 
 // Pointers into this PE's symmetric buffers; rows are dense with the call's row size.
@@ -118,6 +122,9 @@ class EpHandle {
   const uint8_t* node_sent() const { return node_sent_.data(); }
   const int32_t* inbox_count() const { return inbox_count_.data(); }
   const int32_t* inbox_meta() const;
+  // InterNodeV1: the slot each inbox entry took on each PE of this node ([nodes * max_inp *
+  // pes_per_node], -1 = not forwarded there), what a replay of the dispatch needs.
+  const int32_t* forward_slots() const { return fwd_slot_.data(); }
   // The symmetric buffer zero-copy combine reads from: max_recv rows of up to token_bytes each.
   void* registered_combine_input() const;
   size_t registered_combine_input_bytes() const;
@@ -183,7 +190,7 @@ class EpHandle {
   std::vector<int32_t> last_indices_; // the routing of the last dispatch (#475 check)
   std::vector<uint8_t> node_sent_;    // V1: [max_inp * nodes] token went to that remote node
   std::vector<int32_t> inbox_count_;  // V1: tokens in my inbox from each node
-  std::vector<int64_t> fwd_map_;      // V1: [nodes * max_inp * local]: slot on local PE, or -1
+  std::vector<int32_t> fwd_slot_;     // V1: [nodes * max_inp * local]: slot on local PE, or -1
   std::vector<uint64_t> part_count_, part_base_;
   std::vector<int32_t> sent_to_;      // tokens this PE sent to each PE in the current dispatch
   bool overflow_sent_ = false;
