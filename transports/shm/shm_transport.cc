@@ -82,9 +82,12 @@ void* ShmTransport::direct_ptr(int pe, RemoteRef r) {
   return base ? static_cast<char*>(base) + r.offset : nullptr;
 }
 
-void ShmTransport::put(int pe, RemoteRef dst, const void* src, size_t n, bool) {
+void ShmTransport::put(int pe, RemoteRef dst, const void* src, size_t n, bool nbi) {
   std::memcpy(at(pe, dst), src, n);
-  ring(pe, dst, n);
+  if (nbi)
+    defer_ring(pe, dst, n);
+  else
+    ring(pe, dst, n);
 }
 
 void ShmTransport::get(int pe, void* dst, RemoteRef src, size_t n, bool) {
@@ -107,7 +110,24 @@ void ShmTransport::put_signal(int pe, RemoteRef dst, const void* src, size_t n, 
   ring(pe, signal, 8);
 }
 
-void ShmTransport::fence(int) { std::atomic_thread_fence(std::memory_order_seq_cst); }
-void ShmTransport::quiet() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+void ShmTransport::ring_deferred() {
+  if (!any_unrung_.exchange(false, std::memory_order_relaxed)) return;
+  for (size_t pe = 0; pe < doorbells_.size(); ++pe) {
+    Unrung& u = unrung_[pe];
+    if (u.hi.load(std::memory_order_relaxed) == 0) continue;
+    const uint64_t lo = u.lo.exchange(~0ull, std::memory_order_relaxed);
+    const uint64_t hi = u.hi.exchange(0, std::memory_order_relaxed);
+    if (Doorbell* b = doorbells_[pe]) b->ring(lo, hi, true);  // the caller fenced
+  }
+}
+
+void ShmTransport::fence(int) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  ring_deferred();
+}
+void ShmTransport::quiet() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  ring_deferred();
+}
 
 }  // namespace mori

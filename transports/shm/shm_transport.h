@@ -4,7 +4,9 @@
 // target's doorbell so a sleeping waiter wakes up.
 #pragma once
 
+#include <atomic>
 #include <map>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -16,7 +18,8 @@ namespace mori {
 
 class ShmTransport : public Transport {
  public:
-  explicit ShmTransport(int my_pe, int n_pes) : my_pe_(my_pe), doorbells_(n_pes, nullptr) {}
+  explicit ShmTransport(int my_pe, int n_pes)
+      : my_pe_(my_pe), doorbells_(n_pes, nullptr), unrung_(new Unrung[n_pes]) {}
   const char* name() const override { return "shm"; }
 
   void connect_region(MemRegion& region, int pe) override;
@@ -41,8 +44,27 @@ class ShmTransport : public Transport {
       b->ring(Doorbell::key(r.region->id, r.offset), Doorbell::key(r.region->id, r.offset + n), after_rmw);
   }
 
+  // nbi puts ring at the next quiet/fence instead (they need to be delivered only then), so a
+  // window of them costs one store-load fence, not one each. The keys written are kept as one
+  // range per PE, so sleepers watching other words stay asleep.
+  struct Unrung {
+    std::atomic<uint64_t> lo{~0ull}, hi{0};
+  };
+  void defer_ring(int pe, RemoteRef r, size_t n) {
+    Unrung& u = unrung_[pe];
+    const uint64_t lo = Doorbell::key(r.region->id, r.offset), hi = Doorbell::key(r.region->id, r.offset + n);
+    for (uint64_t have = u.lo.load(std::memory_order_relaxed); lo < have;)
+      if (u.lo.compare_exchange_weak(have, lo, std::memory_order_relaxed)) break;
+    for (uint64_t have = u.hi.load(std::memory_order_relaxed); hi > have;)
+      if (u.hi.compare_exchange_weak(have, hi, std::memory_order_relaxed)) break;
+    if (!any_unrung_.load(std::memory_order_relaxed)) any_unrung_.store(true, std::memory_order_relaxed);
+  }
+  void ring_deferred();
+
   int my_pe_;
   std::vector<Doorbell*> doorbells_;
+  std::unique_ptr<Unrung[]> unrung_;  // per PE: the keys nbi puts wrote and have not rung for
+  std::atomic<bool> any_unrung_{false};
   std::map<std::pair<int, int>, SharedSegment> segments_;  // (region id, pe) -> mapping
 };
 

@@ -23,6 +23,8 @@ struct alignas(64) Doorbell {
 
   std::atomic<uint32_t> seq{0};
   std::atomic<uint32_t> sleepers{0};
+  // One past the highest slot ever claimed: writers scan only that far (usually one slot).
+  std::atomic<uint32_t> claimed_end{0};
   std::atomic<uint64_t> watch[kSlots];  // 0 = free slot
 
   // Writer side: [begin, end) keys of bytes just written (end exclusive). `after_rmw`: the
@@ -33,9 +35,12 @@ struct alignas(64) Doorbell {
     if (!after_rmw)
 #endif
       std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (sleepers.load(std::memory_order_relaxed) == 0) return;
-    for (auto& w : watch) {
-      uint64_t k = w.load(std::memory_order_relaxed);
+    // Acquire: a sleeper claims its slot before it counts itself, so seeing its count means
+    // seeing its claim (and claimed_end) too.
+    if (sleepers.load(std::memory_order_acquire) == 0) return;
+    const uint32_t claimed = claimed_end.load(std::memory_order_relaxed);
+    for (uint32_t i = 0; i < claimed && i < kSlots; ++i) {
+      uint64_t k = watch[i].load(std::memory_order_relaxed);
       if (k != 0 && (k == kWatchAll || (k >= begin && k < end))) {
         seq.fetch_add(1, std::memory_order_seq_cst);
         futex::wake(reinterpret_cast<const uint32_t*>(&seq));
@@ -55,7 +60,13 @@ struct alignas(64) Doorbell {
   int claim(uint64_t k) {
     for (int i = 0; i < kSlots; ++i) {
       uint64_t expected = 0;
-      if (watch[i].compare_exchange_strong(expected, k, std::memory_order_seq_cst)) return i;
+      if (watch[i].compare_exchange_strong(expected, k, std::memory_order_seq_cst)) {
+        uint32_t have = claimed_end.load(std::memory_order_seq_cst);
+        while (have < static_cast<uint32_t>(i + 1) &&
+               !claimed_end.compare_exchange_weak(have, static_cast<uint32_t>(i + 1), std::memory_order_seq_cst)) {
+        }
+        return i;
+      }
     }
     return -1;
   }
