@@ -11,6 +11,7 @@ in the kernel's order of destination ranks).
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import torch
@@ -128,6 +129,27 @@ def main() -> int:
         (v1_handles[0].disp_dest_tok_id_map, v1_handles[0].inter_node_disp_dest_tok_id_map[: nodes * (1 + 2 * MAX_TOK)])
         + v1_handles[0].tensors()[2:], cur_rank_num_token=x.shape[0])
     expect_error(ValueError, "inter_node_disp_dest_tok_id_map", v1.dispatch, x, w, None, idx, routing=legacy)
+    # PE 0 replays a handle whose forwarding inbox is not the one that arrives: it delivers nothing
+    # from that node and says so after the rounds; the others finish (no hang), those short of its
+    # rows say so too.
+    inbox = v1_handles[0].inter_node_disp_dest_tok_id_map.clone()
+    if me == 0:
+        other = 1  # PE 0 is on node 0
+        if int(inbox[other]) > 0:
+            inbox[nodes + other * MAX_TOK * 2 + 1] ^= 1  # the first entry's local-rank mask
+        else:
+            inbox[other] = 1
+    tampered = dataclasses.replace(v1_handles[0], inter_node_disp_dest_tok_id_map=inbox)
+    try:
+        v1.dispatch(x, w, None, idx, routing=tampered)
+        if me == 0:
+            fail("a replay whose forwarding inbox differs from the handle's must raise")
+    except (ValueError, RuntimeError) as exc:
+        if me == 0 and "differ from the routing handle's" not in str(exc):
+            fail(f"the forwarder's error does not say the inbox differs: {exc}")
+        if me != 0 and "replaying the routing handle delivered" not in str(exc):
+            fail(f"unexpected error on a receiver: {exc}")
+    sh.shmem_barrier_all()
     del v1
     if "--hosts" in sys.argv:  # PEs on several hosts: IntraNode (below) needs every peer mapped
         sh.shmem_barrier_all()
