@@ -401,8 +401,13 @@ def _gpu_worker(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
+    # PEs beyond the node's GPUs share them (e.g. 2 PEs on one GPU): the kernels and bytes on
+    # the wire are measured as usual, but NCCL refuses two ranks on one GPU, so the rows are then
+    # compared with the first --quant's row of ours instead of the NCCL path.
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local)
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    shared = local_world > torch.cuda.device_count()
+    torch.cuda.set_device(local % torch.cuda.device_count())
     import mori.shmem as sh
     from mori.apps.bench.report import Report
     from mori.ops import EpDispatchCombineConfig, EpDispatchCombineOp
@@ -411,8 +416,8 @@ def _gpu_worker(args: argparse.Namespace) -> int:
     torch._C._distributed_c10d._register_process_group("default", dist.group.WORLD)
     sh.shmem_torch_process_group_init("default")
     rank, world = sh.shmem_mype(), sh.shmem_npes()
-    dev = torch.device("cuda", local)
-    nccl = dist.new_group(backend="nccl", device_id=dev)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    nccl = None if shared else dist.new_group(backend="nccl", device_id=dev)
     epr, hidden, topk = args.experts // world, args.hidden, args.topk
     fp8, bf16 = torch.float8_e4m3fn, torch.bfloat16
     bn, wpb = args.block_num, args.warp_per_block
@@ -451,7 +456,10 @@ def _gpu_worker(args: argparse.Namespace) -> int:
     report = Report("ep-gpu", ["tokens", "phase", "impl", "time_us", "deepep_GBps", "link_GBps", "link_eff",
                                "link_eff_2way", "wire_B_row", "vs_baseline"],
                     meta={"world": world, "hidden": hidden, "topk": topk, "experts": args.experts,
-                          "kernel": "IntraNode (EpDispatchCombineOp, CUDA, one process per GPU)",
+                          "kernel": "IntraNode (EpDispatchCombineOp, CUDA, "
+                                    + (f"{local_world} processes sharing {torch.cuda.device_count()} GPU(s))" if shared
+                                       else "one process per GPU)"),
+                          "shared_gpu": shared,
                           "dispatch_dtype": "float8_e4m3fn", "combine_dtype": "bfloat16",
                           "combine_quant": args.quant, "zero_copy_combine": args.zero_copy,
                           "peer_copy_ceiling_GBps": ceiling, "peer_copy_ceiling_two_way_GBps": ceiling_2way,
@@ -493,7 +501,9 @@ def _gpu_worker(args: argparse.Namespace) -> int:
             dests = [{int(e) // epr for e in row} for row in idx.cpu().tolist()]
             comb_rows, comb_remote = sum(len(d) for d in dests), sum(len(d - {rank}) for d in dests)
 
-            b_disp, b_comb = _nccl_path(dist, torch, nccl, x, w, idx, epr, world)
+            b_disp, b_comb = _nccl_path(dist, torch, nccl, x, w, idx, epr, world) if nccl else (None, None)
+            if shared and not base:  # the first --quant's row is the baseline
+                base = {"dispatch": t_d, "combine": t_c}
             for phase, fn in (("dispatch", b_disp), ("combine", b_comb)) if not base else ():
                 times = []
                 for it in range(args.warmup + args.iters):
@@ -514,23 +524,26 @@ def _gpu_worker(args: argparse.Namespace) -> int:
                 row = hidden * (1 if phase == "dispatch" else 2)
                 algo = total * row if phase == "dispatch" else comb_rows * row
                 link = (total - own) * row if phase == "dispatch" else comb_remote * wire_row
-                impls = ((ours, t_ours),) + ((("all_to_all (nccl)", base[phase]),) if first else ())
+                impls = ((ours, t_ours),) + ((("all_to_all (nccl)", base[phase]),) if first and not shared else ())
                 for impl, t in impls:
                     lk = mean(link / t / 1e9)
                     report.add(tokens=tokens, phase=phase, impl=impl, time_us=t * 1e6, deepep_GBps=mean(algo / t / 1e9),
                                link_GBps=lk, link_eff=lk / ceiling, link_eff_2way=lk / ceiling_2way,
                                wire_B_row=row if phase == "dispatch" else wire_row,
-                               vs_baseline=t / t_ours if first else base[phase] / t)
+                               vs_baseline=t / t_ours if first and not shared else base[phase] / t)
             del op
             torch.cuda.synchronize()
             sh.shmem_barrier_all()
     if rank == 0:
-        report.show(f"MoE dispatch/combine on {world} GPUs ({torch.cuda.get_device_name(dev)}), one process each, "
+        who = (f"{world} PEs sharing {torch.cuda.device_count()} GPU(s)" if shared else f"{world} GPUs") + \
+            f" ({torch.cuda.get_device_name(dev)})" + ("" if shared else ", one process each")
+        report.show(f"MoE dispatch/combine on {who}, "
                     f"hidden {hidden}, top-{topk} of {args.experts}, FP8 dispatch / BF16 combine"
                     f"{', combine quant ' + '/'.join(args.quant)}{', zero-copy combine' if args.zero_copy else ''}, "
                     f"block_num {bn} x {wpb} warps; "
                     f"copy-engine peer ceiling {ceiling:.0f} GB/s one way, {ceiling_2way:.0f} GB/s per direction two-way; "
-                    f"vs_baseline = NCCL path time / mori time (quantized rows: their own)")
+                    + ("vs_baseline = the first --quant's time / this row's time (NCCL cannot share a GPU)" if shared
+                       else "vs_baseline = NCCL path time / mori time (quantized rows: their own)"))
         print(f"wrote {report.save(args.json)}")
     sh.shmem_finalize()
     dist.destroy_process_group()
