@@ -479,7 +479,7 @@ std::string UcxTransport::endpoint(int pe) const {
   ucp_request_param_t p{};
   ucs_status_t s = worker_->wait(api_.ep_flush_nbx(e, &p), timeout_s_);
   if (s != UCS_OK) return std::string("ucx (endpoint not wired up: ") + api_.status_string(s) + ")";
-  return "ucx " + ucx::endpoint_lanes(api_, e);
+  return "ucx " + ucx::describe_lanes(ucx::endpoint_lanes(api_, e));
 }
 
 }  // namespace mori
