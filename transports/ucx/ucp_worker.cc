@@ -87,7 +87,11 @@ void UcpWorker::stop() {
 }
 
 unsigned UcpWorker::progress() {
+  // One thread progresses at a time; another does not queue on UCX's worker lock behind it
+  // (a convoy: every unlock woke the waiting thread just to find the lock taken again).
+  if (progressing_.exchange(true, std::memory_order_acquire)) return 0;
   unsigned n = api_.worker_progress(worker_);
+  progressing_.store(false, std::memory_order_release);
   if (n) {
     if (options_.on_progress) options_.on_progress();
     wake_sleepers();
@@ -117,8 +121,9 @@ void UcpWorker::run() {
       futex::wait(reinterpret_cast<const uint32_t*>(&spinners_), n, static_cast<int64_t>(left * 1e9) + 1);
       continue;
     }
-    while (progress() != 0) {
+    while (spinners_.load(std::memory_order_acquire) == 0 && progress() != 0) {
     }
+    if (spinners_.load(std::memory_order_acquire) > 0) continue;
     t = now_s();
     if (t >= next) continue;
     ucs_status_t s = api_.worker_arm(worker_);

@@ -58,7 +58,8 @@ class UcpWorker {
   // UCS_MEMORY_TYPE_* bits UCX can reach here (ucp_context_query).
   uint64_t memory_types() const { return memory_types_; }
 
-  // One ucp_worker_progress; runs on_progress when it did something.
+  // One ucp_worker_progress (none when another thread is progressing: returns 0); runs
+  // on_progress when it did something.
   unsigned progress();
   // Waits for a request of a *_nbx call (a status pointer): progresses until it
   // completes, `give_up()` says so, or `timeout_s` passes. Returns its status and frees
@@ -88,7 +89,8 @@ class UcpWorker {
   std::atomic<bool> stop_{false};
   std::atomic<uint32_t> spinners_{0};   // callers progressing in wait() (futex word: run() sleeps on it)
   std::atomic<uint32_t> sleepers_{0};   // callers sleeping in wait()
-  std::atomic<uint32_t> progressed_{0};  // bumped for sleepers after progress did something (futex word)
+  std::atomic<uint32_t> progressed_{0};
+  std::atomic<bool> progressing_{false};  // a thread is inside ucp_worker_progress  // bumped for sleepers after progress did something (futex word)
   std::thread thread_;
 };
 
