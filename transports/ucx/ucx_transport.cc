@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <deque>
 
 #include "mori/core/log.h"
 #include "mori/core/status.h"
@@ -426,31 +427,31 @@ uint64_t UcxTransport::atomic(int pe, RemoteRef target, AmoOp op, int width, uin
 void UcxTransport::post_amo(ucs_status_ptr_t request, int pe, const char* what) {
   if (request == nullptr) return;  // applied already
   if (UCS_PTR_IS_ERR(request)) finish(request, pe, what);
-  std::vector<PostedAmo> failed;
+  PostedAmo failed{nullptr, -1, nullptr};
   {
     std::lock_guard<std::mutex> lock(posted_mu_);
-    // Reap the completed ones, so that a long run of AMOs without a quiet stays bounded.
-    size_t kept = 0;
-    for (auto& a : posted_amos_) {
+    // Reap the oldest while they are complete (replies come back about in order), so that a
+    // long run of AMOs without a quiet stays bounded at about what is in flight.
+    while (!posted_amos_.empty()) {
+      PostedAmo& a = posted_amos_.front();
       ucs_status_t s = api_.request_check_status(a.request);
-      if (s == UCS_INPROGRESS) {
-        posted_amos_[kept++] = a;
-      } else if (s == UCS_OK) {
+      if (s == UCS_INPROGRESS) break;
+      if (s == UCS_OK) {
         api_.request_free(a.request);
+      } else if (!failed.request) {
+        failed = a;
       } else {
-        failed.push_back(a);
+        api_.request_free(a.request);
       }
+      posted_amos_.pop_front();
     }
-    posted_amos_.resize(kept);
     posted_amos_.push_back({request, pe, what});
   }
-  if (failed.empty()) return;
-  for (size_t i = 1; i < failed.size(); ++i) api_.request_free(failed[i].request);
-  finish(failed[0].request, failed[0].pe, failed[0].what);  // completed: frees it, raises its error
+  if (failed.request) finish(failed.request, failed.pe, failed.what);  // completed: frees it, raises its error
 }
 
 void UcxTransport::wait_posted_amos() {
-  std::vector<PostedAmo> mine;
+  std::deque<PostedAmo> mine;
   {
     std::lock_guard<std::mutex> lock(posted_mu_);
     mine.swap(posted_amos_);

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -109,7 +110,7 @@ class UcxTransport : public Transport {
     const char* what;
   };
   std::mutex posted_mu_;
-  std::vector<PostedAmo> posted_amos_;
+  std::deque<PostedAmo> posted_amos_;  // in posting order
   void post_amo(ucs_status_ptr_t request, int pe, const char* what);
   void wait_posted_amos();
   uint64_t sink_ = 0;                             // reply buffer of AMOs whose old value nobody reads
