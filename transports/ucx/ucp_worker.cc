@@ -162,10 +162,12 @@ ucs_status_t UcpWorker::wait(ucs_status_ptr_t request, double timeout_s, const s
         futex::wake(reinterpret_cast<const uint32_t*>(&w.spinners_));
       }
     } spinning(*this);
+    // The clock is read every 16th poll whether or not progress did something (unrelated
+    // traffic must not keep us spinning past kSpinS).
     for (unsigned polls = 1;; ++polls) {
       if (done(&s)) return s;
-      if (progress() != 0) continue;
       if ((polls & 15) == 0 && now_s() - start > kSpinS) break;
+      progress();
     }
   }
   // Then sleep: the progress thread (woken by the worker's event fd) progresses, and wakes
