@@ -11,7 +11,9 @@ drifts. Prints the median of the runs with their spread (min-max) and writes eve
 ``--transport ucx`` runs every pair of PEs through UCX on both sides: ours with
 ``MORI_NET_TRANSPORT=ucx-all`` and Open MPI's spml ucx, both with ``UCX_TLS`` from
 ``--ucx-tls`` (default tcp), and ours over its own tcp transport (``MORI_DISABLE_P2P=1``)
-beside them; ``--transport tcp`` only the latter. Default: ours over shared memory.
+beside them, and raw UCX's ``ucx_perftest`` (2 processes, the same ``UCX_TLS``) in each run:
+the table's last column is ours over ucx against it (see ucx_perftest.py for which perftest
+matches which row). ``--transport tcp`` only ours over tcp. Default: ours over shared memory.
 """
 from __future__ import annotations
 
@@ -70,6 +72,28 @@ def _run(cmd: list[str], env: dict, timeout: float) -> list[dict]:
     return rows
 
 
+def _iters_for(nbytes: int, scale: float) -> int:
+    """The C benchmark's iteration count for a message size (shmem_c_bench.c's iters_for)."""
+    it = 20000 if nbytes <= 4096 else 4000 if nbytes <= 65536 else 400 if nbytes <= (1 << 20) else 100
+    return max(10, int(it * scale))
+
+
+def _perftest_rows(max_bytes: int, scale: float, env: dict, run: int) -> list[Row]:
+    """Raw UCX (ucx_perftest, 2 processes) for the rows it has a match for: latencies at 8 B
+    and at the largest size, put bandwidth at the largest size."""
+    from apps.bench import ucx_perftest
+
+    largest = 8
+    while largest * 8 <= max_bytes:
+        largest *= 8  # the C benchmark's sizes: 8, 64, 512, ...
+    rows = []
+    for op, test, bw in ucx_perftest.MEASURES:
+        for nbytes in ([largest] if bw else sorted({8, largest}) if op == "get_lat" else [8]):
+            r = ucx_perftest.run_test(test, nbytes, _iters_for(nbytes, scale), env)
+            rows.append(Row("ucx_perftest", 2, op, nbytes, r.iters, r.us, r.GBps, run=run))
+    return rows
+
+
 def _mori_variants(transport: str, ucx_tls: str) -> list[tuple[str, dict]]:
     """(implementation label, extra environment) of each of our runs."""
     if transport == "ucx":
@@ -106,11 +130,22 @@ def run(pes: list[int], max_bytes: int, scale: float, ompi_oshcc: str, ompi_oshr
             if transport == "ucx":  # the same UCX transports under Open MPI's spml ucx
                 ompi_env.update(UCX_TLS=ucx_tls, OMPI_MCA_spml="ucx")
             impls.append(("openmpi", [ompi_oshrun], theirs, ompi_env))
+        perftest_env = None
+        if transport == "ucx":
+            from apps.bench import ucx_perftest
+
+            why = ucx_perftest.missing_reason()
+            if why:
+                print(f"warning: {why}", file=sys.stderr)
+            else:
+                perftest_env = dict(os.environ, UCX_TLS=ucx_tls)
         for k in range(runs):
             for n in pes:
                 for name, launcher, binary, env in (impls if k % 2 == 0 else impls[::-1]):
                     for r in _run([*launcher, "-n", str(n), str(binary), *args], env, 600):
                         rows.append(Row(name, n, run=k, **r))
+                if perftest_env is not None and n == 2:
+                    rows.extend(_perftest_rows(max_bytes, scale, perftest_env, k))
     return rows
 
 
@@ -122,20 +157,31 @@ def _summary(rows: list[Row], bandwidth: bool) -> tuple[float, float, float]:
 
 def table(rows: list[Row]) -> str:
     """Side-by-side table: the median over the runs [min-max] of latency (us) for latencies and
-    collectives, GB/s for *_bw, one column per implementation, and the first implementation's
-    speedup over Open MPI (ratio of the medians, > 1: ours is faster)."""
+    collectives, GB/s for *_bw, one column per implementation, the first implementation's
+    speedup over Open MPI (ratio of the medians, > 1: ours is faster) and, where raw UCX
+    (ucx_perftest) ran, the first implementation's time over raw UCX's (1.10: 10 % above it)."""
     keyed: dict[tuple, list[Row]] = {}
     impls: list[str] = []
     for r in rows:
         keyed.setdefault((r.impl, r.pes, r.op, r.bytes), []).append(r)
         if r.impl not in impls:
             impls.append(r.impl)
-    ours = [i for i in impls if i != "openmpi"]
-    cols = ours + (["openmpi"] if "openmpi" in impls else [])
+    baselines = [i for i in ("openmpi", "ucx_perftest") if i in impls]
+    ours = [i for i in impls if i not in baselines]
+    cols = ours + baselines
     runs = max((r.run for r in rows), default=0) + 1
-    lines = [f"median of {runs} run(s) [min-max]; speedup: {ours[0] if ours else '-'} over openmpi",
-             f"{'PEs':>3} {'op':<18} {'bytes':>7} " + " ".join(f"{c:>28}" for c in cols) + f" {'speedup':>8}"]
     first = ours[0] if ours else None
+    raw = "ucx_perftest" in impls
+    lines = [f"median of {runs} run(s) [min-max]; speedup: {first or '-'} over openmpi"
+             + (f"; vs raw ucx: {first or '-'} time / ucx_perftest time" if raw else ""),
+             f"{'PEs':>3} {'op':<18} {'bytes':>7} " + " ".join(f"{c:>28}" for c in cols) + f" {'speedup':>8}"
+             + (f" {'vs raw ucx':>10}" if raw else "")]
+
+    def ratio(theirs: Optional[list[Row]], m: tuple[float, float, float], bw: bool) -> Optional[float]:
+        """Their median time over ours (> 1: ours faster), from latencies or bandwidths."""
+        o = _summary(theirs, bw) if theirs else None
+        return ((m[0] / o[0]) if bw else (o[0] / m[0])) if o and m[0] and o[0] else None
+
     for (impl, n, op, b), rs in sorted(keyed.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][3])):
         if impl != first:
             continue
@@ -147,10 +193,12 @@ def table(rows: list[Row]) -> str:
             got = keyed.get((c, n, op, b))
             cells.append(f"{fmt(_summary(got, bw)) if got else '-':>28}")
         m = _summary(rs, bw)
-        os_ = keyed.get(("openmpi", n, op, b))
-        o = _summary(os_, bw) if os_ else None
-        sp = ((m[0] / o[0]) if bw else (o[0] / m[0])) if o and m[0] and o[0] else None
-        lines.append(f"{n:>3} {op:<18} {b:>7} " + " ".join(cells) + f" {f'{sp:7.2f}x' if sp is not None else '-':>8}")
+        sp = ratio(keyed.get(("openmpi", n, op, b)), m, bw)
+        line = f"{n:>3} {op:<18} {b:>7} " + " ".join(cells) + f" {f'{sp:7.2f}x' if sp is not None else '-':>8}"
+        if raw:
+            vs = ratio(keyed.get(("ucx_perftest", n, op, b)), m, bw)
+            line += f" {f'{1 / vs:9.2f}x' if vs else '-':>10}"
+        lines.append(line)
     return "\n".join(lines)
 
 

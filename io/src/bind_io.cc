@@ -9,6 +9,7 @@
 
 #include "io/src/ucx_backend.h"
 #include "mori/io/engine.h"
+#include "transports/ucx/ucp_report.h"
 
 namespace py = pybind11;
 using namespace mori::io;
@@ -289,7 +290,14 @@ void bind_io(py::module_& m) {
         return d;
       },
       "What UCX offers this process (the library, its transports under UCX_TLS, whether one is RDMA).");
-  m.def("ucx_lane_transports", &ucx_lane_transports, py::arg("print_info"),
+  m.def(
+      "ucx_lane_transports",
+      [](const std::string& print_info) {
+        std::vector<std::string> out;
+        for (const auto& lane : mori::ucx::parse_endpoint_lanes(print_info)) out.push_back(lane.resource);
+        return out;
+      },
+      py::arg("print_info"),
         "The transports/devices named by the lane lines of ucp_ep_print_info's text.");
   m.def(
       "wait_all",

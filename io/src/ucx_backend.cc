@@ -5,11 +5,9 @@
 #include <poll.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <future>
 #include <set>
-#include <sstream>
 
 #include "io/src/engine_impl.h"
 #include "io/src/peer.h"
@@ -21,54 +19,7 @@
 
 namespace mori::io {
 
-// ---------------------------------------------------------------------------------------------
-// Reports: which transports UCX has and which an endpoint uses (UCX 1.13's ucp_ep_query has
-// no transports field, so both are read from UCP's print_info text).
-
-static std::string strip_path_index(std::string t) {  // "tcp/lo.0" -> "tcp/lo"
-  size_t dot = t.rfind('.');
-  if (dot != std::string::npos && dot + 1 < t.size() &&
-      t.find_first_not_of("0123456789", dot + 1) == std::string::npos)
-    t.resize(dot);
-  return t;
-}
-
-std::vector<std::string> ucx_lane_transports(const std::string& print_info) {
-  std::vector<std::string> out;
-  std::istringstream in(print_info);
-  std::string line;
-  while (std::getline(in, line)) {
-    size_t at = line.find("lane[");
-    if (at == std::string::npos) continue;
-    size_t colon = line.find("]:", at);
-    if (colon == std::string::npos) continue;
-    std::istringstream rest(line.substr(colon + 2));
-    std::string token;  // "1:tcp/lo.0": resource index, transport/device, path index
-    if (!(rest >> token)) continue;
-    size_t c = token.find(':');
-    if (c != std::string::npos && token.find('/') > c) token = token.substr(c + 1);
-    token = strip_path_index(token);
-    bool seen = false;
-    for (const auto& o : out) seen = seen || o == token;
-    if (!seen && !token.empty()) out.push_back(token);
-  }
-  return out;
-}
-
 #if MORI_HAVE_UCX_HEADERS
-
-template <typename Print>
-static std::string print_to_string(Print print) {
-  char* buf = nullptr;
-  size_t len = 0;
-  FILE* f = open_memstream(&buf, &len);
-  if (!f) return "";
-  print(f);
-  fclose(f);
-  std::string s(buf ? buf : "", len);
-  free(buf);
-  return s;
-}
 
 static ucp_context_h make_context(const ucx::Ucp& u) {
   ucp_config_t* config = nullptr;
@@ -660,8 +611,7 @@ std::string UcxBackend::transports_to(Peer& peer) {
       if (st.u->request_check_status(r) == UCS_INPROGRESS) st.u->request_cancel(st.worker, r);
       st.u->request_free(r);
     }
-    std::string text = print_to_string([&](FILE* f) { st.u->ep_print_info(ep->ep, f); });
-    for (const auto& tl : ucx_lane_transports(text)) out += (out.empty() ? "" : ", ") + tl;
+    for (const auto& lane : ucx::endpoint_lanes(*st.u, ep->ep)) out += (out.empty() ? "" : ", ") + lane.resource;
   });
   return out;
 }

@@ -105,7 +105,5 @@ class UcxBackend {
 const UcxReport& ucx_report();
 // Whether BackendType.RDMA should run on UCX in `auto` mode; if not, *why says why.
 bool ucx_should_serve_rdma(std::string* why);
-// "tcp/lo.0" lane lines of ucp_ep_print_info -> "tcp/lo" (distinct, in lane order).
-std::vector<std::string> ucx_lane_transports(const std::string& print_info);
 
 }  // namespace mori::io

@@ -1,36 +1,36 @@
 // SPDX-License-Identifier: MIT
 #include "transports/ucx/ucp_report.h"
 
-#if MORI_HAVE_UCX_HEADERS
-
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <map>
 #include <sstream>
 
 namespace mori::ucx {
 
 namespace {
 
-// Runs a print_info-style function into a string.
-std::string capture(const std::function<void(FILE*)>& print) {
-  char* buf = nullptr;
-  size_t len = 0;
-  FILE* f = open_memstream(&buf, &len);
-  if (!f) return {};
-  print(f);
-  std::fclose(f);
-  std::string out(buf ? buf : "", len);
-  std::free(buf);
-  return out;
-}
-
 std::vector<std::string> words(const std::string& line) {
   std::istringstream in(line);
   std::vector<std::string> w;
   for (std::string s; in >> s;) w.push_back(s);
   return w;
+}
+
+// "1:tcp/lo.0" -> "tcp/lo": the resource index before the transport and the path index
+// after the device go (a device may itself contain ':' or '.', as in "mlx5_0:1").
+std::string lane_resource(std::string token) {
+  size_t slash = token.find('/');
+  if (size_t colon = token.find(':'); colon != std::string::npos && colon < slash) {
+    token = token.substr(colon + 1);
+    slash = token.find('/');
+  }
+  size_t dot = token.rfind('.');
+  if (dot != std::string::npos && slash != std::string::npos && dot > slash && dot + 1 < token.size() &&
+      token.find_first_not_of("0123456789", dot + 1) == std::string::npos)
+    token.resize(dot);
+  return token;
 }
 
 }  // namespace
@@ -47,43 +47,39 @@ std::vector<std::string> parse_context_resources(const std::string& report) {
   return out;
 }
 
-std::string parse_endpoint_lanes(const std::string& report) {
+std::vector<Lane> parse_endpoint_lanes(const std::string& report) {
   // "#   lane[0]:  1:tcp/lo.0 md[0]  -> md[0]/tcp/sysdev[255] am am_bw#0 keepalive wireup"
-  std::vector<std::string> order;
-  std::map<std::string, std::string> roles;
+  std::vector<Lane> out;
   std::istringstream in(report);
   for (std::string line; std::getline(in, line);) {
-    auto at = line.find("lane[");
+    size_t at = line.find("lane[");
     if (at == std::string::npos) continue;
-    auto w = words(line.substr(at));
-    if (w.size() < 2) continue;
-    std::string res = w[1];
-    if (auto colon = res.find(':'); colon != std::string::npos && colon + 1 < res.size()) res = res.substr(colon + 1);
-    if (auto dot = res.rfind('.'); dot != std::string::npos && res.find('/') < dot) res = res.substr(0, dot);
-    std::string r;
-    bool after_arrow = false;
-    for (size_t i = 2; i < w.size(); ++i) {
-      if (w[i] == "->") {
-        after_arrow = true;
-        ++i;  // the remote md/transport/sysdev word
-        continue;
-      }
-      if (!after_arrow) continue;
-      std::string role = w[i].substr(0, w[i].find('#'));
-      r += (r.empty() ? "" : " ") + role;
+    size_t colon = line.find("]:", at);
+    if (colon == std::string::npos) continue;
+    auto w = words(line.substr(colon + 2));
+    if (w.empty()) continue;
+    std::string resource = lane_resource(w[0]);
+    if (resource.empty()) continue;
+    auto lane = std::find_if(out.begin(), out.end(), [&](const Lane& l) { return l.resource == resource; });
+    if (lane == out.end()) lane = out.insert(out.end(), Lane{resource, {}});
+    // Roles follow the remote side ("-> md[0]/tcp/sysdev[255]"); "am_bw#0" is role am_bw.
+    auto arrow = std::find(w.begin(), w.end(), "->");
+    for (auto it = arrow == w.end() ? w.end() : arrow + 2; it < w.end(); ++it) {
+      std::string role = it->substr(0, it->find('#'));
+      if (!role.empty() && std::find(lane->roles.begin(), lane->roles.end(), role) == lane->roles.end())
+        lane->roles.push_back(role);
     }
-    if (!roles.count(res)) order.push_back(res);
-    std::string& have = roles[res];
-    for (auto& role : words(r))
-      if ((" " + have + " ").find(" " + role + " ") == std::string::npos) have += (have.empty() ? "" : " ") + role;
   }
-  std::string out;
-  for (auto& res : order) out += (out.empty() ? "" : "; ") + res + ": " + roles[res];
   return out;
 }
 
-std::vector<std::string> context_resources(const Ucp& api, ucp_context_h context) {
-  return parse_context_resources(capture([&](FILE* f) { api.context_print_info(context, f); }));
+std::string describe_lanes(const std::vector<Lane>& lanes) {
+  std::string out;
+  for (const auto& lane : lanes) {
+    out += (out.empty() ? "" : "; ") + lane.resource + ":";
+    for (const auto& role : lane.roles) out += " " + role;
+  }
+  return out;
 }
 
 bool is_rdma_resource(const std::string& resource) {
@@ -93,10 +89,33 @@ bool is_rdma_resource(const std::string& resource) {
   return false;
 }
 
-std::string endpoint_lanes(const Ucp& api, ucp_ep_h ep) {
+#if MORI_HAVE_UCX_HEADERS
+
+namespace {
+
+// Runs a print_info-style function into a string.
+std::string capture(const std::function<void(FILE*)>& print) {
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&buf, &len);
+  if (!f) return {};
+  print(f);
+  std::fclose(f);
+  std::string out(buf ? buf : "", len);
+  std::free(buf);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> context_resources(const Ucp& api, ucp_context_h context) {
+  return parse_context_resources(capture([&](FILE* f) { api.context_print_info(context, f); }));
+}
+
+std::vector<Lane> endpoint_lanes(const Ucp& api, ucp_ep_h ep) {
   return parse_endpoint_lanes(capture([&](FILE* f) { api.ep_print_info(ep, f); }));
 }
 
-}  // namespace mori::ucx
-
 #endif  // MORI_HAVE_UCX_HEADERS
+
+}  // namespace mori::ucx

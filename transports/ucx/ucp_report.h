@@ -3,9 +3,9 @@
 // a silent fall to TCP or to the wrong NIC, so MORI reads UCX's own report: the
 // resources of a context (ucp_context_print_info) and the lanes of an endpoint
 // (ucp_ep_print_info; UCX 1.13 has no transport list in ucp_ep_query).
+// The parsers of the printed text need no UCX headers; only the readers that take a
+// UCP handle do. Used by transports/ucx and by io/'s RDMA backend.
 #pragma once
-
-#if MORI_HAVE_UCX_HEADERS
 
 #include <string>
 #include <vector>
@@ -14,18 +14,27 @@
 
 namespace mori::ucx {
 
-// "transport/device" of every resource the context may use, e.g. "tcp/eth0", "rc_mlx5/mlx5_0:1".
-std::vector<std::string> context_resources(const Ucp& api, ucp_context_h context);
+// The lanes of one endpoint that share a transport/device, e.g. {"tcp/lo", {"am", "am_bw",
+// "keepalive", "wireup"}}.
+struct Lane {
+  std::string resource;            // "transport/device", e.g. "tcp/eth0", "rc_mlx5/mlx5_0:1"
+  std::vector<std::string> roles;  // what UCX uses it for, in first-seen order, no repeats
+};
+
+// "transport/device" of every resource line of a context report.
+std::vector<std::string> parse_context_resources(const std::string& report);
+// One Lane per distinct transport/device of an endpoint report's lane lines, in lane order.
+std::vector<Lane> parse_endpoint_lanes(const std::string& report);
+// "tcp/lo: am am_bw keepalive wireup; rc_mlx5/mlx5_0:1: rma_bw" ("" for no lanes).
+std::string describe_lanes(const std::vector<Lane>& lanes);
 // Whether a resource is an RDMA transport (InfiniBand/RoCE verbs: rc, dc, ud; EFA's srd).
 bool is_rdma_resource(const std::string& resource);
-// The lanes of an endpoint, one "transport/device: roles" entry per distinct
-// transport/device, joined by "; " (e.g. "tcp/lo: am am_bw keepalive wireup").
-std::string endpoint_lanes(const Ucp& api, ucp_ep_h ep);
 
-// Parsers of the printed reports (separate for tests of the text formats).
-std::vector<std::string> parse_context_resources(const std::string& report);
-std::string parse_endpoint_lanes(const std::string& report);
+#if MORI_HAVE_UCX_HEADERS
+// The resources the context may use (its report, parsed).
+std::vector<std::string> context_resources(const Ucp& api, ucp_context_h context);
+// The lanes of a wired-up endpoint (its report, parsed).
+std::vector<Lane> endpoint_lanes(const Ucp& api, ucp_ep_h ep);
+#endif
 
 }  // namespace mori::ucx
-
-#endif  // MORI_HAVE_UCX_HEADERS

@@ -4,12 +4,11 @@
 #if MORI_HAVE_UCX_HEADERS
 
 #include <poll.h>
-#include <sched.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 
+#include "mori/core/futex.h"
 #include "mori/core/log.h"
 #include "mori/core/status.h"
 
@@ -20,6 +19,13 @@ namespace {
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+// How long a caller progresses for its own request before it sleeps: a round trip on an
+// idle host (UCX shared memory, loopback tcp) fits; a busy target's does not.
+constexpr double kSpinS = 50e-6;
+// A sleeping caller progresses itself at least this often: some transports signal no
+// event for some completions (large shared-memory puts), so nobody else would.
+constexpr int64_t kSleepNs = 250'000;
 
 }  // namespace
 
@@ -81,9 +87,22 @@ void UcpWorker::stop() {
 }
 
 unsigned UcpWorker::progress() {
+  // One thread progresses at a time; another does not queue on UCX's worker lock behind it
+  // (a convoy: every unlock woke the waiting thread just to find the lock taken again).
+  if (progressing_.exchange(true, std::memory_order_acquire)) return 0;
   unsigned n = api_.worker_progress(worker_);
-  if (n && options_.on_progress) options_.on_progress();
+  progressing_.store(false, std::memory_order_release);
+  if (n) {
+    if (options_.on_progress) options_.on_progress();
+    wake_sleepers();
+  }
   return n;
+}
+
+void UcpWorker::wake_sleepers() {
+  if (sleepers_.load(std::memory_order_seq_cst) == 0) return;
+  progressed_.fetch_add(1, std::memory_order_seq_cst);
+  futex::wake(reinterpret_cast<const uint32_t*>(&progressed_));
 }
 
 void UcpWorker::run() {
@@ -94,14 +113,17 @@ void UcpWorker::run() {
       options_.periodic();
       next = t + options_.periodic_s;
     }
-    // A caller progresses the worker while it waits for its request: do not fight it for
-    // UCX's worker lock (a preempted holder makes the other spin for its whole time slice).
-    if (waiters_.load(std::memory_order_acquire) > 0) {
-      usleep(200);
+    // A caller progresses the worker for its request: do not fight it for UCX's worker
+    // lock (a preempted holder makes the other spin for its whole time slice). It wakes
+    // us when it stops (spinners_ is the futex word), at the latest after kSpinS.
+    if (uint32_t n = spinners_.load(std::memory_order_acquire); n > 0) {
+      double left = std::isinf(next) ? 0.01 : std::min(0.01, std::max(0.0, next - t));
+      futex::wait(reinterpret_cast<const uint32_t*>(&spinners_), n, static_cast<int64_t>(left * 1e9) + 1);
       continue;
     }
-    while (progress() != 0) {
+    while (spinners_.load(std::memory_order_acquire) == 0 && progress() != 0) {
     }
+    if (spinners_.load(std::memory_order_acquire) > 0) continue;
     t = now_s();
     if (t >= next) continue;
     ucs_status_t s = api_.worker_arm(worker_);
@@ -120,30 +142,46 @@ void UcpWorker::run() {
 ucs_status_t UcpWorker::wait(ucs_status_ptr_t request, double timeout_s, const std::function<bool()>& give_up) {
   if (request == nullptr) return UCS_OK;
   if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
-  double deadline = std::isinf(timeout_s) ? INFINITY : now_s() + timeout_s;
-  unsigned idle = 0;
-  struct Waiting {  // counted while this thread progresses (see run())
-    std::atomic<int>& n;
-    explicit Waiting(std::atomic<int>& c) : n(c) { n.fetch_add(1, std::memory_order_acq_rel); }
-    ~Waiting() { n.fetch_sub(1, std::memory_order_acq_rel); }
-  } waiting(waiters_);
+  const double start = now_s();
+  const double deadline = std::isinf(timeout_s) ? INFINITY : start + timeout_s;
+  auto done = [&](ucs_status_t* s) {
+    *s = api_.request_check_status(request);
+    if (*s == UCS_INPROGRESS) return false;
+    api_.request_free(request);
+    return true;
+  };
+  ucs_status_t s;
+  // Progress ourselves while the reply may be a few microseconds away (the progress thread
+  // stays out of the worker lock meanwhile).
+  {
+    struct Spinning {
+      UcpWorker& w;
+      explicit Spinning(UcpWorker& worker) : w(worker) { w.spinners_.fetch_add(1, std::memory_order_acq_rel); }
+      ~Spinning() {
+        w.spinners_.fetch_sub(1, std::memory_order_acq_rel);
+        futex::wake(reinterpret_cast<const uint32_t*>(&w.spinners_));
+      }
+    } spinning(*this);
+    // The clock is read every 16th poll whether or not progress did something (unrelated
+    // traffic must not keep us spinning past kSpinS).
+    for (unsigned polls = 1;; ++polls) {
+      if (done(&s)) return s;
+      if ((polls & 15) == 0 && now_s() - start > kSpinS) break;
+      progress();
+    }
+  }
+  // Then sleep: the progress thread (woken by the worker's event fd) progresses, and wakes
+  // us whenever it did something; we progress once per kSleepNs ourselves.
   for (;;) {
-    ucs_status_t s = api_.request_check_status(request);
-    if (s != UCS_INPROGRESS) {
-      api_.request_free(request);
-      return s;
-    }
-    if (progress() != 0) {
-      idle = 0;
-      continue;
-    }
-    // Idle polls are cheap, the clock and give_up() are checked every 64th; past a few
-    // thousand the target side is slow (oversubscribed): yield the core to it.
-    if ((++idle & 63) == 0) {
-      if (give_up && give_up()) return UCS_ERR_CANCELED;
-      if (now_s() > deadline) return UCS_ERR_TIMED_OUT;
-      if (idle > 4096) sched_yield();
-    }
+    uint32_t seen = progressed_.load(std::memory_order_seq_cst);
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    bool finished = done(&s);
+    if (!finished) futex::wait(reinterpret_cast<const uint32_t*>(&progressed_), seen, kSleepNs);
+    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    if (finished || done(&s)) return s;
+    if (progressed_.load(std::memory_order_relaxed) == seen) progress();  // nobody progressed meanwhile
+    if (give_up && give_up()) return UCS_ERR_CANCELED;
+    if (now_s() > deadline) return UCS_ERR_TIMED_OUT;
   }
 }
 

@@ -6,9 +6,12 @@
 // by ucp_worker_signal. Used by transports/ucx and by io/'s RDMA backend.
 //
 // Thread mode: UCS_THREAD_MODE_MULTI. Two threads touch the worker (the caller's and
-// the progress thread), and callers wait on their own requests by progressing; UCX's
-// worker lock is held per call, where a mutex of ours would have to be held across a
-// whole wait (or be released and re-taken around every progress call) to the same end.
+// the progress thread); UCX's worker lock is held per call, where a mutex of ours would
+// have to be held across a whole wait to the same end. A caller waits for its request
+// by progressing for a few microseconds (the progress thread steps aside meanwhile),
+// then hands progress back to the progress thread and sleeps until that thread has
+// progressed something: on a crowded machine a spinning caller took the core from the
+// very thread (a peer's, or its own) that had to deliver the reply.
 #pragma once
 
 #if MORI_HAVE_UCX_HEADERS
@@ -55,7 +58,8 @@ class UcpWorker {
   // UCS_MEMORY_TYPE_* bits UCX can reach here (ucp_context_query).
   uint64_t memory_types() const { return memory_types_; }
 
-  // One ucp_worker_progress; runs on_progress when it did something.
+  // One ucp_worker_progress (none when another thread is progressing: returns 0); runs
+  // on_progress when it did something.
   unsigned progress();
   // Waits for a request of a *_nbx call (a status pointer): progresses until it
   // completes, `give_up()` says so, or `timeout_s` passes. Returns its status and frees
@@ -79,8 +83,14 @@ class UcpWorker {
   std::string address_;
   uint64_t memory_types_ = 0;
   int efd_ = -1;
+  // Wakes sleepers of wait() after a progress call that did something.
+  void wake_sleepers();
+
   std::atomic<bool> stop_{false};
-  std::atomic<int> waiters_{0};  // callers inside wait()
+  std::atomic<uint32_t> spinners_{0};   // callers progressing in wait() (futex word: run() sleeps on it)
+  std::atomic<uint32_t> sleepers_{0};   // callers sleeping in wait()
+  std::atomic<uint32_t> progressed_{0};
+  std::atomic<bool> progressing_{false};  // a thread is inside ucp_worker_progress  // bumped for sleepers after progress did something (futex word)
   std::thread thread_;
 };
 

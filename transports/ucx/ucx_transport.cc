@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <deque>
 
 #include "mori/core/log.h"
 #include "mori/core/status.h"
@@ -64,17 +65,6 @@ ucp_atomic_op_t ucp_op(AmoOp op) {
   return UCP_ATOMIC_OP_LAST;
 }
 
-// Whether UCP needs a reply buffer: every fetching op, and swaps (UCP's swap always fetches).
-bool replies(AmoOp op) {
-  switch (op) {
-    case AmoOp::kAdd:
-    case AmoOp::kAnd:
-    case AmoOp::kOr:
-    case AmoOp::kXor: return false;
-    default: return true;
-  }
-}
-
 }  // namespace
 
 UcxTransport::UcxTransport(Bootstrap& bootstrap, const ucx::Ucp& api, int my_pe, int n_pes, double timeout_s)
@@ -114,6 +104,9 @@ std::unique_ptr<UcxTransport> UcxTransport::create(Bootstrap& bootstrap, const u
       // No memory-type detection: MORI says which memory a region is, and the cache's
       // malloc/mmap hooks have broken other runtimes' finalize here (Open MPI oshmem).
       {"MEMTYPE_CACHE", "n"},
+      // Two threads take the worker lock (a caller and the progress thread): one that finds
+      // it held sleeps instead of spinning on a holder that the scheduler preempted.
+      {"USE_MT_MUTEX", "y"},
   };
   // Shared-memory transports only take part with peer error handling when told to (set
   // only when UCX_TLS may select them: UCX warns about settings nothing used).
@@ -156,6 +149,11 @@ std::unique_ptr<UcxTransport> UcxTransport::create(Bootstrap& bootstrap, const u
 
 UcxTransport::~UcxTransport() {
   worker_->stop();
+  for (auto& a : posted_amos_) {
+    ucs_status_t s = worker_->wait(a.request, std::min(timeout_s_, 2.0));
+    if (s == UCS_ERR_TIMED_OUT || s == UCS_ERR_CANCELED) worker_->release(a.request);
+  }
+  posted_amos_.clear();
   // Goodbyes first, so peers do not take our silence for a death.
   int32_t bye[2] = {my_pe_, kBye};
   std::vector<ucs_status_ptr_t> pending;
@@ -406,19 +404,66 @@ uint64_t UcxTransport::atomic(int pe, RemoteRef target, AmoOp op, int width, uin
   uint64_t value = op == AmoOp::kFetch ? 0 : op == AmoOp::kCompareSwap ? compare : operand;
   uint64_t reply = op == AmoOp::kCompareSwap ? operand : 0;  // CSWAP: the new value goes in the reply buffer
   uint32_t value32 = static_cast<uint32_t>(value), reply32 = static_cast<uint32_t>(reply);
+  const bool wanted = op != AmoOp::kAdd && op != AmoOp::kAnd && op != AmoOp::kOr && op != AmoOp::kXor &&
+                      op != AmoOp::kSet;
   ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
   p.datatype = ucp_dt_make_contig(width);
-  if (replies(op)) {
-    p.op_attr_mask |= UCP_OP_ATTR_FIELD_REPLY_BUFFER;
-    p.reply_buffer = width == 4 ? static_cast<void*>(&reply32) : static_cast<void*>(&reply);
-  }
+  // Every op gets a reply buffer: one whose result nobody reads replies into sink_, so that
+  // its request says when the target applied it (see posted_amos_).
+  p.reply_buffer = !wanted ? static_cast<void*>(&sink_)
+                   : width == 4 ? static_cast<void*>(&reply32)
+                                : static_cast<void*>(&reply);
   const void* buf = width == 4 ? static_cast<const void*>(&value32) : static_cast<const void*>(&value);
-  if (!replies(op)) unflushed_.fetch_add(1, std::memory_order_relaxed);  // complete once posted, not applied
   ucs_status_ptr_t r = api_.atomic_op_nbx(e, ucp_op(op), buf, 1, remote_address(pe, target), k, &p);
+  if (!wanted) {
+    post_amo(r, pe, amo_name(op));
+    return 0;
+  }
   finish(r, pe, amo_name(op));
-  if (op == AmoOp::kAdd || op == AmoOp::kAnd || op == AmoOp::kOr || op == AmoOp::kXor || op == AmoOp::kSet) return 0;
   return width == 4 ? reply32 : reply;
+}
+
+void UcxTransport::post_amo(ucs_status_ptr_t request, int pe, const char* what) {
+  if (request == nullptr) return;  // applied already
+  if (UCS_PTR_IS_ERR(request)) finish(request, pe, what);
+  PostedAmo failed{nullptr, -1, nullptr};
+  {
+    std::lock_guard<std::mutex> lock(posted_mu_);
+    // Reap the oldest while they are complete (replies come back about in order), so that a
+    // long run of AMOs without a quiet stays bounded at about what is in flight.
+    while (!posted_amos_.empty()) {
+      PostedAmo& a = posted_amos_.front();
+      ucs_status_t s = api_.request_check_status(a.request);
+      if (s == UCS_INPROGRESS) break;
+      if (s == UCS_OK) {
+        api_.request_free(a.request);
+      } else if (!failed.request) {
+        failed = a;
+      } else {
+        api_.request_free(a.request);
+      }
+      posted_amos_.pop_front();
+    }
+    posted_amos_.push_back({request, pe, what});
+  }
+  if (failed.request) finish(failed.request, failed.pe, failed.what);  // completed: frees it, raises its error
+}
+
+void UcxTransport::wait_posted_amos() {
+  std::deque<PostedAmo> mine;
+  {
+    std::lock_guard<std::mutex> lock(posted_mu_);
+    mine.swap(posted_amos_);
+  }
+  for (size_t i = 0; i < mine.size(); ++i) {
+    try {
+      finish(mine[i].request, mine[i].pe, mine[i].what);
+    } catch (...) {
+      for (size_t j = i + 1; j < mine.size(); ++j) worker_->release(mine[j].request);
+      throw;
+    }
+  }
 }
 
 void UcxTransport::put_signal(int pe, RemoteRef dst, const void* src, size_t n, RemoteRef signal, uint64_t value,
@@ -457,6 +502,7 @@ void UcxTransport::fence(int) {
 }
 
 void UcxTransport::quiet() {
+  wait_posted_amos();
   // Nothing posted since the last flush that could still be in flight: skip the round trip
   // (barriers quiet every transport, most of them idle).
   uint64_t posted = unflushed_.load(std::memory_order_acquire);
@@ -479,7 +525,7 @@ std::string UcxTransport::endpoint(int pe) const {
   ucp_request_param_t p{};
   ucs_status_t s = worker_->wait(api_.ep_flush_nbx(e, &p), timeout_s_);
   if (s != UCS_OK) return std::string("ucx (endpoint not wired up: ") + api_.status_string(s) + ")";
-  return "ucx " + ucx::endpoint_lanes(api_, e);
+  return "ucx " + ucx::describe_lanes(ucx::endpoint_lanes(api_, e));
 }
 
 }  // namespace mori

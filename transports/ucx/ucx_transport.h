@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -97,10 +98,22 @@ class UcxTransport : public Transport {
   std::unique_ptr<std::atomic<int64_t>[]> lost_at_ns_;     // when its endpoint failed (0: it did not)
   std::mutex regions_mu_;
   std::vector<std::unique_ptr<Region>> regions_;  // by region id
-  // Operations that may not yet be applied at the target (puts, nbi gets, non-fetching
-  // AMOs), counted; quiet flushes only when some were posted since the last flush.
+  // Operations that may not yet be applied at the target (puts, nbi gets), counted; quiet
+  // flushes only when some were posted since the last flush.
   std::atomic<uint64_t> unflushed_{0}, flushed_{0};
-  uint64_t sink_ = 0;                             // reply buffer of swaps whose old value nobody reads
+  // AMOs whose result nobody reads, posted with a reply (their request completes once the
+  // target applied them) and not waited for: quiet waits for these instead of a flush, which
+  // costs a round trip of its own (a barrier's quiet found its last AMO long complete).
+  struct PostedAmo {
+    ucs_status_ptr_t request;
+    int pe;
+    const char* what;
+  };
+  std::mutex posted_mu_;
+  std::deque<PostedAmo> posted_amos_;  // in posting order
+  void post_amo(ucs_status_ptr_t request, int pe, const char* what);
+  void wait_posted_amos();
+  uint64_t sink_ = 0;                             // reply buffer of AMOs whose old value nobody reads
   int32_t ping_[2], pong_[2];                     // heartbeat headers: (this PE, kind)
 };
 
