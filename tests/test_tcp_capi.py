@@ -15,7 +15,7 @@ from multihost import check_all, run_on_hosts, veth_hosts_or_skip
 pytestmark = pytest.mark.netns
 
 CAPI = Path(__file__).parent / "capi"
-PROGRAMS = ["rma", "amo", "sync", "coll", "legacy", "threads"]
+PROGRAMS = ["rma", "amo", "sync", "coll", "legacy", "threads", "runahead"]
 
 
 @pytest.fixture(scope="module")

@@ -131,12 +131,28 @@ void group_barrier(Group& g, const char* fn, bool sync_only) {
   }
 }
 
+StagedParts stage_and_meet(Group& g, const void* part, size_t bytes, const char* fn) {
+  auto& r = rt(fn);
+  if (!inbox().usable(g, bytes, r) || !shares_this_host(g, r)) return {};
+  const uint64_t parity = inbox().next_stage(g);
+  if (part && bytes) std::memcpy(inbox().staged_part(g, g.me, parity, r), part, bytes);
+  central_barrier(g, r, fn);  // its release publishes every member's part
+  StagedParts parts;
+  parts.first = inbox().staged_part(g, 0, parity, r);
+  parts.stride = static_cast<size_t>(inbox().staged_part(g, 1, parity, r) - parts.first);
+  return parts;
+}
+
 void check_symmetric(const void* p, size_t bytes, const char* fn) { rt(fn).resolve(p, bytes, fn); }
 
 void broadcast_group(Group& g, void* dest, const void* source, size_t bytes, int root, bool root_copies,
                      const char* fn) {
   if (root < 0 || root >= g.n) raise(Status::kInvalidArgument, "PE_root %d is out of range for %d PEs", root, g.n);
   auto& r = rt(fn);
+  if (StagedParts parts = stage_and_meet(g, g.me == root ? source : nullptr, bytes, fn); parts.valid()) {
+    if (g.me != root || root_copies) std::memmove(dest, parts.part(root), bytes);
+    return;
+  }
   if (inbox().usable(g, bytes, r)) {
     if (g.me == root) {
       for (int k = 1; k < g.n; ++k) inbox().send(g, (root + k) % g.n, source, bytes, fn);
@@ -156,6 +172,10 @@ void broadcast_group(Group& g, void* dest, const void* source, size_t bytes, int
 
 void fcollect_group(Group& g, void* dest, const void* source, size_t bytes, const char* fn) {
   auto& r = rt(fn);
+  if (StagedParts parts = stage_and_meet(g, source, bytes, fn); parts.valid()) {
+    for (int j = 0; j < g.n; ++j) std::memcpy(static_cast<char*>(dest) + static_cast<size_t>(j) * bytes, parts.part(j), bytes);
+    return;
+  }
   if (inbox().usable(g, bytes, r)) {
     char* out = static_cast<char*>(dest);
     for (int k = 1; k < g.n; ++k) inbox().send(g, (g.me + k) % g.n, source, bytes, fn);
@@ -202,6 +222,15 @@ void alltoalls_group(Group& g, void* dest, const void* source, ptrdiff_t dst, pt
                      size_t elem, const char* fn) {
   auto& r = rt(fn);
   const size_t block = nelems * elem;
+  if (dst == 1 && sst == 1 && block * g.n <= Inbox::kMessageBytes) {
+    // Member i stages its n blocks; member j takes block j of every member's part.
+    if (StagedParts parts = stage_and_meet(g, source, block * g.n, fn); parts.valid()) {
+      for (int i = 0; i < g.n; ++i)
+        std::memcpy(static_cast<char*>(dest) + static_cast<size_t>(i) * block,
+                    parts.part(i) + static_cast<size_t>(g.me) * block, block);
+      return;
+    }
+  }
   if (dst == 1 && sst == 1 && inbox().usable(g, block, r)) {
     char* out = static_cast<char*>(dest);
     const char* in = static_cast<const char*>(source);

@@ -34,6 +34,18 @@ Group active_group(int start, int log_stride, int size, long* psync, const char*
 // barrier (log2(n) rounds of point-to-point signals).
 void group_barrier(Group& g, const char* fn, bool sync_only = false);
 
+// Same-host small collectives: when every member is on this host (shared memory) and a part
+// fits the inbox, each member copies its `bytes` of `part` (nullptr: nothing) into member 0's
+// staging, the members meet at the central barrier, and the parts are then read from there
+// (one wake-up per PE per collective). `valid()` false: the caller takes another path.
+struct StagedParts {
+  const char* first = nullptr;
+  size_t stride = 0;
+  bool valid() const { return first != nullptr; }
+  const char* part(int member) const { return first + static_cast<size_t>(member) * stride; }
+};
+StagedParts stage_and_meet(Group& g, const void* part, size_t bytes, const char* fn);
+
 // Throws naming `fn` unless [p, p+bytes) is symmetric memory.
 void check_symmetric(const void* p, size_t bytes, const char* fn);
 

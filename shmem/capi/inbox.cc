@@ -24,17 +24,21 @@ void Inbox::setup(mori::shmem::Runtime& r) {
   // caller's closing barrier_all orders the clearing before any peer's first message).
   slots_ = static_cast<Slot*>(r.malloc(cells * 2 * sizeof(Slot), 64, "shmem_init", false));
   acks_ = static_cast<Ack*>(r.malloc(cells * sizeof(Ack), 64, "shmem_init", false));
+  stages_ = static_cast<unsigned char*>(r.malloc(cells * 2 * kMessageBytes, 64, "shmem_init", false));
   for (size_t i = 0; i < cells * 2; ++i) slots_[i].seq = 0;
   std::memset(acks_, 0, cells * sizeof(Ack));
   sent_.assign(cells, 0);
   received_.assign(cells, 0);
+  staged_.assign(kChannels, 0);
 }
 
 void Inbox::teardown() {
   // The heap goes with the runtime at finalize; only forget the addresses.
   slots_ = nullptr;
   acks_ = nullptr;
+  stages_ = nullptr;
   sent_.clear();
+  staged_.clear();
   received_.clear();
 }
 
@@ -48,6 +52,11 @@ Inbox::Slot* Inbox::slot(int channel, int sender, uint64_t seq) const {
 }
 
 Inbox::Ack* Inbox::ack(int channel, int receiver) const { return &acks_[index(channel, receiver)]; }
+
+char* Inbox::staged_part(const Group& g, int member, uint64_t parity, mori::shmem::Runtime& r) const {
+  unsigned char* local = stages_ + ((index(g.channel, member) * 2) + parity) * kMessageBytes;
+  return static_cast<char*>(r.ptr(local, g.pes[0]));
+}
 
 void Inbox::send(const Group& g, int to, const void* data, size_t bytes, const char* fn) {
   auto& r = rt(fn);

@@ -35,6 +35,15 @@ class Inbox {
   // member gives the same answer (same arguments, same topology, same job size).
   bool usable(const Group& g, size_t bytes, mori::shmem::Runtime& r) const;
 
+  // Same host: where member `member`'s part of the next staged collective on `g`'s channel goes,
+  // in member 0's memory (mapped here). Members write their parts there, meet at the central
+  // barrier, and read every part from there: one wake-up per PE per collective, as a barrier.
+  // Two parities alternate, so a part is never overwritten while a slow member still reads it
+  // (writing parity p again needs everyone's arrival at the meeting in between).
+  char* staged_part(const Group& g, int member, uint64_t parity, mori::shmem::Runtime& r) const;
+  // The parity of the next staged collective on `g`'s channel (every member counts alike).
+  uint64_t next_stage(const Group& g) { return staged_[g.channel]++ & 1; }
+
   // Sends `bytes` (<= kMessageBytes) to member `to` of `g`.
   void send(const Group& g, int to, const void* data, size_t bytes, const char* fn);
   // Waits for the next message from member `from` of `g` and copies `bytes` of it to `out`.
@@ -53,11 +62,13 @@ class Inbox {
   size_t index(int channel, int pe) const { return static_cast<size_t>(channel) * n_pes_ + pe; }
 
   Slot* slots_ = nullptr;  // [channel][sender][2], on every PE at the same offset
+  unsigned char* stages_ = nullptr;  // [channel][member][2][kMessageBytes]: staged parts (member 0's used)
   Ack* acks_ = nullptr;    // [channel][receiver]: what each receiver took from this PE
   int n_pes_ = 0;
   int my_pe_ = -1;
   std::vector<uint64_t> sent_;      // [channel][receiver]: messages sent
   std::vector<uint64_t> received_;  // [channel][sender]: messages taken
+  std::vector<uint64_t> staged_;    // [channel]: staged collectives run
 };
 
 Inbox& inbox();

@@ -95,6 +95,18 @@ template <typename T, typename Op>
 void reduce_group(Group& g, T* dest, const T* source, size_t n, const char* fn, int upto = -1) {
   auto& r = rt(fn);
   if (upto < 0) upto = g.n;
+  if (StagedParts parts = stage_and_meet(g, source, n * sizeof(T), fn); parts.valid()) {
+    // Every member combines the staged parts in team order (they stay put until everyone
+    // arrived at the next meeting), so dest may alias source.
+    std::vector<T> acc(n);
+    std::vector<T> in(n);
+    for (int j = 0; j < upto; ++j) {
+      std::memcpy(in.data(), parts.part(j), n * sizeof(T));
+      for (size_t i = 0; i < n; ++i) acc[i] = j == 0 ? in[i] : Op::apply(acc[i], in[i]);
+    }
+    std::copy(acc.begin(), acc.end(), dest);
+    return;
+  }
   if (inbox().usable(g, n * sizeof(T), r)) {
     // Every member sends its source to every other one and combines what it received; the
     // parts are copied out of the slots, so dest may alias source.

@@ -15,7 +15,7 @@ from harness import check, mori_run
 from ucx_env import ucx_all, ucx_or_skip
 
 CAPI = Path(__file__).parent.parent / "capi"
-PROGRAMS = ["rma", "amo", "sync", "coll", "legacy", "threads", "team_sync"]
+PROGRAMS = ["rma", "amo", "sync", "coll", "legacy", "threads", "team_sync", "runahead"]
 
 
 @pytest.fixture(scope="module")
