@@ -34,7 +34,8 @@ Group active_group(int start, int log_stride, int size, long* psync, const char*
 // barrier (log2(n) rounds of point-to-point signals).
 void group_barrier(Group& g, const char* fn, bool sync_only = false);
 
-// Same-host small collectives: when every member is on this host (shared memory) and a part
+// Same-host small collectives: when the group's 3 or more members are all on this host (shared
+// memory) and a part
 // fits the inbox, each member copies its `bytes` of `part` (nullptr: nothing) into member 0's
 // staging, the members meet at the central barrier, and the parts are then read from there
 // (one wake-up per PE per collective). `valid()` false: the caller takes another path.

@@ -465,9 +465,7 @@ void Runtime::deregister_buffer(void* ptr, size_t size) {
 
 // ---------------------------------------------------------------- addresses
 
-RemoteRef Runtime::resolve(const void* sym, size_t n, const char* caller) const {
-  if (heap_region_.contains(sym, n))
-    return RemoteRef{&heap_region_, static_cast<size_t>(static_cast<const char*>(sym) - heap_region_.local_base)};
+RemoteRef Runtime::resolve_other(const void* sym, size_t n, const char* caller) const {
   for (auto& r : extra_regions_)
     if (r->contains(sym, n)) return RemoteRef{r.get(), static_cast<size_t>(static_cast<const char*>(sym) - r->local_base)};
   if (heap_region_.contains(sym))
@@ -497,9 +495,8 @@ uint64_t Runtime::remote_address(const void* sym, int pe) const {
   return ref.region->remote_bases[pe] + ref.offset;
 }
 
-void Runtime::check_pe(int pe, const char* caller) const {
-  if (pe < 0 || pe >= n_pes_)
-    raise(Status::kInvalidArgument, "%s: PE %d is out of range (the job has PEs 0..%d)", caller, pe, n_pes_ - 1);
+void Runtime::raise_bad_pe(int pe, const char* caller) const {
+  raise(Status::kInvalidArgument, "%s: PE %d is out of range (the job has PEs 0..%d)", caller, pe, n_pes_ - 1);
 }
 
 // ---------------------------------------------------------------- RMA
@@ -765,18 +762,9 @@ const char* Runtime::device_transport_name(int pe) const {
   return t ? t->name() : "none";
 }
 
-Transport* Runtime::transport_or_null(const MemRegion& region, int pe) const {
-  if (region.kind == MemKind::kDevice)
-    return pe < static_cast<int>(peer_device_transport_.size()) ? peer_device_transport_[pe] : nullptr;
-  return peer_transport_[pe];
-}
-
-Transport& Runtime::transport(const RemoteRef& r, int pe, const char* caller) const {
-  Transport* t = transport_or_null(*r.region, pe);
-  if (!t)
-    raise(Status::kUnavailable, "%s: PE %d's %s memory is not reachable from PE %d by any transport", caller, pe,
-          r.region->kind == MemKind::kDevice ? "GPU" : "host", my_pe_);
-  return *t;
+void Runtime::raise_unreachable(const RemoteRef& r, int pe, const char* caller) const {
+  raise(Status::kUnavailable, "%s: PE %d's %s memory is not reachable from PE %d by any transport", caller, pe,
+        r.region->kind == MemKind::kDevice ? "GPU" : "host", my_pe_);
 }
 
 }  // namespace mori::shmem

@@ -71,10 +71,8 @@ void ShmTransport::disconnect_region(MemRegion& region, int pe) {
   if (pe < static_cast<int>(region.mapped.size())) region.mapped[pe] = nullptr;
 }
 
-char* ShmTransport::at(int pe, RemoteRef r) const {
-  void* base = r.region->mapped.at(pe);
-  if (!base) raise(Status::kInternal, "region %d of PE %d is not mapped", r.region->id, pe);
-  return static_cast<char*>(base) + r.offset;
+void ShmTransport::raise_unmapped(int pe, RemoteRef r) const {
+  raise(Status::kInternal, "region %d of PE %d is not mapped", r.region->id, pe);
 }
 
 void* ShmTransport::direct_ptr(int pe, RemoteRef r) {

@@ -38,7 +38,13 @@ class ShmTransport : public Transport {
   void set_doorbell(int pe, Doorbell* bell) { doorbells_.at(pe) = bell; }
 
  private:
-  char* at(int pe, RemoteRef r) const;
+  char* at(int pe, RemoteRef r) const {
+    void* base = static_cast<size_t>(pe) < r.region->mapped.size() ? r.region->mapped[pe] : nullptr;
+    if (!base) [[unlikely]]
+      raise_unmapped(pe, r);
+    return static_cast<char*>(base) + r.offset;
+  }
+  [[noreturn]] void raise_unmapped(int pe, RemoteRef r) const;
   void ring(int pe, RemoteRef r, size_t n, bool after_rmw = false) {
     if (Doorbell* b = doorbells_[pe])
       b->ring(Doorbell::key(r.region->id, r.offset), Doorbell::key(r.region->id, r.offset + n), after_rmw);

@@ -102,14 +102,22 @@ class Runtime {
   void deregister_buffer(void* ptr, size_t size);
 
   // The region and offset of a symmetric address, checked to hold n bytes; throws naming `caller`.
-  RemoteRef resolve(const void* sym, size_t n, const char* caller) const;
+  RemoteRef resolve(const void* sym, size_t n, const char* caller) const {
+    // Inline for the common case (the heap): every RMA call starts here.
+    if (heap_region_.contains(sym, n)) [[likely]]
+      return RemoteRef{&heap_region_, static_cast<size_t>(static_cast<const char*>(sym) - heap_region_.local_base)};
+    return resolve_other(sym, n, caller);
+  }
   bool is_symmetric(const void* sym) const;
   // Address of `sym` on `pe` that this process can load/store, or nullptr.
   void* ptr(const void* sym, int pe) const;
   // The address `sym` has in `pe`'s own address space (MORI's shmem_ptr_p2p semantics use ptr()).
   uint64_t remote_address(const void* sym, int pe) const;
 
-  void check_pe(int pe, const char* caller) const;
+  void check_pe(int pe, const char* caller) const {
+    if (pe < 0 || pe >= n_pes_) [[unlikely]]
+      raise_bad_pe(pe, caller);
+  }
 
   // ---- GPU symmetric heap (gpu_heap.h), present when this PE is bound to a CUDA device
   // Device the next init binds when MORI_DEVICE is unset (-1: none); set by mori.shmem from torch.
@@ -183,8 +191,20 @@ class Runtime {
   ControlBlock* control() const { return reinterpret_cast<ControlBlock*>(heap_region_.local_base); }
   Transport& transport(int pe) const { return *peer_transport_[pe]; }
   // The transport for `pe`'s part of r's region (device regions have their own); throws if none.
-  Transport& transport(const RemoteRef& r, int pe, const char* caller) const;
-  Transport* transport_or_null(const MemRegion& region, int pe) const;
+  Transport& transport(const RemoteRef& r, int pe, const char* caller) const {
+    Transport* t = transport_or_null(*r.region, pe);
+    if (!t) [[unlikely]]
+      raise_unreachable(r, pe, caller);
+    return *t;
+  }
+  Transport* transport_or_null(const MemRegion& region, int pe) const {
+    if (region.kind == MemKind::kDevice)
+      return pe < static_cast<int>(peer_device_transport_.size()) ? peer_device_transport_[pe] : nullptr;
+    return peer_transport_[pe];
+  }
+  RemoteRef resolve_other(const void* sym, size_t n, const char* caller) const;  // regions past the heap
+  [[noreturn]] void raise_bad_pe(int pe, const char* caller) const;
+  [[noreturn]] void raise_unreachable(const RemoteRef& r, int pe, const char* caller) const;
   void check_target(int pe, const char* caller) const;
   // check_peers for a wait: a same-host PE that died after completing `from.world_epoch` is not needed.
   void check_dead(const WaitFrom& from, const char* caller) const;
