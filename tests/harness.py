@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 PROGRAMS = Path(__file__).parent / "programs"
+CAPI_PROGRAMS = Path(__file__).parent / "capi"
 
 # Open MPI as root, oversubscribed on a 2-core machine (reference/environment.md).
 MPI_ENV = {
@@ -83,3 +84,17 @@ def check(proc: subprocess.CompletedProcess, expect_ok: bool = True) -> str:
     if expect_ok:
         assert proc.returncode == 0, f"job failed with code {proc.returncode}:\n{text[-6000:]}"
     return text
+
+
+def build_capi_programs(names: Sequence[str], out: Path) -> Path:
+    """Compiles tests/capi/NAME.c with our oshcc into `out` (warnings are errors); returns `out`."""
+    from mori.shmem.capi import paths
+
+    oshcc = str(paths().bin_dir / "oshcc")
+    for name in names:
+        opt = "-O0" if name == "generics_gen" else "-O1"  # 1400 generated cases: -O0 compiles 4x faster
+        cmd = [oshcc, "-std=c11", opt, "-Wall", "-Werror", "-pthread", "-o", str(out / name),
+               str(CAPI_PROGRAMS / f"{name}.c"), "-lm"]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stderr}"
+    return out

@@ -118,3 +118,13 @@ def check_all(results: Sequence[HostResult]) -> str:
     for r in results:
         assert r.returncode == 0, f"host {r.host.name} failed with code {r.returncode}:\n{text[-8000:]}"
     return text
+
+
+def info_blobs(results: Sequence[HostResult]) -> list[dict]:
+    """The per-PE JSON of `mori info --json` run by run_on_hosts (rank 0 on host 0 prints it for
+    every PE; the launcher's "[rank] " prefixes are stripped)."""
+    import json
+
+    text = results[0].stdout
+    body = "\n".join(line.split("] ", 1)[1] if line.startswith("[") else line for line in text.splitlines())
+    return json.loads(body[body.index("["):body.rindex("]") + 1])

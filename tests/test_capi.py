@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import check, job_env, mori_run, mpirun
+from harness import build_capi_programs, check, job_env, mori_run, mpirun
 
 CAPI = Path(__file__).parent / "capi"
 PROGRAMS = ["rma", "amo", "sync", "coll", "legacy", "threads", "errors", "fair", "team_sync", "shmemx", "noexit",
@@ -34,13 +34,7 @@ def tools() -> dict:
 
 @pytest.fixture(scope="module")
 def built(tools, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("capi")
-    for name in PROGRAMS:
-        opt = "-O0" if name == "generics_gen" else "-O1"  # 1400 generated cases: -O0 compiles 4x faster
-        cmd = [tools["oshcc"], "-std=c11", opt, "-Wall", "-Werror", "-pthread", "-o", str(out / name), str(CAPI / f"{name}.c"), "-lm"]
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stderr}"
-    return out
+    return build_capi_programs(PROGRAMS, tmp_path_factory.mktemp("capi"))
 
 
 def _seed() -> str:

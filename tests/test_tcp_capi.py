@@ -5,31 +5,21 @@ Heap and symmetric globals of the other host are reached over the tcp transport.
 from __future__ import annotations
 
 import random
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from harness import build_capi_programs
 from multihost import check_all, run_on_hosts, veth_hosts_or_skip
 
 pytestmark = pytest.mark.netns
 
-CAPI = Path(__file__).parent / "capi"
 PROGRAMS = ["rma", "amo", "sync", "coll", "legacy", "threads", "runahead"]
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
-    from mori.shmem.capi import paths
-
-    oshcc = str(paths().bin_dir / "oshcc")
-    out = tmp_path_factory.mktemp("tcp_capi")
-    for name in PROGRAMS:
-        cmd = [oshcc, "-std=c11", "-O1", "-Wall", "-Werror", "-pthread", "-o", str(out / name),
-               str(CAPI / f"{name}.c"), "-lm"]
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stderr}"
-    return out
+    return build_capi_programs(PROGRAMS, tmp_path_factory.mktemp("tcp_capi"))
 
 
 @pytest.fixture

@@ -3,14 +3,13 @@
 --nnodes 2` per namespace, PEs that can reach each other only over that link."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 import pytest
 
 from harness import job_env, python_program
-from multihost import check_all, run_on_hosts, veth_hosts_or_skip
+from multihost import check_all, info_blobs, run_on_hosts, veth_hosts_or_skip
 
 pytestmark = pytest.mark.netns
 
@@ -33,10 +32,7 @@ def test_transport_matrix_and_addresses(hosts):
     cmd = [sys.executable, "-m", "mori.apps.cli", "info", "--json"]
     results = run_on_hosts(hosts, 2, cmd, timeout=60)
     check_all(results)
-    text = results[0].stdout
-    # Rank 0 (on host 0) prints the JSON for everybody; strip the launcher's "[0] " prefixes.
-    body = "\n".join(line.split("] ", 1)[1] if line.startswith("[") else line for line in text.splitlines())
-    blobs = json.loads(body[body.index("["):body.rindex("]") + 1])
+    blobs = info_blobs(results)
     assert len(blobs) == 4
     for b in blobs:
         me = b["pe"]

@@ -6,31 +6,20 @@ symmetric globals are mapped with ucp_mem_map and reached by rkey."""
 from __future__ import annotations
 
 import random
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from harness import check, mori_run
+from harness import build_capi_programs, check, mori_run
 from ucx_env import ucx_all, ucx_or_skip
 
-CAPI = Path(__file__).parent.parent / "capi"
 PROGRAMS = ["rma", "amo", "sync", "coll", "legacy", "threads", "team_sync", "runahead"]
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     ucx_or_skip()
-    from mori.shmem.capi import paths
-
-    oshcc = str(paths().bin_dir / "oshcc")
-    out = tmp_path_factory.mktemp("ucx_capi")
-    for name in PROGRAMS:
-        cmd = [oshcc, "-std=c11", "-O1", "-Wall", "-Werror", "-pthread", "-o", str(out / name),
-               str(CAPI / f"{name}.c"), "-lm"]
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stderr}"
-    return out
+    return build_capi_programs(PROGRAMS, tmp_path_factory.mktemp("ucx_capi"))
 
 
 @pytest.mark.parametrize("name", PROGRAMS)

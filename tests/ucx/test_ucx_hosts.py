@@ -4,7 +4,6 @@ one `mori run --nnodes 2` per namespace, MORI_NET_TRANSPORT=ucx over UCX_TLS=tcp
 (shm within a host). Faults: a killed PE, a link that goes down."""
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -13,7 +12,7 @@ import time
 import pytest
 
 from harness import python_program
-from multihost import MultiHostJob, check_all, run_on_hosts, veth_hosts_or_skip
+from multihost import MultiHostJob, check_all, info_blobs, run_on_hosts, veth_hosts_or_skip
 from ucx_env import ucx_or_skip
 
 pytestmark = pytest.mark.netns
@@ -41,9 +40,7 @@ def test_transport_matrix_and_lanes(veth):
     cmd = [sys.executable, "-m", "mori.apps.cli", "info", "--json"]
     results = run_on_hosts(veth.hosts, 2, cmd, timeout=60, env=UCX)
     check_all(results)
-    text = results[0].stdout
-    body = "\n".join(line.split("] ", 1)[1] if line.startswith("[") else line for line in text.splitlines())
-    blobs = json.loads(body[body.index("["):body.rindex("]") + 1])
+    blobs = info_blobs(results)
     assert len(blobs) == 4
     for b in blobs:
         me = b["pe"]
