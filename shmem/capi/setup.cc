@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Library setup, exit and query routines; error reporting; shmem_global_exit.
 #include <linux/futex.h>
-#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -107,15 +106,6 @@ void setup_state() {
   g_state.used_slots = 0;
   g_state.used_nodes = 0;
   g_state.data_bytes = make_data_symmetric();
-  cpu_set_t cpus;
-  int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  // A PE reached over tcp or ucx is served by this PE's progress thread, which needs a core
-  // as much as the PE does: count such PEs twice, or a 2 ms busy-poll starves the thread that
-  // must apply the peer's AMO (2-PE barriers over ucx took 2-5 ms that way).
-  bool progress_thread = false;
-  for (int pe = 0; pe < r.n_pes(); ++pe)
-    if (pe != r.my_pe() && std::strcmp(r.transport_name(pe), "shm") != 0) progress_thread = true;
-  g_state.oversubscribed = r.topology().local_size() * (progress_thread ? 2 : 1) > ncpu;
   inbox().setup(r);
   setup_predefined_teams();
   g_watcher.start(g_state.sym);

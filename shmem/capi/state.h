@@ -74,7 +74,6 @@ struct State {
   int thread_level = SHMEM_THREAD_MULTIPLE;
   bool mpi_initialized_by_us = false;
   size_t data_bytes = 0;     // symmetric data+bss size
-  bool oversubscribed = false;  // more PEs (and their tcp/ucx progress threads) on this host than cores
 };
 State& state();
 

@@ -32,8 +32,8 @@ template <typename Pred, typename Describe = std::nullptr_t>
 void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem::WaitFrom from = {},
           Describe describe = nullptr) {
   if (ready()) return;
-  const auto budget =
-      std::chrono::microseconds(state().oversubscribed ? kSpinUsOversubscribed : kSpinUsDedicated);
+  const bool crowded = rt(fn).oversubscribed();
+  const auto budget = std::chrono::microseconds(crowded ? kSpinUsOversubscribed : kSpinUsDedicated);
   const auto spin_start = std::chrono::steady_clock::now();
   for (int i = 1;; ++i) {
 #if defined(__x86_64__)
@@ -42,7 +42,7 @@ void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem
     if (ready()) return;
     if (i % kSpinPolls == 0 && std::chrono::steady_clock::now() - spin_start > budget) break;
   }
-  if (state().oversubscribed) {
+  if (crowded) {
     const auto yield_start = std::chrono::steady_clock::now();
     while (std::chrono::steady_clock::now() - yield_start < std::chrono::microseconds(kYieldUsOversubscribed)) {
       sched_yield();

@@ -176,12 +176,9 @@ void Runtime::setup() {
   const auto& settings = env::get();
   int device = settings.device >= 0 ? static_cast<int>(settings.device) : g_bound_device;
   topology_ = Topology::discover(*bootstrap_, device);
-  {
-    cpu_set_t cpus;
-    int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
-    if (ncpu <= 0) ncpu = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-    oversubscribed_ = topology_.local_size() > ncpu;
-  }
+  cpu_set_t cpus;
+  int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+  if (ncpu <= 0) ncpu = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   int bound = 0;
   for (int pe = 0; pe < n_pes_; ++pe) bound += topology_.pe(pe).cuda_device >= 0;
   if (bound != 0 && bound != n_pes_)
@@ -260,6 +257,12 @@ void Runtime::setup() {
     transports_.push_back(std::move(tcp));
   }
   for (auto& t : transports_) t->expose_region(heap_region_);
+  // A PE reached over tcp or ucx is served by this PE's progress thread, which needs a core as
+  // much as the PE does: such a PE counts twice, or a long busy-poll starves the thread that
+  // must apply the peer's operations (2-PE C API barriers over ucx took 2-5 ms that way).
+  bool progress_thread = false;
+  for (int pe = 0; pe < n_pes_; ++pe) progress_thread |= peer_transport_[pe] && peer_transport_[pe] != shm_ptr;
+  oversubscribed_ = topology_.local_size() * (progress_thread ? 2 : 1) > ncpu;
 
   // Exchange the heap's base and sharing handle, connect every peer.
   struct Announce {

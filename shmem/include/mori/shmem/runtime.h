@@ -178,7 +178,8 @@ class Runtime {
   }
 
   ThreadLevel thread_level() const { return thread_level_; }
-  // More PEs on this host than cores this process may run on: waits yield instead of spinning.
+  // More PEs on this host than cores this process may run on (a PE with tcp/ucx peers counting
+  // twice, for its progress thread): waits yield and sleep instead of spinning.
   bool oversubscribed() const { return oversubscribed_; }
   void set_thread_level(ThreadLevel l) { thread_level_ = l; }
 
