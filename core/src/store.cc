@@ -38,7 +38,7 @@ constexpr uint32_t kMaxKeysPerGet = 1u << 20;
 constexpr size_t kReceiveChunk = 1 << 20;
 
 enum Op : uint8_t { kSet = 1, kGet = 2, kBye = 3 };
-enum Reply : uint8_t { kOk = 0, kTimedOut = 1, kOwnerGone = 2 };
+enum Reply : uint8_t { kOk = 0, kTimedOut = 1, kOwnerGone = 2, kStopped = 3 };
 
 template <typename T>
 void put_raw(std::string& buf, const T& v) {
@@ -124,7 +124,7 @@ void StoreServer::stop() {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_.exchange(true)) return;
   }
-  cv_.notify_all();  // pending gets answer "timed out" and their connections end
+  cv_.notify_all();  // pending gets answer "stopped" and their connections end
   acceptor_->stop();
 }
 
@@ -190,7 +190,11 @@ void StoreServer::serve(net::Connection& conn) {
             status = kOwnerGone;
             break;
           }
-          if (stopping_.load() || cv_.wait_until(lock, until) == std::cv_status::timeout) {
+          if (stopping_.load()) {
+            status = kStopped;
+            break;
+          }
+          if (cv_.wait_until(lock, until) == std::cv_status::timeout) {
             while (missing < n && kv_.count(keys[missing])) ++missing;
             if (missing == n) break;
             status = kTimedOut;
@@ -299,6 +303,10 @@ std::vector<std::string> StoreClient::get(const std::vector<std::string>& keys, 
     if (status == kOwnerGone)
       raise(Status::kRemote, "rank %d: rank %d left the job (its bootstrap connection closed) before providing '%s'",
             rank_, owner, key.c_str());
+    if (status == kStopped)
+      throw StoreStopped(format("rank %d: the bootstrap store at %s stopped while rank %d waited for rank %d "
+                                "(bootstrap key '%s')",
+                                rank_, address_.c_str(), rank_, owner, key.c_str()));
     raise(Status::kTimeout,
           "rank %d: timed out after %.0f s waiting for rank %d (bootstrap key '%s'); raise MORI_BOOTSTRAP_TIMEOUT "
           "if it is just slow",

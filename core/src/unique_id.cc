@@ -108,12 +108,18 @@ class RankHostedStore : public Bootstrap {
   void guarded(Op&& op) {
     try {
       op();
+    } catch (const StoreStopped& e) {
+      // The store said it is stopping: its listener may still accept for a moment, so do not probe it.
+      if (host_rank_ < 0 || host_rank_ == rank()) throw;
+      lost(e);
     } catch (const Error& e) {
       if (host_rank_ < 0 || host_rank_ == rank() || store_reachable()) throw;
-      raise(Status::kRemote,
-            "rank %d: lost the bootstrap store at %s:%d, hosted by rank %d: rank %d exited or failed (%s)", rank(),
-            host_.c_str(), port_, host_rank_, host_rank_, e.what());
+      lost(e);
     }
+  }
+  [[noreturn]] void lost(const Error& e) const {
+    raise(Status::kRemote, "rank %d: lost the bootstrap store at %s:%d, hosted by rank %d: rank %d exited or failed (%s)",
+          rank(), host_.c_str(), port_, host_rank_, host_rank_, e.what());
   }
   // A store that still accepts connections is alive: the error was something else.
   bool store_reachable() const {

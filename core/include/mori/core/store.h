@@ -21,6 +21,7 @@
 #include "mori/core/acceptor.h"
 #include "mori/core/bootstrap.h"
 #include "mori/core/rate_limited_log.h"
+#include "mori/core/status.h"
 
 namespace mori {
 
@@ -30,6 +31,13 @@ constexpr uint64_t kStoreMaxValueBytes = 256ull << 20;
 JobSecret random_secret();
 std::string secret_to_hex(const JobSecret& s);
 JobSecret secret_from_hex(const std::string& hex);
+
+// A get that the store could not answer because it was stopping: the process hosting it ended
+// or shut it down. Distinct from a timeout, which says a rank is slow.
+class StoreStopped : public Error {
+ public:
+  explicit StoreStopped(const std::string& what) : Error(Status::kRemote, what) {}
+};
 
 class StoreServer {
  public:
