@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 ALL = "kernels,dtypes,routing,internode"
 
 
-@pytest.mark.parametrize("n,presets", [(2, ALL), (4, ALL), (8, "kernels,routing,internode")])
+@pytest.mark.parametrize("n,presets", [(2, ALL + ",big"), (4, ALL + ",big"), (8, "kernels,routing,internode")])
 def test_suite(n, presets):
     out = check(mori_run(n, python_program("ep_suite.py", "--preset", presets), timeout=240))
     assert f"on {n} PEs passed" in out

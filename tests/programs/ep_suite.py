@@ -265,6 +265,17 @@ def presets(name: str, world: int) -> list[Case]:
         cases.append(replace(base, kernel=K.InterNodeV1, gpu_per_node=gpn, quant="fp8_direct_cast"))
         cases.append(replace(base, kernel=K.InterNodeV1, gpu_per_node=1, routing="sentinel"))
         return cases
+    if name == "big":
+        # Combines of more than 8 MiB per PE (streaming stores, the AVX2 sum of bf16 rows): a
+        # symmetric input (bf16, fp32: the dispatch output itself, own rows staged), a private one
+        # (fp8 -> bf16: own rows read in place), skewed routing, and uneven copy blocks.
+        big = replace(base, hidden=4096, max_tokens=512, rounds=2, routing="max_tokens")
+        return [replace(big, dtype=torch.float32),
+                replace(big, routing="random"),
+                replace(big, dtype=FP8, combine_dtype=torch.bfloat16, scale_dim=4),
+                replace(big, routing="all_to_one", rounds=1),
+                replace(big, routing="zero_tokens", rounds=1),
+                replace(big, kernel=K.IntraNodeLL, block_num=5, rounds=1)]
     if name == "hosts":
         # Across hosts: IntraNode must refuse (no direct mapping of the other host); the
         # RMA kernel types with the Complete Example's shape (hidden 7168, top-8).
