@@ -8,10 +8,11 @@ what engines fall back to without a dispatch kernel — exchange per-rank counts
 destination, ``all_to_all_single`` the rows, top-k ids and weights (gloo on CPU, NCCL on GPU),
 and for combine the reverse ``all_to_all_single`` plus an ``index_add_`` per source token.
 
-Time per phase: on CPUs the mean over iterations of the slowest rank's time, every iteration
-starting from a barrier; on GPUs (``--gpu``) the slowest rank's time per call in CUDA graphs of
-back-to-back calls (dispatch alone; combine = dispatch+combine pairs minus dispatch), the NCCL
-path per iteration from a barrier (it synchronizes with the host anyway). Figures per phase
+Time per phase: on CPUs the median over iterations of the slowest rank's time, every iteration
+starting from a barrier (a shared host's hiccups move a mean, not a median); on GPUs (``--gpu``)
+the slowest rank's time per call in CUDA graphs of back-to-back calls (dispatch alone; combine =
+dispatch+combine pairs minus dispatch), the NCCL path per iteration from a barrier (it
+synchronizes with the host anyway). Figures per phase
 (per rank, averaged over ranks):
 * DeepEP bandwidth: received rows x hidden x element size / time, the rank's own rows included
   (dispatch counts rows received, combine the rows sent back: DeepEP's definition);
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -106,7 +108,7 @@ def _wire_row_bytes(quant: str, hidden: int) -> int:
 
 
 def _measure(fn: Callable[[], None], barrier: Callable[[], None], iters: int, warmup: int, reduce_max) -> float:
-    """Mean over iterations of the slowest rank's duration (seconds)."""
+    """Median over iterations of the slowest rank's duration (seconds)."""
     for _ in range(warmup):
         barrier()
         fn()
@@ -116,7 +118,7 @@ def _measure(fn: Callable[[], None], barrier: Callable[[], None], iters: int, wa
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return sum(reduce_max(times)) / iters
+    return statistics.median(reduce_max(times))
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -171,9 +173,9 @@ def _worker(args: argparse.Namespace) -> int:
 
     def timed(prep: Optional[Callable[[], None]], fn: Callable[[], None], iters: int,
               warmup: int) -> tuple[float, float]:
-        """(mean over iterations of the slowest rank's time of fn, the peer-copy ceiling in GB/s
-        measured between them): each iteration a ceiling copy, prep (untimed), then fn, each from
-        a barrier, so that the op and its ceiling see the same load on a shared host."""
+        """(median over iterations of the slowest rank's time of fn, the peer-copy ceiling in GB/s
+        from the median copy between them): each iteration a ceiling copy, prep (untimed), then fn,
+        each from a barrier, so that the op and its ceiling see the same load on a shared host."""
         op_t, cp_t = [], []
         for it in range(warmup + iters):
             c = copy_once()
@@ -187,7 +189,7 @@ def _worker(args: argparse.Namespace) -> int:
             if it >= warmup:
                 op_t.append(dt)
                 cp_t.append(c)
-        return sum(reduce_max(op_t)) / iters, ceil_bytes / (sum(reduce_max(cp_t)) / iters) / 1e9
+        return statistics.median(reduce_max(op_t)), ceil_bytes / statistics.median(reduce_max(cp_t)) / 1e9
 
     report = Report("ep", ["tokens", "phase", "impl", "time_us", "deepep_GBps", "link_GBps", "ceiling_GBps",
                            "link_eff", "wire_B_row", "vs_baseline"],
