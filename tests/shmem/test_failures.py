@@ -91,6 +91,41 @@ def test_launcher_of_a_later_host_names_global_ranks():
     assert "rank 3 exited with code 5" in proc.stderr, proc.stderr
 
 
+def test_a_stopping_store_says_so_to_a_pending_get():
+    """A get blocked on a key when its store stops (the rank hosting it failed) ends at once with
+    an error saying the store stopped. It used to answer "timed out after <the whole timeout>"
+    although it had waited a moment, and when the store's port still accepted a probe connection
+    the loss of a rank-hosted store was misreported as a slow rank (a CI flake of the test below)."""
+    import threading
+
+    from mori import _C
+
+    secret = _C.core.random_secret_hex()
+    server = _C.core.StoreServer(secret, "127.0.0.1", 0)
+    client = _C.core.StoreClient("127.0.0.1", server.port, secret, 1, 30.0)
+    errors: list[Exception] = []
+
+    def get_missing_key() -> None:
+        try:
+            client.get(["never-set"], [0], 60.0)
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            errors.append(exc)
+
+    waiter = threading.Thread(target=get_missing_key)
+    waiter.start()
+    time.sleep(0.3)  # the get is blocked in the store
+    start = time.monotonic()
+    server.stop()
+    waiter.join(10)
+    assert not waiter.is_alive(), "the pending get was not answered when the store stopped"
+    assert time.monotonic() - start < 5
+    assert len(errors) == 1, errors
+    message = str(errors[0])
+    assert "timed out" not in message, message
+    # The answer usually wins the race with the connection's shutdown; either names the store.
+    assert "bootstrap store" in message and ("stopped" in message or "connection closed" in message), message
+
+
 def test_death_of_the_rank_hosting_the_store_is_named():
     """MASTER_ADDR/RANK jobs: rank 0 hosts the bootstrap store. When its init fails (here: a heap
     size it alone refuses), the others said only "bootstrap store connection closed"."""
