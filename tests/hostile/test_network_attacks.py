@@ -173,6 +173,9 @@ def test_store_idle_flood_then_the_job_joins():
     assert 1 <= evictions <= 10, f"{evictions} eviction lines for {IDLE_CONNECTIONS} strangers:\n{outs[0]}"
 
 
+@pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
+                    reason="under scripts/sanitize.sh: UBSan checks a vptr by writing the object into a pipe, "
+                           "which a process out of descriptors cannot open, so it reports every virtual call")
 def test_store_out_of_descriptors_keeps_accepting():
     """A store process with only a few free descriptors, flooded: accept() fails with EMFILE,
     and the store must go on (evicting strangers) instead of its accept thread ending."""
