@@ -314,7 +314,11 @@ __attribute__((target("avx2"))) int sum_rows_bf16_avx2(uint16_t* dst, const uint
   return i;
 }
 
-const bool kHasAvx2 = __builtin_cpu_supports("avx2");
+// Initialized before main (or at dlopen), possibly before libgcc's own CPU probe ran.
+const bool kHasAvx2 = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") != 0;
+}();
 #endif
 
 }  // namespace
