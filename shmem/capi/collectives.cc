@@ -135,7 +135,7 @@ StagedParts stage_and_meet(Group& g, const void* part, size_t bytes, const char*
   auto& r = rt(fn);
   // Two members exchange one message each way through the inbox instead: that is one wait
   // each too, without the shared arrival word (faster when each PE has its own core).
-  if (g.n < 3 || !inbox().usable(g, bytes, r) || !shares_this_host(g, r)) return {};
+  if (g.n < 3 || !inbox().stageable(g, bytes, r) || !shares_this_host(g, r)) return {};
   const uint64_t parity = inbox().next_stage(g);
   if (part && bytes) std::memcpy(inbox().staged_part(g, g.me, parity, r), part, bytes);
   central_barrier(g, r, fn);  // its release publishes every member's part
@@ -224,7 +224,7 @@ void alltoalls_group(Group& g, void* dest, const void* source, ptrdiff_t dst, pt
                      size_t elem, const char* fn) {
   auto& r = rt(fn);
   const size_t block = nelems * elem;
-  if (dst == 1 && sst == 1 && block * g.n <= Inbox::kMessageBytes) {
+  if (dst == 1 && sst == 1) {
     // Member i stages its n blocks; member j takes block j of every member's part.
     if (StagedParts parts = stage_and_meet(g, source, block * g.n, fn); parts.valid()) {
       for (int i = 0; i < g.n; ++i)

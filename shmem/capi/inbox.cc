@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "capi/inbox.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -25,6 +26,9 @@ void Inbox::setup(mori::shmem::Runtime& r) {
   slots_ = static_cast<Slot*>(r.malloc(cells * 2 * sizeof(Slot), 64, "shmem_init", false));
   acks_ = static_cast<Ack*>(r.malloc(cells * sizeof(Ack), 64, "shmem_init", false));
   stages_ = static_cast<unsigned char*>(r.malloc(cells * 2 * kMessageBytes, 64, "shmem_init", false));
+  wide_part_ = std::max(kMessageBytes, kWideStageBytes / static_cast<size_t>(n_pes_) / 64 * 64);
+  wide_stages_ = static_cast<unsigned char*>(
+      r.malloc(2 * static_cast<size_t>(n_pes_) * 2 * wide_part_, 64, "shmem_init", false));
   for (size_t i = 0; i < cells * 2; ++i) slots_[i].seq = 0;
   std::memset(acks_, 0, cells * sizeof(Ack));
   sent_.assign(cells, 0);
@@ -37,6 +41,8 @@ void Inbox::teardown() {
   slots_ = nullptr;
   acks_ = nullptr;
   stages_ = nullptr;
+  wide_stages_ = nullptr;
+  wide_part_ = 0;
   sent_.clear();
   staged_.clear();
   received_.clear();
@@ -53,8 +59,16 @@ Inbox::Slot* Inbox::slot(int channel, int sender, uint64_t seq) const {
 
 Inbox::Ack* Inbox::ack(int channel, int receiver) const { return &acks_[index(channel, receiver)]; }
 
+bool Inbox::stageable(const Group& g, size_t bytes, mori::shmem::Runtime& r) const {
+  const size_t limit = wide_index(g.channel) >= 0 ? wide_part_ : kMessageBytes;
+  return bytes <= limit && usable(g, 0, r);
+}
+
 char* Inbox::staged_part(const Group& g, int member, uint64_t parity, mori::shmem::Runtime& r) const {
-  unsigned char* local = stages_ + ((index(g.channel, member) * 2) + parity) * kMessageBytes;
+  const int wide = wide_index(g.channel);
+  unsigned char* local =
+      wide >= 0 ? wide_stages_ + ((static_cast<size_t>(wide) * n_pes_ + member) * 2 + parity) * wide_part_
+                : stages_ + ((index(g.channel, member) * 2) + parity) * kMessageBytes;
   return static_cast<char*>(r.ptr(local, g.pes[0]));
 }
 

@@ -26,6 +26,7 @@ class Inbox {
   static constexpr int kChannels = kMaxTeams + 1;  // one per team slot, the last for active sets
   static constexpr int kActiveSetChannel = kMaxTeams;
   static constexpr int kMaxPes = 64;  // the slots take kChannels * 2 * ~1 KiB per PE of the job
+  static constexpr size_t kWideStageBytes = 64 * 1024;  // a wide channel's parts, all members together
 
   // Collective over the world (at shmem_init): allocates and clears this PE's slots.
   void setup(mori::shmem::Runtime& r);
@@ -35,6 +36,11 @@ class Inbox {
   // member gives the same answer (same arguments, same topology, same job size).
   bool usable(const Group& g, size_t bytes, mori::shmem::Runtime& r) const;
 
+  // Whether a collective over `g` with parts of `bytes` may stage them (same host is the
+  // caller's check). Parts up to kMessageBytes on every channel; on the world team's and the
+  // active sets' channels up to kWideStageBytes / job size (an alltoall of 1 KiB blocks at 8 PEs
+  // stages 8 KiB a member), which keeps those two stagings at 256 KiB a PE for any job size.
+  bool stageable(const Group& g, size_t bytes, mori::shmem::Runtime& r) const;
   // Same host: where member `member`'s part of the next staged collective on `g`'s channel goes,
   // in member 0's memory (mapped here). Members write their parts there, meet at the central
   // barrier, and read every part from there: one wake-up per PE per collective, as a barrier.
@@ -63,6 +69,10 @@ class Inbox {
 
   Slot* slots_ = nullptr;  // [channel][sender][2], on every PE at the same offset
   unsigned char* stages_ = nullptr;  // [channel][member][2][kMessageBytes]: staged parts (member 0's used)
+  unsigned char* wide_stages_ = nullptr;  // [world, active sets][member][2][wide_part_]: the same, wider
+  size_t wide_part_ = 0;
+  // Index into wide_stages_ of a channel (-1: it stages in stages_).
+  static int wide_index(int channel) { return channel == 0 ? 0 : channel == kActiveSetChannel ? 1 : -1; }
   Ack* acks_ = nullptr;    // [channel][receiver]: what each receiver took from this PE
   int n_pes_ = 0;
   int my_pe_ = -1;

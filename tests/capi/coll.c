@@ -89,6 +89,42 @@ static void run_team(shmem_team_t team, int tag, struct bufs *bf) {
   CHECK(memcmp(bf->check, ddst, NE * sizeof(double)) == 0, "reduction bit-identical across members");
 }
 
+/* Parts bigger than an inbox slot (1 KiB) on the world team, whose channel stages up to 64 KiB /
+   job size a member: broadcast, fcollect and a sum of 5600-byte parts, an alltoall of 1 KiB blocks
+   (8 KiB a member at 8 PEs), three rounds each so that both staging parities are reused. */
+#define NW 700
+#define NA 128
+static void run_wide(int tag) {
+  int n = shmem_n_pes(), me = shmem_my_pe();
+  long *src = shmem_malloc(NW * sizeof(long)), *dst = shmem_malloc((size_t)NW * n * sizeof(long));
+  long *asrc = shmem_malloc((size_t)NA * n * sizeof(long)), *adst = shmem_malloc((size_t)NA * n * sizeof(long));
+  for (int round = 0; round < 3; ++round) {
+    int t = tag + 10 * round, root = round % n;
+    for (int i = 0; i < NW; ++i) src[i] = (long)rnd(t, me, i);
+    for (int i = 0; i < NW; ++i) dst[i] = -1;
+    CHECK(shmem_long_broadcast(SHMEM_TEAM_WORLD, dst, src, NW, root) == 0, "wide broadcast");
+    for (int i = 0; i < NW; ++i) CHECK(dst[i] == (long)rnd(t, root, i), "wide broadcast %d", i);
+    CHECK(shmem_long_fcollect(SHMEM_TEAM_WORLD, dst, src, NW) == 0, "wide fcollect");
+    for (int k = 0; k < n; ++k)
+      for (int i = 0; i < NW; ++i) CHECK(dst[k * NW + i] == (long)rnd(t, k, i), "wide fcollect %d %d", k, i);
+    CHECK(shmem_long_sum_reduce(SHMEM_TEAM_WORLD, dst, src, NW) == 0, "wide sum");
+    for (int i = 0; i < NW; ++i) {
+      long s = 0;
+      for (int k = 0; k < n; ++k) s += (long)rnd(t, k, i);
+      CHECK(dst[i] == s, "wide sum %d", i);
+    }
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < NA; ++i) asrc[j * NA + i] = (long)rnd(t + 1, me * 64 + j, i);
+    CHECK(shmem_long_alltoall(SHMEM_TEAM_WORLD, adst, asrc, NA) == 0, "wide alltoall");
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < NA; ++i) CHECK(adst[j * NA + i] == (long)rnd(t + 1, j * 64 + me, i), "wide alltoall %d %d", j, i);
+  }
+  shmem_free(adst);
+  shmem_free(asrc);
+  shmem_free(dst);
+  shmem_free(src);
+}
+
 int main(int argc, char **argv) {
   seed_from_args(argc, argv);
   shmem_init();
@@ -105,6 +141,7 @@ int main(int argc, char **argv) {
                     shmem_malloc(NE * sizeof(double)), shmem_malloc(NE * sizeof(double)),
                     shmem_malloc(NE * sizeof(double))};
   run_team(SHMEM_TEAM_WORLD, 100, &bf);
+  run_wide(150);
 
   /* odd stride: PEs n-1, n-3, ... (negative stride), and every 3rd PE */
   shmem_team_t rev = SHMEM_TEAM_INVALID, third = SHMEM_TEAM_INVALID;
