@@ -94,23 +94,25 @@ static void run_team(shmem_team_t team, int tag, struct bufs *bf) {
    (8 KiB a member at 8 PEs), three rounds each so that both staging parities are reused. */
 #define NW 700
 #define NA 128
+/* 56-bit values: a sum over up to 256 PEs stays inside a long (signed overflow is undefined). */
+static long wv(int tag, int pe, int i) { return (long)(rnd(tag, pe, (uint64_t)i) >> 8); }
 static void run_wide(int tag) {
   int n = shmem_n_pes(), me = shmem_my_pe();
   long *src = shmem_malloc(NW * sizeof(long)), *dst = shmem_malloc((size_t)NW * n * sizeof(long));
   long *asrc = shmem_malloc((size_t)NA * n * sizeof(long)), *adst = shmem_malloc((size_t)NA * n * sizeof(long));
   for (int round = 0; round < 3; ++round) {
     int t = tag + 10 * round, root = round % n;
-    for (int i = 0; i < NW; ++i) src[i] = (long)rnd(t, me, i);
+    for (int i = 0; i < NW; ++i) src[i] = wv(t, me, i);
     for (int i = 0; i < NW; ++i) dst[i] = -1;
     CHECK(shmem_long_broadcast(SHMEM_TEAM_WORLD, dst, src, NW, root) == 0, "wide broadcast");
-    for (int i = 0; i < NW; ++i) CHECK(dst[i] == (long)rnd(t, root, i), "wide broadcast %d", i);
+    for (int i = 0; i < NW; ++i) CHECK(dst[i] == wv(t, root, i), "wide broadcast %d", i);
     CHECK(shmem_long_fcollect(SHMEM_TEAM_WORLD, dst, src, NW) == 0, "wide fcollect");
     for (int k = 0; k < n; ++k)
-      for (int i = 0; i < NW; ++i) CHECK(dst[k * NW + i] == (long)rnd(t, k, i), "wide fcollect %d %d", k, i);
+      for (int i = 0; i < NW; ++i) CHECK(dst[k * NW + i] == wv(t, k, i), "wide fcollect %d %d", k, i);
     CHECK(shmem_long_sum_reduce(SHMEM_TEAM_WORLD, dst, src, NW) == 0, "wide sum");
     for (int i = 0; i < NW; ++i) {
       long s = 0;
-      for (int k = 0; k < n; ++k) s += (long)rnd(t, k, i);
+      for (int k = 0; k < n; ++k) s += wv(t, k, i);
       CHECK(dst[i] == s, "wide sum %d", i);
     }
     for (int j = 0; j < n; ++j)
