@@ -84,6 +84,21 @@ int main(int argc, char **argv) {
   for (int j = 0; j < n; ++j) a2a_src[j] = me * 100 + j;
   shmem_alltoall64(a2a_dst, a2a_src, 1, 0, 0, n, pSync);
   for (int j = 0; j < n; ++j) CHECK(a2a_dst[j] == j * 100 + me, "alltoall64 %d", j);
+  /* 1 KiB blocks: past an inbox slot, staged in the active sets' wide staging (8 KiB a member at 8 PEs) */
+  shmem_barrier_all();
+  long *wide_src = shmalloc((size_t)n * 128 * sizeof(long)), *wide_dst = shmalloc((size_t)n * 128 * sizeof(long));
+  for (int round = 0; round < 3; ++round) {
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < 128; ++i) wide_src[j * 128 + i] = (long)rnd(40 + round, me * 64 + j, i);
+    shmem_barrier_all();
+    shmem_alltoall64(wide_dst, wide_src, 128, 0, 0, n, pSync);
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < 128; ++i)
+        CHECK(wide_dst[j * 128 + i] == (long)rnd(40 + round, j * 64 + me, i), "wide alltoall64 %d %d", j, i);
+  }
+  shmem_barrier_all();
+  shfree(wide_dst);
+  shfree(wide_src);
   shmem_barrier_all();
   shmem_broadcast64(a2a_dst, a2a_src, n, n - 1, 0, 0, n, pSync);
   if (me != n - 1)
