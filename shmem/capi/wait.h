@@ -32,24 +32,35 @@ template <typename Pred, typename Describe = std::nullptr_t>
 void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem::WaitFrom from = {},
           Describe describe = nullptr) {
   if (ready()) return;
-  const bool crowded = rt(fn).oversubscribed();
+  mori::shmem::Runtime& r = rt(fn);
+  const bool crowded = r.oversubscribed();
   const auto budget = std::chrono::microseconds(crowded ? kSpinUsOversubscribed : kSpinUsDedicated);
-  const auto spin_start = std::chrono::steady_clock::now();
-  for (int i = 1;; ++i) {
+  {
+    // Serve peers' emulated RMA (ucx) while we poll; a PE that keeps being served keeps
+    // polling, so a peer's run of operations costs no wake-up each.
+    mori::shmem::Runtime::Polling polling(r);
+    auto spin_start = std::chrono::steady_clock::now();
+    for (int i = 1;; ++i) {
 #if defined(__x86_64__)
-    __builtin_ia32_pause();
+      __builtin_ia32_pause();
 #endif
-    if (ready()) return;
-    if (i % kSpinPolls == 0 && std::chrono::steady_clock::now() - spin_start > budget) break;
-  }
-  if (crowded) {
-    const auto yield_start = std::chrono::steady_clock::now();
-    while (std::chrono::steady_clock::now() - yield_start < std::chrono::microseconds(kYieldUsOversubscribed)) {
-      sched_yield();
       if (ready()) return;
+      if (polling.poll()) {
+        if (ready()) return;
+        spin_start = std::chrono::steady_clock::now();
+      }
+      if (i % kSpinPolls == 0 && std::chrono::steady_clock::now() - spin_start > budget) break;
+    }
+    if (crowded) {
+      const auto yield_start = std::chrono::steady_clock::now();
+      while (std::chrono::steady_clock::now() - yield_start < std::chrono::microseconds(kYieldUsOversubscribed)) {
+        sched_yield();
+        polling.poll();
+        if (ready()) return;
+      }
     }
   }
-  rt(fn).wait_for(ready, fn, watched, from, describe, /*spins=*/0, /*ring=*/watched != nullptr);
+  r.wait_for(ready, fn, watched, from, describe, /*spins=*/0, /*ring=*/watched != nullptr);
 }
 
 }  // namespace mori::capi

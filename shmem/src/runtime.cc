@@ -257,11 +257,17 @@ void Runtime::setup() {
     transports_.push_back(std::move(tcp));
   }
   for (auto& t : transports_) t->expose_region(heap_region_);
-  // A PE reached over tcp or ucx is served by this PE's progress thread, which needs a core as
-  // much as the PE does: such a PE counts twice, or a long busy-poll starves the thread that
-  // must apply the peer's operations (2-PE C API barriers over ucx took 2-5 ms that way).
+  for (auto& t : transports_)
+    if (t->pollable()) polled_.push_back(t.get());
+  // A PE reached over tcp is served by this PE's progress thread, which needs a core as much
+  // as the PE does: such a PE counts twice, or a long busy-poll starves the thread that must
+  // apply the peer's operations (2-PE C API barriers over ucx took 2-5 ms that way, before
+  // waits polled). A waiting PE progresses ucx itself (Polling), so ucx peers do not count.
   bool progress_thread = false;
-  for (int pe = 0; pe < n_pes_; ++pe) progress_thread |= peer_transport_[pe] && peer_transport_[pe] != shm_ptr;
+  for (int pe = 0; pe < n_pes_; ++pe) {
+    Transport* t = peer_transport_[pe];
+    progress_thread |= t && t != shm_ptr && !t->pollable();
+  }
   oversubscribed_ = topology_.local_size() * (progress_thread ? 2 : 1) > ncpu;
 
   // Exchange the heap's base and sharing handle, connect every peer.
@@ -297,8 +303,9 @@ void Runtime::setup() {
   ctrl->state.store(kStateRunning, std::memory_order_release);
   peer_gone_ = std::make_unique<std::atomic<bool>[]>(n_pes_);
   watch_.start([this](int pe) { on_peer_exit(pe); });
-  MORI_LOG(kInfo, "SHMEM", "PE %d of %d up: %s heap, bootstrap %s", my_pe_, n_pes_, human_bytes(heap_bytes).c_str(),
-           bootstrap_->describe().c_str());
+  MORI_LOG(kInfo, "SHMEM", "PE %d of %d up: %s heap, bootstrap %s, waits %s", my_pe_, n_pes_,
+           human_bytes(heap_bytes).c_str(), bootstrap_->describe().c_str(),
+           oversubscribed_ ? "yield (PEs outnumber cores)" : polled_.empty() ? "spin" : "spin and progress ucx");
   if (device >= 0) gpu_ = GpuHeap::create(*this, device, settings.gpu_heap_size);
 }
 

@@ -26,6 +26,8 @@ constexpr double kSpinS = 50e-6;
 // A sleeping caller progresses itself at least this often: some transports signal no
 // event for some completions (large shared-memory puts), so nobody else would.
 constexpr int64_t kSleepNs = 250'000;
+// While callers progress the worker, the progress thread looks this often whether they still do.
+constexpr double kStandAsideS = 200e-6;
 
 }  // namespace
 
@@ -113,11 +115,11 @@ void UcpWorker::run() {
       options_.periodic();
       next = t + options_.periodic_s;
     }
-    // A caller progresses the worker for its request: do not fight it for UCX's worker
-    // lock (a preempted holder makes the other spin for its whole time slice). It wakes
-    // us when it stops (spinners_ is the futex word), at the latest after kSpinS.
+    // A caller progresses the worker (for its request, or serving peers while it waits): do
+    // not fight it for UCX's worker lock (a preempted holder makes the other spin for its
+    // whole time slice). Look again after kStandAsideS (sooner if the count changes).
     if (uint32_t n = spinners_.load(std::memory_order_acquire); n > 0) {
-      double left = std::isinf(next) ? 0.01 : std::min(0.01, std::max(0.0, next - t));
+      double left = std::isinf(next) ? kStandAsideS : std::min(kStandAsideS, std::max(0.0, next - t));
       futex::wait(reinterpret_cast<const uint32_t*>(&spinners_), n, static_cast<int64_t>(left * 1e9) + 1);
       continue;
     }
@@ -153,23 +155,18 @@ ucs_status_t UcpWorker::wait(ucs_status_ptr_t request, double timeout_s, const s
   ucs_status_t s;
   // Progress ourselves while the reply may be a few microseconds away (the progress thread
   // stays out of the worker lock meanwhile).
-  {
-    struct Spinning {
-      UcpWorker& w;
-      explicit Spinning(UcpWorker& worker) : w(worker) { w.spinners_.fetch_add(1, std::memory_order_acq_rel); }
-      ~Spinning() {
-        w.spinners_.fetch_sub(1, std::memory_order_acq_rel);
-        futex::wake(reinterpret_cast<const uint32_t*>(&w.spinners_));
-      }
-    } spinning(*this);
-    // The clock is read every 16th poll whether or not progress did something (unrelated
-    // traffic must not keep us spinning past kSpinS).
-    for (unsigned polls = 1;; ++polls) {
-      if (done(&s)) return s;
-      if ((polls & 15) == 0 && now_s() - start > kSpinS) break;
-      progress();
+  begin_polling();
+  // The clock is read every 16th poll whether or not progress did something (unrelated
+  // traffic must not keep us spinning past kSpinS).
+  for (unsigned polls = 1;; ++polls) {
+    if (done(&s)) {
+      end_polling();
+      return s;
     }
+    if ((polls & 15) == 0 && now_s() - start > kSpinS) break;
+    progress();
   }
+  end_polling();
   // Then sleep: the progress thread (woken by the worker's event fd) progresses, and wakes
   // us whenever it did something; we progress once per kSleepNs ourselves.
   for (;;) {
@@ -184,6 +181,13 @@ ucs_status_t UcpWorker::wait(ucs_status_ptr_t request, double timeout_s, const s
     if (now_s() > deadline) return UCS_ERR_TIMED_OUT;
   }
 }
+
+void UcpWorker::begin_polling() { spinners_.fetch_add(1, std::memory_order_acq_rel); }
+
+// No wake-up: the progress thread looks again within kStandAsideNs. A caller that polls
+// in a loop (put, quiet, put, ...) would otherwise wake it between every two calls, and
+// the woken thread takes a core from the PEs for nothing.
+void UcpWorker::end_polling() { spinners_.fetch_sub(1, std::memory_order_acq_rel); }
 
 void UcpWorker::release(ucs_status_ptr_t request) {
   if (request == nullptr || UCS_PTR_IS_ERR(request)) return;

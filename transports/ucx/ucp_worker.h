@@ -68,6 +68,10 @@ class UcpWorker {
   // Frees a request that wait() gave up on, once whatever could still complete it is
   // gone (its endpoint force-closed): progresses briefly so UCX finishes it, then frees.
   void release(ucs_status_ptr_t request);
+  // A caller that progresses the worker itself for a while (a PE waiting in the library,
+  // serving its peers' RMA): the progress thread stands aside until the last one ends.
+  void begin_polling();
+  void end_polling();
   // Starts the progress thread (after the owner has set up what its callbacks use).
   void start();
   // Stops the progress thread (idempotent); the worker stays usable by the caller.
@@ -87,10 +91,10 @@ class UcpWorker {
   void wake_sleepers();
 
   std::atomic<bool> stop_{false};
-  std::atomic<uint32_t> spinners_{0};   // callers progressing in wait() (futex word: run() sleeps on it)
+  std::atomic<uint32_t> spinners_{0};   // callers progressing the worker (futex word: run() sleeps on it)
   std::atomic<uint32_t> sleepers_{0};   // callers sleeping in wait()
-  std::atomic<uint32_t> progressed_{0};
-  std::atomic<bool> progressing_{false};  // a thread is inside ucp_worker_progress  // bumped for sleepers after progress did something (futex word)
+  std::atomic<uint32_t> progressed_{0};   // bumped for sleepers after progress did something (futex word)
+  std::atomic<bool> progressing_{false};  // a thread is inside ucp_worker_progress
   std::thread thread_;
 };
 

@@ -177,8 +177,33 @@ class Runtime {
       check_target(pe, caller);
   }
 
+  // While alive, the calling thread may drive the target-side progress of the transports
+  // that have it (Transport::poll), and their progress threads stand aside: a PE waiting in
+  // the library serves its peers' emulated RMA itself, as Open MPI's PEs do, instead of a
+  // thread wake-up per incoming operation. Costs nothing where no transport is pollable.
+  class Polling {
+   public:
+    explicit Polling(const Runtime& rt) : polled_(rt.polled_) {
+      for (Transport* t : polled_) t->set_polled(true);
+    }
+    ~Polling() {
+      for (Transport* t : polled_) t->set_polled(false);
+    }
+    Polling(const Polling&) = delete;
+    Polling& operator=(const Polling&) = delete;
+    // One round of every pollable transport; true when one of them did something.
+    bool poll() {
+      bool any = false;
+      for (Transport* t : polled_) any |= t->poll();
+      return any;
+    }
+
+   private:
+    const std::vector<Transport*>& polled_;
+  };
+
   ThreadLevel thread_level() const { return thread_level_; }
-  // More PEs on this host than cores this process may run on (a PE with tcp/ucx peers counting
+  // More PEs on this host than cores this process may run on (a PE with tcp peers counting
   // twice, for its progress thread): waits yield and sleep instead of spinning.
   bool oversubscribed() const { return oversubscribed_; }
   void set_thread_level(ThreadLevel l) { thread_level_ = l; }
@@ -203,6 +228,10 @@ class Runtime {
       return pe < static_cast<int>(peer_device_transport_.size()) ? peer_device_transport_[pe] : nullptr;
     return peer_transport_[pe];
   }
+  // Polls the pollable transports until `ready()` (true) or until they did nothing for
+  // kServedPollQuiet (false).
+  template <typename Pred>
+  bool poll_while_served(Pred ready);
   RemoteRef resolve_other(const void* sym, size_t n, const char* caller) const;  // regions past the heap
   [[noreturn]] void raise_bad_pe(int pe, const char* caller) const;
   [[noreturn]] void raise_unreachable(const RemoteRef& r, int pe, const char* caller) const;
@@ -225,6 +254,7 @@ class Runtime {
   mutable std::mutex alloc_mu_;
   std::vector<std::unique_ptr<Transport>> transports_;
   std::vector<Transport*> peer_transport_;
+  std::vector<Transport*> polled_;  // transports a waiting caller can progress (Polling)
   std::vector<ControlBlock*> peer_control_;  // directly mapped control blocks (same host) or nullptr
   std::atomic<bool> peer_exited_{false};   // some watched peer has exited (finalized or not)
   std::atomic<int> dead_pe_{-1};            // the first that exited without finalizing

@@ -15,6 +15,27 @@
 namespace mori::shmem {
 
 constexpr int kCrowdedYields = 64;  // polls of an oversubscribed wait before it sleeps
+// A sleeping wait that a progress thread's work woke polls the transports itself until they
+// have been idle this long (a PE with a core of its own only).
+constexpr auto kServedPollQuiet = std::chrono::microseconds(2000);
+
+template <typename Pred>
+bool Runtime::poll_while_served(Pred ready) {
+  Polling polling(*this);
+  auto last_work = std::chrono::steady_clock::now();
+  for (unsigned i = 1;; ++i) {
+    if (ready()) return true;
+    if (polling.poll()) {
+      if (ready()) return true;
+      last_work = std::chrono::steady_clock::now();
+    } else if ((i & 15) == 0 && std::chrono::steady_clock::now() - last_work > kServedPollQuiet) {
+      return false;
+    }
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
 
 template <typename Pred, typename Describe>
 void Runtime::wait_for(Pred ready, const char* caller, const void* watched, WaitFrom from, Describe describe,
@@ -28,17 +49,23 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched, Wait
   if (spins < 0)
     spins = oversubscribed_ ? std::min<int>(static_cast<int>(env::get().spin_iterations), kCrowdedYields)
                             : static_cast<int>(env::get().spin_iterations);
-  for (int i = 0; i < spins; ++i) {
-    if (ready()) return;
-    if (yields) {
-      std::this_thread::yield();
-      continue;
-    }
+  if (spins > 0) {
+    // Serve peers' emulated RMA (ucx) meanwhile; a PE that keeps being served keeps polling,
+    // so a peer's run of operations costs no wake-up each.
+    Polling polling(*this);
+    for (int i = 0; i < spins; ++i) {
+      if (ready()) return;
+      if (polling.poll()) i = 0;
+      if (yields) {
+        std::this_thread::yield();
+        continue;
+      }
 #if defined(__x86_64__)
-    __builtin_ia32_pause();
+      __builtin_ia32_pause();
 #endif
-    // Let a progress thread on this core (tcp target, a peer PE) deliver what we wait for.
-    if ((i & 255) == 255) std::this_thread::yield();
+      // Let a progress thread on this core (tcp target, a peer PE) deliver what we wait for.
+      if ((i & 255) == 255) std::this_thread::yield();
+    }
   }
   Doorbell& bell = control()->doorbell;
   // Writers wake us only for writes covering the watched word (any write if unknown).
@@ -64,6 +91,12 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched, Wait
     if (!ok) bell.sleep(seq, slot >= 0 ? 2'000'000 : 100'000);
     bell.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (ok || ready()) return;
+    // Woken, but not for us: when a progress thread rang after serving a peer, traffic is
+    // flowing, and serving it from here costs no wake-up per operation (a PE that slept
+    // through a peer's run of puts cost that peer a thread wake-up on each).
+    if (!polled_.empty() && !oversubscribed_ && bell.seq.load(std::memory_order_relaxed) != seq &&
+        poll_while_served(ready))
+      return;
     // First the cause, then its consequences: a PE that finalized too early may have made a
     // third PE fail and exit, which the process watch reports next.
     int gone = finalized_source(from);

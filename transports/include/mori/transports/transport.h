@@ -47,6 +47,14 @@ class Transport {
   // A PE this transport knows to be gone (connection lost, process exited), or -1.
   virtual int dead_peer() const { return -1; }
 
+  // Target-side work that a waiting caller may do itself, instead of waking the transport's
+  // progress thread for every operation of a peer (ucx: peers' software-emulated RMA).
+  // poll() does one round and says whether it did something; between set_polled(true) and
+  // set_polled(false) the transport's own thread stands aside. Only where pollable().
+  virtual bool pollable() const { return false; }
+  virtual bool poll() { return false; }
+  virtual void set_polled(bool on) {}
+
   // Lets peers reach this PE's own part of `region` through this transport (a
   // target-side engine serves it). Called for every symmetric region, heap first.
   virtual void expose_region(const MemRegion& region) {}
