@@ -36,8 +36,8 @@ void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem
   const bool crowded = r.oversubscribed();
   const auto budget = std::chrono::microseconds(crowded ? kSpinUsOversubscribed : kSpinUsDedicated);
   {
-    // Serve peers' emulated RMA (ucx) while we poll; a PE that keeps being served keeps
-    // polling, so a peer's run of operations costs no wake-up each.
+    // Serve peers' emulated RMA (ucx) while we poll; a PE with a core of its own that keeps
+    // being served keeps polling, so a peer's run of operations costs no wake-up each.
     mori::shmem::Runtime::Polling polling(r);
     auto spin_start = std::chrono::steady_clock::now();
     for (int i = 1;; ++i) {
@@ -47,7 +47,7 @@ void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem
       if (ready()) return;
       if (polling.poll()) {
         if (ready()) return;
-        spin_start = std::chrono::steady_clock::now();
+        if (!crowded) spin_start = std::chrono::steady_clock::now();
       }
       if (i % kSpinPolls == 0 && std::chrono::steady_clock::now() - spin_start > budget) break;
     }
@@ -59,6 +59,7 @@ void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem
         if (ready()) return;
       }
     }
+    polling.before_sleep();
   }
   r.wait_for(ready, fn, watched, from, describe, /*spins=*/0, /*ring=*/watched != nullptr);
 }

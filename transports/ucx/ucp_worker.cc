@@ -120,7 +120,9 @@ void UcpWorker::run() {
     // whole time slice). Look again after kStandAsideS (sooner if the count changes).
     if (uint32_t n = spinners_.load(std::memory_order_acquire); n > 0) {
       double left = std::isinf(next) ? kStandAsideS : std::min(kStandAsideS, std::max(0.0, next - t));
+      aside_.store(true, std::memory_order_seq_cst);
       futex::wait(reinterpret_cast<const uint32_t*>(&spinners_), n, static_cast<int64_t>(left * 1e9) + 1);
+      aside_.store(false, std::memory_order_relaxed);
       continue;
     }
     while (spinners_.load(std::memory_order_acquire) == 0 && progress() != 0) {
@@ -160,13 +162,13 @@ ucs_status_t UcpWorker::wait(ucs_status_ptr_t request, double timeout_s, const s
   // traffic must not keep us spinning past kSpinS).
   for (unsigned polls = 1;; ++polls) {
     if (done(&s)) {
-      end_polling();
+      end_polling(false);
       return s;
     }
     if ((polls & 15) == 0 && now_s() - start > kSpinS) break;
     progress();
   }
-  end_polling();
+  end_polling(true);
   // Then sleep: the progress thread (woken by the worker's event fd) progresses, and wakes
   // us whenever it did something; we progress once per kSleepNs ourselves.
   for (;;) {
@@ -184,10 +186,11 @@ ucs_status_t UcpWorker::wait(ucs_status_ptr_t request, double timeout_s, const s
 
 void UcpWorker::begin_polling() { spinners_.fetch_add(1, std::memory_order_acq_rel); }
 
-// No wake-up: the progress thread looks again within kStandAsideNs. A caller that polls
-// in a loop (put, quiet, put, ...) would otherwise wake it between every two calls, and
-// the woken thread takes a core from the PEs for nothing.
-void UcpWorker::end_polling() { spinners_.fetch_sub(1, std::memory_order_acq_rel); }
+void UcpWorker::end_polling(bool will_sleep) {
+  if (spinners_.fetch_sub(1, std::memory_order_seq_cst) == 1 && will_sleep &&
+      aside_.load(std::memory_order_seq_cst))
+    futex::wake(reinterpret_cast<const uint32_t*>(&spinners_));
+}
 
 void UcpWorker::release(ucs_status_ptr_t request) {
   if (request == nullptr || UCS_PTR_IS_ERR(request)) return;

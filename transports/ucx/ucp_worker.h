@@ -69,9 +69,12 @@ class UcpWorker {
   // gone (its endpoint force-closed): progresses briefly so UCX finishes it, then frees.
   void release(ucs_status_ptr_t request);
   // A caller that progresses the worker itself for a while (a PE waiting in the library,
-  // serving its peers' RMA): the progress thread stands aside until the last one ends.
+  // serving its peers' RMA): the progress thread stands aside until the last one ends. It
+  // takes over at once when that caller will sleep next (`will_sleep`: nobody else would
+  // progress), else within kStandAsideS: a caller that polls in a loop (put, quiet, put,
+  // ...) would otherwise wake it between every two calls, for nothing.
   void begin_polling();
-  void end_polling();
+  void end_polling(bool will_sleep);
   // Starts the progress thread (after the owner has set up what its callbacks use).
   void start();
   // Stops the progress thread (idempotent); the worker stays usable by the caller.
@@ -93,6 +96,7 @@ class UcpWorker {
   std::atomic<bool> stop_{false};
   std::atomic<uint32_t> spinners_{0};   // callers progressing the worker (futex word: run() sleeps on it)
   std::atomic<uint32_t> sleepers_{0};   // callers sleeping in wait()
+  std::atomic<bool> aside_{false};      // the progress thread sleeps on spinners_
   std::atomic<uint32_t> progressed_{0};   // bumped for sleepers after progress did something (futex word)
   std::atomic<bool> progressing_{false};  // a thread is inside ucp_worker_progress
   std::thread thread_;

@@ -58,12 +58,8 @@ class UcxTransport : public Transport {
   int dead_peer() const override;
   bool pollable() const override { return true; }
   bool poll() override { return worker_->progress() != 0; }
-  void set_polled(bool on) override {
-    if (on)
-      worker_->begin_polling();
-    else
-      worker_->end_polling();
-  }
+  void begin_polling() override { worker_->begin_polling(); }
+  void end_polling(bool will_sleep) override { worker_->end_polling(will_sleep); }
   // "ucx " + the UCX transports/devices of the endpoint to `pe` and their roles, e.g.
   // "ucx tcp/eth0: am am_bw keepalive wireup" (wires the endpoint up first).
   std::string endpoint(int pe) const override;

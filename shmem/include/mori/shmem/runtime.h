@@ -184,11 +184,11 @@ class Runtime {
   class Polling {
    public:
     explicit Polling(const Runtime& rt) : polled_(rt.polled_) {
-      for (Transport* t : polled_) t->set_polled(true);
+      for (Transport* t : polled_) t->begin_polling();
     }
-    ~Polling() {
-      for (Transport* t : polled_) t->set_polled(false);
-    }
+    ~Polling() { end(false); }
+    // Ends polling before the caller sleeps: the transports' threads take over at once.
+    void before_sleep() { end(true); }
     Polling(const Polling&) = delete;
     Polling& operator=(const Polling&) = delete;
     // One round of every pollable transport; true when one of them did something.
@@ -199,7 +199,13 @@ class Runtime {
     }
 
    private:
+    void end(bool will_sleep) {
+      if (ended_) return;
+      ended_ = true;
+      for (Transport* t : polled_) t->end_polling(will_sleep);
+    }
     const std::vector<Transport*>& polled_;
+    bool ended_ = false;
   };
 
   ThreadLevel thread_level() const { return thread_level_; }

@@ -29,6 +29,7 @@ bool Runtime::poll_while_served(Pred ready) {
       if (ready()) return true;
       last_work = std::chrono::steady_clock::now();
     } else if ((i & 15) == 0 && std::chrono::steady_clock::now() - last_work > kServedPollQuiet) {
+      polling.before_sleep();
       return false;
     }
 #if defined(__x86_64__)
@@ -55,7 +56,9 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched, Wait
     Polling polling(*this);
     for (int i = 0; i < spins; ++i) {
       if (ready()) return;
-      if (polling.poll()) i = 0;
+      // Served: keep polling (not where PEs outnumber cores: there the PE we wait for may
+      // need this core).
+      if (polling.poll() && !yields) i = 0;
       if (yields) {
         std::this_thread::yield();
         continue;
@@ -66,6 +69,7 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched, Wait
       // Let a progress thread on this core (tcp target, a peer PE) deliver what we wait for.
       if ((i & 255) == 255) std::this_thread::yield();
     }
+    polling.before_sleep();
   }
   Doorbell& bell = control()->doorbell;
   // Writers wake us only for writes covering the watched word (any write if unknown).

@@ -49,11 +49,13 @@ class Transport {
 
   // Target-side work that a waiting caller may do itself, instead of waking the transport's
   // progress thread for every operation of a peer (ucx: peers' software-emulated RMA).
-  // poll() does one round and says whether it did something; between set_polled(true) and
-  // set_polled(false) the transport's own thread stands aside. Only where pollable().
+  // poll() does one round and says whether it did something. Between begin_polling() and
+  // end_polling() the transport's own thread stands aside; it comes back at once when the
+  // caller says it will sleep next (`will_sleep`), else soon after. Only where pollable().
   virtual bool pollable() const { return false; }
   virtual bool poll() { return false; }
-  virtual void set_polled(bool on) {}
+  virtual void begin_polling() {}
+  virtual void end_polling(bool will_sleep) {}
 
   // Lets peers reach this PE's own part of `region` through this transport (a
   // target-side engine serves it). Called for every symmetric region, heap first.
