@@ -269,6 +269,7 @@ void Runtime::setup() {
     progress_thread |= t && t != shm_ptr && !t->pollable();
   }
   oversubscribed_ = topology_.local_size() * (progress_thread ? 2 : 1) > ncpu;
+  for (auto& t : transports_) t->set_crowded(oversubscribed_);
 
   // Exchange the heap's base and sharing handle, connect every peer.
   struct Announce {

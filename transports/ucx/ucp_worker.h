@@ -71,10 +71,27 @@ class UcpWorker {
   // A caller that progresses the worker itself for a while (a PE waiting in the library,
   // serving its peers' RMA): the progress thread stands aside until the last one ends. It
   // takes over at once when that caller will sleep next (`will_sleep`: nobody else would
-  // progress), else within kStandAsideS: a caller that polls in a loop (put, quiet, put,
-  // ...) would otherwise wake it between every two calls, for nothing.
+  // progress), else within a few ms (ucp_worker.cc: kStandAsideMaxS): a caller that polls
+  // in a loop (put, quiet, put, ...) would otherwise wake it between every two calls, for
+  // nothing.
   void begin_polling();
   void end_polling(bool will_sleep);
+  // A caller inside an operation of ours (posting puts, say): the progress thread stays
+  // aside, so that it does not wake for each completion of what the caller posts and take
+  // UCX's worker lock from under it; the caller's quiet progresses them.
+  class InCall {
+   public:
+    explicit InCall(UcpWorker& w) : w_(w) { w_.begin_polling(); }
+    ~InCall() { w_.end_polling(false); }
+    InCall(const InCall&) = delete;
+    InCall& operator=(const InCall&) = delete;
+
+   private:
+    UcpWorker& w_;
+  };
+  // Whether wait() keeps progressing while progress does something (set when this PE has
+  // a core of its own) or sleeps after a short spin whatever happens.
+  void set_spin_while_busy(bool on) { spin_while_busy_.store(on, std::memory_order_relaxed); }
   // Starts the progress thread (after the owner has set up what its callbacks use).
   void start();
   // Stops the progress thread (idempotent); the worker stays usable by the caller.
@@ -97,6 +114,9 @@ class UcpWorker {
   std::atomic<uint32_t> spinners_{0};   // callers progressing the worker (futex word: run() sleeps on it)
   std::atomic<uint32_t> sleepers_{0};   // callers sleeping in wait()
   std::atomic<bool> aside_{false};      // the progress thread sleeps on spinners_
+  std::atomic<uint32_t> polls_begun_{0};  // begin_polling calls, so far
+  std::atomic<bool> spin_while_busy_{false};
+  std::atomic<bool> hand_over_{false};    // the last polling caller went to sleep: take over
   std::atomic<uint32_t> progressed_{0};   // bumped for sleepers after progress did something (futex word)
   std::atomic<bool> progressing_{false};  // a thread is inside ucp_worker_progress
   std::thread thread_;

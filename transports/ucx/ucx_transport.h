@@ -59,6 +59,7 @@ class UcxTransport : public Transport {
   bool pollable() const override { return true; }
   bool poll() override { return worker_->progress() != 0; }
   void begin_polling() override { worker_->begin_polling(); }
+  void set_crowded(bool crowded) override { worker_->set_spin_while_busy(!crowded); }
   void end_polling(bool will_sleep) override { worker_->end_polling(will_sleep); }
   // "ucx " + the UCX transports/devices of the endpoint to `pe` and their roles, e.g.
   // "ucx tcp/eth0: am am_bw keepalive wireup" (wires the endpoint up first).
