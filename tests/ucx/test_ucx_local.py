@@ -29,6 +29,14 @@ def test_shmem_suite_over_ucx(tls):
     assert "shmem suite passed on 4 PEs" in out
 
 
+@pytest.mark.parametrize("tls", ["sm", "tcp"])
+def test_operations_complete_while_the_target_computes(tls):
+    # Emulated RMA needs the target's worker progressed: by the PE when it waits in the
+    # library, by its progress thread when it computes, also right after a burst of calls.
+    out = check(mori_run(2, python_program("busy_target.py", "ucx"), timeout=90, env=ucx_all(tls)))
+    assert "busy target served: 40 rounds" in out
+
+
 def test_stress_chunked_transfers_over_ucx():
     out = check(mori_run(2, python_program("tcp_stress.py", "6", "ucx"), timeout=90, env=ucx_all("tcp")))
     assert "tcp stress passed: 6 rounds on 2 PEs" in out
