@@ -52,10 +52,12 @@ void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem
       if (i % kSpinPolls == 0 && std::chrono::steady_clock::now() - spin_start > budget) break;
     }
     if (crowded) {
-      const auto yield_start = std::chrono::steady_clock::now();
+      // Served, keep yielding here: the yield gives the core to whoever needs it, and the
+      // next operation costs no wake-up of our progress thread.
+      auto yield_start = std::chrono::steady_clock::now();
       while (std::chrono::steady_clock::now() - yield_start < std::chrono::microseconds(kYieldUsOversubscribed)) {
         sched_yield();
-        polling.poll();
+        if (polling.poll()) yield_start = std::chrono::steady_clock::now();
         if (ready()) return;
       }
     }

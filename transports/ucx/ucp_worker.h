@@ -76,19 +76,11 @@ class UcpWorker {
   // nothing.
   void begin_polling();
   void end_polling(bool will_sleep);
-  // A caller inside an operation of ours (posting puts, say): the progress thread stays
-  // aside, so that it does not wake for each completion of what the caller posts and take
-  // UCX's worker lock from under it; the caller's quiet progresses them.
-  class InCall {
-   public:
-    explicit InCall(UcpWorker& w) : w_(w) { w_.begin_polling(); }
-    ~InCall() { w_.end_polling(false); }
-    InCall(const InCall&) = delete;
-    InCall& operator=(const InCall&) = delete;
-
-   private:
-    UcpWorker& w_;
-  };
+  // A caller posts an operation (a put, say): like a poll, it keeps the progress thread
+  // aside at its next look, so that it does not wake for each completion of what the caller
+  // posts and take UCX's worker lock from under it; the caller's quiet progresses them. (No
+  // scope: a caller that then sleeps in wait() must hand progress back at once.)
+  void note_call() { polls_begun_.fetch_add(1, std::memory_order_relaxed); }
   // Whether wait() keeps progressing while progress does something (set when this PE has
   // a core of its own) or sleeps after a short spin whatever happens.
   void set_spin_while_busy(bool on) { spin_while_busy_.store(on, std::memory_order_relaxed); }

@@ -369,7 +369,7 @@ void UcxTransport::finish(ucs_status_ptr_t request, int pe, const char* what) {
 
 void UcxTransport::put(int pe, RemoteRef dst, const void* src, size_t n, bool nbi) {
   if (n == 0) return;
-  ucx::UcpWorker::InCall in_call(*worker_);
+  worker_->note_call();
   ucp_ep_h e = ep(pe, "shmem_put");
   ucp_rkey_h k = rkey(pe, dst, "shmem_put");
   ucp_request_param_t p{};
@@ -384,7 +384,7 @@ void UcxTransport::put(int pe, RemoteRef dst, const void* src, size_t n, bool nb
 
 void UcxTransport::get(int pe, void* dst, RemoteRef src, size_t n, bool nbi) {
   if (n == 0) return;
-  ucx::UcpWorker::InCall in_call(*worker_);
+  worker_->note_call();
   ucp_ep_h e = ep(pe, "shmem_get");
   ucp_rkey_h k = rkey(pe, src, "shmem_get");
   ucp_request_param_t p{};
@@ -399,7 +399,7 @@ void UcxTransport::get(int pe, void* dst, RemoteRef src, size_t n, bool nbi) {
 
 uint64_t UcxTransport::atomic(int pe, RemoteRef target, AmoOp op, int width, uint64_t operand, uint64_t compare) {
   if (width != 4 && width != 8) raise(Status::kInvalidArgument, "shmem_atomic: width %d (4 or 8 bytes)", width);
-  ucx::UcpWorker::InCall in_call(*worker_);
+  worker_->note_call();
   ucp_ep_h e = ep(pe, amo_name(op));
   ucp_rkey_h k = rkey(pe, target, amo_name(op));
   // Operand and reply in the word's width; UCP reads the operand when the call is made.
@@ -471,7 +471,7 @@ void UcxTransport::wait_posted_amos() {
 
 void UcxTransport::put_signal(int pe, RemoteRef dst, const void* src, size_t n, RemoteRef signal, uint64_t value,
                               SignalOp op, bool nbi) {
-  ucx::UcpWorker::InCall in_call(*worker_);
+  worker_->note_call();
   ucp_ep_h e = ep(pe, "shmem_put_signal");
   ucp_rkey_h kd = rkey(pe, dst, "shmem_put_signal");
   ucp_rkey_h ks = rkey(pe, signal, "shmem_put_signal");
