@@ -497,8 +497,11 @@ void UcxTransport::put_signal(int pe, RemoteRef dst, const void* src, size_t n, 
     }
     return;
   }
+  // Blocking means the source may be reused, not that the signal arrived: the signal's
+  // request (its reply says the target applied it) is quiet's to wait for, as for other
+  // AMOs nobody reads (a round trip per put_signal made each collective message one).
   finish(data, pe, "shmem_put_signal");
-  finish(sig, pe, "shmem_put_signal");
+  post_amo(sig, pe, "shmem_put_signal");
 }
 
 void UcxTransport::fence(int) {
