@@ -18,7 +18,7 @@ from harness import build_capi_programs, check, job_env, mori_run, mpirun
 
 CAPI = Path(__file__).parent / "capi"
 PROGRAMS = ["rma", "amo", "sync", "coll", "legacy", "threads", "errors", "fair", "team_sync", "shmemx", "noexit",
-            "generics_gen", "v16", "barrier", "runahead"]
+            "generics_gen", "v16", "barrier", "runahead", "stage_parity"]
 # The conformance programs (one per defect of the conformance issue) run at these PE counts.
 CONFORMANCE_PES = [1, 2, 3, 4, 8]
 
@@ -277,12 +277,13 @@ def _rnd(seed: int, tag: int, pe: int, i: int) -> int:
     return _mix64(seed ^ _mix64((tag << 48) ^ (pe << 32) ^ i))
 
 
-@pytest.mark.parametrize("name", ["fair", "team_sync", "shmemx", "generics_gen", "v16"])
+@pytest.mark.parametrize("name", ["fair", "team_sync", "shmemx", "generics_gen", "v16", "stage_parity"])
 @pytest.mark.parametrize("n", CONFORMANCE_PES)
 def test_conformance_program(built, tools, name, n):
     """fair: _any waits hand out every satisfied index in turn; team_sync: shmem_sync(team);
     shmemx: HAVE_SHMEMX_* macros; generics_gen: every C11 generic with every type of its table;
-    v16: the OpenSHMEM 1.6 routines."""
+    v16: the OpenSHMEM 1.6 routines; stage_parity: staged collectives after a subset's and
+    after a team that used the slot before."""
     seed = _seed()
     out = check(_oshrun(tools, n, [str(built / name), seed], timeout=180))
     label = "generics" if name == "generics_gen" else name

@@ -151,10 +151,9 @@ void broadcast_group(Group& g, void* dest, const void* source, size_t bytes, int
                      const char* fn) {
   if (root < 0 || root >= g.n) raise(Status::kInvalidArgument, "PE_root %d is out of range for %d PEs", root, g.n);
   auto& r = rt(fn);
-  if (StagedParts parts = stage_and_meet(g, g.me == root ? source : nullptr, bytes, fn); parts.valid()) {
-    if (g.me != root || root_copies) std::memmove(dest, parts.part(root), bytes);
-    return;
-  }
+  // Parts that fit a message go root to member, so that only the members wait, and each for
+  // the root alone (a meeting would cost every member the slowest one's arrival); larger ones
+  // are staged.
   if (inbox().usable(g, bytes, r)) {
     if (g.me == root) {
       for (int k = 1; k < g.n; ++k) inbox().send(g, (root + k) % g.n, source, bytes, fn);
@@ -162,6 +161,10 @@ void broadcast_group(Group& g, void* dest, const void* source, size_t bytes, int
     } else {
       inbox().receive(g, root, dest, bytes, fn);
     }
+    return;
+  }
+  if (StagedParts parts = stage_and_meet(g, g.me == root ? source : nullptr, bytes, fn); parts.valid()) {
+    if (g.me != root || root_copies) std::memmove(dest, parts.part(root), bytes);
     return;
   }
   group_barrier(g, fn);  // the root's source is ready and every dest is free

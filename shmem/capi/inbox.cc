@@ -60,6 +60,10 @@ Inbox::Slot* Inbox::slot(int channel, int sender, uint64_t seq) const {
 Inbox::Ack* Inbox::ack(int channel, int receiver) const { return &acks_[index(channel, receiver)]; }
 
 bool Inbox::stageable(const Group& g, size_t bytes, mori::shmem::Runtime& r) const {
+  // Active sets share one channel: a subset's staged collectives would advance only its
+  // members' count of that channel (and two subsets with the same first member would share
+  // its staging), so only sets of every PE stage; subsets go by message or by barrier.
+  if (g.channel == kActiveSetChannel && g.n != n_pes_) return false;
   const size_t limit = wide_index(g.channel) >= 0 ? wide_part_ : kMessageBytes;
   return bytes <= limit && usable(g, 0, r);
 }

@@ -47,8 +47,13 @@ class Inbox {
   // Two parities alternate, so a part is never overwritten while a slow member still reads it
   // (writing parity p again needs everyone's arrival at the meeting in between).
   char* staged_part(const Group& g, int member, uint64_t parity, mori::shmem::Runtime& r) const;
-  // The parity of the next staged collective on `g`'s channel (every member counts alike).
+  // The parity of the next staged collective on `g`'s channel (every member counts alike: the
+  // active sets' channel stages only for sets of the whole job, and a team's channel counts
+  // from 0 when the team is made).
   uint64_t next_stage(const Group& g) { return staged_[g.channel]++ & 1; }
+  void restart_stages(int channel) {
+    if (channel >= 0 && static_cast<size_t>(channel) < staged_.size()) staged_[channel] = 0;
+  }
 
   // Sends `bytes` (<= kMessageBytes) to member `to` of `g`.
   void send(const Group& g, int to, const void* data, size_t bytes, const char* fn);
