@@ -127,8 +127,8 @@ void UcpWorker::run() {
     // A caller progresses the worker (for its request, or serving peers while it waits): do
     // not fight it for UCX's worker lock (a preempted holder makes the other spin for its
     // whole time slice). A caller that polled since our last look is likely to poll again
-    // (a loop of puts and quiets): stay aside for it too.
-    // A caller that is going to sleep hands progress back at once (hand_over_).
+    // (a loop of puts and quiets): stay aside for it too, unless it went to sleep since
+    // (hand_over_: then nobody else progresses).
     aside_.store(true, std::memory_order_seq_cst);
     uint32_t n = spinners_.load(std::memory_order_seq_cst);
     uint32_t polls = polls_begun_.load(std::memory_order_seq_cst);
