@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 source scripts/env.sh
 PY=${PYTHON:-python3}
-exec $PY -m pytest -q -ra --timeout=600 -p no:cacheprovider tests "$@"
+exec $PY -m pytest -q -ra --durations=25 --timeout=600 -p no:cacheprovider tests "$@"
