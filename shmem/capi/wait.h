@@ -38,8 +38,11 @@ void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem
   {
     // Serve peers' emulated RMA (ucx) while we poll; a PE with a core of its own that keeps
     // being served keeps polling, so a peer's run of operations costs no wake-up each.
+    // Bounded by kServedPollMax, so that the sleeping wait's checks (a dead peer, the
+    // timeout) run even while other peers keep us busy.
     mori::shmem::Runtime::Polling polling(r);
-    auto spin_start = std::chrono::steady_clock::now();
+    const auto entered = std::chrono::steady_clock::now();
+    auto spin_start = entered;
     for (int i = 1;; ++i) {
 #if defined(__x86_64__)
       __builtin_ia32_pause();
@@ -49,7 +52,10 @@ void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem
         if (ready()) return;
         if (!crowded) spin_start = std::chrono::steady_clock::now();
       }
-      if (i % kSpinPolls == 0 && std::chrono::steady_clock::now() - spin_start > budget) break;
+      if (i % kSpinPolls == 0) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now - spin_start > budget || now - entered > mori::shmem::kServedPollMax) break;
+      }
     }
     if (crowded) {
       // Served, keep yielding here: the yield gives the core to whoever needs it, and the
@@ -57,7 +63,8 @@ void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem
       auto yield_start = std::chrono::steady_clock::now();
       while (std::chrono::steady_clock::now() - yield_start < std::chrono::microseconds(kYieldUsOversubscribed)) {
         sched_yield();
-        if (polling.poll()) yield_start = std::chrono::steady_clock::now();
+        if (polling.poll() && std::chrono::steady_clock::now() - entered < mori::shmem::kServedPollMax)
+          yield_start = std::chrono::steady_clock::now();
         if (ready()) return;
       }
     }

@@ -37,6 +37,17 @@ def test_operations_complete_while_the_target_computes(tls):
     assert "busy target served: 40 rounds" in out
 
 
+def test_a_served_wait_still_times_out():
+    # A waiting PE polls ucx for as long as peers keep it busy, but only up to a bound:
+    # its checks (here MORI_SHMEM_WAIT_TIMEOUT) must still run while PE 0 streams puts to it.
+    env = dict(ucx_all("tcp"), MORI_SHMEM_WAIT_TIMEOUT="2")
+    proc = mori_run(2, python_program("busy_waiter.py"), timeout=90, env=env)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, text
+    m = re.search(r"busy waiter timed out after ([0-9.]+) s: .*MORI_SHMEM_WAIT_TIMEOUT", text)
+    assert m and float(m.group(1)) < 8.0, text
+
+
 def test_stress_chunked_transfers_over_ucx():
     out = check(mori_run(2, python_program("tcp_stress.py", "6", "ucx"), timeout=90, env=ucx_all("tcp")))
     assert "tcp stress passed: 6 rounds on 2 PEs" in out

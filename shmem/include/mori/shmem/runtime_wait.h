@@ -18,16 +18,22 @@ constexpr int kCrowdedYields = 64;  // polls of an oversubscribed wait before it
 // A sleeping wait that a progress thread's work woke polls the transports itself until they
 // have been idle this long (a PE with a core of its own only).
 constexpr auto kServedPollQuiet = std::chrono::microseconds(2000);
+// Served polling ends after this long however busy it is, so that the wait's checks (a dead
+// peer, a finalized source, MORI_SHMEM_WAIT_TIMEOUT) run even while other peers keep this PE
+// busy; the wait then polls again after its next wake-up.
+constexpr auto kServedPollMax = std::chrono::milliseconds(50);
 
 template <typename Pred>
 bool Runtime::poll_while_served(Pred ready) {
   Polling polling(*this);
-  auto last_work = std::chrono::steady_clock::now();
+  const auto start = std::chrono::steady_clock::now();
+  auto last_work = start;
   for (unsigned i = 1;; ++i) {
     if (ready()) return true;
     if (polling.poll()) {
       if (ready()) return true;
       last_work = std::chrono::steady_clock::now();
+      if (last_work - start > kServedPollMax) return false;
     } else if ((i & 15) == 0 && std::chrono::steady_clock::now() - last_work > kServedPollQuiet) {
       polling.before_sleep();
       return false;
@@ -54,11 +60,12 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched, Wait
     // Serve peers' emulated RMA (ucx) meanwhile; a PE that keeps being served keeps polling,
     // so a peer's run of operations costs no wake-up each.
     Polling polling(*this);
+    const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < spins; ++i) {
       if (ready()) return;
       // Served: keep polling (not where PEs outnumber cores: there the PE we wait for may
-      // need this core).
-      if (polling.poll() && !yields) i = 0;
+      // need this core), up to kServedPollMax.
+      if (polling.poll() && !yields && std::chrono::steady_clock::now() - start < kServedPollMax) i = 0;
       if (yields) {
         std::this_thread::yield();
         continue;

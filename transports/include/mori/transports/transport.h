@@ -55,10 +55,10 @@ class Transport {
   virtual bool pollable() const { return false; }
   virtual bool poll() { return false; }
   virtual void begin_polling() {}
+  virtual void end_polling(bool will_sleep) {}
   // Told once at setup whether PEs outnumber this host's cores (then waits must not keep a
   // core busy for long) or each PE has a core of its own.
   virtual void set_crowded(bool crowded) {}
-  virtual void end_polling(bool will_sleep) {}
 
   // Lets peers reach this PE's own part of `region` through this transport (a
   // target-side engine serves it). Called for every symmetric region, heap first.
