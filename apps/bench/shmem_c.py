@@ -13,7 +13,11 @@ drifts. Prints the median of the runs with their spread (min-max) and writes eve
 ``--ucx-tls`` (default tcp), and ours over its own tcp transport (``MORI_DISABLE_P2P=1``)
 beside them, and raw UCX's ``ucx_perftest`` (2 processes, the same ``UCX_TLS``) in each run:
 the table's last column is ours over ucx against it (see ucx_perftest.py for which perftest
-matches which row). ``--transport tcp`` only ours over tcp. Default: ours over shared memory.
+matches which row). Open MPI's default collectives do not go through its spml (they run on
+its MPI layer's shared memory), so the ucx runs add Open MPI with ``OMPI_MCA_scoll=basic``,
+whose collectives are made of spml ucx operations: the collective rows' speedup is against
+that column (the same UCX underneath), the other rows' against Open MPI's default.
+``--transport tcp`` only ours over tcp. Default: ours over shared memory.
 """
 from __future__ import annotations
 
@@ -39,6 +43,10 @@ OMPI_ENV = {
     "OMPI_MCA_rmaps_base_oversubscribe": "1",
     "OMPI_MCA_opal_common_ucx_opal_mem_hooks": "0",
 }
+
+
+# The bench's collective rows (the others are point-to-point operations of one PE).
+COLLECTIVES = {"barrier", "fcollect", "broadcast+barrier", "sum_to_all_int64", "alltoall"}
 
 
 @dataclass
@@ -130,6 +138,8 @@ def run(pes: list[int], max_bytes: int, scale: float, ompi_oshcc: str, ompi_oshr
             if transport == "ucx":  # the same UCX transports under Open MPI's spml ucx
                 ompi_env.update(UCX_TLS=ucx_tls, OMPI_MCA_spml="ucx")
             impls.append(("openmpi", [ompi_oshrun], theirs, ompi_env))
+            if transport == "ucx":
+                impls.append(("openmpi-scoll-basic", [ompi_oshrun], theirs, dict(ompi_env, OMPI_MCA_scoll="basic")))
         perftest_env = None
         if transport == "ucx":
             from apps.bench import ucx_perftest
@@ -166,13 +176,15 @@ def table(rows: list[Row]) -> str:
         keyed.setdefault((r.impl, r.pes, r.op, r.bytes), []).append(r)
         if r.impl not in impls:
             impls.append(r.impl)
-    baselines = [i for i in ("openmpi", "ucx_perftest") if i in impls]
+    baselines = [i for i in ("openmpi", "openmpi-scoll-basic", "ucx_perftest") if i in impls]
     ours = [i for i in impls if i not in baselines]
     cols = ours + baselines
     runs = max((r.run for r in rows), default=0) + 1
     first = ours[0] if ours else None
     raw = "ucx_perftest" in impls
+    basic = "openmpi-scoll-basic" in impls
     lines = [f"median of {runs} run(s) [min-max]; speedup: {first or '-'} over openmpi"
+             + (" (collectives: over openmpi-scoll-basic, Open MPI's collectives on its spml)" if basic else "")
              + (f"; vs raw ucx: {first or '-'} time / ucx_perftest time" if raw else ""),
              f"{'PEs':>3} {'op':<18} {'bytes':>7} " + " ".join(f"{c:>28}" for c in cols) + f" {'speedup':>8}"
              + (f" {'vs raw ucx':>10}" if raw else "")]
@@ -193,7 +205,8 @@ def table(rows: list[Row]) -> str:
             got = keyed.get((c, n, op, b))
             cells.append(f"{fmt(_summary(got, bw)) if got else '-':>28}")
         m = _summary(rs, bw)
-        sp = ratio(keyed.get(("openmpi", n, op, b)), m, bw)
+        baseline = "openmpi-scoll-basic" if basic and op in COLLECTIVES else "openmpi"
+        sp = ratio(keyed.get((baseline, n, op, b)), m, bw)
         line = f"{n:>3} {op:<18} {b:>7} " + " ".join(cells) + f" {f'{sp:7.2f}x' if sp is not None else '-':>8}"
         if raw:
             vs = ratio(keyed.get(("ucx_perftest", n, op, b)), m, bw)

@@ -123,7 +123,7 @@ void group_barrier(Group& g, const char* fn, bool sync_only) {
   for (int round = 0, dist = 1; dist < g.n; ++round, dist <<= 1) {
     int partner = g.pes[(g.me + dist) % g.n];
     int from = g.pes[(g.me - dist % g.n + g.n) % g.n];  // who signals me in this round
-    r.atomic(&g.counters[round], AmoOp::kAdd, 8, 1, 0, partner, fn);
+    r.notify(nullptr, nullptr, 0, &g.counters[round], 1, SignalOp::kAdd, partner, fn);
     uint64_t* mine = &g.counters[round];
     wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= 1; }, fn, mine, mori::shmem::WaitFrom{from},
          [&] { return "PE " + std::to_string(from) + " to reach the barrier (round " + std::to_string(round) + ")"; });
@@ -215,7 +215,7 @@ void collect_group(Group& g, void* dest, const void* source, size_t bytes, const
     offset = __atomic_load_n(mine, __ATOMIC_ACQUIRE) - 1;
     __atomic_store_n(mine, 0, __ATOMIC_RELEASE);
   }
-  if (g.me + 1 < g.n) r.atomic(g.chain, AmoOp::kSet, 8, offset + bytes + 1, 0, g.pes[g.me + 1], fn);
+  if (g.me + 1 < g.n) r.notify(nullptr, nullptr, 0, g.chain, offset + bytes + 1, SignalOp::kSet, g.pes[g.me + 1], fn);
   if (bytes) {
     char* at = static_cast<char*>(dest) + offset;
     for (int k = 0; k < g.n; ++k) r.put(at, source, bytes, g.pes[(g.me + k) % g.n], true);

@@ -91,7 +91,7 @@ void Inbox::send(const Group& g, int to, const void* data, size_t bytes, const c
          });
   }
   Slot* s = slot(g.channel, my_pe_, next);
-  r.put_signal(s->data, data, bytes, &s->seq, next, SignalOp::kSet, pe);
+  r.notify(s->data, data, bytes, &s->seq, next, SignalOp::kSet, pe, fn);
   seq = next;
 }
 
@@ -108,7 +108,7 @@ void Inbox::receive(const Group& g, int from, void* out, size_t bytes, const cha
        });
   if (bytes) std::memcpy(out, s->data, bytes);
   seq = next;
-  r.atomic(&ack(g.channel, my_pe_)->seq, AmoOp::kSet, 8, next, 0, pe, fn);
+  r.notify(nullptr, nullptr, 0, &ack(g.channel, my_pe_)->seq, next, SignalOp::kSet, pe, fn);
 }
 
 }  // namespace mori::capi

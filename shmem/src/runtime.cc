@@ -577,6 +577,14 @@ void Runtime::put_signal(void* dst, const void* src, size_t n, uint64_t* signal,
   transport(d, pe, "shmem_put_signal").put_signal(pe, d, src, n, s, value, op, nbi);
 }
 
+void Runtime::notify(void* dst, const void* src, size_t n, uint64_t* signal, uint64_t value, SignalOp op, int pe,
+                     const char* caller) {
+  check_pe(pe, caller);
+  RemoteRef s = resolve(signal, 8, caller);
+  RemoteRef d = n ? resolve(dst, n, caller) : s;
+  transport(s, pe, caller).notify(pe, d, src, n, s, value, op);
+}
+
 uint64_t Runtime::signal_fetch(const uint64_t* signal) const {
   return __atomic_load_n(signal, __ATOMIC_ACQUIRE);
 }
@@ -704,7 +712,7 @@ void Runtime::barrier_pes(const std::vector<int>& pes, int me, uint64_t* counter
   for (int round = 0, dist = 1; dist < n; ++round, dist <<= 1) {
     int partner = pes[(me + dist) % n];
     RemoteRef ref = resolve(&counters[round], 8, caller);
-    transport(ref, partner, caller).atomic(partner, ref, AmoOp::kAdd, 8, 1, 0);
+    transport(ref, partner, caller).notify(partner, ref, nullptr, 0, ref, 1, SignalOp::kAdd);
     uint64_t target = epoch;
     uint64_t* mine = &counters[round];
     int from = pes[(me - dist % n + n) % n];  // who signals me in this round

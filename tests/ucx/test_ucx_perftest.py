@@ -44,6 +44,19 @@ def test_table_prints_our_time_over_raw_ucx():
     assert four.split()[-1] == "-"  # perftest is 2 processes
 
 
+def test_collectives_are_compared_with_open_mpis_spml_collectives():
+    ours, default, basic = (random.uniform(20, 400) for _ in range(3))
+    rows = [Row(impl, 4, op, 8, 10, us, 0.0)
+            for op in ("fcollect", "put_lat")
+            for impl, us in (("mori-ucx", ours), ("openmpi", default), ("openmpi-scoll-basic", basic))]
+    lines = table(rows).splitlines()
+    assert "openmpi-scoll-basic" in lines[0] and "openmpi-scoll-basic" in lines[1]
+    fcollect = next(ln for ln in lines if ln.split()[:2] == ["4", "fcollect"])
+    assert fcollect.split()[-1] == f"{basic / ours:.2f}x"  # the same UCX underneath
+    put = next(ln for ln in lines if ln.split()[:2] == ["4", "put_lat"])
+    assert put.split()[-1] == f"{default / ours:.2f}x"
+
+
 def test_missing_perftest_is_said(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     why = ucx_perftest.missing_reason()

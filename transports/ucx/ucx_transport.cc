@@ -149,11 +149,13 @@ std::unique_ptr<UcxTransport> UcxTransport::create(Bootstrap& bootstrap, const u
 
 UcxTransport::~UcxTransport() {
   worker_->stop();
-  for (auto& a : posted_amos_) {
-    ucs_status_t s = worker_->wait(a.request, std::min(timeout_s_, 2.0));
-    if (s == UCS_ERR_TIMED_OUT || s == UCS_ERR_CANCELED) worker_->release(a.request);
+  for (auto* list : {&posted_amos_, &notices_}) {
+    for (auto& a : *list) {
+      ucs_status_t s = worker_->wait(a.request, std::min(timeout_s_, 2.0));
+      if (s == UCS_ERR_TIMED_OUT || s == UCS_ERR_CANCELED) worker_->release(a.request);
+    }
+    list->clear();
   }
-  posted_amos_.clear();
   // Goodbyes first, so peers do not take our silence for a death.
   int32_t bye[2] = {my_pe_, kBye};
   std::vector<ucs_status_ptr_t> pending;
@@ -427,7 +429,7 @@ uint64_t UcxTransport::atomic(int pe, RemoteRef target, AmoOp op, int width, uin
   return width == 4 ? reply32 : reply;
 }
 
-void UcxTransport::post_amo(ucs_status_ptr_t request, int pe, const char* what) {
+void UcxTransport::post_amo(ucs_status_ptr_t request, int pe, const char* what, std::deque<PostedAmo>& list) {
   if (request == nullptr) return;  // applied already
   if (UCS_PTR_IS_ERR(request)) finish(request, pe, what);
   PostedAmo failed{nullptr, -1, nullptr};
@@ -435,8 +437,8 @@ void UcxTransport::post_amo(ucs_status_ptr_t request, int pe, const char* what) 
     std::lock_guard<std::mutex> lock(posted_mu_);
     // Reap the oldest while they are complete (replies come back about in order), so that a
     // long run of AMOs without a quiet stays bounded at about what is in flight.
-    while (!posted_amos_.empty()) {
-      PostedAmo& a = posted_amos_.front();
+    while (!list.empty()) {
+      PostedAmo& a = list.front();
       ucs_status_t s = api_.request_check_status(a.request);
       if (s == UCS_INPROGRESS) break;
       if (s == UCS_OK) {
@@ -446,9 +448,9 @@ void UcxTransport::post_amo(ucs_status_ptr_t request, int pe, const char* what) 
       } else {
         api_.request_free(a.request);
       }
-      posted_amos_.pop_front();
+      list.pop_front();
     }
-    posted_amos_.push_back({request, pe, what});
+    list.push_back({request, pe, what});
   }
   if (failed.request) finish(failed.request, failed.pe, failed.what);  // completed: frees it, raises its error
 }
@@ -502,6 +504,31 @@ void UcxTransport::put_signal(int pe, RemoteRef dst, const void* src, size_t n, 
   // AMOs nobody reads (a round trip per put_signal made each collective message one).
   finish(data, pe, "shmem_put_signal");
   post_amo(sig, pe, "shmem_put_signal");
+}
+
+void UcxTransport::notify(int pe, RemoteRef dst, const void* src, size_t n, RemoteRef signal, uint64_t value,
+                          SignalOp op) {
+  worker_->note_call();
+  ucp_ep_h e = ep(pe, "shmem_notify");
+  ucs_status_ptr_t data = nullptr;
+  if (n) {
+    ucp_request_param_t p{};
+    unflushed_.fetch_add(1, std::memory_order_relaxed);
+    data = api_.put_nbx(e, src, n, remote_address(pe, dst), rkey(pe, dst, "shmem_notify"), &p);
+    if (UCS_PTR_IS_ERR(data)) finish(data, pe, "shmem_notify");
+    ucx::check(api_, api_.worker_fence(worker_->worker()), "ucp_worker_fence");
+  }
+  ucp_request_param_t a{};
+  a.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+  a.datatype = ucp_dt_make_contig(8);
+  if (op == SignalOp::kSet) {  // UCP's swap needs a reply buffer; nobody reads it
+    a.op_attr_mask |= UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+    a.reply_buffer = &sink_;
+  }
+  ucs_status_ptr_t sig = api_.atomic_op_nbx(e, op == SignalOp::kSet ? UCP_ATOMIC_OP_SWAP : UCP_ATOMIC_OP_ADD, &value,
+                                            1, remote_address(pe, signal), rkey(pe, signal, "shmem_notify"), &a);
+  if (n) finish(data, pe, "shmem_notify");
+  post_amo(sig, pe, "shmem_notify", notices_);
 }
 
 void UcxTransport::fence(int) {

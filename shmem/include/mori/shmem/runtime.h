@@ -144,6 +144,10 @@ class Runtime {
                   const char* caller = "shmem_atomic");
   void put_signal(void* dst, const void* src, size_t n, uint64_t* signal, uint64_t value, SignalOp op, int pe,
                   bool nbi = false);
+  // The library's own signalling (Transport::notify): put_signal whose completion quiet()
+  // need not wait for; `dst` may be nullptr when n is 0.
+  void notify(void* dst, const void* src, size_t n, uint64_t* signal, uint64_t value, SignalOp op, int pe,
+              const char* caller);
   uint64_t signal_fetch(const uint64_t* signal) const;
   void fence();
   void quiet();

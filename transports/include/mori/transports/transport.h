@@ -40,6 +40,17 @@ class Transport {
   // Delivers the data, then updates the 64-bit signal: a reader that sees the signal sees the data.
   virtual void put_signal(int pe, RemoteRef dst, const void* src, size_t n, RemoteRef signal, uint64_t value,
                           SignalOp op, bool nbi) = 0;
+  // The library's own signalling (barrier arrivals, collective messages and their acks): like
+  // put_signal (n may be 0), returning once `src` may be reused, but quiet() need not complete
+  // it: the receiver's wait for the signal proves its delivery, so a barrier's quiet does not
+  // wait a round trip for the previous collective's signals.
+  virtual void notify(int pe, RemoteRef dst, const void* src, size_t n, RemoteRef signal, uint64_t value,
+                      SignalOp op) {
+    if (n == 0)
+      atomic(pe, signal, op == SignalOp::kSet ? AmoOp::kSet : AmoOp::kAdd, 8, value, 0);
+    else
+      put_signal(pe, dst, src, n, signal, value, op, false);
+  }
   // fence: order earlier puts/AMOs to `pe` before later ones. quiet: complete everything.
   virtual void fence(int pe) = 0;
   virtual void quiet() = 0;
