@@ -4,6 +4,7 @@
 #if MORI_HAVE_UCX_HEADERS
 
 #include <poll.h>
+#include <sched.h>
 
 #include <chrono>
 #include <cmath>
@@ -193,6 +194,10 @@ ucs_status_t UcpWorker::wait(ucs_status_ptr_t request, double timeout_s, const s
       if ((polls & 255) == 0 && give_up && give_up()) break;
     }
     if (progress() && busy_spin) last_work = now_s();
+    // Where PEs outnumber cores, hand the core over between polls: the peer whose reply we
+    // wait for (or the PE that must run after us) may need it. 4 PEs on 2 cores over UCX's
+    // tcp: barrier 161 -> 105 us, broadcast+barrier 507 -> 343 us (medians of 5 alternated runs).
+    if (!busy_spin) sched_yield();
   }
   end_polling(true);
   // Then sleep: the progress thread (woken by the worker's event fd) progresses, and wakes
