@@ -32,9 +32,8 @@ void forget_team_contexts(shmem_team_t team) {
     if (c->team == team) c->team = nullptr;
 }
 
-int world_pe(shmem_ctx_t ctx, int pe, const char* fn) {
+int team_world_pe(shmem_ctx_t ctx, int pe, const char* fn) {
   mori_shmem_team* t = ctx->team;
-  if (t == &mori_shmem_team_world) return pe;
   if (!t) raise(Status::kInvalidArgument, "the context's team was destroyed");
   if (pe < 0 || pe >= static_cast<int>(t->pes.size()))
     raise(Status::kInvalidArgument, "PE %d is out of range for the context's team of %zu PEs", pe, t->pes.size());

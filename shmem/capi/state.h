@@ -86,7 +86,10 @@ inline mori::shmem::Runtime& rt(const char* fn) { return mori::shmem::Runtime::g
 [[noreturn]] void global_exit(int status) noexcept;
 
 // World PE of `pe` in ctx's team (checked).
-int world_pe(shmem_ctx_t ctx, int pe, const char* fn);
+int team_world_pe(shmem_ctx_t ctx, int pe, const char* fn);
+inline int world_pe(shmem_ctx_t ctx, int pe, const char* fn) {
+  return ctx->team == &mori_shmem_team_world ? pe : team_world_pe(ctx, pe, fn);  // the common case inline
+}
 mori_shmem_team* check_team(shmem_team_t team, const char* fn);
 bool team_alive(shmem_team_t team);
 // Contexts created from a destroyed team become invalid.

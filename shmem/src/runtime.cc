@@ -21,7 +21,6 @@ namespace mori::shmem {
 namespace {
 
 std::mutex g_init_mu;
-Runtime* g_runtime = nullptr;
 int g_bound_device = -1;  // Runtime::bind_device
 std::atomic<uint64_t> g_generation{0};
 
@@ -126,7 +125,7 @@ RemoteRef strided_span(const Runtime& rt, const void* first, ptrdiff_t stride, s
 
 void Runtime::init(std::unique_ptr<Bootstrap> bootstrap) {
   std::lock_guard<std::mutex> lock(g_init_mu);
-  if (g_runtime) raise(Status::kInvalidUsage, "shmem is already initialized (PE %d of %d)", g_runtime->my_pe_, g_runtime->n_pes_);
+  if (live_) raise(Status::kInvalidUsage, "shmem is already initialized (PE %d of %d)", live_->my_pe_, live_->n_pes_);
   if (!bootstrap) raise(Status::kInvalidArgument, "shmem init: no bootstrap");
   env::reload();
   auto* rt = new Runtime(std::move(bootstrap));
@@ -136,15 +135,15 @@ void Runtime::init(std::unique_ptr<Bootstrap> bootstrap) {
     delete rt;
     throw;
   }
-  g_runtime = rt;
+  live_ = rt;
   g_generation.fetch_add(1);
 }
 
 void Runtime::finalize() {
   std::lock_guard<std::mutex> lock(g_init_mu);
-  if (!g_runtime) return;
-  Runtime* rt = g_runtime;
-  g_runtime = nullptr;
+  if (!live_) return;
+  Runtime* rt = live_;
+  live_ = nullptr;
   try {
     rt->teardown();
   } catch (...) {
@@ -154,14 +153,14 @@ void Runtime::finalize() {
   delete rt;
 }
 
-bool Runtime::initialized() { return g_runtime != nullptr; }
+Runtime* Runtime::live_ = nullptr;
+
+bool Runtime::initialized() { return live_ != nullptr; }
 
 uint64_t Runtime::generation() { return g_generation.load(); }
 
-Runtime& Runtime::get(const char* caller) {
-  Runtime* rt = g_runtime;
-  if (!rt) raise(Status::kInvalidUsage, "%s: shmem is not initialized (call shmem_init / a mori.shmem init function first)", caller);
-  return *rt;
+void Runtime::raise_not_initialized(const char* caller) {
+  raise(Status::kInvalidUsage, "%s: shmem is not initialized (call shmem_init / a mori.shmem init function first)", caller);
 }
 
 Runtime::Runtime(std::unique_ptr<Bootstrap> bootstrap) : bootstrap_(std::move(bootstrap)) {
