@@ -24,8 +24,8 @@ constexpr int kSpinUsDedicated = 2000;
 // yields for a while instead (a yield hands that PE the core without the futex sleep and
 // wake-up, tens of us when the vCPU halts; with nobody else to run it costs one syscall a
 // poll). Even 3 us of busy-polling first cost every waiter of a collective its share of the
-// core: a 4-PE broadcast+barrier took 27 us (median), 16 us without; an 8-PE alltoall 37 us,
-// 29 us. Only briefly: yielders keep both cores busy, so the scheduler does not move the PE we
+// core: a 4-PE broadcast+barrier took 27 us (median), 12 us without; an 8-PE alltoall 37 us,
+// 21 us. Only briefly: yielders keep both cores busy, so the scheduler does not move the PE we
 // wait for to the other core, and under foreign load a long yield phase (500 us was tried)
 // made 4-PE collectives 1 ms; 50 us never did worse than no yielding.
 constexpr int kYieldUsOversubscribed = 50;
