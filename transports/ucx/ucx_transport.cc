@@ -512,8 +512,8 @@ void UcxTransport::notify(int pe, RemoteRef dst, const void* src, size_t n, Remo
   ucp_ep_h e = ep(pe, "shmem_notify");
   ucs_status_ptr_t data = nullptr;
   if (n) {
+    // Not counted for quiet's flush either: the receiver sees the data once it sees the signal.
     ucp_request_param_t p{};
-    unflushed_.fetch_add(1, std::memory_order_relaxed);
     data = api_.put_nbx(e, src, n, remote_address(pe, dst), rkey(pe, dst, "shmem_notify"), &p);
     if (UCS_PTR_IS_ERR(data)) finish(data, pe, "shmem_notify");
     ucx::check(api_, api_.worker_fence(worker_->worker()), "ucp_worker_fence");
