@@ -471,27 +471,37 @@ void UcxTransport::wait_posted_amos() {
   }
 }
 
-void UcxTransport::put_signal(int pe, RemoteRef dst, const void* src, size_t n, RemoteRef signal, uint64_t value,
-                              SignalOp op, bool nbi) {
+std::pair<ucs_status_ptr_t, ucs_status_ptr_t> UcxTransport::post_put_signal(int pe, RemoteRef dst, const void* src,
+                                                                            size_t n, RemoteRef signal,
+                                                                            const uint64_t& value, SignalOp op,
+                                                                            bool fence, const char* what) {
   worker_->note_call();
-  ucp_ep_h e = ep(pe, "shmem_put_signal");
-  ucp_rkey_h kd = rkey(pe, dst, "shmem_put_signal");
-  ucp_rkey_h ks = rkey(pe, signal, "shmem_put_signal");
-  ucp_request_param_t p{};
-  unflushed_.fetch_add(1, std::memory_order_relaxed);
-  ucs_status_ptr_t data = n ? api_.put_nbx(e, src, n, remote_address(pe, dst), kd, &p) : nullptr;
-  if (UCS_PTR_IS_ERR(data)) finish(data, pe, "shmem_put_signal");
+  ucp_ep_h e = ep(pe, what);
+  ucs_status_ptr_t data = nullptr;
+  if (n) {
+    ucp_request_param_t p{};
+    data = api_.put_nbx(e, src, n, remote_address(pe, dst), rkey(pe, dst, what), &p);
+    if (UCS_PTR_IS_ERR(data)) finish(data, pe, what);
+  }
   // The signal must not overtake the data: UCP orders nothing on its own.
-  ucx::check(api_, api_.worker_fence(worker_->worker()), "ucp_worker_fence");
+  if (n || fence) ucx::check(api_, api_.worker_fence(worker_->worker()), "ucp_worker_fence");
   ucp_request_param_t a{};
   a.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
   a.datatype = ucp_dt_make_contig(8);
-  if (op == SignalOp::kSet) {
+  if (op == SignalOp::kSet) {  // UCP's swap needs a reply buffer; nobody reads it (concurrent writes are harmless)
     a.op_attr_mask |= UCP_OP_ATTR_FIELD_REPLY_BUFFER;
-    a.reply_buffer = &sink_;  // the old value is not wanted; concurrent writes to it are harmless
+    a.reply_buffer = &sink_;
   }
+  // UCP reads the operand when the call is made.
   ucs_status_ptr_t sig = api_.atomic_op_nbx(e, op == SignalOp::kSet ? UCP_ATOMIC_OP_SWAP : UCP_ATOMIC_OP_ADD, &value,
-                                            1, remote_address(pe, signal), ks, &a);
+                                            1, remote_address(pe, signal), rkey(pe, signal, what), &a);
+  return {data, sig};
+}
+
+void UcxTransport::put_signal(int pe, RemoteRef dst, const void* src, size_t n, RemoteRef signal, uint64_t value,
+                              SignalOp op, bool nbi) {
+  unflushed_.fetch_add(1, std::memory_order_relaxed);
+  auto [data, sig] = post_put_signal(pe, dst, src, n, signal, value, op, true, "shmem_put_signal");
   if (nbi) {
     for (auto r : {data, sig}) {
       if (UCS_PTR_IS_ERR(r)) finish(r, pe, "shmem_put_signal_nbi");
@@ -508,26 +518,10 @@ void UcxTransport::put_signal(int pe, RemoteRef dst, const void* src, size_t n, 
 
 void UcxTransport::notify(int pe, RemoteRef dst, const void* src, size_t n, RemoteRef signal, uint64_t value,
                           SignalOp op) {
-  worker_->note_call();
-  ucp_ep_h e = ep(pe, "shmem_notify");
-  ucs_status_ptr_t data = nullptr;
-  if (n) {
-    // Not counted for quiet's flush either: the receiver sees the data once it sees the signal.
-    ucp_request_param_t p{};
-    data = api_.put_nbx(e, src, n, remote_address(pe, dst), rkey(pe, dst, "shmem_notify"), &p);
-    if (UCS_PTR_IS_ERR(data)) finish(data, pe, "shmem_notify");
-    ucx::check(api_, api_.worker_fence(worker_->worker()), "ucp_worker_fence");
-  }
-  ucp_request_param_t a{};
-  a.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
-  a.datatype = ucp_dt_make_contig(8);
-  if (op == SignalOp::kSet) {  // UCP's swap needs a reply buffer; nobody reads it
-    a.op_attr_mask |= UCP_OP_ATTR_FIELD_REPLY_BUFFER;
-    a.reply_buffer = &sink_;
-  }
-  ucs_status_ptr_t sig = api_.atomic_op_nbx(e, op == SignalOp::kSet ? UCP_ATOMIC_OP_SWAP : UCP_ATOMIC_OP_ADD, &value,
-                                            1, remote_address(pe, signal), rkey(pe, signal, "shmem_notify"), &a);
-  if (n) finish(data, pe, "shmem_notify");
+  // Neither counted for quiet's flush nor waited for by quiet: the receiver sees the data once
+  // it sees the signal. The data's request still ends before return (src may be reused).
+  auto [data, sig] = post_put_signal(pe, dst, src, n, signal, value, op, false, "shmem_notify");
+  finish(data, pe, "shmem_notify");
   post_amo(sig, pe, "shmem_notify", notices_);
 }
 

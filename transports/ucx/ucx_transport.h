@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mori/core/bootstrap.h"
@@ -119,6 +120,11 @@ class UcxTransport : public Transport {
   std::mutex posted_mu_;
   std::deque<PostedAmo> posted_amos_;  // in posting order
   std::deque<PostedAmo> notices_;      // notify()'s signals: reaped as they complete, not by quiet
+  // put_signal's and notify's common part: the data (if any), a fence (after data, or always
+  // when `fence`), the signal's AMO; the two requests, not waited for.
+  std::pair<ucs_status_ptr_t, ucs_status_ptr_t> post_put_signal(int pe, RemoteRef dst, const void* src, size_t n,
+                                                                RemoteRef signal, const uint64_t& value, SignalOp op,
+                                                                bool fence, const char* what);
   void post_amo(ucs_status_ptr_t request, int pe, const char* what, std::deque<PostedAmo>& list);
   void post_amo(ucs_status_ptr_t request, int pe, const char* what) { post_amo(request, pe, what, posted_amos_); }
   void wait_posted_amos();
