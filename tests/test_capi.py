@@ -18,7 +18,7 @@ from harness import build_capi_programs, check, job_env, mori_run, mpirun
 
 CAPI = Path(__file__).parent / "capi"
 PROGRAMS = ["rma", "amo", "sync", "coll", "legacy", "threads", "errors", "fair", "team_sync", "shmemx", "noexit",
-            "generics_gen", "v16", "barrier", "runahead", "stage_parity"]
+            "generics_gen", "v16", "barrier", "runahead", "stage_parity", "idle"]
 # The conformance programs (one per defect of the conformance issue) run at these PE counts.
 CONFORMANCE_PES = [1, 2, 3, 4, 8]
 
@@ -288,6 +288,17 @@ def test_conformance_program(built, tools, name, n):
     out = check(_oshrun(tools, n, [str(built / name), seed], timeout=180))
     label = "generics" if name == "generics_gen" else name
     assert f"{label}: OK on {n} PEs" in out, f"seed {seed}:\n{out[-3000:]}"
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_idle_pes_sleep_until_rung(built, tools, transport):
+    """4 PEs on 2 cores: while PE 0 computes for a second, the PEs waiting for it in a barrier
+    (world and team) wake at most 150 times each (they sleep until the barrier's signal rings
+    them; 2 ms naps woke each ~480 times), and the job's values stay exact."""
+    seed = _seed()
+    env = {"MORI_DISABLE_P2P": "1"} if transport == "tcp" else {}
+    out = check(_oshrun(tools, 4, [str(built / "idle"), seed], timeout=60, env=env))
+    assert "idle: OK on 4 PEs" in out, f"seed {seed}:\n{out[-3000:]}"
 
 
 @pytest.mark.parametrize("n", CONFORMANCE_PES)

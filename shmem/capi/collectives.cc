@@ -105,7 +105,10 @@ void central_barrier(Group& g, mori::shmem::Runtime& r, const char* fn) {
     return;
   }
   uint64_t* mine = g.released;
-  wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) != 0; }, fn, mine, mori::shmem::WaitFrom{},
+  // Only the last arriver's atomic sets the flag: any member may be it.
+  bool rung = true;
+  for (int k = 0; k < g.n; ++k) rung = rung && (k == g.me || r.rings_on_delivery(g.pes[k]));
+  wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) != 0; }, fn, mine, mori::shmem::WaitFrom{-1, 0, rung},
        [&] { return "the barrier's other members; not arrived: " + missing_members(g, __atomic_load_n(mask, __ATOMIC_ACQUIRE)); });
   __atomic_store_n(mine, 0, __ATOMIC_RELAXED);
 }
@@ -125,7 +128,8 @@ void group_barrier(Group& g, const char* fn, bool sync_only) {
     int from = g.pes[(g.me - dist % g.n + g.n) % g.n];  // who signals me in this round
     r.notify(nullptr, nullptr, 0, &g.counters[round], 1, SignalOp::kAdd, partner, fn);
     uint64_t* mine = &g.counters[round];
-    wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= 1; }, fn, mine, mori::shmem::WaitFrom{from},
+    wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= 1; }, fn, mine,
+         mori::shmem::WaitFrom{from, 0, r.rings_on_delivery(from)},
          [&] { return "PE " + std::to_string(from) + " to reach the barrier (round " + std::to_string(round) + ")"; });
     __atomic_fetch_sub(mine, 1, __ATOMIC_ACQ_REL);
   }
@@ -210,7 +214,8 @@ void collect_group(Group& g, void* dest, const void* source, size_t bytes, const
   if (g.me > 0) {
     uint64_t* mine = g.chain;
     int from = g.pes[g.me - 1];
-    wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) != 0; }, fn, mine, mori::shmem::WaitFrom{from},
+    wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) != 0; }, fn, mine,
+         mori::shmem::WaitFrom{from, 0, r.rings_on_delivery(from)},
          [&] { return "PE " + std::to_string(from) + " to pass on the running offset of collect"; });
     offset = __atomic_load_n(mine, __ATOMIC_ACQUIRE) - 1;
     __atomic_store_n(mine, 0, __ATOMIC_RELEASE);

@@ -85,7 +85,7 @@ void Inbox::send(const Group& g, int to, const void* data, size_t bytes, const c
   if (next > 2) {
     uint64_t* taken = &ack(g.channel, pe)->seq;
     wait([&] { return __atomic_load_n(taken, __ATOMIC_ACQUIRE) >= next - 2; }, fn, taken,
-         mori::shmem::WaitFrom{pe}, [&] {
+         mori::shmem::WaitFrom{pe, 0, r.rings_on_delivery(pe)}, [&] {
            return "PE " + std::to_string(pe) + " to take collective message " + std::to_string(next - 2) +
                   " from its inbox";
          });
@@ -101,7 +101,7 @@ void Inbox::receive(const Group& g, int from, void* out, size_t bytes, const cha
   uint64_t& seq = received_[index(g.channel, pe)];
   const uint64_t next = seq + 1;
   Slot* s = slot(g.channel, pe, next);
-  wait([&] { return __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE) == next; }, fn, &s->seq, mori::shmem::WaitFrom{pe},
+  wait([&] { return __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE) == next; }, fn, &s->seq, mori::shmem::WaitFrom{pe, 0, r.rings_on_delivery(pe)},
        [&] {
          return "PE " + std::to_string(pe) + " to send its part of the collective (message " + std::to_string(next) +
                 ")";

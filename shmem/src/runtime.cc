@@ -350,6 +350,10 @@ const char* Runtime::transport_name(int pe) const {
   return peer_transport_[pe]->name();
 }
 
+bool Runtime::rings_on_delivery(int pe) const {
+  return pe >= 0 && pe < n_pes_ && peer_transport_[pe] && peer_transport_[pe]->rings_on_delivery();
+}
+
 std::string Runtime::transport_endpoint(int pe) const {
   check_pe(pe, "transport_endpoint");
   return peer_transport_[pe]->endpoint(pe);
@@ -717,7 +721,7 @@ void Runtime::barrier_pes(const std::vector<int>& pes, int me, uint64_t* counter
     int from = pes[(me - dist % n + n) % n];  // who signals me in this round
     bool world = counters == control()->barrier_counters;
     wait_for([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= target; }, caller, mine,
-             WaitFrom{from, world ? epoch : 0}, [&] {
+             WaitFrom{from, world ? epoch : 0, rings_on_delivery(from)}, [&] {
                char text[96];
                std::snprintf(text, sizeof(text), "PE %d to reach the barrier (round %d)", from, round);
                return std::string(text);

@@ -21,6 +21,7 @@ class ShmTransport : public Transport {
   explicit ShmTransport(int my_pe, int n_pes)
       : my_pe_(my_pe), doorbells_(n_pes, nullptr), unrung_(new Unrung[n_pes]) {}
   const char* name() const override { return "shm"; }
+  bool rings_on_delivery() const override { return true; }
 
   void connect_region(MemRegion& region, int pe) override;
   void disconnect_region(MemRegion& region, int pe) override;

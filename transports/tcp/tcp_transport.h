@@ -36,6 +36,7 @@ class TcpTransport : public Transport {
   ~TcpTransport() override;
 
   const char* name() const override { return "tcp"; }
+  bool rings_on_delivery() const override { return true; }
 
   void connect_region(MemRegion& region, int pe) override;
   void disconnect_region(MemRegion& region, int pe) override;

@@ -58,6 +58,8 @@ struct WaitFrom {
   int source = -1;           // the PE whose write ends the wait (-1: unknown or any)
   uint64_t world_epoch = 0;  // a barrier_all epoch: PEs that completed it are not needed, PEs that
                              // finalized or died before it are
+  bool rung = false;         // only this library's atomics/notifies write the watched word, over
+                             // transports that ring on delivery (Runtime::rings_on_delivery)
 };
 
 enum class ThreadLevel : int { kSingle = 0, kFunneled = 1, kSerialized = 2, kMultiple = 3 };
@@ -85,6 +87,9 @@ class Runtime {
   Bootstrap& bootstrap() { return *bootstrap_; }
   const Topology& topology() const { return topology_; }
   const char* transport_name(int pe) const;
+  // Whether the library's atomics and notifies from `pe` ring this PE's doorbell as they land
+  // (see Transport::rings_on_delivery): a wait for them may set WaitFrom::rung.
+  bool rings_on_delivery(int pe) const;
   // Where the transport to `pe` reaches it ("ip:port" for tcp, "" for shm).
   std::string transport_endpoint(int pe) const;
 

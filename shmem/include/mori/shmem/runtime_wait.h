@@ -22,6 +22,13 @@ constexpr auto kServedPollQuiet = std::chrono::microseconds(2000);
 // peer, a finalized source, MORI_SHMEM_WAIT_TIMEOUT) run even while other peers keep this PE
 // busy; the wait then polls again after its next wake-up.
 constexpr auto kServedPollMax = std::chrono::milliseconds(50);
+// A sleeping wait wakes at least this often (ns) to look again: writers that ring nobody exist
+// (nbi puts ring at the writer's next quiet, stores through shmem_ptr and a NIC's writes never
+// do). A wait whose word only rung writes touch (WaitFrom::rung) wakes just for the checks
+// (a dead peer, a finalized source, the timeout): at 8 PEs on 2 cores, seven PEs idle in a
+// barrier waking every 2 ms cost the one working PE 3,500 preemptions a second.
+constexpr long kSilentWriterNapNs = 2'000'000;
+constexpr long kRungSleepNs = 50'000'000;
 
 template <typename Pred>
 bool Runtime::poll_while_served(Pred ready) {
@@ -99,7 +106,7 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched, Wait
     bell.sleepers.fetch_add(1, std::memory_order_seq_cst);
     bool ok = ready();
     // Without a slot nobody will ring for us: poll at a short interval instead.
-    if (!ok) bell.sleep(seq, slot >= 0 ? 2'000'000 : 100'000);
+    if (!ok) bell.sleep(seq, slot < 0 ? 100'000 : from.rung ? kRungSleepNs : kSilentWriterNapNs);
     bell.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (ok || ready()) return;
     // Woken, but not for us: when a progress thread rang after serving a peer, traffic is

@@ -58,6 +58,12 @@ class Transport {
   // A PE this transport knows to be gone (connection lost, process exited), or -1.
   virtual int dead_peer() const { return -1; }
 
+  // Whether every atomic, signal and notify of this transport rings the target's doorbell
+  // as it lands (shm: the writer rings; tcp: the target's thread that applies it). Not where
+  // a NIC writes memory behind the CPU's back (ucx). A wait on a word that only such
+  // operations write may then sleep until rung rather than nap (Runtime::wait_for).
+  virtual bool rings_on_delivery() const { return false; }
+
   // Target-side work that a waiting caller may do itself, instead of waking the transport's
   // progress thread for every operation of a peer (ucx: peers' software-emulated RMA).
   // poll() does one round and says whether it did something. Between begin_polling() and
