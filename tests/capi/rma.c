@@ -58,6 +58,30 @@ int main(int argc, char **argv) {
   shmem_quiet();
   for (size_t i = 0; i < 5000; ++i) CHECK(back[i] == (uint8_t)rnd(3, (left + n - 1) % n, 496 + i), "getmem %zu", i);
 
+  /* sizes around the vector-copy bounds (mori/core/copy.h), at odd offsets, both ways */
+  {
+    static const size_t sizes[] = {2047, 2048, 2049, 4096 + 33, 65536 + 7, (1u << 20) - 1, 1u << 20, (1u << 20) + 1};
+    const size_t most = (1u << 20) + 1;
+    uint8_t *big = shmem_malloc(most + 16);
+    uint8_t *mine = malloc(most + 16), *back_big = malloc(most + 16);
+    CHECK(big && mine && back_big, "malloc of the copy-bound buffers");
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); ++k) {
+      const size_t bytes = sizes[k];
+      for (size_t i = 0; i < bytes; ++i) mine[3 + i] = (uint8_t)rnd(10 + (int)k, me, i);
+      shmem_barrier_all();
+      shmem_putmem(big + 5, mine + 3, bytes, right);
+      shmem_barrier_all();
+      for (size_t i = 0; i < bytes; ++i) CHECK(big[5 + i] == (uint8_t)rnd(10 + (int)k, left, i), "put of %zu bytes: byte %zu", bytes, i);
+      shmem_getmem(back_big + 1, big + 5, bytes, right);
+      for (size_t i = 0; i < bytes; ++i)
+        CHECK(back_big[1 + i] == (uint8_t)rnd(10 + (int)k, me, i), "get of %zu bytes: byte %zu", bytes, i);
+    }
+    shmem_barrier_all();
+    shmem_free(big);
+    free(mine);
+    free(back_big);
+  }
+
   /* strided: every 3rd element of src into every 2nd element of dest */
   int *strided = shmem_calloc(64, sizeof(int));
   int sv[64];

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "mori/core/copy.h"
 #include "mori/core/status.h"
 
 namespace mori {
@@ -81,7 +82,7 @@ void* ShmTransport::direct_ptr(int pe, RemoteRef r) {
 }
 
 void ShmTransport::put(int pe, RemoteRef dst, const void* src, size_t n, bool nbi) {
-  std::memcpy(at(pe, dst), src, n);
+  copy_bytes(at(pe, dst), src, n);
   if (nbi)
     defer_ring(pe, dst, n);
   else
@@ -90,7 +91,7 @@ void ShmTransport::put(int pe, RemoteRef dst, const void* src, size_t n, bool nb
 
 void ShmTransport::get(int pe, void* dst, RemoteRef src, size_t n, bool) {
   std::atomic_thread_fence(std::memory_order_acquire);
-  std::memcpy(dst, at(pe, src), n);
+  copy_bytes(dst, at(pe, src), n);
 }
 
 uint64_t ShmTransport::atomic(int pe, RemoteRef target, AmoOp op, int width, uint64_t operand, uint64_t compare) {
@@ -102,7 +103,7 @@ uint64_t ShmTransport::atomic(int pe, RemoteRef target, AmoOp op, int width, uin
 
 void ShmTransport::put_signal(int pe, RemoteRef dst, const void* src, size_t n, RemoteRef signal, uint64_t value,
                               SignalOp op, bool) {
-  std::memcpy(at(pe, dst), src, n);
+  copy_bytes(at(pe, dst), src, n);
   // The release ordering of the signal update publishes the payload to an acquiring reader.
   apply_amo(at(pe, signal), op == SignalOp::kSet ? AmoOp::kSet : AmoOp::kAdd, 8, value, 0);
   ring(pe, signal, 8);

@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: MIT
+// copy_bytes: memcpy for the transports' data path, without `rep movsb` at mid sizes.
+//
+// glibc copies 4 KiB .. its non-temporal threshold with `rep movsb` where the CPU advertises
+// fast string moves. On the AMD EPYC VMs this project runs on, that instruction's speed depends
+// on where the two buffers sit: a 32 KiB copy from a peer's mapping took 0.74 us in one process
+// and 1.3-1.7 us in the next (the same program, 8 runs), and 4 KiB ran at 45-74 GB/s against
+// 75-92 GB/s for plain vector moves. Between kVectorCopyMin and kVectorCopyMax this copies with
+// 32-byte vector loads and stores instead (0.68-0.85 us at 32 KiB in every run); smaller copies
+// (vector moves in glibc already) and larger ones (non-temporal stores there) stay with memcpy.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+
+namespace mori {
+
+constexpr size_t kVectorCopyMin = size_t{2} << 10;
+constexpr size_t kVectorCopyMax = size_t{1} << 20;
+
+// The vector loop, or memcpy where the CPU lacks AVX2. Any n; dst and src must not overlap.
+void copy_vectors(void* dst, const void* src, size_t n);
+
+inline void copy_bytes(void* dst, const void* src, size_t n) {
+  if (n < kVectorCopyMin || n > kVectorCopyMax)
+    std::memcpy(dst, src, n);
+  else
+    copy_vectors(dst, src, n);
+}
+
+}  // namespace mori
