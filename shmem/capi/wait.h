@@ -29,6 +29,13 @@ constexpr int kSpinUsDedicated = 2000;
 // wait for to the other core, and under foreign load a long yield phase (500 us was tried)
 // made 4-PE collectives 1 ms; 50 us never did worse than no yielding.
 constexpr int kYieldUsOversubscribed = 50;
+// A crowded wait that served a peer's operation (ucx: software-emulated RMA over tcp/sm) keeps
+// yielding and polling this long after each one: a peer's next blocking put comes one round
+// trip later (~30-70 us over UCX's tcp), and a waiter that fell asleep in between hands every
+// operation to the progress thread's wake-up. 4-PE put+quiet over UCX's tcp: 41-44 us with the
+// 50 us window, 26-36 us with 300-1000 us (alternated runs, 2026-12-02). Waits with nothing to
+// serve (shm, tcp) never extend their window.
+constexpr int kYieldUsServed = 500;
 
 template <typename Pred, typename Describe = std::nullptr_t>
 void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem::WaitFrom from = {},
@@ -63,12 +70,16 @@ void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem
       }
     } else {
       auto yield_start = entered;
-      while (std::chrono::steady_clock::now() - yield_start < std::chrono::microseconds(kYieldUsOversubscribed)) {
+      auto window = std::chrono::microseconds(kYieldUsOversubscribed);
+      while (std::chrono::steady_clock::now() - yield_start < window) {
         sched_yield();
         if (ready()) return;
         if (polling.poll()) {
           if (ready()) return;
-          if (served_for() < mori::shmem::kServedPollMax) yield_start = std::chrono::steady_clock::now();
+          if (served_for() < mori::shmem::kServedPollMax) {
+            yield_start = std::chrono::steady_clock::now();
+            window = std::chrono::microseconds(kYieldUsServed);
+          }
         }
       }
     }
