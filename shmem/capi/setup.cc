@@ -75,8 +75,10 @@ void global_exit(int status) noexcept {
       for (int pe = 0; pe < r.n_pes(); ++pe) {
         if (pe == r.my_pe()) continue;
         try {
-          r.atomic(&g_state.sym->exit_code, AmoOp::kSet, 8, code, 0, pe, "shmem_global_exit");
-          r.atomic(&g_state.sym->exit_futex, AmoOp::kAdd, 4, 1, 0, pe, "shmem_global_exit");
+          // Fetching forms: each completes at the peer before this PE exits (a posted AMO
+          // could be lost with the process), so the peer's errors see the status first.
+          r.atomic(&g_state.sym->exit_code, AmoOp::kSwap, 8, code, 0, pe, "shmem_global_exit");
+          r.atomic(&g_state.sym->exit_futex, AmoOp::kFetchAdd, 4, 1, 0, pe, "shmem_global_exit");
           if (auto* word = static_cast<uint32_t*>(r.ptr(&g_state.sym->exit_futex, pe))) futex::wake(word);
         } catch (...) {
           // a peer that is already gone needs no notice
@@ -89,6 +91,15 @@ void global_exit(int status) noexcept {
 }
 
 void fail(const char* fn, const std::exception& e) noexcept {
+  // A peer that called shmem_global_exit stores its status here before it exits, so an
+  // error that its exit caused (a wait that saw it gone) must end with its status, not ours.
+  if (g_state.sym) {
+    uint64_t code = __atomic_load_n(&g_state.sym->exit_code, __ATOMIC_ACQUIRE);
+    if (code & 1) {
+      std::fflush(nullptr);
+      _exit(static_cast<int>(code >> 1));
+    }
+  }
   int pe = Runtime::initialized() ? Runtime::get(fn).my_pe() : -1;
   const char* what = e.what();
   // Runtime messages often start with the routine's generic name; always lead with the public one.
