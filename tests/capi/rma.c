@@ -75,6 +75,19 @@ int main(int argc, char **argv) {
       shmem_getmem(back_big + 1, big + 5, bytes, right);
       for (size_t i = 0; i < bytes; ++i)
         CHECK(back_big[1 + i] == (uint8_t)rnd(10 + (int)k, me, i), "get of %zu bytes: byte %zu", bytes, i);
+      /* the same non-blocking, completed by quiet (a large get over UCX's sm outran its flush) */
+      memset(back_big, 0, bytes + 1);
+      shmem_getmem_nbi(back_big + 1, big + 5, bytes, right);
+      shmem_quiet();
+      for (size_t i = 0; i < bytes; ++i)
+        CHECK(back_big[1 + i] == (uint8_t)rnd(10 + (int)k, me, i), "get_nbi of %zu bytes: byte %zu", bytes, i);
+      for (size_t i = 0; i < bytes; ++i) mine[3 + i] = (uint8_t)rnd(20 + (int)k, me, i);
+      shmem_barrier_all();
+      shmem_putmem_nbi(big + 5, mine + 3, bytes, right);
+      shmem_quiet();
+      shmem_barrier_all();
+      for (size_t i = 0; i < bytes; ++i)
+        CHECK(big[5 + i] == (uint8_t)rnd(20 + (int)k, left, i), "put_nbi of %zu bytes: byte %zu", bytes, i);
     }
     shmem_barrier_all();
     shmem_free(big);

@@ -392,8 +392,9 @@ void UcxTransport::get(int pe, void* dst, RemoteRef src, size_t n, bool nbi) {
   ucp_request_param_t p{};
   ucs_status_ptr_t r = api_.get_nbx(e, dst, n, remote_address(pe, src), k, &p);
   if (nbi && !UCS_PTR_IS_ERR(r)) {
-    unflushed_.fetch_add(1, std::memory_order_relaxed);
-    if (r) api_.request_free(r);
+    // Quiet waits for the request itself: UCX 1.13's worker flush can return before a large
+    // get (served by the target's worker in fragments over UCX_TLS=sm) has landed.
+    post_amo(r, pe, "shmem_get_nbi");
     return;
   }
   finish(r, pe, "shmem_get");

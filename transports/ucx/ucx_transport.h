@@ -112,6 +112,7 @@ class UcxTransport : public Transport {
   // AMOs whose result nobody reads, posted with a reply (their request completes once the
   // target applied them) and not waited for: quiet waits for these instead of a flush, which
   // costs a round trip of its own (a barrier's quiet found its last AMO long complete).
+  // Non-blocking gets go here too: a flush alone does not always wait for them (see get()).
   struct PostedAmo {
     ucs_status_ptr_t request;
     int pe;
