@@ -113,6 +113,44 @@ void central_barrier(Group& g, mori::shmem::Runtime& r, const char* fn) {
   __atomic_store_n(mine, 0, __ATOMIC_RELAXED);
 }
 
+// Across hosts (or over ucx) a large broadcast is pushed: each member tells the root that its
+// dest is free (one notify on the root's arrival counter), the root waits for all of them and
+// puts its source into every member's dest with a signal on the member's release word. That is
+// one message each way per member, where two barriers and a get cost log2(n) round trips each
+// and a get that the root's worker must serve. The counter is consumed by n - 1, so it is zero
+// between broadcasts; a member sends its next notice only after this broadcast's data reached
+// it, so no notice of the next one is counted in this one.
+void push_broadcast(Group& g, void* dest, const void* source, size_t bytes, int root, bool root_copies,
+                    const char* fn) {
+  auto& r = rt(fn);
+  if (g.me == root) {
+    uint64_t* ready = g.arrived;
+    const uint64_t others = static_cast<uint64_t>(g.n - 1);
+    bool rung = true;
+    for (int k = 0; k < g.n; ++k) rung = rung && (k == g.me || r.rings_on_delivery(g.pes[k]));
+    wait([&] { return __atomic_load_n(ready, __ATOMIC_ACQUIRE) >= others; }, fn, ready,
+         mori::shmem::WaitFrom{-1, 0, rung},
+         [&] { return "the broadcast's members to free their dest (" +
+                      std::to_string(__atomic_load_n(ready, __ATOMIC_ACQUIRE)) + " of " + std::to_string(others) + ")"; });
+    __atomic_fetch_sub(ready, others, __ATOMIC_ACQ_REL);
+    for (int k = 1; k < g.n; ++k) {
+      const int pe = g.pes[(root + k) % g.n];
+      if (bytes) r.put_signal(dest, source, bytes, g.released, 1, SignalOp::kSet, pe, true);
+      else r.notify(nullptr, nullptr, 0, g.released, 1, SignalOp::kSet, pe, fn);
+    }
+    r.quiet();  // the source may be reused on return
+    if (root_copies && dest != source) std::memmove(dest, source, bytes);
+    return;
+  }
+  const int from = g.pes[root];
+  r.notify(nullptr, nullptr, 0, g.arrived, 1, SignalOp::kAdd, from, fn);
+  uint64_t* mine = g.released;
+  wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) != 0; }, fn, mine,
+       mori::shmem::WaitFrom{from, 0, false},
+       [&] { return "PE " + std::to_string(from) + " (the root) to send the broadcast"; });
+  __atomic_store_n(mine, 0, __ATOMIC_RELAXED);
+}
+
 }  // namespace
 
 void group_barrier(Group& g, const char* fn, bool sync_only) {
@@ -171,6 +209,7 @@ void broadcast_group(Group& g, void* dest, const void* source, size_t bytes, int
     if (g.me != root || root_copies) std::memmove(dest, parts.part(root), bytes);
     return;
   }
+  if (!shares_this_host(g, r)) return push_broadcast(g, dest, source, bytes, root, root_copies, fn);
   group_barrier(g, fn);  // the root's source is ready and every dest is free
   if (bytes) {
     if (g.me != root) r.get(dest, source, bytes, g.pes[root]);

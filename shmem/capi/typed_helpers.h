@@ -125,18 +125,27 @@ void reduce_group(Group& g, T* dest, const T* source, size_t n, const char* fn, 
   }
   group_barrier(g, fn);
   std::vector<T> acc(n);  // value-initialized: zeros
-  constexpr size_t kChunk = 8192;
-  std::vector<T> tmp(std::min(n, kChunk));
+  // Sources of unmapped members are fetched a window at a time, every member's chunk with a
+  // non-blocking get and one quiet, so that their round trips overlap instead of adding up.
+  std::vector<const T*> mapped(static_cast<size_t>(upto));
+  std::vector<size_t> slot(static_cast<size_t>(upto));  // an unmapped member's place in `fetched`
+  int remote = 0;
   for (int j = 0; j < upto; ++j) {
-    int pe = g.pes[j];
-    const T* peer = static_cast<const T*>(r.ptr(source, pe));
-    for (size_t off = 0; off < n; off += kChunk) {
-      size_t len = std::min(kChunk, n - off);
-      const T* in = peer ? peer + off : nullptr;
-      if (!in) {
-        r.get(tmp.data(), source + off, len * sizeof(T), pe);
-        in = tmp.data();
-      }
+    mapped[j] = static_cast<const T*>(r.ptr(source, g.pes[j]));
+    if (!mapped[j]) slot[j] = static_cast<size_t>(remote++);
+  }
+  constexpr size_t kWindowBytes = 1 << 20;
+  const size_t chunk = std::max<size_t>(1, std::min(n, kWindowBytes / sizeof(T) / std::max(remote, 1)));
+  std::vector<T> fetched(chunk * static_cast<size_t>(remote));
+  for (size_t off = 0; off < n; off += chunk) {
+    const size_t len = std::min(chunk, n - off);
+    if (remote) {
+      for (int j = 0; j < upto; ++j)
+        if (!mapped[j]) r.get(fetched.data() + slot[j] * chunk, source + off, len * sizeof(T), g.pes[j], true);
+      r.quiet();
+    }
+    for (int j = 0; j < upto; ++j) {
+      const T* in = mapped[j] ? mapped[j] + off : fetched.data() + slot[j] * chunk;
       if (j == 0) {
         std::copy(in, in + len, acc.begin() + static_cast<ptrdiff_t>(off));
       } else {

@@ -127,6 +127,31 @@ static void run_wide(int tag) {
   shmem_free(src);
 }
 
+/* Parts far bigger than any staging: broadcasts from every root back to back, with nothing
+   between them but the check (a member's notice that its dest is free must not count in the
+   previous broadcast), and a sum of 2.4 MB parts, which fetches unmapped members' parts in
+   several windows. */
+#define NB (300 * 1000)
+static void run_big(int tag) {
+  int n = shmem_n_pes(), me = shmem_my_pe();
+  long *src = shmem_malloc(NB * sizeof(long)), *dst = shmem_malloc(NB * sizeof(long));
+  for (int root = 0; root < n; ++root) {
+    int t = tag + root;
+    for (int i = 0; i < NB; ++i) src[i] = wv(t, me, i);
+    CHECK(shmem_long_broadcast(SHMEM_TEAM_WORLD, dst, src, NB, root) == 0, "big broadcast");
+    for (int i = 0; i < NB; ++i) CHECK(dst[i] == wv(t, root, i), "big broadcast from %d [%d]", root, i);
+  }
+  for (int i = 0; i < NB; ++i) src[i] = wv(tag, me, i);
+  CHECK(shmem_long_sum_reduce(SHMEM_TEAM_WORLD, dst, src, NB) == 0, "big sum");
+  for (int i = 0; i < NB; ++i) {
+    long s = 0;
+    for (int k = 0; k < n; ++k) s += wv(tag, k, i);
+    CHECK(dst[i] == s, "big sum %d", i);
+  }
+  shmem_free(dst);
+  shmem_free(src);
+}
+
 int main(int argc, char **argv) {
   seed_from_args(argc, argv);
   shmem_init();
@@ -144,6 +169,7 @@ int main(int argc, char **argv) {
                     shmem_malloc(NE * sizeof(double))};
   run_team(SHMEM_TEAM_WORLD, 100, &bf);
   run_wide(150);
+  run_big(170);
 
   /* odd stride: PEs n-1, n-3, ... (negative stride), and every 3rd PE */
   shmem_team_t rev = SHMEM_TEAM_INVALID, third = SHMEM_TEAM_INVALID;
