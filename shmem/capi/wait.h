@@ -30,12 +30,9 @@ constexpr int kSpinUsDedicated = 2000;
 // made 4-PE collectives 1 ms; 50 us never did worse than no yielding.
 constexpr int kYieldUsOversubscribed = 50;
 // A crowded wait that served a peer's operation (ucx: software-emulated RMA over tcp/sm) keeps
-// yielding and polling this long after each one: a peer's next blocking put comes one round
-// trip later (~30-70 us over UCX's tcp), and a waiter that fell asleep in between hands every
-// operation to the progress thread's wake-up. 4-PE put+quiet over UCX's tcp: 41-44 us with the
-// 50 us window, 26-36 us with 300-1000 us (alternated runs, 2026-12-02). Waits with nothing to
-// serve (shm, tcp) never extend their window.
-constexpr int kYieldUsServed = 500;
+// yielding and polling this long after each one (why: mori::shmem::kServedYieldQuiet). Waits
+// with nothing to serve (shm, tcp) never extend their window.
+constexpr auto kYieldServed = mori::shmem::kServedYieldQuiet;
 
 template <typename Pred, typename Describe = std::nullptr_t>
 void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem::WaitFrom from = {},
@@ -78,7 +75,7 @@ void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem
           if (ready()) return;
           if (served_for() < mori::shmem::kServedPollMax) {
             yield_start = std::chrono::steady_clock::now();
-            window = std::chrono::microseconds(kYieldUsServed);
+            window = std::chrono::duration_cast<std::chrono::microseconds>(kYieldServed);
           }
         }
       }

@@ -18,6 +18,12 @@ constexpr int kCrowdedYields = 64;  // polls of an oversubscribed wait before it
 // A sleeping wait that a progress thread's work woke polls the transports itself until they
 // have been idle this long (a PE with a core of its own only).
 constexpr auto kServedPollQuiet = std::chrono::microseconds(2000);
+// Where PEs outnumber cores a served wait yields between polls instead, and keeps at it this
+// long after each operation it served: a peer's next blocking put comes one round trip later
+// (~30-70 us over UCX's tcp), and a waiter that fell asleep in between hands every operation to
+// the progress thread's wake-up. 4-PE put+quiet over UCX's tcp: 41-44 us with a 50 us window,
+// 26-36 us with 300-1000 us (alternated runs, 2026-12-02).
+constexpr auto kServedYieldQuiet = std::chrono::microseconds(500);
 // Served polling ends after this long however busy it is, so that the wait's checks (a dead
 // peer, a finalized source, MORI_SHMEM_WAIT_TIMEOUT) run even while other peers keep this PE
 // busy; the wait then polls again after its next wake-up.
@@ -35,15 +41,23 @@ bool Runtime::poll_while_served(Pred ready) {
   Polling polling(*this);
   const auto start = std::chrono::steady_clock::now();
   auto last_work = start;
+  const auto quiet = oversubscribed_ ? std::chrono::duration_cast<std::chrono::microseconds>(kServedYieldQuiet)
+                                     : std::chrono::duration_cast<std::chrono::microseconds>(kServedPollQuiet);
   for (unsigned i = 1;; ++i) {
     if (ready()) return true;
     if (polling.poll()) {
       if (ready()) return true;
       last_work = std::chrono::steady_clock::now();
       if (last_work - start > kServedPollMax) return false;
-    } else if ((i & 15) == 0 && std::chrono::steady_clock::now() - last_work > kServedPollQuiet) {
+    } else if ((oversubscribed_ || (i & 15) == 0) && std::chrono::steady_clock::now() - last_work > quiet) {
       polling.before_sleep();
       return false;
+    }
+    // Crowded: the PE whose operations we serve, or the one that must run next, may need
+    // this core.
+    if (oversubscribed_) {
+      std::this_thread::yield();
+      continue;
     }
 #if defined(__x86_64__)
     __builtin_ia32_pause();
@@ -111,8 +125,9 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched, Wait
     if (ok || ready()) return;
     // Woken, but not for us: when a progress thread rang after serving a peer, traffic is
     // flowing, and serving it from here costs no wake-up per operation (a PE that slept
-    // through a peer's run of puts cost that peer a thread wake-up on each).
-    if (!polled_.empty() && !oversubscribed_ && bell.seq.load(std::memory_order_relaxed) != seq &&
+    // through a peer's run of puts cost that peer a thread wake-up on each). This is also how
+    // a wait whose served polling reached kServedPollMax gets back to it after its checks.
+    if (!polled_.empty() && bell.seq.load(std::memory_order_relaxed) != seq &&
         poll_while_served(ready))
       return;
     // First the cause, then its consequences: a PE that finalized too early may have made a
