@@ -29,6 +29,10 @@ static double now_us(void) {
   return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
+/* Each put/get row runs for at least this long: a row of 4000 small puts takes ~0.1 ms, where
+ * one preemption on a crowded node moves its figure by half. */
+static const double kMinRowUs = 10e3;
+
 static int iters_for(size_t bytes, double scale) {
   int it = bytes <= 4096 ? 20000 : bytes <= 65536 ? 4000 : bytes <= (1 << 20) ? 400 : 100;
   it = (int)(it * scale);
@@ -102,20 +106,23 @@ int main(int argc, char **argv) {
     if (me == 0) {
       for (int i = 0; i < warm; ++i) { shmem_putmem(heap, local, bytes, peer); shmem_quiet(); }
       double t = now_us();
-      for (int i = 0; i < it; ++i) { shmem_putmem(heap, local, bytes, peer); shmem_quiet(); }
-      report("put_lat", bytes, it, now_us() - t);
+      int done = 0;
+      for (; done < it || now_us() - t < kMinRowUs; ++done) { shmem_putmem(heap, local, bytes, peer); shmem_quiet(); }
+      report("put_lat", bytes, done, now_us() - t);
       for (int i = 0; i < warm; ++i) shmem_getmem(local, heap, bytes, peer);
       t = now_us();
-      for (int i = 0; i < it; ++i) shmem_getmem(local, heap, bytes, peer);
-      report("get_lat", bytes, it, now_us() - t);
+      for (done = 0; done < it || now_us() - t < kMinRowUs; ++done) shmem_getmem(local, heap, bytes, peer);
+      report("get_lat", bytes, done, now_us() - t);
       /* bandwidth: a window of non-blocking puts, then quiet */
-      int window = 64, rounds = it / window + 1;
+      int window = 64, rounds = it / window + 1, r = 0;
+      for (int w = 0; w < window; ++w) shmem_putmem_nbi(heap, local, bytes, peer);
+      shmem_quiet();
       t = now_us();
-      for (int r = 0; r < rounds; ++r) {
+      for (; r < rounds || now_us() - t < kMinRowUs; ++r) {
         for (int w = 0; w < window; ++w) shmem_putmem_nbi(heap, local, bytes, peer);
         shmem_quiet();
       }
-      report("put_bw", bytes, rounds * window, now_us() - t);
+      report("put_bw", bytes, r * window, now_us() - t);
     }
     shmem_barrier_all();
   }
