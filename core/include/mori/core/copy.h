@@ -7,7 +7,8 @@
 // and 1.3-1.7 us in the next (the same program, 8 runs), and 4 KiB ran at 45-74 GB/s against
 // 75-92 GB/s for plain vector moves. Between kVectorCopyMin and kVectorCopyMax this copies with
 // 32-byte vector loads and stores instead (0.68-0.85 us at 32 KiB in every run); smaller copies
-// (vector moves in glibc already) and larger ones (non-temporal stores there) stay with memcpy.
+// (vector moves in glibc already) and larger ones (non-temporal stores there) stay with memcpy,
+// and so does every copy on other CPUs (copy.cc says why).
 #pragma once
 
 #include <cstddef>
@@ -18,7 +19,7 @@ namespace mori {
 constexpr size_t kVectorCopyMin = size_t{2} << 10;
 constexpr size_t kVectorCopyMax = size_t{1} << 20;
 
-// The vector loop, or memcpy where the CPU lacks AVX2. Any n; dst and src must not overlap.
+// The vector loop on AMD CPUs with AVX2, memcpy elsewhere. Any n; dst and src must not overlap.
 void copy_vectors(void* dst, const void* src, size_t n);
 
 inline void copy_bytes(void* dst, const void* src, size_t n) {
