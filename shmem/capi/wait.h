@@ -7,6 +7,8 @@
 // error naming the PE.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <sched.h>
@@ -28,7 +30,28 @@ constexpr int kSpinUsDedicated = 2000;
 // 21 us. Only briefly: yielders keep both cores busy, so the scheduler does not move the PE we
 // wait for to the other core, and under foreign load a long yield phase (500 us was tried)
 // made 4-PE collectives 1 ms; 50 us never did worse than no yielding.
+//
+// The window adapts between these bounds. A wait that had to sleep and was woken soon after
+// (within twice the window) doubles it: the phases this PE waits through are longer than the
+// window, and every sleeper costs its waker a futex wake and itself a vCPU wake-up (8-PE
+// alltoall of 64 KiB blocks on 2 cores, Xeon VM: 350 us with a fixed 50 us window, 200 us with
+// 200 us; Open MPI's 177 us). A wait that slept far longer (8 windows: a peer computing,
+// foreign load) halves it, so an idle or loaded PE keeps the short window.
 constexpr int kYieldUsOversubscribed = 50;
+constexpr int kYieldUsMax = 800;
+
+inline std::atomic<int>& yield_window_us() {
+  static std::atomic<int> window{kYieldUsOversubscribed};
+  return window;
+}
+
+inline void adapt_yield_window(std::chrono::steady_clock::duration slept, int window_us) {
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(slept).count();
+  if (us < 2 * window_us)
+    yield_window_us().store(std::min(kYieldUsMax, 2 * window_us), std::memory_order_relaxed);
+  else if (us > 8 * window_us)
+    yield_window_us().store(std::max(kYieldUsOversubscribed, window_us / 2), std::memory_order_relaxed);
+}
 // A crowded wait that served a peer's operation (ucx: software-emulated RMA over tcp/sm) keeps
 // yielding and polling this long after each one (why: mori::shmem::kServedYieldQuiet). Waits
 // with nothing to serve (shm, tcp) never extend their window.
@@ -39,6 +62,7 @@ void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem
           Describe describe = nullptr) {
   if (ready()) return;
   mori::shmem::Runtime& r = rt(fn);
+  int adaptive_us = 0;  // the crowded yield window this wait used, if it may adapt
   {
     // Serve peers' emulated RMA (ucx) while we poll; a PE that keeps being served keeps
     // polling (or yielding, when crowded), so a peer's run of operations costs no wake-up
@@ -67,13 +91,15 @@ void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem
       }
     } else {
       auto yield_start = entered;
-      auto window = std::chrono::microseconds(kYieldUsOversubscribed);
+      adaptive_us = yield_window_us().load(std::memory_order_relaxed);
+      auto window = std::chrono::microseconds(adaptive_us);
       while (std::chrono::steady_clock::now() - yield_start < window) {
         sched_yield();
         if (ready()) return;
         if (polling.poll()) {
           if (ready()) return;
           if (served_for() < mori::shmem::kServedPollMax) {
+            adaptive_us = 0;  // served (ucx): the window follows the peer's operations instead
             yield_start = std::chrono::steady_clock::now();
             window = std::chrono::duration_cast<std::chrono::microseconds>(kYieldServed);
           }
@@ -82,7 +108,9 @@ void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem
     }
     polling.before_sleep();
   }
+  const auto slept_from = std::chrono::steady_clock::now();
   r.wait_for(ready, fn, watched, from, describe, /*spins=*/0, /*ring=*/watched != nullptr);
+  if (adaptive_us > 0) adapt_yield_window(std::chrono::steady_clock::now() - slept_from, adaptive_us);
 }
 
 }  // namespace mori::capi
