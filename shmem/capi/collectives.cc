@@ -114,41 +114,55 @@ void central_barrier(Group& g, mori::shmem::Runtime& r, const char* fn) {
 }
 
 // Across hosts (or over ucx) a large broadcast is pushed: each member tells the root that its
-// dest is free (one notify on the root's arrival counter), the root waits for all of them and
-// puts its source into every member's dest with a signal on the member's release word. That is
-// one message each way per member, where two barriers and a get cost log2(n) round trips each
-// and a get that the root's worker must serve. The counter is consumed by n - 1, so it is zero
-// between broadcasts; a member sends its next notice only after this broadcast's data reached
-// it, so no notice of the next one is counted in this one.
+// dest is free (one notify on the root's arrival counter); the root waits for all of them, then
+// the data goes down a binomial tree, each PE putting it into its children's dest with a
+// signal on their release word (the root to members n/2, n/4, ..., 1 away, each of those on to
+// its own subtree), so the root sends log2(n) copies, not n - 1, and the subtrees' copies run
+// at once. Only the root waits for notices: the counter is consumed by n - 1, so it is zero
+// between broadcasts, and a member sends its next notice only after this broadcast's data
+// reached it, so no notice of the next one is counted in this one (a forwarding PE needs no
+// notice of its own: every dest was free before the root sent anything).
 void push_broadcast(Group& g, void* dest, const void* source, size_t bytes, int root, bool root_copies,
                     const char* fn) {
   auto& r = rt(fn);
-  if (g.me == root) {
+  const int n = g.n, rel = (g.me - root + n) % n;  // position in the tree, the root at 0
+  auto send_subtrees = [&](const void* data, int below) {
+    // Children at rel + m for m = below/2, below/4, ..., 1: the biggest subtree first.
+    bool sent = false;
+    for (int m = below >> 1; m >= 1; m >>= 1) {
+      if (rel + m >= n) continue;
+      const int pe = g.pes[(rel + m + root) % n];
+      if (bytes) r.put_signal(dest, data, bytes, g.released, 1, SignalOp::kSet, pe, true);
+      else r.notify(nullptr, nullptr, 0, g.released, 1, SignalOp::kSet, pe, fn);
+      sent = true;
+    }
+    if (sent) r.quiet();  // the data (source, or this PE's dest) may be reused on return
+  };
+  if (rel == 0) {
     uint64_t* ready = g.arrived;
-    const uint64_t others = static_cast<uint64_t>(g.n - 1);
+    const uint64_t others = static_cast<uint64_t>(n - 1);
     bool rung = true;
-    for (int k = 0; k < g.n; ++k) rung = rung && (k == g.me || r.rings_on_delivery(g.pes[k]));
+    for (int k = 0; k < n; ++k) rung = rung && (k == g.me || r.rings_on_delivery(g.pes[k]));
     wait([&] { return __atomic_load_n(ready, __ATOMIC_ACQUIRE) >= others; }, fn, ready,
          mori::shmem::WaitFrom{-1, 0, rung},
          [&] { return "the broadcast's members to free their dest (" +
                       std::to_string(__atomic_load_n(ready, __ATOMIC_ACQUIRE)) + " of " + std::to_string(others) + ")"; });
     __atomic_fetch_sub(ready, others, __ATOMIC_ACQ_REL);
-    for (int k = 1; k < g.n; ++k) {
-      const int pe = g.pes[(root + k) % g.n];
-      if (bytes) r.put_signal(dest, source, bytes, g.released, 1, SignalOp::kSet, pe, true);
-      else r.notify(nullptr, nullptr, 0, g.released, 1, SignalOp::kSet, pe, fn);
-    }
-    r.quiet();  // the source may be reused on return
+    int top = 1;
+    while (top < n) top <<= 1;
+    send_subtrees(source, top);
     if (root_copies && dest != source) std::memmove(dest, source, bytes);
     return;
   }
-  const int from = g.pes[root];
-  r.notify(nullptr, nullptr, 0, g.arrived, 1, SignalOp::kAdd, from, fn);
+  r.notify(nullptr, nullptr, 0, g.arrived, 1, SignalOp::kAdd, g.pes[root], fn);
+  const int low = rel & -rel;  // the parent is rel - low
+  const int from = g.pes[(rel - low + root) % n];
   uint64_t* mine = g.released;
   wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) != 0; }, fn, mine,
        mori::shmem::WaitFrom{from, 0, false},
-       [&] { return "PE " + std::to_string(from) + " (the root) to send the broadcast"; });
+       [&] { return "PE " + std::to_string(from) + " to pass on the broadcast of PE " + std::to_string(g.pes[root]); });
   __atomic_store_n(mine, 0, __ATOMIC_RELAXED);
+  send_subtrees(dest, low);
 }
 
 }  // namespace
