@@ -45,6 +45,9 @@ def main(mode: str, arg: str, progress: str) -> int:
                 os.kill(os.getpid(), signal.SIGKILL)
     except Exception as exc:  # noqa: BLE001 - the point is which error arrives
         print(f"PE {me} caught {type(exc).__name__} after {time.monotonic() - last_ok:.2f} s: {exc}", flush=True)
+        # Stay a moment before leaving: the other survivors must see the victim's death, not
+        # this PE's exit, first (the tests check that each error names the PE that died).
+        time.sleep(1.0)
         os._exit(3)  # the job is broken: leave without finalize
     print(f"PE {me}: the loop ended without an error", flush=True)
     return 1
