@@ -87,6 +87,47 @@ struct OpMin { template <typename T> static T apply(T a, T b) { return b < a ? b
 struct OpSum { template <typename T> static T apply(T a, T b) { return a + b; } };
 struct OpProd { template <typename T> static T apply(T a, T b) { return a * b; } };
 
+// Off shared memory, a reduction over 3 or more members splits the work (a reduce-scatter, then
+// an allgather): member i combines block i of every member's source, in team order, into block
+// i of its dest, then every member reads the others' blocks from their dest. Each PE receives
+// 2 (n - 1) / n of the data instead of n - 1 times it, and each block is combined once, on one
+// PE, so results are bit-identical everywhere. Block i of a source is read by member i alone
+// and block i of dest written by it alone, after reading, so dest may alias source.
+template <typename T, typename Op>
+void reduce_split(Group& g, T* dest, const T* source, size_t n, const char* fn) {
+  auto& r = rt(fn);
+  const int m = g.n;
+  auto begin = [&](int i) { return n * static_cast<size_t>(i) / static_cast<size_t>(m); };
+  const size_t lo = begin(g.me), len = begin(g.me + 1) - lo;
+  open_pull(g, fn);
+  // The other members' parts of my block are fetched a window at a time, with overlapping gets.
+  constexpr size_t kWindowBytes = 1 << 20;
+  const size_t chunk = std::max<size_t>(1, std::min(len, kWindowBytes / sizeof(T) / static_cast<size_t>(m - 1)));
+  std::vector<T> fetched(chunk * static_cast<size_t>(m - 1));
+  std::vector<T> acc(len);
+  for (size_t off = 0; off < len; off += chunk) {
+    const size_t c = std::min(chunk, len - off);
+    for (int k = 1; k < m; ++k)  // the member k after me goes to slot k - 1
+      r.get(fetched.data() + static_cast<size_t>(k - 1) * chunk, source + lo + off, c * sizeof(T),
+            g.pes[(g.me + k) % m], true);
+    r.quiet();
+    for (int j = 0; j < m; ++j) {
+      const T* in = j == g.me ? source + lo + off : fetched.data() + static_cast<size_t>((j - g.me + m) % m - 1) * chunk;
+      T* out = acc.data() + off;
+      if (j == 0) std::copy(in, in + c, out);
+      else for (size_t i = 0; i < c; ++i) out[i] = Op::apply(out[i], in[i]);
+    }
+  }
+  std::copy(acc.begin(), acc.end(), dest + lo);
+  pull_midpoint(g, fn);  // every block is combined, and nobody reads a source any more
+  for (int k = 1; k < m; ++k) {
+    const int j = (g.me + k) % m;
+    const size_t at = begin(j), cnt = begin(j + 1) - at;
+    if (cnt) r.get(dest + at, dest + at, cnt * sizeof(T), g.pes[j], true);
+  }
+  close_pull(g, fn);  // its quiet completes the gets; then nobody reads this PE's dest any more
+}
+
 // Every member combines the members' sources in team order, so floating-point
 // results are bit-identical on all PEs. Sources are read in place when the peer is
 // mapped (shm), else fetched in chunks. `upto` members are combined: all of them for a
@@ -94,7 +135,8 @@ struct OpProd { template <typename T> static T apply(T a, T b) { return a * b; }
 template <typename T, typename Op>
 void reduce_group(Group& g, T* dest, const T* source, size_t n, const char* fn, int upto = -1) {
   auto& r = rt(fn);
-  if (upto < 0) upto = g.n;
+  const bool reduction = upto < 0;  // a scan's `upto` differs per member: it never splits
+  if (reduction) upto = g.n;
   if (StagedParts parts = stage_and_meet(g, source, n * sizeof(T), fn); parts.valid()) {
     // Every member combines the staged parts in team order (they stay put until everyone
     // arrived at the next meeting), so dest may alias source.
@@ -123,7 +165,9 @@ void reduce_group(Group& g, T* dest, const T* source, size_t n, const char* fn, 
     std::copy(acc.begin(), acc.end(), dest);
     return;
   }
-  group_barrier(g, fn);
+  if (reduction && g.n > 2 && n >= static_cast<size_t>(g.n) && !shares_this_host(g, r))
+    return reduce_split<T, Op>(g, dest, source, n, fn);
+  open_pull(g, fn);
   std::vector<T> acc(n);  // value-initialized: zeros
   // Sources of unmapped members are fetched a window at a time, every member's chunk with a
   // non-blocking get and one quiet, so that their round trips overlap instead of adding up.
@@ -153,7 +197,7 @@ void reduce_group(Group& g, T* dest, const T* source, size_t n, const char* fn, 
       }
     }
   }
-  group_barrier(g, fn);  // every member has read every source: dest may alias source now
+  close_pull(g, fn);  // every member has read every source: dest may alias source now
   std::copy(acc.begin(), acc.end(), dest);
 }
 

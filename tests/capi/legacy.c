@@ -6,7 +6,7 @@
 
 long pSync[_SHMEM_BCAST_SYNC_SIZE];
 long pSync2[SHMEM_REDUCE_SYNC_SIZE];
-long pWrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE + 64];
+long pWrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE + 1024];
 int isrc[16], idst[16 * 64];
 long lsrc[8], ldst[8 * 64];
 long ivar;
@@ -103,6 +103,54 @@ int main(int argc, char **argv) {
   shmem_broadcast64(a2a_dst, a2a_src, n, n - 1, 0, 0, n, pSync);
   if (me != n - 1)
     for (int j = 0; j < n; ++j) CHECK(a2a_dst[j] == (n - 1) * 100 + j, "broadcast64 %d", j);
+
+  /* Parts past every inbox and staging limit (4.7 KiB), on the world and on the even PEs: the
+   * paths that read peers' memory (pulls, split reductions off shared memory). pSync and
+   * pSync2 must be back to SHMEM_SYNC_VALUE afterwards. */
+  enum { BIG = 600 };
+  long *bsrc = shmalloc((size_t)n * BIG * sizeof(long)), *bdst = shmalloc((size_t)n * BIG * sizeof(long));
+  for (int set = 0; set < 2; ++set) {
+    int blog = set, bsize = set ? (n + 1) / 2 : n, bme = set ? me / 2 : me;
+    shmem_barrier_all();
+    if (set && me % 2) continue;
+    for (int round = 0; round < 2; ++round) {
+      int tag = 50 + set * 10 + round * 4, root = (round * 7 + 1) % bsize;
+      for (int i = 0; i < bsize * BIG; ++i) bsrc[i] = (long)rnd(tag, me, i), bdst[i] = -7;
+      shmem_barrier(0, blog, bsize, pSync);
+      shmem_broadcast64(bdst, bsrc, BIG, root, 0, blog, bsize, pSync);
+      if (bme != root)
+        for (int i = 0; i < BIG; ++i) CHECK(bdst[i] == (long)rnd(tag, root << blog, i), "big broadcast64 %d", i);
+      shmem_barrier(0, blog, bsize, pSync);
+      shmem_fcollect64(bdst, bsrc, BIG, 0, blog, bsize, pSync);
+      for (int k = 0; k < bsize; ++k)
+        for (int i = 0; i < BIG; ++i) CHECK(bdst[k * BIG + i] == (long)rnd(tag, k << blog, i), "big fcollect64 %d %d", k, i);
+      shmem_barrier(0, blog, bsize, pSync);
+      shmem_alltoall64(bdst, bsrc, BIG / 4, 0, blog, bsize, pSync);
+      for (int k = 0; k < bsize; ++k)
+        for (int i = 0; i < BIG / 4; ++i)
+          CHECK(bdst[k * (BIG / 4) + i] == (long)rnd(tag, k << blog, bme * (BIG / 4) + i), "big alltoall64 %d %d", k, i);
+      for (int i = 0; i < BIG; ++i) bsrc[i] = (long)(rnd(tag + 1, me, i) % 100000);
+      shmem_long_sum_to_all(bdst, bsrc, BIG, 0, blog, bsize, pWrk, pSync2);
+      for (int i = 0; i < BIG; ++i) {
+        long s = 0;
+        for (int k = 0; k < bsize; ++k) s += (long)(rnd(tag + 1, k << blog, i) % 100000);
+        CHECK(bdst[i] == s, "big sum_to_all %d", i);
+      }
+      shmem_barrier(0, blog, bsize, pSync);
+      shmem_long_max_to_all(bsrc, bsrc, BIG, 0, blog, bsize, pWrk, pSync2); /* in place */
+      for (int i = 0; i < BIG; ++i) {
+        long m = 0;
+        for (int k = 0; k < bsize; ++k) m = m > (long)(rnd(tag + 1, k << blog, i) % 100000) ? m : (long)(rnd(tag + 1, k << blog, i) % 100000);
+        CHECK(bsrc[i] == m, "big in-place max_to_all %d", i);
+      }
+    }
+    shmem_barrier(0, blog, bsize, pSync);
+    for (int i = 0; i < _SHMEM_BCAST_SYNC_SIZE; ++i) CHECK(pSync[i] == _SHMEM_SYNC_VALUE, "pSync[%d]=%ld after big", i, pSync[i]);
+    for (int i = 0; i < SHMEM_REDUCE_SYNC_SIZE; ++i) CHECK(pSync2[i] == SHMEM_SYNC_VALUE, "pSync2[%d]=%ld after big", i, pSync2[i]);
+  }
+  shmem_barrier_all();
+  shfree(bdst);
+  shfree(bsrc);
 
   /* deprecated AMOs and waits */
   shmem_barrier_all();
