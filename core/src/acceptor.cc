@@ -11,6 +11,7 @@
 
 #include "mori/core/log.h"
 #include "mori/core/socket.h"
+#include "mori/core/thread_name.h"
 
 namespace mori::net {
 
@@ -28,7 +29,10 @@ bool Connection::evicted() const {
 
 Acceptor::Acceptor(int listen_fd, Options options, Handler handler)
     : listen_fd_(listen_fd), opt_(std::move(options)), handler_(std::move(handler)) {
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    name_this_thread("mori-accept");
+    loop();
+  });
 }
 
 Acceptor::~Acceptor() { stop(); }
@@ -123,6 +127,7 @@ void Acceptor::loop() {
     c.accepted_at_ = now();
     try {
       c.thread_ = std::thread([this, &c] {
+        name_this_thread("mori-conn");
         try {
           handler_(c);
         } catch (const std::exception& e) {

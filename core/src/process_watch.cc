@@ -12,6 +12,7 @@
 #include <string>
 
 #include "mori/core/status.h"
+#include "mori/core/thread_name.h"
 
 namespace mori {
 
@@ -55,7 +56,10 @@ void ProcessWatch::start(std::function<void(int)> on_exit) {
   stop_fd_ = eventfd(0, EFD_CLOEXEC);
   if (stop_fd_ < 0) raise_errno("eventfd for the process watch");
   on_exit_ = std::move(on_exit);
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] {
+    name_this_thread("mori-watch");
+    run();
+  });
 }
 
 void ProcessWatch::run() {

@@ -14,6 +14,7 @@
 #include "mori/core/log.h"
 #include "mori/core/socket.h"
 #include "mori/core/status.h"
+#include "mori/core/thread_name.h"
 #include "transports/ucx/ucp_library.h"
 #include "transports/ucx/ucp_report.h"
 
@@ -249,7 +250,10 @@ UcxBackend::UcxBackend(EngineImpl& engine) : engine_(engine), state_(std::make_u
     u->cleanup(st.ctx);
     throw;
   }
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    name_this_thread("mori-io-ucx");
+    loop();
+  });
 }
 
 UcxBackend::~UcxBackend() {

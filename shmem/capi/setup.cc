@@ -19,6 +19,7 @@
 #include "mori/core/futex.h"
 #include "mori/core/log.h"
 #include "mori/core/status.h"
+#include "mori/core/thread_name.h"
 
 using mori::shmem::Runtime;
 
@@ -34,7 +35,10 @@ class ExitWatcher {
   void start(SymBlock* sym) {
     sym_ = sym;
     stop_.store(false);
-    thread_ = std::thread([this] { run(); });
+    thread_ = std::thread([this] {
+      name_this_thread("mori-exitwatch");
+      run();
+    });
   }
   void stop() {
     if (!thread_.joinable()) return;

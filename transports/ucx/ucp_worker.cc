@@ -12,6 +12,7 @@
 #include "mori/core/futex.h"
 #include "mori/core/log.h"
 #include "mori/core/status.h"
+#include "mori/core/thread_name.h"
 
 namespace mori::ucx {
 
@@ -86,7 +87,10 @@ UcpWorker::~UcpWorker() {
 }
 
 void UcpWorker::start() {
-  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  if (!thread_.joinable()) thread_ = std::thread([this] {
+      name_this_thread("mori-ucx");
+      run();
+    });
 }
 
 void UcpWorker::stop() {

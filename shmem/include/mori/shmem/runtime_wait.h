@@ -48,7 +48,12 @@ bool Runtime::poll_while_served(Pred ready) {
     if (polling.poll()) {
       if (ready()) return true;
       last_work = std::chrono::steady_clock::now();
-      if (last_work - start > kServedPollMax) return false;
+      if (last_work - start > kServedPollMax) {
+        // The wait sleeps next: the transports' threads must serve meanwhile, at once (a
+        // thread still standing aside left a peer's operations unserved for up to 2 ms).
+        polling.before_sleep();
+        return false;
+      }
     } else if ((oversubscribed_ || (i & 15) == 0) && std::chrono::steady_clock::now() - last_work > quiet) {
       polling.before_sleep();
       return false;
