@@ -13,6 +13,7 @@
 
 static char g_buf[1 << 16];  /* a global: symmetric by the spec */
 static long g_counter;
+static long g_ping; /* the ping-pong's flag */
 
 #define MAX2(a, b) ((a) > (b) ? (a) : (b))
 #define PSYNC_LEN MAX2(MAX2(SHMEM_BCAST_SYNC_SIZE, SHMEM_COLLECT_SYNC_SIZE), \
@@ -143,6 +144,25 @@ int main(int argc, char **argv) {
     for (int i = 0; i < it; ++i) (void)shmem_long_atomic_fetch_add(&g_counter, 1, peer);
     report("fadd_lat_global", 8, it, now_us() - t);
   }
+  /* Ping-pong (perftest's put_lat): PE 0 puts i into the peer's flag, the peer waits for it
+   * and puts it back; half a round trip each, with no quiet (the wait sees the put land). */
+  shmem_barrier_all();
+  if (me == 0 || me == peer) {
+    int it = iters_for(8, scale), warm = it / 10 + 1;
+    double t = 0;
+    for (long i = 1; i <= warm + it; ++i) {
+      if (i == warm + 1) t = now_us();
+      if (me == 0) {
+        shmem_long_p(&g_ping, i, peer);
+        shmem_long_wait_until(&g_ping, SHMEM_CMP_EQ, i);
+      } else {
+        shmem_long_wait_until(&g_ping, SHMEM_CMP_EQ, i);
+        shmem_long_p(&g_ping, i, 0);
+      }
+    }
+    if (me == 0 && peer != 0) report("pingpong_lat", 8, 2 * it, now_us() - t);
+  }
+  shmem_barrier_all();
   for (int k = 0; k < 2; ++k)
     for (int j = 0; j < PSYNC_LEN; ++j) g_psync[k][j] = SHMEM_SYNC_VALUE;
   for (int j = 0; j < SHMEM_BCAST_SYNC_SIZE; ++j) g_warm_psync[j] = SHMEM_SYNC_VALUE;

@@ -6,14 +6,14 @@ itself in the same run.
 
 Which perftest matches which of our measures (both are means over the whole run):
 
-==========  ===================  ==========================================================
-ours        perftest             what perftest times
-==========  ===================  ==========================================================
-get_lat     ``ucp_get``          a blocking get (a round trip)
-fadd_lat    ``ucp_fadd``         a fetch-and-add (a round trip)
-put_lat     ``ucp_put_lat``      half a put ping-pong; ours is a put and a quiet (a round trip)
-put_bw      ``ucp_put_bw``       a stream of puts
-==========  ===================  ==========================================================
+============  ===============  ========================================================
+ours          perftest         what perftest times
+============  ===============  ========================================================
+get_lat       ``ucp_get``      a blocking get (a round trip)
+fadd_lat      ``ucp_fadd``     a fetch-and-add (a round trip)
+pingpong_lat  ``ucp_put_lat``  half a put ping-pong (8 B; ours: shmem_long_p, wait_until)
+put_bw        ``ucp_put_bw``   a stream of puts
+============  ===============  ========================================================
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from typing import Optional
 
 # (our op, perftest test, whether the figure is a bandwidth)
 MEASURES = [("get_lat", "ucp_get", False), ("fadd_lat", "ucp_fadd", False),
-            ("put_lat", "ucp_put_lat", False), ("put_bw", "ucp_put_bw", True)]
+            ("pingpong_lat", "ucp_put_lat", False), ("put_bw", "ucp_put_bw", True)]
 
 
 @dataclass
