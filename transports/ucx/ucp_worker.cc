@@ -22,9 +22,14 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// How long a caller progresses for its own request before it sleeps: a round trip on an
-// idle host (UCX shared memory, loopback tcp) fits; a busy target's does not.
-constexpr double kSpinS = 50e-6;
+// How long a caller progresses for its own request before it sleeps, yielding between polls,
+// where PEs outnumber cores: a few round trips of a target that shares a core with others. 50 us
+// left most fetch-adds and gets of a 4-PE job on 2 cores to a progress thread's wake-up; 200 us
+// made them 10-20 % faster (4 PEs over UCX's tcp: fetch-add 26.6 -> 21.6 us, put+quiet of 8 B
+// 47 -> 38 us, 8-PE RMA rows 0.68-1.1 of the time) with the collectives unchanged (0.9-1.07;
+// 6 alternated runs, 2026-12-03). Doubling it when a request completed soon after its caller
+// fell asleep (up to 800 us) was slower than either.
+constexpr double kSpinS = 200e-6;
 // The same with a core of our own (set_spin_while_busy): a flush that waits for a socket to
 // drain sees nothing to progress for longer than a round trip, and sleeping there hands
 // each step of the transfer to a woken thread.
