@@ -38,16 +38,6 @@ Group active_group(int start, int log_stride, int size, long* psync, const char*
 // barrier (log2(n) rounds of point-to-point signals).
 void group_barrier(Group& g, const char* fn, bool sync_only = false);
 
-// The meetings around a pull, where members read each other's sources: before it, every
-// source is ready and every dest free; after it (its quiet completes this PE's gets), every
-// member has read this PE's source. On shared memory they are barriers; off it, each is one
-// counted meeting (every member notifies every other one, on the `arrived` word before and the
-// `chain` word after) instead of a dissemination barrier's log2(n) rounds.
-// A pull in two phases meets in between as well (on the `released` word off shared memory).
-void open_pull(Group& g, const char* fn);
-void pull_midpoint(Group& g, const char* fn);
-void close_pull(Group& g, const char* fn);
-
 // Whether every member of `g` is a PE of this host reached through shared memory (the same
 // answer on every member).
 bool shares_this_host(const Group& g, mori::shmem::Runtime& r);

@@ -93,13 +93,16 @@ struct OpProd { template <typename T> static T apply(T a, T b) { return a * b; }
 // 2 (n - 1) / n of the data instead of n - 1 times it, and each block is combined once, on one
 // PE, so results are bit-identical everywhere. Block i of a source is read by member i alone
 // and block i of dest written by it alone, after reading, so dest may alias source.
+// 64 KiB of int64 on 2 cores, AMD VM, over UCX's tcp: 4 PEs 0.98 -> 0.68 ms, 8 PEs 4.7 -> 3.5 ms;
+// over MORI's tcp, whose barriers cost more, about even (0.91 -> 1.11 and 3.95 -> 4.24 ms, one
+// run each, within its spread).
 template <typename T, typename Op>
 void reduce_split(Group& g, T* dest, const T* source, size_t n, const char* fn) {
   auto& r = rt(fn);
   const int m = g.n;
   auto begin = [&](int i) { return n * static_cast<size_t>(i) / static_cast<size_t>(m); };
   const size_t lo = begin(g.me), len = begin(g.me + 1) - lo;
-  open_pull(g, fn);
+  group_barrier(g, fn);  // every source is ready, every dest free
   // The other members' parts of my block are fetched a window at a time, with overlapping gets.
   constexpr size_t kWindowBytes = 1 << 20;
   const size_t chunk = std::max<size_t>(1, std::min(len, kWindowBytes / sizeof(T) / static_cast<size_t>(m - 1)));
@@ -119,13 +122,13 @@ void reduce_split(Group& g, T* dest, const T* source, size_t n, const char* fn) 
     }
   }
   std::copy(acc.begin(), acc.end(), dest + lo);
-  pull_midpoint(g, fn);  // every block is combined, and nobody reads a source any more
+  group_barrier(g, fn);  // every block is combined, and nobody reads a source any more
   for (int k = 1; k < m; ++k) {
     const int j = (g.me + k) % m;
     const size_t at = begin(j), cnt = begin(j + 1) - at;
     if (cnt) r.get(dest + at, dest + at, cnt * sizeof(T), g.pes[j], true);
   }
-  close_pull(g, fn);  // its quiet completes the gets; then nobody reads this PE's dest any more
+  group_barrier(g, fn);  // its quiet completes the gets; then nobody reads this PE's dest any more
 }
 
 // Every member combines the members' sources in team order, so floating-point
@@ -167,7 +170,7 @@ void reduce_group(Group& g, T* dest, const T* source, size_t n, const char* fn, 
   }
   if (reduction && g.n > 2 && n >= static_cast<size_t>(g.n) && !shares_this_host(g, r))
     return reduce_split<T, Op>(g, dest, source, n, fn);
-  open_pull(g, fn);
+  group_barrier(g, fn);
   std::vector<T> acc(n);  // value-initialized: zeros
   // Sources of unmapped members are fetched a window at a time, every member's chunk with a
   // non-blocking get and one quiet, so that their round trips overlap instead of adding up.
@@ -197,7 +200,7 @@ void reduce_group(Group& g, T* dest, const T* source, size_t n, const char* fn, 
       }
     }
   }
-  close_pull(g, fn);  // every member has read every source: dest may alias source now
+  group_barrier(g, fn);  // every member has read every source: dest may alias source now
   std::copy(acc.begin(), acc.end(), dest);
 }
 
