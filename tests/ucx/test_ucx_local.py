@@ -138,3 +138,23 @@ def test_bad_setting_is_named():
     text = res.stdout + res.stderr
     assert res.returncode != 0
     assert "MORI_NET_TRANSPORT=rdma: expected auto, tcp, ucx or ucx-all" in text, text
+
+
+def test_helper_threads_are_named(tmp_path):
+    # A profile (perf sched, top -H) must tell MORI's threads from the application's.
+    prog = tmp_path / "names.py"
+    prog.write_text(
+        "import os\n"
+        "import mori.shmem as sh\n"
+        "sh.init()\n"
+        "names = sorted({open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task')})\n"
+        "print(f'PE {sh.my_pe()} threads:', ' '.join(names), flush=True)\n"
+        "sh.barrier_all()\n"
+        "sh.finalize()\n")
+    out = check(mori_run(2, [sys.executable, str(prog)], timeout=60, env=ucx_all("tcp")))
+    for pe in range(2):
+        line = next(ln for ln in out.splitlines() if f"PE {pe} threads:" in ln)
+        names = line.split("threads:")[1].split()
+        assert "mori-ucx" in names, line
+        # Every other thread is the interpreter's own or UCX's async thread.
+        assert all(n.startswith(("mori-", "python")) or n == "async" for n in names), line
