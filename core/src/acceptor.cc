@@ -29,10 +29,8 @@ bool Connection::evicted() const {
 
 Acceptor::Acceptor(int listen_fd, Options options, Handler handler)
     : listen_fd_(listen_fd), opt_(std::move(options)), handler_(std::move(handler)) {
-  thread_ = std::thread([this] {
-    name_this_thread("mori-accept");
-    loop();
-  });
+  thread_ = std::thread([this] { loop(); });
+  name_thread(thread_, "mori-accept");
 }
 
 Acceptor::~Acceptor() { stop(); }
@@ -127,7 +125,6 @@ void Acceptor::loop() {
     c.accepted_at_ = now();
     try {
       c.thread_ = std::thread([this, &c] {
-        name_this_thread("mori-conn");
         try {
           handler_(c);
         } catch (const std::exception& e) {
@@ -137,6 +134,7 @@ void Acceptor::loop() {
         ::shutdown(c.fd_, SHUT_RDWR);  // the peer sees the end now; the descriptor is closed by the reaper
         c.done_.store(true);
       });
+      name_thread(c.thread_, "mori-conn");
     } catch (const std::system_error& e) {  // no thread to be had: drop this connection, keep listening
       MORI_LOG_LIMITED(evictions_log_, kWarn, opt_.subsys, "%s: dropped a connection from %s: %s",
                        opt_.service.c_str(), c.peer_.c_str(), e.what());

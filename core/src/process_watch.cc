@@ -56,10 +56,8 @@ void ProcessWatch::start(std::function<void(int)> on_exit) {
   stop_fd_ = eventfd(0, EFD_CLOEXEC);
   if (stop_fd_ < 0) raise_errno("eventfd for the process watch");
   on_exit_ = std::move(on_exit);
-  thread_ = std::thread([this] {
-    name_this_thread("mori-watch");
-    run();
-  });
+  thread_ = std::thread([this] { run(); });
+  name_thread(thread_, "mori-watch");
 }
 
 void ProcessWatch::run() {

@@ -250,10 +250,8 @@ UcxBackend::UcxBackend(EngineImpl& engine) : engine_(engine), state_(std::make_u
     u->cleanup(st.ctx);
     throw;
   }
-  thread_ = std::thread([this] {
-    name_this_thread("mori-io-ucx");
-    loop();
-  });
+  thread_ = std::thread([this] { loop(); });
+  name_thread(thread_, "mori-io-ucx");
 }
 
 UcxBackend::~UcxBackend() {

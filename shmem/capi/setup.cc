@@ -35,10 +35,8 @@ class ExitWatcher {
   void start(SymBlock* sym) {
     sym_ = sym;
     stop_.store(false);
-    thread_ = std::thread([this] {
-      name_this_thread("mori-exitwatch");
-      run();
-    });
+    thread_ = std::thread([this] { run(); });
+    name_thread(thread_, "mori-exitwatch");
   }
   void stop() {
     if (!thread_.joinable()) return;

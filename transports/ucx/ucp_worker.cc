@@ -92,10 +92,9 @@ UcpWorker::~UcpWorker() {
 }
 
 void UcpWorker::start() {
-  if (!thread_.joinable()) thread_ = std::thread([this] {
-      name_this_thread("mori-ucx");
-      run();
-    });
+  if (thread_.joinable()) return;
+  thread_ = std::thread([this] { run(); });
+  name_thread(thread_, "mori-ucx");
 }
 
 void UcpWorker::stop() {
