@@ -94,8 +94,8 @@ struct OpProd { template <typename T> static T apply(T a, T b) { return a * b; }
 // PE, so results are bit-identical everywhere. Block i of a source is read by member i alone
 // and block i of dest written by it alone, after reading, so dest may alias source.
 // 64 KiB of int64 on 2 cores, AMD VM, over UCX's tcp: 4 PEs 0.98 -> 0.68 ms, 8 PEs 4.7 -> 3.5 ms;
-// over MORI's tcp, whose barriers cost more, about even (0.91 -> 1.11 and 3.95 -> 4.24 ms, one
-// run each, within its spread).
+// over MORI's tcp, whose barriers cost more (the split has three), no gain: 0.91 -> 1.11 and
+// 3.95 -> 4.24 ms, one run each.
 template <typename T, typename Op>
 void reduce_split(Group& g, T* dest, const T* source, size_t n, const char* fn) {
   auto& r = rt(fn);

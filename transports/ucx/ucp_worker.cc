@@ -26,9 +26,10 @@ double now_s() {
 // where PEs outnumber cores: a few round trips of a target that shares a core with others. 50 us
 // left most fetch-adds and gets of a 4-PE job on 2 cores to a progress thread's wake-up; 200 us
 // made them 10-20 % faster (4 PEs over UCX's tcp: fetch-add 26.6 -> 21.6 us, put+quiet of 8 B
-// 47 -> 38 us, 8-PE RMA rows 0.68-1.1 of the time) with the collectives unchanged (0.9-1.07;
-// 6 alternated runs, 2026-12-03). Doubling it when a request completed soon after its caller
-// fell asleep (up to 800 us) was slower than either.
+// 47 -> 38 us, 8-PE RMA rows 0.68-1.1 of the time; 4-6 alternated runs, three times, 2026-12-03).
+// The collectives moved by up to 20-35 % either way between those runs, with no consistent
+// direction (small 4-PE ones slower in one, faster in another). Doubling it when a request
+// completed soon after its caller fell asleep (up to 800 us) was slower than either.
 constexpr double kSpinS = 200e-6;
 // The same with a core of our own (set_spin_while_busy): a flush that waits for a socket to
 // drain sees nothing to progress for longer than a round trip, and sleeping there hands
