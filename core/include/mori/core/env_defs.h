@@ -21,6 +21,10 @@
   X(device, "MORI_DEVICE", int, "-1", "CUDA device of this PE (-1: torch's current device / none)") \
   X(spin_iterations, "MORI_SPIN_ITERATIONS", int, "20000",                                         \
     "polls of a wait before it sleeps on a futex")                                                 \
+  X(shared_tensors, "MORI_SHARED_TENSORS", bool, "0",                                            \
+    "CPU PEs: large torch CPU tensors come from a shared arena that PEs of this host read in place") \
+  X(shared_tensor_bytes, "MORI_SHARED_TENSOR_BYTES", size, "32GiB",                                \
+    "address space of each PE's shared tensor arena (memory is committed only where tensors live)") \
   X(copy_threads, "MORI_COPY_THREADS", int, "0",                                                   \
     "threads used for large host copies (0: automatic)")                                           \
   X(log_level, "MORI_LOG_LEVEL", string, "WARN", "ERROR, WARN, INFO, DEBUG or TRACE")              \
