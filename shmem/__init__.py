@@ -48,6 +48,9 @@ from mori.shmem.gpu import shmem_barrier_on_stream
 # MORI's torch tensor helpers import torch: loaded on first use (mori.shmem.tensor_utils).
 _TENSOR_HELPERS = ("MoriShmemBuffer", "mori_shmem_create_tensor", "symm_mori_shmem_tensor", "mori_shmem_free_tensor",
                    "mori_shmem_create_tensor_list_intra_node")
+# Shared tensors (mori.shmem.shared_tensors) import torch too.
+_SHARED_TENSORS = ("shared_tensors", "enable_shared_tensors", "shared_tensors_enabled", "is_shared_tensor",
+                   "set_shared_tensor_min_bytes", "shared_tensor_min_bytes", "shared_tensor_stats")
 
 
 def __getattr__(name: str):
@@ -55,4 +58,8 @@ def __getattr__(name: str):
         from mori.shmem import tensor_utils
 
         return getattr(tensor_utils, name)
+    if name in _SHARED_TENSORS:
+        from mori.shmem import shared_arena as module
+
+        return getattr(module, name)
     raise AttributeError(f"module 'mori.shmem' has no attribute {name!r}")
