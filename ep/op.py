@@ -17,6 +17,7 @@ from typing import Optional
 import torch
 
 from mori import _C
+from mori.core.env import setting
 from mori.ep import standard_moe
 from mori.ep.config import EpDispatchCombineConfig
 from mori.ep.kernel_type import (BLOCKWISE, BLOCKWISE_KERNELS, EpDispatchCombineKernelType, blockwise_scale_dim,
@@ -76,6 +77,10 @@ class EpDispatchCombineOp:
                 self._gpu = GpuIntraNode(config)
         else:
             self._cpu_handle = _C.ep.EpHandle(config.native(num_threads))
+            if setting("MORI_SHARED_TENSORS"):  # every large CPU tensor peer-readable (a combine reads it in place)
+                from mori.shmem.shared_arena import enable_shared_tensors
+
+                enable_shared_tensors()
         mode, explicit = mode_from_env()
         self.launch_config_mode = (mode or "MANUAL").upper()
         self._launch = LaunchConfigurator(self._kernel, config.world_size, config.num_experts_per_token,
@@ -645,6 +650,13 @@ class EpDispatchCombineOp:
     def last_remote_bytes(self) -> tuple[int, int]:
         """Bytes the last dispatch and combine moved between different PEs (this PE's share)."""
         return int(self._handle.last_dispatch_remote_bytes()), int(self._handle.last_combine_remote_bytes())
+
+    def last_combine_in_place_peers(self) -> int:
+        """CPU: how many peers' rows the last combine summed in place, straight from their input in
+        the shared tensor arena (``mori.shmem.shared_tensors``) instead of staged copies."""
+        if self._cpu_handle is None:
+            return 0
+        return int(self._handle.last_combine_in_place_peers())
 
     # ------------------------------------------------------------------ standard MoE (DeepEP layout)
 

@@ -145,7 +145,8 @@ void bind_ep(py::module_& m) {
                                    h.registered_combine_input_bytes());
            })
       .def("last_dispatch_remote_bytes", &EpHandle::last_dispatch_remote_bytes)
-      .def("last_combine_remote_bytes", &EpHandle::last_combine_remote_bytes);
+      .def("last_combine_remote_bytes", &EpHandle::last_combine_remote_bytes)
+      .def("last_combine_in_place_peers", &EpHandle::last_combine_in_place_peers);
 
 #ifdef MORI_EP_CUDA
   namespace cu = mori::ep::cuda;

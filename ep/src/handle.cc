@@ -20,6 +20,7 @@
 #include "mori/ep/handle.h"
 
 #include <sched.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -29,6 +30,7 @@
 
 #include "mori/core/env.h"
 #include "mori/core/log.h"
+#include "mori/core/shared_arena.h"
 #include "mori/core/status.h"
 #include "mori/ep/blockwise.h"
 #include "mori/ep/stream_copy.h"
@@ -126,6 +128,8 @@ void EpHandle::allocate() {
   l.comb_sig = take(world * 8, 64);
   l.inbox_sig = take(2 * nodes * 8, 64);
   l.node_comb_sig = take(nodes * 8, 64);
+  l.comb_pull = take(sizeof(PullSource), 64);
+  l.comb_done = take(world * 8, 64);
   const size_t control_end = off;
   // Big buffers start on pages: only the rows a run touches ever get memory.
   l.disp_tok = take(max_recv * tok, 4096);
@@ -162,6 +166,7 @@ void EpHandle::allocate() {
   rt_->barrier_all();
   peer_base_.resize(cfg_.world_size);
   for (int pe = 0; pe < cfg_.world_size; ++pe) peer_base_[pe] = static_cast<char*>(rt_->ptr(base_, pe));
+  populated_ = std::make_unique<std::atomic<size_t>[]>(static_cast<size_t>(kFieldCount) * cfg_.world_size);
   MORI_LOG(kInfo, "EP", "%s handle: %s of symmetric buffers, %d copy thread(s)", kernel_type_name(cfg_.kernel_type),
            human_bytes(l.bytes).c_str(), team_->size());
 }
@@ -230,6 +235,28 @@ void EpHandle::write(int pe, size_t off, const void* src, size_t n, bool direct_
   }
   // Non-blocking: sources stay valid until the quiet() that precedes the signal.
   rt_->put(base_ + off, src, n, pe, true);
+}
+
+void EpHandle::populate(Field field, int pe, size_t off, size_t bytes) {
+  if (!peer_base_[pe] || !populate_ok_.load(std::memory_order_relaxed)) return;
+  std::atomic<size_t>& done = populated_[static_cast<size_t>(field) * cfg_.world_size + pe];
+  if (bytes <= done.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(populate_mu_);
+  const size_t from = done.load(std::memory_order_relaxed);
+  if (bytes <= from) return;
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14
+#endif
+  const uintptr_t page = 4096;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(peer_base_[pe] + off + from) & ~(page - 1);
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(peer_base_[pe] + off + bytes) + page - 1) & ~(page - 1);
+  if (madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE) != 0) {
+    // An older kernel: the copies fault the pages in as before.
+    populate_ok_.store(false, std::memory_order_relaxed);
+    MORI_LOG(kDebug, "EP", "MADV_POPULATE_WRITE unavailable (errno %d): pages fault in on first touch", errno);
+    return;
+  }
+  done.store(bytes, std::memory_order_release);
 }
 
 void EpHandle::read(int pe, size_t off, void* dst, size_t n) {
@@ -453,6 +480,13 @@ void EpHandle::dispatch_send_flat(const DispatchArgs& a) {
   const bool direct = mover_ == Mover::kDirect;
   // A token goes to up to min(topk, world) PEs.
   const bool stream = direct && static_cast<size_t>(n) * row * std::min(k, world) >= kStreamMinBytes;
+  auto populate_rows = [&](int d, uint64_t rows) {
+    populate(kDispTok, d, lay_->disp_tok, rows * row);
+    if (a.weights) populate(kDispW, d, lay_->disp_w, rows * k4);
+    populate(kDispIdx, d, lay_->disp_idx, rows * k4);
+    if (sc) populate(kDispScale, d, lay_->disp_scale, rows * sc);
+    populate(kDispSrc, d, lay_->disp_src, rows * 4);
+  };
 
   team_->run(blocks, [&](int b) {
     auto [lo, hi] = block_range(n, blocks, b);
@@ -477,6 +511,7 @@ void EpHandle::dispatch_send_flat(const DispatchArgs& a) {
       if (!cnt[d]) continue;
       base[d] = fetch_add(d, counter, cnt[d]);
       if (base[d] + cnt[d] > static_cast<uint64_t>(max_recv)) ovf[d] = 1;
+      else if (direct) populate_rows(d, base[d] + cnt[d]);
     }
     // 3. copy rows (slots are handed out in token order within the block's ranges).
     std::vector<uint64_t> next(base, base + world);
@@ -649,6 +684,9 @@ CombineResult EpHandle::combine(const CombineArgs& a) {
   comb_hidden_ = a.hidden;
   comb_weights_ = a.weights != nullptr;
   comb_own_direct_ = comb_own_w_direct_ = false;
+  pulled_rows_.assign(cfg_.world_size, nullptr);
+  pulled_w_.assign(cfg_.world_size, nullptr);
+  comb_published_ = false;
   if (cfg_.kernel_type == KernelType::kInterNodeV1) {
     combine_v1(a, external);
   } else {
@@ -697,11 +735,38 @@ void EpHandle::combine_send_flat(const CombineArgs& a, bool external) {
   comb_input_ = in;
   comb_input_w_ = a.weights;
   uint64_t remote_rows = 0;
-  if (external) {
+  // An input in my shared tensor arena is read in place by its sources (rows not cast).
+  comb_published_ = external && !cast && publish_pull_source(a, row, k4, total);
+  if (comb_published_) {
+    const bool stage_w = a.weights && at<PullSource>(lay_->comb_pull)->weights == PullSource::kStaged;
+    for (int i = 0; i < total; ++i) {
+      const int s = static_cast<int>(src[i] / max_send);
+      if (s != me) ++remote_rows;
+      // Weights that stay private go to the source's staging rows (mine too, unless summed
+      // straight from the input).
+      if (a.weights && (s != me ? stage_w : !comb_own_w_direct_)) {
+        const size_t slot = static_cast<size_t>(me * max_inp + src[i] % max_send);
+        write(s, lay_->comb_stage_w + slot * k4, a.weights + static_cast<size_t>(i) * k, k4, true);
+      }
+    }
+  } else if (external) {
     const bool direct = mover_ == Mover::kDirect;
     const bool stream = direct && !cast && static_cast<size_t>(total) * row >= kStreamMinBytes;
     const int blocks = choose_blocks(a.launch.block_num, total, !direct);
     std::vector<uint64_t> remote(static_cast<size_t>(blocks), 0);
+    if (direct) {  // my staging rows on each source: (me, token) for the tokens it sent me
+      std::vector<int64_t> rows(cfg_.world_size, 0);
+      for (int i = 0; i < total; ++i) {
+        int64_t& r = rows[src[i] / max_send];
+        r = std::max(r, src[i] % max_send + 1);
+      }
+      const size_t mine = static_cast<size_t>(me * max_inp);
+      for (int s = 0; s < cfg_.world_size; ++s) {
+        if (!rows[s]) continue;
+        populate(kStage, s, lay_->comb_stage + mine * stage_row, static_cast<size_t>(rows[s]) * stage_row);
+        if (a.weights) populate(kStageW, s, lay_->comb_stage_w + mine * k4, static_cast<size_t>(rows[s]) * k4);
+      }
+    }
     team_->run(blocks, [&](int b) {
       auto [lo, hi] = block_range(total, blocks, b);
       std::vector<uint8_t> scratch(cast && !direct ? wire_row : 0);
@@ -749,7 +814,70 @@ void EpHandle::combine_send_flat(const CombineArgs& a, bool external) {
 
 void EpHandle::combine_recv_flat() {
   wait_signals(at<uint64_t>(lay_->comb_sig), all_pes_, comb_round_, true, "EpDispatchCombineOp.combine");
+  if (!comb_pull_) find_pull_sources();
   reduce_own_tokens(comb_pull_);
+  finish_pulls();
+}
+
+bool EpHandle::publish_pull_source(const CombineArgs& a, size_t row, size_t k4, int total) {
+  const SharedArena* arena = SharedArena::existing();
+  // Sources read in place only through a mapping of this host (IntraNode kinds map every PE).
+  if (!arena || total <= 0 || mover_ != Mover::kDirect || cfg_.kernel_type == KernelType::kInterNodeV1 ||
+      !arena->contains(a.input, static_cast<size_t>(total) * row) || arena->handle().size() >= sizeof(PullSource::arena_handle))
+    return false;
+  auto* ps = at<PullSource>(lay_->comb_pull);
+  ps->input_offset = arena->offset_of(a.input);
+  ps->weights = PullSource::kNone;
+  if (a.weights) {
+    const size_t wbytes = static_cast<size_t>(total) * k4;
+    const char* w = reinterpret_cast<const char*>(a.weights);
+    if (arena->contains(w, wbytes)) {
+      ps->weights = PullSource::kArena;
+      ps->weights_offset = arena->offset_of(w);
+    } else if (w >= base_ && w + wbytes <= base_ + lay_->bytes) {  // e.g. the dispatch's weights output
+      ps->weights = PullSource::kOpBuffer;
+      ps->weights_offset = static_cast<size_t>(w - base_);
+    } else {
+      ps->weights = PullSource::kStaged;  // private weights: k floats a row still go to the source
+    }
+  }
+  ps->arena_size = arena->size();
+  std::memset(ps->arena_handle, 0, sizeof(ps->arena_handle));
+  std::memcpy(ps->arena_handle, arena->handle().data(), arena->handle().size());
+  // Release: a source that sees my combine signal sees all of this.
+  __atomic_store_n(&ps->round, comb_round_, __ATOMIC_RELEASE);
+  return true;
+}
+
+void EpHandle::find_pull_sources() {
+  for (int r = 0; r < cfg_.world_size; ++r) {
+    if (r == cfg_.rank || !peer_base_[r]) continue;
+    const auto* ps = reinterpret_cast<const PullSource*>(peer_base_[r] + lay_->comb_pull);
+    if (__atomic_load_n(&ps->round, __ATOMIC_ACQUIRE) != comb_round_) continue;
+    const std::string handle(ps->arena_handle, strnlen(ps->arena_handle, sizeof(ps->arena_handle)));
+    const char* arena = SharedArena::map_peer(handle, ps->arena_size);
+    pulled_rows_[r] = arena + ps->input_offset;
+    if (ps->weights == PullSource::kArena)
+      pulled_w_[r] = reinterpret_cast<const float*>(arena + ps->weights_offset);
+    else if (ps->weights == PullSource::kOpBuffer)
+      pulled_w_[r] = reinterpret_cast<const float*>(peer_base_[r] + ps->weights_offset);
+  }
+}
+
+void EpHandle::finish_pulls() {
+  const int me = cfg_.rank;
+  for (int r = 0; r < cfg_.world_size; ++r) {
+    if (!pulled_rows_[r]) continue;
+    signal(r, at<uint64_t>(lay_->comb_done) + me, comb_round_);
+  }
+  if (!comb_published_) return;
+  // The caller may free or overwrite its input once combine returns: not before every source
+  // has summed from it.
+  std::vector<int> others;
+  for (int pe : all_pes_)
+    if (pe != me) others.push_back(pe);
+  wait_signals(at<uint64_t>(lay_->comb_done), others, comb_round_, true,
+               "EpDispatchCombineOp.combine (peers summing from this PE's shared input)");
 }
 
 void EpHandle::reduce_own_tokens(bool pull) {
@@ -814,6 +942,10 @@ void EpHandle::reduce_own_tokens(bool pull) {
             srcs.push_back({dst, comb_dtype_, false});
             wsrcs.push_back(reinterpret_cast<const float*>(dst + row));
           }
+        } else if (pulled_rows_[r]) {
+          srcs.push_back({pulled_rows_[r] + slot * row, comb_dtype_, false});
+          wsrcs.push_back(pulled_w_[r] ? pulled_w_[r] + slot * k
+                                       : at<float>(lay_->comb_stage_w + static_cast<size_t>(r * max_inp + t) * k4));
         } else if (own_direct && r == cfg_.rank) {
           srcs.push_back({comb_input_ + slot * row, comb_dtype_, false});
           wsrcs.push_back(comb_own_w_direct_ ? comb_input_w_ + slot * k

@@ -16,6 +16,8 @@ struct EpHandle::Layout {
   size_t comb_sig = 0;       // uint64[world]: combine rounds from each PE
   size_t inbox_sig = 0;      // uint64[2][nodes]: V1 inbox counts from each node
   size_t node_comb_sig = 0;  // uint64[nodes]: V1 partial sums from each node
+  size_t comb_pull = 0;      // PullSource: where this PE's combine input can be read in place
+  size_t comb_done = 0;      // uint64[world]: combine rounds each PE finished reading my input in
   size_t disp_tok = 0, disp_w = 0, disp_idx = 0, disp_scale = 0, disp_src = 0;  // [max_recv] rows
   size_t comb_inp = 0, comb_inp_w = 0;      // [max_recv] rows: registered combine input
   size_t comb_stage = 0, comb_stage_w = 0;  // [world * max_inp] rows: pushed combine rows
@@ -23,6 +25,19 @@ struct EpHandle::Layout {
   size_t inbox_tok = 0, inbox_w = 0, inbox_idx = 0, inbox_scale = 0, inbox_meta = 0;  // V1 [nodes * max_inp]
   size_t fwd_stage = 0, fwd_stage_w = 0;  // V1 [nodes * max_inp * pes_per_node]
   size_t bytes = 0;
+};
+
+// Published by a PE whose external combine input lies in its shared tensor arena
+// (mori.shmem.shared_tensors): its sources read the rows there instead of staging copies.
+// Written before the combine signal of `round`; valid for that round only.
+struct EpHandle::PullSource {
+  enum Weights : uint64_t { kNone = 0, kArena = 1, kOpBuffer = 2, kStaged = 3 };
+  uint64_t round = 0;
+  uint64_t input_offset = 0;   // rows: arena offset of row 0
+  uint64_t weights = kNone;    // where the weights are read
+  uint64_t weights_offset = 0; // arena offset (kArena) or offset in this op's buffers (kOpBuffer)
+  uint64_t arena_size = 0;
+  char arena_handle[88] = {};  // SharedArena::handle(): how a peer maps the arena
 };
 
 }  // namespace mori::ep

@@ -49,6 +49,16 @@ def test_blockwise_and_fp4_combine(n):
     assert out.count("fp4 rows: dispatched and combined") == 6
 
 
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_combine_reads_shared_tensors_in_place(n):
+    """An external combine input in the shared tensor arena is summed in place (IntraNode,
+    IntraNodeLL), staged where it must be (AsyncLL, fp8_direct_cast), exact against a torch model
+    with weights in the arena / dispatch output / private / absent, mixed shared and private
+    holders, and holders overwriting their input as soon as combine returns."""
+    out = check(mori_run(n, python_program("ep_shared_input.py"), timeout=240))
+    assert f"ep shared input ok on {n} PEs" in out and out.count("combines exact") == n
+
+
 def test_blockwise_combine_reads_scale_dim_setting():
     """MORI_FP8_COMBINE_SCALE_DIM=20 (not MORI's 56): blocks of ceil(hidden / 20) values, exact
     against the wire model at that setting and 20 scales per row on the wire; 0 is refused."""

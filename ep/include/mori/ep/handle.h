@@ -17,8 +17,10 @@
 // Arguments are raw pointers (the Python layer passes tensors' data pointers).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "mori/ep/config.h"
@@ -131,9 +133,16 @@ class EpHandle {
   // Bytes that crossed to other PEs in the last dispatch / combine (for link-efficiency figures).
   uint64_t last_dispatch_remote_bytes() const { return disp_remote_bytes_; }
   uint64_t last_combine_remote_bytes() const { return comb_remote_bytes_; }
+  // Peers whose rows the last combine summed in place from their shared tensor arena.
+  int last_combine_in_place_peers() const {
+    int n = 0;
+    for (const char* p : pulled_rows_) n += p != nullptr;
+    return n;
+  }
 
  private:
   struct Layout;
+  struct PullSource;
   enum class Mover { kDirect, kPutPerToken, kPutPacked };
 
   void allocate();
@@ -153,6 +162,12 @@ class EpHandle {
   void dispatch_v1(const DispatchArgs& a);
   void combine_v1(const CombineArgs& a, bool external);
   void reduce_own_tokens(bool pull);
+  // External combine input in this PE's shared tensor arena: publish it for the sources.
+  bool publish_pull_source(const CombineArgs& a, size_t row, size_t k4, int total);
+  // Which holders published their input for this round (pulled_rows_, pulled_w_).
+  void find_pull_sources();
+  // After the sum: tell every holder read in place that I am done; wait for my own readers.
+  void finish_pulls();
 
   // Waits until every PE in `from` has set its 64-bit word in `sig` to a value whose
   // high 32 bits equal `round` (dispatch counts) or, with `at_least`, to >= round.
@@ -164,6 +179,12 @@ class EpHandle {
   // bypasses the caches; the caller fences, see stream_copy.h).
   void write(int pe, size_t off, const void* src, size_t n, bool direct_ok, bool stream = false);
   void read(int pe, size_t off, void* dst, size_t n);
+  // Maps [off, off + bytes) of `pe`'s buffers into this process's page tables in one call
+  // (MADV_POPULATE_WRITE) before copies touch it: rows a PE reaches for the first time would
+  // otherwise fault page by page, over the first several calls (slots move between calls).
+  // `field` names the buffer whose populated prefix is tracked; cheap once the prefix is mapped.
+  enum Field { kDispTok, kDispW, kDispIdx, kDispScale, kDispSrc, kStage, kStageW, kFieldCount };
+  void populate(Field field, int pe, size_t off, size_t bytes);
   char* peer(int pe) const { return peer_base_[pe]; }
   template <typename T>
   T* at(size_t off) const {
@@ -179,6 +200,9 @@ class EpHandle {
   std::unique_ptr<ThreadTeam> team_;
   Mover mover_ = Mover::kDirect;
   bool oversubscribed_ = false;  // more PEs x threads on this host than hardware threads
+  std::unique_ptr<std::atomic<size_t>[]> populated_;  // [kFieldCount * world]: bytes mapped
+  std::mutex populate_mu_;
+  std::atomic<bool> populate_ok_{true};  // false where the kernel lacks MADV_POPULATE_WRITE
   int blockwise_scale_dim_ = 0;  // blockwise combine: scales per row (read when the op is built)
 
   // State of the last dispatch (what combine needs).
@@ -213,6 +237,10 @@ class EpHandle {
   bool comb_own_direct_ = false, comb_own_w_direct_ = false;
   const char* comb_input_ = nullptr;
   const float* comb_input_w_ = nullptr;
+  // Rows (and weights) of holders whose input is read in place this round, else null.
+  std::vector<const char*> pulled_rows_;
+  std::vector<const float*> pulled_w_;
+  bool comb_published_ = false;  // my input is read in place this round: wait for the readers
   uint64_t disp_remote_bytes_ = 0, comb_remote_bytes_ = 0;
 };
 
