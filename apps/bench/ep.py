@@ -239,6 +239,18 @@ def _worker(args: argparse.Namespace) -> int:
         t_d, ceil_d = timed(None, disp, args.iters, args.warmup)
         # Combine needs a matching dispatch before it: combine alone, after each dispatch.
         t_c, ceil_c = timed(disp, comb, args.iters, args.warmup)
+        # The same expert output allocated in the PE's shared tensor arena: sources sum it in place.
+        t_cs = ceil_cs = None
+        if not args.zero_copy and not args.no_shared:
+            with sh.shared_tensors():
+                shared_out = state["d"][0][:total].to(bf16)
+
+            def comb_shared():
+                op.combine(shared_out, None, idx)
+                if kernel == EpDispatchCombineKernelType.AsyncLL:
+                    op.combine_recv()
+
+            t_cs, ceil_cs = timed(disp, comb_shared, args.iters, args.warmup)
         # The quantized combines, each on an op of its quant type (same routing and rows).
         quant_rows = []
         for quant in [q for q in args.quant if q != "none"]:
@@ -288,18 +300,25 @@ def _worker(args: argparse.Namespace) -> int:
             ("combine", comb_impl): (t_c, comb_rows * row_c, comb_remote * row_c),
             ("combine", "all_to_all"): (t_bc, comb_rows * row_c, comb_remote * row_c),
         }
-        for phase, ours in (("dispatch", "mori"), ("combine", comb_impl)):
+        ceilings = {"mori": ceil_d, comb_impl: ceil_c}
+        combines = [comb_impl]
+        if t_cs is not None:
+            figures[("combine", "mori (shared input)")] = (t_cs, comb_rows * row_c, comb_remote * row_c)
+            ceilings["mori (shared input)"] = ceil_cs
+            combines.append("mori (shared input)")
+        for phase, ours in [("dispatch", "mori")] + [("combine", c) for c in combines]:
             t_ours = figures[(phase, ours)][0]
-            for impl in (ours, "all_to_all"):
+            for impl in (ours, "all_to_all") if ours != "mori (shared input)" else (ours,):
                 t, algo_bytes, link_bytes = figures[(phase, impl)]
                 bw = reduce_mean(algo_bytes / t / 1e9)
                 link = reduce_mean(link_bytes / t / 1e9)
-                ceil_phase = ceil_d if phase == "dispatch" else ceil_c
+                ceil_phase = ceilings[ours]
                 report.add(tokens=tokens, phase=phase, impl=impl if impl != "all_to_all" else
                            f"all_to_all ({dist.get_backend(group)})", time_us=t * 1e6, deepep_GBps=bw,
                            link_GBps=link, ceiling_GBps=ceil_phase, link_eff=link / ceil_phase,
                            wire_B_row=row_d if phase == "dispatch" else row_c,
-                           vs_baseline=t / t_ours if impl == "all_to_all" else 1.0)
+                           vs_baseline=t / t_ours if impl == "all_to_all" else
+                           (t_bc / t if impl == "mori (shared input)" else 1.0))
         for quant, t, ceil_q, wire_bytes, wire_row in quant_rows:
             # link bytes: what the op put on the wire to other PEs (codes, scales), into this rank on average
             link = reduce_mean(wire_bytes / t / 1e9)
@@ -574,6 +593,8 @@ def main(argv: Optional[list] = None) -> int:
                         help="combine quant_type(s), each measured on its own op (none = bf16)")
     parser.add_argument("--zero-copy", action="store_true",
                         help="combine from the registered input buffer (use_external_inp_buf=False)")
+    parser.add_argument("--no-shared", action="store_true",
+                        help="CPU: skip the combine from an input in the shared tensor arena (mori.shmem.shared_tensors)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--gpu-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -597,7 +618,7 @@ def main(argv: Optional[list] = None) -> int:
             "--topk", str(args.topk), "--experts", str(args.experts), "--kernel", args.kernel,
             "--gpu-per-node", str(args.gpu_per_node), "--iters", str(args.iters), "--warmup", str(args.warmup),
             "--seed", str(args.seed), "--quant", *args.quant, "--tokens", *map(str, args.tokens),
-            *(["--zero-copy"] if args.zero_copy else [])]
+            *(["--zero-copy"] if args.zero_copy else []), *(["--no-shared"] if args.no_shared else [])]
     env = dict(os.environ)
     # Receive buffers scale with tokens x hidden x ranks; make room unless the user chose (a
     # quantized combine's op lives beside the bf16 one).
