@@ -827,6 +827,8 @@ bool EpHandle::publish_pull_source(const CombineArgs& a, size_t row, size_t k4, 
     return false;
   auto* ps = at<PullSource>(lay_->comb_pull);
   ps->input_offset = arena->offset_of(a.input);
+  ps->rows = static_cast<uint64_t>(total);
+  ps->row_bytes = row;
   ps->weights = PullSource::kNone;
   if (a.weights) {
     const size_t wbytes = static_cast<size_t>(total) * k4;
@@ -850,11 +852,41 @@ bool EpHandle::publish_pull_source(const CombineArgs& a, size_t row, size_t k4, 
 }
 
 void EpHandle::find_pull_sources() {
+  // The rows this PE reads on each holder: slots below its published row count.
+  std::vector<int64_t> rows_read;
   for (int r = 0; r < cfg_.world_size; ++r) {
     if (r == cfg_.rank || !peer_base_[r]) continue;
     const auto* ps = reinterpret_cast<const PullSource*>(peer_base_[r] + lay_->comb_pull);
     if (__atomic_load_n(&ps->round, __ATOMIC_ACQUIRE) != comb_round_) continue;
     const std::string handle(ps->arena_handle, strnlen(ps->arena_handle, sizeof(ps->arena_handle)));
+    // What a peer published is checked before anything is read through it.
+    const size_t row = static_cast<size_t>(comb_hidden_) * dtype_size(comb_dtype_);
+    if (rows_read.empty()) {
+      rows_read.assign(cfg_.world_size, 0);
+      const int64_t max_recv = cfg_.max_recv();
+      const size_t entries = static_cast<size_t>(comb_layout_.cur_tokens) * cfg_.num_experts_per_token;
+      for (size_t i = 0; i < entries; ++i) {
+        const int64_t v = comb_layout_.dest_map[i];
+        if (v >= 0) rows_read[v / max_recv] = std::max(rows_read[v / max_recv], v % max_recv + 1);
+      }
+    }
+    bool fits = ps->row_bytes == row && ps->input_offset <= ps->arena_size &&
+                      ps->rows <= (ps->arena_size - ps->input_offset) / std::max<size_t>(row, 1) &&
+                      static_cast<uint64_t>(rows_read[r]) <= ps->rows;
+    const uint64_t k4 = static_cast<uint64_t>(cfg_.num_experts_per_token) * 4;
+    if (ps->weights == PullSource::kArena)
+      fits = fits && ps->weights_offset <= ps->arena_size && ps->rows <= (ps->arena_size - ps->weights_offset) / k4;
+    else if (ps->weights == PullSource::kOpBuffer)
+      fits = fits && ps->weights_offset <= lay_->bytes && ps->rows <= (lay_->bytes - ps->weights_offset) / k4;
+    else if (ps->weights != PullSource::kNone && ps->weights != PullSource::kStaged)
+      fits = false;
+    if (!fits || handle.empty())
+      raise(Status::kRemote,
+            "EpDispatchCombineOp.combine: PE %d published a combine input that does not fit its shared tensor arena "
+            "(%llu rows of %llu bytes at offset %llu of %llu; this PE's rows are %zu bytes): were the PEs given "
+            "different hidden sizes or dtypes?",
+            r, static_cast<unsigned long long>(ps->rows), static_cast<unsigned long long>(ps->row_bytes),
+            static_cast<unsigned long long>(ps->input_offset), static_cast<unsigned long long>(ps->arena_size), row);
     const char* arena = SharedArena::map_peer(handle, ps->arena_size);
     pulled_rows_[r] = arena + ps->input_offset;
     if (ps->weights == PullSource::kArena)

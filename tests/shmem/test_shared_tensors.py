@@ -143,17 +143,18 @@ def test_fork_child_never_allocates_from_the_parents_arena():
 @given(s.lists(s.tuples(s.integers(min_value=1, max_value=3 << 20), s.booleans()), min_size=1, max_size=24))
 def test_fuzzed_allocations_never_overlap(plan):
     """Random sizes allocated and freed in random order: every live tensor keeps its own bytes."""
+    def exercise() -> None:
+        live: list[tuple[int, torch.Tensor]] = []
+        with sh.shared_tensors():
+            for i, (nbytes, free_one) in enumerate(plan):
+                live.append((i % 251, torch.full((nbytes,), i % 251, dtype=torch.uint8)))
+                if free_one and len(live) > 1:
+                    live.pop(len(live) // 2)
+        for value, t in live:
+            assert int(t.min()) == value and int(t.max()) == value, f"a tensor of {t.numel()} bytes was overwritten"
+
     before = sh.shared_tensor_stats()["in_use"]
-    live: list[tuple[int, torch.Tensor]] = []
-    with sh.shared_tensors():
-        for i, (nbytes, free_one) in enumerate(plan):
-            t = torch.full((nbytes,), i % 251, dtype=torch.uint8)
-            live.append((i % 251, t))
-            if free_one and len(live) > 1:
-                live.pop(len(live) // 2)
-    for value, t in live:
-        assert int(t.min()) == value and int(t.max()) == value
-    live.clear()
+    exercise()  # every tensor it made is gone when it returns
     assert sh.shared_tensor_stats()["in_use"] == before
 
 
