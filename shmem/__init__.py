@@ -50,7 +50,8 @@ _TENSOR_HELPERS = ("MoriShmemBuffer", "mori_shmem_create_tensor", "symm_mori_shm
                    "mori_shmem_create_tensor_list_intra_node")
 # Shared tensors (mori.shmem.shared_tensors) import torch too.
 _SHARED_TENSORS = ("shared_tensors", "enable_shared_tensors", "shared_tensors_enabled", "is_shared_tensor",
-                   "set_shared_tensor_min_bytes", "shared_tensor_min_bytes", "shared_tensor_stats")
+                   "set_shared_tensor_min_bytes", "shared_tensor_min_bytes", "shared_tensor_stats",
+                   "shared_tensor_trim")
 
 
 def __getattr__(name: str):

@@ -78,3 +78,9 @@ def is_shared_tensor(t: torch.Tensor) -> bool:
 def shared_tensor_stats() -> dict:
     """``reserved`` (address space), ``in_use`` (bytes of live blocks) and ``blocks`` of the arena."""
     return dict(_native.stats())
+
+
+def shared_tensor_trim() -> int:
+    """Give the memory of the arena's free blocks back to the system (freed tensors otherwise
+    keep theirs for the next allocation); returns the bytes released. Live tensors are untouched."""
+    return int(_native.trim())

@@ -2,6 +2,7 @@
 #include "mori/core/shared_arena.h"
 
 #include <pthread.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -57,6 +58,20 @@ bool SharedArena::release(void* p) {
   if (!n || !blocks_.release(off)) return false;
   in_use_ -= n;
   return true;
+}
+
+size_t SharedArena::trim() {
+  if (g_forked.load(std::memory_order_relaxed)) return 0;  // the blocks are the parent's
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t released = 0;
+  for (auto [off, len] : blocks_.free_blocks()) {
+    // Whole pages inside the block only: its neighbours' pages stay.
+    const size_t lo = (off + 4095) / 4096 * 4096, hi = (off + len) / 4096 * 4096;
+    if (hi <= lo) continue;
+    if (madvise(base() + lo, hi - lo, MADV_REMOVE) != 0) raise_errno("SharedArena::trim: madvise(MADV_REMOVE)");
+    released += hi - lo;
+  }
+  return released;
 }
 
 size_t SharedArena::bytes_in_use() const {

@@ -90,6 +90,10 @@ PYBIND11_MODULE(_shared_tensors, m) {
     mori::SharedArena* a = mori::SharedArena::existing();
     return a != nullptr && a->contains(reinterpret_cast<const void*>(p), n);
   }, py::arg("ptr"), py::arg("nbytes") = 1);
+  m.def("trim", [] {
+    mori::SharedArena* a = mori::SharedArena::existing();
+    return a ? a->trim() : size_t{0};
+  });
   m.def("stats", [] {
     py::dict d;
     mori::SharedArena* a = mori::SharedArena::existing();

@@ -139,6 +139,40 @@ def test_fork_child_never_allocates_from_the_parents_arena():
     assert "fork ok" in out
 
 
+def test_trim_gives_free_blocks_back_and_keeps_live_ones():
+    out = run_child("""
+        import torch, mori.shmem as sh
+
+        def arena_rss_kib():
+            # Resident memory of the arena's mapping (its memfd is named mori-tensors-PID).
+            rss, inside = 0, False
+            for line in open("/proc/self/smaps"):
+                if line[0] in "0123456789abcdef" and "-" in line.split()[0]:
+                    inside = "mori-tensors-" in line
+                elif inside and line.startswith("Rss:"):
+                    rss += int(line.split()[1])
+            return rss
+
+        with sh.shared_tensors():
+            keep = torch.full((8 << 20,), 7, dtype=torch.uint8)
+            drop = torch.full((32 << 20,), 9, dtype=torch.uint8)
+        full = arena_rss_kib()
+        assert full >= 40 << 10, full
+        del drop
+        assert arena_rss_kib() == full                      # freed, still committed
+        released = sh.shared_tensor_trim()
+        assert released >= 32 << 20, released
+        after = arena_rss_kib()
+        assert after <= (8 << 10) + 8, (full, after)
+        assert int(keep.min()) == 7 and int(keep.max()) == 7  # a live tensor keeps its bytes
+        with sh.shared_tensors():
+            again = torch.full((32 << 20,), 5, dtype=torch.uint8)  # reusing trimmed pages works
+        assert int(again.min()) == 5 and int(again.max()) == 5
+        print("trim ok", full, after)
+    """)
+    assert "trim ok" in out
+
+
 @settings(max_examples=30, deadline=None)
 @given(s.lists(s.tuples(s.integers(min_value=1, max_value=3 << 20), s.booleans()), min_size=1, max_size=24))
 def test_fuzzed_allocations_never_overlap(plan):

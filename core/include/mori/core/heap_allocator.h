@@ -7,6 +7,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace mori {
 
@@ -29,6 +31,8 @@ class HeapAllocator {
   size_t capacity() const { return end_ - begin_; }
   size_t bytes_free() const;
   size_t largest_free_block() const;
+  // The free blocks, (offset, size) in offset order.
+  std::vector<std::pair<size_t, size_t>> free_blocks() const { return {free_.begin(), free_.end()}; }
   size_t live_allocations() const { return used_.size(); }
   // "requested X; free Y in total, largest block Z of W" for error messages.
   std::string describe_exhaustion(size_t bytes, size_t alignment) const;

@@ -36,6 +36,9 @@ class SharedArena {
   size_t size() const { return segment_.size(); }
   const std::string& handle() const { return segment_.name(); }
   size_t bytes_in_use() const;
+  // Gives the memory of every free block back to the system (freed blocks otherwise stay
+  // committed for the next tensor, as in a caching allocator); returns the bytes released.
+  size_t trim();
   size_t live_blocks() const;
 
   // A peer's arena (its handle() and size()) mapped into this process; cached, so every op
