@@ -20,7 +20,11 @@ from typing import Iterator
 
 import torch  # the allocator module links against torch's c10, loaded here first
 
-from mori import _shared_tensors as _native
+try:
+    from mori import _shared_tensors as _native
+except ImportError as exc:  # built where torch was not importable (shmem/CMakeLists.txt)
+    raise ImportError("mori.shmem.shared_tensors: this mori was built without torch; install torch, then rebuild "
+                      "(pip install --no-build-isolation -e .)") from exc
 
 
 def _ensure_installed() -> None:
