@@ -14,20 +14,13 @@ import torch
 
 import mori.shmem as sh
 from mori.ops import EpDispatchCombineConfig, EpDispatchCombineKernelType as K, EpDispatchCombineOp
+from ep_quant_combine import dests  # a token's unique destination PEs, in the kernel's order
 
 EPR, TOPK, MAX_TOK, HIDDEN = 3, 4, 40, 1024
 
 
 def fail(what: str) -> None:
     raise AssertionError(f"PE {sh.shmem_mype()}: {what}")
-
-
-def dests(row: list[int]) -> list[int]:
-    seen: list[int] = []
-    for e in row:
-        if e >= 0 and e // EPR not in seen:
-            seen.append(e // EPR)
-    return seen
 
 
 def inputs(world: int, seed: int):
@@ -54,7 +47,7 @@ def expected(all_inputs, me: int, weight_scale):
     out = torch.zeros(x.shape[0], HIDDEN, dtype=torch.float32)
     out_w = torch.zeros(x.shape[0], TOPK, dtype=torch.float32)
     for t, row in enumerate(idx.tolist()):
-        for d in dests(row):
+        for d in dests(row, EPR):
             out[t] += expert(x[t:t + 1], d)[0].float()
             out_w[t] += w[t] * weight_scale(d)
     return out.to(torch.bfloat16), out_w
