@@ -38,7 +38,7 @@ def setting(name: str) -> Union[int, bool, float, str]:
             raise ValueError(f"{name}={value!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
         if kind == "int":
             return int(value)
-        if kind == "seconds":
+        if kind in ("seconds", "number"):
             return float(value)
         return value
     raise KeyError(f"{name} is not in MORI's settings table")

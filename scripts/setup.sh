@@ -16,6 +16,8 @@ command -v g++ >/dev/null || need_apt="$need_apt g++"
 command -v strace >/dev/null || need_apt="$need_apt strace"   # a test delays one PE's init (tests/test_capi.py)
 [ -f /usr/include/ucp/api/ucp.h ] || need_apt="$need_apt libucx-dev"   # UCX headers (transports/ucx; libucp is dlopened)
 command -v ucx_info >/dev/null || need_apt="$need_apt ucx-utils"
+[ -f /usr/include/xxhash.h ] || need_apt="$need_apt libxxhash-dev"     # UMBP value checksums (XXH3)
+[ -f /usr/include/liburing.h ] || need_apt="$need_apt liburing-dev"    # UMBP SSD tier (io_uring)
 if [ -n "$need_apt" ]; then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $need_apt

@@ -12,6 +12,8 @@ void bind_collectives(py::module_& m);
 void bind_ep(py::module_& m);
 void bind_io(py::module_& m);
 void bind_ucx(py::module_& m);
+void bind_umbp(py::module_& m);
+void bind_umbp_server(py::module_& m);
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "MORI native core";
@@ -37,6 +39,9 @@ PYBIND11_MODULE(_C, m) {
   bind_io(io);
   auto ucx = m.def_submodule("ucx", "UCX, loaded at run time");
   bind_ucx(ucx);
+  auto umbp = m.def_submodule("umbp", "tiered KV-cache store (mori.umbp)");
+  bind_umbp(umbp);
+  bind_umbp_server(umbp);
   // MORI's users import TransferStatus from the flat native module (mori.cpp).
   m.attr("TransferStatus") = io.attr("TransferStatus");
 }

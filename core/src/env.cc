@@ -25,6 +25,14 @@ double parse_seconds(const std::string& text, const char* what) {
   return v;
 }
 
+double parse_number(const std::string& text, const char* what) {
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !std::isfinite(v))
+    raise(Status::kInvalidArgument, "%s: expected a number, got '%s'", what, text.c_str());
+  return v;
+}
+
 int64_t parse_int(const std::string& text, const char* what) {
   char* end = nullptr;
   long long v = std::strtoll(text.c_str(), &end, 10);
@@ -37,6 +45,7 @@ Settings load() {
   Settings s;
 #define MORI_ENV_PARSE_size(f, name, v) s.f = parse_size(v, name);
 #define MORI_ENV_PARSE_seconds(f, name, v) s.f = parse_seconds(v, name);
+#define MORI_ENV_PARSE_number(f, name, v) s.f = parse_number(v, name);
 #define MORI_ENV_PARSE_bool(f, name, v) s.f = parse_bool(v, name);
 #define MORI_ENV_PARSE_int(f, name, v) s.f = parse_int(v, name);
 #define MORI_ENV_PARSE_string(f, name, v) s.f = v;

@@ -19,6 +19,7 @@ bool parse_bool(const std::string& text, const char* what = "bool");
 struct Settings {
 #define MORI_ENV_FIELD_size(f) size_t f;
 #define MORI_ENV_FIELD_seconds(f) double f;
+#define MORI_ENV_FIELD_number(f) double f;
 #define MORI_ENV_FIELD_bool(f) bool f;
 #define MORI_ENV_FIELD_int(f) int64_t f;
 #define MORI_ENV_FIELD_string(f) std::string f;

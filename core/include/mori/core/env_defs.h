@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Every environment variable MORI reads, one row each:
 //   X(field, NAME, type, default, description)
-// type is one of: size (bytes, K/M/G/KiB/MiB/GiB suffixes), seconds, bool, int, string.
-// Nothing else in the tree calls getenv() for MORI_* settings.
+// type is one of: size (bytes, K/M/G/KiB/MiB/GiB suffixes), seconds, number, bool, int, string.
+// Nothing else in the tree calls getenv() for MORI_* or UMBP_* settings. UMBP_* keep MORI-UMBP's
+// names (UMBPConfig.from_environment() and the per-host server read them).
 #pragma once
 
 #define MORI_ENV_TABLE(X)                                                                          \
@@ -81,4 +82,40 @@
   X(net_transport, "MORI_NET_TRANSPORT", string, "auto",                                           \
     "transport between hosts: auto (ucx when UCX has an RDMA transport, else tcp), tcp, ucx, or ucx-all (ucx for every pair, same host too: testing)") \
   X(fp8_combine_scale_dim, "MORI_FP8_COMBINE_SCALE_DIM", int, "56",                                \
-    "EP fp8_blockwise / fp4_blockwise combine (MORI's name): scales per row, blocks of ceil(hidden / it) values; read when an op is built")
+    "EP fp8_blockwise / fp4_blockwise combine (MORI's name): scales per row, blocks of ceil(hidden / it) values; read when an op is built") \
+  X(umbp_dram_capacity, "UMBP_DRAM_CAPACITY", size, "4GiB",                                       \
+    "MORI-UMBP: bytes of the DRAM tier of a client (or of the per-host server)")                   \
+  X(umbp_dram_high_wm, "UMBP_DRAM_HIGH_WM", number, "0.9",                                        \
+    "MORI-UMBP: DRAM use (fraction of capacity) above which a put evicts")                         \
+  X(umbp_dram_low_wm, "UMBP_DRAM_LOW_WM", number, "0.7",                                          \
+    "MORI-UMBP: DRAM use an eviction brings the tier down to")                                     \
+  X(umbp_dram_use_hugepages, "UMBP_DRAM_USE_HUGEPAGES", bool, "0",                                \
+    "MORI-UMBP: back the DRAM tier with huge pages (falls back to 4 KiB pages, and says so)")      \
+  X(umbp_dram_hugepage_size, "UMBP_DRAM_HUGEPAGE_SIZE", size, "2MiB", "MORI-UMBP: huge page size of the DRAM tier") \
+  X(umbp_dram_numa_node, "UMBP_DRAM_NUMA_NODE", int, "-1", "MORI-UMBP: NUMA node of the DRAM tier (-1: none)") \
+  X(umbp_dram_prefault, "UMBP_DRAM_PREFAULT", bool, "1", "MORI-UMBP: fault the DRAM tier's pages in at start") \
+  X(umbp_ssd_enabled, "UMBP_SSD_ENABLED", bool, "1", "MORI-UMBP: mirror values to the SSD tier")   \
+  X(umbp_ssd_dir, "UMBP_SSD_DIR", string, "/tmp/umbp_ssd", "MORI-UMBP: directory of the SSD tier's segment files") \
+  X(umbp_ssd_capacity, "UMBP_SSD_CAPACITY", size, "32GiB", "MORI-UMBP: bytes of the SSD tier")    \
+  X(umbp_ssd_backend, "UMBP_SSD_BACKEND", string, "file",                                          \
+    "MORI-UMBP: SSD tier backend: file (segmented log; spdk and spdk_proxy are refused: not built)") \
+  X(umbp_ssd_high_wm, "UMBP_SSD_HIGH_WM", number, "0.9", "MORI-UMBP: SSD use above which old values are reclaimed") \
+  X(umbp_ssd_low_wm, "UMBP_SSD_LOW_WM", number, "0.7", "MORI-UMBP: SSD use a reclaim brings the tier down to") \
+  X(umbp_eviction_policy, "UMBP_EVICTION_POLICY", string, "lru", "MORI-UMBP: DRAM eviction policy (lru)") \
+  X(umbp_role, "UMBP_ROLE", string, "",                                                            \
+    "MORI-UMBP: standalone, shared_ssd_leader or shared_ssd_follower (empty: standalone)")         \
+  X(umbp_verify_dram, "UMBP_VERIFY_DRAM_CHECKSUM", bool, "0",                                      \
+    "MORI-UMBP (ours): also verify each value's checksum on DRAM hits (debug; SSD reads always verify)") \
+  X(umbp_call_timeout_ms, "UMBP_CALL_TIMEOUT_MS", int, "30000",                                    \
+    "MORI-UMBP (ours): deadline of every call to the per-host server; a dead server is an error naming it") \
+  X(umbp_standalone_address, "UMBP_STANDALONE_ADDRESS", string, "",                               \
+    "MORI-UMBP: the per-host server's address (unix:///path.sock); set = standalone-process mode")  \
+  X(umbp_standalone_auto_start, "UMBP_STANDALONE_AUTO_START", bool, "0",                          \
+    "MORI-UMBP: a client starts the per-host server when none answers at the address")             \
+  X(umbp_standalone_startup_timeout_ms, "UMBP_STANDALONE_STARTUP_TIMEOUT_MS", int, "30000",       \
+    "MORI-UMBP: how long a client waits for an auto-started server to answer")                     \
+  X(umbp_standalone_bin, "UMBP_STANDALONE_BIN", string, "",                                        \
+    "MORI-UMBP: the per-host server program auto_start runs (default: mori umbp-server)")           \
+  X(umbp_standalone_idle_exit_timeout_ms, "UMBP_STANDALONE_IDLE_EXIT_TIMEOUT_MS", int, "0",        \
+    "MORI-UMBP: an auto-started server exits after this long with no client (0: never)")           \
+  X(umbp_log_level, "UMBP_LOG_LEVEL", string, "", "MORI-UMBP: 0 INFO, 1 WARN, 2 ERROR (empty: MORI_LOG_LEVEL)")
