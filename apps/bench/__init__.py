@@ -14,6 +14,7 @@ _BENCHES = {
     "ep": "ep",
     "ccl": "ccl",
     "io": "io",
+    "umbp": "umbp",
 }
 
 
@@ -28,7 +29,8 @@ def main(argv: Sequence[str]) -> int:
               "  ep               MoE dispatch/combine (vs the all_to_all path)\n"
               "  ccl              allgather and friends (vs gloo / NCCL)\n"
               "  io               MORI-IO point-to-point transfers (vs a TCP socket, memcpy, Mooncake, NIXL)\n"
-              "  io --gpu         MORI-IO on GPU memory, CUDA IPC and tcp (vs a device-to-device copy)")
+              "  io --gpu         MORI-IO on GPU memory, CUDA IPC and tcp (vs a device-to-device copy)\n"
+              "  umbp             MORI-UMBP put/get, DRAM and SSD hits, local and per-host server (vs memcpy, pread, Mooncake Store)")
         return 0
     what, rest = argv[0], argv[1:]
     module = _BENCHES.get(what)

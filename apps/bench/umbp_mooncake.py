@@ -1,0 +1,145 @@
+# SPDX-License-Identifier: MIT
+"""Mooncake Store as the peer baseline of ``mori bench umbp``: a ``mooncake_master`` on loopback
+and one ``MooncakeDistributedStore`` in the benchmark's process that contributes the memory
+segment and is the client (Mooncake's "real client"), metadata ``P2PHANDSHAKE``, protocol tcp,
+zero-copy ``register_buffer`` + ``batch_put_from`` / ``batch_get_into`` on the same buffers as
+UMBP's rows. PyPI ``mooncake-transfer-engine-non-cuda`` (scripts/bench-umbp-setup.sh)."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from typing import Optional
+
+from mori.apps.bench.processes import stop as stop_processes
+from mori.apps.bench.umbp_workload import HostBuffers, Row, Sample, check_all, iterations, sglang_keys, verify
+
+
+def unavailable() -> Optional[str]:
+    """Why Mooncake Store cannot run here (None when it can)."""
+    if importlib.util.find_spec("mooncake") is None:
+        return "mooncake-transfer-engine-non-cuda is not installed (scripts/bench-umbp-setup.sh)"
+    try:
+        from mooncake.store import MooncakeDistributedStore  # noqa: F401
+    except Exception as exc:  # an ImportError, or a shared library that does not load
+        return f"mooncake.store does not import: {exc!r}"
+    if master_binary() is None:
+        return "mooncake_master is not found next to the Python interpreter, in the mooncake package or on PATH"
+    return None
+
+
+def master_binary() -> Optional[str]:
+    candidates = [os.path.join(os.path.dirname(sys.executable), "mooncake_master")]
+    spec = importlib.util.find_spec("mooncake")
+    if spec is not None and spec.origin:
+        candidates.append(os.path.join(os.path.dirname(spec.origin), "mooncake_master"))
+    for c in candidates:
+        if os.access(c, os.X_OK):
+            return c
+    return shutil.which("mooncake_master")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MooncakeStore:
+    """A master on loopback and one store that mounts ``segment_bytes`` of this process's memory."""
+
+    def __init__(self, segment_bytes: int, workdir: str, timeout_s: float = 30) -> None:
+        from mooncake.store import MooncakeDistributedStore
+
+        port = _free_port()
+        self.log = os.path.join(workdir, "mooncake_master.log")
+        with open(self.log, "wb") as log:
+            self.master = subprocess.Popen(
+                [master_binary(), f"--rpc_port={port}", "--rpc_address=127.0.0.1", "--metrics_host=127.0.0.1",
+                 f"--metrics_port={_free_port()}", "--enable_metric_reporting=false"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            self._wait_listening(port, timeout_s)
+            self.store = MooncakeDistributedStore()
+            rc = self.store.setup("127.0.0.1", "P2PHANDSHAKE", segment_bytes, 16 << 20, "tcp", "", f"127.0.0.1:{port}")
+            if rc != 0:
+                raise RuntimeError(f"MooncakeDistributedStore.setup returned {rc} (master log: {self.log})")
+        except BaseException:
+            stop_processes([self.master])
+            raise
+        self.registered: list[int] = []
+
+    def _wait_listening(self, port: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.master.poll() is not None:
+                raise RuntimeError(f"mooncake_master exited with code {self.master.returncode} (log: {self.log})")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"mooncake_master did not listen on port {port} within {timeout_s:.0f} s")
+                time.sleep(0.05)
+
+    def register(self, buf: HostBuffers) -> None:
+        for ptr, size in ((buf.src_ptr, buf.nbytes), (buf.dst_ptr, buf.nbytes)):
+            rc = self.store.register_buffer(ptr, size)
+            if rc != 0:
+                raise RuntimeError(f"Mooncake register_buffer returned {rc}")
+            self.registered.append(ptr)
+
+    def put(self, buf: HostBuffers, row: Row, iters: int, budget_s: float) -> tuple[list[Sample], list[str]]:
+        """Batch puts of fresh keys; everything stored is removed (untimed) ahead of each call, so
+        the segment never fills and no call pays for Mooncake's eviction."""
+        ptrs, sizes = row.src_ptrs(buf), row.sizes()
+        state: dict = {}
+
+        def before(i: int) -> None:
+            self.store.remove_all(True)
+            state["keys"] = sglang_keys(row.batch, f"mcp{row.size:x}b{row.batch}i{i + 1}")
+
+        def call() -> None:
+            rcs = self.store.batch_put_from(state["keys"], ptrs, sizes)
+            check_all([rc == 0 for rc in rcs], f"Mooncake batch_put_from (codes {sorted(set(rcs))})")
+        samples = iterations(call, iters, budget_s, before=before)
+        return samples, state["keys"]
+
+    def get(self, buf: HostBuffers, row: Row, keys: list[str], iters: int, budget_s: float) -> list[Sample]:
+        ptrs, sizes = row.dst_ptrs(buf), row.sizes()
+        buf.dst[:row.nbytes] = 0
+        state = {"checked": False}
+
+        def call() -> None:
+            got = self.store.batch_get_into(keys, ptrs, sizes)
+            check_all([n == row.size for n in got], "Mooncake batch_get_into")
+            if not state["checked"]:
+                verify(buf, row, "Mooncake batch_get_into")
+                state["checked"] = True
+        return iterations(call, iters, budget_s)
+
+    def exists(self, keys: list[str], iters: int) -> list[Sample]:
+        from mori.apps.bench.umbp_workload import fixed_iterations
+
+        def call() -> None:
+            found = self.store.batch_is_exist(keys)
+            if not all(f == 1 for f in found):
+                raise RuntimeError("Mooncake batch_is_exist: a key put before is missing")
+        return fixed_iterations(call, iters)
+
+    def close(self) -> None:
+        """Removes everything, closes the store, stops the master (a second call does nothing)."""
+        if self.master.poll() is not None and not self.registered:
+            return
+        try:
+            self.store.remove_all(True)
+            for ptr in self.registered:
+                self.store.unregister_buffer(ptr)
+            self.store.close()
+        finally:
+            self.registered.clear()
+            stop_processes([self.master])

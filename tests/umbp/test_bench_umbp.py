@@ -1,0 +1,60 @@
+# SPDX-License-Identifier: MIT
+"""Smoke test of ``mori bench umbp``: one value size, one batch, a few calls, no Mooncake. The
+benchmark checks every get and copy bit for bit itself; here the JSON is checked for its rows,
+their ratios and the targets (not their values)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("mori.umbp")
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _bench(tmp_path, *args: str, timeout: float = 90) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp_path / "umbp.json"
+    proc = subprocess.run([sys.executable, "-m", "mori.apps.cli", "bench", "umbp", *args, "--json", str(out)],
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return proc, json.loads(out.read_text()) if out.exists() else {}
+
+
+def test_bench_umbp_local_tiny(tmp_path):
+    proc, doc = _bench(tmp_path, "--modes", "local", "--sizes", "64K", "--batches", "4", "--iters", "3",
+                       "--budget", "0.01", "--exists-iters", "20", "--no-mooncake", "--ssd-dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {(r["mode"], r["engine"], r["op"], r["tier"]): r for r in doc["rows"]}
+    want = {("local", "umbp", "put", "dram"), ("local", "umbp", "get", "dram"), ("local", "memcpy", "copy", "dram"),
+            ("local", "umbp", "put", "ssd"), ("local", "umbp", "get", "ssd"), ("local", "raw read", "get", "ssd"),
+            ("local", "umbp", "exists_consecutive", "dram")}
+    assert set(rows) == want
+    for key, r in rows.items():
+        assert r["iters"] >= 3 and 0 < r["p50 us"] <= r["p99 us"] and r["ops/s"] > 0, key
+        if key[2] == "exists_consecutive":
+            assert r["batch"] == 128 and r["GiB/s"] is None
+        else:
+            assert (r["value_bytes"], r["batch"]) == (64 << 10, 4) and r["GiB/s"] > 0
+    get_dram, get_ssd = rows[("local", "umbp", "get", "dram")], rows[("local", "umbp", "get", "ssd")]
+    assert get_dram["x memcpy"] == pytest.approx(get_dram["GiB/s"] / rows[("local", "memcpy", "copy", "dram")]["GiB/s"])
+    assert get_ssd["x raw read"] == pytest.approx(get_ssd["GiB/s"] / rows[("local", "raw read", "get", "ssd")]["GiB/s"])
+    assert get_dram["x mooncake"] is None
+    targets = doc["meta"]["targets"]
+    assert set(targets) == {"dram_get_vs_memcpy", "ssd_get_vs_raw_read", "put_vs_mooncake", "get_vs_mooncake",
+                            "exists_consecutive_128_p50_us"}
+    assert targets["ssd_get_vs_raw_read"]["status"] in ("met", "missed")
+    assert targets["ssd_get_vs_raw_read"]["worst"] == pytest.approx(get_ssd["x raw read"])
+    assert targets["dram_get_vs_memcpy"]["status"] == "not measured"  # 64 KiB values only
+    assert targets["put_vs_mooncake"]["status"] == "not measured"
+    assert doc["meta"]["engines"]["mooncake"] == {"status": "skipped", "reason": "--no-mooncake"}
+    assert "/" not in doc["command"].split()[0]  # no install path in the JSON
+
+
+@pytest.mark.parametrize("option,value", [("--sizes", "0"), ("--batches", "x"), ("--modes", "cluster"),
+                                          ("--iters", "-2")])
+def test_bench_umbp_rejects_bad_input(tmp_path, option, value):
+    proc, doc = _bench(tmp_path, option, value, timeout=60)
+    assert proc.returncode == 2
+    assert option in proc.stderr and value in proc.stderr and doc == {}
