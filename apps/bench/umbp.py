@@ -173,7 +173,7 @@ def run_local_dram(args, rows: list, out: list, status: dict, buf, mooncake) -> 
                               summarize(put, row.batch, row.nbytes)))
         get = ops.get(row, args.iters, args.budget)
         out.append(row_record("local", "umbp", "get", "dram", row.size, row.batch,
-                              summarize(get, row.batch, row.nbytes)))
+                              {**summarize(get, row.batch, row.nbytes), "hits": ops.last_hits}))
         cp = memcpy_samples(buf, row, args.iters, args.budget)
         out.append(row_record("local", "memcpy", "copy", "dram", row.size, row.batch,
                               summarize(cp, row.batch, row.nbytes)))
@@ -256,15 +256,19 @@ def run_local(args, rows: list, out: list, status: dict, workdir: str) -> None:
                                           summarize(put, row.batch, row.nbytes)))
                     get = ops.get(row, args.iters, args.budget,
                                   before=lambda i: drop_page_cache(files_under(tier_dir)))
+                    hits = ops.last_hits
+                    if hits is not None and (hits["dram_hits"] or hits["ssd_hits"] != row.batch * (len(get) + 1)):
+                        raise RuntimeError(f"SSD-hit row {human(row.size)} x {row.batch}: the store counted {hits} "
+                                           f"for {len(get) + 1} batch gets: not every value came from the SSD")
                     out.append(row_record("local", "umbp", "get", "ssd", row.size, row.batch,
-                                          summarize(get, row.batch, row.nbytes)))
+                                          {**summarize(get, row.batch, row.nbytes), "hits": hits}))
                     raw = RawFile(ssd_root, buf, row)
                     try:
                         rs = raw.samples(args.iters, args.budget)
                     finally:
                         raw.remove()
                     out.append(row_record("local", "raw read", "get", "ssd", row.size, row.batch,
-                                          summarize(rs, row.batch, row.nbytes)))
+                                          {**summarize(rs, row.batch, row.nbytes), "io": raw.how}))
                     client.clear()
                     print(f"local ssd {human(row.size)} x {row.batch}: done", flush=True)
                 del client, ops
@@ -337,16 +341,15 @@ def rank_main(rank: int, plan: dict, barrier, results) -> None:
             results.put((rank, None, f"{exc!r}\n{traceback.format_exc()}"))
 
 
-def start_server(address: str, env_extra: dict, workdir: str, name: str, timeout: float):
-    """``mori umbp-server --address ADDRESS`` with its tiers configured by UMBP_* settings (read
-    by UMBPConfig.from_environment()); returns the process once its socket exists."""
+def start_server(address: str, options: list[str], workdir: str, name: str, timeout: float):
+    """``mori umbp-server --address ADDRESS OPTIONS...``; returns the process once its socket exists."""
     import subprocess
 
     log_path = os.path.join(workdir, f"{name}.log")
-    env = dict(os.environ, PYTHONUNBUFFERED="1", **env_extra)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "mori.apps.cli", "umbp-server", "--address", address],
-                                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, "-m", "mori.apps.cli", "umbp-server", "--address", address, *options],
+                                env=dict(os.environ, PYTHONUNBUFFERED="1"), stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT)
     path = address[len("unix://"):] if address.startswith("unix://") else address
     deadline = time.monotonic() + timeout
     while not os.path.exists(path):
@@ -373,13 +376,13 @@ def run_server_tier(args, rows: list, tier: str, out: list, status: dict, workdi
     ssd_root = None
     total = SERVER_RANKS * max_bytes
     if tier == "dram":
-        env = {"UMBP_DRAM_CAPACITY": str(max(3 * total, 64 * MIB)), "UMBP_SSD_ENABLED": "0"}
+        options = ["--dram-capacity", str(max(3 * total, 64 * MIB)), "--no-ssd"]
     else:
         ssd_root = tempfile.mkdtemp(prefix="mori-bench-umbp-server-", dir=args.ssd_dir)
-        env = {"UMBP_DRAM_CAPACITY": str(max(4096, min(r.size for r in rows) // 2)), "UMBP_SSD_ENABLED": "1",
-               "UMBP_SSD_DIR": ssd_root, "UMBP_SSD_CAPACITY": str(max(4 * total, 1 << 30))}
-    status.setdefault("server", {})[f"{tier}_env"] = {k: v for k, v in env.items() if k != "UMBP_SSD_DIR"}
-    server, log_path = start_server(address, env, workdir, f"umbp-server-{tier}", args.timeout)
+        options = ["--dram-capacity", str(max(4096, min(r.size for r in rows) // 2)), "--ssd-dir", ssd_root,
+                   "--ssd-capacity", str(max(4 * total, 1 << 30))]
+    status.setdefault("server", {})[f"{tier}_options"] = [o if o != ssd_root else "<ssd-dir>" for o in options]
+    server, log_path = start_server(address, options, workdir, f"umbp-server-{tier}", args.timeout)
     plan = {"address": address, "max_bytes": max_bytes, "timeout": args.timeout, "tier": tier,
             "ssd_dir": ssd_root, "rows": [(r.size, r.batch, server_iters(args, r.nbytes)) for r in rows]}
     ctx = mp.get_context("spawn")

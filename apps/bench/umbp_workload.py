@@ -152,6 +152,17 @@ class UmbpOps:
     def __init__(self, client, buf: HostBuffers, tag: str) -> None:
         self.client, self.buf, self.tag = client, buf, tag
         self.last_keys: list[str] = []
+        self.last_hits: Optional[dict] = None  # where the last get()'s values came from
+
+    def _hit_counters(self) -> Optional[dict]:
+        """The store's dram_hits / ssd_hits / misses counters, when the client reports them."""
+        stats = getattr(self.client, "stats", None)
+        if stats is None:
+            return None
+        s = stats()
+        get = s.get if isinstance(s, dict) else lambda k: getattr(s, k, None)
+        out = {k: get(k) for k in ("dram_hits", "ssd_hits", "misses")}
+        return out if all(v is not None for v in out.values()) else None
 
     def put(self, row: Row, iters: int, budget_s: float, sync=None, fixed: bool = False,
             after: Optional[Callable[[], None]] = None) -> list[Sample]:
@@ -188,9 +199,14 @@ class UmbpOps:
             if not state["checked"]:
                 verify(self.buf, row, "UMBP batch_get_into_ptr")
                 state["checked"] = True
+        start = self._hit_counters()
         if fixed:
-            return fixed_iterations(call, iters, before=before, sync=sync)
-        return iterations(call, iters, budget_s, before=before, sync=sync)
+            samples = fixed_iterations(call, iters, before=before, sync=sync)
+        else:
+            samples = iterations(call, iters, budget_s, before=before, sync=sync)
+        end = self._hit_counters()
+        self.last_hits = {k: end[k] - start[k] for k in end} if start and end else None
+        return samples
 
     def exists_consecutive(self, keys: list[str], iters: int) -> list[Sample]:
         want = len(keys)
@@ -238,21 +254,38 @@ def files_under(directory: str) -> list[str]:
     return out
 
 
+DIRECT_ALIGN = 4096
+
+
 class RawFile:
     """The same bytes as a row's values in one plain file on the SSD tier's file system: the raw
     read ceiling. Reads go value by value (one ``os.preadv`` each, straight into the destination
-    view) after the file's page cache is dropped."""
+    view). Like the SSD tier, they bypass the page cache with O_DIRECT where the file system, the
+    value size and the buffer allow it (4 KiB alignment); otherwise they are buffered reads with
+    the file's page cache dropped before every timed call. ``how`` says which."""
 
-    def __init__(self, directory: str, buf: HostBuffers, row: Row, direct: bool = False) -> None:
+    def __init__(self, directory: str, buf: HostBuffers, row: Row) -> None:
         self.path = os.path.join(directory, f"raw-{row.size}x{row.batch}.bin")
-        self.buf, self.row, self.direct = buf, row, direct
+        self.buf, self.row = buf, row
         with open(self.path, "wb") as f:
             f.write(memoryview(buf.src[:row.nbytes]))
             f.flush()
             os.fsync(f.fileno())
+        self.how = "buffered, page cache dropped"
+        aligned = row.size % DIRECT_ALIGN == 0 and buf.dst_ptr % DIRECT_ALIGN == 0
+        if aligned and hasattr(os, "O_DIRECT"):
+            try:
+                fd = os.open(self.path, os.O_RDONLY | os.O_DIRECT)
+                try:
+                    os.preadv(fd, [memoryview(buf.dst[:DIRECT_ALIGN])], 0)
+                    self.how = "O_DIRECT"
+                finally:
+                    os.close(fd)
+            except OSError:  # the file system refuses O_DIRECT (tmpfs, some overlays)
+                pass
 
     def samples(self, iters: int, budget_s: float, sync=None, fixed: bool = False) -> list[Sample]:
-        flags = os.O_RDONLY | (getattr(os, "O_DIRECT", 0) if self.direct else 0)
+        flags = os.O_RDONLY | (os.O_DIRECT if self.how == "O_DIRECT" else 0)
         fd = os.open(self.path, flags)
         row = self.row
         views = [memoryview(self.buf.dst[i * row.size:(i + 1) * row.size]) for i in range(row.batch)]

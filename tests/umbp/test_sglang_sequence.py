@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import os
 import subprocess
 import sys
 import time
@@ -288,11 +287,11 @@ def umbp_server(tmp_path):
     if why:
         pytest.skip(why)
     sock = tmp_path / "umbp.sock"
-    env = dict(os.environ, UMBP_DRAM_CAPACITY=str(64 << 20), UMBP_SSD_ENABLED="1", UMBP_SSD_DIR=str(tmp_path / "ssd"),
-               UMBP_SSD_CAPACITY=str(256 << 20))
     log = open(tmp_path / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "mori.apps.cli", "umbp-server", "--address", f"unix://{sock}"],
-                            env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([sys.executable, "-m", "mori.apps.cli", "umbp-server", "--address", f"unix://{sock}",
+                             "--dram-capacity", str(64 << 20), "--ssd-dir", str(tmp_path / "ssd"),
+                             "--ssd-capacity", str(256 << 20)],
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 30
     while not sock.exists():
         assert proc.poll() is None, (tmp_path / "server.log").read_text()
