@@ -44,4 +44,9 @@ PYBIND11_MODULE(_C, m) {
   bind_umbp_server(umbp);
   // MORI's users import TransferStatus from the flat native module (mori.cpp).
   m.attr("TransferStatus") = io.attr("TransferStatus");
+  // ... and the UMBP classes and enums (mori.umbp re-exports them from there).
+  for (auto item : umbp.attr("__dict__").cast<py::dict>()) {
+    const std::string name = py::str(item.first);
+    if (name.rfind("UMBP", 0) == 0 || name == "CacheRemoteAdmission") m.attr(name.c_str()) = item.second;
+  }
 }
