@@ -3,6 +3,7 @@
 
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -456,6 +457,8 @@ class StandaloneProcessClient final : public Client {
   // address: ours then exits 0 and we connect to the winner.
   int start_server_and_connect() {
     const std::vector<std::string> argv = server_argv();
+    const std::string dir = path_.substr(0, path_.rfind('/'));
+    if (!dir.empty() && ::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) raise_errno("auto_start: mkdir %s", dir.c_str());
     std::vector<char*> cargv;
     for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
     cargv.push_back(nullptr);
@@ -470,15 +473,19 @@ class StandaloneProcessClient final : public Client {
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
+    // The server outlives this worker: it must not hold the worker's output pipes open.
+    const std::string log_path = path_ + ".log";
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
     pid_t pid = -1;
     const int rc = posix_spawnp(&pid, cargv[0], &actions, &attr, cargv.data(), environ);
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);
     if (rc != 0)
       raise(Status::kSystem, "standalone_process.auto_start: cannot start %s: %s", argv[0].c_str(), std::strerror(rc));
-    MORI_LOG(kInfo, kSubsys, "auto-started the UMBP per-host server for %s (pid %d: %s)", address_.c_str(),
-             static_cast<int>(pid), argv[0].c_str());
+    MORI_LOG(kInfo, kSubsys, "auto-started the UMBP per-host server for %s (pid %d: %s; log %s)", address_.c_str(),
+             static_cast<int>(pid), argv[0].c_str(), log_path.c_str());
     const double deadline = net::now() + config_.standalone_process->startup_timeout_ms / 1000.0;
     bool child_running = true;
     int fd = -1;
@@ -492,9 +499,10 @@ class StandaloneProcessClient final : public Client {
           child_running = false;
           // Exit 0: another server holds the address (we connect to it). Else it failed.
           if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-            raise(Status::kRemote, "standalone_process.auto_start: the server started for %s (%s) exited with %s %d",
+            raise(Status::kRemote,
+                  "standalone_process.auto_start: the server started for %s (%s) exited with %s %d (its log: %s)",
                   address_.c_str(), argv[0].c_str(), WIFEXITED(status) ? "status" : "signal",
-                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), log_path.c_str());
         }
       }
       if (net::now() > deadline) {

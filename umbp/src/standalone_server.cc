@@ -117,6 +117,13 @@ std::unique_ptr<StandaloneServer> StandaloneServer::start(ServerOptions options)
   MORI_CHECK_ARG(!options.config.distributed, "the per-host server wraps the local store (distributed is unset)");
   MORI_CHECK_ARG(options.idle_exit_timeout_ms >= 0, "idle_exit_timeout_ms must be >= 0 (got %" PRId64 ")",
                  options.idle_exit_timeout_ms);
+  // Every rank of the host shares this one store: MORI's shared-SSD leader/follower roles,
+  // which let ranks with separate local stores share one SSD directory, do not apply.
+  if (options.config.resolved_role() != Role::Standalone)
+    MORI_LOG(kInfo, kSubsys, "per-host server: the store runs as Standalone (the ranks share it; UMBP_ROLE ignored)");
+  options.config.role = Role::Standalone;
+  options.config.follower_mode = false;
+  options.config.force_ssd_copy_on_write = false;
   std::unique_ptr<StandaloneServer> srv(new StandaloneServer());
   srv->address_ = options.address.empty() ? default_server_address() : options.address;
   srv->path_ = unix_socket_path(srv->address_);
