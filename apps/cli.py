@@ -103,6 +103,12 @@ def _gather_json(obj: dict) -> list[dict]:
     return out
 
 
+def _cmd_umbp_server(args: argparse.Namespace) -> int:
+    from mori.umbp.server import options_from_args, serve
+
+    return serve(options_from_args(args))
+
+
 def _cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
     from mori.apps.bench import main as bench_main
 
@@ -135,6 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--io", action="store_true", help="MORI-IO: the backend each kind of memory pair gets here")
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(func=_cmd_info)
+
+    umbp_server = sub.add_parser("umbp-server", help="MORI-UMBP's per-host server (StandaloneProcess mode)")
+    from mori.umbp.server import add_arguments as add_umbp_server_arguments
+
+    add_umbp_server_arguments(umbp_server)
+    umbp_server.set_defaults(func=_cmd_umbp_server)
 
     bench = sub.add_parser("bench", help="benchmarks (shmem, ccl, ep, io, ...); see mori bench WHAT --help", add_help=False)
     bench.add_argument("what", nargs="?", default="--help", help="which benchmark")

@@ -15,16 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "mori/io/direct_copy.h"  // DirectSegment, direct_copy()
+
 namespace mori::io {
-
-struct DirectSegment {
-  char* local;
-  uint64_t remote;
-  size_t size;
-};
-
-// Copies every segment (read: remote -> local); "" or the error.
-std::string direct_copy(bool read, pid_t pid, const DirectSegment* segs, size_t n);
 
 class DirectCopier {
  public:

@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: MIT
+#include "umbp/src/unix_channel.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "mori/core/socket.h"
+#include "mori/core/status.h"
+
+namespace mori::umbp {
+namespace {
+
+sockaddr_un socket_address(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  MORI_CHECK_ARG(!path.empty() && path.size() < sizeof(addr.sun_path),
+                 "unix socket path '%s' must be 1..%zu characters", path.c_str(), sizeof(addr.sun_path) - 1);
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  return addr;
+}
+
+// Waits until fd is ready for `events` or the deadline passes (kTimeout).
+void wait_ready(int fd, short events, double deadline, const char* what) {
+  while (true) {
+    int ms = -1;
+    if (deadline >= 0) {
+      const double left = deadline - net::now();
+      if (left <= 0) raise(Status::kTimeout, "timed out %s", what);
+      ms = static_cast<int>(left * 1000) + 1;
+    }
+    pollfd pfd{fd, events, 0};
+    const int rc = ::poll(&pfd, 1, ms);
+    if (rc > 0) return;  // ready, or an error/hangup the next call reports
+    if (rc < 0 && errno != EINTR) raise_errno("poll");
+  }
+}
+
+}  // namespace
+
+std::string unix_socket_path(const std::string& address) {
+  constexpr std::string_view kScheme = "unix://";
+  std::string path = address;
+  if (path.rfind(kScheme, 0) == 0) path = path.substr(kScheme.size());
+  MORI_CHECK_ARG(!path.empty() && path[0] == '/',
+                 "standalone_process.address must be unix:///absolute/path.sock (got '%s')", address.c_str());
+  return path;
+}
+
+int listen_unix(const std::string& path) {
+  sockaddr_un addr = socket_address(path);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) raise_errno("socket(AF_UNIX)");
+  ::unlink(path.c_str());  // a dead server's socket: the caller holds the path's lock
+  // Created 0600 from the start (umask), then made so explicitly: no window where others connect.
+  const mode_t old_mask = ::umask(0177);
+  const int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  const int err = errno;
+  ::umask(old_mask);
+  if (rc != 0) {
+    ::close(fd);
+    errno = err;
+    raise_errno("bind %s", path.c_str());
+  }
+  ::chmod(path.c_str(), 0600);
+  if (::listen(fd, 256) != 0) {
+    const int e = errno;
+    ::close(fd);
+    errno = e;
+    raise_errno("listen %s", path.c_str());
+  }
+  return fd;
+}
+
+int connect_unix(const std::string& path) {
+  sockaddr_un addr = socket_address(path);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) raise_errno("socket(AF_UNIX)");
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
+PeerCred peer_cred(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) raise_errno("getsockopt(SO_PEERCRED)");
+  return PeerCred{cred.pid, cred.uid, cred.gid};
+}
+
+void send_frame(int fd, wire::Frame frame, const void* payload, int pass_fd, double deadline) {
+  iovec iov[2] = {{&frame, sizeof(frame)}, {const_cast<void*>(payload), frame.length}};
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = frame.length > 0 ? 2 : 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (pass_fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+  }
+  size_t left = sizeof(frame) + frame.length;
+  while (left > 0) {
+    wait_ready(fd, POLLOUT, deadline, "sending a request");
+    const ssize_t k = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno == EPIPE || errno == ECONNRESET) raise(Status::kRemote, "the other end closed the connection");
+      raise_errno("sendmsg");
+    }
+    left -= static_cast<size_t>(k);
+    net::advance_iov(msg, static_cast<size_t>(k));
+    msg.msg_control = nullptr;  // the descriptor went with the first byte
+    msg.msg_controllen = 0;
+  }
+}
+
+bool recv_frame(int fd, wire::Frame* frame, int* passed_fd, double deadline) {
+  *passed_fd = -1;
+  char* p = reinterpret_cast<char*>(frame);
+  size_t got = 0;
+  while (got < sizeof(*frame)) {
+    wait_ready(fd, POLLIN, deadline, "waiting for a reply");
+    iovec iov{p + got, sizeof(*frame) - got};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    const ssize_t k = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (k < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno == ECONNRESET) raise(Status::kRemote, "the other end reset the connection");
+      raise_errno("recvmsg");
+    }
+    // Keep the first descriptor that arrives; close any other (a peer may only send one).
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < n; ++i) {
+        int f;
+        std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        if (*passed_fd < 0) *passed_fd = f;
+        else ::close(f);
+      }
+    }
+    if (k == 0) {
+      if (*passed_fd >= 0) ::close(*passed_fd), *passed_fd = -1;
+      if (got == 0) return false;
+      raise(Status::kRemote, "the connection closed in the middle of a message");
+    }
+    got += static_cast<size_t>(k);
+  }
+  auto drop_fd = [&] {
+    if (*passed_fd >= 0) ::close(*passed_fd), *passed_fd = -1;
+  };
+  if (frame->magic != wire::kMagic) {
+    drop_fd();
+    raise(Status::kInvalidArgument, "not a MORI-UMBP frame (magic 0x%08x)", frame->magic);
+  }
+  if (frame->version != wire::kVersion) {
+    drop_fd();
+    raise(Status::kInvalidArgument, "protocol version %u, this side speaks %u", frame->version, wire::kVersion);
+  }
+  if (frame->length > wire::kMaxPayload) {
+    drop_fd();
+    raise(Status::kInvalidArgument, "a payload of %u bytes exceeds the limit of %zu", frame->length,
+          wire::kMaxPayload);
+  }
+  return true;
+}
+
+void recv_payload(int fd, void* buf, size_t n, double deadline) {
+  char* p = static_cast<char*>(buf);
+  size_t got = 0;
+  while (got < n) {
+    wait_ready(fd, POLLIN, deadline, "receiving a message");
+    const ssize_t k = ::recv(fd, p + got, n - got, MSG_DONTWAIT);
+    if (k == 0) raise(Status::kRemote, "the connection closed in the middle of a message");
+    if (k < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno == ECONNRESET) raise(Status::kRemote, "the other end reset the connection");
+      raise_errno("recv");
+    }
+    got += static_cast<size_t>(k);
+  }
+}
+
+}  // namespace mori::umbp
