@@ -26,7 +26,8 @@ ranks lined up by a barrier), each a client of one per-host server (``mori umbp-
 their memfd buffers; figures are aggregates (all ranks' bytes over the iteration's wall time) and
 the memcpy row runs in the same 4 processes the same way.
 
-ops/s counts keys; GiB/s is 2^30 bytes per second; p50/p99 are of one batch call. Every get and
+ops/s counts keys and GiB/s is 2^30 bytes per second, both of the median batch call (the means
+are in the JSON); p50/p99 are of one batch call. Every get and
 copy is checked bit for bit once per row. Targets (issue 27): DRAM-hit batch get >= 0.8 x memcpy at
 >= 1 MiB; SSD-hit get >= 0.8 x raw read; >= 2 x Mooncake Store's put and get at every value size;
 batch_exists_consecutive of 128 keys <= 20 us.
@@ -163,7 +164,7 @@ def run_local_dram(args, rows: list, out: list, status: dict, buf, mooncake) -> 
 
     max_bytes = max(r.nbytes for r in rows)
     # DRAM tier: room for two of the largest batch (puts of fresh keys evict the older ones).
-    dcfg = dram_config(umbp, dram_bytes=max(3 * max_bytes, 64 * MIB))
+    dcfg = dram_config(umbp, dram_bytes=max(5 * max_bytes // 2, 64 * MIB))
     status.setdefault("local", {})["dram_config"] = describe_config(dcfg)
     client = umbp.UMBPClient(dcfg)
     ops = UmbpOps(client, buf, "L")
@@ -207,15 +208,15 @@ def run_local_dram(args, rows: list, out: list, status: dict, buf, mooncake) -> 
             out.append(row_record("local", "mooncake", "exists", "dram", small, EXISTS_KEYS,
                                   {**summarize(mex, EXISTS_KEYS, 0), "GiB/s": None}))
     client.clear()
-    del client, ops
+    client.close()
 
 
-def run_local(args, rows: list, out: list, status: dict, workdir: str) -> None:
+def run_local(args, rows_by_tier: dict, out: list, status: dict, workdir: str) -> None:
     import mori.umbp as umbp
     from mori.apps.bench.umbp_workload import (HostBuffers, RawFile, UmbpOps, drop_page_cache, files_under,
                                               memcpy_samples, sglang_keys, summarize)
 
-    max_bytes = max(r.nbytes for r in rows)
+    max_bytes = max(r.nbytes for rows in rows_by_tier.values() for r in rows)
     allocator = umbp.UMBPHostMemAllocator()
     buf = HostBuffers(max_bytes, allocator, umbp.UMBPHostBufferBacking.Anonymous)
     mooncake = None
@@ -238,9 +239,11 @@ def run_local(args, rows: list, out: list, status: dict, workdir: str) -> None:
         else:
             status["mooncake"] = {"status": "skipped", "reason": "--no-mooncake"}
 
-        if "dram" in args.tiers:
-            run_local_dram(args, rows, out, status, buf, mooncake)
-        if "ssd" in args.tiers:
+        if rows_by_tier.get("dram"):
+            run_local_dram(args, rows_by_tier["dram"], out, status, buf, mooncake)
+        rows = rows_by_tier.get("ssd")
+        if rows:
+            max_bytes = max(r.nbytes for r in rows)
             ssd_root = tempfile.mkdtemp(prefix="mori-bench-umbp-", dir=args.ssd_dir)
             try:
                 tier_dir = os.path.join(ssd_root, "local")
@@ -271,7 +274,7 @@ def run_local(args, rows: list, out: list, status: dict, workdir: str) -> None:
                                           {**summarize(rs, row.batch, row.nbytes), "io": raw.how}))
                     client.clear()
                     print(f"local ssd {human(row.size)} x {row.batch}: done", flush=True)
-                del client, ops
+                client.close()
             finally:
                 shutil.rmtree(ssd_root, ignore_errors=True)
     finally:
@@ -324,14 +327,24 @@ def rank_main(rank: int, plan: dict, barrier, results) -> None:
 
                 before = lambda i: drop_page_cache(files_under(plan["ssd_dir"]))  # noqa: E731
             get = ops.get(row, iters, 0, sync=sync, fixed=True, before=before)
-            cp = memcpy_samples(buf, row, iters, 0, sync=sync, fixed=True) if plan["tier"] == "dram" else []
-            out.append({"size": size, "batch": batch, "put": put, "get": get, "memcpy": cp})
+            cp = raw = []
+            if plan["tier"] == "dram":
+                cp = memcpy_samples(buf, row, iters, 0, sync=sync, fixed=True)
+            else:  # each rank reads the same bytes from its own file, all at once
+                from mori.apps.bench.umbp_workload import RawFile
+
+                raw_file = RawFile(plan["raw_dir"], buf, row, name=f"rank{rank}")
+                try:
+                    raw = raw_file.samples(iters, 0, sync=sync, fixed=True)
+                finally:
+                    raw_file.remove()
+            out.append({"size": size, "batch": batch, "put": put, "get": get, "memcpy": cp, "raw": raw})
         sync()
         if rank == 0:
             client.clear()
         for ptr, _ in buf.regions():
             client.deregister_memory(ptr)
-        del client
+        client.close()
         buf.free()
         results.put((rank, out, None))
     except BaseException as exc:  # reported by the parent, which stops the others
@@ -376,15 +389,16 @@ def run_server_tier(args, rows: list, tier: str, out: list, status: dict, workdi
     ssd_root = None
     total = SERVER_RANKS * max_bytes
     if tier == "dram":
-        options = ["--dram-capacity", str(max(3 * total, 64 * MIB)), "--no-ssd"]
+        options = ["--dram-capacity", str(max(5 * total // 2, 64 * MIB)), "--no-ssd"]
     else:
         ssd_root = tempfile.mkdtemp(prefix="mori-bench-umbp-server-", dir=args.ssd_dir)
         options = ["--dram-capacity", str(max(4096, min(r.size for r in rows) // 2)), "--ssd-dir", ssd_root,
                    "--ssd-capacity", str(max(4 * total, 1 << 30))]
     status.setdefault("server", {})[f"{tier}_options"] = [o if o != ssd_root else "<ssd-dir>" for o in options]
     server, log_path = start_server(address, options, workdir, f"umbp-server-{tier}", args.timeout)
+    raw_dir = tempfile.mkdtemp(prefix="mori-bench-umbp-raw-", dir=args.ssd_dir) if tier == "ssd" else None
     plan = {"address": address, "max_bytes": max_bytes, "timeout": args.timeout, "tier": tier,
-            "ssd_dir": ssd_root, "rows": [(r.size, r.batch, server_iters(args, r.nbytes)) for r in rows]}
+            "ssd_dir": ssd_root, "raw_dir": raw_dir, "rows": [(r.size, r.batch, server_iters(args, r.nbytes)) for r in rows]}
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(SERVER_RANKS)
     results = ctx.Queue()
@@ -413,7 +427,8 @@ def run_server_tier(args, rows: list, tier: str, out: list, status: dict, workdi
             p.join(timeout=30)
         for i, (size, batch, _) in enumerate(plan["rows"]):
             nbytes = size * batch
-            for key, engine, op in (("put", "umbp", "put"), ("get", "umbp", "get"), ("memcpy", "memcpy", "copy")):
+            for key, engine, op in (("put", "umbp", "put"), ("get", "umbp", "get"), ("memcpy", "memcpy", "copy"),
+                                    ("raw", "raw read", "get")):
                 per_rank = [got[r][i][key] for r in range(SERVER_RANKS)]
                 if not per_rank[0]:
                     continue
@@ -428,22 +443,20 @@ def run_server_tier(args, rows: list, tier: str, out: list, status: dict, workdi
             if p.is_alive():
                 p.kill()
         stop([server])
-        if ssd_root:
-            shutil.rmtree(ssd_root, ignore_errors=True)
+        for d in (ssd_root, raw_dir):
+            if d:
+                shutil.rmtree(d, ignore_errors=True)
 
 
 def server_unavailable() -> Optional[str]:
+    import importlib.util
+
     import mori.umbp as umbp
 
     if not hasattr(umbp, "UMBPStandaloneProcessConfig"):
         return "mori.umbp lacks UMBPStandaloneProcessConfig in this build"
-    from mori.apps import cli
-
-    try:
-        cli.build_parser().parse_args(["umbp-server", "--help"])
-    except SystemExit as exc:
-        if exc.code != 0:
-            return "this build's mori command has no umbp-server"
+    if importlib.util.find_spec("mori.umbp.server") is None:
+        return "this build has no per-host server (mori.umbp.server, mori umbp-server)"
     return None
 
 
@@ -510,7 +523,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help=f"value sizes (default {DEFAULT_SIZES})")
     parser.add_argument("--batches", default=DEFAULT_BATCHES, help=f"keys per batch call (default {DEFAULT_BATCHES})")
-    parser.add_argument("--iters", default="20", help="most timed calls per row (at least 3 are made)")
+    parser.add_argument("--iters", default="100", help="most timed calls per row (at least 3 are made)")
     parser.add_argument("--budget", type=float, default=0.25, help="rough seconds of timed calls per row")
     parser.add_argument("--exists-iters", default="2000", help="timed batch_exists_consecutive calls")
     parser.add_argument("--modes", default="local,server", help="local (one process), server (4 ranks, one per-host server)")
@@ -521,6 +534,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--max-buffer", default="640M",
                         help="largest batch (value x batch) per mode; in server mode split over the 4 ranks; "
                              "cells above it are left out")
+    parser.add_argument("--max-ssd-buffer", default="160M",
+                        help="the same bound for the SSD-hit rows (SSD writes and reads are the slow part of a run)")
     parser.add_argument("--timeout", type=float, default=120, help="seconds a server or rank may take to answer")
     parser.add_argument("--json", default=None, help="where to write the JSON (default bench-results/umbp.json)")
     args = parser.parse_args(argv)
@@ -530,6 +545,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args.iters = parse_count(args.iters, "--iters")
         args.exists_iters = parse_count(args.exists_iters, "--exists-iters")
         max_buffer = parse_size(args.max_buffer, "--max-buffer")
+        max_ssd_buffer = parse_size(args.max_ssd_buffer, "--max-ssd-buffer")
     except ValueError as exc:
         parser.error(str(exc))
     if not sizes or not batches:
@@ -553,16 +569,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from mori.apps.bench.umbp_workload import Row
 
     cells = [Row(s, b) for s in sizes for b in batches]
-    local_rows = [c for c in cells if c.nbytes <= max_buffer]
-    server_rows = [c for c in cells if c.nbytes * SERVER_RANKS <= max_buffer]
-    status: dict = {"left_out": {"local": [f"{human(c.size)} x {c.batch}" for c in cells if c not in local_rows],
-                                 f"server x{SERVER_RANKS}": [f"{human(c.size)} x {c.batch}" for c in cells
-                                                             if c not in server_rows]}}
+    cap = {"dram": max_buffer, "ssd": min(max_buffer, max_ssd_buffer)}
+    local_rows = {t: [c for c in cells if c.nbytes <= cap[t]] for t in args.tiers}
+    server_rows = {t: [c for c in cells if c.nbytes * SERVER_RANKS <= cap[t]] for t in args.tiers}
+    status: dict = {"left_out": {f"{mode} {t}": [f"{human(c.size)} x {c.batch}" for c in cells if c not in rows[t]]
+                                 for mode, rows in (("local", local_rows), (f"server x{SERVER_RANKS}", server_rows))
+                                 for t in args.tiers}}
     out: list[dict] = []
     failed = False
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mori-bench-umbp-") as workdir:
-        if "local" in modes and local_rows:
+        if "local" in modes and any(local_rows.values()):
             try:
                 run_local(args, local_rows, out, status, workdir)
                 status.setdefault("local", {})["status"] = "ok"
@@ -570,15 +587,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 failed = True
                 status.setdefault("local", {})["status"] = f"failed: {exc!r}"
                 print(f"local mode: FAILED: {exc!r}\n{traceback.format_exc()}", file=sys.stderr, flush=True)
-        if "server" in modes and server_rows:
+        if "server" in modes and any(server_rows.values()):
             why = server_unavailable()
             if why:
                 status["server"] = {"status": "skipped", "reason": why}
                 print(f"server mode: skipped ({why})", flush=True)
             else:
                 for tier in args.tiers:
+                    if not server_rows[tier]:
+                        continue
                     try:
-                        run_server_tier(args, server_rows, tier, out, status, workdir)
+                        run_server_tier(args, server_rows[tier], tier, out, status, workdir)
                         print(f"server {tier}: done", flush=True)
                     except Exception as exc:
                         failed = True
@@ -605,8 +624,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    "server_ranks": SERVER_RANKS, "seconds": round(time.monotonic() - t0, 1),
                    "method": "per row: one untimed warm-up call, then timed batch calls until --iters or --budget "
                              "(at least 3; server mode: a fixed count all ranks share, each call after a barrier). "
-                             "ops/s = keys per second, GiB/s = bytes per second / 2^30 (server: all ranks' bytes "
-                             "over first start to last end of each iteration), p50/p99 of one batch call. "
+                             "ops/s = keys per second, GiB/s = bytes per second / 2^30, both of the median call "
+                             "(server: of the median iteration, all ranks' keys and bytes over first start to last "
+                             "end); 'mean ...' the same over the mean; p50/p99 of one batch call. "
                              "SSD hits: DRAM capacity below one value, promote-on-read off, page cache of the "
                              "tier's files dropped (posix_fadvise DONTNEED) before each timed call; the raw read "
                              "drops its file's cache the same way. Ratios are GiB/s over the baseline's at the "

@@ -195,7 +195,10 @@ class UmbpOps:
         state = {"checked": False}
 
         def call() -> None:
-            check_all(self.client.batch_get_into_ptr(keys, ptrs, sizes), "UMBP batch_get_into_ptr")
+            got = self.client.batch_get_into_ptr(keys, ptrs, sizes)
+            if not all(got):
+                stats = self.client.stats() if hasattr(self.client, "stats") else {}
+                check_all(got, f"UMBP batch_get_into_ptr (store counters: {stats})")
             if not state["checked"]:
                 verify(self.buf, row, "UMBP batch_get_into_ptr")
                 state["checked"] = True
@@ -264,8 +267,8 @@ class RawFile:
     value size and the buffer allow it (4 KiB alignment); otherwise they are buffered reads with
     the file's page cache dropped before every timed call. ``how`` says which."""
 
-    def __init__(self, directory: str, buf: HostBuffers, row: Row) -> None:
-        self.path = os.path.join(directory, f"raw-{row.size}x{row.batch}.bin")
+    def __init__(self, directory: str, buf: HostBuffers, row: Row, name: str = "raw") -> None:
+        self.path = os.path.join(directory, f"{name}-{row.size}x{row.batch}.bin")
         self.buf, self.row = buf, row
         with open(self.path, "wb") as f:
             f.write(memoryview(buf.src[:row.nbytes]))
@@ -312,25 +315,28 @@ class RawFile:
         os.remove(self.path)
 
 
+def _figures(call_s: np.ndarray, keys: int, nbytes: int, lat_us: np.ndarray) -> dict:
+    """ops/s and GiB/s of the median call (robust to the bursts of load a shared machine has), the
+    means next to them, and the p50/p99 of one call."""
+    med, mean = float(np.median(call_s)), float(call_s.mean())
+    return {"iters": len(call_s), "ops/s": keys / med, "GiB/s": nbytes / med / (1 << 30) if nbytes else None,
+            "mean ops/s": keys / mean, "mean GiB/s": nbytes / mean / (1 << 30) if nbytes else None,
+            "p50 us": float(np.percentile(lat_us, 50)), "p99 us": float(np.percentile(lat_us, 99))}
+
+
 def summarize(samples: Sequence[Sample], keys_per_call: int, bytes_per_call: int) -> dict:
-    """ops/s (keys per second), GiB/s and the p50/p99 of one batch call, over the samples of one
-    process."""
-    lat = np.array([(b - a) for a, b in samples], dtype=np.float64) / 1e3  # us
-    total_s = lat.sum() / 1e6
-    return {"iters": len(samples), "ops/s": keys_per_call * len(samples) / total_s,
-            "GiB/s": bytes_per_call * len(samples) / total_s / (1 << 30) if bytes_per_call else None,
-            "p50 us": float(np.percentile(lat, 50)), "p99 us": float(np.percentile(lat, 99))}
+    """The figures of one process's calls."""
+    lat = np.array([(b - a) for a, b in samples], dtype=np.float64)
+    return _figures(lat / 1e9, keys_per_call, bytes_per_call, lat / 1e3)
 
 
 def summarize_ranks(per_rank: Sequence[Sequence[Sample]], keys_per_call: int, bytes_per_call: int) -> dict:
     """The same figures for ranks that ran their calls in lock step: an iteration's wall time runs
-    from the first rank's start to the last rank's end, and every rank's bytes count in it;
+    from the first rank's start to the last rank's end and carries every rank's keys and bytes;
     p50/p99 are over every rank's calls."""
     n = min(len(s) for s in per_rank)
-    walls = [max(s[i][1] for s in per_rank) - min(s[i][0] for s in per_rank) for i in range(n)]
-    total_s = sum(walls) / 1e9
-    ranks = len(per_rank)
+    walls = np.array([max(s[i][1] for s in per_rank) - min(s[i][0] for s in per_rank) for i in range(n)],
+                     dtype=np.float64) / 1e9
     lat = np.array([(b - a) for s in per_rank for a, b in s[:n]], dtype=np.float64) / 1e3
-    return {"iters": n, "ops/s": ranks * keys_per_call * n / total_s,
-            "GiB/s": ranks * bytes_per_call * n / total_s / (1 << 30) if bytes_per_call else None,
-            "p50 us": float(np.percentile(lat, 50)), "p99 us": float(np.percentile(lat, 99))}
+    ranks = len(per_rank)
+    return _figures(walls, ranks * keys_per_call, ranks * bytes_per_call, lat)

@@ -242,7 +242,7 @@ def test_sglang_sequence_local(tmp_path, kind):
         assert client.get_deployment_mode() == umbp.UMBPDeploymentMode.Local
         assert not client.is_distributed()
         run_sequence(HiCacheUmbpCalls(client, pool, tp_rank=0 if kind == "mla" else 1), seed=11)
-        del client
+        client.close()
     finally:
         allocator.free(buf.handle)
 
@@ -262,7 +262,7 @@ def test_sglang_sequence_mla_pages_from_ssd(tmp_path):
         for p in range(8):
             assert same_bits(pool, p, 8 + p)
         assert client.clear() and store.batch_exists(keys) == 0
-        del client
+        client.close()
     finally:
         allocator.free(buf.handle)
 
@@ -322,6 +322,6 @@ def test_sglang_sequence_through_per_host_server(umbp_server):
         assert client.register_memory(int(buf.handle.ptr), int(buf.handle.mapped_size))
         run_sequence(HiCacheUmbpCalls(client, pool), seed=23)
         client.deregister_memory(int(buf.handle.ptr))
-        del client
+        client.close()
     finally:
         allocator.free(buf.handle)
