@@ -241,7 +241,17 @@ def test_sglang_sequence_local(tmp_path, kind):
         client = umbp.UMBPClient(local_config(str(tmp_path / "ssd"), dram_bytes=64 << 20))
         assert client.get_deployment_mode() == umbp.UMBPDeploymentMode.Local
         assert not client.is_distributed()
-        run_sequence(HiCacheUmbpCalls(client, pool, tp_rank=0 if kind == "mla" else 1), seed=11)
+        store = HiCacheUmbpCalls(client, pool, tp_rank=0 if kind == "mla" else 1)
+        run_sequence(store, seed=11)
+        if kind == "mha":
+            # A page whose K is stored but not its V is no hit: the count of K/V keys (3) // 2.
+            keys = page_hashes(2, "half")
+            assert store.batch_set_v1(keys[:1], [0]) == [True]
+            ptrs, sizes = pool.get_page_buffer_meta(store.host_indices([1]))
+            assert client.batch_put_from_ptr([f"{keys[1]}_1_k"], ptrs[:1], sizes[:1]) == [True]
+            assert client.batch_exists_consecutive(store.component_keys(keys)) == 3
+            assert store.batch_exists(keys) == 1
+            assert store.batch_get_v1(keys, [2, 3]) == [True, False]
         client.close()
     finally:
         allocator.free(buf.handle)
