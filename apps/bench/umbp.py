@@ -247,7 +247,7 @@ def run_local(args, rows_by_tier: dict, out: list, status: dict, workdir: str) -
             ssd_root = tempfile.mkdtemp(prefix="mori-bench-umbp-", dir=args.ssd_dir)
             try:
                 tier_dir = os.path.join(ssd_root, "local")
-                scfg = ssd_config(umbp, tier_dir, ssd_bytes=max(4 * max_bytes, 1 << 30),
+                scfg = ssd_config(umbp, tier_dir, ssd_bytes=max(8 * max_bytes, 4 << 30),
                                   smallest_value=min(r.size for r in rows))
                 status.setdefault("local", {})["ssd_config"] = describe_config(scfg)
                 status["local"]["ssd_dir_fs"] = fs_type(ssd_root)
@@ -393,7 +393,7 @@ def run_server_tier(args, rows: list, tier: str, out: list, status: dict, workdi
     else:
         ssd_root = tempfile.mkdtemp(prefix="mori-bench-umbp-server-", dir=args.ssd_dir)
         options = ["--dram-capacity", str(max(4096, min(r.size for r in rows) // 2)), "--ssd-dir", ssd_root,
-                   "--ssd-capacity", str(max(4 * total, 1 << 30))]
+                   "--ssd-capacity", str(max(8 * total, 4 << 30))]
     status.setdefault("server", {})[f"{tier}_options"] = [o if o != ssd_root else "<ssd-dir>" for o in options]
     server, log_path = start_server(address, options, workdir, f"umbp-server-{tier}", args.timeout)
     raw_dir = tempfile.mkdtemp(prefix="mori-bench-umbp-raw-", dir=args.ssd_dir) if tier == "ssd" else None
@@ -578,6 +578,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     out: list[dict] = []
     failed = False
     t0 = time.monotonic()
+    load_start = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="mori-bench-umbp-") as workdir:
         if "local" in modes and any(local_rows.values()):
             try:
@@ -622,6 +623,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     report.meta = {"targets": targets, "engines": status, "sizes": [human(s) for s in sizes], "batches": batches,
                    "iters": args.iters, "budget_s": args.budget, "modes": modes, "tiers": args.tiers,
                    "server_ranks": SERVER_RANKS, "seconds": round(time.monotonic() - t0, 1),
+                   "loadavg_1m": {"start": round(load_start[0], 2), "end": round(os.getloadavg()[0], 2)},
                    "method": "per row: one untimed warm-up call, then timed batch calls until --iters or --budget "
                              "(at least 3; server mode: a fixed count all ranks share, each call after a barrier). "
                              "ops/s = keys per second, GiB/s = bytes per second / 2^30, both of the median call "
