@@ -594,6 +594,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 status["server"] = {"status": "skipped", "reason": why}
                 print(f"server mode: skipped ({why})", flush=True)
             else:
+                server_failed = False
                 for tier in args.tiers:
                     if not server_rows[tier]:
                         continue
@@ -601,10 +602,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         run_server_tier(args, server_rows[tier], tier, out, status, workdir)
                         print(f"server {tier}: done", flush=True)
                     except Exception as exc:
-                        failed = True
+                        failed = server_failed = True
                         status.setdefault("server", {})[tier] = f"failed: {exc!r}"
                         print(f"server mode ({tier}): FAILED: {exc!r}", file=sys.stderr, flush=True)
-                status["server"].setdefault("status", "ok" if not failed else "failed")
+                status.setdefault("server", {})["status"] = "failed" if server_failed else "ok"
     add_ratios(out)
     targets = check_targets(out)
     cols = [c for c in COLUMNS if any(r.get(c) is not None for r in out)]

@@ -58,3 +58,24 @@ def test_bench_umbp_rejects_bad_input(tmp_path, option, value):
     proc, doc = _bench(tmp_path, option, value, timeout=60)
     assert proc.returncode == 2
     assert option in proc.stderr and value in proc.stderr and doc == {}
+
+
+def test_bench_umbp_server_tiny(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("mori.umbp.server") is None:
+        pytest.skip("this build has no per-host server (mori.umbp.server)")
+    proc, doc = _bench(tmp_path, "--modes", "server", "--sizes", "64K", "--batches", "2", "--iters", "3",
+                       "--budget", "0.01", "--no-mooncake", "--ssd-dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {(r["mode"], r["engine"], r["op"], r["tier"]): r for r in doc["rows"]}
+    mode = "server x4"
+    assert set(rows) == {(mode, "umbp", "put", "dram"), (mode, "umbp", "get", "dram"), (mode, "memcpy", "copy", "dram"),
+                         (mode, "umbp", "put", "ssd"), (mode, "umbp", "get", "ssd"), (mode, "raw read", "get", "ssd")}
+    for key, r in rows.items():
+        assert r["iters"] == 3 and r["batch"] == 2 and r["GiB/s"] > 0 and 0 < r["p50 us"] <= r["p99 us"], key
+    get_dram, get_ssd = rows[(mode, "umbp", "get", "dram")], rows[(mode, "umbp", "get", "ssd")]
+    assert get_dram["x memcpy"] == pytest.approx(get_dram["GiB/s"] / rows[(mode, "memcpy", "copy", "dram")]["GiB/s"])
+    assert get_ssd["x raw read"] == pytest.approx(get_ssd["GiB/s"] / rows[(mode, "raw read", "get", "ssd")]["GiB/s"])
+    assert doc["meta"]["engines"]["server"] == {**doc["meta"]["engines"]["server"], "dram": "ok", "ssd": "ok"}
+    assert doc["meta"]["targets"]["ssd_get_vs_raw_read"]["rows"] == 1
