@@ -159,7 +159,7 @@ def test_argument_errors_name_the_argument_and_write_nothing() -> None:
     refused("src is a null pointer", client.put_from_ptr, "a", 0, 16)
     refused("size must be > 0", client.put_from_ptr, "a", p, 0)
     refused("key must not be empty", client.put_from_ptr, "", p, 16)
-    refused("key is 4097 bytes, over the limit", client.put_from_ptr, "x" * 4097, p, 16)
+    refused("key is 4033 bytes, over the limit", client.put_from_ptr, "x" * 4033, p, 16)
     refused("dst is a null pointer", client.get_into_ptr, "a", 0, 16)
     refused("size must be > 0", client.get_into_ptr, "a", p, 0)
     refused("key must not be empty", client.exists, "")
@@ -167,7 +167,7 @@ def test_argument_errors_name_the_argument_and_write_nothing() -> None:
     refused("sizes has 1 entries, keys 2", client.batch_put_from_ptr, ["a", "b"], [p, p], [8])
     refused("ptrs\\[1\\] is a null pointer", client.batch_put_from_ptr, ["a", "b"], [p, 0], [8, 8])
     refused("sizes\\[1\\] must be > 0", client.batch_put_from_ptr, ["a", "b"], [p, p], [8, 0])
-    refused("keys\\[1\\] is 4097 bytes", client.batch_put_from_ptr, ["a", "x" * 4097], [p, p], [8, 8])
+    refused("keys\\[1\\] is 4033 bytes", client.batch_put_from_ptr, ["a", "x" * 4033], [p, p], [8, 8])
     refused("depths has 1 entries, keys 2", client.batch_put_from_ptr_with_depth, ["a", "b"], [p, p], [8, 8], [1])
     refused("ptrs has 1 entries, keys 2", client.batch_get_into_ptr, ["a", "b"], [p], [8, 8])
     refused("keys\\[0\\] must not be empty", client.batch_exists, [""])
@@ -178,8 +178,8 @@ def test_argument_errors_name_the_argument_and_write_nothing() -> None:
     assert client.batch_exists(["a", "b"]) == [False, False]
     assert client.stats()["puts"] == 0
     # Accepted at the limit.
-    assert client.put_from_ptr("k" * 4096, p, 256)
-    assert client.exists("k" * 4096)
+    assert client.put_from_ptr("k" * 4032, p, 256)
+    assert client.exists("k" * 4032)
 
 
 def test_dram_only_evicts_at_the_high_watermark_down_to_the_low_one() -> None:
@@ -286,6 +286,7 @@ def test_spill_to_ssd_read_back_then_clear(tmp_path: Path) -> None:
 def test_a_new_client_finds_what_the_last_one_wrote(tmp_path: Path) -> None:
     rng = np.random.default_rng(10)
     vals = {f"r{i}": random_bytes(rng, 10_000 + i) for i in range(10)}
+    vals["L" * 4032] = random_bytes(rng, 777)  # the longest key there is
     first = make_client(ssd_dir=tmp_path / "ssd")
     for k, v in vals.items():
         assert first.put_from_ptr(k, v.ctypes.data, v.size)
@@ -297,7 +298,7 @@ def test_a_new_client_finds_what_the_last_one_wrote(tmp_path: Path) -> None:
         out = np.zeros_like(v)
         assert second.get_into_ptr(k, out.ctypes.data, out.size)
         assert np.array_equal(out, v)
-    assert second.stats()["ssd_hits"] == 10
+    assert second.stats()["ssd_hits"] == 11
 
 
 @pytest.mark.parametrize("async_enabled,queue_depth", [(True, 1), (False, 4096)])
