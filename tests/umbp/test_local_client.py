@@ -433,3 +433,42 @@ def test_config_fields_and_validation(monkeypatch: pytest.MonkeyPatch) -> None:
     bad.dram.low_watermark = 0.95
     with pytest.raises(ValueError, match="watermark"):
         UMBPClient(bad)
+
+
+def _arena(capacity: int) -> int:
+    """Address of the DRAM tier's arena: the memory file of that size in /proc/self/maps."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split()
+        lo, hi = (int(x, 16) for x in fields[0].split("-"))
+        if "umbp-host-buffer" in line and hi - lo == capacity:
+            return lo
+    raise AssertionError("no DRAM arena mapping found")
+
+
+@pytest.mark.parametrize("with_ssd", [False, True])
+def test_dram_checksum_catches_a_flipped_byte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_ssd: bool) -> None:
+    monkeypatch.setenv("UMBP_VERIFY_DRAM_CHECKSUM", "1")
+    rng = np.random.default_rng(13)
+    capacity = 328 * KiB  # a size no other mapping here has
+    cfg = UMBPConfig()
+    cfg.dram.capacity_bytes = capacity
+    cfg.dram.use_shared_memory = True  # a named memory file, so the test can find the arena
+    cfg.ssd.enabled = with_ssd
+    cfg.ssd.storage_dir = str(tmp_path / "ssd")
+    cfg.ssd.capacity_bytes = 64 * MiB
+    client = UMBPClient(cfg)
+    data = random_bytes(rng, 5000)
+    assert client.put_from_ptr("victim", data.ctypes.data, data.size)
+    assert client.flush()
+    arena = np.ctypeslib.as_array((np.ctypeslib.ctypes.c_ubyte * capacity).from_address(_arena(capacity)))
+    assert np.array_equal(arena[: data.size], data)  # first fit: the first value sits at offset 0
+    arena[1234] ^= 0x40
+    out = np.full(data.size, 3, dtype=np.uint8)
+    hit = client.get_into_ptr("victim", out.ctypes.data, out.size)
+    stats = client.stats()
+    assert stats["corrupt_reads"] == 1
+    if with_ssd:
+        # The DRAM copy is dropped; the SSD copy (verified too) serves the read.
+        assert hit and np.array_equal(out, data) and stats["ssd_hits"] == 1
+    else:
+        assert not hit and (out == 3).all() and not client.exists("victim")
