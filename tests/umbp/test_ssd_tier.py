@@ -303,6 +303,9 @@ def test_reader_follows_a_writer_in_another_process(tmp_path: Path) -> None:
             cmd, key = line.split()
             if cmd == "put":
                 ok = t.write(key, rng.integers(0, 256, size=150_000, dtype=np.uint8))
+            elif cmd == "clear":
+                t.clear()
+                ok = True
             else:
                 ok = t.remove(key)
             print(ok, flush=True)
@@ -334,6 +337,15 @@ def test_reader_follows_a_writer_in_another_process(tmp_path: Path) -> None:
         ask("remove", "a")
         assert reader.contains("a")
         assert reader.refresh() == 0 and not reader.contains("a")
+        # The writer empties the directory and writes b0 anew: after a refresh the reader sees the
+        # new value, never the old file's bytes under the new file's name.
+        ask("clear", "-")
+        ask("put", "b0")
+        new_b0 = rng.integers(0, 256, size=150_000, dtype=np.uint8)
+        reader.refresh()
+        assert reader.stats()["keys"] == 1
+        assert reader.read("b0", out)
+        np.testing.assert_array_equal(out, new_b0)
         with pytest.raises(MoriError, match="reader cannot write"):
             reader.write("c", out)
         with pytest.raises(MoriError, match="reader cannot remove"):

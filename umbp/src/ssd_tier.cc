@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -83,7 +84,7 @@ struct SsdTier::Impl {
   std::atomic<uint64_t> writes{0}, write_bytes{0}, reads{0}, read_bytes{0}, corrupt_reads{0};
   std::atomic<uint64_t> evicted_keys{0}, gc_runs{0}, gc_moved_bytes{0};
   std::atomic<uint64_t> failed_writes{0}, enospc_writes{0}, io_errors{0}, skipped_records{0}, refreshes{0};
-  bool direct_io = false;
+  std::atomic<bool> direct_io{false};
   log::RateLimit write_error_log;
 
   std::thread gc_thread;
@@ -165,9 +166,13 @@ struct SsdTier::Impl {
       if (it->second.sequence >= loc.sequence) return false;
       it->second.segment->live_bytes -= it->second.bytes;
     }
+    const bool added = it == index.end();
     loc.segment->live_bytes += loc.bytes;
-    index[key] = std::move(loc);
-    return it == index.end();
+    if (added)
+      index.emplace(key, std::move(loc));
+    else
+      it->second = std::move(loc);
+    return added;
   }
 
   // Scans the segments present in the directory (from where the last scan stopped) and merges
@@ -263,7 +268,12 @@ struct SsdTier::Impl {
     }
     if (writer()) {
       next_sequence = std::max(next_sequence, max_sequence + 1);
-      if (!ids.empty()) next_segment_id = std::max(next_segment_id, ids.back() + 1);
+      // Ids never come back, even in a directory a clear() emptied: a reader that still has a
+      // segment of that id open must not take a new file for it (inodes are reused).
+      uint64_t fresh = static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+              .count());
+      next_segment_id = std::max({next_segment_id, ids.empty() ? 0 : ids.back() + 1, fresh});
     }
     return added;
   }
@@ -615,6 +625,9 @@ struct SsdTier::Impl {
     {
       std::shared_lock lock(mu);
       if (!segments.count(victim->id)) return true;
+      // Values published here since the keys were listed (a write_batch indexes its records
+      // only after its sync): the segment stays, and a later pass looks at it again.
+      if (victim->live_bytes > 0) return false;
     }
     // A tombstone matters while the segment of the value it removed is still there.
     for (auto& t : tombstones) {
