@@ -64,6 +64,7 @@ def test_round_trip_sizes(tmp_path: Path, backend: str) -> None:
     tier = _SsdTier(str(tmp_path / "ssd"), capacity_bytes=256 * MiB, segment_size_bytes=8 * MiB,
                     io_backend=backend)
     assert tier.stats()["io_uring"] == (backend == "io_uring")
+    assert tier.stats()["direct_io"] is False  # nothing written yet; pread never bypasses the cache
     values = _values(rng, sizes)
     keys = [f"key-{i}-{rng.integers(1 << 62)}" for i in range(len(sizes))]
     for k, v in zip(keys, values):
@@ -84,6 +85,8 @@ def test_round_trip_sizes(tmp_path: Path, backend: str) -> None:
     assert tier.value_size("absent") == 0
     assert tier.read_batch([keys[0], "absent"], [np.empty(1, np.uint8), np.empty(1, np.uint8)]) == [True, False]
     s = tier.stats()
+    if backend == "posix":
+        assert s["direct_io"] is False
     assert s["keys"] == len(keys) and s["writes"] == len(keys) and s["write_bytes"] == sum(sizes)
     assert s["corrupt_reads"] == 0 and s["used_bytes"] == sum(_record_bytes(k, v.nbytes) for k, v in zip(keys, values))
 
