@@ -298,7 +298,7 @@ def test_reader_follows_a_writer_in_another_process(tmp_path: Path) -> None:
     d = tmp_path / "ssd"
     seed = int(np.random.default_rng().integers(1 << 31))
     writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        import sys, numpy as np
+        import sys, time, numpy as np
         from mori._C.umbp import _SsdTier
         rng = np.random.default_rng({seed})
         t = _SsdTier({str(d)!r}, capacity_bytes=64 << 20, segment_size_bytes=1 << 20)
@@ -306,6 +306,11 @@ def test_reader_follows_a_writer_in_another_process(tmp_path: Path) -> None:
             cmd, key = line.split()
             if cmd == "put":
                 ok = t.write(key, rng.integers(0, 256, size=150_000, dtype=np.uint8))
+            elif cmd == "wait_gc":
+                deadline = time.monotonic() + 20
+                while t.stats()["gc_runs"] < int(key) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                ok = t.stats()["gc_runs"] >= int(key)
             elif cmd == "clear":
                 t.clear()
                 ok = True
@@ -337,6 +342,15 @@ def test_reader_follows_a_writer_in_another_process(tmp_path: Path) -> None:
         assert all(reader.read_batch([f"b{i}" for i in range(12)], outs))
         for o, e in zip(outs, expected_b):
             np.testing.assert_array_equal(o, e)
+        # The writer's GC moves b0 and b11 out of segments it then deletes: the reader follows.
+        for i in range(1, 11):
+            ask("remove", f"b{i}")
+        ask("wait_gc", "2")
+        reader.refresh()
+        assert not reader.contains("b5")
+        for i in (0, 11):
+            assert reader.read(f"b{i}", out)
+            np.testing.assert_array_equal(out, expected_b[i])
         ask("remove", "a")
         assert reader.contains("a")
         assert reader.refresh() == 0 and not reader.contains("a")

@@ -163,11 +163,17 @@ struct SsdTier::Impl {
     index.erase(it);
   }
 
+  // Whether record (sequence, segment) is newer than the indexed `than`. A record GC moved keeps
+  // its sequence and lands in a newer segment: that copy wins, the old one is about to go.
+  static bool newer(uint64_t sequence, const Segment& segment, const Location& than) {
+    return sequence > than.sequence || (sequence == than.sequence && segment.id > than.segment->id);
+  }
+
   // Under mu (unique): the newest record of a key wins.
   bool index_record(const std::string& key, Location loc) {
     auto it = index.find(key);
     if (it != index.end()) {
-      if (it->second.sequence >= loc.sequence) return false;
+      if (!newer(loc.sequence, *loc.segment, it->second)) return false;
       it->second.segment->live_bytes -= it->second.bytes;
     }
     const bool added = it == index.end();
@@ -184,6 +190,7 @@ struct SsdTier::Impl {
   size_t scan_directory(bool count_skipped) {
     struct Found {
       uint64_t sequence = 0;
+      uint64_t segment = 0;
       bool tombstone = false;
       Location loc;
     };
@@ -206,6 +213,7 @@ struct SsdTier::Impl {
       return [&, seg](ssd::ScannedRecord&& r) {
         Found f;
         f.sequence = r.header.sequence;
+        f.segment = seg->id;
         f.tombstone = r.header.kind == static_cast<uint16_t>(RecordKind::kTombstone);
         if (f.tombstone) {
           seg->tombstones.push_back({r.key, r.header.target_segment, r.header.sequence});
@@ -216,7 +224,9 @@ struct SsdTier::Impl {
           seg->keys.push_back(r.key);
         }
         auto [it, inserted] = found.try_emplace(std::move(r.key), std::move(f));
-        if (!inserted && it->second.sequence < f.sequence) it->second = std::move(f);
+        if (!inserted && (f.sequence > it->second.sequence ||
+                          (f.sequence == it->second.sequence && f.segment > it->second.segment)))
+          it->second = std::move(f);
       };
     };
     uint64_t skipped = 0;
