@@ -64,6 +64,7 @@ def test_round_trip_sizes(tmp_path: Path, backend: str) -> None:
     tier = _SsdTier(str(tmp_path / "ssd"), capacity_bytes=256 * MiB, segment_size_bytes=8 * MiB,
                     io_backend=backend)
     assert tier.stats()["io_uring"] == (backend == "io_uring")
+    assert tier.stats()["direct_io"] is False  # nothing written yet; pread never bypasses the cache
     values = _values(rng, sizes)
     keys = [f"key-{i}-{rng.integers(1 << 62)}" for i in range(len(sizes))]
     for k, v in zip(keys, values):
@@ -84,6 +85,8 @@ def test_round_trip_sizes(tmp_path: Path, backend: str) -> None:
     assert tier.value_size("absent") == 0
     assert tier.read_batch([keys[0], "absent"], [np.empty(1, np.uint8), np.empty(1, np.uint8)]) == [True, False]
     s = tier.stats()
+    if backend == "posix":
+        assert s["direct_io"] is False
     assert s["keys"] == len(keys) and s["writes"] == len(keys) and s["write_bytes"] == sum(sizes)
     assert s["corrupt_reads"] == 0 and s["used_bytes"] == sum(_record_bytes(k, v.nbytes) for k, v in zip(keys, values))
 
@@ -295,7 +298,7 @@ def test_reader_follows_a_writer_in_another_process(tmp_path: Path) -> None:
     d = tmp_path / "ssd"
     seed = int(np.random.default_rng().integers(1 << 31))
     writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        import sys, numpy as np
+        import sys, time, numpy as np
         from mori._C.umbp import _SsdTier
         rng = np.random.default_rng({seed})
         t = _SsdTier({str(d)!r}, capacity_bytes=64 << 20, segment_size_bytes=1 << 20)
@@ -303,6 +306,14 @@ def test_reader_follows_a_writer_in_another_process(tmp_path: Path) -> None:
             cmd, key = line.split()
             if cmd == "put":
                 ok = t.write(key, rng.integers(0, 256, size=150_000, dtype=np.uint8))
+            elif cmd == "wait_gc":
+                deadline = time.monotonic() + 20
+                while t.stats()["gc_runs"] < int(key) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                ok = t.stats()["gc_runs"] >= int(key)
+            elif cmd == "clear":
+                t.clear()
+                ok = True
             else:
                 ok = t.remove(key)
             print(ok, flush=True)
@@ -331,9 +342,27 @@ def test_reader_follows_a_writer_in_another_process(tmp_path: Path) -> None:
         assert all(reader.read_batch([f"b{i}" for i in range(12)], outs))
         for o, e in zip(outs, expected_b):
             np.testing.assert_array_equal(o, e)
+        # The writer's GC moves b0 and b11 out of segments it then deletes: the reader follows.
+        for i in range(1, 11):
+            ask("remove", f"b{i}")
+        ask("wait_gc", "2")
+        reader.refresh()
+        assert not reader.contains("b5")
+        for i in (0, 11):
+            assert reader.read(f"b{i}", out)
+            np.testing.assert_array_equal(out, expected_b[i])
         ask("remove", "a")
         assert reader.contains("a")
         assert reader.refresh() == 0 and not reader.contains("a")
+        # The writer empties the directory and writes b0 anew: after a refresh the reader sees the
+        # new value, never the old file's bytes under the new file's name.
+        ask("clear", "-")
+        ask("put", "b0")
+        new_b0 = rng.integers(0, 256, size=150_000, dtype=np.uint8)
+        reader.refresh()
+        assert reader.stats()["keys"] == 1
+        assert reader.read("b0", out)
+        np.testing.assert_array_equal(out, new_b0)
         with pytest.raises(MoriError, match="reader cannot write"):
             reader.write("c", out)
         with pytest.raises(MoriError, match="reader cannot remove"):

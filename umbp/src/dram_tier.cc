@@ -147,7 +147,7 @@ std::optional<size_t> DramTier::reserve(size_t size) {
   }
 }
 
-void DramTier::put(const std::string* keys, const void* const* srcs, const size_t* sizes, const int* depths, size_t n,
+void DramTier::put(const std::string* keys, const uintptr_t* srcs, const size_t* sizes, const int* depths, size_t n,
                    bool copy_hold, PutOutcome* outcomes, Block** held) {
   std::vector<Block*> fresh(n, nullptr);
   {
@@ -179,7 +179,7 @@ void DramTier::put(const std::string* keys, const void* const* srcs, const size_
   for (size_t i = 0; i < n; ++i) {
     Block* b = fresh[i];
     if (!b) continue;
-    copy_bytes(b->data, srcs[i], b->size);
+    copy_bytes(b->data, reinterpret_cast<const void*>(srcs[i]), b->size);
     if (verify_checksums_) {
       b->checksum = value_checksum(b->data, b->size);
       b->has_checksum = true;
@@ -202,7 +202,7 @@ void DramTier::put(const std::string* keys, const void* const* srcs, const size_
   }
 }
 
-size_t DramTier::get(const std::string* keys, void* const* dsts, const size_t* sizes, size_t n, bool promote,
+size_t DramTier::get(const std::string* keys, const uintptr_t* dsts, const size_t* sizes, size_t n, bool promote,
                      bool* hits) {
   std::vector<Block*> pinned(n, nullptr);
   {
@@ -230,7 +230,7 @@ size_t DramTier::get(const std::string* keys, void* const* dsts, const size_t* s
       corrupt[i] = true;
       continue;  // nothing written to the caller
     }
-    copy_bytes(dsts[i], b->data, b->size);
+    copy_bytes(reinterpret_cast<void*>(dsts[i]), b->data, b->size);
     hits[i] = true;
     ++count;
   }

@@ -56,12 +56,12 @@ class DramTier {
   // to publish. `depths` may be null (all -1). With `copy_hold`, every stored block is also
   // returned in `held` (same index; nullptr for the others) and stays pinned, so unevictable,
   // until release_held(): the copy pipeline reads it from there.
-  void put(const std::string* keys, const void* const* srcs, const size_t* sizes, const int* depths, size_t n,
+  void put(const std::string* keys, const uintptr_t* srcs, const size_t* sizes, const int* depths, size_t n,
            bool copy_hold, PutOutcome* outcomes, Block** held);
   // Copies each present value whose stored size equals sizes[i] into dsts[i]; hits[i] says which.
   // A checksum mismatch (when verifying) drops the key and is a miss. Hits move to the MRU end
   // when `promote`. Returns the number of hits.
-  size_t get(const std::string* keys, void* const* dsts, const size_t* sizes, size_t n, bool promote, bool* hits);
+  size_t get(const std::string* keys, const uintptr_t* dsts, const size_t* sizes, size_t n, bool promote, bool* hits);
 
   bool contains(const std::string& key) const;
   // out[i] = contains(keys[i]), under one lock.

@@ -69,22 +69,31 @@ std::vector<bool> LocalClient::store(const std::string* keys, const uintptr_t* s
   }
   if (todo.empty()) return ok;
 
+  // The common case, no key on the SSD yet: the caller's arrays as they are, no copies.
   const size_t m = todo.size();
-  std::vector<std::string> k(m);
-  std::vector<const void*> s(m);
-  std::vector<size_t> z(m);
-  std::vector<int> d(depths ? m : 0);
-  for (size_t j = 0; j < m; ++j) {
-    const size_t i = todo[j];
-    k[j] = keys[i];
-    s[j] = reinterpret_cast<const void*>(srcs[i]);
-    z[j] = sizes[i];
-    if (depths) d[j] = depths[i];
+  std::vector<std::string> k_copy;
+  std::vector<uintptr_t> s_copy;
+  std::vector<size_t> z_copy;
+  std::vector<int> d_copy;
+  const std::string* k = keys;
+  const uintptr_t* s = srcs;
+  const size_t* z = sizes;
+  const int* d = depths;
+  if (m != n) {
+    for (size_t i : todo) {
+      k_copy.push_back(keys[i]);
+      s_copy.push_back(srcs[i]);
+      z_copy.push_back(sizes[i]);
+      if (depths) d_copy.push_back(depths[i]);
+    }
+    k = k_copy.data();
+    s = s_copy.data();
+    z = z_copy.data();
+    d = depths ? d_copy.data() : nullptr;
   }
   std::vector<DramTier::PutOutcome> outcome(m);
   std::vector<DramTier::Block*> held(m, nullptr);
-  dram_->put(k.data(), s.data(), z.data(), depths ? d.data() : nullptr, m, ssd_ != nullptr, outcome.data(),
-             held.data());
+  dram_->put(k, s, z, d, m, ssd_ != nullptr, outcome.data(), held.data());
 
   uint64_t bytes = 0;
   std::vector<size_t> direct;  // no room in DRAM
@@ -108,7 +117,7 @@ std::vector<bool> LocalClient::store(const std::string* keys, const uintptr_t* s
       std::vector<size_t> dz;
       for (size_t j : direct) {
         dk.push_back(k[j]);
-        ds.push_back(s[j]);
+        ds.push_back(reinterpret_cast<const void*>(s[j]));
         dz.push_back(z[j]);
       }
       const std::vector<bool> written = ssd_->write_batch(dk, ds, dz);
@@ -135,7 +144,7 @@ std::vector<bool> LocalClient::load(const std::string* keys, const uintptr_t* ds
   std::unique_ptr<bool[]> own(hits);
   size_t dram_hits = 0;
   if (dram_)
-    dram_hits = dram_->get(keys, reinterpret_cast<void* const*>(dsts), sizes, n, promote_, hits);
+    dram_hits = dram_->get(keys, dsts, sizes, n, promote_, hits);
   dram_hits_ += dram_hits;
 
   size_t ssd_hits = 0;
@@ -153,7 +162,7 @@ std::vector<bool> LocalClient::load(const std::string* keys, const uintptr_t* ds
     }
     const std::vector<bool> got = ssd_->read_batch(mk, md, mz);
     std::vector<std::string> pk;  // promotions
-    std::vector<const void*> ps;
+    std::vector<uintptr_t> ps;
     std::vector<size_t> pz;
     for (size_t j = 0; j < miss.size(); ++j) {
       if (!got[j]) continue;
@@ -161,7 +170,7 @@ std::vector<bool> LocalClient::load(const std::string* keys, const uintptr_t* ds
       ++ssd_hits;
       if (dram_ && promote_) {
         pk.push_back(mk[j]);
-        ps.push_back(md[j]);
+        ps.push_back(reinterpret_cast<uintptr_t>(md[j]));
         pz.push_back(mz[j]);
       }
     }

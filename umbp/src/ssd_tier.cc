@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -69,6 +70,9 @@ struct SsdTier::Impl {
   int dir_fd = -1;
   int lock_fd = -1;
   ssd::ReadEngine reader;
+  // O_DIRECT reads need many in flight to reach the device's speed: only with io_uring. pread
+  // goes through the page cache, whose readahead keeps one reader at a time fast.
+  const bool read_direct;
 
   std::mutex write_mu;              // one append at a time; taken before mu
   mutable std::shared_mutex mu;     // index and segments
@@ -83,7 +87,7 @@ struct SsdTier::Impl {
   std::atomic<uint64_t> writes{0}, write_bytes{0}, reads{0}, read_bytes{0}, corrupt_reads{0};
   std::atomic<uint64_t> evicted_keys{0}, gc_runs{0}, gc_moved_bytes{0};
   std::atomic<uint64_t> failed_writes{0}, enospc_writes{0}, io_errors{0}, skipped_records{0}, refreshes{0};
-  bool direct_io = false;
+  std::atomic<bool> direct_io{false};
   log::RateLimit write_error_log;
 
   std::thread gc_thread;
@@ -97,7 +101,8 @@ struct SsdTier::Impl {
         strict(cfg.durability.mode == DurabilityMode::Strict),
         segment_limit(align_up(std::min<uint64_t>(cfg.segment_size_bytes,
                                                   std::max<uint64_t>(cfg.capacity_bytes / 16, uint64_t{1} << 20)))),
-        reader(cfg.io.backend, cfg.io.queue_depth) {}
+        reader(cfg.io.backend, cfg.io.queue_depth),
+        read_direct(reader.uses_io_uring()) {}
 
   ~Impl() {
     if (dir_fd >= 0) ::close(dir_fd);
@@ -158,16 +163,26 @@ struct SsdTier::Impl {
     index.erase(it);
   }
 
+  // Whether record (sequence, segment) is newer than the indexed `than`. A record GC moved keeps
+  // its sequence and lands in a newer segment: that copy wins, the old one is about to go.
+  static bool newer(uint64_t sequence, const Segment& segment, const Location& than) {
+    return sequence > than.sequence || (sequence == than.sequence && segment.id > than.segment->id);
+  }
+
   // Under mu (unique): the newest record of a key wins.
   bool index_record(const std::string& key, Location loc) {
     auto it = index.find(key);
     if (it != index.end()) {
-      if (it->second.sequence >= loc.sequence) return false;
+      if (!newer(loc.sequence, *loc.segment, it->second)) return false;
       it->second.segment->live_bytes -= it->second.bytes;
     }
+    const bool added = it == index.end();
     loc.segment->live_bytes += loc.bytes;
-    index[key] = std::move(loc);
-    return it == index.end();
+    if (added)
+      index.emplace(key, std::move(loc));
+    else
+      it->second = std::move(loc);
+    return added;
   }
 
   // Scans the segments present in the directory (from where the last scan stopped) and merges
@@ -175,6 +190,7 @@ struct SsdTier::Impl {
   size_t scan_directory(bool count_skipped) {
     struct Found {
       uint64_t sequence = 0;
+      uint64_t segment = 0;
       bool tombstone = false;
       Location loc;
     };
@@ -197,6 +213,7 @@ struct SsdTier::Impl {
       return [&, seg](ssd::ScannedRecord&& r) {
         Found f;
         f.sequence = r.header.sequence;
+        f.segment = seg->id;
         f.tombstone = r.header.kind == static_cast<uint16_t>(RecordKind::kTombstone);
         if (f.tombstone) {
           seg->tombstones.push_back({r.key, r.header.target_segment, r.header.sequence});
@@ -207,7 +224,9 @@ struct SsdTier::Impl {
           seg->keys.push_back(r.key);
         }
         auto [it, inserted] = found.try_emplace(std::move(r.key), std::move(f));
-        if (!inserted && it->second.sequence < f.sequence) it->second = std::move(f);
+        if (!inserted && (f.sequence > it->second.sequence ||
+                          (f.sequence == it->second.sequence && f.segment > it->second.segment)))
+          it->second = std::move(f);
       };
     };
     uint64_t skipped = 0;
@@ -239,7 +258,7 @@ struct SsdTier::Impl {
     for (auto& seg : gone) drop_locked(seg, /*count_evicted=*/false);
     for (auto& [seg, end] : new_segments) {
       seg->scanned = end;
-      if (seg->direct_fd >= 0) direct_io = true;
+      if (read_direct && seg->direct_fd >= 0) direct_io = true;
       segments[seg->id] = seg;
       used_bytes += seg->size;
     }
@@ -263,7 +282,12 @@ struct SsdTier::Impl {
     }
     if (writer()) {
       next_sequence = std::max(next_sequence, max_sequence + 1);
-      if (!ids.empty()) next_segment_id = std::max(next_segment_id, ids.back() + 1);
+      // Ids never come back, even in a directory a clear() emptied: a reader that still has a
+      // segment of that id open must not take a new file for it (inodes are reused).
+      uint64_t fresh = static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+              .count());
+      next_segment_id = std::max({next_segment_id, ids.empty() ? 0 : ids.back() + 1, fresh});
     }
     return added;
   }
@@ -325,7 +349,7 @@ struct SsdTier::Impl {
       ::unlink(seg->path.c_str());
       return false;
     }
-    if (seg->direct_fd >= 0) direct_io = true;
+    if (read_direct && seg->direct_fd >= 0) direct_io = true;
     std::unique_lock lock(mu);
     segments[id] = seg;
     active = seg;
@@ -458,7 +482,7 @@ struct SsdTier::Impl {
       auto* dst = static_cast<char*>(dsts[pending[p].i]);
       const Segment& seg = *loc.segment;
       uint64_t whole = 0;
-      if (seg.direct_fd >= 0 && reinterpret_cast<uintptr_t>(dst) % seg.direct_mem_align == 0)
+      if (read_direct && seg.direct_fd >= 0 && reinterpret_cast<uintptr_t>(dst) % seg.direct_mem_align == 0)
         whole = loc.size / kRecordAlign * kRecordAlign;
       if (whole > 0) ops.push_back(ReadOp{seg.direct_fd, dst, whole, loc.value_offset, p});
       if (whole < loc.size) ops.push_back(ReadOp{seg.fd, dst + whole, loc.size - whole, loc.value_offset + whole, p});
@@ -478,6 +502,9 @@ struct SsdTier::Impl {
       } else if (value_checksum(dsts[p.i], p.loc.size) != p.loc.checksum) {
         corrupt.push_back(&p);
       } else {
+        // What came through the page cache leaves it: the DRAM tier above holds the hot values,
+        // and the next read of this one is a read of the device again, as stats and benchmarks say.
+        ::posix_fadvise(p.loc.segment->fd, p.loc.value_offset, p.loc.size, POSIX_FADV_DONTNEED);
         ok[p.i] = true;
         ++reads;
         read_bytes += p.loc.size;
@@ -615,6 +642,9 @@ struct SsdTier::Impl {
     {
       std::shared_lock lock(mu);
       if (!segments.count(victim->id)) return true;
+      // Values published here since the keys were listed (a write_batch indexes its records
+      // only after its sync): the segment stays, and a later pass looks at it again.
+      if (victim->live_bytes > 0) return false;
     }
     // A tombstone matters while the segment of the value it removed is still there.
     for (auto& t : tombstones) {

@@ -28,12 +28,18 @@
 //    crash; everything written survives a crash of the process alone (it is in the page cache).
 // Removes write a tombstone record, so a removed key stays removed after a restart.
 //
-// Reads: with O_DIRECT where the file system offers it and dst is aligned as it asks
-// (statx STATX_DIOALIGN, often 512 B), the value's whole blocks go straight from the device into
-// dst, bypassing the page cache, and its last partial block is read through the page cache; an
-// unaligned dst is read through the page cache. No bounce buffer in either case. On a false
-// return the contents of dst are undefined (the read may have landed before the checksum
-// failed); true means all `size` bytes are the value that was written.
+// Reads. With io_uring (IoConfig::backend IoUring, and the kernel allows it): O_DIRECT where the
+// file system offers it and dst is aligned as it asks (statx STATX_DIOALIGN, often 512 B): the
+// value's whole 4 KiB blocks go straight from the device into dst, many reads in flight (up to
+// min(queue_depth, 256) per batch), and its last partial block is read through the page cache.
+// Without io_uring, or into unaligned memory: pread through the page cache, whose readahead keeps
+// one reader at a time fast. No bounce buffer in any case. A single value read without a partial
+// block is one pread even with io_uring (a ring costs more than it saves there). After a read,
+// the value's pages leave the page cache (POSIX_FADV_DONTNEED): the DRAM tier above keeps the hot
+// values, and an SSD hit is a read of the device, not of a second cache. Every value is verified
+// against its checksum before true is returned. On a false return the contents of dst are
+// undefined (the read may have landed before the checksum failed); true means all `size` bytes
+// are the value that was written.
 //
 // Shared directory (MORI's SharedSSDLeader/Follower): one writer (SsdAccess::kReadWrite, the
 // default) and any number of readers in other processes (SsdAccess::kReadOnly). A second writer
@@ -59,14 +65,14 @@ struct SsdStats {
   uint64_t writes = 0, write_bytes = 0, reads = 0, read_bytes = 0;
   uint64_t corrupt_reads = 0;  // checksum or header mismatches (served as misses)
   uint64_t evicted_keys = 0, gc_runs = 0, gc_moved_bytes = 0;
-  bool io_uring = false;       // whether reads go through io_uring (writes are pwrite to the page cache)
+  bool io_uring = false;       // whether batched reads go through io_uring (writes are pwrite to the page cache)
   // Ours, beyond MORI's fields:
   uint64_t failed_writes = 0;    // writes refused: no room, or an I/O error (nothing of them is visible)
   uint64_t enospc_writes = 0;    // of which the file system was full
   uint64_t io_errors = 0;        // reads that failed with an I/O error (served as misses)
   uint64_t skipped_records = 0;  // torn or corrupt records a scan (recovery, refresh) skipped
   uint64_t refreshes = 0;        // scans for segments written by another process
-  bool direct_io = false;        // whether the segment files take O_DIRECT reads
+  bool direct_io = false;        // whether reads bypass the page cache (io_uring and O_DIRECT both available)
 };
 
 enum class SsdAccess : int {
