@@ -1,2 +1,64 @@
 # SPDX-License-Identifier: MIT
-"""mori.umbp: MORI-UMBP, the tiered KV-cache store (MORI's API)."""
+"""mori.umbp: MORI-UMBP, the tiered KV-cache store, under MORI's names.
+
+A key -> bytes store for LLM KV caches: values live in a host DRAM tier and are mirrored to an SSD
+tier (a segmented log in ``UMBPSsdConfig.storage_dir``). ``UMBPClient(UMBPConfig())`` is the
+in-process store; with ``config.standalone_process`` set it is a client of the per-host server that
+the ranks of a host share. Pointers are ``int`` addresses of host memory (``ctypes.addressof``,
+``tensor.data_ptr()``, ``UMBPHostBufferHandle.ptr``); every I/O call releases the GIL.
+
+    cfg = UMBPConfig.from_environment()          # MORI's defaults + UMBP_* settings
+    client = UMBPClient(cfg)
+    client.batch_put_from_ptr(keys, ptrs, sizes)  # -> list[bool]; a stored key keeps its value
+    client.batch_exists_consecutive(keys)         # length of the stored prefix
+    client.batch_get_into_ptr(keys, ptrs, sizes)
+
+The same names are attributes of ``mori.cpp`` (MORI's native module name).
+"""
+from mori._C.umbp import (
+    CacheRemoteAdmission,
+    UMBPClient,
+    UMBPConfig,
+    UMBPCopyPipelineConfig,
+    UMBPDeploymentMode,
+    UMBPDistributedConfig,
+    UMBPDramConfig,
+    UMBPDurabilityConfig,
+    UMBPDurabilityMode,
+    UMBPEvictionConfig,
+    UMBPExternalKvHitCountEntry,
+    UMBPExternalKvMatch,
+    UMBPHostBufferBacking,
+    UMBPHostBufferHandle,
+    UMBPHostMemAllocator,
+    UMBPIoBackend,
+    UMBPIoConfig,
+    UMBPRole,
+    UMBPSsdConfig,
+    UMBPStandaloneProcessConfig,
+    UMBPTierType,
+)
+
+__all__ = [
+    "CacheRemoteAdmission",
+    "UMBPClient",
+    "UMBPConfig",
+    "UMBPCopyPipelineConfig",
+    "UMBPDeploymentMode",
+    "UMBPDistributedConfig",
+    "UMBPDramConfig",
+    "UMBPDurabilityConfig",
+    "UMBPDurabilityMode",
+    "UMBPEvictionConfig",
+    "UMBPExternalKvHitCountEntry",
+    "UMBPExternalKvMatch",
+    "UMBPHostBufferBacking",
+    "UMBPHostBufferHandle",
+    "UMBPHostMemAllocator",
+    "UMBPIoBackend",
+    "UMBPIoConfig",
+    "UMBPRole",
+    "UMBPSsdConfig",
+    "UMBPStandaloneProcessConfig",
+    "UMBPTierType",
+]

@@ -14,6 +14,7 @@ void bind_io(py::module_& m);
 void bind_ucx(py::module_& m);
 void bind_umbp(py::module_& m);
 void bind_umbp_server(py::module_& m);
+void bind_ssd_tier(py::module_& m);
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "MORI native core";
@@ -42,6 +43,12 @@ PYBIND11_MODULE(_C, m) {
   auto umbp = m.def_submodule("umbp", "tiered KV-cache store (mori.umbp)");
   bind_umbp(umbp);
   bind_umbp_server(umbp);
+  bind_ssd_tier(umbp);
   // MORI's users import TransferStatus from the flat native module (mori.cpp).
   m.attr("TransferStatus") = io.attr("TransferStatus");
+  // ... and the UMBP classes and enums (mori.umbp re-exports them from there).
+  for (auto item : umbp.attr("__dict__").cast<py::dict>()) {
+    const std::string name = py::str(item.first);
+    if (name.rfind("UMBP", 0) == 0 || name == "CacheRemoteAdmission") m.attr(name.c_str()) = item.second;
+  }
 }

@@ -10,6 +10,10 @@
 
 #include "mori/core/status.h"
 
+#ifndef MFD_HUGE_SHIFT
+#define MFD_HUGE_SHIFT 26  // linux/memfd.h: log2(page size) goes in bits 26..31
+#endif
+
 namespace mori {
 
 namespace {
@@ -30,10 +34,12 @@ void* reserve_aligned(size_t size, size_t alignment) {
 
 }  // namespace
 
-SharedSegment SharedSegment::create(const std::string& name, size_t size, size_t alignment) {
+SharedSegment SharedSegment::create(const std::string& name, size_t size, size_t alignment, size_t huge_page_size) {
   // An anonymous memory file, not a /dev/shm name: its memory goes with the last descriptor
   // and mapping, so a job killed at any moment (even before its peers mapped it) leaves nothing.
-  int fd = memfd_create(name.c_str(), MFD_CLOEXEC);
+  unsigned flags = MFD_CLOEXEC;
+  if (huge_page_size) flags |= MFD_HUGETLB | (static_cast<unsigned>(__builtin_ctzll(huge_page_size)) << MFD_HUGE_SHIFT);
+  int fd = memfd_create(name.c_str(), flags);
   if (fd < 0) raise_errno("memfd_create(%s)", name.c_str());
   if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
     int err = errno;
@@ -42,7 +48,9 @@ SharedSegment SharedSegment::create(const std::string& name, size_t size, size_t
     raise_errno("ftruncate(%s, %zu)", name.c_str(), size);
   }
   void* where = alignment ? reserve_aligned(size, alignment) : nullptr;
-  void* p = mmap(where, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE | (where ? MAP_FIXED : 0), fd, 0);
+  // Huge pages are reserved now (no MAP_NORESERVE): a shortage fails this mmap instead of a later touch.
+  int map_flags = MAP_SHARED | (huge_page_size ? 0 : MAP_NORESERVE) | (where ? MAP_FIXED : 0);
+  void* p = mmap(where, size, PROT_READ | PROT_WRITE, map_flags, fd, 0);
   if (p == MAP_FAILED) {
     int err = errno;
     if (where) munmap(where, size);

@@ -1,7 +1,423 @@
 // SPDX-License-Identifier: MIT
 // mori._C.umbp: MORI-UMBP's native classes under MORI's names (re-exported by mori.umbp, mori.cpp).
+// Every I/O method of UMBPClient releases the GIL: none calls back into Python.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <shared_mutex>
+#include <sstream>
+
+#include "mori/core/status.h"
+#include "mori/umbp/client.h"
+#include "mori/umbp/config.h"
+#include "umbp/src/host_mem_allocator.h"
 
 namespace py = pybind11;
+using namespace mori::umbp;
 
-void bind_umbp(py::module_& m) {}
+namespace {
+
+// UMBPClient as Python holds it: close() drops the store (draining its SSD copies) once the
+// calls in flight on other threads have returned; any later call raises.
+class PyClient {
+ public:
+  explicit PyClient(const Config& config) : impl_(create_client(config)) {}
+
+  template <typename F>
+  auto with(F&& f) {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    if (!impl_) mori::raise(mori::Status::kInvalidUsage, "UMBPClient is closed");
+    return f(*impl_);
+  }
+
+  void close() {
+    std::unique_ptr<Client> gone;
+    {
+      std::unique_lock<std::shared_mutex> lock(mu_);
+      gone = std::move(impl_);
+    }
+  }
+
+ private:
+  std::shared_mutex mu_;
+  std::unique_ptr<Client> impl_;
+};
+
+using TierHashes = std::map<TierType, std::vector<std::string>>;
+
+TierHashes hashes_as_map(const ExternalKvMatch& m) {
+  TierHashes out;
+  for (const auto& [tier, hashes] : m.hashes_by_tier) {
+    auto& v = out[tier];
+    v.insert(v.end(), hashes.begin(), hashes.end());
+  }
+  return out;
+}
+
+size_t matched_hash_count(const ExternalKvMatch& m) {
+  std::set<std::string> distinct;
+  for (const auto& [tier, hashes] : m.hashes_by_tier) distinct.insert(hashes.begin(), hashes.end());
+  return distinct.size();
+}
+
+py::dict stats_dict(const ClientStats& s) {
+  py::dict d;
+#define MORI_UMBP_STAT(f) d[#f] = s.f;
+  MORI_UMBP_STAT(puts) MORI_UMBP_STAT(put_bytes) MORI_UMBP_STAT(gets) MORI_UMBP_STAT(get_bytes)
+  MORI_UMBP_STAT(dram_hits) MORI_UMBP_STAT(ssd_hits) MORI_UMBP_STAT(misses) MORI_UMBP_STAT(corrupt_reads)
+  MORI_UMBP_STAT(dram_evictions) MORI_UMBP_STAT(ssd_evictions) MORI_UMBP_STAT(put_refusals)
+  MORI_UMBP_STAT(ssd_copies) MORI_UMBP_STAT(ssd_copy_failures) MORI_UMBP_STAT(dram_used_bytes)
+  MORI_UMBP_STAT(dram_capacity_bytes) MORI_UMBP_STAT(dram_keys) MORI_UMBP_STAT(ssd_used_bytes)
+  MORI_UMBP_STAT(ssd_capacity_bytes) MORI_UMBP_STAT(ssd_keys)
+#undef MORI_UMBP_STAT
+  return d;
+}
+
+void bind_enums(py::module_& m) {
+  py::enum_<HostBufferBacking>(m, "UMBPHostBufferBacking")
+      .value("Anonymous", HostBufferBacking::Anonymous)
+      .value("AnonymousHugetlb", HostBufferBacking::AnonymousHugetlb)
+      .value("AnonymousShm", HostBufferBacking::AnonymousShm)
+      .value("AnonymousShmHugetlb", HostBufferBacking::AnonymousShmHugetlb)
+      .export_values();
+  py::enum_<TierType>(m, "UMBPTierType")
+      .value("Unknown", TierType::Unknown)
+      .value("HBM", TierType::HBM)
+      .value("DRAM", TierType::DRAM)
+      .value("SSD", TierType::SSD)
+      .export_values();
+  py::enum_<Role>(m, "UMBPRole")
+      .value("Standalone", Role::Standalone)
+      .value("SharedSSDLeader", Role::SharedSSDLeader)
+      .value("SharedSSDFollower", Role::SharedSSDFollower)
+      .export_values();
+  py::enum_<DeploymentMode>(m, "UMBPDeploymentMode")
+      .value("Local", DeploymentMode::Local)
+      .value("StandaloneProcess", DeploymentMode::StandaloneProcess)
+      .value("Distributed", DeploymentMode::Distributed)
+      .export_values();
+  py::enum_<SsdLayoutMode>(m, "UMBPSsdLayoutMode").value("SegmentedLog", SsdLayoutMode::SegmentedLog).export_values();
+  py::enum_<IoBackend>(m, "UMBPIoBackend")
+      .value("Posix", IoBackend::Posix)
+      .value("IoUring", IoBackend::IoUring)
+      .export_values();
+  py::enum_<DurabilityMode>(m, "UMBPDurabilityMode")
+      .value("Strict", DurabilityMode::Strict)
+      .value("Relaxed", DurabilityMode::Relaxed)
+      .export_values();
+  py::enum_<CacheRemoteAdmission>(m, "CacheRemoteAdmission")
+      .value("SIZE", CacheRemoteAdmission::SIZE)
+      .value("NEVER", CacheRemoteAdmission::NEVER)
+      .value("ALWAYS", CacheRemoteAdmission::ALWAYS);
+}
+
+void bind_configs(py::module_& m) {
+  py::class_<DramConfig>(m, "UMBPDramConfig", "DRAM tier: capacity, watermarks, huge pages, NUMA node, prefault")
+      .def(py::init<>())
+      .def_readwrite("capacity_bytes", &DramConfig::capacity_bytes)
+      .def_readwrite("use_shared_memory", &DramConfig::use_shared_memory)
+      .def_readwrite("shm_name", &DramConfig::shm_name)
+      .def_readwrite("high_watermark", &DramConfig::high_watermark)
+      .def_readwrite("low_watermark", &DramConfig::low_watermark)
+      .def_readwrite("use_hugepages", &DramConfig::use_hugepages)
+      .def_readwrite("hugepage_size", &DramConfig::hugepage_size)
+      .def_readwrite("numa_node", &DramConfig::numa_node)
+      .def_readwrite("prefault", &DramConfig::prefault);
+  py::class_<IoConfig>(m, "UMBPIoConfig", "SSD I/O: backend (io_uring or POSIX) and queue depth")
+      .def(py::init<>())
+      .def_readwrite("backend", &IoConfig::backend)
+      .def_readwrite("queue_depth", &IoConfig::queue_depth);
+  py::class_<DurabilityConfig>(m, "UMBPDurabilityConfig", "SSD durability: Strict or Relaxed, background GC")
+      .def(py::init<>())
+      .def_readwrite("mode", &DurabilityConfig::mode)
+      .def_readwrite("enable_background_gc", &DurabilityConfig::enable_background_gc);
+  py::class_<SsdConfig>(m, "UMBPSsdConfig", "SSD tier: a segmented log in storage_dir")
+      .def(py::init<>())
+      .def_readwrite("enabled", &SsdConfig::enabled)
+      .def_readwrite("storage_dir", &SsdConfig::storage_dir)
+      .def_readwrite("capacity_bytes", &SsdConfig::capacity_bytes)
+      .def_readwrite("layout_mode", &SsdConfig::layout_mode)
+      .def_readwrite("segment_size_bytes", &SsdConfig::segment_size_bytes)
+      .def_readwrite("high_watermark", &SsdConfig::high_watermark)
+      .def_readwrite("low_watermark", &SsdConfig::low_watermark)
+      .def_readwrite("io", &SsdConfig::io)
+      .def_readwrite("durability", &SsdConfig::durability)
+      .def_readwrite("ssd_backend", &SsdConfig::ssd_backend)
+      .def_readwrite("spdk_bdev_name", &SsdConfig::spdk_bdev_name)
+      .def_readwrite("spdk_reactor_mask", &SsdConfig::spdk_reactor_mask)
+      .def_readwrite("spdk_mem_size_mb", &SsdConfig::spdk_mem_size_mb)
+      .def_readwrite("spdk_nvme_pci_addr", &SsdConfig::spdk_nvme_pci_addr)
+      .def_readwrite("spdk_nvme_ctrl_name", &SsdConfig::spdk_nvme_ctrl_name)
+      .def_readwrite("spdk_io_workers", &SsdConfig::spdk_io_workers)
+      .def_readwrite("spdk_proxy_shm_name", &SsdConfig::spdk_proxy_shm_name)
+      .def_readwrite("spdk_proxy_bin", &SsdConfig::spdk_proxy_bin)
+      .def_readwrite("spdk_proxy_tenant_id", &SsdConfig::spdk_proxy_tenant_id)
+      .def_readwrite("spdk_proxy_tenant_quota_bytes", &SsdConfig::spdk_proxy_tenant_quota_bytes)
+      .def_readwrite("spdk_proxy_max_channels", &SsdConfig::spdk_proxy_max_channels)
+      .def_readwrite("spdk_proxy_data_per_channel_mb", &SsdConfig::spdk_proxy_data_per_channel_mb)
+      .def_readwrite("spdk_proxy_startup_timeout_ms", &SsdConfig::spdk_proxy_startup_timeout_ms)
+      .def_readwrite("spdk_proxy_auto_start", &SsdConfig::spdk_proxy_auto_start)
+      .def_readwrite("spdk_proxy_idle_exit_timeout_ms", &SsdConfig::spdk_proxy_idle_exit_timeout_ms)
+      .def_readwrite("spdk_proxy_allow_borrow", &SsdConfig::spdk_proxy_allow_borrow)
+      .def_readwrite("spdk_proxy_reserved_shared_bytes", &SsdConfig::spdk_proxy_reserved_shared_bytes);
+  py::class_<EvictionConfig>(m, "UMBPEvictionConfig", "DRAM eviction: policy, candidate window, promote on read")
+      .def(py::init<>())
+      .def_readwrite("policy", &EvictionConfig::policy)
+      .def_readwrite("candidate_window", &EvictionConfig::candidate_window)
+      .def_readwrite("auto_promote_on_read", &EvictionConfig::auto_promote_on_read);
+  py::class_<CopyPipelineConfig>(m, "UMBPCopyPipelineConfig", "the asynchronous DRAM -> SSD copy")
+      .def(py::init<>())
+      .def_readwrite("async_enabled", &CopyPipelineConfig::async_enabled)
+      .def_readwrite("queue_depth", &CopyPipelineConfig::queue_depth)
+      .def_readwrite("worker_threads", &CopyPipelineConfig::worker_threads)
+      .def_readwrite("batch_max_ops", &CopyPipelineConfig::batch_max_ops);
+  py::class_<MasterClientConfig>(m, "UMBPMasterClientConfig")
+      .def(py::init<>())
+      .def_readwrite("master_address", &MasterClientConfig::master_address)
+      .def_readwrite("node_id", &MasterClientConfig::node_id)
+      .def_readwrite("node_address", &MasterClientConfig::node_address)
+      .def_readwrite("auto_heartbeat", &MasterClientConfig::auto_heartbeat)
+      .def_readwrite("tags", &MasterClientConfig::tags);
+  py::class_<IoEngineConfig>(m, "UMBPIoEngineConfig")
+      .def(py::init<>())
+      .def_readwrite("host", &IoEngineConfig::host)
+      .def_readwrite("port", &IoEngineConfig::port);
+  py::class_<DistributedConfig>(m, "UMBPDistributedConfig", "the distributed pool (part 2: refused by this build)")
+      .def(py::init<>())
+      .def_readwrite("master_config", &DistributedConfig::master_config)
+      .def_readwrite("io_engine", &DistributedConfig::io_engine)
+      .def_readwrite("staging_buffer_size", &DistributedConfig::staging_buffer_size)
+      .def_readwrite("ssd_staging_buffer_size", &DistributedConfig::ssd_staging_buffer_size)
+      .def_readwrite("ssd_staging_buffer_slots", &DistributedConfig::ssd_staging_buffer_slots)
+      .def_readwrite("peer_service_port", &DistributedConfig::peer_service_port)
+      .def_readwrite("cache_remote_fetches", &DistributedConfig::cache_remote_fetches)
+      .def_readwrite("cache_remote_admission", &DistributedConfig::cache_remote_admission)
+      .def_readwrite("admission_max_block_bytes", &DistributedConfig::admission_max_block_bytes)
+      .def_readwrite("dram_page_size", &DistributedConfig::dram_page_size);
+  py::class_<StandaloneProcessConfig>(m, "UMBPStandaloneProcessConfig", "a client of the per-host server")
+      .def(py::init<>())
+      .def_readwrite("address", &StandaloneProcessConfig::address)
+      .def_readwrite("auto_start", &StandaloneProcessConfig::auto_start)
+      .def_readwrite("startup_timeout_ms", &StandaloneProcessConfig::startup_timeout_ms)
+      .def_readwrite("worker_node_id", &StandaloneProcessConfig::worker_node_id)
+      .def_readwrite("worker_node_address", &StandaloneProcessConfig::worker_node_address)
+      .def_readwrite("tags", &StandaloneProcessConfig::tags);
+  py::class_<Config>(m, "UMBPConfig", "MORI-UMBP's configuration (MORI's fields and defaults)")
+      .def(py::init<>())
+      .def_static("from_environment", &Config::from_environment,
+                  "MORI's defaults overlaid with the UMBP_* environment settings (`mori info --env`)")
+      .def_readwrite("dram", &Config::dram)
+      .def_readwrite("ssd", &Config::ssd)
+      .def_readwrite("eviction", &Config::eviction)
+      .def_readwrite("copy_pipeline", &Config::copy_pipeline)
+      .def_readwrite("role", &Config::role)
+      .def_readwrite("follower_mode", &Config::follower_mode)
+      .def_readwrite("force_ssd_copy_on_write", &Config::force_ssd_copy_on_write)
+      .def_readwrite("distributed", &Config::distributed)
+      .def_readwrite("standalone_process", &Config::standalone_process)
+      .def("validate", &Config::validate, "raises ValueError naming the first bad field");
+}
+
+void bind_host_memory(py::module_& m) {
+  py::class_<HostBufferHandle>(m, "UMBPHostBufferHandle", "a mapping made by UMBPHostMemAllocator (falsy once freed)")
+      .def(py::init<>())
+      .def_property_readonly("ptr", [](const HostBufferHandle& h) { return reinterpret_cast<uintptr_t>(h.ptr); })
+      .def_readonly("requested_size", &HostBufferHandle::requested_size)
+      .def_readonly("mapped_size", &HostBufferHandle::mapped_size)
+      .def_readonly("actual_backing", &HostBufferHandle::actual_backing)
+      .def_readonly("actual_alignment", &HostBufferHandle::actual_alignment)
+      .def_readonly("fd", &HostBufferHandle::fd, "memory file of Shm backings (-1 otherwise); owned by the allocator")
+      .def("__bool__", &HostBufferHandle::valid)
+      .def("__repr__", [](const HostBufferHandle& h) {
+        std::ostringstream o;
+        o << "<UMBPHostBufferHandle ptr=0x" << std::hex << reinterpret_cast<uintptr_t>(h.ptr) << std::dec
+          << " requested_size=" << h.requested_size << " mapped_size=" << h.mapped_size
+          << " actual_backing=" << static_cast<int>(h.actual_backing) << " actual_alignment=" << h.actual_alignment
+          << ">";
+        return o.str();
+      });
+  py::class_<HostMemAllocator>(m, "UMBPHostMemAllocator", "host buffers: anonymous, huge pages, memfd-shared")
+      .def(py::init<>())
+      .def(
+          "alloc",
+          [](HostMemAllocator& self, size_t size, HostBufferBacking backing, size_t hugepage_size, int numa_node,
+             bool prefault) {
+            HostBufferOptions o;
+            o.backing = backing;
+            o.hugepage_size = hugepage_size;
+            o.numa_node = numa_node;
+            o.prefault = prefault;
+            return self.alloc(size, o);
+          },
+          py::arg("size"), py::arg("backing") = HostBufferBacking::Anonymous,
+          py::arg("hugepage_size") = size_t{2} << 20, py::arg("numa_node") = -1, py::arg("prefault") = true,
+          py::call_guard<py::gil_scoped_release>(),
+          "maps `size` bytes; the handle reports the backing actually used (huge pages fall back to normal ones)")
+      .def(
+          "free", [](HostMemAllocator& self, HostBufferHandle& h) { self.free(h); }, py::arg("handle"),
+          py::call_guard<py::gil_scoped_release>(), "unmaps the buffer and resets the handle (idempotent)");
+}
+
+void bind_client(py::module_& m) {
+  py::class_<ExternalKvMatch>(m, "UMBPExternalKvMatch")
+      .def(py::init<>())
+      .def_readwrite("node_id", &ExternalKvMatch::node_id)
+      .def_readwrite("peer_address", &ExternalKvMatch::peer_address)
+      .def_property(
+          "hashes_by_tier", &hashes_as_map,
+          [](ExternalKvMatch& self, const TierHashes& v) {
+            self.hashes_by_tier.assign(v.begin(), v.end());
+          })
+      .def("matched_hash_count", &matched_hash_count)
+      .def("__repr__", [](const ExternalKvMatch& x) {
+        return "<UMBPExternalKvMatch node_id='" + x.node_id + "' matched=" + std::to_string(matched_hash_count(x)) +
+               ">";
+      });
+  py::class_<ExternalKvHitCount>(m, "UMBPExternalKvHitCountEntry")
+      .def(py::init<>())
+      .def_readwrite("hash", &ExternalKvHitCount::hash)
+      .def_readwrite("hit_count_total", &ExternalKvHitCount::hit_count_total)
+      .def("__repr__", [](const ExternalKvHitCount& e) {
+        return "<UMBPExternalKvHitCountEntry hash='" + e.hash +
+               "' hit_count_total=" + std::to_string(e.hit_count_total) + ">";
+      });
+
+  using Keys = std::vector<std::string>;
+  using Ptrs = std::vector<uintptr_t>;
+  using Sizes = std::vector<size_t>;
+  using Release = py::call_guard<py::gil_scoped_release>;
+  py::class_<PyClient>(m, "UMBPClient",
+                       "MORI-UMBP's data-plane client: the local store, or a client of the per-host server "
+                       "(config.standalone_process). Pointers are int addresses of host memory.")
+      .def(py::init<const Config&>(), py::arg("config") = Config{}, Release())
+      .def(
+          "put_from_ptr",
+          [](PyClient& c, const std::string& key, uintptr_t src, size_t size) {
+            return c.with([&](Client& x) { return x.put(key, reinterpret_cast<const void*>(src), size); });
+          },
+          py::arg("key"), py::arg("src"), py::arg("size"), Release(),
+          "stores `size` bytes at `src` under `key`; a key already stored keeps its value (True)")
+      .def(
+          "get_into_ptr",
+          [](PyClient& c, const std::string& key, uintptr_t dst, size_t size) {
+            return c.with([&](Client& x) { return x.get(key, reinterpret_cast<void*>(dst), size); });
+          },
+          py::arg("key"), py::arg("dst"), py::arg("size"), Release(),
+          "copies the value of `key` (exactly `size` bytes) to `dst`; False on a miss")
+      .def(
+          "exists", [](PyClient& c, const std::string& key) { return c.with([&](Client& x) { return x.exists(key); }); },
+          py::arg("key"), Release())
+      .def(
+          "batch_put_from_ptr",
+          [](PyClient& c, const Keys& keys, const Ptrs& ptrs, const Sizes& sizes) {
+            return c.with([&](Client& x) { return x.batch_put(keys, ptrs, sizes, {}); });
+          },
+          py::arg("keys"), py::arg("ptrs"), py::arg("sizes"), Release())
+      .def(
+          "batch_put_from_ptr_with_depth",
+          [](PyClient& c, const Keys& keys, const Ptrs& ptrs, const Sizes& sizes, const std::vector<int>& depths) {
+            return c.with([&](Client& x) { return x.batch_put(keys, ptrs, sizes, depths); });
+          },
+          py::arg("keys"), py::arg("ptrs"), py::arg("sizes"), py::arg("depths"), Release(),
+          "batch put with each key's radix-tree depth: deeper pages are evicted first (-1: plain LRU)")
+      .def(
+          "batch_get_into_ptr",
+          [](PyClient& c, const Keys& keys, const Ptrs& ptrs, const Sizes& sizes) {
+            return c.with([&](Client& x) { return x.batch_get(keys, ptrs, sizes); });
+          },
+          py::arg("keys"), py::arg("ptrs"), py::arg("sizes"), Release())
+      .def(
+          "batch_exists",
+          [](PyClient& c, const Keys& keys) { return c.with([&](Client& x) { return x.batch_exists(keys); }); },
+          py::arg("keys"), Release())
+      .def(
+          "batch_exists_consecutive",
+          [](PyClient& c, const Keys& keys) {
+            return c.with([&](Client& x) { return x.batch_exists_consecutive(keys); });
+          },
+          py::arg("keys"), Release(), "length of the prefix of `keys` that is stored (stops at the first miss)")
+      .def(
+          "clear", [](PyClient& c) { return c.with([](Client& x) { return x.clear(); }); }, Release())
+      .def(
+          "flush", [](PyClient& c) { return c.with([](Client& x) { return x.flush(); }); }, Release())
+      .def("is_distributed", [](PyClient& c) { return c.with([](Client& x) { return x.is_distributed(); }); })
+      .def("get_deployment_mode",
+           [](PyClient& c) { return c.with([](Client& x) { return x.deployment_mode(); }); })
+      .def(
+          "register_memory",
+          [](PyClient& c, uintptr_t ptr, size_t size, const py::object& loc, int device) {
+            py::gil_scoped_release nogil;  // by hand: `loc` is a Python object
+            return c.with([&](Client& x) { return x.register_memory(reinterpret_cast<void*>(ptr), size); });
+          },
+          py::arg("ptr"), py::arg("size"), py::arg("loc") = py::none(), py::arg("device") = -1,
+          "lets the store reach [ptr, ptr + size) without a staging copy (`loc`, `device`: MORI's, host memory only)")
+      .def(
+          "deregister_memory",
+          [](PyClient& c, uintptr_t ptr) {
+            c.with([&](Client& x) {
+              x.deregister_memory(reinterpret_cast<void*>(ptr));
+              return 0;
+            });
+          },
+          py::arg("ptr"), Release())
+      .def(
+          "report_external_kv_blocks",
+          [](PyClient& c, const Keys& hashes, TierType tier) {
+            return c.with([&](Client& x) { return x.report_external_kv_blocks(hashes, tier); });
+          },
+          py::arg("hashes"), py::arg("tier"), Release())
+      .def(
+          "revoke_external_kv_blocks",
+          [](PyClient& c, const Keys& hashes, TierType tier) {
+            return c.with([&](Client& x) { return x.revoke_external_kv_blocks(hashes, tier); });
+          },
+          py::arg("hashes"), py::arg("tier"), Release())
+      .def(
+          "revoke_all_external_kv_blocks_at_tier",
+          [](PyClient& c, TierType tier) {
+            return c.with([&](Client& x) { return x.revoke_all_external_kv_blocks_at_tier(tier); });
+          },
+          py::arg("tier"), Release())
+      .def(
+          "match_external_kv",
+          [](PyClient& c, const Keys& hashes, bool count_as_hit) {
+            return c.with([&](Client& x) { return x.match_external_kv(hashes, count_as_hit); });
+          },
+          py::arg("hashes"), py::arg("count_as_hit") = false, Release())
+      .def(
+          "get_external_kv_hit_counts",
+          [](PyClient& c, const Keys& hashes) {
+            return c.with([&](Client& x) { return x.get_external_kv_hit_counts(hashes); });
+          },
+          py::arg("hashes"), Release())
+      .def(
+          "stats",
+          [](PyClient& c) {
+            ClientStats s;
+            {
+              py::gil_scoped_release nogil;
+              s = c.with([](Client& x) { return x.stats(); });
+            }
+            return stats_dict(s);
+          },
+          "the store's counters and gauges (dict)")
+      .def("close", &PyClient::close, Release(),
+           "releases the store (queued SSD copies finish first); later calls raise")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyClient& c, py::args) {
+        py::gil_scoped_release nogil;
+        c.close();
+      });
+}
+
+}  // namespace
+
+void bind_umbp(py::module_& m) {
+  bind_enums(m);
+  bind_configs(m);
+  bind_host_memory(m);
+  bind_client(m);
+}

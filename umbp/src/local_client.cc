@@ -1,12 +1,284 @@
 // SPDX-License-Identifier: MIT
-// Placeholder until the local store lands (same series of commits).
+#include "umbp/src/local_client.h"
+
+#include "mori/core/env.h"
+#include "mori/core/log.h"
 #include "mori/core/status.h"
+#include "umbp/src/argument_checks.h"
 #include "umbp/src/clients.h"
 
 namespace mori::umbp {
+namespace {
 
-std::unique_ptr<Client> make_local_client(const Config&) {
-  raise(Status::kUnavailable, "UMBP local store: not built yet");
+const char* role_name(Role r) {
+  switch (r) {
+    case Role::SharedSSDLeader: return "shared-SSD leader";
+    case Role::SharedSSDFollower: return "shared-SSD follower";
+    default: return "standalone";
+  }
 }
+
+}  // namespace
+
+LocalClient::LocalClient(const Config& config)
+    : config_(config), role_(config.resolved_role()), promote_(config.eviction.auto_promote_on_read) {
+  config_.validate();
+  if (role_ != Role::Standalone && !config_.ssd.enabled)
+    raise(Status::kInvalidArgument, "role %s needs the SSD tier: set ssd.enabled (and a storage_dir the ranks share)",
+          role_name(role_));
+  if (config_.ssd.enabled)
+    ssd_ = std::make_unique<SsdTier>(config_.ssd,
+                                     role_ == Role::SharedSSDFollower ? SsdAccess::kReadOnly : SsdAccess::kReadWrite);
+  // A follower serves reads from the shared SSD only: no arena to fill.
+  if (role_ != Role::SharedSSDFollower)
+    dram_ = std::make_unique<DramTier>(config_.dram, config_.eviction, env::current().umbp_verify_dram);
+  if (ssd_ && dram_) pipeline_ = std::make_unique<CopyPipeline>(config_.copy_pipeline, *dram_, *ssd_);
+  MORI_LOG(kDebug, "umbp", "local store: %s, DRAM %zu bytes, SSD %s", role_name(role_),
+           dram_ ? dram_->capacity() : size_t{0}, ssd_ ? config_.ssd.storage_dir.c_str() : "off");
+}
+
+LocalClient::~LocalClient() {
+  pipeline_.reset();  // every queued copy reaches the SSD first
+  if (ssd_ && role_ != Role::SharedSSDFollower) {
+    try {
+      ssd_->flush();
+    } catch (const std::exception& e) {
+      MORI_LOG(kError, "umbp", "closing the local store: SSD flush failed: %s", e.what());
+    }
+  }
+}
+
+bool LocalClient::on_ssd(const std::string& key) {
+  if (!ssd_) return false;
+  if (ssd_->contains(key)) return true;
+  return role_ == Role::SharedSSDFollower && ssd_->refresh() > 0 && ssd_->contains(key);
+}
+
+std::vector<bool> LocalClient::store(const std::string* keys, const uintptr_t* srcs, const size_t* sizes,
+                                     const int* depths, size_t n) {
+  std::vector<bool> ok(n, false);
+  puts_ += n;
+  if (role_ == Role::SharedSSDFollower) return ok;  // MORI: followers never write
+
+  // Write-once across both tiers: a key the SSD holds (evicted from DRAM) keeps its value.
+  std::vector<size_t> todo;
+  todo.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (ssd_ && ssd_->contains(keys[i])) ok[i] = true;
+    else todo.push_back(i);
+  }
+  if (todo.empty()) return ok;
+
+  const size_t m = todo.size();
+  std::vector<std::string> k(m);
+  std::vector<const void*> s(m);
+  std::vector<size_t> z(m);
+  std::vector<int> d(depths ? m : 0);
+  for (size_t j = 0; j < m; ++j) {
+    const size_t i = todo[j];
+    k[j] = keys[i];
+    s[j] = reinterpret_cast<const void*>(srcs[i]);
+    z[j] = sizes[i];
+    if (depths) d[j] = depths[i];
+  }
+  std::vector<DramTier::PutOutcome> outcome(m);
+  std::vector<DramTier::Block*> held(m, nullptr);
+  dram_->put(k.data(), s.data(), z.data(), depths ? d.data() : nullptr, m, ssd_ != nullptr, outcome.data(),
+             held.data());
+
+  uint64_t bytes = 0;
+  std::vector<size_t> direct;  // no room in DRAM
+  for (size_t j = 0; j < m; ++j) {
+    if (outcome[j] == DramTier::PutOutcome::kNoRoom) {
+      direct.push_back(j);
+      continue;
+    }
+    ok[todo[j]] = true;
+    if (outcome[j] == DramTier::PutOutcome::kStored) bytes += z[j];
+  }
+  if (pipeline_) {
+    // The leader's followers read the directory, so its values are there before the put returns.
+    if (role_ == Role::SharedSSDLeader || !config_.copy_pipeline.async_enabled) pipeline_->copy_now(held);
+    else pipeline_->submit(held);
+  }
+  if (!direct.empty()) {
+    if (ssd_) {
+      std::vector<std::string> dk;
+      std::vector<const void*> ds;
+      std::vector<size_t> dz;
+      for (size_t j : direct) {
+        dk.push_back(k[j]);
+        ds.push_back(s[j]);
+        dz.push_back(z[j]);
+      }
+      const std::vector<bool> written = ssd_->write_batch(dk, ds, dz);
+      for (size_t t = 0; t < direct.size(); ++t) {
+        if (written[t]) {
+          ok[todo[direct[t]]] = true;
+          bytes += dz[t];
+        } else {
+          ++put_refusals_;
+        }
+      }
+    } else {
+      put_refusals_ += direct.size();
+    }
+  }
+  if (role_ == Role::SharedSSDLeader && config_.ssd.durability.mode == DurabilityMode::Relaxed) ssd_->flush();
+  put_bytes_ += bytes;
+  return ok;
+}
+
+std::vector<bool> LocalClient::load(const std::string* keys, const uintptr_t* dsts, const size_t* sizes, size_t n) {
+  gets_ += n;
+  bool* hits = new bool[n]();
+  std::unique_ptr<bool[]> own(hits);
+  size_t dram_hits = 0;
+  if (dram_)
+    dram_hits = dram_->get(keys, reinterpret_cast<void* const*>(dsts), sizes, n, promote_, hits);
+  dram_hits_ += dram_hits;
+
+  size_t ssd_hits = 0;
+  if (ssd_ && dram_hits < n) {
+    std::vector<size_t> miss;
+    std::vector<std::string> mk;
+    std::vector<void*> md;
+    std::vector<size_t> mz;
+    for (size_t i = 0; i < n; ++i) {
+      if (hits[i]) continue;
+      miss.push_back(i);
+      mk.push_back(keys[i]);
+      md.push_back(reinterpret_cast<void*>(dsts[i]));
+      mz.push_back(sizes[i]);
+    }
+    const std::vector<bool> got = ssd_->read_batch(mk, md, mz);
+    std::vector<std::string> pk;  // promotions
+    std::vector<const void*> ps;
+    std::vector<size_t> pz;
+    for (size_t j = 0; j < miss.size(); ++j) {
+      if (!got[j]) continue;
+      hits[miss[j]] = true;
+      ++ssd_hits;
+      if (dram_ && promote_) {
+        pk.push_back(mk[j]);
+        ps.push_back(md[j]);
+        pz.push_back(mz[j]);
+      }
+    }
+    if (!pk.empty()) {
+      // The SSD has these already: admitted without a hold, evictable at once.
+      std::vector<DramTier::PutOutcome> outcome(pk.size());
+      dram_->put(pk.data(), ps.data(), pz.data(), nullptr, pk.size(), false, outcome.data(), nullptr);
+    }
+  }
+  ssd_hits_ += ssd_hits;
+  misses_ += n - dram_hits - ssd_hits;
+  std::vector<bool> out(hits, hits + n);
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (hits[i]) bytes += sizes[i];
+  get_bytes_ += bytes;
+  return out;
+}
+
+bool LocalClient::put(const std::string& key, const void* src, size_t size) {
+  check_key("put_from_ptr", key);
+  const auto p = reinterpret_cast<uintptr_t>(src);
+  check_buffer("put_from_ptr", p, size, "src");
+  return store(&key, &p, &size, nullptr, 1)[0];
+}
+
+bool LocalClient::get(const std::string& key, void* dst, size_t size) {
+  check_key("get_into_ptr", key);
+  const auto p = reinterpret_cast<uintptr_t>(dst);
+  check_buffer("get_into_ptr", p, size, "dst");
+  return load(&key, &p, &size, 1)[0];
+}
+
+bool LocalClient::exists(const std::string& key) {
+  check_key("exists", key);
+  return (dram_ && dram_->contains(key)) || on_ssd(key);
+}
+
+std::vector<bool> LocalClient::batch_put(const std::vector<std::string>& keys, const std::vector<uintptr_t>& srcs,
+                                         const std::vector<size_t>& sizes, const std::vector<int>& depths) {
+  check_batch(depths.empty() ? "batch_put_from_ptr" : "batch_put_from_ptr_with_depth", keys, srcs, sizes, &depths);
+  return store(keys.data(), srcs.data(), sizes.data(), depths.empty() ? nullptr : depths.data(), keys.size());
+}
+
+std::vector<bool> LocalClient::batch_get(const std::vector<std::string>& keys, const std::vector<uintptr_t>& dsts,
+                                         const std::vector<size_t>& sizes) {
+  check_batch("batch_get_into_ptr", keys, dsts, sizes);
+  return load(keys.data(), dsts.data(), sizes.data(), keys.size());
+}
+
+std::vector<bool> LocalClient::batch_exists(const std::vector<std::string>& keys) {
+  check_keys("batch_exists", keys);
+  const size_t n = keys.size();
+  std::unique_ptr<bool[]> present(new bool[n]());
+  if (dram_) dram_->contains(keys.data(), n, present.get());
+  std::vector<bool> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = present[i] || on_ssd(keys[i]);
+  return out;
+}
+
+size_t LocalClient::batch_exists_consecutive(const std::vector<std::string>& keys) {
+  check_keys("batch_exists_consecutive", keys);
+  size_t i = dram_ ? dram_->count_present_prefix(keys.data(), keys.size()) : 0;
+  if (!ssd_) return i;
+  // The rest, key by key, until the first key neither tier has (DRAM may hold later ones).
+  for (; i < keys.size(); ++i)
+    if (!(dram_ && dram_->contains(keys[i])) && !on_ssd(keys[i])) break;
+  return i;
+}
+
+bool LocalClient::clear() {
+  if (pipeline_) pipeline_->drain();  // no copy may land on the SSD after it is cleared
+  if (dram_) dram_->clear();
+  if (ssd_) ssd_->clear();
+  return true;
+}
+
+bool LocalClient::flush() {
+  if (pipeline_) pipeline_->drain();
+  if (ssd_ && role_ != Role::SharedSSDFollower) ssd_->flush();
+  return true;
+}
+
+ClientStats LocalClient::stats() const {
+  ClientStats s;
+  s.puts = puts_;
+  s.put_bytes = put_bytes_;
+  s.gets = gets_;
+  s.get_bytes = get_bytes_;
+  s.dram_hits = dram_hits_;
+  s.ssd_hits = ssd_hits_;
+  s.misses = misses_;
+  s.put_refusals = put_refusals_;
+  if (dram_) {
+    const DramStats d = dram_->stats();
+    s.dram_evictions = d.evictions;
+    s.corrupt_reads += d.corrupt_reads;
+    s.dram_used_bytes = d.used_bytes;
+    s.dram_capacity_bytes = d.capacity_bytes;
+    s.dram_keys = d.keys;
+  }
+  if (ssd_) {
+    const SsdStats d = ssd_->stats();
+    s.ssd_evictions = d.evicted_keys;
+    s.corrupt_reads += d.corrupt_reads;
+    s.ssd_used_bytes = d.used_bytes;
+    s.ssd_capacity_bytes = d.capacity_bytes;
+    s.ssd_keys = d.keys;
+  }
+  if (pipeline_) {
+    const CopyPipelineStats c = pipeline_->stats();
+    s.ssd_copies = c.copied;
+    s.ssd_copy_failures = c.failed;
+  }
+  return s;
+}
+
+std::unique_ptr<Client> make_local_client(const Config& config) { return std::make_unique<LocalClient>(config); }
 
 }  // namespace mori::umbp

@@ -6,6 +6,42 @@
 // value's checksum and land straight in the caller's buffer. With Strict durability a write is
 // on stable storage when it returns, and a new SsdTier over the same directory finds it again.
 // Thread-safe.
+//
+// Layout (ssd_record.h): segment files seg-<16 hex id>.log, each a run of 4 KiB-aligned records
+// (header + key block, value block); a LOCK file held (flock) by the one writer of the directory.
+// Segments are at most min(segment_size_bytes, max(capacity_bytes / 16, 1 MiB)) bytes so that
+// one whole-segment drop is a small step; a record larger than that gets a segment of its own.
+// Use (stats().used_bytes) counts whole records, padding and removed ones included: it is what
+// the files take on disk. A write that would take use past high_watermark * capacity_bytes first
+// drops the oldest segments (FIFO by segment) until use plus the new record is at most
+// low_watermark * capacity_bytes. The background GC rewrites the live values of a sealed segment
+// whose live share fell under one half (removed keys) at the head of the log, then deletes it.
+//
+// Crash consistency. Values are written before their header, the header and the key carry a
+// checksum, and recovery (construction, refresh()) indexes a record only when its header is whole
+// and valid; a torn or corrupt header is skipped (the scan resumes at the next 4 KiB block), a
+// torn or flipped value is found by the value checksum on its first read (a miss, counted).
+//  - Strict: write/write_batch/remove return after fdatasync of the segment (a new segment also
+//    syncs the directory), so every write that returned true, and every remove, survives a
+//    crash of the process or of the machine.
+//  - Relaxed: no sync per call; what flush() (or a clean destruction) synced survives a machine
+//    crash; everything written survives a crash of the process alone (it is in the page cache).
+// Removes write a tombstone record, so a removed key stays removed after a restart.
+//
+// Reads: with O_DIRECT where the file system offers it and dst is aligned as it asks
+// (statx STATX_DIOALIGN, often 512 B), the value's whole blocks go straight from the device into
+// dst, bypassing the page cache, and its last partial block is read through the page cache; an
+// unaligned dst is read through the page cache. No bounce buffer in either case. On a false
+// return the contents of dst are undefined (the read may have landed before the checksum
+// failed); true means all `size` bytes are the value that was written.
+//
+// Shared directory (MORI's SharedSSDLeader/Follower): one writer (SsdAccess::kReadWrite, the
+// default) and any number of readers in other processes (SsdAccess::kReadOnly). A second writer
+// on a directory is refused with mori::Error naming it. A reader sees what the writer wrote up to
+// its last scan: refresh() scans what was written since, and a reader's read()/read_batch() of a
+// key it does not know refreshes once before reporting the miss (contains() does not: call
+// refresh()). A reader never writes, removes or clears files (those calls raise kInvalidUsage,
+// except clear(), which forgets the reader's index only).
 #pragma once
 
 #include <cstddef>
@@ -23,7 +59,19 @@ struct SsdStats {
   uint64_t writes = 0, write_bytes = 0, reads = 0, read_bytes = 0;
   uint64_t corrupt_reads = 0;  // checksum or header mismatches (served as misses)
   uint64_t evicted_keys = 0, gc_runs = 0, gc_moved_bytes = 0;
-  bool io_uring = false;       // whether reads and writes go through io_uring
+  bool io_uring = false;       // whether reads go through io_uring (writes are pwrite to the page cache)
+  // Ours, beyond MORI's fields:
+  uint64_t failed_writes = 0;    // writes refused: no room, or an I/O error (nothing of them is visible)
+  uint64_t enospc_writes = 0;    // of which the file system was full
+  uint64_t io_errors = 0;        // reads that failed with an I/O error (served as misses)
+  uint64_t skipped_records = 0;  // torn or corrupt records a scan (recovery, refresh) skipped
+  uint64_t refreshes = 0;        // scans for segments written by another process
+  bool direct_io = false;        // whether the segment files take O_DIRECT reads
+};
+
+enum class SsdAccess : int {
+  kReadWrite = 0,  // the one writer of the directory (Standalone, SharedSSDLeader)
+  kReadOnly = 1,   // reads what the writer wrote (SharedSSDFollower)
 };
 
 class SsdTier {
@@ -31,12 +79,14 @@ class SsdTier {
   // Opens (creating if needed) the tier in config.storage_dir and recovers the values a
   // previous tier there wrote durably. Throws mori::Error naming the directory on failure.
   explicit SsdTier(const SsdConfig& config);
+  SsdTier(const SsdConfig& config, SsdAccess access);
   ~SsdTier();
   SsdTier(const SsdTier&) = delete;
   SsdTier& operator=(const SsdTier&) = delete;
 
   // Stores a value. A key already present keeps its value (true). False when the value cannot
-  // fit even after reclaiming (then nothing of it is visible).
+  // fit even after reclaiming, or the file system refuses it (ENOSPC, EIO): then nothing of it
+  // is visible. Keys are 1..4032 bytes.
   bool write(const std::string& key, const void* data, size_t size);
   std::vector<bool> write_batch(const std::vector<std::string>& keys, const std::vector<const void*>& datas,
                                 const std::vector<size_t>& sizes);
@@ -53,6 +103,9 @@ class SsdTier {
   void clear();  // every value gone, segment files removed
   void flush();  // Relaxed durability: everything written so far reaches stable storage
   SsdStats stats() const;
+  // Scans segments written by another process since the last scan (a reader's view of the
+  // writer's directory); returns the number of keys that became visible. A writer: 0.
+  size_t refresh();
 
  private:
   struct Impl;

@@ -12,8 +12,11 @@ class SharedSegment {
  public:
   // Creates and maps a new segment at an address that is a multiple of `alignment` (a power of
   // two; 0 = wherever the kernel puts it). `name` labels it (/proc/PID/maps); name() is then
-  // the handle peers open() it by, valid until release_handle().
-  static SharedSegment create(const std::string& name, size_t size, size_t alignment = 0);
+  // the handle peers open() it by, valid until release_handle(). `huge_page_size` > 0 backs it
+  // with huge pages of that size (memfd MFD_HUGETLB; size and alignment must be multiples of it)
+  // and reserves them at mapping time, so an empty huge page pool fails here, not with SIGBUS later.
+  static SharedSegment create(const std::string& name, size_t size, size_t alignment = 0,
+                              size_t huge_page_size = 0);
   // Maps a segment created by a peer (its name()), or a POSIX shm object by its name.
   static SharedSegment open(const std::string& name, size_t size);
 
@@ -27,6 +30,9 @@ class SharedSegment {
   void* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& name() const { return name_; }
+  // The owner's memory-file descriptor (for SCM_RIGHTS hand-over), -1 after release_handle()
+  // and in peers.
+  int fd() const { return fd_; }
   // Closes the handle; existing mappings stay valid. Owners call it once every peer mapped.
   void release_handle();
 

@@ -1,0 +1,331 @@
+// SPDX-License-Identifier: MIT
+#include "umbp/src/dram_tier.h"
+
+#include <algorithm>
+
+#include "mori/core/copy.h"
+#include "mori/core/log.h"
+#include "mori/core/status.h"
+#include "umbp/src/checksum.h"
+
+namespace mori::umbp {
+
+struct DramTier::Block {
+  std::string key;
+  size_t offset = 0;
+  size_t size = 0;      // value bytes
+  size_t reserved = 0;  // allocator block bytes
+  char* data = nullptr;
+  uint64_t checksum = 0;
+  bool has_checksum = false;
+  int depth = -1;
+  uint32_t pins = 0;       // readers copying out, the writer copying in, the copy pipeline
+  bool published = false;  // visible: copied in completely
+  bool dropped = false;    // unlinked while pinned
+  Block* prev = nullptr;   // LRU neighbours (published blocks only)
+  Block* next = nullptr;
+};
+
+namespace {
+
+size_t watermark_bytes(size_t capacity, double fraction) {
+  return static_cast<size_t>(static_cast<double>(capacity) * fraction);
+}
+
+HostBufferOptions arena_options(const DramConfig& c) {
+  HostBufferOptions o;
+  if (c.use_shared_memory)
+    o.backing = c.use_hugepages ? HostBufferBacking::AnonymousShmHugetlb : HostBufferBacking::AnonymousShm;
+  else
+    o.backing = c.use_hugepages ? HostBufferBacking::AnonymousHugetlb : HostBufferBacking::Anonymous;
+  if (c.hugepage_size) o.hugepage_size = c.hugepage_size;
+  o.numa_node = c.numa_node;
+  o.prefault = c.prefault;
+  return o;
+}
+
+}  // namespace
+
+DramTier::DramTier(const DramConfig& dram, const EvictionConfig& eviction, bool verify_checksums)
+    : capacity_(dram.capacity_bytes),
+      high_bytes_(watermark_bytes(dram.capacity_bytes, dram.high_watermark)),
+      low_bytes_(watermark_bytes(dram.capacity_bytes, dram.low_watermark)),
+      candidate_window_(std::max<size_t>(eviction.candidate_window, 1)),
+      verify_checksums_(verify_checksums),
+      heap_(0, dram.capacity_bytes) {
+  arena_ = host_.alloc(capacity_, arena_options(dram));
+  base_ = static_cast<char*>(arena_.ptr);
+  if (dram.use_hugepages && arena_.actual_backing != HostBufferBacking::AnonymousHugetlb &&
+      arena_.actual_backing != HostBufferBacking::AnonymousShmHugetlb)
+    MORI_LOG(kWarn, "umbp", "DRAM tier: dram.use_hugepages asked, but the %zu-byte arena is on normal pages", capacity_);
+}
+
+DramTier::~DramTier() {
+  for (auto& [key, b] : index_) delete b;
+  for (Block* b : dropped_pinned_) delete b;
+  host_.free(arena_);
+}
+
+void DramTier::lru_push_back(Block* b) {
+  b->prev = lru_tail_;
+  b->next = nullptr;
+  if (lru_tail_) lru_tail_->next = b;
+  else lru_head_ = b;
+  lru_tail_ = b;
+}
+
+void DramTier::lru_remove(Block* b) {
+  if (b->prev) b->prev->next = b->next;
+  else lru_head_ = b->next;
+  if (b->next) b->next->prev = b->prev;
+  else lru_tail_ = b->prev;
+  b->prev = b->next = nullptr;
+}
+
+void DramTier::unlink(Block* b) {
+  index_.erase(std::string_view(b->key));
+  if (b->published) lru_remove(b);
+}
+
+void DramTier::release(Block* b) {
+  heap_.release(b->offset);
+  used_bytes_ -= b->reserved;
+  delete b;
+}
+
+void DramTier::unpin(Block* b) {
+  if (--b->pins > 0 || !b->dropped) return;
+  dropped_pinned_.erase(std::find(dropped_pinned_.begin(), dropped_pinned_.end(), b));
+  release(b);
+}
+
+bool DramTier::evictable(const Block* b) const { return b->published && b->pins == 0; }
+
+DramTier::Block* DramTier::pick_victim() const {
+  // Blocks held by readers or waiting for their SSD copy are skipped, but only so many: the
+  // scan stays short even when the oldest part of the list is all held.
+  constexpr size_t kMaxSkipped = 4096;
+  Block* best = nullptr;
+  int best_score = -1;
+  size_t seen = 0, skipped = 0;
+  for (Block* b = lru_head_; b && seen < candidate_window_ && skipped < kMaxSkipped; b = b->next) {
+    if (!evictable(b)) {
+      ++skipped;
+      continue;
+    }
+    ++seen;
+    const int score = std::max(b->depth, 0);
+    if (score > best_score) {  // strictly deeper: among equals the older (seen first) stays
+      best = b;
+      best_score = score;
+    }
+  }
+  return best;
+}
+
+void DramTier::evict(Block* b) {
+  unlink(b);
+  release(b);
+  ++evictions_;
+}
+
+std::optional<size_t> DramTier::reserve(size_t size) {
+  if (size > capacity_) return std::nullopt;
+  const size_t rounded = (size + HeapAllocator::kMinAlign - 1) / HeapAllocator::kMinAlign * HeapAllocator::kMinAlign;
+  if (used_bytes_ + rounded > high_bytes_) {
+    while (used_bytes_ + rounded > low_bytes_) {
+      Block* victim = pick_victim();
+      if (!victim) break;
+      evict(victim);
+    }
+  }
+  for (;;) {
+    if (auto off = heap_.allocate(size)) return off;
+    Block* victim = pick_victim();  // fragmentation, or use still too high: one more
+    if (!victim) return std::nullopt;
+    evict(victim);
+  }
+}
+
+void DramTier::put(const std::string* keys, const void* const* srcs, const size_t* sizes, const int* depths, size_t n,
+                   bool copy_hold, PutOutcome* outcomes, Block** held) {
+  std::vector<Block*> fresh(n, nullptr);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < n; ++i) {
+      if (index_.count(std::string_view(keys[i]))) {  // published, or being written by another put
+        outcomes[i] = PutOutcome::kExists;
+        continue;
+      }
+      auto off = reserve(sizes[i]);
+      if (!off) {
+        outcomes[i] = PutOutcome::kNoRoom;
+        continue;
+      }
+      auto* b = new Block;
+      b->key = keys[i];
+      b->offset = *off;
+      b->size = sizes[i];
+      b->reserved = heap_.block_size(*off);
+      b->data = base_ + *off;
+      b->depth = depths ? depths[i] : -1;
+      b->pins = 1;  // the writer's
+      used_bytes_ += b->reserved;
+      index_.emplace(std::string_view(b->key), b);
+      fresh[i] = b;
+      outcomes[i] = PutOutcome::kStored;
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    Block* b = fresh[i];
+    if (!b) continue;
+    copy_bytes(b->data, srcs[i], b->size);
+    if (verify_checksums_) {
+      b->checksum = value_checksum(b->data, b->size);
+      b->has_checksum = true;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < n; ++i) {
+    Block* b = fresh[i];
+    if (held) held[i] = nullptr;
+    if (!b) continue;
+    if (!b->dropped) {  // a clear() while copying dropped it: stored, then cleared
+      b->published = true;
+      lru_push_back(b);
+      if (copy_hold && held) {
+        held[i] = b;  // the writer's pin becomes the copy pipeline's
+        continue;
+      }
+    }
+    unpin(b);
+  }
+}
+
+size_t DramTier::get(const std::string* keys, void* const* dsts, const size_t* sizes, size_t n, bool promote,
+                     bool* hits) {
+  std::vector<Block*> pinned(n, nullptr);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < n; ++i) {
+      auto it = index_.find(std::string_view(keys[i]));
+      if (it == index_.end() || !it->second->published || it->second->size != sizes[i]) continue;
+      Block* b = it->second;
+      ++b->pins;
+      if (promote && b != lru_tail_) {
+        lru_remove(b);
+        lru_push_back(b);
+      }
+      pinned[i] = b;
+    }
+  }
+  size_t count = 0;
+  std::vector<bool> corrupt;
+  for (size_t i = 0; i < n; ++i) {
+    Block* b = pinned[i];
+    hits[i] = false;
+    if (!b) continue;
+    if (b->has_checksum && value_checksum(b->data, b->size) != b->checksum) {
+      if (corrupt.empty()) corrupt.resize(n, false);
+      corrupt[i] = true;
+      continue;  // nothing written to the caller
+    }
+    copy_bytes(dsts[i], b->data, b->size);
+    hits[i] = true;
+    ++count;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < n; ++i) {
+    Block* b = pinned[i];
+    if (!b) continue;
+    if (!corrupt.empty() && corrupt[i]) {
+      ++corrupt_reads_;
+      MORI_LOG(kWarn, "umbp", "DRAM tier: checksum mismatch on '%s' (%zu bytes): dropped, served as a miss",
+               b->key.c_str(), b->size);
+      if (!b->dropped) {
+        unlink(b);
+        b->dropped = true;
+        dropped_pinned_.push_back(b);
+      }
+    }
+    unpin(b);
+  }
+  return count;
+}
+
+bool DramTier::contains(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = index_.find(std::string_view(key));
+  return it != index_.end() && it->second->published;
+}
+
+void DramTier::contains(const std::string* keys, size_t n, bool* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < n; ++i) {
+    auto it = index_.find(std::string_view(keys[i]));
+    out[i] = it != index_.end() && it->second->published;
+  }
+}
+
+size_t DramTier::count_present_prefix(const std::string* keys, size_t n) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < n; ++i) {
+    auto it = index_.find(std::string_view(keys[i]));
+    if (it == index_.end() || !it->second->published) return i;
+  }
+  return n;
+}
+
+const std::string& DramTier::key_of(const Block* b) { return b->key; }
+const void* DramTier::data_of(const Block* b) { return b->data; }
+size_t DramTier::size_of(const Block* b) { return b->size; }
+
+void DramTier::release_held(Block* const* blocks, size_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < n; ++i)
+    if (blocks[i]) unpin(blocks[i]);
+}
+
+bool DramTier::remove(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = index_.find(std::string_view(key));
+  if (it == index_.end()) return false;
+  Block* b = it->second;
+  unlink(b);
+  if (b->pins == 0) {
+    release(b);
+  } else {
+    b->dropped = true;
+    dropped_pinned_.push_back(b);
+  }
+  return true;
+}
+
+void DramTier::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Block*> all;
+  all.reserve(index_.size());
+  for (auto& [key, b] : index_) all.push_back(b);
+  for (Block* b : all) {
+    unlink(b);
+    if (b->pins == 0) {
+      release(b);
+    } else {
+      b->dropped = true;
+      dropped_pinned_.push_back(b);
+    }
+  }
+}
+
+DramStats DramTier::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  DramStats s;
+  s.used_bytes = used_bytes_;
+  s.capacity_bytes = capacity_;
+  s.keys = index_.size();
+  s.evictions = evictions_;
+  s.corrupt_reads = corrupt_reads_;
+  return s;
+}
+
+}  // namespace mori::umbp

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: MIT
+// The DRAM tier: one arena of dram.capacity_bytes (HostMemAllocator: huge pages, NUMA node,
+// prefault as configured), carved by core's HeapAllocator, and an index key -> block.
+//
+// Eviction: a put that takes use over the high watermark evicts down to the low one (and further
+// while its value still does not fit). The victim is chosen among the `candidate_window` least
+// recently used evictable blocks: the deepest radix-tree depth first (depth -1 counts as 0, so
+// blocks without depth are plain LRU), the oldest among equals. A block is evictable when no
+// reader holds it and, if the tier must keep values until the SSD has them, once it is copied.
+//
+// Locking: one mutex guards the index, the LRU list and the allocator, and is held only for
+// lookups and bookkeeping, never for copying bytes. A reader pins its blocks under the lock,
+// copies without it, and unpins; a writer reserves invisible blocks under the lock, copies into
+// them without it, and publishes them. A block that is dropped (clear, corruption) while pinned
+// is unlinked at once and its memory returned when the last pin goes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "mori/core/heap_allocator.h"
+#include "mori/umbp/config.h"
+#include "umbp/src/host_mem_allocator.h"
+
+namespace mori::umbp {
+
+struct DramStats {
+  uint64_t used_bytes = 0, capacity_bytes = 0, keys = 0;
+  uint64_t evictions = 0, corrupt_reads = 0;
+};
+
+class DramTier {
+ public:
+  // One value in the arena. Opaque outside the tier except through the accessors below.
+  struct Block;
+
+  enum class PutOutcome : uint8_t {
+    kStored,  // copied in and visible
+    kExists,  // the key was there already (its value is kept)
+    kNoRoom,  // larger than the tier, or nothing evictable makes room
+  };
+
+  DramTier(const DramConfig& dram, const EvictionConfig& eviction, bool verify_checksums);
+  ~DramTier();
+  DramTier(const DramTier&) = delete;
+  DramTier& operator=(const DramTier&) = delete;
+
+  // Stores the values whose key is not present: one lock to reserve, copies without it, one lock
+  // to publish. `depths` may be null (all -1). With `copy_hold`, every stored block is also
+  // returned in `held` (same index; nullptr for the others) and stays pinned, so unevictable,
+  // until release_held(): the copy pipeline reads it from there.
+  void put(const std::string* keys, const void* const* srcs, const size_t* sizes, const int* depths, size_t n,
+           bool copy_hold, PutOutcome* outcomes, Block** held);
+  // Copies each present value whose stored size equals sizes[i] into dsts[i]; hits[i] says which.
+  // A checksum mismatch (when verifying) drops the key and is a miss. Hits move to the MRU end
+  // when `promote`. Returns the number of hits.
+  size_t get(const std::string* keys, void* const* dsts, const size_t* sizes, size_t n, bool promote, bool* hits);
+
+  bool contains(const std::string& key) const;
+  // out[i] = contains(keys[i]), under one lock.
+  void contains(const std::string* keys, size_t n, bool* out) const;
+  // Length of the prefix of keys present, under one lock.
+  size_t count_present_prefix(const std::string* keys, size_t n) const;
+
+  // The copy pipeline's view of a held block (valid until release_copied()).
+  static const std::string& key_of(const Block* b);
+  static const void* data_of(const Block* b);
+  static size_t size_of(const Block* b);
+  // Unpins blocks put with copy_hold (they become evictable).
+  void release_held(Block* const* blocks, size_t n);
+
+  bool remove(const std::string& key);
+  void clear();
+  DramStats stats() const;
+  size_t capacity() const { return capacity_; }
+
+ private:
+  struct KeyHash {
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+
+  bool evictable(const Block* b) const;
+  Block* pick_victim() const;
+  void evict(Block* b);
+  // Reserves `size` bytes, evicting as the watermarks say; nullopt when nothing makes room.
+  std::optional<size_t> reserve(size_t size);
+  void unlink(Block* b);    // out of the index and the LRU list
+  void release(Block* b);   // memory back to the allocator, block deleted
+  void lru_push_back(Block* b);
+  void lru_remove(Block* b);
+  void unpin(Block* b);
+
+  const size_t capacity_;
+  const size_t high_bytes_, low_bytes_;
+  const size_t candidate_window_;
+  const bool verify_checksums_;
+  HostMemAllocator host_;
+  HostBufferHandle arena_;
+  char* base_ = nullptr;
+
+  mutable std::mutex mu_;
+  HeapAllocator heap_;
+  std::unordered_map<std::string_view, Block*, KeyHash> index_;  // views into Block::key
+  std::vector<Block*> dropped_pinned_;  // unlinked while pinned, freed by their last unpin
+  Block* lru_head_ = nullptr;  // least recently used
+  Block* lru_tail_ = nullptr;  // most recently used
+  size_t used_bytes_ = 0;      // bytes of live blocks (rounded as the allocator rounds)
+  uint64_t evictions_ = 0, corrupt_reads_ = 0;
+};
+
+}  // namespace mori::umbp

@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: MIT
+// The in-process store (MORI's StandaloneClient, DeploymentMode::Local): a DRAM tier in front of
+// an SSD tier (when ssd.enabled), joined by the DRAM -> SSD copy pipeline.
+//
+//   put  write-once: a key present in either tier keeps its value (true). New values go into
+//        DRAM, then to the SSD through the copy pipeline (asynchronously unless
+//        copy_pipeline.async_enabled is false). A value DRAM cannot take (larger than the tier,
+//        or nothing evictable) is written to the SSD directly; without an SSD tier the put is
+//        refused (false, counted in stats().put_refusals).
+//   get  a DRAM hit is one copy out of the arena; otherwise the SSD read lands (checksum
+//        verified) in the caller's buffer, and with eviction.auto_promote_on_read the value is
+//        admitted into DRAM for the next reader.
+//   Roles (MLA with TP > 1, several ranks over one storage_dir): SharedSSDLeader also writes
+//        every put through to the SSD before returning, so followers in other processes can
+//        read it at once; SharedSSDFollower only reads the SSD tier (its puts return false, as
+//        in MORI) and re-scans the directory when it does not know a key.
+//
+// Thread-safe; no call holds a tier's lock while bytes are copied (dram_tier.h says how).
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include "mori/umbp/client.h"
+#include "umbp/src/copy_pipeline.h"
+#include "umbp/src/dram_tier.h"
+#include "umbp/src/ssd_tier.h"
+
+namespace mori::umbp {
+
+class LocalClient final : public Client {
+ public:
+  explicit LocalClient(const Config& config);
+  ~LocalClient() override;
+
+  bool put(const std::string& key, const void* src, size_t size) override;
+  bool get(const std::string& key, void* dst, size_t size) override;
+  bool exists(const std::string& key) override;
+  std::vector<bool> batch_put(const std::vector<std::string>& keys, const std::vector<uintptr_t>& srcs,
+                              const std::vector<size_t>& sizes, const std::vector<int>& depths) override;
+  std::vector<bool> batch_get(const std::vector<std::string>& keys, const std::vector<uintptr_t>& dsts,
+                              const std::vector<size_t>& sizes) override;
+  std::vector<bool> batch_exists(const std::vector<std::string>& keys) override;
+  size_t batch_exists_consecutive(const std::vector<std::string>& keys) override;
+
+  bool clear() override;
+  bool flush() override;
+  DeploymentMode deployment_mode() const override { return DeploymentMode::Local; }
+
+  bool register_memory(void* ptr, size_t size) override { return true; }  // nothing to map in-process
+  void deregister_memory(void* ptr) override {}
+
+  bool report_external_kv_blocks(const std::vector<std::string>&, TierType) override { return false; }
+  bool revoke_external_kv_blocks(const std::vector<std::string>&, TierType) override { return false; }
+  bool revoke_all_external_kv_blocks_at_tier(TierType) override { return false; }
+  std::vector<ExternalKvMatch> match_external_kv(const std::vector<std::string>&, bool) override { return {}; }
+  std::vector<ExternalKvHitCount> get_external_kv_hit_counts(const std::vector<std::string>&) override { return {}; }
+
+  ClientStats stats() const override;
+
+ private:
+  // put/batch_put after the argument checks; `depths` may be null.
+  std::vector<bool> store(const std::string* keys, const uintptr_t* srcs, const size_t* sizes, const int* depths,
+                          size_t n);
+  // get/batch_get after the argument checks.
+  std::vector<bool> load(const std::string* keys, const uintptr_t* dsts, const size_t* sizes, size_t n);
+  bool on_ssd(const std::string& key);  // a follower re-scans the directory once on a miss
+
+  const Config config_;
+  const Role role_;
+  const bool promote_;
+  std::unique_ptr<SsdTier> ssd_;  // null when ssd.enabled is false
+  std::unique_ptr<DramTier> dram_;
+  std::unique_ptr<CopyPipeline> pipeline_;  // declared last: stops before the tiers go
+
+  std::atomic<uint64_t> puts_{0}, put_bytes_{0}, gets_{0}, get_bytes_{0};
+  std::atomic<uint64_t> dram_hits_{0}, ssd_hits_{0}, misses_{0}, put_refusals_{0};
+};
+
+}  // namespace mori::umbp

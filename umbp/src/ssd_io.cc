@@ -1,0 +1,197 @@
+// SPDX-License-Identifier: MIT
+#include "umbp/src/ssd_io.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "mori/core/log.h"
+
+#if MORI_UMBP_HAVE_LIBURING
+#include <liburing.h>
+#endif
+
+namespace mori::umbp::ssd {
+
+namespace {
+// One ring's submission queue: deep enough to keep an NVMe device busy, small enough that a
+// pool of rings stays a few hundred KiB.
+constexpr unsigned kMaxRingDepth = 256;
+// io_uring's read length is 32 bits; larger reads continue in pieces.
+constexpr size_t kMaxPiece = size_t{1} << 30;
+std::atomic<bool> g_refusal_logged{false};
+}  // namespace
+
+int pread_all(int fd, void* dst, size_t size, uint64_t offset) {
+  auto* p = static_cast<char*>(dst);
+  while (size > 0) {
+    ssize_t n = ::pread(fd, p, size, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return EIO;  // the file ends before the value does: a torn record
+    p += n;
+    size -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return 0;
+}
+
+int pwritev_all(int fd, const struct iovec* iov_in, int iovcnt, uint64_t offset) {
+  std::vector<iovec> iov(iov_in, iov_in + iovcnt);
+  size_t first = 0;
+  while (first < iov.size()) {
+    ssize_t n = ::pwritev(fd, iov.data() + first, static_cast<int>(iov.size() - first), static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return EIO;
+    offset += static_cast<uint64_t>(n);
+    auto left = static_cast<size_t>(n);
+    while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+    if (first < iov.size()) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+      iov[first].iov_len -= left;
+    }
+  }
+  return 0;
+}
+
+#if MORI_UMBP_HAVE_LIBURING
+struct ReadEngine::Ring {
+  io_uring ring{};
+  bool ready = false;
+  ~Ring() {
+    if (ready) io_uring_queue_exit(&ring);
+  }
+};
+#else
+struct ReadEngine::Ring {};
+#endif
+
+ReadEngine::ReadEngine(IoBackend backend, size_t queue_depth)
+    : depth_(static_cast<unsigned>(std::clamp<size_t>(queue_depth, 1, kMaxRingDepth))) {
+  if (backend != IoBackend::IoUring) return;
+#if MORI_UMBP_HAVE_LIBURING
+  auto ring = std::make_unique<Ring>();
+  int rc = io_uring_queue_init(depth_, &ring->ring, 0);
+  if (rc < 0) {
+    if (!g_refusal_logged.exchange(true))
+      MORI_LOG(kWarn, "umbp", "SSD tier: io_uring refused by the kernel (%s); reads use pread", strerror(-rc));
+    return;
+  }
+  ring->ready = true;
+  uring_ok_ = true;
+  idle_rings_.push_back(std::move(ring));
+#else
+  if (!g_refusal_logged.exchange(true))
+    MORI_LOG(kWarn, "umbp", "SSD tier: built without liburing; reads use pread");
+#endif
+}
+
+ReadEngine::~ReadEngine() = default;
+
+std::unique_ptr<ReadEngine::Ring> ReadEngine::acquire_ring() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!idle_rings_.empty()) {
+      auto ring = std::move(idle_rings_.back());
+      idle_rings_.pop_back();
+      return ring;
+    }
+  }
+#if MORI_UMBP_HAVE_LIBURING
+  auto ring = std::make_unique<Ring>();
+  if (io_uring_queue_init(depth_, &ring->ring, 0) < 0) return nullptr;  // e.g. out of locked memory
+  ring->ready = true;
+  return ring;
+#else
+  return nullptr;
+#endif
+}
+
+void ReadEngine::release_ring(std::unique_ptr<Ring> ring) {
+  std::lock_guard<std::mutex> lock(mu_);
+  idle_rings_.push_back(std::move(ring));
+}
+
+void ReadEngine::read_posix(std::span<ReadOp> ops, const std::function<void(const ReadOp&)>& on_done) {
+  for (auto& op : ops) {
+    op.error = pread_all(op.fd, op.dst, op.size, op.offset);
+    on_done(op);
+  }
+}
+
+void ReadEngine::read_all(std::span<ReadOp> ops, const std::function<void(const ReadOp&)>& on_done) {
+  if (ops.empty()) return;
+  std::unique_ptr<Ring> ring = (uring_ok_ && ops.size() > 1) ? acquire_ring() : nullptr;
+  if (!ring) return read_posix(ops, on_done);
+#if MORI_UMBP_HAVE_LIBURING
+  io_uring* r = &ring->ring;
+  std::vector<size_t> progress(ops.size(), 0);
+  std::vector<size_t> queue;  // ops to (re)submit, in order
+  queue.reserve(ops.size());
+  for (size_t i = ops.size(); i-- > 0;) queue.push_back(i);  // popped from the back: first op first
+  size_t inflight = 0, finished = 0;
+  auto finish = [&](size_t i, int error) {
+    ops[i].error = error;
+    ++finished;
+    on_done(ops[i]);
+  };
+  while (finished < ops.size()) {
+    unsigned prepared = 0;
+    while (!queue.empty() && inflight < depth_) {
+      io_uring_sqe* sqe = io_uring_get_sqe(r);
+      if (!sqe) break;
+      size_t i = queue.back();
+      queue.pop_back();
+      size_t left = std::min(ops[i].size - progress[i], kMaxPiece);
+      io_uring_prep_read(sqe, ops[i].fd, static_cast<char*>(ops[i].dst) + progress[i], static_cast<unsigned>(left),
+                         ops[i].offset + progress[i]);
+      io_uring_sqe_set_data(sqe, reinterpret_cast<void*>(static_cast<uintptr_t>(i)));
+      ++inflight;
+      ++prepared;
+    }
+    int rc = prepared ? io_uring_submit_and_wait(r, 1) : 0;
+    if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+      // The ring broke: what is queued is read with pread, what is in flight is awaited below.
+      for (size_t i : queue) finish(i, pread_all(ops[i].fd, ops[i].dst, ops[i].size, ops[i].offset));
+      queue.clear();
+    }
+    if (inflight == 0) continue;
+    io_uring_cqe* cqe = nullptr;
+    rc = io_uring_wait_cqe(r, &cqe);
+    if (rc == -EINTR || rc == -EAGAIN) continue;
+    while (rc == 0 && cqe) {
+      auto i = static_cast<size_t>(reinterpret_cast<uintptr_t>(io_uring_cqe_get_data(cqe)));
+      int res = cqe->res;
+      io_uring_cqe_seen(r, cqe);
+      --inflight;
+      if (res == -EINTR || res == -EAGAIN) {
+        queue.push_back(i);
+      } else if (res < 0) {
+        finish(i, -res);
+      } else if (res == 0) {
+        finish(i, EIO);  // the file ends before the value does
+      } else {
+        progress[i] += static_cast<size_t>(res);
+        if (progress[i] < ops[i].size)
+          queue.push_back(i);
+        else
+          finish(i, 0);
+      }
+      cqe = nullptr;
+      rc = io_uring_peek_cqe(r, &cqe);
+    }
+  }
+  release_ring(std::move(ring));
+#endif
+}
+
+}  // namespace mori::umbp::ssd

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: MIT
+// The SSD tier's reads: many positioned reads in flight at once through io_uring (a small pool
+// of rings, one per concurrent batch), or one pread after another where io_uring is not built or
+// the kernel refuses it (containers: EPERM/ENOSYS; said once in the log and in SsdStats).
+// Reads land in the caller's memory; the ring never copies.
+#pragma once
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "mori/umbp/config.h"
+
+namespace mori::umbp::ssd {
+
+struct ReadOp {
+  int fd = -1;
+  void* dst = nullptr;
+  size_t size = 0;
+  uint64_t offset = 0;
+  size_t tag = 0;       // the caller's: handed to on_done
+  int error = 0;        // after the read: 0, or the errno (EIO for a read that ended early)
+};
+
+class ReadEngine {
+ public:
+  ReadEngine(IoBackend backend, size_t queue_depth);
+  ~ReadEngine();
+  ReadEngine(const ReadEngine&) = delete;
+  ReadEngine& operator=(const ReadEngine&) = delete;
+
+  bool uses_io_uring() const { return uring_ok_; }
+
+  // Reads every op whole (short reads continue where they stopped) and calls on_done(op) as each
+  // one finishes, on the calling thread, while later ops are still in flight.
+  void read_all(std::span<ReadOp> ops, const std::function<void(const ReadOp&)>& on_done);
+
+ private:
+  struct Ring;
+  std::unique_ptr<Ring> acquire_ring();
+  void release_ring(std::unique_ptr<Ring> ring);
+  void read_posix(std::span<ReadOp> ops, const std::function<void(const ReadOp&)>& on_done);
+
+  unsigned depth_ = 0;
+  bool uring_ok_ = false;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Ring>> idle_rings_;
+};
+
+// Reads `size` bytes at `offset` whole; 0 or an errno.
+int pread_all(int fd, void* dst, size_t size, uint64_t offset);
+// Writes the iovecs whole at `offset`; 0 or an errno.
+int pwritev_all(int fd, const struct iovec* iov, int iovcnt, uint64_t offset);
+
+}  // namespace mori::umbp::ssd
