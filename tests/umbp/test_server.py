@@ -204,7 +204,7 @@ def test_unregistered_memory_and_plain_memfd_buffers(server: ServerProcess) -> N
     # Bad arguments: an error naming the argument, nothing stored.
     with pytest.raises(ValueError, match="sizes"):
         c.batch_put_from_ptr(["bad1", "bad2"], [int(arr.ctypes.data)] * 2, [size])
-    with pytest.raises(ValueError, match="sizes\\[0\\]"):
+    with pytest.raises(ValueError, match="put_from_ptr: size must be > 0"):
         c.put_from_ptr("bad3", int(arr.ctypes.data), 0)
     assert c.batch_exists(["bad1", "bad2", "bad3"]) == [False, False, False]
     del arr
