@@ -132,6 +132,7 @@ def test_rank_killed_mid_batch_leaves_no_half_visible_key(server: ServerProcess,
     victim.kill()
     victim.wait(timeout=10)
     assert victim.returncode == -signal.SIGKILL, (tmp_path / "victim.log").read_text()
+    assert "finished its batches" not in (tmp_path / "victim.log").read_text()  # killed mid-run
     for r, p in enumerate(others):
         assert f"rank {r} OK" in finish(p, tmp_path / f"r{r}.log")
 
@@ -209,6 +210,35 @@ def test_unregistered_memory_and_plain_memfd_buffers(server: ServerProcess) -> N
     assert c.batch_exists(["bad1", "bad2", "bad3"]) == [False, False, False]
     del arr
     c.deregister_memory(int(np.frombuffer(m, np.uint8).ctypes.data))
+
+
+def test_every_call_goes_through_the_server(server: ServerProcess) -> None:
+    c = umbp_rank.client(server.address)
+    local_cfg = umbp.UMBPConfig()
+    local_cfg.ssd.enabled = False
+    local_cfg.dram.capacity_bytes = 16 << 20
+    local = umbp.UMBPClient(local_cfg)
+    assert c.get_deployment_mode() == umbp.UMBPDeploymentMode.StandaloneProcess and not c.is_distributed()
+    data = np.random.default_rng().integers(0, 256, 4 * 4096, dtype=np.uint8)
+    keys = [f"calls_{i}" for i in range(4)]
+    ptrs = [int(data.ctypes.data) + i * 4096 for i in range(4)]
+    assert c.batch_put_from_ptr_with_depth(keys, ptrs, [4096] * 4, [3, 2, 1, -1]) == [True] * 4
+    assert c.batch_exists(keys + ["calls_missing"]) == [True] * 4 + [False]
+    assert c.batch_exists_consecutive([keys[0], keys[1], "calls_missing", keys[2]]) == 2
+    assert c.flush()
+    st = c.stats()
+    assert st["puts"] >= 4 and st["dram_keys"] >= 4
+    # The external-KV calls reach the server's store, which answers as the local store does.
+    tier = umbp.UMBPTierType.DRAM
+    assert c.report_external_kv_blocks(["h1"], tier) == local.report_external_kv_blocks(["h1"], tier)
+    assert c.revoke_external_kv_blocks(["h1"], tier) == local.revoke_external_kv_blocks(["h1"], tier)
+    assert c.revoke_all_external_kv_blocks_at_tier(tier) == local.revoke_all_external_kv_blocks_at_tier(tier)
+    assert len(c.match_external_kv(["h1"], True)) == len(local.match_external_kv(["h1"], True))
+    assert len(c.get_external_kv_hit_counts(["h1"])) == len(local.get_external_kv_hit_counts(["h1"]))
+    assert c.clear()
+    assert c.batch_exists(keys) == [False] * 4
+    c.close()
+    local.close()
 
 
 def frame(op: int, payload: bytes = b"", req: int = 1, *, length: Optional[int] = None,
@@ -379,7 +409,8 @@ def test_two_ranks_auto_starting_end_with_one_server(sockdir: Path, tmp_path: Pa
         for r, p in enumerate(procs):
             assert f"rank {r} OK" in finish(p, tmp_path / f"race{r}.log")
         pids = server_pids(address)
-        assert len(pids) == 1, f"servers for {address}: {pids}; log: {(sockdir / 'auto.sock.log').read_text()}"
+        log = (sockdir / "auto.sock.log").read_text()
+        assert len(pids) == 1 and log.count("listening at") == 1, f"servers for {address}: {pids}; log: {log}"
         # With no worker left, it exits after the idle timeout and removes its socket.
         end = time.monotonic() + 15
         while server_pids(address):
