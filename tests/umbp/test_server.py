@@ -173,6 +173,7 @@ def test_dead_or_stopped_server_is_an_error_within_the_deadline(server: ServerPr
     assert np.array_equal(out, buf[8192:8192 + 65536])
 
     os.kill(server.proc.pid, signal.SIGSTOP)  # alive but not answering
+    wait_stopped(server.proc.pid)
     try:
         t0 = time.monotonic()
         with pytest.raises(TimeoutError, match=str(server.path)):
@@ -181,6 +182,17 @@ def test_dead_or_stopped_server_is_an_error_within_the_deadline(server: ServerPr
     finally:
         os.kill(server.proc.pid, signal.SIGCONT)
     assert c.exists("after")  # the same server, answering again: a fresh connection works
+
+
+def wait_stopped(pid: int) -> None:
+    """Returns once every thread of `pid` is stopped (kill() returns before the stop lands)."""
+    end = time.monotonic() + 10
+    while True:
+        states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in Path(f"/proc/{pid}/task").iterdir()]
+        if all(s == "T" for s in states):
+            return
+        assert time.monotonic() < end, f"process {pid} did not stop: {states}"
+        time.sleep(0.005)
 
 
 def test_unregistered_memory_and_plain_memfd_buffers(server: ServerProcess) -> None:
