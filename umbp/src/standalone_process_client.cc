@@ -421,6 +421,9 @@ class StandaloneProcessClient final : public Client {
   void connect_locked() {
     int fd = connect_unix(path_);
     int err = errno;
+    if (fd < 0 && err == EAGAIN)
+      raise(Status::kTimeout, "UMBP per-host server at %s accepts no connection (its backlog is full: stopped or "
+            "overloaded)", address_.c_str());
     if (fd < 0 && config_.standalone_process->auto_start) {
       fd = start_server_and_connect();
       err = errno;
