@@ -48,7 +48,8 @@ void Config::validate() const {
             ssd.ssd_backend.c_str());
     MORI_CHECK_ARG(ssd.io.queue_depth > 0, "ssd.io.queue_depth must be > 0");
   }
-  MORI_CHECK_ARG(eviction.policy == "lru", "eviction.policy must be 'lru' (got '%s')", eviction.policy.c_str());
+  MORI_CHECK_ARG(eviction.policy == "lru" || eviction.policy == "prefix_aware_lru",
+                 "eviction.policy must be 'lru' or 'prefix_aware_lru' (got '%s')", eviction.policy.c_str());
   MORI_CHECK_ARG(eviction.candidate_window > 0, "eviction.candidate_window must be > 0");
   MORI_CHECK_ARG(copy_pipeline.queue_depth > 0, "copy_pipeline.queue_depth must be > 0");
   MORI_CHECK_ARG(copy_pipeline.worker_threads > 0, "copy_pipeline.worker_threads must be > 0");

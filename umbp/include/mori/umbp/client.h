@@ -21,7 +21,8 @@
 
 namespace mori::umbp {
 
-constexpr size_t kMaxKeyBytes = 4096;
+// The SSD tier keeps a key and its record header in one 4 KiB block (ssd_record.h).
+constexpr size_t kMaxKeyBytes = 4032;
 
 struct ExternalKvMatch {
   std::string node_id;

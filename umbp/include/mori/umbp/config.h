@@ -74,6 +74,8 @@ struct SsdConfig {
 };
 
 struct EvictionConfig {
+  // "lru" and MORI's "prefix_aware_lru" both pick, among the candidate_window least recently
+  // used values, the deepest radix-tree depth first: values put without a depth are plain LRU.
   std::string policy = "lru";
   size_t candidate_window = 16;
   bool auto_promote_on_read = true;
