@@ -62,3 +62,11 @@ __all__ = [
     "UMBPStandaloneProcessConfig",
     "UMBPTierType",
 ]
+
+# auto_start's default server program (used when UMBP_STANDALONE_BIN is unset): this interpreter
+# running mori.umbp.server.
+import sys as _sys  # noqa: E402
+
+from mori._C.umbp import set_default_server_command as _set_default_server_command  # noqa: E402
+
+_set_default_server_command([_sys.executable, "-m", "mori.umbp.server"])

@@ -23,7 +23,9 @@
 #include "mori/core/log.h"
 #include "mori/core/socket.h"
 #include "mori/core/status.h"
+#include "umbp/src/argument_checks.h"
 #include "umbp/src/clients.h"
+#include "umbp/src/host_mem_allocator.h"
 #include "umbp/src/memfd_lookup.h"
 #include "umbp/src/unix_channel.h"
 
@@ -57,14 +59,27 @@ std::vector<bool> read_bools(const std::vector<char>& payload, size_t n, const c
   return out;
 }
 
+// The memory file behind [ptr, ptr + size): the host allocator's registry first (its own
+// buffers), then whatever /proc/self/maps says (memfds the application mapped itself).
+MemfdRange memory_file_of(void* ptr, size_t size) {
+  if (const auto region = find_host_region(ptr, size)) {
+    MORI_CHECK_ARG(region->fd >= 0,
+                   "register_memory: this buffer was allocated with a private backing; the per-host server can only "
+                   "map UMBPHostMemAllocator buffers of backing AnonymousShm (or AnonymousShmHugetlb)");
+    MemfdRange r;
+    r.fd = ::fcntl(region->fd, F_DUPFD_CLOEXEC, 0);
+    if (r.fd < 0) raise_errno("register_memory: dup of the buffer's memory file");
+    r.offset = reinterpret_cast<uintptr_t>(ptr) - reinterpret_cast<uintptr_t>(region->base);
+    return r;
+  }
+  return find_memfd(ptr, size);
+}
+
 bool read_bool(const std::vector<char>& payload, const char* what) { return read_bools(payload, 1, what)[0]; }
 
-void check_keys(const std::vector<std::string>& keys, const char* what) {
-  MORI_CHECK_ARG(keys.size() <= wire::kMaxBatch, "%s: a batch of %zu exceeds the per-host server's limit of %zu", what,
-                 keys.size(), wire::kMaxBatch);
-  for (size_t i = 0; i < keys.size(); ++i)
-    MORI_CHECK_ARG(keys[i].size() <= kMaxKeyBytes, "%s[%zu]: %zu bytes exceed the %zu-byte key limit", what, i,
-                   keys[i].size(), kMaxKeyBytes);
+void check_batch_limit(const std::vector<std::string>& keys, const char* call) {
+  MORI_CHECK_ARG(keys.size() <= wire::kMaxBatch, "%s: a batch of %zu keys exceeds the per-host server's limit of %zu",
+                 call, keys.size(), wire::kMaxBatch);
 }
 
 class StandaloneProcessClient final : public Client {
@@ -88,18 +103,30 @@ class StandaloneProcessClient final : public Client {
   }
 
   bool put(const std::string& key, const void* src, size_t size) override {
-    return batch_put({key}, {reinterpret_cast<uintptr_t>(src)}, {size}, {})[0];
+    check_key("put_from_ptr", key);
+    check_buffer("put_from_ptr", reinterpret_cast<uintptr_t>(src), size, "src");
+    return send_put({key}, {reinterpret_cast<uintptr_t>(src)}, {size}, {})[0];
   }
   bool get(const std::string& key, void* dst, size_t size) override {
-    return batch_get({key}, {reinterpret_cast<uintptr_t>(dst)}, {size})[0];
+    check_key("get_into_ptr", key);
+    check_buffer("get_into_ptr", reinterpret_cast<uintptr_t>(dst), size, "dst");
+    return send_get({key}, {reinterpret_cast<uintptr_t>(dst)}, {size})[0];
   }
-  bool exists(const std::string& key) override { return batch_exists({key})[0]; }
+  bool exists(const std::string& key) override {
+    check_key("exists", key);
+    return send_keys(wire::Op::kBatchExists, {key}, "exists")[0];
+  }
 
   std::vector<bool> batch_put(const std::vector<std::string>& keys, const std::vector<uintptr_t>& srcs,
                               const std::vector<size_t>& sizes, const std::vector<int>& depths) override {
-    check_items(keys, srcs, sizes, "srcs");
-    MORI_CHECK_ARG(depths.empty() || depths.size() == keys.size(),
-                   "depths: %zu entries for %zu keys (give one per key, or none)", depths.size(), keys.size());
+    const char* call_name = depths.empty() ? "batch_put_from_ptr" : "batch_put_from_ptr_with_depth";
+    check_batch(call_name, keys, srcs, sizes, &depths);
+    check_batch_limit(keys, call_name);
+    return send_put(keys, srcs, sizes, depths);
+  }
+
+  std::vector<bool> send_put(const std::vector<std::string>& keys, const std::vector<uintptr_t>& srcs,
+                             const std::vector<size_t>& sizes, const std::vector<int>& depths) {
     if (keys.empty()) return {};
     Reply r = call(wire::Op::kBatchPut, [&](wire::Writer& w) {
       w.put<uint8_t>(depths.empty() ? 0 : 1);
@@ -114,7 +141,13 @@ class StandaloneProcessClient final : public Client {
 
   std::vector<bool> batch_get(const std::vector<std::string>& keys, const std::vector<uintptr_t>& dsts,
                               const std::vector<size_t>& sizes) override {
-    check_items(keys, dsts, sizes, "dsts");
+    check_batch("batch_get_into_ptr", keys, dsts, sizes);
+    check_batch_limit(keys, "batch_get_into_ptr");
+    return send_get(keys, dsts, sizes);
+  }
+
+  std::vector<bool> send_get(const std::vector<std::string>& keys, const std::vector<uintptr_t>& dsts,
+                             const std::vector<size_t>& sizes) {
     if (keys.empty()) return {};
     Reply r = call(wire::Op::kBatchGet, [&](wire::Writer& w) {
       w.put<uint32_t>(static_cast<uint32_t>(keys.size()));
@@ -124,14 +157,20 @@ class StandaloneProcessClient final : public Client {
   }
 
   std::vector<bool> batch_exists(const std::vector<std::string>& keys) override {
-    check_keys(keys, "keys");
+    check_keys("batch_exists", keys);
+    check_batch_limit(keys, "batch_exists");
+    return send_keys(wire::Op::kBatchExists, keys, "batch_exists");
+  }
+
+  std::vector<bool> send_keys(wire::Op op, const std::vector<std::string>& keys, const char* what) {
     if (keys.empty()) return {};
-    Reply r = call(wire::Op::kBatchExists, [&](wire::Writer& w) { put_keys(w, keys); });
-    return read_bools(r.payload, keys.size(), "batch_exists");
+    Reply r = call(op, [&](wire::Writer& w) { put_keys(w, keys); });
+    return read_bools(r.payload, keys.size(), what);
   }
 
   size_t batch_exists_consecutive(const std::vector<std::string>& keys) override {
-    check_keys(keys, "keys");
+    check_keys("batch_exists_consecutive", keys);
+    check_batch_limit(keys, "batch_exists_consecutive");
     if (keys.empty()) return 0;
     Reply r = call(wire::Op::kBatchExistsConsecutive, [&](wire::Writer& w) { put_keys(w, keys); });
     wire::Reader rd(r.payload.data(), r.payload.size());
@@ -155,7 +194,7 @@ class StandaloneProcessClient final : public Client {
                      ", +%" PRIu64 "); deregister_memory it first",
                      lo, size, base, r.size);
     }
-    const MemfdRange m = find_memfd(ptr, size);
+    const MemfdRange m = memory_file_of(ptr, size);
     Region reg{size, m.fd, m.offset, 0};
     try {
       if (fd_ < 0) connect_locked();
@@ -200,7 +239,7 @@ class StandaloneProcessClient final : public Client {
   }
 
   std::vector<ExternalKvMatch> match_external_kv(const std::vector<std::string>& hashes, bool count_as_hit) override {
-    check_keys(hashes, "hashes");
+    check_batch_limit(hashes, "match_external_kv");
     Reply r = call(wire::Op::kMatchExternalKv, [&](wire::Writer& w) {
       w.put<uint8_t>(count_as_hit ? 1 : 0);
       put_keys(w, hashes);
@@ -222,7 +261,7 @@ class StandaloneProcessClient final : public Client {
   }
 
   std::vector<ExternalKvHitCount> get_external_kv_hit_counts(const std::vector<std::string>& hashes) override {
-    check_keys(hashes, "hashes");
+    check_batch_limit(hashes, "get_external_kv_hit_counts");
     Reply r = call(wire::Op::kExternalKvHitCounts, [&](wire::Writer& w) { put_keys(w, hashes); });
     wire::Reader rd(r.payload.data(), r.payload.size());
     std::vector<ExternalKvHitCount> out(rd.get_count(wire::kMaxBatch, 12));
@@ -251,17 +290,6 @@ class StandaloneProcessClient final : public Client {
     uint32_t id;         // the server's id on the current connection (0: not there)
   };
 
-  void check_items(const std::vector<std::string>& keys, const std::vector<uintptr_t>& ptrs,
-                   const std::vector<size_t>& sizes, const char* ptrs_name) const {
-    MORI_CHECK_ARG(ptrs.size() == keys.size(), "%s: %zu entries for %zu keys", ptrs_name, ptrs.size(), keys.size());
-    MORI_CHECK_ARG(sizes.size() == keys.size(), "sizes: %zu entries for %zu keys", sizes.size(), keys.size());
-    check_keys(keys, "keys");
-    for (size_t i = 0; i < keys.size(); ++i) {
-      MORI_CHECK_ARG(ptrs[i] != 0, "%s[%zu] must not be null", ptrs_name, i);
-      MORI_CHECK_ARG(sizes[i] > 0, "sizes[%zu] must be > 0", i);
-    }
-  }
-
   static void put_keys(wire::Writer& w, const std::vector<std::string>& keys) {
     w.put<uint32_t>(static_cast<uint32_t>(keys.size()));
     for (const auto& k : keys) w.put_string(k);
@@ -288,7 +316,7 @@ class StandaloneProcessClient final : public Client {
   }
 
   bool tier_hashes_call(wire::Op op, const std::vector<std::string>& hashes, TierType tier) {
-    check_keys(hashes, "hashes");
+    check_batch_limit(hashes, "external kv hashes");
     Reply r = call(op, [&](wire::Writer& w) {
       w.put<uint32_t>(static_cast<uint32_t>(tier));
       put_keys(w, hashes);
@@ -393,6 +421,9 @@ class StandaloneProcessClient final : public Client {
   void connect_locked() {
     int fd = connect_unix(path_);
     int err = errno;
+    if (fd < 0 && err == EAGAIN)
+      raise(Status::kTimeout, "UMBP per-host server at %s accepts no connection (its backlog is full: stopped or "
+            "overloaded)", address_.c_str());
     if (fd < 0 && config_.standalone_process->auto_start) {
       fd = start_server_and_connect();
       err = errno;

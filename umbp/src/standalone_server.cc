@@ -350,7 +350,10 @@ void StandaloneServer::dispatch(Session& s, uint16_t op_code, const char* payloa
       // A file that later shrank under the mapping would fault the server: forbid it where the
       // file allows seals (memfds created with MFD_ALLOW_SEALING).
       ::fcntl(passed_fd, F_ADD_SEALS, F_SEAL_SHRINK);
-      const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+      // Huge-page memory files (hugetlbfs) map only at multiples of their page: st_blksize.
+      uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+      const auto blk = static_cast<uint64_t>(st.st_blksize);
+      if (blk > page && (blk & (blk - 1)) == 0) page = blk;
       const uint64_t map_off = fd_offset & ~(page - 1), lead = fd_offset - map_off;
       MappedRegion m;
       m.worker_base = base;

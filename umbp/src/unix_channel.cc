@@ -79,7 +79,9 @@ int listen_unix(const std::string& path) {
 
 int connect_unix(const std::string& path) {
   sockaddr_un addr = socket_address(path);
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // Non-blocking: a server whose backlog is full (stopped, swamped) makes connect() fail with
+  // EAGAIN instead of blocking past every deadline. The calls below all poll first anyway.
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) raise_errno("socket(AF_UNIX)");
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     const int err = errno;

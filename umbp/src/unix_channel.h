@@ -20,7 +20,8 @@ std::string unix_socket_path(const std::string& address);
 // Binds and listens at `path` with mode 0600 (the caller holds the path's lock, so any file
 // there is a dead server's and is replaced). Returns the listening descriptor.
 int listen_unix(const std::string& path);
-// Connects to `path`; -1 with errno set (ENOENT, ECONNREFUSED, ...) when nobody listens there.
+// Connects to `path` (a non-blocking descriptor); -1 with errno set: ENOENT or ECONNREFUSED when
+// nobody listens there, EAGAIN when the listener's backlog is full.
 int connect_unix(const std::string& path);
 
 struct PeerCred {
