@@ -609,15 +609,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     add_ratios(out)
     targets = check_targets(out)
     cols = [c for c in COLUMNS if any(r.get(c) is not None for r in out)]
+    mc = status.get("mooncake")
+    mc_note = f"; Mooncake Store {mc['status']}: {mc['reason']}" if mc and mc["status"] != "ok" else ""
     for mode in dict.fromkeys(r["mode"] for r in out):
         rep = Report("umbp", cols)
         rep.rows = [r for r in out if r["mode"] == mode]
-        rep.show(f"mori bench umbp: {mode}")
+        rep.show(f"mori bench umbp: {mode}" + (mc_note if mode == "local" else ""))
     for t in targets.values():
         worst = "-" if t["worst"] is None else f"{t['worst']:.3g}"
         print(f"target {t['target']}: {t['status']} (worst {worst} over {t['rows']} rows)")
-    mc = status.get("mooncake")
-    if mc and mc["status"] != "ok":
+    if mc_note:
         print(f"mooncake: {mc['status']}: {mc['reason']}")
     report = Report("umbp", cols)
     report.rows = out

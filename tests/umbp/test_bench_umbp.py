@@ -5,6 +5,7 @@ their ratios and the targets (not their values)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -79,3 +80,24 @@ def test_bench_umbp_server_tiny(tmp_path):
     assert get_ssd["x raw read"] == pytest.approx(get_ssd["GiB/s"] / rows[(mode, "raw read", "get", "ssd")]["GiB/s"])
     assert doc["meta"]["engines"]["server"] == {**doc["meta"]["engines"]["server"], "dram": "ok", "ssd": "ok"}
     assert doc["meta"]["targets"]["ssd_get_vs_raw_read"]["rows"] == 1
+
+
+def test_bench_umbp_says_why_mooncake_is_missing(tmp_path):
+    # A `mooncake` package whose store cannot be imported, ahead of any installed one.
+    shim = tmp_path / "shim" / "mooncake"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("")
+    (shim / "store.py").write_text("raise ImportError('no store in this test')\n")
+    out = tmp_path / "umbp.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "shim"), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-m", "mori.apps.cli", "bench", "umbp", "--modes", "local", "--tiers", "dram",
+                           "--sizes", "64K", "--batches", "2", "--iters", "3", "--budget", "0.01", "--exists-iters", "5",
+                           "--json", str(out)], capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL,
+                          env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    mc = doc["meta"]["engines"]["mooncake"]
+    assert mc["status"] == "skipped" and "no store in this test" in mc["reason"]
+    assert "no store in this test" in proc.stdout
+    assert {r["engine"] for r in doc["rows"]} == {"umbp", "memcpy"}
+    assert doc["meta"]["targets"]["get_vs_mooncake"]["status"] == "not measured"
