@@ -355,14 +355,17 @@ def rank_main(rank: int, plan: dict, barrier, results) -> None:
 
 
 def start_server(address: str, options: list[str], workdir: str, name: str, timeout: float):
-    """``mori umbp-server --address ADDRESS OPTIONS...``; returns the process once its socket exists."""
+    """``mori umbp-server --address ADDRESS OPTIONS...``; returns the process once its socket exists
+    (it gets SIGKILL if the benchmark dies first)."""
     import subprocess
+
+    from mori.apps.launcher import _die_with_launcher
 
     log_path = os.path.join(workdir, f"{name}.log")
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "mori.apps.cli", "umbp-server", "--address", address, *options],
                                 env=dict(os.environ, PYTHONUNBUFFERED="1"), stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT, preexec_fn=_die_with_launcher())
     path = address[len("unix://"):] if address.startswith("unix://") else address
     deadline = time.monotonic() + timeout
     while not os.path.exists(path):

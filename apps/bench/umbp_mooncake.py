@@ -16,6 +16,7 @@ import time
 from typing import Optional
 
 from mori.apps.bench.processes import stop as stop_processes
+from mori.apps.launcher import _die_with_launcher
 from mori.apps.bench.umbp_workload import HostBuffers, Row, Sample, check_all, iterations, sglang_keys, verify
 
 
@@ -61,7 +62,8 @@ class MooncakeStore:
             self.master = subprocess.Popen(
                 [master_binary(), f"--rpc_port={port}", "--rpc_address=127.0.0.1", "--metrics_host=127.0.0.1",
                  f"--metrics_port={_free_port()}", "--enable_metric_reporting=false"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_launcher())  # a killed benchmark leaves no master behind
         try:
             self._wait_listening(port, timeout_s)
             self.store = MooncakeDistributedStore()
