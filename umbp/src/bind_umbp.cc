@@ -235,7 +235,8 @@ void bind_host_memory(py::module_& m) {
         std::ostringstream o;
         o << "<UMBPHostBufferHandle ptr=0x" << std::hex << reinterpret_cast<uintptr_t>(h.ptr) << std::dec
           << " requested_size=" << h.requested_size << " mapped_size=" << h.mapped_size
-          << " actual_backing=" << static_cast<int>(h.actual_backing) << " actual_alignment=" << h.actual_alignment
+          << " actual_backing=" << std::string(py::str(py::cast(h.actual_backing)))
+          << " actual_alignment=" << h.actual_alignment
           << ">";
         return o.str();
       });

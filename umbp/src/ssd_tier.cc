@@ -588,6 +588,9 @@ struct SsdTier::Impl {
       std::shared_lock lock(mu);
       for (auto& [id, seg] : segments) {
         if (seg == active || seg->size == 0) continue;
+        // Moving the live values must not push use past the high watermark: that reclaim would
+        // drop the oldest values to compact newer ones.
+        if (static_cast<double>(used_bytes + seg->live_bytes) > config.high_watermark * config.capacity_bytes) continue;
         if (static_cast<double>(seg->live_bytes) < kGcLiveShare * static_cast<double>(seg->size)) {
           victim = seg;
           break;
