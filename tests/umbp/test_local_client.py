@@ -472,3 +472,16 @@ def test_dram_checksum_catches_a_flipped_byte(tmp_path: Path, monkeypatch: pytes
         assert hit and np.array_equal(out, data) and stats["ssd_hits"] == 1
     else:
         assert not hit and (out == 3).all() and not client.exists("victim")
+
+
+def test_a_value_larger_than_dram_goes_straight_to_the_ssd(tmp_path: Path) -> None:
+    rng = np.random.default_rng(14)
+    client = make_client(dram_bytes=256 * KiB, ssd_dir=tmp_path / "ssd")
+    big = random_bytes(rng, 1 * MiB + 3)
+    assert client.put_from_ptr("big", big.ctypes.data, big.size)
+    stats = client.stats()
+    assert stats["put_refusals"] == 0 and stats["dram_keys"] == 0 and stats["ssd_keys"] == 1
+    out = np.zeros_like(big)
+    assert client.get_into_ptr("big", out.ctypes.data, out.size)
+    assert np.array_equal(out, big)
+    assert client.stats()["ssd_hits"] == 1
