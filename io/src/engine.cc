@@ -476,7 +476,8 @@ void EngineImpl::post_direct(bool read, const std::shared_ptr<Grant>& g, const s
       return;
     }
     std::string err = direct_copy(read, static_cast<pid_t>(g->pid), part.data(), part.size());
-    t->piece_done(err.empty() ? StatusCode::SUCCESS : StatusCode::ERR_RDMA_OP, err);
+    if (err.empty()) t->piece_done(StatusCode::SUCCESS);
+    else t->piece_done(StatusCode::ERR_RDMA_OP, t->peer->name() + ": " + err);
   };
   // Small jobs run on the caller's thread; large ones are cut into `direct_threads` parts of
   // about equal bytes: the caller copies the first, workers the rest (both cores busy, one

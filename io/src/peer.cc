@@ -229,6 +229,17 @@ void Lane::handle_reply(const wire::Reply& r, tcp::SocketReader& reader) {
     pending_.pop_front();
     last_progress_ = net::now();
   }
+  try {
+    complete(p, r, std::move(message), reader);
+  } catch (const std::exception& e) {
+    // The piece left pending_ above, so fail() will not see it: fail it here, or its
+    // transfer (and every later one to this peer, completed in order) never ends.
+    fail_piece(p, naming(e.what()));
+    throw;
+  }
+}
+
+void Lane::complete(Piece& p, const wire::Reply& r, std::string message, tcp::SocketReader& reader) {
   auto status = static_cast<StatusCode>(r.status);
   auto op = static_cast<wire::Op>(p.req.op);
   if (status == StatusCode::SUCCESS && op == wire::Op::kRead) {
@@ -246,13 +257,14 @@ void Lane::handle_reply(const wire::Reply& r, tcp::SocketReader& reader) {
     std::vector<char> payload(r.length);
     if (r.length && !reader.read(payload.data(), payload.size()))
       raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
-    p.on_reply(status, message, payload);
+    auto on_reply = std::move(p.on_reply);  // answered: a later failure must not answer again
+    on_reply(status, message, payload);
     return;
   } else if (r.length) {
     raise(Status::kRemote, "%s sent an unexpected payload", peer_.name().c_str());
   }
   if (is_failure(status) && message.empty()) message = "refused by " + peer_.name();
-  if (p.transfer) p.transfer->piece_done(status, is_failure(status) ? peer_.name() + ": " + message : "");
+  if (auto t = std::move(p.transfer)) t->piece_done(status, is_failure(status) ? peer_.name() + ": " + message : "");
 }
 
 std::string Lane::naming(const std::string& why) const {

@@ -87,6 +87,8 @@ class Lane {
   void rx_loop();
   void send_pieces(std::vector<Piece>& batch);
   void handle_reply(const wire::Reply& r, tcp::SocketReader& reader);
+  // Receives the answered piece's payload and completes it (throws if the connection fails).
+  void complete(Piece& p, const wire::Reply& r, std::string message, tcp::SocketReader& reader);
 
   Peer& peer_;
   int index_;
