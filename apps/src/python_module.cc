@@ -44,4 +44,9 @@ PYBIND11_MODULE(_C, m) {
   bind_umbp_server(umbp);
   // MORI's users import TransferStatus from the flat native module (mori.cpp).
   m.attr("TransferStatus") = io.attr("TransferStatus");
+  // And MORI-IO's other native names there (mori.cpp.IOEngine, the enums, ...).
+  for (const char* name : {"IOEngine", "IOEngineSession", "IOEngineConfig", "EngineDesc", "MemoryDesc", "BackendType",
+                           "MemoryLocationType", "StatusCode", "PollCqMode", "RdmaBackendConfig", "XgmiBackendConfig",
+                           "set_log_level"})
+    m.attr(name) = io.attr(name);
 }
