@@ -145,9 +145,20 @@ class IOEngine:
         transports/devices of its endpoint's lanes), or "" (none)."""
         return self._engine.backend_for(local_mem, remote_mem)
 
-    def pop_inbound_transfer_status(self, remote_key: str, uid: int) -> Optional[TransferStatus]:
-        """Target side: SUCCESS once transfer ``uid`` of engine ``remote_key`` arrived (erased by the pop)."""
-        return self._engine.pop_inbound_transfer_status(remote_key, uid)
+    def pop_inbound_transfer_status(self, remote_key: str, transfer_uid: Optional[int] = None, *,
+                                    uid: Optional[int] = None) -> Optional[TransferStatus]:
+        """Target side: SUCCESS once transfer ``transfer_uid`` of engine ``remote_key`` arrived
+        (erased by the pop); None before. ``transfer_uid`` is MORI's keyword, ``uid`` ours.
+
+        Only notifications whose sender proved its identity count: register the initiator's
+        ``EngineDesc`` here (``register_remote_engine``) before it connects."""
+        if (transfer_uid is None) == (uid is None):
+            raise TypeError("pop_inbound_transfer_status: give the transfer's id once, as transfer_uid (or uid)")
+        return self._engine.pop_inbound_transfer_status(remote_key, transfer_uid if uid is None else uid)
+
+    def dropped_notifications(self) -> int:
+        """Inbound notifications dropped unpopped (beyond ``MORI_IO_MAX_NOTIFICATIONS``, oldest first)."""
+        return self._engine.dropped_notifications()
 
     def wait_all(self, statuses: Sequence[Optional[TransferStatus]], timeout_ms: int = -1) -> StatusCode:
         """MORI's wait_all: failure wins; ``timeout_ms`` 0 polls, < 0 waits, > 0 bounds the wait."""

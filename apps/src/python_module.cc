@@ -51,4 +51,9 @@ PYBIND11_MODULE(_C, m) {
     const std::string name = py::str(item.first);
     if (name.rfind("UMBP", 0) == 0 || name == "CacheRemoteAdmission") m.attr(name.c_str()) = item.second;
   }
+  // And MORI-IO's other native names there (mori.cpp.IOEngine, the enums, ...).
+  for (const char* name : {"IOEngine", "IOEngineSession", "IOEngineConfig", "EngineDesc", "MemoryDesc", "BackendType",
+                           "MemoryLocationType", "StatusCode", "PollCqMode", "RdmaBackendConfig", "XgmiBackendConfig",
+                           "set_log_level"})
+    m.attr(name) = io.attr(name);
 }

@@ -13,7 +13,7 @@
 namespace mori {
 
 std::string node_identity() {
-  const std::string& forced = env::get().node_id;
+  const std::string forced = env::current().node_id;  // per call: an engine made after os.environ changed sees it
   if (!forced.empty()) return forced;
   std::ifstream f("/proc/sys/kernel/random/boot_id");
   std::string id;

@@ -369,7 +369,8 @@ void bind_io(py::module_& m) {
            })
       .def("create_session", &Engine::create_session, Rel())
       .def("backend_for", &Engine::backend_for, Rel())
-      .def("pop_inbound_transfer_status", &Engine::pop_inbound_transfer_status);
+      .def("pop_inbound_transfer_status", &Engine::pop_inbound_transfer_status)
+      .def("dropped_notifications", &Engine::dropped_notifications);
 
   m.def("set_log_level", &set_log_level, py::arg("level"));
 }

@@ -9,6 +9,7 @@
 #include "mori/core/auth.h"
 #include "mori/core/env.h"
 #include "mori/core/log.h"
+#include "mori/core/socket.h"
 #include "mori/core/status.h"
 #include "mori/core/store.h"
 #include "mori/core/topology.h"
@@ -30,6 +31,12 @@ IoSettings read_settings() {
   if (s.rdma_transport.empty()) s.rdma_transport = "auto";
   MORI_CHECK_ARG(s.rdma_transport == "auto" || s.rdma_transport == "tcp" || s.rdma_transport == "ucx",
                  "MORI_IO_RDMA_TRANSPORT must be auto, tcp or ucx, got '%s'", e.io_rdma_transport.c_str());
+  s.node_id = e.node_id;
+  s.notify_override =
+      e.io_enable_notification.empty() ? -1 : env::parse_bool(e.io_enable_notification, "MORI_IO_ENABLE_NOTIFICATION");
+  s.max_notifications = static_cast<size_t>(std::max<int64_t>(1, e.io_max_notifications));
+  s.max_connections = static_cast<size_t>(std::max<int64_t>(1, e.io_max_connections));
+  s.max_connections_per_peer = static_cast<size_t>(std::max<int64_t>(1, e.io_max_connections_per_peer));
   return s;
 }
 
@@ -51,7 +58,7 @@ static std::string host_name() {
 
 EngineImpl::EngineImpl(std::string key, IOEngineConfig config) : config_(std::move(config)), settings_(read_settings()) {
   desc_.key = std::move(key);
-  desc_.node_id = node_identity();
+  desc_.node_id = settings_.node_id.empty() ? node_identity() : settings_.node_id;
   desc_.hostname = host_name();
   desc_.host = config_.host;
   desc_.port = 0;
@@ -59,6 +66,7 @@ EngineImpl::EngineImpl(std::string key, IOEngineConfig config) : config_(std::mo
   desc_.secret.resize(kEngineSecretBytes);
   auth::random_bytes(desc_.secret.data(), desc_.secret.size());
   auth::random_bytes(token_, sizeof(token_));
+  notify_ = settings_.notify_override != 0;  // an engine with only the XGMI backend honours it too
   direct_ = std::make_unique<DirectCopier>(std::max(1, settings_.direct_threads - 1));  // the caller copies too
 }
 
@@ -95,7 +103,7 @@ void EngineImpl::create_net_backend(BackendType type, int lanes, bool notify, bo
   net_backend_ = true;
   net_type_ = type;
   lanes_ = lanes > 0 ? lanes : settings_.lanes;
-  notify_ = notify;
+  notify_ = settings_.notify_override >= 0 ? settings_.notify_override == 1 : notify;
   direct_allowed_ = direct && settings_.direct;
   ucx_active_ = false;
   if (type == BackendType::RDMA) select_rdma_transport();
@@ -230,15 +238,17 @@ MemoryDesc EngineImpl::register_memory(uint64_t ptr, uint64_t size, int device_i
 void EngineImpl::deregister_memory(const MemoryDesc& desc) {
   MORI_CHECK_ARG(desc.engine_key == desc_.key, "deregister_memory: the descriptor belongs to engine '%s', not '%s'",
                  desc.engine_key.c_str(), desc_.key.c_str());
-  registry_.retire(desc.id);
-  bool told = true;
+  registry_.retire(desc.id);  // fenced: every later request for it is refused
+  // One deadline for everything: peers that do not confirm in time are disconnected, which
+  // also ends what their connections still send from the region.
+  const double deadline = net::now() + settings_.timeout_s;
+  Listener* listener;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (listener_) told = listener_->revoke(desc.id, settings_.timeout_s);
+    listener = listener_.get();  // lives as long as the engine
   }
-  if (!told) MORI_LOG(kWarn, "IO", "engine '%s': a peer did not confirm the deregistration of region %u in time",
-                      desc_.key.c_str(), desc.id);
-  if (!registry_.remove(desc.id, settings_.timeout_s)) {
+  if (listener) listener->revoke(desc.id, settings_.timeout_s);
+  if (!registry_.remove(desc.id, std::max(0.5, deadline - net::now()))) {
     MORI_LOG(kWarn, "IO", "engine '%s': region %u still in use %.1f s after deregister_memory%s", desc_.key.c_str(),
              desc.id, settings_.timeout_s, ucx_ ? " (its UCX mapping is kept)" : "");
     return;
@@ -247,15 +257,51 @@ void EngineImpl::deregister_memory(const MemoryDesc& desc) {
 }
 
 void EngineImpl::note_inbound(const std::string& from, uint64_t uid) {
-  std::lock_guard<std::mutex> lock(inbound_mu_);
-  inbound_[{from, uid}] += 1;
+  std::pair<std::string, uint64_t> oldest;
+  uint64_t dropped = 0;
+  {
+    std::lock_guard<std::mutex> lock(inbound_mu_);
+    uint64_t seq = inbound_seq_++;
+    inbound_by_arrival_.emplace(seq, std::make_pair(from, uid));
+    inbound_[{from, uid}].push_back(seq);
+    if (inbound_by_arrival_.size() <= settings_.max_notifications) return;
+    // Nobody pops them: the oldest goes (its entry is the first of its key's arrivals).
+    auto first = inbound_by_arrival_.begin();
+    oldest = first->second;
+    auto it = inbound_.find(oldest);
+    it->second.pop_front();
+    if (it->second.empty()) inbound_.erase(it);
+    inbound_by_arrival_.erase(first);
+    dropped = inbound_dropped_.fetch_add(1) + 1;
+  }
+  uint64_t suppressed = 0;
+  if (inbound_drop_log_.allow(&suppressed))
+    MORI_LOG(kWarn, "IO",
+             "engine '%s': %zu inbound notifications are not popped (MORI_IO_MAX_NOTIFICATIONS); dropped the oldest "
+             "(transfer %llu of engine '%s'), %llu dropped so far",
+             desc_.key.c_str(), settings_.max_notifications, static_cast<unsigned long long>(oldest.second),
+             oldest.first.c_str(), static_cast<unsigned long long>(dropped));
 }
 
 bool EngineImpl::pop_inbound(const std::string& from, uint64_t uid) {
   std::lock_guard<std::mutex> lock(inbound_mu_);
   auto it = inbound_.find({from, uid});
   if (it == inbound_.end()) return false;
-  if (--it->second == 0) inbound_.erase(it);
+  inbound_by_arrival_.erase(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) inbound_.erase(it);
+  return true;
+}
+
+bool EngineImpl::secret_of(const std::string& key, std::string* secret) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (key == desc_.key) {
+    *secret = desc_.secret;
+    return true;
+  }
+  auto it = peers_.find(key);
+  if (it == peers_.end()) return false;
+  *secret = it->second->desc().secret;
   return true;
 }
 
@@ -343,6 +389,10 @@ TransferStatus EngineImpl::transfer(bool read, const MemoryDesc& local, const Me
   Route r;
   try {
     r = route(local, remote, &p);
+  } catch (const Error& e) {  // a wrong region key on the direct path is the caller's
+    status->set(e.status() == Status::kInvalidArgument ? StatusCode::ERR_INVALID_ARGS : StatusCode::ERR_RDMA_OP,
+                e.what());
+    return result;
   } catch (const std::exception& e) {
     status->set(StatusCode::ERR_RDMA_OP, e.what());
     return result;
@@ -447,7 +497,6 @@ void EngineImpl::post_ucx(bool read, Peer& peer, const std::shared_ptr<Transfer>
   for (const auto& p : pieces) segs.push_back({local.ptr + p.local_offset, remote.data + p.remote_offset, p.size});
   UcxBackend* u = ucx();
   if (!u) raise(Status::kInvalidUsage, "engine '%s': the RDMA backend on UCX was removed", desc_.key.c_str());
-  t->ucx = u;
   u->post(read, peer, t, remote.id, remote.region_key, remote.ucx_rkey, std::move(segs));
 }
 
@@ -476,7 +525,8 @@ void EngineImpl::post_direct(bool read, const std::shared_ptr<Grant>& g, const s
       return;
     }
     std::string err = direct_copy(read, static_cast<pid_t>(g->pid), part.data(), part.size());
-    t->piece_done(err.empty() ? StatusCode::SUCCESS : StatusCode::ERR_RDMA_OP, err);
+    if (err.empty()) t->piece_done(StatusCode::SUCCESS);
+    else t->piece_done(StatusCode::ERR_RDMA_OP, t->peer->name() + ": " + err);
   };
   // Small jobs run on the caller's thread; large ones are cut into `direct_threads` parts of
   // about equal bytes: the caller copies the first, workers the rest (both cores busy, one
@@ -566,7 +616,7 @@ void Engine::create_rdma_backend(const RdmaBackendConfig& c) {
 }
 void Engine::create_tcp_backend(const TcpBackendConfig& c) {
   MORI_CHECK_ARG(c.lanes >= 0, "TcpBackendConfig: lanes must be >= 0");
-  impl_->create_net_backend(BackendType::TCP, c.lanes, true, c.direct);
+  impl_->create_net_backend(BackendType::TCP, c.lanes, true, c.direct);  // MORI_IO_ENABLE_NOTIFICATION applies
 }
 void Engine::create_xgmi_backend(const XgmiBackendConfig& c) {
   MORI_CHECK_ARG(c.num_streams >= 1 && c.num_events >= 1, "XgmiBackendConfig: num_streams and num_events must be >= 1");
@@ -624,6 +674,8 @@ std::optional<TransferStatus> Engine::pop_inbound_transfer_status(const std::str
   s.state()->set(StatusCode::SUCCESS);
   return s;
 }
+
+uint64_t Engine::dropped_notifications() const { return impl_->dropped_notifications(); }
 
 bool Session::alive() const { return engine_->impl().session_alive(local_, remote_); }
 

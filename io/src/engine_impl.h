@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,7 @@
 #include "io/src/peer.h"
 #include "io/src/registry.h"
 #include "io/src/ucx_backend.h"
+#include "mori/core/rate_limited_log.h"
 #include "mori/io/engine.h"
 
 namespace mori::io {
@@ -29,6 +31,11 @@ struct IoSettings {
   int direct_threads;        // workers of large same-host copies
   size_t inline_bytes;       // posts up to this size are sent from the caller's thread
   std::string rdma_transport;  // MORI_IO_RDMA_TRANSPORT: auto | tcp | ucx
+  std::string node_id;         // MORI_NODE_ID ("" = this boot's id)
+  int notify_override;         // MORI_IO_ENABLE_NOTIFICATION: -1 unset, else 0/1 (every backend)
+  size_t max_notifications;    // inbound notifications kept; the oldest go beyond it
+  size_t max_connections;      // authenticated connections served at once
+  size_t max_connections_per_peer;
 };
 IoSettings read_settings();
 
@@ -47,9 +54,17 @@ class EngineImpl {
   DirectCopier& direct() { return *direct_; }
   const uint8_t* token() const { return token_; }
 
-  // Inbound notifications (target side).
+  // Inbound notifications (target side), from the authenticated sender `from`; at most
+  // settings().max_notifications kept, the oldest dropped beyond it.
   void note_inbound(const std::string& from, uint64_t uid);
   bool pop_inbound(const std::string& from, uint64_t uid);
+  uint64_t dropped_notifications() const { return inbound_dropped_.load(); }
+  bool notifications_on() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return notify_;
+  }
+  // The secret of the engine `key` if this engine holds its descriptor (itself included).
+  bool secret_of(const std::string& key, std::string* secret) const;
 
   // Everything the public Engine does.
   void ensure_listener();
@@ -116,8 +131,14 @@ class EngineImpl {
   bool ucx_active_ = false;           // the network backend is the RDMA one on UCX
 
   uint8_t token_[16] = {};  // read by same-host peers to prove they see our memory
+  // Unpopped notifications: by arrival (the oldest is dropped first) and by (sender, uid),
+  // each entry naming its arrival number, so a pop and a drop find each other's entries.
   std::mutex inbound_mu_;
-  std::map<std::pair<std::string, uint64_t>, int> inbound_;
+  uint64_t inbound_seq_ = 0;
+  std::map<uint64_t, std::pair<std::string, uint64_t>> inbound_by_arrival_;
+  std::map<std::pair<std::string, uint64_t>, std::deque<uint64_t>> inbound_;
+  std::atomic<uint64_t> inbound_dropped_{0};
+  log::RateLimit inbound_drop_log_{1, 10};
 
   friend class Peer;
   friend class Engine;

@@ -37,12 +37,32 @@ Listener::~Listener() {
   acceptor_->stop();  // shuts every connection down and joins its thread
 }
 
+wire::HelloReply Listener::admit_peer(Conn* c, bool known) {
+  const auto& s = engine_.settings();
+  wire::HelloReply reply{wire::kVersion, static_cast<uint32_t>(wire::HelloStatus::kAccepted), 0};
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t mine = 0;
+  for (Conn* o : conns_) mine += o->peer_key == c->peer_key;
+  if (conns_.size() >= s.max_connections) {
+    reply.status = static_cast<uint32_t>(wire::HelloStatus::kTooManyTotal);
+    reply.limit = static_cast<uint32_t>(s.max_connections);
+  } else if (mine >= s.max_connections_per_peer) {
+    reply.status = static_cast<uint32_t>(wire::HelloStatus::kTooManyPeer);
+    reply.limit = static_cast<uint32_t>(s.max_connections_per_peer);
+  } else {
+    if (known) reply.status = static_cast<uint32_t>(wire::HelloStatus::kProveIdentity);
+    conns_.insert(c);  // counted from now on (revocations skip it until it is ready)
+  }
+  return reply;
+}
+
 void Listener::serve(net::Connection& nc) {
   const auto& s = engine_.settings();
   Conn conn;
   Conn* c = &conn;
   c->fd = nc.fd();
-  bool authenticated = false;
+  bool authenticated = false, counted = false, impostor = false;
+  wire::HelloReply verdict{};
   try {
     net::set_timeouts(c->fd, s.connect_timeout_s);
     double deadline = net::now() + s.connect_timeout_s;
@@ -53,25 +73,51 @@ void Listener::serve(net::Connection& nc) {
           hello.key_len <= wire::kMaxKey) {
         c->peer_key.resize(hello.key_len);
         if (hello.key_len == 0 || net::recv_all(c->fd, c->peer_key.data(), hello.key_len, deadline)) {
-          wire::HelloReply reply{wire::kVersion, 1};
-          net::send_all(c->fd, &reply, sizeof(reply));
-          authenticated = nc.admit();
+          std::string claimed;
+          bool known = engine_.secret_of(c->peer_key, &claimed);
+          verdict = admit_peer(c, known);
+          counted = verdict.status == static_cast<uint32_t>(wire::HelloStatus::kAccepted) ||
+                    verdict.status == static_cast<uint32_t>(wire::HelloStatus::kProveIdentity);
+          net::send_all(c->fd, &verdict, sizeof(verdict));
+          if (counted && known) {
+            // It names an engine we know: it must prove it is that engine (its own secret).
+            impostor = true;
+            auth::client_handshake(c->fd, claimed.data(), claimed.size(), wire::kIdentityLabel, deadline);
+            impostor = false;
+            c->verified = true;
+          }
+          if (counted) authenticated = nc.admit();
         }
       }
     }
   } catch (const std::exception&) {
   }
   if (!authenticated) {
+    if (counted) {
+      std::lock_guard<std::mutex> lock(mu_);
+      conns_.erase(c);
+    }
     uint64_t suppressed = 0;
-    if (!nc.evicted() && refusals_log_.allow(&suppressed))
+    if (nc.evicted() || !refusals_log_.allow(&suppressed)) return;
+    std::string tail = suppressed ? format(" (%llu similar lines suppressed)", (unsigned long long)suppressed) : "";
+    auto status = static_cast<wire::HelloStatus>(verdict.status);
+    if (impostor)
+      MORI_LOG(kWarn, "IO", "engine '%s' refused a connection from %s that claimed to be engine '%s' but could not "
+               "prove it%s", engine_.key().c_str(), nc.peer().c_str(), c->peer_key.c_str(), tail.c_str());
+    else if (status == wire::HelloStatus::kTooManyTotal || status == wire::HelloStatus::kTooManyPeer)
+      MORI_LOG(kWarn, "IO", "engine '%s' refused a connection of engine '%s' from %s: %u %s served already (%s)%s",
+               engine_.key().c_str(), c->peer_key.c_str(), nc.peer().c_str(), verdict.limit,
+               status == wire::HelloStatus::kTooManyTotal ? "connections are" : "of its connections are",
+               status == wire::HelloStatus::kTooManyTotal ? "MORI_IO_MAX_CONNECTIONS" : "MORI_IO_MAX_CONNECTIONS_PER_PEER",
+               tail.c_str());
+    else
       MORI_LOG(kWarn, "IO", "engine '%s' refused a connection from %s that could not prove its secret%s",
-               engine_.key().c_str(), nc.peer().c_str(),
-               suppressed ? format(" (%llu similar lines suppressed)", (unsigned long long)suppressed).c_str() : "");
+               engine_.key().c_str(), nc.peer().c_str(), tail.c_str());
     return;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    conns_.insert(c);
+    c->ready = true;
   }
   try {
     net::set_nodelay(c->fd);
@@ -177,6 +223,7 @@ void Listener::serve_requests(Conn* c) {
   while (!stopping_.load()) {
     if (!reader.buffered()) {
       batch.flush();  // everything received so far is answered: send it before waiting
+      send_pending_revokes(c);
       pollfd pfd{c->fd, POLLIN, 0};
       int rc = poll(&pfd, 1, 200);
       if (rc < 0 && errno != EINTR) raise_errno("poll");
@@ -231,7 +278,19 @@ void Listener::serve_requests(Conn* c) {
         break;
       }
       case wire::Op::kNotify:
-        engine_.note_inbound(c->peer_key, q.aux);
+        if (!c->verified) {
+          // Only a proven sender's notifications count: anyone with our descriptor could
+          // otherwise report "transfer done" in another engine's name.
+          uint64_t suppressed = 0;
+          if (unverified_log_.allow(&suppressed))
+            MORI_LOG(kWarn, "IO",
+                     "engine '%s': dropped a notification from a connection that says it is engine '%s' without "
+                     "proof (register that engine's EngineDesc here before it connects)%s",
+                     engine_.key().c_str(), c->peer_key.c_str(),
+                     suppressed ? format(" (%llu similar lines suppressed)", (unsigned long long)suppressed).c_str() : "");
+          break;
+        }
+        if (engine_.notifications_on()) engine_.note_inbound(c->peer_key, q.aux);
         break;
       case wire::Op::kGrant: {
         RegionUse use = registry.acquire(q.region, q.region_key, 0, 0, true, &why);
@@ -266,27 +325,57 @@ void Listener::serve_requests(Conn* c) {
   }
 }
 
+static wire::Reply revoke_message(uint32_t region) {
+  wire::Reply r{};
+  r.kind = static_cast<uint8_t>(wire::ReplyKind::kRevoke);
+  r.id = region;
+  return r;
+}
+
+void Listener::send_pending_revokes(Conn* c) {
+  std::vector<uint32_t> regions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    regions.swap(c->revokes_to_send);
+  }
+  for (uint32_t region : regions) reply(c, revoke_message(region), "", nullptr, 0);
+}
+
 bool Listener::revoke(uint32_t region, double timeout_s) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                          std::chrono::duration<double>(timeout_s));
   std::unique_lock<std::mutex> lock(mu_);
   for (Conn* c : conns_) {
+    if (!c->ready) continue;  // still in its handshakes: it can get no grant for a retired region
     // Every peer hears of it (its sessions turn dead); those with a grant drop it first.
     c->granted.erase(region);
     c->revoking.insert(region);
-    wire::Reply r{};
-    r.kind = static_cast<uint8_t>(wire::ReplyKind::kRevoke);
-    r.id = region;
-    try {
-      reply(c, r, "", nullptr, 0);
-    } catch (const std::exception&) {
-      c->revoking.erase(region);
-      ::shutdown(c->fd, SHUT_RDWR);  // a peer we cannot tell must not keep access
+    // Never block here on one peer: a connection busy sending (maybe to a peer that stopped
+    // reading) gets the message from its own thread once it is free.
+    bool sent = false;
+    if (c->send_mu.try_lock()) {
+      std::lock_guard<std::mutex> send_lock(c->send_mu, std::adopt_lock);
+      wire::Reply r = revoke_message(region);
+      ssize_t k = ::send(c->fd, &r, sizeof(r), MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (k == static_cast<ssize_t>(sizeof(r))) sent = true;
+      else if (k > 0) ::shutdown(c->fd, SHUT_RDWR);  // a torn message: the connection is unusable
     }
+    if (!sent) c->revokes_to_send.push_back(region);
   }
-  return cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] {
+  bool confirmed = cv_.wait_until(lock, deadline, [&] {
     for (Conn* c : conns_)
       if (c->revoking.count(region)) return false;
     return true;
   });
+  if (!confirmed)
+    for (Conn* c : conns_)
+      if (c->revoking.count(region)) {
+        MORI_LOG(kWarn, "IO", "engine '%s': peer '%s' did not confirm the deregistration of region %u within %.1f s "
+                 "(MORI_IO_TIMEOUT_MS): disconnected", engine_.key().c_str(), c->peer_key.c_str(), region, timeout_s);
+        c->revoking.erase(region);
+        ::shutdown(c->fd, SHUT_RDWR);  // its thread fails at once and lets the region go
+      }
+  return confirmed;
 }
 
 }  // namespace mori::io

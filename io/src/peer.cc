@@ -229,6 +229,17 @@ void Lane::handle_reply(const wire::Reply& r, tcp::SocketReader& reader) {
     pending_.pop_front();
     last_progress_ = net::now();
   }
+  try {
+    complete(p, r, std::move(message), reader);
+  } catch (const std::exception& e) {
+    // The piece left pending_ above, so fail() will not see it: fail it here, or its
+    // transfer (and every later one to this peer, completed in order) never ends.
+    fail_piece(p, naming(e.what()));
+    throw;
+  }
+}
+
+void Lane::complete(Piece& p, const wire::Reply& r, std::string message, tcp::SocketReader& reader) {
   auto status = static_cast<StatusCode>(r.status);
   auto op = static_cast<wire::Op>(p.req.op);
   if (status == StatusCode::SUCCESS && op == wire::Op::kRead) {
@@ -246,13 +257,14 @@ void Lane::handle_reply(const wire::Reply& r, tcp::SocketReader& reader) {
     std::vector<char> payload(r.length);
     if (r.length && !reader.read(payload.data(), payload.size()))
       raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
-    p.on_reply(status, message, payload);
+    auto on_reply = std::move(p.on_reply);  // answered: a later failure must not answer again
+    on_reply(status, message, payload);
     return;
   } else if (r.length) {
     raise(Status::kRemote, "%s sent an unexpected payload", peer_.name().c_str());
   }
   if (is_failure(status) && message.empty()) message = "refused by " + peer_.name();
-  if (p.transfer) p.transfer->piece_done(status, is_failure(status) ? peer_.name() + ": " + message : "");
+  if (auto t = std::move(p.transfer)) t->piece_done(status, is_failure(status) ? peer_.name() + ": " + message : "");
 }
 
 std::string Lane::naming(const std::string& why) const {
@@ -274,6 +286,7 @@ void Lane::fail(const std::string& reason) {
     pending.swap(pending_);
   }
   q_cv_.notify_all();
+  peer_.drop_grants();  // the target may have cut us off for not confirming a deregistration
   for (auto& p : pending) fail_piece(p, why);
   for (auto& p : queued) fail_piece(p, why);
 }
@@ -307,7 +320,27 @@ static int dial_once(const EngineImpl& engine, const EngineDesc& desc, double de
     net::send_all(fd, &hello, sizeof(hello));
     net::send_all(fd, engine.key().data(), engine.key().size());
     wire::HelloReply reply{};
-    if (!net::recv_all(fd, &reply, sizeof(reply), deadline) || !reply.ok) raise(Status::kRemote, "refused our hello");
+    if (!net::recv_all(fd, &reply, sizeof(reply), deadline)) raise(Status::kRemote, "closed the connection after our hello");
+    switch (static_cast<wire::HelloStatus>(reply.status)) {
+      case wire::HelloStatus::kAccepted: break;
+      case wire::HelloStatus::kProveIdentity: {
+        // It holds our descriptor: prove we are the engine we named (our own secret).
+        const std::string& mine = engine.desc().secret;
+        if (!auth::server_handshake(fd, mine.data(), mine.size(), wire::kIdentityLabel, deadline))
+          throw auth::Refused(format("it did not accept our proof of being engine '%s': it holds another descriptor "
+                                     "of that engine (register this engine's current EngineDesc there)",
+                                     engine.key().c_str()));
+        break;
+      }
+      case wire::HelloStatus::kTooManyPeer:
+        throw auth::Refused(format("it refused the connection: it serves %u connections of engine '%s' already "
+                                   "(MORI_IO_MAX_CONNECTIONS_PER_PEER there)",
+                                   reply.limit, engine.key().c_str()));
+      case wire::HelloStatus::kTooManyTotal:
+        throw auth::Refused(format("it refused the connection: it serves %u connections already "
+                                   "(MORI_IO_MAX_CONNECTIONS there)", reply.limit));
+      default: raise(Status::kRemote, "refused our hello");
+    }
     net::set_nodelay(fd);
     return fd;
   } catch (...) {
@@ -383,9 +416,9 @@ void Peer::finished(Transfer* t) {
       continue;
     }
     d->status->update(StatusCode::SUCCESS);  // the data is in place: the caller need not wait for the notice
-    if (d->notify && d->ucx) {
-      d->ucx->notify(*this, d->uid);  // after the data: the transfer's flush completed
-    } else if (d->notify) {
+    if (d->notify) {
+      // Over the authenticated connection on every backend (UCX too: an active message
+      // could name any sender), after the data (a UCX write's flush completed).
       if (Lane* lane = notify_lane()) {
         Lane::Piece p;
         p.req.op = static_cast<uint8_t>(wire::Op::kNotify);
@@ -406,7 +439,13 @@ std::shared_ptr<Grant> Peer::grant(const MemoryDesc& remote) {
     std::lock_guard<std::mutex> lock(grants_mu_);
     if (direct_refused_) return nullptr;
     auto it = grants_.find(remote.id);
-    if (it != grants_.end()) return it->second;
+    if (it != grants_.end()) {
+      // The target checked the key once, when it granted access; every later request is
+      // checked against it here, as the target checks every tcp request.
+      if (!auth::equal(&it->second->region_key, &remote.region_key, sizeof(remote.region_key)))
+        raise(Status::kInvalidArgument, "%s: wrong key for memory region %u", name().c_str(), remote.id);
+      return it->second;
+    }
   }
   Lane* lane = lanes().front();
   auto promise = std::make_shared<std::promise<std::pair<StatusCode, std::vector<char>>>>();
@@ -443,6 +482,7 @@ std::shared_ptr<Grant> Peer::grant(const MemoryDesc& remote) {
   g->pid = reply.pid;
   g->addr = reply.addr;
   g->size = reply.size;
+  g->region_key = remote.region_key;  // the key the target accepted
   grants_[remote.id] = g;
   revoked_.erase(remote.id);
   return g;
@@ -473,6 +513,11 @@ void Peer::revoke(uint32_t region, Lane& from) {
   std::vector<Lane::Piece> one;
   one.push_back(std::move(ack));
   from.post(std::move(one));
+}
+
+void Peer::drop_grants() {
+  std::lock_guard<std::mutex> lock(grants_mu_);
+  grants_.clear();  // copies in flight keep theirs; later transfers ask again
 }
 
 bool Peer::remote_revoked(uint32_t region) {

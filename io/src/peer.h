@@ -43,7 +43,6 @@ struct Transfer {
   bool notify = false;
   bool finished = false;  // guarded by the peer's order lock
   std::shared_ptr<Peer> peer;  // kept alive until the transfer is reported
-  UcxBackend* ucx = nullptr;   // set when it went over UCX: the notification goes there too
 
   void add_pieces(int n) { outstanding.fetch_add(n); }
   // A piece ended (SUCCESS or an error); the last one hands the transfer to its peer.
@@ -53,6 +52,7 @@ struct Transfer {
 // Same-host direct access to one remote region, valid until the target revokes it.
 struct Grant {
   uint64_t pid = 0, addr = 0, size = 0;
+  uint64_t region_key = 0;  // the key the target accepted when it granted access
   std::shared_mutex mu;  // shared while copying; the revocation takes it exclusively
   bool revoked = false;
 };
@@ -87,6 +87,8 @@ class Lane {
   void rx_loop();
   void send_pieces(std::vector<Piece>& batch);
   void handle_reply(const wire::Reply& r, tcp::SocketReader& reader);
+  // Receives the answered piece's payload and completes it (throws if the connection fails).
+  void complete(Piece& p, const wire::Reply& r, std::string message, tcp::SocketReader& reader);
 
   Peer& peer_;
   int index_;
@@ -135,6 +137,8 @@ class Peer {
   // Direct access (same host). nullptr when not possible (then the pair goes over tcp).
   std::shared_ptr<Grant> grant(const MemoryDesc& remote);
   void revoke(uint32_t region, Lane& from);
+  // Forgets every grant (a connection to the peer broke: it may have revoked them).
+  void drop_grants();
   bool remote_revoked(uint32_t region);
 
  private:

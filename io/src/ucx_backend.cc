@@ -97,8 +97,6 @@ bool ucx_should_serve_rdma(std::string* why) {
 // ---------------------------------------------------------------------------------------------
 // The UCP objects, touched only on the progress thread.
 
-constexpr unsigned kNotifyAmId = 0x4d49;  // "MI": an inbound-transfer notification
-
 struct UcxOp;
 
 struct UcxEndpoint {
@@ -183,33 +181,7 @@ void ep_error(void* arg, ucp_ep_h, ucs_status_t status) {
                                         ep->name.c_str(), static_cast<int>(status));
 }
 
-struct Notice {
-  const ucx::Ucp* u;
-  uint64_t uid;
-  std::string key;
-};
-
-void notice_sent(void* request, ucs_status_t status, void* user_data) {
-  auto* n = static_cast<Notice*>(user_data);
-  if (status != UCS_OK)
-    MORI_LOG(kWarn, "IO", "the notification of transfer %llu was not delivered: %s", (unsigned long long)n->uid,
-             n->u->status_string(status));
-  n->u->request_free(request);
-  delete n;
-}
-
 }  // namespace
-
-static ucs_status_t notice_received(void* arg, const void* header, size_t header_length, void* data, size_t length,
-                                    const ucp_am_recv_param_t* param) {
-  auto* engine = static_cast<EngineImpl*>(arg);
-  if (header_length != sizeof(uint64_t) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length > wire::kMaxKey)
-    return UCS_OK;  // not ours: dropped
-  uint64_t uid;
-  std::memcpy(&uid, header, sizeof(uid));
-  engine->note_inbound(std::string(static_cast<const char*>(data), length), uid);
-  return UCS_OK;
-}
 
 // ---------------------------------------------------------------------------------------------
 // UcxBackend
@@ -239,12 +211,6 @@ UcxBackend::UcxBackend(EngineImpl& engine) : engine_(engine), state_(std::make_u
     ucx::check(*u, u->worker_get_address(st.worker, &addr, &len), "ucp_worker_get_address");
     address_.assign(reinterpret_cast<const char*>(addr), len);
     u->worker_release_address(st.worker, addr);
-    ucp_am_handler_param_t ap{};
-    ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
-    ap.id = kNotifyAmId;
-    ap.cb = notice_received;
-    ap.arg = &engine_;
-    ucx::check(*u, u->worker_set_am_recv_handler(st.worker, &ap), "ucp_worker_set_am_recv_handler");
   } catch (...) {
     if (st.worker) u->worker_destroy(st.worker);
     u->cleanup(st.ctx);
@@ -568,36 +534,6 @@ void UcxBackend::post(bool read, Peer& peer, const std::shared_ptr<Transfer>& t,
   submit(std::move(job));
 }
 
-void UcxBackend::notify(Peer& peer, uint64_t uid) {
-  std::string key = peer.desc().key;
-  try {
-    submit([this, key, uid] {
-      UcxState& st = *state_;
-      auto it = st.eps.find(key);
-      if (it == st.eps.end() || it->second->failed) {
-        MORI_LOG(kWarn, "IO", "no UCX endpoint to engine '%s' for the notification of transfer %llu", key.c_str(),
-                 (unsigned long long)uid);
-        return;
-      }
-      auto* n = new Notice{st.u, uid, engine_.key()};
-      ucp_request_param_t p{};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-      p.cb.send = notice_sent;
-      p.user_data = n;
-      p.flags = UCP_AM_SEND_FLAG_EAGER;
-      ucs_status_ptr_t r = st.u->am_send_nbx(it->second->ep, kNotifyAmId, &n->uid, sizeof(n->uid), n->key.data(),
-                                             n->key.size(), &p);
-      if (UCS_PTR_IS_PTR(r)) return;  // notice_sent frees it
-      if (UCS_PTR_IS_ERR(r))
-        MORI_LOG(kWarn, "IO", "the notification of transfer %llu to engine '%s' failed: %s", (unsigned long long)uid,
-                 key.c_str(), st.u->status_string(UCS_PTR_STATUS(r)));
-      delete n;
-    });
-  } catch (const Error&) {
-    // The engine is closing: nobody waits for the notice.
-  }
-}
-
 std::string UcxBackend::transports_to(Peer& peer) {
   std::string out;
   double timeout = engine_.settings().connect_timeout_s;
@@ -641,7 +577,6 @@ std::string UcxBackend::map(uint32_t, void*, uint64_t) { return ""; }
 void UcxBackend::unmap(uint32_t) {}
 void UcxBackend::post(bool, Peer&, const std::shared_ptr<Transfer>&, uint32_t, uint64_t, const std::string&,
                       std::vector<UcxSegment>) {}
-void UcxBackend::notify(Peer&, uint64_t) {}
 std::string UcxBackend::transports_to(Peer&) { return ""; }
 bool UcxBackend::quiesce(const std::string&, uint32_t, double) { return true; }
 void UcxBackend::begin_remote_use(const std::string&, uint32_t, int) {}

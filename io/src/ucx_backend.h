@@ -65,8 +65,6 @@ class UcxBackend {
   // when the peer deregistered the remote region.
   void post(bool read, Peer& peer, const std::shared_ptr<Transfer>& t, uint32_t remote_region,
            uint64_t remote_key, const std::string& rkey, std::vector<UcxSegment> segs);
-  // Tells `peer` that transfer `uid` finished (an active message after the data).
-  void notify(Peer& peer, uint64_t uid);
   // "tcp/lo, sysv/memory": the transports and devices the endpoint to `peer` uses.
   std::string transports_to(Peer& peer);
   // Initiator side of a deregistration at the peer: waits (bounded) until no operation

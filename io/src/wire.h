@@ -2,8 +2,12 @@
 // The IO engine's wire format between an initiator and a target engine.
 //
 //   initiator -> target: auth handshake (core/auth, label "mori-io-v1", the target's
-//                        engine secret), Hello, then Request [+ payload] ...
+//                        engine secret), Hello, [identity handshake], then Request [+ payload] ...
 //   target -> initiator: HelloReply, then Reply [+ payload] ... and Revoke messages
+//
+// The identity handshake (label "mori-io-sender-v1", the initiator's own engine secret)
+// runs when the target holds the descriptor of the engine the Hello names: only then are
+// that connection's notifications credited to that engine.
 //
 // Every request names a region by (id, region key) and a byte range; the target checks
 // all three before touching memory. WRITE payloads and READ replies are at most
@@ -18,7 +22,10 @@
 namespace mori::io::wire {
 
 constexpr char kAuthLabel[] = "mori-io-v1";
-constexpr uint32_t kVersion = 1;
+// The second handshake, by which an initiator proves it is the engine its Hello names
+// (when the target holds that engine's descriptor): the target is the client there.
+constexpr char kIdentityLabel[] = "mori-io-sender-v1";
+constexpr uint32_t kVersion = 2;
 constexpr size_t kMaxChunk = 16u << 20;
 constexpr size_t kMaxKey = 4096;      // longest engine key
 constexpr size_t kMaxMessage = 1024;  // longest error text of a reply
@@ -28,9 +35,18 @@ struct Hello {
   uint32_t key_len;  // followed by the initiator's engine key
 };
 
+enum class HelloStatus : uint32_t {
+  kRefused = 0,         // a malformed hello
+  kAccepted = 1,        // served; the target does not know the engine named, so its notifications are dropped
+  kProveIdentity = 2,   // the target knows that engine: the identity handshake follows
+  kTooManyPeer = 3,     // `limit` connections of this engine are served already
+  kTooManyTotal = 4,    // `limit` connections are served already
+};
+
 struct HelloReply {
   uint32_t version;
-  uint32_t ok;
+  uint32_t status;  // HelloStatus
+  uint32_t limit;   // the cap, when refused for it
 };
 
 enum class Op : uint8_t {

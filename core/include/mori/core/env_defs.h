@@ -118,4 +118,10 @@
     "MORI-UMBP: the per-host server program auto_start runs (default: mori umbp-server)")           \
   X(umbp_standalone_idle_exit_timeout_ms, "UMBP_STANDALONE_IDLE_EXIT_TIMEOUT_MS", int, "0",        \
     "MORI-UMBP: an auto-started server exits after this long with no client (0: never)")           \
-  X(umbp_log_level, "UMBP_LOG_LEVEL", string, "", "MORI-UMBP: 0 INFO, 1 WARN, 2 ERROR (empty: MORI_LOG_LEVEL)")
+  X(umbp_log_level, "UMBP_LOG_LEVEL", string, "", "MORI-UMBP: 0 INFO, 1 WARN, 2 ERROR (empty: MORI_LOG_LEVEL)") \
+  X(io_max_notifications, "MORI_IO_MAX_NOTIFICATIONS", int, "65536",                               \
+    "MORI-IO: inbound notifications kept for pop_inbound_transfer_status; beyond it the oldest is dropped (counted, warned)") \
+  X(io_max_connections, "MORI_IO_MAX_CONNECTIONS", int, "1024",                                    \
+    "MORI-IO: authenticated connections an engine serves at once; more are refused, saying so")    \
+  X(io_max_connections_per_peer, "MORI_IO_MAX_CONNECTIONS_PER_PEER", int, "128",                   \
+    "MORI-IO: authenticated connections one peer engine may hold at once; more are refused, saying so")

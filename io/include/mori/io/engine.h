@@ -65,6 +65,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Target side: SUCCESS once the transfer `uid` of engine `remote_key` has arrived; the
   // entry is erased by the pop, so a second pop returns nullopt.
   std::optional<TransferStatus> pop_inbound_transfer_status(const std::string& remote_key, uint64_t uid);
+  // Notifications dropped unpopped because MORI_IO_MAX_NOTIFICATIONS were kept already.
+  uint64_t dropped_notifications() const;
 
   EngineImpl& impl() { return *impl_; }
 
