@@ -2,7 +2,7 @@
 """The EP names MORI's native module exports, for code that imports them from ``mori.cpp``
 (``from mori.cpp import EpDispatchCombineConfig``): the C++-shaped config (keyword
 constructor with the native defaults, read-write fields, the size methods), the handle, the
-two enums and the device clock query. Each is a thin face over :mod:`mori.ep`.
+two enums, the device clock query and the standalone local expert count. Each is a thin face over :mod:`mori.ep`.
 """
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from typing import Any
 
 from mori.ep.config import EpDispatchCombineConfig as _PyConfig
 from mori.ep.kernel_type import EpDispatchCombineKernelType, EpDispatchCombineQuantType, normalize_quant_type
+from mori.ep.local_expert_count import launch_local_expert_count
 
 __all__ = ["EpDispatchCombineConfig", "EpDispatchCombineHandle", "EpDispatchCombineKernelType",
-           "EpDispatchCombineQuantType", "get_cur_device_wall_clock_freq_mhz"]
+           "EpDispatchCombineQuantType", "get_cur_device_wall_clock_freq_mhz", "launch_local_expert_count"]
 
 
 class EpDispatchCombineConfig:

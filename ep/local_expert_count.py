@@ -42,9 +42,14 @@ def launch_local_expert_count(config: Any, indices_ptr: int, total_recv_token_nu
     launch shape (torch ops do the work)."""
     caller = "mori.ops.launch_local_expert_count"
     epr, k, rank = int(config.num_experts_per_rank), int(config.num_experts_per_token), int(config.rank)
-    for name, v in (("block_num", block_num), ("warp_per_block", warp_per_block)):
+    for name, v, field in (("block_num", block_num, "block_num"),
+                           ("warp_per_block", warp_per_block, "warp_num_per_block")):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not (v == -1 or v > 0):
             raise InvalidArgument(f"{caller}: {name} must be -1 (the config's) or > 0, got {v!r}")
+        # -1 takes the config's, which must then be a launch shape too (MORI refuses 0 there).
+        if v == -1 and int(getattr(config, field)) <= 0:
+            raise InvalidArgument(f"{caller}: {name} is -1 and the config's {field} is "
+                                  f"{getattr(config, field)!r}: one of them must be > 0")
     ptrs = {"indices_ptr": indices_ptr, "total_recv_token_num_ptr": total_recv_token_num_ptr,
             "local_expert_count_ptr": local_expert_count_ptr}
     for name, p in ptrs.items():
@@ -87,6 +92,11 @@ def _device_view(device: int, addr: int, shape: tuple) -> torch.Tensor:
 
 
 def _check_total(caller: str, total: int, config: Any) -> None:
-    if not 0 <= total <= int(config.max_num_tokens_to_recv):
-        raise InvalidArgument(f"{caller}: total_recv_token_num is {total}, outside 0..max_num_tokens_to_recv="
-                              f"{config.max_num_tokens_to_recv}")
+    # A property on mori.ops' config, a method on mori.cpp's (MORI's native one).
+    bound = config.max_num_tokens_to_recv
+    bound = int(bound() if callable(bound) else bound)
+    if total < 0:
+        raise InvalidArgument(f"{caller}: total_recv_token_num is {total}, a negative row count")
+    # A config that sizes no receive buffer (MORI's native default) bounds nothing, as in MORI.
+    if bound > 0 and total > bound:
+        raise InvalidArgument(f"{caller}: total_recv_token_num is {total}, outside 0..max_num_tokens_to_recv={bound}")

@@ -64,6 +64,12 @@ class EpDispatchCombineOp:
         self._quant = normalize_quant_type(config.quant_type)
         # Read when the op is built, as the native handle does.
         self._blockwise_scale_dim = blockwise_scale_dim() if self._quant in BLOCKWISE else 0
+        # MORI's names for the same (its tests read them): scales per row of a blockwise combine
+        # (0: this op combines no blockwise rows) and their size (fp32 here), and what the last
+        # combine ran (None before the first).
+        self._fp8_blockwise_combine_scale_dim = self._blockwise_scale_dim
+        self._fp8_blockwise_combine_scale_type_size = 4 if self._quant in BLOCKWISE else 0
+        self._last_combine_kernel_name: Optional[str] = None
         self._num_threads = num_threads
         self._cpu_handle = None
         self._gpu = None
@@ -498,6 +504,7 @@ class EpDispatchCombineOp:
         bn, rbn, wpb = self._launch.resolve("combine", input.device, input.dtype, indices.shape[0], hidden,
                                             block_num, rdma_block_num, warp_per_block, zero_copy=not external,
                                             quant_type=str(cfg.quant_type))
+        self._last_combine_kernel_name = self._combine_kernel_name(input, weights, external, on_gpu)
         if on_gpu:
             return self._combine_gpu(input, weights, indices, external, bn, wpb, call_reset, routing)
         layout = self._routing_layout(fn, routing, indices) if routing is not None else None
@@ -517,6 +524,27 @@ class EpDispatchCombineOp:
         if call_reset:
             self.reset()
         return out, out_w
+
+    def _combine_kernel_name(self, input: torch.Tensor, weights: Optional[torch.Tensor], external: bool,
+                             on_gpu: bool) -> str:
+        """What this combine runs, in MORI's naming where the feature is the same: the kernel type,
+        the row type, how rows travel (zero-copy / fp8 cast / blockwise fp8 or fp4 codes with the
+        block size and whether weights are summed), and where it runs (our kernels are not MORI's
+        GPU specializations: no vec8 / top9 tokens)."""
+        dtype = {torch.bfloat16: "bf16", torch.float32: "fp32", torch.float16: "fp16"}.get(
+            input.dtype, str(input.dtype).replace("torch.", ""))
+        parts = [f"EpCombine{self._kernel.name}Kernel", dtype]
+        if not external:
+            parts.append("zerocopy")
+        if int(self._quant) == 1:
+            parts.append("fp8cast")
+        elif self._quant in BLOCKWISE:
+            parts.append("fp4bwq" if self._quant == BLOCKWISE[1] else "fp8bwq")
+            if weights is None:
+                parts.append("noweight")
+            parts.append(f"block{-(-input.shape[1] // self._blockwise_scale_dim)}")
+        parts.append("cuda" if on_gpu else "cpu")
+        return "_".join(parts)
 
     def _check_blockwise(self, dtype: torch.dtype, external: bool) -> None:
         """MORI's rules for blockwise combine, raised where MORI raises them (at combine, after a

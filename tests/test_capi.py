@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import build_capi_programs, check, job_env, mori_run, mpirun
+from harness import CAPI_PROGRAMS, build_capi_programs, check, job_env, mori_run, mpirun
 
 CAPI = Path(__file__).parent / "capi"
 PROGRAMS = ["rma", "amo", "sync", "coll", "legacy", "threads", "errors", "fair", "team_sync", "shmemx", "noexit",
@@ -256,6 +256,18 @@ def test_cplusplus_and_showme(tools, tmp_path):
     assert out.count("cxx 0 2") == 2, out
     show = subprocess.run([tools["oshcc"], "--showme"], capture_output=True, text=True, timeout=10).stdout
     assert "-lmori_shmem" in show and str(tools["include"]) in show
+
+
+def test_v16_const_vectors_and_empty_team_config_from_cplusplus(tools, tmp_path):
+    """Issue 29 item 18: a C++ caller passes const cmp_values to the six _vector wait/test
+    routines (it did not compile), and shmem_team_get_config(team, 0, NULL) is 0 (it was -1)."""
+    exe = tmp_path / "v16_const"
+    res = subprocess.run([tools["oshcxx"], "-std=c++17", "-Wall", "-Werror", "-o", str(exe),
+                          str(CAPI_PROGRAMS / "v16_const.cc")], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    seed = _seed()
+    out = check(_oshrun(tools, 3, [str(exe), seed]))
+    assert "v16_const: OK on 3 PEs" in out, f"seed {seed}:\n{out[-3000:]}"
 
 
 def test_generated_files_are_current():

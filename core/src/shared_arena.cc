@@ -19,10 +19,12 @@ std::atomic<SharedArena*> g_arena{nullptr};
 std::mutex g_create_mu;
 // Set in a fork() child: the child shares the parent's pages but not its block table.
 std::atomic<bool> g_forked{false};
+// How an arena's memory file is labelled (/proc/PID/maps), and how a peer's is recognised.
+constexpr char kLabel[] = "mori-tensors-";
 }  // namespace
 
 SharedArena::SharedArena(size_t bytes)
-    : segment_(SharedSegment::create("mori-tensors-" + std::to_string(getpid()), bytes, 4096)),
+    : segment_(SharedSegment::create(std::string(kLabel) + std::to_string(getpid()), bytes, 4096)),
       blocks_(0, bytes) {}
 
 SharedArena& SharedArena::instance() {
@@ -84,17 +86,15 @@ size_t SharedArena::live_blocks() const {
   return blocks_.live_allocations();
 }
 
-const char* SharedArena::map_peer(const std::string& handle, size_t size) {
+SharedArena::PeerMapping SharedArena::map_peer(const std::string& handle) {
   static std::mutex mu;
   static std::map<std::string, std::unique_ptr<SharedSegment>> peers;
   std::lock_guard<std::mutex> lock(mu);
   auto it = peers.find(handle);
   // An arena's size never changes: a cached mapping is never replaced (pointers into it live on).
-  if (it != peers.end()) return static_cast<const char*>(it->second->data());
-  auto seg = std::make_unique<SharedSegment>(SharedSegment::open(handle, size));
-  const char* p = static_cast<const char*>(seg->data());
-  peers[handle] = std::move(seg);
-  return p;
+  if (it == peers.end())
+    it = peers.emplace(handle, std::make_unique<SharedSegment>(SharedSegment::open_sealed(handle, kLabel))).first;
+  return {static_cast<const char*>(it->second->data()), it->second->size()};
 }
 
 }  // namespace mori

@@ -146,7 +146,20 @@ void bind_ep(py::module_& m) {
            })
       .def("last_dispatch_remote_bytes", &EpHandle::last_dispatch_remote_bytes)
       .def("last_combine_remote_bytes", &EpHandle::last_combine_remote_bytes)
-      .def("last_combine_in_place_peers", &EpHandle::last_combine_in_place_peers);
+      .def("last_combine_in_place_peers", &EpHandle::last_combine_in_place_peers)
+      .def("published_layout", [](const EpHandle& h) {
+        const EpHandle::PublishedLayout p = h.published_layout();
+        py::dict fields;
+        for (const auto& [name, off] : p.fields) fields[name] = off;
+        py::dict d;
+        d["base"] = reinterpret_cast<uintptr_t>(p.base);
+        d["bytes"] = p.bytes;
+        d["pull_source"] = p.pull_source;
+        d["pull_source_bytes"] = p.pull_source_bytes;
+        d["combine_signals"] = p.combine_signals;
+        d["fields"] = fields;
+        return d;
+      });
 
 #ifdef MORI_EP_CUDA
   namespace cu = mori::ep::cuda;

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <thread>
 
@@ -191,6 +192,24 @@ int32_t EpHandle::total_recv() const { return __atomic_load_n(at<int32_t>(lay_->
 const int32_t* EpHandle::src_token_pos() const { return at<int32_t>(lay_->disp_src); }
 void* EpHandle::registered_combine_input() const { return base_ + lay_->comb_inp; }
 size_t EpHandle::registered_combine_input_bytes() const { return static_cast<size_t>(cfg_.max_recv()) * cfg_.token_bytes(); }
+
+EpHandle::PublishedLayout EpHandle::published_layout() const {
+  PublishedLayout p;
+  p.base = base_;
+  p.bytes = lay_->bytes;
+  p.pull_source = lay_->comb_pull;
+  p.pull_source_bytes = sizeof(PullSource);
+  p.combine_signals = lay_->comb_sig;
+  p.fields = {{"round", offsetof(PullSource, round)},
+              {"input_offset", offsetof(PullSource, input_offset)},
+              {"rows", offsetof(PullSource, rows)},
+              {"row_bytes", offsetof(PullSource, row_bytes)},
+              {"weights", offsetof(PullSource, weights)},
+              {"weights_offset", offsetof(PullSource, weights_offset)},
+              {"arena_size", offsetof(PullSource, arena_size)},
+              {"arena_handle", offsetof(PullSource, arena_handle)}};
+  return p;
+}
 
 // ---------------------------------------------------------------- helpers
 
@@ -851,16 +870,44 @@ bool EpHandle::publish_pull_source(const CombineArgs& a, size_t row, size_t k4, 
   return true;
 }
 
+namespace {
+
+// The arena a peer's published handle names (`room` bytes, NUL-terminated), mapped; anything
+// else is a RemoteError naming the PE and the field.
+SharedArena::PeerMapping map_published_arena(int pe, const char* handle, size_t room) {
+  const size_t len = strnlen(handle, room);
+  if (len == 0 || len == room)
+    raise(Status::kRemote, "EpDispatchCombineOp.combine: PE %d published a combine input whose arena_handle is %s",
+          pe, len ? "not terminated" : "empty");
+  std::string shown(handle, len);  // quoted in errors: the peer's bytes, printable only
+  for (char& c : shown)
+    if (c < 0x20 || c > 0x7e) c = '?';
+  try {
+    return SharedArena::map_peer(std::string(handle, len));
+  } catch (const Error& e) {
+    raise(Status::kRemote,
+          "EpDispatchCombineOp.combine: PE %d published a combine input whose arena_handle (%s) names no shared "
+          "tensor arena: %s", pe, shown.c_str(), e.what());
+  }
+}
+
+}  // namespace
+
 void EpHandle::find_pull_sources() {
   // The rows this PE reads on each holder: slots below its published row count.
   std::vector<int64_t> rows_read;
+  const size_t esize = static_cast<size_t>(dtype_size(comb_dtype_));
+  const size_t row = static_cast<size_t>(comb_hidden_) * esize;
+  const uint64_t k4 = static_cast<uint64_t>(cfg_.num_experts_per_token) * 4;
   for (int r = 0; r < cfg_.world_size; ++r) {
     if (r == cfg_.rank || !peer_base_[r]) continue;
-    const auto* ps = reinterpret_cast<const PullSource*>(peer_base_[r] + lay_->comb_pull);
-    if (__atomic_load_n(&ps->round, __ATOMIC_ACQUIRE) != comb_round_) continue;
-    const std::string handle(ps->arena_handle, strnlen(ps->arena_handle, sizeof(ps->arena_handle)));
-    // What a peer published is checked before anything is read through it.
-    const size_t row = static_cast<size_t>(comb_hidden_) * dtype_size(comb_dtype_);
+    const auto* published = reinterpret_cast<const PullSource*>(peer_base_[r] + lay_->comb_pull);
+    if (__atomic_load_n(&published->round, __ATOMIC_ACQUIRE) != comb_round_) continue;
+    // The peer may rewrite its record at any moment: every check and every use below reads
+    // this one copy, and nothing is read through it before all of it is checked against
+    // what this process really mapped.
+    PullSource ps;
+    std::memcpy(static_cast<void*>(&ps), published, sizeof(ps));
     if (rows_read.empty()) {
       rows_read.assign(cfg_.world_size, 0);
       const int64_t max_recv = cfg_.max_recv();
@@ -870,29 +917,44 @@ void EpHandle::find_pull_sources() {
         if (v >= 0) rows_read[v / max_recv] = std::max(rows_read[v / max_recv], v % max_recv + 1);
       }
     }
-    bool fits = ps->row_bytes == row && ps->input_offset <= ps->arena_size &&
-                      ps->rows <= (ps->arena_size - ps->input_offset) / std::max<size_t>(row, 1) &&
-                      static_cast<uint64_t>(rows_read[r]) <= ps->rows;
-    const uint64_t k4 = static_cast<uint64_t>(cfg_.num_experts_per_token) * 4;
-    if (ps->weights == PullSource::kArena)
-      fits = fits && ps->weights_offset <= ps->arena_size && ps->rows <= (ps->arena_size - ps->weights_offset) / k4;
-    else if (ps->weights == PullSource::kOpBuffer)
-      fits = fits && ps->weights_offset <= lay_->bytes && ps->rows <= (lay_->bytes - ps->weights_offset) / k4;
-    else if (ps->weights != PullSource::kNone && ps->weights != PullSource::kStaged)
-      fits = false;
-    if (!fits || handle.empty())
-      raise(Status::kRemote,
-            "EpDispatchCombineOp.combine: PE %d published a combine input that does not fit its shared tensor arena "
-            "(%llu rows of %llu bytes at offset %llu of %llu; this PE's rows are %zu bytes): were the PEs given "
-            "different hidden sizes or dtypes?",
-            r, static_cast<unsigned long long>(ps->rows), static_cast<unsigned long long>(ps->row_bytes),
-            static_cast<unsigned long long>(ps->input_offset), static_cast<unsigned long long>(ps->arena_size), row);
-    const char* arena = SharedArena::map_peer(handle, ps->arena_size);
-    pulled_rows_[r] = arena + ps->input_offset;
-    if (ps->weights == PullSource::kArena)
-      pulled_w_[r] = reinterpret_cast<const float*>(arena + ps->weights_offset);
-    else if (ps->weights == PullSource::kOpBuffer)
-      pulled_w_[r] = reinterpret_cast<const float*>(peer_base_[r] + ps->weights_offset);
+    const SharedArena::PeerMapping arena = map_published_arena(r, ps.arena_handle, sizeof(ps.arena_handle));
+    auto refuse = [&](const char* field, const std::string& why) {
+      raise(Status::kRemote, "EpDispatchCombineOp.combine: PE %d published a combine input whose %s %s", r, field,
+            why.c_str());
+    };
+    using ull = unsigned long long;
+    if (ps.arena_size != arena.size)
+      refuse("arena_size", format("(%llu bytes) is not the size of the arena it names (%zu bytes)",
+                                  static_cast<ull>(ps.arena_size), arena.size));
+    if (ps.row_bytes != row)
+      refuse("row_bytes", format("(%llu) differs from this PE's rows (%zu bytes): were the PEs given different "
+                                 "hidden sizes or dtypes?", static_cast<ull>(ps.row_bytes), row));
+    if (ps.input_offset > arena.size || ps.input_offset % esize)
+      refuse("input_offset", format("(%llu) is not a row's start inside its %zu-byte arena",
+                                    static_cast<ull>(ps.input_offset), arena.size));
+    if (ps.rows > (arena.size - ps.input_offset) / row)
+      refuse("rows", format("(%llu rows of %zu bytes at input_offset %llu) run past its %zu-byte arena",
+                            static_cast<ull>(ps.rows), row, static_cast<ull>(ps.input_offset), arena.size));
+    if (ps.rows < static_cast<uint64_t>(rows_read[r]))
+      refuse("rows", format("(%llu) are fewer than the %lld rows this PE sent it", static_cast<ull>(ps.rows),
+                            static_cast<long long>(rows_read[r])));
+    // Where its weights lie: in its arena, in its op buffers (as large as mine), or not at all.
+    size_t w_room = 0;
+    if (ps.weights == PullSource::kArena)
+      w_room = arena.size;
+    else if (ps.weights == PullSource::kOpBuffer)
+      w_room = lay_->bytes;
+    else if (ps.weights != PullSource::kNone && ps.weights != PullSource::kStaged)
+      refuse("weights", format("(%llu) is none of the places weights can be", static_cast<ull>(ps.weights)));
+    if (w_room && (ps.weights_offset > w_room || ps.weights_offset % 4 || ps.rows > (w_room - ps.weights_offset) / k4))
+      refuse("weights_offset", format("(%llu) does not hold %llu rows of %llu-byte weights inside its %zu-byte %s",
+                                      static_cast<ull>(ps.weights_offset), static_cast<ull>(ps.rows),
+                                      static_cast<ull>(k4), w_room, ps.weights == PullSource::kArena ? "arena" : "op buffers"));
+    pulled_rows_[r] = arena.base + ps.input_offset;
+    if (ps.weights == PullSource::kArena)
+      pulled_w_[r] = reinterpret_cast<const float*>(arena.base + ps.weights_offset);
+    else if (ps.weights == PullSource::kOpBuffer)
+      pulled_w_[r] = reinterpret_cast<const float*>(peer_base_[r] + ps.weights_offset);
   }
 }
 

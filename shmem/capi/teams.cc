@@ -126,7 +126,9 @@ int shmem_team_n_pes(shmem_team_t team) {
 int shmem_team_get_config(shmem_team_t team, long config_mask, shmem_team_config_t* config) {
   MORI_CAPI_TRY
   rt("shmem_team_get_config");
-  if (team == SHMEM_TEAM_INVALID || !team_alive(team) || !config) return -1;
+  if (team == SHMEM_TEAM_INVALID || !team_alive(team)) return -1;
+  if (config_mask == 0) return 0;  // 1.6: nothing asked, nothing read or written (config may be NULL)
+  if (!config) return -1;
   if (config_mask & SHMEM_TEAM_NUM_CONTEXTS) config->num_contexts = team->config.num_contexts;
   return 0;
   MORI_CAPI_CATCH("shmem_team_get_config")

@@ -263,7 +263,7 @@ def gen_wait(o: Out) -> None:
                     if many == "some":
                         ps.append("size_t *indices")
                     ps += ["const int *status", "int cmp"]
-                    ps.append(f"{c} *cmp_values" if vec else f"{c} cmp_value")
+                    ps.append(f"const {c} *cmp_values" if vec else f"{c} cmp_value")
                     ret = {"all": "void" if kind == "wait_until" else "int", "any": "size_t", "some": "size_t"}[many]
                     vals = "cmp_values" if vec else "nullptr"
                     scalar = "0" if vec else cv

@@ -59,6 +59,17 @@ def test_combine_reads_shared_tensors_in_place(n):
     assert f"ep shared input ok on {n} PEs" in out and out.count("combines exact") == n
 
 
+def test_combine_refuses_a_peer_that_lies_about_its_shared_input():
+    """Issue 29 item 3: the last PE combines honestly from its shared tensor arena, then publishes
+    one lie per round (arena size, handle, input offset, rows, row size, weights, weights offset);
+    every reader's combine is a RemoteError naming that PE and the field, never a read outside
+    what the reader mapped (before: a segfault, or the lie accepted). 3 PEs: two readers."""
+    n = 3
+    out = check(mori_run(n, python_program("ep_published_lies.py"), timeout=120))
+    assert f"ep published lies refused on {n} PEs" in out
+    assert out.count("refused 22 lies of PE") == n - 1, out
+
+
 def test_blockwise_combine_reads_scale_dim_setting():
     """MORI_FP8_COMBINE_SCALE_DIM=20 (not MORI's 56): blocks of ceil(hidden / 20) values, exact
     against the wire model at that setting and 20 scales per row on the wire; 0 is refused."""

@@ -60,3 +60,47 @@ def test_device_memory_without_shmem_init():
         assert torch.equal(out.cpu(), want), (seed, out, want)
     with pytest.raises(InvalidArgument, match="one GPU or all host memory"):
         launch_local_expert_count(cfg, idx.data_ptr(), tot.cpu().data_ptr(), out.data_ptr())
+
+
+def _native_case(seed: int, **fields):
+    """MORI's own call (issue 29 item 13): mori.cpp's config, whose max_num_tokens_to_recv is a
+    method (and 0 here: the test sets no token counts), random routing, exact counts."""
+    import mori
+
+    g = torch.Generator().manual_seed(seed)
+    world, epr, k = 4, 3, 2
+    rank = int(torch.randint(0, world, (1,), generator=g))
+    cfg = mori.cpp.EpDispatchCombineConfig(rank=rank, world_size=world, num_experts_per_rank=epr,
+                                           num_experts_per_token=k, **fields)
+    rows = int(torch.randint(1, 9, (1,), generator=g))
+    idx = torch.stack([torch.randperm(world * epr, generator=g)[:k] for _ in range(rows)]).to(torch.int32)
+    local = idx.long().flatten() - rank * epr
+    want = torch.bincount(local[(local >= 0) & (local < epr)], minlength=epr).to(torch.int32)
+    return mori, cfg, idx, torch.tensor([rows], dtype=torch.int32), torch.full((epr,), -7, dtype=torch.int32), want
+
+
+def test_mori_cpp_config_counts_exactly():
+    for seed in range(4):
+        mori, cfg, idx, tot, out, want = _native_case(seed, warp_num_per_block=2, block_num=4)
+        for launch in (mori.ops.launch_local_expert_count, mori.cpp.launch_local_expert_count):
+            out.fill_(-7)
+            launch(cfg, idx.data_ptr(), tot.data_ptr(), out.data_ptr())
+            assert torch.equal(out, want), (seed, out, want)
+        tot.zero_()
+        mori.cpp.launch_local_expert_count(cfg, idx.data_ptr(), tot.data_ptr(), out.data_ptr())
+        assert torch.equal(out, torch.zeros_like(want))
+
+
+@pytest.mark.parametrize("fields,named", [({"block_num": 0, "warp_num_per_block": 2}, "block_num"),
+                                          ({"block_num": 4, "warp_num_per_block": 0}, "warp_num_per_block"),
+                                          ({}, "block_num")])
+def test_config_without_a_launch_shape_is_a_runtime_error(fields, named):
+    """MORI raises RuntimeError when the config's block_num / warp_num_per_block are 0 and the
+    call passes -1 (the config's); an explicit shape in the call still works."""
+    mori, cfg, idx, tot, out, want = _native_case(11, **fields)
+    with pytest.raises(RuntimeError, match=named):
+        mori.ops.launch_local_expert_count(cfg, idx.data_ptr(), tot.data_ptr(), out.data_ptr())
+    assert (out == -7).all()  # nothing written
+    mori.ops.launch_local_expert_count(cfg, idx.data_ptr(), tot.data_ptr(), out.data_ptr(), block_num=2,
+                                       warp_per_block=1)
+    assert torch.equal(out, want)

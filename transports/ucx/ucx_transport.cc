@@ -320,8 +320,8 @@ ucp_ep_h UcxTransport::ep(int pe, const char* what) const {
   if (!e) raise(Status::kInternal, "%s: PE %d is not a ucx peer of PE %d", what, pe, my_pe_);
   int s = ep_status_[pe].load(std::memory_order_acquire);
   if (s != UCS_OK)
-    raise(Status::kRemote, "PE %d: %s to PE %d: the UCX endpoint to PE %d failed earlier: %s (lost PE %d)", my_pe_,
-          what, pe, pe, api_.status_string(static_cast<ucs_status_t>(s)), pe);
+    raise(Status::kRemote, "PE %d: %s to PE %d failed: PE %d exited or dropped its connection earlier (UCX: %s)",
+          my_pe_, what, pe, pe, api_.status_string(static_cast<ucs_status_t>(s)));
   return e;
 }
 
@@ -360,12 +360,13 @@ void UcxTransport::finish(ucs_status_ptr_t request, int pe, const char* what) {
   }
   if (lost >= 0 && s == UCS_ERR_CANCELED) {
     int es = ep_status_[lost].load();
-    raise(Status::kRemote, "PE %d: %s to PE %d over ucx failed: lost PE %d (%s)", my_pe_, what, lost, lost,
+    raise(Status::kRemote, "PE %d: %s to PE %d over ucx failed: PE %d exited or dropped its connection (UCX: %s)",
+          my_pe_, what, lost, lost,
           es != UCS_OK ? api_.status_string(static_cast<ucs_status_t>(es)) : "silent beyond the timeout");
   }
   if (lost >= 0)
-    raise(Status::kRemote, "PE %d: %s to PE %d over ucx failed: %s (lost PE %d)", my_pe_, what, lost,
-          api_.status_string(s), lost);
+    raise(Status::kRemote, "PE %d: %s to PE %d over ucx failed: PE %d exited or dropped its connection (UCX: %s)",
+          my_pe_, what, lost, lost, api_.status_string(s));
   raise(Status::kTransport, "PE %d: %s over ucx failed: %s", my_pe_, what, api_.status_string(s));
 }
 
@@ -544,7 +545,8 @@ void UcxTransport::quiet() {
   }
   int dead = dead_peer();
   if (dead >= 0)
-    raise(Status::kRemote, "PE %d: shmem_quiet: lost PE %d (ucx transport)", my_pe_, dead);
+    raise(Status::kRemote, "PE %d: shmem_quiet failed: PE %d exited or dropped its connection (ucx transport)", my_pe_,
+          dead);
 }
 
 std::string UcxTransport::endpoint(int pe) const {

@@ -41,9 +41,15 @@ class SharedArena {
   size_t trim();
   size_t live_blocks() const;
 
-  // A peer's arena (its handle() and size()) mapped into this process; cached, so every op
-  // of the process shares one mapping per peer.
-  static const char* map_peer(const std::string& handle, size_t size);
+  // A peer's arena (its handle()) mapped whole into this process, at the size its memory file
+  // has (sealed, so fixed for good), whatever size the peer claims: reads through it are
+  // checked against `size`. Cached, so every op of the process shares one mapping per arena.
+  // Throws kRemote (saying why) when the handle names anything but a peer's arena.
+  struct PeerMapping {
+    const char* base = nullptr;
+    size_t size = 0;
+  };
+  static PeerMapping map_peer(const std::string& handle);
 
  private:
   explicit SharedArena(size_t bytes);

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "mori/ep/config.h"
@@ -139,6 +140,15 @@ class EpHandle {
     for (const char* p : pulled_rows_) n += p != nullptr;
     return n;
   }
+  // Where this PE's published combine input (what peers read before summing its rows in place)
+  // and its combine signals lie in the op's symmetric allocation, and the record's fields (byte
+  // offsets): the surface a peer that lies attacks, described for tests of the reader's checks.
+  struct PublishedLayout {
+    char* base = nullptr;
+    size_t bytes = 0, pull_source = 0, pull_source_bytes = 0, combine_signals = 0;
+    std::vector<std::pair<const char*, size_t>> fields;
+  };
+  PublishedLayout published_layout() const;
 
  private:
   struct Layout;
@@ -164,7 +174,8 @@ class EpHandle {
   void reduce_own_tokens(bool pull);
   // External combine input in this PE's shared tensor arena: publish it for the sources.
   bool publish_pull_source(const CombineArgs& a, size_t row, size_t k4, int total);
-  // Which holders published their input for this round (pulled_rows_, pulled_w_).
+  // Which holders published their input for this round (pulled_rows_, pulled_w_), each record
+  // checked against what this process mapped; a lie is a RemoteError naming the PE and field.
   void find_pull_sources();
   // After the sum: tell every holder read in place that I am done; wait for my own readers.
   void finish_pulls();
