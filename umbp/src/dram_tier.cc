@@ -176,10 +176,18 @@ void DramTier::put(const std::string* keys, const uintptr_t* srcs, const size_t*
       outcomes[i] = PutOutcome::kStored;
     }
   }
+  size_t total = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (fresh[i]) total += fresh[i]->size;
+  // A call that moves more than the caches hold streams past them (the arena is not read soon).
+  const bool streaming = total >= streaming_copy_min();
   for (size_t i = 0; i < n; ++i) {
     Block* b = fresh[i];
     if (!b) continue;
-    copy_bytes(b->data, reinterpret_cast<const void*>(srcs[i]), b->size);
+    if (streaming)
+      copy_streaming(b->data, reinterpret_cast<const void*>(srcs[i]), b->size);
+    else
+      copy_bytes(b->data, reinterpret_cast<const void*>(srcs[i]), b->size);
     if (verify_checksums_) {
       b->checksum = value_checksum(b->data, b->size);
       b->has_checksum = true;
@@ -219,7 +227,10 @@ size_t DramTier::get(const std::string* keys, const uintptr_t* dsts, const size_
       pinned[i] = b;
     }
   }
-  size_t count = 0;
+  size_t count = 0, total = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (pinned[i]) total += pinned[i]->size;
+  const bool streaming = total >= streaming_copy_min();
   std::vector<bool> corrupt;
   for (size_t i = 0; i < n; ++i) {
     Block* b = pinned[i];
@@ -230,7 +241,10 @@ size_t DramTier::get(const std::string* keys, const uintptr_t* dsts, const size_
       corrupt[i] = true;
       continue;  // nothing written to the caller
     }
-    copy_bytes(reinterpret_cast<void*>(dsts[i]), b->data, b->size);
+    if (streaming)
+      copy_streaming(reinterpret_cast<void*>(dsts[i]), b->data, b->size);
+    else
+      copy_bytes(reinterpret_cast<void*>(dsts[i]), b->data, b->size);
     hits[i] = true;
     ++count;
   }

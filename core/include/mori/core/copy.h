@@ -22,6 +22,16 @@ constexpr size_t kVectorCopyMax = size_t{1} << 20;
 // The vector loop on AMD CPUs with AVX2, memcpy elsewhere. Any n; dst and src must not overlap.
 void copy_vectors(void* dst, const void* src, size_t n);
 
+// Copies with non-temporal (cache-bypassing) stores, for copies that stream more data than the
+// last-level cache holds into memory that is not read again soon (a KV-cache store's values).
+// Measured on this project's AMD EPYC VMs, 32 x 2 MiB: 4.1-4.3 GB/s against memcpy's 2.6-2.8
+// (memcpy's stores first read each destination line; these do not, and they leave the cache to
+// the data that is reused). Copies the caches hold are slower this way: see streaming_copy_min().
+void copy_streaming(void* dst, const void* src, size_t n);
+// The bytes a run of copies should move before copy_streaming() pays: half the last-level cache
+// (its source and destination together then outgrow it), 16 MiB where the size is unknown.
+size_t streaming_copy_min();
+
 inline void copy_bytes(void* dst, const void* src, size_t n) {
   if (n < kVectorCopyMin || n > kVectorCopyMax)
     std::memcpy(dst, src, n);
