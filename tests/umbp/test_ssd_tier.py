@@ -436,3 +436,99 @@ def test_threads_write_and_read_at_once(tmp_path: Path, backend: str) -> None:
     for k, o in zip(kept, outs):
         np.testing.assert_array_equal(o, values[k])
     assert tier.stats()["keys"] == len(kept) and tier.stats()["corrupt_reads"] == 0
+
+
+@pytest.mark.parametrize("durability", ["strict", "relaxed"])
+def test_random_operations_match_a_dict_across_restarts(tmp_path: Path, durability: str) -> None:
+    """Writes, batch writes, removes, reads, clears and restarts in a random order, checked
+    against a dict after every step (capacity large enough that nothing is reclaimed)."""
+    seed = int(np.random.default_rng().integers(1 << 31))
+    rng = np.random.default_rng(seed)
+    d = str(tmp_path / "ssd")
+
+    def open_tier() -> _SsdTier:
+        return _SsdTier(d, capacity_bytes=256 * MiB, segment_size_bytes=1 * MiB, durability=durability)
+
+    tier = open_tier()
+    model: dict[str, np.ndarray] = {}
+    names = [f"m{i}" for i in range(40)]
+    for step in range(300):
+        op = rng.choice(["write", "batch", "remove", "read", "restart", "clear"], p=[.3, .1, .2, .3, .07, .03])
+        key = str(rng.choice(names))
+        if op == "write":
+            v = rng.integers(0, 256, size=int(rng.integers(1, 20_000)), dtype=np.uint8)
+            assert tier.write(key, v)
+            model.setdefault(key, v)
+        elif op == "batch":
+            ks = [str(k) for k in rng.choice(names, size=4)]
+            vs = [rng.integers(0, 256, size=int(rng.integers(1, 9_000)), dtype=np.uint8) for _ in ks]
+            assert tier.write_batch(ks, vs) == [True] * 4
+            for k, v in zip(ks, vs):
+                model.setdefault(k, v)
+        elif op == "remove":
+            assert tier.remove(key) == (key in model), (seed, step)
+            model.pop(key, None)
+        elif op == "read":
+            if key in model:
+                out = np.empty_like(model[key])
+                assert tier.read(key, out), (seed, step)
+                np.testing.assert_array_equal(out, model[key])
+            else:
+                assert not tier.read(key, np.empty(1, np.uint8))
+        elif op == "restart":
+            if durability == "relaxed":
+                tier.flush()
+            del tier
+            tier = open_tier()
+        else:
+            tier.clear()
+            model.clear()
+        assert tier.stats()["keys"] == len(model), (seed, step, op)
+    assert sorted(k for k in names if tier.contains(k)) == sorted(model)
+    assert tier.stats()["corrupt_reads"] == 0 and tier.stats()["skipped_records"] == 0
+
+
+def test_random_operations_under_pressure_never_serve_stale_or_removed_values(tmp_path: Path) -> None:
+    """Reclaim, GC and restarts at once: a hit is always the key's first value since its last
+    remove, a removed key stays removed (also across restarts), and use stays under capacity."""
+    seed = int(np.random.default_rng().integers(1 << 31))
+    rng = np.random.default_rng(seed)
+    d = str(tmp_path / "ssd")
+    capacity = 4 * MiB
+
+    def open_tier() -> _SsdTier:
+        return _SsdTier(d, capacity_bytes=capacity, segment_size_bytes=256 * KiB, enable_background_gc=True,
+                        durability="relaxed")
+
+    tier = open_tier()
+    model: dict[str, np.ndarray] = {}  # what a hit must return
+    names = [f"q{i}" for i in range(150)]
+    evicted = 0
+    for step in range(400):
+        op = rng.choice(["write", "remove", "read", "restart"], p=[.45, .2, .33, .02])
+        key = str(rng.choice(names))
+        if op == "write":
+            v = rng.integers(0, 256, size=int(rng.integers(1, 120_000)), dtype=np.uint8)
+            had = tier.contains(key)
+            assert tier.write(key, v)
+            if not had:
+                model[key] = v
+        elif op == "remove":
+            tier.remove(key)
+            model.pop(key, None)
+            assert not tier.contains(key)
+        elif op == "read":
+            size = model[key].nbytes if key in model else 1
+            out = np.empty(size, np.uint8)
+            if tier.read(key, out):
+                assert key in model, (seed, step)
+                np.testing.assert_array_equal(out, model[key])
+        else:
+            tier.flush()
+            evicted += tier.stats()["evicted_keys"]
+            del tier
+            tier = open_tier()
+        assert tier.stats()["used_bytes"] <= capacity
+        present = {k for k in names if tier.contains(k)}
+        assert present <= set(model), (seed, step, present - set(model))
+    assert tier.stats()["corrupt_reads"] == 0 and evicted + tier.stats()["evicted_keys"] > 0

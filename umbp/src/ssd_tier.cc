@@ -739,6 +739,9 @@ std::vector<bool> SsdTier::write_batch(const std::vector<std::string>& keys, con
   Impl& s = *impl_;
   std::vector<bool> ok(keys.size(), false);
   std::vector<std::pair<size_t, Location>> written;
+  // Hashed before the append lock: other writers are not held up by it.
+  std::vector<uint64_t> checksums(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) checksums[i] = s.present(keys[i]) ? 0 : value_checksum(datas[i], sizes[i]);
   std::lock_guard<std::mutex> wlock(s.write_mu);
   for (size_t i = 0; i < keys.size(); ++i) {
     if (s.present(keys[i])) {
@@ -751,7 +754,9 @@ std::vector<bool> SsdTier::write_batch(const std::vector<std::string>& keys, con
       ok[i] = true;
       continue;
     }
-    auto loc = s.append(keys[i], RecordKind::kValue, datas[i], sizes[i], value_checksum(datas[i], sizes[i]), 0, 0);
+    // A key present at hashing time but gone now (removed, reclaimed) is hashed here.
+    const uint64_t checksum = checksums[i] ? checksums[i] : value_checksum(datas[i], sizes[i]);
+    auto loc = s.append(keys[i], RecordKind::kValue, datas[i], sizes[i], checksum, 0, 0);
     if (loc) written.emplace_back(i, std::move(*loc));
   }
   // Strict: one fdatasync per batch, before any of it becomes visible.

@@ -23,7 +23,8 @@
 // torn or flipped value is found by the value checksum on its first read (a miss, counted).
 //  - Strict: write/write_batch/remove return after fdatasync of the segment (a new segment also
 //    syncs the directory), so every write that returned true, and every remove, survives a
-//    crash of the process or of the machine.
+//    crash of the process or of the machine. (A write that returned false because its sync
+//    failed may still be found after a restart, with its own value: never a wrong one.)
 //  - Relaxed: no sync per call; what flush() (or a clean destruction) synced survives a machine
 //    crash; everything written survives a crash of the process alone (it is in the page cache).
 // Removes write a tombstone record, so a removed key stays removed after a restart.
@@ -47,7 +48,8 @@
 // its last scan: refresh() scans what was written since, and a reader's read()/read_batch() of a
 // key it does not know refreshes once before reporting the miss (contains() does not: call
 // refresh()). A reader never writes, removes or clears files (those calls raise kInvalidUsage,
-// except clear(), which forgets the reader's index only).
+// except clear(), which forgets the reader's index only). A reader keeps the segments it knows
+// open until a refresh sees them gone: the space of a segment the writer deleted is freed then.
 #pragma once
 
 #include <cstddef>
