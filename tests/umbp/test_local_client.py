@@ -4,6 +4,9 @@ batches, batch_exists_consecutive), argument errors, DRAM eviction (watermarks, 
 promote-on-read), SSD spill and read-back, the copy pipeline, shared-SSD roles, close()."""
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 from pathlib import Path
 
@@ -485,3 +488,37 @@ def test_a_value_larger_than_dram_goes_straight_to_the_ssd(tmp_path: Path) -> No
     assert client.get_into_ptr("big", out.ctypes.data, out.size)
     assert np.array_equal(out, big)
     assert client.stats()["ssd_hits"] == 1
+
+
+def test_follower_in_another_process_reads_the_leaders_puts(tmp_path: Path) -> None:
+    d = tmp_path / "shared"
+    leader_cfg = UMBPConfig()
+    leader_cfg.dram.capacity_bytes = 1 * MiB
+    leader_cfg.ssd.storage_dir = str(d)
+    leader_cfg.ssd.capacity_bytes = 64 * MiB
+    leader_cfg.force_ssd_copy_on_write = True  # MORI's older spelling of SharedSSDLeader
+    leader = UMBPClient(leader_cfg)
+    keys = [f"{i:064x}_0_k" for i in range(16)]
+    vals = [np.random.default_rng(500 + i).integers(0, 256, size=30_000 + i, dtype=np.uint8) for i in range(16)]
+    assert leader.batch_put_from_ptr(keys, [v.ctypes.data for v in vals], [v.size for v in vals]) == [True] * 16
+    follower = textwrap.dedent(
+        f"""
+        import numpy as np
+        from mori.umbp import UMBPClient, UMBPConfig, UMBPRole
+        cfg = UMBPConfig()
+        cfg.ssd.storage_dir = {str(d)!r}
+        cfg.ssd.capacity_bytes = {64 * MiB}
+        cfg.role = UMBPRole.SharedSSDFollower
+        c = UMBPClient(cfg)
+        keys = [f"{{i:064x}}_0_k" for i in range(16)]
+        assert c.batch_exists_consecutive(keys + ["missing"]) == 16
+        vals = [np.random.default_rng(500 + i).integers(0, 256, size=30_000 + i, dtype=np.uint8) for i in range(16)]
+        outs = [np.zeros_like(v) for v in vals]
+        assert c.batch_get_into_ptr(keys, [o.ctypes.data for o in outs], [o.size for o in outs]) == [True] * 16
+        assert all(np.array_equal(o, v) for o, v in zip(outs, vals))
+        print("follower ok")
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", follower], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "follower ok" in out.stdout

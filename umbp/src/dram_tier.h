@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The DRAM tier: one arena of dram.capacity_bytes (HostMemAllocator: huge pages, NUMA node,
-// prefault as configured), carved by core's HeapAllocator, and an index key -> block.
+// prefault as configured), carved by core's HeapAllocator, and an index key -> block. With
+// dram.use_shared_memory the arena is a memory file (AnonymousShm) rather than private memory;
+// MORI's dram.shm_name is not used (a memory file has no name in /dev/shm to collide on).
 //
 // Eviction: a put that takes use over the high watermark evicts down to the low one (and further
 // while its value still does not fit). The victim is chosen among the `candidate_window` least

@@ -48,10 +48,12 @@ LocalClient::~LocalClient() {
   }
 }
 
-bool LocalClient::on_ssd(const std::string& key) {
+bool LocalClient::on_ssd(const std::string& key, bool* rescanned) {
   if (!ssd_) return false;
   if (ssd_->contains(key)) return true;
-  return role_ == Role::SharedSSDFollower && ssd_->refresh() > 0 && ssd_->contains(key);
+  if (role_ != Role::SharedSSDFollower || *rescanned) return false;
+  *rescanned = true;  // once per call: later misses of the same call see the same directory
+  return ssd_->refresh() > 0 && ssd_->contains(key);
 }
 
 std::vector<bool> LocalClient::store(const std::string* keys, const uintptr_t* srcs, const size_t* sizes,
@@ -206,7 +208,8 @@ bool LocalClient::get(const std::string& key, void* dst, size_t size) {
 
 bool LocalClient::exists(const std::string& key) {
   check_key("exists", key);
-  return (dram_ && dram_->contains(key)) || on_ssd(key);
+  bool rescanned = false;
+  return (dram_ && dram_->contains(key)) || on_ssd(key, &rescanned);
 }
 
 std::vector<bool> LocalClient::batch_put(const std::vector<std::string>& keys, const std::vector<uintptr_t>& srcs,
@@ -227,7 +230,8 @@ std::vector<bool> LocalClient::batch_exists(const std::vector<std::string>& keys
   std::unique_ptr<bool[]> present(new bool[n]());
   if (dram_) dram_->contains(keys.data(), n, present.get());
   std::vector<bool> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = present[i] || on_ssd(keys[i]);
+  bool rescanned = false;
+  for (size_t i = 0; i < n; ++i) out[i] = present[i] || on_ssd(keys[i], &rescanned);
   return out;
 }
 
@@ -236,8 +240,9 @@ size_t LocalClient::batch_exists_consecutive(const std::vector<std::string>& key
   size_t i = dram_ ? dram_->count_present_prefix(keys.data(), keys.size()) : 0;
   if (!ssd_) return i;
   // The rest, key by key, until the first key neither tier has (DRAM may hold later ones).
+  bool rescanned = false;
   for (; i < keys.size(); ++i)
-    if (!(dram_ && dram_->contains(keys[i])) && !on_ssd(keys[i])) break;
+    if (!(dram_ && dram_->contains(keys[i])) && !on_ssd(keys[i], &rescanned)) break;
   return i;
 }
 

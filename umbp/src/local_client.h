@@ -64,7 +64,9 @@ class LocalClient final : public Client {
                           size_t n);
   // get/batch_get after the argument checks.
   std::vector<bool> load(const std::string* keys, const uintptr_t* dsts, const size_t* sizes, size_t n);
-  bool on_ssd(const std::string& key);  // a follower re-scans the directory once on a miss
+  // Whether the SSD tier holds `key`; a follower re-scans the directory on its first miss of a
+  // call (*rescanned tracks that).
+  bool on_ssd(const std::string& key, bool* rescanned);
 
   const Config config_;
   const Role role_;
