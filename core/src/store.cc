@@ -38,7 +38,7 @@ constexpr uint32_t kMaxKeysPerGet = 1u << 20;
 constexpr size_t kReceiveChunk = 1 << 20;
 
 enum Op : uint8_t { kSet = 1, kGet = 2, kBye = 3 };
-enum Reply : uint8_t { kOk = 0, kTimedOut = 1, kOwnerGone = 2, kStopped = 3 };
+enum Reply : uint8_t { kOk = 0, kTimedOut = 1, kOwnerGone = 2, kStopped = 3, kOwnerExited = 4 };
 
 template <typename T>
 void put_raw(std::string& buf, const T& v) {
@@ -133,6 +133,14 @@ bool StoreServer::wait_goodbyes(int n, double timeout_s) {
   return cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return goodbyes_ >= n; });
 }
 
+void StoreServer::rank_exited(int rank, int code) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    exited_[rank] = code;
+  }
+  cv_.notify_all();
+}
+
 void StoreServer::serve(net::Connection& conn) {
   const int fd = conn.fd();
   double deadline = net::now() + kHandshakeSeconds;
@@ -185,6 +193,10 @@ void StoreServer::serve(net::Connection& conn) {
         while (true) {
           while (missing < n && kv_.count(keys[missing])) ++missing;
           if (missing == n) break;
+          if (exited_.count(owners[missing])) {
+            status = kOwnerExited;
+            break;
+          }
           auto it = rank_gone_.find(owners[missing]);
           if (it != rank_gone_.end() && it->second) {
             status = kOwnerGone;
@@ -207,6 +219,10 @@ void StoreServer::serve(net::Connection& conn) {
         } else {
           put_raw<int32_t>(reply, owners[missing]);
           put_str(reply, keys[missing]);
+          if (status == kOwnerExited) {
+            put_raw<int32_t>(reply, exited_[owners[missing]]);
+            put_raw<uint8_t>(reply, rank_gone_.count(owners[missing]) ? 1 : 0);  // it had joined the store
+          }
         }
         lock.unlock();
         net::send_all(fd, reply.data(), reply.size());
@@ -300,6 +316,12 @@ std::vector<std::string> StoreClient::get(const std::vector<std::string>& keys, 
   if (status != kOk) {
     int32_t owner = read_raw<int32_t>(fd_);
     std::string key = read_str(fd_, kMaxKeyBytes, "key");
+    if (status == kOwnerExited) {
+      int32_t code = read_raw<int32_t>(fd_);
+      bool joined = read_raw<uint8_t>(fd_) != 0;
+      raise(Status::kRemote, "rank %d: rank %d exited with status %d %s (its launcher saw it end), before providing '%s'",
+            rank_, owner, code, joined ? "after joining the job" : "without ever joining the job", key.c_str());
+    }
     if (status == kOwnerGone)
       raise(Status::kRemote, "rank %d: rank %d left the job (its bootstrap connection closed) before providing '%s'",
             rank_, owner, key.c_str());

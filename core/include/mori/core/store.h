@@ -51,6 +51,10 @@ class StoreServer {
   int port() const { return port_; }
   // Waits until `n` ranks have said goodbye (or timeout_s passes); then stopping is safe.
   bool wait_goodbyes(int n, double timeout_s);
+  // The launcher saw `rank`'s process end with exit status `code`: a wait for a key of that
+  // rank that is not there ends at once, naming it (a rank that exits before it ever joins
+  // would otherwise leave the others waiting the whole bootstrap timeout).
+  void rank_exited(int rank, int code);
   void stop();
 
  private:
@@ -64,6 +68,7 @@ class StoreServer {
   std::condition_variable cv_;
   std::map<std::string, std::string> kv_;
   std::map<int, bool> rank_gone_;  // rank -> disconnected without saying goodbye
+  std::map<int, int> exited_;      // rank -> exit status its launcher saw
   int goodbyes_ = 0;
   std::unique_ptr<net::Acceptor> acceptor_;  // last: its threads use everything above
 };
