@@ -11,6 +11,7 @@
 #include <array>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -76,8 +77,10 @@ class StoreServer {
 class StoreClient {
  public:
   // Connects and authenticates as `rank`, retrying broken attempts until timeout_s. Throws
-  // kRemote when the store refuses the secret, kTimeout when it never answers.
-  StoreClient(const std::string& host, int port, const JobSecret& secret, int rank, double timeout_s);
+  // kRemote when the store refuses the secret, kTimeout when it never answers. `host_rank`:
+  // the rank whose process hosts the store (-1: a launcher does), named when the store is gone.
+  StoreClient(const std::string& host, int port, const JobSecret& secret, int rank, double timeout_s,
+              int host_rank = -1);
   ~StoreClient();
   StoreClient(const StoreClient&) = delete;
   StoreClient& operator=(const StoreClient&) = delete;
@@ -93,9 +96,14 @@ class StoreClient {
   const JobSecret& secret() const { return secret_; }
 
  private:
+  // Runs one request/reply on the connection; a broken connection to a rank-hosted store is
+  // an error naming the host rank.
+  void talk(const std::function<void()>& exchange);
+
   std::mutex mu_;
   int fd_ = -1;
   int rank_;
+  int host_rank_ = -1;
   std::string address_;
   JobSecret secret_;
 };
