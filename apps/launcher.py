@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import IO, Optional, Sequence
+from typing import IO, Callable, Optional, Sequence
 
 from mori import _C
 
@@ -250,7 +250,10 @@ def launch(cfg: LaunchConfig) -> int:
                 t = threading.Thread(target=_pump, args=(stream, sink, prefix, lock), daemon=True)
                 t.start()
                 pumps.append(t)
-        return _supervise(procs, cfg.kill_grace_s, first_rank=cfg.node_rank * cfg.nproc)
+        # A rank that ends (even with status 0, even before it joined) is told to the store at
+        # once: ranks waiting for its bootstrap keys fail naming it instead of timing out.
+        on_exit = server.rank_exited if server is not None else None
+        return _supervise(procs, cfg.kill_grace_s, first_rank=cfg.node_rank * cfg.nproc, on_exit=on_exit)
     except KeyboardInterrupt:
         _terminate(procs, cfg.kill_grace_s)
         return 130
@@ -272,10 +275,12 @@ def _raise_stopped(signum, frame) -> None:
     raise _Stopped(signum)
 
 
-def _supervise(procs: list[subprocess.Popen], grace: float, first_rank: int = 0) -> int:
+def _supervise(procs: list[subprocess.Popen], grace: float, first_rank: int = 0,
+               on_exit: Optional[Callable[[int, int], None]] = None) -> int:
     """Wait for every rank; on the first failure stop the rest. The result is the worst code
     of the ranks that ended on their own (ranks we stopped report 128+SIGTERM otherwise).
-    ``procs[i]`` is global rank ``first_rank + i`` (this host's first rank), the name it is reported by."""
+    ``procs[i]`` is global rank ``first_rank + i`` (this host's first rank), the name it is reported by.
+    ``on_exit(rank, code)`` hears of every rank that ends on its own (the job's store, on its host)."""
     worst = 0
     stopped_by_us: set[int] = set()
     running = set(range(len(procs)))
@@ -286,6 +291,8 @@ def _supervise(procs: list[subprocess.Popen], grace: float, first_rank: int = 0)
                 continue
             running.discard(i)
             code = _exit_code(rc)
+            if on_exit is not None and i not in stopped_by_us:
+                on_exit(first_rank + i, code)
             if i not in stopped_by_us:
                 worst = max(worst, code)
             if code != 0 and running and not stopped_by_us:

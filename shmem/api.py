@@ -101,7 +101,7 @@ def shmem_init(launch: Optional[LaunchInfo] = None) -> int:
             _native.init_unique_id(_torch_store_unique_id(info), info.rank, info.size)
         elif info.kind == "env":
             _native.init_store(info.store_host, info.store_port, info.secret_hex, info.rank, info.size,
-                               host_locally=(info.rank == 0))
+                               host_locally=(info.rank == 0), store_rank=0)
         else:
             _native.init_single()
 

@@ -43,7 +43,9 @@ void bind_core(py::module_& m) {
            py::arg("secret_hex"), py::arg("host") = "0.0.0.0", py::arg("port") = 0,
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("port", &StoreServer::port)
-      .def("stop", &StoreServer::stop, py::call_guard<py::gil_scoped_release>());
+      .def("stop", &StoreServer::stop, py::call_guard<py::gil_scoped_release>())
+      .def("rank_exited", &StoreServer::rank_exited, py::arg("rank"), py::arg("code"),
+           "The launcher saw this rank's process end: waits for its keys fail at once, naming it.");
   py::class_<StoreClient>(m, "StoreClient", "A client of the bootstrap store (what every rank runs).")
       .def(py::init([](const std::string& host, int port, const std::string& secret_hex, int rank, double timeout_s) {
              return std::make_unique<StoreClient>(host, port, secret_from_hex(secret_hex), rank, timeout_s);

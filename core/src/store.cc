@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <string_view>
 #include <thread>
 
@@ -38,7 +39,7 @@ constexpr uint32_t kMaxKeysPerGet = 1u << 20;
 constexpr size_t kReceiveChunk = 1 << 20;
 
 enum Op : uint8_t { kSet = 1, kGet = 2, kBye = 3 };
-enum Reply : uint8_t { kOk = 0, kTimedOut = 1, kOwnerGone = 2, kStopped = 3 };
+enum Reply : uint8_t { kOk = 0, kTimedOut = 1, kOwnerGone = 2, kStopped = 3, kOwnerExited = 4 };
 
 template <typename T>
 void put_raw(std::string& buf, const T& v) {
@@ -133,6 +134,14 @@ bool StoreServer::wait_goodbyes(int n, double timeout_s) {
   return cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return goodbyes_ >= n; });
 }
 
+void StoreServer::rank_exited(int rank, int code) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    exited_[rank] = code;
+  }
+  cv_.notify_all();
+}
+
 void StoreServer::serve(net::Connection& conn) {
   const int fd = conn.fd();
   double deadline = net::now() + kHandshakeSeconds;
@@ -185,6 +194,10 @@ void StoreServer::serve(net::Connection& conn) {
         while (true) {
           while (missing < n && kv_.count(keys[missing])) ++missing;
           if (missing == n) break;
+          if (exited_.count(owners[missing])) {
+            status = kOwnerExited;
+            break;
+          }
           auto it = rank_gone_.find(owners[missing]);
           if (it != rank_gone_.end() && it->second) {
             status = kOwnerGone;
@@ -207,6 +220,10 @@ void StoreServer::serve(net::Connection& conn) {
         } else {
           put_raw<int32_t>(reply, owners[missing]);
           put_str(reply, keys[missing]);
+          if (status == kOwnerExited) {
+            put_raw<int32_t>(reply, exited_[owners[missing]]);
+            put_raw<uint8_t>(reply, rank_gone_.count(owners[missing]) ? 1 : 0);  // it had joined the store
+          }
         }
         lock.unlock();
         net::send_all(fd, reply.data(), reply.size());
@@ -236,15 +253,17 @@ void StoreServer::serve(net::Connection& conn) {
 
 // ---------------------------------------------------------------- client
 
-StoreClient::StoreClient(const std::string& host, int port, const JobSecret& secret, int rank, double timeout_s)
-    : rank_(rank), address_(host + ":" + std::to_string(port)), secret_(secret) {
+StoreClient::StoreClient(const std::string& host, int port, const JobSecret& secret, int rank, double timeout_s,
+                         int host_rank)
+    : rank_(rank), host_rank_(host_rank), address_(host + ":" + std::to_string(port)), secret_(secret) {
   const double deadline = net::now() + timeout_s;
   std::string last_error;
   // A connection can break before it is admitted (the store evicts strangers first when it is
   // flooded, and may evict us by mistake): try again until the deadline. A refusal is final.
   while (true) {
-    fd_ = net::connect_tcp(host, port, std::max(0.1, deadline - net::now()));
     try {
+      fd_ = -1;
+      fd_ = net::connect_tcp(host, port, std::max(0.1, deadline - net::now()));
       auth::client_handshake(fd_, secret_.data(), secret_.size(), kAuthLabel, deadline);
       int32_t r = rank;
       net::send_all(fd_, &r, sizeof(r));
@@ -258,11 +277,18 @@ StoreClient::StoreClient(const std::string& host, int port, const JobSecret& sec
             address_.c_str(), rank, e.what());
     } catch (const Error& e) {
       net::close_fd(fd_);
+      if (e.status() == Status::kInvalidArgument) throw;  // a bad address: no retry makes it good
       last_error = e.what();
     }
-    if (net::now() >= deadline)
+    if (net::now() >= deadline) {
+      if (host_rank_ >= 0 && host_rank_ != rank)
+        raise(Status::kRemote,
+              "rank %d could not reach the bootstrap store at %s within %.0f s: rank %d hosts it and is not there "
+              "(it exited or never started): %s",
+              rank, address_.c_str(), timeout_s, host_rank_, last_error.c_str());
       raise(Status::kTimeout, "rank %d could not authenticate to the bootstrap store at %s within %.0f s: %s", rank,
             address_.c_str(), timeout_s, last_error.c_str());
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
@@ -280,8 +306,12 @@ void StoreClient::set(const std::string& key, const std::string& value) {
   put_raw<uint8_t>(msg, kSet);
   put_str(msg, key);
   put_str(msg, value);
-  net::send_all(fd_, msg.data(), msg.size());
-  if (read_raw<uint8_t>(fd_) != kOk) raise(Status::kRemote, "bootstrap store rejected set of '%s'", key.c_str());
+  uint8_t reply = kOk;
+  talk([&] {
+    net::send_all(fd_, msg.data(), msg.size());
+    reply = read_raw<uint8_t>(fd_);
+  });
+  if (reply != kOk) raise(Status::kRemote, "bootstrap store rejected set of '%s'", key.c_str());
 }
 
 std::vector<std::string> StoreClient::get(const std::vector<std::string>& keys, const std::vector<int>& owners,
@@ -295,11 +325,30 @@ std::vector<std::string> StoreClient::get(const std::vector<std::string>& keys, 
     put_raw<int32_t>(msg, i < owners.size() ? owners[i] : -1);
   }
   put_raw<double>(msg, timeout_s);
-  net::send_all(fd_, msg.data(), msg.size());
-  uint8_t status = read_raw<uint8_t>(fd_, net::now() + timeout_s + 30);
+  uint8_t status = kOk;
+  int32_t owner = -1, code = 0;
+  std::string key;
+  bool joined = false;
+  std::vector<std::string> values(keys.size());
+  talk([&] {
+    net::send_all(fd_, msg.data(), msg.size());
+    status = read_raw<uint8_t>(fd_, net::now() + timeout_s + 30);
+    if (status == kOk) {
+      for (auto& v : values) v = read_str(fd_, kStoreMaxValueBytes, "value");
+      return;
+    }
+    owner = read_raw<int32_t>(fd_);
+    key = read_str(fd_, kMaxKeyBytes, "key");
+    if (status == kOwnerExited) {
+      code = read_raw<int32_t>(fd_);
+      joined = read_raw<uint8_t>(fd_) != 0;
+    }
+  });
   if (status != kOk) {
-    int32_t owner = read_raw<int32_t>(fd_);
-    std::string key = read_str(fd_, kMaxKeyBytes, "key");
+    if (status == kOwnerExited) {
+      raise(Status::kRemote, "rank %d: rank %d exited with status %d %s (its launcher saw it end), before providing '%s'",
+            rank_, owner, code, joined ? "after joining the job" : "without ever joining the job", key.c_str());
+    }
     if (status == kOwnerGone)
       raise(Status::kRemote, "rank %d: rank %d left the job (its bootstrap connection closed) before providing '%s'",
             rank_, owner, key.c_str());
@@ -312,9 +361,18 @@ std::vector<std::string> StoreClient::get(const std::vector<std::string>& keys, 
           "if it is just slow",
           rank_, timeout_s, owner, key.c_str());
   }
-  std::vector<std::string> values(keys.size());
-  for (auto& v : values) v = read_str(fd_, kStoreMaxValueBytes, "value");
   return values;
+}
+
+void StoreClient::talk(const std::function<void()>& exchange) {
+  try {
+    exchange();
+  } catch (const Error& e) {
+    // The connection broke: where a rank hosts the store, that rank is gone.
+    if (host_rank_ < 0 || host_rank_ == rank_ || e.status() == Status::kInvalidArgument) throw;
+    raise(Status::kRemote, "rank %d: the bootstrap store at %s closed the connection: rank %d, which hosts it, is gone (%s)",
+          rank_, address_.c_str(), host_rank_, e.what());
+  }
 }
 
 void StoreClient::goodbye() {

@@ -163,14 +163,15 @@ std::unique_ptr<Bootstrap> bootstrap_from_unique_id(const uint8_t* uid, size_t s
 }
 
 std::unique_ptr<Bootstrap> bootstrap_from_store(const std::string& host, int port, const JobSecret& secret, int rank,
-                                                int nranks, bool host_locally) {
+                                                int nranks, bool host_locally, int store_rank) {
   if (nranks < 1) raise(Status::kInvalidArgument, "world size must be >= 1, got %d", nranks);
   if (rank < 0 || rank >= nranks) raise(Status::kInvalidArgument, "rank %d is out of range for world size %d", rank, nranks);
   std::shared_ptr<StoreServer> server;
   // A store whose address is loopback serves one host only: keep it off the network.
   if (host_locally) server = std::make_shared<StoreServer>(secret, is_loopback(host) ? "127.0.0.1" : "0.0.0.0", port);
   double timeout = env::get().bootstrap_timeout;
-  auto client = std::make_unique<StoreClient>(host_locally ? "127.0.0.1" : host, port, secret, rank, timeout);
+  auto client = std::make_unique<StoreClient>(host_locally ? "127.0.0.1" : host, port, secret, rank, timeout,
+                                              host_locally ? rank : store_rank);
   return std::make_unique<RankHostedStore>(
       std::make_unique<StoreBootstrap>(std::move(client), rank, nranks, timeout, server), host_locally,
       host_locally ? "127.0.0.1" : host, port);

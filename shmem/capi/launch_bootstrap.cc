@@ -192,7 +192,7 @@ std::unique_ptr<Bootstrap> make_launch_bootstrap(bool* mpi_initialized) {
       const char* run_id = env_str("TORCHELASTIC_RUN_ID");
       secret = sha256_hex("mori:" + std::string(addr) + ":" + std::to_string(port) + ":" + (run_id ? run_id : ""));
     }
-    return bootstrap_from_store(addr, port, secret_from_hex(secret), rank, size, rank == 0);
+    return bootstrap_from_store(addr, port, secret_from_hex(secret), rank, size, rank == 0, 0);
   }
   return make_single_bootstrap();
 }

@@ -104,12 +104,13 @@ void bind_shmem(py::module_& m) {
       py::arg("unique_id"), py::arg("rank"), py::arg("nranks"));
   m.def(
       "init_store",
-      [](const std::string& host, int port, const std::string& secret_hex, int rank, int nranks, bool host_locally) {
-        auto b = bootstrap_from_store(host, port, secret_from_hex(secret_hex), rank, nranks, host_locally);
+      [](const std::string& host, int port, const std::string& secret_hex, int rank, int nranks, bool host_locally,
+         int store_rank) {
+        auto b = bootstrap_from_store(host, port, secret_from_hex(secret_hex), rank, nranks, host_locally, store_rank);
         Runtime::init(std::move(b));
       },
       py::arg("host"), py::arg("port"), py::arg("secret_hex"), py::arg("rank"), py::arg("nranks"),
-      py::arg("host_locally") = false);
+      py::arg("host_locally") = false, py::arg("store_rank") = -1);
   m.def("init_python", [](py::object impl) { Runtime::init(std::make_unique<PyBootstrap>(std::move(impl))); },
         py::arg("bootstrap"));
   m.def("finalize", [] { Runtime::finalize(); });

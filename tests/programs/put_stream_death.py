@@ -3,7 +3,7 @@
 of a survivor aborting inside UCX 1.13 (MORI_NET_TRANSPORT=ucx UCX_TLS=tcp, 2 hosts x 2 PEs,
 victim 3; about one run in ten still aborts: see docs or the helper's report).
 
-    python put_stream_death.py VICTIM [exit|finalize|os_exit]
+    python put_stream_death.py VICTIM [exit|finalize|os_exit|now]
 
 Each PE streams non-blocking 256 KiB puts at every other PE, a quiet every few rounds, no
 barrier; once the stream runs, PE VICTIM SIGKILLs itself in the middle of it. A survivor must
@@ -45,7 +45,8 @@ def main(victim: int, how: str) -> int:
     except Exception as exc:  # noqa: BLE001 - the point is which error arrives
         print(f"PE {me} caught {type(exc).__name__} after {time.monotonic() - last_ok:.2f} s: {exc}", flush=True)
         # Stay a moment: the other survivors must see the victim's death first, not this exit.
-        time.sleep(1.5)
+        if how != "now":  # "now": leave at once, as a program that does not expect this would
+            time.sleep(1.5)
         if how == "finalize":
             sh.finalize()
         if how == "os_exit":

@@ -11,6 +11,7 @@
 #include <array>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,6 +52,10 @@ class StoreServer {
   int port() const { return port_; }
   // Waits until `n` ranks have said goodbye (or timeout_s passes); then stopping is safe.
   bool wait_goodbyes(int n, double timeout_s);
+  // The launcher saw `rank`'s process end with exit status `code`: a wait for a key of that
+  // rank that is not there ends at once, naming it (a rank that exits before it ever joins
+  // would otherwise leave the others waiting the whole bootstrap timeout).
+  void rank_exited(int rank, int code);
   void stop();
 
  private:
@@ -64,6 +69,7 @@ class StoreServer {
   std::condition_variable cv_;
   std::map<std::string, std::string> kv_;
   std::map<int, bool> rank_gone_;  // rank -> disconnected without saying goodbye
+  std::map<int, int> exited_;      // rank -> exit status its launcher saw
   int goodbyes_ = 0;
   std::unique_ptr<net::Acceptor> acceptor_;  // last: its threads use everything above
 };
@@ -71,8 +77,10 @@ class StoreServer {
 class StoreClient {
  public:
   // Connects and authenticates as `rank`, retrying broken attempts until timeout_s. Throws
-  // kRemote when the store refuses the secret, kTimeout when it never answers.
-  StoreClient(const std::string& host, int port, const JobSecret& secret, int rank, double timeout_s);
+  // kRemote when the store refuses the secret, kTimeout when it never answers. `host_rank`:
+  // the rank whose process hosts the store (-1: a launcher does), named when the store is gone.
+  StoreClient(const std::string& host, int port, const JobSecret& secret, int rank, double timeout_s,
+              int host_rank = -1);
   ~StoreClient();
   StoreClient(const StoreClient&) = delete;
   StoreClient& operator=(const StoreClient&) = delete;
@@ -88,9 +96,14 @@ class StoreClient {
   const JobSecret& secret() const { return secret_; }
 
  private:
+  // Runs one request/reply on the connection; a broken connection to a rank-hosted store is
+  // an error naming the host rank.
+  void talk(const std::function<void()>& exchange);
+
   std::mutex mu_;
   int fd_ = -1;
   int rank_;
+  int host_rank_ = -1;
   std::string address_;
   JobSecret secret_;
 };

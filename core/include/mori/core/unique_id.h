@@ -31,8 +31,9 @@ UniqueIdFields parse_unique_id(const uint8_t* data, size_t size);
 // Bootstrap of rank `rank` of `nranks` through the store named by `uid`.
 std::unique_ptr<Bootstrap> bootstrap_from_unique_id(const uint8_t* uid, size_t size, int rank, int nranks);
 // Bootstrap through a store at host:port (hosted by `mori run` or a rank); host_locally
-// makes this rank start the server itself (env-var launches without a launcher store).
+// makes this rank start the server itself (env-var launches without a launcher store), and
+// `store_rank` names the rank that hosts it (-1: a launcher), for errors when it is gone.
 std::unique_ptr<Bootstrap> bootstrap_from_store(const std::string& host, int port, const JobSecret& secret, int rank,
-                                                int nranks, bool host_locally);
+                                                int nranks, bool host_locally, int store_rank = -1);
 
 }  // namespace mori
