@@ -2,8 +2,10 @@
 #include "umbp/src/dram_tier.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "mori/core/copy.h"
+#include "mori/core/env.h"
 #include "mori/core/log.h"
 #include "mori/core/status.h"
 #include "umbp/src/checksum.h"
@@ -42,6 +44,13 @@ HostBufferOptions arena_options(const DramConfig& c) {
   o.numa_node = c.numa_node;
   o.prefault = c.prefault;
   return o;
+}
+
+// MORI_COPY_THREADS, or the host's cores up to 4 (more rarely pays: the copies are bandwidth-bound).
+int copy_threads() {
+  const int64_t set = env::get().copy_threads;
+  if (set > 0) return static_cast<int>(set);
+  return static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 4));
 }
 
 }  // namespace
@@ -147,6 +156,28 @@ std::optional<size_t> DramTier::reserve(size_t size) {
   }
 }
 
+// Runs a call's copies. Copies that together outgrow the caches (or, into the arena, any value
+// past the L2) use non-temporal stores; a call moving more than that is spread over the copy team
+// when no other call holds it (one core's copy does not reach the memory's bandwidth).
+void DramTier::copy_all(const std::vector<Copy>& copies, bool to_arena) {
+  size_t total = 0;
+  for (const Copy& c : copies) total += c.n;
+  const bool streaming = total >= streaming_copy_min();
+  auto one = [&](const Copy& c) {
+    if (streaming || (to_arena && c.n >= kStreamingValueMin))
+      copy_streaming(c.dst, c.src, c.n);
+    else
+      copy_bytes(c.dst, c.src, c.n);
+  };
+  std::unique_lock<std::mutex> team_lock(team_mu_, std::defer_lock);
+  if (!streaming || copies.size() < 2 || !team_lock.try_lock()) {
+    for (const Copy& c : copies) one(c);
+    return;
+  }
+  if (!team_) team_ = std::make_unique<ThreadTeam>(copy_threads());
+  team_->run(static_cast<int>(copies.size()), [&](int i) { one(copies[static_cast<size_t>(i)]); });
+}
+
 void DramTier::put(const std::string* keys, const uintptr_t* srcs, const size_t* sizes, const int* depths, size_t n,
                    bool copy_hold, PutOutcome* outcomes, Block** held) {
   std::vector<Block*> fresh(n, nullptr);
@@ -176,23 +207,18 @@ void DramTier::put(const std::string* keys, const uintptr_t* srcs, const size_t*
       outcomes[i] = PutOutcome::kStored;
     }
   }
-  size_t total = 0;
+  std::vector<Copy> copies;
+  copies.reserve(n);
   for (size_t i = 0; i < n; ++i)
-    if (fresh[i]) total += fresh[i]->size;
-  // A call that moves more than the caches hold streams past them (the arena is not read soon).
-  const bool streaming = total >= streaming_copy_min();
-  for (size_t i = 0; i < n; ++i) {
-    Block* b = fresh[i];
-    if (!b) continue;
-    if (streaming)
-      copy_streaming(b->data, reinterpret_cast<const void*>(srcs[i]), b->size);
-    else
-      copy_bytes(b->data, reinterpret_cast<const void*>(srcs[i]), b->size);
-    if (verify_checksums_) {
-      b->checksum = value_checksum(b->data, b->size);
-      b->has_checksum = true;
-    }
-  }
+    if (fresh[i]) copies.push_back({fresh[i]->data, reinterpret_cast<const char*>(srcs[i]), fresh[i]->size});
+  // The arena is not read again soon: a value past the L2 streams past the caches whatever the call's size.
+  copy_all(copies, /*to_arena=*/true);
+  if (verify_checksums_)
+    for (size_t i = 0; i < n; ++i)
+      if (Block* b = fresh[i]) {
+        b->checksum = value_checksum(b->data, b->size);
+        b->has_checksum = true;
+      }
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < n; ++i) {
     Block* b = fresh[i];
@@ -227,11 +253,10 @@ size_t DramTier::get(const std::string* keys, const uintptr_t* dsts, const size_
       pinned[i] = b;
     }
   }
-  size_t count = 0, total = 0;
-  for (size_t i = 0; i < n; ++i)
-    if (pinned[i]) total += pinned[i]->size;
-  const bool streaming = total >= streaming_copy_min();
+  size_t count = 0;
   std::vector<bool> corrupt;
+  std::vector<Copy> copies;
+  copies.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     Block* b = pinned[i];
     hits[i] = false;
@@ -241,13 +266,11 @@ size_t DramTier::get(const std::string* keys, const uintptr_t* dsts, const size_
       corrupt[i] = true;
       continue;  // nothing written to the caller
     }
-    if (streaming)
-      copy_streaming(reinterpret_cast<void*>(dsts[i]), b->data, b->size);
-    else
-      copy_bytes(reinterpret_cast<void*>(dsts[i]), b->data, b->size);
+    copies.push_back({reinterpret_cast<char*>(dsts[i]), b->data, b->size});
     hits[i] = true;
     ++count;
   }
+  copy_all(copies, /*to_arena=*/false);  // still pinned: no eviction or clear can free them
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < n; ++i) {
     Block* b = pinned[i];

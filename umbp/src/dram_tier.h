@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "mori/core/heap_allocator.h"
+#include "mori/core/thread_team.h"
 #include "mori/umbp/config.h"
 #include "umbp/src/host_mem_allocator.h"
 
@@ -88,6 +89,15 @@ class DramTier {
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
 
+  struct Copy {
+    char* dst;
+    const char* src;
+    size_t n;
+  };
+  // Values this large are copied into the arena with non-temporal stores even alone.
+  static constexpr size_t kStreamingValueMin = size_t{1} << 20;
+  void copy_all(const std::vector<Copy>& copies, bool to_arena);
+
   bool evictable(const Block* b) const;
   Block* pick_victim() const;
   void evict(Block* b);
@@ -106,6 +116,9 @@ class DramTier {
   HostMemAllocator host_;
   HostBufferHandle arena_;
   char* base_ = nullptr;
+
+  std::mutex team_mu_;                // one call at a time spreads its copies over the team
+  std::unique_ptr<ThreadTeam> team_;  // made by the first call that needs it
 
   mutable std::mutex mu_;
   HeapAllocator heap_;

@@ -26,7 +26,7 @@
 
 #include "mori/ep/config.h"
 #include "mori/ep/dtype.h"
-#include "mori/ep/thread_team.h"
+#include "mori/core/thread_team.h"
 
 namespace mori::shmem {
 class Runtime;

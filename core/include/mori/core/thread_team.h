@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// A small persistent team of threads for the CPU kernels: run(n, fn) calls fn(0..n-1)
+// A small persistent team of threads (EP's CPU kernels, UMBP's large copies): run(n, fn) calls fn(0..n-1)
 // spread over the team (the calling thread works too) and returns when all are done.
 #pragma once
 
@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-namespace mori::ep {
+namespace mori {
 
 class ThreadTeam {
  public:
@@ -41,4 +41,4 @@ class ThreadTeam {
   std::exception_ptr error_;
 };
 
-}  // namespace mori::ep
+}  // namespace mori

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
-#include "mori/ep/thread_team.h"
+#include "mori/core/thread_team.h"
 
-namespace mori::ep {
+namespace mori {
 
 ThreadTeam::ThreadTeam(int threads) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
@@ -74,4 +74,4 @@ void ThreadTeam::run(int tasks, const std::function<void(int)>& fn) {
   if (err) std::rethrow_exception(err);
 }
 
-}  // namespace mori::ep
+}  // namespace mori
