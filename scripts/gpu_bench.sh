@@ -6,6 +6,7 @@
 #          (MORI_EP_COMBINE_STAGING=pipelined) for the external and fp8 combines
 #   ccl    `mori bench ccl --gpu` (all-gather sweep, other collectives, GEMM overlap)
 #   io     `mori bench io --gpu` (MORI-IO on GPU memory between two processes vs a device copy)
+#   umbp   `mori bench umbp` on the host's cores (MORI-UMBP vs memcpy, raw reads and Mooncake Store)
 # Logs and JSON go to $OUT/results.tgz (default OUT: bench-results/), a summary to stdout.
 # Tests and benchmarks use every GPU of the node. On 8 GPUs the whole script outlasts a
 # 10-minute call: run `STEPS=tests` and `STEPS="ep ccl"` as two calls.
@@ -14,9 +15,9 @@ set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-bench-results}
 PY=${PYTHON:-python3}
-STEPS=${STEPS:-tests ep ccl io}
+STEPS=${STEPS:-tests ep ccl io umbp}
 EP_SHAPES=${EP_SHAPES:-264x16}
-TESTS=${TESTS:-tests/ep/test_ep_gpu_op.py tests/collectives/test_ccl_gpu.py tests/gpu tests/io/test_io_gpu.py}
+TESTS=${TESTS:-tests/ep/test_ep_gpu_op.py tests/collectives/test_ccl_gpu.py tests/gpu tests/io/test_io_gpu.py tests/umbp/test_local_gpu.py}
 mkdir -p "$OUT"
 RES=$(mktemp -d)
 trap 'tar czf "$OUT/results.tgz" -C "$RES" .' EXIT
@@ -57,6 +58,9 @@ for s in $STEPS; do
       step ccl timeout 400 $PY -m mori.apps.cli bench ccl --gpu --json "$RES/ccl.json" && tail -40 "$RES/ccl.log" ;;
     io)
       step io timeout 300 $PY -m mori.apps.cli bench io --gpu --json "$RES/io-gpu.json" && tail -25 "$RES/io.log" ;;
+    umbp)
+      step umbp timeout 400 $PY -m mori.apps.cli bench umbp --ssd-dir "${UMBP_BENCH_DIR:-/tmp}" \
+        --json "$RES/umbp.json" && tail -70 "$RES/umbp.log" ;;
   esac
 done
 exit $rc
