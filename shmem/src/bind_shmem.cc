@@ -93,11 +93,16 @@ constexpr size_t kReleaseGilBytes = 64 * 1024;  // below this, dropping the GIL 
 void bind_shmem_gpu(py::module_& m);  // bind_shmem_gpu.cc
 
 void bind_shmem(py::module_& m) {
-  m.def("init_single", [] { Runtime::init(make_single_bootstrap()); }, "Initialize a job of one PE.");
+  // The inits wait for the other PEs (up to MORI_BOOTSTRAP_TIMEOUT) without the GIL: another
+  // thread of the process keeps running meanwhile (and is told at once if it tries to be a
+  // second PE, see shmem/api.py), instead of the whole interpreter stopping for the timeout.
+  m.def("init_single", [] { Runtime::init(make_single_bootstrap()); }, py::call_guard<py::gil_scoped_release>(),
+        "Initialize a job of one PE.");
   m.def(
       "init_unique_id",
       [](py::bytes uid, int rank, int nranks) {
         std::string s = uid;
+        py::gil_scoped_release nogil;
         auto b = bootstrap_from_unique_id(reinterpret_cast<const uint8_t*>(s.data()), s.size(), rank, nranks);
         Runtime::init(std::move(b));
       },
@@ -106,6 +111,7 @@ void bind_shmem(py::module_& m) {
       "init_store",
       [](const std::string& host, int port, const std::string& secret_hex, int rank, int nranks, bool host_locally,
          int store_rank) {
+        py::gil_scoped_release nogil;
         auto b = bootstrap_from_store(host, port, secret_from_hex(secret_hex), rank, nranks, host_locally, store_rank);
         Runtime::init(std::move(b));
       },

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """MORI's single-process multi-thread mode (one thread per PE) is not supported: the second
-thread's init must be a clear error at once, not a deadlock. Thread A starts an init as PE 0 of
+thread's init must be a clear error at once, not a deadlock, and the first thread's init waits
+without the GIL (the other threads of the process keep running). Thread A starts an init as PE 0 of
 2 (it waits for a PE 1 that never comes, until MORI_BOOTSTRAP_TIMEOUT); thread B, while A is
 inside, asks to be PE 1. Launch: MORI_BOOTSTRAP_TIMEOUT=5 python ep_threads_as_pes.py
 """
@@ -30,6 +31,15 @@ def main() -> int:
     while api._init_pending is None:  # A is inside its init (not a timing guess: the state says so)
         assert a.is_alive() and time.monotonic() < deadline, f"thread A never started its init: {outcome}"
         time.sleep(0.001)
+    # A's init waits for PE 1 without the GIL (issue 29 item 17: it held it for the whole
+    # bootstrap timeout, so no other thread of the process ran): this thread keeps ticking.
+    time.sleep(0.3)  # A is now inside the native wait
+    ticks, t_ticks = 0, time.monotonic()
+    while time.monotonic() - t_ticks < 0.5:
+        ticks += 1
+        time.sleep(0.005)
+    assert a.is_alive(), f"thread A's init ended early: {outcome}"
+    assert ticks >= 20, f"this thread ran {ticks} times in 0.5 s while thread A waited in init (the GIL is held)"
     t0 = time.monotonic()
     pe(1)
     took = time.monotonic() - t0
