@@ -157,25 +157,38 @@ std::optional<size_t> DramTier::reserve(size_t size) {
 }
 
 // Runs a call's copies. Copies that together outgrow the caches (or, into the arena, any value
-// past the L2) use non-temporal stores; a call moving more than that is spread over the copy team
-// when no other call holds it (one core's copy does not reach the memory's bandwidth).
+// of kStreamingValueMin or more) use non-temporal stores. A call moving kParallelCopyMin or more
+// is cut into pieces spread over the copy team, when no other call holds it: one core's copy
+// reaches neither the caches' nor the memory's bandwidth.
 void DramTier::copy_all(const std::vector<Copy>& copies, bool to_arena) {
   size_t total = 0;
   for (const Copy& c : copies) total += c.n;
   const bool streaming = total >= streaming_copy_min();
-  auto one = [&](const Copy& c) {
-    if (streaming || (to_arena && c.n >= kStreamingValueMin))
+  auto one = [&](const Copy& c, size_t value_size) {
+    if (streaming || (to_arena && value_size >= kStreamingValueMin))
       copy_streaming(c.dst, c.src, c.n);
     else
       copy_bytes(c.dst, c.src, c.n);
   };
   std::unique_lock<std::mutex> team_lock(team_mu_, std::defer_lock);
-  if (!streaming || copies.size() < 2 || !team_lock.try_lock()) {
-    for (const Copy& c : copies) one(c);
+  if (total < kParallelCopyMin || copy_threads() < 2 || !team_lock.try_lock()) {
+    for (const Copy& c : copies) one(c, c.n);
     return;
   }
+  struct Piece {
+    Copy part;
+    size_t value_size;
+  };
+  std::vector<Piece> pieces;
+  pieces.reserve(copies.size() + total / kCopyPiece);
+  for (const Copy& c : copies)
+    for (size_t off = 0; off < c.n; off += kCopyPiece)
+      pieces.push_back({{c.dst + off, c.src + off, std::min(kCopyPiece, c.n - off)}, c.n});
   if (!team_) team_ = std::make_unique<ThreadTeam>(copy_threads());
-  team_->run(static_cast<int>(copies.size()), [&](int i) { one(copies[static_cast<size_t>(i)]); });
+  team_->run(static_cast<int>(pieces.size()), [&](int i) {
+    const Piece& p = pieces[static_cast<size_t>(i)];
+    one(p.part, p.value_size);
+  });
 }
 
 void DramTier::put(const std::string* keys, const uintptr_t* srcs, const size_t* sizes, const int* depths, size_t n,

@@ -96,6 +96,9 @@ class DramTier {
   };
   // Values this large are copied into the arena with non-temporal stores even alone.
   static constexpr size_t kStreamingValueMin = size_t{1} << 20;
+  // A call moving this much is spread over the copy team, in pieces of kCopyPiece.
+  static constexpr size_t kParallelCopyMin = size_t{4} << 20;
+  static constexpr size_t kCopyPiece = size_t{1} << 20;
   void copy_all(const std::vector<Copy>& copies, bool to_arena);
 
   bool evictable(const Block* b) const;
