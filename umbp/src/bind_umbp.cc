@@ -18,6 +18,8 @@
 namespace py = pybind11;
 using namespace mori::umbp;
 
+py::dict umbp_stats_dict(const ClientStats& s);  // below; bind_umbp_server.cc uses it too
+
 namespace {
 
 // UMBPClient as Python holds it: close() drops the store (draining its SSD copies) once the
@@ -63,18 +65,6 @@ size_t matched_hash_count(const ExternalKvMatch& m) {
   return distinct.size();
 }
 
-py::dict stats_dict(const ClientStats& s) {
-  py::dict d;
-#define MORI_UMBP_STAT(f) d[#f] = s.f;
-  MORI_UMBP_STAT(puts) MORI_UMBP_STAT(put_bytes) MORI_UMBP_STAT(gets) MORI_UMBP_STAT(get_bytes)
-  MORI_UMBP_STAT(dram_hits) MORI_UMBP_STAT(ssd_hits) MORI_UMBP_STAT(misses) MORI_UMBP_STAT(corrupt_reads)
-  MORI_UMBP_STAT(dram_evictions) MORI_UMBP_STAT(ssd_evictions) MORI_UMBP_STAT(put_refusals)
-  MORI_UMBP_STAT(ssd_copies) MORI_UMBP_STAT(ssd_copy_failures) MORI_UMBP_STAT(dram_used_bytes)
-  MORI_UMBP_STAT(dram_capacity_bytes) MORI_UMBP_STAT(dram_keys) MORI_UMBP_STAT(ssd_used_bytes)
-  MORI_UMBP_STAT(ssd_capacity_bytes) MORI_UMBP_STAT(ssd_keys)
-#undef MORI_UMBP_STAT
-  return d;
-}
 
 void bind_enums(py::module_& m) {
   py::enum_<HostBufferBacking>(m, "UMBPHostBufferBacking")
@@ -402,7 +392,7 @@ void bind_client(py::module_& m) {
               py::gil_scoped_release nogil;
               s = c.with([](Client& x) { return x.stats(); });
             }
-            return stats_dict(s);
+            return umbp_stats_dict(s);
           },
           "the store's counters and gauges (dict)")
       .def("close", &PyClient::close, Release(),
@@ -415,6 +405,20 @@ void bind_client(py::module_& m) {
 }
 
 }  // namespace
+
+// A store's counters as a dict (UMBPClient.stats(), the per-host server's stats()).
+py::dict umbp_stats_dict(const ClientStats& s) {
+  py::dict d;
+#define MORI_UMBP_STAT(f) d[#f] = s.f;
+  MORI_UMBP_STAT(puts) MORI_UMBP_STAT(put_bytes) MORI_UMBP_STAT(gets) MORI_UMBP_STAT(get_bytes)
+  MORI_UMBP_STAT(dram_hits) MORI_UMBP_STAT(ssd_hits) MORI_UMBP_STAT(misses) MORI_UMBP_STAT(corrupt_reads)
+  MORI_UMBP_STAT(dram_evictions) MORI_UMBP_STAT(ssd_evictions) MORI_UMBP_STAT(put_refusals)
+  MORI_UMBP_STAT(ssd_copies) MORI_UMBP_STAT(ssd_copy_failures) MORI_UMBP_STAT(dram_used_bytes)
+  MORI_UMBP_STAT(dram_capacity_bytes) MORI_UMBP_STAT(dram_keys) MORI_UMBP_STAT(ssd_used_bytes)
+  MORI_UMBP_STAT(ssd_capacity_bytes) MORI_UMBP_STAT(ssd_keys)
+#undef MORI_UMBP_STAT
+  return d;
+}
 
 void bind_umbp(py::module_& m) {
   bind_enums(m);

@@ -12,6 +12,8 @@
 namespace py = pybind11;
 using namespace mori::umbp;
 
+py::dict umbp_stats_dict(const ClientStats& s);  // bind_umbp.cc
+
 namespace {
 
 py::dict counters_dict(const ServerCounters& c) {
@@ -23,19 +25,6 @@ py::dict counters_dict(const ServerCounters& c) {
   d["errors"] = c.errors;
   d["bad_frames"] = c.bad_frames;
   d["regions"] = c.regions;
-  return d;
-}
-
-py::dict store_stats_dict(const ClientStats& s) {
-  py::dict d;
-#define MORI_UMBP_STAT(f) d[#f] = s.f;
-  MORI_UMBP_STAT(puts) MORI_UMBP_STAT(put_bytes) MORI_UMBP_STAT(gets) MORI_UMBP_STAT(get_bytes)
-  MORI_UMBP_STAT(dram_hits) MORI_UMBP_STAT(ssd_hits) MORI_UMBP_STAT(misses) MORI_UMBP_STAT(corrupt_reads)
-  MORI_UMBP_STAT(dram_evictions) MORI_UMBP_STAT(ssd_evictions) MORI_UMBP_STAT(put_refusals)
-  MORI_UMBP_STAT(ssd_copies) MORI_UMBP_STAT(ssd_copy_failures) MORI_UMBP_STAT(dram_used_bytes)
-  MORI_UMBP_STAT(dram_capacity_bytes) MORI_UMBP_STAT(dram_keys) MORI_UMBP_STAT(ssd_used_bytes)
-  MORI_UMBP_STAT(ssd_capacity_bytes) MORI_UMBP_STAT(ssd_keys)
-#undef MORI_UMBP_STAT
   return d;
 }
 
@@ -51,7 +40,7 @@ void bind_umbp_server(py::module_& m) {
            "Stop serving: close every connection, unmap every worker region, remove the socket. Idempotent.")
       .def("counters", [](const StandaloneServer& s) { return counters_dict(s.counters()); },
            "Connections, refusals, requests, errors, bad frames, mapped regions.")
-      .def("stats", [](const StandaloneServer& s) { return store_stats_dict(s.store_stats()); },
+      .def("stats", [](const StandaloneServer& s) { return umbp_stats_dict(s.store_stats()); },
            "The wrapped store's counters (UMBPClient.stats() of a worker shows the same).");
 
   m.def(
