@@ -477,12 +477,15 @@ struct SsdTier::Impl {
     }
     std::vector<ReadOp> ops;
     ops.reserve(pending.size() * 2);
+    // One value is read with O_DIRECT even without io_uring: one request of its whole size to the
+    // device instead of the page cache's readahead steps (batches without io_uring keep readahead).
+    const bool direct = read_direct || pending.size() == 1;
     for (size_t p = 0; p < pending.size(); ++p) {
       const Location& loc = pending[p].loc;
       auto* dst = static_cast<char*>(dsts[pending[p].i]);
       const Segment& seg = *loc.segment;
       uint64_t whole = 0;
-      if (read_direct && seg.direct_fd >= 0 && reinterpret_cast<uintptr_t>(dst) % seg.direct_mem_align == 0)
+      if (direct && seg.direct_fd >= 0 && reinterpret_cast<uintptr_t>(dst) % seg.direct_mem_align == 0)
         whole = loc.size / kRecordAlign * kRecordAlign;
       if (whole > 0) ops.push_back(ReadOp{seg.direct_fd, dst, whole, loc.value_offset, p});
       if (whole < loc.size) ops.push_back(ReadOp{seg.fd, dst + whole, loc.size - whole, loc.value_offset + whole, p});
