@@ -339,6 +339,10 @@ void StandaloneServer::dispatch(Session& s, uint16_t op_code, const char* payloa
       MORI_CHECK_ARG(size > 0, "register_memory: size must be > 0");
       MORI_CHECK_ARG(s.regions.size() < kMaxRegionsPerWorker, "register_memory: at most %zu regions per worker",
                      kMaxRegionsPerWorker);
+      // A file that later shrank under the mapping would fault the server: forbid it where the
+      // file allows seals (core's SharedSegment, so UMBPHostMemAllocator's buffers, is sealed at its
+      // size already), and only then read the size the bounds are checked against.
+      ::fcntl(passed_fd, F_ADD_SEALS, F_SEAL_SHRINK);
       struct stat st {};
       if (::fstat(passed_fd, &st) != 0) raise_errno("register_memory: fstat of the worker's memory file");
       MORI_CHECK_ARG(S_ISREG(st.st_mode), "register_memory: the descriptor is not a memory file");
@@ -347,9 +351,6 @@ void StandaloneServer::dispatch(Session& s, uint16_t op_code, const char* payloa
                      "register_memory: [offset %" PRIu64 ", +%" PRIu64 ") runs past the memory file's %" PRId64
                      " bytes",
                      fd_offset, size, static_cast<int64_t>(st.st_size));
-      // A file that later shrank under the mapping would fault the server: forbid it where the
-      // file allows seals (memfds created with MFD_ALLOW_SEALING).
-      ::fcntl(passed_fd, F_ADD_SEALS, F_SEAL_SHRINK);
       // Huge-page memory files (hugetlbfs) map only at multiples of their page: st_blksize.
       uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
       const auto blk = static_cast<uint64_t>(st.st_blksize);
