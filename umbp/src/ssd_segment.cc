@@ -55,10 +55,13 @@ bool Segment::open(const std::string& file_path, uint64_t segment_id, bool creat
   inode = sx.stx_ino;
   size = sx.stx_size;
   // Values sit at 4 KiB offsets: O_DIRECT works when the file system asks for no more than that.
-  if ((sx.stx_mask & STATX_DIOALIGN) && sx.stx_dio_offset_align != 0 && sx.stx_dio_offset_align <= kRecordAlign &&
-      sx.stx_dio_mem_align != 0 && sx.stx_dio_mem_align <= kRecordAlign) {
+  // Where statx does not report the alignments (overlay and some container file systems), O_DIRECT is
+  // tried with 4 KiB: a refusal shows up as EINVAL on the first read, which turns it off (direct_refused).
+  const bool reported = (sx.stx_mask & STATX_DIOALIGN) && sx.stx_dio_offset_align != 0;
+  if (!reported || (sx.stx_dio_offset_align <= kRecordAlign && sx.stx_dio_mem_align != 0 &&
+                    sx.stx_dio_mem_align <= kRecordAlign)) {
     direct_fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
-    if (direct_fd >= 0) direct_mem_align = sx.stx_dio_mem_align;
+    if (direct_fd >= 0) direct_mem_align = reported ? sx.stx_dio_mem_align : kRecordAlign;
   }
   return true;
 }

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -26,7 +27,8 @@ struct Segment {
   std::string path;
   int fd = -1;             // buffered: appends, scans, reads into unaligned memory
   int direct_fd = -1;      // O_DIRECT reads; -1 where the file system refuses them
-  size_t direct_mem_align = 0;  // the memory alignment O_DIRECT asks for (statx)
+  size_t direct_mem_align = 0;  // the memory alignment O_DIRECT asks for (statx, else 4 KiB)
+  std::atomic<bool> direct_refused{false};  // an O_DIRECT read got EINVAL: read through fd from then on
   ino_t inode = 0;
   uint64_t size = 0;       // bytes the file takes (appended, or found on disk)
   uint64_t scanned = 0;    // a reader: the offset its next scan starts at

@@ -485,7 +485,8 @@ struct SsdTier::Impl {
       auto* dst = static_cast<char*>(dsts[pending[p].i]);
       const Segment& seg = *loc.segment;
       uint64_t whole = 0;
-      if (direct && seg.direct_fd >= 0 && reinterpret_cast<uintptr_t>(dst) % seg.direct_mem_align == 0)
+      if (direct && seg.direct_fd >= 0 && !seg.direct_refused.load(std::memory_order_relaxed) &&
+          reinterpret_cast<uintptr_t>(dst) % seg.direct_mem_align == 0)
         whole = loc.size / kRecordAlign * kRecordAlign;
       if (whole > 0) ops.push_back(ReadOp{seg.direct_fd, dst, whole, loc.value_offset, p});
       if (whole < loc.size) ops.push_back(ReadOp{seg.fd, dst + whole, loc.size - whole, loc.value_offset + whole, p});
@@ -495,8 +496,10 @@ struct SsdTier::Impl {
     reader.read_all(ops, [&](const ReadOp& op) {
       Pending& p = pending[op.tag];
       int error = op.error;
-      if (error == EINVAL && op.fd == p.loc.segment->direct_fd)  // O_DIRECT refused after all
+      if (error == EINVAL && op.fd == p.loc.segment->direct_fd) {  // O_DIRECT refused after all
+        p.loc.segment->direct_refused.store(true, std::memory_order_relaxed);
         error = ssd::pread_all(p.loc.segment->fd, op.dst, op.size, op.offset);
+      }
       if (error) p.error = error;
       if (--p.ops_left > 0) return;
       // The value is whole: verify it while the other reads are still in flight.
