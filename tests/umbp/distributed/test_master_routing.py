@@ -158,3 +158,24 @@ def test_dead_client_is_dropped_with_its_keys():
             time.sleep(0.1)
         assert list(stub.BatchLookup(pb.BatchLookupRequest(keys=[ka, kb]), timeout=5).found) == [False, True]
         assert a.heartbeat().status == pb.CLIENT_STATUS_UNKNOWN, "a reaped client must register again"
+
+
+def test_redis_backed_masters_share_state_and_restart_warm(redis_pair):  # noqa: F811
+    from mori.umbp.distributed.master_store_redis import RedisMetadataStore, RedisSettings
+
+    settings = RedisSettings(shard_uris=[r.uri for r in redis_pair], namespace=uid("warm"), block_shards=8)
+    keys = [uid("k") for _ in range(20)]
+    with running_master(store=RedisMetadataStore(settings)) as first:
+        a = PeerSession(first.address, uid("a"), {DRAM: (GIB, GIB)})
+        a.heartbeat([("add", k, DRAM, i + 1) for i, k in enumerate(keys)])
+        with running_master(store=RedisMetadataStore(settings)) as second:  # a second master, same store
+            got = _batch_get(_stub(second.address), keys)
+            assert got == [(a.node_id, a.peer_address, DRAM, i + 1) for i in range(20)]
+    # every master gone; a new one serves at once, the peer's session continues
+    with running_master(store=RedisMetadataStore(settings)) as third:
+        assert _batch_get(_stub(third.address), keys)[7] == (a.node_id, a.peer_address, DRAM, 8)
+        a.channel = grpc.insecure_channel(third.address)
+        a.stub = pb_grpc.UMBPMasterStub(a.channel)
+        r = a.heartbeat([("remove", keys[0], DRAM, 0)])
+        assert (r.status, r.acked_seq, r.request_full_sync) == (pb.CLIENT_STATUS_ALIVE, 2, False)
+        assert _batch_get(_stub(third.address), keys[:2])[0] is None
