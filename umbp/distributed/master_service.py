@@ -249,7 +249,8 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
         now = time.time()
         copies = s.store.route_get_batch(keys, frozenset(exclude), now, now + s.settings.lease_duration_s)
         alive = s.alive()
-        return [s.get_router.choose(c, alive) if c else None for c in copies]
+        choose = s.get_router.choose
+        return [choose(c, alive) if c else None for c in copies]
 
     @_timed
     def RouteGet(self, request, context):
@@ -267,33 +268,32 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
         keys = list(request.keys)
         locs = self._route_get(request.node_id, keys, request.exclude_nodes) if keys else []
         alive = self.state.alive()
-        resp = pb.BatchRouteGetResponse()
         node_ref: dict[str, int] = {}
-        refs, tiers, sizes = [], [], []
-        misses = 0
+        hits: dict[str, int] = {}
+        nodes, refs, tiers, sizes = [], [], [], []
         for loc in locs:
             if loc is None:
                 refs.append(0)
                 tiers.append(0)
                 sizes.append(0)
-                misses += 1
                 continue
-            ref = node_ref.get(loc.node_id)
+            node_id = loc[0]
+            ref = node_ref.get(node_id)
             if ref is None:
-                client = alive.get(loc.node_id)
-                resp.nodes.add(node_id=loc.node_id, peer_address=client.peer_address if client else "")
-                ref = node_ref[loc.node_id] = len(resp.nodes)
+                client = alive.get(node_id)
+                nodes.append(pb.NodeInfo(node_id=node_id, peer_address=client.peer_address if client else ""))
+                ref = node_ref[node_id] = len(nodes)
+                hits[node_id] = 0
+            hits[node_id] += 1
             refs.append(ref)
-            tiers.append(loc.tier)
-            sizes.append(loc.size)
-        resp.node_ref.extend(refs)
-        resp.tier.extend(tiers)
-        resp.size.extend(sizes)
+            tiers.append(loc[1])
+            sizes.append(loc[2])
+        misses = len(keys) - sum(hits.values())
         if misses:
             self.metrics.route_get_misses.inc(misses)
-        for node_id, ref in node_ref.items():
-            self.metrics.batch_route_get.labels(node_id).inc(refs.count(ref))
-        return resp
+        for node_id, n in hits.items():
+            self.metrics.batch_route_get.labels(node_id).inc(n)
+        return pb.BatchRouteGetResponse(nodes=nodes, node_ref=refs, tier=tiers, size=sizes)
 
     @_timed
     def BatchLookup(self, request, context):

@@ -9,7 +9,7 @@ Times are wall-clock seconds (``time.time()``) so that several masters agree on 
 from __future__ import annotations
 
 import abc
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 from mori.umbp.distributed.master_records import (
     ClientRecord,
@@ -94,9 +94,10 @@ class MetadataStore(abc.ABC):
     # -- block index -----------------------------------------------------------------------
     @abc.abstractmethod
     def route_get_batch(self, keys: list[str], exclude: frozenset[str], now: float,
-                        lease_until: float) -> list[list[Location]]:
-        """Copies of each key on non-excluded nodes; a key found is marked accessed at ``now``
-        and leased (protected from master eviction) until ``lease_until``."""
+                        lease_until: float) -> list[Sequence[Location]]:
+        """Copies of each key on non-excluded nodes, fastest tier first (HBM, DRAM, SSD); a key
+        found is marked accessed at ``now`` and leased (protected from master eviction) until
+        ``lease_until``."""
 
     @abc.abstractmethod
     def lookup_batch(self, keys: list[str]) -> list[bool]:

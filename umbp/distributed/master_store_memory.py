@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Optional
+from typing import Optional, Sequence
 
 from mori.umbp.distributed.master_block_index import BlockIndex
 from mori.umbp.distributed.master_external_kv import InMemoryExternalKv
@@ -117,7 +117,7 @@ class InMemoryMetadataStore(MetadataStore):
 
     # -- block index -----------------------------------------------------------------------
     def route_get_batch(self, keys: list[str], exclude: frozenset[str], now: float,
-                        lease_until: float) -> list[list[Location]]:
+                        lease_until: float) -> list[Sequence[Location]]:
         return self._index.route(keys, exclude, now, lease_until)
 
     def lookup_batch(self, keys: list[str]) -> list[bool]:

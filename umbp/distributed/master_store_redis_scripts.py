@@ -116,43 +116,41 @@ end
 return out
 """
 
-# KEYS[1] = P:count  ARGV: prefix, now, lease_until, exclude ('\n'-joined), keys...
-# -> per key: n, then n x (node, tier, size)
+# KEYS[1] = any key of the endpoint's (or cluster slot's) shards
+# ARGV: now, lease_until, exclude ('\n'-joined), the keys' full hash names (P:k:<key>) '\n'-joined
+# -> one string, a line per key (empty: miss), each copy "node US tier US size" joined by RS
+#    (one reply item instead of 1 + 3n: the client parses it with str.split)
 ROUTE_GET_BATCH = r"""
-local p, now, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local now, lease = ARGV[1], tonumber(ARGV[2])
 local exclude = {}
-for n in string.gmatch(ARGV[4], '[^\n]+') do exclude[n] = true end
-local out = {}
-for i = 5, #ARGV do
-  local k = p .. ':k:' .. ARGV[i]
+for n in string.gmatch(ARGV[3], '[^\n]+') do exclude[n] = true end
+local lines = {}
+for k in string.gmatch(ARGV[4], '[^\n]+') do
   local fields = redis.call('HGETALL', k)
-  local at = #out + 1
-  out[at] = 0
-  local n, cur_lease = 0, 0
+  local copies, cur_lease = {}, 0
   for j = 1, #fields, 2 do
     local f = fields[j]
     if string.sub(f, 1, 2) == 'c:' then
       local rest = string.sub(f, 3)
       local sep = string.find(rest, ':[^:]*$')
-      local node, tier = string.sub(rest, 1, sep - 1), string.sub(rest, sep + 1)
+      local node = string.sub(rest, 1, sep - 1)
       if not exclude[node] then
-        out[#out + 1] = node; out[#out + 1] = tier; out[#out + 1] = fields[j + 1]
-        n = n + 1
+        copies[#copies + 1] = node .. '\31' .. string.sub(rest, sep + 1) .. '\31' .. fields[j + 1]
       end
     elseif f == 'l' then
       cur_lease = tonumber(fields[j + 1])
     end
   end
-  out[at] = n
-  if n > 0 then
+  lines[#lines + 1] = table.concat(copies, '\30')
+  if #copies > 0 then
     if lease > cur_lease then
-      redis.call('HSET', k, 'a', now, 'l', ARGV[3])
+      redis.call('HSET', k, 'a', now, 'l', ARGV[2])
     else
       redis.call('HSET', k, 'a', now)
     end
   end
 end
-return out
+return table.concat(lines, '\n')
 """
 
 # KEYS[1] = P:count  ARGV: prefix, node_id, tier, now -> {key, size, last_access, ...} unleased

@@ -48,7 +48,7 @@ def test_events_feed_the_index_in_seq_order(store):
     # the same key on node b in DRAM: two copies now
     store.apply_heartbeat(b, now, {}, [_bundle(1, [("add", items[0][0], DRAM, items[0][1])])], False, 0)
     routed = store.route_get_batch([k for k, _ in items] + ["missing-" + uid("m")], frozenset(), now, now + 2)
-    assert routed[-1] == []
+    assert not routed[-1]
     assert {(loc.node_id, loc.tier, loc.size) for loc in routed[0]} == {(a, DRAM, items[0][1]), (b, DRAM, items[0][1])}
     for (k, s), locs in zip(items[1:20], routed[1:20]):
         assert [(l.node_id, l.tier, l.size) for l in locs] == [(a, DRAM, s)]
@@ -135,7 +135,7 @@ def test_leases_and_eviction_candidates(store):
     assert {c.key for c in store.eviction_candidates(a, DRAM, now + 4)} == set(keys)
     accessed = {c.key: c.last_access for c in store.eviction_candidates(a, DRAM, now + 4)}
     assert accessed[keys[0]] == pytest.approx(now + 1) and accessed[keys[5]] == pytest.approx(now)
-    assert store.eviction_candidates(a, HBM, now + 4) == []
+    assert not store.eviction_candidates(a, HBM, now + 4)
 
 
 def test_external_kv_index(store):
