@@ -23,6 +23,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class _Exited(RuntimeError):
+    pass
+
+
 class RedisServerProcess:
     """``RedisServerProcess()`` starts one; ``.uri``; ``.stop()`` ends it and removes its dir."""
 
@@ -31,18 +35,26 @@ class RedisServerProcess:
         if path is None:
             raise FileNotFoundError(f"{exe} is not installed (apt-get install redis-server)")
         self.dir = tempfile.mkdtemp(prefix="umbp-redis-")
-        self.port = _free_port()
         self.cluster = cluster
-        args = [path, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
-                "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning"]
-        if cluster:
-            args += ["--cluster-enabled", "yes", "--cluster-config-file", os.path.join(self.dir, "nodes.conf")]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            self._wait_ready(timeout_s)
-        except BaseException:
-            self.stop()
-            raise
+        # A free port can be taken by someone else before redis binds it: try a few.
+        for attempt in range(5):
+            self.port = _free_port()
+            args = [path, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
+                    "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning"]
+            if cluster:
+                args += ["--cluster-enabled", "yes", "--cluster-config-file",
+                         os.path.join(self.dir, f"nodes-{self.port}.conf")]
+            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                self._wait_ready(timeout_s)
+                return
+            except _Exited:
+                continue
+            except BaseException:
+                self.stop()
+                raise
+        self.stop()
+        raise RuntimeError("redis-server could not bind a free port in 5 attempts")
 
     def _wait_ready(self, timeout_s: float) -> None:
         import redis
@@ -51,7 +63,7 @@ class RedisServerProcess:
         c = redis.Redis(port=self.port, socket_timeout=1)
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {self.proc.returncode} on port {self.port}")
+                raise _Exited(f"redis-server exited with {self.proc.returncode} on port {self.port}")
             try:
                 c.ping()
                 break
