@@ -23,6 +23,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from typing import Optional, Sequence
 
@@ -48,7 +49,9 @@ def _wait_port(port: int, timeout: float = 20.0) -> None:
     raise TimeoutError(f"the master did not listen on port {port} within {timeout}s")
 
 
-def _populate(address: str, n_keys: int, n_nodes: int, seed: int) -> list[str]:
+def _populate(address: str, n_keys: int, n_nodes: int, seed: int, stop: threading.Event) -> list[str]:
+    """Register ``n_nodes`` peers holding ``n_keys`` keys between them and keep them alive
+    (heartbeats every second until ``stop``), as real peers would."""
     import grpc
 
     from mori.umbp.proto import require
@@ -56,9 +59,11 @@ def _populate(address: str, n_keys: int, n_nodes: int, seed: int) -> list[str]:
     pb, pb_grpc = require("umbp_pb2"), require("umbp_pb2_grpc")
     stub = pb_grpc.UMBPMasterStub(grpc.insecure_channel(address))
     rng = random.Random(seed)
+    nodes = []
     keys = [f"bench-{seed}-{i}-{rng.getrandbits(48):012x}" for i in range(n_keys)]
     for n in range(n_nodes):
         node = f"bench-node-{seed}-{n}"
+        nodes.append(node)
         stub.RegisterClient(pb.RegisterClientRequest(
             node_id=node, peer_address=f"10.0.0.{n}:17100",
             tier_capacities=[pb.TierCapacity(tier=pb.TIER_DRAM, total_capacity_bytes=1 << 40,
@@ -68,6 +73,16 @@ def _populate(address: str, n_keys: int, n_nodes: int, seed: int) -> list[str]:
             stub.Heartbeat(pb.HeartbeatRequest(node_id=node, bundles=[pb.EventBundle(seq=seq, events=[
                 pb.KvEvent(kind=pb.KvEvent.ADD, key=k, tier=pb.TIER_DRAM, size=360 << 10)
                 for k in mine[i:i + 5000]])]), timeout=60)
+
+    def beat() -> None:
+        while not stop.wait(1.0):
+            for node in nodes:
+                try:
+                    stub.Heartbeat(pb.HeartbeatRequest(node_id=node), timeout=5)
+                except grpc.RpcError:
+                    pass
+
+    threading.Thread(target=beat, name="bench-heartbeats", daemon=True).start()
     return keys
 
 
@@ -150,8 +165,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             env = {"UMBP_METADATA_BACKEND": "redis", "UMBP_REDIS_NAMESPACE": "bench",
                    "UMBP_REDIS_SHARD_URIS": ",".join(r.uri for r in redis_servers)}
         proc, address = _start_master(env)
+        stop = threading.Event()
         try:
-            keys = _populate(address, args.keys, args.nodes, seed=7)
+            keys = _populate(address, args.keys, args.nodes, seed=7, stop=stop)
             for clients in [int(c) for c in args.clients.split(",") if c.strip()]:
                 r = _measure(address, keys, clients, args.batch, args.seconds)
                 if r["misses"]:
@@ -160,6 +176,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                               "keys/s": r["keys_per_s"], "p50 us": r["p50_us"], "p99 us": r["p99_us"],
                               "vs MORI calls/s": r["calls_per_s"] / MORI_PUBLISHED["calls_per_s"], **r})
         finally:
+            stop.set()
             proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(10)
