@@ -30,15 +30,16 @@ class _Exited(RuntimeError):
 class RedisServerProcess:
     """``RedisServerProcess()`` starts one; ``.uri``; ``.stop()`` ends it and removes its dir."""
 
-    def __init__(self, cluster: bool = False, timeout_s: float = 10.0, exe: str = "redis-server") -> None:
+    def __init__(self, cluster: bool = False, timeout_s: float = 10.0, exe: str = "redis-server",
+                 port: int = 0) -> None:
         path = shutil.which(exe)
         if path is None:
             raise FileNotFoundError(f"{exe} is not installed (apt-get install redis-server)")
         self.dir = tempfile.mkdtemp(prefix="umbp-redis-")
         self.cluster = cluster
         # A free port can be taken by someone else before redis binds it: try a few.
-        for attempt in range(5):
-            self.port = _free_port()
+        for attempt in range(5 if port == 0 else 1):
+            self.port = port or _free_port()
             args = [path, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
                     "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning"]
             if cluster:
@@ -54,7 +55,7 @@ class RedisServerProcess:
                 self.stop()
                 raise
         self.stop()
-        raise RuntimeError("redis-server could not bind a free port in 5 attempts")
+        raise RuntimeError(f"redis-server could not bind {'port %d' % port if port else 'a free port'}")
 
     def _wait_ready(self, timeout_s: float) -> None:
         import redis
