@@ -7,6 +7,7 @@ and four Redis instances (UMBP_REDIS_SHARD_URIS). Reports calls/s, keys/s and pe
 
     mori bench umbp --master                          # about 30 s
     mori bench umbp --master --clients 1,4 --seconds 3 --keys 50000 --json out.json
+    mori bench umbp --master --master-workers 8    # Redis rows served by 8 master processes
 
 MORI publishes 17.3k RouteGet/s at p50 462 us for its Redis store with 4 instances and 8 client
 threads (design-redis-metadata-store.md, a dedicated host it does not name): a different
@@ -131,10 +132,11 @@ def _measure(address: str, keys: list[str], clients: int, batch: int, seconds: f
             "mean_us": statistics.fmean(lat) * 1e6, "misses": misses}
 
 
-def _start_master(env_extra: dict) -> tuple[subprocess.Popen, str]:
+def _start_master(env_extra: dict, workers: int = 1) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     env = dict(os.environ, **env_extra)
-    proc = subprocess.Popen([sys.executable, "-m", "mori.umbp.distributed.master_server", f"127.0.0.1:{port}", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "mori.umbp.distributed.master_server", f"127.0.0.1:{port}", "0",
+                             "--workers", str(workers)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_port(port)
     return proc, f"127.0.0.1:{port}"
@@ -149,11 +151,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--keys", type=int, default=20000, help="keys in the index")
     p.add_argument("--nodes", type=int, default=4, help="registered peers the keys are spread over")
     p.add_argument("--seconds", type=float, default=2.0, help="timed seconds per row")
+    p.add_argument("--master-workers", type=int, default=1,
+                   help="master processes sharing the port for the Redis rows (umbp_master --workers)")
     p.add_argument("--json", default=None, help="where to write the JSON (default bench-results/umbp_master.json)")
     args = p.parse_args(argv)
     from mori.umbp.distributed.redis_server import RedisServerProcess
 
-    report = Report("umbp_master", ["backend", "clients", "calls/s", "keys/s", "p50 us", "p99 us", "vs MORI calls/s"])
+    report = Report("umbp_master", ["backend", "master_processes", "clients", "calls/s", "keys/s", "p50 us", "p99 us", "vs MORI calls/s"])
     report.meta.update({"batch": args.batch, "keys": args.keys, "nodes": args.nodes, "cores": os.cpu_count(),
                         "mori_published": MORI_PUBLISHED})
     for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
@@ -164,7 +168,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             redis_servers = [RedisServerProcess() for _ in range(n)]
             env = {"UMBP_METADATA_BACKEND": "redis", "UMBP_REDIS_NAMESPACE": "bench",
                    "UMBP_REDIS_SHARD_URIS": ",".join(r.uri for r in redis_servers)}
-        proc, address = _start_master(env)
+        workers = args.master_workers if backend.startswith("redis") else 1
+        proc, address = _start_master(env, workers)
         stop = threading.Event()
         try:
             keys = _populate(address, args.keys, args.nodes, seed=7, stop=stop)
@@ -172,7 +177,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 r = _measure(address, keys, clients, args.batch, args.seconds)
                 if r["misses"]:
                     raise RuntimeError(f"{backend}: {r['misses']} keys missed; the index lost keys")
-                report.add(**{"backend": backend, "clients": clients, "calls/s": r["calls_per_s"],
+                report.add(**{"backend": backend, "clients": clients, "master_processes": workers, "calls/s": r["calls_per_s"],
                               "keys/s": r["keys_per_s"], "p50 us": r["p50_us"], "p99 us": r["p99_us"],
                               "vs MORI calls/s": r["calls_per_s"] / MORI_PUBLISHED["calls_per_s"], **r})
         finally:
