@@ -11,7 +11,7 @@ import urllib.request
 
 import grpc
 from umbp_master_harness import (
-    DRAM, GIB, SSD, PeerSession, free_port, pb, pb_grpc, running_master, stop_process, uid, wait_port)
+    DRAM, GIB, SSD, PeerSession, free_port, pb, pb_grpc, running_master, uid, wait_port)
 
 from mori.umbp import UMBPTierType
 from mori.umbp.distributed import UMBPMasterClient
