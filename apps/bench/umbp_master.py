@@ -165,7 +165,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         env = {"UMBP_METADATA_BACKEND": "memory"}
         if backend.startswith("redis"):
             n = 4 if backend == "redis4" else 1
-            redis_servers = [RedisServerProcess() for _ in range(n)]
+            try:
+                for _ in range(n):
+                    redis_servers.append(RedisServerProcess())
+            except BaseException:
+                for r in redis_servers:
+                    r.stop()
+                raise
             env = {"UMBP_METADATA_BACKEND": "redis", "UMBP_REDIS_NAMESPACE": "bench",
                    "UMBP_REDIS_SHARD_URIS": ",".join(r.uri for r in redis_servers)}
         workers = args.master_workers if backend.startswith("redis") else 1

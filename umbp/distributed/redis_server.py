@@ -17,6 +17,15 @@ import tempfile
 import time
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the process that started it dies, so a killed test
+    or benchmark leaves no redis-server behind."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -45,7 +54,8 @@ class RedisServerProcess:
             if cluster:
                 args += ["--cluster-enabled", "yes", "--cluster-config-file",
                          os.path.join(self.dir, f"nodes-{self.port}.conf")]
-            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                         preexec_fn=_die_with_parent)
             try:
                 self._wait_ready(timeout_s)
                 return

@@ -70,10 +70,14 @@ class RedisProcess:
 
 @pytest.fixture(scope="session")
 def redis_pair() -> Iterator[list[RedisProcess]]:
-    servers = [RedisProcess(), RedisProcess()]
-    yield servers
-    for s in servers:
-        s.stop()
+    servers: list[RedisProcess] = []
+    try:
+        for _ in range(2):
+            servers.append(RedisProcess())
+        yield servers
+    finally:
+        for s in servers:
+            s.stop()
 
 
 @pytest.fixture(scope="session")
