@@ -106,28 +106,26 @@ class BlockIndex:
               lease_until: float) -> list[tuple]:
         """Per key its copies (fastest tier first), or () on a miss; found keys are touched
         and leased."""
-        out: list[tuple] = [()] * len(keys)
-        nshards = len(self._shards)
-        by_shard: dict[int, list[int]] = {}
-        for i, key in enumerate(keys):
-            by_shard.setdefault(hash(key) % nshards, []).append(i)
-        for s, idx in by_shard.items():
-            shard = self._shards[s]
-            entries = shard.entries
+        out: list[tuple] = []
+        append = out.append
+        shards, nshards = self._shards, len(self._shards)
+        for key in keys:
+            shard = shards[hash(key) % nshards]
             with shard.lock:
-                for i in idx:
-                    entry = entries.get(keys[i])
-                    if entry is None:
+                entry = shard.entries.get(key)
+                if entry is None:
+                    append(())
+                    continue
+                locs = entry.locations
+                if exclude:
+                    locs = tuple(loc for loc in locs if loc.node_id not in exclude)
+                    if not locs:
+                        append(())
                         continue
-                    locs = entry.locations
-                    if exclude:
-                        locs = tuple(loc for loc in locs if loc.node_id not in exclude)
-                        if not locs:
-                            continue
-                    entry.last_access = now
-                    if lease_until > entry.lease_until:
-                        entry.lease_until = lease_until
-                    out[i] = locs
+                entry.last_access = now
+                if lease_until > entry.lease_until:
+                    entry.lease_until = lease_until
+                append(locs)
         return out
 
     def contains(self, keys: list[str]) -> list[bool]:
