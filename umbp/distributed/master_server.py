@@ -31,11 +31,11 @@ from mori.umbp.distributed.master_store_memory import InMemoryMetadataStore
 log = logging.getLogger("mori.umbp.master")
 
 
-def make_store(settings: MasterSettings) -> MetadataStore:
-    """The store UMBP_METADATA_BACKEND names (redis: from the UMBP_REDIS_* settings)."""
+def make_store(settings: MasterSettings, redis_settings=None) -> MetadataStore:
+    """The store UMBP_METADATA_BACKEND names (redis: from the UMBP_REDIS_* settings unless given)."""
     if settings.metadata_backend == "redis":
         from mori.umbp.distributed.master_store_redis import RedisMetadataStore, RedisSettings
-        redis_settings = RedisSettings.from_environment()
+        redis_settings = redis_settings or RedisSettings.from_environment()
         try:
             return RedisMetadataStore(redis_settings)
         except Exception as exc:

@@ -157,3 +157,20 @@ def test_external_kv_index(store):
     assert store.external_kv.hit_counts(hs + hs[:1]) == [(hs[0], 2), (hs[1], 1)]
     assert store.external_kv.drop_stale_hits(now + 6, ttl=3) == 1
     assert store.external_kv.hit_counts(hs) == [(hs[0], 2)]
+
+
+def test_unreachable_redis_is_refused_or_falls_back_as_configured():
+    from umbp_master_harness import fast_settings, free_port
+
+    from mori.umbp.distributed.master_server import make_store as make_configured_store
+    from mori.umbp.distributed.master_store_memory import InMemoryMetadataStore
+    from mori.umbp.distributed.master_store_redis import RedisSettings
+
+    dead = f"redis://127.0.0.1:{free_port()}"
+    settings = fast_settings(metadata_backend="redis")
+    with pytest.raises(RuntimeError, match="UMBP_REDIS_REQUIRED"):
+        make_configured_store(settings, RedisSettings(uri=dead, required=True, connect_timeout_ms=200))
+    store = make_configured_store(settings, RedisSettings(uri=dead, required=False, connect_timeout_ms=200))
+    assert isinstance(store, InMemoryMetadataStore)
+    with pytest.raises(ValueError, match="UMBP_REDIS_CLUSTER"):
+        RedisSettings(cluster=True, shard_uris=[dead]).validate()
