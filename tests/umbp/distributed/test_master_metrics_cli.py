@@ -88,9 +88,12 @@ def _serve_and_query(cmd: list[str], port: int, metrics_port: int) -> None:
 
 
 def test_umbp_master_console_script_and_mori_subcommand():
+    # MORI's tests run the master as UMBP_MASTER_BIN address metrics_port: the installed script
+    script = os.path.join(os.path.dirname(sys.executable), "umbp_master")
+    cmd = [script] if os.path.exists(script) else [
+        sys.executable, "-c", "from mori.umbp.distributed.master_server import main; main()"]
     port, mport = free_port(), free_port()
-    _serve_and_query([sys.executable, "-c", "from mori.umbp.distributed.master_server import main; main()",
-                      f"127.0.0.1:{port}", str(mport)], port, mport)
+    _serve_and_query(cmd + [f"127.0.0.1:{port}", str(mport)], port, mport)
     port, mport = free_port(), free_port()
     _serve_and_query([sys.executable, "-m", "mori.apps.cli", "umbp-master", f"127.0.0.1:{port}", str(mport)],
                      port, mport)
