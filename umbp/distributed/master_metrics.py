@@ -91,6 +91,23 @@ class _ReportedMetrics:
                 yield m
 
 
+class _LiveExternalKv:
+    """mori_umbp_external_kv_live_count{node}, read from the store when scraped."""
+
+    def __init__(self, counts) -> None:
+        self._counts = counts
+
+    def collect(self):
+        m = GaugeMetricFamily("mori_umbp_external_kv_live_count", "Live external KV block count", labels=["node"])
+        try:
+            counts = self._counts()
+        except Exception:  # noqa: BLE001 - a store outage must not break the whole scrape
+            counts = {}
+        for node, n in sorted(counts.items()):
+            m.add_metric([node], n)
+        yield m
+
+
 class MasterMetrics:
     """Every family the master exports, in its own registry."""
 
@@ -168,6 +185,10 @@ class MasterMetrics:
         self.reported = _ReportedMetrics()
         r.register(self.reported)
         self._server = None
+
+    def watch_external_kv(self, counts) -> None:
+        """Export the live external-KV block count per node, from ``counts()`` at scrape time."""
+        self.registry.register(_LiveExternalKv(counts))
 
     def set_capacity(self, node_id: str, tier: int, total: int, available: int) -> None:
         t = tier_label(tier)

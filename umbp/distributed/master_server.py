@@ -61,6 +61,7 @@ class MasterServer:
         self.listen_address = listen_address
         self.store = store or make_store(self.settings)
         self.metrics = MasterMetrics()
+        self.metrics.watch_external_kv(self.store.external_kv.live_counts)
         self.peers = PeerChannels(secret)
         self.state = MasterState(self.store, self.settings, self.metrics, self.peers)
         self._metrics_port = metrics_port

@@ -54,6 +54,10 @@ class ExternalKvStore(abc.ABC):
     @abc.abstractmethod
     def clear(self) -> None: ...
 
+    @abc.abstractmethod
+    def live_counts(self) -> dict[str, int]:
+        """node_id -> distinct hashes it holds (any tier)."""
+
 
 class MetadataStore(abc.ABC):
     """What the master keeps. Implementations are safe to call from many threads."""

@@ -382,3 +382,16 @@ class RedisExternalKv(ExternalKvStore):
             keys = list(c.scan_iter(match=pattern, count=1000))
             for i in range(0, len(keys), 500):
                 c.delete(*keys[i:i + 500])
+
+    def live_counts(self) -> dict[str, int]:
+        c, p = self._s._ctl, self._s._ctl_prefix
+        out: dict[str, int] = {}
+        marker = f"{p}:xnodes:"
+        for name in c.scan_iter(match=f"{marker}*", count=1000):
+            node = name.decode()[len(marker):]
+            tiers = [t.decode() for t in c.smembers(name)]
+            sets = [f"{p}:xn:{node}:{t}" for t in tiers]
+            n = c.scard(sets[0]) if len(sets) == 1 else (len(c.sunion(sets)) if sets else 0)
+            if n:
+                out[node] = n
+        return out

@@ -64,6 +64,7 @@ def test_metric_families():
         assert _value(text, f'mori_umbp_client_batch_get_bandwidth_gibps_count{{node="{n}"}}') == 8
         assert _value(text, 'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRouteGet"}') == 1
         assert _value(text, "mori_umbp_client_count") == 1
+        assert _value(text, f'mori_umbp_external_kv_live_count{{node="{n}"}}') == 2
 
 
 def _serve_and_query(cmd: list[str], port: int, metrics_port: int) -> None:

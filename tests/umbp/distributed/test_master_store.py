@@ -147,6 +147,7 @@ def test_external_kv_index(store):
     store.external_kv.report(b, hs[1:3], SSD)
     m = store.external_kv.match(hs + hs[:1] + ["x-" + uid("x")])
     assert m == {a: {DRAM: hs, HBM: hs[:2]}, b: {SSD: hs[1:3]}}
+    assert {k: v for k, v in store.external_kv.live_counts().items() if k in (a, b)} == {a: 5, b: 2}
     store.external_kv.revoke(a, hs[:1], DRAM)
     store.external_kv.revoke_tier(a, HBM)
     assert store.external_kv.match(hs) == {a: {DRAM: hs[1:]}, b: {SSD: hs[1:3]}}
