@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 from mori.core.errors import InvalidArgument, Unavailable
-from mori.ir import build as _build
 
 
 def cache_dir() -> Path:
@@ -60,6 +59,8 @@ def find_bitcode(arch: str | None = None, path: str | os.PathLike | None = None,
     (:func:`cache_dir`). On a miss, with ``build=True``, it is compiled into the cache with clang
     (NVPTX) and the CUDA toolkit's headers. Raises Unavailable saying what was looked for and
     which tool is missing."""
+    from mori.ir import build as _build  # late: `python -m mori.ir.build` imports this package first
+
     if path is not None:
         return _existing(path, "path")
     env = os.environ.get("MORI_IR_BITCODE")

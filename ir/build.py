@@ -65,11 +65,14 @@ def find_clang(explicit: str | None = None) -> str:
 
 
 def find_cuda_path(explicit: str | None = None) -> str:
-    """The CUDA toolkit root: `explicit`, else CUDA_HOME / CUDA_PATH, else nvcc's on PATH."""
+    """The CUDA toolkit root: `explicit`, else CUDA_HOME / CUDA_PATH, else nvcc's on PATH, else the
+    toolkit's default install location."""
     roots = [explicit] if explicit else [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
     nvcc = shutil.which("nvcc")
     if not explicit and nvcc:
         roots.append(str(Path(nvcc).resolve().parent.parent))
+    if not explicit:
+        roots.append("/usr/local/cuda")
     for root in filter(None, roots):
         if (Path(root) / "include" / "cuda_runtime.h").exists():
             return root
@@ -101,7 +104,10 @@ def build(arch: str, out_dir: str | os.PathLike, clang: str | None = None, cuda_
         src.write_text(codegen.render())
         part = Path(tmp) / bitcode_name(arch)
         cmd = [clang_path, "-x", "cuda", "--cuda-device-only", f"--cuda-gpu-arch={arch}", f"--cuda-path={cuda}",
-               "-nocudalib", "-Wno-unknown-cuda-version", "-std=c++17", "-O3", "-emit-llvm", "-c",
+               "-nocudalib", "-Wno-unknown-cuda-version",
+               # The module flag nvvm-reflect-ftz must equal Triton's (1 by default, enable_reflect_ftz)
+               # or linking fails; the wrappers do no float math, so it changes nothing of ours.
+               "-fcuda-flush-denormals-to-zero", "-std=c++17", "-O3", "-emit-llvm", "-c",
                "-isystem", str(Path(cuda) / "include" / "cccl"), "-idirafter", str(shim),
                "-I", str(_include_dir()), str(src), "-o", str(part)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
