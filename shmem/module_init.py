@@ -64,7 +64,6 @@ def shmem_module_init(module: Any) -> bool:
     before the module's first launch. Returns False (and writes nothing) when the module does
     not contain the global, i.e. it does not use MORI-IR's device functions."""
     handle = _module_handle(module)
-    state = gpu.device_state_bytes()  # raises if this PE has no GPU heap
     lib = _driver()
     dptr, size = ctypes.c_uint64(0), ctypes.c_size_t(0)
     rc = lib.cuModuleGetGlobal_v2(ctypes.byref(dptr), ctypes.byref(size), ctypes.c_void_p(handle),
@@ -72,6 +71,7 @@ def shmem_module_init(module: Any) -> bool:
     if rc == _CUDA_ERROR_NOT_FOUND:
         return False
     _check(lib, rc, f"cuModuleGetGlobal({STATE_SYMBOL})")
+    state = gpu.device_state_bytes()  # raises (Unavailable) before shmem init or on a PE without a GPU heap
     if size.value != len(state):
         raise InvalidArgument(f"module: its {STATE_SYMBOL} is {size.value} bytes, this runtime's DeviceState is "
                               f"{len(state)}: the bitcode was built from a different MORI version; rebuild it")

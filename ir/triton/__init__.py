@@ -30,34 +30,43 @@ def init_kernel(kernel: Any) -> bool:
     return shmem_module_init(kernel.module)
 
 
-def _compiled_kernel(kwargs: dict) -> Any:
-    """The CompiledKernel a jit_post_compile_hook call is about (Triton keeps it in the JIT cache)."""
+def _on_module_load(module: Any, function: Any, name: str, *args: Any, **kwargs: Any) -> None:
+    """Triton's kernel_load_end_hook: a kernel's module was just loaded into the current context."""
+    from mori.shmem import shmem_module_init
+    shmem_module_init(module)
+
+
+def _on_post_compile(*args: Any, **kwargs: Any) -> None:
+    """Triton's jit_post_compile_hook (older Triton without kernel_load_end_hook)."""
     jit_function = kwargs["fn"].jit_function
-    device = kwargs["compile"]["device"]
-    caches = jit_function.device_caches[device]
-    cache = caches[0] if isinstance(caches, tuple) else caches
-    return cache.get(kwargs["key"])
+    caches = jit_function.device_caches[kwargs["compile"]["device"]]
+    kernel = (caches[0] if isinstance(caches, tuple) else caches).get(kwargs["key"])
+    if kernel is not None:
+        init_kernel(kernel)
 
 
 def install_hook() -> None:
-    """Sets Triton's ``jit_post_compile_hook`` so that every kernel compiled (or loaded from
-    Triton's cache) gets this PE's device state before its first launch. A hook already set
-    is kept and called first. Call after shmem init, before the first launch."""
+    """Makes Triton fill every kernel module it loads with this PE's device state: the module's
+    ``mori_shmem_device_state`` is written right after load, before any launch (modules that do
+    not use MORI-IR are left alone). Uses ``knobs.runtime.kernel_load_end_hook`` (Triton >= 3.4),
+    else ``jit_post_compile_hook`` (chained after a hook already set). Call after shmem init."""
     global _hook_installed
     if _hook_installed:
         return
     from triton import knobs
 
-    previous = knobs.runtime.jit_post_compile_hook
+    chain = getattr(knobs.runtime, "kernel_load_end_hook", None)
+    if chain is not None and hasattr(chain, "add"):
+        chain.add(_on_module_load)
+    else:
+        previous = knobs.runtime.jit_post_compile_hook
 
-    def hook(*args: Any, **kwargs: Any) -> Any:
-        result = previous(*args, **kwargs) if previous is not None else None
-        kernel = _compiled_kernel(kwargs)
-        if kernel is not None:
-            init_kernel(kernel)
-        return result
+        def hook(*args: Any, **kwargs: Any) -> Any:
+            result = previous(*args, **kwargs) if previous is not None else None
+            _on_post_compile(*args, **kwargs)
+            return result
 
-    knobs.runtime.jit_post_compile_hook = hook
+        knobs.runtime.jit_post_compile_hook = hook
     _hook_installed = True
 
 

@@ -118,6 +118,16 @@ def test_triton_wrappers_cover_the_table() -> None:
         assert row["symbol"] in fn.__doc__
 
 
+@pytest.mark.skipif(not _HAS_TRITON, reason="triton is not installed")
+def test_install_hook_registers_once_on_module_load() -> None:
+    from triton import knobs
+    from mori.ir.triton import install_hook
+    install_hook()
+    install_hook()
+    chain = knobs.runtime.kernel_load_end_hook
+    assert [c.__name__ for c in chain.calls].count("_on_module_load") == 1
+
+
 @pytest.mark.skipif(not _HAS_TRITON or _any_bitcode() is None, reason="needs triton and the sm_90 bitcode")
 def test_triton_compiles_a_kernel_against_the_bitcode() -> None:
     """Triton links the bitcode into a kernel for sm_90 down to a cubin (no GPU needed)."""
