@@ -132,6 +132,35 @@ def put_bench_kernel(dst, src, nbytes_per_block, pe):
     msd.putmem_nbi_block(dst + off, src + off, nbytes_per_block, pe, 0)
 
 
+@triton.jit
+def _globaltimer():
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.uint64, is_pure=False, pack=1)
+
+
+@triton.jit
+def pingpong_kernel(data, sig, scratch, out, iters, peer, role, sig_op):
+    # 8-byte put + signal round trips between two PEs, one thread each (as the CUDA C++ selftest).
+    if _thread_id() == 0:
+        start = _globaltimer()
+        bad = 0
+        for i in range(1, iters + 1):
+            if i == 2:
+                start = _globaltimer()
+            v = i.to(tl.uint64)
+            if role == 0:
+                tl.store(scratch, v)
+                msd.putmem_nbi_signal_thread(data, scratch, 8, sig, v, sig_op, peer, 0)
+                msd.uint64_wait_until(sig, 5, v)  # 5 = CMP_GE
+                bad += (tl.load(data, volatile=True) != v).to(tl.int32)
+            else:
+                msd.uint64_wait_until(sig, 5, v)
+                bad += (tl.load(data, volatile=True) != v).to(tl.int32)
+                tl.store(scratch, v)
+                msd.putmem_nbi_signal_thread(data, scratch, 8, sig, v, sig_op, peer, 0)
+        tl.store(out, ((_globaltimer() - start) // (iters - 1).to(tl.uint64)).to(tl.int64))
+        tl.store(out + 1, bad.to(tl.int64))
+
+
 # ---------------------------------------------------------------- checks
 
 def check_query(me: int, n: int) -> None:
@@ -267,12 +296,44 @@ def bench(me: int, n: int, max_mib: int) -> None:
             print(f"BENCH {json.dumps(rows[-1])}", flush=True)
             size *= 4
     sh.shmem_barrier_all()
+    latency = pingpong_bench(me, n) if torch.cuda.device_count() >= 2 and n >= 2 else None
+    if latency is None and me == 0:
+        print("BENCH pingpong skipped: needs 2 PEs on 2 GPUs (PEs sharing a GPU take turns)", flush=True)
+    sh.shmem_barrier_all()
     if me == 0:
         out_dir = os.environ.get("MORI_IR_BENCH_OUT")
         if out_dir:
             with open(os.path.join(out_dir, "ir_put_bench.json"), "w") as fh:
-                json.dump({"device": torch.cuda.get_device_name(), "pes": n, "rows": rows}, fh, indent=1)
+                json.dump({"device": torch.cuda.get_device_name(), "pes": n, "rows": rows, "pingpong": latency}, fh,
+                          indent=1)
     mori_shmem_free_tensor(dst)
+
+
+def pingpong_bench(me: int, n: int, iters: int = 2000) -> dict:
+    """Round-trip time of an 8-byte put with signal, PE 0 <-> PE 1: Triton vs CUDA C++ (selftest)."""
+    from mori.shmem import selftest
+    data, sig = sym_zeros(1, torch.int64), sym_zeros(1, torch.int64)
+    scratch, out = torch.zeros(1, dtype=torch.int64, device="cuda"), torch.zeros(2, dtype=torch.int64, device="cuda")
+    result = {}
+    for impl in ("triton", "cuda", "triton", "cuda"):  # twice each: the first Triton run includes its compile
+        sig.zero_()
+        torch.cuda.synchronize()
+        sh.shmem_barrier_all()
+        if me >= 2:
+            pass  # only PEs 0 and 1 play
+        elif impl == "triton":
+            pingpong_kernel[(1,)](data, sig, scratch, out, iters, 1 - me, me, SIGNAL_SET, num_warps=1,
+                                  extern_libs=LIBS)
+        else:
+            selftest.pingpong(me, data.data_ptr(), sig.data_ptr(), iters, 1 - me, out.data_ptr())
+        torch.cuda.synchronize()
+        expect(int(out[1]) == 0, f"pingpong ({impl}): {int(out[1])} payloads were not visible with their signal")
+        if me == 0:
+            result[f"{impl}_rtt_ns"] = int(out[0])
+        sh.shmem_barrier_all()
+    if me == 0:
+        print(f"BENCH pingpong {json.dumps(result)}", flush=True)
+    return result
 
 
 def main(argv: list[str]) -> int:
