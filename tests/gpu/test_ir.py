@@ -173,3 +173,13 @@ def test_triton_kernels_call_the_device_api(pes: int) -> None:
     out = check(mori_run(pes, python_program("ir_triton_suite.py", *CHECKS), timeout=240, env=GPU_ENV))
     for name in CHECKS:
         assert f"PASS {name}" in out, f"check {name} did not pass on {pes} PEs:\n{out[-6000:]}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_NO_CUDA, reason="MORI was built without CUDA")
+@pytest.mark.skipif(not _HAS_TRITON, reason="triton is not installed")
+@pytest.mark.skipif(not _PES, reason="needs 2 CUDA GPUs (or MORI_TEST_GPU_PES and one)")
+def test_put_to_a_missing_pe_fails_the_launch() -> None:
+    proc = mori_run(2, python_program("ir_triton_suite.py", "bad_pe"), timeout=180, env=GPU_ENV)
+    out = proc.stdout + proc.stderr
+    assert out.count("TRAPPED PE") == 2, f"a put to PE n_pes did not fail the launch on both PEs:\n{out[-6000:]}"

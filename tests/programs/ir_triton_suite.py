@@ -256,6 +256,21 @@ def check_allreduce(me: int, n: int) -> None:
     mori_shmem_free_tensor(sig)
 
 
+def check_bad_pe(me: int, n: int) -> None:
+    """A put to a PE that does not exist traps in the kernel (message from device.cuh): the launch
+    fails, nothing is written silently. The context is dead afterwards: report and leave at once."""
+    buf = sym_zeros(1024, torch.uint8)
+    src = torch.ones(1024, dtype=torch.uint8, device="cuda")
+    try:
+        put_bench_kernel[(1,)](buf, src, 1024, n, num_warps=4, extern_libs=LIBS)
+        torch.cuda.synchronize()
+    except Exception as exc:  # torch/triton raise RuntimeError or their own on the sticky CUDA error
+        print(f"TRAPPED PE {me}: {type(exc).__name__}: {str(exc).splitlines()[0]}", flush=True)
+        sys.stdout.flush()
+        os._exit(0)
+    raise AssertionError(f"PE {me}: a put to PE {n} of {n} completed without an error")
+
+
 CHECKS = {"query": check_query, "ptr_p2p": check_ptr_p2p, "put_signal": check_put_signal,
           "fetch_add": check_fetch_add, "barrier": check_barrier, "allreduce": check_allreduce}
 
@@ -346,7 +361,7 @@ def main(argv: list[str]) -> int:
     else:
         for name in argv or list(CHECKS):
             t0 = time.time()
-            CHECKS[name](me, n)
+            (check_bad_pe if name == "bad_pe" else CHECKS[name])(me, n)
             sh.shmem_barrier_all()
             print(f"PASS {name} ({time.time() - t0:.1f} s)", flush=True)
     sh.shmem_finalize()
