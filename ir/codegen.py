@@ -34,7 +34,8 @@ __device__ mori::shmem::DeviceState {STATE_SYMBOL};
 static __device__ __forceinline__ int mori_ir_signal_op(int op) {{
   if (op == {SIGNAL_SET}) return dev::kSignalSet;
   if (op == {SIGNAL_ADD}) return dev::kSignalAdd;
-  printf("mori device signal on PE %d: signal_op %d is neither SIGNAL_SET ({SIGNAL_SET}) nor SIGNAL_ADD ({SIGNAL_ADD})\\n", S.my_pe, op);
+  printf("mori device signal on PE %d: signal_op %d is neither SIGNAL_SET ({SIGNAL_SET}) nor SIGNAL_ADD ({SIGNAL_ADD})\\n",
+         S.my_pe, op);
   __trap();
   return dev::kSignalSet;
 }}

@@ -29,7 +29,8 @@ def _driver() -> ctypes.CDLL:
             try:
                 lib = ctypes.CDLL("libcuda.so.1")
             except OSError as exc:
-                raise Unavailable(f"shmem_module_init: the CUDA driver (libcuda.so.1) cannot be loaded: {exc}") from None
+                raise Unavailable(f"shmem_module_init: the CUDA driver (libcuda.so.1) cannot be loaded: {exc}") \
+                    from None
             lib.cuModuleGetGlobal_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_size_t),
                                                  ctypes.c_void_p, ctypes.c_char_p]
             lib.cuMemcpyHtoD_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]

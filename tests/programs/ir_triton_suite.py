@@ -195,7 +195,8 @@ def check_put_signal(me: int, n: int) -> None:
         every = [torch.randint(0, 256, (size,), generator=gen, dtype=torch.uint8) for _ in range(n)]
         src = every[me].cuda()
         out = torch.zeros(size + 1, dtype=torch.uint8, device="cuda")
-        put_signal_kernel[(1,)](dst, src, sig, out, size, round_, SIGNAL_SET, size, BLOCK=4096, num_warps=8, extern_libs=LIBS)
+        put_signal_kernel[(1,)](dst, src, sig, out, size, round_, SIGNAL_SET, size, BLOCK=4096, num_warps=8,
+                                extern_libs=LIBS)
         torch.cuda.synchronize()
         expect(torch.equal(out[:size].cpu(), every[(me - 1) % n]), f"round {round_}: data after the signal differs")
         expect(int(out[size]) == round_, f"round {round_}: wait returned {int(out[size])}")
@@ -302,7 +303,8 @@ def bench(me: int, n: int, max_mib: int) -> None:
             blocks = max(1, min(64, size // (64 << 10)))
             per = size // blocks
             iters = 200 if size <= (1 << 20) else 20
-            t_tr = _time(lambda: put_bench_kernel[(blocks,)](dst, src, per, 1 % n, num_warps=8, extern_libs=LIBS), iters)
+            t_tr = _time(lambda: put_bench_kernel[(blocks,)](dst, src, per, 1 % n, num_warps=8, extern_libs=LIBS),
+                         iters)
             t_cu = _time(lambda: selftest.put(selftest.BLOCK, dst.data_ptr(), src.data_ptr(), per * blocks, 1 % n,
                                               blocks=blocks, threads=256), iters)
             rows.append({"bytes": size, "blocks": blocks, "triton_us": round(t_tr, 2), "cuda_us": round(t_cu, 2),
