@@ -93,7 +93,7 @@ def build(arch: str, out_dir: str | os.PathLike, clang: str | None = None, cuda_
     """Compiles the bitcode for `arch` into `out_dir`; returns its path. Atomic: the file appears whole."""
     check_arch(arch)
     clang_path, cuda = find_clang(clang), find_cuda_path(cuda_path)
-    out = Path(out_dir)
+    out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="mori-ir-", dir=out) as tmp:
         shim = Path(tmp) / "absent"
@@ -109,8 +109,10 @@ def build(arch: str, out_dir: str | os.PathLike, clang: str | None = None, cuda_
                # or linking fails; the wrappers do no float math, so it changes nothing of ours.
                "-fcuda-flush-denormals-to-zero", "-std=c++17", "-O3", "-emit-llvm", "-c",
                "-isystem", str(Path(cuda) / "include" / "cccl"), "-idirafter", str(shim),
-               "-I", str(_include_dir()), str(src), "-o", str(part)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+               "-I", str(_include_dir()), src.name, "-o", part.name]
+        # Relative names, run in the temporary folder: the module's source_filename is the same
+        # on every build, so the same sources give the same bitcode.
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp)
         if proc.returncode != 0:
             raise RuntimeError(f"clang failed building the MORI-IR bitcode for {arch}:\n{' '.join(cmd)}\n"
                                + proc.stderr[-4000:])
