@@ -152,6 +152,7 @@ def test_triton_compiles_a_kernel_against_the_bitcode() -> None:
     assert "atom.add.release.sys.u64" in ptx  # SIGNAL_ADD: a release at system scope
     assert "atom.add.relaxed.sys.u64" in ptx  # fetch_add: relaxed at system scope
     assert ".extern .func mori_shmem_" not in ptx  # every call resolved from the bitcode
+    assert not re.search(r"call(\.uni)?\s[^\n]*mori_shmem_", ptx)  # and inlined: no call a kernel can see
     assert len(compiled.asm["cubin"]) > 0
 
 
