@@ -4,7 +4,8 @@
 # benchmark (Triton putmem_nbi_block vs the CUDA C++ put over device.cuh). Logs and JSON go to
 # $OUT (default bench-results/). The bitcode: MORI_IR_BITCODE, else build/ir-bitcode/*.bc
 # (carried from a machine with clang: python -m mori.ir.build --arch sm_90 --out build/ir-bitcode),
-# else whatever the build installed. NVLink multicast stays off (shared GPU hosts).
+# else whatever the build installed. MORI_IR_SKIP_BUILD=1 skips the build (done by an earlier
+# call, e.g. scripts/gpu_check.sh). NVLink multicast stays off (shared GPU hosts).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-bench-results}
@@ -19,12 +20,15 @@ cd "$(dirname "$0")/.."
 cat "$OUT/ir_machine.txt"
 
 start=$(date +%s)
-if ! CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) $PY -m pip install --no-build-isolation --no-deps -e . > "$OUT/ir_build.log" 2>&1; then
+if [ "${MORI_IR_SKIP_BUILD:-0}" = 1 ]; then
+  echo "build: skipped (MORI_IR_SKIP_BUILD=1)"
+elif ! CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) $PY -m pip install --no-build-isolation --no-deps -e . > "$OUT/ir_build.log" 2>&1; then
   tail -60 "$OUT/ir_build.log"
   echo "BUILD FAILED"
   exit 1
+else
+  echo "build: $(( $(date +%s) - start )) s"
 fi
-echo "build: $(( $(date +%s) - start )) s"
 
 if [ -z "${MORI_IR_BITCODE:-}" ]; then
   carried=$(ls build/ir-bitcode/libmori_shmem_device_sm_*.bc 2>/dev/null | head -1)
