@@ -44,6 +44,7 @@ from mori.shmem.arrays import (
     wait_until, zeros,
 )
 from mori.shmem.gpu import shmem_barrier_on_stream
+from mori.shmem.module_init import shmem_module_init
 
 # MORI's torch tensor helpers import torch: loaded on first use (mori.shmem.tensor_utils).
 _TENSOR_HELPERS = ("MoriShmemBuffer", "mori_shmem_create_tensor", "symm_mori_shmem_tensor", "mori_shmem_free_tensor",

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# MORI-IR on a GPU machine: build MORI, run the MORI-IR tests (Triton kernels calling the shmem
+# device API, 2 and 4 PEs sharing one GPU unless MORI_TEST_GPU_PES says otherwise), and the put
+# benchmark (Triton putmem_nbi_block vs the CUDA C++ put over device.cuh). Logs and JSON go to
+# $OUT (default bench-results/). The bitcode: MORI_IR_BITCODE, else build/ir-bitcode/*.bc
+# (carried from a machine with clang: python -m mori.ir.build --arch sm_90 --out build/ir-bitcode),
+# else whatever the build installed. MORI_IR_SKIP_BUILD=1 skips the build (done by an earlier
+# call, e.g. scripts/gpu_check.sh). NVLink multicast stays off (shared GPU hosts).
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-bench-results}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+cd "$(dirname "$0")/.."
+
+{ date -u; nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv;
+  $PY -c "import triton, torch; print('triton', triton.__version__, 'torch', torch.__version__)"; } \
+  > "$OUT/ir_machine.txt" 2>&1
+cat "$OUT/ir_machine.txt"
+
+start=$(date +%s)
+if [ "${MORI_IR_SKIP_BUILD:-0}" = 1 ]; then
+  echo "build: skipped (MORI_IR_SKIP_BUILD=1)"
+elif ! CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) $PY -m pip install --no-build-isolation --no-deps -e . > "$OUT/ir_build.log" 2>&1; then
+  tail -60 "$OUT/ir_build.log"
+  echo "BUILD FAILED"
+  exit 1
+else
+  echo "build: $(( $(date +%s) - start )) s"
+fi
+
+if [ -z "${MORI_IR_BITCODE:-}" ]; then
+  carried=$(ls build/ir-bitcode/libmori_shmem_device_sm_*.bc 2>/dev/null | head -1)
+  [ -n "$carried" ] && export MORI_IR_BITCODE=$PWD/$carried
+fi
+$PY -c "from mori.ir import find_bitcode; print('bitcode:', find_bitcode())" 2>&1 | tee -a "$OUT/ir_machine.txt"
+
+export MORI_TEST_GPU_PES=${MORI_TEST_GPU_PES:-2,4}
+start=$(date +%s)
+$PY -m pytest tests/gpu/test_ir.py -v -rs -p no:cacheprovider 2>&1 | tee "$OUT/ir_tests.log" | tail -30
+tests_rc=${PIPESTATUS[0]}
+echo "tests: $(( $(date +%s) - start )) s, exit code $tests_rc"
+
+start=$(date +%s)
+MORI_IR_BENCH_OUT=$OUT MORI_SHMEM_GPU_HEAP_SIZE=1G MORI_SHMEM_HEAP_SIZE=256M timeout 300 \
+  $PY -m mori.apps.cli run -n 2 -- $PY tests/programs/ir_triton_suite.py bench ${MORI_IR_BENCH_MIB:-256} \
+  2>&1 | tee "$OUT/ir_bench.log" | grep -E "BENCH|Error|error" | head -40
+bench_rc=${PIPESTATUS[0]}
+echo "bench: $(( $(date +%s) - start )) s, exit code $bench_rc"
+exit $(( tests_rc != 0 || bench_rc != 0 ))

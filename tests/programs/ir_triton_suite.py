@@ -1,0 +1,374 @@
+# SPDX-License-Identifier: MIT
+"""MORI-IR checks: Triton kernels calling mori_shmem_device.* on every PE of a job.
+
+    mori run -n 2 python ir_triton_suite.py [check ...]     # default: every check
+    mori run -n 2 python ir_triton_suite.py bench [max_mib]  # put bandwidth, Triton vs CUDA C++
+
+Each PE binds GPU LOCAL_RANK % device_count (PEs may share a GPU), inits shmem, installs the
+MORI-IR Triton hook, and runs the checks; every PE seeds the same generator per check, so each
+can rebuild what its peers sent and compare exactly. Prints "PASS <check>" per check.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import torch
+import triton
+import triton.language as tl
+
+LOCAL_RANK = int(os.environ.get("LOCAL_RANK", "0"))
+torch.cuda.set_device(LOCAL_RANK % torch.cuda.device_count())
+
+import mori.shmem as sh  # noqa: E402
+from mori.ir import SIGNAL_ADD, SIGNAL_SET  # noqa: E402
+from mori.ir.triton import get_extern_libs, install_hook, mori_shmem_device as msd  # noqa: E402
+from mori.shmem.tensor_utils import mori_shmem_create_tensor, mori_shmem_free_tensor  # noqa: E402
+
+LIBS: dict = {}
+
+
+def expect(cond: bool, what: str) -> None:
+    if not cond:
+        raise AssertionError(f"PE {sh.shmem_mype()}: {what}")
+
+
+def sym_zeros(n: int, dtype: torch.dtype) -> torch.Tensor:
+    t = mori_shmem_create_tensor((n,), dtype)
+    t.zero_()
+    torch.cuda.synchronize()
+    sh.shmem_barrier_all()
+    return t
+
+
+@triton.jit
+def _thread_id():
+    return tl.inline_asm_elementwise("mov.u32 $0, %tid.x;", "=r", [], dtype=tl.int32, is_pure=True, pack=1)
+
+
+# ---------------------------------------------------------------- kernels
+
+@triton.jit
+def query_kernel(out):
+    tl.store(out, msd.my_pe())
+    tl.store(out + 1, msd.n_pes())
+
+
+@triton.jit
+def read_neighbour_kernel(sym, out, n, BLOCK: tl.constexpr):
+    me = msd.my_pe()
+    peer = (me + 1) % msd.n_pes()
+    remote = msd.ptr_p2p(sym, me, peer).to(tl.pointer_type(tl.int32))
+    beyond = msd.ptr_p2p(sym, me, msd.n_pes())  # a PE that does not exist: 0
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + offs, tl.load(remote + offs, mask=offs < n), mask=offs < n)
+    tl.store(out + n, beyond.to(tl.int32))
+
+
+@triton.jit
+def put_signal_kernel(dst, src, sig, out, nbytes, round_, sig_op, n, BLOCK: tl.constexpr):
+    me = msd.my_pe()
+    peer = (me + 1) % msd.n_pes()
+    msd.putmem_nbi_signal_block(dst, src, nbytes, sig, round_, sig_op, peer, 0)
+    seen = msd.uint64_wait_until_greater_than(sig, round_ - 1)
+    offs = tl.arange(0, BLOCK)
+    for start in range(0, n, BLOCK):
+        m = start + offs < n
+        tl.store(out + start + offs, tl.load(dst + start + offs, mask=m, volatile=True), mask=m)
+    tl.store(out + n, seen.to(tl.uint8))
+
+
+@triton.jit
+def fetch_add_kernel(counter, olds, value, target_pe):
+    if _thread_id() == 0:
+        old = msd.uint64_atomic_fetch_add_thread(counter, value, target_pe, 0)
+        tl.store(olds, old)
+    msd.barrier_all_block()
+
+
+@triton.jit
+def barrier_kernel(slots, rounds):
+    # Each round: store the round into my slot on the right neighbour, barrier, read my own slot
+    # (written by the left neighbour before its barrier), check it, barrier again before reuse.
+    me = msd.my_pe()
+    npes = msd.n_pes()
+    right = (me + 1) % npes
+    bad = 0
+    for r in range(1, rounds + 1):
+        if _thread_id() == 0:
+            msd.int64_p(slots + me, (r * 1000 + me).to(tl.int64), right, 0)
+        msd.barrier_all_block()
+        left = (me + npes - 1) % npes
+        got = tl.load(slots + left, volatile=True)
+        bad += (got != r * 1000 + left).to(tl.int32)
+        msd.barrier_all_block()
+    tl.store(slots + npes, bad.to(tl.int64))
+
+
+@triton.jit
+def allreduce_kernel(data, gather, sig, out, epoch, sig_op, n, npes_c: tl.constexpr, BLOCK: tl.constexpr):
+    # One-shot all-reduce: put my bf16 chunk into slot `me` of every PE's gather buffer with an
+    # ADD to its signal, wait until all peers' puts of this epoch landed, sum the slots in fp32.
+    me = msd.my_pe()
+    nbytes = n * 2
+    for i in range(1, npes_c):
+        peer = (me + i) % npes_c
+        msd.putmem_nbi_signal_block(gather + me * n, data, nbytes, sig, 1, sig_op, peer, 0)
+    msd.uint64_wait_until_greater_than(sig, epoch * (npes_c - 1) - 1)
+    offs = tl.arange(0, BLOCK)
+    for start in range(0, n, BLOCK):
+        m = start + offs < n
+        acc = tl.load(data + start + offs, mask=m, other=0).to(tl.float32)  # my own chunk, never put
+        for p in tl.static_range(npes_c):
+            acc += tl.load(gather + p * n + start + offs, mask=m & (p != me), other=0, volatile=True).to(tl.float32)
+        tl.store(out + start + offs, acc.to(tl.bfloat16), mask=m)
+
+
+@triton.jit
+def put_bench_kernel(dst, src, nbytes_per_block, pe):
+    off = tl.program_id(0).to(tl.int64) * nbytes_per_block
+    msd.putmem_nbi_block(dst + off, src + off, nbytes_per_block, pe, 0)
+
+
+@triton.jit
+def _globaltimer():
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.uint64, is_pure=False, pack=1)
+
+
+@triton.jit
+def pingpong_kernel(data, sig, scratch, out, iters, peer, role, sig_op):
+    # 8-byte put + signal round trips between two PEs, one thread each (as the CUDA C++ selftest).
+    if _thread_id() == 0:
+        start = _globaltimer()
+        bad = 0
+        for i in range(1, iters + 1):
+            if i == 2:
+                start = _globaltimer()
+            v = i.to(tl.uint64)
+            if role == 0:
+                tl.store(scratch, v)
+                msd.putmem_nbi_signal_thread(data, scratch, 8, sig, v, sig_op, peer, 0)
+                msd.uint64_wait_until(sig, 5, v)  # 5 = CMP_GE
+                bad += (tl.load(data, volatile=True) != v).to(tl.int32)
+            else:
+                msd.uint64_wait_until(sig, 5, v)
+                bad += (tl.load(data, volatile=True) != v).to(tl.int32)
+                tl.store(scratch, v)
+                msd.putmem_nbi_signal_thread(data, scratch, 8, sig, v, sig_op, peer, 0)
+        tl.store(out, ((_globaltimer() - start) // (iters - 1).to(tl.uint64)).to(tl.int64))
+        tl.store(out + 1, bad.to(tl.int64))
+
+
+# ---------------------------------------------------------------- checks
+
+def check_query(me: int, n: int) -> None:
+    out = torch.full((2,), -7, dtype=torch.int32, device="cuda")
+    query_kernel[(1,)](out, extern_libs=LIBS)
+    torch.cuda.synchronize()
+    expect(out.tolist() == [me, n], f"my_pe/n_pes from Triton {out.tolist()} != {[me, n]}")
+
+
+def check_ptr_p2p(me: int, n: int) -> None:
+    count = 100_003
+    sym = sym_zeros(count, torch.int32)
+    gen = torch.Generator().manual_seed(31)
+    every = [torch.randint(-2**31, 2**31 - 1, (count,), generator=gen, dtype=torch.int32) for _ in range(n)]
+    sym.copy_(every[me].cuda())
+    torch.cuda.synchronize()
+    sh.shmem_barrier_all()
+    out = torch.zeros(count + 1, dtype=torch.int32, device="cuda")
+    read_neighbour_kernel[(triton.cdiv(count, 1024),)](sym, out, count, BLOCK=1024, extern_libs=LIBS)
+    torch.cuda.synchronize()
+    expect(torch.equal(out[:count].cpu(), every[(me + 1) % n]), "ptr_p2p read of the neighbour's buffer differs")
+    expect(int(out[count]) == 0, f"ptr_p2p of PE n_pes gave {int(out[count])}, not 0")
+    sh.shmem_barrier_all()
+    mori_shmem_free_tensor(sym)
+
+
+def check_put_signal(me: int, n: int) -> None:
+    size = (1 << 20) + 13
+    dst, sig = sym_zeros(size, torch.uint8), sym_zeros(1, torch.int64)
+    for round_ in (1, 2, 3):
+        gen = torch.Generator().manual_seed(1000 + round_)
+        every = [torch.randint(0, 256, (size,), generator=gen, dtype=torch.uint8) for _ in range(n)]
+        src = every[me].cuda()
+        out = torch.zeros(size + 1, dtype=torch.uint8, device="cuda")
+        put_signal_kernel[(1,)](dst, src, sig, out, size, round_, SIGNAL_SET, size, BLOCK=4096, num_warps=8,
+                                extern_libs=LIBS)
+        torch.cuda.synchronize()
+        expect(torch.equal(out[:size].cpu(), every[(me - 1) % n]), f"round {round_}: data after the signal differs")
+        expect(int(out[size]) == round_, f"round {round_}: wait returned {int(out[size])}")
+        expect(torch.equal(dst.cpu(), every[(me - 1) % n]), f"round {round_}: received buffer differs")
+        sh.shmem_barrier_all()
+    mori_shmem_free_tensor(dst)
+    mori_shmem_free_tensor(sig)
+
+
+def check_fetch_add(me: int, n: int) -> None:
+    gen = torch.Generator().manual_seed(77)
+    values = torch.randint(1, 1 << 40, (n,), generator=gen, dtype=torch.int64).tolist()
+    start = int(torch.randint(0, 1 << 40, (1,), generator=gen, dtype=torch.int64))
+    counter = sym_zeros(1, torch.int64)
+    counter.fill_(start)
+    torch.cuda.synchronize()
+    sh.shmem_barrier_all()
+    olds = torch.zeros(1, dtype=torch.int64, device="cuda")
+    fetch_add_kernel[(1,)](counter, olds, values[me], 0, extern_libs=LIBS)
+    torch.cuda.synchronize()
+    sh.shmem_barrier_all()
+    # every PE's old value is the start plus the values of some subset of the other PEs
+    others = [v for i, v in enumerate(values) if i != me]
+    possible = {start + sum(v for b, v in enumerate(others) if mask >> b & 1) for mask in range(1 << len(others))}
+    old = int(olds.item())
+    expect(old in possible, f"fetch_add returned {old}, not the start plus some of the other PEs' values")
+    if me == 0:
+        expect(int(counter.item()) == start + sum(values), f"counter {int(counter.item())} != {start + sum(values)}")
+    sh.shmem_barrier_all()
+    mori_shmem_free_tensor(counter)
+
+
+def check_barrier(me: int, n: int) -> None:
+    slots = sym_zeros(n + 1, torch.int64)
+    barrier_kernel[(1,)](slots, 50, extern_libs=LIBS)
+    torch.cuda.synchronize()
+    expect(int(slots[n]) == 0, f"{int(slots[n])} of 50 rounds saw a stale slot after barrier_all_block")
+    sh.shmem_barrier_all()
+    mori_shmem_free_tensor(slots)
+
+
+def check_allreduce(me: int, n: int) -> None:
+    count = 65_537
+    gather, sig = sym_zeros(n * count, torch.bfloat16), sym_zeros(1, torch.int64)
+    for epoch in (1, 2):
+        gen = torch.Generator().manual_seed(500 + epoch)
+        # small integers: every partial sum is exact in fp32 and bf16, so torch's order matches ours
+        every = [torch.randint(-64, 64, (count,), generator=gen).to(torch.bfloat16) for _ in range(n)]
+        data = every[me].cuda()
+        out = torch.zeros(count, dtype=torch.bfloat16, device="cuda")
+        allreduce_kernel[(1,)](data, gather, sig, out, epoch, SIGNAL_ADD, count, npes_c=n, BLOCK=2048, num_warps=8,
+                               extern_libs=LIBS)
+        torch.cuda.synchronize()
+        ref = torch.stack(every).float().sum(0).to(torch.bfloat16)
+        expect(torch.equal(out.cpu(), ref), f"epoch {epoch}: all-reduce differs from torch")
+        sh.shmem_barrier_all()
+    mori_shmem_free_tensor(gather)
+    mori_shmem_free_tensor(sig)
+
+
+def check_bad_pe(me: int, n: int) -> None:
+    """A put to a PE that does not exist traps in the kernel (message from device.cuh): the launch
+    fails, nothing is written silently. The context is dead afterwards: report and leave at once."""
+    buf = sym_zeros(1024, torch.uint8)
+    src = torch.ones(1024, dtype=torch.uint8, device="cuda")
+    try:
+        put_bench_kernel[(1,)](buf, src, 1024, n, num_warps=4, extern_libs=LIBS)
+        torch.cuda.synchronize()
+    except Exception as exc:  # torch/triton raise RuntimeError or their own on the sticky CUDA error
+        print(f"TRAPPED PE {me}: {type(exc).__name__}: {str(exc).splitlines()[0]}", flush=True)
+        sys.stdout.flush()
+        os._exit(0)
+    raise AssertionError(f"PE {me}: a put to PE {n} of {n} completed without an error")
+
+
+CHECKS = {"query": check_query, "ptr_p2p": check_ptr_p2p, "put_signal": check_put_signal,
+          "fetch_add": check_fetch_add, "barrier": check_barrier, "allreduce": check_allreduce}
+
+
+# ---------------------------------------------------------------- benchmark
+
+def _time(fn, iters: int) -> float:
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / iters * 1e3  # us
+
+
+def bench(me: int, n: int, max_mib: int) -> None:
+    """PE 0 puts to PE 1 (PE 1 idles at the barrier): Triton putmem_nbi_block vs the CUDA C++ put
+    kernel over device.cuh (mori.shmem.selftest), same blocks and threads."""
+    from mori.shmem import selftest
+    cap = max_mib << 20
+    dst, src = sym_zeros(cap, torch.uint8), torch.randint(0, 256, (cap,), dtype=torch.uint8, device="cuda")
+    rows = []
+    if me == 0:
+        size = 4096
+        while size <= cap:
+            blocks = max(1, min(64, size // (64 << 10)))
+            per = size // blocks
+            iters = 200 if size <= (1 << 20) else 20
+            t_tr = _time(lambda: put_bench_kernel[(blocks,)](dst, src, per, 1 % n, num_warps=8, extern_libs=LIBS),
+                         iters)
+            t_cu = _time(lambda: selftest.put(selftest.BLOCK, dst.data_ptr(), src.data_ptr(), per * blocks, 1 % n,
+                                              blocks=blocks, threads=256), iters)
+            rows.append({"bytes": size, "blocks": blocks, "triton_us": round(t_tr, 2), "cuda_us": round(t_cu, 2),
+                         "triton_GBps": round(per * blocks / t_tr / 1e3, 2),
+                         "cuda_GBps": round(per * blocks / t_cu / 1e3, 2), "ratio": round(t_tr / t_cu, 3)})
+            print(f"BENCH {json.dumps(rows[-1])}", flush=True)
+            size *= 4
+    sh.shmem_barrier_all()
+    latency = pingpong_bench(me, n) if torch.cuda.device_count() >= 2 and n >= 2 else None
+    if latency is None and me == 0:
+        print("BENCH pingpong skipped: needs 2 PEs on 2 GPUs (PEs sharing a GPU take turns)", flush=True)
+    sh.shmem_barrier_all()
+    if me == 0:
+        out_dir = os.environ.get("MORI_IR_BENCH_OUT")
+        if out_dir:
+            with open(os.path.join(out_dir, "ir_put_bench.json"), "w") as fh:
+                json.dump({"device": torch.cuda.get_device_name(), "pes": n, "rows": rows, "pingpong": latency}, fh,
+                          indent=1)
+    mori_shmem_free_tensor(dst)
+
+
+def pingpong_bench(me: int, n: int, iters: int = 2000) -> dict:
+    """Round-trip time of an 8-byte put with signal, PE 0 <-> PE 1: Triton vs CUDA C++ (selftest)."""
+    from mori.shmem import selftest
+    data, sig = sym_zeros(1, torch.int64), sym_zeros(1, torch.int64)
+    scratch, out = torch.zeros(1, dtype=torch.int64, device="cuda"), torch.zeros(2, dtype=torch.int64, device="cuda")
+    result = {}
+    for impl in ("triton", "cuda", "triton", "cuda"):  # twice each: the first Triton run includes its compile
+        sig.zero_()
+        torch.cuda.synchronize()
+        sh.shmem_barrier_all()
+        if me >= 2:
+            pass  # only PEs 0 and 1 play
+        elif impl == "triton":
+            pingpong_kernel[(1,)](data, sig, scratch, out, iters, 1 - me, me, SIGNAL_SET, num_warps=1,
+                                  extern_libs=LIBS)
+        else:
+            selftest.pingpong(me, data.data_ptr(), sig.data_ptr(), iters, 1 - me, out.data_ptr())
+        torch.cuda.synchronize()
+        expect(int(out[1]) == 0, f"pingpong ({impl}): {int(out[1])} payloads were not visible with their signal")
+        if me == 0:
+            result[f"{impl}_rtt_ns"] = int(out[0])
+        sh.shmem_barrier_all()
+    if me == 0:
+        print(f"BENCH pingpong {json.dumps(result)}", flush=True)
+    return result
+
+
+def main(argv: list[str]) -> int:
+    sh.shmem_init()
+    install_hook()
+    LIBS.update(get_extern_libs())
+    me, n = sh.shmem_mype(), sh.shmem_npes()
+    if argv[:1] == ["bench"]:
+        bench(me, n, int(argv[1]) if len(argv) > 1 else 64)
+    else:
+        for name in argv or list(CHECKS):
+            t0 = time.time()
+            (check_bad_pe if name == "bad_pe" else CHECKS[name])(me, n)
+            sh.shmem_barrier_all()
+            print(f"PASS {name} ({time.time() - t0:.1f} s)", flush=True)
+    sh.shmem_finalize()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
