@@ -484,6 +484,7 @@ void EngineImpl::post_tcp(bool read, Peer& peer, const std::shared_ptr<Transfer>
     }
   }
   t->add_pieces(count);
+  if (!stripe) t->status->set_driver(lanes[lane]->driver());  // one lane: its waiter may read the replies
   for (size_t i = 0; i < n; ++i)
     if (!per_lane[i].empty()) lanes[i]->post(std::move(per_lane[i]));
 }
