@@ -6,6 +6,9 @@
   buffer) and the target, which receives with ``recvmsg_into`` straight into its buffer,
   acknowledges with one byte; a read sends one request byte and receives the batch. Python
   adds ~2 syscalls of overhead per transfer; a copy per byte would be the kernel's either way.
+- ``socket-serial``: the same connection sending a batch one message at a time (a request
+  and its acknowledgement or reply per message), what a program without a batch API does:
+  the baseline a batch of small messages has to beat.
 - ``memcpy``: numpy copies between two buffers of one process, the same-host ceiling.
 - ``mooncake``: Mooncake Transfer Engine (PyPI mooncake-transfer-engine-non-cuda) over its tcp
   transport, no metadata server (P2PHANDSHAKE), ``transfer_sync_*`` / ``batch_transfer_sync_*``.
@@ -20,6 +23,7 @@ import importlib
 import importlib.util
 import socket
 import struct
+import sys
 import threading
 from typing import Optional, Sequence
 
@@ -65,6 +69,7 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 
 
 _ROW = struct.Struct("<QQ")  # messages in the batch, message size; then the offsets as uint64
+_ONE = struct.Struct("<I")   # which message of the batch (socket-serial)
 
 
 class SocketDriver(Driver):
@@ -103,6 +108,13 @@ class SocketDriver(Driver):
                     conn.sendall(b"k")
                 elif head == b"r":
                     _sendv(conn, list(views))
+                elif head == b"W":  # one message of the batch, acknowledged
+                    (i,) = _ONE.unpack(_recv_exact(conn, _ONE.size))
+                    _recvv(conn, [views[i]])
+                    conn.sendall(b"k")
+                elif head == b"Q":  # one message of the batch, sent back
+                    (i,) = _ONE.unpack(_recv_exact(conn, _ONE.size))
+                    _sendv(conn, [views[i]])
                 else:
                     raise ConnectionError(f"socket baseline: unknown request {head!r}")
             conn.close()
@@ -142,6 +154,34 @@ class SocketDriver(Driver):
             self.thread.join(timeout=30)
             if self.error is not None:
                 raise RuntimeError(f"socket baseline target failed: {self.error!r}")
+
+
+class SerialSocketDriver(SocketDriver):
+    """The socket baseline moving a batch one message at a time, each a round trip."""
+
+    name = "socket-serial"
+
+    def prepare(self, op: str, api: str, offsets: Sequence[int], size: int) -> Transfer:
+        sock = self.sock
+        sock.sendall(b"R" + _ROW.pack(len(offsets), size) + np.asarray(offsets, dtype=np.uint64).tobytes())
+        views = [self.buf[o:o + size] for o in offsets]
+        ack = memoryview(bytearray(1))
+        if op == "write":
+            heads = [memoryview(b"W" + _ONE.pack(i)) for i in range(len(views))]
+
+            def write() -> None:
+                for head, view in zip(heads, views):
+                    _sendv(sock, [head, view])
+                    if sock.recv_into(ack) != 1:
+                        raise ConnectionError("socket baseline: target closed the connection")
+            return write
+        heads = [b"Q" + _ONE.pack(i) for i in range(len(views))]
+
+        def read() -> None:
+            for head, view in zip(heads, views):
+                sock.sendall(head)
+                _recvv(sock, [view])
+        return read
 
 
 class MemcpyDriver(Driver):
@@ -277,13 +317,30 @@ class NixlDriver(Driver):
         del self.agent
 
 
-BASELINES = {"socket": SocketDriver, "memcpy": MemcpyDriver, "mooncake": MooncakeDriver, "nixl": NixlDriver}
+BASELINES = {"socket": SocketDriver, "socket-serial": SerialSocketDriver, "memcpy": MemcpyDriver,
+             "mooncake": MooncakeDriver, "nixl": NixlDriver}
+
+
+def _mooncake_unavailable() -> Optional[str]:
+    """Why ``mooncake.engine`` does not import in this interpreter (which is the one both benchmark
+    processes run): a wheel installed by another interpreter's pip (``pip`` of the system Python
+    while the benchmark runs in a venv, or the reverse) is not on this one's path, and a wheel
+    whose shared libraries do not load is installed but unusable; both used to read "not
+    installed"."""
+    if importlib.util.find_spec("mooncake") is None:
+        return (f"no mooncake package on the path of {sys.executable} (install it with that interpreter: "
+                f"PYTHON={sys.executable} scripts/bench-io-setup.sh)")
+    try:
+        importlib.import_module("mooncake.engine")
+    except Exception as exc:  # ImportError, or a shared library that does not load
+        return f"mooncake is installed but mooncake.engine does not import: {exc!r}"
+    return None
 
 
 def unavailable(name: str) -> Optional[str]:
     """Why baseline ``name`` cannot run here (None when it can)."""
-    if name == "mooncake" and importlib.util.find_spec("mooncake") is None:
-        return "mooncake-transfer-engine-non-cuda is not installed (scripts/bench-io-setup.sh)"
+    if name == "mooncake":
+        return _mooncake_unavailable()
     if name == "nixl" and not any(importlib.util.find_spec(m) for m in ("nixl", "nixl_cu12", "nixl_cu13")):
         return "nixl is not installed (scripts/bench-io-setup.sh)"
     return None

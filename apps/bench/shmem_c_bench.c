@@ -167,12 +167,12 @@ int main(int argc, char **argv) {
     for (int j = 0; j < PSYNC_LEN; ++j) g_psync[k][j] = SHMEM_SYNC_VALUE;
   for (int j = 0; j < SHMEM_BCAST_SYNC_SIZE; ++j) g_warm_psync[j] = SHMEM_SYNC_VALUE;
   shmem_barrier_all();
-  /* Collectives: element counts per PE of 8 bytes each (1, 128, 8192: 8 B, 1 KiB, 64 KiB). */
+  /* Collectives: element counts per PE of 8 bytes each (8 B, 1 KiB, 16 KiB, 32 KiB, 64 KiB). */
   size_t coll_max = 8192;
   long *csrc = shmem_malloc(coll_max * 8 * n), *cdst = shmem_malloc(coll_max * 8 * n);
   for (size_t j = 0; j < coll_max * n; ++j) csrc[j] = me + (long)j;
-  const size_t counts[] = {1, 128, 8192};
-  for (int c = 0; c < 3; ++c) {
+  const size_t counts[] = {1, 128, 2048, 4096, 8192};
+  for (int c = 0; c < (int)(sizeof(counts) / sizeof(counts[0])); ++c) {
     size_t nelems = counts[c];
     int it = (int)((nelems <= 128 ? 2000 : 200) * scale) + 10;
     size_t bytes = nelems * 8;

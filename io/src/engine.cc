@@ -484,6 +484,7 @@ void EngineImpl::post_tcp(bool read, Peer& peer, const std::shared_ptr<Transfer>
     }
   }
   t->add_pieces(count);
+  if (!stripe) t->status->set_driver(lanes[lane]->driver());  // one lane: its waiter may read the replies
   for (size_t i = 0; i < n; ++i)
     if (!per_lane[i].empty()) lanes[i]->post(std::move(per_lane[i]));
 }
@@ -579,9 +580,11 @@ void EngineImpl::post_cuda_ipc(bool read, const std::shared_ptr<Transfer>& t, Re
     sizes.push_back(p.size);
   }
   t->add_pieces(1);
-  ipc_->copy(local.device, dst_src, sizes, [t](const std::string& err) {
+  auto driver = ipc_->copy(local.device, dst_src, sizes, [t](const std::string& err) {
     t->piece_done(err.empty() ? StatusCode::SUCCESS : StatusCode::ERR_GPU_OP, err);
   });
+  // Its waiter synchronizes the copy's event itself (the status is not the caller's yet).
+  if (driver) t->status->set_driver(driver);
 }
 
 bool EngineImpl::session_alive(const MemoryDesc& local, const MemoryDesc& remote) {

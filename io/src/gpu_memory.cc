@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "io/src/gpu_memory.h"
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -9,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <shared_mutex>
 
 #include "mori/core/log.h"
 #include "mori/core/status.h"
@@ -118,6 +121,60 @@ std::string copy_to_device(void* device_ptr, const void* host, size_t n, int dev
   return err == cudaSuccess ? "" : cuda_error("cudaMemcpyAsync (host to device)", err);
 }
 
+// One copy's completion, claimed once: by the thread that waits for the transfer (drive) or
+// by the copier's completion thread, whichever comes first. The claimer synchronizes the
+// copy's event, recycles it and reports; a waiter thus wakes from the event itself, not from
+// the completion thread's report. The gate (held shared while driving) closes when the copier
+// goes, so a status waited for after that does not touch it.
+struct CopierGate {
+  std::shared_mutex mu;
+  bool open = true;
+};
+
+class IpcCompletion : public StatusDriver {
+ public:
+  IpcCompletion(std::shared_ptr<CopierGate> gate, cudaEvent_t event, int device,
+                std::function<void(cudaEvent_t)> recycle, std::function<void(const std::string&)> done)
+      : gate_(std::move(gate)), event_(event), device_(device), recycle_(std::move(recycle)), done_(std::move(done)) {}
+
+  bool drive(const StatusState&, std::chrono::steady_clock::time_point deadline) override {
+    std::shared_lock<std::shared_mutex> lock(gate_->mu);
+    if (!gate_->open || claimed_.load()) return false;
+    if (deadline != std::chrono::steady_clock::time_point::max()) {
+      // A bounded wait polls without claiming: a waiter that gives up leaves it to the thread.
+      cudaSetDevice(device_);
+      cudaError_t q;
+      while ((q = cudaEventQuery(event_)) == cudaErrorNotReady) {
+        if (std::chrono::steady_clock::now() >= deadline) return true;
+        std::this_thread::yield();
+      }
+      if (q != cudaSuccess) cudaGetLastError();  // reported by finish()'s synchronize
+    }
+    finish();
+    return true;
+  }
+
+  // Claims, synchronizes and reports; false when claimed already.
+  bool finish() {
+    if (claimed_.exchange(true)) return false;
+    cudaSetDevice(device_);
+    cudaError_t err = cudaEventSynchronize(event_);
+    if (err != cudaSuccess) cudaGetLastError();
+    recycle_(event_);
+    auto done = std::move(done_);
+    done(err == cudaSuccess ? "" : cuda_error("cudaEventSynchronize (CUDA IPC copy)", err));
+    return true;
+  }
+
+ private:
+  std::shared_ptr<CopierGate> gate_;
+  cudaEvent_t event_;
+  int device_;
+  std::function<void(cudaEvent_t)> recycle_;
+  std::function<void(const std::string&)> done_;
+  std::atomic<bool> claimed_{false};
+};
+
 struct IpcCopier::Impl {
   int num_streams;
   std::mutex mu;
@@ -125,17 +182,14 @@ struct IpcCopier::Impl {
   std::map<int, size_t> next;
   std::map<std::tuple<std::string, uint32_t, int>, char*> opened;  // (engine, region, local device) -> base
   std::vector<cudaEvent_t> free_events;
+  std::shared_ptr<CopierGate> gate = std::make_shared<CopierGate>();
 
-  // Completions: one thread waits on each copy's event in submission order (a blocking
-  // event wait answers in microseconds; a host callback takes tens of them).
-  struct Pending {
-    cudaEvent_t event;
-    int device;
-    std::function<void(const std::string&)> done;
-  };
+  // Completions nobody waits for: one thread synchronizes each copy's event in submission
+  // order (a blocking event wait answers in microseconds; a host callback takes tens of them)
+  // and skips those a waiter claimed.
   std::mutex done_mu;
   std::condition_variable done_cv;
-  std::deque<Pending> pending;
+  std::deque<std::shared_ptr<IpcCompletion>> pending;
   bool stopping = false;
   std::thread completer;
 
@@ -163,23 +217,22 @@ struct IpcCopier::Impl {
     return e;
   }
 
+  void recycle(cudaEvent_t e) {
+    std::lock_guard<std::mutex> lock(mu);
+    free_events.push_back(e);
+  }
+
   void complete_loop() {
     while (true) {
-      Pending p;
+      std::shared_ptr<IpcCompletion> c;
       {
         std::unique_lock<std::mutex> lock(done_mu);
         done_cv.wait(lock, [&] { return stopping || !pending.empty(); });
         if (pending.empty()) return;
-        p = std::move(pending.front());
+        c = std::move(pending.front());
         pending.pop_front();
       }
-      cudaSetDevice(p.device);
-      cudaError_t err = cudaEventSynchronize(p.event);
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        free_events.push_back(p.event);
-      }
-      p.done(err == cudaSuccess ? "" : cuda_error("cudaEventSynchronize (CUDA IPC copy)", err));
+      c->finish();  // false: its waiter finished it
     }
   }
 };
@@ -196,6 +249,10 @@ IpcCopier::~IpcCopier() {
   }
   impl_->done_cv.notify_all();
   impl_->completer.join();  // runs what is still pending
+  {
+    std::unique_lock<std::shared_mutex> lock(impl_->gate->mu);  // waiters driving now finish first
+    impl_->gate->open = false;
+  }
   for (auto e : impl_->free_events) cudaEventDestroy(e);
   for (auto& [device, v] : impl_->streams) {
     cudaSetDevice(device);
@@ -238,8 +295,9 @@ char* IpcCopier::open(const MemoryDesc& remote, int local_device, bool same_proc
   return static_cast<char*>(base) + remote.ipc_offset;
 }
 
-void IpcCopier::copy(int device, const std::vector<std::pair<char*, const char*>>& dst_src,
-                     const std::vector<size_t>& sizes, std::function<void(const std::string&)> done) {
+std::shared_ptr<StatusDriver> IpcCopier::copy(int device, const std::vector<std::pair<char*, const char*>>& dst_src,
+                                             const std::vector<size_t>& sizes,
+                                             std::function<void(const std::string&)> done) {
   cudaStream_t s;
   cudaEvent_t ev;
   {
@@ -248,8 +306,9 @@ void IpcCopier::copy(int device, const std::vector<std::pair<char*, const char*>
     ev = impl_->event();
   }
   if (!s || !ev) {
+    if (ev) impl_->recycle(ev);
     done("no CUDA stream or event for the copy");
-    return;
+    return nullptr;
   }
   cudaSetDevice(device);
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -257,20 +316,20 @@ void IpcCopier::copy(int device, const std::vector<std::pair<char*, const char*>
     if (err != cudaSuccess) {
       cudaGetLastError();
       cudaStreamSynchronize(s);
-      {
-        std::lock_guard<std::mutex> lock(impl_->mu);
-        impl_->free_events.push_back(ev);
-      }
+      impl_->recycle(ev);
       done(cuda_error("cudaMemcpyAsync (CUDA IPC)", err));
-      return;
+      return nullptr;
     }
   }
   cudaEventRecord(ev, s);
+  auto c = std::make_shared<IpcCompletion>(impl_->gate, ev, device, [impl = impl_.get()](cudaEvent_t e) { impl->recycle(e); },
+                                           std::move(done));
   {
     std::lock_guard<std::mutex> lock(impl_->done_mu);
-    impl_->pending.push_back({ev, device, std::move(done)});
+    impl_->pending.push_back(c);
   }
   impl_->done_cv.notify_one();
+  return c;
 }
 
 void IpcCopier::forget(const std::string& engine_key, uint32_t region) {
@@ -307,9 +366,10 @@ char* IpcCopier::open(const MemoryDesc&, int, bool, std::string* why) {
   *why = kNoCuda;
   return nullptr;
 }
-void IpcCopier::copy(int, const std::vector<std::pair<char*, const char*>>&, const std::vector<size_t>&,
-                     std::function<void(const std::string&)> done) {
+std::shared_ptr<StatusDriver> IpcCopier::copy(int, const std::vector<std::pair<char*, const char*>>&,
+                                             const std::vector<size_t>&, std::function<void(const std::string&)> done) {
   done(kNoCuda);
+  return nullptr;
 }
 void IpcCopier::forget(const std::string&, uint32_t) {}
 

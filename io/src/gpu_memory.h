@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "mori/io/transfer_status.h"
 #include "mori/io/types.h"
 
 namespace mori::io::gpu {
@@ -49,10 +50,12 @@ class IpcCopier {
   ~IpcCopier();
   // Device pointer of a remote region (opened once, cached); nullptr + *why on failure.
   char* open(const MemoryDesc& remote, int local_device, bool same_process, std::string* why);
-  // dst[i] <- src[i] for each segment on one stream; `done` runs (from a CUDA thread) once
-  // all have completed, with "" or an error.
-  void copy(int device, const std::vector<std::pair<char*, const char*>>& dst_src, const std::vector<size_t>& sizes,
-            std::function<void(const std::string&)> done);
+  // dst[i] <- src[i] for each segment on one stream; `done` runs once all have completed,
+  // with "" or an error: on the thread that waits for the transfer when one does (it
+  // synchronizes the copy's event itself, no hand-off), else on the copier's completion thread.
+  // Returns what such a waiter drives (null when the copy failed at once).
+  std::shared_ptr<StatusDriver> copy(int device, const std::vector<std::pair<char*, const char*>>& dst_src,
+                                     const std::vector<size_t>& sizes, std::function<void(const std::string&)> done);
   void forget(const std::string& engine_key, uint32_t region);
 
  private:

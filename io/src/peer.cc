@@ -2,6 +2,7 @@
 #include "io/src/peer.h"
 
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "mori/core/log.h"
 #include "mori/core/socket.h"
 #include "mori/core/status.h"
+#include "mori/core/thread_name.h"
 
 namespace mori::io {
 
@@ -38,7 +40,31 @@ void Transfer::piece_done(StatusCode code, const std::string& message) {
 // ---------------------------------------------------------------------------------------------
 // Lane
 
-Lane::Lane(Peer& peer, int index, int fd) : peer_(peer), index_(index), fd_(fd) {
+// ---------------------------------------------------------------------------------------------
+// LaneDriver
+
+bool LaneDriver::drive(const StatusState& s, std::chrono::steady_clock::time_point deadline) {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return lane_ != nullptr && lane_->drive(s, deadline);
+}
+
+void LaneDriver::detach() {
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  lane_ = nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lane
+
+// How long the receiving thread leaves the socket to waiters after one drove: a caller that
+// posts and waits in a loop comes back within microseconds, and the thread stepping in and
+// out of poll() each time would cost a wake-up per transfer.
+constexpr auto kLinger = std::chrono::microseconds(500);
+
+Lane::Lane(Peer& peer, int index, int fd)
+    : peer_(peer), index_(index), fd_(fd), reader_(fd, 256 * 1024), driver_(std::make_shared<LaneDriver>(this)) {
+  kick_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (kick_fd_ < 0) raise_errno("eventfd");
   double timeout = peer_.engine().settings().timeout_s;
   net::set_timeouts(fd_, timeout);
   net::set_liveness(fd_, timeout);
@@ -47,15 +73,19 @@ Lane::Lane(Peer& peer, int index, int fd) : peer_(peer), index_(index), fd_(fd) 
   setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
   tx_ = std::thread([this] { tx_loop(); });
   rx_ = std::thread([this] { rx_loop(); });
+  name_thread(tx_, "mori-io-tx");
+  name_thread(rx_, "mori-io-rx");
 }
 
 Lane::~Lane() {
   stopping_.store(true);
   fail("closed by this engine (engine closing or peer deregistered)");
+  driver_->detach();  // a waiter reading now sees the shut-down socket and leaves
   q_cv_.notify_all();
   if (tx_.joinable()) tx_.join();
   if (rx_.joinable()) rx_.join();
   net::close_fd(fd_);
+  ::close(kick_fd_);
 }
 
 char* Lane::staging(std::unique_ptr<gpu::HostBuffer>& buf, size_t n) {
@@ -182,14 +212,85 @@ void Lane::send_pieces(std::vector<Piece>& batch) {
   }
 }
 
+bool Lane::rx_may_read() {
+  std::unique_lock<std::mutex> lock(park_mu_);
+  while (!stopping_.load() && !broken_.load()) {
+    if (wanting_.load() > 0) {
+      park_cv_.wait_for(lock, std::chrono::milliseconds(100));
+    } else if (!handoff_ && std::chrono::steady_clock::now() < linger_until_) {
+      park_cv_.wait_until(lock, linger_until_);
+    } else {
+      handoff_ = false;
+      return true;
+    }
+  }
+  return false;
+}
+
+void Lane::read_reply() {
+  wire::Reply r;
+  if (!reader_.read(&r, sizeof(r))) raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
+  handle_reply(r, reader_);
+}
+
 void Lane::rx_loop() {
-  tcp::SocketReader reader(fd_, 256 * 1024);
   const double timeout = peer_.engine().settings().timeout_s;
   try {
-    while (!stopping_.load() && !broken_.load()) {
-      if (!reader.buffered()) {
+    while (rx_may_read()) {
+      std::unique_lock<std::mutex> token(read_mu_);
+      if (!reader_.buffered()) {
+        rx_polling_.store(true);
+        if (wanting_.load() > 0) {  // a waiter came (it saw no poll to interrupt): let it read
+          rx_polling_.store(false);
+          continue;
+        }
+        pollfd pfd[2] = {{fd_, POLLIN, 0}, {kick_fd_, POLLIN, 0}};
+        int rc = poll(pfd, 2, 100);
+        rx_polling_.store(false);
+        if (rc < 0 && errno != EINTR) raise_errno("poll");
+        if (rc > 0 && (pfd[1].revents & POLLIN)) {
+          uint64_t kicks;
+          (void)!::read(kick_fd_, &kicks, sizeof(kicks));
+        }
+        if (rc <= 0 || !pfd[0].revents) {
+          std::lock_guard<std::mutex> lock(p_mu_);
+          if (!pending_.empty() && net::now() - last_progress_ > timeout)
+            raise(Status::kTimeout, "%s answered nothing for %.1f s (MORI_IO_TIMEOUT_MS)", peer_.name().c_str(),
+                  timeout);
+          continue;
+        }
+      }
+      read_reply();
+    }
+  } catch (const std::exception& e) {
+    if (!stopping_.load()) MORI_LOG(kInfo, "IO", "lane %d to %s: %s", index_, peer_.name().c_str(), e.what());
+    fail(e.what());
+  }
+}
+
+bool Lane::drive(const StatusState& s, std::chrono::steady_clock::time_point deadline) {
+  if (broken_.load()) return false;
+  wanting_.fetch_add(1);
+  if (rx_polling_.load()) {
+    uint64_t one = 1;
+    (void)!::write(kick_fd_, &one, sizeof(one));
+  }
+  std::unique_lock<std::mutex> token(read_mu_);
+  wanting_.fetch_sub(1);
+  const double timeout = peer_.engine().settings().timeout_s;
+  const bool forever = deadline == std::chrono::steady_clock::time_point::max();
+  try {
+    while (!s.settled() && !broken_.load() && !stopping_.load()) {
+      {
+        std::lock_guard<std::mutex> lock(p_mu_);
+        if (pending_.empty()) break;  // the rest comes over other lanes (or is not sent yet)
+      }
+      if (!reader_.buffered() && !forever) {
+        auto left = deadline - std::chrono::steady_clock::now();
+        if (left <= std::chrono::steady_clock::duration::zero()) break;
+        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(left).count() + 1;
         pollfd pfd{fd_, POLLIN, 0};
-        int rc = poll(&pfd, 1, 100);
+        int rc = poll(&pfd, 1, static_cast<int>(std::min<int64_t>(100, ms)));
         if (rc < 0 && errno != EINTR) raise_errno("poll");
         if (rc <= 0) {
           std::lock_guard<std::mutex> lock(p_mu_);
@@ -199,14 +300,32 @@ void Lane::rx_loop() {
           continue;
         }
       }
-      wire::Reply r;
-      if (!reader.read(&r, sizeof(r))) raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
-      handle_reply(r, reader);
+      try {
+        read_reply();  // blocks in recv (SO_RCVTIMEO is MORI_IO_TIMEOUT_MS)
+      } catch (const Error&) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+          raise(Status::kTimeout, "%s answered nothing for %.1f s (MORI_IO_TIMEOUT_MS)", peer_.name().c_str(),
+                timeout);
+        throw;
+      }
     }
   } catch (const std::exception& e) {
     if (!stopping_.load()) MORI_LOG(kInfo, "IO", "lane %d to %s: %s", index_, peer_.name().c_str(), e.what());
     fail(e.what());
   }
+  bool more;
+  {
+    std::lock_guard<std::mutex> lock(p_mu_);
+    more = !pending_.empty() || !s.settled();
+  }
+  {
+    std::lock_guard<std::mutex> lock(park_mu_);
+    linger_until_ = std::chrono::steady_clock::now() + kLinger;
+    if (more) handoff_ = true;  // work nobody waits on here: the thread reads it at once
+  }
+  token.unlock();
+  if (more) park_cv_.notify_one();
+  return true;
 }
 
 void Lane::handle_reply(const wire::Reply& r, tcp::SocketReader& reader) {
@@ -286,6 +405,10 @@ void Lane::fail(const std::string& reason) {
     pending.swap(pending_);
   }
   q_cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(park_mu_);  // the receiving thread may be parked
+  }
+  park_cv_.notify_all();
   peer_.drop_grants();  // the target may have cut us off for not confirming a deregistration
   for (auto& p : pending) fail_piece(p, why);
   for (auto& p : queued) fail_piece(p, why);

@@ -6,6 +6,7 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -27,8 +28,22 @@
 namespace mori::io {
 
 class EngineImpl;
+class Lane;
 class Peer;
 class UcxBackend;
+
+// A waiter's way into one lane, held weakly by the statuses of transfers that went over it
+// alone. It outlives its lane (a status may be waited for later); the lane detaches it.
+class LaneDriver : public StatusDriver {
+ public:
+  explicit LaneDriver(Lane* lane) : lane_(lane) {}
+  bool drive(const StatusState& s, std::chrono::steady_clock::time_point deadline) override;
+  void detach();  // waits for drives in progress
+
+ private:
+  std::shared_mutex mu_;
+  Lane* lane_;
+};
 
 // One transfer as the engine sees it: pieces in flight, the first error, and the local
 // regions it keeps registered until it is done.
@@ -77,6 +92,11 @@ class Lane {
   // Sends the pieces in order (small ones from the caller's thread when the lane is idle).
   void post(std::vector<Piece> pieces);
   bool broken() const { return broken_.load(); }
+  // What a waiter for a transfer on this lane alone drives (see LaneDriver).
+  std::shared_ptr<StatusDriver> driver() const { return driver_; }
+  // Reads replies on the waiter's thread until `s` settles, nothing is pending here or
+  // `deadline` passes; the receiving thread stays out of the way meanwhile.
+  bool drive(const StatusState& s, std::chrono::steady_clock::time_point deadline);
   // Closes the lane and fails everything queued or in flight on it.
   void fail(const std::string& why);
 
@@ -85,6 +105,10 @@ class Lane {
   static bool expects_reply(const Piece& p);
   void tx_loop();
   void rx_loop();
+  // The receiving thread waits here while waiters read for themselves (and for kLinger after
+  // the last one, which likely comes back soon); false when the lane stops.
+  bool rx_may_read();
+  void read_reply();
   void send_pieces(std::vector<Piece>& batch);
   void handle_reply(const wire::Reply& r, tcp::SocketReader& reader);
   // Receives the answered piece's payload and completes it (throws if the connection fails).
@@ -104,6 +128,20 @@ class Lane {
   std::mutex p_mu_;
   std::deque<Piece> pending_;
   double last_progress_ = 0;
+
+  // Replies are read by whoever holds read_mu_: the receiving thread, or a waiter driving
+  // its own transfer (no hand-off to wake it). A waiter announces itself in wanting_ and,
+  // when the thread sits in poll(), wakes it through kick_fd_ (an eventfd).
+  tcp::SocketReader reader_;
+  std::mutex read_mu_;
+  std::atomic<int> wanting_{0};
+  std::atomic<bool> rx_polling_{false};
+  int kick_fd_ = -1;
+  std::mutex park_mu_;
+  std::condition_variable park_cv_;
+  std::chrono::steady_clock::time_point linger_until_{};  // park_mu_
+  bool handoff_ = false;  // park_mu_: a waiter left work it does not wait for
+  std::shared_ptr<LaneDriver> driver_;
 
   // Host bounce buffer for GPU memory (pinned when CUDA is there), grown on demand.
   // tx and rx each have their own: they run at the same time.

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: MIT
 #include "mori/io/transfer_status.h"
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
 namespace mori::io {
 
-static bool settled(StatusCode c) { return c != StatusCode::INIT && c != StatusCode::IN_PROGRESS; }
+static bool is_settled(StatusCode c) { return c != StatusCode::INIT && c != StatusCode::IN_PROGRESS; }
 
 StatusCode StatusState::code() const { return code_.load(std::memory_order_acquire); }
 
@@ -35,11 +36,24 @@ void StatusState::set(StatusCode code, const std::string& message) {
 }
 
 StatusCode StatusState::wait_for(int64_t timeout_ms) const {
+  if (timeout_ms != 0 && !settled()) {
+    if (auto d = driver_.lock()) {
+      auto deadline = timeout_ms < 0 ? std::chrono::steady_clock::time_point::max()
+                                     : std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+      if (d->drive(*this, deadline) && (settled() || timeout_ms > 0 && std::chrono::steady_clock::now() >= deadline))
+        return code();
+      // Driven as far as this connection goes (the rest is on other connections): sleep.
+      if (timeout_ms > 0) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        timeout_ms = std::max<int64_t>(1, left.count());
+      }
+    }
+  }
   std::unique_lock<std::mutex> lock(mu_);
   if (timeout_ms < 0) {
-    cv_.wait(lock, [&] { return settled(code_); });
+    cv_.wait(lock, [&] { return is_settled(code_); });
   } else if (timeout_ms > 0) {
-    cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return settled(code_); });
+    cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return is_settled(code_); });
   }
   return code_;
 }
@@ -61,7 +75,7 @@ StatusCode wait_all(const std::vector<std::shared_ptr<StatusState>>& statuses, i
       c = s->wait_for(left > 0 ? left : 0);
     }
     if (is_failure(c) && first_failure == StatusCode::SUCCESS) first_failure = c;
-    if (!settled(c)) pending = true;
+    if (!is_settled(c)) pending = true;
   }
   if (first_failure != StatusCode::SUCCESS) return first_failure;
   return pending ? StatusCode::IN_PROGRESS : StatusCode::SUCCESS;

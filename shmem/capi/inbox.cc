@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "capi/inbox.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -27,6 +29,7 @@ void Inbox::setup(mori::shmem::Runtime& r) {
   acks_ = static_cast<Ack*>(r.malloc(cells * sizeof(Ack), 64, "shmem_init", false));
   stages_ = static_cast<unsigned char*>(r.malloc(cells * 2 * kMessageBytes, 64, "shmem_init", false));
   wide_part_ = std::max(kMessageBytes, kWideStageBytes / static_cast<size_t>(n_pes_) / 64 * 64);
+  wide_staging_ = r.topology().local_size() > sysconf(_SC_NPROCESSORS_ONLN);
   wide_stages_ = static_cast<unsigned char*>(
       r.malloc(2 * static_cast<size_t>(n_pes_) * 2 * wide_part_, 64, "shmem_init", false));
   for (size_t i = 0; i < cells * 2; ++i) slots_[i].seq = 0;
@@ -43,6 +46,7 @@ void Inbox::teardown() {
   stages_ = nullptr;
   wide_stages_ = nullptr;
   wide_part_ = 0;
+  wide_staging_ = false;
   sent_.clear();
   staged_.clear();
   received_.clear();
@@ -64,7 +68,7 @@ bool Inbox::stageable(const Group& g, size_t bytes, mori::shmem::Runtime& r) con
   // members' count of that channel (and two subsets with the same first member would share
   // its staging), so only sets of every PE stage; subsets go by message or by barrier.
   if (g.channel == kActiveSetChannel && g.n != n_pes_) return false;
-  const size_t limit = wide_index(g.channel) >= 0 ? wide_part_ : kMessageBytes;
+  const size_t limit = wide_index(g.channel) >= 0 && wide_staging_ ? wide_part_ : kMessageBytes;
   return bytes <= limit && usable(g, 0, r);
 }
 

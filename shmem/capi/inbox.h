@@ -39,7 +39,8 @@ class Inbox {
   // Whether a collective over `g` with parts of `bytes` may stage them (same host is the
   // caller's check). Parts up to kMessageBytes on every channel; on the world team's and the
   // active sets' channels up to kWideStageBytes / job size (an alltoall of 1 KiB blocks at 8 PEs
-  // stages 8 KiB a member), which keeps those two stagings at 256 KiB a PE for any job size.
+  // stages 8 KiB a member), which keeps those two stagings at 256 KiB a PE for any job size,
+  // but only where this host's PEs outnumber its cores (see wide_staging_).
   bool stageable(const Group& g, size_t bytes, mori::shmem::Runtime& r) const;
   // Same host: where member `member`'s part of the next staged collective on `g`'s channel goes,
   // in member 0's memory (mapped here). Members write their parts there, meet at the central
@@ -76,6 +77,15 @@ class Inbox {
   unsigned char* stages_ = nullptr;  // [channel][member][2][kMessageBytes]: staged parts (member 0's used)
   unsigned char* wide_stages_ = nullptr;  // [world, active sets][member][2][wide_part_]: the same, wider
   size_t wide_part_ = 0;
+  // Wide parts stage only when the host's PEs outnumber its cores. Staging writes every part
+  // into lines the other cores read in the previous collective, one ownership transfer per 64 B
+  // line that the writer waits for, while the direct path's gets only read lines that stay
+  // shared: 2 PEs with a core each, broadcast+barrier of 16-32 KiB took 14-33 us staged, 2.0-8.4
+  // direct (fcollect 13-48 against 2.5-9.6; 2-core AMD VM, alternated runs), the cliff below the
+  // 64 KiB rows. With PEs sharing cores the barriers the staging saves cost more (4 PEs on 2
+  // cores: 2-16 KiB broadcast+barrier 26-38 us staged, 30-81 direct). Decided from the host's
+  // PE and core counts, the same on every PE of it (not the affinity mask, which may differ).
+  bool wide_staging_ = false;
   // Index into wide_stages_ of a channel (-1: it stages in stages_).
   static int wide_index(int channel) { return channel == 0 ? 0 : channel == kActiveSetChannel ? 1 : -1; }
   Ack* acks_ = nullptr;    // [channel][receiver]: what each receiver took from this PE

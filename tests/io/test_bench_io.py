@@ -119,7 +119,10 @@ def test_bench_io_missing_baselines_are_skipped(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     engines = json.loads(out.read_text())["meta"]["engines"]
     assert engines["socket"]["status"] == "ok"
+    # The reason names the interpreter that looked (a wheel installed by another one's pip is
+    # what "not installed" meant on the GPU host) and how to install it there.
     assert engines["mooncake-tcp"] == {"status": "skipped", "describe": engines["mooncake-tcp"]["describe"],
-                                       "reason": "mooncake-transfer-engine-non-cuda is not installed "
-                                                 "(scripts/bench-io-setup.sh)"}
+                                       "reason": f"no mooncake package on the path of {sys.executable} (install it "
+                                                 f"with that interpreter: PYTHON={sys.executable} "
+                                                 "scripts/bench-io-setup.sh)"}
     assert engines["nixl-ucx-tcp"]["status"] == "skipped" and "nixl" in engines["nixl-ucx-tcp"]["reason"]

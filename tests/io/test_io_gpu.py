@@ -83,6 +83,59 @@ def test_status_completes_without_wait():
     assert st.Succeeded() and torch.equal(src, dst)
 
 
+def test_cuda_ipc_small_copies_every_way_of_waiting():
+    """Small CUDA IPC copies complete on the thread that waits for them (it synchronizes the
+    copy's event itself) and on the copier's thread when nobody waits: Wait, WaitFor, polling,
+    wait_all and a dropped status, and two threads waiting at once; fresh random bytes, each
+    range checked exactly."""
+    import threading
+
+    a = IOEngine(f"gs-{next(_seq)}", IOEngineConfig("127.0.0.1", 0))
+    b = IOEngine(f"gt-{next(_seq)}", IOEngineConfig("127.0.0.1", 0))
+    for e in (a, b):
+        e.create_backend(BackendType.XGMI, XgmiBackendConfig())
+    a.register_remote_engine(b.get_engine_desc())
+    size, n = 64 << 10, 80
+    _, src = gpu_bytes(size * n, 11)
+    _, dst = gpu_bytes(size * n, 12)
+    expect = src.clone()
+    sess = a.create_session(a.register_torch_tensor(src), MemoryDesc.unpack(b.register_torch_tensor(dst).pack()))
+    later = []
+    for i in range(n // 2):
+        st = sess.write(i * size, i * size, size, a.allocate_transfer_uid())
+        way = i % 5
+        if way == 0:
+            st.Wait()
+        elif way == 1:
+            assert st.WaitFor(30000) == StatusCode.SUCCESS, st.Message()
+        elif way == 2:
+            deadline = time.monotonic() + 30
+            while st.InProgress():
+                assert time.monotonic() < deadline
+        elif way == 3:
+            later.append(st)
+        # way 4: dropped unwaited; the next status of this pair completes after it
+        assert way in (3, 4) or st.Succeeded(), st.Message()
+    assert a.wait_all(later, 30000) == StatusCode.SUCCESS
+    errors = []
+
+    def waiter(first: int) -> None:
+        for i in range(first, n, 2):
+            st = sess.write(i * size, i * size, size, a.allocate_transfer_uid())
+            if st.WaitFor(30000) != StatusCode.SUCCESS:
+                errors.append(st.Message())
+
+    threads = [threading.Thread(target=waiter, args=(n // 2 + k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and not any(t.is_alive() for t in threads)
+    torch.cuda.synchronize()
+    for i in range(n):
+        assert torch.equal(dst[i * size:(i + 1) * size], expect[i * size:(i + 1) * size]), f"range {i}"
+
+
 @pytest.fixture(params=["cuda_ipc", "tcp"])
 def gpu_two(request):
     """Two processes on one GPU: XGMI engines (CUDA IPC) or tcp engines (GPU memory staged)."""

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,19 @@
 
 namespace mori::io {
 
+class StatusState;
+
+// Progress a waiting thread may make itself: the connection a transfer's replies arrive on
+// lets the thread that waits for it read them, instead of a receiving thread reading them
+// and then waking the waiter (one thread hand-off less per small transfer).
+class StatusDriver {
+ public:
+  virtual ~StatusDriver() = default;
+  // Reads replies until `s` settles, nothing more is expected on this connection or
+  // `deadline` passes. False when the waiter cannot drive (the connection is gone).
+  virtual bool drive(const StatusState& s, std::chrono::steady_clock::time_point deadline) = 0;
+};
+
 class StatusState {
  public:
   StatusCode code() const;
@@ -24,12 +38,19 @@ class StatusState {
   void set(StatusCode code, const std::string& message = "");  // unconditional
   // Blocks until the code is neither INIT nor IN_PROGRESS or timeout_ms passes (< 0: no limit).
   StatusCode wait_for(int64_t timeout_ms) const;
+  // The connection a waiter may drive (set before the status is handed to the caller).
+  void set_driver(std::weak_ptr<StatusDriver> d) { driver_ = std::move(d); }
+  bool settled() const {
+    StatusCode c = code();
+    return c != StatusCode::INIT && c != StatusCode::IN_PROGRESS;
+  }
 
  private:
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   std::atomic<StatusCode> code_{StatusCode::INIT};  // written under mu_, read without it
   std::string message_;
+  std::weak_ptr<StatusDriver> driver_;
 };
 
 class TransferStatus {
