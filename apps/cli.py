@@ -109,6 +109,12 @@ def _cmd_umbp_server(args: argparse.Namespace) -> int:
     return serve(options_from_args(args))
 
 
+def _cmd_umbp_master(args: argparse.Namespace, rest: list[str]) -> int:
+    from mori.umbp.distributed.master_server import main as master_main
+
+    return master_main(rest)
+
+
 def _cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
     from mori.apps.bench import main as bench_main
 
@@ -148,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_umbp_server_arguments(umbp_server)
     umbp_server.set_defaults(func=_cmd_umbp_server)
 
+    umbp_master = sub.add_parser("umbp-master", add_help=False,
+                                 help="MORI-UMBP's master (gRPC umbp.UMBPMaster): umbp-master [listen_address] [metrics_port]")
+    umbp_master.set_defaults(func=None)
+
     bench = sub.add_parser("bench", help="benchmarks (shmem, ccl, ep, io, ...); see mori bench WHAT --help", add_help=False)
     bench.add_argument("what", nargs="?", default="--help", help="which benchmark")
     bench.set_defaults(func=None)
@@ -160,6 +170,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args, rest = parser.parse_known_args(argv)
     if args.cmd == "bench":
         return _cmd_bench(args, rest)
+    if args.cmd == "umbp-master":
+        return _cmd_umbp_master(args, rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     return args.func(args)

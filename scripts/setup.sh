@@ -18,6 +18,7 @@ command -v strace >/dev/null || need_apt="$need_apt strace"   # a test delays on
 command -v ucx_info >/dev/null || need_apt="$need_apt ucx-utils"
 [ -f /usr/include/xxhash.h ] || need_apt="$need_apt libxxhash-dev"     # UMBP value checksums (XXH3)
 [ -f /usr/include/liburing.h ] || need_apt="$need_apt liburing-dev"    # UMBP SSD tier (io_uring)
+command -v redis-server >/dev/null || need_apt="$need_apt redis-server"   # UMBP master metadata store (tests start a real one)
 if [ -n "$need_apt" ]; then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $need_apt

@@ -78,6 +78,19 @@ void bind_core(py::module_& m) {
         py::arg("fd"), py::arg("secret"), py::arg("label"), py::arg("timeout_s") = 10,
         "Runs the client side of core/auth's challenge-response on a connected socket (for tests).");
 
+  m.def("hmac_sha256",
+        [](py::bytes key, py::bytes data) {
+          std::string k = key, d = data;
+          auto mac = auth::hmac_sha256(k.data(), k.size(), d.data(), d.size());
+          return py::bytes(reinterpret_cast<const char*>(mac.data()), mac.size());
+        },
+        py::arg("key"), py::arg("data"), "HMAC-SHA256(key, data) -> 32 bytes (core/auth's MAC).");
+  m.def("secret_from_hex", [](const std::string& hex) {
+          JobSecret s = secret_from_hex(hex);
+          return py::bytes(reinterpret_cast<const char*>(s.data()), s.size());
+        },
+        py::arg("hex"), "The raw bytes of a hex job secret (MORI_JOB_SECRET); bad hex raises.");
+
   m.def("create_unique_id", [] {
     UniqueId id = create_unique_id();
     return py::bytes(reinterpret_cast<const char*>(id.data()), id.size());

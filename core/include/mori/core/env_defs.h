@@ -123,6 +123,72 @@
   X(umbp_ssd_read_lease_ms, "UMBP_SSD_READ_LEASE_MS", int, "3000",                                \
     "MORI-UMBP: how long a peer keeps an SSD value staged for a remote reader that does not release it") \
   X(umbp_log_level, "UMBP_LOG_LEVEL", string, "", "MORI-UMBP: 0 INFO, 1 WARN, 2 ERROR (empty: MORI_LOG_LEVEL)") \
+  X(umbp_heartbeat_ttl_sec, "UMBP_HEARTBEAT_TTL_SEC", int, "10",                                   \
+    "MORI-UMBP master: a client silent this long (x UMBP_MAX_MISSED_HEARTBEATS rule) is dropped with its keys") \
+  X(umbp_reaper_interval_sec, "UMBP_REAPER_INTERVAL_SEC", number, "5",                             \
+    "MORI-UMBP master: how often dead clients are looked for")                                     \
+  X(umbp_max_missed_heartbeats, "UMBP_MAX_MISSED_HEARTBEATS", int, "3",                            \
+    "MORI-UMBP master: heartbeat intervals a client may miss before it expires")                   \
+  X(umbp_eviction_check_interval_sec, "UMBP_EVICTION_CHECK_INTERVAL_SEC", number, "5",             \
+    "MORI-UMBP master: how often the eviction manager looks for tiers above the high watermark")   \
+  X(umbp_eviction_high_wm, "UMBP_EVICTION_HIGH_WM", number, "0.9",                                 \
+    "MORI-UMBP master (ours): tier use above which the master evicts")                             \
+  X(umbp_eviction_low_wm, "UMBP_EVICTION_LOW_WM", number, "0.7",                                   \
+    "MORI-UMBP master (ours): tier use a master eviction brings a tier down to")                   \
+  X(umbp_eviction_strategy, "UMBP_EVICTION_STRATEGY", string, "lru",                               \
+    "MORI-UMBP master (ours): eviction strategy (lru)")                                            \
+  X(umbp_lease_duration_sec, "UMBP_LEASE_DURATION_SEC", number, "2",                               \
+    "MORI-UMBP master: a routed get protects its key from master eviction this long")              \
+  X(umbp_heartbeat_interval_divisor, "UMBP_HEARTBEAT_INTERVAL_DIVISOR", int, "2",                  \
+    "MORI-UMBP master: heartbeat interval = UMBP_HEARTBEAT_TTL_SEC / this")                        \
+  X(umbp_evictkey_deadline_ms, "UMBP_EVICTKEY_DEADLINE_MS", int, "1000",                           \
+    "MORI-UMBP master: deadline of an EvictKey call to a peer")                                    \
+  X(umbp_hit_index_ttl_sec, "UMBP_HIT_INDEX_TTL_SEC", int, "7200",                                 \
+    "MORI-UMBP master: an external-KV hit counter untouched this long is dropped")                 \
+  X(umbp_hit_index_gc_interval_sec, "UMBP_HIT_INDEX_GC_INTERVAL_SEC", number, "60",                \
+    "MORI-UMBP master: how often stale hit counters are dropped")                                  \
+  X(umbp_hit_query_max_batch, "UMBP_HIT_QUERY_MAX_BATCH", int, "4096",                             \
+    "MORI-UMBP master: most hashes one GetExternalKvHitCounts may ask (more: INVALID_ARGUMENT)")   \
+  X(umbp_route_put_select_algo, "UMBP_ROUTE_PUT_SELECT_ALGO", string, "most_available",            \
+    "MORI-UMBP master: put target choice: most_available or random (capacity-weighted)")           \
+  X(umbp_route_put_node_affinity, "UMBP_ROUTE_PUT_NODE_AFFINITY", string, "none",                  \
+    "MORI-UMBP master: none, same (prefer the writer) or local (only the writer)")                 \
+  X(umbp_route_get_strategy, "UMBP_ROUTE_GET_STRATEGY", string, "tier_priority",                   \
+    "MORI-UMBP master (ours): get routing: tier_priority or random")                               \
+  X(umbp_master_index_shards, "UMBP_MASTER_INDEX_SHARDS", int, "32",                               \
+    "MORI-UMBP master: lock shards of the in-memory block index")                                  \
+  X(umbp_metadata_backend, "UMBP_METADATA_BACKEND", string, "memory",                              \
+    "MORI-UMBP master: metadata store: memory or redis")                                           \
+  X(umbp_redis_uri, "UMBP_REDIS_URI", string, "redis://127.0.0.1:6379",                            \
+    "MORI-UMBP master: the Redis/Valkey endpoint (single mode, or a cluster seed)")                \
+  X(umbp_redis_namespace, "UMBP_REDIS_NAMESPACE", string, "umbp",                                  \
+    "MORI-UMBP master: prefix of every Redis key")                                                 \
+  X(umbp_redis_cluster, "UMBP_REDIS_CLUSTER", bool, "0",                                           \
+    "MORI-UMBP master: UMBP_REDIS_URI is a Redis Cluster")                                         \
+  X(umbp_redis_required, "UMBP_REDIS_REQUIRED", bool, "1",                                         \
+    "MORI-UMBP master: refuse to start when Redis is unreachable (0: fall back to memory)")        \
+  X(umbp_redis_shard_uris, "UMBP_REDIS_SHARD_URIS", string, "",                                    \
+    "MORI-UMBP master: comma-separated Redis endpoints, one per block shard; the first also holds control state") \
+  X(umbp_redis_block_shards, "UMBP_REDIS_BLOCK_SHARDS", int, "16",                                 \
+    "MORI-UMBP master: block-index shards (hash tags) spread over the endpoints or cluster slots") \
+  X(umbp_redis_pool_size, "UMBP_REDIS_POOL_SIZE", int, "16",                                       \
+    "MORI-UMBP master: connections per Redis endpoint")                                            \
+  X(umbp_redis_connect_timeout_ms, "UMBP_REDIS_CONNECT_TIMEOUT_MS", int, "1000",                   \
+    "MORI-UMBP master: Redis connect timeout")                                                     \
+  X(umbp_redis_socket_timeout_ms, "UMBP_REDIS_SOCKET_TIMEOUT_MS", int, "1000",                     \
+    "MORI-UMBP master: Redis command timeout")                                                     \
+  X(umbp_redis_password, "UMBP_REDIS_PASSWORD", string, "",                                        \
+    "MORI-UMBP master: Redis AUTH password (empty: none)")                                         \
+  X(umbp_master_address, "UMBP_MASTER_ADDRESS", string, "",                                        \
+    "MORI-UMBP: host:port of the master")                                                          \
+  X(umbp_master_listen, "UMBP_MASTER_LISTEN", string, "0.0.0.0:50051",                             \
+    "MORI-UMBP master: listen address when none is given")                                         \
+  X(umbp_master_metrics_port, "UMBP_MASTER_METRICS_PORT", int, "9091",                             \
+    "MORI-UMBP master (ours): Prometheus port when none is given (0: none)")                       \
+  X(umbp_lookup_timeout_ms, "UMBP_LOOKUP_TIMEOUT_MS", int, "2000",                                 \
+    "MORI-UMBP (ours): deadline of every control-plane call to the master; past it a lookup is a miss") \
+  X(umbp_auth_window_ms, "UMBP_AUTH_WINDOW_MS", int, "30000",                                      \
+    "MORI-UMBP master (ours): a signed RPC older or newer than this is refused; nonces are remembered this long") \
   X(io_max_notifications, "MORI_IO_MAX_NOTIFICATIONS", int, "65536",                               \
     "MORI-IO: inbound notifications kept for pop_inbound_transfer_status; beyond it the oldest is dropped (counted, warned)") \
   X(io_max_connections, "MORI_IO_MAX_CONNECTIONS", int, "1024",                                    \

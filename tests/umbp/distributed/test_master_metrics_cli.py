@@ -1,0 +1,96 @@
+# SPDX-License-Identifier: MIT
+"""The Prometheus endpoint (MORI's family names, peer-pushed samples re-exported) and the
+``umbp_master`` / ``mori umbp-master`` command lines as real processes."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+
+import grpc
+from umbp_master_harness import (
+    DRAM, GIB, SSD, PeerSession, free_port, pb, pb_grpc, running_master, stop_process, uid, wait_port)
+
+from mori.umbp import UMBPTierType
+from mori.umbp.distributed import UMBPMasterClient
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
+def _value(text: str, sample: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(sample + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{sample} not in /metrics")
+
+
+def test_metric_families():
+    with running_master(metrics=True) as m:
+        node = PeerSession(m.address, uid("n"), {DRAM: (1000, 250), SSD: (4000, 4000)})
+        keys = [uid("k") for _ in range(3)]
+        node.heartbeat([("add", k, DRAM, 10) for k in keys])
+        node.heartbeat(seq=7)  # a gap
+        stub = pb_grpc.UMBPMasterStub(grpc.insecure_channel(m.address))
+        stub.BatchRouteGet(pb.BatchRouteGetRequest(keys=keys + [uid("miss")]), timeout=5)
+        c = UMBPMasterClient(m.address)
+        c.report_external_kv_blocks(node.node_id, ["h1", "h2"], UMBPTierType.DRAM)
+        c.match_external_kv(["h1", "h3"])
+        sample = pb.MetricSample(name="mori_umbp_ssd_read_total", help="SSD reads",
+                                 labels=[pb.MetricLabel(name="status", value="ok")], counter_delta=5)
+        hist = pb.MetricSample(name="mori_umbp_client_batch_get_bandwidth_gibps", help="bw",
+                               histogram_aggregate=pb.HistogramAggregate(bounds=[1, 10], bucket_counts=[2, 3],
+                                                                         count=4, sum=21.5))
+        for _ in range(2):
+            stub.ReportMetrics(pb.ReportMetricsRequest(node_id=node.node_id, metrics=[sample, hist]), timeout=5)
+        text = _scrape(m.metrics_port)
+        n = node.node_id
+        assert _value(text, f'mori_umbp_client_capacity_total_bytes{{node="{n}",tier="dram"}}') == 1000
+        assert _value(text, f'mori_umbp_client_capacity_used_bytes{{node="{n}",tier="dram"}}') == 750
+        assert _value(text, f'mori_umbp_client_capacity_utilization_ratio{{node="{n}",tier="dram"}}') == 0.75
+        assert _value(text, f'mori_umbp_client_batch_route_get_total{{node="{n}"}}') == 3
+        assert _value(text, "mori_umbp_route_get_miss_total") == 1
+        assert _value(text, "mori_umbp_heartbeat_events_applied_total") == 3
+        assert _value(text, "mori_umbp_heartbeat_seq_gap_total") == 1
+        assert _value(text, "mori_umbp_external_kv_report_blocks_total") == 2
+        assert _value(text, "mori_umbp_external_kv_match_queried_blocks_total") == 2
+        assert _value(text, "mori_umbp_external_kv_match_matched_blocks_total") == 1
+        assert _value(text, f'mori_umbp_ssd_read_total{{node="{n}",status="ok"}}') == 10
+        assert _value(text, f'mori_umbp_client_batch_get_bandwidth_gibps_bucket{{le="10.0",node="{n}"}}') == 6
+        assert _value(text, f'mori_umbp_client_batch_get_bandwidth_gibps_count{{node="{n}"}}') == 8
+        assert _value(text, 'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRouteGet"}') == 1
+        assert _value(text, "mori_umbp_client_count") == 1
+
+
+def _serve_and_query(cmd: list[str], port: int, metrics_port: int) -> None:
+    env = dict(os.environ, UMBP_ROUTE_PUT_NODE_AFFINITY="local")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_port(port, timeout=20)
+        node = uid("cli")
+        c = UMBPMasterClient(f"127.0.0.1:{port}", node_id=node, node_address=node)
+        c.register_self({UMBPTierType.DRAM: (GIB, GIB)})
+        other = UMBPMasterClient(f"127.0.0.1:{port}", node_id=uid("other"))
+        other.register_self({UMBPTierType.DRAM: (2 * GIB, 2 * GIB)})
+        # UMBP_ROUTE_PUT_NODE_AFFINITY=local reached the process: puts stay on the writer
+        assert [t[0] for t in c.batch_route_put([uid("k") for _ in range(3)], [1 << 20] * 3)] == [node] * 3
+        wait_port(metrics_port)
+        assert "mori_umbp_client_count 2.0" in _scrape(metrics_port)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=10)[0]
+    assert proc.returncode == 0, out
+    assert f"listening on 127.0.0.1:{port}" in out
+
+
+def test_umbp_master_console_script_and_mori_subcommand():
+    port, mport = free_port(), free_port()
+    _serve_and_query([sys.executable, "-c", "from mori.umbp.distributed.master_server import main; main()",
+                      f"127.0.0.1:{port}", str(mport)], port, mport)
+    port, mport = free_port(), free_port()
+    _serve_and_query([sys.executable, "-m", "mori.apps.cli", "umbp-master", f"127.0.0.1:{port}", str(mport)],
+                     port, mport)

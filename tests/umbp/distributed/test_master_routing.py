@@ -1,0 +1,181 @@
+# SPDX-License-Identifier: MIT
+"""The master as advisor over gRPC: heartbeat-shipped events, seq gaps and full syncs, put
+routing (algorithms x affinities, dedup) and tier-priority get routing, dead clients dropped."""
+from __future__ import annotations
+
+import collections
+import random
+import time
+
+import grpc
+import pytest
+from umbp_master_harness import redis_pair  # noqa: F401 - fixture
+from umbp_master_harness import (
+    DRAM, GIB, HBM, SSD, PeerSession, fast_settings, make_store, pb, pb_grpc, running_master, uid)
+
+MIB = 1 << 20
+
+
+@pytest.fixture(params=["memory", "redis"])
+def backend(request, redis_pair):  # noqa: F811
+    return lambda: make_store(request.param, redis_pair)
+
+
+def _stub(address):
+    return pb_grpc.UMBPMasterStub(grpc.insecure_channel(address))
+
+
+def _batch_get(stub, keys, exclude=()):
+    r = stub.BatchRouteGet(pb.BatchRouteGetRequest(node_id="reader", keys=keys, exclude_nodes=list(exclude)),
+                           timeout=5)
+    nodes = [(n.node_id, n.peer_address) for n in r.nodes]
+    return [None if ref == 0 else (nodes[ref - 1][0], nodes[ref - 1][1], t, s)
+            for ref, t, s in zip(r.node_ref, r.tier, r.size)]
+
+
+def test_events_route_gets_by_tier_priority(backend):
+    with running_master(store=backend()) as m:
+        a = PeerSession(m.address, uid("a"), {DRAM: (GIB, GIB)})
+        b = PeerSession(m.address, uid("b"), {HBM: (GIB, GIB), DRAM: (GIB, GIB)})
+        rng = random.Random()
+        sizes = {uid("k"): rng.randrange(1, 8 * MIB) for _ in range(12)}
+        keys = list(sizes)
+        assert a.heartbeat([("add", k, DRAM, sizes[k]) for k in keys]).acked_seq == 1
+        assert b.heartbeat([("add", k, HBM, sizes[k]) for k in keys[:4]]
+                           + [("add", keys[4], SSD, sizes[keys[4]])]).acked_seq == 1
+        stub = _stub(m.address)
+        got = _batch_get(stub, keys + [uid("missing")])
+        assert got[-1] is None
+        for k, g in zip(keys[:4], got[:4]):
+            assert g == (b.node_id, b.peer_address, HBM, sizes[k]), "HBM beats DRAM"
+        assert got[4] == (a.node_id, a.peer_address, DRAM, sizes[keys[4]]), "DRAM beats SSD"
+        for k, g in zip(keys[5:], got[5:12]):
+            assert g == (a.node_id, a.peer_address, DRAM, sizes[k])
+        assert _batch_get(stub, keys[:1], exclude=[b.node_id])[0][0] == a.node_id
+        one = stub.RouteGet(pb.RouteGetRequest(key=keys[0], node_id="r"), timeout=5)
+        assert (one.found, one.node_id, one.tier, one.size, one.peer_address) == (
+            True, b.node_id, HBM, sizes[keys[0]], b.peer_address)
+        assert not stub.RouteGet(pb.RouteGetRequest(key=uid("nope")), timeout=5).found
+        found = stub.BatchLookup(pb.BatchLookupRequest(keys=[keys[3], uid("x")]), timeout=5).found
+        assert list(found) == [True, False]
+
+
+def test_seq_gap_asks_for_full_sync(backend):
+    with running_master(store=backend()) as m:
+        a = PeerSession(m.address, uid("a"), {DRAM: (GIB, GIB)})
+        k1, k2, k3 = uid("k"), uid("k"), uid("k")
+        a.heartbeat([("add", k1, DRAM, 10)])
+        r = a.heartbeat([("add", k2, DRAM, 20)], seq=3)  # bundle 2 was lost
+        assert r.request_full_sync and r.acked_seq == 1
+        stub = _stub(m.address)
+        assert list(stub.BatchLookup(pb.BatchLookupRequest(keys=[k1, k2]), timeout=5).found) == [True, False]
+        r = a.heartbeat([("add", k2, DRAM, 20), ("add", k3, DRAM, 30)], seq=0, full_sync=True, baseline=3)
+        assert not r.request_full_sync and r.acked_seq == 3
+        assert list(stub.BatchLookup(pb.BatchLookupRequest(keys=[k1, k2, k3]), timeout=5).found) == [False, True, True]
+        unknown = stub.Heartbeat(pb.HeartbeatRequest(node_id=uid("ghost")), timeout=5)
+        assert unknown.status == pb.CLIENT_STATUS_UNKNOWN
+
+
+def test_batch_route_put_dedup_and_most_available(backend):
+    with running_master(store=backend()) as m:
+        small = PeerSession(m.address, uid("small"), {DRAM: (GIB, 100 * MIB)})
+        big = PeerSession(m.address, uid("big"), {DRAM: (GIB, 300 * MIB)})
+        held = uid("held")
+        small.heartbeat([("add", held, DRAM, MIB)])
+        stub = _stub(m.address)
+        fresh = [uid("p") for _ in range(6)]
+        r = stub.BatchRoutePut(pb.BatchRoutePutRequest(
+            node_id="w", keys=[held] + fresh + [fresh[0]], block_sizes=[MIB] + [50 * MIB] * 6 + [MIB]), timeout=5)
+        outcomes = [e.outcome for e in r.entries]
+        assert outcomes[0] == pb.ROUTE_PUT_OUTCOME_ALREADY_EXISTS
+        assert outcomes[-1] == pb.ROUTE_PUT_OUTCOME_ALREADY_EXISTS, "a key twice in one batch is routed once"
+        targets = [e.node_id for e in r.entries[1:7]]
+        assert all(o == pb.ROUTE_PUT_OUTCOME_ROUTED for o in outcomes[1:7])
+        assert all(e.tier == DRAM and e.peer_address for e in r.entries[1:7])
+        # 300 MiB vs 100 MiB free, 50 MiB each, most-available first: big, big, big, big, then tie-break
+        assert targets[:4] == [big.node_id] * 4
+        assert collections.Counter(targets) == {big.node_id: 5, small.node_id: 1}
+        # a second writer of a routed (not yet committed) key is sent to the same node
+        again = stub.RoutePut(pb.RoutePutRequest(key=fresh[2], node_id="w2", block_size=50 * MIB), timeout=5)
+        assert (again.outcome, again.node_id) == (pb.ROUTE_PUT_OUTCOME_ROUTED, targets[2])
+        # no room anywhere
+        full = stub.RoutePut(pb.RoutePutRequest(key=uid("huge"), node_id="w", block_size=2 * GIB), timeout=5)
+        assert full.outcome == pb.ROUTE_PUT_OUTCOME_UNAVAILABLE and full.node_id == ""
+        # HBM before DRAM
+        hbm = PeerSession(m.address, uid("hbm"), {HBM: (GIB, 10 * MIB)})
+        r = stub.RoutePut(pb.RoutePutRequest(key=uid("h"), node_id="w", block_size=MIB), timeout=5)
+        assert (r.node_id, r.tier) == (hbm.node_id, HBM)
+        r = stub.RoutePut(pb.RoutePutRequest(key=uid("h"), node_id="w", block_size=MIB,
+                                             exclude_nodes=[hbm.node_id]), timeout=5)
+        assert r.tier == DRAM
+        with pytest.raises(grpc.RpcError) as err:
+            stub.BatchRoutePut(pb.BatchRoutePutRequest(keys=["a", "b"], block_sizes=[1]), timeout=5)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("affinity", ["local", "same"])
+def test_put_affinity(affinity):
+    with running_master(settings=fast_settings(route_put_affinity=affinity)) as m:
+        me = PeerSession(m.address, uid("me"), {DRAM: (GIB, 10 * MIB)})
+        other = PeerSession(m.address, uid("other"), {DRAM: (GIB, GIB)})
+        stub = _stub(m.address)
+        r = stub.BatchRoutePut(pb.BatchRoutePutRequest(node_id=me.node_id, keys=[uid("a"), uid("b"), uid("c")],
+                                                       block_sizes=[4 * MIB] * 3), timeout=5)
+        got = [(e.outcome, e.node_id) for e in r.entries]
+        if affinity == "local":  # only the writer's node; the third does not fit
+            assert got == [(pb.ROUTE_PUT_OUTCOME_ROUTED, me.node_id)] * 2 + [(pb.ROUTE_PUT_OUTCOME_UNAVAILABLE, "")]
+        else:  # the writer first, then whoever has room
+            assert got == [(pb.ROUTE_PUT_OUTCOME_ROUTED, me.node_id)] * 2 + [(pb.ROUTE_PUT_OUTCOME_ROUTED, other.node_id)]
+
+
+def test_random_put_is_capacity_weighted():
+    with running_master(settings=fast_settings(route_put_algo="random")) as m:
+        lo = PeerSession(m.address, uid("lo"), {DRAM: (64 * GIB, GIB)})
+        hi = PeerSession(m.address, uid("hi"), {DRAM: (64 * GIB, 9 * GIB)})
+        stub = _stub(m.address)
+        r = stub.BatchRoutePut(pb.BatchRoutePutRequest(node_id="w", keys=[uid("r") for _ in range(400)],
+                                                       block_sizes=[1024] * 400), timeout=10)
+        c = collections.Counter(e.node_id for e in r.entries)
+        assert c[lo.node_id] + c[hi.node_id] == 400
+        assert 10 <= c[lo.node_id] <= 80, c  # expected 40 of 400
+
+
+def test_dead_client_is_dropped_with_its_keys():
+    settings = fast_settings(heartbeat_ttl_s=0.6, max_missed_heartbeats=1, heartbeat_interval_divisor=2,
+                             reaper_interval_s=0.1)
+    with running_master(settings=settings) as m:
+        a = PeerSession(m.address, uid("a"), {DRAM: (GIB, GIB)})
+        b = PeerSession(m.address, uid("b"), {DRAM: (GIB, GIB)})
+        ka, kb = uid("ka"), uid("kb")
+        a.heartbeat([("add", ka, DRAM, 5)])
+        b.heartbeat([("add", kb, DRAM, 6)])
+        stub = _stub(m.address)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            b.heartbeat()  # b stays alive, a falls silent
+            if not stub.BatchLookup(pb.BatchLookupRequest(keys=[ka]), timeout=5).found[0]:
+                break
+            time.sleep(0.1)
+        assert list(stub.BatchLookup(pb.BatchLookupRequest(keys=[ka, kb]), timeout=5).found) == [False, True]
+        assert a.heartbeat().status == pb.CLIENT_STATUS_UNKNOWN, "a reaped client must register again"
+
+
+def test_redis_backed_masters_share_state_and_restart_warm(redis_pair):  # noqa: F811
+    from mori.umbp.distributed.master_store_redis import RedisMetadataStore, RedisSettings
+
+    settings = RedisSettings(shard_uris=[r.uri for r in redis_pair], namespace=uid("warm"), block_shards=8)
+    keys = [uid("k") for _ in range(20)]
+    with running_master(store=RedisMetadataStore(settings)) as first:
+        a = PeerSession(first.address, uid("a"), {DRAM: (GIB, GIB)})
+        a.heartbeat([("add", k, DRAM, i + 1) for i, k in enumerate(keys)])
+        with running_master(store=RedisMetadataStore(settings)) as second:  # a second master, same store
+            got = _batch_get(_stub(second.address), keys)
+            assert got == [(a.node_id, a.peer_address, DRAM, i + 1) for i in range(20)]
+    # every master gone; a new one serves at once, the peer's session continues
+    with running_master(store=RedisMetadataStore(settings)) as third:
+        assert _batch_get(_stub(third.address), keys)[7] == (a.node_id, a.peer_address, DRAM, 8)
+        a.channel = grpc.insecure_channel(third.address)
+        a.stub = pb_grpc.UMBPMasterStub(a.channel)
+        r = a.heartbeat([("remove", keys[0], DRAM, 0)])
+        assert (r.status, r.acked_seq, r.request_full_sync) == (pb.CLIENT_STATUS_ALIVE, 2, False)
+        assert _batch_get(_stub(third.address), keys[:2])[0] is None

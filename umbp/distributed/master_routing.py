@@ -1,0 +1,117 @@
+# SPDX-License-Identifier: MIT
+"""Routing: where a put should go (capacity, affinity) and which copy a get should read.
+
+Put: memory tiers only, HBM before DRAM; ``most_available`` picks the node with the most free
+bytes in the tier, ``random`` draws nodes weighted by free bytes. Affinity ``none`` considers
+every node, ``same`` prefers the writer when it has room, ``local`` only the writer. Capacity is
+what the last heartbeat said, minus what the master routed since (so one batch spreads out).
+Get: the fastest tier holding the key (HBM > DRAM > SSD), a random copy within it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+import threading
+from typing import Optional
+
+from mori.umbp.distributed.master_records import (
+    GET_TIER_PRIORITY,
+    PUT_TIERS,
+    ClientRecord,
+    Location,
+)
+
+PUT_ALGOS = ("most_available", "random")
+AFFINITIES = ("none", "same", "local")
+GET_STRATEGIES = ("tier_priority", "random")
+
+
+@dataclasses.dataclass(frozen=True)
+class PutTarget:
+    node_id: str
+    tier: int
+    peer_address: str
+
+
+class PutRouter:
+    """Chooses put targets from a snapshot of the live clients."""
+
+    def __init__(self, algo: str = "most_available", affinity: str = "none",
+                 rng: Optional[random.Random] = None) -> None:
+        if algo not in PUT_ALGOS:
+            raise ValueError(f"UMBP_ROUTE_PUT_SELECT_ALGO must be one of {PUT_ALGOS}, got {algo!r}")
+        if affinity not in AFFINITIES:
+            raise ValueError(f"UMBP_ROUTE_PUT_NODE_AFFINITY must be one of {AFFINITIES}, got {affinity!r}")
+        self.algo = algo
+        self.affinity = affinity
+        self._rng = rng or random.Random()
+        self._lock = threading.Lock()
+        # Bytes routed to (node, tier) since that node's capacity was last reported.
+        self._routed: dict[tuple[str, int], int] = {}
+
+    def capacity_reported(self, node_id: str) -> None:
+        """A heartbeat brought fresh capacity: forget what was routed to the node before it."""
+        with self._lock:
+            for k in [k for k in self._routed if k[0] == node_id]:
+                del self._routed[k]
+
+    def _free(self, client: ClientRecord, tier: int) -> int:
+        cap = client.capacities.get(tier)
+        if cap is None:
+            return 0
+        return cap.available - self._routed.get((client.node_id, tier), 0)
+
+    def route(self, writer: str, size: int, clients: list[ClientRecord],
+              exclude: frozenset[str]) -> Optional[PutTarget]:
+        candidates = [c for c in clients if c.node_id not in exclude]
+        if self.affinity == "local":
+            candidates = [c for c in candidates if c.node_id == writer]
+        with self._lock:
+            if self.affinity == "same":
+                mine = [c for c in candidates if c.node_id == writer]
+                target = self._pick(mine, size)
+                if target is not None:
+                    return target
+            return self._pick(candidates, size)
+
+    def _pick(self, candidates: list[ClientRecord], size: int) -> Optional[PutTarget]:
+        for tier in PUT_TIERS:
+            fitting = []
+            for c in candidates:
+                cap = c.capacities.get(tier)
+                free = self._free(c, tier)
+                if cap is None or free < size or (cap.max_allocatable and cap.max_allocatable < size):
+                    continue
+                fitting.append((free, c))
+            if not fitting:
+                continue
+            if self.algo == "most_available":
+                free, chosen = max(fitting, key=lambda fc: (fc[0], fc[1].node_id))
+            else:
+                weights = [max(free, 1) for free, _ in fitting]
+                free, chosen = self._rng.choices(fitting, weights=weights)[0]
+            self._routed[(chosen.node_id, tier)] = self._routed.get((chosen.node_id, tier), 0) + size
+            return PutTarget(chosen.node_id, tier, chosen.peer_address)
+        return None
+
+
+class GetRouter:
+    """Picks the copy a reader should use."""
+
+    def __init__(self, strategy: str = "tier_priority", rng: Optional[random.Random] = None) -> None:
+        if strategy not in GET_STRATEGIES:
+            raise ValueError(f"UMBP_ROUTE_GET_STRATEGY must be one of {GET_STRATEGIES}, got {strategy!r}")
+        self.strategy = strategy
+        self._rng = rng or random.Random()
+
+    def choose(self, copies: list[Location], alive: dict[str, ClientRecord]) -> Optional[Location]:
+        live = [c for c in copies if c.node_id in alive]
+        if not live:
+            return None
+        if self.strategy == "random":
+            return self._rng.choice(live)
+        for tier in GET_TIER_PRIORITY:
+            in_tier = [c for c in live if c.tier == tier]
+            if in_tier:
+                return in_tier[0] if len(in_tier) == 1 else self._rng.choice(in_tier)
+        return self._rng.choice(live)

@@ -1,0 +1,178 @@
+# SPDX-License-Identifier: MIT
+"""The UMBP master process: gRPC server, background duties (reaper, hit-counter GC, eviction),
+Prometheus endpoint. ``umbp_master [listen_address] [metrics_port]`` runs one."""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from concurrent import futures
+from typing import Optional, Sequence
+
+import grpc
+
+from mori.umbp.distributed.master_metrics import MasterMetrics
+from mori.umbp.distributed.master_peers import PeerChannels
+from mori.umbp.distributed.master_service import (
+    MasterState,
+    UMBPMasterAdminServicer,
+    UMBPMasterServicer,
+    admin_grpc,
+    pb_grpc,
+)
+from mori.umbp.distributed.master_settings import MasterSettings
+from mori.umbp.distributed.master_store import MetadataStore
+from mori.umbp.distributed.master_store_memory import InMemoryMetadataStore
+
+log = logging.getLogger("mori.umbp.master")
+
+
+def make_store(settings: MasterSettings) -> MetadataStore:
+    """The store UMBP_METADATA_BACKEND names (redis: from the UMBP_REDIS_* settings)."""
+    if settings.metadata_backend == "redis":
+        from mori.umbp.distributed.master_store_redis import RedisMetadataStore, RedisSettings
+        redis_settings = RedisSettings.from_environment()
+        try:
+            return RedisMetadataStore(redis_settings)
+        except Exception as exc:
+            if redis_settings.required:
+                raise RuntimeError(f"umbp master: Redis metadata store unreachable ({exc}); "
+                                   "set UMBP_REDIS_REQUIRED=0 to fall back to memory") from exc
+            log.warning("Redis unreachable (%s): falling back to the in-memory store", exc)
+    return InMemoryMetadataStore(settings.index_shards)
+
+
+class MasterServer:
+    """One master: ``start()`` binds and serves, ``stop()`` ends everything it started."""
+
+    def __init__(self, listen_address: str = "0.0.0.0:50051", settings: Optional[MasterSettings] = None,
+                 store: Optional[MetadataStore] = None, metrics_port: Optional[int] = None,
+                 secret: Optional[bytes] = None, max_workers: int = 16) -> None:
+        self.settings = settings or MasterSettings.from_environment()
+        self.settings.validate()
+        self.listen_address = listen_address
+        self.store = store or make_store(self.settings)
+        self.metrics = MasterMetrics()
+        self.peers = PeerChannels(secret)
+        self.state = MasterState(self.store, self.settings, self.metrics, self.peers)
+        self._metrics_port = metrics_port
+        self._secret = secret
+        self._max_workers = max_workers
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._server: Optional[grpc.Server] = None
+        self.port = 0
+        self.metrics_port: Optional[int] = None
+
+    def start(self) -> int:
+        interceptors = []
+        if self._secret is not None:
+            from mori.umbp.distributed.master_auth import VerifyingInterceptor
+            interceptors.append(VerifyingInterceptor(
+                self._secret, self.settings.auth_window_ms / 1000.0,
+                on_refused=lambda why: self.metrics.auth_refused.inc()))
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._max_workers),
+                             interceptors=interceptors,
+                             options=[("grpc.max_receive_message_length", 256 << 20),
+                                      ("grpc.max_send_message_length", 256 << 20),
+                                      ("grpc.so_reuseport", 0)])
+        pb_grpc.add_UMBPMasterServicer_to_server(UMBPMasterServicer(self.state), server)
+        admin_grpc.add_UMBPMasterAdminServicer_to_server(UMBPMasterAdminServicer(self.state), server)
+        self.port = server.add_insecure_port(self.listen_address)
+        if self.port == 0:
+            raise OSError(f"umbp master: cannot listen on {self.listen_address}")
+        server.start()
+        self._server = server
+        if self._metrics_port is not None:
+            self.metrics_port = self.metrics.serve(self._metrics_port)
+        self._every(self.settings.reaper_interval_s, self._reap, "umbp-reaper")
+        self._every(self.settings.hit_index_gc_interval_s, self._gc_hits, "umbp-hit-gc")
+        self.state.eviction.start()
+        log.info("umbp master on %s (port %d), store %s, metrics %s", self.listen_address, self.port,
+                 type(self.store).__name__, self.metrics_port)
+        return self.port
+
+    def _every(self, interval: float, fn, name: str) -> None:
+        def loop():
+            while not self._stop.wait(interval):
+                try:
+                    fn()
+                except Exception:  # noqa: BLE001 - a failed round must not end the duty
+                    log.exception("%s round failed", name)
+
+        t = threading.Thread(target=loop, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _reap(self) -> None:
+        dead = self.store.reap_expired(time.time(), self.settings.expiry_s)
+        if dead:
+            log.warning("dropped clients that missed their heartbeats: %s", ", ".join(dead))
+            self.metrics.reaped.inc(len(dead))
+            for node_id in dead:
+                self.metrics.forget_node(node_id)
+            self.state.invalidate_clients()
+        self.metrics.client_count.set(len(self.state.alive(0)))
+
+    def _gc_hits(self) -> None:
+        self.store.external_kv.drop_stale_hits(time.time(), self.settings.hit_index_ttl_s)
+
+    def wait(self) -> None:
+        if self._server is not None:
+            self._server.wait_for_termination()
+
+    def stop(self, grace: float = 1.0) -> None:
+        self._stop.set()
+        self.state.eviction.stop()
+        if self._server is not None:
+            self._server.stop(grace).wait()
+            self._server = None
+        for t in self._threads:
+            t.join(timeout=5)
+        self.metrics.shutdown()
+        self.peers.close()
+        self.store.close()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``umbp_master [listen_address] [metrics_port]`` (MORI's command line)."""
+    from mori.core.env import setting
+
+    p = argparse.ArgumentParser(prog="umbp_master", description="MORI-UMBP master (gRPC umbp.UMBPMaster)")
+    p.add_argument("listen_address", nargs="?", default=None,
+                   help="host:port to serve on (default UMBP_MASTER_LISTEN, 0.0.0.0:50051)")
+    p.add_argument("metrics_port", nargs="?", type=int, default=None,
+                   help="Prometheus port (default UMBP_MASTER_METRICS_PORT, 9091; 0: none)")
+    p.add_argument("--quota", action="append", default=[], metavar="ENGINE=BYTES",
+                   help="a per-engine byte quota (repeatable)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s umbp_master %(levelname)s %(message)s")
+    listen = args.listen_address or str(setting("UMBP_MASTER_LISTEN"))
+    metrics_port = args.metrics_port if args.metrics_port is not None else int(setting("UMBP_MASTER_METRICS_PORT"))
+    secret_hex = str(setting("MORI_JOB_SECRET"))
+    secret = None
+    if secret_hex:
+        from mori.umbp.distributed.master_auth import secret_from_hex
+        secret = secret_from_hex(secret_hex)
+    server = MasterServer(listen, metrics_port=metrics_port if metrics_port > 0 else None, secret=secret)
+    for q in args.quota:
+        engine, _, size = q.partition("=")
+        from mori.core.env import parse_size
+        server.state.quotas.set_quota(engine, parse_size(size))
+    server.start()
+    print(f"umbp_master listening on {listen} (port {server.port})"
+          + (f", metrics on :{server.metrics_port}" if server.metrics_port else "")
+          + (", signed RPCs required" if secret else ""), flush=True)
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    done.wait()
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,433 @@
+# SPDX-License-Identifier: MIT
+"""The gRPC handlers of umbp.UMBPMaster (MORI's 15 RPCs) and umbp.UMBPMasterAdmin (ours)."""
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from typing import Optional
+
+import grpc
+
+from mori.umbp.distributed.master_eviction import EvictionManager
+from mori.umbp.distributed.master_metrics import MasterMetrics, tier_label
+from mori.umbp.distributed.master_quota import EngineQuotas
+from mori.umbp.distributed.master_records import (
+    ClientRecord,
+    ClientStatus,
+    EventBundle,
+    KvEvent,
+    Location,
+    TierCapacity,
+)
+from mori.umbp.distributed.master_routing import GetRouter, PutRouter, PutTarget
+from mori.umbp.distributed.master_settings import MasterSettings
+from mori.umbp.distributed.master_store import MetadataStore
+from mori.umbp.proto import require
+
+pb = require("umbp_pb2")
+pb_grpc = require("umbp_pb2_grpc")
+admin_pb = require("umbp_admin_pb2")
+admin_grpc = require("umbp_admin_pb2_grpc")
+peer_pb = require("umbp_peer_pb2")
+log = logging.getLogger("mori.umbp.master")
+
+_ROUTED, _EXISTS, _UNAVAILABLE = (pb.ROUTE_PUT_OUTCOME_ROUTED, pb.ROUTE_PUT_OUTCOME_ALREADY_EXISTS,
+                                  pb.ROUTE_PUT_OUTCOME_UNAVAILABLE)
+
+
+def _timed(method):
+    """Latency histogram and error counter per RPC."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def wrapper(self, request, context):
+        start = time.perf_counter()
+        try:
+            return method(self, request, context)
+        except Exception:
+            code = context.code() if hasattr(context, "code") else None
+            self.metrics.rpc_errors.labels(name, str(code.name if code else "UNKNOWN")).inc()
+            raise
+        finally:
+            self.metrics.rpc_latency.labels(name).observe(time.perf_counter() - start)
+
+    return wrapper
+
+
+def _capacities(tier_caps) -> dict[int, TierCapacity]:
+    return {int(tc.tier): TierCapacity(tc.total_capacity_bytes, tc.available_capacity_bytes,
+                                       tc.max_allocatable_bytes) for tc in tier_caps}
+
+
+class MasterState:
+    """What the handlers share: the store, routers, quotas, metrics and settings."""
+
+    def __init__(self, store: MetadataStore, settings: MasterSettings, metrics: MasterMetrics,
+                 peers, quotas: Optional[EngineQuotas] = None) -> None:
+        self.store = store
+        self.settings = settings
+        self.metrics = metrics
+        self.peers = peers
+        self.quotas = quotas or EngineQuotas(pending_ttl_s=4 * settings.heartbeat_interval_s)
+        self.put_router = PutRouter(settings.route_put_algo, settings.route_put_affinity)
+        self.get_router = GetRouter(settings.route_get_strategy)
+        self.eviction = EvictionManager(store, settings, peers, metrics)
+        # Keys routed for a put but not yet in the index: a second writer of the same key is sent
+        # to the same node, where the peer's own dedup answers ALREADY_EXISTS.
+        self._pending_lock = threading.Lock()
+        self._pending: dict[str, tuple[PutTarget, float]] = {}
+        self._clients_cache: tuple[float, dict[str, ClientRecord]] = (0.0, {})
+        self._clients_lock = threading.Lock()
+
+    def alive(self, max_age_s: float = 0.2) -> dict[str, ClientRecord]:
+        """Live clients, cached briefly (a Redis store would be asked on every route otherwise)."""
+        now = time.monotonic()
+        with self._clients_lock:
+            stamp, cached = self._clients_cache
+            if now - stamp <= max_age_s:
+                return cached
+        fresh = {c.node_id: c for c in self.store.alive_clients()}
+        with self._clients_lock:
+            self._clients_cache = (now, fresh)
+        return fresh
+
+    def invalidate_clients(self) -> None:
+        with self._clients_lock:
+            self._clients_cache = (0.0, {})
+
+    def pending_target(self, key: str, now: float) -> Optional[PutTarget]:
+        with self._pending_lock:
+            hit = self._pending.get(key)
+            if hit is None or hit[1] <= now:
+                return None
+            return hit[0]
+
+    def remember_pending(self, key: str, target: PutTarget, now: float) -> None:
+        ttl = 2 * self.settings.heartbeat_interval_s
+        with self._pending_lock:
+            if len(self._pending) > 100_000:
+                self._pending = {k: v for k, v in self._pending.items() if v[1] > now}
+            self._pending[key] = (target, now + ttl)
+
+
+class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
+    def __init__(self, state: MasterState) -> None:
+        self.state = state
+        self.metrics = state.metrics
+
+    # -- membership ------------------------------------------------------------------------
+    @_timed
+    def RegisterClient(self, request, context):
+        s = self.state
+        if not request.node_id:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "RegisterClient: node_id must not be empty")
+        record = ClientRecord(node_id=request.node_id, node_address=request.node_address,
+                              peer_address=request.peer_address, engine_desc=bytes(request.engine_desc),
+                              tags=list(request.tags), capacities=_capacities(request.tier_capacities))
+        if not s.store.register_client(record, time.time(), s.settings.expiry_s):
+            context.abort(grpc.StatusCode.ALREADY_EXISTS,
+                          f"RegisterClient: node_id {request.node_id!r} is registered and alive")
+        s.invalidate_clients()
+        s.put_router.capacity_reported(request.node_id)
+        for tier, cap in record.capacities.items():
+            self.metrics.set_capacity(request.node_id, tier, cap.total, cap.available)
+        self.metrics.client_count.set(len(s.alive(0)))
+        log.info("registered %s (peer %s)", request.node_id, request.peer_address)
+        return pb.RegisterClientResponse(heartbeat_interval_ms=int(s.settings.heartbeat_interval_s * 1000),
+                                         ack_seq=0, supports_max_allocatable_bytes=True,
+                                         supports_logical_tiers=False)
+
+    @_timed
+    def UnregisterClient(self, request, context):
+        s = self.state
+        for key, _size in s.store.unregister_client(request.node_id):
+            s.quotas.removed(key)
+        s.invalidate_clients()
+        self.metrics.forget_node(request.node_id)
+        self.metrics.client_count.set(len(s.alive(0)))
+        return pb.UnregisterClientResponse()
+
+    @_timed
+    def Heartbeat(self, request, context):
+        s = self.state
+        caps = _capacities(request.tier_capacities)
+        bundles = [EventBundle(b.seq, [KvEvent(e.kind == pb.KvEvent.ADD, e.key, int(e.tier), e.size)
+                                       for e in b.events]) for b in request.bundles]
+        out = s.store.apply_heartbeat(request.node_id, time.time(), caps, bundles,
+                                      request.is_full_sync, request.delta_seq_baseline)
+        if out.status == ClientStatus.UNKNOWN:
+            return pb.HeartbeatResponse(status=pb.CLIENT_STATUS_UNKNOWN, acked_seq=0, request_full_sync=False)
+        if caps:
+            s.put_router.capacity_reported(request.node_id)
+            for tier, cap in caps.items():
+                self.metrics.set_capacity(request.node_id, tier, cap.total, cap.available)
+        if request.tier_kv_counts:
+            total = 0
+            for c in request.tier_kv_counts:
+                total += c.count
+                self.metrics.kv_live.labels(request.node_id, tier_label(c.tier)).set(c.count)
+            self.metrics.kv_live_total.labels(request.node_id).set(total)
+        n_events = sum(len(b.events) for b in bundles)
+        if n_events:
+            self.metrics.hb_events.inc(n_events)
+        if out.request_full_sync:
+            self.metrics.hb_seq_gap.inc()
+        for key, _size in out.removed:
+            s.quotas.removed(key)
+        for key, size in out.added:
+            s.quotas.added(key, size)
+        return pb.HeartbeatResponse(status=pb.CLIENT_STATUS_ALIVE, acked_seq=out.acked_seq,
+                                    request_full_sync=out.request_full_sync)
+
+    # -- routing ---------------------------------------------------------------------------
+    def _route_put_one(self, writer: str, key: str, size: int, exclude: frozenset[str],
+                       clients: list[ClientRecord], now: float):
+        s = self.state
+        pending = s.pending_target(key, now)
+        if pending is not None and pending.node_id not in exclude:
+            return _ROUTED, pending
+        if not s.quotas.admit(writer, key, size, now):
+            self.metrics.route_put_outcome.labels("quota").inc()
+            return _UNAVAILABLE, None
+        target = s.put_router.route(writer, size, clients, exclude)
+        if target is None:
+            self.metrics.route_put_outcome.labels("unavailable").inc()
+            return _UNAVAILABLE, None
+        s.remember_pending(key, target, now)
+        self.metrics.route_put_outcome.labels("routed").inc()
+        return _ROUTED, target
+
+    @_timed
+    def RoutePut(self, request, context):
+        s = self.state
+        if not request.key:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "RoutePut: key must not be empty")
+        if s.store.lookup_batch([request.key])[0]:
+            self.metrics.route_put_outcome.labels("already_exists").inc()
+            return pb.RoutePutResponse(outcome=_EXISTS)
+        outcome, target = self._route_put_one(request.node_id, request.key, request.block_size,
+                                              frozenset(request.exclude_nodes), list(s.alive().values()),
+                                              time.time())
+        if target is None:
+            return pb.RoutePutResponse(outcome=outcome)
+        self.metrics.route_put.labels(target.node_id).inc()
+        return pb.RoutePutResponse(outcome=outcome, node_id=target.node_id, tier=target.tier,
+                                   peer_address=target.peer_address)
+
+    @_timed
+    def BatchRoutePut(self, request, context):
+        s = self.state
+        keys, sizes = list(request.keys), list(request.block_sizes)
+        if len(keys) != len(sizes):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"BatchRoutePut: {len(keys)} keys but {len(sizes)} block_sizes")
+        exists = s.store.lookup_batch(keys) if keys else []
+        clients = list(s.alive().values())
+        exclude = frozenset(request.exclude_nodes)
+        now = time.time()
+        seen: set[str] = set()
+        entries = []
+        for key, size, known in zip(keys, sizes, exists):
+            if known or key in seen:
+                self.metrics.route_put_outcome.labels("already_exists").inc()
+                entries.append(pb.BatchRoutePutEntry(outcome=_EXISTS))
+                continue
+            seen.add(key)
+            outcome, target = self._route_put_one(request.node_id, key, size, exclude, clients, now)
+            if target is None:
+                entries.append(pb.BatchRoutePutEntry(outcome=outcome))
+            else:
+                self.metrics.batch_route_put.labels(target.node_id).inc()
+                entries.append(pb.BatchRoutePutEntry(outcome=outcome, node_id=target.node_id,
+                                                     tier=target.tier, peer_address=target.peer_address))
+        return pb.BatchRoutePutResponse(entries=entries)
+
+    def _route_get(self, node_id: str, keys: list[str], exclude) -> list[Optional[Location]]:
+        s = self.state
+        now = time.time()
+        copies = s.store.route_get_batch(keys, frozenset(exclude), now, now + s.settings.lease_duration_s)
+        alive = s.alive()
+        return [s.get_router.choose(c, alive) if c else None for c in copies]
+
+    @_timed
+    def RouteGet(self, request, context):
+        loc = self._route_get(request.node_id, [request.key], request.exclude_nodes)[0]
+        if loc is None:
+            self.metrics.route_get_misses.inc()
+            return pb.RouteGetResponse(found=False)
+        self.metrics.route_get.labels(loc.node_id).inc()
+        client = self.state.alive().get(loc.node_id)
+        return pb.RouteGetResponse(found=True, node_id=loc.node_id, tier=loc.tier, size=loc.size,
+                                   peer_address=client.peer_address if client else "")
+
+    @_timed
+    def BatchRouteGet(self, request, context):
+        keys = list(request.keys)
+        locs = self._route_get(request.node_id, keys, request.exclude_nodes) if keys else []
+        alive = self.state.alive()
+        resp = pb.BatchRouteGetResponse()
+        node_ref: dict[str, int] = {}
+        refs, tiers, sizes = [], [], []
+        misses = 0
+        for loc in locs:
+            if loc is None:
+                refs.append(0)
+                tiers.append(0)
+                sizes.append(0)
+                misses += 1
+                continue
+            ref = node_ref.get(loc.node_id)
+            if ref is None:
+                client = alive.get(loc.node_id)
+                resp.nodes.add(node_id=loc.node_id, peer_address=client.peer_address if client else "")
+                ref = node_ref[loc.node_id] = len(resp.nodes)
+            refs.append(ref)
+            tiers.append(loc.tier)
+            sizes.append(loc.size)
+        resp.node_ref.extend(refs)
+        resp.tier.extend(tiers)
+        resp.size.extend(sizes)
+        if misses:
+            self.metrics.route_get_misses.inc(misses)
+        for node_id, ref in node_ref.items():
+            self.metrics.batch_route_get.labels(node_id).inc(refs.count(ref))
+        return resp
+
+    @_timed
+    def BatchLookup(self, request, context):
+        found = self.state.store.lookup_batch(list(request.keys)) if request.keys else []
+        return pb.BatchLookupResponse(found=found)
+
+    # -- external KV -----------------------------------------------------------------------
+    def _alive_node(self, node_id: str) -> bool:
+        rec = self.state.store.get_client(node_id)
+        return rec is not None and time.time() - rec.last_heartbeat <= self.state.settings.expiry_s
+
+    @_timed
+    def ReportExternalKvBlocks(self, request, context):
+        if not request.node_id:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "ReportExternalKvBlocks: node_id must not be empty")
+        if not request.hashes:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "ReportExternalKvBlocks: hashes must not be empty")
+        self.metrics.ext_report.inc()
+        self.metrics.ext_report_blocks.inc(len(request.hashes))
+        if self._alive_node(request.node_id):  # reports of unknown or expired nodes are dropped
+            self.state.store.external_kv.report(request.node_id, list(request.hashes), int(request.tier))
+        return pb.ReportExternalKvBlocksResponse()
+
+    @_timed
+    def RevokeExternalKvBlocks(self, request, context):
+        if not request.node_id:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "RevokeExternalKvBlocks: node_id must not be empty")
+        self.metrics.ext_revoke.inc()
+        self.metrics.ext_revoke_blocks.inc(len(request.hashes))
+        if request.hashes:
+            self.state.store.external_kv.revoke(request.node_id, list(request.hashes), int(request.tier))
+        return pb.RevokeExternalKvBlocksResponse()
+
+    @_timed
+    def RevokeAllExternalKvBlocksAtTier(self, request, context):
+        if not request.node_id:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          "RevokeAllExternalKvBlocksAtTier: node_id must not be empty")
+        self.state.store.external_kv.revoke_tier(request.node_id, int(request.tier))
+        return pb.RevokeAllExternalKvBlocksAtTierResponse()
+
+    @_timed
+    def RevokeAllExternalKvBlocksForNode(self, request, context):
+        if not request.node_id:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          "RevokeAllExternalKvBlocksForNode: node_id must not be empty")
+        self.state.store.external_kv.revoke_node(request.node_id)
+        return pb.RevokeAllExternalKvBlocksForNodeResponse()
+
+    @_timed
+    def MatchExternalKv(self, request, context):
+        hashes = list(request.hashes)
+        self.metrics.ext_match.inc()
+        self.metrics.ext_match_queried.inc(len(hashes))
+        matches = self.state.store.external_kv.match(hashes) if hashes else {}
+        alive = self.state.alive()
+        resp = pb.MatchExternalKvResponse()
+        matched: set[str] = set()
+        for node_id in sorted(matches):
+            m = resp.matches.add(node_id=node_id,
+                                 peer_address=alive[node_id].peer_address if node_id in alive else "")
+            for tier, hs in sorted(matches[node_id].items()):
+                m.hashes_by_tier.add(tier=tier, hashes=hs)
+                matched.update(hs)
+        self.metrics.ext_match_matched.inc(len(matched))
+        if request.count_as_hit and matched:
+            self.state.store.external_kv.count_hits([h for h in dict.fromkeys(hashes) if h in matched],
+                                                    time.time())
+        return resp
+
+    @_timed
+    def GetExternalKvHitCounts(self, request, context):
+        limit = self.state.settings.hit_query_max_batch
+        if len(request.hashes) > limit:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"GetExternalKvHitCounts: {len(request.hashes)} hashes exceed "
+                          f"UMBP_HIT_QUERY_MAX_BATCH ({limit})")
+        counts = self.state.store.external_kv.hit_counts(list(request.hashes)) if request.hashes else []
+        return pb.GetExternalKvHitCountsResponse(
+            entries=[pb.HitCountEntry(hash=h, hit_count_total=n) for h, n in counts])
+
+    @_timed
+    def ReportMetrics(self, request, context):
+        for sample in request.metrics:
+            self.metrics.reported.add(request.node_id, sample)
+        return pb.ReportMetricsResponse()
+
+
+class UMBPMasterAdminServicer(admin_grpc.UMBPMasterAdminServicer):
+    """Cluster-wide clear and per-engine quotas."""
+
+    EVICT_CHUNK = 4096
+
+    def __init__(self, state: MasterState) -> None:
+        self.state = state
+        self.metrics = state.metrics
+
+    @_timed
+    def ClearCluster(self, request, context):
+        s = self.state
+        resp = admin_pb.ClearClusterResponse()
+        deadline = s.settings.evictkey_deadline_ms / 1000.0
+        for client in s.store.alive_clients():
+            keys = s.store.node_keys(client.node_id)
+            try:
+                stub = s.peers.stub(client.peer_address)
+                for i in range(0, len(keys), self.EVICT_CHUNK):
+                    chunk = keys[i:i + self.EVICT_CHUNK]
+                    reply = stub.EvictKey(peer_pb.EvictKeyRequest(keys=chunk), timeout=deadline)
+                    freed = {e.key: e.bytes_freed for e in reply.evicted}
+                    for key in chunk:
+                        if freed.get(key, 0) > 0:
+                            resp.keys_evicted += 1
+                            resp.bytes_freed += freed[key]
+                        else:
+                            resp.keys_refused += 1
+            except grpc.RpcError as exc:
+                log.warning("ClearCluster: EvictKey to %s failed: %s", client.node_id, exc.code())
+                resp.unreachable_nodes.append(client.node_id)
+        if request.include_external_kv:
+            s.store.external_kv.clear()
+        log.info("cluster cleared by %r: %d evicted, %d refused, %d unreachable", request.node_id,
+                 resp.keys_evicted, resp.keys_refused, len(resp.unreachable_nodes))
+        return resp
+
+    @_timed
+    def SetEngineQuota(self, request, context):
+        try:
+            self.state.quotas.set_quota(request.engine_id, request.quota_bytes)
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"SetEngineQuota: {exc}")
+        return admin_pb.SetEngineQuotaResponse()
+
+    @_timed
+    def GetEngineUsage(self, request, context):
+        u = self.state.quotas.usage(request.engine_id)
+        return admin_pb.GetEngineUsageResponse(quota_bytes=u.quota, used_bytes=u.used, pending_bytes=u.pending)
