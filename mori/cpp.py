@@ -17,4 +17,7 @@ def _moris_ep_name(name: str):
 
 
 _native.__getattr__ = _moris_ep_name
+# mori.umbp puts its UMBPClient here (it builds distributed clients too, as MORI's does).
+import mori.umbp  # noqa: E402,F401
+
 sys.modules[__name__] = _native

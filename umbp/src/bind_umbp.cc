@@ -193,7 +193,7 @@ void bind_configs(py::module_& m) {
       .def(py::init<>())
       .def_readwrite("host", &IoEngineConfig::host)
       .def_readwrite("port", &IoEngineConfig::port);
-  py::class_<DistributedConfig>(m, "UMBPDistributedConfig", "the distributed pool (part 2: refused by this build)")
+  py::class_<DistributedConfig>(m, "UMBPDistributedConfig", "the distributed pool: master, peers, MORI-IO data plane (mori.umbp.UMBPClient)")
       .def(py::init<>())
       .def_readwrite("master_config", &DistributedConfig::master_config)
       .def_readwrite("io_engine", &DistributedConfig::io_engine)
@@ -204,7 +204,11 @@ void bind_configs(py::module_& m) {
       .def_readwrite("cache_remote_fetches", &DistributedConfig::cache_remote_fetches)
       .def_readwrite("cache_remote_admission", &DistributedConfig::cache_remote_admission)
       .def_readwrite("admission_max_block_bytes", &DistributedConfig::admission_max_block_bytes)
-      .def_readwrite("dram_page_size", &DistributedConfig::dram_page_size);
+      .def_readwrite("dram_page_size", &DistributedConfig::dram_page_size)
+      .def_readwrite("ranged_scratch_size", &DistributedConfig::ranged_scratch_size)
+      .def_readwrite("ranged_locality_prefetch", &DistributedConfig::ranged_locality_prefetch)
+      .def_readwrite("local_first", &DistributedConfig::local_first)
+      .def_readwrite("backend_policy_path", &DistributedConfig::backend_policy_path);
   py::class_<StandaloneProcessConfig>(m, "UMBPStandaloneProcessConfig", "a client of the per-host server")
       .def(py::init<>())
       .def_readwrite("address", &StandaloneProcessConfig::address)

@@ -1,0 +1,85 @@
+# SPDX-License-Identifier: MIT
+"""The call sequences of UMBP's two distributed users, two processes playing two engines, KV
+pages checked: vLLM's UMBPStoreConnector in ``mode: distributed`` (a lookup-only scheduler
+client from ``mori.cpp`` plus pool workers, reference/umbp.md 6.2) and SGLang's HiCache
+``UMBPStore`` with a master address (6.1)."""
+from __future__ import annotations
+
+import random
+import socket
+
+import pytest
+from dist_harness import Worker
+from umbp_master_harness import fast_settings, running_master, uid
+
+pytestmark = pytest.mark.timeout(120)
+
+PAGE = 64 << 10  # one KV page's bytes (per K or V)
+
+
+def test_vllm_distributed_connector_sequence():
+    from mori.cpp import UMBPClient, UMBPConfig, UMBPDeploymentMode, UMBPDistributedConfig
+
+    with running_master(settings=fast_settings(route_put_affinity="local")) as master:
+        # The scheduler's client: a zero-sized pool, lookups only (vLLM's _build_client(pool=False)).
+        config = UMBPConfig()
+        dist = UMBPDistributedConfig()
+        dist.master_config.master_address = master.address
+        dist.master_config.node_id = f"vllm-{socket.gethostname()}-lookup-{uid('x')}"
+        dist.master_config.node_address = "127.0.0.1"
+        dist.master_config.auto_heartbeat = True
+        config.dram.capacity_bytes = 0
+        dist.cache_remote_fetches = False
+        dist.ranged_locality_prefetch = False
+        config.distributed = dist
+        scheduler = UMBPClient(config)
+        assert scheduler.get_deployment_mode() == UMBPDeploymentMode.Distributed
+        # Two engines' workers: each owns a pool slice and registers its KV buffer (zero-copy).
+        e1, e2 = Worker(), Worker()
+        try:
+            for w, name in ((e1, "gpu0"), (e2, "gpu1")):
+                out = w.ask("init", master=master.address, node_id=f"vllm-{name}-{uid('w')}", dram=32 << 20,
+                            pool_bytes=16 * PAGE)
+                assert out["distributed"] and out["mode"].endswith("Distributed")
+            keys = [f"{uid('req')}-{i}" for i in range(16)]
+            seed = random.randrange(1 << 30)
+            assert scheduler.batch_exists(keys) == [False] * 16
+            # Engine 1 stores a request's blocks from its KV buffer.
+            assert e1.ask("put", keys=keys, size=PAGE, seed=seed, pool=True)["ok"] == [True] * 16
+            # The scheduler sees them (via the master), and so does engine 2's lookup.
+            assert scheduler.batch_exists(keys) == [True] * 16
+            assert scheduler.batch_exists_consecutive(keys + [uid("absent")]) == 16
+            # Engine 2 loads them into its KV buffer: the bytes engine 1 stored.
+            got = e2.ask("get", keys=keys, size=PAGE, seed=seed, pool=True)
+            assert got["right"] == [True] * 16
+            # The scheduler stores and loads nothing.
+            assert scheduler.batch_put_from_ptr([uid("s")], [1], [8]) == [False]
+        finally:
+            e1.close()
+            e2.close()
+            scheduler.close()
+
+
+def test_sglang_distributed_umbpstore_sequence(monkeypatch):
+    """SGLang's UMBPStore with a master address: config from the environment, node ids
+    '<addr>:dp<d>:pp<p>:tp<t>', the host KV pool registered, pages put with their radix depth
+    (K and V keys per page), prefix existence in pages, pages fetched into the other engine's pool."""
+    with running_master(settings=fast_settings(route_put_affinity="local")) as master:
+        prefill, decode = Worker(env={"UMBP_SSD_ENABLED": "0"}), Worker(env={"UMBP_SSD_ENABLED": "0"})
+        try:
+            for w, dp in ((prefill, 0), (decode, 1)):
+                w.ask("init", master=master.address, node_id=f"127.0.0.1:dp{dp}:pp0:tp0", dram=32 << 20,
+                      pool_bytes=24 * PAGE, sglang=True)
+            hashes = [uid("h") for _ in range(12)]
+            keys = [f"{h}_0_{kv}" for h in hashes for kv in ("k", "v")]  # MHA: "{hash}_{tp}_k|v"
+            depths = [i // 2 for i in range(len(keys))]
+            seed = random.randrange(1 << 30)
+            assert prefill.ask("put", keys=keys, size=PAGE, seed=seed, pool=True, depths=depths)["ok"] == [True] * 24
+            # batch_exists: pages present = batch_exists_consecutive // keys_per_page
+            ex = decode.ask("exists", keys=keys + [f"{uid('h')}_0_k", f"{uid('h')}_0_v"])
+            assert ex["consecutive"] // 2 == 12
+            got = decode.ask("get", keys=keys, size=PAGE, seed=seed, pool=True)
+            assert got["right"] == [True] * 24
+        finally:
+            prefill.close()
+            decode.close()
