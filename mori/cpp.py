@@ -9,6 +9,8 @@ from mori import _C as _native
 
 def _moris_ep_name(name: str):
     # MORI's native EP names (mori.ep.cpp_names), loaded on first use: they need torch.
+    if name.startswith("__"):  # `from mori.cpp import X` asks for __path__: no torch for that
+        raise AttributeError(f"module 'mori.cpp' has no attribute {name!r}")
     from mori.ep import cpp_names
 
     if name in cpp_names.__all__:

@@ -575,7 +575,11 @@ class DistributedUMBPClient(_UMBPClient):
                         local.append(i)
                     else:
                         by_peer[(e.node_id, e.peer_address)].append(i)
-                # UNAVAILABLE: no capacity anywhere (or a quota): refused
+                else:
+                    # UNAVAILABLE: no node has room by the master's count. That count is of used
+                    # bytes, evictable ones included: this worker's own store may still take it
+                    # (evicting its LRU values, or onto its SSD), so it tries.
+                    local.append(i)
             for (node_id, address), idx in by_peer.items():
                 done, no_space = self._put_remote(node_id, address, idx, keys, ptrs, sizes)
                 for i in done:

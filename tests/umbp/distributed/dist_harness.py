@@ -13,6 +13,21 @@ from typing import Optional
 PROGRAM = Path(__file__).parent / "umbp_dist_worker.py"
 
 
+def start_workers(*inits: dict, env: Optional[dict] = None) -> list["Worker"]:
+    """One worker per ``init`` keyword dict, started and initialised in parallel."""
+    workers = [Worker(env=env) for _ in inits]
+    try:
+        for w, kw in zip(workers, inits):
+            w.send("init", **kw)
+        for w in workers:
+            w.info = w.answer("init")
+    except BaseException:
+        for w in workers:
+            w.kill()
+        raise
+    return workers
+
+
 class Worker:
     """One worker process; ``ask`` sends a command and returns its answer (a hang is a failure)."""
 
@@ -21,6 +36,7 @@ class Worker:
         full["PYTHONUNBUFFERED"] = "1"
         full.setdefault("UMBP_LOOKUP_TIMEOUT_MS", "1000")
         full.update(env or {})
+        self.info: dict = {}  # the answer to "init"
         self.proc = subprocess.Popen([sys.executable, str(PROGRAM)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, env=full, text=True)
 

@@ -9,7 +9,7 @@ import random
 import time
 
 import pytest
-from dist_harness import Worker
+from dist_harness import Worker, start_workers
 from umbp_master_harness import fast_settings, free_port, master_process, running_master, stop_process, uid
 
 pytestmark = pytest.mark.timeout(180)
@@ -21,10 +21,9 @@ def _keys(n: int) -> list[str]:
 
 def test_peer_killed_mid_read(tmp_path):
     with running_master(settings=fast_settings(route_put_affinity="local")) as master:
-        owner, reader = Worker(), Worker()
+        owner, reader = start_workers(dict(master=master.address, node_id=uid("owner"), dram=160 << 20),
+                                      dict(master=master.address, node_id=uid("reader"), dram=4 << 20))
         try:
-            owner.ask("init", master=master.address, node_id=uid("owner"), dram=160 << 20)
-            reader.ask("init", master=master.address, node_id=uid("reader"), dram=4 << 20)
             keys = _keys(24)
             seed = random.randrange(1 << 30)
             assert owner.ask("put", keys=keys, size=4 << 20, seed=seed)["ok"] == [True] * 24
@@ -51,10 +50,9 @@ def test_master_killed_and_restarted():
     env = {"UMBP_HEARTBEAT_TTL_SEC": "2", "UMBP_ROUTE_PUT_NODE_AFFINITY": "local"}  # heartbeats every second
     proc = master_process(port, env=env)
     address = f"127.0.0.1:{port}"
-    a, b = Worker(), Worker()
+    a, b = start_workers(dict(master=address, node_id=uid("a"), dram=64 << 20),
+                         dict(master=address, node_id=uid("b"), dram=8 << 20))
     try:
-        a.ask("init", master=address, node_id=uid("a"), dram=64 << 20)
-        b.ask("init", master=address, node_id=uid("b"), dram=8 << 20)
         keys = _keys(8)
         seed = random.randrange(1 << 30)
         assert a.ask("put", keys=keys, size=512 << 10, seed=seed)["ok"] == [True] * 8
@@ -93,48 +91,45 @@ def test_master_killed_and_restarted():
             proc.stdout.close()
 
 
-def test_dropped_heartbeat_bundle_forces_full_sync():
+@pytest.fixture(scope="module")
+def local_pair():
+    """A master keeping every put on its writer, worker a (8 MiB of DRAM, no SSD) and worker b."""
     with running_master(settings=fast_settings(route_put_affinity="local")) as master:
-        a, b = Worker(), Worker()
-        try:
-            a.ask("init", master=master.address, node_id=uid("a"), dram=64 << 20)
-            b.ask("init", master=master.address, node_id=uid("b"), dram=8 << 20)
-            syncs = a.ask("stats")["stats"]["full_syncs"]
-            lost, later = _keys(4), _keys(2)
-            seed = random.randrange(1 << 30)
-            a.ask("drop_bundle")
-            assert a.ask("put", keys=lost, size=65536, seed=seed)["ok"] == [True] * 4
-            # The master never heard of them: b misses.
-            assert b.ask("exists", keys=lost)["found"] == [False] * 4
-            # The next bundle shows the master a gap: it asks a full sync, a re-ships everything.
-            assert a.ask("put", keys=later, size=65536, seed=seed + 10)["ok"] == [True] * 2
-            assert a.ask("stats")["stats"]["full_syncs"] == syncs + 1
-            assert b.ask("get", keys=lost, size=65536, seed=seed)["right"] == [True] * 4
-            assert b.ask("get", keys=later, size=65536, seed=seed + 10)["right"] == [True] * 2
-        finally:
-            a.close()
-            b.close()
+        a, b = start_workers(dict(master=master.address, node_id=uid("a"), dram=8 << 20),
+                             dict(master=master.address, node_id=uid("b"), dram=4 << 20))
+        yield a, b
+        a.close()
+        b.close()
 
 
-def test_evictions_reach_the_master():
+def test_dropped_heartbeat_bundle_forces_full_sync(local_pair):
+    a, b = local_pair
+    syncs = a.ask("stats")["stats"]["full_syncs"]
+    lost, later = _keys(4), _keys(2)
+    seed = random.randrange(1 << 30)
+    a.ask("drop_bundle")
+    assert a.ask("put", keys=lost, size=65536, seed=seed)["ok"] == [True] * 4
+    # The master never heard of them: b misses.
+    assert b.ask("exists", keys=lost)["found"] == [False] * 4
+    # The next bundle shows the master a gap: it asks a full sync, a re-ships everything.
+    assert a.ask("put", keys=later, size=65536, seed=seed + 10)["ok"] == [True] * 2
+    assert a.ask("stats")["stats"]["full_syncs"] == syncs + 1
+    assert b.ask("get", keys=lost, size=65536, seed=seed)["right"] == [True] * 4
+    assert b.ask("get", keys=later, size=65536, seed=seed + 10)["right"] == [True] * 2
+
+
+def test_evictions_reach_the_master(local_pair):
     """Every eviction is a REMOVE event: keys the owner's DRAM evicted (no SSD) stop being
     routed to it, so a reader misses at once rather than asking a peer that has nothing."""
-    with running_master(settings=fast_settings(route_put_affinity="local")) as master:
-        a, b = Worker(), Worker()
-        try:
-            a.ask("init", master=master.address, node_id=uid("a"), dram=8 << 20)
-            b.ask("init", master=master.address, node_id=uid("b"), dram=4 << 20)
-            keys = _keys(16)
-            seed = random.randrange(1 << 30)
-            for i, k in enumerate(keys):
-                a.ask("put", keys=[k], size=1 << 20, seed=seed + i)
-            st = a.ask("stats")["stats"]
-            assert st["dram_evictions"] > 0
-            found = b.ask("exists", keys=keys)["found"]
-            assert sum(found) == st["dram_keys"]
-            for i, k in enumerate(keys):
-                got = b.ask("get", keys=[k], size=1 << 20, seed=seed + i)
-                assert got["ok"][0] == found[i] and got["right"][0] == found[i]
-        finally:
-            a.close()
-            b.close()
+    a, b = local_pair
+    keys = _keys(16)
+    seed = random.randrange(1 << 30)
+    for i, k in enumerate(keys):
+        assert a.ask("put", keys=[k], size=1 << 20, seed=seed + i)["ok"] == [True]
+    st = a.ask("stats")["stats"]
+    assert st["dram_evictions"] > 0
+    here = a.ask("exists", keys=keys)["found"]  # a's own view (local, then the master)
+    found = b.ask("exists", keys=keys)["found"]
+    assert found == here and 0 < sum(found) < 16
+    got = b.ask("get", keys=keys, size=1 << 20, seed=seed)
+    assert got["ok"] == found and got["right"] == found

@@ -9,7 +9,7 @@ import random
 import socket
 
 import pytest
-from dist_harness import Worker
+from dist_harness import start_workers
 from umbp_master_harness import fast_settings, running_master, uid
 
 pytestmark = pytest.mark.timeout(120)
@@ -35,12 +35,11 @@ def test_vllm_distributed_connector_sequence():
         scheduler = UMBPClient(config)
         assert scheduler.get_deployment_mode() == UMBPDeploymentMode.Distributed
         # Two engines' workers: each owns a pool slice and registers its KV buffer (zero-copy).
-        e1, e2 = Worker(), Worker()
+        e1, e2 = start_workers(*[dict(master=master.address, node_id=f"vllm-{name}-{uid('w')}", dram=32 << 20,
+                                      pool_bytes=16 * PAGE) for name in ("gpu0", "gpu1")])
         try:
-            for w, name in ((e1, "gpu0"), (e2, "gpu1")):
-                out = w.ask("init", master=master.address, node_id=f"vllm-{name}-{uid('w')}", dram=32 << 20,
-                            pool_bytes=16 * PAGE)
-                assert out["distributed"] and out["mode"].endswith("Distributed")
+            for w in (e1, e2):
+                assert w.info["distributed"] and w.info["mode"].endswith("Distributed")
             keys = [f"{uid('req')}-{i}" for i in range(16)]
             seed = random.randrange(1 << 30)
             assert scheduler.batch_exists(keys) == [False] * 16
@@ -65,11 +64,10 @@ def test_sglang_distributed_umbpstore_sequence(monkeypatch):
     '<addr>:dp<d>:pp<p>:tp<t>', the host KV pool registered, pages put with their radix depth
     (K and V keys per page), prefix existence in pages, pages fetched into the other engine's pool."""
     with running_master(settings=fast_settings(route_put_affinity="local")) as master:
-        prefill, decode = Worker(env={"UMBP_SSD_ENABLED": "0"}), Worker(env={"UMBP_SSD_ENABLED": "0"})
+        prefill, decode = start_workers(*[dict(master=master.address, node_id=f"127.0.0.1:dp{dp}:pp0:tp0",
+                                               dram=32 << 20, pool_bytes=24 * PAGE, sglang=True) for dp in (0, 1)],
+                                        env={"UMBP_SSD_ENABLED": "0"})
         try:
-            for w, dp in ((prefill, 0), (decode, 1)):
-                w.ask("init", master=master.address, node_id=f"127.0.0.1:dp{dp}:pp0:tp0", dram=32 << 20,
-                      pool_bytes=24 * PAGE, sglang=True)
             hashes = [uid("h") for _ in range(12)]
             keys = [f"{h}_0_{kv}" for h in hashes for kv in ("k", "v")]  # MHA: "{hash}_{tp}_k|v"
             depths = [i // 2 for i in range(len(keys))]
