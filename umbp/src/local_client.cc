@@ -34,6 +34,8 @@ LocalClient::LocalClient(const Config& config)
     dram_ = std::make_unique<DramTier>(config_.dram, config_.eviction, env::current().umbp_verify_dram,
                                        /*checksum_always=*/config_.distributed.has_value());
   if (ssd_ && dram_) pipeline_ = std::make_unique<CopyPipeline>(config_.copy_pipeline, *dram_, *ssd_);
+  // The pool's view of these pages starts with the store: every key change is logged from the first.
+  if (config_.distributed && dram_) peer_pages();
   MORI_LOG(kDebug, "umbp", "local store: %s, DRAM %zu bytes, SSD %s", role_name(role_),
            dram_ ? dram_->capacity() : size_t{0}, ssd_ ? config_.ssd.storage_dir.c_str() : "off");
 }

@@ -81,3 +81,37 @@ def test_sglang_distributed_umbpstore_sequence(monkeypatch):
         finally:
             prefill.close()
             decode.close()
+
+
+def test_job_secret_guards_the_peers():
+    """With MORI_JOB_SECRET the workers sign their calls (to the master and to each other) and
+    their peer services refuse a stranger's: nothing allocated, resolved or evicted."""
+    import grpc
+
+    from mori import _C
+    from mori.umbp.proto import require
+
+    peer_pb, peer_grpc = require("umbp_peer_pb2"), require("umbp_peer_pb2_grpc")
+    secret_hex = _C.core.random_secret_hex()
+    with running_master(secret=bytes.fromhex(secret_hex), settings=fast_settings()) as master:
+        a, b = start_workers(dict(master=master.address, node_id=uid("a"), dram=4 << 20),
+                             dict(master=master.address, node_id=uid("b"), dram=32 << 20),
+                             env={"MORI_JOB_SECRET": secret_hex})
+        try:
+            keys = [uid("k") for _ in range(4)]
+            seed = random.randrange(1 << 30)
+            assert a.ask("put", keys=keys, size=PAGE, seed=seed)["ok"] == [True] * 4  # signed: routed to b
+            assert a.ask("get", keys=keys, size=PAGE, seed=seed)["right"] == [True] * 4
+            stub = peer_grpc.UMBPPeerStub(grpc.insecure_channel(b.info["peer"]))
+            for call, req in ((stub.AllocateSlot, peer_pb.AllocateSlotRequest(key=uid("x"), size=64)),
+                              (stub.BatchResolveKeys, peer_pb.BatchResolveKeysRequest(keys=keys)),
+                              (stub.EvictKey, peer_pb.EvictKeyRequest(keys=keys)),
+                              (stub.GetPeerInfo, peer_pb.GetPeerInfoRequest())):
+                with pytest.raises(grpc.RpcError) as err:
+                    call(req, timeout=5)
+                assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert b.ask("stats")["peer_state"][4] == 0  # no pending slot
+            assert a.ask("get", keys=keys, size=PAGE, seed=seed)["right"] == [True] * 4  # nothing evicted
+        finally:
+            a.close()
+            b.close()
