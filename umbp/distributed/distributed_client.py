@@ -28,13 +28,11 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import random
-import socket
 import threading
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import grpc
@@ -91,7 +89,6 @@ class DistributedStats:
     remote_fetches_cached: int = 0
     full_syncs: int = 0
     heartbeats: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 def _host_of(address: str) -> str:
@@ -235,8 +232,10 @@ class DistributedUMBPClient(_UMBPClient):
     # ---------------------------------------------------------------------------------------
     def _capacities(self) -> list:
         s = _Native.stats(self)
+        # The DRAM tier evicts its LRU values to make room by itself: what it can take is all but
+        # what is pinned (being read or written, or waiting for its SSD copy).
         caps = [pb.TierCapacity(tier=pb.TIER_DRAM, total_capacity_bytes=s["dram_capacity_bytes"],
-                                available_capacity_bytes=max(0, s["dram_capacity_bytes"] - s["dram_used_bytes"]),
+                                available_capacity_bytes=max(0, s["dram_capacity_bytes"] - s["dram_pinned_bytes"]),
                                 max_allocatable_bytes=s["dram_capacity_bytes"])]
         if s["ssd_capacity_bytes"]:
             caps.append(pb.TierCapacity(tier=pb.TIER_SSD, total_capacity_bytes=s["ssd_capacity_bytes"],
@@ -851,9 +850,7 @@ class DistributedUMBPClient(_UMBPClient):
     def stats(self) -> dict:
         s = _Native.stats(self)
         with self._stats_lock:
-            for name, value in vars(self.dstats).items():
-                if name != "extra":
-                    s[name] = value
+            s.update(vars(self.dstats))
         return s
 
     def close(self) -> None:

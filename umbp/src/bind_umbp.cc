@@ -531,7 +531,7 @@ py::dict umbp_stats_dict(const ClientStats& s) {
   MORI_UMBP_STAT(dram_hits) MORI_UMBP_STAT(ssd_hits) MORI_UMBP_STAT(misses) MORI_UMBP_STAT(corrupt_reads)
   MORI_UMBP_STAT(dram_evictions) MORI_UMBP_STAT(ssd_evictions) MORI_UMBP_STAT(put_refusals)
   MORI_UMBP_STAT(ssd_copies) MORI_UMBP_STAT(ssd_copy_failures) MORI_UMBP_STAT(dram_used_bytes)
-  MORI_UMBP_STAT(dram_capacity_bytes) MORI_UMBP_STAT(dram_keys) MORI_UMBP_STAT(ssd_used_bytes)
+  MORI_UMBP_STAT(dram_capacity_bytes) MORI_UMBP_STAT(dram_keys) MORI_UMBP_STAT(dram_pinned_bytes) MORI_UMBP_STAT(ssd_used_bytes)
   MORI_UMBP_STAT(ssd_capacity_bytes) MORI_UMBP_STAT(ssd_keys)
 #undef MORI_UMBP_STAT
   return d;

@@ -124,7 +124,9 @@ void DramTier::release(Block* b) {
 }
 
 void DramTier::unpin(Block* b) {
-  if (--b->pins > 0 || !b->dropped) return;
+  if (--b->pins > 0) return;
+  pinned_bytes_ -= b->reserved;
+  if (!b->dropped) return;
   dropped_pinned_.erase(std::find(dropped_pinned_.begin(), dropped_pinned_.end(), b));
   release(b);
 }
@@ -235,6 +237,7 @@ void DramTier::put(const std::string* keys, const uintptr_t* srcs, const size_t*
       b->data = base_ + *off;
       b->depth = depths ? depths[i] : -1;
       b->pins = 1;  // the writer's
+      pinned_bytes_ += b->reserved;
       used_bytes_ += b->reserved;
       index_.emplace(std::string_view(b->key), b);
       fresh[i] = b;
@@ -278,7 +281,7 @@ size_t DramTier::get(const std::string* keys, const uintptr_t* dsts, const size_
       auto it = index_.find(std::string_view(keys[i]));
       if (it == index_.end() || !it->second->published || it->second->size != sizes[i]) continue;
       Block* b = it->second;
-      ++b->pins;
+      if (b->pins++ == 0) pinned_bytes_ += b->reserved;
       if (promote && b != lru_tail_) {
         lru_remove(b);
         lru_push_back(b);
@@ -392,6 +395,7 @@ DramTier::Block* DramTier::reserve_slot(const std::string& key, size_t size, Put
   b->data = base_ + *off;
   b->pins = 1;  // the writer's, until commit or abort
   used_bytes_ += b->reserved;
+  pinned_bytes_ += b->reserved;
   index_.emplace(std::string_view(b->key), b);
   *outcome = PutOutcome::kStored;
   return b;
@@ -427,7 +431,7 @@ DramTier::Block* DramTier::pin(const std::string& key) {
   auto it = index_.find(std::string_view(key));
   if (it == index_.end() || !it->second->published) return nullptr;
   Block* b = it->second;
-  ++b->pins;
+  if (b->pins++ == 0) pinned_bytes_ += b->reserved;
   if (b != lru_tail_) {  // a remote read is a use
     lru_remove(b);
     lru_push_back(b);
@@ -466,6 +470,7 @@ DramStats DramTier::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   DramStats s;
   s.used_bytes = used_bytes_;
+  s.pinned_bytes = pinned_bytes_;
   s.capacity_bytes = capacity_;
   s.keys = index_.size();
   s.evictions = evictions_;

@@ -37,6 +37,7 @@ namespace mori::umbp {
 
 struct DramStats {
   uint64_t used_bytes = 0, capacity_bytes = 0, keys = 0;
+  uint64_t pinned_bytes = 0;  // of used_bytes, what no eviction can free now (read, written, awaiting the SSD)
   uint64_t evictions = 0, corrupt_reads = 0;
 };
 
@@ -162,6 +163,7 @@ class DramTier {
   Block* lru_head_ = nullptr;  // least recently used
   Block* lru_tail_ = nullptr;  // most recently used
   size_t used_bytes_ = 0;      // bytes of live blocks (rounded as the allocator rounds)
+  size_t pinned_bytes_ = 0;    // of which blocks with pins > 0
   uint64_t evictions_ = 0, corrupt_reads_ = 0;
 };
 

@@ -278,6 +278,7 @@ ClientStats LocalClient::stats() const {
     s.dram_evictions = d.evictions;
     s.corrupt_reads += d.corrupt_reads;
     s.dram_used_bytes = d.used_bytes;
+    s.dram_pinned_bytes = d.pinned_bytes;
     s.dram_capacity_bytes = d.capacity_bytes;
     s.dram_keys = d.keys;
   }
