@@ -683,14 +683,15 @@ class DistributedUMBPClient(_UMBPClient):
         except Exception as exc:  # noqa: BLE001
             self._peer_failed(node_id, address, "BatchResolveKeys", exc)
             return []
-        dram, ssd, leases = [], [], []
+        # DRAM read leases are not released one RPC each: they run out by themselves
+        # (UMBP_DRAM_READ_LEASE_MS), and meanwhile only keep just-read (most recently used)
+        # values from eviction. SSD staging slots are few: those are released at once.
+        dram, ssd = [], []
         page = 0
         for j, i in enumerate(idx):
             count = r.page_count[j] if j < len(r.page_count) else 0
             first = r.page_index[page] if count else 0
             page += count
-            if r.lease_id and r.lease_id[j]:
-                leases.append(r.lease_id[j])
             if not r.found[j] or r.size[j] != sizes[i]:
                 continue  # a miss (the size must match, as locally)
             if r.tier[j] == pb.TIER_DRAM and count:
@@ -703,7 +704,6 @@ class DistributedUMBPClient(_UMBPClient):
             for (i, _off, want), d in zip(dram, done):
                 if d and self._verified(node_id, keys[i], ptrs[i], sizes[i], want):
                     got.append(i)
-        self._release(p, leases)
         for i in ssd:
             if self._get_staged(p, keys[i], ptrs[i], sizes[i]):
                 got.append(i)
@@ -724,8 +724,8 @@ class DistributedUMBPClient(_UMBPClient):
         return False
 
     def _release(self, p: _Peer, leases: list[int]) -> None:
-        # Leases expire by themselves (UMBP_DRAM_READ_LEASE_MS): releasing early is a courtesy
-        # that does not wait for an answer.
+        # A staging lease expires by itself (UMBP_SSD_READ_LEASE_MS): releasing it early frees
+        # the slot for the next reader, without waiting for the answer.
         for lease in leases:
             try:
                 p.stub.ReleaseSsdLease.future(peer_pb.ReleaseSsdLeaseRequest(lease_id=lease), timeout=self._timeout_s)
