@@ -193,6 +193,8 @@ class DistributedUMBPClient(_UMBPClient):
         self._need_full_sync = True
         self._drop_next_bundle = False  # tests: lose a bundle on the way (the master must ask a full sync)
         self._hb_interval_s = 1.0
+        self._master_backoff_until = 0.0  # monotonic time until which the master is not asked
+        self._backoff_s = min(5.0, max(1.0, 2 * self._timeout_s))
         self._wake = threading.Event()
         self._stop = threading.Event()
         try:
@@ -225,6 +227,8 @@ class DistributedUMBPClient(_UMBPClient):
         self._stats_lock = threading.Lock()
         self._master = UMBPMasterClient(mc.master_address, mc.node_id, mc.node_address,
                                         lookup_timeout_ms=int(setting("UMBP_LOOKUP_TIMEOUT_MS")))
+        self._master_backoff_until = 0.0
+        self._backoff_s = 1.0
         self.peer_address = ""
 
     # ---------------------------------------------------------------------------------------
@@ -279,7 +283,9 @@ class DistributedUMBPClient(_UMBPClient):
                                       tier_capacities=self._capacities())
         try:
             resp = self._master._call("Heartbeat", req)
+            self._master_backoff_until = 0.0
         except Exception as exc:
+            self._master_backoff_until = time.monotonic() + self._backoff_s
             with self._stats_lock:
                 self.dstats.master_errors += 1
             log.debug("umbp %s: heartbeat failed: %s", self._node_id, exc)
@@ -333,6 +339,9 @@ class DistributedUMBPClient(_UMBPClient):
         """After values became visible: their ADD events go to the master before we return."""
         if self._closed or self._lookup_only:
             return
+        if time.monotonic() < self._master_backoff_until:
+            self._wake.set()  # the master just failed: the heartbeat thread ships when it answers
+            return
         with self._hb_lock:
             self._ship()
 
@@ -354,10 +363,17 @@ class DistributedUMBPClient(_UMBPClient):
             self._ship()
 
     def _master_call(self, method: str, request):
-        """A master RPC within the lookup deadline; None (counted, logged) when the master fails."""
+        """A master RPC within the lookup deadline; None (counted, logged) when the master fails.
+        After a failure the calls of the next two deadlines (1 to 5 s) answer None at once: a hung
+        master costs one deadline, not one per call (the heartbeat thread keeps probing it)."""
+        if time.monotonic() < self._master_backoff_until:
+            with self._stats_lock:
+                self.dstats.master_errors += 1
+            return None
         try:
             return self._master._call(method, request)
         except Exception as exc:
+            self._master_backoff_until = time.monotonic() + self._backoff_s
             with self._stats_lock:
                 self.dstats.master_errors += 1
             log.warning("umbp %s: %s", self._node_id, exc)

@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: MIT
 """Failures of the distributed pool, each with data checked and no hang: a peer killed mid-read,
-the master killed and restarted (the engines keep serving their own keys; the restarted master
+the master hung, then killed and restarted (the engines keep serving their own keys; the restarted master
 rebuilds its index from full syncs), a lost heartbeat bundle (the master sees the gap, asks a full
 sync)."""
 from __future__ import annotations
 
 import random
+import signal
 import time
 
 import pytest
@@ -57,6 +58,20 @@ def test_master_killed_and_restarted():
         assert a.ask("put", keys=keys, size=512 << 10, seed=seed)["ok"] == [True] * 8
         assert b.ask("get", keys=keys, size=512 << 10, seed=seed)["right"] == [True] * 8
         b.ask("clear")  # forget b's cached copies (if any): the next reads must go to a
+
+        # A hung master (stopped, its port still open): misses within the 1 s lookup deadline,
+        # and the next calls do not wait again (one deadline per outage, not one per call).
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            got = b.ask("get", keys=keys, size=512 << 10, seed=seed, timeout=30)
+            assert got["ok"] == [False] * 8 and time.monotonic() - t0 < 3
+            t0 = time.monotonic()
+            assert b.ask("exists", keys=keys, timeout=30)["found"] == [False] * 8
+            assert time.monotonic() - t0 < 0.5
+            assert a.ask("get", keys=keys, size=512 << 10, seed=seed)["right"] == [True] * 8
+        finally:
+            proc.send_signal(signal.SIGCONT)
         stop_process(proc)
 
         # No master: a serves its own keys; b misses within the lookup deadline (1 s here).
