@@ -7,7 +7,15 @@ import sys
 from mori import _C as _native
 
 
+# MORI's UMBP control-plane names, ours in Python (mori.umbp.distributed), loaded on first use.
+_UMBP_CONTROL_PLANE = {"UMBPMasterClient", "UMBPExternalKvNodeMatch"}
+
+
 def _moris_ep_name(name: str):
+    if name in _UMBP_CONTROL_PLANE:
+        import mori.umbp.distributed as umbp_distributed
+
+        return getattr(umbp_distributed, name)
     # MORI's native EP names (mori.ep.cpp_names), loaded on first use: they need torch.
     if name.startswith("__"):  # `from mori.cpp import X` asks for __path__: no torch for that
         raise AttributeError(f"module 'mori.cpp' has no attribute {name!r}")

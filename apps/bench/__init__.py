@@ -30,7 +30,8 @@ def main(argv: Sequence[str]) -> int:
               "  ccl              allgather and friends (vs gloo / NCCL)\n"
               "  io               MORI-IO point-to-point transfers (vs a TCP socket, memcpy, Mooncake, NIXL)\n"
               "  io --gpu         MORI-IO on GPU memory, CUDA IPC and tcp (vs a device-to-device copy)\n"
-              "  umbp             MORI-UMBP put/get, DRAM and SSD hits, local and per-host server (vs memcpy, pread, Mooncake Store)")
+              "  umbp             MORI-UMBP put/get, DRAM and SSD hits, local and per-host server (vs memcpy, pread, Mooncake Store)\n"
+              "  umbp --master    the UMBP master's BatchRouteGet rate: in-memory store, one Redis, four Redis")
         return 0
     what, rest = argv[0], argv[1:]
     module = _BENCHES.get(what)
@@ -39,6 +40,9 @@ def main(argv: Sequence[str]) -> int:
     elif what == "shmem" and "--gpu" in rest:
         module = "shmem_gpu"
         rest = [a for a in rest if a != "--gpu"]
+    elif what == "umbp" and "--master" in rest:
+        module = "umbp_master"
+        rest = [a for a in rest if a != "--master"]
     elif what == "io" and "--gpu" in rest:
         module = "io_gpu"
         rest = [a for a in rest if a != "--gpu"]

@@ -69,11 +69,14 @@ class SigningInterceptor(grpc.UnaryUnaryClientInterceptor):
 
 
 class VerifyingInterceptor(grpc.ServerInterceptor):
-    """Server side: checks each call's signature before its handler runs."""
+    """Server side: checks each call's signature before its handler runs (the master's, and
+    any other UMBP gRPC server of the job, e.g. a peer's UMBPPeer service)."""
 
     def __init__(self, secret: bytes, window_s: float = 30.0,
-                 on_refused: Optional[Callable[[str], None]] = None) -> None:
+                 on_refused: Optional[Callable[[str], None]] = None, name: str = "umbp master") -> None:
+        """``name`` is what refusals call this server (the master, or a peer reusing this)."""
         self._secret = secret
+        self._name = name
         self._window = window_s
         self._on_refused = on_refused
         self._lock = threading.Lock()
@@ -95,7 +98,7 @@ class VerifyingInterceptor(grpc.ServerInterceptor):
             self._on_refused(why)
 
         def deny(request, context):
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, f"umbp master: {why}")
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, f"{self._name}: {why}")
 
         return grpc.unary_unary_rpc_method_handler(
             deny, request_deserializer=lambda raw: raw, response_serializer=handler.response_serializer)
@@ -129,11 +132,11 @@ class VerifyingInterceptor(grpc.ServerInterceptor):
             if not checked.get("ok"):
                 if self._on_refused is not None:
                     self._on_refused("bad signature")
-                context.abort(grpc.StatusCode.UNAUTHENTICATED, "umbp master: bad signature")
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, f"{self._name}: bad signature")
             if not self._fresh_nonce(nonce, now):
                 if self._on_refused is not None:
                     self._on_refused("replayed nonce")
-                context.abort(grpc.StatusCode.UNAUTHENTICATED, "umbp master: replayed call")
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, f"{self._name}: replayed call")
             return behavior(request, context)
 
         return grpc.unary_unary_rpc_method_handler(

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import zlib
 from typing import Optional
 
-from mori.umbp.distributed.master_records import EvictionCandidate, Location
+from mori.umbp.distributed.master_records import GET_TIER_PRIORITY, EvictionCandidate, Location
+
+_TIER_RANK = {int(t): i for i, t in enumerate(GET_TIER_PRIORITY)}
 
 
 @dataclasses.dataclass
@@ -20,6 +21,13 @@ class _Entry:
     copies: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict)  # (node, tier) -> size
     last_access: float = 0.0
     lease_until: float = 0.0
+    # The copies as Locations, fastest tier first: rebuilt on (rare) change, handed out as is
+    # on (frequent) gets.
+    locations: tuple = ()
+
+    def rebuild(self) -> None:
+        self.locations = tuple(sorted((Location(n, t, s) for (n, t), s in self.copies.items()),
+                                      key=lambda loc: _TIER_RANK.get(loc.tier, 9)))
 
 
 class _Shard:
@@ -38,7 +46,8 @@ class BlockIndex:
         self._shards = [_Shard() for _ in range(shards)]
 
     def _shard(self, key: str) -> _Shard:
-        return self._shards[zlib.crc32(key.encode()) % len(self._shards)]
+        # str hashes are cached on the object and stable within the process: all this index needs
+        return self._shards[hash(key) % len(self._shards)]
 
     def add(self, node_id: str, key: str, tier: int, size: int, now: float) -> bool:
         """Record a copy; True if the key had no copy before."""
@@ -49,6 +58,7 @@ class BlockIndex:
             if entry is None:
                 entry = shard.entries[key] = _Entry(last_access=now)
             entry.copies[(node_id, tier)] = size
+            entry.rebuild()
             shard.by_node.setdefault(node_id, {}).setdefault(key, set()).add(tier)
             return new_key
 
@@ -72,6 +82,7 @@ class BlockIndex:
             if not node_keys:
                 del shard.by_node[node_id]
         if entry.copies:
+            entry.rebuild()
             return size, False
         del shard.entries[key]
         return size, True
@@ -92,20 +103,29 @@ class BlockIndex:
         return gone
 
     def route(self, keys: list[str], exclude: frozenset[str], now: float,
-              lease_until: float) -> list[list[Location]]:
-        out: list[list[Location]] = []
+              lease_until: float) -> list[tuple]:
+        """Per key its copies (fastest tier first), or () on a miss; found keys are touched
+        and leased."""
+        out: list[tuple] = []
+        append = out.append
+        shards, nshards = self._shards, len(self._shards)
         for key in keys:
-            shard = self._shard(key)
+            shard = shards[hash(key) % nshards]
             with shard.lock:
                 entry = shard.entries.get(key)
                 if entry is None:
-                    out.append([])
+                    append(())
                     continue
-                copies = [Location(n, t, s) for (n, t), s in entry.copies.items() if n not in exclude]
-                if copies:
-                    entry.last_access = now
-                    entry.lease_until = max(entry.lease_until, lease_until)
-                out.append(copies)
+                locs = entry.locations
+                if exclude:
+                    locs = tuple(loc for loc in locs if loc.node_id not in exclude)
+                    if not locs:
+                        append(())
+                        continue
+                entry.last_access = now
+                if lease_until > entry.lease_until:
+                    entry.lease_until = lease_until
+                append(locs)
         return out
 
     def contains(self, keys: list[str]) -> list[bool]:

@@ -101,3 +101,7 @@ class InMemoryExternalKv(ExternalKvStore):
         with self._lock:
             self._by_hash.clear()
             self._by_node.clear()
+
+    def live_counts(self) -> dict[str, int]:
+        with self._lock:
+            return {node: len(set().union(*tiers.values())) for node, tiers in self._by_node.items() if tiers}

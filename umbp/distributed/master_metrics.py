@@ -91,6 +91,23 @@ class _ReportedMetrics:
                 yield m
 
 
+class _LiveExternalKv:
+    """mori_umbp_external_kv_live_count{node}, read from the store when scraped."""
+
+    def __init__(self, counts) -> None:
+        self._counts = counts
+
+    def collect(self):
+        m = GaugeMetricFamily("mori_umbp_external_kv_live_count", "Live external KV block count", labels=["node"])
+        try:
+            counts = self._counts()
+        except Exception:  # noqa: BLE001 - a store outage must not break the whole scrape
+            counts = {}
+        for node, n in sorted(counts.items()):
+            m.add_metric([node], n)
+        yield m
+
+
 class MasterMetrics:
     """Every family the master exports, in its own registry."""
 
@@ -99,6 +116,7 @@ class MasterMetrics:
         self.rpc_latency = Histogram("mori_umbp_master_rpc_latency_seconds",
                                      "Latency of master RPC handlers (server side)", ["rpc"],
                                      buckets=_LATENCY_BUCKETS, registry=r)
+        self._rpc_latency_children: dict[str, Histogram] = {}
         self.rpc_errors = Counter("mori_umbp_master_rpc_errors_total",
                                   "Master RPCs answered with a non-OK status", ["rpc", "code"], registry=r)
         self.route_put = Counter("mori_umbp_client_route_put_total",
@@ -169,12 +187,24 @@ class MasterMetrics:
         r.register(self.reported)
         self._server = None
 
+    def watch_external_kv(self, counts) -> None:
+        """Export the live external-KV block count per node, from ``counts()`` at scrape time."""
+        self.registry.register(_LiveExternalKv(counts))
+
     def set_capacity(self, node_id: str, tier: int, total: int, available: int) -> None:
         t = tier_label(tier)
         self.cap_total.labels(node_id, t).set(total)
         self.cap_avail.labels(node_id, t).set(available)
         self.cap_used.labels(node_id, t).set(max(total - available, 0))
         self.cap_util.labels(node_id, t).set((total - available) / total if total else 0.0)
+
+    def rpc_latency_of(self, rpc: str):
+        """The latency histogram's child for ``rpc``, looked up once (label lookups cost more
+        than the observation)."""
+        child = self._rpc_latency_children.get(rpc)
+        if child is None:
+            child = self._rpc_latency_children[rpc] = self.rpc_latency.labels(rpc)
+        return child
 
     def forget_node(self, node_id: str) -> None:
         for g in (self.cap_total, self.cap_avail, self.cap_used, self.cap_util, self.kv_live):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from typing import NamedTuple
 
 
 class Tier(enum.IntEnum):
@@ -53,13 +54,27 @@ class ClientRecord:
     acked_seq: int = 0
 
 
-@dataclasses.dataclass(frozen=True)
-class Location:
-    """One copy of a key: on which node, in which tier, how many bytes."""
+class Location(NamedTuple):
+    """One copy of a key: on which node, in which tier, how many bytes (a tuple: the get path
+    makes thousands per call)."""
 
     node_id: str
     tier: int
     size: int
+
+
+@dataclasses.dataclass
+class RoutedGets:
+    """One batch's routed gets, columnar like BatchRouteGetResponse: ``node_ref[i]`` is 0 for a
+    miss, else a 1-based index into ``nodes`` (each serving node once, in first-use order), with
+    ``hits`` keys routed to each."""
+
+    nodes: list[str]
+    hits: list[int]
+    node_ref: list[int]
+    tier: list[int]
+    size: list[int]
+    misses: int
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,6 @@ import threading
 from typing import Optional
 
 from mori.umbp.distributed.master_records import (
-    GET_TIER_PRIORITY,
     PUT_TIERS,
     ClientRecord,
     Location,
@@ -104,14 +103,15 @@ class GetRouter:
         self.strategy = strategy
         self._rng = rng or random.Random()
 
-    def choose(self, copies: list[Location], alive: dict[str, ClientRecord]) -> Optional[Location]:
+    def choose(self, copies, alive: dict[str, ClientRecord]) -> Optional[Location]:
+        """``copies`` come fastest tier first (the stores keep them so)."""
+        if len(copies) == 1:  # the common case
+            return copies[0] if copies[0].node_id in alive else None
         live = [c for c in copies if c.node_id in alive]
         if not live:
             return None
         if self.strategy == "random":
             return self._rng.choice(live)
-        for tier in GET_TIER_PRIORITY:
-            in_tier = [c for c in live if c.tier == tier]
-            if in_tier:
-                return in_tier[0] if len(in_tier) == 1 else self._rng.choice(in_tier)
-        return self._rng.choice(live)
+        best = live[0].tier
+        in_tier = [c for c in live if c.tier == best]
+        return in_tier[0] if len(in_tier) == 1 else self._rng.choice(in_tier)

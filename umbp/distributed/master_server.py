@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -30,11 +31,11 @@ from mori.umbp.distributed.master_store_memory import InMemoryMetadataStore
 log = logging.getLogger("mori.umbp.master")
 
 
-def make_store(settings: MasterSettings) -> MetadataStore:
-    """The store UMBP_METADATA_BACKEND names (redis: from the UMBP_REDIS_* settings)."""
+def make_store(settings: MasterSettings, redis_settings=None) -> MetadataStore:
+    """The store UMBP_METADATA_BACKEND names (redis: from the UMBP_REDIS_* settings unless given)."""
     if settings.metadata_backend == "redis":
         from mori.umbp.distributed.master_store_redis import RedisMetadataStore, RedisSettings
-        redis_settings = RedisSettings.from_environment()
+        redis_settings = redis_settings or RedisSettings.from_environment()
         try:
             return RedisMetadataStore(redis_settings)
         except Exception as exc:
@@ -50,17 +51,24 @@ class MasterServer:
 
     def __init__(self, listen_address: str = "0.0.0.0:50051", settings: Optional[MasterSettings] = None,
                  store: Optional[MetadataStore] = None, metrics_port: Optional[int] = None,
-                 secret: Optional[bytes] = None, max_workers: int = 16) -> None:
+                 secret: Optional[bytes] = None, max_workers: int = 16, reuse_port: bool = False,
+                 duties: bool = True) -> None:
+        """``reuse_port``: share the port with sibling master processes (SO_REUSEPORT; they must
+        share a Redis store). ``duties``: run the reaper, hit-counter GC and eviction manager
+        (one process of such a group does)."""
         self.settings = settings or MasterSettings.from_environment()
         self.settings.validate()
         self.listen_address = listen_address
         self.store = store or make_store(self.settings)
         self.metrics = MasterMetrics()
+        self.metrics.watch_external_kv(self.store.external_kv.live_counts)
         self.peers = PeerChannels(secret)
         self.state = MasterState(self.store, self.settings, self.metrics, self.peers)
         self._metrics_port = metrics_port
         self._secret = secret
         self._max_workers = max_workers
+        self._reuse_port = reuse_port
+        self._duties = duties
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._server: Optional[grpc.Server] = None
@@ -78,7 +86,7 @@ class MasterServer:
                              interceptors=interceptors,
                              options=[("grpc.max_receive_message_length", 256 << 20),
                                       ("grpc.max_send_message_length", 256 << 20),
-                                      ("grpc.so_reuseport", 0)])
+                                      ("grpc.so_reuseport", 1 if self._reuse_port else 0)])
         pb_grpc.add_UMBPMasterServicer_to_server(UMBPMasterServicer(self.state), server)
         admin_grpc.add_UMBPMasterAdminServicer_to_server(UMBPMasterAdminServicer(self.state), server)
         self.port = server.add_insecure_port(self.listen_address)
@@ -88,9 +96,10 @@ class MasterServer:
         self._server = server
         if self._metrics_port is not None:
             self.metrics_port = self.metrics.serve(self._metrics_port)
-        self._every(self.settings.reaper_interval_s, self._reap, "umbp-reaper")
-        self._every(self.settings.hit_index_gc_interval_s, self._gc_hits, "umbp-hit-gc")
-        self.state.eviction.start()
+        if self._duties:
+            self._every(self.settings.reaper_interval_s, self._reap, "umbp-reaper")
+            self._every(self.settings.hit_index_gc_interval_s, self._gc_hits, "umbp-hit-gc")
+            self.state.eviction.start()
         log.info("umbp master on %s (port %d), store %s, metrics %s", self.listen_address, self.port,
                  type(self.store).__name__, self.metrics_port)
         return self.port
@@ -139,7 +148,7 @@ class MasterServer:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``umbp_master [listen_address] [metrics_port]`` (MORI's command line)."""
-    from mori.core.env import setting
+    from mori.core.env import parse_size, setting
 
     p = argparse.ArgumentParser(prog="umbp_master", description="MORI-UMBP master (gRPC umbp.UMBPMaster)")
     p.add_argument("listen_address", nargs="?", default=None,
@@ -147,29 +156,56 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("metrics_port", nargs="?", type=int, default=None,
                    help="Prometheus port (default UMBP_MASTER_METRICS_PORT, 9091; 0: none)")
     p.add_argument("--quota", action="append", default=[], metavar="ENGINE=BYTES",
-                   help="a per-engine byte quota (repeatable)")
+                   help="a per-engine byte quota (repeatable; one process only)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="master processes sharing the port (SO_REUSEPORT); needs UMBP_METADATA_BACKEND=redis. "
+                        "Worker i serves metrics on metrics_port + i")
+    p.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s umbp_master %(levelname)s %(message)s")
     listen = args.listen_address or str(setting("UMBP_MASTER_LISTEN"))
     metrics_port = args.metrics_port if args.metrics_port is not None else int(setting("UMBP_MASTER_METRICS_PORT"))
+    if args.workers < 1:
+        p.error(f"--workers must be >= 1, got {args.workers}")
+    if args.workers > 1 and str(setting("UMBP_METADATA_BACKEND")) != "redis":
+        p.error("--workers > 1 needs UMBP_METADATA_BACKEND=redis (the processes share the store)")
+    if args.workers > 1 and args.quota:
+        p.error("--quota counts live in one process: use it with --workers 1")
     secret_hex = str(setting("MORI_JOB_SECRET"))
     secret = None
     if secret_hex:
         from mori.umbp.distributed.master_auth import secret_from_hex
         secret = secret_from_hex(secret_hex)
-    server = MasterServer(listen, metrics_port=metrics_port if metrics_port > 0 else None, secret=secret)
+    group = args.workers > 1 or args.worker_index > 0
+    server = MasterServer(listen, metrics_port=metrics_port + args.worker_index if metrics_port > 0 else None,
+                          secret=secret, reuse_port=group, duties=args.worker_index == 0)
     for q in args.quota:
         engine, _, size = q.partition("=")
-        from mori.core.env import parse_size
         server.state.quotas.set_quota(engine, parse_size(size))
-    server.start()
-    print(f"umbp_master listening on {listen} (port {server.port})"
-          + (f", metrics on :{server.metrics_port}" if server.metrics_port else "")
-          + (", signed RPCs required" if secret else ""), flush=True)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
-    done.wait()
+    server.start()
+    children = []
+    for i in range(1, args.workers):
+        children.append(subprocess.Popen([sys.executable, "-m", "mori.umbp.distributed.master_server", listen,
+                                          str(metrics_port), "--worker-index", str(i)]))
+    print(f"umbp_master listening on {listen} (port {server.port})"
+          + (f", {args.workers} processes" if args.workers > 1 else "")
+          + (f", metrics on :{server.metrics_port}" if server.metrics_port else "")
+          + (", signed RPCs required" if secret else ""), flush=True)
+    while not done.wait(0.5):
+        if any(c.poll() is not None for c in children):
+            log.error("a master worker process exited; stopping")
+            break
+    for c in children:
+        if c.poll() is None:
+            c.send_signal(signal.SIGTERM)
+    for c in children:
+        try:
+            c.wait(10)
+        except subprocess.TimeoutExpired:
+            c.kill()
     server.stop()
     return 0
 

@@ -14,12 +14,13 @@ import dataclasses
 import json
 import zlib
 from concurrent import futures
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 import redis
 
 from mori.umbp.distributed import master_store_redis_scripts as lua
 from mori.umbp.distributed.master_records import (
+    GET_TIER_PRIORITY,
     ClientRecord,
     ClientStatus,
     EventBundle,
@@ -29,6 +30,9 @@ from mori.umbp.distributed.master_records import (
     TierCapacity,
 )
 from mori.umbp.distributed.master_store import ExternalKvStore, MetadataStore
+
+
+_TIER_RANK = {int(t): i for i, t in enumerate(GET_TIER_PRIORITY)}
 
 
 @dataclasses.dataclass
@@ -249,44 +253,61 @@ class RedisMetadataStore(MetadataStore):
         return dead
 
     # -- block index -----------------------------------------------------------------------
-    def _group(self, keys: list[str]) -> dict[int, list[int]]:
-        groups: dict[int, list[int]] = {}
+    def _group(self, keys: list[str]) -> dict[int, list[tuple[int, str]]]:
+        """(index, full hash name) of each key, by the unit one script call can cover: the
+        endpoint (every shard of one Redis instance at once), or the shard's slot in a cluster."""
+        groups: dict[int, list[tuple[int, str]]] = {}
+        n = len(self._clients)
+        cluster = self.settings.cluster
+        prefixes, nshards = self._shard_prefix, self._nshards
         for i, key in enumerate(keys):
-            groups.setdefault(self._shard_of(key), []).append(i)
+            shard = zlib.crc32(key.encode()) % nshards
+            groups.setdefault(shard if cluster else shard % n, []).append((i, f"{prefixes[shard]}:k:{key}"))
         return groups
 
+    def _parallel(self, fn, items: list) -> list:
+        if len(items) > 1 and (len(self._clients) > 1 or self.settings.cluster):
+            return list(self._pool.map(fn, items))
+        return [fn(i) for i in items]
+
     def route_get_batch(self, keys: list[str], exclude: frozenset[str], now: float,
-                        lease_until: float) -> list[list[Location]]:
-        out: list[list[Location]] = [[] for _ in keys]
+                        lease_until: float) -> list[Sequence[Location]]:
+        out: list[Sequence[Location]] = [()] * len(keys)
         excl = "\n".join(sorted(exclude))
 
         def one(item):
-            shard, idx = item
-            return idx, self._shard_run("ROUTE_GET_BATCH", shard,
-                                        [repr(now), repr(lease_until), excl, *[keys[i] for i in idx]])
+            group, members = item
+            conn = self._conn(group) if not self.settings.cluster else self._clients[0]
+            names = "\n".join(name for _, name in members)
+            return ([i for i, _ in members],
+                    self._run("ROUTE_GET_BATCH", conn, members[0][1], [repr(now), repr(lease_until), excl, names]))
 
-        items = list(self._group(keys).items())
-        results = (list(self._pool.map(one, items)) if len(items) > 1 and len(self._clients) > 1
-                   else [one(i) for i in items])
-        for idx, flat in results:
-            pos = 0
-            for i in idx:
-                n = int(flat[pos])
-                pos += 1
-                out[i] = [Location(flat[pos + 3 * j].decode(), int(flat[pos + 3 * j + 1]), int(flat[pos + 3 * j + 2]))
-                          for j in range(n)]
-                pos += 3 * n
+        for idx, text in self._parallel(one, list(self._group(keys).items())):
+            for i, line in zip(idx, text.decode().split("\n")):
+                if not line:
+                    continue
+                locs = []
+                for copy in line.split("\x1e"):
+                    node, tier, size = copy.split("\x1f")
+                    locs.append(Location(node, int(tier), int(size)))
+                out[i] = tuple(sorted(locs, key=lambda loc: _TIER_RANK.get(loc.tier, 9))) if len(locs) > 1 \
+                    else tuple(locs)
         return out
 
     def lookup_batch(self, keys: list[str]) -> list[bool]:
         out = [False] * len(keys)
-        for shard, idx in self._group(keys).items():
-            p = self._shard_prefix[shard]
-            pipe = self._conn(shard).pipeline(transaction=False)
-            for i in idx:
-                pipe.exists(f"{p}:k:{keys[i]}")
-            for i, found in zip(idx, pipe.execute()):
-                out[i] = bool(found)
+
+        def one(item):
+            group, members = item
+            conn = self._conn(group) if not self.settings.cluster else self._clients[0]
+            pipe = conn.pipeline(transaction=False)
+            for _, name in members:
+                pipe.exists(name)
+            return [i for i, _ in members], pipe.execute()
+
+        for idx, found in self._parallel(one, list(self._group(keys).items())):
+            for i, f in zip(idx, found):
+                out[i] = bool(f)
         return out
 
     def eviction_candidates(self, node_id: str, tier: int, now: float) -> list[EvictionCandidate]:
@@ -361,3 +382,16 @@ class RedisExternalKv(ExternalKvStore):
             keys = list(c.scan_iter(match=pattern, count=1000))
             for i in range(0, len(keys), 500):
                 c.delete(*keys[i:i + 500])
+
+    def live_counts(self) -> dict[str, int]:
+        c, p = self._s._ctl, self._s._ctl_prefix
+        out: dict[str, int] = {}
+        marker = f"{p}:xnodes:"
+        for name in c.scan_iter(match=f"{marker}*", count=1000):
+            node = name.decode()[len(marker):]
+            tiers = [t.decode() for t in c.smembers(name)]
+            sets = [f"{p}:xn:{node}:{t}" for t in tiers]
+            n = c.scard(sets[0]) if len(sets) == 1 else (len(c.sunion(sets)) if sets else 0)
+            if n:
+                out[node] = n
+        return out

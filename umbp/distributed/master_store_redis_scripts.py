@@ -4,8 +4,8 @@
 Key layout (``P`` = a hash-tagged prefix, so a script's keys share one cluster slot):
 control ``{ns:ctl}``: ``P:clients`` (node -> record JSON), ``P:hb`` (node -> last heartbeat),
 ``P:seq`` (node -> acked seq), ``P:caps`` (node -> capacities JSON), external KV and hits.
-block shard ``{ns:bN}``: ``P:k:<key>`` hash (``c:<node>:<tier>`` -> size, ``n`` copies, ``a`` last
-access, ``l`` lease end), ``P:n:<node>`` set of ``<tier>|<key>``, ``P:count`` keys in the shard.
+block shard ``{ns:bN}``: ``P:k:<key>`` hash (``c:<node>:<tier>`` -> size, ``n`` copies, ``r`` the
+copies as the get path returns them, ``a`` last access, ``l`` lease end), ``P:n:<node>`` set of ``<tier>|<key>``, ``P:count`` keys in the shard.
 """
 
 # KEYS[1] = P:clients  ARGV: prefix, node_id, record_json, now, expiry
@@ -52,6 +52,21 @@ return {1, acked, gap, count, first}
 # KEYS[1] = P:count  ARGV: prefix, node_id, now, then (kind, tier, key, size)...
 # -> {key, size, 1 (first copy) | 0 (last copy gone), ...}
 APPLY_EVENTS = r"""
+-- Rebuild field r, the key's copies as the get path returns them ("node US tier US size" joined
+-- by RS), from the c:<node>:<tier> fields; done on writes so that reads parse nothing.
+local function rebuild(k)
+  local fields = redis.call('HGETALL', k)
+  local copies = {}
+  for j = 1, #fields, 2 do
+    local f = fields[j]
+    if string.sub(f, 1, 2) == 'c:' then
+      local rest = string.sub(f, 3)
+      local sep = string.find(rest, ':[^:]*$')
+      copies[#copies + 1] = string.sub(rest, 1, sep - 1) .. '\31' .. string.sub(rest, sep + 1) .. '\31' .. fields[j + 1]
+    end
+  end
+  redis.call('HSET', k, 'r', table.concat(copies, '\30'))
+end
 local p, node, now = ARGV[1], ARGV[2], ARGV[3]
 local nodeset = p .. ':n:' .. node
 local out = {}
@@ -70,6 +85,7 @@ for i = 4, #ARGV, 4 do
     else
       redis.call('HSET', k, field, size)
     end
+    rebuild(k)
   else
     local old = redis.call('HGET', k, field)
     if old then
@@ -79,6 +95,8 @@ for i = 4, #ARGV, 4 do
         redis.call('DEL', k)
         redis.call('DECR', KEYS[1])
         out[#out + 1] = key; out[#out + 1] = old; out[#out + 1] = 0
+      else
+        rebuild(k)
       end
     end
   end
@@ -90,6 +108,21 @@ return out
 # Drops the node's copies in this shard (all, or those not in the listed "tier|key" members).
 # -> {key, size, ...} of keys left with no copy
 DROP_NODE = r"""
+-- Rebuild field r, the key's copies as the get path returns them ("node US tier US size" joined
+-- by RS), from the c:<node>:<tier> fields; done on writes so that reads parse nothing.
+local function rebuild(k)
+  local fields = redis.call('HGETALL', k)
+  local copies = {}
+  for j = 1, #fields, 2 do
+    local f = fields[j]
+    if string.sub(f, 1, 2) == 'c:' then
+      local rest = string.sub(f, 3)
+      local sep = string.find(rest, ':[^:]*$')
+      copies[#copies + 1] = string.sub(rest, 1, sep - 1) .. '\31' .. string.sub(rest, sep + 1) .. '\31' .. fields[j + 1]
+    end
+  end
+  redis.call('HSET', k, 'r', table.concat(copies, '\30'))
+end
 local p, node = ARGV[1], ARGV[2]
 local nodeset = p .. ':n:' .. node
 local keep = {}
@@ -109,6 +142,8 @@ for _, m in ipairs(redis.call('SMEMBERS', nodeset)) do
         redis.call('DEL', k)
         redis.call('DECR', KEYS[1])
         out[#out + 1] = key; out[#out + 1] = old
+      else
+        rebuild(k)
       end
     end
   end
@@ -116,43 +151,35 @@ end
 return out
 """
 
-# KEYS[1] = P:count  ARGV: prefix, now, lease_until, exclude ('\n'-joined), keys...
-# -> per key: n, then n x (node, tier, size)
+# KEYS[1] = any key of the endpoint's (or cluster slot's) shards
+# ARGV: now, lease_until, exclude ('\n'-joined), the keys' full hash names (P:k:<key>) '\n'-joined
+# -> one string, a line per key (empty: miss), each copy "node US tier US size" joined by RS
+#    (one reply item instead of 1 + 3n: the client parses it with str.split)
 ROUTE_GET_BATCH = r"""
-local p, now, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local exclude = {}
-for n in string.gmatch(ARGV[4], '[^\n]+') do exclude[n] = true end
-local out = {}
-for i = 5, #ARGV do
-  local k = p .. ':k:' .. ARGV[i]
-  local fields = redis.call('HGETALL', k)
-  local at = #out + 1
-  out[at] = 0
-  local n, cur_lease = 0, 0
-  for j = 1, #fields, 2 do
-    local f = fields[j]
-    if string.sub(f, 1, 2) == 'c:' then
-      local rest = string.sub(f, 3)
-      local sep = string.find(rest, ':[^:]*$')
-      local node, tier = string.sub(rest, 1, sep - 1), string.sub(rest, sep + 1)
-      if not exclude[node] then
-        out[#out + 1] = node; out[#out + 1] = tier; out[#out + 1] = fields[j + 1]
-        n = n + 1
-      end
-    elseif f == 'l' then
-      cur_lease = tonumber(fields[j + 1])
+local now, lease = ARGV[1], tonumber(ARGV[2])
+local exclude, has_exclude = {}, false
+for n in string.gmatch(ARGV[3], '[^\n]+') do exclude[n] = true; has_exclude = true end
+local lines = {}
+for k in string.gmatch(ARGV[4], '[^\n]+') do
+  local v = redis.call('HMGET', k, 'r', 'l')
+  local r = v[1] or ''
+  if r ~= '' and has_exclude then
+    local kept = {}
+    for copy in string.gmatch(r, '[^\30]+') do
+      if not exclude[string.match(copy, '^(.-)\31')] then kept[#kept + 1] = copy end
     end
+    r = table.concat(kept, '\30')
   end
-  out[at] = n
-  if n > 0 then
-    if lease > cur_lease then
-      redis.call('HSET', k, 'a', now, 'l', ARGV[3])
+  lines[#lines + 1] = r
+  if r ~= '' then
+    if lease > tonumber(v[2] or '0') then
+      redis.call('HSET', k, 'a', now, 'l', ARGV[2])
     else
       redis.call('HSET', k, 'a', now)
     end
   end
 end
-return out
+return table.concat(lines, '\n')
 """
 
 # KEYS[1] = P:count  ARGV: prefix, node_id, tier, now -> {key, size, last_access, ...} unleased

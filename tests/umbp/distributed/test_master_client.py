@@ -45,6 +45,14 @@ def _mine(matches, node_id):
     return [m for m in matches if m.node_id == node_id]
 
 
+def test_moris_module_names():
+    import mori.cpp
+
+    assert mori.cpp.UMBPMasterClient is UMBPMasterClient
+    assert mori.cpp.UMBPExternalKvNodeMatch is UMBPExternalKvNodeMatch
+    assert mori.cpp.UMBPExternalKvHitCountEntry is UMBPExternalKvHitCountEntry
+
+
 def test_construction_never_raises_and_starts_unregistered():
     c = UMBPMasterClient(f"127.0.0.1:{free_port()}", node_id="n1", node_address="n1:8080")
     assert not c.is_registered()

@@ -11,7 +11,7 @@ import urllib.request
 
 import grpc
 from umbp_master_harness import (
-    DRAM, GIB, SSD, PeerSession, free_port, pb, pb_grpc, running_master, stop_process, uid, wait_port)
+    DRAM, GIB, SSD, PeerSession, free_port, pb, pb_grpc, running_master, uid, wait_port)
 
 from mori.umbp import UMBPTierType
 from mori.umbp.distributed import UMBPMasterClient
@@ -64,6 +64,7 @@ def test_metric_families():
         assert _value(text, f'mori_umbp_client_batch_get_bandwidth_gibps_count{{node="{n}"}}') == 8
         assert _value(text, 'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRouteGet"}') == 1
         assert _value(text, "mori_umbp_client_count") == 1
+        assert _value(text, f'mori_umbp_external_kv_live_count{{node="{n}"}}') == 2
 
 
 def _serve_and_query(cmd: list[str], port: int, metrics_port: int) -> None:
@@ -88,9 +89,46 @@ def _serve_and_query(cmd: list[str], port: int, metrics_port: int) -> None:
 
 
 def test_umbp_master_console_script_and_mori_subcommand():
+    # MORI's tests run the master as UMBP_MASTER_BIN address metrics_port: the installed script
+    script = os.path.join(os.path.dirname(sys.executable), "umbp_master")
+    cmd = [script] if os.path.exists(script) else [
+        sys.executable, "-c", "from mori.umbp.distributed.master_server import main; main()"]
     port, mport = free_port(), free_port()
-    _serve_and_query([sys.executable, "-c", "from mori.umbp.distributed.master_server import main; main()",
-                      f"127.0.0.1:{port}", str(mport)], port, mport)
+    _serve_and_query(cmd + [f"127.0.0.1:{port}", str(mport)], port, mport)
     port, mport = free_port(), free_port()
     _serve_and_query([sys.executable, "-m", "mori.apps.cli", "umbp-master", f"127.0.0.1:{port}", str(mport)],
                      port, mport)
+
+
+def test_worker_processes_share_the_port_over_redis():
+    from mori.umbp.distributed.redis_server import RedisServerProcess
+
+    redis = RedisServerProcess()
+    port, mport = free_port(), free_port()
+    while mport + 1 == port:
+        mport = free_port()
+    env = dict(os.environ, UMBP_METADATA_BACKEND="redis", UMBP_REDIS_URI=redis.uri, UMBP_REDIS_NAMESPACE=uid("w"))
+    proc = subprocess.Popen([sys.executable, "-m", "mori.umbp.distributed.master_server", f"127.0.0.1:{port}",
+                             str(mport), "--workers", "2"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_port(port, timeout=20)
+        wait_port(mport + 1, timeout=20)
+        node = uid("n")
+        reg = UMBPMasterClient(f"127.0.0.1:{port}", node_id=node, node_address=node)
+        reg.register_self({UMBPTierType.DRAM: (GIB, GIB)})
+        hashes = [uid("h") for _ in range(3)]
+        reg.report_external_kv_blocks(node, hashes, UMBPTierType.DRAM)
+        for _ in range(24):  # separate connections: the kernel spreads them over both processes
+            ch = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)])
+            r = pb_grpc.UMBPMasterStub(ch).MatchExternalKv(pb.MatchExternalKvRequest(hashes=hashes), timeout=5)
+            assert [m.node_id for m in r.matches] == [node], "both processes see one store"
+            ch.close()
+        served = [_value(_scrape(p), 'mori_umbp_master_rpc_latency_seconds_count{rpc="MatchExternalKv"}')
+                  if 'rpc="MatchExternalKv"' in _scrape(p) else 0.0 for p in (mport, mport + 1)]
+        assert sum(served) == 24 and min(served) > 0, served
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=20)[0]
+        redis.stop()
+    assert proc.returncode == 0, out

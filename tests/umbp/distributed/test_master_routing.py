@@ -179,3 +179,50 @@ def test_redis_backed_masters_share_state_and_restart_warm(redis_pair):  # noqa:
         r = a.heartbeat([("remove", keys[0], DRAM, 0)])
         assert (r.status, r.acked_seq, r.request_full_sync) == (pb.CLIENT_STATUS_ALIVE, 2, False)
         assert _batch_get(_stub(third.address), keys[:2])[0] is None
+
+
+def test_redis_restart_heals_through_reregistration_and_full_sync():
+    from mori.umbp.distributed.master_store_redis import RedisMetadataStore, RedisSettings
+    from mori.umbp.distributed.redis_server import RedisServerProcess
+
+    server = RedisServerProcess()
+    port = server.port
+    try:
+        store = RedisMetadataStore(RedisSettings(uri=server.uri, namespace=uid("heal"), block_shards=4))
+        with running_master(store=store) as m:
+            a = PeerSession(m.address, uid("a"), {DRAM: (GIB, GIB)})
+            keys = [uid("k") for _ in range(10)]
+            a.heartbeat([("add", k, DRAM, 64) for k in keys])
+            server.stop()  # Redis dies with everything in it
+            with pytest.raises(grpc.RpcError):
+                a.heartbeat()
+            server = RedisServerProcess(port=port)  # back, empty
+            deadline = time.monotonic() + 10
+            while True:  # what a peer does: heartbeat, and on UNKNOWN register again and full-sync
+                try:
+                    r = a.heartbeat()
+                    break
+                except grpc.RpcError:  # the first command on a dead pooled connection fails
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+            assert r.status == pb.CLIENT_STATUS_UNKNOWN
+            a.stub.RegisterClient(pb.RegisterClientRequest(
+                node_id=a.node_id, peer_address=a.peer_address, tier_capacities=a._caps()), timeout=5)
+            r = a.heartbeat([("add", k, DRAM, 64) for k in keys], seq=0, full_sync=True, baseline=1)
+            assert (r.status, r.acked_seq) == (pb.CLIENT_STATUS_ALIVE, 1)
+            got = _batch_get(_stub(m.address), keys)
+            assert got == [(a.node_id, a.peer_address, DRAM, 64)] * 10
+    finally:
+        server.stop()
+
+
+def test_bad_routing_settings_are_refused_naming_them():
+    from mori.umbp.distributed.master_server import MasterServer
+
+    for kw, name in ((dict(route_put_algo="fastest"), "UMBP_ROUTE_PUT_SELECT_ALGO"),
+                     (dict(route_put_affinity="near"), "UMBP_ROUTE_PUT_NODE_AFFINITY"),
+                     (dict(route_get_strategy="x"), "UMBP_ROUTE_GET_STRATEGY"),
+                     (dict(eviction_low_wm=0.95), "UMBP_EVICTION_LOW_WM"),
+                     (dict(eviction_strategy="mru"), "UMBP_EVICTION_STRATEGY")):
+        with pytest.raises(ValueError, match=name):
+            MasterServer("127.0.0.1:0", settings=fast_settings(**kw))

@@ -48,7 +48,7 @@ def test_events_feed_the_index_in_seq_order(store):
     # the same key on node b in DRAM: two copies now
     store.apply_heartbeat(b, now, {}, [_bundle(1, [("add", items[0][0], DRAM, items[0][1])])], False, 0)
     routed = store.route_get_batch([k for k, _ in items] + ["missing-" + uid("m")], frozenset(), now, now + 2)
-    assert routed[-1] == []
+    assert not routed[-1]
     assert {(loc.node_id, loc.tier, loc.size) for loc in routed[0]} == {(a, DRAM, items[0][1]), (b, DRAM, items[0][1])}
     for (k, s), locs in zip(items[1:20], routed[1:20]):
         assert [(l.node_id, l.tier, l.size) for l in locs] == [(a, DRAM, s)]
@@ -135,7 +135,7 @@ def test_leases_and_eviction_candidates(store):
     assert {c.key for c in store.eviction_candidates(a, DRAM, now + 4)} == set(keys)
     accessed = {c.key: c.last_access for c in store.eviction_candidates(a, DRAM, now + 4)}
     assert accessed[keys[0]] == pytest.approx(now + 1) and accessed[keys[5]] == pytest.approx(now)
-    assert store.eviction_candidates(a, HBM, now + 4) == []
+    assert not store.eviction_candidates(a, HBM, now + 4)
 
 
 def test_external_kv_index(store):
@@ -147,6 +147,7 @@ def test_external_kv_index(store):
     store.external_kv.report(b, hs[1:3], SSD)
     m = store.external_kv.match(hs + hs[:1] + ["x-" + uid("x")])
     assert m == {a: {DRAM: hs, HBM: hs[:2]}, b: {SSD: hs[1:3]}}
+    assert {k: v for k, v in store.external_kv.live_counts().items() if k in (a, b)} == {a: 5, b: 2}
     store.external_kv.revoke(a, hs[:1], DRAM)
     store.external_kv.revoke_tier(a, HBM)
     assert store.external_kv.match(hs) == {a: {DRAM: hs[1:]}, b: {SSD: hs[1:3]}}
@@ -157,3 +158,20 @@ def test_external_kv_index(store):
     assert store.external_kv.hit_counts(hs + hs[:1]) == [(hs[0], 2), (hs[1], 1)]
     assert store.external_kv.drop_stale_hits(now + 6, ttl=3) == 1
     assert store.external_kv.hit_counts(hs) == [(hs[0], 2)]
+
+
+def test_unreachable_redis_is_refused_or_falls_back_as_configured():
+    from umbp_master_harness import fast_settings, free_port
+
+    from mori.umbp.distributed.master_server import make_store as make_configured_store
+    from mori.umbp.distributed.master_store_memory import InMemoryMetadataStore
+    from mori.umbp.distributed.master_store_redis import RedisSettings
+
+    dead = f"redis://127.0.0.1:{free_port()}"
+    settings = fast_settings(metadata_backend="redis")
+    with pytest.raises(RuntimeError, match="UMBP_REDIS_REQUIRED"):
+        make_configured_store(settings, RedisSettings(uri=dead, required=True, connect_timeout_ms=200))
+    store = make_configured_store(settings, RedisSettings(uri=dead, required=False, connect_timeout_ms=200))
+    assert isinstance(store, InMemoryMetadataStore)
+    with pytest.raises(ValueError, match="UMBP_REDIS_CLUSTER"):
+        RedisSettings(cluster=True, shard_uris=[dead]).validate()

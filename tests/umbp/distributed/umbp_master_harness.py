@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -54,65 +53,31 @@ def uid(prefix: str) -> str:
 
 # -- redis ------------------------------------------------------------------------------------
 class RedisProcess:
-    """One real redis-server (Debian's binary) on a free port, in a private tmp dir."""
+    """A real redis-server for a test (skips the test when redis-server is not installed)."""
 
     def __init__(self, cluster: bool = False) -> None:
-        exe = shutil.which("redis-server")
-        if exe is None:
+        from mori.umbp.distributed.redis_server import RedisServerProcess
+
+        if shutil.which("redis-server") is None:
             pytest.skip("redis-server is not installed (apt-get install redis-server; scripts/setup.sh does)")
-        self.dir = tempfile.mkdtemp(prefix="umbp-redis-")
-        self.port = free_port()
-        self.cluster = cluster
-        args = [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
-                "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning"]
-        if cluster:
-            args += ["--cluster-enabled", "yes", "--cluster-config-file", os.path.join(self.dir, "nodes.conf")]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_port(self.port)
-        import redis
-        c = redis.Redis(port=self.port)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                c.ping()
-                break
-            except redis.exceptions.BusyLoadingError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        if cluster:  # a one-node cluster owning every slot
-            c.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
-            while c.execute_command("CLUSTER", "INFO").decode().find("cluster_state:ok") < 0:
-                if time.monotonic() > deadline:
-                    raise TimeoutError("redis cluster did not become ok")
-                time.sleep(0.05)
-        c.close()
-
-    @property
-    def uri(self) -> str:
-        return f"redis://127.0.0.1:{self.port}"
-
-    def flush(self) -> None:
-        import redis
-        redis.Redis(port=self.port).flushall()
+        self._server = RedisServerProcess(cluster=cluster)
+        self.uri = self._server.uri
+        self.port = self._server.port
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self._server.stop()
 
 
 @pytest.fixture(scope="session")
 def redis_pair() -> Iterator[list[RedisProcess]]:
-    servers = [RedisProcess(), RedisProcess()]
-    yield servers
-    for s in servers:
-        s.stop()
+    servers: list[RedisProcess] = []
+    try:
+        for _ in range(2):
+            servers.append(RedisProcess())
+        yield servers
+    finally:
+        for s in servers:
+            s.stop()
 
 
 @pytest.fixture(scope="session")

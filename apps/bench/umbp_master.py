@@ -1,0 +1,205 @@
+# SPDX-License-Identifier: MIT
+"""``mori bench umbp --master``: the UMBP master's lookup rate.
+
+BatchRouteGet of 128 keys (all hits, random keys of a populated index), closed loop from
+several client processes, against one master process backed by the in-memory store, one Redis,
+and four Redis instances (UMBP_REDIS_SHARD_URIS). Reports calls/s, keys/s and per-call p50/p99.
+
+    mori bench umbp --master                          # about 30 s
+    mori bench umbp --master --clients 1,4 --seconds 3 --keys 50000 --json out.json
+    mori bench umbp --master --master-workers 8    # Redis rows served by 8 master processes
+
+MORI publishes 17.3k RouteGet/s at p50 462 us for its Redis store with 4 instances and 8 client
+threads (design-redis-metadata-store.md, a dedicated host it does not name): a different
+machine and master (C++), so the comparison is indicative only.
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from typing import Optional, Sequence
+
+from mori.apps.bench.report import Report
+
+MORI_PUBLISHED = {"calls_per_s": 17300, "p50_us": 462, "setup": "MORI C++ master, Redis x4, 8 threads"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"the master did not listen on port {port} within {timeout}s")
+
+
+def _populate(address: str, n_keys: int, n_nodes: int, seed: int, stop: threading.Event) -> list[str]:
+    """Register ``n_nodes`` peers holding ``n_keys`` keys between them and keep them alive
+    (heartbeats every second until ``stop``), as real peers would."""
+    import grpc
+
+    from mori.umbp.proto import require
+
+    pb, pb_grpc = require("umbp_pb2"), require("umbp_pb2_grpc")
+    stub = pb_grpc.UMBPMasterStub(grpc.insecure_channel(address))
+    rng = random.Random(seed)
+    nodes = []
+    keys = [f"bench-{seed}-{i}-{rng.getrandbits(48):012x}" for i in range(n_keys)]
+    for n in range(n_nodes):
+        node = f"bench-node-{seed}-{n}"
+        nodes.append(node)
+        stub.RegisterClient(pb.RegisterClientRequest(
+            node_id=node, peer_address=f"10.0.0.{n}:17100",
+            tier_capacities=[pb.TierCapacity(tier=pb.TIER_DRAM, total_capacity_bytes=1 << 40,
+                                             available_capacity_bytes=1 << 39)]), timeout=10)
+        mine = keys[n::n_nodes]
+        for seq, i in enumerate(range(0, len(mine), 5000), start=1):
+            stub.Heartbeat(pb.HeartbeatRequest(node_id=node, bundles=[pb.EventBundle(seq=seq, events=[
+                pb.KvEvent(kind=pb.KvEvent.ADD, key=k, tier=pb.TIER_DRAM, size=360 << 10)
+                for k in mine[i:i + 5000]])]), timeout=60)
+
+    def beat() -> None:
+        while not stop.wait(1.0):
+            for node in nodes:
+                try:
+                    stub.Heartbeat(pb.HeartbeatRequest(node_id=node), timeout=5)
+                except grpc.RpcError:
+                    pass
+
+    threading.Thread(target=beat, name="bench-heartbeats", daemon=True).start()
+    return keys
+
+
+def _client(address: str, keys: list[str], batch: int, seconds: float, start_at: float, seed: int, out) -> None:
+    import grpc
+
+    from mori.umbp.proto import require
+
+    pb, pb_grpc = require("umbp_pb2"), require("umbp_pb2_grpc")
+    stub = pb_grpc.UMBPMasterStub(grpc.insecure_channel(address))
+    rng = random.Random(seed)
+    lat: list[float] = []
+    misses = 0
+    time.sleep(max(0.0, start_at - time.time()))
+    end = time.perf_counter() + seconds
+    while True:
+        req = pb.BatchRouteGetRequest(node_id="bench", keys=rng.sample(keys, batch))
+        t0 = time.perf_counter()
+        r = stub.BatchRouteGet(req, timeout=10)
+        t1 = time.perf_counter()
+        lat.append(t1 - t0)
+        misses += sum(1 for ref in r.node_ref if ref == 0)
+        if t1 >= end:
+            break
+    out.put((lat, misses))
+
+
+def _measure(address: str, keys: list[str], clients: int, batch: int, seconds: float) -> dict:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    start_at = time.time() + 1.5  # the spawned interpreters need a moment
+    procs = [ctx.Process(target=_client, args=(address, keys, batch, seconds, start_at, 1000 + i, q))
+             for i in range(clients)]
+    for p in procs:
+        p.start()
+    results = [q.get(timeout=seconds + 60) for _ in procs]
+    for p in procs:
+        p.join(10)
+    lat = sorted(x for r, _ in results for x in r)
+    misses = sum(m for _, m in results)
+    wall = max(sum(r) for r, _ in results)
+    calls = len(lat)
+    return {"calls": calls, "calls_per_s": calls / wall * 1.0 if wall else 0.0,
+            "keys_per_s": calls * batch / wall if wall else 0.0,
+            "p50_us": lat[len(lat) // 2] * 1e6, "p99_us": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e6,
+            "mean_us": statistics.fmean(lat) * 1e6, "misses": misses}
+
+
+def _start_master(env_extra: dict, workers: int = 1) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    env = dict(os.environ, **env_extra)
+    proc = subprocess.Popen([sys.executable, "-m", "mori.umbp.distributed.master_server", f"127.0.0.1:{port}", "0",
+                             "--workers", str(workers)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_port(port)
+    return proc, f"127.0.0.1:{port}"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="mori bench umbp --master", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backends", default="memory,redis,redis4", help="memory, redis (one), redis4 (four shards)")
+    p.add_argument("--clients", default="1,4,8", help="client processes (closed loop)")
+    p.add_argument("--batch", type=int, default=128, help="keys per BatchRouteGet")
+    p.add_argument("--keys", type=int, default=20000, help="keys in the index")
+    p.add_argument("--nodes", type=int, default=4, help="registered peers the keys are spread over")
+    p.add_argument("--seconds", type=float, default=2.0, help="timed seconds per row")
+    p.add_argument("--master-workers", type=int, default=1,
+                   help="master processes sharing the port for the Redis rows (umbp_master --workers)")
+    p.add_argument("--json", default=None, help="where to write the JSON (default bench-results/umbp_master.json)")
+    args = p.parse_args(argv)
+    from mori.umbp.distributed.redis_server import RedisServerProcess
+
+    report = Report("umbp_master", ["backend", "master_processes", "clients", "calls/s", "keys/s", "p50 us", "p99 us", "vs MORI calls/s"])
+    report.meta.update({"batch": args.batch, "keys": args.keys, "nodes": args.nodes, "cores": os.cpu_count(),
+                        "mori_published": MORI_PUBLISHED})
+    for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
+        redis_servers = []
+        env = {"UMBP_METADATA_BACKEND": "memory"}
+        if backend.startswith("redis"):
+            n = 4 if backend == "redis4" else 1
+            try:
+                for _ in range(n):
+                    redis_servers.append(RedisServerProcess())
+            except BaseException:
+                for r in redis_servers:
+                    r.stop()
+                raise
+            env = {"UMBP_METADATA_BACKEND": "redis", "UMBP_REDIS_NAMESPACE": "bench",
+                   "UMBP_REDIS_SHARD_URIS": ",".join(r.uri for r in redis_servers)}
+        workers = args.master_workers if backend.startswith("redis") else 1
+        proc, address = _start_master(env, workers)
+        stop = threading.Event()
+        try:
+            keys = _populate(address, args.keys, args.nodes, seed=7, stop=stop)
+            for clients in [int(c) for c in args.clients.split(",") if c.strip()]:
+                r = _measure(address, keys, clients, args.batch, args.seconds)
+                if r["misses"]:
+                    raise RuntimeError(f"{backend}: {r['misses']} keys missed; the index lost keys")
+                report.add(**{"backend": backend, "clients": clients, "master_processes": workers, "calls/s": r["calls_per_s"],
+                              "keys/s": r["keys_per_s"], "p50 us": r["p50_us"], "p99 us": r["p99_us"],
+                              "vs MORI calls/s": r["calls_per_s"] / MORI_PUBLISHED["calls_per_s"], **r})
+        finally:
+            stop.set()
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            for r in redis_servers:
+                r.stop()
+    report.show(f"UMBP master: BatchRouteGet of {args.batch} keys ({os.cpu_count()} cores; MORI's published "
+                f"{MORI_PUBLISHED['calls_per_s']} RouteGet/s p50 {MORI_PUBLISHED['p50_us']} us was another machine)")
+    print("wrote", report.save(args.json))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
