@@ -185,7 +185,8 @@ class PeerServer:
         if secret is not None:
             from mori.umbp.distributed.master_auth import VerifyingInterceptor
             interceptors.append(VerifyingInterceptor(
-                secret, auth_window_s, on_refused=lambda why: log.warning("umbp peer: refused a call: %s", why)))
+                secret, auth_window_s, on_refused=lambda why: log.warning("umbp peer: refused a call: %s", why),
+                name="umbp peer"))
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
                                                               thread_name_prefix="umbp-peer"),
                                    interceptors=interceptors,
