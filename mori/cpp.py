@@ -17,6 +17,8 @@ def _moris_ep_name(name: str):
 
         return getattr(umbp_distributed, name)
     # MORI's native EP names (mori.ep.cpp_names), loaded on first use: they need torch.
+    if name.startswith("__"):  # `from mori.cpp import X` asks for __path__: no torch for that
+        raise AttributeError(f"module 'mori.cpp' has no attribute {name!r}")
     from mori.ep import cpp_names
 
     if name in cpp_names.__all__:
@@ -25,4 +27,7 @@ def _moris_ep_name(name: str):
 
 
 _native.__getattr__ = _moris_ep_name
+# mori.umbp puts its UMBPClient here (it builds distributed clients too, as MORI's does).
+import mori.umbp  # noqa: E402,F401
+
 sys.modules[__name__] = _native

@@ -17,7 +17,6 @@ The same names are attributes of ``mori.cpp`` (MORI's native module name).
 """
 from mori._C.umbp import (
     CacheRemoteAdmission,
-    UMBPClient,
     UMBPConfig,
     UMBPCopyPipelineConfig,
     UMBPDeploymentMode,
@@ -38,6 +37,25 @@ from mori._C.umbp import (
     UMBPStandaloneProcessConfig,
     UMBPTierType,
 )
+
+from mori._C.umbp import UMBPClient as _NativeClient  # noqa: E402
+
+
+class UMBPClient(_NativeClient):
+    """MORI-UMBP's data-plane client: ``UMBPClient(config)``.
+
+    The local store, or a client of the per-host server (``config.standalone_process``), are the
+    native class as they are; with ``config.distributed`` set this is a
+    ``mori.umbp.distributed.distributed_client.DistributedUMBPClient`` (same API), whose control
+    plane (gRPC to the master and the peers) is Python.
+    """
+
+    def __new__(cls, config=None, *args, **kwargs):
+        if cls is UMBPClient and config is not None and getattr(config, "distributed", None) is not None:
+            from mori.umbp.distributed.distributed_client import DistributedUMBPClient
+            cls = DistributedUMBPClient
+        return super().__new__(cls)
+
 
 __all__ = [
     "CacheRemoteAdmission",
@@ -70,3 +88,8 @@ import sys as _sys  # noqa: E402
 from mori._C.umbp import set_default_server_command as _set_default_server_command  # noqa: E402
 
 _set_default_server_command([_sys.executable, "-m", "mori.umbp.server"])
+
+# mori.cpp.UMBPClient (MORI's native module name) is this class too, so it builds distributed clients.
+from mori import _C as _native  # noqa: E402
+
+_native.UMBPClient = UMBPClient

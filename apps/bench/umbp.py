@@ -6,6 +6,7 @@ measured in the same run on the same bytes and the same destination buffers.
     mori bench umbp                                # everything, about two minutes on 2 cores
     mori bench umbp --modes local --no-mooncake    # one process, no peer baseline
     mori bench umbp --sizes 360K --batches 32 --iters 5 --json out.json
+    mori bench umbp --distributed                  # the distributed pool: umbp_distributed.py
 
 Rows (engine / op / tier):
   umbp put dram      batch_put_from_ptr of fresh keys, SSD tier off
@@ -522,6 +523,9 @@ def check_targets(rows: list[dict]) -> dict:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    if "--distributed" in (sys.argv[1:] if argv is None else argv):  # the pool across processes
+        from mori.apps.bench.umbp_distributed import main as distributed_main
+        return distributed_main(argv)
     parser = argparse.ArgumentParser(prog="mori bench umbp", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help=f"value sizes (default {DEFAULT_SIZES})")

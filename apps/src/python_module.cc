@@ -15,6 +15,7 @@ void bind_ucx(py::module_& m);
 void bind_umbp(py::module_& m);
 void bind_umbp_server(py::module_& m);
 void bind_ssd_tier(py::module_& m);
+void bind_umbp_master(py::module_& m);
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "MORI native core";
@@ -44,6 +45,7 @@ PYBIND11_MODULE(_C, m) {
   bind_umbp(umbp);
   bind_umbp_server(umbp);
   bind_ssd_tier(umbp);
+  bind_umbp_master(umbp);
   // MORI's users import TransferStatus from the flat native module (mori.cpp).
   m.attr("TransferStatus") = io.attr("TransferStatus");
   // ... and the UMBP classes and enums (mori.umbp re-exports them from there).

@@ -116,6 +116,7 @@ class MasterMetrics:
         self.rpc_latency = Histogram("mori_umbp_master_rpc_latency_seconds",
                                      "Latency of master RPC handlers (server side)", ["rpc"],
                                      buckets=_LATENCY_BUCKETS, registry=r)
+        self._rpc_latency_children: dict[str, Histogram] = {}
         self.rpc_errors = Counter("mori_umbp_master_rpc_errors_total",
                                   "Master RPCs answered with a non-OK status", ["rpc", "code"], registry=r)
         self.route_put = Counter("mori_umbp_client_route_put_total",
@@ -196,6 +197,14 @@ class MasterMetrics:
         self.cap_avail.labels(node_id, t).set(available)
         self.cap_used.labels(node_id, t).set(max(total - available, 0))
         self.cap_util.labels(node_id, t).set((total - available) / total if total else 0.0)
+
+    def rpc_latency_of(self, rpc: str):
+        """The latency histogram's child for ``rpc``, looked up once (label lookups cost more
+        than the observation)."""
+        child = self._rpc_latency_children.get(rpc)
+        if child is None:
+            child = self._rpc_latency_children[rpc] = self.rpc_latency.labels(rpc)
+        return child
 
     def forget_node(self, node_id: str) -> None:
         for g in (self.cap_total, self.cap_avail, self.cap_used, self.cap_util, self.kv_live):

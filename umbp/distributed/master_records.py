@@ -63,6 +63,20 @@ class Location(NamedTuple):
     size: int
 
 
+@dataclasses.dataclass
+class RoutedGets:
+    """One batch's routed gets, columnar like BatchRouteGetResponse: ``node_ref[i]`` is 0 for a
+    miss, else a 1-based index into ``nodes`` (each serving node once, in first-use order), with
+    ``hits`` keys routed to each."""
+
+    nodes: list[str]
+    hits: list[int]
+    node_ref: list[int]
+    tier: list[int]
+    size: list[int]
+    misses: int
+
+
 @dataclasses.dataclass(frozen=True)
 class KvEvent:
     add: bool

@@ -18,7 +18,6 @@ from mori.umbp.distributed.master_records import (
     ClientStatus,
     EventBundle,
     KvEvent,
-    Location,
     TierCapacity,
 )
 from mori.umbp.distributed.master_routing import GetRouter, PutRouter, PutTarget
@@ -51,7 +50,7 @@ def _timed(method):
             self.metrics.rpc_errors.labels(name, str(code.name if code else "UNKNOWN")).inc()
             raise
         finally:
-            self.metrics.rpc_latency.labels(name).observe(time.perf_counter() - start)
+            self.metrics.rpc_latency_of(name).observe(time.perf_counter() - start)
 
     return wrapper
 
@@ -244,56 +243,38 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
                                                      tier=target.tier, peer_address=target.peer_address))
         return pb.BatchRoutePutResponse(entries=entries)
 
-    def _route_get(self, node_id: str, keys: list[str], exclude) -> list[Optional[Location]]:
+    def _route_get(self, keys, exclude):
+        """The store's batched get path; also returns the live clients it routed over."""
         s = self.state
         now = time.time()
-        copies = s.store.route_get_batch(keys, frozenset(exclude), now, now + s.settings.lease_duration_s)
         alive = s.alive()
-        choose = s.get_router.choose
-        return [choose(c, alive) if c else None for c in copies]
+        routed = s.store.route_get_choose(keys, exclude, alive, now, now + s.settings.lease_duration_s,
+                                          s.get_router)
+        return routed, alive
 
     @_timed
     def RouteGet(self, request, context):
-        loc = self._route_get(request.node_id, [request.key], request.exclude_nodes)[0]
-        if loc is None:
+        routed, alive = self._route_get([request.key], request.exclude_nodes)
+        if routed.misses:
             self.metrics.route_get_misses.inc()
             return pb.RouteGetResponse(found=False)
-        self.metrics.route_get.labels(loc.node_id).inc()
-        client = self.state.alive().get(loc.node_id)
-        return pb.RouteGetResponse(found=True, node_id=loc.node_id, tier=loc.tier, size=loc.size,
+        node_id = routed.nodes[0]
+        self.metrics.route_get.labels(node_id).inc()
+        client = alive.get(node_id)
+        return pb.RouteGetResponse(found=True, node_id=node_id, tier=routed.tier[0], size=routed.size[0],
                                    peer_address=client.peer_address if client else "")
 
     @_timed
     def BatchRouteGet(self, request, context):
-        keys = list(request.keys)
-        locs = self._route_get(request.node_id, keys, request.exclude_nodes) if keys else []
-        alive = self.state.alive()
-        node_ref: dict[str, int] = {}
-        hits: dict[str, int] = {}
-        nodes, refs, tiers, sizes = [], [], [], []
-        for loc in locs:
-            if loc is None:
-                refs.append(0)
-                tiers.append(0)
-                sizes.append(0)
-                continue
-            node_id = loc[0]
-            ref = node_ref.get(node_id)
-            if ref is None:
-                client = alive.get(node_id)
-                nodes.append(pb.NodeInfo(node_id=node_id, peer_address=client.peer_address if client else ""))
-                ref = node_ref[node_id] = len(nodes)
-                hits[node_id] = 0
-            hits[node_id] += 1
-            refs.append(ref)
-            tiers.append(loc[1])
-            sizes.append(loc[2])
-        misses = len(keys) - sum(hits.values())
-        if misses:
-            self.metrics.route_get_misses.inc(misses)
-        for node_id, n in hits.items():
+        routed, alive = self._route_get(request.keys, request.exclude_nodes)
+        nodes = []
+        for node_id, n in zip(routed.nodes, routed.hits):
+            client = alive.get(node_id)
+            nodes.append(pb.NodeInfo(node_id=node_id, peer_address=client.peer_address if client else ""))
             self.metrics.batch_route_get.labels(node_id).inc(n)
-        return pb.BatchRouteGetResponse(nodes=nodes, node_ref=refs, tier=tiers, size=sizes)
+        if routed.misses:
+            self.metrics.route_get_misses.inc(routed.misses)
+        return pb.BatchRouteGetResponse(nodes=nodes, node_ref=routed.node_ref, tier=routed.tier, size=routed.size)
 
     @_timed
     def BatchLookup(self, request, context):

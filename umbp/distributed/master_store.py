@@ -9,7 +9,7 @@ Times are wall-clock seconds (``time.time()``) so that several masters agree on 
 from __future__ import annotations
 
 import abc
-from typing import Iterable, Optional, Sequence
+from typing import Collection, Iterable, Optional, Sequence
 
 from mori.umbp.distributed.master_records import (
     ClientRecord,
@@ -17,6 +17,7 @@ from mori.umbp.distributed.master_records import (
     EvictionCandidate,
     HeartbeatOutcome,
     Location,
+    RoutedGets,
     TierCapacity,
 )
 
@@ -102,6 +103,34 @@ class MetadataStore(abc.ABC):
         """Copies of each key on non-excluded nodes, fastest tier first (HBM, DRAM, SSD); a key
         found is marked accessed at ``now`` and leased (protected from master eviction) until
         ``lease_until``."""
+
+    def route_get_choose(self, keys: Sequence[str], exclude: Collection[str], alive: Collection[str],
+                         now: float, lease_until: float, router) -> RoutedGets:
+        """The get path of one batch: ``route_get_batch`` and then, per key, the copy
+        ``router`` (a ``GetRouter``) picks among those on ``alive`` nodes, as columns. Stores with
+        a native index answer it in one native call; this default goes key by key."""
+        keys = list(keys)
+        copies = self.route_get_batch(keys, frozenset(exclude), now, lease_until) if keys else []
+        out = RoutedGets([], [], [], [], [], 0)
+        ref_of: dict[str, int] = {}
+        for c in copies:
+            loc = router.choose(c, alive) if c else None
+            if loc is None:
+                out.misses += 1
+                out.node_ref.append(0)
+                out.tier.append(0)
+                out.size.append(0)
+                continue
+            ref = ref_of.get(loc.node_id)
+            if ref is None:
+                out.nodes.append(loc.node_id)
+                out.hits.append(0)
+                ref = ref_of[loc.node_id] = len(out.nodes)
+            out.hits[ref - 1] += 1
+            out.node_ref.append(ref)
+            out.tier.append(loc.tier)
+            out.size.append(loc.size)
+        return out
 
     @abc.abstractmethod
     def lookup_batch(self, keys: list[str]) -> list[bool]:

@@ -1,20 +1,24 @@
 # SPDX-License-Identifier: MIT
-"""The in-memory metadata store: one master's state, lost when it stops."""
+"""The in-memory metadata store: one master's state, lost when it stops. The block index is
+native (``mori._C.umbp.MasterIndex``, umbp/src/master_index.h); master_block_index.py is its
+Python reference."""
 from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Optional, Sequence
+from typing import Collection, Optional, Sequence
 
-from mori.umbp.distributed.master_block_index import BlockIndex
+from mori import _C
 from mori.umbp.distributed.master_external_kv import InMemoryExternalKv
 from mori.umbp.distributed.master_records import (
+    GET_TIER_PRIORITY,
     ClientRecord,
     ClientStatus,
     EventBundle,
     EvictionCandidate,
     HeartbeatOutcome,
     Location,
+    RoutedGets,
     TierCapacity,
 )
 from mori.umbp.distributed.master_store import MetadataStore
@@ -24,7 +28,9 @@ class InMemoryMetadataStore(MetadataStore):
     def __init__(self, index_shards: int = 32) -> None:
         self._lock = threading.Lock()  # membership and event cursors
         self._clients: dict[str, ClientRecord] = {}
-        self._index = BlockIndex(index_shards)
+        if index_shards < 1:
+            raise ValueError(f"index_shards must be >= 1, got {index_shards}")
+        self._index = _C.umbp.MasterIndex(index_shards, [int(t) for t in GET_TIER_PRIORITY])
         self.external_kv = InMemoryExternalKv()
 
     # -- membership ------------------------------------------------------------------------
@@ -118,13 +124,19 @@ class InMemoryMetadataStore(MetadataStore):
     # -- block index -----------------------------------------------------------------------
     def route_get_batch(self, keys: list[str], exclude: frozenset[str], now: float,
                         lease_until: float) -> list[Sequence[Location]]:
-        return self._index.route(keys, exclude, now, lease_until)
+        return [tuple(Location._make(c) for c in copies)
+                for copies in self._index.route(keys, list(exclude), now, lease_until)]
+
+    def route_get_choose(self, keys: Sequence[str], exclude: Collection[str], alive: Collection[str],
+                         now: float, lease_until: float, router) -> RoutedGets:
+        return RoutedGets(*self._index.route_choose(keys, exclude, alive, now, lease_until,
+                                                    router.strategy == "random"))
 
     def lookup_batch(self, keys: list[str]) -> list[bool]:
         return self._index.contains(keys)
 
     def eviction_candidates(self, node_id: str, tier: int, now: float) -> list[EvictionCandidate]:
-        return self._index.candidates(node_id, tier, now)
+        return [EvictionCandidate(k, size, last) for k, size, last in self._index.candidates(node_id, tier, now)]
 
     def node_keys(self, node_id: str) -> list[str]:
         return self._index.node_keys(node_id)

@@ -13,7 +13,10 @@
 #include "mori/core/status.h"
 #include "mori/umbp/client.h"
 #include "mori/umbp/config.h"
+#include "umbp/src/checksum.h"
+#include "umbp/src/clients.h"
 #include "umbp/src/host_mem_allocator.h"
+#include "umbp/src/local_client.h"
 
 namespace py = pybind11;
 using namespace mori::umbp;
@@ -27,6 +30,21 @@ namespace {
 class PyClient {
  public:
   explicit PyClient(const Config& config) : impl_(create_client(config)) {}
+  // Distributed mode: the store of the pages this worker owns (mori.umbp's distributed client
+  // is built over it).
+  PyClient(const Config& config, bool owned_pages) : impl_(owned_pages ? make_owned_pages_store(config)
+                                                                        : create_client(config)) {}
+
+  // The owned-pages store's peer hooks (raises for other clients).
+  template <typename F>
+  auto peer(F&& f) {
+    return with([&](Client& x) {
+      auto* local = dynamic_cast<LocalClient*>(&x);
+      if (!local || !local->owns_pool_pages())
+        mori::raise(mori::Status::kInvalidUsage, "UMBPClient: the peer_* calls are for the distributed client's own store");
+      return f(local->peer_pages());
+    });
+  }
 
   template <typename F>
   auto with(F&& f) {
@@ -175,7 +193,7 @@ void bind_configs(py::module_& m) {
       .def(py::init<>())
       .def_readwrite("host", &IoEngineConfig::host)
       .def_readwrite("port", &IoEngineConfig::port);
-  py::class_<DistributedConfig>(m, "UMBPDistributedConfig", "the distributed pool (part 2: refused by this build)")
+  py::class_<DistributedConfig>(m, "UMBPDistributedConfig", "the distributed pool: master, peers, MORI-IO data plane (mori.umbp.UMBPClient)")
       .def(py::init<>())
       .def_readwrite("master_config", &DistributedConfig::master_config)
       .def_readwrite("io_engine", &DistributedConfig::io_engine)
@@ -186,7 +204,11 @@ void bind_configs(py::module_& m) {
       .def_readwrite("cache_remote_fetches", &DistributedConfig::cache_remote_fetches)
       .def_readwrite("cache_remote_admission", &DistributedConfig::cache_remote_admission)
       .def_readwrite("admission_max_block_bytes", &DistributedConfig::admission_max_block_bytes)
-      .def_readwrite("dram_page_size", &DistributedConfig::dram_page_size);
+      .def_readwrite("dram_page_size", &DistributedConfig::dram_page_size)
+      .def_readwrite("ranged_scratch_size", &DistributedConfig::ranged_scratch_size)
+      .def_readwrite("ranged_locality_prefetch", &DistributedConfig::ranged_locality_prefetch)
+      .def_readwrite("local_first", &DistributedConfig::local_first)
+      .def_readwrite("backend_policy_path", &DistributedConfig::backend_policy_path);
   py::class_<StandaloneProcessConfig>(m, "UMBPStandaloneProcessConfig", "a client of the per-host server")
       .def(py::init<>())
       .def_readwrite("address", &StandaloneProcessConfig::address)
@@ -284,6 +306,9 @@ void bind_client(py::module_& m) {
                        "MORI-UMBP's data-plane client: the local store, or a client of the per-host server "
                        "(config.standalone_process). Pointers are int addresses of host memory.")
       .def(py::init<const Config&>(), py::arg("config") = Config{}, Release())
+      .def(py::init<const Config&, bool>(), py::arg("config"), py::arg("owned_pages"), Release(),
+           "owned_pages=True: the store of the pages a distributed worker owns (mori.umbp builds the "
+           "distributed client over it)")
       .def(
           "put_from_ptr",
           [](PyClient& c, const std::string& key, uintptr_t src, size_t size) {
@@ -384,6 +409,98 @@ void bind_client(py::module_& m) {
             return c.with([&](Client& x) { return x.get_external_kv_hit_counts(hashes); });
           },
           py::arg("hashes"), Release())
+      // ---- distributed mode: the owned pages' peer hooks (mori.umbp.distributed uses them) ----
+      .def(
+          "peer_arena",
+          [](PyClient& c) {
+            return c.peer([](PeerPages& p) {
+              return py::make_tuple(p.arena_ptr(), p.arena_size(), p.staging_ptr(), p.staging_size(),
+                                    p.staging_slot_size());
+            });
+          },
+          "(arena ptr, arena size, staging ptr, staging size, staging slot size) for MORI-IO registration")
+      .def(
+          "peer_allocate",
+          [](PyClient& c, const Keys& keys, const std::vector<uint64_t>& sizes) {
+            auto g = c.peer([&](PeerPages& p) { return p.allocate(keys, sizes); });
+            py::gil_scoped_acquire gil;
+            py::list out;
+            for (const auto& x : g) out.append(py::make_tuple(static_cast<int>(x.outcome), x.slot_id, x.offset));
+            return out;
+          },
+          py::arg("keys"), py::arg("sizes"), Release(),
+          "reserves invisible slots: [(AllocateSlotOutcome value, slot_id, arena offset)]")
+      .def(
+          "peer_commit",
+          [](PyClient& c, const std::vector<uint64_t>& ids, const Keys& keys) {
+            return c.peer([&](PeerPages& p) { return p.commit(ids, keys); });
+          },
+          py::arg("slot_ids"), py::arg("keys"), Release(), "publishes written slots (False: unknown or reaped)")
+      .def(
+          "peer_abort",
+          [](PyClient& c, const std::vector<uint64_t>& ids) {
+            return c.peer([&](PeerPages& p) { return p.abort(ids); });
+          },
+          py::arg("slot_ids"), Release(), "drops pending slots (idempotent)")
+      .def(
+          "peer_resolve",
+          [](PyClient& c, const Keys& keys) {
+            auto r = c.peer([&](PeerPages& p) { return p.resolve(keys); });
+            py::gil_scoped_acquire gil;
+            py::list out;
+            for (const auto& x : r)
+              out.append(py::make_tuple(x.found, x.tier, x.offset, x.size, x.checksum, x.lease_id));
+            return out;
+          },
+          py::arg("keys"), Release(),
+          "[(found, tier, arena offset, size, checksum, lease_id)]: DRAM values pinned under a read lease")
+      .def(
+          "peer_prepare_ssd_read",
+          [](PyClient& c, const std::string& key, uint64_t max_size) {
+            auto x = c.peer([&](PeerPages& p) { return p.prepare_ssd_read(key, max_size); });
+            py::gil_scoped_acquire gil;
+            return py::make_tuple(static_cast<int>(x.outcome), x.offset, x.size, x.checksum, x.lease_id);
+          },
+          py::arg("key"), py::arg("max_size") = 0, Release(),
+          "stages an SSD value: (outcome 0 ok/1 not found/2 no slot/3 too large/4 error, staging offset, size, "
+          "checksum, lease_id)")
+      .def(
+          "peer_release",
+          [](PyClient& c, uint64_t lease) { return c.peer([&](PeerPages& p) { return p.release(lease); }); },
+          py::arg("lease_id"), Release())
+      .def(
+          "peer_evict",
+          [](PyClient& c, const Keys& keys) { return c.peer([&](PeerPages& p) { return p.evict(keys); }); },
+          py::arg("keys"), Release(), "bytes freed per key (0: leased, pinned or absent)")
+      .def(
+          "peer_drain_events",
+          [](PyClient& c, size_t max) {
+            auto ev = c.peer([&](PeerPages& p) { return p.events().drain(max); });
+            py::gil_scoped_acquire gil;
+            py::list out;
+            for (const auto& e : ev) out.append(py::make_tuple(static_cast<int>(e.kind), e.key, e.tier, e.size, e.seq));
+            return out;
+          },
+          py::arg("max") = 0, Release(), "[(kind 0 ADD/1 REMOVE, key, tier, size, seq)], oldest first")
+      .def(
+          "peer_event_state",
+          [](PyClient& c) {
+            return c.peer([](PeerPages& p) {
+              return py::make_tuple(p.events().pending(), p.events().last_seq(), p.events().overflowed(),
+                                    p.leases(), p.pending_slots());
+            });
+          },
+          "(queued events, last seq, events dropped by overflow, live read leases, pending slots)")
+      .def(
+          "peer_snapshot",
+          [](PyClient& c) {
+            auto snap = c.peer([](PeerPages& p) { return p.snapshot(); });
+            py::gil_scoped_acquire gil;
+            py::list keys;
+            for (const auto& k : snap.second) keys.append(py::make_tuple(k.key, k.tier, k.size));
+            return py::make_tuple(snap.first, keys);
+          },
+          Release(), "(baseline seq, [(key, tier, size)]): every owned key; queued events up to baseline dropped")
       .def(
           "stats",
           [](PyClient& c) {
@@ -414,13 +531,18 @@ py::dict umbp_stats_dict(const ClientStats& s) {
   MORI_UMBP_STAT(dram_hits) MORI_UMBP_STAT(ssd_hits) MORI_UMBP_STAT(misses) MORI_UMBP_STAT(corrupt_reads)
   MORI_UMBP_STAT(dram_evictions) MORI_UMBP_STAT(ssd_evictions) MORI_UMBP_STAT(put_refusals)
   MORI_UMBP_STAT(ssd_copies) MORI_UMBP_STAT(ssd_copy_failures) MORI_UMBP_STAT(dram_used_bytes)
-  MORI_UMBP_STAT(dram_capacity_bytes) MORI_UMBP_STAT(dram_keys) MORI_UMBP_STAT(ssd_used_bytes)
+  MORI_UMBP_STAT(dram_capacity_bytes) MORI_UMBP_STAT(dram_keys) MORI_UMBP_STAT(dram_pinned_bytes) MORI_UMBP_STAT(ssd_used_bytes)
   MORI_UMBP_STAT(ssd_capacity_bytes) MORI_UMBP_STAT(ssd_keys)
 #undef MORI_UMBP_STAT
   return d;
 }
 
 void bind_umbp(py::module_& m) {
+  m.def(
+      "value_checksum",
+      [](uintptr_t ptr, size_t size) { return value_checksum(reinterpret_cast<const void*>(ptr), size); },
+      py::arg("ptr"), py::arg("size"), py::call_guard<py::gil_scoped_release>(),
+      "XXH3-64 of [ptr, ptr + size): the checksum every stored value carries");
   bind_enums(m);
   bind_configs(m);
   bind_host_memory(m);

@@ -12,5 +12,8 @@ namespace mori::umbp {
 std::unique_ptr<Client> make_local_client(const Config& config);
 // A client of the per-host server named by config.standalone_process (StandaloneProcess).
 std::unique_ptr<Client> make_standalone_process_client(const Config& config);
+// Distributed mode: the local store of the pages this worker owns (a LocalClient whose DRAM
+// values carry checksums and whose peer_pages() the UMBPPeer service drives).
+std::unique_ptr<Client> make_owned_pages_store(const Config& config);
 
 }  // namespace mori::umbp

@@ -31,7 +31,8 @@ Role Config::resolved_role() const {
 }
 
 void Config::validate() const {
-  MORI_CHECK_ARG(dram.capacity_bytes > 0, "dram.capacity_bytes must be > 0");
+  // Distributed mode: 0 is a lookup-only node (a scheduler's: no pages, nothing routed to it).
+  MORI_CHECK_ARG(dram.capacity_bytes > 0 || distributed, "dram.capacity_bytes must be > 0");
   check_watermarks(dram.high_watermark, dram.low_watermark, "dram");
   MORI_CHECK_ARG(!dram.use_hugepages || dram.hugepage_size == 0 || (dram.hugepage_size & (dram.hugepage_size - 1)) == 0,
                  "dram.hugepage_size must be a power of two (got %zu)", dram.hugepage_size);

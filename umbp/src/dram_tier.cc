@@ -55,12 +55,14 @@ int copy_threads() {
 
 }  // namespace
 
-DramTier::DramTier(const DramConfig& dram, const EvictionConfig& eviction, bool verify_checksums)
+DramTier::DramTier(const DramConfig& dram, const EvictionConfig& eviction, bool verify_checksums,
+                   bool checksum_always)
     : capacity_(dram.capacity_bytes),
       high_bytes_(watermark_bytes(dram.capacity_bytes, dram.high_watermark)),
       low_bytes_(watermark_bytes(dram.capacity_bytes, dram.low_watermark)),
       candidate_window_(std::max<size_t>(eviction.candidate_window, 1)),
       verify_checksums_(verify_checksums),
+      checksum_always_(checksum_always),
       heap_(0, dram.capacity_bytes) {
   arena_ = host_.alloc(capacity_, arena_options(dram));
   base_ = static_cast<char*>(arena_.ptr);
@@ -93,7 +95,26 @@ void DramTier::lru_remove(Block* b) {
 
 void DramTier::unlink(Block* b) {
   index_.erase(std::string_view(b->key));
-  if (b->published) lru_remove(b);
+  if (b->published) {
+    lru_remove(b);
+    if (events_) events_->append(KvChange::Kind::Remove, b->key, TierType::DRAM, 0);
+  }
+}
+
+void DramTier::publish(Block* b) {
+  b->published = true;
+  lru_push_back(b);
+  if (events_) events_->append(KvChange::Kind::Add, b->key, TierType::DRAM, b->size);
+}
+
+void DramTier::drop(Block* b) {
+  unlink(b);
+  if (b->pins == 0) {
+    release(b);
+  } else {
+    b->dropped = true;
+    dropped_pinned_.push_back(b);
+  }
 }
 
 void DramTier::release(Block* b) {
@@ -103,7 +124,9 @@ void DramTier::release(Block* b) {
 }
 
 void DramTier::unpin(Block* b) {
-  if (--b->pins > 0 || !b->dropped) return;
+  if (--b->pins > 0) return;
+  pinned_bytes_ -= b->reserved;
+  if (!b->dropped) return;
   dropped_pinned_.erase(std::find(dropped_pinned_.begin(), dropped_pinned_.end(), b));
   release(b);
 }
@@ -214,6 +237,7 @@ void DramTier::put(const std::string* keys, const uintptr_t* srcs, const size_t*
       b->data = base_ + *off;
       b->depth = depths ? depths[i] : -1;
       b->pins = 1;  // the writer's
+      pinned_bytes_ += b->reserved;
       used_bytes_ += b->reserved;
       index_.emplace(std::string_view(b->key), b);
       fresh[i] = b;
@@ -226,7 +250,7 @@ void DramTier::put(const std::string* keys, const uintptr_t* srcs, const size_t*
     if (fresh[i]) copies.push_back({fresh[i]->data, reinterpret_cast<const char*>(srcs[i]), fresh[i]->size});
   // The arena is not read again soon: a value past the L2 streams past the caches whatever the call's size.
   copy_all(copies, /*to_arena=*/true);
-  if (verify_checksums_)
+  if (verify_checksums_ || checksum_always_)
     for (size_t i = 0; i < n; ++i)
       if (Block* b = fresh[i]) {
         b->checksum = value_checksum(b->data, b->size);
@@ -238,8 +262,7 @@ void DramTier::put(const std::string* keys, const uintptr_t* srcs, const size_t*
     if (held) held[i] = nullptr;
     if (!b) continue;
     if (!b->dropped) {  // a clear() while copying dropped it: stored, then cleared
-      b->published = true;
-      lru_push_back(b);
+      publish(b);
       if (copy_hold && held) {
         held[i] = b;  // the writer's pin becomes the copy pipeline's
         continue;
@@ -258,7 +281,7 @@ size_t DramTier::get(const std::string* keys, const uintptr_t* dsts, const size_
       auto it = index_.find(std::string_view(keys[i]));
       if (it == index_.end() || !it->second->published || it->second->size != sizes[i]) continue;
       Block* b = it->second;
-      ++b->pins;
+      if (b->pins++ == 0) pinned_bytes_ += b->reserved;
       if (promote && b != lru_tail_) {
         lru_remove(b);
         lru_push_back(b);
@@ -274,7 +297,7 @@ size_t DramTier::get(const std::string* keys, const uintptr_t* dsts, const size_
     Block* b = pinned[i];
     hits[i] = false;
     if (!b) continue;
-    if (b->has_checksum && value_checksum(b->data, b->size) != b->checksum) {
+    if (verify_checksums_ && b->has_checksum && value_checksum(b->data, b->size) != b->checksum) {
       if (corrupt.empty()) corrupt.resize(n, false);
       corrupt[i] = true;
       continue;  // nothing written to the caller
@@ -292,11 +315,7 @@ size_t DramTier::get(const std::string* keys, const uintptr_t* dsts, const size_
       ++corrupt_reads_;
       MORI_LOG(kWarn, "umbp", "DRAM tier: checksum mismatch on '%s' (%zu bytes): dropped, served as a miss",
                b->key.c_str(), b->size);
-      if (!b->dropped) {
-        unlink(b);
-        b->dropped = true;
-        dropped_pinned_.push_back(b);
-      }
+      if (!b->dropped) drop(b);
     }
     unpin(b);
   }
@@ -340,14 +359,7 @@ bool DramTier::remove(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = index_.find(std::string_view(key));
   if (it == index_.end()) return false;
-  Block* b = it->second;
-  unlink(b);
-  if (b->pins == 0) {
-    release(b);
-  } else {
-    b->dropped = true;
-    dropped_pinned_.push_back(b);
-  }
+  drop(it->second);
   return true;
 }
 
@@ -356,21 +368,109 @@ void DramTier::clear() {
   std::vector<Block*> all;
   all.reserve(index_.size());
   for (auto& [key, b] : index_) all.push_back(b);
-  for (Block* b : all) {
-    unlink(b);
-    if (b->pins == 0) {
-      release(b);
-    } else {
-      b->dropped = true;
-      dropped_pinned_.push_back(b);
-    }
+  for (Block* b : all) drop(b);
+}
+
+void DramTier::set_event_log(PeerEventLog* log) {
+  std::lock_guard<std::mutex> lock(mu_);
+  events_ = log;
+}
+
+DramTier::Block* DramTier::reserve_slot(const std::string& key, size_t size, PutOutcome* outcome) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (index_.count(std::string_view(key))) {
+    *outcome = PutOutcome::kExists;
+    return nullptr;
   }
+  auto off = reserve(size);
+  if (!off) {
+    *outcome = PutOutcome::kNoRoom;
+    return nullptr;
+  }
+  auto* b = new Block;
+  b->key = key;
+  b->offset = *off;
+  b->size = size;
+  b->reserved = heap_.block_size(*off);
+  b->data = base_ + *off;
+  b->pins = 1;  // the writer's, until commit or abort
+  used_bytes_ += b->reserved;
+  pinned_bytes_ += b->reserved;
+  index_.emplace(std::string_view(b->key), b);
+  *outcome = PutOutcome::kStored;
+  return b;
+}
+
+DramTier::Block* DramTier::commit_slot(Block* b, bool copy_hold, bool* published) {
+  // The writer's bytes are in the arena (written by a peer through MORI-IO): checksum them
+  // before the value becomes visible, as put() does.
+  if (verify_checksums_ || checksum_always_) {
+    b->checksum = value_checksum(b->data, b->size);
+    b->has_checksum = true;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  *published = !b->dropped;
+  if (b->dropped) {
+    unpin(b);
+    return nullptr;
+  }
+  publish(b);
+  if (copy_hold) return b;
+  unpin(b);
+  return nullptr;
+}
+
+void DramTier::abort_slot(Block* b) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!b->dropped) drop(b);  // not published: no event
+  unpin(b);
+}
+
+DramTier::Block* DramTier::pin(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = index_.find(std::string_view(key));
+  if (it == index_.end() || !it->second->published) return nullptr;
+  Block* b = it->second;
+  if (b->pins++ == 0) pinned_bytes_ += b->reserved;
+  if (b != lru_tail_) {  // a remote read is a use
+    lru_remove(b);
+    lru_push_back(b);
+  }
+  return b;
+}
+
+void DramTier::unpin_blocks(Block* const* blocks, size_t n) { release_held(blocks, n); }
+
+size_t DramTier::offset_of(const Block* b) { return b->offset; }
+
+uint64_t DramTier::checksum_of(const Block* b) {
+  // Set before the block was published and never changed after: no lock needed.
+  return b->has_checksum ? b->checksum : value_checksum(b->data, b->size);
+}
+
+size_t DramTier::evict_key(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = index_.find(std::string_view(key));
+  if (it == index_.end() || !evictable(it->second)) return 0;
+  const size_t freed = it->second->reserved;
+  evict(it->second);
+  return freed;
+}
+
+std::vector<std::pair<std::string, uint64_t>> DramTier::snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, uint64_t>> out;
+  out.reserve(index_.size());
+  for (const auto& [key, b] : index_)
+    if (b->published) out.emplace_back(b->key, b->size);
+  return out;
 }
 
 DramStats DramTier::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   DramStats s;
   s.used_bytes = used_bytes_;
+  s.pinned_bytes = pinned_bytes_;
   s.capacity_bytes = capacity_;
   s.keys = index_.size();
   s.evictions = evictions_;

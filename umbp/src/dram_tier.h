@@ -31,11 +31,13 @@
 #include "mori/core/thread_team.h"
 #include "mori/umbp/config.h"
 #include "umbp/src/host_mem_allocator.h"
+#include "umbp/src/peer_events.h"
 
 namespace mori::umbp {
 
 struct DramStats {
   uint64_t used_bytes = 0, capacity_bytes = 0, keys = 0;
+  uint64_t pinned_bytes = 0;  // of used_bytes, what no eviction can free now (read, written, awaiting the SSD)
   uint64_t evictions = 0, corrupt_reads = 0;
 };
 
@@ -50,7 +52,11 @@ class DramTier {
     kNoRoom,  // larger than the tier, or nothing evictable makes room
   };
 
-  DramTier(const DramConfig& dram, const EvictionConfig& eviction, bool verify_checksums);
+  // `verify_checksums`: DRAM hits are checked against the checksum taken at put.
+  // `checksum_always`: the checksum is taken at put even when hits are not verified (a peer
+  // hands it to remote readers, who verify what they read).
+  DramTier(const DramConfig& dram, const EvictionConfig& eviction, bool verify_checksums,
+           bool checksum_always = false);
   ~DramTier();
   DramTier(const DramTier&) = delete;
   DramTier& operator=(const DramTier&) = delete;
@@ -81,6 +87,29 @@ class DramTier {
 
   bool remove(const std::string& key);
   void clear();
+
+  // ---- distributed mode: the peer's view of the arena (peer_pages.h) ----
+  // Every ADD and REMOVE of a published value is appended to `log` from now on (null: none).
+  void set_event_log(PeerEventLog* log);
+  const char* base() const { return base_; }
+  // An invisible block of `size` bytes for `key`, pinned by its writer until commit_slot() or
+  // abort_slot(); kExists and kNoRoom as put() says (then null).
+  Block* reserve_slot(const std::string& key, size_t size, PutOutcome* outcome);
+  // Publishes a reserved block (its bytes were written into the arena). With `copy_hold` the
+  // writer's pin is handed to the caller (the copy pipeline) and the block returned, else
+  // unpinned and null returned. *published is false when a clear() dropped it meanwhile.
+  Block* commit_slot(Block* b, bool copy_hold, bool* published);
+  void abort_slot(Block* b);
+  // Pins the published value of `key` (null on a miss): no eviction or clear frees it until unpin_blocks().
+  Block* pin(const std::string& key);
+  void unpin_blocks(Block* const* blocks, size_t n);
+  static size_t offset_of(const Block* b);
+  // The value's checksum (taken at put; computed now if it was not: call it on a pinned block).
+  static uint64_t checksum_of(const Block* b);
+  // Evicts `key` unless a reader or the copy pipeline holds it: the bytes freed (0: kept, or absent).
+  size_t evict_key(const std::string& key);
+  // (key, size) of every published value.
+  std::vector<std::pair<std::string, uint64_t>> snapshot() const;
   DramStats stats() const;
   size_t capacity() const { return capacity_; }
 
@@ -111,11 +140,15 @@ class DramTier {
   void lru_push_back(Block* b);
   void lru_remove(Block* b);
   void unpin(Block* b);
+  void publish(Block* b);  // under mu_: visible, MRU, ADD event
+  void drop(Block* b);     // under mu_: unlinked (REMOVE event if it was visible), freed once unpinned
 
   const size_t capacity_;
   const size_t high_bytes_, low_bytes_;
   const size_t candidate_window_;
   const bool verify_checksums_;
+  const bool checksum_always_;
+  PeerEventLog* events_ = nullptr;  // under mu_
   HostMemAllocator host_;
   HostBufferHandle arena_;
   char* base_ = nullptr;
@@ -130,6 +163,7 @@ class DramTier {
   Block* lru_head_ = nullptr;  // least recently used
   Block* lru_tail_ = nullptr;  // most recently used
   size_t used_bytes_ = 0;      // bytes of live blocks (rounded as the allocator rounds)
+  size_t pinned_bytes_ = 0;    // of which blocks with pins > 0
   uint64_t evictions_ = 0, corrupt_reads_ = 0;
 };
 

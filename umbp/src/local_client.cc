@@ -31,13 +31,17 @@ LocalClient::LocalClient(const Config& config)
                                      role_ == Role::SharedSSDFollower ? SsdAccess::kReadOnly : SsdAccess::kReadWrite);
   // A follower serves reads from the shared SSD only: no arena to fill.
   if (role_ != Role::SharedSSDFollower)
-    dram_ = std::make_unique<DramTier>(config_.dram, config_.eviction, env::current().umbp_verify_dram);
+    dram_ = std::make_unique<DramTier>(config_.dram, config_.eviction, env::current().umbp_verify_dram,
+                                       /*checksum_always=*/config_.distributed.has_value());
   if (ssd_ && dram_) pipeline_ = std::make_unique<CopyPipeline>(config_.copy_pipeline, *dram_, *ssd_);
+  // The pool's view of these pages starts with the store: every key change is logged from the first.
+  if (config_.distributed && dram_) peer_pages();
   MORI_LOG(kDebug, "umbp", "local store: %s, DRAM %zu bytes, SSD %s", role_name(role_),
            dram_ ? dram_->capacity() : size_t{0}, ssd_ ? config_.ssd.storage_dir.c_str() : "off");
 }
 
 LocalClient::~LocalClient() {
+  peer_.reset();      // its leases and pending slots let go of their DRAM blocks
   pipeline_.reset();  // every queued copy reaches the SSD first
   if (ssd_ && role_ != Role::SharedSSDFollower) {
     try {
@@ -274,6 +278,7 @@ ClientStats LocalClient::stats() const {
     s.dram_evictions = d.evictions;
     s.corrupt_reads += d.corrupt_reads;
     s.dram_used_bytes = d.used_bytes;
+    s.dram_pinned_bytes = d.pinned_bytes;
     s.dram_capacity_bytes = d.capacity_bytes;
     s.dram_keys = d.keys;
   }
@@ -291,6 +296,21 @@ ClientStats LocalClient::stats() const {
     s.ssd_copy_failures = c.failed;
   }
   return s;
+}
+
+PeerPages& LocalClient::peer_pages() {
+  std::lock_guard<std::mutex> lock(peer_mu_);
+  if (peer_) return *peer_;
+  if (!dram_)
+    raise(Status::kInvalidUsage, "peer pages: a %s has no DRAM tier to share (distributed mode needs role Standalone)",
+          role_name(role_));
+  const env::Settings settings = env::current();
+  const DistributedConfig d = config_.distributed.value_or(DistributedConfig{});
+  peer_ = std::make_unique<PeerPages>(*dram_, ssd_.get(), pipeline_.get(), !config_.copy_pipeline.async_enabled,
+                                      d.ssd_staging_buffer_size, d.ssd_staging_buffer_slots,
+                                      static_cast<int>(settings.umbp_dram_read_lease_ms),
+                                      static_cast<int>(settings.umbp_ssd_read_lease_ms));
+  return *peer_;
 }
 
 std::unique_ptr<Client> make_local_client(const Config& config) { return std::make_unique<LocalClient>(config); }

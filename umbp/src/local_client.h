@@ -16,6 +16,10 @@
 //        in MORI) and re-scans the directory when it does not know a key.
 //
 // Thread-safe; no call holds a tier's lock while bytes are copied (dram_tier.h says how).
+//
+// Distributed mode (config.distributed set): this store holds the pages its worker OWNS in the
+// pool; peer_pages() is what the worker's UMBPPeer service does to them (peer_pages.h). Every
+// DRAM value then carries its checksum (remote readers verify it).
 #pragma once
 
 #include <atomic>
@@ -24,6 +28,7 @@
 #include "mori/umbp/client.h"
 #include "umbp/src/copy_pipeline.h"
 #include "umbp/src/dram_tier.h"
+#include "umbp/src/peer_pages.h"
 #include "umbp/src/ssd_tier.h"
 
 namespace mori::umbp {
@@ -58,6 +63,10 @@ class LocalClient final : public Client {
 
   ClientStats stats() const override;
 
+  // The peer hooks over this store's tiers (distributed mode; made on first use).
+  PeerPages& peer_pages();
+  bool owns_pool_pages() const { return config_.distributed.has_value(); }
+
  private:
   // put/batch_put after the argument checks; `depths` may be null.
   std::vector<bool> store(const std::string* keys, const uintptr_t* srcs, const size_t* sizes, const int* depths,
@@ -73,7 +82,9 @@ class LocalClient final : public Client {
   const bool promote_;
   std::unique_ptr<SsdTier> ssd_;  // null when ssd.enabled is false
   std::unique_ptr<DramTier> dram_;
-  std::unique_ptr<CopyPipeline> pipeline_;  // declared last: stops before the tiers go
+  std::unique_ptr<CopyPipeline> pipeline_;  // stops before the tiers go
+  std::mutex peer_mu_;
+  std::unique_ptr<PeerPages> peer_;  // declared last: goes first (its leases pin DRAM blocks)
 
   std::atomic<uint64_t> puts_{0}, put_bytes_{0}, gets_{0}, get_bytes_{0};
   std::atomic<uint64_t> dram_hits_{0}, ssd_hits_{0}, misses_{0}, put_refusals_{0};

@@ -89,6 +89,7 @@ struct SsdTier::Impl {
   std::atomic<uint64_t> failed_writes{0}, enospc_writes{0}, io_errors{0}, skipped_records{0}, refreshes{0};
   std::atomic<bool> direct_io{false};
   log::RateLimit write_error_log;
+  PeerEventLog* events = nullptr;  // under mu (distributed mode: the peer's event log)
 
   std::thread gc_thread;
   std::mutex gc_mu;
@@ -158,8 +159,9 @@ struct SsdTier::Impl {
   // ---- the index -----------------------------------------------------------------------------
 
   // Under mu (unique).
-  void unindex(std::unordered_map<std::string, Location>::iterator it) {
+  void unindex(std::unordered_map<std::string, Location>::iterator it, bool announce = true) {
     it->second.segment->live_bytes -= it->second.bytes;
+    if (announce && events) events->append(KvChange::Kind::Remove, it->first, TierType::SSD, 0);
     index.erase(it);
   }
 
@@ -170,7 +172,7 @@ struct SsdTier::Impl {
   }
 
   // Under mu (unique): the newest record of a key wins.
-  bool index_record(const std::string& key, Location loc) {
+  bool index_record(const std::string& key, Location loc, bool announce = true) {
     auto it = index.find(key);
     if (it != index.end()) {
       if (!newer(loc.sequence, *loc.segment, it->second)) return false;
@@ -178,6 +180,7 @@ struct SsdTier::Impl {
     }
     const bool added = it == index.end();
     loc.segment->live_bytes += loc.bytes;
+    if (added && announce && events) events->append(KvChange::Kind::Add, key, TierType::SSD, loc.size);
     if (added)
       index.emplace(key, std::move(loc));
     else
@@ -299,6 +302,7 @@ struct SsdTier::Impl {
     for (const auto& key : seg->keys) {
       auto it = index.find(key);
       if (it != index.end() && it->second.segment == seg) {
+        if (events) events->append(KvChange::Kind::Remove, key, TierType::SSD, 0);
         index.erase(it);
         if (count_evicted) ++evicted_keys;
       }
@@ -643,8 +647,8 @@ struct SsdTier::Impl {
       auto it = index.find(key);
       if (it != index.end() && it->second.sequence == loc.sequence && it->second.segment == victim &&
           segments.count(moved_loc->segment->id)) {
-        unindex(it);
-        index_record(key, std::move(*moved_loc));
+        unindex(it, /*announce=*/false);  // moved, not gone
+        index_record(key, std::move(*moved_loc), /*announce=*/false);
       }
     }
     std::lock_guard<std::mutex> wlock(write_mu);
@@ -838,6 +842,8 @@ void SsdTier::clear() {
   std::vector<std::shared_ptr<Segment>> all;
   {
     std::unique_lock lock(s.mu);
+    if (s.events)
+      for (const auto& [key, loc] : s.index) s.events->append(KvChange::Kind::Remove, key, TierType::SSD, 0);
     s.index.clear();
     for (auto& [id, seg] : s.segments) seg->live_bytes = 0;
     if (!s.writer()) return;  // a reader forgets; the files are the writer's
@@ -856,6 +862,19 @@ void SsdTier::flush() {
   std::lock_guard<std::mutex> wlock(s.write_mu);
   s.sync_dirty();
   ::fsync(s.dir_fd);
+}
+
+void SsdTier::set_event_log(PeerEventLog* log) {
+  std::unique_lock lock(impl_->mu);
+  impl_->events = log;
+}
+
+std::vector<std::pair<std::string, uint64_t>> SsdTier::snapshot() const {
+  std::shared_lock lock(impl_->mu);
+  std::vector<std::pair<std::string, uint64_t>> out;
+  out.reserve(impl_->index.size());
+  for (const auto& [key, loc] : impl_->index) out.emplace_back(key, loc.size);
+  return out;
 }
 
 size_t SsdTier::refresh() {

@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "mori/umbp/config.h"
+#include "umbp/src/peer_events.h"
 
 namespace mori::umbp {
 
@@ -114,6 +115,12 @@ class SsdTier {
   // Scans segments written by another process since the last scan (a reader's view of the
   // writer's directory); returns the number of keys that became visible. A writer: 0.
   size_t refresh();
+
+  // Distributed mode: every key that enters or leaves the index (written, reclaimed, removed,
+  // cleared, dropped as corrupt; not GC moves) is appended to `log` from now on (null: none).
+  void set_event_log(PeerEventLog* log);
+  // (key, size) of every value the index holds.
+  std::vector<std::pair<std::string, uint64_t>> snapshot() const;
 
  private:
   struct Impl;

@@ -118,6 +118,10 @@
     "MORI-UMBP: the per-host server program auto_start runs (default: mori umbp-server)")           \
   X(umbp_standalone_idle_exit_timeout_ms, "UMBP_STANDALONE_IDLE_EXIT_TIMEOUT_MS", int, "0",        \
     "MORI-UMBP: an auto-started server exits after this long with no client (0: never)")           \
+  X(umbp_dram_read_lease_ms, "UMBP_DRAM_READ_LEASE_MS", int, "500",                              \
+    "MORI-UMBP: how long a peer keeps a DRAM value pinned for a remote reader that does not release it") \
+  X(umbp_ssd_read_lease_ms, "UMBP_SSD_READ_LEASE_MS", int, "3000",                                \
+    "MORI-UMBP: how long a peer keeps an SSD value staged for a remote reader that does not release it") \
   X(umbp_log_level, "UMBP_LOG_LEVEL", string, "", "MORI-UMBP: 0 INFO, 1 WARN, 2 ERROR (empty: MORI_LOG_LEVEL)") \
   X(umbp_heartbeat_ttl_sec, "UMBP_HEARTBEAT_TTL_SEC", int, "10",                                   \
     "MORI-UMBP master: a client silent this long (x UMBP_MAX_MISSED_HEARTBEATS rule) is dropped with its keys") \

@@ -44,6 +44,7 @@ struct ClientStats {
   uint64_t put_refusals = 0;             // puts no tier could take
   uint64_t ssd_copies = 0, ssd_copy_failures = 0;
   uint64_t dram_used_bytes = 0, dram_capacity_bytes = 0, dram_keys = 0;    // gauges
+  uint64_t dram_pinned_bytes = 0;  // gauge: of dram_used_bytes, what no eviction can free now
   uint64_t ssd_used_bytes = 0, ssd_capacity_bytes = 0, ssd_keys = 0;       // gauges
 };
 

@@ -112,6 +112,13 @@ struct DistributedConfig {
   CacheRemoteAdmission cache_remote_admission = CacheRemoteAdmission::SIZE;
   size_t admission_max_block_bytes = size_t{16} << 20;
   uint64_t dram_page_size = 0;  // 0: the master's default
+  // MORI's later fields (vLLM's connector sets them). Remote transfers here move whole values,
+  // zero-copy or through staging_buffer_size: the ranged scratch arenas and their prefetch are
+  // accepted and unused; gets are always served locally first when this worker owns the key.
+  size_t ranged_scratch_size = size_t{128} << 20;
+  bool ranged_locality_prefetch = false;
+  bool local_first = true;
+  std::string backend_policy_path;
 };
 
 struct StandaloneProcessConfig {

@@ -1,0 +1,920 @@
+# SPDX-License-Identifier: MIT
+"""The distributed UMBPClient (``UMBPConfig.distributed`` set): one worker's view of the pool.
+
+It is the local store of the pages this worker OWNS (part 1's DRAM + SSD tiers, with the peer
+hooks of umbp/src/peer_pages.h), plus:
+
+- a routing layer: puts go where the master's ``BatchRoutePut`` says (this worker: a local put;
+  another: ``BatchAllocateSlots`` there, a MORI-IO write into its arena, ``BatchCommitSlots``);
+  gets are served locally when this worker owns the key, otherwise ``BatchRouteGet`` names the
+  owner, ``BatchResolveKeys`` pins the values there and MORI-IO reads them into the caller's
+  memory (zero copy when it was ``register_memory``'d, else through a staging buffer); keys
+  only on the owner's SSD are staged there first (``PrepareSsdRead``, ``NO_SLOT`` retried).
+  Every value read from a peer is verified against its XXH3 checksum; a mismatch is a miss.
+  Values fetched from peers are cached locally per ``cache_remote_fetches`` and its admission;
+- the ``UMBPPeer`` service (peer_service.py) on ``peer_service_port``, from a thread pool;
+- a heartbeat thread that ships the store's key events (ADD/REMOVE per tier, evictions
+  included) to the master in sequenced bundles, and a full snapshot when the master saw a gap
+  or lost this worker (a restarted master rebuilds its index from these).
+
+Every RPC has a deadline (UMBP_LOOKUP_TIMEOUT_MS): a dead or hung master turns lookups into
+misses (the keys this worker owns are still served) and puts into local puts; a dead peer is a
+miss, logged with its node id and address, never a hang. After a put returns, the master knows
+the new keys (their events are shipped before it returns, when the master answers), so a get
+routed anywhere finds them.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import grpc
+
+from mori import _C
+from mori.core.errors import InvalidArgument
+from mori.umbp.proto import require
+
+pb = require("umbp_pb2")
+peer_pb = require("umbp_peer_pb2")
+peer_grpc = require("umbp_peer_pb2_grpc")
+
+log = logging.getLogger("mori.umbp.distributed")
+
+_Native = _C.umbp.UMBPClient  # the native class: its methods serve the owned pages
+_MAX_KEY = 4032
+
+
+def _checksum(ptr: int, size: int) -> int:
+    return _C.umbp.value_checksum(ptr, size)
+
+
+@dataclass
+class _Peer:
+    """What this worker knows of another: its RPC stub and its published memory."""
+
+    node_id: str
+    address: str
+    stub: object
+    channel: object
+    arena: object = None     # MemoryDesc of its DRAM arena
+    staging: object = None   # MemoryDesc of its SSD staging buffer (None: no SSD tier)
+
+
+@dataclass
+class _Region:
+    ptr: int
+    size: int
+    desc: object
+
+
+@dataclass
+class DistributedStats:
+    """Counters of the routing layer (merged into ``stats()``)."""
+
+    remote_puts: int = 0
+    remote_put_bytes: int = 0
+    remote_gets: int = 0
+    remote_get_bytes: int = 0
+    remote_misses: int = 0
+    remote_checksum_failures: int = 0
+    remote_errors: int = 0
+    master_errors: int = 0
+    remote_fetches_cached: int = 0
+    full_syncs: int = 0
+    heartbeats: int = 0
+
+
+def _host_of(address: str) -> str:
+    host = address.rsplit(":", 1)[0] if ":" in address else address
+    return host.strip("[]") or "127.0.0.1"
+
+
+def _check_batch(what: str, keys, ptrs, sizes) -> None:
+    if isinstance(keys, (str, bytes)):
+        raise InvalidArgument(f"{what}: keys must be a list of strings, not one string")
+    if not (len(keys) == len(ptrs) == len(sizes)):
+        raise InvalidArgument(f"{what}: keys, ptrs and sizes differ in length ({len(keys)}, {len(ptrs)}, "
+                              f"{len(sizes)})")
+    for k, p, s in zip(keys, ptrs, sizes):
+        if not k or len(k.encode()) > _MAX_KEY:
+            raise InvalidArgument(f"{what}: key {k[:64]!r} must be 1..{_MAX_KEY} bytes")
+        if not p:
+            raise InvalidArgument(f"{what}: ptr of key {k[:64]!r} is null")
+        if int(s) <= 0:
+            raise InvalidArgument(f"{what}: size of key {k[:64]!r} must be > 0")
+
+
+from mori.umbp import UMBPClient as _UMBPClient  # noqa: E402
+
+
+class DistributedUMBPClient(_UMBPClient):
+    """``mori.umbp.UMBPClient(config)`` when ``config.distributed`` is set (same API)."""
+
+    def __init__(self, config) -> None:
+        from mori.core.env import setting
+        from mori.io import BackendType, IOEngine, IOEngineConfig, MemoryLocationType
+
+        d = config.distributed
+        config.validate()
+        self._lookup_only = config.dram.capacity_bytes == 0
+        if self._lookup_only:
+            self._init_lookup_only(config)
+            return
+        _Native.__init__(self, config, True)  # the owned pages
+        mc = d.master_config
+        self._config = config
+        self._node_id = mc.node_id
+        self._timeout_s = int(setting("UMBP_LOOKUP_TIMEOUT_MS")) / 1000.0
+        self._transfer_timeout_ms = int(setting("UMBP_CALL_TIMEOUT_MS"))
+        self._dram_lease_ms = int(setting("UMBP_DRAM_READ_LEASE_MS"))
+        self._ssd_lease_ms = int(setting("UMBP_SSD_READ_LEASE_MS"))
+        self._flush_threshold = 128  # MORI's UMBP_AUTO_FLUSH_EVENT_THRESHOLD default
+        secret_hex = str(setting("MORI_JOB_SECRET"))
+        self._secret: Optional[bytes] = None
+        if secret_hex:
+            from mori.umbp.distributed.master_auth import secret_from_hex
+            self._secret = secret_from_hex(secret_hex)
+        self._cache_remote = bool(d.cache_remote_fetches)
+        self._admission = int(d.cache_remote_admission)  # SIZE 0, NEVER 1, ALWAYS 2
+        self._admission_max = int(d.admission_max_block_bytes)
+        self.dstats = DistributedStats()
+        self._stats_lock = threading.Lock()
+        self._closed = False
+
+        # -- data plane: one engine, the arena and the staging buffers registered on it --------
+        host = d.io_engine.host or _host_of(mc.node_address)
+        self._engine = IOEngine(f"umbp-{self._node_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}",
+                                IOEngineConfig(host, int(d.io_engine.port)))
+        self._engine.create_backend(BackendType.RDMA)  # tcp between hosts, direct on one host
+        self._cpu = MemoryLocationType.CPU
+        arena_ptr, arena_size, staging_ptr, staging_size, self._ssd_slot = self.peer_arena()
+        self._arena_desc = self._engine.register_memory(arena_ptr, arena_size, -1, self._cpu)
+        self._ssd_staging_desc = (self._engine.register_memory(staging_ptr, staging_size, -1, self._cpu)
+                                  if staging_size else None)
+        self._alloc = _C.umbp.UMBPHostMemAllocator()
+        self._staging = self._alloc.alloc(int(d.staging_buffer_size))  # for unregistered caller memory
+        self._staging_desc = self._engine.register_memory(self._staging.ptr, int(d.staging_buffer_size), -1,
+                                                          self._cpu)
+        self._staging_lock = threading.Lock()
+        self._regions: list[_Region] = []
+        self._regions_lock = threading.Lock()
+        self._peers: dict[str, _Peer] = {}
+        self._peers_lock = threading.Lock()
+
+        # -- the peer service ----------------------------------------------------------------
+        from mori.umbp.distributed.peer_service import PeerDescriptors, PeerServer, PeerService
+        descs = PeerDescriptors(engine_desc=self._engine.get_engine_desc().pack(),
+                                arena_desc=self._arena_desc.pack(),
+                                staging_desc=self._ssd_staging_desc.pack() if self._ssd_staging_desc else b"",
+                                staging_size=staging_size)
+        service = PeerService(self, descs, self._dram_lease_ms, self._ssd_lease_ms, on_commit=self._ship_soon)
+        peer_host = host if host not in ("0.0.0.0", "") else "127.0.0.1"
+        self._server = PeerServer(service, "0.0.0.0" if host == "0.0.0.0" else peer_host,
+                                  int(d.peer_service_port), secret=self._secret)
+        self.peer_address = f"{peer_host}:{self._server.port}"
+
+        # -- the control plane -----------------------------------------------------------------
+        from mori.umbp.distributed.master_client import UMBPMasterClient
+        self._master = UMBPMasterClient(mc.master_address, mc.node_id, mc.node_address,
+                                        lookup_timeout_ms=int(self._timeout_s * 1000),
+                                        secret_hex=secret_hex or "", peer_address=self.peer_address)
+        self._tags = list(mc.tags)
+        self._hb_lock = threading.Lock()  # one heartbeat at a time
+        self._bundle_seq = 0
+        self._unacked: list = []
+        self._registered = False
+        self._need_full_sync = True
+        self._drop_next_bundle = False  # tests: lose a bundle on the way (the master must ask a full sync)
+        self._hb_interval_s = 1.0
+        self._master_backoff_until = 0.0  # monotonic time until which the master is not asked
+        self._backoff_s = min(5.0, max(1.0, 2 * self._timeout_s))
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        try:
+            self._register()
+        except Exception as exc:  # a master that is down now is retried by the heartbeat thread
+            log.warning("umbp %s: master %s unreachable at start (%s): serving locally until it answers",
+                        self._node_id, mc.master_address, exc)
+        self._hb_thread = threading.Thread(target=self._heartbeat_loop, name=f"umbp-hb-{self._node_id}",
+                                           daemon=True)
+        if mc.auto_heartbeat:
+            self._hb_thread.start()
+
+    def _init_lookup_only(self, config) -> None:
+        """dram.capacity_bytes == 0 (vLLM's scheduler client): no pages, no IO engine, no peer
+        service, not registered: it answers batch_exists / batch_exists_consecutive from the
+        master. Puts are refused (False) and gets miss."""
+        from mori.core.env import setting
+        from mori.umbp.distributed.master_client import UMBPMasterClient
+
+        empty = _C.umbp.UMBPConfig()  # the native base: a one-page store nothing is put into
+        empty.dram.capacity_bytes = 1 << 16
+        empty.dram.prefault = False
+        empty.ssd.enabled = False
+        _Native.__init__(self, empty)
+        mc = config.distributed.master_config
+        self._config = config
+        self._node_id = mc.node_id
+        self._closed = False
+        self.dstats = DistributedStats()
+        self._stats_lock = threading.Lock()
+        self._master = UMBPMasterClient(mc.master_address, mc.node_id, mc.node_address,
+                                        lookup_timeout_ms=int(setting("UMBP_LOOKUP_TIMEOUT_MS")))
+        self._master_backoff_until = 0.0
+        self._backoff_s = 1.0
+        self.peer_address = ""
+
+    # ---------------------------------------------------------------------------------------
+    # control plane
+    # ---------------------------------------------------------------------------------------
+    def _capacities(self) -> list:
+        s = _Native.stats(self)
+        # The DRAM tier evicts its LRU values to make room by itself: what it can take is all but
+        # what is pinned (being read or written, or waiting for its SSD copy).
+        caps = [pb.TierCapacity(tier=pb.TIER_DRAM, total_capacity_bytes=s["dram_capacity_bytes"],
+                                available_capacity_bytes=max(0, s["dram_capacity_bytes"] - s["dram_pinned_bytes"]),
+                                max_allocatable_bytes=s["dram_capacity_bytes"])]
+        if s["ssd_capacity_bytes"]:
+            caps.append(pb.TierCapacity(tier=pb.TIER_SSD, total_capacity_bytes=s["ssd_capacity_bytes"],
+                                        available_capacity_bytes=max(0, s["ssd_capacity_bytes"] - s["ssd_used_bytes"])))
+        return caps
+
+    def _register(self) -> None:
+        with self._hb_lock:
+            self._register_inner_locked()
+
+    def _ship(self) -> None:
+        """One heartbeat (under _hb_lock): queued events as a new bundle, or a full snapshot."""
+        if not self._registered:
+            self._register_quietly()
+            if not self._registered:
+                return
+        if self.peer_event_state()[2]:  # events dropped while the master was away
+            self._need_full_sync = True
+        if self._need_full_sync:
+            baseline_seq, keys = self.peer_snapshot()
+            self._unacked.clear()  # their changes are in the snapshot
+            bundle = pb.EventBundle(seq=self._bundle_seq, events=[
+                pb.KvEvent(kind=pb.KvEvent.ADD, key=k, tier=int(t), size=z) for k, t, z in keys])
+            req = pb.HeartbeatRequest(node_id=self._node_id, bundles=[bundle], is_full_sync=True,
+                                      tier_capacities=self._capacities(), delta_seq_baseline=self._bundle_seq)
+            with self._stats_lock:
+                self.dstats.full_syncs += 1
+        else:
+            events = self.peer_drain_events(0)
+            if events:
+                self._bundle_seq += 1
+                bundle = pb.EventBundle(seq=self._bundle_seq, events=[
+                    pb.KvEvent(kind=pb.KvEvent.ADD if kind == 0 else pb.KvEvent.REMOVE, key=k, tier=int(t), size=z)
+                    for kind, k, t, z, _seq in events])
+                if self._drop_next_bundle:
+                    self._drop_next_bundle = False
+                    log.warning("umbp %s: dropping event bundle %d (test hook)", self._node_id, bundle.seq)
+                else:
+                    self._unacked.append(bundle)
+            req = pb.HeartbeatRequest(node_id=self._node_id, bundles=self._unacked, is_full_sync=False,
+                                      tier_capacities=self._capacities())
+        try:
+            resp = self._master._call("Heartbeat", req)
+            self._master_backoff_until = 0.0
+        except Exception as exc:
+            self._master_backoff_until = time.monotonic() + self._backoff_s
+            with self._stats_lock:
+                self.dstats.master_errors += 1
+            log.debug("umbp %s: heartbeat failed: %s", self._node_id, exc)
+            return
+        with self._stats_lock:
+            self.dstats.heartbeats += 1
+        if resp.status == pb.CLIENT_STATUS_UNKNOWN:  # a restarted master, or it expired us
+            log.info("umbp %s: the master does not know this worker: registering again", self._node_id)
+            self._registered = False
+            self._register_quietly()
+            return
+        if req.is_full_sync:
+            self._need_full_sync = False
+        if resp.request_full_sync:
+            log.info("umbp %s: the master saw a gap in the event bundles: full sync", self._node_id)
+            self._need_full_sync = True
+            self._ship()
+            return
+        self._unacked = [b for b in self._unacked if b.seq > resp.acked_seq]
+
+    def _register_quietly(self) -> None:
+        try:
+            self._register_inner_locked()
+        except Exception as exc:
+            with self._stats_lock:
+                self.dstats.master_errors += 1
+            log.debug("umbp %s: registration failed: %s", self._node_id, exc)
+
+    def _register_inner_locked(self) -> None:
+        # As _register, called with _hb_lock held: the snapshot goes with the next _ship.
+        mc = self._config.distributed.master_config
+        req = pb.RegisterClientRequest(node_id=self._node_id, node_address=mc.node_address,
+                                       tier_capacities=self._capacities(), peer_address=self.peer_address,
+                                       engine_desc=self._engine.get_engine_desc().pack(), tags=self._tags)
+        try:
+            resp = self._master._call("RegisterClient", req)
+        except Exception as exc:
+            if "registered and alive" not in str(exc):
+                raise
+            self._master._call("UnregisterClient", pb.UnregisterClientRequest(node_id=self._node_id))
+            resp = self._master._call("RegisterClient", req)
+        if resp.heartbeat_interval_ms:
+            self._hb_interval_s = max(0.05, resp.heartbeat_interval_ms / 1000.0)
+        self._registered = True
+        self._need_full_sync = True
+        self._bundle_seq = int(resp.ack_seq)
+        self._unacked = []
+        self._ship()
+
+    def _ship_soon(self) -> None:
+        """After values became visible: their ADD events go to the master before we return."""
+        if self._closed or self._lookup_only:
+            return
+        if time.monotonic() < self._master_backoff_until:
+            self._wake.set()  # the master just failed: the heartbeat thread ships when it answers
+            return
+        with self._hb_lock:
+            self._ship()
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(min(self._hb_interval_s, 1.0))
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            try:
+                with self._hb_lock:
+                    self._ship()
+            except Exception as exc:  # noqa: BLE001 - the thread must outlive any one failure
+                log.warning("umbp %s: heartbeat: %s", self._node_id, exc)
+
+    def heartbeat_now(self) -> None:
+        """Ships the queued key events (or a full sync) to the master now."""
+        with self._hb_lock:
+            self._ship()
+
+    def _master_call(self, method: str, request):
+        """A master RPC within the lookup deadline; None (counted, logged) when the master fails.
+        After a failure the calls of the next two deadlines (1 to 5 s) answer None at once: a hung
+        master costs one deadline, not one per call (the heartbeat thread keeps probing it)."""
+        if time.monotonic() < self._master_backoff_until:
+            with self._stats_lock:
+                self.dstats.master_errors += 1
+            return None
+        try:
+            return self._master._call(method, request)
+        except Exception as exc:
+            self._master_backoff_until = time.monotonic() + self._backoff_s
+            with self._stats_lock:
+                self.dstats.master_errors += 1
+            log.warning("umbp %s: %s", self._node_id, exc)
+            return None
+
+    # ---------------------------------------------------------------------------------------
+    # peers
+    # ---------------------------------------------------------------------------------------
+    def _peer(self, node_id: str, address: str) -> _Peer:
+        from mori.io import EngineDesc, MemoryDesc
+        with self._peers_lock:
+            p = self._peers.get(node_id)
+            if p is not None and p.address == address and p.arena is not None:
+                return p
+        channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 256 << 20),
+                                                          ("grpc.max_send_message_length", 256 << 20)])
+        if self._secret is not None:
+            from mori.umbp.distributed.master_auth import SigningInterceptor
+            channel = grpc.intercept_channel(channel, SigningInterceptor(self._secret))
+        stub = peer_grpc.UMBPPeerStub(channel)
+        info = stub.GetPeerInfo(peer_pb.GetPeerInfoRequest(), timeout=self._timeout_s)
+        self._engine.register_remote_engine(EngineDesc.unpack(info.engine_desc))
+        p = _Peer(node_id, address, stub, channel)
+        for b in info.buffer_descs:
+            if b.buffer_index == 0 and b.backend_id == 0:
+                p.arena = MemoryDesc.unpack(b.desc)
+        if info.ssd_staging_mem_desc:
+            p.staging = MemoryDesc.unpack(info.ssd_staging_mem_desc)
+        if p.arena is None:
+            raise RuntimeError(f"umbp peer {node_id} at {address} published no DRAM arena")
+        with self._peers_lock:
+            old = self._peers.get(node_id)
+            self._peers[node_id] = p
+        if old is not None and old.channel is not channel:
+            old.channel.close()
+        return p
+
+    def _forget_peer(self, node_id: str) -> None:
+        with self._peers_lock:
+            p = self._peers.pop(node_id, None)
+        if p is not None:
+            p.channel.close()
+
+    def _peer_failed(self, node_id: str, address: str, what: str, exc: Exception) -> None:
+        with self._stats_lock:
+            self.dstats.remote_errors += 1
+        log.warning("umbp %s: peer %s at %s: %s failed: %s", self._node_id, node_id, address, what, exc)
+        self._forget_peer(node_id)
+
+    # ---------------------------------------------------------------------------------------
+    # memory the data plane reaches without a copy
+    # ---------------------------------------------------------------------------------------
+    def register_memory(self, ptr: int, size: int, loc=None, device: int = -1) -> bool:
+        """Registers [ptr, ptr + size) with the IO engine: reads land there and writes leave
+        from there without the staging copy."""
+        if not ptr or size <= 0:
+            raise InvalidArgument(f"register_memory: ptr must be non-null and size > 0 (got {ptr:#x}, {size})")
+        if self._lookup_only:
+            return True
+        desc = self._engine.register_memory(int(ptr), int(size), -1, self._cpu)
+        with self._regions_lock:
+            self._regions.append(_Region(int(ptr), int(size), desc))
+        return True
+
+    def deregister_memory(self, ptr: int) -> None:
+        with self._regions_lock:
+            gone = [r for r in self._regions if r.ptr == int(ptr)]
+            self._regions = [r for r in self._regions if r.ptr != int(ptr)]
+        for r in gone:
+            self._engine.deregister_memory(r.desc)
+
+    def _region_of(self, ptr: int, size: int) -> Optional[tuple[object, int]]:
+        with self._regions_lock:
+            for r in self._regions:
+                if r.ptr <= ptr and ptr + size <= r.ptr + r.size:
+                    return r.desc, ptr - r.ptr
+        return None
+
+    # ---------------------------------------------------------------------------------------
+    # transfers (GIL released while they run: WaitFor and the engine's calls are native)
+    # ---------------------------------------------------------------------------------------
+    def _transfer(self, read: bool, remote_desc, items: list[tuple[int, int, int]]) -> list[bool]:
+        """items: (local ptr, remote offset, size). Moves each, zero-copy where the local memory
+        is registered, else through the staging buffer. Returns per-item success."""
+        ok = [False] * len(items)
+        direct: dict[int, tuple[object, list[int]]] = {}
+        staged: list[int] = []
+        for i, (ptr, _roff, size) in enumerate(items):
+            hit = self._region_of(ptr, size)
+            if hit is not None:
+                direct.setdefault(id(hit[0]), (hit[0], []))[1].append(i)
+            else:
+                staged.append(i)
+        local_mems, local_offs, remote_offs, sizes, groups = [], [], [], [], []
+        for desc, idx in direct.values():
+            local_mems.append(desc)
+            local_offs.append([self._region_of(items[i][0], items[i][2])[1] for i in idx])
+            remote_offs.append([items[i][1] for i in idx])
+            sizes.append([items[i][2] for i in idx])
+            groups.append(idx)
+        if groups:
+            self._run(read, local_mems, local_offs, remote_desc, remote_offs, sizes, groups, ok)
+        if staged:
+            self._transfer_staged(read, remote_desc, items, staged, ok)
+        return ok
+
+    def _run(self, read, local_mems, local_offs, remote_desc, remote_offs, sizes, groups, ok) -> None:
+        uids = [self._engine.allocate_transfer_uid() for _ in groups]
+        fn = self._engine.batch_read if read else self._engine.batch_write
+        try:
+            statuses = fn(local_mems, local_offs, [remote_desc] * len(groups), remote_offs, sizes, uids)
+        except Exception as exc:  # noqa: BLE001 - a refused transfer is a failed one
+            log.warning("umbp %s: transfer refused: %s", self._node_id, exc)
+            return
+        from mori.io import StatusCode
+        for st, idx in zip(statuses, groups):
+            code = st.WaitFor(self._transfer_timeout_ms)
+            if code == StatusCode.SUCCESS:
+                for i in idx:
+                    ok[i] = True
+            else:
+                log.warning("umbp %s: transfer failed: %s", self._node_id, st.Message())
+
+    def _transfer_staged(self, read: bool, remote_desc, items, staged: list[int], ok: list[bool]) -> None:
+        cap = int(self._config.distributed.staging_buffer_size)
+        with self._staging_lock:
+            pos = 0
+            while pos < len(staged):
+                batch, used = [], 0
+                while pos < len(staged) and (not batch or used + items[staged[pos]][2] <= cap):
+                    i = staged[pos]
+                    if items[i][2] > cap:
+                        break
+                    batch.append((i, used))
+                    used += (items[i][2] + 63) // 64 * 64
+                    pos += 1
+                if not batch:  # larger than the staging buffer: registered for this one transfer
+                    i = staged[pos]
+                    pos += 1
+                    ptr, roff, size = items[i]
+                    desc = self._engine.register_memory(ptr, size, -1, self._cpu)
+                    try:
+                        one = [False]
+                        self._run(read, [desc], [[0]], remote_desc, [[roff]], [[size]], [[0]], one)
+                        ok[i] = one[0]
+                    finally:
+                        self._engine.deregister_memory(desc)
+                    continue
+                if not read:
+                    for i, off in batch:
+                        ctypes.memmove(self._staging.ptr + off, items[i][0], items[i][2])
+                res = [False] * len(items)
+                self._run(read, [self._staging_desc], [[off for _, off in batch]], remote_desc,
+                          [[items[i][1] for i, _ in batch]], [[items[i][2] for i, _ in batch]],
+                          [[i for i, _ in batch]], res)
+                for i, off in batch:
+                    if res[i]:
+                        if read:
+                            ctypes.memmove(items[i][0], self._staging.ptr + off, items[i][2])
+                        ok[i] = True
+
+    # ---------------------------------------------------------------------------------------
+    # put
+    # ---------------------------------------------------------------------------------------
+    def put_from_ptr(self, key: str, src: int, size: int) -> bool:
+        return self.batch_put_from_ptr([key], [src], [size])[0]
+
+    def batch_put_from_ptr(self, keys: Sequence[str], ptrs: Sequence[int], sizes: Sequence[int]) -> list[bool]:
+        _check_batch("batch_put_from_ptr", keys, ptrs, sizes)
+        return self._put(list(keys), [int(p) for p in ptrs], [int(s) for s in sizes], None)
+
+    def batch_put_from_ptr_with_depth(self, keys, ptrs, sizes, depths) -> list[bool]:
+        _check_batch("batch_put_from_ptr_with_depth", keys, ptrs, sizes)
+        if len(depths) != len(keys):
+            raise InvalidArgument(f"batch_put_from_ptr_with_depth: {len(keys)} keys but {len(depths)} depths")
+        return self._put(list(keys), [int(p) for p in ptrs], [int(s) for s in sizes], [int(d) for d in depths])
+
+    def _put_local(self, idx: list[int], keys, ptrs, sizes, depths) -> list[bool]:
+        k = [keys[i] for i in idx]
+        p = [ptrs[i] for i in idx]
+        z = [sizes[i] for i in idx]
+        if depths is not None:
+            return _Native.batch_put_from_ptr_with_depth(self, k, p, z, [depths[i] for i in idx])
+        return _Native.batch_put_from_ptr(self, k, p, z)
+
+    def _put(self, keys, ptrs, sizes, depths) -> list[bool]:
+        n = len(keys)
+        ok = [False] * n
+        if n == 0 or self._lookup_only:
+            return ok
+        # Keys this worker owns already: write-once, nothing to route.
+        todo = [i for i, have in enumerate(_Native.batch_exists(self, keys)) if not have]
+        for i in set(range(n)) - set(todo):
+            ok[i] = True
+        exclude: list[str] = []
+        local: list[int] = []
+        for _attempt in range(3):
+            if not todo:
+                break
+            resp = self._master_call("BatchRoutePut", pb.BatchRoutePutRequest(
+                node_id=self._node_id, keys=[keys[i] for i in todo], block_sizes=[sizes[i] for i in todo],
+                exclude_nodes=exclude))
+            if resp is None:  # no master: this worker keeps them (shipped when the master is back)
+                local += todo
+                todo = []
+                break
+            by_peer: dict[tuple[str, str], list[int]] = defaultdict(list)
+            retry: list[int] = []
+            for i, e in zip(todo, resp.entries):
+                if e.outcome == pb.ROUTE_PUT_OUTCOME_ALREADY_EXISTS:
+                    ok[i] = True
+                elif e.outcome == pb.ROUTE_PUT_OUTCOME_ROUTED:
+                    if e.node_id == self._node_id:
+                        local.append(i)
+                    else:
+                        by_peer[(e.node_id, e.peer_address)].append(i)
+                else:
+                    # UNAVAILABLE: no node has room by the master's count. That count is of used
+                    # bytes, evictable ones included: this worker's own store may still take it
+                    # (evicting its LRU values, or onto its SSD), so it tries.
+                    local.append(i)
+            for (node_id, address), idx in by_peer.items():
+                done, no_space = self._put_remote(node_id, address, idx, keys, ptrs, sizes)
+                for i in done:
+                    ok[i] = True
+                if no_space is None:  # the peer failed: try elsewhere
+                    retry += [i for i in idx if not ok[i]]
+                    exclude.append(node_id)
+                elif no_space:
+                    retry += no_space
+                    exclude.append(node_id)
+            todo = retry
+        local += todo  # nowhere else took them
+        if local:
+            for i, r in zip(local, self._put_local(local, keys, ptrs, sizes, depths)):
+                ok[i] = r
+            self._ship_soon()
+        return ok
+
+    def _put_remote(self, node_id: str, address: str, idx: list[int], keys, ptrs, sizes):
+        """Allocate, write, commit on one peer. Returns (indices stored, indices with no space),
+        or (stored, None) when the peer failed."""
+        try:
+            p = self._peer(node_id, address)
+            resp = p.stub.BatchAllocateSlots(peer_pb.BatchAllocateSlotsRequest(entries=[
+                peer_pb.AllocateSlotRequest(size=sizes[i], tier=pb.TIER_DRAM, key=keys[i]) for i in idx]),
+                timeout=self._timeout_s)
+        except Exception as exc:  # noqa: BLE001
+            self._peer_failed(node_id, address, "BatchAllocateSlots", exc)
+            return [], None
+        stored, no_space, granted = [], [], []
+        for i, e in zip(idx, resp.entries):
+            if e.outcome == peer_pb.ALLOCATE_SLOT_OUTCOME_SUCCESS_ALREADY_EXISTS:
+                stored.append(i)
+            elif e.outcome == peer_pb.ALLOCATE_SLOT_OUTCOME_SUCCESS_ALLOCATED and e.pages:
+                granted.append((i, e.slot_id, e.pages[0].page_index * e.page_size))
+            else:
+                no_space.append(i)
+        if not granted:
+            return stored, no_space
+        written = self._transfer(False, p.arena, [(ptrs[i], off, sizes[i]) for i, _s, off in granted])
+        commit = [(i, s) for (i, s, _o), w in zip(granted, written) if w]
+        abort = [s for (_i, s, _o), w in zip(granted, written) if not w]
+        try:
+            if abort:
+                p.stub.BatchAbortSlots(peer_pb.BatchAbortSlotsRequest(slot_ids=abort), timeout=self._timeout_s)
+            if commit:
+                r = p.stub.BatchCommitSlots(peer_pb.BatchCommitSlotsRequest(entries=[
+                    peer_pb.BatchCommitSlotEntry(slot_id=s, key=keys[i]) for i, s in commit]),
+                    timeout=self._timeout_s)
+                for (i, _s), good in zip(commit, r.success):
+                    if good:
+                        stored.append(i)
+        except Exception as exc:  # noqa: BLE001
+            self._peer_failed(node_id, address, "BatchCommitSlots", exc)
+            return stored, None
+        if abort:
+            return stored, None
+        with self._stats_lock:
+            self.dstats.remote_puts += len(stored)
+            self.dstats.remote_put_bytes += sum(sizes[i] for i in stored)
+        return stored, no_space
+
+    # ---------------------------------------------------------------------------------------
+    # get
+    # ---------------------------------------------------------------------------------------
+    def get_into_ptr(self, key: str, dst: int, size: int) -> bool:
+        return self.batch_get_into_ptr([key], [dst], [size])[0]
+
+    def batch_get_into_ptr(self, keys: Sequence[str], ptrs: Sequence[int], sizes: Sequence[int]) -> list[bool]:
+        _check_batch("batch_get_into_ptr", keys, ptrs, sizes)
+        if self._lookup_only:
+            return [False] * len(keys)
+        keys = list(keys)
+        ptrs = [int(p) for p in ptrs]
+        sizes = [int(s) for s in sizes]
+        # The keys this worker owns: no RPC at all.
+        ok = list(_Native.batch_get_into_ptr(self, keys, ptrs, sizes))
+        miss = [i for i, hit in enumerate(ok) if not hit]
+        if not miss:
+            return ok
+        resp = self._master_call("BatchRouteGet", pb.BatchRouteGetRequest(
+            node_id=self._node_id, keys=[keys[i] for i in miss]))
+        if resp is None:
+            return ok  # no master: misses (within the lookup deadline)
+        by_peer: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        for i, ref, tier, size in zip(miss, resp.node_ref, resp.tier, resp.size):
+            if ref and resp.nodes[ref - 1].node_id != self._node_id:
+                by_peer[ref].append((i, int(tier)))
+        for ref, entries in by_peer.items():
+            node = resp.nodes[ref - 1]
+            for i in self._get_remote(node.node_id, node.peer_address, [i for i, _t in entries], keys, ptrs, sizes):
+                ok[i] = True
+        return ok
+
+    def _get_remote(self, node_id: str, address: str, idx: list[int], keys, ptrs, sizes) -> list[int]:
+        """Reads the values of keys[idx] from one peer into the caller's memory; the indices read."""
+        try:
+            p = self._peer(node_id, address)
+            r = p.stub.BatchResolveKeys(peer_pb.BatchResolveKeysRequest(keys=[keys[i] for i in idx],
+                                                                         omit_descs=True),
+                                        timeout=self._timeout_s)
+        except Exception as exc:  # noqa: BLE001
+            self._peer_failed(node_id, address, "BatchResolveKeys", exc)
+            return []
+        # DRAM read leases are not released one RPC each: they run out by themselves
+        # (UMBP_DRAM_READ_LEASE_MS), and meanwhile only keep just-read (most recently used)
+        # values from eviction. SSD staging slots are few: those are released at once.
+        dram, ssd = [], []
+        page = 0
+        for j, i in enumerate(idx):
+            count = r.page_count[j] if j < len(r.page_count) else 0
+            first = r.page_index[page] if count else 0
+            page += count
+            if not r.found[j] or r.size[j] != sizes[i]:
+                continue  # a miss (the size must match, as locally)
+            if r.tier[j] == pb.TIER_DRAM and count:
+                dram.append((i, first * r.page_size, r.checksum[j]))
+            elif r.tier[j] == pb.TIER_SSD:
+                ssd.append(i)
+        got: list[int] = []
+        if dram:
+            done = self._transfer(True, p.arena, [(ptrs[i], off, sizes[i]) for i, off, _c in dram])
+            for (i, _off, want), d in zip(dram, done):
+                if d and self._verified(node_id, keys[i], ptrs[i], sizes[i], want):
+                    got.append(i)
+        for i in ssd:
+            if self._get_staged(p, keys[i], ptrs[i], sizes[i]):
+                got.append(i)
+        with self._stats_lock:
+            self.dstats.remote_gets += len(got)
+            self.dstats.remote_get_bytes += sum(sizes[i] for i in got)
+            self.dstats.remote_misses += len(idx) - len(got)
+        self._cache_fetched([i for i in got], keys, ptrs, sizes)
+        return got
+
+    def _verified(self, node_id: str, key: str, ptr: int, size: int, want: int) -> bool:
+        if _checksum(ptr, size) == want:
+            return True
+        with self._stats_lock:
+            self.dstats.remote_checksum_failures += 1
+        log.warning("umbp %s: value of %r read from peer %s fails its checksum: a miss", self._node_id, key[:64],
+                    node_id)
+        return False
+
+    def _release(self, p: _Peer, leases: list[int]) -> None:
+        # A staging lease expires by itself (UMBP_SSD_READ_LEASE_MS): releasing it early frees
+        # the slot for the next reader, without waiting for the answer.
+        for lease in leases:
+            try:
+                p.stub.ReleaseSsdLease.future(peer_pb.ReleaseSsdLeaseRequest(lease_id=lease), timeout=self._timeout_s)
+            except Exception:  # noqa: BLE001
+                return
+
+    def _get_staged(self, p: _Peer, key: str, ptr: int, size: int) -> bool:
+        if p.staging is None:
+            return False
+        for attempt in range(8):
+            try:
+                r = p.stub.PrepareSsdRead(peer_pb.PrepareSsdReadRequest(key=key, max_size=size), timeout=self._timeout_s)
+            except Exception as exc:  # noqa: BLE001
+                self._peer_failed(p.node_id, p.address, "PrepareSsdRead", exc)
+                return False
+            if r.status == peer_pb.SSD_READ_NO_SLOT:  # every staging slot leased: not a miss, retry
+                time.sleep(0.002 * (attempt + 1))
+                continue
+            if r.status != peer_pb.SSD_READ_OK or r.size != size:
+                return False
+            try:
+                done = self._transfer(True, p.staging, [(ptr, r.staging_offset, size)])[0]
+            finally:
+                self._release(p, [r.lease_id])
+            return done and self._verified(p.node_id, key, ptr, size, r.checksum)
+        return False
+
+    def _cache_fetched(self, idx: list[int], keys, ptrs, sizes) -> None:
+        """Remote-fetch caching: keep a local copy of values read from peers, per the admission."""
+        if not self._cache_remote or not idx or self._admission == 1:
+            return
+        keep = [i for i in idx if self._admission == 2 or sizes[i] <= self._admission_max]
+        if keep:
+            _Native.batch_put_from_ptr(self, [keys[i] for i in keep], [ptrs[i] for i in keep],
+                                       [sizes[i] for i in keep])
+            with self._stats_lock:
+                self.dstats.remote_fetches_cached += len(keep)
+            self._wake.set()
+
+    # ---------------------------------------------------------------------------------------
+    # existence
+    # ---------------------------------------------------------------------------------------
+    def exists(self, key: str) -> bool:
+        return self.batch_exists([key])[0]
+
+    def batch_exists(self, keys: Sequence[str]) -> list[bool]:
+        keys = list(keys)
+        out = list(_Native.batch_exists(self, keys))
+        miss = [i for i, have in enumerate(out) if not have]
+        if miss:
+            resp = self._master_call("BatchLookup", pb.BatchLookupRequest(node_id=self._node_id,
+                                                                          keys=[keys[i] for i in miss]))
+            if resp is not None:
+                for i, f in zip(miss, resp.found):
+                    out[i] = bool(f)
+        return out
+
+    def batch_exists_consecutive(self, keys: Sequence[str]) -> int:
+        keys = list(keys)
+        n = _Native.batch_exists_consecutive(self, keys)
+        if n == len(keys):
+            return n
+        found = self.batch_exists(keys[n:])
+        for f in found:
+            if not f:
+                break
+            n += 1
+        return n
+
+    # ---------------------------------------------------------------------------------------
+    # the rest of the API
+    # ---------------------------------------------------------------------------------------
+    def is_distributed(self) -> bool:
+        return True
+
+    def get_deployment_mode(self):
+        return _C.umbp.UMBPDeploymentMode.Distributed
+
+    def clear(self) -> bool:
+        """Clears the values this worker owns (their REMOVE events reach the master);
+        ``UMBPMasterClient.clear_cluster()`` clears the whole pool."""
+        ok = _Native.clear(self)
+        self._ship_soon()
+        return ok
+
+    def flush(self) -> bool:
+        ok = _Native.flush(self)
+        self._ship_soon()
+        return ok
+
+    def report_external_kv_blocks(self, hashes, tier) -> bool:
+        return self._external("report_external_kv_blocks", self._node_id, list(hashes), tier)
+
+    def revoke_external_kv_blocks(self, hashes, tier) -> bool:
+        return self._external("revoke_external_kv_blocks", self._node_id, list(hashes), tier)
+
+    def revoke_all_external_kv_blocks_at_tier(self, tier) -> bool:
+        return self._external("revoke_all_external_kv_blocks_at_tier", self._node_id, tier)
+
+    def match_external_kv(self, hashes, count_as_hit: bool = False) -> list:
+        try:
+            return self._master.match_external_kv(list(hashes), count_as_hit)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("umbp %s: match_external_kv: %s", self._node_id, exc)
+            return []
+
+    def get_external_kv_hit_counts(self, hashes) -> list:
+        try:
+            return self._master.get_external_kv_hit_counts(list(hashes))
+        except Exception as exc:  # noqa: BLE001
+            log.warning("umbp %s: get_external_kv_hit_counts: %s", self._node_id, exc)
+            return []
+
+    def _external(self, method: str, *args) -> bool:
+        try:
+            getattr(self._master, method)(*args)
+            return True
+        except Exception as exc:  # noqa: BLE001
+            log.warning("umbp %s: %s: %s", self._node_id, method, exc)
+            return False
+
+    def stats(self) -> dict:
+        s = _Native.stats(self)
+        with self._stats_lock:
+            s.update(vars(self.dstats))
+        return s
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._lookup_only:
+            self._master.close()
+            _Native.close(self)
+            return
+        self._stop.set()
+        self._wake.set()
+        if self._hb_thread.is_alive():
+            self._hb_thread.join(timeout=5)
+        try:
+            with self._hb_lock:
+                if self._registered:
+                    self._ship()
+                    self._master._call("UnregisterClient", pb.UnregisterClientRequest(node_id=self._node_id))
+        except Exception as exc:  # noqa: BLE001 - a master that is gone expires us
+            log.debug("umbp %s: unregister: %s", self._node_id, exc)
+        self._server.stop(0.2)
+        self._master.close()
+        with self._peers_lock:
+            peers, self._peers = list(self._peers.values()), {}
+        for p in peers:
+            p.channel.close()
+        # Peers lose access to the arena (the engine revokes it) before the store unmaps it.
+        for r in self._regions:
+            self._engine.deregister_memory(r.desc)
+        self._regions = []
+        self._engine.deregister_memory(self._arena_desc)
+        if self._ssd_staging_desc is not None:
+            self._engine.deregister_memory(self._ssd_staging_desc)
+        self._engine.deregister_memory(self._staging_desc)
+        _Native.close(self)
+        self._alloc.free(self._staging)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not hasattr(self, "_master"):
+            return  # __init__ failed before there was anything to close
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,204 @@
+# SPDX-License-Identifier: MIT
+"""The UMBPPeer service a distributed worker serves: the pages it owns, to the pool's writers
+and readers (MORI's PeerServiceServer).
+
+Bytes never ride gRPC. A writer allocates a slot (an arena offset) here, writes the value into
+the arena through MORI-IO and commits it; a reader resolves a key (the arena offset, size and
+XXH3 checksum of the value, pinned under a read lease) and reads it through MORI-IO, or, for a
+key only on the SSD, has it staged into a staging slot first. The store's peer hooks
+(``UMBPClient.peer_*``, umbp/src/peer_pages.h) do the work; this module maps them onto the RPCs.
+
+Our slots are contiguous: ``page_size`` is the arena's allocation granule and ``pages`` holds the
+value's first page only (it spans ``ceil(size / page_size)`` consecutive ones). Buffer 0 of
+backend 0 is the DRAM arena; the SSD staging buffer is ``ssd_staging_mem_desc``.
+
+With a job secret every call must be signed (the master's scheme, master_auth.py): a stranger on
+the port gets UNAUTHENTICATED and touches nothing.
+"""
+from __future__ import annotations
+
+import logging
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import grpc
+
+from mori.umbp.proto import require
+
+pb = require("umbp_pb2")
+peer_pb = require("umbp_peer_pb2")
+peer_grpc = require("umbp_peer_pb2_grpc")
+
+log = logging.getLogger("mori.umbp.peer")
+
+# The arena's allocation granule (core's HeapAllocator::kMinAlign): every slot offset is a multiple.
+PAGE_SIZE = 64
+ARENA_BUFFER = 0
+ARENA_BACKEND = 0
+
+# peer_prepare_ssd_read's outcome -> SsdReadStatus.
+_SSD_STATUS = {0: peer_pb.SSD_READ_OK, 1: peer_pb.SSD_READ_NOT_FOUND, 2: peer_pb.SSD_READ_NO_SLOT,
+               3: peer_pb.SSD_READ_SIZE_TOO_LARGE, 4: peer_pb.SSD_READ_ERROR}
+
+
+@dataclass
+class PeerDescriptors:
+    """What a peer publishes about itself: its engine and its two registered buffers (packed)."""
+
+    engine_desc: bytes
+    arena_desc: bytes
+    staging_desc: bytes
+    staging_size: int
+
+
+class PeerService(peer_grpc.UMBPPeerServicer):
+    """The 12 UMBPPeer RPCs over one worker's owned-pages store.
+
+    ``on_commit`` runs after a commit made values visible (the worker ships their ADD events to
+    the master at once, so a reader routed there next finds them).
+    """
+
+    def __init__(self, store, descs: PeerDescriptors, dram_lease_ms: int, ssd_lease_ms: int,
+                 on_commit: Optional[Callable[[], None]] = None) -> None:
+        self._store = store
+        self._descs = descs
+        self._dram_lease_ms = dram_lease_ms
+        self._ssd_lease_ms = ssd_lease_ms
+        self._on_commit = on_commit
+        self._arena_buffer = pb.BufferMemoryDesc(buffer_index=ARENA_BUFFER, desc=descs.arena_desc,
+                                                 backend_id=ARENA_BACKEND)
+
+    # -- handshake ---------------------------------------------------------------------------
+    def GetPeerInfo(self, request, context):
+        return peer_pb.GetPeerInfoResponse(engine_desc=self._descs.engine_desc,
+                                           ssd_staging_mem_desc=self._descs.staging_desc,
+                                           ssd_staging_size=self._descs.staging_size,
+                                           buffer_descs=[self._arena_buffer], page_size=PAGE_SIZE)
+
+    # -- slots -------------------------------------------------------------------------------
+    _OUTCOMES = {1: peer_pb.ALLOCATE_SLOT_OUTCOME_SUCCESS_ALLOCATED,
+                 2: peer_pb.ALLOCATE_SLOT_OUTCOME_SUCCESS_ALREADY_EXISTS,
+                 3: peer_pb.ALLOCATE_SLOT_OUTCOME_FAILED,
+                 4: peer_pb.ALLOCATE_SLOT_OUTCOME_FAILED_NO_SPACE}
+
+    def _allocate(self, entries) -> list:
+        keys = [e.key for e in entries]
+        sizes = [int(e.size) for e in entries]
+        bad = [e for e in entries if e.tier not in (pb.TIER_DRAM, pb.TIER_UNKNOWN)]
+        grants = self._store.peer_allocate(keys, sizes)
+        out = []
+        for e, (outcome, slot_id, offset) in zip(entries, grants):
+            if e in bad:  # only the DRAM arena takes puts here (no HBM tier on this peer)
+                if outcome == 1:
+                    self._store.peer_abort([slot_id])
+                out.append(peer_pb.AllocateSlotResponse(outcome=peer_pb.ALLOCATE_SLOT_OUTCOME_FAILED))
+                continue
+            resp = peer_pb.AllocateSlotResponse(outcome=self._OUTCOMES[outcome], slot_id=slot_id,
+                                                page_size=PAGE_SIZE, backend_id=ARENA_BACKEND,
+                                                pending_ttl_ms=30000)
+            if outcome == 1:
+                resp.pages.add(buffer_index=ARENA_BUFFER, page_index=offset // PAGE_SIZE)
+                resp.descs.append(self._arena_buffer)
+            out.append(resp)
+        return out
+
+    def AllocateSlot(self, request, context):
+        return self._allocate([request])[0]
+
+    def BatchAllocateSlots(self, request, context):
+        return peer_pb.BatchAllocateSlotsResponse(entries=self._allocate(list(request.entries)))
+
+    def _commit(self, ids: list[int], keys: list[str]) -> list[bool]:
+        ok = self._store.peer_commit(ids, keys)
+        if any(ok) and self._on_commit is not None:
+            self._on_commit()
+        return ok
+
+    def CommitSlot(self, request, context):
+        return peer_pb.CommitSlotResponse(success=self._commit([request.slot_id], [request.key])[0])
+
+    def BatchCommitSlots(self, request, context):
+        ok = self._commit([e.slot_id for e in request.entries], [e.key for e in request.entries])
+        return peer_pb.BatchCommitSlotsResponse(success=ok)
+
+    def AbortSlot(self, request, context):
+        return peer_pb.AbortSlotResponse(success=self._store.peer_abort([request.slot_id])[0])
+
+    def BatchAbortSlots(self, request, context):
+        return peer_pb.BatchAbortSlotsResponse(success=self._store.peer_abort(list(request.slot_ids)))
+
+    # -- reads -------------------------------------------------------------------------------
+    def ResolveKey(self, request, context):
+        found, tier, offset, size, checksum, lease = self._store.peer_resolve([request.key])[0]
+        resp = peer_pb.ResolveKeyResponse(found=found, size=size, page_size=PAGE_SIZE, backend_id=ARENA_BACKEND,
+                                          checksum=checksum, lease_id=lease)
+        if found and int(tier) == pb.TIER_DRAM:
+            resp.pages.add(buffer_index=ARENA_BUFFER, page_index=offset // PAGE_SIZE)
+            resp.descs.append(self._arena_buffer)
+        return resp
+
+    def BatchResolveKeys(self, request, context):
+        resolved = self._store.peer_resolve(list(request.keys))
+        resp = peer_pb.BatchResolveKeysResponse(page_size=PAGE_SIZE)
+        any_dram = False
+        for found, tier, offset, size, checksum, lease in resolved:
+            dram = found and int(tier) == pb.TIER_DRAM
+            any_dram = any_dram or dram
+            resp.found.append(found)
+            resp.tier.append(int(tier) if found else pb.TIER_UNKNOWN)
+            resp.size.append(size)
+            resp.page_count.append(1 if dram else 0)
+            resp.backend_id.append(ARENA_BACKEND)
+            resp.checksum.append(checksum)
+            resp.lease_id.append(lease)
+            if dram:
+                resp.buffer_index.append(ARENA_BUFFER)
+                resp.page_index.append(offset // PAGE_SIZE)
+        if any_dram and not request.omit_descs:
+            resp.descs.append(self._arena_buffer)
+        return resp
+
+    def PrepareSsdRead(self, request, context):
+        outcome, offset, size, checksum, lease = self._store.peer_prepare_ssd_read(request.key, request.max_size)
+        return peer_pb.PrepareSsdReadResponse(status=_SSD_STATUS[outcome], staging_offset=offset, size=size,
+                                              lease_id=lease, lease_ttl_ms=self._ssd_lease_ms, checksum=checksum)
+
+    def ReleaseSsdLease(self, request, context):
+        # One lease namespace: a DRAM read lease (ResolveKey's lease_id) ends here too.
+        return peer_pb.ReleaseSsdLeaseResponse(success=self._store.peer_release(request.lease_id))
+
+    # -- master-driven eviction ----------------------------------------------------------------
+    def EvictKey(self, request, context):
+        keys = list(request.keys)
+        freed = self._store.peer_evict(keys)
+        return peer_pb.EvictKeyResponse(evicted=[peer_pb.EvictKeyEntry(key=k, bytes_freed=f)
+                                                 for k, f in zip(keys, freed)])
+
+
+class PeerServer:
+    """The gRPC server of a worker's PeerService, on ``host:port`` (0: a free port)."""
+
+    def __init__(self, service: PeerService, host: str, port: int, secret: Optional[bytes] = None,
+                 auth_window_s: float = 30.0, max_workers: int = 8) -> None:
+        interceptors = []
+        if secret is not None:
+            from mori.umbp.distributed.master_auth import VerifyingInterceptor
+            interceptors.append(VerifyingInterceptor(
+                secret, auth_window_s, on_refused=lambda why: log.warning("umbp peer: refused a call: %s", why),
+                name="umbp peer"))
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
+                                                              thread_name_prefix="umbp-peer"),
+                                   interceptors=interceptors,
+                                   options=[("grpc.max_receive_message_length", 256 << 20),
+                                            ("grpc.max_send_message_length", 256 << 20),
+                                            ("grpc.so_reuseport", 0)])
+        peer_grpc.add_UMBPPeerServicer_to_server(service, self._server)
+        self.port = self._server.add_insecure_port(f"{host}:{port}")
+        if self.port == 0:
+            raise OSError(f"umbp peer: cannot listen on {host}:{port}")
+        self.address = f"{host}:{self.port}"
+        self._server.start()
+
+    def stop(self, grace: float = 0.5) -> None:
+        self._server.stop(grace).wait(grace + 1.0)

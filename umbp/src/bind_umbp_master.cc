@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: MIT
+// mori._C.umbp.MasterIndex: the UMBP master's in-memory block index (umbp/src/master_index.h).
+// Batches cross as Python lists of str/int; the index work itself runs without the GIL.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <vector>
+
+#include "mori/core/status.h"
+#include "umbp/src/master_index.h"
+
+namespace py = pybind11;
+using namespace mori::umbp;
+
+namespace {
+
+// A sequence of str (a list, a tuple, a protobuf repeated field) as strings; names the argument
+// when an item is not a str.
+std::vector<std::string> strings_arg(py::handle seq, const char* arg) {
+  py::object fast = py::reinterpret_steal<py::object>(PySequence_Fast(seq.ptr(), arg));
+  if (!fast) throw py::error_already_set();
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast.ptr());
+  PyObject** items = PySequence_Fast_ITEMS(fast.ptr());
+  std::vector<std::string> out;
+  out.reserve(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    Py_ssize_t len = 0;
+    const char* s = PyUnicode_Check(items[i]) ? PyUnicode_AsUTF8AndSize(items[i], &len) : nullptr;
+    if (s == nullptr) {
+      PyErr_Clear();
+      MORI_CHECK_ARG(false, "%s[%zd] must be a str", arg, i);
+    }
+    out.emplace_back(s, static_cast<size_t>(len));
+  }
+  return out;
+}
+
+template <typename T>
+py::list int_list(const std::vector<T>& v) {
+  py::list out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) PyList_SET_ITEM(out.ptr(), i, py::int_(v[i]).release().ptr());
+  return out;
+}
+
+}  // namespace
+
+void bind_umbp_master(py::module_& m) {
+  py::class_<MasterIndex>(m, "MasterIndex",
+                          "The UMBP master's in-memory block index: key -> copies (node, tier, size), "
+                          "with last access and lease per key; lock-sharded by key hash.")
+      .def(py::init<size_t, std::vector<int32_t>>(), py::arg("shards"), py::arg("tier_priority"),
+           "shards: lock shards (>= 1); tier_priority: the get path's tier order, fastest first.")
+      .def(
+          "add",
+          [](MasterIndex& ix, const std::string& node_id, const std::string& key, int32_t tier, uint64_t size,
+             double now) {
+            py::gil_scoped_release nogil;
+            return ix.add(node_id, key, tier, size, now);
+          },
+          py::arg("node_id"), py::arg("key"), py::arg("tier"), py::arg("size"), py::arg("now"),
+          "Record a copy (or update its size); True if the key had no copy before.")
+      .def("remove", &MasterIndex::remove, py::arg("node_id"), py::arg("key"), py::arg("tier"),
+           py::call_guard<py::gil_scoped_release>(),
+           "Drop a copy: (its size, whether it was the key's last copy), or None if unknown.")
+      .def("remove_node", &MasterIndex::remove_node, py::arg("node_id"), py::call_guard<py::gil_scoped_release>(),
+           "Drop every copy the node holds; [(key, size)] of the keys left with no copy.")
+      .def(
+          "route",
+          [](MasterIndex& ix, py::handle keys, py::handle exclude, double now, double lease_until) {
+            auto k = strings_arg(keys, "keys");
+            auto x = strings_arg(exclude, "exclude");
+            std::vector<std::vector<IndexCopy>> copies;
+            {
+              py::gil_scoped_release nogil;
+              copies = ix.route(k, x, now, lease_until);
+            }
+            py::list out(copies.size());
+            for (size_t i = 0; i < copies.size(); ++i) {
+              py::tuple t(copies[i].size());
+              for (size_t j = 0; j < copies[i].size(); ++j)
+                t[j] = py::make_tuple(copies[i][j].node_id, copies[i][j].tier, copies[i][j].size);
+              out[i] = t;
+            }
+            return out;
+          },
+          py::arg("keys"), py::arg("exclude"), py::arg("now"), py::arg("lease_until"),
+          "Per key its copies off the excluded nodes as (node_id, tier, size) tuples, fastest tier first, "
+          "() on a miss; keys with such a copy are touched and leased.")
+      .def(
+          "route_choose",
+          [](MasterIndex& ix, py::handle keys, py::handle exclude, py::handle alive, double now, double lease_until,
+             bool any_copy) {
+            auto k = strings_arg(keys, "keys");
+            auto x = strings_arg(exclude, "exclude");
+            auto a = strings_arg(alive, "alive");
+            RoutedGets r;
+            {
+              py::gil_scoped_release nogil;
+              r = ix.route_choose(k, x, a, now, lease_until, any_copy);
+            }
+            return py::make_tuple(py::cast(r.nodes), int_list(r.hits), int_list(r.node_ref), int_list(r.tier),
+                                  int_list(r.size), r.misses);
+          },
+          py::arg("keys"), py::arg("exclude"), py::arg("alive"), py::arg("now"), py::arg("lease_until"),
+          py::arg("any_copy") = false,
+          "route() plus the copy to read among those on alive nodes (fastest tier, random within it; "
+          "any live copy when any_copy): (nodes, hits per node, node_ref, tier, size, misses), node_ref "
+          "1-based into nodes, 0 for a miss.")
+      .def(
+          "contains",
+          [](const MasterIndex& ix, py::handle keys) {
+            auto k = strings_arg(keys, "keys");
+            py::gil_scoped_release nogil;
+            return ix.contains(k);
+          },
+          py::arg("keys"), "Per key whether it has a copy.")
+      .def(
+          "candidates",
+          [](const MasterIndex& ix, const std::string& node_id, int32_t tier, double now) {
+            std::vector<IndexCandidate> c;
+            {
+              py::gil_scoped_release nogil;
+              c = ix.candidates(node_id, tier, now);
+            }
+            py::list out(c.size());
+            for (size_t i = 0; i < c.size(); ++i) out[i] = py::make_tuple(c[i].key, c[i].size, c[i].last_access);
+            return out;
+          },
+          py::arg("node_id"), py::arg("tier"), py::arg("now"),
+          "The node's unleased copies in the tier as (key, size, last_access).")
+      .def("node_copies", &MasterIndex::node_copies, py::arg("node_id"), py::call_guard<py::gil_scoped_release>(),
+           "[(key, tier)] of every copy the node holds.")
+      .def("node_keys", &MasterIndex::node_keys, py::arg("node_id"), py::call_guard<py::gil_scoped_release>(),
+           "Keys the node holds a copy of.")
+      .def("__len__", &MasterIndex::size);
+}

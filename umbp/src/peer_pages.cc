@@ -1,0 +1,274 @@
+// SPDX-License-Identifier: MIT
+#include "umbp/src/peer_pages.h"
+
+#include <algorithm>
+
+#include "mori/core/log.h"
+#include "mori/core/status.h"
+#include "mori/core/thread_name.h"
+#include "mori/umbp/client.h"
+#include "umbp/src/checksum.h"
+
+namespace mori::umbp {
+
+PeerPages::PeerPages(DramTier& dram, SsdTier* ssd, CopyPipeline* pipeline, bool copy_sync, size_t staging_bytes,
+                     int staging_slots, int dram_lease_ms, int ssd_lease_ms)
+    : dram_(dram),
+      ssd_(ssd),
+      pipeline_(pipeline),
+      copy_sync_(copy_sync),
+      dram_lease_(std::max(dram_lease_ms, 1)),
+      ssd_lease_(std::max(ssd_lease_ms, 1)) {
+  if (ssd_ && staging_bytes > 0 && staging_slots > 0) {
+    slot_bytes_ = staging_bytes / static_cast<size_t>(staging_slots) / HeapAllocator::kMinAlign *
+                  HeapAllocator::kMinAlign;
+    if (slot_bytes_ == 0)
+      raise(Status::kInvalidArgument,
+            "distributed.ssd_staging_buffer_size (%zu) is too small for %d ssd_staging_buffer_slots", staging_bytes,
+            staging_slots);
+    staging_ = host_.alloc(slot_bytes_ * static_cast<size_t>(staging_slots));
+    slot_busy_.assign(static_cast<size_t>(staging_slots), false);
+  }
+  dram_.set_event_log(&events_);
+  if (ssd_) ssd_->set_event_log(&events_);
+  reaper_thread_ = std::thread([this] { reaper(); });
+  name_thread(reaper_thread_, "umbp-peer-reap");
+}
+
+PeerPages::~PeerPages() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  reaper_cv_.notify_all();
+  reaper_thread_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, l] : leases_) end_lease(l);
+  leases_.clear();
+  for (auto& [id, p] : pending_) dram_.abort_slot(p.block);
+  pending_.clear();
+  dram_.set_event_log(nullptr);
+  if (ssd_) ssd_->set_event_log(nullptr);
+  host_.free(staging_);
+}
+
+void PeerPages::end_lease(Lease& l) {
+  if (l.block) {
+    DramTier::Block* b = l.block;
+    dram_.unpin_blocks(&b, 1);
+  } else {
+    slot_busy_[static_cast<size_t>(l.staging_slot)] = false;
+  }
+}
+
+void PeerPages::reaper() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    if (pending_.empty() && leases_.empty()) {
+      reaper_cv_.wait(lock);
+      continue;
+    }
+    // Leases last hundreds of ms: a tenth of the shortest is late enough to matter little.
+    reaper_cv_.wait_for(lock, std::max(std::chrono::milliseconds(5), dram_lease_ / 10));
+    const auto now = Clock::now();
+    for (auto it = leases_.begin(); it != leases_.end();) {
+      if (it->second.deadline <= now) {
+        end_lease(it->second);
+        it = leases_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second.deadline <= now) {
+        MORI_LOG(kWarn, "umbp", "peer: the slot of '%s' was not committed within %lld ms: aborted (writer gone?)",
+                 it->second.key.c_str(), static_cast<long long>(kPendingTtl.count()));
+        dram_.abort_slot(it->second.block);
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+std::vector<SlotGrant> PeerPages::allocate(const std::vector<std::string>& keys, const std::vector<uint64_t>& sizes) {
+  if (keys.size() != sizes.size())
+    raise(Status::kInvalidArgument, "allocate: %zu keys but %zu sizes", keys.size(), sizes.size());
+  std::vector<SlotGrant> out(keys.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i].empty() || keys[i].size() > kMaxKeyBytes || sizes[i] == 0) {
+      out[i].outcome = SlotOutcome::Failed;
+      continue;
+    }
+    if (ssd_ && ssd_->contains(keys[i])) {  // write-once across both tiers
+      out[i].outcome = SlotOutcome::AlreadyExists;
+      continue;
+    }
+    DramTier::PutOutcome o;
+    DramTier::Block* b = dram_.reserve_slot(keys[i], sizes[i], &o);
+    if (!b) {
+      out[i].outcome = o == DramTier::PutOutcome::kExists ? SlotOutcome::AlreadyExists : SlotOutcome::NoSpace;
+      continue;
+    }
+    const uint64_t id = next_id_++;
+    pending_.emplace(id, Pending{b, keys[i], Clock::now() + kPendingTtl});
+    out[i] = {SlotOutcome::Allocated, id, DramTier::offset_of(b)};
+  }
+  reaper_cv_.notify_all();
+  return out;
+}
+
+std::vector<bool> PeerPages::commit(const std::vector<uint64_t>& slot_ids, const std::vector<std::string>& keys) {
+  if (keys.size() != slot_ids.size())
+    raise(Status::kInvalidArgument, "commit: %zu slot ids but %zu keys", slot_ids.size(), keys.size());
+  std::vector<bool> ok(slot_ids.size(), false);
+  std::vector<DramTier::Block*> mine(slot_ids.size(), nullptr);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < slot_ids.size(); ++i) {
+      auto it = pending_.find(slot_ids[i]);
+      if (it == pending_.end() || it->second.key != keys[i]) continue;
+      mine[i] = it->second.block;
+      pending_.erase(it);
+    }
+  }
+  // Checksums and publication outside mu_: a large value takes a while to hash.
+  std::vector<DramTier::Block*> held;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    if (!mine[i]) continue;
+    bool published = false;
+    DramTier::Block* h = dram_.commit_slot(mine[i], pipeline_ != nullptr, &published);
+    ok[i] = published;
+    if (h) held.push_back(h);
+  }
+  if (pipeline_ && !held.empty()) {
+    if (copy_sync_) pipeline_->copy_now(held);
+    else pipeline_->submit(held);
+  }
+  return ok;
+}
+
+std::vector<bool> PeerPages::abort(const std::vector<uint64_t>& slot_ids) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint64_t id : slot_ids) {
+    auto it = pending_.find(id);
+    if (it == pending_.end()) continue;
+    dram_.abort_slot(it->second.block);
+    pending_.erase(it);
+  }
+  return std::vector<bool>(slot_ids.size(), true);
+}
+
+std::vector<ResolvedValue> PeerPages::resolve(const std::vector<std::string>& keys) {
+  std::vector<ResolvedValue> out(keys.size());
+  std::vector<DramTier::Block*> pinned(keys.size(), nullptr);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (DramTier::Block* b = dram_.pin(keys[i])) {
+      pinned[i] = b;
+      out[i] = {true, TierType::DRAM, DramTier::offset_of(b), DramTier::size_of(b), DramTier::checksum_of(b), 0};
+    } else if (ssd_) {
+      const uint64_t size = ssd_->value_size(keys[i]);
+      if (size) out[i] = {true, TierType::SSD, 0, size, 0, 0};
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto deadline = Clock::now() + dram_lease_;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!pinned[i]) continue;
+    out[i].lease_id = next_id_++;
+    leases_.emplace(out[i].lease_id, Lease{pinned[i], -1, deadline});
+  }
+  reaper_cv_.notify_all();
+  return out;
+}
+
+StagedValue PeerPages::prepare_ssd_read(const std::string& key, uint64_t max_size) {
+  StagedValue out;
+  if (!ssd_) {
+    out.outcome = StageOutcome::NotFound;
+    return out;
+  }
+  const uint64_t size = ssd_->value_size(key);
+  if (size == 0) {
+    out.outcome = StageOutcome::NotFound;
+    return out;
+  }
+  if (size > slot_bytes_ || (max_size && size > max_size)) {
+    out.outcome = StageOutcome::SizeTooLarge;
+    out.size = size;
+    return out;
+  }
+  int slot = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t s = 0; s < slot_busy_.size(); ++s)
+      if (!slot_busy_[s]) {
+        slot_busy_[s] = true;
+        slot = static_cast<int>(s);
+        break;
+      }
+  }
+  if (slot < 0) {
+    out.outcome = StageOutcome::NoSlot;  // every slot leased: the reader retries
+    return out;
+  }
+  char* dst = static_cast<char*>(staging_.ptr) + static_cast<size_t>(slot) * slot_bytes_;
+  bool read = false;
+  try {
+    read = ssd_->read(key, dst, size);  // checksum verified against the record
+  } catch (const std::exception& e) {
+    MORI_LOG(kWarn, "umbp", "peer: staging '%s' from the SSD failed: %s", key.c_str(), e.what());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!read) {
+    slot_busy_[static_cast<size_t>(slot)] = false;
+    out.outcome = ssd_->contains(key) ? StageOutcome::Error : StageOutcome::NotFound;
+    return out;
+  }
+  out.outcome = StageOutcome::Ok;
+  out.offset = static_cast<uint64_t>(slot) * slot_bytes_;
+  out.size = size;
+  out.checksum = value_checksum(dst, size);
+  out.lease_id = next_id_++;
+  leases_.emplace(out.lease_id, Lease{nullptr, slot, Clock::now() + ssd_lease_});
+  reaper_cv_.notify_all();
+  return out;
+}
+
+bool PeerPages::release(uint64_t lease_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return false;
+  end_lease(it->second);
+  leases_.erase(it);
+  return true;
+}
+
+std::vector<uint64_t> PeerPages::evict(const std::vector<std::string>& keys) {
+  std::vector<uint64_t> freed(keys.size(), 0);
+  for (size_t i = 0; i < keys.size(); ++i) freed[i] = dram_.evict_key(keys[i]);
+  return freed;
+}
+
+std::pair<uint64_t, std::vector<OwnedKey>> PeerPages::snapshot() {
+  const uint64_t baseline = events_.mark_and_drop();
+  std::vector<OwnedKey> keys;
+  for (auto& [k, size] : dram_.snapshot()) keys.push_back({std::move(k), TierType::DRAM, size});
+  if (ssd_)
+    for (auto& [k, size] : ssd_->snapshot()) keys.push_back({std::move(k), TierType::SSD, size});
+  return {baseline, std::move(keys)};
+}
+
+size_t PeerPages::leases() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return leases_.size();
+}
+
+size_t PeerPages::pending_slots() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_.size();
+}
+
+}  // namespace mori::umbp

@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: MIT
+// The peer side of the distributed pool: what a worker's UMBPPeer service does to the pages it
+// owns (its local store's DRAM arena and SSD tier). The control plane (gRPC, Python) calls these;
+// bytes move between processes only through MORI-IO, straight into and out of the arena.
+//
+//   write  allocate(key, size) reserves an invisible block in the arena (write-once: a key the
+//          peer has is ALREADY_EXISTS; NO_SPACE when nothing evictable makes room) and returns
+//          its offset; the writer writes the bytes there with MORI-IO and commits (the value
+//          becomes visible, its checksum is taken, it is queued for the SSD copy, an ADD event
+//          is logged) or aborts. A slot neither committed nor aborted within kPendingTtl is
+//          aborted by the reaper (a writer that died).
+//   read   resolve(key) pins a DRAM value under a read lease (UMBP_DRAM_READ_LEASE_MS) so that
+//          no eviction frees it while a reader copies it out; the lease ends when released or
+//          when it expires (a reader that died). A key only on the SSD is staged:
+//          prepare_ssd_read() reads it (checksum verified) into a slot of the staging buffer,
+//          leased for UMBP_SSD_READ_LEASE_MS. Every answer carries the value's XXH3 checksum:
+//          the reader verifies what it read, so a lease that expired mid-read costs a retry,
+//          never a wrong value.
+//   index  every ADD/REMOVE of an owned key per tier goes to the event log (peer_events.h), and
+//          snapshot() lists the owned keys for a full sync.
+//
+// Thread-safe. Lock order: PeerPages::mu_ -> the tiers' locks -> the event log's.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "umbp/src/copy_pipeline.h"
+#include "umbp/src/dram_tier.h"
+#include "umbp/src/host_mem_allocator.h"
+#include "umbp/src/peer_events.h"
+#include "umbp/src/ssd_tier.h"
+
+namespace mori::umbp {
+
+// The values of umbp_peer.proto's AllocateSlotOutcome.
+enum class SlotOutcome : int { Allocated = 1, AlreadyExists = 2, Failed = 3, NoSpace = 4 };
+// How a staged SSD read ended (the master's SSD read metrics use the same names).
+enum class StageOutcome : int { Ok = 0, NotFound = 1, NoSlot = 2, SizeTooLarge = 3, Error = 4 };
+
+struct SlotGrant {
+  SlotOutcome outcome = SlotOutcome::Failed;
+  uint64_t slot_id = 0;
+  uint64_t offset = 0;  // in the arena
+};
+
+struct ResolvedValue {
+  bool found = false;
+  TierType tier = TierType::Unknown;  // DRAM: pinned at `offset`; SSD: stage it first
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+  uint64_t lease_id = 0;  // DRAM only
+};
+
+struct StagedValue {
+  StageOutcome outcome = StageOutcome::Error;
+  uint64_t offset = 0;  // in the staging buffer
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+  uint64_t lease_id = 0;
+};
+
+struct OwnedKey {
+  std::string key;
+  TierType tier;
+  uint64_t size;
+};
+
+class PeerPages {
+ public:
+  // `ssd` and `pipeline` may be null (no SSD tier). The staging buffer (`staging_bytes` in
+  // `staging_slots` equal slots) is mapped only when there is an SSD tier.
+  PeerPages(DramTier& dram, SsdTier* ssd, CopyPipeline* pipeline, bool copy_sync, size_t staging_bytes,
+            int staging_slots, int dram_lease_ms, int ssd_lease_ms);
+  ~PeerPages();
+  PeerPages(const PeerPages&) = delete;
+  PeerPages& operator=(const PeerPages&) = delete;
+
+  std::vector<SlotGrant> allocate(const std::vector<std::string>& keys, const std::vector<uint64_t>& sizes);
+  // False for a slot that is unknown (reaped, aborted) or whose key does not match.
+  std::vector<bool> commit(const std::vector<uint64_t>& slot_ids, const std::vector<std::string>& keys);
+  // Idempotent: true for an unknown slot too.
+  std::vector<bool> abort(const std::vector<uint64_t>& slot_ids);
+  std::vector<ResolvedValue> resolve(const std::vector<std::string>& keys);
+  StagedValue prepare_ssd_read(const std::string& key, uint64_t max_size);
+  // Ends a read lease (DRAM or staging); false when it is unknown (expired, or released).
+  bool release(uint64_t lease_id);
+  // Master-driven eviction from DRAM: the bytes freed per key (0: leased, pinned, or absent).
+  std::vector<uint64_t> evict(const std::vector<std::string>& keys);
+
+  // Baseline sequence and every owned key, for a full sync (peer_events.h says why it is exact).
+  std::pair<uint64_t, std::vector<OwnedKey>> snapshot();
+  PeerEventLog& events() { return events_; }
+
+  uintptr_t arena_ptr() const { return reinterpret_cast<uintptr_t>(dram_.base()); }
+  size_t arena_size() const { return dram_.capacity(); }
+  uintptr_t staging_ptr() const { return reinterpret_cast<uintptr_t>(staging_.ptr); }
+  size_t staging_size() const { return staging_.ptr ? staging_.requested_size : 0; }
+  size_t staging_slot_size() const { return slot_bytes_; }
+  uint64_t pending_ttl_ms() const { return kPendingTtl.count(); }
+  size_t leases() const;  // live read leases (DRAM and staging)
+  size_t pending_slots() const;
+
+  // A slot not committed or aborted within this is aborted: its writer is gone.
+  static constexpr std::chrono::milliseconds kPendingTtl{30000};
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Pending {
+    DramTier::Block* block;
+    std::string key;
+    Clock::time_point deadline;
+  };
+  struct Lease {
+    DramTier::Block* block;  // null: a staging slot
+    int staging_slot;
+    Clock::time_point deadline;
+  };
+
+  void reaper();
+  void end_lease(Lease& l);  // under mu_
+
+  DramTier& dram_;
+  SsdTier* ssd_;
+  CopyPipeline* pipeline_;
+  const bool copy_sync_;
+  const std::chrono::milliseconds dram_lease_, ssd_lease_;
+  PeerEventLog events_;
+
+  HostMemAllocator host_;
+  HostBufferHandle staging_;
+  size_t slot_bytes_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable reaper_cv_;
+  bool stopping_ = false;
+  uint64_t next_id_ = 1;  // slot and lease ids, one counter: never 0
+  std::unordered_map<uint64_t, Pending> pending_;
+  std::unordered_map<uint64_t, Lease> leases_;
+  std::vector<bool> slot_busy_;
+  std::thread reaper_thread_;  // last: started once the rest is built
+};
+
+}  // namespace mori::umbp
