@@ -3,7 +3,9 @@
 
 BatchRouteGet of 128 keys (all hits, random keys of a populated index), closed loop from
 several client processes, against one master process backed by the in-memory store, one Redis,
-and four Redis instances (UMBP_REDIS_SHARD_URIS). Reports calls/s, keys/s and per-call p50/p99.
+and four Redis instances (UMBP_REDIS_SHARD_URIS). Reports calls/s, keys/s and per-call p50/p99,
+and the CPU the master processes (and redis-servers) spent per call, read from /proc: calls per
+master core-second is the figure that does not depend on what else loads the host.
 
     mori bench umbp --master                          # about 30 s
     mori bench umbp --master --clients 1,4 --seconds 3 --keys 50000 --json out.json
@@ -132,6 +134,30 @@ def _measure(address: str, keys: list[str], clients: int, batch: int, seconds: f
             "mean_us": statistics.fmean(lat) * 1e6, "misses": misses}
 
 
+def _cpu_seconds(root: int) -> float:
+    """User + system CPU seconds of process ``root`` and its live descendants (the master and its
+    --workers), from /proc: the master's cost per call, whatever else loads the host."""
+    parent: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(entry)] = int(fields[1])
+        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0.0)
+        todo.extend(child for child, ppid in parent.items() if ppid == pid)
+    return total
+
+
 def _start_master(env_extra: dict, workers: int = 1) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     env = dict(os.environ, **env_extra)
@@ -157,7 +183,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = p.parse_args(argv)
     from mori.umbp.distributed.redis_server import RedisServerProcess
 
-    report = Report("umbp_master", ["backend", "master_processes", "clients", "calls/s", "keys/s", "p50 us", "p99 us", "vs MORI calls/s"])
+    report = Report("umbp_master", ["backend", "master_processes", "clients", "calls/s", "keys/s", "p50 us", "p99 us",
+                                     "master CPU us/call", "calls/s per master core", "Redis CPU us/call",
+                                     "vs MORI calls/s"])
     report.meta.update({"batch": args.batch, "keys": args.keys, "nodes": args.nodes, "cores": os.cpu_count(),
                         "mori_published": MORI_PUBLISHED})
     for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
@@ -180,11 +208,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         try:
             keys = _populate(address, args.keys, args.nodes, seed=7, stop=stop)
             for clients in [int(c) for c in args.clients.split(",") if c.strip()]:
+                cpu0 = _cpu_seconds(proc.pid)
+                redis0 = sum(_cpu_seconds(rs.proc.pid) for rs in redis_servers)
                 r = _measure(address, keys, clients, args.batch, args.seconds)
+                # includes the 1 s heartbeats of the bench's peers and the clients' start-up wait
+                r["master_cpu_us_per_call"] = (_cpu_seconds(proc.pid) - cpu0) / r["calls"] * 1e6
+                r["calls_per_master_core_s"] = 1e6 / r["master_cpu_us_per_call"]
+                r["redis_cpu_us_per_call"] = (sum(_cpu_seconds(rs.proc.pid) for rs in redis_servers)
+                                              - redis0) / r["calls"] * 1e6
                 if r["misses"]:
                     raise RuntimeError(f"{backend}: {r['misses']} keys missed; the index lost keys")
                 report.add(**{"backend": backend, "clients": clients, "master_processes": workers, "calls/s": r["calls_per_s"],
                               "keys/s": r["keys_per_s"], "p50 us": r["p50_us"], "p99 us": r["p99_us"],
+                              "master CPU us/call": r["master_cpu_us_per_call"],
+                              "calls/s per master core": r["calls_per_master_core_s"],
+                              "Redis CPU us/call": r["redis_cpu_us_per_call"],
                               "vs MORI calls/s": r["calls_per_s"] / MORI_PUBLISHED["calls_per_s"], **r})
         finally:
             stop.set()
