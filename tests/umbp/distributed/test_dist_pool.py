@@ -72,6 +72,24 @@ def test_remote_paths(pair, pool):
     assert a.ask("exists", keys=keys + [uid("absent")] + keys)["consecutive"] == 8
 
 
+def test_located_reads_skip_route_and_resolve(pair):
+    """A reader that resolved keys reads them again within the lease straight from the owner (no
+    master route, no resolve); a location gone stale (its block now holds another value) fails
+    the checksum and the key is read through the routed path: right bytes either way."""
+    a, b = pair
+    keys = _keys(4)
+    seed = random.randrange(1 << 30)
+    assert a.ask("put", keys=keys, size=64 << 10, seed=seed)["ok"] == [True] * 4
+    assert a.ask("get", keys=keys, size=64 << 10, seed=seed)["right"] == [True] * 4
+    assert a.ask("locations", keys=keys, extend_s=60.0, misplace=[keys[0], keys[1]])["held"] == 4
+    hits, stale, gets = _stat(a, "location_cache_hits"), _stat(a, "location_cache_stale"), _stat(a, "remote_gets")
+    assert a.ask("get", keys=keys, size=64 << 10, seed=seed)["right"] == [True] * 4
+    assert _stat(a, "location_cache_hits") == hits + 3
+    assert _stat(a, "location_cache_stale") == stale + 1
+    assert _stat(a, "remote_gets") == gets + 4
+    assert _stat(a, "remote_checksum_failures") == 0  # a stale location is not a corrupt value
+
+
 def test_write_once_across_workers(pair):
     """A key put again (from either worker, with other bytes) keeps its first value."""
     a, b = pair
