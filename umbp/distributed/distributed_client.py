@@ -194,11 +194,13 @@ class DistributedUMBPClient(_UMBPClient):
 
         # -- the peer service ----------------------------------------------------------------
         from mori.umbp.distributed.peer_service import PeerDescriptors, PeerServer, PeerService
-        descs = PeerDescriptors(engine_desc=self._engine.get_engine_desc().pack(),
+        self._engine_desc = self._engine.get_engine_desc().pack()
+        descs = PeerDescriptors(engine_desc=self._engine_desc,
                                 arena_desc=self._arena_desc.pack(),
                                 staging_desc=self._ssd_staging_desc.pack() if self._ssd_staging_desc else b"",
                                 staging_size=staging_size)
-        service = PeerService(self, descs, self._dram_lease_ms, self._ssd_lease_ms, on_commit=self._ship_soon)
+        service = PeerService(self, descs, self._dram_lease_ms, self._ssd_lease_ms, on_commit=self._ship_soon,
+                              register_engine=self._register_engine)
         peer_host = host if host not in ("0.0.0.0", "") else "127.0.0.1"
         self._server = PeerServer(service, "0.0.0.0" if host == "0.0.0.0" else peer_host,
                                   int(d.peer_service_port), secret=self._secret)
@@ -418,7 +420,9 @@ class DistributedUMBPClient(_UMBPClient):
             from mori.umbp.distributed.master_auth import SigningInterceptor
             channel = grpc.intercept_channel(channel, SigningInterceptor(self._secret))
         stub = peer_grpc.UMBPPeerStub(channel)
-        info = stub.GetPeerInfo(peer_pb.GetPeerInfoRequest(), timeout=self._timeout_s)
+        # Our engine's descriptor goes along: the peer registers it, so the notifications our
+        # transfers send there come from an engine it knows.
+        info = stub.GetPeerInfo(peer_pb.GetPeerInfoRequest(engine_desc=self._engine_desc), timeout=self._timeout_s)
         self._engine.register_remote_engine(EngineDesc.unpack(info.engine_desc))
         p = _Peer(node_id, address, stub, channel)
         for b in info.buffer_descs:
@@ -434,6 +438,11 @@ class DistributedUMBPClient(_UMBPClient):
         if old is not None and old.channel is not channel:
             old.channel.close()
         return p
+
+    def _register_engine(self, packed: bytes) -> None:
+        """A caller's engine (GetPeerInfo), registered before it connects to ours."""
+        from mori.io import EngineDesc
+        self._engine.register_remote_engine(EngineDesc.unpack(packed))
 
     def _forget_peer(self, node_id: str) -> None:
         with self._locations_lock:

@@ -19,6 +19,8 @@ def test_bench_umbp_distributed_tiny(tmp_path):
                            "--batches", "4", "--iters", "3", "--budget", "0.01", "--json", str(out)],
                           capture_output=True, text=True, timeout=100, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The writer's engine reached the owner with GetPeerInfo: its transfers' notifications count.
+    assert "without proof" not in proc.stderr, proc.stderr
     doc = json.loads(out.read_text())
     rows = {(r["engine"], r["op"]): r for r in doc["rows"]}
     assert set(rows) == {("umbp", "put"), ("umbp", "get-1st"), ("umbp", "get"), ("raw-io", "write"), ("raw-io", "read"),

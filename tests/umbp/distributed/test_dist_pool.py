@@ -150,3 +150,21 @@ def test_bad_arguments_write_nothing(pair):
     with pytest.raises(AssertionError, match="InvalidArgument.*size of key .* must be > 0"):
         a.ask("put", keys=keys, size=0, seed=1)
     assert b.ask("exists", keys=keys)["found"] == [False, False]
+
+
+def test_get_peer_info_refuses_a_malformed_engine_desc(pair):
+    """GetPeerInfo registers the caller's engine descriptor: one that does not unpack is refused,
+    naming the field."""
+    import grpc
+
+    from mori.umbp.proto import require
+
+    peer_pb, peer_grpc = require("umbp_peer_pb2"), require("umbp_peer_pb2_grpc")
+    _a, b = pair
+    with grpc.insecure_channel(b.info["peer"]) as channel:
+        stub = peer_grpc.UMBPPeerStub(channel)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.GetPeerInfo(peer_pb.GetPeerInfoRequest(engine_desc=bytes(random.randrange(256) for _ in range(24))),
+                             timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "engine_desc" in err.value.details()
+        assert stub.GetPeerInfo(peer_pb.GetPeerInfoRequest(), timeout=10).engine_desc  # no descriptor: fine
