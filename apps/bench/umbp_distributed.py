@@ -10,8 +10,12 @@ owner through MORI-IO.
 Rows (engine / op):
   umbp put      batch_put_from_ptr of fresh keys: BatchRoutePut, BatchAllocateSlots on the owner, a
                 MORI-IO write from the registered source, BatchCommitSlots (+ the owner's heartbeat)
-  umbp get      batch_get_into_ptr of the keys just put: BatchRouteGet, BatchResolveKeys, a MORI-IO
-                read into the registered destination, each value's XXH3 checked
+  umbp get-1st  batch_get_into_ptr of keys put but never read by this worker (each call another
+                put batch): BatchRouteGet, BatchResolveKeys, a MORI-IO read into the registered
+                destination, each value's XXH3 checked
+  umbp get      batch_get_into_ptr of the last put batch, again and again: within the read lease of
+                its last resolve, one MORI-IO read straight from the owner and the XXH3 check (the
+                location cache); after it, as get-1st
   raw-io write  / raw-io read: the same bytes between the same buffers and the same arena offsets,
                 one engine.batch_write / batch_read + wait (the ceiling)
   master        BatchRouteGet of 128 keys (ops/s = keys/s; p50/p99 of one call)
@@ -86,7 +90,8 @@ def run(args, sizes: list[int], batches: list[int]) -> tuple[list[dict], dict]:
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Queue(), ctx.Event()
     owner_id = f"bench-owner-{uuid.uuid4().hex[:8]}"
-    owner = ctx.Process(target=_owner_main, args=(address, owner_id, max(4 * max_bytes, 256 * MIB), ready, stop),
+    owner_dram = max(4 * max_bytes, 256 * MIB)
+    owner = ctx.Process(target=_owner_main, args=(address, owner_id, owner_dram, ready, stop),
                         daemon=True)
     owner.start()
     client = None
@@ -104,13 +109,22 @@ def run(args, sizes: list[int], batches: list[int]) -> tuple[list[dict], dict]:
             tag = f"D{row.size}x{row.batch}"
             counter = iter(range(1 << 30))
 
+            every: list[list[str]] = []
+
             def put_call() -> None:
                 keys = sglang_keys(row.batch, f"{tag}p{next(counter)}")
                 check_all(client.batch_put_from_ptr(keys, row.src_ptrs(buf), row.sizes()), "distributed put")
                 last[0] = keys
+                every.append(keys)
 
             put = iterations(put_call, args.iters, args.budget)
             keys = last[0]
+            # The latest put batches, as many as half the owner's DRAM surely still holds.
+            fresh = every[:-1][-max(2, (owner_dram // 2) // row.nbytes):]
+            unread = iter(fresh)
+            first = iterations(lambda: check_all(client.batch_get_into_ptr(next(unread), row.dst_ptrs(buf),
+                                                                            row.sizes()), "distributed get"),
+                               len(fresh) - 1, args.budget, min_iters=len(fresh) - 1)
             buf.dst[:row.nbytes] = 0
             get = iterations(lambda: check_all(client.batch_get_into_ptr(keys, row.dst_ptrs(buf), row.sizes()),
                                                "distributed get"), args.iters, args.budget)
@@ -129,8 +143,10 @@ def run(args, sizes: list[int], batches: list[int]) -> tuple[list[dict], dict]:
             raw_r = iterations(lambda: _raw(client._engine, True, dst_desc, peer.arena, loffs, roffs, zs),
                                args.iters, args.budget)
             fig = {name: summarize(s, row.batch, row.nbytes)
-                   for name, s in (("put", put), ("get", get), ("raw_w", raw_w), ("raw_r", raw_r))}
-            for engine, op, key, base in (("umbp", "put", "put", "raw_w"), ("umbp", "get", "get", "raw_r"),
+                   for name, s in (("put", put), ("get-1st", first), ("get", get), ("raw_w", raw_w),
+                                   ("raw_r", raw_r))}
+            for engine, op, key, base in (("umbp", "put", "put", "raw_w"), ("umbp", "get-1st", "get-1st", "raw_r"),
+                                          ("umbp", "get", "get", "raw_r"),
                                           ("raw-io", "write", "raw_w", None), ("raw-io", "read", "raw_r", None)):
                 f = dict(fig[key])
                 if base is not None and fig[base].get("GiB/s"):

@@ -31,7 +31,7 @@ import os
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -68,6 +68,26 @@ class _Peer:
 
 
 @dataclass
+class _Location:
+    """Where a key's value lay on its owner when this worker last resolved it (BatchResolveKeys):
+    used again, with no RPC, until the read lease taken then runs out (a margin before)."""
+
+    node_id: str
+    address: str
+    offset: int      # in the owner's DRAM arena
+    size: int
+    checksum: int    # XXH3 of the value, taken by the owner at commit
+    expires: float   # time.monotonic()
+
+
+# Locations remembered per reader (LRU beyond this): ~200 bytes each.
+_LOCATION_CACHE_ENTRIES = 1 << 16
+# A cached location is used for this fraction of the read lease, counted from before the
+# resolve was sent: the rest covers the read itself.
+_LOCATION_LEASE_FRACTION = 0.8
+
+
+@dataclass
 class _Region:
     ptr: int
     size: int
@@ -87,6 +107,8 @@ class DistributedStats:
     remote_errors: int = 0
     master_errors: int = 0
     remote_fetches_cached: int = 0
+    location_cache_hits: int = 0
+    location_cache_stale: int = 0
     full_syncs: int = 0
     heartbeats: int = 0
 
@@ -146,6 +168,8 @@ class DistributedUMBPClient(_UMBPClient):
         self._admission_max = int(d.admission_max_block_bytes)
         self.dstats = DistributedStats()
         self._stats_lock = threading.Lock()
+        self._locations: OrderedDict[str, _Location] = OrderedDict()
+        self._locations_lock = threading.Lock()
         self._closed = False
 
         # -- data plane: one engine, the arena and the staging buffers registered on it --------
@@ -170,11 +194,13 @@ class DistributedUMBPClient(_UMBPClient):
 
         # -- the peer service ----------------------------------------------------------------
         from mori.umbp.distributed.peer_service import PeerDescriptors, PeerServer, PeerService
-        descs = PeerDescriptors(engine_desc=self._engine.get_engine_desc().pack(),
+        self._engine_desc = self._engine.get_engine_desc().pack()
+        descs = PeerDescriptors(engine_desc=self._engine_desc,
                                 arena_desc=self._arena_desc.pack(),
                                 staging_desc=self._ssd_staging_desc.pack() if self._ssd_staging_desc else b"",
                                 staging_size=staging_size)
-        service = PeerService(self, descs, self._dram_lease_ms, self._ssd_lease_ms, on_commit=self._ship_soon)
+        service = PeerService(self, descs, self._dram_lease_ms, self._ssd_lease_ms, on_commit=self._ship_soon,
+                              register_engine=self._register_engine)
         peer_host = host if host not in ("0.0.0.0", "") else "127.0.0.1"
         self._server = PeerServer(service, "0.0.0.0" if host == "0.0.0.0" else peer_host,
                                   int(d.peer_service_port), secret=self._secret)
@@ -394,7 +420,9 @@ class DistributedUMBPClient(_UMBPClient):
             from mori.umbp.distributed.master_auth import SigningInterceptor
             channel = grpc.intercept_channel(channel, SigningInterceptor(self._secret))
         stub = peer_grpc.UMBPPeerStub(channel)
-        info = stub.GetPeerInfo(peer_pb.GetPeerInfoRequest(), timeout=self._timeout_s)
+        # Our engine's descriptor goes along: the peer registers it, so the notifications our
+        # transfers send there come from an engine it knows.
+        info = stub.GetPeerInfo(peer_pb.GetPeerInfoRequest(engine_desc=self._engine_desc), timeout=self._timeout_s)
         self._engine.register_remote_engine(EngineDesc.unpack(info.engine_desc))
         p = _Peer(node_id, address, stub, channel)
         for b in info.buffer_descs:
@@ -411,7 +439,15 @@ class DistributedUMBPClient(_UMBPClient):
             old.channel.close()
         return p
 
+    def _register_engine(self, packed: bytes) -> None:
+        """A caller's engine (GetPeerInfo), registered before it connects to ours."""
+        from mori.io import EngineDesc
+        self._engine.register_remote_engine(EngineDesc.unpack(packed))
+
     def _forget_peer(self, node_id: str) -> None:
+        with self._locations_lock:
+            for key in [k for k, loc in self._locations.items() if loc.node_id == node_id]:
+                del self._locations[key]
         with self._peers_lock:
             p = self._peers.pop(node_id, None)
         if p is not None:
@@ -673,6 +709,8 @@ class DistributedUMBPClient(_UMBPClient):
         # The keys this worker owns: no RPC at all.
         ok = list(_Native.batch_get_into_ptr(self, keys, ptrs, sizes))
         miss = [i for i, hit in enumerate(ok) if not hit]
+        if miss:
+            miss = self._get_located(miss, keys, ptrs, sizes, ok)
         if not miss:
             return ok
         resp = self._master_call("BatchRouteGet", pb.BatchRouteGetRequest(
@@ -689,8 +727,64 @@ class DistributedUMBPClient(_UMBPClient):
                 ok[i] = True
         return ok
 
+    def _get_located(self, miss: list[int], keys, ptrs, sizes, ok: list[bool]) -> list[int]:
+        """Reads the keys whose location this worker resolved within its read lease straight from
+        their owners (no master route, no resolve: one MORI-IO read per owner). Each value is
+        checked against its checksum; one that fails it (removed and its block reused) or whose
+        read fails is forgotten and left to the routed path. Returns the indices still missing."""
+        now = time.monotonic()
+        by_node: dict[str, list[tuple[int, _Location]]] = defaultdict(list)
+        rest: list[int] = []
+        with self._locations_lock:
+            for i in miss:
+                loc = self._locations.get(keys[i])
+                if loc is not None and loc.expires > now and loc.size == sizes[i]:
+                    by_node[loc.node_id].append((i, loc))
+                else:
+                    if loc is not None:
+                        del self._locations[keys[i]]
+                    rest.append(i)
+        if not by_node:
+            return miss
+        got: list[int] = []
+        stale = 0
+        for node_id, entries in by_node.items():
+            with self._peers_lock:
+                p = self._peers.get(node_id)
+            if p is None or p.address != entries[0][1].address:
+                rest += [i for i, _loc in entries]
+                continue
+            done = self._transfer(True, p.arena, [(ptrs[i], loc.offset, loc.size) for i, loc in entries])
+            for (i, loc), d in zip(entries, done):
+                if d and _checksum(ptrs[i], loc.size) == loc.checksum:
+                    got.append(i)
+                    continue
+                stale += 1
+                with self._locations_lock:
+                    self._locations.pop(keys[i], None)
+                rest.append(i)
+        for i in got:
+            ok[i] = True
+        with self._stats_lock:
+            self.dstats.location_cache_hits += len(got)
+            self.dstats.location_cache_stale += stale
+            self.dstats.remote_gets += len(got)
+            self.dstats.remote_get_bytes += sum(sizes[i] for i in got)
+        self._cache_fetched(got, keys, ptrs, sizes)
+        return sorted(rest)
+
+    def _remember(self, node_id: str, address: str, located: list[tuple[str, int, int, int]], expires: float) -> None:
+        """located: (key, arena offset, size, checksum) of values just read under a lease."""
+        with self._locations_lock:
+            for key, off, size, checksum in located:
+                self._locations[key] = _Location(node_id, address, off, size, checksum, expires)
+                self._locations.move_to_end(key)
+            while len(self._locations) > _LOCATION_CACHE_ENTRIES:
+                self._locations.popitem(last=False)
+
     def _get_remote(self, node_id: str, address: str, idx: list[int], keys, ptrs, sizes) -> list[int]:
         """Reads the values of keys[idx] from one peer into the caller's memory; the indices read."""
+        sent = time.monotonic()
         try:
             p = self._peer(node_id, address)
             r = p.stub.BatchResolveKeys(peer_pb.BatchResolveKeysRequest(keys=[keys[i] for i in idx],
@@ -703,6 +797,7 @@ class DistributedUMBPClient(_UMBPClient):
         # (UMBP_DRAM_READ_LEASE_MS), and meanwhile only keep just-read (most recently used)
         # values from eviction. SSD staging slots are few: those are released at once.
         dram, ssd = [], []
+        leased: set[int] = set()
         page = 0
         for j, i in enumerate(idx):
             count = r.page_count[j] if j < len(r.page_count) else 0
@@ -712,14 +807,22 @@ class DistributedUMBPClient(_UMBPClient):
                 continue  # a miss (the size must match, as locally)
             if r.tier[j] == pb.TIER_DRAM and count:
                 dram.append((i, first * r.page_size, r.checksum[j]))
+                if j < len(r.lease_id) and r.lease_id[j]:
+                    leased.add(i)
             elif r.tier[j] == pb.TIER_SSD:
                 ssd.append(i)
         got: list[int] = []
         if dram:
             done = self._transfer(True, p.arena, [(ptrs[i], off, sizes[i]) for i, off, _c in dram])
-            for (i, _off, want), d in zip(dram, done):
+            located = []
+            for (i, off, want), d in zip(dram, done):
                 if d and self._verified(node_id, keys[i], ptrs[i], sizes[i], want):
                     got.append(i)
+                    if i in leased:
+                        located.append((keys[i], off, sizes[i], want))
+            if located and self._dram_lease_ms > 0:
+                self._remember(node_id, address, located,
+                               sent + _LOCATION_LEASE_FRACTION * self._dram_lease_ms / 1000.0)
         for i in ssd:
             if self._get_staged(p, keys[i], ptrs[i], sizes[i]):
                 got.append(i)

@@ -55,22 +55,31 @@ class PeerDescriptors:
 class PeerService(peer_grpc.UMBPPeerServicer):
     """The 12 UMBPPeer RPCs over one worker's owned-pages store.
 
+    ``register_engine`` takes the packed engine descriptor a caller sends with GetPeerInfo.
     ``on_commit`` runs after a commit made values visible (the worker ships their ADD events to
     the master at once, so a reader routed there next finds them).
     """
 
     def __init__(self, store, descs: PeerDescriptors, dram_lease_ms: int, ssd_lease_ms: int,
-                 on_commit: Optional[Callable[[], None]] = None) -> None:
+                 on_commit: Optional[Callable[[], None]] = None,
+                 register_engine: Optional[Callable[[bytes], None]] = None) -> None:
         self._store = store
         self._descs = descs
         self._dram_lease_ms = dram_lease_ms
         self._ssd_lease_ms = ssd_lease_ms
         self._on_commit = on_commit
+        self._register_engine = register_engine
         self._arena_buffer = pb.BufferMemoryDesc(buffer_index=ARENA_BUFFER, desc=descs.arena_desc,
                                                  backend_id=ARENA_BACKEND)
 
     # -- handshake ---------------------------------------------------------------------------
     def GetPeerInfo(self, request, context):
+        if request.engine_desc and self._register_engine is not None:
+            # The caller's engine, known here before it connects: its notifications then count.
+            try:
+                self._register_engine(request.engine_desc)
+            except Exception as exc:  # noqa: BLE001 - a malformed descriptor is the caller's error
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"GetPeerInfo: engine_desc: {exc}")
         return peer_pb.GetPeerInfoResponse(engine_desc=self._descs.engine_desc,
                                            ssd_staging_mem_desc=self._descs.staging_desc,
                                            ssd_staging_size=self._descs.staging_size,

@@ -58,6 +58,7 @@ def test_master_killed_and_restarted():
         assert a.ask("put", keys=keys, size=512 << 10, seed=seed)["ok"] == [True] * 8
         assert b.ask("get", keys=keys, size=512 << 10, seed=seed)["right"] == [True] * 8
         b.ask("clear")  # forget b's cached copies (if any): the next reads must go to a
+        time.sleep(0.5)  # and let the read lease b resolved them under run out (its remembered locations)
 
         # A hung master (stopped, its port still open): misses within the 1 s lookup deadline,
         # and the next calls do not wait again (one deadline per outage, not one per call).

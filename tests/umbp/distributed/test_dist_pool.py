@@ -72,6 +72,24 @@ def test_remote_paths(pair, pool):
     assert a.ask("exists", keys=keys + [uid("absent")] + keys)["consecutive"] == 8
 
 
+def test_located_reads_skip_route_and_resolve(pair):
+    """A reader that resolved keys reads them again within the lease straight from the owner (no
+    master route, no resolve); a location gone stale (its block now holds another value) fails
+    the checksum and the key is read through the routed path: right bytes either way."""
+    a, b = pair
+    keys = _keys(4)
+    seed = random.randrange(1 << 30)
+    assert a.ask("put", keys=keys, size=64 << 10, seed=seed)["ok"] == [True] * 4
+    assert a.ask("get", keys=keys, size=64 << 10, seed=seed)["right"] == [True] * 4
+    assert a.ask("locations", keys=keys, extend_s=60.0, misplace=[keys[0], keys[1]])["held"] == 4
+    hits, stale, gets = _stat(a, "location_cache_hits"), _stat(a, "location_cache_stale"), _stat(a, "remote_gets")
+    assert a.ask("get", keys=keys, size=64 << 10, seed=seed)["right"] == [True] * 4
+    assert _stat(a, "location_cache_hits") == hits + 3
+    assert _stat(a, "location_cache_stale") == stale + 1
+    assert _stat(a, "remote_gets") == gets + 4
+    assert _stat(a, "remote_checksum_failures") == 0  # a stale location is not a corrupt value
+
+
 def test_write_once_across_workers(pair):
     """A key put again (from either worker, with other bytes) keeps its first value."""
     a, b = pair
@@ -132,3 +150,21 @@ def test_bad_arguments_write_nothing(pair):
     with pytest.raises(AssertionError, match="InvalidArgument.*size of key .* must be > 0"):
         a.ask("put", keys=keys, size=0, seed=1)
     assert b.ask("exists", keys=keys)["found"] == [False, False]
+
+
+def test_get_peer_info_refuses_a_malformed_engine_desc(pair):
+    """GetPeerInfo registers the caller's engine descriptor: one that does not unpack is refused,
+    naming the field."""
+    import grpc
+
+    from mori.umbp.proto import require
+
+    peer_pb, peer_grpc = require("umbp_peer_pb2"), require("umbp_peer_pb2_grpc")
+    _a, b = pair
+    with grpc.insecure_channel(b.info["peer"]) as channel:
+        stub = peer_grpc.UMBPPeerStub(channel)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.GetPeerInfo(peer_pb.GetPeerInfoRequest(engine_desc=bytes(random.randrange(256) for _ in range(24))),
+                             timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "engine_desc" in err.value.details()
+        assert stub.GetPeerInfo(peer_pb.GetPeerInfoRequest(), timeout=10).engine_desc  # no descriptor: fine

@@ -8,6 +8,7 @@ import hashlib
 import json
 import sys
 import traceback
+from typing import Optional
 
 import numpy as np
 
@@ -100,6 +101,21 @@ class Worker:
     def drop_bundle(self):
         self.client._drop_next_bundle = True
         return {}
+
+    def locations(self, keys: list, extend_s: float = 0.0, misplace: Optional[list] = None):
+        """Test hook on the reader's location cache: how many of keys it holds; extend_s keeps them
+        valid that long (the test then does not race the read lease); misplace [a, b] points a's
+        location at b's value (as if a was removed and its block reused)."""
+        import time
+
+        locs = self.client._locations
+        with self.client._locations_lock:
+            for k in keys:
+                if k in locs and extend_s:
+                    locs[k].expires = time.monotonic() + extend_s
+            if misplace:
+                locs[misplace[0]].offset = locs[misplace[1]].offset
+            return {"held": sum(k in locs for k in keys)}
 
     def heartbeat(self):
         self.client.heartbeat_now()
