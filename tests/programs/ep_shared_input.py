@@ -43,22 +43,13 @@ def expert(rows: torch.Tensor, holder: int) -> torch.Tensor:
 
 
 def expected(all_inputs, me: int, weight_scale):
-    """Token t's row is the fp32 sum, in the order of its destinations d, of expert(row, d), and
-    its weights the sum of w[t] * weight_scale(d). The experts are elementwise, so every holder's
-    output is computed for all rows at once; the k-th destinations of all tokens are added in one
-    step (the same additions in the same order per token as a loop over tokens)."""
     x, w, idx = all_inputs[me]
-    holders = len(all_inputs)  # the PEs
-    outputs = torch.stack([expert(x, d).float() for d in range(holders)])
-    scales = torch.tensor([weight_scale(d) for d in range(holders)], dtype=torch.float32)
     out = torch.zeros(x.shape[0], HIDDEN, dtype=torch.float32)
     out_w = torch.zeros(x.shape[0], TOPK, dtype=torch.float32)
-    per_token = [dests(row, EPR) for row in idx.tolist()]
-    for k in range(max((len(d) for d in per_token), default=0)):
-        tokens = torch.tensor([t for t, d in enumerate(per_token) if len(d) > k], dtype=torch.long)
-        holder = torch.tensor([d[k] for d in per_token if len(d) > k], dtype=torch.long)
-        out[tokens] += outputs[holder, tokens]
-        out_w[tokens] += w[tokens] * scales[holder][:, None]
+    for t, row in enumerate(idx.tolist()):
+        for d in dests(row, EPR):
+            out[t] += expert(x[t:t + 1], d)[0].float()
+            out_w[t] += w[t] * weight_scale(d)
     return out.to(torch.bfloat16), out_w
 
 
