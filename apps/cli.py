@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_umbp_server_arguments(umbp_server)
     umbp_server.set_defaults(func=_cmd_umbp_server)
 
-    bench = sub.add_parser("bench", help="benchmarks (shmem, ccl, ep, io, ...); see mori bench WHAT --help", add_help=False)
+    bench = sub.add_parser("bench", help="benchmarks (shmem, ccl, ep, io, umbp, ir); see mori bench WHAT --help", add_help=False)
     bench.add_argument("what", nargs="?", default="--help", help="which benchmark")
     bench.set_defaults(func=None)
     return parser

@@ -185,7 +185,7 @@ _NO_CUDA = not _C.shmem.built_with_cuda()
 _PES = [] if _NO_CUDA else gpu_pe_counts(_C.shmem.cuda_device_count())
 GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
            "MORI_SHMEM_GPU_HEAP_SIZE": "512M", "MORI_SHMEM_HEAP_SIZE": "256M", "MORI_BOOTSTRAP_TIMEOUT": "60"}
-CHECKS = ("query", "ptr_p2p", "put_signal", "fetch_add", "barrier", "allreduce")
+CHECKS = ("query", "ptr_p2p", "put_signal", "fetch_add", "barrier", "allreduce", "ring_allreduce")
 
 
 @pytest.mark.gpu
