@@ -103,7 +103,7 @@ def _worker(args: argparse.Namespace) -> int:
     shared_gpu = n > torch.cuda.device_count()
     nccl = None
     if not shared_gpu:
-        dist.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
+        dist.init_process_group("nccl")
         nccl = dist
     rows: list[dict] = []
 
