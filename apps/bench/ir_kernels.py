@@ -10,11 +10,13 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mori import ir, shmem
 from mori.ir.triton import mori_shmem_device as msd
 
-CMP_GE = tl.constexpr(5)  # OpenSHMEM's SHMEM_CMP_GE (mori.shmem.CMP_GE), the waits' numbering
-SIGNAL_ADD = tl.constexpr(10)  # mori.ir.SIGNAL_ADD
-SIGNAL_SET = tl.constexpr(9)  # mori.ir.SIGNAL_SET
+# constexpr copies: a @triton.jit function sees module globals only as constexprs
+CMP_GE = tl.constexpr(shmem.CMP_GE)
+SIGNAL_ADD = tl.constexpr(ir.SIGNAL_ADD)
+SIGNAL_SET = tl.constexpr(ir.SIGNAL_SET)
 
 
 @triton.jit
