@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  help="MORI-UMBP's master (gRPC umbp.UMBPMaster): umbp-master [listen_address] [metrics_port]")
     umbp_master.set_defaults(func=None)
 
-    bench = sub.add_parser("bench", help="benchmarks (shmem, ccl, ep, io, ...); see mori bench WHAT --help", add_help=False)
+    bench = sub.add_parser("bench", help="benchmarks (shmem, ccl, ep, io, umbp, ir); see mori bench WHAT --help", add_help=False)
     bench.add_argument("what", nargs="?", default="--help", help="which benchmark")
     bench.set_defaults(func=None)
     return parser

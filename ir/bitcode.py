@@ -6,12 +6,13 @@ import importlib.util
 import os
 from pathlib import Path
 
+from mori.core.env import setting
 from mori.core.errors import InvalidArgument, Unavailable
 
 
 def cache_dir() -> Path:
     """MORI_IR_CACHE_DIR, else $XDG_CACHE_HOME/mori/ir, else ~/.cache/mori/ir."""
-    explicit = os.environ.get("MORI_IR_CACHE_DIR")
+    explicit = setting("MORI_IR_CACHE_DIR")
     if explicit:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -63,7 +64,7 @@ def find_bitcode(arch: str | None = None, path: str | os.PathLike | None = None,
 
     if path is not None:
         return _existing(path, "path")
-    env = os.environ.get("MORI_IR_BITCODE")
+    env = setting("MORI_IR_BITCODE")
     if env:
         return _existing(env, "MORI_IR_BITCODE")
     arch = arch if arch is not None else current_arch()

@@ -47,7 +47,9 @@ def check_arch(arch: str) -> str:
 
 
 def find_clang(explicit: str | None = None) -> str:
-    """A clang that can target NVPTX: `explicit`, else MORI_IR_CLANG, else the newest on PATH."""
+    """A clang that can target NVPTX: `explicit`, else MORI_IR_CLANG, else the newest on PATH.
+    MORI_IR_CLANG is a row of core's env table; it is read from os.environ here because the build
+    runs this file before (and without) the native module."""
     candidates = [explicit] if explicit else ([os.environ["MORI_IR_CLANG"]] if os.environ.get("MORI_IR_CLANG")
                                               else list(CLANG_NAMES))
     tried = []

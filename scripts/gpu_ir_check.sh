@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # MORI-IR on a GPU machine: build MORI, run the MORI-IR tests (Triton kernels calling the shmem
-# device API, 2 and 4 PEs sharing one GPU unless MORI_TEST_GPU_PES says otherwise), and the put
-# benchmark (Triton putmem_nbi_block vs the CUDA C++ put over device.cuh). Logs and JSON go to
+# device API, 2 and 4 PEs sharing one GPU unless MORI_TEST_GPU_PES says otherwise), and
+# `mori bench ir` (Triton put, put+signal, ring and one-shot all-reduce vs CUDA C++ over
+# device.cuh and NCCL; MORI_IR_BENCH_PES PEs, default 2). Logs and JSON go to
 # $OUT (default bench-results/). The bitcode: MORI_IR_BITCODE, else build/ir-bitcode/*.bc
 # (carried from a machine with clang: python -m mori.ir.build --arch sm_90 --out build/ir-bitcode),
 # else whatever the build installed. MORI_IR_SKIP_BUILD=1 skips the build (done by an earlier
@@ -43,9 +44,8 @@ tests_rc=${PIPESTATUS[0]}
 echo "tests: $(( $(date +%s) - start )) s, exit code $tests_rc"
 
 start=$(date +%s)
-MORI_IR_BENCH_OUT=$OUT MORI_SHMEM_GPU_HEAP_SIZE=1G MORI_SHMEM_HEAP_SIZE=256M timeout 300 \
-  $PY -m mori.apps.cli run -n 2 -- $PY tests/programs/ir_triton_suite.py bench ${MORI_IR_BENCH_MIB:-256} \
-  2>&1 | tee "$OUT/ir_bench.log" | grep -E "BENCH|Error|error" | head -40
+timeout 300 $PY -m mori.apps.cli bench ir --pes "${MORI_IR_BENCH_PES:-2}" --json "$OUT/ir_bench.json" \
+  --max-size $(( ${MORI_IR_BENCH_MIB:-256} << 20 )) 2>&1 | tee "$OUT/ir_bench.log" | grep -vE "BENCH \{" | tail -60
 bench_rc=${PIPESTATUS[0]}
 echo "bench: $(( $(date +%s) - start )) s, exit code $bench_rc"
 exit $(( tests_rc != 0 || bench_rc != 0 ))

@@ -23,6 +23,7 @@ _P, _I, _S, _U64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_uint
 _SIGNATURES = {
     "mori_selftest_put": [_P, _I, _P, _P, _S, _I, _I, _I, _P],
     "mori_selftest_get": [_P, _I, _P, _P, _S, _I, _I, _I, _P],
+    "mori_selftest_put_signal": [_P, _P, _P, _S, _P, _I, _I, _I, _P],
     "mori_selftest_p": [_P, _P, _P, _I, _I, _P],
     "mori_selftest_g": [_P, _P, _P, _I, _I, _P],
     "mori_selftest_atomics": [_P, _P, _P, _P, _P, _P, _I, _I, _I, _P],
@@ -57,6 +58,12 @@ def put(scope: int, dst: int, src: int, nbytes: int, pe: int, blocks: int = 1, t
         stream: Any = None) -> None:
     """Each of ``blocks`` blocks puts its share of the bytes with putmem_{thread,warp,block}."""
     _call("mori_selftest_put", scope, dst, src, nbytes, pe, blocks, threads, gpu.stream_handle(stream))
+
+
+def put_signal(dst: int, src: int, nbytes: int, sig: int, pe: int, blocks: int = 1, threads: int = 256,
+               stream: Any = None) -> None:
+    """Each of ``blocks`` blocks puts its share with putmem_signal_block, then ADDs 1 to ``sig`` on ``pe``."""
+    _call("mori_selftest_put_signal", dst, src, nbytes, sig, pe, blocks, threads, gpu.stream_handle(stream))
 
 
 def get(scope: int, dst: int, src: int, nbytes: int, pe: int, blocks: int = 1, threads: int = 256,

@@ -15,6 +15,7 @@ _BENCHES = {
     "ccl": "ccl",
     "io": "io",
     "umbp": "umbp",
+    "ir": "ir",
 }
 
 
@@ -30,6 +31,7 @@ def main(argv: Sequence[str]) -> int:
               "  ccl              allgather and friends (vs gloo / NCCL)\n"
               "  io               MORI-IO point-to-point transfers (vs a TCP socket, memcpy, Mooncake, NIXL)\n"
               "  io --gpu         MORI-IO on GPU memory, CUDA IPC and tcp (vs a device-to-device copy)\n"
+              "  ir               Triton kernels over MORI-IR: put, put+signal, all-reduce (vs CUDA C++, NCCL)\n"
               "  umbp             MORI-UMBP put/get, DRAM and SSD hits, local and per-host server (vs memcpy, pread, Mooncake Store)\n"
               "  umbp --master    the UMBP master's BatchRouteGet rate: in-memory store, one Redis, four Redis")
         return 0

@@ -36,6 +36,16 @@ __global__ void put_kernel(const DeviceState* s, int scope, char* dst, const cha
   }
 }
 
+// Each block puts one contiguous share of n bytes with putmem_signal_block, ADDing 1 to `sig` on pe
+// (the CUDA C++ side of `mori bench ir`'s put-with-signal: one signal per block, like Triton's).
+__global__ void put_signal_kernel(const DeviceState* s, char* dst, const char* src, size_t n, uint64_t* sig, int pe) {
+  size_t share = (n + gridDim.x - 1) / gridDim.x;
+  size_t begin = static_cast<size_t>(blockIdx.x) * share;
+  if (begin >= n) return;
+  size_t len = n - begin < share ? n - begin : share;
+  dev::putmem_signal_block(*s, dst + begin, src + begin, len, sig, 1, dev::kSignalAdd, pe);
+}
+
 __global__ void get_kernel(const DeviceState* s, int scope, char* dst, const char* src, size_t n, int pe) {
   size_t share = (n + gridDim.x - 1) / gridDim.x;
   size_t begin = static_cast<size_t>(blockIdx.x) * share;
@@ -170,6 +180,13 @@ extern "C" {
 int mori_selftest_put(const DeviceState* s, int scope, void* dst, const void* src, size_t n, int pe, int blocks,
                       int threads, void* stream) {
   put_kernel<<<blocks, threads, 0, st(stream)>>>(s, scope, static_cast<char*>(dst), static_cast<const char*>(src), n, pe);
+  return cudaGetLastError();
+}
+
+int mori_selftest_put_signal(const DeviceState* s, void* dst, const void* src, size_t n, uint64_t* sig, int pe,
+                             int blocks, int threads, void* stream) {
+  put_signal_kernel<<<blocks, threads, 0, st(stream)>>>(s, static_cast<char*>(dst), static_cast<const char*>(src), n,
+                                                        sig, pe);
   return cudaGetLastError();
 }
 

@@ -23,9 +23,10 @@ LOCAL_RANK = int(os.environ.get("LOCAL_RANK", "0"))
 torch.cuda.set_device(LOCAL_RANK % torch.cuda.device_count())
 
 import mori.shmem as sh  # noqa: E402
-from mori.ir import SIGNAL_ADD, SIGNAL_SET  # noqa: E402
+from mori.ir import SIGNAL_SET  # noqa: E402
 from mori.ir.triton import get_extern_libs, install_hook, mori_shmem_device as msd  # noqa: E402
 from mori.shmem.tensor_utils import mori_shmem_create_tensor, mori_shmem_free_tensor  # noqa: E402
+from mori.apps.bench.ir_kernels import oneshot_allreduce_kernel, put_kernel, ring_allreduce_kernel  # noqa: E402
 
 LIBS: dict = {}
 
@@ -105,31 +106,6 @@ def barrier_kernel(slots, rounds):
         bad += (got != r * 1000 + left).to(tl.int32)
         msd.barrier_all_block()
     tl.store(slots + npes, bad.to(tl.int64))
-
-
-@triton.jit
-def allreduce_kernel(data, gather, sig, out, epoch, sig_op, n, npes_c: tl.constexpr, BLOCK: tl.constexpr):
-    # One-shot all-reduce: put my bf16 chunk into slot `me` of every PE's gather buffer with an
-    # ADD to its signal, wait until all peers' puts of this epoch landed, sum the slots in fp32.
-    me = msd.my_pe()
-    nbytes = n * 2
-    for i in range(1, npes_c):
-        peer = (me + i) % npes_c
-        msd.putmem_nbi_signal_block(gather + me * n, data, nbytes, sig, 1, sig_op, peer, 0)
-    msd.uint64_wait_until_greater_than(sig, epoch * (npes_c - 1) - 1)
-    offs = tl.arange(0, BLOCK)
-    for start in range(0, n, BLOCK):
-        m = start + offs < n
-        acc = tl.load(data + start + offs, mask=m, other=0).to(tl.float32)  # my own chunk, never put
-        for p in tl.static_range(npes_c):
-            acc += tl.load(gather + p * n + start + offs, mask=m & (p != me), other=0, volatile=True).to(tl.float32)
-        tl.store(out + start + offs, acc.to(tl.bfloat16), mask=m)
-
-
-@triton.jit
-def put_bench_kernel(dst, src, nbytes_per_block, pe):
-    off = tl.program_id(0).to(tl.int64) * nbytes_per_block
-    msd.putmem_nbi_block(dst + off, src + off, nbytes_per_block, pe, 0)
 
 
 @triton.jit
@@ -247,8 +223,8 @@ def check_allreduce(me: int, n: int) -> None:
         every = [torch.randint(-64, 64, (count,), generator=gen).to(torch.bfloat16) for _ in range(n)]
         data = every[me].cuda()
         out = torch.zeros(count, dtype=torch.bfloat16, device="cuda")
-        allreduce_kernel[(1,)](data, gather, sig, out, epoch, SIGNAL_ADD, count, npes_c=n, BLOCK=2048, num_warps=8,
-                               extern_libs=LIBS)
+        oneshot_allreduce_kernel[(1,)](data, gather, sig, out, epoch, count, npes_c=n, BLOCK=2048, num_warps=8,
+                                       extern_libs=LIBS)
         torch.cuda.synchronize()
         ref = torch.stack(every).float().sum(0).to(torch.bfloat16)
         expect(torch.equal(out.cpu(), ref), f"epoch {epoch}: all-reduce differs from torch")
@@ -263,7 +239,7 @@ def check_bad_pe(me: int, n: int) -> None:
     buf = sym_zeros(1024, torch.uint8)
     src = torch.ones(1024, dtype=torch.uint8, device="cuda")
     try:
-        put_bench_kernel[(1,)](buf, src, 1024, n, num_warps=4, extern_libs=LIBS)
+        put_kernel[(1,)](buf, src, 1024, n, num_warps=4, extern_libs=LIBS)
         torch.cuda.synchronize()
     except Exception as exc:  # torch/triton raise RuntimeError or their own on the sticky CUDA error
         print(f"TRAPPED PE {me}: {type(exc).__name__}: {str(exc).splitlines()[0]}", flush=True)
@@ -272,8 +248,37 @@ def check_bad_pe(me: int, n: int) -> None:
     raise AssertionError(f"PE {me}: a put to PE {n} of {n} completed without an error")
 
 
+def check_ring_allreduce(me: int, n: int) -> None:
+    """Ring all-reduce (reduce-scatter + all-gather by put-with-signal), 3 back-to-back calls with
+    no host barrier between them, on 1 and 3 programs and a count no chunk split divides evenly."""
+    count = 3 * 65_537 + 5
+    rs, ag = sym_zeros(count, torch.bfloat16), sym_zeros(count, torch.bfloat16)
+    for programs in (1, 3):
+        sig, ack = sym_zeros(programs, torch.int64), sym_zeros(programs, torch.int64)
+        outs, refs = [], []
+        for epoch in (1, 2, 3):
+            gen = torch.Generator().manual_seed(700 + 10 * programs + epoch)
+            # small integers: every partial sum is exact in fp32 and bf16, whatever the order
+            every = [torch.randint(-64, 64, (count,), generator=gen).to(torch.bfloat16) for _ in range(n)]
+            data, work = every[me].cuda(), torch.zeros(count, dtype=torch.bfloat16, device="cuda")
+            out = torch.zeros(count, dtype=torch.bfloat16, device="cuda")
+            ring_allreduce_kernel[(programs,)](data, work, rs, ag, sig, ack, out, epoch, count, npes_c=n, BLOCK=1024,
+                                               num_warps=4, extern_libs=LIBS)
+            outs.append((data, work, out))
+            refs.append(torch.stack(every).float().sum(0).to(torch.bfloat16))
+        torch.cuda.synchronize()
+        for epoch, ((_, _, out), ref) in enumerate(zip(outs, refs), 1):
+            expect(torch.equal(out.cpu(), ref), f"{programs} programs, call {epoch}: ring all-reduce differs")
+        sh.shmem_barrier_all()
+        mori_shmem_free_tensor(sig)
+        mori_shmem_free_tensor(ack)
+    mori_shmem_free_tensor(rs)
+    mori_shmem_free_tensor(ag)
+
+
 CHECKS = {"query": check_query, "ptr_p2p": check_ptr_p2p, "put_signal": check_put_signal,
-          "fetch_add": check_fetch_add, "barrier": check_barrier, "allreduce": check_allreduce}
+          "fetch_add": check_fetch_add, "barrier": check_barrier, "allreduce": check_allreduce,
+          "ring_allreduce": check_ring_allreduce}
 
 
 # ---------------------------------------------------------------- benchmark
@@ -303,7 +308,7 @@ def bench(me: int, n: int, max_mib: int) -> None:
             blocks = max(1, min(64, size // (64 << 10)))
             per = size // blocks
             iters = 200 if size <= (1 << 20) else 20
-            t_tr = _time(lambda: put_bench_kernel[(blocks,)](dst, src, per, 1 % n, num_warps=8, extern_libs=LIBS),
+            t_tr = _time(lambda: put_kernel[(blocks,)](dst, src, per, 1 % n, num_warps=8, extern_libs=LIBS),
                          iters)
             t_cu = _time(lambda: selftest.put(selftest.BLOCK, dst.data_ptr(), src.data_ptr(), per * blocks, 1 % n,
                                               blocks=blocks, threads=256), iters)

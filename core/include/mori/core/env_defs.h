@@ -194,4 +194,12 @@
   X(io_max_connections, "MORI_IO_MAX_CONNECTIONS", int, "1024",                                    \
     "MORI-IO: authenticated connections an engine serves at once; more are refused, saying so")    \
   X(io_max_connections_per_peer, "MORI_IO_MAX_CONNECTIONS_PER_PEER", int, "128",                   \
-    "MORI-IO: authenticated connections one peer engine may hold at once; more are refused, saying so")
+    "MORI-IO: authenticated connections one peer engine may hold at once; more are refused, saying so") \
+  X(ir_bitcode, "MORI_IR_BITCODE", string, "",                                                     \
+    "MORI-IR: the device bitcode file Triton links (empty: the installed copy, else the per-arch cache)") \
+  X(ir_cache_dir, "MORI_IR_CACHE_DIR", string, "",                                                 \
+    "MORI-IR: where bitcode built on first use is kept (empty: $XDG_CACHE_HOME/mori/ir or ~/.cache/mori/ir)") \
+  X(ir_clang, "MORI_IR_CLANG", string, "",                                                         \
+    "MORI-IR: the clang (with NVPTX) that builds the bitcode (empty: the newest clang on PATH)")   \
+  X(precompile, "MORI_PRECOMPILE", bool, "0",                                                      \
+    "build time: a build that cannot make the MORI-IR bitcode (no clang with NVPTX) fails instead of skipping it")

@@ -77,6 +77,24 @@ __device__ __forceinline__ T* peer_or_trap(const DeviceState& s, T* sym, int pe,
   return p;
 }
 
+// Vector loads and stores field by field: an aggregate copy of uint4 is a memcpy to clang, which
+// leaves the unrolled registers on the stack and splits each 16-byte access in two once the
+// function is inlined into a Triton kernel (MORI-IR); fields keep one 16-byte access on nvcc too.
+__device__ __forceinline__ uint4 load_vector(const uint4* p) {
+  uint4 v;
+  v.x = p->x, v.y = p->y, v.z = p->z, v.w = p->w;
+  return v;
+}
+__device__ __forceinline__ uint2 load_vector(const uint2* p) {
+  uint2 v;
+  v.x = p->x, v.y = p->y;
+  return v;
+}
+__device__ __forceinline__ uint32_t load_vector(const uint32_t* p) { return *p; }
+__device__ __forceinline__ void store_vector(uint4* p, uint4 v) { p->x = v.x, p->y = v.y, p->z = v.z, p->w = v.w; }
+__device__ __forceinline__ void store_vector(uint2* p, uint2 v) { p->x = v.x, p->y = v.y; }
+__device__ __forceinline__ void store_vector(uint32_t* p, uint32_t v) { *p = v; }
+
 template <typename V>
 __device__ __forceinline__ void copy_vectors(V* __restrict__ d, const V* __restrict__ src, size_t nv, size_t lane,
                                              size_t lanes) {
@@ -86,11 +104,11 @@ __device__ __forceinline__ void copy_vectors(V* __restrict__ d, const V* __restr
   for (; i + (kUnroll - 1) * lanes < nv; i += kUnroll * lanes) {
     V r[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) r[u] = src[i + u * lanes];
+    for (int u = 0; u < kUnroll; ++u) r[u] = load_vector(src + i + u * lanes);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) d[i + u * lanes] = r[u];
+    for (int u = 0; u < kUnroll; ++u) store_vector(d + i + u * lanes, r[u]);
   }
-  for (; i < nv; i += lanes) d[i] = src[i];
+  for (; i < nv; i += lanes) store_vector(d + i, load_vector(src + i));
 }
 
 // Copies n bytes, the work split over `lanes` cooperating threads; widest access both pointers allow.
