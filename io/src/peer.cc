@@ -228,8 +228,16 @@ bool Lane::rx_may_read() {
 }
 
 void Lane::read_reply() {
+  bool large_read;
+  {
+    std::lock_guard<std::mutex> lock(p_mu_);
+    large_read = !pending_.empty() && static_cast<wire::Op>(pending_.front().req.op) == wire::Op::kRead &&
+                 pending_.front().req.length >= tcp::SocketReader::kDirectBytes;
+  }
   wire::Reply r;
-  if (!reader_.read(&r, sizeof(r))) raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
+  // Before a large read's payload, take the header alone so the payload is received into
+  // the destination rather than half into the reader's buffer and copied.
+  if (!(large_read ? reader_.read_header(&r, sizeof(r)) : reader_.read(&r, sizeof(r)))) raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
   handle_reply(r, reader_);
 }
 

@@ -36,7 +36,7 @@ bool SocketReader::read(void* dst, size_t n) {
       continue;
     }
     size_t want = n - got;
-    if (want >= buf_.size() / 2) {
+    if (want >= kDirectBytes || want >= buf_.size() / 2) {
       // Large payload: let the kernel copy straight into the destination.
       ssize_t k = ::recv(fd_, out + got, want, 0);
       if (k < 0) {
@@ -54,6 +54,25 @@ bool SocketReader::read(void* dst, size_t n) {
       if (got == 0) return false;
       raise(Status::kRemote, "connection closed in the middle of a %zu-byte message", n);
     }
+  }
+  return true;
+}
+
+bool SocketReader::read_header(void* dst, size_t n) {
+  if (pos_ < end_) return read(dst, n);
+  char* out = static_cast<char*>(dst);
+  size_t got = 0;
+  while (got < n) {
+    ssize_t k = ::recv(fd_, out + got, n - got, 0);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      raise_errno("tcp recv");
+    }
+    if (k == 0) {
+      if (got == 0) return false;
+      raise(Status::kRemote, "connection closed in the middle of a %zu-byte message", n);
+    }
+    got += static_cast<size_t>(k);
   }
   return true;
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Buffered reads from a blocking socket: small frames come out of one recv()
-// each batch, large payloads go straight from the kernel into their destination.
+// each batch, large payloads go straight from the kernel into their destination
+// (only the part that arrived with an earlier frame's recv() is copied).
 #pragma once
 
 #include <cstddef>
@@ -15,8 +16,16 @@ class SocketReader {
   // Reads exactly n bytes into dst. Returns false on an orderly close before the
   // first byte; throws on errors or on a close in the middle.
   bool read(void* dst, size_t n);
+  // As read(), for a header the caller knows a large payload follows: when nothing is
+  // buffered it receives these n bytes alone, so the payload's read finds the buffer
+  // empty and receives straight into its destination (one more recv(), no copy).
+  bool read_header(void* dst, size_t n);
   // Reads and discards n bytes (the payload of a refused request).
   void skip(size_t n);
+  // Payloads at least this long skip the buffer once it is empty: a copy of more
+  // would cost more than the recv() it saves.
+  static constexpr size_t kDirectBytes = 16 * 1024;
+
   // True while bytes already received wait in the buffer (poll() would not see them).
   bool buffered() const { return pos_ < end_; }
 
