@@ -698,6 +698,31 @@ int Runtime::finalized_source(const WaitFrom& from) const {
   return -1;
 }
 
+std::string Runtime::peers_all_blocked(double min_s) const {
+  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch()).count();
+  std::string out;
+  for (int pe = 0; pe < n_pes_; ++pe) {
+    if (pe == my_pe_) continue;
+    const ControlBlock* c = peer_control_[pe];  // another host's PE: nothing to tell
+    if (!c || c->state.load(std::memory_order_acquire) != kStateRunning) return "";
+    int64_t since = c->blocked_since_ns.load(std::memory_order_acquire);
+    double blocked_s = since ? (now_ns - since) * 1e-9 : 0;
+    if (!since || blocked_s < min_s) return "";
+    char in[sizeof(c->blocked_in)];
+    std::memcpy(in, c->blocked_in, sizeof(in));  // a racing update tears the name, never overruns it
+    in[sizeof(in) - 1] = 0;
+    int on = c->blocked_on.load(std::memory_order_relaxed);
+    char line[128];
+    if (on >= 0)
+      std::snprintf(line, sizeof(line), "PE %d in %s (for PE %d) for %.1f s", pe, in, on, blocked_s);
+    else
+      std::snprintf(line, sizeof(line), "PE %d in %s for %.1f s", pe, in, blocked_s);
+    out += (out.empty() ? "" : ", ") + std::string(line);
+  }
+  return out;
+}
+
 void Runtime::raise_wait_timeout(const char* caller, double waited, const std::string& what) const {
   raise(Status::kTimeout, "%s on PE %d: waited %.1f s (MORI_SHMEM_WAIT_TIMEOUT=%g) for %s", caller, my_pe_, waited,
         env::get().shmem_wait_timeout, what.c_str());

@@ -43,6 +43,12 @@ struct alignas(64) ControlBlock {
   std::atomic<uint32_t> state;  // kStateRunning / kStateFinalized
   int32_t pid;
   std::atomic<uint64_t> barrier_done;  // the last barrier_all epoch this PE completed
+  // Set while this PE sleeps in a wait (Runtime::wait_for): since when (CLOCK_MONOTONIC ns, one
+  // clock for every process of the host; 0: not blocked), in which call, for which PE (-1: any).
+  // PE 0 reads its same-host peers' to diagnose a deadlock (Runtime::diagnose_deadlock).
+  std::atomic<int64_t> blocked_since_ns;
+  std::atomic<int32_t> blocked_on;
+  char blocked_in[44];
   Doorbell doorbell;
   alignas(64) uint64_t barrier_counters[kBarrierRounds];
 };
@@ -267,6 +273,15 @@ class Runtime {
   // A PE that finalized and so will never write what `from` waits for, or -1.
   int finalized_source(const WaitFrom& from) const;
   [[noreturn]] void raise_wait_timeout(const char* caller, double waited, const std::string& what) const;
+  // PE 0, blocked `waited` seconds in `caller`: when every PE is blocked in a wait too (all on this
+  // host), says so once on stderr, naming each PE's wait. Unbounded waits then do not hang silently.
+  // `describe` (-> std::string) says what this PE waits for; called only when reporting.
+  template <typename DescribeFn>
+  void diagnose_deadlock(const char* caller, double waited, DescribeFn describe);
+  // Each other PE's wait ("PE 1 in shmem_barrier_all (for PE 2) for 3.1 s"), or "" unless every
+  // other PE is on this host, running, and blocked in a wait for at least `min_s`.
+  std::string peers_all_blocked(double min_s) const;
+  bool deadlock_reported_ = false;
 
   std::unique_ptr<Bootstrap> bootstrap_;
   Topology topology_;
