@@ -49,6 +49,9 @@ struct alignas(64) ControlBlock {
   std::atomic<int64_t> blocked_since_ns;
   std::atomic<int32_t> blocked_on;
   char blocked_in[44];
+  // 1 + the first PE this PE knew lost (0: none), written before it can fail on that loss: a
+  // same-host peer that sees this PE exit names that PE, not this one (Runtime::check_dead).
+  std::atomic<int32_t> first_lost;
   Doorbell doorbell;
   alignas(64) uint64_t barrier_counters[kBarrierRounds];
 };
@@ -270,6 +273,10 @@ class Runtime {
   void check_dead(const WaitFrom& from, const char* caller) const;
   // Called by the process watch's thread when a peer on this host has exited.
   void on_peer_exit(int pe);
+  // Records `pe` as the first PE this PE knew lost (a later call changes nothing).
+  void note_lost(int pe) const;
+  // The PE whose loss a same-host `pe` recorded before it exited, or -1.
+  int loss_behind(int pe) const;
   // A PE that finalized and so will never write what `from` waits for, or -1.
   int finalized_source(const WaitFrom& from) const;
   [[noreturn]] void raise_wait_timeout(const char* caller, double waited, const std::string& what) const;
