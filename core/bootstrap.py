@@ -7,7 +7,6 @@ object with ``rank``, ``size``, ``name``, ``allgather(bytes) -> bytes`` and ``ba
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from dataclasses import dataclass
@@ -71,21 +70,24 @@ def detect_launch() -> LaunchInfo:
         # torchrun's agent (or torch's own rank-0 store) owns MASTER_PORT; MORI's store uses the next port
         # unless MORI_MASTER_PORT says otherwise.
         store_port = int(env.get("MORI_MASTER_PORT", port + 1))
-        secret = env.get("MORI_JOB_SECRET", "")
         local_rank = int(env.get("LOCAL_RANK", 0))
-        if not secret and local_rank == 0:
+        local_size = _int_env("LOCAL_WORLD_SIZE")
+        size = int(env["WORLD_SIZE"])
+        # The one policy of the core (launch_secret.h): without MORI_JOB_SECRET, a job that may span
+        # hosts is refused; a one-host job derives its secret and meets its store on loopback.
+        secret, store_host, derived = _C.core.env_launch_secret(
+            env.get("MORI_JOB_SECRET", ""), env["MASTER_ADDR"], store_port, env.get("TORCHELASTIC_RUN_ID", ""),
+            size, -1 if local_size is None else local_size)
+        if derived and local_rank == 0:
             if kind == "torchrun":
                 _warn_once("torchrun", "MORI_JOB_SECRET is not set, so the job secret travels in MORI's unique id "
                            "through torchrun's store, which anyone who can reach MASTER_ADDR:MASTER_PORT can read; "
                            "set the same random MORI_JOB_SECRET (64 hex digits) on every node")
             else:
                 _warn_once("env", "MORI_JOB_SECRET is not set, so the job secret is derived from MASTER_ADDR and "
-                           "the port, and anyone who knows them can join the job; set the same random "
-                           "MORI_JOB_SECRET (64 hex digits) on every rank")
-        secret = secret or hashlib.sha256(
-            f"mori:{env['MASTER_ADDR']}:{store_port}:{env.get('TORCHELASTIC_RUN_ID', '')}".encode()).hexdigest()
-        return LaunchInfo(kind, int(env["RANK"]), int(env["WORLD_SIZE"]), local_rank,
-                          int(env.get("LOCAL_WORLD_SIZE", 1)), env["MASTER_ADDR"], store_port, secret)
+                           "the port, and anyone on this host who knows them can join the job; set the same "
+                           "random MORI_JOB_SECRET (64 hex digits) on every rank")
+        return LaunchInfo(kind, int(env["RANK"]), size, local_rank, local_size or 1, store_host, store_port, secret)
     return LaunchInfo("single")
 
 

@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 
 #include "mori/core/status.h"
+#include "mori/shmem/runtime.h"
 
 namespace py = pybind11;
 
@@ -23,6 +24,15 @@ PYBIND11_MODULE(_C, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const mori::Error& e) {
+      // A peer lost: let the runtime record which one it knows lost first (a transport may have
+      // raised this without asking it), so that same-host PEs that see this process leave name
+      // that PE, not this one (issue 29 item 10).
+      if (e.status() == mori::Status::kRemote && mori::shmem::Runtime::initialized()) {
+        try {
+          mori::shmem::Runtime::get("error").check_peers("error");
+        } catch (const mori::Error&) {
+        }
+      }
       // Classes live in Python (mori.core.errors) so they can also inherit builtins.
       py::object errors = py::module_::import("mori.core.errors");
       py::object cls = errors.attr("error_class")(static_cast<int>(e.status()));

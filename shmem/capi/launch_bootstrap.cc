@@ -2,13 +2,13 @@
 #include "capi/launch_bootstrap.h"
 
 #include <dlfcn.h>
-#include <openssl/sha.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "mori/core/env.h"
+#include "mori/core/launch_secret.h"
 #include "mori/core/log.h"
 #include "mori/core/status.h"
 #include "mori/core/store.h"
@@ -16,16 +16,6 @@
 
 namespace mori::capi {
 namespace {
-
-// Lower-case hex SHA-256 of `data`, as Python's hashlib.sha256(...).hexdigest() writes it.
-std::string sha256_hex(const std::string& data) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : digest) out += {kHex[b >> 4], kHex[b & 15]};
-  return out;
-}
 
 const char* env_str(const char* name) {
   const char* v = std::getenv(name);
@@ -183,16 +173,16 @@ std::unique_ptr<Bootstrap> make_launch_bootstrap(bool* mpi_initialized) {
   if (addr && env_str("RANK") && env_str("WORLD_SIZE")) {
     int port = e.master_port ? static_cast<int>(e.master_port) : env_int({"MASTER_PORT"}, 29500) + 1;
     int rank = env_int({"RANK"}, 0), size = env_int({"WORLD_SIZE"}, 1);
-    std::string secret = e.job_secret;
-    if (secret.empty()) {  // the same derivation as mori.core.bootstrap.detect_launch
-      if (env_int({"LOCAL_RANK"}, 0) == 0)
-        MORI_LOG(kWarn, "BOOTSTRAP",
-                 "MORI_JOB_SECRET is not set, so the job secret is derived from MASTER_ADDR and the port, and anyone "
-                 "who knows them can join the job; set the same random MORI_JOB_SECRET (64 hex digits) on every rank");
-      const char* run_id = env_str("TORCHELASTIC_RUN_ID");
-      secret = sha256_hex("mori:" + std::string(addr) + ":" + std::to_string(port) + ":" + (run_id ? run_id : ""));
-    }
-    return bootstrap_from_store(addr, port, secret_from_hex(secret), rank, size, rank == 0, 0);
+    const char* run_id = env_str("TORCHELASTIC_RUN_ID");
+    // The same policy as mori.core.bootstrap.detect_launch (core/launch_secret.h).
+    EnvLaunchSecret s = env_launch_secret(e.job_secret, addr, port, run_id ? run_id : "", size,
+                                          env_int({"LOCAL_WORLD_SIZE"}, -1));
+    if (s.derived && env_int({"LOCAL_RANK"}, 0) == 0)
+      MORI_LOG(kWarn, "BOOTSTRAP",
+               "MORI_JOB_SECRET is not set, so the job secret is derived from MASTER_ADDR and the port, and anyone "
+               "on this host who knows them can join the job; set the same random MORI_JOB_SECRET (64 hex digits) "
+               "on every rank");
+    return bootstrap_from_store(s.store_host, port, secret_from_hex(s.secret_hex), rank, size, rank == 0, 0);
   }
   return make_single_bootstrap();
 }

@@ -103,6 +103,14 @@ void fail(const char* fn, const std::exception& e) noexcept {
     }
   }
   int pe = Runtime::initialized() ? Runtime::get(fn).my_pe() : -1;
+  // A transport may have raised a peer's loss without the runtime hearing of it: let the runtime
+  // record the PE lost first, so that same-host PEs seeing this one leave name that PE instead.
+  if (pe >= 0) {
+    try {
+      Runtime::get(fn).check_peers(fn);
+    } catch (const std::exception&) {
+    }
+  }
   const char* what = e.what();
   // Runtime messages often start with the routine's generic name; always lead with the public one.
   if (pe >= 0)

@@ -627,13 +627,29 @@ uint64_t Runtime::wait_until(const void* ivar, Cmp cmp, uint64_t value, Word wor
   return seen;
 }
 
+void Runtime::note_lost(int pe) const {
+  int32_t none = 0;
+  control()->first_lost.compare_exchange_strong(none, pe + 1, std::memory_order_acq_rel);
+}
+
+int Runtime::loss_behind(int pe) const {
+  const ControlBlock* c = pe >= 0 && pe != my_pe_ ? peer_control_[pe] : nullptr;
+  int lost = c ? c->first_lost.load(std::memory_order_acquire) - 1 : -1;
+  return lost >= 0 && lost != my_pe_ && lost != pe && lost < n_pes_ ? lost : -1;
+}
+
 void Runtime::check_dead(const WaitFrom& from, const char* caller) const {
-  // A lost remote PE first: it is usually the cause, and a same-host PE that failed on it and
-  // exited is the consequence (the process watch may report that one sooner).
-  std::string lost;
+  // What this PE knows lost: a remote PE (its transport), a same-host PE that exited (the
+  // process watch). The first PE lost is named first, whichever way it was learnt: a survivor
+  // that failed on a loss and exited recorded that loss (first_lost) before it left.
+  int remote = -1;
+  std::string via;
   for (auto& t : transports_) {
     int dead = t->dead_peer();
-    if (dead >= 0 && lost.empty()) lost = "lost PE " + std::to_string(dead) + " (" + t->name() + " transport)";
+    if (dead >= 0 && remote < 0) {
+      remote = dead;
+      via = t->name();
+    }
   }
   int pe = dead_pe_.load(std::memory_order_acquire);
   auto excused = [&](int p) {  // it completed the barrier we wait in: we do not need it
@@ -649,22 +665,35 @@ void Runtime::check_dead(const WaitFrom& from, const char* caller) const {
         pe = other;
     }
   }
-  if (pe < 0) {
-    if (!lost.empty()) raise(Status::kRemote, "%s on PE %d: %s", caller, my_pe_, lost.c_str());
-    return;
-  }
+  if (pe < 0 && remote < 0) return;
+  // A same-host PE that left names the loss it recorded, else itself (it was killed: a PE that
+  // fails on a loss records it first, here or in the error path); else the remote PE.
+  const int behind = loss_behind(pe);
+  const int first = pe >= 0 ? (behind >= 0 ? behind : pe) : remote;
+  note_lost(first);
+  auto exited = [&](int p) {
+    return "PE " + std::to_string(p) + " (pid " + std::to_string(topology_.pe(p).pid) + " on " +
+           topology_.pe(p).hostname + ") exited without finalizing";
+  };
+  std::string text;
+  if (first == pe)
+    text = exited(pe);
+  else if (pe >= 0)
+    text = "lost PE " + std::to_string(first) + " (" + exited(pe) + " after failing on that loss)";
+  else
+    text = "lost PE " + std::to_string(remote) + " (" + via + " transport)";
+  if (remote >= 0 && remote != first) text += "; lost PE " + std::to_string(remote) + " (" + via + " transport)";
   // Name every PE known dead: the watch may see two deaths at once, in no particular order.
   std::string also;
   for (int other = 0; other < n_pes_; ++other) {
     ControlBlock* c = peer_control_[other];
-    if (other == pe || !peer_gone_[other].load(std::memory_order_acquire) || excused(other) ||
+    if (other == pe || other == first || !peer_gone_[other].load(std::memory_order_acquire) || excused(other) ||
         (c && c->state.load(std::memory_order_acquire) == kStateFinalized))
       continue;
     also += (also.empty() ? "; so did PE " : ", PE ") + std::to_string(other) + " (pid " +
             std::to_string(topology_.pe(other).pid) + ")";
   }
-  raise(Status::kRemote, "%s on PE %d: %s%sPE %d (pid %d on %s) exited without finalizing%s", caller, my_pe_,
-        lost.c_str(), lost.empty() ? "" : "; ", pe, topology_.pe(pe).pid, topology_.pe(pe).hostname, also.c_str());
+  raise(Status::kRemote, "%s on PE %d: %s%s", caller, my_pe_, text.c_str(), also.c_str());
 }
 
 void Runtime::check_target(int pe, const char* caller) const {
@@ -679,6 +708,8 @@ void Runtime::on_peer_exit(int pe) {
   if (!c || c->state.load(std::memory_order_acquire) != kStateFinalized) {
     int none = -1;
     dead_pe_.compare_exchange_strong(none, pe, std::memory_order_acq_rel);
+    int behind = loss_behind(pe);  // it failed on an earlier loss and left: that one came first
+    note_lost(behind >= 0 ? behind : pe);
   }
   peer_gone_[pe].store(true, std::memory_order_release);
   peer_exited_.store(true, std::memory_order_release);
@@ -696,6 +727,31 @@ int Runtime::finalized_source(const WaitFrom& from) const {
       if (finalized(pe) && peer_control_[pe]->barrier_done.load(std::memory_order_acquire) < from.world_epoch)
         return pe;
   return -1;
+}
+
+std::string Runtime::peers_all_blocked(double min_s) const {
+  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch()).count();
+  std::string out;
+  for (int pe = 0; pe < n_pes_; ++pe) {
+    if (pe == my_pe_) continue;
+    const ControlBlock* c = peer_control_[pe];  // another host's PE: nothing to tell
+    if (!c || c->state.load(std::memory_order_acquire) != kStateRunning) return "";
+    int64_t since = c->blocked_since_ns.load(std::memory_order_acquire);
+    double blocked_s = since ? (now_ns - since) * 1e-9 : 0;
+    if (!since || blocked_s < min_s) return "";
+    char in[sizeof(c->blocked_in)];
+    std::memcpy(in, c->blocked_in, sizeof(in));  // a racing update tears the name, never overruns it
+    in[sizeof(in) - 1] = 0;
+    int on = c->blocked_on.load(std::memory_order_relaxed);
+    char line[128];
+    if (on >= 0)
+      std::snprintf(line, sizeof(line), "PE %d in %s (for PE %d) for %.1f s", pe, in, on, blocked_s);
+    else
+      std::snprintf(line, sizeof(line), "PE %d in %s for %.1f s", pe, in, blocked_s);
+    out += (out.empty() ? "" : ", ") + std::string(line);
+  }
+  return out;
 }
 
 void Runtime::raise_wait_timeout(const char* caller, double waited, const std::string& what) const {

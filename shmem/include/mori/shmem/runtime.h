@@ -43,6 +43,15 @@ struct alignas(64) ControlBlock {
   std::atomic<uint32_t> state;  // kStateRunning / kStateFinalized
   int32_t pid;
   std::atomic<uint64_t> barrier_done;  // the last barrier_all epoch this PE completed
+  // Set while this PE sleeps in a wait (Runtime::wait_for): since when (CLOCK_MONOTONIC ns, one
+  // clock for every process of the host; 0: not blocked), in which call, for which PE (-1: any).
+  // PE 0 reads its same-host peers' to diagnose a deadlock (Runtime::diagnose_deadlock).
+  std::atomic<int64_t> blocked_since_ns;
+  std::atomic<int32_t> blocked_on;
+  char blocked_in[44];
+  // 1 + the first PE this PE knew lost (0: none), written before it can fail on that loss: a
+  // same-host peer that sees this PE exit names that PE, not this one (Runtime::check_dead).
+  std::atomic<int32_t> first_lost;
   Doorbell doorbell;
   alignas(64) uint64_t barrier_counters[kBarrierRounds];
 };
@@ -264,9 +273,22 @@ class Runtime {
   void check_dead(const WaitFrom& from, const char* caller) const;
   // Called by the process watch's thread when a peer on this host has exited.
   void on_peer_exit(int pe);
+  // Records `pe` as the first PE this PE knew lost (a later call changes nothing).
+  void note_lost(int pe) const;
+  // The PE whose loss a same-host `pe` recorded before it exited, or -1.
+  int loss_behind(int pe) const;
   // A PE that finalized and so will never write what `from` waits for, or -1.
   int finalized_source(const WaitFrom& from) const;
   [[noreturn]] void raise_wait_timeout(const char* caller, double waited, const std::string& what) const;
+  // PE 0, blocked `waited` seconds in `caller`: when every PE is blocked in a wait too (all on this
+  // host), says so once on stderr, naming each PE's wait. Unbounded waits then do not hang silently.
+  // `describe` (-> std::string) says what this PE waits for; called only when reporting.
+  template <typename DescribeFn>
+  void diagnose_deadlock(const char* caller, double waited, DescribeFn describe);
+  // Each other PE's wait ("PE 1 in shmem_barrier_all (for PE 2) for 3.1 s"), or "" unless every
+  // other PE is on this host, running, and blocked in a wait for at least `min_s`.
+  std::string peers_all_blocked(double min_s) const;
+  bool deadlock_reported_ = false;
 
   std::unique_ptr<Bootstrap> bootstrap_;
   Topology topology_;

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "mori/core/env.h"
+#include "mori/core/log.h"
 #include "mori/core/status.h"
 
 namespace mori::shmem {
@@ -35,6 +36,27 @@ constexpr auto kServedPollMax = std::chrono::milliseconds(50);
 // barrier waking every 2 ms cost the one working PE 3,500 preemptions a second.
 constexpr long kSilentWriterNapNs = 2'000'000;
 constexpr long kRungSleepNs = 50'000'000;
+// An unbounded wait (the default MORI_SHMEM_WAIT_TIMEOUT) whose PEs have all been blocked in
+// waits this long is reported once as a likely deadlock (a mismatched barrier, say).
+constexpr double kDeadlockReportS = 3.0;
+
+// Marks this PE blocked in a wait in its control block for as long as it lives.
+class BlockedStamp {
+ public:
+  BlockedStamp(ControlBlock& c, const char* caller, int source) : c_(c) {
+    std::snprintf(c_.blocked_in, sizeof(c_.blocked_in), "%s", caller);
+    c_.blocked_on.store(source, std::memory_order_relaxed);
+    c_.blocked_since_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::steady_clock::now().time_since_epoch()).count(),
+                              std::memory_order_release);
+  }
+  ~BlockedStamp() { c_.blocked_since_ns.store(0, std::memory_order_release); }
+  BlockedStamp(const BlockedStamp&) = delete;
+  BlockedStamp& operator=(const BlockedStamp&) = delete;
+
+ private:
+  ControlBlock& c_;
+};
 
 template <typename Pred>
 bool Runtime::poll_while_served(Pred ready) {
@@ -120,6 +142,19 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched, Wait
     int s;
     ~Release() { b.release(s); }
   } release{bell, slot};
+  BlockedStamp blocked(*control(), caller, from.source);
+  auto describe_wait = [&] {
+    if constexpr (std::is_same_v<Describe, std::nullptr_t>) {
+      char text[96];
+      if (watched)
+        std::snprintf(text, sizeof(text), "a write to the word at %p", watched);
+      else
+        std::snprintf(text, sizeof(text), "its condition to hold");
+      return std::string(text);
+    } else {
+      return std::string(describe());
+    }
+  };
   while (true) {
     uint32_t seq = bell.seq.load(std::memory_order_seq_cst);
     bell.sleepers.fetch_add(1, std::memory_order_seq_cst);
@@ -146,18 +181,10 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched, Wait
     if (gone < 0) check_dead(from, caller);
     double waited = std::chrono::duration<double>(now - start).count();
     bool expired = waited >= timeout;  // never for the default (inf)
+    if (my_pe_ == 0 && !deadlock_reported_ && gone < 0 && !expired && waited >= kDeadlockReportS)
+      diagnose_deadlock(caller, waited, describe_wait);
     if ((gone < 0 && !expired) || ready()) continue;
-    std::string what;
-    if constexpr (std::is_same_v<Describe, std::nullptr_t>) {
-      char text[96];
-      if (watched)
-        std::snprintf(text, sizeof(text), "a write to the word at %p", watched);
-      else
-        std::snprintf(text, sizeof(text), "its condition to hold");
-      what = text;
-    } else {
-      what = describe();
-    }
+    std::string what = describe_wait();
     if (gone >= 0)
       raise(Status::kRemote,
             "%s on PE %d: PE %d has finalized, so it will never send what this wait needs (did it skip a "
@@ -165,6 +192,19 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched, Wait
             caller, my_pe_, gone, what.c_str());
     raise_wait_timeout(caller, waited, what);
   }
+}
+
+template <typename DescribeFn>
+void Runtime::diagnose_deadlock(const char* caller, double waited, DescribeFn describe) {
+  std::string peers = peers_all_blocked(kDeadlockReportS);
+  if (peers.empty()) return;
+  deadlock_reported_ = true;
+  std::string what = describe();
+  MORI_LOG(kWarn, "SHMEM",
+           "likely deadlock: every PE has been blocked in a wait for over %.0f s (mismatched barriers or waits?): "
+           "PE %d in %s for %.1f s, waiting for %s; %s. These waits never end by themselves; "
+           "MORI_SHMEM_WAIT_TIMEOUT=<seconds> ends them with an error",
+           kDeadlockReportS, my_pe_, caller, waited, what.c_str(), peers.c_str());
 }
 
 }  // namespace mori::shmem
