@@ -49,6 +49,7 @@ log = logging.getLogger("mori.umbp.distributed")
 
 _Native = _C.umbp.UMBPClient  # the native class: its methods serve the owned pages
 _MAX_KEY = 4032
+_QUOTA_LOG_INTERVAL_S = 10.0  # at most one quota warning per engine this often
 
 
 def _checksum(ptr: int, size: int) -> int:
@@ -111,6 +112,7 @@ class DistributedStats:
     location_cache_stale: int = 0
     full_syncs: int = 0
     heartbeats: int = 0
+    quota_refused_puts: int = 0
 
 
 def _host_of(address: str) -> str:
@@ -168,6 +170,8 @@ class DistributedUMBPClient(_UMBPClient):
         self._admission_max = int(d.admission_max_block_bytes)
         self.dstats = DistributedStats()
         self._stats_lock = threading.Lock()
+        self._quota_log_next = 0.0
+        self._quota_refused_unlogged = 0
         self._locations: OrderedDict[str, _Location] = OrderedDict()
         self._locations_lock = threading.Lock()
         self._closed = False
@@ -251,6 +255,8 @@ class DistributedUMBPClient(_UMBPClient):
         self._closed = False
         self.dstats = DistributedStats()
         self._stats_lock = threading.Lock()
+        self._quota_log_next = 0.0
+        self._quota_refused_unlogged = 0
         self._master = UMBPMasterClient(mc.master_address, mc.node_id, mc.node_address,
                                         lookup_timeout_ms=int(setting("UMBP_LOOKUP_TIMEOUT_MS")))
         self._master_backoff_until = 0.0
@@ -453,6 +459,20 @@ class DistributedUMBPClient(_UMBPClient):
         if p is not None:
             p.channel.close()
 
+    def _quota_refused(self, count: int, quota: int) -> None:
+        """Count puts the master refused for this engine's quota; warn at most every few seconds
+        (a writer over quota refuses every put, which must not flood the log)."""
+        now = time.monotonic()
+        with self._stats_lock:
+            self.dstats.quota_refused_puts += count
+            self._quota_refused_unlogged += count
+            if now < self._quota_log_next:
+                return
+            self._quota_log_next = now + _QUOTA_LOG_INTERVAL_S
+            count, self._quota_refused_unlogged = self._quota_refused_unlogged, 0
+        log.warning("umbp engine %s is at its quota of %d bytes: %d put(s) refused, not stored",
+                    self._node_id, quota, count)
+
     def _peer_failed(self, node_id: str, address: str, what: str, exc: Exception) -> None:
         with self._stats_lock:
             self.dstats.remote_errors += 1
@@ -606,6 +626,8 @@ class DistributedUMBPClient(_UMBPClient):
             ok[i] = True
         exclude: list[str] = []
         local: list[int] = []
+        refused: list[int] = []
+        quota = 0
         for _attempt in range(3):
             if not todo:
                 break
@@ -626,6 +648,11 @@ class DistributedUMBPClient(_UMBPClient):
                         local.append(i)
                     else:
                         by_peer[(e.node_id, e.peer_address)].append(i)
+                elif e.outcome == pb.ROUTE_PUT_OUTCOME_QUOTA_EXCEEDED:
+                    # This engine is at its quota: the put fails (ok[i] stays False); keeping the
+                    # value here would hold pool bytes past the quota all the same.
+                    refused.append(i)
+                    quota = e.quota_bytes
                 else:
                     # UNAVAILABLE: no node has room by the master's count. That count is of used
                     # bytes, evictable ones included: this worker's own store may still take it
@@ -643,6 +670,8 @@ class DistributedUMBPClient(_UMBPClient):
                     exclude.append(node_id)
             todo = retry
         local += todo  # nowhere else took them
+        if refused:
+            self._quota_refused(len(refused), quota)
         if local:
             for i, r in zip(local, self._put_local(local, keys, ptrs, sizes, depths)):
                 ok[i] = r

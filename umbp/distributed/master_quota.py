@@ -3,9 +3,10 @@
 
 A put routed for a writer is pending until the owner's heartbeat reports the key; the key's
 bytes then count against that writer until its last copy goes. A writer at its quota gets
-UNAVAILABLE for further puts, so one engine cannot flood the pool and push out the others'
-blocks. Held by the master process (not the metadata store): a restarted master starts with
-counts of zero and quotas from its command line / admin calls.
+QUOTA_EXCEEDED for further puts (its client fails them and stores nothing), so one engine
+cannot flood the pool and push out the others' blocks. Held by the master process (not the
+metadata store): a restarted master starts with counts of zero and quotas from its command
+line / admin calls.
 """
 from __future__ import annotations
 

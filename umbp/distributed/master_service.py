@@ -34,6 +34,7 @@ log = logging.getLogger("mori.umbp.master")
 
 _ROUTED, _EXISTS, _UNAVAILABLE = (pb.ROUTE_PUT_OUTCOME_ROUTED, pb.ROUTE_PUT_OUTCOME_ALREADY_EXISTS,
                                   pb.ROUTE_PUT_OUTCOME_UNAVAILABLE)
+_QUOTA_EXCEEDED = pb.ROUTE_PUT_OUTCOME_QUOTA_EXCEEDED
 
 
 def _timed(method):
@@ -188,8 +189,10 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
         if pending is not None and pending.node_id not in exclude:
             return _ROUTED, pending
         if not s.quotas.admit(writer, key, size, now):
+            # Its own outcome, not UNAVAILABLE: the writer must drop the value, not keep it in
+            # its own store (which would put it past its quota all the same).
             self.metrics.route_put_outcome.labels("quota").inc()
-            return _UNAVAILABLE, None
+            return _QUOTA_EXCEEDED, None
         target = s.put_router.route(writer, size, clients, exclude)
         if target is None:
             self.metrics.route_put_outcome.labels("unavailable").inc()
@@ -197,6 +200,10 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
         s.remember_pending(key, target, now)
         self.metrics.route_put_outcome.labels("routed").inc()
         return _ROUTED, target
+
+    def _quota_of(self, writer: str, outcome: int) -> int:
+        """The writer's quota, told back with QUOTA_EXCEEDED so its log can name it."""
+        return self.state.quotas.usage(writer).quota if outcome == _QUOTA_EXCEEDED else 0
 
     @_timed
     def RoutePut(self, request, context):
@@ -210,7 +217,7 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
                                               frozenset(request.exclude_nodes), list(s.alive().values()),
                                               time.time())
         if target is None:
-            return pb.RoutePutResponse(outcome=outcome)
+            return pb.RoutePutResponse(outcome=outcome, quota_bytes=self._quota_of(request.node_id, outcome))
         self.metrics.route_put.labels(target.node_id).inc()
         return pb.RoutePutResponse(outcome=outcome, node_id=target.node_id, tier=target.tier,
                                    peer_address=target.peer_address)
@@ -236,7 +243,8 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
             seen.add(key)
             outcome, target = self._route_put_one(request.node_id, key, size, exclude, clients, now)
             if target is None:
-                entries.append(pb.BatchRoutePutEntry(outcome=outcome))
+                entries.append(pb.BatchRoutePutEntry(outcome=outcome,
+                                                     quota_bytes=self._quota_of(request.node_id, outcome)))
             else:
                 self.metrics.batch_route_put.labels(target.node_id).inc()
                 entries.append(pb.BatchRoutePutEntry(outcome=outcome, node_id=target.node_id,

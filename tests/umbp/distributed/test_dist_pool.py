@@ -11,7 +11,10 @@ import pytest
 from dist_harness import start_workers
 from umbp_master_harness import fast_settings, running_master, uid
 
+from mori.umbp.distributed import UMBPMasterClient
+
 pytestmark = pytest.mark.timeout(120)
+MIB = 1 << 20
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +102,51 @@ def test_write_once_across_workers(pair):
     assert a.ask("put", keys=keys, size=8192, seed=3000)["ok"] == [True] * 4
     for w in (a, b):
         assert w.ask("get", keys=keys, size=8192, seed=1000)["right"] == [True] * 4
+
+
+def _outcomes(m, outcome: str) -> float:
+    return m.metrics.registry.get_sample_value("mori_umbp_route_put_outcome_total", {"outcome": outcome}) or 0.0
+
+
+def test_engine_over_quota_stores_nothing_and_no_room_stays_local(tmp_path):
+    """A worker over its engine quota gets False and the value is nowhere (not kept locally);
+    when no node has room by the master's count (no quota involved) the writer keeps the value."""
+    with running_master(settings=fast_settings()) as m:
+        ids = uid("qa"), uid("qb")
+        # w1 writes over its quota; w2 (with an SSD) writes with no quota
+        w1, w2 = start_workers(dict(master=m.address, node_id=ids[0], dram=6 << 20, pool_bytes=1 << 20),
+                               dict(master=m.address, node_id=ids[1], dram=6 << 20, pool_bytes=1 << 20,
+                                    ssd_dir=str(tmp_path)))
+        try:
+            UMBPMasterClient(m.address, node_id="admin").set_engine_quota(ids[0], 3 * MIB)
+            keys = _keys(5)
+            seed = random.randrange(1 << 30)
+            assert w1.ask("put", keys=keys[:2], size=MIB, seed=seed)["ok"] == [True, True]
+            assert w1.ask("put", keys=keys[2:4], size=MIB, seed=seed + 2)["ok"] == [True, False]
+            assert w1.ask("put", keys=keys[4:], size=MIB, seed=seed + 4)["ok"] == [False]
+            assert _stat(w1, "quota_refused_puts") == 2
+            for w in (w1, w2):  # the refused keys are nowhere; the admitted ones everywhere
+                assert w.ask("exists", keys=keys)["found"] == [True, True, True, False, False]
+                got = w.ask("get", keys=keys, size=MIB, seed=seed)
+                assert got["ok"] == [True, True, True, False, False]
+                assert got["right"][:3] == [True] * 3 and got["untouched_misses"][3:] == [True, True]
+            # another engine is not held to w1's quota
+            assert w2.ask("put", keys=keys[3:4], size=MIB, seed=seed + 3)["ok"] == [True]
+            # No room: the master routes puts to memory tiers only, and a 7 MiB value fits no
+            # node's 6 MiB DRAM. It answers UNAVAILABLE; w2 keeps the value in its own store (SSD).
+            unavailable = _outcomes(m, "unavailable")
+            big = _keys(1)
+            puts = _stat(w2, "remote_puts")
+            assert w2.ask("put", keys=big, size=7 * MIB, seed=seed)["ok"] == [True]
+            assert _outcomes(m, "unavailable") == unavailable + 1
+            assert _stat(w2, "remote_puts") == puts  # stored locally, not routed to a peer
+            assert _stat(w2, "quota_refused_puts") == 0
+            got = w2.ask("get", keys=big, size=7 * MIB, seed=seed)
+            assert got["ok"] == [True] and got["right"] == [True]
+            assert w1.ask("exists", keys=big)["found"] == [True]  # the master knows w2 holds it
+        finally:
+            w1.close()
+            w2.close()
 
 
 def test_ssd_only_key_staged_by_its_owner(tmp_path):

@@ -119,3 +119,23 @@ def test_engine_quota_refuses_puts_past_it():
         assert c.batch_route_put([keys[3]], [4 * MIB])[0][0] == node.node_id
         with pytest.raises(ValueError, match="engine_id"):
             c.set_engine_quota("", 5)
+
+
+def test_quota_has_its_own_outcome_and_no_room_stays_unavailable():
+    """Over quota is QUOTA_EXCEEDED (with the quota), single and batch; no room is UNAVAILABLE."""
+    with running_master() as m:
+        node = PeerSession(m.address, uid("n"), {DRAM: (64 * MIB, 64 * MIB)})
+        writer = uid("engine")
+        quota = random.randrange(2, 8) * MIB
+        UMBPMasterClient(m.address, node_id=writer).set_engine_quota(writer, quota)
+        stub = pb_grpc.UMBPMasterStub(grpc.insecure_channel(m.address))
+        r = stub.RoutePut(pb.RoutePutRequest(key=uid("q"), node_id=writer, block_size=quota + 1), timeout=5)
+        assert (r.outcome, r.quota_bytes, r.node_id) == (pb.ROUTE_PUT_OUTCOME_QUOTA_EXCEEDED, quota, "")
+        b = stub.BatchRoutePut(pb.BatchRoutePutRequest(node_id=writer, keys=[uid("q"), uid("q")],
+                                                       block_sizes=[quota, 1]), timeout=5)
+        assert [(e.outcome, e.quota_bytes) for e in b.entries] == [
+            (pb.ROUTE_PUT_OUTCOME_ROUTED, 0), (pb.ROUTE_PUT_OUTCOME_QUOTA_EXCEEDED, quota)]
+        assert b.entries[0].node_id == node.node_id
+        # no node has room (another engine, no quota): still UNAVAILABLE, no quota named
+        r = stub.RoutePut(pb.RoutePutRequest(key=uid("q"), node_id=uid("other"), block_size=65 * MIB), timeout=5)
+        assert (r.outcome, r.quota_bytes) == (pb.ROUTE_PUT_OUTCOME_UNAVAILABLE, 0)
