@@ -146,13 +146,15 @@ void settle_op(UcxOp* op, ucs_status_t s) {
   UcxEndpoint& ep = *op->ep;
   --ep.outstanding;
   ep.last_progress = net::now();
-  op->backend->end_remote_use(ep.key, op->region);
+  // The transfer hears first: a deregistration waiting in quiesce() acknowledges once the use count
+  // drops, and its caller may then look at this transfer's status.
   if (s == UCS_OK) {
     op->transfer->piece_done(StatusCode::SUCCESS);
   } else {
     std::string why = !ep.why.empty() ? ep.why : format("%s: %s failed: %s", ep.name.c_str(), op->what, op->u->status_string(s));
     op->transfer->piece_done(StatusCode::ERR_RDMA_OP, why);
   }
+  op->backend->end_remote_use(ep.key, op->region);
 }
 
 void finish_op(UcxOp* op, ucs_status_t s) {
@@ -526,8 +528,8 @@ void UcxBackend::post(bool read, Peer& peer, const std::shared_ptr<Transfer>& t,
       }
     } catch (const std::exception& e) {
       for (int i = posted; i < n; ++i) {
-        end_remote_use(key, remote_region);
         t->piece_done(StatusCode::ERR_RDMA_OP, e.what());
+        end_remote_use(key, remote_region);
       }
     }
   };
