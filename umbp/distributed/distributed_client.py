@@ -225,6 +225,7 @@ class DistributedUMBPClient(_UMBPClient):
         self._hb_interval_s = 1.0
         self._master_backoff_until = 0.0  # monotonic time until which the master is not asked
         self._backoff_s = min(5.0, max(1.0, 2 * self._timeout_s))
+        self._peers_down: dict[str, float] = {}  # node id -> monotonic time it may be dialled again
         self._wake = threading.Event()
         self._stop = threading.Event()
         try:
@@ -261,6 +262,7 @@ class DistributedUMBPClient(_UMBPClient):
                                         lookup_timeout_ms=int(setting("UMBP_LOOKUP_TIMEOUT_MS")))
         self._master_backoff_until = 0.0
         self._backoff_s = 1.0
+        self._peers_down: dict[str, float] = {}
         self.peer_address = ""
 
     # ---------------------------------------------------------------------------------------
@@ -416,6 +418,11 @@ class DistributedUMBPClient(_UMBPClient):
     # ---------------------------------------------------------------------------------------
     def _peer(self, node_id: str, address: str) -> _Peer:
         from mori.io import EngineDesc, MemoryDesc
+        down_until = self._peers_down.get(node_id)
+        if down_until is not None and time.monotonic() < down_until:
+            # A peer that just failed is not dialled again at once: its keys are misses until the
+            # hold-off ends (or the master forgets them), not one deadline each.
+            raise ConnectionError(f"umbp peer {node_id} at {address} failed {self._backoff_s:.1f} s ago or less")
         with self._peers_lock:
             p = self._peers.get(node_id)
             if p is not None and p.address == address and p.arena is not None:
@@ -476,7 +483,9 @@ class DistributedUMBPClient(_UMBPClient):
     def _peer_failed(self, node_id: str, address: str, what: str, exc: Exception) -> None:
         with self._stats_lock:
             self.dstats.remote_errors += 1
-        log.warning("umbp %s: peer %s at %s: %s failed: %s", self._node_id, node_id, address, what, exc)
+        if node_id not in self._peers_down or time.monotonic() >= self._peers_down[node_id]:
+            log.warning("umbp %s: peer %s at %s: %s failed: %s", self._node_id, node_id, address, what, exc)
+            self._peers_down[node_id] = time.monotonic() + self._backoff_s
         self._forget_peer(node_id)
 
     # ---------------------------------------------------------------------------------------

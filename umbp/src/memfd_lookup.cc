@@ -86,16 +86,18 @@ MemfdRange find_memfd(const void* ptr, size_t size) {
   }
   if (!have)
     raise(Status::kInvalidArgument, "register_memory: ptr 0x%" PRIx64 " is not mapped in this process", lo);
-  if (covered_to < hi)
-    raise(Status::kInvalidArgument,
-          "register_memory: [0x%" PRIx64 ", +%zu) runs past its mapping (which ends at 0x%" PRIx64 ")", lo, size,
-          covered_to);
   if (first.inode == 0 || first.perms.size() < 4 || first.perms[3] != 's')
     raise(Status::kInvalidArgument,
           "register_memory: [0x%" PRIx64 ", +%zu) is private memory (%s), which the per-host server cannot map; "
           "allocate the buffer with UMBPHostMemAllocator().alloc(size, UMBPHostBufferBacking.AnonymousShm) "
           "(or any memfd / shared file mapping)",
           lo, size, first.path.empty() ? "anonymous" : first.path.c_str());
+  // After the private-memory check: a private buffer that straddles two mappings (heap growth) is
+  // still, first of all, private.
+  if (covered_to < hi)
+    raise(Status::kInvalidArgument,
+          "register_memory: [0x%" PRIx64 ", +%zu) runs past its mapping (which ends at 0x%" PRIx64 ")", lo, size,
+          covered_to);
   MemfdRange r;
   r.offset = first.offset + (lo - first.start);
   r.fd = find_open_descriptor(first);
