@@ -12,8 +12,9 @@
 //   read   resolve(key) pins a DRAM value under a read lease (UMBP_DRAM_READ_LEASE_MS) so that
 //          no eviction frees it while a reader copies it out; the lease ends when released or
 //          when it expires (a reader that died). A key only on the SSD is staged:
-//          prepare_ssd_read() reads it (checksum verified) into a slot of the staging buffer,
-//          leased for UMBP_SSD_READ_LEASE_MS. Every answer carries the value's XXH3 checksum:
+//          prepare_ssd_read() reads it (checksum verified) into the staging buffer, leased for
+//          UMBP_SSD_READ_LEASE_MS: one slot, or as many adjacent slots as a larger value needs (a
+//          value larger than the whole buffer is SizeTooLarge: raise ssd_staging_buffer_size). Every answer carries the value's XXH3 checksum:
 //          the reader verifies what it read, so a lease that expired mid-read costs a retry,
 //          never a wrong value.
 //   index  every ADD/REMOVE of an owned key per tier goes to the event log (peer_events.h), and
@@ -105,6 +106,8 @@ class PeerPages {
   uintptr_t staging_ptr() const { return reinterpret_cast<uintptr_t>(staging_.ptr); }
   size_t staging_size() const { return staging_.ptr ? staging_.requested_size : 0; }
   size_t staging_slot_size() const { return slot_bytes_; }
+  // The largest value prepare_ssd_read() stages (every slot, adjacent): 0 without an SSD tier.
+  size_t staging_max_value() const { return slot_bytes_ * slot_busy_.size(); }
   uint64_t pending_ttl_ms() const { return kPendingTtl.count(); }
   size_t leases() const;  // live read leases (DRAM and staging)
   size_t pending_slots() const;
@@ -120,8 +123,9 @@ class PeerPages {
     Clock::time_point deadline;
   };
   struct Lease {
-    DramTier::Block* block;  // null: a staging slot
-    int staging_slot;
+    DramTier::Block* block;  // null: a run of staging slots
+    int staging_slot;        // the first of them
+    int staging_count;
     Clock::time_point deadline;
   };
 
