@@ -106,8 +106,6 @@ class PeerPages {
   uintptr_t staging_ptr() const { return reinterpret_cast<uintptr_t>(staging_.ptr); }
   size_t staging_size() const { return staging_.ptr ? staging_.requested_size : 0; }
   size_t staging_slot_size() const { return slot_bytes_; }
-  // The largest value prepare_ssd_read() stages (every slot, adjacent): 0 without an SSD tier.
-  size_t staging_max_value() const { return slot_bytes_ * slot_busy_.size(); }
   uint64_t pending_ttl_ms() const { return kPendingTtl.count(); }
   size_t leases() const;  // live read leases (DRAM and staging)
   size_t pending_slots() const;
