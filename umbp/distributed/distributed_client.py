@@ -9,7 +9,9 @@ hooks of umbp/src/peer_pages.h), plus:
   gets are served locally when this worker owns the key, otherwise ``BatchRouteGet`` names the
   owner, ``BatchResolveKeys`` pins the values there and MORI-IO reads them into the caller's
   memory (zero copy when it was ``register_memory``'d, else through a staging buffer); keys
-  only on the owner's SSD are staged there first (``PrepareSsdRead``, ``NO_SLOT`` retried).
+  only on the owner's SSD are staged there first (``PrepareSsdRead``, ``NO_SLOT`` retried; a
+  value larger than one staging slot takes adjacent slots, one larger than the owner's whole
+  ``ssd_staging_buffer_size`` is a miss, logged with that setting).
   Every value read from a peer is verified against its XXH3 checksum; a mismatch is a miss.
   Values fetched from peers are cached locally per ``cache_remote_fetches`` and its admission;
 - the ``UMBPPeer`` service (peer_service.py) on ``peer_service_port``, from a thread pool;
@@ -66,6 +68,7 @@ class _Peer:
     channel: object
     arena: object = None     # MemoryDesc of its DRAM arena
     staging: object = None   # MemoryDesc of its SSD staging buffer (None: no SSD tier)
+    staging_size: int = 0    # its bytes: the largest value it stages for a reader
 
 
 @dataclass
@@ -443,6 +446,7 @@ class DistributedUMBPClient(_UMBPClient):
                 p.arena = MemoryDesc.unpack(b.desc)
         if info.ssd_staging_mem_desc:
             p.staging = MemoryDesc.unpack(info.ssd_staging_mem_desc)
+            p.staging_size = int(info.ssd_staging_size)
         if p.arena is None:
             raise RuntimeError(f"umbp peer {node_id} at {address} published no DRAM arena")
         with self._peers_lock:
@@ -892,15 +896,30 @@ class DistributedUMBPClient(_UMBPClient):
     def _get_staged(self, p: _Peer, key: str, ptr: int, size: int) -> bool:
         if p.staging is None:
             return False
-        for attempt in range(8):
+        # Slots leased by other readers come free when released, at the latest when their lease
+        # runs out: a reader that waits that long finds the adjacent slots a large value needs.
+        deadline = time.monotonic() + self._ssd_lease_ms / 1000.0
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 r = p.stub.PrepareSsdRead(peer_pb.PrepareSsdReadRequest(key=key, max_size=size), timeout=self._timeout_s)
             except Exception as exc:  # noqa: BLE001
                 self._peer_failed(p.node_id, p.address, "PrepareSsdRead", exc)
                 return False
-            if r.status == peer_pb.SSD_READ_NO_SLOT:  # every staging slot leased: not a miss, retry
-                time.sleep(0.002 * (attempt + 1))
+            if r.status == peer_pb.SSD_READ_NO_SLOT:  # the slots it needs are leased: not a miss, retry
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(min(0.002 * attempt, 0.05))
                 continue
+            if r.status == peer_pb.SSD_READ_SIZE_TOO_LARGE and r.size == size:
+                # A value takes adjacent staging slots; one larger than the owner's whole staging
+                # buffer cannot be staged: a miss, and the log names the setting to raise.
+                log.warning("umbp %s: %r (%d bytes) lives only on the SSD of peer %s, whose staging buffer "
+                            "(distributed.ssd_staging_buffer_size = %d bytes) is smaller: not readable remotely; "
+                            "raise that setting on the owner", self._node_id, key[:64], size, p.node_id,
+                            p.staging_size)
+                return False
             if r.status != peer_pb.SSD_READ_OK or r.size != size:
                 return False
             try:
@@ -908,7 +927,6 @@ class DistributedUMBPClient(_UMBPClient):
             finally:
                 self._release(p, [r.lease_id])
             return done and self._verified(p.node_id, key, ptr, size, r.checksum)
-        return False
 
     def _cache_fetched(self, idx: list[int], keys, ptrs, sizes) -> None:
         """Remote-fetch caching: keep a local copy of values read from peers, per the admission."""

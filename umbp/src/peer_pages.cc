@@ -57,7 +57,7 @@ void PeerPages::end_lease(Lease& l) {
     DramTier::Block* b = l.block;
     dram_.unpin_blocks(&b, 1);
   } else {
-    slot_busy_[static_cast<size_t>(l.staging_slot)] = false;
+    for (int s = l.staging_slot; s < l.staging_slot + l.staging_count; ++s) slot_busy_[static_cast<size_t>(s)] = false;
   }
 }
 
@@ -178,7 +178,7 @@ std::vector<ResolvedValue> PeerPages::resolve(const std::vector<std::string>& ke
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!pinned[i]) continue;
     out[i].lease_id = next_id_++;
-    leases_.emplace(out[i].lease_id, Lease{pinned[i], -1, deadline});
+    leases_.emplace(out[i].lease_id, Lease{pinned[i], -1, 0, deadline});
   }
   reaper_cv_.notify_all();
   return out;
@@ -195,7 +195,9 @@ StagedValue PeerPages::prepare_ssd_read(const std::string& key, uint64_t max_siz
     out.outcome = StageOutcome::NotFound;
     return out;
   }
-  if (size > slot_bytes_ || (max_size && size > max_size)) {
+  // A value larger than one slot takes adjacent slots: the reader reads it in one transfer.
+  const size_t count = (size + slot_bytes_ - 1) / slot_bytes_;
+  if (count > slot_busy_.size() || (max_size && size > max_size)) {
     out.outcome = StageOutcome::SizeTooLarge;
     out.size = size;
     return out;
@@ -203,15 +205,18 @@ StagedValue PeerPages::prepare_ssd_read(const std::string& key, uint64_t max_siz
   int slot = -1;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (size_t s = 0; s < slot_busy_.size(); ++s)
-      if (!slot_busy_[s]) {
-        slot_busy_[s] = true;
-        slot = static_cast<int>(s);
+    size_t run = 0;
+    for (size_t s = 0; s < slot_busy_.size(); ++s) {
+      run = slot_busy_[s] ? 0 : run + 1;
+      if (run == count) {
+        slot = static_cast<int>(s + 1 - count);
+        std::fill_n(slot_busy_.begin() + slot, count, true);
         break;
       }
+    }
   }
   if (slot < 0) {
-    out.outcome = StageOutcome::NoSlot;  // every slot leased: the reader retries
+    out.outcome = StageOutcome::NoSlot;  // not enough adjacent slots free: the reader retries
     return out;
   }
   char* dst = static_cast<char*>(staging_.ptr) + static_cast<size_t>(slot) * slot_bytes_;
@@ -223,7 +228,7 @@ StagedValue PeerPages::prepare_ssd_read(const std::string& key, uint64_t max_siz
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (!read) {
-    slot_busy_[static_cast<size_t>(slot)] = false;
+    std::fill_n(slot_busy_.begin() + slot, count, false);
     out.outcome = ssd_->contains(key) ? StageOutcome::Error : StageOutcome::NotFound;
     return out;
   }
@@ -232,7 +237,7 @@ StagedValue PeerPages::prepare_ssd_read(const std::string& key, uint64_t max_siz
   out.size = size;
   out.checksum = value_checksum(dst, size);
   out.lease_id = next_id_++;
-  leases_.emplace(out.lease_id, Lease{nullptr, slot, Clock::now() + ssd_lease_});
+  leases_.emplace(out.lease_id, Lease{nullptr, slot, static_cast<int>(count), Clock::now() + ssd_lease_});
   reaper_cv_.notify_all();
   return out;
 }

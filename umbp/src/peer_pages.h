@@ -12,8 +12,9 @@
 //   read   resolve(key) pins a DRAM value under a read lease (UMBP_DRAM_READ_LEASE_MS) so that
 //          no eviction frees it while a reader copies it out; the lease ends when released or
 //          when it expires (a reader that died). A key only on the SSD is staged:
-//          prepare_ssd_read() reads it (checksum verified) into a slot of the staging buffer,
-//          leased for UMBP_SSD_READ_LEASE_MS. Every answer carries the value's XXH3 checksum:
+//          prepare_ssd_read() reads it (checksum verified) into the staging buffer, leased for
+//          UMBP_SSD_READ_LEASE_MS: one slot, or as many adjacent slots as a larger value needs (a
+//          value larger than the whole buffer is SizeTooLarge: raise ssd_staging_buffer_size). Every answer carries the value's XXH3 checksum:
 //          the reader verifies what it read, so a lease that expired mid-read costs a retry,
 //          never a wrong value.
 //   index  every ADD/REMOVE of an owned key per tier goes to the event log (peer_events.h), and
@@ -120,8 +121,9 @@ class PeerPages {
     Clock::time_point deadline;
   };
   struct Lease {
-    DramTier::Block* block;  // null: a staging slot
-    int staging_slot;
+    DramTier::Block* block;  // null: a run of staging slots
+    int staging_slot;        // the first of them
+    int staging_count;
     Clock::time_point deadline;
   };
 

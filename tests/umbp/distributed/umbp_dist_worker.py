@@ -24,7 +24,8 @@ class Worker:
 
     def init(self, master: str, node_id: str, dram: int = 64 << 20, ssd_dir: str = "", cache_remote: bool = False,
              admission: str = "SIZE", pool_bytes: int = 0, staging: int = 4 << 20, host: str = "127.0.0.1",
-             ssd_capacity: int = 64 << 20, lookup_only: bool = False, sglang: bool = False):
+             ssd_capacity: int = 64 << 20, lookup_only: bool = False, sglang: bool = False,
+             ssd_staging: int = 8 << 20, ssd_slots: int = 4):
         from mori.umbp import CacheRemoteAdmission, UMBPClient, UMBPConfig, UMBPDistributedConfig
         if sglang:  # SGLang's UMBPStore: from the environment, role forced Standalone
             from mori.umbp import UMBPRole
@@ -49,8 +50,8 @@ class Worker:
         d.io_engine.port = 0
         d.peer_service_port = 0
         d.staging_buffer_size = staging
-        d.ssd_staging_buffer_size = 8 << 20
-        d.ssd_staging_buffer_slots = 4
+        d.ssd_staging_buffer_size = ssd_staging
+        d.ssd_staging_buffer_slots = ssd_slots
         d.cache_remote_fetches = cache_remote
         d.cache_remote_admission = getattr(CacheRemoteAdmission, admission)
         d.admission_max_block_bytes = 1 << 20
