@@ -22,13 +22,9 @@ import sys
 import time
 from typing import Callable, Optional
 
+from mori.apps.bench.launch import relaunch
+
 MIB = 1 << 20
-
-
-def _sizes(lo: int, hi: int) -> list[int]:
-    from mori.apps.bench.report import size_sweep
-
-    return size_sweep(lo, hi)
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -37,7 +33,9 @@ def _worker(args: argparse.Namespace) -> int:
 
     import mori.ccl as ccl
     import mori.shmem as sh
-    from mori.apps.bench.report import Report, human_size
+    from mori.apps.bench.report import Report
+    from mori.apps.bench.timing import slowest, torch_rank_max
+    from mori.apps.bench.sizes import human_size, size_sweep
     from mori.collectives import gpu
 
     use_gpu = args.gpu
@@ -54,10 +52,10 @@ def _worker(args: argparse.Namespace) -> int:
         if use_gpu:
             torch.cuda.synchronize()
 
-    def slowest(t: float) -> float:
-        v = torch.tensor([t], dtype=torch.float64, device=dev)
-        dist.all_reduce(v, op=dist.ReduceOp.MAX)
-        return float(v.item())
+    rank_max = torch_rank_max(dist, device=dev)
+
+    def slowest_rank(t: float) -> float:
+        return slowest(rank_max, t)
 
     def timed(fn: Callable[[], None], iters: int) -> float:
         for _ in range(max(2, iters // 10)):
@@ -71,11 +69,11 @@ def _worker(args: argparse.Namespace) -> int:
                 fn()
             end.record()
             end.synchronize()
-            return slowest(start.elapsed_time(end) / 1e3 / iters)
+            return slowest_rank(start.elapsed_time(end) / 1e3 / iters)
         t0 = time.perf_counter()
         for _ in range(iters):
             fn()
-        return slowest((time.perf_counter() - t0) / iters)
+        return slowest_rank((time.perf_counter() - t0) / iters)
 
     rep = Report("ccl-gpu" if use_gpu else "ccl-cpu",
                  ["size", "mori_us", "mori_busbw_GBs", "base_us", "base_busbw_GBs", "ratio", "mori_sym_busbw_GBs",
@@ -84,7 +82,7 @@ def _worker(args: argparse.Namespace) -> int:
                      "busbw": "(n-1)/n * output_bytes / time"})
     if use_gpu:
         rep.meta["gpu"] = torch.cuda.get_device_name()
-    for total in _sizes(args.min_size, args.max_size):
+    for total in size_sweep(args.min_size, args.max_size):
         shard = total // n // elem
         inp = (torch.arange(shard, device=dev, dtype=torch.float32) % 251 + me).to(dtype)
         out_m = torch.empty(n * shard, device=dev, dtype=dtype)
@@ -136,7 +134,7 @@ def _worker(args: argparse.Namespace) -> int:
             rep.meta["others"] = others
     overlap = None
     if use_gpu and not args.no_overlap:
-        overlap = _gemm_overlap(args, me, n, slowest)
+        overlap = _gemm_overlap(args, me, n, slowest_rank)
         if me == 0:
             ov = Report("ccl-gemm-overlap", ["case", "gemm_ms", "gemm_TFLOPs", "slowdown_pct", "comm_busbw_GBs",
                                              "comm_covers_window"])
@@ -232,7 +230,7 @@ def _other_collectives(args: argparse.Namespace, me: int, n: int, timed: Callabl
     import torch.distributed as dist
 
     import mori.ccl as ccl
-    from mori.apps.bench.report import human_size
+    from mori.apps.bench.sizes import human_size
 
     numel = args.others_size // 2 // n * n
     g = torch.Generator(device="cuda").manual_seed(7 + me)
@@ -300,13 +298,7 @@ def main(argv: Optional[list] = None) -> int:
         args.json = f"bench-results/ccl-{'gpu' if args.gpu else 'cpu'}.json"
     if args.worker:
         return _worker(args)
-    cmd = [sys.executable, "-m", "mori.apps.bench.ccl", "--worker", *argv]
-    if "--json" not in argv:
-        cmd += ["--json", args.json]
-    import subprocess
-
-    return subprocess.call([sys.executable, "-m", "mori.apps.cli", "run", "-n", str(args.pes), "--no-prefix", "--",
-                            *cmd])
+    return relaunch("mori.apps.bench.ccl", argv, args.pes)
 
 
 if __name__ == "__main__":

@@ -32,10 +32,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 from typing import Callable, Optional
+
+from mori.apps.bench.launch import relaunch
+from mori.apps.bench.timing import Reduce, each_call_seconds, median_of_slowest, torch_rank_max, torch_rank_mean
+from mori.apps.bench.timing import slowest as slowest_of
 
 
 def _routing(tokens: int, world: int, experts: int, topk: int, seed: int):
@@ -107,18 +110,9 @@ def _wire_row_bytes(quant: str, hidden: int) -> int:
     return 2 * hidden
 
 
-def _measure(fn: Callable[[], None], barrier: Callable[[], None], iters: int, warmup: int, reduce_max) -> float:
+def _measure(fn: Callable[[], None], barrier: Callable[[], None], iters: int, warmup: int, rank_max: Reduce) -> float:
     """Median over iterations of the slowest rank's duration (seconds)."""
-    for _ in range(warmup):
-        barrier()
-        fn()
-    times = []
-    for _ in range(iters):
-        barrier()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(reduce_max(times))
+    return median_of_slowest(each_call_seconds(fn, iters, warmup, barrier), rank_max)
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -140,15 +134,8 @@ def _worker(args: argparse.Namespace) -> int:
     kernel = EpDispatchCombineKernelType[args.kernel]
     fp8, bf16 = torch.float8_e4m3fn, torch.bfloat16
 
-    def reduce_max(values: list) -> list:
-        t = torch.tensor(values, dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-        return t.tolist()
-
-    def reduce_mean(v: float) -> float:
-        t = torch.tensor([v], dtype=torch.float64)
-        dist.all_reduce(t, group=group)
-        return t.item() / world
+    reduce_max = torch_rank_max(dist, group)
+    reduce_mean = torch_rank_mean(dist, world, group)
 
     # The peer-copy ceiling: every PE copies from its right neighbour's mapped heap at once.
     ceil_bytes = 64 << 20
@@ -189,7 +176,7 @@ def _worker(args: argparse.Namespace) -> int:
             if it >= warmup:
                 op_t.append(dt)
                 cp_t.append(c)
-        return statistics.median(reduce_max(op_t)), ceil_bytes / statistics.median(reduce_max(cp_t)) / 1e9
+        return median_of_slowest(op_t, reduce_max), ceil_bytes / median_of_slowest(cp_t, reduce_max) / 1e9
 
     report = Report("ep", ["tokens", "phase", "impl", "time_us", "deepep_GBps", "link_GBps", "ceiling_GBps",
                            "link_eff", "wire_B_row", "vs_baseline"],
@@ -444,15 +431,11 @@ def _gpu_worker(args: argparse.Namespace) -> int:
     bn, wpb = args.block_num, args.warp_per_block
     ceiling, ceiling_2way = _ce_ceiling(sh, torch, dist, rank, world)
 
-    def slowest(v: float) -> float:
-        t = torch.tensor([v], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return t.item()
+    rank_max = torch_rank_max(dist)
+    mean = torch_rank_mean(dist, world)
 
-    def mean(v: float) -> float:
-        t = torch.tensor([v], dtype=torch.float64)
-        dist.all_reduce(t)
-        return t.item() / world
+    def slowest(v: float) -> float:
+        return slowest_of(rank_max, v)
 
     def graph_time(body: Callable[[], None], reps: int) -> float:
         """Seconds per call of ``body``: ``reps`` calls captured back to back in one graph, the
@@ -583,7 +566,8 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--seed", type=int, default=123)
-    parser.add_argument("--json", default="bench-results/ep.json")
+    parser.add_argument("--json", default=None,
+                        help="where to write the JSON (default bench-results/ep.json, with --gpu ep-gpu.json)")
     parser.add_argument("--gpu", action="store_true",
                         help="CUDA: EpDispatchCombineOp, one process per GPU of this node, vs the NCCL path")
     parser.add_argument("--block-num", type=int, default=264, help="GPU blocks per kernel")
@@ -597,37 +581,26 @@ def main(argv: Optional[list] = None) -> int:
                         help="CPU: skip the combine from an input in the shared tensor arena (mori.shmem.shared_tensors)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--gpu-worker", action="store_true", help=argparse.SUPPRESS)
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    if args.json is None:
+        args.json = "bench-results/ep-gpu.json" if args.gpu else "bench-results/ep.json"
     if args.worker:
         return _worker(args)
     if args.gpu_worker:
         return _gpu_worker(args)
     if args.gpu:
         import torch
-        given = argv if argv is not None else sys.argv
-        n = args.nproc if "-n" in given or "--nproc" in given else torch.cuda.device_count()
-        json_path = "bench-results/ep-gpu.json" if args.json == "bench-results/ep.json" else args.json
-        tail = [sys.executable, "-m", "mori.apps.bench.ep", "--gpu-worker", "--json", json_path, "--hidden",
-                str(args.hidden), "--topk", str(args.topk), "--experts", str(args.experts), "--iters", str(args.iters),
-                "--warmup", str(args.warmup), "--seed", str(args.seed), "--block-num", str(args.block_num),
-                "--warp-per-block", str(args.warp_per_block), "--quant", *args.quant, "--tokens", *map(str, args.tokens),
-                *(["--zero-copy"] if args.zero_copy else [])]
-        return subprocess.call([sys.executable, "-m", "mori.apps.cli", "run", "-n", str(n), "--no-prefix", "--",
-                                *tail], stdin=subprocess.DEVNULL)
-    tail = [sys.executable, "-m", "mori.apps.bench.ep", "--worker", "--json", args.json, "--hidden", str(args.hidden),
-            "--topk", str(args.topk), "--experts", str(args.experts), "--kernel", args.kernel,
-            "--gpu-per-node", str(args.gpu_per_node), "--iters", str(args.iters), "--warmup", str(args.warmup),
-            "--seed", str(args.seed), "--quant", *args.quant, "--tokens", *map(str, args.tokens),
-            *(["--zero-copy"] if args.zero_copy else []), *(["--no-shared"] if args.no_shared else [])]
+
+        n = args.nproc if "-n" in argv or "--nproc" in argv else torch.cuda.device_count()
+        return relaunch("mori.apps.bench.ep", argv, n, worker_flag="--gpu-worker")
     env = dict(os.environ)
     # Receive buffers scale with tokens x hidden x ranks; make room unless the user chose (a
     # quantized combine's op lives beside the bf16 one).
     ops = 1 + (len([q for q in args.quant if q != "none"]) > 0)
     per_pe = ops * 6 * args.nproc * max(args.tokens) * args.hidden * 2 + (256 << 20)
     env.setdefault("MORI_SHMEM_HEAP_SIZE", str(per_pe))
-    return subprocess.call([sys.executable, "-m", "mori.apps.cli", "run", "-n", str(args.nproc), "--no-prefix", "--",
-                            *tail], env=env, stdin=subprocess.DEVNULL)
-
+    return relaunch("mori.apps.bench.ep", argv, args.nproc, env=env)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from mori.apps.bench.processes import stop as stop_processes
+from mori.apps.bench.sizes import human_size, parse_list, parse_size
 
 MIB = 1 << 20
 DEFAULT_SIZES = "8,4K,64K,1M,16M,64M"
@@ -58,14 +58,6 @@ MORI_KINDS = ("auto", "tcp", "ucx-tcp", "ucx-sm")
 UCX_TLS = {"ucx-tcp": "tcp,self", "ucx-sm": "sm,self"}  # the same UCX_TLS as the NIXL rows
 MORI_COLUMNS = ["MsgSize (B)", "BatchSize", "TotalSize (MB)", "Max BW (GB/s)", "Avg BW (GB/s)", "Min Lat (us)",
                 "Avg Lat (us)"]
-
-
-def parse_size(text: str, option: str = "--sizes") -> int:
-    """``8``, ``4K``, ``1M``, ``2G`` (binary units) -> bytes."""
-    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)i?B?\s*", text, flags=re.IGNORECASE)
-    if not m or int(m.group(1)) <= 0:
-        raise ValueError(f"{option}: {text!r} is not a positive size (e.g. 8, 4K, 1M)")
-    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
 
 
 @dataclass
@@ -343,8 +335,8 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--json", default=None, help="where to write the JSON (default bench-results/io-HOSTS.json)")
     args = parser.parse_args(argv)
     try:
-        sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
-        batches = [parse_size(b, "--batches") for b in args.batches.split(",") if b.strip()]
+        sizes = parse_list(args.sizes, "--sizes")
+        batches = parse_list(args.batches, "--batches")
         max_buffer = parse_size(args.max_buffer, "--max-buffer")
     except ValueError as exc:
         parser.error(str(exc))
@@ -374,7 +366,7 @@ def main(argv: Optional[list] = None) -> int:
     if args.json is None:
         args.json = f"bench-results/io-{args.hosts}.json"
 
-    from mori.apps.bench.report import Report, human_size
+    from mori.apps.bench.report import Report
 
     buf_bytes = max(max_buffer, max(sizes))
     plan = {"sizes": sizes, "batches": batches, "ops": ops, "apis": apis, "iters": args.iters, "budget": args.budget,

@@ -30,6 +30,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from mori.apps.bench.io_driver import Driver, Transfer, address
+from mori.apps.bench.wire import recv_exact
 
 _IOV_MAX = 1024
 
@@ -60,12 +61,6 @@ def _recvv(sock: socket.socket, views: list) -> None:
         if n == 0:
             raise ConnectionError("socket baseline: peer closed the connection")
         views = _advance(views, n)
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    _recvv(sock, [memoryview(buf)])
-    return bytes(buf)
 
 
 _ROW = struct.Struct("<QQ")  # messages in the batch, message size; then the offsets as uint64
@@ -100,8 +95,8 @@ class SocketDriver(Driver):
                 if head in (b"", b"q"):
                     break
                 if head == b"R":
-                    count, size = _ROW.unpack(_recv_exact(conn, _ROW.size))
-                    offsets = np.frombuffer(_recv_exact(conn, 8 * count), dtype=np.uint64)
+                    count, size = _ROW.unpack(recv_exact(conn, _ROW.size))
+                    offsets = np.frombuffer(recv_exact(conn, 8 * count), dtype=np.uint64)
                     views = [self.buf[int(o):int(o) + size] for o in offsets]
                 elif head == b"w":
                     _recvv(conn, list(views))
@@ -109,11 +104,11 @@ class SocketDriver(Driver):
                 elif head == b"r":
                     _sendv(conn, list(views))
                 elif head == b"W":  # one message of the batch, acknowledged
-                    (i,) = _ONE.unpack(_recv_exact(conn, _ONE.size))
+                    (i,) = _ONE.unpack(recv_exact(conn, _ONE.size))
                     _recvv(conn, [views[i]])
                     conn.sendall(b"k")
                 elif head == b"Q":  # one message of the batch, sent back
-                    (i,) = _ONE.unpack(_recv_exact(conn, _ONE.size))
+                    (i,) = _ONE.unpack(recv_exact(conn, _ONE.size))
                     _sendv(conn, [views[i]])
                 else:
                     raise ConnectionError(f"socket baseline: unknown request {head!r}")

@@ -9,7 +9,8 @@ import multiprocessing as mp
 import time
 from typing import Sequence
 
-from mori.apps.bench.report import Report, size_sweep
+from mori.apps.bench.report import Report
+from mori.apps.bench.sizes import size_sweep
 
 
 def _target(conn, backend: str, nbytes: int, device: int) -> None:

@@ -26,6 +26,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from mori.apps.bench.io_driver import Driver
+from mori.apps.bench.wire import recv_exact
 
 _LEN = struct.Struct("<I")
 
@@ -35,18 +36,8 @@ def _send(conn: socket.socket, obj: dict) -> None:
     conn.sendall(_LEN.pack(len(raw)) + raw)
 
 
-def _recv_exact(conn: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = conn.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("the other benchmark process closed the control connection")
-        out += chunk
-    return bytes(out)
-
-
 def _recv(conn: socket.socket) -> dict:
-    return json.loads(_recv_exact(conn, _LEN.unpack(_recv_exact(conn, _LEN.size))[0]))
+    return json.loads(recv_exact(conn, _LEN.unpack(recv_exact(conn, _LEN.size))[0]))
 
 
 def make_driver(engine: str) -> Driver:

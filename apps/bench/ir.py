@@ -18,14 +18,15 @@ then show that it works, not its speed; the put rows time PE 0 alone).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import socket
-import subprocess
 import sys
-from pathlib import Path
 from typing import Any, Callable, Optional
+
+from mori.apps.bench.launch import relaunch
+from mori.apps.bench.report import Report
+from mori.apps.bench.sizes import human_size, size_sweep
 
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 ONESHOT_MAX = 64 << 20  # the one-shot's gather buffer is npes x the message
@@ -40,14 +41,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-size", type=int, default=256 << 20, help="largest message in bytes")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return p
-
-
-def _sizes(lo: int, hi: int) -> list[int]:
-    out, s = [], lo
-    while s <= hi:
-        out.append(s)
-        s *= 4
-    return out
 
 
 def _time_us(fn: Callable[[], Any], nbytes: int, barrier: Optional[Callable[[], None]] = None,
@@ -98,7 +91,7 @@ def _worker(args: argparse.Namespace) -> int:
     install_hook()
     libs = get_extern_libs()
     me, n = sh.shmem_mype(), sh.shmem_npes()
-    sizes = _sizes(args.min_size, args.max_size)
+    sizes = size_sweep(args.min_size, args.max_size)
     cap = sizes[-1]
     shared_gpu = n > torch.cuda.device_count()
     nccl = None
@@ -179,26 +172,15 @@ def _worker(args: argparse.Namespace) -> int:
     for t in (rs, ag, ring_sig, ring_ack, gather, one_sig):
         mori_shmem_free_tensor(t)
     if me == 0:
-        report = {"benchmark": "ir", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                  "host": socket.gethostname(), "gpu": torch.cuda.get_device_name(), "pes": n,
-                  "gpus": torch.cuda.device_count(), "pes_share_a_gpu": shared_gpu, "torch": torch.__version__,
-                  "rows": rows}
-        _print_table(report)
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=1))
-        print(f"wrote {path}")
+        about = {"host": socket.gethostname(), "gpu": torch.cuda.get_device_name(), "pes": n,
+                 "gpus": torch.cuda.device_count(), "pes_share_a_gpu": shared_gpu, "torch": torch.__version__}
+        _print_table(dict(about, rows=rows))
+        report = Report("ir", list(rows[0]) if rows else [], rows=rows)
+        print(f"wrote {report.save(args.json, extra=about)}")
     if nccl is not None:
         dist.destroy_process_group()
     sh.shmem_finalize()
     return 0
-
-
-def _human(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
 
 
 def _print_table(report: dict) -> None:
@@ -208,12 +190,13 @@ def _print_table(report: dict) -> None:
     for r in report["rows"]:
         base = (f"{r['baseline_us']:>10.2f} {r['baseline_GBps']:>8.1f} {r['ratio']:>6.3f}" if r["ratio"] is not None
                 else f"{'-':>10} {'-':>8} {'-':>6}")
-        print(f"{r['op']:>18} {_human(r['bytes']):>9} {r['triton_us']:>10.2f} {r['triton_GBps']:>8.1f} "
+        print(f"{r['op']:>18} {human_size(r['bytes']):>9} {r['triton_us']:>10.2f} {r['triton_GBps']:>8.1f} "
               f"{r['baseline']:>9} {base}")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
     if args.worker:
         return _worker(args)
     from mori import _C
@@ -230,10 +213,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     # put buffer + ring rs/ag + one-shot gather, with room for the signals
     heap = 2 * args.max_size + pes * min(args.max_size, ONESHOT_MAX) + (64 << 20)
     env.setdefault("MORI_SHMEM_GPU_HEAP_SIZE", str(heap))
-    cmd = [sys.executable, "-m", "mori.apps.cli", "run", "-n", str(pes), "--", sys.executable, "-m",
-           "mori.apps.bench.ir", "--worker", "--json", os.path.abspath(args.json), "--min-size", str(args.min_size),
-           "--max-size", str(args.max_size)]
-    return subprocess.call(cmd, env=env, stdin=subprocess.DEVNULL)
+    return relaunch("mori.apps.bench.ir", argv, pes, env=env, prefix_output=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""The one skeleton every benchmark reports through: a rich table on stdout and a JSON file
-with the machine, the command and every row."""
+"""The one writer of every benchmark's results: a rich table on stdout and a JSON file with the
+machine, the command and every row."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -74,12 +74,14 @@ class Report:
             for r in self.rows:
                 print("  ".join(f"{_fmt(r.get(c)):>14}" for c in self.columns))
 
-    def save(self, path: Optional[str]) -> str:
+    def save(self, path: Optional[str], extra: Optional[dict] = None) -> str:
+        """Write the JSON document to ``path`` (default ``bench-results/NAME.json``); ``extra``
+        adds top-level keys (benchmarks whose documents had them before this layout keep them)."""
         path = path or f"bench-results/{self.name}.json"
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         doc = {"benchmark": self.name, "date": _dt.datetime.now().isoformat(timespec="seconds"),
                "command": command_line(), "settings": settings(), "machine": machine_info(), "meta": self.meta,
-               "rows": self.rows}
+               "rows": self.rows, **(extra or {})}
         with open(path, "w") as f:
             json.dump(doc, f, indent=1)
         return path
@@ -91,19 +93,3 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
     return str(v)
-
-
-def size_sweep(lo: int, hi: int, factor: int = 4) -> list[int]:
-    """Sizes lo, lo*factor, ... up to hi (inclusive): the sweep every size-based benchmark uses."""
-    out, s = [], lo
-    while s <= hi:
-        out.append(s)
-        s *= factor
-    return out
-
-
-def human_size(n: int) -> str:
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= div and n % div == 0:
-            return f"{n // div} {unit}"
-    return f"{n} B"

@@ -11,25 +11,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import subprocess
 import sys
-import time
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 
+from mori.apps.bench.launch import mpirun_path, relaunch, relaunch_mpirun
+from mori.apps.bench.timing import mean_seconds
+
 LAT_SIZES = [8, 64, 512, 4096]
 BW_SIZES = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
-
-
-def _timeit(fn: Callable[[], None], iters: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    return (time.perf_counter() - t0) / iters
 
 
 def _lat_iters(budget_s: float) -> int:
@@ -38,7 +29,8 @@ def _lat_iters(budget_s: float) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     import mori.shmem as sh
-    from mori.apps.bench.report import Report, human_size
+    from mori.apps.bench.report import Report
+    from mori.apps.bench.sizes import human_size
 
     mpi = None
     if os.environ.get("OMPI_COMM_WORLD_SIZE") and not args.no_mpi:
@@ -70,16 +62,16 @@ def _worker(args: argparse.Namespace) -> int:
         for op in ("put", "get"):
             for size in LAT_SIZES:
                 if op == "put":
-                    ours = _timeit(lambda: (sh.shmem_putmem(sym, src_addr, size, 1), sh.shmem_quiet()), iters)
+                    ours = mean_seconds(lambda: (sh.shmem_putmem(sym, src_addr, size, 1), sh.shmem_quiet()), iters)
                 else:
-                    ours = _timeit(lambda: sh.shmem_getmem(dst_addr, sym, size, 1), iters)
+                    ours = mean_seconds(lambda: sh.shmem_getmem(dst_addr, sym, size, 1), iters)
                 theirs = None
                 if win is not None:
                     view_src, view_dst = src[:size], dst[:size]
                     if op == "put":
-                        theirs = _timeit(lambda: (win.Put(view_src, 1), win.Flush(1)), iters)
+                        theirs = mean_seconds(lambda: (win.Put(view_src, 1), win.Flush(1)), iters)
                     else:
-                        theirs = _timeit(lambda: (win.Get(view_dst, 1), win.Flush(1)), iters)
+                        theirs = mean_seconds(lambda: (win.Get(view_dst, 1), win.Flush(1)), iters)
                 report.add(op=f"{op} latency", size=human_size(size), mori_us=ours * 1e6,
                            mpi_rma_us=theirs * 1e6 if theirs else None,
                            **{"mpi/mori": theirs / ours if theirs else None})
@@ -97,7 +89,7 @@ def _worker(args: argparse.Namespace) -> int:
                             sh.shmem_getmem(dst_addr, sym, size, 1)
                     sh.shmem_quiet()
 
-                t_ours = _timeit(ours_fn, reps, warmup=1) / window
+                t_ours = mean_seconds(ours_fn, reps, warmup=1) / window
                 t_mpi = None
                 if win is not None:
                     vs, vd = src[:size], dst[:size]
@@ -107,9 +99,9 @@ def _worker(args: argparse.Namespace) -> int:
                             (win.Put(vs, 1) if op == "put" else win.Get(vd, 1))
                         win.Flush(1)
 
-                    t_mpi = _timeit(mpi_fn, reps, warmup=1) / window
+                    t_mpi = mean_seconds(mpi_fn, reps, warmup=1) / window
                 a, b = src[:size], dst[:size]  # the same local buffers as the RMA calls
-                t_copy = _timeit(lambda: [np.copyto(b, a) for _ in range(window)], reps, warmup=1) / window
+                t_copy = mean_seconds(lambda: [np.copyto(b, a) for _ in range(window)], reps, warmup=1) / window
                 gb = lambda t: size / t / 1e9 if t else None  # noqa: E731
                 report.add(op=f"{op} bandwidth", size=human_size(size), mori_GBps=gb(t_ours), mpi_rma_GBps=gb(t_mpi),
                            memcpy_GBps=gb(t_copy), **{"mori/memcpy": t_copy / t_ours})
@@ -133,19 +125,15 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--budget", type=float, default=0.05, help="seconds of timing per latency point")
     parser.add_argument("--no-mpi", action="store_true", help="skip the mpi4py RMA baseline (launch with mori run)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.worker:
         return _worker(args)
-    cmd_tail = [sys.executable, "-m", "mori.apps.bench.shmem", "--worker", "--json", args.json,
-                "--budget", str(args.budget)]
-    mpirun = shutil.which("mpirun")
-    if mpirun and not args.no_mpi:
-        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                   OMPI_MCA_rmaps_base_oversubscribe="1")
-        return subprocess.call([mpirun, "-n", "2", *cmd_tail], env=env, stdin=subprocess.DEVNULL)
-    print("mpirun not found: running without the mpi4py RMA baseline", file=sys.stderr)
-    return subprocess.call([sys.executable, "-m", "mori.apps.cli", "run", "-n", "2", "--no-prefix", "--",
-                            *cmd_tail, "--no-mpi"])
+    if not args.no_mpi:
+        if mpirun_path():
+            return relaunch_mpirun("mori.apps.bench.shmem", argv, 2)
+        print("mpirun not found: running without the mpi4py RMA baseline", file=sys.stderr)
+    return relaunch("mori.apps.bench.shmem", [*argv, *([] if args.no_mpi else ["--no-mpi"])], 2)
 
 
 if __name__ == "__main__":

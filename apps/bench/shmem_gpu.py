@@ -18,14 +18,15 @@ Run as ``mori bench shmem --gpu [--json PATH]``: it starts its own 2 PEs with ``
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import platform
 import socket
-import subprocess
 import sys
 from typing import Any, Optional
+
+from mori.apps.bench.launch import relaunch
+from mori.apps.bench.report import Report
+from mori.apps.bench.sizes import human_size, size_sweep
 
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
@@ -40,12 +41,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reps", type=int, default=5, help="timed repetitions per point (median is reported)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return p
-
-
-def _sizes(lo: int, hi: int) -> list[int]:
-    from mori.apps.bench.report import size_sweep
-
-    return size_sweep(lo, hi)
 
 
 def _time_per_op(fn: Any, nbytes: int, reps: int) -> float:
@@ -83,7 +78,7 @@ def _worker(args: argparse.Namespace) -> int:
     if n != 2:
         raise SystemExit("the GPU shmem benchmark runs on exactly 2 PEs")
     peer = 1 - me
-    sizes = _sizes(args.min_size, args.max_size)
+    sizes = size_sweep(args.min_size, args.max_size)
     dst = mori_shmem_create_tensor((sizes[-1],), torch.uint8)
     # Same generator and seed on both PEs: PE 1 can check what PE 0 put against its own copy.
     gen = torch.Generator(device="cuda").manual_seed(20261129)
@@ -137,11 +132,7 @@ def _worker(args: argparse.Namespace) -> int:
         raise SystemExit(f"PE {me}: {errors} ping-pong payloads were stale after their signal")
     sh.shmem_barrier_all()
     if me == 0:
-        result = _report(args, rows, sweep, rt_ns / 1e3, torch)
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-        print(f"wrote {args.json}")
+        print(f"wrote {_report(args, rows, sweep, rt_ns / 1e3, torch)}")
     mori_shmem_free_tensor(pp)
     mori_shmem_free_tensor(dst)
     sh.shmem_finalize()
@@ -164,7 +155,8 @@ def _peer_device(sh: Any, peer: int) -> int:
     return value
 
 
-def _report(args: argparse.Namespace, rows: list[dict], sweep: list[dict], rt_us: float, torch: Any) -> dict:
+def _report(args: argparse.Namespace, rows: list[dict], sweep: list[dict], rt_us: float, torch: Any) -> str:
+    """Print the table and the summary; write the JSON; returns its path."""
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     big = [r for r in rows if r["bytes"] >= 16 << 20]
     summary = {
@@ -179,32 +171,26 @@ def _report(args: argparse.Namespace, rows: list[dict], sweep: list[dict], rt_us
     print(f"{'size':>10} {'torch copy_':>12} {'copy engine':>12} {'(x ceil)':>9} {'SM put':>9} {'(x ceil)':>9} "
           f"{'putmem_block':>13} {'(x ceil)':>9}")
     for r in rows:
-        print(f"{_human(r['bytes']):>10} {r['torch_copy_GBps']:>12.1f} {r['copy_engine_GBps']:>12.1f} "
+        print(f"{human_size(r['bytes']):>10} {r['torch_copy_GBps']:>12.1f} {r['copy_engine_GBps']:>12.1f} "
               f"{r['copy_engine_vs_ceiling']:>9.3f} {r['sm_put_GBps']:>9.1f} {r['sm_put_vs_ceiling']:>9.3f} "
               f"{r['putmem_block_GBps']:>13.1f} {r['putmem_block_vs_ceiling']:>9.3f}")
     if sweep:
-        print("SM put grid sweep at " + _human(sweep[0]["bytes"]) + ": " +
+        print("SM put grid sweep at " + human_size(sweep[0]["bytes"]) + ": " +
               ", ".join(f"{w['blocks_per_sm']} blocks/SM {w['GBps']:.1f} GB/s" for w in sweep))
     print(f"8-byte put+signal round trip (device API ping-pong, {args.pingpong_iters} rounds): {rt_us:.2f} us")
     if big:
         print(f">= 16 MiB: copy engine >= {summary['min_copy_engine_vs_ceiling_ge_16MiB']:.3f} x ceiling, "
               f"SM put >= {summary['min_sm_put_vs_ceiling_ge_16MiB']:.3f} x ceiling; target met: "
               f"{summary['target_met']}")
-    return {"benchmark": "shmem_gpu", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "host": socket.gethostname(), "platform": platform.platform(), "gpu": props.name,
-            "sm_count": props.multi_processor_count, "torch": torch.__version__, "rows": rows, "sm_put_grid_sweep": sweep,
-            "summary": summary}
-
-
-def _human(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
+    report = Report("shmem_gpu", list(rows[0]) if rows else [], rows=rows)
+    return report.save(args.json, extra={"host": socket.gethostname(), "platform": platform.platform(), "gpu": props.name,
+                                         "sm_count": props.multi_processor_count, "torch": torch.__version__,
+                                         "sm_put_grid_sweep": sweep, "summary": summary})
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
     if args.worker:
         return _worker(args)
     from mori import _C
@@ -218,11 +204,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     env = dict(os.environ, **MULTICAST_OFF)
     heap = args.max_size + (64 << 20)
     env.setdefault("MORI_SHMEM_GPU_HEAP_SIZE", str(heap))
-    cmd = [sys.executable, "-m", "mori.apps.cli", "run", "-n", "2", "--", sys.executable, "-m",
-           "mori.apps.bench.shmem_gpu", "--worker", "--json", os.path.abspath(args.json), "--min-size",
-           str(args.min_size), "--max-size", str(args.max_size), "--pingpong-iters", str(args.pingpong_iters),
-           "--reps", str(args.reps)]
-    return subprocess.call(cmd, env=env, stdin=subprocess.DEVNULL)
+    return relaunch("mori.apps.bench.shmem_gpu", argv, 2, env=env, prefix_output=True)
 
 
 if __name__ == "__main__":

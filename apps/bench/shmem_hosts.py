@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from mori.apps.bench.processes import stop as stop_processes
+from mori.apps.bench.wire import recv_into_exact
 
 SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20]
 LAT_ITERS = 3000   # per latency figure, split into LAT_SLICES alternating samples
@@ -55,15 +56,6 @@ def _stream_total(size: int) -> int:
 
 # ---------------------------------------------------------------- the plain-socket baseline
 
-def _recv_exact(conn: socket.socket, view: memoryview) -> None:
-    got = 0
-    while got < len(view):
-        k = conn.recv_into(view[got:])
-        if k == 0:
-            raise ConnectionError("socket closed")
-        got += k
-
-
 _CMD = struct.Struct("<cQQ")  # command ('p' ping-pong, 's' stream, 'q' quit), count, size
 
 
@@ -75,19 +67,19 @@ def _socket_echo(ls: socket.socket, max_size: int) -> None:
     small = bytearray(8)
     big = bytearray(max_size)
     while True:
-        _recv_exact(conn, memoryview(cmd))
+        recv_into_exact(conn, memoryview(cmd))
         op, count, size = _CMD.unpack(cmd)
         if op == b"q":
             break
         if op == b"p":
             sv = memoryview(small)
             for _ in range(count):
-                _recv_exact(conn, sv)
+                recv_into_exact(conn, sv)
                 conn.sendall(small)
         else:
             view = memoryview(big)[:size]
             for _ in range(count):
-                _recv_exact(conn, view)
+                recv_into_exact(conn, view)
             conn.sendall(b"k")
     conn.close()
     ls.close()
@@ -106,11 +98,11 @@ class SocketBaseline:
         self.conn.sendall(_CMD.pack(b"p", iters + WARMUP, 8))
         for _ in range(WARMUP):
             self.conn.sendall(msg)
-            _recv_exact(self.conn, mv)
+            recv_into_exact(self.conn, mv)
         t = time.perf_counter()
         for _ in range(iters):
             self.conn.sendall(msg)
-            _recv_exact(self.conn, mv)
+            recv_into_exact(self.conn, mv)
         return (time.perf_counter() - t) / iters * 1e6
 
     def stream_gbps(self, payload: memoryview, count: int) -> float:
@@ -119,7 +111,7 @@ class SocketBaseline:
         t = time.perf_counter()
         for _ in range(count):
             self.conn.sendall(payload)
-        _recv_exact(self.conn, memoryview(ack))
+        recv_into_exact(self.conn, memoryview(ack))
         return count * len(payload) / (time.perf_counter() - t) / 1e9
 
     def close(self) -> None:
@@ -309,7 +301,8 @@ def _run_pair(hosts, sizes: Sequence[int], workdir: str, extra_env: Optional[dic
 def build_report(runs: dict[str, dict], sizes: Sequence[int], link: str, rate: str):
     """One row per measurement, one column set per transport run (``runs``: label -> results);
     mori/socket is the first run over the socket baseline of the same job."""
-    from mori.apps.bench.report import Report, human_size
+    from mori.apps.bench.report import Report
+    from mori.apps.bench.sizes import human_size
 
     labels = list(runs)
     first = runs[labels[0]]

@@ -38,13 +38,14 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import re
 import shutil
 import sys
 import tempfile
 import time
 import traceback
 from typing import Optional, Sequence
+
+from mori.apps.bench.sizes import human_size, parse_count, parse_list, parse_size
 
 MIB = 1 << 20
 DEFAULT_SIZES = "64K,360K,2M,4.5M"
@@ -60,31 +61,6 @@ TARGETS = {
     "get_vs_mooncake": ("get >= 2 x Mooncake Store at every value size", 2.0),
     "exists_consecutive_128_p50_us": ("batch_exists_consecutive of 128 keys <= 20 us (p50)", 20.0),
 }
-
-
-def parse_size(text: str, option: str = "--sizes") -> int:
-    """``64K``, ``360K``, ``4.5M``, ``1G`` (binary units; a fraction only with a unit) -> bytes."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]?)i?B?\s*", text, flags=re.IGNORECASE)
-    if not m:
-        raise ValueError(f"{option}: {text!r} is not a size (e.g. 64K, 360K, 4.5M)")
-    n = float(m.group(1)) * (1 << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()])
-    if n <= 0 or n != int(n):
-        raise ValueError(f"{option}: {text!r} is not a positive whole number of bytes")
-    return int(n)
-
-
-def parse_count(text: str, option: str) -> int:
-    if not re.fullmatch(r"\s*\d+\s*", text) or int(text) < 1:
-        raise ValueError(f"{option}: {text!r} is not a positive whole number")
-    return int(text)
-
-
-def human(n: int) -> str:
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= div and (n * 10) % div == 0:
-            v = n / div
-            return f"{v:g} {unit}"
-    return f"{n} B"
 
 
 def umbp_unavailable() -> Optional[str]:
@@ -153,7 +129,7 @@ def describe_config(cfg) -> dict:
 
 
 def row_record(mode: str, engine: str, op: str, tier: str, size: int, batch: int, fig: dict) -> dict:
-    return {"mode": mode, "engine": engine, "op": op, "tier": tier, "value": human(size), "value_bytes": size,
+    return {"mode": mode, "engine": engine, "op": op, "tier": tier, "value": human_size(size), "value_bytes": size,
             "batch": batch, **fig}
 
 
@@ -191,7 +167,7 @@ def run_local_dram(args, rows: list, out: list, status: dict, buf, mooncake) -> 
                 status["mooncake"] = {"status": "failed", "reason": f"{exc!r}"}
                 mooncake.close()
                 mooncake = None  # the rest of the rows go without it
-        print(f"local dram {human(row.size)} x {row.batch}: done", flush=True)
+        print(f"local dram {human_size(row.size)} x {row.batch}: done", flush=True)
 
     # batch_exists_consecutive over 128 keys that are all there (the full scan); the values all
     # come from the first value of the source buffer.
@@ -262,7 +238,7 @@ def run_local(args, rows_by_tier: dict, out: list, status: dict, workdir: str) -
                                   before=lambda i: drop_page_cache(files_under(tier_dir)))
                     hits = ops.last_hits
                     if hits is not None and (hits["dram_hits"] or hits["ssd_hits"] != row.batch * (len(get) + 1)):
-                        raise RuntimeError(f"SSD-hit row {human(row.size)} x {row.batch}: the store counted {hits} "
+                        raise RuntimeError(f"SSD-hit row {human_size(row.size)} x {row.batch}: the store counted {hits} "
                                            f"for {len(get) + 1} batch gets: not every value came from the SSD")
                     out.append(row_record("local", "umbp", "get", "ssd", row.size, row.batch,
                                           {**summarize(get, row.batch, row.nbytes), "hits": hits}))
@@ -274,7 +250,7 @@ def run_local(args, rows_by_tier: dict, out: list, status: dict, workdir: str) -
                     out.append(row_record("local", "raw read", "get", "ssd", row.size, row.batch,
                                           {**summarize(rs, row.batch, row.nbytes), "io": raw.how}))
                     client.clear()
-                    print(f"local ssd {human(row.size)} x {row.batch}: done", flush=True)
+                    print(f"local ssd {human_size(row.size)} x {row.batch}: done", flush=True)
                 client.close()
             finally:
                 shutil.rmtree(ssd_root, ignore_errors=True)
@@ -547,8 +523,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--json", default=None, help="where to write the JSON (default bench-results/umbp.json)")
     args = parser.parse_args(argv)
     try:
-        sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
-        batches = [parse_count(b, "--batches") for b in args.batches.split(",") if b.strip()]
+        sizes = parse_list(args.sizes, "--sizes")
+        batches = parse_list(args.batches, "--batches", parse_count)
         args.iters = parse_count(args.iters, "--iters")
         args.exists_iters = parse_count(args.exists_iters, "--exists-iters")
         max_buffer = parse_size(args.max_buffer, "--max-buffer")
@@ -579,7 +555,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cap = {"dram": max_buffer, "ssd": min(max_buffer, max_ssd_buffer)}
     local_rows = {t: [c for c in cells if c.nbytes <= cap[t]] for t in args.tiers}
     server_rows = {t: [c for c in cells if c.nbytes * SERVER_RANKS <= cap[t]] for t in args.tiers}
-    status: dict = {"left_out": {f"{mode} {t}": [f"{human(c.size)} x {c.batch}" for c in cells if c not in rows[t]]
+    status: dict = {"left_out": {f"{mode} {t}": [f"{human_size(c.size)} x {c.batch}" for c in cells if c not in rows[t]]
                                  for mode, rows in (("local", local_rows), (f"server x{SERVER_RANKS}", server_rows))
                                  for t in args.tiers}}
     out: list[dict] = []
@@ -629,7 +605,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"mooncake: {mc['status']}: {mc['reason']}")
     report = Report("umbp", cols)
     report.rows = out
-    report.meta = {"targets": targets, "engines": status, "sizes": [human(s) for s in sizes], "batches": batches,
+    report.meta = {"targets": targets, "engines": status, "sizes": [human_size(s) for s in sizes], "batches": batches,
                    "iters": args.iters, "budget_s": args.budget, "modes": modes, "tiers": args.tiers,
                    "server_ranks": SERVER_RANKS, "seconds": round(time.monotonic() - t0, 1),
                    "loadavg_1m": {"start": round(load_start[0], 2), "end": round(os.getloadavg()[0], 2)},

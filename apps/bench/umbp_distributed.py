@@ -73,7 +73,7 @@ def _raw(engine, read: bool, local, remote, loffs, roffs, sizes) -> None:
 
 def run(args, sizes: list[int], batches: list[int]) -> tuple[list[dict], dict]:
     import mori.umbp as umbp
-    from mori.apps.bench.umbp import human
+    from mori.apps.bench.sizes import human_size
     from mori.apps.bench.umbp_workload import HostBuffers, Row, check_all, iterations, sglang_keys, summarize, verify
     from mori.umbp.distributed.master_server import MasterServer
     from mori.umbp.distributed.master_settings import MasterSettings
@@ -153,9 +153,9 @@ def run(args, sizes: list[int], batches: list[int]) -> tuple[list[dict], dict]:
                 f = dict(fig[key])
                 if base is not None and fig[base].get("GiB/s"):
                     f["x raw-io"] = round(f["GiB/s"] / fig[base]["GiB/s"], 3)
-                out.append({"mode": "2 processes", "engine": engine, "op": op, "value": human(row.size),
+                out.append({"mode": "2 processes", "engine": engine, "op": op, "value": human_size(row.size),
                             "value_bytes": row.size, "batch": row.batch, **f})
-            print(f"distributed {human(row.size)} x {row.batch}: done", flush=True)
+            print(f"distributed {human_size(row.size)} x {row.batch}: done", flush=True)
         # Master lookups: BatchRouteGet of 128 keys the owner holds.
         keys = sglang_keys(128, "Dl")
         check_all(client.batch_put_from_ptr(keys, [buf.src_ptr] * 128, [4096] * 128), "distributed put")
@@ -180,7 +180,8 @@ def run(args, sizes: list[int], batches: list[int]) -> tuple[list[dict], dict]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from mori.apps.bench.umbp import parse_count, parse_size, umbp_unavailable
+    from mori.apps.bench.sizes import parse_count, parse_list, parse_size
+    from mori.apps.bench.umbp import umbp_unavailable
 
     parser = argparse.ArgumentParser(prog="mori bench umbp --distributed", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -194,8 +195,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--json", default=None, help="where to write the JSON (default bench-results/umbp-distributed.json)")
     args = parser.parse_args(argv)
     try:
-        sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
-        batches = [parse_count(b, "--batches") for b in args.batches.split(",") if b.strip()]
+        sizes = parse_list(args.sizes, "--sizes")
+        batches = parse_list(args.batches, "--batches", parse_count)
         args.iters = parse_count(args.iters, "--iters")
         args.max_buffer = parse_size(args.max_buffer, "--max-buffer")
     except ValueError as exc:
