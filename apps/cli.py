@@ -115,9 +115,11 @@ def _cmd_umbp_master(args: argparse.Namespace, rest: list[str]) -> int:
     return master_main(rest)
 
 
-def _cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
+def _cmd_bench(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
     from mori.apps.bench import main as bench_main
 
+    if args.what is None:
+        parser.parse_args(["bench", "--help"])  # prints the benchmarks and exits
     return bench_main([args.what] + rest)
 
 
@@ -158,8 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
                                  help="MORI-UMBP's master (gRPC umbp.UMBPMaster): umbp-master [listen_address] [metrics_port]")
     umbp_master.set_defaults(func=None)
 
-    bench = sub.add_parser("bench", help="benchmarks (shmem, ccl, ep, io, umbp, ir); see mori bench WHAT --help", add_help=False)
-    bench.add_argument("what", nargs="?", default="--help", help="which benchmark")
+    from mori.apps.bench import add_subcommands as add_bench_subcommands, listing as bench_listing
+
+    bench = sub.add_parser("bench", help="benchmarks (shmem, ccl, ep, io, umbp, ir); see mori bench WHAT --help",
+                           description="Each benchmark prints a table, writes JSON and runs its baseline in the "
+                                       "same run.", epilog="variants (a flag picks another benchmark):\n" + bench_listing(variants_only=True),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_bench_subcommands(bench)
     bench.set_defaults(func=None)
     return parser
 
@@ -169,7 +176,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if args.cmd == "bench":
-        return _cmd_bench(args, rest)
+        return _cmd_bench(args, rest, parser)
     if args.cmd == "umbp-master":
         return _cmd_umbp_master(args, rest)
     if rest:

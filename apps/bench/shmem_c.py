@@ -31,18 +31,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Optional
 
+from mori.apps.bench.launch import OMPI_ENV as MPIRUN_ENV
+from mori.apps.bench.report import Report
+
 SOURCE = Path(__file__).with_name("shmem_c_bench.c")
 # Open MPI as root, oversubscribed; mem_hooks=0 avoids OSHMEM's finalize crash (reference/environment.md).
-OMPI_ENV = {
-    "OMPI_ALLOW_RUN_AS_ROOT": "1",
-    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-    "OMPI_MCA_rmaps_base_oversubscribe": "1",
-    "OMPI_MCA_opal_common_ucx_opal_mem_hooks": "0",
-}
+OMPI_ENV = dict(MPIRUN_ENV, OMPI_MCA_opal_common_ucx_opal_mem_hooks="0")
 
 
 # The bench's collective rows (the others are point-to-point operations of one PE).
@@ -89,7 +87,7 @@ def _iters_for(nbytes: int, scale: float) -> int:
 def _perftest_rows(max_bytes: int, scale: float, env: dict, run: int) -> list[Row]:
     """Raw UCX (ucx_perftest, 2 processes) for the rows it has a match for: latencies at 8 B
     and at the largest size, put bandwidth at the largest size."""
-    from apps.bench import ucx_perftest
+    from mori.apps.bench import ucx_perftest
 
     largest = 8
     while largest * 8 <= max_bytes:
@@ -142,7 +140,7 @@ def run(pes: list[int], max_bytes: int, scale: float, ompi_oshcc: str, ompi_oshr
                 impls.append(("openmpi-scoll-basic", [ompi_oshrun], theirs, dict(ompi_env, OMPI_MCA_scoll="basic")))
         perftest_env = None
         if transport == "ucx":
-            from apps.bench import ucx_perftest
+            from mori.apps.bench import ucx_perftest
 
             why = ucx_perftest.missing_reason()
             if why:
@@ -240,15 +238,13 @@ def main(argv: list[str]) -> int:
     rows = run(pes, args.max_bytes, args.scale, args.ompi_oshcc, args.ompi_oshrun, args.runs, args.transport,
                args.ucx_tls)
     print(table(rows))
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"benchmark": "shmem-c", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node(),
             "cpus": os.cpu_count(), "machine": platform.machine(), "seconds": round(time.time() - t0, 1),
             "max_bytes": args.max_bytes, "scale": args.scale, "runs": args.runs,
             "transport": args.transport, "ucx_tls": args.ucx_tls if args.transport == "ucx" else None,
             "command": "mori bench shmem-c " + " ".join(argv)}
-    out.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
-    print(f"wrote {out}")
+    report = Report("shmem-c", [f.name for f in fields(Row)], rows=[asdict(r) for r in rows], meta=meta)
+    print(f"wrote {report.save(args.json)}")
     return 0
 
 

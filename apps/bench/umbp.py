@@ -499,9 +499,6 @@ def check_targets(rows: list[dict]) -> dict:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    if "--distributed" in (sys.argv[1:] if argv is None else argv):  # the pool across processes
-        from mori.apps.bench.umbp_distributed import main as distributed_main
-        return distributed_main(argv)
     parser = argparse.ArgumentParser(prog="mori bench umbp", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help=f"value sizes (default {DEFAULT_SIZES})")
