@@ -36,8 +36,12 @@ _SIGNATURES = {
 @lru_cache(maxsize=1)
 def _lib() -> ctypes.CDLL:
     path = Path(_C.__file__).resolve().parent / "lib" / "libmori_shmem_selftest.so"
-    if not _C.shmem.built_with_cuda() or not path.exists():
+    if not _C.shmem.built_with_cuda():
         raise Unavailable(f"the device-API selftest kernels are not built ({path} missing; MORI was built without CUDA)")
+    if not path.exists():
+        raise Unavailable(f"the device-API selftest kernels are not installed ({path} missing): they are test code, "
+                          "installed by an editable install (pip install -e .) or with "
+                          "-C cmake.define.MORI_TEST_KERNELS=ON")
     lib = ctypes.CDLL(str(path))
     for name, args in _SIGNATURES.items():
         fn = getattr(lib, name)
