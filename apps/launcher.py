@@ -17,7 +17,6 @@ import ctypes
 import ctypes.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import IO, Callable, Optional, Sequence
 
 from mori import _C
+from mori.core.ports import free_port
 
 
 @dataclass
@@ -44,12 +44,6 @@ class LaunchConfig:
     prefix_output: bool = True
     kill_grace_s: float = 3.0
     extra_env: dict = field(default_factory=dict)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def _pump(stream: IO[bytes], sink: IO[str], prefix: str, lock: threading.Lock) -> None:
@@ -202,7 +196,7 @@ def launch(cfg: LaunchConfig) -> int:
     else:
         store_port = cfg.master_port
     store_host = cfg.master_addr if multi_node else "127.0.0.1"
-    torch_port = _free_port() if not multi_node else cfg.master_port + 1
+    torch_port = free_port("") if not multi_node else cfg.master_port + 1
 
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from mori.core.ports import free_port
+
 from harness import CAPI_PROGRAMS, build_capi_programs, check, job_env, mori_run, mpirun
 
 CAPI = Path(__file__).parent / "capi"
@@ -80,13 +82,10 @@ def test_derived_secret_matches_python(built):
     port; the C API (rank 0, hosting the store) must derive exactly what mori.core.bootstrap does,
     or Python and C ranks of one job could not meet: a client holding the Python-derived secret
     is let in, one holding another secret is refused."""
-    import socket
 
     from mori import _C
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     launch = {"MASTER_ADDR": "127.0.0.1", "MORI_MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "2",
               "LOCAL_RANK": "1"}  # local rank 1: no warning on stderr
     env = {k: v for k, v in job_env(launch).items() if not k.startswith(("MORI_STORE", "MORI_JOB_SECRET", "OMPI_COMM"))}
@@ -129,15 +128,12 @@ def test_pe_killed_during_init_leaves_nothing_in_dev_shm(built):
     """A PE killed while shmem_init shares its globals (its peer is slow to map them) must not
     leave the data segment in /dev/shm: it is a memory file, gone with its last user."""
     import signal
-    import socket
     import time
 
     strace = shutil.which("strace")
     if strace is None:
         pytest.skip("strace is not installed (scripts/setup.sh installs it)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     before = set(os.listdir("/dev/shm"))
     base = {"MASTER_ADDR": "127.0.0.1", "MORI_MASTER_PORT": str(port), "WORLD_SIZE": "2", "MORI_BOOTSTRAP_TIMEOUT": "20"}
     env = {k: v for k, v in job_env(base).items() if not k.startswith(("MORI_STORE", "OMPI_COMM"))}

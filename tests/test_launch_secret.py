@@ -17,6 +17,8 @@ import time
 
 import pytest
 
+from mori.core.ports import free_port
+
 from harness import job_env
 
 REMOTE = "198.51.100.7"  # TEST-NET-2: never an address of this host
@@ -49,12 +51,6 @@ def _own_address() -> str:
     if ip.startswith("127."):
         pytest.skip("this host has no non-loopback address")
     return ip
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("torchrun", [False, True])
@@ -92,7 +88,7 @@ def test_one_host_job_on_own_address_meets_on_loopback():
     """Zero-config on one host: MASTER_ADDR is this host's address and every rank is local, so the
     derived secret is used and the store moves to loopback, out of other hosts' reach. A real 2-PE job
     runs; while it runs, nothing listens on the public address at the store's port."""
-    ip, port = _own_address(), _free_port()
+    ip, port = _own_address(), free_port()
     res = _detect(MASTER_ADDR=ip, MORI_MASTER_PORT=str(port), RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
     assert res.returncode == 0, res.stderr
     kind, host, got_port, secret = json.loads(res.stdout.splitlines()[-1])

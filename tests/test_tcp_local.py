@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 
 import pytest
+
+from mori.core.ports import free_port
 
 from harness import check, job_env, mori_run, mpirun, python_program
 
@@ -43,16 +44,10 @@ def test_mpirun_bootstrap_over_tcp():
     assert "shmem suite passed on 2 PEs" in out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_killed_pe_is_reported_over_tcp():
     """Ranks started straight from env vars (no launcher to stop the survivors): when PE 2
     dies, PEs 0 and 1 get an error naming it quickly instead of hanging."""
-    n, port, secret = 3, _free_port(), os.urandom(32).hex()
+    n, port, secret = 3, free_port(), os.urandom(32).hex()
     procs = []
     for rank in range(n):
         env = job_env({**TCP, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),

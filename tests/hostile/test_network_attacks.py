@@ -24,6 +24,8 @@ import time
 
 import pytest
 
+from mori.core.ports import free_port, wait_port
+
 from harness import PROGRAMS, check, job_env, mori_run, python_program
 
 sys.path.insert(0, str(PROGRAMS))
@@ -33,12 +35,6 @@ TCP = {"MORI_DISABLE_P2P": "1"}
 IDLE_CONNECTIONS = 1100
 STORE_MAX_VALUE = 256 << 20  # kStoreMaxValueBytes (core/include/mori/core/store.h)
 SET, GET = 1, 2  # store ops (core/src/store.cc)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _limit_descriptors() -> None:
@@ -51,7 +47,7 @@ class EnvJob:
     every byte checked). Rank 0 hosts the bootstrap store on `self.port`."""
 
     def __init__(self, rounds: int = 2) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.secret = os.urandom(32).hex()
         self.rounds = rounds
         self.procs: list[subprocess.Popen] = []
@@ -65,15 +61,7 @@ class EnvJob:
                                            preexec_fn=_limit_descriptors if rank == 0 else None))
 
     def wait_for_store(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline or self.procs[0].poll() is not None:
-                    raise AssertionError("rank 0 never started its bootstrap store")
-                time.sleep(0.05)
+        wait_port(self.port, timeout=timeout, process=self.procs[0])  # rank 0 hosts the bootstrap store
 
     def rss_of_rank0(self) -> int:
         with open(f"/proc/{self.procs[0].pid}/status") as f:
@@ -352,7 +340,7 @@ def _no_secret_env(extra: dict) -> dict:
 def test_multi_node_secret_is_drawn_by_node0_and_passed_by_file(tmp_path):
     """Node 0 without a secret draws a random one and prints how to pass it; node 1 without one
     is refused with a clear error; node 1 with the printed secret in --secret-file joins."""
-    port = _free_port()
+    port = free_port()
     common = ["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(port), "-n", "1"]
     program = python_program("tcp_stress.py", "1")
     cli = [sys.executable, "-m", "mori.apps.cli", "run"]
@@ -440,7 +428,7 @@ def test_c_api_derived_secret_warns(tmp_path, with_secret):
     cc = subprocess.run([str(paths().bin_dir / "oshcc"), "-o", str(exe), str(src)], capture_output=True, text=True,
                         timeout=120)
     assert cc.returncode == 0, cc.stderr
-    port, secret = _free_port(), os.urandom(32).hex()
+    port, secret = free_port(), os.urandom(32).hex()
     procs = []
     for rank in range(2):
         extra = {**TCP, "MASTER_ADDR": "127.0.0.1", "MORI_MASTER_PORT": str(port), "RANK": str(rank),

@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from mori.core.ports import free_port
+
 from harness import _run, check, job_env, mori_run, mpirun, python_program
 
 BOUND_S = 15.0  # how long a PE may survive its launcher, or a survivor take to notice a death
@@ -162,11 +164,8 @@ def test_unsatisfied_wait_until_times_out_saying_what_it_waited_for():
 
 def test_dead_peer_fails_operations_under_torchrun():
     pytest.importorskip("torch")
-    import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     out = check(_run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", "--master-port",
                       str(port), *python_program("peer_death.py", 1, "put")[1:]], timeout=120, env=None),
                 expect_ok=False)  # torchrun may report the victim's early exit; the survivors must have caught it
@@ -175,11 +174,8 @@ def test_dead_peer_fails_operations_under_torchrun():
 
 def test_dead_peer_fails_operations_under_master_addr_env():
     """Plain MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE, no launcher at all (rank 0 hosts the store)."""
-    import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     procs = [subprocess.Popen(python_program("peer_death.py", 1, "put_other"),
                               env=job_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "MORI_MASTER_PORT": str(port),
                                            "RANK": str(r),
@@ -232,11 +228,8 @@ def test_store_host_rank_0_gone_at_init_is_named():
     connection closed; rank 2, starting after, says rank 0 hosts the store and is not there
     (before: "connection refused" naming nobody)."""
     import re
-    import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
 
     secret = os.urandom(32).hex()
 

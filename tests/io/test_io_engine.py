@@ -11,6 +11,7 @@ import pytest
 
 import ucx_variants
 from mori.cpp import TransferStatus
+from mori.core.ports import free_port
 from mori.io import (BackendType, EngineDesc, IOEngine, IOEngineConfig, MemoryDesc, MemoryLocationType, StatusCode,
                      TcpBackendConfig)
 
@@ -305,11 +306,7 @@ def test_transfer_status_api():
 def test_descriptors_and_idempotent_backend():
     """Descriptors round-trip; CPU desc fields as MORI's tests expect; create_backend is
     idempotent; a port given is honoured; garbage does not unpack."""
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = free_port()
     e = IOEngine(f"d-{next(_seq)}", IOEngineConfig("127.0.0.1", port))
     e.create_backend(BackendType.RDMA)
     e.create_backend(BackendType.RDMA)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
 import time
 import uuid
 
@@ -17,6 +16,7 @@ import ucx_variants
 from peer import RemotePeer, b64, unb64
 
 torch = pytest.importorskip("torch")
+from mori.core.ports import free_port
 from mori.io import (BackendType, EngineDesc, IOEngine, IOEngineConfig, MemoryDesc, MemoryLocationType, PollCqMode,
                      RdmaBackendConfig, StatusCode)
 
@@ -25,12 +25,6 @@ LAYERS = 61
 BLOCKS, BLOCK_TOKENS, HEADS, HEAD_DIM = 8, 64, 8, 128
 KV_SHAPE = [2, BLOCKS, BLOCK_TOKENS, HEADS, HEAD_DIM]  # [K|V, blocks, tokens, heads, dim], bf16
 BLOCK_LEN = BLOCK_TOKENS * HEADS * HEAD_DIM * 2
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def kv_caches(seed: int) -> list:

@@ -6,13 +6,14 @@ seeds. Launch: python ep_init_twice.py N
 """
 from __future__ import annotations
 
-import socket
 import sys
 import threading
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from mori.core.ports import free_port
 
 
 def expect_usage_error(needles: tuple, fn, *args) -> None:
@@ -94,7 +95,5 @@ def worker(rank: int, world: int, port: int) -> None:
 
 if __name__ == "__main__":
     n = int(sys.argv[1])
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     mp.spawn(worker, args=(n, port), nprocs=n, join=True)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from mori.core.ports import free_port
 
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -38,7 +39,5 @@ def worker(rank: int, world: int, port: int) -> None:
 
 if __name__ == "__main__":
     n = int(sys.argv[1])
-    with socket.socket() as s:
-        s.bind(("", 0))
-        port = s.getsockname()[1]
+    port = free_port("")
     mp.spawn(worker, args=(n, port), nprocs=n, join=True)

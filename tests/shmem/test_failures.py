@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from mori.core.ports import free_port
+
 from harness import check, job_env, mori_run, python_program
 
 
@@ -137,11 +139,8 @@ def test_a_stopping_store_says_so_to_a_pending_get():
 def test_death_of_the_rank_hosting_the_store_is_named():
     """MASTER_ADDR/RANK jobs: rank 0 hosts the bootstrap store. When its init fails (here: a heap
     size it alone refuses), the others said only "bootstrap store connection closed"."""
-    import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     code = ("import os, sys\nimport mori.shmem as sh\nr = int(os.environ['RANK'])\n"
             "if r == 0:\n    os.environ['MORI_SHMEM_HEAP_SIZE'] = '4K'\n"
             "try:\n    sh.shmem_init()\nexcept Exception as e:\n    print(f'rank {r} caught: {e}', flush=True)\n"

@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 
 import pytest
 
+from mori.core.ports import free_port
+
 from harness import job_env, python_program
 
 
 def _run_once() -> dict[int, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     secret = os.urandom(32).hex()
     procs = []
     for rank in range(4):

@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from mori.core.ports import free_port
 
 from harness import check, job_env, mori_run, python_program
 from ucx_env import ucx_all, ucx_or_skip
@@ -70,16 +71,10 @@ def test_info_reports_ucx_and_its_lanes(tls, device):
             assert re.search(r"\bam\b", ep), ep
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_killed_pe_is_reported_over_ucx():
     """Ranks started straight from env vars (no launcher to stop the survivors): PE 2
     SIGKILLs itself mid-loop; PEs 0 and 1 fail fast with an error naming it."""
-    n, port, secret = 3, _free_port(), os.urandom(32).hex()
+    n, port, secret = 3, free_port(), os.urandom(32).hex()
     procs = []
     for rank in range(n):
         env = job_env({**ucx_all("tcp"), "MORI_BOOTSTRAP_TIMEOUT": "30", "MASTER_ADDR": "127.0.0.1",

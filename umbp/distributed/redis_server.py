@@ -10,11 +10,12 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+from mori.core.ports import free_port
 
 
 def _die_with_parent() -> None:
@@ -24,12 +25,6 @@ def _die_with_parent() -> None:
 
     PR_SET_PDEATHSIG = 1
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _Exited(RuntimeError):
@@ -48,7 +43,7 @@ class RedisServerProcess:
         self.cluster = cluster
         # A free port can be taken by someone else before redis binds it: try a few.
         for attempt in range(5 if port == 0 else 1):
-            self.port = port or _free_port()
+            self.port = port or free_port()
             args = [path, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
                     "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning"]
             if cluster:

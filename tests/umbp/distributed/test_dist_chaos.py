@@ -11,7 +11,9 @@ import time
 
 import pytest
 from dist_harness import start_workers
-from umbp_master_harness import fast_settings, free_port, master_process, running_master, stop_process, uid
+from umbp_master_harness import fast_settings, master_process, running_master, stop_process, uid
+
+from mori.core.ports import free_port
 
 pytestmark = pytest.mark.timeout(180)
 

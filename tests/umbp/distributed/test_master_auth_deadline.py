@@ -9,10 +9,11 @@ import time
 
 import grpc
 import pytest
-from umbp_master_harness import DRAM, GIB, fast_settings, free_port, pb, pb_grpc, running_master, uid
+from umbp_master_harness import DRAM, GIB, fast_settings, pb, pb_grpc, running_master, uid
 
 from mori import _C
 from mori.core.errors import RemoteError, Timeout
+from mori.core.ports import free_port
 from mori.umbp import UMBPTierType
 from mori.umbp.distributed import UMBPMasterClient
 from mori.umbp.distributed.master_auth import sign

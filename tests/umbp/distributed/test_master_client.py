@@ -7,9 +7,10 @@ import time
 
 import pytest
 from umbp_master_harness import redis_pair  # noqa: F401 - fixture
-from umbp_master_harness import free_port, master_process, running_master, stop_process, uid
+from umbp_master_harness import master_process, running_master, stop_process, uid
 
 from mori.core.errors import InvalidArgument
+from mori.core.ports import free_port
 from mori.umbp import UMBPTierType
 from mori.umbp.distributed import UMBPExternalKvHitCountEntry, UMBPExternalKvNodeMatch, UMBPMasterClient
 

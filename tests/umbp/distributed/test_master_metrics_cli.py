@@ -10,9 +10,9 @@ import sys
 import urllib.request
 
 import grpc
-from umbp_master_harness import (
-    DRAM, GIB, SSD, PeerSession, free_port, pb, pb_grpc, running_master, uid, wait_port)
+from umbp_master_harness import DRAM, GIB, SSD, PeerSession, pb, pb_grpc, running_master, uid
 
+from mori.core.ports import free_port, wait_port
 from mori.umbp import UMBPTierType
 from mori.umbp.distributed import UMBPMasterClient
 

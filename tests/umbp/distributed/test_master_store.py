@@ -161,7 +161,9 @@ def test_external_kv_index(store):
 
 
 def test_unreachable_redis_is_refused_or_falls_back_as_configured():
-    from umbp_master_harness import fast_settings, free_port
+    from umbp_master_harness import fast_settings
+
+    from mori.core.ports import free_port
 
     from mori.umbp.distributed.master_server import make_store as make_configured_store
     from mori.umbp.distributed.master_store_memory import InMemoryMetadataStore

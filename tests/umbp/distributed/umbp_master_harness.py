@@ -7,11 +7,9 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from concurrent import futures
 from typing import Iterator, Optional
@@ -19,6 +17,7 @@ from typing import Iterator, Optional
 import grpc
 import pytest
 
+from mori.core.ports import wait_port
 from mori.umbp.proto import require
 
 pb = require("umbp_pb2")
@@ -28,23 +27,6 @@ peer_grpc = require("umbp_peer_pb2_grpc")
 
 GIB = 1 << 30
 HBM, DRAM, SSD = pb.TIER_HBM, pb.TIER_DRAM, pb.TIER_SSD
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
 
 
 def uid(prefix: str) -> str:

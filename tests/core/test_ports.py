@@ -1,0 +1,59 @@
+# SPDX-License-Identifier: MIT
+"""mori.core.ports: the one free_port / wait_port of tests, launcher and umbp."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from mori.core.errors import RemoteError, Timeout
+from mori.core.ports import free_port, wait_port
+
+
+def test_free_port_can_be_bound_and_waited_for():
+    port = free_port()
+    assert 1024 <= port < 65536
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+    def listen_later() -> None:
+        time.sleep(0.3)  # wait_port must poll, not give up on the first refusal
+        server.bind(("127.0.0.1", port))
+        server.listen()
+
+    t = threading.Thread(target=listen_later)
+    t.start()
+    try:
+        wait_port(port, timeout=10)
+    finally:
+        t.join()
+        server.close()
+
+
+def test_free_port_on_every_interface():
+    port = free_port("")
+    with socket.socket() as s:
+        s.bind(("", port))
+
+
+def test_nothing_listening_times_out_naming_the_address():
+    port = free_port()
+    t0 = time.monotonic()
+    with pytest.raises(Timeout, match=f"127.0.0.1:{port}") as caught:
+        wait_port(port, timeout=0.3)
+    assert isinstance(caught.value, TimeoutError)
+    assert time.monotonic() - t0 < 5
+
+
+def test_server_that_died_is_not_waited_for():
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(7)"])
+    proc.wait(timeout=30)
+    t0 = time.monotonic()
+    with pytest.raises(RemoteError, match=f"exited with 7 before listening on 127.0.0.1:{port}"):
+        wait_port(port, timeout=60, process=proc)
+    assert time.monotonic() - t0 < 5
