@@ -10,7 +10,7 @@ import time
 from typing import Sequence
 
 from mori.apps.bench.report import Report
-from mori.apps.bench.sizes import size_sweep
+from mori.apps.bench.sizes import size_sweep, size_type
 
 
 def _target(conn, backend: str, nbytes: int, device: int) -> None:
@@ -79,7 +79,7 @@ def targets(rows: list) -> dict:
 
 def main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="mori bench io --gpu")
-    p.add_argument("--max-size", type=int, default=256 << 20)
+    p.add_argument("--max-size", type=size_type("--max-size"), default=256 << 20)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--backends", default="cuda_ipc,tcp")
     p.add_argument("--peer-device", type=int, default=0, help="GPU of the target process (0: same GPU)")

@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional
 
 from mori.apps.bench.launch import relaunch
 from mori.apps.bench.report import Report
-from mori.apps.bench.sizes import human_size, size_sweep
+from mori.apps.bench.sizes import human_size, size_sweep, size_type
 
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 ONESHOT_MAX = 64 << 20  # the one-shot's gather buffer is npes x the message
@@ -37,8 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--pes", type=int, default=None,
                    help="PEs (default: MORI_TEST_GPU_PES, else 2); PEs share GPUs when there are fewer GPUs")
     p.add_argument("--json", default="bench-results/ir.json", help="where to write the results")
-    p.add_argument("--min-size", type=int, default=4 << 10, help="smallest message in bytes")
-    p.add_argument("--max-size", type=int, default=256 << 20, help="largest message in bytes")
+    p.add_argument("--min-size", type=size_type("--min-size"), default=4 << 10, help="smallest message in bytes")
+    p.add_argument("--max-size", type=size_type("--max-size"), default=256 << 20, help="largest message in bytes")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return p
 

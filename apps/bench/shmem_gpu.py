@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 from mori.apps.bench.launch import relaunch
 from mori.apps.bench.report import Report
-from mori.apps.bench.sizes import human_size, size_sweep
+from mori.apps.bench.sizes import human_size, size_sweep, size_type
 
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
@@ -35,8 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mori bench shmem --gpu", description=__doc__.split("\n\n")[0])
     p.add_argument("--gpu", action="store_true", help="(accepted: selects this benchmark in `mori bench shmem`)")
     p.add_argument("--json", default="bench-results/shmem_gpu.json", help="where to write the results")
-    p.add_argument("--min-size", type=int, default=4 << 10, help="smallest message in bytes")
-    p.add_argument("--max-size", type=int, default=1 << 30, help="largest message in bytes")
+    p.add_argument("--min-size", type=size_type("--min-size"), default=4 << 10, help="smallest message in bytes")
+    p.add_argument("--max-size", type=size_type("--max-size"), default=1 << 30, help="largest message in bytes")
     p.add_argument("--pingpong-iters", type=int, default=20000, help="round trips of the latency test")
     p.add_argument("--reps", type=int, default=5, help="timed repetitions per point (median is reported)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

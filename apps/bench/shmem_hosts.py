@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from mori.apps.bench.processes import stop as stop_processes
+from mori.apps.bench.sizes import human_size, parse_list
 from mori.apps.bench.wire import recv_into_exact
 
 SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20]
@@ -302,7 +303,6 @@ def build_report(runs: dict[str, dict], sizes: Sequence[int], link: str, rate: s
     """One row per measurement, one column set per transport run (``runs``: label -> results);
     mori/socket is the first run over the socket baseline of the same job."""
     from mori.apps.bench.report import Report
-    from mori.apps.bench.sizes import human_size
 
     labels = list(runs)
     first = runs[labels[0]]
@@ -354,7 +354,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--loopback", action="store_true",
                    help="no namespaces: two node ids on this machine's loopback (no root needed)")
     p.add_argument("--rate", default="", help="shape the veth link with tc tbf, e.g. 1gbit")
-    p.add_argument("--sizes", default=",".join(map(str, SIZES)), help="bandwidth message sizes in bytes")
+    p.add_argument("--sizes", default=",".join(map(str, SIZES)), help="bandwidth message sizes (e.g. 64K,1M)")
     p.add_argument("--transport", choices=["tcp", "ucx"], default="tcp",
                    help="ucx: also run over the ucx transport, beside tcp in the same run")
     p.add_argument("--ucx-tls", default="tcp", help="UCX_TLS of the ucx run (default tcp)")
@@ -362,7 +362,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--worker", choices=["shmem"], help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    sizes = [int(s) for s in args.sizes.split(",") if s]
+    try:
+        sizes = parse_list(args.sizes, "--sizes")
+    except ValueError as exc:
+        p.error(str(exc))
     if args.worker == "shmem":
         shmem_worker(sizes, args.out)
         return 0

@@ -55,3 +55,16 @@ def human_size(n: int) -> str:
         if n >= div and (n * 10) % div == 0:
             return f"{n / div:g} {unit}"
     return f"{n} B"
+
+
+def size_type(option: str) -> Callable[[str], int]:
+    """An argparse ``type=`` for a size option: ``--max-size 1G`` as well as ``--max-size 1073741824``."""
+    import argparse
+
+    def parse(text: str) -> int:
+        try:
+            return parse_size(text, option)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{option}: ")) from None  # argparse names it
+
+    return parse

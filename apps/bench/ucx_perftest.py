@@ -18,11 +18,12 @@ put_bw        ``ucp_put_bw``   a stream of puts
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from typing import Optional
+
+from mori.core.ports import free_port
 
 # (our op, perftest test, whether the figure is a bandwidth)
 MEASURES = [("get_lat", "ucp_get", False), ("fadd_lat", "ucp_fadd", False),
@@ -46,17 +47,11 @@ def missing_reason() -> Optional[str]:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_test(test: str, size: int, iters: int, env: dict, timeout: float = 120.0) -> PerftestResult:
     """One perftest: a server on a free port, then a client against it (retried while the
     server is not listening yet). Raises RuntimeError with perftest's output when it fails."""
     warmup = max(10, iters // 10)
-    port = str(_free_port())
+    port = str(free_port())
     server = subprocess.Popen(["ucx_perftest", "-p", port], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     try:

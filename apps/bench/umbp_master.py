@@ -22,7 +22,6 @@ import multiprocessing as mp
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,25 +30,9 @@ import time
 from typing import Optional, Sequence
 
 from mori.apps.bench.report import Report
+from mori.core.ports import free_port, wait_port
 
 MORI_PUBLISHED = {"calls_per_s": 17300, "p50_us": 462, "setup": "MORI C++ master, Redis x4, 8 threads"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(port: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"the master did not listen on port {port} within {timeout}s")
 
 
 def _populate(address: str, n_keys: int, n_nodes: int, seed: int, stop: threading.Event) -> list[str]:
@@ -159,12 +142,12 @@ def _cpu_seconds(root: int) -> float:
 
 
 def _start_master(env_extra: dict, workers: int = 1) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, **env_extra)
     proc = subprocess.Popen([sys.executable, "-m", "mori.umbp.distributed.master_server", f"127.0.0.1:{port}", "0",
                              "--workers", str(workers)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _wait_port(port)
+    wait_port(port, timeout=20.0, process=proc)
     return proc, f"127.0.0.1:{port}"
 
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from typing import Optional
 
 from mori.apps.bench.processes import stop as stop_processes
 from mori.apps.launcher import _die_with_launcher
 from mori.apps.bench.umbp_workload import HostBuffers, Row, Sample, check_all, iterations, sglang_keys, verify
+from mori.core.errors import RemoteError, Timeout
+from mori.core.ports import free_port, wait_port
 
 
 def unavailable() -> Optional[str]:
@@ -44,24 +44,18 @@ def master_binary() -> Optional[str]:
     return shutil.which("mooncake_master")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class MooncakeStore:
     """A master on loopback and one store that mounts ``segment_bytes`` of this process's memory."""
 
     def __init__(self, segment_bytes: int, workdir: str, timeout_s: float = 30) -> None:
         from mooncake.store import MooncakeDistributedStore
 
-        port = _free_port()
+        port = free_port()
         self.log = os.path.join(workdir, "mooncake_master.log")
         with open(self.log, "wb") as log:
             self.master = subprocess.Popen(
                 [master_binary(), f"--rpc_port={port}", "--rpc_address=127.0.0.1", "--metrics_host=127.0.0.1",
-                 f"--metrics_port={_free_port()}", "--enable_metric_reporting=false"],
+                 f"--metrics_port={free_port()}", "--enable_metric_reporting=false"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 preexec_fn=_die_with_launcher())  # a killed benchmark leaves no master behind
         try:
@@ -76,17 +70,10 @@ class MooncakeStore:
         self.registered: list[int] = []
 
     def _wait_listening(self, port: int, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self.master.poll() is not None:
-                raise RuntimeError(f"mooncake_master exited with code {self.master.returncode} (log: {self.log})")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"mooncake_master did not listen on port {port} within {timeout_s:.0f} s")
-                time.sleep(0.05)
+        try:
+            wait_port(port, timeout=timeout_s, process=self.master)
+        except (RemoteError, Timeout) as exc:
+            raise RuntimeError(f"mooncake_master: {exc} (log: {self.log})") from None
 
     def register(self, buf: HostBuffers) -> None:
         for ptr, size in ((buf.src_ptr, buf.nbytes), (buf.dst_ptr, buf.nbytes)):
