@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from mori.apps.bench.launch import worker_command
 from mori.apps.bench.processes import stop as stop_processes
 from mori.apps.bench.sizes import human_size, parse_list
 from mori.apps.bench.wire import recv_into_exact
@@ -278,7 +279,6 @@ def _wait_all(procs: list[subprocess.Popen], timeout: float, what: str) -> None:
 
 
 def _run_pair(hosts, sizes: Sequence[int], workdir: str, extra_env: Optional[dict] = None) -> dict:
-    me = os.path.abspath(__file__)
     py = sys.executable
     size_arg = ",".join(map(str, sizes))
     env = dict(os.environ, PYTHONUNBUFFERED="1", **(extra_env or {}))
@@ -290,8 +290,8 @@ def _run_pair(hosts, sizes: Sequence[int], workdir: str, extra_env: Optional[dic
     for rank, h in enumerate(hosts):
         henv = dict(env, MORI_NODE_ID=f"bench-host-{rank}", MORI_JOB_SECRET=secret, MORI_SHMEM_HEAP_SIZE=str(heap))
         cmd = [py, "-m", "mori.apps.cli", "run", "--nnodes", "2", "--node-rank", str(rank), "--master-addr",
-               hosts[0].ip, "--master-port", str(PORT + 10), "-n", "1", "--", py, me, "--worker", "shmem",
-               "--sizes", size_arg, "--out", mori_out]
+               hosts[0].ip, "--master-port", str(PORT + 10), "-n", "1", "--",
+               *worker_command("mori.apps.bench.shmem_hosts", ["shmem", "--sizes", size_arg, "--out", mori_out])]
         procs.append(h.popen(cmd, env=henv))
     _wait_all(procs, 600, "MORI shmem job")
     with open(mori_out) as f:
