@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 from typing import Callable, Optional
 
-from mori.apps.bench.launch import relaunch
+from mori.apps.bench.launch import relaunch, use_local_gpu
 from mori.apps.bench.sizes import size_type
 
 MIB = 1 << 20
@@ -41,7 +40,7 @@ def _worker(args: argparse.Namespace) -> int:
 
     use_gpu = args.gpu
     if use_gpu:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        use_local_gpu()
     dist.init_process_group("nccl" if use_gpu else "gloo")
     sh.init()
     me, n = sh.my_pe(), sh.n_pes()

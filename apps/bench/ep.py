@@ -35,7 +35,7 @@ import sys
 import time
 from typing import Callable, Optional
 
-from mori.apps.bench.launch import relaunch
+from mori.apps.bench.launch import relaunch, use_local_gpu
 from mori.apps.bench.timing import Reduce, each_call_seconds, median_of_slowest, torch_rank_max, torch_rank_mean
 from mori.apps.bench.timing import slowest as slowest_of
 
@@ -411,10 +411,9 @@ def _gpu_worker(args: argparse.Namespace) -> int:
     # PEs beyond the node's GPUs share them (e.g. 2 PEs on one GPU): the kernels and bytes on
     # the wire are measured as usual, but NCCL refuses two ranks on one GPU, so the rows are then
     # compared with the first --quant's row of ours instead of the NCCL path.
-    local = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
     shared = local_world > torch.cuda.device_count()
-    torch.cuda.set_device(local % torch.cuda.device_count())
+    use_local_gpu()
     import mori.shmem as sh
     from mori.apps.bench.report import Report
     from mori.ops import EpDispatchCombineConfig, EpDispatchCombineOp

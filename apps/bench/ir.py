@@ -24,11 +24,10 @@ import socket
 import sys
 from typing import Any, Callable, Optional
 
-from mori.apps.bench.launch import relaunch
+from mori.apps.bench.launch import GPU_JOB_ENV, relaunch, use_local_gpu
 from mori.apps.bench.report import Report
 from mori.apps.bench.sizes import human_size, size_sweep, size_type
 
-MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 ONESHOT_MAX = 64 << 20  # the one-shot's gather buffer is npes x the message
 
 
@@ -77,8 +76,7 @@ def _row(op: str, nbytes: int, triton_us: float, baseline: str, baseline_us: Opt
 def _worker(args: argparse.Namespace) -> int:
     import torch
 
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local_rank % torch.cuda.device_count())
+    use_local_gpu()
     import torch.distributed as dist
 
     import mori.shmem as sh
@@ -209,7 +207,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if gpus < 1 or pes < 2:
         print(f"mori bench ir: needs a CUDA GPU and 2+ PEs (GPUs: {gpus}, --pes {pes})", file=sys.stderr)
         return 2
-    env = dict(os.environ, **MULTICAST_OFF)
+    env = dict(os.environ, **GPU_JOB_ENV)
     # put buffer + ring rs/ag + one-shot gather, with room for the signals
     heap = 2 * args.max_size + pes * min(args.max_size, ONESHOT_MAX) + (64 << 20)
     env.setdefault("MORI_SHMEM_GPU_HEAP_SIZE", str(heap))

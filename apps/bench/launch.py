@@ -10,6 +10,10 @@ import subprocess
 import sys
 from typing import Optional, Sequence
 
+# GPU ranks: NVLink multicast off (NCCL's NVLS, torch's and NVSHMEM's multicast objects), as
+# docs/gpu.md asks on shared GPU hosts.
+GPU_JOB_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
 # Open MPI's mpirun as root and with more ranks than cores (the CI machine has 2).
 OMPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
             "OMPI_MCA_rmaps_base_oversubscribe": "1"}
@@ -43,3 +47,13 @@ def relaunch_mpirun(module: str, argv: Sequence[str], nproc: int, *, worker_flag
     env = dict(os.environ, **OMPI_ENV)
     return subprocess.call([mpirun, "-n", str(nproc), *worker_command(module, argv, worker_flag)], env=env,
                            stdin=subprocess.DEVNULL)
+
+
+def use_local_gpu() -> int:
+    """Make this rank's GPU current: its local rank (``mori run``/torchrun's ``LOCAL_RANK``),
+    modulo the GPUs, so ranks share GPUs when there are fewer GPUs than ranks. Returns it."""
+    import torch
+
+    device = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
+    torch.cuda.set_device(device)
+    return device

@@ -24,12 +24,9 @@ import socket
 import sys
 from typing import Any, Optional
 
-from mori.apps.bench.launch import relaunch
+from mori.apps.bench.launch import GPU_JOB_ENV, relaunch, use_local_gpu
 from mori.apps.bench.report import Report
 from mori.apps.bench.sizes import human_size, size_sweep, size_type
-
-MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mori bench shmem --gpu", description=__doc__.split("\n\n")[0])
@@ -67,8 +64,7 @@ def _time_per_op(fn: Any, nbytes: int, reps: int) -> float:
 def _worker(args: argparse.Namespace) -> int:
     import torch
 
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local_rank)
+    use_local_gpu()
     import mori.shmem as sh
     from mori.shmem import gpu, selftest
     from mori.shmem.tensor_utils import mori_shmem_create_tensor, mori_shmem_free_tensor
@@ -201,7 +197,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if _C.shmem.cuda_device_count() < 2:
         print("mori bench shmem --gpu: needs 2 CUDA GPUs", file=sys.stderr)
         return 2
-    env = dict(os.environ, **MULTICAST_OFF)
+    env = dict(os.environ, **GPU_JOB_ENV)
     heap = args.max_size + (64 << 20)
     env.setdefault("MORI_SHMEM_GPU_HEAP_SIZE", str(heap))
     return relaunch("mori.apps.bench.shmem_gpu", argv, 2, env=env, prefix_output=True)
