@@ -164,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks (shmem, ccl, ep, io, umbp, ir); see mori bench WHAT --help",
                            description="Each benchmark prints a table, writes JSON and runs its baseline in the "
-                                       "same run.", epilog="variants (a flag picks another benchmark):\n" + bench_listing(variants_only=True),
+                                       "same run.",
+                           epilog="variants (a flag picks another benchmark):\n" + bench_listing(variants_only=True),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     add_bench_subcommands(bench)
     bench.set_defaults(func=None)

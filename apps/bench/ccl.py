@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from typing import Callable, Optional
 
-from mori.apps.bench.launch import relaunch, use_local_gpu
+from mori.apps.bench.launch import GPU_JOB_ENV, relaunch, use_local_gpu
 from mori.apps.bench.sizes import size_type
 
 MIB = 1 << 20
@@ -269,17 +270,20 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--gpu", action="store_true", help="GPUs: copy-engine allgather vs NCCL (+ GEMM overlap)")
     parser.add_argument("-n", "--pes", type=int, default=None,
                         help="PEs (default: 2 on CPUs; with --gpu one per GPU of this node)")
-    parser.add_argument("--min-size", type=size_type("--min-size"), default=MIB, help="smallest allgather output in bytes")
+    parser.add_argument("--min-size", type=size_type("--min-size"), default=MIB,
+                        help="smallest allgather output in bytes")
     parser.add_argument("--max-size", type=size_type("--max-size"), default=None,
                         help="largest output in bytes (default 1 GiB on GPUs, 64 MiB on CPUs)")
     parser.add_argument("--iters", type=int, default=50, help="most timed iterations per size")
     parser.add_argument("--budget", type=float, default=0.5, help="rough seconds per size and method")
     parser.add_argument("--gemm", type=int, default=8192, help="GEMM size m (m x m x m bf16)")
     parser.add_argument("--gemm-iters", type=int, default=200, help="GEMMs in the timed loop")
-    parser.add_argument("--overlap-size", type=size_type("--overlap-size"), default=256 * MIB, help="all-gather output bytes beside the GEMM")
+    parser.add_argument("--overlap-size", type=size_type("--overlap-size"), default=256 * MIB,
+                        help="all-gather output bytes beside the GEMM")
     parser.add_argument("--no-overlap", action="store_true", help="skip the GEMM-overlap test")
     parser.add_argument("--no-others", action="store_true", help="skip broadcast/all-reduce/reduce-scatter/all-to-all")
-    parser.add_argument("--others-size", type=size_type("--others-size"), default=64 * MIB, help="tensor bytes for the other collectives")
+    parser.add_argument("--others-size", type=size_type("--others-size"), default=64 * MIB,
+                        help="tensor bytes for the other collectives")
     parser.add_argument("--json", default=None, help="where to write the JSON (default bench-results/ccl-*.json)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -298,7 +302,8 @@ def main(argv: Optional[list] = None) -> int:
         args.json = f"bench-results/ccl-{'gpu' if args.gpu else 'cpu'}.json"
     if args.worker:
         return _worker(args)
-    return relaunch("mori.apps.bench.ccl", argv, args.pes)
+    env = dict(os.environ, **GPU_JOB_ENV) if args.gpu else None
+    return relaunch("mori.apps.bench.ccl", argv, args.pes, env=env)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import sys
 import time
 from typing import Callable, Optional
 
-from mori.apps.bench.launch import relaunch, use_local_gpu
+from mori.apps.bench.launch import GPU_JOB_ENV, relaunch, use_local_gpu
 from mori.apps.bench.timing import Reduce, each_call_seconds, median_of_slowest, torch_rank_max, torch_rank_mean
 from mori.apps.bench.timing import slowest as slowest_of
 
@@ -591,7 +591,7 @@ def main(argv: Optional[list] = None) -> int:
         import torch
 
         n = args.nproc if "-n" in argv or "--nproc" in argv else torch.cuda.device_count()
-        return relaunch("mori.apps.bench.ep", argv, n, worker_flag="--gpu-worker")
+        return relaunch("mori.apps.bench.ep", argv, n, worker_flag="--gpu-worker", env=dict(os.environ, **GPU_JOB_ENV))
     env = dict(os.environ)
     # Receive buffers scale with tokens x hidden x ranks; make room unless the user chose (a
     # quantized combine's op lives beside the bf16 one).

@@ -219,7 +219,8 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="mori bench shmem-c", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pes", default="2,4", help="comma-separated PE counts (default 2,4)")
-    ap.add_argument("--max-bytes", type=size_type("--max-bytes"), default=4 << 20, help="largest message (default 4 MiB)")
+    ap.add_argument("--max-bytes", type=size_type("--max-bytes"), default=4 << 20,
+                    help="largest message (default 4 MiB)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply iteration counts (quick runs: 0.1)")
     ap.add_argument("--runs", type=int, default=5, help="runs of each implementation, alternating (default 5)")
     ap.add_argument("--json", default="bench-results/shmem_c.json", help="where to write the JSON results")

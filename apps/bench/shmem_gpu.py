@@ -179,9 +179,9 @@ def _report(args: argparse.Namespace, rows: list[dict], sweep: list[dict], rt_us
               f"SM put >= {summary['min_sm_put_vs_ceiling_ge_16MiB']:.3f} x ceiling; target met: "
               f"{summary['target_met']}")
     report = Report("shmem_gpu", list(rows[0]) if rows else [], rows=rows)
-    return report.save(args.json, extra={"host": socket.gethostname(), "platform": platform.platform(), "gpu": props.name,
-                                         "sm_count": props.multi_processor_count, "torch": torch.__version__,
-                                         "sm_put_grid_sweep": sweep, "summary": summary})
+    about = {"host": socket.gethostname(), "platform": platform.platform(), "gpu": props.name,
+             "sm_count": props.multi_processor_count, "torch": torch.__version__}
+    return report.save(args.json, extra=dict(about, sm_put_grid_sweep=sweep, summary=summary))
 
 
 def main(argv: Optional[list[str]] = None) -> int:

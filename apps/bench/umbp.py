@@ -238,8 +238,8 @@ def run_local(args, rows_by_tier: dict, out: list, status: dict, workdir: str) -
                                   before=lambda i: drop_page_cache(files_under(tier_dir)))
                     hits = ops.last_hits
                     if hits is not None and (hits["dram_hits"] or hits["ssd_hits"] != row.batch * (len(get) + 1)):
-                        raise RuntimeError(f"SSD-hit row {human_size(row.size)} x {row.batch}: the store counted {hits} "
-                                           f"for {len(get) + 1} batch gets: not every value came from the SSD")
+                        raise RuntimeError(f"SSD-hit row {human_size(row.size)} x {row.batch}: the store counted "
+                                           f"{hits} for {len(get) + 1} batch gets: not every value came from the SSD")
                     out.append(row_record("local", "umbp", "get", "ssd", row.size, row.batch,
                                           {**summarize(get, row.batch, row.nbytes), "hits": hits}))
                     raw = RawFile(ssd_root, buf, row)
