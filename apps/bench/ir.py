@@ -29,6 +29,7 @@ from mori.apps.bench.report import Report
 from mori.apps.bench.sizes import human_size, size_sweep, size_type
 
 ONESHOT_MAX = 64 << 20  # the one-shot's gather buffer is npes x the message
+COLUMNS = ["op", "size", "triton_us", "triton_GBps", "baseline", "baseline_us", "baseline_GBps", "ratio"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,7 +65,7 @@ def _time_us(fn: Callable[[], Any], nbytes: int, barrier: Optional[Callable[[], 
 
 
 def _row(op: str, nbytes: int, triton_us: float, baseline: str, baseline_us: Optional[float]) -> dict:
-    row = {"op": op, "bytes": nbytes, "triton_us": round(triton_us, 2),
+    row = {"op": op, "size": human_size(nbytes), "bytes": nbytes, "triton_us": round(triton_us, 2),
            "triton_GBps": round(nbytes / triton_us / 1e3, 2), "baseline": baseline, "baseline_us": None,
            "baseline_GBps": None, "ratio": None}
     if baseline_us is not None:
@@ -172,24 +173,14 @@ def _worker(args: argparse.Namespace) -> int:
     if me == 0:
         about = {"host": socket.gethostname(), "gpu": torch.cuda.get_device_name(), "pes": n,
                  "gpus": torch.cuda.device_count(), "pes_share_a_gpu": shared_gpu, "torch": torch.__version__}
-        _print_table(dict(about, rows=rows))
-        report = Report("ir", list(rows[0]) if rows else [], rows=rows)
+        report = Report("ir", COLUMNS, rows=rows)
+        report.show(f"mori bench ir: {n} PEs on {about['gpus']} x {about['gpu']}"
+                    + (" (PEs share a GPU: no NCCL)" if shared_gpu else "") + "; ratio = triton_us / baseline_us")
         print(f"wrote {report.save(args.json, extra=about)}")
     if nccl is not None:
         dist.destroy_process_group()
     sh.shmem_finalize()
     return 0
-
-
-def _print_table(report: dict) -> None:
-    print(f"mori bench ir: {report['pes']} PEs on {report['gpus']} x {report['gpu']}"
-          + (" (PEs share a GPU: no NCCL)" if report["pes_share_a_gpu"] else ""))
-    print(f"{'op':>18} {'size':>9} {'triton us':>10} {'GB/s':>8} {'baseline':>9} {'us':>10} {'GB/s':>8} {'ratio':>6}")
-    for r in report["rows"]:
-        base = (f"{r['baseline_us']:>10.2f} {r['baseline_GBps']:>8.1f} {r['ratio']:>6.3f}" if r["ratio"] is not None
-                else f"{'-':>10} {'-':>8} {'-':>6}")
-        print(f"{r['op']:>18} {human_size(r['bytes']):>9} {r['triton_us']:>10.2f} {r['triton_GBps']:>8.1f} "
-              f"{r['baseline']:>9} {base}")
 
 
 def main(argv: Optional[list[str]] = None) -> int:

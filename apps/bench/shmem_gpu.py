@@ -28,6 +28,9 @@ from mori.apps.bench.launch import GPU_JOB_ENV, relaunch, use_local_gpu
 from mori.apps.bench.report import Report
 from mori.apps.bench.sizes import human_size, size_sweep, size_type
 
+COLUMNS = ["size", "torch_copy_GBps", "copy_engine_GBps", "copy_engine_vs_ceiling", "sm_put_GBps", "sm_put_vs_ceiling",
+           "putmem_block_GBps", "putmem_block_vs_ceiling"]
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mori bench shmem --gpu", description=__doc__.split("\n\n")[0])
     p.add_argument("--gpu", action="store_true", help="(accepted: selects this benchmark in `mori bench shmem`)")
@@ -92,7 +95,7 @@ def _worker(args: argparse.Namespace) -> int:
             t_blk = _time_per_op(lambda: selftest.put(selftest.BLOCK, dst.data_ptr(), s.data_ptr(), nbytes, peer,
                                                       blocks=2 * sms, threads=512), nbytes, args.reps)
             t_sm = _time_per_op(lambda: gpu.putmem_on_stream(dst, s, nbytes, peer, engine="sm"), nbytes, args.reps)
-            row = {"bytes": nbytes, "torch_copy_GBps": nbytes / t_torch / 1e9, "copy_engine_GBps": nbytes / t_copy / 1e9,
+            row = {"size": human_size(nbytes), "bytes": nbytes, "torch_copy_GBps": nbytes / t_torch / 1e9, "copy_engine_GBps": nbytes / t_copy / 1e9,
                    "sm_put_GBps": nbytes / t_sm / 1e9, "putmem_block_GBps": nbytes / t_blk / 1e9,
                    "torch_copy_us": t_torch * 1e6, "copy_engine_us": t_copy * 1e6, "sm_put_us": t_sm * 1e6,
                    "putmem_block_us": t_blk * 1e6}
@@ -163,13 +166,9 @@ def _report(args: argparse.Namespace, rows: list[dict], sweep: list[dict], rt_us
     }
     summary["target_met"] = bool(big) and summary["min_copy_engine_vs_ceiling_ge_16MiB"] >= 0.9 and \
         summary["min_sm_put_vs_ceiling_ge_16MiB"] >= 0.9 and rt_us <= 5.0
-    print(f"\nmori bench shmem --gpu: PE 0 ({props.name}) -> PE 1, one direction; GB/s = 1e9 bytes/s")
-    print(f"{'size':>10} {'torch copy_':>12} {'copy engine':>12} {'(x ceil)':>9} {'SM put':>9} {'(x ceil)':>9} "
-          f"{'putmem_block':>13} {'(x ceil)':>9}")
-    for r in rows:
-        print(f"{human_size(r['bytes']):>10} {r['torch_copy_GBps']:>12.1f} {r['copy_engine_GBps']:>12.1f} "
-              f"{r['copy_engine_vs_ceiling']:>9.3f} {r['sm_put_GBps']:>9.1f} {r['sm_put_vs_ceiling']:>9.3f} "
-              f"{r['putmem_block_GBps']:>13.1f} {r['putmem_block_vs_ceiling']:>9.3f}")
+    report = Report("shmem_gpu", COLUMNS, rows=rows)
+    report.show(f"mori bench shmem --gpu: PE 0 ({props.name}) -> PE 1, one direction; GB/s = 1e9 bytes/s; "
+                "x ceil = over torch copy_")
     if sweep:
         print("SM put grid sweep at " + human_size(sweep[0]["bytes"]) + ": " +
               ", ".join(f"{w['blocks_per_sm']} blocks/SM {w['GBps']:.1f} GB/s" for w in sweep))
@@ -178,7 +177,6 @@ def _report(args: argparse.Namespace, rows: list[dict], sweep: list[dict], rt_us
         print(f">= 16 MiB: copy engine >= {summary['min_copy_engine_vs_ceiling_ge_16MiB']:.3f} x ceiling, "
               f"SM put >= {summary['min_sm_put_vs_ceiling_ge_16MiB']:.3f} x ceiling; target met: "
               f"{summary['target_met']}")
-    report = Report("shmem_gpu", list(rows[0]) if rows else [], rows=rows)
     about = {"host": socket.gethostname(), "platform": platform.platform(), "gpu": props.name,
              "sm_count": props.multi_processor_count, "torch": torch.__version__}
     return report.save(args.json, extra=dict(about, sm_put_grid_sweep=sweep, summary=summary))
