@@ -18,9 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-try:
-    from mori.ir import codegen
-except ImportError:  # run as a script by the build
+if __package__:
+    from . import codegen
+else:  # run as a script by the build, where an installed mori may be absent or another tree's
     import codegen  # type: ignore[no-redef]
 
 _ARCH = re.compile(r"^sm_[0-9]{2,3}[af]?$")
