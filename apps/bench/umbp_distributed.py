@@ -323,7 +323,7 @@ def _serve(args) -> int:
             with open(tmp, "w") as f:
                 json.dump(pool.info, f)
             os.replace(tmp, args.info)  # the front end sees the whole file or none
-            while not done.wait(1.0):
+            while not done.wait(0.2):
                 pass
         finally:
             pool.stop()
