@@ -73,7 +73,8 @@ def _owner_main(master: str, node_id: str, dram: int, ip: str, ready, stop) -> N
     import mori.umbp as umbp
     client = umbp.UMBPClient(_distributed_config(umbp, master, node_id, dram, ip))
     ready.put(client.peer_address)
-    stop.wait()
+    from mori.apps.bench.processes import hold_until
+    hold_until(stop)
     client.close()
 
 

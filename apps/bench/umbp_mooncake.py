@@ -13,7 +13,7 @@ import subprocess
 import sys
 from typing import Optional
 
-from mori.apps.bench.processes import stop as stop_processes
+from mori.apps.bench.processes import hold_until, stop as stop_processes
 from mori.apps.launcher import _die_with_launcher
 from mori.apps.bench.umbp_workload import HostBuffers, Row, Sample, check_all, iterations, sglang_keys, verify
 from mori.core.errors import RemoteError, Timeout
@@ -83,7 +83,7 @@ def owner_main(ip: str, master: str, segment_bytes: int, ready, stop) -> None:
         ready.put(repr(exc))
         return
     ready.put(None)
-    stop.wait()
+    hold_until(stop)
     store.close()
 
 
