@@ -36,6 +36,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import queue
 import signal
 import sys
 import tempfile
@@ -70,10 +71,17 @@ def _distributed_config(umbp, master: str, node_id: str, dram: int, ip: str):
 
 
 def _owner_main(master: str, node_id: str, dram: int, ip: str, ready, stop) -> None:
+    """UMBP's owner process: says on ``ready`` that it serves (``None``) or why not, then serves
+    until ``stop`` is set."""
     import mori.umbp as umbp
-    client = umbp.UMBPClient(_distributed_config(umbp, master, node_id, dram, ip))
-    ready.put(client.peer_address)
     from mori.apps.bench.processes import hold_until
+
+    try:
+        client = umbp.UMBPClient(_distributed_config(umbp, master, node_id, dram, ip))
+    except Exception as exc:  # noqa: BLE001 - the reason goes back to the benchmark
+        ready.put(repr(exc))
+        return
+    ready.put(None)
     hold_until(stop)
     client.close()
 
@@ -106,7 +114,9 @@ class Pool:
             self._stops.append(lambda: master.stop(grace=0))
             address = f"{self.ip}:{master.port}"
             owner_id = f"bench-owner-{uuid.uuid4().hex[:8]}"
-            self._spawn(_owner_main, (address, owner_id, self.capacity, self.ip), "the UMBP owner")
+            err = self._spawn(_owner_main, (address, owner_id, self.capacity, self.ip), "the UMBP owner")
+            if err is not None:
+                raise RuntimeError(err)
             self.info.update(umbp_master=address, owner_id=owner_id)
             self.info["mooncake"] = self._start_mooncake(workdir) if self.mooncake else \
                 {"status": "skipped", "reason": "--no-mooncake"}
@@ -127,11 +137,17 @@ class Pool:
             if proc.is_alive():
                 proc.kill()
         self._stops.append(end)
-        try:
-            return ready.get(timeout=self.timeout_s)
-        except Exception:
-            raise RuntimeError(f"{what} did not start within {self.timeout_s:g} s "
-                               f"(exit code {proc.exitcode})") from None
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                why = ready.get(timeout=0.2)  # None, or why it could not start
+                return None if why is None else f"{what}: {why}"
+            except queue.Empty:
+                pass
+            if proc.exitcode is not None:
+                return f"{what} exited with {proc.exitcode} before it was ready"
+            if time.monotonic() > deadline:
+                return f"{what} did not start within {self.timeout_s:g} s"
 
     def _start_mooncake(self, workdir: str) -> dict:
         from mori.apps.bench.processes import stop as stop_processes
@@ -147,7 +163,7 @@ class Pool:
         except Exception as exc:  # noqa: BLE001 - UMBP's rows still run; the JSON says why
             return {"status": "failed", "reason": repr(exc)}
         if err is not None:
-            return {"status": "failed", "reason": f"the Mooncake owner: {err} (master log: {log})"}
+            return {"status": "failed", "reason": f"{err} (master log: {log})"}
         return {"status": "ok", "master": address,
                 "describe": "Mooncake Store: mooncake_master, an owner process mounting the segment, "
                             "the benchmark's worker a client mounting none; P2PHANDSHAKE, tcp"}

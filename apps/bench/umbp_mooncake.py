@@ -44,22 +44,34 @@ def master_binary() -> Optional[str]:
     return shutil.which("mooncake_master")
 
 
-def start_master(ip: str, workdir: str, timeout_s: float = 30) -> tuple[subprocess.Popen, str, str]:
+def start_master(ip: str, workdir: str, timeout_s: float = 30,
+                 attempts: int = 3) -> tuple[subprocess.Popen, str, str]:
     """A ``mooncake_master`` listening on ``ip``; returns it, its ``ip:port`` and its log's path
-    once it accepts connections. It is killed with this process, however that dies."""
-    port = free_port()
-    log_path = os.path.join(workdir, f"mooncake_master-{port}.log")
-    with open(log_path, "wb") as log:
-        master = subprocess.Popen(
-            [master_binary(), f"--rpc_port={port}", f"--rpc_address={ip}", f"--metrics_host={ip}",
-             f"--metrics_port={free_port()}", "--enable_metric_reporting=false"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_launcher())
-    try:
-        wait_port(port, host=ip, timeout=timeout_s, process=master)
-    except (RemoteError, Timeout) as exc:
-        stop_processes([master])
-        raise RuntimeError(f"mooncake_master: {exc} (log: {log_path})") from None
-    return master, f"{ip}:{port}", log_path
+    once it accepts connections. It is killed with this process, however that dies. Its two
+    ports are free when chosen but may be taken before it binds them (it then aborts): a master
+    that exits before listening is started again on other ports, ``attempts`` times in all."""
+    attempt = 0
+    while True:
+        attempt += 1
+        port = free_port(ip)
+        log_path = os.path.join(workdir, f"mooncake_master-{port}.log")
+        with open(log_path, "wb") as log:
+            master = subprocess.Popen(
+                [master_binary(), f"--rpc_port={port}", f"--rpc_address={ip}", f"--metrics_host={ip}",
+                 f"--metrics_port={free_port(ip)}", "--enable_metric_reporting=false"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_launcher())
+        try:
+            wait_port(port, host=ip, timeout=timeout_s, process=master)
+            return master, f"{ip}:{port}", log_path
+        except RemoteError as exc:
+            if attempt >= attempts:
+                raise RuntimeError(f"mooncake_master: {exc}, {attempts} times (last log: {log_path})") from None
+            with open(log_path, errors="replace") as log:
+                last = (log.read().strip().splitlines() or ["(empty log)"])[-1]
+            print(f"mooncake_master: {exc}: {last}; starting it again on other ports", file=sys.stderr, flush=True)
+        except Timeout as exc:
+            stop_processes([master])
+            raise RuntimeError(f"mooncake_master: {exc} (log: {log_path})") from None
 
 
 def open_store(ip: str, master: str, segment_bytes: int):

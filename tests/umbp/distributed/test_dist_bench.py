@@ -35,7 +35,8 @@ def _run(tmp_path, *extra: str) -> tuple[dict, str]:
 def _check(doc: dict, mode: str) -> None:
     rows = {(r["engine"], r["op"]): r for r in doc["rows"]}
     assert {r["mode"] for r in doc["rows"]} == {mode}
-    expected = {("umbp", op) for op in UMBP_OPS} | {("raw-io", "write"), ("raw-io", "read"), ("master", "BatchRouteGet")}
+    expected = {("umbp", op) for op in UMBP_OPS} | {("raw-io", "write"), ("raw-io", "read"),
+                                                    ("master", "BatchRouteGet")}
     why = mooncake_unavailable()
     if why is None:
         assert doc["meta"]["mooncake"]["status"] == "ok", doc["meta"]["mooncake"]
