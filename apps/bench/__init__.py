@@ -58,7 +58,8 @@ BENCHES = (
                           "Mooncake Store)",
           (Variant("--master", "umbp_master", "the UMBP master's BatchRouteGet rate: in-memory store, one Redis, "
                                               "four Redis", keep_flag=False),
-           Variant("--distributed", "umbp_distributed", "the distributed pool across two processes (vs raw MORI-IO)"))),
+           Variant("--distributed", "umbp_distributed", "the distributed pool across two processes or namespaces (vs Mooncake Store, raw "
+                                                            "MORI-IO)"))),
     Bench("ir", "ir", "Triton kernels over MORI-IR: put, put+signal, all-reduce (vs CUDA C++, NCCL)"),
 )
 _BY_NAME = {b.name: b for b in BENCHES}

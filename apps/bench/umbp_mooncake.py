@@ -13,7 +13,7 @@ import subprocess
 import sys
 from typing import Optional
 
-from mori.apps.bench.processes import stop as stop_processes
+from mori.apps.bench.processes import hold_until, stop as stop_processes
 from mori.apps.launcher import _die_with_launcher
 from mori.apps.bench.umbp_workload import HostBuffers, Row, Sample, check_all, iterations, sglang_keys, verify
 from mori.core.errors import RemoteError, Timeout
@@ -44,36 +44,72 @@ def master_binary() -> Optional[str]:
     return shutil.which("mooncake_master")
 
 
+def start_master(ip: str, workdir: str, timeout_s: float = 30,
+                 attempts: int = 3) -> tuple[subprocess.Popen, str, str]:
+    """A ``mooncake_master`` listening on ``ip``; returns it, its ``ip:port`` and its log's path
+    once it accepts connections. It is killed with this process, however that dies. Its two
+    ports are free when chosen but may be taken before it binds them (it then aborts): a master
+    that exits before listening is started again on other ports, ``attempts`` times in all."""
+    attempt = 0
+    while True:
+        attempt += 1
+        port = free_port(ip)
+        log_path = os.path.join(workdir, f"mooncake_master-{port}.log")
+        with open(log_path, "wb") as log:
+            master = subprocess.Popen(
+                [master_binary(), f"--rpc_port={port}", f"--rpc_address={ip}", f"--metrics_host={ip}",
+                 f"--metrics_port={free_port(ip)}", "--enable_metric_reporting=false"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_launcher())
+        try:
+            wait_port(port, host=ip, timeout=timeout_s, process=master)
+            return master, f"{ip}:{port}", log_path
+        except RemoteError as exc:
+            if attempt >= attempts:
+                raise RuntimeError(f"mooncake_master: {exc}, {attempts} times (last log: {log_path})") from None
+            with open(log_path, errors="replace") as log:
+                last = (log.read().strip().splitlines() or ["(empty log)"])[-1]
+            print(f"mooncake_master: {exc}: {last}; starting it again on other ports", file=sys.stderr, flush=True)
+        except Timeout as exc:
+            stop_processes([master])
+            raise RuntimeError(f"mooncake_master: {exc} (log: {log_path})") from None
+
+
+def open_store(ip: str, master: str, segment_bytes: int):
+    """A ``MooncakeDistributedStore`` on ``ip`` (metadata P2PHANDSHAKE, protocol tcp) that mounts
+    ``segment_bytes`` of this process's memory into the pool (0: a client that mounts none)."""
+    from mooncake.store import MooncakeDistributedStore
+
+    store = MooncakeDistributedStore()
+    rc = store.setup(ip, "P2PHANDSHAKE", segment_bytes, 16 << 20, "tcp", "", master)
+    if rc != 0:
+        raise RuntimeError(f"MooncakeDistributedStore.setup({ip!r}, master {master}) returned {rc}")
+    return store
+
+
+def owner_main(ip: str, master: str, segment_bytes: int, ready, stop) -> None:
+    """A process that owns the pool's memory: it mounts the segment, says so on ``ready``
+    (``None``, or why it could not) and holds it until ``stop`` is set."""
+    try:
+        store = open_store(ip, master, segment_bytes)
+    except Exception as exc:  # noqa: BLE001 - the reason goes back to the benchmark
+        ready.put(repr(exc))
+        return
+    ready.put(None)
+    hold_until(stop)
+    store.close()
+
+
 class MooncakeStore:
     """A master on loopback and one store that mounts ``segment_bytes`` of this process's memory."""
 
     def __init__(self, segment_bytes: int, workdir: str, timeout_s: float = 30) -> None:
-        from mooncake.store import MooncakeDistributedStore
-
-        port = free_port()
-        self.log = os.path.join(workdir, "mooncake_master.log")
-        with open(self.log, "wb") as log:
-            self.master = subprocess.Popen(
-                [master_binary(), f"--rpc_port={port}", "--rpc_address=127.0.0.1", "--metrics_host=127.0.0.1",
-                 f"--metrics_port={free_port()}", "--enable_metric_reporting=false"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_launcher())  # a killed benchmark leaves no master behind
+        self.master, address, self.log = start_master("127.0.0.1", workdir, timeout_s)
         try:
-            self._wait_listening(port, timeout_s)
-            self.store = MooncakeDistributedStore()
-            rc = self.store.setup("127.0.0.1", "P2PHANDSHAKE", segment_bytes, 16 << 20, "tcp", "", f"127.0.0.1:{port}")
-            if rc != 0:
-                raise RuntimeError(f"MooncakeDistributedStore.setup returned {rc} (master log: {self.log})")
+            self.store = open_store("127.0.0.1", address, segment_bytes)
         except BaseException:
             stop_processes([self.master])
             raise
         self.registered: list[int] = []
-
-    def _wait_listening(self, port: int, timeout_s: float) -> None:
-        try:
-            wait_port(port, timeout=timeout_s, process=self.master)
-        except (RemoteError, Timeout) as exc:
-            raise RuntimeError(f"mooncake_master: {exc} (log: {self.log})") from None
 
     def register(self, buf: HostBuffers) -> None:
         for ptr, size in ((buf.src_ptr, buf.nbytes), (buf.dst_ptr, buf.nbytes)):
