@@ -20,9 +20,6 @@ def _keys(n: int) -> list[str]:
     return [uid("k") for _ in range(n)]
 
 
-@pytest.mark.xfail(strict=False, reason="known defect (issue 28): under the full suite's load the reader's get "
-                   "sometimes outlasts its deadlines after the owner is killed mid-read (2 of 3 full runs on "
-                   "2026-12-04: a 60 s hang once, a 20 s miss once); passes alone")
 def test_peer_killed_mid_read(tmp_path):
     with running_master(settings=fast_settings(route_put_affinity="local")) as master:
         owner, reader = start_workers(dict(master=master.address, node_id=uid("owner"), dram=160 << 20),
@@ -37,11 +34,16 @@ def test_peer_killed_mid_read(tmp_path):
             got = reader.answer("get", timeout=60)
             # Whatever was read is right; whatever was not is a miss.
             assert all(r for o, r in zip(got["ok"], got["right"]) if o)
-            # Later reads of the dead peer's keys are misses within the deadlines, not hangs.
-            t0 = time.monotonic()
-            again = reader.ask("get", keys=keys[:4], size=4 << 20, seed=seed, timeout=30)
-            assert again["ok"] == [False] * 4
-            assert time.monotonic() - t0 < 10
+            # Later reads of the dead peer's keys are misses within the deadlines, not hangs:
+            # the ones read before the kill too (their remembered locations fail once, then the
+            # peer is held off), and after the hold-off (the master still routes to it: one
+            # refused dial, not one per key or staged batch).
+            for _ in range(2):
+                t0 = time.monotonic()
+                again = reader.ask("get", keys=keys, size=4 << 20, seed=seed, timeout=30)
+                assert again["ok"] == [False] * 24 and again["untouched_misses"] == [True] * 24
+                assert time.monotonic() - t0 < 10
+                time.sleep(2.2)  # past the hold-off of a failed peer (2 s with the 1 s lookup deadline)
             assert reader.ask("stats")["stats"]["remote_errors"] >= 1
         finally:
             owner.close()
@@ -114,23 +116,27 @@ def local_pair():
     with running_master(settings=fast_settings(route_put_affinity="local")) as master:
         a, b = start_workers(dict(master=master.address, node_id=uid("a"), dram=8 << 20),
                              dict(master=master.address, node_id=uid("b"), dram=4 << 20))
-        yield a, b
+        yield master, a, b
         a.close()
         b.close()
 
 
 def test_dropped_heartbeat_bundle_forces_full_sync(local_pair):
-    a, b = local_pair
+    master, a, b = local_pair
     syncs = a.ask("stats")["stats"]["full_syncs"]
     lost, later = _keys(4), _keys(2)
     seed = random.randrange(1 << 30)
     a.ask("drop_bundle")
     assert a.ask("put", keys=lost, size=65536, seed=seed)["ok"] == [True] * 4
-    # The master never heard of them: b misses.
-    assert b.ask("exists", keys=lost)["found"] == [False] * 4
+    # The heartbeat the put woke drops their bundle: the master's index never hears of them (b
+    # still finds them meanwhile, through the master's record of their routed puts).
+    a.ask("heartbeat")  # (if the woken heartbeat thread has not shipped it yet)
+    assert master.store.lookup_batch(lost) == [False] * 4
     # The next bundle shows the master a gap: it asks a full sync, a re-ships everything.
     assert a.ask("put", keys=later, size=65536, seed=seed + 10)["ok"] == [True] * 2
+    a.ask("heartbeat")
     assert a.ask("stats")["stats"]["full_syncs"] == syncs + 1
+    assert master.store.lookup_batch(lost + later) == [True] * 6
     assert b.ask("get", keys=lost, size=65536, seed=seed)["right"] == [True] * 4
     assert b.ask("get", keys=later, size=65536, seed=seed + 10)["right"] == [True] * 2
 
@@ -138,11 +144,12 @@ def test_dropped_heartbeat_bundle_forces_full_sync(local_pair):
 def test_evictions_reach_the_master(local_pair):
     """Every eviction is a REMOVE event: keys the owner's DRAM evicted (no SSD) stop being
     routed to it, so a reader misses at once rather than asking a peer that has nothing."""
-    a, b = local_pair
+    _master, a, b = local_pair
     keys = _keys(16)
     seed = random.randrange(1 << 30)
     for i, k in enumerate(keys):
         assert a.ask("put", keys=[k], size=1 << 20, seed=seed + i)["ok"] == [True]
+    a.ask("heartbeat")  # their ADD and REMOVE events reach the master (the puts only woke the heartbeat)
     st = a.ask("stats")["stats"]
     assert st["dram_evictions"] > 0
     here = a.ask("exists", keys=keys)["found"]  # a's own view (local, then the master)
