@@ -27,6 +27,7 @@ routed anywhere finds them.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -104,6 +105,7 @@ class _Region:
     ptr: int
     size: int
     desc: object
+    packed: bytes = b""  # desc.pack(): named to owners that pull a put's values from here
 
 
 @dataclass
@@ -111,6 +113,7 @@ class DistributedStats:
     """Counters of the routing layer (merged into ``stats()``)."""
 
     remote_puts: int = 0
+    pulled_puts: int = 0     # of remote_puts: read by their owner in the allocate call (no write, no commit RPC)
     remote_put_bytes: int = 0
     remote_gets: int = 0
     remote_get_bytes: int = 0
@@ -204,6 +207,7 @@ class DistributedUMBPClient(_UMBPClient):
         self._staging_desc = self._engine.register_memory(self._staging.ptr, int(d.staging_buffer_size), -1,
                                                           self._cpu)
         self._staging_lock = threading.Lock()
+        self._staging_packed = self._staging_desc.pack()
         self._regions: list[_Region] = []
         self._regions_lock = threading.Lock()
         self._peers: dict[str, _Peer] = {}
@@ -217,7 +221,7 @@ class DistributedUMBPClient(_UMBPClient):
                                 staging_desc=self._ssd_staging_desc.pack() if self._ssd_staging_desc else b"",
                                 staging_size=staging_size)
         service = PeerService(self, descs, self._dram_lease_ms, self._ssd_lease_ms, on_commit=self._ship_async,
-                              register_engine=self._register_engine)
+                              register_engine=self._register_engine, pull=self._pull)
         peer_host = host if host not in ("0.0.0.0", "") else "127.0.0.1"
         self._server = PeerServer(service, "0.0.0.0" if host == "0.0.0.0" else peer_host,
                                   int(d.peer_service_port), secret=self._secret)
@@ -475,6 +479,21 @@ class DistributedUMBPClient(_UMBPClient):
             old.channel.close()
         return p
 
+    def _pull(self, packed_source: bytes, items: list[tuple[int, int, int]], seconds: float) -> bool:
+        """The owner's side of a pulled put: reads [(arena offset, source offset, size)] from a
+        writer's registered memory (its packed MemoryDesc) into the arena, one MORI-IO batch read
+        within seconds (at most UMBP_CALL_TIMEOUT_MS). True when all of them arrived."""
+        from mori.io import MemoryDesc, StatusCode
+        source = MemoryDesc.unpack(packed_source)
+        st = self._engine.batch_read([self._arena_desc], [[a for a, _s, _z in items]], [source],
+                                     [[s for _a, s, _z in items]], [[z for _a, _s, z in items]],
+                                     [self._engine.allocate_transfer_uid()])[0]
+        code = st.WaitFor(max(1, min(self._transfer_timeout_ms, int(seconds * 1000))))
+        if code != StatusCode.SUCCESS:
+            log.warning("umbp %s: pulling %d put value(s) from their writer failed: %s", self._node_id, len(items),
+                        st.Message())
+        return code == StatusCode.SUCCESS
+
     def _register_engine(self, packed: bytes) -> None:
         """A caller's engine (GetPeerInfo), registered before it connects to ours."""
         from mori.io import EngineDesc
@@ -528,7 +547,7 @@ class DistributedUMBPClient(_UMBPClient):
             return True
         desc = self._engine.register_memory(int(ptr), int(size), -1, self._cpu)
         with self._regions_lock:
-            self._regions.append(_Region(int(ptr), int(size), desc))
+            self._regions.append(_Region(int(ptr), int(size), desc, desc.pack()))
         return True
 
     def deregister_memory(self, ptr: int) -> None:
@@ -537,6 +556,14 @@ class DistributedUMBPClient(_UMBPClient):
             self._regions = [r for r in self._regions if r.ptr != int(ptr)]
         for r in gone:
             self._engine.deregister_memory(r.desc)
+
+    def _region_packed(self, ptr: int, size: int) -> Optional[tuple[bytes, int]]:
+        """(packed MemoryDesc, offset) of the registered region holding [ptr, ptr + size)."""
+        with self._regions_lock:
+            for r in self._regions:
+                if r.ptr <= ptr and ptr + size <= r.ptr + r.size:
+                    return r.packed, ptr - r.ptr
+        return None
 
     def _region_of(self, ptr: int, size: int) -> Optional[tuple[object, int]]:
         with self._regions_lock:
@@ -727,20 +754,69 @@ class DistributedUMBPClient(_UMBPClient):
         return ok
 
     def _put_remote(self, node_id: str, address: str, idx: list[int], keys, ptrs, sizes):
-        """Allocate, write, commit on one peer. Returns (indices stored, indices with no space),
-        or (stored, None) when the peer failed."""
+        """Puts keys[idx] on one peer. Returns (indices stored, indices with no space), or
+        (stored, None) when the peer failed.
+
+        One RPC: BatchAllocateSlots names where each value lies in this worker's registered
+        memory (the caller's, or the staging buffer it is copied into), and the owner reads it
+        from there and commits it in the same call. Values it did not take that way (an owner
+        that does not pull) are written here and committed (BatchCommitSlots), as MORI does."""
         try:
             p = self._peer(node_id, address)
-            resp = p.stub.BatchAllocateSlots(peer_pb.BatchAllocateSlotsRequest(entries=[
-                peer_pb.AllocateSlotRequest(size=sizes[i], tier=pb.TIER_DRAM, key=keys[i]) for i in idx]),
-                timeout=self._timeout_s)
         except Exception as exc:  # noqa: BLE001
-            self._peer_failed(node_id, address, "BatchAllocateSlots", exc)
+            self._peer_failed(node_id, address, "GetPeerInfo", exc)
             return [], None
+        entries = [peer_pb.AllocateSlotRequest(size=sizes[i], tier=pb.TIER_DRAM, key=keys[i]) for i in idx]
+        sources: list[bytes] = []
+        ref_of: dict[int, int] = {}
+        unregistered: list[int] = []
+        for j, i in enumerate(idx):
+            hit = self._region_packed(ptrs[i], sizes[i])
+            if hit is None:
+                unregistered.append(j)
+                continue
+            packed, off = hit
+            ref = ref_of.get(id(packed))
+            if ref is None:
+                sources.append(packed)
+                ref = ref_of[id(packed)] = len(sources)
+            entries[j].source_desc_ref, entries[j].source_offset = ref, off
+        # Values in unregistered memory: copied into the staging buffer (those that fit), which
+        # stays untouched until the owner has read them (the lock is held over the call).
+        staging = self._staging_lock if unregistered else contextlib.nullcontext()
+        with staging:
+            if unregistered:
+                cap, used = int(self._config.distributed.staging_buffer_size), 0
+                for j in unregistered:
+                    i = idx[j]
+                    if used + sizes[i] > cap:
+                        continue
+                    ctypes.memmove(self._staging.ptr + used, ptrs[i], sizes[i])
+                    if not sources or sources[-1] is not self._staging_packed:
+                        sources.append(self._staging_packed)
+                    entries[j].source_desc_ref, entries[j].source_offset = len(sources), used
+                    used += (sizes[i] + 63) // 64 * 64
+            # The deadline covers the owner's read of these bytes (at 20 MB/s or better); the
+            # owner commits nothing it finished reading after it.
+            nbytes = sum(sizes[i] for i in idx)
+            read_s = min(self._transfer_timeout_ms / 1000.0, 1.0 + nbytes / 20e6)
+            try:
+                resp = p.stub.BatchAllocateSlots(
+                    peer_pb.BatchAllocateSlotsRequest(entries=entries, source_descs=sources),
+                    timeout=self._timeout_s + read_s)
+            except Exception as exc:  # noqa: BLE001
+                self._peer_failed(node_id, address, "BatchAllocateSlots", exc)
+                return [], None
         stored, no_space, granted = [], [], []
         for i, e in zip(idx, resp.entries):
             if e.outcome == peer_pb.ALLOCATE_SLOT_OUTCOME_SUCCESS_ALREADY_EXISTS:
                 stored.append(i)
+            elif e.outcome == peer_pb.ALLOCATE_SLOT_OUTCOME_SUCCESS_ALLOCATED and e.committed:
+                stored.append(i)
+                with self._stats_lock:
+                    self.dstats.remote_puts += 1
+                    self.dstats.pulled_puts += 1
+                    self.dstats.remote_put_bytes += sizes[i]
             elif e.outcome == peer_pb.ALLOCATE_SLOT_OUTCOME_SUCCESS_ALLOCATED and e.pages:
                 granted.append((i, e.slot_id, e.pages[0].page_index * e.page_size))
             else:
@@ -753,6 +829,7 @@ class DistributedUMBPClient(_UMBPClient):
             # the values go elsewhere.
             return stored, None
         commit = [(i, s) for i, s, _o in granted]
+        written_here: list[int] = []
         try:
             if commit:
                 r = p.stub.BatchCommitSlots(peer_pb.BatchCommitSlotsRequest(entries=[
@@ -761,12 +838,13 @@ class DistributedUMBPClient(_UMBPClient):
                 for (i, _s), good in zip(commit, r.success):
                     if good:
                         stored.append(i)
+                        written_here.append(i)
         except Exception as exc:  # noqa: BLE001
             self._peer_failed(node_id, address, "BatchCommitSlots", exc)
             return stored, None
         with self._stats_lock:
-            self.dstats.remote_puts += len(stored)
-            self.dstats.remote_put_bytes += sum(sizes[i] for i in stored)
+            self.dstats.remote_puts += len(written_here)
+            self.dstats.remote_put_bytes += sum(sizes[i] for i in written_here)
         return stored, no_space
 
     # ---------------------------------------------------------------------------------------

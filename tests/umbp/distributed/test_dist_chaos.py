@@ -132,6 +132,9 @@ def test_dropped_heartbeat_bundle_forces_full_sync(local_pair):
     # still finds them meanwhile, through the master's record of their routed puts).
     a.ask("heartbeat")  # (if the woken heartbeat thread has not shipped it yet)
     assert master.store.lookup_batch(lost) == [False] * 4
+    # The master still routes b to a from its record of the routed puts (resolved at a).
+    assert b.ask("exists", keys=lost)["found"] == [True] * 4
+    assert b.ask("get", keys=lost, size=65536, seed=seed)["right"] == [True] * 4
     # The next bundle shows the master a gap: it asks a full sync, a re-ships everything.
     assert a.ask("put", keys=later, size=65536, seed=seed + 10)["ok"] == [True] * 2
     a.ask("heartbeat")
