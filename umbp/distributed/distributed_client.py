@@ -5,10 +5,13 @@ It is the local store of the pages this worker OWNS (part 1's DRAM + SSD tiers, 
 hooks of umbp/src/peer_pages.h), plus:
 
 - a routing layer: puts go where the master's ``BatchRoutePut`` says (this worker: a local put;
-  another: ``BatchAllocateSlots`` there, a MORI-IO write into its arena, ``BatchCommitSlots``);
-  gets are served locally when this worker owns the key, otherwise ``BatchRouteGet`` names the
-  owner, ``BatchResolveKeys`` pins the values there and MORI-IO reads them into the caller's
-  memory (zero copy when it was ``register_memory``'d, else through a staging buffer); keys
+  another: ``BatchAllocateSlots`` there naming where the values lie in this worker's registered
+  memory or staging buffer, and the owner reads them through MORI-IO and commits them in that
+  call; an owner that does not pull gets a MORI-IO write and ``BatchCommitSlots``); gets are
+  served locally when this worker owns the key, otherwise ``BatchRouteGet`` names the owner and,
+  for DRAM values, their place in its arena and checksum, and MORI-IO reads them into the
+  caller's memory (zero copy when it was ``register_memory``'d, else through a staging buffer);
+  values of unknown or stale place are resolved at the owner first (``BatchResolveKeys``); keys
   only on the owner's SSD are staged there first (``PrepareSsdRead``, ``NO_SLOT`` retried; a
   value larger than one staging slot takes adjacent slots, one larger than the owner's whole
   ``ssd_staging_buffer_size`` is a miss, logged with that setting).
@@ -21,9 +24,11 @@ hooks of umbp/src/peer_pages.h), plus:
 
 Every RPC has a deadline (UMBP_LOOKUP_TIMEOUT_MS): a dead or hung master turns lookups into
 misses (the keys this worker owns are still served) and puts into local puts; a dead peer is a
-miss, logged with its node id and address, never a hang. After a put returns, the master knows
-the new keys (their events are shipped before it returns, when the master answers), so a get
-routed anywhere finds them.
+miss, logged with its node id and address, never a hang (a call sends nothing more to a peer
+after one failed transfer, and holds it off). A put costs its writer one master RPC: the owner's
+ADD events go in the heartbeat its commit wakes, and until they land the master answers gets and
+lookups of the new keys from the put's route, so a get routed anywhere after the put returns
+finds them.
 """
 from __future__ import annotations
 
