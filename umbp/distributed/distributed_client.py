@@ -620,8 +620,8 @@ class DistributedUMBPClient(_UMBPClient):
         fn = self._engine.batch_read if read else self._engine.batch_write
         try:
             statuses = fn(local_mems, local_offs, [remote_desc] * len(groups), remote_offs, sizes, uids)
-        except Exception as exc:  # noqa: BLE001 - a refused transfer is a failed one
-            run.failure = run.failure or f"transfer refused: {exc}"
+        except Exception as exc:  # noqa: BLE001 - a refused transfer is a failed one, the peer not at fault
+            log.warning("umbp %s: transfer refused: %s", self._node_id, exc)
             return
         from mori.io import StatusCode
         for st, idx in zip(statuses, groups):
@@ -629,6 +629,8 @@ class DistributedUMBPClient(_UMBPClient):
             if code == StatusCode.SUCCESS:
                 for i in idx:
                     ok[i] = True
+            elif code == StatusCode.ERR_INVALID_ARGS:  # ours (a range), not the peer's
+                log.warning("umbp %s: transfer refused: %s", self._node_id, st.Message())
             elif run.failure is None:
                 run.failure = st.Message() or f"no completion within UMBP_CALL_TIMEOUT_MS ({code})"
 
