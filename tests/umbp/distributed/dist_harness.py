@@ -39,8 +39,8 @@ class Worker:
         full.setdefault("UMBP_LOOKUP_TIMEOUT_MS", "1000")
         full.update(env or {})
         self.info: dict = {}  # the answer to "init"
-        self.proc = subprocess.Popen([*prefix, sys.executable, str(PROGRAM)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=full, text=True)
+        self.proc = subprocess.Popen([*prefix, sys.executable, str(PROGRAM)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full, text=True)
 
     def send(self, cmd: str, **kw) -> None:
         assert self.proc.stdin
