@@ -137,3 +137,64 @@ class VethHosts:
         """Take ``host``'s end of the link down, as if its cable were pulled."""
         h = self.hosts[host]
         _ip("-n", h.name, "link", "set", h.ifname, "down")
+
+
+@dataclass
+class BridgedHosts:
+    """``count`` namespaces on one switch: each joined by its own veth pair to a bridge that
+    lives in a namespace of its own (``subnet``.1 ... ``subnet``.count/24), for layouts of
+    more than two hosts (a master on one, peers on others)."""
+
+    count: int = 3
+    subnet: str = "10.204.0"
+    hosts: list[Host] = field(default_factory=list)
+    switch: str = ""
+
+    def __enter__(self) -> "BridgedHosts":
+        self.create()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.destroy()
+
+    def create(self) -> None:
+        global _counter
+        reason = unavailable_reason()
+        if reason:
+            raise PermissionError(reason)
+        if not 2 <= self.count <= 9:
+            raise ValueError(f"count must be 2..9, got {self.count}")
+        remove_stale()
+        with _counter_lock:
+            _counter += 1
+            k = _counter
+        pid = os.getpid()
+        tag = f"{pid % 10**7}{k % 100}"  # interface names are limited to 15 characters
+        self.switch = f"{_PREFIX}{pid}-{k}-sw"
+        self.hosts = [Host(f"{_PREFIX}{pid}-{k}-{h}", f"mb{tag}{h}", f"{self.subnet}.{h + 1}")
+                      for h in range(self.count)]
+        try:
+            _ip("netns", "add", self.switch)
+            _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
+            _ip("-n", self.switch, "link", "set", "br0", "up")
+            for i, h in enumerate(self.hosts):
+                port = f"mp{tag}{i}"
+                _ip("netns", "add", h.name)
+                _ip("link", "add", h.ifname, "type", "veth", "peer", "name", port)
+                _ip("link", "set", h.ifname, "netns", h.name)
+                _ip("link", "set", port, "netns", self.switch)
+                _ip("-n", self.switch, "link", "set", port, "master", "br0")
+                _ip("-n", self.switch, "link", "set", port, "up")
+                _ip("-n", h.name, "addr", "add", f"{h.ip}/24", "dev", h.ifname)
+                _ip("-n", h.name, "link", "set", h.ifname, "up")
+                _ip("-n", h.name, "link", "set", "lo", "up")
+        except subprocess.CalledProcessError as exc:
+            self.destroy()
+            raise RuntimeError(f"could not create network namespaces: {' '.join(exc.cmd)}: {exc.stderr.strip()}") from exc
+
+    def destroy(self) -> None:
+        """Delete every namespace (the veth pairs and the bridge go with them). Safe to call twice."""
+        for name in [h.name for h in self.hosts] + ([self.switch] if self.switch else []):
+            _ip("netns", "del", name, check=False)
+        self.hosts = []
+        self.switch = ""

@@ -14,11 +14,12 @@ benchmark's worker that mounts none (metadata P2PHANDSHAKE, protocol tcp, regist
 (each with its own MORI_NODE_ID), so every value crosses the veth link over tcp as between hosts.
 
 Rows (engine / op):
-  umbp put      batch_put_from_ptr of fresh keys: BatchRoutePut, BatchAllocateSlots on the owner, a
-                MORI-IO write from the registered source, BatchCommitSlots (+ the owner's heartbeat)
+  umbp put      batch_put_from_ptr of fresh keys: BatchRoutePut, then BatchAllocateSlots on the
+                owner, which reads the values from the registered source through MORI-IO and
+                commits them in that call
   umbp get-1st  batch_get_into_ptr of keys put but never read by this worker (each call another
-                put batch): BatchRouteGet, BatchResolveKeys, a MORI-IO read into the registered
-                destination, each value's XXH3 checked
+                put batch): BatchRouteGet (with each value's place in the owner's arena), a
+                MORI-IO read into the registered destination, each value's XXH3 checked
   umbp get      batch_get_into_ptr of the last put batch, again and again: within the read lease of
                 its last resolve, one MORI-IO read straight from the owner and the XXH3 check (the
                 location cache); after it, as get-1st

@@ -5,10 +5,13 @@ It is the local store of the pages this worker OWNS (part 1's DRAM + SSD tiers, 
 hooks of umbp/src/peer_pages.h), plus:
 
 - a routing layer: puts go where the master's ``BatchRoutePut`` says (this worker: a local put;
-  another: ``BatchAllocateSlots`` there, a MORI-IO write into its arena, ``BatchCommitSlots``);
-  gets are served locally when this worker owns the key, otherwise ``BatchRouteGet`` names the
-  owner, ``BatchResolveKeys`` pins the values there and MORI-IO reads them into the caller's
-  memory (zero copy when it was ``register_memory``'d, else through a staging buffer); keys
+  another: ``BatchAllocateSlots`` there naming where the values lie in this worker's registered
+  memory or staging buffer, and the owner reads them through MORI-IO and commits them in that
+  call; an owner that does not pull gets a MORI-IO write and ``BatchCommitSlots``); gets are
+  served locally when this worker owns the key, otherwise ``BatchRouteGet`` names the owner and,
+  for DRAM values, their place in its arena and checksum, and MORI-IO reads them into the
+  caller's memory (zero copy when it was ``register_memory``'d, else through a staging buffer);
+  values of unknown or stale place are resolved at the owner first (``BatchResolveKeys``); keys
   only on the owner's SSD are staged there first (``PrepareSsdRead``, ``NO_SLOT`` retried; a
   value larger than one staging slot takes adjacent slots, one larger than the owner's whole
   ``ssd_staging_buffer_size`` is a miss, logged with that setting).
@@ -21,12 +24,15 @@ hooks of umbp/src/peer_pages.h), plus:
 
 Every RPC has a deadline (UMBP_LOOKUP_TIMEOUT_MS): a dead or hung master turns lookups into
 misses (the keys this worker owns are still served) and puts into local puts; a dead peer is a
-miss, logged with its node id and address, never a hang. After a put returns, the master knows
-the new keys (their events are shipped before it returns, when the master answers), so a get
-routed anywhere finds them.
+miss, logged with its node id and address, never a hang (a call sends nothing more to a peer
+after one failed transfer, and holds it off). A put costs its writer one master RPC: the owner's
+ADD events go in the heartbeat its commit wakes, and until they land the master answers gets and
+lookups of the new keys from the put's route, so a get routed anywhere after the put returns
+finds them.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -92,10 +98,19 @@ _LOCATION_LEASE_FRACTION = 0.8
 
 
 @dataclass
+class _TransferRun:
+    """One _transfer call: its deadline and its first failure (nothing more is sent after it)."""
+
+    deadline: float  # time.monotonic()
+    failure: Optional[str] = None
+
+
+@dataclass
 class _Region:
     ptr: int
     size: int
     desc: object
+    packed: bytes = b""  # desc.pack(): named to owners that pull a put's values from here
 
 
 @dataclass
@@ -103,6 +118,7 @@ class DistributedStats:
     """Counters of the routing layer (merged into ``stats()``)."""
 
     remote_puts: int = 0
+    pulled_puts: int = 0     # of remote_puts: read by their owner in the allocate call (no write, no commit RPC)
     remote_put_bytes: int = 0
     remote_gets: int = 0
     remote_get_bytes: int = 0
@@ -113,6 +129,8 @@ class DistributedStats:
     remote_fetches_cached: int = 0
     location_cache_hits: int = 0
     location_cache_stale: int = 0
+    routed_location_reads: int = 0   # first reads at the place the master's route gave (no resolve)
+    routed_location_stale: int = 0   # ... that failed their checksum or the read: resolved instead
     full_syncs: int = 0
     heartbeats: int = 0
     quota_refused_puts: int = 0
@@ -194,6 +212,7 @@ class DistributedUMBPClient(_UMBPClient):
         self._staging_desc = self._engine.register_memory(self._staging.ptr, int(d.staging_buffer_size), -1,
                                                           self._cpu)
         self._staging_lock = threading.Lock()
+        self._staging_packed = self._staging_desc.pack()
         self._regions: list[_Region] = []
         self._regions_lock = threading.Lock()
         self._peers: dict[str, _Peer] = {}
@@ -206,8 +225,8 @@ class DistributedUMBPClient(_UMBPClient):
                                 arena_desc=self._arena_desc.pack(),
                                 staging_desc=self._ssd_staging_desc.pack() if self._ssd_staging_desc else b"",
                                 staging_size=staging_size)
-        service = PeerService(self, descs, self._dram_lease_ms, self._ssd_lease_ms, on_commit=self._ship_soon,
-                              register_engine=self._register_engine)
+        service = PeerService(self, descs, self._dram_lease_ms, self._ssd_lease_ms, on_commit=self._ship_async,
+                              register_engine=self._register_engine, pull=self._pull)
         peer_host = host if host not in ("0.0.0.0", "") else "127.0.0.1"
         self._server = PeerServer(service, "0.0.0.0" if host == "0.0.0.0" else peer_host,
                                   int(d.peer_service_port), secret=self._secret)
@@ -299,7 +318,8 @@ class DistributedUMBPClient(_UMBPClient):
             baseline_seq, keys = self.peer_snapshot()
             self._unacked.clear()  # their changes are in the snapshot
             bundle = pb.EventBundle(seq=self._bundle_seq, events=[
-                pb.KvEvent(kind=pb.KvEvent.ADD, key=k, tier=int(t), size=z) for k, t, z in keys])
+                pb.KvEvent(kind=pb.KvEvent.ADD, key=k, tier=int(t), size=z, offset=off, checksum=ck)
+                for k, t, z, off, ck in keys])
             req = pb.HeartbeatRequest(node_id=self._node_id, bundles=[bundle], is_full_sync=True,
                                       tier_capacities=self._capacities(), delta_seq_baseline=self._bundle_seq)
             with self._stats_lock:
@@ -309,8 +329,9 @@ class DistributedUMBPClient(_UMBPClient):
             if events:
                 self._bundle_seq += 1
                 bundle = pb.EventBundle(seq=self._bundle_seq, events=[
-                    pb.KvEvent(kind=pb.KvEvent.ADD if kind == 0 else pb.KvEvent.REMOVE, key=k, tier=int(t), size=z)
-                    for kind, k, t, z, _seq in events])
+                    pb.KvEvent(kind=pb.KvEvent.ADD if kind == 0 else pb.KvEvent.REMOVE, key=k, tier=int(t), size=z,
+                               offset=off, checksum=ck)
+                    for kind, k, t, z, _seq, off, ck in events])
                 if self._drop_next_bundle:
                     self._drop_next_bundle = False
                     log.warning("umbp %s: dropping event bundle %d (test hook)", self._node_id, bundle.seq)
@@ -381,6 +402,13 @@ class DistributedUMBPClient(_UMBPClient):
             return
         with self._hb_lock:
             self._ship()
+
+    def _ship_async(self) -> None:
+        """After a put or a commit made values visible: their ADD events go in the heartbeat this
+        wakes, off the caller's path. Meanwhile the master answers gets and lookups of those keys
+        from the put's route (its pending puts), so no reader misses them."""
+        if not self._closed and not self._lookup_only:
+            self._wake.set()
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.is_set():
@@ -456,6 +484,21 @@ class DistributedUMBPClient(_UMBPClient):
             old.channel.close()
         return p
 
+    def _pull(self, packed_source: bytes, items: list[tuple[int, int, int]], seconds: float) -> bool:
+        """The owner's side of a pulled put: reads [(arena offset, source offset, size)] from a
+        writer's registered memory (its packed MemoryDesc) into the arena, one MORI-IO batch read
+        within seconds (at most UMBP_CALL_TIMEOUT_MS). True when all of them arrived."""
+        from mori.io import MemoryDesc, StatusCode
+        source = MemoryDesc.unpack(packed_source)
+        st = self._engine.batch_read([self._arena_desc], [[a for a, _s, _z in items]], [source],
+                                     [[s for _a, s, _z in items]], [[z for _a, _s, z in items]],
+                                     [self._engine.allocate_transfer_uid()])[0]
+        code = st.WaitFor(max(1, min(self._transfer_timeout_ms, int(seconds * 1000))))
+        if code != StatusCode.SUCCESS:
+            log.warning("umbp %s: pulling %d put value(s) from their writer failed: %s", self._node_id, len(items),
+                        st.Message())
+        return code == StatusCode.SUCCESS
+
     def _register_engine(self, packed: bytes) -> None:
         """A caller's engine (GetPeerInfo), registered before it connects to ours."""
         from mori.io import EngineDesc
@@ -484,7 +527,12 @@ class DistributedUMBPClient(_UMBPClient):
         log.warning("umbp engine %s is at its quota of %d bytes: %d put(s) refused, not stored",
                     self._node_id, quota, count)
 
-    def _peer_failed(self, node_id: str, address: str, what: str, exc: Exception) -> None:
+    def _down(self, node_id: str) -> bool:
+        """Whether the peer failed within its hold-off (not dialled, its keys misses)."""
+        until = self._peers_down.get(node_id)
+        return until is not None and time.monotonic() < until
+
+    def _peer_failed(self, node_id: str, address: str, what: str, exc) -> None:
         with self._stats_lock:
             self.dstats.remote_errors += 1
         if node_id not in self._peers_down or time.monotonic() >= self._peers_down[node_id]:
@@ -504,7 +552,7 @@ class DistributedUMBPClient(_UMBPClient):
             return True
         desc = self._engine.register_memory(int(ptr), int(size), -1, self._cpu)
         with self._regions_lock:
-            self._regions.append(_Region(int(ptr), int(size), desc))
+            self._regions.append(_Region(int(ptr), int(size), desc, desc.pack()))
         return True
 
     def deregister_memory(self, ptr: int) -> None:
@@ -513,6 +561,14 @@ class DistributedUMBPClient(_UMBPClient):
             self._regions = [r for r in self._regions if r.ptr != int(ptr)]
         for r in gone:
             self._engine.deregister_memory(r.desc)
+
+    def _region_packed(self, ptr: int, size: int) -> Optional[tuple[bytes, int]]:
+        """(packed MemoryDesc, offset) of the registered region holding [ptr, ptr + size)."""
+        with self._regions_lock:
+            for r in self._regions:
+                if r.ptr <= ptr and ptr + size <= r.ptr + r.size:
+                    return r.packed, ptr - r.ptr
+        return None
 
     def _region_of(self, ptr: int, size: int) -> Optional[tuple[object, int]]:
         with self._regions_lock:
@@ -524,9 +580,15 @@ class DistributedUMBPClient(_UMBPClient):
     # ---------------------------------------------------------------------------------------
     # transfers (GIL released while they run: WaitFor and the engine's calls are native)
     # ---------------------------------------------------------------------------------------
-    def _transfer(self, read: bool, remote_desc, items: list[tuple[int, int, int]]) -> list[bool]:
+    def _transfer(self, read: bool, p: _Peer, remote_desc, items: list[tuple[int, int, int]]) -> list[bool]:
         """items: (local ptr, remote offset, size). Moves each, zero-copy where the local memory
-        is registered, else through the staging buffer. Returns per-item success."""
+        is registered, else through the staging buffer. Returns per-item success.
+
+        The whole call has one deadline (UMBP_CALL_TIMEOUT_MS; MORI-IO fails a silent peer's
+        transfers within MORI_IO_TIMEOUT_MS before that). After the first failed transfer nothing
+        more is sent to that peer: it is marked failed (its keys are misses for a hold-off, its
+        remembered locations forgotten), so a dead owner costs one failure, not one per staged
+        batch (each of which would dial it again)."""
         ok = [False] * len(items)
         direct: dict[int, tuple[object, list[int]]] = {}
         staged: list[int] = []
@@ -543,34 +605,41 @@ class DistributedUMBPClient(_UMBPClient):
             remote_offs.append([items[i][1] for i in idx])
             sizes.append([items[i][2] for i in idx])
             groups.append(idx)
+        run = _TransferRun(time.monotonic() + self._transfer_timeout_ms / 1000.0)
         if groups:
-            self._run(read, local_mems, local_offs, remote_desc, remote_offs, sizes, groups, ok)
-        if staged:
-            self._transfer_staged(read, remote_desc, items, staged, ok)
+            self._run(run, read, local_mems, local_offs, remote_desc, remote_offs, sizes, groups, ok)
+        if staged and run.failure is None:
+            self._transfer_staged(run, read, remote_desc, items, staged, ok)
+        if run.failure is not None:
+            self._peer_failed(p.node_id, p.address, "MORI-IO read" if read else "MORI-IO write", run.failure)
         return ok
 
-    def _run(self, read, local_mems, local_offs, remote_desc, remote_offs, sizes, groups, ok) -> None:
+    def _run(self, run: "_TransferRun", read, local_mems, local_offs, remote_desc, remote_offs, sizes, groups,
+             ok) -> None:
         uids = [self._engine.allocate_transfer_uid() for _ in groups]
         fn = self._engine.batch_read if read else self._engine.batch_write
         try:
             statuses = fn(local_mems, local_offs, [remote_desc] * len(groups), remote_offs, sizes, uids)
-        except Exception as exc:  # noqa: BLE001 - a refused transfer is a failed one
+        except Exception as exc:  # noqa: BLE001 - a refused transfer is a failed one, the peer not at fault
             log.warning("umbp %s: transfer refused: %s", self._node_id, exc)
             return
         from mori.io import StatusCode
         for st, idx in zip(statuses, groups):
-            code = st.WaitFor(self._transfer_timeout_ms)
+            code = st.WaitFor(max(1, int((run.deadline - time.monotonic()) * 1000)))
             if code == StatusCode.SUCCESS:
                 for i in idx:
                     ok[i] = True
-            else:
-                log.warning("umbp %s: transfer failed: %s", self._node_id, st.Message())
+            elif code == StatusCode.ERR_INVALID_ARGS:  # ours (a range), not the peer's
+                log.warning("umbp %s: transfer refused: %s", self._node_id, st.Message())
+            elif run.failure is None:
+                run.failure = st.Message() or f"no completion within UMBP_CALL_TIMEOUT_MS ({code})"
 
-    def _transfer_staged(self, read: bool, remote_desc, items, staged: list[int], ok: list[bool]) -> None:
+    def _transfer_staged(self, run: "_TransferRun", read: bool, remote_desc, items, staged: list[int],
+                         ok: list[bool]) -> None:
         cap = int(self._config.distributed.staging_buffer_size)
         with self._staging_lock:
             pos = 0
-            while pos < len(staged):
+            while pos < len(staged) and run.failure is None:
                 batch, used = [], 0
                 while pos < len(staged) and (not batch or used + items[staged[pos]][2] <= cap):
                     i = staged[pos]
@@ -586,7 +655,7 @@ class DistributedUMBPClient(_UMBPClient):
                     desc = self._engine.register_memory(ptr, size, -1, self._cpu)
                     try:
                         one = [False]
-                        self._run(read, [desc], [[0]], remote_desc, [[roff]], [[size]], [[0]], one)
+                        self._run(run, read, [desc], [[0]], remote_desc, [[roff]], [[size]], [[0]], one)
                         ok[i] = one[0]
                     finally:
                         self._engine.deregister_memory(desc)
@@ -595,7 +664,7 @@ class DistributedUMBPClient(_UMBPClient):
                     for i, off in batch:
                         ctypes.memmove(self._staging.ptr + off, items[i][0], items[i][2])
                 res = [False] * len(items)
-                self._run(read, [self._staging_desc], [[off for _, off in batch]], remote_desc,
+                self._run(run, read, [self._staging_desc], [[off for _, off in batch]], remote_desc,
                           [[items[i][1] for i, _ in batch]], [[items[i][2] for i, _ in batch]],
                           [[i for i, _ in batch]], res)
                 for i, off in batch:
@@ -688,36 +757,87 @@ class DistributedUMBPClient(_UMBPClient):
         if local:
             for i, r in zip(local, self._put_local(local, keys, ptrs, sizes, depths)):
                 ok[i] = r
-            self._ship_soon()
+            self._ship_async()
         return ok
 
     def _put_remote(self, node_id: str, address: str, idx: list[int], keys, ptrs, sizes):
-        """Allocate, write, commit on one peer. Returns (indices stored, indices with no space),
-        or (stored, None) when the peer failed."""
+        """Puts keys[idx] on one peer. Returns (indices stored, indices with no space), or
+        (stored, None) when the peer failed.
+
+        One RPC: BatchAllocateSlots names where each value lies in this worker's registered
+        memory (the caller's, or the staging buffer it is copied into), and the owner reads it
+        from there and commits it in the same call. Values it did not take that way (an owner
+        that does not pull) are written here and committed (BatchCommitSlots), as MORI does."""
         try:
             p = self._peer(node_id, address)
-            resp = p.stub.BatchAllocateSlots(peer_pb.BatchAllocateSlotsRequest(entries=[
-                peer_pb.AllocateSlotRequest(size=sizes[i], tier=pb.TIER_DRAM, key=keys[i]) for i in idx]),
-                timeout=self._timeout_s)
         except Exception as exc:  # noqa: BLE001
-            self._peer_failed(node_id, address, "BatchAllocateSlots", exc)
+            self._peer_failed(node_id, address, "GetPeerInfo", exc)
             return [], None
+        entries = [peer_pb.AllocateSlotRequest(size=sizes[i], tier=pb.TIER_DRAM, key=keys[i]) for i in idx]
+        sources: list[bytes] = []
+        ref_of: dict[int, int] = {}
+        unregistered: list[int] = []
+        for j, i in enumerate(idx):
+            hit = self._region_packed(ptrs[i], sizes[i])
+            if hit is None:
+                unregistered.append(j)
+                continue
+            packed, off = hit
+            ref = ref_of.get(id(packed))
+            if ref is None:
+                sources.append(packed)
+                ref = ref_of[id(packed)] = len(sources)
+            entries[j].source_desc_ref, entries[j].source_offset = ref, off
+        # Values in unregistered memory: copied into the staging buffer (those that fit), which
+        # stays untouched until the owner has read them (the lock is held over the call).
+        staging = self._staging_lock if unregistered else contextlib.nullcontext()
+        with staging:
+            if unregistered:
+                cap, used = int(self._config.distributed.staging_buffer_size), 0
+                for j in unregistered:
+                    i = idx[j]
+                    if used + sizes[i] > cap:
+                        continue
+                    ctypes.memmove(self._staging.ptr + used, ptrs[i], sizes[i])
+                    if not sources or sources[-1] is not self._staging_packed:
+                        sources.append(self._staging_packed)
+                    entries[j].source_desc_ref, entries[j].source_offset = len(sources), used
+                    used += (sizes[i] + 63) // 64 * 64
+            # The deadline covers the owner's read of these bytes (at 20 MB/s or better); the
+            # owner commits nothing it finished reading after it.
+            nbytes = sum(sizes[i] for i in idx)
+            read_s = min(self._transfer_timeout_ms / 1000.0, 1.0 + nbytes / 20e6)
+            try:
+                resp = p.stub.BatchAllocateSlots(
+                    peer_pb.BatchAllocateSlotsRequest(entries=entries, source_descs=sources),
+                    timeout=self._timeout_s + read_s)
+            except Exception as exc:  # noqa: BLE001
+                self._peer_failed(node_id, address, "BatchAllocateSlots", exc)
+                return [], None
         stored, no_space, granted = [], [], []
         for i, e in zip(idx, resp.entries):
             if e.outcome == peer_pb.ALLOCATE_SLOT_OUTCOME_SUCCESS_ALREADY_EXISTS:
                 stored.append(i)
+            elif e.outcome == peer_pb.ALLOCATE_SLOT_OUTCOME_SUCCESS_ALLOCATED and e.committed:
+                stored.append(i)
+                with self._stats_lock:
+                    self.dstats.remote_puts += 1
+                    self.dstats.pulled_puts += 1
+                    self.dstats.remote_put_bytes += sizes[i]
             elif e.outcome == peer_pb.ALLOCATE_SLOT_OUTCOME_SUCCESS_ALLOCATED and e.pages:
                 granted.append((i, e.slot_id, e.pages[0].page_index * e.page_size))
             else:
                 no_space.append(i)
         if not granted:
             return stored, no_space
-        written = self._transfer(False, p.arena, [(ptrs[i], off, sizes[i]) for i, _s, off in granted])
-        commit = [(i, s) for (i, s, _o), w in zip(granted, written) if w]
-        abort = [s for (_i, s, _o), w in zip(granted, written) if not w]
+        written = self._transfer(False, p, p.arena, [(ptrs[i], off, sizes[i]) for i, _s, off in granted])
+        if not all(written):
+            # The peer failed (_transfer marked it): its slots are reaped there (pending_ttl_ms),
+            # the values go elsewhere.
+            return stored, None
+        commit = [(i, s) for i, s, _o in granted]
+        written_here: list[int] = []
         try:
-            if abort:
-                p.stub.BatchAbortSlots(peer_pb.BatchAbortSlotsRequest(slot_ids=abort), timeout=self._timeout_s)
             if commit:
                 r = p.stub.BatchCommitSlots(peer_pb.BatchCommitSlotsRequest(entries=[
                     peer_pb.BatchCommitSlotEntry(slot_id=s, key=keys[i]) for i, s in commit]),
@@ -725,14 +845,13 @@ class DistributedUMBPClient(_UMBPClient):
                 for (i, _s), good in zip(commit, r.success):
                     if good:
                         stored.append(i)
+                        written_here.append(i)
         except Exception as exc:  # noqa: BLE001
             self._peer_failed(node_id, address, "BatchCommitSlots", exc)
             return stored, None
-        if abort:
-            return stored, None
         with self._stats_lock:
-            self.dstats.remote_puts += len(stored)
-            self.dstats.remote_put_bytes += sum(sizes[i] for i in stored)
+            self.dstats.remote_puts += len(written_here)
+            self.dstats.remote_put_bytes += sum(sizes[i] for i in written_here)
         return stored, no_space
 
     # ---------------------------------------------------------------------------------------
@@ -755,17 +874,24 @@ class DistributedUMBPClient(_UMBPClient):
             miss = self._get_located(miss, keys, ptrs, sizes, ok)
         if not miss:
             return ok
+        sent = time.monotonic()
         resp = self._master_call("BatchRouteGet", pb.BatchRouteGetRequest(
             node_id=self._node_id, keys=[keys[i] for i in miss]))
         if resp is None:
             return ok  # no master: misses (within the lookup deadline)
-        by_peer: dict[int, list[tuple[int, int]]] = defaultdict(list)
-        for i, ref, tier, size in zip(miss, resp.node_ref, resp.tier, resp.size):
+        # Where the owner's ADD event said each DRAM value lies (checksum 0: not known).
+        offsets = resp.offset if len(resp.offset) == len(miss) else [0] * len(miss)
+        checksums = resp.checksum if len(resp.checksum) == len(miss) else [0] * len(miss)
+        by_peer: dict[int, list[int]] = defaultdict(list)
+        placed: dict[int, tuple[int, int]] = {}
+        for i, ref, tier, size, off, ck in zip(miss, resp.node_ref, resp.tier, resp.size, offsets, checksums):
             if ref and resp.nodes[ref - 1].node_id != self._node_id:
-                by_peer[ref].append((i, int(tier)))
-        for ref, entries in by_peer.items():
+                by_peer[ref].append(i)
+                if ck and tier == pb.TIER_DRAM and size == sizes[i]:
+                    placed[i] = (off, ck)
+        for ref, idx in by_peer.items():
             node = resp.nodes[ref - 1]
-            for i in self._get_remote(node.node_id, node.peer_address, [i for i, _t in entries], keys, ptrs, sizes):
+            for i in self._get_remote(node.node_id, node.peer_address, idx, keys, ptrs, sizes, placed, sent):
                 ok[i] = True
         return ok
 
@@ -796,7 +922,7 @@ class DistributedUMBPClient(_UMBPClient):
             if p is None or p.address != entries[0][1].address:
                 rest += [i for i, _loc in entries]
                 continue
-            done = self._transfer(True, p.arena, [(ptrs[i], loc.offset, loc.size) for i, loc in entries])
+            done = self._transfer(True, p, p.arena, [(ptrs[i], loc.offset, loc.size) for i, loc in entries])
             for (i, loc), d in zip(entries, done):
                 if d and _checksum(ptrs[i], loc.size) == loc.checksum:
                     got.append(i)
@@ -824,11 +950,57 @@ class DistributedUMBPClient(_UMBPClient):
             while len(self._locations) > _LOCATION_CACHE_ENTRIES:
                 self._locations.popitem(last=False)
 
-    def _get_remote(self, node_id: str, address: str, idx: list[int], keys, ptrs, sizes) -> list[int]:
-        """Reads the values of keys[idx] from one peer into the caller's memory; the indices read."""
-        sent = time.monotonic()
+    def _get_remote(self, node_id: str, address: str, idx: list[int], keys, ptrs, sizes,
+                    placed: Optional[dict[int, tuple[int, int]]] = None, routed_at: float = 0.0) -> list[int]:
+        """Reads the values of keys[idx] from one peer into the caller's memory; the indices read.
+
+        placed: (arena offset, checksum) of the DRAM values whose place the master's route gave
+        (from the owner's ADD events): read at once, no resolve. One that fails its checksum (the
+        value was removed and its block reused since) or its read is resolved at the owner, as
+        the keys of unknown place are."""
+        got: list[int] = []
         try:
             p = self._peer(node_id, address)
+        except Exception as exc:  # noqa: BLE001
+            self._peer_failed(node_id, address, "GetPeerInfo", exc)
+            p = None
+        if p is not None:
+            rest = idx
+            if placed:
+                got = self._get_placed(p, [i for i in idx if i in placed], keys, ptrs, sizes, placed, routed_at)
+                done = set(got)
+                rest = [i for i in idx if i not in done]
+            if rest and not self._down(node_id):
+                got += self._get_resolved(p, rest, keys, ptrs, sizes)
+        with self._stats_lock:
+            self.dstats.remote_gets += len(got)
+            self.dstats.remote_get_bytes += sum(sizes[i] for i in got)
+            self.dstats.remote_misses += len(idx) - len(got)
+        self._cache_fetched(got, keys, ptrs, sizes)
+        return got
+
+    def _get_placed(self, p: _Peer, idx: list[int], keys, ptrs, sizes, placed: dict[int, tuple[int, int]],
+                    routed_at: float) -> list[int]:
+        """The reads at the places the route gave; the indices read and verified."""
+        if not idx:
+            return []
+        done = self._transfer(True, p, p.arena, [(ptrs[i], placed[i][0], sizes[i]) for i in idx])
+        read = [i for i, d in zip(idx, done) if d and _checksum(ptrs[i], sizes[i]) == placed[i][1]]
+        with self._stats_lock:
+            self.dstats.routed_location_reads += len(read)
+            self.dstats.routed_location_stale += len(idx) - len(read)
+        if read and self._dram_lease_ms > 0:
+            # Read again straight from the owner while a read lease taken then would hold.
+            self._remember(p.node_id, p.address, [(keys[i], placed[i][0], sizes[i], placed[i][1]) for i in read],
+                           routed_at + _LOCATION_LEASE_FRACTION * self._dram_lease_ms / 1000.0)
+        return read
+
+    def _get_resolved(self, p: _Peer, idx: list[int], keys, ptrs, sizes) -> list[int]:
+        """BatchResolveKeys at the owner, then the reads (DRAM: one MORI-IO batch; SSD: staged
+        one by one); the indices read and verified."""
+        node_id, address = p.node_id, p.address
+        sent = time.monotonic()
+        try:
             r = p.stub.BatchResolveKeys(peer_pb.BatchResolveKeysRequest(keys=[keys[i] for i in idx],
                                                                          omit_descs=True),
                                         timeout=self._timeout_s)
@@ -855,7 +1027,7 @@ class DistributedUMBPClient(_UMBPClient):
                 ssd.append(i)
         got: list[int] = []
         if dram:
-            done = self._transfer(True, p.arena, [(ptrs[i], off, sizes[i]) for i, off, _c in dram])
+            done = self._transfer(True, p, p.arena, [(ptrs[i], off, sizes[i]) for i, off, _c in dram])
             located = []
             for (i, off, want), d in zip(dram, done):
                 if d and self._verified(node_id, keys[i], ptrs[i], sizes[i], want):
@@ -866,13 +1038,10 @@ class DistributedUMBPClient(_UMBPClient):
                 self._remember(node_id, address, located,
                                sent + _LOCATION_LEASE_FRACTION * self._dram_lease_ms / 1000.0)
         for i in ssd:
+            if self._down(node_id):
+                break  # a read just failed: the peer is marked failed
             if self._get_staged(p, keys[i], ptrs[i], sizes[i]):
                 got.append(i)
-        with self._stats_lock:
-            self.dstats.remote_gets += len(got)
-            self.dstats.remote_get_bytes += sum(sizes[i] for i in got)
-            self.dstats.remote_misses += len(idx) - len(got)
-        self._cache_fetched([i for i in got], keys, ptrs, sizes)
         return got
 
     def _verified(self, node_id: str, key: str, ptr: int, size: int, want: int) -> bool:
@@ -923,7 +1092,7 @@ class DistributedUMBPClient(_UMBPClient):
             if r.status != peer_pb.SSD_READ_OK or r.size != size:
                 return False
             try:
-                done = self._transfer(True, p.staging, [(ptr, r.staging_offset, size)])[0]
+                done = self._transfer(True, p, p.staging, [(ptr, r.staging_offset, size)])[0]
             finally:
                 self._release(p, [r.lease_id])
             return done and self._verified(p.node_id, key, ptr, size, r.checksum)

@@ -75,6 +75,10 @@ class RoutedGets:
     tier: list[int]
     size: list[int]
     misses: int
+    # The routed copy's offset in its owner's DRAM arena and its XXH3 (checksum 0: not known),
+    # per key; empty when the store keeps no places (the reader then resolves at the owner).
+    offset: list[int] = dataclasses.field(default_factory=list)
+    checksum: list[int] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +87,8 @@ class KvEvent:
     key: str
     tier: int
     size: int = 0
+    offset: int = 0    # a DRAM ADD's place in the owner's arena
+    checksum: int = 0  # and the value's XXH3 (0: not known)
 
 
 @dataclasses.dataclass

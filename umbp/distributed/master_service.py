@@ -6,7 +6,7 @@ import functools
 import logging
 import threading
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 import grpc
 
@@ -18,6 +18,8 @@ from mori.umbp.distributed.master_records import (
     ClientStatus,
     EventBundle,
     KvEvent,
+    RoutedGets,
+    Tier,
     TierCapacity,
 )
 from mori.umbp.distributed.master_routing import GetRouter, PutRouter, PutTarget
@@ -74,10 +76,14 @@ class MasterState:
         self.put_router = PutRouter(settings.route_put_algo, settings.route_put_affinity)
         self.get_router = GetRouter(settings.route_get_strategy)
         self.eviction = EvictionManager(store, settings, peers, metrics)
-        # Keys routed for a put but not yet in the index: a second writer of the same key is sent
-        # to the same node, where the peer's own dedup answers ALREADY_EXISTS.
+        # Keys routed for a put but not yet in the index (their owner's ADD event is on its way, in
+        # the heartbeat its commit wakes): a second writer of the same key is sent to the same
+        # node, where the peer's own dedup answers ALREADY_EXISTS; gets and lookups of the key
+        # are answered from here, so a put costs its writer one master RPC and a reader finds
+        # the value as soon as the put returned. The owner's ADD replaces the record; one whose
+        # put failed after the route runs out after two heartbeat intervals.
         self._pending_lock = threading.Lock()
-        self._pending: dict[str, tuple[PutTarget, float]] = {}
+        self._pending: dict[str, tuple[PutTarget, float, int]] = {}
         self._clients_cache: tuple[float, dict[str, ClientRecord]] = (0.0, {})
         self._clients_lock = threading.Lock()
 
@@ -104,12 +110,31 @@ class MasterState:
                 return None
             return hit[0]
 
-    def remember_pending(self, key: str, target: PutTarget, now: float) -> None:
+    def pending_puts(self, keys: Sequence[str], now: float) -> list[Optional[tuple[PutTarget, int]]]:
+        """Per key its routed, not yet reported put: (target, size), or None."""
+        out: list[Optional[tuple[PutTarget, int]]] = []
+        with self._pending_lock:
+            if not self._pending:
+                return [None] * len(keys)
+            for key in keys:
+                hit = self._pending.get(key)
+                out.append((hit[0], hit[2]) if hit is not None and hit[1] > now else None)
+        return out
+
+    def remember_pending(self, key: str, target: PutTarget, now: float, size: int = 0) -> None:
         ttl = 2 * self.settings.heartbeat_interval_s
         with self._pending_lock:
             if len(self._pending) > 100_000:
                 self._pending = {k: v for k, v in self._pending.items() if v[1] > now}
-            self._pending[key] = (target, now + ttl)
+            self._pending[key] = (target, now + ttl, size)
+
+    def reported(self, keys: Sequence[str]) -> None:
+        """Keys an owner's ADD events put in the index: their pending records are done."""
+        with self._pending_lock:
+            if not self._pending:
+                return
+            for key in keys:
+                self._pending.pop(key, None)
 
 
 class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
@@ -153,12 +178,13 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
     def Heartbeat(self, request, context):
         s = self.state
         caps = _capacities(request.tier_capacities)
-        bundles = [EventBundle(b.seq, [KvEvent(e.kind == pb.KvEvent.ADD, e.key, int(e.tier), e.size)
-                                       for e in b.events]) for b in request.bundles]
+        bundles = [EventBundle(b.seq, [KvEvent(e.kind == pb.KvEvent.ADD, e.key, int(e.tier), e.size, e.offset,
+                                               e.checksum) for e in b.events]) for b in request.bundles]
         out = s.store.apply_heartbeat(request.node_id, time.time(), caps, bundles,
                                       request.is_full_sync, request.delta_seq_baseline)
         if out.status == ClientStatus.UNKNOWN:
             return pb.HeartbeatResponse(status=pb.CLIENT_STATUS_UNKNOWN, acked_seq=0, request_full_sync=False)
+        s.reported([e.key for b in bundles for e in b.events if e.add])
         if caps:
             s.put_router.capacity_reported(request.node_id)
             for tier, cap in caps.items():
@@ -196,8 +222,12 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
         target = s.put_router.route(writer, size, clients, exclude)
         if target is None:
             self.metrics.route_put_outcome.labels("unavailable").inc()
+            # The writer keeps the value in its own store: gets are routed there meanwhile.
+            here = next((c for c in clients if c.node_id == writer), None)
+            if here is not None:
+                s.remember_pending(key, PutTarget(writer, int(Tier.DRAM), here.peer_address), now, size)
             return _UNAVAILABLE, None
-        s.remember_pending(key, target, now)
+        s.remember_pending(key, target, now, size)
         self.metrics.route_put_outcome.labels("routed").inc()
         return _ROUTED, target
 
@@ -274,7 +304,14 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
 
     @_timed
     def BatchRouteGet(self, request, context):
-        routed, alive = self._route_get(request.keys, request.exclude_nodes)
+        keys = list(request.keys)
+        routed, alive = self._route_get(keys, request.exclude_nodes)
+        offsets = routed.offset or [0] * len(keys)
+        checksums = routed.checksum or [0] * len(keys)
+        if routed.misses:
+            self._route_pending(keys, routed, alive, frozenset(request.exclude_nodes))
+            offsets += [0] * (len(routed.node_ref) - len(offsets))
+            checksums += [0] * (len(routed.node_ref) - len(checksums))
         nodes = []
         for node_id, n in zip(routed.nodes, routed.hits):
             client = alive.get(node_id)
@@ -282,11 +319,38 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
             self.metrics.batch_route_get.labels(node_id).inc(n)
         if routed.misses:
             self.metrics.route_get_misses.inc(routed.misses)
-        return pb.BatchRouteGetResponse(nodes=nodes, node_ref=routed.node_ref, tier=routed.tier, size=routed.size)
+        return pb.BatchRouteGetResponse(nodes=nodes, node_ref=routed.node_ref, tier=routed.tier, size=routed.size,
+                                        offset=offsets, checksum=checksums)
+
+    def _route_pending(self, keys: list[str], routed: RoutedGets, alive: dict, exclude: frozenset[str]) -> None:
+        """Misses with a routed put not yet reported: sent to the put's target (a DRAM copy of
+        unknown place: the reader resolves it there)."""
+        miss = [i for i, ref in enumerate(routed.node_ref) if ref == 0]
+        for i, hit in zip(miss, self.state.pending_puts([keys[i] for i in miss], time.time())):
+            if hit is None or hit[0].node_id not in alive or hit[0].node_id in exclude:
+                continue
+            target, size = hit
+            if target.node_id in routed.nodes:
+                ref = routed.nodes.index(target.node_id) + 1
+            else:
+                routed.nodes.append(target.node_id)
+                routed.hits.append(0)
+                ref = len(routed.nodes)
+            routed.hits[ref - 1] += 1
+            routed.node_ref[i] = ref
+            routed.tier[i] = int(Tier.DRAM)
+            routed.size[i] = size
+            routed.misses -= 1
 
     @_timed
     def BatchLookup(self, request, context):
-        found = self.state.store.lookup_batch(list(request.keys)) if request.keys else []
+        keys = list(request.keys)
+        found = self.state.store.lookup_batch(keys) if keys else []
+        if not all(found):  # a routed put not yet reported counts: its put returned, or will
+            miss = [i for i, f in enumerate(found) if not f]
+            for i, hit in zip(miss, self.state.pending_puts([keys[i] for i in miss], time.time())):
+                if hit is not None:
+                    found[i] = True
         return pb.BatchLookupResponse(found=found)
 
     # -- external KV -----------------------------------------------------------------------

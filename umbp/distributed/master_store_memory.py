@@ -103,7 +103,7 @@ class InMemoryMetadataStore(MetadataStore):
         for bundle in to_apply:
             for ev in bundle.events:
                 if ev.add:
-                    if self._index.add(node_id, ev.key, ev.tier, ev.size, now):
+                    if self._index.add(node_id, ev.key, ev.tier, ev.size, now, ev.offset, ev.checksum):
                         out.added.append((ev.key, ev.size))
                 elif not is_full_sync:
                     removed = self._index.remove(node_id, ev.key, ev.tier)

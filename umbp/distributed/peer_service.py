@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from concurrent import futures
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -56,19 +57,24 @@ class PeerService(peer_grpc.UMBPPeerServicer):
     """The 12 UMBPPeer RPCs over one worker's owned-pages store.
 
     ``register_engine`` takes the packed engine descriptor a caller sends with GetPeerInfo.
-    ``on_commit`` runs after a commit made values visible (the worker ships their ADD events to
-    the master at once, so a reader routed there next finds them).
+    ``on_commit`` runs after a commit made values visible (the worker's heartbeat ships their
+    ADD events). ``pull(source_desc, [(arena offset, source offset, size)], seconds)`` reads
+    values from a writer's registered memory into the arena within that time (True: all of
+    them): with it, a BatchAllocateSlots that names the values' sources is allocated, read and
+    committed in one call.
     """
 
     def __init__(self, store, descs: PeerDescriptors, dram_lease_ms: int, ssd_lease_ms: int,
                  on_commit: Optional[Callable[[], None]] = None,
-                 register_engine: Optional[Callable[[bytes], None]] = None) -> None:
+                 register_engine: Optional[Callable[[bytes], None]] = None,
+                 pull: Optional[Callable[[bytes, list, float], bool]] = None) -> None:
         self._store = store
         self._descs = descs
         self._dram_lease_ms = dram_lease_ms
         self._ssd_lease_ms = ssd_lease_ms
         self._on_commit = on_commit
         self._register_engine = register_engine
+        self._pull = pull
         self._arena_buffer = pb.BufferMemoryDesc(buffer_index=ARENA_BUFFER, desc=descs.arena_desc,
                                                  backend_id=ARENA_BACKEND)
 
@@ -91,7 +97,7 @@ class PeerService(peer_grpc.UMBPPeerServicer):
                  3: peer_pb.ALLOCATE_SLOT_OUTCOME_FAILED,
                  4: peer_pb.ALLOCATE_SLOT_OUTCOME_FAILED_NO_SPACE}
 
-    def _allocate(self, entries) -> list:
+    def _allocate(self, entries, source_descs=(), context=None) -> list:
         keys = [e.key for e in entries]
         sizes = [int(e.size) for e in entries]
         bad = [e for e in entries if e.tier not in (pb.TIER_DRAM, pb.TIER_UNKNOWN)]
@@ -110,13 +116,49 @@ class PeerService(peer_grpc.UMBPPeerServicer):
                 resp.pages.add(buffer_index=ARENA_BUFFER, page_index=offset // PAGE_SIZE)
                 resp.descs.append(self._arena_buffer)
             out.append(resp)
+        if source_descs and self._pull is not None:
+            self._pull_and_commit(entries, grants, list(source_descs), out, context)
         return out
+
+    def _pull_and_commit(self, entries, grants, source_descs: list, out: list, context) -> None:
+        """The granted slots whose value the writer named a source for: read from there (one
+        MORI-IO batch read per source) and committed; a failed read aborts its slots (FAILED:
+        the writer puts those values elsewhere). Only within the writer's deadline: past it the
+        writer has given up and may be reusing its memory, so what was read is not committed."""
+        by_source: dict[int, list[int]] = defaultdict(list)
+        for j, (e, (outcome, _slot, _off)) in enumerate(zip(entries, grants)):
+            if outcome == 1 and 0 < e.source_desc_ref <= len(source_descs) and out[j].pages:
+                by_source[e.source_desc_ref].append(j)
+        for ref, js in by_source.items():
+            items = [(grants[j][2], int(entries[j].source_offset), int(entries[j].size)) for j in js]
+            left = context.time_remaining() if context is not None else None
+            try:
+                read = left is None or left > 0
+                read = read and self._pull(source_descs[ref - 1], items, 30.0 if left is None else left)
+            except Exception as exc:  # noqa: BLE001 - a bad descriptor is the writer's; its puts fail
+                log.warning("umbp peer: reading %d value(s) from a writer failed: %s", len(js), exc)
+                read = False
+            left = context.time_remaining() if context is not None else None
+            if read and left is not None and left <= 0:
+                log.warning("umbp peer: %d value(s) read after their writer's deadline: not committed", len(js))
+                read = False
+            ids = [grants[j][1] for j in js]
+            ok = self._commit(ids, [entries[j].key for j in js]) if read else [False] * len(js)
+            if not read:
+                self._store.peer_abort(ids)
+            for j, good in zip(js, ok):
+                if good:
+                    out[j].committed = True
+                else:
+                    out[j].Clear()
+                    out[j].outcome = peer_pb.ALLOCATE_SLOT_OUTCOME_FAILED
 
     def AllocateSlot(self, request, context):
         return self._allocate([request])[0]
 
     def BatchAllocateSlots(self, request, context):
-        return peer_pb.BatchAllocateSlotsResponse(entries=self._allocate(list(request.entries)))
+        return peer_pb.BatchAllocateSlotsResponse(entries=self._allocate(list(request.entries),
+                                                                         request.source_descs, context))
 
     def _commit(self, ids: list[int], keys: list[str]) -> list[bool]:
         ok = self._store.peer_commit(ids, keys)

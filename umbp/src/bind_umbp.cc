@@ -478,10 +478,13 @@ void bind_client(py::module_& m) {
             auto ev = c.peer([&](PeerPages& p) { return p.events().drain(max); });
             py::gil_scoped_acquire gil;
             py::list out;
-            for (const auto& e : ev) out.append(py::make_tuple(static_cast<int>(e.kind), e.key, e.tier, e.size, e.seq));
+            for (const auto& e : ev)
+              out.append(py::make_tuple(static_cast<int>(e.kind), e.key, e.tier, e.size, e.seq, e.offset, e.checksum));
             return out;
           },
-          py::arg("max") = 0, Release(), "[(kind 0 ADD/1 REMOVE, key, tier, size, seq)], oldest first")
+          py::arg("max") = 0, Release(),
+          "[(kind 0 ADD/1 REMOVE, key, tier, size, seq, arena offset, checksum)], oldest first (offset and "
+          "checksum: DRAM ADDs only, else 0)")
       .def(
           "peer_event_state",
           [](PyClient& c) {
@@ -497,10 +500,12 @@ void bind_client(py::module_& m) {
             auto snap = c.peer([](PeerPages& p) { return p.snapshot(); });
             py::gil_scoped_acquire gil;
             py::list keys;
-            for (const auto& k : snap.second) keys.append(py::make_tuple(k.key, k.tier, k.size));
+            for (const auto& k : snap.second) keys.append(py::make_tuple(k.key, k.tier, k.size, k.offset, k.checksum));
             return py::make_tuple(snap.first, keys);
           },
-          Release(), "(baseline seq, [(key, tier, size)]): every owned key; queued events up to baseline dropped")
+          Release(),
+          "(baseline seq, [(key, tier, size, arena offset, checksum)]): every owned key (offset and checksum: "
+          "DRAM only, else 0); queued events up to baseline dropped")
       .def(
           "stats",
           [](PyClient& c) {

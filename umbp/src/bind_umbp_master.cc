@@ -54,12 +54,14 @@ void bind_umbp_master(py::module_& m) {
       .def(
           "add",
           [](MasterIndex& ix, const std::string& node_id, const std::string& key, int32_t tier, uint64_t size,
-             double now) {
+             double now, uint64_t offset, uint64_t checksum) {
             py::gil_scoped_release nogil;
-            return ix.add(node_id, key, tier, size, now);
+            return ix.add(node_id, key, tier, size, now, offset, checksum);
           },
           py::arg("node_id"), py::arg("key"), py::arg("tier"), py::arg("size"), py::arg("now"),
-          "Record a copy (or update its size); True if the key had no copy before.")
+          py::arg("offset") = 0, py::arg("checksum") = 0,
+          "Record a copy (or update its size and place: arena offset and XXH3, 0 if not known); True if the "
+          "key had no copy before.")
       .def("remove", &MasterIndex::remove, py::arg("node_id"), py::arg("key"), py::arg("tier"),
            py::call_guard<py::gil_scoped_release>(),
            "Drop a copy: (its size, whether it was the key's last copy), or None if unknown.")
@@ -100,13 +102,14 @@ void bind_umbp_master(py::module_& m) {
               r = ix.route_choose(k, x, a, now, lease_until, any_copy);
             }
             return py::make_tuple(py::cast(r.nodes), int_list(r.hits), int_list(r.node_ref), int_list(r.tier),
-                                  int_list(r.size), r.misses);
+                                  int_list(r.size), r.misses, int_list(r.offset), int_list(r.checksum));
           },
           py::arg("keys"), py::arg("exclude"), py::arg("alive"), py::arg("now"), py::arg("lease_until"),
           py::arg("any_copy") = false,
           "route() plus the copy to read among those on alive nodes (fastest tier, random within it; "
-          "any live copy when any_copy): (nodes, hits per node, node_ref, tier, size, misses), node_ref "
-          "1-based into nodes, 0 for a miss.")
+          "any live copy when any_copy): (nodes, hits per node, node_ref, tier, size, misses, offset, checksum), "
+          "node_ref 1-based into nodes, 0 for a miss; offset and checksum the chosen copy's place in its "
+          "owner's arena and XXH3 (checksum 0: not known).")
       .def(
           "contains",
           [](const MasterIndex& ix, py::handle keys) {

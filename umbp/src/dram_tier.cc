@@ -104,7 +104,8 @@ void DramTier::unlink(Block* b) {
 void DramTier::publish(Block* b) {
   b->published = true;
   lru_push_back(b);
-  if (events_) events_->append(KvChange::Kind::Add, b->key, TierType::DRAM, b->size);
+  if (events_)
+    events_->append(KvChange::Kind::Add, b->key, TierType::DRAM, b->size, b->offset, b->has_checksum ? b->checksum : 0);
 }
 
 void DramTier::drop(Block* b) {
@@ -457,12 +458,12 @@ size_t DramTier::evict_key(const std::string& key) {
   return freed;
 }
 
-std::vector<std::pair<std::string, uint64_t>> DramTier::snapshot() const {
+std::vector<DramTier::Published> DramTier::snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::pair<std::string, uint64_t>> out;
+  std::vector<Published> out;
   out.reserve(index_.size());
   for (const auto& [key, b] : index_)
-    if (b->published) out.emplace_back(b->key, b->size);
+    if (b->published) out.push_back({b->key, b->size, b->offset, b->has_checksum ? b->checksum : 0});
   return out;
 }
 

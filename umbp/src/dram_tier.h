@@ -108,8 +108,14 @@ class DramTier {
   static uint64_t checksum_of(const Block* b);
   // Evicts `key` unless a reader or the copy pipeline holds it: the bytes freed (0: kept, or absent).
   size_t evict_key(const std::string& key);
-  // (key, size) of every published value.
-  std::vector<std::pair<std::string, uint64_t>> snapshot() const;
+  // Every published value: where it lies in the arena and its checksum (0: not taken).
+  struct Published {
+    std::string key;
+    uint64_t size;
+    uint64_t offset;
+    uint64_t checksum;
+  };
+  std::vector<Published> snapshot() const;
   DramStats stats() const;
   size_t capacity() const { return capacity_; }
 

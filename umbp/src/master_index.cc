@@ -62,7 +62,7 @@ std::vector<char> MasterIndex::node_mask(const std::vector<std::string>& node_id
 }
 
 bool MasterIndex::add(std::string_view node_id, const std::string& key, int32_t tier, uint64_t size,
-                      double now) {
+                      double now, uint64_t offset, uint64_t checksum) {
   const uint32_t node = intern(node_id);
   Shard& shard = shard_of(key);
   std::lock_guard lock(shard.mu);
@@ -73,10 +73,12 @@ bool MasterIndex::add(std::string_view node_id, const std::string& key, int32_t 
                            [&](const Copy& c) { return c.node == node && c.tier == tier; });
   if (same != entry.copies.end()) {
     same->size = size;
+    same->offset = offset;
+    same->checksum = checksum;
   } else {
     const int r = rank(tier);
     auto at = std::find_if(entry.copies.begin(), entry.copies.end(), [&](const Copy& c) { return rank(c.tier) > r; });
-    entry.copies.insert(at, Copy{node, tier, size});
+    entry.copies.insert(at, Copy{node, tier, size, offset, checksum});
   }
   shard.by_node[node].insert(key);
   return new_key;
@@ -169,6 +171,8 @@ RoutedGets MasterIndex::route_choose(const std::vector<std::string>& keys, const
   out.node_ref.assign(keys.size(), 0);
   out.tier.assign(keys.size(), 0);
   out.size.assign(keys.size(), 0);
+  out.offset.assign(keys.size(), 0);
+  out.checksum.assign(keys.size(), 0);
   std::vector<uint32_t> ref_of;  // interned node -> 1-based index into out.nodes
   std::vector<uint32_t> chosen_nodes;
   std::vector<const Copy*> usable;
@@ -220,6 +224,8 @@ RoutedGets MasterIndex::route_choose(const std::vector<std::string>& keys, const
     out.node_ref[i] = ref;
     out.tier[i] = chosen.tier;
     out.size[i] = chosen.size;
+    out.offset[i] = chosen.offset;
+    out.checksum[i] = chosen.checksum;
   }
   std::shared_lock lock(nodes_mu_);
   for (uint32_t node : chosen_nodes) out.nodes.push_back(node_names_[node]);

@@ -30,6 +30,10 @@ struct RoutedGets {
   std::vector<uint32_t> node_ref;
   std::vector<int32_t> tier;
   std::vector<uint64_t> size;
+  // Where the chosen copy lies in its owner's DRAM arena and its XXH3, as the owner's ADD event
+  // said (checksum 0: not known; the reader resolves the key at the owner then).
+  std::vector<uint64_t> offset;
+  std::vector<uint64_t> checksum;
   uint64_t misses = 0;
 };
 
@@ -52,8 +56,10 @@ class MasterIndex {
   MasterIndex(const MasterIndex&) = delete;
   MasterIndex& operator=(const MasterIndex&) = delete;
 
-  // Records a copy (or updates its size); true if the key had no copy before.
-  bool add(std::string_view node_id, const std::string& key, int32_t tier, uint64_t size, double now);
+  // Records a copy (or updates its size and place); true if the key had no copy before.
+  // offset, checksum: the copy's place in the owner's arena and its XXH3 (0: not known).
+  bool add(std::string_view node_id, const std::string& key, int32_t tier, uint64_t size, double now,
+           uint64_t offset = 0, uint64_t checksum = 0);
   // Drops a copy: (its size, whether it was the key's last), or nothing if unknown.
   std::optional<std::pair<uint64_t, bool>> remove(std::string_view node_id, const std::string& key, int32_t tier);
   // Drops every copy the node holds; (key, size) of the keys left with no copy.
@@ -82,6 +88,8 @@ class MasterIndex {
     uint32_t node;
     int32_t tier;
     uint64_t size;
+    uint64_t offset = 0;
+    uint64_t checksum = 0;
   };
   struct Entry {
     std::vector<Copy> copies;  // fastest tier first; insertion order within a rank

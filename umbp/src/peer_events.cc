@@ -3,13 +3,15 @@
 
 namespace mori::umbp {
 
-void PeerEventLog::append(KvChange::Kind kind, const std::string& key, TierType tier, uint64_t size) {
+void PeerEventLog::append(KvChange::Kind kind, const std::string& key, TierType tier, uint64_t size, uint64_t offset,
+                          uint64_t checksum) {
   std::lock_guard<std::mutex> lock(mu_);
   if (queue_.size() >= kMaxQueued) {
     queue_.pop_front();
     ++overflowed_;
   }
-  queue_.push_back(KvChange{kind, key, tier, kind == KvChange::Kind::Add ? size : 0, ++seq_});
+  const bool add = kind == KvChange::Kind::Add;
+  queue_.push_back(KvChange{kind, key, tier, add ? size : 0, ++seq_, add ? offset : 0, add ? checksum : 0});
 }
 
 std::vector<KvChange> PeerEventLog::drain(size_t max) {

@@ -33,11 +33,16 @@ struct KvChange {
   TierType tier = TierType::Unknown;
   uint64_t size = 0;  // Add only
   uint64_t seq = 0;
+  // A DRAM Add's place in the owner's arena and its XXH3 (0: not known): the master hands
+  // them out with its routes, so a first read needs no resolve at the owner.
+  uint64_t offset = 0;
+  uint64_t checksum = 0;
 };
 
 class PeerEventLog {
  public:
-  void append(KvChange::Kind kind, const std::string& key, TierType tier, uint64_t size);
+  void append(KvChange::Kind kind, const std::string& key, TierType tier, uint64_t size, uint64_t offset = 0,
+              uint64_t checksum = 0);
   // Up to `max` queued events, oldest first (0: all).
   std::vector<KvChange> drain(size_t max);
   // The sequence of the last event appended; drops everything queued up to it (a full sync

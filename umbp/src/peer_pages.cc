@@ -260,7 +260,7 @@ std::vector<uint64_t> PeerPages::evict(const std::vector<std::string>& keys) {
 std::pair<uint64_t, std::vector<OwnedKey>> PeerPages::snapshot() {
   const uint64_t baseline = events_.mark_and_drop();
   std::vector<OwnedKey> keys;
-  for (auto& [k, size] : dram_.snapshot()) keys.push_back({std::move(k), TierType::DRAM, size});
+  for (auto& v : dram_.snapshot()) keys.push_back({std::move(v.key), TierType::DRAM, v.size, v.offset, v.checksum});
   if (ssd_)
     for (auto& [k, size] : ssd_->snapshot()) keys.push_back({std::move(k), TierType::SSD, size});
   return {baseline, std::move(keys)};

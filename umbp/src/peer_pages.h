@@ -73,6 +73,8 @@ struct OwnedKey {
   std::string key;
   TierType tier;
   uint64_t size;
+  uint64_t offset = 0;    // DRAM: in the arena
+  uint64_t checksum = 0;  // DRAM: the value's XXH3 (0: not known)
 };
 
 class PeerPages {

@@ -8,14 +8,16 @@ import select
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 PROGRAM = Path(__file__).parent / "umbp_dist_worker.py"
 
 
-def start_workers(*inits: dict, env: Optional[dict] = None) -> list["Worker"]:
-    """One worker per ``init`` keyword dict, started and initialised in parallel."""
-    workers = [Worker(env=env) for _ in inits]
+def start_workers(*inits: dict, env: Optional[dict] = None,
+                  prefixes: Optional[Sequence[Sequence[str]]] = None) -> list["Worker"]:
+    """One worker per ``init`` keyword dict, started and initialised in parallel; ``prefixes``:
+    per worker the command it runs under (e.g. ``ip netns exec NAME``)."""
+    workers = [Worker(env=env, prefix=prefixes[i] if prefixes else ()) for i in range(len(inits))]
     try:
         for w, kw in zip(workers, inits):
             w.send("init", **kw)
@@ -31,14 +33,14 @@ def start_workers(*inits: dict, env: Optional[dict] = None) -> list["Worker"]:
 class Worker:
     """One worker process; ``ask`` sends a command and returns its answer (a hang is a failure)."""
 
-    def __init__(self, env: Optional[dict] = None) -> None:
+    def __init__(self, env: Optional[dict] = None, prefix: Sequence[str] = ()) -> None:
         full = dict(os.environ)
         full["PYTHONUNBUFFERED"] = "1"
         full.setdefault("UMBP_LOOKUP_TIMEOUT_MS", "1000")
         full.update(env or {})
         self.info: dict = {}  # the answer to "init"
-        self.proc = subprocess.Popen([sys.executable, str(PROGRAM)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=full, text=True)
+        self.proc = subprocess.Popen([*prefix, sys.executable, str(PROGRAM)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full, text=True)
 
     def send(self, cmd: str, **kw) -> None:
         assert self.proc.stdin

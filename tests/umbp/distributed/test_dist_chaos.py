@@ -22,9 +22,6 @@ def _keys(n: int) -> list[str]:
     return [uid("k") for _ in range(n)]
 
 
-@pytest.mark.xfail(strict=False, reason="known defect (issue 28): under the full suite's load the reader's get "
-                   "sometimes outlasts its deadlines after the owner is killed mid-read (2 of 3 full runs on "
-                   "2026-12-04: a 60 s hang once, a 20 s miss once); passes alone")
 def test_peer_killed_mid_read(tmp_path):
     with running_master(settings=fast_settings(route_put_affinity="local")) as master:
         owner, reader = start_workers(dict(master=master.address, node_id=uid("owner"), dram=160 << 20),
@@ -36,14 +33,23 @@ def test_peer_killed_mid_read(tmp_path):
             reader.send("get", keys=keys, size=4 << 20, seed=seed)
             time.sleep(0.05)
             owner.kill()  # mid-read (or just before it: either way the reader must not hang)
+            t0 = time.monotonic()
             got = reader.answer("get", timeout=60)
+            # Bounded by the deadlines (route and resolve: 1 s each here; a failed transfer at
+            # once, a silent owner within MORI_IO_TIMEOUT_MS), with room for a loaded 2-core box.
+            assert time.monotonic() - t0 < 30, f"the get took {time.monotonic() - t0:.1f} s"
             # Whatever was read is right; whatever was not is a miss.
             assert all(r for o, r in zip(got["ok"], got["right"]) if o)
-            # Later reads of the dead peer's keys are misses within the deadlines, not hangs.
-            t0 = time.monotonic()
-            again = reader.ask("get", keys=keys[:4], size=4 << 20, seed=seed, timeout=30)
-            assert again["ok"] == [False] * 4
-            assert time.monotonic() - t0 < 10
+            # Later reads of the dead peer's keys, those read before the kill too, are misses
+            # within the deadlines, not hangs: during its hold-off at once, after it (the master
+            # still routes to it) one refused dial, not one per key or staged batch.
+            for attempt in range(2):
+                if attempt:
+                    time.sleep(2.2)  # past the hold-off of a failed peer (2 s with the 1 s lookup deadline)
+                t0 = time.monotonic()
+                again = reader.ask("get", keys=keys, size=4 << 20, seed=seed, timeout=30)
+                assert again["ok"] == [False] * 24 and again["untouched_misses"] == [True] * 24
+                assert time.monotonic() - t0 < 10
             assert reader.ask("stats")["stats"]["remote_errors"] >= 1
         finally:
             owner.close()
@@ -116,23 +122,30 @@ def local_pair():
     with running_master(settings=fast_settings(route_put_affinity="local")) as master:
         a, b = start_workers(dict(master=master.address, node_id=uid("a"), dram=8 << 20),
                              dict(master=master.address, node_id=uid("b"), dram=4 << 20))
-        yield a, b
+        yield master, a, b
         a.close()
         b.close()
 
 
 def test_dropped_heartbeat_bundle_forces_full_sync(local_pair):
-    a, b = local_pair
+    master, a, b = local_pair
     syncs = a.ask("stats")["stats"]["full_syncs"]
     lost, later = _keys(4), _keys(2)
     seed = random.randrange(1 << 30)
     a.ask("drop_bundle")
     assert a.ask("put", keys=lost, size=65536, seed=seed)["ok"] == [True] * 4
-    # The master never heard of them: b misses.
-    assert b.ask("exists", keys=lost)["found"] == [False] * 4
+    # The heartbeat the put woke drops their bundle: the master's index never hears of them (b
+    # still finds them meanwhile, through the master's record of their routed puts).
+    a.ask("heartbeat")  # (if the woken heartbeat thread has not shipped it yet)
+    assert master.store.lookup_batch(lost) == [False] * 4
+    # The master still routes b to a from its record of the routed puts (resolved at a).
+    assert b.ask("exists", keys=lost)["found"] == [True] * 4
+    assert b.ask("get", keys=lost, size=65536, seed=seed)["right"] == [True] * 4
     # The next bundle shows the master a gap: it asks a full sync, a re-ships everything.
     assert a.ask("put", keys=later, size=65536, seed=seed + 10)["ok"] == [True] * 2
+    a.ask("heartbeat")
     assert a.ask("stats")["stats"]["full_syncs"] == syncs + 1
+    assert master.store.lookup_batch(lost + later) == [True] * 6
     assert b.ask("get", keys=lost, size=65536, seed=seed)["right"] == [True] * 4
     assert b.ask("get", keys=later, size=65536, seed=seed + 10)["right"] == [True] * 2
 
@@ -140,11 +153,12 @@ def test_dropped_heartbeat_bundle_forces_full_sync(local_pair):
 def test_evictions_reach_the_master(local_pair):
     """Every eviction is a REMOVE event: keys the owner's DRAM evicted (no SSD) stop being
     routed to it, so a reader misses at once rather than asking a peer that has nothing."""
-    a, b = local_pair
+    _master, a, b = local_pair
     keys = _keys(16)
     seed = random.randrange(1 << 30)
     for i, k in enumerate(keys):
         assert a.ask("put", keys=[k], size=1 << 20, seed=seed + i)["ok"] == [True]
+    a.ask("heartbeat")  # their ADD and REMOVE events reach the master (the puts only woke the heartbeat)
     st = a.ask("stats")["stats"]
     assert st["dram_evictions"] > 0
     here = a.ask("exists", keys=keys)["found"]  # a's own view (local, then the master)

@@ -92,7 +92,15 @@ def test_events_snapshot_and_evictions():
     held = [k for k in vals if s.exists(k)]
     assert sorted(held) == sorted(set(vals) - set(removes))
     baseline, keys = s.peer_snapshot()
-    assert baseline == seqs[-1] and sorted(k for k, _t, _z in keys) == sorted(held)
+    assert baseline == seqs[-1] and sorted(k for k, _t, _z, _o, _c in keys) == sorted(held)
+    # Each DRAM value's place and checksum, as its ADD event said and as a resolve says.
+    places = {k: (o, c) for k, _t, _z, o, c in keys}
+    add_places = {e[1]: (e[5], e[6]) for e in events if e[0] == ADD}
+    for k in held:
+        found, tier, off, _size, checksum, lease = s.peer_resolve([k])[0]
+        assert found and tier == DRAM and checksum != 0
+        assert places[k] == add_places[k] == (off, checksum)
+        s.peer_release(lease)
     # Master-driven eviction: a leased key is kept (0 bytes freed), the others go, with REMOVE events.
     lease = s.peer_resolve([held[0]])[0][5]
     freed = s.peer_evict([held[0], held[1], "absent"])

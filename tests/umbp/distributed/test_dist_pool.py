@@ -47,14 +47,22 @@ def test_put_on_one_get_on_other(pair, size, batch):
     a, b = pair
     keys = _keys(batch)
     seed = random.randrange(1 << 30)
-    puts, gets = _stat(a, "remote_puts"), _stat(a, "remote_gets")
+    before = a.ask("stats")["stats"]
     assert a.ask("put", keys=keys, size=size, seed=seed)["ok"] == [True] * batch
-    # a's DRAM is the smaller: the master routed the values to b (remote writes from a).
-    assert _stat(a, "remote_puts") == puts + batch
+    # a's DRAM is the smaller: the master routed the values to b (remote writes from a). Those
+    # that fit a's 4 MiB staging buffer b read from there itself, in the allocate call (pulled);
+    # the 6 MiB value a wrote and committed.
+    after = a.ask("stats")["stats"]
+    assert after["remote_puts"] == before["remote_puts"] + batch
+    assert after["pulled_puts"] == before["pulled_puts"] + (batch if size * batch <= 4 * MIB else 0)
+    b.ask("heartbeat")  # b's ADD events (with each value's place) reach the master now
     for reader in (b, a):  # b owns them (local hits); a reads them back remotely
         got = reader.ask("get", keys=keys, size=size, seed=seed)
         assert got["ok"] == [True] * batch and got["right"] == [True] * batch
-    assert _stat(a, "remote_gets") == gets + batch
+    after = a.ask("stats")["stats"]
+    assert after["remote_gets"] == before["remote_gets"] + batch
+    # The master's route gave each value's place in b's arena: read with no resolve at b.
+    assert after["routed_location_reads"] == before["routed_location_reads"] + batch
     # A key nobody stored is a miss, and nothing is written into the caller's buffer.
     miss = b.ask("get", keys=[uid("absent")], size=size, seed=seed)
     assert miss["ok"] == [False] and miss["untouched_misses"] == [True]
@@ -68,7 +76,10 @@ def test_remote_paths(pair, pool):
     a, b = pair
     keys = _keys(8)
     seed = random.randrange(1 << 30)
+    pulled = _stat(a, "pulled_puts")
     assert a.ask("put", keys=keys, size=256 << 10, seed=seed, pool=pool)["ok"] == [True] * 8
+    # b read them itself, from a's pool or a's staging buffer, in the allocate call.
+    assert _stat(a, "pulled_puts") == pulled + 8
     got = a.ask("get", keys=keys, size=256 << 10, seed=seed, pool=pool)
     assert got["right"] == [True] * 8
     assert b.ask("exists", keys=keys + [uid("absent")])["found"] == [True] * 8 + [False]

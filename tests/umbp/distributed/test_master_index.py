@@ -121,14 +121,37 @@ def test_native_choice_draws_every_copy_of_the_fastest_tier():
     nat.add("d", "k", TIERS[2], 10, 0.0)
     seen = collections.Counter()
     for _ in range(300):
-        nodes, hits, refs, tiers, sizes, misses = nat.route_choose(["k"], [], ["a", "b", "c", "d"], 1.0, 2.0)
+        nodes, hits, refs, tiers, sizes, misses, _offs, _sums = nat.route_choose(["k"], [], ["a", "b", "c", "d"],
+                                                                                 1.0, 2.0)
         seen[nodes[0]] += 1
         assert (refs, tiers, sizes, misses, hits) == ([1], [TIERS[1]], [10], 0, [1])
     assert set(seen) == {"a", "b", "c"} and min(seen.values()) > 50
-    nodes, _, _, tiers, _, _ = nat.route_choose(["k"], ["a", "b"], ["a", "b", "c", "d"], 1.0, 2.0)
+    nodes, _, _, tiers, _, _, _, _ = nat.route_choose(["k"], ["a", "b"], ["a", "b", "c", "d"], 1.0, 2.0)
     assert (nodes, tiers) == (["c"], [TIERS[1]])
-    nodes, _, _, tiers, _, _ = nat.route_choose(["k"], [], ["d"], 1.0, 2.0)
+    nodes, _, _, tiers, _, _, _, _ = nat.route_choose(["k"], [], ["d"], 1.0, 2.0)
     assert (nodes, tiers) == (["d"], [TIERS[2]])
+
+
+def test_native_index_hands_out_each_copy_place():
+    """A copy's arena offset and checksum (from its owner's ADD event) come back with the route
+    that chose it; a later ADD of the same copy moves it; a copy of unknown place gives 0s."""
+    rng = random.Random()
+    nat = _native(4)
+    keys = [f"p{i}" for i in range(40)]
+    want = {}
+    for k in keys:
+        off, ck = rng.randrange(1, 1 << 40) * 64, rng.randrange(1, 1 << 64)
+        nat.add("a", k, TIERS[1], 4096, 0.0, off, ck)
+        want[k] = (off, ck)
+    moved = keys[3]
+    want[moved] = (rng.randrange(1, 1 << 30) * 64, rng.randrange(1, 1 << 64))
+    nat.add("a", moved, TIERS[1], 4096, 0.0, *want[moved])
+    nat.add("b", "unplaced", TIERS[2], 10, 0.0)
+    nodes, _, refs, _, _, misses, offs, sums = nat.route_choose(keys + ["unplaced", "absent"], [], ["a", "b"],
+                                                                1.0, 2.0)
+    assert misses == 1 and refs[-1] == 0 and (offs[-1], sums[-1]) == (0, 0)
+    assert list(zip(offs[:-2], sums[:-2])) == [want[k] for k in keys]
+    assert nodes[refs[-2] - 1] == "b" and (offs[-2], sums[-2]) == (0, 0)
 
 
 def test_native_index_refuses_bad_arguments():

@@ -118,6 +118,11 @@ class Worker:
                 locs[misplace[0]].offset = locs[misplace[1]].offset
             return {"held": sum(k in locs for k in keys)}
 
+    def io_backend(self, node_id: str):
+        """The MORI-IO path this worker's registered pool takes to a peer's arena (tcp, cma, ...)."""
+        desc = self.client._region_of(self.pool.ctypes.data, self.pool.nbytes)[0]
+        return {"backend": self.client._engine.backend_for(desc, self.client._peers[node_id].arena)}
+
     def heartbeat(self):
         self.client.heartbeat_now()
         return {}
