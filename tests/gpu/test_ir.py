@@ -97,7 +97,7 @@ def test_wrapper_source_dispatches_every_amo_type_or_traps() -> None:
     """The generic atomics switch on MORI's numbers as the table states them; every other number
     reaches the trap (the default of each switch), never a silent no-op."""
     src = codegen.render()
-    assert dict((n, int(v)) for n, v in re.findall(r"^constexpr int (AMO_\w+) = (\d+);", src, re.M)) == AMO_TYPES
+    assert {n: int(v) for n, v in re.findall(r"^constexpr int (AMO_\w+) = (\d+);", src, re.M)} == AMO_TYPES
     helpers = {name: body for name, body in re.findall(
         r"static __device__ __forceinline__ \w+ (mori_ir_amo_\w+)\(.*?\) \{\n(.*?)\n\}\n", src, re.S)}
     nonfetch = {"AMO_INC", "AMO_SET", "AMO_SIGNAL_SET", "AMO_ADD", "AMO_SIGNAL_ADD", "AMO_AND", "AMO_OR", "AMO_XOR"}
