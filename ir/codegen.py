@@ -8,9 +8,9 @@ from __future__ import annotations
 import sys
 
 try:
-    from mori.ir.functions import C_TYPES, DEVICE_FUNCTIONS, SIGNAL_ADD, SIGNAL_SET
+    from mori.ir.functions import AMO_TYPES, C_TYPES, DEVICE_FUNCTIONS, SIGNAL_ADD, SIGNAL_SET
 except ImportError:  # run as a script by the build
-    from functions import C_TYPES, DEVICE_FUNCTIONS, SIGNAL_ADD, SIGNAL_SET  # type: ignore[no-redef]
+    from functions import AMO_TYPES, C_TYPES, DEVICE_FUNCTIONS, SIGNAL_ADD, SIGNAL_SET  # type: ignore[no-redef]
 
 # The device state every wrapper reads: a global of the module the bitcode is linked into,
 # filled by mori.shmem.shmem_module_init (its name is what that looks up).
@@ -46,13 +46,79 @@ static __device__ __forceinline__ uint64_t mori_ir_peer_address(uint64_t dest, i
   return reinterpret_cast<uint64_t>(dev::ptr(S, reinterpret_cast<char*>(dest), pe));
 }}
 
+// MORI's amo_type numbering (mori.ir.AMO_TYPES).
+{{amo_constants}}
+
+// An amo_type the called form does not implement is a caller bug: say which and stop the kernel.
+static __device__ __noinline__ void mori_ir_bad_amo(int amo_type, const char* form) {{
+  printf("mori device atomic on PE %d: amo_type %d is not an operation of %s (see mori.ir.AMO_TYPES)\\n", S.my_pe,
+         amo_type, form);
+  __trap();
+}}
+
+template <typename T>
+static __device__ __forceinline__ void mori_ir_amo_nonfetch(T* dest, T value, int amo_type, int pe) {{
+  switch (amo_type) {{
+    case AMO_INC: dev::atomic_inc<T>(S, dest, pe); return;
+    case AMO_SET:
+    case AMO_SIGNAL_SET: dev::atomic_set<T>(S, dest, value, pe); return;
+    case AMO_ADD:
+    case AMO_SIGNAL_ADD: dev::atomic_add<T>(S, dest, value, pe); return;
+    case AMO_AND: (void)dev::atomic_fetch_and<T>(S, dest, value, pe); return;
+    case AMO_OR: (void)dev::atomic_fetch_or<T>(S, dest, value, pe); return;
+    case AMO_XOR: (void)dev::atomic_fetch_xor<T>(S, dest, value, pe); return;
+    default: mori_ir_bad_amo(amo_type, "the non-fetching atomics");
+  }}
+}}
+
+template <typename T>
+static __device__ __forceinline__ T mori_ir_amo_fetch(T* dest, T value, T compare, int amo_type, int pe) {{
+  switch (amo_type) {{
+    case AMO_FETCH: return dev::atomic_fetch<T>(S, dest, pe);
+    case AMO_FETCH_INC: return dev::atomic_fetch_inc<T>(S, dest, pe);
+    case AMO_FETCH_ADD: return dev::atomic_fetch_add<T>(S, dest, value, pe);
+    case AMO_FETCH_AND: return dev::atomic_fetch_and<T>(S, dest, value, pe);
+    case AMO_FETCH_OR: return dev::atomic_fetch_or<T>(S, dest, value, pe);
+    case AMO_FETCH_XOR: return dev::atomic_fetch_xor<T>(S, dest, value, pe);
+    case AMO_SWAP: return dev::atomic_swap<T>(S, dest, value, pe);
+    case AMO_COMPARE_SWAP: return dev::atomic_compare_swap<T>(S, dest, compare, value, pe);
+    default: mori_ir_bad_amo(amo_type, "the fetching atomics"); return T(0);
+  }}
+}}
+
+// The operand is read at `val` (this GPU's memory); only 4- and 8-byte atomics exist.
+static __device__ __forceinline__ void mori_ir_amo_size_nonfetch(uint64_t dest, uint64_t val, uint64_t nbytes,
+                                                                 int amo_type, int pe) {{
+  if (nbytes == 4) return mori_ir_amo_nonfetch<uint32_t>(reinterpret_cast<uint32_t*>(dest),
+                                                         *reinterpret_cast<const uint32_t*>(val), amo_type, pe);
+  if (nbytes == 8) return mori_ir_amo_nonfetch<uint64_t>(reinterpret_cast<uint64_t*>(dest),
+                                                         *reinterpret_cast<const uint64_t*>(val), amo_type, pe);
+  printf("mori device atomic_size_nonfetch on PE %d: nbytes %llu is not 4 or 8\\n", S.my_pe,
+         static_cast<unsigned long long>(nbytes));
+  __trap();
+}}
+
+// One store of 1, 2, 4 or 8 bytes read at `val` (this GPU's memory).
+static __device__ __forceinline__ void mori_ir_put_size_imm(uint64_t dest, uint64_t val, uint64_t nbytes, int pe) {{
+  switch (nbytes) {{
+    case 1: return dev::p<uint8_t>(S, reinterpret_cast<uint8_t*>(dest), *reinterpret_cast<const uint8_t*>(val), pe);
+    case 2: return dev::p<uint16_t>(S, reinterpret_cast<uint16_t*>(dest), *reinterpret_cast<const uint16_t*>(val), pe);
+    case 4: return dev::p<uint32_t>(S, reinterpret_cast<uint32_t*>(dest), *reinterpret_cast<const uint32_t*>(val), pe);
+    case 8: return dev::p<uint64_t>(S, reinterpret_cast<uint64_t*>(dest), *reinterpret_cast<const uint64_t*>(val), pe);
+  }}
+  printf("mori device put_size_imm on PE %d: nbytes %llu is not 1, 2, 4 or 8\\n", S.my_pe,
+         static_cast<unsigned long long>(nbytes));
+  __trap();
+}}
+
 extern "C" {{
 """
 
 
 def render() -> str:
     """The full wrapper source."""
-    parts = [_PRELUDE]
+    amo_constants = "\n".join(f"constexpr int {name} = {value};" for name, value in AMO_TYPES.items())
+    parts = [_PRELUDE.replace("{amo_constants}", amo_constants)]
     for f in DEVICE_FUNCTIONS:
         params = ", ".join(f"{C_TYPES[a.type]} {a.name}" for a in f.args)
         parts.append(f"// {f.doc}\n__device__ {C_TYPES[f.ret]} {f.symbol}({params}) {{\n  {f.body}\n}}\n")

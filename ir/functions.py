@@ -16,19 +16,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# MORI's numbering of the signal operations (its atomic-type enum); the wrappers translate.
-SIGNAL_SET = 9
-SIGNAL_ADD = 10
+# MORI's numbering of the atomic operations (its atomic-type enum, NVSHMEM's too): the value of
+# the `amo_type` argument of the generic atomics; SIGNAL_SET/SIGNAL_ADD are also the `signal_op`
+# of puts with signal. The wrappers translate to device.cuh's operations; the others trap.
+AMO_TYPES = {"AMO_ACK": 1, "AMO_INC": 2, "AMO_SET": 3, "AMO_ADD": 4, "AMO_AND": 5, "AMO_OR": 6, "AMO_XOR": 7,
+             "AMO_SIGNAL": 8, "AMO_SIGNAL_SET": 9, "AMO_SIGNAL_ADD": 10, "AMO_FETCH": 12, "AMO_FETCH_INC": 13,
+             "AMO_FETCH_ADD": 14, "AMO_FETCH_AND": 15, "AMO_FETCH_OR": 16, "AMO_FETCH_XOR": 17, "AMO_SWAP": 18,
+             "AMO_COMPARE_SWAP": 19}
+SIGNAL_SET = AMO_TYPES["AMO_SIGNAL_SET"]
+SIGNAL_ADD = AMO_TYPES["AMO_SIGNAL_ADD"]
 
 # ABI type -> C type. "ptr" is an address: uint64 in the ABI, a pointer in the body.
-C_TYPES = {"int32": "int32_t", "uint32": "uint32_t", "int64": "int64_t", "uint64": "uint64_t",
+C_TYPES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "uint16": "uint16_t",
+           "int32": "int32_t", "uint32": "uint32_t", "int64": "int64_t", "uint64": "uint64_t",
            "float32": "float", "float64": "double", "ptr": "uint64_t"}
 
 # MORI's names of the element types of typed puts/gets and immediates -> ABI type.
 _PUT_TYPES = {"uint32": "uint32", "uint64": "uint64", "float": "float32", "double": "float64"}
+# (int_p ... ushort_p are the C names of MORI's device header: int 32-bit, long and long long 64-bit.)
 _P_TYPES = {"int32": "int32", "int64": "int64", "uint32": "uint32", "uint64": "uint64", "float": "float32",
-            "double": "float64"}
+            "double": "float64", "int": "int32", "long": "int64", "longlong": "int64", "char": "int8",
+            "short": "int16", "uint": "uint32", "ulong": "uint64", "ulonglong": "uint64", "uchar": "uint8",
+            "ushort": "uint16"}
 _ATOMIC_TYPES = ("int32", "uint32", "int64", "uint64")
+_GENERIC_ATOMIC_TYPES = ("uint32", "uint64", "int64")  # MORI's generic atomic_<T>_{fetch,nonfetch}_thread
 _SCOPES = ("thread", "warp", "block")
 
 
@@ -100,6 +111,10 @@ def _table() -> list[DeviceFunction]:
     add("fence_thread", "", "int32", "dev::fence();\n  return 0;", doc="order this thread's puts/AMOs")
     add("fence_thread_pe", "pe:int32", "int32", "(void)pe;\n  dev::fence();\n  return 0;",
         doc="order this thread's puts/AMOs (to every PE)")
+    add("quiet_thread_pe_qp", "pe:int32, qp_id:int32", "int32", "(void)pe, (void)qp_id;\n  dev::quiet();\n  return 0;",
+        doc="complete this thread's puts/AMOs (to every PE; no queue pairs over P2P)")
+    add("fence_thread_pe_qp", "pe:int32, qp_id:int32", "int32", "(void)pe, (void)qp_id;\n  dev::fence();\n  return 0;",
+        doc="order this thread's puts/AMOs (to every PE; no queue pairs over P2P)")
     add("barrier_all_thread", "", "int32", "dev::barrier_all_thread(S);\n  return 0;",
         doc="barrier over all PEs, called by one thread per PE")
     add("barrier_all_block", "", "int32", "dev::barrier_all_block(S);\n  return 0;",
@@ -138,6 +153,9 @@ def _table() -> list[DeviceFunction]:
         doc="wait (acquire) until the local signal compares true (CMP_* numbering); returns the value seen")
 
     # ---- immediates
+    add("put_size_imm_nbi_thread", "dest:ptr, val:ptr, nbytes:uint64, pe:int32, qp_id:int32", "int32",
+        "(void)qp_id;\n  mori_ir_put_size_imm(dest, val, nbytes, pe);\n  return 0;",
+        doc="store the `nbytes` (1, 2, 4 or 8; else trap) bytes at local `val` to `dest` on `pe` as one access")
     for tname, abi in _P_TYPES.items():
         ctype = C_TYPES[abi]
         add(f"{tname}_p", f"dest:ptr, value:{abi}, pe:int32, qp_id:int32", "int32",
@@ -167,6 +185,24 @@ def _table() -> list[DeviceFunction]:
         add(f"{tname}_atomic_compare_swap_thread", f"dest:ptr, cond:{tname}, value:{tname}, pe:int32, qp_id:int32",
             tname, f"(void)qp_id;\n  return dev::atomic_compare_swap<{c}>(S, {target}, cond, value, pe);",
             doc="atomic compare-and-swap on `pe`, returns the old value")
+
+    # ---- generic atomics: MORI's `amo_type` (AMO_TYPES numbering) picks the operation; a number the
+    # form does not implement traps with a message (never a silent no-op or a wrong result)
+    add("atomic_size_nonfetch_thread", "dest:ptr, val:ptr, nbytes:uint64, amo_type:int32, pe:int32, qp_id:int32",
+        "int32", "(void)qp_id;\n  mori_ir_amo_size_nonfetch(dest, val, nbytes, amo_type, pe);\n  return 0;",
+        doc="non-fetching atomic `amo_type` of the `nbytes` (4 or 8; else trap) operand at local `val` on `pe`")
+    for tname in _GENERIC_ATOMIC_TYPES:
+        c = C_TYPES[tname]
+        add(f"atomic_{tname}_nonfetch_thread", f"dest:ptr, value:{tname}, amo_type:int32, pe:int32, qp_id:int32",
+            "int32", f"(void)qp_id;\n  mori_ir_amo_nonfetch<{c}>(reinterpret_cast<{c}*>(dest), value, amo_type, pe);\n"
+            "  return 0;",
+            doc="non-fetching atomic `amo_type` (INC, SET, ADD, AND, OR, XOR, SIGNAL_SET, SIGNAL_ADD) on `pe`")
+        add(f"atomic_{tname}_fetch_thread",
+            f"dest:ptr, value:{tname}, compare:{tname}, amo_type:int32, pe:int32, qp_id:int32", tname,
+            f"(void)qp_id;\n  return mori_ir_amo_fetch<{c}>(reinterpret_cast<{c}*>(dest), value, compare, amo_type, "
+            "pe);",
+            doc="fetching atomic `amo_type` (FETCH, FETCH_INC, FETCH_ADD, FETCH_AND, FETCH_OR, FETCH_XOR, SWAP, "
+                "COMPARE_SWAP with `compare`) on `pe`, returns the old value")
 
     # ---- waits on local symmetric variables (acquire, system scope; trap after the runtime's timeout)
     for tname in _ATOMIC_TYPES:

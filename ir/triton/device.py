@@ -20,7 +20,8 @@ from triton.language import core
 from mori.ir.functions import DEVICE_FUNCTIONS, SIGNAL_ADD, SIGNAL_SET, DeviceFunction
 
 LIB_NAME = "mori_shmem_device"
-_TL_TYPES = {"int32": tl.int32, "uint32": tl.uint32, "int64": tl.int64, "uint64": tl.uint64,
+_TL_TYPES = {"int8": tl.int8, "uint8": tl.uint8, "int16": tl.int16, "uint16": tl.uint16, "int32": tl.int32,
+             "uint32": tl.uint32, "int64": tl.int64, "uint64": tl.uint64,
              "float32": tl.float32, "float64": tl.float64}
 
 

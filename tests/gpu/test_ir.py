@@ -14,14 +14,15 @@ import pytest
 from harness import check, gpu_pe_counts, mori_run, python_program
 from mori import _C
 from mori.core.errors import InvalidArgument, Unavailable
-from mori.ir import MORI_DEVICE_FUNCTIONS, SIGNAL_ADD, SIGNAL_SET, STATE_SYMBOL, find_bitcode, get_bitcode_path
+from mori.ir import (AMO_TYPES, MORI_DEVICE_FUNCTIONS, SIGNAL_ADD, SIGNAL_SET, STATE_SYMBOL, find_bitcode,
+                     get_bitcode_path)
 from mori.ir import codegen
 from mori.ir.bitcode import installed_dir
 from mori.ir.functions import C_TYPES
 
 _HAS_TRITON = importlib.util.find_spec("triton") is not None
-_C_TO_ABI = {"int32_t": "int32", "uint32_t": "uint32", "int64_t": "int64", "uint64_t": "uint64", "float": "float32",
-             "double": "float64"}
+_C_TO_ABI = {"int8_t": "int8", "uint8_t": "uint8", "int16_t": "int16", "uint16_t": "uint16", "int32_t": "int32",
+             "uint32_t": "uint32", "int64_t": "int64", "uint64_t": "uint64", "float": "float32", "double": "float64"}
 
 
 def _any_bitcode() -> str | None:
@@ -43,6 +44,71 @@ def test_table_is_mori_abi() -> None:
         assert set(row["args"]) <= set(C_TYPES) and row["ret"] in C_TYPES
     assert MORI_DEVICE_FUNCTIONS["putmem_nbi_signal_block"]["args"] == [
         "uint64", "uint64", "uint64", "uint64", "uint64", "int32", "int32", "int32"]
+
+
+def _mori_names() -> set[str]:
+    """Every function name of MORI's device table and device header (ROCm/mori python/mori/ir/ops.py,
+    include/mori/shmem/shmem_device_api_wrapper.hpp), spelled out by family."""
+    names = {"my_pe", "n_pes", "ptr_p2p", "ptr", "barrier_all_thread", "barrier_all_block", "put_size_imm_nbi_thread",
+             "atomic_size_nonfetch_thread"}
+    names |= {f"{op}_thread{pe}" for op in ("quiet", "fence") for pe in ("", "_pe", "_pe_qp")}
+    for scope in ("thread", "warp", "block"):
+        names.add(f"putmem_nbi_signal_{scope}")
+        for blocking in ("_nbi", ""):
+            names |= {f"putmem{blocking}_{scope}", f"getmem{blocking}_{scope}"}
+            names |= {f"{op}_{t}{blocking}_{scope}" for op in ("put", "get") for t in ("uint32", "uint64", "float",
+                                                                                         "double")}
+    names |= {f"{t}_p" for t in ("int32", "int64", "uint32", "uint64", "int", "long", "longlong", "float", "double",
+                                 "char", "short", "uint", "ulong", "ulonglong", "uchar", "ushort")}
+    names |= {f"atomic_{t}_{kind}_thread" for t in ("uint32", "uint64", "int64") for kind in ("fetch", "nonfetch")}
+    names |= {f"{t}_atomic_{op}_thread" for t in ("uint32", "uint64", "int64") for op in ("add", "fetch_add")}
+    names |= {f"{t}_wait_until_{c}" for t in ("uint32", "uint64", "int32", "int64") for c in ("greater_than", "equals")}
+    return names
+
+
+def test_every_mori_device_function_is_in_the_table() -> None:
+    assert sorted(_mori_names() - set(MORI_DEVICE_FUNCTIONS)) == []
+
+
+def test_generic_atomics_and_size_imm_have_mori_abi() -> None:
+    # MORI's atomicType numbering (NVSHMEM's too); 11 (end of the non-fetching ones) is no operation
+    assert AMO_TYPES == {"AMO_ACK": 1, "AMO_INC": 2, "AMO_SET": 3, "AMO_ADD": 4, "AMO_AND": 5, "AMO_OR": 6,
+                         "AMO_XOR": 7, "AMO_SIGNAL": 8, "AMO_SIGNAL_SET": 9, "AMO_SIGNAL_ADD": 10, "AMO_FETCH": 12,
+                         "AMO_FETCH_INC": 13, "AMO_FETCH_ADD": 14, "AMO_FETCH_AND": 15, "AMO_FETCH_OR": 16,
+                         "AMO_FETCH_XOR": 17, "AMO_SWAP": 18, "AMO_COMPARE_SWAP": 19}
+    for t in ("uint32", "uint64", "int64"):
+        assert MORI_DEVICE_FUNCTIONS[f"atomic_{t}_fetch_thread"] == {
+            "symbol": f"mori_shmem_atomic_{t}_fetch_thread", "args": ["uint64", t, t, "int32", "int32", "int32"],
+            "ret": t}
+        assert MORI_DEVICE_FUNCTIONS[f"atomic_{t}_nonfetch_thread"] == {
+            "symbol": f"mori_shmem_atomic_{t}_nonfetch_thread", "args": ["uint64", t, "int32", "int32", "int32"],
+            "ret": "int32"}
+    assert MORI_DEVICE_FUNCTIONS["atomic_size_nonfetch_thread"]["args"] == [
+        "uint64", "uint64", "uint64", "int32", "int32", "int32"]
+    assert MORI_DEVICE_FUNCTIONS["put_size_imm_nbi_thread"]["args"] == ["uint64", "uint64", "uint64", "int32", "int32"]
+    assert MORI_DEVICE_FUNCTIONS["quiet_thread_pe_qp"]["args"] == MORI_DEVICE_FUNCTIONS["fence_thread_pe_qp"]["args"] \
+        == ["int32", "int32"]
+    assert [MORI_DEVICE_FUNCTIONS[f"{t}_p"]["args"][1] for t in ("char", "short", "int", "long", "longlong", "uchar",
+                                                                "ushort", "uint", "ulong", "ulonglong")] == [
+        "int8", "int16", "int32", "int64", "int64", "uint8", "uint16", "uint32", "uint64", "uint64"]
+
+
+def test_wrapper_source_dispatches_every_amo_type_or_traps() -> None:
+    """The generic atomics switch on MORI's numbers as the table states them; every other number
+    reaches the trap (the default of each switch), never a silent no-op."""
+    src = codegen.render()
+    assert {n: int(v) for n, v in re.findall(r"^constexpr int (AMO_\w+) = (\d+);", src, re.M)} == AMO_TYPES
+    helpers = {name: body for name, body in re.findall(
+        r"static __device__ __forceinline__ \w+ (mori_ir_amo_\w+)\(.*?\) \{\n(.*?)\n\}\n", src, re.S)}
+    nonfetch = {"AMO_INC", "AMO_SET", "AMO_SIGNAL_SET", "AMO_ADD", "AMO_SIGNAL_ADD", "AMO_AND", "AMO_OR", "AMO_XOR"}
+    fetch = {"AMO_FETCH", "AMO_FETCH_INC", "AMO_FETCH_ADD", "AMO_FETCH_AND", "AMO_FETCH_OR", "AMO_FETCH_XOR",
+             "AMO_SWAP", "AMO_COMPARE_SWAP"}
+    assert set(re.findall(r"case (AMO_\w+):", helpers["mori_ir_amo_nonfetch"])) == nonfetch
+    assert set(re.findall(r"case (AMO_\w+):", helpers["mori_ir_amo_fetch"])) == fetch
+    for name in ("mori_ir_amo_nonfetch", "mori_ir_amo_fetch"):
+        assert "default: mori_ir_bad_amo(amo_type" in helpers[name]
+    assert re.search(r"mori_ir_bad_amo\(int amo_type, const char\* form\) \{\n  printf\(.*?\);\n  __trap\(\);", src,
+                     re.S)
 
 
 def test_wrapper_source_defines_the_table_name_for_name() -> None:
@@ -157,6 +223,40 @@ def test_triton_compiles_a_kernel_against_the_bitcode() -> None:
 
 
 @pytest.mark.skipif(not _HAS_TRITON or _any_bitcode() is None, reason="needs triton and the sm_90 bitcode")
+def test_triton_generic_atomics_fold_a_constant_amo_type() -> None:
+    """A constant amo_type leaves its one atomic (the switch and the bad-amo_type report fold away);
+    an amo_type known only at run time keeps the report-and-trap path."""
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from mori.ir.triton import get_extern_libs, mori_shmem_device as msd
+
+    @triton.jit
+    def constant_kernel(counter, word, olds, imm, src, peer):
+        tl.store(olds, msd.atomic_uint64_fetch_thread(counter, 5, 0, 14, peer, 0))  # AMO_FETCH_ADD
+        msd.atomic_uint32_nonfetch_thread(word, 3, 6, peer, 0)  # AMO_OR
+        msd.put_size_imm_nbi_thread(imm, src, 2, peer, 0)
+
+    @triton.jit
+    def runtime_kernel(counter, olds, amo_type):
+        tl.store(olds, msd.atomic_uint64_fetch_thread(counter, 5, 0, amo_type, 0, 0))
+
+    options = {"extern_libs": tuple(get_extern_libs("sm_90").items())}
+    target = GPUTarget("cuda", 90, 32)
+    ptx = triton.compile(ASTSource(constant_kernel, {"counter": "*u64", "word": "*u32", "olds": "*u64", "imm": "*u8",
+                                                     "src": "*u8", "peer": "i32"}, {}),
+                         target=target, options=options).asm["ptx"]
+    assert "atom.add.relaxed.sys.u64" in ptx
+    assert re.search(r"\b(red|atom)\.or\.relaxed\.sys\.b32\s", ptx), "no 32-bit atomic or"
+    assert re.search(r"\bst\.volatile(\.global)?\.[bu]16\s", ptx), "no single 2-byte store for size_imm"
+    assert "mori_ir_bad_amo" not in ptx
+    ptx = triton.compile(ASTSource(runtime_kernel, {"counter": "*u64", "olds": "*u64", "amo_type": "i32"}, {}),
+                         target=target, options=options).asm["ptx"]
+    assert "mori_ir_bad_amo" in ptx and "trap;" in ptx
+
+
+@pytest.mark.skipif(not _HAS_TRITON or _any_bitcode() is None, reason="needs triton and the sm_90 bitcode")
 def test_triton_block_put_copies_16_bytes_per_access_in_registers() -> None:
     """The inlined block put moves 16-byte vectors kept in registers, as nvcc's put does: an aggregate
     uint4 copy left clang's unrolled registers on the stack (ld.local) and split each access in two,
@@ -185,7 +285,8 @@ _NO_CUDA = not _C.shmem.built_with_cuda()
 _PES = [] if _NO_CUDA else gpu_pe_counts(_C.shmem.cuda_device_count())
 GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
            "MORI_SHMEM_GPU_HEAP_SIZE": "512M", "MORI_SHMEM_HEAP_SIZE": "256M", "MORI_BOOTSTRAP_TIMEOUT": "60"}
-CHECKS = ("query", "ptr_p2p", "put_signal", "fetch_add", "barrier", "allreduce", "ring_allreduce")
+CHECKS = ("query", "ptr_p2p", "put_signal", "fetch_add", "barrier", "allreduce", "ring_allreduce", "generic_amo",
+          "size_imm")
 
 
 @pytest.mark.gpu
@@ -207,3 +308,14 @@ def test_put_to_a_missing_pe_fails_the_launch() -> None:
     proc = mori_run(2, python_program("ir_triton_suite.py", "bad_pe"), timeout=180, env=GPU_ENV)
     out = proc.stdout + proc.stderr
     assert out.count("TRAPPED PE") == 2, f"a put to PE n_pes did not fail the launch on both PEs:\n{out[-6000:]}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_NO_CUDA, reason="MORI was built without CUDA")
+@pytest.mark.skipif(not _HAS_TRITON, reason="triton is not installed")
+@pytest.mark.skipif(not _PES, reason="needs 2 CUDA GPUs (or MORI_TEST_GPU_PES and one)")
+def test_fetch_atomic_with_a_nonfetch_amo_type_fails_the_launch() -> None:
+    proc = mori_run(2, python_program("ir_triton_suite.py", "bad_amo"), timeout=180, env=GPU_ENV)
+    out = proc.stdout + proc.stderr
+    assert out.count("TRAPPED PE") == 2, \
+        f"amo_type AMO_ADD to a fetching atomic did not fail the launch:\n{out[-6000:]}"

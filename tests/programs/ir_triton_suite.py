@@ -23,7 +23,7 @@ LOCAL_RANK = int(os.environ.get("LOCAL_RANK", "0"))
 torch.cuda.set_device(LOCAL_RANK % torch.cuda.device_count())
 
 import mori.shmem as sh  # noqa: E402
-from mori.ir import SIGNAL_SET  # noqa: E402
+from mori.ir import AMO_TYPES, SIGNAL_SET  # noqa: E402
 from mori.ir.triton import get_extern_libs, install_hook, mori_shmem_device as msd  # noqa: E402
 from mori.shmem.tensor_utils import mori_shmem_create_tensor, mori_shmem_free_tensor  # noqa: E402
 from mori.apps.bench.ir_kernels import oneshot_allreduce_kernel, put_kernel, ring_allreduce_kernel  # noqa: E402
@@ -87,6 +87,37 @@ def fetch_add_kernel(counter, olds, value, target_pe):
         old = msd.uint64_atomic_fetch_add_thread(counter, value, target_pe, 0)
         tl.store(olds, old)
     msd.barrier_all_block()
+
+
+@triton.jit
+def generic_amo_kernel(counter, slots, word, small, operand32, olds, value, value64, swap_new, miss, target_pe,
+                       amo_fetch_add, amo_fetch, amo_cas, amo_add):
+    # MORI's generic forms, amo_type given at run time (the wrappers' switch picks the operation)
+    if _thread_id() == 0:
+        me = msd.my_pe()
+        tl.store(olds, msd.atomic_uint64_fetch_thread(counter, value, 0, amo_fetch_add, target_pe, 0))
+        # a compare-swap that cannot match returns the slot and leaves it; a matching one swaps
+        tl.store(olds + 1, msd.atomic_uint64_fetch_thread(slots + me, swap_new, miss, amo_cas, target_pe, 0))
+        cur = msd.atomic_uint64_fetch_thread(slots + me, 0, 0, amo_fetch, target_pe, 0)
+        tl.store(olds + 2, msd.atomic_uint64_fetch_thread(slots + me, swap_new, cur, amo_cas, target_pe, 0))
+        msd.atomic_int64_nonfetch_thread(word, value64, amo_add, target_pe, 0)
+        msd.atomic_size_nonfetch_thread(small, operand32, 4, amo_add, target_pe, 0)
+        msd.quiet_thread_pe_qp(target_pe, 0)
+
+
+@triton.jit
+def bad_amo_kernel(counter, olds, amo_type):
+    if _thread_id() == 0:
+        tl.store(olds, msd.atomic_uint64_fetch_thread(counter, 1, 0, amo_type, 0, 0))
+
+
+@triton.jit
+def size_imm_kernel(imm, src, right):
+    # 1, 2, 4 and 8 bytes at offsets 1, 2, 4 and 8 of the right neighbour's buffer (byte 0 untouched)
+    if _thread_id() == 0:
+        for k in tl.static_range(4):
+            msd.put_size_imm_nbi_thread(imm + (1 << k), src + (1 << k), 1 << k, right, 0)
+        msd.fence_thread_pe_qp(right, 0)
 
 
 @triton.jit
@@ -205,6 +236,81 @@ def check_fetch_add(me: int, n: int) -> None:
     mori_shmem_free_tensor(counter)
 
 
+def check_generic_amo(me: int, n: int) -> None:
+    """Every PE, on PE 0's words: generic fetch-add, compare-swap (one that misses, one that hits),
+    int64 non-fetching add of signed values, 4-byte add by size with the operand in local memory."""
+    gen = torch.Generator().manual_seed(91)
+    values = torch.randint(1, 1 << 40, (n,), generator=gen, dtype=torch.int64).tolist()
+    values64 = torch.randint(-(1 << 40), 1 << 40, (n,), generator=gen, dtype=torch.int64).tolist()
+    values32 = torch.randint(1, 1 << 31, (n,), generator=gen, dtype=torch.int64).tolist()
+    start, start64, start32 = (int(x) for x in torch.randint(0, 1 << 40, (3,), generator=gen, dtype=torch.int64))
+    start32 %= 1 << 32
+    slot_init = torch.randint(0, 1 << 62, (n,), generator=gen, dtype=torch.int64)
+    swap_new = torch.randint(0, 1 << 62, (n,), generator=gen, dtype=torch.int64).tolist()
+    counter, slots, word = sym_zeros(1, torch.int64), sym_zeros(n, torch.int64), sym_zeros(1, torch.int64)
+    small = sym_zeros(1, torch.int32)
+    counter.fill_(start)
+    slots.copy_(slot_init.cuda())
+    word.fill_(start64)
+    small.fill_(start32 - (1 << 32) if start32 >= 1 << 31 else start32)  # the uint32's bits in an int32
+    operand32 = torch.tensor([values32[me]], dtype=torch.int32, device="cuda")  # < 2**31
+    olds = torch.zeros(3, dtype=torch.int64, device="cuda")
+    torch.cuda.synchronize()
+    sh.shmem_barrier_all()
+    miss = int(slot_init[me]) + 1
+    generic_amo_kernel[(1,)](counter, slots, word, small, operand32, olds, values[me], values64[me], swap_new[me],
+                             miss, 0, AMO_TYPES["AMO_FETCH_ADD"], AMO_TYPES["AMO_FETCH"],
+                             AMO_TYPES["AMO_COMPARE_SWAP"], AMO_TYPES["AMO_ADD"], extern_libs=LIBS)
+    torch.cuda.synchronize()
+    sh.shmem_barrier_all()
+    others = [v for i, v in enumerate(values) if i != me]
+    possible = {start + sum(v for b, v in enumerate(others) if mask >> b & 1) for mask in range(1 << len(others))}
+    got = olds.tolist()
+    expect(got[0] in possible, f"generic fetch_add returned {got[0]}, not the start plus some of the others' values")
+    expect(got[1] == int(slot_init[me]), f"compare-swap that misses returned {got[1]}, not {int(slot_init[me])}")
+    expect(got[2] == int(slot_init[me]), f"compare-swap that hits returned {got[2]}, not {int(slot_init[me])}")
+    if me == 0:
+        expect(int(counter.item()) == start + sum(values), f"counter {int(counter.item())} != {start + sum(values)}")
+        expect(slots.cpu().tolist() == swap_new, f"slots after compare-swap {slots.cpu().tolist()} != {swap_new}")
+        want64 = start64 + sum(values64)
+        expect(int(word.item()) == want64, f"int64 add: {int(word.item())} != {want64}")
+        want32 = (start32 + sum(values32)) % (1 << 32)
+        got32 = int(small.item()) % (1 << 32)
+        expect(got32 == want32, f"4-byte add by size: {got32} != {want32}")
+    sh.shmem_barrier_all()
+    for t in (counter, slots, word, small):
+        mori_shmem_free_tensor(t)
+
+
+def check_size_imm(me: int, n: int) -> None:
+    imm = sym_zeros(16, torch.uint8)
+    every = [torch.randint(0, 256, (16,), generator=torch.Generator().manual_seed(40 + pe), dtype=torch.uint8)
+             for pe in range(n)]
+    size_imm_kernel[(1,)](imm, every[me].cuda(), (me + 1) % n, extern_libs=LIBS)
+    torch.cuda.synchronize()
+    sh.shmem_barrier_all()
+    want = every[(me - 1) % n].clone()
+    want[0] = 0
+    expect(torch.equal(imm.cpu(), want), f"size_imm puts from the left neighbour: {imm.cpu().tolist()} != "
+                                         f"{want.tolist()}")
+    sh.shmem_barrier_all()
+    mori_shmem_free_tensor(imm)
+
+
+def check_bad_amo(me: int, n: int) -> None:
+    """A fetching atomic given a non-fetching amo_type (AMO_ADD) traps: the launch fails."""
+    counter = sym_zeros(1, torch.int64)
+    olds = torch.zeros(1, dtype=torch.int64, device="cuda")
+    try:
+        bad_amo_kernel[(1,)](counter, olds, AMO_TYPES["AMO_ADD"], extern_libs=LIBS)
+        torch.cuda.synchronize()
+    except Exception as exc:  # the sticky CUDA error, as in check_bad_pe
+        print(f"TRAPPED PE {me}: {type(exc).__name__}: {str(exc).splitlines()[0]}", flush=True)
+        sys.stdout.flush()
+        os._exit(0)
+    raise AssertionError(f"PE {me}: atomic_uint64_fetch_thread with amo_type AMO_ADD returned {int(olds.item())}")
+
+
 def check_barrier(me: int, n: int) -> None:
     slots = sym_zeros(n + 1, torch.int64)
     barrier_kernel[(1,)](slots, 50, extern_libs=LIBS)
@@ -278,7 +384,8 @@ def check_ring_allreduce(me: int, n: int) -> None:
 
 CHECKS = {"query": check_query, "ptr_p2p": check_ptr_p2p, "put_signal": check_put_signal,
           "fetch_add": check_fetch_add, "barrier": check_barrier, "allreduce": check_allreduce,
-          "ring_allreduce": check_ring_allreduce}
+          "ring_allreduce": check_ring_allreduce, "generic_amo": check_generic_amo, "size_imm": check_size_imm}
+FATAL_CHECKS = {"bad_pe": check_bad_pe, "bad_amo": check_bad_amo}  # they leave the CUDA context dead
 
 
 # ---------------------------------------------------------------- benchmark
@@ -368,7 +475,7 @@ def main(argv: list[str]) -> int:
     else:
         for name in argv or list(CHECKS):
             t0 = time.time()
-            (check_bad_pe if name == "bad_pe" else CHECKS[name])(me, n)
+            (FATAL_CHECKS.get(name) or CHECKS[name])(me, n)
             sh.shmem_barrier_all()
             print(f"PASS {name} ({time.time() - t0:.1f} s)", flush=True)
     sh.shmem_finalize()
