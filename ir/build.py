@@ -20,7 +20,7 @@ from pathlib import Path
 
 try:
     from mori.ir import codegen
-except ImportError:  # run as a script by the build
+except (ImportError, OSError):  # run as a script by the build (or a stale install of mori)
     import codegen  # type: ignore[no-redef]
 
 _ARCH = re.compile(r"^sm_[0-9]{2,3}[af]?$")

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <numeric>
 
-#include "io/src/engine_impl.h"
 #include "mori/core/auth.h"
 #include "mori/core/env.h"
 #include "mori/core/log.h"
@@ -13,6 +12,7 @@
 #include "mori/core/status.h"
 #include "mori/core/store.h"
 #include "mori/core/topology.h"
+#include "src/engine_impl.h"
 
 namespace mori::io {
 

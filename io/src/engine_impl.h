@@ -10,14 +10,14 @@
 #include <string>
 #include <utility>
 
-#include "io/src/direct_copy.h"
-#include "io/src/gpu_memory.h"
-#include "io/src/listener.h"
-#include "io/src/peer.h"
-#include "io/src/registry.h"
-#include "io/src/ucx_backend.h"
 #include "mori/core/rate_limited_log.h"
 #include "mori/io/engine.h"
+#include "src/direct_copy.h"
+#include "src/gpu_memory.h"
+#include "src/listener.h"
+#include "src/peer.h"
+#include "src/registry.h"
+#include "src/ucx_backend.h"
 
 namespace mori::io {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "io/src/ucx_backend.h"
+#include "src/ucx_backend.h"
 
 #include <dirent.h>
 #include <poll.h>
@@ -9,14 +9,14 @@
 #include <future>
 #include <set>
 
-#include "io/src/engine_impl.h"
-#include "io/src/peer.h"
 #include "mori/core/log.h"
 #include "mori/core/socket.h"
 #include "mori/core/status.h"
 #include "mori/core/thread_name.h"
-#include "transports/ucx/ucp_library.h"
-#include "transports/ucx/ucp_report.h"
+#include "mori/transports/ucx/ucp_library.h"
+#include "mori/transports/ucx/ucp_report.h"
+#include "src/engine_impl.h"
+#include "src/peer.h"
 
 namespace mori::io {
 
