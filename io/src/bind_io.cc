@@ -9,7 +9,7 @@
 
 #include "mori/io/engine.h"
 #include "mori/transports/ucx/ucp_report.h"
-#include "src/ucx_backend.h"
+#include "src/backends/ucx_backend.h"
 
 namespace py = pybind11;
 using namespace mori::io;

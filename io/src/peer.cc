@@ -17,9 +17,9 @@
 #include "mori/core/socket.h"
 #include "mori/core/status.h"
 #include "mori/core/thread_name.h"
+#include "src/backends/ucx_backend.h"
 #include "src/direct_copy.h"
 #include "src/engine_impl.h"
-#include "src/ucx_backend.h"
 
 namespace mori::io {
 
@@ -634,8 +634,8 @@ void Peer::revoke(uint32_t region, Lane& from) {
     std::unique_lock<std::shared_mutex> wait_for_copies(g->mu);
     g->revoked = true;
   }
-  // Our UCX operations on the region must end before the target unmaps it.
-  if (UcxBackend* u = engine_.ucx(); u && !u->quiesce(desc_.key, region, engine_.settings().timeout_s))
+  // Our operations on the region in flight over a backend (UCX) must end before the target unmaps it.
+  if (!engine_.quiesce(desc_.key, region, engine_.settings().timeout_s))
     MORI_LOG(kWarn, "IO", "%s deregisters region %u while UCX operations on it are still in flight", name().c_str(),
              region);
   Lane::Piece ack;

@@ -30,7 +30,6 @@ namespace mori::io {
 class EngineImpl;
 class Lane;
 class Peer;
-class UcxBackend;
 
 // A waiter's way into one lane, held weakly by the statuses of transfers that went over it
 // alone. It outlives its lane (a status may be waited for later); the lane detaches it.
