@@ -36,7 +36,7 @@
 #include "mori/ep/blockwise.h"
 #include "mori/ep/stream_copy.h"
 #include "mori/shmem/runtime.h"
-#include "ep/src/layout.h"
+#include "src/layout.h"
 
 namespace mori::ep {
 

@@ -26,7 +26,7 @@
 #include "mori/core/status.h"
 #include "mori/ep/handle.h"
 #include "mori/shmem/runtime.h"
-#include "ep/src/layout.h"
+#include "src/layout.h"
 
 namespace mori::ep {
 

@@ -7,9 +7,9 @@
 
 #include <cstring>
 
-#include "io/src/ucx_backend.h"
 #include "mori/io/engine.h"
-#include "transports/ucx/ucp_report.h"
+#include "mori/transports/ucx/ucp_report.h"
+#include "src/backends/ucx_backend.h"
 
 namespace py = pybind11;
 using namespace mori::io;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "io/src/direct_copy.h"
+#include "src/direct_copy.h"
 
 #include <limits.h>
 #include <sys/uio.h>

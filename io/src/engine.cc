@@ -5,7 +5,6 @@
 #include <cstring>
 #include <numeric>
 
-#include "io/src/engine_impl.h"
 #include "mori/core/auth.h"
 #include "mori/core/env.h"
 #include "mori/core/log.h"
@@ -13,6 +12,7 @@
 #include "mori/core/status.h"
 #include "mori/core/store.h"
 #include "mori/core/topology.h"
+#include "src/engine_impl.h"
 
 namespace mori::io {
 
@@ -40,16 +40,6 @@ IoSettings read_settings() {
   return s;
 }
 
-const char* route_name(Route r) {
-  switch (r) {
-    case Route::kTcp: return "tcp";
-    case Route::kDirect: return "cma";
-    case Route::kCudaIpc: return "cuda_ipc";
-    case Route::kUcx: return "ucx";
-    default: return "";
-  }
-}
-
 static std::string host_name() {
   char buf[256] = {};
   gethostname(buf, sizeof(buf) - 1);
@@ -67,13 +57,18 @@ EngineImpl::EngineImpl(std::string key, IOEngineConfig config) : config_(std::mo
   auth::random_bytes(desc_.secret.data(), desc_.secret.size());
   auth::random_bytes(token_, sizeof(token_));
   notify_ = settings_.notify_override != 0;  // an engine with only the XGMI backend honours it too
-  direct_ = std::make_unique<DirectCopier>(std::max(1, settings_.direct_threads - 1));  // the caller copies too
+  tcp_ = std::make_unique<TcpBackend>(*this);
+  direct_ = std::make_unique<DirectBackend>(*this, *tcp_);
 }
 
 EngineImpl::~EngineImpl() {
-  ipc_.reset();     // waits for copies in flight
-  direct_.reset();  // runs the queued same-host copies
-  ucx_.reset();     // fails what is in flight over UCX, joins its progress thread
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    enabled_.clear();
+  }
+  cuda_ipc_.reset();  // waits for copies in flight
+  direct_.reset();    // runs the queued same-host copies
+  ucx_.reset();       // fails what is in flight over UCX, stops its worker's thread
   std::map<std::string, std::shared_ptr<Peer>> peers;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -107,6 +102,26 @@ void EngineImpl::create_net_backend(BackendType type, int lanes, bool notify, bo
   direct_allowed_ = direct && settings_.direct;
   ucx_active_ = false;
   if (type == BackendType::RDMA) select_rdma_transport();
+  update_enabled();
+}
+
+void EngineImpl::update_enabled() {
+  enabled_.clear();
+  if (xgmi_backend_ && cuda_ipc_) enabled_.push_back(cuda_ipc_.get());
+  // Same-host CPU memory moves directly unless the network backend's configuration or
+  // MORI_IO_DIRECT says not to (an engine with only the XGMI backend serves it this way).
+  bool direct = net_backend_ ? direct_allowed_ : xgmi_backend_ && settings_.direct;
+  if (direct) enabled_.push_back(direct_.get());
+  if (net_backend_ && ucx_active_) enabled_.push_back(ucx_.get());
+  if (net_backend_) enabled_.push_back(tcp_.get());
+}
+
+std::vector<Backend*> EngineImpl::made_backends() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Backend*> all{tcp_.get(), direct_.get()};
+  if (cuda_ipc_) all.push_back(cuda_ipc_.get());
+  if (ucx_) all.push_back(ucx_.get());
+  return all;
 }
 
 void EngineImpl::select_rdma_transport() {
@@ -149,14 +164,18 @@ void EngineImpl::create_xgmi_backend(const XgmiBackendConfig& config) {
   }
   ensure_listener();  // notifications and same-host grants
   xgmi_backend_ = true;
-  if (gpu::available()) ipc_ = std::make_unique<gpu::IpcCopier>(std::max(1, config.num_streams));
-  else MORI_LOG(kInfo, "IO", "engine '%s': no CUDA device; the XGMI backend serves CPU memory only", desc_.key.c_str());
+  if (!gpu::available())
+    MORI_LOG(kInfo, "IO", "engine '%s': no CUDA device; the XGMI backend serves CPU memory only", desc_.key.c_str());
+  else if (!cuda_ipc_)
+    cuda_ipc_ = std::make_unique<CudaIpcBackend>(*this, std::max(1, config.num_streams));
+  update_enabled();
 }
 
 void EngineImpl::remove_backend(BackendType type) {
   std::lock_guard<std::mutex> lock(mu_);
   if (type == BackendType::XGMI) xgmi_backend_ = false;
   else if (type == BackendType::RDMA || type == BackendType::TCP) net_backend_ = ucx_active_ = false;
+  update_enabled();
 }
 
 bool EngineImpl::has_backend(BackendType type) const {
@@ -217,20 +236,15 @@ MemoryDesc EngineImpl::register_memory(uint64_t ptr, uint64_t size, int device_i
   if (loc == MemoryLocationType::GPU) {
     MORI_CHECK_ARG(device_id >= 0, "register_memory: GPU memory needs its device_id (got %d)", device_id);
     d.device_bus_id = gpu::bus_id(device_id);
-    bool xgmi;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      xgmi = xgmi_backend_;
-    }
-    if (xgmi && ptr) gpu::export_ipc(reinterpret_cast<const void*>(ptr), &d.ipc_handle, &d.ipc_offset);
   }
-  UcxBackend* ucx = nullptr;
+  // What the enabled backends carry in the descriptor (an IPC handle, a UCX rkey): a
+  // transfer then needs no control-plane round trip.
+  std::vector<Backend*> enabled;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (ucx_active_) ucx = ucx_.get();
+    enabled = enabled_;
   }
-  // CPU memory is mapped for UCX RMA; its rkey travels in the descriptor (no round trip).
-  if (ucx && loc == MemoryLocationType::CPU && ptr && size) d.ucx_rkey = ucx->map(d.id, reinterpret_cast<void*>(ptr), size);
+  for (Backend* b : enabled) b->on_register(d);
   registry_.add(d, reinterpret_cast<char*>(ptr), size, loc, device_id);
   return d;
 }
@@ -253,7 +267,13 @@ void EngineImpl::deregister_memory(const MemoryDesc& desc) {
              desc.id, settings_.timeout_s, ucx_ ? " (its UCX mapping is kept)" : "");
     return;
   }
-  if (UcxBackend* u = ucx()) u->unmap(desc.id);
+  for (Backend* b : made_backends()) b->on_deregister(desc.id);
+}
+
+bool EngineImpl::quiesce(const std::string& peer_key, uint32_t region, double timeout_s) {
+  bool all = true;
+  for (Backend* b : made_backends()) all = b->quiesce(peer_key, region, timeout_s) && all;
+  return all;
 }
 
 void EngineImpl::note_inbound(const std::string& from, uint64_t uid) {
@@ -305,39 +325,28 @@ bool EngineImpl::secret_of(const std::string& key, std::string* secret) const {
   return true;
 }
 
-Route EngineImpl::route(const MemoryDesc& local, const MemoryDesc& remote, std::shared_ptr<Peer>* out) {
+Backend* EngineImpl::choose(const MemoryDesc& local, const MemoryDesc& remote, std::shared_ptr<Peer>* out) {
   std::shared_ptr<Peer> p = peer(remote.engine_key);
   if (out) *out = p;
-  if (!p) return Route::kNone;
-  bool net, xgmi, direct, ucx;
+  if (!p) return nullptr;
+  std::vector<Backend*> enabled;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    net = net_backend_;
-    xgmi = xgmi_backend_;
-    direct = net ? direct_allowed_ : settings_.direct;
-    ucx = net && ucx_active_;
+    enabled = enabled_;
   }
   bool same_node = p->desc().node_id == desc_.node_id;
-  bool any_gpu = local.loc == MemoryLocationType::GPU || remote.loc == MemoryLocationType::GPU;
-  if (any_gpu) {
-    bool both_gpu = local.loc == MemoryLocationType::GPU && remote.loc == MemoryLocationType::GPU;
-    if (xgmi && both_gpu && same_node && ipc_) return Route::kCudaIpc;
-    return net ? Route::kTcp : Route::kNone;
-  }
-  if (!net && !xgmi) return Route::kNone;
-  if (same_node && direct && p->grant(remote)) return Route::kDirect;
-  // UCX when both ends run it: the peer published a worker address, the region an rkey.
-  if (ucx && !remote.ucx_rkey.empty() && !p->desc().ucx_address.empty()) return Route::kUcx;
-  return net ? Route::kTcp : Route::kNone;
+  for (Backend* b : enabled)
+    if (b->can_move(local, remote, *p, same_node)) return b;
+  return nullptr;
 }
 
 std::string EngineImpl::plan(const Region& local, const MemoryDesc& remote, const Segments& segs,
-                             std::vector<Piece>* out) {
+                             std::vector<Extent>* out) {
   size_t n = segs.sizes.size();
   if (segs.local_offsets.size() != n || segs.remote_offsets.size() != n)
     return format("local_offsets, remote_offsets and sizes differ in length (%zu, %zu, %zu)", segs.local_offsets.size(),
                   segs.remote_offsets.size(), n);
-  std::vector<Piece> pieces;
+  std::vector<Extent> pieces;
   pieces.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     uint64_t lo = segs.local_offsets[i], ro = segs.remote_offsets[i], sz = segs.sizes[i];
@@ -352,13 +361,13 @@ std::string EngineImpl::plan(const Region& local, const MemoryDesc& remote, cons
   }
   // As MORI: sorted by remote offset, runs contiguous on both sides merged into one piece.
   if (!std::is_sorted(pieces.begin(), pieces.end(),
-                      [](const Piece& a, const Piece& b) { return a.remote_offset < b.remote_offset; }))
+                      [](const Extent& a, const Extent& b) { return a.remote_offset < b.remote_offset; }))
     std::stable_sort(pieces.begin(), pieces.end(),
-                     [](const Piece& a, const Piece& b) { return a.remote_offset < b.remote_offset; });
+                     [](const Extent& a, const Extent& b) { return a.remote_offset < b.remote_offset; });
   out->clear();
   for (const auto& p : pieces) {
     if (!out->empty()) {
-      Piece& last = out->back();
+      Extent& last = out->back();
       if (last.local_offset + last.size == p.local_offset && last.remote_offset + last.size == p.remote_offset) {
         last.size += p.size;
         continue;
@@ -386,9 +395,9 @@ TransferStatus EngineImpl::transfer(bool read, const MemoryDesc& local, const Me
     return result;
   }
   std::shared_ptr<Peer> p;
-  Route r;
+  Backend* backend;
   try {
-    r = route(local, remote, &p);
+    backend = choose(local, remote, &p);
   } catch (const Error& e) {  // a wrong region key on the direct path is the caller's
     status->set(e.status() == Status::kInvalidArgument ? StatusCode::ERR_INVALID_ARGS : StatusCode::ERR_RDMA_OP,
                 e.what());
@@ -397,14 +406,14 @@ TransferStatus EngineImpl::transfer(bool read, const MemoryDesc& local, const Me
     status->set(StatusCode::ERR_RDMA_OP, e.what());
     return result;
   }
-  if (r == Route::kNone) {
+  if (!backend) {
     status->set(StatusCode::ERR_BAD_STATE,
                 p ? "No available backend found for this memory pair, create backend first"
                   : format("remote engine '%s' is not registered (register_remote_engine first)",
                            remote.engine_key.c_str()));
     return result;
   }
-  std::vector<Piece> pieces;
+  std::vector<Extent> pieces;
   why = plan(*use.get(), remote, segs, &pieces);
   if (!why.empty()) {
     status->set(StatusCode::ERR_INVALID_ARGS, why);
@@ -427,21 +436,7 @@ TransferStatus EngineImpl::transfer(bool read, const MemoryDesc& local, const Me
   status->set(StatusCode::IN_PROGRESS);
   p->track(t);
   try {
-    switch (r) {
-      case Route::kTcp: post_tcp(read, *p, t, region, remote, pieces); break;
-      case Route::kDirect: {
-        auto g = p->grant(remote);
-        if (g) post_direct(read, g, t, region, remote, pieces);
-        else post_tcp(read, *p, t, region, remote, pieces);
-        break;
-      }
-      case Route::kUcx: post_ucx(read, *p, t, region, remote, pieces); break;
-      case Route::kCudaIpc:
-        if (t->notify) (void)p->lanes();
-        post_cuda_ipc(read, t, region, remote, pieces);
-        break;
-      default: break;
-    }
+    backend->post(read, *p, t, region, remote, pieces);
     t->piece_done(StatusCode::SUCCESS);
   } catch (const Error& e) {
     t->piece_done(e.status() == Status::kInvalidArgument ? StatusCode::ERR_INVALID_ARGS : StatusCode::ERR_RDMA_OP,
@@ -450,141 +445,6 @@ TransferStatus EngineImpl::transfer(bool read, const MemoryDesc& local, const Me
     t->piece_done(StatusCode::ERR_RDMA_OP, e.what());
   }
   return result;
-}
-
-void EngineImpl::post_tcp(bool read, Peer& peer, const std::shared_ptr<Transfer>& t, Region& local,
-                          const MemoryDesc& remote, const std::vector<Piece>& pieces) {
-  std::vector<Lane*> lanes = peer.lanes();
-  size_t n = lanes.size();
-  uint64_t total = 0;
-  for (const auto& p : pieces) total += p.size;
-  std::vector<std::vector<Lane::Piece>> per_lane(n);
-  size_t lane = t->uid % n;
-  const size_t chunk = settings_.chunk_bytes;
-  bool stripe = n > 1 && total > chunk;
-  int count = 0;
-  for (const auto& p : pieces) {
-    for (uint64_t done = 0; done < p.size;) {
-      uint64_t len = std::min<uint64_t>(p.size - done, stripe ? chunk : wire::kMaxChunk);
-      Lane::Piece lp;
-      lp.req.op = static_cast<uint8_t>(read ? wire::Op::kRead : wire::Op::kWrite);
-      lp.req.region = remote.id;
-      lp.req.id = next_request_id();
-      lp.req.region_key = remote.region_key;
-      lp.req.offset = p.remote_offset + done;
-      lp.req.length = len;
-      lp.local = local.ptr + p.local_offset + done;
-      lp.gpu = local.loc == MemoryLocationType::GPU;
-      lp.device = local.device;
-      lp.transfer = t;
-      per_lane[lane].push_back(std::move(lp));
-      ++count;
-      done += len;
-      if (stripe) lane = (lane + 1) % n;
-    }
-  }
-  t->add_pieces(count);
-  if (!stripe) t->status->set_driver(lanes[lane]->driver());  // one lane: its waiter may read the replies
-  for (size_t i = 0; i < n; ++i)
-    if (!per_lane[i].empty()) lanes[i]->post(std::move(per_lane[i]));
-}
-
-void EngineImpl::post_ucx(bool read, Peer& peer, const std::shared_ptr<Transfer>& t, Region& local,
-                          const MemoryDesc& remote, const std::vector<Piece>& pieces) {
-  // The authenticated control connection comes first (it also carries deregistrations).
-  (void)peer.lanes();
-  std::vector<UcxSegment> segs;
-  segs.reserve(pieces.size());
-  for (const auto& p : pieces) segs.push_back({local.ptr + p.local_offset, remote.data + p.remote_offset, p.size});
-  UcxBackend* u = ucx();
-  if (!u) raise(Status::kInvalidUsage, "engine '%s': the RDMA backend on UCX was removed", desc_.key.c_str());
-  u->post(read, peer, t, remote.id, remote.region_key, remote.ucx_rkey, std::move(segs));
-}
-
-std::string EngineImpl::route_text(Route r, Peer* peer) {
-  if (r != Route::kUcx || !peer) return route_name(r);
-  UcxBackend* u = ucx();
-  return u ? "ucx (" + u->transports_to(*peer) + ")" : route_name(r);
-}
-
-void EngineImpl::post_direct(bool read, const std::shared_ptr<Grant>& g, const std::shared_ptr<Transfer>& t,
-                             Region& local, const MemoryDesc& remote, const std::vector<Piece>& pieces) {
-  std::vector<DirectSegment> segs;
-  segs.reserve(pieces.size());
-  uint64_t total = 0;
-  for (const auto& p : pieces) {
-    if (!range_ok(p.remote_offset, p.size, g->size))
-      raise(Status::kInvalidArgument, "remote offset %llu + size %llu is outside remote memory region %u (%llu bytes)",
-            (unsigned long long)p.remote_offset, (unsigned long long)p.size, remote.id, (unsigned long long)g->size);
-    segs.push_back({local.ptr + p.local_offset, g->addr + p.remote_offset, p.size});
-    total += p.size;
-  }
-  auto run = [read, g, t, region = remote.id](std::vector<DirectSegment> part) {
-    std::shared_lock<std::shared_mutex> lock(g->mu);
-    if (g->revoked) {
-      t->piece_done(StatusCode::ERR_BAD_STATE, format("remote memory region %u was deregistered", region));
-      return;
-    }
-    std::string err = direct_copy(read, static_cast<pid_t>(g->pid), part.data(), part.size());
-    if (err.empty()) t->piece_done(StatusCode::SUCCESS);
-    else t->piece_done(StatusCode::ERR_RDMA_OP, t->peer->name() + ": " + err);
-  };
-  // Small jobs run on the caller's thread; large ones are cut into `direct_threads` parts of
-  // about equal bytes: the caller copies the first, workers the rest (both cores busy, one
-  // hand-off fewer than giving every part away).
-  size_t parts_wanted = static_cast<size_t>(settings_.direct_threads);
-  if (total <= 4 * settings_.inline_bytes || parts_wanted == 1) {
-    t->add_pieces(1);
-    run(std::move(segs));
-    return;
-  }
-  uint64_t share = (total + parts_wanted - 1) / parts_wanted;
-  std::vector<std::vector<DirectSegment>> parts(1);
-  uint64_t in_part = 0;
-  for (auto s : segs) {
-    while (s.size > 0) {
-      uint64_t take = std::min<uint64_t>(s.size, share - in_part);
-      parts.back().push_back({s.local, s.remote, take});
-      s.local += take;
-      s.remote += take;
-      s.size -= take;
-      in_part += take;
-      if (in_part == share) {
-        parts.emplace_back();
-        in_part = 0;
-      }
-    }
-  }
-  if (parts.back().empty()) parts.pop_back();
-  t->add_pieces(static_cast<int>(parts.size()));
-  for (size_t i = 1; i < parts.size(); ++i)
-    direct_->submit([run, part = std::move(parts[i])]() mutable { run(std::move(part)); });
-  run(std::move(parts[0]));
-}
-
-void EngineImpl::post_cuda_ipc(bool read, const std::shared_ptr<Transfer>& t, Region& local, const MemoryDesc& remote,
-                               const std::vector<Piece>& pieces) {
-  std::string why;
-  bool same_process = t->peer->desc().pid == desc_.pid && t->peer->desc().node_id == desc_.node_id;
-  char* base = ipc_->open(remote, local.device, same_process, &why);
-  if (!base) {
-    t->piece_done(StatusCode::ERR_GPU_OP, why);
-    return;
-  }
-  std::vector<std::pair<char*, const char*>> dst_src;
-  std::vector<size_t> sizes;
-  for (const auto& p : pieces) {
-    char* l = local.ptr + p.local_offset;
-    char* r = base + p.remote_offset;
-    dst_src.emplace_back(read ? l : r, read ? r : l);
-    sizes.push_back(p.size);
-  }
-  t->add_pieces(1);
-  auto driver = ipc_->copy(local.device, dst_src, sizes, [t](const std::string& err) {
-    t->piece_done(err.empty() ? StatusCode::SUCCESS : StatusCode::ERR_GPU_OP, err);
-  });
-  // Its waiter synchronizes the copy's event itself (the status is not the caller's yet).
-  if (driver) t->status->set_driver(driver);
 }
 
 bool EngineImpl::session_alive(const MemoryDesc& local, const MemoryDesc& remote) {
@@ -658,17 +518,16 @@ std::vector<TransferStatus> Engine::batch(bool read, const std::vector<MemoryDes
 
 std::optional<Session> Engine::create_session(const MemoryDesc& local, const MemoryDesc& remote) {
   std::shared_ptr<Peer> p;
-  Route r = impl_->route(local, remote, &p);
-  if (r == Route::kNone) return std::nullopt;
-  if (r == Route::kTcp || r == Route::kUcx) (void)p->lanes();  // connect now: an unreachable peer is an error here
-  if (r == Route::kUcx) (void)impl_->route_text(r, p.get());   // and the UCX endpoint (its wireup)
+  Backend* b = impl_->choose(local, remote, &p);
+  if (!b) return std::nullopt;
+  b->connect(*p);  // connect now: an unreachable peer is an error here
   return Session(shared_from_this(), local, remote);
 }
 
 std::string Engine::backend_for(const MemoryDesc& local, const MemoryDesc& remote) {
   std::shared_ptr<Peer> p;
-  Route r = impl_->route(local, remote, &p);
-  return impl_->route_text(r, p.get());
+  Backend* b = impl_->choose(local, remote, &p);
+  return b ? b->describe(*p) : "";
 }
 
 std::optional<TransferStatus> Engine::pop_inbound_transfer_status(const std::string& remote_key, uint64_t uid) {

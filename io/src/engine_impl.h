@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The engine's state shared by its parts (peers, lanes, listener, direct copies).
+// The engine's state shared by its parts (peers, lanes, listener, backends).
 #pragma once
 
 #include <atomic>
@@ -9,15 +9,19 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
-#include "io/src/direct_copy.h"
-#include "io/src/gpu_memory.h"
-#include "io/src/listener.h"
-#include "io/src/peer.h"
-#include "io/src/registry.h"
-#include "io/src/ucx_backend.h"
 #include "mori/core/rate_limited_log.h"
 #include "mori/io/engine.h"
+#include "src/backends/backend.h"
+#include "src/backends/cuda_ipc_backend.h"
+#include "src/backends/direct_backend.h"
+#include "src/backends/tcp_backend.h"
+#include "src/backends/ucx_backend.h"
+#include "src/gpu_memory.h"
+#include "src/listener.h"
+#include "src/peer.h"
+#include "src/registry.h"
 
 namespace mori::io {
 
@@ -39,9 +43,6 @@ struct IoSettings {
 };
 IoSettings read_settings();
 
-enum class Route { kNone, kTcp, kDirect, kCudaIpc, kUcx };
-const char* route_name(Route r);
-
 class EngineImpl {
  public:
   EngineImpl(std::string key, IOEngineConfig config);
@@ -51,7 +52,6 @@ class EngineImpl {
   const EngineDesc& desc() const { return desc_; }
   const IoSettings& settings() const { return settings_; }
   Registry& registry() { return registry_; }
-  DirectCopier& direct() { return *direct_; }
   const uint8_t* token() const { return token_; }
 
   // Inbound notifications (target side), from the authenticated sender `from`; at most
@@ -78,35 +78,26 @@ class EngineImpl {
   void deregister_memory(const MemoryDesc& desc);
   uint64_t next_uid() { return next_uid_.fetch_add(1); }
   uint64_t next_request_id() { return next_request_.fetch_add(1); }
-  Route route(const MemoryDesc& local, const MemoryDesc& remote, std::shared_ptr<Peer>* peer);
+  // The chooser: the first enabled backend (cuda_ipc, direct, ucx, tcp) that moves between
+  // `local` and `remote`, or nullptr; *peer is the remote engine (nullptr: not registered).
+  Backend* choose(const MemoryDesc& local, const MemoryDesc& remote, std::shared_ptr<Peer>* peer);
   TransferStatus transfer(bool read, const MemoryDesc& local, const MemoryDesc& remote, const Segments& segs,
                           uint64_t uid);
   std::shared_ptr<Peer> peer(const std::string& key);
   bool session_alive(const MemoryDesc& local, const MemoryDesc& remote);
-  // The UCX backend when BackendType.RDMA runs on UCX, else nullptr.
-  UcxBackend* ucx() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return ucx_.get();
-  }
-  // backend_for's text: the route's name, for UCX with the transports it uses.
-  std::string route_text(Route r, Peer* peer);
+  // The peer `peer_key` deregisters its `region`: waits (bounded) until no backend has an
+  // operation on it in flight. False on timeout.
+  bool quiesce(const std::string& peer_key, uint32_t region, double timeout_s);
 
  private:
-  struct Piece {
-    uint64_t local_offset, remote_offset, size;
-  };
   // Validates and merges a batch; "" or the error (naming the entry).
-  std::string plan(const Region& local, const MemoryDesc& remote, const Segments& segs, std::vector<Piece>* out);
-  void post_tcp(bool read, Peer& peer, const std::shared_ptr<Transfer>& t, Region& local, const MemoryDesc& remote,
-                const std::vector<Piece>& pieces);
-  void post_direct(bool read, const std::shared_ptr<Grant>& g, const std::shared_ptr<Transfer>& t, Region& local,
-                   const MemoryDesc& remote, const std::vector<Piece>& pieces);
-  void post_ucx(bool read, Peer& peer, const std::shared_ptr<Transfer>& t, Region& local, const MemoryDesc& remote,
-                const std::vector<Piece>& pieces);
+  std::string plan(const Region& local, const MemoryDesc& remote, const Segments& segs, std::vector<Extent>* out);
   // BackendType.RDMA: UCX when MORI_IO_RDMA_TRANSPORT and the machine say so (mu_ held).
   void select_rdma_transport();
-  void post_cuda_ipc(bool read, const std::shared_ptr<Transfer>& t, Region& local, const MemoryDesc& remote,
-                     const std::vector<Piece>& pieces);
+  // The enabled backends in the chooser's order, from the flags below (mu_ held).
+  void update_enabled();
+  // Every backend made so far (they live as long as the engine), for the register hooks.
+  std::vector<Backend*> made_backends() const;
 
   EngineDesc desc_;
   IOEngineConfig config_;
@@ -124,11 +115,14 @@ class EngineImpl {
   bool direct_allowed_ = true;
   std::unique_ptr<Listener> listener_;
   std::map<std::string, std::shared_ptr<Peer>> peers_;
-  std::map<std::string, EngineDesc> remotes_;
-  std::unique_ptr<DirectCopier> direct_;
-  std::unique_ptr<gpu::IpcCopier> ipc_;
-  std::unique_ptr<UcxBackend> ucx_;  // BackendType.RDMA on UCX (kept until the engine goes)
+  // The backends, each made on first need and kept until the engine goes (transfers in
+  // flight use them); enabled_ lists those the configuration uses now, in the chooser's order.
+  std::unique_ptr<TcpBackend> tcp_;
+  std::unique_ptr<DirectBackend> direct_;
+  std::unique_ptr<CudaIpcBackend> cuda_ipc_;
+  std::unique_ptr<UcxBackend> ucx_;  // BackendType.RDMA on UCX
   bool ucx_active_ = false;           // the network backend is the RDMA one on UCX
+  std::vector<Backend*> enabled_;
 
   uint8_t token_[16] = {};  // read by same-host peers to prove they see our memory
   // Unpopped notifications: by arrival (the oldest is dropped first) and by (sender, uid),

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "io/src/gpu_memory.h"
+#include "src/gpu_memory.h"
 
 #include <atomic>
 #include <chrono>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "io/src/listener.h"
+#include "src/listener.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -13,13 +13,13 @@
 #include <functional>
 #include <vector>
 
-#include "io/src/engine_impl.h"
-#include "io/src/registry.h"
 #include "mori/core/auth.h"
 #include "mori/core/log.h"
 #include "mori/core/socket.h"
+#include "mori/core/socket_reader.h"
 #include "mori/core/status.h"
-#include "transports/tcp/socket_reader.h"
+#include "src/engine_impl.h"
+#include "src/registry.h"
 
 namespace mori::io {
 
@@ -209,7 +209,7 @@ class ReplyBatch {
 };
 
 void Listener::serve_requests(Conn* c) {
-  tcp::SocketReader reader(c->fd, 256 * 1024);
+  SocketReader reader(c->fd, 256 * 1024);
   std::unique_ptr<gpu::HostBuffer> staging;
   auto stage = [&](size_t n) -> char* {
     if (!staging || staging->size() < n) staging = std::make_unique<gpu::HostBuffer>(std::max<size_t>(n, 1 << 20));

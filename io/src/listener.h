@@ -15,9 +15,9 @@
 
 #include <sys/uio.h>
 
-#include "io/src/wire.h"
 #include "mori/core/acceptor.h"
 #include "mori/core/rate_limited_log.h"
+#include "src/wire.h"
 
 namespace mori::io {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "io/src/peer.h"
+#include "src/peer.h"
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -12,14 +12,14 @@
 #include <cstring>
 #include <future>
 
-#include "io/src/direct_copy.h"
-#include "io/src/engine_impl.h"
-#include "io/src/ucx_backend.h"
 #include "mori/core/auth.h"
 #include "mori/core/log.h"
 #include "mori/core/socket.h"
 #include "mori/core/status.h"
 #include "mori/core/thread_name.h"
+#include "src/backends/ucx_backend.h"
+#include "src/direct_copy.h"
+#include "src/engine_impl.h"
 
 namespace mori::io {
 
@@ -232,7 +232,7 @@ void Lane::read_reply() {
   {
     std::lock_guard<std::mutex> lock(p_mu_);
     large_read = !pending_.empty() && static_cast<wire::Op>(pending_.front().req.op) == wire::Op::kRead &&
-                 pending_.front().req.length >= tcp::SocketReader::kDirectBytes;
+                 pending_.front().req.length >= SocketReader::kDirectBytes;
   }
   wire::Reply r;
   // Before a large read's payload, take the header alone so the payload is received into
@@ -336,7 +336,7 @@ bool Lane::drive(const StatusState& s, std::chrono::steady_clock::time_point dea
   return true;
 }
 
-void Lane::handle_reply(const wire::Reply& r, tcp::SocketReader& reader) {
+void Lane::handle_reply(const wire::Reply& r, SocketReader& reader) {
   if (r.message_len > wire::kMaxMessage) raise(Status::kRemote, "%s sent a malformed reply", peer_.name().c_str());
   std::string message(r.message_len, '\0');
   if (r.message_len && !reader.read(message.data(), message.size()))
@@ -366,7 +366,7 @@ void Lane::handle_reply(const wire::Reply& r, tcp::SocketReader& reader) {
   }
 }
 
-void Lane::complete(Piece& p, const wire::Reply& r, std::string message, tcp::SocketReader& reader) {
+void Lane::complete(Piece& p, const wire::Reply& r, std::string message, SocketReader& reader) {
   auto status = static_cast<StatusCode>(r.status);
   auto op = static_cast<wire::Op>(p.req.op);
   if (status == StatusCode::SUCCESS && op == wire::Op::kRead) {
@@ -634,8 +634,8 @@ void Peer::revoke(uint32_t region, Lane& from) {
     std::unique_lock<std::shared_mutex> wait_for_copies(g->mu);
     g->revoked = true;
   }
-  // Our UCX operations on the region must end before the target unmaps it.
-  if (UcxBackend* u = engine_.ucx(); u && !u->quiesce(desc_.key, region, engine_.settings().timeout_s))
+  // Our operations on the region in flight over a backend (UCX) must end before the target unmaps it.
+  if (!engine_.quiesce(desc_.key, region, engine_.settings().timeout_s))
     MORI_LOG(kWarn, "IO", "%s deregisters region %u while UCX operations on it are still in flight", name().c_str(),
              region);
   Lane::Piece ack;

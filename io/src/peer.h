@@ -18,19 +18,18 @@
 #include <thread>
 #include <vector>
 
-#include "io/src/gpu_memory.h"
-#include "io/src/registry.h"
-#include "io/src/wire.h"
+#include "mori/core/socket_reader.h"
 #include "mori/io/transfer_status.h"
 #include "mori/io/types.h"
-#include "transports/tcp/socket_reader.h"
+#include "src/gpu_memory.h"
+#include "src/registry.h"
+#include "src/wire.h"
 
 namespace mori::io {
 
 class EngineImpl;
 class Lane;
 class Peer;
-class UcxBackend;
 
 // A waiter's way into one lane, held weakly by the statuses of transfers that went over it
 // alone. It outlives its lane (a status may be waited for later); the lane detaches it.
@@ -110,9 +109,9 @@ class Lane {
   bool rx_may_read();
   void read_reply();
   void send_pieces(std::vector<Piece>& batch);
-  void handle_reply(const wire::Reply& r, tcp::SocketReader& reader);
+  void handle_reply(const wire::Reply& r, SocketReader& reader);
   // Receives the answered piece's payload and completes it (throws if the connection fails).
-  void complete(Piece& p, const wire::Reply& r, std::string message, tcp::SocketReader& reader);
+  void complete(Piece& p, const wire::Reply& r, std::string message, SocketReader& reader);
 
   Peer& peer_;
   int index_;
@@ -132,7 +131,7 @@ class Lane {
   // Replies are read by whoever holds read_mu_: the receiving thread, or a waiter driving
   // its own transfer (no hand-off to wake it). A waiter announces itself in wanting_ and,
   // when the thread sits in poll(), wakes it through kick_fd_ (an eventfd).
-  tcp::SocketReader reader_;
+  SocketReader reader_;
   std::mutex read_mu_;
   std::atomic<int> wanting_{0};
   std::atomic<bool> rx_polling_{false};

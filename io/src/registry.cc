@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "io/src/registry.h"
+#include "src/registry.h"
 
 #include <chrono>
 

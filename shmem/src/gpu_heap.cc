@@ -11,10 +11,9 @@
 #if MORI_WITH_CUDA
 #include <cuda_runtime_api.h>
 
-#include "shmem/src/gpu_kernels.h"
-#include "transports/cuda/cuda_check.h"
-#include "transports/cuda/cuda_kernels.h"
-#include "transports/cuda/cuda_transport.h"
+#include "mori/core/cuda_check.h"
+#include "mori/transports/cuda_transport.h"
+#include "src/gpu_kernels.h"
 #endif
 
 namespace mori::shmem {
@@ -95,24 +94,6 @@ int GpuHeap::pointer_device(const void* ptr) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? a.device : -1;
 }
 
-namespace {
-
-struct DeviceAnnounce {
-  unsigned char uuid[16];
-  int32_t device;
-};
-
-// The local ordinal of the device with `uuid`, or -1 when this process cannot see it.
-int ordinal_of(const unsigned char* uuid, int count) {
-  for (int d = 0; d < count; ++d) {
-    cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, d) == cudaSuccess && std::memcmp(prop.uuid.bytes, uuid, 16) == 0) return d;
-  }
-  return -1;
-}
-
-}  // namespace
-
 std::unique_ptr<GpuHeap> GpuHeap::create(Runtime& rt, int device, size_t bytes) {
   int count = device_count();
   if (device < 0 || device >= count)
@@ -133,32 +114,12 @@ std::unique_ptr<GpuHeap> GpuHeap::create(Runtime& rt, int device, size_t bytes) 
   MORI_CUDA_CHECK(cudaSetDevice(device));  // stays current: this PE works on this device
   MORI_CUDA_CHECK(cudaDeviceGetAttribute(&heap->sm_count_, cudaDevAttrMultiProcessorCount, device));
 
-  // Which peers can this GPU reach by load/store? Same node, peer visible here, peer access possible.
   cudaDeviceProp prop;
   MORI_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  DeviceAnnounce mine{};
-  std::memcpy(mine.uuid, prop.uuid.bytes, 16);
-  mine.device = device;
-  auto all = rt.bootstrap().allgather_values(mine);
   const auto& settings = env::get();
-  auto transport = std::make_unique<CudaTransport>(rt.my_pe(), rt.n_pes(), device);
-  std::vector<Transport*> per_peer(rt.n_pes(), nullptr);
-  for (int pe = 0; pe < rt.n_pes(); ++pe) {
-    bool ok = pe == rt.my_pe();
-    if (!ok && rt.topology().same_node(pe, rt.my_pe()) && !settings.disable_p2p) {
-      int d = ordinal_of(all[pe].uuid, count);
-      int can = 0;
-      if (d == device) can = 1;
-      else if (d >= 0) MORI_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, device, d));
-      ok = can != 0;
-      if (!ok)
-        MORI_LOG(kInfo, "CUDA", "PE %d's GPU (device %d there) is not P2P-reachable from device %d", pe,
-                 all[pe].device, device);
-    }
-    if (ok) per_peer[pe] = transport.get();
-  }
-  heap->transport_ = transport.get();
-  rt.adopt_device_transport(std::move(transport), per_peer);
+  // Which peers this GPU reaches by load/store: the registry's device table (cuda) says.
+  heap->transport_ = dynamic_cast<CudaTransport*>(&rt.choose_device_transports(device));
+  if (!heap->transport_) raise(Status::kInternal, "PE %d: device memory is not reached by the cuda transport", rt.my_pe());
 
   void* base = nullptr;
   cudaError_t err = cudaMalloc(&base, bytes);
@@ -175,8 +136,8 @@ std::unique_ptr<GpuHeap> GpuHeap::create(Runtime& rt, int device, size_t bytes) 
   heap->region_ = rt.resolve(base, 0, "gpu heap").region;
 
   heap->host_peer_base_.assign(rt.n_pes(), nullptr);
-  for (int pe = 0; pe < rt.n_pes(); ++pe)
-    if (per_peer[pe]) heap->host_peer_base_[pe] = static_cast<char*>(heap->region_->mapped.at(pe));
+  for (int pe = 0; pe < rt.n_pes(); ++pe)  // mapped where the cuda transport reaches pe, else null
+    heap->host_peer_base_[pe] = static_cast<char*>(heap->region_->mapped.at(pe));
 
   DeviceState st{};
   st.my_pe = rt.my_pe();

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Stream-ordered kernels of the GPU heap, written with the public device API
 // (device.cuh) like any user kernel.
+#include "mori/core/cuda_check.h"
 #include "mori/shmem/device.cuh"
-#include "shmem/src/gpu_kernels.h"
-#include "transports/cuda/cuda_check.h"
+#include "src/gpu_kernels.h"
 
 namespace mori::shmem::gpu_kernels {
 namespace {

@@ -12,10 +12,7 @@
 #include "mori/core/log.h"
 #include "mori/core/status.h"
 #include "mori/shmem/gpu_heap.h"
-#include "transports/shm/shm_transport.h"
-#include "transports/tcp/tcp_transport.h"
-#include "transports/ucx/ucx_selection.h"
-#include "transports/ucx/ucx_transport.h"
+#include "mori/transports/registry.h"
 
 namespace mori::shmem {
 namespace {
@@ -213,62 +210,31 @@ void Runtime::setup() {
   heap_region_.size = heap_bytes;
   allocator_ = std::make_unique<HeapAllocator>(kHeapReserved, heap_bytes);
 
-  // Transports: shm for every PE of this host (unless P2P is disabled), tcp or ucx for
-  // the rest (MORI_NET_TRANSPORT; ucx-all takes the same-host pairs too).
-  auto shm = std::make_unique<ShmTransport>(my_pe_, n_pes_);
-  peer_transport_.assign(n_pes_, nullptr);
-  std::vector<int> net_peers, local_peers;  // net: on another node, or MORI_DISABLE_P2P=1
-  for (int pe = 0; pe < n_pes_; ++pe) {
-    bool same_host = topology_.same_node(pe, my_pe_);
-    if (pe == my_pe_) continue;
-    (same_host && !settings.disable_p2p ? local_peers : net_peers).push_back(pe);
-  }
-  auto net = ucx::choose_net_transport(*bootstrap_, settings.net_transport, !net_peers.empty(), !local_peers.empty());
-  std::vector<int> tcp_peers, ucx_peers;
-  if (net.use_ucx) {
-    ucx_peers = net_peers;
-    if (net.all_pairs) ucx_peers.insert(ucx_peers.end(), local_peers.begin(), local_peers.end());
-  } else {
-    tcp_peers = net_peers;
-  }
-  peer_transport_[my_pe_] = shm.get();
-  if (!net.all_pairs)
-    for (int pe : local_peers) peer_transport_[pe] = shm.get();
-  ShmTransport* shm_ptr = shm.get();
-  transports_.push_back(std::move(shm));
-#if MORI_HAVE_UCX_HEADERS
-  if (net.use_ucx) {
-    auto ucx = UcxTransport::create(*bootstrap_, *net.api, ucx_peers, settings.bootstrap_timeout, [ctrl] {
-      // UCX progress may have landed remote data here: sleeping waiters look again.
-      ctrl->doorbell.ring(0, Doorbell::kWatchAll);
-    });
-    for (int pe : ucx_peers) peer_transport_[pe] = ucx.get();
-    transports_.push_back(std::move(ucx));
-  }
-#endif
-  auto tcp = TcpTransport::create(*bootstrap_, topology_, tcp_peers, settings.bootstrap_timeout,
-                                  [ctrl](uint32_t region, uint64_t offset, uint64_t length) {
-                                    ctrl->doorbell.ring(Doorbell::key(static_cast<int>(region), offset),
-                                                        Doorbell::key(static_cast<int>(region), offset + length));
-                                  });
-  if (tcp) {
-    for (int pe : tcp_peers) peer_transport_[pe] = tcp.get();
-    transports_.push_back(std::move(tcp));
-  }
+  // Transports: the registry's host table (shm for this host unless P2P is disabled, then
+  // ucx or tcp as MORI_NET_TRANSPORT says) picks one per peer.
+  TransportContext ctx{*bootstrap_, topology_, settings};
+  ctx.on_delivery = [ctrl](uint32_t region, uint64_t offset, uint64_t length) {
+    ctrl->doorbell.ring(Doorbell::key(static_cast<int>(region), offset),
+                        Doorbell::key(static_cast<int>(region), offset + length));
+  };
+  // Progress (ucx) may have landed remote data anywhere here: sleeping waiters look again.
+  ctx.on_progress = [ctrl] { ctrl->doorbell.ring(0, Doorbell::kWatchAll); };
+  TransportChoice chosen = choose_transports(ctx, host_transport_table());
+  transports_ = std::move(chosen.transports);
+  peer_transport_ = std::move(chosen.per_peer);
+  for (int pe = 0; pe < n_pes_; ++pe)
+    if (!peer_transport_[pe]) raise(Status::kInternal, "PE %d: no transport reaches PE %d", my_pe_, pe);
   for (auto& t : transports_) t->expose_region(heap_region_);
   for (auto& t : transports_)
-    if (t->pollable()) polled_.push_back(t.get());
-  // A PE reached over tcp is served by this PE's progress thread, which needs a core as much
-  // as the PE does: such a PE counts twice, or a long busy-poll starves the thread that must
-  // apply the peer's operations (2-PE C API barriers over ucx took 2-5 ms that way, before
-  // waits polled). A waiting PE progresses ucx itself (Polling), so ucx peers do not count.
+    if (Progress* p = t->progress()) polled_.push_back(p);
+  // A PE whose peers' operations a thread of its transport applies needs a core for that
+  // thread as much as for itself: such a PE counts twice, or a long busy-poll starves the
+  // thread (2-PE C API barriers over ucx took 2-5 ms that way, before waits polled). A
+  // waiting PE progresses ucx itself (Polling), so a transport with Progress does not count.
   bool progress_thread = false;
-  for (int pe = 0; pe < n_pes_; ++pe) {
-    Transport* t = peer_transport_[pe];
-    progress_thread |= t && t != shm_ptr && !t->pollable();
-  }
+  for (auto& t : transports_) progress_thread |= t->has_progress_thread() && !t->progress();
   oversubscribed_ = topology_.local_size() * (progress_thread ? 2 : 1) > ncpu;
-  for (auto& t : transports_) t->set_crowded(oversubscribed_);
+  for (Progress* p : polled_) p->set_crowded(oversubscribed_);
 
   // Exchange the heap's base and sharing handle, connect every peer.
   struct Announce {
@@ -291,10 +257,11 @@ void Runtime::setup() {
   peer_control_.assign(n_pes_, nullptr);
   for (int pe = 0; pe < n_pes_; ++pe) {
     peer_transport_[pe]->connect_region(heap_region_, pe);
-    if (peer_transport_[pe] == shm_ptr) {
+    // A heap mapped here (same host): its control block is read directly, its PE watched.
+    if (pe < static_cast<int>(heap_region_.mapped.size()) && heap_region_.mapped[pe]) {
       auto* peer_ctrl = static_cast<ControlBlock*>(heap_region_.mapped[pe]);
       peer_control_[pe] = peer_ctrl;
-      shm_ptr->set_doorbell(pe, &peer_ctrl->doorbell);
+      peer_transport_[pe]->set_peer_doorbell(pe, &peer_ctrl->doorbell);
       if (pe != my_pe_) watch_.watch(pe, topology_.pe(pe).pid);
     }
   }
@@ -828,10 +795,15 @@ void Runtime::gpu_free(void* ptr, const char* caller, bool barrier) {
   heap.release(ptr, caller);
 }
 
-void Runtime::adopt_device_transport(std::unique_ptr<Transport> t, const std::vector<Transport*>& per_peer) {
-  if (static_cast<int>(per_peer.size()) != n_pes_) raise(Status::kInternal, "device transport table has wrong size");
-  peer_device_transport_ = per_peer;
-  transports_.push_back(std::move(t));
+Transport& Runtime::choose_device_transports(int device) {
+  TransportContext ctx{*bootstrap_, topology_, env::get()};
+  ctx.cuda_device = device;
+  TransportChoice chosen = choose_transports(ctx, device_transport_table());
+  if (!chosen.per_peer[my_pe_])
+    raise(Status::kInternal, "PE %d: no transport reaches its own device %d's memory", my_pe_, device);
+  peer_device_transport_ = std::move(chosen.per_peer);
+  for (auto& t : chosen.transports) transports_.push_back(std::move(t));
+  return *peer_device_transport_[my_pe_];
 }
 
 const char* Runtime::device_transport_name(int pe) const {

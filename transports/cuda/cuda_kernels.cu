@@ -3,9 +3,9 @@
 // memory. Host-initiated atomics need an SM because copy engines do not do atomics.
 #include <cuda/atomic>
 
+#include "cuda/cuda_kernels.h"
+#include "mori/core/cuda_check.h"
 #include "mori/core/status.h"
-#include "transports/cuda/cuda_check.h"
-#include "transports/cuda/cuda_kernels.h"
 
 namespace mori::cuda_kernels {
 namespace {

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: MIT
-#include "transports/cuda/cuda_transport.h"
+#include "mori/transports/cuda_transport.h"
 
 #include <cuda_runtime_api.h>
 
 #include <cstring>
 
+#include "cuda/cuda_kernels.h"
+#include "mori/core/cuda_check.h"
 #include "mori/core/log.h"
-#include "transports/cuda/cuda_check.h"
-#include "transports/cuda/cuda_kernels.h"
+#include "mori/transports/registry.h"
 
 namespace mori {
 namespace {
@@ -173,6 +174,65 @@ void CudaTransport::get_on_stream(int pe, void* dst, RemoteRef src, size_t n, vo
 void CudaTransport::signal_on_stream(int pe, RemoteRef signal, uint64_t value, SignalOp op, void* stream) {
   CudaDeviceGuard guard(device_);
   cuda_kernels::launch_signal(reinterpret_cast<uint64_t*>(at(pe, signal)), value, op, stream);
+}
+
+namespace {
+
+struct DeviceAnnounce {
+  unsigned char uuid[16];
+  int32_t device;
+};
+
+// The local ordinal of the device with `uuid`, or -1 when this process cannot see it.
+int ordinal_of(const unsigned char* uuid, int count) {
+  for (int d = 0; d < count; ++d) {
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, d) == cudaSuccess && std::memcmp(prop.uuid.bytes, uuid, 16) == 0) return d;
+  }
+  return -1;
+}
+
+// This PE's GPU, and the GPUs of this node it can load from and store to: same node, visible
+// here, peer access possible, MORI_DISABLE_P2P unset. Every PE announces its GPU (collective).
+class CudaCandidate : public TransportCandidate {
+ public:
+  explicit CudaCandidate(const TransportContext& ctx) : ctx_(ctx) {
+    if (ctx.cuda_device < 0) raise(Status::kInternal, "PE %d: the cuda transport needs a device", ctx.my_pe());
+    cudaDeviceProp prop;
+    MORI_CUDA_CHECK(cudaGetDeviceProperties(&prop, ctx.cuda_device));
+    DeviceAnnounce mine{};
+    std::memcpy(mine.uuid, prop.uuid.bytes, 16);
+    mine.device = ctx.cuda_device;
+    all_ = ctx.bootstrap.allgather_values(mine);
+    if (cudaGetDeviceCount(&count_) != cudaSuccess) count_ = 0;
+  }
+  const char* name() const override { return "cuda"; }
+  bool can_connect(int pe) const override {
+    if (pe == ctx_.my_pe()) return true;
+    if (!ctx_.topology.same_node(pe, ctx_.my_pe()) || ctx_.settings.disable_p2p) return false;
+    int d = ordinal_of(all_[pe].uuid, count_);
+    int can = 0;
+    if (d == ctx_.cuda_device) can = 1;
+    else if (d >= 0) MORI_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, ctx_.cuda_device, d));
+    if (!can)
+      MORI_LOG(kInfo, "CUDA", "PE %d's GPU (device %d there) is not P2P-reachable from device %d", pe, all_[pe].device,
+               ctx_.cuda_device);
+    return can != 0;
+  }
+  std::unique_ptr<Transport> create(const std::vector<int>&) override {
+    return std::make_unique<CudaTransport>(ctx_.my_pe(), ctx_.n_pes(), ctx_.cuda_device);
+  }
+
+ private:
+  const TransportContext& ctx_;
+  std::vector<DeviceAnnounce> all_;
+  int count_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<TransportCandidate> cuda_candidate(const TransportContext& ctx, const std::vector<int>&) {
+  return std::make_unique<CudaCandidate>(ctx);
 }
 
 }  // namespace mori

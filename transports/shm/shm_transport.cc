@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
-#include "transports/shm/shm_transport.h"
+#include "shm/shm_transport.h"
 
 #include <atomic>
 #include <cstring>
 
 #include "mori/core/copy.h"
 #include "mori/core/status.h"
+#include "mori/transports/registry.h"
 
 namespace mori {
 
@@ -127,6 +128,33 @@ void ShmTransport::fence(int) {
 void ShmTransport::quiet() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   ring_deferred();
+}
+
+namespace {
+
+// This PE, and the PEs of its host unless MORI_DISABLE_P2P=1 or MORI_NET_TRANSPORT=ucx-all
+// gives those pairs to ucx.
+class ShmCandidate : public TransportCandidate {
+ public:
+  explicit ShmCandidate(const TransportContext& ctx) : ctx_(ctx) {}
+  const char* name() const override { return "shm"; }
+  bool can_connect(int pe) const override {
+    if (pe == ctx_.my_pe()) return true;
+    return ctx_.topology.same_node(pe, ctx_.my_pe()) && !ctx_.settings.disable_p2p &&
+           ctx_.settings.net_transport != "ucx-all";
+  }
+  std::unique_ptr<Transport> create(const std::vector<int>&) override {
+    return std::make_unique<ShmTransport>(ctx_.my_pe(), ctx_.n_pes());
+  }
+
+ private:
+  const TransportContext& ctx_;
+};
+
+}  // namespace
+
+std::unique_ptr<TransportCandidate> shm_candidate(const TransportContext& ctx, const std::vector<int>&) {
+  return std::make_unique<ShmCandidate>(ctx);
 }
 
 }  // namespace mori

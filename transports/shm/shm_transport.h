@@ -35,8 +35,7 @@ class ShmTransport : public Transport {
   void fence(int pe) override;
   void quiet() override;
 
-  // Where `pe` sleeps when it waits; rung after every write into its memory.
-  void set_doorbell(int pe, Doorbell* bell) { doorbells_.at(pe) = bell; }
+  void set_peer_doorbell(int pe, Doorbell* bell) override { doorbells_.at(pe) = bell; }
 
  private:
   char* at(int pe, RemoteRef r) const {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "transports/tcp/tcp_channel.h"
+#include "tcp/tcp_channel.h"
 
 #include <fcntl.h>
 #include <poll.h>

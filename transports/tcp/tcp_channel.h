@@ -19,7 +19,7 @@
 
 #include "mori/core/store.h"
 #include "mori/transports/transport.h"
-#include "transports/tcp/tcp_protocol.h"
+#include "tcp/tcp_protocol.h"
 
 namespace mori::tcp {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "transports/tcp/tcp_target.h"
+#include "tcp/tcp_target.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -18,8 +18,7 @@
 #include "mori/core/socket.h"
 #include "mori/core/status.h"
 #include "mori/transports/transport.h"
-#include "transports/shm/shm_transport.h"
-#include "transports/tcp/socket_reader.h"
+#include "shm/shm_transport.h"
 
 namespace mori::tcp {
 namespace {

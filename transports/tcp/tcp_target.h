@@ -23,9 +23,10 @@
 
 #include "mori/core/acceptor.h"
 #include "mori/core/rate_limited_log.h"
+#include "mori/core/socket_reader.h"
 #include "mori/core/store.h"
 #include "mori/transports/mem_region.h"
-#include "transports/tcp/tcp_protocol.h"
+#include "tcp/tcp_protocol.h"
 
 namespace mori::tcp {
 
@@ -70,7 +71,7 @@ class TcpTarget {
   // Returns the PE on success; -1 if the peer was refused (and told, where it authenticated).
   int handshake(net::Connection& conn, bool* primary);
   // Applies one request; returns false when the connection must close.
-  bool handle(int fd, class SocketReader& in, const Request& rq, int peer, bool* bye);
+  bool handle(int fd, SocketReader& in, const Request& rq, int peer, bool* bye);
   // The exposed memory for (region, offset, length), or an error text.
   char* locate(uint32_t region, uint64_t offset, uint64_t length, int peer, const char* what, ReplyStatus* status,
                std::string* error);

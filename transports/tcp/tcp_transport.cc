@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
-#include "transports/tcp/tcp_transport.h"
+#include "tcp/tcp_transport.h"
 
 #include <cstring>
 #include <exception>
 
 #include "mori/core/log.h"
 #include "mori/core/status.h"
+#include "mori/transports/registry.h"
 
 namespace mori {
 
@@ -125,6 +126,29 @@ int TcpTransport::dead_peer() const {
 
 std::string TcpTransport::endpoint(int pe) const {
   return pe >= 0 && pe < n_pes_ ? endpoints_[pe] : std::string();
+}
+
+namespace {
+
+// Every peer no earlier transport took (other hosts, or MORI_DISABLE_P2P=1).
+class TcpCandidate : public TransportCandidate {
+ public:
+  explicit TcpCandidate(const TransportContext& ctx) : ctx_(ctx) {}
+  const char* name() const override { return "tcp"; }
+  bool can_connect(int) const override { return true; }
+  std::unique_ptr<Transport> create(const std::vector<int>& peers) override {
+    return TcpTransport::create(ctx_.bootstrap, ctx_.topology, peers, ctx_.settings.bootstrap_timeout,
+                                ctx_.on_delivery);
+  }
+
+ private:
+  const TransportContext& ctx_;
+};
+
+}  // namespace
+
+std::unique_ptr<TransportCandidate> tcp_candidate(const TransportContext& ctx, const std::vector<int>&) {
+  return std::make_unique<TcpCandidate>(ctx);
 }
 
 }  // namespace mori

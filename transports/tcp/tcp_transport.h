@@ -19,8 +19,8 @@
 #include "mori/core/bootstrap.h"
 #include "mori/core/topology.h"
 #include "mori/transports/transport.h"
-#include "transports/tcp/tcp_channel.h"
-#include "transports/tcp/tcp_target.h"
+#include "tcp/tcp_channel.h"
+#include "tcp/tcp_target.h"
 
 namespace mori {
 
@@ -37,6 +37,7 @@ class TcpTransport : public Transport {
 
   const char* name() const override { return "tcp"; }
   bool rings_on_delivery() const override { return true; }
+  bool has_progress_thread() const override { return true; }
 
   void connect_region(MemRegion& region, int pe) override;
   void disconnect_region(MemRegion& region, int pe) override;

@@ -4,8 +4,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "transports/ucx/ucp_library.h"
-#include "transports/ucx/ucp_report.h"
+#include "mori/transports/ucx/ucp_library.h"
+#include "mori/transports/ucx/ucp_report.h"
 
 namespace py = pybind11;
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "transports/ucx/ucp_library.h"
+#include "mori/transports/ucx/ucp_library.h"
 
 #include <dlfcn.h>
 

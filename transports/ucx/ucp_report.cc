@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "transports/ucx/ucp_report.h"
+#include "mori/transports/ucx/ucp_report.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -114,6 +114,27 @@ std::vector<std::string> context_resources(const Ucp& api, ucp_context_h context
 
 std::vector<Lane> endpoint_lanes(const Ucp& api, ucp_ep_h ep) {
   return parse_endpoint_lanes(capture([&](FILE* f) { api.ep_print_info(ep, f); }));
+}
+
+std::vector<std::string> probe_resources(const Ucp& api, uint64_t features) {
+  ucp_config_t* config = nullptr;
+  check(api, api.config_read(nullptr, nullptr, &config), "ucp_config_read");
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = features;
+  ucp_context_h context = nullptr;
+  ucs_status_t s = api.init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &context);
+  api.config_release(config);
+  check(api, s, "ucp_init");
+  std::vector<std::string> resources;
+  try {
+    resources = context_resources(api, context);
+  } catch (...) {
+    api.cleanup(context);
+    throw;
+  }
+  api.cleanup(context);
+  return resources;
 }
 
 #endif  // MORI_HAVE_UCX_HEADERS

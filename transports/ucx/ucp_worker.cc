@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "transports/ucx/ucp_worker.h"
+#include "mori/transports/ucx/ucp_worker.h"
 
 #if MORI_HAVE_UCX_HEADERS
 
@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <future>
 
 #include "mori/core/futex.h"
 #include "mori/core/log.h"
@@ -99,10 +100,54 @@ void UcpWorker::start() {
 }
 
 void UcpWorker::stop() {
+  {
+    std::lock_guard<std::mutex> lock(work_mu_);
+    closing_ = true;
+  }
   if (!thread_.joinable()) return;
   stop_.store(true);
   api_.worker_signal(worker_);
   thread_.join();
+}
+
+void UcpWorker::submit(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(work_mu_);
+    if (closing_) raise(Status::kInvalidUsage, "%s is closing", options_.owner.c_str());
+    work_.push_back(std::move(fn));
+    has_work_.store(true, std::memory_order_release);
+  }
+  api_.worker_signal(worker_);
+}
+
+void UcpWorker::call(const std::function<void()>& fn) {
+  if (std::this_thread::get_id() == thread_.get_id()) {
+    fn();
+    return;
+  }
+  std::promise<void> done;
+  auto finished = done.get_future();
+  submit([&] {
+    try {
+      fn();
+      done.set_value();
+    } catch (...) {
+      done.set_exception(std::current_exception());
+    }
+  });
+  finished.get();
+}
+
+bool UcpWorker::run_submitted() {
+  if (!has_work_.load(std::memory_order_acquire)) return false;  // the transport's path: no lock
+  std::deque<std::function<void()>> work;
+  {
+    std::lock_guard<std::mutex> lock(work_mu_);
+    work.swap(work_);
+    has_work_.store(false, std::memory_order_relaxed);
+  }
+  for (auto& fn : work) fn();
+  return !work.empty();
 }
 
 unsigned UcpWorker::progress() {
@@ -129,6 +174,7 @@ void UcpWorker::run() {
   double aside_s = kStandAsideS;
   uint32_t polls_seen = polls_begun_.load(std::memory_order_relaxed);
   while (!stop_.load(std::memory_order_relaxed)) {
+    run_submitted();
     double t = now_s();
     if (t >= next) {
       options_.periodic();
@@ -159,17 +205,25 @@ void UcpWorker::run() {
     if (spinners_.load(std::memory_order_acquire) > 0) continue;
     t = now_s();
     if (t >= next) continue;
+    double limit_s = options_.max_sleep_s ? options_.max_sleep_s() : -1;
+    if (limit_s == 0) {
+      sched_yield();
+      continue;
+    }
     ucs_status_t s = api_.worker_arm(worker_);
     if (s == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress them first
+    if (has_work_.load(std::memory_order_acquire)) continue;  // submitted before the arm: signalled already
     if (s != UCS_OK) {
       MORI_LOG(kError, "UCX", "%s: ucp_worker_arm: %s; progress thread polls", options_.owner.c_str(),
                api_.status_string(s));
     }
     int wait_ms = std::isinf(next) ? 1000 : std::max(1, static_cast<int>((next - t) * 1000));
+    if (limit_s > 0) wait_ms = std::min(wait_ms, std::max(1, static_cast<int>(limit_s * 1000)));
     if (s != UCS_OK) wait_ms = 1;
     pollfd p{efd_, POLLIN, 0};
     poll(&p, 1, wait_ms);
   }
+  run_submitted();
 }
 
 ucs_status_t UcpWorker::wait(ucs_status_ptr_t request, double timeout_s, const std::function<bool()>& give_up) {

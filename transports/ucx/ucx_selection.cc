@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: MIT
-#include "transports/ucx/ucx_selection.h"
+#include "ucx/ucx_selection.h"
 
 #include <cstdint>
 
 #include "mori/core/log.h"
 #include "mori/core/status.h"
-#include "transports/ucx/ucp_library.h"
-#include "transports/ucx/ucp_report.h"
+#include "mori/transports/registry.h"
+#include "mori/transports/ucx/ucp_library.h"
+#include "mori/transports/ucx/ucp_report.h"
+#include "ucx/ucx_transport.h"
 
 namespace mori::ucx {
 
@@ -28,23 +30,13 @@ Found look(bool probe_rdma, std::string& why) {
   if (!u) return kMissing;
   if (!probe_rdma) return kLoaded;
 #if MORI_HAVE_UCX_HEADERS
-  ucp_config_t* config = nullptr;
-  if (u->config_read(nullptr, nullptr, &config) != UCS_OK) {
-    why = "ucp_config_read failed";
+  std::vector<std::string> resources;
+  try {
+    resources = probe_resources(*u, UCP_FEATURE_RMA | UCP_FEATURE_AMO32 | UCP_FEATURE_AMO64);
+  } catch (const Error& e) {
+    why = e.what();
     return kMissing;
   }
-  ucp_params_t params{};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AMO32 | UCP_FEATURE_AMO64;
-  ucp_context_h ctx = nullptr;
-  ucs_status_t s = u->init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &ctx);
-  u->config_release(config);
-  if (s != UCS_OK) {
-    why = std::string("ucp_init: ") + u->status_string(s);
-    return kMissing;
-  }
-  auto resources = context_resources(*u, ctx);
-  u->cleanup(ctx);
   std::string list;
   bool rdma = false;
   for (auto& r : resources) {
@@ -121,3 +113,40 @@ NetChoice choose_net_transport(Bootstrap& bootstrap, const std::string& setting,
 }
 
 }  // namespace mori::ucx
+
+namespace mori {
+namespace {
+
+// The peers no earlier transport took, when the job chose UCX for them (MORI_NET_TRANSPORT:
+// the choice is collective, so every PE makes it, peers or not).
+class UcxCandidate : public TransportCandidate {
+ public:
+  UcxCandidate(const TransportContext& ctx, const std::vector<int>& untaken) : ctx_(ctx) {
+    bool others = false;
+    for (int pe : untaken) others = others || pe != ctx.my_pe();
+    // Those left are the network pairs, and under ucx-all the same-host ones too (shm declined them).
+    choice_ = ucx::choose_net_transport(ctx.bootstrap, ctx.settings.net_transport, others, others);
+  }
+  const char* name() const override { return "ucx"; }
+  bool can_connect(int pe) const override { return choice_.use_ucx && pe != ctx_.my_pe(); }
+  std::unique_ptr<Transport> create(const std::vector<int>& peers) override {
+#if MORI_HAVE_UCX_HEADERS
+    if (choice_.use_ucx)
+      return UcxTransport::create(ctx_.bootstrap, *choice_.api, peers, ctx_.settings.bootstrap_timeout,
+                                  ctx_.on_progress);
+#endif
+    return nullptr;
+  }
+
+ private:
+  const TransportContext& ctx_;
+  ucx::NetChoice choice_;
+};
+
+}  // namespace
+
+std::unique_ptr<TransportCandidate> ucx_candidate(const TransportContext& ctx, const std::vector<int>& untaken) {
+  return std::make_unique<UcxCandidate>(ctx, untaken);
+}
+
+}  // namespace mori

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "transports/ucx/ucx_transport.h"
+#include "ucx/ucx_transport.h"
 
 #if MORI_HAVE_UCX_HEADERS
 
@@ -11,7 +11,7 @@
 
 #include "mori/core/log.h"
 #include "mori/core/status.h"
-#include "transports/ucx/ucp_report.h"
+#include "mori/transports/ucx/ucp_report.h"
 
 namespace mori {
 

@@ -26,12 +26,12 @@
 #include "mori/core/bootstrap.h"
 #include "mori/core/topology.h"
 #include "mori/transports/transport.h"
-#include "transports/ucx/ucp_library.h"
-#include "transports/ucx/ucp_worker.h"
+#include "mori/transports/ucx/ucp_library.h"
+#include "mori/transports/ucx/ucp_worker.h"
 
 namespace mori {
 
-class UcxTransport : public Transport {
+class UcxTransport : public Transport, private Progress {
  public:
   // Collective over `bootstrap` (every PE calls it; PEs without ucx peers pass none).
   // Returns nullptr on every PE when no PE has ucx peers. `on_progress` runs after UCX
@@ -59,16 +59,19 @@ class UcxTransport : public Transport {
   void quiet() override;
 
   int dead_peer() const override;
-  bool pollable() const override { return true; }
-  bool poll() override { return worker_->progress() != 0; }
-  void begin_polling() override { worker_->begin_polling(); }
-  void set_crowded(bool crowded) override { worker_->set_spin_while_busy(!crowded); }
-  void end_polling(bool will_sleep) override { worker_->end_polling(will_sleep); }
+  Progress* progress() override { return this; }
+  bool has_progress_thread() const override { return true; }
   // "ucx " + the UCX transports/devices of the endpoint to `pe` and their roles, e.g.
   // "ucx tcp/eth0: am am_bw keepalive wireup" (wires the endpoint up first).
   std::string endpoint(int pe) const override;
 
  private:
+  // Progress: a waiting PE drives the worker itself (peers' emulated RMA lands meanwhile).
+  bool poll() override { return worker_->progress() != 0; }
+  void begin_polling() override { worker_->begin_polling(); }
+  void end_polling(bool will_sleep) override { worker_->end_polling(will_sleep); }
+  void set_crowded(bool crowded) override { worker_->set_spin_while_busy(!crowded); }
+
   struct Region {
     ucp_mem_h memh = nullptr;
     std::vector<std::string> packed;  // every PE's packed rkey ("" where UCX cannot reach it)

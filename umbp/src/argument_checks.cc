@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "umbp/src/argument_checks.h"
+#include "src/argument_checks.h"
 
 #include <atomic>
 #include <chrono>

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "mori/core/status.h"
-#include "umbp/src/ssd_tier.h"
+#include "src/ssd_tier.h"
 
 namespace py = pybind11;
 using mori::umbp::SsdTier;

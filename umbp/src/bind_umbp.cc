@@ -13,10 +13,10 @@
 #include "mori/core/status.h"
 #include "mori/umbp/client.h"
 #include "mori/umbp/config.h"
-#include "umbp/src/checksum.h"
-#include "umbp/src/clients.h"
-#include "umbp/src/host_mem_allocator.h"
-#include "umbp/src/local_client.h"
+#include "src/checksum.h"
+#include "src/clients.h"
+#include "src/host_mem_allocator.h"
+#include "src/local_client.h"
 
 namespace py = pybind11;
 using namespace mori::umbp;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "mori/core/status.h"
-#include "umbp/src/master_index.h"
+#include "src/master_index.h"
 
 namespace py = pybind11;
 using namespace mori::umbp;

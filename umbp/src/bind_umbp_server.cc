@@ -6,8 +6,8 @@
 #include <optional>
 
 #include "mori/core/env.h"
-#include "umbp/src/standalone_process_client.h"
-#include "umbp/src/standalone_server.h"
+#include "src/standalone_process_client.h"
+#include "src/standalone_server.h"
 
 namespace py = pybind11;
 using namespace mori::umbp;

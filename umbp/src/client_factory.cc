@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "mori/core/status.h"
-#include "umbp/src/clients.h"
+#include "src/clients.h"
 
 namespace mori::umbp {
 

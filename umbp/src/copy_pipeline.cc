@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "umbp/src/copy_pipeline.h"
+#include "src/copy_pipeline.h"
 
 #include <algorithm>
 #include <exception>

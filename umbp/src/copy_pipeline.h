@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "mori/umbp/config.h"
-#include "umbp/src/dram_tier.h"
-#include "umbp/src/ssd_tier.h"
+#include "src/dram_tier.h"
+#include "src/ssd_tier.h"
 
 namespace mori::umbp {
 

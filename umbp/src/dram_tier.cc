@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "umbp/src/dram_tier.h"
+#include "src/dram_tier.h"
 
 #include <algorithm>
 #include <thread>
@@ -8,7 +8,7 @@
 #include "mori/core/env.h"
 #include "mori/core/log.h"
 #include "mori/core/status.h"
-#include "umbp/src/checksum.h"
+#include "src/checksum.h"
 
 namespace mori::umbp {
 

@@ -30,8 +30,8 @@
 #include "mori/core/heap_allocator.h"
 #include "mori/core/thread_team.h"
 #include "mori/umbp/config.h"
-#include "umbp/src/host_mem_allocator.h"
-#include "umbp/src/peer_events.h"
+#include "src/host_mem_allocator.h"
+#include "src/peer_events.h"
 
 namespace mori::umbp {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "umbp/src/host_mem_allocator.h"
+#include "src/host_mem_allocator.h"
 
 #include <sys/mman.h>
 #include <sys/syscall.h>

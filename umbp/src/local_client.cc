@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
-#include "umbp/src/local_client.h"
+#include "src/local_client.h"
 
 #include "mori/core/env.h"
 #include "mori/core/log.h"
 #include "mori/core/status.h"
-#include "umbp/src/argument_checks.h"
-#include "umbp/src/clients.h"
+#include "src/argument_checks.h"
+#include "src/clients.h"
 
 namespace mori::umbp {
 namespace {

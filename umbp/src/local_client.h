@@ -26,10 +26,10 @@
 #include <memory>
 
 #include "mori/umbp/client.h"
-#include "umbp/src/copy_pipeline.h"
-#include "umbp/src/dram_tier.h"
-#include "umbp/src/peer_pages.h"
-#include "umbp/src/ssd_tier.h"
+#include "src/copy_pipeline.h"
+#include "src/dram_tier.h"
+#include "src/peer_pages.h"
+#include "src/ssd_tier.h"
 
 namespace mori::umbp {
 

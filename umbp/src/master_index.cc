@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "umbp/src/master_index.h"
+#include "src/master_index.h"
 
 #include <algorithm>
 #include <functional>

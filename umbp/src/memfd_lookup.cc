@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "umbp/src/memfd_lookup.h"
+#include "src/memfd_lookup.h"
 
 #include <dirent.h>
 #include <fcntl.h>

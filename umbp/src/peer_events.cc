@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "umbp/src/peer_events.h"
+#include "src/peer_events.h"
 
 namespace mori::umbp {
 

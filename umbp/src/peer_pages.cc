@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "umbp/src/peer_pages.h"
+#include "src/peer_pages.h"
 
 #include <algorithm>
 
@@ -7,7 +7,7 @@
 #include "mori/core/status.h"
 #include "mori/core/thread_name.h"
 #include "mori/umbp/client.h"
-#include "umbp/src/checksum.h"
+#include "src/checksum.h"
 
 namespace mori::umbp {
 

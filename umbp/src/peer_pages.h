@@ -33,11 +33,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "umbp/src/copy_pipeline.h"
-#include "umbp/src/dram_tier.h"
-#include "umbp/src/host_mem_allocator.h"
-#include "umbp/src/peer_events.h"
-#include "umbp/src/ssd_tier.h"
+#include "src/copy_pipeline.h"
+#include "src/dram_tier.h"
+#include "src/host_mem_allocator.h"
+#include "src/peer_events.h"
+#include "src/ssd_tier.h"
 
 namespace mori::umbp {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "umbp/src/ssd_io.h"
+#include "src/ssd_io.h"
 
 #include <errno.h>
 #include <string.h>

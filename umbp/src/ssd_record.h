@@ -12,7 +12,7 @@
 // reader that sees a valid header (a follower scanning the leader's segment) sees the whole value.
 #pragma once
 
-#include "umbp/src/checksum.h"
+#include "src/checksum.h"
 
 #include <cstddef>
 #include <cstdint>

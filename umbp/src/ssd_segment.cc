@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "umbp/src/ssd_segment.h"
+#include "src/ssd_segment.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "umbp/src/ssd_io.h"
+#include "src/ssd_io.h"
 
 namespace mori::umbp::ssd {
 

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "umbp/src/ssd_record.h"
+#include "src/ssd_record.h"
 
 namespace mori::umbp::ssd {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "umbp/src/ssd_tier.h"
+#include "src/ssd_tier.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -27,10 +27,10 @@
 #include "mori/core/rate_limited_log.h"
 #include "mori/core/status.h"
 #include "mori/core/thread_name.h"
-#include "umbp/src/checksum.h"
-#include "umbp/src/ssd_io.h"
-#include "umbp/src/ssd_record.h"
-#include "umbp/src/ssd_segment.h"
+#include "src/checksum.h"
+#include "src/ssd_io.h"
+#include "src/ssd_record.h"
+#include "src/ssd_segment.h"
 
 namespace mori::umbp {
 

@@ -59,7 +59,7 @@
 #include <vector>
 
 #include "mori/umbp/config.h"
-#include "umbp/src/peer_events.h"
+#include "src/peer_events.h"
 
 namespace mori::umbp {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "umbp/src/standalone_process_client.h"
+#include "src/standalone_process_client.h"
 
 #include <signal.h>
 #include <spawn.h>
@@ -23,11 +23,11 @@
 #include "mori/core/log.h"
 #include "mori/core/socket.h"
 #include "mori/core/status.h"
-#include "umbp/src/argument_checks.h"
-#include "umbp/src/clients.h"
-#include "umbp/src/host_mem_allocator.h"
-#include "umbp/src/memfd_lookup.h"
-#include "umbp/src/unix_channel.h"
+#include "src/argument_checks.h"
+#include "src/clients.h"
+#include "src/host_mem_allocator.h"
+#include "src/memfd_lookup.h"
+#include "src/unix_channel.h"
 
 extern char** environ;
 

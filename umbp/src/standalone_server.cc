@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "umbp/src/standalone_server.h"
+#include "src/standalone_server.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -19,8 +19,8 @@
 #include "mori/core/socket.h"
 #include "mori/core/status.h"
 #include "mori/io/direct_copy.h"
-#include "umbp/src/clients.h"
-#include "umbp/src/unix_channel.h"
+#include "src/clients.h"
+#include "src/unix_channel.h"
 
 namespace mori::umbp {
 namespace {

@@ -25,7 +25,7 @@
 #include <string>
 
 #include "mori/umbp/client.h"
-#include "umbp/src/standalone_wire.h"
+#include "src/standalone_wire.h"
 
 namespace mori::net {
 class Acceptor;

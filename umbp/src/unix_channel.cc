@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "umbp/src/unix_channel.h"
+#include "src/unix_channel.h"
 
 #include <poll.h>
 #include <sys/socket.h>

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <string>
 
-#include "umbp/src/standalone_wire.h"
+#include "src/standalone_wire.h"
 
 namespace mori::umbp {
 

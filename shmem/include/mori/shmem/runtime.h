@@ -146,8 +146,9 @@ class Runtime {
   // Collective like malloc/free, on the GPU heap.
   void* gpu_malloc(size_t bytes, size_t alignment, const char* caller, bool barrier = true);
   void gpu_free(void* ptr, const char* caller, bool barrier = true);
-  // Installs the transport of device regions: per_peer[pe] reaches pe's device regions, or is nullptr.
-  void adopt_device_transport(std::unique_ptr<Transport> t, const std::vector<Transport*>& per_peer);
+  // Chooses the transports of device regions for this PE's `device` (the registry's device
+  // table) and installs them. Collective. Returns the one reaching this PE's own device memory.
+  Transport& choose_device_transports(int device);
   // "cuda", or "none" when `pe`'s device regions are not reachable from here.
   const char* device_transport_name(int pe) const;
 
@@ -207,7 +208,7 @@ class Runtime {
   class Polling {
    public:
     explicit Polling(const Runtime& rt) : polled_(rt.polled_) {
-      for (Transport* t : polled_) t->begin_polling();
+      for (Progress* t : polled_) t->begin_polling();
     }
     ~Polling() { end(false); }
     // Ends polling before the caller sleeps: the transports' threads take over at once.
@@ -217,7 +218,7 @@ class Runtime {
     // One round of every pollable transport; true when one of them did something.
     bool poll() {
       bool any = false;
-      for (Transport* t : polled_) any |= t->poll();
+      for (Progress* t : polled_) any |= t->poll();
       return any;
     }
 
@@ -225,9 +226,9 @@ class Runtime {
     void end(bool will_sleep) {
       if (ended_) return;
       ended_ = true;
-      for (Transport* t : polled_) t->end_polling(will_sleep);
+      for (Progress* t : polled_) t->end_polling(will_sleep);
     }
-    const std::vector<Transport*>& polled_;
+    const std::vector<Progress*>& polled_;
     bool ended_ = false;
   };
 
@@ -300,7 +301,7 @@ class Runtime {
   mutable std::mutex alloc_mu_;
   std::vector<std::unique_ptr<Transport>> transports_;
   std::vector<Transport*> peer_transport_;
-  std::vector<Transport*> polled_;  // transports a waiting caller can progress (Polling)
+  std::vector<Progress*> polled_;  // transports a waiting caller can progress (Polling)
   std::vector<ControlBlock*> peer_control_;  // directly mapped control blocks (same host) or nullptr
   std::atomic<bool> peer_exited_{false};   // some watched peer has exited (finalized or not)
   std::atomic<int> dead_pe_{-1};            // the first that exited without finalizing

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: MIT
 // The transport interface. One implementation per way of reaching a peer:
-// shm (same host, mapped memory), tcp (other hosts), cuda (GPUs of one node).
-// The runtime picks one per peer pair from the topology.
+// shm (same host, mapped memory), tcp and ucx (other hosts), cuda (GPUs of one node).
+// The registry (registry.h) picks one per peer pair from the topology.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "mori/core/doorbell.h"
 #include "mori/transports/mem_region.h"
 
 namespace mori {
@@ -18,6 +19,25 @@ enum class AmoOp : uint8_t {
 enum class SignalOp : uint8_t { kSet = 0, kAdd = 1 };
 
 const char* amo_name(AmoOp op);
+
+// Target-side work that a waiting caller may do itself, instead of waking the transport's
+// progress thread for every operation of a peer (ucx: peers' software-emulated RMA). An
+// optional capability of a transport (Transport::progress()).
+class Progress {
+ public:
+  // One round; says whether it did something.
+  virtual bool poll() = 0;
+  // Between begin_polling() and end_polling() the transport's own thread stands aside; it
+  // comes back at once when the caller says it will sleep next (`will_sleep`), else soon after.
+  virtual void begin_polling() = 0;
+  virtual void end_polling(bool will_sleep) = 0;
+  // Told once at setup whether PEs outnumber this host's cores (then waits must not keep a
+  // core busy for long) or each PE has a core of its own.
+  virtual void set_crowded(bool crowded) = 0;
+
+ protected:
+  ~Progress() = default;
+};
 
 class Transport {
  public:
@@ -64,18 +84,14 @@ class Transport {
   // operations write may then sleep until rung rather than nap (Runtime::wait_for).
   virtual bool rings_on_delivery() const { return false; }
 
-  // Target-side work that a waiting caller may do itself, instead of waking the transport's
-  // progress thread for every operation of a peer (ucx: peers' software-emulated RMA).
-  // poll() does one round and says whether it did something. Between begin_polling() and
-  // end_polling() the transport's own thread stands aside; it comes back at once when the
-  // caller says it will sleep next (`will_sleep`), else soon after. Only where pollable().
-  virtual bool pollable() const { return false; }
-  virtual bool poll() { return false; }
-  virtual void begin_polling() {}
-  virtual void end_polling(bool will_sleep) {}
-  // Told once at setup whether PEs outnumber this host's cores (then waits must not keep a
-  // core busy for long) or each PE has a core of its own.
-  virtual void set_crowded(bool crowded) {}
+  // Where a waiting caller can progress this transport itself, or nullptr (asked once, at setup).
+  virtual Progress* progress() { return nullptr; }
+  // Whether a thread of this transport applies peers' operations here (tcp's target, ucx's
+  // progress thread): it needs a core as much as the PE does.
+  virtual bool has_progress_thread() const { return false; }
+  // For a PE whose memory this transport writes directly (its region is mapped here): the
+  // doorbell that PE sleeps on, rung after each write into its memory (shm).
+  virtual void set_peer_doorbell(int pe, Doorbell* bell) {}
 
   // Lets peers reach this PE's own part of `region` through this transport (a
   // target-side engine serves it). Called for every symmetric region, heap first.

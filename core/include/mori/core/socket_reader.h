@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <vector>
 
-namespace mori::tcp {
+namespace mori {
 
 class SocketReader {
  public:
@@ -38,4 +38,4 @@ class SocketReader {
   size_t pos_ = 0, end_ = 0;
 };
 
-}  // namespace mori::tcp
+}  // namespace mori

@@ -12,19 +12,24 @@
 // then hands progress back to the progress thread and sleeps until that thread has
 // progressed something: on a crowded machine a spinning caller took the core from the
 // very thread (a peer's, or its own) that had to deliver the reply.
+//
+// An owner may instead keep its UCP objects to the progress thread alone (io's RDMA backend):
+// it hands that thread work (submit, call) and never calls UCP itself.
 #pragma once
 
 #if MORI_HAVE_UCX_HEADERS
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include "transports/ucx/ucp_library.h"
+#include "mori/transports/ucx/ucp_library.h"
 
 namespace mori::ucx {
 
@@ -41,6 +46,11 @@ class UcpWorker {
     double periodic_s = 0;
     // Runs after a progress call that did something (e.g. ring waiters' doorbells).
     std::function<void()> on_progress;
+    // Asked on the progress thread before it sleeps on the worker's event fd: the longest it
+    // may sleep, in seconds (0: progress again at once; negative: no limit). For owners with
+    // operations in flight whose completion UCX may not signal on the fd (large shared-memory
+    // puts signal none).
+    std::function<double()> max_sleep_s;
   };
 
   // Throws mori::Error when the context or worker cannot be created.
@@ -84,13 +94,22 @@ class UcpWorker {
   // Whether wait() keeps progressing while progress does something (set when this PE has
   // a core of its own) or sleeps after a short spin whatever happens.
   void set_spin_while_busy(bool on) { spin_while_busy_.store(on, std::memory_order_relaxed); }
+  // Runs fn on the progress thread at its next round, in submission order. Throws once
+  // stop() began (the owner is closing).
+  void submit(std::function<void()> fn);
+  // Runs fn on the progress thread and waits for it; its exception comes back here. On the
+  // progress thread itself, runs it at once.
+  void call(const std::function<void()>& fn);
   // Starts the progress thread (after the owner has set up what its callbacks use).
   void start();
-  // Stops the progress thread (idempotent); the worker stays usable by the caller.
+  // Stops the progress thread (idempotent); the worker stays usable by the caller. Work
+  // submitted before runs first.
   void stop();
 
  private:
   void run();
+  // Runs the submitted work (progress thread); says whether there was any.
+  bool run_submitted();
 
   const Ucp& api_;
   Options options_;
@@ -111,6 +130,10 @@ class UcpWorker {
   std::atomic<bool> hand_over_{false};    // the last polling caller went to sleep: take over
   std::atomic<uint32_t> progressed_{0};   // bumped for sleepers after progress did something (futex word)
   std::atomic<bool> progressing_{false};  // a thread is inside ucp_worker_progress
+  std::mutex work_mu_;
+  std::deque<std::function<void()>> work_;  // submitted, for the progress thread
+  std::atomic<bool> has_work_{false};        // work_ is not empty (read without the lock)
+  bool closing_ = false;                    // stop() began: no more submissions
   std::thread thread_;
 };
 

@@ -1,40 +1,38 @@
 // SPDX-License-Identifier: MIT
-#include "io/src/ucx_backend.h"
+#include "src/backends/ucx_backend.h"
 
 #include <dirent.h>
-#include <poll.h>
 
 #include <algorithm>
 #include <cstring>
-#include <future>
 #include <set>
 
-#include "io/src/engine_impl.h"
-#include "io/src/peer.h"
 #include "mori/core/log.h"
 #include "mori/core/socket.h"
 #include "mori/core/status.h"
-#include "mori/core/thread_name.h"
-#include "transports/ucx/ucp_library.h"
-#include "transports/ucx/ucp_report.h"
+#include "mori/transports/ucx/ucp_library.h"
+#include "mori/transports/ucx/ucp_report.h"
+#include "mori/transports/ucx/ucp_worker.h"
+#include "src/engine_impl.h"
+#include "src/peer.h"
 
 namespace mori::io {
 
 #if MORI_HAVE_UCX_HEADERS
 
-static ucp_context_h make_context(const ucx::Ucp& u) {
-  ucp_config_t* config = nullptr;
-  ucx::check(u, u.config_read(nullptr, nullptr, &config), "ucp_config_read");
-  ucp_params_t params{};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
-  params.mt_workers_shared = 0;
-  ucp_context_h ctx = nullptr;
-  ucs_status_t s = u.init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &ctx);
-  u.config_release(config);
-  ucx::check(u, s, "ucp_init");
-  return ctx;
-}
+namespace {
+
+// What an engine's context asks UCX for (the worker adds UCP_FEATURE_WAKEUP).
+constexpr uint64_t kFeatures = UCP_FEATURE_RMA | UCP_FEATURE_AM;
+// How often endpoints with work in flight are checked for silence (MORI_IO_TIMEOUT_MS).
+constexpr double kStallCheckS = 0.05;
+// With work in flight the worker's thread keeps progressing this long after the last
+// completion (not every UCX transport signals completions on the event fd, e.g. large
+// shared-memory puts), then sleeps in steps of kInFlightSleepS.
+constexpr double kBusyAfterProgressS = 0.005;
+constexpr double kInFlightSleepS = 0.001;
+
+}  // namespace
 
 static bool rdma_devices_present() {
   DIR* d = opendir("/sys/class/infiniband");
@@ -46,10 +44,10 @@ static bool rdma_devices_present() {
   return any;
 }
 
-static void fill_report(UcxReport* r, const ucx::Ucp& u, ucp_context_h ctx) {
+static void fill_report(UcxReport* r, const ucx::Ucp& u, std::vector<std::string> resources) {
   r->loaded = true;
   r->version = u.version;
-  r->resources = ucx::context_resources(u, ctx);  // the transport's reading of UCX's report
+  r->resources = std::move(resources);  // the transport's reading of UCX's report
   r->rdma = false;
   for (const auto& res : r->resources) r->rdma = r->rdma || ucx::is_rdma_resource(res);
 }
@@ -65,9 +63,7 @@ const UcxReport& ucx_report() {
       return;
     }
     try {
-      ucp_context_h ctx = make_context(*u);
-      fill_report(&report, *u, ctx);
-      u->cleanup(ctx);
+      fill_report(&report, *u, ucx::probe_resources(*u, kFeatures | UCP_FEATURE_WAKEUP));
     } catch (const std::exception& e) {
       report.why = e.what();
     }
@@ -95,7 +91,7 @@ bool ucx_should_serve_rdma(std::string* why) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The UCP objects, touched only on the progress thread.
+// The UCP objects, touched only on the worker's thread.
 
 struct UcxOp;
 
@@ -115,16 +111,17 @@ struct UcxEndpoint {
 
 struct UcxState {
   const ucx::Ucp* u = nullptr;
-  ucp_context_h ctx = nullptr;
-  ucp_worker_h worker = nullptr;
-  int efd = -1;
-  std::thread::id thread;
+  ucp_context_h ctx = nullptr;   // the worker's
+  ucp_worker_h worker = nullptr;  // the worker's
+  bool closing = false;           // the engine goes: posts are refused
   std::map<std::string, std::shared_ptr<UcxEndpoint>> eps;
-  std::vector<std::shared_ptr<UcxEndpoint>> closing;
+  std::vector<std::shared_ptr<UcxEndpoint>> closing_eps;  // closed, until UCX is done with them
   std::map<uint32_t, ucp_mem_h> mems;
   // Peer error handling needs a network transport: UCX 1.13's shared-memory ones lack it
   // (asking anyway fails the endpoint and prints an error).
   bool peer_errors = true;
+  // Last: destroyed (its thread stopped) before what that thread touches.
+  std::unique_ptr<ucx::UcpWorker> progress;
 };
 
 struct UcxOp {
@@ -185,84 +182,6 @@ void ep_error(void* arg, ucp_ep_h, ucs_status_t status) {
 
 }  // namespace
 
-// ---------------------------------------------------------------------------------------------
-// UcxBackend
-
-UcxBackend::UcxBackend(EngineImpl& engine) : engine_(engine), state_(std::make_unique<UcxState>()) {
-  std::string why;
-  const ucx::Ucp* u = ucx::load(&why);
-  if (!u) raise(Status::kInvalidUsage, "UCX cannot be loaded: %s", why.c_str());
-  UcxState& st = *state_;
-  st.u = u;
-  st.ctx = make_context(*u);
-  try {
-    fill_report(&report_, *u, st.ctx);
-    st.peer_errors = false;
-    for (const auto& r : report_.resources) {
-      std::string tl = r.substr(0, r.find('/'));
-      if (tl != "self" && tl != "sysv" && tl != "posix" && tl != "cma" && tl != "knem" && tl != "xpmem")
-        st.peer_errors = true;
-    }
-    ucp_worker_params_t wp{};
-    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // only the progress thread touches it
-    ucx::check(*u, u->worker_create(st.ctx, &wp, &st.worker), "ucp_worker_create");
-    ucx::check(*u, u->worker_get_efd(st.worker, &st.efd), "ucp_worker_get_efd");
-    ucp_address_t* addr = nullptr;
-    size_t len = 0;
-    ucx::check(*u, u->worker_get_address(st.worker, &addr, &len), "ucp_worker_get_address");
-    address_.assign(reinterpret_cast<const char*>(addr), len);
-    u->worker_release_address(st.worker, addr);
-  } catch (...) {
-    if (st.worker) u->worker_destroy(st.worker);
-    u->cleanup(st.ctx);
-    throw;
-  }
-  thread_ = std::thread([this] { loop(); });
-  name_thread(thread_, "mori-io-ucx");
-}
-
-UcxBackend::~UcxBackend() {
-  {
-    std::lock_guard<std::mutex> lock(q_mu_);
-    stopping_ = true;
-  }
-  state_->u->worker_signal(state_->worker);
-  thread_.join();
-  UcxState& st = *state_;
-  const ucx::Ucp& u = *st.u;
-  for (auto& [id, memh] : st.mems) u.mem_unmap(st.ctx, memh);
-  u.worker_destroy(st.worker);
-  u.cleanup(st.ctx);
-}
-
-void UcxBackend::submit(std::function<void()> fn) {
-  {
-    std::lock_guard<std::mutex> lock(q_mu_);
-    if (stopping_) raise(Status::kInvalidUsage, "engine '%s' is closing", engine_.key().c_str());
-    queue_.push_back(std::move(fn));
-  }
-  state_->u->worker_signal(state_->worker);
-}
-
-void UcxBackend::call(const std::function<void()>& fn) {
-  if (std::this_thread::get_id() == state_->thread) {
-    fn();
-    return;
-  }
-  std::promise<void> done;
-  auto future = done.get_future();
-  submit([&] {
-    try {
-      fn();
-      done.set_value();
-    } catch (...) {
-      done.set_exception(std::current_exception());
-    }
-  });
-  future.get();
-}
-
 static void close_endpoint(UcxState& st, const std::shared_ptr<UcxEndpoint>& ep, const std::string& why) {
   ep->failed = true;
   if (ep->why.empty()) ep->why = why;
@@ -278,7 +197,7 @@ static void close_endpoint(UcxState& st, const std::shared_ptr<UcxEndpoint>& ep,
   ucs_status_ptr_t r = st.u->ep_close_nbx(ep->ep, &p);
   if (UCS_PTR_IS_PTR(r)) ep->close_request = r;
   else ep->closed = true;
-  st.closing.push_back(ep);
+  st.closing_eps.push_back(ep);
 }
 
 // Endpoints closed earlier: once UCX is done with them their rkeys go too.
@@ -291,7 +210,7 @@ static void reap(UcxState& st) {
       ++it;
     }
   }
-  for (auto it = st.closing.begin(); it != st.closing.end();) {
+  for (auto it = st.closing_eps.begin(); it != st.closing_eps.end();) {
     UcxEndpoint& ep = **it;
     if (ep.close_request && st.u->request_check_status(ep.close_request) != UCS_INPROGRESS) {
       st.u->request_free(ep.close_request);
@@ -301,11 +220,61 @@ static void reap(UcxState& st) {
     if (ep.closed) {
       for (auto& [k, rkey] : ep.rkeys) st.u->rkey_destroy(rkey);
       ep.rkeys.clear();
-      it = st.closing.erase(it);
+      it = st.closing_eps.erase(it);
     } else {
       ++it;
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// UcxBackend
+
+UcxBackend::UcxBackend(EngineImpl& engine) : engine_(engine), state_(std::make_unique<UcxState>()) {
+  std::string why;
+  const ucx::Ucp* u = ucx::load(&why);
+  if (!u) raise(Status::kInvalidUsage, "UCX cannot be loaded: %s", why.c_str());
+  UcxState& st = *state_;
+  st.u = u;
+  ucx::UcpWorker::Options o;
+  o.owner = "io engine '" + engine.key() + "'";
+  o.features = kFeatures;
+  o.periodic = [this] { check_stalls(); };
+  o.periodic_s = kStallCheckS;
+  o.max_sleep_s = [this] { return max_sleep_s(); };
+  st.progress = std::make_unique<ucx::UcpWorker>(*u, std::move(o));
+  st.ctx = st.progress->context();
+  st.worker = st.progress->worker();
+  address_ = st.progress->address();
+  fill_report(&report_, *u, ucx::context_resources(*u, st.ctx));
+  // Peer error handling needs a network transport: UCX 1.13's shared-memory ones lack it.
+  st.peer_errors = false;
+  for (const auto& r : report_.resources) {
+    std::string tl = r.substr(0, r.find('/'));
+    if (tl != "self" && tl != "sysv" && tl != "posix" && tl != "cma" && tl != "knem" && tl != "xpmem")
+      st.peer_errors = true;
+  }
+  st.progress->start();
+}
+
+UcxBackend::~UcxBackend() {
+  UcxState& st = *state_;
+  const ucx::Ucp& u = *st.u;
+  // Closing: whatever is in flight fails, naming the reason; UCX gets a moment to finish.
+  st.progress->call([&] {
+    st.closing = true;
+    for (auto& [key, ep] : st.eps)
+      close_endpoint(st, ep, format("%s: engine '%s' is closing", ep->name.c_str(), engine_.key().c_str()));
+    st.eps.clear();
+    double deadline = net::now() + 2.0;
+    while (!st.closing_eps.empty() && net::now() < deadline) {
+      st.progress->progress();
+      reap(st);
+    }
+  });
+  st.progress->stop();
+  for (auto& [id, memh] : st.mems) u.mem_unmap(st.ctx, memh);
+  st.mems.clear();
 }
 
 void UcxBackend::check_stalls() {
@@ -320,59 +289,17 @@ void UcxBackend::check_stalls() {
   reap(st);
 }
 
-void UcxBackend::loop() {
-  UcxState& st = *state_;
-  st.thread = std::this_thread::get_id();
-  const ucx::Ucp& u = *st.u;
-  double last_check = net::now();
-  bool stopping = false;
-  while (true) {
-    std::deque<std::function<void()>> work;
-    {
-      std::lock_guard<std::mutex> lock(q_mu_);
-      work.swap(queue_);
-      stopping = stopping_;
+double UcxBackend::max_sleep_s() const {
+  const UcxState& st = *state_;
+  bool waiting = false;
+  double latest = 0;
+  for (auto& [key, ep] : st.eps)
+    if (ep->outstanding > 0) {
+      waiting = true;
+      latest = std::max(latest, ep->last_progress);
     }
-    for (auto& fn : work) fn();
-    if (stopping) break;
-    while (u.worker_progress(st.worker) != 0) {
-    }
-    if (net::now() - last_check > 0.05) {
-      check_stalls();
-      last_check = net::now();
-    }
-    // With work in flight: keep progressing for a few ms after the last completion (not
-    // every UCX transport signals its completions on the event fd, e.g. large shared-memory
-    // puts), then sleep in 1 ms steps; idle: sleep on the event fd.
-    bool waiting = false;
-    double latest = 0;
-    for (auto& [key, ep] : st.eps)
-      if (ep->outstanding > 0) {
-        waiting = true;
-        latest = std::max(latest, ep->last_progress);
-      }
-    if (waiting && net::now() - latest < 0.005) {
-      std::this_thread::yield();
-      continue;
-    }
-    ucs_status_t s = u.worker_arm(st.worker);
-    if (s == UCS_ERR_BUSY) continue;
-    {
-      std::lock_guard<std::mutex> lock(q_mu_);  // work posted before the arm has signalled already
-      if (!queue_.empty() || stopping_) continue;
-    }
-    pollfd pfd{st.efd, POLLIN, 0};
-    poll(&pfd, 1, waiting ? 1 : (!st.closing.empty() ? 50 : 500));
-  }
-  // Closing: whatever is in flight fails, naming the reason.
-  for (auto& [key, ep] : st.eps) close_endpoint(st, ep, format("%s: engine '%s' is closing", ep->name.c_str(),
-                                                               engine_.key().c_str()));
-  st.eps.clear();
-  double deadline = net::now() + 2.0;
-  while (!st.closing.empty() && net::now() < deadline) {
-    u.worker_progress(st.worker);
-    reap(st);
-  }
+  if (waiting) return net::now() - latest < kBusyAfterProgressS ? 0 : kInFlightSleepS;
+  return st.closing_eps.empty() ? -1 : kStallCheckS;
 }
 
 // The endpoint to `peer` (made on first use; a failed or changed one is replaced).
@@ -429,10 +356,18 @@ static ucp_rkey_h remote_key(UcxState& st, UcxEndpoint& ep, uint32_t region, uin
   return rkey;
 }
 
-std::string UcxBackend::map(uint32_t region, void* ptr, uint64_t size) {
-  if (size == 0) return "";
+bool UcxBackend::can_move(const MemoryDesc& local, const MemoryDesc& remote, Peer& peer, bool) {
+  return local.loc == MemoryLocationType::CPU && remote.loc == MemoryLocationType::CPU && !remote.ucx_rkey.empty() &&
+         !peer.desc().ucx_address.empty();
+}
+
+void UcxBackend::on_register(MemoryDesc& desc) {
+  if (desc.loc != MemoryLocationType::CPU || !desc.data || !desc.size) return;
+  void* ptr = reinterpret_cast<void*>(desc.data);
+  const uint64_t size = desc.size;
+  const uint32_t region = desc.id;
   std::string packed;
-  call([&] {
+  state_->progress->call([&] {
     UcxState& st = *state_;
     ucp_mem_map_params_t p{};
     p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
@@ -451,11 +386,11 @@ std::string UcxBackend::map(uint32_t region, void* ptr, uint64_t size) {
     st.u->rkey_buffer_release(buf);
     st.mems[region] = memh;
   });
-  return packed;
+  desc.ucx_rkey = std::move(packed);
 }
 
-void UcxBackend::unmap(uint32_t region) {
-  call([&] {
+void UcxBackend::on_deregister(uint32_t region) {
+  state_->progress->call([&] {
     UcxState& st = *state_;
     auto it = st.mems.find(region);
     if (it == st.mems.end()) return;
@@ -484,8 +419,21 @@ bool UcxBackend::quiesce(const std::string& peer_key, uint32_t region, double ti
                           [&] { return remote_uses_.count({peer_key, region}) == 0; });
 }
 
-void UcxBackend::post(bool read, Peer& peer, const std::shared_ptr<Transfer>& t, uint32_t remote_region,
-                      uint64_t remote_key_value, const std::string& rkey, std::vector<UcxSegment> segs) {
+void UcxBackend::post(bool read, Peer& peer, const std::shared_ptr<Transfer>& t, Region& local,
+                      const MemoryDesc& remote, const std::vector<Extent>& extents) {
+  // The authenticated control connection comes first (it also carries deregistrations).
+  (void)peer.lanes();
+  struct Segment {
+    char* local;
+    uint64_t remote;
+    uint64_t size;
+  };
+  std::vector<Segment> segs;
+  segs.reserve(extents.size());
+  for (const auto& e : extents) segs.push_back({local.ptr + e.local_offset, remote.data + e.remote_offset, e.size});
+  const uint32_t remote_region = remote.id;
+  const uint64_t remote_key_value = remote.region_key;
+  const std::string& rkey = remote.ucx_rkey;
   int n = static_cast<int>(segs.size()) + (read ? 0 : 1);  // writes end with a flush
   const std::string key = peer.desc().key;
   begin_remote_use(key, remote_region, n);
@@ -498,6 +446,7 @@ void UcxBackend::post(bool read, Peer& peer, const std::shared_ptr<Transfer>& t,
     UcxState& st = *state_;
     int posted = 0;
     try {
+      if (st.closing) raise(Status::kInvalidUsage, "engine '%s' is closing", engine_.key().c_str());
       auto ep = endpoint(st, *t->peer);
       if (ep->failed) raise(Status::kRemote, "%s", ep->why.c_str());
       ucp_rkey_h rk = remote_key(st, *ep, remote_region, remote_key_value, rkey);
@@ -533,13 +482,26 @@ void UcxBackend::post(bool read, Peer& peer, const std::shared_ptr<Transfer>& t,
       }
     }
   };
-  submit(std::move(job));
+  try {
+    state_->progress->submit(std::move(job));
+  } catch (...) {
+    for (int i = 0; i < n; ++i) end_remote_use(key, remote_region);
+    t->add_pieces(-n);
+    throw;
+  }
 }
+
+void UcxBackend::connect(Peer& peer) {
+  (void)peer.lanes();
+  (void)transports_to(peer);  // the endpoint and its wireup
+}
+
+std::string UcxBackend::describe(Peer& peer) { return "ucx (" + transports_to(peer) + ")"; }
 
 std::string UcxBackend::transports_to(Peer& peer) {
   std::string out;
   double timeout = engine_.settings().connect_timeout_s;
-  call([&] {
+  state_->progress->call([&] {
     UcxState& st = *state_;
     auto ep = endpoint(st, peer);
     // The lanes are final once wireup completed: a flush waits for it.
@@ -547,7 +509,7 @@ std::string UcxBackend::transports_to(Peer& peer) {
     ucs_status_ptr_t r = st.u->ep_flush_nbx(ep->ep, &p);
     if (UCS_PTR_IS_PTR(r)) {
       double deadline = net::now() + timeout;
-      while (st.u->request_check_status(r) == UCS_INPROGRESS && net::now() < deadline) st.u->worker_progress(st.worker);
+      while (st.u->request_check_status(r) == UCS_INPROGRESS && net::now() < deadline) st.progress->progress();
       if (st.u->request_check_status(r) == UCS_INPROGRESS) st.u->request_cancel(st.worker, r);
       st.u->request_free(r);
     }
@@ -575,18 +537,19 @@ UcxBackend::UcxBackend(EngineImpl& engine) : engine_(engine) {
   raise(Status::kInvalidUsage, "UCX cannot be loaded: built without UCX headers");
 }
 UcxBackend::~UcxBackend() = default;
-std::string UcxBackend::map(uint32_t, void*, uint64_t) { return ""; }
-void UcxBackend::unmap(uint32_t) {}
-void UcxBackend::post(bool, Peer&, const std::shared_ptr<Transfer>&, uint32_t, uint64_t, const std::string&,
-                      std::vector<UcxSegment>) {}
-std::string UcxBackend::transports_to(Peer&) { return ""; }
+bool UcxBackend::can_move(const MemoryDesc&, const MemoryDesc&, Peer&, bool) { return false; }
+void UcxBackend::post(bool, Peer&, const std::shared_ptr<Transfer>&, Region&, const MemoryDesc&,
+                      const std::vector<Extent>&) {}
+void UcxBackend::connect(Peer&) {}
+std::string UcxBackend::describe(Peer&) { return name(); }
+void UcxBackend::on_register(MemoryDesc&) {}
+void UcxBackend::on_deregister(uint32_t) {}
 bool UcxBackend::quiesce(const std::string&, uint32_t, double) { return true; }
 void UcxBackend::begin_remote_use(const std::string&, uint32_t, int) {}
 void UcxBackend::end_remote_use(const std::string&, uint32_t) {}
-void UcxBackend::call(const std::function<void()>& fn) { fn(); }
-void UcxBackend::submit(std::function<void()> fn) { fn(); }
-void UcxBackend::loop() {}
+std::string UcxBackend::transports_to(Peer&) { return ""; }
 void UcxBackend::check_stalls() {}
+double UcxBackend::max_sleep_s() const { return -1; }
 
 #endif
 

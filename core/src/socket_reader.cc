@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "transports/tcp/socket_reader.h"
+#include "mori/core/socket_reader.h"
 
 #include <sys/socket.h>
 
@@ -9,7 +9,7 @@
 
 #include "mori/core/status.h"
 
-namespace mori::tcp {
+namespace mori {
 
 size_t SocketReader::fill() {
   if (pos_ == end_) pos_ = end_ = 0;
@@ -86,4 +86,4 @@ void SocketReader::skip(size_t n) {
   }
 }
 
-}  // namespace mori::tcp
+}  // namespace mori

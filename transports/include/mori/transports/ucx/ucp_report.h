@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "transports/ucx/ucp_library.h"
+#include "mori/transports/ucx/ucp_library.h"
 
 namespace mori::ucx {
 
@@ -35,6 +35,9 @@ bool is_rdma_resource(const std::string& resource);
 std::vector<std::string> context_resources(const Ucp& api, ucp_context_h context);
 // The lanes of a wired-up endpoint (its report, parsed).
 std::vector<Lane> endpoint_lanes(const Ucp& api, ucp_ep_h ep);
+// The resources a context with `features` (UCP_FEATURE_*) would use here: a throwaway context
+// is made, read and cleaned up. Throws mori::Error naming the UCP call that failed.
+std::vector<std::string> probe_resources(const Ucp& api, uint64_t features);
 #endif
 
 }  // namespace mori::ucx
