@@ -22,6 +22,7 @@
 #include "io/src/registry.h"
 #include "io/src/wire.h"
 #include "mori/io/transfer_status.h"
+#include "mori/core/unique_fd.h"
 #include "mori/io/types.h"
 #include "transports/tcp/socket_reader.h"
 
@@ -84,7 +85,7 @@ class Lane {
     std::function<void(StatusCode, const std::string&, const std::vector<char>&)> on_reply;
   };
 
-  Lane(Peer& peer, int index, int fd);
+  Lane(Peer& peer, int index, UniqueFd fd);
   ~Lane();
   Lane(const Lane&) = delete;
   Lane& operator=(const Lane&) = delete;
@@ -116,7 +117,7 @@ class Lane {
 
   Peer& peer_;
   int index_;
-  int fd_;
+  UniqueFd fd_;
   std::atomic<bool> broken_{false};
   std::atomic<bool> stopping_{false};
 
@@ -136,7 +137,7 @@ class Lane {
   std::mutex read_mu_;
   std::atomic<int> wanting_{0};
   std::atomic<bool> rx_polling_{false};
-  int kick_fd_ = -1;
+  UniqueFd kick_fd_;
   std::mutex park_mu_;
   std::condition_variable park_cv_;
   std::chrono::steady_clock::time_point linger_until_{};  // park_mu_
