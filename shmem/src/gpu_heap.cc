@@ -12,7 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "shmem/src/gpu_kernels.h"
-#include "transports/cuda/cuda_check.h"
+#include "mori/core/cuda_check.h"
 #include "transports/cuda/cuda_kernels.h"
 #include "transports/cuda/cuda_transport.h"
 #endif
@@ -203,12 +203,9 @@ std::unique_ptr<GpuHeap> GpuHeap::create(Runtime& rt, int device, size_t bytes) 
 
 GpuHeap::~GpuHeap() {
   if (base_) {
-    int previous = -1;
-    cudaGetDevice(&previous);
-    cudaSetDevice(device_);
+    CudaDeviceGuard guard(device_, std::nothrow);
     cudaDeviceSynchronize();
     cudaFree(base_);
-    if (previous >= 0) cudaSetDevice(previous);
   }
 }
 

@@ -3,7 +3,7 @@
 // (device.cuh) like any user kernel.
 #include "mori/shmem/device.cuh"
 #include "shmem/src/gpu_kernels.h"
-#include "transports/cuda/cuda_check.h"
+#include "mori/core/cuda_check.h"
 
 namespace mori::shmem::gpu_kernels {
 namespace {

@@ -4,7 +4,7 @@
 #include <cuda/atomic>
 
 #include "mori/core/status.h"
-#include "transports/cuda/cuda_check.h"
+#include "mori/core/cuda_check.h"
 #include "transports/cuda/cuda_kernels.h"
 
 namespace mori::cuda_kernels {
