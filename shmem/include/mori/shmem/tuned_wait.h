@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// How the C API waits for a condition: busy-poll briefly (yield instead, when PEs outnumber
-// cores), then sleep in the kernel until a writer wakes us (Runtime::wait_for). For a single
+// How the C API and the runtime's barriers wait for a condition: busy-poll briefly (yield
+// instead, when PEs outnumber cores), then sleep in the kernel until a writer wakes us
+// (Runtime::wait_for). For a single
 // watched word the sleep is on the runtime's doorbell, and only a write to that word wakes us
 // (peers' other puts stay syscall-free); waits on several words sleep in short timed naps.
 // Either way a dead peer, a finalized source or MORI_SHMEM_WAIT_TIMEOUT ends the wait with an
@@ -13,9 +14,10 @@
 #include <cstddef>
 #include <sched.h>
 
-#include "capi/state.h"
+#include "mori/shmem/runtime.h"
+#include "mori/shmem/runtime_wait.h"
 
-namespace mori::capi {
+namespace mori::shmem {
 
 constexpr int kSpinPolls = 64;  // polls between clock reads while busy-polling
 // Busy-poll budget when every PE of the host has a core of its own: a running peer answers
@@ -65,20 +67,19 @@ inline void adapt_yield_window(std::chrono::steady_clock::duration slept, int wi
 // A crowded wait that served a peer's operation (ucx: software-emulated RMA over tcp/sm) keeps
 // yielding and polling this long after each one (why: mori::shmem::kServedYieldQuiet). Waits
 // with nothing to serve (shm, tcp) never extend their window.
-constexpr auto kYieldServed = mori::shmem::kServedYieldQuiet;
+constexpr auto kYieldServed = kServedYieldQuiet;
 
 template <typename Pred, typename Describe = std::nullptr_t>
-void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem::WaitFrom from = {},
-          Describe describe = nullptr) {
+void tuned_wait(Runtime& r, Pred ready, const char* fn, const void* watched = nullptr, WaitFrom from = {},
+                Describe describe = nullptr) {
   if (ready()) return;
-  mori::shmem::Runtime& r = rt(fn);
   int adaptive_us = 0;  // the crowded yield window this wait used, if it may adapt
   {
     // Serve peers' emulated RMA (ucx) while we poll; a PE that keeps being served keeps
     // polling (or yielding, when crowded), so a peer's run of operations costs no wake-up
     // each. Bounded by kServedPollMax, so that the sleeping wait's checks (a dead peer, the
     // timeout) run even while other peers keep us busy.
-    mori::shmem::Runtime::Polling polling(r);
+    Runtime::Polling polling(r);
     const auto entered = std::chrono::steady_clock::now();
     const auto served_for = [&] { return std::chrono::steady_clock::now() - entered; };
     if (!r.oversubscribed()) {
@@ -95,7 +96,7 @@ void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem
         if (i % kSpinPolls == 0) {
           const auto now = std::chrono::steady_clock::now();
           if (now - spin_start > std::chrono::microseconds(kSpinUsDedicated) ||
-              now - entered > mori::shmem::kServedPollMax)
+              now - entered > kServedPollMax)
             break;
         }
       }
@@ -111,7 +112,7 @@ void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem
         }
         if (polling.poll()) {
           if (ready()) return;
-          if (served_for() < mori::shmem::kServedPollMax) {
+          if (served_for() < kServedPollMax) {
             adaptive_us = 0;  // served (ucx): the window follows the peer's operations instead
             yield_start = std::chrono::steady_clock::now();
             window = std::chrono::duration_cast<std::chrono::microseconds>(kYieldServed);
@@ -126,4 +127,4 @@ void wait(Pred ready, const char* fn, const void* watched = nullptr, mori::shmem
   if (adaptive_us > 0) adapt_yield_window(std::chrono::steady_clock::now() - slept_from, adaptive_us);
 }
 
-}  // namespace mori::capi
+}  // namespace mori::shmem
