@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """mori.core: errors, environment settings, bootstraps and topology."""
 from mori.core.errors import (
+    DeviceError,
     InvalidArgument,
     InvalidUsage,
     MoriError,
@@ -15,5 +16,5 @@ from mori.core.env import env_table, parse_size
 
 __all__ = [
     "MoriError", "InvalidArgument", "InvalidUsage", "OutOfMemory", "SystemError_", "TransportError",
-    "RemoteError", "Timeout", "Unavailable", "env_table", "parse_size",
+    "RemoteError", "Timeout", "Unavailable", "DeviceError", "env_table", "parse_size",
 ]

@@ -44,8 +44,14 @@ class Unavailable(MoriError, NotImplementedError):
     status = 8
 
 
+class DeviceError(MoriError):
+    """A GPU call failed (a CUDA runtime error, from any layer)."""
+
+    status = 10
+
+
 _BY_STATUS = {cls.status: cls for cls in (InvalidArgument, InvalidUsage, OutOfMemory, SystemError_,
-                                          TransportError, RemoteError, Timeout, Unavailable)}
+                                          TransportError, RemoteError, Timeout, Unavailable, DeviceError)}
 
 
 def error_class(status: int) -> type[MoriError]:

@@ -11,7 +11,7 @@ import ctypes
 import threading
 from typing import Any
 
-from mori.core.errors import InvalidArgument, SystemError_, Unavailable
+from mori.core.errors import DeviceError, InvalidArgument, Unavailable
 from mori.shmem import gpu
 
 # The global the MORI-IR wrappers read (mori/ir/codegen.py emits it under this name).
@@ -43,7 +43,7 @@ def _check(lib: ctypes.CDLL, rc: int, what: str) -> None:
     if rc != _CUDA_SUCCESS:
         msg = ctypes.c_char_p()
         lib.cuGetErrorString(rc, ctypes.byref(msg))
-        raise SystemError_(f"shmem_module_init: {what} failed: CUDA error {rc} ({(msg.value or b'?').decode()})")
+        raise DeviceError(f"shmem_module_init: {what} failed: CUDA error {rc} ({(msg.value or b'?').decode()})")
 
 
 def _module_handle(module: Any) -> int:

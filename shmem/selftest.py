@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mori import _C
-from mori.core.errors import TransportError, Unavailable
+from mori.core.errors import DeviceError, Unavailable
 from mori.shmem import gpu
 
 THREAD, WARP, BLOCK = 0, 1, 2
@@ -55,7 +55,7 @@ def _lib() -> ctypes.CDLL:
 def _call(name: str, *args: Any) -> None:
     rc = getattr(_lib(), name)(gpu.device_state_ptr(), *args)
     if rc != 0:
-        raise TransportError(f"{name}: kernel launch failed with cudaError {rc}")
+        raise DeviceError(f"{name}: kernel launch failed with cudaError {rc}")
 
 
 def put(scope: int, dst: int, src: int, nbytes: int, pe: int, blocks: int = 1, threads: int = 256,

@@ -4,7 +4,7 @@
 A secret derived from the store's address is one anyone who knows the address can compute, so it
 is used on one host only (the store then listens on loopback); a job that may span hosts is
 refused with an error saying how to set MORI_JOB_SECRET. Python (mori.core.bootstrap) and the C
-API (shmem/capi/launch_bootstrap.cc) share the policy (core/launch_secret.h).
+API share one launcher detection (core/launch.h) and its policy (core/launch_secret.h).
 """
 from __future__ import annotations
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "mori/collectives/ce_engine.h"
+#include "mori/core/cuda_check.h"
 #include "mori/core/status.h"
 #include "mori/shmem/device.cuh"
 #include "mori/shmem/gpu_heap.h"
@@ -15,12 +16,6 @@ namespace {
 
 namespace dev = mori::shmem::dev;
 using shmem::DeviceState;
-
-void cuda_check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess)
-    raise(Status::kSystem, "mori.ccl GPU engine: %s failed: %s (%s)", what, cudaGetErrorName(err),
-          cudaGetErrorString(err));
-}
 
 // Flag values are epoch * kEpochStride + x: they only grow, so waits are ">=" and nothing is
 // ever reset (a replayed CUDA graph reads the next epoch from device memory).
@@ -125,7 +120,7 @@ void launch_copies(const CopyJob* jobs, size_t n, int max_blocks, cudaStream_t s
     size_t per_job = static_cast<size_t>(std::max(1, max_blocks / m));
     unsigned blocks = static_cast<unsigned>(std::clamp<size_t>((units + threads - 1) / threads, 1, per_job));
     copy_kernel<<<dim3(blocks, m), threads, 0, s>>>(b);
-    cuda_check(cudaGetLastError(), "copy kernel launch");
+    check_cuda(cudaGetLastError(), "copy kernel launch");
     b = CopyBatch{};
     m = 0;
     units = 0;
@@ -198,8 +193,8 @@ CeEngine::CeEngine(size_t staging_bytes) : impl_(std::make_unique<Impl>()) {
       raise(Status::kUnavailable, "%s: PE %d's GPU is not P2P-reachable from PE %d (other node or MORI_DISABLE_P2P)",
             caller, pe, d.me);
   device_ = heap->device();
-  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-  cuda_check(cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute");
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  check_cuda(cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute");
   d.state = heap->device_state_ptr();
 
   size_t flag_bytes = (2 * d.n * sizeof(uint64_t) + 2 * sizeof(uint64_t) + 4095) / 4096 * 4096;
@@ -209,7 +204,7 @@ CeEngine::CeEngine(size_t staging_bytes) : impl_(std::make_unique<Impl>()) {
   d.staging = d.window + flag_bytes;
   auto* w = reinterpret_cast<uint64_t*>(d.window);
   d.flags = Flags{w, w + d.n, w + 2 * d.n, w + 2 * d.n + 1};
-  cuda_check(cudaMemset(d.window, 0, flag_bytes), "cudaMemset");
+  check_cuda(cudaMemset(d.window, 0, flag_bytes), "cudaMemset");
   d.peer_slot.assign(d.n, nullptr);
   for (int pe = 0; pe < d.n; ++pe) {
     if (pe == d.me) continue;
@@ -217,8 +212,8 @@ CeEngine::CeEngine(size_t staging_bytes) : impl_(std::make_unique<Impl>()) {
     d.peer_slot[pe] = static_cast<char*>(rt.ptr(sym, pe));
     if (!d.peer_slot[pe]) raise(Status::kUnavailable, "%s: no direct pointer to PE %d's GPU heap", caller, pe);
   }
-  auto stream = [](cudaStream_t* s) { cuda_check(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking), "cudaStreamCreate"); };
-  auto event = [](cudaEvent_t* e) { cuda_check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate"); };
+  auto stream = [](cudaStream_t* s) { check_cuda(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking), "cudaStreamCreate"); };
+  auto event = [](cudaEvent_t* e) { check_cuda(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate"); };
   d.push.assign(d.n, nullptr);
   d.sig.assign(d.n, nullptr);
   d.recv.assign(d.n, nullptr);
@@ -238,7 +233,7 @@ CeEngine::CeEngine(size_t staging_bytes) : impl_(std::make_unique<Impl>()) {
   event(&d.start);
   event(&d.fork);
   event(&d.local_done);
-  cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   // Nobody signals into a window whose flags a peer has not cleared yet.
   rt.bootstrap().barrier();
 }
@@ -347,13 +342,13 @@ void CeEngine::exchange(const std::vector<CeSend>& sends, const std::vector<CeRe
     for (int c = 0; c < c_n; ++c) {
       size_t lo = std::min(r.bytes, c * piece), len = std::min(piece, r.bytes - lo);
       wait_kernel<<<1, 1, 0, rs>>>(d.state, d.flags, r.pe, piece_mark(c, c_n));
-      cuda_check(cudaGetLastError(), "wait kernel launch");
+      check_cuda(cudaGetLastError(), "wait kernel launch");
       CopyJob job{from + lo, to + lo, len};
       launch_copies(&job, 1, d.sm_count, rs);
     }
   };
   auto push = [&](size_t k, cudaStream_t ps) {
-    cuda_check(cudaMemcpyAsync(remote[k], sends[k].src, sends[k].bytes, cudaMemcpyDeviceToDevice, ps),
+    check_cuda(cudaMemcpyAsync(remote[k], sends[k].src, sends[k].bytes, cudaMemcpyDeviceToDevice, ps),
                "cudaMemcpyAsync (push to peer)");
   };
 
@@ -361,15 +356,15 @@ void CeEngine::exchange(const std::vector<CeSend>& sends, const std::vector<CeRe
   // The local shard needs no peer: it overlaps the whole exchange.
   const bool local = local_bytes && local_dst != local_src;
   if (local) {
-    cuda_check(cudaEventRecord(d.start, s), "cudaEventRecord");
-    cuda_check(cudaStreamWaitEvent(d.local, d.start, 0), "cudaStreamWaitEvent");
+    check_cuda(cudaEventRecord(d.start, s), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(d.local, d.start, 0), "cudaStreamWaitEvent");
     CopyJob job{local_src, local_dst, local_bytes};
     launch_copies(&job, 1, 2 * d.sm_count, d.local);
-    cuda_check(cudaEventRecord(d.local_done, d.local), "cudaEventRecord");
+    check_cuda(cudaEventRecord(d.local_done, d.local), "cudaEventRecord");
   }
   enter_kernel<<<1, d.threads, 0, s>>>(d.state, d.flags, d.me, ready_to, wait_ready);
-  cuda_check(cudaGetLastError(), "enter kernel launch");
-  if (fork) cuda_check(cudaEventRecord(d.fork, s), "cudaEventRecord");
+  check_cuda(cudaGetLastError(), "enter kernel launch");
+  if (fork) check_cuda(cudaEventRecord(d.fork, s), "cudaEventRecord");
   if (s_send >= 0) push(s_send, s);
 
   std::vector<cudaEvent_t> before_arrive, at_end;
@@ -377,11 +372,11 @@ void CeEngine::exchange(const std::vector<CeSend>& sends, const std::vector<CeRe
     const CeSend& x = sends[k];
     if (x.bytes == 0 || static_cast<int>(k) == s_send) continue;
     cudaStream_t ps = d.push[x.pe];
-    cuda_check(cudaStreamWaitEvent(ps, d.fork, 0), "cudaStreamWaitEvent");
+    check_cuda(cudaStreamWaitEvent(ps, d.fork, 0), "cudaStreamWaitEvent");
     int c_n = send_chunks[k];
     if (c_n == 1) {  // signalled by the arrive kernel
       push(k, ps);
-      cuda_check(cudaEventRecord(d.push_done[x.pe], ps), "cudaEventRecord");
+      check_cuda(cudaEventRecord(d.push_done[x.pe], ps), "cudaEventRecord");
       before_arrive.push_back(d.push_done[x.pe]);
       continue;
     }
@@ -392,36 +387,36 @@ void CeEngine::exchange(const std::vector<CeSend>& sends, const std::vector<CeRe
     for (int c = 0; c < c_n; ++c) {
       size_t lo = std::min(x.bytes, c * piece), len = std::min(piece, x.bytes - lo);
       if (len)
-        cuda_check(cudaMemcpyAsync(remote[k] + lo, src + lo, len, cudaMemcpyDeviceToDevice, ps),
+        check_cuda(cudaMemcpyAsync(remote[k] + lo, src + lo, len, cudaMemcpyDeviceToDevice, ps),
                    "cudaMemcpyAsync (push to peer)");
       cudaEvent_t ev = d.chunk_done[x.pe * kMaxChunks + c];
-      cuda_check(cudaEventRecord(ev, ps), "cudaEventRecord");
-      cuda_check(cudaStreamWaitEvent(ss, ev, 0), "cudaStreamWaitEvent");
+      check_cuda(cudaEventRecord(ev, ps), "cudaEventRecord");
+      check_cuda(cudaStreamWaitEvent(ss, ev, 0), "cudaStreamWaitEvent");
       signal_kernel<<<1, 1, 0, ss>>>(d.state, d.flags, x.pe, d.me, piece_mark(c, c_n));
-      cuda_check(cudaGetLastError(), "signal kernel launch");
+      check_cuda(cudaGetLastError(), "signal kernel launch");
     }
-    cuda_check(cudaEventRecord(d.push_done[x.pe], ss), "cudaEventRecord");
+    check_cuda(cudaEventRecord(d.push_done[x.pe], ss), "cudaEventRecord");
     at_end.push_back(d.push_done[x.pe]);
   }
   for (size_t k = 0; k < recvs.size(); ++k) {
     const CeRecv& r = recvs[k];
     if (r.bytes == 0 || !r.copy_to || recv_chunks[k] == 1 || static_cast<int>(k) == s_recv) continue;
     cudaStream_t rs = d.recv[r.pe];
-    cuda_check(cudaStreamWaitEvent(rs, d.fork, 0), "cudaStreamWaitEvent");
+    check_cuda(cudaStreamWaitEvent(rs, d.fork, 0), "cudaStreamWaitEvent");
     copy_out_pieces(r, recv_chunks[k], rs);
-    cuda_check(cudaEventRecord(d.recv_done[r.pe], rs), "cudaEventRecord");
+    check_cuda(cudaEventRecord(d.recv_done[r.pe], rs), "cudaEventRecord");
     at_end.push_back(d.recv_done[r.pe]);
   }
-  for (cudaEvent_t ev : before_arrive) cuda_check(cudaStreamWaitEvent(s, ev, 0), "cudaStreamWaitEvent");
+  for (cudaEvent_t ev : before_arrive) check_cuda(cudaStreamWaitEvent(s, ev, 0), "cudaStreamWaitEvent");
   if (data_to.any() || data_from.any()) {
     arrive_kernel<<<1, d.threads, 0, s>>>(d.state, d.flags, d.me, data_to, data_from);
-    cuda_check(cudaGetLastError(), "arrive kernel launch");
+    check_cuda(cudaGetLastError(), "arrive kernel launch");
   }
   launch_copies(copy_outs.data(), copy_outs.size(), 2 * d.sm_count, s);
   // After arrive: its signals must not wait for this copy-out, whose sender signals from a side stream.
   if (s_recv >= 0) copy_out_pieces(recvs[s_recv], recv_chunks[s_recv], s);
-  for (cudaEvent_t ev : at_end) cuda_check(cudaStreamWaitEvent(s, ev, 0), "cudaStreamWaitEvent");
-  if (local) cuda_check(cudaStreamWaitEvent(s, d.local_done, 0), "cudaStreamWaitEvent");
+  for (cudaEvent_t ev : at_end) check_cuda(cudaStreamWaitEvent(s, ev, 0), "cudaStreamWaitEvent");
+  if (local) check_cuda(cudaStreamWaitEvent(s, d.local_done, 0), "cudaStreamWaitEvent");
   for (size_t k = 0; k < sends.size(); ++k) (sends[k].direct ? stats_.direct_bytes : stats_.staged_bytes) += sends[k].bytes;
 }
 

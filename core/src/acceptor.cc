@@ -27,8 +27,8 @@ bool Connection::evicted() const {
   return evicted_;
 }
 
-Acceptor::Acceptor(int listen_fd, Options options, Handler handler)
-    : listen_fd_(listen_fd), opt_(std::move(options)), handler_(std::move(handler)) {
+Acceptor::Acceptor(UniqueFd listen_fd, Options options, Handler handler)
+    : listen_fd_(std::move(listen_fd)), opt_(std::move(options)), handler_(std::move(handler)) {
   thread_ = std::thread([this] { loop(); });
   name_thread(thread_, "mori-accept");
 }
@@ -37,18 +37,18 @@ Acceptor::~Acceptor() { stop(); }
 
 void Acceptor::stop() {
   if (stopping_.exchange(true)) return;
-  ::shutdown(listen_fd_, SHUT_RDWR);  // wakes poll()/accept()
+  ::shutdown(listen_fd_.get(), SHUT_RDWR);  // wakes poll()/accept()
   if (thread_.joinable()) thread_.join();
-  close_fd(listen_fd_);
+  listen_fd_.reset();
   std::list<Connection> conns;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (Connection& c : conns_) ::shutdown(c.fd_, SHUT_RDWR);  // wakes blocked recv()/send()
+    for (Connection& c : conns_) ::shutdown(c.fd_.get(), SHUT_RDWR);  // wakes blocked recv()/send()
     conns.splice(conns.end(), conns_);
   }
   for (Connection& c : conns) {
     if (c.thread_.joinable()) c.thread_.join();
-    close_fd(c.fd_);
+    c.fd_.reset();
   }
 }
 
@@ -68,7 +68,7 @@ void Acceptor::evict_locked(Connection& c, const char* why) {
   c.evicted_ = true;
   // Only shut down here: the descriptor stays ours until its thread has ended (see reap_locked),
   // so its number cannot be reused under a thread still reading it.
-  ::shutdown(c.fd_, SHUT_RDWR);
+  ::shutdown(c.fd_.get(), SHUT_RDWR);
   MORI_LOG_LIMITED(evictions_log_, kWarn, opt_.subsys, "%s: closed an unauthenticated connection from %s: %s",
                    opt_.service.c_str(), c.peer_.c_str(), why);
 }
@@ -78,7 +78,7 @@ void Acceptor::reap_locked() {
   for (auto it = conns_.begin(); it != conns_.end();) {
     if (it->done_.load()) {
       it->thread_.join();
-      close_fd(it->fd_);
+      it->fd_.reset();
       it = conns_.erase(it);
       continue;
     }
@@ -94,12 +94,12 @@ void Acceptor::loop() {
       std::lock_guard<std::mutex> lock(mu_);
       reap_locked();
     }
-    pollfd pfd{listen_fd_, POLLIN, 0};
+    pollfd pfd{listen_fd_.get(), POLLIN, 0};
     int rc = ::poll(&pfd, 1, 250);  // wakes now and then to reap and expire strangers
     if (stopping_.load()) return;
     if (rc <= 0) continue;
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
+    UniqueFd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!fd) {
       int err = errno;
       if (stopping_.load()) return;
       if (err == EINTR || err == ECONNABORTED || err == EAGAIN) continue;
@@ -114,14 +114,14 @@ void Acceptor::loop() {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
     }
-    set_nodelay(fd);
+    set_nodelay(fd.get());
     std::lock_guard<std::mutex> lock(mu_);
     if (pending_locked() >= opt_.max_pending)
       if (Connection* c = oldest_pending_locked()) evict_locked(*c, "too many connections are waiting to authenticate");
     Connection& c = conns_.emplace_back();
     c.owner_ = this;
-    c.fd_ = fd;
-    c.peer_ = peer_address(fd);
+    c.peer_ = peer_address(fd.get());
+    c.fd_ = std::move(fd);
     c.accepted_at_ = now();
     try {
       c.thread_ = std::thread([this, &c] {
@@ -131,14 +131,14 @@ void Acceptor::loop() {
           MORI_LOG(kDebug, opt_.subsys, "%s: connection from %s ended: %s", opt_.service.c_str(), c.peer_.c_str(),
                    e.what());
         }
-        ::shutdown(c.fd_, SHUT_RDWR);  // the peer sees the end now; the descriptor is closed by the reaper
+        ::shutdown(c.fd_.get(), SHUT_RDWR);  // the peer sees the end now; the descriptor is closed by the reaper
         c.done_.store(true);
       });
       name_thread(c.thread_, "mori-conn");
     } catch (const std::system_error& e) {  // no thread to be had: drop this connection, keep listening
       MORI_LOG_LIMITED(evictions_log_, kWarn, opt_.subsys, "%s: dropped a connection from %s: %s",
                        opt_.service.c_str(), c.peer_.c_str(), e.what());
-      close_fd(c.fd_);
+      c.fd_.reset();
       conns_.pop_back();
     }
   }

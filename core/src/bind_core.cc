@@ -5,6 +5,7 @@
 #include "mori/core/auth.h"
 #include "mori/core/env.h"
 #include "mori/core/heap_allocator.h"
+#include "mori/core/launch.h"
 #include "mori/core/launch_secret.h"
 #include "mori/core/socket.h"
 #include "mori/core/store.h"
@@ -36,17 +37,21 @@ void bind_core(py::module_& m) {
   m.def("local_ip_address", &local_ip_address);
   m.def("random_secret_hex", [] { return secret_to_hex(random_secret()); });
   m.def("human_bytes", &human_bytes);
-  m.def("env_launch_secret",
-        [](const std::string& job_secret_hex, const std::string& master_addr, int store_port,
-           const std::string& run_id, int world_size, int local_world_size) {
-          EnvLaunchSecret s = env_launch_secret(job_secret_hex, master_addr, store_port, run_id, world_size,
-                                                local_world_size);
-          return py::make_tuple(s.secret_hex, s.store_host, s.derived);
-        },
-        py::arg("job_secret_hex"), py::arg("master_addr"), py::arg("store_port"), py::arg("run_id"),
-        py::arg("world_size"), py::arg("local_world_size"),
-        "(secret_hex, store_host, derived) of a MASTER_ADDR/RANK/WORLD_SIZE job (see launch_secret.h); "
-        "refuses a job that may span hosts without MORI_JOB_SECRET.");
+  m.def("detect_launch", [] {
+    LaunchInfo i = detect_launch();
+    py::dict d;
+    d["kind"] = i.kind;
+    d["rank"] = i.rank;
+    d["size"] = i.size;
+    d["local_rank"] = i.local_rank;
+    d["local_size"] = i.local_size;
+    d["store_host"] = i.store_host;
+    d["store_port"] = i.store_port;
+    d["secret_hex"] = i.secret_hex;
+    d["derived_secret"] = i.derived_secret;
+    return d;
+  }, "Which launcher started this process (see core/launch.h): a dict of LaunchInfo's fields plus "
+     "derived_secret.");
   m.def("host_scope", [](const std::string& host) {
     switch (host_scope(host)) {
       case HostScope::kLoopback: return "loopback";

@@ -43,38 +43,33 @@ static sockaddr_in resolve(const std::string& host, int port) {
   return addr;
 }
 
-int listen_tcp(const std::string& host, int port, int* bound_port, int backlog) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) raise_errno("socket");
+UniqueFd listen_tcp(const std::string& host, int port, int* bound_port, int backlog) {
+  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) raise_errno("socket");
   int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in addr = resolve(host, port);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    int err = errno;
-    close(fd);
-    errno = err;
-    raise_errno("bind %s:%d", host.c_str(), port);
-  }
-  if (listen(fd, backlog) != 0) raise_errno("listen");
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) raise_errno("bind %s:%d", host.c_str(), port);
+  if (listen(fd.get(), backlog) != 0) raise_errno("listen");
   socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len);
   if (bound_port) *bound_port = ntohs(addr.sin_port);
   return fd;
 }
 
-int connect_tcp(const std::string& host, int port, double timeout_s) {
+UniqueFd connect_tcp(const std::string& host, int port, double timeout_s) {
   sockaddr_in addr = resolve(host, port);
   double deadline = now() + timeout_s;
   int last_err = 0;
   while (true) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) raise_errno("socket");
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-      set_nodelay(fd);
+    UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) raise_errno("socket");
+    if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      set_nodelay(fd.get());
       return fd;
     }
     last_err = errno;
-    close(fd);
+    fd.reset();
     if (now() > deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -158,11 +153,6 @@ void set_liveness(int fd, double timeout_s) {
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
   setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
-}
-
-void close_fd(int& fd) {
-  if (fd >= 0) ::close(fd);
-  fd = -1;
 }
 
 std::string peer_address(int fd) {

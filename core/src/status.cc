@@ -19,6 +19,7 @@ const char* status_name(Status s) {
     case Status::kTimeout: return "timeout";
     case Status::kUnavailable: return "unavailable";
     case Status::kInternal: return "internal error";
+    case Status::kDevice: return "device error";
   }
   return "unknown";
 }

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "mori/core/auth.h"
+#include "mori/core/dial.h"
 #include "mori/core/env.h"
 #include "mori/core/log.h"
 #include "mori/core/rate_limited_log.h"
@@ -109,13 +110,13 @@ JobSecret secret_from_hex(const std::string& hex) {
 // ---------------------------------------------------------------- server
 
 StoreServer::StoreServer(const JobSecret& secret, const std::string& bind_host, int port) : secret_(secret) {
-  int listen_fd = net::listen_tcp(bind_host, port, &port_);
+  UniqueFd listen_fd = net::listen_tcp(bind_host, port, &port_);
   net::Acceptor::Options o;
   o.service = "bootstrap store";
   o.subsys = "BOOTSTRAP";
   o.max_pending = kMaxPending;
   o.pending_lifetime_s = kHandshakeSeconds + 1;  // a backstop: serve() gives up at kHandshakeSeconds
-  acceptor_ = std::make_unique<net::Acceptor>(listen_fd, std::move(o), [this](net::Connection& c) { serve(c); });
+  acceptor_ = std::make_unique<net::Acceptor>(std::move(listen_fd), std::move(o), [this](net::Connection& c) { serve(c); });
 }
 
 StoreServer::~StoreServer() { stop(); }
@@ -256,44 +257,37 @@ void StoreServer::serve(net::Connection& conn) {
 StoreClient::StoreClient(const std::string& host, int port, const JobSecret& secret, int rank, double timeout_s,
                          int host_rank)
     : rank_(rank), host_rank_(host_rank), address_(host + ":" + std::to_string(port)), secret_(secret) {
-  const double deadline = net::now() + timeout_s;
-  std::string last_error;
-  // A connection can break before it is admitted (the store evicts strangers first when it is
-  // flooded, and may evict us by mistake): try again until the deadline. A refusal is final.
-  while (true) {
-    try {
-      fd_ = -1;
-      fd_ = net::connect_tcp(host, port, std::max(0.1, deadline - net::now()));
-      auth::client_handshake(fd_, secret_.data(), secret_.size(), kAuthLabel, deadline);
-      int32_t r = rank;
-      net::send_all(fd_, &r, sizeof(r));
-      uint8_t ok = 1;
-      if (!net::recv_all(fd_, &ok, 1, deadline) || ok != kOk)
-        raise(Status::kRemote, "the store closed the connection after authentication");
-      return;
-    } catch (const auth::Refused& e) {
-      net::close_fd(fd_);
-      raise(Status::kRemote, "bootstrap store at %s refused rank %d: %s (every rank needs the same MORI_JOB_SECRET)",
-            address_.c_str(), rank, e.what());
-    } catch (const Error& e) {
-      net::close_fd(fd_);
-      if (e.status() == Status::kInvalidArgument) throw;  // a bad address: no retry makes it good
-      last_error = e.what();
-    }
-    if (net::now() >= deadline) {
-      if (host_rank_ >= 0 && host_rank_ != rank)
-        raise(Status::kRemote,
-              "rank %d could not reach the bootstrap store at %s within %.0f s: rank %d hosts it and is not there "
-              "(it exited or never started): %s",
-              rank, address_.c_str(), timeout_s, host_rank_, last_error.c_str());
-      raise(Status::kTimeout, "rank %d could not authenticate to the bootstrap store at %s within %.0f s: %s", rank,
-            address_.c_str(), timeout_s, last_error.c_str());
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  net::DialOptions o;
+  o.host = host;
+  o.port = port;
+  o.secret = secret_.data();
+  o.secret_len = secret_.size();
+  o.label = kAuthLabel;
+  o.deadline = net::now() + timeout_s;
+  o.greet = [rank](int fd, double deadline) {
+    int32_t r = rank;
+    net::send_all(fd, &r, sizeof(r));
+    uint8_t ok = 1;
+    if (!net::recv_all(fd, &ok, 1, deadline) || ok != kOk)
+      raise(Status::kRemote, "the store closed the connection after authentication");
+  };
+  try {
+    fd_ = net::dial(o);
+  } catch (const auth::Refused& e) {
+    raise(Status::kRemote, "bootstrap store at %s refused rank %d: %s (every rank needs the same MORI_JOB_SECRET)",
+          address_.c_str(), rank, e.what());
+  } catch (const net::DialError& e) {
+    if (host_rank_ >= 0 && host_rank_ != rank)
+      raise(Status::kRemote,
+            "rank %d could not reach the bootstrap store at %s within %.0f s: rank %d hosts it and is not there "
+            "(it exited or never started): %s",
+            rank, address_.c_str(), timeout_s, host_rank_, e.what());
+    raise(Status::kTimeout, "rank %d could not authenticate to the bootstrap store at %s within %.0f s: %s", rank,
+          address_.c_str(), timeout_s, e.what());
   }
 }
 
-StoreClient::~StoreClient() { net::close_fd(fd_); }
+StoreClient::~StoreClient() = default;
 
 void StoreClient::set(const std::string& key, const std::string& value) {
   MORI_CHECK_ARG(key.size() <= kMaxKeyBytes, "bootstrap store key of %zu bytes: keys have at most %llu", key.size(),
@@ -308,8 +302,8 @@ void StoreClient::set(const std::string& key, const std::string& value) {
   put_str(msg, value);
   uint8_t reply = kOk;
   talk([&] {
-    net::send_all(fd_, msg.data(), msg.size());
-    reply = read_raw<uint8_t>(fd_);
+    net::send_all(fd_.get(), msg.data(), msg.size());
+    reply = read_raw<uint8_t>(fd_.get());
   });
   if (reply != kOk) raise(Status::kRemote, "bootstrap store rejected set of '%s'", key.c_str());
 }
@@ -331,17 +325,17 @@ std::vector<std::string> StoreClient::get(const std::vector<std::string>& keys, 
   bool joined = false;
   std::vector<std::string> values(keys.size());
   talk([&] {
-    net::send_all(fd_, msg.data(), msg.size());
-    status = read_raw<uint8_t>(fd_, net::now() + timeout_s + 30);
+    net::send_all(fd_.get(), msg.data(), msg.size());
+    status = read_raw<uint8_t>(fd_.get(), net::now() + timeout_s + 30);
     if (status == kOk) {
-      for (auto& v : values) v = read_str(fd_, kStoreMaxValueBytes, "value");
+      for (auto& v : values) v = read_str(fd_.get(), kStoreMaxValueBytes, "value");
       return;
     }
-    owner = read_raw<int32_t>(fd_);
-    key = read_str(fd_, kMaxKeyBytes, "key");
+    owner = read_raw<int32_t>(fd_.get());
+    key = read_str(fd_.get(), kMaxKeyBytes, "key");
     if (status == kOwnerExited) {
-      code = read_raw<int32_t>(fd_);
-      joined = read_raw<uint8_t>(fd_) != 0;
+      code = read_raw<int32_t>(fd_.get());
+      joined = read_raw<uint8_t>(fd_.get()) != 0;
     }
   });
   if (status != kOk) {
@@ -377,14 +371,14 @@ void StoreClient::talk(const std::function<void()>& exchange) {
 
 void StoreClient::goodbye() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (fd_ < 0) return;
+  if (!fd_) return;
   uint8_t op = kBye;
   try {
-    net::send_all(fd_, &op, 1);
-    read_raw<uint8_t>(fd_, net::now() + 5);
+    net::send_all(fd_.get(), &op, 1);
+    read_raw<uint8_t>(fd_.get(), net::now() + 5);
   } catch (const std::exception&) {
   }
-  net::close_fd(fd_);
+  fd_.reset();
 }
 
 // ---------------------------------------------------------------- bootstrap

@@ -19,6 +19,8 @@
 #if MORI_WITH_CUDA
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+
+#include "mori/core/cuda_check.h"
 #endif
 
 namespace mori::io::gpu {
@@ -27,17 +29,12 @@ namespace mori::io::gpu {
 
 namespace {
 
-std::string cuda_error(const char* what, cudaError_t err) {
-  return format("%s failed: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
-}
-
-// The calling thread's stream on `device` for synchronous staging copies.
+// The calling thread's stream on `device` (the current device) for synchronous staging copies.
 cudaStream_t thread_stream(int device) {
   thread_local std::map<int, cudaStream_t> streams;
   auto it = streams.find(device);
   if (it != streams.end()) return it->second;
   cudaStream_t s = nullptr;
-  cudaSetDevice(device);
   if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) s = nullptr;
   streams[device] = s;
   return s;
@@ -107,18 +104,28 @@ HostBuffer::~HostBuffer() {
   else std::free(data_);
 }
 
+// Reported, not thrown: a failed copy fails its transfer.
+std::string enter_device(const CudaDeviceGuard& guard, int device) {
+  if (guard.error() == cudaSuccess) return "";
+  return cuda_error_text(format("cudaSetDevice(%d)", device).c_str(), guard.error());
+}
+
 std::string copy_to_host(void* host, const void* device_ptr, size_t n, int device) {
+  CudaDeviceGuard guard(device, std::nothrow);
+  if (std::string why = enter_device(guard, device); !why.empty()) return why;
   cudaStream_t s = thread_stream(device);
   cudaError_t err = cudaMemcpyAsync(host, device_ptr, n, cudaMemcpyDeviceToHost, s);
   if (err == cudaSuccess) err = cudaStreamSynchronize(s);
-  return err == cudaSuccess ? "" : cuda_error("cudaMemcpyAsync (device to host)", err);
+  return err == cudaSuccess ? "" : cuda_error_text("cudaMemcpyAsync (device to host)", err);
 }
 
 std::string copy_to_device(void* device_ptr, const void* host, size_t n, int device) {
+  CudaDeviceGuard guard(device, std::nothrow);
+  if (std::string why = enter_device(guard, device); !why.empty()) return why;
   cudaStream_t s = thread_stream(device);
   cudaError_t err = cudaMemcpyAsync(device_ptr, host, n, cudaMemcpyHostToDevice, s);
   if (err == cudaSuccess) err = cudaStreamSynchronize(s);
-  return err == cudaSuccess ? "" : cuda_error("cudaMemcpyAsync (host to device)", err);
+  return err == cudaSuccess ? "" : cuda_error_text("cudaMemcpyAsync (host to device)", err);
 }
 
 // One copy's completion, claimed once: by the thread that waits for the transfer (drive) or
@@ -142,7 +149,7 @@ class IpcCompletion : public StatusDriver {
     if (!gate_->open || claimed_.load()) return false;
     if (deadline != std::chrono::steady_clock::time_point::max()) {
       // A bounded wait polls without claiming: a waiter that gives up leaves it to the thread.
-      cudaSetDevice(device_);
+      CudaDeviceGuard guard(device_, std::nothrow);  // a failure shows in finish()
       cudaError_t q;
       while ((q = cudaEventQuery(event_)) == cudaErrorNotReady) {
         if (std::chrono::steady_clock::now() >= deadline) return true;
@@ -157,12 +164,14 @@ class IpcCompletion : public StatusDriver {
   // Claims, synchronizes and reports; false when claimed already.
   bool finish() {
     if (claimed_.exchange(true)) return false;
-    cudaSetDevice(device_);
+    CudaDeviceGuard guard(device_, std::nothrow);
+    std::string why = enter_device(guard, device_);
     cudaError_t err = cudaEventSynchronize(event_);
     if (err != cudaSuccess) cudaGetLastError();
     recycle_(event_);
+    if (why.empty() && err != cudaSuccess) why = cuda_error_text("cudaEventSynchronize (CUDA IPC copy)", err);
     auto done = std::move(done_);
-    done(err == cudaSuccess ? "" : cuda_error("cudaEventSynchronize (CUDA IPC copy)", err));
+    done(why);
     return true;
   }
 
@@ -196,7 +205,8 @@ struct IpcCopier::Impl {
   cudaStream_t stream(int device) {
     auto& v = streams[device];
     if (v.empty()) {
-      cudaSetDevice(device);
+      CudaDeviceGuard guard(device, std::nothrow);
+      if (guard.error() != cudaSuccess) return nullptr;
       for (int i = 0; i < num_streams; ++i) {
         cudaStream_t s;
         if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess) v.push_back(s);
@@ -255,7 +265,7 @@ IpcCopier::~IpcCopier() {
   }
   for (auto e : impl_->free_events) cudaEventDestroy(e);
   for (auto& [device, v] : impl_->streams) {
-    cudaSetDevice(device);
+    CudaDeviceGuard guard(device, std::nothrow);
     for (auto s : v) {
       cudaStreamSynchronize(s);
       cudaStreamDestroy(s);
@@ -263,7 +273,7 @@ IpcCopier::~IpcCopier() {
   }
   for (auto& [key, base] : impl_->opened)
     if (base) {
-      cudaSetDevice(std::get<2>(key));
+      CudaDeviceGuard guard(std::get<2>(key), std::nothrow);
       cudaIpcCloseMemHandle(base);
     }
 }
@@ -283,12 +293,16 @@ char* IpcCopier::open(const MemoryDesc& remote, int local_device, bool same_proc
   }
   cudaIpcMemHandle_t h;
   std::memcpy(&h, remote.ipc_handle.data(), sizeof(h));
-  cudaSetDevice(local_device);
+  CudaDeviceGuard guard(local_device, std::nothrow);
+  if (std::string failed = enter_device(guard, local_device); !failed.empty()) {
+    *why = failed;
+    return nullptr;
+  }
   void* base = nullptr;
   cudaError_t err = cudaIpcOpenMemHandle(&base, h, cudaIpcMemLazyEnablePeerAccess);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    *why = cuda_error("cudaIpcOpenMemHandle", err);
+    *why = cuda_error_text("cudaIpcOpenMemHandle", err);
     return nullptr;
   }
   impl_->opened[key] = static_cast<char*>(base);
@@ -310,14 +324,19 @@ std::shared_ptr<StatusDriver> IpcCopier::copy(int device, const std::vector<std:
     done("no CUDA stream or event for the copy");
     return nullptr;
   }
-  cudaSetDevice(device);
+  CudaDeviceGuard guard(device, std::nothrow);
+  if (std::string why = enter_device(guard, device); !why.empty()) {
+    impl_->recycle(ev);
+    done(why);
+    return nullptr;
+  }
   for (size_t i = 0; i < sizes.size(); ++i) {
     cudaError_t err = cudaMemcpyAsync(dst_src[i].first, dst_src[i].second, sizes[i], cudaMemcpyDefault, s);
     if (err != cudaSuccess) {
       cudaGetLastError();
       cudaStreamSynchronize(s);
       impl_->recycle(ev);
-      done(cuda_error("cudaMemcpyAsync (CUDA IPC)", err));
+      done(cuda_error_text("cudaMemcpyAsync (CUDA IPC)", err));
       return nullptr;
     }
   }
@@ -336,7 +355,7 @@ void IpcCopier::forget(const std::string& engine_key, uint32_t region) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   for (auto it = impl_->opened.begin(); it != impl_->opened.end();) {
     if (std::get<0>(it->first) == engine_key && std::get<1>(it->first) == region) {
-      cudaSetDevice(std::get<2>(it->first));
+      CudaDeviceGuard guard(std::get<2>(it->first), std::nothrow);
       cudaIpcCloseMemHandle(it->second);
       it = impl_->opened.erase(it);
     } else {

@@ -24,12 +24,12 @@
 namespace mori::io {
 
 Listener::Listener(EngineImpl& engine, const std::string& host, int port) : engine_(engine) {
-  int fd = net::listen_tcp(host, port, &port_);
+  UniqueFd fd = net::listen_tcp(host, port, &port_);
   net::Acceptor::Options opt;
   opt.service = "IO engine '" + engine_.key() + "'";
   opt.subsys = "IO";
   opt.pending_lifetime_s = engine_.settings().connect_timeout_s;
-  acceptor_ = std::make_unique<net::Acceptor>(fd, opt, [this](net::Connection& c) { serve(c); });
+  acceptor_ = std::make_unique<net::Acceptor>(std::move(fd), opt, [this](net::Connection& c) { serve(c); });
 }
 
 Listener::~Listener() {

@@ -13,6 +13,7 @@
 #include <future>
 
 #include "mori/core/auth.h"
+#include "mori/core/dial.h"
 #include "mori/core/log.h"
 #include "mori/core/socket.h"
 #include "mori/core/status.h"
@@ -61,16 +62,17 @@ void LaneDriver::detach() {
 // out of poll() each time would cost a wake-up per transfer.
 constexpr auto kLinger = std::chrono::microseconds(500);
 
-Lane::Lane(Peer& peer, int index, int fd)
-    : peer_(peer), index_(index), fd_(fd), reader_(fd, 256 * 1024), driver_(std::make_shared<LaneDriver>(this)) {
-  kick_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (kick_fd_ < 0) raise_errno("eventfd");
+Lane::Lane(Peer& peer, int index, UniqueFd fd)
+    : peer_(peer), index_(index), fd_(std::move(fd)), reader_(fd_.get(), 256 * 1024),
+      driver_(std::make_shared<LaneDriver>(this)) {
+  kick_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!kick_fd_) raise_errno("eventfd");
   double timeout = peer_.engine().settings().timeout_s;
-  net::set_timeouts(fd_, timeout);
-  net::set_liveness(fd_, timeout);
+  net::set_timeouts(fd_.get(), timeout);
+  net::set_liveness(fd_.get(), timeout);
   int buf = 4 << 20;
-  setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
-  setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+  setsockopt(fd_.get(), SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+  setsockopt(fd_.get(), SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
   tx_ = std::thread([this] { tx_loop(); });
   rx_ = std::thread([this] { rx_loop(); });
   name_thread(tx_, "mori-io-tx");
@@ -84,8 +86,8 @@ Lane::~Lane() {
   q_cv_.notify_all();
   if (tx_.joinable()) tx_.join();
   if (rx_.joinable()) rx_.join();
-  net::close_fd(fd_);
-  ::close(kick_fd_);
+  fd_.reset();
+  kick_fd_.reset();
 }
 
 char* Lane::staging(std::unique_ptr<gpu::HostBuffer>& buf, size_t n) {
@@ -162,7 +164,7 @@ void Lane::send_pieces(std::vector<Piece>& batch) {
     msg.msg_iov = iov.data();
     msg.msg_iovlen = iov.size();
     while (msg.msg_iovlen > 0) {
-      ssize_t k = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
+      ssize_t k = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL);
       if (k < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK)
@@ -252,13 +254,13 @@ void Lane::rx_loop() {
           rx_polling_.store(false);
           continue;
         }
-        pollfd pfd[2] = {{fd_, POLLIN, 0}, {kick_fd_, POLLIN, 0}};
+        pollfd pfd[2] = {{fd_.get(), POLLIN, 0}, {kick_fd_.get(), POLLIN, 0}};
         int rc = poll(pfd, 2, 100);
         rx_polling_.store(false);
         if (rc < 0 && errno != EINTR) raise_errno("poll");
         if (rc > 0 && (pfd[1].revents & POLLIN)) {
           uint64_t kicks;
-          (void)!::read(kick_fd_, &kicks, sizeof(kicks));
+          (void)!::read(kick_fd_.get(), &kicks, sizeof(kicks));
         }
         if (rc <= 0 || !pfd[0].revents) {
           std::lock_guard<std::mutex> lock(p_mu_);
@@ -281,7 +283,7 @@ bool Lane::drive(const StatusState& s, std::chrono::steady_clock::time_point dea
   wanting_.fetch_add(1);
   if (rx_polling_.load()) {
     uint64_t one = 1;
-    (void)!::write(kick_fd_, &one, sizeof(one));
+    (void)!::write(kick_fd_.get(), &one, sizeof(one));
   }
   std::unique_lock<std::mutex> token(read_mu_);
   wanting_.fetch_sub(1);
@@ -297,7 +299,7 @@ bool Lane::drive(const StatusState& s, std::chrono::steady_clock::time_point dea
         auto left = deadline - std::chrono::steady_clock::now();
         if (left <= std::chrono::steady_clock::duration::zero()) break;
         auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(left).count() + 1;
-        pollfd pfd{fd_, POLLIN, 0};
+        pollfd pfd{fd_.get(), POLLIN, 0};
         int rc = poll(&pfd, 1, static_cast<int>(std::min<int64_t>(100, ms)));
         if (rc < 0 && errno != EINTR) raise_errno("poll");
         if (rc <= 0) {
@@ -402,7 +404,7 @@ std::string Lane::naming(const std::string& why) const {
 void Lane::fail(const std::string& reason) {
   const std::string why = naming(reason);
   broken_.store(true);
-  ::shutdown(fd_, SHUT_RDWR);
+  ::shutdown(fd_.get(), SHUT_RDWR);
   std::deque<Piece> queued, pending;
   {
     std::lock_guard<std::mutex> lock(q_mu_);
@@ -443,61 +445,55 @@ std::string Peer::name() const {
   return format("engine '%s' at %s:%u", desc_.key.c_str(), desc_.host.c_str(), desc_.port);
 }
 
-static int dial_once(const EngineImpl& engine, const EngineDesc& desc, double deadline) {
-  int fd = net::connect_tcp(desc.host, static_cast<int>(desc.port), std::max(0.1, deadline - net::now()));
-  try {
-    auth::client_handshake(fd, desc.secret.data(), desc.secret.size(), wire::kAuthLabel, deadline);
-    wire::Hello hello{wire::kVersion, static_cast<uint32_t>(engine.key().size())};
-    net::send_all(fd, &hello, sizeof(hello));
-    net::send_all(fd, engine.key().data(), engine.key().size());
-    wire::HelloReply reply{};
-    if (!net::recv_all(fd, &reply, sizeof(reply), deadline)) raise(Status::kRemote, "closed the connection after our hello");
-    switch (static_cast<wire::HelloStatus>(reply.status)) {
-      case wire::HelloStatus::kAccepted: break;
-      case wire::HelloStatus::kProveIdentity: {
-        // It holds our descriptor: prove we are the engine we named (our own secret).
-        const std::string& mine = engine.desc().secret;
-        if (!auth::server_handshake(fd, mine.data(), mine.size(), wire::kIdentityLabel, deadline))
-          throw auth::Refused(format("it did not accept our proof of being engine '%s': it holds another descriptor "
-                                     "of that engine (register this engine's current EngineDesc there)",
-                                     engine.key().c_str()));
-        break;
-      }
-      case wire::HelloStatus::kTooManyPeer:
-        throw auth::Refused(format("it refused the connection: it serves %u connections of engine '%s' already "
-                                   "(MORI_IO_MAX_CONNECTIONS_PER_PEER there)",
-                                   reply.limit, engine.key().c_str()));
-      case wire::HelloStatus::kTooManyTotal:
-        throw auth::Refused(format("it refused the connection: it serves %u connections already "
-                                   "(MORI_IO_MAX_CONNECTIONS there)", reply.limit));
-      default: raise(Status::kRemote, "refused our hello");
+// The engine's hello after authentication: name ourselves, and prove it when the peer holds
+// our descriptor. A refusal is final (auth::Refused), a broken exchange is dialled again.
+static void greet(const EngineImpl& engine, int fd, double deadline) {
+  wire::Hello hello{wire::kVersion, static_cast<uint32_t>(engine.key().size())};
+  net::send_all(fd, &hello, sizeof(hello));
+  net::send_all(fd, engine.key().data(), engine.key().size());
+  wire::HelloReply reply{};
+  if (!net::recv_all(fd, &reply, sizeof(reply), deadline)) raise(Status::kRemote, "closed the connection after our hello");
+  switch (static_cast<wire::HelloStatus>(reply.status)) {
+    case wire::HelloStatus::kAccepted: return;
+    case wire::HelloStatus::kProveIdentity: {
+      // It holds our descriptor: prove we are the engine we named (our own secret).
+      const std::string& mine = engine.desc().secret;
+      if (!auth::server_handshake(fd, mine.data(), mine.size(), wire::kIdentityLabel, deadline))
+        throw auth::Refused(format("it did not accept our proof of being engine '%s': it holds another descriptor "
+                                   "of that engine (register this engine's current EngineDesc there)",
+                                   engine.key().c_str()));
+      return;
     }
-    net::set_nodelay(fd);
-    return fd;
-  } catch (...) {
-    ::close(fd);
-    throw;
+    case wire::HelloStatus::kTooManyPeer:
+      throw auth::Refused(format("it refused the connection: it serves %u connections of engine '%s' already "
+                                 "(MORI_IO_MAX_CONNECTIONS_PER_PEER there)",
+                                 reply.limit, engine.key().c_str()));
+    case wire::HelloStatus::kTooManyTotal:
+      throw auth::Refused(format("it refused the connection: it serves %u connections already "
+                                 "(MORI_IO_MAX_CONNECTIONS there)", reply.limit));
+    default: raise(Status::kRemote, "refused our hello");
   }
 }
 
-static int dial(const EngineImpl& engine, const EngineDesc& desc) {
+static UniqueFd dial(const EngineImpl& engine, const EngineDesc& desc) {
   if (desc.port == 0)
     raise(Status::kInvalidUsage, "engine '%s' has no listening port (create a backend there first)", desc.key.c_str());
-  double deadline = net::now() + engine.settings().connect_timeout_s;
-  while (true) {
-    try {
-      return dial_once(engine, desc, deadline);
-    } catch (const auth::Refused& e) {  // a definite no: wrong secret
-      raise(Status::kRemote, "engine '%s' at %s:%u: %s", desc.key.c_str(), desc.host.c_str(), desc.port, e.what());
-    } catch (const Error& e) {
-      // A handshake that broke (a flood of strangers may have pushed us out): try again in time.
-      if (net::now() + 0.05 < deadline && e.status() != Status::kTimeout) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        continue;
-      }
-      raise(e.status() == Status::kTimeout ? Status::kTimeout : Status::kRemote, "engine '%s' at %s:%u: %s",
-            desc.key.c_str(), desc.host.c_str(), desc.port, e.what());
-    }
+  net::DialOptions o;
+  o.host = desc.host;
+  o.port = static_cast<int>(desc.port);
+  o.secret = desc.secret.data();
+  o.secret_len = desc.secret.size();
+  o.label = wire::kAuthLabel;
+  o.deadline = net::now() + engine.settings().connect_timeout_s;
+  o.retry_pause_s = 0.02;
+  o.greet = [&engine](int fd, double deadline) { greet(engine, fd, deadline); };
+  try {
+    return net::dial(o);
+  } catch (const auth::Refused& e) {  // a definite no: wrong secret, or too many connections
+    raise(Status::kRemote, "engine '%s' at %s:%u: %s", desc.key.c_str(), desc.host.c_str(), desc.port, e.what());
+  } catch (const Error& e) {
+    raise(e.status() == Status::kTimeout ? Status::kTimeout : Status::kRemote, "engine '%s' at %s:%u: %s",
+          desc.key.c_str(), desc.host.c_str(), desc.port, e.what());
   }
 }
 

@@ -20,6 +20,7 @@
 
 #include "mori/core/socket_reader.h"
 #include "mori/io/transfer_status.h"
+#include "mori/core/unique_fd.h"
 #include "mori/io/types.h"
 #include "src/gpu_memory.h"
 #include "src/registry.h"
@@ -83,7 +84,7 @@ class Lane {
     std::function<void(StatusCode, const std::string&, const std::vector<char>&)> on_reply;
   };
 
-  Lane(Peer& peer, int index, int fd);
+  Lane(Peer& peer, int index, UniqueFd fd);
   ~Lane();
   Lane(const Lane&) = delete;
   Lane& operator=(const Lane&) = delete;
@@ -115,7 +116,7 @@ class Lane {
 
   Peer& peer_;
   int index_;
-  int fd_;
+  UniqueFd fd_;
   std::atomic<bool> broken_{false};
   std::atomic<bool> stopping_{false};
 
@@ -135,7 +136,7 @@ class Lane {
   std::mutex read_mu_;
   std::atomic<int> wanting_{0};
   std::atomic<bool> rx_polling_{false};
-  int kick_fd_ = -1;
+  UniqueFd kick_fd_;
   std::mutex park_mu_;
   std::condition_variable park_cv_;
   std::chrono::steady_clock::time_point linger_until_{};  // park_mu_

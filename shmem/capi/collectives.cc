@@ -62,55 +62,13 @@ Group active_group(int start, int log_stride, int size, long* psync, const char*
   return g;
 }
 
-// Whether every member of `g` is a PE of this host reached through shared memory. Every
-// member computes the same answer: the topology, MORI_DISABLE_P2P and the transport choice
-// (MORI_NET_TRANSPORT=ucx-all leaves same-host pairs unmapped) are the same on all.
-bool shares_this_host(const Group& g, mori::shmem::Runtime& r) {
-  if (g.n > 64 || env::get().disable_p2p) return false;
-  for (int i = 0; i < g.n; ++i) {
-    if (r.topology().num_nodes() > 1 && !r.topology().same_node(g.pes[i], r.my_pe())) return false;
-    if (g.pes[i] != r.my_pe() && !r.ptr(g.arrived, g.pes[i])) return false;
-  }
-  return true;
-}
+bool shares_this_host(const Group& g, mori::shmem::Runtime& r) { return r.shares_host(g.pes, g.n, g.arrived); }
 
 namespace {
 
-// The members whose bit is missing from `mask`, as "PE 3, PE 5" (for a wait's error).
-std::string missing_members(const Group& g, uint64_t mask) {
-  std::string text;
-  for (int i = 0; i < g.n; ++i)
-    if (!(mask & (uint64_t(1) << i))) text += (text.empty() ? "PE " : ", PE ") + std::to_string(g.pes[i]);
-  return text;
-}
-
-// Same host: each member sets its bit in the arrival mask on member 0 (a direct atomic on
-// the shared mapping); the one that completes the mask clears it and sets every other
-// member's release flag, which wakes it if it sleeps. Each member sleeps once per barrier
-// (a dissemination barrier wakes it once per round), which is what counts when PEs
-// outnumber cores. Both words are zero again afterwards (pSync is restored); a flag is
-// consumed before its owner can arrive at the next barrier, so it is never set twice.
+// Same host: the runtime's barrier (Runtime::barrier_same_host) on the group's words.
 void central_barrier(Group& g, mori::shmem::Runtime& r, const char* fn) {
-  auto* mask = static_cast<uint64_t*>(r.ptr(g.arrived, g.pes[0]));
-  if (!mask) raise(Status::kInternal, "%s: the barrier word of PE %d is not mapped", fn, g.pes[0]);
-  const uint64_t full = g.n == 64 ? ~uint64_t(0) : (uint64_t(1) << g.n) - 1;
-  const uint64_t bit = uint64_t(1) << g.me;
-  uint64_t before = __atomic_fetch_or(mask, bit, __ATOMIC_ACQ_REL);
-  if ((before | bit) == full) {
-    __atomic_store_n(mask, 0, __ATOMIC_RELEASE);  // before any release: nobody arrives again until then
-    for (int k = 1; k < g.n; ++k) {
-      int j = (g.me + k) % g.n;
-      r.atomic(g.released, AmoOp::kSet, 8, 1, 0, g.pes[j], fn);
-    }
-    return;
-  }
-  uint64_t* mine = g.released;
-  // Only the last arriver's atomic sets the flag: any member may be it.
-  bool rung = true;
-  for (int k = 0; k < g.n; ++k) rung = rung && (k == g.me || r.rings_on_delivery(g.pes[k]));
-  wait([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) != 0; }, fn, mine, mori::shmem::WaitFrom{-1, 0, rung},
-       [&] { return "the barrier's other members; not arrived: " + missing_members(g, __atomic_load_n(mask, __ATOMIC_ACQUIRE)); });
-  __atomic_store_n(mine, 0, __ATOMIC_RELAXED);
+  r.barrier_same_host(g.pes, g.n, g.me, g.arrived, g.released, 0, fn);
 }
 
 // Across hosts (or over ucx) a large broadcast is pushed: each member tells the root that its
@@ -344,49 +302,49 @@ void alltoalls_group(Group& g, void* dest, const void* source, ptrdiff_t dst, pt
 // ---- noexcept entry points of the typed team routines
 
 int broadcast(shmem_team_t team, void* dest, const void* source, size_t bytes, int root, const char* fn) noexcept {
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   Group g = team_group(team, fn);
   if (g.me < 0) return -1;
   broadcast_group(g, dest, source, bytes, root, true, fn);
   return 0;
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 int collect(shmem_team_t team, void* dest, const void* source, size_t bytes, const char* fn) noexcept {
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   Group g = team_group(team, fn);
   if (g.me < 0) return -1;
   collect_group(g, dest, source, bytes, fn);
   return 0;
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 int fcollect(shmem_team_t team, void* dest, const void* source, size_t bytes, const char* fn) noexcept {
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   Group g = team_group(team, fn);
   if (g.me < 0) return -1;
   fcollect_group(g, dest, source, bytes, fn);
   return 0;
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 int alltoall(shmem_team_t team, void* dest, const void* source, size_t bytes, const char* fn) noexcept {
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   Group g = team_group(team, fn);
   if (g.me < 0) return -1;
   alltoalls_group(g, dest, source, 1, 1, 1, bytes, fn);
   return 0;
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 int alltoalls(shmem_team_t team, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
               size_t elem, const char* fn) noexcept {
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   Group g = team_group(team, fn);
   if (g.me < 0) return -1;
   alltoalls_group(g, dest, source, dst, sst, nelems, elem, fn);
   return 0;
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 }  // namespace mori::capi
@@ -396,26 +354,26 @@ using namespace mori::capi;
 extern "C" {
 
 void shmem_barrier_all(void) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_barrier_all", [&] {
   Group g = team_group(SHMEM_TEAM_WORLD, "shmem_barrier_all");
   group_barrier(g, "shmem_barrier_all");
-  MORI_CAPI_CATCH("shmem_barrier_all")
+  });
 }
 
 void shmem_sync_all(void) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_sync_all", [&] {
   Group g = team_group(SHMEM_TEAM_WORLD, "shmem_sync_all");
   group_barrier(g, "shmem_sync_all", true);
-  MORI_CAPI_CATCH("shmem_sync_all")
+  });
 }
 
 int shmem_team_sync(shmem_team_t team) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_team_sync", [&] {
   Group g = team_group(team, "shmem_team_sync");
   if (g.me < 0) return -1;
   group_barrier(g, "shmem_team_sync", true);
   return 0;
-  MORI_CAPI_CATCH("shmem_team_sync")
+  });
 }
 
 int shmem_broadcastmem(shmem_team_t team, void* dest, const void* source, size_t nelems, int PE_root) {
@@ -438,59 +396,59 @@ int shmem_alltoallsmem(shmem_team_t team, void* dest, const void* source, ptrdif
 // ---- active sets (pSync holds the barrier counters and the collect offset word)
 
 void shmem_barrier(int PE_start, int logPE_stride, int PE_size, long* pSync) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_barrier", [&] {
   Group g = active_group(PE_start, logPE_stride, PE_size, pSync, "shmem_barrier");
   group_barrier(g, "shmem_barrier");
-  MORI_CAPI_CATCH("shmem_barrier")
+  });
 }
 
 void shmem_sync(int PE_start, int logPE_stride, int PE_size, long* pSync) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_sync", [&] {
   Group g = active_group(PE_start, logPE_stride, PE_size, pSync, "shmem_sync");
   group_barrier(g, "shmem_sync", true);
-  MORI_CAPI_CATCH("shmem_sync")
+  });
 }
 
 #define MORI_ACTIVE_SIZED(BITS)                                                                                     \
   void shmem_broadcast##BITS(void* dest, const void* source, size_t nelems, int PE_root, int PE_start,              \
                              int logPE_stride, int PE_size, long* pSync) {                                          \
     const char* fn = "shmem_broadcast" #BITS;                                                                       \
-    MORI_CAPI_TRY                                                                                                   \
+    return capi_call(fn, [&] {                                                                                      \
     Group g = active_group(PE_start, logPE_stride, PE_size, pSync, fn);                                             \
     broadcast_group(g, dest, source, nelems * (BITS / 8), PE_root, false, fn);                                      \
-    MORI_CAPI_CATCH(fn)                                                                                             \
+    });                                                                                                             \
   }                                                                                                                 \
   void shmem_collect##BITS(void* dest, const void* source, size_t nelems, int PE_start, int logPE_stride,           \
                            int PE_size, long* pSync) {                                                              \
     const char* fn = "shmem_collect" #BITS;                                                                         \
-    MORI_CAPI_TRY                                                                                                   \
+    return capi_call(fn, [&] {                                                                                      \
     Group g = active_group(PE_start, logPE_stride, PE_size, pSync, fn);                                             \
     collect_group(g, dest, source, nelems * (BITS / 8), fn);                                                        \
-    MORI_CAPI_CATCH(fn)                                                                                             \
+    });                                                                                                             \
   }                                                                                                                 \
   void shmem_fcollect##BITS(void* dest, const void* source, size_t nelems, int PE_start, int logPE_stride,          \
                             int PE_size, long* pSync) {                                                             \
     const char* fn = "shmem_fcollect" #BITS;                                                                        \
-    MORI_CAPI_TRY                                                                                                   \
+    return capi_call(fn, [&] {                                                                                      \
     Group g = active_group(PE_start, logPE_stride, PE_size, pSync, fn);                                             \
     fcollect_group(g, dest, source, nelems * (BITS / 8), fn);                                                       \
-    MORI_CAPI_CATCH(fn)                                                                                             \
+    });                                                                                                             \
   }                                                                                                                 \
   void shmem_alltoall##BITS(void* dest, const void* source, size_t nelems, int PE_start, int logPE_stride,          \
                             int PE_size, long* pSync) {                                                             \
     const char* fn = "shmem_alltoall" #BITS;                                                                        \
-    MORI_CAPI_TRY                                                                                                   \
+    return capi_call(fn, [&] {                                                                                      \
     Group g = active_group(PE_start, logPE_stride, PE_size, pSync, fn);                                             \
     alltoalls_group(g, dest, source, 1, 1, 1, nelems * (BITS / 8), fn);                                             \
-    MORI_CAPI_CATCH(fn)                                                                                             \
+    });                                                                                                             \
   }                                                                                                                 \
   void shmem_alltoalls##BITS(void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,          \
                              int PE_start, int logPE_stride, int PE_size, long* pSync) {                            \
     const char* fn = "shmem_alltoalls" #BITS;                                                                       \
-    MORI_CAPI_TRY                                                                                                   \
+    return capi_call(fn, [&] {                                                                                      \
     Group g = active_group(PE_start, logPE_stride, PE_size, pSync, fn);                                             \
     alltoalls_group(g, dest, source, dst, sst, nelems, BITS / 8, fn);                                               \
-    MORI_CAPI_CATCH(fn)                                                                                             \
+    });                                                                                                             \
   }
 
 MORI_ACTIVE_SIZED(32)

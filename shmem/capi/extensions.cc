@@ -16,15 +16,15 @@ double shmemx_wtime(void) {
 }
 
 size_t shmemx_heap_size(void) {
-  MORI_CAPI_TRY
+  return capi_call("shmemx_heap_size", [&] {
   return rt("shmemx_heap_size").heap_size();
-  MORI_CAPI_CATCH("shmemx_heap_size")
+  });
 }
 
 size_t shmemx_heap_free(void) {
-  MORI_CAPI_TRY
+  return capi_call("shmemx_heap_free", [&] {
   return rt("shmemx_heap_free").heap_free();
-  MORI_CAPI_CATCH("shmemx_heap_free")
+  });
 }
 
 // The shmemx_ forms predate OpenSHMEM 1.6's standard names; they stay for existing programs.

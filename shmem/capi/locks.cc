@@ -56,7 +56,7 @@ extern "C" {
 
 void shmem_set_lock(long* lock) {
   const char* fn = "shmem_set_lock";
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   auto& r = rt(fn);
   {
     std::lock_guard<std::mutex> g(g_mu);
@@ -77,12 +77,12 @@ void shmem_set_lock(long* lock) {
   }
   std::lock_guard<std::mutex> g(g_mu);
   g_held[lock] = i;
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 int shmem_test_lock(long* lock) {
   const char* fn = "shmem_test_lock";
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   auto& r = rt(fn);
   {
     std::lock_guard<std::mutex> g(g_mu);
@@ -100,12 +100,12 @@ int shmem_test_lock(long* lock) {
   std::lock_guard<std::mutex> g(g_mu);
   g_held[lock] = i;
   return 0;
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 void shmem_clear_lock(long* lock) {
   const char* fn = "shmem_clear_lock";
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   auto& r = rt(fn);
   int i;
   {
@@ -130,7 +130,7 @@ void shmem_clear_lock(long* lock) {
   uint64_t succ = __atomic_load_n(&mine.next, __ATOMIC_ACQUIRE);
   r.atomic(&node(node_of(succ)).locked, AmoOp::kSet, 8, 0, 0, pe_of(succ), fn);
   give_node(i);
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 }  // extern "C"

@@ -16,7 +16,7 @@ constexpr size_t kDefaultAlign = 64;  // a cache line: no false sharing between 
 
 template <typename F>
 void* allocate(const char* fn, F&& f) {
-  MORI_CAPI_TRY
+  return capi_call(fn, [&]() -> void* {
   try {
     return f(rt(fn));
   } catch (const mori::Error& e) {
@@ -24,7 +24,7 @@ void* allocate(const char* fn, F&& f) {
     MORI_LOG(kWarn, "SHMEM", "%s returns NULL: %s", fn, e.what());
     return nullptr;
   }
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 }  // namespace
@@ -58,9 +58,9 @@ void* shmem_align(size_t alignment, size_t size) {
 }
 
 void shmem_free(void* ptr) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_free", [&] {
   rt("shmem_free").free(ptr, "shmem_free");
-  MORI_CAPI_CATCH("shmem_free")
+  });
 }
 
 // ---- deprecated names

@@ -10,7 +10,7 @@ namespace {
 // the list is not read when npes is 0), then everything is completed: the runtime's quiet is
 // per PE, not per target, and completing more than asked is allowed.
 void pe_quiet(shmem_ctx_t ctx, const int* target_pes, size_t npes, const char* fn) noexcept {
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   if (ctx == SHMEM_CTX_INVALID) return;
   auto& r = rt(fn);
   if (npes && !target_pes) raise(Status::kInvalidArgument, "target_pes is NULL with npes %zu", npes);
@@ -22,41 +22,41 @@ void pe_quiet(shmem_ctx_t ctx, const int* target_pes, size_t npes, const char* f
     }
   }
   r.quiet();
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 }  // namespace
 
 void put(shmem_ctx_t ctx, void* dest, const void* source, size_t bytes, int pe, bool nbi, const char* fn) noexcept {
   if (bytes == 0 || ctx == SHMEM_CTX_INVALID) return;  // zero-length RMA is a no-op, even on NULL
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   rt(fn).put(dest, source, bytes, world_pe(ctx, pe, fn), nbi);
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 void get(shmem_ctx_t ctx, void* dest, const void* source, size_t bytes, int pe, bool nbi, const char* fn) noexcept {
   if (bytes == 0 || ctx == SHMEM_CTX_INVALID) return;
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   rt(fn).get(dest, source, bytes, world_pe(ctx, pe, fn), nbi);
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 void iput(shmem_ctx_t ctx, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, size_t elem,
           int pe, const char* fn) noexcept {
   if (nelems == 0 || ctx == SHMEM_CTX_INVALID) return;
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   auto& r = rt(fn);
   r.iput(dest, source, dst, sst, nelems, elem, world_pe(ctx, pe, fn));
   r.quiet();  // a blocking iput returns with the data delivered
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 void iget(shmem_ctx_t ctx, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, size_t elem,
           int pe, const char* fn) noexcept {
   if (nelems == 0 || ctx == SHMEM_CTX_INVALID) return;
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   rt(fn).iget(dest, source, dst, sst, nelems, elem, world_pe(ctx, pe, fn));
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 namespace {
@@ -77,44 +77,44 @@ size_t block_offset(ptrdiff_t stride, size_t nblocks, size_t bsize, size_t elem,
 void ibput(shmem_ctx_t ctx, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
            size_t elem, int pe, const char* fn) noexcept {
   if (bsize == 0 || nblocks == 0 || ctx == SHMEM_CTX_INVALID) return;
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   size_t dstep = block_offset(dst, nblocks, bsize, elem, "dst"), sstep = block_offset(sst, nblocks, bsize, elem, "sst");
   auto& r = rt(fn);
   int wpe = world_pe(ctx, pe, fn);
   for (size_t k = 0; k < nblocks; ++k)
     r.put(static_cast<char*>(dest) + k * dstep, static_cast<const char*>(source) + k * sstep, bsize * elem, wpe, false);
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 void ibget(shmem_ctx_t ctx, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
            size_t elem, int pe, const char* fn) noexcept {
   if (bsize == 0 || nblocks == 0 || ctx == SHMEM_CTX_INVALID) return;
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   size_t dstep = block_offset(dst, nblocks, bsize, elem, "dst"), sstep = block_offset(sst, nblocks, bsize, elem, "sst");
   auto& r = rt(fn);
   int wpe = world_pe(ctx, pe, fn);
   for (size_t k = 0; k < nblocks; ++k)
     r.get(static_cast<char*>(dest) + k * dstep, static_cast<const char*>(source) + k * sstep, bsize * elem, wpe, false);
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 void put_signal(shmem_ctx_t ctx, void* dest, const void* source, size_t bytes, uint64_t* sig_addr, uint64_t signal,
                 int sig_op, int pe, bool nbi, const char* fn) noexcept {
   if (ctx == SHMEM_CTX_INVALID) return;
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   if (sig_op != SHMEM_SIGNAL_SET && sig_op != SHMEM_SIGNAL_ADD)
     raise(Status::kInvalidArgument, "sig_op must be SHMEM_SIGNAL_SET or SHMEM_SIGNAL_ADD, got %d", sig_op);
   rt(fn).put_signal(dest, source, bytes, sig_addr, signal, sig_op == SHMEM_SIGNAL_SET ? SignalOp::kSet : SignalOp::kAdd,
                     world_pe(ctx, pe, fn), nbi);
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 uint64_t amo(shmem_ctx_t ctx, void* target, AmoOp op, size_t width, uint64_t operand, uint64_t cond, int pe,
              const char* fn) noexcept {
   if (ctx == SHMEM_CTX_INVALID) return 0;
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   return rt(fn).atomic(target, op, static_cast<int>(width), operand, cond, world_pe(ctx, pe, fn), fn);
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 }  // namespace mori::capi
@@ -124,15 +124,15 @@ using namespace mori::capi;
 extern "C" {
 
 void shmem_fence(void) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_fence", [&] {
   rt("shmem_fence").fence();
-  MORI_CAPI_CATCH("shmem_fence")
+  });
 }
 
 void shmem_quiet(void) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_quiet", [&] {
   rt("shmem_quiet").quiet();
-  MORI_CAPI_CATCH("shmem_quiet")
+  });
 }
 
 void shmem_ctx_fence(shmem_ctx_t ctx) {

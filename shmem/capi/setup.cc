@@ -12,12 +12,13 @@
 #include <thread>
 
 #include "capi/inbox.h"
-#include "capi/launch_bootstrap.h"
 #include "capi/state.h"
 #include "capi/symmetric_data.h"
 #include "mori/core/env.h"
 #include "mori/core/futex.h"
+#include "mori/core/launch.h"
 #include "mori/core/log.h"
+#include "mori/core/mpi_bootstrap.h"
 #include "mori/core/status.h"
 #include "mori/core/thread_name.h"
 
@@ -171,7 +172,7 @@ void init_common(int requested, const char* fn) {
   if (const char* s = std::getenv("SHMEM_SYMMETRIC_SIZE")) setenv("MORI_SHMEM_HEAP_SIZE", s, 0);
   mori::env::reload();
   bool mpi_init = false;
-  auto boot = make_launch_bootstrap(&mpi_init);
+  auto boot = mori::make_launch_bootstrap(&mpi_init);
   state().mpi_initialized_by_us = mpi_init;
   Runtime::init(std::move(boot));
   state().thread_level = requested;
@@ -187,13 +188,13 @@ void init_common(int requested, const char* fn) {
 extern "C" {
 
 void shmem_init(void) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_init", [&] {
   init_common(SHMEM_THREAD_SINGLE, "shmem_init");
-  MORI_CAPI_CATCH("shmem_init")
+  });
 }
 
 int shmem_init_thread(int requested, int* provided) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_init_thread", [&] {
   if (requested < SHMEM_THREAD_SINGLE || requested > SHMEM_THREAD_MULTIPLE)
     mori::raise(mori::Status::kInvalidArgument, "unknown thread level %d", requested);
   // Every level is supported: the runtime's operations are thread-safe. A repeated
@@ -201,14 +202,14 @@ int shmem_init_thread(int requested, int* provided) {
   init_common(requested, "shmem_init_thread");
   if (provided) *provided = state().thread_level;
   return 0;
-  MORI_CAPI_CATCH("shmem_init_thread")
+  });
 }
 
 void shmem_query_thread(int* provided) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_query_thread", [&] {
   rt("shmem_query_thread");
   if (provided) *provided = state().thread_level;
-  MORI_CAPI_CATCH("shmem_query_thread")
+  });
 }
 
 void shmem_query_initialized(int* initialized) {
@@ -216,7 +217,7 @@ void shmem_query_initialized(int* initialized) {
 }
 
 void shmem_finalize(void) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_finalize", [&] {
   if (!Runtime::initialized()) return;
   if (--g_init_count > 0) {  // not the last: collective like every finalize, nothing released
     auto& r = rt("shmem_finalize");
@@ -231,26 +232,26 @@ void shmem_finalize(void) {
   rt("shmem_finalize").barrier_all();
   teardown_state();
   Runtime::finalize();
-  finalize_launch_mpi();
-  MORI_CAPI_CATCH("shmem_finalize")
+  mori::finalize_mpi_bootstrap();
+  });
 }
 
 void shmem_global_exit(int status) { global_exit(status); }
 
 int shmem_my_pe(void) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_my_pe", [&] {
   return rt("shmem_my_pe").my_pe();
-  MORI_CAPI_CATCH("shmem_my_pe")
+  });
 }
 
 int shmem_n_pes(void) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_n_pes", [&] {
   return rt("shmem_n_pes").n_pes();
-  MORI_CAPI_CATCH("shmem_n_pes")
+  });
 }
 
 int shmem_pe_accessible(int pe) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_pe_accessible", [&] {
   auto& r = rt("shmem_pe_accessible");
   if (pe < 0 || pe >= r.n_pes()) return 0;
   try {
@@ -259,20 +260,20 @@ int shmem_pe_accessible(int pe) {
     return 0;
   }
   return 1;
-  MORI_CAPI_CATCH("shmem_pe_accessible")
+  });
 }
 
 int shmem_addr_accessible(const void* addr, int pe) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_addr_accessible", [&] {
   auto& r = rt("shmem_addr_accessible");
   return pe >= 0 && pe < r.n_pes() && r.is_symmetric(addr) ? 1 : 0;
-  MORI_CAPI_CATCH("shmem_addr_accessible")
+  });
 }
 
 void* shmem_ptr(const void* dest, int pe) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_ptr", [&] {
   return rt("shmem_ptr").ptr(dest, pe);
-  MORI_CAPI_CATCH("shmem_ptr")
+  });
 }
 
 void shmem_info_get_version(int* major, int* minor) {

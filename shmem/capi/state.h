@@ -85,6 +85,17 @@ inline mori::shmem::Runtime& rt(const char* fn) { return mori::shmem::Runtime::g
 [[noreturn]] void fail(const char* fn, const std::exception& e) noexcept;
 [[noreturn]] void global_exit(int status) noexcept;
 
+// Runs the body of C API function `fn`: an exception it throws ends in fail(fn, ...), so no C++
+// exception crosses into C. The body's result is the call's: `return capi_call(fn, [&] { ... });`
+template <typename Body>
+auto capi_call(const char* fn, Body&& body) noexcept -> decltype(body()) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    fail(fn, e);
+  }
+}
+
 // World PE of `pe` in ctx's team (checked).
 int team_world_pe(shmem_ctx_t ctx, int pe, const char* fn);
 inline int world_pe(shmem_ctx_t ctx, int pe, const char* fn) {
@@ -102,10 +113,3 @@ void setup_predefined_teams();
 void teardown_teams();
 
 }  // namespace mori::capi
-
-#define MORI_CAPI_TRY try {
-#define MORI_CAPI_CATCH(fn)                 \
-  }                                         \
-  catch (const std::exception& e) {         \
-    ::mori::capi::fail(fn, e);              \
-  }

@@ -87,7 +87,7 @@ const char* cmp_text(int cmp) {
 }  // namespace
 
 void wait_until(const void* ivar, int cmp, uint64_t value, Word w, const char* fn) noexcept {
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   check_cmp(cmp);
   auto& r = rt(fn);
   wait([&] { return r.test(ivar, static_cast<Cmp>(cmp), value, w); }, fn, ivar, mori::shmem::WaitFrom{}, [&] {
@@ -96,19 +96,19 @@ void wait_until(const void* ivar, int cmp, uint64_t value, Word w, const char* f
                   cmp_text(cmp), static_cast<unsigned long long>(value));
     return std::string(text);
   });
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 int test(const void* ivar, int cmp, uint64_t value, Word w, const char* fn) noexcept {
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   check_cmp(cmp);
   return rt(fn).test(ivar, static_cast<Cmp>(cmp), value, w) ? 1 : 0;
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 size_t wait_until_many(Many kind, const void* ivars, size_t elem, size_t n, size_t* indices, const int* status,
                        int cmp, const void* values, uint64_t scalar, Word w, const char* fn) noexcept {
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   check_cmp(cmp);
   auto& r = rt(fn);
   size_t result = 0;
@@ -125,19 +125,19 @@ size_t wait_until_many(Many kind, const void* ivars, size_t elem, size_t n, size
     return std::string(text);
   });
   return result;
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 size_t test_many(Many kind, const void* ivars, size_t elem, size_t n, size_t* indices, const int* status, int cmp,
                  const void* values, uint64_t scalar, Word w, const char* fn) noexcept {
-  MORI_CAPI_TRY
+  return capi_call(fn, [&]() -> size_t {
   check_cmp(cmp);
   bool done = false;
   size_t result = scan(rt(fn), kind, static_cast<const char*>(ivars), elem, n, indices, status, cmp,
                        static_cast<const char*>(values), scalar, w, &done);
   if (kind == Many::kAll) return done ? 1 : 0;
   return result;
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 }  // namespace mori::capi
@@ -147,14 +147,14 @@ using namespace mori::capi;
 extern "C" {
 
 uint64_t shmem_signal_fetch(const uint64_t* sig_addr) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_signal_fetch", [&] {
   return rt("shmem_signal_fetch").signal_fetch(sig_addr);
-  MORI_CAPI_CATCH("shmem_signal_fetch")
+  });
 }
 
 uint64_t shmem_signal_wait_until(uint64_t* sig_addr, int cmp, uint64_t cmp_value) {
   const char* fn = "shmem_signal_wait_until";
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   check_cmp(cmp);
   auto& r = rt(fn);
   uint64_t seen = 0;
@@ -168,7 +168,7 @@ uint64_t shmem_signal_wait_until(uint64_t* sig_addr, int cmp, uint64_t cmp_value
     return std::string(text);
   });
   return seen;
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 // OpenSHMEM 1.6: update a remote signal without data (an atomic on the signal word).

@@ -108,47 +108,47 @@ using mori::Status;
 extern "C" {
 
 int shmem_team_my_pe(shmem_team_t team) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_team_my_pe", [&] {
   rt("shmem_team_my_pe");
   if (team == SHMEM_TEAM_INVALID || !team_alive(team)) return -1;
   return team->my_index;
-  MORI_CAPI_CATCH("shmem_team_my_pe")
+  });
 }
 
 int shmem_team_n_pes(shmem_team_t team) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_team_n_pes", [&] {
   rt("shmem_team_n_pes");
   if (team == SHMEM_TEAM_INVALID || !team_alive(team)) return -1;
   return static_cast<int>(team->pes.size());
-  MORI_CAPI_CATCH("shmem_team_n_pes")
+  });
 }
 
 int shmem_team_get_config(shmem_team_t team, long config_mask, shmem_team_config_t* config) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_team_get_config", [&] {
   rt("shmem_team_get_config");
   if (team == SHMEM_TEAM_INVALID || !team_alive(team)) return -1;
   if (config_mask == 0) return 0;  // 1.6: nothing asked, nothing read or written (config may be NULL)
   if (!config) return -1;
   if (config_mask & SHMEM_TEAM_NUM_CONTEXTS) config->num_contexts = team->config.num_contexts;
   return 0;
-  MORI_CAPI_CATCH("shmem_team_get_config")
+  });
 }
 
 int shmem_team_translate_pe(shmem_team_t src_team, int src_pe, shmem_team_t dest_team) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_team_translate_pe", [&] {
   rt("shmem_team_translate_pe");
   if (src_team == SHMEM_TEAM_INVALID || dest_team == SHMEM_TEAM_INVALID || !team_alive(src_team) ||
       !team_alive(dest_team))
     return -1;
   if (src_pe < 0 || src_pe >= static_cast<int>(src_team->pes.size())) return -1;
   return dest_team->index_of[src_team->pes[src_pe]];
-  MORI_CAPI_CATCH("shmem_team_translate_pe")
+  });
 }
 
 int shmem_team_split_strided(shmem_team_t parent, int start, int stride, int size, const shmem_team_config_t* config,
                              long config_mask, shmem_team_t* new_team) {
   const char* fn = "shmem_team_split_strided";
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   rt(fn);
   if (!new_team) mori::raise(Status::kInvalidArgument, "new_team is NULL");
   *new_team = SHMEM_TEAM_INVALID;
@@ -169,14 +169,14 @@ int shmem_team_split_strided(shmem_team_t parent, int start, int stride, int siz
   for (int pe : pes) member |= pe == parent->pes[parent->my_index];
   if (member) *new_team = make_team(std::move(pes), slot, config, config_mask, fn);
   return 0;
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 int shmem_team_split_2d(shmem_team_t parent, int xrange, const shmem_team_config_t* xaxis_config, long xaxis_mask,
                         shmem_team_t* xaxis_team, const shmem_team_config_t* yaxis_config, long yaxis_mask,
                         shmem_team_t* yaxis_team) {
   const char* fn = "shmem_team_split_2d";
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   rt(fn);
   if (!xaxis_team || !yaxis_team) mori::raise(Status::kInvalidArgument, "xaxis_team or yaxis_team is NULL");
   *xaxis_team = *yaxis_team = SHMEM_TEAM_INVALID;
@@ -194,11 +194,11 @@ int shmem_team_split_2d(shmem_team_t parent, int xrange, const shmem_team_config
   *xaxis_team = make_team(std::move(xs), xslot, xaxis_config, xaxis_mask, fn);
   *yaxis_team = make_team(std::move(ys), yslot, yaxis_config, yaxis_mask, fn);
   return 0;
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 void shmem_team_destroy(shmem_team_t team) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_team_destroy", [&] {
   rt("shmem_team_destroy");
   if (team == SHMEM_TEAM_INVALID || team->predefined) return;
   {
@@ -208,18 +208,18 @@ void shmem_team_destroy(shmem_team_t team) {
   forget_team_contexts(team);
   state().used_slots &= ~(1ull << team->slot);
   delete team;
-  MORI_CAPI_CATCH("shmem_team_destroy")
+  });
 }
 
 // OpenSHMEM 1.6: shmem_ptr with a PE number relative to `team`; NULL when the PE is not a
 // member, the team is invalid, or its memory is not mapped here.
 void* shmem_team_ptr(shmem_team_t team, const void* dest, int pe) {
-  MORI_CAPI_TRY
+  return capi_call("shmem_team_ptr", [&]() -> void* {
   auto& r = rt("shmem_team_ptr");
   if (team == SHMEM_TEAM_INVALID || !team_alive(team) || pe < 0 || pe >= static_cast<int>(team->pes.size()))
     return nullptr;
   return r.ptr(dest, team->pes[pe]);
-  MORI_CAPI_CATCH("shmem_team_ptr")
+  });
 }
 
 }  // extern "C"

@@ -206,36 +206,36 @@ void reduce_group(Group& g, T* dest, const T* source, size_t n, const char* fn, 
 
 template <typename T, typename Op>
 int reduce(shmem_team_t team, T* dest, const T* source, size_t n, const char* fn) noexcept {
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   Group g = team_group(team, fn);
   if (g.me < 0) return -1;
   if (n) check_symmetric(dest, n * sizeof(T), fn), check_symmetric(source, n * sizeof(T), fn);
   reduce_group<T, Op>(g, dest, source, n, fn);
   return 0;
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 // OpenSHMEM 1.6 shmem_TYPENAME_sum_inscan / _exscan: prefix sums over the team's members.
 template <typename T, bool kInclusive>
 int sum_scan(shmem_team_t team, T* dest, const T* source, size_t n, const char* fn) noexcept {
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   Group g = team_group(team, fn);
   if (g.me < 0) return -1;
   if (n) check_symmetric(dest, n * sizeof(T), fn), check_symmetric(source, n * sizeof(T), fn);
   reduce_group<T, OpSum>(g, dest, source, n, fn, kInclusive ? g.me + 1 : g.me);
   return 0;
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 template <typename T, typename Op>
 void reduce_active(T* dest, const T* source, int nreduce, int start, int log_stride, int size, long* psync,
                    const char* fn) noexcept {
-  MORI_CAPI_TRY
+  return capi_call(fn, [&] {
   if (nreduce < 0) mori::raise(mori::Status::kInvalidArgument, "nreduce is negative (%d)", nreduce);
   Group g = active_group(start, log_stride, size, psync, fn);
   if (nreduce) check_symmetric(dest, nreduce * sizeof(T), fn), check_symmetric(source, nreduce * sizeof(T), fn);
   reduce_group<T, Op>(g, dest, source, static_cast<size_t>(nreduce), fn);
-  MORI_CAPI_CATCH(fn)
+  });
 }
 
 }  // namespace mori::capi

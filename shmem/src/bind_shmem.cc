@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "mori/core/python_bootstrap.h"
 #include "mori/core/status.h"
 #include "mori/core/store.h"
 #include "mori/core/unique_id.h"
@@ -15,48 +16,6 @@ using namespace mori;
 using mori::shmem::Runtime;
 
 namespace {
-
-// A bootstrap implemented in Python (mpi4py communicator, torch store...): an
-// object with `rank`, `size`, `name` and `allgather(bytes) -> bytes` (rank-ordered
-// concatenation).
-class PyBootstrap : public Bootstrap {
- public:
-  explicit PyBootstrap(py::object impl) : impl_(std::move(impl)) {
-    rank_ = impl_.attr("rank").cast<int>();
-    size_ = impl_.attr("size").cast<int>();
-  }
-  ~PyBootstrap() override {
-    py::gil_scoped_acquire gil;
-    impl_ = py::object();
-  }
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  void allgather(const void* send, void* recv, size_t bytes) override {
-    py::gil_scoped_acquire gil;
-    py::bytes out = impl_.attr("allgather")(py::bytes(static_cast<const char*>(send), bytes));
-    std::string s = out;
-    if (s.size() != bytes * static_cast<size_t>(size_))
-      raise(Status::kInternal, "python bootstrap allgather returned %zu bytes, expected %zu", s.size(),
-            bytes * static_cast<size_t>(size_));
-    std::memcpy(recv, s.data(), s.size());
-  }
-  void barrier() override {
-    py::gil_scoped_acquire gil;
-    impl_.attr("barrier")();
-  }
-  std::string describe() const override {
-    py::gil_scoped_acquire gil;
-    return "python:" + impl_.attr("name").cast<std::string>();
-  }
-  void shutdown() override {
-    py::gil_scoped_acquire gil;
-    if (py::hasattr(impl_, "shutdown")) impl_.attr("shutdown")();
-  }
-
- private:
-  py::object impl_;
-  int rank_, size_;
-};
 
 Runtime& rt(const char* caller) { return Runtime::get(caller); }
 void* vp(uintptr_t a) { return reinterpret_cast<void*>(a); }
@@ -117,7 +76,7 @@ void bind_shmem(py::module_& m) {
       },
       py::arg("host"), py::arg("port"), py::arg("secret_hex"), py::arg("rank"), py::arg("nranks"),
       py::arg("host_locally") = false, py::arg("store_rank") = -1);
-  m.def("init_python", [](py::object impl) { Runtime::init(std::make_unique<PyBootstrap>(std::move(impl))); },
+  m.def("init_python", [](py::object impl) { Runtime::init(make_python_bootstrap(std::move(impl))); },
         py::arg("bootstrap"));
   m.def("finalize", [] { Runtime::finalize(); });
   m.def("initialized", &Runtime::initialized);

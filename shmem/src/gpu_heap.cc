@@ -164,12 +164,9 @@ std::unique_ptr<GpuHeap> GpuHeap::create(Runtime& rt, int device, size_t bytes) 
 
 GpuHeap::~GpuHeap() {
   if (base_) {
-    int previous = -1;
-    cudaGetDevice(&previous);
-    cudaSetDevice(device_);
+    CudaDeviceGuard guard(device_, std::nothrow);
     cudaDeviceSynchronize();
     cudaFree(base_);
-    if (previous >= 0) cudaSetDevice(previous);
   }
 }
 

@@ -7,12 +7,15 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <utility>
 
 #include "mori/core/env.h"
 #include "mori/core/log.h"
 #include "mori/core/status.h"
 #include "mori/shmem/gpu_heap.h"
 #include "mori/transports/registry.h"
+#include "mori/shmem/tuned_wait.h"
 
 namespace mori::shmem {
 namespace {
@@ -125,29 +128,17 @@ void Runtime::init(std::unique_ptr<Bootstrap> bootstrap) {
   if (live_) raise(Status::kInvalidUsage, "shmem is already initialized (PE %d of %d)", live_->my_pe_, live_->n_pes_);
   if (!bootstrap) raise(Status::kInvalidArgument, "shmem init: no bootstrap");
   env::reload();
-  auto* rt = new Runtime(std::move(bootstrap));
-  try {
-    rt->setup();
-  } catch (...) {
-    delete rt;
-    throw;
-  }
-  live_ = rt;
+  std::unique_ptr<Runtime> rt(new Runtime(std::move(bootstrap)));  // the constructor is private
+  rt->setup();
+  live_ = rt.release();
   g_generation.fetch_add(1);
 }
 
 void Runtime::finalize() {
   std::lock_guard<std::mutex> lock(g_init_mu);
   if (!live_) return;
-  Runtime* rt = live_;
-  live_ = nullptr;
-  try {
-    rt->teardown();
-  } catch (...) {
-    delete rt;
-    throw;
-  }
-  delete rt;
+  std::unique_ptr<Runtime> rt(std::exchange(live_, nullptr));
+  rt->teardown();
 }
 
 Runtime* Runtime::live_ = nullptr;
@@ -270,6 +261,13 @@ void Runtime::setup() {
   ctrl->state.store(kStateRunning, std::memory_order_release);
   peer_gone_ = std::make_unique<std::atomic<bool>[]>(n_pes_);
   watch_.start([this](int pe) { on_peer_exit(pe); });
+  {
+    std::vector<int> world(n_pes_);
+    for (int i = 0; i < n_pes_; ++i) world[i] = i;
+    // Two PEs meet in one dissemination round, one wake-up each already, and without the
+    // shared arrival word's extra cache-line trip.
+    world_same_host_ = n_pes_ > 2 && shares_host(world.data(), n_pes_, &ctrl->barrier_arrived);
+  }
   MORI_LOG(kInfo, "SHMEM", "PE %d of %d up: %s heap, bootstrap %s, waits %s", my_pe_, n_pes_,
            human_bytes(heap_bytes).c_str(), bootstrap_->describe().c_str(),
            oversubscribed_ ? "yield (PEs outnumber cores)" : polled_.empty() ? "spin" : "spin and progress ucx");
@@ -753,6 +751,42 @@ void Runtime::barrier_pes(const std::vector<int>& pes, int me, uint64_t* counter
   if (counters == control()->barrier_counters) control()->barrier_done.store(epoch, std::memory_order_release);
 }
 
+bool Runtime::shares_host(const int* pes, int n, const void* word) const {
+  if (n > 64 || env::get().disable_p2p) return false;
+  for (int i = 0; i < n; ++i) {
+    if (topology_.num_nodes() > 1 && !topology_.same_node(pes[i], my_pe_)) return false;
+    if (pes[i] != my_pe_ && !ptr(word, pes[i])) return false;
+  }
+  return true;
+}
+
+void Runtime::barrier_same_host(const int* pes, int n, int me, uint64_t* arrived, uint64_t* released,
+                                uint64_t world_epoch, const char* caller) {
+  auto* mask = static_cast<uint64_t*>(ptr(arrived, pes[0]));
+  if (!mask) raise(Status::kInternal, "%s: the barrier word of PE %d is not mapped", caller, pes[0]);
+  const uint64_t full = n == 64 ? ~uint64_t(0) : (uint64_t(1) << n) - 1;
+  const uint64_t bit = uint64_t(1) << me;
+  const uint64_t before = __atomic_fetch_or(mask, bit, __ATOMIC_ACQ_REL);
+  if ((before | bit) == full) {
+    __atomic_store_n(mask, 0, __ATOMIC_RELEASE);  // before any release: nobody arrives again until then
+    for (int k = 1; k < n; ++k) atomic(released, AmoOp::kSet, 8, 1, 0, pes[(me + k) % n], caller);
+    return;
+  }
+  // Only the last arriver's atomic sets the flag: any member may be it.
+  bool rung = true;
+  for (int k = 0; k < n; ++k) rung = rung && (k == me || rings_on_delivery(pes[k]));
+  tuned_wait(
+      *this, [&] { return __atomic_load_n(released, __ATOMIC_ACQUIRE) != 0; }, caller, released,
+      WaitFrom{-1, world_epoch, rung}, [&] {
+        const uint64_t seen = __atomic_load_n(mask, __ATOMIC_ACQUIRE);
+        std::string missing;
+        for (int i = 0; i < n; ++i)
+          if (!(seen & (uint64_t(1) << i))) missing += (missing.empty() ? "PE " : ", PE ") + std::to_string(pes[i]);
+        return "the barrier's other members; not arrived: " + missing;
+      });
+  __atomic_store_n(released, 0, __ATOMIC_RELAXED);
+}
+
 void Runtime::barrier_all() {
   std::lock_guard<std::mutex> lock(barrier_mu_);
   // Guarded by barrier_mu_. Not thread_local: a thread's TLS is destroyed before exit's
@@ -762,7 +796,13 @@ void Runtime::barrier_all() {
     world.resize(n_pes_);
     for (int i = 0; i < n_pes_; ++i) world[i] = i;
   }
-  barrier_pes(world, my_pe_, control()->barrier_counters, barrier_epoch_, "shmem_barrier_all");
+  if (!world_same_host_) return barrier_pes(world, my_pe_, control()->barrier_counters, barrier_epoch_, "shmem_barrier_all");
+  // As barrier_pes: the barrier's own signals skip the liveness check of user operations.
+  for (auto& t : transports_) t->quiet();
+  const uint64_t epoch = ++barrier_epoch_;
+  barrier_same_host(world.data(), n_pes_, my_pe_, &control()->barrier_arrived, &control()->barrier_released, epoch,
+                    "shmem_barrier_all");
+  control()->barrier_done.store(epoch, std::memory_order_release);
 }
 
 }  // namespace mori::shmem

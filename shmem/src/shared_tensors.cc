@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 
 #include "mori/core/shared_arena.h"
@@ -61,15 +62,14 @@ void install() {
   if (g_allocator) return;
   c10::Allocator* current = c10::GetCPUAllocator();
   g_fallback_raw_deleter = current->raw_deleter();
-  auto* a = new SharedTensorAllocator(current);
-  c10::SetCPUAllocator(a, /*priority=*/100);
-  if (c10::GetCPUAllocator() != a) {
-    delete a;
+  auto a = std::make_unique<SharedTensorAllocator>(current);
+  c10::SetCPUAllocator(a.get(), /*priority=*/100);
+  if (c10::GetCPUAllocator() != a.get()) {
     throw std::runtime_error(
         "mori.shmem.shared_tensors: torch kept another CPU allocator of higher priority (installed by another "
         "library); shared tensors are unavailable in this process");
   }
-  g_allocator = a;
+  g_allocator = a.release();  // torch holds it until the process ends
 }
 
 }  // namespace

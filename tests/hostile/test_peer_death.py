@@ -142,15 +142,16 @@ def test_peer_that_skips_a_barrier_and_finalizes():
 def test_stopped_peer_times_out_naming_it():
     out = check(mori_run(3, python_program("peer_death.py", 1, "stop"), timeout=120,
                          env={"MORI_SHMEM_WAIT_TIMEOUT": "2"}))
-    # PE 2 waits for PE 1 in round 0 and PE 0 in round 1; both time out naming PE 1 about 2 s
-    # in, and whichever checks its deadline later (the check runs every 50 ms) may first see the
-    # other one leave: an error in bound too. At least one must report the timeout itself.
+    # Three PEs of one host meet at the runtime's same-host barrier: PEs 0 and 2 wait for their
+    # release and both time out naming PE 1, the one that has not arrived, about 2 s in; whichever
+    # checks its deadline later (the check runs every 50 ms) may first see the other one leave: an
+    # error in bound too. At least one must report the timeout itself.
     _survivors_caught(out, 3, 1, "shmem_barrier_all on PE")
     lines = [out.split(f"PE {pe} caught")[1].split("\n")[0] for pe in (0, 2)]
     timed_out = [line for line in lines if "Timeout:" in line]
     assert timed_out, lines
     for line in timed_out:
-        for needle in ("waited 2.0 s (MORI_SHMEM_WAIT_TIMEOUT=2)", "for PE 1 to reach the barrier (round"):
+        for needle in ("waited 2.0 s (MORI_SHMEM_WAIT_TIMEOUT=2)", "for the barrier's other members; not arrived: PE 1"):
             assert needle in line, line
 
 

@@ -61,15 +61,12 @@ CudaTransport::CudaTransport(int my_pe, int n_pes, int device) : my_pe_(my_pe), 
 }
 
 CudaTransport::~CudaTransport() {
-  int previous = -1;
-  cudaGetDevice(&previous);
-  cudaSetDevice(device_);
+  CudaDeviceGuard guard(device_, std::nothrow);
   if (stream_) cudaStreamSynchronize(as_stream(stream_));
   for (auto& [key, mapping] : opened_) cudaIpcCloseMemHandle(mapping);
   opened_.clear();
   if (amo_result_) cudaFreeHost(amo_result_);
   if (stream_) cudaStreamDestroy(as_stream(stream_));
-  if (previous >= 0) cudaSetDevice(previous);
 }
 
 std::string CudaTransport::export_handle(void* base) {
@@ -94,7 +91,7 @@ void CudaTransport::connect_region(MemRegion& region, int pe) {
   void* mapping = nullptr;
   cudaError_t err = cudaIpcOpenMemHandle(&mapping, h, cudaIpcMemLazyEnablePeerAccess);
   if (err != cudaSuccess)
-    raise(Status::kTransport, "PE %d could not map PE %d's GPU memory (region %d) with cudaIpcOpenMemHandle: %s", my_pe_,
+    raise(Status::kDevice, "PE %d could not map PE %d's GPU memory (region %d) with cudaIpcOpenMemHandle: %s", my_pe_,
           pe, region.id, cudaGetErrorString(err));
   region.mapped[pe] = mapping;
   opened_[{region.id, pe}] = mapping;

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "mori/core/auth.h"
+#include "mori/core/dial.h"
 #include "mori/core/log.h"
 #include "mori/core/socket.h"
 #include "mori/core/status.h"
@@ -53,52 +54,51 @@ TcpChannel::TcpChannel(int my_pe, int peer, const std::string& ip, int port, con
   h.flags = hello_flags;
   h.version = kProtocolVersion;
   HelloReply reply{};
-  // A target flooded by strangers evicts the oldest unauthenticated connection, which may be
-  // ours: an authentication that breaks (rather than being refused) is tried again.
-  while (true) {
-    try {
-      fd_ = net::connect_tcp(ip, port, std::max(0.1, deadline - net::now()));
-    } catch (const Error& e) {
-      raise(e.status(),
-            "PE %d cannot reach PE %d over tcp at %s: %s (set MORI_SOCKET_IFNAME to an interface the hosts share)",
-            my_pe, peer, address_.c_str(), e.what());
-    }
-    net::set_liveness(fd_, timeout_s);
-    try {
-      auth::client_handshake(fd_, secret.data(), secret.size(), kAuthLabel, deadline);
-      break;
-    } catch (const auth::Refused& e) {
-      net::close_fd(fd_);
-      raise(Status::kRemote, "PE %d: PE %d at %s refused the tcp connection: %s (is the peer part of another job?)",
-            my_pe, peer, address_.c_str(), e.what());
-    } catch (const Error& e) {
-      net::close_fd(fd_);
-      if (e.status() == Status::kTimeout || net::now() >= deadline)
-        raise(Status::kRemote, "PE %d: tcp handshake with PE %d at %s failed: %s", my_pe, peer, address_.c_str(),
-              e.what());
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  net::DialOptions o;
+  o.host = ip;
+  o.port = port;
+  o.secret = secret.data();
+  o.secret_len = secret.size();
+  o.label = kAuthLabel;
+  o.deadline = deadline;
+  o.liveness_s = timeout_s;
+  try {
+    fd_ = net::dial(o);
+  } catch (const auth::Refused& e) {
+    raise(Status::kRemote, "PE %d: PE %d at %s refused the tcp connection: %s (is the peer part of another job?)",
+          my_pe, peer, address_.c_str(), e.what());
+  } catch (const net::DialError& e) {
+    if (e.reached())
+      raise(Status::kRemote, "PE %d: tcp handshake with PE %d at %s failed: %s", my_pe, peer, address_.c_str(),
+            e.what());
+    raise(e.status(),
+          "PE %d cannot reach PE %d over tcp at %s: %s (set MORI_SOCKET_IFNAME to an interface the hosts share)",
+          my_pe, peer, address_.c_str(), e.what());
+  } catch (const Error& e) {
+    raise(e.status(),
+          "PE %d cannot reach PE %d over tcp at %s: %s (set MORI_SOCKET_IFNAME to an interface the hosts share)",
+          my_pe, peer, address_.c_str(), e.what());
   }
   try {
-    net::send_all(fd_, &h, sizeof(h));
-    if (!net::recv_all(fd_, &reply, sizeof(reply), deadline))
+    net::send_all(fd_.get(), &h, sizeof(h));
+    if (!net::recv_all(fd_.get(), &reply, sizeof(reply), deadline))
       raise(Status::kRemote, "the connection closed during the handshake");
   } catch (const Error& e) {
-    net::close_fd(fd_);
+    fd_.reset();
     raise(Status::kRemote, "PE %d: tcp handshake with PE %d at %s failed: %s", my_pe, peer, address_.c_str(), e.what());
   }
   if (reply.status != static_cast<uint8_t>(HelloStatus::kOk)) {
-    net::close_fd(fd_);
+    fd_.reset();
     raise(Status::kRemote, "PE %d: PE %d at %s refused the tcp connection: %s", my_pe, peer, address_.c_str(),
           hello_refusal(static_cast<HelloStatus>(reply.status)));
   }
   if (reply.max_chunk < kMaxChunk) {
-    net::close_fd(fd_);
+    fd_.reset();
     raise(Status::kRemote, "PE %d: PE %d accepts only %llu-byte requests (mixed MORI installs?)", my_pe, peer,
           static_cast<unsigned long long>(reply.max_chunk));
   }
   // From here on the calling thread multiplexes sends and replies itself.
-  fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK);
+  fcntl(fd_.get(), F_SETFL, fcntl(fd_.get(), F_GETFL) | O_NONBLOCK);
   last_progress_ = net::now();
 }
 
@@ -106,17 +106,17 @@ TcpChannel::~TcpChannel() { close(false); }
 
 void TcpChannel::close(bool say_bye) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (fd_ < 0) return;
+  if (!fd_) return;
   if (say_bye && !failed()) {
     Request rq{};
     rq.op = static_cast<uint8_t>(Op::kBye);
     rq.seq = next_seq_++;
     // Everything before was flushed by finalize's barrier, so the buffer has room.
-    pollfd p{fd_, POLLOUT, 0};
-    if (poll(&p, 1, 1000) > 0) (void)::send(fd_, &rq, sizeof(rq), MSG_NOSIGNAL);
+    pollfd p{fd_.get(), POLLOUT, 0};
+    if (poll(&p, 1, 1000) > 0) (void)::send(fd_.get(), &rq, sizeof(rq), MSG_NOSIGNAL);
   }
-  ::shutdown(fd_, SHUT_RDWR);
-  net::close_fd(fd_);
+  ::shutdown(fd_.get(), SHUT_RDWR);
+  fd_.reset();
 }
 
 std::string TcpChannel::failure() const { return failed() ? failure_ : std::string(); }
@@ -131,7 +131,7 @@ void TcpChannel::fail(const std::string& why) {
 }
 
 void TcpChannel::check_usable() {
-  if (fd_ < 0) raise(Status::kInvalidUsage, "PE %d: tcp connection to PE %d is closed", my_pe_, peer_);
+  if (!fd_) raise(Status::kInvalidUsage, "PE %d: tcp connection to PE %d is closed", my_pe_, peer_);
   if (failed())
     raise(Status::kRemote, "PE %d: tcp connection to PE %d (%s) failed earlier: %s", my_pe_, peer_, address_.c_str(),
           failure_.c_str());
@@ -155,7 +155,7 @@ uint64_t TcpChannel::send_request(Request& rq, const void* payload, size_t n, bo
   msg.msg_iov = iov;
   msg.msg_iovlen = n ? 2 : 1;
   while (msg.msg_iovlen > 0) {
-    ssize_t k = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
+    ssize_t k = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL);
     if (k < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -171,7 +171,7 @@ uint64_t TcpChannel::send_request(Request& rq, const void* payload, size_t n, bo
 }
 
 void TcpChannel::wait_io(bool want_write) {
-  pollfd p{fd_, static_cast<short>(POLLIN | (want_write ? POLLOUT : 0)), 0};
+  pollfd p{fd_.get(), static_cast<short>(POLLIN | (want_write ? POLLOUT : 0)), 0};
   int rc = ::poll(&p, 1, 100);
   if (rc < 0) {
     if (errno == EINTR) return;
@@ -198,7 +198,7 @@ bool TcpChannel::fill_buffer() {
     rpos_ = 0;
   }
   while (true) {
-    ssize_t k = ::recv(fd_, rbuf_.data() + rend_, rbuf_.size() - rend_, 0);
+    ssize_t k = ::recv(fd_.get(), rbuf_.data() + rend_, rbuf_.size() - rend_, 0);
     if (k > 0) {
       rend_ += static_cast<size_t>(k);
       last_progress_ = net::now();
@@ -261,7 +261,7 @@ bool TcpChannel::read_replies() {
         cur_got_ += take;
       } else {
         // Straight from the kernel into the caller's buffer.
-        ssize_t k = ::recv(fd_, p.dst + cur_got_, p.length - cur_got_, 0);
+        ssize_t k = ::recv(fd_.get(), p.dst + cur_got_, p.length - cur_got_, 0);
         if (k == 0) fail("the peer closed the connection (it exited or finalized)");
         if (k < 0) {
           if (errno == EINTR) continue;
@@ -399,7 +399,7 @@ void TcpChannel::put_signal(uint32_t region, uint64_t offset, const void* src, s
 
 void TcpChannel::quiet_start() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (fd_ < 0 || failed()) return;  // quiet_finish reports it
+  if (!fd_ || failed()) return;  // quiet_finish reports it
   // A reply to any later request also proves the earlier unacknowledged ones applied.
   if (last_unacked_ > last_replied_) {
     Request rq{};

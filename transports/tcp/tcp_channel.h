@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "mori/core/store.h"
+#include "mori/core/unique_fd.h"
 #include "mori/transports/transport.h"
 #include "tcp/tcp_protocol.h"
 
@@ -82,7 +83,7 @@ class TcpChannel {
   int my_pe_, peer_;
   std::string address_;
   double timeout_s_;
-  int fd_ = -1;
+  UniqueFd fd_;
   std::mutex mu_;
   std::atomic<bool> failed_{false};
   std::string failure_;  // written once, before failed_ is set

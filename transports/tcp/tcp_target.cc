@@ -78,13 +78,13 @@ bool is_fetching(AmoOp op) {
 
 TcpTarget::TcpTarget(Options options)
     : opt_(std::move(options)), primary_live_(opt_.n_pes, 0), said_bye_(opt_.n_pes, 0) {
-  int listen_fd = net::listen_tcp(opt_.bind_ip, 0, &port_);
+  UniqueFd listen_fd = net::listen_tcp(opt_.bind_ip, 0, &port_);
   net::Acceptor::Options o;
   o.service = format("PE %d's tcp target", opt_.my_pe);
   o.subsys = "TCP";
   o.max_pending = kMaxPending;
   o.pending_lifetime_s = std::min(10.0, opt_.timeout_s) + 1;  // a backstop: handshake() gives up first
-  acceptor_ = std::make_unique<net::Acceptor>(listen_fd, std::move(o), [this](net::Connection& c) { serve(c); });
+  acceptor_ = std::make_unique<net::Acceptor>(std::move(listen_fd), std::move(o), [this](net::Connection& c) { serve(c); });
 }
 
 TcpTarget::~TcpTarget() { stop(); }

@@ -153,7 +153,7 @@ std::unique_ptr<StandaloneServer> StandaloneServer::start(ServerOptions options)
   net::Acceptor::Options ao;
   ao.service = "UMBP per-host server";
   ao.subsys = kSubsys;
-  srv->acceptor_ = std::make_unique<net::Acceptor>(listen_fd, ao, [s = srv.get()](net::Connection& c) { s->serve(c); });
+  srv->acceptor_ = std::make_unique<net::Acceptor>(UniqueFd(listen_fd), ao, [s = srv.get()](net::Connection& c) { s->serve(c); });
   MORI_LOG(kInfo, kSubsys, "per-host server listening at %s (pid %d)", srv->address_.c_str(),
            static_cast<int>(::getpid()));
   return srv;

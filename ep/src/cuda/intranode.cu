@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <type_traits>
 
+#include "mori/core/cuda_check.h"
 #include "mori/core/status.h"
 #include "mori/ep/cuda/intranode.h"
 
@@ -672,10 +673,6 @@ __global__ void __launch_bounds__(1024) k_combine_push(Shape s, Peers p, Local l
   finish_round(s, p, l, round);
 }
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) raise(Status::kInternal, "%s: %s", what, cudaGetErrorString(e));
-}
-
 void check_shape(const Shape& s, int blocks, int warps) {
   MORI_CHECK_ARG(s.world >= 1 && s.world <= kMaxPes, "CUDA IntraNode kernels support 1..%d PEs, got %d", kMaxPes,
                  s.world);
@@ -694,12 +691,12 @@ void dispatch_send(const Shape& s, const Peers& p, const Local& l, const void* i
   k_dispatch_send<<<blocks, warps * 32, 0, static_cast<cudaStream_t>(stream)>>>(
       s, p, l, static_cast<const uint8_t*>(input), row_bytes, weights, static_cast<const uint8_t*>(scales), indices,
       num_tokens, with_recv, replay_dest_map);
-  check(cudaGetLastError(), "dispatch_send launch");
+  check_cuda(cudaGetLastError(), "dispatch_send launch");
 }
 
 void dispatch_recv(const Shape& s, const Peers& p, const Local& l, void* stream) {
   k_dispatch_recv<<<1, 32, 0, static_cast<cudaStream_t>(stream)>>>(s, p, l);
-  check(cudaGetLastError(), "dispatch_recv launch");
+  check_cuda(cudaGetLastError(), "dispatch_recv launch");
 }
 
 namespace {
@@ -718,9 +715,9 @@ int staged_row_bytes(int groups, int block_groups) {
 // Receivers of the fused kernel spin on peers' senders: every block must be resident at once.
 int resident_blocks(const void* kernel, int threads) {
   int dev = 0, sms = 0, per_sm = 0;
-  check(cudaGetDevice(&dev), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
-  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0),
+  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0),
         "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   return per_sm * sms;
 }
@@ -736,7 +733,7 @@ void launch_combine(const Shape& s, const Peers& p, const Local& l, CombineJob j
   } else {
     k_combine_push<T, S><<<blocks, warps * 32, 0, stream>>>(s, p, l, j, phase == CombinePhase::kSend);
   }
-  check(cudaGetLastError(), "combine launch");
+  check_cuda(cudaGetLastError(), "combine launch");
 }
 
 }  // namespace

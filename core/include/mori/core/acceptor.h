@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "mori/core/rate_limited_log.h"
+#include "mori/core/unique_fd.h"
 
 namespace mori::net {
 
@@ -26,7 +27,7 @@ class Acceptor;
 // One accepted connection, handed to the service's handler on a thread of its own.
 class Connection {
  public:
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
   const std::string& peer() const { return peer_; }  // "ip:port" of the other end
   // Call once the peer proved the secret: the connection stops counting as a stranger's and is
   // never evicted. Returns false when it was evicted meanwhile (the handler should give up).
@@ -38,7 +39,7 @@ class Connection {
  private:
   friend class Acceptor;
   Acceptor* owner_ = nullptr;
-  int fd_ = -1;
+  UniqueFd fd_;
   std::string peer_;
   double accepted_at_ = 0;
   bool admitted_ = false, evicted_ = false;  // guarded by the owner's mutex
@@ -56,9 +57,9 @@ class Acceptor {
   };
   using Handler = std::function<void(Connection&)>;
 
-  // Takes ownership of `listen_fd` and starts accepting. `handler` runs once per connection, on
+  // Owns `listen_fd` and starts accepting. `handler` runs once per connection, on
   // its own thread; an exception it throws ends that connection only.
-  Acceptor(int listen_fd, Options options, Handler handler);
+  Acceptor(UniqueFd listen_fd, Options options, Handler handler);
   ~Acceptor();
   Acceptor(const Acceptor&) = delete;
   Acceptor& operator=(const Acceptor&) = delete;
@@ -75,7 +76,7 @@ class Acceptor {
   size_t pending_locked() const;
   Connection* oldest_pending_locked();
 
-  int listen_fd_;
+  UniqueFd listen_fd_;
   Options opt_;
   Handler handler_;
   std::atomic<bool> stopping_{false};

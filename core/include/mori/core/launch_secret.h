@@ -5,8 +5,7 @@
 // address, which anyone who knows the address can compute: that is safe only while the store
 // is unreachable from other hosts, so a derived secret is used on one host only (the store
 // then listens on loopback) and a job spanning hosts is refused with an error saying how to
-// set MORI_JOB_SECRET. The one policy for the Python launch (mori.core.bootstrap) and the
-// C API's (shmem/capi/launch_bootstrap.cc).
+// set MORI_JOB_SECRET. Applied by the launcher detection (launch.h), for Python and C alike.
 #pragma once
 
 #include <string>

@@ -8,15 +8,18 @@
 
 #include <sys/socket.h>
 
+#include "mori/core/unique_fd.h"
+
 namespace mori::net {
 
 // Monotonic seconds.
 double now();
 
-// Listens on host:port (port 0 = any free port); returns fd, stores the bound port.
-int listen_tcp(const std::string& host, int port, int* bound_port, int backlog = 256);
-// Connects, retrying refused connections until timeout_s. Returns fd or throws Timeout.
-int connect_tcp(const std::string& host, int port, double timeout_s);
+// Listens on host:port (port 0 = any free port); stores the bound port.
+UniqueFd listen_tcp(const std::string& host, int port, int* bound_port, int backlog = 256);
+// Connects, retrying refused connections until timeout_s, or throws Timeout. Authenticated
+// services dial through net::dial (dial.h) instead.
+UniqueFd connect_tcp(const std::string& host, int port, double timeout_s);
 
 // Full reads/writes. recv_all returns false on orderly EOF before any byte; throws on errors
 // or on EOF mid-message. A negative deadline means no deadline.
@@ -32,7 +35,6 @@ void advance_iov(struct msghdr& msg, size_t sent);
 // Makes a silent peer (host gone, link down) an error on this socket within about
 // timeout_s: TCP keepalive probes on idle connections, TCP_USER_TIMEOUT on unacknowledged data.
 void set_liveness(int fd, double timeout_s);
-void close_fd(int& fd);
 // "ip:port" of the other end of a connected socket ("?" if unknown).
 std::string peer_address(int fd);
 

@@ -20,6 +20,7 @@ enum class Status : int {
   kTimeout = 7,          // a wait exceeded its limit (TimeoutError)
   kUnavailable = 8,      // feature not built or not possible here (NotImplementedError)
   kInternal = 9,         // a bug in MORI
+  kDevice = 10,          // a GPU call failed (DeviceError, a RuntimeError)
 };
 
 const char* status_name(Status s);

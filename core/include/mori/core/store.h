@@ -23,6 +23,7 @@
 #include "mori/core/bootstrap.h"
 #include "mori/core/rate_limited_log.h"
 #include "mori/core/status.h"
+#include "mori/core/unique_fd.h"
 
 namespace mori {
 
@@ -101,7 +102,7 @@ class StoreClient {
   void talk(const std::function<void()>& exchange);
 
   std::mutex mu_;
-  int fd_ = -1;
+  UniqueFd fd_;
   int rank_;
   int host_rank_ = -1;
   std::string address_;

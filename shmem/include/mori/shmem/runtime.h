@@ -54,6 +54,10 @@ struct alignas(64) ControlBlock {
   std::atomic<int32_t> first_lost;
   Doorbell doorbell;
   alignas(64) uint64_t barrier_counters[kBarrierRounds];
+  // barrier_all when every PE shares this host (Runtime::barrier_same_host): PE 0's arrival
+  // mask, and this PE's release flag. Zero between barriers.
+  alignas(64) uint64_t barrier_arrived;
+  alignas(64) uint64_t barrier_released;
 };
 constexpr uint32_t kStateRunning = 1;
 constexpr uint32_t kStateFinalized = 2;
@@ -187,7 +191,22 @@ class Runtime {
                 Describe describe = nullptr, int spins = -1, bool ring = true);
 
   // ---- barriers
+  // Over every PE: the same-host barrier when all of 3 or more PEs share this host, else
+  // dissemination.
   void barrier_all();
+  // Whether the `n` PEs of `pes` (at most 64) all share this host's memory with this PE: one
+  // node, MORI_DISABLE_P2P off, and each one's copy of the symmetric `word` mapped here. Every
+  // PE gets the same answer (topology, environment and transport choice are the job's).
+  bool shares_host(const int* pes, int n, const void* word) const;
+  // Same-host barrier over `pes` (shares_host true; my index `me`): each member sets its bit
+  // in the arrival mask `arrived` on pes[0] (a direct atomic on the shared mapping); the one
+  // that completes the mask clears it and sets every other member's release flag `released`,
+  // which wakes it if it sleeps. Each member sleeps at most once per barrier (a dissemination
+  // barrier wakes it once per round), which is what counts when PEs outnumber cores. Both
+  // symmetric words are zero again afterwards; a flag is consumed before its owner can arrive
+  // at the next barrier, so it is never set twice. `world_epoch`: see WaitFrom.
+  void barrier_same_host(const int* pes, int n, int me, uint64_t* arrived, uint64_t* released,
+                         uint64_t world_epoch, const char* caller);
   // Dissemination barrier over `pes` (my index `me`) using the symmetric 64-bit
   // counters `counters` (>= ceil(log2(n)) words, zero at first use) and a local epoch.
   void barrier_pes(const std::vector<int>& pes, int me, uint64_t* counters, uint64_t& epoch, const char* caller);
@@ -312,6 +331,7 @@ class Runtime {
   std::vector<std::pair<uintptr_t, size_t>> registered_;
   ThreadLevel thread_level_ = ThreadLevel::kMultiple;
   bool oversubscribed_ = false;
+  bool world_same_host_ = false;  // barrier_all takes barrier_same_host (set at the end of setup)
   std::vector<Transport*> peer_device_transport_;  // per PE, for MemKind::kDevice regions
   std::unique_ptr<GpuHeap> gpu_;
 };

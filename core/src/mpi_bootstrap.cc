@@ -1,32 +1,17 @@
 // SPDX-License-Identifier: MIT
-#include "capi/launch_bootstrap.h"
+#include "mori/core/mpi_bootstrap.h"
 
 #include <dlfcn.h>
 
-#include <cstdlib>
-#include <cstring>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "mori/core/env.h"
-#include "mori/core/launch_secret.h"
-#include "mori/core/log.h"
 #include "mori/core/status.h"
-#include "mori/core/store.h"
-#include "mori/core/unique_id.h"
 
-namespace mori::capi {
+namespace mori {
 namespace {
-
-const char* env_str(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : nullptr;
-}
-
-int env_int(std::initializer_list<const char*> names, int fallback) {
-  for (const char* n : names)
-    if (const char* v = env_str(n)) return std::atoi(v);
-  return fallback;
-}
 
 // ---- MPI loaded at run time. Open MPI's handles are addresses of exported objects;
 // MPICH's are integer constants. H is the handle type of the flavour.
@@ -114,7 +99,10 @@ std::unique_ptr<Bootstrap> init_mpi(MpiApi<H>& api, bool* initialized) {
   return std::make_unique<MpiBootstrap<H>>(api);
 }
 
-std::unique_ptr<Bootstrap> mpi_bootstrap(bool openmpi, bool* initialized) {
+}  // namespace
+
+std::unique_ptr<Bootstrap> make_mpi_bootstrap(bool openmpi, bool* we_initialized) {
+  *we_initialized = false;
   if (!g_mpi.lib) {
     std::string chosen = env::get().mpi_library;
     std::vector<std::string> names;
@@ -145,49 +133,10 @@ std::unique_ptr<Bootstrap> mpi_bootstrap(bool openmpi, bool* initialized) {
       g_mpi.mpich.byte = 0x4c00010d;
     }
   }
-  return g_mpi.openmpi ? init_mpi(g_mpi.ompi, initialized) : init_mpi(g_mpi.mpich, initialized);
+  return g_mpi.openmpi ? init_mpi(g_mpi.ompi, we_initialized) : init_mpi(g_mpi.mpich, we_initialized);
 }
 
-}  // namespace
-
-std::unique_ptr<Bootstrap> make_launch_bootstrap(bool* mpi_initialized) {
-  *mpi_initialized = false;
-  const auto& e = env::get();
-  // 1. mori run (and oshrun, which uses it): a store hosted by the launcher.
-  if (!e.store_addr.empty()) {
-    auto colon = e.store_addr.rfind(':');
-    if (colon == std::string::npos)
-      raise(Status::kInvalidArgument, "MORI_STORE_ADDR=%s is not host:port", e.store_addr.c_str());
-    if (e.rank < 0 || e.world_size < 1)
-      raise(Status::kInvalidArgument, "MORI_STORE_ADDR is set but MORI_RANK/MORI_WORLD_SIZE are not");
-    return bootstrap_from_store(e.store_addr.substr(0, colon), std::atoi(e.store_addr.c_str() + colon + 1),
-                                secret_from_hex(e.job_secret), static_cast<int>(e.rank),
-                                static_cast<int>(e.world_size), false);
-  }
-  // 2. mpirun (Open MPI, or an MPICH-style PMI launcher).
-  int mpi_size = env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"}, -1);
-  int mpi_rank = env_int({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}, -1);
-  if (mpi_size > 0 && mpi_rank >= 0) return mpi_bootstrap(env_str("OMPI_COMM_WORLD_SIZE") != nullptr, mpi_initialized);
-  // 3. torchrun-style variables: rank 0 hosts the store on MORI_MASTER_PORT or MASTER_PORT + 1.
-  const char* addr = env_str("MASTER_ADDR");
-  if (addr && env_str("RANK") && env_str("WORLD_SIZE")) {
-    int port = e.master_port ? static_cast<int>(e.master_port) : env_int({"MASTER_PORT"}, 29500) + 1;
-    int rank = env_int({"RANK"}, 0), size = env_int({"WORLD_SIZE"}, 1);
-    const char* run_id = env_str("TORCHELASTIC_RUN_ID");
-    // The same policy as mori.core.bootstrap.detect_launch (core/launch_secret.h).
-    EnvLaunchSecret s = env_launch_secret(e.job_secret, addr, port, run_id ? run_id : "", size,
-                                          env_int({"LOCAL_WORLD_SIZE"}, -1));
-    if (s.derived && env_int({"LOCAL_RANK"}, 0) == 0)
-      MORI_LOG(kWarn, "BOOTSTRAP",
-               "MORI_JOB_SECRET is not set, so the job secret is derived from MASTER_ADDR and the port, and anyone "
-               "on this host who knows them can join the job; set the same random MORI_JOB_SECRET (64 hex digits) "
-               "on every rank");
-    return bootstrap_from_store(s.store_host, port, secret_from_hex(s.secret_hex), rank, size, rank == 0, 0);
-  }
-  return make_single_bootstrap();
-}
-
-void finalize_launch_mpi() {
+void finalize_mpi_bootstrap() {
   if (!g_mpi.we_initialized) return;
   g_mpi.we_initialized = false;
   int done = 0;
@@ -200,4 +149,4 @@ void finalize_launch_mpi() {
   }
 }
 
-}  // namespace mori::capi
+}  // namespace mori
