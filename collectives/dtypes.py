@@ -1,8 +1,11 @@
 # SPDX-License-Identifier: MIT
 """Element types and reduction operators of ``mori.ccl``.
 
-``DataType`` keeps MORI's names and numbering (``Int8`` = 0 ... ``Float64`` = 11) and adds
-``Bool``, ``Complex64`` and ``Complex128``. Torch and numpy dtypes map onto it.
+``DataType`` is the core's element-type enum (``mori._C.core.DataType``, from
+``mori/core/dtype.h``): MORI's names and numbering (``Int8`` = 0 ... ``Float64`` = 11), then
+``Bool``, ``Complex64`` and ``Complex128``, which mori.ccl moves and reduces; the narrow floats
+after them are EP's. ``ReduceOp`` is the core's ``SUM``/``MAX``/``MIN`` (codes 0..2), the ops
+mori.ccl implements. Torch and numpy dtypes map onto ``DataType``.
 """
 from __future__ import annotations
 
@@ -14,29 +17,15 @@ import numpy as np
 from mori import _C
 from mori.core.errors import InvalidArgument
 
+DataType = _C.core.DataType
 
-class DataType(enum.IntEnum):
-    Int8 = 0
-    Uint8 = 1
-    Int16 = 2
-    Uint16 = 3
-    Int32 = 4
-    Uint32 = 5
-    Int64 = 6
-    Uint64 = 7
-    Float16 = 8
-    BFloat16 = 9
-    Float32 = 10
-    Float64 = 11
-    Bool = 12
-    Complex64 = 13
-    Complex128 = 14
+# The core's ReduceOp restricted to the ops mori.ccl implements (same names and codes).
+ReduceOp = enum.IntEnum("ReduceOp", {op.name: op.value for op in _C.core.ReduceOp if op.name in ("SUM", "MAX", "MIN")},
+                        module=__name__)
+ReduceOp.__doc__ = "Reduction ops of mori.ccl: the core's SUM, MAX and MIN (mori._C.core.ReduceOp)."
 
-
-class ReduceOp(enum.IntEnum):
-    SUM = 0
-    MAX = 1
-    MIN = 2
+# The element types mori.ccl takes: Int8 ... Complex128.
+_CCL_TYPES = tuple(t for t in DataType if t <= DataType.Complex128)
 
 
 def size_of(dtype: Any) -> int:
@@ -54,21 +43,18 @@ _NUMPY = {
     np.dtype(np.complex64): DataType.Complex64, np.dtype(np.complex128): DataType.Complex128,
 }
 
-_TORCH_NAMES = {
-    "int8": DataType.Int8, "uint8": DataType.Uint8, "int16": DataType.Int16, "uint16": DataType.Uint16,
-    "int32": DataType.Int32, "uint32": DataType.Uint32, "int64": DataType.Int64, "uint64": DataType.Uint64,
-    "float16": DataType.Float16, "bfloat16": DataType.BFloat16, "float32": DataType.Float32,
-    "float64": DataType.Float64, "bool": DataType.Bool, "complex64": DataType.Complex64,
-    "complex128": DataType.Complex128,
-}
+# torch's dtype names are the core's names (mori._C.core.dtype_name).
+_TORCH_NAMES = {_C.core.dtype_name(int(t)): t for t in _CCL_TYPES}
 
 
 def data_type(dtype: Any) -> DataType:
     """The DataType of a DataType, torch dtype or numpy dtype; InvalidArgument for others."""
     if isinstance(dtype, DataType):
+        if dtype not in _CCL_TYPES:
+            raise InvalidArgument(f"mori.ccl does not support {dtype!r}")
         return dtype
     if isinstance(dtype, int) and not isinstance(dtype, bool):
-        return DataType(dtype)
+        return data_type(DataType(dtype))
     mod = type(dtype).__module__
     if mod.startswith("torch"):
         name = str(dtype).removeprefix("torch.")

@@ -19,9 +19,9 @@ from mori import _C
 from mori.core.errors import Unavailable
 from mori.shmem.tensor_utils import wrap_device_pointer
 
-_COMBINE_CODES = {torch.float32: 0, torch.bfloat16: 1}
+_COMBINE_CODES = {torch.float32: int(_C.core.DataType.Float32), torch.bfloat16: int(_C.core.DataType.BFloat16)}
 if hasattr(torch, "float4_e2m1fn_x2"):  # fp4 rows: summed in fp32 and rounded back to e2m1, as on CPU
-    _COMBINE_CODES[torch.float4_e2m1fn_x2] = 8
+    _COMBINE_CODES[torch.float4_e2m1fn_x2] = int(_C.core.DataType.Float4E2M1x2)
 
 # Per-PE buffers that peers write (their addresses travel to the kernels for every PE).
 _SHARED = ("disp_tok", "disp_w", "disp_idx", "disp_scale", "disp_src", "counter", "disp_sig", "comb_stage",

@@ -12,28 +12,29 @@ from typing import Optional, Sequence
 
 import torch
 
-# Codes of mori::ep::DType (ep/include/mori/ep/dtype.h).
-_REDUCIBLE = {
-    torch.float32: 0,
-    torch.bfloat16: 1,
-    torch.float16: 2,
-    torch.float8_e4m3fn: 3,
-    torch.float8_e4m3fnuz: 4,
-}
-if hasattr(torch, "float4_e2m1fn_x2"):  # two e2m1 values per byte; combine sums them in fp32
-    _REDUCIBLE[torch.float4_e2m1fn_x2] = 8
-_OPAQUE_BY_SIZE = {1: 5, 2: 6, 4: 7}
+from mori import _C
+
+DataType = _C.core.DataType
+
+# The core's element types by torch's name (mori._C.core.dtype_name): combine sums the float
+# ones; dispatch moves any type of 1, 2 or 4 bytes, the ones the core does not name as the
+# unsigned integer of their size.
+_BY_TORCH_NAME = {_C.core.dtype_name(int(t)): t for t in DataType}
+_BY_SIZE = {1: DataType.Uint8, 2: DataType.Uint16, 4: DataType.Uint32}
+
+
+_CODES: dict = {}  # torch dtype -> code, filled on first use (dispatch and combine ask every call)
 
 
 def dtype_code(dtype: torch.dtype, what: str) -> int:
-    """The native code of a token dtype; other 1/2/4-byte types travel as opaque bytes
-    (dispatch only)."""
-    if dtype in _REDUCIBLE:
-        return _REDUCIBLE[dtype]
-    size = torch.empty(0, dtype=dtype).element_size()
-    if size in _OPAQUE_BY_SIZE:
-        return _OPAQUE_BY_SIZE[size]
-    raise ValueError(f"{what}: dtype {dtype} ({size} bytes per element) is not supported")
+    """The native code (a ``mori._C.core.DataType``) of a token dtype: 1, 2 or 4 bytes wide."""
+    code = _CODES.get(dtype)
+    if code is None:
+        size = torch.empty(0, dtype=dtype).element_size()
+        if size not in _BY_SIZE:
+            raise ValueError(f"{what}: dtype {dtype} ({size} bytes per element) is not supported")
+        code = _CODES[dtype] = int(_BY_TORCH_NAME.get(str(dtype).removeprefix("torch."), _BY_SIZE[size]))
+    return code
 
 
 def address(t: Optional[torch.Tensor]) -> int:

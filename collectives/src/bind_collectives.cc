@@ -6,7 +6,7 @@
 
 #include "mori/collectives/dtype.h"
 #include "mori/collectives/host_collectives.h"
-#include "mori/collectives/reduce.h"
+#include "mori/core/reduce.h"
 #include "mori/core/status.h"
 #include "mori/shmem/runtime.h"
 
@@ -24,16 +24,18 @@ HostCollectives& hc(const char* caller) { return HostCollectives::get(caller); }
 }  // namespace
 
 void bind_collectives(py::module_& m) {
-  m.def("size_of", [](int t) { return size_of(check_dtype(t, "size_of")); }, py::arg("dtype"),
+  m.def("size_of", [](int t) { return dtype_size(collectives::check_dtype(t, "size_of")); }, py::arg("dtype"),
         "Bytes of one element of a DataType code.");
-  m.def("dtype_name", [](int t) { return std::string(dtype_name(check_dtype(t, "dtype_name"))); });
-  m.def("check_reduce", [](int t, int op) { check_reduce(check_dtype(t, "reduce"), op, "mori.ccl reduce"); });
+  m.def("dtype_name", [](int t) { return std::string(dtype_name(collectives::check_dtype(t, "dtype_name"))); });
+  m.def("check_reduce", [](int t, int op) {
+    collectives::check_reduce(collectives::check_dtype(t, "reduce"), op, "mori.ccl reduce");
+  });
 
   m.def(
       "reduce_arrays",
       [](int t, int op, uintptr_t dst, const std::vector<uintptr_t>& srcs, size_t count) {
-        DataType dt = check_dtype(t, "reduce_arrays");
-        ReduceOp rop = check_reduce(dt, op, "reduce_arrays");
+        DataType dt = collectives::check_dtype(t, "reduce_arrays");
+        ReduceOp rop = collectives::check_reduce(dt, op, "reduce_arrays");
         std::vector<const void*> s(srcs.size());
         for (size_t i = 0; i < srcs.size(); ++i) s[i] = vp(srcs[i]);
         py::gil_scoped_release nogil;
@@ -59,8 +61,8 @@ void bind_collectives(py::module_& m) {
   m.def(
       "allreduce",
       [](uintptr_t out, uintptr_t in, size_t count, int t, int op) {
-        DataType dt = check_dtype(t, "mori.ccl all_reduce");
-        ReduceOp rop = check_reduce(dt, op, "mori.ccl all_reduce");
+        DataType dt = collectives::check_dtype(t, "mori.ccl all_reduce");
+        ReduceOp rop = collectives::check_reduce(dt, op, "mori.ccl all_reduce");
         py::gil_scoped_release nogil;
         hc("mori.ccl all_reduce").allreduce(vp(out), vp(in), count, dt, rop);
       },
@@ -68,8 +70,8 @@ void bind_collectives(py::module_& m) {
   m.def(
       "reduce_scatter",
       [](uintptr_t out, uintptr_t in, size_t count, int t, int op) {
-        DataType dt = check_dtype(t, "mori.ccl reduce_scatter");
-        ReduceOp rop = check_reduce(dt, op, "mori.ccl reduce_scatter");
+        DataType dt = collectives::check_dtype(t, "mori.ccl reduce_scatter");
+        ReduceOp rop = collectives::check_reduce(dt, op, "mori.ccl reduce_scatter");
         py::gil_scoped_release nogil;
         hc("mori.ccl reduce_scatter").reduce_scatter(vp(out), vp(in), count, dt, rop);
       },

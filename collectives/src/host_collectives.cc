@@ -5,8 +5,8 @@
 #include <cstring>
 #include <mutex>
 
-#include "mori/collectives/reduce.h"
 #include "mori/core/env.h"
+#include "mori/core/reduce.h"
 #include "mori/core/status.h"
 #include "mori/shmem/runtime.h"
 
@@ -249,7 +249,7 @@ void HostCollectives::allreduce(void* out, const void* in, size_t count, DataTyp
   std::lock_guard<std::mutex> lock(g_mu);
   ++stats_.calls;
   if (count == 0) return;
-  const size_t e = size_of(t);
+  const size_t e = dtype_size(t);
   bool in_place = on_heap(rt_, in, count * e);
   if (in_place) ++stats_.zero_copy;
   const size_t chunk_elems = std::max<size_t>(chunk_ / e, 1);
@@ -313,7 +313,7 @@ void HostCollectives::reduce_scatter(void* out, const void* in, size_t count, Da
   std::lock_guard<std::mutex> lock(g_mu);
   ++stats_.calls;
   if (count == 0) return;
-  const size_t e = size_of(t);
+  const size_t e = dtype_size(t);
   bool in_place = on_heap(rt_, in, n_ * count * e);
   if (in_place) ++stats_.zero_copy;
   const size_t chunk_elems = std::max<size_t>(chunk_ / (e * n_), 1);

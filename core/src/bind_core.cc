@@ -14,8 +14,11 @@
 
 namespace py = pybind11;
 
+void bind_dtype(py::module_& m);  // bind_dtype.cc
+
 void bind_core(py::module_& m) {
   using namespace mori;
+  bind_dtype(m);
   m.def("parse_size", [](const std::string& s) { return env::parse_size(s); }, py::arg("text"),
         "Parse a size such as '512M' or '4GiB' into bytes.");
   m.def("reload_env", &env::reload);

@@ -75,7 +75,7 @@ void bind_ep(py::module_& m) {
             a.replay_dest_map = ptr_of<const int64_t>(replay_dest_map);
             a.replay_forward = ptr_of<const int32_t>(replay_forward);
             a.input = ptr_of<const void>(input);
-            a.dtype = static_cast<DType>(dtype);
+            a.dtype = mori::check_dtype(dtype, "dispatch");
             a.num_tokens = num_tokens;
             a.hidden = hidden;
             a.weights = ptr_of<const float>(weights);
@@ -109,7 +109,7 @@ void bind_ep(py::module_& m) {
                              ptr_of<const int32_t>(routing_inbox_meta)};
             if (routing) a.routing = &view;
             a.input = ptr_of<const void>(input);
-            a.dtype = static_cast<DType>(dtype);
+            a.dtype = mori::check_dtype(dtype, "combine");
             a.num_rows = num_rows;
             a.hidden = hidden;
             a.weights = ptr_of<const float>(weights);
@@ -260,12 +260,12 @@ void bind_ep(py::module_& m) {
   m.def(
       "validate_config", [](const py::dict& cfg) { make_config(cfg).validate(); }, py::arg("config"),
       "Raises InvalidArgument naming the first bad field (or product of fields) of an EP config.");
-  m.def("dtype_size", [](int t) { return dtype_size(static_cast<DType>(t)); });
+  m.def("dtype_size", [](int t) { return mori::dtype_size(mori::check_dtype(t, "dtype_size")); });
   // Element-wise fp32 -> dtype encode of n values (tests compare it with torch's casts).
   m.def(
       "encode_fp32",
       [](uintptr_t src, uintptr_t dst, int dtype, int n) {
-        store_row(ptr_of<void>(dst), ptr_of<const float>(src), static_cast<DType>(dtype), n);
+        mori::store_row(ptr_of<void>(dst), ptr_of<const float>(src), mori::check_dtype(dtype, "encode_fp32"), n);
       },
       py::arg("src"), py::arg("dst"), py::arg("dtype"), py::arg("n"));
   // Combine's fused bf16 sum of m rows of n values (tests compare it with a torch fp32 sum).
@@ -274,7 +274,7 @@ void bind_ep(py::module_& m) {
       [](uintptr_t rows, int m, uintptr_t dst, int n) {
         std::vector<const uint16_t*> p(static_cast<size_t>(m));
         for (int r = 0; r < m; ++r) p[r] = ptr_of<const uint16_t>(rows) + static_cast<size_t>(r) * n;
-        sum_rows_bf16(ptr_of<uint16_t>(dst), p.data(), m, n);
+        mori::sum_rows_bf16(ptr_of<uint16_t>(dst), p.data(), m, n);
       },
       py::arg("rows"), py::arg("m"), py::arg("dst"), py::arg("n"));
   m.def("blockwise_scale_dim", &blockwise_scale_dim,

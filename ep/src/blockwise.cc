@@ -17,15 +17,15 @@ constexpr float kFp8Max = 448.0f;  // e4m3fn
 constexpr float kFp4Max = 6.0f;    // e2m1
 
 // The row as fp32 (one switch per row, so the loops below vectorize).
-void load_row(float* dst, const void* src, DType t, int n) {
+void load_row(float* dst, const void* src, DataType t, int n) {
   switch (t) {
-    case DType::kFloat32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
-    case DType::kBFloat16: {
+    case DataType::kFloat32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
+    case DataType::kBFloat16: {
       const uint16_t* s = static_cast<const uint16_t*>(src);
       for (int i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
       return;
     }
-    case DType::kFloat16: {
+    case DataType::kFloat16: {
       const uint16_t* s = static_cast<const uint16_t*>(src);
       for (int i = 0; i < n; ++i) dst[i] = f16_to_float(s[i]);
       return;
@@ -53,7 +53,7 @@ BlockwiseLayout blockwise_layout(bool fp4, int hidden, int scale_dim) {
   return l;
 }
 
-void quantize_row_blockwise(uint8_t* dst, const void* src, DType from, const BlockwiseLayout& l) {
+void quantize_row_blockwise(uint8_t* dst, const void* src, DataType from, const BlockwiseLayout& l) {
   const float qmax = l.fp4 ? kFp4Max : kFp8Max;
   float* scales_out = reinterpret_cast<float*>(dst + l.code_bytes());
   thread_local std::vector<float> v;

@@ -319,9 +319,9 @@ void EpHandle::validate_dispatch(const DispatchArgs& a) const {
                  cfg_.max_num_inp_token_per_rank);
   MORI_CHECK_ARG(a.hidden > 0 && a.hidden <= cfg_.hidden_dim, "%s: input hidden size %d must be in 1..hidden_dim=%d",
                  fn, a.hidden, cfg_.hidden_dim);
-  MORI_CHECK_ARG(dtype_size(a.dtype) <= cfg_.max_token_type_size,
+  MORI_CHECK_ARG(static_cast<int>(dtype_size(a.dtype)) <= cfg_.max_token_type_size,
                  "%s: input dtype %s is %d bytes wide, more than max_token_type_size=%d", fn, dtype_name(a.dtype),
-                 dtype_size(a.dtype), cfg_.max_token_type_size);
+                 static_cast<int>(dtype_size(a.dtype)), cfg_.max_token_type_size);
   if (a.num_tokens == 0) return;
   MORI_CHECK_ARG(a.input && a.indices, "%s: input and indices must not be null", fn);
   const int k = cfg_.num_experts_per_token, ne = cfg_.num_experts();
@@ -352,20 +352,20 @@ void EpHandle::validate_combine(const CombineArgs& a, bool external, const Routi
                  fn, a.hidden, cfg_.hidden_dim);
   MORI_CHECK_ARG(dtype_reducible(a.dtype), "%s: cannot sum %s tokens (use float32, bfloat16, float16 or fp8 e4m3)",
                  fn, dtype_name(a.dtype));
-  MORI_CHECK_ARG(dtype_size(a.dtype) <= cfg_.max_token_type_size,
+  MORI_CHECK_ARG(static_cast<int>(dtype_size(a.dtype)) <= cfg_.max_token_type_size,
                  "%s: input dtype %s is %d bytes wide, more than max_token_type_size=%d", fn, dtype_name(a.dtype),
-                 dtype_size(a.dtype), cfg_.max_token_type_size);
+                 static_cast<int>(dtype_size(a.dtype)), cfg_.max_token_type_size);
   if (cfg_.quant_type == QuantType::kFp8DirectCast) {
     MORI_CHECK_ARG(external, "%s: quant_type='fp8_direct_cast' needs use_external_inp_buf=True (the zero-copy "
                              "buffer is read as is by peers)", fn);
-    MORI_CHECK_ARG(a.dtype == DType::kBFloat16 || a.dtype == DType::kFloat32 || a.dtype == DType::kFloat16,
+    MORI_CHECK_ARG(a.dtype == DataType::kBFloat16 || a.dtype == DataType::kFloat32 || a.dtype == DataType::kFloat16,
                    "%s: quant_type='fp8_direct_cast' casts bfloat16/float16/float32 input to fp8, got %s", fn,
                    dtype_name(a.dtype));
   }
   if (cfg_.blockwise()) {
     MORI_CHECK_ARG(external, "%s: blockwise combine quantizes the rows it pushes: it needs use_external_inp_buf=True",
                    fn);
-    MORI_CHECK_ARG(a.dtype == DType::kBFloat16 || a.dtype == DType::kFloat32 || a.dtype == DType::kFloat16,
+    MORI_CHECK_ARG(a.dtype == DataType::kBFloat16 || a.dtype == DataType::kFloat32 || a.dtype == DataType::kFloat16,
                    "%s: blockwise combine quantizes bfloat16/float16/float32 input, got %s", fn, dtype_name(a.dtype));
   }
   const int32_t total = layout.total_recv;
@@ -699,7 +699,7 @@ CombineResult EpHandle::combine(const CombineArgs& a) {
   enter_phase(Phase::kCombine);
   comb_layout_ = a.routing ? *a.routing : live;
   comb_dtype_ = a.dtype;
-  comb_wire_ = cfg_.quant_type == QuantType::kFp8DirectCast ? DType::kFloat8E4M3FN : a.dtype;
+  comb_wire_ = cfg_.quant_type == QuantType::kFp8DirectCast ? DataType::kFloat8E4M3FN : a.dtype;
   comb_hidden_ = a.hidden;
   comb_weights_ = a.weights != nullptr;
   comb_own_direct_ = comb_own_w_direct_ = false;
@@ -999,7 +999,7 @@ void EpHandle::reduce_own_tokens(bool pull) {
   // A row that adds into the token: its first byte, its element type (blockwise: the codes).
   struct Source {
     const char* row;
-    DType type;
+    DataType type;
     bool blockwise;
   };
   const int max_sources = k + (v1 ? nodes : 0);
@@ -1060,8 +1060,8 @@ void EpHandle::reduce_own_tokens(bool pull) {
         }
       }
       char* dst_row = stream ? out_row.data() : out + static_cast<size_t>(t) * row;
-      bool all_bf16 = comb_dtype_ == DType::kBFloat16;
-      for (const Source& src : srcs) all_bf16 &= src.type == DType::kBFloat16 && !src.blockwise;
+      bool all_bf16 = comb_dtype_ == DataType::kBFloat16;
+      for (const Source& src : srcs) all_bf16 &= src.type == DataType::kBFloat16 && !src.blockwise;
       if (all_bf16) {
         bf16_rows.clear();
         for (const Source& src : srcs) bf16_rows.push_back(reinterpret_cast<const uint16_t*>(src.row));

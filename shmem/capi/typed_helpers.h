@@ -14,6 +14,7 @@
 
 #include "capi/collectives.h"
 #include "capi/inbox.h"
+#include "mori/core/reduce.h"
 #include "mori/core/status.h"
 #include "capi/state.h"
 
@@ -78,14 +79,20 @@ int alltoall(shmem_team_t team, void* dest, const void* source, size_t bytes, co
 int alltoalls(shmem_team_t team, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
               size_t elem, const char* fn) noexcept;
 
-// ---- reductions
-struct OpAnd { template <typename T> static T apply(T a, T b) { return a & b; } };
-struct OpOr { template <typename T> static T apply(T a, T b) { return a | b; } };
-struct OpXor { template <typename T> static T apply(T a, T b) { return a ^ b; } };
-struct OpMax { template <typename T> static T apply(T a, T b) { return a < b ? b : a; } };
-struct OpMin { template <typename T> static T apply(T a, T b) { return b < a ? b : a; } };
-struct OpSum { template <typename T> static T apply(T a, T b) { return a + b; } };
-struct OpProd { template <typename T> static T apply(T a, T b) { return a * b; } };
+// ---- reductions: the core's engine (mori/core/reduce.h) on the C types, combined natively
+using OpAnd = mori::Combine<mori::ReduceOp::kAnd>;
+using OpOr = mori::Combine<mori::ReduceOp::kOr>;
+using OpXor = mori::Combine<mori::ReduceOp::kXor>;
+using OpMax = mori::Combine<mori::ReduceOp::kMax>;
+using OpMin = mori::Combine<mori::ReduceOp::kMin>;
+using OpSum = mori::Combine<mori::ReduceOp::kSum>;
+using OpProd = mori::Combine<mori::ReduceOp::kProd>;
+
+// acc[i] = Op(acc[i], in[i]) for i < n.
+template <typename T, typename Op>
+inline void combine_into(T* acc, const T* in, size_t n) {
+  mori::combine_into<mori::NativeElement<T>, Op::kOp>(acc, in, n);
+}
 
 // Off shared memory, a reduction over 3 or more members splits the work (a reduce-scatter, then
 // an allgather): member i combines block i of every member's source, in team order, into block
@@ -118,7 +125,7 @@ void reduce_split(Group& g, T* dest, const T* source, size_t n, const char* fn) 
       const T* in = j == g.me ? source + lo + off : fetched.data() + static_cast<size_t>((j - g.me + m) % m - 1) * chunk;
       T* out = acc.data() + off;
       if (j == 0) std::copy(in, in + c, out);
-      else for (size_t i = 0; i < c; ++i) out[i] = Op::apply(out[i], in[i]);
+      else combine_into<T, Op>(out, in, c);
     }
   }
   std::copy(acc.begin(), acc.end(), dest + lo);
@@ -146,8 +153,8 @@ void reduce_group(Group& g, T* dest, const T* source, size_t n, const char* fn, 
     std::vector<T> acc(n);
     std::vector<T> in(n);
     for (int j = 0; j < upto; ++j) {
-      std::memcpy(in.data(), parts.part(j), n * sizeof(T));
-      for (size_t i = 0; i < n; ++i) acc[i] = j == 0 ? in[i] : Op::apply(acc[i], in[i]);
+      std::memcpy(j == 0 ? acc.data() : in.data(), parts.part(j), n * sizeof(T));
+      if (j > 0) combine_into<T, Op>(acc.data(), in.data(), n);
     }
     std::copy(acc.begin(), acc.end(), dest);
     return;
@@ -163,8 +170,10 @@ void reduce_group(Group& g, T* dest, const T* source, size_t n, const char* fn, 
       inbox().receive(g, j, parts.data() + static_cast<size_t>(j) * n, n * sizeof(T), fn);
     }
     std::vector<T> acc(n);  // zeros when nothing is combined (an exclusive scan's first member)
-    for (int j = 0; j < upto; ++j)
-      for (size_t i = 0; i < n; ++i) acc[i] = j == 0 ? parts[i] : Op::apply(acc[i], parts[j * n + i]);
+    for (int j = 0; j < upto; ++j) {
+      if (j == 0) std::copy(parts.begin(), parts.begin() + static_cast<ptrdiff_t>(n), acc.begin());
+      else combine_into<T, Op>(acc.data(), parts.data() + static_cast<size_t>(j) * n, n);
+    }
     std::copy(acc.begin(), acc.end(), dest);
     return;
   }
@@ -193,11 +202,8 @@ void reduce_group(Group& g, T* dest, const T* source, size_t n, const char* fn, 
     }
     for (int j = 0; j < upto; ++j) {
       const T* in = mapped[j] ? mapped[j] + off : fetched.data() + slot[j] * chunk;
-      if (j == 0) {
-        std::copy(in, in + len, acc.begin() + static_cast<ptrdiff_t>(off));
-      } else {
-        for (size_t i = 0; i < len; ++i) acc[off + i] = Op::apply(acc[off + i], in[i]);
-      }
+      if (j == 0) std::copy(in, in + len, acc.begin() + static_cast<ptrdiff_t>(off));
+      else combine_into<T, Op>(acc.data() + off, in, len);
     }
   }
   group_barrier(g, fn);  // every member has read every source: dest may alias source now

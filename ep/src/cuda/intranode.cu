@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "mori/core/cuda_check.h"
+#include "mori/core/dtype.h"
 #include "mori/core/status.h"
 #include "mori/ep/cuda/intranode.h"
 
@@ -306,8 +307,8 @@ struct Row8<Fp8> {
 
 __constant__ float kE2M1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
 
-// fp32 -> e2m1 code as the CPU path rounds (ep/src/dtype.cc float_to_fp4_e2m1): nearest, ties
-// to the even code, saturating at 6, NaN to +6.
+// fp32 -> e2m1 code as the CPU path rounds (float_to_fp4_e2m1, mori/core/float_formats.h): nearest,
+// ties to the even code, saturating at 6, NaN to +6.
 __device__ __forceinline__ uint32_t fp4_e2m1_code(float f) {
   if (isnan(f)) return 7u;
   const float a = fabsf(f);
@@ -741,8 +742,9 @@ void launch_combine(const Shape& s, const Peers& p, const Local& l, CombineJob j
 void combine(const Shape& s, const Peers& p, const Local& l, const CombineArgs& a, CombinePhase phase, int blocks,
              int warps, void* stream) {
   check_shape(s, blocks, warps);
-  constexpr int kFp4Rows = 8;  // DType::kFloat4E2M1x2 (torch.float4_e2m1fn_x2): two values per element
-  MORI_CHECK_ARG(a.dtype == 0 || a.dtype == 1 || a.dtype == kFp4Rows,
+  constexpr int kFloat32 = static_cast<int>(DataType::kFloat32), kBFloat16 = static_cast<int>(DataType::kBFloat16);
+  constexpr int kFp4Rows = static_cast<int>(DataType::kFloat4E2M1x2);  // two values per element
+  MORI_CHECK_ARG(a.dtype == kFloat32 || a.dtype == kBFloat16 || a.dtype == kFp4Rows,
                  "CUDA combine supports float32, bfloat16 and float4_e2m1fn_x2, got dtype code %d", a.dtype);
   // fp4 rows are summed in fp32 and rounded back to e2m1, as on CPU; casting them is refused there too.
   MORI_CHECK_ARG(a.dtype != kFp4Rows || (!a.fp8 && a.block == 0),
@@ -752,7 +754,7 @@ void combine(const Shape& s, const Peers& p, const Local& l, const CombineArgs& 
                  a.hidden);
   MORI_CHECK_ARG(a.num_tokens >= 0 && a.num_tokens <= s.max_inp, "combine: %d tokens, max_num_inp_token_per_rank %d",
                  a.num_tokens, s.max_inp);
-  MORI_CHECK_ARG(a.block == 0 || (a.block > 0 && a.block % 8 == 0 && a.dtype == 1 && !a.fp8),
+  MORI_CHECK_ARG(a.block == 0 || (a.block > 0 && a.block % 8 == 0 && a.dtype == kBFloat16 && !a.fp8),
                  "CUDA blockwise combine needs bfloat16 rows and a block of a multiple of 8 values, got dtype "
                  "code %d, block %d", a.dtype, a.block);
   const int groups = a.dtype == kFp4Rows ? a.hidden / 4 : a.hidden / 8;  // of 8 values
@@ -765,7 +767,7 @@ void combine(const Shape& s, const Peers& p, const Local& l, const CombineArgs& 
     launch_combine<__nv_bfloat16, Fp4Blk>(s, p, l, j, phase, blocks, warps, st);
   } else if (a.block > 0) {
     launch_combine<__nv_bfloat16, Fp8Blk>(s, p, l, j, phase, blocks, warps, st);
-  } else if (a.dtype == 1) {
+  } else if (a.dtype == kBFloat16) {
     if (a.fp8)
       launch_combine<__nv_bfloat16, Fp8>(s, p, l, j, phase, blocks, warps, st);
     else

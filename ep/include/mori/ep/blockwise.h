@@ -27,7 +27,7 @@ struct BlockwiseLayout {
 
 BlockwiseLayout blockwise_layout(bool fp4, int hidden, int scale_dim);
 // Quantizes one row of `from` (float32, bfloat16 or float16) into dst (layout.row_bytes()).
-void quantize_row_blockwise(uint8_t* dst, const void* src, DType from, const BlockwiseLayout& l);
+void quantize_row_blockwise(uint8_t* dst, const void* src, DataType from, const BlockwiseLayout& l);
 // acc[0..hidden) += the dequantized row at src.
 void accumulate_row_blockwise(float* acc, const uint8_t* src, const BlockwiseLayout& l);
 

@@ -56,7 +56,7 @@ struct RoutingView {
 
 struct DispatchArgs {
   const void* input = nullptr;  // [num_tokens, hidden] of dtype
-  DType dtype = DType::kBFloat16;
+  DataType dtype = DataType::kBFloat16;
   int num_tokens = 0;
   int hidden = 0;
   const float* weights = nullptr;     // [num_tokens, topk] or null
@@ -81,7 +81,7 @@ struct DispatchResult {
 
 struct CombineArgs {
   const void* input = nullptr;  // [num_rows, hidden] rows aligned with the dispatch output
-  DType dtype = DType::kBFloat16;
+  DataType dtype = DataType::kBFloat16;
   int num_rows = 0;
   int hidden = 0;
   const float* weights = nullptr;    // [num_rows, topk] or null
@@ -239,8 +239,8 @@ class EpHandle {
   // The layout the current combine uses (the last dispatch's, or a routing handle's).
   RoutingView comb_layout_;
   // Combine parameters carried from the send half to the recv half.
-  DType comb_dtype_ = DType::kBFloat16;
-  DType comb_wire_ = DType::kBFloat16;
+  DataType comb_dtype_ = DataType::kBFloat16;
+  DataType comb_wire_ = DataType::kBFloat16;
   int comb_hidden_ = 0;
   bool comb_weights_ = false, comb_pull_ = false;
   // This PE's own rows are summed straight from the combine input (not staged): flat kernel

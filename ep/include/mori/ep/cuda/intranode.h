@@ -79,8 +79,8 @@ struct CombineArgs {
   const void* input = nullptr;     // send side: this PE's expert outputs, rows aligned with its dispatch output
   const float* weights = nullptr;  // send side: [rows, topk] or null
   bool with_weights = false;       // receive side: sum weights too
-  int dtype = 1;                   // mori::ep::DType code of input and output: float32 = 0, bfloat16 = 1,
-                                   // float4_e2m1fn_x2 = 8 (summed in fp32, rounded back to e2m1)
+  int dtype = 9;                   // mori::DataType code of input and output: float32, bfloat16 (9) or
+                                   // float4_e2m1fn_x2 (summed in fp32, rounded back to e2m1)
   int hidden = 0;
   bool fp8 = false;                // quant_type fp8_direct_cast: rows cross NVLink as e4m3
   int block = 0;                   // quant_type fp8_blockwise: values per scale block (a multiple of 8;
