@@ -33,10 +33,9 @@ class DataType(enum.IntEnum):
     Complex128 = 14
 
 
-class ReduceOp(enum.IntEnum):
-    SUM = 0
-    MAX = 1
-    MIN = 2
+# The C++ enum (collectives/include/mori/collectives/dtype.h), bound as an IntEnum.
+ReduceOp = _C.collectives.ReduceOp
+ReduceOp.__module__ = __name__  # pickled members name this module (mori._C.collectives is not importable)
 
 
 def size_of(dtype: Any) -> int:

@@ -7,12 +7,14 @@ object with ``rank``, ``size``, ``name``, ``allgather(bytes) -> bytes`` and ``ba
 """
 from __future__ import annotations
 
+import logging
 import os
-import sys
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from mori import _C
+
+_log = logging.getLogger("mori.core")
 
 
 @dataclass(frozen=True)
@@ -41,10 +43,11 @@ _warned: set[str] = set()
 
 
 def _warn_once(key: str, text: str) -> None:
-    """One stderr line per process: a derived secret is weak, and saying so once is enough."""
+    """One warning per process on the ``mori.core`` logger: a derived secret is weak, and saying
+    so once is enough (with no logging configured it reaches stderr as before)."""
     if key not in _warned:
         _warned.add(key)
-        sys.stderr.write(f"mori: warning: {text}\n")
+        _log.warning("mori: warning: %s", text)
 
 
 def detect_launch() -> LaunchInfo:

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // mori._C.collectives: host collectives (addresses as Python ints) and, when built with
 // CUDA, the copy-engine allgather.
+#include <pybind11/native_enum.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -24,6 +25,11 @@ HostCollectives& hc(const char* caller) { return HostCollectives::get(caller); }
 }  // namespace
 
 void bind_collectives(py::module_& m) {
+  py::native_enum<ReduceOp>(m, "ReduceOp", "enum.IntEnum", "Reduction operators of mori.ccl (MORI's names).")
+      .value("SUM", ReduceOp::kSum)
+      .value("MAX", ReduceOp::kMax)
+      .value("MIN", ReduceOp::kMin)
+      .finalize();
   m.def("size_of", [](int t) { return size_of(check_dtype(t, "size_of")); }, py::arg("dtype"),
         "Bytes of one element of a DataType code.");
   m.def("dtype_name", [](int t) { return std::string(dtype_name(check_dtype(t, "dtype_name"))); });
