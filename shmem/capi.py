@@ -46,10 +46,9 @@ def paths() -> CapiPaths:
 
 
 def _exec(tool: str, child_env: dict[str, str] | None = None) -> None:
+    """Replace this process by one of the C tools (with ``child_env`` as its environment if given)."""
     exe = paths().bin_dir / tool
-    if child_env is None:
-        os.execv(str(exe), [str(exe), *sys.argv[1:]])
-    os.execve(str(exe), [str(exe), *sys.argv[1:]], child_env)
+    os.execve(str(exe), [str(exe), *sys.argv[1:]], os.environ if child_env is None else child_env)
 
 
 def oshcc() -> None:
