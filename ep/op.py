@@ -57,28 +57,28 @@ def _require_tensor(t, fn: str, name: str) -> torch.Tensor:
 class _HostPath:
     """Where an op's calls on CPU tensors run: the host handle (built on first use on a GPU-bound PE).
     The op picks this or :class:`_GpuPath` once per dispatch/combine (by the tensors' device); the
-    calls that follow (the recv halves, the last dispatch's layout) ask the path the last dispatch took."""
+    calls that follow (the recv halves, the last dispatch's layout) ask the path the last dispatch took.
+    A path is handed the op on each call and keeps no reference to it: a cycle would leave freeing
+    an op (collective: its symmetric buffers) to the garbage collector, at different times on
+    different PEs."""
 
     on_gpu = False
     device_name = "cpu"
 
-    def __init__(self, op: EpDispatchCombineOp):
-        self._op = op
+    def dispatch_recv(self, op: EpDispatchCombineOp, block_num: int, warp_per_block: int) -> None:
+        op._handle.dispatch_recv()
 
-    def dispatch_recv(self, block_num: int, warp_per_block: int) -> None:
-        self._op._handle.dispatch_recv()
+    def combine_recv(self, op: EpDispatchCombineOp, block_num: int, warp_per_block: int) -> None:
+        op._handle.combine_recv()
 
-    def combine_recv(self, block_num: int, warp_per_block: int) -> None:
-        self._op._handle.combine_recv()
+    def total_recv(self, op: EpDispatchCombineOp) -> int:
+        return int(op._handle.total_recv())
 
-    def total_recv(self) -> int:
-        return int(self._op._handle.total_recv())
+    def src_pos(self, op: EpDispatchCombineOp, total: int) -> torch.Tensor:
+        return view_at(op._handle.src_token_pos(), (total,), torch.int32)
 
-    def src_pos(self, total: int) -> torch.Tensor:
-        return view_at(self._op._handle.src_token_pos(), (total,), torch.int32)
-
-    def cur_rank_num_token(self) -> int:
-        return int(self._op._handle.cur_rank_num_token())
+    def cur_rank_num_token(self, op: EpDispatchCombineOp) -> int:
+        return int(op._handle.cur_rank_num_token())
 
 
 class _GpuPath:
@@ -87,22 +87,22 @@ class _GpuPath:
     on_gpu = True
     device_name = "cuda"
 
-    def __init__(self, op: EpDispatchCombineOp, gpu: Any):
-        self._op, self._gpu = op, gpu
+    def __init__(self, gpu: Any):
+        self._gpu = gpu  # mori.ep.gpu_backend.GpuIntraNode (it does not refer to the op)
 
-    def dispatch_recv(self, block_num: int, warp_per_block: int) -> None:
+    def dispatch_recv(self, op: EpDispatchCombineOp, block_num: int, warp_per_block: int) -> None:
         self._gpu.dispatch_recv()
 
-    def combine_recv(self, block_num: int, warp_per_block: int) -> None:
-        self._gpu.combine_recv(*self._op._gpu_launch("combine", block_num, warp_per_block))
+    def combine_recv(self, op: EpDispatchCombineOp, block_num: int, warp_per_block: int) -> None:
+        self._gpu.combine_recv(*op._gpu_launch("combine", block_num, warp_per_block))
 
-    def total_recv(self) -> int:
+    def total_recv(self, op: EpDispatchCombineOp) -> int:
         return int(self._gpu.view("total_recv", (1,), torch.int32).item())
 
-    def src_pos(self, total: int) -> torch.Tensor:
-        return self._gpu.view("disp_src", (self._op.config.max_num_tokens_to_recv,), torch.int32)[:total]
+    def src_pos(self, op: EpDispatchCombineOp, total: int) -> torch.Tensor:
+        return self._gpu.view("disp_src", (op.config.max_num_tokens_to_recv,), torch.int32)[:total]
 
-    def cur_rank_num_token(self) -> int:
+    def cur_rank_num_token(self, op: EpDispatchCombineOp) -> int:
         return int(self._gpu.last_num_tokens)
 
 
@@ -138,8 +138,8 @@ class EpDispatchCombineOp:
                 from mori.shmem.shared_arena import enable_shared_tensors
 
                 enable_shared_tensors()
-        self._host_path = _HostPath(self)
-        self._gpu_path = _GpuPath(self, self._gpu) if self._gpu is not None else None
+        self._host_path = _HostPath()
+        self._gpu_path = _GpuPath(self._gpu) if self._gpu is not None else None
         self._last_path: Union[_HostPath, _GpuPath] = self._host_path  # the path the last dispatch took
         mode, explicit = mode_from_env()
         self.launch_config_mode = (mode or "MANUAL").upper()
@@ -499,7 +499,7 @@ class EpDispatchCombineOp:
         ``call_local_expert_count`` (here or at ``dispatch_send``) fills ``op.local_expert_count``."""
         if self._kernel != EpDispatchCombineKernelType.AsyncLL:
             raise ValueError(f"dispatch_recv only supports AsyncLL, got kernel_type={self._kernel.name}")
-        self._last_path.dispatch_recv(block_num, warp_per_block)
+        self._last_path.dispatch_recv(self, block_num, warp_per_block)
         if (call_local_expert_count or self._count_at_recv) and self._last_out_indices is not None:
             self._count_local_experts()
         self._count_at_recv = False
@@ -539,7 +539,7 @@ class EpDispatchCombineOp:
                 raise ValueError(f"{fn}: weights must be [rows, {k}] aligned with input, got {tuple(weights.shape)}")
             # (on the GPU the count stays on the device: reading it would sync the host)
             received = 0 if path.on_gpu else int(routing.total_recv_token_num.reshape(-1)[0]) if routing is not None \
-                else path.total_recv()
+                else path.total_recv(self)
             if weights.shape[0] < received:
                 raise ValueError(f"{fn}: weights has {weights.shape[0]} rows, fewer than the {received} received tokens")
             if weights.dtype != torch.float32:
@@ -661,7 +661,7 @@ class EpDispatchCombineOp:
         """``AsyncLL`` only: wait for every peer's rows and sum them into the views ``combine_send`` returned."""
         if self._kernel != EpDispatchCombineKernelType.AsyncLL:
             raise ValueError(f"combine_recv only supports AsyncLL, got kernel_type={self._kernel.name}")
-        self._last_path.combine_recv(block_num, warp_per_block)
+        self._last_path.combine_recv(self, block_num, warp_per_block)
 
     def _gpu_launch(self, phase: str, block_num: int, warp_per_block: int) -> tuple[int, int]:
         bn, _, wpb = self._launch.resolve(phase, self._gpu.device, self._last_dispatch_dtype or self.config.data_type,
@@ -669,10 +669,10 @@ class EpDispatchCombineOp:
         return bn, wpb
 
     def _total_recv(self) -> int:
-        return self._last_path.total_recv()
+        return self._last_path.total_recv(self)
 
     def _src_pos(self, total: int) -> torch.Tensor:
-        return self._last_path.src_pos(total)
+        return self._last_path.src_pos(self, total)
 
     def reset(self) -> None:
         """Kept for MORI compatibility: every counter resets itself inside dispatch/combine."""
@@ -702,7 +702,7 @@ class EpDispatchCombineOp:
         return int(flat_idx) // stride, int(flat_idx) % stride
 
     def get_cur_rank_num_token(self) -> int:
-        return self._last_path.cur_rank_num_token()
+        return self._last_path.cur_rank_num_token(self)
 
     def get_registered_combine_input_buffer(self, dtype: torch.dtype, hidden_dim: int = -1) -> torch.Tensor:
         """The symmetric buffer zero-copy combine reads: ``[max_num_tokens_to_recv(), hidden]``
