@@ -36,10 +36,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
             print(f"  {r['pair']:<28} {r['backend']:<9} {ok:<7} {r['message']}")
         return 0
     if args.env:
-        for row in _C.core.env_table():
-            mark = "*" if row["is_set"] else " "
-            print(f"{mark} {row['name']:<28} {row['value']:<10} ({row['type']}, default {row['default']}) "
-                  f"{row['description']}")
+        _print_env_table(_C.core.env_table())
         return 0
     import mori.shmem as sh
 
@@ -74,6 +71,23 @@ def _cmd_info(args: argparse.Namespace) -> int:
     finally:
         sh.shmem_finalize()
     return 0
+
+
+def _print_env_table(rows: list[dict]) -> None:
+    """The settings table grouped by category; ``*`` marks a variable set in this environment,
+    ``alias`` names another program's variable read when MORI's is unset (``<-`` when it gave the value)."""
+    categories: dict[str, list[dict]] = {}
+    for row in rows:
+        categories.setdefault(row["category"], []).append(row)
+    for category, members in categories.items():
+        print(f"[{category}]")
+        for row in members:
+            mark = "*" if row["is_set"] else " "
+            alias = ""
+            if row["alias"]:
+                alias = f", alias {row['alias']}" + (" <-" if row["set_by_alias"] else "")
+            print(f"{mark} {row['name']:<28} {row['value']:<10} ({row['type']}, default {row['default']}{alias}) "
+                  f"{row['description']}")
 
 
 def _gather_json(obj: dict) -> list[dict]:
@@ -145,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_cmd_run)
 
     info = sub.add_parser("info", help="show PEs, nodes and the transport chosen for each pair")
-    info.add_argument("--env", action="store_true", help="list every MORI_* setting instead")
+    info.add_argument("--env", action="store_true", help="list every MORI_* / UMBP_* setting by category instead")
     info.add_argument("--io", action="store_true", help="MORI-IO: the backend each kind of memory pair gets here")
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(func=_cmd_info)

@@ -26,6 +26,7 @@ from typing import IO, Callable, Optional, Sequence
 
 from mori import _C
 from mori.core.ports import free_port
+from mori.core.env import setting
 
 
 @dataclass
@@ -160,8 +161,8 @@ def _job_secret(cfg: LaunchConfig, multi_node: bool) -> str:
         return _checked_secret(cfg.secret_hex, "secret_hex")
     if cfg.secret_file:
         return _read_secret_file(cfg.secret_file)
-    if os.environ.get("MORI_JOB_SECRET"):
-        return _checked_secret(os.environ["MORI_JOB_SECRET"], "MORI_JOB_SECRET")
+    if env_secret := str(setting("MORI_JOB_SECRET")):
+        return _checked_secret(env_secret, "MORI_JOB_SECRET")
     if multi_node and cfg.node_rank != 0:
         raise ValueError(f"node {cfg.node_rank} needs the job secret of node 0: set MORI_JOB_SECRET or pass "
                          "--secret-file FILE with the secret node 0 printed (or the one you gave it)")

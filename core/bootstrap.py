@@ -7,11 +7,13 @@ object with ``rank``, ``size``, ``name``, ``allgather(bytes) -> bytes`` and ``ba
 """
 from __future__ import annotations
 
-import sys
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from mori import _C
+
+_log = logging.getLogger("mori.core")
 
 
 @dataclass(frozen=True)
@@ -32,10 +34,11 @@ _warned: set[str] = set()
 
 
 def _warn_once(key: str, text: str) -> None:
-    """One stderr line per process: a derived secret is weak, and saying so once is enough."""
+    """One warning per process on the ``mori.core`` logger: a derived secret is weak, and saying
+    so once is enough (with no logging configured it reaches stderr as before)."""
     if key not in _warned:
         _warned.add(key)
-        sys.stderr.write(f"mori: warning: {text}\n")
+        _log.warning("mori: warning: %s", text)
 
 
 def detect_launch() -> LaunchInfo:

@@ -1,10 +1,16 @@
 # SPDX-License-Identifier: MIT
-"""MORI's environment settings, read through the native table (core/include/mori/core/env_defs.h)."""
+"""MORI's environment settings, read through the native table (core/include/mori/core/env_defs.h).
+
+The table is the only reader of MORI_* / UMBP_* variables: Python asks it for typed values
+instead of parsing ``os.environ`` (tests/test_env_table.py keeps it so).
+"""
 from __future__ import annotations
 
 from typing import Union
 
 from mori import _C
+
+SettingValue = Union[int, bool, float, str]
 
 
 def parse_size(text: str) -> int:
@@ -13,32 +19,16 @@ def parse_size(text: str) -> int:
 
 
 def env_table() -> list[dict]:
-    """Every MORI_* variable with its type, default, current value and description."""
+    """Every MORI_* / UMBP_* variable: name, type, default, category, alias, current value,
+    description, is_set and set_by_alias."""
     return _C.core.env_table()
 
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
+def setting(name: str) -> SettingValue:
+    """Current value of the variable ``name`` (or of its alias), parsed by its type in the table.
 
-
-def setting(name: str) -> Union[int, bool, float, str]:
-    """Current value of the MORI_* variable ``name``, parsed by its type in the table."""
-    for row in _C.core.env_table():
-        if row["name"] != name:
-            continue
-        value, kind = row["value"], row["type"]
-        if kind == "size":
-            return _C.core.parse_size(value)
-        if kind == "bool":
-            v = value.strip().lower()
-            if v in _TRUE:
-                return True
-            if v in _FALSE:
-                return False
-            raise ValueError(f"{name}={value!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
-        if kind == "int":
-            return int(value)
-        if kind in ("seconds", "number"):
-            return float(value)
-        return value
-    raise KeyError(f"{name} is not in MORI's settings table")
+    size and int rows give an ``int``, seconds and number rows a ``float``, bool rows a ``bool``,
+    string rows a ``str``. Raises ``mori.core.errors.InvalidArgument`` (a ``ValueError``) for a
+    malformed value or a name that is not in the table.
+    """
+    return _C.core.env_value(name)

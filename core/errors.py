@@ -3,51 +3,56 @@
 so ``except ValueError`` catches a bad argument and ``except TimeoutError`` a timeout."""
 from __future__ import annotations
 
+from mori import _C
+
+# Status codes of the native core (core/include/mori/core/status.h), bound as an IntEnum.
+Status = _C.core.Status
+
 
 class MoriError(RuntimeError):
     """Base of every error raised by MORI's native core."""
 
-    status = 9
+    status = Status.INTERNAL
 
 
 class InvalidArgument(MoriError, ValueError):
-    status = 1
+    status = Status.INVALID_ARGUMENT
 
 
 class InvalidUsage(MoriError):
-    status = 2
+    status = Status.INVALID_USAGE
 
 
 class OutOfMemory(MoriError, MemoryError):
-    status = 3
+    status = Status.OUT_OF_MEMORY
 
 
 class SystemError_(MoriError, OSError):
-    status = 4
+    status = Status.SYSTEM
 
 
 class TransportError(MoriError):
-    status = 5
+    status = Status.TRANSPORT
 
 
 class RemoteError(MoriError):
     """A peer refused a request, died, or left the job."""
 
-    status = 6
+    status = Status.REMOTE
 
 
 class Timeout(MoriError, TimeoutError):
-    status = 7
+    status = Status.TIMEOUT
 
 
 class Unavailable(MoriError, NotImplementedError):
-    status = 8
+    status = Status.UNAVAILABLE
 
 
 class DeviceError(MoriError):
     """A GPU call failed (a CUDA runtime error, from any layer)."""
 
-    status = 10
+    status = Status.DEVICE
 
 
 _BY_STATUS = {cls.status: cls for cls in (InvalidArgument, InvalidUsage, OutOfMemory, SystemError_,

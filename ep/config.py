@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from mori import _C
 from mori.ep.kernel_type import EpDispatchCombineKernelType, normalize_quant_type
 
 
@@ -63,31 +64,31 @@ class EpDispatchCombineConfig:
         return self.world_size * self.max_num_tokens_to_recv_per_rank
 
     def native(self, num_threads: int = 0) -> dict:
-        """The fields the C++ handle takes (after checking types the C++ side cannot)."""
-        for name in ("rank", "world_size", "hidden_dim", "scale_dim", "scale_type_size", "max_token_type_size",
-                     "max_num_inp_token_per_rank", "num_experts_per_rank", "num_experts_per_token",
-                     "warp_num_per_block", "block_num", "max_total_recv_tokens", "gpu_per_node", "rdma_block_num",
-                     "num_qp_per_pe"):
+        """The fields the C++ handle takes (after checking types the C++ side cannot).
+
+        The field list is the C++ one (``MORI_EP_CONFIG_FIELDS`` in ep/include/mori/ep/config.h,
+        as ``mori._C.ep.config_fields()``); this dataclass declares the same names in the same order.
+        """
+        out: dict[str, Any] = {}
+        for name, kind, _default in _C.ep.config_fields():
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"EpDispatchCombineConfig.{name} must be an int, got {value!r}")
-            if not -2**31 <= value < 2**31:
-                raise ValueError(f"EpDispatchCombineConfig.{name} = {value} does not fit int32")
-        try:
-            kernel = EpDispatchCombineKernelType(int(self.kernel_type))
-        except (TypeError, ValueError):
-            raise ValueError(f"EpDispatchCombineConfig.kernel_type {self.kernel_type!r} is not an "
-                             f"EpDispatchCombineKernelType") from None
-        return {
-            "rank": self.rank, "world_size": self.world_size, "hidden_dim": self.hidden_dim,
-            "scale_dim": self.scale_dim, "scale_type_size": self.scale_type_size,
-            "max_token_type_size": self.max_token_type_size,
-            "max_num_inp_token_per_rank": self.max_num_inp_token_per_rank,
-            "num_experts_per_rank": self.num_experts_per_rank, "num_experts_per_token": self.num_experts_per_token,
-            "warp_num_per_block": self.warp_num_per_block, "block_num": self.block_num,
-            "max_total_recv_tokens": self.max_total_recv_tokens,
-            "use_external_inp_buf": bool(self.use_external_inp_buf), "kernel_type": int(kernel),
-            "gpu_per_node": self.gpu_per_node, "rdma_block_num": self.rdma_block_num,
-            "num_qp_per_pe": self.num_qp_per_pe, "quant_type": int(normalize_quant_type(self.quant_type)),
-            "num_threads": int(num_threads),
-        }
+            if kind == "int":
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise ValueError(f"EpDispatchCombineConfig.{name} must be an int, got {value!r}")
+                if not -2**31 <= value < 2**31:
+                    raise ValueError(f"EpDispatchCombineConfig.{name} = {value} does not fit int32")
+                out[name] = value
+            elif kind == "bool":
+                out[name] = bool(value)
+            elif kind == "EpDispatchCombineKernelType":
+                try:
+                    out[name] = int(EpDispatchCombineKernelType(int(value)))
+                except (TypeError, ValueError):
+                    raise ValueError(f"EpDispatchCombineConfig.kernel_type {value!r} is not an "
+                                     f"EpDispatchCombineKernelType") from None
+            elif kind == "EpDispatchCombineQuantType":
+                out[name] = int(normalize_quant_type(value))
+            else:
+                raise AssertionError(f"EpDispatchCombineConfig.{name}: unknown native kind {kind!r}")
+        out["num_threads"] = int(num_threads)
+        return out

@@ -6,11 +6,15 @@ two enums, the device clock query and the standalone local expert count. Each is
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from mori.ep.config import EpDispatchCombineConfig as _PyConfig
 from mori.ep.kernel_type import EpDispatchCombineKernelType, EpDispatchCombineQuantType, normalize_quant_type
 from mori.ep.local_expert_count import launch_local_expert_count
+
+# The Python config's fields after data_type (the same names as the native struct's).
+_FIELDS = tuple(f.name for f in dataclasses.fields(_PyConfig) if f.name != "data_type")
 
 __all__ = ["EpDispatchCombineConfig", "EpDispatchCombineHandle", "EpDispatchCombineKernelType",
            "EpDispatchCombineQuantType", "get_cur_device_wall_clock_freq_mhz", "launch_local_expert_count"]
@@ -27,28 +31,14 @@ class EpDispatchCombineConfig:
                  kernel_type: EpDispatchCombineKernelType = EpDispatchCombineKernelType.IntraNode,
                  gpu_per_node: int = 8, rdma_block_num: int = 0, num_qp_per_pe: int = 1,
                  quant_type: Any = EpDispatchCombineQuantType.None_, max_total_recv_tokens: int = 0):
-        self.rank, self.world_size, self.hidden_dim = rank, world_size, hidden_dim
-        self.scale_dim, self.scale_type_size, self.max_token_type_size = scale_dim, scale_type_size, max_token_type_size
-        self.max_num_inp_token_per_rank = max_num_inp_token_per_rank
-        self.num_experts_per_rank, self.num_experts_per_token = num_experts_per_rank, num_experts_per_token
-        self.warp_num_per_block, self.block_num = warp_num_per_block, block_num
-        self.use_external_inp_buf, self.kernel_type = use_external_inp_buf, kernel_type
-        self.gpu_per_node, self.rdma_block_num, self.num_qp_per_pe = gpu_per_node, rdma_block_num, num_qp_per_pe
-        self.quant_type, self.max_total_recv_tokens = normalize_quant_type(quant_type), max_total_recv_tokens
+        given = locals()
+        for name in _FIELDS:
+            setattr(self, name, given[name])
+        self.quant_type = normalize_quant_type(quant_type)
 
     def to_python(self, data_type: Any = None) -> _PyConfig:
         """The same fields as a ``mori.ops.EpDispatchCombineConfig``."""
-        return _PyConfig(data_type=data_type, rank=self.rank, world_size=self.world_size, hidden_dim=self.hidden_dim,
-                         scale_dim=self.scale_dim, scale_type_size=self.scale_type_size,
-                         max_token_type_size=self.max_token_type_size,
-                         max_num_inp_token_per_rank=self.max_num_inp_token_per_rank,
-                         num_experts_per_rank=self.num_experts_per_rank,
-                         num_experts_per_token=self.num_experts_per_token,
-                         warp_num_per_block=self.warp_num_per_block, block_num=self.block_num,
-                         max_total_recv_tokens=self.max_total_recv_tokens,
-                         use_external_inp_buf=self.use_external_inp_buf, kernel_type=self.kernel_type,
-                         gpu_per_node=self.gpu_per_node, rdma_block_num=self.rdma_block_num,
-                         num_qp_per_pe=self.num_qp_per_pe, quant_type=self.quant_type)
+        return _PyConfig(data_type=data_type, **{name: getattr(self, name) for name in _FIELDS})
 
     def max_num_tokens_to_send_per_rank(self) -> int:
         return self.to_python().max_num_tokens_to_send_per_rank

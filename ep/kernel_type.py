@@ -4,42 +4,33 @@ from __future__ import annotations
 
 import enum
 
+from mori import _C
 
-class EpDispatchCombineKernelType(enum.IntEnum):
-    """Which dispatch/combine protocol an op runs (values are MORI's).
-
-    * ``IntraNode`` (0): every PE of the job on one host / NVLink domain; direct stores into
-      peers' mapped buffers.
-    * ``InterNode`` (1): baseline multi-node protocol over the runtime's RMA calls (one put per
-      token and field); works over any transport.
-    * ``InterNodeV1`` (2): node-level dedup: one copy per destination node, forwarded inside it.
-    * ``InterNodeV1LL`` (3): low-latency multi-node: packed RMA puts straight to each PE.
-    * ``AsyncLL`` (4): packed RMA split into send/recv halves (``dispatch_send``/``dispatch_recv``,
-      ``combine_send``/``combine_recv``) so communication overlaps compute.
-    * ``IntraNodeLL`` (5): intra-node with fewer, larger blocks for small batches.
-    """
-
-    IntraNode = 0
-    InterNode = 1
-    InterNodeV1 = 2
-    InterNodeV1LL = 3
-    AsyncLL = 4
-    IntraNodeLL = 5
-
-    def __str__(self) -> str:
-        return self.name
+# Both enums are the C++ ones (ep/include/mori/ep/config.h), bound as IntEnums by ep/src/bind_ep.cc.
+#
+# EpDispatchCombineKernelType: which dispatch/combine protocol an op runs (values are MORI's).
+#
+# * ``IntraNode`` (0): every PE of the job on one host / NVLink domain; direct stores into
+#   peers' mapped buffers.
+# * ``InterNode`` (1): baseline multi-node protocol over the runtime's RMA calls (one put per
+#   token and field); works over any transport.
+# * ``InterNodeV1`` (2): node-level dedup: one copy per destination node, forwarded inside it.
+# * ``InterNodeV1LL`` (3): low-latency multi-node: packed RMA puts straight to each PE.
+# * ``AsyncLL`` (4): packed RMA split into send/recv halves (``dispatch_send``/``dispatch_recv``,
+#   ``combine_send``/``combine_recv``) so communication overlaps compute.
+# * ``IntraNodeLL`` (5): intra-node with fewer, larger blocks for small batches.
+EpDispatchCombineKernelType = _C.ep.EpDispatchCombineKernelType
+# EpDispatchCombineQuantType: how combine carries expert outputs on the wire (MORI's ``quant_type``).
+EpDispatchCombineQuantType = _C.ep.EpDispatchCombineQuantType
 
 
-class EpDispatchCombineQuantType(enum.IntEnum):
-    """How combine carries expert outputs on the wire (MORI's ``quant_type``)."""
+def _member_name(self: enum.IntEnum) -> str:
+    return self.name
 
-    None_ = 0
-    Fp8DirectCast = 1
-    Fp8BlockwiseQuant = 2
-    Fp4BlockwiseQuant = 3
 
-    def __str__(self) -> str:
-        return self.name
+for _cls in (EpDispatchCombineKernelType, EpDispatchCombineQuantType):
+    _cls.__str__ = _member_name  # MORI prints the member's name
+    _cls.__module__ = __name__  # pickled members name this module (mori._C.ep is not importable by name)
 
 
 QUANT_TYPES = {"none": EpDispatchCombineQuantType.None_, "fp8_direct_cast": EpDispatchCombineQuantType.Fp8DirectCast,

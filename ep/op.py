@@ -12,7 +12,7 @@ of the same phase, and stay valid while the op lives.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional, Union
 
 import torch
 
@@ -54,6 +54,58 @@ def _require_tensor(t, fn: str, name: str) -> torch.Tensor:
     return t
 
 
+class _HostPath:
+    """Where an op's calls on CPU tensors run: the host handle (built on first use on a GPU-bound PE).
+    The op picks this or :class:`_GpuPath` once per dispatch/combine (by the tensors' device); the
+    calls that follow (the recv halves, the last dispatch's layout) ask the path the last dispatch took.
+    A path is handed the op on each call and keeps no reference to it: a cycle would leave freeing
+    an op (collective: its symmetric buffers) to the garbage collector, at different times on
+    different PEs."""
+
+    on_gpu = False
+    device_name = "cpu"
+
+    def dispatch_recv(self, op: EpDispatchCombineOp, block_num: int, warp_per_block: int) -> None:
+        op._handle.dispatch_recv()
+
+    def combine_recv(self, op: EpDispatchCombineOp, block_num: int, warp_per_block: int) -> None:
+        op._handle.combine_recv()
+
+    def total_recv(self, op: EpDispatchCombineOp) -> int:
+        return int(op._handle.total_recv())
+
+    def src_pos(self, op: EpDispatchCombineOp, total: int) -> torch.Tensor:
+        return view_at(op._handle.src_token_pos(), (total,), torch.int32)
+
+    def cur_rank_num_token(self, op: EpDispatchCombineOp) -> int:
+        return int(op._handle.cur_rank_num_token())
+
+
+class _GpuPath:
+    """Where an op's calls on CUDA tensors run: the GPU heap's kernels (mori.ep.gpu_backend)."""
+
+    on_gpu = True
+    device_name = "cuda"
+
+    def __init__(self, gpu: Any):
+        self._gpu = gpu  # mori.ep.gpu_backend.GpuIntraNode (it does not refer to the op)
+
+    def dispatch_recv(self, op: EpDispatchCombineOp, block_num: int, warp_per_block: int) -> None:
+        self._gpu.dispatch_recv()
+
+    def combine_recv(self, op: EpDispatchCombineOp, block_num: int, warp_per_block: int) -> None:
+        self._gpu.combine_recv(*op._gpu_launch("combine", block_num, warp_per_block))
+
+    def total_recv(self, op: EpDispatchCombineOp) -> int:
+        return int(self._gpu.view("total_recv", (1,), torch.int32).item())
+
+    def src_pos(self, op: EpDispatchCombineOp, total: int) -> torch.Tensor:
+        return self._gpu.view("disp_src", (op.config.max_num_tokens_to_recv,), torch.int32)[:total]
+
+    def cur_rank_num_token(self, op: EpDispatchCombineOp) -> int:
+        return int(self._gpu.last_num_tokens)
+
+
 class EpDispatchCombineOp:
     """MoE dispatch/combine over the shmem runtime. Collective: every PE of the shmem job
     constructs one with the same config (except ``rank``), after shmem is initialized."""
@@ -73,7 +125,6 @@ class EpDispatchCombineOp:
         self._num_threads = num_threads
         self._cpu_handle = None
         self._gpu = None
-        self._last_on_gpu = False
         if _gpu_bound():
             _C.ep.validate_config(config.native(num_threads))  # the host handle checks it on CPU
             # Every PE is bound to its GPU: the op's buffers live on the GPU heap. The host
@@ -87,6 +138,9 @@ class EpDispatchCombineOp:
                 from mori.shmem.shared_arena import enable_shared_tensors
 
                 enable_shared_tensors()
+        self._host_path = _HostPath()
+        self._gpu_path = _GpuPath(self._gpu) if self._gpu is not None else None
+        self._last_path: Union[_HostPath, _GpuPath] = self._host_path  # the path the last dispatch took
         mode, explicit = mode_from_env()
         self.launch_config_mode = (mode or "MANUAL").upper()
         self._launch = LaunchConfigurator(self._kernel, config.world_size, config.num_experts_per_token,
@@ -152,11 +206,11 @@ class EpDispatchCombineOp:
             self._views[k] = t
         return t
 
-    def _check_device(self, fn: str, *tensors: Optional[torch.Tensor]) -> bool:
-        """True when the call runs on the GPU (CUDA tensors), False on CPU tensors."""
+    def _path_for(self, fn: str, *tensors: Optional[torch.Tensor]) -> Union[_HostPath, _GpuPath]:
+        """The path a call on these tensors runs: the GPU's (CUDA tensors) or the host's (CPU tensors)."""
         devs = {t.device for t in tensors if t is not None}
         if all(d.type == "cpu" for d in devs):
-            return False
+            return self._host_path
         if self._gpu is None:
             if self._kernel not in _GPU_KERNELS:
                 raise NotImplementedError(
@@ -169,7 +223,7 @@ class EpDispatchCombineOp:
         for d in devs:
             if d != want:
                 raise ValueError(f"{fn}: every tensor must be on {want} (this PE's GPU heap), got one on {d}")
-        return True
+        return self._gpu_path
 
     # ------------------------------------------------------------------ dispatch
 
@@ -191,11 +245,11 @@ class EpDispatchCombineOp:
         cfg = self.config
         input = _require_tensor(input, fn, "input")
         indices = _require_tensor(indices, fn, "indices")
-        on_gpu = self._check_device(fn, input, weights, scales, indices)
+        path = self._path_for(fn, input, weights, scales, indices)
         if routing is not None and return_routing:
             raise ValueError("pass either `routing=` (replay) or `return_routing=True` (new layout), not both")
         if routing is not None or return_routing:
-            self._check_routing_support(fn, on_gpu, replay=routing is not None)
+            self._check_routing_support(fn, replay=routing is not None)
         if input.dim() != 2:
             raise ValueError(f"{fn}: input must be 2-D [num_tokens, hidden_dim], got shape {tuple(input.shape)}")
         n, hidden = input.shape
@@ -233,8 +287,8 @@ class EpDispatchCombineOp:
         indices = indices.contiguous()
         bn, rbn, wpb = self._launch.resolve("dispatch", input.device, input.dtype, n, hidden,
                                             block_num, rdma_block_num, warp_per_block)
-        self._last_on_gpu = on_gpu
-        if on_gpu:
+        self._last_path = path
+        if path.on_gpu:
             replay_map = self._gpu_replay_map(fn, routing, indices) if routing is not None else None
             outs = self._dispatch_gpu(input, weights, scales if has_scales else None, indices, bn, wpb,
                                       call_local_expert_count, replay_map)
@@ -270,7 +324,7 @@ class EpDispatchCombineOp:
 
     # ------------------------------------------------------------------ routing handles
 
-    def _check_routing_support(self, fn: str, on_gpu: bool, replay: bool = False) -> None:
+    def _check_routing_support(self, fn: str, replay: bool = False) -> None:
         if self._kernel not in (EpDispatchCombineKernelType.IntraNode, EpDispatchCombineKernelType.InterNodeV1):
             raise NotImplementedError(f"{fn}: routing handle path not supported for kernel_type={self._kernel.name}; "
                                       f"only IntraNode and InterNodeV1 take routing handles (as in MORI)")
@@ -445,10 +499,7 @@ class EpDispatchCombineOp:
         ``call_local_expert_count`` (here or at ``dispatch_send``) fills ``op.local_expert_count``."""
         if self._kernel != EpDispatchCombineKernelType.AsyncLL:
             raise ValueError(f"dispatch_recv only supports AsyncLL, got kernel_type={self._kernel.name}")
-        if self._last_on_gpu:
-            self._gpu.dispatch_recv()
-        else:
-            self._handle.dispatch_recv()
+        self._last_path.dispatch_recv(self, block_num, warp_per_block)
         if (call_local_expert_count or self._count_at_recv) and self._last_out_indices is not None:
             self._count_local_experts()
         self._count_at_recv = False
@@ -472,9 +523,9 @@ class EpDispatchCombineOp:
         cfg = self.config
         input = _require_tensor(input, fn, "input")
         indices = _require_tensor(indices, fn, "indices")
-        on_gpu = self._check_device(fn, input, weights, indices)
+        path = self._path_for(fn, input, weights, indices)
         if routing is not None:
-            self._check_routing_support(fn, on_gpu)
+            self._check_routing_support(fn)
         if input.dim() != 2:
             raise ValueError(f"{fn}: input must be 2-D [rows, hidden_dim], got shape {tuple(input.shape)}")
         rows, hidden = input.shape
@@ -486,8 +537,9 @@ class EpDispatchCombineOp:
             weights = _require_tensor(weights, fn, "weights")
             if weights.dim() != 2 or weights.shape[1] != k:
                 raise ValueError(f"{fn}: weights must be [rows, {k}] aligned with input, got {tuple(weights.shape)}")
-            received = (0 if on_gpu else int(routing.total_recv_token_num.reshape(-1)[0])) if routing is not None else \
-                (int(self._handle.total_recv()) if not on_gpu else 0)
+            # (on the GPU the count stays on the device: reading it would sync the host)
+            received = 0 if path.on_gpu else int(routing.total_recv_token_num.reshape(-1)[0]) if routing is not None \
+                else path.total_recv(self)
             if weights.shape[0] < received:
                 raise ValueError(f"{fn}: weights has {weights.shape[0]} rows, fewer than the {received} received tokens")
             if weights.dtype != torch.float32:
@@ -504,8 +556,8 @@ class EpDispatchCombineOp:
         bn, rbn, wpb = self._launch.resolve("combine", input.device, input.dtype, indices.shape[0], hidden,
                                             block_num, rdma_block_num, warp_per_block, zero_copy=not external,
                                             quant_type=str(cfg.quant_type))
-        self._last_combine_kernel_name = self._combine_kernel_name(input, weights, external, on_gpu)
-        if on_gpu:
+        self._last_combine_kernel_name = self._combine_kernel_name(input, weights, external, path)
+        if path.on_gpu:
             return self._combine_gpu(input, weights, indices, external, bn, wpb, call_reset, routing)
         layout = self._routing_layout(fn, routing, indices) if routing is not None else None
         made_with = routing.indices.to(TOPK_IDX_DTYPE).contiguous() if layout and routing.indices is not None else None
@@ -526,7 +578,7 @@ class EpDispatchCombineOp:
         return out, out_w
 
     def _combine_kernel_name(self, input: torch.Tensor, weights: Optional[torch.Tensor], external: bool,
-                             on_gpu: bool) -> str:
+                             path: Union[_HostPath, _GpuPath]) -> str:
         """What this combine runs, in MORI's naming where the feature is the same: the kernel type,
         the row type, how rows travel (zero-copy / fp8 cast / blockwise fp8 or fp4 codes with the
         block size and whether weights are summed), and where it runs (our kernels are not MORI's
@@ -543,7 +595,7 @@ class EpDispatchCombineOp:
             if weights is None:
                 parts.append("noweight")
             parts.append(f"block{-(-input.shape[1] // self._blockwise_scale_dim)}")
-        parts.append("cuda" if on_gpu else "cpu")
+        parts.append(path.device_name)
         return "_".join(parts)
 
     def _check_blockwise(self, dtype: torch.dtype, external: bool) -> None:
@@ -609,10 +661,7 @@ class EpDispatchCombineOp:
         """``AsyncLL`` only: wait for every peer's rows and sum them into the views ``combine_send`` returned."""
         if self._kernel != EpDispatchCombineKernelType.AsyncLL:
             raise ValueError(f"combine_recv only supports AsyncLL, got kernel_type={self._kernel.name}")
-        if self._last_on_gpu:
-            self._gpu.combine_recv(*self._gpu_launch("combine", block_num, warp_per_block))
-            return
-        self._handle.combine_recv()
+        self._last_path.combine_recv(self, block_num, warp_per_block)
 
     def _gpu_launch(self, phase: str, block_num: int, warp_per_block: int) -> tuple[int, int]:
         bn, _, wpb = self._launch.resolve(phase, self._gpu.device, self._last_dispatch_dtype or self.config.data_type,
@@ -620,14 +669,10 @@ class EpDispatchCombineOp:
         return bn, wpb
 
     def _total_recv(self) -> int:
-        if self._last_on_gpu:
-            return int(self._gpu.view("total_recv", (1,), torch.int32).item())
-        return int(self._handle.total_recv())
+        return self._last_path.total_recv(self)
 
     def _src_pos(self, total: int) -> torch.Tensor:
-        if self._last_on_gpu:
-            return self._gpu.view("disp_src", (self.config.max_num_tokens_to_recv,), torch.int32)[:total]
-        return view_at(self._handle.src_token_pos(), (total,), torch.int32)
+        return self._last_path.src_pos(self, total)
 
     def reset(self) -> None:
         """Kept for MORI compatibility: every counter resets itself inside dispatch/combine."""
@@ -657,9 +702,7 @@ class EpDispatchCombineOp:
         return int(flat_idx) // stride, int(flat_idx) % stride
 
     def get_cur_rank_num_token(self) -> int:
-        if self._last_on_gpu:
-            return int(self._gpu.last_num_tokens)
-        return int(self._handle.cur_rank_num_token())
+        return self._last_path.cur_rank_num_token(self)
 
     def get_registered_combine_input_buffer(self, dtype: torch.dtype, hidden_dim: int = -1) -> torch.Tensor:
         """The symmetric buffer zero-copy combine reads: ``[max_num_tokens_to_recv(), hidden]``

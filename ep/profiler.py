@@ -138,7 +138,7 @@ def traced(name: str) -> Callable:
             t0 = time.time_ns()
             result = fn(self, *args, **kwargs)
             t1 = time.time_ns()
-            if gpu and self._last_on_gpu:
+            if gpu and self._last_path.on_gpu:
                 end = torch.cuda.Event(enable_timing=True)
                 end.record()
             trace.spans.append(_Span(name, t0, t1, (start, end) if end is not None else None))

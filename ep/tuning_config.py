@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Optional
 
 import torch
 
+from mori.core.env import setting
 from mori.ep.kernel_type import EpDispatchCombineKernelType, QUANT_TYPES, normalize_quant_type
 from mori.ep.tuning import TUNING_DIR, device_arch_model, dtype_rule_name, find_rule_file, load_rules, select_rule
 
@@ -80,7 +81,7 @@ def config_path_for(gpu_arch: str, kernel_type: str, ep_size: int, gpu_model: Op
     """``MORI_EP_TUNING_CONFIG`` when set, else the shipped file for (arch, model), else any model's
     of the same arch, kernel, EP size and phase; else the exact name (which does not exist)."""
     kernel = EpDispatchCombineKernelType[kernel_type_to_config_str(kernel_type)]
-    explicit = os.environ.get("MORI_EP_TUNING_CONFIG", "")
+    explicit = str(setting("MORI_EP_TUNING_CONFIG"))
     if explicit:
         return Path(explicit)
     found = find_rule_file(gpu_arch, gpu_model or "", kernel, int(ep_size), phase)

@@ -8,6 +8,7 @@ Two faces over one runtime:
 * a Pythonic API on symmetric numpy arrays and torch tensors (``init``, ``zeros``, ``put``,
   ``get``, ``atomic_add``, ``wait_until``, ``barrier_all``, ...).
 """
+from mori import _C
 from mori.shmem.api import (
     MORI_SHMEM_INIT_WITH_MPI_COMM,
     MORI_SHMEM_INIT_WITH_UNIQUEID,
@@ -44,6 +45,9 @@ from mori.shmem.arrays import (
     wait_until, zeros,
 )
 from mori.shmem.gpu import shmem_barrier_on_stream
+
+# The runtime's enums (C++: transports/include/mori/transports/transport.h, shmem/runtime.h).
+AmoOp, SignalOp, Cmp, ThreadLevel = _C.shmem.AmoOp, _C.shmem.SignalOp, _C.shmem.Cmp, _C.shmem.ThreadLevel
 from mori.shmem.module_init import shmem_module_init
 
 # MORI's torch tensor helpers import torch: loaded on first use (mori.shmem.tensor_utils).

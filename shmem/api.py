@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 
 from mori import _C
 from mori.core.bootstrap import LaunchInfo, MpiBootstrap, detect_launch, new_unique_id
+from mori.core.env import setting
 from mori.core.errors import InvalidArgument, InvalidUsage, OutOfMemory
 from mori.shmem.gpu import bind_current_device, shmem_barrier_on_stream  # noqa: F401 (MORI exports it here)
 
@@ -30,7 +31,7 @@ def _torch_store_unique_id(info: LaunchInfo) -> bytes:
 
     import torch.distributed as dist
 
-    timeout = float(os.environ.get("MORI_BOOTSTRAP_TIMEOUT", "120"))
+    timeout = float(setting("MORI_BOOTSTRAP_TIMEOUT"))
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ.get("MASTER_PORT", "29500")),
                           is_master=False, timeout=timedelta(seconds=timeout))
     key = f"mori/uid/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"

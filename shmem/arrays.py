@@ -28,18 +28,16 @@ import numpy as np
 from mori import _C
 from mori.core.errors import InvalidArgument, OutOfMemory
 from mori.shmem import api
+from mori.shmem.gpu import CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NE, SIGNAL_ADD, SIGNAL_SET
 
 _native = _C.shmem
 
-# Comparisons (OpenSHMEM SHMEM_CMP_* numbering) and signal operations.
-CMP_EQ, CMP_NE, CMP_GT, CMP_LE, CMP_LT, CMP_GE = range(6)
-SIGNAL_SET, SIGNAL_ADD = 0, 1
+# Comparisons (OpenSHMEM SHMEM_CMP_* numbering) and signal operations are the runtime's enums
+# (mori.shmem.gpu takes them from mori._C.shmem).
 _CMP_NAMES = {"==": CMP_EQ, "!=": CMP_NE, ">": CMP_GT, "<=": CMP_LE, "<": CMP_LT, ">=": CMP_GE}
-
-# AmoOp numbering of the native core (transports/include/mori/transports/transport.h).
-_AMO = {"fetch": 0, "set": 1, "swap": 2, "compare_swap": 3, "add": 4, "fetch_add": 5, "and": 6, "fetch_and": 7,
-        "or": 8, "fetch_or": 9, "xor": 10, "fetch_xor": 11}
-_NUM_SIGNED, _NUM_UNSIGNED, _NUM_FLOAT = 0, 1, 2
+# Atomic operations by the names the AMO functions below use ("fetch_add", ...).
+_AMO = {op.name.lower(): op for op in _native.AmoOp}
+_NUM_SIGNED, _NUM_UNSIGNED, _NUM_FLOAT = _native.Num.SIGNED, _native.Num.UNSIGNED, _native.Num.FLOAT
 
 Shape = Union[int, Sequence[int]]
 
@@ -558,8 +556,8 @@ def _cmp(cmp: Union[int, str]) -> int:
         if cmp not in _CMP_NAMES:
             raise InvalidArgument(f"cmp must be one of {sorted(_CMP_NAMES)} or a CMP_* constant, got {cmp!r}")
         return _CMP_NAMES[cmp]
-    if cmp not in range(6):
-        raise InvalidArgument(f"cmp must be a CMP_* constant (0..5), got {cmp}")
+    if cmp not in range(len(_native.Cmp)):
+        raise InvalidArgument(f"cmp must be a CMP_* constant (0..{len(_native.Cmp) - 1}), got {cmp}")
     return int(cmp)
 
 

@@ -45,9 +45,10 @@ def paths() -> CapiPaths:
     return p
 
 
-def _exec(tool: str) -> None:
+def _exec(tool: str, child_env: dict[str, str] | None = None) -> None:
+    """Replace this process by one of the C tools (with ``child_env`` as its environment if given)."""
     exe = paths().bin_dir / tool
-    os.execv(str(exe), [str(exe), *sys.argv[1:]])
+    os.execve(str(exe), [str(exe), *sys.argv[1:]], os.environ if child_env is None else child_env)
 
 
 def oshcc() -> None:
@@ -62,8 +63,9 @@ def oshcxx() -> None:
 
 def oshrun() -> None:
     """Console script: launch an OpenSHMEM job (``oshrun -n N prog``) with ``mori run``."""
-    os.environ.setdefault("MORI_PYTHON", sys.executable)
-    _exec("oshrun")
+    # The shell script runs `mori run` with MORI_PYTHON: this Python (unless the user named one),
+    # given to the script's environment only, not written into ours.
+    _exec("oshrun", {"MORI_PYTHON": sys.executable, **os.environ})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,8 +21,10 @@ from mori.core.errors import InvalidArgument
 
 _native = _C.shmem
 
-SIGNAL_SET, SIGNAL_ADD = 0, 1
-CMP_EQ, CMP_NE, CMP_GT, CMP_LE, CMP_LT, CMP_GE = range(6)
+# The runtime's enums (mori._C.shmem.SignalOp / Cmp, IntEnums): the C++ values, not copies.
+SIGNAL_SET, SIGNAL_ADD = _native.SignalOp.SET, _native.SignalOp.ADD
+CMP_EQ, CMP_NE, CMP_GT, CMP_LE, CMP_LT, CMP_GE = (_native.Cmp.EQ, _native.Cmp.NE, _native.Cmp.GT, _native.Cmp.LE,
+                                                  _native.Cmp.LT, _native.Cmp.GE)
 
 
 def bind_current_device() -> int:

@@ -189,12 +189,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.worker:
         return _worker(args)
     from mori import _C
+    from mori.core.env import setting
 
     if not _C.shmem.built_with_cuda():
         print("mori bench ir: this MORI was built without CUDA", file=sys.stderr)
         return 2
     gpus = _C.shmem.cuda_device_count()
-    pes = args.pes or int((os.environ.get("MORI_TEST_GPU_PES") or "2").split(",")[0])
+    pes = args.pes or int((str(setting("MORI_TEST_GPU_PES")) or "2").split(",")[0])
     if gpus < 1 or pes < 2:
         print(f"mori bench ir: needs a CUDA GPU and 2+ PEs (GPUs: {gpus}, --pes {pes})", file=sys.stderr)
         return 2

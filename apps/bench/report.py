@@ -12,6 +12,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+from mori import _C
+
 
 def machine_info() -> dict:
     info = {"hostname": socket.gethostname(), "platform": platform.platform(), "python": platform.python_version(),
@@ -42,7 +44,9 @@ _LAUNCHER_VARS = {"MORI_JOB_SECRET", "MORI_STORE_ADDR", "MORI_RANK", "MORI_WORLD
 
 def settings() -> dict:
     """The MORI_* settings this run was started with (the launcher's own variables left out)."""
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("MORI_") and k not in _LAUNCHER_VARS}
+    rows = _C.core.env_table()
+    return {r["name"]: r["value"] for r in sorted(rows, key=lambda r: r["name"])
+            if r["is_set"] and r["name"].startswith("MORI_") and r["name"] not in _LAUNCHER_VARS}
 
 
 @dataclass

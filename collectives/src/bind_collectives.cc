@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // mori._C.collectives: host collectives (addresses as Python ints) and, when built with
 // CUDA, the copy-engine allgather.
+#include <pybind11/native_enum.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: MIT
+#include <pybind11/native_enum.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -6,6 +7,7 @@
 #include "mori/core/env.h"
 #include "mori/core/heap_allocator.h"
 #include "mori/core/launch.h"
+#include "mori/core/log.h"
 #include "mori/core/launch_secret.h"
 #include "mori/core/socket.h"
 #include "mori/core/store.h"
@@ -19,6 +21,27 @@ void bind_dtype(py::module_& m);  // bind_dtype.cc
 void bind_core(py::module_& m) {
   using namespace mori;
   bind_dtype(m);
+  // mori.core.errors maps each status to its exception class by these values.
+  py::native_enum<Status>(m, "Status", "enum.IntEnum", "Status of a failed native call (core/include/mori/core/status.h).")
+      .value("OK", Status::kOk)
+      .value("INVALID_ARGUMENT", Status::kInvalidArgument)
+      .value("INVALID_USAGE", Status::kInvalidUsage)
+      .value("OUT_OF_MEMORY", Status::kOutOfMemory)
+      .value("SYSTEM", Status::kSystem)
+      .value("TRANSPORT", Status::kTransport)
+      .value("REMOTE", Status::kRemote)
+      .value("TIMEOUT", Status::kTimeout)
+      .value("UNAVAILABLE", Status::kUnavailable)
+      .value("INTERNAL", Status::kInternal)
+      .value("DEVICE", Status::kDevice)
+      .finalize();
+  py::native_enum<mori::log::Level>(m, "LogLevel", "enum.IntEnum", "MORI_LOG_LEVEL's levels (core/include/mori/core/log.h).")
+      .value("ERROR", mori::log::Level::kError)
+      .value("WARN", mori::log::Level::kWarn)
+      .value("INFO", mori::log::Level::kInfo)
+      .value("DEBUG", mori::log::Level::kDebug)
+      .value("TRACE", mori::log::Level::kTrace)
+      .finalize();
   m.def("parse_size", [](const std::string& s) { return env::parse_size(s); }, py::arg("text"),
         "Parse a size such as '512M' or '4GiB' into bytes.");
   m.def("reload_env", &env::reload);
@@ -29,13 +52,19 @@ void bind_core(py::module_& m) {
       d["name"] = e.name;
       d["type"] = e.type;
       d["default"] = e.default_value;
+      d["category"] = e.category;
+      d["alias"] = e.alias;
       d["value"] = e.value;
       d["description"] = e.description;
       d["is_set"] = e.is_set;
+      d["set_by_alias"] = e.set_by_alias;
       out.append(d);
     }
     return out;
   });
+  m.def("env_value", &env::value, py::arg("name"),
+        "The setting `name` parsed by its row's type (size/int -> int, seconds/number -> float, bool, string), "
+        "from the environment now (its alias when it is unset).");
   m.def("node_identity", &node_identity);
   m.def("local_ip_address", &local_ip_address);
   m.def("random_secret_hex", [] { return secret_to_hex(random_secret()); });

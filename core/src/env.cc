@@ -41,6 +41,15 @@ int64_t parse_int(const std::string& text, const char* what) {
   return v;
 }
 
+// The variable's text, else its alias's (when it has one); null when neither is set or both
+// are empty. The one getenv() of MORI's settings.
+const char* raw_value(const char* name, const char* alias) {
+  const char* raw = std::getenv(name);
+  if (raw && *raw) return raw;
+  if (*alias) raw = std::getenv(alias);
+  return raw && *raw ? raw : nullptr;
+}
+
 Settings load() {
   Settings s;
 #define MORI_ENV_PARSE_size(f, name, v) s.f = parse_size(v, name);
@@ -49,11 +58,11 @@ Settings load() {
 #define MORI_ENV_PARSE_bool(f, name, v) s.f = parse_bool(v, name);
 #define MORI_ENV_PARSE_int(f, name, v) s.f = parse_int(v, name);
 #define MORI_ENV_PARSE_string(f, name, v) s.f = v;
-#define MORI_ENV_X(field, name, type, def, desc)          \
-  {                                                       \
-    const char* raw = std::getenv(name);                  \
-    std::string v = (raw && *raw) ? raw : def;            \
-    MORI_ENV_PARSE_##type(field, name, v)                 \
+#define MORI_ENV_X(field, name, type, def, category, alias, desc) \
+  {                                                               \
+    const char* raw = raw_value(name, alias);                     \
+    std::string v = raw ? raw : def;                              \
+    MORI_ENV_PARSE_##type(field, name, v)                         \
   }
   MORI_ENV_TABLE(MORI_ENV_X)
 #undef MORI_ENV_X
@@ -110,15 +119,35 @@ void reload() {
 
 std::vector<Entry> describe() {
   std::vector<Entry> out;
-#define MORI_ENV_X(field, name, type, def, desc)                                       \
-  {                                                                                    \
-    const char* raw = std::getenv(name);                                               \
-    bool set = raw && *raw;                                                            \
-    out.push_back(Entry{name, #type, def, set ? raw : def, desc, set});                \
+#define MORI_ENV_X(field, name, type, def, category, alias, desc)                                   \
+  {                                                                                                \
+    const char* own = std::getenv(name);                                                           \
+    const char* raw = raw_value(name, alias);                                                      \
+    out.push_back(Entry{name, #type, def, #category, alias, raw ? raw : def, desc, raw != nullptr, \
+                        raw != nullptr && !(own && *own)});                                        \
   }
   MORI_ENV_TABLE(MORI_ENV_X)
 #undef MORI_ENV_X
   return out;
+}
+
+Value value(const std::string& name) {
+#define MORI_ENV_VALUE_size(name, v) return parse_size(v, name);
+#define MORI_ENV_VALUE_seconds(name, v) return parse_seconds(v, name);
+#define MORI_ENV_VALUE_number(name, v) return parse_number(v, name);
+#define MORI_ENV_VALUE_bool(name, v) return parse_bool(v, name);
+#define MORI_ENV_VALUE_int(name, v) return parse_int(v, name);
+#define MORI_ENV_VALUE_string(name, v) return std::string(v);
+#define MORI_ENV_X(field, row_name, type, def, category, alias, desc) \
+  if (name == row_name) {                                             \
+    const char* raw = raw_value(row_name, alias);                     \
+    std::string v = raw ? raw : def;                                  \
+    MORI_ENV_VALUE_##type(row_name, v)                                \
+  }
+  MORI_ENV_TABLE(MORI_ENV_X)
+#undef MORI_ENV_X
+  raise(Status::kInvalidArgument, "name: %s is not in MORI's settings table (core/include/mori/core/env_defs.h)",
+        name.c_str());
 }
 
 }  // namespace mori::env

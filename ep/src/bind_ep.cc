@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // mori._C.ep: the EP handle with tensors as (address, shape) integers; mori.ep builds the
 // torch views on top.
+#include <pybind11/native_enum.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -13,6 +14,7 @@
 #include "mori/ep/cuda/intranode.h"
 #endif
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "mori/core/status.h"
@@ -27,36 +29,65 @@ T* ptr_of(uintptr_t p) {
   return reinterpret_cast<T*>(p);
 }
 
+// A config field from the dict EpDispatchCombineConfig.native() builds; enums come as ints.
+template <typename T>
+void read_field(const py::dict& d, const char* key, T& field) {
+  if (!d.contains(key)) return;
+  if constexpr (std::is_enum_v<T>)
+    field = static_cast<T>(d[key].cast<int>());
+  else
+    field = d[key].cast<T>();
+}
+
 EpConfig make_config(const py::dict& d) {
   EpConfig c;
-  auto get = [&](const char* k, auto& field) {
-    if (d.contains(k)) field = d[k].cast<std::remove_reference_t<decltype(field)>>();
-  };
-  get("rank", c.rank);
-  get("world_size", c.world_size);
-  get("hidden_dim", c.hidden_dim);
-  get("scale_dim", c.scale_dim);
-  get("scale_type_size", c.scale_type_size);
-  get("max_token_type_size", c.max_token_type_size);
-  get("max_num_inp_token_per_rank", c.max_num_inp_token_per_rank);
-  get("num_experts_per_rank", c.num_experts_per_rank);
-  get("num_experts_per_token", c.num_experts_per_token);
-  get("warp_num_per_block", c.warp_num_per_block);
-  get("block_num", c.block_num);
-  get("max_total_recv_tokens", c.max_total_recv_tokens);
-  get("use_external_inp_buf", c.use_external_inp_buf);
-  get("gpu_per_node", c.gpu_per_node);
-  get("rdma_block_num", c.rdma_block_num);
-  get("num_qp_per_pe", c.num_qp_per_pe);
-  get("num_threads", c.num_threads);
-  if (d.contains("kernel_type")) c.kernel_type = static_cast<KernelType>(d["kernel_type"].cast<int>());
-  if (d.contains("quant_type")) c.quant_type = static_cast<QuantType>(d["quant_type"].cast<int>());
+#define MORI_EP_CONFIG_READ(type, field, def) read_field(d, #field, c.field);
+  MORI_EP_CONFIG_FIELDS(MORI_EP_CONFIG_READ)
+#undef MORI_EP_CONFIG_READ
+  read_field(d, "num_threads", c.num_threads);
   return c;
+}
+
+// [(field, kind, default)] in MORI's order; kind is "int", "bool" or the enum's Python name.
+py::list config_fields() {
+  py::list out;
+  auto kind = [](auto v) -> const char* {
+    using T = decltype(v);
+    if constexpr (std::is_same_v<T, bool>) return "bool";
+    else if constexpr (std::is_same_v<T, KernelType>) return "EpDispatchCombineKernelType";
+    else if constexpr (std::is_same_v<T, QuantType>) return "EpDispatchCombineQuantType";
+    else return "int";
+  };
+  EpConfig defaults;
+#define MORI_EP_CONFIG_ROW(type, field, def) \
+  out.append(py::make_tuple(#field, kind(defaults.field), static_cast<int>(defaults.field)));
+  MORI_EP_CONFIG_FIELDS(MORI_EP_CONFIG_ROW)
+#undef MORI_EP_CONFIG_ROW
+  return out;
 }
 
 }  // namespace
 
 void bind_ep(py::module_& m) {
+  // MORI's names for the config's enums (mori.ops re-exports these classes).
+  py::native_enum<KernelType>(m, "EpDispatchCombineKernelType", "enum.IntEnum",
+                              "Which dispatch/combine protocol an op runs (values are MORI's).")
+      .value("IntraNode", KernelType::kIntraNode)
+      .value("InterNode", KernelType::kInterNode)
+      .value("InterNodeV1", KernelType::kInterNodeV1)
+      .value("InterNodeV1LL", KernelType::kInterNodeV1LL)
+      .value("AsyncLL", KernelType::kAsyncLL)
+      .value("IntraNodeLL", KernelType::kIntraNodeLL)
+      .finalize();
+  py::native_enum<QuantType>(m, "EpDispatchCombineQuantType", "enum.IntEnum",
+                             "How combine carries expert outputs on the wire (MORI's quant_type).")
+      .value("None_", QuantType::kNone)
+      .value("Fp8DirectCast", QuantType::kFp8DirectCast)
+      .value("Fp8BlockwiseQuant", QuantType::kFp8Blockwise)
+      .value("Fp4BlockwiseQuant", QuantType::kFp4Blockwise)
+      .finalize();
+  m.def("config_fields", &config_fields,
+        "EpDispatchCombineConfig's fields after data_type as (name, kind, C++ default), in order.");
   py::class_<EpHandle>(m, "EpHandle")
       .def(py::init([](const py::dict& cfg) {
              EpConfig c = make_config(cfg);

@@ -168,8 +168,8 @@ void init_common(int requested, const char* fn) {
     ++g_init_count;
     return;
   }
-  // OpenSHMEM's own heap-size variable, unless MORI's is set explicitly.
-  if (const char* s = std::getenv("SHMEM_SYMMETRIC_SIZE")) setenv("MORI_SHMEM_HEAP_SIZE", s, 0);
+  // Settings as the environment says now (OpenSHMEM's SHMEM_SYMMETRIC_SIZE is the heap size's
+  // alias in the table: MORI_SHMEM_HEAP_SIZE wins when both are set).
   mori::env::reload();
   bool mpi_init = false;
   auto boot = mori::make_launch_bootstrap(&mpi_init);

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 // mori._C.shmem: the runtime's host API with addresses as Python ints.
+#include <pybind11/native_enum.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -52,6 +53,45 @@ constexpr size_t kReleaseGilBytes = 64 * 1024;  // below this, dropping the GIL 
 void bind_shmem_gpu(py::module_& m);  // bind_shmem_gpu.cc
 
 void bind_shmem(py::module_& m) {
+  // The runtime's enums as Python IntEnums: mori.shmem's CMP_*/SIGNAL_* constants and its AMO op
+  // names are these members, not copies of the numbers.
+  py::native_enum<AmoOp>(m, "AmoOp", "enum.IntEnum", "Atomic memory operations of the runtime.")
+      .value("FETCH", AmoOp::kFetch)
+      .value("SET", AmoOp::kSet)
+      .value("SWAP", AmoOp::kSwap)
+      .value("COMPARE_SWAP", AmoOp::kCompareSwap)
+      .value("ADD", AmoOp::kAdd)
+      .value("FETCH_ADD", AmoOp::kFetchAdd)
+      .value("AND", AmoOp::kAnd)
+      .value("FETCH_AND", AmoOp::kFetchAnd)
+      .value("OR", AmoOp::kOr)
+      .value("FETCH_OR", AmoOp::kFetchOr)
+      .value("XOR", AmoOp::kXor)
+      .value("FETCH_XOR", AmoOp::kFetchXor)
+      .finalize();
+  py::native_enum<SignalOp>(m, "SignalOp", "enum.IntEnum", "How put_signal updates the signal word.")
+      .value("SET", SignalOp::kSet)
+      .value("ADD", SignalOp::kAdd)
+      .finalize();
+  py::native_enum<shmem::Cmp>(m, "Cmp", "enum.IntEnum", "Comparison of a wait or test (OpenSHMEM's SHMEM_CMP_*).")
+      .value("EQ", shmem::Cmp::kEq)
+      .value("NE", shmem::Cmp::kNe)
+      .value("GT", shmem::Cmp::kGt)
+      .value("LE", shmem::Cmp::kLe)
+      .value("LT", shmem::Cmp::kLt)
+      .value("GE", shmem::Cmp::kGe)
+      .finalize();
+  py::native_enum<shmem::Num>(m, "Num", "enum.IntEnum", "How the bytes of a waited-on or atomic word compare.")
+      .value("SIGNED", shmem::Num::kSigned)
+      .value("UNSIGNED", shmem::Num::kUnsigned)
+      .value("FLOAT", shmem::Num::kFloat)
+      .finalize();
+  py::native_enum<shmem::ThreadLevel>(m, "ThreadLevel", "enum.IntEnum", "OpenSHMEM thread levels.")
+      .value("SINGLE", shmem::ThreadLevel::kSingle)
+      .value("FUNNELED", shmem::ThreadLevel::kFunneled)
+      .value("SERIALIZED", shmem::ThreadLevel::kSerialized)
+      .value("MULTIPLE", shmem::ThreadLevel::kMultiple)
+      .finalize();
   // The inits wait for the other PEs (up to MORI_BOOTSTRAP_TIMEOUT) without the GIL: another
   // thread of the process keeps running meanwhile (and is told at once if it tries to be a
   // second PE, see shmem/api.py), instead of the whole interpreter stopping for the timeout.

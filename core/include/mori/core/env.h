@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "mori/core/env_defs.h"
@@ -23,7 +24,7 @@ struct Settings {
 #define MORI_ENV_FIELD_bool(f) bool f;
 #define MORI_ENV_FIELD_int(f) int64_t f;
 #define MORI_ENV_FIELD_string(f) std::string f;
-#define MORI_ENV_X(field, name, type, def, desc) MORI_ENV_FIELD_##type(field)
+#define MORI_ENV_X(field, name, type, def, category, alias, desc) MORI_ENV_FIELD_##type(field)
   MORI_ENV_TABLE(MORI_ENV_X)
 #undef MORI_ENV_X
 };
@@ -36,10 +37,16 @@ void reload();
 Settings current();
 
 struct Entry {
-  std::string name, type, default_value, value, description;
-  bool is_set;
+  std::string name, type, default_value, category, alias, value, description;
+  bool is_set;       // the variable (or its alias) is set and not empty
+  bool set_by_alias; // the value came from the alias
 };
 // Every row of the table with its current value (for `mori info --env`).
 std::vector<Entry> describe();
+
+// One setting parsed by its row's type: size -> size_t, seconds/number -> double, bool, int ->
+// int64_t, string. The environment now, not cached (Python's mori.core.env.setting()).
+using Value = std::variant<size_t, double, bool, int64_t, std::string>;
+Value value(const std::string& name);  // throws InvalidArgument for a name not in the table
 
 }  // namespace mori::env

@@ -21,25 +21,33 @@ const char* kernel_type_name(KernelType t);
 // How combine moves expert outputs on the wire (MORI's EpDispatchCombineQuantType values).
 enum class QuantType : int { kNone = 0, kFp8DirectCast = 1, kFp8Blockwise = 2, kFp4Blockwise = 3 };
 
+// The fields of mori.ops.EpDispatchCombineConfig after data_type, in MORI's order, with the
+// defaults of this struct: X(type, field, default). The struct, the binding's dict reader and
+// mori._C.ep.config_fields() (which EpDispatchCombineConfig.native() walks) all expand it.
+#define MORI_EP_CONFIG_FIELDS(X)                  \
+  X(int, rank, 0)                                 \
+  X(int, world_size, 1)                           \
+  X(int, hidden_dim, 0)                           \
+  X(int, scale_dim, 0)                            \
+  X(int, scale_type_size, 0)                      \
+  X(int, max_token_type_size, 4)                  \
+  X(int, max_num_inp_token_per_rank, 0)           \
+  X(int, num_experts_per_rank, 0)                 \
+  X(int, num_experts_per_token, 0)                \
+  X(int, warp_num_per_block, 8)                   \
+  X(int, block_num, 80)                           \
+  X(int, max_total_recv_tokens, 0)                \
+  X(bool, use_external_inp_buf, true)             \
+  X(KernelType, kernel_type, KernelType::kIntraNode) \
+  X(int, gpu_per_node, 8)                         \
+  X(int, rdma_block_num, 0)                       \
+  X(int, num_qp_per_pe, 1)                        \
+  X(QuantType, quant_type, QuantType::kNone)
+
 struct EpConfig {
-  int rank = 0;
-  int world_size = 1;
-  int hidden_dim = 0;
-  int scale_dim = 0;
-  int scale_type_size = 0;
-  int max_token_type_size = 4;
-  int max_num_inp_token_per_rank = 0;
-  int num_experts_per_rank = 0;
-  int num_experts_per_token = 0;
-  int warp_num_per_block = 8;
-  int block_num = 80;
-  int max_total_recv_tokens = 0;
-  bool use_external_inp_buf = true;
-  KernelType kernel_type = KernelType::kIntraNode;
-  int gpu_per_node = 8;
-  int rdma_block_num = 0;
-  int num_qp_per_pe = 1;
-  QuantType quant_type = QuantType::kNone;
+#define MORI_EP_CONFIG_MEMBER(type, field, def) type field = def;
+  MORI_EP_CONFIG_FIELDS(MORI_EP_CONFIG_MEMBER)
+#undef MORI_EP_CONFIG_MEMBER
   int num_threads = 0;  // CPU copy threads of this PE; 0: MORI_COPY_THREADS, else automatic
 
   // Throws InvalidArgument naming the first bad field.
