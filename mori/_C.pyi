@@ -22,10 +22,6 @@ class collectives:  # the submodule mori._C.collectives (collectives (mori.ccl))
         @property
         def slot_bytes(self) -> typing.Any: ...
         def stats(self) -> dict: ...
-    class ReduceOp(enum.IntEnum):
-        SUM = 0
-        MAX = 1
-        MIN = 2
     @staticmethod
     def allgather(out: typing.SupportsInt | typing.SupportsIndex, inp: typing.SupportsInt | typing.SupportsIndex, bytes: typing.SupportsInt | typing.SupportsIndex) -> None: ...
     @staticmethod
@@ -54,12 +50,39 @@ class collectives:  # the submodule mori._C.collectives (collectives (mori.ccl))
 
 
 class core:  # the submodule mori._C.core (bootstrap, topology, env, heap)
+    class DataType(enum.IntEnum):
+        Int8 = 0
+        Uint8 = 1
+        Int16 = 2
+        Uint16 = 3
+        Int32 = 4
+        Uint32 = 5
+        Int64 = 6
+        Uint64 = 7
+        Float16 = 8
+        BFloat16 = 9
+        Float32 = 10
+        Float64 = 11
+        Bool = 12
+        Complex64 = 13
+        Complex128 = 14
+        Float8E4M3FN = 15
+        Float8E4M3FNUZ = 16
+        Float4E2M1x2 = 17
     class LogLevel(enum.IntEnum):
         ERROR = 0
         WARN = 1
         INFO = 2
         DEBUG = 3
         TRACE = 4
+    class ReduceOp(enum.IntEnum):
+        SUM = 0
+        MAX = 1
+        MIN = 2
+        PROD = 3
+        AND = 4
+        OR = 5
+        XOR = 6
     class Status(enum.IntEnum):
         OK = 0
         INVALID_ARGUMENT = 1
@@ -71,6 +94,7 @@ class core:  # the submodule mori._C.core (bootstrap, topology, env, heap)
         TIMEOUT = 7
         UNAVAILABLE = 8
         INTERNAL = 9
+        DEVICE = 10
     class StoreClient:
         def __init__(self, host: str, port: typing.SupportsInt | typing.SupportsIndex, secret_hex: str, rank: typing.SupportsInt | typing.SupportsIndex, timeout_s: typing.SupportsFloat | typing.SupportsIndex = ...) -> None: ...
         def get(self, keys: collections.abc.Sequence[str], owner_ranks: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], timeout_s: typing.SupportsFloat | typing.SupportsIndex) -> list: ...
@@ -87,7 +111,11 @@ class core:  # the submodule mori._C.core (bootstrap, topology, env, heap)
     @staticmethod
     def create_unique_id() -> bytes: ...
     @staticmethod
-    def env_launch_secret(job_secret_hex: str, master_addr: str, store_port: typing.SupportsInt | typing.SupportsIndex, run_id: str, world_size: typing.SupportsInt | typing.SupportsIndex, local_world_size: typing.SupportsInt | typing.SupportsIndex) -> tuple[str, str, bool]: ...
+    def detect_launch() -> dict: ...
+    @staticmethod
+    def dtype_name(dtype: typing.SupportsInt | typing.SupportsIndex) -> str: ...
+    @staticmethod
+    def dtype_size(dtype: typing.SupportsInt | typing.SupportsIndex) -> int: ...
     @staticmethod
     def env_table() -> list: ...
     @staticmethod
@@ -620,7 +648,7 @@ class umbp:  # the submodule mori._C.umbp (tiered KV-cache store (mori.umbp))
     class MasterIndex:
         def __init__(self, shards: typing.SupportsInt | typing.SupportsIndex, tier_priority: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None: ...
         def __len__(self) -> int: ...
-        def add(self, node_id: str, key: str, tier: typing.SupportsInt | typing.SupportsIndex, size: typing.SupportsInt | typing.SupportsIndex, now: typing.SupportsFloat | typing.SupportsIndex) -> bool: ...
+        def add(self, node_id: str, key: str, tier: typing.SupportsInt | typing.SupportsIndex, size: typing.SupportsInt | typing.SupportsIndex, now: typing.SupportsFloat | typing.SupportsIndex, offset: typing.SupportsInt | typing.SupportsIndex = ..., checksum: typing.SupportsInt | typing.SupportsIndex = ...) -> bool: ...
         def candidates(self, node_id: str, tier: typing.SupportsInt | typing.SupportsIndex, now: typing.SupportsFloat | typing.SupportsIndex) -> list: ...
         def contains(self, keys: object) -> list[bool]: ...
         def node_copies(self, node_id: str) -> list[tuple[str, int]]: ...
@@ -628,7 +656,7 @@ class umbp:  # the submodule mori._C.umbp (tiered KV-cache store (mori.umbp))
         def remove(self, node_id: str, key: str, tier: typing.SupportsInt | typing.SupportsIndex) -> tuple[int, bool] | None: ...
         def remove_node(self, node_id: str) -> list[tuple[str, int]]: ...
         def route(self, keys: object, exclude: object, now: typing.SupportsFloat | typing.SupportsIndex, lease_until: typing.SupportsFloat | typing.SupportsIndex) -> list: ...
-        def route_choose(self, keys: object, exclude: object, alive: object, now: typing.SupportsFloat | typing.SupportsIndex, lease_until: typing.SupportsFloat | typing.SupportsIndex, any_copy: bool = ...) -> tuple[object, list, list, list, list, int]: ...
+        def route_choose(self, keys: object, exclude: object, alive: object, now: typing.SupportsFloat | typing.SupportsIndex, lease_until: typing.SupportsFloat | typing.SupportsIndex, any_copy: bool = ...) -> tuple[object, list, list, list, list, int, list, list]: ...
     Posix: typing.Any
     Relaxed: typing.Any
     SSD: typing.Any
