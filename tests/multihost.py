@@ -128,3 +128,11 @@ def info_blobs(results: Sequence[HostResult]) -> list[dict]:
     text = results[0].stdout
     body = "\n".join(line.split("] ", 1)[1] if line.startswith("[") else line for line in text.splitlines())
     return json.loads(body[body.index("["):body.rindex("]") + 1])
+
+
+def joined(results: Sequence[HostResult]) -> subprocess.CompletedProcess:
+    """Every host's result as one process's (for harness.check_cases): the first failing host's
+    exit code, each host's output under a header."""
+    code = next((r.returncode for r in results if r.returncode != 0), 0)
+    text = "\n".join(f"--- host {r.host.name} (rc {r.returncode})\n{r.text}" for r in results)
+    return subprocess.CompletedProcess(["mori", "run", "--nnodes", str(len(results))], code, text, "")
