@@ -73,7 +73,8 @@ def env_rank(rank: int, n: int, port: int, secret: Optional[str] = None, extra: 
     """The environment of rank ``rank`` of an ``n``-rank job started with no launcher, from
     MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE as torchrun would set them: rank 0 hosts the
     bootstrap store on ``port``."""
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(n)}
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(n),
+           "LOCAL_RANK": str(rank)}
     if secret:
         env["MORI_JOB_SECRET"] = secret
     return job_env({**env, **(extra or {})})
@@ -85,11 +86,13 @@ def start_rank(program: Sequence[str], env: dict) -> subprocess.Popen:
                             stderr=subprocess.STDOUT)
 
 
-def start_env_ranks(n: int, program: Sequence[str], extra: Optional[dict] = None) -> list[subprocess.Popen]:
+def start_env_ranks(n: int, program: Sequence[str], extra: Optional[dict] = None,
+                    secret: bool = True) -> list[subprocess.Popen]:
     """``n`` ranks of ``program`` started straight from env vars (``env_rank``), on a free port
-    and with a fresh job secret: nothing stops the others when one dies."""
-    port, secret = free_port(), os.urandom(32).hex()
-    return [start_rank(program, env_rank(rank, n, port, secret, extra)) for rank in range(n)]
+    and with a fresh job secret (``secret=False``: none, the one-host derived secret): nothing
+    stops the others when one dies."""
+    port, secret_hex = free_port(), os.urandom(32).hex() if secret else None
+    return [start_rank(program, env_rank(rank, n, port, secret_hex, extra)) for rank in range(n)]
 
 
 def collect(procs: Sequence[subprocess.Popen], timeout: float) -> list[str]:
