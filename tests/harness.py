@@ -131,10 +131,14 @@ def python_program(name: str, *args: str) -> list[str]:
 
 
 def check(proc: subprocess.CompletedProcess, expect_ok: bool = True) -> str:
-    """Assert on the exit code; returns stdout+stderr for further checks."""
+    """Assert on the exit code; returns stdout+stderr for further checks. A failed job's message
+    starts with the cases its rank programs reported failed (cases.py), if any."""
     text = proc.stdout + proc.stderr
-    if expect_ok:
-        assert proc.returncode == 0, f"job failed with code {proc.returncode}:\n{text[-6000:]}"
+    if expect_ok and proc.returncode != 0:
+        failed = [f"case {c['case']!r} failed on PE {c['pe']}: {c.get('error', '')}" for c in case_lines(text)
+                  if not c["ok"]]
+        summary = ": " + "; ".join(failed[:4]) if failed else ""
+        raise AssertionError(f"job failed with code {proc.returncode}{summary}\n{text[-6000:]}")
     return text
 
 
