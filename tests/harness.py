@@ -80,10 +80,10 @@ def env_rank(rank: int, n: int, port: int, secret: Optional[str] = None, extra: 
     return job_env({**env, **(extra or {})})
 
 
-def start_rank(program: Sequence[str], env: dict) -> subprocess.Popen:
+def start_rank(program: Sequence[str], env: dict, **popen_kw) -> subprocess.Popen:
     """One rank process, stdout and stderr together in ``.stdout``; end it with ``collect``."""
     return subprocess.Popen(list(program), env=env, text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+                            stderr=subprocess.STDOUT, **popen_kw)
 
 
 def start_env_ranks(n: int, program: Sequence[str], extra: Optional[dict] = None,
