@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import build_capi_programs, check_cases, job_env, python_program
+from harness import check_cases, job_env, python_program
 from multihost import MultiHostJob, check_all, joined, run_on_hosts, veth_hosts_or_skip
 from ucx_env import ucx_or_skip
 
@@ -60,8 +60,8 @@ def test_conformance_two_hosts_two_pes_each(veth, net):
 
 
 @pytest.fixture(scope="module")
-def c_programs(tmp_path_factory) -> Path:
-    return build_capi_programs(C_PROGRAMS, tmp_path_factory.mktemp("capi_hosts"))
+def c_programs(capi_build) -> Path:
+    return capi_build(C_PROGRAMS)
 
 
 def test_c_programs_two_hosts(veth, net, c_programs):

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from harness import build_capi_programs, check, mori_run
+from harness import check, mori_run
 from ucx_env import ucx_all, ucx_or_skip
 
 PROGRAMS = ["rma", "amo", "sync", "coll", "legacy", "threads", "team_sync", "runahead"]
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
+def built(capi_build) -> Path:
     ucx_or_skip()
-    return build_capi_programs(PROGRAMS, tmp_path_factory.mktemp("ucx_capi"))
+    return capi_build(PROGRAMS)
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
