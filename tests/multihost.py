@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 
 import pytest
 
-from harness import job_env
+from harness import check, job_env
 from mori.apps.netns import Host, VethHosts, unavailable_reason
 
 MASTER_PORT = 29600
@@ -114,9 +114,11 @@ def run_on_hosts(hosts: Sequence[Host], nproc: int, program: Sequence[str], time
 
 
 def check_all(results: Sequence[HostResult]) -> str:
+    """Asserts every host's launcher succeeded (see harness.check); returns all their output."""
     text = "\n".join(f"--- host {r.host.name} (rc {r.returncode})\n{r.text}" for r in results)
     for r in results:
-        assert r.returncode == 0, f"host {r.host.name} failed with code {r.returncode}:\n{text[-8000:]}"
+        if r.returncode != 0:
+            check(subprocess.CompletedProcess([], r.returncode, text[-8000:], ""))
     return text
 
 
@@ -128,3 +130,11 @@ def info_blobs(results: Sequence[HostResult]) -> list[dict]:
     text = results[0].stdout
     body = "\n".join(line.split("] ", 1)[1] if line.startswith("[") else line for line in text.splitlines())
     return json.loads(body[body.index("["):body.rindex("]") + 1])
+
+
+def joined(results: Sequence[HostResult]) -> subprocess.CompletedProcess:
+    """Every host's result as one process's (for harness.check_cases): the first failing host's
+    exit code, each host's output under a header."""
+    code = next((r.returncode for r in results if r.returncode != 0), 0)
+    text = "\n".join(f"--- host {r.host.name} (rc {r.returncode})\n{r.text}" for r in results)
+    return subprocess.CompletedProcess(["mori", "run", "--nnodes", str(len(results))], code, text, "")

@@ -16,7 +16,7 @@ import pytest
 
 from mori.core.ports import free_port
 
-from harness import CAPI_PROGRAMS, build_capi_programs, check, job_env, mori_run, mpirun
+from harness import CAPI_PROGRAMS, check, job_env, mori_run, mpirun
 
 CAPI = Path(__file__).parent / "capi"
 PROGRAMS = ["rma", "amo", "sync", "coll", "legacy", "threads", "errors", "fair", "team_sync", "shmemx", "noexit",
@@ -35,8 +35,8 @@ def tools() -> dict:
 
 
 @pytest.fixture(scope="module")
-def built(tools, tmp_path_factory) -> Path:
-    return build_capi_programs(PROGRAMS, tmp_path_factory.mktemp("capi"))
+def built(tools, capi_build) -> Path:
+    return capi_build(PROGRAMS)
 
 
 def _seed() -> str:

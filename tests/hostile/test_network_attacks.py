@@ -26,7 +26,7 @@ import pytest
 
 from mori.core.ports import free_port, wait_port
 
-from harness import PROGRAMS, check, job_env, mori_run, python_program
+from harness import PROGRAMS, check, collect, env_rank, job_env, mori_run, python_program, start_rank
 
 sys.path.insert(0, str(PROGRAMS))
 import tcp_wire as w  # noqa: E402
@@ -53,12 +53,9 @@ class EnvJob:
         self.procs: list[subprocess.Popen] = []
 
     def start(self, rank: int) -> None:
-        env = job_env({**TCP, "MASTER_ADDR": "127.0.0.1", "MORI_MASTER_PORT": str(self.port), "RANK": str(rank),
-                       "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "MORI_JOB_SECRET": self.secret})
-        self.procs.append(subprocess.Popen(python_program("tcp_stress.py", str(self.rounds)), env=env, text=True,
-                                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                           stderr=subprocess.STDOUT,
-                                           preexec_fn=_limit_descriptors if rank == 0 else None))
+        env = env_rank(rank, 2, self.port, self.secret, {**TCP, "MORI_MASTER_PORT": str(self.port)})
+        self.procs.append(start_rank(python_program("tcp_stress.py", str(self.rounds)), env,
+                                     preexec_fn=_limit_descriptors if rank == 0 else None))
 
     def wait_for_store(self, timeout: float = 60) -> None:
         wait_port(self.port, timeout=timeout, process=self.procs[0])  # rank 0 hosts the bootstrap store
@@ -71,15 +68,7 @@ class EnvJob:
         return len(os.listdir(f"/proc/{self.procs[0].pid}/fd"))
 
     def finish(self, timeout: float = 90) -> list[str]:
-        outs = []
-        try:
-            for p in self.procs:
-                outs.append(p.communicate(timeout=timeout)[0])
-        finally:
-            for p in self.procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+        outs = collect(self.procs, timeout)
         for rank, (p, out) in enumerate(zip(self.procs, outs)):
             assert p.returncode == 0, f"rank {rank} failed:\n{out}"
         assert f"tcp stress passed: {self.rounds} rounds on 2 PEs" in outs[0], outs[0]

@@ -15,7 +15,8 @@ import pytest
 
 from mori.core.ports import free_port
 
-from harness import _run, check, job_env, mori_run, mpirun, python_program
+from harness import (_run, check, collect, env_rank, job_env, mori_run, mpirun, python_program, start_env_ranks,
+                     start_rank)
 
 BOUND_S = 15.0  # how long a PE may survive its launcher, or a survivor take to notice a death
 
@@ -175,21 +176,8 @@ def test_dead_peer_fails_operations_under_torchrun():
 
 def test_dead_peer_fails_operations_under_master_addr_env():
     """Plain MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE, no launcher at all (rank 0 hosts the store)."""
-
-    port = free_port()
-    procs = [subprocess.Popen(python_program("peer_death.py", 1, "put_other"),
-                              env=job_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "MORI_MASTER_PORT": str(port),
-                                           "RANK": str(r),
-                                           "WORLD_SIZE": "3", "LOCAL_RANK": str(r)}),
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(3)]
-    out = ""
-    for p in procs:
-        try:
-            out += p.communicate(timeout=120)[0]
-        finally:
-            p.kill()
-    _survivors_caught(out, 3, 1, "PE 1 (pid", "exited without finalizing")
+    procs = start_env_ranks(3, python_program("peer_death.py", 1, "put_other"), secret=False)
+    _survivors_caught("".join(collect(procs, timeout=120)), 3, 1, "PE 1 (pid", "exited without finalizing")
 
 
 _UID_DRIVER = """
@@ -230,16 +218,11 @@ def test_store_host_rank_0_gone_at_init_is_named():
     (before: "connection refused" naming nobody)."""
     import re
 
-    port = free_port()
-
-    secret = os.urandom(32).hex()
+    port, secret = free_port(), os.urandom(32).hex()
 
     def start(rank: int) -> subprocess.Popen:
-        env = job_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": "3",
-                       "LOCAL_RANK": str(rank), "MORI_JOB_SECRET": secret,
-                       "MORI_BOOTSTRAP_TIMEOUT": "4"})
-        return subprocess.Popen([sys.executable, "-c", _INIT_AND_REPORT], env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        env = env_rank(rank, 3, port, secret, {"MORI_BOOTSTRAP_TIMEOUT": "4"})
+        return start_rank([sys.executable, "-c", _INIT_AND_REPORT], env)
 
     host = start(0)
     first = start(1)
@@ -247,12 +230,7 @@ def test_store_host_rank_0_gone_at_init_is_named():
     host.send_signal(signal.SIGKILL)
     host.wait(timeout=30)
     late = start(2)
-    outs = {}
-    for rank, p in ((1, first), (2, late)):
-        try:
-            outs[rank] = p.communicate(timeout=60)[0]
-        finally:
-            p.kill()
+    outs = dict(zip((1, 2), collect([first, late], timeout=60)))
     for rank, text in outs.items():
         m = re.search(r"caught after ([\d.]+) s: RemoteError: (.*)", text)
         assert m, f"rank {rank}:\n{text}"

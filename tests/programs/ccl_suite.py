@@ -16,6 +16,7 @@ import torch
 
 import mori.ccl as ccl
 import mori.shmem as sh
+from cases import run_cases
 from mori.core.errors import InvalidArgument, Unavailable
 
 DTYPES = [torch.bool, torch.int8, torch.uint8, torch.int16, torch.uint16, torch.int32, torch.uint32, torch.int64,
@@ -219,11 +220,11 @@ def main() -> int:
         me, n = s.my_pe, s.n_pes
         rng = np.random.default_rng(20261129)
         sizes = [7, 1000] if quick else [1, 7, 1000, 40961]
-        check_allgather(rng, me, n, sizes)
-        check_broadcast(rng, me, n, sizes)
-        check_reductions(rng, me, n, sizes)
-        check_alltoall(rng, me, n, sizes)
-        check_errors(me, n)
+        run_cases(me, [("allgather", lambda: check_allgather(rng, me, n, sizes)),
+                       ("broadcast", lambda: check_broadcast(rng, me, n, sizes)),
+                       ("reductions", lambda: check_reductions(rng, me, n, sizes)),
+                       ("alltoall", lambda: check_alltoall(rng, me, n, sizes)),
+                       ("errors", lambda: check_errors(me, n))])
         st = ccl.stats()["host"]
         expect(st["bytes_direct"] > 0, "no bytes moved through mapped peers")
         ccl.release()

@@ -23,6 +23,7 @@ import mori
 import mori.shmem as sh
 from mori.ops import EpDispatchCombineConfig, EpDispatchCombineKernelType as K, EpDispatchCombineOp
 
+from cases import run_cases
 from ep_standard import standard_round
 
 FP8 = torch.float8_e4m3fn
@@ -306,8 +307,11 @@ def main() -> int:
             assert "InterNodeV1" in str(exc), exc
         sh.shmem_barrier_all()
     cases = [c for name in args.preset.split(",") for c in presets(name, world)]
-    for i, case in enumerate(cases):
-        run_case(case, me, world, args.seed + i, args.threads)
+
+    def named(i: int, case: Case) -> tuple[str, object]:
+        return f"{i}:{case.name()}", lambda: run_case(case, me, world, args.seed + i, args.threads)
+
+    run_cases(me, [named(i, case) for i, case in enumerate(cases)])
     sh.shmem_barrier_all()
     if me == 0:
         print(f"ep_suite {args.preset}: {len(cases)} cases on {world} PEs passed in {time.time() - t0:.1f} s")

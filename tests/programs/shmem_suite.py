@@ -4,7 +4,8 @@
     mori run -n 4 python shmem_suite.py          # or mpirun -n 4 ..., or torch (see test_shmem_torch.py)
 
 Every PE seeds the same generator, so each can rebuild what any peer sent and check
-its own memory exactly. Exits non-zero (with the failing check) on any mismatch.
+its own memory exactly. Each PE prints one JSON line per case (cases.py) and exits
+non-zero, naming the case and the failing check, on any mismatch.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import sys
 import numpy as np
 
 import mori.shmem as sh
+from cases import run_cases
 from mori import _C
 
 DTYPES = [np.int8, np.uint16, np.int32, np.int64, np.uint64, np.float32, np.float64, np.complex128]
@@ -224,14 +226,17 @@ def check_errors(me: int, n: int) -> None:
     sh.free(buf)
 
 
+def suite_cases(me: int, n: int, quick: bool = False) -> list:
+    """The matrix as (name, check) cases for cases.run_cases."""
+    rounds = 200 if quick else 1000
+    return [("rma", lambda: check_rma(me, n)), ("atomics", lambda: check_atomics(me, n, rounds)),
+            ("signal", lambda: check_signal(me, n, 100 if quick else 500)), ("heap", lambda: check_heap(me, n)),
+            ("errors", lambda: check_errors(me, n))]
+
+
 def run_suite(quick: bool = False) -> None:
     me, n = sh.my_pe(), sh.n_pes()
-    rounds = 200 if quick else 1000
-    check_rma(me, n)
-    check_atomics(me, n, rounds)
-    check_signal(me, n, 100 if quick else 500)
-    check_heap(me, n)
-    check_errors(me, n)
+    run_cases(me, suite_cases(me, n, quick))
     sh.barrier_all()
     if me == 0:
         print(f"shmem suite passed on {n} PEs")

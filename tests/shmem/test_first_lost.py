@@ -5,36 +5,23 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from mori.core.ports import free_port
 
-from harness import job_env, python_program
+from harness import collect, env_rank, python_program, start_rank
 
 
 def _run_once() -> dict[int, str]:
-    port = free_port()
-    secret = os.urandom(32).hex()
-    procs = []
-    for rank in range(4):
-        env = job_env({"MASTER_ADDR": "127.0.0.1", "MORI_MASTER_PORT": str(port), "RANK": str(rank),
-                       "WORLD_SIZE": "4", "LOCAL_RANK": str(rank % 2), "LOCAL_WORLD_SIZE": "2",
-                       "MORI_JOB_SECRET": secret, "MORI_NODE_ID": f"host{rank // 2}", "MORI_BOOTSTRAP_TIMEOUT": "20"})
-        procs.append(subprocess.Popen([*python_program("first_lost.py")], env=env, stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outs = {}
-    try:
-        for rank, p in enumerate(procs):
-            outs[rank] = p.communicate(timeout=60)[0]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return outs
+    port, secret = free_port(), os.urandom(32).hex()
+    # Two pretend hosts of 2 PEs each (their own node ids), so PEs of the other host are network peers.
+    procs = [start_rank(python_program("first_lost.py"),
+                        env_rank(rank, 4, port, secret, {"LOCAL_RANK": str(rank % 2), "LOCAL_WORLD_SIZE": "2",
+                                                         "MORI_NODE_ID": f"host{rank // 2}",
+                                                         "MORI_BOOTSTRAP_TIMEOUT": "20"}))
+             for rank in range(4)]
+    return dict(enumerate(collect(procs, timeout=60)))
 
 
 @pytest.mark.parametrize("attempt", range(2))  # the race it guards against went wrong 1 run in 2

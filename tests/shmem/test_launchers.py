@@ -1,25 +1,22 @@
 # SPDX-License-Identifier: MIT
-"""The shmem matrix on 2, 4 and 8 PEs, launched by `mori run`, `mpirun` (+ pytest-mpi) and torch."""
+"""The shmem matrix launched by `mpirun` (+ pytest-mpi) and torch; under `mori run` it is part of
+the transport conformance suite (tests/transports/test_conformance.py)."""
 from __future__ import annotations
 
 import sys
 
 import pytest
 
-from harness import check, mori_run, mpirun, python_program, _run
+from harness import check, mpirun, python_program, _run
 
 PYTEST_MPI_DIR = __import__("pathlib").Path(__file__).parent.parent / "mpi"
 
 
-@pytest.mark.parametrize("n", [2, 4, 8])
-def test_suite_under_mori_run(n):
-    out = check(mori_run(n, python_program("shmem_suite.py", "--quick"), timeout=240))
-    assert f"shmem suite passed on {n} PEs" in out
-
-
-@pytest.mark.parametrize("n", [2])  # 4 and 8 PEs: test_suite_under_mori_run
-def test_suite_under_mpirun(n):
-    out = check(mpirun(n, python_program("shmem_suite.py", "--quick"), timeout=240))
+@pytest.mark.parametrize("n,env", [(2, {}), (2, {"MORI_DISABLE_P2P": "1"})], ids=["2", "2-tcp"])
+def test_suite_under_mpirun(n, env):
+    """mpirun + mpi4py bootstrap; over tcp (MORI_DISABLE_P2P=1) rank 0 draws the job secret and
+    broadcasts it over MPI."""
+    out = check(mpirun(n, python_program("shmem_suite.py", "--quick"), timeout=240, env=env))
     assert f"shmem suite passed on {n} PEs" in out
 
 
@@ -30,7 +27,7 @@ def test_pytest_mpi_inside_mpirun():
     assert out.count(" passed") >= 4, out[-3000:]
 
 
-@pytest.mark.parametrize("n", [2])  # 4 and 8 PEs: test_suite_under_mori_run
+@pytest.mark.parametrize("n", [2])  # 4 and 8 PEs: tests/transports/test_conformance.py
 def test_suite_under_torch_multiprocessing(n):
     pytest.importorskip("torch")
     out = check(_run(python_program("torch_pg_suite.py", n), timeout=240, env=None))

@@ -2,13 +2,12 @@
 """Distributed UMBP workers as real processes (umbp_dist_worker.py), driven from the tests."""
 from __future__ import annotations
 
-import json
 import os
-import select
-import subprocess
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
+
+from harness import ProgramPeer
 
 PROGRAM = Path(__file__).parent / "umbp_dist_worker.py"
 
@@ -30,54 +29,11 @@ def start_workers(*inits: dict, env: Optional[dict] = None,
     return workers
 
 
-class Worker:
-    """One worker process; ``ask`` sends a command and returns its answer (a hang is a failure)."""
+class Worker(ProgramPeer):
+    """One umbp_dist_worker.py process; ``ask`` sends a command and returns its answer."""
 
     def __init__(self, env: Optional[dict] = None, prefix: Sequence[str] = ()) -> None:
-        full = dict(os.environ)
-        full["PYTHONUNBUFFERED"] = "1"
-        full.setdefault("UMBP_LOOKUP_TIMEOUT_MS", "1000")
-        full.update(env or {})
+        lookup = os.environ.get("UMBP_LOOKUP_TIMEOUT_MS", "1000")  # fast misses unless the run says otherwise
+        super().__init__([*prefix, sys.executable, str(PROGRAM)], "umbp worker",
+                         {"UMBP_LOOKUP_TIMEOUT_MS": lookup, **(env or {})})
         self.info: dict = {}  # the answer to "init"
-        self.proc = subprocess.Popen([*prefix, sys.executable, str(PROGRAM)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full, text=True)
-
-    def send(self, cmd: str, **kw) -> None:
-        assert self.proc.stdin
-        self.proc.stdin.write(json.dumps({"cmd": cmd, **kw}) + "\n")
-        self.proc.stdin.flush()
-
-    def answer(self, cmd: str, timeout: float = 60) -> dict:
-        assert self.proc.stdout
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            self.kill()
-            raise AssertionError(f"umbp worker did not answer '{cmd}' within {timeout} s (a hang)")
-        line = self.proc.stdout.readline()
-        if not line:
-            err = self.proc.stderr.read() if self.proc.stderr else ""
-            raise AssertionError(f"umbp worker died during '{cmd}':\n{err[-4000:]}")
-        out = json.loads(line)
-        if "error" in out:
-            raise AssertionError(f"umbp worker failed '{cmd}': {out['error']}\n{out.get('trace', '')}")
-        return out
-
-    def ask(self, cmd: str, timeout: float = 60, **kw) -> dict:
-        self.send(cmd, **kw)
-        return self.answer(cmd, timeout)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=30)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                self.ask("quit", timeout=30)
-            except AssertionError:
-                pass
-        self.kill()
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if f:
-                f.close()

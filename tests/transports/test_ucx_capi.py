@@ -2,7 +2,8 @@
 """The OpenSHMEM C API over the ucx transport: the programs of tests/capi/ built with
 our oshcc, every pair of distinct PEs through UCX (MORI_NET_TRANSPORT=ucx-all) at 2
 and 4 PEs, UCX's shared-memory and tcp transports. The heap and the programs'
-symmetric globals are mapped with ucp_mem_map and reached by rkey."""
+symmetric globals are mapped with ucp_mem_map and reached by rkey. Between hosts:
+test_between_hosts.py."""
 from __future__ import annotations
 
 import random
@@ -10,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from harness import build_capi_programs, check, mori_run
+from harness import check, mori_run
 from ucx_env import ucx_all, ucx_or_skip
 
 PROGRAMS = ["rma", "amo", "sync", "coll", "legacy", "threads", "team_sync", "runahead"]
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
+def built(capi_build) -> Path:
     ucx_or_skip()
-    return build_capi_programs(PROGRAMS, tmp_path_factory.mktemp("ucx_capi"))
+    return capi_build(PROGRAMS)
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
@@ -29,17 +30,3 @@ def test_c_program_over_ucx(built, name, n, tls):
     out = check(mori_run(n, [str(built / name), seed], timeout=120, env=ucx_all(tls)))
     assert f"{name}: OK on {n} PEs" in out, f"seed {seed}:\n{out[-3000:]}"
 
-
-def test_c_programs_two_hosts_over_ucx(built):
-    """2 hosts x 2 PEs (network namespaces), MORI_NET_TRANSPORT=ucx over UCX_TLS=tcp."""
-    from multihost import check_all, run_on_hosts, veth_hosts_or_skip
-
-    vh = veth_hosts_or_skip()
-    try:
-        for name in PROGRAMS:
-            seed = str(random.getrandbits(48))
-            out = check_all(run_on_hosts(vh.hosts, 2, [str(built / name), seed], timeout=120,
-                                         env={"MORI_NET_TRANSPORT": "ucx", "UCX_TLS": "tcp"}))
-            assert f"{name}: OK on 4 PEs" in out, f"seed {seed}:\n{out[-3000:]}"
-    finally:
-        vh.destroy()
