@@ -60,6 +60,24 @@ def test_events_route_gets_by_tier_priority(backend):
         assert list(found) == [True, False]
 
 
+def test_first_reads_get_each_dram_value_place(backend):
+    """BatchRouteGet hands out the arena offset and checksum the owner's ADD events gave (from
+    Redis as from memory: a first read is one master RPC and the read), 0s where not known."""
+    with running_master(store=backend()) as m:
+        a = PeerSession(m.address, uid("a"), {DRAM: (GIB, GIB)})
+        rng = random.Random()
+        keys = [uid("k") for _ in range(16)]
+        places = {k: (rng.randrange(1, 8 * MIB), rng.randrange(1, 1 << 30) * 64, rng.randrange(1, 1 << 64))
+                  for k in keys[:-1]}
+        places[keys[-1]] = (rng.randrange(1, 8 * MIB), 0, 0)
+        assert a.heartbeat([("add", k, DRAM, *places[k]) for k in keys]).acked_seq == 1
+        r = _stub(m.address).BatchRouteGet(pb.BatchRouteGetRequest(node_id="reader", keys=keys + [uid("x")]),
+                                           timeout=5)
+        assert [(n.node_id, n.peer_address) for n in r.nodes] == [(a.node_id, a.peer_address)]
+        assert list(zip(r.node_ref, r.tier, r.size, r.offset, r.checksum)) == (
+            [(1, DRAM, *places[k]) for k in keys] + [(0, 0, 0, 0, 0)])
+
+
 def test_seq_gap_asks_for_full_sync(backend):
     with running_master(store=backend()) as m:
         a = PeerSession(m.address, uid("a"), {DRAM: (GIB, GIB)})
