@@ -9,6 +9,7 @@ import time
 
 import grpc
 import pytest
+from dist_harness import start_workers
 from umbp_master_harness import redis_pair  # noqa: F401 - fixture
 from umbp_master_harness import (
     DRAM, GIB, HBM, SSD, PeerSession, fast_settings, make_store, pb, pb_grpc, running_master, uid)
@@ -76,6 +77,30 @@ def test_first_reads_get_each_dram_value_place(backend):
         assert [(n.node_id, n.peer_address) for n in r.nodes] == [(a.node_id, a.peer_address)]
         assert list(zip(r.node_ref, r.tier, r.size, r.offset, r.checksum)) == (
             [(1, DRAM, *places[k]) for k in keys] + [(0, 0, 0, 0, 0)])
+
+
+@pytest.mark.timeout(120)
+def test_first_read_through_a_redis_master_needs_no_resolve(redis_pair):  # noqa: F811
+    """Two workers and a Redis-backed master: values a put (pulled by b, the larger) are read back
+    by a at the places b's ADD events gave, through Redis: no BatchResolveKeys, bytes checked."""
+    with running_master(store=make_store("redis", redis_pair)) as m:
+        a, b = start_workers(dict(master=m.address, node_id=uid("a"), dram=16 << 20),
+                             dict(master=m.address, node_id=uid("b"), dram=160 << 20))
+        try:
+            keys = [uid("k") for _ in range(6)]
+            seed = random.randrange(1 << 30)
+            before = a.ask("stats")["stats"]
+            assert a.ask("put", keys=keys, size=96 << 10, seed=seed)["ok"] == [True] * 6
+            b.ask("heartbeat")  # b's ADD events, with each value's place, reach Redis now
+            got = a.ask("get", keys=keys, size=96 << 10, seed=seed)
+            assert got["right"] == [True] * 6
+            after = a.ask("stats")["stats"]
+            assert after["pulled_puts"] == before["pulled_puts"] + 6
+            assert after["routed_location_reads"] == before["routed_location_reads"] + 6
+            assert after["routed_location_stale"] == before["routed_location_stale"]
+        finally:
+            a.close()
+            b.close()
 
 
 def test_seq_gap_asks_for_full_sync(backend):
