@@ -55,10 +55,13 @@ def _populate(address: str, n_keys: int, n_nodes: int, seed: int, stop: threadin
             tier_capacities=[pb.TierCapacity(tier=pb.TIER_DRAM, total_capacity_bytes=1 << 40,
                                              available_capacity_bytes=1 << 39)]), timeout=10)
         mine = keys[n::n_nodes]
+        # As a real owner's DRAM ADDs: each value's place in its arena and its checksum, which
+        # the routes hand out.
         for seq, i in enumerate(range(0, len(mine), 5000), start=1):
             stub.Heartbeat(pb.HeartbeatRequest(node_id=node, bundles=[pb.EventBundle(seq=seq, events=[
-                pb.KvEvent(kind=pb.KvEvent.ADD, key=k, tier=pb.TIER_DRAM, size=360 << 10)
-                for k in mine[i:i + 5000]])]), timeout=60)
+                pb.KvEvent(kind=pb.KvEvent.ADD, key=k, tier=pb.TIER_DRAM, size=360 << 10,
+                           offset=(i + j) * (360 << 10), checksum=rng.getrandbits(64) | 1)
+                for j, k in enumerate(mine[i:i + 5000])])]), timeout=60)
 
     def beat() -> None:
         while not stop.wait(1.0):

@@ -55,12 +55,15 @@ class ClientRecord:
 
 
 class Location(NamedTuple):
-    """One copy of a key: on which node, in which tier, how many bytes (a tuple: the get path
-    makes thousands per call)."""
+    """One copy of a key: on which node, in which tier, how many bytes, and for a DRAM copy its
+    place in the owner's arena and its XXH3 (checksum 0: not known) (a tuple: the get path makes
+    thousands per call)."""
 
     node_id: str
     tier: int
     size: int
+    offset: int = 0
+    checksum: int = 0
 
 
 @dataclasses.dataclass

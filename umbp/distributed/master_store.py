@@ -100,7 +100,9 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     def route_get_batch(self, keys: list[str], exclude: frozenset[str], now: float,
                         lease_until: float) -> list[Sequence[Location]]:
-        """Copies of each key on non-excluded nodes, fastest tier first (HBM, DRAM, SSD); a key
+        """Copies of each key on non-excluded nodes, fastest tier first (HBM, DRAM, SSD), each
+        with the place its owner's ADD event gave where this path keeps it (offset, checksum;
+        0s: not known; the native index gives places through ``route_get_choose``); a key
         found is marked accessed at ``now`` and leased (protected from master eviction) until
         ``lease_until``."""
 
@@ -111,7 +113,7 @@ class MetadataStore(abc.ABC):
         a native index answer it in one native call; this default goes key by key."""
         keys = list(keys)
         copies = self.route_get_batch(keys, frozenset(exclude), now, lease_until) if keys else []
-        out = RoutedGets([], [], [], [], [], 0)
+        out = RoutedGets([], [], [], [], [], 0, [], [])
         ref_of: dict[str, int] = {}
         for c in copies:
             loc = router.choose(c, alive) if c else None
@@ -120,6 +122,8 @@ class MetadataStore(abc.ABC):
                 out.node_ref.append(0)
                 out.tier.append(0)
                 out.size.append(0)
+                out.offset.append(0)
+                out.checksum.append(0)
                 continue
             ref = ref_of.get(loc.node_id)
             if ref is None:
@@ -130,6 +134,8 @@ class MetadataStore(abc.ABC):
             out.node_ref.append(ref)
             out.tier.append(loc.tier)
             out.size.append(loc.size)
+            out.offset.append(loc.offset)
+            out.checksum.append(loc.checksum)
         return out
 
     @abc.abstractmethod

@@ -124,7 +124,7 @@ class InMemoryMetadataStore(MetadataStore):
     # -- block index -----------------------------------------------------------------------
     def route_get_batch(self, keys: list[str], exclude: frozenset[str], now: float,
                         lease_until: float) -> list[Sequence[Location]]:
-        return [tuple(Location._make(c) for c in copies)
+        return [tuple(Location(*c) for c in copies)
                 for copies in self._index.route(keys, list(exclude), now, lease_until)]
 
     def route_get_choose(self, keys: Sequence[str], exclude: Collection[str], alive: Collection[str],

@@ -224,12 +224,13 @@ class RedisMetadataStore(MetadataStore):
                 if is_full_sync and not ev.add:
                     continue
                 per_shard.setdefault(self._shard_of(ev.key), []).extend(
-                    ("A" if ev.add else "R", str(int(ev.tier)), ev.key, str(int(ev.size))))
+                    ("A" if ev.add else "R", str(int(ev.tier)), ev.key, str(int(ev.size)), str(int(ev.offset)),
+                     str(int(ev.checksum))))
         if is_full_sync:
             keep: dict[int, list[str]] = {}
             for shard, flat in per_shard.items():
-                keep[shard] = [f"{flat[i + 1]}|{flat[i + 2]}" for i in range(0, len(flat), 4)]
-            re_added = {flat[i + 2] for flat in per_shard.values() for i in range(0, len(flat), 4)}
+                keep[shard] = [f"{flat[i + 1]}|{flat[i + 2]}" for i in range(0, len(flat), 6)]
+            re_added = {flat[i + 2] for flat in per_shard.values() for i in range(0, len(flat), 6)}
             out.removed.extend(kv for kv in self._drop_node(node_id, keep) if kv[0] not in re_added)
 
         def one(item):
@@ -288,8 +289,9 @@ class RedisMetadataStore(MetadataStore):
                     continue
                 locs = []
                 for copy in line.split("\x1e"):
-                    node, tier, size = copy.split("\x1f")
-                    locs.append(Location(node, int(tier), int(size)))
+                    f = copy.split("\x1f")  # node, tier, size[, offset, checksum]
+                    locs.append(Location(f[0], int(f[1]), int(f[2])) if len(f) == 3 else
+                                Location(f[0], int(f[1]), int(f[2]), int(f[3]), int(f[4])))
                 out[i] = tuple(sorted(locs, key=lambda loc: _TIER_RANK.get(loc.tier, 9))) if len(locs) > 1 \
                     else tuple(locs)
         return out

@@ -4,8 +4,10 @@
 Key layout (``P`` = a hash-tagged prefix, so a script's keys share one cluster slot):
 control ``{ns:ctl}``: ``P:clients`` (node -> record JSON), ``P:hb`` (node -> last heartbeat),
 ``P:seq`` (node -> acked seq), ``P:caps`` (node -> capacities JSON), external KV and hits.
-block shard ``{ns:bN}``: ``P:k:<key>`` hash (``c:<node>:<tier>`` -> size, ``n`` copies, ``r`` the
-copies as the get path returns them, ``a`` last access, ``l`` lease end), ``P:n:<node>`` set of ``<tier>|<key>``, ``P:count`` keys in the shard.
+block shard ``{ns:bN}``: ``P:k:<key>`` hash (``c:<node>:<tier>`` -> size, ``p:<node>:<tier>`` ->
+"offset US checksum" of a copy whose owner said where it lies in its arena, ``n`` copies, ``r`` the
+copies as the get path returns them, ``a`` last access, ``l`` lease end), ``P:n:<node>`` set of
+``<tier>|<key>``, ``P:count`` keys in the shard.
 """
 
 # KEYS[1] = P:clients  ARGV: prefix, node_id, record_json, now, expiry
@@ -49,20 +51,27 @@ if first < 0 then first = 0 end
 return {1, acked, gap, count, first}
 """
 
-# KEYS[1] = P:count  ARGV: prefix, node_id, now, then (kind, tier, key, size)...
-# -> {key, size, 1 (first copy) | 0 (last copy gone), ...}
+# KEYS[1] = P:count  ARGV: prefix, node_id, now, then (kind, tier, key, size, offset, checksum)...
+# (checksum '0': the place is not known) -> {key, size, 1 (first copy) | 0 (last copy gone), ...}
 APPLY_EVENTS = r"""
--- Rebuild field r, the key's copies as the get path returns them ("node US tier US size" joined
--- by RS), from the c:<node>:<tier> fields; done on writes so that reads parse nothing.
+-- Rebuild field r, the key's copies as the get path returns them ("node US tier US size", then
+-- "US offset US checksum" when the place is known, joined by RS), from the c:<node>:<tier> and
+-- p:<node>:<tier> fields; done on writes so that reads parse nothing.
 local function rebuild(k)
   local fields = redis.call('HGETALL', k)
+  local places = {}
+  for j = 1, #fields, 2 do
+    if string.sub(fields[j], 1, 2) == 'p:' then places[string.sub(fields[j], 3)] = fields[j + 1] end
+  end
   local copies = {}
   for j = 1, #fields, 2 do
     local f = fields[j]
     if string.sub(f, 1, 2) == 'c:' then
       local rest = string.sub(f, 3)
       local sep = string.find(rest, ':[^:]*$')
-      copies[#copies + 1] = string.sub(rest, 1, sep - 1) .. '\31' .. string.sub(rest, sep + 1) .. '\31' .. fields[j + 1]
+      local copy = string.sub(rest, 1, sep - 1) .. '\31' .. string.sub(rest, sep + 1) .. '\31' .. fields[j + 1]
+      if places[rest] then copy = copy .. '\31' .. places[rest] end
+      copies[#copies + 1] = copy
     end
   end
   redis.call('HSET', k, 'r', table.concat(copies, '\30'))
@@ -70,11 +79,17 @@ end
 local p, node, now = ARGV[1], ARGV[2], ARGV[3]
 local nodeset = p .. ':n:' .. node
 local out = {}
-for i = 4, #ARGV, 4 do
+for i = 4, #ARGV, 6 do
   local kind, tier, key, size = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local k = p .. ':k:' .. key
   local field = 'c:' .. node .. ':' .. tier
+  local place = 'p:' .. node .. ':' .. tier
   if kind == 'A' then
+    if ARGV[i + 5] ~= '0' then
+      redis.call('HSET', k, place, ARGV[i + 4] .. '\31' .. ARGV[i + 5])
+    else
+      redis.call('HDEL', k, place)
+    end
     if redis.call('HSETNX', k, field, size) == 1 then
       redis.call('SADD', nodeset, tier .. '|' .. key)
       if redis.call('HINCRBY', k, 'n', 1) == 1 then
@@ -89,7 +104,7 @@ for i = 4, #ARGV, 4 do
   else
     local old = redis.call('HGET', k, field)
     if old then
-      redis.call('HDEL', k, field)
+      redis.call('HDEL', k, field, place)
       redis.call('SREM', nodeset, tier .. '|' .. key)
       if redis.call('HINCRBY', k, 'n', -1) <= 0 then
         redis.call('DEL', k)
@@ -108,17 +123,24 @@ return out
 # Drops the node's copies in this shard (all, or those not in the listed "tier|key" members).
 # -> {key, size, ...} of keys left with no copy
 DROP_NODE = r"""
--- Rebuild field r, the key's copies as the get path returns them ("node US tier US size" joined
--- by RS), from the c:<node>:<tier> fields; done on writes so that reads parse nothing.
+-- Rebuild field r, the key's copies as the get path returns them ("node US tier US size", then
+-- "US offset US checksum" when the place is known, joined by RS), from the c:<node>:<tier> and
+-- p:<node>:<tier> fields; done on writes so that reads parse nothing.
 local function rebuild(k)
   local fields = redis.call('HGETALL', k)
+  local places = {}
+  for j = 1, #fields, 2 do
+    if string.sub(fields[j], 1, 2) == 'p:' then places[string.sub(fields[j], 3)] = fields[j + 1] end
+  end
   local copies = {}
   for j = 1, #fields, 2 do
     local f = fields[j]
     if string.sub(f, 1, 2) == 'c:' then
       local rest = string.sub(f, 3)
       local sep = string.find(rest, ':[^:]*$')
-      copies[#copies + 1] = string.sub(rest, 1, sep - 1) .. '\31' .. string.sub(rest, sep + 1) .. '\31' .. fields[j + 1]
+      local copy = string.sub(rest, 1, sep - 1) .. '\31' .. string.sub(rest, sep + 1) .. '\31' .. fields[j + 1]
+      if places[rest] then copy = copy .. '\31' .. places[rest] end
+      copies[#copies + 1] = copy
     end
   end
   redis.call('HSET', k, 'r', table.concat(copies, '\30'))
@@ -137,7 +159,7 @@ for _, m in ipairs(redis.call('SMEMBERS', nodeset)) do
     local old = redis.call('HGET', k, field)
     redis.call('SREM', nodeset, m)
     if old then
-      redis.call('HDEL', k, field)
+      redis.call('HDEL', k, field, 'p:' .. node .. ':' .. tier)
       if redis.call('HINCRBY', k, 'n', -1) <= 0 then
         redis.call('DEL', k)
         redis.call('DECR', KEYS[1])
@@ -153,7 +175,8 @@ return out
 
 # KEYS[1] = any key of the endpoint's (or cluster slot's) shards
 # ARGV: now, lease_until, exclude ('\n'-joined), the keys' full hash names (P:k:<key>) '\n'-joined
-# -> one string, a line per key (empty: miss), each copy "node US tier US size" joined by RS
+# -> one string, a line per key (empty: miss), each copy "node US tier US size" (then "US offset US
+#    checksum" when its place is known) joined by RS
 #    (one reply item instead of 1 + 3n: the client parses it with str.split)
 ROUTE_GET_BATCH = r"""
 local now, lease = ARGV[1], tonumber(ARGV[2])

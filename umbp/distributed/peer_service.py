@@ -244,6 +244,7 @@ class PeerServer:
                                    options=[("grpc.max_receive_message_length", 256 << 20),
                                             ("grpc.max_send_message_length", 256 << 20),
                                             ("grpc.so_reuseport", 0)])
+        self.service = service
         peer_grpc.add_UMBPPeerServicer_to_server(service, self._server)
         self.port = self._server.add_insecure_port(f"{host}:{port}")
         if self.port == 0:

@@ -6,6 +6,7 @@ by their owner; remote-fetch caching; a lookup-only scheduler client."""
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 from dist_harness import start_workers
@@ -201,6 +202,41 @@ def test_remote_fetch_caching(master, pair):
         assert _stat(c, "remote_gets") == before  # served from the local copy
     finally:
         c.close()
+
+
+def test_pull_finished_after_the_writers_deadline_is_not_committed(pair):
+    """The owner reads a put's values from the writer inside the writer's BatchAllocateSlots; a
+    read that ends after the writer's deadline is not committed (the writer has given up, and its
+    staging buffer may hold other bytes by then): the owner aborts the slots, the writer counts
+    the peer failed and keeps the values itself, and readers get the right bytes from it."""
+    a, b = pair
+    keys = _keys(4)
+    seed = random.randrange(1 << 30)
+    sa, sb = a.ask("stats")["stats"], b.ask("stats")["stats"]
+    b.ask("late_pulls", count=1)
+    assert a.ask("put", keys=keys, size=64 << 10, seed=seed)["ok"] == [True] * 4
+    failed_at = time.monotonic()
+    after = a.ask("stats")["stats"]
+    assert after["remote_errors"] == sa["remote_errors"] + 1  # b's BatchAllocateSlots: its deadline
+    assert (after["remote_puts"], after["pulled_puts"]) == (sa["remote_puts"], sa["pulled_puts"])
+    assert after["dram_keys"] == sa["dram_keys"] + 4  # a kept them
+    # b's late pull ends 0.3 s past a's deadline: then its slots are aborted, nothing is kept.
+    give_up = time.monotonic() + 30
+    while b.ask("stats")["stats"]["dram_pinned_bytes"] != sb["dram_pinned_bytes"]:
+        assert time.monotonic() < give_up, "b's slots of the late pull were never released"
+        time.sleep(0.1)
+    time.sleep(0.5)
+    st = b.ask("stats")["stats"]
+    assert (st["dram_keys"], st["dram_pinned_bytes"]) == (sb["dram_keys"], sb["dram_pinned_bytes"])
+    got = b.ask("get", keys=keys, size=64 << 10, seed=seed)
+    assert got["right"] == [True] * 4
+    assert b.ask("stats")["stats"]["remote_gets"] == sb["remote_gets"] + 4  # read from a: b has none
+    # Past a's hold-off on b (2 x UMBP_LOOKUP_TIMEOUT_MS: 2 s), puts go to b again (pulled in time).
+    time.sleep(max(0.0, failed_at + 2.2 - time.monotonic()))
+    more = _keys(2)
+    assert a.ask("put", keys=more, size=64 << 10, seed=seed + 8)["ok"] == [True] * 2
+    st = a.ask("stats")["stats"]
+    assert (st["pulled_puts"], st["remote_errors"]) == (sa["pulled_puts"] + 2, sa["remote_errors"] + 1)
 
 
 def test_bad_arguments_write_nothing(pair):

@@ -39,7 +39,9 @@ def _populate(rng: random.Random, n_nodes: int = 5, n_keys: int = 400, n_ops: in
 
 
 def _copies(route_answer):
-    return [tuple(tuple(c) for c in copies) for copies in route_answer]
+    """(node, tier, size) of each copy (the reference keeps no places; the native route's are
+    checked through route_choose)."""
+    return [tuple(tuple(c)[:3] for c in copies) for copies in route_answer]
 
 
 def test_native_index_matches_the_reference_on_random_operations():
@@ -104,7 +106,7 @@ def test_native_choice_matches_the_reference(strategy):
                 assert got.node_ref[i] == 0 and want.node_ref[i] == 0
                 continue
             chosen = (got.nodes[got.node_ref[i] - 1], got.tier[i], got.size[i])
-            assert chosen in [tuple(c) for c in live]
+            assert chosen in [tuple(c)[:3] for c in live]
             if len(live) == 1:  # no draw to make: both paths answer the same copy
                 assert chosen == (want.nodes[want.node_ref[i] - 1], want.tier[i], want.size[i])
         # the same keys were touched and leased

@@ -9,6 +9,7 @@ import time
 
 import grpc
 import pytest
+from dist_harness import start_workers
 from umbp_master_harness import redis_pair  # noqa: F401 - fixture
 from umbp_master_harness import (
     DRAM, GIB, HBM, SSD, PeerSession, fast_settings, make_store, pb, pb_grpc, running_master, uid)
@@ -58,6 +59,48 @@ def test_events_route_gets_by_tier_priority(backend):
         assert not stub.RouteGet(pb.RouteGetRequest(key=uid("nope")), timeout=5).found
         found = stub.BatchLookup(pb.BatchLookupRequest(keys=[keys[3], uid("x")]), timeout=5).found
         assert list(found) == [True, False]
+
+
+def test_first_reads_get_each_dram_value_place(backend):
+    """BatchRouteGet hands out the arena offset and checksum the owner's ADD events gave (from
+    Redis as from memory: a first read is one master RPC and the read), 0s where not known."""
+    with running_master(store=backend()) as m:
+        a = PeerSession(m.address, uid("a"), {DRAM: (GIB, GIB)})
+        rng = random.Random()
+        keys = [uid("k") for _ in range(16)]
+        places = {k: (rng.randrange(1, 8 * MIB), rng.randrange(1, 1 << 30) * 64, rng.randrange(1, 1 << 64))
+                  for k in keys[:-1]}
+        places[keys[-1]] = (rng.randrange(1, 8 * MIB), 0, 0)
+        assert a.heartbeat([("add", k, DRAM, *places[k]) for k in keys]).acked_seq == 1
+        r = _stub(m.address).BatchRouteGet(pb.BatchRouteGetRequest(node_id="reader", keys=keys + [uid("x")]),
+                                           timeout=5)
+        assert [(n.node_id, n.peer_address) for n in r.nodes] == [(a.node_id, a.peer_address)]
+        assert list(zip(r.node_ref, r.tier, r.size, r.offset, r.checksum)) == (
+            [(1, DRAM, *places[k]) for k in keys] + [(0, 0, 0, 0, 0)])
+
+
+@pytest.mark.timeout(120)
+def test_first_read_through_a_redis_master_needs_no_resolve(redis_pair):  # noqa: F811
+    """Two workers and a Redis-backed master: values a put (pulled by b, the larger) are read back
+    by a at the places b's ADD events gave, through Redis: no BatchResolveKeys, bytes checked."""
+    with running_master(store=make_store("redis", redis_pair)) as m:
+        a, b = start_workers(dict(master=m.address, node_id=uid("a"), dram=16 << 20),
+                             dict(master=m.address, node_id=uid("b"), dram=160 << 20))
+        try:
+            keys = [uid("k") for _ in range(6)]
+            seed = random.randrange(1 << 30)
+            before = a.ask("stats")["stats"]
+            assert a.ask("put", keys=keys, size=96 << 10, seed=seed)["ok"] == [True] * 6
+            b.ask("heartbeat")  # b's ADD events, with each value's place, reach Redis now
+            got = a.ask("get", keys=keys, size=96 << 10, seed=seed)
+            assert got["right"] == [True] * 6
+            after = a.ask("stats")["stats"]
+            assert after["pulled_puts"] == before["pulled_puts"] + 6
+            assert after["routed_location_reads"] == before["routed_location_reads"] + 6
+            assert after["routed_location_stale"] == before["routed_location_stale"]
+        finally:
+            a.close()
+            b.close()
 
 
 def test_seq_gap_asks_for_full_sync(backend):

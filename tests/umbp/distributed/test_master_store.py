@@ -11,6 +11,7 @@ from umbp_master_harness import redis_cluster, redis_pair  # noqa: F401 - fixtur
 from umbp_master_harness import make_store, uid
 
 from mori.umbp.distributed.master_records import ClientRecord, EventBundle, KvEvent, TierCapacity
+from mori.umbp.distributed.master_routing import GetRouter
 
 KINDS = ["memory", "redis", "redis-shards", "redis-cluster"]
 HBM, DRAM, SSD = 1, 2, 3
@@ -81,6 +82,53 @@ def test_events_feed_the_index_in_seq_order(store):
     assert store.key_count() == 5
     out = store.apply_heartbeat(a, now, {}, [_bundle(10, [])], False, 0)
     assert out.acked_seq == 10
+
+
+def test_dram_copies_carry_their_place(store):
+    """The owner's ADD event says where a DRAM value lies in its arena and its checksum; the get
+    route hands them out with the copy it chose (so a first read needs no resolve at the owner):
+    a later ADD moves the place, an ADD of unknown place (checksum 0) or a copy of another tier
+    gives 0s, a removed copy's place goes with it, and a full sync sets the places it lists."""
+    rng = random.Random()
+    now = time.time()
+    a, b = uid("a"), uid("b")
+    _register(store, a, now)
+    _register(store, b, now)
+    keys = [uid("k") for _ in range(24)]
+    size = {k: rng.randrange(1, 1 << 22) for k in keys}
+
+    def place():
+        return rng.randrange(1, 1 << 34) * 64, rng.randrange(1, 1 << 64)
+
+    want = {k: place() for k in keys[:-1]}
+    want[keys[-1]] = (0, 0)  # its owner did not say
+    events = [KvEvent(True, k, DRAM, size[k], *want[k]) for k in keys]
+    assert store.apply_heartbeat(a, now, {}, [EventBundle(1, events)], False, 0).acked_seq == 1
+
+    def routed(ks):
+        r = store.route_get_choose(ks, (), {a, b}, now, now + 2, GetRouter())
+        return [(r.nodes[ref - 1], tier, sz, off, ck) if ref else None
+                for ref, tier, sz, off, ck in zip(r.node_ref, r.tier, r.size, r.offset, r.checksum)]
+
+    absent = uid("absent")
+    assert routed(keys + [absent]) == [(a, DRAM, size[k], *want[k]) for k in keys] + [None]
+    moved, dropped, faster = keys[0], keys[1], keys[2]
+    want[moved] = place()
+    store.apply_heartbeat(a, now, {}, [EventBundle(2, [KvEvent(True, moved, DRAM, size[moved], *want[moved]),
+                                                       KvEvent(False, dropped, DRAM)])], False, 0)
+    store.apply_heartbeat(b, now, {}, [EventBundle(1, [KvEvent(True, faster, HBM, size[faster])])], False, 0)
+    assert routed([moved, dropped, faster]) == [(a, DRAM, size[moved], *want[moved]), None,
+                                                (b, HBM, size[faster], 0, 0)]
+    # with b gone, a's DRAM copy of `faster` serves, its place kept all along
+    store.unregister_client(b)
+    assert routed([faster]) == [(a, DRAM, size[faster], *want[faster])]
+    # a full sync: the places it lists (one now unknown), the keys it leaves out gone
+    synced = keys[3:8]
+    want.update({k: place() for k in synced[:-1]})
+    want[synced[-1]] = (0, 0)
+    store.apply_heartbeat(a, now, {}, [EventBundle(0, [KvEvent(True, k, DRAM, size[k], *want[k])
+                                                       for k in synced])], True, 5)
+    assert routed(synced + keys[8:10]) == [(a, DRAM, size[k], *want[k]) for k in synced] + [None, None]
 
 
 def test_registration_liveness_and_reaping(store):

@@ -118,6 +118,23 @@ class Worker:
                 locs[misplace[0]].offset = locs[misplace[1]].offset
             return {"held": sum(k in locs for k in keys)}
 
+    def late_pulls(self, count: int = 1, past_s: float = 0.3):
+        """Test hook on the owner's pulled puts: the next ``count`` pulls start only ``past_s``
+        after their writer's deadline (as a stalled owner's would), then read for real."""
+        import time
+
+        service = self.client._server.service
+        real, left = service._pull, [count]
+
+        def late(source: bytes, items: list, seconds: float) -> bool:
+            if left[0] > 0:
+                left[0] -= 1
+                time.sleep(seconds + past_s)  # seconds: what was left of the writer's deadline
+            return real(source, items, seconds)
+
+        service._pull = late
+        return {}
+
     def io_backend(self, node_id: str):
         """The MORI-IO path this worker's registered pool takes to a peer's arena (tcp, cma, ...)."""
         desc = self.client._region_of(self.pool.ctypes.data, self.pool.nbytes)[0]

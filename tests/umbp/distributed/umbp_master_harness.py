@@ -161,14 +161,16 @@ class PeerSession:
                 for t, (tot, av) in self.caps.items()]
 
     def heartbeat(self, events=(), seq: Optional[int] = None, full_sync: bool = False, baseline: int = 0):
-        """events: (kind 'add'|'remove', key, tier, size). Returns the HeartbeatResponse."""
+        """events: (kind 'add'|'remove', key, tier, size[, arena offset, checksum]). Returns the
+        HeartbeatResponse."""
         bundles = []
         if events or seq is not None:
             if seq is None:
                 seq = self.seq + 1
             bundles.append(pb.EventBundle(seq=seq, events=[
-                pb.KvEvent(kind=pb.KvEvent.ADD if k == "add" else pb.KvEvent.REMOVE, key=key, tier=t, size=s)
-                for k, key, t, s in events]))
+                pb.KvEvent(kind=pb.KvEvent.ADD if e[0] == "add" else pb.KvEvent.REMOVE, key=e[1], tier=e[2], size=e[3],
+                           offset=e[4] if len(e) > 4 else 0, checksum=e[5] if len(e) > 4 else 0)
+                for e in events]))
         resp = self.stub.Heartbeat(pb.HeartbeatRequest(
             node_id=self.node_id, bundles=bundles, is_full_sync=full_sync, tier_capacities=self._caps(),
             delta_seq_baseline=baseline), timeout=5)
