@@ -24,10 +24,6 @@ import socket
 import sys
 from typing import Any, Callable, Optional
 
-# torch before mori._C: on the H200 host (torch 2.11, CUDA 13) `import torch` segfaulted after a
-# pybind11 3 build of mori._C had loaded (docs/gpu.md, "Import order").
-import torch  # noqa: F401,E402  isort: skip
-
 from mori.apps.bench.launch import GPU_JOB_ENV, relaunch, use_local_gpu
 from mori.apps.bench.report import Report
 from mori.apps.bench.sizes import human_size, size_sweep, size_type
