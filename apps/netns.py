@@ -77,6 +77,28 @@ class Host:
         return subprocess.run(self.command(cmd), timeout=timeout, **kwargs)
 
 
+
+def _claim_names() -> tuple[int, int, str]:
+    """Check namespaces can be made, clear stale ones, and claim a fresh (pid, counter, tag) for
+    this layout's names; the tag keeps interface names within Linux's 15 characters."""
+    global _counter
+    reason = unavailable_reason()
+    if reason:
+        raise PermissionError(reason)
+    remove_stale()
+    with _counter_lock:
+        _counter += 1
+        k = _counter
+    pid = os.getpid()
+    return pid, k, f"{pid % 10**7}{k % 100}"
+
+
+def _bring_up(h: "Host") -> None:
+    """Address ``h``'s interface inside its namespace and bring it and loopback up."""
+    _ip("-n", h.name, "addr", "add", f"{h.ip}/24", "dev", h.ifname)
+    _ip("-n", h.name, "link", "set", h.ifname, "up")
+    _ip("-n", h.name, "link", "set", "lo", "up")
+
 @dataclass
 class VethHosts:
     """Two namespaces joined by one veth link (``subnet``.1 and ``subnet``.2/24)."""
@@ -92,17 +114,7 @@ class VethHosts:
         self.destroy()
 
     def create(self) -> None:
-        global _counter
-        reason = unavailable_reason()
-        if reason:
-            raise PermissionError(reason)
-        remove_stale()
-        with _counter_lock:
-            _counter += 1
-            k = _counter
-        pid = os.getpid()
-        # Interface names are limited to 15 characters.
-        tag = f"{pid % 10**7}{k % 100}"
+        pid, k, tag = _claim_names()
         self.hosts = [Host(f"{_PREFIX}{pid}-{k}-{h}", f"mv{tag}{'ab'[h]}", f"{self.subnet}.{h + 1}") for h in range(2)]
         try:
             for h in self.hosts:
@@ -111,9 +123,7 @@ class VethHosts:
             _ip("link", "add", a.ifname, "type", "veth", "peer", "name", b.ifname)
             for h in self.hosts:
                 _ip("link", "set", h.ifname, "netns", h.name)
-                _ip("-n", h.name, "addr", "add", f"{h.ip}/24", "dev", h.ifname)
-                _ip("-n", h.name, "link", "set", h.ifname, "up")
-                _ip("-n", h.name, "link", "set", "lo", "up")
+                _bring_up(h)
         except subprocess.CalledProcessError as exc:
             self.destroy()
             raise RuntimeError(f"could not create network namespaces: {' '.join(exc.cmd)}: {exc.stderr.strip()}") from exc
@@ -158,18 +168,9 @@ class BridgedHosts:
         self.destroy()
 
     def create(self) -> None:
-        global _counter
-        reason = unavailable_reason()
-        if reason:
-            raise PermissionError(reason)
         if not 2 <= self.count <= 9:
             raise ValueError(f"count must be 2..9, got {self.count}")
-        remove_stale()
-        with _counter_lock:
-            _counter += 1
-            k = _counter
-        pid = os.getpid()
-        tag = f"{pid % 10**7}{k % 100}"  # interface names are limited to 15 characters
+        pid, k, tag = _claim_names()
         self.switch = f"{_PREFIX}{pid}-{k}-sw"
         self.hosts = [Host(f"{_PREFIX}{pid}-{k}-{h}", f"mb{tag}{h}", f"{self.subnet}.{h + 1}")
                       for h in range(self.count)]
@@ -185,9 +186,7 @@ class BridgedHosts:
                 _ip("link", "set", port, "netns", self.switch)
                 _ip("-n", self.switch, "link", "set", port, "master", "br0")
                 _ip("-n", self.switch, "link", "set", port, "up")
-                _ip("-n", h.name, "addr", "add", f"{h.ip}/24", "dev", h.ifname)
-                _ip("-n", h.name, "link", "set", h.ifname, "up")
-                _ip("-n", h.name, "link", "set", "lo", "up")
+                _bring_up(h)
         except subprocess.CalledProcessError as exc:
             self.destroy()
             raise RuntimeError(f"could not create network namespaces: {' '.join(exc.cmd)}: {exc.stderr.strip()}") from exc
