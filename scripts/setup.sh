@@ -27,7 +27,7 @@ fi
 PY=${PYTHON:-python3}
 # torch 2.13.0 is the CPU build this machine kind carries locally; any torch >= 2.3 works.
 $PY -m pip install -q --disable-pip-version-check \
-  "numpy>=1.24" msgpack rich pybind11 "scikit-build-core>=0.10" ninja \
+  "numpy>=1.24" msgpack rich "pybind11>=3.0" "scikit-build-core>=0.10" ninja \
   mpi4py pytest pytest-timeout pytest-mpi hypothesis "torch==2.13.0"
 if [ -f scripts/requirements-extra.txt ]; then
   $PY -m pip install -q --disable-pip-version-check -r scripts/requirements-extra.txt
