@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import sys
 
-try:
-    from mori.ir.functions import AMO_TYPES, C_TYPES, DEVICE_FUNCTIONS, SIGNAL_ADD, SIGNAL_SET
-except ImportError:  # run as a script by the build
+if __package__:
+    from .functions import AMO_TYPES, C_TYPES, DEVICE_FUNCTIONS, SIGNAL_ADD, SIGNAL_SET
+else:  # run as a script by the build: never the installed mori (absent, stale or another tree's)
     from functions import AMO_TYPES, C_TYPES, DEVICE_FUNCTIONS, SIGNAL_ADD, SIGNAL_SET  # type: ignore[no-redef]
 
 # The device state every wrapper reads: a global of the module the bitcode is linked into,

@@ -48,3 +48,22 @@ def test_mori_names_of_later_additions():
     from mori.ops import launch_local_expert_count  # noqa: F401
 
     assert size_of(DataType.BFloat16) == 2 and int(DataType.Float64) == 11
+
+
+def test_build_scripts_never_import_an_installed_mori(tmp_path):
+    """The build runs ir/codegen.py as a script, where an installed mori may be stale or broken
+    (CI once failed so: a stale editable install's mori._C lacked a name)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    fake = tmp_path / "shadow" / "mori"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise AttributeError('the installed mori must not be imported')\n")
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "wrappers.cu"
+    env = dict(os.environ, PYTHONPATH=str(fake.parent))
+    subprocess.run([sys.executable, str(root / "ir" / "codegen.py"), str(out)], check=True, env=env, cwd=tmp_path,
+                   timeout=60)
+    assert "mori_shmem_device_state" in out.read_text()
