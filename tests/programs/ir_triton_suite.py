@@ -26,7 +26,8 @@ import mori.shmem as sh  # noqa: E402
 from mori.ir import AMO_TYPES, SIGNAL_SET  # noqa: E402
 from mori.ir.triton import get_extern_libs, install_hook, mori_shmem_device as msd  # noqa: E402
 from mori.shmem.tensor_utils import mori_shmem_create_tensor, mori_shmem_free_tensor  # noqa: E402
-from mori.apps.bench.ir_kernels import oneshot_allreduce_kernel, put_kernel, ring_allreduce_kernel  # noqa: E402
+from mori.apps.bench.ir_kernels import (oneshot_allreduce_kernel, put_kernel, ring_allreduce_kernel,  # noqa: E402
+                                        thread_id)
 
 LIBS: dict = {}
 
@@ -42,11 +43,6 @@ def sym_zeros(n: int, dtype: torch.dtype) -> torch.Tensor:
     torch.cuda.synchronize()
     sh.shmem_barrier_all()
     return t
-
-
-@triton.jit
-def _thread_id():
-    return tl.inline_asm_elementwise("mov.u32 $0, %tid.x;", "=r", [], dtype=tl.int32, is_pure=True, pack=1)
 
 
 # ---------------------------------------------------------------- kernels
@@ -83,7 +79,7 @@ def put_signal_kernel(dst, src, sig, out, nbytes, round_, sig_op, n, BLOCK: tl.c
 
 @triton.jit
 def fetch_add_kernel(counter, olds, value, target_pe):
-    if _thread_id() == 0:
+    if thread_id() == 0:
         old = msd.uint64_atomic_fetch_add_thread(counter, value, target_pe, 0)
         tl.store(olds, old)
     msd.barrier_all_block()
@@ -93,7 +89,7 @@ def fetch_add_kernel(counter, olds, value, target_pe):
 def generic_amo_kernel(counter, slots, word, small, operand32, olds, value, value64, swap_new, miss, target_pe,
                        amo_fetch_add, amo_fetch, amo_cas, amo_add):
     # MORI's generic forms, amo_type given at run time (the wrappers' switch picks the operation)
-    if _thread_id() == 0:
+    if thread_id() == 0:
         me = msd.my_pe()
         tl.store(olds, msd.atomic_uint64_fetch_thread(counter, value, 0, amo_fetch_add, target_pe, 0))
         # a compare-swap that cannot match returns the slot and leaves it; a matching one swaps
@@ -107,14 +103,14 @@ def generic_amo_kernel(counter, slots, word, small, operand32, olds, value, valu
 
 @triton.jit
 def bad_amo_kernel(counter, olds, amo_type):
-    if _thread_id() == 0:
+    if thread_id() == 0:
         tl.store(olds, msd.atomic_uint64_fetch_thread(counter, 1, 0, amo_type, 0, 0))
 
 
 @triton.jit
 def size_imm_kernel(imm, src, right):
     # 1, 2, 4 and 8 bytes at offsets 1, 2, 4 and 8 of the right neighbour's buffer (byte 0 untouched)
-    if _thread_id() == 0:
+    if thread_id() == 0:
         for k in tl.static_range(4):
             msd.put_size_imm_nbi_thread(imm + (1 << k), src + (1 << k), 1 << k, right, 0)
         msd.fence_thread_pe_qp(right, 0)
@@ -129,7 +125,7 @@ def barrier_kernel(slots, rounds):
     right = (me + 1) % npes
     bad = 0
     for r in range(1, rounds + 1):
-        if _thread_id() == 0:
+        if thread_id() == 0:
             msd.int64_p(slots + me, (r * 1000 + me).to(tl.int64), right, 0)
         msd.barrier_all_block()
         left = (me + npes - 1) % npes
@@ -147,7 +143,7 @@ def _globaltimer():
 @triton.jit
 def pingpong_kernel(data, sig, scratch, out, iters, peer, role, sig_op):
     # 8-byte put + signal round trips between two PEs, one thread each (as the CUDA C++ selftest).
-    if _thread_id() == 0:
+    if thread_id() == 0:
         start = _globaltimer()
         bad = 0
         for i in range(1, iters + 1):
