@@ -302,6 +302,25 @@ def test_triton_ring_allreduce_moves_16_bytes_per_access() -> None:
     assert not re.search(r"\b(ld|st)(\.volatile)?\.global\.b16\s", ptx), "2-byte element accesses remain"
 
 
+def test_selftest_ctypes_signatures_match_the_kernels_source() -> None:
+    """mori.shmem.selftest declares each launcher of selftest_kernels.cu to ctypes by hand: every
+    argument must have the C type's width and kind, or a GPU run reads garbage (no compiler checks
+    a ctypes call). Checked here, without a GPU, against the extern "C" definitions."""
+    import ctypes
+    from pathlib import Path
+
+    from mori.shmem import selftest
+
+    src = (Path(__file__).resolve().parents[2] / "shmem" / "src" / "selftest_kernels.cu").read_text()
+    defined = {name: params for name, params in re.findall(r"^int (mori_selftest_\w+)\(([^)]*)\)", src, re.M | re.S)}
+    scalar = {"int": ctypes.c_int, "size_t": ctypes.c_size_t, "uint64_t": ctypes.c_uint64, "int64_t": ctypes.c_int64}
+    assert set(defined) == set(selftest._SIGNATURES)
+    for name, params in defined.items():
+        want = [ctypes.c_void_p if "*" in p else scalar[p.split()[-2]] for p in (" ".join(x.split()) for x in
+                                                                                  params.split(","))]
+        assert selftest._SIGNATURES[name] == want, f"{name}: ctypes {selftest._SIGNATURES[name]}, C {want}"
+
+
 # ------------------------------------------------------------------ GPU
 
 _NO_CUDA = not _C.shmem.built_with_cuda()
