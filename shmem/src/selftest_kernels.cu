@@ -191,9 +191,11 @@ __device__ __forceinline__ void load8(const __nv_bfloat16* p, int64_t valid, boo
   if (valid >= kElems && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
     uint4 v;
     if (fresh) {
+      // "memory": never moved above the signal wait (an acquire) that made the peer's data visible
       asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                   : "l"(p));
+                   : "l"(p)
+                   : "memory");
     } else {
       v = *reinterpret_cast<const uint4*>(p);
     }
