@@ -2,7 +2,9 @@
 """MORI-IR checks: Triton kernels calling mori_shmem_device.* on every PE of a job.
 
     mori run -n 2 python ir_triton_suite.py [check ...]     # default: every check
-    mori run -n 2 python ir_triton_suite.py bench [max_mib]  # put bandwidth, Triton vs CUDA C++
+    mori run -n 2 python ir_triton_suite.py pingpong        # 8-byte put+signal round trip, Triton vs CUDA C++
+
+(Put and all-reduce times, Triton against CUDA C++: `mori bench ir`.)
 
 Each PE binds GPU LOCAL_RANK % device_count (PEs may share a GPU), inits shmem, installs the
 MORI-IR Triton hook, and runs the checks; every PE seeds the same generator per check, so each
@@ -386,54 +388,6 @@ FATAL_CHECKS = {"bad_pe": check_bad_pe, "bad_amo": check_bad_amo}  # they leave 
 
 # ---------------------------------------------------------------- benchmark
 
-def _time(fn, iters: int) -> float:
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / iters * 1e3  # us
-
-
-def bench(me: int, n: int, max_mib: int) -> None:
-    """PE 0 puts to PE 1 (PE 1 idles at the barrier): Triton putmem_nbi_block vs the CUDA C++ put
-    kernel over device.cuh (mori.shmem.selftest), same blocks and threads."""
-    from mori.shmem import selftest
-    cap = max_mib << 20
-    dst, src = sym_zeros(cap, torch.uint8), torch.randint(0, 256, (cap,), dtype=torch.uint8, device="cuda")
-    rows = []
-    if me == 0:
-        size = 4096
-        while size <= cap:
-            blocks = max(1, min(64, size // (64 << 10)))
-            per = size // blocks
-            iters = 200 if size <= (1 << 20) else 20
-            t_tr = _time(lambda: put_kernel[(blocks,)](dst, src, per, 1 % n, num_warps=8, extern_libs=LIBS),
-                         iters)
-            t_cu = _time(lambda: selftest.put(selftest.BLOCK, dst.data_ptr(), src.data_ptr(), per * blocks, 1 % n,
-                                              blocks=blocks, threads=256), iters)
-            rows.append({"bytes": size, "blocks": blocks, "triton_us": round(t_tr, 2), "cuda_us": round(t_cu, 2),
-                         "triton_GBps": round(per * blocks / t_tr / 1e3, 2),
-                         "cuda_GBps": round(per * blocks / t_cu / 1e3, 2), "ratio": round(t_tr / t_cu, 3)})
-            print(f"BENCH {json.dumps(rows[-1])}", flush=True)
-            size *= 4
-    sh.shmem_barrier_all()
-    latency = pingpong_bench(me, n) if torch.cuda.device_count() >= 2 and n >= 2 else None
-    if latency is None and me == 0:
-        print("BENCH pingpong skipped: needs 2 PEs on 2 GPUs (PEs sharing a GPU take turns)", flush=True)
-    sh.shmem_barrier_all()
-    if me == 0:
-        out_dir = os.environ.get("MORI_IR_BENCH_OUT")
-        if out_dir:
-            with open(os.path.join(out_dir, "ir_put_bench.json"), "w") as fh:
-                json.dump({"device": torch.cuda.get_device_name(), "pes": n, "rows": rows, "pingpong": latency}, fh,
-                          indent=1)
-    mori_shmem_free_tensor(dst)
-
-
 def pingpong_bench(me: int, n: int, iters: int = 2000) -> dict:
     """Round-trip time of an 8-byte put with signal, PE 0 <-> PE 1: Triton vs CUDA C++ (selftest)."""
     from mori.shmem import selftest
@@ -466,8 +420,11 @@ def main(argv: list[str]) -> int:
     install_hook()
     LIBS.update(get_extern_libs())
     me, n = sh.shmem_mype(), sh.shmem_npes()
-    if argv[:1] == ["bench"]:
-        bench(me, n, int(argv[1]) if len(argv) > 1 else 64)
+    if argv[:1] == ["pingpong"]:
+        if torch.cuda.device_count() >= 2 and n >= 2:
+            pingpong_bench(me, n)
+        elif me == 0:
+            print("BENCH pingpong skipped: needs 2 PEs on 2 GPUs (PEs sharing a GPU take turns)", flush=True)
     else:
         for name in argv or list(CHECKS):
             t0 = time.time()
