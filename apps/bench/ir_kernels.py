@@ -130,5 +130,5 @@ def ring_allreduce_kernel(data, work, rs, ag, sig, ack, out, epoch, n, npes_c: t
             v += tl.load(ag + start + offs, mask=m & theirs, other=0, volatile=True)
             tl.store(out + start + offs, v, mask=m)
     tl.debug_barrier()  # every thread read its rs/ag before the left neighbour may write them again
-    if thread_id() == 0:  # one release to the peer, not one per thread (a system-scope fence each)
+    if thread_id() == 0:  # one system-scope release to the peer, not one per thread
         msd.signal_op(ack + pid, epoch, SIGNAL_SET, left)
