@@ -5,7 +5,8 @@
 # CUDA C++ over device.cuh and NCCL; MORI_IR_BENCH_PES PEs, default 2). Logs and JSON go to
 # $OUT (default bench-results/): ir_tests.xml (JUnit), ir_bench.json, ir_summary.json.
 # One H200, already built, in about 3-4 minutes:
-#   MORI_IR_SKIP_BUILD=1 MORI_TEST_GPU_PES=2 bash scripts/gpu_ir_check.sh The bitcode: MORI_IR_BITCODE, else build/ir-bitcode/*.bc
+#   MORI_IR_SKIP_BUILD=1 MORI_TEST_GPU_PES=2 bash scripts/gpu_ir_check.sh
+# The bitcode: MORI_IR_BITCODE, else build/ir-bitcode/*.bc
 # (carried from a machine with clang: python -m mori.ir.build --arch sm_90 --out build/ir-bitcode),
 # else whatever the build installed. MORI_IR_SKIP_BUILD=1 skips the build (done by an earlier
 # call, e.g. scripts/gpu_check.sh). NVLink multicast stays off (shared GPU hosts).
