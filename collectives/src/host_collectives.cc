@@ -249,12 +249,13 @@ void HostCollectives::allreduce(void* out, const void* in, size_t count, DataTyp
       std::memcpy(st, i + lo * e, m * e);
       pub = st;
     }
-    // Inputs are read only between the two barriers, so an in-place input needs no final barrier.
     Round r = begin(kAllreduce, static_cast<int>(t), count, static_cast<uint64_t>(op) | (lo << 8), pub, false);
     std::vector<const char*> parts(n_);
     for (int pe = 0; pe < n_; ++pe) parts[pe] = source_on(r, pe);
-    shmem::coll::allreduce_parts(group_, t, op, o + lo * e, parts.data(), res, m, bounce_, &traffic_,
-                                 "mori.ccl all_reduce");
+    // Inputs are read only between the meet and the barrier inside, so an in-place input needs
+    // no final barrier; the result slots are double buffered like the staging.
+    shmem::coll::allreduce_parts(group_, shmem::coll::combiner(t, op), o + lo * e, parts.data(), res, m, bounce_,
+                                 &traffic_, "mori.ccl all_reduce");
     end(r);
   }
 }
@@ -288,7 +289,8 @@ void HostCollectives::reduce_scatter(void* out, const void* in, size_t count, Da
     // Block me of every PE's part, reduced in PE order.
     std::vector<const char*> parts(n_);
     for (int pe = 0; pe < n_; ++pe) parts[pe] = source_on(r, pe) + me_ * peer_desc_[pe].stride * e;
-    shmem::coll::reduce_parts(group_, t, op, o + lo * e, parts.data(), m, bounce_, &traffic_);
+    shmem::coll::reduce_parts(group_, shmem::coll::combiner(t, op), o + lo * e, parts.data(), n_, m, bounce_,
+                              &traffic_);
     end(r);
   }
 }

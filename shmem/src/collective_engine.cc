@@ -316,7 +316,7 @@ void meet(Group& g, const void* mine, void* all, size_t bytes, const char* fn) {
   }
 }
 
-void pull(Group& g, void* dst, const void* sym, int member, size_t n, Traffic* traffic) {
+void pull(Group& g, void* dst, const void* sym, int member, size_t n, Traffic* traffic, bool nbi) {
   if (n == 0) return;
   if (member == g.me) {
     if (dst != sym) std::memcpy(dst, sym, n);
@@ -328,64 +328,68 @@ void pull(Group& g, void* dst, const void* sym, int member, size_t n, Traffic* t
     std::memcpy(dst, p, n);
     if (traffic) traffic->direct += n;
   } else {
-    r.get(dst, sym, n, pe);
+    r.get(dst, sym, n, pe, nbi);
     if (traffic) traffic->transport += n;
   }
 }
 
-void reduce_parts(Group& g, DataType t, ReduceOp op, void* dst, const char* const* src_of, size_t count,
-                  std::vector<char>& bounce, Traffic* traffic) {
+void reduce_parts(Group& g, const Combiner& c, void* dst, const char* const* src_of, int nsrc, size_t count,
+                  std::vector<char>& fetched, Traffic* traffic) {
+  const size_t e = c.elem;
+  if (nsrc == 0) {
+    std::memset(dst, 0, count * e);  // an exclusive scan's first member: nothing combined
+    return;
+  }
   auto& r = Runtime::get("mori collectives");
-  const size_t e = dtype_size(t);
-  const int n = g.n;
-  std::vector<const void*> srcs(n);
-  constexpr size_t kPiece = 64 * 1024;  // bytes per source fetched at once through a transport
-  for (size_t lo = 0; lo < count;) {
-    size_t len = count - lo;
-    bool fetch = false;
-    for (int j = 0; j < n; ++j) fetch |= j != g.me && r.ptr(src_of[j] + lo * e, g.pes[j]) == nullptr;
-    if (fetch) len = std::min(len, std::max<size_t>(kPiece / e, 1));
-    if (fetch && bounce.size() < n * len * e) bounce.resize(n * len * e);
-    for (int j = 0; j < n; ++j) {
-      const char* sym = src_of[j] + lo * e;
-      const void* direct = j == g.me ? sym : r.ptr(sym, g.pes[j]);
-      if (direct) {
-        srcs[j] = direct;
-        if (traffic && j != g.me) traffic->direct += len * e;
-      } else {
-        char* tmp = bounce.data() + j * len * e;
-        r.get(tmp, sym, len * e, g.pes[j]);
-        if (traffic) traffic->transport += len * e;
-        srcs[j] = tmp;
-      }
+  std::vector<const char*> mapped(static_cast<size_t>(nsrc));
+  std::vector<size_t> slot(static_cast<size_t>(nsrc));  // an unmapped member's place in `fetched`
+  size_t remote = 0;
+  for (int j = 0; j < nsrc; ++j) {
+    mapped[j] = j == g.me ? src_of[j] : static_cast<const char*>(r.ptr(src_of[j], g.pes[j]));
+    if (!mapped[j]) slot[j] = remote++;
+  }
+  constexpr size_t kWindowBytes = 1 << 20;
+  const size_t chunk = std::max<size_t>(1, std::min(count, kWindowBytes / e / std::max<size_t>(remote, 1)));
+  if (fetched.size() < chunk * remote * e) fetched.resize(chunk * remote * e);
+  std::vector<const void*> srcs(static_cast<size_t>(nsrc));
+  for (size_t off = 0; off < count; off += chunk) {
+    const size_t len = std::min(chunk, count - off);
+    if (remote) {
+      for (int j = 0; j < nsrc; ++j)
+        if (!mapped[j]) r.get(fetched.data() + slot[j] * chunk * e, src_of[j] + off * e, len * e, g.pes[j], true);
+      r.quiet();
+      if (traffic) traffic->transport += remote * len * e;
     }
-    reduce_arrays(t, op, static_cast<char*>(dst) + lo * e, srcs.data(), n, len);
-    lo += len;
+    for (int j = 0; j < nsrc; ++j)
+      srcs[j] = mapped[j] ? static_cast<const void*>(mapped[j] + off * e) : fetched.data() + slot[j] * chunk * e;
+    if (traffic) traffic->direct += (static_cast<size_t>(nsrc) - remote - (g.me < nsrc ? 1 : 0)) * len * e;
+    c(static_cast<char*>(dst) + off * e, srcs.data(), nsrc, len);
   }
 }
 
-void allreduce_parts(Group& g, DataType t, ReduceOp op, void* out, const char* const* src_of, char* result,
-                     size_t count, std::vector<char>& bounce, Traffic* traffic, const char* fn) {
-  const size_t e = dtype_size(t);
-  constexpr size_t kAlign = 64;
-  const size_t align_elems = std::max<size_t>(kAlign / e, 1);
+void allreduce_parts(Group& g, const Combiner& c, void* out, const char* const* src_of, char* result, size_t count,
+                     std::vector<char>& fetched, Traffic* traffic, const char* fn) {
+  const size_t e = c.elem;
+  constexpr size_t kLine = 64;
+  const size_t line_elems = std::max<size_t>(kLine / e, 1);
   const size_t n = static_cast<size_t>(g.n);
-  // Slices aligned to cache lines: each member reduces one, in member order, for all members.
-  const size_t slice = (count + n - 1) / n;
-  const size_t aligned = (slice + align_elems - 1) / align_elems * align_elems;
-  const size_t s_lo = std::min(count, g.me * aligned), s_hi = std::min(count, s_lo + aligned);
-  if (s_hi > s_lo) {
+  // Slices aligned to cache lines, so that no two members write one line of `result`.
+  const size_t slice = ((count + n - 1) / n + line_elems - 1) / line_elems * line_elems;
+  auto lo = [&](size_t j) { return std::min(count, j * slice); };
+  auto hi = [&](size_t j) { return std::min(count, j * slice + slice); };
+  const size_t me = static_cast<size_t>(g.me);
+  if (hi(me) > lo(me)) {
     std::vector<const char*> from(n);
-    for (size_t j = 0; j < n; ++j) from[j] = src_of[j] + s_lo * e;
-    reduce_parts(g, t, op, result + s_lo * e, from.data(), s_hi - s_lo, bounce, traffic);
+    for (size_t j = 0; j < n; ++j) from[j] = src_of[j] + lo(me) * e;
+    reduce_parts(g, c, result + lo(me) * e, from.data(), g.n, hi(me) - lo(me), fetched, traffic);
   }
-  barrier(g, fn);  // every slice is reduced
+  barrier(g, fn);  // every slice is combined
   char* o = static_cast<char*>(out);
   for (size_t step = 0; step < n; ++step) {
-    const int j = static_cast<int>((g.me + step) % n);
-    const size_t a = std::min(count, j * aligned), b = std::min(count, a + aligned);
-    if (b > a) pull(g, o + a * e, result + a * e, j, (b - a) * e, traffic);
+    const size_t j = (me + step) % n;  // start at different members to spread the traffic
+    if (hi(j) > lo(j)) pull(g, o + lo(j) * e, result + lo(j) * e, static_cast<int>(j), (hi(j) - lo(j)) * e, traffic, true);
   }
+  Runtime::get(fn).quiet();  // the pulls through a transport overlapped; they are complete now
 }
 
 }  // namespace mori::shmem::coll

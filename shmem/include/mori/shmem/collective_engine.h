@@ -104,26 +104,60 @@ void alltoalls(Group& g, void* dest, const void* source, ptrdiff_t dst, ptrdiff_
 // calling (its staged data), and every member has finished whatever it did before its previous
 // meet on `g`: data staged for the meet before the previous one may be overwritten.
 void meet(Group& g, const void* mine, void* all, size_t bytes, const char* fn);
-// Bytes a published collective moved from other PEs: by direct loads from mapped heaps, or
-// through the transport (Runtime::get).
+// Bytes a collective moved from other PEs: by direct loads from mapped heaps, or through the
+// transport (Runtime::get).
 struct Traffic {
   uint64_t direct = 0;
   uint64_t transport = 0;
 };
 // Copies `n` bytes at local symmetric address `sym` (its counterpart on member `member`) to
-// private `dst`: direct loads where the member's heap is mapped here, a get otherwise.
-void pull(Group& g, void* dst, const void* sym, int member, size_t n, Traffic* traffic = nullptr);
-// dst (count elements of t) = op over the members of the `count` elements at local symmetric
-// `src_of[j]` of member j, combined in member order (the same bits on every PE that reduces
-// them). Parts that are not mapped here are fetched into `bounce` a window at a time.
-void reduce_parts(Group& g, DataType t, ReduceOp op, void* dst, const char* const* src_of, size_t count,
-                  std::vector<char>& bounce, Traffic* traffic = nullptr);
-// All-reduce of published parts, the work split: member i reduces slice i (cache-line aligned)
-// of every member's part into its `result` (symmetric, count elements), the members meet at a
-// barrier, and every member pulls every slice into `out` (private). Each element is combined
-// once, on one PE, so results are bit-identical everywhere.
-void allreduce_parts(Group& g, DataType t, ReduceOp op, void* out, const char* const* src_of, char* result,
-                     size_t count, std::vector<char>& bounce, Traffic* traffic, const char* fn);
+// `dst`: direct loads where the member's heap is mapped here, else a get (non-blocking with
+// `nbi`: the caller quiets).
+void pull(Group& g, void* dst, const void* sym, int member, size_t n, Traffic* traffic = nullptr, bool nbi = false);
+
+// How a reduction combines arrays: dst = op over nsrc arrays, in order (the core's loops, so
+// every PE that combines the same arrays gets the same bits).
+struct Combiner {
+  size_t elem = 0;  // bytes per element
+  void (*fn)(const Combiner&, void* dst, const void* const* srcs, int nsrc, size_t count) = nullptr;
+  DataType type{};
+  ReduceOp op{};
+  void operator()(void* dst, const void* const* srcs, int nsrc, size_t count) const { fn(*this, dst, srcs, nsrc, count); }
+};
+// By DataType (MORI-CCL): the core's reduce_arrays.
+inline Combiner combiner(DataType t, ReduceOp op) {
+  return {dtype_size(t),
+          [](const Combiner& c, void* d, const void* const* s, int n, size_t k) { reduce_arrays(c.type, c.op, d, s, n, k); },
+          t, op};
+}
+// On a C type (the C API's reductions, long double and char included).
+template <typename T, ReduceOp Op>
+Combiner combiner() {
+  return {sizeof(T),
+          [](const Combiner&, void* d, const void* const* s, int n, size_t k) {
+            reduce_sources<NativeElement<T>, Op>(static_cast<T*>(d), reinterpret_cast<const T* const*>(s), n, k);
+          },
+          {}, Op};
+}
+
+// dst (count elements, private) = the combination of the first `nsrc` members' arrays, member
+// j's at local symmetric address src_of[j], in member order (zeros when nsrc is 0). Mapped
+// members are read in place; the others are fetched into `fetched` a window (1 MiB over them
+// all) at a time, one non-blocking get per member and one quiet, so that their round trips
+// overlap. dst may alias this PE's own array.
+void reduce_parts(Group& g, const Combiner& c, void* dst, const char* const* src_of, int nsrc, size_t count,
+                  std::vector<char>& fetched, Traffic* traffic = nullptr);
+// All-reduce with the work split (a reduce-scatter, then an allgather): member i combines
+// slice i (cache-line aligned) of every member's array into its `result` (symmetric, count
+// elements), the members meet at a barrier, and every member pulls every slice into `out`.
+// Each element is combined once, on one PE, so results are bit-identical everywhere; each PE
+// receives 2 (n - 1) / n of the data, not n - 1 times it. Slice i of an array is read by
+// member i alone and slice i of `result` written by it alone, after reading, so `result` may
+// alias the arrays (and `out` may be `result`). The arrays must be ready on entry (the
+// caller's barrier or meet); on return this PE's pulls are complete, but others may still
+// read its `result`.
+void allreduce_parts(Group& g, const Combiner& c, void* out, const char* const* src_of, char* result, size_t count,
+                     std::vector<char>& fetched, Traffic* traffic, const char* fn);
 
 // ---- the inbox: small collectives without barriers
 //
@@ -220,56 +254,16 @@ class Inbox {
 
 Inbox& inbox();
 
-// ---- typed reductions over symmetric buffers (the C API's), on the core's combine loops
+// ---- typed reductions over symmetric buffers (the C API's)
 
-// Off shared memory, a reduction over 3 or more members splits the work (a reduce-scatter, then
-// an allgather): member i combines block i of every member's source, in member order, into block
-// i of its dest, then every member reads the others' blocks from their dest. Each PE receives
-// 2 (n - 1) / n of the data instead of n - 1 times it, and each block is combined once, on one
-// PE, so results are bit-identical everywhere. Block i of a source is read by member i alone
-// and block i of dest written by it alone, after reading, so dest may alias source.
-// 64 KiB of int64 on 2 cores, AMD VM, over UCX's tcp: 4 PEs 0.98 -> 0.68 ms, 8 PEs 4.7 -> 3.5 ms;
-// over MORI's tcp, whose barriers cost more (the split has three), no gain: 0.91 -> 1.11 and
-// 3.95 -> 4.24 ms, one run each.
-template <typename T, ReduceOp Op>
-void reduce_split(Group& g, T* dest, const T* source, size_t n, const char* fn) {
-  auto& r = Runtime::get(fn);
-  const int m = g.n;
-  auto begin = [&](int i) { return n * static_cast<size_t>(i) / static_cast<size_t>(m); };
-  const size_t lo = begin(g.me), len = begin(g.me + 1) - lo;
-  barrier(g, fn);  // every source is ready, every dest free
-  // The other members' parts of my block are fetched a window at a time, with overlapping gets.
-  constexpr size_t kWindowBytes = 1 << 20;
-  const size_t chunk = std::max<size_t>(1, std::min(len, kWindowBytes / sizeof(T) / static_cast<size_t>(m - 1)));
-  std::vector<T> fetched(chunk * static_cast<size_t>(m - 1));
-  std::vector<T> acc(len);
-  for (size_t off = 0; off < len; off += chunk) {
-    const size_t c = std::min(chunk, len - off);
-    for (int k = 1; k < m; ++k)  // the member k after me goes to slot k - 1
-      r.get(fetched.data() + static_cast<size_t>(k - 1) * chunk, source + lo + off, c * sizeof(T),
-            g.pes[(g.me + k) % m], true);
-    r.quiet();
-    for (int j = 0; j < m; ++j) {
-      const T* in = j == g.me ? source + lo + off : fetched.data() + static_cast<size_t>((j - g.me + m) % m - 1) * chunk;
-      T* out = acc.data() + off;
-      if (j == 0) std::copy(in, in + c, out);
-      else combine_into<NativeElement<T>, Op>(out, in, c);
-    }
-  }
-  std::copy(acc.begin(), acc.end(), dest + lo);
-  barrier(g, fn);  // every block is combined, and nobody reads a source any more
-  for (int k = 1; k < m; ++k) {
-    const int j = (g.me + k) % m;
-    const size_t at = begin(j), cnt = begin(j + 1) - at;
-    if (cnt) r.get(dest + at, dest + at, cnt * sizeof(T), g.pes[j], true);
-  }
-  barrier(g, fn);  // its quiet completes the gets; then nobody reads this PE's dest any more
-}
-
-// Every member combines the members' sources in member order, so floating-point
-// results are bit-identical on all PEs. Sources are read in place when the peer is
-// mapped (shm), else fetched in chunks. `upto` members are combined: all of them for a
-// reduction, the first me+1 (inclusive scan) or me (exclusive scan: none gives zeros).
+// Every member combines the members' sources in member order, so floating-point results are
+// bit-identical on all PEs. `upto` members are combined: all of them for a reduction, the
+// first me+1 (inclusive scan) or me (exclusive scan: none gives zeros). Small parts go staged
+// or through the inbox; off shared memory a reduction over 3 or more members splits the work
+// (allreduce_parts: 64 KiB of int64 on 2 cores, AMD VM, over UCX's tcp: 4 PEs 0.98 -> 0.68 ms,
+// 8 PEs 4.7 -> 3.5 ms; over MORI's tcp, whose barriers cost more (the split has three), no
+// gain: 0.91 -> 1.11 and 3.95 -> 4.24 ms, one run each); otherwise every member reads every
+// source (reduce_parts) between two barriers. dest may alias source on every path.
 template <typename T, ReduceOp Op>
 void reduce(Group& g, T* dest, const T* source, size_t n, const char* fn, int upto = -1) {
   auto& r = Runtime::get(fn);
@@ -305,35 +299,16 @@ void reduce(Group& g, T* dest, const T* source, size_t n, const char* fn, int up
     std::copy(acc.begin(), acc.end(), dest);
     return;
   }
-  if (reduction && g.n > 2 && n >= static_cast<size_t>(g.n) && !shares_this_host(g, r))
-    return reduce_split<T, Op>(g, dest, source, n, fn);
-  barrier(g, fn);
-  std::vector<T> acc(n);  // value-initialized: zeros
-  // Sources of unmapped members are fetched a window at a time, every member's chunk with a
-  // non-blocking get and one quiet, so that their round trips overlap instead of adding up.
-  std::vector<const T*> mapped(static_cast<size_t>(upto));
-  std::vector<size_t> slot(static_cast<size_t>(upto));  // an unmapped member's place in `fetched`
-  int remote = 0;
-  for (int j = 0; j < upto; ++j) {
-    mapped[j] = static_cast<const T*>(r.ptr(source, g.pes[j]));
-    if (!mapped[j]) slot[j] = static_cast<size_t>(remote++);
+  const std::vector<const char*> src_of(static_cast<size_t>(g.n), reinterpret_cast<const char*>(source));
+  std::vector<char> fetched;
+  barrier(g, fn);  // every source is ready, every dest free
+  if (reduction && g.n > 2 && n >= static_cast<size_t>(g.n) && !shares_this_host(g, r)) {
+    allreduce_parts(g, combiner<T, Op>(), dest, src_of.data(), reinterpret_cast<char*>(dest), n, fetched, nullptr, fn);
+    barrier(g, fn);  // nobody reads this PE's dest any more
+    return;
   }
-  constexpr size_t kWindowBytes = 1 << 20;
-  const size_t chunk = std::max<size_t>(1, std::min(n, kWindowBytes / sizeof(T) / std::max(remote, 1)));
-  std::vector<T> fetched(chunk * static_cast<size_t>(remote));
-  for (size_t off = 0; off < n; off += chunk) {
-    const size_t len = std::min(chunk, n - off);
-    if (remote) {
-      for (int j = 0; j < upto; ++j)
-        if (!mapped[j]) r.get(fetched.data() + slot[j] * chunk, source + off, len * sizeof(T), g.pes[j], true);
-      r.quiet();
-    }
-    for (int j = 0; j < upto; ++j) {
-      const T* in = mapped[j] ? mapped[j] + off : fetched.data() + slot[j] * chunk;
-      if (j == 0) std::copy(in, in + len, acc.begin() + static_cast<ptrdiff_t>(off));
-      else combine_into<NativeElement<T>, Op>(acc.data() + off, in, len);
-    }
-  }
+  std::vector<T> acc(n);
+  reduce_parts(g, combiner<T, Op>(), acc.data(), src_of.data(), upto, n, fetched);
   barrier(g, fn);  // every member has read every source: dest may alias source now
   std::copy(acc.begin(), acc.end(), dest);
 }
