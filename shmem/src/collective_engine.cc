@@ -119,7 +119,9 @@ void barrier(Group& g, const char* fn, bool sync_only) {
   auto& r = Runtime::get(fn);
   if (!sync_only) r.quiet();
   if (g.n == 1) return;
-  if (shares_this_host(g, r)) return central_barrier(g, r, fn);
+  // Two members meet in one dissemination round, one wake-up each already, without the
+  // shared arrival word's extra cache-line trip (as Runtime::barrier_all decides).
+  if (g.n > 2 && shares_this_host(g, r)) return central_barrier(g, r, fn);
   // Dissemination: in round k tell member me+2^k, then wait for member me-2^k. Each
   // arrival is consumed (decremented), so the counters are zero again afterwards and
   // an early arrival from the next barrier is kept, not lost.
@@ -299,7 +301,10 @@ void meet(Group& g, const void* mine, void* all, size_t bytes, const char* fn) {
     return;
   }
   std::memcpy(out + static_cast<size_t>(g.me) * bytes, mine, bytes);
-  if (inbox().usable(g, bytes, r)) {
+  // On one host (2 members) a barrier and direct loads of the descriptors cost less than the
+  // inbox's message, copy and acknowledgement each way; across hosts the messages save a
+  // get's round trip per member.
+  if (!shares_this_host(g, r) && inbox().usable(g, bytes, r)) {
     // A member sends only after finishing its previous collective, so its message here also
     // says that (what meet promises).
     for (int k = 1; k < g.n; ++k) inbox().send(g, (g.me + k) % g.n, mine, bytes, fn);

@@ -59,9 +59,10 @@ struct alignas(64) GroupWords {
 Group& library_world(Runtime& r);
 
 // Barrier over the group: completes this PE's outstanding RMA first (quiet) unless `sync_only`.
-// Members that all share this host (at most 64) meet at a central arrival mask and sleep
-// until the last one wakes them (one wake-up each per barrier); others run a dissemination
-// barrier (log2(n) rounds of point-to-point signals).
+// Three or more members that all share this host (at most 64) meet at a central arrival mask
+// and sleep until the last one wakes them (one wake-up each per barrier); others (two members,
+// or members across hosts) run a dissemination barrier (log2(n) rounds of point-to-point
+// signals).
 void barrier(Group& g, const char* fn, bool sync_only = false);
 
 // Whether every member of `g` is a PE of this host reached through shared memory (the same
@@ -99,8 +100,9 @@ void alltoalls(Group& g, void* dest, const void* source, ptrdiff_t dst, ptrdiff_
 
 // Descriptor exchange: every member contributes `bytes` at `mine` (symmetric; callers
 // alternate two copies between calls) and gets every member's in `all` (n * bytes, private).
-// Small ones go through the inbox (staged and met on one host, else one message per pair),
-// others after a barrier. When it returns, every member has published what it wrote before
+// Small ones are staged and met when 3 or more members share this host, go one message per
+// pair through the inbox across hosts, and are read after a barrier otherwise (2 members on
+// one host, or past the inbox's limits). When it returns, every member has published what it wrote before
 // calling (its staged data), and every member has finished whatever it did before its previous
 // meet on `g`: data staged for the meet before the previous one may be overwritten.
 void meet(Group& g, const void* mine, void* all, size_t bytes, const char* fn);
