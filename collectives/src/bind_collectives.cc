@@ -92,7 +92,7 @@ void bind_collectives(py::module_& m) {
       py::arg("recv_offsets"));
   m.def("runtime_generation", &shmem::Runtime::generation, "Counts shmem inits (cached state checks it).");
   m.def("host_stats", [] {
-    const HostStats& s = hc("mori.ccl stats").stats();
+    const HostStats s = hc("mori.ccl stats").stats();
     py::dict d;
     d["calls"] = s.calls;
     d["rounds"] = s.rounds;

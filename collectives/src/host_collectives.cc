@@ -1,4 +1,7 @@
 // SPDX-License-Identifier: MIT
+// MORI-CCL's host path: makes the caller's buffers reachable (staged into the symmetric heap
+// unless they are on it), checks that every PE makes the same call, and leaves the rest to the
+// host collective engine (mori/shmem/collective_engine.h) over its library world group.
 #include "mori/collectives/host_collectives.h"
 
 #include <algorithm>
@@ -8,6 +11,7 @@
 #include "mori/core/env.h"
 #include "mori/core/reduce.h"
 #include "mori/core/status.h"
+#include "mori/shmem/collective_engine.h"
 #include "mori/shmem/runtime.h"
 
 namespace mori::collectives {
@@ -79,7 +83,8 @@ void HostCollectives::release() {
 }
 
 HostCollectives::HostCollectives(shmem::Runtime& rt)
-    : rt_(rt), generation_(shmem::Runtime::generation()), me_(rt.my_pe()), n_(rt.n_pes()) {
+    : rt_(rt), group_(shmem::coll::library_world(rt)), generation_(shmem::Runtime::generation()), me_(rt.my_pe()),
+      n_(rt.n_pes()) {
   chunk_ = round_up(std::max<size_t>(env::get().ccl_chunk_size, 4096), kAlign);
   // Collective: every PE builds its instance on its first collective call.
   control_ = static_cast<Descriptor*>(rt_.malloc(2 * sizeof(Descriptor), kAlign, "mori.ccl"));
@@ -108,7 +113,8 @@ void* HostCollectives::staging(int slot, int which, size_t bytes) {
   return stage_[slot][which];
 }
 
-// Publishes this PE's descriptor, waits for every PE, and reads and checks theirs.
+// Publishes this PE's descriptor and gets every PE's (the engine's meet: afterwards every PE's
+// data for the round is published), and checks them.
 HostCollectives::Round HostCollectives::begin(int op, int dtype, uint64_t count, uint64_t aux, const void* data,
                                               bool in_place, uint64_t stride) {
   Round r{static_cast<int>(seq_ % 2), false};
@@ -124,17 +130,7 @@ HostCollectives::Round HostCollectives::begin(int op, int dtype, uint64_t count,
   mine.stride = stride;
   ++seq_;
   ++stats_.rounds;
-  rt_.barrier_all();
-  for (int pe = 0; pe < n_; ++pe) {
-    Descriptor& d = peer_desc_[pe];
-    if (pe == me_) {
-      d = mine;
-    } else if (void* p = rt_.ptr(&control_[r.slot], pe)) {
-      std::memcpy(&d, p, sizeof(d));
-    } else {
-      rt_.get(&d, &control_[r.slot], sizeof(d), pe);
-    }
-  }
+  shmem::coll::meet(group_, &mine, peer_desc_.data(), sizeof(Descriptor), "mori.ccl");
   // Every PE checks every descriptor, so a mismatch fails on all PEs alike.
   const Descriptor& ref = peer_desc_[0];
   for (int pe = 1; pe < n_; ++pe) {
@@ -156,30 +152,18 @@ HostCollectives::Round HostCollectives::begin(int op, int dtype, uint64_t count,
 }
 
 // Local symmetric address of what `pe` published (its counterpart lives on `pe`).
-const char* HostCollectives::source_on(const Round& r, int pe, const Descriptor& d, int which) {
-  if (which == 0) return static_cast<const char*>(rt_.heap_base()) + d.data_off;
+const char* HostCollectives::source_on(const Round& r, int pe, int which) const {
+  if (which == 0) return static_cast<const char*>(rt_.heap_base()) + peer_desc_[pe].data_off;
   return static_cast<const char*>(stage_[r.slot][1]);
 }
 
 void HostCollectives::pull(void* dst, const Round& r, int pe, size_t offset, size_t n, int which) {
-  if (n == 0) return;
-  const char* sym = source_on(r, pe, peer_desc_[pe], which) + offset;
-  if (pe == me_) {
-    if (dst != sym) std::memcpy(dst, sym, n);
-    return;
-  }
-  if (void* p = rt_.ptr(sym, pe)) {
-    std::memcpy(dst, p, n);
-    stats_.bytes_direct += n;
-  } else {
-    rt_.get(dst, sym, n, pe);
-    stats_.bytes_transport += n;
-  }
+  shmem::coll::pull(group_, dst, source_on(r, pe, which) + offset, pe, n, &traffic_);
 }
 
 void HostCollectives::end(const Round& r) {
   // Someone's data was read where the caller keeps it: nobody returns before all reads are done.
-  if (r.any_in_place) rt_.barrier_all();
+  if (r.any_in_place) shmem::coll::barrier(group_, "mori.ccl");
 }
 
 // True when [p, p + n) lies in the main symmetric heap, so peers can read it where it is.
@@ -253,10 +237,8 @@ void HostCollectives::allreduce(void* out, const void* in, size_t count, DataTyp
   bool in_place = on_heap(rt_, in, count * e);
   if (in_place) ++stats_.zero_copy;
   const size_t chunk_elems = std::max<size_t>(chunk_ / e, 1);
-  const size_t align_elems = std::max<size_t>(kAlign / e, 1);
   const char* i = static_cast<const char*>(in);
   char* o = static_cast<char*>(out);
-  std::vector<const void*> srcs(n_);
   for (size_t lo = 0; lo < count; lo += chunk_elems) {
     size_t m = std::min(chunk_elems, count - lo);
     int slot = static_cast<int>(seq_ % 2);
@@ -267,44 +249,13 @@ void HostCollectives::allreduce(void* out, const void* in, size_t count, DataTyp
       std::memcpy(st, i + lo * e, m * e);
       pub = st;
     }
-    // Inputs are read only between the two barriers, so an in-place input needs no final barrier.
     Round r = begin(kAllreduce, static_cast<int>(t), count, static_cast<uint64_t>(op) | (lo << 8), pub, false);
-    // Slices aligned to cache lines: each PE reduces one, in PE order, for all PEs.
-    size_t slice = round_up((m + n_ - 1) / n_, align_elems);
-    size_t s_lo = std::min(m, me_ * slice), s_hi = std::min(m, s_lo + slice);
-    constexpr size_t kPiece = 64 * 1024;  // bytes per source fetched at once through a transport
-    for (size_t p_lo = s_lo; p_lo < s_hi;) {
-      size_t p_n = s_hi - p_lo;
-      bool bounce = false;
-      for (int pe = 0; pe < n_; ++pe) {
-        const char* sym = source_on(r, pe, peer_desc_[pe]) + p_lo * e;
-        const void* direct = pe == me_ ? sym : rt_.ptr(sym, pe);
-        bounce |= direct == nullptr;
-      }
-      if (bounce) p_n = std::min(p_n, std::max<size_t>(kPiece / e, 1));
-      if (bounce && bounce_.size() < n_ * p_n * e) bounce_.resize(n_ * p_n * e);
-      for (int pe = 0; pe < n_; ++pe) {
-        const char* sym = source_on(r, pe, peer_desc_[pe]) + p_lo * e;
-        const void* direct = pe == me_ ? sym : rt_.ptr(sym, pe);
-        if (direct) {
-          srcs[pe] = direct;
-          if (pe != me_) stats_.bytes_direct += p_n * e;
-        } else {
-          char* tmp = bounce_.data() + pe * p_n * e;
-          rt_.get(tmp, sym, p_n * e, pe);
-          stats_.bytes_transport += p_n * e;
-          srcs[pe] = tmp;
-        }
-      }
-      reduce_arrays(t, op, res + p_lo * e, srcs.data(), n_, p_n);
-      p_lo += p_n;
-    }
-    rt_.barrier_all();  // every slice is reduced
-    for (int step = 0; step < n_; ++step) {
-      int pe = (me_ + step) % n_;
-      size_t a = std::min(m, pe * slice), b = std::min(m, a + slice);
-      if (b > a) pull(o + (lo + a) * e, r, pe, a * e, (b - a) * e, 1);
-    }
+    std::vector<const char*> parts(n_);
+    for (int pe = 0; pe < n_; ++pe) parts[pe] = source_on(r, pe);
+    // Inputs are read only between the meet and the barrier inside, so an in-place input needs
+    // no final barrier; the result slots are double buffered like the staging.
+    shmem::coll::allreduce_parts(group_, shmem::coll::combiner(t, op), o + lo * e, parts.data(), res, m, bounce_,
+                                 &traffic_, "mori.ccl all_reduce");
     end(r);
   }
 }
@@ -319,7 +270,6 @@ void HostCollectives::reduce_scatter(void* out, const void* in, size_t count, Da
   const size_t chunk_elems = std::max<size_t>(chunk_ / (e * n_), 1);
   const char* i = static_cast<const char*>(in);
   char* o = static_cast<char*>(out);
-  std::vector<const void*> srcs(n_);
   for (size_t lo = 0; lo < count; lo += chunk_elems) {
     size_t m = std::min(chunk_elems, count - lo);
     int slot = static_cast<int>(seq_ % 2);
@@ -336,33 +286,11 @@ void HostCollectives::reduce_scatter(void* out, const void* in, size_t count, Da
     }
     Round r = begin(kReduceScatter, static_cast<int>(t), count, static_cast<uint64_t>(op) | (lo << 8), pub, in_place,
                     stride);
-    constexpr size_t kPiece = 64 * 1024;
-    for (size_t p_lo = 0; p_lo < m;) {
-      size_t p_n = m - p_lo;
-      std::vector<const char*> sym_v(n_);
-      bool bounce = false;
-      for (int pe = 0; pe < n_; ++pe) {
-        const Descriptor& d = peer_desc_[pe];
-        sym_v[pe] = source_on(r, pe, d) + (me_ * d.stride + p_lo) * e;
-        bounce |= pe != me_ && rt_.ptr(sym_v[pe], pe) == nullptr;
-      }
-      if (bounce) p_n = std::min(p_n, std::max<size_t>(kPiece / e, 1));
-      if (bounce && bounce_.size() < n_ * p_n * e) bounce_.resize(n_ * p_n * e);
-      for (int pe = 0; pe < n_; ++pe) {
-        const void* direct = pe == me_ ? sym_v[pe] : rt_.ptr(sym_v[pe], pe);
-        if (direct) {
-          srcs[pe] = direct;
-          if (pe != me_) stats_.bytes_direct += p_n * e;
-        } else {
-          char* tmp = bounce_.data() + pe * p_n * e;
-          rt_.get(tmp, sym_v[pe], p_n * e, pe);
-          stats_.bytes_transport += p_n * e;
-          srcs[pe] = tmp;
-        }
-      }
-      reduce_arrays(t, op, o + (lo + p_lo) * e, srcs.data(), n_, p_n);
-      p_lo += p_n;
-    }
+    // Block me of every PE's part, reduced in PE order.
+    std::vector<const char*> parts(n_);
+    for (int pe = 0; pe < n_; ++pe) parts[pe] = source_on(r, pe) + me_ * peer_desc_[pe].stride * e;
+    shmem::coll::reduce_parts(group_, shmem::coll::combiner(t, op), o + lo * e, parts.data(), n_, m, bounce_,
+                              &traffic_);
     end(r);
   }
 }
@@ -382,7 +310,7 @@ void HostCollectives::alltoallv(void* out, const void* in, const std::vector<siz
     mine[1 + 2 * pe] = send_offsets[pe];
     mine[2 + 2 * pe] = send_bytes[pe];
   }
-  // Barrier 1: layouts and input sizes are visible (the size travels in the descriptor's stride).
+  // The meet publishes the layouts and input sizes (the size travels in the descriptor's stride).
   Round r = begin(kAlltoallv, -1, static_cast<uint64_t>(n_), 0, in_place ? in : nullptr, in_place, in_bytes);
   // Staging is sized for the largest input of any PE, so it grows alike everywhere.
   size_t stage_need = 0;
@@ -390,19 +318,12 @@ void HostCollectives::alltoallv(void* out, const void* in, const std::vector<siz
     if (!peer_desc_[pe].in_place) stage_need = std::max<size_t>(stage_need, peer_desc_[pe].stride);
   char* st = stage_need ? static_cast<char*>(staging(slot, 0, stage_need)) : nullptr;
   if (!in_place && in_bytes) std::memcpy(st, in, in_bytes);
-  rt_.barrier_all();  // barrier 2: staged inputs are in place
+  shmem::coll::barrier(group_, "mori.ccl all_to_all");  // staged inputs are in place
   const char* base = static_cast<const char*>(rt_.heap_base());
   for (int step = 0; step < n_; ++step) {
     int pe = (me_ + step) % n_;
     uint64_t layout[2];  // offset and size of the block `pe` sends to me
-    if (pe == me_) {
-      layout[0] = mine[1 + 2 * me_];
-      layout[1] = mine[2 + 2 * me_];
-    } else if (void* p = rt_.ptr(mine + 1 + 2 * me_, pe)) {
-      std::memcpy(layout, p, sizeof(layout));
-    } else {
-      rt_.get(layout, mine + 1 + 2 * me_, sizeof(layout), pe);
-    }
+    shmem::coll::pull(group_, layout, mine + 1 + 2 * me_, pe, sizeof(layout));
     if (layout[1] != recv_bytes[pe])
       raise(Status::kInvalidArgument,
             "mori.ccl alltoall: PE %d sends %llu bytes to PE %d, but PE %d expects %zu bytes from it "
@@ -415,13 +336,7 @@ void HostCollectives::alltoallv(void* out, const void* in, const std::vector<siz
       continue;
     }
     const char* sym = (peer_desc_[pe].in_place ? base + peer_desc_[pe].data_off : st) + layout[0];
-    if (void* p = rt_.ptr(sym, pe)) {
-      std::memcpy(dst, p, layout[1]);
-      stats_.bytes_direct += layout[1];
-    } else {
-      rt_.get(dst, sym, layout[1], pe);
-      stats_.bytes_transport += layout[1];
-    }
+    shmem::coll::pull(group_, dst, sym, pe, layout[1], &traffic_);
   }
   end(r);
 }

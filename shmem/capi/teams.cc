@@ -35,10 +35,10 @@ uint64_t slots_in_use(mori_shmem_team* parent, const char* fn) {
   Group g = team_group(parent, fn);
   uint64_t* scratch = &st.sym->teams[parent->slot].scratch;
   __atomic_store_n(scratch, st.used_slots, __ATOMIC_RELEASE);
-  group_barrier(g, fn);
+  coll::barrier(g, fn);
   uint64_t all = 0;
   for (int j = 0; j < g.n; ++j) all |= r.atomic(scratch, AmoOp::kFetch, 8, 0, 0, g.pes[j], fn);
-  group_barrier(g, fn);  // nobody rewrites its scratch while another member reads it
+  coll::barrier(g, fn);  // nobody rewrites its scratch while another member reads it
   return all;
 }
 

@@ -130,7 +130,7 @@ static void run_wide(int tag) {
 /* Parts far bigger than any staging: broadcasts from every root back to back, with nothing
    between them but the check (a member's notice that its dest is free must not count in the
    previous broadcast), and a sum of 2.4 MB parts, which fetches unmapped members' parts in
-   several windows. */
+   several windows, also in place. */
 #define NB (300 * 1000)
 static void run_big(int tag) {
   int n = shmem_n_pes(), me = shmem_my_pe();
@@ -147,6 +147,15 @@ static void run_big(int tag) {
     long s = 0;
     for (int k = 0; k < n; ++k) s += wv(tag, k, i);
     CHECK(dst[i] == s, "big sum %d", i);
+  }
+  /* In place (dest == source): off shared memory the split reduction writes each member's
+     slice of the result over its source while the others still read their own slices. */
+  for (int i = 0; i < NB; ++i) src[i] = wv(tag + 1, me, i);
+  CHECK(shmem_long_sum_reduce(SHMEM_TEAM_WORLD, src, src, NB) == 0, "big sum in place");
+  for (int i = 0; i < NB; ++i) {
+    long s = 0;
+    for (int k = 0; k < n; ++k) s += wv(tag + 1, k, i);
+    CHECK(src[i] == s, "big sum in place %d", i);
   }
   shmem_free(dst);
   shmem_free(src);

@@ -1,7 +1,12 @@
 # SPDX-License-Identifier: MIT
 """Host collectives (mori.ccl on CPU tensors) on 2, 4 and 8 PEs: every dtype, odd sizes,
-chunked staging, symmetric (zero-copy) inputs, uneven all-to-all, error paths."""
+chunked staging, symmetric (zero-copy) inputs, uneven all-to-all, error paths; and mori.ccl
+beside the C API in one process."""
 from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +44,17 @@ def test_mori_class_api(pes):
     """AllGatherIntoTensor (DeepSpeed's MORI hook's call) and AllgatherSdma on CPU memory."""
     out = check(mori_run(pes, python_program("ccl_handles.py"), timeout=140, env=ENV))
     assert out.count("ccl handles ok") == pes
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("pes", [2, 3, 4])
+def test_ccl_and_capi_share_the_engine(pes):
+    """The C API's world collectives and mori.ccl's, interleaved in one process: one engine,
+    separate groups (ccl_capi_mix.py)."""
+    seed = random.getrandbits(32)
+    prog = [sys.executable, str(Path(__file__).parent / "ccl_capi_mix.py"), str(seed)]
+    out = check(mori_run(pes, prog, timeout=190, env=ENV))
+    assert out.count("ccl+capi mix ok") == pes, f"seed {seed}"
 
 
 @pytest.mark.netns

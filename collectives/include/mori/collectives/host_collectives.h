@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: MIT
-// Collectives over the shmem runtime's host heap, for CPU memory.
+// MORI-CCL's collectives over the shmem runtime's host heap, for CPU memory: a thin layer over
+// the host collective engine (mori/shmem/collective_engine.h) on its library world group.
 //
 // Every PE of the world calls the same operation with the same arguments (checked: a
 // mismatch raises InvalidArgument on every PE). Each PE publishes its input in symmetric
-// memory (its own buffer when that is already on the heap, else a staging copy) and pulls
-// what it needs from the peers: with plain loads/memcpy where the runtime maps the peer's
+// memory (its own buffer when that is already on the heap, else a staging copy), the PEs
+// exchange descriptors of what they published (the engine's meet), and the engine pulls what
+// each PE needs from the peers: with plain loads/memcpy where the runtime maps the peer's
 // heap (same host), with Runtime::get otherwise, so any transport works.
 //
-// Staging is double buffered: call k uses slot k % 2, and the barrier that every call
-// holds after publishing guarantees that nobody still reads slot k % 2 of call k - 2.
-// Calls whose input was read in place end with a second barrier, so the caller may reuse
+// Staging is double buffered: call k uses slot k % 2, and the meet that every call holds
+// after publishing guarantees that nobody still reads slot k % 2 of call k - 2.
+// Calls whose input was read in place end with a barrier, so the caller may reuse
 // its buffer as soon as the call returns.
 #pragma once
 
@@ -19,6 +21,8 @@
 #include <vector>
 
 #include "mori/collectives/dtype.h"
+
+#include "mori/shmem/collective_engine.h"
 
 namespace mori::shmem {
 class Runtime;
@@ -55,7 +59,12 @@ class HostCollectives {
                  const std::vector<size_t>& send_offsets, const std::vector<size_t>& recv_bytes,
                  const std::vector<size_t>& recv_offsets);
 
-  const HostStats& stats() const { return stats_; }
+  HostStats stats() const {
+    HostStats s = stats_;
+    s.bytes_direct = traffic_.direct;
+    s.bytes_transport = traffic_.transport;
+    return s;
+  }
   // Largest staging buffer per slot; bigger staged calls run in chunks of this size.
   size_t chunk_bytes() const { return chunk_; }
 
@@ -68,11 +77,12 @@ class HostCollectives {
 
   Round begin(int op, int dtype, uint64_t count, uint64_t aux, const void* data, bool in_place, uint64_t stride = 0);
   void* staging(int slot, int which, size_t bytes);
-  const char* source_on(const Round& r, int pe, const Descriptor& d, int which = 0);
+  const char* source_on(const Round& r, int pe, int which = 0) const;
   void pull(void* dst, const Round& r, int pe, size_t offset, size_t n, int which = 0);
   void end(const Round& r);
 
   shmem::Runtime& rt_;
+  shmem::coll::Group& group_;  // the engine's library world group
   uint64_t generation_;
   int me_, n_;
   size_t chunk_;
@@ -83,7 +93,8 @@ class HostCollectives {
   size_t stage_bytes_[2][2] = {{0, 0}, {0, 0}};
   std::vector<Descriptor> peer_desc_;   // copies of peers' descriptors for the current round
   std::vector<char> bounce_;            // reduce: peer data fetched through a transport
-  HostStats stats_;
+  HostStats stats_;                     // calls, rounds, zero_copy (bytes are in traffic_)
+  shmem::coll::Traffic traffic_;
 };
 
 }  // namespace mori::collectives

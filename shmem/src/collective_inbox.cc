@@ -1,24 +1,24 @@
 // SPDX-License-Identifier: MIT
-#include "capi/inbox.h"
-
+// The engine's inbox (mori/shmem/collective_engine.h): message slots and staging.
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 
-#include "capi/wait.h"
 #include "mori/core/status.h"
+#include "mori/shmem/collective_engine.h"
 
-namespace mori::capi {
+namespace mori::shmem::coll {
 
 Inbox& inbox() {
   static Inbox the_inbox;
   return the_inbox;
 }
 
-void Inbox::setup(mori::shmem::Runtime& r) {
+void Inbox::setup(Runtime& r) {
   teardown();
+  generation_ = Runtime::generation();
   n_pes_ = r.n_pes();
   my_pe_ = r.my_pe();
   if (n_pes_ > kMaxPes) return;  // larger jobs keep the barrier-based collectives
@@ -31,7 +31,7 @@ void Inbox::setup(mori::shmem::Runtime& r) {
   wide_part_ = std::max(kMessageBytes, kWideStageBytes / static_cast<size_t>(n_pes_) / 64 * 64);
   wide_staging_ = r.topology().local_size() > sysconf(_SC_NPROCESSORS_ONLN);
   wide_stages_ = static_cast<unsigned char*>(
-      r.malloc(2 * static_cast<size_t>(n_pes_) * 2 * wide_part_, 64, "shmem_init", false));
+      r.malloc(kWideChannels * static_cast<size_t>(n_pes_) * 2 * wide_part_, 64, "shmem_init", false));
   for (size_t i = 0; i < cells * 2; ++i) slots_[i].seq = 0;
   std::memset(acks_, 0, cells * sizeof(Ack));
   sent_.assign(cells, 0);
@@ -47,12 +47,13 @@ void Inbox::teardown() {
   wide_stages_ = nullptr;
   wide_part_ = 0;
   wide_staging_ = false;
+  generation_ = 0;
   sent_.clear();
   staged_.clear();
   received_.clear();
 }
 
-bool Inbox::usable(const Group& g, size_t bytes, mori::shmem::Runtime& r) const {
+bool Inbox::usable(const Group& g, size_t bytes, Runtime& r) const {
   return slots_ && g.n > 1 && bytes <= kMessageBytes && n_pes_ == r.n_pes() && g.channel >= 0 &&
          g.channel < kChannels;
 }
@@ -63,7 +64,7 @@ Inbox::Slot* Inbox::slot(int channel, int sender, uint64_t seq) const {
 
 Inbox::Ack* Inbox::ack(int channel, int receiver) const { return &acks_[index(channel, receiver)]; }
 
-bool Inbox::stageable(const Group& g, size_t bytes, mori::shmem::Runtime& r) const {
+bool Inbox::stageable(const Group& g, size_t bytes, Runtime& r) const {
   // Active sets share one channel: a subset's staged collectives would advance only its
   // members' count of that channel (and two subsets with the same first member would share
   // its staging), so only sets of every PE stage; subsets go by message or by barrier.
@@ -72,7 +73,7 @@ bool Inbox::stageable(const Group& g, size_t bytes, mori::shmem::Runtime& r) con
   return bytes <= limit && usable(g, 0, r);
 }
 
-char* Inbox::staged_part(const Group& g, int member, uint64_t parity, mori::shmem::Runtime& r) const {
+char* Inbox::staged_part(const Group& g, int member, uint64_t parity, Runtime& r) const {
   const int wide = wide_index(g.channel);
   unsigned char* local =
       wide >= 0 ? wide_stages_ + ((static_cast<size_t>(wide) * n_pes_ + member) * 2 + parity) * wide_part_
@@ -81,15 +82,15 @@ char* Inbox::staged_part(const Group& g, int member, uint64_t parity, mori::shme
 }
 
 void Inbox::send(const Group& g, int to, const void* data, size_t bytes, const char* fn) {
-  auto& r = rt(fn);
+  auto& r = Runtime::get(fn);
   const int pe = g.pes[to];
   uint64_t& seq = sent_[index(g.channel, pe)];
   const uint64_t next = seq + 1;
   // The slot holds message next-2 until the receiver acknowledged it.
   if (next > 2) {
     uint64_t* taken = &ack(g.channel, pe)->seq;
-    wait([&] { return __atomic_load_n(taken, __ATOMIC_ACQUIRE) >= next - 2; }, fn, taken,
-         mori::shmem::WaitFrom{pe, 0, r.rings_on_delivery(pe)}, [&] {
+    tuned_wait(r, [&] { return __atomic_load_n(taken, __ATOMIC_ACQUIRE) >= next - 2; }, fn, taken,
+         WaitFrom{pe, 0, r.rings_on_delivery(pe)}, [&] {
            return "PE " + std::to_string(pe) + " to take collective message " + std::to_string(next - 2) +
                   " from its inbox";
          });
@@ -100,12 +101,12 @@ void Inbox::send(const Group& g, int to, const void* data, size_t bytes, const c
 }
 
 void Inbox::receive(const Group& g, int from, void* out, size_t bytes, const char* fn) {
-  auto& r = rt(fn);
+  auto& r = Runtime::get(fn);
   const int pe = g.pes[from];
   uint64_t& seq = received_[index(g.channel, pe)];
   const uint64_t next = seq + 1;
   Slot* s = slot(g.channel, pe, next);
-  wait([&] { return __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE) == next; }, fn, &s->seq, mori::shmem::WaitFrom{pe, 0, r.rings_on_delivery(pe)},
+  tuned_wait(r, [&] { return __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE) == next; }, fn, &s->seq, WaitFrom{pe, 0, r.rings_on_delivery(pe)},
        [&] {
          return "PE " + std::to_string(pe) + " to send its part of the collective (message " + std::to_string(next) +
                 ")";
@@ -115,4 +116,4 @@ void Inbox::receive(const Group& g, int from, void* out, size_t bytes, const cha
   r.notify(nullptr, nullptr, 0, &ack(g.channel, my_pe_)->seq, next, SignalOp::kSet, pe, fn);
 }
 
-}  // namespace mori::capi
+}  // namespace mori::shmem::coll
