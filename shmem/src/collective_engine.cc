@@ -122,20 +122,7 @@ void barrier(Group& g, const char* fn, bool sync_only) {
   // Two members meet in one dissemination round, one wake-up each already, without the
   // shared arrival word's extra cache-line trip (as Runtime::barrier_all decides).
   if (g.n > 2 && shares_this_host(g, r)) return central_barrier(g, r, fn);
-  // Dissemination: in round k tell member me+2^k, then wait for member me-2^k. Each
-  // arrival is consumed (decremented), so the counters are zero again afterwards and
-  // an early arrival from the next barrier is kept, not lost.
-  for (int round = 0, dist = 1; dist < g.n; ++round, dist <<= 1) {
-    int partner = g.pes[(g.me + dist) % g.n];
-    int from = g.pes[(g.me - dist % g.n + g.n) % g.n];  // who signals me in this round
-    r.notify(nullptr, nullptr, 0, &g.counters[round], 1, SignalOp::kAdd, partner, fn);
-    uint64_t* mine = &g.counters[round];
-    tuned_wait(r, [&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= 1; }, fn, mine,
-               WaitFrom{from, 0, r.rings_on_delivery(from)}, [&] {
-                 return "PE " + std::to_string(from) + " to reach the barrier (round " + std::to_string(round) + ")";
-               });
-    __atomic_fetch_sub(mine, 1, __ATOMIC_ACQ_REL);
-  }
+  r.barrier_dissemination(g.pes, g.n, g.me, g.counters, 0, fn);
 }
 
 StagedParts stage_and_meet(Group& g, const void* part, size_t bytes, const char* fn) {

@@ -726,29 +726,20 @@ void Runtime::raise_wait_timeout(const char* caller, double waited, const std::s
 
 // ---------------------------------------------------------------- barriers
 
-void Runtime::barrier_pes(const std::vector<int>& pes, int me, uint64_t* counters, uint64_t& epoch,
-                          const char* caller) {
-  // The barrier's own signals skip the liveness check of user operations: a barrier fails
-  // only when it cannot complete (its waits), not because a PE that already did its part left.
-  for (auto& t : transports_) t->quiet();
-  int n = static_cast<int>(pes.size());
-  ++epoch;
+void Runtime::barrier_dissemination(const int* pes, int n, int me, uint64_t* counters, uint64_t world_epoch,
+                                    const char* caller) {
   for (int round = 0, dist = 1; dist < n; ++round, dist <<= 1) {
-    int partner = pes[(me + dist) % n];
+    const int partner = pes[(me + dist) % n];
+    const int from = pes[(me - dist % n + n) % n];  // who signals me in this round
     RemoteRef ref = resolve(&counters[round], 8, caller);
     transport(ref, partner, caller).notify(partner, ref, nullptr, 0, ref, 1, SignalOp::kAdd);
-    uint64_t target = epoch;
     uint64_t* mine = &counters[round];
-    int from = pes[(me - dist % n + n) % n];  // who signals me in this round
-    bool world = counters == control()->barrier_counters;
-    wait_for([&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= target; }, caller, mine,
-             WaitFrom{from, world ? epoch : 0, rings_on_delivery(from)}, [&] {
-               char text[96];
-               std::snprintf(text, sizeof(text), "PE %d to reach the barrier (round %d)", from, round);
-               return std::string(text);
-             });
+    tuned_wait(
+        *this, [&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) >= 1; }, caller, mine,
+        WaitFrom{from, world_epoch, rings_on_delivery(from)},
+        [&] { return "PE " + std::to_string(from) + " to reach the barrier (round " + std::to_string(round) + ")"; });
+    __atomic_fetch_sub(mine, 1, __ATOMIC_ACQ_REL);
   }
-  if (counters == control()->barrier_counters) control()->barrier_done.store(epoch, std::memory_order_release);
 }
 
 bool Runtime::shares_host(const int* pes, int n, const void* word) const {
@@ -796,12 +787,15 @@ void Runtime::barrier_all() {
     world.resize(n_pes_);
     for (int i = 0; i < n_pes_; ++i) world[i] = i;
   }
-  if (!world_same_host_) return barrier_pes(world, my_pe_, control()->barrier_counters, barrier_epoch_, "shmem_barrier_all");
-  // As barrier_pes: the barrier's own signals skip the liveness check of user operations.
+  // The barrier's own signals skip the liveness check of user operations (see
+  // barrier_dissemination); what this PE put before it is complete first.
   for (auto& t : transports_) t->quiet();
   const uint64_t epoch = ++barrier_epoch_;
-  barrier_same_host(world.data(), n_pes_, my_pe_, &control()->barrier_arrived, &control()->barrier_released, epoch,
-                    "shmem_barrier_all");
+  if (world_same_host_)
+    barrier_same_host(world.data(), n_pes_, my_pe_, &control()->barrier_arrived, &control()->barrier_released, epoch,
+                      "shmem_barrier_all");
+  else
+    barrier_dissemination(world.data(), n_pes_, my_pe_, control()->barrier_counters, epoch, "shmem_barrier_all");
   control()->barrier_done.store(epoch, std::memory_order_release);
 }
 

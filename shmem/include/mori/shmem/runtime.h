@@ -207,9 +207,16 @@ class Runtime {
   // at the next barrier, so it is never set twice. `world_epoch`: see WaitFrom.
   void barrier_same_host(const int* pes, int n, int me, uint64_t* arrived, uint64_t* released,
                          uint64_t world_epoch, const char* caller);
-  // Dissemination barrier over `pes` (my index `me`) using the symmetric 64-bit
-  // counters `counters` (>= ceil(log2(n)) words, zero at first use) and a local epoch.
-  void barrier_pes(const std::vector<int>& pes, int me, uint64_t* counters, uint64_t& epoch, const char* caller);
+  // Dissemination barrier over `pes` (my index `me`): in round k a member signals member
+  // me + 2^k and waits for member me - 2^k, on the symmetric counters `counters` (one 64-bit
+  // word per round, >= ceil(log2(n)), zero at first use). Each arrival is consumed, so the
+  // counters are zero again afterwards and an early arrival of the next barrier is kept. The
+  // barrier's signals skip the liveness check of user operations: it fails only when one of
+  // its waits cannot complete, not because a PE that already did its part left. The one
+  // dissemination barrier of the library: barrier_all across hosts and the collective engine's
+  // groups (teams, active sets, MORI-CCL) use it. `world_epoch`: see WaitFrom.
+  void barrier_dissemination(const int* pes, int n, int me, uint64_t* counters, uint64_t world_epoch,
+                             const char* caller);
 
   // Throws naming a PE that died (process exited or connection lost) before finalizing.
   void check_peers(const char* caller) const { check_dead(WaitFrom{}, caller); }
