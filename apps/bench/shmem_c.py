@@ -18,10 +18,14 @@ its MPI layer's shared memory), so the ucx runs add Open MPI with ``OMPI_MCA_sco
 whose collectives are made of spml ucx operations: the collective rows' speedup is against
 that column (the same UCX underneath), the other rows' against Open MPI's default.
 ``--transport tcp`` only ours over tcp. Default: ours over shared memory.
+
+``--load N`` runs N busy loops (one process each, as other jobs of a shared machine) beside
+every run of both implementations, so the figure under load comes from one command.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -77,6 +81,19 @@ def _run(cmd: list[str], env: dict, timeout: float) -> list[dict]:
         if line.startswith("{"):
             rows.append(json.loads(line))
     return rows
+
+
+@contextlib.contextmanager
+def busy_loops(n: int):
+    """N processes that spin for as long as the block runs: the load of other jobs."""
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+             for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in loops:
+            p.kill()
+            p.wait()
 
 
 def _iters_for(nbytes: int, scale: float) -> int:
@@ -228,6 +245,8 @@ def main(argv: list[str]) -> int:
                     help="how our PEs reach each other: shm (default), tcp (MORI_DISABLE_P2P), or ucx "
                          "(ucx-all, beside tcp; Open MPI gets the same UCX_TLS)")
     ap.add_argument("--ucx-tls", default="tcp", help="UCX_TLS of the ucx runs, ours and Open MPI's (default tcp)")
+    ap.add_argument("--load", type=int, default=0,
+                    help="busy-loop processes running beside every run, as other jobs would (default 0)")
     ap.add_argument("--ompi-oshcc", default="/usr/bin/oshcc")
     ap.add_argument("--ompi-oshrun", default="/usr/bin/oshrun")
     args = ap.parse_args(argv)
@@ -236,14 +255,19 @@ def main(argv: list[str]) -> int:
         ap.error("--pes: every PE count must be at least 2")
     if args.runs < 1:
         ap.error("--runs must be at least 1")
+    if args.load < 0:
+        ap.error("--load must be 0 or more")
     t0 = time.time()
-    rows = run(pes, args.max_bytes, args.scale, args.ompi_oshcc, args.ompi_oshrun, args.runs, args.transport,
-               args.ucx_tls)
+    with busy_loops(args.load):
+        rows = run(pes, args.max_bytes, args.scale, args.ompi_oshcc, args.ompi_oshrun, args.runs, args.transport,
+                   args.ucx_tls)
+    if args.load:
+        print(f"beside {args.load} busy loop(s)")
     print(table(rows))
     meta = {"benchmark": "shmem-c", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node(),
             "cpus": os.cpu_count(), "machine": platform.machine(), "seconds": round(time.time() - t0, 1),
             "max_bytes": args.max_bytes, "scale": args.scale, "runs": args.runs,
-            "transport": args.transport, "ucx_tls": args.ucx_tls if args.transport == "ucx" else None,
+            "transport": args.transport, "load": args.load, "ucx_tls": args.ucx_tls if args.transport == "ucx" else None,
             "command": "mori bench shmem-c " + " ".join(argv)}
     report = Report("shmem-c", [f.name for f in fields(Row)], rows=[asdict(r) for r in rows], meta=meta)
     print(f"wrote {report.save(args.json)}")

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """A PE killed while every PE streams puts at every other (issue 29, item 2): the reproduction
 of a survivor aborting inside UCX 1.13 (MORI_NET_TRANSPORT=ucx UCX_TLS=tcp, 2 hosts x 2 PEs,
-victim 3; about one run in ten still aborts: see docs or the helper's report).
+victim 3; about one run in twelve still aborts: see docs/transports.md).
 
     python put_stream_death.py VICTIM [exit|finalize|os_exit|now]
 

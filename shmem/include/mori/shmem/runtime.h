@@ -241,6 +241,8 @@ class Runtime {
     void before_sleep() { end(true); }
     Polling(const Polling&) = delete;
     Polling& operator=(const Polling&) = delete;
+    // Whether a transport has peers' operations for a waiting caller to serve (ucx).
+    bool serves() const { return !polled_.empty(); }
     // One round of every pollable transport; true when one of them did something.
     bool poll() {
       bool any = false;

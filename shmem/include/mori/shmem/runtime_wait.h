@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -16,6 +17,66 @@
 namespace mori::shmem {
 
 constexpr int kCrowdedYields = 64;  // polls of an oversubscribed wait before it sleeps
+
+// Where PEs outnumber cores a wait yields before it sleeps, which pays only while the tasks it
+// hands the core to are PEs that soon wait in turn. A yield that comes back only after
+// kYieldTaken handed the core to a task that kept it for a time slice: another job's busy
+// loop, or a peer that computes. A yielding task goes behind every other runnable task of its
+// core (EEVDF), so each further yield costs a slice again, while a PE asleep on the futex runs
+// soon after its waker's wake-up: 4 PEs beside 2 busy loops on 2 cores fell into phases of
+// ~1 ms a barrier (C API, 3000 barriers: 0.6-1.0 ms each in most runs; 0.013-0.11 ms with this
+// gate, 0.04-0.06 ms never yielding; issue 29 item 19, alternated runs on the shared 2-vCPU VM,
+// 2026-12-04). Without the busy loops, never yielding cost the barrier 2x. After a slow yield
+// every wait of the process sleeps without yielding for a period, four times as long after each
+// slow yield and half as long after a quick first yield after a period (under lasting load one
+// yield in two still finds a PE as the core's other task: resetting the period on those kept a
+// slice lost every period in each PE, and the barriers 2x slower than never yielding).
+constexpr auto kYieldTaken = std::chrono::microseconds(200);
+// Short at first: another job's task that takes one slice now and then (the shared VM's
+// background) closes the gate for little, while lasting load reaches kNoYieldMaxMs in 4 steps.
+constexpr int kNoYieldMinMs = 5;
+constexpr int kNoYieldMaxMs = 1000;
+
+struct YieldGate {
+  std::atomic<int64_t> closed_until_ns{0};  // steady clock
+  std::atomic<int> period_ms{kNoYieldMinMs};
+  std::atomic<bool> probe{false};  // the first yield after a closed period decides the next one
+};
+
+inline YieldGate& yield_gate() {
+  static YieldGate gate;
+  return gate;
+}
+
+inline int64_t steady_ns(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+// Whether a crowded wait should yield now (false: sleep at once, see kYieldTaken).
+inline bool yields_pay(std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now()) {
+  return steady_ns(now) >= yield_gate().closed_until_ns.load(std::memory_order_relaxed);
+}
+
+// One yield; false when it was slow, which closes the gate for a period.
+inline bool gated_yield() {
+  const auto before = std::chrono::steady_clock::now();
+  std::this_thread::yield();
+  const auto after = std::chrono::steady_clock::now();
+  YieldGate& g = yield_gate();
+  if (after - before < kYieldTaken) {
+    // Only the probe shortens the period: quick yields between slow ones say nothing of the load.
+    if (g.probe.load(std::memory_order_relaxed) && g.probe.exchange(false, std::memory_order_relaxed))
+      g.period_ms.store(std::max(kNoYieldMinMs, g.period_ms.load(std::memory_order_relaxed) / 2),
+                        std::memory_order_relaxed);
+    return true;
+  }
+  g.probe.store(true, std::memory_order_relaxed);
+  const int period = g.period_ms.load(std::memory_order_relaxed);
+  g.closed_until_ns.store(steady_ns(after) + int64_t(period) * 1'000'000, std::memory_order_relaxed);
+  g.period_ms.store(std::min(kNoYieldMaxMs, 4 * period), std::memory_order_relaxed);
+  return false;
+}
+
 // A sleeping wait that a progress thread's work woke polls the transports itself until they
 // have been idle this long (a PE with a core of its own only).
 constexpr auto kServedPollQuiet = std::chrono::microseconds(2000);
@@ -101,9 +162,12 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched, Wait
   // More PEs than cores: yield the core a few times (the PE or tcp progress thread we wait for
   // may need it), then sleep rather than keep stealing time slices from the PEs that work.
   const bool yields = oversubscribed_ && spins < 0;
+  // The yield gate (kYieldTaken) as in tuned_wait: not where peers' operations wait to be served.
+  const bool gated = yields && polled_.empty();
   if (spins < 0)
-    spins = oversubscribed_ ? std::min<int>(static_cast<int>(env::get().spin_iterations), kCrowdedYields)
-                            : static_cast<int>(env::get().spin_iterations);
+    spins = !oversubscribed_             ? static_cast<int>(env::get().spin_iterations)
+            : !gated || yields_pay()     ? std::min<int>(static_cast<int>(env::get().spin_iterations), kCrowdedYields)
+                                         : 0;
   if (spins > 0) {
     // Serve peers' emulated RMA (ucx) meanwhile; a PE that keeps being served keeps polling,
     // so a peer's run of operations costs no wake-up each.
@@ -115,7 +179,11 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched, Wait
       // need this core), up to kServedPollMax.
       if (polling.poll() && !yields && std::chrono::steady_clock::now() - start < kServedPollMax) i = 0;
       if (yields) {
-        std::this_thread::yield();
+        if (!gated) {
+          std::this_thread::yield();
+        } else if (!gated_yield()) {
+          break;
+        }
         continue;
       }
 #if defined(__x86_64__)

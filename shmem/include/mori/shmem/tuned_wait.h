@@ -12,7 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
-#include <sched.h>
+#include <thread>
 
 #include "mori/shmem/runtime.h"
 #include "mori/shmem/runtime_wait.h"
@@ -31,7 +31,9 @@ constexpr int kSpinUsDedicated = 2000;
 // core: a 4-PE broadcast+barrier took 27 us (median), 12 us without; an 8-PE alltoall 37 us,
 // 21 us. Only briefly: yielders keep both cores busy, so the scheduler does not move the PE we
 // wait for to the other core, and under foreign load a long yield phase (500 us was tried)
-// made 4-PE collectives 1 ms; 50 us never did worse than no yielding.
+// made 4-PE collectives 1 ms; 50 us never did worse than no yielding. Under foreign load no
+// yield pays (each hands a time slice to the load): a slow yield closes the yield gate
+// (kYieldTaken, runtime_wait.h) and waits sleep at once while it is closed.
 //
 // The window adapts between these bounds. A wait that had to sleep and was woken soon after
 // (within twice the window) doubles it: the phases this PE waits through are longer than the
@@ -100,12 +102,21 @@ void tuned_wait(Runtime& r, Pred ready, const char* fn, const void* watched = nu
             break;
         }
       }
-    } else {
+    } else if (polling.serves() || yields_pay(entered)) {
+      // The yield gate (kYieldTaken) only where no peer's operations wait for this PE to serve
+      // them: a ucx PE that slept at once would hand each of them to its progress thread's
+      // wake-up (with the gate there, a 4-PE ucx barrier took 2.4 ms once on the loaded VM,
+      // over its test's 2 ms bound; not measured further).
       auto yield_start = entered;
       adaptive_us = yield_window_us().load(std::memory_order_relaxed);
       auto window = std::chrono::microseconds(adaptive_us);
       while (std::chrono::steady_clock::now() - yield_start < window) {
-        sched_yield();
+        if (polling.serves()) {
+          std::this_thread::yield();
+        } else if (!gated_yield()) {
+          adaptive_us = 0;  // this wait's sleep says nothing about the window
+          break;
+        }
         if (ready()) {
           if (adaptive_us > 0) settle_yield_window(served_for(), adaptive_us);
           return;
