@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # MORI-IR on a GPU machine: build MORI, run the MORI-IR tests (Triton kernels calling the shmem
-# device API, 2 and 4 PEs sharing one GPU unless MORI_TEST_GPU_PES says otherwise), and
-# `mori bench ir` (Triton put, put+signal, ring and one-shot all-reduce vs CUDA C++ over
-# device.cuh and NCCL; MORI_IR_BENCH_PES PEs, default 2). Logs and JSON go to
-# $OUT (default bench-results/). The bitcode: MORI_IR_BITCODE, else build/ir-bitcode/*.bc
+# device API and the CUDA C++ all-reduces, 2 and 4 PEs sharing one GPU unless MORI_TEST_GPU_PES
+# says otherwise), and `mori bench ir` (Triton put, put+signal, ring and one-shot all-reduce vs
+# CUDA C++ over device.cuh and NCCL; MORI_IR_BENCH_PES PEs, default 2). Logs and JSON go to
+# $OUT (default bench-results/): ir_tests.xml (JUnit), ir_bench.json, ir_summary.json.
+# One H200, already built, in about 3-4 minutes:
+#   MORI_IR_SKIP_BUILD=1 MORI_TEST_GPU_PES=2 bash scripts/gpu_ir_check.sh
+# The bitcode: MORI_IR_BITCODE, else build/ir-bitcode/*.bc
 # (carried from a machine with clang: python -m mori.ir.build --arch sm_90 --out build/ir-bitcode),
 # else whatever the build installed. MORI_IR_SKIP_BUILD=1 skips the build (done by an earlier
 # call, e.g. scripts/gpu_check.sh). NVLink multicast stays off (shared GPU hosts).
@@ -39,13 +42,18 @@ $PY -c "from mori.ir import find_bitcode; print('bitcode:', find_bitcode())" 2>&
 
 export MORI_TEST_GPU_PES=${MORI_TEST_GPU_PES:-2,4}
 start=$(date +%s)
-$PY -m pytest tests/gpu/test_ir.py -v -rs -p no:cacheprovider 2>&1 | tee "$OUT/ir_tests.log" | tail -30
+timeout 240 $PY -m pytest tests/gpu/test_ir.py -v -rs -p no:cacheprovider \
+  --junitxml="$OUT/ir_tests.xml" 2>&1 | tee "$OUT/ir_tests.log" | tail -30
 tests_rc=${PIPESTATUS[0]}
-echo "tests: $(( $(date +%s) - start )) s, exit code $tests_rc"
+tests_s=$(( $(date +%s) - start ))
+echo "tests: $tests_s s, exit code $tests_rc"
 
 start=$(date +%s)
 timeout 300 $PY -m mori.apps.cli bench ir --pes "${MORI_IR_BENCH_PES:-2}" --json "$OUT/ir_bench.json" \
   --max-size $(( ${MORI_IR_BENCH_MIB:-256} << 20 )) 2>&1 | tee "$OUT/ir_bench.log" | grep -vE "BENCH \{" | tail -60
 bench_rc=${PIPESTATUS[0]}
-echo "bench: $(( $(date +%s) - start )) s, exit code $bench_rc"
+bench_s=$(( $(date +%s) - start ))
+echo "bench: $bench_s s, exit code $bench_rc"
+printf '{"tests_rc": %d, "tests_s": %d, "bench_rc": %d, "bench_s": %d, "gpu_pes": "%s"}\n' \
+  "$tests_rc" "$tests_s" "$bench_rc" "$bench_s" "$MORI_TEST_GPU_PES" > "$OUT/ir_summary.json"
 exit $(( tests_rc != 0 || bench_rc != 0 ))

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from mori import _C
-from mori.core.errors import DeviceError, Unavailable
+from mori.core.errors import DeviceError, InvalidArgument, Unavailable
 from mori.shmem import gpu
 
 THREAD, WARP, BLOCK = 0, 1, 2
 SCOPES = {"thread": THREAD, "warp": WARP, "block": BLOCK}
 
-_P, _I, _S, _U64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_uint64
+_P, _I, _S, _U64, _I64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_int64
 _SIGNATURES = {
     "mori_selftest_put": [_P, _I, _P, _P, _S, _I, _I, _I, _P],
     "mori_selftest_get": [_P, _I, _P, _P, _S, _I, _I, _I, _P],
@@ -30,6 +30,8 @@ _SIGNATURES = {
     "mori_selftest_signal_rounds": [_P, _I, _I, _P, _P, _S, _P, _P, _I, _I, _P, _P],
     "mori_selftest_pingpong": [_P, _I, _P, _P, _I, _I, _P, _P],
     "mori_selftest_barrier_block": [_P, _P, _P, _I, _I, _U64, _P],
+    "mori_selftest_allreduce_oneshot": [_P, _P, _P, _P, _P, _U64, _I64, _I, _I, _P],
+    "mori_selftest_allreduce_ring": [_P, _P, _P, _P, _P, _P, _P, _P, _U64, _I64, _I, _I, _I, _P],
 }
 
 
@@ -108,6 +110,35 @@ def pingpong(role: int, data: int, sig: int, iters: int, peer: int, out: int, st
 def barrier_block(sym: int, out: int, words: int, peer: int, round_: int, stream: Any = None) -> None:
     """p() a pattern into ``peer``'s ``sym``, barrier_all_block, copy the local ``sym`` to ``out``."""
     _call("mori_selftest_barrier_block", sym, out, words, peer, round_, gpu.stream_handle(stream))
+
+
+def _allreduce_pes(caller: str) -> int:
+    """The job's PE count, which the all-reduce kernels are compiled for (2 to 8)."""
+    from mori.shmem.api import shmem_npes
+
+    n = shmem_npes()
+    if not 2 <= n <= 8:
+        raise InvalidArgument(f"{caller}: the CUDA C++ all-reduces are built for 2 to 8 PEs, this job has {n}")
+    return n
+
+
+def allreduce_oneshot(data: int, gather: int, sig: int, out: int, epoch: int, count: int, threads: int = 256,
+                      stream: Any = None) -> None:
+    """bf16 one-shot all-reduce of ``count`` elements over every PE, one block: the CUDA C++ twin of
+    ``apps/bench/ir_kernels.oneshot_allreduce_kernel``. ``gather``: symmetric, ``npes * count``
+    elements; ``sig``: symmetric uint64, zero before epoch 1; ``epoch`` counts calls from 1."""
+    _call("mori_selftest_allreduce_oneshot", data, gather, sig, out, epoch, count,
+          _allreduce_pes("allreduce_oneshot"), threads, gpu.stream_handle(stream))
+
+
+def allreduce_ring(data: int, work: int, rs: int, ag: int, sig: int, ack: int, out: int, epoch: int, count: int,
+                   blocks: int = 1, threads: int = 256, stream: Any = None) -> None:
+    """bf16 ring all-reduce of ``count`` elements over every PE, ``blocks`` blocks: the CUDA C++ twin
+    of ``apps/bench/ir_kernels.ring_allreduce_kernel``. ``rs``, ``ag``: symmetric, ``count`` elements;
+    ``sig``, ``ack``: symmetric uint64, one per block, zero before epoch 1 (and whenever ``blocks``
+    changes); ``data``, ``work``, ``out``: local; ``epoch`` counts calls from 1."""
+    _call("mori_selftest_allreduce_ring", data, work, rs, ag, sig, ack, out, epoch, count,
+          _allreduce_pes("allreduce_ring"), blocks, threads, gpu.stream_handle(stream))
 
 
 def pattern(round_: int, index: int) -> int:

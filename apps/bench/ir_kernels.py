@@ -20,6 +20,12 @@ SIGNAL_SET = tl.constexpr(ir.SIGNAL_SET)
 
 
 @triton.jit
+def thread_id():
+    """This thread's index in its program (%tid.x): guards a call that must happen once per program."""
+    return tl.inline_asm_elementwise("mov.u32 $0, %tid.x;", "=r", [], dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
 def put_kernel(dst, src, nbytes_per_program, pe):
     """Program i puts bytes [i*share, (i+1)*share) of src to dst on `pe` (putmem_nbi_block)."""
     off = tl.program_id(0).to(tl.int64) * nbytes_per_program
@@ -57,10 +63,12 @@ def oneshot_allreduce_kernel(data, gather, sig, out, epoch, n, npes_c: tl.conste
 
 @triton.jit
 def _stripe(c, chunk, stripe, pid, n):
-    """Element range [lo, hi) of chunk c that program pid owns (hi <= lo when empty)."""
+    """Element range [lo, hi) of chunk c that program pid owns (hi <= lo when empty). chunk and
+    stripe are multiples of 8 elements, so lo is: Triton can then use 16-byte accesses (it does
+    when it also knows n % 16 == 0, its launch-time specialization)."""
     lo = c * chunk + pid * stripe
     hi = tl.minimum(tl.minimum(lo + stripe, (c + 1) * chunk), n)
-    return lo, hi
+    return tl.multiple_of(lo, 8), hi
 
 
 @triton.jit
@@ -73,15 +81,16 @@ def ring_allreduce_kernel(data, work, rs, ag, sig, ack, out, epoch, n, npes_c: t
     data, work, out: local (n elements); rs, ag: symmetric (n elements); sig, ack: symmetric uint64,
     one per program, zero before the first call; `epoch` counts calls from 1. A program writes into its
     right neighbour only after that neighbour acknowledged the previous epoch (`ack[pid]`), so back to
-    back calls never overwrite a buffer still being read."""
+    back calls never overwrite a buffer still being read. Chunks and stripes are rounded up to whole
+    8-element (16-byte) units, the last ones shorter or empty."""
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     me = msd.my_pe()
     right = (me + 1) % npes_c
     left = (me + npes_c - 1) % npes_c
     esize = data.dtype.element_ty.primitive_bitwidth // 8
-    chunk = tl.cdiv(n, npes_c).to(tl.int64)
-    stripe = tl.cdiv(chunk, programs)
+    chunk = tl.cdiv(tl.cdiv(n, npes_c), 8).to(tl.int64) * 8
+    stripe = tl.cdiv(tl.cdiv(chunk, programs), 8) * 8
     base = (epoch - 1) * 2 * (npes_c - 1)
     offs = tl.arange(0, BLOCK)
     msd.uint64_wait_until(ack + pid, CMP_GE, epoch - 1)  # the right neighbour is done with the last call
@@ -121,4 +130,5 @@ def ring_allreduce_kernel(data, work, rs, ag, sig, ack, out, epoch, n, npes_c: t
             v += tl.load(ag + start + offs, mask=m & theirs, other=0, volatile=True)
             tl.store(out + start + offs, v, mask=m)
     tl.debug_barrier()  # every thread read its rs/ag before the left neighbour may write them again
-    msd.signal_op(ack + pid, epoch, SIGNAL_SET, left)
+    if thread_id() == 0:  # one system-scope release to the peer, not one per thread
+        msd.signal_op(ack + pid, epoch, SIGNAL_SET, left)

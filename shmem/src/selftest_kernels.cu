@@ -4,6 +4,7 @@
 // DeviceState pointer the host hands them. The GPU tests (tests/gpu) and the GPU
 // benchmark (apps/bench/shmem_gpu.py) call them through ctypes (mori.shmem.selftest).
 // Every launcher returns the cudaError_t of the launch.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -171,6 +172,229 @@ __global__ void barrier_block_kernel(const DeviceState* s, uint64_t* sym, uint64
   for (int i = threadIdx.x; i < words; i += blockDim.x) out[i] = *reinterpret_cast<volatile uint64_t*>(sym + i);
 }
 
+// ------------------------------------------------------------------ bf16 all-reduces
+// The CUDA C++ side of `mori bench ir`'s all-reduce rows: the same algorithms, grid split, element
+// mapping and signalling as the Triton kernels of apps/bench/ir_kernels.py (read them side by
+// side), so that a time ratio between the two measures the bitcode path, not a different kernel.
+// Triton's BLOCK = 2048 with num_warps = 8 gives each of 256 threads 8 contiguous elements per
+// step; here a step is 8 * blockDim.x elements, thread t owning [8t, 8t + 8). Sums are in fp32,
+// stored rounded to nearest even. Every thread waits on a signal (as every thread of a Triton
+// program runs a scalar call); a signal after the block's own reads is sent by thread 0 after
+// __syncthreads (the Triton kernels guard theirs the same way).
+
+constexpr int kElems = 8;  // bf16 elements per thread and step: one 16-byte access when aligned
+
+// Loads up to 8 elements at p (count of them valid) as floats, 0 past the end. `fresh`: the
+// buffer is written by peers during the kernel, so every load goes to memory (Triton's
+// volatile=True loads: ld.volatile).
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, int64_t valid, bool fresh, float* f) {
+  if (valid >= kElems && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+    uint4 v;
+    if (fresh) {
+      // "memory": never moved above the signal wait (an acquire) that made the peer's data visible
+      asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "l"(p)
+                   : "memory");
+    } else {
+      v = *reinterpret_cast<const uint4*>(p);
+    }
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < kElems / 2; ++i) {
+      float2 two = __bfloat1622float2(h[i]);
+      f[2 * i] = two.x, f[2 * i + 1] = two.y;
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < kElems; ++i) {
+    if (i < valid) {
+      unsigned short bits = fresh ? *reinterpret_cast<const volatile unsigned short*>(p + i)
+                                  : *reinterpret_cast<const unsigned short*>(p + i);
+      f[i] = __bfloat162float(__ushort_as_bfloat16(bits));
+    } else {
+      f[i] = 0.f;
+    }
+  }
+}
+
+// Stores the first `valid` (at most 8) of f at p as bf16.
+__device__ __forceinline__ void store8(__nv_bfloat16* p, int64_t valid, const float* f) {
+  if (valid >= kElems && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+    uint4 v;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < kElems / 2; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    *reinterpret_cast<uint4*>(p) = v;
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < kElems; ++i)
+    if (i < valid) p[i] = __float2bfloat16_rn(f[i]);
+}
+
+template <int NPES>
+__device__ __forceinline__ void check_npes(const DeviceState* s, const char* what) {
+  if (s->n_pes != NPES) {
+    printf("mori selftest %s on PE %d: launched for %d PEs, the job has %d\n", what, s->my_pe, NPES, s->n_pes);
+    __trap();
+  }
+}
+
+// One block per PE: barrier, put my n elements into slot `me` of every peer's `gather` with an ADD
+// to its `sig`, wait until every peer's put of this epoch landed (sig > epoch * (NPES - 1) - 1),
+// sum my data and the peers' slots. `epoch` counts calls from 1; the opening barrier keeps a fast
+// PE's next call from overwriting a slot a slow PE is still reading.
+template <int NPES>
+__global__ void oneshot_allreduce_kernel(const DeviceState* s, const __nv_bfloat16* data, __nv_bfloat16* gather,
+                                         uint64_t* sig, __nv_bfloat16* out, uint64_t epoch, int64_t n) {
+  check_npes<NPES>(s, "one-shot all-reduce");
+  const int me = s->my_pe;
+  dev::barrier_all_block(*s);
+  const size_t nbytes = static_cast<size_t>(n) * sizeof(__nv_bfloat16);
+#pragma unroll
+  for (int i = 1; i < NPES; ++i)
+    dev::putmem_signal_block(*s, gather + me * n, data, nbytes, sig, 1, dev::kSignalAdd, (me + i) % NPES);
+  dev::wait_until<uint64_t>(*s, sig, dev::kCmpGt, epoch * (NPES - 1) - 1);
+  const int64_t step = static_cast<int64_t>(kElems) * blockDim.x;
+  for (int64_t start = 0; start < n; start += step) {
+    const int64_t i = start + static_cast<int64_t>(kElems) * threadIdx.x;
+    if (i >= n) continue;
+    float acc[kElems], v[kElems];
+    load8(data + i, n - i, false, acc);  // my own chunk, never put
+#pragma unroll
+    for (int p = 0; p < NPES; ++p) {
+      if (p == me) continue;
+      load8(gather + p * n + i, n - i, true, v);
+#pragma unroll
+      for (int e = 0; e < kElems; ++e) acc[e] += v[e];
+    }
+    store8(out + i, n - i, acc);
+  }
+}
+
+// Element range [lo, hi) of chunk c that block `pid` owns (hi <= lo when empty).
+__device__ __forceinline__ void ring_stripe(int64_t c, int64_t chunk, int64_t stripe, int64_t pid, int64_t n,
+                                            int64_t* lo, int64_t* hi) {
+  *lo = c * chunk + pid * stripe;
+  int64_t h = *lo + stripe;
+  if (h > (c + 1) * chunk) h = (c + 1) * chunk;
+  if (h > n) h = n;
+  *hi = h;
+}
+
+// Ring all-reduce of n elements: NPES-1 reduce-scatter steps (put my partial chunk into the right
+// neighbour's `rs` with an ADD to its sig[pid]; when the left one's arrives, add it to my data into
+// `work`), then NPES-1 all-gather steps (forward the reduced chunks into the right neighbour's `ag`).
+// Chunks and stripes are whole multiples of 8 elements (the last ones shorter or empty), so every
+// stripe starts 16-byte aligned. Each chunk is split into one stripe per block, each block with its
+// own signal sig[pid] and ack ack[pid] (symmetric uint64, zero before the first call; `epoch` counts calls from 1). A block
+// writes into its right neighbour only after that neighbour acknowledged the previous epoch.
+template <int NPES>
+__global__ void ring_allreduce_kernel(const DeviceState* s, const __nv_bfloat16* data, __nv_bfloat16* work,
+                                      __nv_bfloat16* rs, __nv_bfloat16* ag, uint64_t* sig, uint64_t* ack,
+                                      __nv_bfloat16* out, uint64_t epoch, int64_t n) {
+  check_npes<NPES>(s, "ring all-reduce");
+  const int64_t pid = blockIdx.x;
+  const int me = s->my_pe, right = (me + 1) % NPES, left = (me + NPES - 1) % NPES;
+  // chunks and stripes in whole 8-element (16-byte) units: every stripe starts 16-byte aligned
+  const int64_t chunk = ((n + NPES - 1) / NPES + kElems - 1) & ~int64_t{kElems - 1};
+  const int64_t stripe = ((chunk + gridDim.x - 1) / gridDim.x + kElems - 1) & ~int64_t{kElems - 1};
+  const uint64_t base = (epoch - 1) * 2 * (NPES - 1);
+  const int64_t step = static_cast<int64_t>(kElems) * blockDim.x, mine = static_cast<int64_t>(kElems) * threadIdx.x;
+  int64_t lo, hi;
+  dev::wait_until<uint64_t>(*s, ack + pid, dev::kCmpGe, epoch - 1);  // the right neighbour is done with the last call
+  // reduce-scatter
+#pragma unroll
+  for (int k = 0; k < NPES - 1; ++k) {
+    ring_stripe((me - k + NPES) % NPES, chunk, stripe, pid, n, &lo, &hi);
+    size_t nbytes = static_cast<size_t>(hi > lo ? hi - lo : 0) * sizeof(__nv_bfloat16);
+    if (k == 0) {
+      dev::putmem_signal_block(*s, rs + lo, data + lo, nbytes, sig + pid, 1, dev::kSignalAdd, right);
+    } else {
+      __syncthreads();  // every thread's adds into work are in before the block's put reads them
+      dev::putmem_signal_block(*s, rs + lo, work + lo, nbytes, sig + pid, 1, dev::kSignalAdd, right);
+    }
+    dev::wait_until<uint64_t>(*s, sig + pid, dev::kCmpGe, base + k + 1);
+    ring_stripe((me - k - 1 + 2 * NPES) % NPES, chunk, stripe, pid, n, &lo, &hi);
+    for (int64_t start = lo; start < hi; start += step) {
+      const int64_t i = start + mine;
+      if (i >= hi) continue;
+      float acc[kElems], v[kElems];
+      load8(data + i, hi - i, false, acc);
+      load8(rs + i, hi - i, true, v);
+#pragma unroll
+      for (int e = 0; e < kElems; ++e) acc[e] += v[e];
+      store8(work + i, hi - i, acc);
+    }
+  }
+  // all-gather: work holds the reduced chunk me+1; the others arrive in ag
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < NPES - 1; ++k) {
+    ring_stripe((me + 1 - k + NPES) % NPES, chunk, stripe, pid, n, &lo, &hi);
+    size_t nbytes = static_cast<size_t>(hi > lo ? hi - lo : 0) * sizeof(__nv_bfloat16);
+    dev::putmem_signal_block(*s, ag + lo, k == 0 ? work + lo : ag + lo, nbytes, sig + pid, 1, dev::kSignalAdd, right);
+    dev::wait_until<uint64_t>(*s, sig + pid, dev::kCmpGe, base + NPES + k);
+  }
+#pragma unroll
+  for (int c = 0; c < NPES; ++c) {
+    ring_stripe(c, chunk, stripe, pid, n, &lo, &hi);
+    const bool reduced_here = c == (me + 1) % NPES;
+    for (int64_t start = lo; start < hi; start += step) {
+      const int64_t i = start + mine;
+      if (i >= hi) continue;
+      float v[kElems];
+      if (reduced_here)
+        load8(work + i, hi - i, false, v);
+      else
+        load8(ag + i, hi - i, true, v);
+      store8(out + i, hi - i, v);
+    }
+  }
+  __syncthreads();  // every thread read its rs/ag before the left neighbour may write them again
+  if (threadIdx.x == 0) dev::signal_op(*s, ack + pid, epoch, dev::kSignalSet, left);
+}
+
+// Launches kernel<NPES> for npes in [2, 8]; cudaErrorInvalidValue for any other count.
+template <template <int> class Launch, typename... Args>
+int launch_for_npes(int npes, Args... args) {
+  switch (npes) {
+    case 2: return Launch<2>::run(args...);
+    case 3: return Launch<3>::run(args...);
+    case 4: return Launch<4>::run(args...);
+    case 5: return Launch<5>::run(args...);
+    case 6: return Launch<6>::run(args...);
+    case 7: return Launch<7>::run(args...);
+    case 8: return Launch<8>::run(args...);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+template <int NPES>
+struct OneshotLaunch {
+  static int run(const DeviceState* s, const void* data, void* gather, void* sig, void* out, uint64_t epoch, int64_t n,
+                 int threads, cudaStream_t stream) {
+    oneshot_allreduce_kernel<NPES><<<1, threads, 0, stream>>>(
+        s, static_cast<const __nv_bfloat16*>(data), static_cast<__nv_bfloat16*>(gather), static_cast<uint64_t*>(sig),
+        static_cast<__nv_bfloat16*>(out), epoch, n);
+    return cudaGetLastError();
+  }
+};
+
+template <int NPES>
+struct RingLaunch {
+  static int run(const DeviceState* s, const void* data, void* work, void* rs, void* ag, void* sig, void* ack,
+                 void* out, uint64_t epoch, int64_t n, int blocks, int threads, cudaStream_t stream) {
+    ring_allreduce_kernel<NPES><<<blocks, threads, 0, stream>>>(
+        s, static_cast<const __nv_bfloat16*>(data), static_cast<__nv_bfloat16*>(work), static_cast<__nv_bfloat16*>(rs),
+        static_cast<__nv_bfloat16*>(ag), static_cast<uint64_t*>(sig), static_cast<uint64_t*>(ack),
+        static_cast<__nv_bfloat16*>(out), epoch, n);
+    return cudaGetLastError();
+  }
+};
+
 cudaStream_t st(void* s) { return static_cast<cudaStream_t>(s); }
 
 }  // namespace
@@ -236,6 +460,19 @@ int mori_selftest_barrier_block(const DeviceState* s, void* sym, void* out, int 
   barrier_block_kernel<<<1, 256, 0, st(stream)>>>(s, static_cast<uint64_t*>(sym), static_cast<uint64_t*>(out), words,
                                                   peer, round);
   return cudaGetLastError();
+}
+
+// bf16 all-reduces over `npes` PEs (2 to 8; the kernel traps if the job has another count).
+int mori_selftest_allreduce_oneshot(const DeviceState* s, const void* data, void* gather, void* sig, void* out,
+                                    uint64_t epoch, int64_t n, int npes, int threads, void* stream) {
+  return launch_for_npes<OneshotLaunch>(npes, s, data, gather, sig, out, epoch, n, threads, st(stream));
+}
+
+int mori_selftest_allreduce_ring(const DeviceState* s, const void* data, void* work, void* rs, void* ag, void* sig,
+                                 void* ack, void* out, uint64_t epoch, int64_t n, int npes, int blocks, int threads,
+                                 void* stream) {
+  return launch_for_npes<RingLaunch>(npes, s, data, work, rs, ag, sig, ack, out, epoch, n, blocks, threads,
+                                     st(stream));
 }
 
 // Host-side reference of the pattern the signal test writes (for checks in Python).

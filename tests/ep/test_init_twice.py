@@ -12,7 +12,7 @@ from harness import _run as run, check, python_program
 pytest.importorskip("torch")
 
 
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [3])  # the checks are per process; 3 PEs make "another PE" a ring
 def test_second_init_returns_zero_and_other_groups_are_errors(n):
     out = check(run(python_program("ep_init_twice.py", n), timeout=240, env=None))
     assert out.count("init twice ok") == n

@@ -279,6 +279,48 @@ def test_triton_block_put_copies_16_bytes_per_access_in_registers() -> None:
     assert "ld.local" not in ptx, "the copy loop goes through local memory"
 
 
+@pytest.mark.skipif(not _HAS_TRITON or _any_bitcode() is None, reason="needs triton and the sm_90 bitcode")
+def test_triton_ring_allreduce_moves_16_bytes_per_access() -> None:
+    """The Triton ring all-reduce's element loops use 16-byte accesses, as its CUDA C++ twin does,
+    when Triton specializes n % 16 == 0 and 16-byte aligned pointers (as it does at launch): its
+    stripes are whole 8-element units and it says so. With 2-byte accesses `mori bench ir` compared
+    different kernels, not the bitcode path."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from mori.apps.bench.ir_kernels import ring_allreduce_kernel
+    from mori.ir.triton import get_extern_libs
+
+    sig = {"data": "*bf16", "work": "*bf16", "rs": "*bf16", "ag": "*bf16", "sig": "*i64", "ack": "*i64",
+           "out": "*bf16", "epoch": "i32", "n": "i32", "npes_c": "constexpr", "BLOCK": "constexpr"}
+    aligned = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 6, 8)}
+    ptx = triton.compile(ASTSource(ring_allreduce_kernel, sig, {"npes_c": 2, "BLOCK": 2048}, aligned),
+                         target=GPUTarget("cuda", 90, 32),
+                         options={"num_warps": 8, "extern_libs": tuple(get_extern_libs("sm_90").items())}).asm["ptx"]
+    for access in (r"ld\.global\.v4\.b32", r"ld\.volatile\.global\.v4\.b32", r"st\.global\.v4\.b32"):
+        assert re.search(rf"\b{access}\s", ptx), f"no {access} in the ring's element loops"
+    assert not re.search(r"\b(ld|st)(\.volatile)?\.global\.b16\s", ptx), "2-byte element accesses remain"
+
+
+def test_selftest_ctypes_signatures_match_the_kernels_source() -> None:
+    """mori.shmem.selftest declares each launcher of selftest_kernels.cu to ctypes by hand: every
+    argument must have the C type's width and kind, or a GPU run reads garbage (no compiler checks
+    a ctypes call). Checked here, without a GPU, against the extern "C" definitions."""
+    import ctypes
+    from pathlib import Path
+
+    from mori.shmem import selftest
+
+    src = (Path(__file__).resolve().parents[2] / "shmem" / "src" / "selftest_kernels.cu").read_text()
+    defined = {name: params for name, params in re.findall(r"^int (mori_selftest_\w+)\(([^)]*)\)", src, re.M | re.S)}
+    scalar = {"int": ctypes.c_int, "size_t": ctypes.c_size_t, "uint64_t": ctypes.c_uint64, "int64_t": ctypes.c_int64}
+    assert set(defined) == set(selftest._SIGNATURES)
+    for name, params in defined.items():
+        want = [ctypes.c_void_p if "*" in p else scalar[p.split()[-2]] for p in (" ".join(x.split()) for x in
+                                                                                  params.split(","))]
+        assert selftest._SIGNATURES[name] == want, f"{name}: ctypes {selftest._SIGNATURES[name]}, C {want}"
+
+
 # ------------------------------------------------------------------ GPU
 
 _NO_CUDA = not _C.shmem.built_with_cuda()
@@ -319,3 +361,17 @@ def test_fetch_atomic_with_a_nonfetch_amo_type_fails_the_launch() -> None:
     out = proc.stdout + proc.stderr
     assert out.count("TRAPPED PE") == 2, \
         f"amo_type AMO_ADD to a fetching atomic did not fail the launch:\n{out[-6000:]}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_NO_CUDA, reason="MORI was built without CUDA")
+@pytest.mark.skipif(not _PES, reason="needs 2 CUDA GPUs (or MORI_TEST_GPU_PES and one)")
+@pytest.mark.parametrize("pes", _PES or [2])
+def test_cuda_cpp_allreduces_match_torch(pes: int) -> None:
+    """The CUDA C++ twins of the Triton all-reduces (the baseline of `mori bench ir`) sum exactly
+    as torch does, back to back, on several block counts (tests/programs/ir_cuda_allreduce.py)."""
+    if pes > 8:
+        pytest.skip("the CUDA C++ all-reduces are built for 2 to 8 PEs")
+    out = check(mori_run(pes, python_program("ir_cuda_allreduce.py"), timeout=240, env=GPU_ENV))
+    for name in ("oneshot", "ring"):
+        assert out.count(f"PASS {name}") == pes, f"check {name} did not pass on {pes} PEs:\n{out[-6000:]}"

@@ -129,8 +129,11 @@ def test_dead_peer_fails_operations_on_one_host_under_mori_run(mode):
 
 @pytest.mark.parametrize("mode", ["put", "skip_barrier"])
 def test_dead_peer_fails_operations_under_mpirun(mode):
-    # mpirun itself fails the job (a rank left without MPI_Finalize), after the survivors caught it
-    out = check(mpirun(3, python_program("peer_death.py", 1, mode), timeout=120), expect_ok=False)
+    # Open MPI stops the whole job once a rank leaves without MPI_Finalize, which on a busy machine
+    # can be before a survivor has caught the death: let the job run on, so the survivors' own
+    # detection is what is tested (mpirun still reports the rank that left).
+    env = {"OMPI_MCA_orte_allowed_exit_without_sync": "1"}
+    out = check(mpirun(3, python_program("peer_death.py", 1, mode), timeout=120, env=env), expect_ok=False)
     _survivors_caught(out, 3, 1, "PE 1 has finalized" if mode == "skip_barrier" else "exited without finalizing")
 
 

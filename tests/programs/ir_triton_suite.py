@@ -2,7 +2,9 @@
 """MORI-IR checks: Triton kernels calling mori_shmem_device.* on every PE of a job.
 
     mori run -n 2 python ir_triton_suite.py [check ...]     # default: every check
-    mori run -n 2 python ir_triton_suite.py bench [max_mib]  # put bandwidth, Triton vs CUDA C++
+    mori run -n 2 python ir_triton_suite.py pingpong        # 8-byte put+signal round trip, Triton vs CUDA C++
+
+(Put and all-reduce times, Triton against CUDA C++: `mori bench ir`.)
 
 Each PE binds GPU LOCAL_RANK % device_count (PEs may share a GPU), inits shmem, installs the
 MORI-IR Triton hook, and runs the checks; every PE seeds the same generator per check, so each
@@ -26,7 +28,8 @@ import mori.shmem as sh  # noqa: E402
 from mori.ir import AMO_TYPES, SIGNAL_SET  # noqa: E402
 from mori.ir.triton import get_extern_libs, install_hook, mori_shmem_device as msd  # noqa: E402
 from mori.shmem.tensor_utils import mori_shmem_create_tensor, mori_shmem_free_tensor  # noqa: E402
-from mori.apps.bench.ir_kernels import oneshot_allreduce_kernel, put_kernel, ring_allreduce_kernel  # noqa: E402
+from mori.apps.bench.ir_kernels import (oneshot_allreduce_kernel, put_kernel, ring_allreduce_kernel,  # noqa: E402
+                                        thread_id)
 
 LIBS: dict = {}
 
@@ -42,11 +45,6 @@ def sym_zeros(n: int, dtype: torch.dtype) -> torch.Tensor:
     torch.cuda.synchronize()
     sh.shmem_barrier_all()
     return t
-
-
-@triton.jit
-def _thread_id():
-    return tl.inline_asm_elementwise("mov.u32 $0, %tid.x;", "=r", [], dtype=tl.int32, is_pure=True, pack=1)
 
 
 # ---------------------------------------------------------------- kernels
@@ -83,7 +81,7 @@ def put_signal_kernel(dst, src, sig, out, nbytes, round_, sig_op, n, BLOCK: tl.c
 
 @triton.jit
 def fetch_add_kernel(counter, olds, value, target_pe):
-    if _thread_id() == 0:
+    if thread_id() == 0:
         old = msd.uint64_atomic_fetch_add_thread(counter, value, target_pe, 0)
         tl.store(olds, old)
     msd.barrier_all_block()
@@ -93,7 +91,7 @@ def fetch_add_kernel(counter, olds, value, target_pe):
 def generic_amo_kernel(counter, slots, word, small, operand32, olds, value, value64, swap_new, miss, target_pe,
                        amo_fetch_add, amo_fetch, amo_cas, amo_add):
     # MORI's generic forms, amo_type given at run time (the wrappers' switch picks the operation)
-    if _thread_id() == 0:
+    if thread_id() == 0:
         me = msd.my_pe()
         tl.store(olds, msd.atomic_uint64_fetch_thread(counter, value, 0, amo_fetch_add, target_pe, 0))
         # a compare-swap that cannot match returns the slot and leaves it; a matching one swaps
@@ -107,14 +105,14 @@ def generic_amo_kernel(counter, slots, word, small, operand32, olds, value, valu
 
 @triton.jit
 def bad_amo_kernel(counter, olds, amo_type):
-    if _thread_id() == 0:
+    if thread_id() == 0:
         tl.store(olds, msd.atomic_uint64_fetch_thread(counter, 1, 0, amo_type, 0, 0))
 
 
 @triton.jit
 def size_imm_kernel(imm, src, right):
     # 1, 2, 4 and 8 bytes at offsets 1, 2, 4 and 8 of the right neighbour's buffer (byte 0 untouched)
-    if _thread_id() == 0:
+    if thread_id() == 0:
         for k in tl.static_range(4):
             msd.put_size_imm_nbi_thread(imm + (1 << k), src + (1 << k), 1 << k, right, 0)
         msd.fence_thread_pe_qp(right, 0)
@@ -129,7 +127,7 @@ def barrier_kernel(slots, rounds):
     right = (me + 1) % npes
     bad = 0
     for r in range(1, rounds + 1):
-        if _thread_id() == 0:
+        if thread_id() == 0:
             msd.int64_p(slots + me, (r * 1000 + me).to(tl.int64), right, 0)
         msd.barrier_all_block()
         left = (me + npes - 1) % npes
@@ -147,7 +145,7 @@ def _globaltimer():
 @triton.jit
 def pingpong_kernel(data, sig, scratch, out, iters, peer, role, sig_op):
     # 8-byte put + signal round trips between two PEs, one thread each (as the CUDA C++ selftest).
-    if _thread_id() == 0:
+    if thread_id() == 0:
         start = _globaltimer()
         bad = 0
         for i in range(1, iters + 1):
@@ -390,54 +388,6 @@ FATAL_CHECKS = {"bad_pe": check_bad_pe, "bad_amo": check_bad_amo}  # they leave 
 
 # ---------------------------------------------------------------- benchmark
 
-def _time(fn, iters: int) -> float:
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / iters * 1e3  # us
-
-
-def bench(me: int, n: int, max_mib: int) -> None:
-    """PE 0 puts to PE 1 (PE 1 idles at the barrier): Triton putmem_nbi_block vs the CUDA C++ put
-    kernel over device.cuh (mori.shmem.selftest), same blocks and threads."""
-    from mori.shmem import selftest
-    cap = max_mib << 20
-    dst, src = sym_zeros(cap, torch.uint8), torch.randint(0, 256, (cap,), dtype=torch.uint8, device="cuda")
-    rows = []
-    if me == 0:
-        size = 4096
-        while size <= cap:
-            blocks = max(1, min(64, size // (64 << 10)))
-            per = size // blocks
-            iters = 200 if size <= (1 << 20) else 20
-            t_tr = _time(lambda: put_kernel[(blocks,)](dst, src, per, 1 % n, num_warps=8, extern_libs=LIBS),
-                         iters)
-            t_cu = _time(lambda: selftest.put(selftest.BLOCK, dst.data_ptr(), src.data_ptr(), per * blocks, 1 % n,
-                                              blocks=blocks, threads=256), iters)
-            rows.append({"bytes": size, "blocks": blocks, "triton_us": round(t_tr, 2), "cuda_us": round(t_cu, 2),
-                         "triton_GBps": round(per * blocks / t_tr / 1e3, 2),
-                         "cuda_GBps": round(per * blocks / t_cu / 1e3, 2), "ratio": round(t_tr / t_cu, 3)})
-            print(f"BENCH {json.dumps(rows[-1])}", flush=True)
-            size *= 4
-    sh.shmem_barrier_all()
-    latency = pingpong_bench(me, n) if torch.cuda.device_count() >= 2 and n >= 2 else None
-    if latency is None and me == 0:
-        print("BENCH pingpong skipped: needs 2 PEs on 2 GPUs (PEs sharing a GPU take turns)", flush=True)
-    sh.shmem_barrier_all()
-    if me == 0:
-        out_dir = os.environ.get("MORI_IR_BENCH_OUT")
-        if out_dir:
-            with open(os.path.join(out_dir, "ir_put_bench.json"), "w") as fh:
-                json.dump({"device": torch.cuda.get_device_name(), "pes": n, "rows": rows, "pingpong": latency}, fh,
-                          indent=1)
-    mori_shmem_free_tensor(dst)
-
-
 def pingpong_bench(me: int, n: int, iters: int = 2000) -> dict:
     """Round-trip time of an 8-byte put with signal, PE 0 <-> PE 1: Triton vs CUDA C++ (selftest)."""
     from mori.shmem import selftest
@@ -470,8 +420,11 @@ def main(argv: list[str]) -> int:
     install_hook()
     LIBS.update(get_extern_libs())
     me, n = sh.shmem_mype(), sh.shmem_npes()
-    if argv[:1] == ["bench"]:
-        bench(me, n, int(argv[1]) if len(argv) > 1 else 64)
+    if argv[:1] == ["pingpong"]:
+        if torch.cuda.device_count() >= 2 and n >= 2:
+            pingpong_bench(me, n)
+        elif me == 0:
+            print("BENCH pingpong skipped: needs 2 PEs on 2 GPUs (PEs sharing a GPU take turns)", flush=True)
     else:
         for name in argv or list(CHECKS):
             t0 = time.time()
