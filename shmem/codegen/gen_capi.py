@@ -194,7 +194,7 @@ def gen_rma(o: Out) -> None:
 
 
 def amo_call(t: T, op: str, ca: str, fname: str, target: str = "dest") -> str:
-    _, fetches, operands = AMO_ENUM[op], *AMO_OPS[op][1:]
+    operands = AMO_OPS[op][2]
     operand = {"fetch_inc": "mori::capi::bits<%s>(1)" % t.c, "inc": "mori::capi::bits<%s>(1)" % t.c}.get(
         op, f"mori::capi::bits<{t.c}>(value)" if "value" in operands else "0")
     cond = f"mori::capi::bits<{t.c}>(cond)" if "cond" in operands else "0"
