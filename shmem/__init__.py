@@ -46,9 +46,10 @@ from mori.shmem.arrays import (
 )
 from mori.shmem.gpu import shmem_barrier_on_stream
 
+from mori.shmem.module_init import shmem_module_init
+
 # The runtime's enums (C++: transports/include/mori/transports/transport.h, shmem/runtime.h).
 AmoOp, SignalOp, Cmp, ThreadLevel = _C.shmem.AmoOp, _C.shmem.SignalOp, _C.shmem.Cmp, _C.shmem.ThreadLevel
-from mori.shmem.module_init import shmem_module_init
 
 # MORI's torch tensor helpers import torch: loaded on first use (mori.shmem.tensor_utils).
 _TENSOR_HELPERS = ("MoriShmemBuffer", "mori_shmem_create_tensor", "symm_mori_shmem_tensor", "mori_shmem_free_tensor",

@@ -122,7 +122,7 @@ def _worker(args: argparse.Namespace) -> int:
                 base_busbw_GBs=bus(t_b), ratio=t_b / t_m, mori_sym_busbw_GBs=bus(t_s) if t_s else None,
                 sym_ratio=t_b / t_s if t_s else None,
                 bytes=total)
-        del inp, out_m, out_b
+        inp = out_m = out_b = None  # freed before the next size allocates (the lambdas above hold the names)
     if me == 0:
         rep.show(f"allgather on {n} {'GPUs' if use_gpu else 'CPU PEs'}: mori.ccl vs {rep.meta['baseline']}")
     if use_gpu and not args.no_others:

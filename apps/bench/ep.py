@@ -311,7 +311,7 @@ def _worker(args: argparse.Namespace) -> int:
             report.add(tokens=tokens, phase="combine", impl=f"mori ({quant})", time_us=t * 1e6,
                        deepep_GBps=reduce_mean(comb_rows * row_c / t / 1e9), link_GBps=link, ceiling_GBps=ceil_q,
                        link_eff=link / ceil_q, wire_B_row=wire_row, vs_baseline=t_bc / t)
-        del op
+        op = None  # freed now (the timed closures above hold the name)
     if me == 0:
         report.show(f"MoE dispatch/combine, {world} ranks, hidden {hidden}, top-{topk} of {args.experts}, "
                     f"FP8 dispatch / BF16 combine ({kernel.name}); peer-copy ceiling {ceiling:.2f} GB/s at start, "
@@ -533,7 +533,7 @@ def _gpu_worker(args: argparse.Namespace) -> int:
                                link_GBps=lk, link_eff=lk / ceiling, link_eff_2way=lk / ceiling_2way,
                                wire_B_row=row if phase == "dispatch" else wire_row,
                                vs_baseline=t / t_ours if first and not shared else base[phase] / t)
-            del op
+            op = None  # freed now (the timed closures above hold the name)
             torch.cuda.synchronize()
             sh.shmem_barrier_all()
     if rank == 0:

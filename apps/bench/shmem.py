@@ -50,7 +50,7 @@ def _worker(args: argparse.Namespace) -> int:
     src = np.random.default_rng(0).integers(0, 255, max_size + 4096, dtype=np.uint8)[2048:2048 + max_size]
     dst = np.empty(max_size + 4096, np.uint8)[2048:2048 + max_size]
     src_addr, dst_addr = src.ctypes.data, dst.ctypes.data
-    win = win_buf = None
+    win = None
     if mpi is not None:
         win = mpi.Win.Allocate(max_size, comm=mpi.COMM_WORLD)
         win.Lock_all()

@@ -5,1739 +5,5106 @@
 
 extern "C" {
 
-void shmem_float_put(float *dest, const float *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(float), pe, false, "shmem_float_put"); }
-void shmem_float_get(float *dest, const float *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(float), pe, false, "shmem_float_get"); }
-void shmem_float_put_nbi(float *dest, const float *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(float), pe, true, "shmem_float_put_nbi"); }
-void shmem_float_get_nbi(float *dest, const float *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(float), pe, true, "shmem_float_get_nbi"); }
-void shmem_float_iput(float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(float), pe, "shmem_float_iput"); }
-void shmem_float_iget(float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(float), pe, "shmem_float_iget"); }
-void shmem_float_ibput(float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(float), pe, "shmem_float_ibput"); }
-void shmem_float_ibget(float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(float), pe, "shmem_float_ibget"); }
-void shmem_float_p(float *dest, float value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(float), pe, false, "shmem_float_p"); }
-float shmem_float_g(const float *source, int pe) { float v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(float), pe, false, "shmem_float_g"); return v; }
-void shmem_float_put_signal(float *dest, const float *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(float), sig_addr, signal, sig_op, pe, false, "shmem_float_put_signal"); }
-void shmem_float_put_signal_nbi(float *dest, const float *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(float), sig_addr, signal, sig_op, pe, true, "shmem_float_put_signal_nbi"); }
-void shmem_double_put(double *dest, const double *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(double), pe, false, "shmem_double_put"); }
-void shmem_double_get(double *dest, const double *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(double), pe, false, "shmem_double_get"); }
-void shmem_double_put_nbi(double *dest, const double *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(double), pe, true, "shmem_double_put_nbi"); }
-void shmem_double_get_nbi(double *dest, const double *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(double), pe, true, "shmem_double_get_nbi"); }
-void shmem_double_iput(double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(double), pe, "shmem_double_iput"); }
-void shmem_double_iget(double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(double), pe, "shmem_double_iget"); }
-void shmem_double_ibput(double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(double), pe, "shmem_double_ibput"); }
-void shmem_double_ibget(double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(double), pe, "shmem_double_ibget"); }
-void shmem_double_p(double *dest, double value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(double), pe, false, "shmem_double_p"); }
-double shmem_double_g(const double *source, int pe) { double v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(double), pe, false, "shmem_double_g"); return v; }
-void shmem_double_put_signal(double *dest, const double *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(double), sig_addr, signal, sig_op, pe, false, "shmem_double_put_signal"); }
-void shmem_double_put_signal_nbi(double *dest, const double *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(double), sig_addr, signal, sig_op, pe, true, "shmem_double_put_signal_nbi"); }
-void shmem_longdouble_put(long double *dest, const long double *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long double), pe, false, "shmem_longdouble_put"); }
-void shmem_longdouble_get(long double *dest, const long double *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long double), pe, false, "shmem_longdouble_get"); }
-void shmem_longdouble_put_nbi(long double *dest, const long double *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long double), pe, true, "shmem_longdouble_put_nbi"); }
-void shmem_longdouble_get_nbi(long double *dest, const long double *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long double), pe, true, "shmem_longdouble_get_nbi"); }
-void shmem_longdouble_iput(long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(long double), pe, "shmem_longdouble_iput"); }
-void shmem_longdouble_iget(long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(long double), pe, "shmem_longdouble_iget"); }
-void shmem_longdouble_ibput(long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(long double), pe, "shmem_longdouble_ibput"); }
-void shmem_longdouble_ibget(long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(long double), pe, "shmem_longdouble_ibget"); }
-void shmem_longdouble_p(long double *dest, long double value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(long double), pe, false, "shmem_longdouble_p"); }
-long double shmem_longdouble_g(const long double *source, int pe) { long double v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(long double), pe, false, "shmem_longdouble_g"); return v; }
-void shmem_longdouble_put_signal(long double *dest, const long double *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long double), sig_addr, signal, sig_op, pe, false, "shmem_longdouble_put_signal"); }
-void shmem_longdouble_put_signal_nbi(long double *dest, const long double *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long double), sig_addr, signal, sig_op, pe, true, "shmem_longdouble_put_signal_nbi"); }
-void shmem_char_put(char *dest, const char *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(char), pe, false, "shmem_char_put"); }
-void shmem_char_get(char *dest, const char *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(char), pe, false, "shmem_char_get"); }
-void shmem_char_put_nbi(char *dest, const char *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(char), pe, true, "shmem_char_put_nbi"); }
-void shmem_char_get_nbi(char *dest, const char *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(char), pe, true, "shmem_char_get_nbi"); }
-void shmem_char_iput(char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(char), pe, "shmem_char_iput"); }
-void shmem_char_iget(char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(char), pe, "shmem_char_iget"); }
-void shmem_char_ibput(char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(char), pe, "shmem_char_ibput"); }
-void shmem_char_ibget(char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(char), pe, "shmem_char_ibget"); }
-void shmem_char_p(char *dest, char value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(char), pe, false, "shmem_char_p"); }
-char shmem_char_g(const char *source, int pe) { char v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(char), pe, false, "shmem_char_g"); return v; }
-void shmem_char_put_signal(char *dest, const char *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(char), sig_addr, signal, sig_op, pe, false, "shmem_char_put_signal"); }
-void shmem_char_put_signal_nbi(char *dest, const char *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(char), sig_addr, signal, sig_op, pe, true, "shmem_char_put_signal_nbi"); }
-void shmem_schar_put(signed char *dest, const signed char *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(signed char), pe, false, "shmem_schar_put"); }
-void shmem_schar_get(signed char *dest, const signed char *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(signed char), pe, false, "shmem_schar_get"); }
-void shmem_schar_put_nbi(signed char *dest, const signed char *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(signed char), pe, true, "shmem_schar_put_nbi"); }
-void shmem_schar_get_nbi(signed char *dest, const signed char *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(signed char), pe, true, "shmem_schar_get_nbi"); }
-void shmem_schar_iput(signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(signed char), pe, "shmem_schar_iput"); }
-void shmem_schar_iget(signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(signed char), pe, "shmem_schar_iget"); }
-void shmem_schar_ibput(signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(signed char), pe, "shmem_schar_ibput"); }
-void shmem_schar_ibget(signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(signed char), pe, "shmem_schar_ibget"); }
-void shmem_schar_p(signed char *dest, signed char value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(signed char), pe, false, "shmem_schar_p"); }
-signed char shmem_schar_g(const signed char *source, int pe) { signed char v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(signed char), pe, false, "shmem_schar_g"); return v; }
-void shmem_schar_put_signal(signed char *dest, const signed char *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(signed char), sig_addr, signal, sig_op, pe, false, "shmem_schar_put_signal"); }
-void shmem_schar_put_signal_nbi(signed char *dest, const signed char *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(signed char), sig_addr, signal, sig_op, pe, true, "shmem_schar_put_signal_nbi"); }
-void shmem_short_put(short *dest, const short *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(short), pe, false, "shmem_short_put"); }
-void shmem_short_get(short *dest, const short *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(short), pe, false, "shmem_short_get"); }
-void shmem_short_put_nbi(short *dest, const short *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(short), pe, true, "shmem_short_put_nbi"); }
-void shmem_short_get_nbi(short *dest, const short *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(short), pe, true, "shmem_short_get_nbi"); }
-void shmem_short_iput(short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(short), pe, "shmem_short_iput"); }
-void shmem_short_iget(short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(short), pe, "shmem_short_iget"); }
-void shmem_short_ibput(short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(short), pe, "shmem_short_ibput"); }
-void shmem_short_ibget(short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(short), pe, "shmem_short_ibget"); }
-void shmem_short_p(short *dest, short value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(short), pe, false, "shmem_short_p"); }
-short shmem_short_g(const short *source, int pe) { short v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(short), pe, false, "shmem_short_g"); return v; }
-void shmem_short_put_signal(short *dest, const short *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(short), sig_addr, signal, sig_op, pe, false, "shmem_short_put_signal"); }
-void shmem_short_put_signal_nbi(short *dest, const short *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(short), sig_addr, signal, sig_op, pe, true, "shmem_short_put_signal_nbi"); }
-void shmem_int_put(int *dest, const int *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int), pe, false, "shmem_int_put"); }
-void shmem_int_get(int *dest, const int *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int), pe, false, "shmem_int_get"); }
-void shmem_int_put_nbi(int *dest, const int *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int), pe, true, "shmem_int_put_nbi"); }
-void shmem_int_get_nbi(int *dest, const int *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int), pe, true, "shmem_int_get_nbi"); }
-void shmem_int_iput(int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(int), pe, "shmem_int_iput"); }
-void shmem_int_iget(int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(int), pe, "shmem_int_iget"); }
-void shmem_int_ibput(int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(int), pe, "shmem_int_ibput"); }
-void shmem_int_ibget(int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(int), pe, "shmem_int_ibget"); }
-void shmem_int_p(int *dest, int value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(int), pe, false, "shmem_int_p"); }
-int shmem_int_g(const int *source, int pe) { int v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(int), pe, false, "shmem_int_g"); return v; }
-void shmem_int_put_signal(int *dest, const int *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int), sig_addr, signal, sig_op, pe, false, "shmem_int_put_signal"); }
-void shmem_int_put_signal_nbi(int *dest, const int *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int), sig_addr, signal, sig_op, pe, true, "shmem_int_put_signal_nbi"); }
-void shmem_long_put(long *dest, const long *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long), pe, false, "shmem_long_put"); }
-void shmem_long_get(long *dest, const long *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long), pe, false, "shmem_long_get"); }
-void shmem_long_put_nbi(long *dest, const long *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long), pe, true, "shmem_long_put_nbi"); }
-void shmem_long_get_nbi(long *dest, const long *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long), pe, true, "shmem_long_get_nbi"); }
-void shmem_long_iput(long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(long), pe, "shmem_long_iput"); }
-void shmem_long_iget(long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(long), pe, "shmem_long_iget"); }
-void shmem_long_ibput(long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(long), pe, "shmem_long_ibput"); }
-void shmem_long_ibget(long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(long), pe, "shmem_long_ibget"); }
-void shmem_long_p(long *dest, long value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(long), pe, false, "shmem_long_p"); }
-long shmem_long_g(const long *source, int pe) { long v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(long), pe, false, "shmem_long_g"); return v; }
-void shmem_long_put_signal(long *dest, const long *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long), sig_addr, signal, sig_op, pe, false, "shmem_long_put_signal"); }
-void shmem_long_put_signal_nbi(long *dest, const long *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long), sig_addr, signal, sig_op, pe, true, "shmem_long_put_signal_nbi"); }
-void shmem_longlong_put(long long *dest, const long long *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long long), pe, false, "shmem_longlong_put"); }
-void shmem_longlong_get(long long *dest, const long long *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long long), pe, false, "shmem_longlong_get"); }
-void shmem_longlong_put_nbi(long long *dest, const long long *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long long), pe, true, "shmem_longlong_put_nbi"); }
-void shmem_longlong_get_nbi(long long *dest, const long long *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long long), pe, true, "shmem_longlong_get_nbi"); }
-void shmem_longlong_iput(long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(long long), pe, "shmem_longlong_iput"); }
-void shmem_longlong_iget(long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(long long), pe, "shmem_longlong_iget"); }
-void shmem_longlong_ibput(long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(long long), pe, "shmem_longlong_ibput"); }
-void shmem_longlong_ibget(long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(long long), pe, "shmem_longlong_ibget"); }
-void shmem_longlong_p(long long *dest, long long value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(long long), pe, false, "shmem_longlong_p"); }
-long long shmem_longlong_g(const long long *source, int pe) { long long v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(long long), pe, false, "shmem_longlong_g"); return v; }
-void shmem_longlong_put_signal(long long *dest, const long long *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long long), sig_addr, signal, sig_op, pe, false, "shmem_longlong_put_signal"); }
-void shmem_longlong_put_signal_nbi(long long *dest, const long long *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long long), sig_addr, signal, sig_op, pe, true, "shmem_longlong_put_signal_nbi"); }
-void shmem_uchar_put(unsigned char *dest, const unsigned char *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned char), pe, false, "shmem_uchar_put"); }
-void shmem_uchar_get(unsigned char *dest, const unsigned char *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned char), pe, false, "shmem_uchar_get"); }
-void shmem_uchar_put_nbi(unsigned char *dest, const unsigned char *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned char), pe, true, "shmem_uchar_put_nbi"); }
-void shmem_uchar_get_nbi(unsigned char *dest, const unsigned char *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned char), pe, true, "shmem_uchar_get_nbi"); }
-void shmem_uchar_iput(unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(unsigned char), pe, "shmem_uchar_iput"); }
-void shmem_uchar_iget(unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(unsigned char), pe, "shmem_uchar_iget"); }
-void shmem_uchar_ibput(unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned char), pe, "shmem_uchar_ibput"); }
-void shmem_uchar_ibget(unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned char), pe, "shmem_uchar_ibget"); }
-void shmem_uchar_p(unsigned char *dest, unsigned char value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(unsigned char), pe, false, "shmem_uchar_p"); }
-unsigned char shmem_uchar_g(const unsigned char *source, int pe) { unsigned char v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(unsigned char), pe, false, "shmem_uchar_g"); return v; }
-void shmem_uchar_put_signal(unsigned char *dest, const unsigned char *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned char), sig_addr, signal, sig_op, pe, false, "shmem_uchar_put_signal"); }
-void shmem_uchar_put_signal_nbi(unsigned char *dest, const unsigned char *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned char), sig_addr, signal, sig_op, pe, true, "shmem_uchar_put_signal_nbi"); }
-void shmem_ushort_put(unsigned short *dest, const unsigned short *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned short), pe, false, "shmem_ushort_put"); }
-void shmem_ushort_get(unsigned short *dest, const unsigned short *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned short), pe, false, "shmem_ushort_get"); }
-void shmem_ushort_put_nbi(unsigned short *dest, const unsigned short *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned short), pe, true, "shmem_ushort_put_nbi"); }
-void shmem_ushort_get_nbi(unsigned short *dest, const unsigned short *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned short), pe, true, "shmem_ushort_get_nbi"); }
-void shmem_ushort_iput(unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(unsigned short), pe, "shmem_ushort_iput"); }
-void shmem_ushort_iget(unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(unsigned short), pe, "shmem_ushort_iget"); }
-void shmem_ushort_ibput(unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned short), pe, "shmem_ushort_ibput"); }
-void shmem_ushort_ibget(unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned short), pe, "shmem_ushort_ibget"); }
-void shmem_ushort_p(unsigned short *dest, unsigned short value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(unsigned short), pe, false, "shmem_ushort_p"); }
-unsigned short shmem_ushort_g(const unsigned short *source, int pe) { unsigned short v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(unsigned short), pe, false, "shmem_ushort_g"); return v; }
-void shmem_ushort_put_signal(unsigned short *dest, const unsigned short *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned short), sig_addr, signal, sig_op, pe, false, "shmem_ushort_put_signal"); }
-void shmem_ushort_put_signal_nbi(unsigned short *dest, const unsigned short *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned short), sig_addr, signal, sig_op, pe, true, "shmem_ushort_put_signal_nbi"); }
-void shmem_uint_put(unsigned int *dest, const unsigned int *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned int), pe, false, "shmem_uint_put"); }
-void shmem_uint_get(unsigned int *dest, const unsigned int *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned int), pe, false, "shmem_uint_get"); }
-void shmem_uint_put_nbi(unsigned int *dest, const unsigned int *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned int), pe, true, "shmem_uint_put_nbi"); }
-void shmem_uint_get_nbi(unsigned int *dest, const unsigned int *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned int), pe, true, "shmem_uint_get_nbi"); }
-void shmem_uint_iput(unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(unsigned int), pe, "shmem_uint_iput"); }
-void shmem_uint_iget(unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(unsigned int), pe, "shmem_uint_iget"); }
-void shmem_uint_ibput(unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned int), pe, "shmem_uint_ibput"); }
-void shmem_uint_ibget(unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned int), pe, "shmem_uint_ibget"); }
-void shmem_uint_p(unsigned int *dest, unsigned int value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(unsigned int), pe, false, "shmem_uint_p"); }
-unsigned int shmem_uint_g(const unsigned int *source, int pe) { unsigned int v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(unsigned int), pe, false, "shmem_uint_g"); return v; }
-void shmem_uint_put_signal(unsigned int *dest, const unsigned int *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned int), sig_addr, signal, sig_op, pe, false, "shmem_uint_put_signal"); }
-void shmem_uint_put_signal_nbi(unsigned int *dest, const unsigned int *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned int), sig_addr, signal, sig_op, pe, true, "shmem_uint_put_signal_nbi"); }
-void shmem_ulong_put(unsigned long *dest, const unsigned long *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long), pe, false, "shmem_ulong_put"); }
-void shmem_ulong_get(unsigned long *dest, const unsigned long *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long), pe, false, "shmem_ulong_get"); }
-void shmem_ulong_put_nbi(unsigned long *dest, const unsigned long *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long), pe, true, "shmem_ulong_put_nbi"); }
-void shmem_ulong_get_nbi(unsigned long *dest, const unsigned long *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long), pe, true, "shmem_ulong_get_nbi"); }
-void shmem_ulong_iput(unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(unsigned long), pe, "shmem_ulong_iput"); }
-void shmem_ulong_iget(unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(unsigned long), pe, "shmem_ulong_iget"); }
-void shmem_ulong_ibput(unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned long), pe, "shmem_ulong_ibput"); }
-void shmem_ulong_ibget(unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned long), pe, "shmem_ulong_ibget"); }
-void shmem_ulong_p(unsigned long *dest, unsigned long value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(unsigned long), pe, false, "shmem_ulong_p"); }
-unsigned long shmem_ulong_g(const unsigned long *source, int pe) { unsigned long v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(unsigned long), pe, false, "shmem_ulong_g"); return v; }
-void shmem_ulong_put_signal(unsigned long *dest, const unsigned long *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long), sig_addr, signal, sig_op, pe, false, "shmem_ulong_put_signal"); }
-void shmem_ulong_put_signal_nbi(unsigned long *dest, const unsigned long *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long), sig_addr, signal, sig_op, pe, true, "shmem_ulong_put_signal_nbi"); }
-void shmem_ulonglong_put(unsigned long long *dest, const unsigned long long *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long long), pe, false, "shmem_ulonglong_put"); }
-void shmem_ulonglong_get(unsigned long long *dest, const unsigned long long *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long long), pe, false, "shmem_ulonglong_get"); }
-void shmem_ulonglong_put_nbi(unsigned long long *dest, const unsigned long long *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long long), pe, true, "shmem_ulonglong_put_nbi"); }
-void shmem_ulonglong_get_nbi(unsigned long long *dest, const unsigned long long *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long long), pe, true, "shmem_ulonglong_get_nbi"); }
-void shmem_ulonglong_iput(unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(unsigned long long), pe, "shmem_ulonglong_iput"); }
-void shmem_ulonglong_iget(unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(unsigned long long), pe, "shmem_ulonglong_iget"); }
-void shmem_ulonglong_ibput(unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned long long), pe, "shmem_ulonglong_ibput"); }
-void shmem_ulonglong_ibget(unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned long long), pe, "shmem_ulonglong_ibget"); }
-void shmem_ulonglong_p(unsigned long long *dest, unsigned long long value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(unsigned long long), pe, false, "shmem_ulonglong_p"); }
-unsigned long long shmem_ulonglong_g(const unsigned long long *source, int pe) { unsigned long long v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(unsigned long long), pe, false, "shmem_ulonglong_g"); return v; }
-void shmem_ulonglong_put_signal(unsigned long long *dest, const unsigned long long *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long long), sig_addr, signal, sig_op, pe, false, "shmem_ulonglong_put_signal"); }
-void shmem_ulonglong_put_signal_nbi(unsigned long long *dest, const unsigned long long *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long long), sig_addr, signal, sig_op, pe, true, "shmem_ulonglong_put_signal_nbi"); }
-void shmem_int8_put(int8_t *dest, const int8_t *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int8_t), pe, false, "shmem_int8_put"); }
-void shmem_int8_get(int8_t *dest, const int8_t *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int8_t), pe, false, "shmem_int8_get"); }
-void shmem_int8_put_nbi(int8_t *dest, const int8_t *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int8_t), pe, true, "shmem_int8_put_nbi"); }
-void shmem_int8_get_nbi(int8_t *dest, const int8_t *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int8_t), pe, true, "shmem_int8_get_nbi"); }
-void shmem_int8_iput(int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(int8_t), pe, "shmem_int8_iput"); }
-void shmem_int8_iget(int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(int8_t), pe, "shmem_int8_iget"); }
-void shmem_int8_ibput(int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(int8_t), pe, "shmem_int8_ibput"); }
-void shmem_int8_ibget(int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(int8_t), pe, "shmem_int8_ibget"); }
-void shmem_int8_p(int8_t *dest, int8_t value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(int8_t), pe, false, "shmem_int8_p"); }
-int8_t shmem_int8_g(const int8_t *source, int pe) { int8_t v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(int8_t), pe, false, "shmem_int8_g"); return v; }
-void shmem_int8_put_signal(int8_t *dest, const int8_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int8_t), sig_addr, signal, sig_op, pe, false, "shmem_int8_put_signal"); }
-void shmem_int8_put_signal_nbi(int8_t *dest, const int8_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int8_t), sig_addr, signal, sig_op, pe, true, "shmem_int8_put_signal_nbi"); }
-void shmem_int16_put(int16_t *dest, const int16_t *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int16_t), pe, false, "shmem_int16_put"); }
-void shmem_int16_get(int16_t *dest, const int16_t *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int16_t), pe, false, "shmem_int16_get"); }
-void shmem_int16_put_nbi(int16_t *dest, const int16_t *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int16_t), pe, true, "shmem_int16_put_nbi"); }
-void shmem_int16_get_nbi(int16_t *dest, const int16_t *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int16_t), pe, true, "shmem_int16_get_nbi"); }
-void shmem_int16_iput(int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(int16_t), pe, "shmem_int16_iput"); }
-void shmem_int16_iget(int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(int16_t), pe, "shmem_int16_iget"); }
-void shmem_int16_ibput(int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(int16_t), pe, "shmem_int16_ibput"); }
-void shmem_int16_ibget(int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(int16_t), pe, "shmem_int16_ibget"); }
-void shmem_int16_p(int16_t *dest, int16_t value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(int16_t), pe, false, "shmem_int16_p"); }
-int16_t shmem_int16_g(const int16_t *source, int pe) { int16_t v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(int16_t), pe, false, "shmem_int16_g"); return v; }
-void shmem_int16_put_signal(int16_t *dest, const int16_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int16_t), sig_addr, signal, sig_op, pe, false, "shmem_int16_put_signal"); }
-void shmem_int16_put_signal_nbi(int16_t *dest, const int16_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int16_t), sig_addr, signal, sig_op, pe, true, "shmem_int16_put_signal_nbi"); }
-void shmem_int32_put(int32_t *dest, const int32_t *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int32_t), pe, false, "shmem_int32_put"); }
-void shmem_int32_get(int32_t *dest, const int32_t *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int32_t), pe, false, "shmem_int32_get"); }
-void shmem_int32_put_nbi(int32_t *dest, const int32_t *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int32_t), pe, true, "shmem_int32_put_nbi"); }
-void shmem_int32_get_nbi(int32_t *dest, const int32_t *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int32_t), pe, true, "shmem_int32_get_nbi"); }
-void shmem_int32_iput(int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(int32_t), pe, "shmem_int32_iput"); }
-void shmem_int32_iget(int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(int32_t), pe, "shmem_int32_iget"); }
-void shmem_int32_ibput(int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(int32_t), pe, "shmem_int32_ibput"); }
-void shmem_int32_ibget(int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(int32_t), pe, "shmem_int32_ibget"); }
-void shmem_int32_p(int32_t *dest, int32_t value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(int32_t), pe, false, "shmem_int32_p"); }
-int32_t shmem_int32_g(const int32_t *source, int pe) { int32_t v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(int32_t), pe, false, "shmem_int32_g"); return v; }
-void shmem_int32_put_signal(int32_t *dest, const int32_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int32_t), sig_addr, signal, sig_op, pe, false, "shmem_int32_put_signal"); }
-void shmem_int32_put_signal_nbi(int32_t *dest, const int32_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int32_t), sig_addr, signal, sig_op, pe, true, "shmem_int32_put_signal_nbi"); }
-void shmem_int64_put(int64_t *dest, const int64_t *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int64_t), pe, false, "shmem_int64_put"); }
-void shmem_int64_get(int64_t *dest, const int64_t *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int64_t), pe, false, "shmem_int64_get"); }
-void shmem_int64_put_nbi(int64_t *dest, const int64_t *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int64_t), pe, true, "shmem_int64_put_nbi"); }
-void shmem_int64_get_nbi(int64_t *dest, const int64_t *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int64_t), pe, true, "shmem_int64_get_nbi"); }
-void shmem_int64_iput(int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(int64_t), pe, "shmem_int64_iput"); }
-void shmem_int64_iget(int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(int64_t), pe, "shmem_int64_iget"); }
-void shmem_int64_ibput(int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(int64_t), pe, "shmem_int64_ibput"); }
-void shmem_int64_ibget(int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(int64_t), pe, "shmem_int64_ibget"); }
-void shmem_int64_p(int64_t *dest, int64_t value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(int64_t), pe, false, "shmem_int64_p"); }
-int64_t shmem_int64_g(const int64_t *source, int pe) { int64_t v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(int64_t), pe, false, "shmem_int64_g"); return v; }
-void shmem_int64_put_signal(int64_t *dest, const int64_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int64_t), sig_addr, signal, sig_op, pe, false, "shmem_int64_put_signal"); }
-void shmem_int64_put_signal_nbi(int64_t *dest, const int64_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int64_t), sig_addr, signal, sig_op, pe, true, "shmem_int64_put_signal_nbi"); }
-void shmem_uint8_put(uint8_t *dest, const uint8_t *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint8_t), pe, false, "shmem_uint8_put"); }
-void shmem_uint8_get(uint8_t *dest, const uint8_t *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint8_t), pe, false, "shmem_uint8_get"); }
-void shmem_uint8_put_nbi(uint8_t *dest, const uint8_t *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint8_t), pe, true, "shmem_uint8_put_nbi"); }
-void shmem_uint8_get_nbi(uint8_t *dest, const uint8_t *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint8_t), pe, true, "shmem_uint8_get_nbi"); }
-void shmem_uint8_iput(uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(uint8_t), pe, "shmem_uint8_iput"); }
-void shmem_uint8_iget(uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(uint8_t), pe, "shmem_uint8_iget"); }
-void shmem_uint8_ibput(uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(uint8_t), pe, "shmem_uint8_ibput"); }
-void shmem_uint8_ibget(uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(uint8_t), pe, "shmem_uint8_ibget"); }
-void shmem_uint8_p(uint8_t *dest, uint8_t value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(uint8_t), pe, false, "shmem_uint8_p"); }
-uint8_t shmem_uint8_g(const uint8_t *source, int pe) { uint8_t v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(uint8_t), pe, false, "shmem_uint8_g"); return v; }
-void shmem_uint8_put_signal(uint8_t *dest, const uint8_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint8_t), sig_addr, signal, sig_op, pe, false, "shmem_uint8_put_signal"); }
-void shmem_uint8_put_signal_nbi(uint8_t *dest, const uint8_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint8_t), sig_addr, signal, sig_op, pe, true, "shmem_uint8_put_signal_nbi"); }
-void shmem_uint16_put(uint16_t *dest, const uint16_t *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint16_t), pe, false, "shmem_uint16_put"); }
-void shmem_uint16_get(uint16_t *dest, const uint16_t *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint16_t), pe, false, "shmem_uint16_get"); }
-void shmem_uint16_put_nbi(uint16_t *dest, const uint16_t *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint16_t), pe, true, "shmem_uint16_put_nbi"); }
-void shmem_uint16_get_nbi(uint16_t *dest, const uint16_t *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint16_t), pe, true, "shmem_uint16_get_nbi"); }
-void shmem_uint16_iput(uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(uint16_t), pe, "shmem_uint16_iput"); }
-void shmem_uint16_iget(uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(uint16_t), pe, "shmem_uint16_iget"); }
-void shmem_uint16_ibput(uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(uint16_t), pe, "shmem_uint16_ibput"); }
-void shmem_uint16_ibget(uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(uint16_t), pe, "shmem_uint16_ibget"); }
-void shmem_uint16_p(uint16_t *dest, uint16_t value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(uint16_t), pe, false, "shmem_uint16_p"); }
-uint16_t shmem_uint16_g(const uint16_t *source, int pe) { uint16_t v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(uint16_t), pe, false, "shmem_uint16_g"); return v; }
-void shmem_uint16_put_signal(uint16_t *dest, const uint16_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint16_t), sig_addr, signal, sig_op, pe, false, "shmem_uint16_put_signal"); }
-void shmem_uint16_put_signal_nbi(uint16_t *dest, const uint16_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint16_t), sig_addr, signal, sig_op, pe, true, "shmem_uint16_put_signal_nbi"); }
-void shmem_uint32_put(uint32_t *dest, const uint32_t *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint32_t), pe, false, "shmem_uint32_put"); }
-void shmem_uint32_get(uint32_t *dest, const uint32_t *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint32_t), pe, false, "shmem_uint32_get"); }
-void shmem_uint32_put_nbi(uint32_t *dest, const uint32_t *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint32_t), pe, true, "shmem_uint32_put_nbi"); }
-void shmem_uint32_get_nbi(uint32_t *dest, const uint32_t *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint32_t), pe, true, "shmem_uint32_get_nbi"); }
-void shmem_uint32_iput(uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(uint32_t), pe, "shmem_uint32_iput"); }
-void shmem_uint32_iget(uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(uint32_t), pe, "shmem_uint32_iget"); }
-void shmem_uint32_ibput(uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(uint32_t), pe, "shmem_uint32_ibput"); }
-void shmem_uint32_ibget(uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(uint32_t), pe, "shmem_uint32_ibget"); }
-void shmem_uint32_p(uint32_t *dest, uint32_t value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(uint32_t), pe, false, "shmem_uint32_p"); }
-uint32_t shmem_uint32_g(const uint32_t *source, int pe) { uint32_t v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(uint32_t), pe, false, "shmem_uint32_g"); return v; }
-void shmem_uint32_put_signal(uint32_t *dest, const uint32_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint32_t), sig_addr, signal, sig_op, pe, false, "shmem_uint32_put_signal"); }
-void shmem_uint32_put_signal_nbi(uint32_t *dest, const uint32_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint32_t), sig_addr, signal, sig_op, pe, true, "shmem_uint32_put_signal_nbi"); }
-void shmem_uint64_put(uint64_t *dest, const uint64_t *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint64_t), pe, false, "shmem_uint64_put"); }
-void shmem_uint64_get(uint64_t *dest, const uint64_t *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint64_t), pe, false, "shmem_uint64_get"); }
-void shmem_uint64_put_nbi(uint64_t *dest, const uint64_t *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint64_t), pe, true, "shmem_uint64_put_nbi"); }
-void shmem_uint64_get_nbi(uint64_t *dest, const uint64_t *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint64_t), pe, true, "shmem_uint64_get_nbi"); }
-void shmem_uint64_iput(uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(uint64_t), pe, "shmem_uint64_iput"); }
-void shmem_uint64_iget(uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(uint64_t), pe, "shmem_uint64_iget"); }
-void shmem_uint64_ibput(uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(uint64_t), pe, "shmem_uint64_ibput"); }
-void shmem_uint64_ibget(uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(uint64_t), pe, "shmem_uint64_ibget"); }
-void shmem_uint64_p(uint64_t *dest, uint64_t value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(uint64_t), pe, false, "shmem_uint64_p"); }
-uint64_t shmem_uint64_g(const uint64_t *source, int pe) { uint64_t v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(uint64_t), pe, false, "shmem_uint64_g"); return v; }
-void shmem_uint64_put_signal(uint64_t *dest, const uint64_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint64_t), sig_addr, signal, sig_op, pe, false, "shmem_uint64_put_signal"); }
-void shmem_uint64_put_signal_nbi(uint64_t *dest, const uint64_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint64_t), sig_addr, signal, sig_op, pe, true, "shmem_uint64_put_signal_nbi"); }
-void shmem_size_put(size_t *dest, const size_t *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(size_t), pe, false, "shmem_size_put"); }
-void shmem_size_get(size_t *dest, const size_t *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(size_t), pe, false, "shmem_size_get"); }
-void shmem_size_put_nbi(size_t *dest, const size_t *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(size_t), pe, true, "shmem_size_put_nbi"); }
-void shmem_size_get_nbi(size_t *dest, const size_t *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(size_t), pe, true, "shmem_size_get_nbi"); }
-void shmem_size_iput(size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(size_t), pe, "shmem_size_iput"); }
-void shmem_size_iget(size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(size_t), pe, "shmem_size_iget"); }
-void shmem_size_ibput(size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(size_t), pe, "shmem_size_ibput"); }
-void shmem_size_ibget(size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(size_t), pe, "shmem_size_ibget"); }
-void shmem_size_p(size_t *dest, size_t value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(size_t), pe, false, "shmem_size_p"); }
-size_t shmem_size_g(const size_t *source, int pe) { size_t v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(size_t), pe, false, "shmem_size_g"); return v; }
-void shmem_size_put_signal(size_t *dest, const size_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(size_t), sig_addr, signal, sig_op, pe, false, "shmem_size_put_signal"); }
-void shmem_size_put_signal_nbi(size_t *dest, const size_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(size_t), sig_addr, signal, sig_op, pe, true, "shmem_size_put_signal_nbi"); }
-void shmem_ptrdiff_put(ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(ptrdiff_t), pe, false, "shmem_ptrdiff_put"); }
-void shmem_ptrdiff_get(ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(ptrdiff_t), pe, false, "shmem_ptrdiff_get"); }
-void shmem_ptrdiff_put_nbi(ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(ptrdiff_t), pe, true, "shmem_ptrdiff_put_nbi"); }
-void shmem_ptrdiff_get_nbi(ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(ptrdiff_t), pe, true, "shmem_ptrdiff_get_nbi"); }
-void shmem_ptrdiff_iput(ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(ptrdiff_t), pe, "shmem_ptrdiff_iput"); }
-void shmem_ptrdiff_iget(ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(ptrdiff_t), pe, "shmem_ptrdiff_iget"); }
-void shmem_ptrdiff_ibput(ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(ptrdiff_t), pe, "shmem_ptrdiff_ibput"); }
-void shmem_ptrdiff_ibget(ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(ptrdiff_t), pe, "shmem_ptrdiff_ibget"); }
-void shmem_ptrdiff_p(ptrdiff_t *dest, ptrdiff_t value, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(ptrdiff_t), pe, false, "shmem_ptrdiff_p"); }
-ptrdiff_t shmem_ptrdiff_g(const ptrdiff_t *source, int pe) { ptrdiff_t v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(ptrdiff_t), pe, false, "shmem_ptrdiff_g"); return v; }
-void shmem_ptrdiff_put_signal(ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(ptrdiff_t), sig_addr, signal, sig_op, pe, false, "shmem_ptrdiff_put_signal"); }
-void shmem_ptrdiff_put_signal_nbi(ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(ptrdiff_t), sig_addr, signal, sig_op, pe, true, "shmem_ptrdiff_put_signal_nbi"); }
-void shmem_put8(void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * 1, pe, false, "shmem_put8"); }
-void shmem_put8_nbi(void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * 1, pe, true, "shmem_put8_nbi"); }
-void shmem_ibput8(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, 1, pe, "shmem_ibput8"); }
-void shmem_iput8(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, 1, pe, "shmem_iput8"); }
-void shmem_get8(void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * 1, pe, false, "shmem_get8"); }
-void shmem_get8_nbi(void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * 1, pe, true, "shmem_get8_nbi"); }
-void shmem_ibget8(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, 1, pe, "shmem_ibget8"); }
-void shmem_iget8(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, 1, pe, "shmem_iget8"); }
-void shmem_put8_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * 1, sig_addr, signal, sig_op, pe, false, "shmem_put8_signal"); }
-void shmem_put8_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * 1, sig_addr, signal, sig_op, pe, true, "shmem_put8_signal_nbi"); }
-void shmem_put16(void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * 2, pe, false, "shmem_put16"); }
-void shmem_put16_nbi(void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * 2, pe, true, "shmem_put16_nbi"); }
-void shmem_ibput16(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, 2, pe, "shmem_ibput16"); }
-void shmem_iput16(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, 2, pe, "shmem_iput16"); }
-void shmem_get16(void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * 2, pe, false, "shmem_get16"); }
-void shmem_get16_nbi(void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * 2, pe, true, "shmem_get16_nbi"); }
-void shmem_ibget16(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, 2, pe, "shmem_ibget16"); }
-void shmem_iget16(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, 2, pe, "shmem_iget16"); }
-void shmem_put16_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * 2, sig_addr, signal, sig_op, pe, false, "shmem_put16_signal"); }
-void shmem_put16_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * 2, sig_addr, signal, sig_op, pe, true, "shmem_put16_signal_nbi"); }
-void shmem_put32(void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * 4, pe, false, "shmem_put32"); }
-void shmem_put32_nbi(void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * 4, pe, true, "shmem_put32_nbi"); }
-void shmem_ibput32(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, 4, pe, "shmem_ibput32"); }
-void shmem_iput32(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, 4, pe, "shmem_iput32"); }
-void shmem_get32(void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * 4, pe, false, "shmem_get32"); }
-void shmem_get32_nbi(void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * 4, pe, true, "shmem_get32_nbi"); }
-void shmem_ibget32(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, 4, pe, "shmem_ibget32"); }
-void shmem_iget32(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, 4, pe, "shmem_iget32"); }
-void shmem_put32_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * 4, sig_addr, signal, sig_op, pe, false, "shmem_put32_signal"); }
-void shmem_put32_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * 4, sig_addr, signal, sig_op, pe, true, "shmem_put32_signal_nbi"); }
-void shmem_put64(void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * 8, pe, false, "shmem_put64"); }
-void shmem_put64_nbi(void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * 8, pe, true, "shmem_put64_nbi"); }
-void shmem_ibput64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, 8, pe, "shmem_ibput64"); }
-void shmem_iput64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, 8, pe, "shmem_iput64"); }
-void shmem_get64(void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * 8, pe, false, "shmem_get64"); }
-void shmem_get64_nbi(void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * 8, pe, true, "shmem_get64_nbi"); }
-void shmem_ibget64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, 8, pe, "shmem_ibget64"); }
-void shmem_iget64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, 8, pe, "shmem_iget64"); }
-void shmem_put64_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * 8, sig_addr, signal, sig_op, pe, false, "shmem_put64_signal"); }
-void shmem_put64_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * 8, sig_addr, signal, sig_op, pe, true, "shmem_put64_signal_nbi"); }
-void shmem_put128(void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * 16, pe, false, "shmem_put128"); }
-void shmem_put128_nbi(void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * 16, pe, true, "shmem_put128_nbi"); }
-void shmem_ibput128(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, 16, pe, "shmem_ibput128"); }
-void shmem_iput128(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, 16, pe, "shmem_iput128"); }
-void shmem_get128(void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * 16, pe, false, "shmem_get128"); }
-void shmem_get128_nbi(void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * 16, pe, true, "shmem_get128_nbi"); }
-void shmem_ibget128(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, 16, pe, "shmem_ibget128"); }
-void shmem_iget128(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, 16, pe, "shmem_iget128"); }
-void shmem_put128_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * 16, sig_addr, signal, sig_op, pe, false, "shmem_put128_signal"); }
-void shmem_put128_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * 16, sig_addr, signal, sig_op, pe, true, "shmem_put128_signal_nbi"); }
-void shmem_putmem(void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems, pe, false, "shmem_putmem"); }
-void shmem_putmem_nbi(void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems, pe, true, "shmem_putmem_nbi"); }
-void shmem_getmem(void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems, pe, false, "shmem_getmem"); }
-void shmem_getmem_nbi(void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems, pe, true, "shmem_getmem_nbi"); }
-void shmem_putmem_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems, sig_addr, signal, sig_op, pe, false, "shmem_putmem_signal"); }
-void shmem_putmem_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems, sig_addr, signal, sig_op, pe, true, "shmem_putmem_signal_nbi"); }
-void shmem_ctx_float_put(shmem_ctx_t ctx, float *dest, const float *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(float), pe, false, "shmem_ctx_float_put"); }
-void shmem_ctx_float_get(shmem_ctx_t ctx, float *dest, const float *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(float), pe, false, "shmem_ctx_float_get"); }
-void shmem_ctx_float_put_nbi(shmem_ctx_t ctx, float *dest, const float *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(float), pe, true, "shmem_ctx_float_put_nbi"); }
-void shmem_ctx_float_get_nbi(shmem_ctx_t ctx, float *dest, const float *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(float), pe, true, "shmem_ctx_float_get_nbi"); }
-void shmem_ctx_float_iput(shmem_ctx_t ctx, float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(float), pe, "shmem_ctx_float_iput"); }
-void shmem_ctx_float_iget(shmem_ctx_t ctx, float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(float), pe, "shmem_ctx_float_iget"); }
-void shmem_ctx_float_ibput(shmem_ctx_t ctx, float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(float), pe, "shmem_ctx_float_ibput"); }
-void shmem_ctx_float_ibget(shmem_ctx_t ctx, float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(float), pe, "shmem_ctx_float_ibget"); }
-void shmem_ctx_float_p(shmem_ctx_t ctx, float *dest, float value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(float), pe, false, "shmem_ctx_float_p"); }
-float shmem_ctx_float_g(shmem_ctx_t ctx, const float *source, int pe) { float v{}; mori::capi::get(ctx, &v, source, sizeof(float), pe, false, "shmem_ctx_float_g"); return v; }
-void shmem_ctx_float_put_signal(shmem_ctx_t ctx, float *dest, const float *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(float), sig_addr, signal, sig_op, pe, false, "shmem_ctx_float_put_signal"); }
-void shmem_ctx_float_put_signal_nbi(shmem_ctx_t ctx, float *dest, const float *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(float), sig_addr, signal, sig_op, pe, true, "shmem_ctx_float_put_signal_nbi"); }
-void shmem_ctx_double_put(shmem_ctx_t ctx, double *dest, const double *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(double), pe, false, "shmem_ctx_double_put"); }
-void shmem_ctx_double_get(shmem_ctx_t ctx, double *dest, const double *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(double), pe, false, "shmem_ctx_double_get"); }
-void shmem_ctx_double_put_nbi(shmem_ctx_t ctx, double *dest, const double *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(double), pe, true, "shmem_ctx_double_put_nbi"); }
-void shmem_ctx_double_get_nbi(shmem_ctx_t ctx, double *dest, const double *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(double), pe, true, "shmem_ctx_double_get_nbi"); }
-void shmem_ctx_double_iput(shmem_ctx_t ctx, double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(double), pe, "shmem_ctx_double_iput"); }
-void shmem_ctx_double_iget(shmem_ctx_t ctx, double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(double), pe, "shmem_ctx_double_iget"); }
-void shmem_ctx_double_ibput(shmem_ctx_t ctx, double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(double), pe, "shmem_ctx_double_ibput"); }
-void shmem_ctx_double_ibget(shmem_ctx_t ctx, double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(double), pe, "shmem_ctx_double_ibget"); }
-void shmem_ctx_double_p(shmem_ctx_t ctx, double *dest, double value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(double), pe, false, "shmem_ctx_double_p"); }
-double shmem_ctx_double_g(shmem_ctx_t ctx, const double *source, int pe) { double v{}; mori::capi::get(ctx, &v, source, sizeof(double), pe, false, "shmem_ctx_double_g"); return v; }
-void shmem_ctx_double_put_signal(shmem_ctx_t ctx, double *dest, const double *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(double), sig_addr, signal, sig_op, pe, false, "shmem_ctx_double_put_signal"); }
-void shmem_ctx_double_put_signal_nbi(shmem_ctx_t ctx, double *dest, const double *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(double), sig_addr, signal, sig_op, pe, true, "shmem_ctx_double_put_signal_nbi"); }
-void shmem_ctx_longdouble_put(shmem_ctx_t ctx, long double *dest, const long double *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(long double), pe, false, "shmem_ctx_longdouble_put"); }
-void shmem_ctx_longdouble_get(shmem_ctx_t ctx, long double *dest, const long double *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(long double), pe, false, "shmem_ctx_longdouble_get"); }
-void shmem_ctx_longdouble_put_nbi(shmem_ctx_t ctx, long double *dest, const long double *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(long double), pe, true, "shmem_ctx_longdouble_put_nbi"); }
-void shmem_ctx_longdouble_get_nbi(shmem_ctx_t ctx, long double *dest, const long double *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(long double), pe, true, "shmem_ctx_longdouble_get_nbi"); }
-void shmem_ctx_longdouble_iput(shmem_ctx_t ctx, long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(long double), pe, "shmem_ctx_longdouble_iput"); }
-void shmem_ctx_longdouble_iget(shmem_ctx_t ctx, long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(long double), pe, "shmem_ctx_longdouble_iget"); }
-void shmem_ctx_longdouble_ibput(shmem_ctx_t ctx, long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(long double), pe, "shmem_ctx_longdouble_ibput"); }
-void shmem_ctx_longdouble_ibget(shmem_ctx_t ctx, long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(long double), pe, "shmem_ctx_longdouble_ibget"); }
-void shmem_ctx_longdouble_p(shmem_ctx_t ctx, long double *dest, long double value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(long double), pe, false, "shmem_ctx_longdouble_p"); }
-long double shmem_ctx_longdouble_g(shmem_ctx_t ctx, const long double *source, int pe) { long double v{}; mori::capi::get(ctx, &v, source, sizeof(long double), pe, false, "shmem_ctx_longdouble_g"); return v; }
-void shmem_ctx_longdouble_put_signal(shmem_ctx_t ctx, long double *dest, const long double *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(long double), sig_addr, signal, sig_op, pe, false, "shmem_ctx_longdouble_put_signal"); }
-void shmem_ctx_longdouble_put_signal_nbi(shmem_ctx_t ctx, long double *dest, const long double *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(long double), sig_addr, signal, sig_op, pe, true, "shmem_ctx_longdouble_put_signal_nbi"); }
-void shmem_ctx_char_put(shmem_ctx_t ctx, char *dest, const char *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(char), pe, false, "shmem_ctx_char_put"); }
-void shmem_ctx_char_get(shmem_ctx_t ctx, char *dest, const char *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(char), pe, false, "shmem_ctx_char_get"); }
-void shmem_ctx_char_put_nbi(shmem_ctx_t ctx, char *dest, const char *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(char), pe, true, "shmem_ctx_char_put_nbi"); }
-void shmem_ctx_char_get_nbi(shmem_ctx_t ctx, char *dest, const char *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(char), pe, true, "shmem_ctx_char_get_nbi"); }
-void shmem_ctx_char_iput(shmem_ctx_t ctx, char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(char), pe, "shmem_ctx_char_iput"); }
-void shmem_ctx_char_iget(shmem_ctx_t ctx, char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(char), pe, "shmem_ctx_char_iget"); }
-void shmem_ctx_char_ibput(shmem_ctx_t ctx, char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(char), pe, "shmem_ctx_char_ibput"); }
-void shmem_ctx_char_ibget(shmem_ctx_t ctx, char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(char), pe, "shmem_ctx_char_ibget"); }
-void shmem_ctx_char_p(shmem_ctx_t ctx, char *dest, char value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(char), pe, false, "shmem_ctx_char_p"); }
-char shmem_ctx_char_g(shmem_ctx_t ctx, const char *source, int pe) { char v{}; mori::capi::get(ctx, &v, source, sizeof(char), pe, false, "shmem_ctx_char_g"); return v; }
-void shmem_ctx_char_put_signal(shmem_ctx_t ctx, char *dest, const char *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(char), sig_addr, signal, sig_op, pe, false, "shmem_ctx_char_put_signal"); }
-void shmem_ctx_char_put_signal_nbi(shmem_ctx_t ctx, char *dest, const char *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(char), sig_addr, signal, sig_op, pe, true, "shmem_ctx_char_put_signal_nbi"); }
-void shmem_ctx_schar_put(shmem_ctx_t ctx, signed char *dest, const signed char *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(signed char), pe, false, "shmem_ctx_schar_put"); }
-void shmem_ctx_schar_get(shmem_ctx_t ctx, signed char *dest, const signed char *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(signed char), pe, false, "shmem_ctx_schar_get"); }
-void shmem_ctx_schar_put_nbi(shmem_ctx_t ctx, signed char *dest, const signed char *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(signed char), pe, true, "shmem_ctx_schar_put_nbi"); }
-void shmem_ctx_schar_get_nbi(shmem_ctx_t ctx, signed char *dest, const signed char *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(signed char), pe, true, "shmem_ctx_schar_get_nbi"); }
-void shmem_ctx_schar_iput(shmem_ctx_t ctx, signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(signed char), pe, "shmem_ctx_schar_iput"); }
-void shmem_ctx_schar_iget(shmem_ctx_t ctx, signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(signed char), pe, "shmem_ctx_schar_iget"); }
-void shmem_ctx_schar_ibput(shmem_ctx_t ctx, signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(signed char), pe, "shmem_ctx_schar_ibput"); }
-void shmem_ctx_schar_ibget(shmem_ctx_t ctx, signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(signed char), pe, "shmem_ctx_schar_ibget"); }
-void shmem_ctx_schar_p(shmem_ctx_t ctx, signed char *dest, signed char value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(signed char), pe, false, "shmem_ctx_schar_p"); }
-signed char shmem_ctx_schar_g(shmem_ctx_t ctx, const signed char *source, int pe) { signed char v{}; mori::capi::get(ctx, &v, source, sizeof(signed char), pe, false, "shmem_ctx_schar_g"); return v; }
-void shmem_ctx_schar_put_signal(shmem_ctx_t ctx, signed char *dest, const signed char *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(signed char), sig_addr, signal, sig_op, pe, false, "shmem_ctx_schar_put_signal"); }
-void shmem_ctx_schar_put_signal_nbi(shmem_ctx_t ctx, signed char *dest, const signed char *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(signed char), sig_addr, signal, sig_op, pe, true, "shmem_ctx_schar_put_signal_nbi"); }
-void shmem_ctx_short_put(shmem_ctx_t ctx, short *dest, const short *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(short), pe, false, "shmem_ctx_short_put"); }
-void shmem_ctx_short_get(shmem_ctx_t ctx, short *dest, const short *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(short), pe, false, "shmem_ctx_short_get"); }
-void shmem_ctx_short_put_nbi(shmem_ctx_t ctx, short *dest, const short *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(short), pe, true, "shmem_ctx_short_put_nbi"); }
-void shmem_ctx_short_get_nbi(shmem_ctx_t ctx, short *dest, const short *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(short), pe, true, "shmem_ctx_short_get_nbi"); }
-void shmem_ctx_short_iput(shmem_ctx_t ctx, short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(short), pe, "shmem_ctx_short_iput"); }
-void shmem_ctx_short_iget(shmem_ctx_t ctx, short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(short), pe, "shmem_ctx_short_iget"); }
-void shmem_ctx_short_ibput(shmem_ctx_t ctx, short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(short), pe, "shmem_ctx_short_ibput"); }
-void shmem_ctx_short_ibget(shmem_ctx_t ctx, short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(short), pe, "shmem_ctx_short_ibget"); }
-void shmem_ctx_short_p(shmem_ctx_t ctx, short *dest, short value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(short), pe, false, "shmem_ctx_short_p"); }
-short shmem_ctx_short_g(shmem_ctx_t ctx, const short *source, int pe) { short v{}; mori::capi::get(ctx, &v, source, sizeof(short), pe, false, "shmem_ctx_short_g"); return v; }
-void shmem_ctx_short_put_signal(shmem_ctx_t ctx, short *dest, const short *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(short), sig_addr, signal, sig_op, pe, false, "shmem_ctx_short_put_signal"); }
-void shmem_ctx_short_put_signal_nbi(shmem_ctx_t ctx, short *dest, const short *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(short), sig_addr, signal, sig_op, pe, true, "shmem_ctx_short_put_signal_nbi"); }
-void shmem_ctx_int_put(shmem_ctx_t ctx, int *dest, const int *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(int), pe, false, "shmem_ctx_int_put"); }
-void shmem_ctx_int_get(shmem_ctx_t ctx, int *dest, const int *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(int), pe, false, "shmem_ctx_int_get"); }
-void shmem_ctx_int_put_nbi(shmem_ctx_t ctx, int *dest, const int *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(int), pe, true, "shmem_ctx_int_put_nbi"); }
-void shmem_ctx_int_get_nbi(shmem_ctx_t ctx, int *dest, const int *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(int), pe, true, "shmem_ctx_int_get_nbi"); }
-void shmem_ctx_int_iput(shmem_ctx_t ctx, int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(int), pe, "shmem_ctx_int_iput"); }
-void shmem_ctx_int_iget(shmem_ctx_t ctx, int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(int), pe, "shmem_ctx_int_iget"); }
-void shmem_ctx_int_ibput(shmem_ctx_t ctx, int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(int), pe, "shmem_ctx_int_ibput"); }
-void shmem_ctx_int_ibget(shmem_ctx_t ctx, int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(int), pe, "shmem_ctx_int_ibget"); }
-void shmem_ctx_int_p(shmem_ctx_t ctx, int *dest, int value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(int), pe, false, "shmem_ctx_int_p"); }
-int shmem_ctx_int_g(shmem_ctx_t ctx, const int *source, int pe) { int v{}; mori::capi::get(ctx, &v, source, sizeof(int), pe, false, "shmem_ctx_int_g"); return v; }
-void shmem_ctx_int_put_signal(shmem_ctx_t ctx, int *dest, const int *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(int), sig_addr, signal, sig_op, pe, false, "shmem_ctx_int_put_signal"); }
-void shmem_ctx_int_put_signal_nbi(shmem_ctx_t ctx, int *dest, const int *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(int), sig_addr, signal, sig_op, pe, true, "shmem_ctx_int_put_signal_nbi"); }
-void shmem_ctx_long_put(shmem_ctx_t ctx, long *dest, const long *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(long), pe, false, "shmem_ctx_long_put"); }
-void shmem_ctx_long_get(shmem_ctx_t ctx, long *dest, const long *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(long), pe, false, "shmem_ctx_long_get"); }
-void shmem_ctx_long_put_nbi(shmem_ctx_t ctx, long *dest, const long *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(long), pe, true, "shmem_ctx_long_put_nbi"); }
-void shmem_ctx_long_get_nbi(shmem_ctx_t ctx, long *dest, const long *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(long), pe, true, "shmem_ctx_long_get_nbi"); }
-void shmem_ctx_long_iput(shmem_ctx_t ctx, long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(long), pe, "shmem_ctx_long_iput"); }
-void shmem_ctx_long_iget(shmem_ctx_t ctx, long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(long), pe, "shmem_ctx_long_iget"); }
-void shmem_ctx_long_ibput(shmem_ctx_t ctx, long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(long), pe, "shmem_ctx_long_ibput"); }
-void shmem_ctx_long_ibget(shmem_ctx_t ctx, long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(long), pe, "shmem_ctx_long_ibget"); }
-void shmem_ctx_long_p(shmem_ctx_t ctx, long *dest, long value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(long), pe, false, "shmem_ctx_long_p"); }
-long shmem_ctx_long_g(shmem_ctx_t ctx, const long *source, int pe) { long v{}; mori::capi::get(ctx, &v, source, sizeof(long), pe, false, "shmem_ctx_long_g"); return v; }
-void shmem_ctx_long_put_signal(shmem_ctx_t ctx, long *dest, const long *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(long), sig_addr, signal, sig_op, pe, false, "shmem_ctx_long_put_signal"); }
-void shmem_ctx_long_put_signal_nbi(shmem_ctx_t ctx, long *dest, const long *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(long), sig_addr, signal, sig_op, pe, true, "shmem_ctx_long_put_signal_nbi"); }
-void shmem_ctx_longlong_put(shmem_ctx_t ctx, long long *dest, const long long *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(long long), pe, false, "shmem_ctx_longlong_put"); }
-void shmem_ctx_longlong_get(shmem_ctx_t ctx, long long *dest, const long long *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(long long), pe, false, "shmem_ctx_longlong_get"); }
-void shmem_ctx_longlong_put_nbi(shmem_ctx_t ctx, long long *dest, const long long *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(long long), pe, true, "shmem_ctx_longlong_put_nbi"); }
-void shmem_ctx_longlong_get_nbi(shmem_ctx_t ctx, long long *dest, const long long *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(long long), pe, true, "shmem_ctx_longlong_get_nbi"); }
-void shmem_ctx_longlong_iput(shmem_ctx_t ctx, long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(long long), pe, "shmem_ctx_longlong_iput"); }
-void shmem_ctx_longlong_iget(shmem_ctx_t ctx, long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(long long), pe, "shmem_ctx_longlong_iget"); }
-void shmem_ctx_longlong_ibput(shmem_ctx_t ctx, long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(long long), pe, "shmem_ctx_longlong_ibput"); }
-void shmem_ctx_longlong_ibget(shmem_ctx_t ctx, long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(long long), pe, "shmem_ctx_longlong_ibget"); }
-void shmem_ctx_longlong_p(shmem_ctx_t ctx, long long *dest, long long value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(long long), pe, false, "shmem_ctx_longlong_p"); }
-long long shmem_ctx_longlong_g(shmem_ctx_t ctx, const long long *source, int pe) { long long v{}; mori::capi::get(ctx, &v, source, sizeof(long long), pe, false, "shmem_ctx_longlong_g"); return v; }
-void shmem_ctx_longlong_put_signal(shmem_ctx_t ctx, long long *dest, const long long *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(long long), sig_addr, signal, sig_op, pe, false, "shmem_ctx_longlong_put_signal"); }
-void shmem_ctx_longlong_put_signal_nbi(shmem_ctx_t ctx, long long *dest, const long long *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(long long), sig_addr, signal, sig_op, pe, true, "shmem_ctx_longlong_put_signal_nbi"); }
-void shmem_ctx_uchar_put(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(unsigned char), pe, false, "shmem_ctx_uchar_put"); }
-void shmem_ctx_uchar_get(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(unsigned char), pe, false, "shmem_ctx_uchar_get"); }
-void shmem_ctx_uchar_put_nbi(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(unsigned char), pe, true, "shmem_ctx_uchar_put_nbi"); }
-void shmem_ctx_uchar_get_nbi(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(unsigned char), pe, true, "shmem_ctx_uchar_get_nbi"); }
-void shmem_ctx_uchar_iput(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(unsigned char), pe, "shmem_ctx_uchar_iput"); }
-void shmem_ctx_uchar_iget(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(unsigned char), pe, "shmem_ctx_uchar_iget"); }
-void shmem_ctx_uchar_ibput(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned char), pe, "shmem_ctx_uchar_ibput"); }
-void shmem_ctx_uchar_ibget(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned char), pe, "shmem_ctx_uchar_ibget"); }
-void shmem_ctx_uchar_p(shmem_ctx_t ctx, unsigned char *dest, unsigned char value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(unsigned char), pe, false, "shmem_ctx_uchar_p"); }
-unsigned char shmem_ctx_uchar_g(shmem_ctx_t ctx, const unsigned char *source, int pe) { unsigned char v{}; mori::capi::get(ctx, &v, source, sizeof(unsigned char), pe, false, "shmem_ctx_uchar_g"); return v; }
-void shmem_ctx_uchar_put_signal(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(unsigned char), sig_addr, signal, sig_op, pe, false, "shmem_ctx_uchar_put_signal"); }
-void shmem_ctx_uchar_put_signal_nbi(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(unsigned char), sig_addr, signal, sig_op, pe, true, "shmem_ctx_uchar_put_signal_nbi"); }
-void shmem_ctx_ushort_put(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(unsigned short), pe, false, "shmem_ctx_ushort_put"); }
-void shmem_ctx_ushort_get(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(unsigned short), pe, false, "shmem_ctx_ushort_get"); }
-void shmem_ctx_ushort_put_nbi(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(unsigned short), pe, true, "shmem_ctx_ushort_put_nbi"); }
-void shmem_ctx_ushort_get_nbi(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(unsigned short), pe, true, "shmem_ctx_ushort_get_nbi"); }
-void shmem_ctx_ushort_iput(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(unsigned short), pe, "shmem_ctx_ushort_iput"); }
-void shmem_ctx_ushort_iget(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(unsigned short), pe, "shmem_ctx_ushort_iget"); }
-void shmem_ctx_ushort_ibput(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned short), pe, "shmem_ctx_ushort_ibput"); }
-void shmem_ctx_ushort_ibget(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned short), pe, "shmem_ctx_ushort_ibget"); }
-void shmem_ctx_ushort_p(shmem_ctx_t ctx, unsigned short *dest, unsigned short value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(unsigned short), pe, false, "shmem_ctx_ushort_p"); }
-unsigned short shmem_ctx_ushort_g(shmem_ctx_t ctx, const unsigned short *source, int pe) { unsigned short v{}; mori::capi::get(ctx, &v, source, sizeof(unsigned short), pe, false, "shmem_ctx_ushort_g"); return v; }
-void shmem_ctx_ushort_put_signal(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(unsigned short), sig_addr, signal, sig_op, pe, false, "shmem_ctx_ushort_put_signal"); }
-void shmem_ctx_ushort_put_signal_nbi(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(unsigned short), sig_addr, signal, sig_op, pe, true, "shmem_ctx_ushort_put_signal_nbi"); }
-void shmem_ctx_uint_put(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(unsigned int), pe, false, "shmem_ctx_uint_put"); }
-void shmem_ctx_uint_get(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(unsigned int), pe, false, "shmem_ctx_uint_get"); }
-void shmem_ctx_uint_put_nbi(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(unsigned int), pe, true, "shmem_ctx_uint_put_nbi"); }
-void shmem_ctx_uint_get_nbi(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(unsigned int), pe, true, "shmem_ctx_uint_get_nbi"); }
-void shmem_ctx_uint_iput(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(unsigned int), pe, "shmem_ctx_uint_iput"); }
-void shmem_ctx_uint_iget(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(unsigned int), pe, "shmem_ctx_uint_iget"); }
-void shmem_ctx_uint_ibput(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned int), pe, "shmem_ctx_uint_ibput"); }
-void shmem_ctx_uint_ibget(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned int), pe, "shmem_ctx_uint_ibget"); }
-void shmem_ctx_uint_p(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(unsigned int), pe, false, "shmem_ctx_uint_p"); }
-unsigned int shmem_ctx_uint_g(shmem_ctx_t ctx, const unsigned int *source, int pe) { unsigned int v{}; mori::capi::get(ctx, &v, source, sizeof(unsigned int), pe, false, "shmem_ctx_uint_g"); return v; }
-void shmem_ctx_uint_put_signal(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(unsigned int), sig_addr, signal, sig_op, pe, false, "shmem_ctx_uint_put_signal"); }
-void shmem_ctx_uint_put_signal_nbi(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(unsigned int), sig_addr, signal, sig_op, pe, true, "shmem_ctx_uint_put_signal_nbi"); }
-void shmem_ctx_ulong_put(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(unsigned long), pe, false, "shmem_ctx_ulong_put"); }
-void shmem_ctx_ulong_get(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(unsigned long), pe, false, "shmem_ctx_ulong_get"); }
-void shmem_ctx_ulong_put_nbi(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(unsigned long), pe, true, "shmem_ctx_ulong_put_nbi"); }
-void shmem_ctx_ulong_get_nbi(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(unsigned long), pe, true, "shmem_ctx_ulong_get_nbi"); }
-void shmem_ctx_ulong_iput(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(unsigned long), pe, "shmem_ctx_ulong_iput"); }
-void shmem_ctx_ulong_iget(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(unsigned long), pe, "shmem_ctx_ulong_iget"); }
-void shmem_ctx_ulong_ibput(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned long), pe, "shmem_ctx_ulong_ibput"); }
-void shmem_ctx_ulong_ibget(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned long), pe, "shmem_ctx_ulong_ibget"); }
-void shmem_ctx_ulong_p(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(unsigned long), pe, false, "shmem_ctx_ulong_p"); }
-unsigned long shmem_ctx_ulong_g(shmem_ctx_t ctx, const unsigned long *source, int pe) { unsigned long v{}; mori::capi::get(ctx, &v, source, sizeof(unsigned long), pe, false, "shmem_ctx_ulong_g"); return v; }
-void shmem_ctx_ulong_put_signal(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(unsigned long), sig_addr, signal, sig_op, pe, false, "shmem_ctx_ulong_put_signal"); }
-void shmem_ctx_ulong_put_signal_nbi(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(unsigned long), sig_addr, signal, sig_op, pe, true, "shmem_ctx_ulong_put_signal_nbi"); }
-void shmem_ctx_ulonglong_put(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(unsigned long long), pe, false, "shmem_ctx_ulonglong_put"); }
-void shmem_ctx_ulonglong_get(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(unsigned long long), pe, false, "shmem_ctx_ulonglong_get"); }
-void shmem_ctx_ulonglong_put_nbi(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(unsigned long long), pe, true, "shmem_ctx_ulonglong_put_nbi"); }
-void shmem_ctx_ulonglong_get_nbi(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(unsigned long long), pe, true, "shmem_ctx_ulonglong_get_nbi"); }
-void shmem_ctx_ulonglong_iput(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(unsigned long long), pe, "shmem_ctx_ulonglong_iput"); }
-void shmem_ctx_ulonglong_iget(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(unsigned long long), pe, "shmem_ctx_ulonglong_iget"); }
-void shmem_ctx_ulonglong_ibput(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned long long), pe, "shmem_ctx_ulonglong_ibput"); }
-void shmem_ctx_ulonglong_ibget(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned long long), pe, "shmem_ctx_ulonglong_ibget"); }
-void shmem_ctx_ulonglong_p(shmem_ctx_t ctx, unsigned long long *dest, unsigned long long value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(unsigned long long), pe, false, "shmem_ctx_ulonglong_p"); }
-unsigned long long shmem_ctx_ulonglong_g(shmem_ctx_t ctx, const unsigned long long *source, int pe) { unsigned long long v{}; mori::capi::get(ctx, &v, source, sizeof(unsigned long long), pe, false, "shmem_ctx_ulonglong_g"); return v; }
-void shmem_ctx_ulonglong_put_signal(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(unsigned long long), sig_addr, signal, sig_op, pe, false, "shmem_ctx_ulonglong_put_signal"); }
-void shmem_ctx_ulonglong_put_signal_nbi(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(unsigned long long), sig_addr, signal, sig_op, pe, true, "shmem_ctx_ulonglong_put_signal_nbi"); }
-void shmem_ctx_int8_put(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(int8_t), pe, false, "shmem_ctx_int8_put"); }
-void shmem_ctx_int8_get(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(int8_t), pe, false, "shmem_ctx_int8_get"); }
-void shmem_ctx_int8_put_nbi(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(int8_t), pe, true, "shmem_ctx_int8_put_nbi"); }
-void shmem_ctx_int8_get_nbi(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(int8_t), pe, true, "shmem_ctx_int8_get_nbi"); }
-void shmem_ctx_int8_iput(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(int8_t), pe, "shmem_ctx_int8_iput"); }
-void shmem_ctx_int8_iget(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(int8_t), pe, "shmem_ctx_int8_iget"); }
-void shmem_ctx_int8_ibput(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(int8_t), pe, "shmem_ctx_int8_ibput"); }
-void shmem_ctx_int8_ibget(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(int8_t), pe, "shmem_ctx_int8_ibget"); }
-void shmem_ctx_int8_p(shmem_ctx_t ctx, int8_t *dest, int8_t value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(int8_t), pe, false, "shmem_ctx_int8_p"); }
-int8_t shmem_ctx_int8_g(shmem_ctx_t ctx, const int8_t *source, int pe) { int8_t v{}; mori::capi::get(ctx, &v, source, sizeof(int8_t), pe, false, "shmem_ctx_int8_g"); return v; }
-void shmem_ctx_int8_put_signal(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(int8_t), sig_addr, signal, sig_op, pe, false, "shmem_ctx_int8_put_signal"); }
-void shmem_ctx_int8_put_signal_nbi(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(int8_t), sig_addr, signal, sig_op, pe, true, "shmem_ctx_int8_put_signal_nbi"); }
-void shmem_ctx_int16_put(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(int16_t), pe, false, "shmem_ctx_int16_put"); }
-void shmem_ctx_int16_get(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(int16_t), pe, false, "shmem_ctx_int16_get"); }
-void shmem_ctx_int16_put_nbi(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(int16_t), pe, true, "shmem_ctx_int16_put_nbi"); }
-void shmem_ctx_int16_get_nbi(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(int16_t), pe, true, "shmem_ctx_int16_get_nbi"); }
-void shmem_ctx_int16_iput(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(int16_t), pe, "shmem_ctx_int16_iput"); }
-void shmem_ctx_int16_iget(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(int16_t), pe, "shmem_ctx_int16_iget"); }
-void shmem_ctx_int16_ibput(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(int16_t), pe, "shmem_ctx_int16_ibput"); }
-void shmem_ctx_int16_ibget(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(int16_t), pe, "shmem_ctx_int16_ibget"); }
-void shmem_ctx_int16_p(shmem_ctx_t ctx, int16_t *dest, int16_t value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(int16_t), pe, false, "shmem_ctx_int16_p"); }
-int16_t shmem_ctx_int16_g(shmem_ctx_t ctx, const int16_t *source, int pe) { int16_t v{}; mori::capi::get(ctx, &v, source, sizeof(int16_t), pe, false, "shmem_ctx_int16_g"); return v; }
-void shmem_ctx_int16_put_signal(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(int16_t), sig_addr, signal, sig_op, pe, false, "shmem_ctx_int16_put_signal"); }
-void shmem_ctx_int16_put_signal_nbi(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(int16_t), sig_addr, signal, sig_op, pe, true, "shmem_ctx_int16_put_signal_nbi"); }
-void shmem_ctx_int32_put(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(int32_t), pe, false, "shmem_ctx_int32_put"); }
-void shmem_ctx_int32_get(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(int32_t), pe, false, "shmem_ctx_int32_get"); }
-void shmem_ctx_int32_put_nbi(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(int32_t), pe, true, "shmem_ctx_int32_put_nbi"); }
-void shmem_ctx_int32_get_nbi(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(int32_t), pe, true, "shmem_ctx_int32_get_nbi"); }
-void shmem_ctx_int32_iput(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(int32_t), pe, "shmem_ctx_int32_iput"); }
-void shmem_ctx_int32_iget(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(int32_t), pe, "shmem_ctx_int32_iget"); }
-void shmem_ctx_int32_ibput(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(int32_t), pe, "shmem_ctx_int32_ibput"); }
-void shmem_ctx_int32_ibget(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(int32_t), pe, "shmem_ctx_int32_ibget"); }
-void shmem_ctx_int32_p(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(int32_t), pe, false, "shmem_ctx_int32_p"); }
-int32_t shmem_ctx_int32_g(shmem_ctx_t ctx, const int32_t *source, int pe) { int32_t v{}; mori::capi::get(ctx, &v, source, sizeof(int32_t), pe, false, "shmem_ctx_int32_g"); return v; }
-void shmem_ctx_int32_put_signal(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(int32_t), sig_addr, signal, sig_op, pe, false, "shmem_ctx_int32_put_signal"); }
-void shmem_ctx_int32_put_signal_nbi(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(int32_t), sig_addr, signal, sig_op, pe, true, "shmem_ctx_int32_put_signal_nbi"); }
-void shmem_ctx_int64_put(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(int64_t), pe, false, "shmem_ctx_int64_put"); }
-void shmem_ctx_int64_get(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(int64_t), pe, false, "shmem_ctx_int64_get"); }
-void shmem_ctx_int64_put_nbi(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(int64_t), pe, true, "shmem_ctx_int64_put_nbi"); }
-void shmem_ctx_int64_get_nbi(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(int64_t), pe, true, "shmem_ctx_int64_get_nbi"); }
-void shmem_ctx_int64_iput(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(int64_t), pe, "shmem_ctx_int64_iput"); }
-void shmem_ctx_int64_iget(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(int64_t), pe, "shmem_ctx_int64_iget"); }
-void shmem_ctx_int64_ibput(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(int64_t), pe, "shmem_ctx_int64_ibput"); }
-void shmem_ctx_int64_ibget(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(int64_t), pe, "shmem_ctx_int64_ibget"); }
-void shmem_ctx_int64_p(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(int64_t), pe, false, "shmem_ctx_int64_p"); }
-int64_t shmem_ctx_int64_g(shmem_ctx_t ctx, const int64_t *source, int pe) { int64_t v{}; mori::capi::get(ctx, &v, source, sizeof(int64_t), pe, false, "shmem_ctx_int64_g"); return v; }
-void shmem_ctx_int64_put_signal(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(int64_t), sig_addr, signal, sig_op, pe, false, "shmem_ctx_int64_put_signal"); }
-void shmem_ctx_int64_put_signal_nbi(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(int64_t), sig_addr, signal, sig_op, pe, true, "shmem_ctx_int64_put_signal_nbi"); }
-void shmem_ctx_uint8_put(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(uint8_t), pe, false, "shmem_ctx_uint8_put"); }
-void shmem_ctx_uint8_get(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(uint8_t), pe, false, "shmem_ctx_uint8_get"); }
-void shmem_ctx_uint8_put_nbi(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(uint8_t), pe, true, "shmem_ctx_uint8_put_nbi"); }
-void shmem_ctx_uint8_get_nbi(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(uint8_t), pe, true, "shmem_ctx_uint8_get_nbi"); }
-void shmem_ctx_uint8_iput(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(uint8_t), pe, "shmem_ctx_uint8_iput"); }
-void shmem_ctx_uint8_iget(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(uint8_t), pe, "shmem_ctx_uint8_iget"); }
-void shmem_ctx_uint8_ibput(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(uint8_t), pe, "shmem_ctx_uint8_ibput"); }
-void shmem_ctx_uint8_ibget(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(uint8_t), pe, "shmem_ctx_uint8_ibget"); }
-void shmem_ctx_uint8_p(shmem_ctx_t ctx, uint8_t *dest, uint8_t value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(uint8_t), pe, false, "shmem_ctx_uint8_p"); }
-uint8_t shmem_ctx_uint8_g(shmem_ctx_t ctx, const uint8_t *source, int pe) { uint8_t v{}; mori::capi::get(ctx, &v, source, sizeof(uint8_t), pe, false, "shmem_ctx_uint8_g"); return v; }
-void shmem_ctx_uint8_put_signal(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(uint8_t), sig_addr, signal, sig_op, pe, false, "shmem_ctx_uint8_put_signal"); }
-void shmem_ctx_uint8_put_signal_nbi(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(uint8_t), sig_addr, signal, sig_op, pe, true, "shmem_ctx_uint8_put_signal_nbi"); }
-void shmem_ctx_uint16_put(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(uint16_t), pe, false, "shmem_ctx_uint16_put"); }
-void shmem_ctx_uint16_get(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(uint16_t), pe, false, "shmem_ctx_uint16_get"); }
-void shmem_ctx_uint16_put_nbi(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(uint16_t), pe, true, "shmem_ctx_uint16_put_nbi"); }
-void shmem_ctx_uint16_get_nbi(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(uint16_t), pe, true, "shmem_ctx_uint16_get_nbi"); }
-void shmem_ctx_uint16_iput(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(uint16_t), pe, "shmem_ctx_uint16_iput"); }
-void shmem_ctx_uint16_iget(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(uint16_t), pe, "shmem_ctx_uint16_iget"); }
-void shmem_ctx_uint16_ibput(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(uint16_t), pe, "shmem_ctx_uint16_ibput"); }
-void shmem_ctx_uint16_ibget(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(uint16_t), pe, "shmem_ctx_uint16_ibget"); }
-void shmem_ctx_uint16_p(shmem_ctx_t ctx, uint16_t *dest, uint16_t value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(uint16_t), pe, false, "shmem_ctx_uint16_p"); }
-uint16_t shmem_ctx_uint16_g(shmem_ctx_t ctx, const uint16_t *source, int pe) { uint16_t v{}; mori::capi::get(ctx, &v, source, sizeof(uint16_t), pe, false, "shmem_ctx_uint16_g"); return v; }
-void shmem_ctx_uint16_put_signal(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(uint16_t), sig_addr, signal, sig_op, pe, false, "shmem_ctx_uint16_put_signal"); }
-void shmem_ctx_uint16_put_signal_nbi(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(uint16_t), sig_addr, signal, sig_op, pe, true, "shmem_ctx_uint16_put_signal_nbi"); }
-void shmem_ctx_uint32_put(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(uint32_t), pe, false, "shmem_ctx_uint32_put"); }
-void shmem_ctx_uint32_get(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(uint32_t), pe, false, "shmem_ctx_uint32_get"); }
-void shmem_ctx_uint32_put_nbi(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(uint32_t), pe, true, "shmem_ctx_uint32_put_nbi"); }
-void shmem_ctx_uint32_get_nbi(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(uint32_t), pe, true, "shmem_ctx_uint32_get_nbi"); }
-void shmem_ctx_uint32_iput(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(uint32_t), pe, "shmem_ctx_uint32_iput"); }
-void shmem_ctx_uint32_iget(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(uint32_t), pe, "shmem_ctx_uint32_iget"); }
-void shmem_ctx_uint32_ibput(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(uint32_t), pe, "shmem_ctx_uint32_ibput"); }
-void shmem_ctx_uint32_ibget(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(uint32_t), pe, "shmem_ctx_uint32_ibget"); }
-void shmem_ctx_uint32_p(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(uint32_t), pe, false, "shmem_ctx_uint32_p"); }
-uint32_t shmem_ctx_uint32_g(shmem_ctx_t ctx, const uint32_t *source, int pe) { uint32_t v{}; mori::capi::get(ctx, &v, source, sizeof(uint32_t), pe, false, "shmem_ctx_uint32_g"); return v; }
-void shmem_ctx_uint32_put_signal(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(uint32_t), sig_addr, signal, sig_op, pe, false, "shmem_ctx_uint32_put_signal"); }
-void shmem_ctx_uint32_put_signal_nbi(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(uint32_t), sig_addr, signal, sig_op, pe, true, "shmem_ctx_uint32_put_signal_nbi"); }
-void shmem_ctx_uint64_put(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(uint64_t), pe, false, "shmem_ctx_uint64_put"); }
-void shmem_ctx_uint64_get(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(uint64_t), pe, false, "shmem_ctx_uint64_get"); }
-void shmem_ctx_uint64_put_nbi(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(uint64_t), pe, true, "shmem_ctx_uint64_put_nbi"); }
-void shmem_ctx_uint64_get_nbi(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(uint64_t), pe, true, "shmem_ctx_uint64_get_nbi"); }
-void shmem_ctx_uint64_iput(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(uint64_t), pe, "shmem_ctx_uint64_iput"); }
-void shmem_ctx_uint64_iget(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(uint64_t), pe, "shmem_ctx_uint64_iget"); }
-void shmem_ctx_uint64_ibput(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(uint64_t), pe, "shmem_ctx_uint64_ibput"); }
-void shmem_ctx_uint64_ibget(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(uint64_t), pe, "shmem_ctx_uint64_ibget"); }
-void shmem_ctx_uint64_p(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(uint64_t), pe, false, "shmem_ctx_uint64_p"); }
-uint64_t shmem_ctx_uint64_g(shmem_ctx_t ctx, const uint64_t *source, int pe) { uint64_t v{}; mori::capi::get(ctx, &v, source, sizeof(uint64_t), pe, false, "shmem_ctx_uint64_g"); return v; }
-void shmem_ctx_uint64_put_signal(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(uint64_t), sig_addr, signal, sig_op, pe, false, "shmem_ctx_uint64_put_signal"); }
-void shmem_ctx_uint64_put_signal_nbi(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(uint64_t), sig_addr, signal, sig_op, pe, true, "shmem_ctx_uint64_put_signal_nbi"); }
-void shmem_ctx_size_put(shmem_ctx_t ctx, size_t *dest, const size_t *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(size_t), pe, false, "shmem_ctx_size_put"); }
-void shmem_ctx_size_get(shmem_ctx_t ctx, size_t *dest, const size_t *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(size_t), pe, false, "shmem_ctx_size_get"); }
-void shmem_ctx_size_put_nbi(shmem_ctx_t ctx, size_t *dest, const size_t *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(size_t), pe, true, "shmem_ctx_size_put_nbi"); }
-void shmem_ctx_size_get_nbi(shmem_ctx_t ctx, size_t *dest, const size_t *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(size_t), pe, true, "shmem_ctx_size_get_nbi"); }
-void shmem_ctx_size_iput(shmem_ctx_t ctx, size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(size_t), pe, "shmem_ctx_size_iput"); }
-void shmem_ctx_size_iget(shmem_ctx_t ctx, size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(size_t), pe, "shmem_ctx_size_iget"); }
-void shmem_ctx_size_ibput(shmem_ctx_t ctx, size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(size_t), pe, "shmem_ctx_size_ibput"); }
-void shmem_ctx_size_ibget(shmem_ctx_t ctx, size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(size_t), pe, "shmem_ctx_size_ibget"); }
-void shmem_ctx_size_p(shmem_ctx_t ctx, size_t *dest, size_t value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(size_t), pe, false, "shmem_ctx_size_p"); }
-size_t shmem_ctx_size_g(shmem_ctx_t ctx, const size_t *source, int pe) { size_t v{}; mori::capi::get(ctx, &v, source, sizeof(size_t), pe, false, "shmem_ctx_size_g"); return v; }
-void shmem_ctx_size_put_signal(shmem_ctx_t ctx, size_t *dest, const size_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(size_t), sig_addr, signal, sig_op, pe, false, "shmem_ctx_size_put_signal"); }
-void shmem_ctx_size_put_signal_nbi(shmem_ctx_t ctx, size_t *dest, const size_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(size_t), sig_addr, signal, sig_op, pe, true, "shmem_ctx_size_put_signal_nbi"); }
-void shmem_ctx_ptrdiff_put(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(ptrdiff_t), pe, false, "shmem_ctx_ptrdiff_put"); }
-void shmem_ctx_ptrdiff_get(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(ptrdiff_t), pe, false, "shmem_ctx_ptrdiff_get"); }
-void shmem_ctx_ptrdiff_put_nbi(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * sizeof(ptrdiff_t), pe, true, "shmem_ctx_ptrdiff_put_nbi"); }
-void shmem_ctx_ptrdiff_get_nbi(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * sizeof(ptrdiff_t), pe, true, "shmem_ctx_ptrdiff_get_nbi"); }
-void shmem_ctx_ptrdiff_iput(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(ptrdiff_t), pe, "shmem_ctx_ptrdiff_iput"); }
-void shmem_ctx_ptrdiff_iget(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(ptrdiff_t), pe, "shmem_ctx_ptrdiff_iget"); }
-void shmem_ctx_ptrdiff_ibput(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(ptrdiff_t), pe, "shmem_ctx_ptrdiff_ibput"); }
-void shmem_ctx_ptrdiff_ibget(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(ptrdiff_t), pe, "shmem_ctx_ptrdiff_ibget"); }
-void shmem_ctx_ptrdiff_p(shmem_ctx_t ctx, ptrdiff_t *dest, ptrdiff_t value, int pe) { mori::capi::put(ctx, dest, &value, sizeof(ptrdiff_t), pe, false, "shmem_ctx_ptrdiff_p"); }
-ptrdiff_t shmem_ctx_ptrdiff_g(shmem_ctx_t ctx, const ptrdiff_t *source, int pe) { ptrdiff_t v{}; mori::capi::get(ctx, &v, source, sizeof(ptrdiff_t), pe, false, "shmem_ctx_ptrdiff_g"); return v; }
-void shmem_ctx_ptrdiff_put_signal(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(ptrdiff_t), sig_addr, signal, sig_op, pe, false, "shmem_ctx_ptrdiff_put_signal"); }
-void shmem_ctx_ptrdiff_put_signal_nbi(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * sizeof(ptrdiff_t), sig_addr, signal, sig_op, pe, true, "shmem_ctx_ptrdiff_put_signal_nbi"); }
-void shmem_ctx_put8(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * 1, pe, false, "shmem_ctx_put8"); }
-void shmem_ctx_put8_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * 1, pe, true, "shmem_ctx_put8_nbi"); }
-void shmem_ctx_ibput8(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, 1, pe, "shmem_ctx_ibput8"); }
-void shmem_ctx_iput8(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, 1, pe, "shmem_ctx_iput8"); }
-void shmem_ctx_get8(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * 1, pe, false, "shmem_ctx_get8"); }
-void shmem_ctx_get8_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * 1, pe, true, "shmem_ctx_get8_nbi"); }
-void shmem_ctx_ibget8(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, 1, pe, "shmem_ctx_ibget8"); }
-void shmem_ctx_iget8(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, 1, pe, "shmem_ctx_iget8"); }
-void shmem_ctx_put8_signal(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * 1, sig_addr, signal, sig_op, pe, false, "shmem_ctx_put8_signal"); }
-void shmem_ctx_put8_signal_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * 1, sig_addr, signal, sig_op, pe, true, "shmem_ctx_put8_signal_nbi"); }
-void shmem_ctx_put16(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * 2, pe, false, "shmem_ctx_put16"); }
-void shmem_ctx_put16_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * 2, pe, true, "shmem_ctx_put16_nbi"); }
-void shmem_ctx_ibput16(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, 2, pe, "shmem_ctx_ibput16"); }
-void shmem_ctx_iput16(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, 2, pe, "shmem_ctx_iput16"); }
-void shmem_ctx_get16(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * 2, pe, false, "shmem_ctx_get16"); }
-void shmem_ctx_get16_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * 2, pe, true, "shmem_ctx_get16_nbi"); }
-void shmem_ctx_ibget16(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, 2, pe, "shmem_ctx_ibget16"); }
-void shmem_ctx_iget16(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, 2, pe, "shmem_ctx_iget16"); }
-void shmem_ctx_put16_signal(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * 2, sig_addr, signal, sig_op, pe, false, "shmem_ctx_put16_signal"); }
-void shmem_ctx_put16_signal_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * 2, sig_addr, signal, sig_op, pe, true, "shmem_ctx_put16_signal_nbi"); }
-void shmem_ctx_put32(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * 4, pe, false, "shmem_ctx_put32"); }
-void shmem_ctx_put32_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * 4, pe, true, "shmem_ctx_put32_nbi"); }
-void shmem_ctx_ibput32(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, 4, pe, "shmem_ctx_ibput32"); }
-void shmem_ctx_iput32(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, 4, pe, "shmem_ctx_iput32"); }
-void shmem_ctx_get32(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * 4, pe, false, "shmem_ctx_get32"); }
-void shmem_ctx_get32_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * 4, pe, true, "shmem_ctx_get32_nbi"); }
-void shmem_ctx_ibget32(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, 4, pe, "shmem_ctx_ibget32"); }
-void shmem_ctx_iget32(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, 4, pe, "shmem_ctx_iget32"); }
-void shmem_ctx_put32_signal(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * 4, sig_addr, signal, sig_op, pe, false, "shmem_ctx_put32_signal"); }
-void shmem_ctx_put32_signal_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * 4, sig_addr, signal, sig_op, pe, true, "shmem_ctx_put32_signal_nbi"); }
-void shmem_ctx_put64(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * 8, pe, false, "shmem_ctx_put64"); }
-void shmem_ctx_put64_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * 8, pe, true, "shmem_ctx_put64_nbi"); }
-void shmem_ctx_ibput64(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, 8, pe, "shmem_ctx_ibput64"); }
-void shmem_ctx_iput64(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, 8, pe, "shmem_ctx_iput64"); }
-void shmem_ctx_get64(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * 8, pe, false, "shmem_ctx_get64"); }
-void shmem_ctx_get64_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * 8, pe, true, "shmem_ctx_get64_nbi"); }
-void shmem_ctx_ibget64(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, 8, pe, "shmem_ctx_ibget64"); }
-void shmem_ctx_iget64(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, 8, pe, "shmem_ctx_iget64"); }
-void shmem_ctx_put64_signal(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * 8, sig_addr, signal, sig_op, pe, false, "shmem_ctx_put64_signal"); }
-void shmem_ctx_put64_signal_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * 8, sig_addr, signal, sig_op, pe, true, "shmem_ctx_put64_signal_nbi"); }
-void shmem_ctx_put128(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * 16, pe, false, "shmem_ctx_put128"); }
-void shmem_ctx_put128_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems * 16, pe, true, "shmem_ctx_put128_nbi"); }
-void shmem_ctx_ibput128(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, 16, pe, "shmem_ctx_ibput128"); }
-void shmem_ctx_iput128(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iput(ctx, dest, source, dst, sst, nelems, 16, pe, "shmem_ctx_iput128"); }
-void shmem_ctx_get128(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * 16, pe, false, "shmem_ctx_get128"); }
-void shmem_ctx_get128_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems * 16, pe, true, "shmem_ctx_get128_nbi"); }
-void shmem_ctx_ibget128(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) { mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, 16, pe, "shmem_ctx_ibget128"); }
-void shmem_ctx_iget128(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { mori::capi::iget(ctx, dest, source, dst, sst, nelems, 16, pe, "shmem_ctx_iget128"); }
-void shmem_ctx_put128_signal(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * 16, sig_addr, signal, sig_op, pe, false, "shmem_ctx_put128_signal"); }
-void shmem_ctx_put128_signal_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems * 16, sig_addr, signal, sig_op, pe, true, "shmem_ctx_put128_signal_nbi"); }
-void shmem_ctx_putmem(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems, pe, false, "shmem_ctx_putmem"); }
-void shmem_ctx_putmem_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::put(ctx, dest, source, nelems, pe, true, "shmem_ctx_putmem_nbi"); }
-void shmem_ctx_getmem(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems, pe, false, "shmem_ctx_getmem"); }
-void shmem_ctx_getmem_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) { mori::capi::get(ctx, dest, source, nelems, pe, true, "shmem_ctx_getmem_nbi"); }
-void shmem_ctx_putmem_signal(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems, sig_addr, signal, sig_op, pe, false, "shmem_ctx_putmem_signal"); }
-void shmem_ctx_putmem_signal_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) { mori::capi::put_signal(ctx, dest, source, nelems, sig_addr, signal, sig_op, pe, true, "shmem_ctx_putmem_signal_nbi"); }
-float shmem_float_atomic_fetch(const float *source, int pe) { return mori::capi::from_bits<float>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<float*>(source), mori::AmoOp::kFetch, sizeof(float), 0, 0, pe, "shmem_float_atomic_fetch")); }
-void shmem_float_atomic_fetch_nbi(float *fetch, const float *source, int pe) { *fetch = mori::capi::from_bits<float>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<float*>(source), mori::AmoOp::kFetch, sizeof(float), 0, 0, pe, "shmem_float_atomic_fetch_nbi")); }
-double shmem_double_atomic_fetch(const double *source, int pe) { return mori::capi::from_bits<double>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<double*>(source), mori::AmoOp::kFetch, sizeof(double), 0, 0, pe, "shmem_double_atomic_fetch")); }
-void shmem_double_atomic_fetch_nbi(double *fetch, const double *source, int pe) { *fetch = mori::capi::from_bits<double>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<double*>(source), mori::AmoOp::kFetch, sizeof(double), 0, 0, pe, "shmem_double_atomic_fetch_nbi")); }
-int shmem_int_atomic_fetch(const int *source, int pe) { return mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<int*>(source), mori::AmoOp::kFetch, sizeof(int), 0, 0, pe, "shmem_int_atomic_fetch")); }
-void shmem_int_atomic_fetch_nbi(int *fetch, const int *source, int pe) { *fetch = mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<int*>(source), mori::AmoOp::kFetch, sizeof(int), 0, 0, pe, "shmem_int_atomic_fetch_nbi")); }
-long shmem_long_atomic_fetch(const long *source, int pe) { return mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<long*>(source), mori::AmoOp::kFetch, sizeof(long), 0, 0, pe, "shmem_long_atomic_fetch")); }
-void shmem_long_atomic_fetch_nbi(long *fetch, const long *source, int pe) { *fetch = mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<long*>(source), mori::AmoOp::kFetch, sizeof(long), 0, 0, pe, "shmem_long_atomic_fetch_nbi")); }
-long long shmem_longlong_atomic_fetch(const long long *source, int pe) { return mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<long long*>(source), mori::AmoOp::kFetch, sizeof(long long), 0, 0, pe, "shmem_longlong_atomic_fetch")); }
-void shmem_longlong_atomic_fetch_nbi(long long *fetch, const long long *source, int pe) { *fetch = mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<long long*>(source), mori::AmoOp::kFetch, sizeof(long long), 0, 0, pe, "shmem_longlong_atomic_fetch_nbi")); }
-unsigned int shmem_uint_atomic_fetch(const unsigned int *source, int pe) { return mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<unsigned int*>(source), mori::AmoOp::kFetch, sizeof(unsigned int), 0, 0, pe, "shmem_uint_atomic_fetch")); }
-void shmem_uint_atomic_fetch_nbi(unsigned int *fetch, const unsigned int *source, int pe) { *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<unsigned int*>(source), mori::AmoOp::kFetch, sizeof(unsigned int), 0, 0, pe, "shmem_uint_atomic_fetch_nbi")); }
-unsigned long shmem_ulong_atomic_fetch(const unsigned long *source, int pe) { return mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<unsigned long*>(source), mori::AmoOp::kFetch, sizeof(unsigned long), 0, 0, pe, "shmem_ulong_atomic_fetch")); }
-void shmem_ulong_atomic_fetch_nbi(unsigned long *fetch, const unsigned long *source, int pe) { *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<unsigned long*>(source), mori::AmoOp::kFetch, sizeof(unsigned long), 0, 0, pe, "shmem_ulong_atomic_fetch_nbi")); }
-unsigned long long shmem_ulonglong_atomic_fetch(const unsigned long long *source, int pe) { return mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<unsigned long long*>(source), mori::AmoOp::kFetch, sizeof(unsigned long long), 0, 0, pe, "shmem_ulonglong_atomic_fetch")); }
-void shmem_ulonglong_atomic_fetch_nbi(unsigned long long *fetch, const unsigned long long *source, int pe) { *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<unsigned long long*>(source), mori::AmoOp::kFetch, sizeof(unsigned long long), 0, 0, pe, "shmem_ulonglong_atomic_fetch_nbi")); }
-int32_t shmem_int32_atomic_fetch(const int32_t *source, int pe) { return mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<int32_t*>(source), mori::AmoOp::kFetch, sizeof(int32_t), 0, 0, pe, "shmem_int32_atomic_fetch")); }
-void shmem_int32_atomic_fetch_nbi(int32_t *fetch, const int32_t *source, int pe) { *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<int32_t*>(source), mori::AmoOp::kFetch, sizeof(int32_t), 0, 0, pe, "shmem_int32_atomic_fetch_nbi")); }
-int64_t shmem_int64_atomic_fetch(const int64_t *source, int pe) { return mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<int64_t*>(source), mori::AmoOp::kFetch, sizeof(int64_t), 0, 0, pe, "shmem_int64_atomic_fetch")); }
-void shmem_int64_atomic_fetch_nbi(int64_t *fetch, const int64_t *source, int pe) { *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<int64_t*>(source), mori::AmoOp::kFetch, sizeof(int64_t), 0, 0, pe, "shmem_int64_atomic_fetch_nbi")); }
-uint32_t shmem_uint32_atomic_fetch(const uint32_t *source, int pe) { return mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<uint32_t*>(source), mori::AmoOp::kFetch, sizeof(uint32_t), 0, 0, pe, "shmem_uint32_atomic_fetch")); }
-void shmem_uint32_atomic_fetch_nbi(uint32_t *fetch, const uint32_t *source, int pe) { *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<uint32_t*>(source), mori::AmoOp::kFetch, sizeof(uint32_t), 0, 0, pe, "shmem_uint32_atomic_fetch_nbi")); }
-uint64_t shmem_uint64_atomic_fetch(const uint64_t *source, int pe) { return mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<uint64_t*>(source), mori::AmoOp::kFetch, sizeof(uint64_t), 0, 0, pe, "shmem_uint64_atomic_fetch")); }
-void shmem_uint64_atomic_fetch_nbi(uint64_t *fetch, const uint64_t *source, int pe) { *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<uint64_t*>(source), mori::AmoOp::kFetch, sizeof(uint64_t), 0, 0, pe, "shmem_uint64_atomic_fetch_nbi")); }
-size_t shmem_size_atomic_fetch(const size_t *source, int pe) { return mori::capi::from_bits<size_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<size_t*>(source), mori::AmoOp::kFetch, sizeof(size_t), 0, 0, pe, "shmem_size_atomic_fetch")); }
-void shmem_size_atomic_fetch_nbi(size_t *fetch, const size_t *source, int pe) { *fetch = mori::capi::from_bits<size_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<size_t*>(source), mori::AmoOp::kFetch, sizeof(size_t), 0, 0, pe, "shmem_size_atomic_fetch_nbi")); }
-ptrdiff_t shmem_ptrdiff_atomic_fetch(const ptrdiff_t *source, int pe) { return mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<ptrdiff_t*>(source), mori::AmoOp::kFetch, sizeof(ptrdiff_t), 0, 0, pe, "shmem_ptrdiff_atomic_fetch")); }
-void shmem_ptrdiff_atomic_fetch_nbi(ptrdiff_t *fetch, const ptrdiff_t *source, int pe) { *fetch = mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<ptrdiff_t*>(source), mori::AmoOp::kFetch, sizeof(ptrdiff_t), 0, 0, pe, "shmem_ptrdiff_atomic_fetch_nbi")); }
-void shmem_float_atomic_set(float *dest, float value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(float), mori::capi::bits<float>(value), 0, pe, "shmem_float_atomic_set"); }
-void shmem_double_atomic_set(double *dest, double value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(double), mori::capi::bits<double>(value), 0, pe, "shmem_double_atomic_set"); }
-void shmem_int_atomic_set(int *dest, int value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(int), mori::capi::bits<int>(value), 0, pe, "shmem_int_atomic_set"); }
-void shmem_long_atomic_set(long *dest, long value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(long), mori::capi::bits<long>(value), 0, pe, "shmem_long_atomic_set"); }
-void shmem_longlong_atomic_set(long long *dest, long long value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_longlong_atomic_set"); }
-void shmem_uint_atomic_set(unsigned int *dest, unsigned int value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_set"); }
-void shmem_ulong_atomic_set(unsigned long *dest, unsigned long value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_set"); }
-void shmem_ulonglong_atomic_set(unsigned long long *dest, unsigned long long value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_set"); }
-void shmem_int32_atomic_set(int32_t *dest, int32_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_set"); }
-void shmem_int64_atomic_set(int64_t *dest, int64_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_set"); }
-void shmem_uint32_atomic_set(uint32_t *dest, uint32_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_set"); }
-void shmem_uint64_atomic_set(uint64_t *dest, uint64_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_set"); }
-void shmem_size_atomic_set(size_t *dest, size_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(size_t), mori::capi::bits<size_t>(value), 0, pe, "shmem_size_atomic_set"); }
-void shmem_ptrdiff_atomic_set(ptrdiff_t *dest, ptrdiff_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), 0, pe, "shmem_ptrdiff_atomic_set"); }
-float shmem_float_atomic_swap(float *dest, float value, int pe) { return mori::capi::from_bits<float>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(float), mori::capi::bits<float>(value), 0, pe, "shmem_float_atomic_swap")); }
-void shmem_float_atomic_swap_nbi(float *fetch, float *dest, float value, int pe) { *fetch = mori::capi::from_bits<float>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(float), mori::capi::bits<float>(value), 0, pe, "shmem_float_atomic_swap_nbi")); }
-double shmem_double_atomic_swap(double *dest, double value, int pe) { return mori::capi::from_bits<double>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(double), mori::capi::bits<double>(value), 0, pe, "shmem_double_atomic_swap")); }
-void shmem_double_atomic_swap_nbi(double *fetch, double *dest, double value, int pe) { *fetch = mori::capi::from_bits<double>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(double), mori::capi::bits<double>(value), 0, pe, "shmem_double_atomic_swap_nbi")); }
-int shmem_int_atomic_swap(int *dest, int value, int pe) { return mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(int), mori::capi::bits<int>(value), 0, pe, "shmem_int_atomic_swap")); }
-void shmem_int_atomic_swap_nbi(int *fetch, int *dest, int value, int pe) { *fetch = mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(int), mori::capi::bits<int>(value), 0, pe, "shmem_int_atomic_swap_nbi")); }
-long shmem_long_atomic_swap(long *dest, long value, int pe) { return mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(long), mori::capi::bits<long>(value), 0, pe, "shmem_long_atomic_swap")); }
-void shmem_long_atomic_swap_nbi(long *fetch, long *dest, long value, int pe) { *fetch = mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(long), mori::capi::bits<long>(value), 0, pe, "shmem_long_atomic_swap_nbi")); }
-long long shmem_longlong_atomic_swap(long long *dest, long long value, int pe) { return mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_longlong_atomic_swap")); }
-void shmem_longlong_atomic_swap_nbi(long long *fetch, long long *dest, long long value, int pe) { *fetch = mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_longlong_atomic_swap_nbi")); }
-unsigned int shmem_uint_atomic_swap(unsigned int *dest, unsigned int value, int pe) { return mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_swap")); }
-void shmem_uint_atomic_swap_nbi(unsigned int *fetch, unsigned int *dest, unsigned int value, int pe) { *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_swap_nbi")); }
-unsigned long shmem_ulong_atomic_swap(unsigned long *dest, unsigned long value, int pe) { return mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_swap")); }
-void shmem_ulong_atomic_swap_nbi(unsigned long *fetch, unsigned long *dest, unsigned long value, int pe) { *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_swap_nbi")); }
-unsigned long long shmem_ulonglong_atomic_swap(unsigned long long *dest, unsigned long long value, int pe) { return mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_swap")); }
-void shmem_ulonglong_atomic_swap_nbi(unsigned long long *fetch, unsigned long long *dest, unsigned long long value, int pe) { *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_swap_nbi")); }
-int32_t shmem_int32_atomic_swap(int32_t *dest, int32_t value, int pe) { return mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_swap")); }
-void shmem_int32_atomic_swap_nbi(int32_t *fetch, int32_t *dest, int32_t value, int pe) { *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_swap_nbi")); }
-int64_t shmem_int64_atomic_swap(int64_t *dest, int64_t value, int pe) { return mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_swap")); }
-void shmem_int64_atomic_swap_nbi(int64_t *fetch, int64_t *dest, int64_t value, int pe) { *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_swap_nbi")); }
-uint32_t shmem_uint32_atomic_swap(uint32_t *dest, uint32_t value, int pe) { return mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_swap")); }
-void shmem_uint32_atomic_swap_nbi(uint32_t *fetch, uint32_t *dest, uint32_t value, int pe) { *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_swap_nbi")); }
-uint64_t shmem_uint64_atomic_swap(uint64_t *dest, uint64_t value, int pe) { return mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_swap")); }
-void shmem_uint64_atomic_swap_nbi(uint64_t *fetch, uint64_t *dest, uint64_t value, int pe) { *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_swap_nbi")); }
-size_t shmem_size_atomic_swap(size_t *dest, size_t value, int pe) { return mori::capi::from_bits<size_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(size_t), mori::capi::bits<size_t>(value), 0, pe, "shmem_size_atomic_swap")); }
-void shmem_size_atomic_swap_nbi(size_t *fetch, size_t *dest, size_t value, int pe) { *fetch = mori::capi::from_bits<size_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(size_t), mori::capi::bits<size_t>(value), 0, pe, "shmem_size_atomic_swap_nbi")); }
-ptrdiff_t shmem_ptrdiff_atomic_swap(ptrdiff_t *dest, ptrdiff_t value, int pe) { return mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), 0, pe, "shmem_ptrdiff_atomic_swap")); }
-void shmem_ptrdiff_atomic_swap_nbi(ptrdiff_t *fetch, ptrdiff_t *dest, ptrdiff_t value, int pe) { *fetch = mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), 0, pe, "shmem_ptrdiff_atomic_swap_nbi")); }
-int shmem_int_atomic_compare_swap(int *dest, int cond, int value, int pe) { return mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(int), mori::capi::bits<int>(value), mori::capi::bits<int>(cond), pe, "shmem_int_atomic_compare_swap")); }
-void shmem_int_atomic_compare_swap_nbi(int *fetch, int *dest, int cond, int value, int pe) { *fetch = mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(int), mori::capi::bits<int>(value), mori::capi::bits<int>(cond), pe, "shmem_int_atomic_compare_swap_nbi")); }
-long shmem_long_atomic_compare_swap(long *dest, long cond, long value, int pe) { return mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(long), mori::capi::bits<long>(value), mori::capi::bits<long>(cond), pe, "shmem_long_atomic_compare_swap")); }
-void shmem_long_atomic_compare_swap_nbi(long *fetch, long *dest, long cond, long value, int pe) { *fetch = mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(long), mori::capi::bits<long>(value), mori::capi::bits<long>(cond), pe, "shmem_long_atomic_compare_swap_nbi")); }
-long long shmem_longlong_atomic_compare_swap(long long *dest, long long cond, long long value, int pe) { return mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(long long), mori::capi::bits<long long>(value), mori::capi::bits<long long>(cond), pe, "shmem_longlong_atomic_compare_swap")); }
-void shmem_longlong_atomic_compare_swap_nbi(long long *fetch, long long *dest, long long cond, long long value, int pe) { *fetch = mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(long long), mori::capi::bits<long long>(value), mori::capi::bits<long long>(cond), pe, "shmem_longlong_atomic_compare_swap_nbi")); }
-unsigned int shmem_uint_atomic_compare_swap(unsigned int *dest, unsigned int cond, unsigned int value, int pe) { return mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), mori::capi::bits<unsigned int>(cond), pe, "shmem_uint_atomic_compare_swap")); }
-void shmem_uint_atomic_compare_swap_nbi(unsigned int *fetch, unsigned int *dest, unsigned int cond, unsigned int value, int pe) { *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), mori::capi::bits<unsigned int>(cond), pe, "shmem_uint_atomic_compare_swap_nbi")); }
-unsigned long shmem_ulong_atomic_compare_swap(unsigned long *dest, unsigned long cond, unsigned long value, int pe) { return mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), mori::capi::bits<unsigned long>(cond), pe, "shmem_ulong_atomic_compare_swap")); }
-void shmem_ulong_atomic_compare_swap_nbi(unsigned long *fetch, unsigned long *dest, unsigned long cond, unsigned long value, int pe) { *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), mori::capi::bits<unsigned long>(cond), pe, "shmem_ulong_atomic_compare_swap_nbi")); }
-unsigned long long shmem_ulonglong_atomic_compare_swap(unsigned long long *dest, unsigned long long cond, unsigned long long value, int pe) { return mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), mori::capi::bits<unsigned long long>(cond), pe, "shmem_ulonglong_atomic_compare_swap")); }
-void shmem_ulonglong_atomic_compare_swap_nbi(unsigned long long *fetch, unsigned long long *dest, unsigned long long cond, unsigned long long value, int pe) { *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), mori::capi::bits<unsigned long long>(cond), pe, "shmem_ulonglong_atomic_compare_swap_nbi")); }
-int32_t shmem_int32_atomic_compare_swap(int32_t *dest, int32_t cond, int32_t value, int pe) { return mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(int32_t), mori::capi::bits<int32_t>(value), mori::capi::bits<int32_t>(cond), pe, "shmem_int32_atomic_compare_swap")); }
-void shmem_int32_atomic_compare_swap_nbi(int32_t *fetch, int32_t *dest, int32_t cond, int32_t value, int pe) { *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(int32_t), mori::capi::bits<int32_t>(value), mori::capi::bits<int32_t>(cond), pe, "shmem_int32_atomic_compare_swap_nbi")); }
-int64_t shmem_int64_atomic_compare_swap(int64_t *dest, int64_t cond, int64_t value, int pe) { return mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(int64_t), mori::capi::bits<int64_t>(value), mori::capi::bits<int64_t>(cond), pe, "shmem_int64_atomic_compare_swap")); }
-void shmem_int64_atomic_compare_swap_nbi(int64_t *fetch, int64_t *dest, int64_t cond, int64_t value, int pe) { *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(int64_t), mori::capi::bits<int64_t>(value), mori::capi::bits<int64_t>(cond), pe, "shmem_int64_atomic_compare_swap_nbi")); }
-uint32_t shmem_uint32_atomic_compare_swap(uint32_t *dest, uint32_t cond, uint32_t value, int pe) { return mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), mori::capi::bits<uint32_t>(cond), pe, "shmem_uint32_atomic_compare_swap")); }
-void shmem_uint32_atomic_compare_swap_nbi(uint32_t *fetch, uint32_t *dest, uint32_t cond, uint32_t value, int pe) { *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), mori::capi::bits<uint32_t>(cond), pe, "shmem_uint32_atomic_compare_swap_nbi")); }
-uint64_t shmem_uint64_atomic_compare_swap(uint64_t *dest, uint64_t cond, uint64_t value, int pe) { return mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), mori::capi::bits<uint64_t>(cond), pe, "shmem_uint64_atomic_compare_swap")); }
-void shmem_uint64_atomic_compare_swap_nbi(uint64_t *fetch, uint64_t *dest, uint64_t cond, uint64_t value, int pe) { *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), mori::capi::bits<uint64_t>(cond), pe, "shmem_uint64_atomic_compare_swap_nbi")); }
-size_t shmem_size_atomic_compare_swap(size_t *dest, size_t cond, size_t value, int pe) { return mori::capi::from_bits<size_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(size_t), mori::capi::bits<size_t>(value), mori::capi::bits<size_t>(cond), pe, "shmem_size_atomic_compare_swap")); }
-void shmem_size_atomic_compare_swap_nbi(size_t *fetch, size_t *dest, size_t cond, size_t value, int pe) { *fetch = mori::capi::from_bits<size_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(size_t), mori::capi::bits<size_t>(value), mori::capi::bits<size_t>(cond), pe, "shmem_size_atomic_compare_swap_nbi")); }
-ptrdiff_t shmem_ptrdiff_atomic_compare_swap(ptrdiff_t *dest, ptrdiff_t cond, ptrdiff_t value, int pe) { return mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), mori::capi::bits<ptrdiff_t>(cond), pe, "shmem_ptrdiff_atomic_compare_swap")); }
-void shmem_ptrdiff_atomic_compare_swap_nbi(ptrdiff_t *fetch, ptrdiff_t *dest, ptrdiff_t cond, ptrdiff_t value, int pe) { *fetch = mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), mori::capi::bits<ptrdiff_t>(cond), pe, "shmem_ptrdiff_atomic_compare_swap_nbi")); }
-int shmem_int_atomic_fetch_inc(int *dest, int pe) { return mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(int), mori::capi::bits<int>(1), 0, pe, "shmem_int_atomic_fetch_inc")); }
-void shmem_int_atomic_fetch_inc_nbi(int *fetch, int *dest, int pe) { *fetch = mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(int), mori::capi::bits<int>(1), 0, pe, "shmem_int_atomic_fetch_inc_nbi")); }
-long shmem_long_atomic_fetch_inc(long *dest, int pe) { return mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(long), mori::capi::bits<long>(1), 0, pe, "shmem_long_atomic_fetch_inc")); }
-void shmem_long_atomic_fetch_inc_nbi(long *fetch, long *dest, int pe) { *fetch = mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(long), mori::capi::bits<long>(1), 0, pe, "shmem_long_atomic_fetch_inc_nbi")); }
-long long shmem_longlong_atomic_fetch_inc(long long *dest, int pe) { return mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(long long), mori::capi::bits<long long>(1), 0, pe, "shmem_longlong_atomic_fetch_inc")); }
-void shmem_longlong_atomic_fetch_inc_nbi(long long *fetch, long long *dest, int pe) { *fetch = mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(long long), mori::capi::bits<long long>(1), 0, pe, "shmem_longlong_atomic_fetch_inc_nbi")); }
-unsigned int shmem_uint_atomic_fetch_inc(unsigned int *dest, int pe) { return mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned int), mori::capi::bits<unsigned int>(1), 0, pe, "shmem_uint_atomic_fetch_inc")); }
-void shmem_uint_atomic_fetch_inc_nbi(unsigned int *fetch, unsigned int *dest, int pe) { *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned int), mori::capi::bits<unsigned int>(1), 0, pe, "shmem_uint_atomic_fetch_inc_nbi")); }
-unsigned long shmem_ulong_atomic_fetch_inc(unsigned long *dest, int pe) { return mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned long), mori::capi::bits<unsigned long>(1), 0, pe, "shmem_ulong_atomic_fetch_inc")); }
-void shmem_ulong_atomic_fetch_inc_nbi(unsigned long *fetch, unsigned long *dest, int pe) { *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned long), mori::capi::bits<unsigned long>(1), 0, pe, "shmem_ulong_atomic_fetch_inc_nbi")); }
-unsigned long long shmem_ulonglong_atomic_fetch_inc(unsigned long long *dest, int pe) { return mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(1), 0, pe, "shmem_ulonglong_atomic_fetch_inc")); }
-void shmem_ulonglong_atomic_fetch_inc_nbi(unsigned long long *fetch, unsigned long long *dest, int pe) { *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(1), 0, pe, "shmem_ulonglong_atomic_fetch_inc_nbi")); }
-int32_t shmem_int32_atomic_fetch_inc(int32_t *dest, int pe) { return mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(int32_t), mori::capi::bits<int32_t>(1), 0, pe, "shmem_int32_atomic_fetch_inc")); }
-void shmem_int32_atomic_fetch_inc_nbi(int32_t *fetch, int32_t *dest, int pe) { *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(int32_t), mori::capi::bits<int32_t>(1), 0, pe, "shmem_int32_atomic_fetch_inc_nbi")); }
-int64_t shmem_int64_atomic_fetch_inc(int64_t *dest, int pe) { return mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(int64_t), mori::capi::bits<int64_t>(1), 0, pe, "shmem_int64_atomic_fetch_inc")); }
-void shmem_int64_atomic_fetch_inc_nbi(int64_t *fetch, int64_t *dest, int pe) { *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(int64_t), mori::capi::bits<int64_t>(1), 0, pe, "shmem_int64_atomic_fetch_inc_nbi")); }
-uint32_t shmem_uint32_atomic_fetch_inc(uint32_t *dest, int pe) { return mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(uint32_t), mori::capi::bits<uint32_t>(1), 0, pe, "shmem_uint32_atomic_fetch_inc")); }
-void shmem_uint32_atomic_fetch_inc_nbi(uint32_t *fetch, uint32_t *dest, int pe) { *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(uint32_t), mori::capi::bits<uint32_t>(1), 0, pe, "shmem_uint32_atomic_fetch_inc_nbi")); }
-uint64_t shmem_uint64_atomic_fetch_inc(uint64_t *dest, int pe) { return mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(uint64_t), mori::capi::bits<uint64_t>(1), 0, pe, "shmem_uint64_atomic_fetch_inc")); }
-void shmem_uint64_atomic_fetch_inc_nbi(uint64_t *fetch, uint64_t *dest, int pe) { *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(uint64_t), mori::capi::bits<uint64_t>(1), 0, pe, "shmem_uint64_atomic_fetch_inc_nbi")); }
-size_t shmem_size_atomic_fetch_inc(size_t *dest, int pe) { return mori::capi::from_bits<size_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(size_t), mori::capi::bits<size_t>(1), 0, pe, "shmem_size_atomic_fetch_inc")); }
-void shmem_size_atomic_fetch_inc_nbi(size_t *fetch, size_t *dest, int pe) { *fetch = mori::capi::from_bits<size_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(size_t), mori::capi::bits<size_t>(1), 0, pe, "shmem_size_atomic_fetch_inc_nbi")); }
-ptrdiff_t shmem_ptrdiff_atomic_fetch_inc(ptrdiff_t *dest, int pe) { return mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(1), 0, pe, "shmem_ptrdiff_atomic_fetch_inc")); }
-void shmem_ptrdiff_atomic_fetch_inc_nbi(ptrdiff_t *fetch, ptrdiff_t *dest, int pe) { *fetch = mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(1), 0, pe, "shmem_ptrdiff_atomic_fetch_inc_nbi")); }
-void shmem_int_atomic_inc(int *dest, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(int), mori::capi::bits<int>(1), 0, pe, "shmem_int_atomic_inc"); }
-void shmem_long_atomic_inc(long *dest, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(long), mori::capi::bits<long>(1), 0, pe, "shmem_long_atomic_inc"); }
-void shmem_longlong_atomic_inc(long long *dest, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(long long), mori::capi::bits<long long>(1), 0, pe, "shmem_longlong_atomic_inc"); }
-void shmem_uint_atomic_inc(unsigned int *dest, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(unsigned int), mori::capi::bits<unsigned int>(1), 0, pe, "shmem_uint_atomic_inc"); }
-void shmem_ulong_atomic_inc(unsigned long *dest, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(unsigned long), mori::capi::bits<unsigned long>(1), 0, pe, "shmem_ulong_atomic_inc"); }
-void shmem_ulonglong_atomic_inc(unsigned long long *dest, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(1), 0, pe, "shmem_ulonglong_atomic_inc"); }
-void shmem_int32_atomic_inc(int32_t *dest, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(int32_t), mori::capi::bits<int32_t>(1), 0, pe, "shmem_int32_atomic_inc"); }
-void shmem_int64_atomic_inc(int64_t *dest, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(int64_t), mori::capi::bits<int64_t>(1), 0, pe, "shmem_int64_atomic_inc"); }
-void shmem_uint32_atomic_inc(uint32_t *dest, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(uint32_t), mori::capi::bits<uint32_t>(1), 0, pe, "shmem_uint32_atomic_inc"); }
-void shmem_uint64_atomic_inc(uint64_t *dest, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(uint64_t), mori::capi::bits<uint64_t>(1), 0, pe, "shmem_uint64_atomic_inc"); }
-void shmem_size_atomic_inc(size_t *dest, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(size_t), mori::capi::bits<size_t>(1), 0, pe, "shmem_size_atomic_inc"); }
-void shmem_ptrdiff_atomic_inc(ptrdiff_t *dest, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(1), 0, pe, "shmem_ptrdiff_atomic_inc"); }
-int shmem_int_atomic_fetch_add(int *dest, int value, int pe) { return mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(int), mori::capi::bits<int>(value), 0, pe, "shmem_int_atomic_fetch_add")); }
-void shmem_int_atomic_fetch_add_nbi(int *fetch, int *dest, int value, int pe) { *fetch = mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(int), mori::capi::bits<int>(value), 0, pe, "shmem_int_atomic_fetch_add_nbi")); }
-long shmem_long_atomic_fetch_add(long *dest, long value, int pe) { return mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(long), mori::capi::bits<long>(value), 0, pe, "shmem_long_atomic_fetch_add")); }
-void shmem_long_atomic_fetch_add_nbi(long *fetch, long *dest, long value, int pe) { *fetch = mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(long), mori::capi::bits<long>(value), 0, pe, "shmem_long_atomic_fetch_add_nbi")); }
-long long shmem_longlong_atomic_fetch_add(long long *dest, long long value, int pe) { return mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_longlong_atomic_fetch_add")); }
-void shmem_longlong_atomic_fetch_add_nbi(long long *fetch, long long *dest, long long value, int pe) { *fetch = mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_longlong_atomic_fetch_add_nbi")); }
-unsigned int shmem_uint_atomic_fetch_add(unsigned int *dest, unsigned int value, int pe) { return mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_fetch_add")); }
-void shmem_uint_atomic_fetch_add_nbi(unsigned int *fetch, unsigned int *dest, unsigned int value, int pe) { *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_fetch_add_nbi")); }
-unsigned long shmem_ulong_atomic_fetch_add(unsigned long *dest, unsigned long value, int pe) { return mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_fetch_add")); }
-void shmem_ulong_atomic_fetch_add_nbi(unsigned long *fetch, unsigned long *dest, unsigned long value, int pe) { *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_fetch_add_nbi")); }
-unsigned long long shmem_ulonglong_atomic_fetch_add(unsigned long long *dest, unsigned long long value, int pe) { return mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_fetch_add")); }
-void shmem_ulonglong_atomic_fetch_add_nbi(unsigned long long *fetch, unsigned long long *dest, unsigned long long value, int pe) { *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_fetch_add_nbi")); }
-int32_t shmem_int32_atomic_fetch_add(int32_t *dest, int32_t value, int pe) { return mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_fetch_add")); }
-void shmem_int32_atomic_fetch_add_nbi(int32_t *fetch, int32_t *dest, int32_t value, int pe) { *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_fetch_add_nbi")); }
-int64_t shmem_int64_atomic_fetch_add(int64_t *dest, int64_t value, int pe) { return mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_fetch_add")); }
-void shmem_int64_atomic_fetch_add_nbi(int64_t *fetch, int64_t *dest, int64_t value, int pe) { *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_fetch_add_nbi")); }
-uint32_t shmem_uint32_atomic_fetch_add(uint32_t *dest, uint32_t value, int pe) { return mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_fetch_add")); }
-void shmem_uint32_atomic_fetch_add_nbi(uint32_t *fetch, uint32_t *dest, uint32_t value, int pe) { *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_fetch_add_nbi")); }
-uint64_t shmem_uint64_atomic_fetch_add(uint64_t *dest, uint64_t value, int pe) { return mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_fetch_add")); }
-void shmem_uint64_atomic_fetch_add_nbi(uint64_t *fetch, uint64_t *dest, uint64_t value, int pe) { *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_fetch_add_nbi")); }
-size_t shmem_size_atomic_fetch_add(size_t *dest, size_t value, int pe) { return mori::capi::from_bits<size_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(size_t), mori::capi::bits<size_t>(value), 0, pe, "shmem_size_atomic_fetch_add")); }
-void shmem_size_atomic_fetch_add_nbi(size_t *fetch, size_t *dest, size_t value, int pe) { *fetch = mori::capi::from_bits<size_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(size_t), mori::capi::bits<size_t>(value), 0, pe, "shmem_size_atomic_fetch_add_nbi")); }
-ptrdiff_t shmem_ptrdiff_atomic_fetch_add(ptrdiff_t *dest, ptrdiff_t value, int pe) { return mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), 0, pe, "shmem_ptrdiff_atomic_fetch_add")); }
-void shmem_ptrdiff_atomic_fetch_add_nbi(ptrdiff_t *fetch, ptrdiff_t *dest, ptrdiff_t value, int pe) { *fetch = mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), 0, pe, "shmem_ptrdiff_atomic_fetch_add_nbi")); }
-void shmem_int_atomic_add(int *dest, int value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(int), mori::capi::bits<int>(value), 0, pe, "shmem_int_atomic_add"); }
-void shmem_long_atomic_add(long *dest, long value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(long), mori::capi::bits<long>(value), 0, pe, "shmem_long_atomic_add"); }
-void shmem_longlong_atomic_add(long long *dest, long long value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_longlong_atomic_add"); }
-void shmem_uint_atomic_add(unsigned int *dest, unsigned int value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_add"); }
-void shmem_ulong_atomic_add(unsigned long *dest, unsigned long value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_add"); }
-void shmem_ulonglong_atomic_add(unsigned long long *dest, unsigned long long value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_add"); }
-void shmem_int32_atomic_add(int32_t *dest, int32_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_add"); }
-void shmem_int64_atomic_add(int64_t *dest, int64_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_add"); }
-void shmem_uint32_atomic_add(uint32_t *dest, uint32_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_add"); }
-void shmem_uint64_atomic_add(uint64_t *dest, uint64_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_add"); }
-void shmem_size_atomic_add(size_t *dest, size_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(size_t), mori::capi::bits<size_t>(value), 0, pe, "shmem_size_atomic_add"); }
-void shmem_ptrdiff_atomic_add(ptrdiff_t *dest, ptrdiff_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), 0, pe, "shmem_ptrdiff_atomic_add"); }
-unsigned int shmem_uint_atomic_fetch_and(unsigned int *dest, unsigned int value, int pe) { return mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_fetch_and")); }
-void shmem_uint_atomic_fetch_and_nbi(unsigned int *fetch, unsigned int *dest, unsigned int value, int pe) { *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_fetch_and_nbi")); }
-unsigned long shmem_ulong_atomic_fetch_and(unsigned long *dest, unsigned long value, int pe) { return mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_fetch_and")); }
-void shmem_ulong_atomic_fetch_and_nbi(unsigned long *fetch, unsigned long *dest, unsigned long value, int pe) { *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_fetch_and_nbi")); }
-unsigned long long shmem_ulonglong_atomic_fetch_and(unsigned long long *dest, unsigned long long value, int pe) { return mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_fetch_and")); }
-void shmem_ulonglong_atomic_fetch_and_nbi(unsigned long long *fetch, unsigned long long *dest, unsigned long long value, int pe) { *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_fetch_and_nbi")); }
-int32_t shmem_int32_atomic_fetch_and(int32_t *dest, int32_t value, int pe) { return mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_fetch_and")); }
-void shmem_int32_atomic_fetch_and_nbi(int32_t *fetch, int32_t *dest, int32_t value, int pe) { *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_fetch_and_nbi")); }
-int64_t shmem_int64_atomic_fetch_and(int64_t *dest, int64_t value, int pe) { return mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_fetch_and")); }
-void shmem_int64_atomic_fetch_and_nbi(int64_t *fetch, int64_t *dest, int64_t value, int pe) { *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_fetch_and_nbi")); }
-uint32_t shmem_uint32_atomic_fetch_and(uint32_t *dest, uint32_t value, int pe) { return mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_fetch_and")); }
-void shmem_uint32_atomic_fetch_and_nbi(uint32_t *fetch, uint32_t *dest, uint32_t value, int pe) { *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_fetch_and_nbi")); }
-uint64_t shmem_uint64_atomic_fetch_and(uint64_t *dest, uint64_t value, int pe) { return mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_fetch_and")); }
-void shmem_uint64_atomic_fetch_and_nbi(uint64_t *fetch, uint64_t *dest, uint64_t value, int pe) { *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_fetch_and_nbi")); }
-void shmem_uint_atomic_and(unsigned int *dest, unsigned int value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAnd, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_and"); }
-void shmem_ulong_atomic_and(unsigned long *dest, unsigned long value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAnd, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_and"); }
-void shmem_ulonglong_atomic_and(unsigned long long *dest, unsigned long long value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAnd, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_and"); }
-void shmem_int32_atomic_and(int32_t *dest, int32_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAnd, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_and"); }
-void shmem_int64_atomic_and(int64_t *dest, int64_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAnd, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_and"); }
-void shmem_uint32_atomic_and(uint32_t *dest, uint32_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAnd, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_and"); }
-void shmem_uint64_atomic_and(uint64_t *dest, uint64_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAnd, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_and"); }
-unsigned int shmem_uint_atomic_fetch_or(unsigned int *dest, unsigned int value, int pe) { return mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_fetch_or")); }
-void shmem_uint_atomic_fetch_or_nbi(unsigned int *fetch, unsigned int *dest, unsigned int value, int pe) { *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_fetch_or_nbi")); }
-unsigned long shmem_ulong_atomic_fetch_or(unsigned long *dest, unsigned long value, int pe) { return mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_fetch_or")); }
-void shmem_ulong_atomic_fetch_or_nbi(unsigned long *fetch, unsigned long *dest, unsigned long value, int pe) { *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_fetch_or_nbi")); }
-unsigned long long shmem_ulonglong_atomic_fetch_or(unsigned long long *dest, unsigned long long value, int pe) { return mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_fetch_or")); }
-void shmem_ulonglong_atomic_fetch_or_nbi(unsigned long long *fetch, unsigned long long *dest, unsigned long long value, int pe) { *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_fetch_or_nbi")); }
-int32_t shmem_int32_atomic_fetch_or(int32_t *dest, int32_t value, int pe) { return mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_fetch_or")); }
-void shmem_int32_atomic_fetch_or_nbi(int32_t *fetch, int32_t *dest, int32_t value, int pe) { *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_fetch_or_nbi")); }
-int64_t shmem_int64_atomic_fetch_or(int64_t *dest, int64_t value, int pe) { return mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_fetch_or")); }
-void shmem_int64_atomic_fetch_or_nbi(int64_t *fetch, int64_t *dest, int64_t value, int pe) { *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_fetch_or_nbi")); }
-uint32_t shmem_uint32_atomic_fetch_or(uint32_t *dest, uint32_t value, int pe) { return mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_fetch_or")); }
-void shmem_uint32_atomic_fetch_or_nbi(uint32_t *fetch, uint32_t *dest, uint32_t value, int pe) { *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_fetch_or_nbi")); }
-uint64_t shmem_uint64_atomic_fetch_or(uint64_t *dest, uint64_t value, int pe) { return mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_fetch_or")); }
-void shmem_uint64_atomic_fetch_or_nbi(uint64_t *fetch, uint64_t *dest, uint64_t value, int pe) { *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_fetch_or_nbi")); }
-void shmem_uint_atomic_or(unsigned int *dest, unsigned int value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kOr, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_or"); }
-void shmem_ulong_atomic_or(unsigned long *dest, unsigned long value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kOr, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_or"); }
-void shmem_ulonglong_atomic_or(unsigned long long *dest, unsigned long long value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kOr, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_or"); }
-void shmem_int32_atomic_or(int32_t *dest, int32_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kOr, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_or"); }
-void shmem_int64_atomic_or(int64_t *dest, int64_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kOr, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_or"); }
-void shmem_uint32_atomic_or(uint32_t *dest, uint32_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kOr, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_or"); }
-void shmem_uint64_atomic_or(uint64_t *dest, uint64_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kOr, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_or"); }
-unsigned int shmem_uint_atomic_fetch_xor(unsigned int *dest, unsigned int value, int pe) { return mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_fetch_xor")); }
-void shmem_uint_atomic_fetch_xor_nbi(unsigned int *fetch, unsigned int *dest, unsigned int value, int pe) { *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_fetch_xor_nbi")); }
-unsigned long shmem_ulong_atomic_fetch_xor(unsigned long *dest, unsigned long value, int pe) { return mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_fetch_xor")); }
-void shmem_ulong_atomic_fetch_xor_nbi(unsigned long *fetch, unsigned long *dest, unsigned long value, int pe) { *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_fetch_xor_nbi")); }
-unsigned long long shmem_ulonglong_atomic_fetch_xor(unsigned long long *dest, unsigned long long value, int pe) { return mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_fetch_xor")); }
-void shmem_ulonglong_atomic_fetch_xor_nbi(unsigned long long *fetch, unsigned long long *dest, unsigned long long value, int pe) { *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_fetch_xor_nbi")); }
-int32_t shmem_int32_atomic_fetch_xor(int32_t *dest, int32_t value, int pe) { return mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_fetch_xor")); }
-void shmem_int32_atomic_fetch_xor_nbi(int32_t *fetch, int32_t *dest, int32_t value, int pe) { *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_fetch_xor_nbi")); }
-int64_t shmem_int64_atomic_fetch_xor(int64_t *dest, int64_t value, int pe) { return mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_fetch_xor")); }
-void shmem_int64_atomic_fetch_xor_nbi(int64_t *fetch, int64_t *dest, int64_t value, int pe) { *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_fetch_xor_nbi")); }
-uint32_t shmem_uint32_atomic_fetch_xor(uint32_t *dest, uint32_t value, int pe) { return mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_fetch_xor")); }
-void shmem_uint32_atomic_fetch_xor_nbi(uint32_t *fetch, uint32_t *dest, uint32_t value, int pe) { *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_fetch_xor_nbi")); }
-uint64_t shmem_uint64_atomic_fetch_xor(uint64_t *dest, uint64_t value, int pe) { return mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_fetch_xor")); }
-void shmem_uint64_atomic_fetch_xor_nbi(uint64_t *fetch, uint64_t *dest, uint64_t value, int pe) { *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_fetch_xor_nbi")); }
-void shmem_uint_atomic_xor(unsigned int *dest, unsigned int value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kXor, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_xor"); }
-void shmem_ulong_atomic_xor(unsigned long *dest, unsigned long value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kXor, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_xor"); }
-void shmem_ulonglong_atomic_xor(unsigned long long *dest, unsigned long long value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kXor, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_xor"); }
-void shmem_int32_atomic_xor(int32_t *dest, int32_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kXor, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_xor"); }
-void shmem_int64_atomic_xor(int64_t *dest, int64_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kXor, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_xor"); }
-void shmem_uint32_atomic_xor(uint32_t *dest, uint32_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kXor, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_xor"); }
-void shmem_uint64_atomic_xor(uint64_t *dest, uint64_t value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kXor, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_xor"); }
-float shmem_ctx_float_atomic_fetch(shmem_ctx_t ctx, const float *source, int pe) { return mori::capi::from_bits<float>(mori::capi::amo(ctx, const_cast<float*>(source), mori::AmoOp::kFetch, sizeof(float), 0, 0, pe, "shmem_ctx_float_atomic_fetch")); }
-void shmem_ctx_float_atomic_fetch_nbi(shmem_ctx_t ctx, float *fetch, const float *source, int pe) { *fetch = mori::capi::from_bits<float>(mori::capi::amo(ctx, const_cast<float*>(source), mori::AmoOp::kFetch, sizeof(float), 0, 0, pe, "shmem_ctx_float_atomic_fetch_nbi")); }
-double shmem_ctx_double_atomic_fetch(shmem_ctx_t ctx, const double *source, int pe) { return mori::capi::from_bits<double>(mori::capi::amo(ctx, const_cast<double*>(source), mori::AmoOp::kFetch, sizeof(double), 0, 0, pe, "shmem_ctx_double_atomic_fetch")); }
-void shmem_ctx_double_atomic_fetch_nbi(shmem_ctx_t ctx, double *fetch, const double *source, int pe) { *fetch = mori::capi::from_bits<double>(mori::capi::amo(ctx, const_cast<double*>(source), mori::AmoOp::kFetch, sizeof(double), 0, 0, pe, "shmem_ctx_double_atomic_fetch_nbi")); }
-int shmem_ctx_int_atomic_fetch(shmem_ctx_t ctx, const int *source, int pe) { return mori::capi::from_bits<int>(mori::capi::amo(ctx, const_cast<int*>(source), mori::AmoOp::kFetch, sizeof(int), 0, 0, pe, "shmem_ctx_int_atomic_fetch")); }
-void shmem_ctx_int_atomic_fetch_nbi(shmem_ctx_t ctx, int *fetch, const int *source, int pe) { *fetch = mori::capi::from_bits<int>(mori::capi::amo(ctx, const_cast<int*>(source), mori::AmoOp::kFetch, sizeof(int), 0, 0, pe, "shmem_ctx_int_atomic_fetch_nbi")); }
-long shmem_ctx_long_atomic_fetch(shmem_ctx_t ctx, const long *source, int pe) { return mori::capi::from_bits<long>(mori::capi::amo(ctx, const_cast<long*>(source), mori::AmoOp::kFetch, sizeof(long), 0, 0, pe, "shmem_ctx_long_atomic_fetch")); }
-void shmem_ctx_long_atomic_fetch_nbi(shmem_ctx_t ctx, long *fetch, const long *source, int pe) { *fetch = mori::capi::from_bits<long>(mori::capi::amo(ctx, const_cast<long*>(source), mori::AmoOp::kFetch, sizeof(long), 0, 0, pe, "shmem_ctx_long_atomic_fetch_nbi")); }
-long long shmem_ctx_longlong_atomic_fetch(shmem_ctx_t ctx, const long long *source, int pe) { return mori::capi::from_bits<long long>(mori::capi::amo(ctx, const_cast<long long*>(source), mori::AmoOp::kFetch, sizeof(long long), 0, 0, pe, "shmem_ctx_longlong_atomic_fetch")); }
-void shmem_ctx_longlong_atomic_fetch_nbi(shmem_ctx_t ctx, long long *fetch, const long long *source, int pe) { *fetch = mori::capi::from_bits<long long>(mori::capi::amo(ctx, const_cast<long long*>(source), mori::AmoOp::kFetch, sizeof(long long), 0, 0, pe, "shmem_ctx_longlong_atomic_fetch_nbi")); }
-unsigned int shmem_ctx_uint_atomic_fetch(shmem_ctx_t ctx, const unsigned int *source, int pe) { return mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, const_cast<unsigned int*>(source), mori::AmoOp::kFetch, sizeof(unsigned int), 0, 0, pe, "shmem_ctx_uint_atomic_fetch")); }
-void shmem_ctx_uint_atomic_fetch_nbi(shmem_ctx_t ctx, unsigned int *fetch, const unsigned int *source, int pe) { *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, const_cast<unsigned int*>(source), mori::AmoOp::kFetch, sizeof(unsigned int), 0, 0, pe, "shmem_ctx_uint_atomic_fetch_nbi")); }
-unsigned long shmem_ctx_ulong_atomic_fetch(shmem_ctx_t ctx, const unsigned long *source, int pe) { return mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, const_cast<unsigned long*>(source), mori::AmoOp::kFetch, sizeof(unsigned long), 0, 0, pe, "shmem_ctx_ulong_atomic_fetch")); }
-void shmem_ctx_ulong_atomic_fetch_nbi(shmem_ctx_t ctx, unsigned long *fetch, const unsigned long *source, int pe) { *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, const_cast<unsigned long*>(source), mori::AmoOp::kFetch, sizeof(unsigned long), 0, 0, pe, "shmem_ctx_ulong_atomic_fetch_nbi")); }
-unsigned long long shmem_ctx_ulonglong_atomic_fetch(shmem_ctx_t ctx, const unsigned long long *source, int pe) { return mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, const_cast<unsigned long long*>(source), mori::AmoOp::kFetch, sizeof(unsigned long long), 0, 0, pe, "shmem_ctx_ulonglong_atomic_fetch")); }
-void shmem_ctx_ulonglong_atomic_fetch_nbi(shmem_ctx_t ctx, unsigned long long *fetch, const unsigned long long *source, int pe) { *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, const_cast<unsigned long long*>(source), mori::AmoOp::kFetch, sizeof(unsigned long long), 0, 0, pe, "shmem_ctx_ulonglong_atomic_fetch_nbi")); }
-int32_t shmem_ctx_int32_atomic_fetch(shmem_ctx_t ctx, const int32_t *source, int pe) { return mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, const_cast<int32_t*>(source), mori::AmoOp::kFetch, sizeof(int32_t), 0, 0, pe, "shmem_ctx_int32_atomic_fetch")); }
-void shmem_ctx_int32_atomic_fetch_nbi(shmem_ctx_t ctx, int32_t *fetch, const int32_t *source, int pe) { *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, const_cast<int32_t*>(source), mori::AmoOp::kFetch, sizeof(int32_t), 0, 0, pe, "shmem_ctx_int32_atomic_fetch_nbi")); }
-int64_t shmem_ctx_int64_atomic_fetch(shmem_ctx_t ctx, const int64_t *source, int pe) { return mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, const_cast<int64_t*>(source), mori::AmoOp::kFetch, sizeof(int64_t), 0, 0, pe, "shmem_ctx_int64_atomic_fetch")); }
-void shmem_ctx_int64_atomic_fetch_nbi(shmem_ctx_t ctx, int64_t *fetch, const int64_t *source, int pe) { *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, const_cast<int64_t*>(source), mori::AmoOp::kFetch, sizeof(int64_t), 0, 0, pe, "shmem_ctx_int64_atomic_fetch_nbi")); }
-uint32_t shmem_ctx_uint32_atomic_fetch(shmem_ctx_t ctx, const uint32_t *source, int pe) { return mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, const_cast<uint32_t*>(source), mori::AmoOp::kFetch, sizeof(uint32_t), 0, 0, pe, "shmem_ctx_uint32_atomic_fetch")); }
-void shmem_ctx_uint32_atomic_fetch_nbi(shmem_ctx_t ctx, uint32_t *fetch, const uint32_t *source, int pe) { *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, const_cast<uint32_t*>(source), mori::AmoOp::kFetch, sizeof(uint32_t), 0, 0, pe, "shmem_ctx_uint32_atomic_fetch_nbi")); }
-uint64_t shmem_ctx_uint64_atomic_fetch(shmem_ctx_t ctx, const uint64_t *source, int pe) { return mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, const_cast<uint64_t*>(source), mori::AmoOp::kFetch, sizeof(uint64_t), 0, 0, pe, "shmem_ctx_uint64_atomic_fetch")); }
-void shmem_ctx_uint64_atomic_fetch_nbi(shmem_ctx_t ctx, uint64_t *fetch, const uint64_t *source, int pe) { *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, const_cast<uint64_t*>(source), mori::AmoOp::kFetch, sizeof(uint64_t), 0, 0, pe, "shmem_ctx_uint64_atomic_fetch_nbi")); }
-size_t shmem_ctx_size_atomic_fetch(shmem_ctx_t ctx, const size_t *source, int pe) { return mori::capi::from_bits<size_t>(mori::capi::amo(ctx, const_cast<size_t*>(source), mori::AmoOp::kFetch, sizeof(size_t), 0, 0, pe, "shmem_ctx_size_atomic_fetch")); }
-void shmem_ctx_size_atomic_fetch_nbi(shmem_ctx_t ctx, size_t *fetch, const size_t *source, int pe) { *fetch = mori::capi::from_bits<size_t>(mori::capi::amo(ctx, const_cast<size_t*>(source), mori::AmoOp::kFetch, sizeof(size_t), 0, 0, pe, "shmem_ctx_size_atomic_fetch_nbi")); }
-ptrdiff_t shmem_ctx_ptrdiff_atomic_fetch(shmem_ctx_t ctx, const ptrdiff_t *source, int pe) { return mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(ctx, const_cast<ptrdiff_t*>(source), mori::AmoOp::kFetch, sizeof(ptrdiff_t), 0, 0, pe, "shmem_ctx_ptrdiff_atomic_fetch")); }
-void shmem_ctx_ptrdiff_atomic_fetch_nbi(shmem_ctx_t ctx, ptrdiff_t *fetch, const ptrdiff_t *source, int pe) { *fetch = mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(ctx, const_cast<ptrdiff_t*>(source), mori::AmoOp::kFetch, sizeof(ptrdiff_t), 0, 0, pe, "shmem_ctx_ptrdiff_atomic_fetch_nbi")); }
-void shmem_ctx_float_atomic_set(shmem_ctx_t ctx, float *dest, float value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(float), mori::capi::bits<float>(value), 0, pe, "shmem_ctx_float_atomic_set"); }
-void shmem_ctx_double_atomic_set(shmem_ctx_t ctx, double *dest, double value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(double), mori::capi::bits<double>(value), 0, pe, "shmem_ctx_double_atomic_set"); }
-void shmem_ctx_int_atomic_set(shmem_ctx_t ctx, int *dest, int value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(int), mori::capi::bits<int>(value), 0, pe, "shmem_ctx_int_atomic_set"); }
-void shmem_ctx_long_atomic_set(shmem_ctx_t ctx, long *dest, long value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(long), mori::capi::bits<long>(value), 0, pe, "shmem_ctx_long_atomic_set"); }
-void shmem_ctx_longlong_atomic_set(shmem_ctx_t ctx, long long *dest, long long value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_ctx_longlong_atomic_set"); }
-void shmem_ctx_uint_atomic_set(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_set"); }
-void shmem_ctx_ulong_atomic_set(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_set"); }
-void shmem_ctx_ulonglong_atomic_set(shmem_ctx_t ctx, unsigned long long *dest, unsigned long long value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ctx_ulonglong_atomic_set"); }
-void shmem_ctx_int32_atomic_set(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_set"); }
-void shmem_ctx_int64_atomic_set(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_set"); }
-void shmem_ctx_uint32_atomic_set(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_set"); }
-void shmem_ctx_uint64_atomic_set(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_set"); }
-void shmem_ctx_size_atomic_set(shmem_ctx_t ctx, size_t *dest, size_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(size_t), mori::capi::bits<size_t>(value), 0, pe, "shmem_ctx_size_atomic_set"); }
-void shmem_ctx_ptrdiff_atomic_set(shmem_ctx_t ctx, ptrdiff_t *dest, ptrdiff_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), 0, pe, "shmem_ctx_ptrdiff_atomic_set"); }
-float shmem_ctx_float_atomic_swap(shmem_ctx_t ctx, float *dest, float value, int pe) { return mori::capi::from_bits<float>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(float), mori::capi::bits<float>(value), 0, pe, "shmem_ctx_float_atomic_swap")); }
-void shmem_ctx_float_atomic_swap_nbi(shmem_ctx_t ctx, float *fetch, float *dest, float value, int pe) { *fetch = mori::capi::from_bits<float>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(float), mori::capi::bits<float>(value), 0, pe, "shmem_ctx_float_atomic_swap_nbi")); }
-double shmem_ctx_double_atomic_swap(shmem_ctx_t ctx, double *dest, double value, int pe) { return mori::capi::from_bits<double>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(double), mori::capi::bits<double>(value), 0, pe, "shmem_ctx_double_atomic_swap")); }
-void shmem_ctx_double_atomic_swap_nbi(shmem_ctx_t ctx, double *fetch, double *dest, double value, int pe) { *fetch = mori::capi::from_bits<double>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(double), mori::capi::bits<double>(value), 0, pe, "shmem_ctx_double_atomic_swap_nbi")); }
-int shmem_ctx_int_atomic_swap(shmem_ctx_t ctx, int *dest, int value, int pe) { return mori::capi::from_bits<int>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(int), mori::capi::bits<int>(value), 0, pe, "shmem_ctx_int_atomic_swap")); }
-void shmem_ctx_int_atomic_swap_nbi(shmem_ctx_t ctx, int *fetch, int *dest, int value, int pe) { *fetch = mori::capi::from_bits<int>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(int), mori::capi::bits<int>(value), 0, pe, "shmem_ctx_int_atomic_swap_nbi")); }
-long shmem_ctx_long_atomic_swap(shmem_ctx_t ctx, long *dest, long value, int pe) { return mori::capi::from_bits<long>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(long), mori::capi::bits<long>(value), 0, pe, "shmem_ctx_long_atomic_swap")); }
-void shmem_ctx_long_atomic_swap_nbi(shmem_ctx_t ctx, long *fetch, long *dest, long value, int pe) { *fetch = mori::capi::from_bits<long>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(long), mori::capi::bits<long>(value), 0, pe, "shmem_ctx_long_atomic_swap_nbi")); }
-long long shmem_ctx_longlong_atomic_swap(shmem_ctx_t ctx, long long *dest, long long value, int pe) { return mori::capi::from_bits<long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_ctx_longlong_atomic_swap")); }
-void shmem_ctx_longlong_atomic_swap_nbi(shmem_ctx_t ctx, long long *fetch, long long *dest, long long value, int pe) { *fetch = mori::capi::from_bits<long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_ctx_longlong_atomic_swap_nbi")); }
-unsigned int shmem_ctx_uint_atomic_swap(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) { return mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_swap")); }
-void shmem_ctx_uint_atomic_swap_nbi(shmem_ctx_t ctx, unsigned int *fetch, unsigned int *dest, unsigned int value, int pe) { *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_swap_nbi")); }
-unsigned long shmem_ctx_ulong_atomic_swap(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) { return mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_swap")); }
-void shmem_ctx_ulong_atomic_swap_nbi(shmem_ctx_t ctx, unsigned long *fetch, unsigned long *dest, unsigned long value, int pe) { *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_swap_nbi")); }
-unsigned long long shmem_ctx_ulonglong_atomic_swap(shmem_ctx_t ctx, unsigned long long *dest, unsigned long long value, int pe) { return mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ctx_ulonglong_atomic_swap")); }
-void shmem_ctx_ulonglong_atomic_swap_nbi(shmem_ctx_t ctx, unsigned long long *fetch, unsigned long long *dest, unsigned long long value, int pe) { *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ctx_ulonglong_atomic_swap_nbi")); }
-int32_t shmem_ctx_int32_atomic_swap(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) { return mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_swap")); }
-void shmem_ctx_int32_atomic_swap_nbi(shmem_ctx_t ctx, int32_t *fetch, int32_t *dest, int32_t value, int pe) { *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_swap_nbi")); }
-int64_t shmem_ctx_int64_atomic_swap(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) { return mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_swap")); }
-void shmem_ctx_int64_atomic_swap_nbi(shmem_ctx_t ctx, int64_t *fetch, int64_t *dest, int64_t value, int pe) { *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_swap_nbi")); }
-uint32_t shmem_ctx_uint32_atomic_swap(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) { return mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_swap")); }
-void shmem_ctx_uint32_atomic_swap_nbi(shmem_ctx_t ctx, uint32_t *fetch, uint32_t *dest, uint32_t value, int pe) { *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_swap_nbi")); }
-uint64_t shmem_ctx_uint64_atomic_swap(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) { return mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_swap")); }
-void shmem_ctx_uint64_atomic_swap_nbi(shmem_ctx_t ctx, uint64_t *fetch, uint64_t *dest, uint64_t value, int pe) { *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_swap_nbi")); }
-size_t shmem_ctx_size_atomic_swap(shmem_ctx_t ctx, size_t *dest, size_t value, int pe) { return mori::capi::from_bits<size_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(size_t), mori::capi::bits<size_t>(value), 0, pe, "shmem_ctx_size_atomic_swap")); }
-void shmem_ctx_size_atomic_swap_nbi(shmem_ctx_t ctx, size_t *fetch, size_t *dest, size_t value, int pe) { *fetch = mori::capi::from_bits<size_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(size_t), mori::capi::bits<size_t>(value), 0, pe, "shmem_ctx_size_atomic_swap_nbi")); }
-ptrdiff_t shmem_ctx_ptrdiff_atomic_swap(shmem_ctx_t ctx, ptrdiff_t *dest, ptrdiff_t value, int pe) { return mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), 0, pe, "shmem_ctx_ptrdiff_atomic_swap")); }
-void shmem_ctx_ptrdiff_atomic_swap_nbi(shmem_ctx_t ctx, ptrdiff_t *fetch, ptrdiff_t *dest, ptrdiff_t value, int pe) { *fetch = mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), 0, pe, "shmem_ctx_ptrdiff_atomic_swap_nbi")); }
-int shmem_ctx_int_atomic_compare_swap(shmem_ctx_t ctx, int *dest, int cond, int value, int pe) { return mori::capi::from_bits<int>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(int), mori::capi::bits<int>(value), mori::capi::bits<int>(cond), pe, "shmem_ctx_int_atomic_compare_swap")); }
-void shmem_ctx_int_atomic_compare_swap_nbi(shmem_ctx_t ctx, int *fetch, int *dest, int cond, int value, int pe) { *fetch = mori::capi::from_bits<int>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(int), mori::capi::bits<int>(value), mori::capi::bits<int>(cond), pe, "shmem_ctx_int_atomic_compare_swap_nbi")); }
-long shmem_ctx_long_atomic_compare_swap(shmem_ctx_t ctx, long *dest, long cond, long value, int pe) { return mori::capi::from_bits<long>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(long), mori::capi::bits<long>(value), mori::capi::bits<long>(cond), pe, "shmem_ctx_long_atomic_compare_swap")); }
-void shmem_ctx_long_atomic_compare_swap_nbi(shmem_ctx_t ctx, long *fetch, long *dest, long cond, long value, int pe) { *fetch = mori::capi::from_bits<long>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(long), mori::capi::bits<long>(value), mori::capi::bits<long>(cond), pe, "shmem_ctx_long_atomic_compare_swap_nbi")); }
-long long shmem_ctx_longlong_atomic_compare_swap(shmem_ctx_t ctx, long long *dest, long long cond, long long value, int pe) { return mori::capi::from_bits<long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(long long), mori::capi::bits<long long>(value), mori::capi::bits<long long>(cond), pe, "shmem_ctx_longlong_atomic_compare_swap")); }
-void shmem_ctx_longlong_atomic_compare_swap_nbi(shmem_ctx_t ctx, long long *fetch, long long *dest, long long cond, long long value, int pe) { *fetch = mori::capi::from_bits<long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(long long), mori::capi::bits<long long>(value), mori::capi::bits<long long>(cond), pe, "shmem_ctx_longlong_atomic_compare_swap_nbi")); }
-unsigned int shmem_ctx_uint_atomic_compare_swap(shmem_ctx_t ctx, unsigned int *dest, unsigned int cond, unsigned int value, int pe) { return mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), mori::capi::bits<unsigned int>(cond), pe, "shmem_ctx_uint_atomic_compare_swap")); }
-void shmem_ctx_uint_atomic_compare_swap_nbi(shmem_ctx_t ctx, unsigned int *fetch, unsigned int *dest, unsigned int cond, unsigned int value, int pe) { *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), mori::capi::bits<unsigned int>(cond), pe, "shmem_ctx_uint_atomic_compare_swap_nbi")); }
-unsigned long shmem_ctx_ulong_atomic_compare_swap(shmem_ctx_t ctx, unsigned long *dest, unsigned long cond, unsigned long value, int pe) { return mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), mori::capi::bits<unsigned long>(cond), pe, "shmem_ctx_ulong_atomic_compare_swap")); }
-void shmem_ctx_ulong_atomic_compare_swap_nbi(shmem_ctx_t ctx, unsigned long *fetch, unsigned long *dest, unsigned long cond, unsigned long value, int pe) { *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), mori::capi::bits<unsigned long>(cond), pe, "shmem_ctx_ulong_atomic_compare_swap_nbi")); }
-unsigned long long shmem_ctx_ulonglong_atomic_compare_swap(shmem_ctx_t ctx, unsigned long long *dest, unsigned long long cond, unsigned long long value, int pe) { return mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), mori::capi::bits<unsigned long long>(cond), pe, "shmem_ctx_ulonglong_atomic_compare_swap")); }
-void shmem_ctx_ulonglong_atomic_compare_swap_nbi(shmem_ctx_t ctx, unsigned long long *fetch, unsigned long long *dest, unsigned long long cond, unsigned long long value, int pe) { *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), mori::capi::bits<unsigned long long>(cond), pe, "shmem_ctx_ulonglong_atomic_compare_swap_nbi")); }
-int32_t shmem_ctx_int32_atomic_compare_swap(shmem_ctx_t ctx, int32_t *dest, int32_t cond, int32_t value, int pe) { return mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(int32_t), mori::capi::bits<int32_t>(value), mori::capi::bits<int32_t>(cond), pe, "shmem_ctx_int32_atomic_compare_swap")); }
-void shmem_ctx_int32_atomic_compare_swap_nbi(shmem_ctx_t ctx, int32_t *fetch, int32_t *dest, int32_t cond, int32_t value, int pe) { *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(int32_t), mori::capi::bits<int32_t>(value), mori::capi::bits<int32_t>(cond), pe, "shmem_ctx_int32_atomic_compare_swap_nbi")); }
-int64_t shmem_ctx_int64_atomic_compare_swap(shmem_ctx_t ctx, int64_t *dest, int64_t cond, int64_t value, int pe) { return mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(int64_t), mori::capi::bits<int64_t>(value), mori::capi::bits<int64_t>(cond), pe, "shmem_ctx_int64_atomic_compare_swap")); }
-void shmem_ctx_int64_atomic_compare_swap_nbi(shmem_ctx_t ctx, int64_t *fetch, int64_t *dest, int64_t cond, int64_t value, int pe) { *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(int64_t), mori::capi::bits<int64_t>(value), mori::capi::bits<int64_t>(cond), pe, "shmem_ctx_int64_atomic_compare_swap_nbi")); }
-uint32_t shmem_ctx_uint32_atomic_compare_swap(shmem_ctx_t ctx, uint32_t *dest, uint32_t cond, uint32_t value, int pe) { return mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), mori::capi::bits<uint32_t>(cond), pe, "shmem_ctx_uint32_atomic_compare_swap")); }
-void shmem_ctx_uint32_atomic_compare_swap_nbi(shmem_ctx_t ctx, uint32_t *fetch, uint32_t *dest, uint32_t cond, uint32_t value, int pe) { *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), mori::capi::bits<uint32_t>(cond), pe, "shmem_ctx_uint32_atomic_compare_swap_nbi")); }
-uint64_t shmem_ctx_uint64_atomic_compare_swap(shmem_ctx_t ctx, uint64_t *dest, uint64_t cond, uint64_t value, int pe) { return mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), mori::capi::bits<uint64_t>(cond), pe, "shmem_ctx_uint64_atomic_compare_swap")); }
-void shmem_ctx_uint64_atomic_compare_swap_nbi(shmem_ctx_t ctx, uint64_t *fetch, uint64_t *dest, uint64_t cond, uint64_t value, int pe) { *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), mori::capi::bits<uint64_t>(cond), pe, "shmem_ctx_uint64_atomic_compare_swap_nbi")); }
-size_t shmem_ctx_size_atomic_compare_swap(shmem_ctx_t ctx, size_t *dest, size_t cond, size_t value, int pe) { return mori::capi::from_bits<size_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(size_t), mori::capi::bits<size_t>(value), mori::capi::bits<size_t>(cond), pe, "shmem_ctx_size_atomic_compare_swap")); }
-void shmem_ctx_size_atomic_compare_swap_nbi(shmem_ctx_t ctx, size_t *fetch, size_t *dest, size_t cond, size_t value, int pe) { *fetch = mori::capi::from_bits<size_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(size_t), mori::capi::bits<size_t>(value), mori::capi::bits<size_t>(cond), pe, "shmem_ctx_size_atomic_compare_swap_nbi")); }
-ptrdiff_t shmem_ctx_ptrdiff_atomic_compare_swap(shmem_ctx_t ctx, ptrdiff_t *dest, ptrdiff_t cond, ptrdiff_t value, int pe) { return mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), mori::capi::bits<ptrdiff_t>(cond), pe, "shmem_ctx_ptrdiff_atomic_compare_swap")); }
-void shmem_ctx_ptrdiff_atomic_compare_swap_nbi(shmem_ctx_t ctx, ptrdiff_t *fetch, ptrdiff_t *dest, ptrdiff_t cond, ptrdiff_t value, int pe) { *fetch = mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), mori::capi::bits<ptrdiff_t>(cond), pe, "shmem_ctx_ptrdiff_atomic_compare_swap_nbi")); }
-int shmem_ctx_int_atomic_fetch_inc(shmem_ctx_t ctx, int *dest, int pe) { return mori::capi::from_bits<int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int), mori::capi::bits<int>(1), 0, pe, "shmem_ctx_int_atomic_fetch_inc")); }
-void shmem_ctx_int_atomic_fetch_inc_nbi(shmem_ctx_t ctx, int *fetch, int *dest, int pe) { *fetch = mori::capi::from_bits<int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int), mori::capi::bits<int>(1), 0, pe, "shmem_ctx_int_atomic_fetch_inc_nbi")); }
-long shmem_ctx_long_atomic_fetch_inc(shmem_ctx_t ctx, long *dest, int pe) { return mori::capi::from_bits<long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(long), mori::capi::bits<long>(1), 0, pe, "shmem_ctx_long_atomic_fetch_inc")); }
-void shmem_ctx_long_atomic_fetch_inc_nbi(shmem_ctx_t ctx, long *fetch, long *dest, int pe) { *fetch = mori::capi::from_bits<long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(long), mori::capi::bits<long>(1), 0, pe, "shmem_ctx_long_atomic_fetch_inc_nbi")); }
-long long shmem_ctx_longlong_atomic_fetch_inc(shmem_ctx_t ctx, long long *dest, int pe) { return mori::capi::from_bits<long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(long long), mori::capi::bits<long long>(1), 0, pe, "shmem_ctx_longlong_atomic_fetch_inc")); }
-void shmem_ctx_longlong_atomic_fetch_inc_nbi(shmem_ctx_t ctx, long long *fetch, long long *dest, int pe) { *fetch = mori::capi::from_bits<long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(long long), mori::capi::bits<long long>(1), 0, pe, "shmem_ctx_longlong_atomic_fetch_inc_nbi")); }
-unsigned int shmem_ctx_uint_atomic_fetch_inc(shmem_ctx_t ctx, unsigned int *dest, int pe) { return mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned int), mori::capi::bits<unsigned int>(1), 0, pe, "shmem_ctx_uint_atomic_fetch_inc")); }
-void shmem_ctx_uint_atomic_fetch_inc_nbi(shmem_ctx_t ctx, unsigned int *fetch, unsigned int *dest, int pe) { *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned int), mori::capi::bits<unsigned int>(1), 0, pe, "shmem_ctx_uint_atomic_fetch_inc_nbi")); }
-unsigned long shmem_ctx_ulong_atomic_fetch_inc(shmem_ctx_t ctx, unsigned long *dest, int pe) { return mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned long), mori::capi::bits<unsigned long>(1), 0, pe, "shmem_ctx_ulong_atomic_fetch_inc")); }
-void shmem_ctx_ulong_atomic_fetch_inc_nbi(shmem_ctx_t ctx, unsigned long *fetch, unsigned long *dest, int pe) { *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned long), mori::capi::bits<unsigned long>(1), 0, pe, "shmem_ctx_ulong_atomic_fetch_inc_nbi")); }
-unsigned long long shmem_ctx_ulonglong_atomic_fetch_inc(shmem_ctx_t ctx, unsigned long long *dest, int pe) { return mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(1), 0, pe, "shmem_ctx_ulonglong_atomic_fetch_inc")); }
-void shmem_ctx_ulonglong_atomic_fetch_inc_nbi(shmem_ctx_t ctx, unsigned long long *fetch, unsigned long long *dest, int pe) { *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(1), 0, pe, "shmem_ctx_ulonglong_atomic_fetch_inc_nbi")); }
-int32_t shmem_ctx_int32_atomic_fetch_inc(shmem_ctx_t ctx, int32_t *dest, int pe) { return mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int32_t), mori::capi::bits<int32_t>(1), 0, pe, "shmem_ctx_int32_atomic_fetch_inc")); }
-void shmem_ctx_int32_atomic_fetch_inc_nbi(shmem_ctx_t ctx, int32_t *fetch, int32_t *dest, int pe) { *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int32_t), mori::capi::bits<int32_t>(1), 0, pe, "shmem_ctx_int32_atomic_fetch_inc_nbi")); }
-int64_t shmem_ctx_int64_atomic_fetch_inc(shmem_ctx_t ctx, int64_t *dest, int pe) { return mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int64_t), mori::capi::bits<int64_t>(1), 0, pe, "shmem_ctx_int64_atomic_fetch_inc")); }
-void shmem_ctx_int64_atomic_fetch_inc_nbi(shmem_ctx_t ctx, int64_t *fetch, int64_t *dest, int pe) { *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int64_t), mori::capi::bits<int64_t>(1), 0, pe, "shmem_ctx_int64_atomic_fetch_inc_nbi")); }
-uint32_t shmem_ctx_uint32_atomic_fetch_inc(shmem_ctx_t ctx, uint32_t *dest, int pe) { return mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(uint32_t), mori::capi::bits<uint32_t>(1), 0, pe, "shmem_ctx_uint32_atomic_fetch_inc")); }
-void shmem_ctx_uint32_atomic_fetch_inc_nbi(shmem_ctx_t ctx, uint32_t *fetch, uint32_t *dest, int pe) { *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(uint32_t), mori::capi::bits<uint32_t>(1), 0, pe, "shmem_ctx_uint32_atomic_fetch_inc_nbi")); }
-uint64_t shmem_ctx_uint64_atomic_fetch_inc(shmem_ctx_t ctx, uint64_t *dest, int pe) { return mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(uint64_t), mori::capi::bits<uint64_t>(1), 0, pe, "shmem_ctx_uint64_atomic_fetch_inc")); }
-void shmem_ctx_uint64_atomic_fetch_inc_nbi(shmem_ctx_t ctx, uint64_t *fetch, uint64_t *dest, int pe) { *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(uint64_t), mori::capi::bits<uint64_t>(1), 0, pe, "shmem_ctx_uint64_atomic_fetch_inc_nbi")); }
-size_t shmem_ctx_size_atomic_fetch_inc(shmem_ctx_t ctx, size_t *dest, int pe) { return mori::capi::from_bits<size_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(size_t), mori::capi::bits<size_t>(1), 0, pe, "shmem_ctx_size_atomic_fetch_inc")); }
-void shmem_ctx_size_atomic_fetch_inc_nbi(shmem_ctx_t ctx, size_t *fetch, size_t *dest, int pe) { *fetch = mori::capi::from_bits<size_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(size_t), mori::capi::bits<size_t>(1), 0, pe, "shmem_ctx_size_atomic_fetch_inc_nbi")); }
-ptrdiff_t shmem_ctx_ptrdiff_atomic_fetch_inc(shmem_ctx_t ctx, ptrdiff_t *dest, int pe) { return mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(1), 0, pe, "shmem_ctx_ptrdiff_atomic_fetch_inc")); }
-void shmem_ctx_ptrdiff_atomic_fetch_inc_nbi(shmem_ctx_t ctx, ptrdiff_t *fetch, ptrdiff_t *dest, int pe) { *fetch = mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(1), 0, pe, "shmem_ctx_ptrdiff_atomic_fetch_inc_nbi")); }
-void shmem_ctx_int_atomic_inc(shmem_ctx_t ctx, int *dest, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(int), mori::capi::bits<int>(1), 0, pe, "shmem_ctx_int_atomic_inc"); }
-void shmem_ctx_long_atomic_inc(shmem_ctx_t ctx, long *dest, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(long), mori::capi::bits<long>(1), 0, pe, "shmem_ctx_long_atomic_inc"); }
-void shmem_ctx_longlong_atomic_inc(shmem_ctx_t ctx, long long *dest, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(long long), mori::capi::bits<long long>(1), 0, pe, "shmem_ctx_longlong_atomic_inc"); }
-void shmem_ctx_uint_atomic_inc(shmem_ctx_t ctx, unsigned int *dest, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(unsigned int), mori::capi::bits<unsigned int>(1), 0, pe, "shmem_ctx_uint_atomic_inc"); }
-void shmem_ctx_ulong_atomic_inc(shmem_ctx_t ctx, unsigned long *dest, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(unsigned long), mori::capi::bits<unsigned long>(1), 0, pe, "shmem_ctx_ulong_atomic_inc"); }
-void shmem_ctx_ulonglong_atomic_inc(shmem_ctx_t ctx, unsigned long long *dest, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(1), 0, pe, "shmem_ctx_ulonglong_atomic_inc"); }
-void shmem_ctx_int32_atomic_inc(shmem_ctx_t ctx, int32_t *dest, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(int32_t), mori::capi::bits<int32_t>(1), 0, pe, "shmem_ctx_int32_atomic_inc"); }
-void shmem_ctx_int64_atomic_inc(shmem_ctx_t ctx, int64_t *dest, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(int64_t), mori::capi::bits<int64_t>(1), 0, pe, "shmem_ctx_int64_atomic_inc"); }
-void shmem_ctx_uint32_atomic_inc(shmem_ctx_t ctx, uint32_t *dest, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(uint32_t), mori::capi::bits<uint32_t>(1), 0, pe, "shmem_ctx_uint32_atomic_inc"); }
-void shmem_ctx_uint64_atomic_inc(shmem_ctx_t ctx, uint64_t *dest, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(uint64_t), mori::capi::bits<uint64_t>(1), 0, pe, "shmem_ctx_uint64_atomic_inc"); }
-void shmem_ctx_size_atomic_inc(shmem_ctx_t ctx, size_t *dest, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(size_t), mori::capi::bits<size_t>(1), 0, pe, "shmem_ctx_size_atomic_inc"); }
-void shmem_ctx_ptrdiff_atomic_inc(shmem_ctx_t ctx, ptrdiff_t *dest, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(1), 0, pe, "shmem_ctx_ptrdiff_atomic_inc"); }
-int shmem_ctx_int_atomic_fetch_add(shmem_ctx_t ctx, int *dest, int value, int pe) { return mori::capi::from_bits<int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int), mori::capi::bits<int>(value), 0, pe, "shmem_ctx_int_atomic_fetch_add")); }
-void shmem_ctx_int_atomic_fetch_add_nbi(shmem_ctx_t ctx, int *fetch, int *dest, int value, int pe) { *fetch = mori::capi::from_bits<int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int), mori::capi::bits<int>(value), 0, pe, "shmem_ctx_int_atomic_fetch_add_nbi")); }
-long shmem_ctx_long_atomic_fetch_add(shmem_ctx_t ctx, long *dest, long value, int pe) { return mori::capi::from_bits<long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(long), mori::capi::bits<long>(value), 0, pe, "shmem_ctx_long_atomic_fetch_add")); }
-void shmem_ctx_long_atomic_fetch_add_nbi(shmem_ctx_t ctx, long *fetch, long *dest, long value, int pe) { *fetch = mori::capi::from_bits<long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(long), mori::capi::bits<long>(value), 0, pe, "shmem_ctx_long_atomic_fetch_add_nbi")); }
-long long shmem_ctx_longlong_atomic_fetch_add(shmem_ctx_t ctx, long long *dest, long long value, int pe) { return mori::capi::from_bits<long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_ctx_longlong_atomic_fetch_add")); }
-void shmem_ctx_longlong_atomic_fetch_add_nbi(shmem_ctx_t ctx, long long *fetch, long long *dest, long long value, int pe) { *fetch = mori::capi::from_bits<long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_ctx_longlong_atomic_fetch_add_nbi")); }
-unsigned int shmem_ctx_uint_atomic_fetch_add(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) { return mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_fetch_add")); }
-void shmem_ctx_uint_atomic_fetch_add_nbi(shmem_ctx_t ctx, unsigned int *fetch, unsigned int *dest, unsigned int value, int pe) { *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_fetch_add_nbi")); }
-unsigned long shmem_ctx_ulong_atomic_fetch_add(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) { return mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_fetch_add")); }
-void shmem_ctx_ulong_atomic_fetch_add_nbi(shmem_ctx_t ctx, unsigned long *fetch, unsigned long *dest, unsigned long value, int pe) { *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_fetch_add_nbi")); }
-unsigned long long shmem_ctx_ulonglong_atomic_fetch_add(shmem_ctx_t ctx, unsigned long long *dest, unsigned long long value, int pe) { return mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ctx_ulonglong_atomic_fetch_add")); }
-void shmem_ctx_ulonglong_atomic_fetch_add_nbi(shmem_ctx_t ctx, unsigned long long *fetch, unsigned long long *dest, unsigned long long value, int pe) { *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ctx_ulonglong_atomic_fetch_add_nbi")); }
-int32_t shmem_ctx_int32_atomic_fetch_add(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) { return mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_fetch_add")); }
-void shmem_ctx_int32_atomic_fetch_add_nbi(shmem_ctx_t ctx, int32_t *fetch, int32_t *dest, int32_t value, int pe) { *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_fetch_add_nbi")); }
-int64_t shmem_ctx_int64_atomic_fetch_add(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) { return mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_fetch_add")); }
-void shmem_ctx_int64_atomic_fetch_add_nbi(shmem_ctx_t ctx, int64_t *fetch, int64_t *dest, int64_t value, int pe) { *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_fetch_add_nbi")); }
-uint32_t shmem_ctx_uint32_atomic_fetch_add(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) { return mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_fetch_add")); }
-void shmem_ctx_uint32_atomic_fetch_add_nbi(shmem_ctx_t ctx, uint32_t *fetch, uint32_t *dest, uint32_t value, int pe) { *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_fetch_add_nbi")); }
-uint64_t shmem_ctx_uint64_atomic_fetch_add(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) { return mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_fetch_add")); }
-void shmem_ctx_uint64_atomic_fetch_add_nbi(shmem_ctx_t ctx, uint64_t *fetch, uint64_t *dest, uint64_t value, int pe) { *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_fetch_add_nbi")); }
-size_t shmem_ctx_size_atomic_fetch_add(shmem_ctx_t ctx, size_t *dest, size_t value, int pe) { return mori::capi::from_bits<size_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(size_t), mori::capi::bits<size_t>(value), 0, pe, "shmem_ctx_size_atomic_fetch_add")); }
-void shmem_ctx_size_atomic_fetch_add_nbi(shmem_ctx_t ctx, size_t *fetch, size_t *dest, size_t value, int pe) { *fetch = mori::capi::from_bits<size_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(size_t), mori::capi::bits<size_t>(value), 0, pe, "shmem_ctx_size_atomic_fetch_add_nbi")); }
-ptrdiff_t shmem_ctx_ptrdiff_atomic_fetch_add(shmem_ctx_t ctx, ptrdiff_t *dest, ptrdiff_t value, int pe) { return mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), 0, pe, "shmem_ctx_ptrdiff_atomic_fetch_add")); }
-void shmem_ctx_ptrdiff_atomic_fetch_add_nbi(shmem_ctx_t ctx, ptrdiff_t *fetch, ptrdiff_t *dest, ptrdiff_t value, int pe) { *fetch = mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), 0, pe, "shmem_ctx_ptrdiff_atomic_fetch_add_nbi")); }
-void shmem_ctx_int_atomic_add(shmem_ctx_t ctx, int *dest, int value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(int), mori::capi::bits<int>(value), 0, pe, "shmem_ctx_int_atomic_add"); }
-void shmem_ctx_long_atomic_add(shmem_ctx_t ctx, long *dest, long value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(long), mori::capi::bits<long>(value), 0, pe, "shmem_ctx_long_atomic_add"); }
-void shmem_ctx_longlong_atomic_add(shmem_ctx_t ctx, long long *dest, long long value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_ctx_longlong_atomic_add"); }
-void shmem_ctx_uint_atomic_add(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_add"); }
-void shmem_ctx_ulong_atomic_add(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_add"); }
-void shmem_ctx_ulonglong_atomic_add(shmem_ctx_t ctx, unsigned long long *dest, unsigned long long value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ctx_ulonglong_atomic_add"); }
-void shmem_ctx_int32_atomic_add(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_add"); }
-void shmem_ctx_int64_atomic_add(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_add"); }
-void shmem_ctx_uint32_atomic_add(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_add"); }
-void shmem_ctx_uint64_atomic_add(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_add"); }
-void shmem_ctx_size_atomic_add(shmem_ctx_t ctx, size_t *dest, size_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(size_t), mori::capi::bits<size_t>(value), 0, pe, "shmem_ctx_size_atomic_add"); }
-void shmem_ctx_ptrdiff_atomic_add(shmem_ctx_t ctx, ptrdiff_t *dest, ptrdiff_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), 0, pe, "shmem_ctx_ptrdiff_atomic_add"); }
-unsigned int shmem_ctx_uint_atomic_fetch_and(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) { return mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_fetch_and")); }
-void shmem_ctx_uint_atomic_fetch_and_nbi(shmem_ctx_t ctx, unsigned int *fetch, unsigned int *dest, unsigned int value, int pe) { *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_fetch_and_nbi")); }
-unsigned long shmem_ctx_ulong_atomic_fetch_and(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) { return mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_fetch_and")); }
-void shmem_ctx_ulong_atomic_fetch_and_nbi(shmem_ctx_t ctx, unsigned long *fetch, unsigned long *dest, unsigned long value, int pe) { *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_fetch_and_nbi")); }
-unsigned long long shmem_ctx_ulonglong_atomic_fetch_and(shmem_ctx_t ctx, unsigned long long *dest, unsigned long long value, int pe) { return mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ctx_ulonglong_atomic_fetch_and")); }
-void shmem_ctx_ulonglong_atomic_fetch_and_nbi(shmem_ctx_t ctx, unsigned long long *fetch, unsigned long long *dest, unsigned long long value, int pe) { *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ctx_ulonglong_atomic_fetch_and_nbi")); }
-int32_t shmem_ctx_int32_atomic_fetch_and(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) { return mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_fetch_and")); }
-void shmem_ctx_int32_atomic_fetch_and_nbi(shmem_ctx_t ctx, int32_t *fetch, int32_t *dest, int32_t value, int pe) { *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_fetch_and_nbi")); }
-int64_t shmem_ctx_int64_atomic_fetch_and(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) { return mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_fetch_and")); }
-void shmem_ctx_int64_atomic_fetch_and_nbi(shmem_ctx_t ctx, int64_t *fetch, int64_t *dest, int64_t value, int pe) { *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_fetch_and_nbi")); }
-uint32_t shmem_ctx_uint32_atomic_fetch_and(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) { return mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_fetch_and")); }
-void shmem_ctx_uint32_atomic_fetch_and_nbi(shmem_ctx_t ctx, uint32_t *fetch, uint32_t *dest, uint32_t value, int pe) { *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_fetch_and_nbi")); }
-uint64_t shmem_ctx_uint64_atomic_fetch_and(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) { return mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_fetch_and")); }
-void shmem_ctx_uint64_atomic_fetch_and_nbi(shmem_ctx_t ctx, uint64_t *fetch, uint64_t *dest, uint64_t value, int pe) { *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_fetch_and_nbi")); }
-void shmem_ctx_uint_atomic_and(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAnd, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_and"); }
-void shmem_ctx_ulong_atomic_and(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAnd, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_and"); }
-void shmem_ctx_ulonglong_atomic_and(shmem_ctx_t ctx, unsigned long long *dest, unsigned long long value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAnd, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ctx_ulonglong_atomic_and"); }
-void shmem_ctx_int32_atomic_and(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAnd, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_and"); }
-void shmem_ctx_int64_atomic_and(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAnd, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_and"); }
-void shmem_ctx_uint32_atomic_and(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAnd, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_and"); }
-void shmem_ctx_uint64_atomic_and(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kAnd, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_and"); }
-unsigned int shmem_ctx_uint_atomic_fetch_or(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) { return mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_fetch_or")); }
-void shmem_ctx_uint_atomic_fetch_or_nbi(shmem_ctx_t ctx, unsigned int *fetch, unsigned int *dest, unsigned int value, int pe) { *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_fetch_or_nbi")); }
-unsigned long shmem_ctx_ulong_atomic_fetch_or(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) { return mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_fetch_or")); }
-void shmem_ctx_ulong_atomic_fetch_or_nbi(shmem_ctx_t ctx, unsigned long *fetch, unsigned long *dest, unsigned long value, int pe) { *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_fetch_or_nbi")); }
-unsigned long long shmem_ctx_ulonglong_atomic_fetch_or(shmem_ctx_t ctx, unsigned long long *dest, unsigned long long value, int pe) { return mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ctx_ulonglong_atomic_fetch_or")); }
-void shmem_ctx_ulonglong_atomic_fetch_or_nbi(shmem_ctx_t ctx, unsigned long long *fetch, unsigned long long *dest, unsigned long long value, int pe) { *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ctx_ulonglong_atomic_fetch_or_nbi")); }
-int32_t shmem_ctx_int32_atomic_fetch_or(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) { return mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_fetch_or")); }
-void shmem_ctx_int32_atomic_fetch_or_nbi(shmem_ctx_t ctx, int32_t *fetch, int32_t *dest, int32_t value, int pe) { *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_fetch_or_nbi")); }
-int64_t shmem_ctx_int64_atomic_fetch_or(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) { return mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_fetch_or")); }
-void shmem_ctx_int64_atomic_fetch_or_nbi(shmem_ctx_t ctx, int64_t *fetch, int64_t *dest, int64_t value, int pe) { *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_fetch_or_nbi")); }
-uint32_t shmem_ctx_uint32_atomic_fetch_or(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) { return mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_fetch_or")); }
-void shmem_ctx_uint32_atomic_fetch_or_nbi(shmem_ctx_t ctx, uint32_t *fetch, uint32_t *dest, uint32_t value, int pe) { *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_fetch_or_nbi")); }
-uint64_t shmem_ctx_uint64_atomic_fetch_or(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) { return mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_fetch_or")); }
-void shmem_ctx_uint64_atomic_fetch_or_nbi(shmem_ctx_t ctx, uint64_t *fetch, uint64_t *dest, uint64_t value, int pe) { *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_fetch_or_nbi")); }
-void shmem_ctx_uint_atomic_or(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kOr, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_or"); }
-void shmem_ctx_ulong_atomic_or(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kOr, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_or"); }
-void shmem_ctx_ulonglong_atomic_or(shmem_ctx_t ctx, unsigned long long *dest, unsigned long long value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kOr, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ctx_ulonglong_atomic_or"); }
-void shmem_ctx_int32_atomic_or(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kOr, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_or"); }
-void shmem_ctx_int64_atomic_or(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kOr, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_or"); }
-void shmem_ctx_uint32_atomic_or(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kOr, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_or"); }
-void shmem_ctx_uint64_atomic_or(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kOr, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_or"); }
-unsigned int shmem_ctx_uint_atomic_fetch_xor(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) { return mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_fetch_xor")); }
-void shmem_ctx_uint_atomic_fetch_xor_nbi(shmem_ctx_t ctx, unsigned int *fetch, unsigned int *dest, unsigned int value, int pe) { *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_fetch_xor_nbi")); }
-unsigned long shmem_ctx_ulong_atomic_fetch_xor(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) { return mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_fetch_xor")); }
-void shmem_ctx_ulong_atomic_fetch_xor_nbi(shmem_ctx_t ctx, unsigned long *fetch, unsigned long *dest, unsigned long value, int pe) { *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_fetch_xor_nbi")); }
-unsigned long long shmem_ctx_ulonglong_atomic_fetch_xor(shmem_ctx_t ctx, unsigned long long *dest, unsigned long long value, int pe) { return mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ctx_ulonglong_atomic_fetch_xor")); }
-void shmem_ctx_ulonglong_atomic_fetch_xor_nbi(shmem_ctx_t ctx, unsigned long long *fetch, unsigned long long *dest, unsigned long long value, int pe) { *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ctx_ulonglong_atomic_fetch_xor_nbi")); }
-int32_t shmem_ctx_int32_atomic_fetch_xor(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) { return mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_fetch_xor")); }
-void shmem_ctx_int32_atomic_fetch_xor_nbi(shmem_ctx_t ctx, int32_t *fetch, int32_t *dest, int32_t value, int pe) { *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_fetch_xor_nbi")); }
-int64_t shmem_ctx_int64_atomic_fetch_xor(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) { return mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_fetch_xor")); }
-void shmem_ctx_int64_atomic_fetch_xor_nbi(shmem_ctx_t ctx, int64_t *fetch, int64_t *dest, int64_t value, int pe) { *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_fetch_xor_nbi")); }
-uint32_t shmem_ctx_uint32_atomic_fetch_xor(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) { return mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_fetch_xor")); }
-void shmem_ctx_uint32_atomic_fetch_xor_nbi(shmem_ctx_t ctx, uint32_t *fetch, uint32_t *dest, uint32_t value, int pe) { *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_fetch_xor_nbi")); }
-uint64_t shmem_ctx_uint64_atomic_fetch_xor(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) { return mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_fetch_xor")); }
-void shmem_ctx_uint64_atomic_fetch_xor_nbi(shmem_ctx_t ctx, uint64_t *fetch, uint64_t *dest, uint64_t value, int pe) { *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_fetch_xor_nbi")); }
-void shmem_ctx_uint_atomic_xor(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kXor, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_xor"); }
-void shmem_ctx_ulong_atomic_xor(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kXor, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_xor"); }
-void shmem_ctx_ulonglong_atomic_xor(shmem_ctx_t ctx, unsigned long long *dest, unsigned long long value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kXor, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ctx_ulonglong_atomic_xor"); }
-void shmem_ctx_int32_atomic_xor(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kXor, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_xor"); }
-void shmem_ctx_int64_atomic_xor(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kXor, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_xor"); }
-void shmem_ctx_uint32_atomic_xor(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kXor, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_xor"); }
-void shmem_ctx_uint64_atomic_xor(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) { mori::capi::amo(ctx, dest, mori::AmoOp::kXor, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_xor"); }
-float shmem_float_swap(float *dest, float value, int pe) { return mori::capi::from_bits<float>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(float), mori::capi::bits<float>(value), 0, pe, "shmem_float_swap")); }
-float shmem_float_fetch(const float *source, int pe) { return mori::capi::from_bits<float>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<float*>(source), mori::AmoOp::kFetch, sizeof(float), 0, 0, pe, "shmem_float_fetch")); }
-void shmem_float_set(float *dest, float value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(float), mori::capi::bits<float>(value), 0, pe, "shmem_float_set"); }
-double shmem_double_swap(double *dest, double value, int pe) { return mori::capi::from_bits<double>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(double), mori::capi::bits<double>(value), 0, pe, "shmem_double_swap")); }
-double shmem_double_fetch(const double *source, int pe) { return mori::capi::from_bits<double>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<double*>(source), mori::AmoOp::kFetch, sizeof(double), 0, 0, pe, "shmem_double_fetch")); }
-void shmem_double_set(double *dest, double value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(double), mori::capi::bits<double>(value), 0, pe, "shmem_double_set"); }
-int shmem_int_swap(int *dest, int value, int pe) { return mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(int), mori::capi::bits<int>(value), 0, pe, "shmem_int_swap")); }
-int shmem_int_cswap(int *dest, int cond, int value, int pe) { return mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(int), mori::capi::bits<int>(value), mori::capi::bits<int>(cond), pe, "shmem_int_cswap")); }
-int shmem_int_fadd(int *dest, int value, int pe) { return mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(int), mori::capi::bits<int>(value), 0, pe, "shmem_int_fadd")); }
-int shmem_int_finc(int *dest, int pe) { return mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(int), mori::capi::bits<int>(1), 0, pe, "shmem_int_finc")); }
-void shmem_int_add(int *dest, int value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(int), mori::capi::bits<int>(value), 0, pe, "shmem_int_add"); }
-void shmem_int_inc(int *dest, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(int), mori::capi::bits<int>(1), 0, pe, "shmem_int_inc"); }
-int shmem_int_fetch(const int *source, int pe) { return mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<int*>(source), mori::AmoOp::kFetch, sizeof(int), 0, 0, pe, "shmem_int_fetch")); }
-void shmem_int_set(int *dest, int value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(int), mori::capi::bits<int>(value), 0, pe, "shmem_int_set"); }
-long shmem_long_swap(long *dest, long value, int pe) { return mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(long), mori::capi::bits<long>(value), 0, pe, "shmem_long_swap")); }
-long shmem_long_cswap(long *dest, long cond, long value, int pe) { return mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(long), mori::capi::bits<long>(value), mori::capi::bits<long>(cond), pe, "shmem_long_cswap")); }
-long shmem_long_fadd(long *dest, long value, int pe) { return mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(long), mori::capi::bits<long>(value), 0, pe, "shmem_long_fadd")); }
-long shmem_long_finc(long *dest, int pe) { return mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(long), mori::capi::bits<long>(1), 0, pe, "shmem_long_finc")); }
-void shmem_long_add(long *dest, long value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(long), mori::capi::bits<long>(value), 0, pe, "shmem_long_add"); }
-void shmem_long_inc(long *dest, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(long), mori::capi::bits<long>(1), 0, pe, "shmem_long_inc"); }
-long shmem_long_fetch(const long *source, int pe) { return mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<long*>(source), mori::AmoOp::kFetch, sizeof(long), 0, 0, pe, "shmem_long_fetch")); }
-void shmem_long_set(long *dest, long value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(long), mori::capi::bits<long>(value), 0, pe, "shmem_long_set"); }
-long long shmem_longlong_swap(long long *dest, long long value, int pe) { return mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_longlong_swap")); }
-long long shmem_longlong_cswap(long long *dest, long long cond, long long value, int pe) { return mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(long long), mori::capi::bits<long long>(value), mori::capi::bits<long long>(cond), pe, "shmem_longlong_cswap")); }
-long long shmem_longlong_fadd(long long *dest, long long value, int pe) { return mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_longlong_fadd")); }
-long long shmem_longlong_finc(long long *dest, int pe) { return mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(long long), mori::capi::bits<long long>(1), 0, pe, "shmem_longlong_finc")); }
-void shmem_longlong_add(long long *dest, long long value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_longlong_add"); }
-void shmem_longlong_inc(long long *dest, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(long long), mori::capi::bits<long long>(1), 0, pe, "shmem_longlong_inc"); }
-long long shmem_longlong_fetch(const long long *source, int pe) { return mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<long long*>(source), mori::AmoOp::kFetch, sizeof(long long), 0, 0, pe, "shmem_longlong_fetch")); }
-void shmem_longlong_set(long long *dest, long long value, int pe) { mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_longlong_set"); }
-void shmem_short_wait_until(short *ivar, int cmp, short cmp_value) { mori::capi::wait_until(ivar, cmp, mori::capi::bits<short>(cmp_value), mori::capi::word_of<short>(), "shmem_short_wait_until"); }
-int shmem_short_test(short *ivar, int cmp, short cmp_value) { return mori::capi::test(ivar, cmp, mori::capi::bits<short>(cmp_value), mori::capi::word_of<short>(), "shmem_short_test"); }
-void shmem_short_wait_until_all(short *ivars, size_t nelems, const int *status, int cmp, short cmp_value) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(short), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<short>(cmp_value), mori::capi::word_of<short>(), "shmem_short_wait_until_all"); }
-void shmem_short_wait_until_all_vector(short *ivars, size_t nelems, const int *status, int cmp, const short *cmp_values) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(short), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<short>(), "shmem_short_wait_until_all_vector"); }
-size_t shmem_short_wait_until_any(short *ivars, size_t nelems, const int *status, int cmp, short cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(short), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<short>(cmp_value), mori::capi::word_of<short>(), "shmem_short_wait_until_any"); }
-size_t shmem_short_wait_until_any_vector(short *ivars, size_t nelems, const int *status, int cmp, const short *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(short), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<short>(), "shmem_short_wait_until_any_vector"); }
-size_t shmem_short_wait_until_some(short *ivars, size_t nelems, size_t *indices, const int *status, int cmp, short cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(short), nelems, indices, status, cmp, nullptr, mori::capi::bits<short>(cmp_value), mori::capi::word_of<short>(), "shmem_short_wait_until_some"); }
-size_t shmem_short_wait_until_some_vector(short *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const short *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(short), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<short>(), "shmem_short_wait_until_some_vector"); }
-int shmem_short_test_all(short *ivars, size_t nelems, const int *status, int cmp, short cmp_value) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(short), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<short>(cmp_value), mori::capi::word_of<short>(), "shmem_short_test_all") ? 1 : 0; }
-int shmem_short_test_all_vector(short *ivars, size_t nelems, const int *status, int cmp, const short *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(short), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<short>(), "shmem_short_test_all_vector") ? 1 : 0; }
-size_t shmem_short_test_any(short *ivars, size_t nelems, const int *status, int cmp, short cmp_value) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(short), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<short>(cmp_value), mori::capi::word_of<short>(), "shmem_short_test_any"); }
-size_t shmem_short_test_any_vector(short *ivars, size_t nelems, const int *status, int cmp, const short *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(short), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<short>(), "shmem_short_test_any_vector"); }
-size_t shmem_short_test_some(short *ivars, size_t nelems, size_t *indices, const int *status, int cmp, short cmp_value) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(short), nelems, indices, status, cmp, nullptr, mori::capi::bits<short>(cmp_value), mori::capi::word_of<short>(), "shmem_short_test_some"); }
-size_t shmem_short_test_some_vector(short *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const short *cmp_values) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(short), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<short>(), "shmem_short_test_some_vector"); }
-void shmem_short_wait(short *ivar, short cmp_value) { mori::capi::wait_until(ivar, SHMEM_CMP_NE, mori::capi::bits<short>(cmp_value), mori::capi::word_of<short>(), "shmem_short_wait"); }
-void shmem_int_wait_until(int *ivar, int cmp, int cmp_value) { mori::capi::wait_until(ivar, cmp, mori::capi::bits<int>(cmp_value), mori::capi::word_of<int>(), "shmem_int_wait_until"); }
-int shmem_int_test(int *ivar, int cmp, int cmp_value) { return mori::capi::test(ivar, cmp, mori::capi::bits<int>(cmp_value), mori::capi::word_of<int>(), "shmem_int_test"); }
-void shmem_int_wait_until_all(int *ivars, size_t nelems, const int *status, int cmp, int cmp_value) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(int), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<int>(cmp_value), mori::capi::word_of<int>(), "shmem_int_wait_until_all"); }
-void shmem_int_wait_until_all_vector(int *ivars, size_t nelems, const int *status, int cmp, const int *cmp_values) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(int), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<int>(), "shmem_int_wait_until_all_vector"); }
-size_t shmem_int_wait_until_any(int *ivars, size_t nelems, const int *status, int cmp, int cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(int), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<int>(cmp_value), mori::capi::word_of<int>(), "shmem_int_wait_until_any"); }
-size_t shmem_int_wait_until_any_vector(int *ivars, size_t nelems, const int *status, int cmp, const int *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(int), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<int>(), "shmem_int_wait_until_any_vector"); }
-size_t shmem_int_wait_until_some(int *ivars, size_t nelems, size_t *indices, const int *status, int cmp, int cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(int), nelems, indices, status, cmp, nullptr, mori::capi::bits<int>(cmp_value), mori::capi::word_of<int>(), "shmem_int_wait_until_some"); }
-size_t shmem_int_wait_until_some_vector(int *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const int *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(int), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<int>(), "shmem_int_wait_until_some_vector"); }
-int shmem_int_test_all(int *ivars, size_t nelems, const int *status, int cmp, int cmp_value) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(int), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<int>(cmp_value), mori::capi::word_of<int>(), "shmem_int_test_all") ? 1 : 0; }
-int shmem_int_test_all_vector(int *ivars, size_t nelems, const int *status, int cmp, const int *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(int), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<int>(), "shmem_int_test_all_vector") ? 1 : 0; }
-size_t shmem_int_test_any(int *ivars, size_t nelems, const int *status, int cmp, int cmp_value) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(int), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<int>(cmp_value), mori::capi::word_of<int>(), "shmem_int_test_any"); }
-size_t shmem_int_test_any_vector(int *ivars, size_t nelems, const int *status, int cmp, const int *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(int), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<int>(), "shmem_int_test_any_vector"); }
-size_t shmem_int_test_some(int *ivars, size_t nelems, size_t *indices, const int *status, int cmp, int cmp_value) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(int), nelems, indices, status, cmp, nullptr, mori::capi::bits<int>(cmp_value), mori::capi::word_of<int>(), "shmem_int_test_some"); }
-size_t shmem_int_test_some_vector(int *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const int *cmp_values) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(int), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<int>(), "shmem_int_test_some_vector"); }
-void shmem_int_wait(int *ivar, int cmp_value) { mori::capi::wait_until(ivar, SHMEM_CMP_NE, mori::capi::bits<int>(cmp_value), mori::capi::word_of<int>(), "shmem_int_wait"); }
-void shmem_long_wait_until(long *ivar, int cmp, long cmp_value) { mori::capi::wait_until(ivar, cmp, mori::capi::bits<long>(cmp_value), mori::capi::word_of<long>(), "shmem_long_wait_until"); }
-int shmem_long_test(long *ivar, int cmp, long cmp_value) { return mori::capi::test(ivar, cmp, mori::capi::bits<long>(cmp_value), mori::capi::word_of<long>(), "shmem_long_test"); }
-void shmem_long_wait_until_all(long *ivars, size_t nelems, const int *status, int cmp, long cmp_value) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(long), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<long>(cmp_value), mori::capi::word_of<long>(), "shmem_long_wait_until_all"); }
-void shmem_long_wait_until_all_vector(long *ivars, size_t nelems, const int *status, int cmp, const long *cmp_values) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(long), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<long>(), "shmem_long_wait_until_all_vector"); }
-size_t shmem_long_wait_until_any(long *ivars, size_t nelems, const int *status, int cmp, long cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(long), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<long>(cmp_value), mori::capi::word_of<long>(), "shmem_long_wait_until_any"); }
-size_t shmem_long_wait_until_any_vector(long *ivars, size_t nelems, const int *status, int cmp, const long *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(long), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<long>(), "shmem_long_wait_until_any_vector"); }
-size_t shmem_long_wait_until_some(long *ivars, size_t nelems, size_t *indices, const int *status, int cmp, long cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(long), nelems, indices, status, cmp, nullptr, mori::capi::bits<long>(cmp_value), mori::capi::word_of<long>(), "shmem_long_wait_until_some"); }
-size_t shmem_long_wait_until_some_vector(long *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const long *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(long), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<long>(), "shmem_long_wait_until_some_vector"); }
-int shmem_long_test_all(long *ivars, size_t nelems, const int *status, int cmp, long cmp_value) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(long), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<long>(cmp_value), mori::capi::word_of<long>(), "shmem_long_test_all") ? 1 : 0; }
-int shmem_long_test_all_vector(long *ivars, size_t nelems, const int *status, int cmp, const long *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(long), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<long>(), "shmem_long_test_all_vector") ? 1 : 0; }
-size_t shmem_long_test_any(long *ivars, size_t nelems, const int *status, int cmp, long cmp_value) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(long), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<long>(cmp_value), mori::capi::word_of<long>(), "shmem_long_test_any"); }
-size_t shmem_long_test_any_vector(long *ivars, size_t nelems, const int *status, int cmp, const long *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(long), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<long>(), "shmem_long_test_any_vector"); }
-size_t shmem_long_test_some(long *ivars, size_t nelems, size_t *indices, const int *status, int cmp, long cmp_value) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(long), nelems, indices, status, cmp, nullptr, mori::capi::bits<long>(cmp_value), mori::capi::word_of<long>(), "shmem_long_test_some"); }
-size_t shmem_long_test_some_vector(long *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const long *cmp_values) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(long), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<long>(), "shmem_long_test_some_vector"); }
-void shmem_long_wait(long *ivar, long cmp_value) { mori::capi::wait_until(ivar, SHMEM_CMP_NE, mori::capi::bits<long>(cmp_value), mori::capi::word_of<long>(), "shmem_long_wait"); }
-void shmem_longlong_wait_until(long long *ivar, int cmp, long long cmp_value) { mori::capi::wait_until(ivar, cmp, mori::capi::bits<long long>(cmp_value), mori::capi::word_of<long long>(), "shmem_longlong_wait_until"); }
-int shmem_longlong_test(long long *ivar, int cmp, long long cmp_value) { return mori::capi::test(ivar, cmp, mori::capi::bits<long long>(cmp_value), mori::capi::word_of<long long>(), "shmem_longlong_test"); }
-void shmem_longlong_wait_until_all(long long *ivars, size_t nelems, const int *status, int cmp, long long cmp_value) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(long long), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<long long>(cmp_value), mori::capi::word_of<long long>(), "shmem_longlong_wait_until_all"); }
-void shmem_longlong_wait_until_all_vector(long long *ivars, size_t nelems, const int *status, int cmp, const long long *cmp_values) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(long long), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<long long>(), "shmem_longlong_wait_until_all_vector"); }
-size_t shmem_longlong_wait_until_any(long long *ivars, size_t nelems, const int *status, int cmp, long long cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(long long), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<long long>(cmp_value), mori::capi::word_of<long long>(), "shmem_longlong_wait_until_any"); }
-size_t shmem_longlong_wait_until_any_vector(long long *ivars, size_t nelems, const int *status, int cmp, const long long *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(long long), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<long long>(), "shmem_longlong_wait_until_any_vector"); }
-size_t shmem_longlong_wait_until_some(long long *ivars, size_t nelems, size_t *indices, const int *status, int cmp, long long cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(long long), nelems, indices, status, cmp, nullptr, mori::capi::bits<long long>(cmp_value), mori::capi::word_of<long long>(), "shmem_longlong_wait_until_some"); }
-size_t shmem_longlong_wait_until_some_vector(long long *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const long long *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(long long), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<long long>(), "shmem_longlong_wait_until_some_vector"); }
-int shmem_longlong_test_all(long long *ivars, size_t nelems, const int *status, int cmp, long long cmp_value) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(long long), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<long long>(cmp_value), mori::capi::word_of<long long>(), "shmem_longlong_test_all") ? 1 : 0; }
-int shmem_longlong_test_all_vector(long long *ivars, size_t nelems, const int *status, int cmp, const long long *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(long long), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<long long>(), "shmem_longlong_test_all_vector") ? 1 : 0; }
-size_t shmem_longlong_test_any(long long *ivars, size_t nelems, const int *status, int cmp, long long cmp_value) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(long long), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<long long>(cmp_value), mori::capi::word_of<long long>(), "shmem_longlong_test_any"); }
-size_t shmem_longlong_test_any_vector(long long *ivars, size_t nelems, const int *status, int cmp, const long long *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(long long), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<long long>(), "shmem_longlong_test_any_vector"); }
-size_t shmem_longlong_test_some(long long *ivars, size_t nelems, size_t *indices, const int *status, int cmp, long long cmp_value) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(long long), nelems, indices, status, cmp, nullptr, mori::capi::bits<long long>(cmp_value), mori::capi::word_of<long long>(), "shmem_longlong_test_some"); }
-size_t shmem_longlong_test_some_vector(long long *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const long long *cmp_values) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(long long), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<long long>(), "shmem_longlong_test_some_vector"); }
-void shmem_longlong_wait(long long *ivar, long long cmp_value) { mori::capi::wait_until(ivar, SHMEM_CMP_NE, mori::capi::bits<long long>(cmp_value), mori::capi::word_of<long long>(), "shmem_longlong_wait"); }
-void shmem_ushort_wait_until(unsigned short *ivar, int cmp, unsigned short cmp_value) { mori::capi::wait_until(ivar, cmp, mori::capi::bits<unsigned short>(cmp_value), mori::capi::word_of<unsigned short>(), "shmem_ushort_wait_until"); }
-int shmem_ushort_test(unsigned short *ivar, int cmp, unsigned short cmp_value) { return mori::capi::test(ivar, cmp, mori::capi::bits<unsigned short>(cmp_value), mori::capi::word_of<unsigned short>(), "shmem_ushort_test"); }
-void shmem_ushort_wait_until_all(unsigned short *ivars, size_t nelems, const int *status, int cmp, unsigned short cmp_value) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(unsigned short), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<unsigned short>(cmp_value), mori::capi::word_of<unsigned short>(), "shmem_ushort_wait_until_all"); }
-void shmem_ushort_wait_until_all_vector(unsigned short *ivars, size_t nelems, const int *status, int cmp, const unsigned short *cmp_values) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(unsigned short), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned short>(), "shmem_ushort_wait_until_all_vector"); }
-size_t shmem_ushort_wait_until_any(unsigned short *ivars, size_t nelems, const int *status, int cmp, unsigned short cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(unsigned short), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<unsigned short>(cmp_value), mori::capi::word_of<unsigned short>(), "shmem_ushort_wait_until_any"); }
-size_t shmem_ushort_wait_until_any_vector(unsigned short *ivars, size_t nelems, const int *status, int cmp, const unsigned short *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(unsigned short), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned short>(), "shmem_ushort_wait_until_any_vector"); }
-size_t shmem_ushort_wait_until_some(unsigned short *ivars, size_t nelems, size_t *indices, const int *status, int cmp, unsigned short cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(unsigned short), nelems, indices, status, cmp, nullptr, mori::capi::bits<unsigned short>(cmp_value), mori::capi::word_of<unsigned short>(), "shmem_ushort_wait_until_some"); }
-size_t shmem_ushort_wait_until_some_vector(unsigned short *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const unsigned short *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(unsigned short), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned short>(), "shmem_ushort_wait_until_some_vector"); }
-int shmem_ushort_test_all(unsigned short *ivars, size_t nelems, const int *status, int cmp, unsigned short cmp_value) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(unsigned short), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<unsigned short>(cmp_value), mori::capi::word_of<unsigned short>(), "shmem_ushort_test_all") ? 1 : 0; }
-int shmem_ushort_test_all_vector(unsigned short *ivars, size_t nelems, const int *status, int cmp, const unsigned short *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(unsigned short), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned short>(), "shmem_ushort_test_all_vector") ? 1 : 0; }
-size_t shmem_ushort_test_any(unsigned short *ivars, size_t nelems, const int *status, int cmp, unsigned short cmp_value) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(unsigned short), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<unsigned short>(cmp_value), mori::capi::word_of<unsigned short>(), "shmem_ushort_test_any"); }
-size_t shmem_ushort_test_any_vector(unsigned short *ivars, size_t nelems, const int *status, int cmp, const unsigned short *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(unsigned short), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned short>(), "shmem_ushort_test_any_vector"); }
-size_t shmem_ushort_test_some(unsigned short *ivars, size_t nelems, size_t *indices, const int *status, int cmp, unsigned short cmp_value) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(unsigned short), nelems, indices, status, cmp, nullptr, mori::capi::bits<unsigned short>(cmp_value), mori::capi::word_of<unsigned short>(), "shmem_ushort_test_some"); }
-size_t shmem_ushort_test_some_vector(unsigned short *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const unsigned short *cmp_values) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(unsigned short), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned short>(), "shmem_ushort_test_some_vector"); }
-void shmem_uint_wait_until(unsigned int *ivar, int cmp, unsigned int cmp_value) { mori::capi::wait_until(ivar, cmp, mori::capi::bits<unsigned int>(cmp_value), mori::capi::word_of<unsigned int>(), "shmem_uint_wait_until"); }
-int shmem_uint_test(unsigned int *ivar, int cmp, unsigned int cmp_value) { return mori::capi::test(ivar, cmp, mori::capi::bits<unsigned int>(cmp_value), mori::capi::word_of<unsigned int>(), "shmem_uint_test"); }
-void shmem_uint_wait_until_all(unsigned int *ivars, size_t nelems, const int *status, int cmp, unsigned int cmp_value) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(unsigned int), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<unsigned int>(cmp_value), mori::capi::word_of<unsigned int>(), "shmem_uint_wait_until_all"); }
-void shmem_uint_wait_until_all_vector(unsigned int *ivars, size_t nelems, const int *status, int cmp, const unsigned int *cmp_values) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(unsigned int), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned int>(), "shmem_uint_wait_until_all_vector"); }
-size_t shmem_uint_wait_until_any(unsigned int *ivars, size_t nelems, const int *status, int cmp, unsigned int cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(unsigned int), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<unsigned int>(cmp_value), mori::capi::word_of<unsigned int>(), "shmem_uint_wait_until_any"); }
-size_t shmem_uint_wait_until_any_vector(unsigned int *ivars, size_t nelems, const int *status, int cmp, const unsigned int *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(unsigned int), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned int>(), "shmem_uint_wait_until_any_vector"); }
-size_t shmem_uint_wait_until_some(unsigned int *ivars, size_t nelems, size_t *indices, const int *status, int cmp, unsigned int cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(unsigned int), nelems, indices, status, cmp, nullptr, mori::capi::bits<unsigned int>(cmp_value), mori::capi::word_of<unsigned int>(), "shmem_uint_wait_until_some"); }
-size_t shmem_uint_wait_until_some_vector(unsigned int *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const unsigned int *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(unsigned int), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned int>(), "shmem_uint_wait_until_some_vector"); }
-int shmem_uint_test_all(unsigned int *ivars, size_t nelems, const int *status, int cmp, unsigned int cmp_value) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(unsigned int), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<unsigned int>(cmp_value), mori::capi::word_of<unsigned int>(), "shmem_uint_test_all") ? 1 : 0; }
-int shmem_uint_test_all_vector(unsigned int *ivars, size_t nelems, const int *status, int cmp, const unsigned int *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(unsigned int), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned int>(), "shmem_uint_test_all_vector") ? 1 : 0; }
-size_t shmem_uint_test_any(unsigned int *ivars, size_t nelems, const int *status, int cmp, unsigned int cmp_value) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(unsigned int), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<unsigned int>(cmp_value), mori::capi::word_of<unsigned int>(), "shmem_uint_test_any"); }
-size_t shmem_uint_test_any_vector(unsigned int *ivars, size_t nelems, const int *status, int cmp, const unsigned int *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(unsigned int), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned int>(), "shmem_uint_test_any_vector"); }
-size_t shmem_uint_test_some(unsigned int *ivars, size_t nelems, size_t *indices, const int *status, int cmp, unsigned int cmp_value) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(unsigned int), nelems, indices, status, cmp, nullptr, mori::capi::bits<unsigned int>(cmp_value), mori::capi::word_of<unsigned int>(), "shmem_uint_test_some"); }
-size_t shmem_uint_test_some_vector(unsigned int *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const unsigned int *cmp_values) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(unsigned int), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned int>(), "shmem_uint_test_some_vector"); }
-void shmem_ulong_wait_until(unsigned long *ivar, int cmp, unsigned long cmp_value) { mori::capi::wait_until(ivar, cmp, mori::capi::bits<unsigned long>(cmp_value), mori::capi::word_of<unsigned long>(), "shmem_ulong_wait_until"); }
-int shmem_ulong_test(unsigned long *ivar, int cmp, unsigned long cmp_value) { return mori::capi::test(ivar, cmp, mori::capi::bits<unsigned long>(cmp_value), mori::capi::word_of<unsigned long>(), "shmem_ulong_test"); }
-void shmem_ulong_wait_until_all(unsigned long *ivars, size_t nelems, const int *status, int cmp, unsigned long cmp_value) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(unsigned long), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<unsigned long>(cmp_value), mori::capi::word_of<unsigned long>(), "shmem_ulong_wait_until_all"); }
-void shmem_ulong_wait_until_all_vector(unsigned long *ivars, size_t nelems, const int *status, int cmp, const unsigned long *cmp_values) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(unsigned long), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned long>(), "shmem_ulong_wait_until_all_vector"); }
-size_t shmem_ulong_wait_until_any(unsigned long *ivars, size_t nelems, const int *status, int cmp, unsigned long cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(unsigned long), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<unsigned long>(cmp_value), mori::capi::word_of<unsigned long>(), "shmem_ulong_wait_until_any"); }
-size_t shmem_ulong_wait_until_any_vector(unsigned long *ivars, size_t nelems, const int *status, int cmp, const unsigned long *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(unsigned long), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned long>(), "shmem_ulong_wait_until_any_vector"); }
-size_t shmem_ulong_wait_until_some(unsigned long *ivars, size_t nelems, size_t *indices, const int *status, int cmp, unsigned long cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(unsigned long), nelems, indices, status, cmp, nullptr, mori::capi::bits<unsigned long>(cmp_value), mori::capi::word_of<unsigned long>(), "shmem_ulong_wait_until_some"); }
-size_t shmem_ulong_wait_until_some_vector(unsigned long *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const unsigned long *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(unsigned long), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned long>(), "shmem_ulong_wait_until_some_vector"); }
-int shmem_ulong_test_all(unsigned long *ivars, size_t nelems, const int *status, int cmp, unsigned long cmp_value) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(unsigned long), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<unsigned long>(cmp_value), mori::capi::word_of<unsigned long>(), "shmem_ulong_test_all") ? 1 : 0; }
-int shmem_ulong_test_all_vector(unsigned long *ivars, size_t nelems, const int *status, int cmp, const unsigned long *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(unsigned long), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned long>(), "shmem_ulong_test_all_vector") ? 1 : 0; }
-size_t shmem_ulong_test_any(unsigned long *ivars, size_t nelems, const int *status, int cmp, unsigned long cmp_value) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(unsigned long), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<unsigned long>(cmp_value), mori::capi::word_of<unsigned long>(), "shmem_ulong_test_any"); }
-size_t shmem_ulong_test_any_vector(unsigned long *ivars, size_t nelems, const int *status, int cmp, const unsigned long *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(unsigned long), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned long>(), "shmem_ulong_test_any_vector"); }
-size_t shmem_ulong_test_some(unsigned long *ivars, size_t nelems, size_t *indices, const int *status, int cmp, unsigned long cmp_value) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(unsigned long), nelems, indices, status, cmp, nullptr, mori::capi::bits<unsigned long>(cmp_value), mori::capi::word_of<unsigned long>(), "shmem_ulong_test_some"); }
-size_t shmem_ulong_test_some_vector(unsigned long *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const unsigned long *cmp_values) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(unsigned long), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned long>(), "shmem_ulong_test_some_vector"); }
-void shmem_ulonglong_wait_until(unsigned long long *ivar, int cmp, unsigned long long cmp_value) { mori::capi::wait_until(ivar, cmp, mori::capi::bits<unsigned long long>(cmp_value), mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_wait_until"); }
-int shmem_ulonglong_test(unsigned long long *ivar, int cmp, unsigned long long cmp_value) { return mori::capi::test(ivar, cmp, mori::capi::bits<unsigned long long>(cmp_value), mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_test"); }
-void shmem_ulonglong_wait_until_all(unsigned long long *ivars, size_t nelems, const int *status, int cmp, unsigned long long cmp_value) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(unsigned long long), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<unsigned long long>(cmp_value), mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_wait_until_all"); }
-void shmem_ulonglong_wait_until_all_vector(unsigned long long *ivars, size_t nelems, const int *status, int cmp, const unsigned long long *cmp_values) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(unsigned long long), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_wait_until_all_vector"); }
-size_t shmem_ulonglong_wait_until_any(unsigned long long *ivars, size_t nelems, const int *status, int cmp, unsigned long long cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(unsigned long long), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<unsigned long long>(cmp_value), mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_wait_until_any"); }
-size_t shmem_ulonglong_wait_until_any_vector(unsigned long long *ivars, size_t nelems, const int *status, int cmp, const unsigned long long *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(unsigned long long), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_wait_until_any_vector"); }
-size_t shmem_ulonglong_wait_until_some(unsigned long long *ivars, size_t nelems, size_t *indices, const int *status, int cmp, unsigned long long cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(unsigned long long), nelems, indices, status, cmp, nullptr, mori::capi::bits<unsigned long long>(cmp_value), mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_wait_until_some"); }
-size_t shmem_ulonglong_wait_until_some_vector(unsigned long long *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const unsigned long long *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(unsigned long long), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_wait_until_some_vector"); }
-int shmem_ulonglong_test_all(unsigned long long *ivars, size_t nelems, const int *status, int cmp, unsigned long long cmp_value) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(unsigned long long), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<unsigned long long>(cmp_value), mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_test_all") ? 1 : 0; }
-int shmem_ulonglong_test_all_vector(unsigned long long *ivars, size_t nelems, const int *status, int cmp, const unsigned long long *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(unsigned long long), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_test_all_vector") ? 1 : 0; }
-size_t shmem_ulonglong_test_any(unsigned long long *ivars, size_t nelems, const int *status, int cmp, unsigned long long cmp_value) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(unsigned long long), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<unsigned long long>(cmp_value), mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_test_any"); }
-size_t shmem_ulonglong_test_any_vector(unsigned long long *ivars, size_t nelems, const int *status, int cmp, const unsigned long long *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(unsigned long long), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_test_any_vector"); }
-size_t shmem_ulonglong_test_some(unsigned long long *ivars, size_t nelems, size_t *indices, const int *status, int cmp, unsigned long long cmp_value) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(unsigned long long), nelems, indices, status, cmp, nullptr, mori::capi::bits<unsigned long long>(cmp_value), mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_test_some"); }
-size_t shmem_ulonglong_test_some_vector(unsigned long long *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const unsigned long long *cmp_values) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(unsigned long long), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_test_some_vector"); }
-void shmem_int32_wait_until(int32_t *ivar, int cmp, int32_t cmp_value) { mori::capi::wait_until(ivar, cmp, mori::capi::bits<int32_t>(cmp_value), mori::capi::word_of<int32_t>(), "shmem_int32_wait_until"); }
-int shmem_int32_test(int32_t *ivar, int cmp, int32_t cmp_value) { return mori::capi::test(ivar, cmp, mori::capi::bits<int32_t>(cmp_value), mori::capi::word_of<int32_t>(), "shmem_int32_test"); }
-void shmem_int32_wait_until_all(int32_t *ivars, size_t nelems, const int *status, int cmp, int32_t cmp_value) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(int32_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<int32_t>(cmp_value), mori::capi::word_of<int32_t>(), "shmem_int32_wait_until_all"); }
-void shmem_int32_wait_until_all_vector(int32_t *ivars, size_t nelems, const int *status, int cmp, const int32_t *cmp_values) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(int32_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<int32_t>(), "shmem_int32_wait_until_all_vector"); }
-size_t shmem_int32_wait_until_any(int32_t *ivars, size_t nelems, const int *status, int cmp, int32_t cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(int32_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<int32_t>(cmp_value), mori::capi::word_of<int32_t>(), "shmem_int32_wait_until_any"); }
-size_t shmem_int32_wait_until_any_vector(int32_t *ivars, size_t nelems, const int *status, int cmp, const int32_t *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(int32_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<int32_t>(), "shmem_int32_wait_until_any_vector"); }
-size_t shmem_int32_wait_until_some(int32_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, int32_t cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(int32_t), nelems, indices, status, cmp, nullptr, mori::capi::bits<int32_t>(cmp_value), mori::capi::word_of<int32_t>(), "shmem_int32_wait_until_some"); }
-size_t shmem_int32_wait_until_some_vector(int32_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const int32_t *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(int32_t), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<int32_t>(), "shmem_int32_wait_until_some_vector"); }
-int shmem_int32_test_all(int32_t *ivars, size_t nelems, const int *status, int cmp, int32_t cmp_value) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(int32_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<int32_t>(cmp_value), mori::capi::word_of<int32_t>(), "shmem_int32_test_all") ? 1 : 0; }
-int shmem_int32_test_all_vector(int32_t *ivars, size_t nelems, const int *status, int cmp, const int32_t *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(int32_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<int32_t>(), "shmem_int32_test_all_vector") ? 1 : 0; }
-size_t shmem_int32_test_any(int32_t *ivars, size_t nelems, const int *status, int cmp, int32_t cmp_value) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(int32_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<int32_t>(cmp_value), mori::capi::word_of<int32_t>(), "shmem_int32_test_any"); }
-size_t shmem_int32_test_any_vector(int32_t *ivars, size_t nelems, const int *status, int cmp, const int32_t *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(int32_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<int32_t>(), "shmem_int32_test_any_vector"); }
-size_t shmem_int32_test_some(int32_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, int32_t cmp_value) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(int32_t), nelems, indices, status, cmp, nullptr, mori::capi::bits<int32_t>(cmp_value), mori::capi::word_of<int32_t>(), "shmem_int32_test_some"); }
-size_t shmem_int32_test_some_vector(int32_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const int32_t *cmp_values) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(int32_t), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<int32_t>(), "shmem_int32_test_some_vector"); }
-void shmem_int64_wait_until(int64_t *ivar, int cmp, int64_t cmp_value) { mori::capi::wait_until(ivar, cmp, mori::capi::bits<int64_t>(cmp_value), mori::capi::word_of<int64_t>(), "shmem_int64_wait_until"); }
-int shmem_int64_test(int64_t *ivar, int cmp, int64_t cmp_value) { return mori::capi::test(ivar, cmp, mori::capi::bits<int64_t>(cmp_value), mori::capi::word_of<int64_t>(), "shmem_int64_test"); }
-void shmem_int64_wait_until_all(int64_t *ivars, size_t nelems, const int *status, int cmp, int64_t cmp_value) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(int64_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<int64_t>(cmp_value), mori::capi::word_of<int64_t>(), "shmem_int64_wait_until_all"); }
-void shmem_int64_wait_until_all_vector(int64_t *ivars, size_t nelems, const int *status, int cmp, const int64_t *cmp_values) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(int64_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<int64_t>(), "shmem_int64_wait_until_all_vector"); }
-size_t shmem_int64_wait_until_any(int64_t *ivars, size_t nelems, const int *status, int cmp, int64_t cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(int64_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<int64_t>(cmp_value), mori::capi::word_of<int64_t>(), "shmem_int64_wait_until_any"); }
-size_t shmem_int64_wait_until_any_vector(int64_t *ivars, size_t nelems, const int *status, int cmp, const int64_t *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(int64_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<int64_t>(), "shmem_int64_wait_until_any_vector"); }
-size_t shmem_int64_wait_until_some(int64_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, int64_t cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(int64_t), nelems, indices, status, cmp, nullptr, mori::capi::bits<int64_t>(cmp_value), mori::capi::word_of<int64_t>(), "shmem_int64_wait_until_some"); }
-size_t shmem_int64_wait_until_some_vector(int64_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const int64_t *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(int64_t), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<int64_t>(), "shmem_int64_wait_until_some_vector"); }
-int shmem_int64_test_all(int64_t *ivars, size_t nelems, const int *status, int cmp, int64_t cmp_value) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(int64_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<int64_t>(cmp_value), mori::capi::word_of<int64_t>(), "shmem_int64_test_all") ? 1 : 0; }
-int shmem_int64_test_all_vector(int64_t *ivars, size_t nelems, const int *status, int cmp, const int64_t *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(int64_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<int64_t>(), "shmem_int64_test_all_vector") ? 1 : 0; }
-size_t shmem_int64_test_any(int64_t *ivars, size_t nelems, const int *status, int cmp, int64_t cmp_value) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(int64_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<int64_t>(cmp_value), mori::capi::word_of<int64_t>(), "shmem_int64_test_any"); }
-size_t shmem_int64_test_any_vector(int64_t *ivars, size_t nelems, const int *status, int cmp, const int64_t *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(int64_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<int64_t>(), "shmem_int64_test_any_vector"); }
-size_t shmem_int64_test_some(int64_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, int64_t cmp_value) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(int64_t), nelems, indices, status, cmp, nullptr, mori::capi::bits<int64_t>(cmp_value), mori::capi::word_of<int64_t>(), "shmem_int64_test_some"); }
-size_t shmem_int64_test_some_vector(int64_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const int64_t *cmp_values) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(int64_t), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<int64_t>(), "shmem_int64_test_some_vector"); }
-void shmem_uint32_wait_until(uint32_t *ivar, int cmp, uint32_t cmp_value) { mori::capi::wait_until(ivar, cmp, mori::capi::bits<uint32_t>(cmp_value), mori::capi::word_of<uint32_t>(), "shmem_uint32_wait_until"); }
-int shmem_uint32_test(uint32_t *ivar, int cmp, uint32_t cmp_value) { return mori::capi::test(ivar, cmp, mori::capi::bits<uint32_t>(cmp_value), mori::capi::word_of<uint32_t>(), "shmem_uint32_test"); }
-void shmem_uint32_wait_until_all(uint32_t *ivars, size_t nelems, const int *status, int cmp, uint32_t cmp_value) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(uint32_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<uint32_t>(cmp_value), mori::capi::word_of<uint32_t>(), "shmem_uint32_wait_until_all"); }
-void shmem_uint32_wait_until_all_vector(uint32_t *ivars, size_t nelems, const int *status, int cmp, const uint32_t *cmp_values) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(uint32_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<uint32_t>(), "shmem_uint32_wait_until_all_vector"); }
-size_t shmem_uint32_wait_until_any(uint32_t *ivars, size_t nelems, const int *status, int cmp, uint32_t cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(uint32_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<uint32_t>(cmp_value), mori::capi::word_of<uint32_t>(), "shmem_uint32_wait_until_any"); }
-size_t shmem_uint32_wait_until_any_vector(uint32_t *ivars, size_t nelems, const int *status, int cmp, const uint32_t *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(uint32_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<uint32_t>(), "shmem_uint32_wait_until_any_vector"); }
-size_t shmem_uint32_wait_until_some(uint32_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, uint32_t cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(uint32_t), nelems, indices, status, cmp, nullptr, mori::capi::bits<uint32_t>(cmp_value), mori::capi::word_of<uint32_t>(), "shmem_uint32_wait_until_some"); }
-size_t shmem_uint32_wait_until_some_vector(uint32_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const uint32_t *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(uint32_t), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<uint32_t>(), "shmem_uint32_wait_until_some_vector"); }
-int shmem_uint32_test_all(uint32_t *ivars, size_t nelems, const int *status, int cmp, uint32_t cmp_value) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(uint32_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<uint32_t>(cmp_value), mori::capi::word_of<uint32_t>(), "shmem_uint32_test_all") ? 1 : 0; }
-int shmem_uint32_test_all_vector(uint32_t *ivars, size_t nelems, const int *status, int cmp, const uint32_t *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(uint32_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<uint32_t>(), "shmem_uint32_test_all_vector") ? 1 : 0; }
-size_t shmem_uint32_test_any(uint32_t *ivars, size_t nelems, const int *status, int cmp, uint32_t cmp_value) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(uint32_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<uint32_t>(cmp_value), mori::capi::word_of<uint32_t>(), "shmem_uint32_test_any"); }
-size_t shmem_uint32_test_any_vector(uint32_t *ivars, size_t nelems, const int *status, int cmp, const uint32_t *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(uint32_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<uint32_t>(), "shmem_uint32_test_any_vector"); }
-size_t shmem_uint32_test_some(uint32_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, uint32_t cmp_value) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(uint32_t), nelems, indices, status, cmp, nullptr, mori::capi::bits<uint32_t>(cmp_value), mori::capi::word_of<uint32_t>(), "shmem_uint32_test_some"); }
-size_t shmem_uint32_test_some_vector(uint32_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const uint32_t *cmp_values) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(uint32_t), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<uint32_t>(), "shmem_uint32_test_some_vector"); }
-void shmem_uint64_wait_until(uint64_t *ivar, int cmp, uint64_t cmp_value) { mori::capi::wait_until(ivar, cmp, mori::capi::bits<uint64_t>(cmp_value), mori::capi::word_of<uint64_t>(), "shmem_uint64_wait_until"); }
-int shmem_uint64_test(uint64_t *ivar, int cmp, uint64_t cmp_value) { return mori::capi::test(ivar, cmp, mori::capi::bits<uint64_t>(cmp_value), mori::capi::word_of<uint64_t>(), "shmem_uint64_test"); }
-void shmem_uint64_wait_until_all(uint64_t *ivars, size_t nelems, const int *status, int cmp, uint64_t cmp_value) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(uint64_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<uint64_t>(cmp_value), mori::capi::word_of<uint64_t>(), "shmem_uint64_wait_until_all"); }
-void shmem_uint64_wait_until_all_vector(uint64_t *ivars, size_t nelems, const int *status, int cmp, const uint64_t *cmp_values) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(uint64_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<uint64_t>(), "shmem_uint64_wait_until_all_vector"); }
-size_t shmem_uint64_wait_until_any(uint64_t *ivars, size_t nelems, const int *status, int cmp, uint64_t cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(uint64_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<uint64_t>(cmp_value), mori::capi::word_of<uint64_t>(), "shmem_uint64_wait_until_any"); }
-size_t shmem_uint64_wait_until_any_vector(uint64_t *ivars, size_t nelems, const int *status, int cmp, const uint64_t *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(uint64_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<uint64_t>(), "shmem_uint64_wait_until_any_vector"); }
-size_t shmem_uint64_wait_until_some(uint64_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, uint64_t cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(uint64_t), nelems, indices, status, cmp, nullptr, mori::capi::bits<uint64_t>(cmp_value), mori::capi::word_of<uint64_t>(), "shmem_uint64_wait_until_some"); }
-size_t shmem_uint64_wait_until_some_vector(uint64_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const uint64_t *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(uint64_t), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<uint64_t>(), "shmem_uint64_wait_until_some_vector"); }
-int shmem_uint64_test_all(uint64_t *ivars, size_t nelems, const int *status, int cmp, uint64_t cmp_value) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(uint64_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<uint64_t>(cmp_value), mori::capi::word_of<uint64_t>(), "shmem_uint64_test_all") ? 1 : 0; }
-int shmem_uint64_test_all_vector(uint64_t *ivars, size_t nelems, const int *status, int cmp, const uint64_t *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(uint64_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<uint64_t>(), "shmem_uint64_test_all_vector") ? 1 : 0; }
-size_t shmem_uint64_test_any(uint64_t *ivars, size_t nelems, const int *status, int cmp, uint64_t cmp_value) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(uint64_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<uint64_t>(cmp_value), mori::capi::word_of<uint64_t>(), "shmem_uint64_test_any"); }
-size_t shmem_uint64_test_any_vector(uint64_t *ivars, size_t nelems, const int *status, int cmp, const uint64_t *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(uint64_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<uint64_t>(), "shmem_uint64_test_any_vector"); }
-size_t shmem_uint64_test_some(uint64_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, uint64_t cmp_value) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(uint64_t), nelems, indices, status, cmp, nullptr, mori::capi::bits<uint64_t>(cmp_value), mori::capi::word_of<uint64_t>(), "shmem_uint64_test_some"); }
-size_t shmem_uint64_test_some_vector(uint64_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const uint64_t *cmp_values) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(uint64_t), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<uint64_t>(), "shmem_uint64_test_some_vector"); }
-void shmem_size_wait_until(size_t *ivar, int cmp, size_t cmp_value) { mori::capi::wait_until(ivar, cmp, mori::capi::bits<size_t>(cmp_value), mori::capi::word_of<size_t>(), "shmem_size_wait_until"); }
-int shmem_size_test(size_t *ivar, int cmp, size_t cmp_value) { return mori::capi::test(ivar, cmp, mori::capi::bits<size_t>(cmp_value), mori::capi::word_of<size_t>(), "shmem_size_test"); }
-void shmem_size_wait_until_all(size_t *ivars, size_t nelems, const int *status, int cmp, size_t cmp_value) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(size_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<size_t>(cmp_value), mori::capi::word_of<size_t>(), "shmem_size_wait_until_all"); }
-void shmem_size_wait_until_all_vector(size_t *ivars, size_t nelems, const int *status, int cmp, const size_t *cmp_values) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(size_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<size_t>(), "shmem_size_wait_until_all_vector"); }
-size_t shmem_size_wait_until_any(size_t *ivars, size_t nelems, const int *status, int cmp, size_t cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(size_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<size_t>(cmp_value), mori::capi::word_of<size_t>(), "shmem_size_wait_until_any"); }
-size_t shmem_size_wait_until_any_vector(size_t *ivars, size_t nelems, const int *status, int cmp, const size_t *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(size_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<size_t>(), "shmem_size_wait_until_any_vector"); }
-size_t shmem_size_wait_until_some(size_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, size_t cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(size_t), nelems, indices, status, cmp, nullptr, mori::capi::bits<size_t>(cmp_value), mori::capi::word_of<size_t>(), "shmem_size_wait_until_some"); }
-size_t shmem_size_wait_until_some_vector(size_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const size_t *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(size_t), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<size_t>(), "shmem_size_wait_until_some_vector"); }
-int shmem_size_test_all(size_t *ivars, size_t nelems, const int *status, int cmp, size_t cmp_value) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(size_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<size_t>(cmp_value), mori::capi::word_of<size_t>(), "shmem_size_test_all") ? 1 : 0; }
-int shmem_size_test_all_vector(size_t *ivars, size_t nelems, const int *status, int cmp, const size_t *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(size_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<size_t>(), "shmem_size_test_all_vector") ? 1 : 0; }
-size_t shmem_size_test_any(size_t *ivars, size_t nelems, const int *status, int cmp, size_t cmp_value) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(size_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<size_t>(cmp_value), mori::capi::word_of<size_t>(), "shmem_size_test_any"); }
-size_t shmem_size_test_any_vector(size_t *ivars, size_t nelems, const int *status, int cmp, const size_t *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(size_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<size_t>(), "shmem_size_test_any_vector"); }
-size_t shmem_size_test_some(size_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, size_t cmp_value) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(size_t), nelems, indices, status, cmp, nullptr, mori::capi::bits<size_t>(cmp_value), mori::capi::word_of<size_t>(), "shmem_size_test_some"); }
-size_t shmem_size_test_some_vector(size_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const size_t *cmp_values) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(size_t), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<size_t>(), "shmem_size_test_some_vector"); }
-void shmem_ptrdiff_wait_until(ptrdiff_t *ivar, int cmp, ptrdiff_t cmp_value) { mori::capi::wait_until(ivar, cmp, mori::capi::bits<ptrdiff_t>(cmp_value), mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_wait_until"); }
-int shmem_ptrdiff_test(ptrdiff_t *ivar, int cmp, ptrdiff_t cmp_value) { return mori::capi::test(ivar, cmp, mori::capi::bits<ptrdiff_t>(cmp_value), mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_test"); }
-void shmem_ptrdiff_wait_until_all(ptrdiff_t *ivars, size_t nelems, const int *status, int cmp, ptrdiff_t cmp_value) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(ptrdiff_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<ptrdiff_t>(cmp_value), mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_wait_until_all"); }
-void shmem_ptrdiff_wait_until_all_vector(ptrdiff_t *ivars, size_t nelems, const int *status, int cmp, const ptrdiff_t *cmp_values) { mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(ptrdiff_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_wait_until_all_vector"); }
-size_t shmem_ptrdiff_wait_until_any(ptrdiff_t *ivars, size_t nelems, const int *status, int cmp, ptrdiff_t cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(ptrdiff_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<ptrdiff_t>(cmp_value), mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_wait_until_any"); }
-size_t shmem_ptrdiff_wait_until_any_vector(ptrdiff_t *ivars, size_t nelems, const int *status, int cmp, const ptrdiff_t *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(ptrdiff_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_wait_until_any_vector"); }
-size_t shmem_ptrdiff_wait_until_some(ptrdiff_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, ptrdiff_t cmp_value) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(ptrdiff_t), nelems, indices, status, cmp, nullptr, mori::capi::bits<ptrdiff_t>(cmp_value), mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_wait_until_some"); }
-size_t shmem_ptrdiff_wait_until_some_vector(ptrdiff_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const ptrdiff_t *cmp_values) { return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(ptrdiff_t), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_wait_until_some_vector"); }
-int shmem_ptrdiff_test_all(ptrdiff_t *ivars, size_t nelems, const int *status, int cmp, ptrdiff_t cmp_value) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(ptrdiff_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<ptrdiff_t>(cmp_value), mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_test_all") ? 1 : 0; }
-int shmem_ptrdiff_test_all_vector(ptrdiff_t *ivars, size_t nelems, const int *status, int cmp, const ptrdiff_t *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(ptrdiff_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_test_all_vector") ? 1 : 0; }
-size_t shmem_ptrdiff_test_any(ptrdiff_t *ivars, size_t nelems, const int *status, int cmp, ptrdiff_t cmp_value) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(ptrdiff_t), nelems, nullptr, status, cmp, nullptr, mori::capi::bits<ptrdiff_t>(cmp_value), mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_test_any"); }
-size_t shmem_ptrdiff_test_any_vector(ptrdiff_t *ivars, size_t nelems, const int *status, int cmp, const ptrdiff_t *cmp_values) { return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(ptrdiff_t), nelems, nullptr, status, cmp, cmp_values, 0, mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_test_any_vector"); }
-size_t shmem_ptrdiff_test_some(ptrdiff_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, ptrdiff_t cmp_value) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(ptrdiff_t), nelems, indices, status, cmp, nullptr, mori::capi::bits<ptrdiff_t>(cmp_value), mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_test_some"); }
-size_t shmem_ptrdiff_test_some_vector(ptrdiff_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, const ptrdiff_t *cmp_values) { return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(ptrdiff_t), nelems, indices, status, cmp, cmp_values, 0, mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_test_some_vector"); }
-int shmem_float_broadcast(shmem_team_t team, float *dest, const float *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(float), PE_root, "shmem_float_broadcast"); }
-int shmem_float_collect(shmem_team_t team, float *dest, const float *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(float), "shmem_float_collect"); }
-int shmem_float_fcollect(shmem_team_t team, float *dest, const float *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(float), "shmem_float_fcollect"); }
-int shmem_float_alltoall(shmem_team_t team, float *dest, const float *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(float), "shmem_float_alltoall"); }
-int shmem_float_alltoalls(shmem_team_t team, float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(float), "shmem_float_alltoalls"); }
-int shmem_float_sum_inscan(shmem_team_t team, float *dest, const float *source, size_t nelems) { return mori::capi::sum_scan<float, true>(team, dest, source, nelems, "shmem_float_sum_inscan"); }
-int shmem_float_sum_exscan(shmem_team_t team, float *dest, const float *source, size_t nelems) { return mori::capi::sum_scan<float, false>(team, dest, source, nelems, "shmem_float_sum_exscan"); }
-int shmem_float_max_reduce(shmem_team_t team, float *dest, const float *source, size_t nreduce) { return mori::capi::reduce<float, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_float_max_reduce"); }
-int shmem_float_min_reduce(shmem_team_t team, float *dest, const float *source, size_t nreduce) { return mori::capi::reduce<float, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_float_min_reduce"); }
-int shmem_float_sum_reduce(shmem_team_t team, float *dest, const float *source, size_t nreduce) { return mori::capi::reduce<float, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_float_sum_reduce"); }
-int shmem_float_prod_reduce(shmem_team_t team, float *dest, const float *source, size_t nreduce) { return mori::capi::reduce<float, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_float_prod_reduce"); }
-int shmem_double_broadcast(shmem_team_t team, double *dest, const double *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(double), PE_root, "shmem_double_broadcast"); }
-int shmem_double_collect(shmem_team_t team, double *dest, const double *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(double), "shmem_double_collect"); }
-int shmem_double_fcollect(shmem_team_t team, double *dest, const double *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(double), "shmem_double_fcollect"); }
-int shmem_double_alltoall(shmem_team_t team, double *dest, const double *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(double), "shmem_double_alltoall"); }
-int shmem_double_alltoalls(shmem_team_t team, double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(double), "shmem_double_alltoalls"); }
-int shmem_double_sum_inscan(shmem_team_t team, double *dest, const double *source, size_t nelems) { return mori::capi::sum_scan<double, true>(team, dest, source, nelems, "shmem_double_sum_inscan"); }
-int shmem_double_sum_exscan(shmem_team_t team, double *dest, const double *source, size_t nelems) { return mori::capi::sum_scan<double, false>(team, dest, source, nelems, "shmem_double_sum_exscan"); }
-int shmem_double_max_reduce(shmem_team_t team, double *dest, const double *source, size_t nreduce) { return mori::capi::reduce<double, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_double_max_reduce"); }
-int shmem_double_min_reduce(shmem_team_t team, double *dest, const double *source, size_t nreduce) { return mori::capi::reduce<double, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_double_min_reduce"); }
-int shmem_double_sum_reduce(shmem_team_t team, double *dest, const double *source, size_t nreduce) { return mori::capi::reduce<double, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_double_sum_reduce"); }
-int shmem_double_prod_reduce(shmem_team_t team, double *dest, const double *source, size_t nreduce) { return mori::capi::reduce<double, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_double_prod_reduce"); }
-int shmem_longdouble_broadcast(shmem_team_t team, long double *dest, const long double *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(long double), PE_root, "shmem_longdouble_broadcast"); }
-int shmem_longdouble_collect(shmem_team_t team, long double *dest, const long double *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(long double), "shmem_longdouble_collect"); }
-int shmem_longdouble_fcollect(shmem_team_t team, long double *dest, const long double *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(long double), "shmem_longdouble_fcollect"); }
-int shmem_longdouble_alltoall(shmem_team_t team, long double *dest, const long double *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(long double), "shmem_longdouble_alltoall"); }
-int shmem_longdouble_alltoalls(shmem_team_t team, long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(long double), "shmem_longdouble_alltoalls"); }
-int shmem_longdouble_sum_inscan(shmem_team_t team, long double *dest, const long double *source, size_t nelems) { return mori::capi::sum_scan<long double, true>(team, dest, source, nelems, "shmem_longdouble_sum_inscan"); }
-int shmem_longdouble_sum_exscan(shmem_team_t team, long double *dest, const long double *source, size_t nelems) { return mori::capi::sum_scan<long double, false>(team, dest, source, nelems, "shmem_longdouble_sum_exscan"); }
-int shmem_longdouble_max_reduce(shmem_team_t team, long double *dest, const long double *source, size_t nreduce) { return mori::capi::reduce<long double, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_longdouble_max_reduce"); }
-int shmem_longdouble_min_reduce(shmem_team_t team, long double *dest, const long double *source, size_t nreduce) { return mori::capi::reduce<long double, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_longdouble_min_reduce"); }
-int shmem_longdouble_sum_reduce(shmem_team_t team, long double *dest, const long double *source, size_t nreduce) { return mori::capi::reduce<long double, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_longdouble_sum_reduce"); }
-int shmem_longdouble_prod_reduce(shmem_team_t team, long double *dest, const long double *source, size_t nreduce) { return mori::capi::reduce<long double, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_longdouble_prod_reduce"); }
-int shmem_char_broadcast(shmem_team_t team, char *dest, const char *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(char), PE_root, "shmem_char_broadcast"); }
-int shmem_char_collect(shmem_team_t team, char *dest, const char *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(char), "shmem_char_collect"); }
-int shmem_char_fcollect(shmem_team_t team, char *dest, const char *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(char), "shmem_char_fcollect"); }
-int shmem_char_alltoall(shmem_team_t team, char *dest, const char *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(char), "shmem_char_alltoall"); }
-int shmem_char_alltoalls(shmem_team_t team, char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(char), "shmem_char_alltoalls"); }
-int shmem_char_sum_inscan(shmem_team_t team, char *dest, const char *source, size_t nelems) { return mori::capi::sum_scan<char, true>(team, dest, source, nelems, "shmem_char_sum_inscan"); }
-int shmem_char_sum_exscan(shmem_team_t team, char *dest, const char *source, size_t nelems) { return mori::capi::sum_scan<char, false>(team, dest, source, nelems, "shmem_char_sum_exscan"); }
-int shmem_char_max_reduce(shmem_team_t team, char *dest, const char *source, size_t nreduce) { return mori::capi::reduce<char, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_char_max_reduce"); }
-int shmem_char_min_reduce(shmem_team_t team, char *dest, const char *source, size_t nreduce) { return mori::capi::reduce<char, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_char_min_reduce"); }
-int shmem_char_sum_reduce(shmem_team_t team, char *dest, const char *source, size_t nreduce) { return mori::capi::reduce<char, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_char_sum_reduce"); }
-int shmem_char_prod_reduce(shmem_team_t team, char *dest, const char *source, size_t nreduce) { return mori::capi::reduce<char, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_char_prod_reduce"); }
-int shmem_schar_broadcast(shmem_team_t team, signed char *dest, const signed char *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(signed char), PE_root, "shmem_schar_broadcast"); }
-int shmem_schar_collect(shmem_team_t team, signed char *dest, const signed char *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(signed char), "shmem_schar_collect"); }
-int shmem_schar_fcollect(shmem_team_t team, signed char *dest, const signed char *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(signed char), "shmem_schar_fcollect"); }
-int shmem_schar_alltoall(shmem_team_t team, signed char *dest, const signed char *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(signed char), "shmem_schar_alltoall"); }
-int shmem_schar_alltoalls(shmem_team_t team, signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(signed char), "shmem_schar_alltoalls"); }
-int shmem_schar_sum_inscan(shmem_team_t team, signed char *dest, const signed char *source, size_t nelems) { return mori::capi::sum_scan<signed char, true>(team, dest, source, nelems, "shmem_schar_sum_inscan"); }
-int shmem_schar_sum_exscan(shmem_team_t team, signed char *dest, const signed char *source, size_t nelems) { return mori::capi::sum_scan<signed char, false>(team, dest, source, nelems, "shmem_schar_sum_exscan"); }
-int shmem_schar_max_reduce(shmem_team_t team, signed char *dest, const signed char *source, size_t nreduce) { return mori::capi::reduce<signed char, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_schar_max_reduce"); }
-int shmem_schar_min_reduce(shmem_team_t team, signed char *dest, const signed char *source, size_t nreduce) { return mori::capi::reduce<signed char, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_schar_min_reduce"); }
-int shmem_schar_sum_reduce(shmem_team_t team, signed char *dest, const signed char *source, size_t nreduce) { return mori::capi::reduce<signed char, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_schar_sum_reduce"); }
-int shmem_schar_prod_reduce(shmem_team_t team, signed char *dest, const signed char *source, size_t nreduce) { return mori::capi::reduce<signed char, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_schar_prod_reduce"); }
-int shmem_short_broadcast(shmem_team_t team, short *dest, const short *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(short), PE_root, "shmem_short_broadcast"); }
-int shmem_short_collect(shmem_team_t team, short *dest, const short *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(short), "shmem_short_collect"); }
-int shmem_short_fcollect(shmem_team_t team, short *dest, const short *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(short), "shmem_short_fcollect"); }
-int shmem_short_alltoall(shmem_team_t team, short *dest, const short *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(short), "shmem_short_alltoall"); }
-int shmem_short_alltoalls(shmem_team_t team, short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(short), "shmem_short_alltoalls"); }
-int shmem_short_sum_inscan(shmem_team_t team, short *dest, const short *source, size_t nelems) { return mori::capi::sum_scan<short, true>(team, dest, source, nelems, "shmem_short_sum_inscan"); }
-int shmem_short_sum_exscan(shmem_team_t team, short *dest, const short *source, size_t nelems) { return mori::capi::sum_scan<short, false>(team, dest, source, nelems, "shmem_short_sum_exscan"); }
-int shmem_short_max_reduce(shmem_team_t team, short *dest, const short *source, size_t nreduce) { return mori::capi::reduce<short, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_short_max_reduce"); }
-int shmem_short_min_reduce(shmem_team_t team, short *dest, const short *source, size_t nreduce) { return mori::capi::reduce<short, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_short_min_reduce"); }
-int shmem_short_sum_reduce(shmem_team_t team, short *dest, const short *source, size_t nreduce) { return mori::capi::reduce<short, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_short_sum_reduce"); }
-int shmem_short_prod_reduce(shmem_team_t team, short *dest, const short *source, size_t nreduce) { return mori::capi::reduce<short, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_short_prod_reduce"); }
-int shmem_int_broadcast(shmem_team_t team, int *dest, const int *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(int), PE_root, "shmem_int_broadcast"); }
-int shmem_int_collect(shmem_team_t team, int *dest, const int *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(int), "shmem_int_collect"); }
-int shmem_int_fcollect(shmem_team_t team, int *dest, const int *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(int), "shmem_int_fcollect"); }
-int shmem_int_alltoall(shmem_team_t team, int *dest, const int *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(int), "shmem_int_alltoall"); }
-int shmem_int_alltoalls(shmem_team_t team, int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(int), "shmem_int_alltoalls"); }
-int shmem_int_sum_inscan(shmem_team_t team, int *dest, const int *source, size_t nelems) { return mori::capi::sum_scan<int, true>(team, dest, source, nelems, "shmem_int_sum_inscan"); }
-int shmem_int_sum_exscan(shmem_team_t team, int *dest, const int *source, size_t nelems) { return mori::capi::sum_scan<int, false>(team, dest, source, nelems, "shmem_int_sum_exscan"); }
-int shmem_int_max_reduce(shmem_team_t team, int *dest, const int *source, size_t nreduce) { return mori::capi::reduce<int, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_int_max_reduce"); }
-int shmem_int_min_reduce(shmem_team_t team, int *dest, const int *source, size_t nreduce) { return mori::capi::reduce<int, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_int_min_reduce"); }
-int shmem_int_sum_reduce(shmem_team_t team, int *dest, const int *source, size_t nreduce) { return mori::capi::reduce<int, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_int_sum_reduce"); }
-int shmem_int_prod_reduce(shmem_team_t team, int *dest, const int *source, size_t nreduce) { return mori::capi::reduce<int, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_int_prod_reduce"); }
-int shmem_long_broadcast(shmem_team_t team, long *dest, const long *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(long), PE_root, "shmem_long_broadcast"); }
-int shmem_long_collect(shmem_team_t team, long *dest, const long *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(long), "shmem_long_collect"); }
-int shmem_long_fcollect(shmem_team_t team, long *dest, const long *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(long), "shmem_long_fcollect"); }
-int shmem_long_alltoall(shmem_team_t team, long *dest, const long *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(long), "shmem_long_alltoall"); }
-int shmem_long_alltoalls(shmem_team_t team, long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(long), "shmem_long_alltoalls"); }
-int shmem_long_sum_inscan(shmem_team_t team, long *dest, const long *source, size_t nelems) { return mori::capi::sum_scan<long, true>(team, dest, source, nelems, "shmem_long_sum_inscan"); }
-int shmem_long_sum_exscan(shmem_team_t team, long *dest, const long *source, size_t nelems) { return mori::capi::sum_scan<long, false>(team, dest, source, nelems, "shmem_long_sum_exscan"); }
-int shmem_long_max_reduce(shmem_team_t team, long *dest, const long *source, size_t nreduce) { return mori::capi::reduce<long, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_long_max_reduce"); }
-int shmem_long_min_reduce(shmem_team_t team, long *dest, const long *source, size_t nreduce) { return mori::capi::reduce<long, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_long_min_reduce"); }
-int shmem_long_sum_reduce(shmem_team_t team, long *dest, const long *source, size_t nreduce) { return mori::capi::reduce<long, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_long_sum_reduce"); }
-int shmem_long_prod_reduce(shmem_team_t team, long *dest, const long *source, size_t nreduce) { return mori::capi::reduce<long, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_long_prod_reduce"); }
-int shmem_longlong_broadcast(shmem_team_t team, long long *dest, const long long *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(long long), PE_root, "shmem_longlong_broadcast"); }
-int shmem_longlong_collect(shmem_team_t team, long long *dest, const long long *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(long long), "shmem_longlong_collect"); }
-int shmem_longlong_fcollect(shmem_team_t team, long long *dest, const long long *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(long long), "shmem_longlong_fcollect"); }
-int shmem_longlong_alltoall(shmem_team_t team, long long *dest, const long long *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(long long), "shmem_longlong_alltoall"); }
-int shmem_longlong_alltoalls(shmem_team_t team, long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(long long), "shmem_longlong_alltoalls"); }
-int shmem_longlong_sum_inscan(shmem_team_t team, long long *dest, const long long *source, size_t nelems) { return mori::capi::sum_scan<long long, true>(team, dest, source, nelems, "shmem_longlong_sum_inscan"); }
-int shmem_longlong_sum_exscan(shmem_team_t team, long long *dest, const long long *source, size_t nelems) { return mori::capi::sum_scan<long long, false>(team, dest, source, nelems, "shmem_longlong_sum_exscan"); }
-int shmem_longlong_max_reduce(shmem_team_t team, long long *dest, const long long *source, size_t nreduce) { return mori::capi::reduce<long long, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_longlong_max_reduce"); }
-int shmem_longlong_min_reduce(shmem_team_t team, long long *dest, const long long *source, size_t nreduce) { return mori::capi::reduce<long long, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_longlong_min_reduce"); }
-int shmem_longlong_sum_reduce(shmem_team_t team, long long *dest, const long long *source, size_t nreduce) { return mori::capi::reduce<long long, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_longlong_sum_reduce"); }
-int shmem_longlong_prod_reduce(shmem_team_t team, long long *dest, const long long *source, size_t nreduce) { return mori::capi::reduce<long long, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_longlong_prod_reduce"); }
-int shmem_uchar_broadcast(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(unsigned char), PE_root, "shmem_uchar_broadcast"); }
-int shmem_uchar_collect(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(unsigned char), "shmem_uchar_collect"); }
-int shmem_uchar_fcollect(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(unsigned char), "shmem_uchar_fcollect"); }
-int shmem_uchar_alltoall(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(unsigned char), "shmem_uchar_alltoall"); }
-int shmem_uchar_alltoalls(shmem_team_t team, unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(unsigned char), "shmem_uchar_alltoalls"); }
-int shmem_uchar_sum_inscan(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nelems) { return mori::capi::sum_scan<unsigned char, true>(team, dest, source, nelems, "shmem_uchar_sum_inscan"); }
-int shmem_uchar_sum_exscan(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nelems) { return mori::capi::sum_scan<unsigned char, false>(team, dest, source, nelems, "shmem_uchar_sum_exscan"); }
-int shmem_uchar_and_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce) { return mori::capi::reduce<unsigned char, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_uchar_and_reduce"); }
-int shmem_uchar_or_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce) { return mori::capi::reduce<unsigned char, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_uchar_or_reduce"); }
-int shmem_uchar_xor_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce) { return mori::capi::reduce<unsigned char, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_uchar_xor_reduce"); }
-int shmem_uchar_max_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce) { return mori::capi::reduce<unsigned char, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_uchar_max_reduce"); }
-int shmem_uchar_min_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce) { return mori::capi::reduce<unsigned char, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_uchar_min_reduce"); }
-int shmem_uchar_sum_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce) { return mori::capi::reduce<unsigned char, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_uchar_sum_reduce"); }
-int shmem_uchar_prod_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce) { return mori::capi::reduce<unsigned char, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_uchar_prod_reduce"); }
-int shmem_ushort_broadcast(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(unsigned short), PE_root, "shmem_ushort_broadcast"); }
-int shmem_ushort_collect(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(unsigned short), "shmem_ushort_collect"); }
-int shmem_ushort_fcollect(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(unsigned short), "shmem_ushort_fcollect"); }
-int shmem_ushort_alltoall(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(unsigned short), "shmem_ushort_alltoall"); }
-int shmem_ushort_alltoalls(shmem_team_t team, unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(unsigned short), "shmem_ushort_alltoalls"); }
-int shmem_ushort_sum_inscan(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nelems) { return mori::capi::sum_scan<unsigned short, true>(team, dest, source, nelems, "shmem_ushort_sum_inscan"); }
-int shmem_ushort_sum_exscan(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nelems) { return mori::capi::sum_scan<unsigned short, false>(team, dest, source, nelems, "shmem_ushort_sum_exscan"); }
-int shmem_ushort_and_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce) { return mori::capi::reduce<unsigned short, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_ushort_and_reduce"); }
-int shmem_ushort_or_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce) { return mori::capi::reduce<unsigned short, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_ushort_or_reduce"); }
-int shmem_ushort_xor_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce) { return mori::capi::reduce<unsigned short, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_ushort_xor_reduce"); }
-int shmem_ushort_max_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce) { return mori::capi::reduce<unsigned short, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_ushort_max_reduce"); }
-int shmem_ushort_min_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce) { return mori::capi::reduce<unsigned short, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_ushort_min_reduce"); }
-int shmem_ushort_sum_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce) { return mori::capi::reduce<unsigned short, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_ushort_sum_reduce"); }
-int shmem_ushort_prod_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce) { return mori::capi::reduce<unsigned short, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_ushort_prod_reduce"); }
-int shmem_uint_broadcast(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(unsigned int), PE_root, "shmem_uint_broadcast"); }
-int shmem_uint_collect(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(unsigned int), "shmem_uint_collect"); }
-int shmem_uint_fcollect(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(unsigned int), "shmem_uint_fcollect"); }
-int shmem_uint_alltoall(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(unsigned int), "shmem_uint_alltoall"); }
-int shmem_uint_alltoalls(shmem_team_t team, unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(unsigned int), "shmem_uint_alltoalls"); }
-int shmem_uint_sum_inscan(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nelems) { return mori::capi::sum_scan<unsigned int, true>(team, dest, source, nelems, "shmem_uint_sum_inscan"); }
-int shmem_uint_sum_exscan(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nelems) { return mori::capi::sum_scan<unsigned int, false>(team, dest, source, nelems, "shmem_uint_sum_exscan"); }
-int shmem_uint_and_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce) { return mori::capi::reduce<unsigned int, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_uint_and_reduce"); }
-int shmem_uint_or_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce) { return mori::capi::reduce<unsigned int, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_uint_or_reduce"); }
-int shmem_uint_xor_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce) { return mori::capi::reduce<unsigned int, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_uint_xor_reduce"); }
-int shmem_uint_max_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce) { return mori::capi::reduce<unsigned int, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_uint_max_reduce"); }
-int shmem_uint_min_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce) { return mori::capi::reduce<unsigned int, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_uint_min_reduce"); }
-int shmem_uint_sum_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce) { return mori::capi::reduce<unsigned int, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_uint_sum_reduce"); }
-int shmem_uint_prod_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce) { return mori::capi::reduce<unsigned int, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_uint_prod_reduce"); }
-int shmem_ulong_broadcast(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(unsigned long), PE_root, "shmem_ulong_broadcast"); }
-int shmem_ulong_collect(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(unsigned long), "shmem_ulong_collect"); }
-int shmem_ulong_fcollect(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(unsigned long), "shmem_ulong_fcollect"); }
-int shmem_ulong_alltoall(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(unsigned long), "shmem_ulong_alltoall"); }
-int shmem_ulong_alltoalls(shmem_team_t team, unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(unsigned long), "shmem_ulong_alltoalls"); }
-int shmem_ulong_sum_inscan(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nelems) { return mori::capi::sum_scan<unsigned long, true>(team, dest, source, nelems, "shmem_ulong_sum_inscan"); }
-int shmem_ulong_sum_exscan(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nelems) { return mori::capi::sum_scan<unsigned long, false>(team, dest, source, nelems, "shmem_ulong_sum_exscan"); }
-int shmem_ulong_and_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce) { return mori::capi::reduce<unsigned long, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_ulong_and_reduce"); }
-int shmem_ulong_or_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce) { return mori::capi::reduce<unsigned long, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_ulong_or_reduce"); }
-int shmem_ulong_xor_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce) { return mori::capi::reduce<unsigned long, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_ulong_xor_reduce"); }
-int shmem_ulong_max_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce) { return mori::capi::reduce<unsigned long, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_ulong_max_reduce"); }
-int shmem_ulong_min_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce) { return mori::capi::reduce<unsigned long, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_ulong_min_reduce"); }
-int shmem_ulong_sum_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce) { return mori::capi::reduce<unsigned long, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_ulong_sum_reduce"); }
-int shmem_ulong_prod_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce) { return mori::capi::reduce<unsigned long, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_ulong_prod_reduce"); }
-int shmem_ulonglong_broadcast(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(unsigned long long), PE_root, "shmem_ulonglong_broadcast"); }
-int shmem_ulonglong_collect(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(unsigned long long), "shmem_ulonglong_collect"); }
-int shmem_ulonglong_fcollect(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(unsigned long long), "shmem_ulonglong_fcollect"); }
-int shmem_ulonglong_alltoall(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(unsigned long long), "shmem_ulonglong_alltoall"); }
-int shmem_ulonglong_alltoalls(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(unsigned long long), "shmem_ulonglong_alltoalls"); }
-int shmem_ulonglong_sum_inscan(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nelems) { return mori::capi::sum_scan<unsigned long long, true>(team, dest, source, nelems, "shmem_ulonglong_sum_inscan"); }
-int shmem_ulonglong_sum_exscan(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nelems) { return mori::capi::sum_scan<unsigned long long, false>(team, dest, source, nelems, "shmem_ulonglong_sum_exscan"); }
-int shmem_ulonglong_and_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nreduce) { return mori::capi::reduce<unsigned long long, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_ulonglong_and_reduce"); }
-int shmem_ulonglong_or_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nreduce) { return mori::capi::reduce<unsigned long long, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_ulonglong_or_reduce"); }
-int shmem_ulonglong_xor_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nreduce) { return mori::capi::reduce<unsigned long long, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_ulonglong_xor_reduce"); }
-int shmem_ulonglong_max_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nreduce) { return mori::capi::reduce<unsigned long long, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_ulonglong_max_reduce"); }
-int shmem_ulonglong_min_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nreduce) { return mori::capi::reduce<unsigned long long, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_ulonglong_min_reduce"); }
-int shmem_ulonglong_sum_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nreduce) { return mori::capi::reduce<unsigned long long, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_ulonglong_sum_reduce"); }
-int shmem_ulonglong_prod_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nreduce) { return mori::capi::reduce<unsigned long long, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_ulonglong_prod_reduce"); }
-int shmem_int8_broadcast(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(int8_t), PE_root, "shmem_int8_broadcast"); }
-int shmem_int8_collect(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(int8_t), "shmem_int8_collect"); }
-int shmem_int8_fcollect(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(int8_t), "shmem_int8_fcollect"); }
-int shmem_int8_alltoall(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(int8_t), "shmem_int8_alltoall"); }
-int shmem_int8_alltoalls(shmem_team_t team, int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(int8_t), "shmem_int8_alltoalls"); }
-int shmem_int8_sum_inscan(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nelems) { return mori::capi::sum_scan<int8_t, true>(team, dest, source, nelems, "shmem_int8_sum_inscan"); }
-int shmem_int8_sum_exscan(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nelems) { return mori::capi::sum_scan<int8_t, false>(team, dest, source, nelems, "shmem_int8_sum_exscan"); }
-int shmem_int8_and_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce) { return mori::capi::reduce<int8_t, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_int8_and_reduce"); }
-int shmem_int8_or_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce) { return mori::capi::reduce<int8_t, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_int8_or_reduce"); }
-int shmem_int8_xor_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce) { return mori::capi::reduce<int8_t, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_int8_xor_reduce"); }
-int shmem_int8_max_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce) { return mori::capi::reduce<int8_t, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_int8_max_reduce"); }
-int shmem_int8_min_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce) { return mori::capi::reduce<int8_t, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_int8_min_reduce"); }
-int shmem_int8_sum_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce) { return mori::capi::reduce<int8_t, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_int8_sum_reduce"); }
-int shmem_int8_prod_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce) { return mori::capi::reduce<int8_t, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_int8_prod_reduce"); }
-int shmem_int16_broadcast(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(int16_t), PE_root, "shmem_int16_broadcast"); }
-int shmem_int16_collect(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(int16_t), "shmem_int16_collect"); }
-int shmem_int16_fcollect(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(int16_t), "shmem_int16_fcollect"); }
-int shmem_int16_alltoall(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(int16_t), "shmem_int16_alltoall"); }
-int shmem_int16_alltoalls(shmem_team_t team, int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(int16_t), "shmem_int16_alltoalls"); }
-int shmem_int16_sum_inscan(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nelems) { return mori::capi::sum_scan<int16_t, true>(team, dest, source, nelems, "shmem_int16_sum_inscan"); }
-int shmem_int16_sum_exscan(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nelems) { return mori::capi::sum_scan<int16_t, false>(team, dest, source, nelems, "shmem_int16_sum_exscan"); }
-int shmem_int16_and_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce) { return mori::capi::reduce<int16_t, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_int16_and_reduce"); }
-int shmem_int16_or_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce) { return mori::capi::reduce<int16_t, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_int16_or_reduce"); }
-int shmem_int16_xor_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce) { return mori::capi::reduce<int16_t, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_int16_xor_reduce"); }
-int shmem_int16_max_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce) { return mori::capi::reduce<int16_t, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_int16_max_reduce"); }
-int shmem_int16_min_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce) { return mori::capi::reduce<int16_t, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_int16_min_reduce"); }
-int shmem_int16_sum_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce) { return mori::capi::reduce<int16_t, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_int16_sum_reduce"); }
-int shmem_int16_prod_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce) { return mori::capi::reduce<int16_t, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_int16_prod_reduce"); }
-int shmem_int32_broadcast(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(int32_t), PE_root, "shmem_int32_broadcast"); }
-int shmem_int32_collect(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(int32_t), "shmem_int32_collect"); }
-int shmem_int32_fcollect(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(int32_t), "shmem_int32_fcollect"); }
-int shmem_int32_alltoall(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(int32_t), "shmem_int32_alltoall"); }
-int shmem_int32_alltoalls(shmem_team_t team, int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(int32_t), "shmem_int32_alltoalls"); }
-int shmem_int32_sum_inscan(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nelems) { return mori::capi::sum_scan<int32_t, true>(team, dest, source, nelems, "shmem_int32_sum_inscan"); }
-int shmem_int32_sum_exscan(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nelems) { return mori::capi::sum_scan<int32_t, false>(team, dest, source, nelems, "shmem_int32_sum_exscan"); }
-int shmem_int32_and_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce) { return mori::capi::reduce<int32_t, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_int32_and_reduce"); }
-int shmem_int32_or_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce) { return mori::capi::reduce<int32_t, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_int32_or_reduce"); }
-int shmem_int32_xor_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce) { return mori::capi::reduce<int32_t, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_int32_xor_reduce"); }
-int shmem_int32_max_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce) { return mori::capi::reduce<int32_t, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_int32_max_reduce"); }
-int shmem_int32_min_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce) { return mori::capi::reduce<int32_t, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_int32_min_reduce"); }
-int shmem_int32_sum_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce) { return mori::capi::reduce<int32_t, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_int32_sum_reduce"); }
-int shmem_int32_prod_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce) { return mori::capi::reduce<int32_t, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_int32_prod_reduce"); }
-int shmem_int64_broadcast(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(int64_t), PE_root, "shmem_int64_broadcast"); }
-int shmem_int64_collect(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(int64_t), "shmem_int64_collect"); }
-int shmem_int64_fcollect(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(int64_t), "shmem_int64_fcollect"); }
-int shmem_int64_alltoall(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(int64_t), "shmem_int64_alltoall"); }
-int shmem_int64_alltoalls(shmem_team_t team, int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(int64_t), "shmem_int64_alltoalls"); }
-int shmem_int64_sum_inscan(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nelems) { return mori::capi::sum_scan<int64_t, true>(team, dest, source, nelems, "shmem_int64_sum_inscan"); }
-int shmem_int64_sum_exscan(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nelems) { return mori::capi::sum_scan<int64_t, false>(team, dest, source, nelems, "shmem_int64_sum_exscan"); }
-int shmem_int64_and_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce) { return mori::capi::reduce<int64_t, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_int64_and_reduce"); }
-int shmem_int64_or_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce) { return mori::capi::reduce<int64_t, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_int64_or_reduce"); }
-int shmem_int64_xor_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce) { return mori::capi::reduce<int64_t, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_int64_xor_reduce"); }
-int shmem_int64_max_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce) { return mori::capi::reduce<int64_t, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_int64_max_reduce"); }
-int shmem_int64_min_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce) { return mori::capi::reduce<int64_t, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_int64_min_reduce"); }
-int shmem_int64_sum_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce) { return mori::capi::reduce<int64_t, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_int64_sum_reduce"); }
-int shmem_int64_prod_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce) { return mori::capi::reduce<int64_t, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_int64_prod_reduce"); }
-int shmem_uint8_broadcast(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(uint8_t), PE_root, "shmem_uint8_broadcast"); }
-int shmem_uint8_collect(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(uint8_t), "shmem_uint8_collect"); }
-int shmem_uint8_fcollect(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(uint8_t), "shmem_uint8_fcollect"); }
-int shmem_uint8_alltoall(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(uint8_t), "shmem_uint8_alltoall"); }
-int shmem_uint8_alltoalls(shmem_team_t team, uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(uint8_t), "shmem_uint8_alltoalls"); }
-int shmem_uint8_sum_inscan(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nelems) { return mori::capi::sum_scan<uint8_t, true>(team, dest, source, nelems, "shmem_uint8_sum_inscan"); }
-int shmem_uint8_sum_exscan(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nelems) { return mori::capi::sum_scan<uint8_t, false>(team, dest, source, nelems, "shmem_uint8_sum_exscan"); }
-int shmem_uint8_and_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce) { return mori::capi::reduce<uint8_t, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_uint8_and_reduce"); }
-int shmem_uint8_or_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce) { return mori::capi::reduce<uint8_t, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_uint8_or_reduce"); }
-int shmem_uint8_xor_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce) { return mori::capi::reduce<uint8_t, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_uint8_xor_reduce"); }
-int shmem_uint8_max_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce) { return mori::capi::reduce<uint8_t, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_uint8_max_reduce"); }
-int shmem_uint8_min_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce) { return mori::capi::reduce<uint8_t, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_uint8_min_reduce"); }
-int shmem_uint8_sum_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce) { return mori::capi::reduce<uint8_t, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_uint8_sum_reduce"); }
-int shmem_uint8_prod_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce) { return mori::capi::reduce<uint8_t, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_uint8_prod_reduce"); }
-int shmem_uint16_broadcast(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(uint16_t), PE_root, "shmem_uint16_broadcast"); }
-int shmem_uint16_collect(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(uint16_t), "shmem_uint16_collect"); }
-int shmem_uint16_fcollect(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(uint16_t), "shmem_uint16_fcollect"); }
-int shmem_uint16_alltoall(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(uint16_t), "shmem_uint16_alltoall"); }
-int shmem_uint16_alltoalls(shmem_team_t team, uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(uint16_t), "shmem_uint16_alltoalls"); }
-int shmem_uint16_sum_inscan(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nelems) { return mori::capi::sum_scan<uint16_t, true>(team, dest, source, nelems, "shmem_uint16_sum_inscan"); }
-int shmem_uint16_sum_exscan(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nelems) { return mori::capi::sum_scan<uint16_t, false>(team, dest, source, nelems, "shmem_uint16_sum_exscan"); }
-int shmem_uint16_and_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce) { return mori::capi::reduce<uint16_t, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_uint16_and_reduce"); }
-int shmem_uint16_or_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce) { return mori::capi::reduce<uint16_t, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_uint16_or_reduce"); }
-int shmem_uint16_xor_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce) { return mori::capi::reduce<uint16_t, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_uint16_xor_reduce"); }
-int shmem_uint16_max_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce) { return mori::capi::reduce<uint16_t, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_uint16_max_reduce"); }
-int shmem_uint16_min_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce) { return mori::capi::reduce<uint16_t, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_uint16_min_reduce"); }
-int shmem_uint16_sum_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce) { return mori::capi::reduce<uint16_t, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_uint16_sum_reduce"); }
-int shmem_uint16_prod_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce) { return mori::capi::reduce<uint16_t, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_uint16_prod_reduce"); }
-int shmem_uint32_broadcast(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(uint32_t), PE_root, "shmem_uint32_broadcast"); }
-int shmem_uint32_collect(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(uint32_t), "shmem_uint32_collect"); }
-int shmem_uint32_fcollect(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(uint32_t), "shmem_uint32_fcollect"); }
-int shmem_uint32_alltoall(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(uint32_t), "shmem_uint32_alltoall"); }
-int shmem_uint32_alltoalls(shmem_team_t team, uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(uint32_t), "shmem_uint32_alltoalls"); }
-int shmem_uint32_sum_inscan(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nelems) { return mori::capi::sum_scan<uint32_t, true>(team, dest, source, nelems, "shmem_uint32_sum_inscan"); }
-int shmem_uint32_sum_exscan(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nelems) { return mori::capi::sum_scan<uint32_t, false>(team, dest, source, nelems, "shmem_uint32_sum_exscan"); }
-int shmem_uint32_and_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce) { return mori::capi::reduce<uint32_t, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_uint32_and_reduce"); }
-int shmem_uint32_or_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce) { return mori::capi::reduce<uint32_t, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_uint32_or_reduce"); }
-int shmem_uint32_xor_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce) { return mori::capi::reduce<uint32_t, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_uint32_xor_reduce"); }
-int shmem_uint32_max_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce) { return mori::capi::reduce<uint32_t, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_uint32_max_reduce"); }
-int shmem_uint32_min_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce) { return mori::capi::reduce<uint32_t, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_uint32_min_reduce"); }
-int shmem_uint32_sum_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce) { return mori::capi::reduce<uint32_t, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_uint32_sum_reduce"); }
-int shmem_uint32_prod_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce) { return mori::capi::reduce<uint32_t, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_uint32_prod_reduce"); }
-int shmem_uint64_broadcast(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(uint64_t), PE_root, "shmem_uint64_broadcast"); }
-int shmem_uint64_collect(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(uint64_t), "shmem_uint64_collect"); }
-int shmem_uint64_fcollect(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(uint64_t), "shmem_uint64_fcollect"); }
-int shmem_uint64_alltoall(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(uint64_t), "shmem_uint64_alltoall"); }
-int shmem_uint64_alltoalls(shmem_team_t team, uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(uint64_t), "shmem_uint64_alltoalls"); }
-int shmem_uint64_sum_inscan(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nelems) { return mori::capi::sum_scan<uint64_t, true>(team, dest, source, nelems, "shmem_uint64_sum_inscan"); }
-int shmem_uint64_sum_exscan(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nelems) { return mori::capi::sum_scan<uint64_t, false>(team, dest, source, nelems, "shmem_uint64_sum_exscan"); }
-int shmem_uint64_and_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce) { return mori::capi::reduce<uint64_t, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_uint64_and_reduce"); }
-int shmem_uint64_or_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce) { return mori::capi::reduce<uint64_t, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_uint64_or_reduce"); }
-int shmem_uint64_xor_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce) { return mori::capi::reduce<uint64_t, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_uint64_xor_reduce"); }
-int shmem_uint64_max_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce) { return mori::capi::reduce<uint64_t, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_uint64_max_reduce"); }
-int shmem_uint64_min_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce) { return mori::capi::reduce<uint64_t, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_uint64_min_reduce"); }
-int shmem_uint64_sum_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce) { return mori::capi::reduce<uint64_t, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_uint64_sum_reduce"); }
-int shmem_uint64_prod_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce) { return mori::capi::reduce<uint64_t, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_uint64_prod_reduce"); }
-int shmem_size_broadcast(shmem_team_t team, size_t *dest, const size_t *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(size_t), PE_root, "shmem_size_broadcast"); }
-int shmem_size_collect(shmem_team_t team, size_t *dest, const size_t *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(size_t), "shmem_size_collect"); }
-int shmem_size_fcollect(shmem_team_t team, size_t *dest, const size_t *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(size_t), "shmem_size_fcollect"); }
-int shmem_size_alltoall(shmem_team_t team, size_t *dest, const size_t *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(size_t), "shmem_size_alltoall"); }
-int shmem_size_alltoalls(shmem_team_t team, size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(size_t), "shmem_size_alltoalls"); }
-int shmem_size_sum_inscan(shmem_team_t team, size_t *dest, const size_t *source, size_t nelems) { return mori::capi::sum_scan<size_t, true>(team, dest, source, nelems, "shmem_size_sum_inscan"); }
-int shmem_size_sum_exscan(shmem_team_t team, size_t *dest, const size_t *source, size_t nelems) { return mori::capi::sum_scan<size_t, false>(team, dest, source, nelems, "shmem_size_sum_exscan"); }
-int shmem_size_and_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce) { return mori::capi::reduce<size_t, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_size_and_reduce"); }
-int shmem_size_or_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce) { return mori::capi::reduce<size_t, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_size_or_reduce"); }
-int shmem_size_xor_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce) { return mori::capi::reduce<size_t, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_size_xor_reduce"); }
-int shmem_size_max_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce) { return mori::capi::reduce<size_t, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_size_max_reduce"); }
-int shmem_size_min_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce) { return mori::capi::reduce<size_t, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_size_min_reduce"); }
-int shmem_size_sum_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce) { return mori::capi::reduce<size_t, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_size_sum_reduce"); }
-int shmem_size_prod_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce) { return mori::capi::reduce<size_t, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_size_prod_reduce"); }
-int shmem_ptrdiff_broadcast(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, int PE_root) { return mori::capi::broadcast(team, dest, source, nelems * sizeof(ptrdiff_t), PE_root, "shmem_ptrdiff_broadcast"); }
-int shmem_ptrdiff_collect(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems) { return mori::capi::collect(team, dest, source, nelems * sizeof(ptrdiff_t), "shmem_ptrdiff_collect"); }
-int shmem_ptrdiff_fcollect(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems) { return mori::capi::fcollect(team, dest, source, nelems * sizeof(ptrdiff_t), "shmem_ptrdiff_fcollect"); }
-int shmem_ptrdiff_alltoall(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems) { return mori::capi::alltoall(team, dest, source, nelems * sizeof(ptrdiff_t), "shmem_ptrdiff_alltoall"); }
-int shmem_ptrdiff_alltoalls(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(ptrdiff_t), "shmem_ptrdiff_alltoalls"); }
-int shmem_ptrdiff_sum_inscan(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems) { return mori::capi::sum_scan<ptrdiff_t, true>(team, dest, source, nelems, "shmem_ptrdiff_sum_inscan"); }
-int shmem_ptrdiff_sum_exscan(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems) { return mori::capi::sum_scan<ptrdiff_t, false>(team, dest, source, nelems, "shmem_ptrdiff_sum_exscan"); }
-int shmem_ptrdiff_max_reduce(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nreduce) { return mori::capi::reduce<ptrdiff_t, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_ptrdiff_max_reduce"); }
-int shmem_ptrdiff_min_reduce(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nreduce) { return mori::capi::reduce<ptrdiff_t, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_ptrdiff_min_reduce"); }
-int shmem_ptrdiff_sum_reduce(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nreduce) { return mori::capi::reduce<ptrdiff_t, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_ptrdiff_sum_reduce"); }
-int shmem_ptrdiff_prod_reduce(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nreduce) { return mori::capi::reduce<ptrdiff_t, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_ptrdiff_prod_reduce"); }
-int shmem_complexf_sum_inscan(shmem_team_t team, SHMEMI_COMPLEXF *dest, const SHMEMI_COMPLEXF *source, size_t nelems) { return mori::capi::sum_scan<SHMEMI_COMPLEXF, true>(team, dest, source, nelems, "shmem_complexf_sum_inscan"); }
-int shmem_complexf_sum_exscan(shmem_team_t team, SHMEMI_COMPLEXF *dest, const SHMEMI_COMPLEXF *source, size_t nelems) { return mori::capi::sum_scan<SHMEMI_COMPLEXF, false>(team, dest, source, nelems, "shmem_complexf_sum_exscan"); }
-int shmem_complexf_sum_reduce(shmem_team_t team, SHMEMI_COMPLEXF *dest, const SHMEMI_COMPLEXF *source, size_t nreduce) { return mori::capi::reduce<SHMEMI_COMPLEXF, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_complexf_sum_reduce"); }
-int shmem_complexf_prod_reduce(shmem_team_t team, SHMEMI_COMPLEXF *dest, const SHMEMI_COMPLEXF *source, size_t nreduce) { return mori::capi::reduce<SHMEMI_COMPLEXF, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_complexf_prod_reduce"); }
-int shmem_complexd_sum_inscan(shmem_team_t team, SHMEMI_COMPLEXD *dest, const SHMEMI_COMPLEXD *source, size_t nelems) { return mori::capi::sum_scan<SHMEMI_COMPLEXD, true>(team, dest, source, nelems, "shmem_complexd_sum_inscan"); }
-int shmem_complexd_sum_exscan(shmem_team_t team, SHMEMI_COMPLEXD *dest, const SHMEMI_COMPLEXD *source, size_t nelems) { return mori::capi::sum_scan<SHMEMI_COMPLEXD, false>(team, dest, source, nelems, "shmem_complexd_sum_exscan"); }
-int shmem_complexd_sum_reduce(shmem_team_t team, SHMEMI_COMPLEXD *dest, const SHMEMI_COMPLEXD *source, size_t nreduce) { return mori::capi::reduce<SHMEMI_COMPLEXD, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_complexd_sum_reduce"); }
-int shmem_complexd_prod_reduce(shmem_team_t team, SHMEMI_COMPLEXD *dest, const SHMEMI_COMPLEXD *source, size_t nreduce) { return mori::capi::reduce<SHMEMI_COMPLEXD, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_complexd_prod_reduce"); }
-void shmem_float_max_to_all(float *dest, const float *source, int nreduce, int PE_start, int logPE_stride, int PE_size, float *pWrk, long *pSync) { mori::capi::reduce_active<float, mori::capi::OpMax>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_float_max_to_all"); }
-void shmem_float_min_to_all(float *dest, const float *source, int nreduce, int PE_start, int logPE_stride, int PE_size, float *pWrk, long *pSync) { mori::capi::reduce_active<float, mori::capi::OpMin>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_float_min_to_all"); }
-void shmem_float_sum_to_all(float *dest, const float *source, int nreduce, int PE_start, int logPE_stride, int PE_size, float *pWrk, long *pSync) { mori::capi::reduce_active<float, mori::capi::OpSum>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_float_sum_to_all"); }
-void shmem_float_prod_to_all(float *dest, const float *source, int nreduce, int PE_start, int logPE_stride, int PE_size, float *pWrk, long *pSync) { mori::capi::reduce_active<float, mori::capi::OpProd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_float_prod_to_all"); }
-void shmem_double_max_to_all(double *dest, const double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, double *pWrk, long *pSync) { mori::capi::reduce_active<double, mori::capi::OpMax>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_double_max_to_all"); }
-void shmem_double_min_to_all(double *dest, const double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, double *pWrk, long *pSync) { mori::capi::reduce_active<double, mori::capi::OpMin>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_double_min_to_all"); }
-void shmem_double_sum_to_all(double *dest, const double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, double *pWrk, long *pSync) { mori::capi::reduce_active<double, mori::capi::OpSum>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_double_sum_to_all"); }
-void shmem_double_prod_to_all(double *dest, const double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, double *pWrk, long *pSync) { mori::capi::reduce_active<double, mori::capi::OpProd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_double_prod_to_all"); }
-void shmem_longdouble_max_to_all(long double *dest, const long double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long double *pWrk, long *pSync) { mori::capi::reduce_active<long double, mori::capi::OpMax>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_longdouble_max_to_all"); }
-void shmem_longdouble_min_to_all(long double *dest, const long double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long double *pWrk, long *pSync) { mori::capi::reduce_active<long double, mori::capi::OpMin>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_longdouble_min_to_all"); }
-void shmem_longdouble_sum_to_all(long double *dest, const long double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long double *pWrk, long *pSync) { mori::capi::reduce_active<long double, mori::capi::OpSum>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_longdouble_sum_to_all"); }
-void shmem_longdouble_prod_to_all(long double *dest, const long double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long double *pWrk, long *pSync) { mori::capi::reduce_active<long double, mori::capi::OpProd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_longdouble_prod_to_all"); }
-void shmem_short_and_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size, short *pWrk, long *pSync) { mori::capi::reduce_active<short, mori::capi::OpAnd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_short_and_to_all"); }
-void shmem_short_or_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size, short *pWrk, long *pSync) { mori::capi::reduce_active<short, mori::capi::OpOr>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_short_or_to_all"); }
-void shmem_short_xor_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size, short *pWrk, long *pSync) { mori::capi::reduce_active<short, mori::capi::OpXor>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_short_xor_to_all"); }
-void shmem_short_max_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size, short *pWrk, long *pSync) { mori::capi::reduce_active<short, mori::capi::OpMax>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_short_max_to_all"); }
-void shmem_short_min_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size, short *pWrk, long *pSync) { mori::capi::reduce_active<short, mori::capi::OpMin>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_short_min_to_all"); }
-void shmem_short_sum_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size, short *pWrk, long *pSync) { mori::capi::reduce_active<short, mori::capi::OpSum>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_short_sum_to_all"); }
-void shmem_short_prod_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size, short *pWrk, long *pSync) { mori::capi::reduce_active<short, mori::capi::OpProd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_short_prod_to_all"); }
-void shmem_int_and_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size, int *pWrk, long *pSync) { mori::capi::reduce_active<int, mori::capi::OpAnd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_int_and_to_all"); }
-void shmem_int_or_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size, int *pWrk, long *pSync) { mori::capi::reduce_active<int, mori::capi::OpOr>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_int_or_to_all"); }
-void shmem_int_xor_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size, int *pWrk, long *pSync) { mori::capi::reduce_active<int, mori::capi::OpXor>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_int_xor_to_all"); }
-void shmem_int_max_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size, int *pWrk, long *pSync) { mori::capi::reduce_active<int, mori::capi::OpMax>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_int_max_to_all"); }
-void shmem_int_min_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size, int *pWrk, long *pSync) { mori::capi::reduce_active<int, mori::capi::OpMin>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_int_min_to_all"); }
-void shmem_int_sum_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size, int *pWrk, long *pSync) { mori::capi::reduce_active<int, mori::capi::OpSum>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_int_sum_to_all"); }
-void shmem_int_prod_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size, int *pWrk, long *pSync) { mori::capi::reduce_active<int, mori::capi::OpProd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_int_prod_to_all"); }
-void shmem_long_and_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long *pWrk, long *pSync) { mori::capi::reduce_active<long, mori::capi::OpAnd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_long_and_to_all"); }
-void shmem_long_or_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long *pWrk, long *pSync) { mori::capi::reduce_active<long, mori::capi::OpOr>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_long_or_to_all"); }
-void shmem_long_xor_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long *pWrk, long *pSync) { mori::capi::reduce_active<long, mori::capi::OpXor>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_long_xor_to_all"); }
-void shmem_long_max_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long *pWrk, long *pSync) { mori::capi::reduce_active<long, mori::capi::OpMax>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_long_max_to_all"); }
-void shmem_long_min_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long *pWrk, long *pSync) { mori::capi::reduce_active<long, mori::capi::OpMin>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_long_min_to_all"); }
-void shmem_long_sum_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long *pWrk, long *pSync) { mori::capi::reduce_active<long, mori::capi::OpSum>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_long_sum_to_all"); }
-void shmem_long_prod_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long *pWrk, long *pSync) { mori::capi::reduce_active<long, mori::capi::OpProd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_long_prod_to_all"); }
-void shmem_longlong_and_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long long *pWrk, long *pSync) { mori::capi::reduce_active<long long, mori::capi::OpAnd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_longlong_and_to_all"); }
-void shmem_longlong_or_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long long *pWrk, long *pSync) { mori::capi::reduce_active<long long, mori::capi::OpOr>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_longlong_or_to_all"); }
-void shmem_longlong_xor_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long long *pWrk, long *pSync) { mori::capi::reduce_active<long long, mori::capi::OpXor>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_longlong_xor_to_all"); }
-void shmem_longlong_max_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long long *pWrk, long *pSync) { mori::capi::reduce_active<long long, mori::capi::OpMax>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_longlong_max_to_all"); }
-void shmem_longlong_min_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long long *pWrk, long *pSync) { mori::capi::reduce_active<long long, mori::capi::OpMin>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_longlong_min_to_all"); }
-void shmem_longlong_sum_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long long *pWrk, long *pSync) { mori::capi::reduce_active<long long, mori::capi::OpSum>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_longlong_sum_to_all"); }
-void shmem_longlong_prod_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long long *pWrk, long *pSync) { mori::capi::reduce_active<long long, mori::capi::OpProd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_longlong_prod_to_all"); }
-void shmem_complexf_sum_to_all(SHMEMI_COMPLEXF *dest, const SHMEMI_COMPLEXF *source, int nreduce, int PE_start, int logPE_stride, int PE_size, SHMEMI_COMPLEXF *pWrk, long *pSync) { mori::capi::reduce_active<SHMEMI_COMPLEXF, mori::capi::OpSum>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_complexf_sum_to_all"); }
-void shmem_complexf_prod_to_all(SHMEMI_COMPLEXF *dest, const SHMEMI_COMPLEXF *source, int nreduce, int PE_start, int logPE_stride, int PE_size, SHMEMI_COMPLEXF *pWrk, long *pSync) { mori::capi::reduce_active<SHMEMI_COMPLEXF, mori::capi::OpProd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_complexf_prod_to_all"); }
-void shmem_complexd_sum_to_all(SHMEMI_COMPLEXD *dest, const SHMEMI_COMPLEXD *source, int nreduce, int PE_start, int logPE_stride, int PE_size, SHMEMI_COMPLEXD *pWrk, long *pSync) { mori::capi::reduce_active<SHMEMI_COMPLEXD, mori::capi::OpSum>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_complexd_sum_to_all"); }
-void shmem_complexd_prod_to_all(SHMEMI_COMPLEXD *dest, const SHMEMI_COMPLEXD *source, int nreduce, int PE_start, int logPE_stride, int PE_size, SHMEMI_COMPLEXD *pWrk, long *pSync) { mori::capi::reduce_active<SHMEMI_COMPLEXD, mori::capi::OpProd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync, "shmem_complexd_prod_to_all"); }
+void shmem_float_put(float *dest, const float *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(float), pe, false, "shmem_float_put"); }
+void shmem_float_get(float *dest, const float *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(float), pe, false, "shmem_float_get"); }
+void shmem_float_put_nbi(float *dest, const float *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(float), pe, true, "shmem_float_put_nbi"); }
+void shmem_float_get_nbi(float *dest, const float *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(float), pe, true, "shmem_float_get_nbi"); }
+void shmem_float_iput(float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(float), pe, "shmem_float_iput"); }
+void shmem_float_iget(float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(float), pe, "shmem_float_iget"); }
+void shmem_float_ibput(float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(float), pe,
+    "shmem_float_ibput"); }
+void shmem_float_ibget(float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(float), pe,
+    "shmem_float_ibget"); }
+void shmem_float_p(float *dest, float value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(float), pe, false, "shmem_float_p"); }
+float shmem_float_g(const float *source, int pe) {
+    float v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(float), pe, false, "shmem_float_g"); return v; }
+void shmem_float_put_signal(float *dest, const float *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(float), sig_addr, signal, sig_op, pe, false,
+    "shmem_float_put_signal"); }
+void shmem_float_put_signal_nbi(float *dest, const float *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(float), sig_addr, signal, sig_op, pe, true,
+    "shmem_float_put_signal_nbi"); }
+void shmem_double_put(double *dest, const double *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(double), pe, false, "shmem_double_put"); }
+void shmem_double_get(double *dest, const double *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(double), pe, false, "shmem_double_get"); }
+void shmem_double_put_nbi(double *dest, const double *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(double), pe, true, "shmem_double_put_nbi"); }
+void shmem_double_get_nbi(double *dest, const double *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(double), pe, true, "shmem_double_get_nbi"); }
+void shmem_double_iput(double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(double), pe, "shmem_double_iput"); }
+void shmem_double_iget(double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(double), pe, "shmem_double_iget"); }
+void shmem_double_ibput(double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(double), pe,
+    "shmem_double_ibput"); }
+void shmem_double_ibget(double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(double), pe,
+    "shmem_double_ibget"); }
+void shmem_double_p(double *dest, double value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(double), pe, false, "shmem_double_p"); }
+double shmem_double_g(const double *source, int pe) {
+    double v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(double), pe, false, "shmem_double_g"); return v; }
+void shmem_double_put_signal(double *dest, const double *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(double), sig_addr, signal, sig_op, pe,
+    false, "shmem_double_put_signal"); }
+void shmem_double_put_signal_nbi(double *dest, const double *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(double), sig_addr, signal, sig_op, pe, true,
+    "shmem_double_put_signal_nbi"); }
+void shmem_longdouble_put(long double *dest, const long double *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long double), pe, false, "shmem_longdouble_put"); }
+void shmem_longdouble_get(long double *dest, const long double *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long double), pe, false, "shmem_longdouble_get"); }
+void shmem_longdouble_put_nbi(long double *dest, const long double *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long double), pe, true,
+    "shmem_longdouble_put_nbi"); }
+void shmem_longdouble_get_nbi(long double *dest, const long double *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long double), pe, true,
+    "shmem_longdouble_get_nbi"); }
+void shmem_longdouble_iput(long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(long double), pe,
+    "shmem_longdouble_iput"); }
+void shmem_longdouble_iget(long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(long double), pe,
+    "shmem_longdouble_iget"); }
+void shmem_longdouble_ibput(long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(long double), pe,
+    "shmem_longdouble_ibput"); }
+void shmem_longdouble_ibget(long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(long double), pe,
+    "shmem_longdouble_ibget"); }
+void shmem_longdouble_p(long double *dest, long double value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(long double), pe, false, "shmem_longdouble_p"); }
+long double shmem_longdouble_g(const long double *source, int pe) {
+    long double v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(long double), pe, false,
+    "shmem_longdouble_g"); return v; }
+void shmem_longdouble_put_signal(long double *dest, const long double *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long double), sig_addr, signal, sig_op, pe,
+    false, "shmem_longdouble_put_signal"); }
+void shmem_longdouble_put_signal_nbi(long double *dest, const long double *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long double), sig_addr, signal, sig_op, pe,
+    true, "shmem_longdouble_put_signal_nbi"); }
+void shmem_char_put(char *dest, const char *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(char), pe, false, "shmem_char_put"); }
+void shmem_char_get(char *dest, const char *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(char), pe, false, "shmem_char_get"); }
+void shmem_char_put_nbi(char *dest, const char *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(char), pe, true, "shmem_char_put_nbi"); }
+void shmem_char_get_nbi(char *dest, const char *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(char), pe, true, "shmem_char_get_nbi"); }
+void shmem_char_iput(char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(char), pe, "shmem_char_iput"); }
+void shmem_char_iget(char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(char), pe, "shmem_char_iget"); }
+void shmem_char_ibput(char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(char), pe,
+    "shmem_char_ibput"); }
+void shmem_char_ibget(char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(char), pe,
+    "shmem_char_ibget"); }
+void shmem_char_p(char *dest, char value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(char), pe, false, "shmem_char_p"); }
+char shmem_char_g(const char *source, int pe) {
+    char v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(char), pe, false, "shmem_char_g"); return v; }
+void shmem_char_put_signal(char *dest, const char *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(char), sig_addr, signal, sig_op, pe, false,
+    "shmem_char_put_signal"); }
+void shmem_char_put_signal_nbi(char *dest, const char *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(char), sig_addr, signal, sig_op, pe, true,
+    "shmem_char_put_signal_nbi"); }
+void shmem_schar_put(signed char *dest, const signed char *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(signed char), pe, false, "shmem_schar_put"); }
+void shmem_schar_get(signed char *dest, const signed char *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(signed char), pe, false, "shmem_schar_get"); }
+void shmem_schar_put_nbi(signed char *dest, const signed char *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(signed char), pe, true, "shmem_schar_put_nbi"); }
+void shmem_schar_get_nbi(signed char *dest, const signed char *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(signed char), pe, true, "shmem_schar_get_nbi"); }
+void shmem_schar_iput(signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(signed char), pe, "shmem_schar_iput"); }
+void shmem_schar_iget(signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(signed char), pe, "shmem_schar_iget"); }
+void shmem_schar_ibput(signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(signed char), pe,
+    "shmem_schar_ibput"); }
+void shmem_schar_ibget(signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(signed char), pe,
+    "shmem_schar_ibget"); }
+void shmem_schar_p(signed char *dest, signed char value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(signed char), pe, false, "shmem_schar_p"); }
+signed char shmem_schar_g(const signed char *source, int pe) {
+    signed char v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(signed char), pe, false,
+    "shmem_schar_g"); return v; }
+void shmem_schar_put_signal(signed char *dest, const signed char *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(signed char), sig_addr, signal, sig_op, pe,
+    false, "shmem_schar_put_signal"); }
+void shmem_schar_put_signal_nbi(signed char *dest, const signed char *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(signed char), sig_addr, signal, sig_op, pe,
+    true, "shmem_schar_put_signal_nbi"); }
+void shmem_short_put(short *dest, const short *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(short), pe, false, "shmem_short_put"); }
+void shmem_short_get(short *dest, const short *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(short), pe, false, "shmem_short_get"); }
+void shmem_short_put_nbi(short *dest, const short *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(short), pe, true, "shmem_short_put_nbi"); }
+void shmem_short_get_nbi(short *dest, const short *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(short), pe, true, "shmem_short_get_nbi"); }
+void shmem_short_iput(short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(short), pe, "shmem_short_iput"); }
+void shmem_short_iget(short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(short), pe, "shmem_short_iget"); }
+void shmem_short_ibput(short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(short), pe,
+    "shmem_short_ibput"); }
+void shmem_short_ibget(short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(short), pe,
+    "shmem_short_ibget"); }
+void shmem_short_p(short *dest, short value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(short), pe, false, "shmem_short_p"); }
+short shmem_short_g(const short *source, int pe) {
+    short v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(short), pe, false, "shmem_short_g"); return v; }
+void shmem_short_put_signal(short *dest, const short *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(short), sig_addr, signal, sig_op, pe, false,
+    "shmem_short_put_signal"); }
+void shmem_short_put_signal_nbi(short *dest, const short *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(short), sig_addr, signal, sig_op, pe, true,
+    "shmem_short_put_signal_nbi"); }
+void shmem_int_put(int *dest, const int *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int), pe, false, "shmem_int_put"); }
+void shmem_int_get(int *dest, const int *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int), pe, false, "shmem_int_get"); }
+void shmem_int_put_nbi(int *dest, const int *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int), pe, true, "shmem_int_put_nbi"); }
+void shmem_int_get_nbi(int *dest, const int *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int), pe, true, "shmem_int_get_nbi"); }
+void shmem_int_iput(int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(int), pe, "shmem_int_iput"); }
+void shmem_int_iget(int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(int), pe, "shmem_int_iget"); }
+void shmem_int_ibput(int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(int), pe, "shmem_int_ibput"); }
+void shmem_int_ibget(int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(int), pe, "shmem_int_ibget"); }
+void shmem_int_p(int *dest, int value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(int), pe, false, "shmem_int_p"); }
+int shmem_int_g(const int *source, int pe) {
+    int v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(int), pe, false, "shmem_int_g"); return v; }
+void shmem_int_put_signal(int *dest, const int *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op,
+    int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int), sig_addr, signal, sig_op, pe, false,
+    "shmem_int_put_signal"); }
+void shmem_int_put_signal_nbi(int *dest, const int *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int), sig_addr, signal, sig_op, pe, true,
+    "shmem_int_put_signal_nbi"); }
+void shmem_long_put(long *dest, const long *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long), pe, false, "shmem_long_put"); }
+void shmem_long_get(long *dest, const long *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long), pe, false, "shmem_long_get"); }
+void shmem_long_put_nbi(long *dest, const long *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long), pe, true, "shmem_long_put_nbi"); }
+void shmem_long_get_nbi(long *dest, const long *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long), pe, true, "shmem_long_get_nbi"); }
+void shmem_long_iput(long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(long), pe, "shmem_long_iput"); }
+void shmem_long_iget(long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(long), pe, "shmem_long_iget"); }
+void shmem_long_ibput(long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(long), pe,
+    "shmem_long_ibput"); }
+void shmem_long_ibget(long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(long), pe,
+    "shmem_long_ibget"); }
+void shmem_long_p(long *dest, long value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(long), pe, false, "shmem_long_p"); }
+long shmem_long_g(const long *source, int pe) {
+    long v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(long), pe, false, "shmem_long_g"); return v; }
+void shmem_long_put_signal(long *dest, const long *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long), sig_addr, signal, sig_op, pe, false,
+    "shmem_long_put_signal"); }
+void shmem_long_put_signal_nbi(long *dest, const long *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long), sig_addr, signal, sig_op, pe, true,
+    "shmem_long_put_signal_nbi"); }
+void shmem_longlong_put(long long *dest, const long long *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long long), pe, false, "shmem_longlong_put"); }
+void shmem_longlong_get(long long *dest, const long long *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long long), pe, false, "shmem_longlong_get"); }
+void shmem_longlong_put_nbi(long long *dest, const long long *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long long), pe, true, "shmem_longlong_put_nbi"); }
+void shmem_longlong_get_nbi(long long *dest, const long long *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long long), pe, true, "shmem_longlong_get_nbi"); }
+void shmem_longlong_iput(long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(long long), pe, "shmem_longlong_iput"); }
+void shmem_longlong_iget(long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(long long), pe, "shmem_longlong_iget"); }
+void shmem_longlong_ibput(long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(long long), pe,
+    "shmem_longlong_ibput"); }
+void shmem_longlong_ibget(long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(long long), pe,
+    "shmem_longlong_ibget"); }
+void shmem_longlong_p(long long *dest, long long value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(long long), pe, false, "shmem_longlong_p"); }
+long long shmem_longlong_g(const long long *source, int pe) {
+    long long v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(long long), pe, false,
+    "shmem_longlong_g"); return v; }
+void shmem_longlong_put_signal(long long *dest, const long long *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long long), sig_addr, signal, sig_op, pe,
+    false, "shmem_longlong_put_signal"); }
+void shmem_longlong_put_signal_nbi(long long *dest, const long long *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(long long), sig_addr, signal, sig_op, pe,
+    true, "shmem_longlong_put_signal_nbi"); }
+void shmem_uchar_put(unsigned char *dest, const unsigned char *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned char), pe, false, "shmem_uchar_put"); }
+void shmem_uchar_get(unsigned char *dest, const unsigned char *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned char), pe, false, "shmem_uchar_get"); }
+void shmem_uchar_put_nbi(unsigned char *dest, const unsigned char *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned char), pe, true, "shmem_uchar_put_nbi"); }
+void shmem_uchar_get_nbi(unsigned char *dest, const unsigned char *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned char), pe, true, "shmem_uchar_get_nbi"); }
+void shmem_uchar_iput(unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(unsigned char), pe,
+    "shmem_uchar_iput"); }
+void shmem_uchar_iget(unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(unsigned char), pe,
+    "shmem_uchar_iget"); }
+void shmem_uchar_ibput(unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned char), pe,
+    "shmem_uchar_ibput"); }
+void shmem_uchar_ibget(unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned char), pe,
+    "shmem_uchar_ibget"); }
+void shmem_uchar_p(unsigned char *dest, unsigned char value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(unsigned char), pe, false, "shmem_uchar_p"); }
+unsigned char shmem_uchar_g(const unsigned char *source, int pe) {
+    unsigned char v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(unsigned char), pe, false,
+    "shmem_uchar_g"); return v; }
+void shmem_uchar_put_signal(unsigned char *dest, const unsigned char *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned char), sig_addr, signal, sig_op,
+    pe, false, "shmem_uchar_put_signal"); }
+void shmem_uchar_put_signal_nbi(unsigned char *dest, const unsigned char *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned char), sig_addr, signal, sig_op,
+    pe, true, "shmem_uchar_put_signal_nbi"); }
+void shmem_ushort_put(unsigned short *dest, const unsigned short *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned short), pe, false, "shmem_ushort_put"); }
+void shmem_ushort_get(unsigned short *dest, const unsigned short *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned short), pe, false, "shmem_ushort_get"); }
+void shmem_ushort_put_nbi(unsigned short *dest, const unsigned short *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned short), pe, true,
+    "shmem_ushort_put_nbi"); }
+void shmem_ushort_get_nbi(unsigned short *dest, const unsigned short *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned short), pe, true,
+    "shmem_ushort_get_nbi"); }
+void shmem_ushort_iput(unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(unsigned short), pe,
+    "shmem_ushort_iput"); }
+void shmem_ushort_iget(unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(unsigned short), pe,
+    "shmem_ushort_iget"); }
+void shmem_ushort_ibput(unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned short), pe,
+    "shmem_ushort_ibput"); }
+void shmem_ushort_ibget(unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned short), pe,
+    "shmem_ushort_ibget"); }
+void shmem_ushort_p(unsigned short *dest, unsigned short value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(unsigned short), pe, false, "shmem_ushort_p"); }
+unsigned short shmem_ushort_g(const unsigned short *source, int pe) {
+    unsigned short v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(unsigned short), pe, false,
+    "shmem_ushort_g"); return v; }
+void shmem_ushort_put_signal(unsigned short *dest, const unsigned short *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned short), sig_addr, signal, sig_op,
+    pe, false, "shmem_ushort_put_signal"); }
+void shmem_ushort_put_signal_nbi(unsigned short *dest, const unsigned short *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned short), sig_addr, signal, sig_op,
+    pe, true, "shmem_ushort_put_signal_nbi"); }
+void shmem_uint_put(unsigned int *dest, const unsigned int *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned int), pe, false, "shmem_uint_put"); }
+void shmem_uint_get(unsigned int *dest, const unsigned int *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned int), pe, false, "shmem_uint_get"); }
+void shmem_uint_put_nbi(unsigned int *dest, const unsigned int *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned int), pe, true, "shmem_uint_put_nbi"); }
+void shmem_uint_get_nbi(unsigned int *dest, const unsigned int *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned int), pe, true, "shmem_uint_get_nbi"); }
+void shmem_uint_iput(unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(unsigned int), pe, "shmem_uint_iput"); }
+void shmem_uint_iget(unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(unsigned int), pe, "shmem_uint_iget"); }
+void shmem_uint_ibput(unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned int), pe,
+    "shmem_uint_ibput"); }
+void shmem_uint_ibget(unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned int), pe,
+    "shmem_uint_ibget"); }
+void shmem_uint_p(unsigned int *dest, unsigned int value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(unsigned int), pe, false, "shmem_uint_p"); }
+unsigned int shmem_uint_g(const unsigned int *source, int pe) {
+    unsigned int v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(unsigned int), pe, false,
+    "shmem_uint_g"); return v; }
+void shmem_uint_put_signal(unsigned int *dest, const unsigned int *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned int), sig_addr, signal, sig_op, pe,
+    false, "shmem_uint_put_signal"); }
+void shmem_uint_put_signal_nbi(unsigned int *dest, const unsigned int *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned int), sig_addr, signal, sig_op, pe,
+    true, "shmem_uint_put_signal_nbi"); }
+void shmem_ulong_put(unsigned long *dest, const unsigned long *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long), pe, false, "shmem_ulong_put"); }
+void shmem_ulong_get(unsigned long *dest, const unsigned long *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long), pe, false, "shmem_ulong_get"); }
+void shmem_ulong_put_nbi(unsigned long *dest, const unsigned long *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long), pe, true, "shmem_ulong_put_nbi"); }
+void shmem_ulong_get_nbi(unsigned long *dest, const unsigned long *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long), pe, true, "shmem_ulong_get_nbi"); }
+void shmem_ulong_iput(unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(unsigned long), pe,
+    "shmem_ulong_iput"); }
+void shmem_ulong_iget(unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(unsigned long), pe,
+    "shmem_ulong_iget"); }
+void shmem_ulong_ibput(unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned long), pe,
+    "shmem_ulong_ibput"); }
+void shmem_ulong_ibget(unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned long), pe,
+    "shmem_ulong_ibget"); }
+void shmem_ulong_p(unsigned long *dest, unsigned long value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(unsigned long), pe, false, "shmem_ulong_p"); }
+unsigned long shmem_ulong_g(const unsigned long *source, int pe) {
+    unsigned long v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(unsigned long), pe, false,
+    "shmem_ulong_g"); return v; }
+void shmem_ulong_put_signal(unsigned long *dest, const unsigned long *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long), sig_addr, signal, sig_op,
+    pe, false, "shmem_ulong_put_signal"); }
+void shmem_ulong_put_signal_nbi(unsigned long *dest, const unsigned long *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long), sig_addr, signal, sig_op,
+    pe, true, "shmem_ulong_put_signal_nbi"); }
+void shmem_ulonglong_put(unsigned long long *dest, const unsigned long long *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long long), pe, false,
+    "shmem_ulonglong_put"); }
+void shmem_ulonglong_get(unsigned long long *dest, const unsigned long long *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long long), pe, false,
+    "shmem_ulonglong_get"); }
+void shmem_ulonglong_put_nbi(unsigned long long *dest, const unsigned long long *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long long), pe, true,
+    "shmem_ulonglong_put_nbi"); }
+void shmem_ulonglong_get_nbi(unsigned long long *dest, const unsigned long long *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long long), pe, true,
+    "shmem_ulonglong_get_nbi"); }
+void shmem_ulonglong_iput(unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(unsigned long long), pe,
+    "shmem_ulonglong_iput"); }
+void shmem_ulonglong_iget(unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(unsigned long long), pe,
+    "shmem_ulonglong_iget"); }
+void shmem_ulonglong_ibput(unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned long long), pe,
+    "shmem_ulonglong_ibput"); }
+void shmem_ulonglong_ibget(unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned long long), pe,
+    "shmem_ulonglong_ibget"); }
+void shmem_ulonglong_p(unsigned long long *dest, unsigned long long value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(unsigned long long), pe, false, "shmem_ulonglong_p"); }
+unsigned long long shmem_ulonglong_g(const unsigned long long *source, int pe) {
+    unsigned long long v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(unsigned long long), pe, false,
+    "shmem_ulonglong_g"); return v; }
+void shmem_ulonglong_put_signal(unsigned long long *dest, const unsigned long long *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long long), sig_addr, signal,
+    sig_op, pe, false, "shmem_ulonglong_put_signal"); }
+void shmem_ulonglong_put_signal_nbi(unsigned long long *dest, const unsigned long long *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(unsigned long long), sig_addr, signal,
+    sig_op, pe, true, "shmem_ulonglong_put_signal_nbi"); }
+void shmem_int8_put(int8_t *dest, const int8_t *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int8_t), pe, false, "shmem_int8_put"); }
+void shmem_int8_get(int8_t *dest, const int8_t *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int8_t), pe, false, "shmem_int8_get"); }
+void shmem_int8_put_nbi(int8_t *dest, const int8_t *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int8_t), pe, true, "shmem_int8_put_nbi"); }
+void shmem_int8_get_nbi(int8_t *dest, const int8_t *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int8_t), pe, true, "shmem_int8_get_nbi"); }
+void shmem_int8_iput(int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(int8_t), pe, "shmem_int8_iput"); }
+void shmem_int8_iget(int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(int8_t), pe, "shmem_int8_iget"); }
+void shmem_int8_ibput(int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(int8_t), pe,
+    "shmem_int8_ibput"); }
+void shmem_int8_ibget(int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(int8_t), pe,
+    "shmem_int8_ibget"); }
+void shmem_int8_p(int8_t *dest, int8_t value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(int8_t), pe, false, "shmem_int8_p"); }
+int8_t shmem_int8_g(const int8_t *source, int pe) {
+    int8_t v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(int8_t), pe, false, "shmem_int8_g"); return v; }
+void shmem_int8_put_signal(int8_t *dest, const int8_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int8_t), sig_addr, signal, sig_op, pe,
+    false, "shmem_int8_put_signal"); }
+void shmem_int8_put_signal_nbi(int8_t *dest, const int8_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int8_t), sig_addr, signal, sig_op, pe, true,
+    "shmem_int8_put_signal_nbi"); }
+void shmem_int16_put(int16_t *dest, const int16_t *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int16_t), pe, false, "shmem_int16_put"); }
+void shmem_int16_get(int16_t *dest, const int16_t *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int16_t), pe, false, "shmem_int16_get"); }
+void shmem_int16_put_nbi(int16_t *dest, const int16_t *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int16_t), pe, true, "shmem_int16_put_nbi"); }
+void shmem_int16_get_nbi(int16_t *dest, const int16_t *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int16_t), pe, true, "shmem_int16_get_nbi"); }
+void shmem_int16_iput(int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(int16_t), pe, "shmem_int16_iput"); }
+void shmem_int16_iget(int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(int16_t), pe, "shmem_int16_iget"); }
+void shmem_int16_ibput(int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(int16_t), pe,
+    "shmem_int16_ibput"); }
+void shmem_int16_ibget(int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(int16_t), pe,
+    "shmem_int16_ibget"); }
+void shmem_int16_p(int16_t *dest, int16_t value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(int16_t), pe, false, "shmem_int16_p"); }
+int16_t shmem_int16_g(const int16_t *source, int pe) {
+    int16_t v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(int16_t), pe, false,
+    "shmem_int16_g"); return v; }
+void shmem_int16_put_signal(int16_t *dest, const int16_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int16_t), sig_addr, signal, sig_op, pe,
+    false, "shmem_int16_put_signal"); }
+void shmem_int16_put_signal_nbi(int16_t *dest, const int16_t *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int16_t), sig_addr, signal, sig_op, pe,
+    true, "shmem_int16_put_signal_nbi"); }
+void shmem_int32_put(int32_t *dest, const int32_t *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int32_t), pe, false, "shmem_int32_put"); }
+void shmem_int32_get(int32_t *dest, const int32_t *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int32_t), pe, false, "shmem_int32_get"); }
+void shmem_int32_put_nbi(int32_t *dest, const int32_t *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int32_t), pe, true, "shmem_int32_put_nbi"); }
+void shmem_int32_get_nbi(int32_t *dest, const int32_t *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int32_t), pe, true, "shmem_int32_get_nbi"); }
+void shmem_int32_iput(int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(int32_t), pe, "shmem_int32_iput"); }
+void shmem_int32_iget(int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(int32_t), pe, "shmem_int32_iget"); }
+void shmem_int32_ibput(int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(int32_t), pe,
+    "shmem_int32_ibput"); }
+void shmem_int32_ibget(int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(int32_t), pe,
+    "shmem_int32_ibget"); }
+void shmem_int32_p(int32_t *dest, int32_t value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(int32_t), pe, false, "shmem_int32_p"); }
+int32_t shmem_int32_g(const int32_t *source, int pe) {
+    int32_t v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(int32_t), pe, false,
+    "shmem_int32_g"); return v; }
+void shmem_int32_put_signal(int32_t *dest, const int32_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int32_t), sig_addr, signal, sig_op, pe,
+    false, "shmem_int32_put_signal"); }
+void shmem_int32_put_signal_nbi(int32_t *dest, const int32_t *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int32_t), sig_addr, signal, sig_op, pe,
+    true, "shmem_int32_put_signal_nbi"); }
+void shmem_int64_put(int64_t *dest, const int64_t *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int64_t), pe, false, "shmem_int64_put"); }
+void shmem_int64_get(int64_t *dest, const int64_t *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int64_t), pe, false, "shmem_int64_get"); }
+void shmem_int64_put_nbi(int64_t *dest, const int64_t *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int64_t), pe, true, "shmem_int64_put_nbi"); }
+void shmem_int64_get_nbi(int64_t *dest, const int64_t *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int64_t), pe, true, "shmem_int64_get_nbi"); }
+void shmem_int64_iput(int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(int64_t), pe, "shmem_int64_iput"); }
+void shmem_int64_iget(int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(int64_t), pe, "shmem_int64_iget"); }
+void shmem_int64_ibput(int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(int64_t), pe,
+    "shmem_int64_ibput"); }
+void shmem_int64_ibget(int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(int64_t), pe,
+    "shmem_int64_ibget"); }
+void shmem_int64_p(int64_t *dest, int64_t value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(int64_t), pe, false, "shmem_int64_p"); }
+int64_t shmem_int64_g(const int64_t *source, int pe) {
+    int64_t v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(int64_t), pe, false,
+    "shmem_int64_g"); return v; }
+void shmem_int64_put_signal(int64_t *dest, const int64_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int64_t), sig_addr, signal, sig_op, pe,
+    false, "shmem_int64_put_signal"); }
+void shmem_int64_put_signal_nbi(int64_t *dest, const int64_t *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(int64_t), sig_addr, signal, sig_op, pe,
+    true, "shmem_int64_put_signal_nbi"); }
+void shmem_uint8_put(uint8_t *dest, const uint8_t *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint8_t), pe, false, "shmem_uint8_put"); }
+void shmem_uint8_get(uint8_t *dest, const uint8_t *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint8_t), pe, false, "shmem_uint8_get"); }
+void shmem_uint8_put_nbi(uint8_t *dest, const uint8_t *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint8_t), pe, true, "shmem_uint8_put_nbi"); }
+void shmem_uint8_get_nbi(uint8_t *dest, const uint8_t *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint8_t), pe, true, "shmem_uint8_get_nbi"); }
+void shmem_uint8_iput(uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(uint8_t), pe, "shmem_uint8_iput"); }
+void shmem_uint8_iget(uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(uint8_t), pe, "shmem_uint8_iget"); }
+void shmem_uint8_ibput(uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(uint8_t), pe,
+    "shmem_uint8_ibput"); }
+void shmem_uint8_ibget(uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(uint8_t), pe,
+    "shmem_uint8_ibget"); }
+void shmem_uint8_p(uint8_t *dest, uint8_t value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(uint8_t), pe, false, "shmem_uint8_p"); }
+uint8_t shmem_uint8_g(const uint8_t *source, int pe) {
+    uint8_t v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(uint8_t), pe, false,
+    "shmem_uint8_g"); return v; }
+void shmem_uint8_put_signal(uint8_t *dest, const uint8_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint8_t), sig_addr, signal, sig_op, pe,
+    false, "shmem_uint8_put_signal"); }
+void shmem_uint8_put_signal_nbi(uint8_t *dest, const uint8_t *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint8_t), sig_addr, signal, sig_op, pe,
+    true, "shmem_uint8_put_signal_nbi"); }
+void shmem_uint16_put(uint16_t *dest, const uint16_t *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint16_t), pe, false, "shmem_uint16_put"); }
+void shmem_uint16_get(uint16_t *dest, const uint16_t *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint16_t), pe, false, "shmem_uint16_get"); }
+void shmem_uint16_put_nbi(uint16_t *dest, const uint16_t *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint16_t), pe, true, "shmem_uint16_put_nbi"); }
+void shmem_uint16_get_nbi(uint16_t *dest, const uint16_t *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint16_t), pe, true, "shmem_uint16_get_nbi"); }
+void shmem_uint16_iput(uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(uint16_t), pe, "shmem_uint16_iput"); }
+void shmem_uint16_iget(uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(uint16_t), pe, "shmem_uint16_iget"); }
+void shmem_uint16_ibput(uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(uint16_t), pe,
+    "shmem_uint16_ibput"); }
+void shmem_uint16_ibget(uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(uint16_t), pe,
+    "shmem_uint16_ibget"); }
+void shmem_uint16_p(uint16_t *dest, uint16_t value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(uint16_t), pe, false, "shmem_uint16_p"); }
+uint16_t shmem_uint16_g(const uint16_t *source, int pe) {
+    uint16_t v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(uint16_t), pe, false,
+    "shmem_uint16_g"); return v; }
+void shmem_uint16_put_signal(uint16_t *dest, const uint16_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint16_t), sig_addr, signal, sig_op, pe,
+    false, "shmem_uint16_put_signal"); }
+void shmem_uint16_put_signal_nbi(uint16_t *dest, const uint16_t *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint16_t), sig_addr, signal, sig_op, pe,
+    true, "shmem_uint16_put_signal_nbi"); }
+void shmem_uint32_put(uint32_t *dest, const uint32_t *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint32_t), pe, false, "shmem_uint32_put"); }
+void shmem_uint32_get(uint32_t *dest, const uint32_t *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint32_t), pe, false, "shmem_uint32_get"); }
+void shmem_uint32_put_nbi(uint32_t *dest, const uint32_t *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint32_t), pe, true, "shmem_uint32_put_nbi"); }
+void shmem_uint32_get_nbi(uint32_t *dest, const uint32_t *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint32_t), pe, true, "shmem_uint32_get_nbi"); }
+void shmem_uint32_iput(uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(uint32_t), pe, "shmem_uint32_iput"); }
+void shmem_uint32_iget(uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(uint32_t), pe, "shmem_uint32_iget"); }
+void shmem_uint32_ibput(uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(uint32_t), pe,
+    "shmem_uint32_ibput"); }
+void shmem_uint32_ibget(uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(uint32_t), pe,
+    "shmem_uint32_ibget"); }
+void shmem_uint32_p(uint32_t *dest, uint32_t value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(uint32_t), pe, false, "shmem_uint32_p"); }
+uint32_t shmem_uint32_g(const uint32_t *source, int pe) {
+    uint32_t v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(uint32_t), pe, false,
+    "shmem_uint32_g"); return v; }
+void shmem_uint32_put_signal(uint32_t *dest, const uint32_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint32_t), sig_addr, signal, sig_op, pe,
+    false, "shmem_uint32_put_signal"); }
+void shmem_uint32_put_signal_nbi(uint32_t *dest, const uint32_t *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint32_t), sig_addr, signal, sig_op, pe,
+    true, "shmem_uint32_put_signal_nbi"); }
+void shmem_uint64_put(uint64_t *dest, const uint64_t *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint64_t), pe, false, "shmem_uint64_put"); }
+void shmem_uint64_get(uint64_t *dest, const uint64_t *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint64_t), pe, false, "shmem_uint64_get"); }
+void shmem_uint64_put_nbi(uint64_t *dest, const uint64_t *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint64_t), pe, true, "shmem_uint64_put_nbi"); }
+void shmem_uint64_get_nbi(uint64_t *dest, const uint64_t *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint64_t), pe, true, "shmem_uint64_get_nbi"); }
+void shmem_uint64_iput(uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(uint64_t), pe, "shmem_uint64_iput"); }
+void shmem_uint64_iget(uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(uint64_t), pe, "shmem_uint64_iget"); }
+void shmem_uint64_ibput(uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(uint64_t), pe,
+    "shmem_uint64_ibput"); }
+void shmem_uint64_ibget(uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(uint64_t), pe,
+    "shmem_uint64_ibget"); }
+void shmem_uint64_p(uint64_t *dest, uint64_t value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(uint64_t), pe, false, "shmem_uint64_p"); }
+uint64_t shmem_uint64_g(const uint64_t *source, int pe) {
+    uint64_t v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(uint64_t), pe, false,
+    "shmem_uint64_g"); return v; }
+void shmem_uint64_put_signal(uint64_t *dest, const uint64_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint64_t), sig_addr, signal, sig_op, pe,
+    false, "shmem_uint64_put_signal"); }
+void shmem_uint64_put_signal_nbi(uint64_t *dest, const uint64_t *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(uint64_t), sig_addr, signal, sig_op, pe,
+    true, "shmem_uint64_put_signal_nbi"); }
+void shmem_size_put(size_t *dest, const size_t *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(size_t), pe, false, "shmem_size_put"); }
+void shmem_size_get(size_t *dest, const size_t *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(size_t), pe, false, "shmem_size_get"); }
+void shmem_size_put_nbi(size_t *dest, const size_t *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(size_t), pe, true, "shmem_size_put_nbi"); }
+void shmem_size_get_nbi(size_t *dest, const size_t *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(size_t), pe, true, "shmem_size_get_nbi"); }
+void shmem_size_iput(size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(size_t), pe, "shmem_size_iput"); }
+void shmem_size_iget(size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(size_t), pe, "shmem_size_iget"); }
+void shmem_size_ibput(size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(size_t), pe,
+    "shmem_size_ibput"); }
+void shmem_size_ibget(size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(size_t), pe,
+    "shmem_size_ibget"); }
+void shmem_size_p(size_t *dest, size_t value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(size_t), pe, false, "shmem_size_p"); }
+size_t shmem_size_g(const size_t *source, int pe) {
+    size_t v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(size_t), pe, false, "shmem_size_g"); return v; }
+void shmem_size_put_signal(size_t *dest, const size_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(size_t), sig_addr, signal, sig_op, pe,
+    false, "shmem_size_put_signal"); }
+void shmem_size_put_signal_nbi(size_t *dest, const size_t *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(size_t), sig_addr, signal, sig_op, pe, true,
+    "shmem_size_put_signal_nbi"); }
+void shmem_ptrdiff_put(ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(ptrdiff_t), pe, false, "shmem_ptrdiff_put"); }
+void shmem_ptrdiff_get(ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(ptrdiff_t), pe, false, "shmem_ptrdiff_get"); }
+void shmem_ptrdiff_put_nbi(ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(ptrdiff_t), pe, true, "shmem_ptrdiff_put_nbi"); }
+void shmem_ptrdiff_get_nbi(ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(ptrdiff_t), pe, true, "shmem_ptrdiff_get_nbi"); }
+void shmem_ptrdiff_iput(ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(ptrdiff_t), pe, "shmem_ptrdiff_iput"); }
+void shmem_ptrdiff_iget(ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, sizeof(ptrdiff_t), pe, "shmem_ptrdiff_iget"); }
+void shmem_ptrdiff_ibput(ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(ptrdiff_t), pe,
+    "shmem_ptrdiff_ibput"); }
+void shmem_ptrdiff_ibget(ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, sizeof(ptrdiff_t), pe,
+    "shmem_ptrdiff_ibget"); }
+void shmem_ptrdiff_p(ptrdiff_t *dest, ptrdiff_t value, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, &value, sizeof(ptrdiff_t), pe, false, "shmem_ptrdiff_p"); }
+ptrdiff_t shmem_ptrdiff_g(const ptrdiff_t *source, int pe) {
+    ptrdiff_t v{}; mori::capi::get(SHMEM_CTX_DEFAULT, &v, source, sizeof(ptrdiff_t), pe, false,
+    "shmem_ptrdiff_g"); return v; }
+void shmem_ptrdiff_put_signal(ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(ptrdiff_t), sig_addr, signal, sig_op, pe,
+    false, "shmem_ptrdiff_put_signal"); }
+void shmem_ptrdiff_put_signal_nbi(ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * sizeof(ptrdiff_t), sig_addr, signal, sig_op, pe,
+    true, "shmem_ptrdiff_put_signal_nbi"); }
+void shmem_put8(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * 1, pe, false, "shmem_put8"); }
+void shmem_put8_nbi(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * 1, pe, true, "shmem_put8_nbi"); }
+void shmem_ibput8(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, 1, pe, "shmem_ibput8"); }
+void shmem_iput8(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, 1, pe, "shmem_iput8"); }
+void shmem_get8(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * 1, pe, false, "shmem_get8"); }
+void shmem_get8_nbi(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * 1, pe, true, "shmem_get8_nbi"); }
+void shmem_ibget8(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, 1, pe, "shmem_ibget8"); }
+void shmem_iget8(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, 1, pe, "shmem_iget8"); }
+void shmem_put8_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op,
+    int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * 1, sig_addr, signal, sig_op, pe, false,
+    "shmem_put8_signal"); }
+void shmem_put8_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * 1, sig_addr, signal, sig_op, pe, true,
+    "shmem_put8_signal_nbi"); }
+void shmem_put16(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * 2, pe, false, "shmem_put16"); }
+void shmem_put16_nbi(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * 2, pe, true, "shmem_put16_nbi"); }
+void shmem_ibput16(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, 2, pe, "shmem_ibput16"); }
+void shmem_iput16(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, 2, pe, "shmem_iput16"); }
+void shmem_get16(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * 2, pe, false, "shmem_get16"); }
+void shmem_get16_nbi(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * 2, pe, true, "shmem_get16_nbi"); }
+void shmem_ibget16(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, 2, pe, "shmem_ibget16"); }
+void shmem_iget16(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, 2, pe, "shmem_iget16"); }
+void shmem_put16_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op,
+    int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * 2, sig_addr, signal, sig_op, pe, false,
+    "shmem_put16_signal"); }
+void shmem_put16_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * 2, sig_addr, signal, sig_op, pe, true,
+    "shmem_put16_signal_nbi"); }
+void shmem_put32(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * 4, pe, false, "shmem_put32"); }
+void shmem_put32_nbi(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * 4, pe, true, "shmem_put32_nbi"); }
+void shmem_ibput32(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, 4, pe, "shmem_ibput32"); }
+void shmem_iput32(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, 4, pe, "shmem_iput32"); }
+void shmem_get32(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * 4, pe, false, "shmem_get32"); }
+void shmem_get32_nbi(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * 4, pe, true, "shmem_get32_nbi"); }
+void shmem_ibget32(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, 4, pe, "shmem_ibget32"); }
+void shmem_iget32(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, 4, pe, "shmem_iget32"); }
+void shmem_put32_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op,
+    int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * 4, sig_addr, signal, sig_op, pe, false,
+    "shmem_put32_signal"); }
+void shmem_put32_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * 4, sig_addr, signal, sig_op, pe, true,
+    "shmem_put32_signal_nbi"); }
+void shmem_put64(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * 8, pe, false, "shmem_put64"); }
+void shmem_put64_nbi(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * 8, pe, true, "shmem_put64_nbi"); }
+void shmem_ibput64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, 8, pe, "shmem_ibput64"); }
+void shmem_iput64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, 8, pe, "shmem_iput64"); }
+void shmem_get64(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * 8, pe, false, "shmem_get64"); }
+void shmem_get64_nbi(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * 8, pe, true, "shmem_get64_nbi"); }
+void shmem_ibget64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, 8, pe, "shmem_ibget64"); }
+void shmem_iget64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, 8, pe, "shmem_iget64"); }
+void shmem_put64_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op,
+    int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * 8, sig_addr, signal, sig_op, pe, false,
+    "shmem_put64_signal"); }
+void shmem_put64_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * 8, sig_addr, signal, sig_op, pe, true,
+    "shmem_put64_signal_nbi"); }
+void shmem_put128(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * 16, pe, false, "shmem_put128"); }
+void shmem_put128_nbi(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems * 16, pe, true, "shmem_put128_nbi"); }
+void shmem_ibput128(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, 16, pe, "shmem_ibput128"); }
+void shmem_iput128(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, 16, pe, "shmem_iput128"); }
+void shmem_get128(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * 16, pe, false, "shmem_get128"); }
+void shmem_get128_nbi(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems * 16, pe, true, "shmem_get128_nbi"); }
+void shmem_ibget128(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks,
+    int pe) {
+    mori::capi::ibget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, bsize, nblocks, 16, pe, "shmem_ibget128"); }
+void shmem_iget128(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(SHMEM_CTX_DEFAULT, dest, source, dst, sst, nelems, 16, pe, "shmem_iget128"); }
+void shmem_put128_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op,
+    int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * 16, sig_addr, signal, sig_op, pe, false,
+    "shmem_put128_signal"); }
+void shmem_put128_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems * 16, sig_addr, signal, sig_op, pe, true,
+    "shmem_put128_signal_nbi"); }
+void shmem_putmem(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems, pe, false, "shmem_putmem"); }
+void shmem_putmem_nbi(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(SHMEM_CTX_DEFAULT, dest, source, nelems, pe, true, "shmem_putmem_nbi"); }
+void shmem_getmem(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems, pe, false, "shmem_getmem"); }
+void shmem_getmem_nbi(void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(SHMEM_CTX_DEFAULT, dest, source, nelems, pe, true, "shmem_getmem_nbi"); }
+void shmem_putmem_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op,
+    int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems, sig_addr, signal, sig_op, pe, false,
+    "shmem_putmem_signal"); }
+void shmem_putmem_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
+    int sig_op, int pe) {
+    mori::capi::put_signal(SHMEM_CTX_DEFAULT, dest, source, nelems, sig_addr, signal, sig_op, pe, true,
+    "shmem_putmem_signal_nbi"); }
+void shmem_ctx_float_put(shmem_ctx_t ctx, float *dest, const float *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(float), pe, false, "shmem_ctx_float_put"); }
+void shmem_ctx_float_get(shmem_ctx_t ctx, float *dest, const float *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(float), pe, false, "shmem_ctx_float_get"); }
+void shmem_ctx_float_put_nbi(shmem_ctx_t ctx, float *dest, const float *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(float), pe, true, "shmem_ctx_float_put_nbi"); }
+void shmem_ctx_float_get_nbi(shmem_ctx_t ctx, float *dest, const float *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(float), pe, true, "shmem_ctx_float_get_nbi"); }
+void shmem_ctx_float_iput(shmem_ctx_t ctx, float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(float), pe, "shmem_ctx_float_iput"); }
+void shmem_ctx_float_iget(shmem_ctx_t ctx, float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(float), pe, "shmem_ctx_float_iget"); }
+void shmem_ctx_float_ibput(shmem_ctx_t ctx, float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(float), pe, "shmem_ctx_float_ibput"); }
+void shmem_ctx_float_ibget(shmem_ctx_t ctx, float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(float), pe, "shmem_ctx_float_ibget"); }
+void shmem_ctx_float_p(shmem_ctx_t ctx, float *dest, float value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(float), pe, false, "shmem_ctx_float_p"); }
+float shmem_ctx_float_g(shmem_ctx_t ctx, const float *source, int pe) {
+    float v{}; mori::capi::get(ctx, &v, source, sizeof(float), pe, false, "shmem_ctx_float_g"); return v; }
+void shmem_ctx_float_put_signal(shmem_ctx_t ctx, float *dest, const float *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(float), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_float_put_signal"); }
+void shmem_ctx_float_put_signal_nbi(shmem_ctx_t ctx, float *dest, const float *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(float), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_float_put_signal_nbi"); }
+void shmem_ctx_double_put(shmem_ctx_t ctx, double *dest, const double *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(double), pe, false, "shmem_ctx_double_put"); }
+void shmem_ctx_double_get(shmem_ctx_t ctx, double *dest, const double *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(double), pe, false, "shmem_ctx_double_get"); }
+void shmem_ctx_double_put_nbi(shmem_ctx_t ctx, double *dest, const double *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(double), pe, true, "shmem_ctx_double_put_nbi"); }
+void shmem_ctx_double_get_nbi(shmem_ctx_t ctx, double *dest, const double *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(double), pe, true, "shmem_ctx_double_get_nbi"); }
+void shmem_ctx_double_iput(shmem_ctx_t ctx, double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(double), pe, "shmem_ctx_double_iput"); }
+void shmem_ctx_double_iget(shmem_ctx_t ctx, double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(double), pe, "shmem_ctx_double_iget"); }
+void shmem_ctx_double_ibput(shmem_ctx_t ctx, double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(double), pe, "shmem_ctx_double_ibput"); }
+void shmem_ctx_double_ibget(shmem_ctx_t ctx, double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(double), pe, "shmem_ctx_double_ibget"); }
+void shmem_ctx_double_p(shmem_ctx_t ctx, double *dest, double value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(double), pe, false, "shmem_ctx_double_p"); }
+double shmem_ctx_double_g(shmem_ctx_t ctx, const double *source, int pe) {
+    double v{}; mori::capi::get(ctx, &v, source, sizeof(double), pe, false, "shmem_ctx_double_g"); return v; }
+void shmem_ctx_double_put_signal(shmem_ctx_t ctx, double *dest, const double *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(double), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_double_put_signal"); }
+void shmem_ctx_double_put_signal_nbi(shmem_ctx_t ctx, double *dest, const double *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(double), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_double_put_signal_nbi"); }
+void shmem_ctx_longdouble_put(shmem_ctx_t ctx, long double *dest, const long double *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(long double), pe, false, "shmem_ctx_longdouble_put"); }
+void shmem_ctx_longdouble_get(shmem_ctx_t ctx, long double *dest, const long double *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(long double), pe, false, "shmem_ctx_longdouble_get"); }
+void shmem_ctx_longdouble_put_nbi(shmem_ctx_t ctx, long double *dest, const long double *source, size_t nelems,
+    int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(long double), pe, true, "shmem_ctx_longdouble_put_nbi"); }
+void shmem_ctx_longdouble_get_nbi(shmem_ctx_t ctx, long double *dest, const long double *source, size_t nelems,
+    int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(long double), pe, true, "shmem_ctx_longdouble_get_nbi"); }
+void shmem_ctx_longdouble_iput(shmem_ctx_t ctx, long double *dest, const long double *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(long double), pe, "shmem_ctx_longdouble_iput"); }
+void shmem_ctx_longdouble_iget(shmem_ctx_t ctx, long double *dest, const long double *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(long double), pe, "shmem_ctx_longdouble_iget"); }
+void shmem_ctx_longdouble_ibput(shmem_ctx_t ctx, long double *dest, const long double *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(long double), pe,
+    "shmem_ctx_longdouble_ibput"); }
+void shmem_ctx_longdouble_ibget(shmem_ctx_t ctx, long double *dest, const long double *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(long double), pe,
+    "shmem_ctx_longdouble_ibget"); }
+void shmem_ctx_longdouble_p(shmem_ctx_t ctx, long double *dest, long double value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(long double), pe, false, "shmem_ctx_longdouble_p"); }
+long double shmem_ctx_longdouble_g(shmem_ctx_t ctx, const long double *source, int pe) {
+    long double v{}; mori::capi::get(ctx, &v, source, sizeof(long double), pe, false,
+    "shmem_ctx_longdouble_g"); return v; }
+void shmem_ctx_longdouble_put_signal(shmem_ctx_t ctx, long double *dest, const long double *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(long double), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_longdouble_put_signal"); }
+void shmem_ctx_longdouble_put_signal_nbi(shmem_ctx_t ctx, long double *dest, const long double *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(long double), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_longdouble_put_signal_nbi"); }
+void shmem_ctx_char_put(shmem_ctx_t ctx, char *dest, const char *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(char), pe, false, "shmem_ctx_char_put"); }
+void shmem_ctx_char_get(shmem_ctx_t ctx, char *dest, const char *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(char), pe, false, "shmem_ctx_char_get"); }
+void shmem_ctx_char_put_nbi(shmem_ctx_t ctx, char *dest, const char *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(char), pe, true, "shmem_ctx_char_put_nbi"); }
+void shmem_ctx_char_get_nbi(shmem_ctx_t ctx, char *dest, const char *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(char), pe, true, "shmem_ctx_char_get_nbi"); }
+void shmem_ctx_char_iput(shmem_ctx_t ctx, char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(char), pe, "shmem_ctx_char_iput"); }
+void shmem_ctx_char_iget(shmem_ctx_t ctx, char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(char), pe, "shmem_ctx_char_iget"); }
+void shmem_ctx_char_ibput(shmem_ctx_t ctx, char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(char), pe, "shmem_ctx_char_ibput"); }
+void shmem_ctx_char_ibget(shmem_ctx_t ctx, char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(char), pe, "shmem_ctx_char_ibget"); }
+void shmem_ctx_char_p(shmem_ctx_t ctx, char *dest, char value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(char), pe, false, "shmem_ctx_char_p"); }
+char shmem_ctx_char_g(shmem_ctx_t ctx, const char *source, int pe) {
+    char v{}; mori::capi::get(ctx, &v, source, sizeof(char), pe, false, "shmem_ctx_char_g"); return v; }
+void shmem_ctx_char_put_signal(shmem_ctx_t ctx, char *dest, const char *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(char), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_char_put_signal"); }
+void shmem_ctx_char_put_signal_nbi(shmem_ctx_t ctx, char *dest, const char *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(char), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_char_put_signal_nbi"); }
+void shmem_ctx_schar_put(shmem_ctx_t ctx, signed char *dest, const signed char *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(signed char), pe, false, "shmem_ctx_schar_put"); }
+void shmem_ctx_schar_get(shmem_ctx_t ctx, signed char *dest, const signed char *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(signed char), pe, false, "shmem_ctx_schar_get"); }
+void shmem_ctx_schar_put_nbi(shmem_ctx_t ctx, signed char *dest, const signed char *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(signed char), pe, true, "shmem_ctx_schar_put_nbi"); }
+void shmem_ctx_schar_get_nbi(shmem_ctx_t ctx, signed char *dest, const signed char *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(signed char), pe, true, "shmem_ctx_schar_get_nbi"); }
+void shmem_ctx_schar_iput(shmem_ctx_t ctx, signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(signed char), pe, "shmem_ctx_schar_iput"); }
+void shmem_ctx_schar_iget(shmem_ctx_t ctx, signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(signed char), pe, "shmem_ctx_schar_iget"); }
+void shmem_ctx_schar_ibput(shmem_ctx_t ctx, signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(signed char), pe, "shmem_ctx_schar_ibput"); }
+void shmem_ctx_schar_ibget(shmem_ctx_t ctx, signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(signed char), pe, "shmem_ctx_schar_ibget"); }
+void shmem_ctx_schar_p(shmem_ctx_t ctx, signed char *dest, signed char value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(signed char), pe, false, "shmem_ctx_schar_p"); }
+signed char shmem_ctx_schar_g(shmem_ctx_t ctx, const signed char *source, int pe) {
+    signed char v{}; mori::capi::get(ctx, &v, source, sizeof(signed char), pe, false, "shmem_ctx_schar_g"); return v; }
+void shmem_ctx_schar_put_signal(shmem_ctx_t ctx, signed char *dest, const signed char *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(signed char), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_schar_put_signal"); }
+void shmem_ctx_schar_put_signal_nbi(shmem_ctx_t ctx, signed char *dest, const signed char *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(signed char), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_schar_put_signal_nbi"); }
+void shmem_ctx_short_put(shmem_ctx_t ctx, short *dest, const short *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(short), pe, false, "shmem_ctx_short_put"); }
+void shmem_ctx_short_get(shmem_ctx_t ctx, short *dest, const short *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(short), pe, false, "shmem_ctx_short_get"); }
+void shmem_ctx_short_put_nbi(shmem_ctx_t ctx, short *dest, const short *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(short), pe, true, "shmem_ctx_short_put_nbi"); }
+void shmem_ctx_short_get_nbi(shmem_ctx_t ctx, short *dest, const short *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(short), pe, true, "shmem_ctx_short_get_nbi"); }
+void shmem_ctx_short_iput(shmem_ctx_t ctx, short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(short), pe, "shmem_ctx_short_iput"); }
+void shmem_ctx_short_iget(shmem_ctx_t ctx, short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(short), pe, "shmem_ctx_short_iget"); }
+void shmem_ctx_short_ibput(shmem_ctx_t ctx, short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(short), pe, "shmem_ctx_short_ibput"); }
+void shmem_ctx_short_ibget(shmem_ctx_t ctx, short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(short), pe, "shmem_ctx_short_ibget"); }
+void shmem_ctx_short_p(shmem_ctx_t ctx, short *dest, short value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(short), pe, false, "shmem_ctx_short_p"); }
+short shmem_ctx_short_g(shmem_ctx_t ctx, const short *source, int pe) {
+    short v{}; mori::capi::get(ctx, &v, source, sizeof(short), pe, false, "shmem_ctx_short_g"); return v; }
+void shmem_ctx_short_put_signal(shmem_ctx_t ctx, short *dest, const short *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(short), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_short_put_signal"); }
+void shmem_ctx_short_put_signal_nbi(shmem_ctx_t ctx, short *dest, const short *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(short), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_short_put_signal_nbi"); }
+void shmem_ctx_int_put(shmem_ctx_t ctx, int *dest, const int *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(int), pe, false, "shmem_ctx_int_put"); }
+void shmem_ctx_int_get(shmem_ctx_t ctx, int *dest, const int *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(int), pe, false, "shmem_ctx_int_get"); }
+void shmem_ctx_int_put_nbi(shmem_ctx_t ctx, int *dest, const int *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(int), pe, true, "shmem_ctx_int_put_nbi"); }
+void shmem_ctx_int_get_nbi(shmem_ctx_t ctx, int *dest, const int *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(int), pe, true, "shmem_ctx_int_get_nbi"); }
+void shmem_ctx_int_iput(shmem_ctx_t ctx, int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(int), pe, "shmem_ctx_int_iput"); }
+void shmem_ctx_int_iget(shmem_ctx_t ctx, int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(int), pe, "shmem_ctx_int_iget"); }
+void shmem_ctx_int_ibput(shmem_ctx_t ctx, int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(int), pe, "shmem_ctx_int_ibput"); }
+void shmem_ctx_int_ibget(shmem_ctx_t ctx, int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(int), pe, "shmem_ctx_int_ibget"); }
+void shmem_ctx_int_p(shmem_ctx_t ctx, int *dest, int value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(int), pe, false, "shmem_ctx_int_p"); }
+int shmem_ctx_int_g(shmem_ctx_t ctx, const int *source, int pe) {
+    int v{}; mori::capi::get(ctx, &v, source, sizeof(int), pe, false, "shmem_ctx_int_g"); return v; }
+void shmem_ctx_int_put_signal(shmem_ctx_t ctx, int *dest, const int *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(int), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_int_put_signal"); }
+void shmem_ctx_int_put_signal_nbi(shmem_ctx_t ctx, int *dest, const int *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(int), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_int_put_signal_nbi"); }
+void shmem_ctx_long_put(shmem_ctx_t ctx, long *dest, const long *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(long), pe, false, "shmem_ctx_long_put"); }
+void shmem_ctx_long_get(shmem_ctx_t ctx, long *dest, const long *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(long), pe, false, "shmem_ctx_long_get"); }
+void shmem_ctx_long_put_nbi(shmem_ctx_t ctx, long *dest, const long *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(long), pe, true, "shmem_ctx_long_put_nbi"); }
+void shmem_ctx_long_get_nbi(shmem_ctx_t ctx, long *dest, const long *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(long), pe, true, "shmem_ctx_long_get_nbi"); }
+void shmem_ctx_long_iput(shmem_ctx_t ctx, long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(long), pe, "shmem_ctx_long_iput"); }
+void shmem_ctx_long_iget(shmem_ctx_t ctx, long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(long), pe, "shmem_ctx_long_iget"); }
+void shmem_ctx_long_ibput(shmem_ctx_t ctx, long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(long), pe, "shmem_ctx_long_ibput"); }
+void shmem_ctx_long_ibget(shmem_ctx_t ctx, long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(long), pe, "shmem_ctx_long_ibget"); }
+void shmem_ctx_long_p(shmem_ctx_t ctx, long *dest, long value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(long), pe, false, "shmem_ctx_long_p"); }
+long shmem_ctx_long_g(shmem_ctx_t ctx, const long *source, int pe) {
+    long v{}; mori::capi::get(ctx, &v, source, sizeof(long), pe, false, "shmem_ctx_long_g"); return v; }
+void shmem_ctx_long_put_signal(shmem_ctx_t ctx, long *dest, const long *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(long), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_long_put_signal"); }
+void shmem_ctx_long_put_signal_nbi(shmem_ctx_t ctx, long *dest, const long *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(long), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_long_put_signal_nbi"); }
+void shmem_ctx_longlong_put(shmem_ctx_t ctx, long long *dest, const long long *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(long long), pe, false, "shmem_ctx_longlong_put"); }
+void shmem_ctx_longlong_get(shmem_ctx_t ctx, long long *dest, const long long *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(long long), pe, false, "shmem_ctx_longlong_get"); }
+void shmem_ctx_longlong_put_nbi(shmem_ctx_t ctx, long long *dest, const long long *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(long long), pe, true, "shmem_ctx_longlong_put_nbi"); }
+void shmem_ctx_longlong_get_nbi(shmem_ctx_t ctx, long long *dest, const long long *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(long long), pe, true, "shmem_ctx_longlong_get_nbi"); }
+void shmem_ctx_longlong_iput(shmem_ctx_t ctx, long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(long long), pe, "shmem_ctx_longlong_iput"); }
+void shmem_ctx_longlong_iget(shmem_ctx_t ctx, long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(long long), pe, "shmem_ctx_longlong_iget"); }
+void shmem_ctx_longlong_ibput(shmem_ctx_t ctx, long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(long long), pe, "shmem_ctx_longlong_ibput"); }
+void shmem_ctx_longlong_ibget(shmem_ctx_t ctx, long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(long long), pe, "shmem_ctx_longlong_ibget"); }
+void shmem_ctx_longlong_p(shmem_ctx_t ctx, long long *dest, long long value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(long long), pe, false, "shmem_ctx_longlong_p"); }
+long long shmem_ctx_longlong_g(shmem_ctx_t ctx, const long long *source, int pe) {
+    long long v{}; mori::capi::get(ctx, &v, source, sizeof(long long), pe, false, "shmem_ctx_longlong_g"); return v; }
+void shmem_ctx_longlong_put_signal(shmem_ctx_t ctx, long long *dest, const long long *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(long long), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_longlong_put_signal"); }
+void shmem_ctx_longlong_put_signal_nbi(shmem_ctx_t ctx, long long *dest, const long long *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(long long), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_longlong_put_signal_nbi"); }
+void shmem_ctx_uchar_put(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(unsigned char), pe, false, "shmem_ctx_uchar_put"); }
+void shmem_ctx_uchar_get(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(unsigned char), pe, false, "shmem_ctx_uchar_get"); }
+void shmem_ctx_uchar_put_nbi(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(unsigned char), pe, true, "shmem_ctx_uchar_put_nbi"); }
+void shmem_ctx_uchar_get_nbi(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(unsigned char), pe, true, "shmem_ctx_uchar_get_nbi"); }
+void shmem_ctx_uchar_iput(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(unsigned char), pe, "shmem_ctx_uchar_iput"); }
+void shmem_ctx_uchar_iget(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(unsigned char), pe, "shmem_ctx_uchar_iget"); }
+void shmem_ctx_uchar_ibput(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned char), pe,
+    "shmem_ctx_uchar_ibput"); }
+void shmem_ctx_uchar_ibget(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned char), pe,
+    "shmem_ctx_uchar_ibget"); }
+void shmem_ctx_uchar_p(shmem_ctx_t ctx, unsigned char *dest, unsigned char value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(unsigned char), pe, false, "shmem_ctx_uchar_p"); }
+unsigned char shmem_ctx_uchar_g(shmem_ctx_t ctx, const unsigned char *source, int pe) {
+    unsigned char v{}; mori::capi::get(ctx, &v, source, sizeof(unsigned char), pe, false,
+    "shmem_ctx_uchar_g"); return v; }
+void shmem_ctx_uchar_put_signal(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(unsigned char), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_uchar_put_signal"); }
+void shmem_ctx_uchar_put_signal_nbi(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(unsigned char), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_uchar_put_signal_nbi"); }
+void shmem_ctx_ushort_put(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(unsigned short), pe, false, "shmem_ctx_ushort_put"); }
+void shmem_ctx_ushort_get(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(unsigned short), pe, false, "shmem_ctx_ushort_get"); }
+void shmem_ctx_ushort_put_nbi(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, size_t nelems,
+    int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(unsigned short), pe, true, "shmem_ctx_ushort_put_nbi"); }
+void shmem_ctx_ushort_get_nbi(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, size_t nelems,
+    int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(unsigned short), pe, true, "shmem_ctx_ushort_get_nbi"); }
+void shmem_ctx_ushort_iput(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(unsigned short), pe, "shmem_ctx_ushort_iput"); }
+void shmem_ctx_ushort_iget(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(unsigned short), pe, "shmem_ctx_ushort_iget"); }
+void shmem_ctx_ushort_ibput(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned short), pe,
+    "shmem_ctx_ushort_ibput"); }
+void shmem_ctx_ushort_ibget(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned short), pe,
+    "shmem_ctx_ushort_ibget"); }
+void shmem_ctx_ushort_p(shmem_ctx_t ctx, unsigned short *dest, unsigned short value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(unsigned short), pe, false, "shmem_ctx_ushort_p"); }
+unsigned short shmem_ctx_ushort_g(shmem_ctx_t ctx, const unsigned short *source, int pe) {
+    unsigned short v{}; mori::capi::get(ctx, &v, source, sizeof(unsigned short), pe, false,
+    "shmem_ctx_ushort_g"); return v; }
+void shmem_ctx_ushort_put_signal(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(unsigned short), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_ushort_put_signal"); }
+void shmem_ctx_ushort_put_signal_nbi(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(unsigned short), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_ushort_put_signal_nbi"); }
+void shmem_ctx_uint_put(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(unsigned int), pe, false, "shmem_ctx_uint_put"); }
+void shmem_ctx_uint_get(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(unsigned int), pe, false, "shmem_ctx_uint_get"); }
+void shmem_ctx_uint_put_nbi(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(unsigned int), pe, true, "shmem_ctx_uint_put_nbi"); }
+void shmem_ctx_uint_get_nbi(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(unsigned int), pe, true, "shmem_ctx_uint_get_nbi"); }
+void shmem_ctx_uint_iput(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(unsigned int), pe, "shmem_ctx_uint_iput"); }
+void shmem_ctx_uint_iget(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(unsigned int), pe, "shmem_ctx_uint_iget"); }
+void shmem_ctx_uint_ibput(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned int), pe, "shmem_ctx_uint_ibput"); }
+void shmem_ctx_uint_ibget(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned int), pe, "shmem_ctx_uint_ibget"); }
+void shmem_ctx_uint_p(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(unsigned int), pe, false, "shmem_ctx_uint_p"); }
+unsigned int shmem_ctx_uint_g(shmem_ctx_t ctx, const unsigned int *source, int pe) {
+    unsigned int v{}; mori::capi::get(ctx, &v, source, sizeof(unsigned int), pe, false, "shmem_ctx_uint_g"); return v; }
+void shmem_ctx_uint_put_signal(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(unsigned int), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_uint_put_signal"); }
+void shmem_ctx_uint_put_signal_nbi(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(unsigned int), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_uint_put_signal_nbi"); }
+void shmem_ctx_ulong_put(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(unsigned long), pe, false, "shmem_ctx_ulong_put"); }
+void shmem_ctx_ulong_get(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(unsigned long), pe, false, "shmem_ctx_ulong_get"); }
+void shmem_ctx_ulong_put_nbi(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(unsigned long), pe, true, "shmem_ctx_ulong_put_nbi"); }
+void shmem_ctx_ulong_get_nbi(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(unsigned long), pe, true, "shmem_ctx_ulong_get_nbi"); }
+void shmem_ctx_ulong_iput(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(unsigned long), pe, "shmem_ctx_ulong_iput"); }
+void shmem_ctx_ulong_iget(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(unsigned long), pe, "shmem_ctx_ulong_iget"); }
+void shmem_ctx_ulong_ibput(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned long), pe,
+    "shmem_ctx_ulong_ibput"); }
+void shmem_ctx_ulong_ibget(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned long), pe,
+    "shmem_ctx_ulong_ibget"); }
+void shmem_ctx_ulong_p(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(unsigned long), pe, false, "shmem_ctx_ulong_p"); }
+unsigned long shmem_ctx_ulong_g(shmem_ctx_t ctx, const unsigned long *source, int pe) {
+    unsigned long v{}; mori::capi::get(ctx, &v, source, sizeof(unsigned long), pe, false,
+    "shmem_ctx_ulong_g"); return v; }
+void shmem_ctx_ulong_put_signal(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(unsigned long), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_ulong_put_signal"); }
+void shmem_ctx_ulong_put_signal_nbi(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(unsigned long), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_ulong_put_signal_nbi"); }
+void shmem_ctx_ulonglong_put(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source, size_t nelems,
+    int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(unsigned long long), pe, false, "shmem_ctx_ulonglong_put"); }
+void shmem_ctx_ulonglong_get(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source, size_t nelems,
+    int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(unsigned long long), pe, false, "shmem_ctx_ulonglong_get"); }
+void shmem_ctx_ulonglong_put_nbi(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source,
+    size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(unsigned long long), pe, true, "shmem_ctx_ulonglong_put_nbi"); }
+void shmem_ctx_ulonglong_get_nbi(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source,
+    size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(unsigned long long), pe, true, "shmem_ctx_ulonglong_get_nbi"); }
+void shmem_ctx_ulonglong_iput(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source,
+    ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(unsigned long long), pe, "shmem_ctx_ulonglong_iput"); }
+void shmem_ctx_ulonglong_iget(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source,
+    ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(unsigned long long), pe, "shmem_ctx_ulonglong_iget"); }
+void shmem_ctx_ulonglong_ibput(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source,
+    ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned long long), pe,
+    "shmem_ctx_ulonglong_ibput"); }
+void shmem_ctx_ulonglong_ibget(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source,
+    ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(unsigned long long), pe,
+    "shmem_ctx_ulonglong_ibget"); }
+void shmem_ctx_ulonglong_p(shmem_ctx_t ctx, unsigned long long *dest, unsigned long long value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(unsigned long long), pe, false, "shmem_ctx_ulonglong_p"); }
+unsigned long long shmem_ctx_ulonglong_g(shmem_ctx_t ctx, const unsigned long long *source, int pe) {
+    unsigned long long v{}; mori::capi::get(ctx, &v, source, sizeof(unsigned long long), pe, false,
+    "shmem_ctx_ulonglong_g"); return v; }
+void shmem_ctx_ulonglong_put_signal(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source,
+    size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(unsigned long long), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_ulonglong_put_signal"); }
+void shmem_ctx_ulonglong_put_signal_nbi(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source,
+    size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(unsigned long long), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_ulonglong_put_signal_nbi"); }
+void shmem_ctx_int8_put(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(int8_t), pe, false, "shmem_ctx_int8_put"); }
+void shmem_ctx_int8_get(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(int8_t), pe, false, "shmem_ctx_int8_get"); }
+void shmem_ctx_int8_put_nbi(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(int8_t), pe, true, "shmem_ctx_int8_put_nbi"); }
+void shmem_ctx_int8_get_nbi(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(int8_t), pe, true, "shmem_ctx_int8_get_nbi"); }
+void shmem_ctx_int8_iput(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(int8_t), pe, "shmem_ctx_int8_iput"); }
+void shmem_ctx_int8_iget(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(int8_t), pe, "shmem_ctx_int8_iget"); }
+void shmem_ctx_int8_ibput(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(int8_t), pe, "shmem_ctx_int8_ibput"); }
+void shmem_ctx_int8_ibget(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(int8_t), pe, "shmem_ctx_int8_ibget"); }
+void shmem_ctx_int8_p(shmem_ctx_t ctx, int8_t *dest, int8_t value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(int8_t), pe, false, "shmem_ctx_int8_p"); }
+int8_t shmem_ctx_int8_g(shmem_ctx_t ctx, const int8_t *source, int pe) {
+    int8_t v{}; mori::capi::get(ctx, &v, source, sizeof(int8_t), pe, false, "shmem_ctx_int8_g"); return v; }
+void shmem_ctx_int8_put_signal(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(int8_t), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_int8_put_signal"); }
+void shmem_ctx_int8_put_signal_nbi(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(int8_t), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_int8_put_signal_nbi"); }
+void shmem_ctx_int16_put(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(int16_t), pe, false, "shmem_ctx_int16_put"); }
+void shmem_ctx_int16_get(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(int16_t), pe, false, "shmem_ctx_int16_get"); }
+void shmem_ctx_int16_put_nbi(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(int16_t), pe, true, "shmem_ctx_int16_put_nbi"); }
+void shmem_ctx_int16_get_nbi(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(int16_t), pe, true, "shmem_ctx_int16_get_nbi"); }
+void shmem_ctx_int16_iput(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(int16_t), pe, "shmem_ctx_int16_iput"); }
+void shmem_ctx_int16_iget(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(int16_t), pe, "shmem_ctx_int16_iget"); }
+void shmem_ctx_int16_ibput(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(int16_t), pe, "shmem_ctx_int16_ibput"); }
+void shmem_ctx_int16_ibget(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(int16_t), pe, "shmem_ctx_int16_ibget"); }
+void shmem_ctx_int16_p(shmem_ctx_t ctx, int16_t *dest, int16_t value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(int16_t), pe, false, "shmem_ctx_int16_p"); }
+int16_t shmem_ctx_int16_g(shmem_ctx_t ctx, const int16_t *source, int pe) {
+    int16_t v{}; mori::capi::get(ctx, &v, source, sizeof(int16_t), pe, false, "shmem_ctx_int16_g"); return v; }
+void shmem_ctx_int16_put_signal(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(int16_t), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_int16_put_signal"); }
+void shmem_ctx_int16_put_signal_nbi(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(int16_t), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_int16_put_signal_nbi"); }
+void shmem_ctx_int32_put(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(int32_t), pe, false, "shmem_ctx_int32_put"); }
+void shmem_ctx_int32_get(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(int32_t), pe, false, "shmem_ctx_int32_get"); }
+void shmem_ctx_int32_put_nbi(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(int32_t), pe, true, "shmem_ctx_int32_put_nbi"); }
+void shmem_ctx_int32_get_nbi(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(int32_t), pe, true, "shmem_ctx_int32_get_nbi"); }
+void shmem_ctx_int32_iput(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(int32_t), pe, "shmem_ctx_int32_iput"); }
+void shmem_ctx_int32_iget(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(int32_t), pe, "shmem_ctx_int32_iget"); }
+void shmem_ctx_int32_ibput(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(int32_t), pe, "shmem_ctx_int32_ibput"); }
+void shmem_ctx_int32_ibget(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(int32_t), pe, "shmem_ctx_int32_ibget"); }
+void shmem_ctx_int32_p(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(int32_t), pe, false, "shmem_ctx_int32_p"); }
+int32_t shmem_ctx_int32_g(shmem_ctx_t ctx, const int32_t *source, int pe) {
+    int32_t v{}; mori::capi::get(ctx, &v, source, sizeof(int32_t), pe, false, "shmem_ctx_int32_g"); return v; }
+void shmem_ctx_int32_put_signal(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(int32_t), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_int32_put_signal"); }
+void shmem_ctx_int32_put_signal_nbi(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(int32_t), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_int32_put_signal_nbi"); }
+void shmem_ctx_int64_put(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(int64_t), pe, false, "shmem_ctx_int64_put"); }
+void shmem_ctx_int64_get(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(int64_t), pe, false, "shmem_ctx_int64_get"); }
+void shmem_ctx_int64_put_nbi(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(int64_t), pe, true, "shmem_ctx_int64_put_nbi"); }
+void shmem_ctx_int64_get_nbi(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(int64_t), pe, true, "shmem_ctx_int64_get_nbi"); }
+void shmem_ctx_int64_iput(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(int64_t), pe, "shmem_ctx_int64_iput"); }
+void shmem_ctx_int64_iget(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(int64_t), pe, "shmem_ctx_int64_iget"); }
+void shmem_ctx_int64_ibput(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(int64_t), pe, "shmem_ctx_int64_ibput"); }
+void shmem_ctx_int64_ibget(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(int64_t), pe, "shmem_ctx_int64_ibget"); }
+void shmem_ctx_int64_p(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(int64_t), pe, false, "shmem_ctx_int64_p"); }
+int64_t shmem_ctx_int64_g(shmem_ctx_t ctx, const int64_t *source, int pe) {
+    int64_t v{}; mori::capi::get(ctx, &v, source, sizeof(int64_t), pe, false, "shmem_ctx_int64_g"); return v; }
+void shmem_ctx_int64_put_signal(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(int64_t), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_int64_put_signal"); }
+void shmem_ctx_int64_put_signal_nbi(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(int64_t), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_int64_put_signal_nbi"); }
+void shmem_ctx_uint8_put(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(uint8_t), pe, false, "shmem_ctx_uint8_put"); }
+void shmem_ctx_uint8_get(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(uint8_t), pe, false, "shmem_ctx_uint8_get"); }
+void shmem_ctx_uint8_put_nbi(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(uint8_t), pe, true, "shmem_ctx_uint8_put_nbi"); }
+void shmem_ctx_uint8_get_nbi(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(uint8_t), pe, true, "shmem_ctx_uint8_get_nbi"); }
+void shmem_ctx_uint8_iput(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(uint8_t), pe, "shmem_ctx_uint8_iput"); }
+void shmem_ctx_uint8_iget(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(uint8_t), pe, "shmem_ctx_uint8_iget"); }
+void shmem_ctx_uint8_ibput(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(uint8_t), pe, "shmem_ctx_uint8_ibput"); }
+void shmem_ctx_uint8_ibget(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(uint8_t), pe, "shmem_ctx_uint8_ibget"); }
+void shmem_ctx_uint8_p(shmem_ctx_t ctx, uint8_t *dest, uint8_t value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(uint8_t), pe, false, "shmem_ctx_uint8_p"); }
+uint8_t shmem_ctx_uint8_g(shmem_ctx_t ctx, const uint8_t *source, int pe) {
+    uint8_t v{}; mori::capi::get(ctx, &v, source, sizeof(uint8_t), pe, false, "shmem_ctx_uint8_g"); return v; }
+void shmem_ctx_uint8_put_signal(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(uint8_t), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_uint8_put_signal"); }
+void shmem_ctx_uint8_put_signal_nbi(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(uint8_t), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_uint8_put_signal_nbi"); }
+void shmem_ctx_uint16_put(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(uint16_t), pe, false, "shmem_ctx_uint16_put"); }
+void shmem_ctx_uint16_get(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(uint16_t), pe, false, "shmem_ctx_uint16_get"); }
+void shmem_ctx_uint16_put_nbi(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(uint16_t), pe, true, "shmem_ctx_uint16_put_nbi"); }
+void shmem_ctx_uint16_get_nbi(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(uint16_t), pe, true, "shmem_ctx_uint16_get_nbi"); }
+void shmem_ctx_uint16_iput(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(uint16_t), pe, "shmem_ctx_uint16_iput"); }
+void shmem_ctx_uint16_iget(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(uint16_t), pe, "shmem_ctx_uint16_iget"); }
+void shmem_ctx_uint16_ibput(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(uint16_t), pe, "shmem_ctx_uint16_ibput"); }
+void shmem_ctx_uint16_ibget(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(uint16_t), pe, "shmem_ctx_uint16_ibget"); }
+void shmem_ctx_uint16_p(shmem_ctx_t ctx, uint16_t *dest, uint16_t value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(uint16_t), pe, false, "shmem_ctx_uint16_p"); }
+uint16_t shmem_ctx_uint16_g(shmem_ctx_t ctx, const uint16_t *source, int pe) {
+    uint16_t v{}; mori::capi::get(ctx, &v, source, sizeof(uint16_t), pe, false, "shmem_ctx_uint16_g"); return v; }
+void shmem_ctx_uint16_put_signal(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(uint16_t), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_uint16_put_signal"); }
+void shmem_ctx_uint16_put_signal_nbi(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(uint16_t), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_uint16_put_signal_nbi"); }
+void shmem_ctx_uint32_put(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(uint32_t), pe, false, "shmem_ctx_uint32_put"); }
+void shmem_ctx_uint32_get(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(uint32_t), pe, false, "shmem_ctx_uint32_get"); }
+void shmem_ctx_uint32_put_nbi(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(uint32_t), pe, true, "shmem_ctx_uint32_put_nbi"); }
+void shmem_ctx_uint32_get_nbi(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(uint32_t), pe, true, "shmem_ctx_uint32_get_nbi"); }
+void shmem_ctx_uint32_iput(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(uint32_t), pe, "shmem_ctx_uint32_iput"); }
+void shmem_ctx_uint32_iget(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(uint32_t), pe, "shmem_ctx_uint32_iget"); }
+void shmem_ctx_uint32_ibput(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(uint32_t), pe, "shmem_ctx_uint32_ibput"); }
+void shmem_ctx_uint32_ibget(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(uint32_t), pe, "shmem_ctx_uint32_ibget"); }
+void shmem_ctx_uint32_p(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(uint32_t), pe, false, "shmem_ctx_uint32_p"); }
+uint32_t shmem_ctx_uint32_g(shmem_ctx_t ctx, const uint32_t *source, int pe) {
+    uint32_t v{}; mori::capi::get(ctx, &v, source, sizeof(uint32_t), pe, false, "shmem_ctx_uint32_g"); return v; }
+void shmem_ctx_uint32_put_signal(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(uint32_t), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_uint32_put_signal"); }
+void shmem_ctx_uint32_put_signal_nbi(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(uint32_t), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_uint32_put_signal_nbi"); }
+void shmem_ctx_uint64_put(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(uint64_t), pe, false, "shmem_ctx_uint64_put"); }
+void shmem_ctx_uint64_get(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(uint64_t), pe, false, "shmem_ctx_uint64_get"); }
+void shmem_ctx_uint64_put_nbi(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(uint64_t), pe, true, "shmem_ctx_uint64_put_nbi"); }
+void shmem_ctx_uint64_get_nbi(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(uint64_t), pe, true, "shmem_ctx_uint64_get_nbi"); }
+void shmem_ctx_uint64_iput(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(uint64_t), pe, "shmem_ctx_uint64_iput"); }
+void shmem_ctx_uint64_iget(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(uint64_t), pe, "shmem_ctx_uint64_iget"); }
+void shmem_ctx_uint64_ibput(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(uint64_t), pe, "shmem_ctx_uint64_ibput"); }
+void shmem_ctx_uint64_ibget(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(uint64_t), pe, "shmem_ctx_uint64_ibget"); }
+void shmem_ctx_uint64_p(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(uint64_t), pe, false, "shmem_ctx_uint64_p"); }
+uint64_t shmem_ctx_uint64_g(shmem_ctx_t ctx, const uint64_t *source, int pe) {
+    uint64_t v{}; mori::capi::get(ctx, &v, source, sizeof(uint64_t), pe, false, "shmem_ctx_uint64_g"); return v; }
+void shmem_ctx_uint64_put_signal(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(uint64_t), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_uint64_put_signal"); }
+void shmem_ctx_uint64_put_signal_nbi(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(uint64_t), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_uint64_put_signal_nbi"); }
+void shmem_ctx_size_put(shmem_ctx_t ctx, size_t *dest, const size_t *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(size_t), pe, false, "shmem_ctx_size_put"); }
+void shmem_ctx_size_get(shmem_ctx_t ctx, size_t *dest, const size_t *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(size_t), pe, false, "shmem_ctx_size_get"); }
+void shmem_ctx_size_put_nbi(shmem_ctx_t ctx, size_t *dest, const size_t *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(size_t), pe, true, "shmem_ctx_size_put_nbi"); }
+void shmem_ctx_size_get_nbi(shmem_ctx_t ctx, size_t *dest, const size_t *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(size_t), pe, true, "shmem_ctx_size_get_nbi"); }
+void shmem_ctx_size_iput(shmem_ctx_t ctx, size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(size_t), pe, "shmem_ctx_size_iput"); }
+void shmem_ctx_size_iget(shmem_ctx_t ctx, size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(size_t), pe, "shmem_ctx_size_iget"); }
+void shmem_ctx_size_ibput(shmem_ctx_t ctx, size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(size_t), pe, "shmem_ctx_size_ibput"); }
+void shmem_ctx_size_ibget(shmem_ctx_t ctx, size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(size_t), pe, "shmem_ctx_size_ibget"); }
+void shmem_ctx_size_p(shmem_ctx_t ctx, size_t *dest, size_t value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(size_t), pe, false, "shmem_ctx_size_p"); }
+size_t shmem_ctx_size_g(shmem_ctx_t ctx, const size_t *source, int pe) {
+    size_t v{}; mori::capi::get(ctx, &v, source, sizeof(size_t), pe, false, "shmem_ctx_size_g"); return v; }
+void shmem_ctx_size_put_signal(shmem_ctx_t ctx, size_t *dest, const size_t *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(size_t), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_size_put_signal"); }
+void shmem_ctx_size_put_signal_nbi(shmem_ctx_t ctx, size_t *dest, const size_t *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(size_t), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_size_put_signal_nbi"); }
+void shmem_ctx_ptrdiff_put(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(ptrdiff_t), pe, false, "shmem_ctx_ptrdiff_put"); }
+void shmem_ctx_ptrdiff_get(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(ptrdiff_t), pe, false, "shmem_ctx_ptrdiff_get"); }
+void shmem_ctx_ptrdiff_put_nbi(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * sizeof(ptrdiff_t), pe, true, "shmem_ctx_ptrdiff_put_nbi"); }
+void shmem_ctx_ptrdiff_get_nbi(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * sizeof(ptrdiff_t), pe, true, "shmem_ctx_ptrdiff_get_nbi"); }
+void shmem_ctx_ptrdiff_iput(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, sizeof(ptrdiff_t), pe, "shmem_ctx_ptrdiff_iput"); }
+void shmem_ctx_ptrdiff_iget(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, sizeof(ptrdiff_t), pe, "shmem_ctx_ptrdiff_iget"); }
+void shmem_ctx_ptrdiff_ibput(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(ptrdiff_t), pe, "shmem_ctx_ptrdiff_ibput"); }
+void shmem_ctx_ptrdiff_ibget(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t bsize, size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, sizeof(ptrdiff_t), pe, "shmem_ctx_ptrdiff_ibget"); }
+void shmem_ctx_ptrdiff_p(shmem_ctx_t ctx, ptrdiff_t *dest, ptrdiff_t value, int pe) {
+    mori::capi::put(ctx, dest, &value, sizeof(ptrdiff_t), pe, false, "shmem_ctx_ptrdiff_p"); }
+ptrdiff_t shmem_ctx_ptrdiff_g(shmem_ctx_t ctx, const ptrdiff_t *source, int pe) {
+    ptrdiff_t v{}; mori::capi::get(ctx, &v, source, sizeof(ptrdiff_t), pe, false, "shmem_ctx_ptrdiff_g"); return v; }
+void shmem_ctx_ptrdiff_put_signal(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(ptrdiff_t), sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_ptrdiff_put_signal"); }
+void shmem_ctx_ptrdiff_put_signal_nbi(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems,
+    uint64_t *sig_addr, uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * sizeof(ptrdiff_t), sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_ptrdiff_put_signal_nbi"); }
+void shmem_ctx_put8(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * 1, pe, false, "shmem_ctx_put8"); }
+void shmem_ctx_put8_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * 1, pe, true, "shmem_ctx_put8_nbi"); }
+void shmem_ctx_ibput8(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, 1, pe, "shmem_ctx_ibput8"); }
+void shmem_ctx_iput8(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, 1, pe, "shmem_ctx_iput8"); }
+void shmem_ctx_get8(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * 1, pe, false, "shmem_ctx_get8"); }
+void shmem_ctx_get8_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * 1, pe, true, "shmem_ctx_get8_nbi"); }
+void shmem_ctx_ibget8(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, 1, pe, "shmem_ctx_ibget8"); }
+void shmem_ctx_iget8(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, 1, pe, "shmem_ctx_iget8"); }
+void shmem_ctx_put8_signal(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * 1, sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_put8_signal"); }
+void shmem_ctx_put8_signal_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * 1, sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_put8_signal_nbi"); }
+void shmem_ctx_put16(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * 2, pe, false, "shmem_ctx_put16"); }
+void shmem_ctx_put16_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * 2, pe, true, "shmem_ctx_put16_nbi"); }
+void shmem_ctx_ibput16(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, 2, pe, "shmem_ctx_ibput16"); }
+void shmem_ctx_iput16(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, 2, pe, "shmem_ctx_iput16"); }
+void shmem_ctx_get16(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * 2, pe, false, "shmem_ctx_get16"); }
+void shmem_ctx_get16_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * 2, pe, true, "shmem_ctx_get16_nbi"); }
+void shmem_ctx_ibget16(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, 2, pe, "shmem_ctx_ibget16"); }
+void shmem_ctx_iget16(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, 2, pe, "shmem_ctx_iget16"); }
+void shmem_ctx_put16_signal(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * 2, sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_put16_signal"); }
+void shmem_ctx_put16_signal_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * 2, sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_put16_signal_nbi"); }
+void shmem_ctx_put32(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * 4, pe, false, "shmem_ctx_put32"); }
+void shmem_ctx_put32_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * 4, pe, true, "shmem_ctx_put32_nbi"); }
+void shmem_ctx_ibput32(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, 4, pe, "shmem_ctx_ibput32"); }
+void shmem_ctx_iput32(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, 4, pe, "shmem_ctx_iput32"); }
+void shmem_ctx_get32(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * 4, pe, false, "shmem_ctx_get32"); }
+void shmem_ctx_get32_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * 4, pe, true, "shmem_ctx_get32_nbi"); }
+void shmem_ctx_ibget32(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, 4, pe, "shmem_ctx_ibget32"); }
+void shmem_ctx_iget32(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, 4, pe, "shmem_ctx_iget32"); }
+void shmem_ctx_put32_signal(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * 4, sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_put32_signal"); }
+void shmem_ctx_put32_signal_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * 4, sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_put32_signal_nbi"); }
+void shmem_ctx_put64(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * 8, pe, false, "shmem_ctx_put64"); }
+void shmem_ctx_put64_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * 8, pe, true, "shmem_ctx_put64_nbi"); }
+void shmem_ctx_ibput64(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, 8, pe, "shmem_ctx_ibput64"); }
+void shmem_ctx_iput64(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, 8, pe, "shmem_ctx_iput64"); }
+void shmem_ctx_get64(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * 8, pe, false, "shmem_ctx_get64"); }
+void shmem_ctx_get64_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * 8, pe, true, "shmem_ctx_get64_nbi"); }
+void shmem_ctx_ibget64(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, 8, pe, "shmem_ctx_ibget64"); }
+void shmem_ctx_iget64(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, 8, pe, "shmem_ctx_iget64"); }
+void shmem_ctx_put64_signal(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * 8, sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_put64_signal"); }
+void shmem_ctx_put64_signal_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * 8, sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_put64_signal_nbi"); }
+void shmem_ctx_put128(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * 16, pe, false, "shmem_ctx_put128"); }
+void shmem_ctx_put128_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems * 16, pe, true, "shmem_ctx_put128_nbi"); }
+void shmem_ctx_ibput128(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibput(ctx, dest, source, dst, sst, bsize, nblocks, 16, pe, "shmem_ctx_ibput128"); }
+void shmem_ctx_iput128(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iput(ctx, dest, source, dst, sst, nelems, 16, pe, "shmem_ctx_iput128"); }
+void shmem_ctx_get128(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * 16, pe, false, "shmem_ctx_get128"); }
+void shmem_ctx_get128_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems * 16, pe, true, "shmem_ctx_get128_nbi"); }
+void shmem_ctx_ibget128(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize,
+    size_t nblocks, int pe) {
+    mori::capi::ibget(ctx, dest, source, dst, sst, bsize, nblocks, 16, pe, "shmem_ctx_ibget128"); }
+void shmem_ctx_iget128(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+    int pe) {
+    mori::capi::iget(ctx, dest, source, dst, sst, nelems, 16, pe, "shmem_ctx_iget128"); }
+void shmem_ctx_put128_signal(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * 16, sig_addr, signal, sig_op, pe, false,
+    "shmem_ctx_put128_signal"); }
+void shmem_ctx_put128_signal_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems * 16, sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_put128_signal_nbi"); }
+void shmem_ctx_putmem(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems, pe, false, "shmem_ctx_putmem"); }
+void shmem_ctx_putmem_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::put(ctx, dest, source, nelems, pe, true, "shmem_ctx_putmem_nbi"); }
+void shmem_ctx_getmem(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems, pe, false, "shmem_ctx_getmem"); }
+void shmem_ctx_getmem_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe) {
+    mori::capi::get(ctx, dest, source, nelems, pe, true, "shmem_ctx_getmem_nbi"); }
+void shmem_ctx_putmem_signal(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems, sig_addr, signal, sig_op, pe, false, "shmem_ctx_putmem_signal"); }
+void shmem_ctx_putmem_signal_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
+    uint64_t signal, int sig_op, int pe) {
+    mori::capi::put_signal(ctx, dest, source, nelems, sig_addr, signal, sig_op, pe, true,
+    "shmem_ctx_putmem_signal_nbi"); }
+float shmem_float_atomic_fetch(const float *source, int pe) {
+    return mori::capi::from_bits<float>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<float*>(source),
+    mori::AmoOp::kFetch, sizeof(float), 0, 0, pe, "shmem_float_atomic_fetch")); }
+void shmem_float_atomic_fetch_nbi(float *fetch, const float *source, int pe) {
+    *fetch = mori::capi::from_bits<float>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<float*>(source),
+    mori::AmoOp::kFetch, sizeof(float), 0, 0, pe, "shmem_float_atomic_fetch_nbi")); }
+double shmem_double_atomic_fetch(const double *source, int pe) {
+    return mori::capi::from_bits<double>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<double*>(source),
+    mori::AmoOp::kFetch, sizeof(double), 0, 0, pe, "shmem_double_atomic_fetch")); }
+void shmem_double_atomic_fetch_nbi(double *fetch, const double *source, int pe) {
+    *fetch = mori::capi::from_bits<double>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<double*>(source),
+    mori::AmoOp::kFetch, sizeof(double), 0, 0, pe, "shmem_double_atomic_fetch_nbi")); }
+int shmem_int_atomic_fetch(const int *source, int pe) {
+    return mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<int*>(source), mori::AmoOp::kFetch,
+    sizeof(int), 0, 0, pe, "shmem_int_atomic_fetch")); }
+void shmem_int_atomic_fetch_nbi(int *fetch, const int *source, int pe) {
+    *fetch = mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<int*>(source),
+    mori::AmoOp::kFetch, sizeof(int), 0, 0, pe, "shmem_int_atomic_fetch_nbi")); }
+long shmem_long_atomic_fetch(const long *source, int pe) {
+    return mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<long*>(source),
+    mori::AmoOp::kFetch, sizeof(long), 0, 0, pe, "shmem_long_atomic_fetch")); }
+void shmem_long_atomic_fetch_nbi(long *fetch, const long *source, int pe) {
+    *fetch = mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<long*>(source),
+    mori::AmoOp::kFetch, sizeof(long), 0, 0, pe, "shmem_long_atomic_fetch_nbi")); }
+long long shmem_longlong_atomic_fetch(const long long *source, int pe) {
+    return mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<long long*>(source),
+    mori::AmoOp::kFetch, sizeof(long long), 0, 0, pe, "shmem_longlong_atomic_fetch")); }
+void shmem_longlong_atomic_fetch_nbi(long long *fetch, const long long *source, int pe) {
+    *fetch = mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<long long*>(source),
+    mori::AmoOp::kFetch, sizeof(long long), 0, 0, pe, "shmem_longlong_atomic_fetch_nbi")); }
+unsigned int shmem_uint_atomic_fetch(const unsigned int *source, int pe) {
+    return mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<unsigned int*>(source),
+    mori::AmoOp::kFetch, sizeof(unsigned int), 0, 0, pe, "shmem_uint_atomic_fetch")); }
+void shmem_uint_atomic_fetch_nbi(unsigned int *fetch, const unsigned int *source, int pe) {
+    *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<unsigned int*>(source),
+    mori::AmoOp::kFetch, sizeof(unsigned int), 0, 0, pe, "shmem_uint_atomic_fetch_nbi")); }
+unsigned long shmem_ulong_atomic_fetch(const unsigned long *source, int pe) {
+    return mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<unsigned long*>(source),
+    mori::AmoOp::kFetch, sizeof(unsigned long), 0, 0, pe, "shmem_ulong_atomic_fetch")); }
+void shmem_ulong_atomic_fetch_nbi(unsigned long *fetch, const unsigned long *source, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<unsigned long*>(source),
+    mori::AmoOp::kFetch, sizeof(unsigned long), 0, 0, pe, "shmem_ulong_atomic_fetch_nbi")); }
+unsigned long long shmem_ulonglong_atomic_fetch(const unsigned long long *source, int pe) {
+    return mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT,
+    const_cast<unsigned long long*>(source), mori::AmoOp::kFetch, sizeof(unsigned long long), 0, 0, pe,
+    "shmem_ulonglong_atomic_fetch")); }
+void shmem_ulonglong_atomic_fetch_nbi(unsigned long long *fetch, const unsigned long long *source, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT,
+    const_cast<unsigned long long*>(source), mori::AmoOp::kFetch, sizeof(unsigned long long), 0, 0, pe,
+    "shmem_ulonglong_atomic_fetch_nbi")); }
+int32_t shmem_int32_atomic_fetch(const int32_t *source, int pe) {
+    return mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<int32_t*>(source),
+    mori::AmoOp::kFetch, sizeof(int32_t), 0, 0, pe, "shmem_int32_atomic_fetch")); }
+void shmem_int32_atomic_fetch_nbi(int32_t *fetch, const int32_t *source, int pe) {
+    *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<int32_t*>(source),
+    mori::AmoOp::kFetch, sizeof(int32_t), 0, 0, pe, "shmem_int32_atomic_fetch_nbi")); }
+int64_t shmem_int64_atomic_fetch(const int64_t *source, int pe) {
+    return mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<int64_t*>(source),
+    mori::AmoOp::kFetch, sizeof(int64_t), 0, 0, pe, "shmem_int64_atomic_fetch")); }
+void shmem_int64_atomic_fetch_nbi(int64_t *fetch, const int64_t *source, int pe) {
+    *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<int64_t*>(source),
+    mori::AmoOp::kFetch, sizeof(int64_t), 0, 0, pe, "shmem_int64_atomic_fetch_nbi")); }
+uint32_t shmem_uint32_atomic_fetch(const uint32_t *source, int pe) {
+    return mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<uint32_t*>(source),
+    mori::AmoOp::kFetch, sizeof(uint32_t), 0, 0, pe, "shmem_uint32_atomic_fetch")); }
+void shmem_uint32_atomic_fetch_nbi(uint32_t *fetch, const uint32_t *source, int pe) {
+    *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<uint32_t*>(source),
+    mori::AmoOp::kFetch, sizeof(uint32_t), 0, 0, pe, "shmem_uint32_atomic_fetch_nbi")); }
+uint64_t shmem_uint64_atomic_fetch(const uint64_t *source, int pe) {
+    return mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<uint64_t*>(source),
+    mori::AmoOp::kFetch, sizeof(uint64_t), 0, 0, pe, "shmem_uint64_atomic_fetch")); }
+void shmem_uint64_atomic_fetch_nbi(uint64_t *fetch, const uint64_t *source, int pe) {
+    *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<uint64_t*>(source),
+    mori::AmoOp::kFetch, sizeof(uint64_t), 0, 0, pe, "shmem_uint64_atomic_fetch_nbi")); }
+size_t shmem_size_atomic_fetch(const size_t *source, int pe) {
+    return mori::capi::from_bits<size_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<size_t*>(source),
+    mori::AmoOp::kFetch, sizeof(size_t), 0, 0, pe, "shmem_size_atomic_fetch")); }
+void shmem_size_atomic_fetch_nbi(size_t *fetch, const size_t *source, int pe) {
+    *fetch = mori::capi::from_bits<size_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<size_t*>(source),
+    mori::AmoOp::kFetch, sizeof(size_t), 0, 0, pe, "shmem_size_atomic_fetch_nbi")); }
+ptrdiff_t shmem_ptrdiff_atomic_fetch(const ptrdiff_t *source, int pe) {
+    return mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<ptrdiff_t*>(source),
+    mori::AmoOp::kFetch, sizeof(ptrdiff_t), 0, 0, pe, "shmem_ptrdiff_atomic_fetch")); }
+void shmem_ptrdiff_atomic_fetch_nbi(ptrdiff_t *fetch, const ptrdiff_t *source, int pe) {
+    *fetch = mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<ptrdiff_t*>(source),
+    mori::AmoOp::kFetch, sizeof(ptrdiff_t), 0, 0, pe, "shmem_ptrdiff_atomic_fetch_nbi")); }
+void shmem_float_atomic_set(float *dest, float value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(float), mori::capi::bits<float>(value), 0, pe,
+    "shmem_float_atomic_set"); }
+void shmem_double_atomic_set(double *dest, double value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(double), mori::capi::bits<double>(value), 0, pe,
+    "shmem_double_atomic_set"); }
+void shmem_int_atomic_set(int *dest, int value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(int), mori::capi::bits<int>(value), 0, pe,
+    "shmem_int_atomic_set"); }
+void shmem_long_atomic_set(long *dest, long value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(long), mori::capi::bits<long>(value), 0, pe,
+    "shmem_long_atomic_set"); }
+void shmem_longlong_atomic_set(long long *dest, long long value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(long long), mori::capi::bits<long long>(value),
+    0, pe, "shmem_longlong_atomic_set"); }
+void shmem_uint_atomic_set(unsigned int *dest, unsigned int value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(unsigned int),
+    mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_set"); }
+void shmem_ulong_atomic_set(unsigned long *dest, unsigned long value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(unsigned long),
+    mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_set"); }
+void shmem_ulonglong_atomic_set(unsigned long long *dest, unsigned long long value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(unsigned long long),
+    mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_set"); }
+void shmem_int32_atomic_set(int32_t *dest, int32_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0,
+    pe, "shmem_int32_atomic_set"); }
+void shmem_int64_atomic_set(int64_t *dest, int64_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0,
+    pe, "shmem_int64_atomic_set"); }
+void shmem_uint32_atomic_set(uint32_t *dest, uint32_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0,
+    pe, "shmem_uint32_atomic_set"); }
+void shmem_uint64_atomic_set(uint64_t *dest, uint64_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0,
+    pe, "shmem_uint64_atomic_set"); }
+void shmem_size_atomic_set(size_t *dest, size_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(size_t), mori::capi::bits<size_t>(value), 0, pe,
+    "shmem_size_atomic_set"); }
+void shmem_ptrdiff_atomic_set(ptrdiff_t *dest, ptrdiff_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value),
+    0, pe, "shmem_ptrdiff_atomic_set"); }
+float shmem_float_atomic_swap(float *dest, float value, int pe) {
+    return mori::capi::from_bits<float>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(float),
+    mori::capi::bits<float>(value), 0, pe, "shmem_float_atomic_swap")); }
+void shmem_float_atomic_swap_nbi(float *fetch, float *dest, float value, int pe) {
+    *fetch = mori::capi::from_bits<float>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(float),
+    mori::capi::bits<float>(value), 0, pe, "shmem_float_atomic_swap_nbi")); }
+double shmem_double_atomic_swap(double *dest, double value, int pe) {
+    return mori::capi::from_bits<double>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(double),
+    mori::capi::bits<double>(value), 0, pe, "shmem_double_atomic_swap")); }
+void shmem_double_atomic_swap_nbi(double *fetch, double *dest, double value, int pe) {
+    *fetch = mori::capi::from_bits<double>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(double),
+    mori::capi::bits<double>(value), 0, pe, "shmem_double_atomic_swap_nbi")); }
+int shmem_int_atomic_swap(int *dest, int value, int pe) {
+    return mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(int),
+    mori::capi::bits<int>(value), 0, pe, "shmem_int_atomic_swap")); }
+void shmem_int_atomic_swap_nbi(int *fetch, int *dest, int value, int pe) {
+    *fetch = mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(int),
+    mori::capi::bits<int>(value), 0, pe, "shmem_int_atomic_swap_nbi")); }
+long shmem_long_atomic_swap(long *dest, long value, int pe) {
+    return mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(long),
+    mori::capi::bits<long>(value), 0, pe, "shmem_long_atomic_swap")); }
+void shmem_long_atomic_swap_nbi(long *fetch, long *dest, long value, int pe) {
+    *fetch = mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(long),
+    mori::capi::bits<long>(value), 0, pe, "shmem_long_atomic_swap_nbi")); }
+long long shmem_longlong_atomic_swap(long long *dest, long long value, int pe) {
+    return mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap,
+    sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_longlong_atomic_swap")); }
+void shmem_longlong_atomic_swap_nbi(long long *fetch, long long *dest, long long value, int pe) {
+    *fetch = mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap,
+    sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_longlong_atomic_swap_nbi")); }
+unsigned int shmem_uint_atomic_swap(unsigned int *dest, unsigned int value, int pe) {
+    return mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap,
+    sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_swap")); }
+void shmem_uint_atomic_swap_nbi(unsigned int *fetch, unsigned int *dest, unsigned int value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap,
+    sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_swap_nbi")); }
+unsigned long shmem_ulong_atomic_swap(unsigned long *dest, unsigned long value, int pe) {
+    return mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_swap")); }
+void shmem_ulong_atomic_swap_nbi(unsigned long *fetch, unsigned long *dest, unsigned long value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_swap_nbi")); }
+unsigned long long shmem_ulonglong_atomic_swap(unsigned long long *dest, unsigned long long value, int pe) {
+    return mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_swap")); }
+void shmem_ulonglong_atomic_swap_nbi(unsigned long long *fetch, unsigned long long *dest, unsigned long long value,
+    int pe) {
+    *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe,
+    "shmem_ulonglong_atomic_swap_nbi")); }
+int32_t shmem_int32_atomic_swap(int32_t *dest, int32_t value, int pe) {
+    return mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(int32_t),
+    mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_swap")); }
+void shmem_int32_atomic_swap_nbi(int32_t *fetch, int32_t *dest, int32_t value, int pe) {
+    *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap,
+    sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_swap_nbi")); }
+int64_t shmem_int64_atomic_swap(int64_t *dest, int64_t value, int pe) {
+    return mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(int64_t),
+    mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_swap")); }
+void shmem_int64_atomic_swap_nbi(int64_t *fetch, int64_t *dest, int64_t value, int pe) {
+    *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap,
+    sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_swap_nbi")); }
+uint32_t shmem_uint32_atomic_swap(uint32_t *dest, uint32_t value, int pe) {
+    return mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap,
+    sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_swap")); }
+void shmem_uint32_atomic_swap_nbi(uint32_t *fetch, uint32_t *dest, uint32_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap,
+    sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_swap_nbi")); }
+uint64_t shmem_uint64_atomic_swap(uint64_t *dest, uint64_t value, int pe) {
+    return mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap,
+    sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_swap")); }
+void shmem_uint64_atomic_swap_nbi(uint64_t *fetch, uint64_t *dest, uint64_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap,
+    sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_swap_nbi")); }
+size_t shmem_size_atomic_swap(size_t *dest, size_t value, int pe) {
+    return mori::capi::from_bits<size_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(size_t),
+    mori::capi::bits<size_t>(value), 0, pe, "shmem_size_atomic_swap")); }
+void shmem_size_atomic_swap_nbi(size_t *fetch, size_t *dest, size_t value, int pe) {
+    *fetch = mori::capi::from_bits<size_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(size_t),
+    mori::capi::bits<size_t>(value), 0, pe, "shmem_size_atomic_swap_nbi")); }
+ptrdiff_t shmem_ptrdiff_atomic_swap(ptrdiff_t *dest, ptrdiff_t value, int pe) {
+    return mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap,
+    sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), 0, pe, "shmem_ptrdiff_atomic_swap")); }
+void shmem_ptrdiff_atomic_swap_nbi(ptrdiff_t *fetch, ptrdiff_t *dest, ptrdiff_t value, int pe) {
+    *fetch = mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap,
+    sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), 0, pe, "shmem_ptrdiff_atomic_swap_nbi")); }
+int shmem_int_atomic_compare_swap(int *dest, int cond, int value, int pe) {
+    return mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(int),
+    mori::capi::bits<int>(value), mori::capi::bits<int>(cond), pe, "shmem_int_atomic_compare_swap")); }
+void shmem_int_atomic_compare_swap_nbi(int *fetch, int *dest, int cond, int value, int pe) {
+    *fetch = mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(int),
+    mori::capi::bits<int>(value), mori::capi::bits<int>(cond), pe, "shmem_int_atomic_compare_swap_nbi")); }
+long shmem_long_atomic_compare_swap(long *dest, long cond, long value, int pe) {
+    return mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(long),
+    mori::capi::bits<long>(value), mori::capi::bits<long>(cond), pe, "shmem_long_atomic_compare_swap")); }
+void shmem_long_atomic_compare_swap_nbi(long *fetch, long *dest, long cond, long value, int pe) {
+    *fetch = mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(long), mori::capi::bits<long>(value), mori::capi::bits<long>(cond), pe,
+    "shmem_long_atomic_compare_swap_nbi")); }
+long long shmem_longlong_atomic_compare_swap(long long *dest, long long cond, long long value, int pe) {
+    return mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(long long), mori::capi::bits<long long>(value), mori::capi::bits<long long>(cond), pe,
+    "shmem_longlong_atomic_compare_swap")); }
+void shmem_longlong_atomic_compare_swap_nbi(long long *fetch, long long *dest, long long cond, long long value,
+    int pe) {
+    *fetch = mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(long long), mori::capi::bits<long long>(value), mori::capi::bits<long long>(cond), pe,
+    "shmem_longlong_atomic_compare_swap_nbi")); }
+unsigned int shmem_uint_atomic_compare_swap(unsigned int *dest, unsigned int cond, unsigned int value, int pe) {
+    return mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(unsigned int), mori::capi::bits<unsigned int>(value), mori::capi::bits<unsigned int>(cond), pe,
+    "shmem_uint_atomic_compare_swap")); }
+void shmem_uint_atomic_compare_swap_nbi(unsigned int *fetch, unsigned int *dest, unsigned int cond, unsigned int value,
+    int pe) {
+    *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(unsigned int), mori::capi::bits<unsigned int>(value), mori::capi::bits<unsigned int>(cond), pe,
+    "shmem_uint_atomic_compare_swap_nbi")); }
+unsigned long shmem_ulong_atomic_compare_swap(unsigned long *dest, unsigned long cond, unsigned long value, int pe) {
+    return mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), mori::capi::bits<unsigned long>(cond), pe,
+    "shmem_ulong_atomic_compare_swap")); }
+void shmem_ulong_atomic_compare_swap_nbi(unsigned long *fetch, unsigned long *dest, unsigned long cond,
+    unsigned long value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), mori::capi::bits<unsigned long>(cond), pe,
+    "shmem_ulong_atomic_compare_swap_nbi")); }
+unsigned long long shmem_ulonglong_atomic_compare_swap(unsigned long long *dest, unsigned long long cond,
+    unsigned long long value, int pe) {
+    return mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), mori::capi::bits<unsigned long long>(cond),
+    pe, "shmem_ulonglong_atomic_compare_swap")); }
+void shmem_ulonglong_atomic_compare_swap_nbi(unsigned long long *fetch, unsigned long long *dest,
+    unsigned long long cond, unsigned long long value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest,
+    mori::AmoOp::kCompareSwap, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value),
+    mori::capi::bits<unsigned long long>(cond), pe, "shmem_ulonglong_atomic_compare_swap_nbi")); }
+int32_t shmem_int32_atomic_compare_swap(int32_t *dest, int32_t cond, int32_t value, int pe) {
+    return mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(int32_t), mori::capi::bits<int32_t>(value), mori::capi::bits<int32_t>(cond), pe,
+    "shmem_int32_atomic_compare_swap")); }
+void shmem_int32_atomic_compare_swap_nbi(int32_t *fetch, int32_t *dest, int32_t cond, int32_t value, int pe) {
+    *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(int32_t), mori::capi::bits<int32_t>(value), mori::capi::bits<int32_t>(cond), pe,
+    "shmem_int32_atomic_compare_swap_nbi")); }
+int64_t shmem_int64_atomic_compare_swap(int64_t *dest, int64_t cond, int64_t value, int pe) {
+    return mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(int64_t), mori::capi::bits<int64_t>(value), mori::capi::bits<int64_t>(cond), pe,
+    "shmem_int64_atomic_compare_swap")); }
+void shmem_int64_atomic_compare_swap_nbi(int64_t *fetch, int64_t *dest, int64_t cond, int64_t value, int pe) {
+    *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(int64_t), mori::capi::bits<int64_t>(value), mori::capi::bits<int64_t>(cond), pe,
+    "shmem_int64_atomic_compare_swap_nbi")); }
+uint32_t shmem_uint32_atomic_compare_swap(uint32_t *dest, uint32_t cond, uint32_t value, int pe) {
+    return mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(uint32_t), mori::capi::bits<uint32_t>(value), mori::capi::bits<uint32_t>(cond), pe,
+    "shmem_uint32_atomic_compare_swap")); }
+void shmem_uint32_atomic_compare_swap_nbi(uint32_t *fetch, uint32_t *dest, uint32_t cond, uint32_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(uint32_t), mori::capi::bits<uint32_t>(value), mori::capi::bits<uint32_t>(cond), pe,
+    "shmem_uint32_atomic_compare_swap_nbi")); }
+uint64_t shmem_uint64_atomic_compare_swap(uint64_t *dest, uint64_t cond, uint64_t value, int pe) {
+    return mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(uint64_t), mori::capi::bits<uint64_t>(value), mori::capi::bits<uint64_t>(cond), pe,
+    "shmem_uint64_atomic_compare_swap")); }
+void shmem_uint64_atomic_compare_swap_nbi(uint64_t *fetch, uint64_t *dest, uint64_t cond, uint64_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(uint64_t), mori::capi::bits<uint64_t>(value), mori::capi::bits<uint64_t>(cond), pe,
+    "shmem_uint64_atomic_compare_swap_nbi")); }
+size_t shmem_size_atomic_compare_swap(size_t *dest, size_t cond, size_t value, int pe) {
+    return mori::capi::from_bits<size_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(size_t), mori::capi::bits<size_t>(value), mori::capi::bits<size_t>(cond), pe,
+    "shmem_size_atomic_compare_swap")); }
+void shmem_size_atomic_compare_swap_nbi(size_t *fetch, size_t *dest, size_t cond, size_t value, int pe) {
+    *fetch = mori::capi::from_bits<size_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(size_t), mori::capi::bits<size_t>(value), mori::capi::bits<size_t>(cond), pe,
+    "shmem_size_atomic_compare_swap_nbi")); }
+ptrdiff_t shmem_ptrdiff_atomic_compare_swap(ptrdiff_t *dest, ptrdiff_t cond, ptrdiff_t value, int pe) {
+    return mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), mori::capi::bits<ptrdiff_t>(cond), pe,
+    "shmem_ptrdiff_atomic_compare_swap")); }
+void shmem_ptrdiff_atomic_compare_swap_nbi(ptrdiff_t *fetch, ptrdiff_t *dest, ptrdiff_t cond, ptrdiff_t value, int pe) {
+    *fetch = mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), mori::capi::bits<ptrdiff_t>(cond), pe,
+    "shmem_ptrdiff_atomic_compare_swap_nbi")); }
+int shmem_int_atomic_fetch_inc(int *dest, int pe) {
+    return mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(int),
+    mori::capi::bits<int>(1), 0, pe, "shmem_int_atomic_fetch_inc")); }
+void shmem_int_atomic_fetch_inc_nbi(int *fetch, int *dest, int pe) {
+    *fetch = mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(int),
+    mori::capi::bits<int>(1), 0, pe, "shmem_int_atomic_fetch_inc_nbi")); }
+long shmem_long_atomic_fetch_inc(long *dest, int pe) {
+    return mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(long),
+    mori::capi::bits<long>(1), 0, pe, "shmem_long_atomic_fetch_inc")); }
+void shmem_long_atomic_fetch_inc_nbi(long *fetch, long *dest, int pe) {
+    *fetch = mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(long),
+    mori::capi::bits<long>(1), 0, pe, "shmem_long_atomic_fetch_inc_nbi")); }
+long long shmem_longlong_atomic_fetch_inc(long long *dest, int pe) {
+    return mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(long long), mori::capi::bits<long long>(1), 0, pe, "shmem_longlong_atomic_fetch_inc")); }
+void shmem_longlong_atomic_fetch_inc_nbi(long long *fetch, long long *dest, int pe) {
+    *fetch = mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(long long), mori::capi::bits<long long>(1), 0, pe, "shmem_longlong_atomic_fetch_inc_nbi")); }
+unsigned int shmem_uint_atomic_fetch_inc(unsigned int *dest, int pe) {
+    return mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned int), mori::capi::bits<unsigned int>(1), 0, pe, "shmem_uint_atomic_fetch_inc")); }
+void shmem_uint_atomic_fetch_inc_nbi(unsigned int *fetch, unsigned int *dest, int pe) {
+    *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned int), mori::capi::bits<unsigned int>(1), 0, pe, "shmem_uint_atomic_fetch_inc_nbi")); }
+unsigned long shmem_ulong_atomic_fetch_inc(unsigned long *dest, int pe) {
+    return mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(1), 0, pe, "shmem_ulong_atomic_fetch_inc")); }
+void shmem_ulong_atomic_fetch_inc_nbi(unsigned long *fetch, unsigned long *dest, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(1), 0, pe, "shmem_ulong_atomic_fetch_inc_nbi")); }
+unsigned long long shmem_ulonglong_atomic_fetch_inc(unsigned long long *dest, int pe) {
+    return mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(1), 0, pe, "shmem_ulonglong_atomic_fetch_inc")); }
+void shmem_ulonglong_atomic_fetch_inc_nbi(unsigned long long *fetch, unsigned long long *dest, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(1), 0, pe,
+    "shmem_ulonglong_atomic_fetch_inc_nbi")); }
+int32_t shmem_int32_atomic_fetch_inc(int32_t *dest, int pe) {
+    return mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(int32_t), mori::capi::bits<int32_t>(1), 0, pe, "shmem_int32_atomic_fetch_inc")); }
+void shmem_int32_atomic_fetch_inc_nbi(int32_t *fetch, int32_t *dest, int pe) {
+    *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(int32_t), mori::capi::bits<int32_t>(1), 0, pe, "shmem_int32_atomic_fetch_inc_nbi")); }
+int64_t shmem_int64_atomic_fetch_inc(int64_t *dest, int pe) {
+    return mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(int64_t), mori::capi::bits<int64_t>(1), 0, pe, "shmem_int64_atomic_fetch_inc")); }
+void shmem_int64_atomic_fetch_inc_nbi(int64_t *fetch, int64_t *dest, int pe) {
+    *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(int64_t), mori::capi::bits<int64_t>(1), 0, pe, "shmem_int64_atomic_fetch_inc_nbi")); }
+uint32_t shmem_uint32_atomic_fetch_inc(uint32_t *dest, int pe) {
+    return mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(uint32_t), mori::capi::bits<uint32_t>(1), 0, pe, "shmem_uint32_atomic_fetch_inc")); }
+void shmem_uint32_atomic_fetch_inc_nbi(uint32_t *fetch, uint32_t *dest, int pe) {
+    *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(uint32_t), mori::capi::bits<uint32_t>(1), 0, pe, "shmem_uint32_atomic_fetch_inc_nbi")); }
+uint64_t shmem_uint64_atomic_fetch_inc(uint64_t *dest, int pe) {
+    return mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(uint64_t), mori::capi::bits<uint64_t>(1), 0, pe, "shmem_uint64_atomic_fetch_inc")); }
+void shmem_uint64_atomic_fetch_inc_nbi(uint64_t *fetch, uint64_t *dest, int pe) {
+    *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(uint64_t), mori::capi::bits<uint64_t>(1), 0, pe, "shmem_uint64_atomic_fetch_inc_nbi")); }
+size_t shmem_size_atomic_fetch_inc(size_t *dest, int pe) {
+    return mori::capi::from_bits<size_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(size_t), mori::capi::bits<size_t>(1), 0, pe, "shmem_size_atomic_fetch_inc")); }
+void shmem_size_atomic_fetch_inc_nbi(size_t *fetch, size_t *dest, int pe) {
+    *fetch = mori::capi::from_bits<size_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(size_t), mori::capi::bits<size_t>(1), 0, pe, "shmem_size_atomic_fetch_inc_nbi")); }
+ptrdiff_t shmem_ptrdiff_atomic_fetch_inc(ptrdiff_t *dest, int pe) {
+    return mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(1), 0, pe, "shmem_ptrdiff_atomic_fetch_inc")); }
+void shmem_ptrdiff_atomic_fetch_inc_nbi(ptrdiff_t *fetch, ptrdiff_t *dest, int pe) {
+    *fetch = mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(1), 0, pe, "shmem_ptrdiff_atomic_fetch_inc_nbi")); }
+void shmem_int_atomic_inc(int *dest, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(int), mori::capi::bits<int>(1), 0, pe,
+    "shmem_int_atomic_inc"); }
+void shmem_long_atomic_inc(long *dest, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(long), mori::capi::bits<long>(1), 0, pe,
+    "shmem_long_atomic_inc"); }
+void shmem_longlong_atomic_inc(long long *dest, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(long long), mori::capi::bits<long long>(1), 0,
+    pe, "shmem_longlong_atomic_inc"); }
+void shmem_uint_atomic_inc(unsigned int *dest, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(unsigned int), mori::capi::bits<unsigned int>(1),
+    0, pe, "shmem_uint_atomic_inc"); }
+void shmem_ulong_atomic_inc(unsigned long *dest, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(unsigned long),
+    mori::capi::bits<unsigned long>(1), 0, pe, "shmem_ulong_atomic_inc"); }
+void shmem_ulonglong_atomic_inc(unsigned long long *dest, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(unsigned long long),
+    mori::capi::bits<unsigned long long>(1), 0, pe, "shmem_ulonglong_atomic_inc"); }
+void shmem_int32_atomic_inc(int32_t *dest, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(int32_t), mori::capi::bits<int32_t>(1), 0, pe,
+    "shmem_int32_atomic_inc"); }
+void shmem_int64_atomic_inc(int64_t *dest, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(int64_t), mori::capi::bits<int64_t>(1), 0, pe,
+    "shmem_int64_atomic_inc"); }
+void shmem_uint32_atomic_inc(uint32_t *dest, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(uint32_t), mori::capi::bits<uint32_t>(1), 0, pe,
+    "shmem_uint32_atomic_inc"); }
+void shmem_uint64_atomic_inc(uint64_t *dest, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(uint64_t), mori::capi::bits<uint64_t>(1), 0, pe,
+    "shmem_uint64_atomic_inc"); }
+void shmem_size_atomic_inc(size_t *dest, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(size_t), mori::capi::bits<size_t>(1), 0, pe,
+    "shmem_size_atomic_inc"); }
+void shmem_ptrdiff_atomic_inc(ptrdiff_t *dest, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(1), 0,
+    pe, "shmem_ptrdiff_atomic_inc"); }
+int shmem_int_atomic_fetch_add(int *dest, int value, int pe) {
+    return mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(int),
+    mori::capi::bits<int>(value), 0, pe, "shmem_int_atomic_fetch_add")); }
+void shmem_int_atomic_fetch_add_nbi(int *fetch, int *dest, int value, int pe) {
+    *fetch = mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(int),
+    mori::capi::bits<int>(value), 0, pe, "shmem_int_atomic_fetch_add_nbi")); }
+long shmem_long_atomic_fetch_add(long *dest, long value, int pe) {
+    return mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(long),
+    mori::capi::bits<long>(value), 0, pe, "shmem_long_atomic_fetch_add")); }
+void shmem_long_atomic_fetch_add_nbi(long *fetch, long *dest, long value, int pe) {
+    *fetch = mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(long),
+    mori::capi::bits<long>(value), 0, pe, "shmem_long_atomic_fetch_add_nbi")); }
+long long shmem_longlong_atomic_fetch_add(long long *dest, long long value, int pe) {
+    return mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_longlong_atomic_fetch_add")); }
+void shmem_longlong_atomic_fetch_add_nbi(long long *fetch, long long *dest, long long value, int pe) {
+    *fetch = mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_longlong_atomic_fetch_add_nbi")); }
+unsigned int shmem_uint_atomic_fetch_add(unsigned int *dest, unsigned int value, int pe) {
+    return mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_fetch_add")); }
+void shmem_uint_atomic_fetch_add_nbi(unsigned int *fetch, unsigned int *dest, unsigned int value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_fetch_add_nbi")); }
+unsigned long shmem_ulong_atomic_fetch_add(unsigned long *dest, unsigned long value, int pe) {
+    return mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_fetch_add")); }
+void shmem_ulong_atomic_fetch_add_nbi(unsigned long *fetch, unsigned long *dest, unsigned long value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_fetch_add_nbi")); }
+unsigned long long shmem_ulonglong_atomic_fetch_add(unsigned long long *dest, unsigned long long value, int pe) {
+    return mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe,
+    "shmem_ulonglong_atomic_fetch_add")); }
+void shmem_ulonglong_atomic_fetch_add_nbi(unsigned long long *fetch, unsigned long long *dest, unsigned long long value,
+    int pe) {
+    *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe,
+    "shmem_ulonglong_atomic_fetch_add_nbi")); }
+int32_t shmem_int32_atomic_fetch_add(int32_t *dest, int32_t value, int pe) {
+    return mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_fetch_add")); }
+void shmem_int32_atomic_fetch_add_nbi(int32_t *fetch, int32_t *dest, int32_t value, int pe) {
+    *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_fetch_add_nbi")); }
+int64_t shmem_int64_atomic_fetch_add(int64_t *dest, int64_t value, int pe) {
+    return mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_fetch_add")); }
+void shmem_int64_atomic_fetch_add_nbi(int64_t *fetch, int64_t *dest, int64_t value, int pe) {
+    *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_fetch_add_nbi")); }
+uint32_t shmem_uint32_atomic_fetch_add(uint32_t *dest, uint32_t value, int pe) {
+    return mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_fetch_add")); }
+void shmem_uint32_atomic_fetch_add_nbi(uint32_t *fetch, uint32_t *dest, uint32_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_fetch_add_nbi")); }
+uint64_t shmem_uint64_atomic_fetch_add(uint64_t *dest, uint64_t value, int pe) {
+    return mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_fetch_add")); }
+void shmem_uint64_atomic_fetch_add_nbi(uint64_t *fetch, uint64_t *dest, uint64_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_fetch_add_nbi")); }
+size_t shmem_size_atomic_fetch_add(size_t *dest, size_t value, int pe) {
+    return mori::capi::from_bits<size_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(size_t), mori::capi::bits<size_t>(value), 0, pe, "shmem_size_atomic_fetch_add")); }
+void shmem_size_atomic_fetch_add_nbi(size_t *fetch, size_t *dest, size_t value, int pe) {
+    *fetch = mori::capi::from_bits<size_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(size_t), mori::capi::bits<size_t>(value), 0, pe, "shmem_size_atomic_fetch_add_nbi")); }
+ptrdiff_t shmem_ptrdiff_atomic_fetch_add(ptrdiff_t *dest, ptrdiff_t value, int pe) {
+    return mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), 0, pe, "shmem_ptrdiff_atomic_fetch_add")); }
+void shmem_ptrdiff_atomic_fetch_add_nbi(ptrdiff_t *fetch, ptrdiff_t *dest, ptrdiff_t value, int pe) {
+    *fetch = mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), 0, pe, "shmem_ptrdiff_atomic_fetch_add_nbi")); }
+void shmem_int_atomic_add(int *dest, int value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(int), mori::capi::bits<int>(value), 0, pe,
+    "shmem_int_atomic_add"); }
+void shmem_long_atomic_add(long *dest, long value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(long), mori::capi::bits<long>(value), 0, pe,
+    "shmem_long_atomic_add"); }
+void shmem_longlong_atomic_add(long long *dest, long long value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(long long), mori::capi::bits<long long>(value),
+    0, pe, "shmem_longlong_atomic_add"); }
+void shmem_uint_atomic_add(unsigned int *dest, unsigned int value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(unsigned int),
+    mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_add"); }
+void shmem_ulong_atomic_add(unsigned long *dest, unsigned long value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(unsigned long),
+    mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_add"); }
+void shmem_ulonglong_atomic_add(unsigned long long *dest, unsigned long long value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(unsigned long long),
+    mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_add"); }
+void shmem_int32_atomic_add(int32_t *dest, int32_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0,
+    pe, "shmem_int32_atomic_add"); }
+void shmem_int64_atomic_add(int64_t *dest, int64_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0,
+    pe, "shmem_int64_atomic_add"); }
+void shmem_uint32_atomic_add(uint32_t *dest, uint32_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0,
+    pe, "shmem_uint32_atomic_add"); }
+void shmem_uint64_atomic_add(uint64_t *dest, uint64_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0,
+    pe, "shmem_uint64_atomic_add"); }
+void shmem_size_atomic_add(size_t *dest, size_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(size_t), mori::capi::bits<size_t>(value), 0, pe,
+    "shmem_size_atomic_add"); }
+void shmem_ptrdiff_atomic_add(ptrdiff_t *dest, ptrdiff_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value),
+    0, pe, "shmem_ptrdiff_atomic_add"); }
+unsigned int shmem_uint_atomic_fetch_and(unsigned int *dest, unsigned int value, int pe) {
+    return mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd,
+    sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_fetch_and")); }
+void shmem_uint_atomic_fetch_and_nbi(unsigned int *fetch, unsigned int *dest, unsigned int value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd,
+    sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_fetch_and_nbi")); }
+unsigned long shmem_ulong_atomic_fetch_and(unsigned long *dest, unsigned long value, int pe) {
+    return mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_fetch_and")); }
+void shmem_ulong_atomic_fetch_and_nbi(unsigned long *fetch, unsigned long *dest, unsigned long value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_fetch_and_nbi")); }
+unsigned long long shmem_ulonglong_atomic_fetch_and(unsigned long long *dest, unsigned long long value, int pe) {
+    return mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe,
+    "shmem_ulonglong_atomic_fetch_and")); }
+void shmem_ulonglong_atomic_fetch_and_nbi(unsigned long long *fetch, unsigned long long *dest, unsigned long long value,
+    int pe) {
+    *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe,
+    "shmem_ulonglong_atomic_fetch_and_nbi")); }
+int32_t shmem_int32_atomic_fetch_and(int32_t *dest, int32_t value, int pe) {
+    return mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd,
+    sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_fetch_and")); }
+void shmem_int32_atomic_fetch_and_nbi(int32_t *fetch, int32_t *dest, int32_t value, int pe) {
+    *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd,
+    sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_fetch_and_nbi")); }
+int64_t shmem_int64_atomic_fetch_and(int64_t *dest, int64_t value, int pe) {
+    return mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd,
+    sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_fetch_and")); }
+void shmem_int64_atomic_fetch_and_nbi(int64_t *fetch, int64_t *dest, int64_t value, int pe) {
+    *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd,
+    sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_fetch_and_nbi")); }
+uint32_t shmem_uint32_atomic_fetch_and(uint32_t *dest, uint32_t value, int pe) {
+    return mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd,
+    sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_fetch_and")); }
+void shmem_uint32_atomic_fetch_and_nbi(uint32_t *fetch, uint32_t *dest, uint32_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd,
+    sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_fetch_and_nbi")); }
+uint64_t shmem_uint64_atomic_fetch_and(uint64_t *dest, uint64_t value, int pe) {
+    return mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd,
+    sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_fetch_and")); }
+void shmem_uint64_atomic_fetch_and_nbi(uint64_t *fetch, uint64_t *dest, uint64_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAnd,
+    sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_fetch_and_nbi")); }
+void shmem_uint_atomic_and(unsigned int *dest, unsigned int value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAnd, sizeof(unsigned int),
+    mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_and"); }
+void shmem_ulong_atomic_and(unsigned long *dest, unsigned long value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAnd, sizeof(unsigned long),
+    mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_and"); }
+void shmem_ulonglong_atomic_and(unsigned long long *dest, unsigned long long value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAnd, sizeof(unsigned long long),
+    mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_and"); }
+void shmem_int32_atomic_and(int32_t *dest, int32_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAnd, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0,
+    pe, "shmem_int32_atomic_and"); }
+void shmem_int64_atomic_and(int64_t *dest, int64_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAnd, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0,
+    pe, "shmem_int64_atomic_and"); }
+void shmem_uint32_atomic_and(uint32_t *dest, uint32_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAnd, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0,
+    pe, "shmem_uint32_atomic_and"); }
+void shmem_uint64_atomic_and(uint64_t *dest, uint64_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAnd, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0,
+    pe, "shmem_uint64_atomic_and"); }
+unsigned int shmem_uint_atomic_fetch_or(unsigned int *dest, unsigned int value, int pe) {
+    return mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr,
+    sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_fetch_or")); }
+void shmem_uint_atomic_fetch_or_nbi(unsigned int *fetch, unsigned int *dest, unsigned int value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr,
+    sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_fetch_or_nbi")); }
+unsigned long shmem_ulong_atomic_fetch_or(unsigned long *dest, unsigned long value, int pe) {
+    return mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_fetch_or")); }
+void shmem_ulong_atomic_fetch_or_nbi(unsigned long *fetch, unsigned long *dest, unsigned long value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_fetch_or_nbi")); }
+unsigned long long shmem_ulonglong_atomic_fetch_or(unsigned long long *dest, unsigned long long value, int pe) {
+    return mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe,
+    "shmem_ulonglong_atomic_fetch_or")); }
+void shmem_ulonglong_atomic_fetch_or_nbi(unsigned long long *fetch, unsigned long long *dest, unsigned long long value,
+    int pe) {
+    *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe,
+    "shmem_ulonglong_atomic_fetch_or_nbi")); }
+int32_t shmem_int32_atomic_fetch_or(int32_t *dest, int32_t value, int pe) {
+    return mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr,
+    sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_fetch_or")); }
+void shmem_int32_atomic_fetch_or_nbi(int32_t *fetch, int32_t *dest, int32_t value, int pe) {
+    *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr,
+    sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_fetch_or_nbi")); }
+int64_t shmem_int64_atomic_fetch_or(int64_t *dest, int64_t value, int pe) {
+    return mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr,
+    sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_fetch_or")); }
+void shmem_int64_atomic_fetch_or_nbi(int64_t *fetch, int64_t *dest, int64_t value, int pe) {
+    *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr,
+    sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_fetch_or_nbi")); }
+uint32_t shmem_uint32_atomic_fetch_or(uint32_t *dest, uint32_t value, int pe) {
+    return mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr,
+    sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_fetch_or")); }
+void shmem_uint32_atomic_fetch_or_nbi(uint32_t *fetch, uint32_t *dest, uint32_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr,
+    sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_fetch_or_nbi")); }
+uint64_t shmem_uint64_atomic_fetch_or(uint64_t *dest, uint64_t value, int pe) {
+    return mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr,
+    sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_fetch_or")); }
+void shmem_uint64_atomic_fetch_or_nbi(uint64_t *fetch, uint64_t *dest, uint64_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchOr,
+    sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_fetch_or_nbi")); }
+void shmem_uint_atomic_or(unsigned int *dest, unsigned int value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kOr, sizeof(unsigned int),
+    mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_or"); }
+void shmem_ulong_atomic_or(unsigned long *dest, unsigned long value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kOr, sizeof(unsigned long),
+    mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_or"); }
+void shmem_ulonglong_atomic_or(unsigned long long *dest, unsigned long long value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kOr, sizeof(unsigned long long),
+    mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_or"); }
+void shmem_int32_atomic_or(int32_t *dest, int32_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kOr, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe,
+    "shmem_int32_atomic_or"); }
+void shmem_int64_atomic_or(int64_t *dest, int64_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kOr, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe,
+    "shmem_int64_atomic_or"); }
+void shmem_uint32_atomic_or(uint32_t *dest, uint32_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kOr, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0,
+    pe, "shmem_uint32_atomic_or"); }
+void shmem_uint64_atomic_or(uint64_t *dest, uint64_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kOr, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0,
+    pe, "shmem_uint64_atomic_or"); }
+unsigned int shmem_uint_atomic_fetch_xor(unsigned int *dest, unsigned int value, int pe) {
+    return mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor,
+    sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_fetch_xor")); }
+void shmem_uint_atomic_fetch_xor_nbi(unsigned int *fetch, unsigned int *dest, unsigned int value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor,
+    sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_fetch_xor_nbi")); }
+unsigned long shmem_ulong_atomic_fetch_xor(unsigned long *dest, unsigned long value, int pe) {
+    return mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_fetch_xor")); }
+void shmem_ulong_atomic_fetch_xor_nbi(unsigned long *fetch, unsigned long *dest, unsigned long value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_fetch_xor_nbi")); }
+unsigned long long shmem_ulonglong_atomic_fetch_xor(unsigned long long *dest, unsigned long long value, int pe) {
+    return mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe,
+    "shmem_ulonglong_atomic_fetch_xor")); }
+void shmem_ulonglong_atomic_fetch_xor_nbi(unsigned long long *fetch, unsigned long long *dest, unsigned long long value,
+    int pe) {
+    *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe,
+    "shmem_ulonglong_atomic_fetch_xor_nbi")); }
+int32_t shmem_int32_atomic_fetch_xor(int32_t *dest, int32_t value, int pe) {
+    return mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor,
+    sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_fetch_xor")); }
+void shmem_int32_atomic_fetch_xor_nbi(int32_t *fetch, int32_t *dest, int32_t value, int pe) {
+    *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor,
+    sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe, "shmem_int32_atomic_fetch_xor_nbi")); }
+int64_t shmem_int64_atomic_fetch_xor(int64_t *dest, int64_t value, int pe) {
+    return mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor,
+    sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_fetch_xor")); }
+void shmem_int64_atomic_fetch_xor_nbi(int64_t *fetch, int64_t *dest, int64_t value, int pe) {
+    *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor,
+    sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe, "shmem_int64_atomic_fetch_xor_nbi")); }
+uint32_t shmem_uint32_atomic_fetch_xor(uint32_t *dest, uint32_t value, int pe) {
+    return mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor,
+    sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_fetch_xor")); }
+void shmem_uint32_atomic_fetch_xor_nbi(uint32_t *fetch, uint32_t *dest, uint32_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor,
+    sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe, "shmem_uint32_atomic_fetch_xor_nbi")); }
+uint64_t shmem_uint64_atomic_fetch_xor(uint64_t *dest, uint64_t value, int pe) {
+    return mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor,
+    sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_fetch_xor")); }
+void shmem_uint64_atomic_fetch_xor_nbi(uint64_t *fetch, uint64_t *dest, uint64_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchXor,
+    sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe, "shmem_uint64_atomic_fetch_xor_nbi")); }
+void shmem_uint_atomic_xor(unsigned int *dest, unsigned int value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kXor, sizeof(unsigned int),
+    mori::capi::bits<unsigned int>(value), 0, pe, "shmem_uint_atomic_xor"); }
+void shmem_ulong_atomic_xor(unsigned long *dest, unsigned long value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kXor, sizeof(unsigned long),
+    mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ulong_atomic_xor"); }
+void shmem_ulonglong_atomic_xor(unsigned long long *dest, unsigned long long value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kXor, sizeof(unsigned long long),
+    mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ulonglong_atomic_xor"); }
+void shmem_int32_atomic_xor(int32_t *dest, int32_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kXor, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0,
+    pe, "shmem_int32_atomic_xor"); }
+void shmem_int64_atomic_xor(int64_t *dest, int64_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kXor, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0,
+    pe, "shmem_int64_atomic_xor"); }
+void shmem_uint32_atomic_xor(uint32_t *dest, uint32_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kXor, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0,
+    pe, "shmem_uint32_atomic_xor"); }
+void shmem_uint64_atomic_xor(uint64_t *dest, uint64_t value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kXor, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0,
+    pe, "shmem_uint64_atomic_xor"); }
+float shmem_ctx_float_atomic_fetch(shmem_ctx_t ctx, const float *source, int pe) {
+    return mori::capi::from_bits<float>(mori::capi::amo(ctx, const_cast<float*>(source), mori::AmoOp::kFetch,
+    sizeof(float), 0, 0, pe, "shmem_ctx_float_atomic_fetch")); }
+void shmem_ctx_float_atomic_fetch_nbi(shmem_ctx_t ctx, float *fetch, const float *source, int pe) {
+    *fetch = mori::capi::from_bits<float>(mori::capi::amo(ctx, const_cast<float*>(source), mori::AmoOp::kFetch,
+    sizeof(float), 0, 0, pe, "shmem_ctx_float_atomic_fetch_nbi")); }
+double shmem_ctx_double_atomic_fetch(shmem_ctx_t ctx, const double *source, int pe) {
+    return mori::capi::from_bits<double>(mori::capi::amo(ctx, const_cast<double*>(source), mori::AmoOp::kFetch,
+    sizeof(double), 0, 0, pe, "shmem_ctx_double_atomic_fetch")); }
+void shmem_ctx_double_atomic_fetch_nbi(shmem_ctx_t ctx, double *fetch, const double *source, int pe) {
+    *fetch = mori::capi::from_bits<double>(mori::capi::amo(ctx, const_cast<double*>(source), mori::AmoOp::kFetch,
+    sizeof(double), 0, 0, pe, "shmem_ctx_double_atomic_fetch_nbi")); }
+int shmem_ctx_int_atomic_fetch(shmem_ctx_t ctx, const int *source, int pe) {
+    return mori::capi::from_bits<int>(mori::capi::amo(ctx, const_cast<int*>(source), mori::AmoOp::kFetch, sizeof(int),
+    0, 0, pe, "shmem_ctx_int_atomic_fetch")); }
+void shmem_ctx_int_atomic_fetch_nbi(shmem_ctx_t ctx, int *fetch, const int *source, int pe) {
+    *fetch = mori::capi::from_bits<int>(mori::capi::amo(ctx, const_cast<int*>(source), mori::AmoOp::kFetch, sizeof(int),
+    0, 0, pe, "shmem_ctx_int_atomic_fetch_nbi")); }
+long shmem_ctx_long_atomic_fetch(shmem_ctx_t ctx, const long *source, int pe) {
+    return mori::capi::from_bits<long>(mori::capi::amo(ctx, const_cast<long*>(source), mori::AmoOp::kFetch,
+    sizeof(long), 0, 0, pe, "shmem_ctx_long_atomic_fetch")); }
+void shmem_ctx_long_atomic_fetch_nbi(shmem_ctx_t ctx, long *fetch, const long *source, int pe) {
+    *fetch = mori::capi::from_bits<long>(mori::capi::amo(ctx, const_cast<long*>(source), mori::AmoOp::kFetch,
+    sizeof(long), 0, 0, pe, "shmem_ctx_long_atomic_fetch_nbi")); }
+long long shmem_ctx_longlong_atomic_fetch(shmem_ctx_t ctx, const long long *source, int pe) {
+    return mori::capi::from_bits<long long>(mori::capi::amo(ctx, const_cast<long long*>(source), mori::AmoOp::kFetch,
+    sizeof(long long), 0, 0, pe, "shmem_ctx_longlong_atomic_fetch")); }
+void shmem_ctx_longlong_atomic_fetch_nbi(shmem_ctx_t ctx, long long *fetch, const long long *source, int pe) {
+    *fetch = mori::capi::from_bits<long long>(mori::capi::amo(ctx, const_cast<long long*>(source), mori::AmoOp::kFetch,
+    sizeof(long long), 0, 0, pe, "shmem_ctx_longlong_atomic_fetch_nbi")); }
+unsigned int shmem_ctx_uint_atomic_fetch(shmem_ctx_t ctx, const unsigned int *source, int pe) {
+    return mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, const_cast<unsigned int*>(source),
+    mori::AmoOp::kFetch, sizeof(unsigned int), 0, 0, pe, "shmem_ctx_uint_atomic_fetch")); }
+void shmem_ctx_uint_atomic_fetch_nbi(shmem_ctx_t ctx, unsigned int *fetch, const unsigned int *source, int pe) {
+    *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, const_cast<unsigned int*>(source),
+    mori::AmoOp::kFetch, sizeof(unsigned int), 0, 0, pe, "shmem_ctx_uint_atomic_fetch_nbi")); }
+unsigned long shmem_ctx_ulong_atomic_fetch(shmem_ctx_t ctx, const unsigned long *source, int pe) {
+    return mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, const_cast<unsigned long*>(source),
+    mori::AmoOp::kFetch, sizeof(unsigned long), 0, 0, pe, "shmem_ctx_ulong_atomic_fetch")); }
+void shmem_ctx_ulong_atomic_fetch_nbi(shmem_ctx_t ctx, unsigned long *fetch, const unsigned long *source, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, const_cast<unsigned long*>(source),
+    mori::AmoOp::kFetch, sizeof(unsigned long), 0, 0, pe, "shmem_ctx_ulong_atomic_fetch_nbi")); }
+unsigned long long shmem_ctx_ulonglong_atomic_fetch(shmem_ctx_t ctx, const unsigned long long *source, int pe) {
+    return mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, const_cast<unsigned long long*>(source),
+    mori::AmoOp::kFetch, sizeof(unsigned long long), 0, 0, pe, "shmem_ctx_ulonglong_atomic_fetch")); }
+void shmem_ctx_ulonglong_atomic_fetch_nbi(shmem_ctx_t ctx, unsigned long long *fetch, const unsigned long long *source,
+    int pe) {
+    *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, const_cast<unsigned long long*>(source),
+    mori::AmoOp::kFetch, sizeof(unsigned long long), 0, 0, pe, "shmem_ctx_ulonglong_atomic_fetch_nbi")); }
+int32_t shmem_ctx_int32_atomic_fetch(shmem_ctx_t ctx, const int32_t *source, int pe) {
+    return mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, const_cast<int32_t*>(source), mori::AmoOp::kFetch,
+    sizeof(int32_t), 0, 0, pe, "shmem_ctx_int32_atomic_fetch")); }
+void shmem_ctx_int32_atomic_fetch_nbi(shmem_ctx_t ctx, int32_t *fetch, const int32_t *source, int pe) {
+    *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, const_cast<int32_t*>(source), mori::AmoOp::kFetch,
+    sizeof(int32_t), 0, 0, pe, "shmem_ctx_int32_atomic_fetch_nbi")); }
+int64_t shmem_ctx_int64_atomic_fetch(shmem_ctx_t ctx, const int64_t *source, int pe) {
+    return mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, const_cast<int64_t*>(source), mori::AmoOp::kFetch,
+    sizeof(int64_t), 0, 0, pe, "shmem_ctx_int64_atomic_fetch")); }
+void shmem_ctx_int64_atomic_fetch_nbi(shmem_ctx_t ctx, int64_t *fetch, const int64_t *source, int pe) {
+    *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, const_cast<int64_t*>(source), mori::AmoOp::kFetch,
+    sizeof(int64_t), 0, 0, pe, "shmem_ctx_int64_atomic_fetch_nbi")); }
+uint32_t shmem_ctx_uint32_atomic_fetch(shmem_ctx_t ctx, const uint32_t *source, int pe) {
+    return mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, const_cast<uint32_t*>(source), mori::AmoOp::kFetch,
+    sizeof(uint32_t), 0, 0, pe, "shmem_ctx_uint32_atomic_fetch")); }
+void shmem_ctx_uint32_atomic_fetch_nbi(shmem_ctx_t ctx, uint32_t *fetch, const uint32_t *source, int pe) {
+    *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, const_cast<uint32_t*>(source), mori::AmoOp::kFetch,
+    sizeof(uint32_t), 0, 0, pe, "shmem_ctx_uint32_atomic_fetch_nbi")); }
+uint64_t shmem_ctx_uint64_atomic_fetch(shmem_ctx_t ctx, const uint64_t *source, int pe) {
+    return mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, const_cast<uint64_t*>(source), mori::AmoOp::kFetch,
+    sizeof(uint64_t), 0, 0, pe, "shmem_ctx_uint64_atomic_fetch")); }
+void shmem_ctx_uint64_atomic_fetch_nbi(shmem_ctx_t ctx, uint64_t *fetch, const uint64_t *source, int pe) {
+    *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, const_cast<uint64_t*>(source), mori::AmoOp::kFetch,
+    sizeof(uint64_t), 0, 0, pe, "shmem_ctx_uint64_atomic_fetch_nbi")); }
+size_t shmem_ctx_size_atomic_fetch(shmem_ctx_t ctx, const size_t *source, int pe) {
+    return mori::capi::from_bits<size_t>(mori::capi::amo(ctx, const_cast<size_t*>(source), mori::AmoOp::kFetch,
+    sizeof(size_t), 0, 0, pe, "shmem_ctx_size_atomic_fetch")); }
+void shmem_ctx_size_atomic_fetch_nbi(shmem_ctx_t ctx, size_t *fetch, const size_t *source, int pe) {
+    *fetch = mori::capi::from_bits<size_t>(mori::capi::amo(ctx, const_cast<size_t*>(source), mori::AmoOp::kFetch,
+    sizeof(size_t), 0, 0, pe, "shmem_ctx_size_atomic_fetch_nbi")); }
+ptrdiff_t shmem_ctx_ptrdiff_atomic_fetch(shmem_ctx_t ctx, const ptrdiff_t *source, int pe) {
+    return mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(ctx, const_cast<ptrdiff_t*>(source), mori::AmoOp::kFetch,
+    sizeof(ptrdiff_t), 0, 0, pe, "shmem_ctx_ptrdiff_atomic_fetch")); }
+void shmem_ctx_ptrdiff_atomic_fetch_nbi(shmem_ctx_t ctx, ptrdiff_t *fetch, const ptrdiff_t *source, int pe) {
+    *fetch = mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(ctx, const_cast<ptrdiff_t*>(source), mori::AmoOp::kFetch,
+    sizeof(ptrdiff_t), 0, 0, pe, "shmem_ctx_ptrdiff_atomic_fetch_nbi")); }
+void shmem_ctx_float_atomic_set(shmem_ctx_t ctx, float *dest, float value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(float), mori::capi::bits<float>(value), 0, pe,
+    "shmem_ctx_float_atomic_set"); }
+void shmem_ctx_double_atomic_set(shmem_ctx_t ctx, double *dest, double value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(double), mori::capi::bits<double>(value), 0, pe,
+    "shmem_ctx_double_atomic_set"); }
+void shmem_ctx_int_atomic_set(shmem_ctx_t ctx, int *dest, int value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(int), mori::capi::bits<int>(value), 0, pe,
+    "shmem_ctx_int_atomic_set"); }
+void shmem_ctx_long_atomic_set(shmem_ctx_t ctx, long *dest, long value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(long), mori::capi::bits<long>(value), 0, pe,
+    "shmem_ctx_long_atomic_set"); }
+void shmem_ctx_longlong_atomic_set(shmem_ctx_t ctx, long long *dest, long long value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(long long), mori::capi::bits<long long>(value), 0, pe,
+    "shmem_ctx_longlong_atomic_set"); }
+void shmem_ctx_uint_atomic_set(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe,
+    "shmem_ctx_uint_atomic_set"); }
+void shmem_ctx_ulong_atomic_set(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe,
+    "shmem_ctx_ulong_atomic_set"); }
+void shmem_ctx_ulonglong_atomic_set(shmem_ctx_t ctx, unsigned long long *dest, unsigned long long value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(unsigned long long),
+    mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ctx_ulonglong_atomic_set"); }
+void shmem_ctx_int32_atomic_set(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe,
+    "shmem_ctx_int32_atomic_set"); }
+void shmem_ctx_int64_atomic_set(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe,
+    "shmem_ctx_int64_atomic_set"); }
+void shmem_ctx_uint32_atomic_set(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe,
+    "shmem_ctx_uint32_atomic_set"); }
+void shmem_ctx_uint64_atomic_set(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe,
+    "shmem_ctx_uint64_atomic_set"); }
+void shmem_ctx_size_atomic_set(shmem_ctx_t ctx, size_t *dest, size_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(size_t), mori::capi::bits<size_t>(value), 0, pe,
+    "shmem_ctx_size_atomic_set"); }
+void shmem_ctx_ptrdiff_atomic_set(shmem_ctx_t ctx, ptrdiff_t *dest, ptrdiff_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kSet, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), 0, pe,
+    "shmem_ctx_ptrdiff_atomic_set"); }
+float shmem_ctx_float_atomic_swap(shmem_ctx_t ctx, float *dest, float value, int pe) {
+    return mori::capi::from_bits<float>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(float),
+    mori::capi::bits<float>(value), 0, pe, "shmem_ctx_float_atomic_swap")); }
+void shmem_ctx_float_atomic_swap_nbi(shmem_ctx_t ctx, float *fetch, float *dest, float value, int pe) {
+    *fetch = mori::capi::from_bits<float>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(float),
+    mori::capi::bits<float>(value), 0, pe, "shmem_ctx_float_atomic_swap_nbi")); }
+double shmem_ctx_double_atomic_swap(shmem_ctx_t ctx, double *dest, double value, int pe) {
+    return mori::capi::from_bits<double>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(double),
+    mori::capi::bits<double>(value), 0, pe, "shmem_ctx_double_atomic_swap")); }
+void shmem_ctx_double_atomic_swap_nbi(shmem_ctx_t ctx, double *fetch, double *dest, double value, int pe) {
+    *fetch = mori::capi::from_bits<double>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(double),
+    mori::capi::bits<double>(value), 0, pe, "shmem_ctx_double_atomic_swap_nbi")); }
+int shmem_ctx_int_atomic_swap(shmem_ctx_t ctx, int *dest, int value, int pe) {
+    return mori::capi::from_bits<int>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(int),
+    mori::capi::bits<int>(value), 0, pe, "shmem_ctx_int_atomic_swap")); }
+void shmem_ctx_int_atomic_swap_nbi(shmem_ctx_t ctx, int *fetch, int *dest, int value, int pe) {
+    *fetch = mori::capi::from_bits<int>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(int),
+    mori::capi::bits<int>(value), 0, pe, "shmem_ctx_int_atomic_swap_nbi")); }
+long shmem_ctx_long_atomic_swap(shmem_ctx_t ctx, long *dest, long value, int pe) {
+    return mori::capi::from_bits<long>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(long),
+    mori::capi::bits<long>(value), 0, pe, "shmem_ctx_long_atomic_swap")); }
+void shmem_ctx_long_atomic_swap_nbi(shmem_ctx_t ctx, long *fetch, long *dest, long value, int pe) {
+    *fetch = mori::capi::from_bits<long>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(long),
+    mori::capi::bits<long>(value), 0, pe, "shmem_ctx_long_atomic_swap_nbi")); }
+long long shmem_ctx_longlong_atomic_swap(shmem_ctx_t ctx, long long *dest, long long value, int pe) {
+    return mori::capi::from_bits<long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(long long),
+    mori::capi::bits<long long>(value), 0, pe, "shmem_ctx_longlong_atomic_swap")); }
+void shmem_ctx_longlong_atomic_swap_nbi(shmem_ctx_t ctx, long long *fetch, long long *dest, long long value, int pe) {
+    *fetch = mori::capi::from_bits<long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(long long),
+    mori::capi::bits<long long>(value), 0, pe, "shmem_ctx_longlong_atomic_swap_nbi")); }
+unsigned int shmem_ctx_uint_atomic_swap(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) {
+    return mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(unsigned int),
+    mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_swap")); }
+void shmem_ctx_uint_atomic_swap_nbi(shmem_ctx_t ctx, unsigned int *fetch, unsigned int *dest, unsigned int value,
+    int pe) {
+    *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(unsigned int),
+    mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_swap_nbi")); }
+unsigned long shmem_ctx_ulong_atomic_swap(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) {
+    return mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(unsigned long),
+    mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_swap")); }
+void shmem_ctx_ulong_atomic_swap_nbi(shmem_ctx_t ctx, unsigned long *fetch, unsigned long *dest, unsigned long value,
+    int pe) {
+    *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(unsigned long),
+    mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_swap_nbi")); }
+unsigned long long shmem_ctx_ulonglong_atomic_swap(shmem_ctx_t ctx, unsigned long long *dest, unsigned long long value,
+    int pe) {
+    return mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe,
+    "shmem_ctx_ulonglong_atomic_swap")); }
+void shmem_ctx_ulonglong_atomic_swap_nbi(shmem_ctx_t ctx, unsigned long long *fetch, unsigned long long *dest,
+    unsigned long long value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe,
+    "shmem_ctx_ulonglong_atomic_swap_nbi")); }
+int32_t shmem_ctx_int32_atomic_swap(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) {
+    return mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(int32_t),
+    mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_swap")); }
+void shmem_ctx_int32_atomic_swap_nbi(shmem_ctx_t ctx, int32_t *fetch, int32_t *dest, int32_t value, int pe) {
+    *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(int32_t),
+    mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_swap_nbi")); }
+int64_t shmem_ctx_int64_atomic_swap(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) {
+    return mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(int64_t),
+    mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_swap")); }
+void shmem_ctx_int64_atomic_swap_nbi(shmem_ctx_t ctx, int64_t *fetch, int64_t *dest, int64_t value, int pe) {
+    *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(int64_t),
+    mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_swap_nbi")); }
+uint32_t shmem_ctx_uint32_atomic_swap(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) {
+    return mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(uint32_t),
+    mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_swap")); }
+void shmem_ctx_uint32_atomic_swap_nbi(shmem_ctx_t ctx, uint32_t *fetch, uint32_t *dest, uint32_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(uint32_t),
+    mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_swap_nbi")); }
+uint64_t shmem_ctx_uint64_atomic_swap(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) {
+    return mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(uint64_t),
+    mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_swap")); }
+void shmem_ctx_uint64_atomic_swap_nbi(shmem_ctx_t ctx, uint64_t *fetch, uint64_t *dest, uint64_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(uint64_t),
+    mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_swap_nbi")); }
+size_t shmem_ctx_size_atomic_swap(shmem_ctx_t ctx, size_t *dest, size_t value, int pe) {
+    return mori::capi::from_bits<size_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(size_t),
+    mori::capi::bits<size_t>(value), 0, pe, "shmem_ctx_size_atomic_swap")); }
+void shmem_ctx_size_atomic_swap_nbi(shmem_ctx_t ctx, size_t *fetch, size_t *dest, size_t value, int pe) {
+    *fetch = mori::capi::from_bits<size_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(size_t),
+    mori::capi::bits<size_t>(value), 0, pe, "shmem_ctx_size_atomic_swap_nbi")); }
+ptrdiff_t shmem_ctx_ptrdiff_atomic_swap(shmem_ctx_t ctx, ptrdiff_t *dest, ptrdiff_t value, int pe) {
+    return mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(ptrdiff_t),
+    mori::capi::bits<ptrdiff_t>(value), 0, pe, "shmem_ctx_ptrdiff_atomic_swap")); }
+void shmem_ctx_ptrdiff_atomic_swap_nbi(shmem_ctx_t ctx, ptrdiff_t *fetch, ptrdiff_t *dest, ptrdiff_t value, int pe) {
+    *fetch = mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kSwap, sizeof(ptrdiff_t),
+    mori::capi::bits<ptrdiff_t>(value), 0, pe, "shmem_ctx_ptrdiff_atomic_swap_nbi")); }
+int shmem_ctx_int_atomic_compare_swap(shmem_ctx_t ctx, int *dest, int cond, int value, int pe) {
+    return mori::capi::from_bits<int>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(int),
+    mori::capi::bits<int>(value), mori::capi::bits<int>(cond), pe, "shmem_ctx_int_atomic_compare_swap")); }
+void shmem_ctx_int_atomic_compare_swap_nbi(shmem_ctx_t ctx, int *fetch, int *dest, int cond, int value, int pe) {
+    *fetch = mori::capi::from_bits<int>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(int),
+    mori::capi::bits<int>(value), mori::capi::bits<int>(cond), pe, "shmem_ctx_int_atomic_compare_swap_nbi")); }
+long shmem_ctx_long_atomic_compare_swap(shmem_ctx_t ctx, long *dest, long cond, long value, int pe) {
+    return mori::capi::from_bits<long>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(long),
+    mori::capi::bits<long>(value), mori::capi::bits<long>(cond), pe, "shmem_ctx_long_atomic_compare_swap")); }
+void shmem_ctx_long_atomic_compare_swap_nbi(shmem_ctx_t ctx, long *fetch, long *dest, long cond, long value, int pe) {
+    *fetch = mori::capi::from_bits<long>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(long),
+    mori::capi::bits<long>(value), mori::capi::bits<long>(cond), pe, "shmem_ctx_long_atomic_compare_swap_nbi")); }
+long long shmem_ctx_longlong_atomic_compare_swap(shmem_ctx_t ctx, long long *dest, long long cond, long long value,
+    int pe) {
+    return mori::capi::from_bits<long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(long long),
+    mori::capi::bits<long long>(value), mori::capi::bits<long long>(cond), pe,
+    "shmem_ctx_longlong_atomic_compare_swap")); }
+void shmem_ctx_longlong_atomic_compare_swap_nbi(shmem_ctx_t ctx, long long *fetch, long long *dest, long long cond,
+    long long value, int pe) {
+    *fetch = mori::capi::from_bits<long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(long long),
+    mori::capi::bits<long long>(value), mori::capi::bits<long long>(cond), pe,
+    "shmem_ctx_longlong_atomic_compare_swap_nbi")); }
+unsigned int shmem_ctx_uint_atomic_compare_swap(shmem_ctx_t ctx, unsigned int *dest, unsigned int cond,
+    unsigned int value, int pe) {
+    return mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap,
+    sizeof(unsigned int), mori::capi::bits<unsigned int>(value), mori::capi::bits<unsigned int>(cond), pe,
+    "shmem_ctx_uint_atomic_compare_swap")); }
+void shmem_ctx_uint_atomic_compare_swap_nbi(shmem_ctx_t ctx, unsigned int *fetch, unsigned int *dest, unsigned int cond,
+    unsigned int value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap,
+    sizeof(unsigned int), mori::capi::bits<unsigned int>(value), mori::capi::bits<unsigned int>(cond), pe,
+    "shmem_ctx_uint_atomic_compare_swap_nbi")); }
+unsigned long shmem_ctx_ulong_atomic_compare_swap(shmem_ctx_t ctx, unsigned long *dest, unsigned long cond,
+    unsigned long value, int pe) {
+    return mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), mori::capi::bits<unsigned long>(cond), pe,
+    "shmem_ctx_ulong_atomic_compare_swap")); }
+void shmem_ctx_ulong_atomic_compare_swap_nbi(shmem_ctx_t ctx, unsigned long *fetch, unsigned long *dest,
+    unsigned long cond, unsigned long value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), mori::capi::bits<unsigned long>(cond), pe,
+    "shmem_ctx_ulong_atomic_compare_swap_nbi")); }
+unsigned long long shmem_ctx_ulonglong_atomic_compare_swap(shmem_ctx_t ctx, unsigned long long *dest,
+    unsigned long long cond, unsigned long long value, int pe) {
+    return mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), mori::capi::bits<unsigned long long>(cond),
+    pe, "shmem_ctx_ulonglong_atomic_compare_swap")); }
+void shmem_ctx_ulonglong_atomic_compare_swap_nbi(shmem_ctx_t ctx, unsigned long long *fetch, unsigned long long *dest,
+    unsigned long long cond, unsigned long long value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), mori::capi::bits<unsigned long long>(cond),
+    pe, "shmem_ctx_ulonglong_atomic_compare_swap_nbi")); }
+int32_t shmem_ctx_int32_atomic_compare_swap(shmem_ctx_t ctx, int32_t *dest, int32_t cond, int32_t value, int pe) {
+    return mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(int32_t),
+    mori::capi::bits<int32_t>(value), mori::capi::bits<int32_t>(cond), pe, "shmem_ctx_int32_atomic_compare_swap")); }
+void shmem_ctx_int32_atomic_compare_swap_nbi(shmem_ctx_t ctx, int32_t *fetch, int32_t *dest, int32_t cond,
+    int32_t value, int pe) {
+    *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(int32_t),
+    mori::capi::bits<int32_t>(value), mori::capi::bits<int32_t>(cond), pe,
+    "shmem_ctx_int32_atomic_compare_swap_nbi")); }
+int64_t shmem_ctx_int64_atomic_compare_swap(shmem_ctx_t ctx, int64_t *dest, int64_t cond, int64_t value, int pe) {
+    return mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(int64_t),
+    mori::capi::bits<int64_t>(value), mori::capi::bits<int64_t>(cond), pe, "shmem_ctx_int64_atomic_compare_swap")); }
+void shmem_ctx_int64_atomic_compare_swap_nbi(shmem_ctx_t ctx, int64_t *fetch, int64_t *dest, int64_t cond,
+    int64_t value, int pe) {
+    *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(int64_t),
+    mori::capi::bits<int64_t>(value), mori::capi::bits<int64_t>(cond), pe,
+    "shmem_ctx_int64_atomic_compare_swap_nbi")); }
+uint32_t shmem_ctx_uint32_atomic_compare_swap(shmem_ctx_t ctx, uint32_t *dest, uint32_t cond, uint32_t value, int pe) {
+    return mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(uint32_t),
+    mori::capi::bits<uint32_t>(value), mori::capi::bits<uint32_t>(cond), pe, "shmem_ctx_uint32_atomic_compare_swap")); }
+void shmem_ctx_uint32_atomic_compare_swap_nbi(shmem_ctx_t ctx, uint32_t *fetch, uint32_t *dest, uint32_t cond,
+    uint32_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(uint32_t),
+    mori::capi::bits<uint32_t>(value), mori::capi::bits<uint32_t>(cond), pe,
+    "shmem_ctx_uint32_atomic_compare_swap_nbi")); }
+uint64_t shmem_ctx_uint64_atomic_compare_swap(shmem_ctx_t ctx, uint64_t *dest, uint64_t cond, uint64_t value, int pe) {
+    return mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(uint64_t),
+    mori::capi::bits<uint64_t>(value), mori::capi::bits<uint64_t>(cond), pe, "shmem_ctx_uint64_atomic_compare_swap")); }
+void shmem_ctx_uint64_atomic_compare_swap_nbi(shmem_ctx_t ctx, uint64_t *fetch, uint64_t *dest, uint64_t cond,
+    uint64_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(uint64_t),
+    mori::capi::bits<uint64_t>(value), mori::capi::bits<uint64_t>(cond), pe,
+    "shmem_ctx_uint64_atomic_compare_swap_nbi")); }
+size_t shmem_ctx_size_atomic_compare_swap(shmem_ctx_t ctx, size_t *dest, size_t cond, size_t value, int pe) {
+    return mori::capi::from_bits<size_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(size_t),
+    mori::capi::bits<size_t>(value), mori::capi::bits<size_t>(cond), pe, "shmem_ctx_size_atomic_compare_swap")); }
+void shmem_ctx_size_atomic_compare_swap_nbi(shmem_ctx_t ctx, size_t *fetch, size_t *dest, size_t cond, size_t value,
+    int pe) {
+    *fetch = mori::capi::from_bits<size_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(size_t),
+    mori::capi::bits<size_t>(value), mori::capi::bits<size_t>(cond), pe, "shmem_ctx_size_atomic_compare_swap_nbi")); }
+ptrdiff_t shmem_ctx_ptrdiff_atomic_compare_swap(shmem_ctx_t ctx, ptrdiff_t *dest, ptrdiff_t cond, ptrdiff_t value,
+    int pe) {
+    return mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(ptrdiff_t),
+    mori::capi::bits<ptrdiff_t>(value), mori::capi::bits<ptrdiff_t>(cond), pe,
+    "shmem_ctx_ptrdiff_atomic_compare_swap")); }
+void shmem_ctx_ptrdiff_atomic_compare_swap_nbi(shmem_ctx_t ctx, ptrdiff_t *fetch, ptrdiff_t *dest, ptrdiff_t cond,
+    ptrdiff_t value, int pe) {
+    *fetch = mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kCompareSwap, sizeof(ptrdiff_t),
+    mori::capi::bits<ptrdiff_t>(value), mori::capi::bits<ptrdiff_t>(cond), pe,
+    "shmem_ctx_ptrdiff_atomic_compare_swap_nbi")); }
+int shmem_ctx_int_atomic_fetch_inc(shmem_ctx_t ctx, int *dest, int pe) {
+    return mori::capi::from_bits<int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int),
+    mori::capi::bits<int>(1), 0, pe, "shmem_ctx_int_atomic_fetch_inc")); }
+void shmem_ctx_int_atomic_fetch_inc_nbi(shmem_ctx_t ctx, int *fetch, int *dest, int pe) {
+    *fetch = mori::capi::from_bits<int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int),
+    mori::capi::bits<int>(1), 0, pe, "shmem_ctx_int_atomic_fetch_inc_nbi")); }
+long shmem_ctx_long_atomic_fetch_inc(shmem_ctx_t ctx, long *dest, int pe) {
+    return mori::capi::from_bits<long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(long),
+    mori::capi::bits<long>(1), 0, pe, "shmem_ctx_long_atomic_fetch_inc")); }
+void shmem_ctx_long_atomic_fetch_inc_nbi(shmem_ctx_t ctx, long *fetch, long *dest, int pe) {
+    *fetch = mori::capi::from_bits<long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(long),
+    mori::capi::bits<long>(1), 0, pe, "shmem_ctx_long_atomic_fetch_inc_nbi")); }
+long long shmem_ctx_longlong_atomic_fetch_inc(shmem_ctx_t ctx, long long *dest, int pe) {
+    return mori::capi::from_bits<long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(long long),
+    mori::capi::bits<long long>(1), 0, pe, "shmem_ctx_longlong_atomic_fetch_inc")); }
+void shmem_ctx_longlong_atomic_fetch_inc_nbi(shmem_ctx_t ctx, long long *fetch, long long *dest, int pe) {
+    *fetch = mori::capi::from_bits<long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(long long),
+    mori::capi::bits<long long>(1), 0, pe, "shmem_ctx_longlong_atomic_fetch_inc_nbi")); }
+unsigned int shmem_ctx_uint_atomic_fetch_inc(shmem_ctx_t ctx, unsigned int *dest, int pe) {
+    return mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned int),
+    mori::capi::bits<unsigned int>(1), 0, pe, "shmem_ctx_uint_atomic_fetch_inc")); }
+void shmem_ctx_uint_atomic_fetch_inc_nbi(shmem_ctx_t ctx, unsigned int *fetch, unsigned int *dest, int pe) {
+    *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned int), mori::capi::bits<unsigned int>(1), 0, pe, "shmem_ctx_uint_atomic_fetch_inc_nbi")); }
+unsigned long shmem_ctx_ulong_atomic_fetch_inc(shmem_ctx_t ctx, unsigned long *dest, int pe) {
+    return mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(1), 0, pe, "shmem_ctx_ulong_atomic_fetch_inc")); }
+void shmem_ctx_ulong_atomic_fetch_inc_nbi(shmem_ctx_t ctx, unsigned long *fetch, unsigned long *dest, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(1), 0, pe, "shmem_ctx_ulong_atomic_fetch_inc_nbi")); }
+unsigned long long shmem_ctx_ulonglong_atomic_fetch_inc(shmem_ctx_t ctx, unsigned long long *dest, int pe) {
+    return mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(1), 0, pe,
+    "shmem_ctx_ulonglong_atomic_fetch_inc")); }
+void shmem_ctx_ulonglong_atomic_fetch_inc_nbi(shmem_ctx_t ctx, unsigned long long *fetch, unsigned long long *dest,
+    int pe) {
+    *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(1), 0, pe,
+    "shmem_ctx_ulonglong_atomic_fetch_inc_nbi")); }
+int32_t shmem_ctx_int32_atomic_fetch_inc(shmem_ctx_t ctx, int32_t *dest, int pe) {
+    return mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int32_t),
+    mori::capi::bits<int32_t>(1), 0, pe, "shmem_ctx_int32_atomic_fetch_inc")); }
+void shmem_ctx_int32_atomic_fetch_inc_nbi(shmem_ctx_t ctx, int32_t *fetch, int32_t *dest, int pe) {
+    *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int32_t),
+    mori::capi::bits<int32_t>(1), 0, pe, "shmem_ctx_int32_atomic_fetch_inc_nbi")); }
+int64_t shmem_ctx_int64_atomic_fetch_inc(shmem_ctx_t ctx, int64_t *dest, int pe) {
+    return mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int64_t),
+    mori::capi::bits<int64_t>(1), 0, pe, "shmem_ctx_int64_atomic_fetch_inc")); }
+void shmem_ctx_int64_atomic_fetch_inc_nbi(shmem_ctx_t ctx, int64_t *fetch, int64_t *dest, int pe) {
+    *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int64_t),
+    mori::capi::bits<int64_t>(1), 0, pe, "shmem_ctx_int64_atomic_fetch_inc_nbi")); }
+uint32_t shmem_ctx_uint32_atomic_fetch_inc(shmem_ctx_t ctx, uint32_t *dest, int pe) {
+    return mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(uint32_t),
+    mori::capi::bits<uint32_t>(1), 0, pe, "shmem_ctx_uint32_atomic_fetch_inc")); }
+void shmem_ctx_uint32_atomic_fetch_inc_nbi(shmem_ctx_t ctx, uint32_t *fetch, uint32_t *dest, int pe) {
+    *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(uint32_t),
+    mori::capi::bits<uint32_t>(1), 0, pe, "shmem_ctx_uint32_atomic_fetch_inc_nbi")); }
+uint64_t shmem_ctx_uint64_atomic_fetch_inc(shmem_ctx_t ctx, uint64_t *dest, int pe) {
+    return mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(uint64_t),
+    mori::capi::bits<uint64_t>(1), 0, pe, "shmem_ctx_uint64_atomic_fetch_inc")); }
+void shmem_ctx_uint64_atomic_fetch_inc_nbi(shmem_ctx_t ctx, uint64_t *fetch, uint64_t *dest, int pe) {
+    *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(uint64_t),
+    mori::capi::bits<uint64_t>(1), 0, pe, "shmem_ctx_uint64_atomic_fetch_inc_nbi")); }
+size_t shmem_ctx_size_atomic_fetch_inc(shmem_ctx_t ctx, size_t *dest, int pe) {
+    return mori::capi::from_bits<size_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(size_t),
+    mori::capi::bits<size_t>(1), 0, pe, "shmem_ctx_size_atomic_fetch_inc")); }
+void shmem_ctx_size_atomic_fetch_inc_nbi(shmem_ctx_t ctx, size_t *fetch, size_t *dest, int pe) {
+    *fetch = mori::capi::from_bits<size_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(size_t),
+    mori::capi::bits<size_t>(1), 0, pe, "shmem_ctx_size_atomic_fetch_inc_nbi")); }
+ptrdiff_t shmem_ctx_ptrdiff_atomic_fetch_inc(shmem_ctx_t ctx, ptrdiff_t *dest, int pe) {
+    return mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(ptrdiff_t),
+    mori::capi::bits<ptrdiff_t>(1), 0, pe, "shmem_ctx_ptrdiff_atomic_fetch_inc")); }
+void shmem_ctx_ptrdiff_atomic_fetch_inc_nbi(shmem_ctx_t ctx, ptrdiff_t *fetch, ptrdiff_t *dest, int pe) {
+    *fetch = mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(ptrdiff_t),
+    mori::capi::bits<ptrdiff_t>(1), 0, pe, "shmem_ctx_ptrdiff_atomic_fetch_inc_nbi")); }
+void shmem_ctx_int_atomic_inc(shmem_ctx_t ctx, int *dest, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(int), mori::capi::bits<int>(1), 0, pe,
+    "shmem_ctx_int_atomic_inc"); }
+void shmem_ctx_long_atomic_inc(shmem_ctx_t ctx, long *dest, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(long), mori::capi::bits<long>(1), 0, pe,
+    "shmem_ctx_long_atomic_inc"); }
+void shmem_ctx_longlong_atomic_inc(shmem_ctx_t ctx, long long *dest, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(long long), mori::capi::bits<long long>(1), 0, pe,
+    "shmem_ctx_longlong_atomic_inc"); }
+void shmem_ctx_uint_atomic_inc(shmem_ctx_t ctx, unsigned int *dest, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(unsigned int), mori::capi::bits<unsigned int>(1), 0, pe,
+    "shmem_ctx_uint_atomic_inc"); }
+void shmem_ctx_ulong_atomic_inc(shmem_ctx_t ctx, unsigned long *dest, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(unsigned long), mori::capi::bits<unsigned long>(1), 0, pe,
+    "shmem_ctx_ulong_atomic_inc"); }
+void shmem_ctx_ulonglong_atomic_inc(shmem_ctx_t ctx, unsigned long long *dest, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(unsigned long long), mori::capi::bits<unsigned long long>(1),
+    0, pe, "shmem_ctx_ulonglong_atomic_inc"); }
+void shmem_ctx_int32_atomic_inc(shmem_ctx_t ctx, int32_t *dest, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(int32_t), mori::capi::bits<int32_t>(1), 0, pe,
+    "shmem_ctx_int32_atomic_inc"); }
+void shmem_ctx_int64_atomic_inc(shmem_ctx_t ctx, int64_t *dest, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(int64_t), mori::capi::bits<int64_t>(1), 0, pe,
+    "shmem_ctx_int64_atomic_inc"); }
+void shmem_ctx_uint32_atomic_inc(shmem_ctx_t ctx, uint32_t *dest, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(uint32_t), mori::capi::bits<uint32_t>(1), 0, pe,
+    "shmem_ctx_uint32_atomic_inc"); }
+void shmem_ctx_uint64_atomic_inc(shmem_ctx_t ctx, uint64_t *dest, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(uint64_t), mori::capi::bits<uint64_t>(1), 0, pe,
+    "shmem_ctx_uint64_atomic_inc"); }
+void shmem_ctx_size_atomic_inc(shmem_ctx_t ctx, size_t *dest, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(size_t), mori::capi::bits<size_t>(1), 0, pe,
+    "shmem_ctx_size_atomic_inc"); }
+void shmem_ctx_ptrdiff_atomic_inc(shmem_ctx_t ctx, ptrdiff_t *dest, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(1), 0, pe,
+    "shmem_ctx_ptrdiff_atomic_inc"); }
+int shmem_ctx_int_atomic_fetch_add(shmem_ctx_t ctx, int *dest, int value, int pe) {
+    return mori::capi::from_bits<int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int),
+    mori::capi::bits<int>(value), 0, pe, "shmem_ctx_int_atomic_fetch_add")); }
+void shmem_ctx_int_atomic_fetch_add_nbi(shmem_ctx_t ctx, int *fetch, int *dest, int value, int pe) {
+    *fetch = mori::capi::from_bits<int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int),
+    mori::capi::bits<int>(value), 0, pe, "shmem_ctx_int_atomic_fetch_add_nbi")); }
+long shmem_ctx_long_atomic_fetch_add(shmem_ctx_t ctx, long *dest, long value, int pe) {
+    return mori::capi::from_bits<long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(long),
+    mori::capi::bits<long>(value), 0, pe, "shmem_ctx_long_atomic_fetch_add")); }
+void shmem_ctx_long_atomic_fetch_add_nbi(shmem_ctx_t ctx, long *fetch, long *dest, long value, int pe) {
+    *fetch = mori::capi::from_bits<long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(long),
+    mori::capi::bits<long>(value), 0, pe, "shmem_ctx_long_atomic_fetch_add_nbi")); }
+long long shmem_ctx_longlong_atomic_fetch_add(shmem_ctx_t ctx, long long *dest, long long value, int pe) {
+    return mori::capi::from_bits<long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(long long),
+    mori::capi::bits<long long>(value), 0, pe, "shmem_ctx_longlong_atomic_fetch_add")); }
+void shmem_ctx_longlong_atomic_fetch_add_nbi(shmem_ctx_t ctx, long long *fetch, long long *dest, long long value,
+    int pe) {
+    *fetch = mori::capi::from_bits<long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(long long),
+    mori::capi::bits<long long>(value), 0, pe, "shmem_ctx_longlong_atomic_fetch_add_nbi")); }
+unsigned int shmem_ctx_uint_atomic_fetch_add(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) {
+    return mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(unsigned int),
+    mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_fetch_add")); }
+void shmem_ctx_uint_atomic_fetch_add_nbi(shmem_ctx_t ctx, unsigned int *fetch, unsigned int *dest, unsigned int value,
+    int pe) {
+    *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_fetch_add_nbi")); }
+unsigned long shmem_ctx_ulong_atomic_fetch_add(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) {
+    return mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_fetch_add")); }
+void shmem_ctx_ulong_atomic_fetch_add_nbi(shmem_ctx_t ctx, unsigned long *fetch, unsigned long *dest,
+    unsigned long value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_fetch_add_nbi")); }
+unsigned long long shmem_ctx_ulonglong_atomic_fetch_add(shmem_ctx_t ctx, unsigned long long *dest,
+    unsigned long long value, int pe) {
+    return mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe,
+    "shmem_ctx_ulonglong_atomic_fetch_add")); }
+void shmem_ctx_ulonglong_atomic_fetch_add_nbi(shmem_ctx_t ctx, unsigned long long *fetch, unsigned long long *dest,
+    unsigned long long value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe,
+    "shmem_ctx_ulonglong_atomic_fetch_add_nbi")); }
+int32_t shmem_ctx_int32_atomic_fetch_add(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) {
+    return mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int32_t),
+    mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_fetch_add")); }
+void shmem_ctx_int32_atomic_fetch_add_nbi(shmem_ctx_t ctx, int32_t *fetch, int32_t *dest, int32_t value, int pe) {
+    *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int32_t),
+    mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_fetch_add_nbi")); }
+int64_t shmem_ctx_int64_atomic_fetch_add(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) {
+    return mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int64_t),
+    mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_fetch_add")); }
+void shmem_ctx_int64_atomic_fetch_add_nbi(shmem_ctx_t ctx, int64_t *fetch, int64_t *dest, int64_t value, int pe) {
+    *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(int64_t),
+    mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_fetch_add_nbi")); }
+uint32_t shmem_ctx_uint32_atomic_fetch_add(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) {
+    return mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(uint32_t),
+    mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_fetch_add")); }
+void shmem_ctx_uint32_atomic_fetch_add_nbi(shmem_ctx_t ctx, uint32_t *fetch, uint32_t *dest, uint32_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(uint32_t),
+    mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_fetch_add_nbi")); }
+uint64_t shmem_ctx_uint64_atomic_fetch_add(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) {
+    return mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(uint64_t),
+    mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_fetch_add")); }
+void shmem_ctx_uint64_atomic_fetch_add_nbi(shmem_ctx_t ctx, uint64_t *fetch, uint64_t *dest, uint64_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(uint64_t),
+    mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_fetch_add_nbi")); }
+size_t shmem_ctx_size_atomic_fetch_add(shmem_ctx_t ctx, size_t *dest, size_t value, int pe) {
+    return mori::capi::from_bits<size_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(size_t),
+    mori::capi::bits<size_t>(value), 0, pe, "shmem_ctx_size_atomic_fetch_add")); }
+void shmem_ctx_size_atomic_fetch_add_nbi(shmem_ctx_t ctx, size_t *fetch, size_t *dest, size_t value, int pe) {
+    *fetch = mori::capi::from_bits<size_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(size_t),
+    mori::capi::bits<size_t>(value), 0, pe, "shmem_ctx_size_atomic_fetch_add_nbi")); }
+ptrdiff_t shmem_ctx_ptrdiff_atomic_fetch_add(shmem_ctx_t ctx, ptrdiff_t *dest, ptrdiff_t value, int pe) {
+    return mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(ptrdiff_t),
+    mori::capi::bits<ptrdiff_t>(value), 0, pe, "shmem_ctx_ptrdiff_atomic_fetch_add")); }
+void shmem_ctx_ptrdiff_atomic_fetch_add_nbi(shmem_ctx_t ctx, ptrdiff_t *fetch, ptrdiff_t *dest, ptrdiff_t value,
+    int pe) {
+    *fetch = mori::capi::from_bits<ptrdiff_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAdd, sizeof(ptrdiff_t),
+    mori::capi::bits<ptrdiff_t>(value), 0, pe, "shmem_ctx_ptrdiff_atomic_fetch_add_nbi")); }
+void shmem_ctx_int_atomic_add(shmem_ctx_t ctx, int *dest, int value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(int), mori::capi::bits<int>(value), 0, pe,
+    "shmem_ctx_int_atomic_add"); }
+void shmem_ctx_long_atomic_add(shmem_ctx_t ctx, long *dest, long value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(long), mori::capi::bits<long>(value), 0, pe,
+    "shmem_ctx_long_atomic_add"); }
+void shmem_ctx_longlong_atomic_add(shmem_ctx_t ctx, long long *dest, long long value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(long long), mori::capi::bits<long long>(value), 0, pe,
+    "shmem_ctx_longlong_atomic_add"); }
+void shmem_ctx_uint_atomic_add(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe,
+    "shmem_ctx_uint_atomic_add"); }
+void shmem_ctx_ulong_atomic_add(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe,
+    "shmem_ctx_ulong_atomic_add"); }
+void shmem_ctx_ulonglong_atomic_add(shmem_ctx_t ctx, unsigned long long *dest, unsigned long long value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(unsigned long long),
+    mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ctx_ulonglong_atomic_add"); }
+void shmem_ctx_int32_atomic_add(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe,
+    "shmem_ctx_int32_atomic_add"); }
+void shmem_ctx_int64_atomic_add(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe,
+    "shmem_ctx_int64_atomic_add"); }
+void shmem_ctx_uint32_atomic_add(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe,
+    "shmem_ctx_uint32_atomic_add"); }
+void shmem_ctx_uint64_atomic_add(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe,
+    "shmem_ctx_uint64_atomic_add"); }
+void shmem_ctx_size_atomic_add(shmem_ctx_t ctx, size_t *dest, size_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(size_t), mori::capi::bits<size_t>(value), 0, pe,
+    "shmem_ctx_size_atomic_add"); }
+void shmem_ctx_ptrdiff_atomic_add(shmem_ctx_t ctx, ptrdiff_t *dest, ptrdiff_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAdd, sizeof(ptrdiff_t), mori::capi::bits<ptrdiff_t>(value), 0, pe,
+    "shmem_ctx_ptrdiff_atomic_add"); }
+unsigned int shmem_ctx_uint_atomic_fetch_and(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) {
+    return mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(unsigned int),
+    mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_fetch_and")); }
+void shmem_ctx_uint_atomic_fetch_and_nbi(shmem_ctx_t ctx, unsigned int *fetch, unsigned int *dest, unsigned int value,
+    int pe) {
+    *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd,
+    sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_fetch_and_nbi")); }
+unsigned long shmem_ctx_ulong_atomic_fetch_and(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) {
+    return mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_fetch_and")); }
+void shmem_ctx_ulong_atomic_fetch_and_nbi(shmem_ctx_t ctx, unsigned long *fetch, unsigned long *dest,
+    unsigned long value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_fetch_and_nbi")); }
+unsigned long long shmem_ctx_ulonglong_atomic_fetch_and(shmem_ctx_t ctx, unsigned long long *dest,
+    unsigned long long value, int pe) {
+    return mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe,
+    "shmem_ctx_ulonglong_atomic_fetch_and")); }
+void shmem_ctx_ulonglong_atomic_fetch_and_nbi(shmem_ctx_t ctx, unsigned long long *fetch, unsigned long long *dest,
+    unsigned long long value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe,
+    "shmem_ctx_ulonglong_atomic_fetch_and_nbi")); }
+int32_t shmem_ctx_int32_atomic_fetch_and(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) {
+    return mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(int32_t),
+    mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_fetch_and")); }
+void shmem_ctx_int32_atomic_fetch_and_nbi(shmem_ctx_t ctx, int32_t *fetch, int32_t *dest, int32_t value, int pe) {
+    *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(int32_t),
+    mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_fetch_and_nbi")); }
+int64_t shmem_ctx_int64_atomic_fetch_and(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) {
+    return mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(int64_t),
+    mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_fetch_and")); }
+void shmem_ctx_int64_atomic_fetch_and_nbi(shmem_ctx_t ctx, int64_t *fetch, int64_t *dest, int64_t value, int pe) {
+    *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(int64_t),
+    mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_fetch_and_nbi")); }
+uint32_t shmem_ctx_uint32_atomic_fetch_and(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) {
+    return mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(uint32_t),
+    mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_fetch_and")); }
+void shmem_ctx_uint32_atomic_fetch_and_nbi(shmem_ctx_t ctx, uint32_t *fetch, uint32_t *dest, uint32_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(uint32_t),
+    mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_fetch_and_nbi")); }
+uint64_t shmem_ctx_uint64_atomic_fetch_and(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) {
+    return mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(uint64_t),
+    mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_fetch_and")); }
+void shmem_ctx_uint64_atomic_fetch_and_nbi(shmem_ctx_t ctx, uint64_t *fetch, uint64_t *dest, uint64_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchAnd, sizeof(uint64_t),
+    mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_fetch_and_nbi")); }
+void shmem_ctx_uint_atomic_and(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAnd, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe,
+    "shmem_ctx_uint_atomic_and"); }
+void shmem_ctx_ulong_atomic_and(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAnd, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe,
+    "shmem_ctx_ulong_atomic_and"); }
+void shmem_ctx_ulonglong_atomic_and(shmem_ctx_t ctx, unsigned long long *dest, unsigned long long value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAnd, sizeof(unsigned long long),
+    mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ctx_ulonglong_atomic_and"); }
+void shmem_ctx_int32_atomic_and(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAnd, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe,
+    "shmem_ctx_int32_atomic_and"); }
+void shmem_ctx_int64_atomic_and(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAnd, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe,
+    "shmem_ctx_int64_atomic_and"); }
+void shmem_ctx_uint32_atomic_and(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAnd, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe,
+    "shmem_ctx_uint32_atomic_and"); }
+void shmem_ctx_uint64_atomic_and(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kAnd, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe,
+    "shmem_ctx_uint64_atomic_and"); }
+unsigned int shmem_ctx_uint_atomic_fetch_or(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) {
+    return mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(unsigned int),
+    mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_fetch_or")); }
+void shmem_ctx_uint_atomic_fetch_or_nbi(shmem_ctx_t ctx, unsigned int *fetch, unsigned int *dest, unsigned int value,
+    int pe) {
+    *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(unsigned int),
+    mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_fetch_or_nbi")); }
+unsigned long shmem_ctx_ulong_atomic_fetch_or(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) {
+    return mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(unsigned long),
+    mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_fetch_or")); }
+void shmem_ctx_ulong_atomic_fetch_or_nbi(shmem_ctx_t ctx, unsigned long *fetch, unsigned long *dest,
+    unsigned long value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_fetch_or_nbi")); }
+unsigned long long shmem_ctx_ulonglong_atomic_fetch_or(shmem_ctx_t ctx, unsigned long long *dest,
+    unsigned long long value, int pe) {
+    return mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe,
+    "shmem_ctx_ulonglong_atomic_fetch_or")); }
+void shmem_ctx_ulonglong_atomic_fetch_or_nbi(shmem_ctx_t ctx, unsigned long long *fetch, unsigned long long *dest,
+    unsigned long long value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe,
+    "shmem_ctx_ulonglong_atomic_fetch_or_nbi")); }
+int32_t shmem_ctx_int32_atomic_fetch_or(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) {
+    return mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(int32_t),
+    mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_fetch_or")); }
+void shmem_ctx_int32_atomic_fetch_or_nbi(shmem_ctx_t ctx, int32_t *fetch, int32_t *dest, int32_t value, int pe) {
+    *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(int32_t),
+    mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_fetch_or_nbi")); }
+int64_t shmem_ctx_int64_atomic_fetch_or(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) {
+    return mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(int64_t),
+    mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_fetch_or")); }
+void shmem_ctx_int64_atomic_fetch_or_nbi(shmem_ctx_t ctx, int64_t *fetch, int64_t *dest, int64_t value, int pe) {
+    *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(int64_t),
+    mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_fetch_or_nbi")); }
+uint32_t shmem_ctx_uint32_atomic_fetch_or(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) {
+    return mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(uint32_t),
+    mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_fetch_or")); }
+void shmem_ctx_uint32_atomic_fetch_or_nbi(shmem_ctx_t ctx, uint32_t *fetch, uint32_t *dest, uint32_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(uint32_t),
+    mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_fetch_or_nbi")); }
+uint64_t shmem_ctx_uint64_atomic_fetch_or(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) {
+    return mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(uint64_t),
+    mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_fetch_or")); }
+void shmem_ctx_uint64_atomic_fetch_or_nbi(shmem_ctx_t ctx, uint64_t *fetch, uint64_t *dest, uint64_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchOr, sizeof(uint64_t),
+    mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_fetch_or_nbi")); }
+void shmem_ctx_uint_atomic_or(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kOr, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe,
+    "shmem_ctx_uint_atomic_or"); }
+void shmem_ctx_ulong_atomic_or(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kOr, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe,
+    "shmem_ctx_ulong_atomic_or"); }
+void shmem_ctx_ulonglong_atomic_or(shmem_ctx_t ctx, unsigned long long *dest, unsigned long long value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kOr, sizeof(unsigned long long),
+    mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ctx_ulonglong_atomic_or"); }
+void shmem_ctx_int32_atomic_or(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kOr, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe,
+    "shmem_ctx_int32_atomic_or"); }
+void shmem_ctx_int64_atomic_or(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kOr, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe,
+    "shmem_ctx_int64_atomic_or"); }
+void shmem_ctx_uint32_atomic_or(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kOr, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe,
+    "shmem_ctx_uint32_atomic_or"); }
+void shmem_ctx_uint64_atomic_or(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kOr, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe,
+    "shmem_ctx_uint64_atomic_or"); }
+unsigned int shmem_ctx_uint_atomic_fetch_xor(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) {
+    return mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(unsigned int),
+    mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_fetch_xor")); }
+void shmem_ctx_uint_atomic_fetch_xor_nbi(shmem_ctx_t ctx, unsigned int *fetch, unsigned int *dest, unsigned int value,
+    int pe) {
+    *fetch = mori::capi::from_bits<unsigned int>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor,
+    sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe, "shmem_ctx_uint_atomic_fetch_xor_nbi")); }
+unsigned long shmem_ctx_ulong_atomic_fetch_xor(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) {
+    return mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_fetch_xor")); }
+void shmem_ctx_ulong_atomic_fetch_xor_nbi(shmem_ctx_t ctx, unsigned long *fetch, unsigned long *dest,
+    unsigned long value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor,
+    sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe, "shmem_ctx_ulong_atomic_fetch_xor_nbi")); }
+unsigned long long shmem_ctx_ulonglong_atomic_fetch_xor(shmem_ctx_t ctx, unsigned long long *dest,
+    unsigned long long value, int pe) {
+    return mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe,
+    "shmem_ctx_ulonglong_atomic_fetch_xor")); }
+void shmem_ctx_ulonglong_atomic_fetch_xor_nbi(shmem_ctx_t ctx, unsigned long long *fetch, unsigned long long *dest,
+    unsigned long long value, int pe) {
+    *fetch = mori::capi::from_bits<unsigned long long>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor,
+    sizeof(unsigned long long), mori::capi::bits<unsigned long long>(value), 0, pe,
+    "shmem_ctx_ulonglong_atomic_fetch_xor_nbi")); }
+int32_t shmem_ctx_int32_atomic_fetch_xor(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) {
+    return mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(int32_t),
+    mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_fetch_xor")); }
+void shmem_ctx_int32_atomic_fetch_xor_nbi(shmem_ctx_t ctx, int32_t *fetch, int32_t *dest, int32_t value, int pe) {
+    *fetch = mori::capi::from_bits<int32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(int32_t),
+    mori::capi::bits<int32_t>(value), 0, pe, "shmem_ctx_int32_atomic_fetch_xor_nbi")); }
+int64_t shmem_ctx_int64_atomic_fetch_xor(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) {
+    return mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(int64_t),
+    mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_fetch_xor")); }
+void shmem_ctx_int64_atomic_fetch_xor_nbi(shmem_ctx_t ctx, int64_t *fetch, int64_t *dest, int64_t value, int pe) {
+    *fetch = mori::capi::from_bits<int64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(int64_t),
+    mori::capi::bits<int64_t>(value), 0, pe, "shmem_ctx_int64_atomic_fetch_xor_nbi")); }
+uint32_t shmem_ctx_uint32_atomic_fetch_xor(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) {
+    return mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(uint32_t),
+    mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_fetch_xor")); }
+void shmem_ctx_uint32_atomic_fetch_xor_nbi(shmem_ctx_t ctx, uint32_t *fetch, uint32_t *dest, uint32_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint32_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(uint32_t),
+    mori::capi::bits<uint32_t>(value), 0, pe, "shmem_ctx_uint32_atomic_fetch_xor_nbi")); }
+uint64_t shmem_ctx_uint64_atomic_fetch_xor(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) {
+    return mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(uint64_t),
+    mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_fetch_xor")); }
+void shmem_ctx_uint64_atomic_fetch_xor_nbi(shmem_ctx_t ctx, uint64_t *fetch, uint64_t *dest, uint64_t value, int pe) {
+    *fetch = mori::capi::from_bits<uint64_t>(mori::capi::amo(ctx, dest, mori::AmoOp::kFetchXor, sizeof(uint64_t),
+    mori::capi::bits<uint64_t>(value), 0, pe, "shmem_ctx_uint64_atomic_fetch_xor_nbi")); }
+void shmem_ctx_uint_atomic_xor(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kXor, sizeof(unsigned int), mori::capi::bits<unsigned int>(value), 0, pe,
+    "shmem_ctx_uint_atomic_xor"); }
+void shmem_ctx_ulong_atomic_xor(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kXor, sizeof(unsigned long), mori::capi::bits<unsigned long>(value), 0, pe,
+    "shmem_ctx_ulong_atomic_xor"); }
+void shmem_ctx_ulonglong_atomic_xor(shmem_ctx_t ctx, unsigned long long *dest, unsigned long long value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kXor, sizeof(unsigned long long),
+    mori::capi::bits<unsigned long long>(value), 0, pe, "shmem_ctx_ulonglong_atomic_xor"); }
+void shmem_ctx_int32_atomic_xor(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kXor, sizeof(int32_t), mori::capi::bits<int32_t>(value), 0, pe,
+    "shmem_ctx_int32_atomic_xor"); }
+void shmem_ctx_int64_atomic_xor(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kXor, sizeof(int64_t), mori::capi::bits<int64_t>(value), 0, pe,
+    "shmem_ctx_int64_atomic_xor"); }
+void shmem_ctx_uint32_atomic_xor(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kXor, sizeof(uint32_t), mori::capi::bits<uint32_t>(value), 0, pe,
+    "shmem_ctx_uint32_atomic_xor"); }
+void shmem_ctx_uint64_atomic_xor(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe) {
+    mori::capi::amo(ctx, dest, mori::AmoOp::kXor, sizeof(uint64_t), mori::capi::bits<uint64_t>(value), 0, pe,
+    "shmem_ctx_uint64_atomic_xor"); }
+float shmem_float_swap(float *dest, float value, int pe) {
+    return mori::capi::from_bits<float>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(float),
+    mori::capi::bits<float>(value), 0, pe, "shmem_float_swap")); }
+float shmem_float_fetch(const float *source, int pe) {
+    return mori::capi::from_bits<float>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<float*>(source),
+    mori::AmoOp::kFetch, sizeof(float), 0, 0, pe, "shmem_float_fetch")); }
+void shmem_float_set(float *dest, float value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(float), mori::capi::bits<float>(value), 0, pe,
+    "shmem_float_set"); }
+double shmem_double_swap(double *dest, double value, int pe) {
+    return mori::capi::from_bits<double>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(double),
+    mori::capi::bits<double>(value), 0, pe, "shmem_double_swap")); }
+double shmem_double_fetch(const double *source, int pe) {
+    return mori::capi::from_bits<double>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<double*>(source),
+    mori::AmoOp::kFetch, sizeof(double), 0, 0, pe, "shmem_double_fetch")); }
+void shmem_double_set(double *dest, double value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(double), mori::capi::bits<double>(value), 0, pe,
+    "shmem_double_set"); }
+int shmem_int_swap(int *dest, int value, int pe) {
+    return mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(int),
+    mori::capi::bits<int>(value), 0, pe, "shmem_int_swap")); }
+int shmem_int_cswap(int *dest, int cond, int value, int pe) {
+    return mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(int),
+    mori::capi::bits<int>(value), mori::capi::bits<int>(cond), pe, "shmem_int_cswap")); }
+int shmem_int_fadd(int *dest, int value, int pe) {
+    return mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(int),
+    mori::capi::bits<int>(value), 0, pe, "shmem_int_fadd")); }
+int shmem_int_finc(int *dest, int pe) {
+    return mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(int),
+    mori::capi::bits<int>(1), 0, pe, "shmem_int_finc")); }
+void shmem_int_add(int *dest, int value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(int), mori::capi::bits<int>(value), 0, pe,
+    "shmem_int_add"); }
+void shmem_int_inc(int *dest, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(int), mori::capi::bits<int>(1), 0, pe,
+    "shmem_int_inc"); }
+int shmem_int_fetch(const int *source, int pe) {
+    return mori::capi::from_bits<int>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<int*>(source), mori::AmoOp::kFetch,
+    sizeof(int), 0, 0, pe, "shmem_int_fetch")); }
+void shmem_int_set(int *dest, int value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(int), mori::capi::bits<int>(value), 0, pe,
+    "shmem_int_set"); }
+long shmem_long_swap(long *dest, long value, int pe) {
+    return mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap, sizeof(long),
+    mori::capi::bits<long>(value), 0, pe, "shmem_long_swap")); }
+long shmem_long_cswap(long *dest, long cond, long value, int pe) {
+    return mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap, sizeof(long),
+    mori::capi::bits<long>(value), mori::capi::bits<long>(cond), pe, "shmem_long_cswap")); }
+long shmem_long_fadd(long *dest, long value, int pe) {
+    return mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(long),
+    mori::capi::bits<long>(value), 0, pe, "shmem_long_fadd")); }
+long shmem_long_finc(long *dest, int pe) {
+    return mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd, sizeof(long),
+    mori::capi::bits<long>(1), 0, pe, "shmem_long_finc")); }
+void shmem_long_add(long *dest, long value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(long), mori::capi::bits<long>(value), 0, pe,
+    "shmem_long_add"); }
+void shmem_long_inc(long *dest, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(long), mori::capi::bits<long>(1), 0, pe,
+    "shmem_long_inc"); }
+long shmem_long_fetch(const long *source, int pe) {
+    return mori::capi::from_bits<long>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<long*>(source),
+    mori::AmoOp::kFetch, sizeof(long), 0, 0, pe, "shmem_long_fetch")); }
+void shmem_long_set(long *dest, long value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(long), mori::capi::bits<long>(value), 0, pe,
+    "shmem_long_set"); }
+long long shmem_longlong_swap(long long *dest, long long value, int pe) {
+    return mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSwap,
+    sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_longlong_swap")); }
+long long shmem_longlong_cswap(long long *dest, long long cond, long long value, int pe) {
+    return mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kCompareSwap,
+    sizeof(long long), mori::capi::bits<long long>(value), mori::capi::bits<long long>(cond), pe,
+    "shmem_longlong_cswap")); }
+long long shmem_longlong_fadd(long long *dest, long long value, int pe) {
+    return mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(long long), mori::capi::bits<long long>(value), 0, pe, "shmem_longlong_fadd")); }
+long long shmem_longlong_finc(long long *dest, int pe) {
+    return mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kFetchAdd,
+    sizeof(long long), mori::capi::bits<long long>(1), 0, pe, "shmem_longlong_finc")); }
+void shmem_longlong_add(long long *dest, long long value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(long long), mori::capi::bits<long long>(value),
+    0, pe, "shmem_longlong_add"); }
+void shmem_longlong_inc(long long *dest, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kAdd, sizeof(long long), mori::capi::bits<long long>(1), 0,
+    pe, "shmem_longlong_inc"); }
+long long shmem_longlong_fetch(const long long *source, int pe) {
+    return mori::capi::from_bits<long long>(mori::capi::amo(SHMEM_CTX_DEFAULT, const_cast<long long*>(source),
+    mori::AmoOp::kFetch, sizeof(long long), 0, 0, pe, "shmem_longlong_fetch")); }
+void shmem_longlong_set(long long *dest, long long value, int pe) {
+    mori::capi::amo(SHMEM_CTX_DEFAULT, dest, mori::AmoOp::kSet, sizeof(long long), mori::capi::bits<long long>(value),
+    0, pe, "shmem_longlong_set"); }
+void shmem_short_wait_until(short *ivar, int cmp, short cmp_value) {
+    mori::capi::wait_until(ivar, cmp, mori::capi::bits<short>(cmp_value), mori::capi::word_of<short>(),
+    "shmem_short_wait_until"); }
+int shmem_short_test(short *ivar, int cmp, short cmp_value) {
+    return mori::capi::test(ivar, cmp, mori::capi::bits<short>(cmp_value), mori::capi::word_of<short>(),
+    "shmem_short_test"); }
+void shmem_short_wait_until_all(short *ivars, size_t nelems, const int *status, int cmp, short cmp_value) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(short), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<short>(cmp_value), mori::capi::word_of<short>(), "shmem_short_wait_until_all"); }
+void shmem_short_wait_until_all_vector(short *ivars, size_t nelems, const int *status, int cmp,
+    const short *cmp_values) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(short), nelems, nullptr, status, cmp, cmp_values,
+    0, mori::capi::word_of<short>(), "shmem_short_wait_until_all_vector"); }
+size_t shmem_short_wait_until_any(short *ivars, size_t nelems, const int *status, int cmp, short cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(short), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<short>(cmp_value), mori::capi::word_of<short>(), "shmem_short_wait_until_any"); }
+size_t shmem_short_wait_until_any_vector(short *ivars, size_t nelems, const int *status, int cmp,
+    const short *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(short), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<short>(), "shmem_short_wait_until_any_vector"); }
+size_t shmem_short_wait_until_some(short *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    short cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(short), nelems, indices, status, cmp,
+    nullptr, mori::capi::bits<short>(cmp_value), mori::capi::word_of<short>(), "shmem_short_wait_until_some"); }
+size_t shmem_short_wait_until_some_vector(short *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const short *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(short), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<short>(), "shmem_short_wait_until_some_vector"); }
+int shmem_short_test_all(short *ivars, size_t nelems, const int *status, int cmp, short cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(short), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<short>(cmp_value), mori::capi::word_of<short>(), "shmem_short_test_all") ? 1 : 0; }
+int shmem_short_test_all_vector(short *ivars, size_t nelems, const int *status, int cmp, const short *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(short), nelems, nullptr, status, cmp, cmp_values,
+    0, mori::capi::word_of<short>(), "shmem_short_test_all_vector") ? 1 : 0; }
+size_t shmem_short_test_any(short *ivars, size_t nelems, const int *status, int cmp, short cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(short), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<short>(cmp_value), mori::capi::word_of<short>(), "shmem_short_test_any"); }
+size_t shmem_short_test_any_vector(short *ivars, size_t nelems, const int *status, int cmp, const short *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(short), nelems, nullptr, status, cmp, cmp_values,
+    0, mori::capi::word_of<short>(), "shmem_short_test_any_vector"); }
+size_t shmem_short_test_some(short *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    short cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(short), nelems, indices, status, cmp, nullptr,
+    mori::capi::bits<short>(cmp_value), mori::capi::word_of<short>(), "shmem_short_test_some"); }
+size_t shmem_short_test_some_vector(short *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const short *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(short), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<short>(), "shmem_short_test_some_vector"); }
+void shmem_short_wait(short *ivar, short cmp_value) {
+    mori::capi::wait_until(ivar, SHMEM_CMP_NE, mori::capi::bits<short>(cmp_value), mori::capi::word_of<short>(),
+    "shmem_short_wait"); }
+void shmem_int_wait_until(int *ivar, int cmp, int cmp_value) {
+    mori::capi::wait_until(ivar, cmp, mori::capi::bits<int>(cmp_value), mori::capi::word_of<int>(),
+    "shmem_int_wait_until"); }
+int shmem_int_test(int *ivar, int cmp, int cmp_value) {
+    return mori::capi::test(ivar, cmp, mori::capi::bits<int>(cmp_value), mori::capi::word_of<int>(),
+    "shmem_int_test"); }
+void shmem_int_wait_until_all(int *ivars, size_t nelems, const int *status, int cmp, int cmp_value) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(int), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<int>(cmp_value), mori::capi::word_of<int>(), "shmem_int_wait_until_all"); }
+void shmem_int_wait_until_all_vector(int *ivars, size_t nelems, const int *status, int cmp, const int *cmp_values) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(int), nelems, nullptr, status, cmp, cmp_values, 0,
+    mori::capi::word_of<int>(), "shmem_int_wait_until_all_vector"); }
+size_t shmem_int_wait_until_any(int *ivars, size_t nelems, const int *status, int cmp, int cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(int), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<int>(cmp_value), mori::capi::word_of<int>(), "shmem_int_wait_until_any"); }
+size_t shmem_int_wait_until_any_vector(int *ivars, size_t nelems, const int *status, int cmp, const int *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(int), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<int>(), "shmem_int_wait_until_any_vector"); }
+size_t shmem_int_wait_until_some(int *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    int cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(int), nelems, indices, status, cmp,
+    nullptr, mori::capi::bits<int>(cmp_value), mori::capi::word_of<int>(), "shmem_int_wait_until_some"); }
+size_t shmem_int_wait_until_some_vector(int *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const int *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(int), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<int>(), "shmem_int_wait_until_some_vector"); }
+int shmem_int_test_all(int *ivars, size_t nelems, const int *status, int cmp, int cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(int), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<int>(cmp_value), mori::capi::word_of<int>(), "shmem_int_test_all") ? 1 : 0; }
+int shmem_int_test_all_vector(int *ivars, size_t nelems, const int *status, int cmp, const int *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(int), nelems, nullptr, status, cmp, cmp_values,
+    0, mori::capi::word_of<int>(), "shmem_int_test_all_vector") ? 1 : 0; }
+size_t shmem_int_test_any(int *ivars, size_t nelems, const int *status, int cmp, int cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(int), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<int>(cmp_value), mori::capi::word_of<int>(), "shmem_int_test_any"); }
+size_t shmem_int_test_any_vector(int *ivars, size_t nelems, const int *status, int cmp, const int *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(int), nelems, nullptr, status, cmp, cmp_values,
+    0, mori::capi::word_of<int>(), "shmem_int_test_any_vector"); }
+size_t shmem_int_test_some(int *ivars, size_t nelems, size_t *indices, const int *status, int cmp, int cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(int), nelems, indices, status, cmp, nullptr,
+    mori::capi::bits<int>(cmp_value), mori::capi::word_of<int>(), "shmem_int_test_some"); }
+size_t shmem_int_test_some_vector(int *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const int *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(int), nelems, indices, status, cmp, cmp_values,
+    0, mori::capi::word_of<int>(), "shmem_int_test_some_vector"); }
+void shmem_int_wait(int *ivar, int cmp_value) {
+    mori::capi::wait_until(ivar, SHMEM_CMP_NE, mori::capi::bits<int>(cmp_value), mori::capi::word_of<int>(),
+    "shmem_int_wait"); }
+void shmem_long_wait_until(long *ivar, int cmp, long cmp_value) {
+    mori::capi::wait_until(ivar, cmp, mori::capi::bits<long>(cmp_value), mori::capi::word_of<long>(),
+    "shmem_long_wait_until"); }
+int shmem_long_test(long *ivar, int cmp, long cmp_value) {
+    return mori::capi::test(ivar, cmp, mori::capi::bits<long>(cmp_value), mori::capi::word_of<long>(),
+    "shmem_long_test"); }
+void shmem_long_wait_until_all(long *ivars, size_t nelems, const int *status, int cmp, long cmp_value) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(long), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<long>(cmp_value), mori::capi::word_of<long>(), "shmem_long_wait_until_all"); }
+void shmem_long_wait_until_all_vector(long *ivars, size_t nelems, const int *status, int cmp, const long *cmp_values) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(long), nelems, nullptr, status, cmp, cmp_values,
+    0, mori::capi::word_of<long>(), "shmem_long_wait_until_all_vector"); }
+size_t shmem_long_wait_until_any(long *ivars, size_t nelems, const int *status, int cmp, long cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(long), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<long>(cmp_value), mori::capi::word_of<long>(), "shmem_long_wait_until_any"); }
+size_t shmem_long_wait_until_any_vector(long *ivars, size_t nelems, const int *status, int cmp,
+    const long *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(long), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<long>(), "shmem_long_wait_until_any_vector"); }
+size_t shmem_long_wait_until_some(long *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    long cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(long), nelems, indices, status, cmp,
+    nullptr, mori::capi::bits<long>(cmp_value), mori::capi::word_of<long>(), "shmem_long_wait_until_some"); }
+size_t shmem_long_wait_until_some_vector(long *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const long *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(long), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<long>(), "shmem_long_wait_until_some_vector"); }
+int shmem_long_test_all(long *ivars, size_t nelems, const int *status, int cmp, long cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(long), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<long>(cmp_value), mori::capi::word_of<long>(), "shmem_long_test_all") ? 1 : 0; }
+int shmem_long_test_all_vector(long *ivars, size_t nelems, const int *status, int cmp, const long *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(long), nelems, nullptr, status, cmp, cmp_values,
+    0, mori::capi::word_of<long>(), "shmem_long_test_all_vector") ? 1 : 0; }
+size_t shmem_long_test_any(long *ivars, size_t nelems, const int *status, int cmp, long cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(long), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<long>(cmp_value), mori::capi::word_of<long>(), "shmem_long_test_any"); }
+size_t shmem_long_test_any_vector(long *ivars, size_t nelems, const int *status, int cmp, const long *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(long), nelems, nullptr, status, cmp, cmp_values,
+    0, mori::capi::word_of<long>(), "shmem_long_test_any_vector"); }
+size_t shmem_long_test_some(long *ivars, size_t nelems, size_t *indices, const int *status, int cmp, long cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(long), nelems, indices, status, cmp, nullptr,
+    mori::capi::bits<long>(cmp_value), mori::capi::word_of<long>(), "shmem_long_test_some"); }
+size_t shmem_long_test_some_vector(long *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const long *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(long), nelems, indices, status, cmp, cmp_values,
+    0, mori::capi::word_of<long>(), "shmem_long_test_some_vector"); }
+void shmem_long_wait(long *ivar, long cmp_value) {
+    mori::capi::wait_until(ivar, SHMEM_CMP_NE, mori::capi::bits<long>(cmp_value), mori::capi::word_of<long>(),
+    "shmem_long_wait"); }
+void shmem_longlong_wait_until(long long *ivar, int cmp, long long cmp_value) {
+    mori::capi::wait_until(ivar, cmp, mori::capi::bits<long long>(cmp_value), mori::capi::word_of<long long>(),
+    "shmem_longlong_wait_until"); }
+int shmem_longlong_test(long long *ivar, int cmp, long long cmp_value) {
+    return mori::capi::test(ivar, cmp, mori::capi::bits<long long>(cmp_value), mori::capi::word_of<long long>(),
+    "shmem_longlong_test"); }
+void shmem_longlong_wait_until_all(long long *ivars, size_t nelems, const int *status, int cmp, long long cmp_value) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(long long), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<long long>(cmp_value), mori::capi::word_of<long long>(), "shmem_longlong_wait_until_all"); }
+void shmem_longlong_wait_until_all_vector(long long *ivars, size_t nelems, const int *status, int cmp,
+    const long long *cmp_values) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(long long), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<long long>(), "shmem_longlong_wait_until_all_vector"); }
+size_t shmem_longlong_wait_until_any(long long *ivars, size_t nelems, const int *status, int cmp, long long cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(long long), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<long long>(cmp_value), mori::capi::word_of<long long>(),
+    "shmem_longlong_wait_until_any"); }
+size_t shmem_longlong_wait_until_any_vector(long long *ivars, size_t nelems, const int *status, int cmp,
+    const long long *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(long long), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<long long>(), "shmem_longlong_wait_until_any_vector"); }
+size_t shmem_longlong_wait_until_some(long long *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    long long cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(long long), nelems, indices, status, cmp,
+    nullptr, mori::capi::bits<long long>(cmp_value), mori::capi::word_of<long long>(),
+    "shmem_longlong_wait_until_some"); }
+size_t shmem_longlong_wait_until_some_vector(long long *ivars, size_t nelems, size_t *indices, const int *status,
+    int cmp, const long long *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(long long), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<long long>(), "shmem_longlong_wait_until_some_vector"); }
+int shmem_longlong_test_all(long long *ivars, size_t nelems, const int *status, int cmp, long long cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(long long), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<long long>(cmp_value), mori::capi::word_of<long long>(),
+    "shmem_longlong_test_all") ? 1 : 0; }
+int shmem_longlong_test_all_vector(long long *ivars, size_t nelems, const int *status, int cmp,
+    const long long *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(long long), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<long long>(), "shmem_longlong_test_all_vector") ? 1 : 0; }
+size_t shmem_longlong_test_any(long long *ivars, size_t nelems, const int *status, int cmp, long long cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(long long), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<long long>(cmp_value), mori::capi::word_of<long long>(), "shmem_longlong_test_any"); }
+size_t shmem_longlong_test_any_vector(long long *ivars, size_t nelems, const int *status, int cmp,
+    const long long *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(long long), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<long long>(), "shmem_longlong_test_any_vector"); }
+size_t shmem_longlong_test_some(long long *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    long long cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(long long), nelems, indices, status, cmp,
+    nullptr, mori::capi::bits<long long>(cmp_value), mori::capi::word_of<long long>(), "shmem_longlong_test_some"); }
+size_t shmem_longlong_test_some_vector(long long *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const long long *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(long long), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<long long>(), "shmem_longlong_test_some_vector"); }
+void shmem_longlong_wait(long long *ivar, long long cmp_value) {
+    mori::capi::wait_until(ivar, SHMEM_CMP_NE, mori::capi::bits<long long>(cmp_value), mori::capi::word_of<long long>(),
+    "shmem_longlong_wait"); }
+void shmem_ushort_wait_until(unsigned short *ivar, int cmp, unsigned short cmp_value) {
+    mori::capi::wait_until(ivar, cmp, mori::capi::bits<unsigned short>(cmp_value),
+    mori::capi::word_of<unsigned short>(), "shmem_ushort_wait_until"); }
+int shmem_ushort_test(unsigned short *ivar, int cmp, unsigned short cmp_value) {
+    return mori::capi::test(ivar, cmp, mori::capi::bits<unsigned short>(cmp_value),
+    mori::capi::word_of<unsigned short>(), "shmem_ushort_test"); }
+void shmem_ushort_wait_until_all(unsigned short *ivars, size_t nelems, const int *status, int cmp,
+    unsigned short cmp_value) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(unsigned short), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<unsigned short>(cmp_value), mori::capi::word_of<unsigned short>(),
+    "shmem_ushort_wait_until_all"); }
+void shmem_ushort_wait_until_all_vector(unsigned short *ivars, size_t nelems, const int *status, int cmp,
+    const unsigned short *cmp_values) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(unsigned short), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<unsigned short>(), "shmem_ushort_wait_until_all_vector"); }
+size_t shmem_ushort_wait_until_any(unsigned short *ivars, size_t nelems, const int *status, int cmp,
+    unsigned short cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(unsigned short), nelems, nullptr, status,
+    cmp, nullptr, mori::capi::bits<unsigned short>(cmp_value), mori::capi::word_of<unsigned short>(),
+    "shmem_ushort_wait_until_any"); }
+size_t shmem_ushort_wait_until_any_vector(unsigned short *ivars, size_t nelems, const int *status, int cmp,
+    const unsigned short *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(unsigned short), nelems, nullptr, status,
+    cmp, cmp_values, 0, mori::capi::word_of<unsigned short>(), "shmem_ushort_wait_until_any_vector"); }
+size_t shmem_ushort_wait_until_some(unsigned short *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    unsigned short cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(unsigned short), nelems, indices, status,
+    cmp, nullptr, mori::capi::bits<unsigned short>(cmp_value), mori::capi::word_of<unsigned short>(),
+    "shmem_ushort_wait_until_some"); }
+size_t shmem_ushort_wait_until_some_vector(unsigned short *ivars, size_t nelems, size_t *indices, const int *status,
+    int cmp, const unsigned short *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(unsigned short), nelems, indices, status,
+    cmp, cmp_values, 0, mori::capi::word_of<unsigned short>(), "shmem_ushort_wait_until_some_vector"); }
+int shmem_ushort_test_all(unsigned short *ivars, size_t nelems, const int *status, int cmp, unsigned short cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(unsigned short), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<unsigned short>(cmp_value), mori::capi::word_of<unsigned short>(),
+    "shmem_ushort_test_all") ? 1 : 0; }
+int shmem_ushort_test_all_vector(unsigned short *ivars, size_t nelems, const int *status, int cmp,
+    const unsigned short *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(unsigned short), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<unsigned short>(), "shmem_ushort_test_all_vector") ? 1 : 0; }
+size_t shmem_ushort_test_any(unsigned short *ivars, size_t nelems, const int *status, int cmp,
+    unsigned short cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(unsigned short), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<unsigned short>(cmp_value), mori::capi::word_of<unsigned short>(),
+    "shmem_ushort_test_any"); }
+size_t shmem_ushort_test_any_vector(unsigned short *ivars, size_t nelems, const int *status, int cmp,
+    const unsigned short *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(unsigned short), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<unsigned short>(), "shmem_ushort_test_any_vector"); }
+size_t shmem_ushort_test_some(unsigned short *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    unsigned short cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(unsigned short), nelems, indices, status, cmp,
+    nullptr, mori::capi::bits<unsigned short>(cmp_value), mori::capi::word_of<unsigned short>(),
+    "shmem_ushort_test_some"); }
+size_t shmem_ushort_test_some_vector(unsigned short *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const unsigned short *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(unsigned short), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<unsigned short>(), "shmem_ushort_test_some_vector"); }
+void shmem_uint_wait_until(unsigned int *ivar, int cmp, unsigned int cmp_value) {
+    mori::capi::wait_until(ivar, cmp, mori::capi::bits<unsigned int>(cmp_value), mori::capi::word_of<unsigned int>(),
+    "shmem_uint_wait_until"); }
+int shmem_uint_test(unsigned int *ivar, int cmp, unsigned int cmp_value) {
+    return mori::capi::test(ivar, cmp, mori::capi::bits<unsigned int>(cmp_value), mori::capi::word_of<unsigned int>(),
+    "shmem_uint_test"); }
+void shmem_uint_wait_until_all(unsigned int *ivars, size_t nelems, const int *status, int cmp, unsigned int cmp_value) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(unsigned int), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<unsigned int>(cmp_value), mori::capi::word_of<unsigned int>(),
+    "shmem_uint_wait_until_all"); }
+void shmem_uint_wait_until_all_vector(unsigned int *ivars, size_t nelems, const int *status, int cmp,
+    const unsigned int *cmp_values) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(unsigned int), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<unsigned int>(), "shmem_uint_wait_until_all_vector"); }
+size_t shmem_uint_wait_until_any(unsigned int *ivars, size_t nelems, const int *status, int cmp,
+    unsigned int cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(unsigned int), nelems, nullptr, status,
+    cmp, nullptr, mori::capi::bits<unsigned int>(cmp_value), mori::capi::word_of<unsigned int>(),
+    "shmem_uint_wait_until_any"); }
+size_t shmem_uint_wait_until_any_vector(unsigned int *ivars, size_t nelems, const int *status, int cmp,
+    const unsigned int *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(unsigned int), nelems, nullptr, status,
+    cmp, cmp_values, 0, mori::capi::word_of<unsigned int>(), "shmem_uint_wait_until_any_vector"); }
+size_t shmem_uint_wait_until_some(unsigned int *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    unsigned int cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(unsigned int), nelems, indices, status,
+    cmp, nullptr, mori::capi::bits<unsigned int>(cmp_value), mori::capi::word_of<unsigned int>(),
+    "shmem_uint_wait_until_some"); }
+size_t shmem_uint_wait_until_some_vector(unsigned int *ivars, size_t nelems, size_t *indices, const int *status,
+    int cmp, const unsigned int *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(unsigned int), nelems, indices, status,
+    cmp, cmp_values, 0, mori::capi::word_of<unsigned int>(), "shmem_uint_wait_until_some_vector"); }
+int shmem_uint_test_all(unsigned int *ivars, size_t nelems, const int *status, int cmp, unsigned int cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(unsigned int), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<unsigned int>(cmp_value), mori::capi::word_of<unsigned int>(),
+    "shmem_uint_test_all") ? 1 : 0; }
+int shmem_uint_test_all_vector(unsigned int *ivars, size_t nelems, const int *status, int cmp,
+    const unsigned int *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(unsigned int), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<unsigned int>(), "shmem_uint_test_all_vector") ? 1 : 0; }
+size_t shmem_uint_test_any(unsigned int *ivars, size_t nelems, const int *status, int cmp, unsigned int cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(unsigned int), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<unsigned int>(cmp_value), mori::capi::word_of<unsigned int>(), "shmem_uint_test_any"); }
+size_t shmem_uint_test_any_vector(unsigned int *ivars, size_t nelems, const int *status, int cmp,
+    const unsigned int *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(unsigned int), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<unsigned int>(), "shmem_uint_test_any_vector"); }
+size_t shmem_uint_test_some(unsigned int *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    unsigned int cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(unsigned int), nelems, indices, status, cmp,
+    nullptr, mori::capi::bits<unsigned int>(cmp_value), mori::capi::word_of<unsigned int>(), "shmem_uint_test_some"); }
+size_t shmem_uint_test_some_vector(unsigned int *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const unsigned int *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(unsigned int), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<unsigned int>(), "shmem_uint_test_some_vector"); }
+void shmem_ulong_wait_until(unsigned long *ivar, int cmp, unsigned long cmp_value) {
+    mori::capi::wait_until(ivar, cmp, mori::capi::bits<unsigned long>(cmp_value), mori::capi::word_of<unsigned long>(),
+    "shmem_ulong_wait_until"); }
+int shmem_ulong_test(unsigned long *ivar, int cmp, unsigned long cmp_value) {
+    return mori::capi::test(ivar, cmp, mori::capi::bits<unsigned long>(cmp_value), mori::capi::word_of<unsigned long>(),
+    "shmem_ulong_test"); }
+void shmem_ulong_wait_until_all(unsigned long *ivars, size_t nelems, const int *status, int cmp,
+    unsigned long cmp_value) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(unsigned long), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<unsigned long>(cmp_value), mori::capi::word_of<unsigned long>(),
+    "shmem_ulong_wait_until_all"); }
+void shmem_ulong_wait_until_all_vector(unsigned long *ivars, size_t nelems, const int *status, int cmp,
+    const unsigned long *cmp_values) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(unsigned long), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<unsigned long>(), "shmem_ulong_wait_until_all_vector"); }
+size_t shmem_ulong_wait_until_any(unsigned long *ivars, size_t nelems, const int *status, int cmp,
+    unsigned long cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(unsigned long), nelems, nullptr, status,
+    cmp, nullptr, mori::capi::bits<unsigned long>(cmp_value), mori::capi::word_of<unsigned long>(),
+    "shmem_ulong_wait_until_any"); }
+size_t shmem_ulong_wait_until_any_vector(unsigned long *ivars, size_t nelems, const int *status, int cmp,
+    const unsigned long *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(unsigned long), nelems, nullptr, status,
+    cmp, cmp_values, 0, mori::capi::word_of<unsigned long>(), "shmem_ulong_wait_until_any_vector"); }
+size_t shmem_ulong_wait_until_some(unsigned long *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    unsigned long cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(unsigned long), nelems, indices, status,
+    cmp, nullptr, mori::capi::bits<unsigned long>(cmp_value), mori::capi::word_of<unsigned long>(),
+    "shmem_ulong_wait_until_some"); }
+size_t shmem_ulong_wait_until_some_vector(unsigned long *ivars, size_t nelems, size_t *indices, const int *status,
+    int cmp, const unsigned long *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(unsigned long), nelems, indices, status,
+    cmp, cmp_values, 0, mori::capi::word_of<unsigned long>(), "shmem_ulong_wait_until_some_vector"); }
+int shmem_ulong_test_all(unsigned long *ivars, size_t nelems, const int *status, int cmp, unsigned long cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(unsigned long), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<unsigned long>(cmp_value), mori::capi::word_of<unsigned long>(),
+    "shmem_ulong_test_all") ? 1 : 0; }
+int shmem_ulong_test_all_vector(unsigned long *ivars, size_t nelems, const int *status, int cmp,
+    const unsigned long *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(unsigned long), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<unsigned long>(), "shmem_ulong_test_all_vector") ? 1 : 0; }
+size_t shmem_ulong_test_any(unsigned long *ivars, size_t nelems, const int *status, int cmp, unsigned long cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(unsigned long), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<unsigned long>(cmp_value), mori::capi::word_of<unsigned long>(),
+    "shmem_ulong_test_any"); }
+size_t shmem_ulong_test_any_vector(unsigned long *ivars, size_t nelems, const int *status, int cmp,
+    const unsigned long *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(unsigned long), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<unsigned long>(), "shmem_ulong_test_any_vector"); }
+size_t shmem_ulong_test_some(unsigned long *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    unsigned long cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(unsigned long), nelems, indices, status, cmp,
+    nullptr, mori::capi::bits<unsigned long>(cmp_value), mori::capi::word_of<unsigned long>(),
+    "shmem_ulong_test_some"); }
+size_t shmem_ulong_test_some_vector(unsigned long *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const unsigned long *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(unsigned long), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<unsigned long>(), "shmem_ulong_test_some_vector"); }
+void shmem_ulonglong_wait_until(unsigned long long *ivar, int cmp, unsigned long long cmp_value) {
+    mori::capi::wait_until(ivar, cmp, mori::capi::bits<unsigned long long>(cmp_value),
+    mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_wait_until"); }
+int shmem_ulonglong_test(unsigned long long *ivar, int cmp, unsigned long long cmp_value) {
+    return mori::capi::test(ivar, cmp, mori::capi::bits<unsigned long long>(cmp_value),
+    mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_test"); }
+void shmem_ulonglong_wait_until_all(unsigned long long *ivars, size_t nelems, const int *status, int cmp,
+    unsigned long long cmp_value) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(unsigned long long), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<unsigned long long>(cmp_value), mori::capi::word_of<unsigned long long>(),
+    "shmem_ulonglong_wait_until_all"); }
+void shmem_ulonglong_wait_until_all_vector(unsigned long long *ivars, size_t nelems, const int *status, int cmp,
+    const unsigned long long *cmp_values) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(unsigned long long), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_wait_until_all_vector"); }
+size_t shmem_ulonglong_wait_until_any(unsigned long long *ivars, size_t nelems, const int *status, int cmp,
+    unsigned long long cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(unsigned long long), nelems, nullptr,
+    status, cmp, nullptr, mori::capi::bits<unsigned long long>(cmp_value), mori::capi::word_of<unsigned long long>(),
+    "shmem_ulonglong_wait_until_any"); }
+size_t shmem_ulonglong_wait_until_any_vector(unsigned long long *ivars, size_t nelems, const int *status, int cmp,
+    const unsigned long long *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(unsigned long long), nelems, nullptr,
+    status, cmp, cmp_values, 0, mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_wait_until_any_vector"); }
+size_t shmem_ulonglong_wait_until_some(unsigned long long *ivars, size_t nelems, size_t *indices, const int *status,
+    int cmp, unsigned long long cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(unsigned long long), nelems, indices,
+    status, cmp, nullptr, mori::capi::bits<unsigned long long>(cmp_value), mori::capi::word_of<unsigned long long>(),
+    "shmem_ulonglong_wait_until_some"); }
+size_t shmem_ulonglong_wait_until_some_vector(unsigned long long *ivars, size_t nelems, size_t *indices,
+    const int *status, int cmp, const unsigned long long *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(unsigned long long), nelems, indices,
+    status, cmp, cmp_values, 0, mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_wait_until_some_vector"); }
+int shmem_ulonglong_test_all(unsigned long long *ivars, size_t nelems, const int *status, int cmp,
+    unsigned long long cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(unsigned long long), nelems, nullptr, status,
+    cmp, nullptr, mori::capi::bits<unsigned long long>(cmp_value), mori::capi::word_of<unsigned long long>(),
+    "shmem_ulonglong_test_all") ? 1 : 0; }
+int shmem_ulonglong_test_all_vector(unsigned long long *ivars, size_t nelems, const int *status, int cmp,
+    const unsigned long long *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(unsigned long long), nelems, nullptr, status,
+    cmp, cmp_values, 0, mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_test_all_vector") ? 1 : 0; }
+size_t shmem_ulonglong_test_any(unsigned long long *ivars, size_t nelems, const int *status, int cmp,
+    unsigned long long cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(unsigned long long), nelems, nullptr, status,
+    cmp, nullptr, mori::capi::bits<unsigned long long>(cmp_value), mori::capi::word_of<unsigned long long>(),
+    "shmem_ulonglong_test_any"); }
+size_t shmem_ulonglong_test_any_vector(unsigned long long *ivars, size_t nelems, const int *status, int cmp,
+    const unsigned long long *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(unsigned long long), nelems, nullptr, status,
+    cmp, cmp_values, 0, mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_test_any_vector"); }
+size_t shmem_ulonglong_test_some(unsigned long long *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    unsigned long long cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(unsigned long long), nelems, indices, status,
+    cmp, nullptr, mori::capi::bits<unsigned long long>(cmp_value), mori::capi::word_of<unsigned long long>(),
+    "shmem_ulonglong_test_some"); }
+size_t shmem_ulonglong_test_some_vector(unsigned long long *ivars, size_t nelems, size_t *indices, const int *status,
+    int cmp, const unsigned long long *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(unsigned long long), nelems, indices, status,
+    cmp, cmp_values, 0, mori::capi::word_of<unsigned long long>(), "shmem_ulonglong_test_some_vector"); }
+void shmem_int32_wait_until(int32_t *ivar, int cmp, int32_t cmp_value) {
+    mori::capi::wait_until(ivar, cmp, mori::capi::bits<int32_t>(cmp_value), mori::capi::word_of<int32_t>(),
+    "shmem_int32_wait_until"); }
+int shmem_int32_test(int32_t *ivar, int cmp, int32_t cmp_value) {
+    return mori::capi::test(ivar, cmp, mori::capi::bits<int32_t>(cmp_value), mori::capi::word_of<int32_t>(),
+    "shmem_int32_test"); }
+void shmem_int32_wait_until_all(int32_t *ivars, size_t nelems, const int *status, int cmp, int32_t cmp_value) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(int32_t), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<int32_t>(cmp_value), mori::capi::word_of<int32_t>(), "shmem_int32_wait_until_all"); }
+void shmem_int32_wait_until_all_vector(int32_t *ivars, size_t nelems, const int *status, int cmp,
+    const int32_t *cmp_values) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(int32_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<int32_t>(), "shmem_int32_wait_until_all_vector"); }
+size_t shmem_int32_wait_until_any(int32_t *ivars, size_t nelems, const int *status, int cmp, int32_t cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(int32_t), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<int32_t>(cmp_value), mori::capi::word_of<int32_t>(), "shmem_int32_wait_until_any"); }
+size_t shmem_int32_wait_until_any_vector(int32_t *ivars, size_t nelems, const int *status, int cmp,
+    const int32_t *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(int32_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<int32_t>(), "shmem_int32_wait_until_any_vector"); }
+size_t shmem_int32_wait_until_some(int32_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    int32_t cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(int32_t), nelems, indices, status, cmp,
+    nullptr, mori::capi::bits<int32_t>(cmp_value), mori::capi::word_of<int32_t>(), "shmem_int32_wait_until_some"); }
+size_t shmem_int32_wait_until_some_vector(int32_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const int32_t *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(int32_t), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<int32_t>(), "shmem_int32_wait_until_some_vector"); }
+int shmem_int32_test_all(int32_t *ivars, size_t nelems, const int *status, int cmp, int32_t cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(int32_t), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<int32_t>(cmp_value), mori::capi::word_of<int32_t>(), "shmem_int32_test_all") ? 1 : 0; }
+int shmem_int32_test_all_vector(int32_t *ivars, size_t nelems, const int *status, int cmp, const int32_t *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(int32_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<int32_t>(), "shmem_int32_test_all_vector") ? 1 : 0; }
+size_t shmem_int32_test_any(int32_t *ivars, size_t nelems, const int *status, int cmp, int32_t cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(int32_t), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<int32_t>(cmp_value), mori::capi::word_of<int32_t>(), "shmem_int32_test_any"); }
+size_t shmem_int32_test_any_vector(int32_t *ivars, size_t nelems, const int *status, int cmp,
+    const int32_t *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(int32_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<int32_t>(), "shmem_int32_test_any_vector"); }
+size_t shmem_int32_test_some(int32_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    int32_t cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(int32_t), nelems, indices, status, cmp, nullptr,
+    mori::capi::bits<int32_t>(cmp_value), mori::capi::word_of<int32_t>(), "shmem_int32_test_some"); }
+size_t shmem_int32_test_some_vector(int32_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const int32_t *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(int32_t), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<int32_t>(), "shmem_int32_test_some_vector"); }
+void shmem_int64_wait_until(int64_t *ivar, int cmp, int64_t cmp_value) {
+    mori::capi::wait_until(ivar, cmp, mori::capi::bits<int64_t>(cmp_value), mori::capi::word_of<int64_t>(),
+    "shmem_int64_wait_until"); }
+int shmem_int64_test(int64_t *ivar, int cmp, int64_t cmp_value) {
+    return mori::capi::test(ivar, cmp, mori::capi::bits<int64_t>(cmp_value), mori::capi::word_of<int64_t>(),
+    "shmem_int64_test"); }
+void shmem_int64_wait_until_all(int64_t *ivars, size_t nelems, const int *status, int cmp, int64_t cmp_value) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(int64_t), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<int64_t>(cmp_value), mori::capi::word_of<int64_t>(), "shmem_int64_wait_until_all"); }
+void shmem_int64_wait_until_all_vector(int64_t *ivars, size_t nelems, const int *status, int cmp,
+    const int64_t *cmp_values) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(int64_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<int64_t>(), "shmem_int64_wait_until_all_vector"); }
+size_t shmem_int64_wait_until_any(int64_t *ivars, size_t nelems, const int *status, int cmp, int64_t cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(int64_t), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<int64_t>(cmp_value), mori::capi::word_of<int64_t>(), "shmem_int64_wait_until_any"); }
+size_t shmem_int64_wait_until_any_vector(int64_t *ivars, size_t nelems, const int *status, int cmp,
+    const int64_t *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(int64_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<int64_t>(), "shmem_int64_wait_until_any_vector"); }
+size_t shmem_int64_wait_until_some(int64_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    int64_t cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(int64_t), nelems, indices, status, cmp,
+    nullptr, mori::capi::bits<int64_t>(cmp_value), mori::capi::word_of<int64_t>(), "shmem_int64_wait_until_some"); }
+size_t shmem_int64_wait_until_some_vector(int64_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const int64_t *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(int64_t), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<int64_t>(), "shmem_int64_wait_until_some_vector"); }
+int shmem_int64_test_all(int64_t *ivars, size_t nelems, const int *status, int cmp, int64_t cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(int64_t), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<int64_t>(cmp_value), mori::capi::word_of<int64_t>(), "shmem_int64_test_all") ? 1 : 0; }
+int shmem_int64_test_all_vector(int64_t *ivars, size_t nelems, const int *status, int cmp, const int64_t *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(int64_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<int64_t>(), "shmem_int64_test_all_vector") ? 1 : 0; }
+size_t shmem_int64_test_any(int64_t *ivars, size_t nelems, const int *status, int cmp, int64_t cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(int64_t), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<int64_t>(cmp_value), mori::capi::word_of<int64_t>(), "shmem_int64_test_any"); }
+size_t shmem_int64_test_any_vector(int64_t *ivars, size_t nelems, const int *status, int cmp,
+    const int64_t *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(int64_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<int64_t>(), "shmem_int64_test_any_vector"); }
+size_t shmem_int64_test_some(int64_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    int64_t cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(int64_t), nelems, indices, status, cmp, nullptr,
+    mori::capi::bits<int64_t>(cmp_value), mori::capi::word_of<int64_t>(), "shmem_int64_test_some"); }
+size_t shmem_int64_test_some_vector(int64_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const int64_t *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(int64_t), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<int64_t>(), "shmem_int64_test_some_vector"); }
+void shmem_uint32_wait_until(uint32_t *ivar, int cmp, uint32_t cmp_value) {
+    mori::capi::wait_until(ivar, cmp, mori::capi::bits<uint32_t>(cmp_value), mori::capi::word_of<uint32_t>(),
+    "shmem_uint32_wait_until"); }
+int shmem_uint32_test(uint32_t *ivar, int cmp, uint32_t cmp_value) {
+    return mori::capi::test(ivar, cmp, mori::capi::bits<uint32_t>(cmp_value), mori::capi::word_of<uint32_t>(),
+    "shmem_uint32_test"); }
+void shmem_uint32_wait_until_all(uint32_t *ivars, size_t nelems, const int *status, int cmp, uint32_t cmp_value) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(uint32_t), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<uint32_t>(cmp_value), mori::capi::word_of<uint32_t>(), "shmem_uint32_wait_until_all"); }
+void shmem_uint32_wait_until_all_vector(uint32_t *ivars, size_t nelems, const int *status, int cmp,
+    const uint32_t *cmp_values) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(uint32_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<uint32_t>(), "shmem_uint32_wait_until_all_vector"); }
+size_t shmem_uint32_wait_until_any(uint32_t *ivars, size_t nelems, const int *status, int cmp, uint32_t cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(uint32_t), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<uint32_t>(cmp_value), mori::capi::word_of<uint32_t>(), "shmem_uint32_wait_until_any"); }
+size_t shmem_uint32_wait_until_any_vector(uint32_t *ivars, size_t nelems, const int *status, int cmp,
+    const uint32_t *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(uint32_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<uint32_t>(), "shmem_uint32_wait_until_any_vector"); }
+size_t shmem_uint32_wait_until_some(uint32_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    uint32_t cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(uint32_t), nelems, indices, status, cmp,
+    nullptr, mori::capi::bits<uint32_t>(cmp_value), mori::capi::word_of<uint32_t>(), "shmem_uint32_wait_until_some"); }
+size_t shmem_uint32_wait_until_some_vector(uint32_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const uint32_t *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(uint32_t), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<uint32_t>(), "shmem_uint32_wait_until_some_vector"); }
+int shmem_uint32_test_all(uint32_t *ivars, size_t nelems, const int *status, int cmp, uint32_t cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(uint32_t), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<uint32_t>(cmp_value), mori::capi::word_of<uint32_t>(), "shmem_uint32_test_all") ? 1 : 0; }
+int shmem_uint32_test_all_vector(uint32_t *ivars, size_t nelems, const int *status, int cmp,
+    const uint32_t *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(uint32_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<uint32_t>(), "shmem_uint32_test_all_vector") ? 1 : 0; }
+size_t shmem_uint32_test_any(uint32_t *ivars, size_t nelems, const int *status, int cmp, uint32_t cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(uint32_t), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<uint32_t>(cmp_value), mori::capi::word_of<uint32_t>(), "shmem_uint32_test_any"); }
+size_t shmem_uint32_test_any_vector(uint32_t *ivars, size_t nelems, const int *status, int cmp,
+    const uint32_t *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(uint32_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<uint32_t>(), "shmem_uint32_test_any_vector"); }
+size_t shmem_uint32_test_some(uint32_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    uint32_t cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(uint32_t), nelems, indices, status, cmp,
+    nullptr, mori::capi::bits<uint32_t>(cmp_value), mori::capi::word_of<uint32_t>(), "shmem_uint32_test_some"); }
+size_t shmem_uint32_test_some_vector(uint32_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const uint32_t *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(uint32_t), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<uint32_t>(), "shmem_uint32_test_some_vector"); }
+void shmem_uint64_wait_until(uint64_t *ivar, int cmp, uint64_t cmp_value) {
+    mori::capi::wait_until(ivar, cmp, mori::capi::bits<uint64_t>(cmp_value), mori::capi::word_of<uint64_t>(),
+    "shmem_uint64_wait_until"); }
+int shmem_uint64_test(uint64_t *ivar, int cmp, uint64_t cmp_value) {
+    return mori::capi::test(ivar, cmp, mori::capi::bits<uint64_t>(cmp_value), mori::capi::word_of<uint64_t>(),
+    "shmem_uint64_test"); }
+void shmem_uint64_wait_until_all(uint64_t *ivars, size_t nelems, const int *status, int cmp, uint64_t cmp_value) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(uint64_t), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<uint64_t>(cmp_value), mori::capi::word_of<uint64_t>(), "shmem_uint64_wait_until_all"); }
+void shmem_uint64_wait_until_all_vector(uint64_t *ivars, size_t nelems, const int *status, int cmp,
+    const uint64_t *cmp_values) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(uint64_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<uint64_t>(), "shmem_uint64_wait_until_all_vector"); }
+size_t shmem_uint64_wait_until_any(uint64_t *ivars, size_t nelems, const int *status, int cmp, uint64_t cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(uint64_t), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<uint64_t>(cmp_value), mori::capi::word_of<uint64_t>(), "shmem_uint64_wait_until_any"); }
+size_t shmem_uint64_wait_until_any_vector(uint64_t *ivars, size_t nelems, const int *status, int cmp,
+    const uint64_t *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(uint64_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<uint64_t>(), "shmem_uint64_wait_until_any_vector"); }
+size_t shmem_uint64_wait_until_some(uint64_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    uint64_t cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(uint64_t), nelems, indices, status, cmp,
+    nullptr, mori::capi::bits<uint64_t>(cmp_value), mori::capi::word_of<uint64_t>(), "shmem_uint64_wait_until_some"); }
+size_t shmem_uint64_wait_until_some_vector(uint64_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const uint64_t *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(uint64_t), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<uint64_t>(), "shmem_uint64_wait_until_some_vector"); }
+int shmem_uint64_test_all(uint64_t *ivars, size_t nelems, const int *status, int cmp, uint64_t cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(uint64_t), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<uint64_t>(cmp_value), mori::capi::word_of<uint64_t>(), "shmem_uint64_test_all") ? 1 : 0; }
+int shmem_uint64_test_all_vector(uint64_t *ivars, size_t nelems, const int *status, int cmp,
+    const uint64_t *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(uint64_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<uint64_t>(), "shmem_uint64_test_all_vector") ? 1 : 0; }
+size_t shmem_uint64_test_any(uint64_t *ivars, size_t nelems, const int *status, int cmp, uint64_t cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(uint64_t), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<uint64_t>(cmp_value), mori::capi::word_of<uint64_t>(), "shmem_uint64_test_any"); }
+size_t shmem_uint64_test_any_vector(uint64_t *ivars, size_t nelems, const int *status, int cmp,
+    const uint64_t *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(uint64_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<uint64_t>(), "shmem_uint64_test_any_vector"); }
+size_t shmem_uint64_test_some(uint64_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    uint64_t cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(uint64_t), nelems, indices, status, cmp,
+    nullptr, mori::capi::bits<uint64_t>(cmp_value), mori::capi::word_of<uint64_t>(), "shmem_uint64_test_some"); }
+size_t shmem_uint64_test_some_vector(uint64_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const uint64_t *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(uint64_t), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<uint64_t>(), "shmem_uint64_test_some_vector"); }
+void shmem_size_wait_until(size_t *ivar, int cmp, size_t cmp_value) {
+    mori::capi::wait_until(ivar, cmp, mori::capi::bits<size_t>(cmp_value), mori::capi::word_of<size_t>(),
+    "shmem_size_wait_until"); }
+int shmem_size_test(size_t *ivar, int cmp, size_t cmp_value) {
+    return mori::capi::test(ivar, cmp, mori::capi::bits<size_t>(cmp_value), mori::capi::word_of<size_t>(),
+    "shmem_size_test"); }
+void shmem_size_wait_until_all(size_t *ivars, size_t nelems, const int *status, int cmp, size_t cmp_value) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(size_t), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<size_t>(cmp_value), mori::capi::word_of<size_t>(), "shmem_size_wait_until_all"); }
+void shmem_size_wait_until_all_vector(size_t *ivars, size_t nelems, const int *status, int cmp,
+    const size_t *cmp_values) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(size_t), nelems, nullptr, status, cmp, cmp_values,
+    0, mori::capi::word_of<size_t>(), "shmem_size_wait_until_all_vector"); }
+size_t shmem_size_wait_until_any(size_t *ivars, size_t nelems, const int *status, int cmp, size_t cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(size_t), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<size_t>(cmp_value), mori::capi::word_of<size_t>(), "shmem_size_wait_until_any"); }
+size_t shmem_size_wait_until_any_vector(size_t *ivars, size_t nelems, const int *status, int cmp,
+    const size_t *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(size_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<size_t>(), "shmem_size_wait_until_any_vector"); }
+size_t shmem_size_wait_until_some(size_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    size_t cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(size_t), nelems, indices, status, cmp,
+    nullptr, mori::capi::bits<size_t>(cmp_value), mori::capi::word_of<size_t>(), "shmem_size_wait_until_some"); }
+size_t shmem_size_wait_until_some_vector(size_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const size_t *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(size_t), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<size_t>(), "shmem_size_wait_until_some_vector"); }
+int shmem_size_test_all(size_t *ivars, size_t nelems, const int *status, int cmp, size_t cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(size_t), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<size_t>(cmp_value), mori::capi::word_of<size_t>(), "shmem_size_test_all") ? 1 : 0; }
+int shmem_size_test_all_vector(size_t *ivars, size_t nelems, const int *status, int cmp, const size_t *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(size_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<size_t>(), "shmem_size_test_all_vector") ? 1 : 0; }
+size_t shmem_size_test_any(size_t *ivars, size_t nelems, const int *status, int cmp, size_t cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(size_t), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<size_t>(cmp_value), mori::capi::word_of<size_t>(), "shmem_size_test_any"); }
+size_t shmem_size_test_any_vector(size_t *ivars, size_t nelems, const int *status, int cmp, const size_t *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(size_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<size_t>(), "shmem_size_test_any_vector"); }
+size_t shmem_size_test_some(size_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    size_t cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(size_t), nelems, indices, status, cmp, nullptr,
+    mori::capi::bits<size_t>(cmp_value), mori::capi::word_of<size_t>(), "shmem_size_test_some"); }
+size_t shmem_size_test_some_vector(size_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const size_t *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(size_t), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<size_t>(), "shmem_size_test_some_vector"); }
+void shmem_ptrdiff_wait_until(ptrdiff_t *ivar, int cmp, ptrdiff_t cmp_value) {
+    mori::capi::wait_until(ivar, cmp, mori::capi::bits<ptrdiff_t>(cmp_value), mori::capi::word_of<ptrdiff_t>(),
+    "shmem_ptrdiff_wait_until"); }
+int shmem_ptrdiff_test(ptrdiff_t *ivar, int cmp, ptrdiff_t cmp_value) {
+    return mori::capi::test(ivar, cmp, mori::capi::bits<ptrdiff_t>(cmp_value), mori::capi::word_of<ptrdiff_t>(),
+    "shmem_ptrdiff_test"); }
+void shmem_ptrdiff_wait_until_all(ptrdiff_t *ivars, size_t nelems, const int *status, int cmp, ptrdiff_t cmp_value) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(ptrdiff_t), nelems, nullptr, status, cmp, nullptr,
+    mori::capi::bits<ptrdiff_t>(cmp_value), mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_wait_until_all"); }
+void shmem_ptrdiff_wait_until_all_vector(ptrdiff_t *ivars, size_t nelems, const int *status, int cmp,
+    const ptrdiff_t *cmp_values) {
+    mori::capi::wait_until_many(mori::capi::Many::kAll, ivars, sizeof(ptrdiff_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_wait_until_all_vector"); }
+size_t shmem_ptrdiff_wait_until_any(ptrdiff_t *ivars, size_t nelems, const int *status, int cmp, ptrdiff_t cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(ptrdiff_t), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<ptrdiff_t>(cmp_value), mori::capi::word_of<ptrdiff_t>(),
+    "shmem_ptrdiff_wait_until_any"); }
+size_t shmem_ptrdiff_wait_until_any_vector(ptrdiff_t *ivars, size_t nelems, const int *status, int cmp,
+    const ptrdiff_t *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kAny, ivars, sizeof(ptrdiff_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_wait_until_any_vector"); }
+size_t shmem_ptrdiff_wait_until_some(ptrdiff_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    ptrdiff_t cmp_value) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(ptrdiff_t), nelems, indices, status, cmp,
+    nullptr, mori::capi::bits<ptrdiff_t>(cmp_value), mori::capi::word_of<ptrdiff_t>(),
+    "shmem_ptrdiff_wait_until_some"); }
+size_t shmem_ptrdiff_wait_until_some_vector(ptrdiff_t *ivars, size_t nelems, size_t *indices, const int *status,
+    int cmp, const ptrdiff_t *cmp_values) {
+    return mori::capi::wait_until_many(mori::capi::Many::kSome, ivars, sizeof(ptrdiff_t), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_wait_until_some_vector"); }
+int shmem_ptrdiff_test_all(ptrdiff_t *ivars, size_t nelems, const int *status, int cmp, ptrdiff_t cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(ptrdiff_t), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<ptrdiff_t>(cmp_value), mori::capi::word_of<ptrdiff_t>(),
+    "shmem_ptrdiff_test_all") ? 1 : 0; }
+int shmem_ptrdiff_test_all_vector(ptrdiff_t *ivars, size_t nelems, const int *status, int cmp,
+    const ptrdiff_t *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAll, ivars, sizeof(ptrdiff_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_test_all_vector") ? 1 : 0; }
+size_t shmem_ptrdiff_test_any(ptrdiff_t *ivars, size_t nelems, const int *status, int cmp, ptrdiff_t cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(ptrdiff_t), nelems, nullptr, status, cmp,
+    nullptr, mori::capi::bits<ptrdiff_t>(cmp_value), mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_test_any"); }
+size_t shmem_ptrdiff_test_any_vector(ptrdiff_t *ivars, size_t nelems, const int *status, int cmp,
+    const ptrdiff_t *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kAny, ivars, sizeof(ptrdiff_t), nelems, nullptr, status, cmp,
+    cmp_values, 0, mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_test_any_vector"); }
+size_t shmem_ptrdiff_test_some(ptrdiff_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    ptrdiff_t cmp_value) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(ptrdiff_t), nelems, indices, status, cmp,
+    nullptr, mori::capi::bits<ptrdiff_t>(cmp_value), mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_test_some"); }
+size_t shmem_ptrdiff_test_some_vector(ptrdiff_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp,
+    const ptrdiff_t *cmp_values) {
+    return mori::capi::test_many(mori::capi::Many::kSome, ivars, sizeof(ptrdiff_t), nelems, indices, status, cmp,
+    cmp_values, 0, mori::capi::word_of<ptrdiff_t>(), "shmem_ptrdiff_test_some_vector"); }
+int shmem_float_broadcast(shmem_team_t team, float *dest, const float *source, size_t nelems, int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(float), PE_root, "shmem_float_broadcast"); }
+int shmem_float_collect(shmem_team_t team, float *dest, const float *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(float), "shmem_float_collect"); }
+int shmem_float_fcollect(shmem_team_t team, float *dest, const float *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(float), "shmem_float_fcollect"); }
+int shmem_float_alltoall(shmem_team_t team, float *dest, const float *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(float), "shmem_float_alltoall"); }
+int shmem_float_alltoalls(shmem_team_t team, float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(float), "shmem_float_alltoalls"); }
+int shmem_float_sum_inscan(shmem_team_t team, float *dest, const float *source, size_t nelems) {
+    return mori::capi::sum_scan<float, true>(team, dest, source, nelems, "shmem_float_sum_inscan"); }
+int shmem_float_sum_exscan(shmem_team_t team, float *dest, const float *source, size_t nelems) {
+    return mori::capi::sum_scan<float, false>(team, dest, source, nelems, "shmem_float_sum_exscan"); }
+int shmem_float_max_reduce(shmem_team_t team, float *dest, const float *source, size_t nreduce) {
+    return mori::capi::reduce<float, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_float_max_reduce"); }
+int shmem_float_min_reduce(shmem_team_t team, float *dest, const float *source, size_t nreduce) {
+    return mori::capi::reduce<float, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_float_min_reduce"); }
+int shmem_float_sum_reduce(shmem_team_t team, float *dest, const float *source, size_t nreduce) {
+    return mori::capi::reduce<float, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_float_sum_reduce"); }
+int shmem_float_prod_reduce(shmem_team_t team, float *dest, const float *source, size_t nreduce) {
+    return mori::capi::reduce<float, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_float_prod_reduce"); }
+int shmem_double_broadcast(shmem_team_t team, double *dest, const double *source, size_t nelems, int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(double), PE_root, "shmem_double_broadcast"); }
+int shmem_double_collect(shmem_team_t team, double *dest, const double *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(double), "shmem_double_collect"); }
+int shmem_double_fcollect(shmem_team_t team, double *dest, const double *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(double), "shmem_double_fcollect"); }
+int shmem_double_alltoall(shmem_team_t team, double *dest, const double *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(double), "shmem_double_alltoall"); }
+int shmem_double_alltoalls(shmem_team_t team, double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(double), "shmem_double_alltoalls"); }
+int shmem_double_sum_inscan(shmem_team_t team, double *dest, const double *source, size_t nelems) {
+    return mori::capi::sum_scan<double, true>(team, dest, source, nelems, "shmem_double_sum_inscan"); }
+int shmem_double_sum_exscan(shmem_team_t team, double *dest, const double *source, size_t nelems) {
+    return mori::capi::sum_scan<double, false>(team, dest, source, nelems, "shmem_double_sum_exscan"); }
+int shmem_double_max_reduce(shmem_team_t team, double *dest, const double *source, size_t nreduce) {
+    return mori::capi::reduce<double, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_double_max_reduce"); }
+int shmem_double_min_reduce(shmem_team_t team, double *dest, const double *source, size_t nreduce) {
+    return mori::capi::reduce<double, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_double_min_reduce"); }
+int shmem_double_sum_reduce(shmem_team_t team, double *dest, const double *source, size_t nreduce) {
+    return mori::capi::reduce<double, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_double_sum_reduce"); }
+int shmem_double_prod_reduce(shmem_team_t team, double *dest, const double *source, size_t nreduce) {
+    return mori::capi::reduce<double, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_double_prod_reduce"); }
+int shmem_longdouble_broadcast(shmem_team_t team, long double *dest, const long double *source, size_t nelems,
+    int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(long double), PE_root,
+    "shmem_longdouble_broadcast"); }
+int shmem_longdouble_collect(shmem_team_t team, long double *dest, const long double *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(long double), "shmem_longdouble_collect"); }
+int shmem_longdouble_fcollect(shmem_team_t team, long double *dest, const long double *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(long double), "shmem_longdouble_fcollect"); }
+int shmem_longdouble_alltoall(shmem_team_t team, long double *dest, const long double *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(long double), "shmem_longdouble_alltoall"); }
+int shmem_longdouble_alltoalls(shmem_team_t team, long double *dest, const long double *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(long double),
+    "shmem_longdouble_alltoalls"); }
+int shmem_longdouble_sum_inscan(shmem_team_t team, long double *dest, const long double *source, size_t nelems) {
+    return mori::capi::sum_scan<long double, true>(team, dest, source, nelems, "shmem_longdouble_sum_inscan"); }
+int shmem_longdouble_sum_exscan(shmem_team_t team, long double *dest, const long double *source, size_t nelems) {
+    return mori::capi::sum_scan<long double, false>(team, dest, source, nelems, "shmem_longdouble_sum_exscan"); }
+int shmem_longdouble_max_reduce(shmem_team_t team, long double *dest, const long double *source, size_t nreduce) {
+    return mori::capi::reduce<long double, mori::capi::OpMax>(team, dest, source, nreduce,
+    "shmem_longdouble_max_reduce"); }
+int shmem_longdouble_min_reduce(shmem_team_t team, long double *dest, const long double *source, size_t nreduce) {
+    return mori::capi::reduce<long double, mori::capi::OpMin>(team, dest, source, nreduce,
+    "shmem_longdouble_min_reduce"); }
+int shmem_longdouble_sum_reduce(shmem_team_t team, long double *dest, const long double *source, size_t nreduce) {
+    return mori::capi::reduce<long double, mori::capi::OpSum>(team, dest, source, nreduce,
+    "shmem_longdouble_sum_reduce"); }
+int shmem_longdouble_prod_reduce(shmem_team_t team, long double *dest, const long double *source, size_t nreduce) {
+    return mori::capi::reduce<long double, mori::capi::OpProd>(team, dest, source, nreduce,
+    "shmem_longdouble_prod_reduce"); }
+int shmem_char_broadcast(shmem_team_t team, char *dest, const char *source, size_t nelems, int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(char), PE_root, "shmem_char_broadcast"); }
+int shmem_char_collect(shmem_team_t team, char *dest, const char *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(char), "shmem_char_collect"); }
+int shmem_char_fcollect(shmem_team_t team, char *dest, const char *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(char), "shmem_char_fcollect"); }
+int shmem_char_alltoall(shmem_team_t team, char *dest, const char *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(char), "shmem_char_alltoall"); }
+int shmem_char_alltoalls(shmem_team_t team, char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(char), "shmem_char_alltoalls"); }
+int shmem_char_sum_inscan(shmem_team_t team, char *dest, const char *source, size_t nelems) {
+    return mori::capi::sum_scan<char, true>(team, dest, source, nelems, "shmem_char_sum_inscan"); }
+int shmem_char_sum_exscan(shmem_team_t team, char *dest, const char *source, size_t nelems) {
+    return mori::capi::sum_scan<char, false>(team, dest, source, nelems, "shmem_char_sum_exscan"); }
+int shmem_char_max_reduce(shmem_team_t team, char *dest, const char *source, size_t nreduce) {
+    return mori::capi::reduce<char, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_char_max_reduce"); }
+int shmem_char_min_reduce(shmem_team_t team, char *dest, const char *source, size_t nreduce) {
+    return mori::capi::reduce<char, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_char_min_reduce"); }
+int shmem_char_sum_reduce(shmem_team_t team, char *dest, const char *source, size_t nreduce) {
+    return mori::capi::reduce<char, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_char_sum_reduce"); }
+int shmem_char_prod_reduce(shmem_team_t team, char *dest, const char *source, size_t nreduce) {
+    return mori::capi::reduce<char, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_char_prod_reduce"); }
+int shmem_schar_broadcast(shmem_team_t team, signed char *dest, const signed char *source, size_t nelems, int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(signed char), PE_root, "shmem_schar_broadcast"); }
+int shmem_schar_collect(shmem_team_t team, signed char *dest, const signed char *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(signed char), "shmem_schar_collect"); }
+int shmem_schar_fcollect(shmem_team_t team, signed char *dest, const signed char *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(signed char), "shmem_schar_fcollect"); }
+int shmem_schar_alltoall(shmem_team_t team, signed char *dest, const signed char *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(signed char), "shmem_schar_alltoall"); }
+int shmem_schar_alltoalls(shmem_team_t team, signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(signed char), "shmem_schar_alltoalls"); }
+int shmem_schar_sum_inscan(shmem_team_t team, signed char *dest, const signed char *source, size_t nelems) {
+    return mori::capi::sum_scan<signed char, true>(team, dest, source, nelems, "shmem_schar_sum_inscan"); }
+int shmem_schar_sum_exscan(shmem_team_t team, signed char *dest, const signed char *source, size_t nelems) {
+    return mori::capi::sum_scan<signed char, false>(team, dest, source, nelems, "shmem_schar_sum_exscan"); }
+int shmem_schar_max_reduce(shmem_team_t team, signed char *dest, const signed char *source, size_t nreduce) {
+    return mori::capi::reduce<signed char, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_schar_max_reduce"); }
+int shmem_schar_min_reduce(shmem_team_t team, signed char *dest, const signed char *source, size_t nreduce) {
+    return mori::capi::reduce<signed char, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_schar_min_reduce"); }
+int shmem_schar_sum_reduce(shmem_team_t team, signed char *dest, const signed char *source, size_t nreduce) {
+    return mori::capi::reduce<signed char, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_schar_sum_reduce"); }
+int shmem_schar_prod_reduce(shmem_team_t team, signed char *dest, const signed char *source, size_t nreduce) {
+    return mori::capi::reduce<signed char, mori::capi::OpProd>(team, dest, source, nreduce,
+    "shmem_schar_prod_reduce"); }
+int shmem_short_broadcast(shmem_team_t team, short *dest, const short *source, size_t nelems, int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(short), PE_root, "shmem_short_broadcast"); }
+int shmem_short_collect(shmem_team_t team, short *dest, const short *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(short), "shmem_short_collect"); }
+int shmem_short_fcollect(shmem_team_t team, short *dest, const short *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(short), "shmem_short_fcollect"); }
+int shmem_short_alltoall(shmem_team_t team, short *dest, const short *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(short), "shmem_short_alltoall"); }
+int shmem_short_alltoalls(shmem_team_t team, short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(short), "shmem_short_alltoalls"); }
+int shmem_short_sum_inscan(shmem_team_t team, short *dest, const short *source, size_t nelems) {
+    return mori::capi::sum_scan<short, true>(team, dest, source, nelems, "shmem_short_sum_inscan"); }
+int shmem_short_sum_exscan(shmem_team_t team, short *dest, const short *source, size_t nelems) {
+    return mori::capi::sum_scan<short, false>(team, dest, source, nelems, "shmem_short_sum_exscan"); }
+int shmem_short_max_reduce(shmem_team_t team, short *dest, const short *source, size_t nreduce) {
+    return mori::capi::reduce<short, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_short_max_reduce"); }
+int shmem_short_min_reduce(shmem_team_t team, short *dest, const short *source, size_t nreduce) {
+    return mori::capi::reduce<short, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_short_min_reduce"); }
+int shmem_short_sum_reduce(shmem_team_t team, short *dest, const short *source, size_t nreduce) {
+    return mori::capi::reduce<short, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_short_sum_reduce"); }
+int shmem_short_prod_reduce(shmem_team_t team, short *dest, const short *source, size_t nreduce) {
+    return mori::capi::reduce<short, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_short_prod_reduce"); }
+int shmem_int_broadcast(shmem_team_t team, int *dest, const int *source, size_t nelems, int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(int), PE_root, "shmem_int_broadcast"); }
+int shmem_int_collect(shmem_team_t team, int *dest, const int *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(int), "shmem_int_collect"); }
+int shmem_int_fcollect(shmem_team_t team, int *dest, const int *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(int), "shmem_int_fcollect"); }
+int shmem_int_alltoall(shmem_team_t team, int *dest, const int *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(int), "shmem_int_alltoall"); }
+int shmem_int_alltoalls(shmem_team_t team, int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(int), "shmem_int_alltoalls"); }
+int shmem_int_sum_inscan(shmem_team_t team, int *dest, const int *source, size_t nelems) {
+    return mori::capi::sum_scan<int, true>(team, dest, source, nelems, "shmem_int_sum_inscan"); }
+int shmem_int_sum_exscan(shmem_team_t team, int *dest, const int *source, size_t nelems) {
+    return mori::capi::sum_scan<int, false>(team, dest, source, nelems, "shmem_int_sum_exscan"); }
+int shmem_int_max_reduce(shmem_team_t team, int *dest, const int *source, size_t nreduce) {
+    return mori::capi::reduce<int, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_int_max_reduce"); }
+int shmem_int_min_reduce(shmem_team_t team, int *dest, const int *source, size_t nreduce) {
+    return mori::capi::reduce<int, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_int_min_reduce"); }
+int shmem_int_sum_reduce(shmem_team_t team, int *dest, const int *source, size_t nreduce) {
+    return mori::capi::reduce<int, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_int_sum_reduce"); }
+int shmem_int_prod_reduce(shmem_team_t team, int *dest, const int *source, size_t nreduce) {
+    return mori::capi::reduce<int, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_int_prod_reduce"); }
+int shmem_long_broadcast(shmem_team_t team, long *dest, const long *source, size_t nelems, int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(long), PE_root, "shmem_long_broadcast"); }
+int shmem_long_collect(shmem_team_t team, long *dest, const long *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(long), "shmem_long_collect"); }
+int shmem_long_fcollect(shmem_team_t team, long *dest, const long *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(long), "shmem_long_fcollect"); }
+int shmem_long_alltoall(shmem_team_t team, long *dest, const long *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(long), "shmem_long_alltoall"); }
+int shmem_long_alltoalls(shmem_team_t team, long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(long), "shmem_long_alltoalls"); }
+int shmem_long_sum_inscan(shmem_team_t team, long *dest, const long *source, size_t nelems) {
+    return mori::capi::sum_scan<long, true>(team, dest, source, nelems, "shmem_long_sum_inscan"); }
+int shmem_long_sum_exscan(shmem_team_t team, long *dest, const long *source, size_t nelems) {
+    return mori::capi::sum_scan<long, false>(team, dest, source, nelems, "shmem_long_sum_exscan"); }
+int shmem_long_max_reduce(shmem_team_t team, long *dest, const long *source, size_t nreduce) {
+    return mori::capi::reduce<long, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_long_max_reduce"); }
+int shmem_long_min_reduce(shmem_team_t team, long *dest, const long *source, size_t nreduce) {
+    return mori::capi::reduce<long, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_long_min_reduce"); }
+int shmem_long_sum_reduce(shmem_team_t team, long *dest, const long *source, size_t nreduce) {
+    return mori::capi::reduce<long, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_long_sum_reduce"); }
+int shmem_long_prod_reduce(shmem_team_t team, long *dest, const long *source, size_t nreduce) {
+    return mori::capi::reduce<long, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_long_prod_reduce"); }
+int shmem_longlong_broadcast(shmem_team_t team, long long *dest, const long long *source, size_t nelems, int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(long long), PE_root, "shmem_longlong_broadcast"); }
+int shmem_longlong_collect(shmem_team_t team, long long *dest, const long long *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(long long), "shmem_longlong_collect"); }
+int shmem_longlong_fcollect(shmem_team_t team, long long *dest, const long long *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(long long), "shmem_longlong_fcollect"); }
+int shmem_longlong_alltoall(shmem_team_t team, long long *dest, const long long *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(long long), "shmem_longlong_alltoall"); }
+int shmem_longlong_alltoalls(shmem_team_t team, long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(long long), "shmem_longlong_alltoalls"); }
+int shmem_longlong_sum_inscan(shmem_team_t team, long long *dest, const long long *source, size_t nelems) {
+    return mori::capi::sum_scan<long long, true>(team, dest, source, nelems, "shmem_longlong_sum_inscan"); }
+int shmem_longlong_sum_exscan(shmem_team_t team, long long *dest, const long long *source, size_t nelems) {
+    return mori::capi::sum_scan<long long, false>(team, dest, source, nelems, "shmem_longlong_sum_exscan"); }
+int shmem_longlong_max_reduce(shmem_team_t team, long long *dest, const long long *source, size_t nreduce) {
+    return mori::capi::reduce<long long, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_longlong_max_reduce"); }
+int shmem_longlong_min_reduce(shmem_team_t team, long long *dest, const long long *source, size_t nreduce) {
+    return mori::capi::reduce<long long, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_longlong_min_reduce"); }
+int shmem_longlong_sum_reduce(shmem_team_t team, long long *dest, const long long *source, size_t nreduce) {
+    return mori::capi::reduce<long long, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_longlong_sum_reduce"); }
+int shmem_longlong_prod_reduce(shmem_team_t team, long long *dest, const long long *source, size_t nreduce) {
+    return mori::capi::reduce<long long, mori::capi::OpProd>(team, dest, source, nreduce,
+    "shmem_longlong_prod_reduce"); }
+int shmem_uchar_broadcast(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nelems,
+    int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(unsigned char), PE_root,
+    "shmem_uchar_broadcast"); }
+int shmem_uchar_collect(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(unsigned char), "shmem_uchar_collect"); }
+int shmem_uchar_fcollect(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(unsigned char), "shmem_uchar_fcollect"); }
+int shmem_uchar_alltoall(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(unsigned char), "shmem_uchar_alltoall"); }
+int shmem_uchar_alltoalls(shmem_team_t team, unsigned char *dest, const unsigned char *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(unsigned char),
+    "shmem_uchar_alltoalls"); }
+int shmem_uchar_sum_inscan(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nelems) {
+    return mori::capi::sum_scan<unsigned char, true>(team, dest, source, nelems, "shmem_uchar_sum_inscan"); }
+int shmem_uchar_sum_exscan(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nelems) {
+    return mori::capi::sum_scan<unsigned char, false>(team, dest, source, nelems, "shmem_uchar_sum_exscan"); }
+int shmem_uchar_and_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned char, mori::capi::OpAnd>(team, dest, source, nreduce,
+    "shmem_uchar_and_reduce"); }
+int shmem_uchar_or_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned char, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_uchar_or_reduce"); }
+int shmem_uchar_xor_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned char, mori::capi::OpXor>(team, dest, source, nreduce,
+    "shmem_uchar_xor_reduce"); }
+int shmem_uchar_max_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned char, mori::capi::OpMax>(team, dest, source, nreduce,
+    "shmem_uchar_max_reduce"); }
+int shmem_uchar_min_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned char, mori::capi::OpMin>(team, dest, source, nreduce,
+    "shmem_uchar_min_reduce"); }
+int shmem_uchar_sum_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned char, mori::capi::OpSum>(team, dest, source, nreduce,
+    "shmem_uchar_sum_reduce"); }
+int shmem_uchar_prod_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned char, mori::capi::OpProd>(team, dest, source, nreduce,
+    "shmem_uchar_prod_reduce"); }
+int shmem_ushort_broadcast(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nelems,
+    int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(unsigned short), PE_root,
+    "shmem_ushort_broadcast"); }
+int shmem_ushort_collect(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(unsigned short), "shmem_ushort_collect"); }
+int shmem_ushort_fcollect(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(unsigned short), "shmem_ushort_fcollect"); }
+int shmem_ushort_alltoall(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(unsigned short), "shmem_ushort_alltoall"); }
+int shmem_ushort_alltoalls(shmem_team_t team, unsigned short *dest, const unsigned short *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(unsigned short),
+    "shmem_ushort_alltoalls"); }
+int shmem_ushort_sum_inscan(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nelems) {
+    return mori::capi::sum_scan<unsigned short, true>(team, dest, source, nelems, "shmem_ushort_sum_inscan"); }
+int shmem_ushort_sum_exscan(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nelems) {
+    return mori::capi::sum_scan<unsigned short, false>(team, dest, source, nelems, "shmem_ushort_sum_exscan"); }
+int shmem_ushort_and_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned short, mori::capi::OpAnd>(team, dest, source, nreduce,
+    "shmem_ushort_and_reduce"); }
+int shmem_ushort_or_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned short, mori::capi::OpOr>(team, dest, source, nreduce,
+    "shmem_ushort_or_reduce"); }
+int shmem_ushort_xor_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned short, mori::capi::OpXor>(team, dest, source, nreduce,
+    "shmem_ushort_xor_reduce"); }
+int shmem_ushort_max_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned short, mori::capi::OpMax>(team, dest, source, nreduce,
+    "shmem_ushort_max_reduce"); }
+int shmem_ushort_min_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned short, mori::capi::OpMin>(team, dest, source, nreduce,
+    "shmem_ushort_min_reduce"); }
+int shmem_ushort_sum_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned short, mori::capi::OpSum>(team, dest, source, nreduce,
+    "shmem_ushort_sum_reduce"); }
+int shmem_ushort_prod_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned short, mori::capi::OpProd>(team, dest, source, nreduce,
+    "shmem_ushort_prod_reduce"); }
+int shmem_uint_broadcast(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nelems,
+    int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(unsigned int), PE_root, "shmem_uint_broadcast"); }
+int shmem_uint_collect(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(unsigned int), "shmem_uint_collect"); }
+int shmem_uint_fcollect(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(unsigned int), "shmem_uint_fcollect"); }
+int shmem_uint_alltoall(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(unsigned int), "shmem_uint_alltoall"); }
+int shmem_uint_alltoalls(shmem_team_t team, unsigned int *dest, const unsigned int *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(unsigned int), "shmem_uint_alltoalls"); }
+int shmem_uint_sum_inscan(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nelems) {
+    return mori::capi::sum_scan<unsigned int, true>(team, dest, source, nelems, "shmem_uint_sum_inscan"); }
+int shmem_uint_sum_exscan(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nelems) {
+    return mori::capi::sum_scan<unsigned int, false>(team, dest, source, nelems, "shmem_uint_sum_exscan"); }
+int shmem_uint_and_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned int, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_uint_and_reduce"); }
+int shmem_uint_or_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned int, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_uint_or_reduce"); }
+int shmem_uint_xor_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned int, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_uint_xor_reduce"); }
+int shmem_uint_max_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned int, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_uint_max_reduce"); }
+int shmem_uint_min_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned int, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_uint_min_reduce"); }
+int shmem_uint_sum_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned int, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_uint_sum_reduce"); }
+int shmem_uint_prod_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned int, mori::capi::OpProd>(team, dest, source, nreduce,
+    "shmem_uint_prod_reduce"); }
+int shmem_ulong_broadcast(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nelems,
+    int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(unsigned long), PE_root,
+    "shmem_ulong_broadcast"); }
+int shmem_ulong_collect(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(unsigned long), "shmem_ulong_collect"); }
+int shmem_ulong_fcollect(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(unsigned long), "shmem_ulong_fcollect"); }
+int shmem_ulong_alltoall(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(unsigned long), "shmem_ulong_alltoall"); }
+int shmem_ulong_alltoalls(shmem_team_t team, unsigned long *dest, const unsigned long *source, ptrdiff_t dst,
+    ptrdiff_t sst, size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(unsigned long),
+    "shmem_ulong_alltoalls"); }
+int shmem_ulong_sum_inscan(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nelems) {
+    return mori::capi::sum_scan<unsigned long, true>(team, dest, source, nelems, "shmem_ulong_sum_inscan"); }
+int shmem_ulong_sum_exscan(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nelems) {
+    return mori::capi::sum_scan<unsigned long, false>(team, dest, source, nelems, "shmem_ulong_sum_exscan"); }
+int shmem_ulong_and_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned long, mori::capi::OpAnd>(team, dest, source, nreduce,
+    "shmem_ulong_and_reduce"); }
+int shmem_ulong_or_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned long, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_ulong_or_reduce"); }
+int shmem_ulong_xor_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned long, mori::capi::OpXor>(team, dest, source, nreduce,
+    "shmem_ulong_xor_reduce"); }
+int shmem_ulong_max_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned long, mori::capi::OpMax>(team, dest, source, nreduce,
+    "shmem_ulong_max_reduce"); }
+int shmem_ulong_min_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned long, mori::capi::OpMin>(team, dest, source, nreduce,
+    "shmem_ulong_min_reduce"); }
+int shmem_ulong_sum_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned long, mori::capi::OpSum>(team, dest, source, nreduce,
+    "shmem_ulong_sum_reduce"); }
+int shmem_ulong_prod_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce) {
+    return mori::capi::reduce<unsigned long, mori::capi::OpProd>(team, dest, source, nreduce,
+    "shmem_ulong_prod_reduce"); }
+int shmem_ulonglong_broadcast(shmem_team_t team, unsigned long long *dest, const unsigned long long *source,
+    size_t nelems, int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(unsigned long long), PE_root,
+    "shmem_ulonglong_broadcast"); }
+int shmem_ulonglong_collect(shmem_team_t team, unsigned long long *dest, const unsigned long long *source,
+    size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(unsigned long long), "shmem_ulonglong_collect"); }
+int shmem_ulonglong_fcollect(shmem_team_t team, unsigned long long *dest, const unsigned long long *source,
+    size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(unsigned long long), "shmem_ulonglong_fcollect"); }
+int shmem_ulonglong_alltoall(shmem_team_t team, unsigned long long *dest, const unsigned long long *source,
+    size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(unsigned long long), "shmem_ulonglong_alltoall"); }
+int shmem_ulonglong_alltoalls(shmem_team_t team, unsigned long long *dest, const unsigned long long *source,
+    ptrdiff_t dst, ptrdiff_t sst, size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(unsigned long long),
+    "shmem_ulonglong_alltoalls"); }
+int shmem_ulonglong_sum_inscan(shmem_team_t team, unsigned long long *dest, const unsigned long long *source,
+    size_t nelems) {
+    return mori::capi::sum_scan<unsigned long long, true>(team, dest, source, nelems, "shmem_ulonglong_sum_inscan"); }
+int shmem_ulonglong_sum_exscan(shmem_team_t team, unsigned long long *dest, const unsigned long long *source,
+    size_t nelems) {
+    return mori::capi::sum_scan<unsigned long long, false>(team, dest, source, nelems, "shmem_ulonglong_sum_exscan"); }
+int shmem_ulonglong_and_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source,
+    size_t nreduce) {
+    return mori::capi::reduce<unsigned long long, mori::capi::OpAnd>(team, dest, source, nreduce,
+    "shmem_ulonglong_and_reduce"); }
+int shmem_ulonglong_or_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source,
+    size_t nreduce) {
+    return mori::capi::reduce<unsigned long long, mori::capi::OpOr>(team, dest, source, nreduce,
+    "shmem_ulonglong_or_reduce"); }
+int shmem_ulonglong_xor_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source,
+    size_t nreduce) {
+    return mori::capi::reduce<unsigned long long, mori::capi::OpXor>(team, dest, source, nreduce,
+    "shmem_ulonglong_xor_reduce"); }
+int shmem_ulonglong_max_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source,
+    size_t nreduce) {
+    return mori::capi::reduce<unsigned long long, mori::capi::OpMax>(team, dest, source, nreduce,
+    "shmem_ulonglong_max_reduce"); }
+int shmem_ulonglong_min_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source,
+    size_t nreduce) {
+    return mori::capi::reduce<unsigned long long, mori::capi::OpMin>(team, dest, source, nreduce,
+    "shmem_ulonglong_min_reduce"); }
+int shmem_ulonglong_sum_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source,
+    size_t nreduce) {
+    return mori::capi::reduce<unsigned long long, mori::capi::OpSum>(team, dest, source, nreduce,
+    "shmem_ulonglong_sum_reduce"); }
+int shmem_ulonglong_prod_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source,
+    size_t nreduce) {
+    return mori::capi::reduce<unsigned long long, mori::capi::OpProd>(team, dest, source, nreduce,
+    "shmem_ulonglong_prod_reduce"); }
+int shmem_int8_broadcast(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nelems, int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(int8_t), PE_root, "shmem_int8_broadcast"); }
+int shmem_int8_collect(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(int8_t), "shmem_int8_collect"); }
+int shmem_int8_fcollect(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(int8_t), "shmem_int8_fcollect"); }
+int shmem_int8_alltoall(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(int8_t), "shmem_int8_alltoall"); }
+int shmem_int8_alltoalls(shmem_team_t team, int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(int8_t), "shmem_int8_alltoalls"); }
+int shmem_int8_sum_inscan(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nelems) {
+    return mori::capi::sum_scan<int8_t, true>(team, dest, source, nelems, "shmem_int8_sum_inscan"); }
+int shmem_int8_sum_exscan(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nelems) {
+    return mori::capi::sum_scan<int8_t, false>(team, dest, source, nelems, "shmem_int8_sum_exscan"); }
+int shmem_int8_and_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce) {
+    return mori::capi::reduce<int8_t, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_int8_and_reduce"); }
+int shmem_int8_or_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce) {
+    return mori::capi::reduce<int8_t, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_int8_or_reduce"); }
+int shmem_int8_xor_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce) {
+    return mori::capi::reduce<int8_t, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_int8_xor_reduce"); }
+int shmem_int8_max_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce) {
+    return mori::capi::reduce<int8_t, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_int8_max_reduce"); }
+int shmem_int8_min_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce) {
+    return mori::capi::reduce<int8_t, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_int8_min_reduce"); }
+int shmem_int8_sum_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce) {
+    return mori::capi::reduce<int8_t, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_int8_sum_reduce"); }
+int shmem_int8_prod_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce) {
+    return mori::capi::reduce<int8_t, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_int8_prod_reduce"); }
+int shmem_int16_broadcast(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nelems, int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(int16_t), PE_root, "shmem_int16_broadcast"); }
+int shmem_int16_collect(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(int16_t), "shmem_int16_collect"); }
+int shmem_int16_fcollect(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(int16_t), "shmem_int16_fcollect"); }
+int shmem_int16_alltoall(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(int16_t), "shmem_int16_alltoall"); }
+int shmem_int16_alltoalls(shmem_team_t team, int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(int16_t), "shmem_int16_alltoalls"); }
+int shmem_int16_sum_inscan(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nelems) {
+    return mori::capi::sum_scan<int16_t, true>(team, dest, source, nelems, "shmem_int16_sum_inscan"); }
+int shmem_int16_sum_exscan(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nelems) {
+    return mori::capi::sum_scan<int16_t, false>(team, dest, source, nelems, "shmem_int16_sum_exscan"); }
+int shmem_int16_and_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce) {
+    return mori::capi::reduce<int16_t, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_int16_and_reduce"); }
+int shmem_int16_or_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce) {
+    return mori::capi::reduce<int16_t, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_int16_or_reduce"); }
+int shmem_int16_xor_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce) {
+    return mori::capi::reduce<int16_t, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_int16_xor_reduce"); }
+int shmem_int16_max_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce) {
+    return mori::capi::reduce<int16_t, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_int16_max_reduce"); }
+int shmem_int16_min_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce) {
+    return mori::capi::reduce<int16_t, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_int16_min_reduce"); }
+int shmem_int16_sum_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce) {
+    return mori::capi::reduce<int16_t, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_int16_sum_reduce"); }
+int shmem_int16_prod_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce) {
+    return mori::capi::reduce<int16_t, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_int16_prod_reduce"); }
+int shmem_int32_broadcast(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nelems, int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(int32_t), PE_root, "shmem_int32_broadcast"); }
+int shmem_int32_collect(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(int32_t), "shmem_int32_collect"); }
+int shmem_int32_fcollect(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(int32_t), "shmem_int32_fcollect"); }
+int shmem_int32_alltoall(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(int32_t), "shmem_int32_alltoall"); }
+int shmem_int32_alltoalls(shmem_team_t team, int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(int32_t), "shmem_int32_alltoalls"); }
+int shmem_int32_sum_inscan(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nelems) {
+    return mori::capi::sum_scan<int32_t, true>(team, dest, source, nelems, "shmem_int32_sum_inscan"); }
+int shmem_int32_sum_exscan(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nelems) {
+    return mori::capi::sum_scan<int32_t, false>(team, dest, source, nelems, "shmem_int32_sum_exscan"); }
+int shmem_int32_and_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce) {
+    return mori::capi::reduce<int32_t, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_int32_and_reduce"); }
+int shmem_int32_or_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce) {
+    return mori::capi::reduce<int32_t, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_int32_or_reduce"); }
+int shmem_int32_xor_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce) {
+    return mori::capi::reduce<int32_t, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_int32_xor_reduce"); }
+int shmem_int32_max_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce) {
+    return mori::capi::reduce<int32_t, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_int32_max_reduce"); }
+int shmem_int32_min_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce) {
+    return mori::capi::reduce<int32_t, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_int32_min_reduce"); }
+int shmem_int32_sum_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce) {
+    return mori::capi::reduce<int32_t, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_int32_sum_reduce"); }
+int shmem_int32_prod_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce) {
+    return mori::capi::reduce<int32_t, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_int32_prod_reduce"); }
+int shmem_int64_broadcast(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nelems, int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(int64_t), PE_root, "shmem_int64_broadcast"); }
+int shmem_int64_collect(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(int64_t), "shmem_int64_collect"); }
+int shmem_int64_fcollect(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(int64_t), "shmem_int64_fcollect"); }
+int shmem_int64_alltoall(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(int64_t), "shmem_int64_alltoall"); }
+int shmem_int64_alltoalls(shmem_team_t team, int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(int64_t), "shmem_int64_alltoalls"); }
+int shmem_int64_sum_inscan(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nelems) {
+    return mori::capi::sum_scan<int64_t, true>(team, dest, source, nelems, "shmem_int64_sum_inscan"); }
+int shmem_int64_sum_exscan(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nelems) {
+    return mori::capi::sum_scan<int64_t, false>(team, dest, source, nelems, "shmem_int64_sum_exscan"); }
+int shmem_int64_and_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce) {
+    return mori::capi::reduce<int64_t, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_int64_and_reduce"); }
+int shmem_int64_or_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce) {
+    return mori::capi::reduce<int64_t, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_int64_or_reduce"); }
+int shmem_int64_xor_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce) {
+    return mori::capi::reduce<int64_t, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_int64_xor_reduce"); }
+int shmem_int64_max_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce) {
+    return mori::capi::reduce<int64_t, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_int64_max_reduce"); }
+int shmem_int64_min_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce) {
+    return mori::capi::reduce<int64_t, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_int64_min_reduce"); }
+int shmem_int64_sum_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce) {
+    return mori::capi::reduce<int64_t, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_int64_sum_reduce"); }
+int shmem_int64_prod_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce) {
+    return mori::capi::reduce<int64_t, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_int64_prod_reduce"); }
+int shmem_uint8_broadcast(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nelems, int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(uint8_t), PE_root, "shmem_uint8_broadcast"); }
+int shmem_uint8_collect(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(uint8_t), "shmem_uint8_collect"); }
+int shmem_uint8_fcollect(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(uint8_t), "shmem_uint8_fcollect"); }
+int shmem_uint8_alltoall(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(uint8_t), "shmem_uint8_alltoall"); }
+int shmem_uint8_alltoalls(shmem_team_t team, uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(uint8_t), "shmem_uint8_alltoalls"); }
+int shmem_uint8_sum_inscan(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nelems) {
+    return mori::capi::sum_scan<uint8_t, true>(team, dest, source, nelems, "shmem_uint8_sum_inscan"); }
+int shmem_uint8_sum_exscan(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nelems) {
+    return mori::capi::sum_scan<uint8_t, false>(team, dest, source, nelems, "shmem_uint8_sum_exscan"); }
+int shmem_uint8_and_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint8_t, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_uint8_and_reduce"); }
+int shmem_uint8_or_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint8_t, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_uint8_or_reduce"); }
+int shmem_uint8_xor_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint8_t, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_uint8_xor_reduce"); }
+int shmem_uint8_max_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint8_t, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_uint8_max_reduce"); }
+int shmem_uint8_min_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint8_t, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_uint8_min_reduce"); }
+int shmem_uint8_sum_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint8_t, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_uint8_sum_reduce"); }
+int shmem_uint8_prod_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint8_t, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_uint8_prod_reduce"); }
+int shmem_uint16_broadcast(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nelems, int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(uint16_t), PE_root, "shmem_uint16_broadcast"); }
+int shmem_uint16_collect(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(uint16_t), "shmem_uint16_collect"); }
+int shmem_uint16_fcollect(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(uint16_t), "shmem_uint16_fcollect"); }
+int shmem_uint16_alltoall(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(uint16_t), "shmem_uint16_alltoall"); }
+int shmem_uint16_alltoalls(shmem_team_t team, uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(uint16_t), "shmem_uint16_alltoalls"); }
+int shmem_uint16_sum_inscan(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nelems) {
+    return mori::capi::sum_scan<uint16_t, true>(team, dest, source, nelems, "shmem_uint16_sum_inscan"); }
+int shmem_uint16_sum_exscan(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nelems) {
+    return mori::capi::sum_scan<uint16_t, false>(team, dest, source, nelems, "shmem_uint16_sum_exscan"); }
+int shmem_uint16_and_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint16_t, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_uint16_and_reduce"); }
+int shmem_uint16_or_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint16_t, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_uint16_or_reduce"); }
+int shmem_uint16_xor_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint16_t, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_uint16_xor_reduce"); }
+int shmem_uint16_max_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint16_t, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_uint16_max_reduce"); }
+int shmem_uint16_min_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint16_t, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_uint16_min_reduce"); }
+int shmem_uint16_sum_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint16_t, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_uint16_sum_reduce"); }
+int shmem_uint16_prod_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint16_t, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_uint16_prod_reduce"); }
+int shmem_uint32_broadcast(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nelems, int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(uint32_t), PE_root, "shmem_uint32_broadcast"); }
+int shmem_uint32_collect(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(uint32_t), "shmem_uint32_collect"); }
+int shmem_uint32_fcollect(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(uint32_t), "shmem_uint32_fcollect"); }
+int shmem_uint32_alltoall(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(uint32_t), "shmem_uint32_alltoall"); }
+int shmem_uint32_alltoalls(shmem_team_t team, uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(uint32_t), "shmem_uint32_alltoalls"); }
+int shmem_uint32_sum_inscan(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nelems) {
+    return mori::capi::sum_scan<uint32_t, true>(team, dest, source, nelems, "shmem_uint32_sum_inscan"); }
+int shmem_uint32_sum_exscan(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nelems) {
+    return mori::capi::sum_scan<uint32_t, false>(team, dest, source, nelems, "shmem_uint32_sum_exscan"); }
+int shmem_uint32_and_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint32_t, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_uint32_and_reduce"); }
+int shmem_uint32_or_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint32_t, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_uint32_or_reduce"); }
+int shmem_uint32_xor_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint32_t, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_uint32_xor_reduce"); }
+int shmem_uint32_max_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint32_t, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_uint32_max_reduce"); }
+int shmem_uint32_min_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint32_t, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_uint32_min_reduce"); }
+int shmem_uint32_sum_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint32_t, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_uint32_sum_reduce"); }
+int shmem_uint32_prod_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint32_t, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_uint32_prod_reduce"); }
+int shmem_uint64_broadcast(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nelems, int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(uint64_t), PE_root, "shmem_uint64_broadcast"); }
+int shmem_uint64_collect(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(uint64_t), "shmem_uint64_collect"); }
+int shmem_uint64_fcollect(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(uint64_t), "shmem_uint64_fcollect"); }
+int shmem_uint64_alltoall(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(uint64_t), "shmem_uint64_alltoall"); }
+int shmem_uint64_alltoalls(shmem_team_t team, uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(uint64_t), "shmem_uint64_alltoalls"); }
+int shmem_uint64_sum_inscan(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nelems) {
+    return mori::capi::sum_scan<uint64_t, true>(team, dest, source, nelems, "shmem_uint64_sum_inscan"); }
+int shmem_uint64_sum_exscan(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nelems) {
+    return mori::capi::sum_scan<uint64_t, false>(team, dest, source, nelems, "shmem_uint64_sum_exscan"); }
+int shmem_uint64_and_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint64_t, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_uint64_and_reduce"); }
+int shmem_uint64_or_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint64_t, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_uint64_or_reduce"); }
+int shmem_uint64_xor_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint64_t, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_uint64_xor_reduce"); }
+int shmem_uint64_max_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint64_t, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_uint64_max_reduce"); }
+int shmem_uint64_min_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint64_t, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_uint64_min_reduce"); }
+int shmem_uint64_sum_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint64_t, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_uint64_sum_reduce"); }
+int shmem_uint64_prod_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce) {
+    return mori::capi::reduce<uint64_t, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_uint64_prod_reduce"); }
+int shmem_size_broadcast(shmem_team_t team, size_t *dest, const size_t *source, size_t nelems, int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(size_t), PE_root, "shmem_size_broadcast"); }
+int shmem_size_collect(shmem_team_t team, size_t *dest, const size_t *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(size_t), "shmem_size_collect"); }
+int shmem_size_fcollect(shmem_team_t team, size_t *dest, const size_t *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(size_t), "shmem_size_fcollect"); }
+int shmem_size_alltoall(shmem_team_t team, size_t *dest, const size_t *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(size_t), "shmem_size_alltoall"); }
+int shmem_size_alltoalls(shmem_team_t team, size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(size_t), "shmem_size_alltoalls"); }
+int shmem_size_sum_inscan(shmem_team_t team, size_t *dest, const size_t *source, size_t nelems) {
+    return mori::capi::sum_scan<size_t, true>(team, dest, source, nelems, "shmem_size_sum_inscan"); }
+int shmem_size_sum_exscan(shmem_team_t team, size_t *dest, const size_t *source, size_t nelems) {
+    return mori::capi::sum_scan<size_t, false>(team, dest, source, nelems, "shmem_size_sum_exscan"); }
+int shmem_size_and_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce) {
+    return mori::capi::reduce<size_t, mori::capi::OpAnd>(team, dest, source, nreduce, "shmem_size_and_reduce"); }
+int shmem_size_or_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce) {
+    return mori::capi::reduce<size_t, mori::capi::OpOr>(team, dest, source, nreduce, "shmem_size_or_reduce"); }
+int shmem_size_xor_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce) {
+    return mori::capi::reduce<size_t, mori::capi::OpXor>(team, dest, source, nreduce, "shmem_size_xor_reduce"); }
+int shmem_size_max_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce) {
+    return mori::capi::reduce<size_t, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_size_max_reduce"); }
+int shmem_size_min_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce) {
+    return mori::capi::reduce<size_t, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_size_min_reduce"); }
+int shmem_size_sum_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce) {
+    return mori::capi::reduce<size_t, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_size_sum_reduce"); }
+int shmem_size_prod_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce) {
+    return mori::capi::reduce<size_t, mori::capi::OpProd>(team, dest, source, nreduce, "shmem_size_prod_reduce"); }
+int shmem_ptrdiff_broadcast(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, int PE_root) {
+    return mori::capi::broadcast(team, dest, source, nelems * sizeof(ptrdiff_t), PE_root, "shmem_ptrdiff_broadcast"); }
+int shmem_ptrdiff_collect(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems) {
+    return mori::capi::collect(team, dest, source, nelems * sizeof(ptrdiff_t), "shmem_ptrdiff_collect"); }
+int shmem_ptrdiff_fcollect(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems) {
+    return mori::capi::fcollect(team, dest, source, nelems * sizeof(ptrdiff_t), "shmem_ptrdiff_fcollect"); }
+int shmem_ptrdiff_alltoall(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems) {
+    return mori::capi::alltoall(team, dest, source, nelems * sizeof(ptrdiff_t), "shmem_ptrdiff_alltoall"); }
+int shmem_ptrdiff_alltoalls(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems) {
+    return mori::capi::alltoalls(team, dest, source, dst, sst, nelems, sizeof(ptrdiff_t), "shmem_ptrdiff_alltoalls"); }
+int shmem_ptrdiff_sum_inscan(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems) {
+    return mori::capi::sum_scan<ptrdiff_t, true>(team, dest, source, nelems, "shmem_ptrdiff_sum_inscan"); }
+int shmem_ptrdiff_sum_exscan(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems) {
+    return mori::capi::sum_scan<ptrdiff_t, false>(team, dest, source, nelems, "shmem_ptrdiff_sum_exscan"); }
+int shmem_ptrdiff_max_reduce(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nreduce) {
+    return mori::capi::reduce<ptrdiff_t, mori::capi::OpMax>(team, dest, source, nreduce, "shmem_ptrdiff_max_reduce"); }
+int shmem_ptrdiff_min_reduce(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nreduce) {
+    return mori::capi::reduce<ptrdiff_t, mori::capi::OpMin>(team, dest, source, nreduce, "shmem_ptrdiff_min_reduce"); }
+int shmem_ptrdiff_sum_reduce(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nreduce) {
+    return mori::capi::reduce<ptrdiff_t, mori::capi::OpSum>(team, dest, source, nreduce, "shmem_ptrdiff_sum_reduce"); }
+int shmem_ptrdiff_prod_reduce(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nreduce) {
+    return mori::capi::reduce<ptrdiff_t, mori::capi::OpProd>(team, dest, source, nreduce,
+    "shmem_ptrdiff_prod_reduce"); }
+int shmem_complexf_sum_inscan(shmem_team_t team, SHMEMI_COMPLEXF *dest, const SHMEMI_COMPLEXF *source, size_t nelems) {
+    return mori::capi::sum_scan<SHMEMI_COMPLEXF, true>(team, dest, source, nelems, "shmem_complexf_sum_inscan"); }
+int shmem_complexf_sum_exscan(shmem_team_t team, SHMEMI_COMPLEXF *dest, const SHMEMI_COMPLEXF *source, size_t nelems) {
+    return mori::capi::sum_scan<SHMEMI_COMPLEXF, false>(team, dest, source, nelems, "shmem_complexf_sum_exscan"); }
+int shmem_complexf_sum_reduce(shmem_team_t team, SHMEMI_COMPLEXF *dest, const SHMEMI_COMPLEXF *source, size_t nreduce) {
+    return mori::capi::reduce<SHMEMI_COMPLEXF, mori::capi::OpSum>(team, dest, source, nreduce,
+    "shmem_complexf_sum_reduce"); }
+int shmem_complexf_prod_reduce(shmem_team_t team, SHMEMI_COMPLEXF *dest, const SHMEMI_COMPLEXF *source,
+    size_t nreduce) {
+    return mori::capi::reduce<SHMEMI_COMPLEXF, mori::capi::OpProd>(team, dest, source, nreduce,
+    "shmem_complexf_prod_reduce"); }
+int shmem_complexd_sum_inscan(shmem_team_t team, SHMEMI_COMPLEXD *dest, const SHMEMI_COMPLEXD *source, size_t nelems) {
+    return mori::capi::sum_scan<SHMEMI_COMPLEXD, true>(team, dest, source, nelems, "shmem_complexd_sum_inscan"); }
+int shmem_complexd_sum_exscan(shmem_team_t team, SHMEMI_COMPLEXD *dest, const SHMEMI_COMPLEXD *source, size_t nelems) {
+    return mori::capi::sum_scan<SHMEMI_COMPLEXD, false>(team, dest, source, nelems, "shmem_complexd_sum_exscan"); }
+int shmem_complexd_sum_reduce(shmem_team_t team, SHMEMI_COMPLEXD *dest, const SHMEMI_COMPLEXD *source, size_t nreduce) {
+    return mori::capi::reduce<SHMEMI_COMPLEXD, mori::capi::OpSum>(team, dest, source, nreduce,
+    "shmem_complexd_sum_reduce"); }
+int shmem_complexd_prod_reduce(shmem_team_t team, SHMEMI_COMPLEXD *dest, const SHMEMI_COMPLEXD *source,
+    size_t nreduce) {
+    return mori::capi::reduce<SHMEMI_COMPLEXD, mori::capi::OpProd>(team, dest, source, nreduce,
+    "shmem_complexd_prod_reduce"); }
+void shmem_float_max_to_all(float *dest, const float *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    float *pWrk, long *pSync) {
+    mori::capi::reduce_active<float, mori::capi::OpMax>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_float_max_to_all"); }
+void shmem_float_min_to_all(float *dest, const float *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    float *pWrk, long *pSync) {
+    mori::capi::reduce_active<float, mori::capi::OpMin>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_float_min_to_all"); }
+void shmem_float_sum_to_all(float *dest, const float *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    float *pWrk, long *pSync) {
+    mori::capi::reduce_active<float, mori::capi::OpSum>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_float_sum_to_all"); }
+void shmem_float_prod_to_all(float *dest, const float *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    float *pWrk, long *pSync) {
+    mori::capi::reduce_active<float, mori::capi::OpProd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_float_prod_to_all"); }
+void shmem_double_max_to_all(double *dest, const double *source, int nreduce, int PE_start, int logPE_stride,
+    int PE_size, double *pWrk, long *pSync) {
+    mori::capi::reduce_active<double, mori::capi::OpMax>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_double_max_to_all"); }
+void shmem_double_min_to_all(double *dest, const double *source, int nreduce, int PE_start, int logPE_stride,
+    int PE_size, double *pWrk, long *pSync) {
+    mori::capi::reduce_active<double, mori::capi::OpMin>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_double_min_to_all"); }
+void shmem_double_sum_to_all(double *dest, const double *source, int nreduce, int PE_start, int logPE_stride,
+    int PE_size, double *pWrk, long *pSync) {
+    mori::capi::reduce_active<double, mori::capi::OpSum>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_double_sum_to_all"); }
+void shmem_double_prod_to_all(double *dest, const double *source, int nreduce, int PE_start, int logPE_stride,
+    int PE_size, double *pWrk, long *pSync) {
+    mori::capi::reduce_active<double, mori::capi::OpProd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_double_prod_to_all"); }
+void shmem_longdouble_max_to_all(long double *dest, const long double *source, int nreduce, int PE_start,
+    int logPE_stride, int PE_size, long double *pWrk, long *pSync) {
+    mori::capi::reduce_active<long double, mori::capi::OpMax>(dest, source, nreduce, PE_start, logPE_stride, PE_size,
+    pSync, "shmem_longdouble_max_to_all"); }
+void shmem_longdouble_min_to_all(long double *dest, const long double *source, int nreduce, int PE_start,
+    int logPE_stride, int PE_size, long double *pWrk, long *pSync) {
+    mori::capi::reduce_active<long double, mori::capi::OpMin>(dest, source, nreduce, PE_start, logPE_stride, PE_size,
+    pSync, "shmem_longdouble_min_to_all"); }
+void shmem_longdouble_sum_to_all(long double *dest, const long double *source, int nreduce, int PE_start,
+    int logPE_stride, int PE_size, long double *pWrk, long *pSync) {
+    mori::capi::reduce_active<long double, mori::capi::OpSum>(dest, source, nreduce, PE_start, logPE_stride, PE_size,
+    pSync, "shmem_longdouble_sum_to_all"); }
+void shmem_longdouble_prod_to_all(long double *dest, const long double *source, int nreduce, int PE_start,
+    int logPE_stride, int PE_size, long double *pWrk, long *pSync) {
+    mori::capi::reduce_active<long double, mori::capi::OpProd>(dest, source, nreduce, PE_start, logPE_stride, PE_size,
+    pSync, "shmem_longdouble_prod_to_all"); }
+void shmem_short_and_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    short *pWrk, long *pSync) {
+    mori::capi::reduce_active<short, mori::capi::OpAnd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_short_and_to_all"); }
+void shmem_short_or_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    short *pWrk, long *pSync) {
+    mori::capi::reduce_active<short, mori::capi::OpOr>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_short_or_to_all"); }
+void shmem_short_xor_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    short *pWrk, long *pSync) {
+    mori::capi::reduce_active<short, mori::capi::OpXor>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_short_xor_to_all"); }
+void shmem_short_max_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    short *pWrk, long *pSync) {
+    mori::capi::reduce_active<short, mori::capi::OpMax>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_short_max_to_all"); }
+void shmem_short_min_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    short *pWrk, long *pSync) {
+    mori::capi::reduce_active<short, mori::capi::OpMin>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_short_min_to_all"); }
+void shmem_short_sum_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    short *pWrk, long *pSync) {
+    mori::capi::reduce_active<short, mori::capi::OpSum>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_short_sum_to_all"); }
+void shmem_short_prod_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    short *pWrk, long *pSync) {
+    mori::capi::reduce_active<short, mori::capi::OpProd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_short_prod_to_all"); }
+void shmem_int_and_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    int *pWrk, long *pSync) {
+    mori::capi::reduce_active<int, mori::capi::OpAnd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_int_and_to_all"); }
+void shmem_int_or_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    int *pWrk, long *pSync) {
+    mori::capi::reduce_active<int, mori::capi::OpOr>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_int_or_to_all"); }
+void shmem_int_xor_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    int *pWrk, long *pSync) {
+    mori::capi::reduce_active<int, mori::capi::OpXor>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_int_xor_to_all"); }
+void shmem_int_max_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    int *pWrk, long *pSync) {
+    mori::capi::reduce_active<int, mori::capi::OpMax>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_int_max_to_all"); }
+void shmem_int_min_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    int *pWrk, long *pSync) {
+    mori::capi::reduce_active<int, mori::capi::OpMin>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_int_min_to_all"); }
+void shmem_int_sum_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    int *pWrk, long *pSync) {
+    mori::capi::reduce_active<int, mori::capi::OpSum>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_int_sum_to_all"); }
+void shmem_int_prod_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    int *pWrk, long *pSync) {
+    mori::capi::reduce_active<int, mori::capi::OpProd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_int_prod_to_all"); }
+void shmem_long_and_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    long *pWrk, long *pSync) {
+    mori::capi::reduce_active<long, mori::capi::OpAnd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_long_and_to_all"); }
+void shmem_long_or_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    long *pWrk, long *pSync) {
+    mori::capi::reduce_active<long, mori::capi::OpOr>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_long_or_to_all"); }
+void shmem_long_xor_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    long *pWrk, long *pSync) {
+    mori::capi::reduce_active<long, mori::capi::OpXor>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_long_xor_to_all"); }
+void shmem_long_max_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    long *pWrk, long *pSync) {
+    mori::capi::reduce_active<long, mori::capi::OpMax>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_long_max_to_all"); }
+void shmem_long_min_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    long *pWrk, long *pSync) {
+    mori::capi::reduce_active<long, mori::capi::OpMin>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_long_min_to_all"); }
+void shmem_long_sum_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    long *pWrk, long *pSync) {
+    mori::capi::reduce_active<long, mori::capi::OpSum>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_long_sum_to_all"); }
+void shmem_long_prod_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size,
+    long *pWrk, long *pSync) {
+    mori::capi::reduce_active<long, mori::capi::OpProd>(dest, source, nreduce, PE_start, logPE_stride, PE_size, pSync,
+    "shmem_long_prod_to_all"); }
+void shmem_longlong_and_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride,
+    int PE_size, long long *pWrk, long *pSync) {
+    mori::capi::reduce_active<long long, mori::capi::OpAnd>(dest, source, nreduce, PE_start, logPE_stride, PE_size,
+    pSync, "shmem_longlong_and_to_all"); }
+void shmem_longlong_or_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride,
+    int PE_size, long long *pWrk, long *pSync) {
+    mori::capi::reduce_active<long long, mori::capi::OpOr>(dest, source, nreduce, PE_start, logPE_stride, PE_size,
+    pSync, "shmem_longlong_or_to_all"); }
+void shmem_longlong_xor_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride,
+    int PE_size, long long *pWrk, long *pSync) {
+    mori::capi::reduce_active<long long, mori::capi::OpXor>(dest, source, nreduce, PE_start, logPE_stride, PE_size,
+    pSync, "shmem_longlong_xor_to_all"); }
+void shmem_longlong_max_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride,
+    int PE_size, long long *pWrk, long *pSync) {
+    mori::capi::reduce_active<long long, mori::capi::OpMax>(dest, source, nreduce, PE_start, logPE_stride, PE_size,
+    pSync, "shmem_longlong_max_to_all"); }
+void shmem_longlong_min_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride,
+    int PE_size, long long *pWrk, long *pSync) {
+    mori::capi::reduce_active<long long, mori::capi::OpMin>(dest, source, nreduce, PE_start, logPE_stride, PE_size,
+    pSync, "shmem_longlong_min_to_all"); }
+void shmem_longlong_sum_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride,
+    int PE_size, long long *pWrk, long *pSync) {
+    mori::capi::reduce_active<long long, mori::capi::OpSum>(dest, source, nreduce, PE_start, logPE_stride, PE_size,
+    pSync, "shmem_longlong_sum_to_all"); }
+void shmem_longlong_prod_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride,
+    int PE_size, long long *pWrk, long *pSync) {
+    mori::capi::reduce_active<long long, mori::capi::OpProd>(dest, source, nreduce, PE_start, logPE_stride, PE_size,
+    pSync, "shmem_longlong_prod_to_all"); }
+void shmem_complexf_sum_to_all(SHMEMI_COMPLEXF *dest, const SHMEMI_COMPLEXF *source, int nreduce, int PE_start,
+    int logPE_stride, int PE_size, SHMEMI_COMPLEXF *pWrk, long *pSync) {
+    mori::capi::reduce_active<SHMEMI_COMPLEXF, mori::capi::OpSum>(dest, source, nreduce, PE_start, logPE_stride,
+    PE_size, pSync, "shmem_complexf_sum_to_all"); }
+void shmem_complexf_prod_to_all(SHMEMI_COMPLEXF *dest, const SHMEMI_COMPLEXF *source, int nreduce, int PE_start,
+    int logPE_stride, int PE_size, SHMEMI_COMPLEXF *pWrk, long *pSync) {
+    mori::capi::reduce_active<SHMEMI_COMPLEXF, mori::capi::OpProd>(dest, source, nreduce, PE_start, logPE_stride,
+    PE_size, pSync, "shmem_complexf_prod_to_all"); }
+void shmem_complexd_sum_to_all(SHMEMI_COMPLEXD *dest, const SHMEMI_COMPLEXD *source, int nreduce, int PE_start,
+    int logPE_stride, int PE_size, SHMEMI_COMPLEXD *pWrk, long *pSync) {
+    mori::capi::reduce_active<SHMEMI_COMPLEXD, mori::capi::OpSum>(dest, source, nreduce, PE_start, logPE_stride,
+    PE_size, pSync, "shmem_complexd_sum_to_all"); }
+void shmem_complexd_prod_to_all(SHMEMI_COMPLEXD *dest, const SHMEMI_COMPLEXD *source, int nreduce, int PE_start,
+    int logPE_stride, int PE_size, SHMEMI_COMPLEXD *pWrk, long *pSync) {
+    mori::capi::reduce_active<SHMEMI_COMPLEXD, mori::capi::OpProd>(dest, source, nreduce, PE_start, logPE_stride,
+    PE_size, pSync, "shmem_complexd_prod_to_all"); }
 
 }  // extern "C"

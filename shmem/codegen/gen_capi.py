@@ -194,7 +194,7 @@ def gen_rma(o: Out) -> None:
 
 
 def amo_call(t: T, op: str, ca: str, fname: str, target: str = "dest") -> str:
-    _, fetches, operands = AMO_ENUM[op], *AMO_OPS[op][1:]
+    operands = AMO_OPS[op][2]
     operand = {"fetch_inc": "mori::capi::bits<%s>(1)" % t.c, "inc": "mori::capi::bits<%s>(1)" % t.c}.get(
         op, f"mori::capi::bits<{t.c}>(value)" if "value" in operands else "0")
     cond = f"mori::capi::bits<{t.c}>(cond)" if "cond" in operands else "0"
@@ -650,6 +650,56 @@ def render_profiling(typed_decls: list[str]) -> dict[Path, str]:
             ROOT / "include/pshmem.h": pshmem_h}
 
 
+WIDTH = 120  # the tree's line width (.clang-format's ColumnLimit, ruff's line-length)
+
+
+def _breaks(line: str) -> list[int]:
+    """Where `line` may be broken: after ", " and after ") { ", never inside a string literal."""
+    out, quoted, i = [], False, 0
+    while i < len(line):
+        c = line[i]
+        if c == "\\" and quoted:
+            i += 2
+            continue
+        if c == '"':
+            quoted = not quoted
+        elif not quoted and (line.startswith(", ", i) or line.startswith(") { ", i)):
+            out.append(i + (2 if c == "," else 4))
+        i += 1
+    return out
+
+
+def wrap_line(line: str, width: int = WIDTH) -> list[str]:
+    """Breaks a long generated line greedily at `_breaks`; continuation lines are indented 4
+    more than the first, and a macro's lines end in a backslash so it stays one definition."""
+    if len(line) <= width:
+        return [line]
+    macro = line.lstrip().startswith("#define") or line.rstrip().endswith("\\")
+    tail = " \\" if macro else ""
+    if line.rstrip().endswith("\\"):
+        line = line.rstrip()[:-1].rstrip()
+    indent = " " * (len(line) - len(line.lstrip()) + 4)
+    pieces, start = [], 0
+    for b in _breaks(line) + [len(line)]:
+        pieces.append(line[start:b])
+        start = b
+    lines, cur = [], pieces[0]
+    for piece in pieces[1:]:
+        body = cur.endswith(") { ")  # a function's body starts a line of its own
+        if (body or len(cur) + len(piece.rstrip()) + len(tail) > width) and cur.strip():
+            lines.append(cur.rstrip() + tail)
+            cur = indent + piece
+        else:
+            cur += piece
+    lines.append(cur.rstrip() + (tail if line != line.rstrip("\\") else ""))
+    return lines
+
+
+def wrap(text: str) -> str:
+    """Every line of `text` at most WIDTH columns (a break point permitting)."""
+    return "\n".join(part for line in text.split("\n") for part in wrap_line(line))
+
+
 def render() -> dict[Path, str]:
     o = Out()
     gen_rma(o)
@@ -678,6 +728,8 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     stale = []
     for path, text in render().items():
+        if path.suffix != ".ld":
+            text = wrap(text)
         if path.exists() and path.read_text() == text:
             continue
         stale.append(path)

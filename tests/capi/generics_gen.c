@@ -1152,7 +1152,8 @@ static void t_shmem_iput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(124, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_iput(SHMEM_CTX_DEFAULT, d, s, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == s[1] && d[3] == (T)103, "%s", "shmem_iput(ctx, unsigned long long *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == s[1] && d[3] == (T)103, "%s",
+        "shmem_iput(ctx, unsigned long long *)");
   }
   { /* shmem_iput on int8_t */
     typedef int8_t T;
@@ -1323,7 +1324,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(145, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(float *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(float *)");
   }
   { /* shmem_ibput on float with a context */
     typedef float T;
@@ -1331,7 +1333,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(146, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, float *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, float *)");
   }
   { /* shmem_ibput on double */
     typedef double T;
@@ -1339,7 +1342,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(147, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(double *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(double *)");
   }
   { /* shmem_ibput on double with a context */
     typedef double T;
@@ -1347,7 +1351,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(148, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, double *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, double *)");
   }
   { /* shmem_ibput on long double */
     typedef long double T;
@@ -1355,7 +1360,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(149, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(long double *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(long double *)");
   }
   { /* shmem_ibput on long double with a context */
     typedef long double T;
@@ -1363,7 +1369,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(150, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, long double *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, long double *)");
   }
   { /* shmem_ibput on char */
     typedef char T;
@@ -1371,7 +1378,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(151, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(char *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(char *)");
   }
   { /* shmem_ibput on char with a context */
     typedef char T;
@@ -1379,7 +1387,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(152, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, char *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, char *)");
   }
   { /* shmem_ibput on signed char */
     typedef signed char T;
@@ -1387,7 +1396,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(153, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(signed char *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(signed char *)");
   }
   { /* shmem_ibput on signed char with a context */
     typedef signed char T;
@@ -1395,7 +1405,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(154, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, signed char *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, signed char *)");
   }
   { /* shmem_ibput on short */
     typedef short T;
@@ -1403,7 +1414,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(155, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(short *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(short *)");
   }
   { /* shmem_ibput on short with a context */
     typedef short T;
@@ -1411,7 +1423,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(156, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, short *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, short *)");
   }
   { /* shmem_ibput on int */
     typedef int T;
@@ -1419,7 +1432,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(157, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(int *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(int *)");
   }
   { /* shmem_ibput on int with a context */
     typedef int T;
@@ -1427,7 +1441,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(158, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, int *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, int *)");
   }
   { /* shmem_ibput on long */
     typedef long T;
@@ -1435,7 +1450,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(159, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(long *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(long *)");
   }
   { /* shmem_ibput on long with a context */
     typedef long T;
@@ -1443,7 +1459,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(160, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, long *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, long *)");
   }
   { /* shmem_ibput on long long */
     typedef long long T;
@@ -1451,7 +1468,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(161, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(long long *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(long long *)");
   }
   { /* shmem_ibput on long long with a context */
     typedef long long T;
@@ -1459,7 +1477,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(162, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, long long *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, long long *)");
   }
   { /* shmem_ibput on unsigned char */
     typedef unsigned char T;
@@ -1467,7 +1486,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(163, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(unsigned char *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(unsigned char *)");
   }
   { /* shmem_ibput on unsigned char with a context */
     typedef unsigned char T;
@@ -1475,7 +1495,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(164, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, unsigned char *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, unsigned char *)");
   }
   { /* shmem_ibput on unsigned short */
     typedef unsigned short T;
@@ -1483,7 +1504,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(165, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(unsigned short *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(unsigned short *)");
   }
   { /* shmem_ibput on unsigned short with a context */
     typedef unsigned short T;
@@ -1491,7 +1513,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(166, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, unsigned short *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, unsigned short *)");
   }
   { /* shmem_ibput on unsigned int */
     typedef unsigned int T;
@@ -1499,7 +1522,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(167, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(unsigned int *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(unsigned int *)");
   }
   { /* shmem_ibput on unsigned int with a context */
     typedef unsigned int T;
@@ -1507,7 +1531,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(168, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, unsigned int *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, unsigned int *)");
   }
   { /* shmem_ibput on unsigned long */
     typedef unsigned long T;
@@ -1515,7 +1540,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(169, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(unsigned long *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(unsigned long *)");
   }
   { /* shmem_ibput on unsigned long with a context */
     typedef unsigned long T;
@@ -1523,7 +1549,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(170, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, unsigned long *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, unsigned long *)");
   }
   { /* shmem_ibput on unsigned long long */
     typedef unsigned long long T;
@@ -1531,7 +1558,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(171, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(unsigned long long *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(unsigned long long *)");
   }
   { /* shmem_ibput on unsigned long long with a context */
     typedef unsigned long long T;
@@ -1539,7 +1567,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(172, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, unsigned long long *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, unsigned long long *)");
   }
   { /* shmem_ibput on int8_t */
     typedef int8_t T;
@@ -1547,7 +1576,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(173, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(int8_t *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(int8_t *)");
   }
   { /* shmem_ibput on int8_t with a context */
     typedef int8_t T;
@@ -1555,7 +1585,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(174, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, int8_t *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, int8_t *)");
   }
   { /* shmem_ibput on int16_t */
     typedef int16_t T;
@@ -1563,7 +1594,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(175, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(int16_t *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(int16_t *)");
   }
   { /* shmem_ibput on int16_t with a context */
     typedef int16_t T;
@@ -1571,7 +1603,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(176, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, int16_t *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, int16_t *)");
   }
   { /* shmem_ibput on int32_t */
     typedef int32_t T;
@@ -1579,7 +1612,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(177, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(int32_t *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(int32_t *)");
   }
   { /* shmem_ibput on int32_t with a context */
     typedef int32_t T;
@@ -1587,7 +1621,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(178, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, int32_t *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, int32_t *)");
   }
   { /* shmem_ibput on int64_t */
     typedef int64_t T;
@@ -1595,7 +1630,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(179, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(int64_t *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(int64_t *)");
   }
   { /* shmem_ibput on int64_t with a context */
     typedef int64_t T;
@@ -1603,7 +1639,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(180, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, int64_t *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, int64_t *)");
   }
   { /* shmem_ibput on uint8_t */
     typedef uint8_t T;
@@ -1611,7 +1648,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(181, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(uint8_t *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(uint8_t *)");
   }
   { /* shmem_ibput on uint8_t with a context */
     typedef uint8_t T;
@@ -1619,7 +1657,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(182, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, uint8_t *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, uint8_t *)");
   }
   { /* shmem_ibput on uint16_t */
     typedef uint16_t T;
@@ -1627,7 +1666,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(183, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(uint16_t *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(uint16_t *)");
   }
   { /* shmem_ibput on uint16_t with a context */
     typedef uint16_t T;
@@ -1635,7 +1675,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(184, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, uint16_t *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, uint16_t *)");
   }
   { /* shmem_ibput on uint32_t */
     typedef uint32_t T;
@@ -1643,7 +1684,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(185, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(uint32_t *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(uint32_t *)");
   }
   { /* shmem_ibput on uint32_t with a context */
     typedef uint32_t T;
@@ -1651,7 +1693,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(186, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, uint32_t *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, uint32_t *)");
   }
   { /* shmem_ibput on uint64_t */
     typedef uint64_t T;
@@ -1659,7 +1702,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(187, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(uint64_t *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(uint64_t *)");
   }
   { /* shmem_ibput on uint64_t with a context */
     typedef uint64_t T;
@@ -1667,7 +1711,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(188, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, uint64_t *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, uint64_t *)");
   }
   { /* shmem_ibput on size_t */
     typedef size_t T;
@@ -1675,7 +1720,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(189, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(size_t *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(size_t *)");
   }
   { /* shmem_ibput on size_t with a context */
     typedef size_t T;
@@ -1683,7 +1729,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(190, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, size_t *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, size_t *)");
   }
   { /* shmem_ibput on ptrdiff_t */
     typedef ptrdiff_t T;
@@ -1691,7 +1738,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(191, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ptrdiff_t *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ptrdiff_t *)");
   }
   { /* shmem_ibput on ptrdiff_t with a context */
     typedef ptrdiff_t T;
@@ -1699,7 +1747,8 @@ static void t_shmem_ibput(void) {
     T s[4], r; (void)r; for (int i = 0; i < 4; ++i) s[i] = (T)(16 * i + rnd(192, me, i) % 16); (void)s;
     for (int i = 0; i < 5; ++i) d[i] = (T)(100 + i);
     shmem_ibput(SHMEM_CTX_DEFAULT, d, s, 3, 2, 1, 2, me);
-    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s", "shmem_ibput(ctx, ptrdiff_t *)");
+    CHECK(d[0] == s[0] && d[1] == (T)101 && d[2] == (T)102 && d[3] == s[2] && d[4] == (T)104, "%s",
+        "shmem_ibput(ctx, ptrdiff_t *)");
   }
 }
 
@@ -2954,7 +3003,8 @@ static void t_shmem_put_signal_nbi(void) {
     uint64_t *sig = (uint64_t *)(sym + 6144); *sig = 0;
     shmem_put_signal_nbi(SHMEM_CTX_DEFAULT, d, s, 4, sig, 316, SHMEM_SIGNAL_SET, me);
     shmem_quiet();
-    for (int i = 0; i < 4; ++i) CHECK(d[i] == s[i], "%s element %d", "shmem_put_signal_nbi(ctx, unsigned long long *)", i);
+    for (int i = 0; i < 4; ++i) CHECK(d[i] == s[i], "%s element %d", "shmem_put_signal_nbi(ctx, unsigned long long *)",
+        i);
     CHECK(d[4] == (T)104, "%s wrote past the end", "shmem_put_signal_nbi(ctx, unsigned long long *)");
     CHECK(shmem_signal_fetch(sig) == 316, "%s signal", "shmem_put_signal_nbi(ctx, unsigned long long *)");
   }
@@ -4666,7 +4716,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, float *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, float *)");
   }
   { /* shmem_ibget on double */
     typedef double T;
@@ -4675,7 +4726,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(double *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(double *)");
   }
   { /* shmem_ibget on double with a context */
     typedef double T;
@@ -4684,7 +4736,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, double *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, double *)");
   }
   { /* shmem_ibget on long double */
     typedef long double T;
@@ -4693,7 +4746,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(long double *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(long double *)");
   }
   { /* shmem_ibget on long double with a context */
     typedef long double T;
@@ -4702,7 +4756,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, long double *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, long double *)");
   }
   { /* shmem_ibget on char */
     typedef char T;
@@ -4720,7 +4775,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, char *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, char *)");
   }
   { /* shmem_ibget on signed char */
     typedef signed char T;
@@ -4729,7 +4785,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(signed char *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(signed char *)");
   }
   { /* shmem_ibget on signed char with a context */
     typedef signed char T;
@@ -4738,7 +4795,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, signed char *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, signed char *)");
   }
   { /* shmem_ibget on short */
     typedef short T;
@@ -4756,7 +4814,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, short *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, short *)");
   }
   { /* shmem_ibget on int */
     typedef int T;
@@ -4774,7 +4833,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, int *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, int *)");
   }
   { /* shmem_ibget on long */
     typedef long T;
@@ -4792,7 +4852,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, long *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, long *)");
   }
   { /* shmem_ibget on long long */
     typedef long long T;
@@ -4801,7 +4862,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(long long *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(long long *)");
   }
   { /* shmem_ibget on long long with a context */
     typedef long long T;
@@ -4810,7 +4872,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, long long *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, long long *)");
   }
   { /* shmem_ibget on unsigned char */
     typedef unsigned char T;
@@ -4819,7 +4882,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(unsigned char *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(unsigned char *)");
   }
   { /* shmem_ibget on unsigned char with a context */
     typedef unsigned char T;
@@ -4828,7 +4892,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, unsigned char *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, unsigned char *)");
   }
   { /* shmem_ibget on unsigned short */
     typedef unsigned short T;
@@ -4837,7 +4902,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(unsigned short *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(unsigned short *)");
   }
   { /* shmem_ibget on unsigned short with a context */
     typedef unsigned short T;
@@ -4846,7 +4912,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, unsigned short *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, unsigned short *)");
   }
   { /* shmem_ibget on unsigned int */
     typedef unsigned int T;
@@ -4855,7 +4922,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(unsigned int *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(unsigned int *)");
   }
   { /* shmem_ibget on unsigned int with a context */
     typedef unsigned int T;
@@ -4864,7 +4932,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, unsigned int *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, unsigned int *)");
   }
   { /* shmem_ibget on unsigned long */
     typedef unsigned long T;
@@ -4873,7 +4942,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(unsigned long *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(unsigned long *)");
   }
   { /* shmem_ibget on unsigned long with a context */
     typedef unsigned long T;
@@ -4882,7 +4952,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, unsigned long *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, unsigned long *)");
   }
   { /* shmem_ibget on unsigned long long */
     typedef unsigned long long T;
@@ -4891,7 +4962,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(unsigned long long *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(unsigned long long *)");
   }
   { /* shmem_ibget on unsigned long long with a context */
     typedef unsigned long long T;
@@ -4900,7 +4972,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, unsigned long long *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, unsigned long long *)");
   }
   { /* shmem_ibget on int8_t */
     typedef int8_t T;
@@ -4909,7 +4982,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(int8_t *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(int8_t *)");
   }
   { /* shmem_ibget on int8_t with a context */
     typedef int8_t T;
@@ -4918,7 +4992,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, int8_t *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, int8_t *)");
   }
   { /* shmem_ibget on int16_t */
     typedef int16_t T;
@@ -4927,7 +5002,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(int16_t *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(int16_t *)");
   }
   { /* shmem_ibget on int16_t with a context */
     typedef int16_t T;
@@ -4936,7 +5012,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, int16_t *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, int16_t *)");
   }
   { /* shmem_ibget on int32_t */
     typedef int32_t T;
@@ -4945,7 +5022,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(int32_t *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(int32_t *)");
   }
   { /* shmem_ibget on int32_t with a context */
     typedef int32_t T;
@@ -4954,7 +5032,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, int32_t *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, int32_t *)");
   }
   { /* shmem_ibget on int64_t */
     typedef int64_t T;
@@ -4963,7 +5042,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(int64_t *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(int64_t *)");
   }
   { /* shmem_ibget on int64_t with a context */
     typedef int64_t T;
@@ -4972,7 +5052,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, int64_t *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, int64_t *)");
   }
   { /* shmem_ibget on uint8_t */
     typedef uint8_t T;
@@ -4981,7 +5062,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(uint8_t *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(uint8_t *)");
   }
   { /* shmem_ibget on uint8_t with a context */
     typedef uint8_t T;
@@ -4990,7 +5072,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, uint8_t *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, uint8_t *)");
   }
   { /* shmem_ibget on uint16_t */
     typedef uint16_t T;
@@ -4999,7 +5082,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(uint16_t *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(uint16_t *)");
   }
   { /* shmem_ibget on uint16_t with a context */
     typedef uint16_t T;
@@ -5008,7 +5092,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, uint16_t *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, uint16_t *)");
   }
   { /* shmem_ibget on uint32_t */
     typedef uint32_t T;
@@ -5017,7 +5102,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(uint32_t *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(uint32_t *)");
   }
   { /* shmem_ibget on uint32_t with a context */
     typedef uint32_t T;
@@ -5026,7 +5112,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, uint32_t *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, uint32_t *)");
   }
   { /* shmem_ibget on uint64_t */
     typedef uint64_t T;
@@ -5035,7 +5122,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(uint64_t *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(uint64_t *)");
   }
   { /* shmem_ibget on uint64_t with a context */
     typedef uint64_t T;
@@ -5044,7 +5132,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, uint64_t *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, uint64_t *)");
   }
   { /* shmem_ibget on size_t */
     typedef size_t T;
@@ -5053,7 +5142,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(size_t *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(size_t *)");
   }
   { /* shmem_ibget on size_t with a context */
     typedef size_t T;
@@ -5062,7 +5152,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, size_t *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, size_t *)");
   }
   { /* shmem_ibget on ptrdiff_t */
     typedef ptrdiff_t T;
@@ -5071,7 +5162,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ptrdiff_t *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ptrdiff_t *)");
   }
   { /* shmem_ibget on ptrdiff_t with a context */
     typedef ptrdiff_t T;
@@ -5080,7 +5172,8 @@ static void t_shmem_ibget(void) {
     for (int i = 0; i < 4; ++i) src[i] = s[i];
     T l[5]; for (int i = 0; i < 5; ++i) l[i] = (T)(100 + i); (void)l;
     shmem_ibget(SHMEM_CTX_DEFAULT, l, src, 3, 2, 2, 2, me);
-    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s", "shmem_ibget(ctx, ptrdiff_t *)");
+    CHECK(l[0] == s[0] && l[1] == s[1] && l[2] == (T)102 && l[3] == s[2] && l[4] == s[3], "%s",
+        "shmem_ibget(ctx, ptrdiff_t *)");
   }
 }
 
@@ -10524,7 +10617,8 @@ static void t_shmem_test(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s", "shmem_test(short *)");
+    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s",
+        "shmem_test(short *)");
   }
   { /* shmem_test on int */
     typedef int T;
@@ -10533,7 +10627,8 @@ static void t_shmem_test(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s", "shmem_test(int *)");
+    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s",
+        "shmem_test(int *)");
   }
   { /* shmem_test on long */
     typedef long T;
@@ -10542,7 +10637,8 @@ static void t_shmem_test(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s", "shmem_test(long *)");
+    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s",
+        "shmem_test(long *)");
   }
   { /* shmem_test on long long */
     typedef long long T;
@@ -10551,7 +10647,8 @@ static void t_shmem_test(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s", "shmem_test(long long *)");
+    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s",
+        "shmem_test(long long *)");
   }
   { /* shmem_test on unsigned short */
     typedef unsigned short T;
@@ -10560,7 +10657,8 @@ static void t_shmem_test(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s", "shmem_test(unsigned short *)");
+    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s",
+        "shmem_test(unsigned short *)");
   }
   { /* shmem_test on unsigned int */
     typedef unsigned int T;
@@ -10569,7 +10667,8 @@ static void t_shmem_test(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s", "shmem_test(unsigned int *)");
+    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s",
+        "shmem_test(unsigned int *)");
   }
   { /* shmem_test on unsigned long */
     typedef unsigned long T;
@@ -10578,7 +10677,8 @@ static void t_shmem_test(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s", "shmem_test(unsigned long *)");
+    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s",
+        "shmem_test(unsigned long *)");
   }
   { /* shmem_test on unsigned long long */
     typedef unsigned long long T;
@@ -10587,7 +10687,8 @@ static void t_shmem_test(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s", "shmem_test(unsigned long long *)");
+    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s",
+        "shmem_test(unsigned long long *)");
   }
   { /* shmem_test on int32_t */
     typedef int32_t T;
@@ -10596,7 +10697,8 @@ static void t_shmem_test(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s", "shmem_test(int32_t *)");
+    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s",
+        "shmem_test(int32_t *)");
   }
   { /* shmem_test on int64_t */
     typedef int64_t T;
@@ -10605,7 +10707,8 @@ static void t_shmem_test(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s", "shmem_test(int64_t *)");
+    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s",
+        "shmem_test(int64_t *)");
   }
   { /* shmem_test on uint32_t */
     typedef uint32_t T;
@@ -10614,7 +10717,8 @@ static void t_shmem_test(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s", "shmem_test(uint32_t *)");
+    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s",
+        "shmem_test(uint32_t *)");
   }
   { /* shmem_test on uint64_t */
     typedef uint64_t T;
@@ -10623,7 +10727,8 @@ static void t_shmem_test(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s", "shmem_test(uint64_t *)");
+    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s",
+        "shmem_test(uint64_t *)");
   }
   { /* shmem_test on size_t */
     typedef size_t T;
@@ -10632,7 +10737,8 @@ static void t_shmem_test(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s", "shmem_test(size_t *)");
+    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s",
+        "shmem_test(size_t *)");
   }
   { /* shmem_test on ptrdiff_t */
     typedef ptrdiff_t T;
@@ -10641,7 +10747,8 @@ static void t_shmem_test(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s", "shmem_test(ptrdiff_t *)");
+    CHECK(shmem_test(&d[1], SHMEM_CMP_EQ, d[1]) == 1 && shmem_test(&d[1], SHMEM_CMP_NE, d[1]) == 0, "%s",
+        "shmem_test(ptrdiff_t *)");
   }
 }
 
@@ -11040,7 +11147,8 @@ static void t_shmem_wait_until_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s", "shmem_wait_until_any_vector(short *)");
+    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s",
+        "shmem_wait_until_any_vector(short *)");
   }
   { /* shmem_wait_until_any_vector on int */
     typedef int T;
@@ -11067,7 +11175,8 @@ static void t_shmem_wait_until_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s", "shmem_wait_until_any_vector(long long *)");
+    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s",
+        "shmem_wait_until_any_vector(long long *)");
   }
   { /* shmem_wait_until_any_vector on unsigned short */
     typedef unsigned short T;
@@ -11076,7 +11185,8 @@ static void t_shmem_wait_until_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s", "shmem_wait_until_any_vector(unsigned short *)");
+    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s",
+        "shmem_wait_until_any_vector(unsigned short *)");
   }
   { /* shmem_wait_until_any_vector on unsigned int */
     typedef unsigned int T;
@@ -11085,7 +11195,8 @@ static void t_shmem_wait_until_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s", "shmem_wait_until_any_vector(unsigned int *)");
+    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s",
+        "shmem_wait_until_any_vector(unsigned int *)");
   }
   { /* shmem_wait_until_any_vector on unsigned long */
     typedef unsigned long T;
@@ -11094,7 +11205,8 @@ static void t_shmem_wait_until_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s", "shmem_wait_until_any_vector(unsigned long *)");
+    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s",
+        "shmem_wait_until_any_vector(unsigned long *)");
   }
   { /* shmem_wait_until_any_vector on unsigned long long */
     typedef unsigned long long T;
@@ -11103,7 +11215,8 @@ static void t_shmem_wait_until_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s", "shmem_wait_until_any_vector(unsigned long long *)");
+    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s",
+        "shmem_wait_until_any_vector(unsigned long long *)");
   }
   { /* shmem_wait_until_any_vector on int32_t */
     typedef int32_t T;
@@ -11112,7 +11225,8 @@ static void t_shmem_wait_until_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s", "shmem_wait_until_any_vector(int32_t *)");
+    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s",
+        "shmem_wait_until_any_vector(int32_t *)");
   }
   { /* shmem_wait_until_any_vector on int64_t */
     typedef int64_t T;
@@ -11121,7 +11235,8 @@ static void t_shmem_wait_until_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s", "shmem_wait_until_any_vector(int64_t *)");
+    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s",
+        "shmem_wait_until_any_vector(int64_t *)");
   }
   { /* shmem_wait_until_any_vector on uint32_t */
     typedef uint32_t T;
@@ -11130,7 +11245,8 @@ static void t_shmem_wait_until_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s", "shmem_wait_until_any_vector(uint32_t *)");
+    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s",
+        "shmem_wait_until_any_vector(uint32_t *)");
   }
   { /* shmem_wait_until_any_vector on uint64_t */
     typedef uint64_t T;
@@ -11139,7 +11255,8 @@ static void t_shmem_wait_until_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s", "shmem_wait_until_any_vector(uint64_t *)");
+    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s",
+        "shmem_wait_until_any_vector(uint64_t *)");
   }
   { /* shmem_wait_until_any_vector on size_t */
     typedef size_t T;
@@ -11148,7 +11265,8 @@ static void t_shmem_wait_until_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s", "shmem_wait_until_any_vector(size_t *)");
+    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s",
+        "shmem_wait_until_any_vector(size_t *)");
   }
   { /* shmem_wait_until_any_vector on ptrdiff_t */
     typedef ptrdiff_t T;
@@ -11157,7 +11275,8 @@ static void t_shmem_wait_until_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s", "shmem_wait_until_any_vector(ptrdiff_t *)");
+    CHECK(shmem_wait_until_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4, "%s",
+        "shmem_wait_until_any_vector(ptrdiff_t *)");
   }
 }
 
@@ -11169,7 +11288,8 @@ static void t_shmem_wait_until_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some(short *)");
+    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some(short *)");
   }
   { /* shmem_wait_until_some on int */
     typedef int T;
@@ -11178,7 +11298,8 @@ static void t_shmem_wait_until_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some(int *)");
+    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some(int *)");
   }
   { /* shmem_wait_until_some on long */
     typedef long T;
@@ -11187,7 +11308,8 @@ static void t_shmem_wait_until_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some(long *)");
+    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some(long *)");
   }
   { /* shmem_wait_until_some on long long */
     typedef long long T;
@@ -11196,7 +11318,8 @@ static void t_shmem_wait_until_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some(long long *)");
+    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some(long long *)");
   }
   { /* shmem_wait_until_some on unsigned short */
     typedef unsigned short T;
@@ -11205,7 +11328,8 @@ static void t_shmem_wait_until_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some(unsigned short *)");
+    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some(unsigned short *)");
   }
   { /* shmem_wait_until_some on unsigned int */
     typedef unsigned int T;
@@ -11214,7 +11338,8 @@ static void t_shmem_wait_until_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some(unsigned int *)");
+    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some(unsigned int *)");
   }
   { /* shmem_wait_until_some on unsigned long */
     typedef unsigned long T;
@@ -11223,7 +11348,8 @@ static void t_shmem_wait_until_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some(unsigned long *)");
+    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some(unsigned long *)");
   }
   { /* shmem_wait_until_some on unsigned long long */
     typedef unsigned long long T;
@@ -11232,7 +11358,8 @@ static void t_shmem_wait_until_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some(unsigned long long *)");
+    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some(unsigned long long *)");
   }
   { /* shmem_wait_until_some on int32_t */
     typedef int32_t T;
@@ -11241,7 +11368,8 @@ static void t_shmem_wait_until_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some(int32_t *)");
+    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some(int32_t *)");
   }
   { /* shmem_wait_until_some on int64_t */
     typedef int64_t T;
@@ -11250,7 +11378,8 @@ static void t_shmem_wait_until_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some(int64_t *)");
+    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some(int64_t *)");
   }
   { /* shmem_wait_until_some on uint32_t */
     typedef uint32_t T;
@@ -11259,7 +11388,8 @@ static void t_shmem_wait_until_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some(uint32_t *)");
+    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some(uint32_t *)");
   }
   { /* shmem_wait_until_some on uint64_t */
     typedef uint64_t T;
@@ -11268,7 +11398,8 @@ static void t_shmem_wait_until_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some(uint64_t *)");
+    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some(uint64_t *)");
   }
   { /* shmem_wait_until_some on size_t */
     typedef size_t T;
@@ -11277,7 +11408,8 @@ static void t_shmem_wait_until_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some(size_t *)");
+    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some(size_t *)");
   }
   { /* shmem_wait_until_some on ptrdiff_t */
     typedef ptrdiff_t T;
@@ -11286,7 +11418,8 @@ static void t_shmem_wait_until_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some(ptrdiff_t *)");
+    CHECK(shmem_wait_until_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some(ptrdiff_t *)");
   }
 }
 
@@ -11298,7 +11431,8 @@ static void t_shmem_wait_until_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some_vector(short *)");
+    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some_vector(short *)");
   }
   { /* shmem_wait_until_some_vector on int */
     typedef int T;
@@ -11307,7 +11441,8 @@ static void t_shmem_wait_until_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some_vector(int *)");
+    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some_vector(int *)");
   }
   { /* shmem_wait_until_some_vector on long */
     typedef long T;
@@ -11316,7 +11451,8 @@ static void t_shmem_wait_until_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some_vector(long *)");
+    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some_vector(long *)");
   }
   { /* shmem_wait_until_some_vector on long long */
     typedef long long T;
@@ -11325,7 +11461,8 @@ static void t_shmem_wait_until_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some_vector(long long *)");
+    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some_vector(long long *)");
   }
   { /* shmem_wait_until_some_vector on unsigned short */
     typedef unsigned short T;
@@ -11334,7 +11471,8 @@ static void t_shmem_wait_until_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some_vector(unsigned short *)");
+    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some_vector(unsigned short *)");
   }
   { /* shmem_wait_until_some_vector on unsigned int */
     typedef unsigned int T;
@@ -11343,7 +11481,8 @@ static void t_shmem_wait_until_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some_vector(unsigned int *)");
+    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some_vector(unsigned int *)");
   }
   { /* shmem_wait_until_some_vector on unsigned long */
     typedef unsigned long T;
@@ -11352,7 +11491,8 @@ static void t_shmem_wait_until_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some_vector(unsigned long *)");
+    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some_vector(unsigned long *)");
   }
   { /* shmem_wait_until_some_vector on unsigned long long */
     typedef unsigned long long T;
@@ -11361,7 +11501,8 @@ static void t_shmem_wait_until_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some_vector(unsigned long long *)");
+    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some_vector(unsigned long long *)");
   }
   { /* shmem_wait_until_some_vector on int32_t */
     typedef int32_t T;
@@ -11370,7 +11511,8 @@ static void t_shmem_wait_until_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some_vector(int32_t *)");
+    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some_vector(int32_t *)");
   }
   { /* shmem_wait_until_some_vector on int64_t */
     typedef int64_t T;
@@ -11379,7 +11521,8 @@ static void t_shmem_wait_until_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some_vector(int64_t *)");
+    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some_vector(int64_t *)");
   }
   { /* shmem_wait_until_some_vector on uint32_t */
     typedef uint32_t T;
@@ -11388,7 +11531,8 @@ static void t_shmem_wait_until_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some_vector(uint32_t *)");
+    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some_vector(uint32_t *)");
   }
   { /* shmem_wait_until_some_vector on uint64_t */
     typedef uint64_t T;
@@ -11397,7 +11541,8 @@ static void t_shmem_wait_until_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some_vector(uint64_t *)");
+    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some_vector(uint64_t *)");
   }
   { /* shmem_wait_until_some_vector on size_t */
     typedef size_t T;
@@ -11406,7 +11551,8 @@ static void t_shmem_wait_until_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some_vector(size_t *)");
+    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some_vector(size_t *)");
   }
   { /* shmem_wait_until_some_vector on ptrdiff_t */
     typedef ptrdiff_t T;
@@ -11415,7 +11561,8 @@ static void t_shmem_wait_until_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s", "shmem_wait_until_some_vector(ptrdiff_t *)");
+    CHECK(shmem_wait_until_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && idx[3] == 3, "%s",
+        "shmem_wait_until_some_vector(ptrdiff_t *)");
   }
 }
 
@@ -11427,7 +11574,8 @@ static void t_shmem_test_all(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_all(short *)");
+    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0,
+        "%s", "shmem_test_all(short *)");
   }
   { /* shmem_test_all on int */
     typedef int T;
@@ -11436,7 +11584,8 @@ static void t_shmem_test_all(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_all(int *)");
+    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0,
+        "%s", "shmem_test_all(int *)");
   }
   { /* shmem_test_all on long */
     typedef long T;
@@ -11445,7 +11594,8 @@ static void t_shmem_test_all(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_all(long *)");
+    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0,
+        "%s", "shmem_test_all(long *)");
   }
   { /* shmem_test_all on long long */
     typedef long long T;
@@ -11454,7 +11604,8 @@ static void t_shmem_test_all(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_all(long long *)");
+    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0,
+        "%s", "shmem_test_all(long long *)");
   }
   { /* shmem_test_all on unsigned short */
     typedef unsigned short T;
@@ -11463,7 +11614,8 @@ static void t_shmem_test_all(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_all(unsigned short *)");
+    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0,
+        "%s", "shmem_test_all(unsigned short *)");
   }
   { /* shmem_test_all on unsigned int */
     typedef unsigned int T;
@@ -11472,7 +11624,8 @@ static void t_shmem_test_all(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_all(unsigned int *)");
+    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0,
+        "%s", "shmem_test_all(unsigned int *)");
   }
   { /* shmem_test_all on unsigned long */
     typedef unsigned long T;
@@ -11481,7 +11634,8 @@ static void t_shmem_test_all(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_all(unsigned long *)");
+    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0,
+        "%s", "shmem_test_all(unsigned long *)");
   }
   { /* shmem_test_all on unsigned long long */
     typedef unsigned long long T;
@@ -11490,7 +11644,8 @@ static void t_shmem_test_all(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_all(unsigned long long *)");
+    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0,
+        "%s", "shmem_test_all(unsigned long long *)");
   }
   { /* shmem_test_all on int32_t */
     typedef int32_t T;
@@ -11499,7 +11654,8 @@ static void t_shmem_test_all(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_all(int32_t *)");
+    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0,
+        "%s", "shmem_test_all(int32_t *)");
   }
   { /* shmem_test_all on int64_t */
     typedef int64_t T;
@@ -11508,7 +11664,8 @@ static void t_shmem_test_all(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_all(int64_t *)");
+    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0,
+        "%s", "shmem_test_all(int64_t *)");
   }
   { /* shmem_test_all on uint32_t */
     typedef uint32_t T;
@@ -11517,7 +11674,8 @@ static void t_shmem_test_all(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_all(uint32_t *)");
+    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0,
+        "%s", "shmem_test_all(uint32_t *)");
   }
   { /* shmem_test_all on uint64_t */
     typedef uint64_t T;
@@ -11526,7 +11684,8 @@ static void t_shmem_test_all(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_all(uint64_t *)");
+    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0,
+        "%s", "shmem_test_all(uint64_t *)");
   }
   { /* shmem_test_all on size_t */
     typedef size_t T;
@@ -11535,7 +11694,8 @@ static void t_shmem_test_all(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_all(size_t *)");
+    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0,
+        "%s", "shmem_test_all(size_t *)");
   }
   { /* shmem_test_all on ptrdiff_t */
     typedef ptrdiff_t T;
@@ -11544,7 +11704,8 @@ static void t_shmem_test_all(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_all(ptrdiff_t *)");
+    CHECK(shmem_test_all(d, 4, NULL, SHMEM_CMP_GE, (T)1) == 1 && shmem_test_all(d, 4, NULL, SHMEM_CMP_GT, (T)3) == 0,
+        "%s", "shmem_test_all(ptrdiff_t *)");
   }
 }
 
@@ -11556,7 +11717,8 @@ static void t_shmem_test_all_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_all_vector(short *)");
+    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == 0, "%s", "shmem_test_all_vector(short *)");
   }
   { /* shmem_test_all_vector on int */
     typedef int T;
@@ -11565,7 +11727,8 @@ static void t_shmem_test_all_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_all_vector(int *)");
+    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == 0, "%s", "shmem_test_all_vector(int *)");
   }
   { /* shmem_test_all_vector on long */
     typedef long T;
@@ -11574,7 +11737,8 @@ static void t_shmem_test_all_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_all_vector(long *)");
+    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == 0, "%s", "shmem_test_all_vector(long *)");
   }
   { /* shmem_test_all_vector on long long */
     typedef long long T;
@@ -11583,7 +11747,8 @@ static void t_shmem_test_all_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_all_vector(long long *)");
+    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == 0, "%s", "shmem_test_all_vector(long long *)");
   }
   { /* shmem_test_all_vector on unsigned short */
     typedef unsigned short T;
@@ -11592,7 +11757,8 @@ static void t_shmem_test_all_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_all_vector(unsigned short *)");
+    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == 0, "%s", "shmem_test_all_vector(unsigned short *)");
   }
   { /* shmem_test_all_vector on unsigned int */
     typedef unsigned int T;
@@ -11601,7 +11767,8 @@ static void t_shmem_test_all_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_all_vector(unsigned int *)");
+    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == 0, "%s", "shmem_test_all_vector(unsigned int *)");
   }
   { /* shmem_test_all_vector on unsigned long */
     typedef unsigned long T;
@@ -11610,7 +11777,8 @@ static void t_shmem_test_all_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_all_vector(unsigned long *)");
+    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == 0, "%s", "shmem_test_all_vector(unsigned long *)");
   }
   { /* shmem_test_all_vector on unsigned long long */
     typedef unsigned long long T;
@@ -11619,7 +11787,8 @@ static void t_shmem_test_all_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_all_vector(unsigned long long *)");
+    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == 0, "%s", "shmem_test_all_vector(unsigned long long *)");
   }
   { /* shmem_test_all_vector on int32_t */
     typedef int32_t T;
@@ -11628,7 +11797,8 @@ static void t_shmem_test_all_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_all_vector(int32_t *)");
+    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == 0, "%s", "shmem_test_all_vector(int32_t *)");
   }
   { /* shmem_test_all_vector on int64_t */
     typedef int64_t T;
@@ -11637,7 +11807,8 @@ static void t_shmem_test_all_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_all_vector(int64_t *)");
+    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == 0, "%s", "shmem_test_all_vector(int64_t *)");
   }
   { /* shmem_test_all_vector on uint32_t */
     typedef uint32_t T;
@@ -11646,7 +11817,8 @@ static void t_shmem_test_all_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_all_vector(uint32_t *)");
+    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == 0, "%s", "shmem_test_all_vector(uint32_t *)");
   }
   { /* shmem_test_all_vector on uint64_t */
     typedef uint64_t T;
@@ -11655,7 +11827,8 @@ static void t_shmem_test_all_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_all_vector(uint64_t *)");
+    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == 0, "%s", "shmem_test_all_vector(uint64_t *)");
   }
   { /* shmem_test_all_vector on size_t */
     typedef size_t T;
@@ -11664,7 +11837,8 @@ static void t_shmem_test_all_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_all_vector(size_t *)");
+    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == 0, "%s", "shmem_test_all_vector(size_t *)");
   }
   { /* shmem_test_all_vector on ptrdiff_t */
     typedef ptrdiff_t T;
@@ -11673,7 +11847,8 @@ static void t_shmem_test_all_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_all_vector(ptrdiff_t *)");
+    CHECK(shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ, want) == 1 && shmem_test_all_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == 0, "%s", "shmem_test_all_vector(ptrdiff_t *)");
   }
 }
 
@@ -11685,7 +11860,8 @@ static void t_shmem_test_any(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT, (T)3) == SIZE_MAX, "%s", "shmem_test_any(short *)");
+    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT,
+        (T)3) == SIZE_MAX, "%s", "shmem_test_any(short *)");
   }
   { /* shmem_test_any on int */
     typedef int T;
@@ -11694,7 +11870,8 @@ static void t_shmem_test_any(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT, (T)3) == SIZE_MAX, "%s", "shmem_test_any(int *)");
+    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT,
+        (T)3) == SIZE_MAX, "%s", "shmem_test_any(int *)");
   }
   { /* shmem_test_any on long */
     typedef long T;
@@ -11703,7 +11880,8 @@ static void t_shmem_test_any(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT, (T)3) == SIZE_MAX, "%s", "shmem_test_any(long *)");
+    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT,
+        (T)3) == SIZE_MAX, "%s", "shmem_test_any(long *)");
   }
   { /* shmem_test_any on long long */
     typedef long long T;
@@ -11712,7 +11890,8 @@ static void t_shmem_test_any(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT, (T)3) == SIZE_MAX, "%s", "shmem_test_any(long long *)");
+    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT,
+        (T)3) == SIZE_MAX, "%s", "shmem_test_any(long long *)");
   }
   { /* shmem_test_any on unsigned short */
     typedef unsigned short T;
@@ -11721,7 +11900,8 @@ static void t_shmem_test_any(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT, (T)3) == SIZE_MAX, "%s", "shmem_test_any(unsigned short *)");
+    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT,
+        (T)3) == SIZE_MAX, "%s", "shmem_test_any(unsigned short *)");
   }
   { /* shmem_test_any on unsigned int */
     typedef unsigned int T;
@@ -11730,7 +11910,8 @@ static void t_shmem_test_any(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT, (T)3) == SIZE_MAX, "%s", "shmem_test_any(unsigned int *)");
+    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT,
+        (T)3) == SIZE_MAX, "%s", "shmem_test_any(unsigned int *)");
   }
   { /* shmem_test_any on unsigned long */
     typedef unsigned long T;
@@ -11739,7 +11920,8 @@ static void t_shmem_test_any(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT, (T)3) == SIZE_MAX, "%s", "shmem_test_any(unsigned long *)");
+    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT,
+        (T)3) == SIZE_MAX, "%s", "shmem_test_any(unsigned long *)");
   }
   { /* shmem_test_any on unsigned long long */
     typedef unsigned long long T;
@@ -11748,7 +11930,8 @@ static void t_shmem_test_any(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT, (T)3) == SIZE_MAX, "%s", "shmem_test_any(unsigned long long *)");
+    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT,
+        (T)3) == SIZE_MAX, "%s", "shmem_test_any(unsigned long long *)");
   }
   { /* shmem_test_any on int32_t */
     typedef int32_t T;
@@ -11757,7 +11940,8 @@ static void t_shmem_test_any(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT, (T)3) == SIZE_MAX, "%s", "shmem_test_any(int32_t *)");
+    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT,
+        (T)3) == SIZE_MAX, "%s", "shmem_test_any(int32_t *)");
   }
   { /* shmem_test_any on int64_t */
     typedef int64_t T;
@@ -11766,7 +11950,8 @@ static void t_shmem_test_any(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT, (T)3) == SIZE_MAX, "%s", "shmem_test_any(int64_t *)");
+    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT,
+        (T)3) == SIZE_MAX, "%s", "shmem_test_any(int64_t *)");
   }
   { /* shmem_test_any on uint32_t */
     typedef uint32_t T;
@@ -11775,7 +11960,8 @@ static void t_shmem_test_any(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT, (T)3) == SIZE_MAX, "%s", "shmem_test_any(uint32_t *)");
+    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT,
+        (T)3) == SIZE_MAX, "%s", "shmem_test_any(uint32_t *)");
   }
   { /* shmem_test_any on uint64_t */
     typedef uint64_t T;
@@ -11784,7 +11970,8 @@ static void t_shmem_test_any(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT, (T)3) == SIZE_MAX, "%s", "shmem_test_any(uint64_t *)");
+    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT,
+        (T)3) == SIZE_MAX, "%s", "shmem_test_any(uint64_t *)");
   }
   { /* shmem_test_any on size_t */
     typedef size_t T;
@@ -11793,7 +11980,8 @@ static void t_shmem_test_any(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT, (T)3) == SIZE_MAX, "%s", "shmem_test_any(size_t *)");
+    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT,
+        (T)3) == SIZE_MAX, "%s", "shmem_test_any(size_t *)");
   }
   { /* shmem_test_any on ptrdiff_t */
     typedef ptrdiff_t T;
@@ -11802,7 +11990,8 @@ static void t_shmem_test_any(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT, (T)3) == SIZE_MAX, "%s", "shmem_test_any(ptrdiff_t *)");
+    CHECK(shmem_test_any(d, 4, NULL, SHMEM_CMP_GE, (T)1) < 4 && shmem_test_any(d, 4, NULL, SHMEM_CMP_GT,
+        (T)3) == SIZE_MAX, "%s", "shmem_test_any(ptrdiff_t *)");
   }
 }
 
@@ -11814,7 +12003,8 @@ static void t_shmem_test_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == SIZE_MAX, "%s", "shmem_test_any_vector(short *)");
+    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == SIZE_MAX, "%s", "shmem_test_any_vector(short *)");
   }
   { /* shmem_test_any_vector on int */
     typedef int T;
@@ -11823,7 +12013,8 @@ static void t_shmem_test_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == SIZE_MAX, "%s", "shmem_test_any_vector(int *)");
+    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == SIZE_MAX, "%s", "shmem_test_any_vector(int *)");
   }
   { /* shmem_test_any_vector on long */
     typedef long T;
@@ -11832,7 +12023,8 @@ static void t_shmem_test_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == SIZE_MAX, "%s", "shmem_test_any_vector(long *)");
+    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == SIZE_MAX, "%s", "shmem_test_any_vector(long *)");
   }
   { /* shmem_test_any_vector on long long */
     typedef long long T;
@@ -11841,7 +12033,8 @@ static void t_shmem_test_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == SIZE_MAX, "%s", "shmem_test_any_vector(long long *)");
+    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == SIZE_MAX, "%s", "shmem_test_any_vector(long long *)");
   }
   { /* shmem_test_any_vector on unsigned short */
     typedef unsigned short T;
@@ -11850,7 +12043,8 @@ static void t_shmem_test_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == SIZE_MAX, "%s", "shmem_test_any_vector(unsigned short *)");
+    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == SIZE_MAX, "%s", "shmem_test_any_vector(unsigned short *)");
   }
   { /* shmem_test_any_vector on unsigned int */
     typedef unsigned int T;
@@ -11859,7 +12053,8 @@ static void t_shmem_test_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == SIZE_MAX, "%s", "shmem_test_any_vector(unsigned int *)");
+    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == SIZE_MAX, "%s", "shmem_test_any_vector(unsigned int *)");
   }
   { /* shmem_test_any_vector on unsigned long */
     typedef unsigned long T;
@@ -11868,7 +12063,8 @@ static void t_shmem_test_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == SIZE_MAX, "%s", "shmem_test_any_vector(unsigned long *)");
+    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == SIZE_MAX, "%s", "shmem_test_any_vector(unsigned long *)");
   }
   { /* shmem_test_any_vector on unsigned long long */
     typedef unsigned long long T;
@@ -11877,7 +12073,8 @@ static void t_shmem_test_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == SIZE_MAX, "%s", "shmem_test_any_vector(unsigned long long *)");
+    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == SIZE_MAX, "%s", "shmem_test_any_vector(unsigned long long *)");
   }
   { /* shmem_test_any_vector on int32_t */
     typedef int32_t T;
@@ -11886,7 +12083,8 @@ static void t_shmem_test_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == SIZE_MAX, "%s", "shmem_test_any_vector(int32_t *)");
+    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == SIZE_MAX, "%s", "shmem_test_any_vector(int32_t *)");
   }
   { /* shmem_test_any_vector on int64_t */
     typedef int64_t T;
@@ -11895,7 +12093,8 @@ static void t_shmem_test_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == SIZE_MAX, "%s", "shmem_test_any_vector(int64_t *)");
+    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == SIZE_MAX, "%s", "shmem_test_any_vector(int64_t *)");
   }
   { /* shmem_test_any_vector on uint32_t */
     typedef uint32_t T;
@@ -11904,7 +12103,8 @@ static void t_shmem_test_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == SIZE_MAX, "%s", "shmem_test_any_vector(uint32_t *)");
+    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == SIZE_MAX, "%s", "shmem_test_any_vector(uint32_t *)");
   }
   { /* shmem_test_any_vector on uint64_t */
     typedef uint64_t T;
@@ -11913,7 +12113,8 @@ static void t_shmem_test_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == SIZE_MAX, "%s", "shmem_test_any_vector(uint64_t *)");
+    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == SIZE_MAX, "%s", "shmem_test_any_vector(uint64_t *)");
   }
   { /* shmem_test_any_vector on size_t */
     typedef size_t T;
@@ -11922,7 +12123,8 @@ static void t_shmem_test_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == SIZE_MAX, "%s", "shmem_test_any_vector(size_t *)");
+    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == SIZE_MAX, "%s", "shmem_test_any_vector(size_t *)");
   }
   { /* shmem_test_any_vector on ptrdiff_t */
     typedef ptrdiff_t T;
@@ -11931,7 +12133,8 @@ static void t_shmem_test_any_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, none) == SIZE_MAX, "%s", "shmem_test_any_vector(ptrdiff_t *)");
+    CHECK(shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ, want) < 4 && shmem_test_any_vector(d, 4, NULL, SHMEM_CMP_EQ,
+        none) == SIZE_MAX, "%s", "shmem_test_any_vector(ptrdiff_t *)");
   }
 }
 
@@ -11943,7 +12146,8 @@ static void t_shmem_test_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_some(short *)");
+    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT,
+        (T)3) == 0, "%s", "shmem_test_some(short *)");
   }
   { /* shmem_test_some on int */
     typedef int T;
@@ -11952,7 +12156,8 @@ static void t_shmem_test_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_some(int *)");
+    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT,
+        (T)3) == 0, "%s", "shmem_test_some(int *)");
   }
   { /* shmem_test_some on long */
     typedef long T;
@@ -11961,7 +12166,8 @@ static void t_shmem_test_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_some(long *)");
+    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT,
+        (T)3) == 0, "%s", "shmem_test_some(long *)");
   }
   { /* shmem_test_some on long long */
     typedef long long T;
@@ -11970,7 +12176,8 @@ static void t_shmem_test_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_some(long long *)");
+    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT,
+        (T)3) == 0, "%s", "shmem_test_some(long long *)");
   }
   { /* shmem_test_some on unsigned short */
     typedef unsigned short T;
@@ -11979,7 +12186,8 @@ static void t_shmem_test_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_some(unsigned short *)");
+    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT,
+        (T)3) == 0, "%s", "shmem_test_some(unsigned short *)");
   }
   { /* shmem_test_some on unsigned int */
     typedef unsigned int T;
@@ -11988,7 +12196,8 @@ static void t_shmem_test_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_some(unsigned int *)");
+    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT,
+        (T)3) == 0, "%s", "shmem_test_some(unsigned int *)");
   }
   { /* shmem_test_some on unsigned long */
     typedef unsigned long T;
@@ -11997,7 +12206,8 @@ static void t_shmem_test_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_some(unsigned long *)");
+    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT,
+        (T)3) == 0, "%s", "shmem_test_some(unsigned long *)");
   }
   { /* shmem_test_some on unsigned long long */
     typedef unsigned long long T;
@@ -12006,7 +12216,8 @@ static void t_shmem_test_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_some(unsigned long long *)");
+    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT,
+        (T)3) == 0, "%s", "shmem_test_some(unsigned long long *)");
   }
   { /* shmem_test_some on int32_t */
     typedef int32_t T;
@@ -12015,7 +12226,8 @@ static void t_shmem_test_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_some(int32_t *)");
+    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT,
+        (T)3) == 0, "%s", "shmem_test_some(int32_t *)");
   }
   { /* shmem_test_some on int64_t */
     typedef int64_t T;
@@ -12024,7 +12236,8 @@ static void t_shmem_test_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_some(int64_t *)");
+    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT,
+        (T)3) == 0, "%s", "shmem_test_some(int64_t *)");
   }
   { /* shmem_test_some on uint32_t */
     typedef uint32_t T;
@@ -12033,7 +12246,8 @@ static void t_shmem_test_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_some(uint32_t *)");
+    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT,
+        (T)3) == 0, "%s", "shmem_test_some(uint32_t *)");
   }
   { /* shmem_test_some on uint64_t */
     typedef uint64_t T;
@@ -12042,7 +12256,8 @@ static void t_shmem_test_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_some(uint64_t *)");
+    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT,
+        (T)3) == 0, "%s", "shmem_test_some(uint64_t *)");
   }
   { /* shmem_test_some on size_t */
     typedef size_t T;
@@ -12051,7 +12266,8 @@ static void t_shmem_test_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_some(size_t *)");
+    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT,
+        (T)3) == 0, "%s", "shmem_test_some(size_t *)");
   }
   { /* shmem_test_some on ptrdiff_t */
     typedef ptrdiff_t T;
@@ -12060,7 +12276,8 @@ static void t_shmem_test_some(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT, (T)3) == 0, "%s", "shmem_test_some(ptrdiff_t *)");
+    CHECK(shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GE, (T)1) == 4 && shmem_test_some(d, 4, idx, NULL, SHMEM_CMP_GT,
+        (T)3) == 0, "%s", "shmem_test_some(ptrdiff_t *)");
   }
 }
 
@@ -12072,7 +12289,8 @@ static void t_shmem_test_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(short *)");
+    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL,
+        SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(short *)");
   }
   { /* shmem_test_some_vector on int */
     typedef int T;
@@ -12081,7 +12299,8 @@ static void t_shmem_test_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(int *)");
+    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL,
+        SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(int *)");
   }
   { /* shmem_test_some_vector on long */
     typedef long T;
@@ -12090,7 +12309,8 @@ static void t_shmem_test_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(long *)");
+    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL,
+        SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(long *)");
   }
   { /* shmem_test_some_vector on long long */
     typedef long long T;
@@ -12099,7 +12319,8 @@ static void t_shmem_test_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(long long *)");
+    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL,
+        SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(long long *)");
   }
   { /* shmem_test_some_vector on unsigned short */
     typedef unsigned short T;
@@ -12108,7 +12329,8 @@ static void t_shmem_test_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(unsigned short *)");
+    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL,
+        SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(unsigned short *)");
   }
   { /* shmem_test_some_vector on unsigned int */
     typedef unsigned int T;
@@ -12117,7 +12339,8 @@ static void t_shmem_test_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(unsigned int *)");
+    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL,
+        SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(unsigned int *)");
   }
   { /* shmem_test_some_vector on unsigned long */
     typedef unsigned long T;
@@ -12126,7 +12349,8 @@ static void t_shmem_test_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(unsigned long *)");
+    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL,
+        SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(unsigned long *)");
   }
   { /* shmem_test_some_vector on unsigned long long */
     typedef unsigned long long T;
@@ -12135,7 +12359,8 @@ static void t_shmem_test_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(unsigned long long *)");
+    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL,
+        SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(unsigned long long *)");
   }
   { /* shmem_test_some_vector on int32_t */
     typedef int32_t T;
@@ -12144,7 +12369,8 @@ static void t_shmem_test_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(int32_t *)");
+    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL,
+        SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(int32_t *)");
   }
   { /* shmem_test_some_vector on int64_t */
     typedef int64_t T;
@@ -12153,7 +12379,8 @@ static void t_shmem_test_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(int64_t *)");
+    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL,
+        SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(int64_t *)");
   }
   { /* shmem_test_some_vector on uint32_t */
     typedef uint32_t T;
@@ -12162,7 +12389,8 @@ static void t_shmem_test_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(uint32_t *)");
+    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL,
+        SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(uint32_t *)");
   }
   { /* shmem_test_some_vector on uint64_t */
     typedef uint64_t T;
@@ -12171,7 +12399,8 @@ static void t_shmem_test_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(uint64_t *)");
+    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL,
+        SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(uint64_t *)");
   }
   { /* shmem_test_some_vector on size_t */
     typedef size_t T;
@@ -12180,7 +12409,8 @@ static void t_shmem_test_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(size_t *)");
+    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL,
+        SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(size_t *)");
   }
   { /* shmem_test_some_vector on ptrdiff_t */
     typedef ptrdiff_t T;
@@ -12189,7 +12419,8 @@ static void t_shmem_test_some_vector(void) {
     for (int i = 0; i < 4; ++i) d[i] = (T)(1 + s[i] % 3);
     T want[4] = {d[0], d[1], d[2], d[3]}, none[4] = {0, 0, 0, 0}; size_t idx[4]; (void)idx;
     (void)want; (void)none;
-    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(ptrdiff_t *)");
+    CHECK(shmem_test_some_vector(d, 4, idx, NULL, SHMEM_CMP_EQ, want) == 4 && shmem_test_some_vector(d, 4, idx, NULL,
+        SHMEM_CMP_EQ, none) == 0, "%s", "shmem_test_some_vector(ptrdiff_t *)");
   }
 }
 
@@ -12201,7 +12432,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1231, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1231, pe, j) % 16), "%s %d", "shmem_broadcast(float *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1231, pe, j) % 16), "%s %d",
+        "shmem_broadcast(float *)", j); }
   }
   { /* shmem_broadcast on double */
     typedef double T;
@@ -12210,7 +12443,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1232, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1232, pe, j) % 16), "%s %d", "shmem_broadcast(double *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1232, pe, j) % 16), "%s %d",
+        "shmem_broadcast(double *)", j); }
   }
   { /* shmem_broadcast on long double */
     typedef long double T;
@@ -12219,7 +12454,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1233, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1233, pe, j) % 16), "%s %d", "shmem_broadcast(long double *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1233, pe, j) % 16), "%s %d",
+        "shmem_broadcast(long double *)", j); }
   }
   { /* shmem_broadcast on char */
     typedef char T;
@@ -12228,7 +12465,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1234, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1234, pe, j) % 16), "%s %d", "shmem_broadcast(char *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1234, pe, j) % 16), "%s %d",
+        "shmem_broadcast(char *)", j); }
   }
   { /* shmem_broadcast on signed char */
     typedef signed char T;
@@ -12237,7 +12476,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1235, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1235, pe, j) % 16), "%s %d", "shmem_broadcast(signed char *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1235, pe, j) % 16), "%s %d",
+        "shmem_broadcast(signed char *)", j); }
   }
   { /* shmem_broadcast on short */
     typedef short T;
@@ -12246,7 +12487,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1236, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1236, pe, j) % 16), "%s %d", "shmem_broadcast(short *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1236, pe, j) % 16), "%s %d",
+        "shmem_broadcast(short *)", j); }
   }
   { /* shmem_broadcast on int */
     typedef int T;
@@ -12255,7 +12498,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1237, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1237, pe, j) % 16), "%s %d", "shmem_broadcast(int *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1237, pe, j) % 16), "%s %d",
+        "shmem_broadcast(int *)", j); }
   }
   { /* shmem_broadcast on long */
     typedef long T;
@@ -12264,7 +12509,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1238, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1238, pe, j) % 16), "%s %d", "shmem_broadcast(long *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1238, pe, j) % 16), "%s %d",
+        "shmem_broadcast(long *)", j); }
   }
   { /* shmem_broadcast on long long */
     typedef long long T;
@@ -12273,7 +12520,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1239, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1239, pe, j) % 16), "%s %d", "shmem_broadcast(long long *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1239, pe, j) % 16), "%s %d",
+        "shmem_broadcast(long long *)", j); }
   }
   { /* shmem_broadcast on unsigned char */
     typedef unsigned char T;
@@ -12282,7 +12531,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1240, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1240, pe, j) % 16), "%s %d", "shmem_broadcast(unsigned char *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1240, pe, j) % 16), "%s %d",
+        "shmem_broadcast(unsigned char *)", j); }
   }
   { /* shmem_broadcast on unsigned short */
     typedef unsigned short T;
@@ -12291,7 +12542,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1241, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1241, pe, j) % 16), "%s %d", "shmem_broadcast(unsigned short *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1241, pe, j) % 16), "%s %d",
+        "shmem_broadcast(unsigned short *)", j); }
   }
   { /* shmem_broadcast on unsigned int */
     typedef unsigned int T;
@@ -12300,7 +12553,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1242, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1242, pe, j) % 16), "%s %d", "shmem_broadcast(unsigned int *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1242, pe, j) % 16), "%s %d",
+        "shmem_broadcast(unsigned int *)", j); }
   }
   { /* shmem_broadcast on unsigned long */
     typedef unsigned long T;
@@ -12309,7 +12564,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1243, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1243, pe, j) % 16), "%s %d", "shmem_broadcast(unsigned long *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1243, pe, j) % 16), "%s %d",
+        "shmem_broadcast(unsigned long *)", j); }
   }
   { /* shmem_broadcast on unsigned long long */
     typedef unsigned long long T;
@@ -12318,7 +12575,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1244, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1244, pe, j) % 16), "%s %d", "shmem_broadcast(unsigned long long *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1244, pe, j) % 16), "%s %d",
+        "shmem_broadcast(unsigned long long *)", j); }
   }
   { /* shmem_broadcast on int8_t */
     typedef int8_t T;
@@ -12327,7 +12586,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1245, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1245, pe, j) % 16), "%s %d", "shmem_broadcast(int8_t *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1245, pe, j) % 16), "%s %d",
+        "shmem_broadcast(int8_t *)", j); }
   }
   { /* shmem_broadcast on int16_t */
     typedef int16_t T;
@@ -12336,7 +12597,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1246, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1246, pe, j) % 16), "%s %d", "shmem_broadcast(int16_t *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1246, pe, j) % 16), "%s %d",
+        "shmem_broadcast(int16_t *)", j); }
   }
   { /* shmem_broadcast on int32_t */
     typedef int32_t T;
@@ -12345,7 +12608,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1247, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1247, pe, j) % 16), "%s %d", "shmem_broadcast(int32_t *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1247, pe, j) % 16), "%s %d",
+        "shmem_broadcast(int32_t *)", j); }
   }
   { /* shmem_broadcast on int64_t */
     typedef int64_t T;
@@ -12354,7 +12619,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1248, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1248, pe, j) % 16), "%s %d", "shmem_broadcast(int64_t *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1248, pe, j) % 16), "%s %d",
+        "shmem_broadcast(int64_t *)", j); }
   }
   { /* shmem_broadcast on uint8_t */
     typedef uint8_t T;
@@ -12363,7 +12630,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1249, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1249, pe, j) % 16), "%s %d", "shmem_broadcast(uint8_t *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1249, pe, j) % 16), "%s %d",
+        "shmem_broadcast(uint8_t *)", j); }
   }
   { /* shmem_broadcast on uint16_t */
     typedef uint16_t T;
@@ -12372,7 +12641,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1250, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1250, pe, j) % 16), "%s %d", "shmem_broadcast(uint16_t *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1250, pe, j) % 16), "%s %d",
+        "shmem_broadcast(uint16_t *)", j); }
   }
   { /* shmem_broadcast on uint32_t */
     typedef uint32_t T;
@@ -12381,7 +12652,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1251, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1251, pe, j) % 16), "%s %d", "shmem_broadcast(uint32_t *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1251, pe, j) % 16), "%s %d",
+        "shmem_broadcast(uint32_t *)", j); }
   }
   { /* shmem_broadcast on uint64_t */
     typedef uint64_t T;
@@ -12390,7 +12663,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1252, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1252, pe, j) % 16), "%s %d", "shmem_broadcast(uint64_t *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1252, pe, j) % 16), "%s %d",
+        "shmem_broadcast(uint64_t *)", j); }
   }
   { /* shmem_broadcast on size_t */
     typedef size_t T;
@@ -12399,7 +12674,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1253, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1253, pe, j) % 16), "%s %d", "shmem_broadcast(size_t *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1253, pe, j) % 16), "%s %d",
+        "shmem_broadcast(size_t *)", j); }
   }
   { /* shmem_broadcast on ptrdiff_t */
     typedef ptrdiff_t T;
@@ -12408,7 +12685,9 @@ static void t_shmem_broadcast(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = 0; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1254, pe, j) % 16); }
     shmem_broadcast(SHMEM_TEAM_WORLD, d, src, 4, 0);
-    if (me != 0) { int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1254, pe, j) % 16), "%s %d", "shmem_broadcast(ptrdiff_t *)", j); }
+    if (me != 0) {
+        int pe = 0; for (int j = 0; j < 4; ++j) CHECK(d[j] == (T)(16 * (j % 4) + rnd(1254, pe, j) % 16), "%s %d",
+        "shmem_broadcast(ptrdiff_t *)", j); }
   }
 }
 
@@ -12420,7 +12699,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1255, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1255, pe, j) % 16), "%s from PE %d", "shmem_collect(float *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1255,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(float *)", pe);
   }
   { /* shmem_collect on double */
     typedef double T;
@@ -12429,7 +12709,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1256, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1256, pe, j) % 16), "%s from PE %d", "shmem_collect(double *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1256,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(double *)", pe);
   }
   { /* shmem_collect on long double */
     typedef long double T;
@@ -12438,7 +12719,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1257, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1257, pe, j) % 16), "%s from PE %d", "shmem_collect(long double *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1257,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(long double *)", pe);
   }
   { /* shmem_collect on char */
     typedef char T;
@@ -12447,7 +12729,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1258, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1258, pe, j) % 16), "%s from PE %d", "shmem_collect(char *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1258,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(char *)", pe);
   }
   { /* shmem_collect on signed char */
     typedef signed char T;
@@ -12456,7 +12739,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1259, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1259, pe, j) % 16), "%s from PE %d", "shmem_collect(signed char *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1259,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(signed char *)", pe);
   }
   { /* shmem_collect on short */
     typedef short T;
@@ -12465,7 +12749,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1260, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1260, pe, j) % 16), "%s from PE %d", "shmem_collect(short *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1260,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(short *)", pe);
   }
   { /* shmem_collect on int */
     typedef int T;
@@ -12474,7 +12759,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1261, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1261, pe, j) % 16), "%s from PE %d", "shmem_collect(int *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1261,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(int *)", pe);
   }
   { /* shmem_collect on long */
     typedef long T;
@@ -12483,7 +12769,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1262, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1262, pe, j) % 16), "%s from PE %d", "shmem_collect(long *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1262,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(long *)", pe);
   }
   { /* shmem_collect on long long */
     typedef long long T;
@@ -12492,7 +12779,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1263, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1263, pe, j) % 16), "%s from PE %d", "shmem_collect(long long *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1263,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(long long *)", pe);
   }
   { /* shmem_collect on unsigned char */
     typedef unsigned char T;
@@ -12501,7 +12789,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1264, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1264, pe, j) % 16), "%s from PE %d", "shmem_collect(unsigned char *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1264,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(unsigned char *)", pe);
   }
   { /* shmem_collect on unsigned short */
     typedef unsigned short T;
@@ -12510,7 +12799,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1265, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1265, pe, j) % 16), "%s from PE %d", "shmem_collect(unsigned short *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1265,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(unsigned short *)", pe);
   }
   { /* shmem_collect on unsigned int */
     typedef unsigned int T;
@@ -12519,7 +12809,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1266, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1266, pe, j) % 16), "%s from PE %d", "shmem_collect(unsigned int *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1266,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(unsigned int *)", pe);
   }
   { /* shmem_collect on unsigned long */
     typedef unsigned long T;
@@ -12528,7 +12819,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1267, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1267, pe, j) % 16), "%s from PE %d", "shmem_collect(unsigned long *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1267,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(unsigned long *)", pe);
   }
   { /* shmem_collect on unsigned long long */
     typedef unsigned long long T;
@@ -12537,7 +12829,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1268, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1268, pe, j) % 16), "%s from PE %d", "shmem_collect(unsigned long long *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1268,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(unsigned long long *)", pe);
   }
   { /* shmem_collect on int8_t */
     typedef int8_t T;
@@ -12546,7 +12839,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1269, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1269, pe, j) % 16), "%s from PE %d", "shmem_collect(int8_t *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1269,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(int8_t *)", pe);
   }
   { /* shmem_collect on int16_t */
     typedef int16_t T;
@@ -12555,7 +12849,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1270, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1270, pe, j) % 16), "%s from PE %d", "shmem_collect(int16_t *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1270,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(int16_t *)", pe);
   }
   { /* shmem_collect on int32_t */
     typedef int32_t T;
@@ -12564,7 +12859,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1271, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1271, pe, j) % 16), "%s from PE %d", "shmem_collect(int32_t *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1271,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(int32_t *)", pe);
   }
   { /* shmem_collect on int64_t */
     typedef int64_t T;
@@ -12573,7 +12869,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1272, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1272, pe, j) % 16), "%s from PE %d", "shmem_collect(int64_t *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1272,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(int64_t *)", pe);
   }
   { /* shmem_collect on uint8_t */
     typedef uint8_t T;
@@ -12582,7 +12879,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1273, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1273, pe, j) % 16), "%s from PE %d", "shmem_collect(uint8_t *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1273,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(uint8_t *)", pe);
   }
   { /* shmem_collect on uint16_t */
     typedef uint16_t T;
@@ -12591,7 +12889,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1274, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1274, pe, j) % 16), "%s from PE %d", "shmem_collect(uint16_t *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1274,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(uint16_t *)", pe);
   }
   { /* shmem_collect on uint32_t */
     typedef uint32_t T;
@@ -12600,7 +12899,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1275, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1275, pe, j) % 16), "%s from PE %d", "shmem_collect(uint32_t *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1275,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(uint32_t *)", pe);
   }
   { /* shmem_collect on uint64_t */
     typedef uint64_t T;
@@ -12609,7 +12909,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1276, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1276, pe, j) % 16), "%s from PE %d", "shmem_collect(uint64_t *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1276,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(uint64_t *)", pe);
   }
   { /* shmem_collect on size_t */
     typedef size_t T;
@@ -12618,7 +12919,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1277, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1277, pe, j) % 16), "%s from PE %d", "shmem_collect(size_t *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1277,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(size_t *)", pe);
   }
   { /* shmem_collect on ptrdiff_t */
     typedef ptrdiff_t T;
@@ -12627,7 +12929,8 @@ static void t_shmem_collect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1278, pe, j) % 16); }
     shmem_collect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1278, pe, j) % 16), "%s from PE %d", "shmem_collect(ptrdiff_t *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1278,
+        pe, j) % 16), "%s from PE %d", "shmem_collect(ptrdiff_t *)", pe);
   }
 }
 
@@ -12639,7 +12942,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1279, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1279, pe, j) % 16), "%s from PE %d", "shmem_fcollect(float *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1279,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(float *)", pe);
   }
   { /* shmem_fcollect on double */
     typedef double T;
@@ -12648,7 +12952,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1280, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1280, pe, j) % 16), "%s from PE %d", "shmem_fcollect(double *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1280,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(double *)", pe);
   }
   { /* shmem_fcollect on long double */
     typedef long double T;
@@ -12657,7 +12962,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1281, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1281, pe, j) % 16), "%s from PE %d", "shmem_fcollect(long double *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1281,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(long double *)", pe);
   }
   { /* shmem_fcollect on char */
     typedef char T;
@@ -12666,7 +12972,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1282, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1282, pe, j) % 16), "%s from PE %d", "shmem_fcollect(char *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1282,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(char *)", pe);
   }
   { /* shmem_fcollect on signed char */
     typedef signed char T;
@@ -12675,7 +12982,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1283, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1283, pe, j) % 16), "%s from PE %d", "shmem_fcollect(signed char *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1283,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(signed char *)", pe);
   }
   { /* shmem_fcollect on short */
     typedef short T;
@@ -12684,7 +12992,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1284, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1284, pe, j) % 16), "%s from PE %d", "shmem_fcollect(short *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1284,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(short *)", pe);
   }
   { /* shmem_fcollect on int */
     typedef int T;
@@ -12693,7 +13002,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1285, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1285, pe, j) % 16), "%s from PE %d", "shmem_fcollect(int *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1285,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(int *)", pe);
   }
   { /* shmem_fcollect on long */
     typedef long T;
@@ -12702,7 +13012,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1286, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1286, pe, j) % 16), "%s from PE %d", "shmem_fcollect(long *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1286,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(long *)", pe);
   }
   { /* shmem_fcollect on long long */
     typedef long long T;
@@ -12711,7 +13022,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1287, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1287, pe, j) % 16), "%s from PE %d", "shmem_fcollect(long long *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1287,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(long long *)", pe);
   }
   { /* shmem_fcollect on unsigned char */
     typedef unsigned char T;
@@ -12720,7 +13032,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1288, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1288, pe, j) % 16), "%s from PE %d", "shmem_fcollect(unsigned char *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1288,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(unsigned char *)", pe);
   }
   { /* shmem_fcollect on unsigned short */
     typedef unsigned short T;
@@ -12729,7 +13042,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1289, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1289, pe, j) % 16), "%s from PE %d", "shmem_fcollect(unsigned short *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1289,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(unsigned short *)", pe);
   }
   { /* shmem_fcollect on unsigned int */
     typedef unsigned int T;
@@ -12738,7 +13052,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1290, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1290, pe, j) % 16), "%s from PE %d", "shmem_fcollect(unsigned int *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1290,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(unsigned int *)", pe);
   }
   { /* shmem_fcollect on unsigned long */
     typedef unsigned long T;
@@ -12747,7 +13062,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1291, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1291, pe, j) % 16), "%s from PE %d", "shmem_fcollect(unsigned long *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1291,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(unsigned long *)", pe);
   }
   { /* shmem_fcollect on unsigned long long */
     typedef unsigned long long T;
@@ -12756,7 +13072,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1292, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1292, pe, j) % 16), "%s from PE %d", "shmem_fcollect(unsigned long long *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1292,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(unsigned long long *)", pe);
   }
   { /* shmem_fcollect on int8_t */
     typedef int8_t T;
@@ -12765,7 +13082,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1293, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1293, pe, j) % 16), "%s from PE %d", "shmem_fcollect(int8_t *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1293,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(int8_t *)", pe);
   }
   { /* shmem_fcollect on int16_t */
     typedef int16_t T;
@@ -12774,7 +13092,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1294, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1294, pe, j) % 16), "%s from PE %d", "shmem_fcollect(int16_t *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1294,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(int16_t *)", pe);
   }
   { /* shmem_fcollect on int32_t */
     typedef int32_t T;
@@ -12783,7 +13102,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1295, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1295, pe, j) % 16), "%s from PE %d", "shmem_fcollect(int32_t *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1295,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(int32_t *)", pe);
   }
   { /* shmem_fcollect on int64_t */
     typedef int64_t T;
@@ -12792,7 +13112,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1296, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1296, pe, j) % 16), "%s from PE %d", "shmem_fcollect(int64_t *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1296,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(int64_t *)", pe);
   }
   { /* shmem_fcollect on uint8_t */
     typedef uint8_t T;
@@ -12801,7 +13122,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1297, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1297, pe, j) % 16), "%s from PE %d", "shmem_fcollect(uint8_t *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1297,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(uint8_t *)", pe);
   }
   { /* shmem_fcollect on uint16_t */
     typedef uint16_t T;
@@ -12810,7 +13132,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1298, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1298, pe, j) % 16), "%s from PE %d", "shmem_fcollect(uint16_t *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1298,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(uint16_t *)", pe);
   }
   { /* shmem_fcollect on uint32_t */
     typedef uint32_t T;
@@ -12819,7 +13142,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1299, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1299, pe, j) % 16), "%s from PE %d", "shmem_fcollect(uint32_t *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1299,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(uint32_t *)", pe);
   }
   { /* shmem_fcollect on uint64_t */
     typedef uint64_t T;
@@ -12828,7 +13152,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1300, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1300, pe, j) % 16), "%s from PE %d", "shmem_fcollect(uint64_t *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1300,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(uint64_t *)", pe);
   }
   { /* shmem_fcollect on size_t */
     typedef size_t T;
@@ -12837,7 +13162,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1301, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1301, pe, j) % 16), "%s from PE %d", "shmem_fcollect(size_t *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1301,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(size_t *)", pe);
   }
   { /* shmem_fcollect on ptrdiff_t */
     typedef ptrdiff_t T;
@@ -12846,7 +13172,8 @@ static void t_shmem_fcollect(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 4; ++j) src[j] = (T)(16 * (j % 4) + rnd(1302, pe, j) % 16); }
     shmem_fcollect(SHMEM_TEAM_WORLD, d, src, 4);
-    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1302, pe, j) % 16), "%s from PE %d", "shmem_fcollect(ptrdiff_t *)", pe);
+    for (int pe = 0; pe < npes; ++pe) for (int j = 0; j < 4; ++j) CHECK(d[pe * 4 + j] == (T)(16 * (j % 4) + rnd(1302,
+        pe, j) % 16), "%s from PE %d", "shmem_fcollect(ptrdiff_t *)", pe);
   }
 }
 
@@ -12858,7 +13185,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1303, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1303, pe, j) % 16), "%s from PE %d", "shmem_alltoall(float *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1303, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(float *)", pe); }
   }
   { /* shmem_alltoall on double */
     typedef double T;
@@ -12867,7 +13196,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1304, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1304, pe, j) % 16), "%s from PE %d", "shmem_alltoall(double *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1304, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(double *)", pe); }
   }
   { /* shmem_alltoall on long double */
     typedef long double T;
@@ -12876,7 +13207,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1305, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1305, pe, j) % 16), "%s from PE %d", "shmem_alltoall(long double *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1305, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(long double *)", pe); }
   }
   { /* shmem_alltoall on char */
     typedef char T;
@@ -12885,7 +13218,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1306, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1306, pe, j) % 16), "%s from PE %d", "shmem_alltoall(char *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1306, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(char *)", pe); }
   }
   { /* shmem_alltoall on signed char */
     typedef signed char T;
@@ -12894,7 +13229,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1307, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1307, pe, j) % 16), "%s from PE %d", "shmem_alltoall(signed char *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1307, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(signed char *)", pe); }
   }
   { /* shmem_alltoall on short */
     typedef short T;
@@ -12903,7 +13240,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1308, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1308, pe, j) % 16), "%s from PE %d", "shmem_alltoall(short *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1308, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(short *)", pe); }
   }
   { /* shmem_alltoall on int */
     typedef int T;
@@ -12912,7 +13251,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1309, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1309, pe, j) % 16), "%s from PE %d", "shmem_alltoall(int *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1309, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(int *)", pe); }
   }
   { /* shmem_alltoall on long */
     typedef long T;
@@ -12921,7 +13262,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1310, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1310, pe, j) % 16), "%s from PE %d", "shmem_alltoall(long *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1310, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(long *)", pe); }
   }
   { /* shmem_alltoall on long long */
     typedef long long T;
@@ -12930,7 +13273,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1311, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1311, pe, j) % 16), "%s from PE %d", "shmem_alltoall(long long *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1311, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(long long *)", pe); }
   }
   { /* shmem_alltoall on unsigned char */
     typedef unsigned char T;
@@ -12939,7 +13284,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1312, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1312, pe, j) % 16), "%s from PE %d", "shmem_alltoall(unsigned char *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1312, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(unsigned char *)", pe); }
   }
   { /* shmem_alltoall on unsigned short */
     typedef unsigned short T;
@@ -12948,7 +13295,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1313, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1313, pe, j) % 16), "%s from PE %d", "shmem_alltoall(unsigned short *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1313, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(unsigned short *)", pe); }
   }
   { /* shmem_alltoall on unsigned int */
     typedef unsigned int T;
@@ -12957,7 +13306,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1314, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1314, pe, j) % 16), "%s from PE %d", "shmem_alltoall(unsigned int *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1314, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(unsigned int *)", pe); }
   }
   { /* shmem_alltoall on unsigned long */
     typedef unsigned long T;
@@ -12966,7 +13317,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1315, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1315, pe, j) % 16), "%s from PE %d", "shmem_alltoall(unsigned long *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1315, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(unsigned long *)", pe); }
   }
   { /* shmem_alltoall on unsigned long long */
     typedef unsigned long long T;
@@ -12975,7 +13328,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1316, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1316, pe, j) % 16), "%s from PE %d", "shmem_alltoall(unsigned long long *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1316, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(unsigned long long *)", pe); }
   }
   { /* shmem_alltoall on int8_t */
     typedef int8_t T;
@@ -12984,7 +13339,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1317, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1317, pe, j) % 16), "%s from PE %d", "shmem_alltoall(int8_t *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1317, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(int8_t *)", pe); }
   }
   { /* shmem_alltoall on int16_t */
     typedef int16_t T;
@@ -12993,7 +13350,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1318, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1318, pe, j) % 16), "%s from PE %d", "shmem_alltoall(int16_t *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1318, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(int16_t *)", pe); }
   }
   { /* shmem_alltoall on int32_t */
     typedef int32_t T;
@@ -13002,7 +13361,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1319, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1319, pe, j) % 16), "%s from PE %d", "shmem_alltoall(int32_t *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1319, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(int32_t *)", pe); }
   }
   { /* shmem_alltoall on int64_t */
     typedef int64_t T;
@@ -13011,7 +13372,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1320, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1320, pe, j) % 16), "%s from PE %d", "shmem_alltoall(int64_t *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1320, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(int64_t *)", pe); }
   }
   { /* shmem_alltoall on uint8_t */
     typedef uint8_t T;
@@ -13020,7 +13383,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1321, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1321, pe, j) % 16), "%s from PE %d", "shmem_alltoall(uint8_t *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1321, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(uint8_t *)", pe); }
   }
   { /* shmem_alltoall on uint16_t */
     typedef uint16_t T;
@@ -13029,7 +13394,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1322, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1322, pe, j) % 16), "%s from PE %d", "shmem_alltoall(uint16_t *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1322, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(uint16_t *)", pe); }
   }
   { /* shmem_alltoall on uint32_t */
     typedef uint32_t T;
@@ -13038,7 +13405,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1323, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1323, pe, j) % 16), "%s from PE %d", "shmem_alltoall(uint32_t *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1323, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(uint32_t *)", pe); }
   }
   { /* shmem_alltoall on uint64_t */
     typedef uint64_t T;
@@ -13047,7 +13416,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1324, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1324, pe, j) % 16), "%s from PE %d", "shmem_alltoall(uint64_t *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1324, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(uint64_t *)", pe); }
   }
   { /* shmem_alltoall on size_t */
     typedef size_t T;
@@ -13056,7 +13427,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1325, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1325, pe, j) % 16), "%s from PE %d", "shmem_alltoall(size_t *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1325, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(size_t *)", pe); }
   }
   { /* shmem_alltoall on ptrdiff_t */
     typedef ptrdiff_t T;
@@ -13065,7 +13438,9 @@ static void t_shmem_alltoall(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1326, pe, j) % 16); }
     shmem_alltoall(SHMEM_TEAM_WORLD, d, src, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1326, pe, j) % 16), "%s from PE %d", "shmem_alltoall(ptrdiff_t *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1326, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoall(ptrdiff_t *)", pe); }
   }
 }
 
@@ -13077,7 +13452,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1327, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1327, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(float *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1327, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(float *)", pe); }
   }
   { /* shmem_alltoalls on double */
     typedef double T;
@@ -13086,7 +13463,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1328, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1328, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(double *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1328, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(double *)", pe); }
   }
   { /* shmem_alltoalls on long double */
     typedef long double T;
@@ -13095,7 +13474,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1329, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1329, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(long double *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1329, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(long double *)", pe); }
   }
   { /* shmem_alltoalls on char */
     typedef char T;
@@ -13104,7 +13485,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1330, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1330, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(char *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1330, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(char *)", pe); }
   }
   { /* shmem_alltoalls on signed char */
     typedef signed char T;
@@ -13113,7 +13496,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1331, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1331, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(signed char *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1331, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(signed char *)", pe); }
   }
   { /* shmem_alltoalls on short */
     typedef short T;
@@ -13122,7 +13507,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1332, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1332, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(short *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1332, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(short *)", pe); }
   }
   { /* shmem_alltoalls on int */
     typedef int T;
@@ -13131,7 +13518,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1333, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1333, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(int *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1333, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(int *)", pe); }
   }
   { /* shmem_alltoalls on long */
     typedef long T;
@@ -13140,7 +13529,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1334, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1334, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(long *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1334, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(long *)", pe); }
   }
   { /* shmem_alltoalls on long long */
     typedef long long T;
@@ -13149,7 +13540,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1335, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1335, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(long long *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1335, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(long long *)", pe); }
   }
   { /* shmem_alltoalls on unsigned char */
     typedef unsigned char T;
@@ -13158,7 +13551,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1336, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1336, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(unsigned char *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1336, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(unsigned char *)", pe); }
   }
   { /* shmem_alltoalls on unsigned short */
     typedef unsigned short T;
@@ -13167,7 +13562,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1337, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1337, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(unsigned short *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1337, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(unsigned short *)", pe); }
   }
   { /* shmem_alltoalls on unsigned int */
     typedef unsigned int T;
@@ -13176,7 +13573,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1338, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1338, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(unsigned int *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1338, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(unsigned int *)", pe); }
   }
   { /* shmem_alltoalls on unsigned long */
     typedef unsigned long T;
@@ -13185,7 +13584,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1339, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1339, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(unsigned long *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1339, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(unsigned long *)", pe); }
   }
   { /* shmem_alltoalls on unsigned long long */
     typedef unsigned long long T;
@@ -13194,7 +13595,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1340, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1340, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(unsigned long long *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1340, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(unsigned long long *)", pe); }
   }
   { /* shmem_alltoalls on int8_t */
     typedef int8_t T;
@@ -13203,7 +13606,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1341, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1341, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(int8_t *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1341, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(int8_t *)", pe); }
   }
   { /* shmem_alltoalls on int16_t */
     typedef int16_t T;
@@ -13212,7 +13617,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1342, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1342, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(int16_t *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1342, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(int16_t *)", pe); }
   }
   { /* shmem_alltoalls on int32_t */
     typedef int32_t T;
@@ -13221,7 +13628,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1343, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1343, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(int32_t *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1343, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(int32_t *)", pe); }
   }
   { /* shmem_alltoalls on int64_t */
     typedef int64_t T;
@@ -13230,7 +13639,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1344, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1344, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(int64_t *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1344, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(int64_t *)", pe); }
   }
   { /* shmem_alltoalls on uint8_t */
     typedef uint8_t T;
@@ -13239,7 +13650,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1345, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1345, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(uint8_t *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1345, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(uint8_t *)", pe); }
   }
   { /* shmem_alltoalls on uint16_t */
     typedef uint16_t T;
@@ -13248,7 +13661,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1346, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1346, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(uint16_t *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1346, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(uint16_t *)", pe); }
   }
   { /* shmem_alltoalls on uint32_t */
     typedef uint32_t T;
@@ -13257,7 +13672,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1347, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1347, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(uint32_t *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1347, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(uint32_t *)", pe); }
   }
   { /* shmem_alltoalls on uint64_t */
     typedef uint64_t T;
@@ -13266,7 +13683,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1348, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1348, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(uint64_t *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1348, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(uint64_t *)", pe); }
   }
   { /* shmem_alltoalls on size_t */
     typedef size_t T;
@@ -13275,7 +13694,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1349, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1349, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(size_t *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1349, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(size_t *)", pe); }
   }
   { /* shmem_alltoalls on ptrdiff_t */
     typedef ptrdiff_t T;
@@ -13284,7 +13705,9 @@ static void t_shmem_alltoalls(void) {
     shmem_barrier_all(); /* peers are done with the scratch area */
     { int pe = me; for (int j = 0; j < 2 * npes; ++j) src[j] = (T)(16 * (j % 4) + rnd(1350, pe, j) % 16); }
     shmem_alltoalls(SHMEM_TEAM_WORLD, d, src, 1, 1, 2);
-    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) { int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1350, pe, j) % 16), "%s from PE %d", "shmem_alltoalls(ptrdiff_t *)", pe); }
+    for (int pe = 0; pe < npes; ++pe) for (int k = 0; k < 2; ++k) {
+        int j = me * 2 + k; CHECK(d[pe * 2 + k] == (T)(16 * (j % 4) + rnd(1350, pe, j) % 16), "%s from PE %d",
+        "shmem_alltoalls(ptrdiff_t *)", pe); }
   }
 }
 

@@ -18,8 +18,12 @@ import numpy as np
 from mori.io import (BackendType, EngineDesc, IOEngine, IOEngineConfig, MemoryDesc, MemoryLocationType,
                      RdmaBackendConfig, TcpBackendConfig, XgmiBackendConfig)
 
-b64 = lambda b: base64.b64encode(b).decode()
-unb64 = lambda s: base64.b64decode(s)
+def b64(b: bytes) -> str:
+    return base64.b64encode(b).decode()
+
+
+def unb64(s: str) -> bytes:
+    return base64.b64decode(s)
 
 
 class Peer:

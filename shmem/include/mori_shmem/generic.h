@@ -9,76 +9,1228 @@
 /* Never defined: a type with no typed routine fails at link time naming this symbol. */
 void shmemi_generic_no_match(void);
 
-#define shmem_put(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_ctx_float_put, double *: shmem_ctx_double_put, long double *: shmem_ctx_longdouble_put, char *: shmem_ctx_char_put, signed char *: shmem_ctx_schar_put, short *: shmem_ctx_short_put, int *: shmem_ctx_int_put, long *: shmem_ctx_long_put, long long *: shmem_ctx_longlong_put, unsigned char *: shmem_ctx_uchar_put, unsigned short *: shmem_ctx_ushort_put, unsigned int *: shmem_ctx_uint_put, unsigned long *: shmem_ctx_ulong_put, unsigned long long *: shmem_ctx_ulonglong_put, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_ctx_int8_put, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_ctx_int16_put, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_put, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_put, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_ctx_uint8_put, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_ctx_uint16_put, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_put, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_put, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_put, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_put, default: shmemi_generic_no_match))))))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_put, double *: shmem_double_put, long double *: shmem_longdouble_put, char *: shmem_char_put, signed char *: shmem_schar_put, short *: shmem_short_put, int *: shmem_int_put, long *: shmem_long_put, long long *: shmem_longlong_put, unsigned char *: shmem_uchar_put, unsigned short *: shmem_ushort_put, unsigned int *: shmem_uint_put, unsigned long *: shmem_ulong_put, unsigned long long *: shmem_ulonglong_put, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int8_t *: shmem_int8_put, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int16_t *: shmem_int16_put, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_put, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_put, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint8_t *: shmem_uint8_put, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_put, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_put, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_put, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_put, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_put, default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
-#define shmem_put_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_ctx_float_put_nbi, double *: shmem_ctx_double_put_nbi, long double *: shmem_ctx_longdouble_put_nbi, char *: shmem_ctx_char_put_nbi, signed char *: shmem_ctx_schar_put_nbi, short *: shmem_ctx_short_put_nbi, int *: shmem_ctx_int_put_nbi, long *: shmem_ctx_long_put_nbi, long long *: shmem_ctx_longlong_put_nbi, unsigned char *: shmem_ctx_uchar_put_nbi, unsigned short *: shmem_ctx_ushort_put_nbi, unsigned int *: shmem_ctx_uint_put_nbi, unsigned long *: shmem_ctx_ulong_put_nbi, unsigned long long *: shmem_ctx_ulonglong_put_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_ctx_int8_put_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_ctx_int16_put_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_put_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_put_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_ctx_uint8_put_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_ctx_uint16_put_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_put_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_put_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_put_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_put_nbi, default: shmemi_generic_no_match))))))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_put_nbi, double *: shmem_double_put_nbi, long double *: shmem_longdouble_put_nbi, char *: shmem_char_put_nbi, signed char *: shmem_schar_put_nbi, short *: shmem_short_put_nbi, int *: shmem_int_put_nbi, long *: shmem_long_put_nbi, long long *: shmem_longlong_put_nbi, unsigned char *: shmem_uchar_put_nbi, unsigned short *: shmem_ushort_put_nbi, unsigned int *: shmem_uint_put_nbi, unsigned long *: shmem_ulong_put_nbi, unsigned long long *: shmem_ulonglong_put_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int8_t *: shmem_int8_put_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int16_t *: shmem_int16_put_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_put_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_put_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint8_t *: shmem_uint8_put_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_put_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_put_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_put_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_put_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_put_nbi, default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
-#define shmem_iput(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_ctx_float_iput, double *: shmem_ctx_double_iput, long double *: shmem_ctx_longdouble_iput, char *: shmem_ctx_char_iput, signed char *: shmem_ctx_schar_iput, short *: shmem_ctx_short_iput, int *: shmem_ctx_int_iput, long *: shmem_ctx_long_iput, long long *: shmem_ctx_longlong_iput, unsigned char *: shmem_ctx_uchar_iput, unsigned short *: shmem_ctx_ushort_iput, unsigned int *: shmem_ctx_uint_iput, unsigned long *: shmem_ctx_ulong_iput, unsigned long long *: shmem_ctx_ulonglong_iput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_ctx_int8_iput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_ctx_int16_iput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_iput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_iput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_ctx_uint8_iput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_ctx_uint16_iput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_iput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_iput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_iput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_iput, default: shmemi_generic_no_match))))))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_iput, double *: shmem_double_iput, long double *: shmem_longdouble_iput, char *: shmem_char_iput, signed char *: shmem_schar_iput, short *: shmem_short_iput, int *: shmem_int_iput, long *: shmem_long_iput, long long *: shmem_longlong_iput, unsigned char *: shmem_uchar_iput, unsigned short *: shmem_ushort_iput, unsigned int *: shmem_uint_iput, unsigned long *: shmem_ulong_iput, unsigned long long *: shmem_ulonglong_iput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int8_t *: shmem_int8_iput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int16_t *: shmem_int16_iput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_iput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_iput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint8_t *: shmem_uint8_iput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_iput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_iput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_iput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_iput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_iput, default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
-#define shmem_ibput(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_ctx_float_ibput, double *: shmem_ctx_double_ibput, long double *: shmem_ctx_longdouble_ibput, char *: shmem_ctx_char_ibput, signed char *: shmem_ctx_schar_ibput, short *: shmem_ctx_short_ibput, int *: shmem_ctx_int_ibput, long *: shmem_ctx_long_ibput, long long *: shmem_ctx_longlong_ibput, unsigned char *: shmem_ctx_uchar_ibput, unsigned short *: shmem_ctx_ushort_ibput, unsigned int *: shmem_ctx_uint_ibput, unsigned long *: shmem_ctx_ulong_ibput, unsigned long long *: shmem_ctx_ulonglong_ibput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_ctx_int8_ibput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_ctx_int16_ibput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_ibput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_ibput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_ctx_uint8_ibput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_ctx_uint16_ibput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_ibput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_ibput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_ibput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_ibput, default: shmemi_generic_no_match))))))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_ibput, double *: shmem_double_ibput, long double *: shmem_longdouble_ibput, char *: shmem_char_ibput, signed char *: shmem_schar_ibput, short *: shmem_short_ibput, int *: shmem_int_ibput, long *: shmem_long_ibput, long long *: shmem_longlong_ibput, unsigned char *: shmem_uchar_ibput, unsigned short *: shmem_ushort_ibput, unsigned int *: shmem_uint_ibput, unsigned long *: shmem_ulong_ibput, unsigned long long *: shmem_ulonglong_ibput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int8_t *: shmem_int8_ibput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int16_t *: shmem_int16_ibput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_ibput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_ibput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint8_t *: shmem_uint8_ibput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_ibput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_ibput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_ibput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_ibput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_ibput, default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
-#define shmem_p(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_ctx_float_p, double *: shmem_ctx_double_p, long double *: shmem_ctx_longdouble_p, char *: shmem_ctx_char_p, signed char *: shmem_ctx_schar_p, short *: shmem_ctx_short_p, int *: shmem_ctx_int_p, long *: shmem_ctx_long_p, long long *: shmem_ctx_longlong_p, unsigned char *: shmem_ctx_uchar_p, unsigned short *: shmem_ctx_ushort_p, unsigned int *: shmem_ctx_uint_p, unsigned long *: shmem_ctx_ulong_p, unsigned long long *: shmem_ctx_ulonglong_p, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_ctx_int8_p, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_ctx_int16_p, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_p, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_p, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_ctx_uint8_p, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_ctx_uint16_p, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_p, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_p, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_p, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_p, default: shmemi_generic_no_match))))))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_p, double *: shmem_double_p, long double *: shmem_longdouble_p, char *: shmem_char_p, signed char *: shmem_schar_p, short *: shmem_short_p, int *: shmem_int_p, long *: shmem_long_p, long long *: shmem_longlong_p, unsigned char *: shmem_uchar_p, unsigned short *: shmem_ushort_p, unsigned int *: shmem_uint_p, unsigned long *: shmem_ulong_p, unsigned long long *: shmem_ulonglong_p, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int8_t *: shmem_int8_p, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int16_t *: shmem_int16_p, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_p, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_p, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint8_t *: shmem_uint8_p, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_p, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_p, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_p, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_p, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_p, default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
-#define shmem_put_signal(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_ctx_float_put_signal, double *: shmem_ctx_double_put_signal, long double *: shmem_ctx_longdouble_put_signal, char *: shmem_ctx_char_put_signal, signed char *: shmem_ctx_schar_put_signal, short *: shmem_ctx_short_put_signal, int *: shmem_ctx_int_put_signal, long *: shmem_ctx_long_put_signal, long long *: shmem_ctx_longlong_put_signal, unsigned char *: shmem_ctx_uchar_put_signal, unsigned short *: shmem_ctx_ushort_put_signal, unsigned int *: shmem_ctx_uint_put_signal, unsigned long *: shmem_ctx_ulong_put_signal, unsigned long long *: shmem_ctx_ulonglong_put_signal, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_ctx_int8_put_signal, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_ctx_int16_put_signal, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_put_signal, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_put_signal, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_ctx_uint8_put_signal, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_ctx_uint16_put_signal, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_put_signal, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_put_signal, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_put_signal, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_put_signal, default: shmemi_generic_no_match))))))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_put_signal, double *: shmem_double_put_signal, long double *: shmem_longdouble_put_signal, char *: shmem_char_put_signal, signed char *: shmem_schar_put_signal, short *: shmem_short_put_signal, int *: shmem_int_put_signal, long *: shmem_long_put_signal, long long *: shmem_longlong_put_signal, unsigned char *: shmem_uchar_put_signal, unsigned short *: shmem_ushort_put_signal, unsigned int *: shmem_uint_put_signal, unsigned long *: shmem_ulong_put_signal, unsigned long long *: shmem_ulonglong_put_signal, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int8_t *: shmem_int8_put_signal, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int16_t *: shmem_int16_put_signal, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_put_signal, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_put_signal, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint8_t *: shmem_uint8_put_signal, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_put_signal, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_put_signal, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_put_signal, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_put_signal, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_put_signal, default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
-#define shmem_put_signal_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_ctx_float_put_signal_nbi, double *: shmem_ctx_double_put_signal_nbi, long double *: shmem_ctx_longdouble_put_signal_nbi, char *: shmem_ctx_char_put_signal_nbi, signed char *: shmem_ctx_schar_put_signal_nbi, short *: shmem_ctx_short_put_signal_nbi, int *: shmem_ctx_int_put_signal_nbi, long *: shmem_ctx_long_put_signal_nbi, long long *: shmem_ctx_longlong_put_signal_nbi, unsigned char *: shmem_ctx_uchar_put_signal_nbi, unsigned short *: shmem_ctx_ushort_put_signal_nbi, unsigned int *: shmem_ctx_uint_put_signal_nbi, unsigned long *: shmem_ctx_ulong_put_signal_nbi, unsigned long long *: shmem_ctx_ulonglong_put_signal_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_ctx_int8_put_signal_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_ctx_int16_put_signal_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_put_signal_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_put_signal_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_ctx_uint8_put_signal_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_ctx_uint16_put_signal_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_put_signal_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_put_signal_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_put_signal_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_put_signal_nbi, default: shmemi_generic_no_match))))))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_put_signal_nbi, double *: shmem_double_put_signal_nbi, long double *: shmem_longdouble_put_signal_nbi, char *: shmem_char_put_signal_nbi, signed char *: shmem_schar_put_signal_nbi, short *: shmem_short_put_signal_nbi, int *: shmem_int_put_signal_nbi, long *: shmem_long_put_signal_nbi, long long *: shmem_longlong_put_signal_nbi, unsigned char *: shmem_uchar_put_signal_nbi, unsigned short *: shmem_ushort_put_signal_nbi, unsigned int *: shmem_uint_put_signal_nbi, unsigned long *: shmem_ulong_put_signal_nbi, unsigned long long *: shmem_ulonglong_put_signal_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int8_t *: shmem_int8_put_signal_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int16_t *: shmem_int16_put_signal_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_put_signal_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_put_signal_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint8_t *: shmem_uint8_put_signal_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_put_signal_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_put_signal_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_put_signal_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_put_signal_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_put_signal_nbi, default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
-#define shmem_get(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_ctx_float_get, double *: shmem_ctx_double_get, long double *: shmem_ctx_longdouble_get, char *: shmem_ctx_char_get, signed char *: shmem_ctx_schar_get, short *: shmem_ctx_short_get, int *: shmem_ctx_int_get, long *: shmem_ctx_long_get, long long *: shmem_ctx_longlong_get, unsigned char *: shmem_ctx_uchar_get, unsigned short *: shmem_ctx_ushort_get, unsigned int *: shmem_ctx_uint_get, unsigned long *: shmem_ctx_ulong_get, unsigned long long *: shmem_ctx_ulonglong_get, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_ctx_int8_get, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_ctx_int16_get, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_get, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_get, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_ctx_uint8_get, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_ctx_uint16_get, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_get, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_get, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_get, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_get, default: shmemi_generic_no_match))))))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_get, double *: shmem_double_get, long double *: shmem_longdouble_get, char *: shmem_char_get, signed char *: shmem_schar_get, short *: shmem_short_get, int *: shmem_int_get, long *: shmem_long_get, long long *: shmem_longlong_get, unsigned char *: shmem_uchar_get, unsigned short *: shmem_ushort_get, unsigned int *: shmem_uint_get, unsigned long *: shmem_ulong_get, unsigned long long *: shmem_ulonglong_get, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int8_t *: shmem_int8_get, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int16_t *: shmem_int16_get, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_get, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_get, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint8_t *: shmem_uint8_get, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_get, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_get, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_get, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_get, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_get, default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
-#define shmem_get_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_ctx_float_get_nbi, double *: shmem_ctx_double_get_nbi, long double *: shmem_ctx_longdouble_get_nbi, char *: shmem_ctx_char_get_nbi, signed char *: shmem_ctx_schar_get_nbi, short *: shmem_ctx_short_get_nbi, int *: shmem_ctx_int_get_nbi, long *: shmem_ctx_long_get_nbi, long long *: shmem_ctx_longlong_get_nbi, unsigned char *: shmem_ctx_uchar_get_nbi, unsigned short *: shmem_ctx_ushort_get_nbi, unsigned int *: shmem_ctx_uint_get_nbi, unsigned long *: shmem_ctx_ulong_get_nbi, unsigned long long *: shmem_ctx_ulonglong_get_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_ctx_int8_get_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_ctx_int16_get_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_get_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_get_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_ctx_uint8_get_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_ctx_uint16_get_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_get_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_get_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_get_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_get_nbi, default: shmemi_generic_no_match))))))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_get_nbi, double *: shmem_double_get_nbi, long double *: shmem_longdouble_get_nbi, char *: shmem_char_get_nbi, signed char *: shmem_schar_get_nbi, short *: shmem_short_get_nbi, int *: shmem_int_get_nbi, long *: shmem_long_get_nbi, long long *: shmem_longlong_get_nbi, unsigned char *: shmem_uchar_get_nbi, unsigned short *: shmem_ushort_get_nbi, unsigned int *: shmem_uint_get_nbi, unsigned long *: shmem_ulong_get_nbi, unsigned long long *: shmem_ulonglong_get_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int8_t *: shmem_int8_get_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int16_t *: shmem_int16_get_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_get_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_get_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint8_t *: shmem_uint8_get_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_get_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_get_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_get_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_get_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_get_nbi, default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
-#define shmem_iget(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_ctx_float_iget, double *: shmem_ctx_double_iget, long double *: shmem_ctx_longdouble_iget, char *: shmem_ctx_char_iget, signed char *: shmem_ctx_schar_iget, short *: shmem_ctx_short_iget, int *: shmem_ctx_int_iget, long *: shmem_ctx_long_iget, long long *: shmem_ctx_longlong_iget, unsigned char *: shmem_ctx_uchar_iget, unsigned short *: shmem_ctx_ushort_iget, unsigned int *: shmem_ctx_uint_iget, unsigned long *: shmem_ctx_ulong_iget, unsigned long long *: shmem_ctx_ulonglong_iget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_ctx_int8_iget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_ctx_int16_iget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_iget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_iget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_ctx_uint8_iget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_ctx_uint16_iget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_iget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_iget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_iget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_iget, default: shmemi_generic_no_match))))))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_iget, double *: shmem_double_iget, long double *: shmem_longdouble_iget, char *: shmem_char_iget, signed char *: shmem_schar_iget, short *: shmem_short_iget, int *: shmem_int_iget, long *: shmem_long_iget, long long *: shmem_longlong_iget, unsigned char *: shmem_uchar_iget, unsigned short *: shmem_ushort_iget, unsigned int *: shmem_uint_iget, unsigned long *: shmem_ulong_iget, unsigned long long *: shmem_ulonglong_iget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int8_t *: shmem_int8_iget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int16_t *: shmem_int16_iget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_iget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_iget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint8_t *: shmem_uint8_iget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_iget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_iget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_iget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_iget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_iget, default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
-#define shmem_ibget(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_ctx_float_ibget, double *: shmem_ctx_double_ibget, long double *: shmem_ctx_longdouble_ibget, char *: shmem_ctx_char_ibget, signed char *: shmem_ctx_schar_ibget, short *: shmem_ctx_short_ibget, int *: shmem_ctx_int_ibget, long *: shmem_ctx_long_ibget, long long *: shmem_ctx_longlong_ibget, unsigned char *: shmem_ctx_uchar_ibget, unsigned short *: shmem_ctx_ushort_ibget, unsigned int *: shmem_ctx_uint_ibget, unsigned long *: shmem_ctx_ulong_ibget, unsigned long long *: shmem_ctx_ulonglong_ibget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_ctx_int8_ibget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_ctx_int16_ibget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_ibget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_ibget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_ctx_uint8_ibget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_ctx_uint16_ibget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_ibget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_ibget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_ibget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_ibget, default: shmemi_generic_no_match))))))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_ibget, double *: shmem_double_ibget, long double *: shmem_longdouble_ibget, char *: shmem_char_ibget, signed char *: shmem_schar_ibget, short *: shmem_short_ibget, int *: shmem_int_ibget, long *: shmem_long_ibget, long long *: shmem_longlong_ibget, unsigned char *: shmem_uchar_ibget, unsigned short *: shmem_ushort_ibget, unsigned int *: shmem_uint_ibget, unsigned long *: shmem_ulong_ibget, unsigned long long *: shmem_ulonglong_ibget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int8_t *: shmem_int8_ibget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int16_t *: shmem_int16_ibget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_ibget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_ibget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint8_t *: shmem_uint8_ibget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_ibget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_ibget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_ibget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_ibget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_ibget, default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
-#define shmem_g(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_ctx_float_g, const float *: shmem_ctx_float_g, double *: shmem_ctx_double_g, const double *: shmem_ctx_double_g, long double *: shmem_ctx_longdouble_g, const long double *: shmem_ctx_longdouble_g, char *: shmem_ctx_char_g, const char *: shmem_ctx_char_g, signed char *: shmem_ctx_schar_g, const signed char *: shmem_ctx_schar_g, short *: shmem_ctx_short_g, const short *: shmem_ctx_short_g, int *: shmem_ctx_int_g, const int *: shmem_ctx_int_g, long *: shmem_ctx_long_g, const long *: shmem_ctx_long_g, long long *: shmem_ctx_longlong_g, const long long *: shmem_ctx_longlong_g, unsigned char *: shmem_ctx_uchar_g, const unsigned char *: shmem_ctx_uchar_g, unsigned short *: shmem_ctx_ushort_g, const unsigned short *: shmem_ctx_ushort_g, unsigned int *: shmem_ctx_uint_g, const unsigned int *: shmem_ctx_uint_g, unsigned long *: shmem_ctx_ulong_g, const unsigned long *: shmem_ctx_ulong_g, unsigned long long *: shmem_ctx_ulonglong_g, const unsigned long long *: shmem_ctx_ulonglong_g, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_ctx_int8_g, const int8_t *: shmem_ctx_int8_g, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_ctx_int16_g, const int16_t *: shmem_ctx_int16_g, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_g, const int32_t *: shmem_ctx_int32_g, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_g, const int64_t *: shmem_ctx_int64_g, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_ctx_uint8_g, const uint8_t *: shmem_ctx_uint8_g, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_ctx_uint16_g, const uint16_t *: shmem_ctx_uint16_g, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_g, const uint32_t *: shmem_ctx_uint32_g, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_g, const uint64_t *: shmem_ctx_uint64_g, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_g, const size_t *: shmem_ctx_size_g, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_g, const ptrdiff_t *: shmem_ctx_ptrdiff_g, default: shmemi_generic_no_match))))))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_g, const float *: shmem_float_g, double *: shmem_double_g, const double *: shmem_double_g, long double *: shmem_longdouble_g, const long double *: shmem_longdouble_g, char *: shmem_char_g, const char *: shmem_char_g, signed char *: shmem_schar_g, const signed char *: shmem_schar_g, short *: shmem_short_g, const short *: shmem_short_g, int *: shmem_int_g, const int *: shmem_int_g, long *: shmem_long_g, const long *: shmem_long_g, long long *: shmem_longlong_g, const long long *: shmem_longlong_g, unsigned char *: shmem_uchar_g, const unsigned char *: shmem_uchar_g, unsigned short *: shmem_ushort_g, const unsigned short *: shmem_ushort_g, unsigned int *: shmem_uint_g, const unsigned int *: shmem_uint_g, unsigned long *: shmem_ulong_g, const unsigned long *: shmem_ulong_g, unsigned long long *: shmem_ulonglong_g, const unsigned long long *: shmem_ulonglong_g, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int8_t *: shmem_int8_g, const int8_t *: shmem_int8_g, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int16_t *: shmem_int16_g, const int16_t *: shmem_int16_g, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_g, const int32_t *: shmem_int32_g, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_g, const int64_t *: shmem_int64_g, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint8_t *: shmem_uint8_g, const uint8_t *: shmem_uint8_g, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_g, const uint16_t *: shmem_uint16_g, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_g, const uint32_t *: shmem_uint32_g, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_g, const uint64_t *: shmem_uint64_g, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_g, const size_t *: shmem_size_g, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_g, const ptrdiff_t *: shmem_ptrdiff_g, default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
-#define shmem_atomic_fetch(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_ctx_float_atomic_fetch, const float *: shmem_ctx_float_atomic_fetch, double *: shmem_ctx_double_atomic_fetch, const double *: shmem_ctx_double_atomic_fetch, int *: shmem_ctx_int_atomic_fetch, const int *: shmem_ctx_int_atomic_fetch, long *: shmem_ctx_long_atomic_fetch, const long *: shmem_ctx_long_atomic_fetch, long long *: shmem_ctx_longlong_atomic_fetch, const long long *: shmem_ctx_longlong_atomic_fetch, unsigned int *: shmem_ctx_uint_atomic_fetch, const unsigned int *: shmem_ctx_uint_atomic_fetch, unsigned long *: shmem_ctx_ulong_atomic_fetch, const unsigned long *: shmem_ctx_ulong_atomic_fetch, unsigned long long *: shmem_ctx_ulonglong_atomic_fetch, const unsigned long long *: shmem_ctx_ulonglong_atomic_fetch, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_fetch, const int32_t *: shmem_ctx_int32_atomic_fetch, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_fetch, const int64_t *: shmem_ctx_int64_atomic_fetch, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_fetch, const uint32_t *: shmem_ctx_uint32_atomic_fetch, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_fetch, const uint64_t *: shmem_ctx_uint64_atomic_fetch, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_atomic_fetch, const size_t *: shmem_ctx_size_atomic_fetch, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_atomic_fetch, const ptrdiff_t *: shmem_ctx_ptrdiff_atomic_fetch, default: shmemi_generic_no_match))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_atomic_fetch, const float *: shmem_float_atomic_fetch, double *: shmem_double_atomic_fetch, const double *: shmem_double_atomic_fetch, int *: shmem_int_atomic_fetch, const int *: shmem_int_atomic_fetch, long *: shmem_long_atomic_fetch, const long *: shmem_long_atomic_fetch, long long *: shmem_longlong_atomic_fetch, const long long *: shmem_longlong_atomic_fetch, unsigned int *: shmem_uint_atomic_fetch, const unsigned int *: shmem_uint_atomic_fetch, unsigned long *: shmem_ulong_atomic_fetch, const unsigned long *: shmem_ulong_atomic_fetch, unsigned long long *: shmem_ulonglong_atomic_fetch, const unsigned long long *: shmem_ulonglong_atomic_fetch, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_fetch, const int32_t *: shmem_int32_atomic_fetch, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch, const int64_t *: shmem_int64_atomic_fetch, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_fetch, const uint32_t *: shmem_uint32_atomic_fetch, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch, const uint64_t *: shmem_uint64_atomic_fetch, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_atomic_fetch, const size_t *: shmem_size_atomic_fetch, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_atomic_fetch, const ptrdiff_t *: shmem_ptrdiff_atomic_fetch, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
-#define shmem_atomic_fetch_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_ctx_float_atomic_fetch_nbi, double *: shmem_ctx_double_atomic_fetch_nbi, int *: shmem_ctx_int_atomic_fetch_nbi, long *: shmem_ctx_long_atomic_fetch_nbi, long long *: shmem_ctx_longlong_atomic_fetch_nbi, unsigned int *: shmem_ctx_uint_atomic_fetch_nbi, unsigned long *: shmem_ctx_ulong_atomic_fetch_nbi, unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_fetch_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_fetch_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_fetch_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_fetch_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_atomic_fetch_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_atomic_fetch_nbi, default: shmemi_generic_no_match))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_atomic_fetch_nbi, double *: shmem_double_atomic_fetch_nbi, int *: shmem_int_atomic_fetch_nbi, long *: shmem_long_atomic_fetch_nbi, long long *: shmem_longlong_atomic_fetch_nbi, unsigned int *: shmem_uint_atomic_fetch_nbi, unsigned long *: shmem_ulong_atomic_fetch_nbi, unsigned long long *: shmem_ulonglong_atomic_fetch_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_fetch_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_fetch_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_atomic_fetch_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_atomic_fetch_nbi, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
-#define shmem_atomic_set(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_ctx_float_atomic_set, double *: shmem_ctx_double_atomic_set, int *: shmem_ctx_int_atomic_set, long *: shmem_ctx_long_atomic_set, long long *: shmem_ctx_longlong_atomic_set, unsigned int *: shmem_ctx_uint_atomic_set, unsigned long *: shmem_ctx_ulong_atomic_set, unsigned long long *: shmem_ctx_ulonglong_atomic_set, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_set, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_set, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_set, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_set, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_atomic_set, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_atomic_set, default: shmemi_generic_no_match))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_atomic_set, double *: shmem_double_atomic_set, int *: shmem_int_atomic_set, long *: shmem_long_atomic_set, long long *: shmem_longlong_atomic_set, unsigned int *: shmem_uint_atomic_set, unsigned long *: shmem_ulong_atomic_set, unsigned long long *: shmem_ulonglong_atomic_set, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_set, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_set, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_set, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_set, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_atomic_set, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_atomic_set, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
-#define shmem_atomic_swap(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_ctx_float_atomic_swap, double *: shmem_ctx_double_atomic_swap, int *: shmem_ctx_int_atomic_swap, long *: shmem_ctx_long_atomic_swap, long long *: shmem_ctx_longlong_atomic_swap, unsigned int *: shmem_ctx_uint_atomic_swap, unsigned long *: shmem_ctx_ulong_atomic_swap, unsigned long long *: shmem_ctx_ulonglong_atomic_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_atomic_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_atomic_swap, default: shmemi_generic_no_match))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_atomic_swap, double *: shmem_double_atomic_swap, int *: shmem_int_atomic_swap, long *: shmem_long_atomic_swap, long long *: shmem_longlong_atomic_swap, unsigned int *: shmem_uint_atomic_swap, unsigned long *: shmem_ulong_atomic_swap, unsigned long long *: shmem_ulonglong_atomic_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_atomic_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_atomic_swap, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
-#define shmem_atomic_swap_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_ctx_float_atomic_swap_nbi, double *: shmem_ctx_double_atomic_swap_nbi, int *: shmem_ctx_int_atomic_swap_nbi, long *: shmem_ctx_long_atomic_swap_nbi, long long *: shmem_ctx_longlong_atomic_swap_nbi, unsigned int *: shmem_ctx_uint_atomic_swap_nbi, unsigned long *: shmem_ctx_ulong_atomic_swap_nbi, unsigned long long *: shmem_ctx_ulonglong_atomic_swap_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_swap_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_swap_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_swap_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_swap_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_atomic_swap_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_atomic_swap_nbi, default: shmemi_generic_no_match))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_atomic_swap_nbi, double *: shmem_double_atomic_swap_nbi, int *: shmem_int_atomic_swap_nbi, long *: shmem_long_atomic_swap_nbi, long long *: shmem_longlong_atomic_swap_nbi, unsigned int *: shmem_uint_atomic_swap_nbi, unsigned long *: shmem_ulong_atomic_swap_nbi, unsigned long long *: shmem_ulonglong_atomic_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_atomic_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_atomic_swap_nbi, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
-#define shmem_atomic_compare_swap(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int *: shmem_ctx_int_atomic_compare_swap, long *: shmem_ctx_long_atomic_compare_swap, long long *: shmem_ctx_longlong_atomic_compare_swap, unsigned int *: shmem_ctx_uint_atomic_compare_swap, unsigned long *: shmem_ctx_ulong_atomic_compare_swap, unsigned long long *: shmem_ctx_ulonglong_atomic_compare_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_compare_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_compare_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_compare_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_compare_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_atomic_compare_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_atomic_compare_swap, default: shmemi_generic_no_match))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_atomic_compare_swap, long *: shmem_long_atomic_compare_swap, long long *: shmem_longlong_atomic_compare_swap, unsigned int *: shmem_uint_atomic_compare_swap, unsigned long *: shmem_ulong_atomic_compare_swap, unsigned long long *: shmem_ulonglong_atomic_compare_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_compare_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_compare_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_compare_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_compare_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_atomic_compare_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_atomic_compare_swap, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
-#define shmem_atomic_compare_swap_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int *: shmem_ctx_int_atomic_compare_swap_nbi, long *: shmem_ctx_long_atomic_compare_swap_nbi, long long *: shmem_ctx_longlong_atomic_compare_swap_nbi, unsigned int *: shmem_ctx_uint_atomic_compare_swap_nbi, unsigned long *: shmem_ctx_ulong_atomic_compare_swap_nbi, unsigned long long *: shmem_ctx_ulonglong_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_atomic_compare_swap_nbi, default: shmemi_generic_no_match))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_atomic_compare_swap_nbi, long *: shmem_long_atomic_compare_swap_nbi, long long *: shmem_longlong_atomic_compare_swap_nbi, unsigned int *: shmem_uint_atomic_compare_swap_nbi, unsigned long *: shmem_ulong_atomic_compare_swap_nbi, unsigned long long *: shmem_ulonglong_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_atomic_compare_swap_nbi, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
-#define shmem_atomic_fetch_inc(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int *: shmem_ctx_int_atomic_fetch_inc, long *: shmem_ctx_long_atomic_fetch_inc, long long *: shmem_ctx_longlong_atomic_fetch_inc, unsigned int *: shmem_ctx_uint_atomic_fetch_inc, unsigned long *: shmem_ctx_ulong_atomic_fetch_inc, unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_inc, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_fetch_inc, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_fetch_inc, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_fetch_inc, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_fetch_inc, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_atomic_fetch_inc, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_atomic_fetch_inc, default: shmemi_generic_no_match))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_atomic_fetch_inc, long *: shmem_long_atomic_fetch_inc, long long *: shmem_longlong_atomic_fetch_inc, unsigned int *: shmem_uint_atomic_fetch_inc, unsigned long *: shmem_ulong_atomic_fetch_inc, unsigned long long *: shmem_ulonglong_atomic_fetch_inc, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_fetch_inc, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch_inc, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_fetch_inc, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch_inc, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_atomic_fetch_inc, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_atomic_fetch_inc, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
-#define shmem_atomic_fetch_inc_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int *: shmem_ctx_int_atomic_fetch_inc_nbi, long *: shmem_ctx_long_atomic_fetch_inc_nbi, long long *: shmem_ctx_longlong_atomic_fetch_inc_nbi, unsigned int *: shmem_ctx_uint_atomic_fetch_inc_nbi, unsigned long *: shmem_ctx_ulong_atomic_fetch_inc_nbi, unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_atomic_fetch_inc_nbi, default: shmemi_generic_no_match))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_atomic_fetch_inc_nbi, long *: shmem_long_atomic_fetch_inc_nbi, long long *: shmem_longlong_atomic_fetch_inc_nbi, unsigned int *: shmem_uint_atomic_fetch_inc_nbi, unsigned long *: shmem_ulong_atomic_fetch_inc_nbi, unsigned long long *: shmem_ulonglong_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_atomic_fetch_inc_nbi, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
-#define shmem_atomic_inc(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int *: shmem_ctx_int_atomic_inc, long *: shmem_ctx_long_atomic_inc, long long *: shmem_ctx_longlong_atomic_inc, unsigned int *: shmem_ctx_uint_atomic_inc, unsigned long *: shmem_ctx_ulong_atomic_inc, unsigned long long *: shmem_ctx_ulonglong_atomic_inc, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_inc, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_inc, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_inc, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_inc, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_atomic_inc, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_atomic_inc, default: shmemi_generic_no_match))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_atomic_inc, long *: shmem_long_atomic_inc, long long *: shmem_longlong_atomic_inc, unsigned int *: shmem_uint_atomic_inc, unsigned long *: shmem_ulong_atomic_inc, unsigned long long *: shmem_ulonglong_atomic_inc, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_inc, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_inc, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_inc, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_inc, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_atomic_inc, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_atomic_inc, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
-#define shmem_atomic_fetch_add(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int *: shmem_ctx_int_atomic_fetch_add, long *: shmem_ctx_long_atomic_fetch_add, long long *: shmem_ctx_longlong_atomic_fetch_add, unsigned int *: shmem_ctx_uint_atomic_fetch_add, unsigned long *: shmem_ctx_ulong_atomic_fetch_add, unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_add, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_fetch_add, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_fetch_add, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_fetch_add, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_fetch_add, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_atomic_fetch_add, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_atomic_fetch_add, default: shmemi_generic_no_match))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_atomic_fetch_add, long *: shmem_long_atomic_fetch_add, long long *: shmem_longlong_atomic_fetch_add, unsigned int *: shmem_uint_atomic_fetch_add, unsigned long *: shmem_ulong_atomic_fetch_add, unsigned long long *: shmem_ulonglong_atomic_fetch_add, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_fetch_add, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch_add, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_fetch_add, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch_add, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_atomic_fetch_add, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_atomic_fetch_add, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
-#define shmem_atomic_fetch_add_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int *: shmem_ctx_int_atomic_fetch_add_nbi, long *: shmem_ctx_long_atomic_fetch_add_nbi, long long *: shmem_ctx_longlong_atomic_fetch_add_nbi, unsigned int *: shmem_ctx_uint_atomic_fetch_add_nbi, unsigned long *: shmem_ctx_ulong_atomic_fetch_add_nbi, unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_atomic_fetch_add_nbi, default: shmemi_generic_no_match))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_atomic_fetch_add_nbi, long *: shmem_long_atomic_fetch_add_nbi, long long *: shmem_longlong_atomic_fetch_add_nbi, unsigned int *: shmem_uint_atomic_fetch_add_nbi, unsigned long *: shmem_ulong_atomic_fetch_add_nbi, unsigned long long *: shmem_ulonglong_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_atomic_fetch_add_nbi, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
-#define shmem_atomic_add(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int *: shmem_ctx_int_atomic_add, long *: shmem_ctx_long_atomic_add, long long *: shmem_ctx_longlong_atomic_add, unsigned int *: shmem_ctx_uint_atomic_add, unsigned long *: shmem_ctx_ulong_atomic_add, unsigned long long *: shmem_ctx_ulonglong_atomic_add, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_add, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_add, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_add, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_add, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_atomic_add, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_atomic_add, default: shmemi_generic_no_match))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_atomic_add, long *: shmem_long_atomic_add, long long *: shmem_longlong_atomic_add, unsigned int *: shmem_uint_atomic_add, unsigned long *: shmem_ulong_atomic_add, unsigned long long *: shmem_ulonglong_atomic_add, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_add, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_add, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_add, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_add, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_atomic_add, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_atomic_add, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
-#define shmem_atomic_fetch_and(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), unsigned int *: shmem_ctx_uint_atomic_fetch_and, unsigned long *: shmem_ctx_ulong_atomic_fetch_and, unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_and, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_fetch_and, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_fetch_and, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_fetch_and, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_fetch_and, default: shmemi_generic_no_match))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), unsigned int *: shmem_uint_atomic_fetch_and, unsigned long *: shmem_ulong_atomic_fetch_and, unsigned long long *: shmem_ulonglong_atomic_fetch_and, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_fetch_and, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch_and, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_fetch_and, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch_and, default: shmemi_generic_no_match))))))(__VA_ARGS__)
-#define shmem_atomic_fetch_and_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), unsigned int *: shmem_ctx_uint_atomic_fetch_and_nbi, unsigned long *: shmem_ctx_ulong_atomic_fetch_and_nbi, unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_and_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_fetch_and_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_fetch_and_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_fetch_and_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_fetch_and_nbi, default: shmemi_generic_no_match))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), unsigned int *: shmem_uint_atomic_fetch_and_nbi, unsigned long *: shmem_ulong_atomic_fetch_and_nbi, unsigned long long *: shmem_ulonglong_atomic_fetch_and_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_fetch_and_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch_and_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_fetch_and_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch_and_nbi, default: shmemi_generic_no_match))))))(__VA_ARGS__)
-#define shmem_atomic_and(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), unsigned int *: shmem_ctx_uint_atomic_and, unsigned long *: shmem_ctx_ulong_atomic_and, unsigned long long *: shmem_ctx_ulonglong_atomic_and, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_and, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_and, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_and, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_and, default: shmemi_generic_no_match))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), unsigned int *: shmem_uint_atomic_and, unsigned long *: shmem_ulong_atomic_and, unsigned long long *: shmem_ulonglong_atomic_and, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_and, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_and, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_and, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_and, default: shmemi_generic_no_match))))))(__VA_ARGS__)
-#define shmem_atomic_fetch_or(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), unsigned int *: shmem_ctx_uint_atomic_fetch_or, unsigned long *: shmem_ctx_ulong_atomic_fetch_or, unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_or, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_fetch_or, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_fetch_or, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_fetch_or, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_fetch_or, default: shmemi_generic_no_match))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), unsigned int *: shmem_uint_atomic_fetch_or, unsigned long *: shmem_ulong_atomic_fetch_or, unsigned long long *: shmem_ulonglong_atomic_fetch_or, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_fetch_or, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch_or, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_fetch_or, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch_or, default: shmemi_generic_no_match))))))(__VA_ARGS__)
-#define shmem_atomic_fetch_or_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), unsigned int *: shmem_ctx_uint_atomic_fetch_or_nbi, unsigned long *: shmem_ctx_ulong_atomic_fetch_or_nbi, unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_or_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_fetch_or_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_fetch_or_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_fetch_or_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_fetch_or_nbi, default: shmemi_generic_no_match))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), unsigned int *: shmem_uint_atomic_fetch_or_nbi, unsigned long *: shmem_ulong_atomic_fetch_or_nbi, unsigned long long *: shmem_ulonglong_atomic_fetch_or_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_fetch_or_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch_or_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_fetch_or_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch_or_nbi, default: shmemi_generic_no_match))))))(__VA_ARGS__)
-#define shmem_atomic_or(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), unsigned int *: shmem_ctx_uint_atomic_or, unsigned long *: shmem_ctx_ulong_atomic_or, unsigned long long *: shmem_ctx_ulonglong_atomic_or, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_or, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_or, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_or, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_or, default: shmemi_generic_no_match))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), unsigned int *: shmem_uint_atomic_or, unsigned long *: shmem_ulong_atomic_or, unsigned long long *: shmem_ulonglong_atomic_or, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_or, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_or, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_or, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_or, default: shmemi_generic_no_match))))))(__VA_ARGS__)
-#define shmem_atomic_fetch_xor(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), unsigned int *: shmem_ctx_uint_atomic_fetch_xor, unsigned long *: shmem_ctx_ulong_atomic_fetch_xor, unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_xor, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_fetch_xor, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_fetch_xor, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_fetch_xor, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_fetch_xor, default: shmemi_generic_no_match))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), unsigned int *: shmem_uint_atomic_fetch_xor, unsigned long *: shmem_ulong_atomic_fetch_xor, unsigned long long *: shmem_ulonglong_atomic_fetch_xor, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_fetch_xor, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch_xor, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_fetch_xor, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch_xor, default: shmemi_generic_no_match))))))(__VA_ARGS__)
-#define shmem_atomic_fetch_xor_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), unsigned int *: shmem_ctx_uint_atomic_fetch_xor_nbi, unsigned long *: shmem_ctx_ulong_atomic_fetch_xor_nbi, unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_xor_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_fetch_xor_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_fetch_xor_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_fetch_xor_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_fetch_xor_nbi, default: shmemi_generic_no_match))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), unsigned int *: shmem_uint_atomic_fetch_xor_nbi, unsigned long *: shmem_ulong_atomic_fetch_xor_nbi, unsigned long long *: shmem_ulonglong_atomic_fetch_xor_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_fetch_xor_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch_xor_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_fetch_xor_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch_xor_nbi, default: shmemi_generic_no_match))))))(__VA_ARGS__)
-#define shmem_atomic_xor(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), unsigned int *: shmem_ctx_uint_atomic_xor, unsigned long *: shmem_ctx_ulong_atomic_xor, unsigned long long *: shmem_ctx_ulonglong_atomic_xor, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_xor, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_xor, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_xor, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_xor, default: shmemi_generic_no_match))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), unsigned int *: shmem_uint_atomic_xor, unsigned long *: shmem_ulong_atomic_xor, unsigned long long *: shmem_ulonglong_atomic_xor, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_xor, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_xor, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_xor, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_xor, default: shmemi_generic_no_match))))))(__VA_ARGS__)
-#define shmem_wait_until(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_wait_until, volatile short *: shmem_short_wait_until, int *: shmem_int_wait_until, volatile int *: shmem_int_wait_until, long *: shmem_long_wait_until, volatile long *: shmem_long_wait_until, long long *: shmem_longlong_wait_until, volatile long long *: shmem_longlong_wait_until, unsigned short *: shmem_ushort_wait_until, volatile unsigned short *: shmem_ushort_wait_until, unsigned int *: shmem_uint_wait_until, volatile unsigned int *: shmem_uint_wait_until, unsigned long *: shmem_ulong_wait_until, volatile unsigned long *: shmem_ulong_wait_until, unsigned long long *: shmem_ulonglong_wait_until, volatile unsigned long long *: shmem_ulonglong_wait_until, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_wait_until, volatile int32_t *: shmem_int32_wait_until, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_wait_until, volatile int64_t *: shmem_int64_wait_until, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_wait_until, volatile uint32_t *: shmem_uint32_wait_until, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_wait_until, volatile uint64_t *: shmem_uint64_wait_until, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_wait_until, volatile size_t *: shmem_size_wait_until, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_wait_until, volatile ptrdiff_t *: shmem_ptrdiff_wait_until, default: shmemi_generic_no_match)))))))(__VA_ARGS__)
-#define shmem_test(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_test, volatile short *: shmem_short_test, int *: shmem_int_test, volatile int *: shmem_int_test, long *: shmem_long_test, volatile long *: shmem_long_test, long long *: shmem_longlong_test, volatile long long *: shmem_longlong_test, unsigned short *: shmem_ushort_test, volatile unsigned short *: shmem_ushort_test, unsigned int *: shmem_uint_test, volatile unsigned int *: shmem_uint_test, unsigned long *: shmem_ulong_test, volatile unsigned long *: shmem_ulong_test, unsigned long long *: shmem_ulonglong_test, volatile unsigned long long *: shmem_ulonglong_test, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_test, volatile int32_t *: shmem_int32_test, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_test, volatile int64_t *: shmem_int64_test, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_test, volatile uint32_t *: shmem_uint32_test, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_test, volatile uint64_t *: shmem_uint64_test, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_test, volatile size_t *: shmem_size_test, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_test, volatile ptrdiff_t *: shmem_ptrdiff_test, default: shmemi_generic_no_match)))))))(__VA_ARGS__)
-#define shmem_wait_until_all(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_wait_until_all, int *: shmem_int_wait_until_all, long *: shmem_long_wait_until_all, long long *: shmem_longlong_wait_until_all, unsigned short *: shmem_ushort_wait_until_all, unsigned int *: shmem_uint_wait_until_all, unsigned long *: shmem_ulong_wait_until_all, unsigned long long *: shmem_ulonglong_wait_until_all, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_wait_until_all, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_wait_until_all, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_wait_until_all, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_wait_until_all, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_wait_until_all, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_wait_until_all, default: shmemi_generic_no_match)))))))(__VA_ARGS__)
-#define shmem_wait_until_all_vector(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_wait_until_all_vector, int *: shmem_int_wait_until_all_vector, long *: shmem_long_wait_until_all_vector, long long *: shmem_longlong_wait_until_all_vector, unsigned short *: shmem_ushort_wait_until_all_vector, unsigned int *: shmem_uint_wait_until_all_vector, unsigned long *: shmem_ulong_wait_until_all_vector, unsigned long long *: shmem_ulonglong_wait_until_all_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_wait_until_all_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_wait_until_all_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_wait_until_all_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_wait_until_all_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_wait_until_all_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_wait_until_all_vector, default: shmemi_generic_no_match)))))))(__VA_ARGS__)
-#define shmem_wait_until_any(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_wait_until_any, int *: shmem_int_wait_until_any, long *: shmem_long_wait_until_any, long long *: shmem_longlong_wait_until_any, unsigned short *: shmem_ushort_wait_until_any, unsigned int *: shmem_uint_wait_until_any, unsigned long *: shmem_ulong_wait_until_any, unsigned long long *: shmem_ulonglong_wait_until_any, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_wait_until_any, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_wait_until_any, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_wait_until_any, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_wait_until_any, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_wait_until_any, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_wait_until_any, default: shmemi_generic_no_match)))))))(__VA_ARGS__)
-#define shmem_wait_until_any_vector(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_wait_until_any_vector, int *: shmem_int_wait_until_any_vector, long *: shmem_long_wait_until_any_vector, long long *: shmem_longlong_wait_until_any_vector, unsigned short *: shmem_ushort_wait_until_any_vector, unsigned int *: shmem_uint_wait_until_any_vector, unsigned long *: shmem_ulong_wait_until_any_vector, unsigned long long *: shmem_ulonglong_wait_until_any_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_wait_until_any_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_wait_until_any_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_wait_until_any_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_wait_until_any_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_wait_until_any_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_wait_until_any_vector, default: shmemi_generic_no_match)))))))(__VA_ARGS__)
-#define shmem_wait_until_some(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_wait_until_some, int *: shmem_int_wait_until_some, long *: shmem_long_wait_until_some, long long *: shmem_longlong_wait_until_some, unsigned short *: shmem_ushort_wait_until_some, unsigned int *: shmem_uint_wait_until_some, unsigned long *: shmem_ulong_wait_until_some, unsigned long long *: shmem_ulonglong_wait_until_some, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_wait_until_some, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_wait_until_some, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_wait_until_some, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_wait_until_some, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_wait_until_some, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_wait_until_some, default: shmemi_generic_no_match)))))))(__VA_ARGS__)
-#define shmem_wait_until_some_vector(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_wait_until_some_vector, int *: shmem_int_wait_until_some_vector, long *: shmem_long_wait_until_some_vector, long long *: shmem_longlong_wait_until_some_vector, unsigned short *: shmem_ushort_wait_until_some_vector, unsigned int *: shmem_uint_wait_until_some_vector, unsigned long *: shmem_ulong_wait_until_some_vector, unsigned long long *: shmem_ulonglong_wait_until_some_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_wait_until_some_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_wait_until_some_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_wait_until_some_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_wait_until_some_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_wait_until_some_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_wait_until_some_vector, default: shmemi_generic_no_match)))))))(__VA_ARGS__)
-#define shmem_test_all(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_test_all, int *: shmem_int_test_all, long *: shmem_long_test_all, long long *: shmem_longlong_test_all, unsigned short *: shmem_ushort_test_all, unsigned int *: shmem_uint_test_all, unsigned long *: shmem_ulong_test_all, unsigned long long *: shmem_ulonglong_test_all, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_test_all, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_test_all, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_test_all, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_test_all, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_test_all, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_test_all, default: shmemi_generic_no_match)))))))(__VA_ARGS__)
-#define shmem_test_all_vector(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_test_all_vector, int *: shmem_int_test_all_vector, long *: shmem_long_test_all_vector, long long *: shmem_longlong_test_all_vector, unsigned short *: shmem_ushort_test_all_vector, unsigned int *: shmem_uint_test_all_vector, unsigned long *: shmem_ulong_test_all_vector, unsigned long long *: shmem_ulonglong_test_all_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_test_all_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_test_all_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_test_all_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_test_all_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_test_all_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_test_all_vector, default: shmemi_generic_no_match)))))))(__VA_ARGS__)
-#define shmem_test_any(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_test_any, int *: shmem_int_test_any, long *: shmem_long_test_any, long long *: shmem_longlong_test_any, unsigned short *: shmem_ushort_test_any, unsigned int *: shmem_uint_test_any, unsigned long *: shmem_ulong_test_any, unsigned long long *: shmem_ulonglong_test_any, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_test_any, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_test_any, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_test_any, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_test_any, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_test_any, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_test_any, default: shmemi_generic_no_match)))))))(__VA_ARGS__)
-#define shmem_test_any_vector(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_test_any_vector, int *: shmem_int_test_any_vector, long *: shmem_long_test_any_vector, long long *: shmem_longlong_test_any_vector, unsigned short *: shmem_ushort_test_any_vector, unsigned int *: shmem_uint_test_any_vector, unsigned long *: shmem_ulong_test_any_vector, unsigned long long *: shmem_ulonglong_test_any_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_test_any_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_test_any_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_test_any_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_test_any_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_test_any_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_test_any_vector, default: shmemi_generic_no_match)))))))(__VA_ARGS__)
-#define shmem_test_some(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_test_some, int *: shmem_int_test_some, long *: shmem_long_test_some, long long *: shmem_longlong_test_some, unsigned short *: shmem_ushort_test_some, unsigned int *: shmem_uint_test_some, unsigned long *: shmem_ulong_test_some, unsigned long long *: shmem_ulonglong_test_some, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_test_some, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_test_some, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_test_some, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_test_some, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_test_some, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_test_some, default: shmemi_generic_no_match)))))))(__VA_ARGS__)
-#define shmem_test_some_vector(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_test_some_vector, int *: shmem_int_test_some_vector, long *: shmem_long_test_some_vector, long long *: shmem_longlong_test_some_vector, unsigned short *: shmem_ushort_test_some_vector, unsigned int *: shmem_uint_test_some_vector, unsigned long *: shmem_ulong_test_some_vector, unsigned long long *: shmem_ulonglong_test_some_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_test_some_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_test_some_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_test_some_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_test_some_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_test_some_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_test_some_vector, default: shmemi_generic_no_match)))))))(__VA_ARGS__)
-#define shmem_broadcast(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_broadcast, double *: shmem_double_broadcast, long double *: shmem_longdouble_broadcast, char *: shmem_char_broadcast, signed char *: shmem_schar_broadcast, short *: shmem_short_broadcast, int *: shmem_int_broadcast, long *: shmem_long_broadcast, long long *: shmem_longlong_broadcast, unsigned char *: shmem_uchar_broadcast, unsigned short *: shmem_ushort_broadcast, unsigned int *: shmem_uint_broadcast, unsigned long *: shmem_ulong_broadcast, unsigned long long *: shmem_ulonglong_broadcast, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_broadcast, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_broadcast, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_broadcast, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_broadcast, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_broadcast, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_broadcast, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_broadcast, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_broadcast, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_broadcast, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_broadcast, default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
-#define shmem_collect(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_collect, double *: shmem_double_collect, long double *: shmem_longdouble_collect, char *: shmem_char_collect, signed char *: shmem_schar_collect, short *: shmem_short_collect, int *: shmem_int_collect, long *: shmem_long_collect, long long *: shmem_longlong_collect, unsigned char *: shmem_uchar_collect, unsigned short *: shmem_ushort_collect, unsigned int *: shmem_uint_collect, unsigned long *: shmem_ulong_collect, unsigned long long *: shmem_ulonglong_collect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_collect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_collect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_collect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_collect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_collect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_collect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_collect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_collect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_collect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_collect, default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
-#define shmem_fcollect(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_fcollect, double *: shmem_double_fcollect, long double *: shmem_longdouble_fcollect, char *: shmem_char_fcollect, signed char *: shmem_schar_fcollect, short *: shmem_short_fcollect, int *: shmem_int_fcollect, long *: shmem_long_fcollect, long long *: shmem_longlong_fcollect, unsigned char *: shmem_uchar_fcollect, unsigned short *: shmem_ushort_fcollect, unsigned int *: shmem_uint_fcollect, unsigned long *: shmem_ulong_fcollect, unsigned long long *: shmem_ulonglong_fcollect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_fcollect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_fcollect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_fcollect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_fcollect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_fcollect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_fcollect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_fcollect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_fcollect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_fcollect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_fcollect, default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
-#define shmem_alltoall(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_alltoall, double *: shmem_double_alltoall, long double *: shmem_longdouble_alltoall, char *: shmem_char_alltoall, signed char *: shmem_schar_alltoall, short *: shmem_short_alltoall, int *: shmem_int_alltoall, long *: shmem_long_alltoall, long long *: shmem_longlong_alltoall, unsigned char *: shmem_uchar_alltoall, unsigned short *: shmem_ushort_alltoall, unsigned int *: shmem_uint_alltoall, unsigned long *: shmem_ulong_alltoall, unsigned long long *: shmem_ulonglong_alltoall, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_alltoall, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_alltoall, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_alltoall, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_alltoall, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_alltoall, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_alltoall, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_alltoall, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_alltoall, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_alltoall, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_alltoall, default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
-#define shmem_alltoalls(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_alltoalls, double *: shmem_double_alltoalls, long double *: shmem_longdouble_alltoalls, char *: shmem_char_alltoalls, signed char *: shmem_schar_alltoalls, short *: shmem_short_alltoalls, int *: shmem_int_alltoalls, long *: shmem_long_alltoalls, long long *: shmem_longlong_alltoalls, unsigned char *: shmem_uchar_alltoalls, unsigned short *: shmem_ushort_alltoalls, unsigned int *: shmem_uint_alltoalls, unsigned long *: shmem_ulong_alltoalls, unsigned long long *: shmem_ulonglong_alltoalls, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_alltoalls, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_alltoalls, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_alltoalls, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_alltoalls, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_alltoalls, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_alltoalls, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_alltoalls, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_alltoalls, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_alltoalls, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_alltoalls, default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
-#define shmem_and_reduce(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), unsigned char *: shmem_uchar_and_reduce, unsigned short *: shmem_ushort_and_reduce, unsigned int *: shmem_uint_and_reduce, unsigned long *: shmem_ulong_and_reduce, unsigned long long *: shmem_ulonglong_and_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_and_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_and_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_and_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_and_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_and_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_and_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_and_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_and_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_and_reduce, default: shmemi_generic_no_match))))))))))(__VA_ARGS__)
-#define shmem_or_reduce(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), unsigned char *: shmem_uchar_or_reduce, unsigned short *: shmem_ushort_or_reduce, unsigned int *: shmem_uint_or_reduce, unsigned long *: shmem_ulong_or_reduce, unsigned long long *: shmem_ulonglong_or_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_or_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_or_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_or_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_or_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_or_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_or_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_or_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_or_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_or_reduce, default: shmemi_generic_no_match))))))))))(__VA_ARGS__)
-#define shmem_xor_reduce(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), unsigned char *: shmem_uchar_xor_reduce, unsigned short *: shmem_ushort_xor_reduce, unsigned int *: shmem_uint_xor_reduce, unsigned long *: shmem_ulong_xor_reduce, unsigned long long *: shmem_ulonglong_xor_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_xor_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_xor_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_xor_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_xor_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_xor_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_xor_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_xor_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_xor_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_xor_reduce, default: shmemi_generic_no_match))))))))))(__VA_ARGS__)
-#define shmem_max_reduce(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_max_reduce, double *: shmem_double_max_reduce, long double *: shmem_longdouble_max_reduce, char *: shmem_char_max_reduce, signed char *: shmem_schar_max_reduce, short *: shmem_short_max_reduce, int *: shmem_int_max_reduce, long *: shmem_long_max_reduce, long long *: shmem_longlong_max_reduce, unsigned char *: shmem_uchar_max_reduce, unsigned short *: shmem_ushort_max_reduce, unsigned int *: shmem_uint_max_reduce, unsigned long *: shmem_ulong_max_reduce, unsigned long long *: shmem_ulonglong_max_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_max_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_max_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_max_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_max_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_max_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_max_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_max_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_max_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_max_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_max_reduce, default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
-#define shmem_min_reduce(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_min_reduce, double *: shmem_double_min_reduce, long double *: shmem_longdouble_min_reduce, char *: shmem_char_min_reduce, signed char *: shmem_schar_min_reduce, short *: shmem_short_min_reduce, int *: shmem_int_min_reduce, long *: shmem_long_min_reduce, long long *: shmem_longlong_min_reduce, unsigned char *: shmem_uchar_min_reduce, unsigned short *: shmem_ushort_min_reduce, unsigned int *: shmem_uint_min_reduce, unsigned long *: shmem_ulong_min_reduce, unsigned long long *: shmem_ulonglong_min_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_min_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_min_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_min_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_min_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_min_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_min_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_min_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_min_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_min_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_min_reduce, default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
-#define shmem_sum_reduce(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_sum_reduce, double *: shmem_double_sum_reduce, long double *: shmem_longdouble_sum_reduce, char *: shmem_char_sum_reduce, signed char *: shmem_schar_sum_reduce, short *: shmem_short_sum_reduce, int *: shmem_int_sum_reduce, long *: shmem_long_sum_reduce, long long *: shmem_longlong_sum_reduce, unsigned char *: shmem_uchar_sum_reduce, unsigned short *: shmem_ushort_sum_reduce, unsigned int *: shmem_uint_sum_reduce, unsigned long *: shmem_ulong_sum_reduce, unsigned long long *: shmem_ulonglong_sum_reduce, SHMEMI_COMPLEXF *: shmem_complexf_sum_reduce, SHMEMI_COMPLEXD *: shmem_complexd_sum_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_sum_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_sum_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_sum_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_sum_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_sum_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_sum_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_sum_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_sum_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_sum_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_sum_reduce, default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
-#define shmem_prod_reduce(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_prod_reduce, double *: shmem_double_prod_reduce, long double *: shmem_longdouble_prod_reduce, char *: shmem_char_prod_reduce, signed char *: shmem_schar_prod_reduce, short *: shmem_short_prod_reduce, int *: shmem_int_prod_reduce, long *: shmem_long_prod_reduce, long long *: shmem_longlong_prod_reduce, unsigned char *: shmem_uchar_prod_reduce, unsigned short *: shmem_ushort_prod_reduce, unsigned int *: shmem_uint_prod_reduce, unsigned long *: shmem_ulong_prod_reduce, unsigned long long *: shmem_ulonglong_prod_reduce, SHMEMI_COMPLEXF *: shmem_complexf_prod_reduce, SHMEMI_COMPLEXD *: shmem_complexd_prod_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_prod_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_prod_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_prod_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_prod_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_prod_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_prod_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_prod_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_prod_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_prod_reduce, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_prod_reduce, default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
-#define shmem_sum_inscan(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_sum_inscan, double *: shmem_double_sum_inscan, long double *: shmem_longdouble_sum_inscan, char *: shmem_char_sum_inscan, signed char *: shmem_schar_sum_inscan, short *: shmem_short_sum_inscan, int *: shmem_int_sum_inscan, long *: shmem_long_sum_inscan, long long *: shmem_longlong_sum_inscan, unsigned char *: shmem_uchar_sum_inscan, unsigned short *: shmem_ushort_sum_inscan, unsigned int *: shmem_uint_sum_inscan, unsigned long *: shmem_ulong_sum_inscan, unsigned long long *: shmem_ulonglong_sum_inscan, SHMEMI_COMPLEXF *: shmem_complexf_sum_inscan, SHMEMI_COMPLEXD *: shmem_complexd_sum_inscan, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_sum_inscan, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_sum_inscan, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_sum_inscan, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_sum_inscan, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_sum_inscan, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_sum_inscan, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_sum_inscan, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_sum_inscan, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_sum_inscan, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_sum_inscan, default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
-#define shmem_sum_exscan(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_sum_exscan, double *: shmem_double_sum_exscan, long double *: shmem_longdouble_sum_exscan, char *: shmem_char_sum_exscan, signed char *: shmem_schar_sum_exscan, short *: shmem_short_sum_exscan, int *: shmem_int_sum_exscan, long *: shmem_long_sum_exscan, long long *: shmem_longlong_sum_exscan, unsigned char *: shmem_uchar_sum_exscan, unsigned short *: shmem_ushort_sum_exscan, unsigned int *: shmem_uint_sum_exscan, unsigned long *: shmem_ulong_sum_exscan, unsigned long long *: shmem_ulonglong_sum_exscan, SHMEMI_COMPLEXF *: shmem_complexf_sum_exscan, SHMEMI_COMPLEXD *: shmem_complexd_sum_exscan, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_sum_exscan, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_sum_exscan, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_sum_exscan, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_sum_exscan, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_sum_exscan, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_sum_exscan, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_sum_exscan, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_sum_exscan, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_sum_exscan, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_sum_exscan, default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
-#define shmem_swap(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_swap, double *: shmem_double_swap, int *: shmem_int_swap, long *: shmem_long_swap, long long *: shmem_longlong_swap, default: shmemi_generic_no_match)(__VA_ARGS__)
-#define shmem_cswap(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_cswap, long *: shmem_long_cswap, long long *: shmem_longlong_cswap, default: shmemi_generic_no_match)(__VA_ARGS__)
-#define shmem_fadd(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_fadd, long *: shmem_long_fadd, long long *: shmem_longlong_fadd, default: shmemi_generic_no_match)(__VA_ARGS__)
-#define shmem_finc(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_finc, long *: shmem_long_finc, long long *: shmem_longlong_finc, default: shmemi_generic_no_match)(__VA_ARGS__)
-#define shmem_add(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_add, long *: shmem_long_add, long long *: shmem_longlong_add, default: shmemi_generic_no_match)(__VA_ARGS__)
-#define shmem_inc(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_inc, long *: shmem_long_inc, long long *: shmem_longlong_inc, default: shmemi_generic_no_match)(__VA_ARGS__)
-#define shmem_fetch(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_fetch, const float *: shmem_float_fetch, double *: shmem_double_fetch, const double *: shmem_double_fetch, int *: shmem_int_fetch, const int *: shmem_int_fetch, long *: shmem_long_fetch, const long *: shmem_long_fetch, long long *: shmem_longlong_fetch, const long long *: shmem_longlong_fetch, default: shmemi_generic_no_match)(__VA_ARGS__)
-#define shmem_set(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_set, double *: shmem_double_set, int *: shmem_int_set, long *: shmem_long_set, long long *: shmem_longlong_set, default: shmemi_generic_no_match)(__VA_ARGS__)
-#define shmem_sync(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_team_t: shmem_team_sync, default: shmem_sync)(__VA_ARGS__)
+#define shmem_put(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    float *: shmem_ctx_float_put, double *: shmem_ctx_double_put, long double *: shmem_ctx_longdouble_put, \
+    char *: shmem_ctx_char_put, signed char *: shmem_ctx_schar_put, short *: shmem_ctx_short_put, \
+    int *: shmem_ctx_int_put, long *: shmem_ctx_long_put, long long *: shmem_ctx_longlong_put, \
+    unsigned char *: shmem_ctx_uchar_put, unsigned short *: shmem_ctx_ushort_put, unsigned int *: shmem_ctx_uint_put, \
+    unsigned long *: shmem_ctx_ulong_put, unsigned long long *: shmem_ctx_ulonglong_put, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_ctx_int8_put, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_ctx_int16_put, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_put, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_put, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_ctx_uint8_put, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_ctx_uint16_put, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_put, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_put, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_put, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_put, \
+    default: shmemi_generic_no_match))))))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    float *: shmem_float_put, double *: shmem_double_put, long double *: shmem_longdouble_put, char *: shmem_char_put, \
+    signed char *: shmem_schar_put, short *: shmem_short_put, int *: shmem_int_put, long *: shmem_long_put, \
+    long long *: shmem_longlong_put, unsigned char *: shmem_uchar_put, unsigned short *: shmem_ushort_put, \
+    unsigned int *: shmem_uint_put, unsigned long *: shmem_ulong_put, unsigned long long *: shmem_ulonglong_put, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int8_t *: shmem_int8_put, default: _Generic(SHMEMI_A1(__VA_ARGS__, \
+    0), int16_t *: shmem_int16_put, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_put, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_put, default: _Generic(SHMEMI_A1(__VA_ARGS__, \
+    0), uint8_t *: shmem_uint8_put, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_put, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_put, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_put, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_put, default: _Generic(SHMEMI_A1(__VA_ARGS__, \
+    0), ptrdiff_t *: shmem_ptrdiff_put, default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
+#define shmem_put_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    float *: shmem_ctx_float_put_nbi, double *: shmem_ctx_double_put_nbi, long double *: shmem_ctx_longdouble_put_nbi, \
+    char *: shmem_ctx_char_put_nbi, signed char *: shmem_ctx_schar_put_nbi, short *: shmem_ctx_short_put_nbi, \
+    int *: shmem_ctx_int_put_nbi, long *: shmem_ctx_long_put_nbi, long long *: shmem_ctx_longlong_put_nbi, \
+    unsigned char *: shmem_ctx_uchar_put_nbi, unsigned short *: shmem_ctx_ushort_put_nbi, \
+    unsigned int *: shmem_ctx_uint_put_nbi, unsigned long *: shmem_ctx_ulong_put_nbi, \
+    unsigned long long *: shmem_ctx_ulonglong_put_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int8_t *: shmem_ctx_int8_put_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int16_t *: shmem_ctx_int16_put_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_put_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_put_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint8_t *: shmem_ctx_uint8_put_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint16_t *: shmem_ctx_uint16_put_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_put_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint64_t *: shmem_ctx_uint64_put_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    size_t *: shmem_ctx_size_put_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    ptrdiff_t *: shmem_ctx_ptrdiff_put_nbi, default: shmemi_generic_no_match))))))))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_put_nbi, double *: shmem_double_put_nbi, \
+    long double *: shmem_longdouble_put_nbi, char *: shmem_char_put_nbi, signed char *: shmem_schar_put_nbi, \
+    short *: shmem_short_put_nbi, int *: shmem_int_put_nbi, long *: shmem_long_put_nbi, \
+    long long *: shmem_longlong_put_nbi, unsigned char *: shmem_uchar_put_nbi, unsigned short *: shmem_ushort_put_nbi, \
+    unsigned int *: shmem_uint_put_nbi, unsigned long *: shmem_ulong_put_nbi, \
+    unsigned long long *: shmem_ulonglong_put_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int8_t *: shmem_int8_put_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int16_t *: shmem_int16_put_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_put_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_put_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint8_t *: shmem_uint8_put_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_put_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_put_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_put_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_put_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_put_nbi, \
+    default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
+#define shmem_iput(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    float *: shmem_ctx_float_iput, double *: shmem_ctx_double_iput, long double *: shmem_ctx_longdouble_iput, \
+    char *: shmem_ctx_char_iput, signed char *: shmem_ctx_schar_iput, short *: shmem_ctx_short_iput, \
+    int *: shmem_ctx_int_iput, long *: shmem_ctx_long_iput, long long *: shmem_ctx_longlong_iput, \
+    unsigned char *: shmem_ctx_uchar_iput, unsigned short *: shmem_ctx_ushort_iput, \
+    unsigned int *: shmem_ctx_uint_iput, unsigned long *: shmem_ctx_ulong_iput, \
+    unsigned long long *: shmem_ctx_ulonglong_iput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int8_t *: shmem_ctx_int8_iput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_ctx_int16_iput, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_iput, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_iput, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_ctx_uint8_iput, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_ctx_uint16_iput, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_iput, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_iput, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_iput, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_iput, \
+    default: shmemi_generic_no_match))))))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    float *: shmem_float_iput, double *: shmem_double_iput, long double *: shmem_longdouble_iput, \
+    char *: shmem_char_iput, signed char *: shmem_schar_iput, short *: shmem_short_iput, int *: shmem_int_iput, \
+    long *: shmem_long_iput, long long *: shmem_longlong_iput, unsigned char *: shmem_uchar_iput, \
+    unsigned short *: shmem_ushort_iput, unsigned int *: shmem_uint_iput, unsigned long *: shmem_ulong_iput, \
+    unsigned long long *: shmem_ulonglong_iput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int8_t *: shmem_int8_iput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int16_t *: shmem_int16_iput, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_iput, default: _Generic(SHMEMI_A1(__VA_ARGS__, \
+    0), int64_t *: shmem_int64_iput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint8_t *: shmem_uint8_iput, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_iput, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_iput, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_iput, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_iput, default: _Generic(SHMEMI_A1(__VA_ARGS__, \
+    0), ptrdiff_t *: shmem_ptrdiff_iput, default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
+#define shmem_ibput(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    float *: shmem_ctx_float_ibput, double *: shmem_ctx_double_ibput, long double *: shmem_ctx_longdouble_ibput, \
+    char *: shmem_ctx_char_ibput, signed char *: shmem_ctx_schar_ibput, short *: shmem_ctx_short_ibput, \
+    int *: shmem_ctx_int_ibput, long *: shmem_ctx_long_ibput, long long *: shmem_ctx_longlong_ibput, \
+    unsigned char *: shmem_ctx_uchar_ibput, unsigned short *: shmem_ctx_ushort_ibput, \
+    unsigned int *: shmem_ctx_uint_ibput, unsigned long *: shmem_ctx_ulong_ibput, \
+    unsigned long long *: shmem_ctx_ulonglong_ibput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int8_t *: shmem_ctx_int8_ibput, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_ctx_int16_ibput, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_ibput, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_ibput, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_ctx_uint8_ibput, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_ctx_uint16_ibput, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_ibput, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_ibput, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_ibput, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_ibput, \
+    default: shmemi_generic_no_match))))))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    float *: shmem_float_ibput, double *: shmem_double_ibput, long double *: shmem_longdouble_ibput, \
+    char *: shmem_char_ibput, signed char *: shmem_schar_ibput, short *: shmem_short_ibput, int *: shmem_int_ibput, \
+    long *: shmem_long_ibput, long long *: shmem_longlong_ibput, unsigned char *: shmem_uchar_ibput, \
+    unsigned short *: shmem_ushort_ibput, unsigned int *: shmem_uint_ibput, unsigned long *: shmem_ulong_ibput, \
+    unsigned long long *: shmem_ulonglong_ibput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int8_t *: shmem_int8_ibput, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int16_t *: shmem_int16_ibput, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_ibput, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_ibput, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint8_t *: shmem_uint8_ibput, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_ibput, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_ibput, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_ibput, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_ibput, default: _Generic(SHMEMI_A1(__VA_ARGS__, \
+    0), ptrdiff_t *: shmem_ptrdiff_ibput, default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
+#define shmem_p(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    float *: shmem_ctx_float_p, double *: shmem_ctx_double_p, long double *: shmem_ctx_longdouble_p, \
+    char *: shmem_ctx_char_p, signed char *: shmem_ctx_schar_p, short *: shmem_ctx_short_p, int *: shmem_ctx_int_p, \
+    long *: shmem_ctx_long_p, long long *: shmem_ctx_longlong_p, unsigned char *: shmem_ctx_uchar_p, \
+    unsigned short *: shmem_ctx_ushort_p, unsigned int *: shmem_ctx_uint_p, unsigned long *: shmem_ctx_ulong_p, \
+    unsigned long long *: shmem_ctx_ulonglong_p, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int8_t *: shmem_ctx_int8_p, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_ctx_int16_p, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_p, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_p, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_ctx_uint8_p, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_ctx_uint16_p, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_p, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_p, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_p, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_p, \
+    default: shmemi_generic_no_match))))))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_p, \
+    double *: shmem_double_p, long double *: shmem_longdouble_p, char *: shmem_char_p, signed char *: shmem_schar_p, \
+    short *: shmem_short_p, int *: shmem_int_p, long *: shmem_long_p, long long *: shmem_longlong_p, \
+    unsigned char *: shmem_uchar_p, unsigned short *: shmem_ushort_p, unsigned int *: shmem_uint_p, \
+    unsigned long *: shmem_ulong_p, unsigned long long *: shmem_ulonglong_p, default: _Generic(SHMEMI_A1(__VA_ARGS__, \
+    0), int8_t *: shmem_int8_p, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int16_t *: shmem_int16_p, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_p, default: _Generic(SHMEMI_A1(__VA_ARGS__, \
+    0), int64_t *: shmem_int64_p, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint8_t *: shmem_uint8_p, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_p, default: _Generic(SHMEMI_A1(__VA_ARGS__, \
+    0), uint32_t *: shmem_uint32_p, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_p, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_p, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    ptrdiff_t *: shmem_ptrdiff_p, default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
+#define shmem_put_signal(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    float *: shmem_ctx_float_put_signal, double *: shmem_ctx_double_put_signal, \
+    long double *: shmem_ctx_longdouble_put_signal, char *: shmem_ctx_char_put_signal, \
+    signed char *: shmem_ctx_schar_put_signal, short *: shmem_ctx_short_put_signal, int *: shmem_ctx_int_put_signal, \
+    long *: shmem_ctx_long_put_signal, long long *: shmem_ctx_longlong_put_signal, \
+    unsigned char *: shmem_ctx_uchar_put_signal, unsigned short *: shmem_ctx_ushort_put_signal, \
+    unsigned int *: shmem_ctx_uint_put_signal, unsigned long *: shmem_ctx_ulong_put_signal, \
+    unsigned long long *: shmem_ctx_ulonglong_put_signal, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int8_t *: shmem_ctx_int8_put_signal, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int16_t *: shmem_ctx_int16_put_signal, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_put_signal, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_put_signal, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint8_t *: shmem_ctx_uint8_put_signal, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint16_t *: shmem_ctx_uint16_put_signal, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_put_signal, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint64_t *: shmem_ctx_uint64_put_signal, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    size_t *: shmem_ctx_size_put_signal, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    ptrdiff_t *: shmem_ctx_ptrdiff_put_signal, default: shmemi_generic_no_match))))))))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_put_signal, double *: shmem_double_put_signal, \
+    long double *: shmem_longdouble_put_signal, char *: shmem_char_put_signal, signed char *: shmem_schar_put_signal, \
+    short *: shmem_short_put_signal, int *: shmem_int_put_signal, long *: shmem_long_put_signal, \
+    long long *: shmem_longlong_put_signal, unsigned char *: shmem_uchar_put_signal, \
+    unsigned short *: shmem_ushort_put_signal, unsigned int *: shmem_uint_put_signal, \
+    unsigned long *: shmem_ulong_put_signal, unsigned long long *: shmem_ulonglong_put_signal, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int8_t *: shmem_int8_put_signal, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int16_t *: shmem_int16_put_signal, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_put_signal, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_put_signal, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint8_t *: shmem_uint8_put_signal, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_put_signal, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_put_signal, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_put_signal, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_put_signal, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_put_signal, \
+    default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
+#define shmem_put_signal_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, \
+    0), float *: shmem_ctx_float_put_signal_nbi, double *: shmem_ctx_double_put_signal_nbi, \
+    long double *: shmem_ctx_longdouble_put_signal_nbi, char *: shmem_ctx_char_put_signal_nbi, \
+    signed char *: shmem_ctx_schar_put_signal_nbi, short *: shmem_ctx_short_put_signal_nbi, \
+    int *: shmem_ctx_int_put_signal_nbi, long *: shmem_ctx_long_put_signal_nbi, \
+    long long *: shmem_ctx_longlong_put_signal_nbi, unsigned char *: shmem_ctx_uchar_put_signal_nbi, \
+    unsigned short *: shmem_ctx_ushort_put_signal_nbi, unsigned int *: shmem_ctx_uint_put_signal_nbi, \
+    unsigned long *: shmem_ctx_ulong_put_signal_nbi, unsigned long long *: shmem_ctx_ulonglong_put_signal_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_ctx_int8_put_signal_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_ctx_int16_put_signal_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_put_signal_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_put_signal_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_ctx_uint8_put_signal_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_ctx_uint16_put_signal_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_put_signal_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_put_signal_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_put_signal_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_put_signal_nbi, \
+    default: shmemi_generic_no_match))))))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    float *: shmem_float_put_signal_nbi, double *: shmem_double_put_signal_nbi, \
+    long double *: shmem_longdouble_put_signal_nbi, char *: shmem_char_put_signal_nbi, \
+    signed char *: shmem_schar_put_signal_nbi, short *: shmem_short_put_signal_nbi, int *: shmem_int_put_signal_nbi, \
+    long *: shmem_long_put_signal_nbi, long long *: shmem_longlong_put_signal_nbi, \
+    unsigned char *: shmem_uchar_put_signal_nbi, unsigned short *: shmem_ushort_put_signal_nbi, \
+    unsigned int *: shmem_uint_put_signal_nbi, unsigned long *: shmem_ulong_put_signal_nbi, \
+    unsigned long long *: shmem_ulonglong_put_signal_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int8_t *: shmem_int8_put_signal_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int16_t *: shmem_int16_put_signal_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int32_t *: shmem_int32_put_signal_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int64_t *: shmem_int64_put_signal_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint8_t *: shmem_uint8_put_signal_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint16_t *: shmem_uint16_put_signal_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint32_t *: shmem_uint32_put_signal_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint64_t *: shmem_uint64_put_signal_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    size_t *: shmem_size_put_signal_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    ptrdiff_t *: shmem_ptrdiff_put_signal_nbi, default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
+#define shmem_get(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    float *: shmem_ctx_float_get, double *: shmem_ctx_double_get, long double *: shmem_ctx_longdouble_get, \
+    char *: shmem_ctx_char_get, signed char *: shmem_ctx_schar_get, short *: shmem_ctx_short_get, \
+    int *: shmem_ctx_int_get, long *: shmem_ctx_long_get, long long *: shmem_ctx_longlong_get, \
+    unsigned char *: shmem_ctx_uchar_get, unsigned short *: shmem_ctx_ushort_get, unsigned int *: shmem_ctx_uint_get, \
+    unsigned long *: shmem_ctx_ulong_get, unsigned long long *: shmem_ctx_ulonglong_get, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_ctx_int8_get, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_ctx_int16_get, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_get, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_get, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_ctx_uint8_get, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_ctx_uint16_get, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_get, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_get, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_get, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_get, \
+    default: shmemi_generic_no_match))))))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    float *: shmem_float_get, double *: shmem_double_get, long double *: shmem_longdouble_get, char *: shmem_char_get, \
+    signed char *: shmem_schar_get, short *: shmem_short_get, int *: shmem_int_get, long *: shmem_long_get, \
+    long long *: shmem_longlong_get, unsigned char *: shmem_uchar_get, unsigned short *: shmem_ushort_get, \
+    unsigned int *: shmem_uint_get, unsigned long *: shmem_ulong_get, unsigned long long *: shmem_ulonglong_get, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int8_t *: shmem_int8_get, default: _Generic(SHMEMI_A1(__VA_ARGS__, \
+    0), int16_t *: shmem_int16_get, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_get, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_get, default: _Generic(SHMEMI_A1(__VA_ARGS__, \
+    0), uint8_t *: shmem_uint8_get, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_get, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_get, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_get, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_get, default: _Generic(SHMEMI_A1(__VA_ARGS__, \
+    0), ptrdiff_t *: shmem_ptrdiff_get, default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
+#define shmem_get_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    float *: shmem_ctx_float_get_nbi, double *: shmem_ctx_double_get_nbi, long double *: shmem_ctx_longdouble_get_nbi, \
+    char *: shmem_ctx_char_get_nbi, signed char *: shmem_ctx_schar_get_nbi, short *: shmem_ctx_short_get_nbi, \
+    int *: shmem_ctx_int_get_nbi, long *: shmem_ctx_long_get_nbi, long long *: shmem_ctx_longlong_get_nbi, \
+    unsigned char *: shmem_ctx_uchar_get_nbi, unsigned short *: shmem_ctx_ushort_get_nbi, \
+    unsigned int *: shmem_ctx_uint_get_nbi, unsigned long *: shmem_ctx_ulong_get_nbi, \
+    unsigned long long *: shmem_ctx_ulonglong_get_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int8_t *: shmem_ctx_int8_get_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int16_t *: shmem_ctx_int16_get_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_get_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_get_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint8_t *: shmem_ctx_uint8_get_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint16_t *: shmem_ctx_uint16_get_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_get_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint64_t *: shmem_ctx_uint64_get_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    size_t *: shmem_ctx_size_get_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    ptrdiff_t *: shmem_ctx_ptrdiff_get_nbi, default: shmemi_generic_no_match))))))))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_get_nbi, double *: shmem_double_get_nbi, \
+    long double *: shmem_longdouble_get_nbi, char *: shmem_char_get_nbi, signed char *: shmem_schar_get_nbi, \
+    short *: shmem_short_get_nbi, int *: shmem_int_get_nbi, long *: shmem_long_get_nbi, \
+    long long *: shmem_longlong_get_nbi, unsigned char *: shmem_uchar_get_nbi, unsigned short *: shmem_ushort_get_nbi, \
+    unsigned int *: shmem_uint_get_nbi, unsigned long *: shmem_ulong_get_nbi, \
+    unsigned long long *: shmem_ulonglong_get_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int8_t *: shmem_int8_get_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int16_t *: shmem_int16_get_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_get_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_get_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint8_t *: shmem_uint8_get_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_get_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_get_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_get_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_get_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_get_nbi, \
+    default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
+#define shmem_iget(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    float *: shmem_ctx_float_iget, double *: shmem_ctx_double_iget, long double *: shmem_ctx_longdouble_iget, \
+    char *: shmem_ctx_char_iget, signed char *: shmem_ctx_schar_iget, short *: shmem_ctx_short_iget, \
+    int *: shmem_ctx_int_iget, long *: shmem_ctx_long_iget, long long *: shmem_ctx_longlong_iget, \
+    unsigned char *: shmem_ctx_uchar_iget, unsigned short *: shmem_ctx_ushort_iget, \
+    unsigned int *: shmem_ctx_uint_iget, unsigned long *: shmem_ctx_ulong_iget, \
+    unsigned long long *: shmem_ctx_ulonglong_iget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int8_t *: shmem_ctx_int8_iget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_ctx_int16_iget, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_iget, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_iget, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_ctx_uint8_iget, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_ctx_uint16_iget, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_iget, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_iget, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_iget, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_iget, \
+    default: shmemi_generic_no_match))))))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    float *: shmem_float_iget, double *: shmem_double_iget, long double *: shmem_longdouble_iget, \
+    char *: shmem_char_iget, signed char *: shmem_schar_iget, short *: shmem_short_iget, int *: shmem_int_iget, \
+    long *: shmem_long_iget, long long *: shmem_longlong_iget, unsigned char *: shmem_uchar_iget, \
+    unsigned short *: shmem_ushort_iget, unsigned int *: shmem_uint_iget, unsigned long *: shmem_ulong_iget, \
+    unsigned long long *: shmem_ulonglong_iget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int8_t *: shmem_int8_iget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int16_t *: shmem_int16_iget, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_iget, default: _Generic(SHMEMI_A1(__VA_ARGS__, \
+    0), int64_t *: shmem_int64_iget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint8_t *: shmem_uint8_iget, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_iget, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_iget, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_iget, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_iget, default: _Generic(SHMEMI_A1(__VA_ARGS__, \
+    0), ptrdiff_t *: shmem_ptrdiff_iget, default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
+#define shmem_ibget(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    float *: shmem_ctx_float_ibget, double *: shmem_ctx_double_ibget, long double *: shmem_ctx_longdouble_ibget, \
+    char *: shmem_ctx_char_ibget, signed char *: shmem_ctx_schar_ibget, short *: shmem_ctx_short_ibget, \
+    int *: shmem_ctx_int_ibget, long *: shmem_ctx_long_ibget, long long *: shmem_ctx_longlong_ibget, \
+    unsigned char *: shmem_ctx_uchar_ibget, unsigned short *: shmem_ctx_ushort_ibget, \
+    unsigned int *: shmem_ctx_uint_ibget, unsigned long *: shmem_ctx_ulong_ibget, \
+    unsigned long long *: shmem_ctx_ulonglong_ibget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int8_t *: shmem_ctx_int8_ibget, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_ctx_int16_ibget, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_ibget, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_ibget, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_ctx_uint8_ibget, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_ctx_uint16_ibget, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_ibget, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_ibget, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_ibget, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_ibget, \
+    default: shmemi_generic_no_match))))))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    float *: shmem_float_ibget, double *: shmem_double_ibget, long double *: shmem_longdouble_ibget, \
+    char *: shmem_char_ibget, signed char *: shmem_schar_ibget, short *: shmem_short_ibget, int *: shmem_int_ibget, \
+    long *: shmem_long_ibget, long long *: shmem_longlong_ibget, unsigned char *: shmem_uchar_ibget, \
+    unsigned short *: shmem_ushort_ibget, unsigned int *: shmem_uint_ibget, unsigned long *: shmem_ulong_ibget, \
+    unsigned long long *: shmem_ulonglong_ibget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int8_t *: shmem_int8_ibget, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int16_t *: shmem_int16_ibget, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_ibget, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_ibget, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint8_t *: shmem_uint8_ibget, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint16_t *: shmem_uint16_ibget, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_ibget, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_ibget, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_ibget, default: _Generic(SHMEMI_A1(__VA_ARGS__, \
+    0), ptrdiff_t *: shmem_ptrdiff_ibget, default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
+#define shmem_g(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    float *: shmem_ctx_float_g, const float *: shmem_ctx_float_g, double *: shmem_ctx_double_g, \
+    const double *: shmem_ctx_double_g, long double *: shmem_ctx_longdouble_g, \
+    const long double *: shmem_ctx_longdouble_g, char *: shmem_ctx_char_g, const char *: shmem_ctx_char_g, \
+    signed char *: shmem_ctx_schar_g, const signed char *: shmem_ctx_schar_g, short *: shmem_ctx_short_g, \
+    const short *: shmem_ctx_short_g, int *: shmem_ctx_int_g, const int *: shmem_ctx_int_g, long *: shmem_ctx_long_g, \
+    const long *: shmem_ctx_long_g, long long *: shmem_ctx_longlong_g, const long long *: shmem_ctx_longlong_g, \
+    unsigned char *: shmem_ctx_uchar_g, const unsigned char *: shmem_ctx_uchar_g, \
+    unsigned short *: shmem_ctx_ushort_g, const unsigned short *: shmem_ctx_ushort_g, \
+    unsigned int *: shmem_ctx_uint_g, const unsigned int *: shmem_ctx_uint_g, unsigned long *: shmem_ctx_ulong_g, \
+    const unsigned long *: shmem_ctx_ulong_g, unsigned long long *: shmem_ctx_ulonglong_g, \
+    const unsigned long long *: shmem_ctx_ulonglong_g, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int8_t *: shmem_ctx_int8_g, const int8_t *: shmem_ctx_int8_g, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int16_t *: shmem_ctx_int16_g, const int16_t *: shmem_ctx_int16_g, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_g, const int32_t *: shmem_ctx_int32_g, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_g, const int64_t *: shmem_ctx_int64_g, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint8_t *: shmem_ctx_uint8_g, const uint8_t *: shmem_ctx_uint8_g, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint16_t *: shmem_ctx_uint16_g, const uint16_t *: shmem_ctx_uint16_g, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, \
+    0), uint32_t *: shmem_ctx_uint32_g, const uint32_t *: shmem_ctx_uint32_g, default: _Generic(SHMEMI_A2(__VA_ARGS__, \
+    0, 0), uint64_t *: shmem_ctx_uint64_g, const uint64_t *: shmem_ctx_uint64_g, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_g, const size_t *: shmem_ctx_size_g, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_g, \
+    const ptrdiff_t *: shmem_ctx_ptrdiff_g, default: shmemi_generic_no_match))))))))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_g, const float *: shmem_float_g, \
+    double *: shmem_double_g, const double *: shmem_double_g, long double *: shmem_longdouble_g, \
+    const long double *: shmem_longdouble_g, char *: shmem_char_g, const char *: shmem_char_g, \
+    signed char *: shmem_schar_g, const signed char *: shmem_schar_g, short *: shmem_short_g, \
+    const short *: shmem_short_g, int *: shmem_int_g, const int *: shmem_int_g, long *: shmem_long_g, \
+    const long *: shmem_long_g, long long *: shmem_longlong_g, const long long *: shmem_longlong_g, \
+    unsigned char *: shmem_uchar_g, const unsigned char *: shmem_uchar_g, unsigned short *: shmem_ushort_g, \
+    const unsigned short *: shmem_ushort_g, unsigned int *: shmem_uint_g, const unsigned int *: shmem_uint_g, \
+    unsigned long *: shmem_ulong_g, const unsigned long *: shmem_ulong_g, unsigned long long *: shmem_ulonglong_g, \
+    const unsigned long long *: shmem_ulonglong_g, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int8_t *: shmem_int8_g, const int8_t *: shmem_int8_g, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int16_t *: shmem_int16_g, const int16_t *: shmem_int16_g, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int32_t *: shmem_int32_g, const int32_t *: shmem_int32_g, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int64_t *: shmem_int64_g, const int64_t *: shmem_int64_g, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint8_t *: shmem_uint8_g, const uint8_t *: shmem_uint8_g, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint16_t *: shmem_uint16_g, const uint16_t *: shmem_uint16_g, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint32_t *: shmem_uint32_g, const uint32_t *: shmem_uint32_g, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint64_t *: shmem_uint64_g, const uint64_t *: shmem_uint64_g, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    size_t *: shmem_size_g, const size_t *: shmem_size_g, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    ptrdiff_t *: shmem_ptrdiff_g, const ptrdiff_t *: shmem_ptrdiff_g, \
+    default: shmemi_generic_no_match))))))))))))(__VA_ARGS__)
+#define shmem_atomic_fetch(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, \
+    0), float *: shmem_ctx_float_atomic_fetch, const float *: shmem_ctx_float_atomic_fetch, \
+    double *: shmem_ctx_double_atomic_fetch, const double *: shmem_ctx_double_atomic_fetch, \
+    int *: shmem_ctx_int_atomic_fetch, const int *: shmem_ctx_int_atomic_fetch, long *: shmem_ctx_long_atomic_fetch, \
+    const long *: shmem_ctx_long_atomic_fetch, long long *: shmem_ctx_longlong_atomic_fetch, \
+    const long long *: shmem_ctx_longlong_atomic_fetch, unsigned int *: shmem_ctx_uint_atomic_fetch, \
+    const unsigned int *: shmem_ctx_uint_atomic_fetch, unsigned long *: shmem_ctx_ulong_atomic_fetch, \
+    const unsigned long *: shmem_ctx_ulong_atomic_fetch, unsigned long long *: shmem_ctx_ulonglong_atomic_fetch, \
+    const unsigned long long *: shmem_ctx_ulonglong_atomic_fetch, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_atomic_fetch, const int32_t *: shmem_ctx_int32_atomic_fetch, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_fetch, \
+    const int64_t *: shmem_ctx_int64_atomic_fetch, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_atomic_fetch, const uint32_t *: shmem_ctx_uint32_atomic_fetch, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_fetch, \
+    const uint64_t *: shmem_ctx_uint64_atomic_fetch, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    size_t *: shmem_ctx_size_atomic_fetch, const size_t *: shmem_ctx_size_atomic_fetch, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_atomic_fetch, \
+    const ptrdiff_t *: shmem_ctx_ptrdiff_atomic_fetch, default: shmemi_generic_no_match))))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_atomic_fetch, \
+    const float *: shmem_float_atomic_fetch, double *: shmem_double_atomic_fetch, \
+    const double *: shmem_double_atomic_fetch, int *: shmem_int_atomic_fetch, const int *: shmem_int_atomic_fetch, \
+    long *: shmem_long_atomic_fetch, const long *: shmem_long_atomic_fetch, long long *: shmem_longlong_atomic_fetch, \
+    const long long *: shmem_longlong_atomic_fetch, unsigned int *: shmem_uint_atomic_fetch, \
+    const unsigned int *: shmem_uint_atomic_fetch, unsigned long *: shmem_ulong_atomic_fetch, \
+    const unsigned long *: shmem_ulong_atomic_fetch, unsigned long long *: shmem_ulonglong_atomic_fetch, \
+    const unsigned long long *: shmem_ulonglong_atomic_fetch, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int32_t *: shmem_int32_atomic_fetch, const int32_t *: shmem_int32_atomic_fetch, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch, \
+    const int64_t *: shmem_int64_atomic_fetch, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint32_t *: shmem_uint32_atomic_fetch, const uint32_t *: shmem_uint32_atomic_fetch, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch, \
+    const uint64_t *: shmem_uint64_atomic_fetch, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    size_t *: shmem_size_atomic_fetch, const size_t *: shmem_size_atomic_fetch, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_atomic_fetch, \
+    const ptrdiff_t *: shmem_ptrdiff_atomic_fetch, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
+#define shmem_atomic_fetch_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, \
+    0, 0), float *: shmem_ctx_float_atomic_fetch_nbi, double *: shmem_ctx_double_atomic_fetch_nbi, \
+    int *: shmem_ctx_int_atomic_fetch_nbi, long *: shmem_ctx_long_atomic_fetch_nbi, \
+    long long *: shmem_ctx_longlong_atomic_fetch_nbi, unsigned int *: shmem_ctx_uint_atomic_fetch_nbi, \
+    unsigned long *: shmem_ctx_ulong_atomic_fetch_nbi, unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_fetch_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_fetch_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_fetch_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_fetch_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_atomic_fetch_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_atomic_fetch_nbi, \
+    default: shmemi_generic_no_match))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    float *: shmem_float_atomic_fetch_nbi, double *: shmem_double_atomic_fetch_nbi, int *: shmem_int_atomic_fetch_nbi, \
+    long *: shmem_long_atomic_fetch_nbi, long long *: shmem_longlong_atomic_fetch_nbi, \
+    unsigned int *: shmem_uint_atomic_fetch_nbi, unsigned long *: shmem_ulong_atomic_fetch_nbi, \
+    unsigned long long *: shmem_ulonglong_atomic_fetch_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int32_t *: shmem_int32_atomic_fetch_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int64_t *: shmem_int64_atomic_fetch_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint32_t *: shmem_uint32_atomic_fetch_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint64_t *: shmem_uint64_atomic_fetch_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    size_t *: shmem_size_atomic_fetch_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    ptrdiff_t *: shmem_ptrdiff_atomic_fetch_nbi, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
+#define shmem_atomic_set(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    float *: shmem_ctx_float_atomic_set, double *: shmem_ctx_double_atomic_set, int *: shmem_ctx_int_atomic_set, \
+    long *: shmem_ctx_long_atomic_set, long long *: shmem_ctx_longlong_atomic_set, \
+    unsigned int *: shmem_ctx_uint_atomic_set, unsigned long *: shmem_ctx_ulong_atomic_set, \
+    unsigned long long *: shmem_ctx_ulonglong_atomic_set, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_atomic_set, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_atomic_set, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_atomic_set, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint64_t *: shmem_ctx_uint64_atomic_set, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    size_t *: shmem_ctx_size_atomic_set, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    ptrdiff_t *: shmem_ctx_ptrdiff_atomic_set, default: shmemi_generic_no_match))))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_atomic_set, double *: shmem_double_atomic_set, \
+    int *: shmem_int_atomic_set, long *: shmem_long_atomic_set, long long *: shmem_longlong_atomic_set, \
+    unsigned int *: shmem_uint_atomic_set, unsigned long *: shmem_ulong_atomic_set, \
+    unsigned long long *: shmem_ulonglong_atomic_set, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int32_t *: shmem_int32_atomic_set, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_set, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_set, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_set, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_atomic_set, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_atomic_set, \
+    default: shmemi_generic_no_match))))))))(__VA_ARGS__)
+#define shmem_atomic_swap(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    float *: shmem_ctx_float_atomic_swap, double *: shmem_ctx_double_atomic_swap, int *: shmem_ctx_int_atomic_swap, \
+    long *: shmem_ctx_long_atomic_swap, long long *: shmem_ctx_longlong_atomic_swap, \
+    unsigned int *: shmem_ctx_uint_atomic_swap, unsigned long *: shmem_ctx_ulong_atomic_swap, \
+    unsigned long long *: shmem_ctx_ulonglong_atomic_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_atomic_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_atomic_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_atomic_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint64_t *: shmem_ctx_uint64_atomic_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    size_t *: shmem_ctx_size_atomic_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    ptrdiff_t *: shmem_ctx_ptrdiff_atomic_swap, default: shmemi_generic_no_match))))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_atomic_swap, double *: shmem_double_atomic_swap, \
+    int *: shmem_int_atomic_swap, long *: shmem_long_atomic_swap, long long *: shmem_longlong_atomic_swap, \
+    unsigned int *: shmem_uint_atomic_swap, unsigned long *: shmem_ulong_atomic_swap, \
+    unsigned long long *: shmem_ulonglong_atomic_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int32_t *: shmem_int32_atomic_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int64_t *: shmem_int64_atomic_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint32_t *: shmem_uint32_atomic_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint64_t *: shmem_uint64_atomic_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    size_t *: shmem_size_atomic_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    ptrdiff_t *: shmem_ptrdiff_atomic_swap, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
+#define shmem_atomic_swap_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, \
+    0), float *: shmem_ctx_float_atomic_swap_nbi, double *: shmem_ctx_double_atomic_swap_nbi, \
+    int *: shmem_ctx_int_atomic_swap_nbi, long *: shmem_ctx_long_atomic_swap_nbi, \
+    long long *: shmem_ctx_longlong_atomic_swap_nbi, unsigned int *: shmem_ctx_uint_atomic_swap_nbi, \
+    unsigned long *: shmem_ctx_ulong_atomic_swap_nbi, unsigned long long *: shmem_ctx_ulonglong_atomic_swap_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_swap_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_swap_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_swap_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_swap_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_atomic_swap_nbi, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_atomic_swap_nbi, \
+    default: shmemi_generic_no_match))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    float *: shmem_float_atomic_swap_nbi, double *: shmem_double_atomic_swap_nbi, int *: shmem_int_atomic_swap_nbi, \
+    long *: shmem_long_atomic_swap_nbi, long long *: shmem_longlong_atomic_swap_nbi, \
+    unsigned int *: shmem_uint_atomic_swap_nbi, unsigned long *: shmem_ulong_atomic_swap_nbi, \
+    unsigned long long *: shmem_ulonglong_atomic_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int32_t *: shmem_int32_atomic_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int64_t *: shmem_int64_atomic_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint32_t *: shmem_uint32_atomic_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint64_t *: shmem_uint64_atomic_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    size_t *: shmem_size_atomic_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    ptrdiff_t *: shmem_ptrdiff_atomic_swap_nbi, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
+#define shmem_atomic_compare_swap(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int *: shmem_ctx_int_atomic_compare_swap, \
+    long *: shmem_ctx_long_atomic_compare_swap, long long *: shmem_ctx_longlong_atomic_compare_swap, \
+    unsigned int *: shmem_ctx_uint_atomic_compare_swap, unsigned long *: shmem_ctx_ulong_atomic_compare_swap, \
+    unsigned long long *: shmem_ctx_ulonglong_atomic_compare_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_atomic_compare_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_atomic_compare_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_atomic_compare_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint64_t *: shmem_ctx_uint64_atomic_compare_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    size_t *: shmem_ctx_size_atomic_compare_swap, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    ptrdiff_t *: shmem_ctx_ptrdiff_atomic_compare_swap, default: shmemi_generic_no_match))))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_atomic_compare_swap, \
+    long *: shmem_long_atomic_compare_swap, long long *: shmem_longlong_atomic_compare_swap, \
+    unsigned int *: shmem_uint_atomic_compare_swap, unsigned long *: shmem_ulong_atomic_compare_swap, \
+    unsigned long long *: shmem_ulonglong_atomic_compare_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int32_t *: shmem_int32_atomic_compare_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int64_t *: shmem_int64_atomic_compare_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint32_t *: shmem_uint32_atomic_compare_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint64_t *: shmem_uint64_atomic_compare_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    size_t *: shmem_size_atomic_compare_swap, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    ptrdiff_t *: shmem_ptrdiff_atomic_compare_swap, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
+#define shmem_atomic_compare_swap_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int *: shmem_ctx_int_atomic_compare_swap_nbi, \
+    long *: shmem_ctx_long_atomic_compare_swap_nbi, long long *: shmem_ctx_longlong_atomic_compare_swap_nbi, \
+    unsigned int *: shmem_ctx_uint_atomic_compare_swap_nbi, unsigned long *: shmem_ctx_ulong_atomic_compare_swap_nbi, \
+    unsigned long long *: shmem_ctx_ulonglong_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint64_t *: shmem_ctx_uint64_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    size_t *: shmem_ctx_size_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    ptrdiff_t *: shmem_ctx_ptrdiff_atomic_compare_swap_nbi, default: shmemi_generic_no_match))))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_atomic_compare_swap_nbi, \
+    long *: shmem_long_atomic_compare_swap_nbi, long long *: shmem_longlong_atomic_compare_swap_nbi, \
+    unsigned int *: shmem_uint_atomic_compare_swap_nbi, unsigned long *: shmem_ulong_atomic_compare_swap_nbi, \
+    unsigned long long *: shmem_ulonglong_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int32_t *: shmem_int32_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int64_t *: shmem_int64_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint32_t *: shmem_uint32_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint64_t *: shmem_uint64_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    size_t *: shmem_size_atomic_compare_swap_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    ptrdiff_t *: shmem_ptrdiff_atomic_compare_swap_nbi, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
+#define shmem_atomic_fetch_inc(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, \
+    0, 0), int *: shmem_ctx_int_atomic_fetch_inc, long *: shmem_ctx_long_atomic_fetch_inc, \
+    long long *: shmem_ctx_longlong_atomic_fetch_inc, unsigned int *: shmem_ctx_uint_atomic_fetch_inc, \
+    unsigned long *: shmem_ctx_ulong_atomic_fetch_inc, unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_inc, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_fetch_inc, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_fetch_inc, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_fetch_inc, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_fetch_inc, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_atomic_fetch_inc, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_atomic_fetch_inc, \
+    default: shmemi_generic_no_match))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int *: shmem_int_atomic_fetch_inc, long *: shmem_long_atomic_fetch_inc, \
+    long long *: shmem_longlong_atomic_fetch_inc, unsigned int *: shmem_uint_atomic_fetch_inc, \
+    unsigned long *: shmem_ulong_atomic_fetch_inc, unsigned long long *: shmem_ulonglong_atomic_fetch_inc, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_fetch_inc, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch_inc, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_fetch_inc, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch_inc, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_atomic_fetch_inc, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_atomic_fetch_inc, \
+    default: shmemi_generic_no_match))))))))(__VA_ARGS__)
+#define shmem_atomic_fetch_inc_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int *: shmem_ctx_int_atomic_fetch_inc_nbi, \
+    long *: shmem_ctx_long_atomic_fetch_inc_nbi, long long *: shmem_ctx_longlong_atomic_fetch_inc_nbi, \
+    unsigned int *: shmem_ctx_uint_atomic_fetch_inc_nbi, unsigned long *: shmem_ctx_ulong_atomic_fetch_inc_nbi, \
+    unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint64_t *: shmem_ctx_uint64_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    size_t *: shmem_ctx_size_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    ptrdiff_t *: shmem_ctx_ptrdiff_atomic_fetch_inc_nbi, default: shmemi_generic_no_match))))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_atomic_fetch_inc_nbi, \
+    long *: shmem_long_atomic_fetch_inc_nbi, long long *: shmem_longlong_atomic_fetch_inc_nbi, \
+    unsigned int *: shmem_uint_atomic_fetch_inc_nbi, unsigned long *: shmem_ulong_atomic_fetch_inc_nbi, \
+    unsigned long long *: shmem_ulonglong_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int32_t *: shmem_int32_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int64_t *: shmem_int64_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint32_t *: shmem_uint32_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint64_t *: shmem_uint64_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    size_t *: shmem_size_atomic_fetch_inc_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    ptrdiff_t *: shmem_ptrdiff_atomic_fetch_inc_nbi, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
+#define shmem_atomic_inc(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int *: shmem_ctx_int_atomic_inc, long *: shmem_ctx_long_atomic_inc, long long *: shmem_ctx_longlong_atomic_inc, \
+    unsigned int *: shmem_ctx_uint_atomic_inc, unsigned long *: shmem_ctx_ulong_atomic_inc, \
+    unsigned long long *: shmem_ctx_ulonglong_atomic_inc, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_atomic_inc, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_atomic_inc, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_atomic_inc, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint64_t *: shmem_ctx_uint64_atomic_inc, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    size_t *: shmem_ctx_size_atomic_inc, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    ptrdiff_t *: shmem_ctx_ptrdiff_atomic_inc, default: shmemi_generic_no_match))))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_atomic_inc, long *: shmem_long_atomic_inc, \
+    long long *: shmem_longlong_atomic_inc, unsigned int *: shmem_uint_atomic_inc, \
+    unsigned long *: shmem_ulong_atomic_inc, unsigned long long *: shmem_ulonglong_atomic_inc, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_inc, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_inc, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_inc, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_inc, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_atomic_inc, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_atomic_inc, \
+    default: shmemi_generic_no_match))))))))(__VA_ARGS__)
+#define shmem_atomic_fetch_add(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, \
+    0, 0), int *: shmem_ctx_int_atomic_fetch_add, long *: shmem_ctx_long_atomic_fetch_add, \
+    long long *: shmem_ctx_longlong_atomic_fetch_add, unsigned int *: shmem_ctx_uint_atomic_fetch_add, \
+    unsigned long *: shmem_ctx_ulong_atomic_fetch_add, unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_add, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_ctx_int32_atomic_fetch_add, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_ctx_int64_atomic_fetch_add, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_ctx_uint32_atomic_fetch_add, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_ctx_uint64_atomic_fetch_add, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_ctx_size_atomic_fetch_add, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ctx_ptrdiff_atomic_fetch_add, \
+    default: shmemi_generic_no_match))))))), default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int *: shmem_int_atomic_fetch_add, long *: shmem_long_atomic_fetch_add, \
+    long long *: shmem_longlong_atomic_fetch_add, unsigned int *: shmem_uint_atomic_fetch_add, \
+    unsigned long *: shmem_ulong_atomic_fetch_add, unsigned long long *: shmem_ulonglong_atomic_fetch_add, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_fetch_add, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch_add, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_fetch_add, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch_add, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_atomic_fetch_add, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_atomic_fetch_add, \
+    default: shmemi_generic_no_match))))))))(__VA_ARGS__)
+#define shmem_atomic_fetch_add_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int *: shmem_ctx_int_atomic_fetch_add_nbi, \
+    long *: shmem_ctx_long_atomic_fetch_add_nbi, long long *: shmem_ctx_longlong_atomic_fetch_add_nbi, \
+    unsigned int *: shmem_ctx_uint_atomic_fetch_add_nbi, unsigned long *: shmem_ctx_ulong_atomic_fetch_add_nbi, \
+    unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint64_t *: shmem_ctx_uint64_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    size_t *: shmem_ctx_size_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    ptrdiff_t *: shmem_ctx_ptrdiff_atomic_fetch_add_nbi, default: shmemi_generic_no_match))))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_atomic_fetch_add_nbi, \
+    long *: shmem_long_atomic_fetch_add_nbi, long long *: shmem_longlong_atomic_fetch_add_nbi, \
+    unsigned int *: shmem_uint_atomic_fetch_add_nbi, unsigned long *: shmem_ulong_atomic_fetch_add_nbi, \
+    unsigned long long *: shmem_ulonglong_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int32_t *: shmem_int32_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int64_t *: shmem_int64_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint32_t *: shmem_uint32_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint64_t *: shmem_uint64_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    size_t *: shmem_size_atomic_fetch_add_nbi, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    ptrdiff_t *: shmem_ptrdiff_atomic_fetch_add_nbi, default: shmemi_generic_no_match))))))))(__VA_ARGS__)
+#define shmem_atomic_add(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int *: shmem_ctx_int_atomic_add, long *: shmem_ctx_long_atomic_add, long long *: shmem_ctx_longlong_atomic_add, \
+    unsigned int *: shmem_ctx_uint_atomic_add, unsigned long *: shmem_ctx_ulong_atomic_add, \
+    unsigned long long *: shmem_ctx_ulonglong_atomic_add, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_atomic_add, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_atomic_add, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_atomic_add, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint64_t *: shmem_ctx_uint64_atomic_add, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    size_t *: shmem_ctx_size_atomic_add, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    ptrdiff_t *: shmem_ctx_ptrdiff_atomic_add, default: shmemi_generic_no_match))))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_atomic_add, long *: shmem_long_atomic_add, \
+    long long *: shmem_longlong_atomic_add, unsigned int *: shmem_uint_atomic_add, \
+    unsigned long *: shmem_ulong_atomic_add, unsigned long long *: shmem_ulonglong_atomic_add, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_add, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_add, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_add, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_add, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_atomic_add, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_atomic_add, \
+    default: shmemi_generic_no_match))))))))(__VA_ARGS__)
+#define shmem_atomic_fetch_and(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, \
+    0, 0), unsigned int *: shmem_ctx_uint_atomic_fetch_and, unsigned long *: shmem_ctx_ulong_atomic_fetch_and, \
+    unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_and, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_atomic_fetch_and, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_atomic_fetch_and, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_atomic_fetch_and, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint64_t *: shmem_ctx_uint64_atomic_fetch_and, default: shmemi_generic_no_match))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), unsigned int *: shmem_uint_atomic_fetch_and, \
+    unsigned long *: shmem_ulong_atomic_fetch_and, unsigned long long *: shmem_ulonglong_atomic_fetch_and, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_fetch_and, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch_and, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_fetch_and, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch_and, \
+    default: shmemi_generic_no_match))))))(__VA_ARGS__)
+#define shmem_atomic_fetch_and_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), unsigned int *: shmem_ctx_uint_atomic_fetch_and_nbi, \
+    unsigned long *: shmem_ctx_ulong_atomic_fetch_and_nbi, \
+    unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_and_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_atomic_fetch_and_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_atomic_fetch_and_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_atomic_fetch_and_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint64_t *: shmem_ctx_uint64_atomic_fetch_and_nbi, default: shmemi_generic_no_match))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), unsigned int *: shmem_uint_atomic_fetch_and_nbi, \
+    unsigned long *: shmem_ulong_atomic_fetch_and_nbi, unsigned long long *: shmem_ulonglong_atomic_fetch_and_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_fetch_and_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch_and_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_fetch_and_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch_and_nbi, \
+    default: shmemi_generic_no_match))))))(__VA_ARGS__)
+#define shmem_atomic_and(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    unsigned int *: shmem_ctx_uint_atomic_and, unsigned long *: shmem_ctx_ulong_atomic_and, \
+    unsigned long long *: shmem_ctx_ulonglong_atomic_and, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_atomic_and, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_atomic_and, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_atomic_and, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint64_t *: shmem_ctx_uint64_atomic_and, default: shmemi_generic_no_match))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), unsigned int *: shmem_uint_atomic_and, \
+    unsigned long *: shmem_ulong_atomic_and, unsigned long long *: shmem_ulonglong_atomic_and, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_and, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_and, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_and, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_and, \
+    default: shmemi_generic_no_match))))))(__VA_ARGS__)
+#define shmem_atomic_fetch_or(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, \
+    0), unsigned int *: shmem_ctx_uint_atomic_fetch_or, unsigned long *: shmem_ctx_ulong_atomic_fetch_or, \
+    unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_or, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_atomic_fetch_or, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_atomic_fetch_or, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_atomic_fetch_or, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint64_t *: shmem_ctx_uint64_atomic_fetch_or, default: shmemi_generic_no_match))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), unsigned int *: shmem_uint_atomic_fetch_or, \
+    unsigned long *: shmem_ulong_atomic_fetch_or, unsigned long long *: shmem_ulonglong_atomic_fetch_or, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_fetch_or, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch_or, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_fetch_or, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch_or, \
+    default: shmemi_generic_no_match))))))(__VA_ARGS__)
+#define shmem_atomic_fetch_or_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), unsigned int *: shmem_ctx_uint_atomic_fetch_or_nbi, \
+    unsigned long *: shmem_ctx_ulong_atomic_fetch_or_nbi, \
+    unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_or_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_atomic_fetch_or_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_atomic_fetch_or_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_atomic_fetch_or_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint64_t *: shmem_ctx_uint64_atomic_fetch_or_nbi, default: shmemi_generic_no_match))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), unsigned int *: shmem_uint_atomic_fetch_or_nbi, \
+    unsigned long *: shmem_ulong_atomic_fetch_or_nbi, unsigned long long *: shmem_ulonglong_atomic_fetch_or_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_fetch_or_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch_or_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_fetch_or_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch_or_nbi, \
+    default: shmemi_generic_no_match))))))(__VA_ARGS__)
+#define shmem_atomic_or(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    unsigned int *: shmem_ctx_uint_atomic_or, unsigned long *: shmem_ctx_ulong_atomic_or, \
+    unsigned long long *: shmem_ctx_ulonglong_atomic_or, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_atomic_or, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_atomic_or, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_atomic_or, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint64_t *: shmem_ctx_uint64_atomic_or, default: shmemi_generic_no_match))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), unsigned int *: shmem_uint_atomic_or, \
+    unsigned long *: shmem_ulong_atomic_or, unsigned long long *: shmem_ulonglong_atomic_or, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_or, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_or, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_or, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_or, \
+    default: shmemi_generic_no_match))))))(__VA_ARGS__)
+#define shmem_atomic_fetch_xor(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, \
+    0, 0), unsigned int *: shmem_ctx_uint_atomic_fetch_xor, unsigned long *: shmem_ctx_ulong_atomic_fetch_xor, \
+    unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_xor, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_atomic_fetch_xor, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_atomic_fetch_xor, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_atomic_fetch_xor, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint64_t *: shmem_ctx_uint64_atomic_fetch_xor, default: shmemi_generic_no_match))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), unsigned int *: shmem_uint_atomic_fetch_xor, \
+    unsigned long *: shmem_ulong_atomic_fetch_xor, unsigned long long *: shmem_ulonglong_atomic_fetch_xor, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_fetch_xor, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch_xor, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_fetch_xor, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch_xor, \
+    default: shmemi_generic_no_match))))))(__VA_ARGS__)
+#define shmem_atomic_fetch_xor_nbi(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), unsigned int *: shmem_ctx_uint_atomic_fetch_xor_nbi, \
+    unsigned long *: shmem_ctx_ulong_atomic_fetch_xor_nbi, \
+    unsigned long long *: shmem_ctx_ulonglong_atomic_fetch_xor_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_atomic_fetch_xor_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_atomic_fetch_xor_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_atomic_fetch_xor_nbi, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint64_t *: shmem_ctx_uint64_atomic_fetch_xor_nbi, default: shmemi_generic_no_match))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), unsigned int *: shmem_uint_atomic_fetch_xor_nbi, \
+    unsigned long *: shmem_ulong_atomic_fetch_xor_nbi, unsigned long long *: shmem_ulonglong_atomic_fetch_xor_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_fetch_xor_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_fetch_xor_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_fetch_xor_nbi, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_fetch_xor_nbi, \
+    default: shmemi_generic_no_match))))))(__VA_ARGS__)
+#define shmem_atomic_xor(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_ctx_t: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    unsigned int *: shmem_ctx_uint_atomic_xor, unsigned long *: shmem_ctx_ulong_atomic_xor, \
+    unsigned long long *: shmem_ctx_ulonglong_atomic_xor, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int32_t *: shmem_ctx_int32_atomic_xor, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int64_t *: shmem_ctx_int64_atomic_xor, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint32_t *: shmem_ctx_uint32_atomic_xor, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    uint64_t *: shmem_ctx_uint64_atomic_xor, default: shmemi_generic_no_match))))), \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), unsigned int *: shmem_uint_atomic_xor, \
+    unsigned long *: shmem_ulong_atomic_xor, unsigned long long *: shmem_ulonglong_atomic_xor, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_atomic_xor, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_atomic_xor, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_atomic_xor, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_atomic_xor, \
+    default: shmemi_generic_no_match))))))(__VA_ARGS__)
+#define shmem_wait_until(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_wait_until, \
+    volatile short *: shmem_short_wait_until, int *: shmem_int_wait_until, volatile int *: shmem_int_wait_until, \
+    long *: shmem_long_wait_until, volatile long *: shmem_long_wait_until, long long *: shmem_longlong_wait_until, \
+    volatile long long *: shmem_longlong_wait_until, unsigned short *: shmem_ushort_wait_until, \
+    volatile unsigned short *: shmem_ushort_wait_until, unsigned int *: shmem_uint_wait_until, \
+    volatile unsigned int *: shmem_uint_wait_until, unsigned long *: shmem_ulong_wait_until, \
+    volatile unsigned long *: shmem_ulong_wait_until, unsigned long long *: shmem_ulonglong_wait_until, \
+    volatile unsigned long long *: shmem_ulonglong_wait_until, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int32_t *: shmem_int32_wait_until, volatile int32_t *: shmem_int32_wait_until, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_wait_until, \
+    volatile int64_t *: shmem_int64_wait_until, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint32_t *: shmem_uint32_wait_until, volatile uint32_t *: shmem_uint32_wait_until, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_wait_until, \
+    volatile uint64_t *: shmem_uint64_wait_until, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    size_t *: shmem_size_wait_until, volatile size_t *: shmem_size_wait_until, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_wait_until, \
+    volatile ptrdiff_t *: shmem_ptrdiff_wait_until, default: shmemi_generic_no_match)))))))(__VA_ARGS__)
+#define shmem_test(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_test, \
+    volatile short *: shmem_short_test, int *: shmem_int_test, volatile int *: shmem_int_test, \
+    long *: shmem_long_test, volatile long *: shmem_long_test, long long *: shmem_longlong_test, \
+    volatile long long *: shmem_longlong_test, unsigned short *: shmem_ushort_test, \
+    volatile unsigned short *: shmem_ushort_test, unsigned int *: shmem_uint_test, \
+    volatile unsigned int *: shmem_uint_test, unsigned long *: shmem_ulong_test, \
+    volatile unsigned long *: shmem_ulong_test, unsigned long long *: shmem_ulonglong_test, \
+    volatile unsigned long long *: shmem_ulonglong_test, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int32_t *: shmem_int32_test, volatile int32_t *: shmem_int32_test, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int64_t *: shmem_int64_test, volatile int64_t *: shmem_int64_test, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint32_t *: shmem_uint32_test, volatile uint32_t *: shmem_uint32_test, default: _Generic(SHMEMI_A1(__VA_ARGS__, \
+    0), uint64_t *: shmem_uint64_test, volatile uint64_t *: shmem_uint64_test, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_test, volatile size_t *: shmem_size_test, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_test, \
+    volatile ptrdiff_t *: shmem_ptrdiff_test, default: shmemi_generic_no_match)))))))(__VA_ARGS__)
+#define shmem_wait_until_all(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_wait_until_all, \
+    int *: shmem_int_wait_until_all, long *: shmem_long_wait_until_all, long long *: shmem_longlong_wait_until_all, \
+    unsigned short *: shmem_ushort_wait_until_all, unsigned int *: shmem_uint_wait_until_all, \
+    unsigned long *: shmem_ulong_wait_until_all, unsigned long long *: shmem_ulonglong_wait_until_all, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_wait_until_all, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_wait_until_all, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_wait_until_all, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_wait_until_all, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_wait_until_all, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_wait_until_all, \
+    default: shmemi_generic_no_match)))))))(__VA_ARGS__)
+#define shmem_wait_until_all_vector(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    short *: shmem_short_wait_until_all_vector, int *: shmem_int_wait_until_all_vector, \
+    long *: shmem_long_wait_until_all_vector, long long *: shmem_longlong_wait_until_all_vector, \
+    unsigned short *: shmem_ushort_wait_until_all_vector, unsigned int *: shmem_uint_wait_until_all_vector, \
+    unsigned long *: shmem_ulong_wait_until_all_vector, unsigned long long *: shmem_ulonglong_wait_until_all_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_wait_until_all_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_wait_until_all_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_wait_until_all_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_wait_until_all_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_wait_until_all_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_wait_until_all_vector, \
+    default: shmemi_generic_no_match)))))))(__VA_ARGS__)
+#define shmem_wait_until_any(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_wait_until_any, \
+    int *: shmem_int_wait_until_any, long *: shmem_long_wait_until_any, long long *: shmem_longlong_wait_until_any, \
+    unsigned short *: shmem_ushort_wait_until_any, unsigned int *: shmem_uint_wait_until_any, \
+    unsigned long *: shmem_ulong_wait_until_any, unsigned long long *: shmem_ulonglong_wait_until_any, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_wait_until_any, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_wait_until_any, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_wait_until_any, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_wait_until_any, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_wait_until_any, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_wait_until_any, \
+    default: shmemi_generic_no_match)))))))(__VA_ARGS__)
+#define shmem_wait_until_any_vector(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    short *: shmem_short_wait_until_any_vector, int *: shmem_int_wait_until_any_vector, \
+    long *: shmem_long_wait_until_any_vector, long long *: shmem_longlong_wait_until_any_vector, \
+    unsigned short *: shmem_ushort_wait_until_any_vector, unsigned int *: shmem_uint_wait_until_any_vector, \
+    unsigned long *: shmem_ulong_wait_until_any_vector, unsigned long long *: shmem_ulonglong_wait_until_any_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_wait_until_any_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_wait_until_any_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_wait_until_any_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_wait_until_any_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_wait_until_any_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_wait_until_any_vector, \
+    default: shmemi_generic_no_match)))))))(__VA_ARGS__)
+#define shmem_wait_until_some(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_wait_until_some, \
+    int *: shmem_int_wait_until_some, long *: shmem_long_wait_until_some, long long *: shmem_longlong_wait_until_some, \
+    unsigned short *: shmem_ushort_wait_until_some, unsigned int *: shmem_uint_wait_until_some, \
+    unsigned long *: shmem_ulong_wait_until_some, unsigned long long *: shmem_ulonglong_wait_until_some, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_wait_until_some, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_wait_until_some, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_wait_until_some, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_wait_until_some, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_wait_until_some, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_wait_until_some, \
+    default: shmemi_generic_no_match)))))))(__VA_ARGS__)
+#define shmem_wait_until_some_vector(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    short *: shmem_short_wait_until_some_vector, int *: shmem_int_wait_until_some_vector, \
+    long *: shmem_long_wait_until_some_vector, long long *: shmem_longlong_wait_until_some_vector, \
+    unsigned short *: shmem_ushort_wait_until_some_vector, unsigned int *: shmem_uint_wait_until_some_vector, \
+    unsigned long *: shmem_ulong_wait_until_some_vector, unsigned long long *: shmem_ulonglong_wait_until_some_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_wait_until_some_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_wait_until_some_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_wait_until_some_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_wait_until_some_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_wait_until_some_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_wait_until_some_vector, \
+    default: shmemi_generic_no_match)))))))(__VA_ARGS__)
+#define shmem_test_all(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_test_all, \
+    int *: shmem_int_test_all, long *: shmem_long_test_all, long long *: shmem_longlong_test_all, \
+    unsigned short *: shmem_ushort_test_all, unsigned int *: shmem_uint_test_all, \
+    unsigned long *: shmem_ulong_test_all, unsigned long long *: shmem_ulonglong_test_all, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_test_all, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_test_all, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_test_all, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_test_all, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_test_all, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_test_all, \
+    default: shmemi_generic_no_match)))))))(__VA_ARGS__)
+#define shmem_test_all_vector(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_test_all_vector, \
+    int *: shmem_int_test_all_vector, long *: shmem_long_test_all_vector, long long *: shmem_longlong_test_all_vector, \
+    unsigned short *: shmem_ushort_test_all_vector, unsigned int *: shmem_uint_test_all_vector, \
+    unsigned long *: shmem_ulong_test_all_vector, unsigned long long *: shmem_ulonglong_test_all_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_test_all_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_test_all_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_test_all_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_test_all_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_test_all_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_test_all_vector, \
+    default: shmemi_generic_no_match)))))))(__VA_ARGS__)
+#define shmem_test_any(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_test_any, \
+    int *: shmem_int_test_any, long *: shmem_long_test_any, long long *: shmem_longlong_test_any, \
+    unsigned short *: shmem_ushort_test_any, unsigned int *: shmem_uint_test_any, \
+    unsigned long *: shmem_ulong_test_any, unsigned long long *: shmem_ulonglong_test_any, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_test_any, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_test_any, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_test_any, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_test_any, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_test_any, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_test_any, \
+    default: shmemi_generic_no_match)))))))(__VA_ARGS__)
+#define shmem_test_any_vector(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_test_any_vector, \
+    int *: shmem_int_test_any_vector, long *: shmem_long_test_any_vector, long long *: shmem_longlong_test_any_vector, \
+    unsigned short *: shmem_ushort_test_any_vector, unsigned int *: shmem_uint_test_any_vector, \
+    unsigned long *: shmem_ulong_test_any_vector, unsigned long long *: shmem_ulonglong_test_any_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_test_any_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_test_any_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_test_any_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_test_any_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_test_any_vector, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_test_any_vector, \
+    default: shmemi_generic_no_match)))))))(__VA_ARGS__)
+#define shmem_test_some(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_test_some, \
+    int *: shmem_int_test_some, long *: shmem_long_test_some, long long *: shmem_longlong_test_some, \
+    unsigned short *: shmem_ushort_test_some, unsigned int *: shmem_uint_test_some, \
+    unsigned long *: shmem_ulong_test_some, unsigned long long *: shmem_ulonglong_test_some, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int32_t *: shmem_int32_test_some, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), int64_t *: shmem_int64_test_some, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint32_t *: shmem_uint32_test_some, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), uint64_t *: shmem_uint64_test_some, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), size_t *: shmem_size_test_some, \
+    default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), ptrdiff_t *: shmem_ptrdiff_test_some, \
+    default: shmemi_generic_no_match)))))))(__VA_ARGS__)
+#define shmem_test_some_vector(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), short *: shmem_short_test_some_vector, \
+    int *: shmem_int_test_some_vector, long *: shmem_long_test_some_vector, \
+    long long *: shmem_longlong_test_some_vector, unsigned short *: shmem_ushort_test_some_vector, \
+    unsigned int *: shmem_uint_test_some_vector, unsigned long *: shmem_ulong_test_some_vector, \
+    unsigned long long *: shmem_ulonglong_test_some_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int32_t *: shmem_int32_test_some_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    int64_t *: shmem_int64_test_some_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint32_t *: shmem_uint32_test_some_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    uint64_t *: shmem_uint64_test_some_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    size_t *: shmem_size_test_some_vector, default: _Generic(SHMEMI_A1(__VA_ARGS__, 0), \
+    ptrdiff_t *: shmem_ptrdiff_test_some_vector, default: shmemi_generic_no_match)))))))(__VA_ARGS__)
+#define shmem_broadcast(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_broadcast, \
+    double *: shmem_double_broadcast, long double *: shmem_longdouble_broadcast, char *: shmem_char_broadcast, \
+    signed char *: shmem_schar_broadcast, short *: shmem_short_broadcast, int *: shmem_int_broadcast, \
+    long *: shmem_long_broadcast, long long *: shmem_longlong_broadcast, unsigned char *: shmem_uchar_broadcast, \
+    unsigned short *: shmem_ushort_broadcast, unsigned int *: shmem_uint_broadcast, \
+    unsigned long *: shmem_ulong_broadcast, unsigned long long *: shmem_ulonglong_broadcast, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_broadcast, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_broadcast, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_broadcast, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_broadcast, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_broadcast, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_broadcast, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_broadcast, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_broadcast, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_broadcast, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_broadcast, \
+    default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
+#define shmem_collect(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_collect, \
+    double *: shmem_double_collect, long double *: shmem_longdouble_collect, char *: shmem_char_collect, \
+    signed char *: shmem_schar_collect, short *: shmem_short_collect, int *: shmem_int_collect, \
+    long *: shmem_long_collect, long long *: shmem_longlong_collect, unsigned char *: shmem_uchar_collect, \
+    unsigned short *: shmem_ushort_collect, unsigned int *: shmem_uint_collect, unsigned long *: shmem_ulong_collect, \
+    unsigned long long *: shmem_ulonglong_collect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), \
+    int8_t *: shmem_int8_collect, default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_collect, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_collect, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_collect, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_collect, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_collect, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_collect, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_collect, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_collect, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_collect, \
+    default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
+#define shmem_fcollect(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_fcollect, \
+    double *: shmem_double_fcollect, long double *: shmem_longdouble_fcollect, char *: shmem_char_fcollect, \
+    signed char *: shmem_schar_fcollect, short *: shmem_short_fcollect, int *: shmem_int_fcollect, \
+    long *: shmem_long_fcollect, long long *: shmem_longlong_fcollect, unsigned char *: shmem_uchar_fcollect, \
+    unsigned short *: shmem_ushort_fcollect, unsigned int *: shmem_uint_fcollect, \
+    unsigned long *: shmem_ulong_fcollect, unsigned long long *: shmem_ulonglong_fcollect, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_fcollect, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_fcollect, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_fcollect, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_fcollect, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_fcollect, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_fcollect, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_fcollect, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_fcollect, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_fcollect, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_fcollect, \
+    default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
+#define shmem_alltoall(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_alltoall, \
+    double *: shmem_double_alltoall, long double *: shmem_longdouble_alltoall, char *: shmem_char_alltoall, \
+    signed char *: shmem_schar_alltoall, short *: shmem_short_alltoall, int *: shmem_int_alltoall, \
+    long *: shmem_long_alltoall, long long *: shmem_longlong_alltoall, unsigned char *: shmem_uchar_alltoall, \
+    unsigned short *: shmem_ushort_alltoall, unsigned int *: shmem_uint_alltoall, \
+    unsigned long *: shmem_ulong_alltoall, unsigned long long *: shmem_ulonglong_alltoall, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_alltoall, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_alltoall, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_alltoall, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_alltoall, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_alltoall, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_alltoall, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_alltoall, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_alltoall, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_alltoall, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_alltoall, \
+    default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
+#define shmem_alltoalls(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_alltoalls, \
+    double *: shmem_double_alltoalls, long double *: shmem_longdouble_alltoalls, char *: shmem_char_alltoalls, \
+    signed char *: shmem_schar_alltoalls, short *: shmem_short_alltoalls, int *: shmem_int_alltoalls, \
+    long *: shmem_long_alltoalls, long long *: shmem_longlong_alltoalls, unsigned char *: shmem_uchar_alltoalls, \
+    unsigned short *: shmem_ushort_alltoalls, unsigned int *: shmem_uint_alltoalls, \
+    unsigned long *: shmem_ulong_alltoalls, unsigned long long *: shmem_ulonglong_alltoalls, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_alltoalls, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_alltoalls, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_alltoalls, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_alltoalls, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_alltoalls, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_alltoalls, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_alltoalls, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_alltoalls, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_alltoalls, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_alltoalls, \
+    default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
+#define shmem_and_reduce(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), unsigned char *: shmem_uchar_and_reduce, \
+    unsigned short *: shmem_ushort_and_reduce, unsigned int *: shmem_uint_and_reduce, \
+    unsigned long *: shmem_ulong_and_reduce, unsigned long long *: shmem_ulonglong_and_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_and_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_and_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_and_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_and_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_and_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_and_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_and_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_and_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_and_reduce, \
+    default: shmemi_generic_no_match))))))))))(__VA_ARGS__)
+#define shmem_or_reduce(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), unsigned char *: shmem_uchar_or_reduce, \
+    unsigned short *: shmem_ushort_or_reduce, unsigned int *: shmem_uint_or_reduce, \
+    unsigned long *: shmem_ulong_or_reduce, unsigned long long *: shmem_ulonglong_or_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_or_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_or_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_or_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_or_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_or_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_or_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_or_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_or_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_or_reduce, \
+    default: shmemi_generic_no_match))))))))))(__VA_ARGS__)
+#define shmem_xor_reduce(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), unsigned char *: shmem_uchar_xor_reduce, \
+    unsigned short *: shmem_ushort_xor_reduce, unsigned int *: shmem_uint_xor_reduce, \
+    unsigned long *: shmem_ulong_xor_reduce, unsigned long long *: shmem_ulonglong_xor_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_xor_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_xor_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_xor_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_xor_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_xor_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_xor_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_xor_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_xor_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_xor_reduce, \
+    default: shmemi_generic_no_match))))))))))(__VA_ARGS__)
+#define shmem_max_reduce(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_max_reduce, \
+    double *: shmem_double_max_reduce, long double *: shmem_longdouble_max_reduce, char *: shmem_char_max_reduce, \
+    signed char *: shmem_schar_max_reduce, short *: shmem_short_max_reduce, int *: shmem_int_max_reduce, \
+    long *: shmem_long_max_reduce, long long *: shmem_longlong_max_reduce, unsigned char *: shmem_uchar_max_reduce, \
+    unsigned short *: shmem_ushort_max_reduce, unsigned int *: shmem_uint_max_reduce, \
+    unsigned long *: shmem_ulong_max_reduce, unsigned long long *: shmem_ulonglong_max_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_max_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_max_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_max_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_max_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_max_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_max_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_max_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_max_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_max_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_max_reduce, \
+    default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
+#define shmem_min_reduce(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_min_reduce, \
+    double *: shmem_double_min_reduce, long double *: shmem_longdouble_min_reduce, char *: shmem_char_min_reduce, \
+    signed char *: shmem_schar_min_reduce, short *: shmem_short_min_reduce, int *: shmem_int_min_reduce, \
+    long *: shmem_long_min_reduce, long long *: shmem_longlong_min_reduce, unsigned char *: shmem_uchar_min_reduce, \
+    unsigned short *: shmem_ushort_min_reduce, unsigned int *: shmem_uint_min_reduce, \
+    unsigned long *: shmem_ulong_min_reduce, unsigned long long *: shmem_ulonglong_min_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_min_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_min_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_min_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_min_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_min_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_min_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_min_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_min_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_min_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_min_reduce, \
+    default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
+#define shmem_sum_reduce(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_sum_reduce, \
+    double *: shmem_double_sum_reduce, long double *: shmem_longdouble_sum_reduce, char *: shmem_char_sum_reduce, \
+    signed char *: shmem_schar_sum_reduce, short *: shmem_short_sum_reduce, int *: shmem_int_sum_reduce, \
+    long *: shmem_long_sum_reduce, long long *: shmem_longlong_sum_reduce, unsigned char *: shmem_uchar_sum_reduce, \
+    unsigned short *: shmem_ushort_sum_reduce, unsigned int *: shmem_uint_sum_reduce, \
+    unsigned long *: shmem_ulong_sum_reduce, unsigned long long *: shmem_ulonglong_sum_reduce, \
+    SHMEMI_COMPLEXF *: shmem_complexf_sum_reduce, SHMEMI_COMPLEXD *: shmem_complexd_sum_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_sum_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_sum_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_sum_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_sum_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_sum_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_sum_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_sum_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_sum_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_sum_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_sum_reduce, \
+    default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
+#define shmem_prod_reduce(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_prod_reduce, \
+    double *: shmem_double_prod_reduce, long double *: shmem_longdouble_prod_reduce, char *: shmem_char_prod_reduce, \
+    signed char *: shmem_schar_prod_reduce, short *: shmem_short_prod_reduce, int *: shmem_int_prod_reduce, \
+    long *: shmem_long_prod_reduce, long long *: shmem_longlong_prod_reduce, unsigned char *: shmem_uchar_prod_reduce, \
+    unsigned short *: shmem_ushort_prod_reduce, unsigned int *: shmem_uint_prod_reduce, \
+    unsigned long *: shmem_ulong_prod_reduce, unsigned long long *: shmem_ulonglong_prod_reduce, \
+    SHMEMI_COMPLEXF *: shmem_complexf_prod_reduce, SHMEMI_COMPLEXD *: shmem_complexd_prod_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_prod_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_prod_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_prod_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_prod_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_prod_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_prod_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_prod_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_prod_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_prod_reduce, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_prod_reduce, \
+    default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
+#define shmem_sum_inscan(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_sum_inscan, \
+    double *: shmem_double_sum_inscan, long double *: shmem_longdouble_sum_inscan, char *: shmem_char_sum_inscan, \
+    signed char *: shmem_schar_sum_inscan, short *: shmem_short_sum_inscan, int *: shmem_int_sum_inscan, \
+    long *: shmem_long_sum_inscan, long long *: shmem_longlong_sum_inscan, unsigned char *: shmem_uchar_sum_inscan, \
+    unsigned short *: shmem_ushort_sum_inscan, unsigned int *: shmem_uint_sum_inscan, \
+    unsigned long *: shmem_ulong_sum_inscan, unsigned long long *: shmem_ulonglong_sum_inscan, \
+    SHMEMI_COMPLEXF *: shmem_complexf_sum_inscan, SHMEMI_COMPLEXD *: shmem_complexd_sum_inscan, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_sum_inscan, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_sum_inscan, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_sum_inscan, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_sum_inscan, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_sum_inscan, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_sum_inscan, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_sum_inscan, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_sum_inscan, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_sum_inscan, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_sum_inscan, \
+    default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
+#define shmem_sum_exscan(...) _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), float *: shmem_float_sum_exscan, \
+    double *: shmem_double_sum_exscan, long double *: shmem_longdouble_sum_exscan, char *: shmem_char_sum_exscan, \
+    signed char *: shmem_schar_sum_exscan, short *: shmem_short_sum_exscan, int *: shmem_int_sum_exscan, \
+    long *: shmem_long_sum_exscan, long long *: shmem_longlong_sum_exscan, unsigned char *: shmem_uchar_sum_exscan, \
+    unsigned short *: shmem_ushort_sum_exscan, unsigned int *: shmem_uint_sum_exscan, \
+    unsigned long *: shmem_ulong_sum_exscan, unsigned long long *: shmem_ulonglong_sum_exscan, \
+    SHMEMI_COMPLEXF *: shmem_complexf_sum_exscan, SHMEMI_COMPLEXD *: shmem_complexd_sum_exscan, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int8_t *: shmem_int8_sum_exscan, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int16_t *: shmem_int16_sum_exscan, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int32_t *: shmem_int32_sum_exscan, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), int64_t *: shmem_int64_sum_exscan, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint8_t *: shmem_uint8_sum_exscan, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint16_t *: shmem_uint16_sum_exscan, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint32_t *: shmem_uint32_sum_exscan, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), uint64_t *: shmem_uint64_sum_exscan, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), size_t *: shmem_size_sum_exscan, \
+    default: _Generic(SHMEMI_A2(__VA_ARGS__, 0, 0), ptrdiff_t *: shmem_ptrdiff_sum_exscan, \
+    default: shmemi_generic_no_match)))))))))))(__VA_ARGS__)
+#define shmem_swap(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_swap, double *: shmem_double_swap, \
+    int *: shmem_int_swap, long *: shmem_long_swap, long long *: shmem_longlong_swap, \
+    default: shmemi_generic_no_match)(__VA_ARGS__)
+#define shmem_cswap(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_cswap, long *: shmem_long_cswap, \
+    long long *: shmem_longlong_cswap, default: shmemi_generic_no_match)(__VA_ARGS__)
+#define shmem_fadd(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_fadd, long *: shmem_long_fadd, \
+    long long *: shmem_longlong_fadd, default: shmemi_generic_no_match)(__VA_ARGS__)
+#define shmem_finc(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_finc, long *: shmem_long_finc, \
+    long long *: shmem_longlong_finc, default: shmemi_generic_no_match)(__VA_ARGS__)
+#define shmem_add(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_add, long *: shmem_long_add, \
+    long long *: shmem_longlong_add, default: shmemi_generic_no_match)(__VA_ARGS__)
+#define shmem_inc(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), int *: shmem_int_inc, long *: shmem_long_inc, \
+    long long *: shmem_longlong_inc, default: shmemi_generic_no_match)(__VA_ARGS__)
+#define shmem_fetch(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_fetch, \
+    const float *: shmem_float_fetch, double *: shmem_double_fetch, const double *: shmem_double_fetch, \
+    int *: shmem_int_fetch, const int *: shmem_int_fetch, long *: shmem_long_fetch, const long *: shmem_long_fetch, \
+    long long *: shmem_longlong_fetch, const long long *: shmem_longlong_fetch, \
+    default: shmemi_generic_no_match)(__VA_ARGS__)
+#define shmem_set(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), float *: shmem_float_set, double *: shmem_double_set, \
+    int *: shmem_int_set, long *: shmem_long_set, long long *: shmem_longlong_set, \
+    default: shmemi_generic_no_match)(__VA_ARGS__)
+#define shmem_sync(...) _Generic(SHMEMI_A1(__VA_ARGS__, 0), shmem_team_t: shmem_team_sync, \
+    default: shmem_sync)(__VA_ARGS__)
 
 #endif
