@@ -26,7 +26,7 @@ import numpy as np
 
 from mori import _C
 from mori.collectives import gpu
-from mori.collectives.dtypes import DataType, ReduceOp, data_type, reduce_op
+from mori.collectives.dtypes import DataType, data_type, reduce_op
 from mori.core.errors import InvalidArgument
 
 _native = _C.collectives

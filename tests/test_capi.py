@@ -183,7 +183,7 @@ def test_bad_input_ends_job_naming_the_call(built, tools, case, fn):
     proc = _oshrun(tools, 3, [str(built / "errors"), case], timeout=60)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0, text
-    assert f"shmem error on PE" in text and fn in text, text
+    assert "shmem error on PE" in text and fn in text, text
     assert ("out of range" if case == "pe" else "not symmetric") in text, text
 
 

@@ -215,7 +215,9 @@ def table(rows: list[Row]) -> str:
             continue
         bw = op.endswith("_bw")
         unit = "GB/s" if bw else "us"
-        fmt = lambda s: f"{s[0]:9.3f} [{s[1]:.3g}-{s[2]:.3g}] {unit}"
+        def fmt(s: tuple, unit: str = unit) -> str:
+            return f"{s[0]:9.3f} [{s[1]:.3g}-{s[2]:.3g}] {unit}"
+
         cells = []
         for c in cols:
             got = keyed.get((c, n, op, b))

@@ -191,7 +191,7 @@ def run_local_dram(args, rows: list, out: list, status: dict, buf, mooncake) -> 
 def run_local(args, rows_by_tier: dict, out: list, status: dict, workdir: str) -> None:
     import mori.umbp as umbp
     from mori.apps.bench.umbp_workload import (HostBuffers, RawFile, UmbpOps, drop_page_cache, files_under,
-                                              memcpy_samples, sglang_keys, summarize)
+                                              summarize)
 
     max_bytes = max(r.nbytes for rows in rows_by_tier.values() for r in rows)
     allocator = umbp.UMBPHostMemAllocator()

@@ -5,7 +5,6 @@ says what the last combine ran (blockwise codes, block size, weights or not, whe
 uses (MORI_FP8_COMBINE_SCALE_DIM when the op was built; 0 for other quant types). One PE."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap

@@ -3,7 +3,6 @@
 or a thread as a second PE is a clear error (the last one at once, not a deadlock)."""
 from __future__ import annotations
 
-import sys
 
 import pytest
 

@@ -17,7 +17,6 @@ from mori.core.errors import InvalidArgument, Unavailable
 from mori.ir import (AMO_TYPES, MORI_DEVICE_FUNCTIONS, SIGNAL_ADD, SIGNAL_SET, STATE_SYMBOL, find_bitcode,
                      get_bitcode_path)
 from mori.ir import codegen
-from mori.ir.bitcode import installed_dir
 from mori.ir.functions import C_TYPES
 
 _HAS_TRITON = importlib.util.find_spec("triton") is not None
@@ -262,7 +261,6 @@ def test_triton_block_put_copies_16_bytes_per_access_in_registers() -> None:
     uint4 copy left clang's unrolled registers on the stack (ld.local) and split each access in two,
     which made big Triton puts 2.5x slower than the CUDA C++ put."""
     import triton
-    import triton.language as tl
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     from mori.ir.triton import get_extern_libs, mori_shmem_device as msd

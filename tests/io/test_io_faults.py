@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import ucx_variants
-from peer import RemotePeer, b64, unb64
+from peer import RemotePeer, unb64
 
 from mori.io import (BackendType, EngineDesc, IOEngine, IOEngineConfig, MemoryDesc, MemoryLocationType, StatusCode,
                      TcpBackendConfig)

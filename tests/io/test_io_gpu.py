@@ -17,8 +17,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from mori.io import (BackendType, EngineDesc, IOEngine, IOEngineConfig, MemoryDesc, PollCqMode, RdmaBackendConfig,
-                     StatusCode, TcpBackendConfig, XgmiBackendConfig)
+from mori.io import (BackendType, EngineDesc, IOEngine, IOEngineConfig, MemoryDesc, StatusCode, TcpBackendConfig, XgmiBackendConfig)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
 _seq = iter(range(1 << 30))

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import ucx_variants
-from peer import RemotePeer, b64, unb64
+from peer import RemotePeer, b64
 
-from mori.io import (BackendType, EngineDesc, IOEngine, IOEngineConfig, MemoryDesc, MemoryLocationType, StatusCode,
+from mori.io import (BackendType, IOEngine, IOEngineConfig, MemoryDesc, MemoryLocationType, StatusCode,
                      TcpBackendConfig)
 
 pytestmark = pytest.mark.timeout(120)

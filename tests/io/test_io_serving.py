@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import ucx_variants
-from peer import RemotePeer, b64, unb64
+from peer import RemotePeer, unb64
 
 torch = pytest.importorskip("torch")
 from mori.core.ports import free_port

@@ -10,7 +10,7 @@ import pytest
 
 import mori.cpp
 import mori.io
-from mori.io import (BackendType, IOEngine, IOEngineConfig, MemoryLocationType, StatusCode, TcpBackendConfig)
+from mori.io import (BackendType, IOEngine, IOEngineConfig, MemoryLocationType, StatusCode)
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -17,7 +17,7 @@ import torch
 import mori.ccl as ccl
 import mori.shmem as sh
 from cases import run_cases
-from mori.core.errors import InvalidArgument, Unavailable
+from mori.core.errors import InvalidArgument
 
 DTYPES = [torch.bool, torch.int8, torch.uint8, torch.int16, torch.uint16, torch.int32, torch.uint32, torch.int64,
           torch.uint64, torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,

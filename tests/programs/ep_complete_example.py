@@ -9,7 +9,6 @@ nothing; the two asserts at the end (marked) make it a test.
 """
 import os
 import sys
-import time
 import torch
 import torch.distributed as dist
 import mori

@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 
 import torch
 
-import mori
 import mori.shmem as sh
 from mori.ops import EpDispatchCombineConfig, EpDispatchCombineKernelType as K, EpDispatchCombineOp
 

@@ -3,7 +3,6 @@
 another process can map, idempotent free, argument errors."""
 from __future__ import annotations
 
-import mmap
 import os
 import subprocess
 import sys

@@ -9,7 +9,6 @@ Values are a function of their key's (seed, batch, index), so any process can ch
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
