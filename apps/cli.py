@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The ``mori`` command: run, info, bench."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,9 +15,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
-    cfg = LaunchConfig(nproc=args.nproc, command=command, nnodes=args.nnodes, node_rank=args.node_rank,
-                       master_addr=args.master_addr, master_port=args.master_port, secret_file=args.secret_file,
-                       socket_ifname=args.socket_ifname, prefix_output=not args.no_prefix)
+    cfg = LaunchConfig(
+        nproc=args.nproc,
+        command=command,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+        secret_file=args.secret_file,
+        socket_ifname=args.socket_ifname,
+        prefix_output=not args.no_prefix,
+    )
     try:
         return launch(cfg)
     except ValueError as exc:
@@ -30,6 +39,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
     if args.io:
         from mori.io.engine import probe_backends
+
         print("MORI-IO backend per memory pair on this machine:")
         for r in probe_backends():
             ok = {True: "ok", False: "FAILED", None: "-"}[r["works"]]
@@ -46,17 +56,28 @@ def _cmd_info(args: argparse.Namespace) -> int:
         matrix = [sh.transport_name(pe) for pe in range(sh.n_pes())]
         # Where each pair's transport goes: tcp's peer address, ucx's UCX transports/devices.
         endpoints = [_C.shmem.transport_endpoint(pe) for pe in range(sh.n_pes())]
-        info = {"version": mori.__version__, "pe": sh.my_pe(), "n_pes": sh.n_pes(),
-                "bootstrap": _C.shmem.bootstrap_name(), "heap_bytes": _C.shmem.heap_size(),
-                "local_rank": topo["local_rank"], "local_size": topo["local_size"],
-                "num_nodes": topo["num_nodes"], "transports": matrix, "endpoints": endpoints, "pes": topo["pes"]}
+        info = {
+            "version": mori.__version__,
+            "pe": sh.my_pe(),
+            "n_pes": sh.n_pes(),
+            "bootstrap": _C.shmem.bootstrap_name(),
+            "heap_bytes": _C.shmem.heap_size(),
+            "local_rank": topo["local_rank"],
+            "local_size": topo["local_size"],
+            "num_nodes": topo["num_nodes"],
+            "transports": matrix,
+            "endpoints": endpoints,
+            "pes": topo["pes"],
+        }
         blobs = _gather_json(info)
         if sh.my_pe() == 0:
             if args.json:
                 print(json.dumps(blobs, indent=1))
             else:
-                print(f"MORI {mori.__version__}: {sh.n_pes()} PEs on {topo['num_nodes']} node(s), "
-                      f"bootstrap {info['bootstrap']}, heap {_C.core.human_bytes(info['heap_bytes'])} per PE")
+                print(
+                    f"MORI {mori.__version__}: {sh.n_pes()} PEs on {topo['num_nodes']} node(s), "
+                    f"bootstrap {info['bootstrap']}, heap {_C.core.human_bytes(info['heap_bytes'])} per PE"
+                )
                 print("transport from PE (row) to PE (column):")
                 print("      " + " ".join(f"{pe:>5}" for pe in range(sh.n_pes())))
                 for b in blobs:
@@ -66,8 +87,10 @@ def _cmd_info(args: argparse.Namespace) -> int:
                         if b["transports"][pe] == "ucx":
                             print(f"  PE {b['pe']} -> PE {pe}: {ep}")
                 for p in topo["pes"]:
-                    print(f"  PE {p['pe']}: node {p['node']} ({p['hostname']}), local rank {p['local_rank']}, "
-                          f"pid {p['pid']}, ip {p['ip']}")
+                    print(
+                        f"  PE {p['pe']}: node {p['node']} ({p['hostname']}), local rank {p['local_rank']}, "
+                        f"pid {p['pid']}, ip {p['ip']}"
+                    )
     finally:
         sh.shmem_finalize()
     return 0
@@ -86,8 +109,10 @@ def _print_env_table(rows: list[dict]) -> None:
             alias = ""
             if row["alias"]:
                 alias = f", alias {row['alias']}" + (" <-" if row["set_by_alias"] else "")
-            print(f"{mark} {row['name']:<28} {row['value']:<10} ({row['type']}, default {row['default']}{alias}) "
-                  f"{row['description']}")
+            print(
+                f"{mark} {row['name']:<28} {row['value']:<10} ({row['type']}, default {row['default']}{alias}) "
+                f"{row['description']}"
+            )
 
 
 def _gather_json(obj: dict) -> list[dict]:
@@ -102,15 +127,15 @@ def _gather_json(obj: dict) -> list[dict]:
     sizes = sh.zeros(n, dtype=np.int64)
     size[0] = len(raw)
     for pe in range(n):
-        sh.put(sizes[sh.my_pe():sh.my_pe() + 1], size, pe)
+        sh.put(sizes[sh.my_pe() : sh.my_pe() + 1], size, pe)
     sh.barrier_all()
     cap = int(sizes.max())
     board = sh.zeros((n, cap), dtype=np.uint8)
     mine = np.frombuffer(raw, dtype=np.uint8)
     for pe in range(n):
-        sh.put(board[sh.my_pe(), :len(raw)], mine, pe)
+        sh.put(board[sh.my_pe(), : len(raw)], mine, pe)
     sh.barrier_all()
-    out = [json.loads(bytes(board[pe, :sizes[pe]])) for pe in range(n)]
+    out = [json.loads(bytes(board[pe, : sizes[pe]])) for pe in range(n)]
     sh.barrier_all()
     sh.free(board)
     sh.free(sizes)
@@ -141,19 +166,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mori", description="MORI command line")
     sub = parser.add_subparsers(dest="cmd", required=True)
 
-    run = sub.add_parser("run", help="start N processes of a job on this host",
-                         description="mori run -n N [--] program [args...]")
-    run.add_argument("-n", "--nproc", "--nproc-per-node", type=int, required=True, dest="nproc",
-                     help="processes on this host")
+    run = sub.add_parser(
+        "run", help="start N processes of a job on this host", description="mori run -n N [--] program [args...]"
+    )
+    run.add_argument(
+        "-n", "--nproc", "--nproc-per-node", type=int, required=True, dest="nproc", help="processes on this host"
+    )
     run.add_argument("--nnodes", type=int, default=1, help="hosts in the job (one mori run per host)")
     run.add_argument("--node-rank", type=int, default=0, help="this host's index in [0, nnodes)")
     run.add_argument("--master-addr", default="127.0.0.1", help="address of node 0 (multi-host)")
     run.add_argument("--master-port", type=int, default=0, help="port of node 0's bootstrap store (multi-host)")
-    run.add_argument("--secret-file", default="",
-                     help="file holding the job secret (64 hex digits; default: MORI_JOB_SECRET, else node 0 "
-                          "draws one and prints it)")
-    run.add_argument("--socket-ifname", default="",
-                     help="network interface the hosts share (sets MORI_SOCKET_IFNAME for the processes)")
+    run.add_argument(
+        "--secret-file",
+        default="",
+        help="file holding the job secret (64 hex digits; default: MORI_JOB_SECRET, else node 0 "
+        "draws one and prints it)",
+    )
+    run.add_argument(
+        "--socket-ifname",
+        default="",
+        help="network interface the hosts share (sets MORI_SOCKET_IFNAME for the processes)",
+    )
     run.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with the rank")
     run.add_argument("command", nargs=argparse.REMAINDER, help="program and its arguments")
     run.set_defaults(func=_cmd_run)
@@ -170,17 +203,22 @@ def build_parser() -> argparse.ArgumentParser:
     add_umbp_server_arguments(umbp_server)
     umbp_server.set_defaults(func=_cmd_umbp_server)
 
-    umbp_master = sub.add_parser("umbp-master", add_help=False,
-                                 help="MORI-UMBP's master (gRPC umbp.UMBPMaster): umbp-master [listen_address] [metrics_port]")
+    umbp_master = sub.add_parser(
+        "umbp-master",
+        add_help=False,
+        help="MORI-UMBP's master (gRPC umbp.UMBPMaster): umbp-master [listen_address] [metrics_port]",
+    )
     umbp_master.set_defaults(func=None)
 
     from mori.apps.bench import add_subcommands as add_bench_subcommands, listing as bench_listing
 
-    bench = sub.add_parser("bench", help="benchmarks (shmem, ccl, ep, io, umbp, ir); see mori bench WHAT --help",
-                           description="Each benchmark prints a table, writes JSON and runs its baseline in the "
-                                       "same run.",
-                           epilog="variants (a flag picks another benchmark):\n" + bench_listing(variants_only=True),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench = sub.add_parser(
+        "bench",
+        help="benchmarks (shmem, ccl, ep, io, umbp, ir); see mori bench WHAT --help",
+        description="Each benchmark prints a table, writes JSON and runs its baseline in the same run.",
+        epilog="variants (a flag picks another benchmark):\n" + bench_listing(variants_only=True),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_bench_subcommands(bench)
     bench.set_defaults(func=None)
     return parser

@@ -20,6 +20,7 @@ same bytes either way, so training is bit-identical with and without the hook.
 The shmem runtime is started on first use if it is not running (collective: ZeRO-3 calls
 the all-gather on every rank with the same eligibility).
 """
+
 from __future__ import annotations
 
 import threading
@@ -116,8 +117,13 @@ def stats() -> dict:
     """Counters since install(): all-gathers MORI handled and fallbacks, per hooked function."""
     if _state is None:
         return _empty_stats()
-    return {"installed": True, "handled": dict(_state.handled), "fallback": dict(_state.fallback),
-            "fallback_reasons": dict(_state.reasons), "max_numel": _state.max_numel}
+    return {
+        "installed": True,
+        "handled": dict(_state.handled),
+        "fallback": dict(_state.fallback),
+        "fallback_reasons": dict(_state.reasons),
+        "max_numel": _state.max_numel,
+    }
 
 
 def _make_wrapper(name: str, original: Callable) -> Callable:
@@ -191,8 +197,10 @@ def _ensure_shmem() -> None:
 
     if sh.shmem_initialized():
         if sh.shmem_npes() != dist.get_world_size() or sh.shmem_mype() != dist.get_rank():
-            raise InvalidUsage(f"mori.apps.deepspeed: shmem runs PE {sh.shmem_mype()} of {sh.shmem_npes()} but "
-                               f"torch.distributed is rank {dist.get_rank()} of {dist.get_world_size()}")
+            raise InvalidUsage(
+                f"mori.apps.deepspeed: shmem runs PE {sh.shmem_mype()} of {sh.shmem_npes()} but "
+                f"torch.distributed is rank {dist.get_rank()} of {dist.get_world_size()}"
+            )
         return
     torch._C._distributed_c10d._register_process_group("mori-deepspeed", dist.group.WORLD)
     sh.shmem_torch_process_group_init("mori-deepspeed")

@@ -11,6 +11,7 @@ every rank's process group; a SIGKILLed launcher takes its ranks along through t
 parent-death signal, and a small reaper process kills what the ranks started themselves
 (their process groups) once the launcher is gone.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -106,8 +107,13 @@ class _Reaper:
     """Kills the ranks' process groups if the launcher dies without saying it is done."""
 
     def __init__(self, grace: float) -> None:
-        self._proc = subprocess.Popen([sys.executable, "-c", _REAPER, str(grace)], stdin=subprocess.PIPE,
-                                      stdout=subprocess.DEVNULL, start_new_session=True, text=True)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", _REAPER, str(grace)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+            text=True,
+        )
 
     def add(self, pgid: int) -> None:
         self._proc.stdin.write(f"{pgid}\n")
@@ -143,8 +149,10 @@ def _read_secret_file(path: str) -> str:
     except OSError as exc:
         raise ValueError(f"--secret-file {path}: {exc.strerror}") from exc
     if mode & 0o077:
-        sys.stderr.write(f"mori run: warning: --secret-file {path} can be read by other users "
-                         f"(mode {mode & 0o777:03o}); chmod 600 it\n")
+        sys.stderr.write(
+            f"mori run: warning: --secret-file {path} can be read by other users "
+            f"(mode {mode & 0o777:03o}); chmod 600 it\n"
+        )
     return _checked_secret(text, f"--secret-file {path}")
 
 
@@ -164,14 +172,17 @@ def _job_secret(cfg: LaunchConfig, multi_node: bool) -> str:
     if env_secret := str(setting("MORI_JOB_SECRET")):
         return _checked_secret(env_secret, "MORI_JOB_SECRET")
     if multi_node and cfg.node_rank != 0:
-        raise ValueError(f"node {cfg.node_rank} needs the job secret of node 0: set MORI_JOB_SECRET or pass "
-                         "--secret-file FILE with the secret node 0 printed (or the one you gave it)")
+        raise ValueError(
+            f"node {cfg.node_rank} needs the job secret of node 0: set MORI_JOB_SECRET or pass "
+            "--secret-file FILE with the secret node 0 printed (or the one you gave it)"
+        )
     secret = _C.core.random_secret_hex()
     if multi_node:
         sys.stderr.write(
             "mori run: no job secret given, so node 0 drew a random one. Start every other node with it:\n"
             f"  MORI_JOB_SECRET={secret} mori run --nnodes {cfg.nnodes} --node-rank K ...\n"
-            "or put it in a file only you can read (chmod 600) and pass --secret-file FILE on every node.\n")
+            "or put it in a file only you can read (chmod 600) and pass --secret-file FILE on every node.\n"
+        )
     return secret
 
 
@@ -215,29 +226,37 @@ def launch(cfg: LaunchConfig) -> int:
             rank = cfg.node_rank * cfg.nproc + local_rank
             env = dict(os.environ)
             env.update(cfg.extra_env)
-            env.update({
-                "MORI_STORE_ADDR": f"{store_host}:{store_port}",
-                "MORI_JOB_SECRET": secret,
-                "MORI_RANK": str(rank),
-                "MORI_WORLD_SIZE": str(world),
-                "MORI_LOCAL_RANK": str(local_rank),
-                "MORI_LOCAL_WORLD_SIZE": str(cfg.nproc),
-                "MORI_NNODES": str(cfg.nnodes),
-                "MORI_NODE_RANK": str(cfg.node_rank),
-                # torchrun-compatible names for programs that also use torch.distributed
-                "RANK": str(rank),
-                "WORLD_SIZE": str(world),
-                "LOCAL_RANK": str(local_rank),
-                "LOCAL_WORLD_SIZE": str(cfg.nproc),
-                "MASTER_ADDR": store_host,
-                "MASTER_PORT": str(torch_port),
-                "PYTHONUNBUFFERED": "1",
-            })
+            env.update(
+                {
+                    "MORI_STORE_ADDR": f"{store_host}:{store_port}",
+                    "MORI_JOB_SECRET": secret,
+                    "MORI_RANK": str(rank),
+                    "MORI_WORLD_SIZE": str(world),
+                    "MORI_LOCAL_RANK": str(local_rank),
+                    "MORI_LOCAL_WORLD_SIZE": str(cfg.nproc),
+                    "MORI_NNODES": str(cfg.nnodes),
+                    "MORI_NODE_RANK": str(cfg.node_rank),
+                    # torchrun-compatible names for programs that also use torch.distributed
+                    "RANK": str(rank),
+                    "WORLD_SIZE": str(world),
+                    "LOCAL_RANK": str(local_rank),
+                    "LOCAL_WORLD_SIZE": str(cfg.nproc),
+                    "MASTER_ADDR": store_host,
+                    "MASTER_PORT": str(torch_port),
+                    "PYTHONUNBUFFERED": "1",
+                }
+            )
             if cfg.socket_ifname:
                 env["MORI_SOCKET_IFNAME"] = cfg.socket_ifname
-            proc = subprocess.Popen(list(cfg.command), env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                    preexec_fn=preexec)
+            proc = subprocess.Popen(
+                list(cfg.command),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=preexec,
+            )
             procs.append(proc)
             reaper.add(proc.pid)  # start_new_session: the rank leads its own process group
             prefix = f"[{rank}] " if cfg.prefix_output else ""
@@ -270,8 +289,12 @@ def _raise_stopped(signum, frame) -> None:
     raise _Stopped(signum)
 
 
-def _supervise(procs: list[subprocess.Popen], grace: float, first_rank: int = 0,
-               on_exit: Optional[Callable[[int, int], None]] = None) -> int:
+def _supervise(
+    procs: list[subprocess.Popen],
+    grace: float,
+    first_rank: int = 0,
+    on_exit: Optional[Callable[[int, int], None]] = None,
+) -> int:
     """Wait for every rank; on the first failure stop the rest. The result is the worst code
     of the ranks that ended on their own (ranks we stopped report 128+SIGTERM otherwise).
     ``procs[i]`` is global rank ``first_rank + i`` (this host's first rank), the name it is reported by.

@@ -13,6 +13,7 @@ Needs root and iproute2 (``tc`` for rate limits).
 Everything is removed on exit (also after errors); namespaces left behind by a
 process that was killed are removed the next time, once their creator is gone.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,7 +49,7 @@ def remove_stale() -> None:
         if not name.startswith(_PREFIX):
             continue
         try:
-            pid = int(name[len(_PREFIX):].split("-")[0])
+            pid = int(name[len(_PREFIX) :].split("-")[0])
         except ValueError:
             continue
         if not os.path.exists(f"/proc/{pid}"):
@@ -77,7 +78,6 @@ class Host:
         return subprocess.run(self.command(cmd), timeout=timeout, **kwargs)
 
 
-
 def _claim_names() -> tuple[int, int, str]:
     """Check namespaces can be made, clear stale ones, and claim a fresh (pid, counter, tag) for
     this layout's names; the tag keeps interface names within Linux's 15 characters."""
@@ -98,6 +98,7 @@ def _bring_up(h: "Host") -> None:
     _ip("-n", h.name, "addr", "add", f"{h.ip}/24", "dev", h.ifname)
     _ip("-n", h.name, "link", "set", h.ifname, "up")
     _ip("-n", h.name, "link", "set", "lo", "up")
+
 
 @dataclass
 class VethHosts:
@@ -126,7 +127,9 @@ class VethHosts:
                 _bring_up(h)
         except subprocess.CalledProcessError as exc:
             self.destroy()
-            raise RuntimeError(f"could not create network namespaces: {' '.join(exc.cmd)}: {exc.stderr.strip()}") from exc
+            raise RuntimeError(
+                f"could not create network namespaces: {' '.join(exc.cmd)}: {exc.stderr.strip()}"
+            ) from exc
 
     def destroy(self) -> None:
         """Delete both namespaces (the veth pair goes with them). Safe to call twice."""
@@ -139,9 +142,29 @@ class VethHosts:
         if shutil.which("tc") is None:
             raise RuntimeError("`tc` (iproute2) is not installed")
         for h in self.hosts:
-            subprocess.run(h.command(["tc", "qdisc", "replace", "dev", h.ifname, "root", "tbf", "rate", rate,
-                                      "burst", burst, "latency", latency]),
-                           check=True, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            subprocess.run(
+                h.command(
+                    [
+                        "tc",
+                        "qdisc",
+                        "replace",
+                        "dev",
+                        h.ifname,
+                        "root",
+                        "tbf",
+                        "rate",
+                        rate,
+                        "burst",
+                        burst,
+                        "latency",
+                        latency,
+                    ]
+                ),
+                check=True,
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+            )
 
     def link_down(self, host: int) -> None:
         """Take ``host``'s end of the link down, as if its cable were pulled."""
@@ -172,8 +195,9 @@ class BridgedHosts:
             raise ValueError(f"count must be 2..9, got {self.count}")
         pid, k, tag = _claim_names()
         self.switch = f"{_PREFIX}{pid}-{k}-sw"
-        self.hosts = [Host(f"{_PREFIX}{pid}-{k}-{h}", f"mb{tag}{h}", f"{self.subnet}.{h + 1}")
-                      for h in range(self.count)]
+        self.hosts = [
+            Host(f"{_PREFIX}{pid}-{k}-{h}", f"mb{tag}{h}", f"{self.subnet}.{h + 1}") for h in range(self.count)
+        ]
         try:
             _ip("netns", "add", self.switch)
             _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
@@ -189,7 +213,9 @@ class BridgedHosts:
                 _bring_up(h)
         except subprocess.CalledProcessError as exc:
             self.destroy()
-            raise RuntimeError(f"could not create network namespaces: {' '.join(exc.cmd)}: {exc.stderr.strip()}") from exc
+            raise RuntimeError(
+                f"could not create network namespaces: {' '.join(exc.cmd)}: {exc.stderr.strip()}"
+            ) from exc
 
     def destroy(self) -> None:
         """Delete every namespace (the veth pairs and the bridge go with them). Safe to call twice."""

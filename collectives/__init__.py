@@ -8,15 +8,42 @@ CPU memory moves through the shared host heap; CUDA allgathers use the copy engi
 MORI's names ``DataType`` and ``size_of`` are kept, and its class API :class:`AllGatherIntoTensor`
 (what DeepSpeed's MORI hook calls) and :class:`AllgatherSdma`. See docs/collectives.md.
 """
+
 from mori.collectives.api import (
-    Work, all_gather, all_gather_into_tensor, all_gather_single, all_reduce, all_to_all_single, broadcast,
-    check_group, reduce_scatter_single, reduce_scatter_tensor, release, stats,
+    Work,
+    all_gather,
+    all_gather_into_tensor,
+    all_gather_single,
+    all_reduce,
+    all_to_all_single,
+    broadcast,
+    check_group,
+    reduce_scatter_single,
+    reduce_scatter_tensor,
+    release,
+    stats,
 )
 from mori.collectives.allgather_handles import AllGatherIntoTensor, AllgatherSdma
 from mori.collectives.dtypes import DataType, ReduceOp, data_type, reduce_op, size_of
 
 __all__ = [
-    "AllGatherIntoTensor", "AllgatherSdma", "DataType", "ReduceOp", "Work", "all_gather", "all_gather_into_tensor",
-    "all_gather_single", "all_reduce", "all_to_all_single", "broadcast", "check_group", "data_type", "reduce_op",
-    "reduce_scatter_single", "reduce_scatter_tensor", "release", "size_of", "stats",
+    "AllGatherIntoTensor",
+    "AllgatherSdma",
+    "DataType",
+    "ReduceOp",
+    "Work",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_single",
+    "all_reduce",
+    "all_to_all_single",
+    "broadcast",
+    "check_group",
+    "data_type",
+    "reduce_op",
+    "reduce_scatter_single",
+    "reduce_scatter_tensor",
+    "release",
+    "size_of",
+    "stats",
 ]

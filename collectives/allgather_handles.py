@@ -19,6 +19,7 @@ recorded (``auto_register=True``: every call's output is), and a push lands dire
 output that lies in the symmetric heap (``mori.shmem.tensor`` / ``mori_shmem_create_tensor``),
 registered or not.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -58,17 +59,27 @@ class AllGatherIntoTensor:
     copy_output_to_user=True, auto_register=False)`` (split evenly between input and output, as in
     MORI). Collective: every PE builds one."""
 
-    def __init__(self, my_pe: int, npes: int, *sizes: Any, copy_output_to_user: bool = True,
-                 auto_register: bool = False, input_buffer_size: Optional[int] = None,
-                 output_buffer_size: Optional[int] = None, transit_buffer_size: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        my_pe: int,
+        npes: int,
+        *sizes: Any,
+        copy_output_to_user: bool = True,
+        auto_register: bool = False,
+        input_buffer_size: Optional[int] = None,
+        output_buffer_size: Optional[int] = None,
+        transit_buffer_size: Optional[int] = None,
+    ) -> None:
         caller = "mori.ccl.AllGatherIntoTensor"
         flags = []
         while sizes and isinstance(sizes[-1], bool):  # MORI's trailing positional copy_output_to_user, auto_register
             flags.insert(0, sizes[-1])
             sizes = sizes[:-1]
         if len(flags) > 2:
-            raise InvalidArgument(f"{caller}: expected at most copy_output_to_user and auto_register after the sizes, "
-                                  f"got {len(flags)} flags")
+            raise InvalidArgument(
+                f"{caller}: expected at most copy_output_to_user and auto_register after the sizes, "
+                f"got {len(flags)} flags"
+            )
         if flags:
             copy_output_to_user = flags[0]
         if len(flags) == 2:
@@ -78,9 +89,11 @@ class AllGatherIntoTensor:
         elif len(sizes) == 1:
             transit_buffer_size = sizes[0]
         elif sizes:
-            raise InvalidArgument(f"{caller}: expected (my_pe, npes, input_buffer_size, output_buffer_size"
-                                  f"[, copy_output_to_user]) or (my_pe, npes[, transit_buffer_size]"
-                                  f"[, copy_output_to_user]), got {len(sizes)} sizes")
+            raise InvalidArgument(
+                f"{caller}: expected (my_pe, npes, input_buffer_size, output_buffer_size"
+                f"[, copy_output_to_user]) or (my_pe, npes[, transit_buffer_size]"
+                f"[, copy_output_to_user]), got {len(sizes)} sizes"
+            )
         me, n = _C.shmem.my_pe(), _C.shmem.n_pes()
         if my_pe != me:
             raise InvalidArgument(f"{caller}: my_pe={my_pe}, but this process is PE {me}")
@@ -100,11 +113,11 @@ class AllGatherIntoTensor:
         self.input_buffer_size, self.output_buffer_size = int(input_buffer_size), int(output_buffer_size)
         self.copy_output_to_user = bool(copy_output_to_user)
         self.auto_register = bool(auto_register)
-        self._lane_check = True       # AllGatherIntoTensor's uint32-lane rule (AllgatherSdma rounds instead)
+        self._lane_check = True  # AllGatherIntoTensor's uint32-lane rule (AllgatherSdma rounds instead)
         self._mirror_transit = False  # AllgatherSdma: also leave the result in the transit buffer
         self._registered: dict[int, int] = {}
         self._transit: dict[str, Any] = {}  # "cpu" / "cuda": the output transit buffer, made on first use
-        self._retired: list = []            # smaller transit buffers it replaced (their views stay valid)
+        self._retired: list = []  # smaller transit buffers it replaced (their views stay valid)
         self._async: Optional[tuple[float, Any]] = None  # (start time, CUDA event or None)
 
     def my_pe(self) -> int:
@@ -115,8 +128,7 @@ class AllGatherIntoTensor:
 
     # ------------------------------------------------------------------ calls
 
-    def __call__(self, sendbuff: Any, recvbuff: Any, sendcount: int, dtype: Any,
-                 stream: Any = None) -> bool:
+    def __call__(self, sendbuff: Any, recvbuff: Any, sendcount: int, dtype: Any, stream: Any = None) -> bool:
         """``recvbuff`` (npes x sendcount elements) = every PE's ``sendbuff`` in PE order, enqueued on
         ``stream`` for GPU memory. False when the sizes exceed this handle's buffers."""
         return self._run("mori.ccl.AllGatherIntoTensor", sendbuff, recvbuff, sendcount, dtype, stream, None)
@@ -128,8 +140,9 @@ class AllGatherIntoTensor:
             return False
         started = time.perf_counter()
         event: list = []
-        if not self._run("mori.ccl.AllGatherIntoTensor.start_async", sendbuff, recvbuff, sendcount, dtype, stream,
-                         event):
+        if not self._run(
+            "mori.ccl.AllGatherIntoTensor.start_async", sendbuff, recvbuff, sendcount, dtype, stream, event
+        ):
             return False
         self._async = (started, event[0] if event else None)
         return True
@@ -214,16 +227,26 @@ class AllGatherIntoTensor:
 
     # ------------------------------------------------------------------ the work
 
-    def _run(self, caller: str, sendbuff: Any, recvbuff: Any, sendcount: int, dtype: Any, stream: Any,
-             event_out: Optional[list]) -> bool:
+    def _run(
+        self,
+        caller: str,
+        sendbuff: Any,
+        recvbuff: Any,
+        sendcount: int,
+        dtype: Any,
+        stream: Any,
+        event_out: Optional[list],
+    ) -> bool:
         send = _address(sendbuff, "sendbuff", caller)
         dt = data_type(dtype)
         if int(sendcount) < 0:
             raise InvalidArgument(f"{caller}: sendcount must be >= 0, got {sendcount}")
         nbytes = int(sendcount) * size_of(dt)
         if self._lane_check and nbytes % 4:
-            raise InvalidArgument(f"{caller}: sendcount={sendcount} x {dt.name} is {nbytes} bytes per PE, not a "
-                                  f"multiple of 4 (MORI's copy engine moves uint32 lanes)")
+            raise InvalidArgument(
+                f"{caller}: sendcount={sendcount} x {dt.name} is {nbytes} bytes per PE, not a "
+                f"multiple of 4 (MORI's copy engine moves uint32 lanes)"
+            )
         if nbytes > self.input_buffer_size or self._n * nbytes > self.output_buffer_size:
             return False
         device = self._device_of(send, "sendbuff", caller)
@@ -231,15 +254,18 @@ class AllGatherIntoTensor:
         if self.copy_output_to_user:
             recv = _address(recvbuff, "recvbuff", caller)
             if self._device_of(recv, "recvbuff", caller) != device:
-                raise InvalidArgument(f"{caller}: sendbuff and recvbuff are in different memories "
-                                      f"({'GPU' if device >= 0 else 'host'} and "
-                                      f"{'host' if device >= 0 else 'GPU'})")
+                raise InvalidArgument(
+                    f"{caller}: sendbuff and recvbuff are in different memories "
+                    f"({'GPU' if device >= 0 else 'host'} and "
+                    f"{'host' if device >= 0 else 'GPU'})"
+                )
             out = self._view(recv, self._n * nbytes, device)
             if self.auto_register:
                 self._registered.setdefault(recv, self._n * nbytes)
             if self._mirror_transit:
-                transit = self.output_transit_buffer("cuda" if device >= 0 else "cpu",
-                                                     self._n * nbytes)[: self._n * nbytes]
+                transit = self.output_transit_buffer("cuda" if device >= 0 else "cpu", self._n * nbytes)[
+                    : self._n * nbytes
+                ]
         else:
             out = self.output_transit_buffer("cuda" if device >= 0 else "cpu", self._n * nbytes)[: self._n * nbytes]
         inp = self._view(send, nbytes, device)
@@ -266,8 +292,9 @@ class AllGatherIntoTensor:
             return -1
         dev = int(_C.shmem.pointer_device(addr))
         if dev >= 0 and dev != int(_C.shmem.gpu_device()):
-            raise InvalidArgument(f"{caller}: {name} is memory of cuda:{dev}, but this PE's GPU is "
-                                  f"cuda:{_C.shmem.gpu_device()}")
+            raise InvalidArgument(
+                f"{caller}: {name} is memory of cuda:{dev}, but this PE's GPU is cuda:{_C.shmem.gpu_device()}"
+            )
         return dev
 
     @staticmethod
@@ -291,14 +318,25 @@ class AllgatherSdma:
     output_buffer_size=None, transit_buffer_size=None, copy_output_to_user=True)``, then
     ``ag(input, output, count, stream=None)`` with ``count`` elements of ``input`` per PE."""
 
-    def __init__(self, my_pe: int, npes: int, input_buffer_size: Optional[int] = None,
-                 output_buffer_size: Optional[int] = None, transit_buffer_size: Optional[int] = None,
-                 copy_output_to_user: bool = True) -> None:
+    def __init__(
+        self,
+        my_pe: int,
+        npes: int,
+        input_buffer_size: Optional[int] = None,
+        output_buffer_size: Optional[int] = None,
+        transit_buffer_size: Optional[int] = None,
+        copy_output_to_user: bool = True,
+    ) -> None:
         self.my_pe, self.npes = my_pe, npes
-        self._impl = AllGatherIntoTensor(my_pe, npes, copy_output_to_user=copy_output_to_user,
-                                         input_buffer_size=input_buffer_size, output_buffer_size=output_buffer_size,
-                                         transit_buffer_size=transit_buffer_size)
-        self._impl._lane_check = False     # MORI's AllgatherSdma rounds the bytes up to lanes instead
+        self._impl = AllGatherIntoTensor(
+            my_pe,
+            npes,
+            copy_output_to_user=copy_output_to_user,
+            input_buffer_size=input_buffer_size,
+            output_buffer_size=output_buffer_size,
+            transit_buffer_size=transit_buffer_size,
+        )
+        self._impl._lane_check = False  # MORI's AllgatherSdma rounds the bytes up to lanes instead
         self._impl._mirror_transit = True  # its users read the transit buffer after a copy-out call
 
     def __call__(self, input_data: Any, output_data: Any, count: int, stream: Any = None) -> bool:

@@ -17,6 +17,7 @@ between GPUs by the copy engines through the GPU symmetric heap (:mod:`mori.coll
 (CUDA ones are enqueued on the current stream); ``async_op=True`` returns a finished
 :class:`Work` for code written against torch.distributed.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -94,12 +95,15 @@ def check_group(group: Any, caller: str) -> None:
         ranks = dist.get_process_group_ranks(group)
         rank = dist.get_rank(group)
     except Exception as exc:
-        raise InvalidArgument(f"{caller}: group must be None or a torch.distributed ProcessGroup, "
-                              f"got {type(group).__name__}") from exc
+        raise InvalidArgument(
+            f"{caller}: group must be None or a torch.distributed ProcessGroup, got {type(group).__name__}"
+        ) from exc
     if list(ranks) != list(range(n)) or rank != me:
-        raise InvalidArgument(f"{caller}: group has ranks {list(ranks)[:8]}{'...' if len(ranks) > 8 else ''}; "
-                              f"mori.ccl runs on the whole shmem world (PEs 0..{n - 1} in order) only. "
-                              "Use torch.distributed for sub-groups.")
+        raise InvalidArgument(
+            f"{caller}: group has ranks {list(ranks)[:8]}{'...' if len(ranks) > 8 else ''}; "
+            f"mori.ccl runs on the whole shmem world (PEs 0..{n - 1} in order) only. "
+            "Use torch.distributed for sub-groups."
+        )
 
 
 def _done(async_op: bool) -> Optional[Work]:
@@ -181,8 +185,9 @@ def all_reduce(tensor: Any, op: Any = "sum", group: Any = None, async_op: bool =
     return _done(async_op)
 
 
-def reduce_scatter_tensor(output: Any, input: Any, op: Any = "sum", group: Any = None,
-                          async_op: bool = False) -> Optional[Work]:
+def reduce_scatter_tensor(
+    output: Any, input: Any, op: Any = "sum", group: Any = None, async_op: bool = False
+) -> Optional[Work]:
     """``output`` (k elements) = op over PEs of block my_pe of ``input`` (n * k elements)."""
     caller = "mori.ccl.reduce_scatter_tensor"
     check_group(group, caller)
@@ -200,8 +205,9 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = "sum", group: Any =
     return _done(async_op)
 
 
-def reduce_scatter_single(output: Any, input: Any, op: Any = "sum", group: Any = None,
-                          async_op: bool = False) -> Optional[Work]:
+def reduce_scatter_single(
+    output: Any, input: Any, op: Any = "sum", group: Any = None, async_op: bool = False
+) -> Optional[Work]:
     """torch 2.13's name for :func:`reduce_scatter_tensor`."""
     return reduce_scatter_tensor(output, input, op=op, group=group, async_op=async_op)
 
@@ -209,9 +215,14 @@ def reduce_scatter_single(output: Any, input: Any, op: Any = "sum", group: Any =
 # ---------------------------------------------------------------- all-to-all
 
 
-def all_to_all_single(output: Any, input: Any, output_split_sizes: Optional[Sequence[int]] = None,
-                      input_split_sizes: Optional[Sequence[int]] = None, group: Any = None,
-                      async_op: bool = False) -> Optional[Work]:
+def all_to_all_single(
+    output: Any,
+    input: Any,
+    output_split_sizes: Optional[Sequence[int]] = None,
+    input_split_sizes: Optional[Sequence[int]] = None,
+    group: Any = None,
+    async_op: bool = False,
+) -> Optional[Work]:
     """Rows ``input[sum(in_splits[:j]) : +in_splits[j]]`` go to PE j, which stores what PE i
     sent at ``output[sum(out_splits[:i]) : +out_splits[i]]``. Without splits, dim 0 is divided
     evenly. Splits count rows (dim 0), as in torch.distributed."""
@@ -231,8 +242,12 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: Optional[Sequ
     row = in_row or out_row
     send_off = np.concatenate([[0], np.cumsum(send)[:-1]]).astype(np.int64)
     recv_off = np.concatenate([[0], np.cumsum(recv)[:-1]]).astype(np.int64)
-    args = ([int(s) * row for s in send], [int(s) * row for s in send_off], [int(s) * row for s in recv],
-            [int(s) * row for s in recv_off])
+    args = (
+        [int(s) * row for s in send],
+        [int(s) * row for s in send_off],
+        [int(s) * row for s in recv],
+        [int(s) * row for s in recv_off],
+    )
     if dev == "cuda":
         gpu.all_to_all(output, input, *args, uniform=input_split_sizes is None and output_split_sizes is None)
     else:
@@ -247,8 +262,7 @@ def _splits(splits: Optional[Sequence[int]], rows: int, n: int, name: str, calle
         return [rows // n] * n
     splits = [int(s) for s in splits]
     if len(splits) != n or any(s < 0 for s in splits) or sum(splits) != rows:
-        raise InvalidArgument(f"{caller}: {name}={splits} must have {n} non-negative entries summing to dim 0 "
-                              f"({rows})")
+        raise InvalidArgument(f"{caller}: {name}={splits} must have {n} non-negative entries summing to dim 0 ({rows})")
     return splits
 
 

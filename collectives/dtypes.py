@@ -7,6 +7,7 @@
 after them are EP's. ``ReduceOp`` is the core's ``SUM``/``MAX``/``MIN`` (codes 0..2), the ops
 mori.ccl implements. Torch and numpy dtypes map onto ``DataType``.
 """
+
 from __future__ import annotations
 
 import enum
@@ -20,8 +21,9 @@ from mori.core.errors import InvalidArgument
 DataType = _C.core.DataType
 
 # The core's ReduceOp restricted to the ops mori.ccl implements (same names and codes).
-ReduceOp = enum.IntEnum("ReduceOp", {op.name: op.value for op in _C.core.ReduceOp if op.name in ("SUM", "MAX", "MIN")},
-                        module=__name__)
+ReduceOp = enum.IntEnum(
+    "ReduceOp", {op.name: op.value for op in _C.core.ReduceOp if op.name in ("SUM", "MAX", "MIN")}, module=__name__
+)
 ReduceOp.__doc__ = "Reduction ops of mori.ccl: the core's SUM, MAX and MIN (mori._C.core.ReduceOp)."
 
 # The element types mori.ccl takes: Int8 ... Complex128.
@@ -34,13 +36,20 @@ def size_of(dtype: Any) -> int:
 
 
 _NUMPY = {
-    np.dtype(np.int8): DataType.Int8, np.dtype(np.uint8): DataType.Uint8,
-    np.dtype(np.int16): DataType.Int16, np.dtype(np.uint16): DataType.Uint16,
-    np.dtype(np.int32): DataType.Int32, np.dtype(np.uint32): DataType.Uint32,
-    np.dtype(np.int64): DataType.Int64, np.dtype(np.uint64): DataType.Uint64,
-    np.dtype(np.float16): DataType.Float16, np.dtype(np.float32): DataType.Float32,
-    np.dtype(np.float64): DataType.Float64, np.dtype(np.bool_): DataType.Bool,
-    np.dtype(np.complex64): DataType.Complex64, np.dtype(np.complex128): DataType.Complex128,
+    np.dtype(np.int8): DataType.Int8,
+    np.dtype(np.uint8): DataType.Uint8,
+    np.dtype(np.int16): DataType.Int16,
+    np.dtype(np.uint16): DataType.Uint16,
+    np.dtype(np.int32): DataType.Int32,
+    np.dtype(np.uint32): DataType.Uint32,
+    np.dtype(np.int64): DataType.Int64,
+    np.dtype(np.uint64): DataType.Uint64,
+    np.dtype(np.float16): DataType.Float16,
+    np.dtype(np.float32): DataType.Float32,
+    np.dtype(np.float64): DataType.Float64,
+    np.dtype(np.bool_): DataType.Bool,
+    np.dtype(np.complex64): DataType.Complex64,
+    np.dtype(np.complex128): DataType.Complex128,
 }
 
 # torch's dtype names are the core's names (mori._C.core.dtype_name).
@@ -60,8 +69,10 @@ def data_type(dtype: Any) -> DataType:
         name = str(dtype).removeprefix("torch.")
         if name in _TORCH_NAMES:
             return _TORCH_NAMES[name]
-        raise InvalidArgument(f"mori.ccl does not support torch dtype {dtype} "
-                              f"(supported: {', '.join('torch.' + n for n in _TORCH_NAMES)})")
+        raise InvalidArgument(
+            f"mori.ccl does not support torch dtype {dtype} "
+            f"(supported: {', '.join('torch.' + n for n in _TORCH_NAMES)})"
+        )
     try:
         return _NUMPY[np.dtype(dtype)]
     except (KeyError, TypeError):

@@ -13,6 +13,7 @@ its next exchange: a peer pushes again only once this PE's stream has reached th
 
 One engine per process, created on first use (collectively), bound to the runtime's GPU heap.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
@@ -38,8 +39,9 @@ def engine() -> Any:
     """The process's engine (created collectively on first use; every PE makes the same call)."""
     global _engine, _engine_gen, _world
     if not available():
-        raise Unavailable("mori.ccl: this MORI was built without CUDA; CUDA tensors cannot be used "
-                          "(rebuild where nvcc is installed)")
+        raise Unavailable(
+            "mori.ccl: this MORI was built without CUDA; CUDA tensors cannot be used (rebuild where nvcc is installed)"
+        )
     gen = _native.runtime_generation()
     if _engine is not None and _engine_gen != gen:
         _drop()
@@ -99,8 +101,7 @@ def _tensor_at(ptr: int, nbytes: int, device: int) -> Any:
 
     class _Holder:
         def __init__(self) -> None:
-            self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False),
-                                             "version": 3}
+            self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3}
 
     return torch.as_tensor(_Holder(), device=f"cuda:{device}")
 
@@ -124,7 +125,8 @@ def _current_stream(device: int) -> int:
 
         # The raw getter (what torch.compile uses) skips building a torch.cuda.Stream per call.
         _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
-            lambda d: torch.cuda.current_stream(d).cuda_stream)
+            lambda d: torch.cuda.current_stream(d).cuda_stream
+        )
     return int(_raw_stream(device))
 
 
@@ -134,8 +136,10 @@ def _prepare(caller: str, *tensors: Any) -> tuple[Any, int, int, list, int]:
     dev = eng.device
     for t in tensors:
         if t.get_device() != dev:
-            raise InvalidArgument(f"{caller}: a tensor is on {t.device} but this PE's GPU is cuda:{dev} "
-                                  "(torch.cuda.set_device before mori.shmem init)")
+            raise InvalidArgument(
+                f"{caller}: a tensor is on {t.device} but this PE's GPU is cuda:{dev} "
+                "(torch.cuda.set_device before mori.shmem init)"
+            )
     me, n, peers, _, _ = _world
     return eng, me, n, peers, _current_stream(dev)
 
@@ -167,13 +171,24 @@ def all_gather(out: Any, inp: Any) -> None:
         return
     if _in_heap(o, n * nbytes):  # straight into every peer's output
         _counts["zero_copy"] += 1
-        eng.exchange([(p, i, mine, nbytes, True, 0) for p in peers], [(p, 0, nbytes, 0, True) for p in peers],
-                     mine, i, nbytes, stream)
+        eng.exchange(
+            [(p, i, mine, nbytes, True, 0) for p in peers],
+            [(p, 0, nbytes, 0, True) for p in peers],
+            mine,
+            i,
+            nbytes,
+            stream,
+        )
         return
     for k, (lo, ln) in enumerate(_pieces(nbytes, eng.slot_bytes)):
-        eng.exchange([(p, i + lo, 0, ln, False, 0) for p in peers],
-                     [(p, o + p * nbytes + lo, ln, 0, False) for p in peers],
-                     mine, i, nbytes if k == 0 else 0, stream)
+        eng.exchange(
+            [(p, i + lo, 0, ln, False, 0) for p in peers],
+            [(p, o + p * nbytes + lo, ln, 0, False) for p in peers],
+            mine,
+            i,
+            nbytes if k == 0 else 0,
+            stream,
+        )
 
 
 def broadcast(t: Any, src: int) -> None:
@@ -251,10 +266,16 @@ def reduce_scatter(out: Any, inp: Any, op: ReduceOp) -> None:
     a = inp.data_ptr()
     for lo, m in _pieces(k, max(1, eng.slot_bytes // elem)):
         # The staging read below stays ours until our next exchange starts (peers wait for that).
-        eng.exchange([(p, a + (p * k + lo) * elem, 0, m * elem, False, 0) for p in peers],
-                     [(p, 0, m * elem, 0, False) for p in peers], 0, 0, 0, stream)
-        parts = [flat_in[me * k + lo: me * k + lo + m] if q == me else _slot(eng, q, m, out.dtype) for q in range(n)]
-        flat_out[lo: lo + m].copy_(_combine(parts, op))
+        eng.exchange(
+            [(p, a + (p * k + lo) * elem, 0, m * elem, False, 0) for p in peers],
+            [(p, 0, m * elem, 0, False) for p in peers],
+            0,
+            0,
+            0,
+            stream,
+        )
+        parts = [flat_in[me * k + lo : me * k + lo + m] if q == me else _slot(eng, q, m, out.dtype) for q in range(n)]
+        flat_out[lo : lo + m].copy_(_combine(parts, op))
 
 
 def all_reduce(t: Any, op: ReduceOp) -> None:
@@ -278,22 +299,43 @@ def all_reduce(t: Any, op: ReduceOp) -> None:
         span = min(n * blk, total - base)
         bounds = [(base + min(q * blk, span), base + min((q + 1) * blk, span)) for q in range(n)]
         lo_me, hi_me = bounds[me]
-        eng.exchange([(p, a + bounds[p][0] * elem, 0, (bounds[p][1] - bounds[p][0]) * elem, False, 0) for p in peers],
-                     [(p, 0, (hi_me - lo_me) * elem, 0, False) for p in peers], 0, 0, 0, stream)
+        eng.exchange(
+            [(p, a + bounds[p][0] * elem, 0, (bounds[p][1] - bounds[p][0]) * elem, False, 0) for p in peers],
+            [(p, 0, (hi_me - lo_me) * elem, 0, False) for p in peers],
+            0,
+            0,
+            0,
+            stream,
+        )
         if hi_me > lo_me:  # staging is ours until the next exchange
             parts = [flat[lo_me:hi_me] if q == me else _slot(eng, q, hi_me - lo_me, t.dtype) for q in range(n)]
             flat[lo_me:hi_me].copy_(_combine(parts, op))
         mine = a + lo_me * elem
-        eng.exchange([(p, mine, mine if direct else 0, (hi_me - lo_me) * elem, direct, 0) for p in peers],
-                     [(p, 0 if direct else a + bounds[p][0] * elem, (bounds[p][1] - bounds[p][0]) * elem, 0, direct)
-                      for p in peers], 0, 0, 0, stream)
+        eng.exchange(
+            [(p, mine, mine if direct else 0, (hi_me - lo_me) * elem, direct, 0) for p in peers],
+            [
+                (p, 0 if direct else a + bounds[p][0] * elem, (bounds[p][1] - bounds[p][0]) * elem, 0, direct)
+                for p in peers
+            ],
+            0,
+            0,
+            0,
+            stream,
+        )
         base += span
     if direct:
         _counts["zero_copy"] += 1
 
 
-def all_to_all(out: Any, inp: Any, send: Sequence[int], send_off: Sequence[int], recv: Sequence[int],
-               recv_off: Sequence[int], uniform: bool) -> None:
+def all_to_all(
+    out: Any,
+    inp: Any,
+    send: Sequence[int],
+    send_off: Sequence[int],
+    recv: Sequence[int],
+    recv_off: Sequence[int],
+    uniform: bool,
+) -> None:
     """Bytes inp[send_off[p]: +send[p]] go to PE p, which stores them at out[recv_off[me]: +recv[me]].
     ``uniform``: every pair moves the same bytes (no explicit splits), so large calls may run in rounds."""
     caller = "mori.ccl.all_to_all_single"
@@ -307,11 +349,19 @@ def all_to_all(out: Any, inp: Any, send: Sequence[int], send_off: Sequence[int],
         return
     biggest = max([send[p] for p in peers] + [recv[p] for p in peers])
     if biggest > eng.slot_bytes and not uniform:
-        raise InvalidArgument(f"{caller}: a split of {biggest} bytes exceeds the {eng.slot_bytes}-byte GPU staging "
-                              "slot per peer; raise MORI_CCL_GPU_STAGING_SIZE (same on every PE)")
+        raise InvalidArgument(
+            f"{caller}: a split of {biggest} bytes exceeds the {eng.slot_bytes}-byte GPU staging "
+            "slot per peer; raise MORI_CCL_GPU_STAGING_SIZE (same on every PE)"
+        )
     for k, (lo, ln) in enumerate(_pieces(max(biggest, 1), eng.slot_bytes)):
         sends = [(p, i + send_off[p] + lo, 0, max(0, min(ln, send[p] - lo)), False, 0) for p in peers]
         recvs = [(p, o + recv_off[p] + lo, max(0, min(ln, recv[p] - lo)), 0, False) for p in peers]
         first = k == 0
-        eng.exchange(sends, recvs, o + recv_off[me] if first else 0, i + send_off[me] if first else 0,
-                     send[me] if first else 0, stream)
+        eng.exchange(
+            sends,
+            recvs,
+            o + recv_off[me] if first else 0,
+            i + send_off[me] if first else 0,
+            send[me] if first else 0,
+            stream,
+        )

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """mori.core: errors, environment settings, bootstraps and topology."""
+
 from mori import _C
 from mori.core.errors import (
     DeviceError,
@@ -19,7 +20,19 @@ from mori.core.env import env_table, parse_size, setting
 LogLevel = _C.core.LogLevel  # MORI_LOG_LEVEL's levels (core/include/mori/core/log.h)
 
 __all__ = [
-    "MoriError", "InvalidArgument", "InvalidUsage", "OutOfMemory", "SystemError_", "TransportError",
-    "RemoteError", "Timeout", "Unavailable", "DeviceError", "Status", "LogLevel", "env_table", "parse_size",
+    "MoriError",
+    "InvalidArgument",
+    "InvalidUsage",
+    "OutOfMemory",
+    "SystemError_",
+    "TransportError",
+    "RemoteError",
+    "Timeout",
+    "Unavailable",
+    "DeviceError",
+    "Status",
+    "LogLevel",
+    "env_table",
+    "parse_size",
     "setting",
 ]

@@ -5,6 +5,7 @@ The native core owns the TCP store bootstrap (unique id, ``mori run``, env vars)
 bootstraps that need a Python library live here and are handed to the core as an
 object with ``rank``, ``size``, ``name``, ``allgather(bytes) -> bytes`` and ``barrier()``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -55,13 +56,19 @@ def detect_launch() -> LaunchInfo:
     info = LaunchInfo(**found)
     if derived and info.local_rank == 0:
         if info.kind == "torchrun":
-            _warn_once("torchrun", "MORI_JOB_SECRET is not set, so the job secret travels in MORI's unique id "
-                       "through torchrun's store, which anyone who can reach MASTER_ADDR:MASTER_PORT can read; "
-                       "set the same random MORI_JOB_SECRET (64 hex digits) on every node")
+            _warn_once(
+                "torchrun",
+                "MORI_JOB_SECRET is not set, so the job secret travels in MORI's unique id "
+                "through torchrun's store, which anyone who can reach MASTER_ADDR:MASTER_PORT can read; "
+                "set the same random MORI_JOB_SECRET (64 hex digits) on every node",
+            )
         else:
-            _warn_once("env", "MORI_JOB_SECRET is not set, so the job secret is derived from MASTER_ADDR and "
-                       "the port, and anyone on this host who knows them can join the job; set the same "
-                       "random MORI_JOB_SECRET (64 hex digits) on every rank")
+            _warn_once(
+                "env",
+                "MORI_JOB_SECRET is not set, so the job secret is derived from MASTER_ADDR and "
+                "the port, and anyone on this host who knows them can join the job; set the same "
+                "random MORI_JOB_SECRET (64 hex digits) on every rank",
+            )
     return info
 
 

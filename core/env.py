@@ -4,6 +4,7 @@
 The table is the only reader of MORI_* / UMBP_* variables: Python asks it for typed values
 instead of parsing ``os.environ`` (tests/test_env_table.py keeps it so).
 """
+
 from __future__ import annotations
 
 from typing import Union

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """MORI's exceptions. Each also inherits the builtin a Python user would expect,
 so ``except ValueError`` catches a bad argument and ``except TimeoutError`` a timeout."""
+
 from __future__ import annotations
 
 from mori import _C
@@ -55,8 +56,20 @@ class DeviceError(MoriError):
     status = Status.DEVICE
 
 
-_BY_STATUS = {cls.status: cls for cls in (InvalidArgument, InvalidUsage, OutOfMemory, SystemError_,
-                                          TransportError, RemoteError, Timeout, Unavailable, DeviceError)}
+_BY_STATUS = {
+    cls.status: cls
+    for cls in (
+        InvalidArgument,
+        InvalidUsage,
+        OutOfMemory,
+        SystemError_,
+        TransportError,
+        RemoteError,
+        Timeout,
+        Unavailable,
+        DeviceError,
+    )
+}
 
 
 def error_class(status: int) -> type[MoriError]:

@@ -5,6 +5,7 @@
 on one. The port is free when ``free_port`` returns, not reserved: the caller hands it to the
 process that binds it next, which is the usual (and only portable) way to do this.
 """
+
 from __future__ import annotations
 
 import socket
@@ -23,8 +24,9 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def wait_port(port: int, host: str = "127.0.0.1", timeout: float = 10.0,
-              process: subprocess.Popen | None = None) -> None:
+def wait_port(
+    port: int, host: str = "127.0.0.1", timeout: float = 10.0, process: subprocess.Popen | None = None
+) -> None:
     """Return once a TCP connection to ``host:port`` succeeds.
 
     Raises ``mori.core.errors.Timeout`` (a ``TimeoutError``) naming the address after ``timeout``
@@ -39,8 +41,9 @@ def wait_port(port: int, host: str = "127.0.0.1", timeout: float = 10.0,
         except OSError:
             pass
         if process is not None and process.poll() is not None:
-            raise RemoteError(f"process {process.pid} exited with {process.returncode} "
-                              f"before listening on {host}:{port}")
+            raise RemoteError(
+                f"process {process.pid} exited with {process.returncode} before listening on {host}:{port}"
+            )
         if time.monotonic() >= deadline:
             raise Timeout(f"nothing listens on {host}:{port} after {timeout}s")
         time.sleep(0.05)

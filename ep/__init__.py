@@ -10,6 +10,7 @@
 
 See docs/ep.md.
 """
+
 from mori.ep.config import EpDispatchCombineConfig
 from mori.ep.kernel_type import EpDispatchCombineKernelType, EpDispatchCombineQuantType
 from mori.ep.local_expert_count import launch_local_expert_count

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """``EpDispatchCombineConfig``: the fields and defaults of MORI's dataclass."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -75,7 +76,7 @@ class EpDispatchCombineConfig:
             if kind == "int":
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise ValueError(f"EpDispatchCombineConfig.{name} must be an int, got {value!r}")
-                if not -2**31 <= value < 2**31:
+                if not -(2**31) <= value < 2**31:
                     raise ValueError(f"EpDispatchCombineConfig.{name} = {value} does not fit int32")
                 out[name] = value
             elif kind == "bool":
@@ -84,8 +85,9 @@ class EpDispatchCombineConfig:
                 try:
                     out[name] = int(EpDispatchCombineKernelType(int(value)))
                 except (TypeError, ValueError):
-                    raise ValueError(f"EpDispatchCombineConfig.kernel_type {value!r} is not an "
-                                     f"EpDispatchCombineKernelType") from None
+                    raise ValueError(
+                        f"EpDispatchCombineConfig.kernel_type {value!r} is not an EpDispatchCombineKernelType"
+                    ) from None
             elif kind == "EpDispatchCombineQuantType":
                 out[name] = int(normalize_quant_type(value))
             else:

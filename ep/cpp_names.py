@@ -4,6 +4,7 @@
 constructor with the native defaults, read-write fields, the size methods), the handle, the
 two enums, the device clock query and the standalone local expert count. Each is a thin face over :mod:`mori.ep`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,21 +17,41 @@ from mori.ep.local_expert_count import launch_local_expert_count
 # The Python config's fields after data_type (the same names as the native struct's).
 _FIELDS = tuple(f.name for f in dataclasses.fields(_PyConfig) if f.name != "data_type")
 
-__all__ = ["EpDispatchCombineConfig", "EpDispatchCombineHandle", "EpDispatchCombineKernelType",
-           "EpDispatchCombineQuantType", "get_cur_device_wall_clock_freq_mhz", "launch_local_expert_count"]
+__all__ = [
+    "EpDispatchCombineConfig",
+    "EpDispatchCombineHandle",
+    "EpDispatchCombineKernelType",
+    "EpDispatchCombineQuantType",
+    "get_cur_device_wall_clock_freq_mhz",
+    "launch_local_expert_count",
+]
 
 
 class EpDispatchCombineConfig:
     """MORI's native config (``mori.cpp.EpDispatchCombineConfig``): every field a keyword with the
     native default; ``max_num_tokens_to_*()`` are methods here (properties on the Python config)."""
 
-    def __init__(self, rank: int = 0, world_size: int = 0, hidden_dim: int = 0, scale_dim: int = 0,
-                 scale_type_size: int = 0, max_token_type_size: int = 0, max_num_inp_token_per_rank: int = 0,
-                 num_experts_per_rank: int = 0, num_experts_per_token: int = 0, warp_num_per_block: int = 0,
-                 block_num: int = 0, use_external_inp_buf: bool = True,
-                 kernel_type: EpDispatchCombineKernelType = EpDispatchCombineKernelType.IntraNode,
-                 gpu_per_node: int = 8, rdma_block_num: int = 0, num_qp_per_pe: int = 1,
-                 quant_type: Any = EpDispatchCombineQuantType.None_, max_total_recv_tokens: int = 0):
+    def __init__(
+        self,
+        rank: int = 0,
+        world_size: int = 0,
+        hidden_dim: int = 0,
+        scale_dim: int = 0,
+        scale_type_size: int = 0,
+        max_token_type_size: int = 0,
+        max_num_inp_token_per_rank: int = 0,
+        num_experts_per_rank: int = 0,
+        num_experts_per_token: int = 0,
+        warp_num_per_block: int = 0,
+        block_num: int = 0,
+        use_external_inp_buf: bool = True,
+        kernel_type: EpDispatchCombineKernelType = EpDispatchCombineKernelType.IntraNode,
+        gpu_per_node: int = 8,
+        rdma_block_num: int = 0,
+        num_qp_per_pe: int = 1,
+        quant_type: Any = EpDispatchCombineQuantType.None_,
+        max_total_recv_tokens: int = 0,
+    ):
         given = locals()
         for name in _FIELDS:
             setattr(self, name, given[name])

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """EP kernel types and combine quantization types, with MORI's names and values."""
+
 from __future__ import annotations
 
 import enum
@@ -33,9 +34,12 @@ for _cls in (EpDispatchCombineKernelType, EpDispatchCombineQuantType):
     _cls.__module__ = __name__  # pickled members name this module (mori._C.ep is not importable by name)
 
 
-QUANT_TYPES = {"none": EpDispatchCombineQuantType.None_, "fp8_direct_cast": EpDispatchCombineQuantType.Fp8DirectCast,
-               "fp8_blockwise": EpDispatchCombineQuantType.Fp8BlockwiseQuant,
-               "fp4_blockwise": EpDispatchCombineQuantType.Fp4BlockwiseQuant}
+QUANT_TYPES = {
+    "none": EpDispatchCombineQuantType.None_,
+    "fp8_direct_cast": EpDispatchCombineQuantType.Fp8DirectCast,
+    "fp8_blockwise": EpDispatchCombineQuantType.Fp8BlockwiseQuant,
+    "fp4_blockwise": EpDispatchCombineQuantType.Fp4BlockwiseQuant,
+}
 BLOCKWISE = (EpDispatchCombineQuantType.Fp8BlockwiseQuant, EpDispatchCombineQuantType.Fp4BlockwiseQuant)
 # Kernel types whose combine MORI builds for each blockwise quant type (it refuses others at combine).
 BLOCKWISE_KERNELS = {

@@ -10,6 +10,7 @@ belongs to the expert computation), and the sum of their weight rows.
 Outputs are views of the op's symmetric buffers: they are overwritten by the next call
 of the same phase, and stay valid while the op lives.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional, Union
@@ -20,8 +21,13 @@ from mori import _C
 from mori.core.env import setting
 from mori.ep import standard_moe
 from mori.ep.config import EpDispatchCombineConfig
-from mori.ep.kernel_type import (BLOCKWISE, BLOCKWISE_KERNELS, EpDispatchCombineKernelType, blockwise_scale_dim,
-                                 normalize_quant_type)
+from mori.ep.kernel_type import (
+    BLOCKWISE,
+    BLOCKWISE_KERNELS,
+    EpDispatchCombineKernelType,
+    blockwise_scale_dim,
+    normalize_quant_type,
+)
 from mori.ep.local_expert_count import count_local_experts
 from mori.ep.profiler import TraceBuffer, enabled as profiling_enabled, traced
 from mori.ep.routing import EpDispatchRoutingHandle
@@ -31,8 +37,11 @@ from mori.ep.tuning import LaunchConfigurator, mode_from_env
 TOPK_IDX_DTYPE = torch.int32
 
 
-_GPU_KERNELS = (EpDispatchCombineKernelType.IntraNode, EpDispatchCombineKernelType.IntraNodeLL,
-                EpDispatchCombineKernelType.AsyncLL)
+_GPU_KERNELS = (
+    EpDispatchCombineKernelType.IntraNode,
+    EpDispatchCombineKernelType.IntraNodeLL,
+    EpDispatchCombineKernelType.AsyncLL,
+)
 
 
 def warmup_jit_kernels(kernel_type: EpDispatchCombineKernelType) -> None:
@@ -131,6 +140,7 @@ class EpDispatchCombineOp:
             # handle (CPU tensors) is built on first use (collective, like every call).
             if self._kernel in _GPU_KERNELS:
                 from mori.ep.gpu_backend import GpuIntraNode
+
                 self._gpu = GpuIntraNode(config)
         else:
             self._cpu_handle = _C.ep.EpHandle(config.native(num_threads))
@@ -143,16 +153,18 @@ class EpDispatchCombineOp:
         self._last_path: Union[_HostPath, _GpuPath] = self._host_path  # the path the last dispatch took
         mode, explicit = mode_from_env()
         self.launch_config_mode = (mode or "MANUAL").upper()
-        self._launch = LaunchConfigurator(self._kernel, config.world_size, config.num_experts_per_token,
-                                          self.launch_config_mode, explicit)
+        self._launch = LaunchConfigurator(
+            self._kernel, config.world_size, config.num_experts_per_token, self.launch_config_mode, explicit
+        )
         self._views: dict = {}
         self._last_dispatch_dtype: Optional[torch.dtype] = None
         self._last_hidden = config.hidden_dim
         self._std_src_info: Optional[torch.Tensor] = None
         # Allocated with the op, as MORI does; every count overwrites it in place, so a caller
         # (or a captured CUDA graph) may hold on to this tensor.
-        self.local_expert_count = torch.zeros(config.num_experts_per_rank, dtype=torch.int32,
-                                              device=self._gpu.device if self._gpu is not None else "cpu")
+        self.local_expert_count = torch.zeros(
+            config.num_experts_per_rank, dtype=torch.int32, device=self._gpu.device if self._gpu is not None else "cpu"
+        )
         self._count_at_recv = False  # AsyncLL: dispatch_send asked for the count, dispatch_recv makes it
         self._last_out_indices: Optional[tuple] = None  # (out_indices, recv_num_token) views of the last dispatch
         self._trace: Optional[TraceBuffer] = TraceBuffer(config.rank) if profiling_enabled() else None
@@ -184,17 +196,31 @@ class EpDispatchCombineOp:
         """CPU threads this PE's kernels use (``MORI_COPY_THREADS``, else automatic)."""
         return self._handle.threads
 
-    def get_launch_config(self, is_dispatch: bool = True, block_num: int = -1, rdma_block_num: int = -1,
-                          warp_per_block: int = -1, *, dtype: Optional[torch.dtype] = None, num_tokens: int = 0,
-                          hidden_dim: int = -1) -> tuple[int, int, int]:
+    def get_launch_config(
+        self,
+        is_dispatch: bool = True,
+        block_num: int = -1,
+        rdma_block_num: int = -1,
+        warp_per_block: int = -1,
+        *,
+        dtype: Optional[torch.dtype] = None,
+        num_tokens: int = 0,
+        hidden_dim: int = -1,
+    ) -> tuple[int, int, int]:
         """(block_num, rdma_block_num, warp_per_block) this op would use (AUTO rules or the
         given values; -1 means the config's)."""
-        return self._launch.resolve("dispatch" if is_dispatch else "combine", torch.device("cpu"),
-                                    dtype or self.config.data_type, num_tokens,
-                                    hidden_dim if hidden_dim > 0 else self.config.hidden_dim,
-                                    block_num, rdma_block_num, warp_per_block,
-                                    zero_copy=not self.config.use_external_inp_buf,
-                                    quant_type=str(self.config.quant_type))
+        return self._launch.resolve(
+            "dispatch" if is_dispatch else "combine",
+            torch.device("cpu"),
+            dtype or self.config.data_type,
+            num_tokens,
+            hidden_dim if hidden_dim > 0 else self.config.hidden_dim,
+            block_num,
+            rdma_block_num,
+            warp_per_block,
+            zero_copy=not self.config.use_external_inp_buf,
+            quant_type=str(self.config.quant_type),
+        )
 
     # ------------------------------------------------------------------ views
 
@@ -215,10 +241,12 @@ class EpDispatchCombineOp:
             if self._kernel not in _GPU_KERNELS:
                 raise NotImplementedError(
                     f"{fn}: kernel_type {self._kernel.name} has no GPU implementation (no cross-node GPU transport); "
-                    f"use IntraNode, IntraNodeLL or AsyncLL with CUDA tensors, or CPU tensors")
+                    f"use IntraNode, IntraNodeLL or AsyncLL with CUDA tensors, or CPU tensors"
+                )
             raise NotImplementedError(
                 f"{fn}: CUDA tensors need every PE bound to its GPU before shmem init (MORI_DEVICE, or "
-                f"torch.cuda.set_device(local_rank) first); this PE has no GPU heap")
+                f"torch.cuda.set_device(local_rank) first); this PE has no GPU heap"
+            )
         want = self._gpu.device
         for d in devs:
             if d != want:
@@ -228,10 +256,20 @@ class EpDispatchCombineOp:
     # ------------------------------------------------------------------ dispatch
 
     @traced("dispatch")
-    def dispatch(self, input: torch.Tensor, weights: Optional[torch.Tensor], scales: Optional[torch.Tensor],
-                 indices: torch.Tensor, block_num: int = -1, rdma_block_num: int = -1, warp_per_block: int = -1,
-                 call_local_expert_count: bool = False, *, routing: Optional[EpDispatchRoutingHandle] = None,
-                 return_routing: bool = False):
+    def dispatch(
+        self,
+        input: torch.Tensor,
+        weights: Optional[torch.Tensor],
+        scales: Optional[torch.Tensor],
+        indices: torch.Tensor,
+        block_num: int = -1,
+        rdma_block_num: int = -1,
+        warp_per_block: int = -1,
+        call_local_expert_count: bool = False,
+        *,
+        routing: Optional[EpDispatchRoutingHandle] = None,
+        return_routing: bool = False,
+    ):
         """Send each token to the ranks of its top-k experts.
 
         Returns ``(out, out_weights, out_scales, out_indices, recv_num_token)``: views with
@@ -255,15 +293,18 @@ class EpDispatchCombineOp:
         n, hidden = input.shape
         k = cfg.num_experts_per_token
         if indices.dim() != 2 or indices.shape[0] != n or indices.shape[1] != k:
-            raise ValueError(f"{fn}: indices must be [num_tokens={n}, num_experts_per_token={k}], "
-                             f"got shape {tuple(indices.shape)}")
+            raise ValueError(
+                f"{fn}: indices must be [num_tokens={n}, num_experts_per_token={k}], got shape {tuple(indices.shape)}"
+            )
         if indices.dtype.is_floating_point or indices.dtype == torch.bool or indices.is_complex():
             raise ValueError(f"{fn}: indices must be an integer tensor (int32), got {indices.dtype}")
         if weights is not None:
             weights = _require_tensor(weights, fn, "weights")
             if weights.shape != (n, k):
-                raise ValueError(f"{fn}: weights must be [num_tokens={n}, num_experts_per_token={k}], "
-                                 f"got shape {tuple(weights.shape)}")
+                raise ValueError(
+                    f"{fn}: weights must be [num_tokens={n}, num_experts_per_token={k}], "
+                    f"got shape {tuple(weights.shape)}"
+                )
             if weights.dtype != torch.float32:
                 raise ValueError(f"{fn}: weights must be float32, got {weights.dtype}")
             weights = weights.contiguous()
@@ -273,25 +314,30 @@ class EpDispatchCombineOp:
         if has_scales:
             scales = _require_tensor(scales, fn, "scales")
             if scales.shape != (n, cfg.scale_dim):
-                raise ValueError(f"{fn}: scales must be [num_tokens={n}, scale_dim={cfg.scale_dim}], "
-                                 f"got shape {tuple(scales.shape)}")
+                raise ValueError(
+                    f"{fn}: scales must be [num_tokens={n}, scale_dim={cfg.scale_dim}], got shape {tuple(scales.shape)}"
+                )
             if scales.element_size() != cfg.scale_type_size:
-                raise ValueError(f"{fn}: scales dtype {scales.dtype} is {scales.element_size()} bytes, but "
-                                 f"scale_type_size is {cfg.scale_type_size}")
+                raise ValueError(
+                    f"{fn}: scales dtype {scales.dtype} is {scales.element_size()} bytes, but "
+                    f"scale_type_size is {cfg.scale_type_size}"
+                )
             scales = scales.contiguous()
         input = input.contiguous()
         if indices.dtype != TOPK_IDX_DTYPE:
-            if n and (indices.min() < -2**31 or indices.max() >= 2**31):
+            if n and (indices.min() < -(2**31) or indices.max() >= 2**31):
                 raise ValueError(f"{fn}: indices hold values outside int32")
             indices = indices.to(TOPK_IDX_DTYPE)
         indices = indices.contiguous()
-        bn, rbn, wpb = self._launch.resolve("dispatch", input.device, input.dtype, n, hidden,
-                                            block_num, rdma_block_num, warp_per_block)
+        bn, rbn, wpb = self._launch.resolve(
+            "dispatch", input.device, input.dtype, n, hidden, block_num, rdma_block_num, warp_per_block
+        )
         self._last_path = path
         if path.on_gpu:
             replay_map = self._gpu_replay_map(fn, routing, indices) if routing is not None else None
-            outs = self._dispatch_gpu(input, weights, scales if has_scales else None, indices, bn, wpb,
-                                      call_local_expert_count, replay_map)
+            outs = self._dispatch_gpu(
+                input, weights, scales if has_scales else None, indices, bn, wpb, call_local_expert_count, replay_map
+            )
             if routing is not None:
                 return outs[:4] + (routing.total_recv_token_num,)
             if return_routing:
@@ -300,8 +346,19 @@ class EpDispatchCombineOp:
             return outs
         replay, replay_forward = (0, 0) if routing is None else self._replay_map(fn, routing, indices)
         out_p, w_p, s_p, i_p, total_p = self._handle.dispatch(
-            address(input), dtype_code(input.dtype, fn), n, hidden, address(weights),
-            address(scales) if has_scales else 0, address(indices), bn, wpb, rbn, replay, replay_forward)
+            address(input),
+            dtype_code(input.dtype, fn),
+            n,
+            hidden,
+            address(weights),
+            address(scales) if has_scales else 0,
+            address(indices),
+            bn,
+            wpb,
+            rbn,
+            replay,
+            replay_forward,
+        )
         self._last_dispatch_dtype = input.dtype
         self._last_hidden = hidden
         rows = cfg.max_num_tokens_to_recv
@@ -313,9 +370,11 @@ class EpDispatchCombineOp:
         self._after_dispatch(out_i, recv, call_local_expert_count)
         if routing is not None:
             if int(recv[0]) != int(routing.total_recv_token_num[0]):
-                raise RuntimeError(f"{fn}: replaying the routing handle delivered {int(recv[0])} rows to this PE, "
-                                   f"the handle's dispatch {int(routing.total_recv_token_num[0])}: every PE must "
-                                   f"replay the handle of the same dispatch")
+                raise RuntimeError(
+                    f"{fn}: replaying the routing handle delivered {int(recv[0])} rows to this PE, "
+                    f"the handle's dispatch {int(routing.total_recv_token_num[0])}: every PE must "
+                    f"replay the handle of the same dispatch"
+                )
             return out, out_w, out_s, out_i, routing.total_recv_token_num
         if return_routing:
             h = self._snapshot_routing(indices)
@@ -326,8 +385,10 @@ class EpDispatchCombineOp:
 
     def _check_routing_support(self, fn: str, replay: bool = False) -> None:
         if self._kernel not in (EpDispatchCombineKernelType.IntraNode, EpDispatchCombineKernelType.InterNodeV1):
-            raise NotImplementedError(f"{fn}: routing handle path not supported for kernel_type={self._kernel.name}; "
-                                      f"only IntraNode and InterNodeV1 take routing handles (as in MORI)")
+            raise NotImplementedError(
+                f"{fn}: routing handle path not supported for kernel_type={self._kernel.name}; "
+                f"only IntraNode and InterNodeV1 take routing handles (as in MORI)"
+            )
 
     def _snapshot_routing_gpu(self, indices: torch.Tensor) -> EpDispatchRoutingHandle:
         """The layout of the dispatch just enqueued, copied on the GPU (no host sync)."""
@@ -335,11 +396,16 @@ class EpDispatchCombineOp:
         k, rows = cfg.num_experts_per_token, cfg.max_num_tokens_to_recv
         empty = torch.zeros(0, dtype=torch.int32, device=g.device)
         return EpDispatchRoutingHandle(
-            disp_dest_tok_id_map=g.view("dest_map", (cfg.max_num_inp_token_per_rank * k,), torch.int64)[: n * k].clone(),
-            inter_node_disp_dest_tok_id_map=empty, inter_node_disp_send_map=empty.clone(),
+            disp_dest_tok_id_map=g.view("dest_map", (cfg.max_num_inp_token_per_rank * k,), torch.int64)[
+                : n * k
+            ].clone(),
+            inter_node_disp_dest_tok_id_map=empty,
+            inter_node_disp_send_map=empty.clone(),
             total_recv_token_num=g.view("total_recv", (1,), torch.int32).clone(),
             disp_tok_id_to_src_tok_id_local=g.view("disp_src", (rows,), torch.int32).clone(),
-            cur_rank_num_token=n, indices=indices.clone())
+            cur_rank_num_token=n,
+            indices=indices.clone(),
+        )
 
     def _gpu_replay_map(self, fn: str, routing: EpDispatchRoutingHandle, indices: torch.Tensor) -> torch.Tensor:
         """A handle's dest map checked for a replay on the GPU (by count and tensor kind: comparing
@@ -348,13 +414,20 @@ class EpDispatchCombineOp:
             raise ValueError(f"{fn}: routing must be an EpDispatchRoutingHandle, got {type(routing).__name__}")
         n, k = routing.source_token_count(), self.config.num_experts_per_token
         if int(indices.shape[0]) != n:
-            raise ValueError(f"{fn}: replay dispatch indices has {int(indices.shape[0])} tokens but "
-                             f"routing.cur_rank_num_token={n}")
+            raise ValueError(
+                f"{fn}: replay dispatch indices has {int(indices.shape[0])} tokens but routing.cur_rank_num_token={n}"
+            )
         dm = routing.disp_dest_tok_id_map
-        if not isinstance(dm, torch.Tensor) or dm.dtype != torch.int64 or dm.device != self._gpu.device \
-                or dm.numel() < n * k:
-            raise ValueError(f"{fn}: routing.disp_dest_tok_id_map must be an int64 tensor on {self._gpu.device} of "
-                             f"at least {n * k} elements (a handle from this op's dispatch(..., return_routing=True))")
+        if (
+            not isinstance(dm, torch.Tensor)
+            or dm.dtype != torch.int64
+            or dm.device != self._gpu.device
+            or dm.numel() < n * k
+        ):
+            raise ValueError(
+                f"{fn}: routing.disp_dest_tok_id_map must be an int64 tensor on {self._gpu.device} of "
+                f"at least {n * k} elements (a handle from this op's dispatch(..., return_routing=True))"
+            )
         return dm.reshape(-1)[: n * k].contiguous()
 
     def _restore_routing_gpu(self, fn: str, routing: EpDispatchRoutingHandle, indices: torch.Tensor) -> None:
@@ -366,13 +439,17 @@ class EpDispatchCombineOp:
         n, k, rows = routing.source_token_count(), cfg.num_experts_per_token, cfg.max_num_tokens_to_recv
         if int(indices.shape[0]) != n:
             raise ValueError(f"{fn}: indices has {int(indices.shape[0])} tokens but routing.cur_rank_num_token={n}")
-        fields = (("disp_dest_tok_id_map", routing.disp_dest_tok_id_map, torch.int64, n * k),
-                  ("total_recv_token_num", routing.total_recv_token_num, torch.int32, 1),
-                  ("disp_tok_id_to_src_tok_id_local", routing.disp_tok_id_to_src_tok_id_local, torch.int32, rows))
+        fields = (
+            ("disp_dest_tok_id_map", routing.disp_dest_tok_id_map, torch.int64, n * k),
+            ("total_recv_token_num", routing.total_recv_token_num, torch.int32, 1),
+            ("disp_tok_id_to_src_tok_id_local", routing.disp_tok_id_to_src_tok_id_local, torch.int32, rows),
+        )
         for name, t, dtype, need in fields:
             if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.device != g.device or t.numel() < need:
-                raise ValueError(f"{fn}: routing.{name} must be a {dtype} tensor on {g.device} of at least {need} "
-                                 f"elements (a handle from this op's dispatch(..., return_routing=True))")
+                raise ValueError(
+                    f"{fn}: routing.{name} must be a {dtype} tensor on {g.device} of at least {need} "
+                    f"elements (a handle from this op's dispatch(..., return_routing=True))"
+                )
         g.view("dest_map", (n * k,), torch.int64).copy_(routing.disp_dest_tok_id_map.reshape(-1)[: n * k])
         g.view("total_recv", (1,), torch.int32).copy_(routing.total_recv_token_num.reshape(-1)[:1])
         g.view("disp_src", (rows,), torch.int32).copy_(routing.disp_tok_id_to_src_tok_id_local.reshape(-1)[:rows])
@@ -392,22 +469,31 @@ class EpDispatchCombineOp:
             nodes, g = self._v1_nodes()
             entries = nodes * cfg.max_num_inp_token_per_rank
             sent = view_at(self._handle.node_sent(), (n * nodes,), torch.uint8).clone()
-            inbox = torch.cat([view_at(self._handle.inbox_count(), (nodes,), torch.int32),
-                               view_at(self._handle.inbox_meta(), (entries * 2,), torch.int32),
-                               view_at(self._handle.forward_slots(), (entries * g,), torch.int32)])
+            inbox = torch.cat(
+                [
+                    view_at(self._handle.inbox_count(), (nodes,), torch.int32),
+                    view_at(self._handle.inbox_meta(), (entries * 2,), torch.int32),
+                    view_at(self._handle.forward_slots(), (entries * g,), torch.int32),
+                ]
+            )
         return EpDispatchRoutingHandle(
             disp_dest_tok_id_map=view_at(self._handle.dest_map(), (n * k,), torch.int64).clone(),
-            inter_node_disp_dest_tok_id_map=inbox, inter_node_disp_send_map=sent,
-            total_recv_token_num=torch.tensor([total], dtype=torch.int32), disp_tok_id_to_src_tok_id_local=src,
-            cur_rank_num_token=n, indices=indices.clone())
+            inter_node_disp_dest_tok_id_map=inbox,
+            inter_node_disp_send_map=sent,
+            total_recv_token_num=torch.tensor([total], dtype=torch.int32),
+            disp_tok_id_to_src_tok_id_local=src,
+            cur_rank_num_token=n,
+            indices=indices.clone(),
+        )
 
     def _v1_nodes(self) -> tuple[int, int]:
         """InterNodeV1's (nodes, PEs per node)."""
         g = min(self.config.gpu_per_node, self.config.world_size)
         return self.config.world_size // g, g
 
-    def _routing_layout(self, fn: str, routing: EpDispatchRoutingHandle, indices: torch.Tensor,
-                        replay: bool = False) -> dict:
+    def _routing_layout(
+        self, fn: str, routing: EpDispatchRoutingHandle, indices: torch.Tensor, replay: bool = False
+    ) -> dict:
         """The handle's tensors checked against this call (MORI's checks, and the routing itself)."""
         if not isinstance(routing, EpDispatchRoutingHandle):
             raise ValueError(f"{fn}: routing must be an EpDispatchRoutingHandle, got {type(routing).__name__}")
@@ -415,31 +501,43 @@ class EpDispatchCombineOp:
         n, k = routing.source_token_count(), cfg.num_experts_per_token
         if int(indices.shape[0]) != n:
             raise ValueError(f"{fn}: indices has {int(indices.shape[0])} tokens but routing.cur_rank_num_token={n}")
-        dm, tot, src = routing.disp_dest_tok_id_map, routing.total_recv_token_num, routing.disp_tok_id_to_src_tok_id_local
-        for name, t, dtype, need in (("disp_dest_tok_id_map", dm, torch.int64, n * k),
-                                     ("total_recv_token_num", tot, torch.int32, 1),
-                                     ("disp_tok_id_to_src_tok_id_local", src, torch.int32, 0)):
+        dm, tot, src = (
+            routing.disp_dest_tok_id_map,
+            routing.total_recv_token_num,
+            routing.disp_tok_id_to_src_tok_id_local,
+        )
+        for name, t, dtype, need in (
+            ("disp_dest_tok_id_map", dm, torch.int64, n * k),
+            ("total_recv_token_num", tot, torch.int32, 1),
+            ("disp_tok_id_to_src_tok_id_local", src, torch.int32, 0),
+        ):
             if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.device.type != "cpu" or t.numel() < need:
-                raise ValueError(f"{fn}: routing.{name} must be a CPU {dtype} tensor of at least {need} elements "
-                                 f"(a handle from this op's dispatch(..., return_routing=True))")
+                raise ValueError(
+                    f"{fn}: routing.{name} must be a CPU {dtype} tensor of at least {need} elements "
+                    f"(a handle from this op's dispatch(..., return_routing=True))"
+                )
         total = int(tot.reshape(-1)[0])
         if not 0 <= total <= min(src.numel(), cfg.max_num_tokens_to_recv):
             raise ValueError(f"{fn}: routing.total_recv_token_num is {total}, outside 0..{src.numel()}")
         if routing.indices is not None and not torch.equal(routing.indices.to(indices.dtype), indices):
-            raise ValueError(f"{fn}: indices differ from the routing the handle was made with (a handle replays "
-                             f"one routing)")
+            raise ValueError(
+                f"{fn}: indices differ from the routing the handle was made with (a handle replays one routing)"
+            )
         layout = {"dest_map": dm.contiguous(), "total": total, "src": src.contiguous(), "tokens": n}
         if self._kernel == EpDispatchCombineKernelType.InterNodeV1:
             nodes, g = self._v1_nodes()
             entries = nodes * cfg.max_num_inp_token_per_rank
             inbox, sent = routing.inter_node_disp_dest_tok_id_map, routing.inter_node_disp_send_map
             # A combine reads the inbox entries; a replay also the forward slots after them.
-            for name, t, dtype, need in (("inter_node_disp_send_map", sent, torch.uint8, n * nodes),
-                                         ("inter_node_disp_dest_tok_id_map", inbox, torch.int32,
-                                          nodes + entries * (2 + (g if replay else 0)))):
+            for name, t, dtype, need in (
+                ("inter_node_disp_send_map", sent, torch.uint8, n * nodes),
+                ("inter_node_disp_dest_tok_id_map", inbox, torch.int32, nodes + entries * (2 + (g if replay else 0))),
+            ):
                 if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.device.type != "cpu" or t.numel() < need:
-                    raise ValueError(f"{fn}: routing.{name} must be a CPU {dtype} tensor of at least {need} elements "
-                                     f"(InterNodeV1's maps, from this op's dispatch(..., return_routing=True))")
+                    raise ValueError(
+                        f"{fn}: routing.{name} must be a CPU {dtype} tensor of at least {need} elements "
+                        f"(InterNodeV1's maps, from this op's dispatch(..., return_routing=True))"
+                    )
             inbox = inbox.contiguous()
             layout.update(sent=sent.contiguous(), inbox=inbox, inbox_meta=address(inbox) + 4 * nodes)
         return layout
@@ -453,11 +551,20 @@ class EpDispatchCombineOp:
     def _dispatch_gpu(self, input, weights, scales, indices, bn, wpb, call_local_expert_count, replay=None):
         g, cfg = self._gpu, self.config
         if input.shape[0] > cfg.max_num_inp_token_per_rank:
-            raise ValueError(f"EpDispatchCombineOp.dispatch: {input.shape[0]} tokens exceed "
-                             f"max_num_inp_token_per_rank={cfg.max_num_inp_token_per_rank}")
-        g.dispatch_send(input, weights, scales, indices, bn, wpb,
-                        with_recv=self._kernel != EpDispatchCombineKernelType.AsyncLL,
-                        replay=replay.data_ptr() if replay is not None and replay.numel() else 0)
+            raise ValueError(
+                f"EpDispatchCombineOp.dispatch: {input.shape[0]} tokens exceed "
+                f"max_num_inp_token_per_rank={cfg.max_num_inp_token_per_rank}"
+            )
+        g.dispatch_send(
+            input,
+            weights,
+            scales,
+            indices,
+            bn,
+            wpb,
+            with_recv=self._kernel != EpDispatchCombineKernelType.AsyncLL,
+            replay=replay.data_ptr() if replay is not None and replay.numel() else 0,
+        )
         self._last_dispatch_dtype = input.dtype
         hidden = input.shape[1]
         self._last_hidden = hidden
@@ -483,18 +590,25 @@ class EpDispatchCombineOp:
         cfg = self.config
         self.local_expert_count.copy_(count_local_experts(out_i, recv, cfg.rank, cfg.num_experts_per_rank))
 
-    def dispatch_send(self, input: torch.Tensor, weights: Optional[torch.Tensor], scales: Optional[torch.Tensor],
-                      indices: torch.Tensor, block_num: int = -1, warp_per_block: int = -1,
-                      call_local_expert_count: bool = False):
+    def dispatch_send(
+        self,
+        input: torch.Tensor,
+        weights: Optional[torch.Tensor],
+        scales: Optional[torch.Tensor],
+        indices: torch.Tensor,
+        block_num: int = -1,
+        warp_per_block: int = -1,
+        call_local_expert_count: bool = False,
+    ):
         """Same as ``dispatch`` (the send half for ``AsyncLL``). With ``call_local_expert_count``
         ``op.local_expert_count`` is filled as ``dispatch`` fills it: here, or for ``AsyncLL``
         (whose rows have not arrived yet) by the following ``dispatch_recv``."""
-        return self.dispatch(input, weights, scales, indices, block_num, -1, warp_per_block,
-                             call_local_expert_count)
+        return self.dispatch(input, weights, scales, indices, block_num, -1, warp_per_block, call_local_expert_count)
 
     @traced("dispatch_recv")
-    def dispatch_recv(self, block_num: int = -1, warp_per_block: int = -1,
-                      call_local_expert_count: bool = False) -> None:
+    def dispatch_recv(
+        self, block_num: int = -1, warp_per_block: int = -1, call_local_expert_count: bool = False
+    ) -> None:
         """``AsyncLL`` only: wait for every peer's tokens; fills the views ``dispatch_send`` returned.
         ``call_local_expert_count`` (here or at ``dispatch_send``) fills ``op.local_expert_count``."""
         if self._kernel != EpDispatchCombineKernelType.AsyncLL:
@@ -507,10 +621,19 @@ class EpDispatchCombineOp:
     # ------------------------------------------------------------------ combine
 
     @traced("combine")
-    def combine(self, input: torch.Tensor, weights: Optional[torch.Tensor], indices: torch.Tensor,
-                block_num: int = -1, rdma_block_num: int = -1, warp_per_block: int = -1,
-                use_external_inp_buf: int = -1, call_reset: bool = False, *,
-                routing: Optional[EpDispatchRoutingHandle] = None):
+    def combine(
+        self,
+        input: torch.Tensor,
+        weights: Optional[torch.Tensor],
+        indices: torch.Tensor,
+        block_num: int = -1,
+        rdma_block_num: int = -1,
+        warp_per_block: int = -1,
+        use_external_inp_buf: int = -1,
+        call_reset: bool = False,
+        *,
+        routing: Optional[EpDispatchRoutingHandle] = None,
+    ):
         """Send expert outputs back and sum them per source token (``routing=h``: of the dispatch
         that made routing handle ``h``, whatever ran since; IntraNode).
 
@@ -531,17 +654,26 @@ class EpDispatchCombineOp:
         rows, hidden = input.shape
         k = cfg.num_experts_per_token
         if indices.dim() != 2 or indices.shape[1] != k:
-            raise ValueError(f"{fn}: indices must be this rank's [num_tokens, {k}] routing, "
-                             f"got shape {tuple(indices.shape)} (MORI issue #475)")
+            raise ValueError(
+                f"{fn}: indices must be this rank's [num_tokens, {k}] routing, "
+                f"got shape {tuple(indices.shape)} (MORI issue #475)"
+            )
         if weights is not None:
             weights = _require_tensor(weights, fn, "weights")
             if weights.dim() != 2 or weights.shape[1] != k:
                 raise ValueError(f"{fn}: weights must be [rows, {k}] aligned with input, got {tuple(weights.shape)}")
             # (on the GPU the count stays on the device: reading it would sync the host)
-            received = 0 if path.on_gpu else int(routing.total_recv_token_num.reshape(-1)[0]) if routing is not None \
+            received = (
+                0
+                if path.on_gpu
+                else int(routing.total_recv_token_num.reshape(-1)[0])
+                if routing is not None
                 else path.total_recv(self)
+            )
             if weights.shape[0] < received:
-                raise ValueError(f"{fn}: weights has {weights.shape[0]} rows, fewer than the {received} received tokens")
+                raise ValueError(
+                    f"{fn}: weights has {weights.shape[0]} rows, fewer than the {received} received tokens"
+                )
             if weights.dtype != torch.float32:
                 raise ValueError(f"{fn}: weights must be float32, got {weights.dtype}")
             weights = weights.contiguous()
@@ -553,38 +685,71 @@ class EpDispatchCombineOp:
         external = cfg.use_external_inp_buf if use_external_inp_buf < 0 else bool(use_external_inp_buf)
         if self._quant in BLOCKWISE:
             self._check_blockwise(input.dtype, external)
-        bn, rbn, wpb = self._launch.resolve("combine", input.device, input.dtype, indices.shape[0], hidden,
-                                            block_num, rdma_block_num, warp_per_block, zero_copy=not external,
-                                            quant_type=str(cfg.quant_type))
+        bn, rbn, wpb = self._launch.resolve(
+            "combine",
+            input.device,
+            input.dtype,
+            indices.shape[0],
+            hidden,
+            block_num,
+            rdma_block_num,
+            warp_per_block,
+            zero_copy=not external,
+            quant_type=str(cfg.quant_type),
+        )
         self._last_combine_kernel_name = self._combine_kernel_name(input, weights, external, path)
         if path.on_gpu:
             return self._combine_gpu(input, weights, indices, external, bn, wpb, call_reset, routing)
         layout = self._routing_layout(fn, routing, indices) if routing is not None else None
         made_with = routing.indices.to(TOPK_IDX_DTYPE).contiguous() if layout and routing.indices is not None else None
-        route = {} if layout is None else {
-            "routing": True, "routing_dest_map": address(layout["dest_map"]), "routing_tokens": layout["tokens"],
-            "routing_indices": address(made_with), "routing_total": layout["total"],
-            "routing_src": address(layout["src"])}
+        route = (
+            {}
+            if layout is None
+            else {
+                "routing": True,
+                "routing_dest_map": address(layout["dest_map"]),
+                "routing_tokens": layout["tokens"],
+                "routing_indices": address(made_with),
+                "routing_total": layout["total"],
+                "routing_src": address(layout["src"]),
+            }
+        )
         if layout is not None and "sent" in layout:
-            route.update(routing_node_sent=address(layout["sent"]) or 0, routing_inbox_count=address(layout["inbox"]),
-                         routing_inbox_meta=layout["inbox_meta"])
+            route.update(
+                routing_node_sent=address(layout["sent"]) or 0,
+                routing_inbox_count=address(layout["inbox"]),
+                routing_inbox_meta=layout["inbox_meta"],
+            )
         out_p, w_p = self._handle.combine(
-            address(input), dtype_code(input.dtype, fn), rows, hidden, address(weights), address(indices),
-            indices.shape[0], int(external), bn, wpb, rbn, **route)
+            address(input),
+            dtype_code(input.dtype, fn),
+            rows,
+            hidden,
+            address(weights),
+            address(indices),
+            indices.shape[0],
+            int(external),
+            bn,
+            wpb,
+            rbn,
+            **route,
+        )
         out = self._view("cout", out_p, (cfg.max_num_inp_token_per_rank, hidden), input.dtype)
         out_w = self._view("cw", w_p, (cfg.max_num_inp_token_per_rank, k), torch.float32) if w_p else None
         if call_reset:
             self.reset()
         return out, out_w
 
-    def _combine_kernel_name(self, input: torch.Tensor, weights: Optional[torch.Tensor], external: bool,
-                             path: Union[_HostPath, _GpuPath]) -> str:
+    def _combine_kernel_name(
+        self, input: torch.Tensor, weights: Optional[torch.Tensor], external: bool, path: Union[_HostPath, _GpuPath]
+    ) -> str:
         """What this combine runs, in MORI's naming where the feature is the same: the kernel type,
         the row type, how rows travel (zero-copy / fp8 cast / blockwise fp8 or fp4 codes with the
         block size and whether weights are summed), and where it runs (our kernels are not MORI's
         GPU specializations: no vec8 / top9 tokens)."""
         dtype = {torch.bfloat16: "bf16", torch.float32: "fp32", torch.float16: "fp16"}.get(
-            input.dtype, str(input.dtype).replace("torch.", ""))
+            input.dtype, str(input.dtype).replace("torch.", "")
+        )
         parts = [f"EpCombine{self._kernel.name}Kernel", dtype]
         if not external:
             parts.append("zerocopy")
@@ -604,13 +769,16 @@ class EpDispatchCombineOp:
         label = "fp4_blockwise" if self._quant == BLOCKWISE[1] else "fp8_blockwise"
         allowed = BLOCKWISE_KERNELS[self._quant]
         if self._kernel.name not in allowed:
-            raise ValueError(f"{label} combine currently only supports {'/'.join(allowed)} combine "
-                             f"(kernel_type={self._kernel.name})")
+            raise ValueError(
+                f"{label} combine currently only supports {'/'.join(allowed)} combine (kernel_type={self._kernel.name})"
+            )
         if dtype != torch.bfloat16:
             raise ValueError(f"{label} combine only supports bf16, got {dtype}")
         if not external:
-            raise ValueError(f"{label} combine currently requires use_external_inp_buf=True (zero-copy input "
-                             f"is read by peers as it is, unquantized)")
+            raise ValueError(
+                f"{label} combine currently requires use_external_inp_buf=True (zero-copy input "
+                f"is read by peers as it is, unquantized)"
+            )
 
     def _combine_gpu(self, input, weights, indices, external, bn, wpb, call_reset, routing=None):
         g, cfg = self._gpu, self.config
@@ -634,25 +802,38 @@ class EpDispatchCombineOp:
         if self._quant in BLOCKWISE:
             block = -(-input.shape[1] // self._blockwise_scale_dim)
             if block % 8:
-                raise NotImplementedError(f"{fn}: on CUDA tensors blockwise combine needs blocks of a multiple of 8 "
-                                          f"values (hidden 7168 at MORI_FP8_COMBINE_SCALE_DIM=56: 128); got "
-                                          f"quant_type={cfg.quant_type!r}, block {block} (CPU tensors take any)")
+                raise NotImplementedError(
+                    f"{fn}: on CUDA tensors blockwise combine needs blocks of a multiple of 8 "
+                    f"values (hidden 7168 at MORI_FP8_COMBINE_SCALE_DIM=56: 128); got "
+                    f"quant_type={cfg.quant_type!r}, block {block} (CPU tensors take any)"
+                )
         if indices.shape[0] != g.last_num_tokens:
-            raise ValueError(f"{fn}: indices has {indices.shape[0]} rows but the last dispatch sent "
-                             f"{g.last_num_tokens} tokens (pass this rank's original routing; MORI issue #475)")
+            raise ValueError(
+                f"{fn}: indices has {indices.shape[0]} rows but the last dispatch sent "
+                f"{g.last_num_tokens} tokens (pass this rank's original routing; MORI issue #475)"
+            )
         # Zero-copy (registered buffer) and external input run the same kernel: peers never read
         # the input, this PE's warps push its rows. fp8_direct_cast converts rows as they are pushed.
         fp8 = int(self._quant) == 1
         split = self._kernel == EpDispatchCombineKernelType.AsyncLL
-        g.combine(input, weights, indices.shape[0], fp8, 1 if split else 0, bn, wpb, block,
-                  fp4=self._quant == BLOCKWISE[1])
+        g.combine(
+            input, weights, indices.shape[0], fp8, 1 if split else 0, bn, wpb, block, fp4=self._quant == BLOCKWISE[1]
+        )
         hidden, k = input.shape[1], cfg.num_experts_per_token
         out = g.view("comb_out", (cfg.max_num_inp_token_per_rank, hidden), input.dtype)
-        out_w = g.view("comb_out_w", (cfg.max_num_inp_token_per_rank, k), torch.float32) if weights is not None else None
+        out_w = (
+            g.view("comb_out_w", (cfg.max_num_inp_token_per_rank, k), torch.float32) if weights is not None else None
+        )
         return out, out_w
 
-    def combine_send(self, input: torch.Tensor, weights: Optional[torch.Tensor], indices: torch.Tensor,
-                     block_num: int = -1, warp_per_block: int = -1):
+    def combine_send(
+        self,
+        input: torch.Tensor,
+        weights: Optional[torch.Tensor],
+        indices: torch.Tensor,
+        block_num: int = -1,
+        warp_per_block: int = -1,
+    ):
         """Same as ``combine`` (the send half for ``AsyncLL``)."""
         return self.combine(input, weights, indices, block_num, -1, warp_per_block)
 
@@ -664,8 +845,16 @@ class EpDispatchCombineOp:
         self._last_path.combine_recv(self, block_num, warp_per_block)
 
     def _gpu_launch(self, phase: str, block_num: int, warp_per_block: int) -> tuple[int, int]:
-        bn, _, wpb = self._launch.resolve(phase, self._gpu.device, self._last_dispatch_dtype or self.config.data_type,
-                                          0, self._last_hidden, block_num, -1, warp_per_block)
+        bn, _, wpb = self._launch.resolve(
+            phase,
+            self._gpu.device,
+            self._last_dispatch_dtype or self.config.data_type,
+            0,
+            self._last_hidden,
+            block_num,
+            -1,
+            warp_per_block,
+        )
         return bn, wpb
 
     def _total_recv(self) -> int:
@@ -710,9 +899,11 @@ class EpDispatchCombineOp:
         hidden = self.config.hidden_dim if hidden_dim is None or hidden_dim <= 0 else hidden_dim
         size = torch.empty(0, dtype=dtype).element_size()
         if hidden > self.config.hidden_dim or size > self.config.max_token_type_size:
-            raise ValueError(f"get_registered_combine_input_buffer: {hidden} x {dtype} rows exceed the buffer's "
-                             f"hidden_dim={self.config.hidden_dim} x max_token_type_size="
-                             f"{self.config.max_token_type_size} bytes")
+            raise ValueError(
+                f"get_registered_combine_input_buffer: {hidden} x {dtype} rows exceed the buffer's "
+                f"hidden_dim={self.config.hidden_dim} x max_token_type_size="
+                f"{self.config.max_token_type_size} bytes"
+            )
         if self._gpu is not None:
             return self._gpu.view("reg_in", (self.config.max_num_tokens_to_recv, hidden), dtype)
         addr, _ = self._handle.registered_combine_input()
@@ -731,8 +922,13 @@ class EpDispatchCombineOp:
 
     # ------------------------------------------------------------------ standard MoE (DeepEP layout)
 
-    def convert_dispatch_output(self, dispatch_out_x: torch.Tensor, dispatch_out_topk_idx: torch.Tensor,
-                                block_num: int = -1, warp_per_block: int = -1):
+    def convert_dispatch_output(
+        self,
+        dispatch_out_x: torch.Tensor,
+        dispatch_out_topk_idx: torch.Tensor,
+        block_num: int = -1,
+        warp_per_block: int = -1,
+    ):
         """Regroup the last dispatch's rows per local expert:
         ``(packed_recv_x [E_local, world*max_inp, hidden], packed_recv_count [E_local] int32,
         packed_recv_src_info [E_local, world*max_inp] int32 (flat source position, -1 = empty),
@@ -743,9 +939,14 @@ class EpDispatchCombineOp:
         self._std_src_info = result[2]
         return result
 
-    def convert_combine_input(self, packed_recv_x: torch.Tensor, packed_recv_src_info: torch.Tensor,
-                              packed_recv_layout_range: Optional[torch.Tensor], block_num: int = -1,
-                              warp_per_block: int = -1) -> torch.Tensor:
+    def convert_combine_input(
+        self,
+        packed_recv_x: torch.Tensor,
+        packed_recv_src_info: torch.Tensor,
+        packed_recv_layout_range: Optional[torch.Tensor],
+        block_num: int = -1,
+        warp_per_block: int = -1,
+    ) -> torch.Tensor:
         """Sum each received token's local-expert rows back into one row per dispatch output
         row; returns the registered combine input buffer (a view) holding them."""
         total = self._total_recv()
@@ -755,26 +956,44 @@ class EpDispatchCombineOp:
         return reg
 
     @traced("dispatch_standard_moe")
-    def dispatch_standard_moe(self, input, weights, scales, indices, block_num: int = -1, rdma_block_num: int = -1,
-                              warp_per_block: int = -1):
+    def dispatch_standard_moe(
+        self, input, weights, scales, indices, block_num: int = -1, rdma_block_num: int = -1, warp_per_block: int = -1
+    ):
         """dispatch + convert_dispatch_output."""
-        out, _, _, out_i, recv = self.dispatch(input, weights, scales, indices, block_num, rdma_block_num,
-                                               warp_per_block)
+        out, _, _, out_i, recv = self.dispatch(
+            input, weights, scales, indices, block_num, rdma_block_num, warp_per_block
+        )
         if self._kernel == EpDispatchCombineKernelType.AsyncLL:
             self.dispatch_recv()
         return self.convert_dispatch_output(out, out_i)
 
     @traced("combine_standard_moe")
-    def combine_standard_moe(self, input, weights, indices, block_num: int = -1, rdma_block_num: int = -1,
-                             warp_per_block: int = -1, call_reset: bool = False):
+    def combine_standard_moe(
+        self,
+        input,
+        weights,
+        indices,
+        block_num: int = -1,
+        rdma_block_num: int = -1,
+        warp_per_block: int = -1,
+        call_reset: bool = False,
+    ):
         """convert_combine_input (with the last dispatch_standard_moe's layout) + combine.
         Returns ``(out, None)`` as MORI does."""
         if self._std_src_info is None:
             raise RuntimeError("combine_standard_moe: no dispatch_standard_moe/convert_dispatch_output before it")
         reg = self.convert_combine_input(input, self._std_src_info, None)
         external = 1 if int(self._quant) != 0 else -1  # fp8 casting needs the push path
-        out, _ = self.combine(reg, weights, indices, block_num, rdma_block_num, warp_per_block,
-                              use_external_inp_buf=external, call_reset=call_reset)
+        out, _ = self.combine(
+            reg,
+            weights,
+            indices,
+            block_num,
+            rdma_block_num,
+            warp_per_block,
+            use_external_inp_buf=external,
+            call_reset=call_reset,
+        )
         if self._kernel == EpDispatchCombineKernelType.AsyncLL:
             self.combine_recv()
         return out, None

@@ -10,6 +10,7 @@ ui.perfetto.dev. Without the setting nothing is recorded and ``get_debug_time_bu
 empty buffer. (MORI's profiler builds record per-warp device timestamps instead; their buffer
 is a tensor, ours a :class:`TraceBuffer`.)
 """
+
 from __future__ import annotations
 
 import collections
@@ -36,9 +37,9 @@ def enabled() -> bool:
 @dataclass
 class _Span:
     name: str
-    t0_ns: int              # wall clock at the call's start (shared by the PEs of a host)
-    t1_ns: int              # wall clock at its return
-    gpu: Optional[tuple]    # (start event, end event) for CUDA calls
+    t0_ns: int  # wall clock at the call's start (shared by the PEs of a host)
+    t1_ns: int  # wall clock at its return
+    gpu: Optional[tuple]  # (start event, end event) for CUDA calls
 
 
 @dataclass
@@ -69,13 +70,17 @@ class TraceBuffer:
 
 
 def _event(name: str, rank: int, track: str, ts_us: float, dur_us: float) -> dict:
-    return {"name": name, "cat": "mori.ep", "ph": "X", "ts": ts_us, "dur": dur_us, "pid": rank,
-            "tid": track}
+    return {"name": name, "cat": "mori.ep", "ph": "X", "ts": ts_us, "dur": dur_us, "pid": rank, "tid": track}
 
 
-def export_to_perfetto(trace_buffer: Union[TraceBuffer, Sequence[TraceBuffer]], filename: str = "trace.json",
-                       slot_map: Optional[Any] = None, gpu_freq_ghz: Optional[float] = None,
-                       validate_pairs: bool = True, sanitize_orphans: bool = True) -> int:
+def export_to_perfetto(
+    trace_buffer: Union[TraceBuffer, Sequence[TraceBuffer]],
+    filename: str = "trace.json",
+    slot_map: Optional[Any] = None,
+    gpu_freq_ghz: Optional[float] = None,
+    validate_pairs: bool = True,
+    sanitize_orphans: bool = True,
+) -> int:
     """Write one or several PEs' buffers as a Chrome JSON trace (open it at ui.perfetto.dev; one
     process per PE, a host and a gpu track each). MORI's signature; returns the number of events
     written, 0 (with a warning, nothing written) when there are none, as MORI does.
@@ -91,7 +96,9 @@ def export_to_perfetto(trace_buffer: Union[TraceBuffer, Sequence[TraceBuffer]], 
     buffers = [trace_buffer] if isinstance(trace_buffer, TraceBuffer) else list(trace_buffer)
     for b in buffers:
         if not isinstance(b, TraceBuffer):
-            raise TypeError(f"export_to_perfetto: expected a TraceBuffer (op.get_debug_time_buf()), got {type(b).__name__}")
+            raise TypeError(
+                f"export_to_perfetto: expected a TraceBuffer (op.get_debug_time_buf()), got {type(b).__name__}"
+            )
     if not isinstance(filename, (str, os.PathLike)):
         raise TypeError(f"export_to_perfetto: filename must be a path, got {type(filename).__name__}")
     if gpu_freq_ghz is not None and not (isinstance(gpu_freq_ghz, (int, float)) and gpu_freq_ghz > 0):
@@ -108,8 +115,10 @@ def export_to_perfetto(trace_buffer: Union[TraceBuffer, Sequence[TraceBuffer]], 
         base, suffix = (e["name"][:-10], " (enqueue)") if e["name"].endswith(" (enqueue)") else (e["name"], "")
         e["name"] = names.get(base, base) + suffix
     if not events:
-        warnings.warn("export_to_perfetto: no trace events in the buffer (was MORI_EP_PROFILE=1 set when the op "
-                      "was built?); nothing written")
+        warnings.warn(
+            "export_to_perfetto: no trace events in the buffer (was MORI_EP_PROFILE=1 set when the op "
+            "was built?); nothing written"
+        )
         return 0
     meta = [{"name": "process_name", "ph": "M", "pid": b.rank, "args": {"name": f"PE {b.rank}"}} for b in buffers]
     with open(filename, "w") as f:

@@ -18,6 +18,7 @@ pairs, then the slot each entry took on each PE of this node, -1 for none: what 
 else both empty. The keyword-only ``indices`` keeps the routing the layout was made with,
 so a call with another routing is refused rather than mis-combined.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -41,8 +42,13 @@ class EpDispatchRoutingHandle:
 
     def tensors(self) -> tuple:
         """The five tensors, in field order (what :meth:`from_tensors` takes back)."""
-        return (self.disp_dest_tok_id_map, self.inter_node_disp_dest_tok_id_map, self.inter_node_disp_send_map,
-                self.total_recv_token_num, self.disp_tok_id_to_src_tok_id_local)
+        return (
+            self.disp_dest_tok_id_map,
+            self.inter_node_disp_dest_tok_id_map,
+            self.inter_node_disp_send_map,
+            self.total_recv_token_num,
+            self.disp_tok_id_to_src_tok_id_local,
+        )
 
     @classmethod
     def from_tensors(cls, tensors, cur_rank_num_token: int = 0) -> "EpDispatchRoutingHandle":
@@ -53,7 +59,9 @@ class EpDispatchRoutingHandle:
         """``cur_rank_num_token``, which must be set (> 0 for a handle made by hand, as in MORI)."""
         n = int(self.cur_rank_num_token)
         if n <= 0 and self.indices is None:
-            raise ValueError("routing handle has cur_rank_num_token <= 0; use a handle from "
-                             "dispatch(..., return_routing=True) or pass a positive cur_rank_num_token to "
-                             "EpDispatchRoutingHandle.from_tensors(...)")
+            raise ValueError(
+                "routing handle has cur_rank_num_token <= 0; use a handle from "
+                "dispatch(..., return_routing=True) or pass a positive cur_rank_num_token to "
+                "EpDispatchRoutingHandle.from_tensors(...)"
+            )
         return n

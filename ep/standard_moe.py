@@ -3,6 +3,7 @@
 
 Rows are placed in (dispatch row, k) order, so the layout is deterministic.
 """
+
 from __future__ import annotations
 
 import torch
@@ -15,8 +16,10 @@ def pack_by_expert(x: torch.Tensor, topk_idx: torch.Tensor, total: int, src_pos:
     slots = cfg.world_size * cfg.max_num_inp_token_per_rank
     hidden = x.shape[1]
     if topk_idx.shape[0] < total or x.shape[0] < total:
-        raise ValueError(f"convert_dispatch_output: need at least {total} rows, got x {tuple(x.shape)} and "
-                         f"topk_idx {tuple(topk_idx.shape)}")
+        raise ValueError(
+            f"convert_dispatch_output: need at least {total} rows, got x {tuple(x.shape)} and "
+            f"topk_idx {tuple(topk_idx.shape)}"
+        )
     local = topk_idx[:total].long() - cfg.rank * epr
     valid = (local >= 0) & (local < epr)
     rows, ks = valid.nonzero(as_tuple=True)  # row-major: (row, k) order
@@ -39,8 +42,10 @@ def unpack_to_rows(packed_x: torch.Tensor, src_info: torch.Tensor, src_pos: torc
     (``[total, hidden]``). A slot's row is found by its flat source position."""
     total = src_pos.numel()
     if packed_x.dim() != 3 or src_info.shape != packed_x.shape[:2]:
-        raise ValueError(f"convert_combine_input: packed_recv_x {tuple(packed_x.shape)} and packed_recv_src_info "
-                         f"{tuple(src_info.shape)} do not match")
+        raise ValueError(
+            f"convert_combine_input: packed_recv_x {tuple(packed_x.shape)} and packed_recv_src_info "
+            f"{tuple(src_info.shape)} do not match"
+        )
     experts, pos = (src_info >= 0).nonzero(as_tuple=True)
     flat = src_info[experts, pos].long()
     sorted_src, perm = torch.sort(src_pos.long())

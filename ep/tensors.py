@@ -4,6 +4,7 @@
 The C++ core never sees torch: tensors cross as (address, shape, dtype code), and the
 outputs come back as torch views of the op's symmetric buffers (no copy).
 """
+
 from __future__ import annotations
 
 import ctypes

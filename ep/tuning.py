@@ -9,6 +9,7 @@ combine, ``zero_copy`` and ``quant_type``), plus the chosen ``block_num``,
 ``rdma_block_num`` and ``warp_per_block``. Files are searched in ``MORI_EP_TUNING_CONFIG``
 (a file), else in this package's ``tuning_configs/`` folder.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,11 @@ AUTO_FALLBACK = {K.InterNodeV1: (96, 64, 8), K.InterNodeV1LL: (256, 128, 8)}
 AUTO_FALLBACK_DEFAULT = (128, 0, 16)
 
 _DTYPE_NAMES = {
-    torch.bfloat16: "bf16", torch.float32: "fp32", torch.float16: "fp16",
-    torch.float8_e4m3fnuz: "fp8_e4m3_fnuz", torch.float8_e4m3fn: "fp8_e4m3",
+    torch.bfloat16: "bf16",
+    torch.float32: "fp32",
+    torch.float16: "fp16",
+    torch.float8_e4m3fnuz: "fp8_e4m3_fnuz",
+    torch.float8_e4m3fn: "fp8_e4m3",
 }
 
 
@@ -58,8 +62,7 @@ class RuleSet:
     phase: str = ""
 
 
-def find_rule_file(arch: str, model: str, kernel: K, ep: int, phase: str,
-                   explicit: str = "") -> Optional[Path]:
+def find_rule_file(arch: str, model: str, kernel: K, ep: int, phase: str, explicit: str = "") -> Optional[Path]:
     """MORI's search: the explicit file, else the exact name, else any model of the same arch."""
     if explicit:
         p = Path(explicit)
@@ -86,8 +89,15 @@ def load_rules(path: Path, phase: str) -> RuleSet:
     return RuleSet(path, data["rules"], str(data.get("phase", "")))
 
 
-def select_rule(rules: list, dtype: str, num_tokens: int, hidden_dim: int, topk: int,
-                zero_copy: Optional[bool] = None, quant_type: Optional[str] = None) -> Optional[dict]:
+def select_rule(
+    rules: list,
+    dtype: str,
+    num_tokens: int,
+    hidden_dim: int,
+    topk: int,
+    zero_copy: Optional[bool] = None,
+    quant_type: Optional[str] = None,
+) -> Optional[dict]:
     """Exact dtype (and zero_copy/quant_type when the rule names them); prefer the exact
     hidden size, then the exact top-k; the smallest num_tokens >= N, else the largest."""
     cands = [r for r in rules if r["dtype"] == dtype]
@@ -131,16 +141,32 @@ class LaunchConfigurator:
             self._rules[key] = rs
         return self._rules[key]
 
-    def resolve(self, phase: str, device: torch.device, dtype: torch.dtype, num_tokens: int, hidden_dim: int,
-                block_num: int, rdma_block_num: int, warp_per_block: int,
-                zero_copy: Optional[bool] = None, quant_type: Optional[str] = None) -> tuple[int, int, int]:
+    def resolve(
+        self,
+        phase: str,
+        device: torch.device,
+        dtype: torch.dtype,
+        num_tokens: int,
+        hidden_dim: int,
+        block_num: int,
+        rdma_block_num: int,
+        warp_per_block: int,
+        zero_copy: Optional[bool] = None,
+        quant_type: Optional[str] = None,
+    ) -> tuple[int, int, int]:
         if self.mode == "MANUAL":
             return block_num, rdma_block_num, warp_per_block
         rs = self._ruleset(device, phase)
         if rs is not None:
-            rule = select_rule(rs.rules, dtype_rule_name(dtype), num_tokens, hidden_dim, self.topk,
-                               zero_copy if phase == "combine" else None,
-                               quant_type if phase == "combine" else None)
+            rule = select_rule(
+                rs.rules,
+                dtype_rule_name(dtype),
+                num_tokens,
+                hidden_dim,
+                self.topk,
+                zero_copy if phase == "combine" else None,
+                quant_type if phase == "combine" else None,
+            )
             if rule is not None:
                 return int(rule["block_num"]), int(rule.get("rdma_block_num", 0)), int(rule["warp_per_block"])
         return AUTO_FALLBACK.get(self.kernel, AUTO_FALLBACK_DEFAULT)
@@ -151,4 +177,3 @@ def mode_from_env() -> tuple[str, str]:
     from mori import _C
 
     return _C.ep.launch_config_mode(), _C.ep.tuning_config_path()
-

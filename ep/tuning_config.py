@@ -6,6 +6,7 @@ which owns the file search and the rule choice.
 Rule files and the choice among rules are MORI's (see :mod:`mori.ep.tuning`); our arch and model
 names are ``sm90``/``h200`` on a GPU and ``cpu``/the machine on the host.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,10 @@ from mori.ep.tuning import TUNING_DIR, device_arch_model, dtype_rule_name, find_
 
 SUPPORTED_VERSION = "1.0"
 
-DTYPE_TO_CONFIG_STR: dict = {dt: dtype_rule_name(dt) for dt in (
-    torch.bfloat16, torch.float32, torch.float16, torch.float8_e4m3fnuz, torch.float8_e4m3fn)}
+DTYPE_TO_CONFIG_STR: dict = {
+    dt: dtype_rule_name(dt)
+    for dt in (torch.bfloat16, torch.float32, torch.float16, torch.float8_e4m3fnuz, torch.float8_e4m3fn)
+}
 if hasattr(torch, "float4_e2m1fn_x2"):
     DTYPE_TO_CONFIG_STR[torch.float4_e2m1fn_x2] = dtype_rule_name(torch.float4_e2m1fn_x2)
 CONFIG_STR_TO_DTYPE: dict = {v: k for k, v in DTYPE_TO_CONFIG_STR.items()}
@@ -42,8 +45,9 @@ def kernel_type_to_config_str(kernel_type: Any) -> str:
             return EpDispatchCombineKernelType(kernel_type).name
         except ValueError:
             pass
-    raise ValueError(f"Unknown kernel_type: {kernel_type!r}, expected one of "
-                     f"{sorted(EpDispatchCombineKernelType.__members__)}")
+    raise ValueError(
+        f"Unknown kernel_type: {kernel_type!r}, expected one of {sorted(EpDispatchCombineKernelType.__members__)}"
+    )
 
 
 def quant_type_to_config_str(quant_type: Any) -> str:
@@ -69,15 +73,17 @@ def detect_gpu_model() -> Optional[str]:
     return device_arch_model(torch.device("cuda", torch.cuda.current_device()))[1]
 
 
-def build_config_filename(gpu_arch: str, kernel_type: str, ep_size: int, gpu_model: Optional[str] = None,
-                          phase: str = "dispatch") -> str:
+def build_config_filename(
+    gpu_arch: str, kernel_type: str, ep_size: int, gpu_model: Optional[str] = None, phase: str = "dispatch"
+) -> str:
     """``{arch}_{model}_{kernel}_ep{n}_{phase}.json`` (no model part when ``gpu_model`` is None)."""
     parts = [gpu_arch] + ([gpu_model] if gpu_model else []) + [f"{kernel_type}_ep{ep_size}_{phase}"]
     return "_".join(parts) + ".json"
 
 
-def config_path_for(gpu_arch: str, kernel_type: str, ep_size: int, gpu_model: Optional[str] = None,
-                    phase: str = "dispatch") -> Path:
+def config_path_for(
+    gpu_arch: str, kernel_type: str, ep_size: int, gpu_model: Optional[str] = None, phase: str = "dispatch"
+) -> Path:
     """``MORI_EP_TUNING_CONFIG`` when set, else the shipped file for (arch, model), else any model's
     of the same arch, kernel, EP size and phase; else the exact name (which does not exist)."""
     kernel = EpDispatchCombineKernelType[kernel_type_to_config_str(kernel_type)]
@@ -85,8 +91,11 @@ def config_path_for(gpu_arch: str, kernel_type: str, ep_size: int, gpu_model: Op
     if explicit:
         return Path(explicit)
     found = find_rule_file(gpu_arch, gpu_model or "", kernel, int(ep_size), phase)
-    return found if found is not None else TUNING_DIR / build_config_filename(gpu_arch, kernel.name, ep_size,
-                                                                              gpu_model, phase)
+    return (
+        found
+        if found is not None
+        else TUNING_DIR / build_config_filename(gpu_arch, kernel.name, ep_size, gpu_model, phase)
+    )
 
 
 @dataclass(frozen=True)
@@ -108,8 +117,9 @@ class TuningConfigManager:
         self.combine_rules = combine_rules
 
     @classmethod
-    def get_instance(cls, gpu_arch: str, kernel_type: str, ep_size: int,
-                     gpu_model: Optional[str] = None) -> "TuningConfigManager":
+    def get_instance(
+        cls, gpu_arch: str, kernel_type: str, ep_size: int, gpu_model: Optional[str] = None
+    ) -> "TuningConfigManager":
         key = (gpu_arch, gpu_model or "", kernel_type_to_config_str(kernel_type), int(ep_size))
         if key not in cls._cache:
             rules = {}
@@ -121,14 +131,21 @@ class TuningConfigManager:
         return cls._cache[key]
 
     @staticmethod
-    def lookup(sorted_rules: list, dtype: torch.dtype, num_tokens: int, hidden_dim: int,
-               zero_copy: Optional[bool] = None, quant_type: Optional[str] = None) -> Optional[LaunchParams]:
+    def lookup(
+        sorted_rules: list,
+        dtype: torch.dtype,
+        num_tokens: int,
+        hidden_dim: int,
+        zero_copy: Optional[bool] = None,
+        quant_type: Optional[str] = None,
+    ) -> Optional[LaunchParams]:
         """The rule for a call (exact dtype, zero_copy, quant_type; exact hidden preferred; the
         smallest ``num_tokens`` >= the call's, else the largest), or None."""
         if dtype not in DTYPE_TO_CONFIG_STR:
             return None
-        rule = select_rule(sorted_rules, DTYPE_TO_CONFIG_STR[dtype], int(num_tokens), int(hidden_dim), 0,
-                           zero_copy, quant_type)
+        rule = select_rule(
+            sorted_rules, DTYPE_TO_CONFIG_STR[dtype], int(num_tokens), int(hidden_dim), 0, zero_copy, quant_type
+        )
         if rule is None:
             return None
         return LaunchParams(int(rule["block_num"]), int(rule.get("rdma_block_num", 0)), int(rule["warp_per_block"]))
@@ -155,8 +172,15 @@ class TuningConfigManager:
             rules.append(entry)
         elif entry.get("bandwidth_gbps", 0) > rules[same[0]].get("bandwidth_gbps", 0):
             rules[same[0]] = entry
-        rules.sort(key=lambda r: (str(r.get("dtype")), r.get("hidden_dim", 0), str(r.get("zero_copy", "")),
-                                  str(r.get("quant_type", "")), r.get("num_tokens", 0)))
+        rules.sort(
+            key=lambda r: (
+                str(r.get("dtype")),
+                r.get("hidden_dim", 0),
+                str(r.get("zero_copy", "")),
+                str(r.get("quant_type", "")),
+                r.get("num_tokens", 0),
+            )
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=path.stem, suffix=".tmp")
         try:

@@ -7,11 +7,37 @@ over tcp between hosts, directly (``process_vm_readv/writev``) between CPU memor
 host, and with CUDA IPC + copy engines between GPUs of one node. ``TransferStatus`` is in
 ``mori.cpp`` as in ROCm/mori.
 """
-from mori._C.io import (BackendType, EngineDesc, IOEngineConfig, MemoryDesc, MemoryLocationType, PollCqMode,
-                        RdmaBackendConfig, StatusCode, TcpBackendConfig, TransferStatus, XgmiBackendConfig,
-                        set_log_level)
+
+from mori._C.io import (
+    BackendType,
+    EngineDesc,
+    IOEngineConfig,
+    MemoryDesc,
+    MemoryLocationType,
+    PollCqMode,
+    RdmaBackendConfig,
+    StatusCode,
+    TcpBackendConfig,
+    TransferStatus,
+    XgmiBackendConfig,
+    set_log_level,
+)
 from mori.io.engine import TORCH_DEVICE_TYPE_MAP, IOEngine, IOEngineSession
 
-__all__ = ["BackendType", "EngineDesc", "IOEngine", "IOEngineConfig", "IOEngineSession", "MemoryDesc",
-           "MemoryLocationType", "PollCqMode", "RdmaBackendConfig", "StatusCode", "TcpBackendConfig",
-           "TransferStatus", "XgmiBackendConfig", "TORCH_DEVICE_TYPE_MAP", "set_log_level"]
+__all__ = [
+    "BackendType",
+    "EngineDesc",
+    "IOEngine",
+    "IOEngineConfig",
+    "IOEngineSession",
+    "MemoryDesc",
+    "MemoryLocationType",
+    "PollCqMode",
+    "RdmaBackendConfig",
+    "StatusCode",
+    "TcpBackendConfig",
+    "TransferStatus",
+    "XgmiBackendConfig",
+    "TORCH_DEVICE_TYPE_MAP",
+    "set_log_level",
+]

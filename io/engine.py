@@ -5,6 +5,7 @@ The native engine does the work (C++, GIL released); this wrapper keeps MORI's c
 conventions: positional-only transfer calls, ``register_torch_tensor``, ``create_backend``
 with a default configuration, ``create_session`` returning ``None`` when no backend fits.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
@@ -145,8 +146,9 @@ class IOEngine:
         transports/devices of its endpoint's lanes), or "" (none)."""
         return self._engine.backend_for(local_mem, remote_mem)
 
-    def pop_inbound_transfer_status(self, remote_key: str, transfer_uid: Optional[int] = None, *,
-                                    uid: Optional[int] = None) -> Optional[TransferStatus]:
+    def pop_inbound_transfer_status(
+        self, remote_key: str, transfer_uid: Optional[int] = None, *, uid: Optional[int] = None
+    ) -> Optional[TransferStatus]:
         """Target side: SUCCESS once transfer ``transfer_uid`` of engine ``remote_key`` arrived
         (erased by the pop); None before. ``transfer_uid`` is MORI's keyword, ``uid`` ours.
 
@@ -179,6 +181,7 @@ def probe_backends() -> list[dict]:
         engines.append(e)
     try:
         import torch
+
         gpu = torch.cuda.is_available()
     except ImportError:
         torch, gpu = None, False
@@ -189,19 +192,27 @@ def probe_backends() -> list[dict]:
     a.register_remote_engine(b.get_engine_desc())
     kinds = [("CPU", "CPU")] + ([("GPU", "GPU"), ("CPU", "GPU")] if gpu else [])
     for lk, rk in kinds:
+
         def alloc(engine, kind):
             if kind == "CPU":
                 buf = np.arange(4096, dtype=np.uint8)
                 return buf, engine.register_memory(buf.ctypes.data, buf.nbytes, -1, MemoryLocationType.CPU)
             t = torch.arange(4096, dtype=torch.uint8, device="cuda")
             return t, engine.register_torch_tensor(t)
+
         lb, ld = alloc(a, lk)
         rb, rd = alloc(b, rk)
         backend = a.backend_for(ld, rd)
         st = a.write(ld, 0, rd, 0, 4096, a.allocate_transfer_uid())
         code = st.WaitFor(10000)
-        rows.append({"pair": f"{lk} -> {rk} (this host)", "backend": backend or "none",
-                     "works": code == StatusCode.SUCCESS, "message": st.Message()})
+        rows.append(
+            {
+                "pair": f"{lk} -> {rk} (this host)",
+                "backend": backend or "none",
+                "works": code == StatusCode.SUCCESS,
+                "message": st.Message(),
+            }
+        )
     rows.append(_rdma_row(engines[0]))
     return rows
 
@@ -212,9 +223,18 @@ def _rdma_row(engine: IOEngine) -> dict:
     if not report["loaded"]:
         ucx = f"UCX not available ({report['why']})"
     else:
-        ucx = (f"UCX {report['version']}: {', '.join(report['resources']) or 'no transports'}"
-               f" ({'RDMA' if report['rdma'] else 'no RDMA transport'})")
+        ucx = (
+            f"UCX {report['version']}: {', '.join(report['resources']) or 'no transports'}"
+            f" ({'RDMA' if report['rdma'] else 'no RDMA transport'})"
+        )
     on_ucx = bool(engine.get_engine_desc().ucx_address)
-    return {"pair": "CPU -> another host", "backend": "ucx" if on_ucx else "tcp", "works": None,
-            "message": (f"BackendType.RDMA runs on UCX; {ucx}" if on_ucx else
-                        f"BackendType.RDMA runs on the tcp backend; {ucx} (MORI_IO_RDMA_TRANSPORT=ucx forces UCX)")}
+    return {
+        "pair": "CPU -> another host",
+        "backend": "ucx" if on_ucx else "tcp",
+        "works": None,
+        "message": (
+            f"BackendType.RDMA runs on UCX; {ucx}"
+            if on_ucx
+            else f"BackendType.RDMA runs on the tcp backend; {ucx} (MORI_IO_RDMA_TRANSPORT=ucx forces UCX)"
+        ),
+    }

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Where ``libmori_shmem_device_<arch>.bc`` is: found, or built once into a per-arch cache."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -31,13 +32,16 @@ def current_arch() -> str:
     """sm_XY of torch's current CUDA device."""
     try:
         import torch
+
         if torch.cuda.is_available():
             major, minor = torch.cuda.get_device_capability()
             return f"sm_{major}{minor}"
     except ImportError:
         pass
-    raise InvalidArgument("arch: no CUDA device visible to torch to take the architecture from; pass arch='sm_90' "
-                          "(or set MORI_IR_BITCODE to a bitcode file)")
+    raise InvalidArgument(
+        "arch: no CUDA device visible to torch to take the architecture from; pass arch='sm_90' "
+        "(or set MORI_IR_BITCODE to a bitcode file)"
+    )
 
 
 def _existing(path: str | os.PathLike, what: str) -> str:
@@ -82,11 +86,15 @@ def find_bitcode(arch: str | None = None, path: str | os.PathLike | None = None,
             return str(candidate)
         looked.append(str(candidate))
     if not build:
-        raise Unavailable(f"no MORI-IR bitcode for {arch}: looked at {', '.join(looked)}; call find_bitcode() "
-                          f"to build it, or set MORI_IR_BITCODE")
+        raise Unavailable(
+            f"no MORI-IR bitcode for {arch}: looked at {', '.join(looked)}; call find_bitcode() "
+            f"to build it, or set MORI_IR_BITCODE"
+        )
     try:
         return str(_build.build(arch, cache_dir()))
     except _build.ToolchainMissing as exc:
-        raise Unavailable(f"no MORI-IR bitcode for {arch} (looked at {', '.join(looked)}) and it cannot be built "
-                          f"here: {exc}. Build it where clang is installed (python -m mori.ir.build --arch {arch} "
-                          f"--out DIR) and set MORI_IR_BITCODE=DIR/{name}") from None
+        raise Unavailable(
+            f"no MORI-IR bitcode for {arch} (looked at {', '.join(looked)}) and it cannot be built "
+            f"here: {exc}. Build it where clang is installed (python -m mori.ir.build --arch {arch} "
+            f"--out DIR) and set MORI_IR_BITCODE=DIR/{name}"
+        ) from None

@@ -7,6 +7,7 @@ The build (ir/CMakeLists.txt) and :func:`mori.ir.find_bitcode` (on a cache miss)
 this; it imports nothing from MORI. Needs a clang with the NVPTX target and a CUDA toolkit's
 headers (libcu++ from CCCL for ``<cuda/atomic>``); libdevice is not needed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,11 @@ def find_clang(explicit: str | None = None) -> str:
     """A clang that can target NVPTX: `explicit`, else MORI_IR_CLANG, else the newest on PATH.
     MORI_IR_CLANG is a row of core's env table; it is read from os.environ here because the build
     runs this file before (and without) the native module."""
-    candidates = [explicit] if explicit else ([os.environ["MORI_IR_CLANG"]] if os.environ.get("MORI_IR_CLANG")
-                                              else list(CLANG_NAMES))
+    candidates = (
+        [explicit]
+        if explicit
+        else ([os.environ["MORI_IR_CLANG"]] if os.environ.get("MORI_IR_CLANG") else list(CLANG_NAMES))
+    )
     tried = []
     for name in candidates:
         path = shutil.which(name)
@@ -62,8 +66,11 @@ def find_clang(explicit: str | None = None) -> str:
         if "nvptx64" in targets:
             return path
         tried.append(f"{path} (no NVPTX target)")
-    raise ToolchainMissing("no clang with the NVPTX target: tried " + ", ".join(tried)
-                           + " (install clang, e.g. apt-get install clang-19, or set MORI_IR_CLANG)")
+    raise ToolchainMissing(
+        "no clang with the NVPTX target: tried "
+        + ", ".join(tried)
+        + " (install clang, e.g. apt-get install clang-19, or set MORI_IR_CLANG)"
+    )
 
 
 def find_cuda_path(explicit: str | None = None) -> str:
@@ -78,8 +85,11 @@ def find_cuda_path(explicit: str | None = None) -> str:
     for root in filter(None, roots):
         if (Path(root) / "include" / "cuda_runtime.h").exists():
             return root
-    raise ToolchainMissing("no CUDA toolkit headers: tried " + (", ".join(filter(None, roots)) or "nothing")
-                           + " (set CUDA_HOME to the toolkit root, or put its nvcc on PATH)")
+    raise ToolchainMissing(
+        "no CUDA toolkit headers: tried "
+        + (", ".join(filter(None, roots)) or "nothing")
+        + " (set CUDA_HOME to the toolkit root, or put its nvcc on PATH)"
+    )
 
 
 def _include_dir() -> Path:
@@ -105,19 +115,39 @@ def build(arch: str, out_dir: str | os.PathLike, clang: str | None = None, cuda_
         src = Path(tmp) / "mori_shmem_device.cu"
         src.write_text(codegen.render())
         part = Path(tmp) / bitcode_name(arch)
-        cmd = [clang_path, "-x", "cuda", "--cuda-device-only", f"--cuda-gpu-arch={arch}", f"--cuda-path={cuda}",
-               "-nocudalib", "-Wno-unknown-cuda-version",
-               # The module flag nvvm-reflect-ftz must equal Triton's (1 by default, enable_reflect_ftz)
-               # or linking fails; the wrappers do no float math, so it changes nothing of ours.
-               "-fcuda-flush-denormals-to-zero", "-std=c++17", "-O3", "-emit-llvm", "-c",
-               "-isystem", str(Path(cuda) / "include" / "cccl"), "-idirafter", str(shim),
-               "-I", str(_include_dir()), src.name, "-o", part.name]
+        cmd = [
+            clang_path,
+            "-x",
+            "cuda",
+            "--cuda-device-only",
+            f"--cuda-gpu-arch={arch}",
+            f"--cuda-path={cuda}",
+            "-nocudalib",
+            "-Wno-unknown-cuda-version",
+            # The module flag nvvm-reflect-ftz must equal Triton's (1 by default, enable_reflect_ftz)
+            # or linking fails; the wrappers do no float math, so it changes nothing of ours.
+            "-fcuda-flush-denormals-to-zero",
+            "-std=c++17",
+            "-O3",
+            "-emit-llvm",
+            "-c",
+            "-isystem",
+            str(Path(cuda) / "include" / "cccl"),
+            "-idirafter",
+            str(shim),
+            "-I",
+            str(_include_dir()),
+            src.name,
+            "-o",
+            part.name,
+        ]
         # Relative names, run in the temporary folder: the module's source_filename is the same
         # on every build, so the same sources give the same bitcode.
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp)
         if proc.returncode != 0:
-            raise RuntimeError(f"clang failed building the MORI-IR bitcode for {arch}:\n{' '.join(cmd)}\n"
-                               + proc.stderr[-4000:])
+            raise RuntimeError(
+                f"clang failed building the MORI-IR bitcode for {arch}:\n{' '.join(cmd)}\n" + proc.stderr[-4000:]
+            )
         final = out / bitcode_name(arch)
         os.replace(part, final)
     return final

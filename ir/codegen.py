@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 """Writes the ``extern "C"`` wrapper source of ``libmori_shmem_device.bc`` from the table.
 
-    python ir/codegen.py OUT.cu      (the build runs it before ``mori`` is importable)
+python ir/codegen.py OUT.cu      (the build runs it before ``mori`` is importable)
 """
+
 from __future__ import annotations
 
 import sys

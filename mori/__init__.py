@@ -11,6 +11,7 @@ Layers, bottom to top (each a subpackage, imported on first use):
 * ``mori.io``          point-to-point transfer engine
 * ``mori.apps``        the ``mori`` command line, benchmarks, integrations
 """
+
 from __future__ import annotations
 
 import importlib

@@ -2,6 +2,7 @@
 """``mori.cpp``: ROCm/mori's name for its native module; here the native module ``mori._C``
 (submodules core, shmem, collectives, ep, io, umbp; MORI's flat names TransferStatus and the UMBP
 classes are attributes of it too)."""
+
 import sys
 
 from mori import _C as _native

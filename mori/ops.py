@@ -2,6 +2,7 @@
 """``mori.ops``: MORI's name for the expert-parallel layer; the same module as ``mori.ep``.
 MORI's submodule paths (``mori.ops.dispatch_combine``, ``mori.ops.tuning_config``,
 ``mori.ops.local_expert_count``) are the same module objects as their ``mori.ep`` ones."""
+
 import importlib
 import sys
 

@@ -8,6 +8,7 @@ Two faces over one runtime:
 * a Pythonic API on symmetric numpy arrays and torch tensors (``init``, ``zeros``, ``put``,
   ``get``, ``atomic_add``, ``wait_until``, ``barrier_all``, ...).
 """
+
 from mori import _C
 from mori.shmem.api import (
     MORI_SHMEM_INIT_WITH_MPI_COMM,
@@ -37,12 +38,57 @@ from mori.shmem.api import (
     shmem_torch_process_group_init,
 )
 from mori.shmem.arrays import (
-    CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NE, SIGNAL_ADD, SIGNAL_SET, Session, array,
-    atomic_add, atomic_and, atomic_compare_swap, atomic_fetch, atomic_fetch_add, atomic_fetch_and,
-    atomic_fetch_inc, atomic_fetch_or, atomic_fetch_xor, atomic_inc, atomic_or, atomic_set, atomic_swap,
-    atomic_xor, barrier_all, empty, fence, finalize, free, full, g, get, iget, init, iput, my_pe, n_pes, p,
-    heap_free, heap_size, ptr, put, put_signal, quiet, signal_fetch, tensor, test, topology, transport_name,
-    wait_until, zeros,
+    CMP_EQ,
+    CMP_GE,
+    CMP_GT,
+    CMP_LE,
+    CMP_LT,
+    CMP_NE,
+    SIGNAL_ADD,
+    SIGNAL_SET,
+    Session,
+    array,
+    atomic_add,
+    atomic_and,
+    atomic_compare_swap,
+    atomic_fetch,
+    atomic_fetch_add,
+    atomic_fetch_and,
+    atomic_fetch_inc,
+    atomic_fetch_or,
+    atomic_fetch_xor,
+    atomic_inc,
+    atomic_or,
+    atomic_set,
+    atomic_swap,
+    atomic_xor,
+    barrier_all,
+    empty,
+    fence,
+    finalize,
+    free,
+    full,
+    g,
+    get,
+    iget,
+    init,
+    iput,
+    my_pe,
+    n_pes,
+    p,
+    heap_free,
+    heap_size,
+    ptr,
+    put,
+    put_signal,
+    quiet,
+    signal_fetch,
+    tensor,
+    test,
+    topology,
+    transport_name,
+    wait_until,
+    zeros,
 )
 from mori.shmem.gpu import shmem_barrier_on_stream
 
@@ -52,12 +98,24 @@ from mori.shmem.module_init import shmem_module_init
 AmoOp, SignalOp, Cmp, ThreadLevel = _C.shmem.AmoOp, _C.shmem.SignalOp, _C.shmem.Cmp, _C.shmem.ThreadLevel
 
 # MORI's torch tensor helpers import torch: loaded on first use (mori.shmem.tensor_utils).
-_TENSOR_HELPERS = ("MoriShmemBuffer", "mori_shmem_create_tensor", "symm_mori_shmem_tensor", "mori_shmem_free_tensor",
-                   "mori_shmem_create_tensor_list_intra_node")
+_TENSOR_HELPERS = (
+    "MoriShmemBuffer",
+    "mori_shmem_create_tensor",
+    "symm_mori_shmem_tensor",
+    "mori_shmem_free_tensor",
+    "mori_shmem_create_tensor_list_intra_node",
+)
 # Shared tensors (mori.shmem.shared_tensors) import torch too.
-_SHARED_TENSORS = ("shared_tensors", "enable_shared_tensors", "shared_tensors_enabled", "is_shared_tensor",
-                   "set_shared_tensor_min_bytes", "shared_tensor_min_bytes", "shared_tensor_stats",
-                   "shared_tensor_trim")
+_SHARED_TENSORS = (
+    "shared_tensors",
+    "enable_shared_tensors",
+    "shared_tensors_enabled",
+    "is_shared_tensor",
+    "set_shared_tensor_min_bytes",
+    "shared_tensor_min_bytes",
+    "shared_tensor_stats",
+    "shared_tensor_trim",
+)
 
 
 def __getattr__(name: str):

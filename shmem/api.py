@@ -5,6 +5,7 @@
 Addresses are Python ints. Allocation functions are collective: every PE calls
 them in the same order with the same arguments.
 """
+
 from __future__ import annotations
 
 import operator
@@ -32,8 +33,12 @@ def _torch_store_unique_id(info: LaunchInfo) -> bytes:
     import torch.distributed as dist
 
     timeout = float(setting("MORI_BOOTSTRAP_TIMEOUT"))
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ.get("MASTER_PORT", "29500")),
-                          is_master=False, timeout=timedelta(seconds=timeout))
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ.get("MASTER_PORT", "29500")),
+        is_master=False,
+        timeout=timedelta(seconds=timeout),
+    )
     key = f"mori/uid/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
     if info.rank == 0:
         uid = new_unique_id()
@@ -42,8 +47,9 @@ def _torch_store_unique_id(info: LaunchInfo) -> bytes:
     try:
         return bytes(store.get(key))
     except Exception as exc:  # torch raises a generic error on timeout
-        raise TimeoutError(f"rank {info.rank}: rank 0 did not publish MORI's unique id in torchrun's store "
-                           f"within {timeout:.0f} s") from exc
+        raise TimeoutError(
+            f"rank {info.rank}: rank 0 did not publish MORI's unique id in torchrun's store within {timeout:.0f} s"
+        ) from exc
 
 
 # One init per process (MORI's rule): a second init as the same PE returns 0; as another PE, over
@@ -51,31 +57,38 @@ def _torch_store_unique_id(info: LaunchInfo) -> bytes:
 # single-process multi-thread mode, which this runtime does not support) it is an error.
 _init_guard = threading.Lock()
 _init_pending: Optional[tuple[int, int]] = None  # (rank, nranks) of an init in progress
-_init_group: Optional[str] = None                # torch process group of the current init
+_init_group: Optional[str] = None  # torch process group of the current init
 
 
-def _init_once(caller: str, rank: Optional[int], nranks: int, do_init: Callable[[], None],
-               group: Optional[str] = None) -> int:
+def _init_once(
+    caller: str, rank: Optional[int], nranks: int, do_init: Callable[[], None], group: Optional[str] = None
+) -> int:
     """Runs ``do_init`` unless this process is already initialized as PE ``rank`` of ``nranks``
     (``rank`` None: as any PE, for a process with no launcher to say which)."""
     global _init_pending, _init_group
-    threads_hint = ("threads as PEs (MORI's single-process multi-thread mode) are not supported: "
-                    "start one process per PE")
+    threads_hint = (
+        "threads as PEs (MORI's single-process multi-thread mode) are not supported: start one process per PE"
+    )
     with _init_guard:
         if _native.initialized():
             me, n = _native.my_pe(), _native.n_pes()
             if rank is not None and (rank, nranks) != (me, n):
                 hint = threads_hint if nranks == n else "call shmem_finalize() before joining another job"
-                raise InvalidUsage(f"{caller}: this process is already PE {me} of {n}; a second init as PE {rank} of "
-                                   f"{nranks} is an error ({hint})")
+                raise InvalidUsage(
+                    f"{caller}: this process is already PE {me} of {n}; a second init as PE {rank} of "
+                    f"{nranks} is an error ({hint})"
+                )
             if group is not None and _init_group is not None and group != _init_group:
-                raise InvalidUsage(f"{caller}: shmem is already initialized over torch process group "
-                                   f"{_init_group!r}; a second init over {group!r} is an error")
+                raise InvalidUsage(
+                    f"{caller}: shmem is already initialized over torch process group "
+                    f"{_init_group!r}; a second init over {group!r} is an error"
+                )
             return 0
         if _init_pending is not None:
             r, n = _init_pending
-            raise InvalidUsage(f"{caller}: another thread of this process is initializing shmem as PE {r} of {n}; "
-                               f"{threads_hint}")
+            raise InvalidUsage(
+                f"{caller}: another thread of this process is initializing shmem as PE {r} of {n}; {threads_hint}"
+            )
         _init_pending = (0 if rank is None else rank, nranks)
     try:
         bind_current_device()
@@ -101,8 +114,15 @@ def shmem_init(launch: Optional[LaunchInfo] = None) -> int:
         elif info.kind == "torchrun":
             _native.init_unique_id(_torch_store_unique_id(info), info.rank, info.size)
         elif info.kind == "env":
-            _native.init_store(info.store_host, info.store_port, info.secret_hex, info.rank, info.size,
-                               host_locally=(info.rank == 0), store_rank=0)
+            _native.init_store(
+                info.store_host,
+                info.store_port,
+                info.secret_hex,
+                info.rank,
+                info.size,
+                host_locally=(info.rank == 0),
+                store_rank=0,
+            )
         else:
             _native.init_single()
 
@@ -135,20 +155,25 @@ def shmem_init_attr(flags: int, rank: int, nranks: int, unique_id: bytes, *, com
     """
     if flags == MORI_SHMEM_INIT_WITH_UNIQUEID:
         if not isinstance(unique_id, (bytes, bytearray)) or len(unique_id) != UNIQUE_ID_BYTES:
-            raise InvalidArgument(f"unique_id must be {UNIQUE_ID_BYTES} bytes from shmem_get_unique_id(), "
-                                  f"got {type(unique_id).__name__} of length {len(unique_id) if unique_id else 0}")
+            raise InvalidArgument(
+                f"unique_id must be {UNIQUE_ID_BYTES} bytes from shmem_get_unique_id(), "
+                f"got {type(unique_id).__name__} of length {len(unique_id) if unique_id else 0}"
+            )
         uid = bytes(unique_id)
-        return _init_once("shmem_init_attr", int(rank), int(nranks),
-                          lambda: _native.init_unique_id(uid, int(rank), int(nranks)))
+        return _init_once(
+            "shmem_init_attr", int(rank), int(nranks), lambda: _native.init_unique_id(uid, int(rank), int(nranks))
+        )
     elif flags == MORI_SHMEM_INIT_WITH_MPI_COMM:
         boot = MpiBootstrap(comm)
         if boot.rank != rank or boot.size != nranks:
-            raise InvalidArgument(f"rank/nranks ({rank}/{nranks}) disagree with the MPI communicator "
-                                  f"({boot.rank}/{boot.size})")
+            raise InvalidArgument(
+                f"rank/nranks ({rank}/{nranks}) disagree with the MPI communicator ({boot.rank}/{boot.size})"
+            )
         return _init_once("shmem_init_attr", int(rank), int(nranks), lambda: _native.init_python(boot))
     else:
-        raise InvalidArgument(f"flags must be MORI_SHMEM_INIT_WITH_UNIQUEID (1) or "
-                              f"MORI_SHMEM_INIT_WITH_MPI_COMM (0), got {flags}")
+        raise InvalidArgument(
+            f"flags must be MORI_SHMEM_INIT_WITH_UNIQUEID (1) or MORI_SHMEM_INIT_WITH_MPI_COMM (0), got {flags}"
+        )
     return 0
 
 
@@ -164,8 +189,10 @@ def shmem_torch_process_group_init(group_name: str) -> int:
     try:
         group = torch._C._distributed_c10d._resolve_process_group(group_name)
     except Exception as exc:
-        raise InvalidArgument(f"shmem_torch_process_group_init: no process group registered as {group_name!r}; "
-                              "register it with torch._C._distributed_c10d._register_process_group") from exc
+        raise InvalidArgument(
+            f"shmem_torch_process_group_init: no process group registered as {group_name!r}; "
+            "register it with torch._C._distributed_c10d._register_process_group"
+        ) from exc
     rank, world = dist.get_rank(group), dist.get_world_size(group)
 
     def run() -> None:

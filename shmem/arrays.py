@@ -15,6 +15,7 @@
 Every allocation is collective (same calls, same order, on every PE). Arrays may be
 sliced: RMA on a view addresses the same elements on the target PE.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -144,8 +145,7 @@ def _wrap_heap(addr: int, nbytes: int, make: Any) -> Any:
         raise
 
 
-def _allocate(shape: Shape, dtype: Any, alignment: int = 64, barrier: bool = True,
-              caller: str = "empty") -> np.ndarray:
+def _allocate(shape: Shape, dtype: Any, alignment: int = 64, barrier: bool = True, caller: str = "empty") -> np.ndarray:
     dims, dt = _shape(shape, caller), _numpy_dtype(dtype, caller)
     nbytes = _heap_bytes(dims, dt.itemsize, caller)
     addr = _native.malloc(nbytes, alignment, barrier)
@@ -280,14 +280,16 @@ def _scalar(value: Any, dtype: np.dtype, name: str, caller: str) -> np.ndarray:
 
 
 def _dtype_name(obj: Any) -> str:
-    """"float32", "int64", "bfloat16"...: the same name for a numpy array and a torch tensor."""
+    """ "float32", "int64", "bfloat16"...: the same name for a numpy array and a torch tensor."""
     return str(obj.dtype).removeprefix("torch.")
 
 
 def _same_dtype(dest: Any, source: Any, caller: str) -> None:
     if _dtype_name(dest) != _dtype_name(source):
-        raise InvalidArgument(f"{caller}: dest has dtype {_dtype_name(dest)} but source has {_dtype_name(source)}; "
-                              "RMA copies elements as they are, so convert one of them first")
+        raise InvalidArgument(
+            f"{caller}: dest has dtype {_dtype_name(dest)} but source has {_dtype_name(source)}; "
+            "RMA copies elements as they are, so convert one of them first"
+        )
 
 
 def _is_array(obj: Any) -> bool:
@@ -325,12 +327,15 @@ def _strided_span(arr: np.ndarray, stride: int, nelems: int, name: str, caller: 
         raise InvalidArgument(f"{caller}: nelems={nelems} exceeds the {arr.size} elements of {name}")
     last = (nelems - 1) * stride
     if nelems > 1 and not 0 <= last < arr.size:
-        raise InvalidArgument(f"{caller}: nelems={nelems} at stride {stride} reaches element {last} of {name}, "
-                              f"which has {arr.size} elements")
+        raise InvalidArgument(
+            f"{caller}: nelems={nelems} at stride {stride} reaches element {last} of {name}, "
+            f"which has {arr.size} elements"
+        )
 
 
-def _strided_args(dest: Any, source: Any, dst_stride: Any, src_stride: Any, nelems: Any,
-                  caller: str) -> tuple[np.ndarray, np.ndarray, int, int, int]:
+def _strided_args(
+    dest: Any, source: Any, dst_stride: Any, src_stride: Any, nelems: Any, caller: str
+) -> tuple[np.ndarray, np.ndarray, int, int, int]:
     dst, src = _as_array(dest), _as_array(source)
     for arr, name in ((dst, "dest"), (src, "source")):
         if not arr.flags.c_contiguous:
@@ -425,8 +430,7 @@ def g(source: Any, pe: int, index: int = 0) -> Any:
     return one[0]
 
 
-def put_signal(dest: Any, source: Any, signal: np.ndarray, value: int, sig_op: int, pe: int,
-               nbi: bool = False) -> None:
+def put_signal(dest: Any, source: Any, signal: np.ndarray, value: int, sig_op: int, pe: int, nbi: bool = False) -> None:
     """Put ``source`` into ``dest`` on ``pe``, then update the uint64 ``signal[0]`` there with
     ``sig_op`` (SIGNAL_SET or SIGNAL_ADD): a PE that sees the signal also sees the data."""
     pe = _pe(pe, "put_signal")
@@ -466,8 +470,10 @@ def _word(target: np.ndarray, op: str) -> tuple[int, int]:
         return dt.itemsize, (_NUM_SIGNED if dt.kind == "i" else _NUM_UNSIGNED)
     if dt.kind == "f" and dt.itemsize in (4, 8) and op in ("fetch", "set", "swap", "compare_swap"):
         return dt.itemsize, _NUM_FLOAT
-    raise InvalidArgument(f"atomic {op} is not defined for dtype {dt} (int32/int64/uint32/uint64"
-                          f"{'; float32/float64 for fetch/set/swap/compare_swap' if dt.kind == 'f' else ''})")
+    raise InvalidArgument(
+        f"atomic {op} is not defined for dtype {dt} (int32/int64/uint32/uint64"
+        f"{'; float32/float64 for fetch/set/swap/compare_swap' if dt.kind == 'f' else ''})"
+    )
 
 
 def _to_bits(value: Any, dtype: np.dtype, name: str = "value", caller: str = "atomic") -> int:
@@ -486,8 +492,9 @@ def _amo(op: str, target: np.ndarray, value: Any, pe: int, index: int, compare: 
     width, _ = _word(target, op)
     dt = target.dtype
     addr = _element_address(target, index, caller)
-    old = _native.atomic(addr, _AMO[op], width, _to_bits(value, dt, "value", caller),
-                         _to_bits(compare, dt, "cond", caller), pe)
+    old = _native.atomic(
+        addr, _AMO[op], width, _to_bits(value, dt, "value", caller), _to_bits(compare, dt, "cond", caller), pe
+    )
     return _from_bits(old, dt)
 
 

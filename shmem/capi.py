@@ -5,6 +5,7 @@
 ``--bin-dir`` print what a build system needs; the console scripts ``oshcc``, ``oshc++``
 and ``oshrun`` run the wrappers installed in ``mori/bin``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,8 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.add_argument(f"--{flag}", action="store_true")
     args = ap.parse_args(argv)
     p = paths()
-    out = {"cflags": p.cflags, "libs": p.libs, "include_dir": str(p.include_dir), "lib_dir": str(p.lib_dir),
-           "bin_dir": str(p.bin_dir)}
+    out = {
+        "cflags": p.cflags,
+        "libs": p.libs,
+        "include_dir": str(p.include_dir),
+        "lib_dir": str(p.lib_dir),
+        "bin_dir": str(p.bin_dir),
+    }
     chosen = [k for k in out if getattr(args, k)]
     for k in chosen or out:
         print(out[k] if chosen else f"{k}: {out[k]}")

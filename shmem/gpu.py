@@ -11,6 +11,7 @@ Streams are ``None`` (torch's current stream, else the legacy default stream), a
 ``cudaStream_t`` int, or any object with ``cuda_stream`` (torch) or ``ptr`` (cupy). Every
 ``*_on_stream`` call only enqueues work, so it can be captured in a CUDA graph.
 """
+
 from __future__ import annotations
 
 import sys
@@ -23,8 +24,14 @@ _native = _C.shmem
 
 # The runtime's enums (mori._C.shmem.SignalOp / Cmp, IntEnums): the C++ values, not copies.
 SIGNAL_SET, SIGNAL_ADD = _native.SignalOp.SET, _native.SignalOp.ADD
-CMP_EQ, CMP_NE, CMP_GT, CMP_LE, CMP_LT, CMP_GE = (_native.Cmp.EQ, _native.Cmp.NE, _native.Cmp.GT, _native.Cmp.LE,
-                                                  _native.Cmp.LT, _native.Cmp.GE)
+CMP_EQ, CMP_NE, CMP_GT, CMP_LE, CMP_LT, CMP_GE = (
+    _native.Cmp.EQ,
+    _native.Cmp.NE,
+    _native.Cmp.GT,
+    _native.Cmp.LE,
+    _native.Cmp.LT,
+    _native.Cmp.GE,
+)
 
 
 def bind_current_device() -> int:
@@ -108,7 +115,9 @@ def stream_handle(stream: Any = None) -> int:
     for attr in ("cuda_stream", "ptr", "handle"):
         if hasattr(stream, attr):
             return int(getattr(stream, attr))
-    raise InvalidArgument(f"stream must be None, an int cudaStream_t, or a torch/cupy stream, got {type(stream).__name__}")
+    raise InvalidArgument(
+        f"stream must be None, an int cudaStream_t, or a torch/cupy stream, got {type(stream).__name__}"
+    )
 
 
 def _addr(x: Any, what: str) -> int:
@@ -119,8 +128,9 @@ def _addr(x: Any, what: str) -> int:
     raise InvalidArgument(f"{what} must be an int address or a tensor, got {type(x).__name__}")
 
 
-def putmem_on_stream(dst: Any, src: Any, nbytes: int, pe: int, stream: Any = None, engine: str = "copy",
-                     blocks: int = 0) -> None:
+def putmem_on_stream(
+    dst: Any, src: Any, nbytes: int, pe: int, stream: Any = None, engine: str = "copy", blocks: int = 0
+) -> None:
     """Enqueue a put of ``nbytes`` from local ``src`` to symmetric ``dst`` on ``pe``.
 
     engine="copy" uses the copy engines (cudaMemcpyAsync, no SMs); engine="sm" launches a
@@ -143,14 +153,23 @@ def getmem_on_stream(dst: Any, src: Any, nbytes: int, pe: int, stream: Any = Non
     _native.get_on_stream(_addr(dst, "dst"), _addr(src, "src"), int(nbytes), int(pe), stream_handle(stream))
 
 
-def putmem_signal_on_stream(dst: Any, src: Any, nbytes: int, signal: Any, value: int, sig_op: int, pe: int,
-                            stream: Any = None) -> None:
+def putmem_signal_on_stream(
+    dst: Any, src: Any, nbytes: int, signal: Any, value: int, sig_op: int, pe: int, stream: Any = None
+) -> None:
     """Enqueue put + signal: after the data has landed on ``pe``, its uint64 ``signal`` is set to /
     increased by ``value`` (release, system scope)."""
     if nbytes < 0:
         raise InvalidArgument(f"putmem_signal_on_stream: nbytes must be >= 0, got {nbytes}")
-    _native.put_signal_on_stream(_addr(dst, "dst"), _addr(src, "src"), int(nbytes), _addr(signal, "signal"),
-                                 int(value), int(sig_op), int(pe), stream_handle(stream))
+    _native.put_signal_on_stream(
+        _addr(dst, "dst"),
+        _addr(src, "src"),
+        int(nbytes),
+        _addr(signal, "signal"),
+        int(value),
+        int(sig_op),
+        int(pe),
+        stream_handle(stream),
+    )
 
 
 def signal_wait_until_on_stream(signal: Any, cmp: int, value: int, stream: Any = None) -> None:
@@ -177,8 +196,30 @@ def synchronize_device() -> None:
 
 
 __all__ = [
-    "SIGNAL_SET", "SIGNAL_ADD", "CMP_EQ", "CMP_NE", "CMP_GT", "CMP_LE", "CMP_LT", "CMP_GE",
-    "bind_current_device", "is_bound", "device", "heap_base", "heap_size", "heap_free", "contains", "reachable",
-    "transport_name", "device_state_ptr", "device_state_bytes", "peer_bases", "stream_handle", "putmem_on_stream",
-    "getmem_on_stream", "putmem_signal_on_stream", "signal_wait_until_on_stream", "shmem_barrier_on_stream",
+    "SIGNAL_SET",
+    "SIGNAL_ADD",
+    "CMP_EQ",
+    "CMP_NE",
+    "CMP_GT",
+    "CMP_LE",
+    "CMP_LT",
+    "CMP_GE",
+    "bind_current_device",
+    "is_bound",
+    "device",
+    "heap_base",
+    "heap_size",
+    "heap_free",
+    "contains",
+    "reachable",
+    "transport_name",
+    "device_state_ptr",
+    "device_state_bytes",
+    "peer_bases",
+    "stream_handle",
+    "putmem_on_stream",
+    "getmem_on_stream",
+    "putmem_signal_on_stream",
+    "signal_wait_until_on_stream",
+    "shmem_barrier_on_stream",
 ]

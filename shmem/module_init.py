@@ -5,6 +5,7 @@ A kernel compiled with MORI-IR's bitcode (a Triton kernel, or any cuModule linke
 reads this PE's ``mori::shmem::DeviceState`` from its OWN global ``mori_shmem_device_state``:
 each module has a copy, so each must be filled after it is loaded and after shmem init.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -29,10 +30,15 @@ def _driver() -> ctypes.CDLL:
             try:
                 lib = ctypes.CDLL("libcuda.so.1")
             except OSError as exc:
-                raise Unavailable(f"shmem_module_init: the CUDA driver (libcuda.so.1) cannot be loaded: {exc}") \
-                    from None
-            lib.cuModuleGetGlobal_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_size_t),
-                                                 ctypes.c_void_p, ctypes.c_char_p]
+                raise Unavailable(
+                    f"shmem_module_init: the CUDA driver (libcuda.so.1) cannot be loaded: {exc}"
+                ) from None
+            lib.cuModuleGetGlobal_v2.argtypes = [
+                ctypes.POINTER(ctypes.c_uint64),
+                ctypes.POINTER(ctypes.c_size_t),
+                ctypes.c_void_p,
+                ctypes.c_char_p,
+            ]
             lib.cuMemcpyHtoD_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
             lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
             _libcuda = lib
@@ -67,15 +73,18 @@ def shmem_module_init(module: Any) -> bool:
     handle = _module_handle(module)
     lib = _driver()
     dptr, size = ctypes.c_uint64(0), ctypes.c_size_t(0)
-    rc = lib.cuModuleGetGlobal_v2(ctypes.byref(dptr), ctypes.byref(size), ctypes.c_void_p(handle),
-                                  STATE_SYMBOL.encode())
+    rc = lib.cuModuleGetGlobal_v2(
+        ctypes.byref(dptr), ctypes.byref(size), ctypes.c_void_p(handle), STATE_SYMBOL.encode()
+    )
     if rc == _CUDA_ERROR_NOT_FOUND:
         return False
     _check(lib, rc, f"cuModuleGetGlobal({STATE_SYMBOL})")
     state = gpu.device_state_bytes()  # raises (Unavailable) before shmem init or on a PE without a GPU heap
     if size.value != len(state):
-        raise InvalidArgument(f"module: its {STATE_SYMBOL} is {size.value} bytes, this runtime's DeviceState is "
-                              f"{len(state)}: the bitcode was built from a different MORI version; rebuild it")
+        raise InvalidArgument(
+            f"module: its {STATE_SYMBOL} is {size.value} bytes, this runtime's DeviceState is "
+            f"{len(state)}: the bitcode was built from a different MORI version; rebuild it"
+        )
     buf = ctypes.create_string_buffer(state, len(state))
     _check(lib, lib.cuMemcpyHtoD_v2(dptr.value, buf, len(state)), "cuMemcpyHtoD")
     return True

@@ -5,6 +5,7 @@ API (``mori/shmem/device.cuh``), used by the GPU tests and ``mori bench shmem --
 Every function takes device addresses as ints and a stream (see :func:`mori.shmem.gpu.stream_handle`)
 and only enqueues work. The kernels get the heap through :func:`mori.shmem.gpu.device_state_ptr`.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -39,11 +40,15 @@ _SIGNATURES = {
 def _lib() -> ctypes.CDLL:
     path = Path(_C.__file__).resolve().parent / "lib" / "libmori_shmem_selftest.so"
     if not _C.shmem.built_with_cuda():
-        raise Unavailable(f"the device-API selftest kernels are not built ({path} missing; MORI was built without CUDA)")
+        raise Unavailable(
+            f"the device-API selftest kernels are not built ({path} missing; MORI was built without CUDA)"
+        )
     if not path.exists():
-        raise Unavailable(f"the device-API selftest kernels are not installed ({path} missing): they are test code, "
-                          "installed by an editable install (pip install -e .) or with "
-                          "-C cmake.define.MORI_TEST_KERNELS=ON")
+        raise Unavailable(
+            f"the device-API selftest kernels are not installed ({path} missing): they are test code, "
+            "installed by an editable install (pip install -e .) or with "
+            "-C cmake.define.MORI_TEST_KERNELS=ON"
+        )
     lib = ctypes.CDLL(str(path))
     for name, args in _SIGNATURES.items():
         fn = getattr(lib, name)
@@ -60,20 +65,23 @@ def _call(name: str, *args: Any) -> None:
         raise DeviceError(f"{name}: kernel launch failed with cudaError {rc}")
 
 
-def put(scope: int, dst: int, src: int, nbytes: int, pe: int, blocks: int = 1, threads: int = 256,
-        stream: Any = None) -> None:
+def put(
+    scope: int, dst: int, src: int, nbytes: int, pe: int, blocks: int = 1, threads: int = 256, stream: Any = None
+) -> None:
     """Each of ``blocks`` blocks puts its share of the bytes with putmem_{thread,warp,block}."""
     _call("mori_selftest_put", scope, dst, src, nbytes, pe, blocks, threads, gpu.stream_handle(stream))
 
 
-def put_signal(dst: int, src: int, nbytes: int, sig: int, pe: int, blocks: int = 1, threads: int = 256,
-               stream: Any = None) -> None:
+def put_signal(
+    dst: int, src: int, nbytes: int, sig: int, pe: int, blocks: int = 1, threads: int = 256, stream: Any = None
+) -> None:
     """Each of ``blocks`` blocks puts its share with putmem_signal_block, then ADDs 1 to ``sig`` on ``pe``."""
     _call("mori_selftest_put_signal", dst, src, nbytes, sig, pe, blocks, threads, gpu.stream_handle(stream))
 
 
-def get(scope: int, dst: int, src: int, nbytes: int, pe: int, blocks: int = 1, threads: int = 256,
-        stream: Any = None) -> None:
+def get(
+    scope: int, dst: int, src: int, nbytes: int, pe: int, blocks: int = 1, threads: int = 256, stream: Any = None
+) -> None:
     _call("mori_selftest_get", scope, dst, src, nbytes, pe, blocks, threads, gpu.stream_handle(stream))
 
 
@@ -87,19 +95,42 @@ def g(out: int, src: int, count: int, pe: int, stream: Any = None) -> None:
     _call("mori_selftest_g", out, src, count, pe, gpu.stream_handle(stream))
 
 
-def atomics(add64: int, add32: int, tickets: int, cas: int, out: int, iters: int, blocks: int, threads: int,
-            stream: Any = None) -> None:
+def atomics(
+    add64: int, add32: int, tickets: int, cas: int, out: int, iters: int, blocks: int, threads: int, stream: Any = None
+) -> None:
     """Contended atomics from every thread (see selftest_kernels.cu for the exact totals)."""
-    _call("mori_selftest_atomics", add64, add32, tickets, cas, out, iters, blocks, threads,
-          gpu.stream_handle(stream))
+    _call("mori_selftest_atomics", add64, add32, tickets, cas, out, iters, blocks, threads, gpu.stream_handle(stream))
 
 
-def signal_rounds(role: int, scope: int, buf: int, staging: int, words: int, sig: int, ack: int, rounds: int,
-                  peer: int, errors: int, stream: Any = None) -> None:
+def signal_rounds(
+    role: int,
+    scope: int,
+    buf: int,
+    staging: int,
+    words: int,
+    sig: int,
+    ack: int,
+    rounds: int,
+    peer: int,
+    errors: int,
+    stream: Any = None,
+) -> None:
     """Producer (role 0) / consumer (role 1) of ``rounds`` put-with-signal rounds; the consumer counts
     payload words that were not visible when the signal was."""
-    _call("mori_selftest_signal_rounds", role, scope, buf, staging, words, sig, ack, rounds, peer, errors,
-          gpu.stream_handle(stream))
+    _call(
+        "mori_selftest_signal_rounds",
+        role,
+        scope,
+        buf,
+        staging,
+        words,
+        sig,
+        ack,
+        rounds,
+        peer,
+        errors,
+        gpu.stream_handle(stream),
+    )
 
 
 def pingpong(role: int, data: int, sig: int, iters: int, peer: int, out: int, stream: Any = None) -> None:
@@ -122,23 +153,60 @@ def _allreduce_pes(caller: str) -> int:
     return n
 
 
-def allreduce_oneshot(data: int, gather: int, sig: int, out: int, epoch: int, count: int, threads: int = 256,
-                      stream: Any = None) -> None:
+def allreduce_oneshot(
+    data: int, gather: int, sig: int, out: int, epoch: int, count: int, threads: int = 256, stream: Any = None
+) -> None:
     """bf16 one-shot all-reduce of ``count`` elements over every PE, one block: the CUDA C++ twin of
     ``apps/bench/ir_kernels.oneshot_allreduce_kernel``. ``gather``: symmetric, ``npes * count``
     elements; ``sig``: symmetric uint64, zero before epoch 1; ``epoch`` counts calls from 1."""
-    _call("mori_selftest_allreduce_oneshot", data, gather, sig, out, epoch, count,
-          _allreduce_pes("allreduce_oneshot"), threads, gpu.stream_handle(stream))
+    _call(
+        "mori_selftest_allreduce_oneshot",
+        data,
+        gather,
+        sig,
+        out,
+        epoch,
+        count,
+        _allreduce_pes("allreduce_oneshot"),
+        threads,
+        gpu.stream_handle(stream),
+    )
 
 
-def allreduce_ring(data: int, work: int, rs: int, ag: int, sig: int, ack: int, out: int, epoch: int, count: int,
-                   blocks: int = 1, threads: int = 256, stream: Any = None) -> None:
+def allreduce_ring(
+    data: int,
+    work: int,
+    rs: int,
+    ag: int,
+    sig: int,
+    ack: int,
+    out: int,
+    epoch: int,
+    count: int,
+    blocks: int = 1,
+    threads: int = 256,
+    stream: Any = None,
+) -> None:
     """bf16 ring all-reduce of ``count`` elements over every PE, ``blocks`` blocks: the CUDA C++ twin
     of ``apps/bench/ir_kernels.ring_allreduce_kernel``. ``rs``, ``ag``: symmetric, ``count`` elements;
     ``sig``, ``ack``: symmetric uint64, one per block, zero before epoch 1 (and whenever ``blocks``
     changes); ``data``, ``work``, ``out``: local; ``epoch`` counts calls from 1."""
-    _call("mori_selftest_allreduce_ring", data, work, rs, ag, sig, ack, out, epoch, count,
-          _allreduce_pes("allreduce_ring"), blocks, threads, gpu.stream_handle(stream))
+    _call(
+        "mori_selftest_allreduce_ring",
+        data,
+        work,
+        rs,
+        ag,
+        sig,
+        ack,
+        out,
+        epoch,
+        count,
+        _allreduce_pes("allreduce_ring"),
+        blocks,
+        threads,
+        gpu.stream_handle(stream),
+    )
 
 
 def pattern(round_: int, index: int) -> int:

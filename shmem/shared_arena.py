@@ -13,6 +13,7 @@ an allocation the arena cannot serve goes to torch's own allocator.
 Caveats: freed blocks stay committed for the next tensor (as in a caching allocator); a fork()
 child shares the arena pages it inherited with its parent and never allocates from it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,8 +24,10 @@ import torch  # the allocator module links against torch's c10, loaded here firs
 try:
     from mori import _shared_tensors as _native
 except ImportError as exc:  # built where torch was not importable (shmem/CMakeLists.txt)
-    raise ImportError("mori.shmem.shared_tensors: this mori was built without torch; install torch, then rebuild "
-                      "(pip install --no-build-isolation -e .)") from exc
+    raise ImportError(
+        "mori.shmem.shared_tensors: this mori was built without torch; install torch, then rebuild "
+        "(pip install --no-build-isolation -e .)"
+    ) from exc
 
 
 def _ensure_installed() -> None:

@@ -7,6 +7,7 @@ this GPU reaches it over NVLink (reads and writes go straight to the peer's memo
 Tensors are uninitialized, as in MORI. Peer views do not own memory: they are valid until
 ``mori_shmem_free_tensor`` of the original or shmem finalize.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence, Union
@@ -30,14 +31,20 @@ class MoriShmemBuffer:
         self.ptr = int(ptr)
         self.nbytes = int(nbytes)
         self.dtype = dtype
-        self.__cuda_array_interface__ = {"data": (self.ptr, False), "shape": (self.nbytes,), "typestr": "|u1",
-                                         "strides": None, "version": 3}
+        self.__cuda_array_interface__ = {
+            "data": (self.ptr, False),
+            "shape": (self.nbytes,),
+            "typestr": "|u1",
+            "strides": None,
+            "version": 3,
+        }
 
 
 def _device() -> torch.device:
     if not _native.gpu_bound():
-        raise InvalidUsage("this PE has no GPU symmetric heap: call torch.cuda.set_device(...) (or set MORI_DEVICE) "
-                           "before shmem init")
+        raise InvalidUsage(
+            "this PE has no GPU symmetric heap: call torch.cuda.set_device(...) (or set MORI_DEVICE) before shmem init"
+        )
     return torch.device("cuda", int(_native.gpu_device()))
 
 
@@ -107,8 +114,9 @@ def mori_shmem_free_tensor(tensor: torch.Tensor) -> None:
     torch.cuda.synchronize(tensor.device)
 
 
-def mori_shmem_create_tensor_list_intra_node(shape: Union[int, Sequence[int]], dtype: torch.dtype,
-                                             num_ranks: int) -> list[torch.Tensor]:
+def mori_shmem_create_tensor_list_intra_node(
+    shape: Union[int, Sequence[int]], dtype: torch.dtype, num_ranks: int
+) -> list[torch.Tensor]:
     """One symmetric tensor, returned as its views on PEs ``0 .. num_ranks-1`` (this PE's own entry
     is the tensor itself). Collective."""
     if not 0 < num_ranks <= api.shmem_npes():
@@ -117,5 +125,11 @@ def mori_shmem_create_tensor_list_intra_node(shape: Union[int, Sequence[int]], d
     return [symm_mori_shmem_tensor(tensor, pe) for pe in range(num_ranks)]
 
 
-__all__ = ["MoriShmemBuffer", "wrap_device_pointer", "mori_shmem_create_tensor", "symm_mori_shmem_tensor",
-           "mori_shmem_free_tensor", "mori_shmem_create_tensor_list_intra_node"]
+__all__ = [
+    "MoriShmemBuffer",
+    "wrap_device_pointer",
+    "mori_shmem_create_tensor",
+    "symm_mori_shmem_tensor",
+    "mori_shmem_free_tensor",
+    "mori_shmem_create_tensor_list_intra_node",
+]

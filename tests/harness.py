@@ -4,6 +4,7 @@ started straight from env vars, and programs driven by JSON lines (``ProgramPeer
 
 Every launch has a timeout: a hang fails the test instead of stalling CI.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,23 +44,28 @@ def job_env(extra: Optional[dict] = None) -> dict:
 
 def _run(cmd: Sequence[str], timeout: float, env: Optional[dict]) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(list(cmd), env=job_env(env), stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=timeout)
+        return subprocess.run(
+            list(cmd), env=job_env(env), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         err = (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        raise AssertionError(f"job timed out after {timeout}s (a hang): {' '.join(cmd)}\n--- stdout\n{out}\n"
-                             f"--- stderr\n{err}") from None
+        raise AssertionError(
+            f"job timed out after {timeout}s (a hang): {' '.join(cmd)}\n--- stdout\n{out}\n--- stderr\n{err}"
+        ) from None
 
 
-def mori_run(n: int, program: Sequence[str], timeout: float = 120, env: Optional[dict] = None,
-             launcher_args: Sequence[str] = ()) -> subprocess.CompletedProcess:
+def mori_run(
+    n: int, program: Sequence[str], timeout: float = 120, env: Optional[dict] = None, launcher_args: Sequence[str] = ()
+) -> subprocess.CompletedProcess:
     """`mori run -n N program...`"""
     cmd = [sys.executable, "-m", "mori.apps.cli", "run", "-n", str(n), *launcher_args, "--", *program]
     return _run(cmd, timeout, env)
 
 
-def mpirun(n: int, program: Sequence[str], timeout: float = 120, env: Optional[dict] = None) -> subprocess.CompletedProcess:
+def mpirun(
+    n: int, program: Sequence[str], timeout: float = 120, env: Optional[dict] = None
+) -> subprocess.CompletedProcess:
     """`mpirun -n N program...` (Open MPI)."""
     exe = shutil.which("mpirun")
     if exe is None:
@@ -73,8 +79,13 @@ def env_rank(rank: int, n: int, port: int, secret: Optional[str] = None, extra: 
     """The environment of rank ``rank`` of an ``n``-rank job started with no launcher, from
     MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE as torchrun would set them: rank 0 hosts the
     bootstrap store on ``port``."""
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(n),
-           "LOCAL_RANK": str(rank)}
+    env = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "RANK": str(rank),
+        "WORLD_SIZE": str(n),
+        "LOCAL_RANK": str(rank),
+    }
     if secret:
         env["MORI_JOB_SECRET"] = secret
     return job_env({**env, **(extra or {})})
@@ -82,12 +93,20 @@ def env_rank(rank: int, n: int, port: int, secret: Optional[str] = None, extra: 
 
 def start_rank(program: Sequence[str], env: dict, **popen_kw) -> subprocess.Popen:
     """One rank process, stdout and stderr together in ``.stdout``; end it with ``collect``."""
-    return subprocess.Popen(list(program), env=env, text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, **popen_kw)
+    return subprocess.Popen(
+        list(program),
+        env=env,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        **popen_kw,
+    )
 
 
-def start_env_ranks(n: int, program: Sequence[str], extra: Optional[dict] = None,
-                    secret: bool = True) -> list[subprocess.Popen]:
+def start_env_ranks(
+    n: int, program: Sequence[str], extra: Optional[dict] = None, secret: bool = True
+) -> list[subprocess.Popen]:
     """``n`` ranks of ``program`` started straight from env vars (``env_rank``), on a free port
     and with a fresh job secret (``secret=False``: none, the one-host derived secret): nothing
     stops the others when one dies."""
@@ -105,8 +124,10 @@ def collect(procs: Sequence[subprocess.Popen], timeout: float) -> list[str]:
             try:
                 outs.append(p.communicate(timeout=max(0.1, deadline - time.monotonic()))[0])
             except subprocess.TimeoutExpired:
-                raise AssertionError(f"rank {rank} (pid {p.pid}) still runs after {timeout} s (a hang); "
-                                     f"outputs so far:\n" + "\n".join(o[-2000:] for o in outs)) from None
+                raise AssertionError(
+                    f"rank {rank} (pid {p.pid}) still runs after {timeout} s (a hang); "
+                    f"outputs so far:\n" + "\n".join(o[-2000:] for o in outs)
+                ) from None
     finally:
         for p in procs:
             if p.poll() is None:
@@ -135,8 +156,9 @@ def check(proc: subprocess.CompletedProcess, expect_ok: bool = True) -> str:
     starts with the cases its rank programs reported failed (cases.py), if any."""
     text = proc.stdout + proc.stderr
     if expect_ok and proc.returncode != 0:
-        failed = [f"case {c['case']!r} failed on PE {c['pe']}: {c.get('error', '')}" for c in case_lines(text)
-                  if not c["ok"]]
+        failed = [
+            f"case {c['case']!r} failed on PE {c['pe']}: {c.get('error', '')}" for c in case_lines(text) if not c["ok"]
+        ]
         summary = ": " + "; ".join(failed[:4]) if failed else ""
         raise AssertionError(f"job failed with code {proc.returncode}{summary}\n{text[-6000:]}")
     return text
@@ -149,8 +171,18 @@ def build_capi_programs(names: Sequence[str], out: Path) -> Path:
     oshcc = str(paths().bin_dir / "oshcc")
     for name in names:
         opt = "-O0" if name == "generics_gen" else "-O1"  # 1400 generated cases: -O0 compiles 4x faster
-        cmd = [oshcc, "-std=c11", opt, "-Wall", "-Werror", "-pthread", "-o", str(out / name),
-               str(CAPI_PROGRAMS / f"{name}.c"), "-lm"]
+        cmd = [
+            oshcc,
+            "-std=c11",
+            opt,
+            "-Wall",
+            "-Werror",
+            "-pthread",
+            "-o",
+            str(out / name),
+            str(CAPI_PROGRAMS / f"{name}.c"),
+            "-lm",
+        ]
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stderr}"
     return out
@@ -180,8 +212,11 @@ def check_cases(proc: subprocess.CompletedProcess, n: int, cases: Sequence[str])
     missing = [f"{case!r} on PE {pe}" for case in cases for pe in range(n) if (case, pe) not in passed]
     if failed or missing or proc.returncode != 0:
         first = failed[:4] or [f"no result for {', '.join(missing[:6])}" if missing else "every case passed"]
-        raise AssertionError(f"job failed with code {proc.returncode}: " + "; ".join(first)
-                             + f"\n--- last lines of the job\n{text[-2500:]}")
+        raise AssertionError(
+            f"job failed with code {proc.returncode}: "
+            + "; ".join(first)
+            + f"\n--- last lines of the job\n{text[-2500:]}"
+        )
     return lines
 
 
@@ -191,14 +226,21 @@ class ProgramPeer:
     optional ``trace``) fails the test. A peer that does not answer within the timeout is
     killed and fails the test (a hang); one that dies is reported with its stderr."""
 
-    def __init__(self, program: Sequence[str], name: str, env: Optional[dict] = None,
-                 prefix: Sequence[str] = ()) -> None:
+    def __init__(
+        self, program: Sequence[str], name: str, env: Optional[dict] = None, prefix: Sequence[str] = ()
+    ) -> None:
         full = dict(os.environ)
         full["PYTHONUNBUFFERED"] = "1"
         full.update(env or {})
         self.name = name
-        self.proc = subprocess.Popen([*prefix, *program], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=full, text=True)
+        self.proc = subprocess.Popen(
+            [*prefix, *program],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=full,
+            text=True,
+        )
 
     def send(self, cmd: str, **kw) -> None:
         assert self.proc.stdin

@@ -5,6 +5,7 @@
 Every host gets its own MORI_NODE_ID (the namespaces share one kernel, so the boot
 id would otherwise put them on one node) and the same MORI_JOB_SECRET.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,8 +48,15 @@ class HostResult:
 class MultiHostJob:
     """``mori run`` started in every namespace; wait() collects each host's output."""
 
-    def __init__(self, hosts: Sequence[Host], nproc: int, program: Sequence[str], secret_hex: str,
-                 env: Optional[dict] = None, launcher_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        hosts: Sequence[Host],
+        nproc: int,
+        program: Sequence[str],
+        secret_hex: str,
+        env: Optional[dict] = None,
+        launcher_args: Sequence[str] = (),
+    ) -> None:
         self.hosts = list(hosts)
         self.procs: list[subprocess.Popen] = []
         self.outputs: list[list[bytes]] = []
@@ -57,9 +65,25 @@ class MultiHostJob:
         for rank, host in enumerate(self.hosts):
             host_env = job_env(env)
             host_env.update({"MORI_NODE_ID": host.name, "MORI_JOB_SECRET": secret_hex})
-            cmd = [sys.executable, "-m", "mori.apps.cli", "run", "--nnodes", str(len(self.hosts)), "--node-rank",
-                   str(rank), "--master-addr", self.hosts[0].ip, "--master-port", str(MASTER_PORT), "-n", str(nproc),
-                   *launcher_args, "--", *program]
+            cmd = [
+                sys.executable,
+                "-m",
+                "mori.apps.cli",
+                "run",
+                "--nnodes",
+                str(len(self.hosts)),
+                "--node-rank",
+                str(rank),
+                "--master-addr",
+                self.hosts[0].ip,
+                "--master-port",
+                str(MASTER_PORT),
+                "-n",
+                str(nproc),
+                *launcher_args,
+                "--",
+                *program,
+            ]
             proc = host.popen(cmd, env=host_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             self.procs.append(proc)
             out: list[bytes] = [b"", b""]
@@ -87,8 +111,10 @@ class MultiHostJob:
             self.stop()
         for t in self.threads:
             t.join(timeout=10)
-        results = [HostResult(h, p.returncode, o[0].decode(errors="replace"), o[1].decode(errors="replace"))
-                   for h, p, o in zip(self.hosts, self.procs, self.outputs)]
+        results = [
+            HostResult(h, p.returncode, o[0].decode(errors="replace"), o[1].decode(errors="replace"))
+            for h, p, o in zip(self.hosts, self.procs, self.outputs)
+        ]
         if hung:
             dump = "\n".join(f"--- host {r.host.name} (rc {r.returncode})\n{r.text[-4000:]}" for r in results)
             raise AssertionError(f"multi-host job hung for {timeout} s\n{dump}")
@@ -107,8 +133,14 @@ class MultiHostJob:
                 p.wait()
 
 
-def run_on_hosts(hosts: Sequence[Host], nproc: int, program: Sequence[str], timeout: float = 120,
-                 env: Optional[dict] = None, secret_hex: Optional[str] = None) -> list[HostResult]:
+def run_on_hosts(
+    hosts: Sequence[Host],
+    nproc: int,
+    program: Sequence[str],
+    timeout: float = 120,
+    env: Optional[dict] = None,
+    secret_hex: Optional[str] = None,
+) -> list[HostResult]:
     job = MultiHostJob(hosts, nproc, program, secret_hex or os.urandom(32).hex(), env)
     return job.wait(timeout)
 
@@ -129,7 +161,7 @@ def info_blobs(results: Sequence[HostResult]) -> list[dict]:
 
     text = results[0].stdout
     body = "\n".join(line.split("] ", 1)[1] if line.startswith("[") else line for line in text.splitlines())
-    return json.loads(body[body.index("["):body.rindex("]") + 1])
+    return json.loads(body[body.index("[") : body.rindex("]") + 1])
 
 
 def joined(results: Sequence[HostResult]) -> subprocess.CompletedProcess:

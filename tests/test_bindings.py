@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Python takes its enums and the EP config's field list from the C++ side, and mori/_C.pyi is
 the stub of the module this build makes (issue 30 item 9). Fast: no PEs are started."""
+
 from __future__ import annotations
 
 import ast
@@ -30,11 +31,21 @@ def test_python_constants_are_the_native_enums():
     assert all(int(m) == int(_C.core.ReduceOp[m.name]) for m in ReduceOp)
     assert EpDispatchCombineKernelType is _C.ep.EpDispatchCombineKernelType
     assert EpDispatchCombineQuantType is _C.ep.EpDispatchCombineQuantType
-    assert [m.name for m in EpDispatchCombineKernelType] == ["IntraNode", "InterNode", "InterNodeV1",
-                                                             "InterNodeV1LL", "AsyncLL", "IntraNodeLL"]
+    assert [m.name for m in EpDispatchCombineKernelType] == [
+        "IntraNode",
+        "InterNode",
+        "InterNodeV1",
+        "InterNodeV1LL",
+        "AsyncLL",
+        "IntraNodeLL",
+    ]
     assert [int(m) for m in EpDispatchCombineKernelType] == list(range(6))
-    assert [m.name for m in EpDispatchCombineQuantType] == ["None_", "Fp8DirectCast", "Fp8BlockwiseQuant",
-                                                            "Fp4BlockwiseQuant"]
+    assert [m.name for m in EpDispatchCombineQuantType] == [
+        "None_",
+        "Fp8DirectCast",
+        "Fp8BlockwiseQuant",
+        "Fp4BlockwiseQuant",
+    ]
     assert (sh.CMP_EQ, sh.CMP_NE, sh.CMP_GT, sh.CMP_LE, sh.CMP_LT, sh.CMP_GE) == tuple(_C.shmem.Cmp)
     assert (sh.CMP_EQ, sh.CMP_GE) == (0, 5) and (sh.SIGNAL_SET, sh.SIGNAL_ADD) == (0, 1)
     assert sh.SIGNAL_ADD is _C.shmem.SignalOp.ADD
@@ -77,12 +88,18 @@ def test_ep_config_fields_are_the_native_list():
             value = f.default
             if f.name == "quant_type":
                 from mori.ep.kernel_type import normalize_quant_type
+
                 value = normalize_quant_type(value)
             assert int(value) == defaults[f.name], f.name
     rng = random.Random()
     values = {name: rng.randrange(1, 2**20) for name, kind, _ in native if kind == "int"}
-    cfg = EpDispatchCombineConfig(data_type=None, **values, use_external_inp_buf=False,
-                                  kernel_type=EpDispatchCombineKernelType.AsyncLL, quant_type="fp8_blockwise")
+    cfg = EpDispatchCombineConfig(
+        data_type=None,
+        **values,
+        use_external_inp_buf=False,
+        kernel_type=EpDispatchCombineKernelType.AsyncLL,
+        quant_type="fp8_blockwise",
+    )
     threads = rng.randrange(1, 64)
     out = cfg.native(threads)
     assert list(out) == [name for name, _, _ in native] + ["num_threads"]
@@ -99,8 +116,13 @@ def test_cpp_config_face_keeps_its_fields():
 
     rng = random.Random()
     hidden, ranks = rng.randrange(8, 4096), rng.randrange(2, 9)
-    c = CppConfig(rank=1, world_size=ranks, hidden_dim=hidden, max_num_inp_token_per_rank=rng.randrange(1, 512),
-                  quant_type="fp8_direct_cast")
+    c = CppConfig(
+        rank=1,
+        world_size=ranks,
+        hidden_dim=hidden,
+        max_num_inp_token_per_rank=rng.randrange(1, 512),
+        quant_type="fp8_direct_cast",
+    )
     py = c.to_python()
     assert (py.hidden_dim, py.world_size, py.warp_num_per_block, py.block_num) == (hidden, ranks, 0, 0)
     assert int(py.quant_type) == 1 and c.max_num_tokens_to_send() == ranks * c.max_num_inp_token_per_rank

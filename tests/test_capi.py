@@ -2,6 +2,7 @@
 """The OpenSHMEM C API: C programs in tests/capi/ built with our oshcc and run on 1-8 PEs
 through oshrun, `mori run` and mpirun. Each program checks exact values on data drawn
 from a seed chosen here (printed on failure) and exits non-zero on the first mismatch."""
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,25 @@ from mori.core.ports import free_port
 from harness import CAPI_PROGRAMS, check, job_env, mori_run, mpirun
 
 CAPI = Path(__file__).parent / "capi"
-PROGRAMS = ["rma", "amo", "sync", "coll", "legacy", "threads", "errors", "fair", "team_sync", "shmemx", "noexit",
-            "generics_gen", "v16", "barrier", "runahead", "stage_parity", "idle"]
+PROGRAMS = [
+    "rma",
+    "amo",
+    "sync",
+    "coll",
+    "legacy",
+    "threads",
+    "errors",
+    "fair",
+    "team_sync",
+    "shmemx",
+    "noexit",
+    "generics_gen",
+    "v16",
+    "barrier",
+    "runahead",
+    "stage_parity",
+    "idle",
+]
 # The conformance programs (one per defect of the conformance issue) run at these PE counts.
 CONFORMANCE_PES = [1, 2, 3, 4, 8]
 
@@ -30,8 +48,12 @@ def tools() -> dict:
     from mori.shmem.capi import paths
 
     p = paths()
-    return {"oshcc": str(p.bin_dir / "oshcc"), "oshcxx": str(p.bin_dir / "oshc++"), "oshrun": str(p.bin_dir / "oshrun"),
-            "include": p.include_dir}
+    return {
+        "oshcc": str(p.bin_dir / "oshcc"),
+        "oshcxx": str(p.bin_dir / "oshc++"),
+        "oshrun": str(p.bin_dir / "oshrun"),
+        "include": p.include_dir,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +69,9 @@ def _oshrun(tools: dict, n: int, prog: list[str], timeout: float = 90, env: dict
     cmd = [tools["oshrun"], "-n", str(n), *prog]
     extra = {"MORI_PYTHON": sys.executable, **(env or {})}
     try:
-        return subprocess.run(cmd, env=job_env(extra), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(
+            cmd, env=job_env(extra), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired as exc:
         raise AssertionError(f"oshrun timed out after {timeout}s (a hang): {' '.join(cmd)}") from exc
 
@@ -86,15 +109,26 @@ def test_derived_secret_matches_python(built):
     from mori import _C
 
     port = free_port()
-    launch = {"MASTER_ADDR": "127.0.0.1", "MORI_MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "2",
-              "LOCAL_RANK": "1"}  # local rank 1: no warning on stderr
+    launch = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MORI_MASTER_PORT": str(port),
+        "RANK": "0",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "1",
+    }  # local rank 1: no warning on stderr
     env = {k: v for k, v in job_env(launch).items() if not k.startswith(("MORI_STORE", "MORI_JOB_SECRET", "OMPI_COMM"))}
     code = "from mori.core.bootstrap import detect_launch; print(detect_launch().secret_hex)"
     derived = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert derived.returncode == 0, derived.stderr
     secret = derived.stdout.strip().splitlines()[-1]
-    rank0 = subprocess.Popen([str(built / "legacy"), _seed()], env=env, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rank0 = subprocess.Popen(
+        [str(built / "legacy"), _seed()],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         with pytest.raises(Exception, match="(?i)refus|secret|auth"):
             _C.core.StoreClient("127.0.0.1", port, "ab" * 32, 1, 30)
@@ -135,17 +169,41 @@ def test_pe_killed_during_init_leaves_nothing_in_dev_shm(built):
         pytest.skip("strace is not installed (scripts/setup.sh installs it)")
     port = free_port()
     before = set(os.listdir("/dev/shm"))
-    base = {"MASTER_ADDR": "127.0.0.1", "MORI_MASTER_PORT": str(port), "WORLD_SIZE": "2", "MORI_BOOTSTRAP_TIMEOUT": "20"}
+    base = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MORI_MASTER_PORT": str(port),
+        "WORLD_SIZE": "2",
+        "MORI_BOOTSTRAP_TIMEOUT": "20",
+    }
     env = {k: v for k, v in job_env(base).items() if not k.startswith(("MORI_STORE", "OMPI_COMM"))}
     seed = _seed()
-    pe0 = subprocess.Popen([str(built / "legacy"), seed], env={**env, "RANK": "0", "LOCAL_RANK": "0"},
-                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pe0 = subprocess.Popen(
+        [str(built / "legacy"), seed],
+        env={**env, "RANK": "0", "LOCAL_RANK": "0"},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     # PE 1's ftruncate calls (its heap's, then its data segment's) take 1.5 s each, so PE 0 sits
     # in shmem_init holding its data segment, waiting for PE 1 to map it.
-    pe1 = subprocess.Popen([strace, "-f", "-o", os.devnull, "-e", "trace=ftruncate", "-e",
-                            "inject=ftruncate:delay_enter=1500000", str(built / "legacy"), seed],
-                           env={**env, "RANK": "1", "LOCAL_RANK": "1"}, stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pe1 = subprocess.Popen(
+        [
+            strace,
+            "-f",
+            "-o",
+            os.devnull,
+            "-e",
+            "trace=ftruncate",
+            "-e",
+            "inject=ftruncate:delay_enter=1500000",
+            str(built / "legacy"),
+            seed,
+        ],
+        env={**env, "RANK": "1", "LOCAL_RANK": "1"},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while not _holds_data_segment(pe0.pid):
@@ -239,14 +297,20 @@ def test_symmetric_size_env(built, tools):
 
 def test_cplusplus_and_showme(tools, tmp_path):
     src = tmp_path / "hello.cc"
-    src.write_text('#include <shmem.h>\n#include <shmemx.h>\n#include <cstdio>\n'
-                   'int main() { shmem_init(); long* p = static_cast<long*>(shmem_malloc(8)); *p = shmem_my_pe();\n'
-                   '  if (shmem_sync(SHMEM_TEAM_WORLD) != 0) return 5;  // the 1.5 overload of the C++ header\n'
-                   '  shmem_barrier_all(); std::printf("cxx %ld %d\\n", shmem_long_g(p, 0), shmem_n_pes());\n'
-                   '  shmem_free(p); shmem_finalize(); return 0; }\n')
+    src.write_text(
+        "#include <shmem.h>\n#include <shmemx.h>\n#include <cstdio>\n"
+        "int main() { shmem_init(); long* p = static_cast<long*>(shmem_malloc(8)); *p = shmem_my_pe();\n"
+        "  if (shmem_sync(SHMEM_TEAM_WORLD) != 0) return 5;  // the 1.5 overload of the C++ header\n"
+        '  shmem_barrier_all(); std::printf("cxx %ld %d\\n", shmem_long_g(p, 0), shmem_n_pes());\n'
+        "  shmem_free(p); shmem_finalize(); return 0; }\n"
+    )
     exe = tmp_path / "hello"
-    res = subprocess.run([tools["oshcxx"], "-std=c++20", "-Wall", "-Werror", "-o", str(exe), str(src)],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [tools["oshcxx"], "-std=c++20", "-Wall", "-Werror", "-o", str(exe), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     out = check(_oshrun(tools, 2, [str(exe)]))
     assert out.count("cxx 0 2") == 2, out
@@ -258,8 +322,12 @@ def test_v16_const_vectors_and_empty_team_config_from_cplusplus(tools, tmp_path)
     """Issue 29 item 18: a C++ caller passes const cmp_values to the six _vector wait/test
     routines (it did not compile), and shmem_team_get_config(team, 0, NULL) is 0 (it was -1)."""
     exe = tmp_path / "v16_const"
-    res = subprocess.run([tools["oshcxx"], "-std=c++17", "-Wall", "-Werror", "-o", str(exe),
-                          str(CAPI_PROGRAMS / "v16_const.cc")], capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [tools["oshcxx"], "-std=c++17", "-Wall", "-Werror", "-o", str(exe), str(CAPI_PROGRAMS / "v16_const.cc")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     seed = _seed()
     out = check(_oshrun(tools, 3, [str(exe), seed]))
@@ -349,8 +417,9 @@ def test_shmemx_feature_macros_cover_every_extension(tools):
         assert re.search(rf"#define HAVE_{r.upper()} 1", text), f"shmemx.h lacks HAVE_{r.upper()}"
 
 
-@pytest.mark.parametrize("how, n", [("return", 1), ("return", 2), ("exit", 3), ("mixed", 4), ("return", 8),
-                                    ("mixed", 8)])
+@pytest.mark.parametrize(
+    "how, n", [("return", 1), ("return", 2), ("exit", 3), ("mixed", 4), ("return", 8), ("mixed", 8)]
+)
 def test_exit_without_finalize_keeps_status_and_output(built, tools, how, n):
     """Leaving main (return or exit) without shmem_finalize finalizes at exit: the status
     passes through and every PE's buffered output arrives (it used to abort with 134)."""
@@ -375,13 +444,31 @@ def test_profiling_interface_interposes_putmem(built, tools, tmp_path, n, how):
     pshmem_*: it sees exactly the program's calls (none while shmem_pcontrol(0) is in force,
     none made inside the library by _my_pe)."""
     tool = tmp_path / "libprofile_tool.so"
-    res = subprocess.run([tools["oshcc"], "-std=c11", "-Wall", "-Werror", "-shared", "-fPIC", "-o", str(tool),
-                          str(CAPI / "profile_tool.c")], capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [
+            tools["oshcc"],
+            "-std=c11",
+            "-Wall",
+            "-Werror",
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(tool),
+            str(CAPI / "profile_tool.c"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     exe = tmp_path / "profile"
     link = [f"-L{tmp_path}", "-lprofile_tool", f"-Wl,-rpath,{tmp_path}"] if how == "link" else []
-    res = subprocess.run([tools["oshcc"], "-std=c11", "-Wall", "-Werror", "-o", str(exe), str(CAPI / "profile.c"),
-                          *link], capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [tools["oshcc"], "-std=c11", "-Wall", "-Werror", "-o", str(exe), str(CAPI / "profile.c"), *link],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     seed = _seed()
     # After what is preloaded already (scripts/sanitize.sh puts libasan first, where it must be).
@@ -438,9 +525,24 @@ def test_v16_over_tcp(built, tools, n):
 @pytest.fixture(scope="module")
 def asan_program(tools, tmp_path_factory) -> Path:
     exe = tmp_path_factory.mktemp("capi_asan") / "asan"
-    res = subprocess.run([tools["oshcc"], "-std=c11", "-g", "-O1", "-fsanitize=address", "-fno-omit-frame-pointer",
-                          "-Wall", "-Werror", "-o", str(exe), str(CAPI / "asan.c")],
-                         capture_output=True, text=True, timeout=180)
+    res = subprocess.run(
+        [
+            tools["oshcc"],
+            "-std=c11",
+            "-g",
+            "-O1",
+            "-fsanitize=address",
+            "-fno-omit-frame-pointer",
+            "-Wall",
+            "-Werror",
+            "-o",
+            str(exe),
+            str(CAPI / "asan.c"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     if res.returncode != 0 and "asan" in res.stderr:
         pytest.skip(f"no AddressSanitizer runtime: {res.stderr[-300:]}")
     assert res.returncode == 0, res.stderr

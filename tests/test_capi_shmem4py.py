@@ -5,6 +5,7 @@ Opt-in (building shmem4py takes minutes): set MORI_TEST_SHMEM4PY_PYTHON to a Pyt
 shmem4py was built with OSHCC=<mori>/bin/oshcc (and numpy < 2, which shmem4py 1.0's tests
 need), and MORI_TEST_SHMEM4PY_TESTS to its source tree's test/ directory.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,9 @@ def test_shmem4py_suite(n):
     ldd = subprocess.run(["ldd", lib.stdout.strip()], capture_output=True, text=True).stdout
     assert "libmori_shmem" in ldd, f"shmem4py is not built against MORI:\n{ldd}"
     cmd = [str(paths().bin_dir / "oshrun"), "-n", str(n), PY, "-m", "unittest", "discover", "-f"]
-    proc = subprocess.run(cmd, cwd=TESTS, env=job_env({"MORI_PYTHON": sys.executable}), capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        cmd, cwd=TESTS, env=job_env({"MORI_PYTHON": sys.executable}), capture_output=True, text=True, timeout=600
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
     assert out.count("\nOK") >= n, out[-3000:]

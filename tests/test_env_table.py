@@ -9,6 +9,7 @@ os.getenv, nothing writes os.environ, and every MORI_*/UMBP_* name the library o
 tools use as an environment key is a row of the table. Then the table's typed values, its alias
 column and `mori info --env` are checked against fresh random values.
 """
+
 from __future__ import annotations
 
 import ast
@@ -74,8 +75,12 @@ def c_env_violations(rel: str, text: str) -> list[str]:
 
 
 def _is_os_environ(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Attribute) and node.attr == "environ" and isinstance(node.value, ast.Name)
-            and node.value.id == "os")
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "environ"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "os"
+    )
 
 
 def py_env_violations(rel: str, text: str) -> list[str]:
@@ -84,7 +89,11 @@ def py_env_violations(rel: str, text: str) -> list[str]:
     may_read = rel.startswith("core/") or rel in PY_READ_ALLOWED
     for node in ast.walk(ast.parse(text)):
         where = f"{rel}:{getattr(node, 'lineno', 0)}"
-        if isinstance(node, ast.Subscript) and _is_os_environ(node.value) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        if (
+            isinstance(node, ast.Subscript)
+            and _is_os_environ(node.value)
+            and isinstance(node.ctx, (ast.Store, ast.Del))
+        ):
             found.append(f"{where}: writes os.environ")
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             f = node.func
@@ -94,13 +103,23 @@ def py_env_violations(rel: str, text: str) -> list[str]:
                 found.append(f"{where}: writes the environment (os.{f.attr})")
             first = node.args[0] if node.args else None
             # (setdefault on a copy is a launcher filling its child's environment: a write, allowed)
-            if (not may_read and f.attr in ("get", "getenv", "pop") and isinstance(first, ast.Constant)
-                    and isinstance(first.value, str) and ENV_NAME.match(first.value)
-                    and (f.attr != "getenv" or isinstance(f.value, ast.Name))):
+            if (
+                not may_read
+                and f.attr in ("get", "getenv", "pop")
+                and isinstance(first, ast.Constant)
+                and isinstance(first.value, str)
+                and ENV_NAME.match(first.value)
+                and (f.attr != "getenv" or isinstance(f.value, ast.Name))
+            ):
                 found.append(f"{where}: reads {first.value} itself (use mori.core.env.setting)")
-        if (not may_read and isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load)
-                and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)
-                and ENV_NAME.match(node.slice.value)):
+        if (
+            not may_read
+            and isinstance(node, ast.Subscript)
+            and isinstance(node.ctx, ast.Load)
+            and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, str)
+            and ENV_NAME.match(node.slice.value)
+        ):
             found.append(f"{where}: reads {node.slice.value} itself (use mori.core.env.setting)")
     return found
 
@@ -112,17 +131,35 @@ def py_env_names(text: str) -> set[str]:
         if isinstance(node, ast.keyword) and node.arg and ENV_NAME.match(node.arg):
             names.add(node.arg)
         elif isinstance(node, ast.Dict):
-            names |= {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)
-                      and ENV_NAME.match(k.value)}
-        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) \
-                and isinstance(node.slice.value, str) and ENV_NAME.match(node.slice.value):
+            names |= {
+                k.value
+                for k in node.keys
+                if isinstance(k, ast.Constant) and isinstance(k.value, str) and ENV_NAME.match(k.value)
+            }
+        elif (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, str)
+            and ENV_NAME.match(node.slice.value)
+        ):
             names.add(node.slice.value)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
-                "get", "getenv", "setting", "pop") and node.args and isinstance(node.args[0], ast.Constant) \
-                and isinstance(node.args[0].value, str) and ENV_NAME.match(node.args[0].value):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("get", "getenv", "setting", "pop")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and ENV_NAME.match(node.args[0].value)
+        ):
             names.add(node.args[0].value)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setting" \
-                and node.args and isinstance(node.args[0], ast.Constant):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "setting"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             names.add(node.args[0].value)
     return names
 
@@ -142,10 +179,17 @@ def test_scanners_flag_what_they_must():
     assert py_env_violations("apps/x.py", 'import os\nos.environ["PATH"] = "/bin"')
     assert py_env_violations("apps/x.py", 'import os\nos.putenv("X", "1")')
     assert not py_env_violations("core/x.py", 'import os\nv = os.environ.get("MORI_RANK")')
-    assert not py_env_violations("apps/x.py", 'import os\nenv = dict(os.environ, MORI_PYTHON="p")\nenv["MORI_RANK"] = "1"')
-    assert not py_env_violations("apps/x.py", 'import os\nenv = dict(os.environ)\nenv.setdefault("MORI_SHMEM_HEAP_SIZE", "1M")')
+    assert not py_env_violations(
+        "apps/x.py", 'import os\nenv = dict(os.environ, MORI_PYTHON="p")\nenv["MORI_RANK"] = "1"'
+    )
+    assert not py_env_violations(
+        "apps/x.py", 'import os\nenv = dict(os.environ)\nenv.setdefault("MORI_SHMEM_HEAP_SIZE", "1M")'
+    )
     assert py_env_names('env = dict(os.environ, MORI_A="1")\nd = {"UMBP_B": 1}\nx = setting("MORI_C")') == {
-        "MORI_A", "UMBP_B", "MORI_C"}
+        "MORI_A",
+        "UMBP_B",
+        "MORI_C",
+    }
 
 
 def test_only_the_table_reads_the_environment():
@@ -173,8 +217,20 @@ def test_every_environment_name_the_library_uses_is_a_row():
 def test_rows_have_a_category_and_known_types():
     rows = env_table()
     assert len({r["name"] for r in rows}) == len(rows)
-    layers = {"core", "bootstrap", "transports", "shmem", "collectives", "ep", "io", "umbp", "ir", "apps", "tools",
-              "tests"}
+    layers = {
+        "core",
+        "bootstrap",
+        "transports",
+        "shmem",
+        "collectives",
+        "ep",
+        "io",
+        "umbp",
+        "ir",
+        "apps",
+        "tools",
+        "tests",
+    }
     for r in rows:
         assert r["category"] in layers, r
         assert r["type"] in ("size", "seconds", "number", "bool", "int", "string"), r
@@ -226,8 +282,9 @@ def test_mori_info_env_shows_category_and_alias(monkeypatch):
     mib = random.randrange(2, 4096)
     env = {k: v for k, v in __import__("os").environ.items() if k != "MORI_SHMEM_HEAP_SIZE"}
     env["SHMEM_SYMMETRIC_SIZE"] = f"{mib}M"
-    out = subprocess.run([sys.executable, "-m", "mori.apps.cli", "info", "--env"], env=env, capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "mori.apps.cli", "info", "--env"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     heap = next(i for i, l in enumerate(lines) if "MORI_SHMEM_HEAP_SIZE" in l)

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The import paths existing integrations use (vLLM, SGLang, DeepEP's MORI shim)."""
+
 import importlib
 
 import pytest
@@ -28,10 +29,24 @@ def test_aliases_are_the_same_modules():
     assert mori.ops is mori.ep and mori.ccl is mori.collectives
     assert mori.cpp is mori._C and hasattr(mori.cpp, "shmem")
     assert isinstance(mori.__version__, str)
-    for name in ("shmem_torch_process_group_init", "shmem_get_unique_id", "shmem_init_attr", "shmem_mpi_init",
-                 "shmem_finalize", "shmem_mype", "shmem_npes", "shmem_malloc", "shmem_malloc_align", "shmem_free",
-                 "shmem_ptr_p2p", "shmem_barrier_all", "shmem_buffer_register", "shmem_buffer_deregister",
-                 "MORI_SHMEM_INIT_WITH_MPI_COMM", "MORI_SHMEM_INIT_WITH_UNIQUEID"):
+    for name in (
+        "shmem_torch_process_group_init",
+        "shmem_get_unique_id",
+        "shmem_init_attr",
+        "shmem_mpi_init",
+        "shmem_finalize",
+        "shmem_mype",
+        "shmem_npes",
+        "shmem_malloc",
+        "shmem_malloc_align",
+        "shmem_free",
+        "shmem_ptr_p2p",
+        "shmem_barrier_all",
+        "shmem_buffer_register",
+        "shmem_buffer_deregister",
+        "MORI_SHMEM_INIT_WITH_MPI_COMM",
+        "MORI_SHMEM_INIT_WITH_UNIQUEID",
+    ):
         assert hasattr(mori.shmem, name), name
 
 
@@ -64,6 +79,7 @@ def test_build_scripts_never_import_an_installed_mori(tmp_path):
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "wrappers.cu"
     env = dict(os.environ, PYTHONPATH=str(fake.parent))
-    subprocess.run([sys.executable, str(root / "ir" / "codegen.py"), str(out)], check=True, env=env, cwd=tmp_path,
-                   timeout=60)
+    subprocess.run(
+        [sys.executable, str(root / "ir" / "codegen.py"), str(out)], check=True, env=env, cwd=tmp_path, timeout=60
+    )
     assert "mori_shmem_device_state" in out.read_text()

@@ -6,6 +6,7 @@ The build enforces the same for what it compiles (one library per layer, the lay
 private); this test also covers headers no build of this machine compiles (CUDA-only, UCX-only)
 and Python, which no build checks.
 """
+
 from __future__ import annotations
 
 import ast
@@ -21,14 +22,22 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*(?:"([^"]+)"|<(mori[^>]*)>)', re.M)
 # Modules of the top-level package that belong to a layer (MORI's alias names).
 PYTHON_ALIASES = {"ccl": "collectives", "ops": "ep", "kernel_profiler": "ep", "cpp": "apps"}
 # Submodules of the native module mori._C, by the layer that binds them.
-NATIVE_SUBMODULES = {"core": "core", "ucx": "transports", "shmem": "shmem", "collectives": "collectives",
-                     "ep": "ep", "io": "io", "umbp": "umbp"}
+NATIVE_SUBMODULES = {
+    "core": "core",
+    "ucx": "transports",
+    "shmem": "shmem",
+    "collectives": "collectives",
+    "ep": "ep",
+    "io": "io",
+    "umbp": "umbp",
+}
 
 
 def read_layers(root: Path) -> list[str]:
     """The layer names of ``root/layers.txt``, bottom to top."""
-    return [line.strip() for line in (root / "layers.txt").read_text().splitlines()
-            if re.fullmatch(r"[a-z]+", line.strip())]
+    return [
+        line.strip() for line in (root / "layers.txt").read_text().splitlines() if re.fullmatch(r"[a-z]+", line.strip())
+    ]
 
 
 @dataclass(frozen=True)
@@ -59,7 +68,12 @@ def check_includes(root: Path, layers: list[str]) -> list[Violation]:
                 target = match.group(1) or match.group(2)
                 owner = None  # (layer, is public)
                 parts = target.split("/")
-                if len(parts) > 2 and parts[0] == "mori" and parts[1] in rank and (root / parts[1] / "include" / target).is_file():
+                if (
+                    len(parts) > 2
+                    and parts[0] == "mori"
+                    and parts[1] in rank
+                    and (root / parts[1] / "include" / target).is_file()
+                ):
                     owner = (parts[1], True)
                 elif (root / layer / "include" / target).is_file():
                     owner = (layer, True)
@@ -153,19 +167,22 @@ def _tree(root: Path, files: dict[str, str]) -> None:
 
 def test_checker_finds_what_it_must(tmp_path: Path) -> None:
     """The checks above can fail: a tree with one of each wrong include and import."""
-    _tree(tmp_path, {
-        "low/include/mori/low/api.h": '#include "mori/mid/api.h"\n#include "src/secret.h"\n',
-        "low/src/secret.h": "",
-        "low/src/impl.cc": '#include "src/secret.h"\n#include "mori/low/api.h"\n#include "impl_local.h"\n',
-        "low/src/impl_local.h": "",
-        "mid/include/mori/mid/api.h": '#include "mori/low/api.h"\n',
-        "mid/src/uses.cc": '#include "low/src/secret.h"\n#include "mori/high/api.h"\n#include <mori/mid/api.h>\n',
-        "high/include/mori/high/api.h": '#include "mori/mid/api.h"\n',
-        "low/__init__.py": "from mori.mid import x\nimport mori.core\n",
-        "mid/mod.py": "def f():\n    from mori import high\n    from mori.low import y\n    from . import sibling\n",
-        "mid/sub/deep.py": "from ...high import z\n",
-        "high/top.py": "import mori.low\nfrom mori.mid.mod import f\n",
-    })
+    _tree(
+        tmp_path,
+        {
+            "low/include/mori/low/api.h": '#include "mori/mid/api.h"\n#include "src/secret.h"\n',
+            "low/src/secret.h": "",
+            "low/src/impl.cc": '#include "src/secret.h"\n#include "mori/low/api.h"\n#include "impl_local.h"\n',
+            "low/src/impl_local.h": "",
+            "mid/include/mori/mid/api.h": '#include "mori/low/api.h"\n',
+            "mid/src/uses.cc": '#include "low/src/secret.h"\n#include "mori/high/api.h"\n#include <mori/mid/api.h>\n',
+            "high/include/mori/high/api.h": '#include "mori/mid/api.h"\n',
+            "low/__init__.py": "from mori.mid import x\nimport mori.core\n",
+            "mid/mod.py": "def f():\n    from mori import high\n    from mori.low import y\n    from . import sibling\n",
+            "mid/sub/deep.py": "from ...high import z\n",
+            "high/top.py": "import mori.low\nfrom mori.mid.mod import f\n",
+        },
+    )
     layers = read_layers(tmp_path)
     assert layers == ["low", "mid", "high"]
     includes = sorted((v.path, v.target) for v in check_includes(tmp_path, layers))

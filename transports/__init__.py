@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """mori.transports: how PEs reach each other. Selection is automatic (per peer pair,
 from the topology); this module reports it."""
+
 from __future__ import annotations
 
 from mori import _C

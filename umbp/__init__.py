@@ -15,6 +15,7 @@ the ranks of a host share. Pointers are ``int`` addresses of host memory (``ctyp
 
 The same names are attributes of ``mori.cpp`` (MORI's native module name).
 """
+
 from mori._C.umbp import (
     CacheRemoteAdmission,
     UMBPConfig,
@@ -53,6 +54,7 @@ class UMBPClient(_NativeClient):
     def __new__(cls, config=None, *args, **kwargs):
         if cls is UMBPClient and config is not None and getattr(config, "distributed", None) is not None:
             from mori.umbp.distributed.distributed_client import DistributedUMBPClient
+
             cls = DistributedUMBPClient
         return super().__new__(cls)
 

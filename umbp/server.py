@@ -10,6 +10,7 @@ may connect (socket mode 0600, SO_PEERCRED checked).
 A second server started for an address that a live server holds exits at once with status 0
 (this is how ranks racing to auto-start end with one server).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,12 +41,18 @@ def _size(text: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The server's command-line options (shared by ``mori umbp-server`` and ``-m mori.umbp.server``)."""
-    parser.add_argument("--address", default="",
-                        help="unix:///path.sock to listen at (default: UMBP_STANDALONE_ADDRESS, else "
-                             "$XDG_RUNTIME_DIR/mori-umbp/<host>.sock or /tmp/mori-umbp-<uid>/<host>.sock)")
-    parser.add_argument("--idle-exit-timeout-ms", type=int, default=-1,
-                        help="exit after this long without a connected worker (0: never; default "
-                             "UMBP_STANDALONE_IDLE_EXIT_TIMEOUT_MS)")
+    parser.add_argument(
+        "--address",
+        default="",
+        help="unix:///path.sock to listen at (default: UMBP_STANDALONE_ADDRESS, else "
+        "$XDG_RUNTIME_DIR/mori-umbp/<host>.sock or /tmp/mori-umbp-<uid>/<host>.sock)",
+    )
+    parser.add_argument(
+        "--idle-exit-timeout-ms",
+        type=int,
+        default=-1,
+        help="exit after this long without a connected worker (0: never; default UMBP_STANDALONE_IDLE_EXIT_TIMEOUT_MS)",
+    )
     parser.add_argument("--dram-capacity", type=_size, default=None, help="DRAM tier bytes (e.g. 16GiB)")
     parser.add_argument("--ssd-dir", default=None, help="SSD tier directory")
     parser.add_argument("--ssd-capacity", type=_size, default=None, help="SSD tier bytes")
@@ -55,9 +62,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
     """ServerOptions from parsed add_arguments() options."""
-    return ServerOptions(address=args.address, idle_exit_timeout_ms=args.idle_exit_timeout_ms,
-                         dram_capacity=args.dram_capacity, ssd_enabled=False if args.no_ssd else None,
-                         ssd_dir=args.ssd_dir, ssd_capacity=args.ssd_capacity, quiet=args.quiet)
+    return ServerOptions(
+        address=args.address,
+        idle_exit_timeout_ms=args.idle_exit_timeout_ms,
+        dram_capacity=args.dram_capacity,
+        ssd_enabled=False if args.no_ssd else None,
+        ssd_dir=args.ssd_dir,
+        ssd_capacity=args.ssd_capacity,
+        quiet=args.quiet,
+    )
 
 
 def serve(opts: ServerOptions) -> int:
@@ -69,8 +82,15 @@ def serve(opts: ServerOptions) -> int:
         from mori.core.env import setting
 
         address = str(setting("UMBP_STANDALONE_ADDRESS")) or _C.umbp.default_server_address()
-    server = _C.umbp.start_server(address, opts.idle_exit_timeout_ms, None, dram_capacity=opts.dram_capacity,
-                                  ssd_enabled=opts.ssd_enabled, ssd_dir=opts.ssd_dir, ssd_capacity=opts.ssd_capacity)
+    server = _C.umbp.start_server(
+        address,
+        opts.idle_exit_timeout_ms,
+        None,
+        dram_capacity=opts.dram_capacity,
+        ssd_enabled=opts.ssd_enabled,
+        ssd_dir=opts.ssd_dir,
+        ssd_capacity=opts.ssd_capacity,
+    )
     if server is None:
         if not opts.quiet:
             print(f"mori umbp-server: {address} is already served by another process", flush=True)

@@ -9,6 +9,7 @@ does not take it). The pieces they share: ``sizes`` (option parsing, size labels
 (warm-up, slowest rank), ``launch`` (starting their own ranks), ``report`` (table and JSON),
 ``wire`` (their sockets), ``processes`` (stopping helpers).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,21 +46,49 @@ class Bench:
 
 
 BENCHES = (
-    Bench("shmem", "shmem", "put/get latency and bandwidth between 2 PEs of one host (vs mpi4py RMA, memcpy)",
-          (Variant("--hosts", "shmem_hosts", "the same across a network link (vs a plain TCP socket)"),
-           Variant("--gpu", "shmem_gpu", "GPU heap RMA on 2 GPUs (vs torch peer copy)", keep_flag=False))),
+    Bench(
+        "shmem",
+        "shmem",
+        "put/get latency and bandwidth between 2 PEs of one host (vs mpi4py RMA, memcpy)",
+        (
+            Variant("--hosts", "shmem_hosts", "the same across a network link (vs a plain TCP socket)"),
+            Variant("--gpu", "shmem_gpu", "GPU heap RMA on 2 GPUs (vs torch peer copy)", keep_flag=False),
+        ),
+    ),
     Bench("shmem-c", "shmem_c", "the C API vs Open MPI's OpenSHMEM"),
     Bench("ep", "ep", "MoE dispatch/combine (vs the all_to_all path)"),
     Bench("ccl", "ccl", "allgather and friends (vs gloo / NCCL)"),
-    Bench("io", "io", "MORI-IO point-to-point transfers (vs a TCP socket, memcpy, Mooncake, NIXL)",
-          (Variant("--gpu", "io_gpu", "MORI-IO on GPU memory, CUDA IPC and tcp (vs a device-to-device copy)",
-                   keep_flag=False),)),
-    Bench("umbp", "umbp", "MORI-UMBP put/get, DRAM and SSD hits, local and per-host server (vs memcpy, pread, "
-                          "Mooncake Store)",
-          (Variant("--master", "umbp_master", "the UMBP master's BatchRouteGet rate: in-memory store, one Redis, "
-                                              "four Redis", keep_flag=False),
-           Variant("--distributed", "umbp_distributed", "the distributed pool across two processes or namespaces (vs Mooncake Store, raw "
-                                                            "MORI-IO)"))),
+    Bench(
+        "io",
+        "io",
+        "MORI-IO point-to-point transfers (vs a TCP socket, memcpy, Mooncake, NIXL)",
+        (
+            Variant(
+                "--gpu",
+                "io_gpu",
+                "MORI-IO on GPU memory, CUDA IPC and tcp (vs a device-to-device copy)",
+                keep_flag=False,
+            ),
+        ),
+    ),
+    Bench(
+        "umbp",
+        "umbp",
+        "MORI-UMBP put/get, DRAM and SSD hits, local and per-host server (vs memcpy, pread, Mooncake Store)",
+        (
+            Variant(
+                "--master",
+                "umbp_master",
+                "the UMBP master's BatchRouteGet rate: in-memory store, one Redis, four Redis",
+                keep_flag=False,
+            ),
+            Variant(
+                "--distributed",
+                "umbp_distributed",
+                "the distributed pool across two processes or namespaces (vs Mooncake Store, raw MORI-IO)",
+            ),
+        ),
+    ),
     Bench("ir", "ir", "Triton kernels over MORI-IR: put, put+signal, all-reduce (vs CUDA C++, NCCL)"),
 )
 _BY_NAME = {b.name: b for b in BENCHES}

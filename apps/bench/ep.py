@@ -27,6 +27,7 @@ synchronizes with the host anyway). Figures per phase
 * ``--zero-copy``: the expert output is written into the registered combine input
   (``use_external_inp_buf=False``) and peers read it in place (not timed: the expert's write).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,7 +57,7 @@ class _A2ABaseline:
 
         self.dist, self.group, self.world = dist, group, world
         n, k = idx.shape
-        dest = (idx.long() // epr)
+        dest = idx.long() // epr
         # One row per (token, unique destination rank), ordered by destination.
         onehot = torch.zeros(n, world, dtype=torch.bool)
         onehot.scatter_(1, dest, True)
@@ -77,7 +78,9 @@ class _A2ABaseline:
         rows = x_bytes.index_select(0, self.send_tok)
         out = torch.empty(total, x_bytes.shape[1], dtype=torch.uint8)
         dist.all_to_all_single(out, rows, rc, sc, group=self.group)
-        meta = torch.cat([idx.index_select(0, self.send_tok), weights.index_select(0, self.send_tok).view(torch.int32)], 1)
+        meta = torch.cat(
+            [idx.index_select(0, self.send_tok), weights.index_select(0, self.send_tok).view(torch.int32)], 1
+        )
         out_meta = torch.empty(total, meta.shape[1], dtype=torch.int32)
         dist.all_to_all_single(out_meta, meta, rc, sc, group=self.group)
         self.recv_counts = rc
@@ -145,8 +148,11 @@ def _worker(args: argparse.Namespace) -> int:
 
     ctypes.memset(src_sym, 1, ceil_bytes)
     sh.shmem_barrier_all()
-    copy_t = _measure(lambda: ctypes.memmove(local.data_ptr(), peer, ceil_bytes), sh.shmem_barrier_all, 5, 2,
-                      reduce_max) if peer else float("nan")
+    copy_t = (
+        _measure(lambda: ctypes.memmove(local.data_ptr(), peer, ceil_bytes), sh.shmem_barrier_all, 5, 2, reduce_max)
+        if peer
+        else float("nan")
+    )
     ceiling = ceil_bytes / copy_t / 1e9
 
     def copy_once() -> float:
@@ -157,8 +163,9 @@ def _worker(args: argparse.Namespace) -> int:
             ctypes.memmove(local.data_ptr(), peer, ceil_bytes)
         return time.perf_counter() - t0 if peer else float("nan")
 
-    def timed(prep: Optional[Callable[[], None]], fn: Callable[[], None], iters: int,
-              warmup: int) -> tuple[float, float]:
+    def timed(
+        prep: Optional[Callable[[], None]], fn: Callable[[], None], iters: int, warmup: int
+    ) -> tuple[float, float]:
         """(median over iterations of the slowest rank's time of fn, the peer-copy ceiling in GB/s
         from the median copy between them): each iteration a ceiling copy, prep (untimed), then fn,
         each from a barrier, so that the op and its ceiling see the same load on a shared host."""
@@ -177,12 +184,34 @@ def _worker(args: argparse.Namespace) -> int:
                 cp_t.append(c)
         return median_of_slowest(op_t, reduce_max), ceil_bytes / median_of_slowest(cp_t, reduce_max) / 1e9
 
-    report = Report("ep", ["tokens", "phase", "impl", "time_us", "deepep_GBps", "link_GBps", "ceiling_GBps",
-                           "link_eff", "wire_B_row", "vs_baseline"],
-                    meta={"world": world, "hidden": hidden, "topk": topk, "experts": args.experts,
-                          "kernel": kernel.name, "dispatch_dtype": "float8_e4m3fn", "combine_dtype": "bfloat16",
-                          "peer_copy_ceiling_GBps": ceiling, "device": "cpu", "zero_copy_combine": args.zero_copy,
-                          "combine_quants": args.quant})
+    report = Report(
+        "ep",
+        [
+            "tokens",
+            "phase",
+            "impl",
+            "time_us",
+            "deepep_GBps",
+            "link_GBps",
+            "ceiling_GBps",
+            "link_eff",
+            "wire_B_row",
+            "vs_baseline",
+        ],
+        meta={
+            "world": world,
+            "hidden": hidden,
+            "topk": topk,
+            "experts": args.experts,
+            "kernel": kernel.name,
+            "dispatch_dtype": "float8_e4m3fn",
+            "combine_dtype": "bfloat16",
+            "peer_copy_ceiling_GBps": ceiling,
+            "device": "cpu",
+            "zero_copy_combine": args.zero_copy,
+            "combine_quants": args.quant,
+        },
+    )
     for tokens in args.tokens:
         all_idx = [_routing(tokens, world, args.experts, topk, args.seed + r) for r in range(world)]
         idx = all_idx[me]
@@ -190,9 +219,19 @@ def _worker(args: argparse.Namespace) -> int:
         x = (torch.randn(tokens, hidden, generator=g)).to(fp8)
         w = torch.rand(tokens, topk, generator=g)
         cfg = EpDispatchCombineConfig(
-            data_type=fp8, rank=me, world_size=world, hidden_dim=hidden, scale_dim=0, scale_type_size=4,
-            max_token_type_size=2, max_num_inp_token_per_rank=tokens, num_experts_per_rank=epr,
-            num_experts_per_token=topk, kernel_type=kernel, gpu_per_node=args.gpu_per_node)
+            data_type=fp8,
+            rank=me,
+            world_size=world,
+            hidden_dim=hidden,
+            scale_dim=0,
+            scale_type_size=4,
+            max_token_type_size=2,
+            max_num_inp_token_per_rank=tokens,
+            num_experts_per_rank=epr,
+            num_experts_per_token=topk,
+            kernel_type=kernel,
+            gpu_per_node=args.gpu_per_node,
+        )
         op = EpDispatchCombineOp(cfg)
         state = {}
 
@@ -240,10 +279,23 @@ def _worker(args: argparse.Namespace) -> int:
         # The quantized combines, each on an op of its quant type (same routing and rows).
         quant_rows = []
         for quant in [q for q in args.quant if q != "none"]:
-            qop = EpDispatchCombineOp(EpDispatchCombineConfig(
-                data_type=fp8, rank=me, world_size=world, hidden_dim=hidden, scale_dim=0, scale_type_size=4,
-                max_token_type_size=2, max_num_inp_token_per_rank=tokens, num_experts_per_rank=epr,
-                num_experts_per_token=topk, kernel_type=kernel, gpu_per_node=args.gpu_per_node, quant_type=quant))
+            qop = EpDispatchCombineOp(
+                EpDispatchCombineConfig(
+                    data_type=fp8,
+                    rank=me,
+                    world_size=world,
+                    hidden_dim=hidden,
+                    scale_dim=0,
+                    scale_type_size=4,
+                    max_token_type_size=2,
+                    max_num_inp_token_per_rank=tokens,
+                    num_experts_per_rank=epr,
+                    num_experts_per_token=topk,
+                    kernel_type=kernel,
+                    gpu_per_node=args.gpu_per_node,
+                    quant_type=quant,
+                )
+            )
             qout = qop.dispatch(x, w, None, idx)
             if kernel == EpDispatchCombineKernelType.AsyncLL:
                 qop.dispatch_recv()
@@ -299,24 +351,43 @@ def _worker(args: argparse.Namespace) -> int:
                 bw = reduce_mean(algo_bytes / t / 1e9)
                 link = reduce_mean(link_bytes / t / 1e9)
                 ceil_phase = ceilings[ours]
-                report.add(tokens=tokens, phase=phase, impl=impl if impl != "all_to_all" else
-                           f"all_to_all ({dist.get_backend(group)})", time_us=t * 1e6, deepep_GBps=bw,
-                           link_GBps=link, ceiling_GBps=ceil_phase, link_eff=link / ceil_phase,
-                           wire_B_row=row_d if phase == "dispatch" else row_c,
-                           vs_baseline=t / t_ours if impl == "all_to_all" else
-                           (t_bc / t if impl == "mori (shared input)" else 1.0))
+                report.add(
+                    tokens=tokens,
+                    phase=phase,
+                    impl=impl if impl != "all_to_all" else f"all_to_all ({dist.get_backend(group)})",
+                    time_us=t * 1e6,
+                    deepep_GBps=bw,
+                    link_GBps=link,
+                    ceiling_GBps=ceil_phase,
+                    link_eff=link / ceil_phase,
+                    wire_B_row=row_d if phase == "dispatch" else row_c,
+                    vs_baseline=t / t_ours
+                    if impl == "all_to_all"
+                    else (t_bc / t if impl == "mori (shared input)" else 1.0),
+                )
         for quant, t, ceil_q, wire_bytes, wire_row in quant_rows:
             # link bytes: what the op put on the wire to other PEs (codes, scales), into this rank on average
             link = reduce_mean(wire_bytes / t / 1e9)
-            report.add(tokens=tokens, phase="combine", impl=f"mori ({quant})", time_us=t * 1e6,
-                       deepep_GBps=reduce_mean(comb_rows * row_c / t / 1e9), link_GBps=link, ceiling_GBps=ceil_q,
-                       link_eff=link / ceil_q, wire_B_row=wire_row, vs_baseline=t_bc / t)
+            report.add(
+                tokens=tokens,
+                phase="combine",
+                impl=f"mori ({quant})",
+                time_us=t * 1e6,
+                deepep_GBps=reduce_mean(comb_rows * row_c / t / 1e9),
+                link_GBps=link,
+                ceiling_GBps=ceil_q,
+                link_eff=link / ceil_q,
+                wire_B_row=wire_row,
+                vs_baseline=t_bc / t,
+            )
         op = None  # freed now (the timed closures above hold the name)
     if me == 0:
-        report.show(f"MoE dispatch/combine, {world} ranks, hidden {hidden}, top-{topk} of {args.experts}, "
-                    f"FP8 dispatch / BF16 combine ({kernel.name}); peer-copy ceiling {ceiling:.2f} GB/s at start, "
-                    f"ceiling_GBps measured between each phase's iterations; "
-                    f"vs_baseline = baseline time / mori time (quantized rows: their own)")
+        report.show(
+            f"MoE dispatch/combine, {world} ranks, hidden {hidden}, top-{topk} of {args.experts}, "
+            f"FP8 dispatch / BF16 combine ({kernel.name}); peer-copy ceiling {ceiling:.2f} GB/s at start, "
+            f"ceiling_GBps measured between each phase's iterations; "
+            f"vs_baseline = baseline time / mori time (quantized rows: their own)"
+        )
         print(f"wrote {report.save(args.json)}")
     sh.shmem_barrier_all()
     sh.shmem_free(src_sym)
@@ -455,24 +526,60 @@ def _gpu_worker(args: argparse.Namespace) -> int:
         del gr
         return slowest(statistics.median(samples[1:]))
 
-    report = Report("ep-gpu", ["tokens", "phase", "impl", "time_us", "deepep_GBps", "link_GBps", "link_eff",
-                               "link_eff_2way", "wire_B_row", "vs_baseline"],
-                    meta={"world": world, "hidden": hidden, "topk": topk, "experts": args.experts,
-                          "kernel": "IntraNode (EpDispatchCombineOp, CUDA, "
-                                    + (f"{local_world} processes sharing {torch.cuda.device_count()} GPU(s))" if shared
-                                       else "one process per GPU)"),
-                          "shared_gpu": shared,
-                          "dispatch_dtype": "float8_e4m3fn", "combine_dtype": "bfloat16",
-                          "combine_quant": args.quant, "zero_copy_combine": args.zero_copy,
-                          "peer_copy_ceiling_GBps": ceiling, "peer_copy_ceiling_two_way_GBps": ceiling_2way,
-                          "device": torch.cuda.get_device_name(dev), "block_num": bn, "warp_per_block": wpb,
-                          "timing": "graphs of back-to-back calls; combine = (dispatch+combine) - dispatch"})
+    report = Report(
+        "ep-gpu",
+        [
+            "tokens",
+            "phase",
+            "impl",
+            "time_us",
+            "deepep_GBps",
+            "link_GBps",
+            "link_eff",
+            "link_eff_2way",
+            "wire_B_row",
+            "vs_baseline",
+        ],
+        meta={
+            "world": world,
+            "hidden": hidden,
+            "topk": topk,
+            "experts": args.experts,
+            "kernel": "IntraNode (EpDispatchCombineOp, CUDA, "
+            + (
+                f"{local_world} processes sharing {torch.cuda.device_count()} GPU(s))"
+                if shared
+                else "one process per GPU)"
+            ),
+            "shared_gpu": shared,
+            "dispatch_dtype": "float8_e4m3fn",
+            "combine_dtype": "bfloat16",
+            "combine_quant": args.quant,
+            "zero_copy_combine": args.zero_copy,
+            "peer_copy_ceiling_GBps": ceiling,
+            "peer_copy_ceiling_two_way_GBps": ceiling_2way,
+            "device": torch.cuda.get_device_name(dev),
+            "block_num": bn,
+            "warp_per_block": wpb,
+            "timing": "graphs of back-to-back calls; combine = (dispatch+combine) - dispatch",
+        },
+    )
     for tokens in args.tokens:
         base = {}  # the NCCL path, measured once per token count
         for quant in args.quant:
-            cfg = EpDispatchCombineConfig(data_type=fp8, rank=rank, world_size=world, hidden_dim=hidden, scale_dim=0,
-                                          scale_type_size=4, max_token_type_size=2, max_num_inp_token_per_rank=tokens,
-                                          num_experts_per_rank=epr, num_experts_per_token=topk, quant_type=quant)
+            cfg = EpDispatchCombineConfig(
+                data_type=fp8,
+                rank=rank,
+                world_size=world,
+                hidden_dim=hidden,
+                scale_dim=0,
+                scale_type_size=4,
+                max_token_type_size=2,
+                max_num_inp_token_per_rank=tokens,
+                num_experts_per_rank=epr,
+                num_experts_per_token=topk,
+                quant_type=quant,
+            )
             op = EpDispatchCombineOp(cfg)
             idx = _routing(tokens, world, args.experts, topk, args.seed + rank).to(dev)
             g = torch.Generator().manual_seed(1000 + rank)
@@ -529,23 +636,39 @@ def _gpu_worker(args: argparse.Namespace) -> int:
                 impls = ((ours, t_ours),) + ((("all_to_all (nccl)", base[phase]),) if first and not shared else ())
                 for impl, t in impls:
                     lk = mean(link / t / 1e9)
-                    report.add(tokens=tokens, phase=phase, impl=impl, time_us=t * 1e6, deepep_GBps=mean(algo / t / 1e9),
-                               link_GBps=lk, link_eff=lk / ceiling, link_eff_2way=lk / ceiling_2way,
-                               wire_B_row=row if phase == "dispatch" else wire_row,
-                               vs_baseline=t / t_ours if first and not shared else base[phase] / t)
+                    report.add(
+                        tokens=tokens,
+                        phase=phase,
+                        impl=impl,
+                        time_us=t * 1e6,
+                        deepep_GBps=mean(algo / t / 1e9),
+                        link_GBps=lk,
+                        link_eff=lk / ceiling,
+                        link_eff_2way=lk / ceiling_2way,
+                        wire_B_row=row if phase == "dispatch" else wire_row,
+                        vs_baseline=t / t_ours if first and not shared else base[phase] / t,
+                    )
             op = None  # freed now (the timed closures above hold the name)
             torch.cuda.synchronize()
             sh.shmem_barrier_all()
     if rank == 0:
-        who = (f"{world} PEs sharing {torch.cuda.device_count()} GPU(s)" if shared else f"{world} GPUs") + \
-            f" ({torch.cuda.get_device_name(dev)})" + ("" if shared else ", one process each")
-        report.show(f"MoE dispatch/combine on {who}, "
-                    f"hidden {hidden}, top-{topk} of {args.experts}, FP8 dispatch / BF16 combine"
-                    f"{', combine quant ' + '/'.join(args.quant)}{', zero-copy combine' if args.zero_copy else ''}, "
-                    f"block_num {bn} x {wpb} warps; "
-                    f"copy-engine peer ceiling {ceiling:.0f} GB/s one way, {ceiling_2way:.0f} GB/s per direction two-way; "
-                    + ("vs_baseline = the first --quant's time / this row's time (NCCL cannot share a GPU)" if shared
-                       else "vs_baseline = NCCL path time / mori time (quantized rows: their own)"))
+        who = (
+            (f"{world} PEs sharing {torch.cuda.device_count()} GPU(s)" if shared else f"{world} GPUs")
+            + f" ({torch.cuda.get_device_name(dev)})"
+            + ("" if shared else ", one process each")
+        )
+        report.show(
+            f"MoE dispatch/combine on {who}, "
+            f"hidden {hidden}, top-{topk} of {args.experts}, FP8 dispatch / BF16 combine"
+            f"{', combine quant ' + '/'.join(args.quant)}{', zero-copy combine' if args.zero_copy else ''}, "
+            f"block_num {bn} x {wpb} warps; "
+            f"copy-engine peer ceiling {ceiling:.0f} GB/s one way, {ceiling_2way:.0f} GB/s per direction two-way; "
+            + (
+                "vs_baseline = the first --quant's time / this row's time (NCCL cannot share a GPU)"
+                if shared
+                else "vs_baseline = NCCL path time / mori time (quantized rows: their own)"
+            )
+        )
         print(f"wrote {report.save(args.json)}")
     sh.shmem_finalize()
     dist.destroy_process_group()
@@ -564,19 +687,31 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--seed", type=int, default=123)
-    parser.add_argument("--json", default=None,
-                        help="where to write the JSON (default bench-results/ep.json, with --gpu ep-gpu.json)")
-    parser.add_argument("--gpu", action="store_true",
-                        help="CUDA: EpDispatchCombineOp, one process per GPU of this node, vs the NCCL path")
+    parser.add_argument(
+        "--json", default=None, help="where to write the JSON (default bench-results/ep.json, with --gpu ep-gpu.json)"
+    )
+    parser.add_argument(
+        "--gpu",
+        action="store_true",
+        help="CUDA: EpDispatchCombineOp, one process per GPU of this node, vs the NCCL path",
+    )
     parser.add_argument("--block-num", type=int, default=264, help="GPU blocks per kernel")
     parser.add_argument("--warp-per-block", type=int, default=16, help="GPU warps per block")
-    parser.add_argument("--quant", nargs="+", default=["none"],
-                        choices=["none", "fp8_direct_cast", "fp8_blockwise", "fp4_blockwise"],
-                        help="combine quant_type(s), each measured on its own op (none = bf16)")
-    parser.add_argument("--zero-copy", action="store_true",
-                        help="combine from the registered input buffer (use_external_inp_buf=False)")
-    parser.add_argument("--no-shared", action="store_true",
-                        help="CPU: skip the combine from an input in the shared tensor arena (mori.shmem.shared_tensors)")
+    parser.add_argument(
+        "--quant",
+        nargs="+",
+        default=["none"],
+        choices=["none", "fp8_direct_cast", "fp8_blockwise", "fp4_blockwise"],
+        help="combine quant_type(s), each measured on its own op (none = bf16)",
+    )
+    parser.add_argument(
+        "--zero-copy", action="store_true", help="combine from the registered input buffer (use_external_inp_buf=False)"
+    )
+    parser.add_argument(
+        "--no-shared",
+        action="store_true",
+        help="CPU: skip the combine from an input in the shared tensor arena (mori.shmem.shared_tensors)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--gpu-worker", action="store_true", help=argparse.SUPPRESS)
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -599,6 +734,7 @@ def main(argv: Optional[list] = None) -> int:
     per_pe = ops * 6 * args.nproc * max(args.tokens) * args.hidden * 2 + (256 << 20)
     env.setdefault("MORI_SHMEM_HEAP_SIZE", str(per_pe))
     return relaunch("mori.apps.bench.ep", argv, args.nproc, env=env)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -31,6 +31,7 @@ NIXL are optional: without them their rows are reported as skipped (scripts/benc
 installs them). Ratios ("x socket", ...) are Max BW over the baseline's Max BW for the same
 op, batch and size (the JSON also has the ratios of Avg BW).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,16 +49,35 @@ from mori.apps.bench.sizes import human_size, parse_list, parse_size
 
 MIB = 1 << 20
 DEFAULT_SIZES = "8,4K,64K,1M,16M,64M"
-ALL_BASELINES = ("socket", "socket-serial", "memcpy", "mooncake-tcp", "nixl-ucx-tcp", "nixl-ucx-default",
-                 "nixl-ucx-sm")
-NETNS_BASELINES = ("socket", "socket-serial", "mooncake-tcp", "nixl-ucx-tcp", "nixl-ucx-default")  # memcpy, sm: same-host only
+ALL_BASELINES = ("socket", "socket-serial", "memcpy", "mooncake-tcp", "nixl-ucx-tcp", "nixl-ucx-default", "nixl-ucx-sm")
+NETNS_BASELINES = (
+    "socket",
+    "socket-serial",
+    "mooncake-tcp",
+    "nixl-ucx-tcp",
+    "nixl-ucx-default",
+)  # memcpy, sm: same-host only
 # ratio column -> the engine it compares against
-RATIOS = {"x socket": "socket", "x sock-1by1": "socket-serial", "x mooncake": "mooncake-tcp", "x nixl-tcp": "nixl-ucx-tcp",
-          "x nixl-dflt": "nixl-ucx-default", "x nixl-sm": "nixl-ucx-sm", "x memcpy": "memcpy"}
+RATIOS = {
+    "x socket": "socket",
+    "x sock-1by1": "socket-serial",
+    "x mooncake": "mooncake-tcp",
+    "x nixl-tcp": "nixl-ucx-tcp",
+    "x nixl-dflt": "nixl-ucx-default",
+    "x nixl-sm": "nixl-ucx-sm",
+    "x memcpy": "memcpy",
+}
 MORI_KINDS = ("auto", "tcp", "ucx-tcp", "ucx-sm")
 UCX_TLS = {"ucx-tcp": "tcp,self", "ucx-sm": "sm,self"}  # the same UCX_TLS as the NIXL rows
-MORI_COLUMNS = ["MsgSize (B)", "BatchSize", "TotalSize (MB)", "Max BW (GB/s)", "Avg BW (GB/s)", "Min Lat (us)",
-                "Avg Lat (us)"]
+MORI_COLUMNS = [
+    "MsgSize (B)",
+    "BatchSize",
+    "TotalSize (MB)",
+    "Max BW (GB/s)",
+    "Avg BW (GB/s)",
+    "Min Lat (us)",
+    "Avg Lat (us)",
+]
 
 
 @dataclass
@@ -69,8 +89,8 @@ class EngineRun:
     describe: str
     env: Callable[[object, str], dict] = lambda host, role: {}
     same_host_path: bool = False  # MORI-IO left to pick its own path on one host
-    tcp: bool = False            # expected to run over tcp
-    ucx: bool = False            # MORI-IO's RDMA backend on UCX (needs a loadable UCX)
+    tcp: bool = False  # expected to run over tcp
+    ucx: bool = False  # MORI-IO's RDMA backend on UCX (needs a loadable UCX)
 
 
 @dataclass
@@ -93,41 +113,90 @@ def engine_runs(args: argparse.Namespace) -> list[EngineRun]:
             if kind == "auto":
                 runs.append(EngineRun("mori", "mori", "MORI-IO, backend of its choice", same_host_path=True))
             elif kind in UCX_TLS:
+
                 def ucx_env(host, role, tls=UCX_TLS[kind], netns=args.hosts != "local"):
-                    env = {"MORI_IO_RDMA_TRANSPORT": "ucx", "UCX_TLS": tls, "UCX_NET_DEVICES": host.ifname,
-                           "MORI_IO_DIRECT": "0"}
+                    env = {
+                        "MORI_IO_RDMA_TRANSPORT": "ucx",
+                        "UCX_TLS": tls,
+                        "UCX_NET_DEVICES": host.ifname,
+                        "MORI_IO_DIRECT": "0",
+                    }
                     if netns:
                         env["MORI_NODE_ID"] = f"mori-bench-io-{host.name}"
                     return env
-                runs.append(EngineRun(f"mori-{kind}", "mori", f"MORI-IO RDMA backend on UCX (forced), UCX_TLS={UCX_TLS[kind]}",
-                                      env=ucx_env, ucx=True))
+
+                runs.append(
+                    EngineRun(
+                        f"mori-{kind}",
+                        "mori",
+                        f"MORI-IO RDMA backend on UCX (forced), UCX_TLS={UCX_TLS[kind]}",
+                        env=ucx_env,
+                        ucx=True,
+                    )
+                )
             else:
                 if args.hosts == "local":
-                    runs.append(EngineRun("mori-tcp", "mori", "MORI-IO, same-host path off (MORI_IO_DIRECT=0): tcp",
-                                          env=lambda host, role: {"MORI_IO_DIRECT": "0"}, tcp=True))
+                    runs.append(
+                        EngineRun(
+                            "mori-tcp",
+                            "mori",
+                            "MORI-IO, same-host path off (MORI_IO_DIRECT=0): tcp",
+                            env=lambda host, role: {"MORI_IO_DIRECT": "0"},
+                            tcp=True,
+                        )
+                    )
                 else:  # the namespaces share one kernel: without their own node ids they are one node
-                    runs.append(EngineRun("mori", "mori", "MORI-IO, one node id per namespace (tcp)",
-                                          env=lambda host, role: {"MORI_NODE_ID": f"mori-bench-io-{host.name}"},
-                                          tcp=True))
+                    runs.append(
+                        EngineRun(
+                            "mori",
+                            "mori",
+                            "MORI-IO, one node id per namespace (tcp)",
+                            env=lambda host, role: {"MORI_NODE_ID": f"mori-bench-io-{host.name}"},
+                            tcp=True,
+                        )
+                    )
     for name in args.baselines:
         if name == "socket":
             runs.append(EngineRun("socket", "socket", "plain TCP socket, sendmsg/recvmsg_into"))
         elif name == "socket-serial":
-            runs.append(EngineRun("socket-serial", "socket-serial",
-                                  "plain TCP socket, a batch sent one message at a time (a round trip each)"))
+            runs.append(
+                EngineRun(
+                    "socket-serial",
+                    "socket-serial",
+                    "plain TCP socket, a batch sent one message at a time (a round trip each)",
+                )
+            )
         elif name == "memcpy":
             runs.append(EngineRun("memcpy", "memcpy", "numpy copyto in one process"))
         elif name == "mooncake-tcp":
             runs.append(EngineRun("mooncake-tcp", "mooncake", "Mooncake TE, tcp, P2PHANDSHAKE"))
         elif name == "nixl-ucx-tcp":
-            runs.append(EngineRun("nixl-ucx-tcp", "nixl", "NIXL UCX, UCX_TLS=tcp,self",
-                                  env=lambda host, role: {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": host.ifname}))
+            runs.append(
+                EngineRun(
+                    "nixl-ucx-tcp",
+                    "nixl",
+                    "NIXL UCX, UCX_TLS=tcp,self",
+                    env=lambda host, role: {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": host.ifname},
+                )
+            )
         elif name == "nixl-ucx-sm":
-            runs.append(EngineRun("nixl-ucx-sm", "nixl", "NIXL UCX, UCX_TLS=sm,self",
-                                  env=lambda host, role: {"UCX_TLS": "sm,self", "UCX_NET_DEVICES": host.ifname}))
+            runs.append(
+                EngineRun(
+                    "nixl-ucx-sm",
+                    "nixl",
+                    "NIXL UCX, UCX_TLS=sm,self",
+                    env=lambda host, role: {"UCX_TLS": "sm,self", "UCX_NET_DEVICES": host.ifname},
+                )
+            )
         elif name == "nixl-ucx-default":
-            runs.append(EngineRun("nixl-ucx-default", "nixl", "NIXL UCX, UCX default transports",
-                                  env=lambda host, role: {"UCX_NET_DEVICES": host.ifname}))
+            runs.append(
+                EngineRun(
+                    "nixl-ucx-default",
+                    "nixl",
+                    "NIXL UCX, UCX default transports",
+                    env=lambda host, role: {"UCX_NET_DEVICES": host.ifname},
+                )
+            )
     return runs
 
 
@@ -168,16 +237,24 @@ def _wait_ready(proc: subprocess.Popen, path: str, timeout: float) -> int:
         return int(f.read())
 
 
-def run_pair(run: EngineRun, hosts: Sequence, plan_path: str, workdir: str, buf_bytes: int,
-             timeout: float) -> dict:
+def run_pair(run: EngineRun, hosts: Sequence, plan_path: str, workdir: str, buf_bytes: int, timeout: float) -> dict:
     """Start the target and the initiator of ``run``, wait for them, return the initiator's results
     (or ``{"error": ...}``)."""
     from mori.apps.bench.io_baselines import BASELINES
 
     target_host, init_host = hosts
     base_env = dict(os.environ, PYTHONUNBUFFERED="1")
-    peer = [sys.executable, "-m", "mori.apps.bench.io_peer", "--engine", run.driver, "--buf-bytes", str(buf_bytes),
-            "--timeout", str(min(timeout, 120))]
+    peer = [
+        sys.executable,
+        "-m",
+        "mori.apps.bench.io_peer",
+        "--engine",
+        run.driver,
+        "--buf-bytes",
+        str(buf_bytes),
+        "--timeout",
+        str(min(timeout, 120)),
+    ]
     out = os.path.join(workdir, f"{run.name}.json")
     if os.path.exists(out):
         os.remove(out)
@@ -191,16 +268,33 @@ def run_pair(run: EngineRun, hosts: Sequence, plan_path: str, workdir: str, buf_
             if os.path.exists(ready):  # from an earlier pass
                 os.remove(ready)
             with open(logs["target"], "wb") as log:
-                tgt = target_host.popen([*peer, "--role", "target", "--host", target_host.ip, "--ready-file", ready],
-                                        env={**base_env, **run.env(target_host, "target")},
-                                        stdout=log, stderr=subprocess.STDOUT)
+                tgt = target_host.popen(
+                    [*peer, "--role", "target", "--host", target_host.ip, "--ready-file", ready],
+                    env={**base_env, **run.env(target_host, "target")},
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
             procs.append(tgt)
             connect = f"{target_host.ip}:{_wait_ready(tgt, ready, min(timeout, 120))}"
         with open(logs["initiator"], "wb") as log:
-            ini = init_host.popen([*peer, "--role", "initiator", "--host", init_host.ip, "--connect", connect,
-                                   "--plan", plan_path, "--out", out],
-                                  env={**base_env, **run.env(init_host, "initiator")}, stdout=log,
-                                  stderr=subprocess.STDOUT)
+            ini = init_host.popen(
+                [
+                    *peer,
+                    "--role",
+                    "initiator",
+                    "--host",
+                    init_host.ip,
+                    "--connect",
+                    connect,
+                    "--plan",
+                    plan_path,
+                    "--out",
+                    out,
+                ],
+                env={**base_env, **run.env(init_host, "initiator")},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         procs.append(ini)
         deadline = time.monotonic() + timeout
         for p in reversed(procs):
@@ -219,8 +313,10 @@ def run_pair(run: EngineRun, hosts: Sequence, plan_path: str, workdir: str, buf_
     if "error" in res:
         res["log"] = _tail(logs["initiator"]) + _tail(logs["target"])
     elif any(p.returncode for p in procs):
-        res = {"error": f"exit codes {[p.returncode for p in procs]}",
-               "log": _tail(logs["initiator"]) + _tail(logs["target"])}
+        res = {
+            "error": f"exit codes {[p.returncode for p in procs]}",
+            "log": _tail(logs["initiator"]) + _tail(logs["target"]),
+        }
     return res
 
 
@@ -278,15 +374,19 @@ def check_targets(rows: list[dict], lat: list[dict], runs: Sequence[EngineRun]) 
     shm = [r for r in single if by_name.get(r["engine"]) and by_name[r["engine"]].same_host_path]
     out = {
         "tcp backend >= 0.9 x socket at every size (batch 1)": verdict(tcp, "x socket", 0.9),
-        "tcp batch of >= 128 small messages >= 1.5 x the socket one by one":
-            verdict(tcp_small_batches, "x sock-1by1", 1.5),
-        "tcp backend >= 2 x Mooncake TCP at >= 64 KiB":
-            verdict([r for r in tcp if r["MsgSize (B)"] >= 64 << 10], "x mooncake", 2.0),
-        "tcp backend >= 2 x NIXL UCX-tcp at >= 64 KiB":
-            verdict([r for r in tcp if r["MsgSize (B)"] >= 64 << 10], "x nixl-tcp", 2.0),
+        "tcp batch of >= 128 small messages >= 1.5 x the socket one by one": verdict(
+            tcp_small_batches, "x sock-1by1", 1.5
+        ),
+        "tcp backend >= 2 x Mooncake TCP at >= 64 KiB": verdict(
+            [r for r in tcp if r["MsgSize (B)"] >= 64 << 10], "x mooncake", 2.0
+        ),
+        "tcp backend >= 2 x NIXL UCX-tcp at >= 64 KiB": verdict(
+            [r for r in tcp if r["MsgSize (B)"] >= 64 << 10], "x nixl-tcp", 2.0
+        ),
         "same-host backend >= NIXL default at every size": verdict(shm, "x nixl-dflt", 1.0),
-        "same-host backend >= 0.8 x memcpy at >= 1 MiB":
-            verdict([r for r in shm if r["MsgSize (B)"] >= MIB], "x memcpy", 0.8),
+        "same-host backend >= 0.8 x memcpy at >= 1 MiB": verdict(
+            [r for r in shm if r["MsgSize (B)"] >= MIB], "x memcpy", 0.8
+        ),
     }
     tcp_write = [r for r in lat if by_name.get(r["engine"]) and by_name[r["engine"]].tcp and r["op"] == "write"]
     if tcp_write and tcp_write[0].get("p50 x socket") is not None:
@@ -304,29 +404,44 @@ def _show(report_cls, name: str, columns: list[str], rows: list[dict], title: st
 
 
 def main(argv: Optional[list] = None) -> int:
-    parser = argparse.ArgumentParser(prog="mori bench io", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hosts", choices=["local", "netns"], default="local",
-                        help="two processes on this host, or in two network namespaces joined by veth (root)")
+    parser = argparse.ArgumentParser(
+        prog="mori bench io", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--hosts",
+        choices=["local", "netns"],
+        default="local",
+        help="two processes on this host, or in two network namespaces joined by veth (root)",
+    )
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help=f"message sizes (default {DEFAULT_SIZES})")
     parser.add_argument("--batches", default="1,128", help="batch sizes (messages per transfer)")
     parser.add_argument("--ops", default="write,read", help="write (local to remote), read (remote to local)")
     parser.add_argument("--apis", default="session,engine", help="MORI-IO call styles to measure")
-    parser.add_argument("--mori", default=None,
-                        help="MORI-IO runs: auto (its own path choice), tcp (node ids apart), ucx-tcp and "
-                             "ucx-sm (the RDMA backend forced onto UCX over UCX_TLS=tcp,self / sm,self); "
-                             "default auto,tcp,ucx-tcp,ucx-sm on one host, tcp,ucx-tcp across namespaces")
-    parser.add_argument("--baselines", default=None,
-                        help=f"comma list from {','.join(ALL_BASELINES)}, or none (default: all; "
-                             "across namespaces all but memcpy)")
+    parser.add_argument(
+        "--mori",
+        default=None,
+        help="MORI-IO runs: auto (its own path choice), tcp (node ids apart), ucx-tcp and "
+        "ucx-sm (the RDMA backend forced onto UCX over UCX_TLS=tcp,self / sm,self); "
+        "default auto,tcp,ucx-tcp,ucx-sm on one host, tcp,ucx-tcp across namespaces",
+    )
+    parser.add_argument(
+        "--baselines",
+        default=None,
+        help=f"comma list from {','.join(ALL_BASELINES)}, or none (default: all; across namespaces all but memcpy)",
+    )
     parser.add_argument("--only-baselines", action="store_true", help="no MORI-IO rows")
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="passes over all engines; each row keeps the pass with the best Max BW (8 B latency: "
-                             "the best p50), so a burst of load from elsewhere hits every engine alike")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="passes over all engines; each row keeps the pass with the best Max BW (8 B latency: "
+        "the best p50), so a burst of load from elsewhere hits every engine alike",
+    )
     parser.add_argument("--iters", type=int, default=128, help="most timed transfers per row")
     parser.add_argument("--budget", type=float, default=0.2, help="rough seconds per row")
-    parser.add_argument("--max-buffer", default="256M",
-                        help="registered buffer per process; rows whose batch does not fit are left out")
+    parser.add_argument(
+        "--max-buffer", default="256M", help="registered buffer per process; rows whose batch does not fit are left out"
+    )
     parser.add_argument("--contiguous", action="store_true", help="batch messages back to back (they may merge)")
     parser.add_argument("--no-latency", action="store_true", help="skip the 8 B latency table")
     parser.add_argument("--latency-only", action="store_true", help="only the 8 B latency table")
@@ -354,8 +469,10 @@ def main(argv: Optional[list] = None) -> int:
         args.baselines = ",".join(ALL_BASELINES if args.hosts == "local" else NETNS_BASELINES)
     args.baselines = [] if args.baselines == "none" else [b for b in args.baselines.split(",") if b]
     if set(args.baselines) - set(ALL_BASELINES):
-        parser.error(f"--baselines: unknown {sorted(set(args.baselines) - set(ALL_BASELINES))}; "
-                     f"choose from {','.join(ALL_BASELINES)} or none")
+        parser.error(
+            f"--baselines: unknown {sorted(set(args.baselines) - set(ALL_BASELINES))}; "
+            f"choose from {','.join(ALL_BASELINES)} or none"
+        )
     if args.mori is None:
         args.mori = "auto,tcp,ucx-tcp,ucx-sm" if args.hosts == "local" else "tcp,ucx-tcp"
     args.mori = [m for m in args.mori.split(",") if m]
@@ -369,9 +486,18 @@ def main(argv: Optional[list] = None) -> int:
     from mori.apps.bench.report import Report
 
     buf_bytes = max(max_buffer, max(sizes))
-    plan = {"sizes": sizes, "batches": batches, "ops": ops, "apis": apis, "iters": args.iters, "budget": args.budget,
-            "contiguous": args.contiguous, "bandwidth": not args.latency_only, "latency": not args.no_latency,
-            "lat_iters": args.lat_iters}
+    plan = {
+        "sizes": sizes,
+        "batches": batches,
+        "ops": ops,
+        "apis": apis,
+        "iters": args.iters,
+        "budget": args.budget,
+        "contiguous": args.contiguous,
+        "bandwidth": not args.latency_only,
+        "latency": not args.no_latency,
+        "lat_iters": args.lat_iters,
+    }
     runs = engine_runs(args)
     engines: dict = {}
     best_rows: dict = {}
@@ -409,17 +535,25 @@ def main(argv: Optional[list] = None) -> int:
                     res = run_pair(run, hosts, plan_path, workdir, buf_bytes, args.timeout)
                     if "error" in res:
                         engines[run.name] = {"status": "failed", "reason": res["error"], "describe": run.describe}
-                        print(f"{run.name}: FAILED: {res['error']}\n{res.get('log', '')}", file=sys.stderr,
-                              flush=True)
+                        print(f"{run.name}: FAILED: {res['error']}\n{res.get('log', '')}", file=sys.stderr, flush=True)
                         continue
-                    engines[run.name] = {"status": "ok", "backend": res["backend"], "describe": run.describe,
-                                         "seconds": round(time.monotonic() - t0, 1),
-                                         "env": {k: v for k, v in run.env(hosts[1], "initiator").items()
-                                                 if not k.startswith("MORI_NODE_ID")}}
+                    engines[run.name] = {
+                        "status": "ok",
+                        "backend": res["backend"],
+                        "describe": run.describe,
+                        "seconds": round(time.monotonic() - t0, 1),
+                        "env": {
+                            k: v for k, v in run.env(hosts[1], "initiator").items() if not k.startswith("MORI_NODE_ID")
+                        },
+                    }
                     for r in res["rows"] + res["latency"]:
                         r["engine"] = run.name
-                    keep_best(best_rows, res["rows"], ("engine", "op", "api", "BatchSize", "MsgSize (B)"),
-                              lambda r: r["Max BW (GB/s)"])
+                    keep_best(
+                        best_rows,
+                        res["rows"],
+                        ("engine", "op", "api", "BatchSize", "MsgSize (B)"),
+                        lambda r: r["Max BW (GB/s)"],
+                    )
                     keep_best(best_lat, res["latency"], ("engine", "op", "api"), lambda r: -r["p50_us"])
         finally:
             if veth is not None:
@@ -433,12 +567,21 @@ def main(argv: Optional[list] = None) -> int:
         mine = [r for r in rows if r["engine"] == run.name]
         if mine:
             backend = engines[run.name].get("backend")
-            _show(Report, run.name, ["op", "api", *MORI_COLUMNS, *ratio_cols], mine,
-                  f"{run.name}: {run.describe}" + (f" (backend {backend})" if backend else "") + f"; {link}")
+            _show(
+                Report,
+                run.name,
+                ["op", "api", *MORI_COLUMNS, *ratio_cols],
+                mine,
+                f"{run.name}: {run.describe}" + (f" (backend {backend})" if backend else "") + f"; {link}",
+            )
     if lat:
-        _show(Report, "io-latency", ["engine", "backend", "op", "api", "p50_us", "p99_us", "max_us", "mean_us",
-                                     "p99/p50", "p50 x socket"], lat,
-              f"8 B transfers, one at a time ({args.lat_iters} each); {link}")
+        _show(
+            Report,
+            "io-latency",
+            ["engine", "backend", "op", "api", "p50_us", "p99_us", "max_us", "mean_us", "p99/p50", "p50 x socket"],
+            lat,
+            f"8 B transfers, one at a time ({args.lat_iters} each); {link}",
+        )
     targets = check_targets(rows, lat, runs)
     for name, ok in targets.items():
         print(f"target {name}: {'n/a (not measured)' if ok is None else 'met' if ok else 'MISSED'}")
@@ -447,12 +590,20 @@ def main(argv: Optional[list] = None) -> int:
             print(f"{name}: {e['status']}: {e['reason']}")
     report = Report(f"io-{args.hosts}", ["engine", "op", "api", *MORI_COLUMNS, *ratio_cols])
     report.rows = rows
-    report.meta = {"hosts": args.hosts, "repeats": args.repeats, "link": link, "plan": plan, "engines": engines, "latency": lat,
-                   "targets": targets, "buffer_bytes": buf_bytes,
-                   "sizes": [human_size(s) for s in sizes],
-                   "method": "per row: one warm-up, then up to `iters` transfers of BatchSize messages, each posted "
-                             "and waited for; Max BW from the fastest, Avg BW from the mean; ratios are Max BW over "
-                             "the baseline's Max BW at the same op, batch and size ('... avg': of Avg BW)"}
+    report.meta = {
+        "hosts": args.hosts,
+        "repeats": args.repeats,
+        "link": link,
+        "plan": plan,
+        "engines": engines,
+        "latency": lat,
+        "targets": targets,
+        "buffer_bytes": buf_bytes,
+        "sizes": [human_size(s) for s in sizes],
+        "method": "per row: one warm-up, then up to `iters` transfers of BatchSize messages, each posted "
+        "and waited for; Max BW from the fastest, Avg BW from the mean; ratios are Max BW over "
+        "the baseline's Max BW at the same op, batch and size ('... avg': of Avg BW)",
+    }
     print("wrote", report.save(args.json))
     failed_mori = [n for n, e in engines.items() if n.startswith("mori") and e["status"] == "failed"]
     return 1 if failed_mori else 0

@@ -17,6 +17,7 @@
 
 A missing package is reported by ``unavailable`` and the benchmark skips that baseline.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -64,7 +65,7 @@ def _recvv(sock: socket.socket, views: list) -> None:
 
 
 _ROW = struct.Struct("<QQ")  # messages in the batch, message size; then the offsets as uint64
-_ONE = struct.Struct("<I")   # which message of the batch (socket-serial)
+_ONE = struct.Struct("<I")  # which message of the batch (socket-serial)
 
 
 class SocketDriver(Driver):
@@ -97,7 +98,7 @@ class SocketDriver(Driver):
                 if head == b"R":
                     count, size = _ROW.unpack(recv_exact(conn, _ROW.size))
                     offsets = np.frombuffer(recv_exact(conn, 8 * count), dtype=np.uint64)
-                    views = [self.buf[int(o):int(o) + size] for o in offsets]
+                    views = [self.buf[int(o) : int(o) + size] for o in offsets]
                 elif head == b"w":
                     _recvv(conn, list(views))
                     conn.sendall(b"k")
@@ -125,7 +126,7 @@ class SocketDriver(Driver):
     def prepare(self, op: str, api: str, offsets: Sequence[int], size: int) -> Transfer:
         sock = self.sock
         sock.sendall(b"R" + _ROW.pack(len(offsets), size) + np.asarray(offsets, dtype=np.uint64).tobytes())
-        views = [self.buf[o:o + size] for o in offsets]
+        views = [self.buf[o : o + size] for o in offsets]
         ack = memoryview(bytearray(1))
         if op == "write":
             first = [memoryview(b"w"), *views]
@@ -134,11 +135,13 @@ class SocketDriver(Driver):
                 _sendv(sock, list(first))
                 if sock.recv_into(ack) != 1:
                     raise ConnectionError("socket baseline: target closed the connection")
+
             return write
 
         def read() -> None:
             sock.sendall(b"r")
             _recvv(sock, list(views))
+
         return read
 
     def close(self) -> None:
@@ -159,7 +162,7 @@ class SerialSocketDriver(SocketDriver):
     def prepare(self, op: str, api: str, offsets: Sequence[int], size: int) -> Transfer:
         sock = self.sock
         sock.sendall(b"R" + _ROW.pack(len(offsets), size) + np.asarray(offsets, dtype=np.uint64).tobytes())
-        views = [self.buf[o:o + size] for o in offsets]
+        views = [self.buf[o : o + size] for o in offsets]
         ack = memoryview(bytearray(1))
         if op == "write":
             heads = [memoryview(b"W" + _ONE.pack(i)) for i in range(len(views))]
@@ -169,6 +172,7 @@ class SerialSocketDriver(SocketDriver):
                     _sendv(sock, [head, view])
                     if sock.recv_into(ack) != 1:
                         raise ConnectionError("socket baseline: target closed the connection")
+
             return write
         heads = [b"Q" + _ONE.pack(i) for i in range(len(views))]
 
@@ -176,6 +180,7 @@ class SerialSocketDriver(SocketDriver):
             for head, view in zip(heads, views):
                 sock.sendall(head)
                 _recvv(sock, [view])
+
         return read
 
 
@@ -192,13 +197,14 @@ class MemcpyDriver(Driver):
         return {}
 
     def prepare(self, op: str, api: str, offsets: Sequence[int], size: int) -> Transfer:
-        pairs = [(self.local[o:o + size], self.remote[o:o + size]) for o in offsets]
+        pairs = [(self.local[o : o + size], self.remote[o : o + size]) for o in offsets]
         if op == "write":
             pairs = [(r, l) for l, r in pairs]
 
         def copy() -> None:
             for dst, src in pairs:
                 np.copyto(dst, src)
+
         return copy
 
 
@@ -236,6 +242,7 @@ class MooncakeDriver(Driver):
                 rc = call(seg, local, remote, size)
                 if rc != 0:
                     raise RuntimeError(f"Mooncake transfer_sync_{op} returned {rc}")
+
             return one
         call = te.batch_transfer_sync_write if op == "write" else te.batch_transfer_sync_read
         local = [self.addr + o for o in offsets]
@@ -246,6 +253,7 @@ class MooncakeDriver(Driver):
             rc = call(seg, local, remote, sizes)
             if rc != 0:
                 raise RuntimeError(f"Mooncake batch_transfer_sync_{op} returned {rc}")
+
         return batch
 
 
@@ -299,6 +307,7 @@ class NixlDriver(Driver):
                 state = agent.check_xfer_state(handle)
             if state != "DONE":
                 raise RuntimeError(f"NIXL {op} ended in state {state}")
+
         return xfer
 
     def release(self) -> None:
@@ -312,8 +321,13 @@ class NixlDriver(Driver):
         del self.agent
 
 
-BASELINES = {"socket": SocketDriver, "socket-serial": SerialSocketDriver, "memcpy": MemcpyDriver,
-             "mooncake": MooncakeDriver, "nixl": NixlDriver}
+BASELINES = {
+    "socket": SocketDriver,
+    "socket-serial": SerialSocketDriver,
+    "memcpy": MemcpyDriver,
+    "mooncake": MooncakeDriver,
+    "nixl": NixlDriver,
+}
 
 
 def _mooncake_unavailable() -> Optional[str]:
@@ -323,8 +337,10 @@ def _mooncake_unavailable() -> Optional[str]:
     whose shared libraries do not load is installed but unusable; both used to read "not
     installed"."""
     if importlib.util.find_spec("mooncake") is None:
-        return (f"no mooncake package on the path of {sys.executable} (install it with that interpreter: "
-                f"PYTHON={sys.executable} scripts/bench-io-setup.sh)")
+        return (
+            f"no mooncake package on the path of {sys.executable} (install it with that interpreter: "
+            f"PYTHON={sys.executable} scripts/bench-io-setup.sh)"
+        )
     try:
         importlib.import_module("mooncake.engine")
     except Exception as exc:  # ImportError, or a shared library that does not load

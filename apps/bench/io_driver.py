@@ -6,6 +6,7 @@ JSON-able dict; the initiator end opens with that dict and answers with its own;
 initiator alone moves data. ``prepare`` returns a function doing one transfer of a batch (post,
 then wait until it is complete), so every engine is timed by the same loop.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional, Sequence

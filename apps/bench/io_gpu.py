@@ -2,6 +2,7 @@
 """``mori bench io --gpu``: MORI-IO on GPU memory between two processes of one node (CUDA IPC
 + copy engine, and GPU memory over the tcp backend), against a device-to-device copy of the
 same size measured in the same run (the ceiling for one GPU; a peer copy with two)."""
+
 from __future__ import annotations
 
 import argparse
@@ -17,6 +18,7 @@ def _target(conn, backend: str, nbytes: int, device: int) -> None:
     import torch
 
     from mori.io import BackendType, IOEngine, IOEngineConfig, TcpBackendConfig, XgmiBackendConfig
+
     torch.cuda.set_device(device)
     engine = IOEngine("bench-io-gpu-target", IOEngineConfig("127.0.0.1", 0))
     if backend == "cuda_ipc":
@@ -50,6 +52,7 @@ def _time_io(session, size: int, iters: int) -> float:
         st.Wait()
         if not st.Succeeded():
             raise RuntimeError(st.Message())
+
     for _ in range(3):
         one()
     return _best_round(one, iters)
@@ -61,6 +64,7 @@ def _time_copy(dst, src, size: int, iters: int) -> float:
     def one() -> None:
         dst[:size].copy_(src[:size])
         torch.cuda.synchronize()
+
     for _ in range(3):
         one()
     return _best_round(one, iters)
@@ -73,8 +77,11 @@ def targets(rows: list) -> dict:
 
     def verdict(sel: list, bound: float):
         return all(r["ratio"] >= bound for r in sel) if sel else None
-    return {"cuda_ipc >= 0.9 x device copy from 1 MiB": verdict([r for r in ipc if r["MsgSize (B)"] >= 1 << 20], 0.9),
-            "cuda_ipc >= 0.7 x device copy at 64 KiB": verdict([r for r in ipc if r["MsgSize (B)"] == 64 << 10], 0.7)}
+
+    return {
+        "cuda_ipc >= 0.9 x device copy from 1 MiB": verdict([r for r in ipc if r["MsgSize (B)"] >= 1 << 20], 0.9),
+        "cuda_ipc >= 0.7 x device copy at 64 KiB": verdict([r for r in ipc if r["MsgSize (B)"] == 64 << 10], 0.7),
+    }
 
 
 def main(argv: Sequence[str]) -> int:
@@ -87,14 +94,28 @@ def main(argv: Sequence[str]) -> int:
     args = p.parse_args(list(argv))
     import torch
 
-    from mori.io import (BackendType, EngineDesc, IOEngine, IOEngineConfig, MemoryDesc, TcpBackendConfig,
-                         XgmiBackendConfig)
+    from mori.io import (
+        BackendType,
+        EngineDesc,
+        IOEngine,
+        IOEngineConfig,
+        MemoryDesc,
+        TcpBackendConfig,
+        XgmiBackendConfig,
+    )
+
     sizes = size_sweep(64 << 10, args.max_size, 4)
     src = torch.randint(0, 256, (args.max_size,), dtype=torch.uint8, device="cuda:0")
-    dst = torch.empty_like(src) if args.peer_device == 0 else torch.empty(args.max_size, dtype=torch.uint8,
-                                                                           device=f"cuda:{args.peer_device}")
-    report = Report("io-gpu", ["backend", "MsgSize (B)", "GB/s", "copy GB/s", "ratio"],
-                    meta={"gpu": torch.cuda.get_device_name(0), "peer_device": args.peer_device})
+    dst = (
+        torch.empty_like(src)
+        if args.peer_device == 0
+        else torch.empty(args.max_size, dtype=torch.uint8, device=f"cuda:{args.peer_device}")
+    )
+    report = Report(
+        "io-gpu",
+        ["backend", "MsgSize (B)", "GB/s", "copy GB/s", "ratio"],
+        meta={"gpu": torch.cuda.get_device_name(0), "peer_device": args.peer_device},
+    )
     ctx = mp.get_context("spawn")
     for backend in args.backends.split(","):
         parent, child = ctx.Pipe()
@@ -117,8 +138,15 @@ def main(argv: Sequence[str]) -> int:
                 iters = args.iters if backend == "cuda_ipc" else max(3, args.iters // 4)
                 t_io = _time_io(session, size, iters)
                 t_copy = _time_copy(dst, src, size, args.iters)
-                report.add(**{"backend": used, "MsgSize (B)": size, "GB/s": size / t_io / 1e9,
-                              "copy GB/s": size / t_copy / 1e9, "ratio": t_copy / t_io})
+                report.add(
+                    **{
+                        "backend": used,
+                        "MsgSize (B)": size,
+                        "GB/s": size / t_io / 1e9,
+                        "copy GB/s": size / t_copy / 1e9,
+                        "ratio": t_copy / t_io,
+                    }
+                )
         finally:
             parent.send("done")
             proc.join(60)
@@ -132,4 +160,5 @@ def main(argv: Sequence[str]) -> int:
 
 if __name__ == "__main__":
     import sys
+
     raise SystemExit(main(sys.argv[1:]))

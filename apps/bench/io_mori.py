@@ -3,6 +3,7 @@
 API only (mori.io): one IOEngine per process, the buffer registered as CPU memory, descriptors
 packed and unpacked, one session per pair, ``read/write/batch_read/batch_write`` on the session
 (api "session") or on the engine with one memory pair (api "engine"), each status waited for."""
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -95,6 +96,7 @@ class MoriDriver(Driver):
         def engine_batch() -> None:
             for st in call([mem], [offs], [remote], [offs], [sizes], [uid()]):
                 _wait(st, f"engine.batch_{op}")
+
         return engine_batch
 
     def close(self) -> None:

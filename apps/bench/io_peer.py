@@ -8,6 +8,7 @@ Per row: the destination regions are overwritten with a fill byte, the row is ti
 warm-up transfer, then ``iters`` transfers, each posted and waited for), and both sides hash
 the regions: the row counts only if the hashes agree (the data arrived and is the source's).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,7 +57,7 @@ def fill_random(buf: np.ndarray, seed: int) -> None:
     step = 16 << 20
     for o in range(0, buf.nbytes, step):
         n = min(step, buf.nbytes - o)
-        buf[o:o + n] = np.frombuffer(rng.bytes(n), dtype=np.uint8)
+        buf[o : o + n] = np.frombuffer(rng.bytes(n), dtype=np.uint8)
 
 
 def layout(batch: int, size: int, contiguous: bool) -> list[int]:
@@ -68,13 +69,13 @@ def layout(batch: int, size: int, contiguous: bool) -> list[int]:
 def digest(buf: np.ndarray, offsets: Sequence[int], size: int) -> str:
     h = hashlib.blake2b(digest_size=16)
     for o in offsets:
-        h.update(memoryview(buf[o:o + size]))
+        h.update(memoryview(buf[o : o + size]))
     return h.hexdigest()
 
 
 def fill(buf: np.ndarray, offsets: Sequence[int], size: int, byte: int) -> None:
     for o in offsets:
-        buf[o:o + size] = byte
+        buf[o : o + size] = byte
 
 
 def _target(args: argparse.Namespace) -> int:
@@ -154,13 +155,26 @@ def _timed(fn, iters: int, budget: float) -> list[float]:
     return out
 
 
-def _row(engine: str, backend: Optional[str], op: str, api: str, batch: int, size: int, lat: list[float],
-         verified: bool) -> dict:
+def _row(
+    engine: str, backend: Optional[str], op: str, api: str, batch: int, size: int, lat: list[float], verified: bool
+) -> dict:
     total = size * batch
     best, mean = min(lat), statistics.fmean(lat)
-    return {"engine": engine, "backend": backend, "op": op, "api": api, "MsgSize (B)": size, "BatchSize": batch,
-            "TotalSize (MB)": total / 1e6, "Max BW (GB/s)": total / best / 1e9, "Avg BW (GB/s)": total / mean / 1e9,
-            "Min Lat (us)": best * 1e6, "Avg Lat (us)": mean * 1e6, "iters": len(lat), "verified": verified}
+    return {
+        "engine": engine,
+        "backend": backend,
+        "op": op,
+        "api": api,
+        "MsgSize (B)": size,
+        "BatchSize": batch,
+        "TotalSize (MB)": total / 1e6,
+        "Max BW (GB/s)": total / best / 1e9,
+        "Avg BW (GB/s)": total / mean / 1e9,
+        "Min Lat (us)": best * 1e6,
+        "Avg Lat (us)": mean * 1e6,
+        "iters": len(lat),
+        "verified": verified,
+    }
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -207,8 +221,10 @@ def _initiator(args: argparse.Namespace) -> int:
                         drv.release()
                         ok = digest(buf, offsets, size) == remote.digest(offsets, size)
                         if not ok:
-                            raise AssertionError(f"{args.engine} {op} ({api}, batch {batch}, {size} B): the "
-                                                 "destination does not hold the source's bytes")
+                            raise AssertionError(
+                                f"{args.engine} {op} ({api}, batch {batch}, {size} B): the "
+                                "destination does not hold the source's bytes"
+                            )
                         result["rows"].append(_row(args.engine, backend, op, api, batch, size, lat, ok))
     if plan["latency"]:
         for op in plan["ops"]:
@@ -224,10 +240,20 @@ def _initiator(args: argparse.Namespace) -> int:
             gc.enable()
             drv.release()
             lat.sort()
-            result["latency"].append({"engine": args.engine, "backend": backend, "op": op, "api": apis[0],
-                                      "size": 8, "n": len(lat), "p50_us": _percentile(lat, 0.5) * 1e6,
-                                      "p99_us": _percentile(lat, 0.99) * 1e6, "max_us": lat[-1] * 1e6,
-                                      "mean_us": statistics.fmean(lat) * 1e6})
+            result["latency"].append(
+                {
+                    "engine": args.engine,
+                    "backend": backend,
+                    "op": op,
+                    "api": apis[0],
+                    "size": 8,
+                    "n": len(lat),
+                    "p50_us": _percentile(lat, 0.5) * 1e6,
+                    "p99_us": _percentile(lat, 0.99) * 1e6,
+                    "max_us": lat[-1] * 1e6,
+                    "mean_us": statistics.fmean(lat) * 1e6,
+                }
+            )
     drv.close()
     if conn is not None:
         _send(conn, {"cmd": "quit"})

@@ -5,6 +5,7 @@ the GPU tests check: a block put, a put with signal, a one-shot and a ring all-r
 Launch them with ``extern_libs=mori.ir.triton.get_extern_libs()`` after shmem init and
 ``mori.ir.triton.install_hook()``. The all-reduces sum in fp32 and store the input's dtype.
 """
+
 from __future__ import annotations
 
 import triton

@@ -2,6 +2,7 @@
 """Launch-self: a benchmark's front end starts its own ranks, each running the same module with
 the same command line plus one worker flag, so a rank parses exactly what the user typed (no
 option is re-spelled by hand and none can be forgotten on the way)."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,11 @@ from typing import Optional, Sequence
 GPU_JOB_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 # Open MPI's mpirun as root and with more ranks than cores (the CI machine has 2).
-OMPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+OMPI_ENV = {
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "OMPI_MCA_rmaps_base_oversubscribe": "1",
+}
 
 
 def worker_command(module: str, argv: Sequence[str], worker_flag: str = "--worker") -> list[str]:
@@ -24,13 +28,29 @@ def worker_command(module: str, argv: Sequence[str], worker_flag: str = "--worke
     return [sys.executable, "-m", module, worker_flag, *argv]
 
 
-def relaunch(module: str, argv: Sequence[str], nproc: int, *, worker_flag: str = "--worker",
-             env: Optional[dict] = None, prefix_output: bool = False) -> int:
+def relaunch(
+    module: str,
+    argv: Sequence[str],
+    nproc: int,
+    *,
+    worker_flag: str = "--worker",
+    env: Optional[dict] = None,
+    prefix_output: bool = False,
+) -> int:
     """Run ``nproc`` ranks of ``module`` with ``mori run`` on this host, each given ``argv``
     untouched after ``worker_flag``; returns the job's exit status. ``env`` (default: this
     process's) is the ranks' environment."""
-    cmd = [sys.executable, "-m", "mori.apps.cli", "run", "-n", str(nproc),
-           *([] if prefix_output else ["--no-prefix"]), "--", *worker_command(module, argv, worker_flag)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mori.apps.cli",
+        "run",
+        "-n",
+        str(nproc),
+        *([] if prefix_output else ["--no-prefix"]),
+        "--",
+        *worker_command(module, argv, worker_flag),
+    ]
     return subprocess.call(cmd, env=env, stdin=subprocess.DEVNULL)
 
 
@@ -45,8 +65,9 @@ def relaunch_mpirun(module: str, argv: Sequence[str], nproc: int, *, worker_flag
     if mpirun is None:
         raise FileNotFoundError("mpirun is not on the PATH")
     env = dict(os.environ, **OMPI_ENV)
-    return subprocess.call([mpirun, "-n", str(nproc), *worker_command(module, argv, worker_flag)], env=env,
-                           stdin=subprocess.DEVNULL)
+    return subprocess.call(
+        [mpirun, "-n", str(nproc), *worker_command(module, argv, worker_flag)], env=env, stdin=subprocess.DEVNULL
+    )
 
 
 def use_local_gpu() -> int:

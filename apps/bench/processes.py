@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Ending the helper processes a benchmark started (terminate, then kill what lingers), and
 holding one until it is told to end or its starter is gone."""
+
 from __future__ import annotations
 
 import os

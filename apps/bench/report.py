@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The one writer of every benchmark's results: a rich table on stdout and a JSON file with the
 machine, the command and every row."""
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -16,8 +17,12 @@ from mori import _C
 
 
 def machine_info() -> dict:
-    info = {"hostname": socket.gethostname(), "platform": platform.platform(), "python": platform.python_version(),
-            "cpus": os.cpu_count()}
+    info = {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+    }
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -38,15 +43,27 @@ def command_line() -> str:
 
 
 # Set by `mori run` for every job (and one is a secret): not part of how a run was configured.
-_LAUNCHER_VARS = {"MORI_JOB_SECRET", "MORI_STORE_ADDR", "MORI_RANK", "MORI_WORLD_SIZE", "MORI_LOCAL_RANK",
-                  "MORI_LOCAL_WORLD_SIZE", "MORI_NNODES", "MORI_NODE_RANK", "MORI_MASTER_PORT"}
+_LAUNCHER_VARS = {
+    "MORI_JOB_SECRET",
+    "MORI_STORE_ADDR",
+    "MORI_RANK",
+    "MORI_WORLD_SIZE",
+    "MORI_LOCAL_RANK",
+    "MORI_LOCAL_WORLD_SIZE",
+    "MORI_NNODES",
+    "MORI_NODE_RANK",
+    "MORI_MASTER_PORT",
+}
 
 
 def settings() -> dict:
     """The MORI_* settings this run was started with (the launcher's own variables left out)."""
     rows = _C.core.env_table()
-    return {r["name"]: r["value"] for r in sorted(rows, key=lambda r: r["name"])
-            if r["is_set"] and r["name"].startswith("MORI_") and r["name"] not in _LAUNCHER_VARS}
+    return {
+        r["name"]: r["value"]
+        for r in sorted(rows, key=lambda r: r["name"])
+        if r["is_set"] and r["name"].startswith("MORI_") and r["name"] not in _LAUNCHER_VARS
+    }
 
 
 @dataclass
@@ -83,9 +100,16 @@ class Report:
         adds top-level keys (benchmarks whose documents had them before this layout keep them)."""
         path = path or f"bench-results/{self.name}.json"
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        doc = {"benchmark": self.name, "date": _dt.datetime.now().isoformat(timespec="seconds"),
-               "command": command_line(), "settings": settings(), "machine": machine_info(), "meta": self.meta,
-               "rows": self.rows, **(extra or {})}
+        doc = {
+            "benchmark": self.name,
+            "date": _dt.datetime.now().isoformat(timespec="seconds"),
+            "command": command_line(),
+            "settings": settings(),
+            "machine": machine_info(),
+            "meta": self.meta,
+            "rows": self.rows,
+            **(extra or {}),
+        }
         with open(path, "w") as f:
             json.dump(doc, f, indent=1)
         return path

@@ -7,6 +7,7 @@ plain ``memcpy`` (numpy copy between two local buffers) as the bandwidth ceiling
 Latency = one blocking put (or get) followed by quiet, averaged; bandwidth = a window of
 non-blocking puts (gets) then one quiet. PE 0 drives, PE 1 is the passive target.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,16 +48,18 @@ def _worker(args: argparse.Namespace) -> int:
     sym = sh.shmem_malloc(max_size)
     # Local buffers start half a page off the heap's page alignment: equal low address bits make
     # every copy pay for 4K aliasing, which would measure the CPU's store buffer, not the transports.
-    src = np.random.default_rng(0).integers(0, 255, max_size + 4096, dtype=np.uint8)[2048:2048 + max_size]
-    dst = np.empty(max_size + 4096, np.uint8)[2048:2048 + max_size]
+    src = np.random.default_rng(0).integers(0, 255, max_size + 4096, dtype=np.uint8)[2048 : 2048 + max_size]
+    dst = np.empty(max_size + 4096, np.uint8)[2048 : 2048 + max_size]
     src_addr, dst_addr = src.ctypes.data, dst.ctypes.data
     win = None
     if mpi is not None:
         win = mpi.Win.Allocate(max_size, comm=mpi.COMM_WORLD)
         win.Lock_all()
     sh.shmem_barrier_all()
-    report = Report("shmem", ["op", "size", "mori_us", "mpi_rma_us", "mpi/mori", "mori_GBps", "mpi_rma_GBps",
-                              "memcpy_GBps", "mori/memcpy"])
+    report = Report(
+        "shmem",
+        ["op", "size", "mori_us", "mpi_rma_us", "mpi/mori", "mori_GBps", "mpi_rma_GBps", "memcpy_GBps", "mori/memcpy"],
+    )
     if me == 0:
         iters = _lat_iters(args.budget)
         for op in ("put", "get"):
@@ -72,9 +75,13 @@ def _worker(args: argparse.Namespace) -> int:
                         theirs = mean_seconds(lambda: (win.Put(view_src, 1), win.Flush(1)), iters)
                     else:
                         theirs = mean_seconds(lambda: (win.Get(view_dst, 1), win.Flush(1)), iters)
-                report.add(op=f"{op} latency", size=human_size(size), mori_us=ours * 1e6,
-                           mpi_rma_us=theirs * 1e6 if theirs else None,
-                           **{"mpi/mori": theirs / ours if theirs else None})
+                report.add(
+                    op=f"{op} latency",
+                    size=human_size(size),
+                    mori_us=ours * 1e6,
+                    mpi_rma_us=theirs * 1e6 if theirs else None,
+                    **{"mpi/mori": theirs / ours if theirs else None},
+                )
         for op in ("put", "get"):
             for size in BW_SIZES:
                 window = max(4, min(64, (256 << 20) // size))
@@ -103,10 +110,20 @@ def _worker(args: argparse.Namespace) -> int:
                 a, b = src[:size], dst[:size]  # the same local buffers as the RMA calls
                 t_copy = mean_seconds(lambda: [np.copyto(b, a) for _ in range(window)], reps, warmup=1) / window
                 gb = lambda t: size / t / 1e9 if t else None  # noqa: E731
-                report.add(op=f"{op} bandwidth", size=human_size(size), mori_GBps=gb(t_ours), mpi_rma_GBps=gb(t_mpi),
-                           memcpy_GBps=gb(t_copy), **{"mori/memcpy": t_copy / t_ours})
-        report.meta = {"pes": n, "transport": sh.transport_name(1), "mpi_baseline": win is not None,
-                       "latency_iters": iters}
+                report.add(
+                    op=f"{op} bandwidth",
+                    size=human_size(size),
+                    mori_GBps=gb(t_ours),
+                    mpi_rma_GBps=gb(t_mpi),
+                    memcpy_GBps=gb(t_copy),
+                    **{"mori/memcpy": t_copy / t_ours},
+                )
+        report.meta = {
+            "pes": n,
+            "transport": sh.transport_name(1),
+            "mpi_baseline": win is not None,
+            "latency_iters": iters,
+        }
         report.show("mori bench shmem: 2 PEs, one host (latency: lower is better; bandwidth: higher)")
         print("wrote", report.save(args.json))
     sh.shmem_barrier_all()
@@ -119,8 +136,9 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[list] = None) -> int:
-    parser = argparse.ArgumentParser(prog="mori bench shmem", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="mori bench shmem", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--json", default="bench-results/shmem.json", help="where to write the JSON results")
     parser.add_argument("--budget", type=float, default=0.05, help="seconds of timing per latency point")
     parser.add_argument("--no-mpi", action="store_true", help="skip the mpi4py RMA baseline (launch with mori run)")

@@ -22,6 +22,7 @@ that column (the same UCX underneath), the other rows' against Open MPI's defaul
 ``--load N`` runs N busy loops (one process each, as other jobs of a shared machine) beside
 every run of both implementations, so the figure under load comes from one command.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -86,8 +87,7 @@ def _run(cmd: list[str], env: dict, timeout: float) -> list[dict]:
 @contextlib.contextmanager
 def busy_loops(n: int):
     """N processes that spin for as long as the block runs: the load of other jobs."""
-    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
-             for _ in range(n)]
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL) for _ in range(n)]
     try:
         yield
     finally:
@@ -112,7 +112,7 @@ def _perftest_rows(max_bytes: int, scale: float, env: dict, run: int) -> list[Ro
         largest *= 8  # the C benchmark's sizes: 8, 64, 512, ...
     rows = []
     for op, test, bw in ucx_perftest.MEASURES:
-        for nbytes in ([largest] if bw else sorted({8, largest}) if op == "get_lat" else [8]):
+        for nbytes in [largest] if bw else sorted({8, largest}) if op == "get_lat" else [8]:
             r = ucx_perftest.run_test(test, nbytes, _iters_for(nbytes, scale), env)
             rows.append(Row("ucx_perftest", 2, op, nbytes, r.iters, r.us, r.GBps, run=run))
     return rows
@@ -121,15 +121,25 @@ def _perftest_rows(max_bytes: int, scale: float, env: dict, run: int) -> list[Ro
 def _mori_variants(transport: str, ucx_tls: str) -> list[tuple[str, dict]]:
     """(implementation label, extra environment) of each of our runs."""
     if transport == "ucx":
-        return [("mori-ucx", {"MORI_NET_TRANSPORT": "ucx-all", "UCX_TLS": ucx_tls}),
-                ("mori-tcp", {"MORI_DISABLE_P2P": "1", "MORI_NET_TRANSPORT": "tcp"})]
+        return [
+            ("mori-ucx", {"MORI_NET_TRANSPORT": "ucx-all", "UCX_TLS": ucx_tls}),
+            ("mori-tcp", {"MORI_DISABLE_P2P": "1", "MORI_NET_TRANSPORT": "tcp"}),
+        ]
     if transport == "tcp":
         return [("mori-tcp", {"MORI_DISABLE_P2P": "1", "MORI_NET_TRANSPORT": "tcp"})]
     return [("mori", {})]
 
 
-def run(pes: list[int], max_bytes: int, scale: float, ompi_oshcc: str, ompi_oshrun: str, runs: int = 1,
-        transport: str = "shm", ucx_tls: str = "tcp") -> list[Row]:
+def run(
+    pes: list[int],
+    max_bytes: int,
+    scale: float,
+    ompi_oshcc: str,
+    ompi_oshrun: str,
+    runs: int = 1,
+    transport: str = "shm",
+    ucx_tls: str = "tcp",
+) -> list[Row]:
     """Build both binaries and run each `runs` times per PE count, alternating which implementation
     goes first; returns every measurement."""
     from mori.shmem.capi import paths
@@ -147,8 +157,10 @@ def run(pes: list[int], max_bytes: int, scale: float, ompi_oshcc: str, ompi_oshr
         args = [str(max_bytes), str(scale)]
         mori_env = dict(os.environ, MORI_PYTHON=sys.executable)
         mori_env.setdefault("MORI_SHMEM_HEAP_SIZE", str(max(64 << 20, 4 * max_bytes)))
-        impls = [(label, [str(p.bin_dir / "oshrun")], ours, dict(mori_env, **extra))
-                 for label, extra in _mori_variants(transport, ucx_tls)]
+        impls = [
+            (label, [str(p.bin_dir / "oshrun")], ours, dict(mori_env, **extra))
+            for label, extra in _mori_variants(transport, ucx_tls)
+        ]
         if have_ompi:
             ompi_env = dict(os.environ, **OMPI_ENV)
             if transport == "ucx":  # the same UCX transports under Open MPI's spml ucx
@@ -167,7 +179,7 @@ def run(pes: list[int], max_bytes: int, scale: float, ompi_oshcc: str, ompi_oshr
                 perftest_env = dict(os.environ, UCX_TLS=ucx_tls)
         for k in range(runs):
             for n in pes:
-                for name, launcher, binary, env in (impls if k % 2 == 0 else impls[::-1]):
+                for name, launcher, binary, env in impls if k % 2 == 0 else impls[::-1]:
                     for r in _run([*launcher, "-n", str(n), str(binary), *args], env, 600):
                         rows.append(Row(name, n, run=k, **r))
                 if perftest_env is not None and n == 2:
@@ -199,11 +211,15 @@ def table(rows: list[Row]) -> str:
     first = ours[0] if ours else None
     raw = "ucx_perftest" in impls
     basic = "openmpi-scoll-basic" in impls
-    lines = [f"median of {runs} run(s) [min-max]; speedup: {first or '-'} over openmpi"
-             + (" (collectives: over openmpi-scoll-basic, Open MPI's collectives on its spml)" if basic else "")
-             + (f"; vs raw ucx: {first or '-'} time / ucx_perftest time" if raw else ""),
-             f"{'PEs':>3} {'op':<18} {'bytes':>7} " + " ".join(f"{c:>28}" for c in cols) + f" {'speedup':>8}"
-             + (f" {'vs raw ucx':>10}" if raw else "")]
+    lines = [
+        f"median of {runs} run(s) [min-max]; speedup: {first or '-'} over openmpi"
+        + (" (collectives: over openmpi-scoll-basic, Open MPI's collectives on its spml)" if basic else "")
+        + (f"; vs raw ucx: {first or '-'} time / ucx_perftest time" if raw else ""),
+        f"{'PEs':>3} {'op':<18} {'bytes':>7} "
+        + " ".join(f"{c:>28}" for c in cols)
+        + f" {'speedup':>8}"
+        + (f" {'vs raw ucx':>10}" if raw else ""),
+    ]
 
     def ratio(theirs: Optional[list[Row]], m: tuple[float, float, float], bw: bool) -> Optional[float]:
         """Their median time over ours (> 1: ours faster), from latencies or bandwidths."""
@@ -215,6 +231,7 @@ def table(rows: list[Row]) -> str:
             continue
         bw = op.endswith("_bw")
         unit = "GB/s" if bw else "us"
+
         def fmt(s: tuple, unit: str = unit) -> str:
             return f"{s[0]:9.3f} [{s[1]:.3g}-{s[2]:.3g}] {unit}"
 
@@ -235,20 +252,30 @@ def table(rows: list[Row]) -> str:
 
 def main(argv: list[str]) -> int:
     """Entry point of ``mori bench shmem-c``."""
-    ap = argparse.ArgumentParser(prog="mori bench shmem-c", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="mori bench shmem-c", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--pes", default="2,4", help="comma-separated PE counts (default 2,4)")
-    ap.add_argument("--max-bytes", type=size_type("--max-bytes"), default=4 << 20,
-                    help="largest message (default 4 MiB)")
+    ap.add_argument(
+        "--max-bytes", type=size_type("--max-bytes"), default=4 << 20, help="largest message (default 4 MiB)"
+    )
     ap.add_argument("--scale", type=float, default=1.0, help="multiply iteration counts (quick runs: 0.1)")
     ap.add_argument("--runs", type=int, default=5, help="runs of each implementation, alternating (default 5)")
     ap.add_argument("--json", default="bench-results/shmem_c.json", help="where to write the JSON results")
-    ap.add_argument("--transport", choices=["shm", "tcp", "ucx"], default="shm",
-                    help="how our PEs reach each other: shm (default), tcp (MORI_DISABLE_P2P), or ucx "
-                         "(ucx-all, beside tcp; Open MPI gets the same UCX_TLS)")
+    ap.add_argument(
+        "--transport",
+        choices=["shm", "tcp", "ucx"],
+        default="shm",
+        help="how our PEs reach each other: shm (default), tcp (MORI_DISABLE_P2P), or ucx "
+        "(ucx-all, beside tcp; Open MPI gets the same UCX_TLS)",
+    )
     ap.add_argument("--ucx-tls", default="tcp", help="UCX_TLS of the ucx runs, ours and Open MPI's (default tcp)")
-    ap.add_argument("--load", type=int, default=0,
-                    help="busy-loop processes running beside every run, as other jobs would (default 0)")
+    ap.add_argument(
+        "--load",
+        type=int,
+        default=0,
+        help="busy-loop processes running beside every run, as other jobs would (default 0)",
+    )
     ap.add_argument("--ompi-oshcc", default="/usr/bin/oshcc")
     ap.add_argument("--ompi-oshrun", default="/usr/bin/oshrun")
     args = ap.parse_args(argv)
@@ -261,16 +288,27 @@ def main(argv: list[str]) -> int:
         ap.error("--load must be 0 or more")
     t0 = time.time()
     with busy_loops(args.load):
-        rows = run(pes, args.max_bytes, args.scale, args.ompi_oshcc, args.ompi_oshrun, args.runs, args.transport,
-                   args.ucx_tls)
+        rows = run(
+            pes, args.max_bytes, args.scale, args.ompi_oshcc, args.ompi_oshrun, args.runs, args.transport, args.ucx_tls
+        )
     if args.load:
         print(f"beside {args.load} busy loop(s)")
     print(table(rows))
-    meta = {"benchmark": "shmem-c", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node(),
-            "cpus": os.cpu_count(), "machine": platform.machine(), "seconds": round(time.time() - t0, 1),
-            "max_bytes": args.max_bytes, "scale": args.scale, "runs": args.runs,
-            "transport": args.transport, "load": args.load, "ucx_tls": args.ucx_tls if args.transport == "ucx" else None,
-            "command": "mori bench shmem-c " + " ".join(argv)}
+    meta = {
+        "benchmark": "shmem-c",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "seconds": round(time.time() - t0, 1),
+        "max_bytes": args.max_bytes,
+        "scale": args.scale,
+        "runs": args.runs,
+        "transport": args.transport,
+        "load": args.load,
+        "ucx_tls": args.ucx_tls if args.transport == "ucx" else None,
+        "command": "mori bench shmem-c " + " ".join(argv),
+    }
     report = Report("shmem-c", [f.name for f in fields(Row)], rows=[asdict(r) for r in rows], meta=meta)
     print(f"wrote {report.save(args.json)}")
     return 0

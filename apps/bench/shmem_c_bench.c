@@ -11,13 +11,13 @@
 #include <string.h>
 #include <time.h>
 
-static char g_buf[1 << 16];  /* a global: symmetric by the spec */
+static char g_buf[1 << 16]; /* a global: symmetric by the spec */
 static long g_counter;
 static long g_ping; /* the ping-pong's flag */
 
 #define MAX2(a, b) ((a) > (b) ? (a) : (b))
-#define PSYNC_LEN MAX2(MAX2(SHMEM_BCAST_SYNC_SIZE, SHMEM_COLLECT_SYNC_SIZE), \
-                       MAX2(SHMEM_REDUCE_SYNC_SIZE, SHMEM_ALLTOALL_SYNC_SIZE))
+#define PSYNC_LEN \
+  MAX2(MAX2(SHMEM_BCAST_SYNC_SIZE, SHMEM_COLLECT_SYNC_SIZE), MAX2(SHMEM_REDUCE_SYNC_SIZE, SHMEM_ALLTOALL_SYNC_SIZE))
 /* Two of each: consecutive calls alternate, so a call never reuses the pSync of one that a
  * slower PE may still be in (the spec's rule for back-to-back collectives). */
 static long g_psync[2][PSYNC_LEN];
@@ -41,7 +41,7 @@ static int iters_for(size_t bytes, double scale) {
   return it < 10 ? 10 : it;
 }
 
-static void report(const char *op, size_t bytes, int iters, double us_total) {
+static void report(const char* op, size_t bytes, int iters, double us_total) {
   double us = us_total / iters;
   double gbps = bytes ? (double)bytes / (us * 1e3) : 0.0;
   printf("{\"op\": \"%s\", \"bytes\": %zu, \"iters\": %d, \"us\": %.4f, \"GBps\": %.4f}\n", op, bytes, iters, us, gbps);
@@ -52,18 +52,18 @@ static void report(const char *op, size_t bytes, int iters, double us_total) {
  * and at least 100 ms (PE 0's clock; every PE runs as many calls as PE 0 decides): PEs that sat
  * idle in a barrier through the put/get rows may have been packed onto one core by the
  * scheduler, and spreading them again takes longer than a few hundred calls. */
-typedef void (*coll_fn)(void *dst, const void *src, size_t nelems, int i, int n);
+typedef void (*coll_fn)(void* dst, const void* src, size_t nelems, int i, int n);
 static long g_more, g_more_seen;
 static long g_warm_psync[SHMEM_BCAST_SYNC_SIZE];
-static void time_collective(const char *op, coll_fn fn, void *dst, const void *src, size_t nelems, size_t bytes,
-                            int it, int n) {
+static void time_collective(const char* op, coll_fn fn, void* dst, const void* src, size_t nelems, size_t bytes, int it,
+                            int n) {
   double warm_start = now_us();
   int i = 0;
   for (;;) {
     for (int k = 0; k < it / 10 + 2; ++k, ++i) fn(dst, src, nelems, i, n);
     if (shmem_my_pe() == 0) g_more = now_us() - warm_start < 100e3;
     shmem_barrier_all();
-    shmem_broadcast64(&g_more_seen, &g_more, 1, 0, 0, 0, n, g_warm_psync);  /* 1.4: Open MPI has no teams */
+    shmem_broadcast64(&g_more_seen, &g_more, 1, 0, 0, 0, n, g_warm_psync); /* 1.4: Open MPI has no teams */
     shmem_barrier_all();
     if (!(shmem_my_pe() == 0 ? g_more : g_more_seen)) break;
   }
@@ -72,33 +72,33 @@ static void time_collective(const char *op, coll_fn fn, void *dst, const void *s
   for (int i = 0; i < it; ++i) fn(dst, src, nelems, i, n);
   g_elapsed = now_us() - t;
   shmem_barrier_all();
-  shmem_double_max_to_all(&g_slowest, &g_elapsed, 1, 0, 0, n, (double *)g_wrk[0], g_psync[0]);
+  shmem_double_max_to_all(&g_slowest, &g_elapsed, 1, 0, 0, n, (double*)g_wrk[0], g_psync[0]);
   if (shmem_my_pe() == 0) report(op, bytes, it, g_slowest);
   shmem_barrier_all();
 }
 
-static void do_fcollect(void *dst, const void *src, size_t nelems, int i, int n) {
+static void do_fcollect(void* dst, const void* src, size_t nelems, int i, int n) {
   shmem_fcollect64(dst, src, nelems, 0, 0, n, g_psync[i & 1]);
 }
-static void do_broadcast(void *dst, const void *src, size_t nelems, int i, int n) {
+static void do_broadcast(void* dst, const void* src, size_t nelems, int i, int n) {
   /* A non-root may leave before the others got the data: a barrier closes each round. */
   shmem_broadcast64(dst, src, nelems, 0, 0, 0, n, g_psync[i & 1]);
   shmem_barrier_all();
 }
-static void do_sum(void *dst, const void *src, size_t nelems, int i, int n) {
-  shmem_long_sum_to_all(dst, src, (int)nelems, 0, 0, n, (long *)g_wrk[i & 1], g_psync[i & 1]);
+static void do_sum(void* dst, const void* src, size_t nelems, int i, int n) {
+  shmem_long_sum_to_all(dst, src, (int)nelems, 0, 0, n, (long*)g_wrk[i & 1], g_psync[i & 1]);
 }
-static void do_alltoall(void *dst, const void *src, size_t nelems, int i, int n) {
+static void do_alltoall(void* dst, const void* src, size_t nelems, int i, int n) {
   shmem_alltoall64(dst, src, nelems, 0, 0, n, g_psync[i & 1]);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   size_t max_bytes = argc > 1 ? strtoull(argv[1], NULL, 0) : (4u << 20);
   double scale = argc > 2 ? atof(argv[2]) : 1.0;
   shmem_init();
   int me = shmem_my_pe(), n = shmem_n_pes(), peer = n - 1;
-  char *heap = shmem_malloc(max_bytes);
-  char *local = malloc(max_bytes);
+  char* heap = shmem_malloc(max_bytes);
+  char* local = malloc(max_bytes);
   memset(local, me + 1, max_bytes);
   memset(heap, 0, max_bytes);
   shmem_barrier_all();
@@ -106,14 +106,21 @@ int main(int argc, char **argv) {
   for (size_t bytes = 8; bytes <= max_bytes; bytes *= 8) {
     int it = iters_for(bytes, scale), warm = it / 10 + 1;
     if (me == 0) {
-      for (int i = 0; i < warm; ++i) { shmem_putmem(heap, local, bytes, peer); shmem_quiet(); }
+      for (int i = 0; i < warm; ++i) {
+        shmem_putmem(heap, local, bytes, peer);
+        shmem_quiet();
+      }
       double t = now_us();
       int done = 0;
-      for (; done < it || done % 256 || now_us() - t < kMinRowUs; ++done) { shmem_putmem(heap, local, bytes, peer); shmem_quiet(); }
+      for (; done < it || done % 256 || now_us() - t < kMinRowUs; ++done) {
+        shmem_putmem(heap, local, bytes, peer);
+        shmem_quiet();
+      }
       report("put_lat", bytes, done, now_us() - t);
       for (int i = 0; i < warm; ++i) shmem_getmem(local, heap, bytes, peer);
       t = now_us();
-      for (done = 0; done < it || done % 256 || now_us() - t < kMinRowUs; ++done) shmem_getmem(local, heap, bytes, peer);
+      for (done = 0; done < it || done % 256 || now_us() - t < kMinRowUs; ++done)
+        shmem_getmem(local, heap, bytes, peer);
       report("get_lat", bytes, done, now_us() - t);
       /* bandwidth: a window of non-blocking puts, then quiet */
       int window = 64, rounds = it / window + 1, r = 0;
@@ -132,10 +139,13 @@ int main(int argc, char **argv) {
     int it = iters_for(8, scale);
     for (size_t bytes = 8; bytes <= 4096; bytes *= 8) {
       double t = now_us();
-      for (int i = 0; i < it; ++i) { shmem_putmem(g_buf, local, bytes, peer); shmem_quiet(); }
+      for (int i = 0; i < it; ++i) {
+        shmem_putmem(g_buf, local, bytes, peer);
+        shmem_quiet();
+      }
       report("put_lat_global", bytes, it, now_us() - t);
     }
-    long *ctr = (long *)heap;
+    long* ctr = (long*)heap;
     for (int i = 0; i < it / 10; ++i) (void)shmem_long_atomic_fetch_add(ctr, 1, peer);
     double t = now_us();
     for (int i = 0; i < it; ++i) (void)shmem_long_atomic_fetch_add(ctr, 1, peer);

@@ -15,6 +15,7 @@ put-with-signal between two kernels (device API ping-pong). Prints a table, writ
 
 Run as ``mori bench shmem --gpu [--json PATH]``: it starts its own 2 PEs with ``mori run``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,17 @@ from mori.apps.bench.launch import GPU_JOB_ENV, relaunch, use_local_gpu
 from mori.apps.bench.report import Report
 from mori.apps.bench.sizes import human_size, size_sweep, size_type
 
-COLUMNS = ["size", "torch_copy_GBps", "copy_engine_GBps", "copy_engine_vs_ceiling", "sm_put_GBps", "sm_put_vs_ceiling",
-           "putmem_block_GBps", "putmem_block_vs_ceiling"]
+COLUMNS = [
+    "size",
+    "torch_copy_GBps",
+    "copy_engine_GBps",
+    "copy_engine_vs_ceiling",
+    "sm_put_GBps",
+    "sm_put_vs_ceiling",
+    "putmem_block_GBps",
+    "putmem_block_vs_ceiling",
+]
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mori bench shmem --gpu", description=__doc__.split("\n\n")[0])
@@ -92,13 +102,26 @@ def _worker(args: argparse.Namespace) -> int:
             s, c = src[:nbytes], ceiling_dst[:nbytes]
             t_torch = _time_per_op(lambda: c.copy_(s, non_blocking=True), nbytes, args.reps)
             t_copy = _time_per_op(lambda: gpu.putmem_on_stream(dst, s, nbytes, peer, engine="copy"), nbytes, args.reps)
-            t_blk = _time_per_op(lambda: selftest.put(selftest.BLOCK, dst.data_ptr(), s.data_ptr(), nbytes, peer,
-                                                      blocks=2 * sms, threads=512), nbytes, args.reps)
+            t_blk = _time_per_op(
+                lambda: selftest.put(
+                    selftest.BLOCK, dst.data_ptr(), s.data_ptr(), nbytes, peer, blocks=2 * sms, threads=512
+                ),
+                nbytes,
+                args.reps,
+            )
             t_sm = _time_per_op(lambda: gpu.putmem_on_stream(dst, s, nbytes, peer, engine="sm"), nbytes, args.reps)
-            row = {"size": human_size(nbytes), "bytes": nbytes, "torch_copy_GBps": nbytes / t_torch / 1e9, "copy_engine_GBps": nbytes / t_copy / 1e9,
-                   "sm_put_GBps": nbytes / t_sm / 1e9, "putmem_block_GBps": nbytes / t_blk / 1e9,
-                   "torch_copy_us": t_torch * 1e6, "copy_engine_us": t_copy * 1e6, "sm_put_us": t_sm * 1e6,
-                   "putmem_block_us": t_blk * 1e6}
+            row = {
+                "size": human_size(nbytes),
+                "bytes": nbytes,
+                "torch_copy_GBps": nbytes / t_torch / 1e9,
+                "copy_engine_GBps": nbytes / t_copy / 1e9,
+                "sm_put_GBps": nbytes / t_sm / 1e9,
+                "putmem_block_GBps": nbytes / t_blk / 1e9,
+                "torch_copy_us": t_torch * 1e6,
+                "copy_engine_us": t_copy * 1e6,
+                "sm_put_us": t_sm * 1e6,
+                "putmem_block_us": t_blk * 1e6,
+            }
             row["copy_engine_vs_ceiling"] = row["copy_engine_GBps"] / row["torch_copy_GBps"]
             row["sm_put_vs_ceiling"] = row["sm_put_GBps"] / row["torch_copy_GBps"]
             row["putmem_block_vs_ceiling"] = row["putmem_block_GBps"] / row["torch_copy_GBps"]
@@ -107,8 +130,11 @@ def _worker(args: argparse.Namespace) -> int:
         sweep_bytes = min(256 << 20, sizes[-1])
         s = src[:sweep_bytes]
         for per_sm in (1, 2, 4, 8):
-            t = _time_per_op(lambda: gpu.putmem_on_stream(dst, s, sweep_bytes, peer, engine="sm",
-                                                          blocks=per_sm * sms), sweep_bytes, args.reps)
+            t = _time_per_op(
+                lambda: gpu.putmem_on_stream(dst, s, sweep_bytes, peer, engine="sm", blocks=per_sm * sms),
+                sweep_bytes,
+                args.reps,
+            )
             sweep.append({"bytes": sweep_bytes, "blocks_per_sm": per_sm, "GBps": sweep_bytes / t / 1e9})
         # Correctness of what was timed: the last SM and copy-engine puts landed intact.
         torch.cuda.synchronize()
@@ -147,7 +173,7 @@ def _peer_device(sh: Any, peer: int) -> int:
     board = sh.zeros(sh.shmem_npes(), dtype=np.int64)
     mine = np.array([torch.cuda.current_device()], dtype=np.int64)
     for pe in range(sh.shmem_npes()):
-        sh.put(board[sh.shmem_mype():sh.shmem_mype() + 1], mine, pe)
+        sh.put(board[sh.shmem_mype() : sh.shmem_mype() + 1], mine, pe)
     sh.shmem_barrier_all()
     value = int(board[peer])
     sh.free(board)
@@ -164,21 +190,38 @@ def _report(args: argparse.Namespace, rows: list[dict], sweep: list[dict], rt_us
         "put_signal_round_trip_us": rt_us,
         "target": "copy engine and SM put >= 0.9 x torch peer copy_ for >= 16 MiB; round trip <= 5 us",
     }
-    summary["target_met"] = bool(big) and summary["min_copy_engine_vs_ceiling_ge_16MiB"] >= 0.9 and \
-        summary["min_sm_put_vs_ceiling_ge_16MiB"] >= 0.9 and rt_us <= 5.0
+    summary["target_met"] = (
+        bool(big)
+        and summary["min_copy_engine_vs_ceiling_ge_16MiB"] >= 0.9
+        and summary["min_sm_put_vs_ceiling_ge_16MiB"] >= 0.9
+        and rt_us <= 5.0
+    )
     report = Report("shmem_gpu", COLUMNS, rows=rows)
-    report.show(f"mori bench shmem --gpu: PE 0 ({props.name}) -> PE 1, one direction; GB/s = 1e9 bytes/s; "
-                "x ceil = over torch copy_")
+    report.show(
+        f"mori bench shmem --gpu: PE 0 ({props.name}) -> PE 1, one direction; GB/s = 1e9 bytes/s; "
+        "x ceil = over torch copy_"
+    )
     if sweep:
-        print("SM put grid sweep at " + human_size(sweep[0]["bytes"]) + ": " +
-              ", ".join(f"{w['blocks_per_sm']} blocks/SM {w['GBps']:.1f} GB/s" for w in sweep))
+        print(
+            "SM put grid sweep at "
+            + human_size(sweep[0]["bytes"])
+            + ": "
+            + ", ".join(f"{w['blocks_per_sm']} blocks/SM {w['GBps']:.1f} GB/s" for w in sweep)
+        )
     print(f"8-byte put+signal round trip (device API ping-pong, {args.pingpong_iters} rounds): {rt_us:.2f} us")
     if big:
-        print(f">= 16 MiB: copy engine >= {summary['min_copy_engine_vs_ceiling_ge_16MiB']:.3f} x ceiling, "
-              f"SM put >= {summary['min_sm_put_vs_ceiling_ge_16MiB']:.3f} x ceiling; target met: "
-              f"{summary['target_met']}")
-    about = {"host": socket.gethostname(), "platform": platform.platform(), "gpu": props.name,
-             "sm_count": props.multi_processor_count, "torch": torch.__version__}
+        print(
+            f">= 16 MiB: copy engine >= {summary['min_copy_engine_vs_ceiling_ge_16MiB']:.3f} x ceiling, "
+            f"SM put >= {summary['min_sm_put_vs_ceiling_ge_16MiB']:.3f} x ceiling; target met: "
+            f"{summary['target_met']}"
+        )
+    about = {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "gpu": props.name,
+        "sm_count": props.multi_processor_count,
+        "torch": torch.__version__,
+    }
     return report.save(args.json, extra=dict(about, sm_put_grid_sweep=sweep, summary=summary))
 
 

@@ -22,6 +22,7 @@ from ``--ucx-tls``, default tcp), and shows them side by side.
 Targets (issue 4): put bandwidth >= 0.8 x socket at >= 1 MiB; small-put latency
 (put + quiet) <= 2 x socket round trip. Prints a table and writes JSON.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,10 +45,10 @@ from mori.apps.bench.sizes import human_size, parse_list
 from mori.apps.bench.wire import recv_into_exact
 
 SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20]
-LAT_ITERS = 3000   # per latency figure, split into LAT_SLICES alternating samples
-LAT_SLICES = 10    # fine interleaving: baseline and MORI see the same machine load
-WARMUP = 30        # untimed operations before each latency sample
-REPEATS = 3        # bandwidth samples per size (alternating baseline / put / get)
+LAT_ITERS = 3000  # per latency figure, split into LAT_SLICES alternating samples
+LAT_SLICES = 10  # fine interleaving: baseline and MORI see the same machine load
+WARMUP = 30  # untimed operations before each latency sample
+REPEATS = 3  # bandwidth samples per size (alternating baseline / put / get)
 PORT = 29700
 
 
@@ -123,6 +124,7 @@ class SocketBaseline:
 
 # ---------------------------------------------------------------- the MORI worker (one PE per host)
 
+
 def shmem_worker(sizes: Sequence[int], out: str) -> None:
     """Both PEs run this. Baseline and MORI samples alternate, so both see the same machine load."""
     import numpy as np
@@ -173,8 +175,11 @@ def shmem_worker(sizes: Sequence[int], out: str) -> None:
             c.put(b_addr, l_addr, 8, peer, False)
             c.quiet()
 
-        ops = {"put8+quiet": put_quiet, "get8": lambda: c.get(l_addr, b_addr, 8, peer, False),
-               "fetch_add8": lambda: c.atomic(w_addr, 5, 8, 1, 0, peer)}  # 5: fetch_add (AmoOp order)
+        ops = {
+            "put8+quiet": put_quiet,
+            "get8": lambda: c.get(l_addr, b_addr, 8, peer, False),
+            "fetch_add8": lambda: c.atomic(w_addr, 5, 8, 1, 0, peer),
+        }  # 5: fetch_add (AmoOp order)
         samples: dict[str, list[float]] = {k: [] for k in ["socket rtt", *ops]}
         for _ in range(LAT_SLICES):
             samples["socket rtt"].append(base.rtt_us(LAT_ITERS // LAT_SLICES))
@@ -250,6 +255,7 @@ def shmem_worker(sizes: Sequence[int], out: str) -> None:
 
 # ---------------------------------------------------------------- orchestration
 
+
 @dataclass
 class _Loopback:
     """Two 'hosts' on this machine's loopback, told apart by MORI_NODE_ID."""
@@ -289,9 +295,24 @@ def _run_pair(hosts, sizes: Sequence[int], workdir: str, extra_env: Optional[dic
     procs = []
     for rank, h in enumerate(hosts):
         henv = dict(env, MORI_NODE_ID=f"bench-host-{rank}", MORI_JOB_SECRET=secret, MORI_SHMEM_HEAP_SIZE=str(heap))
-        cmd = [py, "-m", "mori.apps.cli", "run", "--nnodes", "2", "--node-rank", str(rank), "--master-addr",
-               hosts[0].ip, "--master-port", str(PORT + 10), "-n", "1", "--",
-               *worker_command("mori.apps.bench.shmem_hosts", ["shmem", "--sizes", size_arg, "--out", mori_out])]
+        cmd = [
+            py,
+            "-m",
+            "mori.apps.cli",
+            "run",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(rank),
+            "--master-addr",
+            hosts[0].ip,
+            "--master-port",
+            str(PORT + 10),
+            "-n",
+            "1",
+            "--",
+            *worker_command("mori.apps.bench.shmem_hosts", ["shmem", "--sizes", size_arg, "--out", mori_out]),
+        ]
         procs.append(h.popen(cmd, env=henv))
     _wait_all(procs, 600, "MORI shmem job")
     with open(mori_out) as f:
@@ -308,8 +329,15 @@ def build_report(runs: dict[str, dict], sizes: Sequence[int], link: str, rate: s
     first = runs[labels[0]]
     base = first["socket"]
     rtt = base["rtt_us"]
-    cols = ["op", "size", *[f"{k}_us" for k in labels], "socket_rtt_us", "mori/socket",
-            *[f"{k}_GBps" for k in labels], "socket_GBps"]
+    cols = [
+        "op",
+        "size",
+        *[f"{k}_us" for k in labels],
+        "socket_rtt_us",
+        "mori/socket",
+        *[f"{k}_GBps" for k in labels],
+        "socket_GBps",
+    ]
     if len(labels) == 2:
         cols.insert(cols.index("mori/socket") + 1, f"{labels[1]}/{labels[0]}")
     report = Report("shmem_hosts", cols)
@@ -330,18 +358,29 @@ def build_report(runs: dict[str, dict], sizes: Sequence[int], link: str, rate: s
             row = {f"{k}_GBps": runs[k][f"{op}_gbps"][str(s)] for k in labels}
             if ratio:
                 row[ratio] = runs[labels[1]][f"{op}_gbps"][str(s)] / ours_bw
-            report.add(op=f"{op} bandwidth", size=human_size(s), socket_GBps=sock_bw,
-                       **{"mori/socket": ours_bw / sock_bw}, **row)
+            report.add(
+                op=f"{op} bandwidth",
+                size=human_size(s),
+                socket_GBps=sock_bw,
+                **{"mori/socket": ours_bw / sock_bw},
+                **row,
+            )
     big = [s for s in sizes if s >= 1 << 20]
     report.meta = {
-        "transports": {k: runs[k]["transport"] for k in labels}, "transport": first["transport"], "link": link,
-        "rate": rate or None, "socket_rtt_us": rtt,
+        "transports": {k: runs[k]["transport"] for k in labels},
+        "transport": first["transport"],
+        "link": link,
+        "rate": rate or None,
+        "socket_rtt_us": rtt,
         "amo_add_mops": {k: runs[k].get("amo_add_mops") for k in labels},
         "ucx_tls": os.environ.get("UCX_TLS"),
         "targets": {
             "put8+quiet <= 2 x socket rtt": first["latency_us"]["put8+quiet"] <= 2 * rtt,
-            "put bandwidth >= 0.8 x socket at >= 1 MiB":
-                all(first["put_gbps"][str(s)] >= 0.8 * base["stream_gbps"][str(s)] for s in big) if big else None,
+            "put bandwidth >= 0.8 x socket at >= 1 MiB": all(
+                first["put_gbps"][str(s)] >= 0.8 * base["stream_gbps"][str(s)] for s in big
+            )
+            if big
+            else None,
         },
     }
     return report
@@ -351,12 +390,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     """Entry point of ``mori bench shmem --hosts 2`` (argv without the program name)."""
     p = argparse.ArgumentParser(prog="mori bench shmem --hosts 2", description=__doc__.split("\n\n")[0])
     p.add_argument("--hosts", type=int, default=2, help="number of hosts (only 2 is supported)")
-    p.add_argument("--loopback", action="store_true",
-                   help="no namespaces: two node ids on this machine's loopback (no root needed)")
+    p.add_argument(
+        "--loopback",
+        action="store_true",
+        help="no namespaces: two node ids on this machine's loopback (no root needed)",
+    )
     p.add_argument("--rate", default="", help="shape the veth link with tc tbf, e.g. 1gbit")
     p.add_argument("--sizes", default=",".join(map(str, SIZES)), help="bandwidth message sizes (e.g. 64K,1M)")
-    p.add_argument("--transport", choices=["tcp", "ucx"], default="tcp",
-                   help="ucx: also run over the ucx transport, beside tcp in the same run")
+    p.add_argument(
+        "--transport",
+        choices=["tcp", "ucx"],
+        default="tcp",
+        help="ucx: also run over the ucx transport, beside tcp in the same run",
+    )
     p.add_argument("--ucx-tls", default="tcp", help="UCX_TLS of the ucx run (default tcp)")
     p.add_argument("--json", default="bench-results/shmem_hosts.json", help="where to write the JSON report")
     p.add_argument("--worker", choices=["shmem"], help=argparse.SUPPRESS)
@@ -400,9 +446,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     report = build_report(runs, sizes, link, args.rate)
     if args.transport == "ucx":
         report.meta["ucx_tls"] = args.ucx_tls
-    report.show(f"mori bench shmem --hosts 2: {link}, transports {', '.join(runs)}"
-                + (f" (UCX_TLS={args.ucx_tls})" if args.transport == "ucx" else "")
-                + " (latency: lower is better; bandwidth: higher)")
+    report.show(
+        f"mori bench shmem --hosts 2: {link}, transports {', '.join(runs)}"
+        + (f" (UCX_TLS={args.ucx_tls})" if args.transport == "ucx" else "")
+        + " (latency: lower is better; bandwidth: higher)"
+    )
     for name, ok in report.meta["targets"].items():
         print(f"target {name}: {'n/a' if ok is None else 'met' if ok else 'MISSED'}")
     print("wrote", report.save(args.json))

@@ -6,6 +6,7 @@ Every ``--sizes``/``--batches``/``--max-buffer``-style option of ``mori bench`` 
 ``4KiB``, ``1.5M`` and ``2G`` mean the same everywhere. Errors start with the option and the
 text given (``--sizes: '0' ...``) and are turned into argparse errors by the callers.
 """
+
 from __future__ import annotations
 
 import re

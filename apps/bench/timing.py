@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """How ``mori bench`` times an operation: untimed warm-up calls first, then timed calls; with
 several ranks, each figure is the slowest rank's (a collective is as slow as its last rank)."""
+
 from __future__ import annotations
 
 import statistics
@@ -20,8 +21,9 @@ def mean_seconds(fn: Callable[[], object], iters: int, warmup: int = 3) -> float
     return (time.perf_counter() - t0) / iters
 
 
-def each_call_seconds(fn: Callable[[], object], iters: int, warmup: int,
-                      barrier: Optional[Callable[[], None]] = None) -> list[float]:
+def each_call_seconds(
+    fn: Callable[[], object], iters: int, warmup: int, barrier: Optional[Callable[[], None]] = None
+) -> list[float]:
     """Seconds of each of ``iters`` calls of ``fn``, each started from ``barrier`` (the ranks in
     step), after ``warmup`` calls."""
     for _ in range(warmup):

@@ -15,6 +15,7 @@ pingpong_lat  ``ucp_put_lat``  half a put ping-pong (8 B; ours: shmem_long_p, wa
 put_bw        ``ucp_put_bw``   a stream of puts
 ============  ===============  ========================================================
 """
+
 from __future__ import annotations
 
 import shutil
@@ -26,8 +27,12 @@ from typing import Optional
 from mori.core.ports import free_port
 
 # (our op, perftest test, whether the figure is a bandwidth)
-MEASURES = [("get_lat", "ucp_get", False), ("fadd_lat", "ucp_fadd", False),
-            ("pingpong_lat", "ucp_put_lat", False), ("put_bw", "ucp_put_bw", True)]
+MEASURES = [
+    ("get_lat", "ucp_get", False),
+    ("fadd_lat", "ucp_fadd", False),
+    ("pingpong_lat", "ucp_put_lat", False),
+    ("put_bw", "ucp_put_bw", True),
+]
 
 
 @dataclass
@@ -35,15 +40,17 @@ class PerftestResult:
     test: str
     bytes: int
     iters: int
-    us: float     # mean latency over the run (overall_lat), or per message for bandwidth tests
-    GBps: float   # overall bandwidth (0 for latency tests)
+    us: float  # mean latency over the run (overall_lat), or per message for bandwidth tests
+    GBps: float  # overall bandwidth (0 for latency tests)
 
 
 def missing_reason() -> Optional[str]:
     """Why ucx_perftest cannot run here, or None when it can."""
     if shutil.which("ucx_perftest") is None:
-        return ("ucx_perftest not found (Debian: apt-get install ucx-utils; PyPI libucx-cu12 ships it): "
-                "raw UCX rows skipped")
+        return (
+            "ucx_perftest not found (Debian: apt-get install ucx-utils; PyPI libucx-cu12 ships it): "
+            "raw UCX rows skipped"
+        )
     return None
 
 
@@ -52,21 +59,48 @@ def run_test(test: str, size: int, iters: int, env: dict, timeout: float = 120.0
     server is not listening yet). Raises RuntimeError with perftest's output when it fails."""
     warmup = max(10, iters // 10)
     port = str(free_port())
-    server = subprocess.Popen(["ucx_perftest", "-p", port], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    server = subprocess.Popen(
+        ["ucx_perftest", "-p", port],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
     try:
-        cmd = ["ucx_perftest", "127.0.0.1", "-p", port, "-t", test, "-s", str(size), "-n", str(iters),
-               "-w", str(warmup), "-f", "-v"]
+        cmd = [
+            "ucx_perftest",
+            "127.0.0.1",
+            "-p",
+            port,
+            "-t",
+            test,
+            "-s",
+            str(size),
+            "-n",
+            str(iters),
+            "-w",
+            str(warmup),
+            "-f",
+            "-v",
+        ]
         deadline = time.monotonic() + timeout
         while True:
-            res = subprocess.run(cmd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                                 timeout=max(1.0, deadline - time.monotonic()))
+            res = subprocess.run(
+                cmd,
+                env=env,
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=max(1.0, deadline - time.monotonic()),
+            )
             if res.returncode == 0 or server.poll() is not None or time.monotonic() > deadline - 5:
                 break
             time.sleep(0.2)  # the server was not listening yet
         if res.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} exited with {res.returncode}:\n{res.stdout[-1500:]}\n"
-                               f"{res.stderr[-1500:]}")
+            raise RuntimeError(
+                f"{' '.join(cmd)} exited with {res.returncode}:\n{res.stdout[-1500:]}\n{res.stderr[-1500:]}"
+            )
         return parse_final(test, size, res.stdout)
     finally:
         try:
@@ -85,6 +119,7 @@ def parse_final(test: str, size: int, text: str) -> PerftestResult:
             iters = int(float(row["iterations"]))
             mbps = float(row["overall_bw"])  # MB/s (2^20 bytes)
             bandwidth = test.endswith("_bw")
-            return PerftestResult(test, size, iters, float(row["overall_lat"]),
-                                  mbps * (1 << 20) / 1e9 if bandwidth else 0.0)
+            return PerftestResult(
+                test, size, iters, float(row["overall_lat"]), mbps * (1 << 20) / 1e9 if bandwidth else 0.0
+            )
     raise RuntimeError(f"ucx_perftest -t {test}: no final CSV figures in its output:\n{text[-1500:]}")

@@ -33,6 +33,7 @@ copy is checked bit for bit once per row. Targets (issue 27): DRAM-hit batch get
 >= 1 MiB; SSD-hit get >= 0.8 x raw read; >= 2 x Mooncake Store's put and get at every value size;
 batch_exists_consecutive of 128 keys <= 20 us.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,22 @@ DEFAULT_SIZES = "64K,360K,2M,4.5M"
 DEFAULT_BATCHES = "1,32,128"
 SERVER_RANKS = 4
 EXISTS_KEYS = 128
-COLUMNS = ["mode", "engine", "op", "tier", "value", "batch", "iters", "ops/s", "GiB/s", "p50 us", "p99 us",
-           "x memcpy", "x raw read", "x mooncake"]
+COLUMNS = [
+    "mode",
+    "engine",
+    "op",
+    "tier",
+    "value",
+    "batch",
+    "iters",
+    "ops/s",
+    "GiB/s",
+    "p50 us",
+    "p99 us",
+    "x memcpy",
+    "x raw read",
+    "x mooncake",
+]
 TARGETS = {
     "dram_get_vs_memcpy": ("DRAM-hit batch get >= 0.8 x memcpy at >= 1 MiB", 0.8),
     "ssd_get_vs_raw_read": ("SSD-hit get >= 0.8 x raw read", 0.8),
@@ -68,8 +83,9 @@ def umbp_unavailable() -> Optional[str]:
         import mori.umbp as umbp
     except Exception as exc:
         return f"mori.umbp does not import: {exc!r}"
-    missing = [n for n in ("UMBPClient", "UMBPConfig", "UMBPHostMemAllocator", "UMBPHostBufferBacking")
-               if not hasattr(umbp, n)]
+    missing = [
+        n for n in ("UMBPClient", "UMBPConfig", "UMBPHostMemAllocator", "UMBPHostBufferBacking") if not hasattr(umbp, n)
+    ]
     return f"mori.umbp lacks {', '.join(missing)} in this build" if missing else None
 
 
@@ -81,8 +97,11 @@ def fs_type(path: str) -> str:
         with open("/proc/mounts") as f:
             for line in f:
                 parts = line.split()
-                if len(parts) >= 3 and (real == parts[1] or real.startswith(parts[1].rstrip("/") + "/")) \
-                        and len(parts[1]) >= len(best):
+                if (
+                    len(parts) >= 3
+                    and (real == parts[1] or real.startswith(parts[1].rstrip("/") + "/"))
+                    and len(parts[1]) >= len(best)
+                ):
                     best, kind = parts[1], parts[2]
     except OSError:
         pass
@@ -116,12 +135,17 @@ def ssd_config(umbp, storage_dir: str, ssd_bytes: int, smallest_value: int):
 
 
 def describe_config(cfg) -> dict:
-    return {"dram.capacity_bytes": cfg.dram.capacity_bytes, "ssd.enabled": cfg.ssd.enabled,
-            "ssd.capacity_bytes": cfg.ssd.capacity_bytes, "ssd.segment_size_bytes": cfg.ssd.segment_size_bytes,
-            "ssd.io.backend": str(cfg.ssd.io.backend), "ssd.durability.mode": str(cfg.ssd.durability.mode),
-            "copy_pipeline.async_enabled": cfg.copy_pipeline.async_enabled,
-            "copy_pipeline.worker_threads": cfg.copy_pipeline.worker_threads,
-            "eviction.auto_promote_on_read": cfg.eviction.auto_promote_on_read}
+    return {
+        "dram.capacity_bytes": cfg.dram.capacity_bytes,
+        "ssd.enabled": cfg.ssd.enabled,
+        "ssd.capacity_bytes": cfg.ssd.capacity_bytes,
+        "ssd.segment_size_bytes": cfg.ssd.segment_size_bytes,
+        "ssd.io.backend": str(cfg.ssd.io.backend),
+        "ssd.durability.mode": str(cfg.ssd.durability.mode),
+        "copy_pipeline.async_enabled": cfg.copy_pipeline.async_enabled,
+        "copy_pipeline.worker_threads": cfg.copy_pipeline.worker_threads,
+        "eviction.auto_promote_on_read": cfg.eviction.auto_promote_on_read,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -129,8 +153,16 @@ def describe_config(cfg) -> dict:
 
 
 def row_record(mode: str, engine: str, op: str, tier: str, size: int, batch: int, fig: dict) -> dict:
-    return {"mode": mode, "engine": engine, "op": op, "tier": tier, "value": human_size(size), "value_bytes": size,
-            "batch": batch, **fig}
+    return {
+        "mode": mode,
+        "engine": engine,
+        "op": op,
+        "tier": tier,
+        "value": human_size(size),
+        "value_bytes": size,
+        "batch": batch,
+        **fig,
+    }
 
 
 def run_local_dram(args, rows: list, out: list, status: dict, buf, mooncake) -> None:
@@ -147,22 +179,39 @@ def run_local_dram(args, rows: list, out: list, status: dict, buf, mooncake) -> 
     ops = UmbpOps(client, buf, "L")
     for row in rows:
         put = ops.put(row, args.iters, args.budget)
-        out.append(row_record("local", "umbp", "put", "dram", row.size, row.batch,
-                              summarize(put, row.batch, row.nbytes)))
+        out.append(
+            row_record("local", "umbp", "put", "dram", row.size, row.batch, summarize(put, row.batch, row.nbytes))
+        )
         get = ops.get(row, args.iters, args.budget)
-        out.append(row_record("local", "umbp", "get", "dram", row.size, row.batch,
-                              {**summarize(get, row.batch, row.nbytes), "hits": ops.last_hits}))
+        out.append(
+            row_record(
+                "local",
+                "umbp",
+                "get",
+                "dram",
+                row.size,
+                row.batch,
+                {**summarize(get, row.batch, row.nbytes), "hits": ops.last_hits},
+            )
+        )
         cp = memcpy_samples(buf, row, args.iters, args.budget)
-        out.append(row_record("local", "memcpy", "copy", "dram", row.size, row.batch,
-                              summarize(cp, row.batch, row.nbytes)))
+        out.append(
+            row_record("local", "memcpy", "copy", "dram", row.size, row.batch, summarize(cp, row.batch, row.nbytes))
+        )
         if mooncake is not None:
             try:
                 mput, keys = mooncake.put(buf, row, args.iters, args.budget)
                 mget = mooncake.get(buf, row, keys, args.iters, args.budget)
-                out.append(row_record("local", "mooncake", "put", "dram", row.size, row.batch,
-                                      summarize(mput, row.batch, row.nbytes)))
-                out.append(row_record("local", "mooncake", "get", "dram", row.size, row.batch,
-                                      summarize(mget, row.batch, row.nbytes)))
+                out.append(
+                    row_record(
+                        "local", "mooncake", "put", "dram", row.size, row.batch, summarize(mput, row.batch, row.nbytes)
+                    )
+                )
+                out.append(
+                    row_record(
+                        "local", "mooncake", "get", "dram", row.size, row.batch, summarize(mget, row.batch, row.nbytes)
+                    )
+                )
             except Exception as exc:
                 status["mooncake"] = {"status": "failed", "reason": f"{exc!r}"}
                 mooncake.close()
@@ -176,22 +225,39 @@ def run_local_dram(args, rows: list, out: list, status: dict, buf, mooncake) -> 
     ptrs, sizes = [buf.src_ptr] * EXISTS_KEYS, [small] * EXISTS_KEYS
     check_all(client.batch_put_from_ptr(keys, ptrs, sizes), "UMBP batch_put_from_ptr")
     ex = ops.exists_consecutive(keys, args.exists_iters)
-    out.append(row_record("local", "umbp", "exists_consecutive", "dram", small, EXISTS_KEYS,
-                          {**summarize(ex, EXISTS_KEYS, 0), "GiB/s": None}))
+    out.append(
+        row_record(
+            "local",
+            "umbp",
+            "exists_consecutive",
+            "dram",
+            small,
+            EXISTS_KEYS,
+            {**summarize(ex, EXISTS_KEYS, 0), "GiB/s": None},
+        )
+    )
     if mooncake is not None:
         rcs = mooncake.store.batch_put_from(keys, ptrs, sizes)
         if all(rc == 0 for rc in rcs):
             mex = mooncake.exists(keys, args.exists_iters)
-            out.append(row_record("local", "mooncake", "exists", "dram", small, EXISTS_KEYS,
-                                  {**summarize(mex, EXISTS_KEYS, 0), "GiB/s": None}))
+            out.append(
+                row_record(
+                    "local",
+                    "mooncake",
+                    "exists",
+                    "dram",
+                    small,
+                    EXISTS_KEYS,
+                    {**summarize(mex, EXISTS_KEYS, 0), "GiB/s": None},
+                )
+            )
     client.clear()
     client.close()
 
 
 def run_local(args, rows_by_tier: dict, out: list, status: dict, workdir: str) -> None:
     import mori.umbp as umbp
-    from mori.apps.bench.umbp_workload import (HostBuffers, RawFile, UmbpOps, drop_page_cache, files_under,
-                                              summarize)
+    from mori.apps.bench.umbp_workload import HostBuffers, RawFile, UmbpOps, drop_page_cache, files_under, summarize
 
     max_bytes = max(r.nbytes for rows in rows_by_tier.values() for r in rows)
     allocator = umbp.UMBPHostMemAllocator()
@@ -208,8 +274,11 @@ def run_local(args, rows_by_tier: dict, out: list, status: dict, workdir: str) -
                 try:
                     mooncake = MooncakeStore(segment_bytes=2 * max_bytes + 64 * MIB, workdir=workdir)
                     mooncake.register(buf)
-                    status["mooncake"] = {"status": "ok", "describe": "Mooncake Store, mooncake_master on loopback, "
-                                          "P2PHANDSHAKE, tcp, zero-copy register_buffer + batch_put_from/batch_get_into"}
+                    status["mooncake"] = {
+                        "status": "ok",
+                        "describe": "Mooncake Store, mooncake_master on loopback, "
+                        "P2PHANDSHAKE, tcp, zero-copy register_buffer + batch_put_from/batch_get_into",
+                    }
                 except Exception as exc:
                     status["mooncake"] = {"status": "failed", "reason": f"{exc!r}"}
                     mooncake = None
@@ -224,31 +293,54 @@ def run_local(args, rows_by_tier: dict, out: list, status: dict, workdir: str) -
             ssd_root = tempfile.mkdtemp(prefix="mori-bench-umbp-", dir=args.ssd_dir)
             try:
                 tier_dir = os.path.join(ssd_root, "local")
-                scfg = ssd_config(umbp, tier_dir, ssd_bytes=max(8 * max_bytes, 4 << 30),
-                                  smallest_value=min(r.size for r in rows))
+                scfg = ssd_config(
+                    umbp, tier_dir, ssd_bytes=max(8 * max_bytes, 4 << 30), smallest_value=min(r.size for r in rows)
+                )
                 status.setdefault("local", {})["ssd_config"] = describe_config(scfg)
                 status["local"]["ssd_dir_fs"] = fs_type(ssd_root)
                 client = umbp.UMBPClient(scfg)
                 ops = UmbpOps(client, buf, "S")
                 for row in rows:
                     put = ops.put(row, args.iters, args.budget, after=client.flush)
-                    out.append(row_record("local", "umbp", "put", "ssd", row.size, row.batch,
-                                          summarize(put, row.batch, row.nbytes)))
-                    get = ops.get(row, args.iters, args.budget,
-                                  before=lambda i: drop_page_cache(files_under(tier_dir)))
+                    out.append(
+                        row_record(
+                            "local", "umbp", "put", "ssd", row.size, row.batch, summarize(put, row.batch, row.nbytes)
+                        )
+                    )
+                    get = ops.get(row, args.iters, args.budget, before=lambda i: drop_page_cache(files_under(tier_dir)))
                     hits = ops.last_hits
                     if hits is not None and (hits["dram_hits"] or hits["ssd_hits"] != row.batch * (len(get) + 1)):
-                        raise RuntimeError(f"SSD-hit row {human_size(row.size)} x {row.batch}: the store counted "
-                                           f"{hits} for {len(get) + 1} batch gets: not every value came from the SSD")
-                    out.append(row_record("local", "umbp", "get", "ssd", row.size, row.batch,
-                                          {**summarize(get, row.batch, row.nbytes), "hits": hits}))
+                        raise RuntimeError(
+                            f"SSD-hit row {human_size(row.size)} x {row.batch}: the store counted "
+                            f"{hits} for {len(get) + 1} batch gets: not every value came from the SSD"
+                        )
+                    out.append(
+                        row_record(
+                            "local",
+                            "umbp",
+                            "get",
+                            "ssd",
+                            row.size,
+                            row.batch,
+                            {**summarize(get, row.batch, row.nbytes), "hits": hits},
+                        )
+                    )
                     raw = RawFile(ssd_root, buf, row)
                     try:
                         rs = raw.samples(args.iters, args.budget)
                     finally:
                         raw.remove()
-                    out.append(row_record("local", "raw read", "get", "ssd", row.size, row.batch,
-                                          {**summarize(rs, row.batch, row.nbytes), "io": raw.how}))
+                    out.append(
+                        row_record(
+                            "local",
+                            "raw read",
+                            "get",
+                            "ssd",
+                            row.size,
+                            row.batch,
+                            {**summarize(rs, row.batch, row.nbytes), "io": raw.how},
+                        )
+                    )
                     client.clear()
                     print(f"local ssd {human_size(row.size)} x {row.batch}: done", flush=True)
                 client.close()
@@ -282,8 +374,7 @@ def rank_main(rank: int, plan: dict, barrier, results) -> None:
         def sync() -> None:
             barrier.wait(timeout)
 
-        buf = HostBuffers(plan["max_bytes"], umbp.UMBPHostMemAllocator(),
-                          umbp.UMBPHostBufferBacking.AnonymousShm)
+        buf = HostBuffers(plan["max_bytes"], umbp.UMBPHostMemAllocator(), umbp.UMBPHostBufferBacking.AnonymousShm)
         cfg = umbp.UMBPConfig()
         sp = umbp.UMBPStandaloneProcessConfig()
         sp.address = plan["address"]
@@ -340,10 +431,15 @@ def start_server(address: str, options: list[str], workdir: str, name: str, time
 
     log_path = os.path.join(workdir, f"{name}.log")
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "mori.apps.cli", "umbp-server", "--address", address, *options],
-                                env=dict(os.environ, PYTHONUNBUFFERED="1"), stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, preexec_fn=_die_with_launcher())
-    path = address[len("unix://"):] if address.startswith("unix://") else address
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mori.apps.cli", "umbp-server", "--address", address, *options],
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_launcher(),
+        )
+    path = address[len("unix://") :] if address.startswith("unix://") else address
     deadline = time.monotonic() + timeout
     while not os.path.exists(path):
         if proc.poll() is not None:
@@ -372,13 +468,26 @@ def run_server_tier(args, rows: list, tier: str, out: list, status: dict, workdi
         options = ["--dram-capacity", str(max(5 * total // 2, 64 * MIB)), "--no-ssd"]
     else:
         ssd_root = tempfile.mkdtemp(prefix="mori-bench-umbp-server-", dir=args.ssd_dir)
-        options = ["--dram-capacity", str(max(4096, min(r.size for r in rows) // 2)), "--ssd-dir", ssd_root,
-                   "--ssd-capacity", str(max(8 * total, 4 << 30))]
+        options = [
+            "--dram-capacity",
+            str(max(4096, min(r.size for r in rows) // 2)),
+            "--ssd-dir",
+            ssd_root,
+            "--ssd-capacity",
+            str(max(8 * total, 4 << 30)),
+        ]
     status.setdefault("server", {})[f"{tier}_options"] = [o if o != ssd_root else "<ssd-dir>" for o in options]
     server, log_path = start_server(address, options, workdir, f"umbp-server-{tier}", args.timeout)
     raw_dir = tempfile.mkdtemp(prefix="mori-bench-umbp-raw-", dir=args.ssd_dir) if tier == "ssd" else None
-    plan = {"address": address, "max_bytes": max_bytes, "timeout": args.timeout, "tier": tier,
-            "ssd_dir": ssd_root, "raw_dir": raw_dir, "rows": [(r.size, r.batch, server_iters(args, r.nbytes)) for r in rows]}
+    plan = {
+        "address": address,
+        "max_bytes": max_bytes,
+        "timeout": args.timeout,
+        "tier": tier,
+        "ssd_dir": ssd_root,
+        "raw_dir": raw_dir,
+        "rows": [(r.size, r.batch, server_iters(args, r.nbytes)) for r in rows],
+    }
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(SERVER_RANKS)
     results = ctx.Queue()
@@ -391,14 +500,18 @@ def run_server_tier(args, rows: list, tier: str, out: list, status: dict, workdi
         while len(got) < SERVER_RANKS:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise RuntimeError(f"server mode ({tier}): ranks {sorted(set(range(SERVER_RANKS)) - set(got))} "
-                                   f"did not finish within {args.timeout * 4:.0f} s")
+                raise RuntimeError(
+                    f"server mode ({tier}): ranks {sorted(set(range(SERVER_RANKS)) - set(got))} "
+                    f"did not finish within {args.timeout * 4:.0f} s"
+                )
             try:
                 rank, res, err = results.get(timeout=min(left, 5))
             except Exception:
                 dead = [i for i, p in enumerate(procs) if p.exitcode not in (None, 0) and i not in got]
                 if dead:
-                    raise RuntimeError(f"server mode ({tier}): rank {dead[0]} died (exit code {procs[dead[0]].exitcode})")
+                    raise RuntimeError(
+                        f"server mode ({tier}): rank {dead[0]} died (exit code {procs[dead[0]].exitcode})"
+                    )
                 continue
             if err:
                 raise RuntimeError(f"server mode ({tier}): rank {rank} failed: {err}")
@@ -407,13 +520,26 @@ def run_server_tier(args, rows: list, tier: str, out: list, status: dict, workdi
             p.join(timeout=30)
         for i, (size, batch, _) in enumerate(plan["rows"]):
             nbytes = size * batch
-            for key, engine, op in (("put", "umbp", "put"), ("get", "umbp", "get"), ("memcpy", "memcpy", "copy"),
-                                    ("raw", "raw read", "get")):
+            for key, engine, op in (
+                ("put", "umbp", "put"),
+                ("get", "umbp", "get"),
+                ("memcpy", "memcpy", "copy"),
+                ("raw", "raw read", "get"),
+            ):
                 per_rank = [got[r][i][key] for r in range(SERVER_RANKS)]
                 if not per_rank[0]:
                     continue
-                out.append(row_record(f"server x{SERVER_RANKS}", engine, op, tier, size, batch,
-                                      summarize_ranks(per_rank, batch, nbytes)))
+                out.append(
+                    row_record(
+                        f"server x{SERVER_RANKS}",
+                        engine,
+                        op,
+                        tier,
+                        size,
+                        batch,
+                        summarize_ranks(per_rank, batch, nbytes),
+                    )
+                )
         status["server"][tier] = "ok"
     finally:
         for p in procs:
@@ -470,6 +596,7 @@ def add_ratios(rows: list[dict]) -> None:
 def check_targets(rows: list[dict]) -> dict:
     """Each target: its bound, the worst ratio (or latency) over the rows it covers, and met /
     missed / not measured."""
+
     def pick(**want) -> list[dict]:
         return [r for r in rows if all(r.get(k) == v for k, v in want.items())]
 
@@ -480,18 +607,29 @@ def check_targets(rows: list[dict]) -> dict:
             return {"target": label, "bound": bound, "worst": None, "status": "not measured", "rows": 0}
         worst, wr = min(vals, key=lambda v: v[0]) if higher_is_better else max(vals, key=lambda v: v[0])
         ok = worst >= bound if higher_is_better else worst <= bound
-        return {"target": label, "bound": bound, "worst": worst, "status": "met" if ok else "missed",
-                "rows": len(vals), "worst_at": {k: wr[k] for k in ("mode", "value", "batch")}}
+        return {
+            "target": label,
+            "bound": bound,
+            "worst": worst,
+            "status": "met" if ok else "missed",
+            "rows": len(vals),
+            "worst_at": {k: wr[k] for k in ("mode", "value", "batch")},
+        }
 
-    umbp_get_dram = [r for r in pick(engine="umbp", op="get", tier="dram") if r["value_bytes"] >= MIB and r["batch"] > 1]
+    umbp_get_dram = [
+        r for r in pick(engine="umbp", op="get", tier="dram") if r["value_bytes"] >= MIB and r["batch"] > 1
+    ]
     return {
         "dram_get_vs_memcpy": verdict("dram_get_vs_memcpy", umbp_get_dram, "x memcpy"),
         "ssd_get_vs_raw_read": verdict("ssd_get_vs_raw_read", pick(engine="umbp", op="get", tier="ssd"), "x raw read"),
         "put_vs_mooncake": verdict("put_vs_mooncake", pick(engine="umbp", op="put", tier="dram"), "x mooncake"),
         "get_vs_mooncake": verdict("get_vs_mooncake", pick(engine="umbp", op="get", tier="dram"), "x mooncake"),
-        "exists_consecutive_128_p50_us": verdict("exists_consecutive_128_p50_us",
-                                                 pick(engine="umbp", op="exists_consecutive", batch=EXISTS_KEYS),
-                                                 "p50 us", higher_is_better=False),
+        "exists_consecutive_128_p50_us": verdict(
+            "exists_consecutive_128_p50_us",
+            pick(engine="umbp", op="exists_consecutive", batch=EXISTS_KEYS),
+            "p50 us",
+            higher_is_better=False,
+        ),
     }
 
 
@@ -499,23 +637,36 @@ def check_targets(rows: list[dict]) -> dict:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="mori bench umbp", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="mori bench umbp", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help=f"value sizes (default {DEFAULT_SIZES})")
     parser.add_argument("--batches", default=DEFAULT_BATCHES, help=f"keys per batch call (default {DEFAULT_BATCHES})")
     parser.add_argument("--iters", default="100", help="most timed calls per row (at least 3 are made)")
     parser.add_argument("--budget", type=float, default=0.25, help="rough seconds of timed calls per row")
     parser.add_argument("--exists-iters", default="2000", help="timed batch_exists_consecutive calls")
-    parser.add_argument("--modes", default="local,server", help="local (one process), server (4 ranks, one per-host server)")
+    parser.add_argument(
+        "--modes", default="local,server", help="local (one process), server (4 ranks, one per-host server)"
+    )
     parser.add_argument("--tiers", default="dram,ssd", help="dram (DRAM hits), ssd (SSD hits)")
     parser.add_argument("--no-mooncake", dest="mooncake", action="store_false", help="no Mooncake Store rows")
-    parser.add_argument("--ssd-dir", default=None, help="where the SSD tier and the raw-read file go (default: the "
-                                                       "system temporary directory; it should be on the SSD)")
-    parser.add_argument("--max-buffer", default="640M",
-                        help="largest batch (value x batch) per mode; in server mode split over the 4 ranks; "
-                             "cells above it are left out")
-    parser.add_argument("--max-ssd-buffer", default="160M",
-                        help="the same bound for the SSD-hit rows (SSD writes and reads are the slow part of a run)")
+    parser.add_argument(
+        "--ssd-dir",
+        default=None,
+        help="where the SSD tier and the raw-read file go (default: the "
+        "system temporary directory; it should be on the SSD)",
+    )
+    parser.add_argument(
+        "--max-buffer",
+        default="640M",
+        help="largest batch (value x batch) per mode; in server mode split over the 4 ranks; "
+        "cells above it are left out",
+    )
+    parser.add_argument(
+        "--max-ssd-buffer",
+        default="160M",
+        help="the same bound for the SSD-hit rows (SSD writes and reads are the slow part of a run)",
+    )
     parser.add_argument("--timeout", type=float, default=120, help="seconds a server or rank may take to answer")
     parser.add_argument("--json", default=None, help="where to write the JSON (default bench-results/umbp.json)")
     args = parser.parse_args(argv)
@@ -552,9 +703,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cap = {"dram": max_buffer, "ssd": min(max_buffer, max_ssd_buffer)}
     local_rows = {t: [c for c in cells if c.nbytes <= cap[t]] for t in args.tiers}
     server_rows = {t: [c for c in cells if c.nbytes * SERVER_RANKS <= cap[t]] for t in args.tiers}
-    status: dict = {"left_out": {f"{mode} {t}": [f"{human_size(c.size)} x {c.batch}" for c in cells if c not in rows[t]]
-                                 for mode, rows in (("local", local_rows), (f"server x{SERVER_RANKS}", server_rows))
-                                 for t in args.tiers}}
+    status: dict = {
+        "left_out": {
+            f"{mode} {t}": [f"{human_size(c.size)} x {c.batch}" for c in cells if c not in rows[t]]
+            for mode, rows in (("local", local_rows), (f"server x{SERVER_RANKS}", server_rows))
+            for t in args.tiers
+        }
+    }
     out: list[dict] = []
     failed = False
     t0 = time.monotonic()
@@ -602,19 +757,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"mooncake: {mc['status']}: {mc['reason']}")
     report = Report("umbp", cols)
     report.rows = out
-    report.meta = {"targets": targets, "engines": status, "sizes": [human_size(s) for s in sizes], "batches": batches,
-                   "iters": args.iters, "budget_s": args.budget, "modes": modes, "tiers": args.tiers,
-                   "server_ranks": SERVER_RANKS, "seconds": round(time.monotonic() - t0, 1),
-                   "loadavg_1m": {"start": round(load_start[0], 2), "end": round(os.getloadavg()[0], 2)},
-                   "method": "per row: one untimed warm-up call, then timed batch calls until --iters or --budget "
-                             "(at least 3; server mode: a fixed count all ranks share, each call after a barrier). "
-                             "ops/s = keys per second, GiB/s = bytes per second / 2^30, both of the median call "
-                             "(server: of the median iteration, all ranks' keys and bytes over first start to last "
-                             "end); 'mean ...' the same over the mean; p50/p99 of one batch call. "
-                             "SSD hits: DRAM capacity below one value, promote-on-read off, page cache of the "
-                             "tier's files dropped (posix_fadvise DONTNEED) before each timed call; the raw read "
-                             "drops its file's cache the same way. Ratios are GiB/s over the baseline's at the "
-                             "same mode, size and batch."}
+    report.meta = {
+        "targets": targets,
+        "engines": status,
+        "sizes": [human_size(s) for s in sizes],
+        "batches": batches,
+        "iters": args.iters,
+        "budget_s": args.budget,
+        "modes": modes,
+        "tiers": args.tiers,
+        "server_ranks": SERVER_RANKS,
+        "seconds": round(time.monotonic() - t0, 1),
+        "loadavg_1m": {"start": round(load_start[0], 2), "end": round(os.getloadavg()[0], 2)},
+        "method": "per row: one untimed warm-up call, then timed batch calls until --iters or --budget "
+        "(at least 3; server mode: a fixed count all ranks share, each call after a barrier). "
+        "ops/s = keys per second, GiB/s = bytes per second / 2^30, both of the median call "
+        "(server: of the median iteration, all ranks' keys and bytes over first start to last "
+        "end); 'mean ...' the same over the mean; p50/p99 of one batch call. "
+        "SSD hits: DRAM capacity below one value, promote-on-read off, page cache of the "
+        "tier's files dropped (posix_fadvise DONTNEED) before each timed call; the raw read "
+        "drops its file's cache the same way. Ratios are GiB/s over the baseline's at the "
+        "same mode, size and batch.",
+    }
     print("wrote", report.save(args.json or "bench-results/umbp.json"))
     return 1 if failed else 0
 

@@ -31,6 +31,7 @@ Rows (engine / op):
 The IO backend the two processes use is named in the JSON (one host: the same-host path mori.io
 picks; between namespaces it is tcp).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,20 @@ from typing import Callable, Optional, Sequence
 MIB = 1 << 20
 DEFAULT_SIZES = "64K,360K,2M"
 DEFAULT_BATCHES = "1,32"
-COLUMNS = ["mode", "engine", "op", "value", "batch", "iters", "ops/s", "GiB/s", "p50 us", "p99 us", "x raw-io",
-           "x mooncake"]
+COLUMNS = [
+    "mode",
+    "engine",
+    "op",
+    "value",
+    "batch",
+    "iters",
+    "ops/s",
+    "GiB/s",
+    "p50 us",
+    "p99 us",
+    "x raw-io",
+    "x mooncake",
+]
 NETNS_SUBNET = "10.206.0"
 
 
@@ -123,8 +136,9 @@ class Pool:
             if err is not None:
                 raise RuntimeError(err)
             self.info.update(umbp_master=address, owner_id=owner_id)
-            self.info["mooncake"] = self._start_mooncake(workdir) if self.mooncake else \
-                {"status": "skipped", "reason": "--no-mooncake"}
+            self.info["mooncake"] = (
+                self._start_mooncake(workdir) if self.mooncake else {"status": "skipped", "reason": "--no-mooncake"}
+            )
         except BaseException:
             self.stop()
             raise
@@ -141,6 +155,7 @@ class Pool:
             proc.join(timeout=30)
             if proc.is_alive():
                 proc.kill()
+
         self._stops.append(end)
         deadline = time.monotonic() + self.timeout_s
         while True:
@@ -169,9 +184,12 @@ class Pool:
             return {"status": "failed", "reason": repr(exc)}
         if err is not None:
             return {"status": "failed", "reason": f"{err} (master log: {log})"}
-        return {"status": "ok", "master": address,
-                "describe": "Mooncake Store: mooncake_master, an owner process mounting the segment, "
-                            "the benchmark's worker a client mounting none; P2PHANDSHAKE, tcp"}
+        return {
+            "status": "ok",
+            "master": address,
+            "describe": "Mooncake Store: mooncake_master, an owner process mounting the segment, "
+            "the benchmark's worker a client mounting none; P2PHANDSHAKE, tcp",
+        }
 
     def stop(self) -> None:
         """Stops everything started, the last first (a second call does nothing)."""
@@ -181,6 +199,7 @@ class Pool:
 
 def _raw(engine, read: bool, local, remote, loffs, roffs, sizes) -> None:
     from mori.io import StatusCode
+
     fn = engine.batch_read if read else engine.batch_write
     st = fn([local], [loffs], [remote], [roffs], [sizes], [engine.allocate_transfer_uid()])[0]
     if st.WaitFor(60000) != StatusCode.SUCCESS:
@@ -198,9 +217,11 @@ class StoreCalls:
 
 def _umbp_calls(client) -> StoreCalls:
     from mori.apps.bench.umbp_workload import check_all
+
     return StoreCalls(
         put=lambda k, p, z: check_all(client.batch_put_from_ptr(k, p, z), "distributed put"),
-        get=lambda k, p, z: check_all(client.batch_get_into_ptr(k, p, z), "distributed get"))
+        get=lambda k, p, z: check_all(client.batch_get_into_ptr(k, p, z), "distributed get"),
+    )
 
 
 def _mooncake_calls(store) -> StoreCalls:
@@ -213,6 +234,7 @@ def _mooncake_calls(store) -> StoreCalls:
     def get(keys, ptrs, sizes) -> None:
         got = store.batch_get_into(keys, ptrs, sizes)
         check_all([n == z for n, z in zip(got, sizes)], "Mooncake batch_get_into")
+
     return StoreCalls(put=put, get=get, clear=lambda: store.remove_all(True))
 
 
@@ -234,13 +256,14 @@ def _cell(calls: StoreCalls, what: str, buf, row, capacity: int, args) -> tuple[
     put = iterations(put_call, min(args.iters, max(3, (capacity // 4) // row.nbytes)), args.budget)
     keys = every[-1]
     # The latest put batches, as many as a quarter of the owner's memory (UMBP evicts down to 70 %).
-    fresh = every[:-1][-max(2, (capacity // 4) // row.nbytes):]
+    fresh = every[:-1][-max(2, (capacity // 4) // row.nbytes) :]
     unread = iter(fresh)
-    buf.dst[:row.nbytes] = 0
-    first = iterations(lambda: calls.get(next(unread), dst, sizes), len(fresh) - 1, args.budget,
-                       min_iters=len(fresh) - 1)
+    buf.dst[: row.nbytes] = 0
+    first = iterations(
+        lambda: calls.get(next(unread), dst, sizes), len(fresh) - 1, args.budget, min_iters=len(fresh) - 1
+    )
     verify(buf, row, f"{what} get-1st")
-    buf.dst[:row.nbytes] = 0
+    buf.dst[: row.nbytes] = 0
     get = iterations(lambda: calls.get(keys, dst, sizes), args.iters, args.budget)
     verify(buf, row, f"{what} get")
     return {"put": put, "get-1st": first, "get": get}, keys
@@ -267,6 +290,7 @@ def measure(args, cells: list, info: dict, ip: str, capacity: int) -> tuple[list
             client.register_memory(ptr, n)
         if meta["mooncake"]["status"] == "ok":
             from mori.apps.bench.umbp_mooncake import open_store
+
             try:
                 mstore = open_store(ip, meta["mooncake"]["master"], 0)
                 for ptr, n in buf.regions():
@@ -291,8 +315,9 @@ def measure(args, cells: list, info: dict, ip: str, capacity: int) -> tuple[list
             zs = row.sizes()
             meta["io_backend"] = client._engine.backend_for(dst_desc, peer.arena)
             for op, read, desc in (("write", False, src_desc), ("read", True, dst_desc)):
-                s = iterations(lambda: _raw(client._engine, read, desc, peer.arena, loffs, roffs, zs),
-                               args.iters, args.budget)
+                s = iterations(
+                    lambda: _raw(client._engine, read, desc, peer.arena, loffs, roffs, zs), args.iters, args.budget
+                )
                 fig[("raw-io", op)] = summarize(s, row.batch, row.nbytes)
             if mstore is not None:
                 try:
@@ -311,18 +336,37 @@ def measure(args, cells: list, info: dict, ip: str, capacity: int) -> tuple[list
                     theirs = fig.get(("mooncake", op))
                     if theirs and theirs.get("GiB/s"):
                         f["x mooncake"] = round(f["GiB/s"] / theirs["GiB/s"], 3)
-                out.append({"mode": mode, "engine": engine, "op": op, "value": human_size(row.size),
-                            "value_bytes": row.size, "batch": row.batch, **f})
+                out.append(
+                    {
+                        "mode": mode,
+                        "engine": engine,
+                        "op": op,
+                        "value": human_size(row.size),
+                        "value_bytes": row.size,
+                        "batch": row.batch,
+                        **f,
+                    }
+                )
             print(f"distributed {human_size(row.size)} x {row.batch}: done", flush=True)
         # Master lookups: BatchRouteGet of 128 keys the owner holds.
         keys = sglang_keys(128, "Dl")
         check_all(client.batch_put_from_ptr(keys, [buf.src_ptr] * 128, [4096] * 128), "distributed put")
         from mori.umbp.distributed.master_client import UMBPMasterClient
+
         mc = UMBPMasterClient(address, lookup_timeout_ms=5000)
         look = iterations(lambda: mc.batch_route_get(keys), max(args.iters, 200), args.budget)
         mc.close()
-        out.append({"mode": mode, "engine": "master", "op": "BatchRouteGet", "value": "-", "value_bytes": 0,
-                    "batch": 128, **{**summarize(look, 128, 0), "GiB/s": None}})
+        out.append(
+            {
+                "mode": mode,
+                "engine": "master",
+                "op": "BatchRouteGet",
+                "value": "-",
+                "value_bytes": 0,
+                "batch": 128,
+                **{**summarize(look, 128, 0), "GiB/s": None},
+            }
+        )
         meta["store"] = "in-memory"
     finally:
         if mstore is not None:
@@ -370,8 +414,7 @@ def _run_netns(args, argv: Sequence[str], capacity: int) -> tuple[list[dict], di
     from mori.apps.launcher import _die_with_launcher
     from mori.apps.netns import VethHosts
 
-    with tempfile.TemporaryDirectory(prefix="mori-bench-umbp-dist-") as workdir, \
-            VethHosts(subnet=NETNS_SUBNET) as veth:
+    with tempfile.TemporaryDirectory(prefix="mori-bench-umbp-dist-") as workdir, VethHosts(subnet=NETNS_SUBNET) as veth:
         server, worker = veth.hosts
         info, result = os.path.join(workdir, "pool.json"), os.path.join(workdir, "rows.json")
         common = ["--capacity", str(capacity), "--info", info]
@@ -379,8 +422,9 @@ def _run_netns(args, argv: Sequence[str], capacity: int) -> tuple[list[dict], di
         def start(host, role: str, extra: Sequence[str]):
             # The namespaces share one kernel: without their own node ids MORI-IO takes them for one host.
             env = dict(os.environ, MORI_NODE_ID=f"mori-bench-umbp-{host.name}")
-            cmd = worker_command("mori.apps.bench.umbp_distributed", [*argv, *common, "--ip", host.ip, *extra],
-                                 "--role")
+            cmd = worker_command(
+                "mori.apps.bench.umbp_distributed", [*argv, *common, "--ip", host.ip, *extra], "--role"
+            )
             cmd.insert(cmd.index("--role") + 1, role)
             return host.popen(cmd, env=env, preexec_fn=_die_with_launcher())
 
@@ -391,8 +435,9 @@ def _run_netns(args, argv: Sequence[str], capacity: int) -> tuple[list[dict], di
                 if pool.poll() is not None:
                     raise RuntimeError(f"the pool process (namespace {server.name}) exited with {pool.returncode}")
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"the pool process (namespace {server.name}) did not start within "
-                                       f"{args.timeout:g} s")
+                    raise RuntimeError(
+                        f"the pool process (namespace {server.name}) did not start within {args.timeout:g} s"
+                    )
                 time.sleep(0.1)
             client = start(worker, "client", ["--result", result])
             try:
@@ -405,8 +450,10 @@ def _run_netns(args, argv: Sequence[str], capacity: int) -> tuple[list[dict], di
             stop_processes([pool])
         with open(result) as f:
             doc = json.load(f)
-        doc["meta"]["netns"] = (f"veth between two network namespaces: masters and owners at {server.ip}, "
-                                f"the benchmark's worker at {worker.ip}")
+        doc["meta"]["netns"] = (
+            f"veth between two network namespaces: masters and owners at {server.ip}, "
+            f"the benchmark's worker at {worker.ip}"
+        )
         return doc["rows"], doc["meta"]
 
 
@@ -429,20 +476,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from mori.apps.bench.umbp_workload import Row
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="mori bench umbp --distributed", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="mori bench umbp --distributed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--distributed", action="store_true", help="this mode (the flag that selects it)")
-    parser.add_argument("--hosts", choices=["local", "netns"], default="local",
-                        help="local: two processes on this host; netns: the pool and the benchmark's worker in two "
-                             "network namespaces joined by veth, tcp between them (needs root)")
+    parser.add_argument(
+        "--hosts",
+        choices=["local", "netns"],
+        default="local",
+        help="local: two processes on this host; netns: the pool and the benchmark's worker in two "
+        "network namespaces joined by veth, tcp between them (needs root)",
+    )
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help=f"value sizes (default {DEFAULT_SIZES})")
     parser.add_argument("--batches", default=DEFAULT_BATCHES, help=f"keys per batch call (default {DEFAULT_BATCHES})")
     parser.add_argument("--iters", default="50", help="most timed calls per row (at least 3 are made)")
     parser.add_argument("--budget", type=float, default=0.5, help="rough seconds of timed calls per row")
-    parser.add_argument("--max-buffer", default="128M", help="largest batch (value x batch); cells above it are left out")
+    parser.add_argument(
+        "--max-buffer", default="128M", help="largest batch (value x batch); cells above it are left out"
+    )
     parser.add_argument("--no-mooncake", dest="mooncake", action="store_false", help="no Mooncake Store rows")
     parser.add_argument("--timeout", type=float, default=120, help="seconds the owner processes may take to start")
-    parser.add_argument("--json", default=None, help="where to write the JSON (default bench-results/umbp-distributed.json)")
+    parser.add_argument(
+        "--json", default=None, help="where to write the JSON (default bench-results/umbp-distributed.json)"
+    )
     # The two processes of --hosts netns: this module again, the user's arguments plus these.
     parser.add_argument("--role", choices=["pool", "client"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--ip", default="127.0.0.1", help=argparse.SUPPRESS)
@@ -487,21 +543,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cols = [c for c in COLUMNS if any(r.get(c) is not None for r in rows)]
     rep = Report("umbp-distributed", cols)
     rep.rows = rows
-    rep.show(f"mori bench umbp --distributed (IO backend: {meta.get('io_backend', '?')}; "
-             f"Mooncake Store: {meta['mooncake']['status']})")
+    rep.show(
+        f"mori bench umbp --distributed (IO backend: {meta.get('io_backend', '?')}; "
+        f"Mooncake Store: {meta['mooncake']['status']})"
+    )
     if meta["mooncake"]["status"] != "ok":
         print(f"mooncake: {meta['mooncake']['status']}: {meta['mooncake']['reason']}", flush=True)
-    rep.meta = {**meta, "hosts": args.hosts, "sizes": args.sizes, "batches": batches, "iters": args.iters,
-                "budget_s": args.budget, "seconds": round(time.monotonic() - t0, 1),
-                "loadavg_1m": {"start": round(load_start[0], 2), "end": round(os.getloadavg()[0], 2)},
-                "method": "one untimed warm-up call per row, then timed batch calls until --iters or --budget "
-                          "(at least 3). ops/s = keys per second, GiB/s = bytes per second / 2^30 of the median "
-                          "call; p50/p99 of one batch call. The raw-io rows move the same bytes between the same "
-                          "registered buffers and the same offsets of the owner's arena with one "
-                          "engine.batch_read/batch_write + wait: the ceiling of the data path. Mooncake's rows "
-                          "make the same calls (fresh keys for put, each put batch read once for get-1st, the "
-                          "last one again and again for get) on the same buffers; its segment is as large as "
-                          "UMBP's owner DRAM and emptied (untimed) ahead of each row."}
+    rep.meta = {
+        **meta,
+        "hosts": args.hosts,
+        "sizes": args.sizes,
+        "batches": batches,
+        "iters": args.iters,
+        "budget_s": args.budget,
+        "seconds": round(time.monotonic() - t0, 1),
+        "loadavg_1m": {"start": round(load_start[0], 2), "end": round(os.getloadavg()[0], 2)},
+        "method": "one untimed warm-up call per row, then timed batch calls until --iters or --budget "
+        "(at least 3). ops/s = keys per second, GiB/s = bytes per second / 2^30 of the median "
+        "call; p50/p99 of one batch call. The raw-io rows move the same bytes between the same "
+        "registered buffers and the same offsets of the owner's arena with one "
+        "engine.batch_read/batch_write + wait: the ceiling of the data path. Mooncake's rows "
+        "make the same calls (fresh keys for put, each put batch read once for get-1st, the "
+        "last one again and again for get) on the same buffers; its segment is as large as "
+        "UMBP's owner DRAM and emptied (untimed) ahead of each row.",
+    }
     print("wrote", rep.save(args.json or "bench-results/umbp-distributed.json"))
     return 0
 

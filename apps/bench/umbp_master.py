@@ -15,6 +15,7 @@ MORI publishes 17.3k RouteGet/s at p50 462 us for its Redis store with 4 instanc
 threads (design-redis-metadata-store.md, a dedicated host it does not name): a different
 machine and master (C++), so the comparison is indicative only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,18 +51,42 @@ def _populate(address: str, n_keys: int, n_nodes: int, seed: int, stop: threadin
     for n in range(n_nodes):
         node = f"bench-node-{seed}-{n}"
         nodes.append(node)
-        stub.RegisterClient(pb.RegisterClientRequest(
-            node_id=node, peer_address=f"10.0.0.{n}:17100",
-            tier_capacities=[pb.TierCapacity(tier=pb.TIER_DRAM, total_capacity_bytes=1 << 40,
-                                             available_capacity_bytes=1 << 39)]), timeout=10)
+        stub.RegisterClient(
+            pb.RegisterClientRequest(
+                node_id=node,
+                peer_address=f"10.0.0.{n}:17100",
+                tier_capacities=[
+                    pb.TierCapacity(tier=pb.TIER_DRAM, total_capacity_bytes=1 << 40, available_capacity_bytes=1 << 39)
+                ],
+            ),
+            timeout=10,
+        )
         mine = keys[n::n_nodes]
         # As a real owner's DRAM ADDs: each value's place in its arena and its checksum, which
         # the routes hand out.
         for seq, i in enumerate(range(0, len(mine), 5000), start=1):
-            stub.Heartbeat(pb.HeartbeatRequest(node_id=node, bundles=[pb.EventBundle(seq=seq, events=[
-                pb.KvEvent(kind=pb.KvEvent.ADD, key=k, tier=pb.TIER_DRAM, size=360 << 10,
-                           offset=(i + j) * (360 << 10), checksum=rng.getrandbits(64) | 1)
-                for j, k in enumerate(mine[i:i + 5000])])]), timeout=60)
+            stub.Heartbeat(
+                pb.HeartbeatRequest(
+                    node_id=node,
+                    bundles=[
+                        pb.EventBundle(
+                            seq=seq,
+                            events=[
+                                pb.KvEvent(
+                                    kind=pb.KvEvent.ADD,
+                                    key=k,
+                                    tier=pb.TIER_DRAM,
+                                    size=360 << 10,
+                                    offset=(i + j) * (360 << 10),
+                                    checksum=rng.getrandbits(64) | 1,
+                                )
+                                for j, k in enumerate(mine[i : i + 5000])
+                            ],
+                        )
+                    ],
+                ),
+                timeout=60,
+            )
 
     def beat() -> None:
         while not stop.wait(1.0):
@@ -103,8 +128,9 @@ def _measure(address: str, keys: list[str], clients: int, batch: int, seconds: f
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     start_at = time.time() + 1.5  # the spawned interpreters need a moment
-    procs = [ctx.Process(target=_client, args=(address, keys, batch, seconds, start_at, 1000 + i, q))
-             for i in range(clients)]
+    procs = [
+        ctx.Process(target=_client, args=(address, keys, batch, seconds, start_at, 1000 + i, q)) for i in range(clients)
+    ]
     for p in procs:
         p.start()
     results = [q.get(timeout=seconds + 60) for _ in procs]
@@ -114,10 +140,15 @@ def _measure(address: str, keys: list[str], clients: int, batch: int, seconds: f
     misses = sum(m for _, m in results)
     wall = max(sum(r) for r, _ in results)
     calls = len(lat)
-    return {"calls": calls, "calls_per_s": calls / wall * 1.0 if wall else 0.0,
-            "keys_per_s": calls * batch / wall if wall else 0.0,
-            "p50_us": lat[len(lat) // 2] * 1e6, "p99_us": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e6,
-            "mean_us": statistics.fmean(lat) * 1e6, "misses": misses}
+    return {
+        "calls": calls,
+        "calls_per_s": calls / wall * 1.0 if wall else 0.0,
+        "keys_per_s": calls * batch / wall if wall else 0.0,
+        "p50_us": lat[len(lat) // 2] * 1e6,
+        "p99_us": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e6,
+        "mean_us": statistics.fmean(lat) * 1e6,
+        "misses": misses,
+    }
 
 
 def _cpu_seconds(root: int) -> float:
@@ -147,33 +178,69 @@ def _cpu_seconds(root: int) -> float:
 def _start_master(env_extra: dict, workers: int = 1) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = dict(os.environ, **env_extra)
-    proc = subprocess.Popen([sys.executable, "-m", "mori.umbp.distributed.master_server", f"127.0.0.1:{port}", "0",
-                             "--workers", str(workers)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mori.umbp.distributed.master_server",
+            f"127.0.0.1:{port}",
+            "0",
+            "--workers",
+            str(workers),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait_port(port, timeout=20.0, process=proc)
     return proc, f"127.0.0.1:{port}"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="mori bench umbp --master", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="mori bench umbp --master", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--backends", default="memory,redis,redis4", help="memory, redis (one), redis4 (four shards)")
     p.add_argument("--clients", default="1,4,8", help="client processes (closed loop)")
     p.add_argument("--batch", type=int, default=128, help="keys per BatchRouteGet")
     p.add_argument("--keys", type=int, default=20000, help="keys in the index")
     p.add_argument("--nodes", type=int, default=4, help="registered peers the keys are spread over")
     p.add_argument("--seconds", type=float, default=2.0, help="timed seconds per row")
-    p.add_argument("--master-workers", type=int, default=1,
-                   help="master processes sharing the port for the Redis rows (umbp_master --workers)")
+    p.add_argument(
+        "--master-workers",
+        type=int,
+        default=1,
+        help="master processes sharing the port for the Redis rows (umbp_master --workers)",
+    )
     p.add_argument("--json", default=None, help="where to write the JSON (default bench-results/umbp_master.json)")
     args = p.parse_args(argv)
     from mori.umbp.distributed.redis_server import RedisServerProcess
 
-    report = Report("umbp_master", ["backend", "master_processes", "clients", "calls/s", "keys/s", "p50 us", "p99 us",
-                                     "master CPU us/call", "calls/s per master core", "Redis CPU us/call",
-                                     "vs MORI calls/s"])
-    report.meta.update({"batch": args.batch, "keys": args.keys, "nodes": args.nodes, "cores": os.cpu_count(),
-                        "mori_published": MORI_PUBLISHED})
+    report = Report(
+        "umbp_master",
+        [
+            "backend",
+            "master_processes",
+            "clients",
+            "calls/s",
+            "keys/s",
+            "p50 us",
+            "p99 us",
+            "master CPU us/call",
+            "calls/s per master core",
+            "Redis CPU us/call",
+            "vs MORI calls/s",
+        ],
+    )
+    report.meta.update(
+        {
+            "batch": args.batch,
+            "keys": args.keys,
+            "nodes": args.nodes,
+            "cores": os.cpu_count(),
+            "mori_published": MORI_PUBLISHED,
+        }
+    )
     for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
         redis_servers = []
         env = {"UMBP_METADATA_BACKEND": "memory"}
@@ -186,8 +253,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 for r in redis_servers:
                     r.stop()
                 raise
-            env = {"UMBP_METADATA_BACKEND": "redis", "UMBP_REDIS_NAMESPACE": "bench",
-                   "UMBP_REDIS_SHARD_URIS": ",".join(r.uri for r in redis_servers)}
+            env = {
+                "UMBP_METADATA_BACKEND": "redis",
+                "UMBP_REDIS_NAMESPACE": "bench",
+                "UMBP_REDIS_SHARD_URIS": ",".join(r.uri for r in redis_servers),
+            }
         workers = args.master_workers if backend.startswith("redis") else 1
         proc, address = _start_master(env, workers)
         stop = threading.Event()
@@ -200,16 +270,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 # includes the 1 s heartbeats of the bench's peers and the clients' start-up wait
                 r["master_cpu_us_per_call"] = (_cpu_seconds(proc.pid) - cpu0) / r["calls"] * 1e6
                 r["calls_per_master_core_s"] = 1e6 / r["master_cpu_us_per_call"]
-                r["redis_cpu_us_per_call"] = (sum(_cpu_seconds(rs.proc.pid) for rs in redis_servers)
-                                              - redis0) / r["calls"] * 1e6
+                r["redis_cpu_us_per_call"] = (
+                    (sum(_cpu_seconds(rs.proc.pid) for rs in redis_servers) - redis0) / r["calls"] * 1e6
+                )
                 if r["misses"]:
                     raise RuntimeError(f"{backend}: {r['misses']} keys missed; the index lost keys")
-                report.add(**{"backend": backend, "clients": clients, "master_processes": workers, "calls/s": r["calls_per_s"],
-                              "keys/s": r["keys_per_s"], "p50 us": r["p50_us"], "p99 us": r["p99_us"],
-                              "master CPU us/call": r["master_cpu_us_per_call"],
-                              "calls/s per master core": r["calls_per_master_core_s"],
-                              "Redis CPU us/call": r["redis_cpu_us_per_call"],
-                              "vs MORI calls/s": r["calls_per_s"] / MORI_PUBLISHED["calls_per_s"], **r})
+                report.add(
+                    **{
+                        "backend": backend,
+                        "clients": clients,
+                        "master_processes": workers,
+                        "calls/s": r["calls_per_s"],
+                        "keys/s": r["keys_per_s"],
+                        "p50 us": r["p50_us"],
+                        "p99 us": r["p99_us"],
+                        "master CPU us/call": r["master_cpu_us_per_call"],
+                        "calls/s per master core": r["calls_per_master_core_s"],
+                        "Redis CPU us/call": r["redis_cpu_us_per_call"],
+                        "vs MORI calls/s": r["calls_per_s"] / MORI_PUBLISHED["calls_per_s"],
+                        **r,
+                    }
+                )
         finally:
             stop.set()
             proc.send_signal(signal.SIGTERM)
@@ -219,8 +300,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 proc.kill()
             for r in redis_servers:
                 r.stop()
-    report.show(f"UMBP master: BatchRouteGet of {args.batch} keys ({os.cpu_count()} cores; MORI's published "
-                f"{MORI_PUBLISHED['calls_per_s']} RouteGet/s p50 {MORI_PUBLISHED['p50_us']} us was another machine)")
+    report.show(
+        f"UMBP master: BatchRouteGet of {args.batch} keys ({os.cpu_count()} cores; MORI's published "
+        f"{MORI_PUBLISHED['calls_per_s']} RouteGet/s p50 {MORI_PUBLISHED['p50_us']} us was another machine)"
+    )
     print("wrote", report.save(args.json))
     return 0
 

@@ -4,6 +4,7 @@ and one ``MooncakeDistributedStore`` in the benchmark's process that contributes
 segment and is the client (Mooncake's "real client"), metadata ``P2PHANDSHAKE``, protocol tcp,
 zero-copy ``register_buffer`` + ``batch_put_from`` / ``batch_get_into`` on the same buffers as
 UMBP's rows. PyPI ``mooncake-transfer-engine-non-cuda`` (scripts/bench-umbp-setup.sh)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -44,8 +45,7 @@ def master_binary() -> Optional[str]:
     return shutil.which("mooncake_master")
 
 
-def start_master(ip: str, workdir: str, timeout_s: float = 30,
-                 attempts: int = 3) -> tuple[subprocess.Popen, str, str]:
+def start_master(ip: str, workdir: str, timeout_s: float = 30, attempts: int = 3) -> tuple[subprocess.Popen, str, str]:
     """A ``mooncake_master`` listening on ``ip``; returns it, its ``ip:port`` and its log's path
     once it accepts connections. It is killed with this process, however that dies. Its two
     ports are free when chosen but may be taken before it binds them (it then aborts): a master
@@ -57,9 +57,19 @@ def start_master(ip: str, workdir: str, timeout_s: float = 30,
         log_path = os.path.join(workdir, f"mooncake_master-{port}.log")
         with open(log_path, "wb") as log:
             master = subprocess.Popen(
-                [master_binary(), f"--rpc_port={port}", f"--rpc_address={ip}", f"--metrics_host={ip}",
-                 f"--metrics_port={free_port(ip)}", "--enable_metric_reporting=false"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_launcher())
+                [
+                    master_binary(),
+                    f"--rpc_port={port}",
+                    f"--rpc_address={ip}",
+                    f"--metrics_host={ip}",
+                    f"--metrics_port={free_port(ip)}",
+                    "--enable_metric_reporting=false",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_launcher(),
+            )
         try:
             wait_port(port, host=ip, timeout=timeout_s, process=master)
             return master, f"{ip}:{port}", log_path
@@ -131,12 +141,13 @@ class MooncakeStore:
         def call() -> None:
             rcs = self.store.batch_put_from(state["keys"], ptrs, sizes)
             check_all([rc == 0 for rc in rcs], f"Mooncake batch_put_from (codes {sorted(set(rcs))})")
+
         samples = iterations(call, iters, budget_s, before=before)
         return samples, state["keys"]
 
     def get(self, buf: HostBuffers, row: Row, keys: list[str], iters: int, budget_s: float) -> list[Sample]:
         ptrs, sizes = row.dst_ptrs(buf), row.sizes()
-        buf.dst[:row.nbytes] = 0
+        buf.dst[: row.nbytes] = 0
         state = {"checked": False}
 
         def call() -> None:
@@ -145,6 +156,7 @@ class MooncakeStore:
             if not state["checked"]:
                 verify(buf, row, "Mooncake batch_get_into")
                 state["checked"] = True
+
         return iterations(call, iters, budget_s)
 
     def exists(self, keys: list[str], iters: int) -> list[Sample]:
@@ -154,6 +166,7 @@ class MooncakeStore:
             found = self.store.batch_is_exist(keys)
             if not all(f == 1 for f in found):
                 raise RuntimeError("Mooncake batch_is_exist: a key put before is missing")
+
         return fixed_iterations(call, iters)
 
     def close(self) -> None:

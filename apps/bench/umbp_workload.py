@@ -7,6 +7,7 @@ A call's samples are ``(start_ns, end_ns)`` pairs of ``time.monotonic_ns()`` (CL
 one clock for every process of the host), so the ranks' samples of one synchronised iteration
 can be merged into the wall time of the whole iteration.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -46,7 +47,7 @@ class HostBuffers:
         chunk = 64 << 20
         for off in range(0, self.nbytes, chunk):
             n = min(chunk, self.nbytes - off)
-            self.src[off:off + n] = np.frombuffer(rng.bytes(n), dtype=np.uint8)
+            self.src[off : off + n] = np.frombuffer(rng.bytes(n), dtype=np.uint8)
         self.dst[:] = 0
 
     def _region(self) -> np.ndarray:
@@ -101,9 +102,14 @@ class Row:
         return [self.size] * self.batch
 
 
-def iterations(call: Callable[[], None], iters: int, budget_s: float, min_iters: int = 3,
-               before: Optional[Callable[[int], None]] = None,
-               sync: Optional[Callable[[], None]] = None) -> list[Sample]:
+def iterations(
+    call: Callable[[], None],
+    iters: int,
+    budget_s: float,
+    min_iters: int = 3,
+    before: Optional[Callable[[int], None]] = None,
+    sync: Optional[Callable[[], None]] = None,
+) -> list[Sample]:
     """One untimed warm-up, then timed calls until ``iters`` or until ``budget_s`` is spent (at
     least ``min_iters``). ``before(i)`` runs untimed ahead of call ``i`` (-1 = the warm-up);
     ``sync()`` lines the ranks up ahead of each call (and must then be called as often by all)."""
@@ -125,8 +131,12 @@ def iterations(call: Callable[[], None], iters: int, budget_s: float, min_iters:
     return samples
 
 
-def fixed_iterations(call: Callable[[], None], iters: int, before: Optional[Callable[[int], None]] = None,
-                     sync: Optional[Callable[[], None]] = None) -> list[Sample]:
+def fixed_iterations(
+    call: Callable[[], None],
+    iters: int,
+    before: Optional[Callable[[int], None]] = None,
+    sync: Optional[Callable[[], None]] = None,
+) -> list[Sample]:
     """Exactly ``iters`` timed calls after one warm-up (the ranks of a server run must agree on
     the count, so no time budget)."""
     return iterations(call, iters, budget_s=float("inf"), min_iters=iters, before=before, sync=sync)
@@ -140,10 +150,11 @@ def check_all(results: Sequence, what: str) -> None:
 
 def verify(buf: HostBuffers, row: Row, what: str) -> None:
     """The destination holds the source's bytes, every value of the batch, bit for bit."""
-    if not np.array_equal(buf.dst[:row.nbytes], buf.src[:row.nbytes]):
-        first = int(np.flatnonzero(buf.dst[:row.nbytes] != buf.src[:row.nbytes])[0])
-        raise RuntimeError(f"{what}: wrong bytes in value {first // row.size} of the batch "
-                           f"(size {row.size}, batch {row.batch})")
+    if not np.array_equal(buf.dst[: row.nbytes], buf.src[: row.nbytes]):
+        first = int(np.flatnonzero(buf.dst[: row.nbytes] != buf.src[: row.nbytes])[0])
+        raise RuntimeError(
+            f"{what}: wrong bytes in value {first // row.size} of the batch (size {row.size}, batch {row.batch})"
+        )
 
 
 class UmbpOps:
@@ -164,8 +175,15 @@ class UmbpOps:
         out = {k: get(k) for k in ("dram_hits", "ssd_hits", "misses")}
         return out if all(v is not None for v in out.values()) else None
 
-    def put(self, row: Row, iters: int, budget_s: float, sync=None, fixed: bool = False,
-            after: Optional[Callable[[], None]] = None) -> list[Sample]:
+    def put(
+        self,
+        row: Row,
+        iters: int,
+        budget_s: float,
+        sync=None,
+        fixed: bool = False,
+        after: Optional[Callable[[], None]] = None,
+    ) -> list[Sample]:
         """Batch puts of fresh keys (a repeated key would only be deduplicated), ``after()`` inside
         the timed call (e.g. ``flush`` for "on the SSD tier when it returns")."""
         ptrs, sizes = row.src_ptrs(self.buf), row.sizes()
@@ -180,18 +198,26 @@ class UmbpOps:
             if after is not None:
                 after()
             self.last_keys = keys
+
         if fixed:
             return fixed_iterations(call, iters, before=before, sync=sync)
         return iterations(call, iters, budget_s, before=before, sync=sync)
 
-    def get(self, row: Row, iters: int, budget_s: float, sync=None, fixed: bool = False,
-            before: Optional[Callable[[int], None]] = None) -> list[Sample]:
+    def get(
+        self,
+        row: Row,
+        iters: int,
+        budget_s: float,
+        sync=None,
+        fixed: bool = False,
+        before: Optional[Callable[[int], None]] = None,
+    ) -> list[Sample]:
         """Batch gets of the last put's keys into the destination buffer; the bytes are checked
         after the warm-up call (the destination is zeroed ahead of it)."""
         keys, ptrs, sizes = self.last_keys, row.dst_ptrs(self.buf), row.sizes()
         if len(keys) != row.batch:
             raise RuntimeError("UMBP get: no keys of this row were put")
-        self.buf.dst[:row.nbytes] = 0
+        self.buf.dst[: row.nbytes] = 0
         state = {"checked": False}
 
         def call() -> None:
@@ -202,6 +228,7 @@ class UmbpOps:
             if not state["checked"]:
                 verify(self.buf, row, "UMBP batch_get_into_ptr")
                 state["checked"] = True
+
         start = self._hit_counters()
         if fixed:
             samples = fixed_iterations(call, iters, before=before, sync=sync)
@@ -218,19 +245,24 @@ class UmbpOps:
             n = self.client.batch_exists_consecutive(keys)
             if n != want:
                 raise RuntimeError(f"UMBP batch_exists_consecutive: {n} of {want} keys found")
+
         return fixed_iterations(call, iters)
 
 
-def memcpy_samples(buf: HostBuffers, row: Row, iters: int, budget_s: float, sync=None,
-                   fixed: bool = False) -> list[Sample]:
+def memcpy_samples(
+    buf: HostBuffers, row: Row, iters: int, budget_s: float, sync=None, fixed: bool = False
+) -> list[Sample]:
     """numpy copies of the row's values, one per value (as a store copies them), from the source
     into the same destination buffer: the DRAM ceiling."""
-    pairs = [(buf.dst[i * row.size:(i + 1) * row.size], buf.src[i * row.size:(i + 1) * row.size])
-             for i in range(row.batch)]
+    pairs = [
+        (buf.dst[i * row.size : (i + 1) * row.size], buf.src[i * row.size : (i + 1) * row.size])
+        for i in range(row.batch)
+    ]
 
     def call() -> None:
         for dst, src in pairs:
             np.copyto(dst, src)
+
     if fixed:
         samples = fixed_iterations(call, iters, sync=sync)
     else:
@@ -271,7 +303,7 @@ class RawFile:
         self.path = os.path.join(directory, f"{name}-{row.size}x{row.batch}.bin")
         self.buf, self.row = buf, row
         with open(self.path, "wb") as f:
-            f.write(memoryview(buf.src[:row.nbytes]))
+            f.write(memoryview(buf.src[: row.nbytes]))
             f.flush()
             os.fsync(f.fileno())
         self.how = "buffered, page cache dropped"
@@ -291,8 +323,8 @@ class RawFile:
         flags = os.O_RDONLY | (os.O_DIRECT if self.how == "O_DIRECT" else 0)
         fd = os.open(self.path, flags)
         row = self.row
-        views = [memoryview(self.buf.dst[i * row.size:(i + 1) * row.size]) for i in range(row.batch)]
-        self.buf.dst[:row.nbytes] = 0
+        views = [memoryview(self.buf.dst[i * row.size : (i + 1) * row.size]) for i in range(row.batch)]
+        self.buf.dst[: row.nbytes] = 0
 
         def before(i: int) -> None:
             drop_page_cache([self.path])
@@ -301,6 +333,7 @@ class RawFile:
             for i, view in enumerate(views):
                 if os.preadv(fd, [view], i * row.size) != row.size:
                     raise RuntimeError(f"raw read: short read of {self.path}")
+
         try:
             if fixed:
                 samples = fixed_iterations(call, iters, before=before, sync=sync)
@@ -319,9 +352,15 @@ def _figures(call_s: np.ndarray, keys: int, nbytes: int, lat_us: np.ndarray) -> 
     """ops/s and GiB/s of the median call (robust to the bursts of load a shared machine has), the
     means next to them, and the p50/p99 of one call."""
     med, mean = float(np.median(call_s)), float(call_s.mean())
-    return {"iters": len(call_s), "ops/s": keys / med, "GiB/s": nbytes / med / (1 << 30) if nbytes else None,
-            "mean ops/s": keys / mean, "mean GiB/s": nbytes / mean / (1 << 30) if nbytes else None,
-            "p50 us": float(np.percentile(lat_us, 50)), "p99 us": float(np.percentile(lat_us, 99))}
+    return {
+        "iters": len(call_s),
+        "ops/s": keys / med,
+        "GiB/s": nbytes / med / (1 << 30) if nbytes else None,
+        "mean ops/s": keys / mean,
+        "mean GiB/s": nbytes / mean / (1 << 30) if nbytes else None,
+        "p50 us": float(np.percentile(lat_us, 50)),
+        "p99 us": float(np.percentile(lat_us, 99)),
+    }
 
 
 def summarize(samples: Sequence[Sample], keys_per_call: int, bytes_per_call: int) -> dict:
@@ -335,8 +374,10 @@ def summarize_ranks(per_rank: Sequence[Sequence[Sample]], keys_per_call: int, by
     from the first rank's start to the last rank's end and carries every rank's keys and bytes;
     p50/p99 are over every rank's calls."""
     n = min(len(s) for s in per_rank)
-    walls = np.array([max(s[i][1] for s in per_rank) - min(s[i][0] for s in per_rank) for i in range(n)],
-                     dtype=np.float64) / 1e9
+    walls = (
+        np.array([max(s[i][1] for s in per_rank) - min(s[i][0] for s in per_rank) for i in range(n)], dtype=np.float64)
+        / 1e9
+    )
     lat = np.array([(b - a) for s in per_rank for a, b in s[:n]], dtype=np.float64) / 1e3
     ranks = len(per_rank)
     return _figures(walls, ranks * keys_per_call, ranks * bytes_per_call, lat)

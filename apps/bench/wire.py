@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Reading a known number of bytes from a benchmark's own sockets (control connections and the
 plain-socket baselines), where a short read means the other benchmark process is gone."""
+
 from __future__ import annotations
 
 import socket

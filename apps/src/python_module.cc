@@ -64,8 +64,8 @@ PYBIND11_MODULE(_C, m) {
     if (name.rfind("UMBP", 0) == 0 || name == "CacheRemoteAdmission") m.attr(name.c_str()) = item.second;
   }
   // And MORI-IO's other native names there (mori.cpp.IOEngine, the enums, ...).
-  for (const char* name : {"IOEngine", "IOEngineSession", "IOEngineConfig", "EngineDesc", "MemoryDesc", "BackendType",
-                           "MemoryLocationType", "StatusCode", "PollCqMode", "RdmaBackendConfig", "XgmiBackendConfig",
-                           "set_log_level"})
+  for (const char* name :
+       {"IOEngine", "IOEngineSession", "IOEngineConfig", "EngineDesc", "MemoryDesc", "BackendType",
+        "MemoryLocationType", "StatusCode", "PollCqMode", "RdmaBackendConfig", "XgmiBackendConfig", "set_log_level"})
     m.attr(name) = io.attr(name);
 }

@@ -25,12 +25,12 @@ HostCollectives& hc(const char* caller) { return HostCollectives::get(caller); }
 }  // namespace
 
 void bind_collectives(py::module_& m) {
-  m.def("size_of", [](int t) { return dtype_size(collectives::check_dtype(t, "size_of")); }, py::arg("dtype"),
-        "Bytes of one element of a DataType code.");
+  m.def(
+      "size_of", [](int t) { return dtype_size(collectives::check_dtype(t, "size_of")); }, py::arg("dtype"),
+      "Bytes of one element of a DataType code.");
   m.def("dtype_name", [](int t) { return std::string(dtype_name(collectives::check_dtype(t, "dtype_name"))); });
-  m.def("check_reduce", [](int t, int op) {
-    collectives::check_reduce(collectives::check_dtype(t, "reduce"), op, "mori.ccl reduce");
-  });
+  m.def("check_reduce",
+        [](int t, int op) { collectives::check_reduce(collectives::check_dtype(t, "reduce"), op, "mori.ccl reduce"); });
 
   m.def(
       "reduce_arrays",

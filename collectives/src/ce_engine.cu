@@ -148,7 +148,7 @@ struct CeEngine::Impl {
   uint64_t generation = 0;
   int me = 0, n = 1;
   int sm_count = 0;
-  int threads = 32;  // enter/arrive kernels: one thread per PE
+  int threads = 32;        // enter/arrive kernels: one thread per PE
   char* window = nullptr;  // symmetric: flags, then (n - 1) staging slots
   char* staging = nullptr;
   Flags flags{};
@@ -179,8 +179,7 @@ CeEngine::CeEngine(size_t staging_bytes) : impl_(std::make_unique<Impl>()) {
   d.generation = shmem::Runtime::generation();
   d.me = rt.my_pe();
   d.n = rt.n_pes();
-  if (d.n > kMaxPes)
-    raise(Status::kUnavailable, "%s: %d PEs; the GPU engine handles at most %d", caller, d.n, kMaxPes);
+  if (d.n > kMaxPes) raise(Status::kUnavailable, "%s: %d PEs; the GPU engine handles at most %d", caller, d.n, kMaxPes);
   d.threads = (d.n + 31) / 32 * 32;
   shmem::GpuHeap* heap = rt.gpu();
   if (!heap)
@@ -212,8 +211,12 @@ CeEngine::CeEngine(size_t staging_bytes) : impl_(std::make_unique<Impl>()) {
     d.peer_slot[pe] = static_cast<char*>(rt.ptr(sym, pe));
     if (!d.peer_slot[pe]) raise(Status::kUnavailable, "%s: no direct pointer to PE %d's GPU heap", caller, pe);
   }
-  auto stream = [](cudaStream_t* s) { check_cuda(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking), "cudaStreamCreate"); };
-  auto event = [](cudaEvent_t* e) { check_cuda(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate"); };
+  auto stream = [](cudaStream_t* s) {
+    check_cuda(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking), "cudaStreamCreate");
+  };
+  auto event = [](cudaEvent_t* e) {
+    check_cuda(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
+  };
   d.push.assign(d.n, nullptr);
   d.sig.assign(d.n, nullptr);
   d.recv.assign(d.n, nullptr);
@@ -299,8 +302,10 @@ void CeEngine::exchange(const std::vector<CeSend>& sends, const std::vector<CeRe
       if (!remote[k]) raise(Status::kUnavailable, "%s: PE %d's copy of %p is not mapped here", caller, x.pe, x.dst);
     } else {
       if (x.staging_offset + x.bytes > slot_bytes_)
-        raise(Status::kInvalidArgument, "%s: %zu bytes at staging offset %zu exceed the %zu-byte slot per peer "
-              "(MORI_CCL_GPU_STAGING_SIZE)", caller, x.bytes, x.staging_offset, slot_bytes_);
+        raise(Status::kInvalidArgument,
+              "%s: %zu bytes at staging offset %zu exceed the %zu-byte slot per peer "
+              "(MORI_CCL_GPU_STAGING_SIZE)",
+              caller, x.bytes, x.staging_offset, slot_bytes_);
       remote[k] = d.peer_slot[x.pe] + x.staging_offset;
     }
     if (x.bytes == 0) continue;
@@ -319,14 +324,17 @@ void CeEngine::exchange(const std::vector<CeSend>& sends, const std::vector<CeRe
     if (r.copy_to && r.direct)
       raise(Status::kInvalidArgument, "%s: a direct receive from PE %d has nothing to copy out", caller, r.pe);
     if (r.copy_to && r.staging_offset + r.bytes > slot_bytes_)
-      raise(Status::kInvalidArgument, "%s: %zu bytes at staging offset %zu exceed the %zu-byte slot per peer "
-            "(MORI_CCL_GPU_STAGING_SIZE)", caller, r.bytes, r.staging_offset, slot_bytes_);
+      raise(Status::kInvalidArgument,
+            "%s: %zu bytes at staging offset %zu exceed the %zu-byte slot per peer "
+            "(MORI_CCL_GPU_STAGING_SIZE)",
+            caller, r.bytes, r.staging_offset, slot_bytes_);
     if (r.bytes == 0) continue;
     recv_chunks[k] = chunks(r.bytes, r.direct);
     ready_to.add(r.pe);
     if (!r.copy_to || recv_chunks[k] == 1) {
       data_from.add(r.pe);
-      if (r.copy_to) copy_outs.push_back(CopyJob{static_cast<char*>(slot(r.pe)) + r.staging_offset, r.copy_to, r.bytes});
+      if (r.copy_to)
+        copy_outs.push_back(CopyJob{static_cast<char*>(slot(r.pe)) + r.staging_offset, r.copy_to, r.bytes});
     } else if (s_recv < 0) {
       s_recv = static_cast<int>(k);
     } else {
@@ -417,7 +425,8 @@ void CeEngine::exchange(const std::vector<CeSend>& sends, const std::vector<CeRe
   if (s_recv >= 0) copy_out_pieces(recvs[s_recv], recv_chunks[s_recv], s);
   for (cudaEvent_t ev : at_end) check_cuda(cudaStreamWaitEvent(s, ev, 0), "cudaStreamWaitEvent");
   if (local) check_cuda(cudaStreamWaitEvent(s, d.local_done, 0), "cudaStreamWaitEvent");
-  for (size_t k = 0; k < sends.size(); ++k) (sends[k].direct ? stats_.direct_bytes : stats_.staged_bytes) += sends[k].bytes;
+  for (size_t k = 0; k < sends.size(); ++k)
+    (sends[k].direct ? stats_.direct_bytes : stats_.staged_bytes) += sends[k].bytes;
 }
 
 }  // namespace mori::collectives

@@ -35,13 +35,15 @@ void bind_ce_engine(py::module_& m) {
               s.push_back(CeSend{pe, p(src), p(dst), bytes, direct, off});
             std::vector<CeRecv> r;
             r.reserve(recvs.size());
-            for (const auto& [pe, copy_to, bytes, off, direct] : recvs) r.push_back(CeRecv{pe, p(copy_to), bytes, off, direct});
+            for (const auto& [pe, copy_to, bytes, off, direct] : recvs)
+              r.push_back(CeRecv{pe, p(copy_to), bytes, off, direct});
             py::gil_scoped_release nogil;
             self.exchange(s, r, p(local_dst), p(local_src), local_bytes, stream);
           },
           py::arg("sends"), py::arg("recvs"), py::arg("local_dst"), py::arg("local_src"), py::arg("local_bytes"),
           py::arg("stream"),
-          "sends: (pe, src, dst, bytes, direct, staging_offset); recvs: (pe, copy_to or 0, bytes, staging_offset, direct).")
+          "sends: (pe, src, dst, bytes, direct, staging_offset); recvs: (pe, copy_to or 0, bytes, staging_offset, "
+          "direct).")
       .def(
           "local_copy",
           [](CeEngine& self, uintptr_t dst, uintptr_t src, size_t bytes, uintptr_t stream) {

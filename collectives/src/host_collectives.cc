@@ -83,7 +83,10 @@ void HostCollectives::release() {
 }
 
 HostCollectives::HostCollectives(shmem::Runtime& rt)
-    : rt_(rt), group_(shmem::coll::library_world(rt)), generation_(shmem::Runtime::generation()), me_(rt.my_pe()),
+    : rt_(rt),
+      group_(shmem::coll::library_world(rt)),
+      generation_(shmem::Runtime::generation()),
+      me_(rt.my_pe()),
       n_(rt.n_pes()) {
   chunk_ = round_up(std::max<size_t>(env::get().ccl_chunk_size, 4096), kAlign);
   // Collective: every PE builds its instance on its first collective call.
@@ -107,7 +110,8 @@ void* HostCollectives::staging(int slot, int which, size_t bytes) {
   if (stage_bytes_[slot][which] < bytes) {
     if (stage_[slot][which]) rt_.free(stage_[slot][which], "mori.ccl staging", true);
     size_t cap = stage_capacity(bytes);
-    stage_[slot][which] = rt_.malloc(cap, kAlign, "mori.ccl staging (raise MORI_SHMEM_HEAP_SIZE or lower MORI_CCL_CHUNK_SIZE)");
+    stage_[slot][which] =
+        rt_.malloc(cap, kAlign, "mori.ccl staging (raise MORI_SHMEM_HEAP_SIZE or lower MORI_CCL_CHUNK_SIZE)");
     stage_bytes_[slot][which] = cap;
   }
   return stage_[slot][which];
@@ -220,8 +224,10 @@ void HostCollectives::broadcast(void* buf, size_t bytes, int root) {
     void* st = staging(slot, 0, std::min(chunk_, bytes));
     const void* pub = st;
     if (me_ == root) {
-      if (in_place) pub = b + lo;
-      else std::memcpy(st, b + lo, m);
+      if (in_place)
+        pub = b + lo;
+      else
+        std::memcpy(st, b + lo, m);
     }
     Round r = begin(kBroadcast, -1, bytes, static_cast<uint64_t>(root), pub, in_place);
     if (me_ != root) pull(b + lo, r, root, 0, m);
@@ -284,8 +290,8 @@ void HostCollectives::reduce_scatter(void* out, const void* in, size_t count, Da
       pub = st;
       stride = m;
     }
-    Round r = begin(kReduceScatter, static_cast<int>(t), count, static_cast<uint64_t>(op) | (lo << 8), pub, in_place,
-                    stride);
+    Round r =
+        begin(kReduceScatter, static_cast<int>(t), count, static_cast<uint64_t>(op) | (lo << 8), pub, in_place, stride);
     // Block me of every PE's part, reduced in PE order.
     std::vector<const char*> parts(n_);
     for (int pe = 0; pe < n_; ++pe) parts[pe] = source_on(r, pe) + me_ * peer_desc_[pe].stride * e;

@@ -136,8 +136,8 @@ void Acceptor::loop() {
       });
       name_thread(c.thread_, "mori-conn");
     } catch (const std::system_error& e) {  // no thread to be had: drop this connection, keep listening
-      MORI_LOG_LIMITED(evictions_log_, kWarn, opt_.subsys, "%s: dropped a connection from %s: %s",
-                       opt_.service.c_str(), c.peer_.c_str(), e.what());
+      MORI_LOG_LIMITED(evictions_log_, kWarn, opt_.subsys, "%s: dropped a connection from %s: %s", opt_.service.c_str(),
+                       c.peer_.c_str(), e.what());
       c.fd_.reset();
       conns_.pop_back();
     }

@@ -73,9 +73,10 @@ void client_handshake(int fd, const void* secret, size_t secret_len, std::string
   const uint8_t* server_nonce = reply;
   Mac expect = proof(secret, secret_len, label, 'S', client_nonce, server_nonce);
   if (!equal(expect.data(), reply + kNonceBytes, kMacBytes))
-    throw Refused(format("the peer could not prove it holds the secret (%.*s): wrong secret, or not the service "
-                         "we expected",
-                         static_cast<int>(label.size()), label.data()));
+    throw Refused(
+        format("the peer could not prove it holds the secret (%.*s): wrong secret, or not the service "
+               "we expected",
+               static_cast<int>(label.size()), label.data()));
   Mac mine = proof(secret, secret_len, label, 'C', client_nonce, server_nonce);
   net::send_all(fd, mine.data(), mine.size());
   uint8_t verdict = kRefused;

@@ -45,8 +45,10 @@ void bind_dtype(py::module_& m) {
       .value("OR", ReduceOp::kOr)
       .value("XOR", ReduceOp::kXor)
       .finalize();
-  m.def("dtype_size", [](int t) { return mori::dtype_size(mori::check_dtype(t, "dtype_size")); }, py::arg("dtype"),
-        "Bytes of one element of a DataType (the packed fp4 type: 1 byte for two values).");
-  m.def("dtype_name", [](int t) { return std::string(mori::dtype_name(mori::check_dtype(t, "dtype_name"))); },
-        py::arg("dtype"), "torch's name of a DataType ('bfloat16', 'float8_e4m3fn', ...).");
+  m.def(
+      "dtype_size", [](int t) { return mori::dtype_size(mori::check_dtype(t, "dtype_size")); }, py::arg("dtype"),
+      "Bytes of one element of a DataType (the packed fp4 type: 1 byte for two values).");
+  m.def(
+      "dtype_name", [](int t) { return std::string(mori::dtype_name(mori::check_dtype(t, "dtype_name"))); },
+      py::arg("dtype"), "torch's name of a DataType ('bfloat16', 'float8_e4m3fn', ...).");
 }

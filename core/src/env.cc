@@ -84,14 +84,19 @@ size_t parse_size(const std::string& text, const char* what) {
     raise(Status::kInvalidArgument, "%s: cannot parse size '%s' (use e.g. 512M, 4GiB)", what, text.c_str());
   std::string suffix = lower(end);
   double mult = 1;
-  if (suffix.empty() || suffix == "b") mult = 1;
-  else if (suffix == "k" || suffix == "kb" || suffix == "kib") mult = 1024.0;
-  else if (suffix == "m" || suffix == "mb" || suffix == "mib") mult = 1024.0 * 1024;
-  else if (suffix == "g" || suffix == "gb" || suffix == "gib") mult = 1024.0 * 1024 * 1024;
-  else if (suffix == "t" || suffix == "tb" || suffix == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
+  if (suffix.empty() || suffix == "b")
+    mult = 1;
+  else if (suffix == "k" || suffix == "kb" || suffix == "kib")
+    mult = 1024.0;
+  else if (suffix == "m" || suffix == "mb" || suffix == "mib")
+    mult = 1024.0 * 1024;
+  else if (suffix == "g" || suffix == "gb" || suffix == "gib")
+    mult = 1024.0 * 1024 * 1024;
+  else if (suffix == "t" || suffix == "tb" || suffix == "tib")
+    mult = 1024.0 * 1024 * 1024 * 1024;
   else
-    raise(Status::kInvalidArgument, "%s: unknown size suffix '%s' in '%s' (K, M, G, T, KiB, MiB, GiB, TiB)",
-          what, end, text.c_str());
+    raise(Status::kInvalidArgument, "%s: unknown size suffix '%s' in '%s' (K, M, G, T, KiB, MiB, GiB, TiB)", what, end,
+          text.c_str());
   return static_cast<size_t>(std::llround(v * mult));
 }
 
@@ -119,7 +124,7 @@ void reload() {
 
 std::vector<Entry> describe() {
   std::vector<Entry> out;
-#define MORI_ENV_X(field, name, type, def, category, alias, desc)                                   \
+#define MORI_ENV_X(field, name, type, def, category, alias, desc)                                  \
   {                                                                                                \
     const char* own = std::getenv(name);                                                           \
     const char* raw = raw_value(name, alias);                                                      \

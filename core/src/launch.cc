@@ -111,8 +111,8 @@ std::unique_ptr<Bootstrap> make_launch_bootstrap(bool* mpi_initialized) {
              "MORI_JOB_SECRET is not set, so the job secret is derived from MASTER_ADDR and the port, and anyone "
              "on this host who knows them can join the job; set the same random MORI_JOB_SECRET (64 hex digits) "
              "on every rank");
-  return bootstrap_from_store(info.store_host, info.store_port, secret_from_hex(info.secret_hex), info.rank,
-                              info.size, info.rank == 0, 0);
+  return bootstrap_from_store(info.store_host, info.store_port, secret_from_hex(info.secret_hex), info.rank, info.size,
+                              info.rank == 0, 0);
 }
 
 }  // namespace mori

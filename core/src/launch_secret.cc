@@ -16,12 +16,10 @@ namespace mori {
 namespace {
 
 bool is_loopback_address(const sockaddr* sa) {
-  if (sa->sa_family == AF_INET)
-    return (ntohl(reinterpret_cast<const sockaddr_in*>(sa)->sin_addr.s_addr) >> 24) == 127;
+  if (sa->sa_family == AF_INET) return (ntohl(reinterpret_cast<const sockaddr_in*>(sa)->sin_addr.s_addr) >> 24) == 127;
   if (sa->sa_family == AF_INET6) {
     const auto* a6 = &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr;
-    return IN6_IS_ADDR_LOOPBACK(a6) ||
-           (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
+    return IN6_IS_ADDR_LOOPBACK(a6) || (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
   }
   return false;
 }
@@ -32,8 +30,10 @@ bool is_own_address(const addrinfo* ai) {
   if (fd < 0) return false;
   sockaddr_storage addr{};
   memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
-  if (addr.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&addr)->sin_port = 0;
-  else reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port = 0;
+  if (addr.ss_family == AF_INET)
+    reinterpret_cast<sockaddr_in*>(&addr)->sin_port = 0;
+  else
+    reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port = 0;
   bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), ai->ai_addrlen) == 0;
   close(fd);
   return ok;
@@ -68,9 +68,8 @@ HostScope host_scope(const std::string& host) {
   return all_own ? HostScope::kLocal : HostScope::kRemote;
 }
 
-EnvLaunchSecret env_launch_secret(const std::string& job_secret_hex, const std::string& master_addr,
-                                  int store_port, const std::string& run_id, int world_size,
-                                  int local_world_size) {
+EnvLaunchSecret env_launch_secret(const std::string& job_secret_hex, const std::string& master_addr, int store_port,
+                                  const std::string& run_id, int world_size, int local_world_size) {
   if (!job_secret_hex.empty()) return {job_secret_hex, master_addr, false};
   HostScope scope = host_scope(master_addr);
   // One host: the store's address is loopback, or it is this host's and every rank is local.
@@ -78,13 +77,11 @@ EnvLaunchSecret env_launch_secret(const std::string& job_secret_hex, const std::
   bool one_host = scope == HostScope::kLoopback ||
                   (scope == HostScope::kLocal && local_world_size > 0 && local_world_size >= world_size);
   if (!one_host) {
-    std::string why = scope == HostScope::kRemote
-                          ? "MASTER_ADDR=" + master_addr + " is another host"
-                          : local_world_size > 0
-                                ? "LOCAL_WORLD_SIZE=" + std::to_string(local_world_size) + " < WORLD_SIZE=" +
-                                      std::to_string(world_size)
-                                : "MASTER_ADDR=" + master_addr +
-                                      " is reachable from other hosts and LOCAL_WORLD_SIZE is not set";
+    std::string why =
+        scope == HostScope::kRemote ? "MASTER_ADDR=" + master_addr + " is another host"
+        : local_world_size > 0
+            ? "LOCAL_WORLD_SIZE=" + std::to_string(local_world_size) + " < WORLD_SIZE=" + std::to_string(world_size)
+            : "MASTER_ADDR=" + master_addr + " is reachable from other hosts and LOCAL_WORLD_SIZE is not set";
     raise(Status::kInvalidArgument,
           "MORI_JOB_SECRET is not set and this job may span hosts (%s): a secret derived from the address "
           "would let anyone who knows it join. Set the same random MORI_JOB_SECRET on every rank, e.g. "

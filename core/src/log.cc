@@ -55,8 +55,8 @@ void write(Level level, const char* subsys, const char* fmt, ...) {
   va_end(ap);
   char host[64] = {0};
   gethostname(host, sizeof(host) - 1);
-  std::fprintf(stderr, "mori[%s:%d:%d] %s %s: %s\n", host, static_cast<int>(getpid()), g_pe.load(),
-               level_name(level), subsys, msg.c_str());
+  std::fprintf(stderr, "mori[%s:%d:%d] %s %s: %s\n", host, static_cast<int>(getpid()), g_pe.load(), level_name(level),
+               subsys, msg.c_str());
 }
 
 }  // namespace mori::log

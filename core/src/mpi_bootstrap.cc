@@ -67,7 +67,8 @@ class MpiBootstrap : public Bootstrap {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void allgather(const void* send, void* recv, size_t bytes) override {
-    if (bytes > static_cast<size_t>(INT32_MAX)) raise(Status::kInvalidArgument, "MPI bootstrap: %zu-byte allgather", bytes);
+    if (bytes > static_cast<size_t>(INT32_MAX))
+      raise(Status::kInvalidArgument, "MPI bootstrap: %zu-byte allgather", bytes);
     int n = static_cast<int>(bytes);
     check(api_.Allgather(send, n, api_.byte, recv, n, api_.byte, api_.comm_world), "MPI_Allgather");
   }
@@ -75,7 +76,9 @@ class MpiBootstrap : public Bootstrap {
     check(api_.Bcast(buf, static_cast<int>(bytes), api_.byte, root, api_.comm_world), "MPI_Bcast");
   }
   void barrier() override { check(api_.Barrier(api_.comm_world), "MPI_Barrier"); }
-  std::string describe() const override { return g_mpi.openmpi ? "mpi (Open MPI, loaded at run time)" : "mpi (MPICH ABI)"; }
+  std::string describe() const override {
+    return g_mpi.openmpi ? "mpi (Open MPI, loaded at run time)" : "mpi (MPICH ABI)";
+  }
 
  private:
   static void check(int rc, const char* what) {
@@ -106,9 +109,12 @@ std::unique_ptr<Bootstrap> make_mpi_bootstrap(bool openmpi, bool* we_initialized
   if (!g_mpi.lib) {
     std::string chosen = env::get().mpi_library;
     std::vector<std::string> names;
-    if (!chosen.empty()) names.push_back(chosen);
-    else if (openmpi) names = {"libmpi.so.40", "libmpi.so"};
-    else names = {"libmpich.so.12", "libmpi.so.12", "libmpich.so"};
+    if (!chosen.empty())
+      names.push_back(chosen);
+    else if (openmpi)
+      names = {"libmpi.so.40", "libmpi.so"};
+    else
+      names = {"libmpich.so.12", "libmpi.so.12", "libmpich.so"};
     std::string tried;
     for (auto& n : names) {
       // RTLD_GLOBAL: Open MPI's plugins resolve libmpi's symbols from the global scope.

@@ -150,8 +150,7 @@ void accumulate_row(float* acc, const void* src, DataType t, size_t n) {
       }
       return;
     }
-    default:
-      raise(Status::kInvalidArgument, "cannot sum %s elements in fp32", dtype_name(t));
+    default: raise(Status::kInvalidArgument, "cannot sum %s elements in fp32", dtype_name(t));
   }
 }
 
@@ -178,8 +177,7 @@ void store_row(void* dst, const float* src, DataType t, size_t n) {
         d[i] = static_cast<uint8_t>(float_to_fp4_e2m1(src[2 * i]) | (float_to_fp4_e2m1(src[2 * i + 1]) << 4));
       return;
     }
-    default:
-      raise(Status::kInvalidArgument, "cannot store fp32 sums as %s elements", dtype_name(t));
+    default: raise(Status::kInvalidArgument, "cannot store fp32 sums as %s elements", dtype_name(t));
   }
 }
 
@@ -216,8 +214,7 @@ __attribute__((target("avx2"))) inline __m256 load_bf16x8_avx2(const uint16_t* p
 __attribute__((target("avx2"))) inline __m256i to_bf16x8_avx2(__m256 f) {
   const __m256i b = _mm256_castps_si256(f);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
-  const __m256i rounded =
-      _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  const __m256i rounded = _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), lsb), 16);
   const __m256i nan = _mm256_or_si256(_mm256_srai_epi32(b, 16), _mm256_set1_epi32(0x40));
   const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q));
   return _mm256_blendv_epi8(rounded, nan, is_nan);
@@ -229,8 +226,7 @@ __attribute__((target("avx2"))) inline __m256i pack_bf16x16_avx2(__m256 a, __m25
 }
 
 // Columns [0, n - n % 32); returns where it stopped.
-__attribute__((target("avx2"))) size_t sum_rows_bf16_avx2(uint16_t* dst, const uint16_t* const* rows, int m,
-                                                          size_t n) {
+__attribute__((target("avx2"))) size_t sum_rows_bf16_avx2(uint16_t* dst, const uint16_t* const* rows, int m, size_t n) {
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;

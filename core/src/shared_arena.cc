@@ -24,8 +24,7 @@ constexpr char kLabel[] = "mori-tensors-";
 }  // namespace
 
 SharedArena::SharedArena(size_t bytes)
-    : segment_(SharedSegment::create(std::string(kLabel) + std::to_string(getpid()), bytes, 4096)),
-      blocks_(0, bytes) {}
+    : segment_(SharedSegment::create(std::string(kLabel) + std::to_string(getpid()), bytes, 4096)), blocks_(0, bytes) {}
 
 SharedArena& SharedArena::instance() {
   if (SharedArena* a = g_arena.load(std::memory_order_acquire)) return *a;

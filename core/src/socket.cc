@@ -36,7 +36,8 @@ static sockaddr_in resolve(const std::string& host, int port) {
     addrinfo hints{}, *res = nullptr;
     hints.ai_family = AF_INET;
     int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
-    if (rc != 0 || !res) raise(Status::kInvalidArgument, "cannot resolve host '%s': %s", host.c_str(), gai_strerror(rc));
+    if (rc != 0 || !res)
+      raise(Status::kInvalidArgument, "cannot resolve host '%s': %s", host.c_str(), gai_strerror(rc));
     addr.sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
     freeaddrinfo(res);
   }
@@ -49,7 +50,8 @@ UniqueFd listen_tcp(const std::string& host, int port, int* bound_port, int back
   int one = 1;
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in addr = resolve(host, port);
-  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) raise_errno("bind %s:%d", host.c_str(), port);
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+    raise_errno("bind %s:%d", host.c_str(), port);
   if (listen(fd.get(), backlog) != 0) raise_errno("listen");
   socklen_t len = sizeof(addr);
   getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len);

@@ -116,7 +116,8 @@ StoreServer::StoreServer(const JobSecret& secret, const std::string& bind_host, 
   o.subsys = "BOOTSTRAP";
   o.max_pending = kMaxPending;
   o.pending_lifetime_s = kHandshakeSeconds + 1;  // a backstop: serve() gives up at kHandshakeSeconds
-  acceptor_ = std::make_unique<net::Acceptor>(std::move(listen_fd), std::move(o), [this](net::Connection& c) { serve(c); });
+  acceptor_ =
+      std::make_unique<net::Acceptor>(std::move(listen_fd), std::move(o), [this](net::Connection& c) { serve(c); });
 }
 
 StoreServer::~StoreServer() { stop(); }
@@ -340,16 +341,18 @@ std::vector<std::string> StoreClient::get(const std::vector<std::string>& keys, 
   });
   if (status != kOk) {
     if (status == kOwnerExited) {
-      raise(Status::kRemote, "rank %d: rank %d exited with status %d %s (its launcher saw it end), before providing '%s'",
-            rank_, owner, code, joined ? "after joining the job" : "without ever joining the job", key.c_str());
+      raise(Status::kRemote,
+            "rank %d: rank %d exited with status %d %s (its launcher saw it end), before providing '%s'", rank_, owner,
+            code, joined ? "after joining the job" : "without ever joining the job", key.c_str());
     }
     if (status == kOwnerGone)
       raise(Status::kRemote, "rank %d: rank %d left the job (its bootstrap connection closed) before providing '%s'",
             rank_, owner, key.c_str());
     if (status == kStopped)
-      throw StoreStopped(format("rank %d: the bootstrap store at %s stopped while rank %d waited for rank %d "
-                                "(bootstrap key '%s')",
-                                rank_, address_.c_str(), rank_, owner, key.c_str()));
+      throw StoreStopped(
+          format("rank %d: the bootstrap store at %s stopped while rank %d waited for rank %d "
+                 "(bootstrap key '%s')",
+                 rank_, address_.c_str(), rank_, owner, key.c_str()));
     raise(Status::kTimeout,
           "rank %d: timed out after %.0f s waiting for rank %d (bootstrap key '%s'); raise MORI_BOOTSTRAP_TIMEOUT "
           "if it is just slow",
@@ -364,8 +367,9 @@ void StoreClient::talk(const std::function<void()>& exchange) {
   } catch (const Error& e) {
     // The connection broke: where a rank hosts the store, that rank is gone.
     if (host_rank_ < 0 || host_rank_ == rank_ || e.status() == Status::kInvalidArgument) throw;
-    raise(Status::kRemote, "rank %d: the bootstrap store at %s closed the connection: rank %d, which hosts it, is gone (%s)",
-          rank_, address_.c_str(), host_rank_, e.what());
+    raise(Status::kRemote,
+          "rank %d: the bootstrap store at %s closed the connection: rank %d, which hosts it, is gone (%s)", rank_,
+          address_.c_str(), host_rank_, e.what());
   }
 }
 
@@ -385,7 +389,11 @@ void StoreClient::goodbye() {
 
 StoreBootstrap::StoreBootstrap(std::unique_ptr<StoreClient> client, int rank, int size, double timeout_s,
                                std::shared_ptr<StoreServer> server, std::string ns)
-    : client_(std::move(client)), server_(std::move(server)), rank_(rank), size_(size), timeout_s_(timeout_s),
+    : client_(std::move(client)),
+      server_(std::move(server)),
+      rank_(rank),
+      size_(size),
+      timeout_s_(timeout_s),
       ns_(std::move(ns)) {}
 
 StoreBootstrap::~StoreBootstrap() = default;
@@ -402,8 +410,8 @@ void StoreBootstrap::allgather(const void* send, void* recv, size_t bytes) {
   auto values = client_->get(keys, owners, timeout_s_);
   for (int r = 0; r < size_; ++r) {
     if (values[r].size() != bytes)
-      raise(Status::kInvalidUsage, "allgather size mismatch: rank %d sent %zu bytes, rank %d sent %zu", rank_,
-            bytes, r, values[r].size());
+      raise(Status::kInvalidUsage, "allgather size mismatch: rank %d sent %zu bytes, rank %d sent %zu", rank_, bytes, r,
+            values[r].size());
     std::memcpy(static_cast<char*>(recv) + r * bytes, values[r].data(), bytes);
   }
 }

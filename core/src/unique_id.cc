@@ -39,8 +39,10 @@ UniqueId create_unique_id() {
   std::memcpy(id.data() + 10, &port, 2);
   std::string host = local_ip_address();
   std::strncpy(reinterpret_cast<char*>(id.data() + kHostOffset), host.c_str(), kHostBytes - 1);
-  if (from_env) id[kFlagsOffset] = kSecretFromEnv;
-  else std::memcpy(id.data() + kSecretOffset, secret.data(), secret.size());
+  if (from_env)
+    id[kFlagsOffset] = kSecretFromEnv;
+  else
+    std::memcpy(id.data() + kSecretOffset, secret.data(), secret.size());
   std::lock_guard<std::mutex> lock(g_mu);
   g_servers[port] = std::move(server);
   return id;
@@ -118,8 +120,9 @@ class RankHostedStore : public Bootstrap {
     }
   }
   [[noreturn]] void lost(const Error& e) const {
-    raise(Status::kRemote, "rank %d: lost the bootstrap store at %s:%d, hosted by rank %d: rank %d exited or failed (%s)",
-          rank(), host_.c_str(), port_, host_rank_, host_rank_, e.what());
+    raise(Status::kRemote,
+          "rank %d: lost the bootstrap store at %s:%d, hosted by rank %d: rank %d exited or failed (%s)", rank(),
+          host_.c_str(), port_, host_rank_, host_rank_, e.what());
   }
   // A store that still accepts connections is alive: the error was something else.
   bool store_reachable() const {
@@ -142,7 +145,8 @@ class RankHostedStore : public Bootstrap {
 std::unique_ptr<Bootstrap> bootstrap_from_unique_id(const uint8_t* uid, size_t size, int rank, int nranks) {
   UniqueIdFields f = parse_unique_id(uid, size);
   if (nranks < 1) raise(Status::kInvalidArgument, "nranks must be >= 1, got %d", nranks);
-  if (rank < 0 || rank >= nranks) raise(Status::kInvalidArgument, "rank %d is out of range for nranks %d", rank, nranks);
+  if (rank < 0 || rank >= nranks)
+    raise(Status::kInvalidArgument, "rank %d is out of range for nranks %d", rank, nranks);
   std::shared_ptr<StoreServer> server;
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -164,7 +168,8 @@ std::unique_ptr<Bootstrap> bootstrap_from_unique_id(const uint8_t* uid, size_t s
 std::unique_ptr<Bootstrap> bootstrap_from_store(const std::string& host, int port, const JobSecret& secret, int rank,
                                                 int nranks, bool host_locally, int store_rank) {
   if (nranks < 1) raise(Status::kInvalidArgument, "world size must be >= 1, got %d", nranks);
-  if (rank < 0 || rank >= nranks) raise(Status::kInvalidArgument, "rank %d is out of range for world size %d", rank, nranks);
+  if (rank < 0 || rank >= nranks)
+    raise(Status::kInvalidArgument, "rank %d is out of range for world size %d", rank, nranks);
   std::shared_ptr<StoreServer> server;
   // A store whose address is loopback serves one host only: keep it off the network.
   if (host_locally) server = std::make_shared<StoreServer>(secret, is_loopback(host) ? "127.0.0.1" : "0.0.0.0", port);

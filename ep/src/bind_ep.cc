@@ -53,10 +53,14 @@ py::list config_fields() {
   py::list out;
   auto kind = [](auto v) -> const char* {
     using T = decltype(v);
-    if constexpr (std::is_same_v<T, bool>) return "bool";
-    else if constexpr (std::is_same_v<T, KernelType>) return "EpDispatchCombineKernelType";
-    else if constexpr (std::is_same_v<T, QuantType>) return "EpDispatchCombineQuantType";
-    else return "int";
+    if constexpr (std::is_same_v<T, bool>)
+      return "bool";
+    else if constexpr (std::is_same_v<T, KernelType>)
+      return "EpDispatchCombineKernelType";
+    else if constexpr (std::is_same_v<T, QuantType>)
+      return "EpDispatchCombineQuantType";
+    else
+      return "int";
   };
   EpConfig defaults;
 #define MORI_EP_CONFIG_ROW(type, field, def) \
@@ -130,14 +134,14 @@ void bind_ep(py::module_& m) {
           "combine",
           [](EpHandle& h, uintptr_t input, int dtype, int num_rows, int hidden, uintptr_t weights, uintptr_t indices,
              int num_tokens, int use_external_inp_buf, int block_num, int warp_per_block, int rdma_block_num,
-             bool routing, uintptr_t routing_dest_map, int routing_tokens, uintptr_t routing_indices,
-             int routing_total, uintptr_t routing_src, uintptr_t routing_node_sent, uintptr_t routing_inbox_count,
+             bool routing, uintptr_t routing_dest_map, int routing_tokens, uintptr_t routing_indices, int routing_total,
+             uintptr_t routing_src, uintptr_t routing_node_sent, uintptr_t routing_inbox_count,
              uintptr_t routing_inbox_meta) {
             CombineArgs a;
-            RoutingView view{ptr_of<const int64_t>(routing_dest_map), routing_tokens,
-                             ptr_of<const int32_t>(routing_indices), routing_total, ptr_of<const int32_t>(routing_src),
-                             ptr_of<const uint8_t>(routing_node_sent), ptr_of<const int32_t>(routing_inbox_count),
-                             ptr_of<const int32_t>(routing_inbox_meta)};
+            RoutingView view{ptr_of<const int64_t>(routing_dest_map),    routing_tokens,
+                             ptr_of<const int32_t>(routing_indices),     routing_total,
+                             ptr_of<const int32_t>(routing_src),         ptr_of<const uint8_t>(routing_node_sent),
+                             ptr_of<const int32_t>(routing_inbox_count), ptr_of<const int32_t>(routing_inbox_meta)};
             if (routing) a.routing = &view;
             a.input = ptr_of<const void>(input);
             a.dtype = mori::check_dtype(dtype, "combine");
@@ -248,42 +252,43 @@ void bind_ep(py::module_& m) {
       .def_static("state_words", [](int world) { return cu::state_words(world); })
       .def_readwrite("pipelined_staging", &PeKernels::pipelined,
                      "combine from an external input flags each staged row (MORI_EP_COMBINE_STAGING)")
-      .def("dispatch_send",
-           [](PeKernels& k, uintptr_t input, int row_bytes, uintptr_t weights, uintptr_t scales, uintptr_t indices,
-              int n, int blocks, int warps, bool with_recv, uintptr_t stream, uintptr_t replay_dest_map) {
-             MORI_CHECK_ARG(n >= 0 && n <= k.s.max_inp, "dispatch: %d tokens, max_num_inp_token_per_rank %d", n,
-                            k.s.max_inp);
-             cu::dispatch_send(k.s, k.p, k.l, ptr_of<const void>(input), row_bytes, ptr_of<const float>(weights),
-                               ptr_of<const void>(scales), ptr_of<const int32_t>(indices), n, blocks, warps,
-                               with_recv, ptr_of<void>(stream), ptr_of<const int64_t>(replay_dest_map));
-           },
-           py::arg("input"), py::arg("row_bytes"), py::arg("weights"), py::arg("scales"), py::arg("indices"),
-           py::arg("n"), py::arg("blocks"), py::arg("warps"), py::arg("with_recv"), py::arg("stream"),
-           py::arg("replay_dest_map") = 0)
+      .def(
+          "dispatch_send",
+          [](PeKernels& k, uintptr_t input, int row_bytes, uintptr_t weights, uintptr_t scales, uintptr_t indices,
+             int n, int blocks, int warps, bool with_recv, uintptr_t stream, uintptr_t replay_dest_map) {
+            MORI_CHECK_ARG(n >= 0 && n <= k.s.max_inp, "dispatch: %d tokens, max_num_inp_token_per_rank %d", n,
+                           k.s.max_inp);
+            cu::dispatch_send(k.s, k.p, k.l, ptr_of<const void>(input), row_bytes, ptr_of<const float>(weights),
+                              ptr_of<const void>(scales), ptr_of<const int32_t>(indices), n, blocks, warps, with_recv,
+                              ptr_of<void>(stream), ptr_of<const int64_t>(replay_dest_map));
+          },
+          py::arg("input"), py::arg("row_bytes"), py::arg("weights"), py::arg("scales"), py::arg("indices"),
+          py::arg("n"), py::arg("blocks"), py::arg("warps"), py::arg("with_recv"), py::arg("stream"),
+          py::arg("replay_dest_map") = 0)
       .def("dispatch_recv",
            [](PeKernels& k, uintptr_t stream) { cu::dispatch_recv(k.s, k.p, k.l, ptr_of<void>(stream)); })
-      .def("combine",
-           [](PeKernels& k, uintptr_t input, uintptr_t weights, bool with_weights, int dtype, int hidden, bool fp8,
-              int num_tokens, int phase, bool zero_copy, int blocks, int warps, uintptr_t stream, int block,
-              bool fp4) {
-             MORI_CHECK_ARG(phase >= 0 && phase <= 2, "combine phase %d (0 fused, 1 send, 2 receive)", phase);
-             cu::CombineArgs a;
-             a.input = ptr_of<const void>(input);
-             a.weights = ptr_of<const float>(weights);
-             a.with_weights = with_weights;
-             a.dtype = dtype;
-             a.hidden = hidden;
-             a.fp8 = fp8;
-             a.num_tokens = num_tokens;
-             a.zero_copy = zero_copy;
-             a.pipelined = k.pipelined;
-             a.block = block;
-             a.fp4 = fp4;
-             cu::combine(k.s, k.p, k.l, a, static_cast<cu::CombinePhase>(phase), blocks, warps, ptr_of<void>(stream));
-           },
-           py::arg("input"), py::arg("weights"), py::arg("with_weights"), py::arg("dtype"), py::arg("hidden"),
-           py::arg("fp8"), py::arg("num_tokens"), py::arg("phase"), py::arg("zero_copy"), py::arg("blocks"),
-           py::arg("warps"), py::arg("stream"), py::arg("block") = 0, py::arg("fp4") = false);
+      .def(
+          "combine",
+          [](PeKernels& k, uintptr_t input, uintptr_t weights, bool with_weights, int dtype, int hidden, bool fp8,
+             int num_tokens, int phase, bool zero_copy, int blocks, int warps, uintptr_t stream, int block, bool fp4) {
+            MORI_CHECK_ARG(phase >= 0 && phase <= 2, "combine phase %d (0 fused, 1 send, 2 receive)", phase);
+            cu::CombineArgs a;
+            a.input = ptr_of<const void>(input);
+            a.weights = ptr_of<const float>(weights);
+            a.with_weights = with_weights;
+            a.dtype = dtype;
+            a.hidden = hidden;
+            a.fp8 = fp8;
+            a.num_tokens = num_tokens;
+            a.zero_copy = zero_copy;
+            a.pipelined = k.pipelined;
+            a.block = block;
+            a.fp4 = fp4;
+            cu::combine(k.s, k.p, k.l, a, static_cast<cu::CombinePhase>(phase), blocks, warps, ptr_of<void>(stream));
+          },
+          py::arg("input"), py::arg("weights"), py::arg("with_weights"), py::arg("dtype"), py::arg("hidden"),
+          py::arg("fp8"), py::arg("num_tokens"), py::arg("phase"), py::arg("zero_copy"), py::arg("blocks"),
+          py::arg("warps"), py::arg("stream"), py::arg("block") = 0, py::arg("fp4") = false);
 #else
   m.attr("cuda_built") = false;
 #endif

@@ -44,8 +44,8 @@ int64_t EpConfig::max_recv_per_rank() const {
 
 void EpConfig::validate() const {
   MORI_CHECK_ARG(world_size >= 1, "EpDispatchCombineConfig.world_size must be >= 1, got %d", world_size);
-  MORI_CHECK_ARG(rank >= 0 && rank < world_size, "EpDispatchCombineConfig.rank %d is outside [0, world_size=%d)",
-                 rank, world_size);
+  MORI_CHECK_ARG(rank >= 0 && rank < world_size, "EpDispatchCombineConfig.rank %d is outside [0, world_size=%d)", rank,
+                 world_size);
   MORI_CHECK_ARG(hidden_dim > 0, "EpDispatchCombineConfig.hidden_dim must be > 0, got %d", hidden_dim);
   MORI_CHECK_ARG(scale_dim >= 0, "EpDispatchCombineConfig.scale_dim must be >= 0, got %d", scale_dim);
   MORI_CHECK_ARG(scale_dim == 0 || scale_type_size > 0,
@@ -58,8 +58,7 @@ void EpConfig::validate() const {
                  num_experts_per_rank);
   // Every product of fields that sizes something is checked before it is used (issue: the
   // num_experts() bound of the next check used to wrap negative).
-  check_int32_product({world_size, num_experts_per_rank},
-                      "world_size * num_experts_per_rank (the number of experts)");
+  check_int32_product({world_size, num_experts_per_rank}, "world_size * num_experts_per_rank (the number of experts)");
   MORI_CHECK_ARG(num_experts_per_token > 0 && num_experts_per_token <= num_experts(),
                  "EpDispatchCombineConfig.num_experts_per_token must be in 1..%d (all experts), got %d", num_experts(),
                  num_experts_per_token);

@@ -54,7 +54,6 @@ std::pair<int, int> block_range(int items, int blocks, int b) {
 }
 }  // namespace
 
-
 // ---------------------------------------------------------------- lifecycle
 
 EpHandle::EpHandle(const EpConfig& cfg) : cfg_(cfg), rt_(&Runtime::get("EpDispatchCombineOp")) {
@@ -71,7 +70,8 @@ EpHandle::EpHandle(const EpConfig& cfg) : cfg_(cfg), rt_(&Runtime::get("EpDispat
     case KernelType::kInterNodeV1LL:
     case KernelType::kAsyncLL: mover_ = Mover::kPutPacked; break;
     case KernelType::kInterNodeV1: mover_ = Mover::kDirect; break;  // inside a node; inboxes use puts
-    default: raise(Status::kInvalidArgument, "unknown EpDispatchCombineKernelType %d", static_cast<int>(cfg_.kernel_type));
+    default:
+      raise(Status::kInvalidArgument, "unknown EpDispatchCombineKernelType %d", static_cast<int>(cfg_.kernel_type));
   }
   int threads = cfg_.num_threads;
   if (threads <= 0) threads = static_cast<int>(env::get().copy_threads);
@@ -191,7 +191,9 @@ void EpHandle::release() noexcept {
 int32_t EpHandle::total_recv() const { return __atomic_load_n(at<int32_t>(lay_->total), __ATOMIC_ACQUIRE); }
 const int32_t* EpHandle::src_token_pos() const { return at<int32_t>(lay_->disp_src); }
 void* EpHandle::registered_combine_input() const { return base_ + lay_->comb_inp; }
-size_t EpHandle::registered_combine_input_bytes() const { return static_cast<size_t>(cfg_.max_recv()) * cfg_.token_bytes(); }
+size_t EpHandle::registered_combine_input_bytes() const {
+  return static_cast<size_t>(cfg_.max_recv()) * cfg_.token_bytes();
+}
 
 EpHandle::PublishedLayout EpHandle::published_layout() const {
   PublishedLayout p;
@@ -339,25 +341,28 @@ void EpHandle::validate_dispatch(const DispatchArgs& a) const {
 void EpHandle::validate_combine(const CombineArgs& a, bool external, const RoutingView& layout) const {
   const char* fn = "EpDispatchCombineOp.combine";
   check_launch(a.launch, fn);
-  MORI_CHECK_ARG(!a.routing || cfg_.kernel_type == KernelType::kIntraNode ||
-                     (cfg_.kernel_type == KernelType::kInterNodeV1 &&
-                      (a.routing->node_sent || a.routing->cur_tokens == 0) && a.routing->inbox_count &&
-                      a.routing->inbox_meta),
-                 "%s: routing handles are implemented for IntraNode and InterNodeV1 here, not %s (or the handle "
-                 "lacks InterNodeV1's maps)", fn, kernel_type_name(cfg_.kernel_type));
+  MORI_CHECK_ARG(
+      !a.routing || cfg_.kernel_type == KernelType::kIntraNode ||
+          (cfg_.kernel_type == KernelType::kInterNodeV1 && (a.routing->node_sent || a.routing->cur_tokens == 0) &&
+           a.routing->inbox_count && a.routing->inbox_meta),
+      "%s: routing handles are implemented for IntraNode and InterNodeV1 here, not %s (or the handle "
+      "lacks InterNodeV1's maps)",
+      fn, kernel_type_name(cfg_.kernel_type));
   if (!a.routing && !dispatch_done_)
     raise(Status::kInvalidUsage, "%s: no completed dispatch to combine (call dispatch%s first)", fn,
           cfg_.kernel_type == KernelType::kAsyncLL ? " and dispatch_recv" : "");
   MORI_CHECK_ARG(a.hidden > 0 && a.hidden <= cfg_.hidden_dim, "%s: input hidden size %d must be in 1..hidden_dim=%d",
                  fn, a.hidden, cfg_.hidden_dim);
-  MORI_CHECK_ARG(dtype_reducible(a.dtype), "%s: cannot sum %s tokens (use float32, bfloat16, float16 or fp8 e4m3)",
-                 fn, dtype_name(a.dtype));
+  MORI_CHECK_ARG(dtype_reducible(a.dtype), "%s: cannot sum %s tokens (use float32, bfloat16, float16 or fp8 e4m3)", fn,
+                 dtype_name(a.dtype));
   MORI_CHECK_ARG(static_cast<int>(dtype_size(a.dtype)) <= cfg_.max_token_type_size,
                  "%s: input dtype %s is %d bytes wide, more than max_token_type_size=%d", fn, dtype_name(a.dtype),
                  static_cast<int>(dtype_size(a.dtype)), cfg_.max_token_type_size);
   if (cfg_.quant_type == QuantType::kFp8DirectCast) {
-    MORI_CHECK_ARG(external, "%s: quant_type='fp8_direct_cast' needs use_external_inp_buf=True (the zero-copy "
-                             "buffer is read as is by peers)", fn);
+    MORI_CHECK_ARG(external,
+                   "%s: quant_type='fp8_direct_cast' needs use_external_inp_buf=True (the zero-copy "
+                   "buffer is read as is by peers)",
+                   fn);
     MORI_CHECK_ARG(a.dtype == DataType::kBFloat16 || a.dtype == DataType::kFloat32 || a.dtype == DataType::kFloat16,
                    "%s: quant_type='fp8_direct_cast' casts bfloat16/float16/float32 input to fp8, got %s", fn,
                    dtype_name(a.dtype));
@@ -372,7 +377,8 @@ void EpHandle::validate_combine(const CombineArgs& a, bool external, const Routi
   const bool in_registered = a.input == registered_combine_input();
   MORI_CHECK_ARG(in_registered || a.num_rows >= total,
                  "%s: input has %d rows but this rank received %d tokens in the last dispatch (pass the expert "
-                 "outputs for every dispatched row)", fn, a.num_rows, total);
+                 "outputs for every dispatched row)",
+                 fn, a.num_rows, total);
   MORI_CHECK_ARG(a.num_rows <= cfg_.max_recv(), "%s: input has %d rows, more than max_num_tokens_to_recv()=%lld", fn,
                  a.num_rows, static_cast<long long>(cfg_.max_recv()));
   MORI_CHECK_ARG(total == 0 || a.input, "%s: input must not be null", fn);
@@ -388,14 +394,17 @@ void EpHandle::validate_combine(const CombineArgs& a, bool external, const Routi
       (!a.indices || std::memcmp(a.indices, layout.indices, static_cast<size_t>(layout.cur_tokens) * k * 4) != 0))
     raise(Status::kInvalidArgument,
           "%s: indices differ from the indices given to the %s: combine must receive this "
-          "rank's original routing (MORI issue #475)", fn, a.routing ? "routing handle's dispatch" : "last dispatch on this rank");
+          "rank's original routing (MORI issue #475)",
+          fn, a.routing ? "routing handle's dispatch" : "last dispatch on this rank");
 }
 
 void EpHandle::check_replay(const DispatchArgs& a) const {
   const char* fn = "EpDispatchCombineOp.dispatch(routing=...)";
   const bool v1 = cfg_.kernel_type == KernelType::kInterNodeV1;
-  MORI_CHECK_ARG(cfg_.kernel_type == KernelType::kIntraNode || v1, "%s: routing handles are implemented for "
-                 "IntraNode and InterNodeV1 here, not %s", fn, kernel_type_name(cfg_.kernel_type));
+  MORI_CHECK_ARG(cfg_.kernel_type == KernelType::kIntraNode || v1,
+                 "%s: routing handles are implemented for "
+                 "IntraNode and InterNodeV1 here, not %s",
+                 fn, kernel_type_name(cfg_.kernel_type));
   MORI_CHECK_ARG(!v1 || a.replay_forward, "%s: InterNodeV1 replays need the handle's inter_node_disp_dest_tok_id_map",
                  fn);
   const int k = cfg_.num_experts_per_token, g = cfg_.pes_per_node(), my_node = cfg_.rank / g;
@@ -405,9 +414,11 @@ void EpHandle::check_replay(const DispatchArgs& a) const {
     // InterNodeV1 keeps only the rows this PE put on its own node's PEs (the rest go through forwarders).
     const bool ok = v == -1 || (v >= 0 && v < limit && (!v1 || v / max_recv / g == my_node));
     if (!ok)
-      raise(Status::kInvalidArgument, "%s: the routing's destination map entry [%lld, %lld] = %lld is not a slot "
-            "(expected -1 or %s)", fn, static_cast<long long>(i / k), static_cast<long long>(i % k),
-            static_cast<long long>(v), v1 ? "a slot on a PE of this node" : "0..world_size * max_num_tokens_to_recv - 1");
+      raise(Status::kInvalidArgument,
+            "%s: the routing's destination map entry [%lld, %lld] = %lld is not a slot "
+            "(expected -1 or %s)",
+            fn, static_cast<long long>(i / k), static_cast<long long>(i % k), static_cast<long long>(v),
+            v1 ? "a slot on a PE of this node" : "0..world_size * max_num_tokens_to_recv - 1");
   }
   if (!v1) return;
   const int nodes = cfg_.num_nodes();
@@ -422,9 +433,10 @@ void EpHandle::check_replay(const DispatchArgs& a) const {
       for (int l = 0; l < g; ++l) {
         const int32_t v = slots[(nd * max_inp + j) * g + l];
         if (v < -1 || v >= max_recv)
-          raise(Status::kInvalidArgument, "%s: the routing's forward slot (node %d, entry %lld, local rank %d) = %d "
-                "is not a slot (expected -1 or 0..%lld)", fn, nd, static_cast<long long>(j), l, v,
-                static_cast<long long>(max_recv - 1));
+          raise(Status::kInvalidArgument,
+                "%s: the routing's forward slot (node %d, entry %lld, local rank %d) = %d "
+                "is not a slot (expected -1 or 0..%lld)",
+                fn, nd, static_cast<long long>(j), l, v, static_cast<long long>(max_recv - 1));
       }
   }
 }
@@ -529,8 +541,10 @@ void EpHandle::dispatch_send_flat(const DispatchArgs& a) {
     for (int d = 0; d < world; ++d) {
       if (!cnt[d]) continue;
       base[d] = fetch_add(d, counter, cnt[d]);
-      if (base[d] + cnt[d] > static_cast<uint64_t>(max_recv)) ovf[d] = 1;
-      else if (direct) populate_rows(d, base[d] + cnt[d]);
+      if (base[d] + cnt[d] > static_cast<uint64_t>(max_recv))
+        ovf[d] = 1;
+      else if (direct)
+        populate_rows(d, base[d] + cnt[d]);
     }
     // 3. copy rows (slots are handed out in token order within the block's ranges).
     std::vector<uint64_t> next(base, base + world);
@@ -557,8 +571,10 @@ void EpHandle::dispatch_send_flat(const DispatchArgs& a) {
         };
         put_field(lay_->disp_tok, row, [&](char* p, int t) { std::memcpy(p, in + t * row, row); });
         if (a.weights)
-          put_field(lay_->disp_w, k4, [&](char* p, int t) { std::memcpy(p, a.weights + static_cast<size_t>(t) * k, k4); });
-        put_field(lay_->disp_idx, k4, [&](char* p, int t) { std::memcpy(p, a.indices + static_cast<size_t>(t) * k, k4); });
+          put_field(lay_->disp_w, k4,
+                    [&](char* p, int t) { std::memcpy(p, a.weights + static_cast<size_t>(t) * k, k4); });
+        put_field(lay_->disp_idx, k4,
+                  [&](char* p, int t) { std::memcpy(p, a.indices + static_cast<size_t>(t) * k, k4); });
         put_field(lay_->disp_scale, sc, [&](char* p, int t) { std::memcpy(p, scales + t * sc, sc); });
         put_field(lay_->disp_src, 4, [&](char* p, int t) { std::memcpy(p, &src_pos[t], 4); });
       }
@@ -606,8 +622,10 @@ void EpHandle::publish_dispatch_counts(uint64_t round, int blocks, const std::ve
     bool ovf = false;
     for (int b = 0; b < blocks; ++b) {
       size_t i = static_cast<size_t>(b) * world + d;
-      if (overflow[i]) ovf = true;
-      else c += part_count_[i];
+      if (overflow[i])
+        ovf = true;
+      else
+        c += part_count_[i];
     }
     sent_to_[d] = static_cast<int32_t>(c);
     if (d != me) remote_rows += c;
@@ -692,8 +710,13 @@ CombineResult EpHandle::combine(const CombineArgs& a) {
     raise(Status::kInvalidUsage, "EpDispatchCombineOp.combine: call dispatch_recv() before combining");
   const bool external = a.use_external_inp_buf < 0 ? cfg_.use_external_inp_buf : a.use_external_inp_buf != 0;
   const bool v1 = cfg_.kernel_type == KernelType::kInterNodeV1;
-  const RoutingView live{dest_map_.data(), cur_tokens_, last_indices_.data(), total_recv(), src_token_pos(),
-                         v1 ? node_sent_.data() : nullptr, v1 ? inbox_count_.data() : nullptr,
+  const RoutingView live{dest_map_.data(),
+                         cur_tokens_,
+                         last_indices_.data(),
+                         total_recv(),
+                         src_token_pos(),
+                         v1 ? node_sent_.data() : nullptr,
+                         v1 ? inbox_count_.data() : nullptr,
                          v1 ? inbox_meta() : nullptr};
   validate_combine(a, external, a.routing ? *a.routing : live);
   enter_phase(Phase::kCombine);
@@ -821,8 +844,7 @@ void EpHandle::combine_send_flat(const CombineArgs& a, bool external) {
     char* reg = base_ + lay_->comb_inp;
     if (in != reg && total > 0) std::memmove(reg, in, static_cast<size_t>(total) * row);
     float* regw = at<float>(lay_->comb_inp_w);
-    if (a.weights && a.weights != regw && total > 0)
-      std::memmove(regw, a.weights, static_cast<size_t>(total) * k4);
+    if (a.weights && a.weights != regw && total > 0) std::memmove(regw, a.weights, static_cast<size_t>(total) * k4);
     for (int i = 0; i < total; ++i)
       if (src[i] / max_send != me) ++remote_rows;
   }
@@ -842,7 +864,8 @@ bool EpHandle::publish_pull_source(const CombineArgs& a, size_t row, size_t k4, 
   const SharedArena* arena = SharedArena::existing();
   // Sources read in place only through a mapping of this host (IntraNode kinds map every PE).
   if (!arena || total <= 0 || mover_ != Mover::kDirect || cfg_.kernel_type == KernelType::kInterNodeV1 ||
-      !arena->contains(a.input, static_cast<size_t>(total) * row) || arena->handle().size() >= sizeof(PullSource::arena_handle))
+      !arena->contains(a.input, static_cast<size_t>(total) * row) ||
+      arena->handle().size() >= sizeof(PullSource::arena_handle))
     return false;
   auto* ps = at<PullSource>(lay_->comb_pull);
   ps->input_offset = arena->offset_of(a.input);
@@ -877,8 +900,8 @@ namespace {
 SharedArena::PeerMapping map_published_arena(int pe, const char* handle, size_t room) {
   const size_t len = strnlen(handle, room);
   if (len == 0 || len == room)
-    raise(Status::kRemote, "EpDispatchCombineOp.combine: PE %d published a combine input whose arena_handle is %s",
-          pe, len ? "not terminated" : "empty");
+    raise(Status::kRemote, "EpDispatchCombineOp.combine: PE %d published a combine input whose arena_handle is %s", pe,
+          len ? "not terminated" : "empty");
   std::string shown(handle, len);  // quoted in errors: the peer's bytes, printable only
   for (char& c : shown)
     if (c < 0x20 || c > 0x7e) c = '?';
@@ -887,7 +910,8 @@ SharedArena::PeerMapping map_published_arena(int pe, const char* handle, size_t 
   } catch (const Error& e) {
     raise(Status::kRemote,
           "EpDispatchCombineOp.combine: PE %d published a combine input whose arena_handle (%s) names no shared "
-          "tensor arena: %s", pe, shown.c_str(), e.what());
+          "tensor arena: %s",
+          pe, shown.c_str(), e.what());
   }
 }
 
@@ -928,7 +952,8 @@ void EpHandle::find_pull_sources() {
                                   static_cast<ull>(ps.arena_size), arena.size));
     if (ps.row_bytes != row)
       refuse("row_bytes", format("(%llu) differs from this PE's rows (%zu bytes): were the PEs given different "
-                                 "hidden sizes or dtypes?", static_cast<ull>(ps.row_bytes), row));
+                                 "hidden sizes or dtypes?",
+                                 static_cast<ull>(ps.row_bytes), row));
     if (ps.input_offset > arena.size || ps.input_offset % esize)
       refuse("input_offset", format("(%llu) is not a row's start inside its %zu-byte arena",
                                     static_cast<ull>(ps.input_offset), arena.size));
@@ -947,9 +972,10 @@ void EpHandle::find_pull_sources() {
     else if (ps.weights != PullSource::kNone && ps.weights != PullSource::kStaged)
       refuse("weights", format("(%llu) is none of the places weights can be", static_cast<ull>(ps.weights)));
     if (w_room && (ps.weights_offset > w_room || ps.weights_offset % 4 || ps.rows > (w_room - ps.weights_offset) / k4))
-      refuse("weights_offset", format("(%llu) does not hold %llu rows of %llu-byte weights inside its %zu-byte %s",
-                                      static_cast<ull>(ps.weights_offset), static_cast<ull>(ps.rows),
-                                      static_cast<ull>(k4), w_room, ps.weights == PullSource::kArena ? "arena" : "op buffers"));
+      refuse("weights_offset",
+             format("(%llu) does not hold %llu rows of %llu-byte weights inside its %zu-byte %s",
+                    static_cast<ull>(ps.weights_offset), static_cast<ull>(ps.rows), static_cast<ull>(k4), w_room,
+                    ps.weights == PullSource::kArena ? "arena" : "op buffers"));
     pulled_rows_[r] = arena.base + ps.input_offset;
     if (ps.weights == PullSource::kArena)
       pulled_w_[r] = reinterpret_cast<const float*>(arena.base + ps.weights_offset);
@@ -1042,8 +1068,9 @@ void EpHandle::reduce_own_tokens(bool pull) {
                                        : at<float>(lay_->comb_stage_w + static_cast<size_t>(r * max_inp + t) * k4));
         } else if (own_direct && r == cfg_.rank) {
           srcs.push_back({comb_input_ + slot * row, comb_dtype_, false});
-          wsrcs.push_back(comb_own_w_direct_ ? comb_input_w_ + slot * k
-                                             : at<float>(lay_->comb_stage_w + static_cast<size_t>(r * max_inp + t) * k4));
+          wsrcs.push_back(comb_own_w_direct_
+                              ? comb_input_w_ + slot * k
+                              : at<float>(lay_->comb_stage_w + static_cast<size_t>(r * max_inp + t) * k4));
         } else {
           size_t st = static_cast<size_t>(r * max_inp + t);
           srcs.push_back({base_ + lay_->comb_stage + st * stage_row, comb_wire_, blockwise});

@@ -81,7 +81,8 @@ void EpHandle::dispatch_v1(const DispatchArgs& a) {
         if (replay) {
           const int64_t v = a.replay_dest_map[static_cast<size_t>(t) * k + j];
           if (v >= 0 && v / max_recv != d)
-            raise(Status::kInvalidArgument, "EpDispatchCombineOp.dispatch(routing=...): the routing's destination "
+            raise(Status::kInvalidArgument,
+                  "EpDispatchCombineOp.dispatch(routing=...): the routing's destination "
                   "map sends token %d, expert %d to PE %lld, its indices to PE %d (a handle replays one routing)",
                   t, j, static_cast<long long>(v / max_recv), d);
           dm[j] = v;  // -1: the handle's dispatch dropped it (overflow)
@@ -116,8 +117,10 @@ void EpHandle::dispatch_v1(const DispatchArgs& a) {
       };
       put_field(lay_->inbox_tok, row, [&](char* q, int t) { std::memcpy(q, in + t * row, row); });
       if (a.weights)
-        put_field(lay_->inbox_w, k4, [&](char* q, int t) { std::memcpy(q, a.weights + static_cast<size_t>(t) * k, k4); });
-      put_field(lay_->inbox_idx, k4, [&](char* q, int t) { std::memcpy(q, a.indices + static_cast<size_t>(t) * k, k4); });
+        put_field(lay_->inbox_w, k4,
+                  [&](char* q, int t) { std::memcpy(q, a.weights + static_cast<size_t>(t) * k, k4); });
+      put_field(lay_->inbox_idx, k4,
+                [&](char* q, int t) { std::memcpy(q, a.indices + static_cast<size_t>(t) * k, k4); });
       put_field(lay_->inbox_scale, sc, [&](char* q, int t) { std::memcpy(q, scales + t * sc, sc); });
       put_field(lay_->inbox_meta, sizeof(InboxMeta), [&](char* q, int t) {
         InboxMeta mt{t, node_mask[static_cast<size_t>(t) * nodes + nd]};

@@ -33,11 +33,11 @@ struct EpHandle::Layout {
 struct EpHandle::PullSource {
   enum Weights : uint64_t { kNone = 0, kArena = 1, kOpBuffer = 2, kStaged = 3 };
   uint64_t round = 0;
-  uint64_t input_offset = 0;   // rows: arena offset of row 0
-  uint64_t rows = 0;           // rows of the input (the holder's received tokens)
+  uint64_t input_offset = 0;  // rows: arena offset of row 0
+  uint64_t rows = 0;          // rows of the input (the holder's received tokens)
   uint64_t row_bytes = 0;
-  uint64_t weights = kNone;    // where the weights are read
-  uint64_t weights_offset = 0; // arena offset (kArena) or offset in this op's buffers (kOpBuffer)
+  uint64_t weights = kNone;     // where the weights are read
+  uint64_t weights_offset = 0;  // arena offset (kArena) or offset in this op's buffers (kOpBuffer)
   uint64_t arena_size = 0;
   char arena_handle[88] = {};  // SharedArena::handle(): how a peer maps the arena
 };

@@ -186,9 +186,8 @@ void bind_io(py::module_& m) {
            }),
            py::arg("qp_per_transfer") = 1, py::arg("post_batch_size") = -1, py::arg("num_worker_threads") = -1,
            py::arg("poll_cq_mode") = PollCqMode::POLLING, py::arg("enable_notification") = true,
-           py::arg("notif_per_qp") = 1024, py::arg("enable_transfer_chunking") = false,
-           py::arg("chunk_bytes") = 65536, py::arg("max_chunks_per_transfer") = 64,
-           py::arg("num_nics_per_transfer") = 1)
+           py::arg("notif_per_qp") = 1024, py::arg("enable_transfer_chunking") = false, py::arg("chunk_bytes") = 65536,
+           py::arg("max_chunks_per_transfer") = 64, py::arg("num_nics_per_transfer") = 1)
       .def_readwrite("qp_per_transfer", &RdmaBackendConfig::qp_per_transfer)
       .def_readwrite("post_batch_size", &RdmaBackendConfig::post_batch_size)
       .def_readwrite("num_worker_threads", &RdmaBackendConfig::num_worker_threads)
@@ -297,8 +296,7 @@ void bind_io(py::module_& m) {
         for (const auto& lane : mori::ucx::parse_endpoint_lanes(print_info)) out.push_back(lane.resource);
         return out;
       },
-      py::arg("print_info"),
-        "The transports/devices named by the lane lines of ucp_ep_print_info's text.");
+      py::arg("print_info"), "The transports/devices named by the lane lines of ucp_ep_print_info's text.");
   m.def(
       "wait_all",
       [](const std::vector<TransferStatus*>& statuses, int64_t timeout_ms) {
@@ -312,26 +310,30 @@ void bind_io(py::module_& m) {
   using Rel = py::call_guard<py::gil_scoped_release>;
   py::class_<Session>(m, "IOEngineSession")
       .def("allocate_transfer_uid", &Session::allocate_transfer_uid)
-      .def("read",
-           [](Session& s, uint64_t lo, uint64_t ro, uint64_t size, uint64_t uid) {
-             return s.transfer(true, Segments{{lo}, {ro}, {size}}, uid);
-           },
-           Rel())
-      .def("write",
-           [](Session& s, uint64_t lo, uint64_t ro, uint64_t size, uint64_t uid) {
-             return s.transfer(false, Segments{{lo}, {ro}, {size}}, uid);
-           },
-           Rel())
-      .def("batch_read",
-           [](Session& s, std::vector<uint64_t> lo, std::vector<uint64_t> ro, std::vector<uint64_t> sz, uint64_t uid) {
-             return s.transfer(true, segments(lo, ro, sz), uid);
-           },
-           Rel())
-      .def("batch_write",
-           [](Session& s, std::vector<uint64_t> lo, std::vector<uint64_t> ro, std::vector<uint64_t> sz, uint64_t uid) {
-             return s.transfer(false, segments(lo, ro, sz), uid);
-           },
-           Rel())
+      .def(
+          "read",
+          [](Session& s, uint64_t lo, uint64_t ro, uint64_t size, uint64_t uid) {
+            return s.transfer(true, Segments{{lo}, {ro}, {size}}, uid);
+          },
+          Rel())
+      .def(
+          "write",
+          [](Session& s, uint64_t lo, uint64_t ro, uint64_t size, uint64_t uid) {
+            return s.transfer(false, Segments{{lo}, {ro}, {size}}, uid);
+          },
+          Rel())
+      .def(
+          "batch_read",
+          [](Session& s, std::vector<uint64_t> lo, std::vector<uint64_t> ro, std::vector<uint64_t> sz, uint64_t uid) {
+            return s.transfer(true, segments(lo, ro, sz), uid);
+          },
+          Rel())
+      .def(
+          "batch_write",
+          [](Session& s, std::vector<uint64_t> lo, std::vector<uint64_t> ro, std::vector<uint64_t> sz, uint64_t uid) {
+            return s.transfer(false, segments(lo, ro, sz), uid);
+          },
+          Rel())
       .def("alive", &Session::alive)
       .def_property_readonly("local_mem", &Session::local)
       .def_property_readonly("remote_mem", &Session::remote);
@@ -354,15 +356,15 @@ void bind_io(py::module_& m) {
            py::arg("mem_loc"))
       .def("deregister_memory", &Engine::deregister_memory, Rel())
       .def("allocate_transfer_uid", &Engine::allocate_transfer_uid)
-      .def("transfer",
-           [](Engine& e, bool read, const MemoryDesc& l, uint64_t lo, const MemoryDesc& r, uint64_t ro, uint64_t size,
-              uint64_t uid) { return e.transfer(read, l, r, Segments{{lo}, {ro}, {size}}, uid); },
-           Rel())
+      .def(
+          "transfer",
+          [](Engine& e, bool read, const MemoryDesc& l, uint64_t lo, const MemoryDesc& r, uint64_t ro, uint64_t size,
+             uint64_t uid) { return e.transfer(read, l, r, Segments{{lo}, {ro}, {size}}, uid); },
+          Rel())
       .def("batch",
-           [](Engine& e, bool read, const std::vector<MemoryDesc>& locals,
-              const std::vector<std::vector<uint64_t>>& lo, const std::vector<MemoryDesc>& remotes,
-              const std::vector<std::vector<uint64_t>>& ro, const std::vector<std::vector<uint64_t>>& sz,
-              const std::vector<uint64_t>& uids) {
+           [](Engine& e, bool read, const std::vector<MemoryDesc>& locals, const std::vector<std::vector<uint64_t>>& lo,
+              const std::vector<MemoryDesc>& remotes, const std::vector<std::vector<uint64_t>>& ro,
+              const std::vector<std::vector<uint64_t>>& sz, const std::vector<uint64_t>& uids) {
              auto segs = segment_lists(lo, ro, sz);
              py::gil_scoped_release release;
              return e.batch(read, locals, remotes, segs, uids);

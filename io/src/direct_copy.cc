@@ -40,10 +40,10 @@ std::string direct_copy(bool read, pid_t pid, const DirectSegment* segs, size_t 
     // The kernel may stop early (a short copy); advance both lists and go on.
     size_t lo = 0, ro = 0;
     while (want > 0) {
-      ssize_t k = read ? process_vm_readv(pid, local.data() + lo, local.size() - lo, remote.data() + ro,
-                                          remote.size() - ro, 0)
-                       : process_vm_writev(pid, local.data() + lo, local.size() - lo, remote.data() + ro,
-                                           remote.size() - ro, 0);
+      ssize_t k =
+          read
+              ? process_vm_readv(pid, local.data() + lo, local.size() - lo, remote.data() + ro, remote.size() - ro, 0)
+              : process_vm_writev(pid, local.data() + lo, local.size() - lo, remote.data() + ro, remote.size() - ro, 0);
       if (k < 0) {
         if (errno == EINTR) continue;
         return format("%s of process %d failed: %s", read ? "process_vm_readv" : "process_vm_writev",

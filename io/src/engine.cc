@@ -46,7 +46,8 @@ static std::string host_name() {
   return buf;
 }
 
-EngineImpl::EngineImpl(std::string key, IOEngineConfig config) : config_(std::move(config)), settings_(read_settings()) {
+EngineImpl::EngineImpl(std::string key, IOEngineConfig config)
+    : config_(std::move(config)), settings_(read_settings()) {
   desc_.key = std::move(key);
   desc_.node_id = settings_.node_id.empty() ? node_identity() : settings_.node_id;
   desc_.hostname = host_name();
@@ -173,8 +174,10 @@ void EngineImpl::create_xgmi_backend(const XgmiBackendConfig& config) {
 
 void EngineImpl::remove_backend(BackendType type) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (type == BackendType::XGMI) xgmi_backend_ = false;
-  else if (type == BackendType::RDMA || type == BackendType::TCP) net_backend_ = ucx_active_ = false;
+  if (type == BackendType::XGMI)
+    xgmi_backend_ = false;
+  else if (type == BackendType::RDMA || type == BackendType::TCP)
+    net_backend_ = ucx_active_ = false;
   update_enabled();
 }
 
@@ -378,15 +381,14 @@ std::string EngineImpl::plan(const Region& local, const MemoryDesc& remote, cons
   return "";
 }
 
-TransferStatus EngineImpl::transfer(bool read, const MemoryDesc& local, const MemoryDesc& remote,
-                                    const Segments& segs, uint64_t uid) {
+TransferStatus EngineImpl::transfer(bool read, const MemoryDesc& local, const MemoryDesc& remote, const Segments& segs,
+                                    uint64_t uid) {
   auto status = std::make_shared<StatusState>();
   TransferStatus result(status);
   std::string why;
   if (local.engine_key != desc_.key) {
-    status->set(StatusCode::ERR_INVALID_ARGS,
-                format("local memory belongs to engine '%s', not to this engine '%s'", local.engine_key.c_str(),
-                       desc_.key.c_str()));
+    status->set(StatusCode::ERR_INVALID_ARGS, format("local memory belongs to engine '%s', not to this engine '%s'",
+                                                     local.engine_key.c_str(), desc_.key.c_str()));
     return result;
   }
   RegionUse use = registry_.acquire(local.id, local.region_key, 0, 0, true, &why);
@@ -407,10 +409,10 @@ TransferStatus EngineImpl::transfer(bool read, const MemoryDesc& local, const Me
     return result;
   }
   if (!backend) {
-    status->set(StatusCode::ERR_BAD_STATE,
-                p ? "No available backend found for this memory pair, create backend first"
-                  : format("remote engine '%s' is not registered (register_remote_engine first)",
-                           remote.engine_key.c_str()));
+    status->set(
+        StatusCode::ERR_BAD_STATE,
+        p ? "No available backend found for this memory pair, create backend first"
+          : format("remote engine '%s' is not registered (register_remote_engine first)", remote.engine_key.c_str()));
     return result;
   }
   std::vector<Extent> pieces;
@@ -473,8 +475,9 @@ void Engine::create_rdma_backend(const RdmaBackendConfig& c) {
   // MORI's environment overrides of the configuration.
   const env::Settings e = env::current();
   int qp = e.io_qp_per_transfer > 0 ? static_cast<int>(std::min<int64_t>(e.io_qp_per_transfer, 64)) : c.qp_per_transfer;
-  bool notify = e.io_enable_notification.empty() ? c.enable_notification
-                                                  : env::parse_bool(e.io_enable_notification, "MORI_IO_ENABLE_NOTIFICATION");
+  bool notify = e.io_enable_notification.empty()
+                    ? c.enable_notification
+                    : env::parse_bool(e.io_enable_notification, "MORI_IO_ENABLE_NOTIFICATION");
   impl_->create_net_backend(BackendType::RDMA, qp > 1 ? qp : 0, notify, true);
 }
 void Engine::create_tcp_backend(const TcpBackendConfig& c) {
@@ -545,12 +548,19 @@ void set_log_level(const std::string& level) {
   std::string l = level;
   std::transform(l.begin(), l.end(), l.begin(), ::tolower);
   log::Level v;
-  if (l == "trace") v = log::Level::kTrace;
-  else if (l == "debug") v = log::Level::kDebug;
-  else if (l == "info") v = log::Level::kInfo;
-  else if (l == "warning" || l == "warn") v = log::Level::kWarn;
-  else if (l == "error" || l == "critical") v = log::Level::kError;
-  else raise(Status::kInvalidArgument, "set_log_level: level must be trace, debug, info, warning, error or critical, got '%s'", level.c_str());
+  if (l == "trace")
+    v = log::Level::kTrace;
+  else if (l == "debug")
+    v = log::Level::kDebug;
+  else if (l == "info")
+    v = log::Level::kInfo;
+  else if (l == "warning" || l == "warn")
+    v = log::Level::kWarn;
+  else if (l == "error" || l == "critical")
+    v = log::Level::kError;
+  else
+    raise(Status::kInvalidArgument,
+          "set_log_level: level must be trace, debug, info, warning, error or critical, got '%s'", level.c_str());
   log::set_level(v);
 }
 

@@ -27,13 +27,13 @@ namespace mori::io {
 
 // MORI_IO_* settings, read when the engine is made.
 struct IoSettings {
-  double timeout_s;          // a peer silent this long with work pending is dead
-  double connect_timeout_s;  // dialling + authentication
-  int lanes;                 // tcp connections per peer
-  size_t chunk_bytes;        // striping unit of large transfers over the lanes
-  bool direct;               // same-host CPU memory by process_vm_readv/writev
-  int direct_threads;        // workers of large same-host copies
-  size_t inline_bytes;       // posts up to this size are sent from the caller's thread
+  double timeout_s;            // a peer silent this long with work pending is dead
+  double connect_timeout_s;    // dialling + authentication
+  int lanes;                   // tcp connections per peer
+  size_t chunk_bytes;          // striping unit of large transfers over the lanes
+  bool direct;                 // same-host CPU memory by process_vm_readv/writev
+  int direct_threads;          // workers of large same-host copies
+  size_t inline_bytes;         // posts up to this size are sent from the caller's thread
   std::string rdma_transport;  // MORI_IO_RDMA_TRANSPORT: auto | tcp | ucx
   std::string node_id;         // MORI_NODE_ID ("" = this boot's id)
   int notify_override;         // MORI_IO_ENABLE_NOTIFICATION: -1 unset, else 0/1 (every backend)
@@ -121,7 +121,7 @@ class EngineImpl {
   std::unique_ptr<DirectBackend> direct_;
   std::unique_ptr<CudaIpcBackend> cuda_ipc_;
   std::unique_ptr<UcxBackend> ucx_;  // BackendType.RDMA on UCX
-  bool ucx_active_ = false;           // the network backend is the RDMA one on UCX
+  bool ucx_active_ = false;          // the network backend is the RDMA one on UCX
   std::vector<Backend*> enabled_;
 
   uint8_t token_[16] = {};  // read by same-host peers to prove they see our memory

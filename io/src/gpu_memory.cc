@@ -100,8 +100,10 @@ HostBuffer::HostBuffer(size_t n) : size_(n) {
 }
 
 HostBuffer::~HostBuffer() {
-  if (pinned_) cudaFreeHost(data_);
-  else std::free(data_);
+  if (pinned_)
+    cudaFreeHost(data_);
+  else
+    std::free(data_);
 }
 
 // Reported, not thrown: a failed copy fails its transfer.
@@ -287,8 +289,10 @@ char* IpcCopier::open(const MemoryDesc& remote, int local_device, bool same_proc
   bool empty = true;
   for (auto b : remote.ipc_handle) empty = empty && b == 0;
   if (empty) {
-    *why = format("remote GPU memory region %u of engine '%s' carries no CUDA IPC handle (register it after "
-                  "create_backend(XGMI))", remote.id, remote.engine_key.c_str());
+    *why = format(
+        "remote GPU memory region %u of engine '%s' carries no CUDA IPC handle (register it after "
+        "create_backend(XGMI))",
+        remote.id, remote.engine_key.c_str());
     return nullptr;
   }
   cudaIpcMemHandle_t h;
@@ -310,8 +314,8 @@ char* IpcCopier::open(const MemoryDesc& remote, int local_device, bool same_proc
 }
 
 std::shared_ptr<StatusDriver> IpcCopier::copy(int device, const std::vector<std::pair<char*, const char*>>& dst_src,
-                                             const std::vector<size_t>& sizes,
-                                             std::function<void(const std::string&)> done) {
+                                              const std::vector<size_t>& sizes,
+                                              std::function<void(const std::string&)> done) {
   cudaStream_t s;
   cudaEvent_t ev;
   {
@@ -341,8 +345,8 @@ std::shared_ptr<StatusDriver> IpcCopier::copy(int device, const std::vector<std:
     }
   }
   cudaEventRecord(ev, s);
-  auto c = std::make_shared<IpcCompletion>(impl_->gate, ev, device, [impl = impl_.get()](cudaEvent_t e) { impl->recycle(e); },
-                                           std::move(done));
+  auto c = std::make_shared<IpcCompletion>(
+      impl_->gate, ev, device, [impl = impl_.get()](cudaEvent_t e) { impl->recycle(e); }, std::move(done));
   {
     std::lock_guard<std::mutex> lock(impl_->done_mu);
     impl_->pending.push_back(c);
@@ -386,7 +390,8 @@ char* IpcCopier::open(const MemoryDesc&, int, bool, std::string* why) {
   return nullptr;
 }
 std::shared_ptr<StatusDriver> IpcCopier::copy(int, const std::vector<std::pair<char*, const char*>>&,
-                                             const std::vector<size_t>&, std::function<void(const std::string&)> done) {
+                                              const std::vector<size_t>&,
+                                              std::function<void(const std::string&)> done) {
   done(kNoCuda);
   return nullptr;
 }

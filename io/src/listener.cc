@@ -102,14 +102,17 @@ void Listener::serve(net::Connection& nc) {
     std::string tail = suppressed ? format(" (%llu similar lines suppressed)", (unsigned long long)suppressed) : "";
     auto status = static_cast<wire::HelloStatus>(verdict.status);
     if (impostor)
-      MORI_LOG(kWarn, "IO", "engine '%s' refused a connection from %s that claimed to be engine '%s' but could not "
-               "prove it%s", engine_.key().c_str(), nc.peer().c_str(), c->peer_key.c_str(), tail.c_str());
+      MORI_LOG(kWarn, "IO",
+               "engine '%s' refused a connection from %s that claimed to be engine '%s' but could not "
+               "prove it%s",
+               engine_.key().c_str(), nc.peer().c_str(), c->peer_key.c_str(), tail.c_str());
     else if (status == wire::HelloStatus::kTooManyTotal || status == wire::HelloStatus::kTooManyPeer)
-      MORI_LOG(kWarn, "IO", "engine '%s' refused a connection of engine '%s' from %s: %u %s served already (%s)%s",
-               engine_.key().c_str(), c->peer_key.c_str(), nc.peer().c_str(), verdict.limit,
-               status == wire::HelloStatus::kTooManyTotal ? "connections are" : "of its connections are",
-               status == wire::HelloStatus::kTooManyTotal ? "MORI_IO_MAX_CONNECTIONS" : "MORI_IO_MAX_CONNECTIONS_PER_PEER",
-               tail.c_str());
+      MORI_LOG(
+          kWarn, "IO", "engine '%s' refused a connection of engine '%s' from %s: %u %s served already (%s)%s",
+          engine_.key().c_str(), c->peer_key.c_str(), nc.peer().c_str(), verdict.limit,
+          status == wire::HelloStatus::kTooManyTotal ? "connections are" : "of its connections are",
+          status == wire::HelloStatus::kTooManyTotal ? "MORI_IO_MAX_CONNECTIONS" : "MORI_IO_MAX_CONNECTIONS_PER_PEER",
+          tail.c_str());
     else
       MORI_LOG(kWarn, "IO", "engine '%s' refused a connection from %s that could not prove its secret%s",
                engine_.key().c_str(), nc.peer().c_str(), tail.c_str());
@@ -147,7 +150,8 @@ void Listener::send_iov(Conn* c, std::vector<iovec>& iov) {
     ssize_t k = ::sendmsg(c->fd, &msg, MSG_NOSIGNAL);
     if (k < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) raise(Status::kTimeout, "peer '%s' stopped reading", c->peer_key.c_str());
+      if (errno == EAGAIN || errno == EWOULDBLOCK)
+        raise(Status::kTimeout, "peer '%s' stopped reading", c->peer_key.c_str());
       raise_errno("send to '%s'", c->peer_key.c_str());
     }
     net::advance_iov(msg, static_cast<size_t>(k));
@@ -283,11 +287,12 @@ void Listener::serve_requests(Conn* c) {
           // otherwise report "transfer done" in another engine's name.
           uint64_t suppressed = 0;
           if (unverified_log_.allow(&suppressed))
-            MORI_LOG(kWarn, "IO",
-                     "engine '%s': dropped a notification from a connection that says it is engine '%s' without "
-                     "proof (register that engine's EngineDesc here before it connects)%s",
-                     engine_.key().c_str(), c->peer_key.c_str(),
-                     suppressed ? format(" (%llu similar lines suppressed)", (unsigned long long)suppressed).c_str() : "");
+            MORI_LOG(
+                kWarn, "IO",
+                "engine '%s': dropped a notification from a connection that says it is engine '%s' without "
+                "proof (register that engine's EngineDesc here before it connects)%s",
+                engine_.key().c_str(), c->peer_key.c_str(),
+                suppressed ? format(" (%llu similar lines suppressed)", (unsigned long long)suppressed).c_str() : "");
           break;
         }
         if (engine_.notifications_on()) engine_.note_inbound(c->peer_key, q.aux);
@@ -319,8 +324,7 @@ void Listener::serve_requests(Conn* c) {
         cv_.notify_all();
         break;
       }
-      default:
-        raise(Status::kRemote, "peer '%s' sent an unknown request %u", c->peer_key.c_str(), q.op);
+      default: raise(Status::kRemote, "peer '%s' sent an unknown request %u", c->peer_key.c_str(), q.op);
     }
   }
 }
@@ -343,7 +347,7 @@ void Listener::send_pending_revokes(Conn* c) {
 
 bool Listener::revoke(uint32_t region, double timeout_s) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                          std::chrono::duration<double>(timeout_s));
+                                                         std::chrono::duration<double>(timeout_s));
   std::unique_lock<std::mutex> lock(mu_);
   for (Conn* c : conns_) {
     if (!c->ready) continue;  // still in its handshakes: it can get no grant for a retired region
@@ -357,8 +361,10 @@ bool Listener::revoke(uint32_t region, double timeout_s) {
       std::lock_guard<std::mutex> send_lock(c->send_mu, std::adopt_lock);
       wire::Reply r = revoke_message(region);
       ssize_t k = ::send(c->fd, &r, sizeof(r), MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (k == static_cast<ssize_t>(sizeof(r))) sent = true;
-      else if (k > 0) ::shutdown(c->fd, SHUT_RDWR);  // a torn message: the connection is unusable
+      if (k == static_cast<ssize_t>(sizeof(r)))
+        sent = true;
+      else if (k > 0)
+        ::shutdown(c->fd, SHUT_RDWR);  // a torn message: the connection is unusable
     }
     if (!sent) c->revokes_to_send.push_back(region);
   }
@@ -370,8 +376,10 @@ bool Listener::revoke(uint32_t region, double timeout_s) {
   if (!confirmed)
     for (Conn* c : conns_)
       if (c->revoking.count(region)) {
-        MORI_LOG(kWarn, "IO", "engine '%s': peer '%s' did not confirm the deregistration of region %u within %.1f s "
-                 "(MORI_IO_TIMEOUT_MS): disconnected", engine_.key().c_str(), c->peer_key.c_str(), region, timeout_s);
+        MORI_LOG(kWarn, "IO",
+                 "engine '%s': peer '%s' did not confirm the deregistration of region %u within %.1f s "
+                 "(MORI_IO_TIMEOUT_MS): disconnected",
+                 engine_.key().c_str(), c->peer_key.c_str(), region, timeout_s);
         c->revoking.erase(region);
         ::shutdown(c->fd, SHUT_RDWR);  // its thread fails at once and lets the region go
       }

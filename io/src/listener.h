@@ -45,8 +45,8 @@ class Listener {
     bool verified = false;  // proved it is engine `peer_key` (its notifications count)
     bool ready = false;     // past the handshakes (guarded by the listener's mu_)
     std::mutex send_mu;
-    std::set<uint32_t> granted;   // guarded by the listener's mu_
-    std::set<uint32_t> revoking;  // guarded by the listener's mu_
+    std::set<uint32_t> granted;             // guarded by the listener's mu_
+    std::set<uint32_t> revoking;            // guarded by the listener's mu_
     std::vector<uint32_t> revokes_to_send;  // its thread was busy sending: it sends them (mu_)
   };
 

@@ -63,7 +63,10 @@ void LaneDriver::detach() {
 constexpr auto kLinger = std::chrono::microseconds(500);
 
 Lane::Lane(Peer& peer, int index, UniqueFd fd)
-    : peer_(peer), index_(index), fd_(std::move(fd)), reader_(fd_.get(), 256 * 1024),
+    : peer_(peer),
+      index_(index),
+      fd_(std::move(fd)),
+      reader_(fd_.get(), 256 * 1024),
       driver_(std::make_shared<LaneDriver>(this)) {
   kick_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!kick_fd_) raise_errno("eventfd");
@@ -239,7 +242,8 @@ void Lane::read_reply() {
   wire::Reply r;
   // Before a large read's payload, take the header alone so the payload is received into
   // the destination rather than half into the reader's buffer and copied.
-  if (!(large_read ? reader_.read_header(&r, sizeof(r)) : reader_.read(&r, sizeof(r)))) raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
+  if (!(large_read ? reader_.read_header(&r, sizeof(r)) : reader_.read(&r, sizeof(r))))
+    raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
   handle_reply(r, reader_);
 }
 
@@ -314,8 +318,7 @@ bool Lane::drive(const StatusState& s, std::chrono::steady_clock::time_point dea
         read_reply();  // blocks in recv (SO_RCVTIMEO is MORI_IO_TIMEOUT_MS)
       } catch (const Error&) {
         if (errno == EAGAIN || errno == EWOULDBLOCK)
-          raise(Status::kTimeout, "%s answered nothing for %.1f s (MORI_IO_TIMEOUT_MS)", peer_.name().c_str(),
-                timeout);
+          raise(Status::kTimeout, "%s answered nothing for %.1f s (MORI_IO_TIMEOUT_MS)", peer_.name().c_str(), timeout);
         throw;
       }
     }
@@ -372,7 +375,8 @@ void Lane::complete(Piece& p, const wire::Reply& r, std::string message, SocketR
   auto status = static_cast<StatusCode>(r.status);
   auto op = static_cast<wire::Op>(p.req.op);
   if (status == StatusCode::SUCCESS && op == wire::Op::kRead) {
-    if (r.length != p.req.length) raise(Status::kRemote, "%s sent a read reply of the wrong length", peer_.name().c_str());
+    if (r.length != p.req.length)
+      raise(Status::kRemote, "%s sent a read reply of the wrong length", peer_.name().c_str());
     if (p.gpu) {
       char* buf = staging(rx_staging_, r.length);
       if (!reader.read(buf, r.length)) raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
@@ -452,25 +456,30 @@ static void greet(const EngineImpl& engine, int fd, double deadline) {
   net::send_all(fd, &hello, sizeof(hello));
   net::send_all(fd, engine.key().data(), engine.key().size());
   wire::HelloReply reply{};
-  if (!net::recv_all(fd, &reply, sizeof(reply), deadline)) raise(Status::kRemote, "closed the connection after our hello");
+  if (!net::recv_all(fd, &reply, sizeof(reply), deadline))
+    raise(Status::kRemote, "closed the connection after our hello");
   switch (static_cast<wire::HelloStatus>(reply.status)) {
     case wire::HelloStatus::kAccepted: return;
     case wire::HelloStatus::kProveIdentity: {
       // It holds our descriptor: prove we are the engine we named (our own secret).
       const std::string& mine = engine.desc().secret;
       if (!auth::server_handshake(fd, mine.data(), mine.size(), wire::kIdentityLabel, deadline))
-        throw auth::Refused(format("it did not accept our proof of being engine '%s': it holds another descriptor "
-                                   "of that engine (register this engine's current EngineDesc there)",
-                                   engine.key().c_str()));
+        throw auth::Refused(
+            format("it did not accept our proof of being engine '%s': it holds another descriptor "
+                   "of that engine (register this engine's current EngineDesc there)",
+                   engine.key().c_str()));
       return;
     }
     case wire::HelloStatus::kTooManyPeer:
-      throw auth::Refused(format("it refused the connection: it serves %u connections of engine '%s' already "
-                                 "(MORI_IO_MAX_CONNECTIONS_PER_PEER there)",
-                                 reply.limit, engine.key().c_str()));
+      throw auth::Refused(
+          format("it refused the connection: it serves %u connections of engine '%s' already "
+                 "(MORI_IO_MAX_CONNECTIONS_PER_PEER there)",
+                 reply.limit, engine.key().c_str()));
     case wire::HelloStatus::kTooManyTotal:
-      throw auth::Refused(format("it refused the connection: it serves %u connections already "
-                                 "(MORI_IO_MAX_CONNECTIONS there)", reply.limit));
+      throw auth::Refused(
+          format("it refused the connection: it serves %u connections already "
+                 "(MORI_IO_MAX_CONNECTIONS there)",
+                 reply.limit));
     default: raise(Status::kRemote, "refused our hello");
   }
 }

@@ -56,7 +56,7 @@ struct Transfer {
   std::vector<RegionUse> holds;
   uint64_t uid = 0;
   bool notify = false;
-  bool finished = false;  // guarded by the peer's order lock
+  bool finished = false;       // guarded by the peer's order lock
   std::shared_ptr<Peer> peer;  // kept alive until the transfer is reported
 
   void add_pieces(int n) { outstanding.fetch_add(n); }
@@ -68,7 +68,7 @@ struct Transfer {
 struct Grant {
   uint64_t pid = 0, addr = 0, size = 0;
   uint64_t region_key = 0;  // the key the target accepted when it granted access
-  std::shared_mutex mu;  // shared while copying; the revocation takes it exclusively
+  std::shared_mutex mu;     // shared while copying; the revocation takes it exclusively
   bool revoked = false;
 };
 
@@ -140,7 +140,7 @@ class Lane {
   std::mutex park_mu_;
   std::condition_variable park_cv_;
   std::chrono::steady_clock::time_point linger_until_{};  // park_mu_
-  bool handoff_ = false;  // park_mu_: a waiter left work it does not wait for
+  bool handoff_ = false;                                  // park_mu_: a waiter left work it does not wait for
   std::shared_ptr<LaneDriver> driver_;
 
   // Host bounce buffer for GPU memory (pinned when CUDA is there), grown on demand.

@@ -30,8 +30,7 @@ void RegionUse::release() {
   owner_ = nullptr;
 }
 
-std::shared_ptr<Region> Registry::add(MemoryDesc desc, char* ptr, uint64_t size, MemoryLocationType loc,
-                                      int device) {
+std::shared_ptr<Region> Registry::add(MemoryDesc desc, char* ptr, uint64_t size, MemoryLocationType loc, int device) {
   auto r = std::make_shared<Region>();
   r->desc = std::move(desc);
   r->ptr = ptr;

@@ -36,11 +36,11 @@ struct Hello {
 };
 
 enum class HelloStatus : uint32_t {
-  kRefused = 0,         // a malformed hello
-  kAccepted = 1,        // served; the target does not know the engine named, so its notifications are dropped
-  kProveIdentity = 2,   // the target knows that engine: the identity handshake follows
-  kTooManyPeer = 3,     // `limit` connections of this engine are served already
-  kTooManyTotal = 4,    // `limit` connections are served already
+  kRefused = 0,        // a malformed hello
+  kAccepted = 1,       // served; the target does not know the engine named, so its notifications are dropped
+  kProveIdentity = 2,  // the target knows that engine: the identity handshake follows
+  kTooManyPeer = 3,    // `limit` connections of this engine are served already
+  kTooManyTotal = 4,   // `limit` connections are served already
 };
 
 struct HelloReply {
@@ -50,11 +50,11 @@ struct HelloReply {
 };
 
 enum class Op : uint8_t {
-  kWrite = 1,       // payload of `length` bytes -> (region, offset)
-  kRead = 2,        // reply carries `length` bytes from (region, offset)
-  kNotify = 3,      // aux = transfer uid: an inbound transfer of the initiator finished
-  kGrant = 4,       // same-host direct access: reply GrantReply for (region, key)
-  kRevokeAck = 5,   // aux = region id: the initiator dropped its grant
+  kWrite = 1,      // payload of `length` bytes -> (region, offset)
+  kRead = 2,       // reply carries `length` bytes from (region, offset)
+  kNotify = 3,     // aux = transfer uid: an inbound transfer of the initiator finished
+  kGrant = 4,      // same-host direct access: reply GrantReply for (region, key)
+  kRevokeAck = 5,  // aux = region id: the initiator dropped its grant
 };
 
 struct Request {

@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: MIT
 """MORI-IR for Triton: the device functions, the extern library, and module initialization.
 
-    from mori.ir.triton import get_extern_libs, install_hook, mori_shmem_device
-    install_hook()                      # every compiled kernel gets this PE's device state
-    kernel[grid](..., extern_libs=get_extern_libs())
+from mori.ir.triton import get_extern_libs, install_hook, mori_shmem_device
+install_hook()                      # every compiled kernel gets this PE's device state
+kernel[grid](..., extern_libs=get_extern_libs())
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,6 +26,7 @@ def init_kernel(kernel: Any) -> bool:
     """Copies this PE's device state into a compiled Triton kernel's module (loading it first).
     Returns False when the kernel does not use MORI-IR (its module has no state global)."""
     from mori.shmem import shmem_module_init
+
     if getattr(kernel, "module", None) is None:
         kernel._init_handles()
     return shmem_module_init(kernel.module)
@@ -33,6 +35,7 @@ def init_kernel(kernel: Any) -> bool:
 def _on_module_load(module: Any, function: Any, name: str, *args: Any, **kwargs: Any) -> None:
     """Triton's kernel_load_end_hook: a kernel's module was just loaded into the current context."""
     from mori.shmem import shmem_module_init
+
     shmem_module_init(module)
 
 

@@ -12,6 +12,7 @@ Scalar calls run on every thread of the program, like the CUDA functions they wr
 ``*_block`` functions from all threads, ``*_thread`` ones under a one-thread guard when the
 operation must happen once. Pointers (Triton pointers or int addresses) are passed as uint64.
 """
+
 from __future__ import annotations
 
 import triton.language as tl
@@ -20,9 +21,18 @@ from triton.language import core
 from mori.ir.functions import DEVICE_FUNCTIONS, SIGNAL_ADD, SIGNAL_SET, DeviceFunction
 
 LIB_NAME = "mori_shmem_device"
-_TL_TYPES = {"int8": tl.int8, "uint8": tl.uint8, "int16": tl.int16, "uint16": tl.uint16, "int32": tl.int32,
-             "uint32": tl.uint32, "int64": tl.int64, "uint64": tl.uint64,
-             "float32": tl.float32, "float64": tl.float64}
+_TL_TYPES = {
+    "int8": tl.int8,
+    "uint8": tl.uint8,
+    "int16": tl.int16,
+    "uint16": tl.uint16,
+    "int32": tl.int32,
+    "uint32": tl.uint32,
+    "int64": tl.int64,
+    "uint64": tl.uint64,
+    "float32": tl.float32,
+    "float64": tl.float64,
+}
 
 
 def _wrapper(fn: DeviceFunction):
@@ -32,11 +42,14 @@ def _wrapper(fn: DeviceFunction):
 
     def call(*args, _semantic=None):
         if len(args) != n_args:
-            raise TypeError(f"mori_shmem_device.{fn.name} takes {n_args} arguments "
-                            f"({', '.join(a.name for a in fn.args)}), got {len(args)}")
+            raise TypeError(
+                f"mori_shmem_device.{fn.name} takes {n_args} arguments "
+                f"({', '.join(a.name for a in fn.args)}), got {len(args)}"
+            )
         cast = [tl.cast(a, t, _semantic=_semantic) for a, t in zip(args, arg_types)]
-        return core.extern_elementwise(LIB_NAME, "", cast, {arg_types: (symbol, ret_type)}, is_pure=pure,
-                                       _semantic=_semantic)
+        return core.extern_elementwise(
+            LIB_NAME, "", cast, {arg_types: (symbol, ret_type)}, is_pure=pure, _semantic=_semantic
+        )
 
     call.__name__ = call.__qualname__ = fn.name
     call.__doc__ = f"{symbol}({', '.join(f'{a.name}: {a.abi}' for a in fn.args)}) -> {fn.ret}: {fn.doc}"

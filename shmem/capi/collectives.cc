@@ -60,47 +60,47 @@ void check_symmetric(const void* p, size_t bytes, const char* fn) { rt(fn).resol
 
 int broadcast(shmem_team_t team, void* dest, const void* source, size_t bytes, int root, const char* fn) noexcept {
   return capi_call(fn, [&] {
-  Group g = team_group(team, fn);
-  if (g.me < 0) return -1;
-  coll::broadcast(g, dest, source, bytes, root, true, fn);
-  return 0;
+    Group g = team_group(team, fn);
+    if (g.me < 0) return -1;
+    coll::broadcast(g, dest, source, bytes, root, true, fn);
+    return 0;
   });
 }
 
 int collect(shmem_team_t team, void* dest, const void* source, size_t bytes, const char* fn) noexcept {
   return capi_call(fn, [&] {
-  Group g = team_group(team, fn);
-  if (g.me < 0) return -1;
-  coll::collect(g, dest, source, bytes, fn);
-  return 0;
+    Group g = team_group(team, fn);
+    if (g.me < 0) return -1;
+    coll::collect(g, dest, source, bytes, fn);
+    return 0;
   });
 }
 
 int fcollect(shmem_team_t team, void* dest, const void* source, size_t bytes, const char* fn) noexcept {
   return capi_call(fn, [&] {
-  Group g = team_group(team, fn);
-  if (g.me < 0) return -1;
-  coll::fcollect(g, dest, source, bytes, fn);
-  return 0;
+    Group g = team_group(team, fn);
+    if (g.me < 0) return -1;
+    coll::fcollect(g, dest, source, bytes, fn);
+    return 0;
   });
 }
 
 int alltoall(shmem_team_t team, void* dest, const void* source, size_t bytes, const char* fn) noexcept {
   return capi_call(fn, [&] {
-  Group g = team_group(team, fn);
-  if (g.me < 0) return -1;
-  coll::alltoalls(g, dest, source, 1, 1, 1, bytes, fn);
-  return 0;
+    Group g = team_group(team, fn);
+    if (g.me < 0) return -1;
+    coll::alltoalls(g, dest, source, 1, 1, 1, bytes, fn);
+    return 0;
   });
 }
 
 int alltoalls(shmem_team_t team, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
               size_t elem, const char* fn) noexcept {
   return capi_call(fn, [&] {
-  Group g = team_group(team, fn);
-  if (g.me < 0) return -1;
-  coll::alltoalls(g, dest, source, dst, sst, nelems, elem, fn);
-  return 0;
+    Group g = team_group(team, fn);
+    if (g.me < 0) return -1;
+    coll::alltoalls(g, dest, source, dst, sst, nelems, elem, fn);
+    return 0;
   });
 }
 
@@ -112,24 +112,24 @@ extern "C" {
 
 void shmem_barrier_all(void) {
   return capi_call("shmem_barrier_all", [&] {
-  Group g = team_group(SHMEM_TEAM_WORLD, "shmem_barrier_all");
-  coll::barrier(g, "shmem_barrier_all");
+    Group g = team_group(SHMEM_TEAM_WORLD, "shmem_barrier_all");
+    coll::barrier(g, "shmem_barrier_all");
   });
 }
 
 void shmem_sync_all(void) {
   return capi_call("shmem_sync_all", [&] {
-  Group g = team_group(SHMEM_TEAM_WORLD, "shmem_sync_all");
-  coll::barrier(g, "shmem_sync_all", true);
+    Group g = team_group(SHMEM_TEAM_WORLD, "shmem_sync_all");
+    coll::barrier(g, "shmem_sync_all", true);
   });
 }
 
 int shmem_team_sync(shmem_team_t team) {
   return capi_call("shmem_team_sync", [&] {
-  Group g = team_group(team, "shmem_team_sync");
-  if (g.me < 0) return -1;
-  coll::barrier(g, "shmem_team_sync", true);
-  return 0;
+    Group g = team_group(team, "shmem_team_sync");
+    if (g.me < 0) return -1;
+    coll::barrier(g, "shmem_team_sync", true);
+    return 0;
   });
 }
 
@@ -145,8 +145,7 @@ int shmem_fcollectmem(shmem_team_t team, void* dest, const void* source, size_t 
 int shmem_alltoallmem(shmem_team_t team, void* dest, const void* source, size_t nelems) {
   return alltoall(team, dest, source, nelems, "shmem_alltoallmem");
 }
-int shmem_alltoallsmem(shmem_team_t team, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst,
-                       size_t nelems) {
+int shmem_alltoallsmem(shmem_team_t team, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) {
   return alltoalls(team, dest, source, dst, sst, nelems, 1, "shmem_alltoallsmem");
 }
 
@@ -154,58 +153,58 @@ int shmem_alltoallsmem(shmem_team_t team, void* dest, const void* source, ptrdif
 
 void shmem_barrier(int PE_start, int logPE_stride, int PE_size, long* pSync) {
   return capi_call("shmem_barrier", [&] {
-  Group g = active_group(PE_start, logPE_stride, PE_size, pSync, "shmem_barrier");
-  coll::barrier(g, "shmem_barrier");
+    Group g = active_group(PE_start, logPE_stride, PE_size, pSync, "shmem_barrier");
+    coll::barrier(g, "shmem_barrier");
   });
 }
 
 void shmem_sync(int PE_start, int logPE_stride, int PE_size, long* pSync) {
   return capi_call("shmem_sync", [&] {
-  Group g = active_group(PE_start, logPE_stride, PE_size, pSync, "shmem_sync");
-  coll::barrier(g, "shmem_sync", true);
+    Group g = active_group(PE_start, logPE_stride, PE_size, pSync, "shmem_sync");
+    coll::barrier(g, "shmem_sync", true);
   });
 }
 
-#define MORI_ACTIVE_SIZED(BITS)                                                                                     \
-  void shmem_broadcast##BITS(void* dest, const void* source, size_t nelems, int PE_root, int PE_start,              \
-                             int logPE_stride, int PE_size, long* pSync) {                                          \
-    const char* fn = "shmem_broadcast" #BITS;                                                                       \
-    return capi_call(fn, [&] {                                                                                      \
-    Group g = active_group(PE_start, logPE_stride, PE_size, pSync, fn);                                             \
-    coll::broadcast(g, dest, source, nelems * (BITS / 8), PE_root, false, fn);                                      \
-    });                                                                                                             \
-  }                                                                                                                 \
-  void shmem_collect##BITS(void* dest, const void* source, size_t nelems, int PE_start, int logPE_stride,           \
-                           int PE_size, long* pSync) {                                                              \
-    const char* fn = "shmem_collect" #BITS;                                                                         \
-    return capi_call(fn, [&] {                                                                                      \
-    Group g = active_group(PE_start, logPE_stride, PE_size, pSync, fn);                                             \
-    coll::collect(g, dest, source, nelems * (BITS / 8), fn);                                                        \
-    });                                                                                                             \
-  }                                                                                                                 \
-  void shmem_fcollect##BITS(void* dest, const void* source, size_t nelems, int PE_start, int logPE_stride,          \
-                            int PE_size, long* pSync) {                                                             \
-    const char* fn = "shmem_fcollect" #BITS;                                                                        \
-    return capi_call(fn, [&] {                                                                                      \
-    Group g = active_group(PE_start, logPE_stride, PE_size, pSync, fn);                                             \
-    coll::fcollect(g, dest, source, nelems * (BITS / 8), fn);                                                       \
-    });                                                                                                             \
-  }                                                                                                                 \
-  void shmem_alltoall##BITS(void* dest, const void* source, size_t nelems, int PE_start, int logPE_stride,          \
-                            int PE_size, long* pSync) {                                                             \
-    const char* fn = "shmem_alltoall" #BITS;                                                                        \
-    return capi_call(fn, [&] {                                                                                      \
-    Group g = active_group(PE_start, logPE_stride, PE_size, pSync, fn);                                             \
-    coll::alltoalls(g, dest, source, 1, 1, 1, nelems * (BITS / 8), fn);                                             \
-    });                                                                                                             \
-  }                                                                                                                 \
-  void shmem_alltoalls##BITS(void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,          \
-                             int PE_start, int logPE_stride, int PE_size, long* pSync) {                            \
-    const char* fn = "shmem_alltoalls" #BITS;                                                                       \
-    return capi_call(fn, [&] {                                                                                      \
-    Group g = active_group(PE_start, logPE_stride, PE_size, pSync, fn);                                             \
-    coll::alltoalls(g, dest, source, dst, sst, nelems, BITS / 8, fn);                                               \
-    });                                                                                                             \
+#define MORI_ACTIVE_SIZED(BITS)                                                                                        \
+  void shmem_broadcast##BITS(void* dest, const void* source, size_t nelems, int PE_root, int PE_start,                 \
+                             int logPE_stride, int PE_size, long* pSync) {                                             \
+    const char* fn = "shmem_broadcast" #BITS;                                                                          \
+    return capi_call(fn, [&] {                                                                                         \
+      Group g = active_group(PE_start, logPE_stride, PE_size, pSync, fn);                                              \
+      coll::broadcast(g, dest, source, nelems*(BITS / 8), PE_root, false, fn);                                         \
+    });                                                                                                                \
+  }                                                                                                                    \
+  void shmem_collect##BITS(void* dest, const void* source, size_t nelems, int PE_start, int logPE_stride, int PE_size, \
+                           long* pSync) {                                                                              \
+    const char* fn = "shmem_collect" #BITS;                                                                            \
+    return capi_call(fn, [&] {                                                                                         \
+      Group g = active_group(PE_start, logPE_stride, PE_size, pSync, fn);                                              \
+      coll::collect(g, dest, source, nelems*(BITS / 8), fn);                                                           \
+    });                                                                                                                \
+  }                                                                                                                    \
+  void shmem_fcollect##BITS(void* dest, const void* source, size_t nelems, int PE_start, int logPE_stride,             \
+                            int PE_size, long* pSync) {                                                                \
+    const char* fn = "shmem_fcollect" #BITS;                                                                           \
+    return capi_call(fn, [&] {                                                                                         \
+      Group g = active_group(PE_start, logPE_stride, PE_size, pSync, fn);                                              \
+      coll::fcollect(g, dest, source, nelems*(BITS / 8), fn);                                                          \
+    });                                                                                                                \
+  }                                                                                                                    \
+  void shmem_alltoall##BITS(void* dest, const void* source, size_t nelems, int PE_start, int logPE_stride,             \
+                            int PE_size, long* pSync) {                                                                \
+    const char* fn = "shmem_alltoall" #BITS;                                                                           \
+    return capi_call(fn, [&] {                                                                                         \
+      Group g = active_group(PE_start, logPE_stride, PE_size, pSync, fn);                                              \
+      coll::alltoalls(g, dest, source, 1, 1, 1, nelems*(BITS / 8), fn);                                                \
+    });                                                                                                                \
+  }                                                                                                                    \
+  void shmem_alltoalls##BITS(void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,              \
+                             int PE_start, int logPE_stride, int PE_size, long* pSync) {                               \
+    const char* fn = "shmem_alltoalls" #BITS;                                                                          \
+    return capi_call(fn, [&] {                                                                                         \
+      Group g = active_group(PE_start, logPE_stride, PE_size, pSync, fn);                                              \
+      coll::alltoalls(g, dest, source, dst, sst, nelems, BITS / 8, fn);                                                \
+    });                                                                                                                \
   }
 
 MORI_ACTIVE_SIZED(32)

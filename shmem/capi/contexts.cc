@@ -48,45 +48,45 @@ extern "C" {
 
 int shmem_ctx_create(long options, shmem_ctx_t* ctx) {
   return capi_call("shmem_ctx_create", [&] {
-  rt("shmem_ctx_create");
-  if (!ctx) mori::raise(mori::Status::kInvalidArgument, "ctx is NULL");
-  return create(&mori_shmem_team_world, options, ctx);
+    rt("shmem_ctx_create");
+    if (!ctx) mori::raise(mori::Status::kInvalidArgument, "ctx is NULL");
+    return create(&mori_shmem_team_world, options, ctx);
   });
 }
 
 int shmem_team_create_ctx(shmem_team_t team, long options, shmem_ctx_t* ctx) {
   return capi_call("shmem_team_create_ctx", [&] {
-  rt("shmem_team_create_ctx");
-  if (!ctx) mori::raise(mori::Status::kInvalidArgument, "ctx is NULL");
-  *ctx = SHMEM_CTX_INVALID;
-  if (team == SHMEM_TEAM_INVALID || !team_alive(team) || team->my_index < 0) return -1;
-  return create(team, options, ctx);
+    rt("shmem_team_create_ctx");
+    if (!ctx) mori::raise(mori::Status::kInvalidArgument, "ctx is NULL");
+    *ctx = SHMEM_CTX_INVALID;
+    if (team == SHMEM_TEAM_INVALID || !team_alive(team) || team->my_index < 0) return -1;
+    return create(team, options, ctx);
   });
 }
 
 void shmem_ctx_destroy(shmem_ctx_t ctx) {
   return capi_call("shmem_ctx_destroy", [&] {
-  auto& r = rt("shmem_ctx_destroy");
-  if (ctx == SHMEM_CTX_INVALID || ctx->predefined) return;
-  {
-    std::lock_guard<std::mutex> lock(g_ctx_mu);
-    if (!g_ctxs.erase(ctx)) return;
-  }
-  r.quiet();  // destroying a context completes its operations
-  delete ctx;
+    auto& r = rt("shmem_ctx_destroy");
+    if (ctx == SHMEM_CTX_INVALID || ctx->predefined) return;
+    {
+      std::lock_guard<std::mutex> lock(g_ctx_mu);
+      if (!g_ctxs.erase(ctx)) return;
+    }
+    r.quiet();  // destroying a context completes its operations
+    delete ctx;
   });
 }
 
 int shmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t* team) {
   return capi_call("shmem_ctx_get_team", [&] {
-  rt("shmem_ctx_get_team");
-  if (!team) return -1;
-  if (ctx == SHMEM_CTX_INVALID || !ctx->team) {
-    *team = SHMEM_TEAM_INVALID;
-    return -1;
-  }
-  *team = ctx->team;
-  return 0;
+    rt("shmem_ctx_get_team");
+    if (!team) return -1;
+    if (ctx == SHMEM_CTX_INVALID || !ctx->team) {
+      *team = SHMEM_TEAM_INVALID;
+      return -1;
+    }
+    *team = ctx->team;
+    return 0;
   });
 }
 
@@ -97,19 +97,19 @@ void shmem_ctx_session_start(shmem_ctx_t ctx, long options, const shmem_ctx_sess
                              long config_mask) {
   (void)options;  // any combination of options is allowed
   return capi_call("shmem_ctx_session_start", [&] {
-  rt("shmem_ctx_session_start");
-  if (ctx == SHMEM_CTX_INVALID) return;
-  if (config_mask & ~SHMEM_CTX_SESSION_TOTAL_OPS)
-    mori::raise(mori::Status::kInvalidArgument, "config_mask has unknown bits 0x%lx",
-                config_mask & ~SHMEM_CTX_SESSION_TOTAL_OPS);
-  if (config_mask && !config) mori::raise(mori::Status::kInvalidArgument, "config is NULL but config_mask is not 0");
+    rt("shmem_ctx_session_start");
+    if (ctx == SHMEM_CTX_INVALID) return;
+    if (config_mask & ~SHMEM_CTX_SESSION_TOTAL_OPS)
+      mori::raise(mori::Status::kInvalidArgument, "config_mask has unknown bits 0x%lx",
+                  config_mask & ~SHMEM_CTX_SESSION_TOTAL_OPS);
+    if (config_mask && !config) mori::raise(mori::Status::kInvalidArgument, "config is NULL but config_mask is not 0");
   });
 }
 
 void shmem_ctx_session_stop(shmem_ctx_t ctx) {
   return capi_call("shmem_ctx_session_stop", [&] {
-  rt("shmem_ctx_session_stop");
-  (void)ctx;
+    rt("shmem_ctx_session_stop");
+    (void)ctx;
   });
 }
 

@@ -16,15 +16,11 @@ double shmemx_wtime(void) {
 }
 
 size_t shmemx_heap_size(void) {
-  return capi_call("shmemx_heap_size", [&] {
-  return rt("shmemx_heap_size").heap_size();
-  });
+  return capi_call("shmemx_heap_size", [&] { return rt("shmemx_heap_size").heap_size(); });
 }
 
 size_t shmemx_heap_free(void) {
-  return capi_call("shmemx_heap_free", [&] {
-  return rt("shmemx_heap_free").heap_free();
-  });
+  return capi_call("shmemx_heap_free", [&] { return rt("shmemx_heap_free").heap_free(); });
 }
 
 // The shmemx_ forms predate OpenSHMEM 1.6's standard names; they stay for existing programs.

@@ -17,13 +17,13 @@ constexpr size_t kDefaultAlign = 64;  // a cache line: no false sharing between 
 template <typename F>
 void* allocate(const char* fn, F&& f) {
   return capi_call(fn, [&]() -> void* {
-  try {
-    return f(rt(fn));
-  } catch (const mori::Error& e) {
-    if (e.status() != mori::Status::kOutOfMemory) throw;
-    MORI_LOG(kWarn, "SHMEM", "%s returns NULL: %s", fn, e.what());
-    return nullptr;
-  }
+    try {
+      return f(rt(fn));
+    } catch (const mori::Error& e) {
+      if (e.status() != mori::Status::kOutOfMemory) throw;
+      MORI_LOG(kWarn, "SHMEM", "%s returns NULL: %s", fn, e.what());
+      return nullptr;
+    }
   });
 }
 
@@ -58,9 +58,7 @@ void* shmem_align(size_t alignment, size_t size) {
 }
 
 void shmem_free(void* ptr) {
-  return capi_call("shmem_free", [&] {
-  rt("shmem_free").free(ptr, "shmem_free");
-  });
+  return capi_call("shmem_free", [&] { rt("shmem_free").free(ptr, "shmem_free"); });
 }
 
 // ---- deprecated names

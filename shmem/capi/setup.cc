@@ -188,27 +188,25 @@ void init_common(int requested, const char* fn) {
 extern "C" {
 
 void shmem_init(void) {
-  return capi_call("shmem_init", [&] {
-  init_common(SHMEM_THREAD_SINGLE, "shmem_init");
-  });
+  return capi_call("shmem_init", [&] { init_common(SHMEM_THREAD_SINGLE, "shmem_init"); });
 }
 
 int shmem_init_thread(int requested, int* provided) {
   return capi_call("shmem_init_thread", [&] {
-  if (requested < SHMEM_THREAD_SINGLE || requested > SHMEM_THREAD_MULTIPLE)
-    mori::raise(mori::Status::kInvalidArgument, "unknown thread level %d", requested);
-  // Every level is supported: the runtime's operations are thread-safe. A repeated
-  // initialization keeps the level of the first (the spec does not switch levels).
-  init_common(requested, "shmem_init_thread");
-  if (provided) *provided = state().thread_level;
-  return 0;
+    if (requested < SHMEM_THREAD_SINGLE || requested > SHMEM_THREAD_MULTIPLE)
+      mori::raise(mori::Status::kInvalidArgument, "unknown thread level %d", requested);
+    // Every level is supported: the runtime's operations are thread-safe. A repeated
+    // initialization keeps the level of the first (the spec does not switch levels).
+    init_common(requested, "shmem_init_thread");
+    if (provided) *provided = state().thread_level;
+    return 0;
   });
 }
 
 void shmem_query_thread(int* provided) {
   return capi_call("shmem_query_thread", [&] {
-  rt("shmem_query_thread");
-  if (provided) *provided = state().thread_level;
+    rt("shmem_query_thread");
+    if (provided) *provided = state().thread_level;
   });
 }
 
@@ -218,62 +216,56 @@ void shmem_query_initialized(int* initialized) {
 
 void shmem_finalize(void) {
   return capi_call("shmem_finalize", [&] {
-  if (!Runtime::initialized()) return;
-  if (--g_init_count > 0) {  // not the last: collective like every finalize, nothing released
-    auto& r = rt("shmem_finalize");
-    r.quiet();
-    r.barrier_all();
-    return;
-  }
-  // Write out buffered output before the closing barrier: once every PE has passed it, the
-  // first to exit with a non-zero status makes the launcher stop the others, which must
-  // not take their output with them.
-  std::fflush(nullptr);
-  rt("shmem_finalize").barrier_all();
-  teardown_state();
-  Runtime::finalize();
-  mori::finalize_mpi_bootstrap();
+    if (!Runtime::initialized()) return;
+    if (--g_init_count > 0) {  // not the last: collective like every finalize, nothing released
+      auto& r = rt("shmem_finalize");
+      r.quiet();
+      r.barrier_all();
+      return;
+    }
+    // Write out buffered output before the closing barrier: once every PE has passed it, the
+    // first to exit with a non-zero status makes the launcher stop the others, which must
+    // not take their output with them.
+    std::fflush(nullptr);
+    rt("shmem_finalize").barrier_all();
+    teardown_state();
+    Runtime::finalize();
+    mori::finalize_mpi_bootstrap();
   });
 }
 
 void shmem_global_exit(int status) { global_exit(status); }
 
 int shmem_my_pe(void) {
-  return capi_call("shmem_my_pe", [&] {
-  return rt("shmem_my_pe").my_pe();
-  });
+  return capi_call("shmem_my_pe", [&] { return rt("shmem_my_pe").my_pe(); });
 }
 
 int shmem_n_pes(void) {
-  return capi_call("shmem_n_pes", [&] {
-  return rt("shmem_n_pes").n_pes();
-  });
+  return capi_call("shmem_n_pes", [&] { return rt("shmem_n_pes").n_pes(); });
 }
 
 int shmem_pe_accessible(int pe) {
   return capi_call("shmem_pe_accessible", [&] {
-  auto& r = rt("shmem_pe_accessible");
-  if (pe < 0 || pe >= r.n_pes()) return 0;
-  try {
-    r.check_peers("shmem_pe_accessible");  // a PE that died is not accessible
-  } catch (const mori::Error&) {
-    return 0;
-  }
-  return 1;
+    auto& r = rt("shmem_pe_accessible");
+    if (pe < 0 || pe >= r.n_pes()) return 0;
+    try {
+      r.check_peers("shmem_pe_accessible");  // a PE that died is not accessible
+    } catch (const mori::Error&) {
+      return 0;
+    }
+    return 1;
   });
 }
 
 int shmem_addr_accessible(const void* addr, int pe) {
   return capi_call("shmem_addr_accessible", [&] {
-  auto& r = rt("shmem_addr_accessible");
-  return pe >= 0 && pe < r.n_pes() && r.is_symmetric(addr) ? 1 : 0;
+    auto& r = rt("shmem_addr_accessible");
+    return pe >= 0 && pe < r.n_pes() && r.is_symmetric(addr) ? 1 : 0;
   });
 }
 
 void* shmem_ptr(const void* dest, int pe) {
-  return capi_call("shmem_ptr", [&] {
-  return rt("shmem_ptr").ptr(dest, pe);
-  });
+  return capi_call("shmem_ptr", [&] { return rt("shmem_ptr").ptr(dest, pe); });
 }
 
 void shmem_info_get_version(int* major, int* minor) {
@@ -292,7 +284,7 @@ void shmem_pcontrol(const int level, ...) {
 
 // ---- deprecated names
 void start_pes(int npes) {
-  (void)npes;  // the launcher decides the job size
+  (void)npes;                                 // the launcher decides the job size
   if (!Runtime::initialized()) shmem_init();  // repeated calls have no effect (and need no finalize)
 }
 int _my_pe(void) { return shmem_my_pe(); }

@@ -13,14 +13,14 @@
 
 // The library-side definitions of the opaque handles of shmem.h.
 struct mori_shmem_team {
-  std::vector<int> pes;         // world PE of each team member, in team order
-  std::vector<int> index_of;    // world PE -> team index, or -1 (size n_pes)
+  std::vector<int> pes;       // world PE of each team member, in team order
+  std::vector<int> index_of;  // world PE -> team index, or -1 (size n_pes)
   int my_index = -1;
-  int slot = -1;                // which TeamSlot of the symmetric block this team uses
+  int slot = -1;  // which TeamSlot of the symmetric block this team uses
   shmem_team_config_t config{};
   long config_mask = 0;
   bool predefined = false;
-  bool world = false;           // the world team (PE numbers need no translation)
+  bool world = false;  // the world team (PE numbers need no translation)
 };
 
 struct mori_shmem_ctx {
@@ -69,11 +69,11 @@ struct SymBlock {
 
 struct State {
   SymBlock* sym = nullptr;
-  uint64_t used_slots = 0;   // bit i: this PE belongs to a live team using slot i
-  uint64_t used_nodes = 0;   // bit i: lock node i in use
+  uint64_t used_slots = 0;  // bit i: this PE belongs to a live team using slot i
+  uint64_t used_nodes = 0;  // bit i: lock node i in use
   int thread_level = SHMEM_THREAD_MULTIPLE;
   bool mpi_initialized_by_us = false;
-  size_t data_bytes = 0;     // symmetric data+bss size
+  size_t data_bytes = 0;  // symmetric data+bss size
 };
 State& state();
 

@@ -88,55 +88,62 @@ const char* cmp_text(int cmp) {
 
 void wait_until(const void* ivar, int cmp, uint64_t value, Word w, const char* fn) noexcept {
   return capi_call(fn, [&] {
-  check_cmp(cmp);
-  auto& r = rt(fn);
-  wait([&] { return r.test(ivar, static_cast<Cmp>(cmp), value, w); }, fn, ivar, mori::shmem::WaitFrom{}, [&] {
-    char text[160];
-    std::snprintf(text, sizeof(text), "the %d-byte word at %p to become %s 0x%llx (a write by any PE)", w.width, ivar,
-                  cmp_text(cmp), static_cast<unsigned long long>(value));
-    return std::string(text);
-  });
+    check_cmp(cmp);
+    auto& r = rt(fn);
+    wait([&] { return r.test(ivar, static_cast<Cmp>(cmp), value, w); }, fn, ivar, mori::shmem::WaitFrom{},
+         [&] {
+           char text[160];
+           std::snprintf(text, sizeof(text), "the %d-byte word at %p to become %s 0x%llx (a write by any PE)", w.width,
+                         ivar, cmp_text(cmp), static_cast<unsigned long long>(value));
+           return std::string(text);
+         });
   });
 }
 
 int test(const void* ivar, int cmp, uint64_t value, Word w, const char* fn) noexcept {
   return capi_call(fn, [&] {
-  check_cmp(cmp);
-  return rt(fn).test(ivar, static_cast<Cmp>(cmp), value, w) ? 1 : 0;
+    check_cmp(cmp);
+    return rt(fn).test(ivar, static_cast<Cmp>(cmp), value, w) ? 1 : 0;
   });
 }
 
-size_t wait_until_many(Many kind, const void* ivars, size_t elem, size_t n, size_t* indices, const int* status,
-                       int cmp, const void* values, uint64_t scalar, Word w, const char* fn) noexcept {
+size_t wait_until_many(Many kind, const void* ivars, size_t elem, size_t n, size_t* indices, const int* status, int cmp,
+                       const void* values, uint64_t scalar, Word w, const char* fn) noexcept {
   return capi_call(fn, [&] {
-  check_cmp(cmp);
-  auto& r = rt(fn);
-  size_t result = 0;
-  bool done = false;
-  auto base = static_cast<const char*>(ivars);
-  auto vals = static_cast<const char*>(values);
-  wait([&] {
-    result = scan(r, kind, base, elem, n, indices, status, cmp, vals, scalar, w, &done);
-    return done;
-  }, fn, nullptr, mori::shmem::WaitFrom{}, [&] {
-    char text[160];
-    std::snprintf(text, sizeof(text), "%s of the %zu %d-byte words at %p to compare %s (writes by any PE)",
-                  kind == Many::kAll ? "all" : kind == Many::kAny ? "any" : "some", n, w.width, ivars, cmp_text(cmp));
-    return std::string(text);
-  });
-  return result;
+    check_cmp(cmp);
+    auto& r = rt(fn);
+    size_t result = 0;
+    bool done = false;
+    auto base = static_cast<const char*>(ivars);
+    auto vals = static_cast<const char*>(values);
+    wait(
+        [&] {
+          result = scan(r, kind, base, elem, n, indices, status, cmp, vals, scalar, w, &done);
+          return done;
+        },
+        fn, nullptr, mori::shmem::WaitFrom{},
+        [&] {
+          char text[160];
+          std::snprintf(text, sizeof(text), "%s of the %zu %d-byte words at %p to compare %s (writes by any PE)",
+                        kind == Many::kAll   ? "all"
+                        : kind == Many::kAny ? "any"
+                                             : "some",
+                        n, w.width, ivars, cmp_text(cmp));
+          return std::string(text);
+        });
+    return result;
   });
 }
 
 size_t test_many(Many kind, const void* ivars, size_t elem, size_t n, size_t* indices, const int* status, int cmp,
                  const void* values, uint64_t scalar, Word w, const char* fn) noexcept {
   return capi_call(fn, [&]() -> size_t {
-  check_cmp(cmp);
-  bool done = false;
-  size_t result = scan(rt(fn), kind, static_cast<const char*>(ivars), elem, n, indices, status, cmp,
-                       static_cast<const char*>(values), scalar, w, &done);
-  if (kind == Many::kAll) return done ? 1 : 0;
-  return result;
+    check_cmp(cmp);
+    bool done = false;
+    size_t result = scan(rt(fn), kind, static_cast<const char*>(ivars), elem, n, indices, status, cmp,
+                         static_cast<const char*>(values), scalar, w, &done);
+    if (kind == Many::kAll) return done ? 1 : 0;
+    return result;
   });
 }
 
@@ -147,27 +154,29 @@ using namespace mori::capi;
 extern "C" {
 
 uint64_t shmem_signal_fetch(const uint64_t* sig_addr) {
-  return capi_call("shmem_signal_fetch", [&] {
-  return rt("shmem_signal_fetch").signal_fetch(sig_addr);
-  });
+  return capi_call("shmem_signal_fetch", [&] { return rt("shmem_signal_fetch").signal_fetch(sig_addr); });
 }
 
 uint64_t shmem_signal_wait_until(uint64_t* sig_addr, int cmp, uint64_t cmp_value) {
   const char* fn = "shmem_signal_wait_until";
   return capi_call(fn, [&] {
-  check_cmp(cmp);
-  auto& r = rt(fn);
-  uint64_t seen = 0;
-  wait([&] {
-    seen = __atomic_load_n(sig_addr, __ATOMIC_ACQUIRE);
-    return r.test(&seen, static_cast<Cmp>(cmp), cmp_value, word_of<uint64_t>());
-  }, fn, sig_addr, mori::shmem::WaitFrom{}, [&] {
-    char text[160];
-    std::snprintf(text, sizeof(text), "the signal at %p to become %s %llu (it holds %llu)", static_cast<void*>(sig_addr),
-                  cmp_text(cmp), static_cast<unsigned long long>(cmp_value), static_cast<unsigned long long>(seen));
-    return std::string(text);
-  });
-  return seen;
+    check_cmp(cmp);
+    auto& r = rt(fn);
+    uint64_t seen = 0;
+    wait(
+        [&] {
+          seen = __atomic_load_n(sig_addr, __ATOMIC_ACQUIRE);
+          return r.test(&seen, static_cast<Cmp>(cmp), cmp_value, word_of<uint64_t>());
+        },
+        fn, sig_addr, mori::shmem::WaitFrom{},
+        [&] {
+          char text[160];
+          std::snprintf(text, sizeof(text), "the signal at %p to become %s %llu (it holds %llu)",
+                        static_cast<void*>(sig_addr), cmp_text(cmp), static_cast<unsigned long long>(cmp_value),
+                        static_cast<unsigned long long>(seen));
+          return std::string(text);
+        });
+    return seen;
   });
 }
 

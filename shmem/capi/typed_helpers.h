@@ -63,8 +63,8 @@ int test(const void* ivar, int cmp, uint64_t value, mori::shmem::Word w, const c
 enum class Many { kAll, kAny, kSome };
 // Returns: all -> 1 when satisfied; any -> index or SIZE_MAX; some -> count (indices filled).
 // `values` (vector forms) holds one comparison value per element, else `scalar` is used.
-size_t wait_until_many(Many kind, const void* ivars, size_t elem, size_t n, size_t* indices, const int* status,
-                       int cmp, const void* values, uint64_t scalar, mori::shmem::Word w, const char* fn) noexcept;
+size_t wait_until_many(Many kind, const void* ivars, size_t elem, size_t n, size_t* indices, const int* status, int cmp,
+                       const void* values, uint64_t scalar, mori::shmem::Word w, const char* fn) noexcept;
 size_t test_many(Many kind, const void* ivars, size_t elem, size_t n, size_t* indices, const int* status, int cmp,
                  const void* values, uint64_t scalar, mori::shmem::Word w, const char* fn) noexcept;
 
@@ -89,11 +89,11 @@ using OpProd = mori::Combine<mori::ReduceOp::kProd>;
 template <typename T, typename Op>
 int reduce(shmem_team_t team, T* dest, const T* source, size_t n, const char* fn) noexcept {
   return capi_call(fn, [&] {
-  Group g = team_group(team, fn);
-  if (g.me < 0) return -1;
-  if (n) check_symmetric(dest, n * sizeof(T), fn), check_symmetric(source, n * sizeof(T), fn);
-  coll::reduce<T, Op::kOp>(g, dest, source, n, fn);
-  return 0;
+    Group g = team_group(team, fn);
+    if (g.me < 0) return -1;
+    if (n) check_symmetric(dest, n * sizeof(T), fn), check_symmetric(source, n * sizeof(T), fn);
+    coll::reduce<T, Op::kOp>(g, dest, source, n, fn);
+    return 0;
   });
 }
 
@@ -101,11 +101,11 @@ int reduce(shmem_team_t team, T* dest, const T* source, size_t n, const char* fn
 template <typename T, bool kInclusive>
 int sum_scan(shmem_team_t team, T* dest, const T* source, size_t n, const char* fn) noexcept {
   return capi_call(fn, [&] {
-  Group g = team_group(team, fn);
-  if (g.me < 0) return -1;
-  if (n) check_symmetric(dest, n * sizeof(T), fn), check_symmetric(source, n * sizeof(T), fn);
-  coll::reduce<T, OpSum::kOp>(g, dest, source, n, fn, kInclusive ? g.me + 1 : g.me);
-  return 0;
+    Group g = team_group(team, fn);
+    if (g.me < 0) return -1;
+    if (n) check_symmetric(dest, n * sizeof(T), fn), check_symmetric(source, n * sizeof(T), fn);
+    coll::reduce<T, OpSum::kOp>(g, dest, source, n, fn, kInclusive ? g.me + 1 : g.me);
+    return 0;
   });
 }
 
@@ -113,10 +113,10 @@ template <typename T, typename Op>
 void reduce_active(T* dest, const T* source, int nreduce, int start, int log_stride, int size, long* psync,
                    const char* fn) noexcept {
   return capi_call(fn, [&] {
-  if (nreduce < 0) mori::raise(mori::Status::kInvalidArgument, "nreduce is negative (%d)", nreduce);
-  Group g = active_group(start, log_stride, size, psync, fn);
-  if (nreduce) check_symmetric(dest, nreduce * sizeof(T), fn), check_symmetric(source, nreduce * sizeof(T), fn);
-  coll::reduce<T, Op::kOp>(g, dest, source, static_cast<size_t>(nreduce), fn);
+    if (nreduce < 0) mori::raise(mori::Status::kInvalidArgument, "nreduce is negative (%d)", nreduce);
+    Group g = active_group(start, log_stride, size, psync, fn);
+    if (nreduce) check_symmetric(dest, nreduce * sizeof(T), fn), check_symmetric(source, nreduce * sizeof(T), fn);
+    coll::reduce<T, Op::kOp>(g, dest, source, static_cast<size_t>(nreduce), fn);
   });
 }
 

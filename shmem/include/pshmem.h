@@ -13,111 +13,111 @@ extern "C" {
 #endif
 
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_init(void);
-SHMEM_FUNCTION_ATTRIBUTES int pshmem_init_thread(int requested, int *provided);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_query_thread(int *provided);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_query_initialized(int *initialized);
+SHMEM_FUNCTION_ATTRIBUTES int pshmem_init_thread(int requested, int* provided);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_query_thread(int* provided);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_query_initialized(int* initialized);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_finalize(void);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_global_exit(int status) __attribute__((noreturn));
 SHMEM_FUNCTION_ATTRIBUTES int pshmem_my_pe(void);
 SHMEM_FUNCTION_ATTRIBUTES int pshmem_n_pes(void);
 SHMEM_FUNCTION_ATTRIBUTES int pshmem_pe_accessible(int pe);
-SHMEM_FUNCTION_ATTRIBUTES int pshmem_addr_accessible(const void *addr, int pe);
-SHMEM_FUNCTION_ATTRIBUTES void *pshmem_ptr(const void *dest, int pe);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_info_get_version(int *major, int *minor);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_info_get_name(char *name);
+SHMEM_FUNCTION_ATTRIBUTES int pshmem_addr_accessible(const void* addr, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void* pshmem_ptr(const void* dest, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_info_get_version(int* major, int* minor);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_info_get_name(char* name);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_pcontrol(const int level, ...);
-SHMEM_FUNCTION_ATTRIBUTES void *pshmem_malloc(size_t size);
-SHMEM_FUNCTION_ATTRIBUTES void *pshmem_calloc(size_t count, size_t size);
-SHMEM_FUNCTION_ATTRIBUTES void *pshmem_realloc(void *ptr, size_t size);
-SHMEM_FUNCTION_ATTRIBUTES void *pshmem_align(size_t alignment, size_t size);
-SHMEM_FUNCTION_ATTRIBUTES void *pshmem_malloc_with_hints(size_t size, long hints);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_free(void *ptr);
+SHMEM_FUNCTION_ATTRIBUTES void* pshmem_malloc(size_t size);
+SHMEM_FUNCTION_ATTRIBUTES void* pshmem_calloc(size_t count, size_t size);
+SHMEM_FUNCTION_ATTRIBUTES void* pshmem_realloc(void* ptr, size_t size);
+SHMEM_FUNCTION_ATTRIBUTES void* pshmem_align(size_t alignment, size_t size);
+SHMEM_FUNCTION_ATTRIBUTES void* pshmem_malloc_with_hints(size_t size, long hints);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_free(void* ptr);
 SHMEM_FUNCTION_ATTRIBUTES int pshmem_team_my_pe(shmem_team_t team);
 SHMEM_FUNCTION_ATTRIBUTES int pshmem_team_n_pes(shmem_team_t team);
-SHMEM_FUNCTION_ATTRIBUTES int pshmem_team_get_config(shmem_team_t team, long config_mask, shmem_team_config_t *config);
+SHMEM_FUNCTION_ATTRIBUTES int pshmem_team_get_config(shmem_team_t team, long config_mask, shmem_team_config_t* config);
 SHMEM_FUNCTION_ATTRIBUTES int pshmem_team_translate_pe(shmem_team_t src_team, int src_pe, shmem_team_t dest_team);
 SHMEM_FUNCTION_ATTRIBUTES int pshmem_team_split_strided(shmem_team_t parent_team, int start, int stride, int size,
-    const shmem_team_config_t *config, long config_mask, shmem_team_t *new_team);
+    const shmem_team_config_t* config, long config_mask, shmem_team_t* new_team);
 SHMEM_FUNCTION_ATTRIBUTES int pshmem_team_split_2d(shmem_team_t parent_team, int xrange,
-    const shmem_team_config_t *xaxis_config, long xaxis_mask, shmem_team_t *xaxis_team,
-    const shmem_team_config_t *yaxis_config, long yaxis_mask, shmem_team_t *yaxis_team);
+    const shmem_team_config_t* xaxis_config, long xaxis_mask, shmem_team_t* xaxis_team,
+    const shmem_team_config_t* yaxis_config, long yaxis_mask, shmem_team_t* yaxis_team);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_team_destroy(shmem_team_t team);
-SHMEM_FUNCTION_ATTRIBUTES int pshmem_ctx_create(long options, shmem_ctx_t *ctx);
-SHMEM_FUNCTION_ATTRIBUTES int pshmem_team_create_ctx(shmem_team_t team, long options, shmem_ctx_t *ctx);
+SHMEM_FUNCTION_ATTRIBUTES int pshmem_ctx_create(long options, shmem_ctx_t* ctx);
+SHMEM_FUNCTION_ATTRIBUTES int pshmem_team_create_ctx(shmem_team_t team, long options, shmem_ctx_t* ctx);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_ctx_destroy(shmem_ctx_t ctx);
-SHMEM_FUNCTION_ATTRIBUTES int pshmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t *team);
-SHMEM_FUNCTION_ATTRIBUTES uint64_t pshmem_signal_fetch(const uint64_t *sig_addr);
-SHMEM_FUNCTION_ATTRIBUTES uint64_t pshmem_signal_wait_until(uint64_t *sig_addr, int cmp, uint64_t cmp_value);
+SHMEM_FUNCTION_ATTRIBUTES int pshmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t* team);
+SHMEM_FUNCTION_ATTRIBUTES uint64_t pshmem_signal_fetch(const uint64_t* sig_addr);
+SHMEM_FUNCTION_ATTRIBUTES uint64_t pshmem_signal_wait_until(uint64_t* sig_addr, int cmp, uint64_t cmp_value);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_fence(void);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_quiet(void);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_ctx_fence(shmem_ctx_t ctx);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_ctx_quiet(shmem_ctx_t ctx);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_pe_quiet(const int *target_pes, size_t npes);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_ctx_pe_quiet(shmem_ctx_t ctx, const int *target_pes, size_t npes);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_pe_quiet(const int* target_pes, size_t npes);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_ctx_pe_quiet(shmem_ctx_t ctx, const int* target_pes, size_t npes);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_barrier_all(void);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_sync_all(void);
 SHMEM_FUNCTION_ATTRIBUTES int pshmem_team_sync(shmem_team_t team);
-SHMEM_FUNCTION_ATTRIBUTES int pshmem_broadcastmem(shmem_team_t team, void *dest, const void *source, size_t nelems,
+SHMEM_FUNCTION_ATTRIBUTES int pshmem_broadcastmem(shmem_team_t team, void* dest, const void* source, size_t nelems,
     int PE_root);
-SHMEM_FUNCTION_ATTRIBUTES int pshmem_collectmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
-SHMEM_FUNCTION_ATTRIBUTES int pshmem_fcollectmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
-SHMEM_FUNCTION_ATTRIBUTES int pshmem_alltoallmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
-SHMEM_FUNCTION_ATTRIBUTES int pshmem_alltoallsmem(shmem_team_t team, void *dest, const void *source, ptrdiff_t dst,
+SHMEM_FUNCTION_ATTRIBUTES int pshmem_collectmem(shmem_team_t team, void* dest, const void* source, size_t nelems);
+SHMEM_FUNCTION_ATTRIBUTES int pshmem_fcollectmem(shmem_team_t team, void* dest, const void* source, size_t nelems);
+SHMEM_FUNCTION_ATTRIBUTES int pshmem_alltoallmem(shmem_team_t team, void* dest, const void* source, size_t nelems);
+SHMEM_FUNCTION_ATTRIBUTES int pshmem_alltoallsmem(shmem_team_t team, void* dest, const void* source, ptrdiff_t dst,
     ptrdiff_t sst, size_t nelems);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_barrier(int PE_start, int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_sync(int PE_start, int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_broadcast32(void *dest, const void *source, size_t nelems, int PE_root,
-    int PE_start, int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_broadcast64(void *dest, const void *source, size_t nelems, int PE_root,
-    int PE_start, int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_collect32(void *dest, const void *source, size_t nelems, int PE_start,
-    int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_collect64(void *dest, const void *source, size_t nelems, int PE_start,
-    int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_fcollect32(void *dest, const void *source, size_t nelems, int PE_start,
-    int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_fcollect64(void *dest, const void *source, size_t nelems, int PE_start,
-    int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_alltoall32(void *dest, const void *source, size_t nelems, int PE_start,
-    int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_alltoall64(void *dest, const void *source, size_t nelems, int PE_start,
-    int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_alltoalls32(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst,
-    size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_alltoalls64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst,
-    size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_set_lock(long *lock);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_clear_lock(long *lock);
-SHMEM_FUNCTION_ATTRIBUTES int pshmem_test_lock(long *lock);
-SHMEM_FUNCTION_ATTRIBUTES void *pshmem_team_ptr(shmem_team_t team, const void *dest, int pe);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_signal_add(uint64_t *sig_addr, uint64_t signal, int pe);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_signal_set(uint64_t *sig_addr, uint64_t signal, int pe);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_ctx_signal_add(shmem_ctx_t ctx, uint64_t *sig_addr, uint64_t signal, int pe);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_ctx_signal_set(shmem_ctx_t ctx, uint64_t *sig_addr, uint64_t signal, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_barrier(int PE_start, int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_sync(int PE_start, int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_broadcast32(void* dest, const void* source, size_t nelems, int PE_root,
+    int PE_start, int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_broadcast64(void* dest, const void* source, size_t nelems, int PE_root,
+    int PE_start, int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_collect32(void* dest, const void* source, size_t nelems, int PE_start,
+    int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_collect64(void* dest, const void* source, size_t nelems, int PE_start,
+    int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_fcollect32(void* dest, const void* source, size_t nelems, int PE_start,
+    int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_fcollect64(void* dest, const void* source, size_t nelems, int PE_start,
+    int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_alltoall32(void* dest, const void* source, size_t nelems, int PE_start,
+    int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_alltoall64(void* dest, const void* source, size_t nelems, int PE_start,
+    int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_alltoalls32(void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int PE_start, int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_alltoalls64(void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst,
+    size_t nelems, int PE_start, int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_set_lock(long* lock);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_clear_lock(long* lock);
+SHMEM_FUNCTION_ATTRIBUTES int pshmem_test_lock(long* lock);
+SHMEM_FUNCTION_ATTRIBUTES void* pshmem_team_ptr(shmem_team_t team, const void* dest, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_signal_add(uint64_t* sig_addr, uint64_t signal, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_signal_set(uint64_t* sig_addr, uint64_t signal, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_ctx_signal_add(shmem_ctx_t ctx, uint64_t* sig_addr, uint64_t signal, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_ctx_signal_set(shmem_ctx_t ctx, uint64_t* sig_addr, uint64_t signal, int pe);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_ctx_session_start(shmem_ctx_t ctx, long options,
-    const shmem_ctx_session_config_t *config, long config_mask);
+    const shmem_ctx_session_config_t* config, long config_mask);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_ctx_session_stop(shmem_ctx_t ctx);
 SHMEM_FUNCTION_ATTRIBUTES void pstart_pes(int npes);
 SHMEM_FUNCTION_ATTRIBUTES int p_my_pe(void);
 SHMEM_FUNCTION_ATTRIBUTES int p_num_pes(void);
-SHMEM_FUNCTION_ATTRIBUTES void *pshmalloc(size_t size);
-SHMEM_FUNCTION_ATTRIBUTES void pshfree(void *ptr);
-SHMEM_FUNCTION_ATTRIBUTES void *pshrealloc(void *ptr, size_t size);
-SHMEM_FUNCTION_ATTRIBUTES void *pshmemalign(size_t alignment, size_t size);
+SHMEM_FUNCTION_ATTRIBUTES void* pshmalloc(size_t size);
+SHMEM_FUNCTION_ATTRIBUTES void pshfree(void* ptr);
+SHMEM_FUNCTION_ATTRIBUTES void* pshrealloc(void* ptr, size_t size);
+SHMEM_FUNCTION_ATTRIBUTES void* pshmemalign(size_t alignment, size_t size);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_clear_cache_inv(void);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_set_cache_inv(void);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_clear_cache_line_inv(void *dest);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_set_cache_line_inv(void *dest);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_clear_cache_line_inv(void* dest);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_set_cache_line_inv(void* dest);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_udcflush(void);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_udcflush_line(void *dest);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_wait(long *ivar, long cmp_value);
-SHMEM_FUNCTION_ATTRIBUTES void pshmem_wait_until(long *ivar, int cmp, long cmp_value);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_udcflush_line(void* dest);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_wait(long* ivar, long cmp_value);
+SHMEM_FUNCTION_ATTRIBUTES void pshmem_wait_until(long* ivar, int cmp, long cmp_value);
 SHMEM_FUNCTION_ATTRIBUTES double pshmemx_wtime(void);
 SHMEM_FUNCTION_ATTRIBUTES size_t pshmemx_heap_size(void);
 SHMEM_FUNCTION_ATTRIBUTES size_t pshmemx_heap_free(void);
-SHMEM_FUNCTION_ATTRIBUTES void pshmemx_signal_add(uint64_t *sig_addr, uint64_t signal, int pe);
-SHMEM_FUNCTION_ATTRIBUTES void pshmemx_signal_set(uint64_t *sig_addr, uint64_t signal, int pe);
-SHMEM_FUNCTION_ATTRIBUTES void *pshmemx_team_ptr(shmem_team_t team, const void *dest, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void pshmemx_signal_add(uint64_t* sig_addr, uint64_t signal, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void pshmemx_signal_set(uint64_t* sig_addr, uint64_t signal, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void* pshmemx_team_ptr(shmem_team_t team, const void* dest, int pe);
 SHMEM_FUNCTION_ATTRIBUTES size_t pshmemx_symmetric_data_size(void);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_float_put(float *dest, const float *source, size_t nelems, int pe);
 SHMEM_FUNCTION_ATTRIBUTES void pshmem_float_get(float *dest, const float *source, size_t nelems, int pe);

@@ -94,8 +94,8 @@ extern "C" {
 #define SHMEMI_COMPLEXD double _Complex
 #endif
 
-typedef struct mori_shmem_team *shmem_team_t;
-typedef struct mori_shmem_ctx *shmem_ctx_t;
+typedef struct mori_shmem_team* shmem_team_t;
+typedef struct mori_shmem_ctx* shmem_ctx_t;
 typedef struct {
   int num_contexts;
 } shmem_team_config_t;
@@ -111,102 +111,102 @@ SHMEM_FUNCTION_ATTRIBUTES extern struct mori_shmem_ctx mori_shmem_ctx_default;
 
 /* ---------------------------------------------------------------- setup, exit, query */
 SHMEM_FUNCTION_ATTRIBUTES void shmem_init(void);
-SHMEM_FUNCTION_ATTRIBUTES int shmem_init_thread(int requested, int *provided);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_query_thread(int *provided);
+SHMEM_FUNCTION_ATTRIBUTES int shmem_init_thread(int requested, int* provided);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_query_thread(int* provided);
 /* OpenSHMEM 1.6: nonzero while initialized (init/finalize calls are counted and matched). */
-SHMEM_FUNCTION_ATTRIBUTES void shmem_query_initialized(int *initialized);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_query_initialized(int* initialized);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_finalize(void);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_global_exit(int status) __attribute__((noreturn));
 SHMEM_FUNCTION_ATTRIBUTES int shmem_my_pe(void);
 SHMEM_FUNCTION_ATTRIBUTES int shmem_n_pes(void);
 SHMEM_FUNCTION_ATTRIBUTES int shmem_pe_accessible(int pe);
-SHMEM_FUNCTION_ATTRIBUTES int shmem_addr_accessible(const void *addr, int pe);
-SHMEM_FUNCTION_ATTRIBUTES void *shmem_ptr(const void *dest, int pe);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_info_get_version(int *major, int *minor);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_info_get_name(char *name);
+SHMEM_FUNCTION_ATTRIBUTES int shmem_addr_accessible(const void* addr, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void* shmem_ptr(const void* dest, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_info_get_version(int* major, int* minor);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_info_get_name(char* name);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_pcontrol(const int level, ...);
 
 /* ---------------------------------------------------------------- memory */
-SHMEM_FUNCTION_ATTRIBUTES void *shmem_malloc(size_t size);
-SHMEM_FUNCTION_ATTRIBUTES void *shmem_calloc(size_t count, size_t size);
-SHMEM_FUNCTION_ATTRIBUTES void *shmem_realloc(void *ptr, size_t size);
-SHMEM_FUNCTION_ATTRIBUTES void *shmem_align(size_t alignment, size_t size);
-SHMEM_FUNCTION_ATTRIBUTES void *shmem_malloc_with_hints(size_t size, long hints);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_free(void *ptr);
+SHMEM_FUNCTION_ATTRIBUTES void* shmem_malloc(size_t size);
+SHMEM_FUNCTION_ATTRIBUTES void* shmem_calloc(size_t count, size_t size);
+SHMEM_FUNCTION_ATTRIBUTES void* shmem_realloc(void* ptr, size_t size);
+SHMEM_FUNCTION_ATTRIBUTES void* shmem_align(size_t alignment, size_t size);
+SHMEM_FUNCTION_ATTRIBUTES void* shmem_malloc_with_hints(size_t size, long hints);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_free(void* ptr);
 
 /* ---------------------------------------------------------------- teams */
 SHMEM_FUNCTION_ATTRIBUTES int shmem_team_my_pe(shmem_team_t team);
 SHMEM_FUNCTION_ATTRIBUTES int shmem_team_n_pes(shmem_team_t team);
-SHMEM_FUNCTION_ATTRIBUTES int shmem_team_get_config(shmem_team_t team, long config_mask, shmem_team_config_t *config);
+SHMEM_FUNCTION_ATTRIBUTES int shmem_team_get_config(shmem_team_t team, long config_mask, shmem_team_config_t* config);
 SHMEM_FUNCTION_ATTRIBUTES int shmem_team_translate_pe(shmem_team_t src_team, int src_pe, shmem_team_t dest_team);
 SHMEM_FUNCTION_ATTRIBUTES int shmem_team_split_strided(shmem_team_t parent_team, int start, int stride, int size,
-                                                       const shmem_team_config_t *config, long config_mask,
-                                                       shmem_team_t *new_team);
+                                                       const shmem_team_config_t* config, long config_mask,
+                                                       shmem_team_t* new_team);
 SHMEM_FUNCTION_ATTRIBUTES int shmem_team_split_2d(shmem_team_t parent_team, int xrange,
-                                                  const shmem_team_config_t *xaxis_config, long xaxis_mask,
-                                                  shmem_team_t *xaxis_team, const shmem_team_config_t *yaxis_config,
-                                                  long yaxis_mask, shmem_team_t *yaxis_team);
+                                                  const shmem_team_config_t* xaxis_config, long xaxis_mask,
+                                                  shmem_team_t* xaxis_team, const shmem_team_config_t* yaxis_config,
+                                                  long yaxis_mask, shmem_team_t* yaxis_team);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_team_destroy(shmem_team_t team);
 
 /* ---------------------------------------------------------------- contexts */
-SHMEM_FUNCTION_ATTRIBUTES int shmem_ctx_create(long options, shmem_ctx_t *ctx);
-SHMEM_FUNCTION_ATTRIBUTES int shmem_team_create_ctx(shmem_team_t team, long options, shmem_ctx_t *ctx);
+SHMEM_FUNCTION_ATTRIBUTES int shmem_ctx_create(long options, shmem_ctx_t* ctx);
+SHMEM_FUNCTION_ATTRIBUTES int shmem_team_create_ctx(shmem_team_t team, long options, shmem_ctx_t* ctx);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_destroy(shmem_ctx_t ctx);
-SHMEM_FUNCTION_ATTRIBUTES int shmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t *team);
+SHMEM_FUNCTION_ATTRIBUTES int shmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t* team);
 
 /* ---------------------------------------------------------------- signals, ordering */
-SHMEM_FUNCTION_ATTRIBUTES uint64_t shmem_signal_fetch(const uint64_t *sig_addr);
-SHMEM_FUNCTION_ATTRIBUTES uint64_t shmem_signal_wait_until(uint64_t *sig_addr, int cmp, uint64_t cmp_value);
+SHMEM_FUNCTION_ATTRIBUTES uint64_t shmem_signal_fetch(const uint64_t* sig_addr);
+SHMEM_FUNCTION_ATTRIBUTES uint64_t shmem_signal_wait_until(uint64_t* sig_addr, int cmp, uint64_t cmp_value);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_fence(void);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_quiet(void);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_fence(shmem_ctx_t ctx);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_quiet(shmem_ctx_t ctx);
 /* OpenSHMEM 1.6: complete the operations to the listed PEs (MORI completes all of them). */
-SHMEM_FUNCTION_ATTRIBUTES void shmem_pe_quiet(const int *target_pes, size_t npes);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_pe_quiet(shmem_ctx_t ctx, const int *target_pes, size_t npes);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_pe_quiet(const int* target_pes, size_t npes);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_pe_quiet(shmem_ctx_t ctx, const int* target_pes, size_t npes);
 
 /* ---------------------------------------------------------------- collectives */
 SHMEM_FUNCTION_ATTRIBUTES void shmem_barrier_all(void);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_sync_all(void);
 SHMEM_FUNCTION_ATTRIBUTES int shmem_team_sync(shmem_team_t team);
-SHMEM_FUNCTION_ATTRIBUTES int shmem_broadcastmem(shmem_team_t team, void *dest, const void *source, size_t nelems,
+SHMEM_FUNCTION_ATTRIBUTES int shmem_broadcastmem(shmem_team_t team, void* dest, const void* source, size_t nelems,
                                                  int PE_root);
-SHMEM_FUNCTION_ATTRIBUTES int shmem_collectmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
-SHMEM_FUNCTION_ATTRIBUTES int shmem_fcollectmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
-SHMEM_FUNCTION_ATTRIBUTES int shmem_alltoallmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
-SHMEM_FUNCTION_ATTRIBUTES int shmem_alltoallsmem(shmem_team_t team, void *dest, const void *source, ptrdiff_t dst,
+SHMEM_FUNCTION_ATTRIBUTES int shmem_collectmem(shmem_team_t team, void* dest, const void* source, size_t nelems);
+SHMEM_FUNCTION_ATTRIBUTES int shmem_fcollectmem(shmem_team_t team, void* dest, const void* source, size_t nelems);
+SHMEM_FUNCTION_ATTRIBUTES int shmem_alltoallmem(shmem_team_t team, void* dest, const void* source, size_t nelems);
+SHMEM_FUNCTION_ATTRIBUTES int shmem_alltoallsmem(shmem_team_t team, void* dest, const void* source, ptrdiff_t dst,
                                                  ptrdiff_t sst, size_t nelems);
 
 /* Active-set collectives (1.4; deprecated in 1.5 but used by most suites). */
-SHMEM_FUNCTION_ATTRIBUTES void shmem_barrier(int PE_start, int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_sync(int PE_start, int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_broadcast32(void *dest, const void *source, size_t nelems, int PE_root,
-                                                 int PE_start, int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_broadcast64(void *dest, const void *source, size_t nelems, int PE_root,
-                                                 int PE_start, int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_collect32(void *dest, const void *source, size_t nelems, int PE_start,
-                                               int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_collect64(void *dest, const void *source, size_t nelems, int PE_start,
-                                               int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_fcollect32(void *dest, const void *source, size_t nelems, int PE_start,
-                                                int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_fcollect64(void *dest, const void *source, size_t nelems, int PE_start,
-                                                int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_alltoall32(void *dest, const void *source, size_t nelems, int PE_start,
-                                                int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_alltoall64(void *dest, const void *source, size_t nelems, int PE_start,
-                                                int logPE_stride, int PE_size, long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_alltoalls32(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst,
+SHMEM_FUNCTION_ATTRIBUTES void shmem_barrier(int PE_start, int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_sync(int PE_start, int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_broadcast32(void* dest, const void* source, size_t nelems, int PE_root,
+                                                 int PE_start, int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_broadcast64(void* dest, const void* source, size_t nelems, int PE_root,
+                                                 int PE_start, int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_collect32(void* dest, const void* source, size_t nelems, int PE_start,
+                                               int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_collect64(void* dest, const void* source, size_t nelems, int PE_start,
+                                               int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_fcollect32(void* dest, const void* source, size_t nelems, int PE_start,
+                                                int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_fcollect64(void* dest, const void* source, size_t nelems, int PE_start,
+                                                int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_alltoall32(void* dest, const void* source, size_t nelems, int PE_start,
+                                                int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_alltoall64(void* dest, const void* source, size_t nelems, int PE_start,
+                                                int logPE_stride, int PE_size, long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_alltoalls32(void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst,
                                                  size_t nelems, int PE_start, int logPE_stride, int PE_size,
-                                                 long *pSync);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_alltoalls64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst,
+                                                 long* pSync);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_alltoalls64(void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst,
                                                  size_t nelems, int PE_start, int logPE_stride, int PE_size,
-                                                 long *pSync);
+                                                 long* pSync);
 
 /* ---------------------------------------------------------------- locks */
-SHMEM_FUNCTION_ATTRIBUTES void shmem_set_lock(long *lock);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_clear_lock(long *lock);
-SHMEM_FUNCTION_ATTRIBUTES int shmem_test_lock(long *lock);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_set_lock(long* lock);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_clear_lock(long* lock);
+SHMEM_FUNCTION_ATTRIBUTES int shmem_test_lock(long* lock);
 
 /* ---------------------------------------------------------------- OpenSHMEM 1.6 additions */
 /* (typed ibput/ibget and sum_inscan/exscan are in mori_shmem/typed.h; docs/shmem-c.md lists
@@ -216,31 +216,31 @@ SHMEM_FUNCTION_ATTRIBUTES int shmem_test_lock(long *lock);
 typedef struct {
   size_t total_ops;
 } shmem_ctx_session_config_t;
-SHMEM_FUNCTION_ATTRIBUTES void *shmem_team_ptr(shmem_team_t team, const void *dest, int pe);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_signal_add(uint64_t *sig_addr, uint64_t signal, int pe);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_signal_set(uint64_t *sig_addr, uint64_t signal, int pe);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_signal_add(shmem_ctx_t ctx, uint64_t *sig_addr, uint64_t signal, int pe);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_signal_set(shmem_ctx_t ctx, uint64_t *sig_addr, uint64_t signal, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void* shmem_team_ptr(shmem_team_t team, const void* dest, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_signal_add(uint64_t* sig_addr, uint64_t signal, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_signal_set(uint64_t* sig_addr, uint64_t signal, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_signal_add(shmem_ctx_t ctx, uint64_t* sig_addr, uint64_t signal, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_signal_set(shmem_ctx_t ctx, uint64_t* sig_addr, uint64_t signal, int pe);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_session_start(shmem_ctx_t ctx, long options,
-                                                       const shmem_ctx_session_config_t *config, long config_mask);
+                                                       const shmem_ctx_session_config_t* config, long config_mask);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_ctx_session_stop(shmem_ctx_t ctx);
 
 /* ---------------------------------------------------------------- deprecated names */
 SHMEM_FUNCTION_ATTRIBUTES void start_pes(int npes);
 SHMEM_FUNCTION_ATTRIBUTES int _my_pe(void);
 SHMEM_FUNCTION_ATTRIBUTES int _num_pes(void);
-SHMEM_FUNCTION_ATTRIBUTES void *shmalloc(size_t size);
-SHMEM_FUNCTION_ATTRIBUTES void shfree(void *ptr);
-SHMEM_FUNCTION_ATTRIBUTES void *shrealloc(void *ptr, size_t size);
-SHMEM_FUNCTION_ATTRIBUTES void *shmemalign(size_t alignment, size_t size);
+SHMEM_FUNCTION_ATTRIBUTES void* shmalloc(size_t size);
+SHMEM_FUNCTION_ATTRIBUTES void shfree(void* ptr);
+SHMEM_FUNCTION_ATTRIBUTES void* shrealloc(void* ptr, size_t size);
+SHMEM_FUNCTION_ATTRIBUTES void* shmemalign(size_t alignment, size_t size);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_clear_cache_inv(void);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_set_cache_inv(void);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_clear_cache_line_inv(void *dest);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_set_cache_line_inv(void *dest);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_clear_cache_line_inv(void* dest);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_set_cache_line_inv(void* dest);
 SHMEM_FUNCTION_ATTRIBUTES void shmem_udcflush(void);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_udcflush_line(void *dest);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_wait(long *ivar, long cmp_value);
-SHMEM_FUNCTION_ATTRIBUTES void shmem_wait_until(long *ivar, int cmp, long cmp_value);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_udcflush_line(void* dest);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_wait(long* ivar, long cmp_value);
+SHMEM_FUNCTION_ATTRIBUTES void shmem_wait_until(long* ivar, int cmp, long cmp_value);
 
 #ifdef __cplusplus
 }

@@ -25,10 +25,10 @@ SHMEM_FUNCTION_ATTRIBUTES double shmemx_wtime(void);
 SHMEM_FUNCTION_ATTRIBUTES size_t shmemx_heap_size(void);
 SHMEM_FUNCTION_ATTRIBUTES size_t shmemx_heap_free(void);
 /* OpenSHMEM 1.6: update a remote signal without data. */
-SHMEM_FUNCTION_ATTRIBUTES void shmemx_signal_add(uint64_t *sig_addr, uint64_t signal, int pe);
-SHMEM_FUNCTION_ATTRIBUTES void shmemx_signal_set(uint64_t *sig_addr, uint64_t signal, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void shmemx_signal_add(uint64_t* sig_addr, uint64_t signal, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void shmemx_signal_set(uint64_t* sig_addr, uint64_t signal, int pe);
 /* OpenSHMEM 1.6: shmem_ptr with a team-relative PE number. */
-SHMEM_FUNCTION_ATTRIBUTES void *shmemx_team_ptr(shmem_team_t team, const void *dest, int pe);
+SHMEM_FUNCTION_ATTRIBUTES void* shmemx_team_ptr(shmem_team_t team, const void* dest, int pe);
 /* Bytes of the program's data+bss made symmetric at init (0 when disabled). */
 SHMEM_FUNCTION_ATTRIBUTES size_t shmemx_symmetric_data_size(void);
 

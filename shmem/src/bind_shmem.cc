@@ -35,7 +35,8 @@ void local_word(const Runtime& r, uintptr_t addr, int width, const char* caller)
 shmem::Word wait_word(int width, int num, const char* caller) {
   if (width != 1 && width != 2 && width != 4 && width != 8)
     raise(Status::kInvalidArgument, "%s: word width must be 1, 2, 4 or 8 bytes, got %d", caller, width);
-  if (num < 0 || num > static_cast<int>(shmem::Num::kFloat) || (num == static_cast<int>(shmem::Num::kFloat) && width < 4))
+  if (num < 0 || num > static_cast<int>(shmem::Num::kFloat) ||
+      (num == static_cast<int>(shmem::Num::kFloat) && width < 4))
     raise(Status::kInvalidArgument, "%s: unknown number kind %d for a %d-byte word", caller, num, width);
   return shmem::Word{width, static_cast<shmem::Num>(num)};
 }
@@ -95,8 +96,9 @@ void bind_shmem(py::module_& m) {
   // The inits wait for the other PEs (up to MORI_BOOTSTRAP_TIMEOUT) without the GIL: another
   // thread of the process keeps running meanwhile (and is told at once if it tries to be a
   // second PE, see shmem/api.py), instead of the whole interpreter stopping for the timeout.
-  m.def("init_single", [] { Runtime::init(make_single_bootstrap()); }, py::call_guard<py::gil_scoped_release>(),
-        "Initialize a job of one PE.");
+  m.def(
+      "init_single", [] { Runtime::init(make_single_bootstrap()); }, py::call_guard<py::gil_scoped_release>(),
+      "Initialize a job of one PE.");
   m.def(
       "init_unique_id",
       [](py::bytes uid, int rank, int nranks) {
@@ -116,8 +118,9 @@ void bind_shmem(py::module_& m) {
       },
       py::arg("host"), py::arg("port"), py::arg("secret_hex"), py::arg("rank"), py::arg("nranks"),
       py::arg("host_locally") = false, py::arg("store_rank") = -1);
-  m.def("init_python", [](py::object impl) { Runtime::init(make_python_bootstrap(std::move(impl))); },
-        py::arg("bootstrap"));
+  m.def(
+      "init_python", [](py::object impl) { Runtime::init(make_python_bootstrap(std::move(impl))); },
+      py::arg("bootstrap"));
   m.def("finalize", [] { Runtime::finalize(); });
   m.def("initialized", &Runtime::initialized);
 
@@ -212,16 +215,10 @@ void bind_shmem(py::module_& m) {
         }
       },
       py::arg("dst"), py::arg("src"), py::arg("nbytes"), py::arg("pe"), py::arg("nbi") = false);
-  m.def(
-      "iput",
-      [](uintptr_t dst, uintptr_t src, ptrdiff_t dst_stride, ptrdiff_t src_stride, size_t nelems, size_t elem, int pe) {
-        rt("shmem_iput").iput(vp(dst), vp(src), dst_stride, src_stride, nelems, elem, pe);
-      });
-  m.def(
-      "iget",
-      [](uintptr_t dst, uintptr_t src, ptrdiff_t dst_stride, ptrdiff_t src_stride, size_t nelems, size_t elem, int pe) {
-        rt("shmem_iget").iget(vp(dst), vp(src), dst_stride, src_stride, nelems, elem, pe);
-      });
+  m.def("iput", [](uintptr_t dst, uintptr_t src, ptrdiff_t dst_stride, ptrdiff_t src_stride, size_t nelems, size_t elem,
+                   int pe) { rt("shmem_iput").iput(vp(dst), vp(src), dst_stride, src_stride, nelems, elem, pe); });
+  m.def("iget", [](uintptr_t dst, uintptr_t src, ptrdiff_t dst_stride, ptrdiff_t src_stride, size_t nelems, size_t elem,
+                   int pe) { rt("shmem_iget").iget(vp(dst), vp(src), dst_stride, src_stride, nelems, elem, pe); });
   m.def(
       "atomic",
       [](uintptr_t target, int op, int width, uint64_t operand, uint64_t compare, int pe) {
@@ -233,9 +230,11 @@ void bind_shmem(py::module_& m) {
   m.def(
       "put_signal",
       [](uintptr_t dst, uintptr_t src, size_t n, uintptr_t sig, uint64_t value, int op, int pe, bool nbi) {
-        if (op != 0 && op != 1) raise(Status::kInvalidArgument, "sig_op must be SIGNAL_SET (0) or SIGNAL_ADD (1), got %d", op);
+        if (op != 0 && op != 1)
+          raise(Status::kInvalidArgument, "sig_op must be SIGNAL_SET (0) or SIGNAL_ADD (1), got %d", op);
         rt("shmem_put_signal")
-            .put_signal(vp(dst), vp(src), n, static_cast<uint64_t*>(vp(sig)), value, static_cast<SignalOp>(op), pe, nbi);
+            .put_signal(vp(dst), vp(src), n, static_cast<uint64_t*>(vp(sig)), value, static_cast<SignalOp>(op), pe,
+                        nbi);
       },
       py::arg("dst"), py::arg("src"), py::arg("nbytes"), py::arg("signal"), py::arg("value"), py::arg("sig_op"),
       py::arg("pe"), py::arg("nbi") = false);

@@ -21,13 +21,15 @@ GpuHeap& heap(const char* caller) { return Runtime::get(caller).gpu_heap(caller)
 void bind_shmem_gpu(py::module_& m) {
   m.def("built_with_cuda", &GpuHeap::built_with_cuda, "Whether this MORI has its CUDA code compiled in.");
   m.def("cuda_device_count", &GpuHeap::device_count, "CUDA devices this process sees (0 without CUDA).");
-  m.def("pointer_device", [](uintptr_t ptr) { return GpuHeap::pointer_device(vp(ptr)); }, py::arg("ptr"),
-        "CUDA device whose memory the address points into, else -1 (host memory).");
+  m.def(
+      "pointer_device", [](uintptr_t ptr) { return GpuHeap::pointer_device(vp(ptr)); }, py::arg("ptr"),
+      "CUDA device whose memory the address points into, else -1 (host memory).");
   m.def("bind_device", &Runtime::bind_device, py::arg("device"),
         "Device the next init binds when MORI_DEVICE is unset (-1: none).");
   // `caller`: the API function the "used before init" error names (shmem_malloc, not gpu_bound).
-  m.def("gpu_bound", [](const std::string& caller) { return Runtime::get(caller.c_str()).gpu() != nullptr; },
-        py::arg("caller") = "gpu_bound");
+  m.def(
+      "gpu_bound", [](const std::string& caller) { return Runtime::get(caller.c_str()).gpu() != nullptr; },
+      py::arg("caller") = "gpu_bound");
   m.def("gpu_device", [] {
     GpuHeap* h = Runtime::get("gpu_device").gpu();
     return h ? h->device() : -1;
@@ -47,7 +49,8 @@ void bind_shmem_gpu(py::module_& m) {
     r.check_pe(pe, "gpu_reachable");
     return r.gpu_heap("gpu_reachable").reachable(pe);
   });
-  m.def("device_transport_name", [](int pe) { return std::string(Runtime::get("transport_name").device_transport_name(pe)); });
+  m.def("device_transport_name",
+        [](int pe) { return std::string(Runtime::get("transport_name").device_transport_name(pe)); });
   m.def("device_state_ptr", [] { return ip(heap("device_state_ptr").device_state_ptr()); });
   m.def("device_state_bytes", [] {
     const auto& s = heap("device_state_bytes").device_state();

@@ -37,8 +37,10 @@ void push_broadcast(Group& g, void* dest, const void* source, size_t bytes, int 
     for (int m = below >> 1; m >= 1; m >>= 1) {
       if (rel + m >= n) continue;
       const int pe = g.pes[(rel + m + root) % n];
-      if (bytes) r.put_signal(dest, data, bytes, g.released, 1, SignalOp::kSet, pe, true);
-      else r.notify(nullptr, nullptr, 0, g.released, 1, SignalOp::kSet, pe, fn);
+      if (bytes)
+        r.put_signal(dest, data, bytes, g.released, 1, SignalOp::kSet, pe, true);
+      else
+        r.notify(nullptr, nullptr, 0, g.released, 1, SignalOp::kSet, pe, fn);
       sent = true;
     }
     if (sent) r.quiet();  // the data (source, or this PE's dest) may be reused on return
@@ -48,11 +50,12 @@ void push_broadcast(Group& g, void* dest, const void* source, size_t bytes, int 
     const uint64_t others = static_cast<uint64_t>(n - 1);
     bool rung = true;
     for (int k = 0; k < n; ++k) rung = rung && (k == g.me || r.rings_on_delivery(g.pes[k]));
-    tuned_wait(r, [&] { return __atomic_load_n(ready, __ATOMIC_ACQUIRE) >= others; }, fn, ready, WaitFrom{-1, 0, rung},
-               [&] {
-                 return "the broadcast's members to free their dest (" +
-                        std::to_string(__atomic_load_n(ready, __ATOMIC_ACQUIRE)) + " of " + std::to_string(others) + ")";
-               });
+    tuned_wait(
+        r, [&] { return __atomic_load_n(ready, __ATOMIC_ACQUIRE) >= others; }, fn, ready, WaitFrom{-1, 0, rung},
+        [&] {
+          return "the broadcast's members to free their dest (" +
+                 std::to_string(__atomic_load_n(ready, __ATOMIC_ACQUIRE)) + " of " + std::to_string(others) + ")";
+        });
     __atomic_fetch_sub(ready, others, __ATOMIC_ACQ_REL);
     int top = 1;
     while (top < n) top <<= 1;
@@ -64,9 +67,9 @@ void push_broadcast(Group& g, void* dest, const void* source, size_t bytes, int 
   const int low = rel & -rel;  // the parent is rel - low
   const int from = g.pes[(rel - low + root) % n];
   uint64_t* mine = g.released;
-  tuned_wait(r, [&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) != 0; }, fn, mine, WaitFrom{from, 0, false}, [&] {
-    return "PE " + std::to_string(from) + " to pass on the broadcast of PE " + std::to_string(g.pes[root]);
-  });
+  tuned_wait(
+      r, [&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) != 0; }, fn, mine, WaitFrom{from, 0, false},
+      [&] { return "PE " + std::to_string(from) + " to pass on the broadcast of PE " + std::to_string(g.pes[root]); });
   __atomic_store_n(mine, 0, __ATOMIC_RELAXED);
   send_subtrees(dest, low);
 }
@@ -168,8 +171,10 @@ void broadcast(Group& g, void* dest, const void* source, size_t bytes, int root,
   if (!shares_this_host(g, r)) return push_broadcast(g, dest, source, bytes, root, root_copies, fn);
   barrier(g, fn);  // the root's source is ready and every dest is free
   if (bytes) {
-    if (g.me != root) r.get(dest, source, bytes, g.pes[root]);
-    else if (root_copies && dest != source) std::memmove(dest, source, bytes);
+    if (g.me != root)
+      r.get(dest, source, bytes, g.pes[root]);
+    else if (root_copies && dest != source)
+      std::memmove(dest, source, bytes);
   }
   barrier(g, fn);  // the root may reuse its source
 }
@@ -177,7 +182,8 @@ void broadcast(Group& g, void* dest, const void* source, size_t bytes, int root,
 void fcollect(Group& g, void* dest, const void* source, size_t bytes, const char* fn) {
   auto& r = Runtime::get(fn);
   if (StagedParts parts = stage_and_meet(g, source, bytes, fn); parts.valid()) {
-    for (int j = 0; j < g.n; ++j) std::memcpy(static_cast<char*>(dest) + static_cast<size_t>(j) * bytes, parts.part(j), bytes);
+    for (int j = 0; j < g.n; ++j)
+      std::memcpy(static_cast<char*>(dest) + static_cast<size_t>(j) * bytes, parts.part(j), bytes);
     return;
   }
   if (inbox().usable(g, bytes, r)) {
@@ -224,9 +230,10 @@ void collect(Group& g, void* dest, const void* source, size_t bytes, const char*
   if (g.me > 0) {
     uint64_t* mine = g.chain;
     int from = g.pes[g.me - 1];
-    tuned_wait(r, [&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) != 0; }, fn, mine,
-               WaitFrom{from, 0, r.rings_on_delivery(from)},
-               [&] { return "PE " + std::to_string(from) + " to pass on the running offset of collect"; });
+    tuned_wait(
+        r, [&] { return __atomic_load_n(mine, __ATOMIC_ACQUIRE) != 0; }, fn, mine,
+        WaitFrom{from, 0, r.rings_on_delivery(from)},
+        [&] { return "PE " + std::to_string(from) + " to pass on the running offset of collect"; });
     offset = __atomic_load_n(mine, __ATOMIC_ACQUIRE) - 1;
     __atomic_store_n(mine, 0, __ATOMIC_RELEASE);
   }
@@ -271,8 +278,10 @@ void alltoalls(Group& g, void* dest, const void* source, ptrdiff_t dst, ptrdiff_
       int j = (g.me + k) % g.n;
       char* d = static_cast<char*>(dest) + static_cast<ptrdiff_t>(j * nelems * elem) * dst;
       const char* s = static_cast<const char*>(source) + static_cast<ptrdiff_t>(g.me * nelems * elem) * sst;
-      if (dst == 1 && sst == 1) r.get(d, s, nelems * elem, g.pes[j], true);
-      else r.iget(d, s, dst, sst, nelems, elem, g.pes[j]);
+      if (dst == 1 && sst == 1)
+        r.get(d, s, nelems * elem, g.pes[j], true);
+      else
+        r.iget(d, s, dst, sst, nelems, elem, g.pes[j]);
     }
   }
   barrier(g, fn);  // its quiet completes the gets
@@ -379,7 +388,8 @@ void allreduce_parts(Group& g, const Combiner& c, void* out, const char* const* 
   char* o = static_cast<char*>(out);
   for (size_t step = 0; step < n; ++step) {
     const size_t j = (me + step) % n;  // start at different members to spread the traffic
-    if (hi(j) > lo(j)) pull(g, o + lo(j) * e, result + lo(j) * e, static_cast<int>(j), (hi(j) - lo(j)) * e, traffic, true);
+    if (hi(j) > lo(j))
+      pull(g, o + lo(j) * e, result + lo(j) * e, static_cast<int>(j), (hi(j) - lo(j)) * e, traffic, true);
   }
   Runtime::get(fn).quiet();  // the pulls through a transport overlapped; they are complete now
 }

@@ -54,8 +54,7 @@ void Inbox::teardown() {
 }
 
 bool Inbox::usable(const Group& g, size_t bytes, Runtime& r) const {
-  return slots_ && g.n > 1 && bytes <= kMessageBytes && n_pes_ == r.n_pes() && g.channel >= 0 &&
-         g.channel < kChannels;
+  return slots_ && g.n > 1 && bytes <= kMessageBytes && n_pes_ == r.n_pes() && g.channel >= 0 && g.channel < kChannels;
 }
 
 Inbox::Slot* Inbox::slot(int channel, int sender, uint64_t seq) const {
@@ -75,9 +74,9 @@ bool Inbox::stageable(const Group& g, size_t bytes, Runtime& r) const {
 
 char* Inbox::staged_part(const Group& g, int member, uint64_t parity, Runtime& r) const {
   const int wide = wide_index(g.channel);
-  unsigned char* local =
-      wide >= 0 ? wide_stages_ + ((static_cast<size_t>(wide) * n_pes_ + member) * 2 + parity) * wide_part_
-                : stages_ + ((index(g.channel, member) * 2) + parity) * kMessageBytes;
+  unsigned char* local = wide >= 0
+                             ? wide_stages_ + ((static_cast<size_t>(wide) * n_pes_ + member) * 2 + parity) * wide_part_
+                             : stages_ + ((index(g.channel, member) * 2) + parity) * kMessageBytes;
   return static_cast<char*>(r.ptr(local, g.pes[0]));
 }
 
@@ -89,11 +88,13 @@ void Inbox::send(const Group& g, int to, const void* data, size_t bytes, const c
   // The slot holds message next-2 until the receiver acknowledged it.
   if (next > 2) {
     uint64_t* taken = &ack(g.channel, pe)->seq;
-    tuned_wait(r, [&] { return __atomic_load_n(taken, __ATOMIC_ACQUIRE) >= next - 2; }, fn, taken,
-         WaitFrom{pe, 0, r.rings_on_delivery(pe)}, [&] {
-           return "PE " + std::to_string(pe) + " to take collective message " + std::to_string(next - 2) +
-                  " from its inbox";
-         });
+    tuned_wait(
+        r, [&] { return __atomic_load_n(taken, __ATOMIC_ACQUIRE) >= next - 2; }, fn, taken,
+        WaitFrom{pe, 0, r.rings_on_delivery(pe)},
+        [&] {
+          return "PE " + std::to_string(pe) + " to take collective message " + std::to_string(next - 2) +
+                 " from its inbox";
+        });
   }
   Slot* s = slot(g.channel, my_pe_, next);
   r.notify(s->data, data, bytes, &s->seq, next, SignalOp::kSet, pe, fn);
@@ -106,11 +107,13 @@ void Inbox::receive(const Group& g, int from, void* out, size_t bytes, const cha
   uint64_t& seq = received_[index(g.channel, pe)];
   const uint64_t next = seq + 1;
   Slot* s = slot(g.channel, pe, next);
-  tuned_wait(r, [&] { return __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE) == next; }, fn, &s->seq, WaitFrom{pe, 0, r.rings_on_delivery(pe)},
-       [&] {
-         return "PE " + std::to_string(pe) + " to send its part of the collective (message " + std::to_string(next) +
-                ")";
-       });
+  tuned_wait(
+      r, [&] { return __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE) == next; }, fn, &s->seq,
+      WaitFrom{pe, 0, r.rings_on_delivery(pe)},
+      [&] {
+        return "PE " + std::to_string(pe) + " to send its part of the collective (message " + std::to_string(next) +
+               ")";
+      });
   if (bytes) std::memcpy(out, s->data, bytes);
   seq = next;
   r.notify(nullptr, nullptr, 0, &ack(g.channel, my_pe_)->seq, next, SignalOp::kSet, pe, fn);

@@ -97,8 +97,8 @@ int GpuHeap::pointer_device(const void* ptr) {
 std::unique_ptr<GpuHeap> GpuHeap::create(Runtime& rt, int device, size_t bytes) {
   int count = device_count();
   if (device < 0 || device >= count)
-    raise(Status::kInvalidArgument, "PE %d: CUDA device %d does not exist (this process sees %d device(s))",
-          rt.my_pe(), device, count);
+    raise(Status::kInvalidArgument, "PE %d: CUDA device %d does not exist (this process sees %d device(s))", rt.my_pe(),
+          device, count);
   if (rt.n_pes() > kGpuMaxPes)
     raise(Status::kUnavailable, "the GPU heap supports at most %d PEs, the job has %d", kGpuMaxPes, rt.n_pes());
   bytes = (bytes + 4095) / 4096 * 4096;
@@ -119,7 +119,8 @@ std::unique_ptr<GpuHeap> GpuHeap::create(Runtime& rt, int device, size_t bytes) 
   const auto& settings = env::get();
   // Which peers this GPU reaches by load/store: the registry's device table (cuda) says.
   heap->transport_ = dynamic_cast<CudaTransport*>(&rt.choose_device_transports(device));
-  if (!heap->transport_) raise(Status::kInternal, "PE %d: device memory is not reached by the cuda transport", rt.my_pe());
+  if (!heap->transport_)
+    raise(Status::kInternal, "PE %d: device memory is not reached by the cuda transport", rt.my_pe());
 
   void* base = nullptr;
   cudaError_t err = cudaMalloc(&base, bytes);
@@ -151,8 +152,8 @@ std::unique_ptr<GpuHeap> GpuHeap::create(Runtime& rt, int device, size_t bytes) 
   heap->host_state_ = st;
   heap->state_ = st;
   heap->state_.peer_base = heap->host_peer_base_.data();
-  MORI_CUDA_CHECK(cudaMemcpy(heap->base_ + kGpuPeerBaseOffset, heap->host_peer_base_.data(),
-                             sizeof(char*) * rt.n_pes(), cudaMemcpyHostToDevice));
+  MORI_CUDA_CHECK(cudaMemcpy(heap->base_ + kGpuPeerBaseOffset, heap->host_peer_base_.data(), sizeof(char*) * rt.n_pes(),
+                             cudaMemcpyHostToDevice));
   MORI_CUDA_CHECK(cudaMemcpy(heap->base_ + kGpuStateOffset, &st, sizeof(st), cudaMemcpyHostToDevice));
   heap->device_state_ptr_ = reinterpret_cast<const DeviceState*>(heap->base_ + kGpuStateOffset);
   MORI_CUDA_CHECK(cudaDeviceSynchronize());
@@ -201,7 +202,8 @@ void GpuHeap::put_signal_on_stream(void* dst, const void* src, size_t n, uint64_
 }
 
 void GpuHeap::signal_wait_until_on_stream(uint64_t* signal, int cmp, uint64_t value, void* stream, const char* caller) {
-  if (cmp < 0 || cmp > 5) raise(Status::kInvalidArgument, "%s: cmp must be a CMP_* constant (0..5), got %d", caller, cmp);
+  if (cmp < 0 || cmp > 5)
+    raise(Status::kInvalidArgument, "%s: cmp must be a CMP_* constant (0..5), got %d", caller, cmp);
   size_t off = offset_of(signal, 8, caller);
   if (off % 8) raise(Status::kInvalidArgument, "%s: signal address %p is not 8-byte aligned", caller, signal);
   CudaDeviceGuard guard(device_);

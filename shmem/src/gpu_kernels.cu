@@ -16,8 +16,8 @@ __global__ void wait_kernel(const DeviceState* s, uint64_t* signal, int cmp, uin
 
 // The whole grid strides over the buffer (thread t copies 16-byte pieces t, t + T, ...), so
 // every wave of stores covers one contiguous stretch of the peer's memory.
-__global__ void __launch_bounds__(512, 4) put_sm_kernel(const DeviceState* s, char* dst, const char* src, size_t n,
-                                                        int pe) {
+__global__ void __launch_bounds__(512, 4)
+    put_sm_kernel(const DeviceState* s, char* dst, const char* src, size_t n, int pe) {
   size_t lanes = static_cast<size_t>(gridDim.x) * blockDim.x;
   size_t lane = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   dev::detail::copy_bytes(dev::detail::peer_or_trap(*s, dst, pe, "put"), src, n, lane, lanes);

@@ -114,8 +114,9 @@ RemoteRef strided_span(const Runtime& rt, const void* first, ptrdiff_t stride, s
   auto a = reinterpret_cast<uintptr_t>(first);
   if (__builtin_mul_overflow(abs_stride, elem, &step) || __builtin_mul_overflow(step, nelems - 1, &reach) ||
       __builtin_add_overflow(reach, elem, &bytes) || (stride < 0 ? a < reach : a > UINTPTR_MAX - reach))
-    raise(Status::kInvalidArgument, "%s: %zu elements of %zu bytes at stride %td from %p span more than the address space",
-          caller, nelems, elem, stride, first);
+    raise(Status::kInvalidArgument,
+          "%s: %zu elements of %zu bytes at stride %td from %p span more than the address space", caller, nelems, elem,
+          stride, first);
   return rt.resolve(reinterpret_cast<const void*>(stride < 0 ? a - reach : a), bytes, caller);
 }
 
@@ -148,7 +149,8 @@ bool Runtime::initialized() { return live_ != nullptr; }
 uint64_t Runtime::generation() { return g_generation.load(); }
 
 void Runtime::raise_not_initialized(const char* caller) {
-  raise(Status::kInvalidUsage, "%s: shmem is not initialized (call shmem_init / a mori.shmem init function first)", caller);
+  raise(Status::kInvalidUsage, "%s: shmem is not initialized (call shmem_init / a mori.shmem init function first)",
+        caller);
 }
 
 Runtime::Runtime(std::unique_ptr<Bootstrap> bootstrap) : bootstrap_(std::move(bootstrap)) {
@@ -240,8 +242,9 @@ void Runtime::setup() {
   heap_region_.mapped.assign(n_pes_, nullptr);
   for (int pe = 0; pe < n_pes_; ++pe) {
     if (all[pe].size != heap_bytes)
-      raise(Status::kInvalidUsage, "PE %d has a %llu-byte heap but PE %d has %zu: MORI_SHMEM_HEAP_SIZE must match on all PEs",
-            pe, static_cast<unsigned long long>(all[pe].size), my_pe_, heap_bytes);
+      raise(Status::kInvalidUsage,
+            "PE %d has a %llu-byte heap but PE %d has %zu: MORI_SHMEM_HEAP_SIZE must match on all PEs", pe,
+            static_cast<unsigned long long>(all[pe].size), my_pe_, heap_bytes);
     heap_region_.remote_bases[pe] = all[pe].base;
     heap_region_.handles[pe] = all[pe].name;
   }
@@ -270,7 +273,9 @@ void Runtime::setup() {
   }
   MORI_LOG(kInfo, "SHMEM", "PE %d of %d up: %s heap, bootstrap %s, waits %s", my_pe_, n_pes_,
            human_bytes(heap_bytes).c_str(), bootstrap_->describe().c_str(),
-           oversubscribed_ ? "yield (PEs outnumber cores)" : polled_.empty() ? "spin" : "spin and progress ucx");
+           oversubscribed_   ? "yield (PEs outnumber cores)"
+           : polled_.empty() ? "spin"
+                             : "spin and progress ucx");
   if (device >= 0) gpu_ = GpuHeap::create(*this, device, settings.gpu_heap_size);
 }
 
@@ -446,7 +451,8 @@ void Runtime::deregister_buffer(void* ptr, size_t size) {
 
 RemoteRef Runtime::resolve_other(const void* sym, size_t n, const char* caller) const {
   for (auto& r : extra_regions_)
-    if (r->contains(sym, n)) return RemoteRef{r.get(), static_cast<size_t>(static_cast<const char*>(sym) - r->local_base)};
+    if (r->contains(sym, n))
+      return RemoteRef{r.get(), static_cast<size_t>(static_cast<const char*>(sym) - r->local_base)};
   if (heap_region_.contains(sym))
     raise(Status::kInvalidArgument, "%s: %zu bytes at %p run past the end of the symmetric heap", caller, n, sym);
   raise(Status::kInvalidArgument,
@@ -539,9 +545,11 @@ void Runtime::put_signal(void* dst, const void* src, size_t n, uint64_t* signal,
   check_alive(pe, "shmem_put_signal");
   RemoteRef d = resolve(dst, n, "shmem_put_signal");
   RemoteRef s = resolve(signal, 8, "shmem_put_signal (signal)");
-  if (s.offset % 8) raise(Status::kInvalidArgument, "shmem_put_signal: signal address %p is not 8-byte aligned", signal);
+  if (s.offset % 8)
+    raise(Status::kInvalidArgument, "shmem_put_signal: signal address %p is not 8-byte aligned", signal);
   if (d.region->kind != s.region->kind)
-    raise(Status::kInvalidArgument, "shmem_put_signal: data and signal must both be in host memory or both in GPU memory");
+    raise(Status::kInvalidArgument,
+          "shmem_put_signal: data and signal must both be in host memory or both in GPU memory");
   transport(d, pe, "shmem_put_signal").put_signal(pe, d, src, n, s, value, op, nbi);
 }
 
@@ -553,9 +561,7 @@ void Runtime::notify(void* dst, const void* src, size_t n, uint64_t* signal, uin
   transport(s, pe, caller).notify(pe, d, src, n, s, value, op);
 }
 
-uint64_t Runtime::signal_fetch(const uint64_t* signal) const {
-  return __atomic_load_n(signal, __ATOMIC_ACQUIRE);
-}
+uint64_t Runtime::signal_fetch(const uint64_t* signal) const { return __atomic_load_n(signal, __ATOMIC_ACQUIRE); }
 
 void Runtime::fence() {
   check_alive(-1, "shmem_fence");
@@ -582,7 +588,8 @@ uint64_t Runtime::wait_until(const void* ivar, Cmp cmp, uint64_t value, Word wor
         seen = load_word(ivar, word.width);
         return compare_word(seen, cmp, value, word);
       },
-      caller, ivar, WaitFrom{}, [&] {
+      caller, ivar, WaitFrom{},
+      [&] {
         static const char* ops[] = {"==", "!=", ">", "<=", "<", ">="};
         char text[200];
         std::snprintf(text, sizeof(text), "the %d-byte word at %p to become %s %s (it holds %s)", word.width, ivar,
@@ -695,8 +702,8 @@ int Runtime::finalized_source(const WaitFrom& from) const {
 }
 
 std::string Runtime::peers_all_blocked(double min_s) const {
-  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::steady_clock::now().time_since_epoch()).count();
+  const int64_t now_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
   std::string out;
   for (int pe = 0; pe < n_pes_; ++pe) {
     if (pe == my_pe_) continue;
@@ -768,7 +775,8 @@ void Runtime::barrier_same_host(const int* pes, int n, int me, uint64_t* arrived
   for (int k = 0; k < n; ++k) rung = rung && (k == me || rings_on_delivery(pes[k]));
   tuned_wait(
       *this, [&] { return __atomic_load_n(released, __ATOMIC_ACQUIRE) != 0; }, caller, released,
-      WaitFrom{-1, world_epoch, rung}, [&] {
+      WaitFrom{-1, world_epoch, rung},
+      [&] {
         const uint64_t seen = __atomic_load_n(mask, __ATOMIC_ACQUIRE);
         std::string missing;
         for (int i = 0; i < n; ++i)

@@ -167,7 +167,8 @@ __global__ void pingpong_kernel(const DeviceState* s, int role, uint64_t* data, 
 // what the peer stored into this PE (device-initiated barrier_all_block).
 __global__ void barrier_block_kernel(const DeviceState* s, uint64_t* sym, uint64_t* out, int words, int peer,
                                      uint64_t round) {
-  for (int i = threadIdx.x; i < words; i += blockDim.x) dev::p<uint64_t>(*s, sym + i, pattern(round + s->my_pe, i), peer);
+  for (int i = threadIdx.x; i < words; i += blockDim.x)
+    dev::p<uint64_t>(*s, sym + i, pattern(round + s->my_pe, i), peer);
   dev::barrier_all_block(*s);
   for (int i = threadIdx.x; i < words; i += blockDim.x) out[i] = *reinterpret_cast<volatile uint64_t*>(sym + i);
 }
@@ -289,8 +290,8 @@ __device__ __forceinline__ void ring_stripe(int64_t c, int64_t chunk, int64_t st
 // `work`), then NPES-1 all-gather steps (forward the reduced chunks into the right neighbour's `ag`).
 // Chunks and stripes are whole multiples of 8 elements (the last ones shorter or empty), so every
 // stripe starts 16-byte aligned. Each chunk is split into one stripe per block, each block with its
-// own signal sig[pid] and ack ack[pid] (symmetric uint64, zero before the first call; `epoch` counts calls from 1). A block
-// writes into its right neighbour only after that neighbour acknowledged the previous epoch.
+// own signal sig[pid] and ack ack[pid] (symmetric uint64, zero before the first call; `epoch` counts calls from 1). A
+// block writes into its right neighbour only after that neighbour acknowledged the previous epoch.
 template <int NPES>
 __global__ void ring_allreduce_kernel(const DeviceState* s, const __nv_bfloat16* data, __nv_bfloat16* work,
                                       __nv_bfloat16* rs, __nv_bfloat16* ag, uint64_t* sig, uint64_t* ack,
@@ -376,9 +377,9 @@ template <int NPES>
 struct OneshotLaunch {
   static int run(const DeviceState* s, const void* data, void* gather, void* sig, void* out, uint64_t epoch, int64_t n,
                  int threads, cudaStream_t stream) {
-    oneshot_allreduce_kernel<NPES><<<1, threads, 0, stream>>>(
-        s, static_cast<const __nv_bfloat16*>(data), static_cast<__nv_bfloat16*>(gather), static_cast<uint64_t*>(sig),
-        static_cast<__nv_bfloat16*>(out), epoch, n);
+    oneshot_allreduce_kernel<NPES>
+        <<<1, threads, 0, stream>>>(s, static_cast<const __nv_bfloat16*>(data), static_cast<__nv_bfloat16*>(gather),
+                                    static_cast<uint64_t*>(sig), static_cast<__nv_bfloat16*>(out), epoch, n);
     return cudaGetLastError();
   }
 };
@@ -403,7 +404,8 @@ extern "C" {
 
 int mori_selftest_put(const DeviceState* s, int scope, void* dst, const void* src, size_t n, int pe, int blocks,
                       int threads, void* stream) {
-  put_kernel<<<blocks, threads, 0, st(stream)>>>(s, scope, static_cast<char*>(dst), static_cast<const char*>(src), n, pe);
+  put_kernel<<<blocks, threads, 0, st(stream)>>>(s, scope, static_cast<char*>(dst), static_cast<const char*>(src), n,
+                                                 pe);
   return cudaGetLastError();
 }
 
@@ -416,7 +418,8 @@ int mori_selftest_put_signal(const DeviceState* s, void* dst, const void* src, s
 
 int mori_selftest_get(const DeviceState* s, int scope, void* dst, const void* src, size_t n, int pe, int blocks,
                       int threads, void* stream) {
-  get_kernel<<<blocks, threads, 0, st(stream)>>>(s, scope, static_cast<char*>(dst), static_cast<const char*>(src), n, pe);
+  get_kernel<<<blocks, threads, 0, st(stream)>>>(s, scope, static_cast<char*>(dst), static_cast<const char*>(src), n,
+                                                 pe);
   return cudaGetLastError();
 }
 
@@ -471,8 +474,7 @@ int mori_selftest_allreduce_oneshot(const DeviceState* s, const void* data, void
 int mori_selftest_allreduce_ring(const DeviceState* s, const void* data, void* work, void* rs, void* ag, void* sig,
                                  void* ack, void* out, uint64_t epoch, int64_t n, int npes, int blocks, int threads,
                                  void* stream) {
-  return launch_for_npes<RingLaunch>(npes, s, data, work, rs, ag, sig, ack, out, epoch, n, blocks, threads,
-                                     st(stream));
+  return launch_for_npes<RingLaunch>(npes, s, data, work, rs, ag, sig, ack, out, epoch, n, blocks, threads, st(stream));
 }
 
 // Host-side reference of the pattern the signal test writes (for checks in Python).

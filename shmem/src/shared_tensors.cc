@@ -46,9 +46,7 @@ class SharedTensorAllocator final : public c10::Allocator {
     return fallback_->allocate(n);
   }
   c10::DeleterFnPtr raw_deleter() const override { return g_fallback_raw_deleter ? &raw_delete : nullptr; }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
   c10::Allocator* fallback() const { return fallback_; }
 
  private:
@@ -86,10 +84,13 @@ PYBIND11_MODULE(_shared_tensors, m) {
   m.def("everywhere", [] { return g_everywhere.load(); });
   m.def("set_min_bytes", [](size_t n) { g_min_bytes.store(n); });
   m.def("min_bytes", [] { return g_min_bytes.load(); });
-  m.def("contains", [](uintptr_t p, size_t n) {
-    mori::SharedArena* a = mori::SharedArena::existing();
-    return a != nullptr && a->contains(reinterpret_cast<const void*>(p), n);
-  }, py::arg("ptr"), py::arg("nbytes") = 1);
+  m.def(
+      "contains",
+      [](uintptr_t p, size_t n) {
+        mori::SharedArena* a = mori::SharedArena::existing();
+        return a != nullptr && a->contains(reinterpret_cast<const void*>(p), n);
+      },
+      py::arg("ptr"), py::arg("nbytes") = 1);
   m.def("trim", [] {
     mori::SharedArena* a = mori::SharedArena::existing();
     return a ? a->trim() : size_t{0};

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The pieces every ``mori bench`` driver shares: sizes, the launch-self, timing, the socket
 reads, the report and the ``mori bench`` subcommands."""
+
 from __future__ import annotations
 
 import contextlib
@@ -24,8 +25,19 @@ from mori.apps.bench.timing import each_call_seconds, mean_seconds, median_of_sl
 from mori.apps.bench.wire import recv_exact, recv_into_exact
 
 
-@pytest.mark.parametrize("text,value", [("8", 8), ("4K", 4096), ("4KiB", 4096), ("360K", 360 << 10),
-                                        ("4.5M", 9 << 19), ("2 MiB", 2 << 20), ("1g", 1 << 30), (" 64 ", 64)])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("8", 8),
+        ("4K", 4096),
+        ("4KiB", 4096),
+        ("360K", 360 << 10),
+        ("4.5M", 9 << 19),
+        ("2 MiB", 2 << 20),
+        ("1g", 1 << 30),
+        (" 64 ", 64),
+    ],
+)
 def test_parse_size(text, value):
     assert parse_size(text) == value
 
@@ -48,24 +60,48 @@ def test_parse_count_and_list():
 
 
 def test_size_labels_and_sweep():
-    assert [human_size(n) for n in (8, 1000, 1024, 1536, 360 << 10, 9 << 19, 1 << 30, (1 << 30) + 1)] == \
-        ["8 B", "1000 B", "1 KiB", "1.5 KiB", "360 KiB", "4.5 MiB", "1 GiB", "1073741825 B"]
+    assert [human_size(n) for n in (8, 1000, 1024, 1536, 360 << 10, 9 << 19, 1 << 30, (1 << 30) + 1)] == [
+        "8 B",
+        "1000 B",
+        "1 KiB",
+        "1.5 KiB",
+        "360 KiB",
+        "4.5 MiB",
+        "1 GiB",
+        "1073741825 B",
+    ]
     assert size_sweep(4 << 10, 1 << 20) == [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20]
     assert size_sweep(3, 100, 3) == [3, 9, 27, 81]
 
 
 def test_relaunch_forwards_argv_untouched(tmp_path):
     """Every rank parses exactly the front end's command line, odd arguments included."""
-    (tmp_path / "argv_probe.py").write_text(textwrap.dedent("""
+    (tmp_path / "argv_probe.py").write_text(
+        textwrap.dedent("""
         import json, os, sys
         rank = os.environ["MORI_RANK"]
         with open(os.path.join(os.environ["PROBE_DIR"], f"argv-{rank}.json"), "w") as f:
             json.dump(sys.argv[1:], f)
-    """))
-    argv = ["--tokens", "1024", "4096", "--json", str(tmp_path / "a b.json"), "--", "-1", "x=y", "é", "",
-            f"--seed={random.randrange(10**9)}"]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
-               PROBE_DIR=str(tmp_path))
+    """)
+    )
+    argv = [
+        "--tokens",
+        "1024",
+        "4096",
+        "--json",
+        str(tmp_path / "a b.json"),
+        "--",
+        "-1",
+        "x=y",
+        "é",
+        "",
+        f"--seed={random.randrange(10**9)}",
+    ]
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+        PROBE_DIR=str(tmp_path),
+    )
     assert relaunch("argv_probe", argv, 2, env=env) == 0
     for rank in (0, 1):
         assert json.loads((tmp_path / f"argv-{rank}.json").read_text()) == ["--worker", *argv]
@@ -73,8 +109,9 @@ def test_relaunch_forwards_argv_untouched(tmp_path):
 
 def test_timing_warms_up_and_steps_each_call():
     calls, barriers = [], []
-    times = each_call_seconds(lambda: calls.append(len(barriers)), iters=7, warmup=3,
-                              barrier=lambda: barriers.append(1))
+    times = each_call_seconds(
+        lambda: calls.append(len(barriers)), iters=7, warmup=3, barrier=lambda: barriers.append(1)
+    )
     assert len(times) == 7 and all(t >= 0 for t in times)
     assert calls == list(range(1, 11))  # every call, warm-up included, comes after its own barrier
     n = []
@@ -95,7 +132,7 @@ def test_recv_exact_reassembles_and_names_a_closed_peer():
 
     def send() -> None:
         for i in range(0, len(payload), 70001):
-            a.sendall(payload[i:i + 70001])
+            a.sendall(payload[i : i + 70001])
         a.sendall(payload[:5])
         a.close()
 
@@ -121,25 +158,45 @@ def test_report_is_the_json_writer(tmp_path):
 
 
 def test_mori_bench_lists_every_benchmark_and_variant():
-    out = subprocess.run([sys.executable, "-m", "mori.apps.cli", "bench", "--help"], capture_output=True, text=True,
-                         timeout=60, stdin=subprocess.DEVNULL)
+    out = subprocess.run(
+        [sys.executable, "-m", "mori.apps.cli", "bench", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert out.returncode == 0, out.stderr
     for b in BENCHES:
         assert f"    {b.name} " in out.stdout
         for v in b.variants:
             assert f"{b.name} {v.flag}" in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "mori.apps.cli", "bench", "nope"], capture_output=True, text=True,
-                         timeout=60, stdin=subprocess.DEVNULL)
+    bad = subprocess.run(
+        [sys.executable, "-m", "mori.apps.cli", "bench", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert bad.returncode == 2 and "invalid choice: 'nope'" in bad.stderr
 
 
-@pytest.mark.parametrize("argv,prog", [(["shmem"], "mori bench shmem"), (["shmem", "--gpu"], "mori bench shmem --gpu"),
-                                       (["shmem", "--hosts", "2"], "mori bench shmem"),
-                                       (["shmem-c"], "mori bench shmem-c"), (["ep"], "mori bench ep"),
-                                       (["ccl"], "mori bench ccl"), (["io"], "mori bench io"),
-                                       (["io", "--gpu"], "mori bench io --gpu"), (["umbp"], "mori bench umbp"),
-                                       (["umbp", "--master"], "mori bench umbp --master"),
-                                       (["umbp", "--distributed"], "mori bench umbp"), (["ir"], "mori bench ir")])
+@pytest.mark.parametrize(
+    "argv,prog",
+    [
+        (["shmem"], "mori bench shmem"),
+        (["shmem", "--gpu"], "mori bench shmem --gpu"),
+        (["shmem", "--hosts", "2"], "mori bench shmem"),
+        (["shmem-c"], "mori bench shmem-c"),
+        (["ep"], "mori bench ep"),
+        (["ccl"], "mori bench ccl"),
+        (["io"], "mori bench io"),
+        (["io", "--gpu"], "mori bench io --gpu"),
+        (["umbp"], "mori bench umbp"),
+        (["umbp", "--master"], "mori bench umbp --master"),
+        (["umbp", "--distributed"], "mori bench umbp"),
+        (["ir"], "mori bench ir"),
+    ],
+)
 def test_each_benchmark_answers_help(argv, prog):
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as done:

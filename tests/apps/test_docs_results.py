@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """docs/benchmarks.md is a table of current figures linking dated runs: every file under
 docs/results is named by some doc, and every relative link of the docs leads to a file."""
+
 from __future__ import annotations
 
 import re
@@ -16,8 +17,11 @@ def _docs() -> list[Path]:
 def test_every_result_file_is_named_by_a_doc():
     text = "\n".join(p.read_text() for p in _docs())
     results = DOCS / "results"
-    unnamed = [str(f.relative_to(results)) for f in sorted(results.rglob("*")) if f.is_file()
-               and str(f.relative_to(results)) not in text]
+    unnamed = [
+        str(f.relative_to(results))
+        for f in sorted(results.rglob("*"))
+        if f.is_file() and str(f.relative_to(results)) not in text
+    ]
     assert not unnamed, f"files under docs/results that no doc names: {unnamed}"
 
 

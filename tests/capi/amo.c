@@ -3,12 +3,12 @@
  * fetch/set/swap, non-blocking fetching forms, contexts, deprecated names, generics. */
 #include "check.h"
 
-long g_counter;            /* every PE adds into PE 0's */
-unsigned int g_bits;       /* OR of one bit per PE */
-int g_guard[3];            /* a 32-bit AMO must write 4 bytes, never 8 */
+long g_counter;      /* every PE adds into PE 0's */
+unsigned int g_bits; /* OR of one bit per PE */
+int g_guard[3];      /* a 32-bit AMO must write 4 bytes, never 8 */
 double g_d;
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   seed_from_args(argc, argv);
   shmem_init();
   int me = shmem_my_pe(), n = shmem_n_pes();
@@ -37,10 +37,10 @@ int main(int argc, char **argv) {
   CHECK(before & (1u << me), "fetch_and saw my bit");
   shmem_barrier_all();
   if (me == 0) CHECK(g_bits == 0, "and cleared %x", g_bits);
-  uint64_t *x = shmem_calloc(n, sizeof(uint64_t));
+  uint64_t* x = shmem_calloc(n, sizeof(uint64_t));
   uint64_t v = rnd(2, me, 0);
   shmem_uint64_atomic_xor(&x[me], v, right);
-  shmem_uint64_atomic_fetch_xor(&x[me], v ^ 0xffull, right);  /* leaves 0xff */
+  shmem_uint64_atomic_fetch_xor(&x[me], v ^ 0xffull, right); /* leaves 0xff */
   shmem_barrier_all();
   int left = (me + n - 1) % n;
   CHECK(x[left] == 0xffull, "xor %llx", (unsigned long long)x[left]);
@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
   /* non-blocking fetching AMOs, through a context */
   shmem_ctx_t ctx;
   CHECK(shmem_ctx_create(0, &ctx) == 0, "ctx");
-  long *h = shmem_calloc(4, sizeof(long));
+  long* h = shmem_calloc(4, sizeof(long));
   shmem_barrier_all();
   long f1 = -1, f2 = -1;
   shmem_ctx_long_atomic_fetch_add_nbi(ctx, &f1, &h[0], 10, right);

@@ -17,7 +17,7 @@
  * PE outside the even set may already be in the next all-PE barrier while the even PEs are
  * still in theirs, and the spec forbids a pSync that another call may still be using. */
 static long g_psync[4][SHMEM_BARRIER_SYNC_SIZE];
-static long g_seen[MAXPE];  /* g_seen[j]: the last round PE j announced here */
+static long g_seen[MAXPE]; /* g_seen[j]: the last round PE j announced here */
 
 static void jitter(int me, int round) {
   uint64_t r = rnd(1, me, (uint64_t)round);
@@ -33,16 +33,16 @@ static void jitter(int me, int round) {
 static void announce(int round, int first, int stride, int count) {
   for (int k = 0; k < count; ++k) shmem_long_p(&g_seen[shmem_my_pe()], round, first + k * stride);
 }
-static void check_seen(int round, int first, int stride, int count, const char *what) {
+static void check_seen(int round, int first, int stride, int count, const char* what) {
   for (int k = 0; k < count; ++k) {
     int j = first + k * stride;
     long v = shmem_long_atomic_fetch(&g_seen[j], shmem_my_pe());
-    CHECK(v >= round, "%s of round %d: PE %d left it before PE %d arrived (saw round %ld)", what, round,
-          shmem_my_pe(), j, v);
+    CHECK(v >= round, "%s of round %d: PE %d left it before PE %d arrived (saw round %ld)", what, round, shmem_my_pe(),
+          j, v);
   }
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   seed_from_args(argc, argv);
   int rounds = argc > 2 ? atoi(argv[2]) : 400;
   shmem_init();
@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
   shmem_barrier_all();
 
   for (int r = 1; r <= rounds; ++r) {
-    int kind = (int)(rnd(2, 0, (uint64_t)r) % 5);  /* the same on every PE */
+    int kind = (int)(rnd(2, 0, (uint64_t)r) % 5); /* the same on every PE */
     jitter(me, r);
     switch (kind) {
       case 0:
@@ -104,8 +104,8 @@ int main(int argc, char **argv) {
   shmem_barrier_all();
   for (int k = 0; k < 4; ++k)
     for (int i = 0; i < SHMEM_BARRIER_SYNC_SIZE; ++i)
-      CHECK(g_psync[k][i] == SHMEM_SYNC_VALUE, "pSync[%d][%d] is %ld after the last barrier, not SHMEM_SYNC_VALUE",
-            k, i, g_psync[k][i]);
+      CHECK(g_psync[k][i] == SHMEM_SYNC_VALUE, "pSync[%d][%d] is %ld after the last barrier, not SHMEM_SYNC_VALUE", k,
+            i, g_psync[k][i]);
   shmem_free(dst);
   shmem_free(src);
   if (odd_team != SHMEM_TEAM_INVALID) shmem_team_destroy(odd_team);

@@ -10,16 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(cond, ...)                                                                       \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      fprintf(stderr, "CHECK FAILED on PE %d at %s:%d: %s: ", shmem_my_pe(), __FILE__, __LINE__, \
-              #cond);                                                                          \
-      fprintf(stderr, __VA_ARGS__);                                                            \
-      fprintf(stderr, "\n");                                                                   \
-      fflush(stderr);                                                                          \
-      shmem_global_exit(3);                                                                    \
-    }                                                                                          \
+#define CHECK(cond, ...)                                                                                 \
+  do {                                                                                                   \
+    if (!(cond)) {                                                                                       \
+      fprintf(stderr, "CHECK FAILED on PE %d at %s:%d: %s: ", shmem_my_pe(), __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                                                      \
+      fprintf(stderr, "\n");                                                                             \
+      fflush(stderr);                                                                                    \
+      shmem_global_exit(3);                                                                              \
+    }                                                                                                    \
   } while (0)
 
 /* Deterministic per-run random numbers: the seed comes from the test (argv[1]) so every
@@ -35,7 +34,7 @@ static inline uint64_t mix64(uint64_t x) {
 static inline uint64_t rnd(int tag, int pe, uint64_t i) {
   return mix64(test_seed ^ mix64(((uint64_t)tag << 48) ^ ((uint64_t)pe << 32) ^ i));
 }
-static inline void seed_from_args(int argc, char **argv) {
+static inline void seed_from_args(int argc, char** argv) {
   if (argc > 1) test_seed = strtoull(argv[1], NULL, 0);
 }
 

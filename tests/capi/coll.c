@@ -15,7 +15,7 @@ struct bufs {
 
 /* Runs on the members of `team`; the buffers were allocated by every PE beforehand
    (symmetric allocation is a world collective) with room for the whole world. */
-static void run_team(shmem_team_t team, int tag, struct bufs *bf) {
+static void run_team(shmem_team_t team, int tag, struct bufs* bf) {
   int tn = shmem_team_n_pes(team), tme = shmem_team_my_pe(team);
   int wme = shmem_my_pe();
   CHECK(tn >= 1 && tme >= 0 && tme < tn, "team queries %d/%d", tme, tn);
@@ -72,7 +72,7 @@ static void run_team(shmem_team_t team, int tag, struct bufs *bf) {
   for (int i = 0; i < NE; ++i) CHECK(dst[i] == mx[i], "max %d", i);
   shmem_long_min_reduce(team, dst, src, NE);
   for (int i = 0; i < NE; ++i) CHECK(dst[i] == mn[i], "min %d", i);
-  shmem_int64_xor_reduce(team, (int64_t *)dst, (int64_t *)src, NE);
+  shmem_int64_xor_reduce(team, (int64_t*)dst, (int64_t*)src, NE);
   for (int i = 0; i < NE; ++i) CHECK(dst[i] == x_or[i], "xor %d", i);
   /* in place (dest == source) */
   shmem_long_sum_reduce(team, src, src, NE);
@@ -119,7 +119,8 @@ static void run_wide(int tag) {
       for (int i = 0; i < NA; ++i) asrc[j * NA + i] = (long)rnd(t + 1, me * 64 + j, i);
     CHECK(shmem_long_alltoall(SHMEM_TEAM_WORLD, adst, asrc, NA) == 0, "wide alltoall");
     for (int j = 0; j < n; ++j)
-      for (int i = 0; i < NA; ++i) CHECK(adst[j * NA + i] == (long)rnd(t + 1, j * 64 + me, i), "wide alltoall %d %d", j, i);
+      for (int i = 0; i < NA; ++i)
+        CHECK(adst[j * NA + i] == (long)rnd(t + 1, j * 64 + me, i), "wide alltoall %d %d", j, i);
   }
   shmem_free(adst);
   shmem_free(asrc);
@@ -161,14 +162,14 @@ static void run_big(int tag) {
   shmem_free(src);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   seed_from_args(argc, argv);
   shmem_init();
   int me = shmem_my_pe(), n = shmem_n_pes();
 
   CHECK(shmem_team_n_pes(SHMEM_TEAM_WORLD) == n && shmem_team_my_pe(SHMEM_TEAM_WORLD) == me, "world");
   /* the shared team is this host's PEs: all of them unless `mori run --nnodes` spread the job */
-  const char *local = getenv("MORI_LOCAL_WORLD_SIZE");
+  const char* local = getenv("MORI_LOCAL_WORLD_SIZE");
   int n_shared = local && getenv("MORI_NNODES") && atoi(getenv("MORI_NNODES")) > 1 ? atoi(local) : n;
   CHECK(shmem_team_n_pes(SHMEM_TEAM_SHARED) == n_shared && shmem_team_my_pe(SHMEM_TEAM_SHARED) >= 0, "shared team");
   CHECK(shmem_team_my_pe(SHMEM_TEAM_INVALID) == -1, "invalid team");
@@ -183,7 +184,8 @@ int main(int argc, char **argv) {
   /* odd stride: PEs n-1, n-3, ... (negative stride), and every 3rd PE */
   shmem_team_t rev = SHMEM_TEAM_INVALID, third = SHMEM_TEAM_INVALID;
   int rsize = (n + 1) / 2;
-  CHECK(shmem_team_split_strided(SHMEM_TEAM_WORLD, n - 1, -2, rsize, &cfg, SHMEM_TEAM_NUM_CONTEXTS, &rev) == 0, "split rev");
+  CHECK(shmem_team_split_strided(SHMEM_TEAM_WORLD, n - 1, -2, rsize, &cfg, SHMEM_TEAM_NUM_CONTEXTS, &rev) == 0,
+        "split rev");
   CHECK(shmem_team_split_strided(SHMEM_TEAM_WORLD, 0, 3, (n + 2) / 3, NULL, 0, &third) == 0, "split 3");
   int in_rev = ((n - 1 - me) % 2) == 0;
   CHECK((rev != SHMEM_TEAM_INVALID) == in_rev, "membership rev");

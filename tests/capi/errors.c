@@ -14,21 +14,21 @@
 
 long g;
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   shmem_init();
   int me = shmem_my_pe(), n = shmem_n_pes();
-  const char *what = argc > 1 ? argv[1] : "";
+  const char* what = argc > 1 ? argv[1] : "";
   if (!strcmp(what, "pe")) {
     if (me == 0) shmem_long_p(&g, 1, n + 3);
-    shmem_barrier_all();  /* the other PEs must not hang here: PE 0's error ends the job */
+    shmem_barrier_all(); /* the other PEs must not hang here: PE 0's error ends the job */
   } else if (!strcmp(what, "addr")) {
     long local = 0;
     if (me == n - 1) shmem_long_put(&local, &local, 1, 0);
     shmem_barrier_all();
   } else if (!strcmp(what, "oom")) {
-    void *p = shmem_malloc((size_t)1 << 40);
+    void* p = shmem_malloc((size_t)1 << 40);
     CHECK(p == NULL, "a 1 TiB allocation must fail");
-    void *q = shmem_malloc(1024);  /* and the heap still works afterwards, on every PE */
+    void* q = shmem_malloc(1024); /* and the heap still works afterwards, on every PE */
     CHECK(q != NULL, "malloc after failure");
     shmem_free(q);
     if (me == 0) printf("oom: NULL as expected\n");
@@ -47,11 +47,13 @@ int main(int argc, char **argv) {
     shmem_barrier_all();
   } else if (!strcmp(what, "wait")) {
     shmem_barrier_all();
-    if (me == 0) shmem_long_wait_until(&g, SHMEM_CMP_EQ, 7);
-    else sleep(60);  /* alive, never writes (PE 0's error ends it) */
+    if (me == 0)
+      shmem_long_wait_until(&g, SHMEM_CMP_EQ, 7);
+    else
+      sleep(60); /* alive, never writes (PE 0's error ends it) */
   } else if (!strcmp(what, "exit")) {
     if (me == n - 1) shmem_global_exit(99);
-    for (;;) shmem_long_wait_until(&g, SHMEM_CMP_NE, 0);  /* blocked PEs are ended too */
+    for (;;) shmem_long_wait_until(&g, SHMEM_CMP_NE, 0); /* blocked PEs are ended too */
   }
   shmem_finalize();
   return 0;

@@ -11,7 +11,7 @@
 long lflags[N];
 int iflags[N];
 
-static void expect_round_robin(const char *what, size_t (*next)(void *), void *arg, const int *satisfied) {
+static void expect_round_robin(const char* what, size_t (*next)(void*), void* arg, const int* satisfied) {
   /* Two rounds: within each, every satisfied index comes exactly once. */
   int want = 0;
   for (int i = 0; i < N; ++i) want += satisfied[i];
@@ -20,40 +20,40 @@ static void expect_round_robin(const char *what, size_t (*next)(void *), void *a
     for (int k = 0; k < want; ++k) {
       size_t i = next(arg);
       CHECK(i < N && satisfied[i], "%s: call %d of round %d returned %zu", what, k, round, i);
-      CHECK(!seen[i], "%s: index %zu handed out twice in round %d before the others (call %d of %d)", what, i,
-            round, k, want);
+      CHECK(!seen[i], "%s: index %zu handed out twice in round %d before the others (call %d of %d)", what, i, round, k,
+            want);
       seen[i] = 1;
     }
   }
 }
 
 struct Args {
-  const int *status;
+  const int* status;
   long value;
-  const long *values;
+  const long* values;
 };
-static size_t l_test_any(void *a) {
-  struct Args *x = a;
+static size_t l_test_any(void* a) {
+  struct Args* x = a;
   return shmem_long_test_any(lflags, N, x->status, SHMEM_CMP_EQ, x->value);
 }
-static size_t l_wait_any(void *a) {
-  struct Args *x = a;
+static size_t l_wait_any(void* a) {
+  struct Args* x = a;
   return shmem_long_wait_until_any(lflags, N, x->status, SHMEM_CMP_EQ, x->value);
 }
-static size_t l_test_any_vec(void *a) {
-  struct Args *x = a;
-  return shmem_long_test_any_vector(lflags, N, x->status, SHMEM_CMP_EQ, (long *)x->values);
+static size_t l_test_any_vec(void* a) {
+  struct Args* x = a;
+  return shmem_long_test_any_vector(lflags, N, x->status, SHMEM_CMP_EQ, (long*)x->values);
 }
-static size_t l_wait_any_vec(void *a) {
-  struct Args *x = a;
-  return shmem_long_wait_until_any_vector(lflags, N, x->status, SHMEM_CMP_EQ, (long *)x->values);
+static size_t l_wait_any_vec(void* a) {
+  struct Args* x = a;
+  return shmem_long_wait_until_any_vector(lflags, N, x->status, SHMEM_CMP_EQ, (long*)x->values);
 }
-static size_t i_generic_any(void *a) {
-  struct Args *x = a;
+static size_t i_generic_any(void* a) {
+  struct Args* x = a;
   return shmem_test_any(iflags, N, x->status, SHMEM_CMP_NE, (int)x->value);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   seed_from_args(argc, argv);
   shmem_init();
   int me = shmem_my_pe(), n = shmem_n_pes(), right = (me + 1) % n, left = (me + n - 1) % n;
@@ -74,13 +74,13 @@ int main(int argc, char **argv) {
   int any_sat = 0;
   for (int i = 0; i < N; ++i) {
     long theirs = 1 + (long)(rnd(1, left, i) % 3);
-    status[i] = (int)(rnd(3, me, i) % 5 == 0);  /* mask about a fifth */
+    status[i] = (int)(rnd(3, me, i) % 5 == 0); /* mask about a fifth */
     satisfied[i] = !status[i] && theirs == 2;
     any_sat |= satisfied[i];
-    values[i] = (rnd(4, me, i) & 1) ? theirs : theirs + 1;  /* vector form: about half match */
+    values[i] = (rnd(4, me, i) & 1) ? theirs : theirs + 1; /* vector form: about half match */
     isat[i] = !status[i] && (int)(rnd(2, left, i) % 4) != 0;
   }
-  if (!any_sat) {  /* keep the check meaningful: unmask one element that is 2 */
+  if (!any_sat) { /* keep the check meaningful: unmask one element that is 2 */
     for (int i = 0; i < N; ++i)
       if (1 + (long)(rnd(1, left, i) % 3) == 2) {
         status[i] = 0;
@@ -130,7 +130,7 @@ int main(int argc, char **argv) {
   CHECK(k == got || (!vany && got == 0), "wait_until_some_vector returned %zu, %zu satisfied", got, k);
 
   /* A server that takes whichever request is ready and clears it: every request is served. */
-  long *req = shmem_calloc((size_t)n, sizeof(long));
+  long* req = shmem_calloc((size_t)n, sizeof(long));
   shmem_barrier_all();
   shmem_long_atomic_set(&req[me], 1 + (long)(rnd(6, me, 0) % 1000), 0);
   if (me == 0) {

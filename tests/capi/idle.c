@@ -34,7 +34,7 @@ static void busy(double seconds) {
   while (now_s() < until) x = mix64(x);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   seed_from_args(argc, argv);
   shmem_init();
   const int me = shmem_my_pe(), n = shmem_n_pes();
@@ -56,8 +56,8 @@ int main(int argc, char **argv) {
       shmem_barrier_all();
     const long woke = wakeups() - before;
     if (me != 0 && waits)
-      CHECK(woke <= MAX_WAKEUPS, "%s: PE %d woke %ld times while PE 0 computed for %.1f s", team ? "team sync" : "barrier",
-            me, woke, BUSY_SECONDS);
+      CHECK(woke <= MAX_WAKEUPS, "%s: PE %d woke %ld times while PE 0 computed for %.1f s",
+            team ? "team sync" : "barrier", me, woke, BUSY_SECONDS);
     shmem_barrier_all();
     if (me == 0 && !team) CHECK(counter == expect, "counter %ld, expected %ld", counter, expect);
   }

@@ -11,7 +11,7 @@ int isrc[16], idst[16 * 64];
 long lsrc[8], ldst[8 * 64];
 long ivar;
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   seed_from_args(argc, argv);
   for (int i = 0; i < _SHMEM_BCAST_SYNC_SIZE; ++i) pSync[i] = _SHMEM_SYNC_VALUE;
   for (int i = 0; i < SHMEM_REDUCE_SYNC_SIZE; ++i) pSync2[i] = SHMEM_SYNC_VALUE;
@@ -68,15 +68,15 @@ int main(int argc, char **argv) {
 
   /* whole world: int and/or/xor/prod to_all, alltoall64, broadcast64 */
   int iv[4] = {me + 1, 1 << me, me, 2};
-  int *ires = shmalloc(4 * sizeof(int));
-  int *iin = shmalloc(4 * sizeof(int));
+  int* ires = shmalloc(4 * sizeof(int));
+  int* iin = shmalloc(4 * sizeof(int));
   for (int i = 0; i < 4; ++i) iin[i] = iv[i];
-  shmem_int_prod_to_all(ires, iin, 4, 0, 0, n, (int *)pWrk, pSync2);
+  shmem_int_prod_to_all(ires, iin, 4, 0, 0, n, (int*)pWrk, pSync2);
   long fact = 1;
   for (int k = 1; k <= n; ++k) fact *= k;
   CHECK(ires[0] == (int)fact && ires[3] == 1 << n, "prod_to_all");
   shmem_barrier_all();
-  shmem_int_or_to_all(ires, iin + 1, 1, 0, 0, n, (int *)pWrk, pSync2);
+  shmem_int_or_to_all(ires, iin + 1, 1, 0, 0, n, (int*)pWrk, pSync2);
   CHECK(ires[0] == (1 << n) - 1, "or_to_all %x", ires[0]);
   shmem_barrier_all();
   for (int j = 0; j < n; ++j) lsrc[j % 8] = 0;
@@ -123,12 +123,14 @@ int main(int argc, char **argv) {
       shmem_barrier(0, blog, bsize, pSync);
       shmem_fcollect64(bdst, bsrc, BIG, 0, blog, bsize, pSync);
       for (int k = 0; k < bsize; ++k)
-        for (int i = 0; i < BIG; ++i) CHECK(bdst[k * BIG + i] == (long)rnd(tag, k << blog, i), "big fcollect64 %d %d", k, i);
+        for (int i = 0; i < BIG; ++i)
+          CHECK(bdst[k * BIG + i] == (long)rnd(tag, k << blog, i), "big fcollect64 %d %d", k, i);
       shmem_barrier(0, blog, bsize, pSync);
       shmem_alltoall64(bdst, bsrc, BIG / 4, 0, blog, bsize, pSync);
       for (int k = 0; k < bsize; ++k)
         for (int i = 0; i < BIG / 4; ++i)
-          CHECK(bdst[k * (BIG / 4) + i] == (long)rnd(tag, k << blog, bme * (BIG / 4) + i), "big alltoall64 %d %d", k, i);
+          CHECK(bdst[k * (BIG / 4) + i] == (long)rnd(tag, k << blog, bme * (BIG / 4) + i), "big alltoall64 %d %d", k,
+                i);
       for (int i = 0; i < BIG; ++i) bsrc[i] = (long)(rnd(tag + 1, me, i) % 100000);
       shmem_long_sum_to_all(bdst, bsrc, BIG, 0, blog, bsize, pWrk, pSync2);
       for (int i = 0; i < BIG; ++i) {
@@ -140,13 +142,16 @@ int main(int argc, char **argv) {
       shmem_long_max_to_all(bsrc, bsrc, BIG, 0, blog, bsize, pWrk, pSync2); /* in place */
       for (int i = 0; i < BIG; ++i) {
         long m = 0;
-        for (int k = 0; k < bsize; ++k) m = m > (long)(rnd(tag + 1, k << blog, i) % 100000) ? m : (long)(rnd(tag + 1, k << blog, i) % 100000);
+        for (int k = 0; k < bsize; ++k)
+          m = m > (long)(rnd(tag + 1, k << blog, i) % 100000) ? m : (long)(rnd(tag + 1, k << blog, i) % 100000);
         CHECK(bsrc[i] == m, "big in-place max_to_all %d", i);
       }
     }
     shmem_barrier(0, blog, bsize, pSync);
-    for (int i = 0; i < _SHMEM_BCAST_SYNC_SIZE; ++i) CHECK(pSync[i] == _SHMEM_SYNC_VALUE, "pSync[%d]=%ld after big", i, pSync[i]);
-    for (int i = 0; i < SHMEM_REDUCE_SYNC_SIZE; ++i) CHECK(pSync2[i] == SHMEM_SYNC_VALUE, "pSync2[%d]=%ld after big", i, pSync2[i]);
+    for (int i = 0; i < _SHMEM_BCAST_SYNC_SIZE; ++i)
+      CHECK(pSync[i] == _SHMEM_SYNC_VALUE, "pSync[%d]=%ld after big", i, pSync[i]);
+    for (int i = 0; i < SHMEM_REDUCE_SYNC_SIZE; ++i)
+      CHECK(pSync2[i] == SHMEM_SYNC_VALUE, "pSync2[%d]=%ld after big", i, pSync2[i]);
   }
   shmem_barrier_all();
   shfree(bdst);
@@ -154,7 +159,7 @@ int main(int argc, char **argv) {
 
   /* deprecated AMOs and waits */
   shmem_barrier_all();
-  long *cnt = shmalloc(sizeof(long));
+  long* cnt = shmalloc(sizeof(long));
   *cnt = 0;
   shmem_barrier_all();
   shmem_long_inc(cnt, 0);
@@ -167,9 +172,9 @@ int main(int argc, char **argv) {
     CHECK(ivar == 5, "wait");
   }
   shmem_barrier_all();
-  long *big = shrealloc(cnt, 1 << 16);
+  long* big = shrealloc(cnt, 1 << 16);
   CHECK(big != NULL, "shrealloc");
-  void *al = shmemalign(4096, 100);
+  void* al = shmemalign(4096, 100);
   CHECK(al != NULL && ((uintptr_t)al % 4096) == 0, "shmemalign");
   shfree(al);
   shfree(big);

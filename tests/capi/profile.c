@@ -8,11 +8,11 @@
 
 #define MAXB 512
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   seed_from_args(argc, argv);
   shmem_init();
   int me = shmem_my_pe(), n = shmem_n_pes(), right = (me + 1) % n, left = (me + n - 1) % n;
-  unsigned char *box = shmem_malloc(MAXB);
+  unsigned char* box = shmem_malloc(MAXB);
   unsigned char buf[MAXB];
   int calls = 1 + (int)(rnd(1, 0, 0) % 20), quiet_calls = 1 + (int)(rnd(2, 0, 0) % 5);
   long counted = 0, bytes = 0;

@@ -9,7 +9,7 @@
 static long putmem_calls, putmem_bytes, my_pe_calls, pcontrol_calls;
 static int level = 1;
 
-void shmem_putmem(void *dest, const void *source, size_t nelems, int pe) {
+void shmem_putmem(void* dest, const void* source, size_t nelems, int pe) {
   if (level) {
     ++putmem_calls;
     putmem_bytes += (long)nelems;

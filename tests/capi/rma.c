@@ -6,12 +6,12 @@
 #include "check.h"
 
 #define N 1000
-long g_long[N];                 /* bss */
-static int s_int[17] = {1, 2};  /* data, static */
+long g_long[N];                /* bss */
+static int s_int[17] = {1, 2}; /* data, static */
 double g_double = 3.5;
 static char g_bytes[4096];
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   seed_from_args(argc, argv);
   shmem_init();
   int me = shmem_my_pe(), n = shmem_n_pes();
@@ -39,7 +39,7 @@ int main(int argc, char **argv) {
   CHECK(shmem_int_g(&s_int[5], left) == (int)rnd(2, (left + n - 1) % n, 5), "int_g");
 
   /* heap: every sized variant */
-  uint8_t *heap = shmem_malloc(8 * N * 16);
+  uint8_t* heap = shmem_malloc(8 * N * 16);
   CHECK(heap != NULL, "malloc");
   uint8_t local[8 * N * 16];
   for (size_t i = 0; i < sizeof(local); ++i) local[i] = (uint8_t)rnd(3, me, i);
@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
   {
     static const size_t sizes[] = {2047, 2048, 2049, 4096 + 33, 65536 + 7, (1u << 20) - 1, 1u << 20, (1u << 20) + 1};
     const size_t most = (1u << 20) + 1;
-    uint8_t *big = shmem_malloc(most + 16);
+    uint8_t* big = shmem_malloc(most + 16);
     uint8_t *mine = malloc(most + 16), *back_big = malloc(most + 16);
     CHECK(big && mine && back_big, "malloc of the copy-bound buffers");
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); ++k) {
@@ -71,7 +71,8 @@ int main(int argc, char **argv) {
       shmem_barrier_all();
       shmem_putmem(big + 5, mine + 3, bytes, right);
       shmem_barrier_all();
-      for (size_t i = 0; i < bytes; ++i) CHECK(big[5 + i] == (uint8_t)rnd(10 + (int)k, left, i), "put of %zu bytes: byte %zu", bytes, i);
+      for (size_t i = 0; i < bytes; ++i)
+        CHECK(big[5 + i] == (uint8_t)rnd(10 + (int)k, left, i), "put of %zu bytes: byte %zu", bytes, i);
       shmem_getmem(back_big + 1, big + 5, bytes, right);
       for (size_t i = 0; i < bytes; ++i)
         CHECK(back_big[1 + i] == (uint8_t)rnd(10 + (int)k, me, i), "get of %zu bytes: byte %zu", bytes, i);
@@ -96,7 +97,7 @@ int main(int argc, char **argv) {
   }
 
   /* strided: every 3rd element of src into every 2nd element of dest */
-  int *strided = shmem_calloc(64, sizeof(int));
+  int* strided = shmem_calloc(64, sizeof(int));
   int sv[64];
   for (int i = 0; i < 64; ++i) sv[i] = (int)rnd(4, me, i);
   shmem_int_iput(strided, sv, 2, 3, 20, right);
@@ -148,7 +149,7 @@ int main(int argc, char **argv) {
   shmem_p(&g_long[2], gv, right);
   shmem_put(&g_long[3], &gv, 1, right);
   float fv = 1.5f * me;
-  float *fheap = shmem_malloc(4 * sizeof(float));
+  float* fheap = shmem_malloc(4 * sizeof(float));
   shmem_p(fheap, fv, right);
   shmem_barrier_all();
   CHECK(g_long[2] == 12345 + left && g_long[3] == 12345 + left, "generic p/put");
@@ -164,8 +165,8 @@ int main(int argc, char **argv) {
   /* shmem_ptr works on globals and the heap for PEs of this host (SHMEM_TEAM_SHARED), and is
      NULL for PEs on other hosts; MORI_NET_TRANSPORT=ucx-all reaches same-host PEs through UCX,
      which maps nothing, so there it is NULL too */
-  long *peer = shmem_ptr(g_long, right);
-  const char *net = getenv("MORI_NET_TRANSPORT");
+  long* peer = shmem_ptr(g_long, right);
+  const char* net = getenv("MORI_NET_TRANSPORT");
   int mapped = net == NULL || strcmp(net, "ucx-all") != 0;
   if (mapped && shmem_team_translate_pe(SHMEM_TEAM_WORLD, right, SHMEM_TEAM_SHARED) >= 0) {
     CHECK(peer != NULL && peer[2] == 12345 + me, "shmem_ptr on a global");

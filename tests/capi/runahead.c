@@ -30,7 +30,7 @@ static void maybe_lag(int r, int me, int n) {
   }
 }
 
-static void run(shmem_team_t team, int rounds, int64_t *src, int64_t *dst, double *dsrc, double *ddst, int tag) {
+static void run(shmem_team_t team, int rounds, int64_t* src, int64_t* dst, double* dsrc, double* ddst, int tag) {
   int n = shmem_team_n_pes(team), me = shmem_team_my_pe(team);
   for (int r = 0; r < rounds; ++r) {
     size_t ne = part_elems(r + tag);
@@ -58,7 +58,8 @@ static void run(shmem_team_t team, int rounds, int64_t *src, int64_t *dst, doubl
           CHECK(dst[k * ne + i] == (int64_t)rnd(tag + 1, (r * 64 + k) * 64 + me, i), "round %d alltoall: from %d, %zu",
                 r, k, i);
     } else if (op == 3) {
-      for (size_t i = 0; i < ne; ++i) src[i] = (int64_t)(rnd(tag, r * 64 + me, i) >> 8), dsrc[i] = (double)(src[i] % 1000) / 8;
+      for (size_t i = 0; i < ne; ++i)
+        src[i] = (int64_t)(rnd(tag, r * 64 + me, i) >> 8), dsrc[i] = (double)(src[i] % 1000) / 8;
       CHECK(shmem_int64_sum_reduce(team, dst, src, ne) == 0, "sum_reduce");
       CHECK(shmem_double_sum_reduce(team, ddst, dsrc, ne) == 0, "double sum_reduce");
       for (size_t i = 0; i < ne; ++i) {
@@ -108,7 +109,7 @@ static void run_active(int rounds, int tag) {
   }
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   seed_from_args(argc, argv);
   int rounds = argc > 2 ? atoi(argv[2]) : 300;
   shmem_init();

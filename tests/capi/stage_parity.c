@@ -11,7 +11,7 @@
 long psync[SHMEM_REDUCE_SYNC_SIZE], psync2[SHMEM_REDUCE_SYNC_SIZE];
 long pwrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE + 64];
 long src[4], dst[4 * 64];
-long mine, all[64];  /* a team collective's source and dest: symmetric */
+long mine, all[64]; /* a team collective's source and dest: symmetric */
 
 static void world_sum(int n, int round) {
   for (int i = 0; i < 4; ++i) src[i] = (long)(rnd(round, shmem_my_pe(), i) % 100000);
@@ -24,7 +24,7 @@ static void world_sum(int n, int round) {
   }
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   seed_from_args(argc, argv);
   for (int i = 0; i < SHMEM_REDUCE_SYNC_SIZE; ++i) psync[i] = psync2[i] = SHMEM_SYNC_VALUE;
   shmem_init();

@@ -7,22 +7,24 @@
 
 #define M 8
 long flags[M];
-long g_lock;       /* the lock word: symmetric, starts at 0 */
-long g_shared;     /* protected by g_lock: read-modify-write through RMA */
+long g_lock;   /* the lock word: symmetric, starts at 0 */
+long g_shared; /* protected by g_lock: read-modify-write through RMA */
 int g_order[2];
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   seed_from_args(argc, argv);
   shmem_init();
   int me = shmem_my_pe(), n = shmem_n_pes();
   int right = (me + 1) % n, left = (me + n - 1) % n;
 
   /* ping around a ring: PE 0 starts, each waits for its left neighbour */
-  long *token = shmem_calloc(1, sizeof(long));
+  long* token = shmem_calloc(1, sizeof(long));
   if (me == 0) shmem_long_p(token, 1, right);
   shmem_long_wait_until(token, SHMEM_CMP_GE, 1);
-  if (me != 0) shmem_long_p(token, *token + 1, right);
-  else CHECK(shmem_long_test(token, SHMEM_CMP_EQ, n > 1 ? n : 1), "token came back %ld", *token);
+  if (me != 0)
+    shmem_long_p(token, *token + 1, right);
+  else
+    CHECK(shmem_long_test(token, SHMEM_CMP_EQ, n > 1 ? n : 1), "token came back %ld", *token);
   shmem_barrier_all();
 
   /* wait_until_all / any / some with a status mask, and the vector forms */
@@ -39,7 +41,7 @@ int main(int argc, char **argv) {
   size_t some = shmem_long_wait_until_some(flags, M, idx, NULL, SHMEM_CMP_EQ, 3);
   CHECK(some == M / 2, "some %zu", some);
   for (size_t k = 0; k < some; ++k) CHECK(idx[k] % 2 == 0, "some idx %zu", idx[k]);
-  status[1] = status[3] = status[5] = status[7] = 1;  /* ignore the 7s */
+  status[1] = status[3] = status[5] = status[7] = 1; /* ignore the 7s */
   CHECK(shmem_long_test_all(flags, M, status, SHMEM_CMP_EQ, 3) == 1, "test_all masked");
   CHECK(shmem_long_test_any(flags, M, status, SHMEM_CMP_EQ, 7) == SIZE_MAX, "test_any none");
   long want[M];
@@ -50,8 +52,8 @@ int main(int argc, char **argv) {
   shmem_barrier_all();
 
   /* put_signal: payload then signal; the receiver sees the payload once the signal arrives */
-  uint64_t *sig = shmem_calloc(1, sizeof(uint64_t));
-  int *payload = shmem_malloc(256 * sizeof(int));
+  uint64_t* sig = shmem_calloc(1, sizeof(uint64_t));
+  int* payload = shmem_malloc(256 * sizeof(int));
   int data[256];
   for (int i = 0; i < 256; ++i) data[i] = (int)rnd(5, me, i);
   shmem_int_put_signal(payload, data, 256, sig, 1, SHMEM_SIGNAL_ADD, right);

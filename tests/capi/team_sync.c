@@ -5,20 +5,20 @@
 
 long psync[SHMEM_SYNC_SIZE];
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   seed_from_args(argc, argv);
   for (int i = 0; i < SHMEM_SYNC_SIZE; ++i) psync[i] = SHMEM_SYNC_VALUE;
   shmem_init();
   int me = shmem_my_pe(), n = shmem_n_pes(), right = (me + 1) % n, left = (me + n - 1) % n;
-  long *box = shmem_calloc(1, sizeof(long));
+  long* box = shmem_calloc(1, sizeof(long));
   for (int round = 0; round < 3; ++round) {
     long v = (long)(rnd(round, me, 0) >> 2);
     shmem_long_atomic_set(box, v, right);
     shmem_quiet();
-    int rc = shmem_sync(SHMEM_TEAM_WORLD);  /* the one-argument form */
+    int rc = shmem_sync(SHMEM_TEAM_WORLD); /* the one-argument form */
     CHECK(rc == 0, "shmem_sync(team) returned %d", rc);
     CHECK(*box == (long)(rnd(round, left, 0) >> 2), "round %d: box %ld", round, *box);
-    shmem_sync(0, 0, n, psync);  /* the active-set form still resolves to the 4-argument routine */
+    shmem_sync(0, 0, n, psync); /* the active-set form still resolves to the 4-argument routine */
   }
   shmem_team_t evens;
   int ne = (n + 1) / 2;

@@ -9,7 +9,7 @@
 long g_total;
 long g_slots[THREADS * 64];
 
-static void *work(void *arg) {
+static void* work(void* arg) {
   int t = (int)(intptr_t)arg, me = shmem_my_pe(), n = shmem_n_pes();
   for (int i = 0; i < ITERS; ++i) {
     shmem_long_atomic_add(&g_total, 1, (me + i) % n);
@@ -18,7 +18,7 @@ static void *work(void *arg) {
   return NULL;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   seed_from_args(argc, argv);
   int provided = -1;
   CHECK(shmem_init_thread(SHMEM_THREAD_MULTIPLE, &provided) == 0, "init_thread");
@@ -28,7 +28,7 @@ int main(int argc, char **argv) {
   CHECK(q == SHMEM_THREAD_MULTIPLE, "query_thread");
   int me = shmem_my_pe(), n = shmem_n_pes();
   pthread_t th[THREADS];
-  for (int t = 0; t < THREADS; ++t) pthread_create(&th[t], NULL, work, (void *)(intptr_t)t);
+  for (int t = 0; t < THREADS; ++t) pthread_create(&th[t], NULL, work, (void*)(intptr_t)t);
   for (int t = 0; t < THREADS; ++t) pthread_join(th[t], NULL);
   shmem_quiet();
   shmem_barrier_all();

@@ -9,14 +9,14 @@
 
 #include "check.h"
 
-#define NB 5  /* blocks */
-#define BS 3  /* elements per block */
+#define NB 5 /* blocks */
+#define BS 3 /* elements per block */
 long g_x;
 long g_dest[NB * 4];
 uint32_t g_dest32[NB * 4];
 
-int main(int argc, char **argv) {
-  const char *mode = argc > 2 ? argv[2] : "";
+int main(int argc, char** argv) {
+  const char* mode = argc > 2 ? argv[2] : "";
   seed_from_args(argc, argv);
   shmem_init();
   int me = shmem_my_pe(), n = shmem_n_pes(), right = (me + 1) % n, left = (me + n - 1) % n;
@@ -29,7 +29,7 @@ int main(int argc, char **argv) {
   CHECK(shmem_team_ptr(SHMEM_TEAM_WORLD, &g_x, right) == shmem_ptr(&g_x, right), "team_ptr(world) != shmem_ptr");
   CHECK(shmem_team_ptr(SHMEM_TEAM_INVALID, &g_x, 0) == NULL, "team_ptr on SHMEM_TEAM_INVALID");
   CHECK(shmem_team_ptr(SHMEM_TEAM_WORLD, &g_x, n) == NULL, "team_ptr past the team");
-  shmem_team_t odd;  /* PEs 1, 3, 5, ... */
+  shmem_team_t odd; /* PEs 1, 3, 5, ... */
   int nodd = n / 2;
   if (nodd > 0) {
     shmem_team_split_strided(SHMEM_TEAM_WORLD, 1, 2, nodd, NULL, 0, &odd);
@@ -44,7 +44,7 @@ int main(int argc, char **argv) {
   /* signals without data, with and without a context */
   shmem_ctx_t ctx;
   CHECK(shmem_ctx_create(0, &ctx) == 0, "ctx_create");
-  uint64_t *sig = shmem_calloc(3, sizeof(uint64_t));
+  uint64_t* sig = shmem_calloc(3, sizeof(uint64_t));
   uint64_t a = rnd(1, me, 0) >> 3, b = rnd(2, me, 0), c = rnd(3, me, 0);
   shmem_signal_add(&sig[0], a, right);
   shmem_ctx_signal_add(ctx, &sig[0], a, right);
@@ -74,14 +74,14 @@ int main(int argc, char **argv) {
       uint32_t w32 = j < BS ? (uint32_t)rnd(5, left, (uint64_t)(3 * k + j)) : 0xdeadbeef;
       CHECK(g_dest32[4 * k + j] == w32, "ibput32 block %d element %d", k, j);
     }
-  long back[NB * 2];  /* the first 2 of each block, packed */
-  shmem_ibget(back, g_dest, 2, 4, 2, NB, right);  /* generic */
+  long back[NB * 2];                             /* the first 2 of each block, packed */
+  shmem_ibget(back, g_dest, 2, 4, 2, NB, right); /* generic */
   for (int k = 0; k < NB; ++k)
     for (int j = 0; j < 2; ++j)
       CHECK(back[2 * k + j] == (long)(rnd(4, me, (uint64_t)(4 * k + j)) >> 1), "ibget block %d element %d", k, j);
 
   /* prefix sums over the odd team (team order), in place for exscan */
-  long *in = shmem_malloc(4 * sizeof(long)), *out = shmem_malloc(4 * sizeof(long));  /* collective: every PE */
+  long *in = shmem_malloc(4 * sizeof(long)), *out = shmem_malloc(4 * sizeof(long)); /* collective: every PE */
   if (odd != SHMEM_TEAM_INVALID) {
     int tme = shmem_team_my_pe(odd);
     for (int j = 0; j < 4; ++j) in[j] = (long)(rnd(6, me, j) % 1000000);
@@ -123,13 +123,13 @@ int main(int argc, char **argv) {
       shmem_pe_quiet(&target, 1);
     else
       shmem_ctx_pe_quiet(ctx, &target, 1);
-    shmem_pe_quiet(&none, 0);  /* npes 0: the list is not read */
+    shmem_pe_quiet(&none, 0); /* npes 0: the list is not read */
     shmem_pe_quiet(NULL, 0);
     shmem_long_atomic_set(&pq_flag, round, right);
     shmem_long_wait_until(&pq_flag, SHMEM_CMP_EQ, round);
     for (int i = 0; i < 64; ++i)
       CHECK(pq_data[i] == (long)rnd(8, left, (uint64_t)(round * 64 + i)), "pe_quiet round %d element %d", round, i);
-    shmem_barrier_all();  /* the left neighbour may overwrite pq_data now */
+    shmem_barrier_all(); /* the left neighbour may overwrite pq_data now */
   }
 
   if (!strcmp(mode, "badstride")) shmem_long_ibput(g_dest, src, 0, 1, 1, 2, right);
@@ -154,7 +154,7 @@ int main(int argc, char **argv) {
   shmem_query_initialized(&initialized);
   CHECK(initialized == 1, "still initialized with one init unmatched: %d", initialized);
   long v = (long)rnd(9, me, 0);
-  shmem_long_p(&g_x, v, right);  /* and it still works */
+  shmem_long_p(&g_x, v, right); /* and it still works */
   shmem_barrier_all();
   CHECK(g_x == (long)rnd(9, left, 0), "put after a matched init/finalize pair");
   shmem_finalize();

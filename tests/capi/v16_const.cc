@@ -8,12 +8,12 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CHECK(cond, what)                                                                            \
-  do {                                                                                               \
-    if (!(cond)) {                                                                                   \
+#define CHECK(cond, what)                                                                                        \
+  do {                                                                                                           \
+    if (!(cond)) {                                                                                               \
       std::fprintf(stderr, "CHECK FAILED on PE %d at line %d: %s (%s)\n", shmem_my_pe(), __LINE__, #cond, what); \
-      shmem_global_exit(3);                                                                          \
-    }                                                                                                \
+      shmem_global_exit(3);                                                                                      \
+    }                                                                                                            \
   } while (0)
 
 constexpr int kN = 6;

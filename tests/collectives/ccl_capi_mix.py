@@ -8,6 +8,7 @@ paths). Every result is checked exactly against values rebuilt from the shared s
 
     mori run -n N -- python ccl_capi_mix.py SEED
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -46,7 +47,7 @@ rng = np.random.default_rng(seed)  # the same draws on every PE
 for it in range(120):
     kind = int(rng.integers(0, 6))
     count = int(rng.choice([1, 7, 128, 129, 1000, MAX]))
-    data = rng.integers(-2**40, 2**40, size=(n, count), dtype=np.int64)  # PE p's input is data[p]
+    data = rng.integers(-(2**40), 2**40, size=(n, count), dtype=np.int64)  # PE p's input is data[p]
     mine = data[me].copy()
     if kind == 0:  # C API reduction on the world team
         src[:count] = mine
@@ -57,7 +58,7 @@ for it in range(120):
     elif kind == 1:  # C API fcollect
         src[:count] = mine
         lib.shmem_fcollectmem(world, dst_p, src_p, count * 8)
-        if not np.array_equal(dst[:n * count], data.reshape(-1)):
+        if not np.array_equal(dst[: n * count], data.reshape(-1)):
             fail(f"shmem_fcollectmem x{count} (iteration {it})")
     elif kind == 2:  # C API broadcast
         root = it % n

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """MORI-CCL collectives on CUDA tensors: 2 GPUs, and every GPU of the machine when it has more
 (skipped without 2)."""
+
 from __future__ import annotations
 
 import pytest

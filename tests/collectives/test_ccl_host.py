@@ -2,6 +2,7 @@
 """Host collectives (mori.ccl on CPU tensors) on 2, 4 and 8 PEs: every dtype, odd sizes,
 chunked staging, symmetric (zero-copy) inputs, uneven all-to-all, error paths; and mori.ccl
 beside the C API in one process."""
+
 from __future__ import annotations
 
 import random
@@ -33,8 +34,9 @@ def test_suite_4pes():
 
 @pytest.mark.timeout(150)
 def test_suite_8pes():
-    out = check(mori_run(8, python_program("ccl_suite.py", "--quick"), timeout=140,
-                         env={**ENV, "MORI_CCL_CHUNK_SIZE": "8K"}))
+    out = check(
+        mori_run(8, python_program("ccl_suite.py", "--quick"), timeout=140, env={**ENV, "MORI_CCL_CHUNK_SIZE": "8K"})
+    )
     assert out.count("ccl suite ok") == 8
 
 

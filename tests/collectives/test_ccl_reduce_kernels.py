@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The local reduction kernel against numpy/torch references (no PEs needed)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -55,9 +56,16 @@ def test_bfloat16_matches_torch():
     assert torch.equal(got, acc.to(torch.bfloat16))
 
 
-@pytest.mark.parametrize("np_dtype,dt", [(np.int8, DataType.Int8), (np.uint16, DataType.Uint16),
-                                         (np.int32, DataType.Int32), (np.int64, DataType.Int64),
-                                         (np.uint64, DataType.Uint64)])
+@pytest.mark.parametrize(
+    "np_dtype,dt",
+    [
+        (np.int8, DataType.Int8),
+        (np.uint16, DataType.Uint16),
+        (np.int32, DataType.Int32),
+        (np.int64, DataType.Int64),
+        (np.uint64, DataType.Uint64),
+    ],
+)
 def test_integers_wrap(np_dtype, dt):
     info = np.iinfo(np_dtype)
     rng = np.random.default_rng(11)
@@ -79,7 +87,12 @@ def test_bool_and_complex():
 
 
 def test_sizes_and_names():
-    assert [size_of(d) for d in (DataType.Int8, DataType.BFloat16, DataType.Float32, DataType.Complex128)] == [1, 2, 4, 16]
+    assert [size_of(d) for d in (DataType.Int8, DataType.BFloat16, DataType.Float32, DataType.Complex128)] == [
+        1,
+        2,
+        4,
+        16,
+    ]
     assert size_of(torch.float64) == 8 and size_of(np.uint16) == 2
     with pytest.raises(InvalidArgument, match="float8"):
         size_of(torch.float8_e4m3fn)

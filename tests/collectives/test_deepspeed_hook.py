@@ -2,6 +2,7 @@
 """DeepSpeed ZeRO-3 on CPU (2 ranks, gloo): the same training without the hook, with it, and
 with a size cap that sends the large all-gathers back to DeepSpeed: losses and final
 parameters bit-identical, counters show who handled what, uninstall restores DeepSpeed."""
+
 from __future__ import annotations
 
 import json

@@ -48,7 +48,7 @@ uint16_t float_to_half(float f) {
   uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
   if (ax >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
   if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
-  if (ax < 0x38800000u) {  // below the smallest normal half: subnormal or zero
+  if (ax < 0x38800000u) {                                      // below the smallest normal half: subnormal or zero
     if (ax < 0x33000000u) return static_cast<uint16_t>(sign);  // < 2^-25 rounds to 0
     uint32_t e = ax >> 23, man = (ax & 0x7fffffu) | 0x800000u;
     int shift = 126 - static_cast<int>(e);
@@ -175,7 +175,7 @@ uint8_t float_to_fp8_e4m3fnuz(float f) {
   return static_cast<uint8_t>(((b >> 24) & 0x80u) | code);
 }
 
-const float kFp4[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+const float kFp4[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                         -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
 uint8_t float_to_fp4_e2m1(float f) {
@@ -270,22 +270,26 @@ int main(int argc, char** argv) {
   } else {
     // fp16 rounds at bit 12 (sticky bits 0..11), bf16 at bit 15, fp8 at bit 19: these low halves
     // put every format exactly on, just below and just above a tie, with and without sticky bits.
-    std::vector<uint32_t> lows = {0x0000, 0x0001, 0x0800, 0x0fff, 0x1000, 0x1001, 0x1fff, 0x2000, 0x2fff, 0x3000,
-                                  0x3001, 0x6000, 0x7fff, 0x8000, 0x8001, 0x9000, 0xc000, 0xefff, 0xf000, 0xf001,
-                                  0xffff};
+    std::vector<uint32_t> lows = {0x0000, 0x0001, 0x0800, 0x0fff, 0x1000, 0x1001, 0x1fff,
+                                  0x2000, 0x2fff, 0x3000, 0x3001, 0x6000, 0x7fff, 0x8000,
+                                  0x8001, 0x9000, 0xc000, 0xefff, 0xf000, 0xf001, 0xffff};
     std::mt19937 rng(30);
     for (int i = 0; i < 11; ++i) lows.push_back(rng() & 0xffffu);
     for (uint32_t hi = 0; hi < 65536; ++hi)
       for (uint32_t lo : lows) check_encoders((hi << 16) | lo);
     for (int fmt = 0; fmt < 4; ++fmt) {
       std::vector<float> codes;  // ascending magnitude per sign, so neighbours are adjacent
-      if (fmt == 0) for (uint32_t s : {0u, 0x8000u}) for (uint32_t m = 0; m < 0x7c01; ++m)
-        codes.push_back(mori::f16_to_float(static_cast<uint16_t>(s | m)));
-      if (fmt == 1) for (uint32_t s : {0u, 0x80u}) for (uint32_t m = 0; m < 0x7f; ++m)
-        codes.push_back(mori::fp8_e4m3fn_to_float(static_cast<uint8_t>(s | m)));
-      if (fmt == 2) for (uint32_t s : {0u, 0x80u}) for (uint32_t m = 0; m < 0x80; ++m)
-        codes.push_back(mori::fp8_e4m3fnuz_to_float(static_cast<uint8_t>(s | m)));
-      if (fmt == 3) for (uint32_t n = 0; n < 16; ++n) codes.push_back(mori::fp4_e2m1_table()[n]);
+      if (fmt == 0)
+        for (uint32_t s : {0u, 0x8000u})
+          for (uint32_t m = 0; m < 0x7c01; ++m) codes.push_back(mori::f16_to_float(static_cast<uint16_t>(s | m)));
+      if (fmt == 1)
+        for (uint32_t s : {0u, 0x80u})
+          for (uint32_t m = 0; m < 0x7f; ++m) codes.push_back(mori::fp8_e4m3fn_to_float(static_cast<uint8_t>(s | m)));
+      if (fmt == 2)
+        for (uint32_t s : {0u, 0x80u})
+          for (uint32_t m = 0; m < 0x80; ++m) codes.push_back(mori::fp8_e4m3fnuz_to_float(static_cast<uint8_t>(s | m)));
+      if (fmt == 3)
+        for (uint32_t n = 0; n < 16; ++n) codes.push_back(mori::fp4_e2m1_table()[n]);
       check_midpoints(codes);
     }
   }

@@ -2,6 +2,7 @@
 """One element-type enum (mori/core/dtype.h) bound once (mori._C.core.DataType) and re-exported:
 mori.ccl keeps MORI's DataType names and codes and its ReduceOp, EP's dtype codes are the
 core's, and the reduction engine reached from Python reduces what it did before."""
+
 from __future__ import annotations
 
 import enum
@@ -12,8 +13,23 @@ import pytest
 from mori import _C
 
 # MORI's mori.ccl.DataType (0..11) and ours after it: the public contract.
-CCL_NAMES = ["Int8", "Uint8", "Int16", "Uint16", "Int32", "Uint32", "Int64", "Uint64", "Float16", "BFloat16",
-             "Float32", "Float64", "Bool", "Complex64", "Complex128"]
+CCL_NAMES = [
+    "Int8",
+    "Uint8",
+    "Int16",
+    "Uint16",
+    "Int32",
+    "Uint32",
+    "Int64",
+    "Uint64",
+    "Float16",
+    "BFloat16",
+    "Float32",
+    "Float64",
+    "Bool",
+    "Complex64",
+    "Complex128",
+]
 
 
 def test_ccl_reexports_the_core_enum() -> None:
@@ -31,9 +47,26 @@ def test_ccl_reexports_the_core_enum() -> None:
 def test_sizes_and_names_come_from_the_core() -> None:
     import mori.ccl as ccl
 
-    sizes = {"Int8": 1, "Uint8": 1, "Int16": 2, "Uint16": 2, "Int32": 4, "Uint32": 4, "Int64": 8, "Uint64": 8,
-             "Float16": 2, "BFloat16": 2, "Float32": 4, "Float64": 8, "Bool": 1, "Complex64": 8, "Complex128": 16,
-             "Float8E4M3FN": 1, "Float8E4M3FNUZ": 1, "Float4E2M1x2": 1}
+    sizes = {
+        "Int8": 1,
+        "Uint8": 1,
+        "Int16": 2,
+        "Uint16": 2,
+        "Int32": 4,
+        "Uint32": 4,
+        "Int64": 8,
+        "Uint64": 8,
+        "Float16": 2,
+        "BFloat16": 2,
+        "Float32": 4,
+        "Float64": 8,
+        "Bool": 1,
+        "Complex64": 8,
+        "Complex128": 16,
+        "Float8E4M3FN": 1,
+        "Float8E4M3FNUZ": 1,
+        "Float4E2M1x2": 1,
+    }
     assert {t.name: _C.core.dtype_size(int(t)) for t in _C.core.DataType} == sizes
     assert [ccl.size_of(getattr(ccl.DataType, n)) for n in CCL_NAMES] == [sizes[n] for n in CCL_NAMES]
     assert _C.core.dtype_name(int(_C.core.DataType.BFloat16)) == "bfloat16"
@@ -81,12 +114,14 @@ def test_engine_reduces_fresh_random_arrays() -> None:
     n, k = 1037, 3  # not a multiple of the engine's block
     ints = [rng.integers(-(1 << 31), 1 << 31, size=n, dtype=np.int32) for _ in range(k)]
     out = np.empty(n, dtype=np.int32)
-    _C.collectives.reduce_arrays(int(ccl.DataType.Int32), int(ccl.ReduceOp.SUM), out.ctypes.data,
-                                 [a.ctypes.data for a in ints], n)
+    _C.collectives.reduce_arrays(
+        int(ccl.DataType.Int32), int(ccl.ReduceOp.SUM), out.ctypes.data, [a.ctypes.data for a in ints], n
+    )
     want = ((ints[0].astype(np.int64) + ints[1] + ints[2] + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
     assert np.array_equal(out, want)
     floats = [rng.standard_normal(n).astype(np.float64) for _ in range(k)]
     outf = np.empty(n)
-    _C.collectives.reduce_arrays(int(ccl.DataType.Float64), int(ccl.ReduceOp.MAX), outf.ctypes.data,
-                                 [a.ctypes.data for a in floats], n)
+    _C.collectives.reduce_arrays(
+        int(ccl.DataType.Float64), int(ccl.ReduceOp.MAX), outf.ctypes.data, [a.ctypes.data for a in floats], n
+    )
     assert np.array_equal(outf, np.maximum(np.maximum(floats[0], floats[1]), floats[2]))

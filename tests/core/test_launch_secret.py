@@ -6,6 +6,7 @@ is used on one host only (the store then listens on loopback); a job that may sp
 refused with an error saying how to set MORI_JOB_SECRET. Python (mori.core.bootstrap) and the C
 API share one launcher detection (core/launch.h) and its policy (core/launch_secret.h).
 """
+
 from __future__ import annotations
 
 import json
@@ -22,22 +23,37 @@ from mori.core.ports import free_port
 from harness import job_env
 
 REMOTE = "198.51.100.7"  # TEST-NET-2: never an address of this host
-LAUNCH = ("MASTER_ADDR", "MASTER_PORT", "MORI_MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-          "TORCHELASTIC_RUN_ID", "MORI_JOB_SECRET")
-DETECT = ("import json; from mori.core.bootstrap import detect_launch; i = detect_launch(); "
-          "print(json.dumps([i.kind, i.store_host, i.store_port, i.secret_hex]))")
+LAUNCH = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "MORI_MASTER_PORT",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "TORCHELASTIC_RUN_ID",
+    "MORI_JOB_SECRET",
+)
+DETECT = (
+    "import json; from mori.core.bootstrap import detect_launch; i = detect_launch(); "
+    "print(json.dumps([i.kind, i.store_host, i.store_port, i.secret_hex]))"
+)
 
 
 def _env(**launch: str) -> dict:
-    env = {k: v for k, v in job_env().items()
-           if k not in LAUNCH and not k.startswith(("MORI_STORE", "OMPI_", "PMI", "MORI_RANK", "MORI_WORLD"))}
+    env = {
+        k: v
+        for k, v in job_env().items()
+        if k not in LAUNCH and not k.startswith(("MORI_STORE", "OMPI_", "PMI", "MORI_RANK", "MORI_WORLD"))
+    }
     env.update(launch)
     return env
 
 
 def _detect(**launch: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", DETECT], env=_env(**launch), capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", DETECT], env=_env(**launch), capture_output=True, text=True, timeout=60
+    )
 
 
 def _own_address() -> str:
@@ -57,8 +73,9 @@ def _own_address() -> str:
 def test_remote_master_without_secret_is_refused(torchrun):
     """Before: a rank derived sha256(address, port) and went on; anyone could compute it."""
     extra = {"TORCHELASTIC_RUN_ID": "job7"} if torchrun else {}
-    res = _detect(MASTER_ADDR=REMOTE, MASTER_PORT="29500", RANK="1", WORLD_SIZE="4", LOCAL_RANK="0",
-                  LOCAL_WORLD_SIZE="2", **extra)
+    res = _detect(
+        MASTER_ADDR=REMOTE, MASTER_PORT="29500", RANK="1", WORLD_SIZE="4", LOCAL_RANK="0", LOCAL_WORLD_SIZE="2", **extra
+    )
     assert res.returncode != 0, res.stdout
     assert "MORI_JOB_SECRET is not set and this job may span hosts" in res.stderr, res.stderr
     assert f"MASTER_ADDR={REMOTE} is another host" in res.stderr, res.stderr
@@ -95,20 +112,36 @@ def test_one_host_job_on_own_address_meets_on_loopback():
     assert (kind, host, got_port, len(secret)) == ("env", "127.0.0.1", port, 64)
     assert "MORI_JOB_SECRET is not set" in res.stderr, res.stderr
 
-    program = ("import time\n"
-               "import mori.shmem as sh\n"
-               "sh.init()\n"
-               "me, n = sh.my_pe(), sh.n_pes()\n"
-               "if me == 0:\n"
-               "    print('READY', flush=True); time.sleep(1.5)\n"
-               "sh.barrier_all()\n"
-               "print('pes', n, flush=True)\n"
-               "sh.finalize()\n")
-    procs = [subprocess.Popen([sys.executable, "-c", program],
-                              env=_env(MASTER_ADDR=ip, MORI_MASTER_PORT=str(port), RANK=str(r), WORLD_SIZE="2",
-                                       LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2", MORI_DISABLE_P2P="1"),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-             for r in range(2)]
+    program = (
+        "import time\n"
+        "import mori.shmem as sh\n"
+        "sh.init()\n"
+        "me, n = sh.my_pe(), sh.n_pes()\n"
+        "if me == 0:\n"
+        "    print('READY', flush=True); time.sleep(1.5)\n"
+        "sh.barrier_all()\n"
+        "print('pes', n, flush=True)\n"
+        "sh.finalize()\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", program],
+            env=_env(
+                MASTER_ADDR=ip,
+                MORI_MASTER_PORT=str(port),
+                RANK=str(r),
+                WORLD_SIZE="2",
+                LOCAL_RANK=str(r),
+                LOCAL_WORLD_SIZE="2",
+                MORI_DISABLE_P2P="1",
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
+        for r in range(2)
+    ]
     try:
         assert procs[0].stdout.readline().strip() == "READY"
         with socket.socket() as s:
@@ -143,13 +176,19 @@ def test_c_api_refuses_remote_master_without_secret(tmp_path):
 
     src, exe = tmp_path / "secret.c", tmp_path / "secret"
     src.write_text(C_PROGRAM)
-    cc = subprocess.run([str(paths().bin_dir / "oshcc"), "-o", str(exe), str(src)], capture_output=True, text=True,
-                        timeout=120)
+    cc = subprocess.run(
+        [str(paths().bin_dir / "oshcc"), "-o", str(exe), str(src)], capture_output=True, text=True, timeout=120
+    )
     assert cc.returncode == 0, cc.stderr
     start = time.monotonic()
-    res = subprocess.run([str(exe)], env=_env(MASTER_ADDR=REMOTE, MASTER_PORT="29500", RANK="1", WORLD_SIZE="2",
-                                              MORI_BOOTSTRAP_TIMEOUT="30"),
-                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    res = subprocess.run(
+        [str(exe)],
+        env=_env(MASTER_ADDR=REMOTE, MASTER_PORT="29500", RANK="1", WORLD_SIZE="2", MORI_BOOTSTRAP_TIMEOUT="30"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert res.returncode != 0 and "joined" not in res.stdout, res.stdout
     assert "MORI_JOB_SECRET is not set and this job may span hosts" in res.stderr, res.stderr
     assert time.monotonic() - start < 20

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """mori.core.ports: the one free_port / wait_port of tests, launcher and umbp."""
+
 from __future__ import annotations
 
 import socket

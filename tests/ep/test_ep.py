@@ -2,6 +2,7 @@
 """MORI-EP on CPU: the correctness matrix (every kernel type, dtype, scales, zero-copy and
 external buffers, routing patterns) on 2, 4 and 8 PEs, the EP guide's Complete Example,
 error paths, AUTO launch rules and the fp8/bf16/fp16 conversions against torch."""
+
 from __future__ import annotations
 
 import json
@@ -26,15 +27,15 @@ def test_suite(n, presets):
 
 def test_suite_with_copy_threads():
     """Several copy threads per PE (the ThreadTeam paths) on 2 PEs."""
-    out = check(mori_run(2, python_program("ep_suite.py", "--preset", "kernels,routing", "--threads", "3"),
-                         timeout=240))
+    out = check(
+        mori_run(2, python_program("ep_suite.py", "--preset", "kernels,routing", "--threads", "3"), timeout=240)
+    )
     assert "on 2 PEs passed" in out
 
 
 def test_complete_example_from_the_guide():
     """Seed 002 section 7, device changed to CPU: 8 ranks, hidden 7168, 4096 max tokens, top-8 of 256."""
-    out = check(mori_run(8, python_program("ep_complete_example.py"), timeout=240,
-                         env={"MORI_SHMEM_HEAP_SIZE": "4G"}))
+    out = check(mori_run(8, python_program("ep_complete_example.py"), timeout=240, env={"MORI_SHMEM_HEAP_SIZE": "4G"}))
     assert out.count("sent 128 tokens, received") == 8
 
 
@@ -73,13 +74,21 @@ def test_combine_refuses_a_peer_that_lies_about_its_shared_input():
 def test_blockwise_combine_reads_scale_dim_setting():
     """MORI_FP8_COMBINE_SCALE_DIM=20 (not MORI's 56): blocks of ceil(hidden / 20) values, exact
     against the wire model at that setting and 20 scales per row on the wire; 0 is refused."""
-    out = check(mori_run(2, python_program("ep_quant_combine.py"), timeout=240,
-                         env={"MORI_FP8_COMBINE_SCALE_DIM": "20"}))
+    out = check(
+        mori_run(2, python_program("ep_quant_combine.py"), timeout=240, env={"MORI_FP8_COMBINE_SCALE_DIM": "20"})
+    )
     assert "ep quant combine ok on 2 PEs" in out and out.count(": combined") == 10, out
-    probe = ("from mori import _C\nfrom mori.ep.kernel_type import blockwise_scale_dim\n"
-             "try:\n    blockwise_scale_dim()\nexcept ValueError as e:\n    print('refused:', e)\n")
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "MORI_FP8_COMBINE_SCALE_DIM": "0"})
+    probe = (
+        "from mori import _C\nfrom mori.ep.kernel_type import blockwise_scale_dim\n"
+        "try:\n    blockwise_scale_dim()\nexcept ValueError as e:\n    print('refused:', e)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "MORI_FP8_COMBINE_SCALE_DIM": "0"},
+    )
     assert "refused: MORI_FP8_COMBINE_SCALE_DIM must be > 0" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -111,16 +120,42 @@ def test_dead_peer_is_an_error_not_a_hang():
 
 
 def test_auto_launch_mode_reads_tuning_rules(tmp_path):
-    rules = {"version": "1.0", "gpu_arch": "cpu", "gpu_model": "any", "kernel_type": "IntraNode", "ep_size": 2,
-             "phase": "dispatch",
-             "rules": [{"dtype": "bf16", "num_tokens": 8, "hidden_dim": 64, "block_num": 3, "rdma_block_num": 0,
-                        "warp_per_block": 4},
-                       {"dtype": "bf16", "num_tokens": 4096, "hidden_dim": 64, "block_num": 5,
-                        "rdma_block_num": 0, "warp_per_block": 4}]}
+    rules = {
+        "version": "1.0",
+        "gpu_arch": "cpu",
+        "gpu_model": "any",
+        "kernel_type": "IntraNode",
+        "ep_size": 2,
+        "phase": "dispatch",
+        "rules": [
+            {
+                "dtype": "bf16",
+                "num_tokens": 8,
+                "hidden_dim": 64,
+                "block_num": 3,
+                "rdma_block_num": 0,
+                "warp_per_block": 4,
+            },
+            {
+                "dtype": "bf16",
+                "num_tokens": 4096,
+                "hidden_dim": 64,
+                "block_num": 5,
+                "rdma_block_num": 0,
+                "warp_per_block": 4,
+            },
+        ],
+    }
     path = tmp_path / "rules.json"
     path.write_text(json.dumps(rules))
-    out = check(mori_run(2, python_program("ep_suite.py", "--preset", "quick"), timeout=120,
-                         env={"MORI_EP_LAUNCH_CONFIG_MODE": "AUTO", "MORI_EP_TUNING_CONFIG": str(path)}))
+    out = check(
+        mori_run(
+            2,
+            python_program("ep_suite.py", "--preset", "quick"),
+            timeout=120,
+            env={"MORI_EP_LAUNCH_CONFIG_MODE": "AUTO", "MORI_EP_TUNING_CONFIG": str(path)},
+        )
+    )
     assert "on 2 PEs passed" in out
     assert "auto launch config (5, 0, 4)" in out  # 16 tokens: the smallest rule with num_tokens >= 16
 
@@ -135,19 +170,30 @@ def test_rule_selection():
         {"dtype": "bf16", "num_tokens": 64, "hidden_dim": 4096, "block_num": 3, "warp_per_block": 3},
         {"dtype": "fp8_e4m3", "num_tokens": 64, "hidden_dim": 7168, "block_num": 4, "warp_per_block": 4},
     ]
-    assert select_rule(rules, "bf16", 100, 7168, 4)["block_num"] == 1     # smallest num_tokens >= N
+    assert select_rule(rules, "bf16", 100, 7168, 4)["block_num"] == 1  # smallest num_tokens >= N
     assert select_rule(rules, "bf16", 200, 7168, 4)["block_num"] == 2
-    assert select_rule(rules, "bf16", 9999, 7168, 4)["block_num"] == 2    # clamp to the largest
-    assert select_rule(rules, "bf16", 10, 4096, 4)["block_num"] == 3      # exact hidden preferred
-    combine = rules + [{"dtype": "bf16", "num_tokens": 256, "hidden_dim": 7168, "topk": 8, "zero_copy": True,
-                        "block_num": 5, "warp_per_block": 5}]
-    assert select_rule(combine, "bf16", 10, 7168, 8)["block_num"] == 5      # exact top-k preferred
+    assert select_rule(rules, "bf16", 9999, 7168, 4)["block_num"] == 2  # clamp to the largest
+    assert select_rule(rules, "bf16", 10, 4096, 4)["block_num"] == 3  # exact hidden preferred
+    combine = rules + [
+        {
+            "dtype": "bf16",
+            "num_tokens": 256,
+            "hidden_dim": 7168,
+            "topk": 8,
+            "zero_copy": True,
+            "block_num": 5,
+            "warp_per_block": 5,
+        }
+    ]
+    assert select_rule(combine, "bf16", 10, 7168, 8)["block_num"] == 5  # exact top-k preferred
     assert select_rule(combine, "bf16", 10, 7168, 8, zero_copy=False)["block_num"] == 1
     assert select_rule(rules, "fp4", 10, 7168, 8) is None
     manual = LaunchConfigurator(K.IntraNode, 8, 8, "MANUAL")
     assert manual.resolve("dispatch", torch.device("cpu"), torch.bfloat16, 10, 64, 7, -1, 3) == (7, -1, 3)
     auto = LaunchConfigurator(K.InterNodeV1, 16, 8, "AUTO")  # no rule file for cpu: MORI's fallback
-    assert auto.resolve("dispatch", torch.device("cpu"), torch.bfloat16, 10, 64, 7, -1, 3) == AUTO_FALLBACK[K.InterNodeV1]
+    assert (
+        auto.resolve("dispatch", torch.device("cpu"), torch.bfloat16, 10, 64, 7, -1, 3) == AUTO_FALLBACK[K.InterNodeV1]
+    )
     with pytest.raises(ValueError, match="MORI_EP_LAUNCH_CONFIG_MODE"):
         LaunchConfigurator(K.IntraNode, 8, 8, "FAST")
 
@@ -171,10 +217,12 @@ def test_shipped_tuning_rules():
     from mori.ep.kernel_type import EpDispatchCombineKernelType as K
     from mori.ep.tuning import find_rule_file, load_rules, select_rule
 
-    for phase, dtype, extra in (("dispatch", "fp8_e4m3", {}),
-                                ("combine", "bf16", {"zero_copy": False, "quant_type": "none"}),
-                                ("combine", "bf16", {"zero_copy": True, "quant_type": "none"}),
-                                ("combine", "bf16", {"zero_copy": False, "quant_type": "fp8_direct_cast"})):
+    for phase, dtype, extra in (
+        ("dispatch", "fp8_e4m3", {}),
+        ("combine", "bf16", {"zero_copy": False, "quant_type": "none"}),
+        ("combine", "bf16", {"zero_copy": True, "quant_type": "none"}),
+        ("combine", "bf16", {"zero_copy": False, "quant_type": "fp8_direct_cast"}),
+    ):
         path = find_rule_file("sm90", "h200", K.IntraNode, 2, phase)
         assert path is not None and path.name == f"sm90_h200_IntraNode_ep2_{phase}.json"
         rules = load_rules(path, phase)
@@ -193,17 +241,52 @@ def test_encode_matches_torch(dtype):
 
     dt = getattr(torch, dtype)
     g = torch.Generator().manual_seed(7)
-    vals = torch.cat([
-        torch.randn(20000, generator=g) * 4,
-        torch.randn(20000, generator=g) * 1e-3,
-        torch.randn(2000, generator=g) * 300,
-        torch.tensor([0.0, -0.0, 448.0, 464.0, 465.0, 479.0, 480.0, 500.0, 240.0, 248.0, 250.0, 1e-9, -1e-9,
-                      2 ** -9, 2 ** -10, 3 * 2 ** -10, 2 ** -7, 65504.0, 65519.0, 65520.0, 1e6, 3.0e-8,
-                      float("inf"), float("-inf"), float("nan")]),
-    ]).float().contiguous()
+    vals = (
+        torch.cat(
+            [
+                torch.randn(20000, generator=g) * 4,
+                torch.randn(20000, generator=g) * 1e-3,
+                torch.randn(2000, generator=g) * 300,
+                torch.tensor(
+                    [
+                        0.0,
+                        -0.0,
+                        448.0,
+                        464.0,
+                        465.0,
+                        479.0,
+                        480.0,
+                        500.0,
+                        240.0,
+                        248.0,
+                        250.0,
+                        1e-9,
+                        -1e-9,
+                        2**-9,
+                        2**-10,
+                        3 * 2**-10,
+                        2**-7,
+                        65504.0,
+                        65519.0,
+                        65520.0,
+                        1e6,
+                        3.0e-8,
+                        float("inf"),
+                        float("-inf"),
+                        float("nan"),
+                    ]
+                ),
+            ]
+        )
+        .float()
+        .contiguous()
+    )
     # Also every fp8 value and the midpoints between neighbours (the tie cases).
-    grid = torch.arange(256, dtype=torch.uint8).view(dt if "float8" in dtype else torch.uint8).float() \
-        if "float8" in dtype else torch.empty(0)
+    grid = (
+        torch.arange(256, dtype=torch.uint8).view(dt if "float8" in dtype else torch.uint8).float()
+        if "float8" in dtype
+        else torch.empty(0)
+    )
     grid = grid[torch.isfinite(grid)].sort().values
     if grid.numel():
         vals = torch.cat([vals, grid, (grid[1:] + grid[:-1]) / 2]).contiguous()
@@ -226,7 +309,9 @@ def test_fused_bf16_sum_matches_torch(m, n):
     rows = (torch.randn(m, n, generator=g) * torch.rand(m, 1, generator=g) * 50).to(torch.bfloat16)
     flat = rows.view(-1)
     specials = torch.tensor([float("nan"), float("inf"), -0.0, 3.0e38, -3.0e38, 1e-40], dtype=torch.bfloat16)
-    flat[torch.randint(0, flat.numel(), (min(flat.numel(), 24),), generator=g)] = specials.repeat(4)[:min(flat.numel(), 24)]
+    flat[torch.randint(0, flat.numel(), (min(flat.numel(), 24),), generator=g)] = specials.repeat(4)[
+        : min(flat.numel(), 24)
+    ]
     rows = rows.contiguous()
     acc = torch.zeros(n, dtype=torch.float32)
     for r in range(m):
@@ -241,12 +326,26 @@ def test_fused_bf16_sum_matches_torch(m, n):
 def test_config_defaults_match_mori():
     from mori.ops import EpDispatchCombineConfig, EpDispatchCombineKernelType as K
 
-    assert [(k.name, k.value) for k in K] == [("IntraNode", 0), ("InterNode", 1), ("InterNodeV1", 2),
-                                              ("InterNodeV1LL", 3), ("AsyncLL", 4), ("IntraNodeLL", 5)]
+    assert [(k.name, k.value) for k in K] == [
+        ("IntraNode", 0),
+        ("InterNode", 1),
+        ("InterNodeV1", 2),
+        ("InterNodeV1LL", 3),
+        ("AsyncLL", 4),
+        ("IntraNodeLL", 5),
+    ]
     c = EpDispatchCombineConfig(torch.bfloat16, 0, 8, 7168, 0, 1, 4, 4096, 32, 8)
-    assert (c.warp_num_per_block, c.block_num, c.max_total_recv_tokens, c.use_external_inp_buf, c.kernel_type,
-            c.gpu_per_node, c.rdma_block_num, c.num_qp_per_pe, c.quant_type) == \
-        (8, 80, 0, True, K.IntraNode, 8, 0, 1, "none")
+    assert (
+        c.warp_num_per_block,
+        c.block_num,
+        c.max_total_recv_tokens,
+        c.use_external_inp_buf,
+        c.kernel_type,
+        c.gpu_per_node,
+        c.rdma_block_num,
+        c.num_qp_per_pe,
+        c.quant_type,
+    ) == (8, 80, 0, True, K.IntraNode, 8, 0, 1, "none")
     assert c.max_num_tokens_to_recv == 8 * 4096
     capped = EpDispatchCombineConfig(torch.bfloat16, 0, 8, 7168, 0, 1, 4, 4096, 32, 8, max_total_recv_tokens=1000)
     assert capped.max_num_tokens_to_recv == 8 * 125
@@ -260,8 +359,9 @@ def test_internode_kernel_types_across_two_hosts():
 
     vh = veth_hosts_or_skip()
     try:
-        out = check_all(run_on_hosts(vh.hosts, 2, python_program("ep_suite.py", "--preset", "internode,hosts"),
-                                     timeout=240))
+        out = check_all(
+            run_on_hosts(vh.hosts, 2, python_program("ep_suite.py", "--preset", "internode,hosts"), timeout=240)
+        )
     finally:
         vh.destroy()
     assert "on 4 PEs passed" in out

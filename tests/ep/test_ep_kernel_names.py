@@ -3,6 +3,7 @@
 says what the last combine ran (blockwise codes, block size, weights or not, where), and
 ``_fp8_blockwise_combine_scale_dim`` is the scale count per row a blockwise combine of the op
 uses (MORI_FP8_COMBINE_SCALE_DIM when the op was built; 0 for other quant types). One PE."""
+
 from __future__ import annotations
 
 import subprocess
@@ -63,6 +64,7 @@ def test_combine_kernel_name_and_scale_dim_are_truthful(scale_dim):
     env = job_env({"MORI_FP8_COMBINE_SCALE_DIM": scale_dim} if scale_dim else None)
     if scale_dim is None:
         env.pop("MORI_FP8_COMBINE_SCALE_DIM", None)
-    proc = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, timeout=120,
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+    )
     assert proc.returncode == 0 and "kernel names ok" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]

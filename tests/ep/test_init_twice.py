@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """A second shmem init in one process is MORI's no-op (returns 0); another PE, another torch group
 or a thread as a second PE is a clear error (the last one at once, not a deadlock)."""
+
 from __future__ import annotations
 
 

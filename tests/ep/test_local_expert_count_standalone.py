@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """mori.ops.launch_local_expert_count without any shmem runtime (MORI's needs none), on host
 memory and (where there is a GPU) on device memory; bad launch shapes are refused."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,9 +16,18 @@ from mori.ops import EpDispatchCombineConfig, launch_local_expert_count  # noqa:
 def _case(seed: int, device: str):
     g = torch.Generator().manual_seed(seed)
     world, epr, k, rank = 4, 8, 6, 2
-    cfg = EpDispatchCombineConfig(data_type=torch.bfloat16, rank=rank, world_size=world, hidden_dim=16, scale_dim=0,
-                                  scale_type_size=4, max_token_type_size=4, max_num_inp_token_per_rank=40,
-                                  num_experts_per_rank=epr, num_experts_per_token=k)
+    cfg = EpDispatchCombineConfig(
+        data_type=torch.bfloat16,
+        rank=rank,
+        world_size=world,
+        hidden_dim=16,
+        scale_dim=0,
+        scale_type_size=4,
+        max_token_type_size=4,
+        max_num_inp_token_per_rank=40,
+        num_experts_per_rank=epr,
+        num_experts_per_token=k,
+    )
     rows = cfg.max_num_tokens_to_recv
     idx = torch.stack([torch.randperm(world * epr, generator=g)[:k] for _ in range(rows)]).to(torch.int32)
     idx[torch.rand(idx.shape, generator=g) < 0.2] = -1
@@ -39,8 +49,9 @@ def test_host_memory_without_shmem_init():
     assert torch.equal(out, want)
 
 
-@pytest.mark.parametrize("arg,value", [("block_num", 0), ("warp_per_block", 0), ("block_num", -2),
-                                       ("warp_per_block", 1.5)])
+@pytest.mark.parametrize(
+    "arg,value", [("block_num", 0), ("warp_per_block", 0), ("block_num", -2), ("warp_per_block", 1.5)]
+)
 def test_bad_launch_shape_is_refused(arg, value):
     cfg, idx, tot, out, _ = _case(9, "cpu")
     with pytest.raises(InvalidArgument, match=arg):
@@ -54,8 +65,9 @@ def test_device_memory_without_shmem_init():
     assert not _C.shmem.initialized()
     for seed in range(3):
         cfg, idx, tot, out, want = _case(seed, "cuda")
-        launch_local_expert_count(cfg, idx.data_ptr(), tot.data_ptr(), out.data_ptr(),
-                                  stream=torch.cuda.current_stream().cuda_stream)
+        launch_local_expert_count(
+            cfg, idx.data_ptr(), tot.data_ptr(), out.data_ptr(), stream=torch.cuda.current_stream().cuda_stream
+        )
         torch.cuda.synchronize()
         assert torch.equal(out.cpu(), want), (seed, out, want)
     with pytest.raises(InvalidArgument, match="one GPU or all host memory"):
@@ -70,8 +82,9 @@ def _native_case(seed: int, **fields):
     g = torch.Generator().manual_seed(seed)
     world, epr, k = 4, 3, 2
     rank = int(torch.randint(0, world, (1,), generator=g))
-    cfg = mori.cpp.EpDispatchCombineConfig(rank=rank, world_size=world, num_experts_per_rank=epr,
-                                           num_experts_per_token=k, **fields)
+    cfg = mori.cpp.EpDispatchCombineConfig(
+        rank=rank, world_size=world, num_experts_per_rank=epr, num_experts_per_token=k, **fields
+    )
     rows = int(torch.randint(1, 9, (1,), generator=g))
     idx = torch.stack([torch.randperm(world * epr, generator=g)[:k] for _ in range(rows)]).to(torch.int32)
     local = idx.long().flatten() - rank * epr
@@ -91,9 +104,14 @@ def test_mori_cpp_config_counts_exactly():
         assert torch.equal(out, torch.zeros_like(want))
 
 
-@pytest.mark.parametrize("fields,named", [({"block_num": 0, "warp_num_per_block": 2}, "block_num"),
-                                          ({"block_num": 4, "warp_num_per_block": 0}, "warp_num_per_block"),
-                                          ({}, "block_num")])
+@pytest.mark.parametrize(
+    "fields,named",
+    [
+        ({"block_num": 0, "warp_num_per_block": 2}, "block_num"),
+        ({"block_num": 4, "warp_num_per_block": 0}, "warp_num_per_block"),
+        ({}, "block_num"),
+    ],
+)
 def test_config_without_a_launch_shape_is_a_runtime_error(fields, named):
     """MORI raises RuntimeError when the config's block_num / warp_num_per_block are 0 and the
     call passes -1 (the config's); an explicit shape in the call still works."""
@@ -101,6 +119,7 @@ def test_config_without_a_launch_shape_is_a_runtime_error(fields, named):
     with pytest.raises(RuntimeError, match=named):
         mori.ops.launch_local_expert_count(cfg, idx.data_ptr(), tot.data_ptr(), out.data_ptr())
     assert (out == -7).all()  # nothing written
-    mori.ops.launch_local_expert_count(cfg, idx.data_ptr(), tot.data_ptr(), out.data_ptr(), block_num=2,
-                                       warp_per_block=1)
+    mori.ops.launch_local_expert_count(
+        cfg, idx.data_ptr(), tot.data_ptr(), out.data_ptr(), block_num=2, warp_per_block=1
+    )
     assert torch.equal(out, want)

@@ -7,6 +7,7 @@ The table is MORI's API (reference/mori-api.md §3.3, completed from MORI's Pyth
 the entries the reference gives in prose only). Our only allowed difference is an extra
 keyword-only parameter, listed per entry in EXTENSIONS: it cannot shift a positional argument.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -20,69 +21,55 @@ pytest.importorskip("torch")
 MORI_SIGNATURES = {
     # EpDispatchCombineOp (mori.ops.dispatch_combine)
     "mori.ops:EpDispatchCombineOp.__init__": "config",
-    "mori.ops:EpDispatchCombineOp.get_launch_config":
-        "is_dispatch=True, block_num=-1, rdma_block_num=-1, warp_per_block=-1",
+    "mori.ops:EpDispatchCombineOp.get_launch_config": "is_dispatch=True, block_num=-1, rdma_block_num=-1, warp_per_block=-1",
     "mori.ops:EpDispatchCombineOp.max_num_tokens_to_recv": "",
     "mori.ops:EpDispatchCombineOp.max_num_tokens_to_recv_per_rank": "",
     "mori.ops:EpDispatchCombineOp.max_num_tokens_to_send": "",
     "mori.ops:EpDispatchCombineOp.max_num_tokens_to_send_per_rank": "",
     "mori.ops:EpDispatchCombineOp.decode_send_flat_idx": "flat_idx",
     "mori.ops:EpDispatchCombineOp.get_registered_combine_input_buffer": "dtype, hidden_dim=-1",
-    "mori.ops:EpDispatchCombineOp.dispatch":
-        "input, weights, scales, indices, block_num=-1, rdma_block_num=-1, warp_per_block=-1, "
-        "call_local_expert_count=False, *, routing=None, return_routing=False",
-    "mori.ops:EpDispatchCombineOp.dispatch_send":
-        "input, weights, scales, indices, block_num=-1, warp_per_block=-1, call_local_expert_count=False",
+    "mori.ops:EpDispatchCombineOp.dispatch": "input, weights, scales, indices, block_num=-1, rdma_block_num=-1, warp_per_block=-1, "
+    "call_local_expert_count=False, *, routing=None, return_routing=False",
+    "mori.ops:EpDispatchCombineOp.dispatch_send": "input, weights, scales, indices, block_num=-1, warp_per_block=-1, call_local_expert_count=False",
     "mori.ops:EpDispatchCombineOp.dispatch_recv": "block_num=-1, warp_per_block=-1, call_local_expert_count=False",
-    "mori.ops:EpDispatchCombineOp.combine":
-        "input, weights, indices, block_num=-1, rdma_block_num=-1, warp_per_block=-1, use_external_inp_buf=-1, "
-        "call_reset=False, *, routing=None",
+    "mori.ops:EpDispatchCombineOp.combine": "input, weights, indices, block_num=-1, rdma_block_num=-1, warp_per_block=-1, use_external_inp_buf=-1, "
+    "call_reset=False, *, routing=None",
     "mori.ops:EpDispatchCombineOp.combine_send": "input, weights, indices, block_num=-1, warp_per_block=-1",
     "mori.ops:EpDispatchCombineOp.combine_recv": "block_num=-1, warp_per_block=-1",
-    "mori.ops:EpDispatchCombineOp.dispatch_standard_moe":
-        "input, weights, scales, indices, block_num=-1, rdma_block_num=-1, warp_per_block=-1",
-    "mori.ops:EpDispatchCombineOp.combine_standard_moe":
-        "input, weights, indices, block_num=-1, rdma_block_num=-1, warp_per_block=-1, call_reset=False",
-    "mori.ops:EpDispatchCombineOp.convert_dispatch_output":
-        "dispatch_out_x, dispatch_out_topk_idx, block_num=-1, warp_per_block=-1",
-    "mori.ops:EpDispatchCombineOp.convert_combine_input":
-        "packed_recv_x, packed_recv_src_info, packed_recv_layout_range, block_num=-1, warp_per_block=-1",
+    "mori.ops:EpDispatchCombineOp.dispatch_standard_moe": "input, weights, scales, indices, block_num=-1, rdma_block_num=-1, warp_per_block=-1",
+    "mori.ops:EpDispatchCombineOp.combine_standard_moe": "input, weights, indices, block_num=-1, rdma_block_num=-1, warp_per_block=-1, call_reset=False",
+    "mori.ops:EpDispatchCombineOp.convert_dispatch_output": "dispatch_out_x, dispatch_out_topk_idx, block_num=-1, warp_per_block=-1",
+    "mori.ops:EpDispatchCombineOp.convert_combine_input": "packed_recv_x, packed_recv_src_info, packed_recv_layout_range, block_num=-1, warp_per_block=-1",
     "mori.ops:EpDispatchCombineOp.reset": "",
     "mori.ops:EpDispatchCombineOp.get_dispatch_src_token_pos": "",
     "mori.ops:EpDispatchCombineOp.get_debug_time_buf": "",
     "mori.ops:EpDispatchCombineOp.get_debug_time_offset": "",
     # module functions
-    "mori.ops:launch_local_expert_count":
-        "config, indices_ptr, total_recv_token_num_ptr, local_expert_count_ptr, block_num=-1, warp_per_block=-1, "
-        "stream=0",
+    "mori.ops:launch_local_expert_count": "config, indices_ptr, total_recv_token_num_ptr, local_expert_count_ptr, block_num=-1, warp_per_block=-1, "
+    "stream=0",
     "mori.ops.dispatch_combine:warmup_jit_kernels": "kernel_type",
-    "mori.kernel_profiler:export_to_perfetto":
-        "trace_buffer, filename='trace.json', slot_map=None, gpu_freq_ghz=None, validate_pairs=True, "
-        "sanitize_orphans=True",
+    "mori.kernel_profiler:export_to_perfetto": "trace_buffer, filename='trace.json', slot_map=None, gpu_freq_ghz=None, validate_pairs=True, "
+    "sanitize_orphans=True",
     # routing handles
-    "mori.ops.dispatch_combine:EpDispatchRoutingHandle.__init__":
-        "disp_dest_tok_id_map, inter_node_disp_dest_tok_id_map, inter_node_disp_send_map, total_recv_token_num, "
-        "disp_tok_id_to_src_tok_id_local, cur_rank_num_token=0",
+    "mori.ops.dispatch_combine:EpDispatchRoutingHandle.__init__": "disp_dest_tok_id_map, inter_node_disp_dest_tok_id_map, inter_node_disp_send_map, total_recv_token_num, "
+    "disp_tok_id_to_src_tok_id_local, cur_rank_num_token=0",
     "mori.ops.dispatch_combine:EpDispatchRoutingHandle.tensors": "",
     "mori.ops.dispatch_combine:EpDispatchRoutingHandle.from_tensors": "tensors, cur_rank_num_token=0",
     # the config dataclass (fields in order, with defaults)
-    "mori.ops:EpDispatchCombineConfig.__init__":
-        "data_type, rank, world_size, hidden_dim, scale_dim, scale_type_size, max_token_type_size, "
-        "max_num_inp_token_per_rank, num_experts_per_rank, num_experts_per_token, warp_num_per_block=8, "
-        "block_num=80, max_total_recv_tokens=0, use_external_inp_buf=True, kernel_type=KT.IntraNode, "
-        "gpu_per_node=8, rdma_block_num=0, num_qp_per_pe=1, quant_type='none'",
+    "mori.ops:EpDispatchCombineConfig.__init__": "data_type, rank, world_size, hidden_dim, scale_dim, scale_type_size, max_token_type_size, "
+    "max_num_inp_token_per_rank, num_experts_per_rank, num_experts_per_token, warp_num_per_block=8, "
+    "block_num=80, max_total_recv_tokens=0, use_external_inp_buf=True, kernel_type=KT.IntraNode, "
+    "gpu_per_node=8, rdma_block_num=0, num_qp_per_pe=1, quant_type='none'",
     # mori.ops.tuning_config
     "mori.ops.tuning_config:kernel_type_to_config_str": "kernel_type",
     "mori.ops.tuning_config:quant_type_to_config_str": "quant_type",
     "mori.ops.tuning_config:dtype_to_config_str": "dtype",
     "mori.ops.tuning_config:detect_gpu_model": "",
-    "mori.ops.tuning_config:build_config_filename":
-        "gpu_arch, kernel_type, ep_size, gpu_model=None, phase='dispatch'",
+    "mori.ops.tuning_config:build_config_filename": "gpu_arch, kernel_type, ep_size, gpu_model=None, phase='dispatch'",
     "mori.ops.tuning_config:config_path_for": "gpu_arch, kernel_type, ep_size, gpu_model=None, phase='dispatch'",
     "mori.ops.tuning_config:LaunchParams.__init__": "block_num, rdma_block_num, warp_per_block",
     "mori.ops.tuning_config:TuningConfigManager.get_instance": "gpu_arch, kernel_type, ep_size, gpu_model=None",
-    "mori.ops.tuning_config:TuningConfigManager.lookup":
-        "sorted_rules, dtype, num_tokens, hidden_dim, zero_copy=None, quant_type=None",
+    "mori.ops.tuning_config:TuningConfigManager.lookup": "sorted_rules, dtype, num_tokens, hidden_dim, zero_copy=None, quant_type=None",
     # mori.shmem (MORI's python/mori/shmem/api.py)
     "mori.shmem:shmem_torch_process_group_init": "group_name",
     "mori.shmem:shmem_get_unique_id": "",
@@ -144,8 +131,15 @@ def _describe(params) -> list[tuple]:
     return [(p.name, p.kind.name, p.default) for p in params]
 
 
-@pytest.mark.parametrize("key", [pytest.param(k, marks=pytest.mark.xfail(reason=KNOWN_DIFFERENCES[k], strict=True))
-                                 if k in KNOWN_DIFFERENCES else k for k in sorted(MORI_SIGNATURES)])
+@pytest.mark.parametrize(
+    "key",
+    [
+        pytest.param(k, marks=pytest.mark.xfail(reason=KNOWN_DIFFERENCES[k], strict=True))
+        if k in KNOWN_DIFFERENCES
+        else k
+        for k in sorted(MORI_SIGNATURES)
+    ],
+)
 def test_signature_is_moris(key):
     want = list(_expected(MORI_SIGNATURES[key]).parameters.values())
     got = _ours(key)

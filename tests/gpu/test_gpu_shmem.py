@@ -4,6 +4,7 @@
 Skips without CUDA support in this build or with fewer than 2 visible GPUs. Each check of
 tests/programs/gpu_suite.py runs in its own 2-PE job, so one failure cannot hide another.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,10 @@ _NO_CUDA = not _C.shmem.built_with_cuda()
 needs_gpus = [
     pytest.mark.gpu,
     pytest.mark.skipif(_NO_CUDA, reason="MORI was built without CUDA"),
-    pytest.mark.skipif(not _NO_CUDA and not gpu_pe_counts(_C.shmem.cuda_device_count()),
-                       reason="needs 2 CUDA GPUs (or MORI_TEST_GPU_PES and one)"),
+    pytest.mark.skipif(
+        not _NO_CUDA and not gpu_pe_counts(_C.shmem.cuda_device_count()),
+        reason="needs 2 CUDA GPUs (or MORI_TEST_GPU_PES and one)",
+    ),
 ]
 
 
@@ -30,11 +33,25 @@ def _gpu(fn):
     return fn
 
 
-CHECKS = ["host_rma", "stream_rma", "device_put_get", "atomics", "signal_ordering", "barrier_on_stream", "graph",
-          "ptr_p2p"]
+CHECKS = [
+    "host_rma",
+    "stream_rma",
+    "device_put_get",
+    "atomics",
+    "signal_ordering",
+    "barrier_on_stream",
+    "graph",
+    "ptr_p2p",
+]
 # NVLink multicast stays off on shared GPU hosts; the heap sizes keep start-up quick.
-GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
-           "MORI_SHMEM_GPU_HEAP_SIZE": "512M", "MORI_SHMEM_HEAP_SIZE": "256M", "MORI_BOOTSTRAP_TIMEOUT": "60"}
+GPU_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+    "MORI_SHMEM_GPU_HEAP_SIZE": "512M",
+    "MORI_SHMEM_HEAP_SIZE": "256M",
+    "MORI_BOOTSTRAP_TIMEOUT": "60",
+}
 
 
 @_gpu
@@ -49,8 +66,10 @@ def test_disable_p2p_gives_null_peer_pointers() -> None:
     env = dict(GPU_ENV, MORI_DISABLE_P2P="1")
     out = check(mori_run(2, python_program("gpu_suite.py", "disable_p2p"), timeout=120, env=env))
     if "SKIP disable_p2p" in out:
-        pytest.skip("MORI_DISABLE_P2P=1 needs a non-shared-memory host transport (tcp) for the host heap: "
-                    + out.split("SKIP disable_p2p:", 1)[1].strip().splitlines()[0])
+        pytest.skip(
+            "MORI_DISABLE_P2P=1 needs a non-shared-memory host transport (tcp) for the host heap: "
+            + out.split("SKIP disable_p2p:", 1)[1].strip().splitlines()[0]
+        )
     assert "PASS disable_p2p" in out, out[-4000:]
 
 
@@ -66,8 +85,14 @@ def test_multicast_stays_off() -> None:
 
 
 def _run_python(code: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=60, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_unbound_pe_refuses_gpu_calls_clearly() -> None:
@@ -88,7 +113,8 @@ def test_unbound_pe_refuses_gpu_calls_clearly() -> None:
         "assert addr and not gpu.contains(addr)  # host heap when unbound\n"
         "sh.shmem_free(addr)\n"
         "sh.shmem_finalize()\n"
-        "print('ok')\n")
+        "print('ok')\n"
+    )
     proc = _run_python(code, {"MORI_DEVICE": "-1"})
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
 

@@ -8,11 +8,11 @@
 
 #define LIVE 4096
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   seed_from_args(argc, argv);
   shmem_init();
   int me = shmem_my_pe(), n = shmem_n_pes();
-  uint64_t *live = shmem_malloc(LIVE * sizeof(uint64_t));
+  uint64_t* live = shmem_malloc(LIVE * sizeof(uint64_t));
   CHECK(live != NULL, "a small allocation");
   for (uint64_t i = 0; i < LIVE; ++i) live[i] = rnd(1, me, i);
 
@@ -28,13 +28,13 @@ int main(int argc, char **argv) {
   CHECK(shmem_realloc(live, SIZE_MAX - 64) == NULL, "shmem_realloc(p, SIZE_MAX - 64)");
 
   /* The failed realloc left the block whole, and new blocks land beside it, not over it. */
-  uint64_t *next = shmem_malloc(LIVE * sizeof(uint64_t));
+  uint64_t* next = shmem_malloc(LIVE * sizeof(uint64_t));
   CHECK(next != NULL, "an allocation after the failures");
-  CHECK(next + LIVE <= live || next >= live + LIVE, "new block %p overlaps the live block %p", (void *)next,
-        (void *)live);
+  CHECK(next + LIVE <= live || next >= live + LIVE, "new block %p overlaps the live block %p", (void*)next,
+        (void*)live);
   for (uint64_t i = 0; i < LIVE; ++i) next[i] = ~rnd(1, me, i);
-  for (uint64_t i = 0; i < LIVE; ++i) CHECK(live[i] == rnd(1, me, i), "live block changed at element %llu",
-                                            (unsigned long long)i);
+  for (uint64_t i = 0; i < LIVE; ++i)
+    CHECK(live[i] == rnd(1, me, i), "live block changed at element %llu", (unsigned long long)i);
   /* And the heap is still symmetric: a put into the right neighbour's block lands there
    * (after the barrier: the neighbour has finished writing its own copy). */
   shmem_barrier_all();

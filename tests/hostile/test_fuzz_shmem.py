@@ -6,6 +6,7 @@ raises the documented exception: InvalidArgument (a ValueError) for a bad argume
 when the heap cannot hold the request. Which of the three happens is predicted independently
 here, and guard arrays around every target (symmetric and local) must keep their random bytes.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -20,13 +21,36 @@ from hypothesis import strategies as st  # noqa: E402
 import mori.shmem as sh  # noqa: E402
 
 # Seconds for the whole file: few examples, no example database written into the tree.
-FUZZ = settings(max_examples=60, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 # Integers where bugs live: small ones, and ones near the edges of int64/size_t.
-EDGES = [0, 1, 2, 7, 8, 63, 64, 65, 2**31 - 1, 2**31, 2**32, 2**61 + 1, 2**62, 2**63 - 1, 2**63, 2**64 - 100,
-         2**64 - 1, 2**64, 2**65]
-edgy = st.one_of(st.integers(-3, 40), st.sampled_from(EDGES + [-e for e in EDGES]), st.integers(-2**70, 2**70))
+EDGES = [
+    0,
+    1,
+    2,
+    7,
+    8,
+    63,
+    64,
+    65,
+    2**31 - 1,
+    2**31,
+    2**32,
+    2**61 + 1,
+    2**62,
+    2**63 - 1,
+    2**63,
+    2**64 - 100,
+    2**64 - 1,
+    2**64,
+    2**65,
+]
+edgy = st.one_of(st.integers(-3, 40), st.sampled_from(EDGES + [-e for e in EDGES]), st.integers(-(2**70), 2**70))
 small = st.integers(-3, 40)
 DTYPES = [np.int8, np.uint16, np.int32, np.int64, np.uint64, np.float32, np.float64]
 dtypes = st.sampled_from(DTYPES)
@@ -40,8 +64,11 @@ def pe():
 
 
 def _random(rng: np.random.Generator, n: int, dtype) -> np.ndarray:
-    return rng.integers(1, 100, n).astype(dtype) if np.dtype(dtype).kind != "f" else \
-        (rng.standard_normal(n) * 100).astype(dtype)
+    return (
+        rng.integers(1, 100, n).astype(dtype)
+        if np.dtype(dtype).kind != "f"
+        else (rng.standard_normal(n) * 100).astype(dtype)
+    )
 
 
 class Guards:
@@ -64,11 +91,11 @@ class Guards:
 def _local(rng: np.random.Generator, n: int, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(view, whole, copy of whole): a local array with 16 random guard elements on each side."""
     whole = _random(rng, n + 32, dtype)
-    return whole[16:16 + n], whole, whole.copy()
+    return whole[16 : 16 + n], whole, whole.copy()
 
 
 def _local_guards_ok(whole: np.ndarray, keep: np.ndarray, n: int) -> bool:
-    return np.array_equal(whole[:16], keep[:16]) and np.array_equal(whole[16 + n:], keep[16 + n:])
+    return np.array_equal(whole[:16], keep[:16]) and np.array_equal(whole[16 + n :], keep[16 + n :])
 
 
 @FUZZ
@@ -99,8 +126,7 @@ def test_fuzz_malloc(pe, size, align_exp, odd):
     assert sh.heap_free() == free0
 
 
-shapes = st.one_of(edgy, st.lists(st.one_of(st.integers(-2, 6), st.sampled_from([2**16, 2**32, 2**62])),
-                                  max_size=4))
+shapes = st.one_of(edgy, st.lists(st.one_of(st.integers(-2, 6), st.sampled_from([2**16, 2**32, 2**62])), max_size=4))
 
 
 @FUZZ
@@ -148,8 +174,16 @@ def test_fuzz_allocate(pe, shape, dtype, kind):
 
 
 @FUZZ
-@given(nd=st.integers(0, 40), ns=st.integers(0, 48), dd=dtypes, ds=dtypes, pe_=small, nbi=st.booleans(),
-       direction=st.sampled_from(["put", "get"]), seed=st.integers(0, 2**32))
+@given(
+    nd=st.integers(0, 40),
+    ns=st.integers(0, 48),
+    dd=dtypes,
+    ds=dtypes,
+    pe_=small,
+    nbi=st.booleans(),
+    direction=st.sampled_from(["put", "get"]),
+    seed=st.integers(0, 2**32),
+)
 def test_fuzz_put_get(pe, nd, ns, dd, ds, pe_, nbi, direction, seed):
     rng = np.random.default_rng(seed)
     guards = Guards(rng)
@@ -183,8 +217,16 @@ def test_fuzz_put_get(pe, nd, ns, dd, ds, pe_, nbi, direction, seed):
 
 
 @FUZZ
-@given(nd=st.integers(1, 40), ns=st.integers(1, 40), dst_stride=edgy, src_stride=edgy, nelems=edgy,
-       same_dtype=st.booleans(), direction=st.sampled_from(["iput", "iget"]), seed=st.integers(0, 2**32))
+@given(
+    nd=st.integers(1, 40),
+    ns=st.integers(1, 40),
+    dst_stride=edgy,
+    src_stride=edgy,
+    nelems=edgy,
+    same_dtype=st.booleans(),
+    direction=st.sampled_from(["iput", "iget"]),
+    seed=st.integers(0, 2**32),
+)
 def test_fuzz_strided(pe, nd, ns, dst_stride, src_stride, nelems, same_dtype, direction, seed):
     rng = np.random.default_rng(seed)
     guards = Guards(rng)
@@ -222,14 +264,32 @@ def test_fuzz_strided(pe, nd, ns, dst_stride, src_stride, nelems, same_dtype, di
     guards.free()
 
 
-OPS = ["p", "g", "atomic_add", "atomic_fetch_add", "atomic_set", "atomic_swap", "atomic_compare_swap",
-       "atomic_inc", "atomic_fetch", "atomic_xor", "wait_until", "test"]
+OPS = [
+    "p",
+    "g",
+    "atomic_add",
+    "atomic_fetch_add",
+    "atomic_set",
+    "atomic_swap",
+    "atomic_compare_swap",
+    "atomic_inc",
+    "atomic_fetch",
+    "atomic_xor",
+    "wait_until",
+    "test",
+]
 
 
 @FUZZ
-@given(n=st.integers(0, 12), index=edgy, op=st.sampled_from(OPS), pe_=small,
-       dtype=st.sampled_from([np.int32, np.int64, np.uint32, np.uint64]), two_d=st.booleans(),
-       seed=st.integers(0, 2**32))
+@given(
+    n=st.integers(0, 12),
+    index=edgy,
+    op=st.sampled_from(OPS),
+    pe_=small,
+    dtype=st.sampled_from([np.int32, np.int64, np.uint32, np.uint64]),
+    two_d=st.booleans(),
+    seed=st.integers(0, 2**32),
+)
 def test_fuzz_element_ops(pe, n, index, op, pe_, dtype, two_d, seed):
     rng = np.random.default_rng(seed)
     guards = Guards(rng)
@@ -264,9 +324,16 @@ def test_fuzz_element_ops(pe, n, index, op, pe_, dtype, two_d, seed):
             else:
                 got = fn(target, value, pe_, index=index)
             assert ok
-            new = {"atomic_add": old + value, "atomic_fetch_add": old + value, "atomic_set": value,
-                   "atomic_swap": value, "atomic_compare_swap": value, "atomic_inc": old + 1, "atomic_fetch": old,
-                   "atomic_xor": old ^ value}[op]
+            new = {
+                "atomic_add": old + value,
+                "atomic_fetch_add": old + value,
+                "atomic_set": value,
+                "atomic_swap": value,
+                "atomic_compare_swap": value,
+                "atomic_inc": old + 1,
+                "atomic_fetch": old,
+                "atomic_xor": old ^ value,
+            }[op]
             (expect_base[:, 0] if two_d and n else expect_base.reshape(-1))[index] = new
             if op in ("atomic_fetch_add", "atomic_swap", "atomic_compare_swap", "atomic_fetch"):
                 assert int(got) == old
@@ -280,16 +347,23 @@ def test_fuzz_element_ops(pe, n, index, op, pe_, dtype, two_d, seed):
 
 
 @FUZZ
-@given(sig_len=st.integers(0, 3), sig_dtype=st.sampled_from([np.uint64, np.int64, np.uint32]), value=edgy,
-       sig_op=st.integers(-1, 3), pe_=small, n=st.integers(0, 16), seed=st.integers(0, 2**32))
+@given(
+    sig_len=st.integers(0, 3),
+    sig_dtype=st.sampled_from([np.uint64, np.int64, np.uint32]),
+    value=edgy,
+    sig_op=st.integers(-1, 3),
+    pe_=small,
+    n=st.integers(0, 16),
+    seed=st.integers(0, 2**32),
+)
 def test_fuzz_put_signal(pe, sig_len, sig_dtype, value, sig_op, pe_, n, seed):
     rng = np.random.default_rng(seed)
     guards = Guards(rng)
     sig = sh.array(rng.integers(0, 2**20, sig_len).astype(sig_dtype))
     sig_before = sig.copy()
     dest = sh.zeros(16, np.int64)
-    src = rng.integers(-2**40, 2**40, n)
-    ok = (sig_dtype is np.uint64 and sig_len >= 1 and 0 <= value < 2**64 and sig_op in (0, 1) and pe_ == 0)
+    src = rng.integers(-(2**40), 2**40, n)
+    ok = sig_dtype is np.uint64 and sig_len >= 1 and 0 <= value < 2**64 and sig_op in (0, 1) and pe_ == 0
     try:
         sh.put_signal(dest, src, sig, value, sig_op, pe_)
         sh.quiet()

@@ -3,6 +3,7 @@
 and the use-before-init message of item 18). Each case is the issue's reproduction, run in a
 fresh one-PE process: before the fixes they crashed, overwrote memory or succeeded, which here
 reads as a non-zero exit or a failed check rather than a crashed test run."""
+
 from __future__ import annotations
 
 import random
@@ -40,10 +41,17 @@ sh.init()
 def run_one_pe(body: str, timeout: float = 60) -> str:
     """Runs PRELUDE + body in a fresh process; it must print 'ok' and exit 0."""
     code = PRELUDE + textwrap.dedent(body) + "\nsh.finalize()\nprint('ok')\n"
-    proc = subprocess.run([sys.executable, "-c", code], env=job_env(), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("ok"), \
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=job_env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("ok"), (
         f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
+    )
     return proc.stdout
 
 
@@ -76,8 +84,16 @@ def test_capi_allocations_near_size_max_return_null(tmp_path):
     from mori.shmem.capi import paths
 
     exe = tmp_path / "heap_limits"
-    cmd = [str(paths().bin_dir / "oshcc"), "-std=c11", "-O1", "-Wall", "-Werror", "-o", str(exe),
-           str(HERE / "heap_limits.c")]
+    cmd = [
+        str(paths().bin_dir / "oshcc"),
+        "-std=c11",
+        "-O1",
+        "-Wall",
+        "-Werror",
+        "-o",
+        str(exe),
+        str(HERE / "heap_limits.c"),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     seed = str(random.getrandbits(48))
@@ -232,13 +248,15 @@ def test_bad_shapes_are_errors_and_leak_nothing():
 
 def test_use_before_init_names_the_call():
     """Item 18: shmem_malloc before init reported the error as coming from gpu_bound."""
-    code = ("import mori.shmem as sh\n"
-            "for name, f in (('shmem_malloc', lambda: sh.shmem_malloc(8)), ('shmem_malloc_align', "
-            "lambda: sh.shmem_malloc_align(64, 8)), ('shmem_free', lambda: sh.shmem_free(64))):\n"
-            "    try:\n        f()\n    except RuntimeError as e:\n"
-            "        assert str(e).startswith(name + ':') and 'not initialized' in str(e), e\n"
-            "    else:\n        raise SystemExit('no error')\n"
-            "print('ok')\n")
+    code = (
+        "import mori.shmem as sh\n"
+        "for name, f in (('shmem_malloc', lambda: sh.shmem_malloc(8)), ('shmem_malloc_align', "
+        "lambda: sh.shmem_malloc_align(64, 8)), ('shmem_free', lambda: sh.shmem_free(64))):\n"
+        "    try:\n        f()\n    except RuntimeError as e:\n"
+        "        assert str(e).startswith(name + ':') and 'not initialized' in str(e), e\n"
+        "    else:\n        raise SystemExit('no error')\n"
+        "print('ok')\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
 

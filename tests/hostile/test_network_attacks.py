@@ -9,6 +9,7 @@ The store attacks use ranks started from MASTER_ADDR/RANK/WORLD_SIZE, so that ra
 the store on a port the test knows (with 1,024 descriptors, a common default), and rank 1
 is started only once the attack is done: it must still get in.
 """
+
 from __future__ import annotations
 
 import os
@@ -54,8 +55,13 @@ class EnvJob:
 
     def start(self, rank: int) -> None:
         env = env_rank(rank, 2, self.port, self.secret, {**TCP, "MORI_MASTER_PORT": str(self.port)})
-        self.procs.append(start_rank(python_program("tcp_stress.py", str(self.rounds)), env,
-                                     preexec_fn=_limit_descriptors if rank == 0 else None))
+        self.procs.append(
+            start_rank(
+                python_program("tcp_stress.py", str(self.rounds)),
+                env,
+                preexec_fn=_limit_descriptors if rank == 0 else None,
+            )
+        )
 
     def wait_for_store(self, timeout: float = 60) -> None:
         wait_port(self.port, timeout=timeout, process=self.procs[0])  # rank 0 hosts the bootstrap store
@@ -150,25 +156,35 @@ def test_store_idle_flood_then_the_job_joins():
     assert 1 <= evictions <= 10, f"{evictions} eviction lines for {IDLE_CONNECTIONS} strangers:\n{outs[0]}"
 
 
-@pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
-                    reason="under scripts/sanitize.sh: UBSan checks a vptr by writing the object into a pipe, "
-                           "which a process out of descriptors cannot open, so it reports every virtual call")
+@pytest.mark.skipif(
+    "libasan" in os.environ.get("LD_PRELOAD", ""),
+    reason="under scripts/sanitize.sh: UBSan checks a vptr by writing the object into a pipe, "
+    "which a process out of descriptors cannot open, so it reports every virtual call",
+)
 def test_store_out_of_descriptors_keeps_accepting():
     """A store process with only a few free descriptors, flooded: accept() fails with EMFILE,
     and the store must go on (evicting strangers) instead of its accept thread ending."""
     from mori import _C
 
     secret = os.urandom(32).hex()
-    code = ("import os, resource, sys\n"
-            "from mori import _C\n"
-            "server = _C.core.StoreServer(sys.argv[1], '127.0.0.1', 0)\n"
-            "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
-            "resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir('/proc/self/fd')) + 16, hard))\n"
-            "print(server.port, flush=True)\n"
-            "sys.stdin.read()\n"
-            "server.stop()\n")
-    host = subprocess.Popen([sys.executable, "-c", code, secret], env=job_env(), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    code = (
+        "import os, resource, sys\n"
+        "from mori import _C\n"
+        "server = _C.core.StoreServer(sys.argv[1], '127.0.0.1', 0)\n"
+        "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir('/proc/self/fd')) + 16, hard))\n"
+        "print(server.port, flush=True)\n"
+        "sys.stdin.read()\n"
+        "server.stop()\n"
+    )
+    host = subprocess.Popen(
+        [sys.executable, "-c", code, secret],
+        env=job_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     idle: list[socket.socket] = []
     try:
         port = int(host.stdout.readline())
@@ -213,8 +229,9 @@ def test_store_refuses_garbage_wrong_secret_replay_and_huge_lengths():
         deadline = time.monotonic() + 10
         while job.open_fds_of_rank0() > fds_before + 4 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert job.open_fds_of_rank0() <= fds_before + 4, \
+        assert job.open_fds_of_rank0() <= fds_before + 4, (
             f"rank 0 holds {job.open_fds_of_rank0() - fds_before} more descriptors after 200 refused connections"
+        )
 
         # A wrong secret: the store's proof does not check out and ours is refused.
         s = socket.create_connection(("127.0.0.1", job.port), timeout=10)
@@ -284,13 +301,32 @@ def test_tcp_target_survives_hostile_client(tmp_path):
     again), 1,100 idle connections, and malformed requests; then the job's own traffic."""
     secret = os.urandom(32).hex()
     env = job_env({**TCP, "MORI_JOB_SECRET": secret})
-    job = subprocess.Popen([sys.executable, "-m", "mori.apps.cli", "run", "-n", "2", "--",
-                            *python_program("tcp_guard_target.py", str(tmp_path))],
-                           env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True)
+    job = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mori.apps.cli",
+            "run",
+            "-n",
+            "2",
+            "--",
+            *python_program("tcp_guard_target.py", str(tmp_path)),
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
-        client = subprocess.run(python_program("tcp_hostile_client.py", str(tmp_path), secret), env=env,
-                                capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        client = subprocess.run(
+            python_program("tcp_hostile_client.py", str(tmp_path), secret),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
         out, _ = job.communicate(timeout=120)
     finally:
         if job.poll() is None:
@@ -309,13 +345,15 @@ def test_tcp_target_survives_hostile_client(tmp_path):
 
 def test_single_host_store_listens_on_loopback():
     """`mori run` on one host: the store is bound to 127.0.0.1, not to every interface."""
-    code = ("import os\n"
-            "port = int(os.environ['MORI_STORE_ADDR'].rsplit(':', 1)[1])\n"
-            "for line in open('/proc/net/tcp').read().splitlines()[1:]:\n"
-            "    local, state = line.split()[1], line.split()[3]\n"
-            "    ip, p = local.split(':')\n"
-            "    if int(p, 16) == port and state == '0A':\n"
-            "        print('store listens on', ip)\n")
+    code = (
+        "import os\n"
+        "port = int(os.environ['MORI_STORE_ADDR'].rsplit(':', 1)[1])\n"
+        "for line in open('/proc/net/tcp').read().splitlines()[1:]:\n"
+        "    local, state = line.split()[1], line.split()[3]\n"
+        "    ip, p = local.split(':')\n"
+        "    if int(p, 16) == port and state == '0A':\n"
+        "        print('store listens on', ip)\n"
+    )
     out = check(mori_run(1, [sys.executable, "-c", code], timeout=60))
     assert "store listens on 0100007F" in out, out
 
@@ -333,12 +371,24 @@ def test_multi_node_secret_is_drawn_by_node0_and_passed_by_file(tmp_path):
     common = ["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(port), "-n", "1"]
     program = python_program("tcp_stress.py", "1")
     cli = [sys.executable, "-m", "mori.apps.cli", "run"]
-    lost = subprocess.run([*cli, *common, "--node-rank", "1", "--", *program], env=_no_secret_env({}),
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    lost = subprocess.run(
+        [*cli, *common, "--node-rank", "1", "--", *program],
+        env=_no_secret_env({}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert lost.returncode == 2 and "node 1 needs the job secret of node 0" in lost.stderr, lost.stderr
 
-    node0 = subprocess.Popen([*cli, *common, "--node-rank", "0", "--", *program], env=_no_secret_env({}),
-                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    node0 = subprocess.Popen(
+        [*cli, *common, "--node-rank", "0", "--", *program],
+        env=_no_secret_env({}),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         printed = ""
         deadline = time.monotonic() + 60
@@ -352,9 +402,14 @@ def test_multi_node_secret_is_drawn_by_node0_and_passed_by_file(tmp_path):
         secret_file = tmp_path / "job.secret"
         secret_file.write_text(m.group(1) + "\n")
         secret_file.chmod(0o600)
-        node1 = subprocess.run([*cli, *common, "--node-rank", "1", "--secret-file", str(secret_file), "--",
-                                *program], env=_no_secret_env({}), capture_output=True, text=True, timeout=90,
-                               stdin=subprocess.DEVNULL)
+        node1 = subprocess.run(
+            [*cli, *common, "--node-rank", "1", "--secret-file", str(secret_file), "--", *program],
+            env=_no_secret_env({}),
+            capture_output=True,
+            text=True,
+            timeout=90,
+            stdin=subprocess.DEVNULL,
+        )
         out0, err0 = node0.communicate(timeout=60)
     finally:
         if node0.poll() is None:
@@ -367,10 +422,16 @@ def test_multi_node_secret_is_drawn_by_node0_and_passed_by_file(tmp_path):
 
     bad = tmp_path / "bad.secret"
     bad.write_text("not hex\n")
-    res = subprocess.run([*cli, *common, "--node-rank", "1", "--secret-file", str(bad), "--", "true"],
-                         env=_no_secret_env({}), capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2 and f"--secret-file {bad}: the job secret must be 64 hex digits" in res.stderr, \
+    res = subprocess.run(
+        [*cli, *common, "--node-rank", "1", "--secret-file", str(bad), "--", "true"],
+        env=_no_secret_env({}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 2 and f"--secret-file {bad}: the job secret must be 64 hex digits" in res.stderr, (
         res.stderr
+    )
 
 
 @pytest.mark.parametrize("torchrun", [False, True])
@@ -379,13 +440,19 @@ def test_derived_secret_paths_warn(torchrun):
     extra = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "RANK": "0", "WORLD_SIZE": "2"}
     if torchrun:
         extra["TORCHELASTIC_RUN_ID"] = "job1"
-    warned = subprocess.run([sys.executable, "-c", code], env=_no_secret_env(extra), capture_output=True, text=True,
-                            timeout=60)
+    warned = subprocess.run(
+        [sys.executable, "-c", code], env=_no_secret_env(extra), capture_output=True, text=True, timeout=60
+    )
     assert warned.returncode == 0, warned.stderr
     assert "MORI_JOB_SECRET is not set" in warned.stderr, warned.stderr
     assert ("torchrun's store" in warned.stderr) == torchrun, warned.stderr
-    quiet = subprocess.run([sys.executable, "-c", code], env=job_env({**extra, "MORI_JOB_SECRET": "ab" * 32}),
-                           capture_output=True, text=True, timeout=60)
+    quiet = subprocess.run(
+        [sys.executable, "-c", code],
+        env=job_env({**extra, "MORI_JOB_SECRET": "ab" * 32}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert quiet.returncode == 0 and "warning" not in quiet.stderr, quiet.stderr
 
 
@@ -414,17 +481,27 @@ def test_c_api_derived_secret_warns(tmp_path, with_secret):
 
     src, exe = tmp_path / "derived.c", tmp_path / "derived"
     src.write_text(C_PROGRAM)
-    cc = subprocess.run([str(paths().bin_dir / "oshcc"), "-o", str(exe), str(src)], capture_output=True, text=True,
-                        timeout=120)
+    cc = subprocess.run(
+        [str(paths().bin_dir / "oshcc"), "-o", str(exe), str(src)], capture_output=True, text=True, timeout=120
+    )
     assert cc.returncode == 0, cc.stderr
     port, secret = free_port(), os.urandom(32).hex()
     procs = []
     for rank in range(2):
-        extra = {**TCP, "MASTER_ADDR": "127.0.0.1", "MORI_MASTER_PORT": str(port), "RANK": str(rank),
-                 "WORLD_SIZE": "2", "LOCAL_RANK": str(rank)}
+        extra = {
+            **TCP,
+            "MASTER_ADDR": "127.0.0.1",
+            "MORI_MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": str(rank),
+        }
         env = job_env({**extra, "MORI_JOB_SECRET": secret}) if with_secret else _no_secret_env(extra)
-        procs.append(subprocess.Popen([str(exe)], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [str(exe)], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
     results = []
     try:
         for p in procs:
@@ -445,16 +522,24 @@ def test_unique_id_leaves_the_secret_to_mori_job_secret():
     """With MORI_JOB_SECRET set, a unique id (what torchrun's store carries) holds no secret;
     a rank without MORI_JOB_SECRET gets a clear error instead of a wrong secret."""
     secret = os.urandom(32).hex()
-    code = ("import sys; from mori import _C\n"
-            "uid = _C.core.create_unique_id()\n"
-            "assert bytes.fromhex(sys.argv[1]) not in uid\n"
-            "assert _C.core.parse_unique_id(uid)[2] == sys.argv[1]\n"
-            "print(uid.hex())\n")
-    made = subprocess.run([sys.executable, "-c", code, secret], env=job_env({"MORI_JOB_SECRET": secret}),
-                          capture_output=True, text=True, timeout=60)
+    code = (
+        "import sys; from mori import _C\n"
+        "uid = _C.core.create_unique_id()\n"
+        "assert bytes.fromhex(sys.argv[1]) not in uid\n"
+        "assert _C.core.parse_unique_id(uid)[2] == sys.argv[1]\n"
+        "print(uid.hex())\n"
+    )
+    made = subprocess.run(
+        [sys.executable, "-c", code, secret],
+        env=job_env({"MORI_JOB_SECRET": secret}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert made.returncode == 0, made.stderr
     uid = made.stdout.strip().splitlines()[-1]
     parse = f"from mori import _C; _C.core.parse_unique_id(bytes.fromhex('{uid}'))"
-    lost = subprocess.run([sys.executable, "-c", parse], env=_no_secret_env({}), capture_output=True, text=True,
-                          timeout=60)
+    lost = subprocess.run(
+        [sys.executable, "-c", parse], env=_no_secret_env({}), capture_output=True, text=True, timeout=60
+    )
     assert lost.returncode != 0 and "MORI_JOB_SECRET, which is not set here" in lost.stderr, lost.stderr

@@ -3,6 +3,7 @@
 
 Nothing may outlive its job (no PE, no /dev/shm segment) and nothing may wait forever:
 every survivor gets an error naming the PE it lost within a bounded time."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,18 @@ import pytest
 
 from mori.core.ports import free_port
 
-from harness import (_run, check, collect, env_rank, job_env, mori_run, mpirun, python_program, start_env_ranks,
-                     start_rank)
+from harness import (
+    _run,
+    check,
+    collect,
+    env_rank,
+    job_env,
+    mori_run,
+    mpirun,
+    python_program,
+    start_env_ranks,
+    start_rank,
+)
 
 BOUND_S = 15.0  # how long a PE may survive its launcher, or a survivor take to notice a death
 
@@ -41,16 +52,23 @@ def _wait_gone(pids: list[int], bound: float) -> list[int]:
 
 
 # Every rank prints its pid and the pid of a child it forked (a grandchild of the launcher).
-_SLEEPER = ("import os, subprocess, sys, time\n"
-            "kid = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
-            "print('pids', os.getpid(), kid.pid, flush=True)\n"
-            "time.sleep(600)\n")
+_SLEEPER = (
+    "import os, subprocess, sys, time\n"
+    "kid = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+    "print('pids', os.getpid(), kid.pid, flush=True)\n"
+    "time.sleep(600)\n"
+)
 
 
 def _start_sleepers(n: int) -> tuple[subprocess.Popen, list[int]]:
-    launcher = subprocess.Popen([sys.executable, "-m", "mori.apps.cli", "run", "-n", str(n), "--",
-                                 sys.executable, "-c", _SLEEPER], env=job_env(), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "mori.apps.cli", "run", "-n", str(n), "--", sys.executable, "-c", _SLEEPER],
+        env=job_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     pids: list[int] = []
     deadline = time.monotonic() + 60
     try:
@@ -86,9 +104,17 @@ def test_no_rank_outlives_its_launcher(sig):
 
 def test_no_shm_segment_outlives_a_job_killed_in_init(tmp_path):
     """Both PEs are SIGKILLed inside init once their heaps exist: nothing may stay in /dev/shm."""
-    procs = [subprocess.Popen(python_program("die_in_init.py", r, 2, tmp_path), env=job_env(),
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(2)]
+    procs = [
+        subprocess.Popen(
+            python_program("die_in_init.py", r, 2, tmp_path),
+            env=job_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
     outs = []
     for p in procs:
         try:
@@ -144,8 +170,9 @@ def test_peer_that_skips_a_barrier_and_finalizes():
 
 
 def test_stopped_peer_times_out_naming_it():
-    out = check(mori_run(3, python_program("peer_death.py", 1, "stop"), timeout=120,
-                         env={"MORI_SHMEM_WAIT_TIMEOUT": "2"}))
+    out = check(
+        mori_run(3, python_program("peer_death.py", 1, "stop"), timeout=120, env={"MORI_SHMEM_WAIT_TIMEOUT": "2"})
+    )
     # Three PEs of one host meet at the runtime's same-host barrier: PEs 0 and 2 wait for their
     # release and both time out naming PE 1, the one that has not arrived, about 2 s in; whichever
     # checks its deadline later (the check runs every 50 ms) may first see the other one leave: an
@@ -155,15 +182,29 @@ def test_stopped_peer_times_out_naming_it():
     timed_out = [line for line in lines if "Timeout:" in line]
     assert timed_out, lines
     for line in timed_out:
-        for needle in ("waited 2.0 s (MORI_SHMEM_WAIT_TIMEOUT=2)", "for the barrier's other members; not arrived: PE 1"):
+        for needle in (
+            "waited 2.0 s (MORI_SHMEM_WAIT_TIMEOUT=2)",
+            "for the barrier's other members; not arrived: PE 1",
+        ):
             assert needle in line, line
 
 
 def test_unsatisfied_wait_until_times_out_saying_what_it_waited_for():
-    out = check(mori_run(2, python_program("peer_death.py", 1, "wait_until"), timeout=120,
-                         env={"MORI_SHMEM_WAIT_TIMEOUT": "1.5"}))
-    took = _survivors_caught(out, 2, 1, "Timeout:", "shmem_wait_until", "MORI_SHMEM_WAIT_TIMEOUT=1.5",
-                             "8-byte word at", "to become == 7 (it holds 0)")
+    out = check(
+        mori_run(
+            2, python_program("peer_death.py", 1, "wait_until"), timeout=120, env={"MORI_SHMEM_WAIT_TIMEOUT": "1.5"}
+        )
+    )
+    took = _survivors_caught(
+        out,
+        2,
+        1,
+        "Timeout:",
+        "shmem_wait_until",
+        "MORI_SHMEM_WAIT_TIMEOUT=1.5",
+        "8-byte word at",
+        "to become == 7 (it holds 0)",
+    )
     assert min(took) >= 1.5, took
 
 
@@ -171,9 +212,23 @@ def test_dead_peer_fails_operations_under_torchrun():
     pytest.importorskip("torch")
 
     port = free_port()
-    out = check(_run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", "--master-port",
-                      str(port), *python_program("peer_death.py", 1, "put")[1:]], timeout=120, env=None),
-                expect_ok=False)  # torchrun may report the victim's early exit; the survivors must have caught it
+    out = check(
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nproc-per-node",
+                "3",
+                "--master-port",
+                str(port),
+                *python_program("peer_death.py", 1, "put")[1:],
+            ],
+            timeout=120,
+            env=None,
+        ),
+        expect_ok=False,
+    )  # torchrun may report the victim's early exit; the survivors must have caught it
     _survivors_caught(out, 3, 1, "PE 1 (pid", "exited without finalizing")
 
 
@@ -196,8 +251,13 @@ sys.exit(max(p.wait() for p in procs))
 
 
 def test_dead_peer_fails_operations_under_unique_id_init(tmp_path):
-    out = check(_run([sys.executable, "-c", _UID_DRIVER, str(tmp_path / "uid"), "3",
-                      *python_program("peer_death.py", 1, "put")], timeout=120, env=None))
+    out = check(
+        _run(
+            [sys.executable, "-c", _UID_DRIVER, str(tmp_path / "uid"), "3", *python_program("peer_death.py", 1, "put")],
+            timeout=120,
+            env=None,
+        )
+    )
     _survivors_caught(out, 3, 1, "PE 1 (pid", "exited without finalizing")
 
 
@@ -237,8 +297,9 @@ def test_store_host_rank_0_gone_at_init_is_named():
     for rank, text in outs.items():
         m = re.search(r"caught after ([\d.]+) s: RemoteError: (.*)", text)
         assert m, f"rank {rank}:\n{text}"
-        assert "rank 0" in m.group(2) and ("hosts it, is gone" in m.group(2) or "hosts it and is not there" in
-                                           m.group(2)), m.group(2)
+        assert "rank 0" in m.group(2) and (
+            "hosts it, is gone" in m.group(2) or "hosts it and is not there" in m.group(2)
+        ), m.group(2)
     # Rank 1 normally reached the store before rank 0 died (then: "is gone"); on a crowded
     # machine it may not have (then: "not there"): either way it names rank 0.
     assert "hosts it and is not there" in outs[2], outs[2]

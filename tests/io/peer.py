@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Drives tests/programs/io_peer.py: a MORI-IO engine in another process."""
+
 from __future__ import annotations
 
 import base64

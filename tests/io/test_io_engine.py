@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """MORI-IO with two engines in one process: every backend that runs here (tcp, the
 same-host direct one), every call form, batch shapes, sizes, and MORI's error rows."""
+
 from __future__ import annotations
 
 import threading
@@ -12,8 +13,16 @@ import pytest
 import ucx_variants
 from mori.cpp import TransferStatus
 from mori.core.ports import free_port
-from mori.io import (BackendType, EngineDesc, IOEngine, IOEngineConfig, MemoryDesc, MemoryLocationType, StatusCode,
-                     TcpBackendConfig)
+from mori.io import (
+    BackendType,
+    EngineDesc,
+    IOEngine,
+    IOEngineConfig,
+    MemoryDesc,
+    MemoryLocationType,
+    StatusCode,
+    TcpBackendConfig,
+)
 
 pytestmark = pytest.mark.timeout(120)
 CPU = MemoryLocationType.CPU
@@ -105,17 +114,18 @@ def test_matrix(pair, op, api, batch):
             if batch == 1:
                 st = (a.read if op == "read" else a.write)(src, loffs[0], remote, roffs[0], size, uid)
             else:
-                st = (a.batch_read if op == "read" else a.batch_write)([src], [loffs], [remote], [roffs], [sizes],
-                                                                       [uid])[0]
+                st = (a.batch_read if op == "read" else a.batch_write)(
+                    [src], [loffs], [remote], [roffs], [sizes], [uid]
+                )[0]
         assert st.WaitFor(60000) == StatusCode.SUCCESS, st.Message()
         assert st.Succeeded() and not st.Failed()
         for i, p in enumerate(perm[:batch]):
             lo, ro = int(p) * size, i * size
             if op == "write":
-                assert np.array_equal(dst_buf[ro:ro + size], before_local[lo:lo + size])
+                assert np.array_equal(dst_buf[ro : ro + size], before_local[lo : lo + size])
                 assert np.array_equal(src_buf, before_local)
             else:
-                assert np.array_equal(src_buf[lo:lo + size], before_remote[ro:ro + size])
+                assert np.array_equal(src_buf[lo : lo + size], before_remote[ro : ro + size])
                 assert np.array_equal(dst_buf, before_remote)
         changed = dst_buf if op == "write" else src_buf
         original = before_remote if op == "write" else before_local
@@ -130,12 +140,18 @@ def test_multi_pair_batch(pair):
     srcs = [region(a, 1024, seed=i) for i in range(3)]
     dsts = [region(b, 1024, seed=10 + i) for i in range(3)]
     uids = [a.allocate_transfer_uid() for _ in range(3)]
-    sts = a.batch_write([d for _, d in srcs], [[0, 256, 512, 768]] * 3, [MemoryDesc.unpack(d.pack()) for _, d in dsts],
-                        [[768, 512, 256, 0]] * 3, [[256] * 4] * 3, uids)
+    sts = a.batch_write(
+        [d for _, d in srcs],
+        [[0, 256, 512, 768]] * 3,
+        [MemoryDesc.unpack(d.pack()) for _, d in dsts],
+        [[768, 512, 256, 0]] * 3,
+        [[256] * 4] * 3,
+        uids,
+    )
     assert len(sts) == 3 and a.wait_all(sts) == StatusCode.SUCCESS
     for (sb, _), (db, _) in zip(srcs, dsts):
         for lo, ro in zip([0, 256, 512, 768], [768, 512, 256, 0]):
-            assert np.array_equal(db[ro:ro + 256], sb[lo:lo + 256])
+            assert np.array_equal(db[ro : ro + 256], sb[lo : lo + 256])
     for uid in uids:
         assert popped(b, a.get_engine_desc().key, uid)
 
@@ -154,7 +170,7 @@ def test_errors(pair):
     assert st.Failed() and st.Code() == StatusCode.ERR_INVALID_ARGS and "entry 1" in st.Message()
     st = a.write(src, 4090, remote, 0, 100, 2)
     assert st.Code() == StatusCode.ERR_INVALID_ARGS and "local" in st.Message()
-    st = a.write(src, 0, remote, 2 ** 64 - 8, 16, 3)
+    st = a.write(src, 0, remote, 2**64 - 8, 16, 3)
     assert st.Code() == StatusCode.ERR_INVALID_ARGS
     st = sess.batch_write([0, 8], [0], [8, 8], 4)
     assert st.Code() == StatusCode.ERR_INVALID_ARGS and "differ in length" in st.Message()
@@ -224,11 +240,13 @@ def test_dropped_status_and_threads(pair):
     remote = MemoryDesc.unpack(dst.pack())
     sess = a.create_session(src, remote)
     statuses: list = [None] * 1000
+
     def post(t: int) -> None:
         for i in range(t, 1000, 4):
             st = sess.write(i * block, i * block, block, a.allocate_transfer_uid())
             if i % 10 != 3:
                 statuses[i] = st  # every tenth is dropped at once
+
     threads = [threading.Thread(target=post, args=(t,)) for t in range(4)]
     for t in threads:
         t.start()
@@ -279,10 +297,12 @@ def test_transfer_status_api():
     st.SetCode(StatusCode.IN_PROGRESS)
     assert st.InProgress()
     done = threading.Event()
+
     def finish():
         threading.Event().wait(0.05)
         done.set()
         st.Update(StatusCode.SUCCESS, "")
+
     threading.Thread(target=finish).start()
     assert st.WaitFor(5000) == StatusCode.SUCCESS and done.is_set()
     st2 = TransferStatus()
@@ -357,7 +377,7 @@ def test_tcp_small_transfers_every_way_of_waiting():
         # way 4: dropped; a later status of this pair completes only after it
         rs = back_sess.read(o, o, size, a.allocate_transfer_uid())
         assert rs.WaitFor(10_000) == StatusCode.SUCCESS, rs.Message()
-        assert np.array_equal(back[o:o + size], src[o:o + size]), f"read back range {i}"
+        assert np.array_equal(back[o : o + size], src[o : o + size]), f"read back range {i}"
     assert a.wait_all(later, 10_000) == StatusCode.SUCCESS
     errors = []
 

@@ -2,6 +2,7 @@
 """MORI-IO under attack and failure: strangers on the port (garbage, wrong secret, replay,
 idle floods), killed and stopped peers, a downed link between two network namespaces.
 Nothing may hang and nothing may be written by anyone who lacks the descriptors."""
+
 from __future__ import annotations
 
 import hashlib
@@ -18,8 +19,16 @@ import pytest
 import ucx_variants
 from peer import RemotePeer, unb64
 
-from mori.io import (BackendType, EngineDesc, IOEngine, IOEngineConfig, MemoryDesc, MemoryLocationType, StatusCode,
-                     TcpBackendConfig)
+from mori.io import (
+    BackendType,
+    EngineDesc,
+    IOEngine,
+    IOEngineConfig,
+    MemoryDesc,
+    MemoryLocationType,
+    StatusCode,
+    TcpBackendConfig,
+)
 
 pytestmark = pytest.mark.timeout(180)
 _seq = iter(range(1 << 30))
@@ -31,8 +40,13 @@ def rng_bytes(size: int, seed: int) -> np.ndarray:
 
 def start_target(env: dict | None = None, prefix=(), backend: str = "tcp"):
     peer = RemotePeer(env={"MORI_IO_DIRECT": "0", **(env or {})}, prefix=prefix)
-    desc = EngineDesc.unpack(unb64(peer.ask("engine", key=f"target-{next(_seq)}", backend=backend,
-                                            host="0.0.0.0" if prefix else "127.0.0.1")["engine"]))
+    desc = EngineDesc.unpack(
+        unb64(
+            peer.ask("engine", key=f"target-{next(_seq)}", backend=backend, host="0.0.0.0" if prefix else "127.0.0.1")[
+                "engine"
+            ]
+        )
+    )
     return peer, desc
 
 
@@ -146,6 +160,7 @@ class Recorder:
             u = socket.create_connection(self.upstream)
             record = self.first
             self.first = False
+
             def pump(a, b, rec):
                 try:
                     while data := a.recv(65536):
@@ -159,6 +174,7 @@ class Recorder:
                         s.shutdown(socket.SHUT_RDWR)
                     except OSError:
                         pass
+
             threading.Thread(target=pump, args=(c, u, record), daemon=True).start()
             threading.Thread(target=pump, args=(u, c, False), daemon=True).start()
 
@@ -254,6 +270,7 @@ def test_downed_link_between_hosts(variant):
     """Two namespaces ("hosts"): a transfer works over the veth link; with the link down,
     one posted with the link down fails within the timeout (no RST ever arrives)."""
     from mori.apps.netns import VethHosts, unavailable_reason
+
     reason = unavailable_reason()
     if reason:
         pytest.skip(reason)
@@ -267,8 +284,10 @@ def test_downed_link_between_hosts(variant):
         # UCX pinned to the veth (its lo would be the other namespace's loopback).
         pin = (lambda h: {"UCX_NET_DEVICES": h.ifname}) if ucx else (lambda h: {})
         target = RemotePeer(env={"MORI_NODE_ID": "host-b", **extra, **pin(b)}, prefix=["ip", "netns", "exec", b.name])
-        init = RemotePeer(env={"MORI_NODE_ID": "host-a", "MORI_IO_TIMEOUT_MS": "2000", **extra, **pin(a)},
-                          prefix=["ip", "netns", "exec", a.name])
+        init = RemotePeer(
+            env={"MORI_NODE_ID": "host-a", "MORI_IO_TIMEOUT_MS": "2000", **extra, **pin(a)},
+            prefix=["ip", "netns", "exec", a.name],
+        )
         try:
             tdesc = target.ask("engine", key="target-b", host=b.ip, backend=backend)["engine"]
             idesc = init.ask("engine", key="init-a", host=a.ip, backend=backend)["engine"]
@@ -276,8 +295,9 @@ def test_downed_link_between_hosts(variant):
             target.ask("peer", engine=idesc)
             r = target.ask("alloc", size=32 << 20, seed=1)
             l = init.ask("alloc", size=32 << 20, seed=2)
-            out = init.ask("transfer", op="write", local=l["index"], remote=r["mem"], loffs=[0], roffs=[0],
-                           sizes=[1 << 20])
+            out = init.ask(
+                "transfer", op="write", local=l["index"], remote=r["mem"], loffs=[0], roffs=[0], sizes=[1 << 20]
+            )
             assert out["code"] == int(StatusCode.SUCCESS), out["message"]
             # Down first, then post: a fast machine finished the write before a later link_down.
             # The target's reply cannot cross a downed link, so this post must time out.

@@ -3,6 +3,7 @@
 between engines in one process and in two processes on one GPU, sub-region registrations,
 GPU memory over the tcp backend (staged through host memory), and the vLLM sequence on
 CUDA KV caches."""
+
 from __future__ import annotations
 
 import hashlib
@@ -17,7 +18,16 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from mori.io import (BackendType, EngineDesc, IOEngine, IOEngineConfig, MemoryDesc, StatusCode, TcpBackendConfig, XgmiBackendConfig)
+from mori.io import (
+    BackendType,
+    EngineDesc,
+    IOEngine,
+    IOEngineConfig,
+    MemoryDesc,
+    StatusCode,
+    TcpBackendConfig,
+    XgmiBackendConfig,
+)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
 _seq = iter(range(1 << 30))
@@ -64,9 +74,9 @@ def test_cuda_ipc_same_process(op, api):
         assert st.WaitFor(30000) == StatusCode.SUCCESS, st.Message()
         for l, r in zip(lo, ro):
             if op == "write":
-                assert torch.equal(dst[r:r + size], before_src[l:l + size])
+                assert torch.equal(dst[r : r + size], before_src[l : l + size])
             else:
-                assert torch.equal(src[l:l + size], before_dst[r:r + size])
+                assert torch.equal(src[l : l + size], before_dst[r : r + size])
 
 
 def test_status_completes_without_wait():
@@ -76,6 +86,7 @@ def test_status_completes_without_wait():
     _, dst = gpu_bytes(1 << 20, 4)
     st = a.write(a.register_torch_tensor(src), 0, a.register_torch_tensor(dst), 0, 1 << 20, 1)
     import time
+
     deadline = time.monotonic() + 5
     while st.InProgress():
         assert time.monotonic() < deadline
@@ -132,7 +143,7 @@ def test_cuda_ipc_small_copies_every_way_of_waiting():
     assert not errors and not any(t.is_alive() for t in threads)
     torch.cuda.synchronize()
     for i in range(n):
-        assert torch.equal(dst[i * size:(i + 1) * size], expect[i * size:(i + 1) * size]), f"range {i}"
+        assert torch.equal(dst[i * size : (i + 1) * size], expect[i * size : (i + 1) * size]), f"range {i}"
 
 
 @pytest.fixture(params=["cuda_ipc", "tcp"])
@@ -179,11 +190,11 @@ def test_two_processes_one_gpu(gpu_two, op):
             time.sleep(0.01)
         remote_before = rng_bytes(total, 20 + size)
         if op == "write":
-            expect = torch.cat([before_local[l:l + size] for l in lo])
+            expect = torch.cat([before_local[l : l + size] for l in lo])
             assert peer.ask("digest", index=r["index"])["sha"] == sha(expect)
         else:
             for l, o in zip(lo, ro):
-                assert np.array_equal(local[l:l + size].cpu().numpy(), remote_before[o:o + size])
+                assert np.array_equal(local[l : l + size].cpu().numpy(), remote_before[o : o + size])
 
 
 def test_vllm_write_mode_cuda_kv():
@@ -201,8 +212,10 @@ def test_vllm_write_mode_cuda_kv():
         caches = [torch.randn(*shape, generator=g).to(torch.bfloat16).cuda() for _ in range(layers)]
         packed = [prefill.register_torch_tensor(t).pack() for t in caches]
         prefill.register_remote_engine(EngineDesc.unpack(ddesc))
-        sessions = [prefill.create_session(MemoryDesc.unpack(l), MemoryDesc.unpack(unb64(r)))
-                    for l, r in zip(packed, kv["mems"])]
+        sessions = [
+            prefill.create_session(MemoryDesc.unpack(l), MemoryDesc.unpack(unb64(r)))
+            for l, r in zip(packed, kv["mems"])
+        ]
         block = 64 * 8 * 128 * 2
         half = 8 * block
         lo = [0, half]
@@ -215,6 +228,6 @@ def test_vllm_write_mode_cuda_kv():
             raw = caches[layer].view(torch.uint8).reshape(-1)
             for l, r, n in zip(lo, ro, sz):
                 got = decode.ask("digest", index=kv["first"] + layer, offset=r, length=n)["sha"]
-                assert got == sha(raw[l:l + n])
+                assert got == sha(raw[l : l + n])
     finally:
         decode.close()

@@ -2,6 +2,7 @@
 """MORI-IO's target under careless or hostile initiators (issue 29, items 4-8): forged
 notifications, unpopped notifications, connection floods by descriptor holders, peers that
 stop reading during a deregistration, and wrong region keys on the same-host direct path."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,7 @@ import pytest
 import ucx_variants
 from peer import RemotePeer, b64
 
-from mori.io import (BackendType, IOEngine, IOEngineConfig, MemoryDesc, MemoryLocationType, StatusCode,
-                     TcpBackendConfig)
+from mori.io import BackendType, IOEngine, IOEngineConfig, MemoryDesc, MemoryLocationType, StatusCode, TcpBackendConfig
 
 pytestmark = pytest.mark.timeout(120)
 _seq = iter(range(1 << 30))
@@ -50,6 +50,7 @@ def wait_for(cond, timeout: float = 10.0) -> bool:
 
 
 # -- item 4: notifications carry the authenticated sender ---------------------------------------
+
 
 @pytest.mark.parametrize("variant", ["tcp", "ucx-tcp"])
 def test_notification_in_another_engines_name_is_not_credited(monkeypatch, variant):
@@ -89,6 +90,7 @@ def test_notification_in_another_engines_name_is_not_credited(monkeypatch, varia
 
 # -- item 5: a bounded notification queue; MORI_IO_ENABLE_NOTIFICATION=0 everywhere ---------------
 
+
 def test_unpopped_notifications_are_bounded(monkeypatch):
     monkeypatch.setenv("MORI_IO_DIRECT", "0")
     monkeypatch.setenv("MORI_IO_MAX_NOTIFICATIONS", "100")
@@ -105,8 +107,9 @@ def test_unpopped_notifications_are_bounded(monkeypatch):
     assert wait_for(lambda: target.dropped_notifications() == 50)
     key = init.get_engine_desc().key
     assert wait_for(lambda: target.pop_inbound_transfer_status(key, 149) is not None)
-    assert [target.pop_inbound_transfer_status(key, i) is not None for i in range(149)] == \
-        [False] * 50 + [True] * 99  # the oldest 50 went
+    assert [target.pop_inbound_transfer_status(key, i) is not None for i in range(149)] == [False] * 50 + [
+        True
+    ] * 99  # the oldest 50 went
     assert target.dropped_notifications() == 50
     assert np.array_equal(tbuf[:64], src)
 
@@ -132,6 +135,7 @@ def test_enable_notification_0_is_honoured(monkeypatch, backend):
 
 
 # -- item 6: connections per peer and in total are capped -----------------------------------------
+
 
 def threads() -> int:
     return len(os.listdir("/proc/self/task"))
@@ -171,6 +175,7 @@ def test_connection_caps(monkeypatch):
 
 
 # -- item 7: deregistration does not wait on stalled peers beyond the timeout ---------------------
+
 
 def test_deregister_with_stalled_readers(monkeypatch):
     timeout_ms = 3000
@@ -216,6 +221,7 @@ def test_deregister_with_stalled_readers(monkeypatch):
 
 
 # -- item 8: the same-host direct path checks the region key on every request ---------------------
+
 
 def with_region_key(desc: MemoryDesc, key: int) -> MemoryDesc:
     fields = msgpack.unpackb(desc.pack(), raw=False)

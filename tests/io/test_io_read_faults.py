@@ -3,6 +3,7 @@
 every backend: the status turns into an error naming the target within MORI_IO_TIMEOUT_MS,
 and the engine keeps working, with other engines at once and with the target once it is
 back (issue 29, item 1)."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,16 @@ import pytest
 import ucx_variants
 from peer import RemotePeer, unb64
 
-from mori.io import (BackendType, EngineDesc, IOEngine, IOEngineConfig, MemoryDesc, MemoryLocationType, StatusCode,
-                     TcpBackendConfig)
+from mori.io import (
+    BackendType,
+    EngineDesc,
+    IOEngine,
+    IOEngineConfig,
+    MemoryDesc,
+    MemoryLocationType,
+    StatusCode,
+    TcpBackendConfig,
+)
 
 pytestmark = pytest.mark.timeout(120)
 _seq = iter(range(1 << 30))
@@ -62,7 +71,7 @@ def read_ok(me: IOEngine, local, remote, expect: np.ndarray, buf: np.ndarray) ->
     buf[:] = 0
     st = batch_read(me, local, remote, 8)
     assert st.WaitFor(30000) == StatusCode.SUCCESS, st.Message()
-    assert np.array_equal(buf[:8 * ENTRY], expect[:8 * ENTRY])
+    assert np.array_equal(buf[: 8 * ENTRY], expect[: 8 * ENTRY])
 
 
 @pytest.mark.parametrize("fault", ["kill", "stop"])

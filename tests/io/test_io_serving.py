@@ -2,6 +2,7 @@
 """The call sequences of vLLM's MoRIIOConnector and SGLang's mori disaggregation backend
 (reference/mori-io.md §3), with their exact arguments, in two processes playing prefill
 and decode, on KV caches shaped like a real model's; data checked on both sides."""
+
 from __future__ import annotations
 
 import hashlib
@@ -17,8 +18,17 @@ from peer import RemotePeer, unb64
 
 torch = pytest.importorskip("torch")
 from mori.core.ports import free_port
-from mori.io import (BackendType, EngineDesc, IOEngine, IOEngineConfig, MemoryDesc, MemoryLocationType, PollCqMode,
-                     RdmaBackendConfig, StatusCode)
+from mori.io import (
+    BackendType,
+    EngineDesc,
+    IOEngine,
+    IOEngineConfig,
+    MemoryDesc,
+    MemoryLocationType,
+    PollCqMode,
+    RdmaBackendConfig,
+    StatusCode,
+)
 
 pytestmark = pytest.mark.timeout(300)
 LAYERS = 61
@@ -59,8 +69,9 @@ def remote_blocks_digest(peer: RemotePeer, index: int, blocks: list) -> str:
 
 def per_block_digests(t, blocks: list) -> str:
     raw = t.view(torch.uint8).reshape(2, BLOCKS, BLOCK_LEN)
-    return "".join(hashlib.sha256(raw[kv, b].contiguous().numpy().tobytes()).hexdigest()
-                   for kv in range(2) for b in blocks)
+    return "".join(
+        hashlib.sha256(raw[kv, b].contiguous().numpy().tobytes()).hexdigest() for kv in range(2) for b in blocks
+    )
 
 
 @pytest.fixture(params=["direct", "tcp", "ucx-tcp"])
@@ -86,8 +97,11 @@ def test_vllm_write_mode(transport):
     ip = "127.0.0.1"
     decode = RemotePeer(env=transport)
     try:
-        decode_desc = unb64(decode.ask("engine", key=f"consumer:{ip}:6301:tp0:dp0", backend="rdma", notify=False,
-                                       port=free_port())["engine"])
+        decode_desc = unb64(
+            decode.ask("engine", key=f"consumer:{ip}:6301:tp0:dp0", backend="rdma", notify=False, port=free_port())[
+                "engine"
+            ]
+        )
         kv = decode.ask("kv", layers=LAYERS, shape=KV_SHAPE, seed=2)
         prefill = vllm_engine("producer", ip)
         caches = kv_caches(seed=1)
@@ -97,8 +111,10 @@ def test_vllm_write_mode(transport):
         assert MemoryDesc.unpack(local_packed[0]).data == caches[0].data_ptr()
         # Handshake: only the initiator registers the peer.
         prefill.register_remote_engine(EngineDesc.unpack(decode_desc))
-        sessions = [prefill.create_session(MemoryDesc.unpack(l), MemoryDesc.unpack(unb64(r)))
-                    for l, r in zip(local_packed, kv["mems"])]
+        sessions = [
+            prefill.create_session(MemoryDesc.unpack(l), MemoryDesc.unpack(unb64(r)))
+            for l, r in zip(local_packed, kv["mems"])
+        ]
         assert all(s is not None for s in sessions)
         local_blocks, remote_blocks = [0, 1, 2, 5], [3, 4, 5, 0]  # 3->4->5 runs merge on both sides
         lo, ro, sz = block_offsets(local_blocks, remote_blocks)
@@ -110,8 +126,9 @@ def test_vllm_write_mode(transport):
         assert all(s.Succeeded() for s in statuses), [s.Message() for s in statuses if s.Failed()]
         assert prefill.wait_all(statuses, 1000) == StatusCode.SUCCESS
         for layer in (0, 30, 60):
-            assert remote_blocks_digest(decode, kv["first"] + layer, remote_blocks) == \
-                per_block_digests(caches[layer], local_blocks)
+            assert remote_blocks_digest(decode, kv["first"] + layer, remote_blocks) == per_block_digests(
+                caches[layer], local_blocks
+            )
         # A single-write path too.
         one = sessions[7].write(0, BLOCK_LEN * 7, BLOCK_LEN, prefill.allocate_transfer_uid())
         one.Wait()
@@ -126,15 +143,20 @@ def test_vllm_read_mode(transport):
     ip = "127.0.0.1"
     prefill = RemotePeer(env=transport)
     try:
-        prefill_desc = unb64(prefill.ask("engine", key=f"producer:{ip}:6301:tp0:dp0", backend="rdma", notify=False,
-                                         port=free_port())["engine"])
+        prefill_desc = unb64(
+            prefill.ask("engine", key=f"producer:{ip}:6301:tp0:dp0", backend="rdma", notify=False, port=free_port())[
+                "engine"
+            ]
+        )
         kv = prefill.ask("kv", layers=LAYERS, shape=KV_SHAPE, seed=3)
         decode = vllm_engine("consumer", ip)
         caches = [torch.zeros(*KV_SHAPE, dtype=torch.bfloat16) for _ in range(LAYERS)]
         local_packed = [decode.register_torch_tensor(t).pack() for t in caches]
         decode.register_remote_engine(EngineDesc.unpack(prefill_desc))
-        sessions = [decode.create_session(MemoryDesc.unpack(l), MemoryDesc.unpack(unb64(r)))
-                    for l, r in zip(local_packed, kv["mems"])]
+        sessions = [
+            decode.create_session(MemoryDesc.unpack(l), MemoryDesc.unpack(unb64(r)))
+            for l, r in zip(local_packed, kv["mems"])
+        ]
         remote_blocks, local_blocks = [6, 7, 1], [0, 1, 4]
         lo, ro, sz = block_offsets(local_blocks, remote_blocks)
         statuses = [s.batch_read(lo, ro, sz, decode.allocate_transfer_uid()) for s in sessions]
@@ -160,12 +182,16 @@ def test_sglang_sequence(transport):
     ip = "127.0.0.1"
     decode = RemotePeer(env=transport)
     try:
-        engine = IOEngine(f"io-prefill-dp0-tp0-pid{os.getpid()}-{ip}-{uuid.uuid4().hex[:8]}",
-                          IOEngineConfig(host=ip, port=0))
+        engine = IOEngine(
+            f"io-prefill-dp0-tp0-pid{os.getpid()}-{ip}-{uuid.uuid4().hex[:8]}", IOEngineConfig(host=ip, port=0)
+        )
         engine.create_backend(BackendType.RDMA, RdmaBackendConfig(4, -1, 4, PollCqMode.POLLING, False))
         assert engine.get_engine_desc().port > 0
-        decode_desc = unb64(decode.ask("engine", key=f"io-decode-dp0-tp0-pid1-{ip}-{uuid.uuid4().hex[:8]}",
-                                       backend="rdma", qp=4, notify=False)["engine"])
+        decode_desc = unb64(
+            decode.ask(
+                "engine", key=f"io-decode-dp0-tp0-pid1-{ip}-{uuid.uuid4().hex[:8]}", backend="rdma", qp=4, notify=False
+            )["engine"]
+        )
         assert EngineDesc.unpack(decode_desc).port > 0
         engine.register_remote_engine(EngineDesc.unpack(decode_desc))
         layers, page, pages = 8, 4096, 32
@@ -187,10 +213,17 @@ def test_sglang_sequence(transport):
         statuses = []
         for i in range(2 * layers):
             uid = engine.allocate_transfer_uid()
-            statuses += engine.batch_write([src[i]], [runs_l], [MemoryDesc.unpack(unb64(dst[i]["mem"]))], [runs_r],
-                                           [runs_s], [uid])
-        statuses += engine.batch_write([aux_desc], [[0]], [MemoryDesc.unpack(unb64(aux_dst["mem"]))], [[0]], [[256]],
-                                       [engine.allocate_transfer_uid()])
+            statuses += engine.batch_write(
+                [src[i]], [runs_l], [MemoryDesc.unpack(unb64(dst[i]["mem"]))], [runs_r], [runs_s], [uid]
+            )
+        statuses += engine.batch_write(
+            [aux_desc],
+            [[0]],
+            [MemoryDesc.unpack(unb64(aux_dst["mem"]))],
+            [[0]],
+            [[256]],
+            [engine.allocate_transfer_uid()],
+        )
         while True:
             code = engine.wait_all(statuses, timeout_ms=1000)
             if code != StatusCode.IN_PROGRESS:
@@ -198,7 +231,7 @@ def test_sglang_sequence(transport):
         assert code == StatusCode.SUCCESS, next((s.Message() for s in statuses if s.Failed()), "")
         for i, t in enumerate(k + v):
             for s, d in zip(src_pages, dst_pages):
-                want = hashlib.sha256(t[s * page:(s + 1) * page].tobytes()).hexdigest()
+                want = hashlib.sha256(t[s * page : (s + 1) * page].tobytes()).hexdigest()
                 assert decode.ask("digest", index=dst[i]["index"], offset=d * page, length=page)["sha"] == want
         assert decode.ask("digest", index=aux_dst["index"])["sha"] == hashlib.sha256(aux.tobytes()).hexdigest()
     finally:

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """MORI-IO's settings are read per engine, and MORI's Python names (issue 29, items 14, 15)."""
+
 from __future__ import annotations
 
 import os
@@ -10,7 +11,7 @@ import pytest
 
 import mori.cpp
 import mori.io
-from mori.io import (BackendType, IOEngine, IOEngineConfig, MemoryLocationType, StatusCode)
+from mori.io import BackendType, IOEngine, IOEngineConfig, MemoryLocationType, StatusCode
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -71,9 +72,21 @@ def test_pop_inbound_keywords(monkeypatch):
 
 
 def test_mori_cpp_has_moris_native_io_names():
-    for name in ("IOEngine", "IOEngineSession", "EngineDesc", "MemoryDesc", "BackendType", "MemoryLocationType",
-                 "StatusCode", "PollCqMode", "IOEngineConfig", "RdmaBackendConfig", "XgmiBackendConfig",
-                 "TransferStatus", "set_log_level"):
+    for name in (
+        "IOEngine",
+        "IOEngineSession",
+        "EngineDesc",
+        "MemoryDesc",
+        "BackendType",
+        "MemoryLocationType",
+        "StatusCode",
+        "PollCqMode",
+        "IOEngineConfig",
+        "RdmaBackendConfig",
+        "XgmiBackendConfig",
+        "TransferStatus",
+        "set_log_level",
+    ):
         assert hasattr(mori.cpp, name), name
     assert mori.cpp.EngineDesc is mori.io.EngineDesc and mori.cpp.StatusCode is mori.io.StatusCode
     assert mori.cpp.StatusCode.ERR_BAD_STATE.value == 14 and mori.cpp.BackendType.RDMA.value == 2

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """MORI-IO between two processes: the test process is one engine, tests/programs/io_peer.py
 the other. The data path is checked on both sides (the peer's bytes by digest)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -11,8 +12,16 @@ import pytest
 import ucx_variants
 from peer import RemotePeer, b64, unb64
 
-from mori.io import (BackendType, EngineDesc, IOEngine, IOEngineConfig, MemoryDesc, MemoryLocationType, StatusCode,
-                     TcpBackendConfig)
+from mori.io import (
+    BackendType,
+    EngineDesc,
+    IOEngine,
+    IOEngineConfig,
+    MemoryDesc,
+    MemoryLocationType,
+    StatusCode,
+    TcpBackendConfig,
+)
 
 pytestmark = pytest.mark.timeout(240)
 _seq = iter(range(1 << 30))
@@ -71,17 +80,18 @@ def test_two_process(two, op, api):
             s = me.create_session(local, remote)
             st = (s.batch_read if op == "read" else s.batch_write)(loffs, roffs, [size] * batch, uid)
         else:
-            st = (me.batch_read if op == "read" else me.batch_write)([local], [loffs], [remote], [roffs],
-                                                                     [[size] * batch], [uid])[0]
+            st = (me.batch_read if op == "read" else me.batch_write)(
+                [local], [loffs], [remote], [roffs], [[size] * batch], [uid]
+            )[0]
         assert st.WaitFor(60000) == StatusCode.SUCCESS, st.Message()
         if op == "write":
-            expect = np.concatenate([local_before[lo:lo + size] for lo in loffs])
+            expect = np.concatenate([local_before[lo : lo + size] for lo in loffs])
             assert peer.ask("digest", index=r["index"])["sha"] == hashlib.sha256(expect.tobytes()).hexdigest()
             assert not np.array_equal(expect, remote_before)
             assert np.array_equal(local_buf, local_before)
         else:
             for lo, ro in zip(loffs, roffs):
-                assert np.array_equal(local_buf[lo:lo + size], remote_before[ro:ro + size])
+                assert np.array_equal(local_buf[lo : lo + size], remote_before[ro : ro + size])
             assert not np.array_equal(local_buf, local_before)
             assert peer.ask("digest", index=r["index"])["sha"] == hashlib.sha256(remote_before.tobytes()).hexdigest()
         me.deregister_memory(local)
@@ -90,12 +100,14 @@ def test_two_process(two, op, api):
 def test_peer_as_initiator_with_notification(two):
     """The other process writes into us; our pop sees its uid once, after the data."""
     import time
+
     _, me, peer = two
     buf = np.zeros(1 << 20, dtype=np.uint8)
     mine = me.register_memory(buf.ctypes.data, buf.nbytes, -1, MemoryLocationType.CPU)
     r = peer.ask("alloc", size=1 << 20, seed=77)
-    out = peer.ask("transfer", op="write", local=r["index"], remote=b64(mine.pack()), loffs=[0], roffs=[0],
-                   sizes=[1 << 20])
+    out = peer.ask(
+        "transfer", op="write", local=r["index"], remote=b64(mine.pack()), loffs=[0], roffs=[0], sizes=[1 << 20]
+    )
     assert out["code"] == int(StatusCode.SUCCESS), out["message"]
     assert np.array_equal(buf, rng_bytes(1 << 20, 77))
     deadline = time.monotonic() + 10

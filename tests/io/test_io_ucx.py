@@ -4,6 +4,7 @@ UCX or tcp (MORI_IO_RDMA_TRANSPORT, UCX absent), lifetime across a deregistratio
 the lane parser behind backend_for. The data-path matrix, faults and serving sequences
 run over UCX in test_io_engine.py, test_io_two_process.py, test_io_faults.py and
 test_io_serving.py (their ucx-* parameters)."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,16 @@ import numpy as np
 import pytest
 
 import ucx_variants
-from mori.io import (BackendType, EngineDesc, IOEngine, IOEngineConfig, MemoryDesc, MemoryLocationType, StatusCode,
-                     TcpBackendConfig)
+from mori.io import (
+    BackendType,
+    EngineDesc,
+    IOEngine,
+    IOEngineConfig,
+    MemoryDesc,
+    MemoryLocationType,
+    StatusCode,
+    TcpBackendConfig,
+)
 
 pytestmark = pytest.mark.timeout(120)
 CPU = MemoryLocationType.CPU
@@ -47,8 +56,11 @@ def test_descriptors_carry_worker_address_and_rkey(monkeypatch):
     d = e.get_engine_desc()
     assert len(d.ucx_address) > 16
     fields = msgpack.unpackb(d.pack(), raw=False)
-    assert len(fields) == 8 and fields[7] == d.ucx_address and fields[:6] == [d.key, d.node_id, d.hostname, d.host,
-                                                                               d.port, d.pid]
+    assert (
+        len(fields) == 8
+        and fields[7] == d.ucx_address
+        and fields[:6] == [d.key, d.node_id, d.hostname, d.host, d.port, d.pid]
+    )
     again = EngineDesc.unpack(d.pack())
     assert again == d and again.ucx_address == d.ucx_address
     _, m = region(e, 4096, 1)
@@ -105,6 +117,7 @@ def test_deregistration_waits_for_inflight_ucx_operations(monkeypatch):
 def test_lane_parser():
     """backend_for names the transports of the endpoint's lanes (ucp_ep_print_info text)."""
     from mori._C import io as _io
+
     text = """#
 # UCP endpoint
 #
@@ -145,6 +158,7 @@ print(json.dumps(out))
 def select(env: dict) -> dict:
     """BackendType.RDMA in a fresh process (the loader runs once per process)."""
     import os
+
     full = {**os.environ, "MORI_IO_DIRECT": "0", **env}
     res = subprocess.run([sys.executable, "-c", SELECTION], env=full, capture_output=True, text=True, timeout=90)
     assert res.returncode == 0, res.stderr
@@ -165,6 +179,7 @@ def test_selection():
     if ucx_variants.unavailable():
         pytest.skip(ucx_variants.unavailable())
     from mori._C import io as _io
+
     if not _io.ucx_report()["rdma"]:
         assert select({"MORI_IO_RDMA_TRANSPORT": "auto"})["backend"] == "tcp"
     assert select({"MORI_IO_RDMA_TRANSPORT": "tcp"})["backend"] == "tcp"

@@ -2,6 +2,7 @@
 """The RDMA backend on UCX as the io tests run it here: forced (MORI_IO_RDMA_TRANSPORT=ucx)
 over UCX's tcp or shared-memory transports, since no machine here has an RDMA device.
 Same-host direct copies are off, so pairs on one host go through UCX too."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -15,6 +16,7 @@ VARIANTS = {"ucx-tcp": "tcp", "ucx-sm": "sm"}
 def unavailable() -> Optional[str]:
     """Why UCX cannot be used in this process (None when it can)."""
     from mori._C import io as _io
+
     report = _io.ucx_report()
     if not report["loaded"]:
         return f"UCX is not available: {report['why']}"

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Tests that run inside an MPI job: `mpirun -n 4 python -m pytest --with-mpi tests/mpi`.
 Serial pytest skips them (pytest-mpi)."""
+
 from __future__ import annotations
 
 import numpy as np

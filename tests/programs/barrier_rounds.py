@@ -8,6 +8,7 @@ barrier_all, checks all n slots exactly (every PE rebuilds the others' values fr
 seed), and meets them again before the next round overwrites a slot. Exits non-zero naming
 the first wrong slot.
 """
+
 from __future__ import annotations
 
 import sys
@@ -31,14 +32,16 @@ def main() -> int:
     values = rng.integers(1, 2**63, size=(rounds, n), dtype=np.int64)  # never zero: a missed put shows
     slots = sh.zeros(n, np.int64)
     for r in range(rounds):
-        mine = values[r, me:me + 1]
+        mine = values[r, me : me + 1]
         for pe in range(n):
-            sh.put(slots[me:me + 1], mine, pe=pe)
+            sh.put(slots[me : me + 1], mine, pe=pe)
         sh.barrier_all()
         got = np.array(slots)
         if not np.array_equal(got, values[r]):
             bad = int(np.flatnonzero(got != values[r])[0])
-            raise AssertionError(f"PE {me}, round {r}: slot of PE {bad} holds {got[bad]}, PE {bad} put {values[r, bad]}")
+            raise AssertionError(
+                f"PE {me}, round {r}: slot of PE {bad} holds {got[bad]}, PE {bad} put {values[r, bad]}"
+            )
         sh.barrier_all()
     if me == 0:
         print(f"barrier_rounds ok: {n} PEs, {rounds} rounds, seed {seed:x}", flush=True)

@@ -7,6 +7,7 @@ After a warm-up, every PE adds 1 to a counter on PE 0 before each barrier, and P
 after it that all n PEs had; PE 0 prints ``barriers: <BARRIERS> on <n> PEs in <s> s
 (oversubscribed: <yes|no>)``.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,8 +37,9 @@ def main() -> int:
     took = time.monotonic() - start
     if me == 0:
         crowded = n > len(os.sched_getaffinity(0))
-        print(f"barriers: {count} on {n} PEs in {took:.3f} s (oversubscribed: {'yes' if crowded else 'no'})",
-              flush=True)
+        print(
+            f"barriers: {count} on {n} PEs in {took:.3f} s (oversubscribed: {'yes' if crowded else 'no'})", flush=True
+        )
     sh.finalize()
     return 0
 

@@ -9,6 +9,7 @@ seconds without calling the library. Meanwhile PE 0 gets, puts and fetch-adds to
 memory, checking every value, and times each: over a software-emulated transport only
 PE 1's progress thread can serve them, so none may take about as long as the compute phase. PEs past 1 only join the barriers.
 """
+
 from __future__ import annotations
 
 import sys
@@ -51,9 +52,9 @@ def serve_while_computing(transport: str) -> float:
         got = np.empty(1, np.int64)
         for i in range(OPS):
             t = time.monotonic()
-            sh.get(got, words[i:i + 1], pe=1)
+            sh.get(got, words[i : i + 1], pe=1)
             assert got[0] == values[i], f"get {i}: {got[0]} != {values[i]}"
-            sh.put(words[i:i + 1], -got, pe=1)
+            sh.put(words[i : i + 1], -got, pe=1)
             sh.quiet()
             old = sh.atomic_fetch_add(counter, 1, pe=1)
             assert old == i, f"fetch-add {i} fetched {old}"

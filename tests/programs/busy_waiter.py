@@ -8,6 +8,7 @@ seconds (2 PEs, so that each has a core and PE 1's wait keeps polling while serv
 that polls its transport while served must still run its checks: PE 1 must report the
 timeout long before PE 0 stops.
 """
+
 from __future__ import annotations
 
 import time

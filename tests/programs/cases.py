@@ -8,6 +8,7 @@ code 1 (the others, waiting for it in a barrier, are stopped by the launcher or 
 cases run in lockstep on every PE, so none can go on past a failed one. tests/harness.py's
 ``check_cases`` reads the lines back.
 """
+
 from __future__ import annotations
 
 import json

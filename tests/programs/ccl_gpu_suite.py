@@ -9,6 +9,7 @@ stream, CUDA graphs replayed with new data, then a tiny staging buffer so every 
 in several rounds. Results are checked bit-exact against numpy references built from every
 PE's inputs (each PE regenerates them from a shared seed).
 """
+
 from __future__ import annotations
 
 import os
@@ -22,13 +23,39 @@ import mori.shmem as sh
 from mori.collectives import gpu
 from mori.core.errors import InvalidArgument
 
-DTYPES = [torch.bool, torch.int8, torch.uint8, torch.int16, torch.uint16, torch.int32, torch.uint32, torch.int64,
-          torch.uint64, torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
-          torch.complex128]
-NP = {torch.bool: np.bool_, torch.int8: np.int8, torch.uint8: np.uint8, torch.int16: np.int16,
-      torch.uint16: np.uint16, torch.int32: np.int32, torch.uint32: np.uint32, torch.int64: np.int64,
-      torch.uint64: np.uint64, torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64,
-      torch.complex64: np.complex64, torch.complex128: np.complex128}
+DTYPES = [
+    torch.bool,
+    torch.int8,
+    torch.uint8,
+    torch.int16,
+    torch.uint16,
+    torch.int32,
+    torch.uint32,
+    torch.int64,
+    torch.uint64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.complex64,
+    torch.complex128,
+]
+NP = {
+    torch.bool: np.bool_,
+    torch.int8: np.int8,
+    torch.uint8: np.uint8,
+    torch.int16: np.int16,
+    torch.uint16: np.uint16,
+    torch.int32: np.int32,
+    torch.uint32: np.uint32,
+    torch.int64: np.int64,
+    torch.uint64: np.uint64,
+    torch.float16: np.float16,
+    torch.float32: np.float32,
+    torch.float64: np.float64,
+    torch.complex64: np.complex64,
+    torch.complex128: np.complex128,
+}
 
 
 def expect(cond: bool, what: str) -> None:
@@ -39,8 +66,9 @@ def expect(cond: bool, what: str) -> None:
 def rand(g: torch.Generator, dtype: torch.dtype, count: int) -> torch.Tensor:
     """Random CPU values: any bit pattern for integers, finite normals for floats."""
     if dtype.is_floating_point or dtype.is_complex:
-        return (torch.randn(count, generator=g, dtype=torch.complex128 if dtype.is_complex else torch.float64)
-                * 100).to(dtype)
+        return (
+            torch.randn(count, generator=g, dtype=torch.complex128 if dtype.is_complex else torch.float64) * 100
+        ).to(dtype)
     raw = torch.randint(0, 256, (count * dtype.itemsize,), generator=g, dtype=torch.uint8)
     return (raw & 1).bool() if dtype == torch.bool else raw.view(dtype)
 
@@ -86,7 +114,7 @@ def agree(t: torch.Tensor, n: int) -> bool:
     ccl.all_gather_into_tensor(out, t.view(-1))
     b = raw(out)
     size = len(b) // n
-    return all(b[p * size:(p + 1) * size] == b[:size] for p in range(n))
+    return all(b[p * size : (p + 1) * size] == b[:size] for p in range(n))
 
 
 def run_all(me: int, n: int, seed: int, counts: tuple, big: int) -> None:
@@ -108,12 +136,12 @@ def run_all(me: int, n: int, seed: int, counts: tuple, big: int) -> None:
     expect(same(sym, torch.cat(xs)), "all_gather into a symmetric output")
     expect(gpu.stats()["zero_copy"] == z0 + 1, "symmetric output was not written directly")
     sym.zero_()
-    sym[me * big:(me + 1) * big].copy_(xs[me].cuda())
-    ccl.all_gather_into_tensor(sym, sym[me * big:(me + 1) * big])  # input is the output's own shard
+    sym[me * big : (me + 1) * big].copy_(xs[me].cuda())
+    ccl.all_gather_into_tensor(sym, sym[me * big : (me + 1) * big])  # input is the output's own shard
     expect(same(sym, torch.cat(xs)), "in-place all_gather (symmetric)")
     out.zero_()
-    out[me * big:(me + 1) * big].copy_(xs[me].cuda())
-    ccl.all_gather_into_tensor(out, out[me * big:(me + 1) * big])
+    out[me * big : (me + 1) * big].copy_(xs[me].cuda())
+    ccl.all_gather_into_tensor(out, out[me * big : (me + 1) * big])
     expect(same(out, torch.cat(xs)), "in-place all_gather (plain)")
     # ---- broadcast from every root, plain and symmetric
     for dtype in (torch.bool, torch.uint16, torch.bfloat16, torch.float64, torch.complex64):
@@ -139,7 +167,7 @@ def run_all(me: int, n: int, seed: int, counts: tuple, big: int) -> None:
                 ins = [rand(g, dtype, n * count) for _ in range(n)]
                 o = torch.empty(count, dtype=dtype, device="cuda")
                 ccl.reduce_scatter_tensor(o, ins[me].cuda(), op=op)
-                want = reference([x[me * count:(me + 1) * count] for x in ins], op)
+                want = reference([x[me * count : (me + 1) * count] for x in ins], op)
                 expect(same(o, want), f"reduce_scatter {op} {dtype} x{count}")
     xs = [rand(g, torch.float32, big + 5) for _ in range(n)]
     t = gpu.symmetric_empty((big + 5,), torch.float32)
@@ -157,14 +185,15 @@ def run_all(me: int, n: int, seed: int, counts: tuple, big: int) -> None:
         xs = [rand(g, dtype, n * rows * 3).view(n * rows, 3) for _ in range(n)]
         out = torch.empty(n * rows, 3, dtype=dtype, device="cuda")
         ccl.all_to_all_single(out, xs[me].cuda())
-        want = torch.cat([xs[p][me * rows:(me + 1) * rows] for p in range(n)])
+        want = torch.cat([xs[p][me * rows : (me + 1) * rows] for p in range(n)])
         expect(same(out, want), f"all_to_all even {dtype}")
         split = [[(i * 7 + j * 3) % 5 for j in range(n)] for i in range(n)]  # split[i][j]: rows i -> j
         xs = [rand(g, dtype, sum(split[i]) * 3).view(-1, 3) for i in range(n)]
         out = torch.empty(sum(split[i][me] for i in range(n)), 3, dtype=dtype, device="cuda")
-        ccl.all_to_all_single(out, xs[me].cuda(), output_split_sizes=[split[i][me] for i in range(n)],
-                              input_split_sizes=split[me])
-        want = torch.cat([xs[i][sum(split[i][:me]):sum(split[i][:me + 1])] for i in range(n)])
+        ccl.all_to_all_single(
+            out, xs[me].cuda(), output_split_sizes=[split[i][me] for i in range(n)], input_split_sizes=split[me]
+        )
+        want = torch.cat([xs[i][sum(split[i][:me]) : sum(split[i][: me + 1])] for i in range(n)])
         expect(same(out, want), f"all_to_all uneven {dtype}")
 
 
@@ -235,7 +264,7 @@ def main() -> int:
         x = torch.arange(4096, device="cuda", dtype=torch.float32) + 10000 * me
         out = torch.empty(n * 4096, device="cuda")
         side.wait_stream(torch.cuda.current_stream())  # x is written on this stream: outside the `with`,
-        with torch.cuda.stream(side):                    # where current_stream() would be `side` itself
+        with torch.cuda.stream(side):  # where current_stream() would be `side` itself
             ccl.all_gather_single(out, x)
             ccl.all_reduce(x)
         torch.cuda.current_stream().wait_stream(side)
@@ -244,9 +273,11 @@ def main() -> int:
         expect(torch.equal(x.cpu(), want.view(n, -1).sum(0)), "side stream all_reduce")
         graphs(me, n)
         # errors name the problem, on every PE alike
-        for bad in (lambda: ccl.all_reduce(torch.ones(4, dtype=torch.complex64, device="cuda"), op="max"),
-                    lambda: ccl.all_reduce(torch.ones(4, device="cuda").to(torch.float8_e4m3fn)),
-                    lambda: ccl.reduce_scatter_tensor(torch.empty(3, device="cuda"), torch.empty(5, device="cuda"))):
+        for bad in (
+            lambda: ccl.all_reduce(torch.ones(4, dtype=torch.complex64, device="cuda"), op="max"),
+            lambda: ccl.all_reduce(torch.ones(4, device="cuda").to(torch.float8_e4m3fn)),
+            lambda: ccl.reduce_scatter_tensor(torch.empty(3, device="cuda"), torch.empty(5, device="cuda")),
+        ):
             try:
                 bad()
             except InvalidArgument as exc:

@@ -5,6 +5,7 @@ stream — DeepSpeed's MORI hook) and AllgatherSdma (tensors), under `mori run -
 Every PE rebuilds every PE's input from the seeds, so outputs are checked byte for byte.
 Prints "ccl handles ok" per PE.
 """
+
 from __future__ import annotations
 
 import sys
@@ -17,10 +18,18 @@ import mori.shmem as sh
 from mori.core.errors import InvalidArgument, InvalidUsage
 
 TORCH = {
-    ccl.DataType.Int8: torch.int8, ccl.DataType.Uint8: torch.uint8, ccl.DataType.Int16: torch.int16,
-    ccl.DataType.Uint16: torch.uint16, ccl.DataType.Int32: torch.int32, ccl.DataType.Uint32: torch.uint32,
-    ccl.DataType.Int64: torch.int64, ccl.DataType.Uint64: torch.uint64, ccl.DataType.Float16: torch.float16,
-    ccl.DataType.BFloat16: torch.bfloat16, ccl.DataType.Float32: torch.float32, ccl.DataType.Float64: torch.float64,
+    ccl.DataType.Int8: torch.int8,
+    ccl.DataType.Uint8: torch.uint8,
+    ccl.DataType.Int16: torch.int16,
+    ccl.DataType.Uint16: torch.uint16,
+    ccl.DataType.Int32: torch.int32,
+    ccl.DataType.Uint32: torch.uint32,
+    ccl.DataType.Int64: torch.int64,
+    ccl.DataType.Uint64: torch.uint64,
+    ccl.DataType.Float16: torch.float16,
+    ccl.DataType.BFloat16: torch.bfloat16,
+    ccl.DataType.Float32: torch.float32,
+    ccl.DataType.Float64: torch.float64,
 }
 
 
@@ -62,8 +71,10 @@ def main() -> int:
                 expect(np.array_equal(got, expected(n, dt, count, salt)), f"{dt.name} x {count} (addresses)")
                 out.view(torch.uint8).fill_(0)
                 expect(ag(x, out, count, dt) is True, "tensors")
-                expect(np.array_equal(out.view(torch.uint8).numpy(), expected(n, dt, count, salt)),
-                       f"{dt.name} x {count} (tensors)")
+                expect(
+                    np.array_equal(out.view(torch.uint8).numpy(), expected(n, dt, count, salt)),
+                    f"{dt.name} x {count} (tensors)",
+                )
         # Sizes past the handle's buffers: False, output untouched (callers fall back).
         small = ccl.AllGatherIntoTensor(me, n, 64, 64 * n)
         x = payload(me, ccl.DataType.Float32, 17, 9)
@@ -76,15 +87,18 @@ def main() -> int:
         x = payload(me, ccl.DataType.BFloat16, 777, 5)
         out = torch.empty(777 * n, dtype=torch.bfloat16)
         expect(sd(x, out, 777) is True, "AllgatherSdma call")
-        expect(np.array_equal(out.view(torch.uint8).numpy(), expected(n, ccl.DataType.BFloat16, 777, 5)),
-               "AllgatherSdma output")
+        expect(
+            np.array_equal(out.view(torch.uint8).numpy(), expected(n, ccl.DataType.BFloat16, 777, 5)),
+            "AllgatherSdma output",
+        )
         # Async halves.
         expect(sd.start_async(x, out.zero_(), 777) is True and sd.is_async_in_progress(), "start_async")
         expect(sd.start_async(x, out, 777) is False, "second start_async while one is in progress")
         took = sd.wait_async()
         expect(isinstance(took, float) and took >= 0 and not sd.is_async_in_progress(), "wait_async")
-        expect(np.array_equal(out.view(torch.uint8).numpy(), expected(n, ccl.DataType.BFloat16, 777, 5)),
-               "async output")
+        expect(
+            np.array_equal(out.view(torch.uint8).numpy(), expected(n, ccl.DataType.BFloat16, 777, 5)), "async output"
+        )
         raises(InvalidUsage, sd.wait_async)
         sd.cancel_async()
         sd.reset_flags()
@@ -95,8 +109,10 @@ def main() -> int:
         expect(keep(x, untouched, 100) is True, "transit call")
         expect(bool((untouched == 0).all()), "copy_output_to_user=False wrote the user output")
         transit = keep.get_output_transit_buffer(torch.int32, device="cpu")
-        expect(np.array_equal(transit[: 100 * n].view(torch.uint8).numpy(), expected(n, ccl.DataType.Int32, 100, 6)),
-               "transit buffer contents")
+        expect(
+            np.array_equal(transit[: 100 * n].view(torch.uint8).numpy(), expected(n, ccl.DataType.Int32, 100, 6)),
+            "transit buffer contents",
+        )
         # A registered, symmetric output: written in place.
         sym = sh.zeros(50 * n, np.float64)
         x = payload(me, ccl.DataType.Float64, 50, 7)
@@ -139,8 +155,9 @@ def main() -> int:
         expect("npes" in raises(InvalidArgument, lambda: ccl.AllGatherIntoTensor(me, n + 1)), "npes named")
         expect("sendbuff" in raises(InvalidArgument, lambda: ag("x", out, 1, ccl.DataType.Int8)), "sendbuff named")
         expect("sendcount" in raises(InvalidArgument, lambda: ag(x, out, -1, ccl.DataType.Int8)), "sendcount named")
-        expect("input_buffer_size" in raises(InvalidArgument, lambda: ccl.AllGatherIntoTensor(me, n, 0, 8)),
-               "sizes named")
+        expect(
+            "input_buffer_size" in raises(InvalidArgument, lambda: ccl.AllGatherIntoTensor(me, n, 0, 8)), "sizes named"
+        )
         raises(InvalidArgument, lambda: ccl.AllGatherIntoTensor(me, n, 1, 2, 3))
         sh.barrier_all()
         print(f"PE {me}/{n}: ccl handles ok", flush=True)

@@ -7,6 +7,7 @@ Every PE seeds the same generator, so each can rebuild every PE's input and chec
 output exactly (data movement bit-exact, reductions within a per-dtype tolerance).
 Exits non-zero with the failing check on any mismatch.
 """
+
 from __future__ import annotations
 
 import sys
@@ -19,13 +20,33 @@ import mori.shmem as sh
 from cases import run_cases
 from mori.core.errors import InvalidArgument
 
-DTYPES = [torch.bool, torch.int8, torch.uint8, torch.int16, torch.uint16, torch.int32, torch.uint32, torch.int64,
-          torch.uint64, torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
-          torch.complex128]
+DTYPES = [
+    torch.bool,
+    torch.int8,
+    torch.uint8,
+    torch.int16,
+    torch.uint16,
+    torch.int32,
+    torch.uint32,
+    torch.int64,
+    torch.uint64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.complex64,
+    torch.complex128,
+]
 REAL = [d for d in DTYPES if not d.is_complex]
 # Reductions: relative/absolute tolerance against a float64 reference (n <= 8 terms).
-TOL = {torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1.6e-2), torch.float32: (1e-5, 1e-5),
-       torch.float64: (1e-12, 1e-12), torch.complex64: (1e-5, 1e-5), torch.complex128: (1e-12, 1e-12)}
+TOL = {
+    torch.float16: (2e-3, 2e-3),
+    torch.bfloat16: (1.6e-2, 1.6e-2),
+    torch.float32: (1e-5, 1e-5),
+    torch.float64: (1e-12, 1e-12),
+    torch.complex64: (1e-5, 1e-5),
+    torch.complex128: (1e-12, 1e-12),
+}
 
 
 def expect(cond: bool, what: str) -> None:
@@ -43,9 +64,12 @@ def rand(rng: np.random.Generator, dtype: torch.dtype, count: int) -> torch.Tens
     if dtype.is_floating_point:
         return torch.from_numpy(rng.standard_normal(count) * 10).to(dtype)
     info = torch.iinfo(dtype)
-    lo, hi = max(info.min, -2**62), min(info.max, 2**62)
-    return torch.from_numpy(rng.integers(lo, hi, count, dtype=np.int64, endpoint=True)).to(dtype) \
-        if dtype != torch.uint64 else torch.from_numpy(rng.integers(0, 2**63, count, dtype=np.uint64))
+    lo, hi = max(info.min, -(2**62)), min(info.max, 2**62)
+    return (
+        torch.from_numpy(rng.integers(lo, hi, count, dtype=np.int64, endpoint=True)).to(dtype)
+        if dtype != torch.uint64
+        else torch.from_numpy(rng.integers(0, 2**63, count, dtype=np.uint64))
+    )
 
 
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -140,11 +164,13 @@ def check_reductions(rng, me, n, sizes) -> None:
                 # every PE holds the same bits (one PE reduced each element)
                 chk = torch.empty(n * count, dtype=dtype)
                 ccl.all_gather_into_tensor(chk, t)
-                expect(all(same(chk[p * count:(p + 1) * count], t) for p in range(n)),
-                       f"all_reduce {op} {dtype}: PEs disagree")
+                expect(
+                    all(same(chk[p * count : (p + 1) * count], t) for p in range(n)),
+                    f"all_reduce {op} {dtype}: PEs disagree",
+                )
                 # reduce-scatter: block me of the op over n*count inputs
                 ys = [rand(rng, dtype, n * count) for _ in range(n)]
-                ref_rs = reference(ys, op)[me * count:(me + 1) * count]
+                ref_rs = reference(ys, op)[me * count : (me + 1) * count]
                 out = torch.empty(count, dtype=dtype)
                 ccl.reduce_scatter_tensor(out, ys[me], op=op)
                 expect(close(out, ref_rs, dtype, op), f"reduce_scatter {op} {dtype} x{count}")
@@ -169,7 +195,7 @@ def check_alltoall(rng, me, n, sizes) -> None:
             xs = [rand(rng, dtype, n * rows * 3).reshape(n * rows, 3) for _ in range(n)]
             out = torch.empty(n * rows, 3, dtype=dtype)
             ccl.all_to_all_single(out, xs[me])
-            want = torch.cat([xs[p][me * rows:(me + 1) * rows] for p in range(n)])
+            want = torch.cat([xs[p][me * rows : (me + 1) * rows] for p in range(n)])
             expect(same(out, want), f"all_to_all_single {dtype} rows={rows}")
     # uneven splits: PE i sends split[i][j] rows to PE j
     split = rng.integers(0, 9, size=(n, n))
@@ -177,7 +203,7 @@ def check_alltoall(rng, me, n, sizes) -> None:
     out = torch.empty(int(split[:, me].sum()), 2, dtype=torch.float64)
     ccl.all_to_all_single(out, xs[me], output_split_sizes=split[:, me].tolist(), input_split_sizes=split[me].tolist())
     offs = [np.concatenate([[0], np.cumsum(split[p])]) for p in range(n)]
-    want = torch.cat([xs[p][offs[p][me]:offs[p][me + 1]] for p in range(n)])
+    want = torch.cat([xs[p][offs[p][me] : offs[p][me + 1]] for p in range(n)])
     expect(torch.equal(out, want), "all_to_all_single uneven")
 
 
@@ -191,19 +217,32 @@ def check_errors(me, n) -> None:
         raise AssertionError(f"PE {me}: {what} did not raise {exc.__name__}")
 
     x = torch.zeros(8)
-    raises(InvalidArgument, lambda: ccl.all_gather_into_tensor(torch.empty(8 * n + 1), x), "wrong output size",
-           "output")
-    raises(InvalidArgument, lambda: ccl.all_gather_into_tensor(torch.empty(8 * n, dtype=torch.int32), x),
-           "dtype mismatch", "dtype")
+    raises(
+        InvalidArgument, lambda: ccl.all_gather_into_tensor(torch.empty(8 * n + 1), x), "wrong output size", "output"
+    )
+    raises(
+        InvalidArgument,
+        lambda: ccl.all_gather_into_tensor(torch.empty(8 * n, dtype=torch.int32), x),
+        "dtype mismatch",
+        "dtype",
+    )
     raises(InvalidArgument, lambda: ccl.all_reduce(torch.zeros(4, 4).t(), op="sum"), "non-contiguous", "contiguous")
-    raises(InvalidArgument, lambda: ccl.all_reduce(torch.zeros(4, dtype=torch.complex64), op="max"), "complex max",
-           "complex")
+    raises(
+        InvalidArgument,
+        lambda: ccl.all_reduce(torch.zeros(4, dtype=torch.complex64), op="max"),
+        "complex max",
+        "complex",
+    )
     raises(InvalidArgument, lambda: ccl.all_reduce(x, op="prod"), "unknown op", "op")
     raises(InvalidArgument, lambda: ccl.all_reduce(torch.zeros(2, dtype=torch.float8_e4m3fn)), "fp8", "dtype")
     raises(InvalidArgument, lambda: ccl.broadcast(x, src=n), "bad root", "src")
     raises(InvalidArgument, lambda: ccl.all_gather_into_tensor(torch.empty(8 * n), x, group="g"), "bad group", "group")
-    raises(InvalidArgument, lambda: ccl.all_to_all_single(torch.empty(n + 1), torch.empty(n + 1)), "indivisible",
-           "divisible")
+    raises(
+        InvalidArgument,
+        lambda: ccl.all_to_all_single(torch.empty(n + 1), torch.empty(n + 1)),
+        "indivisible",
+        "divisible",
+    )
     # Mismatched arguments across PEs fail on every PE instead of corrupting memory.
     count = 10 + (me % 2)
     if n > 1:
@@ -220,11 +259,16 @@ def main() -> int:
         me, n = s.my_pe, s.n_pes
         rng = np.random.default_rng(20261129)
         sizes = [7, 1000] if quick else [1, 7, 1000, 40961]
-        run_cases(me, [("allgather", lambda: check_allgather(rng, me, n, sizes)),
-                       ("broadcast", lambda: check_broadcast(rng, me, n, sizes)),
-                       ("reductions", lambda: check_reductions(rng, me, n, sizes)),
-                       ("alltoall", lambda: check_alltoall(rng, me, n, sizes)),
-                       ("errors", lambda: check_errors(me, n))])
+        run_cases(
+            me,
+            [
+                ("allgather", lambda: check_allgather(rng, me, n, sizes)),
+                ("broadcast", lambda: check_broadcast(rng, me, n, sizes)),
+                ("reductions", lambda: check_reductions(rng, me, n, sizes)),
+                ("alltoall", lambda: check_alltoall(rng, me, n, sizes)),
+                ("errors", lambda: check_errors(me, n)),
+            ],
+        )
         st = ccl.stats()["host"]
         expect(st["bytes_direct"] > 0, "no bytes moved through mapped peers")
         ccl.release()

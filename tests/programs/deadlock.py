@@ -5,6 +5,7 @@ deadlock.
 
 Usage: mori run -n 3 deadlock.py (never ends by itself with the default MORI_SHMEM_WAIT_TIMEOUT).
 """
+
 from __future__ import annotations
 
 import time

@@ -4,6 +4,7 @@
 Usage: die_in_init.py RANK SIZE RENDEZVOUS_DIR. A file-based Python bootstrap makes the moment
 exact: at its first allgather after the heap is mapped, the PE prints the heap's mapping(s) from
 /proc/self/maps and kills itself."""
+
 from __future__ import annotations
 
 import os

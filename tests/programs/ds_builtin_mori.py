@@ -8,6 +8,7 @@ back to gloo: this program drives the handle DeepSpeed built with the arguments 
 the outputs bit-exactly, and checks deepspeed.comm's all-gather still gives the same bytes.
 Launch: mori run -n N python ds_builtin_mori.py
 """
+
 from __future__ import annotations
 
 import os
@@ -37,9 +38,19 @@ def main() -> int:
 
     handle = ds_mori._handle
     assert isinstance(handle, ccl.AllGatherIntoTensor) and sh.shmem_mype() == me and sh.shmem_npes() == n
-    for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.int8, torch.uint8,
-                  torch.int16, torch.int32, torch.int64):
+    for dtype in (
+        torch.bfloat16,
+        torch.float16,
+        torch.float32,
+        torch.float64,
+        torch.int8,
+        torch.uint8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+    ):
         numel = 4098 if dtype.itemsize >= 2 else 4100  # whole uint32 lanes per rank (MORI's rule)
+
         def gen(r: int) -> torch.Tensor:
             return torch.randint(-100, 100, (numel,), generator=torch.Generator().manual_seed(31 * r + 7))
 
@@ -56,16 +67,21 @@ def main() -> int:
     # A shard that is not whole uint32 lanes: MORI's handle raises; DeepSpeed's wrapper falls back.
     odd = torch.arange(4099, dtype=torch.int8)
     try:
-        handle(odd.data_ptr(), torch.zeros(n * 4099, dtype=torch.int8).data_ptr(), 4099, ds_mori._dtype_map[torch.int8],
-               0)
+        handle(
+            odd.data_ptr(), torch.zeros(n * 4099, dtype=torch.int8).data_ptr(), 4099, ds_mori._dtype_map[torch.int8], 0
+        )
         raise AssertionError(f"rank {me}: a 4099-byte shard was accepted")
     except RuntimeError as exc:
         assert "multiple of 4" in str(exc), exc
     assert ds_mori.allgather_into_tensor(odd, torch.zeros(n * 4099, dtype=torch.int8)) is None
     too_big = torch.zeros(ds_mori._max_numel + 1)
     assert not ds_mori.supports(too_big), "supports() accepted a shard past DS_SDMA_ALLGATHER_MAX_NUMEL"
-    assert handle(too_big.data_ptr(), torch.zeros(n * too_big.numel()).data_ptr(), too_big.numel(),
-                  ccl.DataType.Float32, 0) is False, "the handle accepted a shard past its input buffer"
+    assert (
+        handle(
+            too_big.data_ptr(), torch.zeros(n * too_big.numel()).data_ptr(), too_big.numel(), ccl.DataType.Float32, 0
+        )
+        is False
+    ), "the handle accepted a shard past its input buffer"
     dscomm.barrier()
     print(f"rank {me}/{n}: deepspeed builtin mori ok", flush=True)
     return 0

@@ -3,6 +3,7 @@
 MORI's all-gather hook. Asserts bit-identical losses and final parameters, and that the hook
 handled the parameter all-gathers. Launch: mori run -n 2 python ds_zero3.py
 """
+
 from __future__ import annotations
 
 import json
@@ -27,13 +28,19 @@ def log(what: str) -> None:
     if os.environ.get("DS_ZERO3_VERBOSE"):
         print(f"[{time.time() - T0:7.2f}s] {what}", file=sys.stderr, flush=True)
 
+
 STEPS = 4
 CONFIG = {
     "train_micro_batch_size_per_gpu": 4,
     "gradient_accumulation_steps": 1,
     "optimizer": {"type": "Adam", "params": {"lr": 1e-2, "torch_adam": True}},
-    "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0, "reduce_bucket_size": 4096,
-                          "stage3_prefetch_bucket_size": 4096, "stage3_max_live_parameters": 8192},
+    "zero_optimization": {
+        "stage": 3,
+        "stage3_param_persistence_threshold": 0,
+        "reduce_bucket_size": 4096,
+        "stage3_prefetch_bucket_size": 4096,
+        "stage3_max_live_parameters": 8192,
+    },
     "steps_per_print": 1000,
     "wall_clock_breakdown": False,
 }

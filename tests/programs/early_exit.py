@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """PE `victim` leaves without finalizing; the others must get an error naming it, not hang."""
+
 from __future__ import annotations
 
 import os

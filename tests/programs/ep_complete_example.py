@@ -7,6 +7,7 @@ by `mori run -n N` (which sets MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE), or, wit
 launcher, by torch.multiprocessing.spawn as in the guide. The guide's example checks
 nothing; the two asserts at the end (marked) make it a test.
 """
+
 import os
 import sys
 import torch
@@ -16,9 +17,11 @@ import mori
 os.environ["MORI_SHMEM_HEAP_SIZE"] = "4G"
 ON_GPU = len(sys.argv) > 1 and sys.argv[1] == "cuda"  # added: the guide's own device
 
+
 def _sync():
     if ON_GPU:
         torch.cuda.synchronize()
+
 
 def run_ep(rank, world_size):
     # Setup
@@ -30,7 +33,8 @@ def run_ep(rank, world_size):
         device = torch.device("cpu")  # changed: was torch.cuda.set_device(rank); torch.device("cuda", rank)
         dist.init_process_group(
             backend="gloo",  # changed: was "cpu:gloo,cuda:nccl" with device_id=device
-            rank=rank, world_size=world_size,
+            rank=rank,
+            world_size=world_size,
         )
     world_group = dist.group.WORLD
     torch._C._distributed_c10d._register_process_group("default", world_group)
@@ -55,23 +59,22 @@ def run_ep(rank, world_size):
 
     # Generate test data
     num_tokens = 128
-    input_data = torch.randn(num_tokens, config.hidden_dim,
-                             dtype=torch.bfloat16, device=device)
-    weights = torch.rand(num_tokens, config.num_experts_per_token,
-                         dtype=torch.float32, device=device)
+    input_data = torch.randn(num_tokens, config.hidden_dim, dtype=torch.bfloat16, device=device)
+    weights = torch.rand(num_tokens, config.num_experts_per_token, dtype=torch.float32, device=device)
     scales = torch.empty(num_tokens, 0, dtype=torch.float8_e4m3fnuz, device=device)
 
     # Random top-K expert selection
-    indices = torch.stack([
-        torch.randperm(config.num_experts_per_rank * world_size, device=device)
-        [:config.num_experts_per_token]
-        for _ in range(num_tokens)
-    ]).to(torch.int32)
+    indices = torch.stack(
+        [
+            torch.randperm(config.num_experts_per_rank * world_size, device=device)[: config.num_experts_per_token]
+            for _ in range(num_tokens)
+        ]
+    ).to(torch.int32)
 
     # Dispatch tokens to experts
-    dispatch_out, dispatch_w, dispatch_s, dispatch_idx, recv_count = \
-        op.dispatch(input_data, weights, scales, indices,
-                    block_num=80, warp_per_block=16)
+    dispatch_out, dispatch_w, dispatch_s, dispatch_idx, recv_count = op.dispatch(
+        input_data, weights, scales, indices, block_num=80, warp_per_block=16
+    )
     _sync()  # changed: torch.cuda.synchronize() (a no-op on CPU: CPU ops complete on return)
 
     total_recv = recv_count[0].item()
@@ -82,8 +85,11 @@ def run_ep(rank, world_size):
 
     # Combine results back
     combine_out, combine_w = op.combine(
-        expert_output, dispatch_w, indices,
-        block_num=80, warp_per_block=8,
+        expert_output,
+        dispatch_w,
+        indices,
+        block_num=80,
+        warp_per_block=8,
         call_reset=True,  # reset automatically
     )
     _sync()  # changed: torch.cuda.synchronize()
@@ -100,6 +106,7 @@ def run_ep(rank, world_size):
     del op
     mori.shmem.shmem_finalize()
     dist.destroy_process_group()
+
 
 if __name__ == "__main__":
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # added: launched by `mori run`

@@ -4,6 +4,7 @@ and the op keeps working afterwards.
 
     mori run -n 2 python ep_errors.py
 """
+
 from __future__ import annotations
 
 import sys
@@ -29,7 +30,7 @@ def round_trip(op: EpDispatchCombineOp, me: int, world: int, n: int, seed: int) 
     cfg = op.config
     x = torch.randn(n, cfg.hidden_dim, generator=g).to(torch.bfloat16)
     w = torch.rand(n, cfg.num_experts_per_token, generator=g)
-    idx = torch.rand(n, world * cfg.num_experts_per_rank, generator=g).argsort(1)[:, :cfg.num_experts_per_token]
+    idx = torch.rand(n, world * cfg.num_experts_per_rank, generator=g).argsort(1)[:, : cfg.num_experts_per_token]
     idx = idx.to(torch.int32)
     out, ow, _, oi, recv = op.dispatch(x, w, None, idx)
     total = int(recv[0])
@@ -56,40 +57,96 @@ def dead_peer(me: int, world: int, base: dict) -> int:
 def main() -> int:
     sh.shmem_init()
     me, world = sh.shmem_mype(), sh.shmem_npes()
-    base = dict(data_type=torch.bfloat16, rank=me, world_size=world, hidden_dim=32, scale_dim=0, scale_type_size=4,
-                max_token_type_size=4, max_num_inp_token_per_rank=8, num_experts_per_rank=2, num_experts_per_token=2)
+    base = dict(
+        data_type=torch.bfloat16,
+        rank=me,
+        world_size=world,
+        hidden_dim=32,
+        scale_dim=0,
+        scale_type_size=4,
+        max_token_type_size=4,
+        max_num_inp_token_per_rank=8,
+        num_experts_per_rank=2,
+        num_experts_per_token=2,
+    )
     if "--dead-peer" in sys.argv:
         return dead_peer(me, world, base)
 
     # Config errors (local, before any collective step).
-    expect_error(ValueError, "rank", EpDispatchCombineOp, EpDispatchCombineConfig(**{**base, "rank": (me + 1) % world})
-                 if world > 1 else EpDispatchCombineConfig(**{**base, "rank": 5}))
-    expect_error(ValueError, "num_experts_per_token", EpDispatchCombineOp,
-                 EpDispatchCombineConfig(**{**base, "num_experts_per_token": 99}))
-    expect_error(ValueError, "quant_type", EpDispatchCombineOp, EpDispatchCombineConfig(**{**base, "quant_type": "int3"}))
+    expect_error(
+        ValueError,
+        "rank",
+        EpDispatchCombineOp,
+        EpDispatchCombineConfig(**{**base, "rank": (me + 1) % world})
+        if world > 1
+        else EpDispatchCombineConfig(**{**base, "rank": 5}),
+    )
+    expect_error(
+        ValueError,
+        "num_experts_per_token",
+        EpDispatchCombineOp,
+        EpDispatchCombineConfig(**{**base, "num_experts_per_token": 99}),
+    )
+    expect_error(
+        ValueError, "quant_type", EpDispatchCombineOp, EpDispatchCombineConfig(**{**base, "quant_type": "int3"})
+    )
 
     # Fields and products of fields that overflow int32 name them (issue 13 item 6: the
     # num_experts() bound used to wrap and read "1..-2147483648").
-    expect_error(ValueError, "num_experts_per_rank = 1099511627776 does not fit int32", EpDispatchCombineOp,
-                 EpDispatchCombineConfig(**{**base, "num_experts_per_rank": 2**40}))
+    expect_error(
+        ValueError,
+        "num_experts_per_rank = 1099511627776 does not fit int32",
+        EpDispatchCombineOp,
+        EpDispatchCombineConfig(**{**base, "num_experts_per_rank": 2**40}),
+    )
     if world > 1:
-        expect_error(ValueError, "world_size * num_experts_per_rank", EpDispatchCombineOp,
-                     EpDispatchCombineConfig(**{**base, "num_experts_per_rank": 2**31 // world + 1}))
-    expect_error(ValueError, "hidden_dim * max_token_type_size", EpDispatchCombineOp,
-                 EpDispatchCombineConfig(**{**base, "hidden_dim": 2**29, "max_token_type_size": 8}))
-    expect_error(ValueError, "scale_dim * scale_type_size", EpDispatchCombineOp,
-                 EpDispatchCombineConfig(**{**base, "scale_dim": 2**30, "scale_type_size": 4}))
+        expect_error(
+            ValueError,
+            "world_size * num_experts_per_rank",
+            EpDispatchCombineOp,
+            EpDispatchCombineConfig(**{**base, "num_experts_per_rank": 2**31 // world + 1}),
+        )
+    expect_error(
+        ValueError,
+        "hidden_dim * max_token_type_size",
+        EpDispatchCombineOp,
+        EpDispatchCombineConfig(**{**base, "hidden_dim": 2**29, "max_token_type_size": 8}),
+    )
+    expect_error(
+        ValueError,
+        "scale_dim * scale_type_size",
+        EpDispatchCombineOp,
+        EpDispatchCombineConfig(**{**base, "scale_dim": 2**30, "scale_type_size": 4}),
+    )
     wide = 2 * world * world + 1
-    expect_error(ValueError, "max_num_inp_token_per_rank * num_experts_per_token", EpDispatchCombineOp,
-                 EpDispatchCombineConfig(**{**base, "max_num_inp_token_per_rank": (2**31 - 1) // (world * world),
-                                            "num_experts_per_rank": wide, "num_experts_per_token": wide}))
+    expect_error(
+        ValueError,
+        "max_num_inp_token_per_rank * num_experts_per_token",
+        EpDispatchCombineOp,
+        EpDispatchCombineConfig(
+            **{
+                **base,
+                "max_num_inp_token_per_rank": (2**31 - 1) // (world * world),
+                "num_experts_per_rank": wide,
+                "num_experts_per_token": wide,
+            }
+        ),
+    )
     # MORI's native classes from mori.cpp: the handle allocates (collectively) and checks its config.
     import mori.cpp
 
-    native_cfg = mori.cpp.EpDispatchCombineConfig(rank=me, world_size=world, hidden_dim=32, scale_type_size=4,
-                                                  max_token_type_size=4, max_num_inp_token_per_rank=8,
-                                                  num_experts_per_rank=2, num_experts_per_token=2,
-                                                  warp_num_per_block=8, block_num=8)
+    native_cfg = mori.cpp.EpDispatchCombineConfig(
+        rank=me,
+        world_size=world,
+        hidden_dim=32,
+        scale_type_size=4,
+        max_token_type_size=4,
+        max_num_inp_token_per_rank=8,
+        num_experts_per_rank=2,
+        num_experts_per_token=2,
+        warp_num_per_block=8,
+        block_num=8,
+    )
     handle = mori.cpp.EpDispatchCombineHandle(native_cfg)
     assert handle.config is native_cfg
     native_cfg.num_experts_per_token = 99
@@ -103,8 +160,15 @@ def main() -> int:
     good = torch.tensor([[0, ne - 1]] * 4, dtype=torch.int32)
 
     # Dispatch argument errors: raised on this PE before anything is sent.
-    expect_error(ValueError, "max_num_inp_token_per_rank", op.dispatch, torch.zeros(9, h, dtype=torch.bfloat16),
-                 torch.rand(9, k), None, torch.zeros(9, k, dtype=torch.int32))
+    expect_error(
+        ValueError,
+        "max_num_inp_token_per_rank",
+        op.dispatch,
+        torch.zeros(9, h, dtype=torch.bfloat16),
+        torch.rand(9, k),
+        None,
+        torch.zeros(9, k, dtype=torch.int32),
+    )
     bad = good.clone()
     bad[2, 1] = ne
     expect_error(ValueError, "indices[2, 1]", op.dispatch, x, w, None, bad)
@@ -128,7 +192,7 @@ def main() -> int:
     other[0, 0] = 1
     expect_error(ValueError, "#475", op.combine, out[:total], ow[:total], other)
     if total:
-        expect_error(ValueError, "rows", op.combine, out[:total - 1], ow[:total], good)
+        expect_error(ValueError, "rows", op.combine, out[: total - 1], ow[:total], good)
     op.combine(out[:total], ow[:total], good)  # the right call still works after the refusals
 
     round_trip(op, me, world, 8, 2)

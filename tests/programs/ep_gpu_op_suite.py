@@ -8,6 +8,7 @@ seeds the same generator and builds all PEs' inputs, so it can check its own out
 exactly (dispatch bit-exact; combine = input x unique destination ranks). Prints
 "PASS <check>" per check; exits non-zero on the first failure.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,12 +32,22 @@ def expect(cond: bool, what: str) -> None:
         raise AssertionError(f"PE {sh.shmem_mype()}: {what}")
 
 
-def make_op(dtype, hidden, scale_dim=0, kernel=KT.IntraNode, external=True, max_inp=128, topk=8, epr=16,
-            quant="none"):
+def make_op(dtype, hidden, scale_dim=0, kernel=KT.IntraNode, external=True, max_inp=128, topk=8, epr=16, quant="none"):
     cfg = EpDispatchCombineConfig(
-        data_type=dtype, rank=sh.shmem_mype(), world_size=sh.shmem_npes(), hidden_dim=hidden, scale_dim=scale_dim,
-        scale_type_size=4, max_token_type_size=4, max_num_inp_token_per_rank=max_inp, num_experts_per_rank=epr,
-        num_experts_per_token=topk, use_external_inp_buf=external, kernel_type=kernel, quant_type=quant)
+        data_type=dtype,
+        rank=sh.shmem_mype(),
+        world_size=sh.shmem_npes(),
+        hidden_dim=hidden,
+        scale_dim=scale_dim,
+        scale_type_size=4,
+        max_token_type_size=4,
+        max_num_inp_token_per_rank=max_inp,
+        num_experts_per_rank=epr,
+        num_experts_per_token=topk,
+        use_external_inp_buf=external,
+        kernel_type=kernel,
+        quant_type=quant,
+    )
     return EpDispatchCombineOp(cfg)
 
 
@@ -67,13 +78,19 @@ def dests(row, epr):
 def check_dispatch(op, data, outs, with_scales):
     cfg, me = op.config, sh.shmem_mype()
     out, ow, os_, oi, recv = outs
-    expect(recv.device == DEV and recv.dtype == torch.int32 and recv.shape == (1,), "recv_num_token is int32[1] on the GPU")
+    expect(
+        recv.device == DEV and recv.dtype == torch.int32 and recv.shape == (1,), "recv_num_token is int32[1] on the GPU"
+    )
     expect(out.shape[0] == op.max_num_tokens_to_recv() and out.device == DEV, "dispatch output rows/device")
     total = int(recv.item())
     pos = op.get_dispatch_src_token_pos().long().cpu()
     stride = op.max_num_tokens_to_send()
-    expected = sorted(q * stride + t for q in range(cfg.world_size) for t, row in enumerate(data[q][3].tolist())
-                      if me in dests(row, cfg.num_experts_per_rank))
+    expected = sorted(
+        q * stride + t
+        for q in range(cfg.world_size)
+        for t, row in enumerate(data[q][3].tolist())
+        if me in dests(row, cfg.num_experts_per_rank)
+    )
     expect(total == len(expected), f"recv_num_token {total} != {len(expected)}")
     expect(sorted(pos.tolist()) == expected, "source positions")
     if not total:
@@ -129,14 +146,21 @@ def one_round(op, data, dtype, comb_dtype, scale_dim, zero_copy=False, split=Fal
 
 def check_dtypes():
     for kernel in (KT.IntraNode, KT.IntraNodeLL):
-        for dtype, hidden, scale_dim in ((torch.bfloat16, 2048, 0), (torch.float8_e4m3fn, 7168, 56),
-                                         (torch.float32, 256, 4), (torch.bfloat16, 136, 0)):
+        for dtype, hidden, scale_dim in (
+            (torch.bfloat16, 2048, 0),
+            (torch.float8_e4m3fn, 7168, 56),
+            (torch.float32, 256, 4),
+            (torch.bfloat16, 136, 0),
+        ):
             op = make_op(dtype, hidden, scale_dim, kernel)
             comb_dtype = torch.float32 if dtype == torch.float32 else torch.bfloat16
             for i, pattern in enumerate(("random", "max", "one_rank", "random")):
                 one_round(op, inputs(op, dtype, 100 + i, pattern=pattern), dtype, comb_dtype, scale_dim)
             count = op.local_expert_count  # allocated with the op, on this PE's GPU
-            expect(count.device == DEV and count.dtype == torch.int32 and not count.any(), "local_expert_count at construction")
+            expect(
+                count.device == DEV and count.dtype == torch.int32 and not count.any(),
+                "local_expert_count at construction",
+            )
             count.fill_(-1)
             data = inputs(op, dtype, 7)
             x, w, s, idx = (to_dev(t) for t in data[sh.shmem_mype()])
@@ -161,8 +185,7 @@ def check_zero_copy():
     # PEs may mix the registered buffer and an external input within one combine.
     me = sh.shmem_mype()
     for i in range(2):
-        one_round(op, inputs(op, torch.bfloat16, 310 + i), torch.bfloat16, torch.bfloat16, 0,
-                  zero_copy=(me % 2 == i))
+        one_round(op, inputs(op, torch.bfloat16, 310 + i), torch.bfloat16, torch.bfloat16, 0, zero_copy=(me % 2 == i))
     print("PASS zero_copy", flush=True)
 
 
@@ -193,8 +216,11 @@ def check_fp8_cast():
     fp32; IntraNode reads this PE's own rows from the input as they are, AsyncLL stages (and
     casts) them too."""
     me = sh.shmem_mype()
-    for kernel, comb_dtype in ((KT.IntraNode, torch.bfloat16), (KT.AsyncLL, torch.float32),
-                               (KT.IntraNodeLL, torch.bfloat16)):
+    for kernel, comb_dtype in (
+        (KT.IntraNode, torch.bfloat16),
+        (KT.AsyncLL, torch.float32),
+        (KT.IntraNodeLL, torch.bfloat16),
+    ):
         op = make_op(torch.bfloat16, 2048, kernel=kernel, quant="fp8_direct_cast")
         for i in range(2):
             data = inputs(op, torch.bfloat16, 800 + i)
@@ -215,14 +241,18 @@ def check_fp8_cast():
             xf = xs.to(comb_dtype).float()
             xq = xf.to(torch.float8_e4m3fn).float()
             ref = (xq if kernel == KT.AsyncLL else xf) * own + xq * remote
-            got = c[:xs.shape[0]].cpu().float()
-            expect(torch.allclose(got, ref, atol=1e-2, rtol=1e-2),
-                   f"{kernel.name}: fp8 combine differs from the e4m3-rounded reference "
-                   f"(max err {(got - ref).abs().max()})")
+            got = c[: xs.shape[0]].cpu().float()
+            expect(
+                torch.allclose(got, ref, atol=1e-2, rtol=1e-2),
+                f"{kernel.name}: fp8 combine differs from the e4m3-rounded reference "
+                f"(max err {(got - ref).abs().max()})",
+            )
             if bool((remote > 0).any()):
                 expect((got - xf * (own + remote)).abs().max() > 0.05, f"{kernel.name}: remote rows were not cast")
-            expect(torch.allclose(cw[:xs.shape[0]].cpu(), ws * (own + remote), rtol=1e-6, atol=1e-6),
-                   f"{kernel.name}: weights")
+            expect(
+                torch.allclose(cw[: xs.shape[0]].cpu(), ws * (own + remote), rtol=1e-6, atol=1e-6),
+                f"{kernel.name}: weights",
+            )
         torch.cuda.synchronize()
         print(f"PASS fp8_cast {kernel.name} {comb_dtype}", flush=True)
 
@@ -237,8 +267,10 @@ def check_blockwise():
     from ep_quant_combine import blockwise_roundtrip
 
     me = sh.shmem_mype()
-    allowed = {"fp8_blockwise": (KT.IntraNode, KT.IntraNodeLL, KT.AsyncLL),
-               "fp4_blockwise": (KT.IntraNode, KT.IntraNodeLL)}
+    allowed = {
+        "fp8_blockwise": (KT.IntraNode, KT.IntraNodeLL, KT.AsyncLL),
+        "fp4_blockwise": (KT.IntraNode, KT.IntraNodeLL),
+    }
     for quant, kernels in allowed.items():
         fp4 = quant == "fp4_blockwise"
         for kernel in kernels:
@@ -268,15 +300,21 @@ def check_blockwise():
                 xf = xs.float()
                 xq = blockwise_roundtrip(xs, fp4=fp4) if xs.shape[0] else xf
                 ref = (xq if kernel == KT.AsyncLL else xf) * own + xq * remote
-                got = c[:xs.shape[0]].cpu().float()
-                expect(torch.allclose(got, ref, atol=2e-2, rtol=1e-2),
-                       f"{kernel.name}: {quant} combine differs from the blockwise model "
-                       f"(max err {(got - ref).abs().max()})")
+                got = c[: xs.shape[0]].cpu().float()
+                expect(
+                    torch.allclose(got, ref, atol=2e-2, rtol=1e-2),
+                    f"{kernel.name}: {quant} combine differs from the blockwise model "
+                    f"(max err {(got - ref).abs().max()})",
+                )
                 if bool((remote > 0).any()):
-                    expect((got - xf * (own + remote)).abs().max() > 1e-3,
-                           f"{kernel.name}: {quant}: remote rows were not quantized")
-                expect(torch.allclose(cw[:xs.shape[0]].cpu(), ws * (own + remote), rtol=1e-6, atol=1e-6),
-                       f"{kernel.name}: {quant}: weights")
+                    expect(
+                        (got - xf * (own + remote)).abs().max() > 1e-3,
+                        f"{kernel.name}: {quant}: remote rows were not quantized",
+                    )
+                expect(
+                    torch.allclose(cw[: xs.shape[0]].cpu(), ws * (own + remote), rtol=1e-6, atol=1e-6),
+                    f"{kernel.name}: {quant}: weights",
+                )
             torch.cuda.synchronize()
             print(f"PASS blockwise {quant} {kernel.name}", flush=True)
     # MORI refuses fp4_blockwise on AsyncLL: the op builds and dispatches, combine raises ValueError.
@@ -323,15 +361,17 @@ def check_routing():
         xs, ws, idxs = layers[tag][me][0], layers[tag][me][1], layers[tag][me][3]
         mult = torch.tensor([float(len(dests(row, op.config.num_experts_per_rank))) for row in idxs.tolist()])
         ref = (xs.float() * (1 + tag)).to(torch.bfloat16).float() * mult[:, None]
-        expect(torch.allclose(c[:xs.shape[0]].cpu().float(), ref, atol=2e-2, rtol=1e-2), f"layer {tag} by its handle")
-        expect(torch.allclose(cw[:xs.shape[0]].cpu(), ws * mult[:, None], rtol=1e-6, atol=1e-6), f"layer {tag} weights")
+        expect(torch.allclose(c[: xs.shape[0]].cpu().float(), ref, atol=2e-2, rtol=1e-2), f"layer {tag} by its handle")
+        expect(
+            torch.allclose(cw[: xs.shape[0]].cpu(), ws * mult[:, None], rtol=1e-6, atol=1e-6), f"layer {tag} weights"
+        )
     # The last dispatch (layer 2) is still the op's own layout.
     x, w, _, idx = (to_dev(t) for t in layers[2][me])
     c, _ = op.combine(expert[2][0], expert[2][1], idx)
     xs, idxs = layers[2][me][0], layers[2][me][3]
     mult = torch.tensor([float(len(dests(row, op.config.num_experts_per_rank))) for row in idxs.tolist()])
     ref = (xs.float() * 3).to(torch.bfloat16).float() * mult[:, None]
-    expect(torch.allclose(c[:xs.shape[0]].cpu().float(), ref, atol=2e-2, rtol=1e-2), "plain combine after handles")
+    expect(torch.allclose(c[: xs.shape[0]].cpu().float(), ref, atol=2e-2, rtol=1e-2), "plain combine after handles")
     # Replay layer 0's routing with new payloads: the same rows land in the same slots.
     torch.cuda.synchronize()
     sh.shmem_barrier_all()
@@ -348,14 +388,17 @@ def check_routing():
     expect(torch.equal(out[:total].cpu(), want), "replay: the new payloads at the handle's slots")
     c, _ = op.combine(out[:total], ow[:total], idx0.to(DEV), routing=h0)
     mult = torch.tensor([float(len(dests(row, op.config.num_experts_per_rank))) for row in idx0.tolist()])
-    expect(torch.allclose(c[:x0.shape[0]].cpu().float(), new[me].float() * mult[:, None], atol=2e-2, rtol=1e-2),
-           "combine of the replay")
+    expect(
+        torch.allclose(c[: x0.shape[0]].cpu().float(), new[me].float() * mult[:, None], atol=2e-2, rtol=1e-2),
+        "combine of the replay",
+    )
     torch.cuda.synchronize()
     print("PASS routing", flush=True)
 
 
 def check_standard_moe():
     from ep_standard import standard_round
+
     me = sh.shmem_mype()
     for kernel in (KT.IntraNode, KT.AsyncLL):
         op = make_op(torch.bfloat16, 1024, kernel=kernel, epr=4, max_inp=64)
@@ -417,9 +460,19 @@ def check_fp4_rows():
     cases = ((KT.IntraNode, True), (KT.IntraNode, False), (KT.IntraNodeLL, True), (KT.AsyncLL, True))
     for case, (kernel, external) in enumerate(cases):
         cfg = EpDispatchCombineConfig(
-            data_type=fp4, rank=me, world_size=world, hidden_dim=packed, scale_dim=scale_dim, scale_type_size=1,
-            max_token_type_size=1, max_num_inp_token_per_rank=max_tok, num_experts_per_rank=epr,
-            num_experts_per_token=k, use_external_inp_buf=external, kernel_type=kernel)
+            data_type=fp4,
+            rank=me,
+            world_size=world,
+            hidden_dim=packed,
+            scale_dim=scale_dim,
+            scale_type_size=1,
+            max_token_type_size=1,
+            max_num_inp_token_per_rank=max_tok,
+            num_experts_per_rank=epr,
+            num_experts_per_token=k,
+            use_external_inp_buf=external,
+            kernel_type=kernel,
+        )
         op = EpDispatchCombineOp(cfg)
         split = kernel == KT.AsyncLL
         for rnd in range(2):
@@ -445,10 +498,13 @@ def check_fp4_rows():
                 total = int(outs[4][0])
                 pos = op.get_dispatch_src_token_pos().long().cpu()
                 src_r, src_t = op.decode_send_flat_idx(pos)
-                want_x = torch.stack([data[q][0][t] for q, t in zip(src_r.tolist(), src_t.tolist())]) \
-                    if total else x[:0]
-                expect(torch.equal(outs[0][:total].cpu().view(torch.uint8), want_x.view(torch.uint8)),
-                       f"{kernel.name} fp4 dispatch on {dev.type} is not bit-exact")
+                want_x = (
+                    torch.stack([data[q][0][t] for q, t in zip(src_r.tolist(), src_t.tolist())]) if total else x[:0]
+                )
+                expect(
+                    torch.equal(outs[0][:total].cpu().view(torch.uint8), want_x.view(torch.uint8)),
+                    f"{kernel.name} fp4 dispatch on {dev.type} is not bit-exact",
+                )
                 rows, mode = outs[0][:total], -1
                 if not external and dev.type == "cuda":
                     reg = op.get_registered_combine_input_buffer(fp4)
@@ -461,8 +517,11 @@ def check_fp4_rows():
                     op.combine_recv()
                 results.append((c[: x.shape[0]].cpu().view(torch.uint8).clone(), cw[: x.shape[0]].cpu().clone()))
             (gpu_c, gpu_w), (cpu_c, cpu_w) = results
-            expect(torch.equal(gpu_c, cpu_c), f"{kernel.name} round {rnd}: CUDA fp4 combine differs from the CPU "
-                   f"path at {(gpu_c != cpu_c).nonzero()[:3].tolist()}")
+            expect(
+                torch.equal(gpu_c, cpu_c),
+                f"{kernel.name} round {rnd}: CUDA fp4 combine differs from the CPU "
+                f"path at {(gpu_c != cpu_c).nonzero()[:3].tolist()}",
+            )
             expect(torch.equal(gpu_w, cpu_w), f"{kernel.name} round {rnd}: CUDA fp4 combine weights differ from CPU")
             n = x.shape[0]
             if n:
@@ -470,8 +529,10 @@ def check_fp4_rows():
                 vals = torch.stack([E2M1[(b & 15).long()], E2M1[(b >> 4).long()]], -1).reshape(n, values)
                 mult = torch.tensor([float(len(dests(row, epr))) for row in idx.tolist()])
                 codes = to_e2m1(vals * mult[:, None] + 0.0)  # the sums start at +0
-                expect(torch.equal(gpu_c, codes[:, 0::2] | (codes[:, 1::2] << 4)),
-                       f"{kernel.name} round {rnd}: CUDA fp4 combine differs from encode(sum)")
+                expect(
+                    torch.equal(gpu_c, codes[:, 0::2] | (codes[:, 1::2] << 4)),
+                    f"{kernel.name} round {rnd}: CUDA fp4 combine differs from encode(sum)",
+                )
         del op
         print(f"PASS fp4_rows {kernel.name} external={external}", flush=True)
 
@@ -489,13 +550,23 @@ def check_errors():
     print("PASS errors", flush=True)
 
 
-CHECKS = {"dtypes": check_dtypes, "zero_copy": check_zero_copy, "async_ll": check_async_ll, "graph": check_graph,
-          "errors": check_errors, "fp8_cast": check_fp8_cast, "standard_moe": check_standard_moe,
-          "blockwise": check_blockwise, "routing": check_routing, "fp4_rows": check_fp4_rows}
+CHECKS = {
+    "dtypes": check_dtypes,
+    "zero_copy": check_zero_copy,
+    "async_ll": check_async_ll,
+    "graph": check_graph,
+    "errors": check_errors,
+    "fp8_cast": check_fp8_cast,
+    "standard_moe": check_standard_moe,
+    "blockwise": check_blockwise,
+    "routing": check_routing,
+    "fp4_rows": check_fp4_rows,
+}
 
 
 def main() -> int:
     import torch.distributed as dist
+
     dist.init_process_group("gloo")
     torch._C._distributed_c10d._register_process_group("default", dist.group.WORLD)
     sh.shmem_torch_process_group_init("default")

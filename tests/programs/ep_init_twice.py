@@ -4,6 +4,7 @@ every EP group they build): MORI returns 0, and so do we; an init as another PE 
 torch group is an error naming both; EP keeps working. torch.multiprocessing + gloo, as MORI's
 seeds. Launch: python ep_init_twice.py N
 """
+
 from __future__ import annotations
 
 import sys
@@ -30,9 +31,18 @@ def expect_usage_error(needles: tuple, fn, *args) -> None:
 def ep_round(rank: int, world: int, seed: int) -> None:
     from mori.ops import EpDispatchCombineConfig, EpDispatchCombineOp
 
-    cfg = EpDispatchCombineConfig(data_type=torch.float32, rank=rank, world_size=world, hidden_dim=32, scale_dim=0,
-                                  scale_type_size=4, max_token_type_size=4, max_num_inp_token_per_rank=16,
-                                  num_experts_per_rank=2, num_experts_per_token=2)
+    cfg = EpDispatchCombineConfig(
+        data_type=torch.float32,
+        rank=rank,
+        world_size=world,
+        hidden_dim=32,
+        scale_dim=0,
+        scale_type_size=4,
+        max_token_type_size=4,
+        max_num_inp_token_per_rank=16,
+        num_experts_per_rank=2,
+        num_experts_per_token=2,
+    )
     op = EpDispatchCombineOp(cfg)
     g = torch.Generator().manual_seed(seed * 100 + rank)
     x = torch.randn(16, 32, generator=g)
@@ -61,10 +71,22 @@ def worker(rank: int, world: int, port: int) -> None:
     torch._C._distributed_c10d._register_process_group("other", other)
     expect_usage_error(("'default'", "'other'"), sh.shmem_torch_process_group_init, "other")
     # Another PE or another job size: an error naming both.
-    expect_usage_error((f"PE {rank} of {world}", f"PE {(rank + 1) % world} of {world}", "threads as PEs"),
-                       sh.shmem_init_attr, sh.MORI_SHMEM_INIT_WITH_UNIQUEID, (rank + 1) % world, world, uid)
-    expect_usage_error((f"PE {rank} of {world}", f"of {world + 1}", "shmem_finalize"),
-                       sh.shmem_init_attr, sh.MORI_SHMEM_INIT_WITH_UNIQUEID, rank, world + 1, uid)
+    expect_usage_error(
+        (f"PE {rank} of {world}", f"PE {(rank + 1) % world} of {world}", "threads as PEs"),
+        sh.shmem_init_attr,
+        sh.MORI_SHMEM_INIT_WITH_UNIQUEID,
+        (rank + 1) % world,
+        world,
+        uid,
+    )
+    expect_usage_error(
+        (f"PE {rank} of {world}", f"of {world + 1}", "shmem_finalize"),
+        sh.shmem_init_attr,
+        sh.MORI_SHMEM_INIT_WITH_UNIQUEID,
+        rank,
+        world + 1,
+        uid,
+    )
     # A thread asking for this PE gets 0; a thread asking to be another PE (MORI's single-process
     # multi-thread mode) gets the error at once instead of a deadlock.
     results: list = []

@@ -20,6 +20,7 @@ quant_type fp8_blockwise / fp4_blockwise as the engines pick for fp8 / mxfp4 mod
 layer dequantizes the received rows and applies each local expert the row names (a linear map),
 weighted by the router weight; the reference computes the whole MoE on the source PE.
 """
+
 from __future__ import annotations
 
 import sys
@@ -60,7 +61,7 @@ def quantize(x: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
         scale = (blk.abs().amax(2) / 448.0).clamp(min=1e-12)
         return (blk / scale[..., None]).view(n, HIDDEN).to(torch.float8_e4m3fn), scale
     blk = x.float().view(n, HIDDEN // 32, 32)
-    amax = blk.abs().amax(2).clamp(min=2.0 ** -126)
+    amax = blk.abs().amax(2).clamp(min=2.0**-126)
     exp = torch.floor(torch.log2(amax)) - 2  # e2m1's largest power is 4 = 2^2
     codes = to_e2m1(blk / torch.exp2(exp)[..., None]).view(n, HIDDEN)
     packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).view(FP4)
@@ -78,7 +79,7 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, fmt: str) -> torch.Tensor:
 
 def experts(world: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(4242)
-    return torch.randn(world * EPR, HIDDEN, HIDDEN, generator=g) / HIDDEN ** 0.5
+    return torch.randn(world * EPR, HIDDEN, HIDDEN, generator=g) / HIDDEN**0.5
 
 
 def moe_rows(xd: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, W: torch.Tensor, only: range) -> torch.Tensor:
@@ -93,14 +94,33 @@ def moe_rows(xd: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, W: torch.Tens
     return out
 
 
-def run_case(engine: str, mode: str, kernel: K, fmt: str, quant: str, record: bool, me: int, world: int,
-             W: torch.Tensor, seed: int) -> None:
+def run_case(
+    engine: str,
+    mode: str,
+    kernel: K,
+    fmt: str,
+    quant: str,
+    record: bool,
+    me: int,
+    world: int,
+    W: torch.Tensor,
+    seed: int,
+) -> None:
     fp4 = fmt == "mxfp4"
     cfg = EpDispatchCombineConfig(
-        data_type=FP4 if fp4 else torch.float8_e4m3fn, rank=me, world_size=world, hidden_dim=HIDDEN,
-        scale_dim=HIDDEN // (32 if fp4 else 128), scale_type_size=1 if fp4 else 4, max_token_type_size=2,
-        max_num_inp_token_per_rank=MAX_TOK, num_experts_per_rank=EPR, num_experts_per_token=TOPK,
-        kernel_type=kernel, quant_type=quant)
+        data_type=FP4 if fp4 else torch.float8_e4m3fn,
+        rank=me,
+        world_size=world,
+        hidden_dim=HIDDEN,
+        scale_dim=HIDDEN // (32 if fp4 else 128),
+        scale_type_size=1 if fp4 else 4,
+        max_token_type_size=2,
+        max_num_inp_token_per_rank=MAX_TOK,
+        num_experts_per_rank=EPR,
+        num_experts_per_token=TOPK,
+        kernel_type=kernel,
+        quant_type=quant,
+    )
     op = EpDispatchCombineOp(cfg)
     local = range(me * EPR, (me + 1) * EPR)
     for rnd in range(2):
@@ -145,8 +165,10 @@ def run_case(engine: str, mode: str, kernel: K, fmt: str, quant: str, record: bo
         err = (output.float() - ref).abs()
         scale_ref = ref.abs().max().item()
         if err.max().item() > TOL[quant] * scale_ref or err.mean().item() > TOL[quant] * 0.1 * scale_ref:
-            fail(f"{engine}/{mode} {fmt} combine {quant} round {rnd}: max err {err.max().item():.4g}, mean "
-                 f"{err.mean().item():.4g} (reference max {scale_ref:.4g})")
+            fail(
+                f"{engine}/{mode} {fmt} combine {quant} round {rnd}: max err {err.max().item():.4g}, mean "
+                f"{err.mean().item():.4g} (reference max {scale_ref:.4g})"
+            )
     del op
 
 
@@ -157,8 +179,10 @@ def main() -> int:
     for i, case in enumerate(CASES):
         run_case(*case, me, world, W, i)
         if me == 0:
-            print(f"{case[0]} {case[1]} ({case[2].name}, {case[3]} dispatch, combine {case[4]}): matches the "
-                  f"torch MoE", flush=True)
+            print(
+                f"{case[0]} {case[1]} ({case[2].name}, {case[3]} dispatch, combine {case[4]}): matches the torch MoE",
+                flush=True,
+            )
     sh.shmem_barrier_all()
     if me == 0:
         print(f"ep integrations ok on {world} PEs", flush=True)

@@ -4,6 +4,7 @@ phases (dispatch_send/dispatch_recv with call_local_expert_count, every kernel t
 standalone mori.ops.launch_local_expert_count over addresses, all against a count made here
 from the inputs of every PE (all PEs seed alike). Launch: mori run -n N python this.py
 """
+
 from __future__ import annotations
 
 import sys
@@ -18,8 +19,9 @@ from mori.ops import launch_local_expert_count
 # How a round asks for the count: (kernel types, label, call) where call(op, x, idx) dispatches.
 SPLIT_MODES = {
     "dispatch": lambda op, x, idx: _recv_if_split(op, op.dispatch(x, None, None, idx, call_local_expert_count=True)),
-    "dispatch_send": lambda op, x, idx: _recv_if_split(op, op.dispatch_send(x, None, None, idx,
-                                                                            call_local_expert_count=True)),
+    "dispatch_send": lambda op, x, idx: _recv_if_split(
+        op, op.dispatch_send(x, None, None, idx, call_local_expert_count=True)
+    ),
     "dispatch_recv": lambda op, x, idx: _recv_if_split(op, op.dispatch_send(x, None, None, idx), count=True),
 }
 
@@ -34,14 +36,23 @@ def main() -> int:
     with sh.init() as s:
         me, n = s.my_pe, s.n_pes
         epr, k, hidden, tokens = 8, 4, 64, 50
-        cfg = EpDispatchCombineConfig(data_type=torch.float32, rank=me, world_size=n, hidden_dim=hidden, scale_dim=0,
-                                      scale_type_size=4, max_token_type_size=4,
-                                      max_num_inp_token_per_rank=tokens, num_experts_per_rank=epr,
-                                      num_experts_per_token=k)
+        cfg = EpDispatchCombineConfig(
+            data_type=torch.float32,
+            rank=me,
+            world_size=n,
+            hidden_dim=hidden,
+            scale_dim=0,
+            scale_type_size=4,
+            max_token_type_size=4,
+            max_num_inp_token_per_rank=tokens,
+            num_experts_per_rank=epr,
+            num_experts_per_token=k,
+        )
         op = EpDispatchCombineOp(cfg)
         count = op.local_expert_count  # MORI allocates it with the op
-        assert count is not None and count.dtype == torch.int32 and tuple(count.shape) == (epr,) \
-            and not count.any(), f"PE {me}: local_expert_count at construction is {count}"
+        assert count is not None and count.dtype == torch.int32 and tuple(count.shape) == (epr,) and not count.any(), (
+            f"PE {me}: local_expert_count at construction is {count}"
+        )
         for rnd in range(3):
             idx_all, x_all = [], []
             for p in range(n):
@@ -82,8 +93,9 @@ def main() -> int:
     return 0
 
 
-def split_rounds(base: EpDispatchCombineConfig, me: int, n: int, want: torch.Tensor, x: torch.Tensor,
-                 idx: torch.Tensor, rnd: int) -> None:
+def split_rounds(
+    base: EpDispatchCombineConfig, me: int, n: int, want: torch.Tensor, x: torch.Tensor, idx: torch.Tensor, rnd: int
+) -> None:
     """Every kernel type, every way of asking (dispatch, dispatch_send, dispatch_recv): the count
     must equal the reference; a dispatch that does not ask leaves the tensor alone."""
     from dataclasses import replace
@@ -96,8 +108,9 @@ def split_rounds(base: EpDispatchCombineConfig, me: int, n: int, want: torch.Ten
             op.local_expert_count.fill_(-7)
             out = SPLIT_MODES[mode](op, x, idx)
             if not torch.equal(op.local_expert_count, want):
-                raise AssertionError(f"PE {me} round {rnd} {kernel.name} via {mode}: "
-                                     f"{op.local_expert_count.tolist()} != {want.tolist()}")
+                raise AssertionError(
+                    f"PE {me} round {rnd} {kernel.name} via {mode}: {op.local_expert_count.tolist()} != {want.tolist()}"
+                )
             op.combine(out[0][: int(out[4][0])], None, idx)
             if kernel == K.AsyncLL:
                 op.combine_recv()

@@ -4,6 +4,7 @@ op.get_debug_time_buf(), and mori.kernel_profiler.export_to_perfetto writes them
 JSON trace; the EP guide's profiling snippet runs as written. Launch:
     MORI_EP_PROFILE=1 mori run -n 2 python ep_profile.py OUT_DIR
 """
+
 from __future__ import annotations
 
 import json
@@ -67,9 +68,18 @@ def main() -> int:
     out_dir = sys.argv[1]
     with sh.init() as s:
         me, n = s.my_pe, s.n_pes
-        cfg = EpDispatchCombineConfig(data_type=torch.float32, rank=me, world_size=n, hidden_dim=128, scale_dim=0,
-                                      scale_type_size=4, max_token_type_size=4, max_num_inp_token_per_rank=64,
-                                      num_experts_per_rank=4, num_experts_per_token=2)
+        cfg = EpDispatchCombineConfig(
+            data_type=torch.float32,
+            rank=me,
+            world_size=n,
+            hidden_dim=128,
+            scale_dim=0,
+            scale_type_size=4,
+            max_token_type_size=4,
+            max_num_inp_token_per_rank=64,
+            num_experts_per_rank=4,
+            num_experts_per_token=2,
+        )
         op = EpDispatchCombineOp(cfg)
         g = torch.Generator().manual_seed(me)
         for _ in range(2):

@@ -9,6 +9,7 @@ through it (before the fix, an overstated arena size made the reader read past i
 
     mori run -n 2 python ep_published_lies.py
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -32,10 +33,21 @@ def fail(what: str) -> None:
 
 
 def make_op(me: int, world: int) -> EpDispatchCombineOp:
-    return EpDispatchCombineOp(EpDispatchCombineConfig(
-        data_type=torch.bfloat16, rank=me, world_size=world, hidden_dim=HIDDEN, scale_dim=0,
-        scale_type_size=4, max_token_type_size=2, max_num_inp_token_per_rank=MAX_TOK,
-        num_experts_per_rank=EPR, num_experts_per_token=TOPK, kernel_type=K.IntraNode))
+    return EpDispatchCombineOp(
+        EpDispatchCombineConfig(
+            data_type=torch.bfloat16,
+            rank=me,
+            world_size=world,
+            hidden_dim=HIDDEN,
+            scale_dim=0,
+            scale_type_size=4,
+            max_token_type_size=2,
+            max_num_inp_token_per_rank=MAX_TOK,
+            num_experts_per_rank=EPR,
+            num_experts_per_token=TOPK,
+            kernel_type=K.IntraNode,
+        )
+    )
 
 
 def inputs(me: int, world: int, seed: int):

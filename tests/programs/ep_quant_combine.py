@@ -11,6 +11,7 @@ sent as value / scale, multiplied back and summed in fp32 over the destination r
 sum; a kernel type MORI refuses builds, dispatches, and raises ValueError at combine, as in MORI.
 fp4 rows are summed in fp32 and rounded back to e2m1 (nearest even, saturating at 6).
 """
+
 from __future__ import annotations
 
 import os
@@ -86,10 +87,21 @@ def make_inputs(world: int, epr: int, k: int, max_tok: int, hidden: int, seed: i
 
 def quant_case(kernel: K, quant: str, me: int, world: int, hidden: int, seed: int) -> str:
     epr, k, max_tok = 4, 4, 24
-    cfg = EpDispatchCombineConfig(data_type=torch.bfloat16, rank=me, world_size=world, hidden_dim=hidden, scale_dim=0,
-                                  scale_type_size=4, max_token_type_size=2, max_num_inp_token_per_rank=max_tok,
-                                  num_experts_per_rank=epr, num_experts_per_token=k, kernel_type=kernel,
-                                  gpu_per_node=max(1, world // 2), quant_type=quant)
+    cfg = EpDispatchCombineConfig(
+        data_type=torch.bfloat16,
+        rank=me,
+        world_size=world,
+        hidden_dim=hidden,
+        scale_dim=0,
+        scale_type_size=4,
+        max_token_type_size=2,
+        max_num_inp_token_per_rank=max_tok,
+        num_experts_per_rank=epr,
+        num_experts_per_token=k,
+        kernel_type=kernel,
+        gpu_per_node=max(1, world // 2),
+        quant_type=quant,
+    )
     op = EpDispatchCombineOp(cfg)  # MORI builds every kernel type, and refuses at combine
     fp4 = quant == "fp4_blockwise"
     for rnd in range(2):
@@ -157,8 +169,10 @@ def quant_case(kernel: K, quant: str, me: int, world: int, hidden: int, seed: in
         row = ((hidden + 1) // 2 if fp4 else hidden) + 4 * (-(-hidden // block))
         remote = int((src_rank != me).sum())
         if op.last_remote_bytes()[1] != remote * (row + 4 * k):
-            fail(f"{kernel.name}/{quant}: {op.last_remote_bytes()[1]} combine bytes on the wire, expected "
-                 f"{remote} rows x ({row} + {4 * k})")
+            fail(
+                f"{kernel.name}/{quant}: {op.last_remote_bytes()[1]} combine bytes on the wire, expected "
+                f"{remote} rows x ({row} + {4 * k})"
+            )
     if kernel in ALLOWED[quant]:
         # MORI's other refusals: a non-bf16 input, and zero-copy.
         idx, x, w = make_inputs(world, epr, k, max_tok, hidden, seed + 7)
@@ -166,8 +180,10 @@ def quant_case(kernel: K, quant: str, me: int, world: int, hidden: int, seed: in
         if kernel == K.AsyncLL:
             op.dispatch_recv()
         total = int(recv[0])
-        for bad, needle in ((dict(input=out[:total].float()), "only supports bf16"),
-                            (dict(use_external_inp_buf=0), "use_external_inp_buf")):
+        for bad, needle in (
+            (dict(input=out[:total].float()), "only supports bf16"),
+            (dict(use_external_inp_buf=0), "use_external_inp_buf"),
+        ):
             args = {"input": out[:total], "weights": ow[:total], "indices": idx[me], **bad}
             try:
                 op.combine(**args)
@@ -187,10 +203,20 @@ def fp4_rows_case(kernel: K, me: int, world: int, hidden: int, seed: int) -> Non
     """float4_e2m1fn_x2 rows with e8m0 scales: dispatch bit-exact, combine summed and re-encoded."""
     epr, k, max_tok = 4, 4, 16
     packed, scale_dim = hidden // 2, hidden // 32
-    cfg = EpDispatchCombineConfig(data_type=FP4, rank=me, world_size=world, hidden_dim=packed, scale_dim=scale_dim,
-                                  scale_type_size=1, max_token_type_size=1, max_num_inp_token_per_rank=max_tok,
-                                  num_experts_per_rank=epr, num_experts_per_token=k, kernel_type=kernel,
-                                  gpu_per_node=max(1, world // 2))
+    cfg = EpDispatchCombineConfig(
+        data_type=FP4,
+        rank=me,
+        world_size=world,
+        hidden_dim=packed,
+        scale_dim=scale_dim,
+        scale_type_size=1,
+        max_token_type_size=1,
+        max_num_inp_token_per_rank=max_tok,
+        num_experts_per_rank=epr,
+        num_experts_per_token=k,
+        kernel_type=kernel,
+        gpu_per_node=max(1, world // 2),
+    )
     op = EpDispatchCombineOp(cfg)
     # InterNodeV1 sums inside each node first (a rounding per partial sum): codes whose partial
     # sums stay exact in e2m1 (0, +-0.5, +-1, at most 4 of them) keep that check exact too.
@@ -217,8 +243,10 @@ def fp4_rows_case(kernel: K, me: int, world: int, hidden: int, seed: int) -> Non
         sr, st = op.decode_send_flat_idx(pos)
         ref_x = torch.stack([x[a][b] for a, b in zip(sr.tolist(), st.tolist())]) if total else x[me][:0]
         ref_s = torch.stack([s[a][b] for a, b in zip(sr.tolist(), st.tolist())]) if total else s[me][:0]
-        if not (torch.equal(out[:total].view(torch.uint8), ref_x.view(torch.uint8))
-                and torch.equal(os_[:total].view(torch.uint8), ref_s.view(torch.uint8))):
+        if not (
+            torch.equal(out[:total].view(torch.uint8), ref_x.view(torch.uint8))
+            and torch.equal(os_[:total].view(torch.uint8), ref_s.view(torch.uint8))
+        ):
             fail(f"{kernel.name}: fp4 dispatch is not bit-exact")
         c, _ = op.combine(out[:total], None, idx[me])
         if kernel == K.AsyncLL:

@@ -9,6 +9,7 @@ from their tensors; errors.
 Every PE builds every PE's inputs from one seed; combines are checked exactly (float32, sums
 in the kernel's order of destination ranks).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -79,13 +80,23 @@ def check_combine(c, cw, x, w, idx, tag: int, what: str, exact: bool = True) -> 
 def main() -> int:
     sh.shmem_init()
     me, world = sh.shmem_mype(), sh.shmem_npes()
-    cfg = EpDispatchCombineConfig(data_type=torch.float32, rank=me, world_size=world, hidden_dim=HIDDEN, scale_dim=0,
-                                  scale_type_size=4, max_token_type_size=4, max_num_inp_token_per_rank=MAX_TOK,
-                                  num_experts_per_rank=EPR, num_experts_per_token=TOPK)
+    cfg = EpDispatchCombineConfig(
+        data_type=torch.float32,
+        rank=me,
+        world_size=world,
+        hidden_dim=HIDDEN,
+        scale_dim=0,
+        scale_type_size=4,
+        max_token_type_size=4,
+        max_num_inp_token_per_rank=MAX_TOK,
+        num_experts_per_rank=EPR,
+        num_experts_per_token=TOPK,
+    )
     # InterNodeV1 (nodes of world / 2 PEs): handles made and combined out of order; its sums go
     # through each node's forwarder first, so they are compared within fp32 rounding.
-    v1 = EpDispatchCombineOp(EpDispatchCombineConfig(**{**cfg.__dict__, "kernel_type": K.InterNodeV1,
-                                                        "gpu_per_node": max(1, world // 2)}))
+    v1 = EpDispatchCombineOp(
+        EpDispatchCombineConfig(**{**cfg.__dict__, "kernel_type": K.InterNodeV1, "gpu_per_node": max(1, world // 2)})
+    )
     v1_layers = [layer(world, 200 + i) for i in range(3)]
     v1_handles, v1_rows = [], []
     for tag, data in enumerate(v1_layers):
@@ -104,9 +115,12 @@ def main() -> int:
     for tag in (1, 0):
         x, w, idx = v1_layers[tag][me]
         h = v1_handles[tag]
-        payloads = [torch.randint(-8, 9, v1_layers[tag][r][0].shape,
-                                  generator=torch.Generator().manual_seed(300 + 10 * tag + r)).float()
-                    for r in range(world)]
+        payloads = [
+            torch.randint(
+                -8, 9, v1_layers[tag][r][0].shape, generator=torch.Generator().manual_seed(300 + 10 * tag + r)
+            ).float()
+            for r in range(world)
+        ]
         w2 = torch.rand(w.shape, generator=torch.Generator().manual_seed(400 + tag + me))
         out, ow, _, _, recv = v1.dispatch(payloads[me], w2, None, idx, routing=h)
         if recv is not h.total_recv_token_num:
@@ -127,7 +141,9 @@ def main() -> int:
     nodes = world // max(1, world // 2)
     legacy = EpDispatchRoutingHandle.from_tensors(  # a handle without the forward slots
         (v1_handles[0].disp_dest_tok_id_map, v1_handles[0].inter_node_disp_dest_tok_id_map[: nodes * (1 + 2 * MAX_TOK)])
-        + v1_handles[0].tensors()[2:], cur_rank_num_token=x.shape[0])
+        + v1_handles[0].tensors()[2:],
+        cur_rank_num_token=x.shape[0],
+    )
     expect_error(ValueError, "inter_node_disp_dest_tok_id_map", v1.dispatch, x, w, None, idx, routing=legacy)
     # PE 0 replays a handle whose forwarding inbox is not the one that arrives: it delivers nothing
     # from that node and says so after the rounds; the others finish (no hang), those short of its
@@ -211,12 +227,21 @@ def main() -> int:
     other = idx.clone()
     other[0, 0] = (int(other[0, 0]) + 1) % (world * EPR)
     expect_error(ValueError, "indices differ", op.dispatch, x, w, None, other, routing=handles[1])
-    expect_error(ValueError, "cur_rank_num_token", op.combine, expert_rows[1], expert_w[1], idx[:-1],
-                 routing=handles[1])
-    expect_error(ValueError, "cur_rank_num_token <= 0", op.combine, expert_rows[1], expert_w[1], idx,
-                 routing=EpDispatchRoutingHandle.from_tensors(handles[1].tensors()))
-    bad = EpDispatchRoutingHandle.from_tensors((handles[1].disp_dest_tok_id_map.int(),) + handles[1].tensors()[1:],
-                                               cur_rank_num_token=x.shape[0])
+    expect_error(
+        ValueError, "cur_rank_num_token", op.combine, expert_rows[1], expert_w[1], idx[:-1], routing=handles[1]
+    )
+    expect_error(
+        ValueError,
+        "cur_rank_num_token <= 0",
+        op.combine,
+        expert_rows[1],
+        expert_w[1],
+        idx,
+        routing=EpDispatchRoutingHandle.from_tensors(handles[1].tensors()),
+    )
+    bad = EpDispatchRoutingHandle.from_tensors(
+        (handles[1].disp_dest_tok_id_map.int(),) + handles[1].tensors()[1:], cur_rank_num_token=x.shape[0]
+    )
     expect_error(ValueError, "disp_dest_tok_id_map", op.combine, expert_rows[1], expert_w[1], idx, routing=bad)
     # The op without handles still combines its last dispatch.
     out, ow, _, _, recv = op.dispatch(x, w, None, idx)
@@ -226,8 +251,15 @@ def main() -> int:
     ll = EpDispatchCombineOp(EpDispatchCombineConfig(**{**cfg.__dict__, "kernel_type": K.InterNodeV1LL}))
     expect_error(NotImplementedError, "routing handle", ll.dispatch, x, w, None, idx, return_routing=True)
     out, ow, _, _, recv = ll.dispatch(x, w, None, idx)
-    expect_error(NotImplementedError, "routing handle", ll.combine, out[: int(recv[0])], ow[: int(recv[0])], idx,
-                 routing=handles[1])
+    expect_error(
+        NotImplementedError,
+        "routing handle",
+        ll.combine,
+        out[: int(recv[0])],
+        ow[: int(recv[0])],
+        idx,
+        routing=handles[1],
+    )
     ll.combine(out[: int(recv[0])], ow[: int(recv[0])], idx)
     del ll, op
     sh.shmem_barrier_all()

@@ -8,6 +8,7 @@ private in one round, and every holder overwriting its input the moment combine 
 
     mori run -n 4 python ep_shared_input.py
 """
+
 from __future__ import annotations
 
 import torch
@@ -48,7 +49,7 @@ def expected(all_inputs, me: int, weight_scale):
     out_w = torch.zeros(x.shape[0], TOPK, dtype=torch.float32)
     for t, row in enumerate(idx.tolist()):
         for d in dests(row, EPR):
-            out[t] += expert(x[t:t + 1], d)[0].float()
+            out[t] += expert(x[t : t + 1], d)[0].float()
             out_w[t] += w[t] * weight_scale(d)
     return out.to(torch.bfloat16), out_w
 
@@ -73,15 +74,21 @@ def run(kernel, quant: str, seed: int, shared_on: set, weights: str) -> str:
     else:
         inp = private
         arena_w = out[1][:total] * float(me + 1)
-    comb_w = {"none": None, "dispatch": out[1][:total], "arena": arena_w,
-              "private": (out[1][:total] * float(me + 1)).clone()}[weights]
+    comb_w = {
+        "none": None,
+        "dispatch": out[1][:total],
+        "arena": arena_w,
+        "private": (out[1][:total] * float(me + 1)).clone(),
+    }[weights]
     got, got_w = op.combine(inp, comb_w, idx)
     if kernel == K.AsyncLL:
         op.combine_recv()
     in_place = op.last_combine_in_place_peers()
     want_in_place = len(shared_on - {me}) if kernel != K.AsyncLL and quant == "none" else 0
     if in_place != want_in_place:
-        fail(f"{kernel.name}/{quant} shared={sorted(shared_on)}: {in_place} peers read in place, expected {want_in_place}")
+        fail(
+            f"{kernel.name}/{quant} shared={sorted(shared_on)}: {in_place} peers read in place, expected {want_in_place}"
+        )
     # Returned: nobody reads my input any more. Overwrite it at once (not the dispatch's weights
     # output: that is the op's buffer, which peers' next dispatch writes).
     inp.fill_(float("nan"))
@@ -105,12 +112,28 @@ def main() -> None:
     me, world = sh.shmem_mype(), sh.shmem_npes()
     global OPS
     OPS = {}
-    for kernel, quant in ((K.IntraNode, "none"), (K.IntraNodeLL, "none"), (K.AsyncLL, "none"),
-                          (K.IntraNode, "fp8_direct_cast")):
-        OPS[(kernel, quant)] = EpDispatchCombineOp(EpDispatchCombineConfig(
-            data_type=torch.bfloat16, rank=me, world_size=world, hidden_dim=HIDDEN, scale_dim=0,
-            scale_type_size=4, max_token_type_size=2, max_num_inp_token_per_rank=MAX_TOK,
-            num_experts_per_rank=EPR, num_experts_per_token=TOPK, kernel_type=kernel, quant_type=quant))
+    for kernel, quant in (
+        (K.IntraNode, "none"),
+        (K.IntraNodeLL, "none"),
+        (K.AsyncLL, "none"),
+        (K.IntraNode, "fp8_direct_cast"),
+    ):
+        OPS[(kernel, quant)] = EpDispatchCombineOp(
+            EpDispatchCombineConfig(
+                data_type=torch.bfloat16,
+                rank=me,
+                world_size=world,
+                hidden_dim=HIDDEN,
+                scale_dim=0,
+                scale_type_size=4,
+                max_token_type_size=2,
+                max_num_inp_token_per_rank=MAX_TOK,
+                num_experts_per_rank=EPR,
+                num_experts_per_token=TOPK,
+                kernel_type=kernel,
+                quant_type=quant,
+            )
+        )
     sh.set_shared_tensor_min_bytes(0)  # the rows here are small; every tensor of the scope is shared
     everyone, evens = set(range(world)), set(range(0, world, 2))
     seed, done = 100, []

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The standard-MoE (DeepEP layout) round trip, checked MORI's way; shared by the CPU suite
 (ep_suite.py) and the CUDA one (ep_gpu_op_suite.py)."""
+
 from __future__ import annotations
 
 import torch
@@ -22,8 +23,9 @@ def standard_round(op, xs: list, idxs: list, me: int, device: torch.device, tol:
     assert count.dtype == torch.int32 and src_info.shape == (epr, slots), f"PE {me}: count/src_info layout"
     count, src_info, packed = count.cpu(), src_info.cpu(), packed_x.cpu()
     for e in range(epr):
-        want = sorted(q * stride + t for q in range(world) for t, row in enumerate(idxs[q].tolist())
-                      if me * epr + e in row)
+        want = sorted(
+            q * stride + t for q in range(world) for t, row in enumerate(idxs[q].tolist()) if me * epr + e in row
+        )
         c = int(count[e])
         assert c == len(want), f"PE {me}: expert {e} got {c} rows, expected {len(want)}"
         got = src_info[e, :c].long()
@@ -31,8 +33,9 @@ def standard_round(op, xs: list, idxs: list, me: int, device: torch.device, tol:
         assert bool((src_info[e, c:] == -1).all()), f"PE {me}: expert {e} empty slots are not -1"
         if c:
             ref = torch.stack([xs[int(p) // stride][int(p) % stride] for p in got])
-            assert torch.equal(packed[e, :c].view(torch.uint8), ref.view(torch.uint8)), \
+            assert torch.equal(packed[e, :c].view(torch.uint8), ref.view(torch.uint8)), (
                 f"PE {me}: expert {e} rows differ from their source tokens"
+            )
     out, out_w = op.combine_standard_moe(packed_x, None, idx)
     assert out_w is None, f"PE {me}: combine_standard_moe returns (out, None)"
     n = x.shape[0]
@@ -40,5 +43,6 @@ def standard_round(op, xs: list, idxs: list, me: int, device: torch.device, tol:
     mult = ((idxs[me] >= 0) & (idxs[me] < experts)).sum(1).float()
     ref = xs[me].float() * mult[:, None]
     got = out[:n].float().cpu()
-    assert torch.allclose(got, ref, atol=tol, rtol=tol), \
+    assert torch.allclose(got, ref, atol=tol, rtol=tol), (
         f"PE {me}: standard-MoE combine differs from token x valid experts (max err {(got - ref).abs().max()})"
+    )

@@ -9,6 +9,7 @@ positions unique and complete; count equal to recv_num_token), combine equal to
 input x (number of unique destination PEs) within the dtype's tolerance, weights
 likewise. Exits non-zero with the failing check.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,8 @@ TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 1e-3, FP8: 1.25
 @dataclass(frozen=True)
 class Case:
     kernel: K = K.IntraNode
-    dtype: torch.dtype = torch.bfloat16      # dispatch dtype
-    combine_dtype: torch.dtype = None        # None: same as dispatch
+    dtype: torch.dtype = torch.bfloat16  # dispatch dtype
+    combine_dtype: torch.dtype = None  # None: same as dispatch
     hidden: int = 64
     max_tokens: int = 16
     experts_per_rank: int = 4
@@ -53,8 +54,7 @@ class Case:
         parts = [self.kernel.name, str(self.dtype).replace("torch.", "")]
         if self.combine_dtype is not None:
             parts.append("comb=" + str(self.combine_dtype).replace("torch.", ""))
-        parts += [f"h{self.hidden}", f"n{self.max_tokens}", f"e{self.experts_per_rank}", f"k{self.topk}",
-                  self.routing]
+        parts += [f"h{self.hidden}", f"n{self.max_tokens}", f"e{self.experts_per_rank}", f"k{self.topk}", self.routing]
         if self.scale_dim:
             parts.append(f"s{self.scale_dim}x{self.scale_type_size}")
         if self.zero_copy:
@@ -87,7 +87,7 @@ def make_routing(case: Case, world: int, gen: torch.Generator) -> list[torch.Ten
             n = int(torch.randint(0, case.max_tokens + 1, (1,), generator=gen))
         if case.routing == "zero_tokens" and r == world - 1:
             n = 0
-        idx = torch.rand(n, n_exp, generator=gen).argsort(dim=1)[:, :case.topk].to(torch.int32)
+        idx = torch.rand(n, n_exp, generator=gen).argsort(dim=1)[:, : case.topk].to(torch.int32)
         if case.routing == "all_to_one":
             # Every token's experts are rank 0's; more picks than rank 0 has experts become -1.
             m = min(case.topk, case.experts_per_rank)
@@ -101,7 +101,7 @@ def make_routing(case: Case, world: int, gen: torch.Generator) -> list[torch.Ten
         elif case.routing == "dup_rank":
             # Several experts of one rank per token: dedup must send the token once.
             base = torch.randint(0, world, (n, 1), generator=gen) * case.experts_per_rank
-            off = torch.rand(n, case.experts_per_rank, generator=gen).argsort(dim=1)[:, :case.topk]
+            off = torch.rand(n, case.experts_per_rank, generator=gen).argsort(dim=1)[:, : case.topk]
             idx = (base + off % case.experts_per_rank).to(torch.int32)
         out.append(idx)
     return out
@@ -130,14 +130,27 @@ def as_bytes(t: torch.Tensor) -> torch.Tensor:
 def run_case(case: Case, me: int, world: int, seed: int, num_threads: int) -> None:
     kernel = case.kernel
     cfg = EpDispatchCombineConfig(
-        data_type=case.dtype, rank=me, world_size=world, hidden_dim=case.hidden, scale_dim=case.scale_dim,
-        scale_type_size=case.scale_type_size, max_token_type_size=4, max_num_inp_token_per_rank=case.max_tokens,
-        num_experts_per_rank=case.experts_per_rank, num_experts_per_token=case.topk,
-        use_external_inp_buf=not case.zero_copy, kernel_type=kernel, gpu_per_node=case.gpu_per_node,
-        quant_type=case.quant, max_total_recv_tokens=case.max_total_recv)
+        data_type=case.dtype,
+        rank=me,
+        world_size=world,
+        hidden_dim=case.hidden,
+        scale_dim=case.scale_dim,
+        scale_type_size=case.scale_type_size,
+        max_token_type_size=4,
+        max_num_inp_token_per_rank=case.max_tokens,
+        num_experts_per_rank=case.experts_per_rank,
+        num_experts_per_token=case.topk,
+        use_external_inp_buf=not case.zero_copy,
+        kernel_type=kernel,
+        gpu_per_node=case.gpu_per_node,
+        quant_type=case.quant,
+        max_total_recv_tokens=case.max_total_recv,
+    )
     op = EpDispatchCombineOp(cfg, num_threads=num_threads)
     if op.launch_config_mode == "AUTO" and me == 0:
-        print(f"auto launch config {op.get_launch_config(True, dtype=case.dtype, num_tokens=case.max_tokens, hidden_dim=case.hidden)}")
+        print(
+            f"auto launch config {op.get_launch_config(True, dtype=case.dtype, num_tokens=case.max_tokens, hidden_dim=case.hidden)}"
+        )
     epr = case.experts_per_rank
     max_send = world * case.max_tokens
     comb_dtype = case.combine_dtype or case.dtype
@@ -146,13 +159,18 @@ def run_case(case: Case, me: int, world: int, seed: int, num_threads: int) -> No
         indices = make_routing(case, world, gen)
         inputs = [make_tokens(case, ix.shape[0], gen) for ix in indices]
         weights = [torch.rand(ix.shape[0], case.topk, generator=gen) for ix in indices]
-        scales = [(torch.randn(ix.shape[0], case.scale_dim, generator=gen).to(
-            torch.float32 if case.scale_type_size == 4 else FP8)) for ix in indices]
+        scales = [
+            (
+                torch.randn(ix.shape[0], case.scale_dim, generator=gen).to(
+                    torch.float32 if case.scale_type_size == 4 else FP8
+                )
+            )
+            for ix in indices
+        ]
         dests = [dest_ranks(ix, epr) for ix in indices]
 
         sc = scales[me] if case.scale_dim else None
-        out, out_w, out_s, out_i, recv = op.dispatch(inputs[me], weights[me], sc, indices[me],
-                                                     block_num=case.block_num)
+        out, out_w, out_s, out_i, recv = op.dispatch(inputs[me], weights[me], sc, indices[me], block_num=case.block_num)
         if kernel == K.AsyncLL:
             op.dispatch_recv()
         total = int(recv[0])
@@ -230,16 +248,32 @@ def presets(name: str, world: int) -> list[Case]:
         for kern in K:
             gpn = 8 if kern != K.InterNodeV1 else max(1, world // 2)
             cases.append(replace(base, kernel=kern, gpu_per_node=gpn, scale_dim=4))
-            cases.append(replace(base, kernel=kern, gpu_per_node=gpn, dtype=FP8, combine_dtype=torch.bfloat16,
-                                 routing="sentinel", zero_copy=kern != K.InterNodeV1))
+            cases.append(
+                replace(
+                    base,
+                    kernel=kern,
+                    gpu_per_node=gpn,
+                    dtype=FP8,
+                    combine_dtype=torch.bfloat16,
+                    routing="sentinel",
+                    zero_copy=kern != K.InterNodeV1,
+                )
+            )
         return cases
     if name == "dtypes":
         cases = []
         for dt, sd, ss in itertools.product((torch.float32, torch.bfloat16, FP8), (0, 8), (1, 4)):
             if sd == 0 and ss == 1:
                 continue
-            cases.append(replace(base, dtype=dt, scale_dim=sd, scale_type_size=ss,
-                                 combine_dtype=torch.bfloat16 if dt == FP8 else None))
+            cases.append(
+                replace(
+                    base,
+                    dtype=dt,
+                    scale_dim=sd,
+                    scale_type_size=ss,
+                    combine_dtype=torch.bfloat16 if dt == FP8 else None,
+                )
+            )
         cases.append(replace(base, dtype=torch.float16))
         cases.append(replace(base, quant="fp8_direct_cast"))
         cases.append(replace(base, kernel=K.AsyncLL, quant="fp8_direct_cast", dtype=torch.float32))
@@ -270,19 +304,39 @@ def presets(name: str, world: int) -> list[Case]:
         # symmetric input (bf16, fp32: the dispatch output itself, own rows staged), a private one
         # (fp8 -> bf16: own rows read in place), skewed routing, and uneven copy blocks.
         big = replace(base, hidden=4096, max_tokens=512, rounds=2, routing="max_tokens")
-        return [replace(big, dtype=torch.float32),
-                replace(big, routing="random"),
-                replace(big, dtype=FP8, combine_dtype=torch.bfloat16, scale_dim=4),
-                replace(big, routing="all_to_one", rounds=1),
-                replace(big, routing="zero_tokens", rounds=1),
-                replace(big, kernel=K.IntraNodeLL, block_num=5, rounds=1)]
+        return [
+            replace(big, dtype=torch.float32),
+            replace(big, routing="random"),
+            replace(big, dtype=FP8, combine_dtype=torch.bfloat16, scale_dim=4),
+            replace(big, routing="all_to_one", rounds=1),
+            replace(big, routing="zero_tokens", rounds=1),
+            replace(big, kernel=K.IntraNodeLL, block_num=5, rounds=1),
+        ]
     if name == "hosts":
         # Across hosts: IntraNode must refuse (no direct mapping of the other host); the
         # RMA kernel types with the Complete Example's shape (hidden 7168, top-8).
-        return [replace(base, kernel=K.InterNodeV1, gpu_per_node=max(1, world // 2), hidden=7168, topk=8,
-                        experts_per_rank=8, max_tokens=32, routing="max_tokens"),
-                replace(base, kernel=K.InterNodeV1LL, hidden=7168, topk=8, experts_per_rank=8, max_tokens=32,
-                        dtype=FP8, combine_dtype=torch.bfloat16)]
+        return [
+            replace(
+                base,
+                kernel=K.InterNodeV1,
+                gpu_per_node=max(1, world // 2),
+                hidden=7168,
+                topk=8,
+                experts_per_rank=8,
+                max_tokens=32,
+                routing="max_tokens",
+            ),
+            replace(
+                base,
+                kernel=K.InterNodeV1LL,
+                hidden=7168,
+                topk=8,
+                experts_per_rank=8,
+                max_tokens=32,
+                dtype=FP8,
+                combine_dtype=torch.bfloat16,
+            ),
+        ]
     raise SystemExit(f"unknown preset {name}")
 
 
@@ -296,9 +350,18 @@ def main() -> int:
     me, world = sh.shmem_mype(), sh.shmem_npes()
     t0 = time.time()
     if "hosts" in args.preset.split(","):
-        cfg = EpDispatchCombineConfig(data_type=torch.bfloat16, rank=me, world_size=world, hidden_dim=8, scale_dim=0,
-                                      scale_type_size=4, max_token_type_size=4, max_num_inp_token_per_rank=4,
-                                      num_experts_per_rank=2, num_experts_per_token=2)
+        cfg = EpDispatchCombineConfig(
+            data_type=torch.bfloat16,
+            rank=me,
+            world_size=world,
+            hidden_dim=8,
+            scale_dim=0,
+            scale_type_size=4,
+            max_token_type_size=4,
+            max_num_inp_token_per_rank=4,
+            num_experts_per_rank=2,
+            num_experts_per_token=2,
+        )
         try:
             EpDispatchCombineOp(cfg)
             raise AssertionError(f"PE {me}: IntraNode across hosts did not refuse")

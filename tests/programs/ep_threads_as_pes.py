@@ -5,6 +5,7 @@ without the GIL (the other threads of the process keep running). Thread A starts
 2 (it waits for a PE 1 that never comes, until MORI_BOOTSTRAP_TIMEOUT); thread B, while A is
 inside, asks to be PE 1. Launch: MORI_BOOTSTRAP_TIMEOUT=5 python ep_threads_as_pes.py
 """
+
 from __future__ import annotations
 
 import sys

@@ -5,6 +5,7 @@ itself; PE 1 fails on that and leaves at once, as a program that does not expect
 sees PE 1 (its host) leave, perhaps before its own transport notices PE 3: it must still name
 PE 3 first. Every survivor prints ``PE <me> caught <Type>: <message>``.
 """
+
 from __future__ import annotations
 
 import os

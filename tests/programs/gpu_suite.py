@@ -8,6 +8,7 @@ Each PE binds GPU LOCAL_RANK through torch before shmem init (MORI's usual order
 seed the same generators, so each can rebuild what a peer sent and check its memory exactly.
 Prints "PASS <check>" per check; exits non-zero on the first failure.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,11 @@ from mori import _C  # noqa: E402
 from mori.core.errors import InvalidArgument, Unavailable  # noqa: E402
 from mori.shmem import gpu, selftest  # noqa: E402
 from mori.shmem.tensor_utils import (  # noqa: E402
-    mori_shmem_create_tensor, mori_shmem_create_tensor_list_intra_node, mori_shmem_free_tensor,
-    symm_mori_shmem_tensor)
+    mori_shmem_create_tensor,
+    mori_shmem_create_tensor_list_intra_node,
+    mori_shmem_free_tensor,
+    symm_mori_shmem_tensor,
+)
 
 _native = _C.shmem
 U64 = np.uint64
@@ -77,15 +81,20 @@ def check_host_rma(me: int, n: int) -> None:
             sync()
             sh.shmem_barrier_all()
             src = data[me] if src_kind == "host" else torch.from_numpy(data[me]).cuda()
-            sh.put(x[off:off + nbytes], src, pe=right)
+            sh.put(x[off : off + nbytes], src, pe=right)
             sh.shmem_barrier_all()
             got = x.cpu().numpy()
-            expect(np.array_equal(got[off:off + nbytes], data[left]), f"host put {src_kind} {nbytes}B @+{off}")
-            expect(bool((got[:off] == 0xAB).all() and (got[off + nbytes:] == 0xAB).all()),
-                   "host put wrote outside its range")
-            back = np.empty(nbytes, np.uint8) if src_kind == "host" else torch.empty(nbytes, dtype=torch.uint8,
-                                                                                      device="cuda")
-            sh.get(back, x[off:off + nbytes], pe=right)
+            expect(np.array_equal(got[off : off + nbytes], data[left]), f"host put {src_kind} {nbytes}B @+{off}")
+            expect(
+                bool((got[:off] == 0xAB).all() and (got[off + nbytes :] == 0xAB).all()),
+                "host put wrote outside its range",
+            )
+            back = (
+                np.empty(nbytes, np.uint8)
+                if src_kind == "host"
+                else torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+            )
+            sh.get(back, x[off : off + nbytes], pe=right)
             back = back if isinstance(back, np.ndarray) else back.cpu().numpy()
             expect(np.array_equal(back, data[me]), f"host get {src_kind} {nbytes}B from PE {right}")
             sh.shmem_barrier_all()
@@ -96,7 +105,7 @@ def check_host_rma(me: int, n: int) -> None:
         _native.put(x.data_ptr() + c, chunks.data_ptr() + c, 1 << 16, right, True)
     sh.quiet()
     sh.shmem_barrier_all()
-    expect(np.array_equal(x[:1 << 20].cpu().numpy(), data[left]), "put nbi + quiet")
+    expect(np.array_equal(x[: 1 << 20].cpu().numpy(), data[left]), "put nbi + quiet")
     # put_signal: data then a signal in GPU memory; host atomics on GPU words.
     sig = zeros(4, torch.int64)
     sh.shmem_barrier_all()
@@ -113,13 +122,13 @@ def check_host_rma(me: int, n: int) -> None:
     seen = np.zeros(rounds * n, np.int64)
     mine_arr = torch.tensor(mine, dtype=torch.int64, device="cuda")
     tickets = zeros(rounds * n, torch.int64)
-    tickets[me * rounds:(me + 1) * rounds].copy_(mine_arr)
+    tickets[me * rounds : (me + 1) * rounds].copy_(mine_arr)
     sync()
     sh.shmem_barrier_all()
     for pe in range(n):
         part = np.empty(rounds, np.int64)
-        sh.get(part, tickets[pe * rounds:(pe + 1) * rounds], pe=pe)
-        seen[pe * rounds:(pe + 1) * rounds] = part
+        sh.get(part, tickets[pe * rounds : (pe + 1) * rounds], pe=pe)
+        seen[pe * rounds : (pe + 1) * rounds] = part
     expect(np.array_equal(np.sort(seen), np.arange(rounds * n)), "host fetch_add tickets are not a permutation")
     if me == 0:
         expect(int(sig[2]) == rounds * n, f"host fetch_add total {int(sig[2])}")
@@ -155,11 +164,15 @@ def check_stream_rma(me: int, n: int) -> None:
         sh.shmem_barrier_all()
     # Bad input is refused with errors that name the problem.
     plain = torch.empty(16, dtype=torch.uint8, device="cuda")
-    for bad, what in ((lambda: gpu.putmem_on_stream(plain, plain, 16, right), "non-symmetric dst"),
-                      (lambda: gpu.putmem_on_stream(gpu.heap_base() + gpu.heap_size() - 8, plain, 16, right),
-                       "past the end of the heap"),
-                      (lambda: gpu.putmem_on_stream(x, plain, 16, n), "pe out of range"),
-                      (lambda: gpu.putmem_on_stream(x, plain, 16, right, engine="dma"), "engine")):
+    for bad, what in (
+        (lambda: gpu.putmem_on_stream(plain, plain, 16, right), "non-symmetric dst"),
+        (
+            lambda: gpu.putmem_on_stream(gpu.heap_base() + gpu.heap_size() - 8, plain, 16, right),
+            "past the end of the heap",
+        ),
+        (lambda: gpu.putmem_on_stream(x, plain, 16, n), "pe out of range"),
+        (lambda: gpu.putmem_on_stream(x, plain, 16, right, engine="dma"), "engine"),
+    ):
         try:
             bad()
         except InvalidArgument:
@@ -197,9 +210,11 @@ def check_device_put_get(me: int, n: int) -> None:
             gpu.shmem_barrier_on_stream()
             sync()
             got = x.cpu().numpy()
-            expect(np.array_equal(got[off:off + nbytes], data[left]), f"device put {scope_name} {nbytes}B @+{off}")
-            expect(bool((got[:off] == 0xCD).all() and (got[off + nbytes:] == 0xCD).all()),
-                   f"device put {scope_name} wrote outside its range")
+            expect(np.array_equal(got[off : off + nbytes], data[left]), f"device put {scope_name} {nbytes}B @+{off}")
+            expect(
+                bool((got[:off] == 0xCD).all() and (got[off + nbytes :] == 0xCD).all()),
+                f"device put {scope_name} wrote outside its range",
+            )
             out = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
             selftest.get(scope, out.data_ptr(), x.data_ptr() + off, nbytes, right, blocks=blocks)
             sync()
@@ -208,7 +223,7 @@ def check_device_put_get(me: int, n: int) -> None:
     # p / g of int64 words.
     count = 1000
     rng = np.random.default_rng(77)
-    vals = [rng.integers(-2**62, 2**62, size=count) for _ in range(n)]
+    vals = [rng.integers(-(2**62), 2**62, size=count) for _ in range(n)]
     words = zeros(count, torch.int64)
     mine = torch.from_numpy(vals[me]).cuda()
     selftest.p(words.data_ptr(), mine.data_ptr(), count, right)
@@ -246,7 +261,7 @@ def check_atomics(me: int, n: int) -> None:
     # Tickets: every (thread, iteration) of every GPU drew one from PE (thread + iteration) % n;
     # per target PE, the tickets drawn must be exactly 0 .. count-1.
     tickets = zeros(n * total * iters, torch.int64)
-    tickets[me * total * iters:(me + 1) * total * iters].copy_(out)
+    tickets[me * total * iters : (me + 1) * total * iters].copy_(out)
     sync()
     sh.shmem_barrier_all()
     tid = np.repeat(np.arange(total), iters)
@@ -255,15 +270,16 @@ def check_atomics(me: int, n: int) -> None:
     drawn = {pe: [] for pe in range(n)}
     for src_pe in range(n):
         part = np.empty(total * iters, np.int64)
-        sh.get(part, tickets[src_pe * total * iters:(src_pe + 1) * total * iters], pe=src_pe)
+        sh.get(part, tickets[src_pe * total * iters : (src_pe + 1) * total * iters], pe=src_pe)
         for pe in range(n):
             drawn[pe].append(part[target == pe])
     for pe in range(n):
         got = np.sort(np.concatenate(drawn[pe]))
         expect(np.array_equal(got, np.arange(len(got))), f"fetch_add tickets on PE {pe} are not 0..{len(got) - 1}")
     expect(int(c[2]) == len(np.concatenate(drawn[me])), f"ticket counter {int(c[2])}")
-    print(f"PE {me}: {blocks}x{threads} threads x {iters} iterations of contended atomics in {elapsed:.2f} s",
-          flush=True)
+    print(
+        f"PE {me}: {blocks}x{threads} threads x {iters} iterations of contended atomics in {elapsed:.2f} s", flush=True
+    )
     mori_shmem_free_tensor(tickets)
     mori_shmem_free_tensor(counters)
 
@@ -279,8 +295,18 @@ def check_signal_ordering(me: int, n: int) -> None:
         staging = torch.empty(words, dtype=torch.int64, device="cuda")
         errors = torch.zeros(1, dtype=torch.int64, device="cuda")
         fp = flags.data_ptr()
-        selftest.signal_rounds(role, selftest.SCOPES[scope_name], buf.data_ptr(), staging.data_ptr(), words, fp,
-                               fp + 8, rounds, peer, errors.data_ptr())
+        selftest.signal_rounds(
+            role,
+            selftest.SCOPES[scope_name],
+            buf.data_ptr(),
+            staging.data_ptr(),
+            words,
+            fp,
+            fp + 8,
+            rounds,
+            peer,
+            errors.data_ptr(),
+        )
         sync()
         f = flags.cpu().numpy()
         if role == 1:
@@ -303,8 +329,9 @@ def check_barrier_on_stream(me: int, n: int) -> None:
     words, rounds = 1 << 16, 12
     bufs = [zeros(words, torch.int64) for _ in range(2)]
     outs = torch.empty((rounds, words), dtype=torch.int64, device="cuda")
-    srcs = torch.from_numpy(np.stack([pattern(r * 16 + me, np.arange(words)).view(np.int64)
-                                      for r in range(rounds)])).cuda()
+    srcs = torch.from_numpy(
+        np.stack([pattern(r * 16 + me, np.arange(words)).view(np.int64) for r in range(rounds)])
+    ).cuda()
     sync()
     sh.shmem_barrier_all()
     for r in range(rounds):
@@ -322,8 +349,10 @@ def check_barrier_on_stream(me: int, n: int) -> None:
     for r in range(3):
         selftest.barrier_block(bufs[0].data_ptr(), out.data_ptr(), 4096, right, 1000 + r)
         sync()
-        expect(np.array_equal(out[:4096].cpu().numpy().view(U64), pattern(1000 + r + left, np.arange(4096))),
-               f"barrier_all_block round {r}")
+        expect(
+            np.array_equal(out[:4096].cpu().numpy().view(U64), pattern(1000 + r + left, np.arange(4096))),
+            f"barrier_all_block round {r}",
+        )
         sh.shmem_barrier_all()
     for t in bufs:
         mori_shmem_free_tensor(t)
@@ -368,8 +397,10 @@ def check_ptr_p2p(me: int, n: int) -> None:
     bases = gpu.peer_bases()
     expect(sh.shmem_ptr_p2p(addr, me, me) == addr, "shmem_ptr_p2p to myself")
     peer_addr = sh.shmem_ptr_p2p(addr, me, right)
-    expect(peer_addr != 0 and peer_addr == bases[right] + (addr - gpu.heap_base()),
-           f"shmem_ptr_p2p to PE {right}: {peer_addr:#x}")
+    expect(
+        peer_addr != 0 and peer_addr == bases[right] + (addr - gpu.heap_base()),
+        f"shmem_ptr_p2p to PE {right}: {peer_addr:#x}",
+    )
     expect(gpu.transport_name(right) == "cuda", f"device transport {gpu.transport_name(right)}")
     sync()
     sh.shmem_barrier_all()
@@ -378,11 +409,17 @@ def check_ptr_p2p(me: int, n: int) -> None:
     view.copy_(torch.arange(64 * 33, dtype=torch.float32, device="cuda").view(64, 33) + 1000 * me)
     sync()
     sh.shmem_barrier_all()
-    expect(torch.equal(t.cpu(), torch.arange(64 * 33, dtype=torch.float32).view(64, 33) + 1000 * left),
-           "write through symm_mori_shmem_tensor")
+    expect(
+        torch.equal(t.cpu(), torch.arange(64 * 33, dtype=torch.float32).view(64, 33) + 1000 * left),
+        "write through symm_mori_shmem_tensor",
+    )
     views = mori_shmem_create_tensor_list_intra_node((16,), torch.int32, n)
-    expect(len(views) == n and getattr(views[me], "__symm_tensor__", False)
-           and views[right].data_ptr() == sh.shmem_ptr_p2p(views[me].data_ptr(), me, right), "tensor list")
+    expect(
+        len(views) == n
+        and getattr(views[me], "__symm_tensor__", False)
+        and views[right].data_ptr() == sh.shmem_ptr_p2p(views[me].data_ptr(), me, right),
+        "tensor list",
+    )
     views[right].fill_(me + 1)
     sync()
     sh.shmem_barrier_all()
@@ -403,9 +440,11 @@ def check_disable_p2p(me: int, n: int) -> None:
     expect(sh.shmem_ptr_p2p(t.data_ptr(), me, right) == 0, "shmem_ptr_p2p to a non-P2P peer is not 0")
     expect(sh.shmem_ptr_p2p(t.data_ptr(), me, me) == t.data_ptr(), "shmem_ptr_p2p to myself")
     expect(gpu.transport_name(right) == "none" and not gpu.reachable(right), "device transport should be none")
-    for what, call in (("putmem_on_stream", lambda: gpu.putmem_on_stream(t, t, 16, right)),
-                       ("shmem_barrier_on_stream", lambda: gpu.shmem_barrier_on_stream()),
-                       ("symm_mori_shmem_tensor", lambda: symm_mori_shmem_tensor(t, right))):
+    for what, call in (
+        ("putmem_on_stream", lambda: gpu.putmem_on_stream(t, t, 16, right)),
+        ("shmem_barrier_on_stream", lambda: gpu.shmem_barrier_on_stream()),
+        ("symm_mori_shmem_tensor", lambda: symm_mori_shmem_tensor(t, right)),
+    ):
         try:
             call()
             raise AssertionError(f"{what} to a non-P2P peer did not fail")

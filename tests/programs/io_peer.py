@@ -5,6 +5,7 @@ Every command gets one JSON line back on stdout. Memory is numpy (CPU) or torch 
 CUDA) buffers filled with random bytes from a seed the test knows, so the test can check
 the bytes on this side by digest.
 """
+
 from __future__ import annotations
 
 import base64
@@ -15,8 +16,18 @@ import sys
 
 import numpy as np
 
-from mori.io import (BackendType, EngineDesc, IOEngine, IOEngineConfig, MemoryDesc, MemoryLocationType,
-                     RdmaBackendConfig, TcpBackendConfig, XgmiBackendConfig)
+from mori.io import (
+    BackendType,
+    EngineDesc,
+    IOEngine,
+    IOEngineConfig,
+    MemoryDesc,
+    MemoryLocationType,
+    RdmaBackendConfig,
+    TcpBackendConfig,
+    XgmiBackendConfig,
+)
+
 
 def b64(b: bytes) -> str:
     return base64.b64encode(b).decode()
@@ -29,7 +40,7 @@ def unb64(s: str) -> bytes:
 class Peer:
     def __init__(self) -> None:
         self.engine: IOEngine | None = None
-        self.bufs: list = []      # numpy arrays or torch tensors
+        self.bufs: list = []  # numpy arrays or torch tensors
         self.descs: list = []
         self.statuses: list = []
 
@@ -39,13 +50,22 @@ class Peer:
             return t
         return t.view(-1).view(__import__("torch").uint8).cpu().numpy()
 
-    def cmd_engine(self, key: str, host: str = "127.0.0.1", port: int = 0, backend: str = "tcp",
-                   lanes: int = 0, qp: int = 1, notify: bool = True) -> dict:
+    def cmd_engine(
+        self,
+        key: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        backend: str = "tcp",
+        lanes: int = 0,
+        qp: int = 1,
+        notify: bool = True,
+    ) -> dict:
         self.engine = IOEngine(key, IOEngineConfig(host, port))
         if backend == "tcp":
             self.engine.create_backend(BackendType.TCP, TcpBackendConfig(lanes))
         elif backend == "rdma":
             from mori.io import PollCqMode
+
             self.engine.create_backend(BackendType.RDMA, RdmaBackendConfig(qp, -1, 1, PollCqMode.POLLING, notify))
         elif backend == "xgmi":
             self.engine.create_backend(BackendType.XGMI, XgmiBackendConfig())
@@ -60,6 +80,7 @@ class Peer:
             desc = self.engine.register_memory(buf.ctypes.data, buf.nbytes, -1, MemoryLocationType.CPU)
         else:
             import torch
+
             whole = torch.zeros(size + sub_offset, dtype=torch.uint8, device=device)
             buf = whole[sub_offset:]
             buf.copy_(torch.from_numpy(data))
@@ -72,6 +93,7 @@ class Peer:
     def cmd_kv(self, layers: int, shape: list, dtype: str = "bfloat16", device: str = "cpu", seed: int = 0) -> dict:
         """vLLM-style KV caches: one tensor per layer, registered whole."""
         import torch
+
         g = torch.Generator().manual_seed(seed)
         out = []
         for _ in range(layers):
@@ -98,8 +120,9 @@ class Peer:
         self.engine.deregister_memory(self.descs[index])
         return {}
 
-    def cmd_transfer(self, op: str, local: int, remote: str, loffs: list, roffs: list, sizes: list,
-                     session: bool = False) -> dict:
+    def cmd_transfer(
+        self, op: str, local: int, remote: str, loffs: list, roffs: list, sizes: list, session: bool = False
+    ) -> dict:
         """This process as initiator: one (batched) transfer, waited for."""
         rdesc = MemoryDesc.unpack(unb64(remote))
         uid = self.engine.allocate_transfer_uid()
@@ -108,7 +131,8 @@ class Peer:
             st = (s.batch_read if op == "read" else s.batch_write)(loffs, roffs, sizes, uid)
         else:
             st = (self.engine.batch_read if op == "read" else self.engine.batch_write)(
-                [self.descs[local]], [loffs], [rdesc], [roffs], [sizes], [uid])[0]
+                [self.descs[local]], [loffs], [rdesc], [roffs], [sizes], [uid]
+            )[0]
         st.Wait()
         return {"code": int(st.Code()), "message": st.Message(), "uid": uid}
 

@@ -9,6 +9,7 @@ Each PE binds GPU LOCAL_RANK % device_count (PEs may share a GPU). Every PE seed
 generator per call, so each rebuilds every peer's input. Prints "PASS <check>" per check.
 No Triton: these are the baseline kernels, usable where Triton is not installed.
 """
+
 from __future__ import annotations
 
 import os
@@ -60,8 +61,11 @@ def check_oneshot(me: int, n: int) -> None:
         refs.append(torch.stack(every).float().sum(0).to(torch.bfloat16))
     torch.cuda.synchronize()
     for epoch, ((_, out), ref) in enumerate(zip(outs, refs), 1):
-        expect(torch.equal(out.cpu(), ref), f"one-shot call {epoch}: differs from torch's sum "
-                                            f"({int((out.cpu() != ref).sum())} of {ref.numel()} elements)")
+        expect(
+            torch.equal(out.cpu(), ref),
+            f"one-shot call {epoch}: differs from torch's sum "
+            f"({int((out.cpu() != ref).sum())} of {ref.numel()} elements)",
+        )
     sh.shmem_barrier_all()
     mori_shmem_free_tensor(gather)
     mori_shmem_free_tensor(sig)
@@ -80,14 +84,27 @@ def check_ring(me: int, n: int) -> None:
             every = inputs(700 + 10 * blocks + epoch, count, n)
             data, work = every[me].cuda(), torch.zeros(count, dtype=torch.bfloat16, device="cuda")
             out = torch.full((count,), float("nan"), dtype=torch.bfloat16, device="cuda")
-            selftest.allreduce_ring(data.data_ptr(), work.data_ptr(), rs.data_ptr(), ag.data_ptr(), sig.data_ptr(),
-                                    ack.data_ptr(), out.data_ptr(), epoch, count, blocks=blocks)
+            selftest.allreduce_ring(
+                data.data_ptr(),
+                work.data_ptr(),
+                rs.data_ptr(),
+                ag.data_ptr(),
+                sig.data_ptr(),
+                ack.data_ptr(),
+                out.data_ptr(),
+                epoch,
+                count,
+                blocks=blocks,
+            )
             outs.append((data, work, out))
             refs.append(torch.stack(every).float().sum(0).to(torch.bfloat16))
         torch.cuda.synchronize()
         for epoch, ((_, _, out), ref) in enumerate(zip(outs, refs), 1):
-            expect(torch.equal(out.cpu(), ref), f"ring on {blocks} blocks, call {epoch}: differs from torch's sum "
-                                                f"({int((out.cpu() != ref).sum())} of {ref.numel()} elements)")
+            expect(
+                torch.equal(out.cpu(), ref),
+                f"ring on {blocks} blocks, call {epoch}: differs from torch's sum "
+                f"({int((out.cpu() != ref).sum())} of {ref.numel()} elements)",
+            )
         sh.shmem_barrier_all()
         mori_shmem_free_tensor(sig)
         mori_shmem_free_tensor(ack)

@@ -10,6 +10,7 @@ Each PE binds GPU LOCAL_RANK % device_count (PEs may share a GPU), inits shmem, 
 MORI-IR Triton hook, and runs the checks; every PE seeds the same generator per check, so each
 can rebuild what its peers sent and compare exactly. Prints "PASS <check>" per check.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,12 @@ import mori.shmem as sh  # noqa: E402
 from mori.ir import AMO_TYPES, SIGNAL_SET  # noqa: E402
 from mori.ir.triton import get_extern_libs, install_hook, mori_shmem_device as msd  # noqa: E402
 from mori.shmem.tensor_utils import mori_shmem_create_tensor, mori_shmem_free_tensor  # noqa: E402
-from mori.apps.bench.ir_kernels import (oneshot_allreduce_kernel, put_kernel, ring_allreduce_kernel,  # noqa: E402
-                                        thread_id)
+from mori.apps.bench.ir_kernels import (
+    oneshot_allreduce_kernel,
+    put_kernel,
+    ring_allreduce_kernel,  # noqa: E402
+    thread_id,
+)
 
 LIBS: dict = {}
 
@@ -48,6 +53,7 @@ def sym_zeros(n: int, dtype: torch.dtype) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------- kernels
+
 
 @triton.jit
 def query_kernel(out):
@@ -88,8 +94,23 @@ def fetch_add_kernel(counter, olds, value, target_pe):
 
 
 @triton.jit
-def generic_amo_kernel(counter, slots, word, small, operand32, olds, value, value64, swap_new, miss, target_pe,
-                       amo_fetch_add, amo_fetch, amo_cas, amo_add):
+def generic_amo_kernel(
+    counter,
+    slots,
+    word,
+    small,
+    operand32,
+    olds,
+    value,
+    value64,
+    swap_new,
+    miss,
+    target_pe,
+    amo_fetch_add,
+    amo_fetch,
+    amo_cas,
+    amo_add,
+):
     # MORI's generic forms, amo_type given at run time (the wrappers' switch picks the operation)
     if thread_id() == 0:
         me = msd.my_pe()
@@ -168,6 +189,7 @@ def pingpong_kernel(data, sig, scratch, out, iters, peer, role, sig_op):
 
 # ---------------------------------------------------------------- checks
 
+
 def check_query(me: int, n: int) -> None:
     out = torch.full((2,), -7, dtype=torch.int32, device="cuda")
     query_kernel[(1,)](out, extern_libs=LIBS)
@@ -179,7 +201,7 @@ def check_ptr_p2p(me: int, n: int) -> None:
     count = 100_003
     sym = sym_zeros(count, torch.int32)
     gen = torch.Generator().manual_seed(31)
-    every = [torch.randint(-2**31, 2**31 - 1, (count,), generator=gen, dtype=torch.int32) for _ in range(n)]
+    every = [torch.randint(-(2**31), 2**31 - 1, (count,), generator=gen, dtype=torch.int32) for _ in range(n)]
     sym.copy_(every[me].cuda())
     torch.cuda.synchronize()
     sh.shmem_barrier_all()
@@ -200,8 +222,9 @@ def check_put_signal(me: int, n: int) -> None:
         every = [torch.randint(0, 256, (size,), generator=gen, dtype=torch.uint8) for _ in range(n)]
         src = every[me].cuda()
         out = torch.zeros(size + 1, dtype=torch.uint8, device="cuda")
-        put_signal_kernel[(1,)](dst, src, sig, out, size, round_, SIGNAL_SET, size, BLOCK=4096, num_warps=8,
-                                extern_libs=LIBS)
+        put_signal_kernel[(1,)](
+            dst, src, sig, out, size, round_, SIGNAL_SET, size, BLOCK=4096, num_warps=8, extern_libs=LIBS
+        )
         torch.cuda.synchronize()
         expect(torch.equal(out[:size].cpu(), every[(me - 1) % n]), f"round {round_}: data after the signal differs")
         expect(int(out[size]) == round_, f"round {round_}: wait returned {int(out[size])}")
@@ -256,9 +279,24 @@ def check_generic_amo(me: int, n: int) -> None:
     torch.cuda.synchronize()
     sh.shmem_barrier_all()
     miss = int(slot_init[me]) + 1
-    generic_amo_kernel[(1,)](counter, slots, word, small, operand32, olds, values[me], values64[me], swap_new[me],
-                             miss, 0, AMO_TYPES["AMO_FETCH_ADD"], AMO_TYPES["AMO_FETCH"],
-                             AMO_TYPES["AMO_COMPARE_SWAP"], AMO_TYPES["AMO_ADD"], extern_libs=LIBS)
+    generic_amo_kernel[(1,)](
+        counter,
+        slots,
+        word,
+        small,
+        operand32,
+        olds,
+        values[me],
+        values64[me],
+        swap_new[me],
+        miss,
+        0,
+        AMO_TYPES["AMO_FETCH_ADD"],
+        AMO_TYPES["AMO_FETCH"],
+        AMO_TYPES["AMO_COMPARE_SWAP"],
+        AMO_TYPES["AMO_ADD"],
+        extern_libs=LIBS,
+    )
     torch.cuda.synchronize()
     sh.shmem_barrier_all()
     others = [v for i, v in enumerate(values) if i != me]
@@ -282,15 +320,18 @@ def check_generic_amo(me: int, n: int) -> None:
 
 def check_size_imm(me: int, n: int) -> None:
     imm = sym_zeros(16, torch.uint8)
-    every = [torch.randint(0, 256, (16,), generator=torch.Generator().manual_seed(40 + pe), dtype=torch.uint8)
-             for pe in range(n)]
+    every = [
+        torch.randint(0, 256, (16,), generator=torch.Generator().manual_seed(40 + pe), dtype=torch.uint8)
+        for pe in range(n)
+    ]
     size_imm_kernel[(1,)](imm, every[me].cuda(), (me + 1) % n, extern_libs=LIBS)
     torch.cuda.synchronize()
     sh.shmem_barrier_all()
     want = every[(me - 1) % n].clone()
     want[0] = 0
-    expect(torch.equal(imm.cpu(), want), f"size_imm puts from the left neighbour: {imm.cpu().tolist()} != "
-                                         f"{want.tolist()}")
+    expect(
+        torch.equal(imm.cpu(), want), f"size_imm puts from the left neighbour: {imm.cpu().tolist()} != {want.tolist()}"
+    )
     sh.shmem_barrier_all()
     mori_shmem_free_tensor(imm)
 
@@ -327,8 +368,9 @@ def check_allreduce(me: int, n: int) -> None:
         every = [torch.randint(-64, 64, (count,), generator=gen).to(torch.bfloat16) for _ in range(n)]
         data = every[me].cuda()
         out = torch.zeros(count, dtype=torch.bfloat16, device="cuda")
-        oneshot_allreduce_kernel[(1,)](data, gather, sig, out, epoch, count, npes_c=n, BLOCK=2048, num_warps=8,
-                                       extern_libs=LIBS)
+        oneshot_allreduce_kernel[(1,)](
+            data, gather, sig, out, epoch, count, npes_c=n, BLOCK=2048, num_warps=8, extern_libs=LIBS
+        )
         torch.cuda.synchronize()
         ref = torch.stack(every).float().sum(0).to(torch.bfloat16)
         expect(torch.equal(out.cpu(), ref), f"epoch {epoch}: all-reduce differs from torch")
@@ -366,8 +408,9 @@ def check_ring_allreduce(me: int, n: int) -> None:
             every = [torch.randint(-64, 64, (count,), generator=gen).to(torch.bfloat16) for _ in range(n)]
             data, work = every[me].cuda(), torch.zeros(count, dtype=torch.bfloat16, device="cuda")
             out = torch.zeros(count, dtype=torch.bfloat16, device="cuda")
-            ring_allreduce_kernel[(programs,)](data, work, rs, ag, sig, ack, out, epoch, count, npes_c=n, BLOCK=1024,
-                                               num_warps=4, extern_libs=LIBS)
+            ring_allreduce_kernel[(programs,)](
+                data, work, rs, ag, sig, ack, out, epoch, count, npes_c=n, BLOCK=1024, num_warps=4, extern_libs=LIBS
+            )
             outs.append((data, work, out))
             refs.append(torch.stack(every).float().sum(0).to(torch.bfloat16))
         torch.cuda.synchronize()
@@ -380,17 +423,27 @@ def check_ring_allreduce(me: int, n: int) -> None:
     mori_shmem_free_tensor(ag)
 
 
-CHECKS = {"query": check_query, "ptr_p2p": check_ptr_p2p, "put_signal": check_put_signal,
-          "fetch_add": check_fetch_add, "barrier": check_barrier, "allreduce": check_allreduce,
-          "ring_allreduce": check_ring_allreduce, "generic_amo": check_generic_amo, "size_imm": check_size_imm}
+CHECKS = {
+    "query": check_query,
+    "ptr_p2p": check_ptr_p2p,
+    "put_signal": check_put_signal,
+    "fetch_add": check_fetch_add,
+    "barrier": check_barrier,
+    "allreduce": check_allreduce,
+    "ring_allreduce": check_ring_allreduce,
+    "generic_amo": check_generic_amo,
+    "size_imm": check_size_imm,
+}
 FATAL_CHECKS = {"bad_pe": check_bad_pe, "bad_amo": check_bad_amo}  # they leave the CUDA context dead
 
 
 # ---------------------------------------------------------------- benchmark
 
+
 def pingpong_bench(me: int, n: int, iters: int = 2000) -> dict:
     """Round-trip time of an 8-byte put with signal, PE 0 <-> PE 1: Triton vs CUDA C++ (selftest)."""
     from mori.shmem import selftest
+
     data, sig = sym_zeros(1, torch.int64), sym_zeros(1, torch.int64)
     scratch, out = torch.zeros(1, dtype=torch.int64, device="cuda"), torch.zeros(2, dtype=torch.int64, device="cuda")
     result = {}
@@ -401,8 +454,7 @@ def pingpong_bench(me: int, n: int, iters: int = 2000) -> dict:
         if me >= 2:
             pass  # only PEs 0 and 1 play
         elif impl == "triton":
-            pingpong_kernel[(1,)](data, sig, scratch, out, iters, 1 - me, me, SIGNAL_SET, num_warps=1,
-                                  extern_libs=LIBS)
+            pingpong_kernel[(1,)](data, sig, scratch, out, iters, 1 - me, me, SIGNAL_SET, num_warps=1, extern_libs=LIBS)
         else:
             selftest.pingpong(me, data.data_ptr(), sig.data_ptr(), iters, 1 - me, out.data_ptr())
         torch.cuda.synchronize()

@@ -9,6 +9,7 @@ holding a unique id and this PE's place). Modes:
   stop: the victim stops (SIGSTOP); with MORI_SHMEM_WAIT_TIMEOUT the others' barrier times out.
   wait_until: the victim lives but never writes; the others' wait_until times out (MORI_SHMEM_WAIT_TIMEOUT).
 Every survivor prints "PE <me> caught after <s>s: <error>" and exits 0; no error exits 1."""
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,12 @@ LIMIT_S = 60.0  # a survivor that sees nothing for this long reports "no error"
 uid_file = os.environ.get("PEER_DEATH_UID_FILE")  # launched by hand with a unique id
 if uid_file:
     with open(uid_file, "rb") as f:
-        sh.shmem_init_attr(sh.MORI_SHMEM_INIT_WITH_UNIQUEID, int(os.environ["PEER_DEATH_RANK"]),
-                           int(os.environ["PEER_DEATH_SIZE"]), f.read())
+        sh.shmem_init_attr(
+            sh.MORI_SHMEM_INIT_WITH_UNIQUEID,
+            int(os.environ["PEER_DEATH_RANK"]),
+            int(os.environ["PEER_DEATH_SIZE"]),
+            f.read(),
+        )
 else:
     sh.init()
 me, n = sh.my_pe(), sh.n_pes()

@@ -10,6 +10,7 @@ barrier; once the stream runs, PE VICTIM SIGKILLs itself in the middle of it. A 
 get an error naming the victim (never an abort inside the transport); it prints
 ``PE <me> caught <Type> after <s> s: <message>`` and exits with code 3.
 """
+
 from __future__ import annotations
 
 import os

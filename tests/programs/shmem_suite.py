@@ -7,6 +7,7 @@ Every PE seeds the same generator, so each can rebuild what any peer sent and ch
 its own memory exactly. Each PE prints one JSON line per case (cases.py) and exits
 non-zero, naming the case and the failing check, on any mismatch.
 """
+
 from __future__ import annotations
 
 import sys
@@ -34,20 +35,22 @@ def check_rma(me: int, n: int) -> None:
             payloads = [(rng.standard_normal(count) * 1000).astype(dtype) for _ in range(n)]
             offset = int(rng.integers(0, 7))  # unaligned start inside the buffer
             buf = sh.zeros(count + 8, dtype)
-            sh.put(buf[offset:offset + count], payloads[me], pe=right)
+            sh.put(buf[offset : offset + count], payloads[me], pe=right)
             sh.barrier_all()
-            expect(np.array_equal(buf[offset:offset + count], payloads[left]),
-                   f"put {dtype.__name__} x{count} @+{offset} from PE {left}")
-            expect(not buf[:offset].any() and not buf[offset + count:].any(), "put wrote outside its range")
+            expect(
+                np.array_equal(buf[offset : offset + count], payloads[left]),
+                f"put {dtype.__name__} x{count} @+{offset} from PE {left}",
+            )
+            expect(not buf[:offset].any() and not buf[offset + count :].any(), "put wrote outside its range")
             got = np.empty(count, dtype)
-            sh.get(got, buf[offset:offset + count], pe=right)
+            sh.get(got, buf[offset : offset + count], pe=right)
             expect(np.array_equal(got, payloads[me]), f"get {dtype.__name__} x{count} from PE {right}")
             sh.free(buf)
     # Non-blocking puts complete at quiet; strided put/get; p/g.
-    data = rng.integers(-2**40, 2**40, size=(n, 4096))
+    data = rng.integers(-(2**40), 2**40, size=(n, 4096))
     buf = sh.zeros(4096, np.int64)
     for chunk in range(0, 4096, 512):
-        sh.put(buf[chunk:chunk + 512], data[me, chunk:chunk + 512], pe=right, nbi=True)
+        sh.put(buf[chunk : chunk + 512], data[me, chunk : chunk + 512], pe=right, nbi=True)
     sh.quiet()
     sh.barrier_all()
     expect(np.array_equal(buf, data[left]), "put_nbi + quiet")
@@ -148,8 +151,10 @@ def check_signal(me: int, n: int, rounds: int) -> None:
         sh.put_signal(buf, payload, sig, r, sh.SIGNAL_SET, pe=right)
         seen = sh.wait_until(sig, sh.CMP_GE, r)
         expect(int(seen) == r, f"signal {seen} != {r}")
-        expect(buf[1] == r * 1000 + left and buf[0] == -r and buf[-1] == (r * 1000 + left if (count - 1) % 7 else -r),
-               f"payload of round {r} not visible after its signal")
+        expect(
+            buf[1] == r * 1000 + left and buf[0] == -r and buf[-1] == (r * 1000 + left if (count - 1) % 7 else -r),
+            f"payload of round {r} not visible after its signal",
+        )
         # Tell the left neighbour its buffer on us may be overwritten.
         sh.atomic_add(ack, 1, pe=left)
         sh.wait_until(ack, ">=", r)
@@ -229,9 +234,13 @@ def check_errors(me: int, n: int) -> None:
 def suite_cases(me: int, n: int, quick: bool = False) -> list:
     """The matrix as (name, check) cases for cases.run_cases."""
     rounds = 200 if quick else 1000
-    return [("rma", lambda: check_rma(me, n)), ("atomics", lambda: check_atomics(me, n, rounds)),
-            ("signal", lambda: check_signal(me, n, 100 if quick else 500)), ("heap", lambda: check_heap(me, n)),
-            ("errors", lambda: check_errors(me, n))]
+    return [
+        ("rma", lambda: check_rma(me, n)),
+        ("atomics", lambda: check_atomics(me, n, rounds)),
+        ("signal", lambda: check_signal(me, n, 100 if quick else 500)),
+        ("heap", lambda: check_heap(me, n)),
+        ("errors", lambda: check_errors(me, n)),
+    ]
 
 
 def run_suite(quick: bool = False) -> None:

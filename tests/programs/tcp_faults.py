@@ -8,6 +8,7 @@ A surviving PE must get an error (never hang); it prints
 ``PE <me> caught <Type> after <s> s: <message>`` and exits with code 3.
 PE 0 creates PROGRESS_FILE once the loop is well under way.
 """
+
 from __future__ import annotations
 
 import os

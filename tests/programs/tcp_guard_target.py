@@ -9,6 +9,7 @@ must serve the client on its own) until WORKDIR/client.json appears. PE 0 then
 checks that exactly the client's one valid put landed, nothing next to it
 changed, and the job's own tcp traffic still flows both ways.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,12 @@ def main(workdir: str) -> None:
     buf = sh.zeros(1024, np.uint8)
     guard_hi = sh.zeros(4096, np.uint8)
     if me == 1:
-        info = {"endpoint": _C.shmem.transport_endpoint(0), "offset": addr(buf) - _C.shmem.heap_base(),
-                "heap_size": _C.shmem.heap_size(), "n_pes": n}
+        info = {
+            "endpoint": _C.shmem.transport_endpoint(0),
+            "offset": addr(buf) - _C.shmem.heap_base(),
+            "heap_size": _C.shmem.heap_size(),
+            "n_pes": n,
+        }
         tmp = os.path.join(workdir, "target.json.tmp")
         with open(tmp, "w") as f:
             json.dump(info, f)
@@ -57,7 +62,7 @@ def main(workdir: str) -> None:
         assert not guard_lo.any() and not guard_hi.any(), "memory next to the client's buffer changed"
     # The job's own connections are unharmed: a ring of puts and gets with fresh data.
     rng = np.random.default_rng(int(result["seed"]))
-    data = rng.integers(-2**62, 2**62, size=(n, 100_000))
+    data = rng.integers(-(2**62), 2**62, size=(n, 100_000))
     ring = sh.zeros(100_000, np.int64)
     sh.put(ring, data[me], pe=(me + 1) % n)
     sh.barrier_all()

@@ -10,6 +10,7 @@ after authentication, a replay of a session recorded from MORI's own client
 requests of an authenticated but broken peer. Writes WORKDIR/client.json either
 way so the PEs never wait in vain; exits non-zero listing what went wrong.
 """
+
 from __future__ import annotations
 
 import json
@@ -181,20 +182,27 @@ def main(workdir: str, secret_hex: str) -> int:
             ("put with a wrapping offset", lambda: c.put(0, (1 << 64) - 8, b"\xee" * 16), w.OUT_OF_BOUNDS),
             ("put into an unknown region", lambda: c.put(77, 0, b"\xee" * 16), w.BAD_REGION),
             ("get past the heap end", lambda: c.get(0, heap - 100, 4096), w.OUT_OF_BOUNDS),
-            ("unaligned atomic", lambda: c.send(w.AMO, 0, off + 3, aux=w.AMO_FETCH_ADD, width=8, operand=1),
-             w.BAD_REQUEST),
+            (
+                "unaligned atomic",
+                lambda: c.send(w.AMO, 0, off + 3, aux=w.AMO_FETCH_ADD, width=8, operand=1),
+                w.BAD_REQUEST,
+            ),
             ("3-byte atomic", lambda: c.send(w.AMO, 0, off, aux=w.AMO_ADD, width=3, operand=1), w.BAD_REQUEST),
             ("unknown atomic op", lambda: c.send(w.AMO, 0, off, aux=200, width=8), w.BAD_REQUEST),
             ("atomic past the heap end", lambda: c.send(w.AMO, 0, heap, aux=w.AMO_FETCH, width=8), w.OUT_OF_BOUNDS),
-            ("put_signal with its signal outside", lambda: c.send(w.PUT_SIGNAL, 0, off, 8, b"\xee" * 8,
-                                                                 signal_region=0, signal_offset=heap, operand=1),
-             w.OUT_OF_BOUNDS),
+            (
+                "put_signal with its signal outside",
+                lambda: c.send(w.PUT_SIGNAL, 0, off, 8, b"\xee" * 8, signal_region=0, signal_offset=heap, operand=1),
+                w.OUT_OF_BOUNDS,
+            ),
         ]
         for what, send, status in cases:
             seq = send()
             r = c.reply()
-            expect(r.seq == seq and r.status == status,
-                   f"{what}: got status {r.status} seq {r.seq} ({r.text!r}), expected {status}")
+            expect(
+                r.seq == seq and r.status == status,
+                f"{what}: got status {r.status} seq {r.seq} ({r.text!r}), expected {status}",
+            )
             expect(r.status == w.OK or "refused" in r.text, f"{what}: error text {r.text!r} does not say refused")
         # The same connection still works: one valid put (acknowledged) and a get of it back.
         seq = c.put(0, off, payload, ack=True)
@@ -220,10 +228,16 @@ def main(workdir: str, secret_hex: str) -> int:
         expect(w.closed_by_peer(c.sock), "the connection stayed open after an unknown op")
         c.close()
 
-    for name, fn in [("record a real session", record_session), ("wrong secret", wrong_secret),
-                     ("garbage hello", garbage_hello), ("wrong target/duplicate", wrong_target_and_duplicate),
-                     ("idle flood", idle_flood), ("refused requests", refused_requests), ("replay", replay),
-                     ("unknown op", unknown_op)]:
+    for name, fn in [
+        ("record a real session", record_session),
+        ("wrong secret", wrong_secret),
+        ("garbage hello", garbage_hello),
+        ("wrong target/duplicate", wrong_target_and_duplicate),
+        ("idle flood", idle_flood),
+        ("refused requests", refused_requests),
+        ("replay", replay),
+        ("unknown op", unknown_op),
+    ]:
         attempt(name, fn)
     result = {"payload": payload.hex(), "seed": int.from_bytes(secrets.token_bytes(4), "little")}
     if failures:

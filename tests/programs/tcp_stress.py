@@ -8,6 +8,7 @@ an offset, then does blocking put, non-blocking put + quiet, get, non-blocking g
 and put_signal of fresh random bytes to the next PE, checking the result exactly.
 Sizes straddle the transport's 1 MiB chunk so chunking and pipelining are covered.
 """
+
 from __future__ import annotations
 
 import sys
@@ -35,22 +36,22 @@ def stress(rounds: int, transport: Optional[str] = "tcp") -> None:
         off = int(rng.integers(0, 64))
         data = [rng.integers(0, 256, size, dtype=np.uint8) for _ in range(n)]
         nbi = bool(r % 2)
-        sh.put(buf[off:off + size], data[me], pe=right, nbi=nbi)
+        sh.put(buf[off : off + size], data[me], pe=right, nbi=nbi)
         if nbi:
             sh.quiet()
         sh.barrier_all()
-        assert np.array_equal(buf[off:off + size], data[left]), f"round {r}: put of {size} B @+{off}"
+        assert np.array_equal(buf[off : off + size], data[left]), f"round {r}: put of {size} B @+{off}"
         got = np.empty(size, np.uint8)
-        sh.get(got, buf[off:off + size], pe=right, nbi=nbi)
+        sh.get(got, buf[off : off + size], pe=right, nbi=nbi)
         if nbi:
             sh.quiet()
         assert np.array_equal(got, data[me]), f"round {r}: get of {size} B"
         sh.barrier_all()
         # put_signal: the signal must not be seen before the last byte.
         fresh = [rng.integers(0, 256, size, dtype=np.uint8) for _ in range(n)]
-        sh.put_signal(buf[off:off + size], fresh[me], sig, r, sh.SIGNAL_SET, pe=right)
+        sh.put_signal(buf[off : off + size], fresh[me], sig, r, sh.SIGNAL_SET, pe=right)
         sh.wait_until(sig, sh.CMP_EQ, r)
-        assert np.array_equal(buf[off:off + size], fresh[left]), f"round {r}: put_signal payload of {size} B"
+        assert np.array_equal(buf[off : off + size], fresh[left]), f"round {r}: put_signal payload of {size} B"
         sh.barrier_all()
     sh.free(sig)
     sh.free(buf)

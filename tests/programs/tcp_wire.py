@@ -7,6 +7,7 @@ Tests use it to talk to a PE's target engine (and to the bootstrap store, which
 authenticates the same way) as a hostile or broken peer would: wrong secrets,
 replayed sessions, out-of-bounds addresses, malformed requests.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -86,7 +87,7 @@ def proof(secret: bytes, label: bytes, role: bytes, client_nonce: bytes, server_
 @dataclass
 class AuthResult:
     server_proved: bool  # the server's proof matched our secret
-    accepted: bool       # the server's verdict on our proof
+    accepted: bool  # the server's verdict on our proof
 
 
 def authenticate(sock: socket.socket, secret: bytes, label: bytes) -> AuthResult:
@@ -116,8 +117,9 @@ class WireClient:
     def authenticate(self, secret: bytes) -> AuthResult:
         return authenticate(self.sock, secret, TCP_LABEL)
 
-    def hello(self, secret: bytes, from_pe: int, to_pe: int, flags: int = 0, version: int = VERSION,
-              magic: bytes = MAGIC) -> int:
+    def hello(
+        self, secret: bytes, from_pe: int, to_pe: int, flags: int = 0, version: int = VERSION, magic: bytes = MAGIC
+    ) -> int:
         """Authenticates, then sends a hello; returns the HelloStatus (H_AUTH_REFUSED if the
         target refused our proof of the secret)."""
         if not self.authenticate(secret).accepted:
@@ -126,12 +128,25 @@ class WireClient:
         status, _pe, _chunk = HELLO_REPLY.unpack(recv_exact(self.sock, HELLO_REPLY.size))
         return status
 
-    def send(self, op: int, region: int = 0, offset: int = 0, length: int = 0, payload: bytes = b"", aux: int = 0,
-             width: int = 0, flags: int = 0, operand: int = 0, compare: int = 0, signal_region: int = 0,
-             signal_offset: int = 0) -> int:
+    def send(
+        self,
+        op: int,
+        region: int = 0,
+        offset: int = 0,
+        length: int = 0,
+        payload: bytes = b"",
+        aux: int = 0,
+        width: int = 0,
+        flags: int = 0,
+        operand: int = 0,
+        compare: int = 0,
+        signal_region: int = 0,
+        signal_offset: int = 0,
+    ) -> int:
         self.seq += 1
-        header = REQUEST.pack(op, aux, width, flags, region, offset, length, operand, compare, signal_region, 0,
-                              signal_offset, self.seq)
+        header = REQUEST.pack(
+            op, aux, width, flags, region, offset, length, operand, compare, signal_region, 0, signal_offset, self.seq
+        )
         self.sock.sendall(header + payload)
         return self.seq
 
@@ -141,8 +156,9 @@ class WireClient:
         return Reply(status, op, seq, value, data)
 
     def put(self, region: int, offset: int, payload: bytes, ack: bool = True, length: Optional[int] = None) -> int:
-        return self.send(PUT, region, offset, len(payload) if length is None else length, payload,
-                         flags=FLAG_ACK if ack else 0)
+        return self.send(
+            PUT, region, offset, len(payload) if length is None else length, payload, flags=FLAG_ACK if ack else 0
+        )
 
     def get(self, region: int, offset: int, length: int) -> int:
         return self.send(GET, region, offset, length)

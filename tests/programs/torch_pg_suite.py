@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """torch.multiprocessing + gloo process group + shmem_torch_process_group_init, as in MORI's seeds."""
+
 from __future__ import annotations
 
 import os

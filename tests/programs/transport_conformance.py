@@ -14,6 +14,7 @@ the endpoints, the addresses, MORI's thread names, the shmem matrix (rma, atomic
 heap, errors), chunked transfers up to 3 MiB (stress), and one-sided operations served while
 the target computes (busy).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,7 @@ from tcp_stress import stress
 
 def check_matrix(me: int, n: int, per_host: int, transport: str) -> None:
     got = [sh.transport_name(pe) for pe in range(n)]
-    want = ["shm" if pe == me or (per_host < n and pe // per_host == me // per_host) else transport
-            for pe in range(n)]
+    want = ["shm" if pe == me or (per_host < n and pe // per_host == me // per_host) else transport for pe in range(n)]
     assert got == want, f"PE {me} reaches PEs 0..{n - 1} over {got}, expected {want}"
 
 

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """shmem_get_unique_id on rank 0, shared out of band (a pipe here), shmem_init_attr everywhere."""
+
 from __future__ import annotations
 
 import multiprocessing as mp

@@ -2,6 +2,7 @@
 """Python's shmem_barrier_all over PEs of one host takes the runtime's same-host barrier (one
 arrival mask, one wake-up per PE); across the tcp transport it stays a dissemination barrier.
 Either way it orders every PE's puts before every PE's reads."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,6 +17,5 @@ def test_barrier_rounds_same_host(n):
 
 
 def test_barrier_rounds_over_tcp():
-    out = check(mori_run(3, python_program("barrier_rounds.py", "60"), timeout=120,
-                         env={"MORI_DISABLE_P2P": "1"}))
+    out = check(mori_run(3, python_program("barrier_rounds.py", "60"), timeout=120, env={"MORI_DISABLE_P2P": "1"}))
     assert "barrier_rounds ok: 3 PEs, 60 rounds" in out

@@ -9,6 +9,7 @@ in 9 of 9 runs on the shared 2-vCPU VM); now a slow yield makes waits sleep at o
 jobs on the VM). The bound, 0.5 ms a barrier, is thin on both sides: the old behaviour exceeds it
 by 1.3x to 2.8x only, and a CI machine loaded beyond the two loops may fail the new one. It is
 not a speed figure (`mori bench shmem-c --pes 4 --load 2` measures, beside Open MPI)."""
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,13 @@ def test_barriers_beside_busy_loops_do_not_fall_into_millisecond_phases():
         pytest.skip("needs 2 CPUs")
     loops = _busy_loops(2, set(cpus))
     try:
-        out = check(mori_run(4, ["taskset", "-c", ",".join(map(str, cpus)),
-                                 *python_program("barriers_timed.py", str(ROUNDS))], timeout=180))
+        out = check(
+            mori_run(
+                4,
+                ["taskset", "-c", ",".join(map(str, cpus)), *python_program("barriers_timed.py", str(ROUNDS))],
+                timeout=180,
+            )
+        )
     finally:
         for p in loops:
             p.kill()

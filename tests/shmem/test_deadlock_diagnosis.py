@@ -2,6 +2,7 @@
 """Issue 29 item 9: a job whose PEs are all blocked in waits says so once on stderr (which PEs,
 where), with the default unbounded MORI_SHMEM_WAIT_TIMEOUT; a PE that is merely slow is not
 taken for a deadlock. The setting is listed by `mori info --env`."""
+
 from __future__ import annotations
 
 import os
@@ -19,9 +20,15 @@ def test_deadlock_is_reported_once_and_names_every_wait():
     env = job_env()
     env.pop("MORI_SHMEM_WAIT_TIMEOUT", None)
     env.pop("MORI_DISABLE_P2P", None)  # same-host PEs map each other's control blocks
-    proc = subprocess.Popen([sys.executable, "-m", "mori.apps.cli", "run", "-n", "3", "--",
-                             *python_program("deadlock.py")], env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mori.apps.cli", "run", "-n", "3", "--", *python_program("deadlock.py")],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     text, reported_at, phase2_at = "", None, None
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
@@ -50,14 +57,21 @@ def test_deadlock_is_reported_once_and_names_every_wait():
     line = next(l for l in text.splitlines() if "likely deadlock" in l)
     assert re.search(r"PE 0 in shmem_barrier_all for [3-9]\.\d s", line), line
     assert re.search(r"PE 1 in shmem_\w*wait_until\w* for [3-9]\.\d s", line), line
-    assert re.search(r"PE 2 in shmem_barrier_all \(for PE \d\) for [3-9]\.\d s|PE 2 in shmem_barrier_all for", line), line
+    assert re.search(r"PE 2 in shmem_barrier_all \(for PE \d\) for [3-9]\.\d s|PE 2 in shmem_barrier_all for", line), (
+        line
+    )
     assert "MORI_SHMEM_WAIT_TIMEOUT" in line
     assert 2.5 < reported_at - phase2_at < 10, text
 
 
 def test_wait_timeout_is_listed_by_mori_info_env():
-    out = subprocess.run([sys.executable, "-m", "mori.apps.cli", "info", "--env"], env=job_env(),
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "mori.apps.cli", "info", "--env"],
+        env=job_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     row = next((l for l in out.stdout.splitlines() if "MORI_SHMEM_WAIT_TIMEOUT" in l), "")
     assert "inf" in row and "wait" in row, out.stdout

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Failure behaviour: dead peers, missing ranks, use before init, the launcher's exit codes."""
+
 from __future__ import annotations
 
 import re
@@ -26,13 +27,15 @@ def test_rank_that_exits_before_init_is_named_at_once():
     """Rank 2 exits with status 0 before it calls init (issue 29 item 12): `mori run` tells the
     job's store, and ranks 0 and 1 fail at once naming it (they used to wait out
     MORI_BOOTSTRAP_TIMEOUT, then time out: the 30 s here would fail the time check)."""
-    code = ("import os, sys, time\n"
-            "if os.environ['MORI_RANK'] == '2': sys.exit(0)\n"
-            "import mori.shmem as sh\n"
-            "t = time.monotonic()\n"
-            "try:\n    sh.shmem_init()\nexcept Exception as e:\n"
-            "    print(f'caught after {time.monotonic() - t:.2f} s:', type(e).__name__, e); sys.exit(0)\n"
-            "sys.exit(1)\n")
+    code = (
+        "import os, sys, time\n"
+        "if os.environ['MORI_RANK'] == '2': sys.exit(0)\n"
+        "import mori.shmem as sh\n"
+        "t = time.monotonic()\n"
+        "try:\n    sh.shmem_init()\nexcept Exception as e:\n"
+        "    print(f'caught after {time.monotonic() - t:.2f} s:', type(e).__name__, e); sys.exit(0)\n"
+        "sys.exit(1)\n"
+    )
     out = check(mori_run(3, [sys.executable, "-c", code], timeout=60, env={"MORI_BOOTSTRAP_TIMEOUT": "30"}))
     caught = re.findall(r"caught after ([\d.]+) s: RemoteError (.*)", out)
     assert len(caught) == 2, out
@@ -42,11 +45,13 @@ def test_rank_that_exits_before_init_is_named_at_once():
 
 
 def test_use_before_init():
-    code = ("import mori.shmem as sh\n"
-            "for f in (sh.my_pe, sh.barrier_all, lambda: sh.shmem_malloc(8)):\n"
-            "    try:\n        f()\n    except RuntimeError as e:\n        assert 'not initialized' in str(e), e\n"
-            "    else:\n        raise SystemExit('no error')\n"
-            "print('ok')\n")
+    code = (
+        "import mori.shmem as sh\n"
+        "for f in (sh.my_pe, sh.barrier_all, lambda: sh.shmem_malloc(8)):\n"
+        "    try:\n        f()\n    except RuntimeError as e:\n        assert 'not initialized' in str(e), e\n"
+        "    else:\n        raise SystemExit('no error')\n"
+        "print('ok')\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr
 
@@ -54,25 +59,39 @@ def test_use_before_init():
 def test_double_init_is_idempotent():
     """As MORI: a second init of the same PE in one process returns (issue 14; a different
     job or group is refused, tests/ep/test_init_twice.py)."""
-    code = ("import mori.shmem as sh\nsh.init()\nsh.init()\nassert sh.my_pe() == 0 and sh.n_pes() == 1\n"
-            "x = sh.zeros(4)\nsh.barrier_all()\nprint('ok')\nsh.finalize()\n")
+    code = (
+        "import mori.shmem as sh\nsh.init()\nsh.init()\nassert sh.my_pe() == 0 and sh.n_pes() == 1\n"
+        "x = sh.zeros(4)\nsh.barrier_all()\nprint('ok')\nsh.finalize()\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr
 
 
 def test_heap_size_env_and_bad_value():
-    code = ("import mori.shmem as sh\nsh.init()\nprint(sh.heap_size())\nsh.finalize()\n")
-    proc = subprocess.run([sys.executable, "-c", code], env=job_env({"MORI_SHMEM_HEAP_SIZE": "3MiB"}),
-                          capture_output=True, text=True, timeout=60)
+    code = "import mori.shmem as sh\nsh.init()\nprint(sh.heap_size())\nsh.finalize()\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=job_env({"MORI_SHMEM_HEAP_SIZE": "3MiB"}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.stdout.strip() == str(3 << 20), proc.stderr
-    proc = subprocess.run([sys.executable, "-c", code], env=job_env({"MORI_SHMEM_HEAP_SIZE": "12parsecs"}),
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=job_env({"MORI_SHMEM_HEAP_SIZE": "12parsecs"}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode != 0 and "MORI_SHMEM_HEAP_SIZE" in proc.stderr and "parsecs" in proc.stderr
 
 
 def test_launcher_returns_worst_code_and_stops_the_rest():
-    code = ("import os, sys, time\nr = int(os.environ['RANK'])\nprint('hello from', r)\n"
-            "time.sleep(0.2 if r == 1 else 60)\nsys.exit(7 if r == 1 else 0)\n")
+    code = (
+        "import os, sys, time\nr = int(os.environ['RANK'])\nprint('hello from', r)\n"
+        "time.sleep(0.2 if r == 1 else 60)\nsys.exit(7 if r == 1 else 0)\n"
+    )
     start = time.monotonic()
     proc = mori_run(3, [sys.executable, "-c", code], timeout=60)
     assert proc.returncode == 7
@@ -90,12 +109,15 @@ def test_launcher_sets_torchrun_and_mori_env():
 def test_launcher_of_a_later_host_names_global_ranks():
     """`mori run --node-rank 1` runs global ranks 2 and 3: a failing rank is named by its global
     rank, not its index on this host (it said "rank 1" where rank 3 died)."""
-    code = ("import os, sys, time\nr = int(os.environ['RANK'])\n"
-            "time.sleep(60) if r == 2 else sys.exit(5)\n")
+    code = "import os, sys, time\nr = int(os.environ['RANK'])\ntime.sleep(60) if r == 2 else sys.exit(5)\n"
     start = time.monotonic()
-    proc = mori_run(2, [sys.executable, "-c", code], timeout=60,
-                    launcher_args=["--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
-                                   "--master-port", "29997"], env={"MORI_JOB_SECRET": "ab" * 32})
+    proc = mori_run(
+        2,
+        [sys.executable, "-c", code],
+        timeout=60,
+        launcher_args=["--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port", "29997"],
+        env={"MORI_JOB_SECRET": "ab" * 32},
+    )
     assert proc.returncode == 5, proc.stdout + proc.stderr
     assert time.monotonic() - start < 30, "rank 2 was not stopped"
     assert "rank 3 exited with code 5" in proc.stderr, proc.stderr
@@ -141,19 +163,32 @@ def test_death_of_the_rank_hosting_the_store_is_named():
     size it alone refuses), the others said only "bootstrap store connection closed"."""
 
     port = free_port()
-    code = ("import os, sys\nimport mori.shmem as sh\nr = int(os.environ['RANK'])\n"
-            "if r == 0:\n    os.environ['MORI_SHMEM_HEAP_SIZE'] = '4K'\n"
-            "try:\n    sh.shmem_init()\nexcept Exception as e:\n    print(f'rank {r} caught: {e}', flush=True)\n"
-            "    sys.exit(0)\nsys.exit(1)\n")
+    code = (
+        "import os, sys\nimport mori.shmem as sh\nr = int(os.environ['RANK'])\n"
+        "if r == 0:\n    os.environ['MORI_SHMEM_HEAP_SIZE'] = '4K'\n"
+        "try:\n    sh.shmem_init()\nexcept Exception as e:\n    print(f'rank {r} caught: {e}', flush=True)\n"
+        "    sys.exit(0)\nsys.exit(1)\n"
+    )
     procs = []
     for rank in range(3):
-        env = job_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "MORI_MASTER_PORT": str(port),
-                       "RANK": str(rank), "WORLD_SIZE": "3", "MORI_JOB_SECRET": "cd" * 32,
-                       "MORI_BOOTSTRAP_TIMEOUT": "20"})
+        env = job_env(
+            {
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+                "MORI_MASTER_PORT": str(port),
+                "RANK": str(rank),
+                "WORLD_SIZE": "3",
+                "MORI_JOB_SECRET": "cd" * 32,
+                "MORI_BOOTSTRAP_TIMEOUT": "20",
+            }
+        )
         for key in ("MORI_STORE_ADDR", "MORI_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "LOCAL_RANK"):
             env.pop(key, None)
-        procs.append(subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
     outs = []
     try:
         for p in procs:
@@ -166,4 +201,3 @@ def test_death_of_the_rank_hosting_the_store_is_named():
     for rank in (1, 2):
         assert f"rank {rank} caught: rank {rank}: lost the bootstrap store" in outs[rank], outs[rank]
         assert "hosted by rank 0: rank 0 exited or failed" in outs[rank], outs[rank]
-

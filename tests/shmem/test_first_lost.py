@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Issue 29 item 10: when PE 3 of 2 x 2 is killed, every survivor names PE 3 first, including
 PE 0, which sees PE 1 (its host) leave after failing on PE 3's loss."""
+
 from __future__ import annotations
 
 import os
@@ -16,11 +17,24 @@ from harness import collect, env_rank, python_program, start_rank
 def _run_once() -> dict[int, str]:
     port, secret = free_port(), os.urandom(32).hex()
     # Two pretend hosts of 2 PEs each (their own node ids), so PEs of the other host are network peers.
-    procs = [start_rank(python_program("first_lost.py"),
-                        env_rank(rank, 4, port, secret, {"LOCAL_RANK": str(rank % 2), "LOCAL_WORLD_SIZE": "2",
-                                                         "MORI_NODE_ID": f"host{rank // 2}",
-                                                         "MORI_BOOTSTRAP_TIMEOUT": "20"}))
-             for rank in range(4)]
+    procs = [
+        start_rank(
+            python_program("first_lost.py"),
+            env_rank(
+                rank,
+                4,
+                port,
+                secret,
+                {
+                    "LOCAL_RANK": str(rank % 2),
+                    "LOCAL_WORLD_SIZE": "2",
+                    "MORI_NODE_ID": f"host{rank // 2}",
+                    "MORI_BOOTSTRAP_TIMEOUT": "20",
+                },
+            ),
+        )
+        for rank in range(4)
+    ]
     return dict(enumerate(collect(procs, timeout=60)))
 
 

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The shmem matrix launched by `mpirun` (+ pytest-mpi) and torch; under `mori run` it is part of
 the transport conformance suite (tests/transports/test_conformance.py)."""
+
 from __future__ import annotations
 
 import sys
@@ -22,8 +23,13 @@ def test_suite_under_mpirun(n, env):
 
 def test_pytest_mpi_inside_mpirun():
     """`mpirun -n 4 python -m pytest --with-mpi`: every rank runs the MPI-marked tests."""
-    out = check(mpirun(4, [sys.executable, "-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider",
-                           str(PYTEST_MPI_DIR)], timeout=240))
+    out = check(
+        mpirun(
+            4,
+            [sys.executable, "-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider", str(PYTEST_MPI_DIR)],
+            timeout=240,
+        )
+    )
     assert out.count(" passed") >= 4, out[-3000:]
 
 
@@ -37,8 +43,22 @@ def test_suite_under_torch_multiprocessing(n):
 def test_suite_under_torchrun():
     pytest.importorskip("torch")
     # torchrun of this interpreter (python -m torch.distributed.run is what the torchrun script runs)
-    out = check(_run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                      "29631", *python_program("shmem_suite.py", "--quick")[1:]], timeout=240, env=None))
+    out = check(
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nproc-per-node",
+                "2",
+                "--master-port",
+                "29631",
+                *python_program("shmem_suite.py", "--quick")[1:],
+            ],
+            timeout=240,
+            env=None,
+        )
+    )
     assert "shmem suite passed on 2 PEs" in out
 
 

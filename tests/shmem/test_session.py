@@ -14,6 +14,7 @@ def test_barrier_on_stream_is_a_host_barrier_on_cpu_pes(tmp_path):
     import sys
 
     from harness import check, mori_run
+
     prog = tmp_path / "bos.py"
     prog.write_text(
         "import numpy as np, mori.shmem as sh\n"
@@ -26,6 +27,7 @@ def test_barrier_on_stream_is_a_host_barrier_on_cpu_pes(tmp_path):
         "        gpu.shmem_barrier_on_stream()\n"
         "        assert (x == 100 * r + (me - 1) % n).all(), (r, x)\n"
         "        gpu.shmem_barrier_on_stream()\n"
-        "    print('ok', me)\n")
+        "    print('ok', me)\n"
+    )
     out = check(mori_run(3, [sys.executable, str(prog)], timeout=120))
     assert out.count("ok") == 3

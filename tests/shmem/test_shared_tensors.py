@@ -3,6 +3,7 @@
 
 The allocator is process-wide once installed, so the checks that change global state run in a
 child interpreter; the fuzzing runs here (inside a scope, on tensors of its own)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -26,8 +27,14 @@ def run_child(code: str, env: dict | None = None, timeout: float = 120) -> str:
 
     full_env = dict(os.environ)
     full_env.update(env or {})
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -88,7 +95,8 @@ def test_scope_size_threshold_and_release():
 
 
 def test_full_arena_falls_back_to_private_memory():
-    out = run_child("""
+    out = run_child(
+        """
         import torch, mori.shmem as sh
         with sh.shared_tensors():
             a = torch.ones(3 << 20, dtype=torch.uint8)      # 3 MiB of a 4 MiB arena
@@ -97,7 +105,9 @@ def test_full_arena_falls_back_to_private_memory():
         assert sh.shared_tensor_stats()["reserved"] == 4 << 20
         assert int(a.sum()) == 3 << 20 and int(b.sum()) == 3 << 20
         print("fallback ok")
-    """, env={"MORI_SHARED_TENSOR_BYTES": "4MiB"})
+    """,
+        env={"MORI_SHARED_TENSOR_BYTES": "4MiB"},
+    )
     assert "fallback ok" in out
 
 
@@ -107,8 +117,13 @@ def test_too_small_arena_setting_is_an_error_naming_it():
         with sh.shared_tensors():
             torch.ones(2 << 20, dtype=torch.uint8)
     """
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=60, env={**__import__("os").environ, "MORI_SHARED_TENSOR_BYTES": "4096"})
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**__import__("os").environ, "MORI_SHARED_TENSOR_BYTES": "4096"},
+    )
     assert proc.returncode != 0 and "MORI_SHARED_TENSOR_BYTES" in proc.stderr, proc.stderr
 
 
@@ -177,6 +192,7 @@ def test_trim_gives_free_blocks_back_and_keeps_live_ones():
 @given(s.lists(s.tuples(s.integers(min_value=1, max_value=3 << 20), s.booleans()), min_size=1, max_size=24))
 def test_fuzzed_allocations_never_overlap(plan):
     """Random sizes allocated and freed in random order: every live tensor keeps its own bytes."""
+
     def exercise() -> None:
         live: list[tuple[int, torch.Tensor]] = []
         with sh.shared_tensors():
@@ -195,20 +211,28 @@ def test_fuzzed_allocations_never_overlap(plan):
 def test_env_setting_enables_shared_tensors_with_the_op():
     """MORI_SHARED_TENSORS=1: an EP op on a CPU PE turns shared tensors on for the process, so an
     unchanged integration's expert output is read in place."""
-    code = ("import torch, mori.shmem as sh\n"
-            "from mori.ops import EpDispatchCombineConfig as C, EpDispatchCombineOp as Op\n"
-            "sh.shmem_init(); me = sh.shmem_mype()\n"
-            "op = Op(C(data_type=torch.bfloat16, rank=me, world_size=2, hidden_dim=4096, scale_dim=0, scale_type_size=4,"
-            " max_token_type_size=2, max_num_inp_token_per_rank=128, num_experts_per_rank=2, num_experts_per_token=2))\n"
-            "x = torch.randn(128, 4096).to(torch.bfloat16); idx = torch.tensor([[0, 3]] * 128, dtype=torch.int32)\n"
-            "out = op.dispatch(x, None, None, idx); n = int(out[4][0])\n"
-            "y = (out[0][:n].float() * 2).to(torch.bfloat16)\n"
-            "assert sh.is_shared_tensor(y), 'expert output not shared'\n"
-            "got, _ = op.combine(y, None, idx)\n"
-            "assert op.last_combine_in_place_peers() == 1\n"
-            "assert torch.equal(got[:128], (x.float() * 4).to(torch.bfloat16))\n"
-            "print('env ok on PE', me)\n"
-            "del op; sh.shmem_finalize()\n")
-    out = check(mori_run(2, [sys.executable, "-c", code], timeout=120,
-                         env={"MORI_SHARED_TENSORS": "1", "MORI_SHARED_TENSOR_BYTES": "1GiB"}))
+    code = (
+        "import torch, mori.shmem as sh\n"
+        "from mori.ops import EpDispatchCombineConfig as C, EpDispatchCombineOp as Op\n"
+        "sh.shmem_init(); me = sh.shmem_mype()\n"
+        "op = Op(C(data_type=torch.bfloat16, rank=me, world_size=2, hidden_dim=4096, scale_dim=0, scale_type_size=4,"
+        " max_token_type_size=2, max_num_inp_token_per_rank=128, num_experts_per_rank=2, num_experts_per_token=2))\n"
+        "x = torch.randn(128, 4096).to(torch.bfloat16); idx = torch.tensor([[0, 3]] * 128, dtype=torch.int32)\n"
+        "out = op.dispatch(x, None, None, idx); n = int(out[4][0])\n"
+        "y = (out[0][:n].float() * 2).to(torch.bfloat16)\n"
+        "assert sh.is_shared_tensor(y), 'expert output not shared'\n"
+        "got, _ = op.combine(y, None, idx)\n"
+        "assert op.last_combine_in_place_peers() == 1\n"
+        "assert torch.equal(got[:128], (x.float() * 4).to(torch.bfloat16))\n"
+        "print('env ok on PE', me)\n"
+        "del op; sh.shmem_finalize()\n"
+    )
+    out = check(
+        mori_run(
+            2,
+            [sys.executable, "-c", code],
+            timeout=120,
+            env={"MORI_SHARED_TENSORS": "1", "MORI_SHARED_TENSOR_BYTES": "1GiB"},
+        )
+    )
     assert out.count("env ok on PE") == 2

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Single-PE behaviour of the API (in-process): allocator, sizes, argument errors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,8 +17,9 @@ def pe():
     sh.finalize()
 
 
-@pytest.mark.parametrize("text,value", [("64", 64), ("4K", 4096), ("2MiB", 2 << 20), ("1.5G", 3 << 29),
-                                        ("1gb", 1 << 30), ("7 KiB", 7 << 10)])
+@pytest.mark.parametrize(
+    "text,value", [("64", 64), ("4K", 4096), ("2MiB", 2 << 20), ("1.5G", 3 << 29), ("1gb", 1 << 30), ("7 KiB", 7 << 10)]
+)
 def test_parse_size(text, value):
     assert parse_size(text) == value
 

@@ -18,7 +18,7 @@ static double now_us(void) {
   return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   int iters = argc > 1 ? atoi(argv[1]) : 300;
   for (int i = 0; i < SHMEM_REDUCE_SYNC_SIZE; ++i) g_psync[i] = SHMEM_SYNC_VALUE;
   shmem_init();

@@ -6,6 +6,7 @@ every peer through it), and ucx over UCX's shared-memory (sm) and tcp transports
 One job per (transport, PEs) runs every case of tests/programs/transport_conformance.py after a
 single init; each PE reports one JSON line per case, so a failure names its case. A PE killed
 mid-run must be reported to the survivors, naming it, on every network transport."""
+
 from __future__ import annotations
 
 import re
@@ -19,7 +20,7 @@ from ucx_env import ucx_all, ucx_or_skip
 
 @dataclass(frozen=True)
 class Transport:
-    name: str          # the transport every pair of distinct PEs must use
+    name: str  # the transport every pair of distinct PEs must use
     env: dict = field(default_factory=dict)
     endpoint: str = ""  # what each such pair's endpoint description must match
     ucx: bool = False

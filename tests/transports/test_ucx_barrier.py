@@ -7,6 +7,7 @@ target's progress thread applies; before the fix a caller spinning on UCX's work
 spinlock starved the progress thread that had to apply it, and every quiet paid a flush
 round trip: 4-13 ms a barrier on the 2-vCPU VM, 0.2-0.5 ms after (docs/benchmarks.md).
 The bound leaves 4x room for a loaded machine."""
+
 from __future__ import annotations
 
 import subprocess
@@ -26,8 +27,16 @@ def program(tmp_path_factory) -> Path:
     from mori.shmem.capi import paths
 
     out = tmp_path_factory.mktemp("ucx_barrier") / "barrier_time"
-    cmd = [str(paths().bin_dir / "oshcc"), "-std=c11", "-O2", "-Wall", "-Werror", "-o", str(out),
-           str(Path(__file__).with_name("barrier_time.c"))]
+    cmd = [
+        str(paths().bin_dir / "oshcc"),
+        "-std=c11",
+        "-O2",
+        "-Wall",
+        "-Werror",
+        "-o",
+        str(out),
+        str(Path(__file__).with_name("barrier_time.c")),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stderr}"
     return out

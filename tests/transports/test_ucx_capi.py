@@ -4,6 +4,7 @@ our oshcc, every pair of distinct PEs through UCX (MORI_NET_TRANSPORT=ucx-all) a
 and 4 PEs, UCX's shared-memory and tcp transports. The heap and the programs'
 symmetric globals are mapped with ucp_mem_map and reached by rkey. Between hosts:
 test_between_hosts.py."""
+
 from __future__ import annotations
 
 import random
@@ -29,4 +30,3 @@ def test_c_program_over_ucx(built, name, n, tls):
     seed = str(random.getrandbits(48))
     out = check(mori_run(n, [str(built / name), seed], timeout=120, env=ucx_all(tls)))
     assert f"{name}: OK on {n} PEs" in out, f"seed {seed}:\n{out[-3000:]}"
-

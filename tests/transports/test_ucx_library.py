@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The UCX loader: libucp is dlopen'ed at run time, never linked; which file and
 version it found, or why none, is reported."""
+
 from __future__ import annotations
 
 import ctypes.util
@@ -35,8 +36,10 @@ def system_ucx_version() -> str:
     return ""
 
 
-needs_ucx = pytest.mark.skipif(ctypes.util.find_library("ucp") is None,
-                               reason="no libucp on this machine (Debian: apt-get install libucx0 libucx-dev)")
+needs_ucx = pytest.mark.skipif(
+    ctypes.util.find_library("ucp") is None,
+    reason="no libucp on this machine (Debian: apt-get install libucx0 libucx-dev)",
+)
 
 
 @needs_ucx

@@ -2,6 +2,7 @@
 """The ucx transport on one host beyond the conformance suite (test_conformance.py): a wait
 that peers keep busy still times out, the choice of transport with and without UCX, and a
 bad MORI_NET_TRANSPORT."""
+
 from __future__ import annotations
 
 import json
@@ -35,13 +36,24 @@ def test_without_ucx_auto_is_tcp_and_ucx_fails_naming_why(tmp_path):
     missing = str(tmp_path / "no-libucp.so")
     # auto: between "hosts" (MORI_DISABLE_P2P: every peer is a network peer) it is tcp, as before.
     cmd = [sys.executable, "-m", "mori.apps.cli", "info", "--json"]
-    out = check(mori_run(2, cmd, timeout=60, env={"MORI_DISABLE_P2P": "1", "MORI_UCX_LIBRARY": missing},
-                         launcher_args=["--no-prefix"]))
-    blobs = json.loads(out[out.index("["):out.rindex("]") + 1])
+    out = check(
+        mori_run(
+            2,
+            cmd,
+            timeout=60,
+            env={"MORI_DISABLE_P2P": "1", "MORI_UCX_LIBRARY": missing},
+            launcher_args=["--no-prefix"],
+        )
+    )
+    blobs = json.loads(out[out.index("[") : out.rindex("]") + 1])
     assert [b["transports"] for b in blobs] == [["shm", "tcp"], ["tcp", "shm"]]
     # ucx insists: every PE fails, naming MORI_NET_TRANSPORT and the library it could not load.
-    res = mori_run(2, python_program("shmem_suite.py", "--quick"), timeout=60,
-                   env={"MORI_DISABLE_P2P": "1", "MORI_UCX_LIBRARY": missing, "MORI_NET_TRANSPORT": "ucx"})
+    res = mori_run(
+        2,
+        python_program("shmem_suite.py", "--quick"),
+        timeout=60,
+        env={"MORI_DISABLE_P2P": "1", "MORI_UCX_LIBRARY": missing, "MORI_NET_TRANSPORT": "ucx"},
+    )
     text = res.stdout + res.stderr
     assert res.returncode != 0, text
     assert "MORI_NET_TRANSPORT=ucx but UCX cannot be used" in text, text
@@ -56,7 +68,7 @@ def test_auto_without_rdma_is_tcp_here():
         pytest.skip("this machine's UCX has an RDMA transport")
     cmd = [sys.executable, "-m", "mori.apps.cli", "info", "--json"]
     out = check(mori_run(2, cmd, timeout=60, env={"MORI_DISABLE_P2P": "1"}, launcher_args=["--no-prefix"]))
-    blobs = json.loads(out[out.index("["):out.rindex("]") + 1])
+    blobs = json.loads(out[out.index("[") : out.rindex("]") + 1])
     assert [b["transports"] for b in blobs] == [["shm", "tcp"], ["tcp", "shm"]]
 
 

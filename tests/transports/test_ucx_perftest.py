@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Raw UCX beside ours in `mori bench shmem-c --transport ucx`: ucx_perftest's figures are
 read, put in the table, and our time over raw UCX's printed as a ratio."""
+
 from __future__ import annotations
 
 import os
@@ -30,10 +31,13 @@ def test_final_figures_are_parsed():
 def test_table_prints_our_time_over_raw_ucx():
     ours, raw = random.uniform(20, 400), random.uniform(20, 400)
     gb_ours, gb_raw = random.uniform(0.1, 2), random.uniform(0.1, 2)
-    rows = [Row("mori-ucx", 2, "get_lat", 8, 10, ours, 0.0), Row("ucx_perftest", 2, "get_lat", 8, 10, raw, 0.0),
-            Row("mori-ucx", 2, "put_bw", 262144, 10, 1.0, gb_ours),
-            Row("ucx_perftest", 2, "put_bw", 262144, 10, 1.0, gb_raw),
-            Row("mori-ucx", 4, "get_lat", 8, 10, ours, 0.0)]
+    rows = [
+        Row("mori-ucx", 2, "get_lat", 8, 10, ours, 0.0),
+        Row("ucx_perftest", 2, "get_lat", 8, 10, raw, 0.0),
+        Row("mori-ucx", 2, "put_bw", 262144, 10, 1.0, gb_ours),
+        Row("ucx_perftest", 2, "put_bw", 262144, 10, 1.0, gb_raw),
+        Row("mori-ucx", 4, "get_lat", 8, 10, ours, 0.0),
+    ]
     lines = table(rows).splitlines()
     assert "vs raw ucx" in lines[1]
     get8 = next(ln for ln in lines if ln.split()[:3] == ["2", "get_lat", "8"])
@@ -46,9 +50,11 @@ def test_table_prints_our_time_over_raw_ucx():
 
 def test_collectives_are_compared_with_open_mpis_spml_collectives():
     ours, default, basic = (random.uniform(20, 400) for _ in range(3))
-    rows = [Row(impl, 4, op, 8, 10, us, 0.0)
-            for op in ("fcollect", "put_lat")
-            for impl, us in (("mori-ucx", ours), ("openmpi", default), ("openmpi-scoll-basic", basic))]
+    rows = [
+        Row(impl, 4, op, 8, 10, us, 0.0)
+        for op in ("fcollect", "put_lat")
+        for impl, us in (("mori-ucx", ours), ("openmpi", default), ("openmpi-scoll-basic", basic))
+    ]
     lines = table(rows).splitlines()
     assert "openmpi-scoll-basic" in lines[0] and "openmpi-scoll-basic" in lines[1]
     fcollect = next(ln for ln in lines if ln.split()[:2] == ["4", "fcollect"])

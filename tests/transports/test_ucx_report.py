@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """UCX's endpoint report, read by the one parser that the ucx transport (`mori info`) and
 MORI-IO's UCX backend share. Text only: needs no UCX library."""
+
 from __future__ import annotations
 
 from mori._C import io as _io
@@ -27,7 +28,8 @@ def test_lanes_merge_per_resource_with_their_roles():
         ("tcp/eth0.100", ["rma_bw"]),  # a VLAN device keeps its dot; only the path index goes
     ]
     assert _ucx.describe_lanes(REPORT) == (
-        "tcp/lo: am am_bw keepalive wireup rma; rc_mlx5/mlx5_0:1: rma_bw amo; tcp/eth0.100: rma_bw")
+        "tcp/lo: am am_bw keepalive wireup rma; rc_mlx5/mlx5_0:1: rma_bw amo; tcp/eth0.100: rma_bw"
+    )
 
 
 def test_io_backend_reads_the_same_lanes():

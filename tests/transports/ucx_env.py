@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Shared by the ucx tests: whether UCX can run here, and the settings that force it."""
+
 from __future__ import annotations
 
 import json

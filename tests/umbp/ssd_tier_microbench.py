@@ -6,6 +6,7 @@ same file system, page cache dropped before every pass (posix_fadvise DONTNEED o
 
 Not a test (pytest does not collect it): the figures depend on the device.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,8 +45,13 @@ def bench(root: Path, count: int, size: int, backend: str, passes: int = 5) -> d
     values = [rng.integers(0, 256, size=size, dtype=np.uint8) for _ in range(count)]
     keys = [f"bench-{i}" for i in range(count)]
     tier_dir = root / f"tier-{backend}-{count}x{size}"
-    tier = _SsdTier(str(tier_dir), capacity_bytes=4 * count * size + 64 * MiB, io_backend=backend,
-                    durability="relaxed", enable_background_gc=False)
+    tier = _SsdTier(
+        str(tier_dir),
+        capacity_bytes=4 * count * size + 64 * MiB,
+        io_backend=backend,
+        durability="relaxed",
+        enable_background_gc=False,
+    )
     assert all(tier.write_batch(keys, values))
     tier.flush()
     outs = [_aligned(size) for _ in range(count)]
@@ -71,8 +77,12 @@ def bench(root: Path, count: int, size: int, backend: str, passes: int = 5) -> d
     for out, v in zip(outs, values):
         assert np.array_equal(out, v)
     total = count * size / 2**30
-    return {"tier_GiBps": total / statistics.median(tier_s), "pread_GiBps": total / statistics.median(raw_s),
-            "io_uring": tier.stats()["io_uring"], "direct_io": tier.stats()["direct_io"]}
+    return {
+        "tier_GiBps": total / statistics.median(tier_s),
+        "pread_GiBps": total / statistics.median(raw_s),
+        "io_uring": tier.stats()["io_uring"],
+        "direct_io": tier.stats()["direct_io"],
+    }
 
 
 def main() -> None:
@@ -80,9 +90,11 @@ def main() -> None:
     for count, size in ((128, 360 * KiB), (32, 4608 * KiB)):
         for backend in ("io_uring", "posix"):
             r = bench(root, count, size, backend)
-            print(f"read_batch {count:4d} x {size // KiB:5d} KiB  {backend:8s}  tier {r['tier_GiBps']:6.2f} GiB/s  "
-                  f"os.preadv {r['pread_GiBps']:6.2f} GiB/s  ratio {r['tier_GiBps'] / r['pread_GiBps']:.2f}  "
-                  f"(io_uring={r['io_uring']}, O_DIRECT={r['direct_io']})")
+            print(
+                f"read_batch {count:4d} x {size // KiB:5d} KiB  {backend:8s}  tier {r['tier_GiBps']:6.2f} GiB/s  "
+                f"os.preadv {r['pread_GiBps']:6.2f} GiB/s  ratio {r['tier_GiBps'] / r['pread_GiBps']:.2f}  "
+                f"(io_uring={r['io_uring']}, O_DIRECT={r['direct_io']})"
+            )
 
 
 if __name__ == "__main__":

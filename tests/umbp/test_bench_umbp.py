@@ -2,6 +2,7 @@
 """Smoke test of ``mori bench umbp``: one value size, one batch, a few calls, no Mooncake. The
 benchmark checks every get and copy bit for bit itself; here the JSON is checked for its rows,
 their ratios and the targets (not their values)."""
+
 from __future__ import annotations
 
 import json
@@ -18,19 +19,46 @@ pytestmark = pytest.mark.timeout(120)
 
 def _bench(tmp_path, *args: str, timeout: float = 90) -> tuple[subprocess.CompletedProcess, dict]:
     out = tmp_path / "umbp.json"
-    proc = subprocess.run([sys.executable, "-m", "mori.apps.cli", "bench", "umbp", *args, "--json", str(out)],
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mori.apps.cli", "bench", "umbp", *args, "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
     return proc, json.loads(out.read_text()) if out.exists() else {}
 
 
 def test_bench_umbp_local_tiny(tmp_path):
-    proc, doc = _bench(tmp_path, "--modes", "local", "--sizes", "64K", "--batches", "4", "--iters", "3",
-                       "--budget", "0.01", "--exists-iters", "20", "--no-mooncake", "--ssd-dir", str(tmp_path))
+    proc, doc = _bench(
+        tmp_path,
+        "--modes",
+        "local",
+        "--sizes",
+        "64K",
+        "--batches",
+        "4",
+        "--iters",
+        "3",
+        "--budget",
+        "0.01",
+        "--exists-iters",
+        "20",
+        "--no-mooncake",
+        "--ssd-dir",
+        str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {(r["mode"], r["engine"], r["op"], r["tier"]): r for r in doc["rows"]}
-    want = {("local", "umbp", "put", "dram"), ("local", "umbp", "get", "dram"), ("local", "memcpy", "copy", "dram"),
-            ("local", "umbp", "put", "ssd"), ("local", "umbp", "get", "ssd"), ("local", "raw read", "get", "ssd"),
-            ("local", "umbp", "exists_consecutive", "dram")}
+    want = {
+        ("local", "umbp", "put", "dram"),
+        ("local", "umbp", "get", "dram"),
+        ("local", "memcpy", "copy", "dram"),
+        ("local", "umbp", "put", "ssd"),
+        ("local", "umbp", "get", "ssd"),
+        ("local", "raw read", "get", "ssd"),
+        ("local", "umbp", "exists_consecutive", "dram"),
+    }
     assert set(rows) == want
     for key, r in rows.items():
         assert r["iters"] >= 3 and 0 < r["p50 us"] <= r["p99 us"] and r["ops/s"] > 0, key
@@ -43,8 +71,13 @@ def test_bench_umbp_local_tiny(tmp_path):
     assert get_ssd["x raw read"] == pytest.approx(get_ssd["GiB/s"] / rows[("local", "raw read", "get", "ssd")]["GiB/s"])
     assert get_dram["x mooncake"] is None
     targets = doc["meta"]["targets"]
-    assert set(targets) == {"dram_get_vs_memcpy", "ssd_get_vs_raw_read", "put_vs_mooncake", "get_vs_mooncake",
-                            "exists_consecutive_128_p50_us"}
+    assert set(targets) == {
+        "dram_get_vs_memcpy",
+        "ssd_get_vs_raw_read",
+        "put_vs_mooncake",
+        "get_vs_mooncake",
+        "exists_consecutive_128_p50_us",
+    }
     assert targets["ssd_get_vs_raw_read"]["status"] in ("met", "missed")
     assert targets["ssd_get_vs_raw_read"]["worst"] == pytest.approx(get_ssd["x raw read"])
     assert targets["dram_get_vs_memcpy"]["status"] == "not measured"  # 64 KiB values only
@@ -53,8 +86,9 @@ def test_bench_umbp_local_tiny(tmp_path):
     assert "/" not in doc["command"].split()[0]  # no install path in the JSON
 
 
-@pytest.mark.parametrize("option,value", [("--sizes", "0"), ("--batches", "x"), ("--modes", "cluster"),
-                                          ("--iters", "-2")])
+@pytest.mark.parametrize(
+    "option,value", [("--sizes", "0"), ("--batches", "x"), ("--modes", "cluster"), ("--iters", "-2")]
+)
 def test_bench_umbp_rejects_bad_input(tmp_path, option, value):
     proc, doc = _bench(tmp_path, option, value, timeout=60)
     assert proc.returncode == 2
@@ -66,13 +100,33 @@ def test_bench_umbp_server_tiny(tmp_path):
 
     if importlib.util.find_spec("mori.umbp.server") is None:
         pytest.skip("this build has no per-host server (mori.umbp.server)")
-    proc, doc = _bench(tmp_path, "--modes", "server", "--sizes", "64K", "--batches", "2", "--iters", "3",
-                       "--budget", "0.01", "--no-mooncake", "--ssd-dir", str(tmp_path))
+    proc, doc = _bench(
+        tmp_path,
+        "--modes",
+        "server",
+        "--sizes",
+        "64K",
+        "--batches",
+        "2",
+        "--iters",
+        "3",
+        "--budget",
+        "0.01",
+        "--no-mooncake",
+        "--ssd-dir",
+        str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {(r["mode"], r["engine"], r["op"], r["tier"]): r for r in doc["rows"]}
     mode = "server x4"
-    assert set(rows) == {(mode, "umbp", "put", "dram"), (mode, "umbp", "get", "dram"), (mode, "memcpy", "copy", "dram"),
-                         (mode, "umbp", "put", "ssd"), (mode, "umbp", "get", "ssd"), (mode, "raw read", "get", "ssd")}
+    assert set(rows) == {
+        (mode, "umbp", "put", "dram"),
+        (mode, "umbp", "get", "dram"),
+        (mode, "memcpy", "copy", "dram"),
+        (mode, "umbp", "put", "ssd"),
+        (mode, "umbp", "get", "ssd"),
+        (mode, "raw read", "get", "ssd"),
+    }
     for key, r in rows.items():
         assert r["iters"] == 3 and r["batch"] == 2 and r["GiB/s"] > 0 and 0 < r["p50 us"] <= r["p99 us"], key
     get_dram, get_ssd = rows[(mode, "umbp", "get", "dram")], rows[(mode, "umbp", "get", "ssd")]
@@ -90,10 +144,36 @@ def test_bench_umbp_says_why_mooncake_is_missing(tmp_path):
     (shim / "store.py").write_text("raise ImportError('no store in this test')\n")
     out = tmp_path / "umbp.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "shim"), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-m", "mori.apps.cli", "bench", "umbp", "--modes", "local", "--tiers", "dram",
-                           "--sizes", "64K", "--batches", "2", "--iters", "3", "--budget", "0.01", "--exists-iters", "5",
-                           "--json", str(out)], capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL,
-                          env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mori.apps.cli",
+            "bench",
+            "umbp",
+            "--modes",
+            "local",
+            "--tiers",
+            "dram",
+            "--sizes",
+            "64K",
+            "--batches",
+            "2",
+            "--iters",
+            "3",
+            "--budget",
+            "0.01",
+            "--exists-iters",
+            "5",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(out.read_text())
     mc = doc["meta"]["engines"]["mooncake"]

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """UMBPHostMemAllocator: page alignment, huge pages with a truthful fallback, memfd-shared buffers
 another process can map, idempotent free, argument errors."""
+
 from __future__ import annotations
 
 import os

@@ -2,6 +2,7 @@
 """mori.umbp.UMBPClient in local mode: MORI's semantics (round trip, write-once, page-first K/V
 batches, batch_exists_consecutive), argument errors, DRAM eviction (watermarks, prefix depth,
 promote-on-read), SSD spill and read-back, the copy pipeline, shared-SSD roles, close()."""
+
 from __future__ import annotations
 
 import subprocess
@@ -229,9 +230,10 @@ def test_prefix_depth_eviction_order(window: int) -> None:
     depths[3] = -1  # no depth: counts as 0
     vals = [random_bytes(rng, value) for _ in range(15)]
     keys = [f"page{i}" for i in range(14)]
-    assert client.batch_put_from_ptr_with_depth(
-        keys, [v.ctypes.data for v in vals[:14]], [value] * 14, depths
-    ) == [True] * 14
+    assert (
+        client.batch_put_from_ptr_with_depth(keys, [v.ctypes.data for v in vals[:14]], [value] * 14, depths)
+        == [True] * 14
+    )
     assert client.put_from_ptr("trigger", vals[14].ctypes.data, value)
     gone = {i for i in range(14) if not client.exists(keys[i])}
     assert gone == _expected_evictions(depths, window, 4)

@@ -6,6 +6,7 @@ With the SSD tier on, nothing may be lost (and no put refused): every key put si
 bytes of its first put. With the SSD tier off, an evicted key may miss (and a later put may store
 it again), but a hit must return the bytes of some put of that key since the last clear, never
 anything else; a put may be refused when eviction cannot make room, and then stores nothing."""
+
 from __future__ import annotations
 
 import shutil
@@ -110,7 +111,9 @@ class LocalStoreModel(RuleBasedStateMachine):
     @rule(ks=st.lists(keys_st, min_size=1, max_size=8))
     def batch_get(self, ks: list[int]) -> None:
         outs = [np.zeros(key_size(k), dtype=np.uint8) for k in ks]
-        hits = self.client.batch_get_into_ptr([key_name(k) for k in ks], [o.ctypes.data for o in outs], [o.size for o in outs])
+        hits = self.client.batch_get_into_ptr(
+            [key_name(k) for k in ks], [o.ctypes.data for o in outs], [o.size for o in outs]
+        )
         for k, hit, out in zip(ks, hits, outs):
             self._check_read(k, hit, out)
 
@@ -156,8 +159,7 @@ class DramAndSsd(LocalStoreModel):
     with_ssd = True
 
 
-FUZZ = settings(max_examples=25, stateful_step_count=40, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=25, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TestDramOnly = DramOnly.TestCase
 TestDramOnly.settings = FUZZ
 TestDramAndSsd = DramAndSsd.TestCase

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The local store refuses GPU memory (skipped without CUDA): a device pointer is an argument
 error naming the argument, never a crash, and nothing is written."""
+
 from __future__ import annotations
 
 import numpy as np

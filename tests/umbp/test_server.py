@@ -2,6 +2,7 @@
 """MORI-UMBP's per-host server (StandaloneProcess mode): ranks sharing one server, a rank killed
 mid-batch, a server killed and restarted, strangers and garbage refused, two ranks auto-starting.
 """
+
 from __future__ import annotations
 
 import mmap
@@ -44,16 +45,28 @@ class ServerProcess:
 
     def __init__(self, address: str, log: Path):
         self.address = address
-        self.path = Path(address[len("unix://"):])
+        self.path = Path(address[len("unix://") :])
         self.log = log
         self.proc: Optional[subprocess.Popen] = None
 
     def start(self) -> "ServerProcess":
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "mori.umbp.server", "--address", self.address,
-                                          "--no-ssd", "--dram-capacity", "512MiB"],
-                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                         env=server_env())
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "mori.umbp.server",
+                    "--address",
+                    self.address,
+                    "--no-ssd",
+                    "--dram-capacity",
+                    "512MiB",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=server_env(),
+            )
         end = time.monotonic() + 30
         while not self._answers():
             assert self.proc.poll() is None, f"server exited early: {self.log.read_text()}"
@@ -92,8 +105,13 @@ def server(sockdir: Path, tmp_path: Path) -> Iterator[ServerProcess]:
 
 def launch(*args: str, log: Path) -> subprocess.Popen:
     out = open(log, "wb")
-    p = subprocess.Popen([sys.executable, str(PROGRAM), *args], stdin=subprocess.DEVNULL, stdout=out,
-                         stderr=subprocess.STDOUT, env=server_env())
+    p = subprocess.Popen(
+        [sys.executable, str(PROGRAM), *args],
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=server_env(),
+    )
     out.close()
     return p
 
@@ -170,7 +188,7 @@ def test_dead_or_stopped_server_is_an_error_within_the_deadline(server: ServerPr
     assert c.put_from_ptr("after", h.ptr + 8192, 65536)  # the region was handed over again
     out = np.zeros(65536, np.uint8)
     assert c.get_into_ptr("after", int(out.ctypes.data), out.nbytes)
-    assert np.array_equal(out, buf[8192:8192 + 65536])
+    assert np.array_equal(out, buf[8192 : 8192 + 65536])
 
     os.kill(server.proc.pid, signal.SIGSTOP)  # alive but not answering
     wait_stopped(server.proc.pid)
@@ -253,8 +271,7 @@ def test_every_call_goes_through_the_server(server: ServerProcess) -> None:
     local.close()
 
 
-def frame(op: int, payload: bytes = b"", req: int = 1, *, length: Optional[int] = None,
-          magic: int = MAGIC) -> bytes:
+def frame(op: int, payload: bytes = b"", req: int = 1, *, length: Optional[int] = None, magic: int = MAGIC) -> bytes:
     return FRAME.pack(magic, VERSION, op, req, 0, len(payload) if length is None else length) + payload
 
 
@@ -371,15 +388,17 @@ def test_other_users_are_refused(tmp_path: Path) -> None:
     try:
         path = d / "s.sock"
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-        probe = ("import socket,struct,sys\n"
-                 "s=socket.socket(socket.AF_UNIX)\n"
-                 "try:\n s.connect(sys.argv[1])\n"
-                 "except PermissionError:\n print('EACCES'); sys.exit(0)\n"
-                 "try:\n"  # the server may have refused and closed before this arrives
-                 f" s.sendall(struct.pack('<IHHQII',{MAGIC},{VERSION},{OP_PING},1,0,0))\n"
-                 "except OSError:\n pass\n"
-                 "h=s.recv(24); m,v,o,i,st,n=struct.unpack('<IHHQII',h); b=s.recv(n)\n"
-                 "print('STATUS',st,b.decode()); print('EOF', s.recv(1)==b'')\n")
+        probe = (
+            "import socket,struct,sys\n"
+            "s=socket.socket(socket.AF_UNIX)\n"
+            "try:\n s.connect(sys.argv[1])\n"
+            "except PermissionError:\n print('EACCES'); sys.exit(0)\n"
+            "try:\n"  # the server may have refused and closed before this arrives
+            f" s.sendall(struct.pack('<IHHQII',{MAGIC},{VERSION},{OP_PING},1,0,0))\n"
+            "except OSError:\n pass\n"
+            "h=s.recv(24); m,v,o,i,st,n=struct.unpack('<IHHQII',h); b=s.recv(n)\n"
+            "print('STATUS',st,b.decode()); print('EOF', s.recv(1)==b'')\n"
+        )
         cmd = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", probe, str(path)]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
         assert out.stdout.strip() == "EACCES", out.stdout + out.stderr  # the 0600 socket keeps it out
@@ -415,9 +434,15 @@ def test_two_ranks_auto_starting_end_with_one_server(sockdir: Path, tmp_path: Pa
     procs = []
     for r in range(2):
         out = open(tmp_path / f"race{r}.log", "wb")
-        procs.append(subprocess.Popen([sys.executable, str(PROGRAM), "race", address, str(r), str(sync)],
-                                      stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                      env=server_env(env)))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(PROGRAM), "race", address, str(r), str(sync)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=server_env(env),
+            )
+        )
         out.close()
     try:
         for r, p in enumerate(procs):

@@ -10,6 +10,7 @@ x bf16 x 5 layers = 368,640 B, one key per page, ``{hash}__k``) and an MHA model
 (two keys per page, ``{hash}_{tp}_k`` / ``{hash}_{tp}_v``). Every page holds fresh random bits and
 every get is checked bit for bit.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -61,12 +62,16 @@ class PageFirstMLAPool:
 
     is_mla = True
 
-    def __init__(self, buffer: "torch.Tensor", pages: int, page_size: int = 64, layers: int = 5,
-                 kv_cache_dim: int = 512 + 64) -> None:
+    def __init__(
+        self, buffer: "torch.Tensor", pages: int, page_size: int = 64, layers: int = 5, kv_cache_dim: int = 512 + 64
+    ) -> None:
         self.page_size, self.layers, self.dim = page_size, layers, kv_cache_dim
         self.size = pages * page_size
-        self.kv_buffer = buffer[: self.size * layers * kv_cache_dim * 2].view(torch.bfloat16).view(
-            self.size, layers, 1, kv_cache_dim)
+        self.kv_buffer = (
+            buffer[: self.size * layers * kv_cache_dim * 2]
+            .view(torch.bfloat16)
+            .view(self.size, layers, 1, kv_cache_dim)
+        )
 
     def page_bytes(self) -> int:
         return self.layers * self.page_size * self.dim * 2
@@ -78,7 +83,7 @@ class PageFirstMLAPool:
         return ptrs, [self.page_bytes()] * len(ptrs)
 
     def page(self, p: int) -> "torch.Tensor":
-        return self.kv_buffer[p * self.page_size:(p + 1) * self.page_size]
+        return self.kv_buffer[p * self.page_size : (p + 1) * self.page_size]
 
 
 class PageFirstMHAPool:
@@ -87,8 +92,15 @@ class PageFirstMHAPool:
 
     is_mla = False
 
-    def __init__(self, buffer: "torch.Tensor", pages: int, page_size: int = 16, layers: int = 4, heads: int = 8,
-                 head_dim: int = 64) -> None:
+    def __init__(
+        self,
+        buffer: "torch.Tensor",
+        pages: int,
+        page_size: int = 16,
+        layers: int = 4,
+        heads: int = 8,
+        head_dim: int = 64,
+    ) -> None:
         self.page_size, self.layers, self.heads, self.head_dim = page_size, layers, heads, head_dim
         self.size = pages * page_size
         n = 2 * self.size * layers * heads * head_dim
@@ -108,7 +120,7 @@ class PageFirstMHAPool:
         return ptrs, [self.page_bytes()] * len(ptrs)
 
     def page(self, p: int) -> "torch.Tensor":
-        return self.kv_buffer[:, p * self.page_size:(p + 1) * self.page_size]
+        return self.kv_buffer[:, p * self.page_size : (p + 1) * self.page_size]
 
 
 class HiCacheUmbpCalls:
@@ -129,7 +141,7 @@ class HiCacheUmbpCalls:
 
     def per_page(self, results: list[bool]) -> list[bool]:
         k = self.keys_per_page
-        return [all(results[i:i + k]) for i in range(0, len(results), k)]
+        return [all(results[i : i + k]) for i in range(0, len(results), k)]
 
     def batch_set_v1(self, keys: list[str], pages: list[int], prefix_keys: Optional[list[str]] = None) -> list[bool]:
         indices = self.host_indices(pages)
@@ -182,8 +194,9 @@ def local_config(storage_dir: str, dram_bytes: int):
 def make_pool(kind: str, pages: int, backing=None):
     page = MLA_PAGE_BYTES if kind == "mla" else 2 * 4 * 16 * 8 * 64 * 2
     allocator = umbp.UMBPHostMemAllocator()
-    buf = HostBuffer.alloc(allocator, pages * page, backing if backing is not None else
-                           umbp.UMBPHostBufferBacking.Anonymous)
+    buf = HostBuffer.alloc(
+        allocator, pages * page, backing if backing is not None else umbp.UMBPHostBufferBacking.Anonymous
+    )
     pool = PageFirstMLAPool(buf.tensor, pages) if kind == "mla" else PageFirstMHAPool(buf.tensor, pages)
     assert pool.page_bytes() * (1 if kind == "mla" else 2) * pages <= buf.tensor.numel()
     return allocator, buf, pool
@@ -284,8 +297,13 @@ def test_sglang_sequence_mla_pages_from_ssd(tmp_path):
 def _server_missing() -> str:
     if not hasattr(umbp, "UMBPStandaloneProcessConfig"):
         return "mori.umbp has no UMBPStandaloneProcessConfig in this build"
-    proc = subprocess.run([sys.executable, "-m", "mori.apps.cli", "umbp-server", "--help"], capture_output=True,
-                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mori.apps.cli", "umbp-server", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     if proc.returncode != 0:
         return "this build's mori command has no umbp-server (umbp-server's work is not merged)"
     return ""
@@ -298,10 +316,25 @@ def umbp_server(tmp_path):
         pytest.skip(why)
     sock = tmp_path / "umbp.sock"
     log = open(tmp_path / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "mori.apps.cli", "umbp-server", "--address", f"unix://{sock}",
-                             "--dram-capacity", str(64 << 20), "--ssd-dir", str(tmp_path / "ssd"),
-                             "--ssd-capacity", str(256 << 20)],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mori.apps.cli",
+            "umbp-server",
+            "--address",
+            f"unix://{sock}",
+            "--dram-capacity",
+            str(64 << 20),
+            "--ssd-dir",
+            str(tmp_path / "ssd"),
+            "--ssd-capacity",
+            str(256 << 20),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 30
     while not sock.exists():
         assert proc.poll() is None, (tmp_path / "server.log").read_text()

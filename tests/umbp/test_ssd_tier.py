@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The SSD tier alone (mori._C.umbp._SsdTier): round trips, watermark reclaim, restart recovery,
 injected corruption, GC, one writer per directory, a reader following the writer, threads."""
+
 from __future__ import annotations
 
 import os
@@ -54,15 +55,15 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def _run_py(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_round_trip_sizes(tmp_path: Path, backend: str) -> None:
     rng = np.random.default_rng()
     sizes = [1, 7, 4095, 4096, 4097, 65 * KiB + 3, 360 * KiB, 4608 * KiB, 5 * MiB]
-    tier = _SsdTier(str(tmp_path / "ssd"), capacity_bytes=256 * MiB, segment_size_bytes=8 * MiB,
-                    io_backend=backend)
+    tier = _SsdTier(str(tmp_path / "ssd"), capacity_bytes=256 * MiB, segment_size_bytes=8 * MiB, io_backend=backend)
     assert tier.stats()["io_uring"] == (backend == "io_uring")
     assert tier.stats()["direct_io"] is False  # nothing written yet; pread never bypasses the cache
     values = _values(rng, sizes)
@@ -129,8 +130,14 @@ def test_bad_arguments_name_the_argument(tmp_path: Path) -> None:
 def test_capacity_pressure_drops_oldest_first(tmp_path: Path, backend: str) -> None:
     rng = np.random.default_rng()
     capacity = 8 * MiB
-    tier = _SsdTier(str(tmp_path / "ssd"), capacity_bytes=capacity, segment_size_bytes=1 * MiB,
-                    high_watermark=0.9, low_watermark=0.6, io_backend=backend)
+    tier = _SsdTier(
+        str(tmp_path / "ssd"),
+        capacity_bytes=capacity,
+        segment_size_bytes=1 * MiB,
+        high_watermark=0.9,
+        low_watermark=0.6,
+        io_backend=backend,
+    )
     n = 64
     values = _values(rng, [256 * KiB - int(rng.integers(0, 4096)) for _ in range(n)])
     keys = [f"p{i}" for i in range(n)]
@@ -225,8 +232,9 @@ def test_corruption_is_detected_counted_and_never_served(tmp_path: Path, backend
 
     blob = bytearray(seg.read_bytes())
     # A flipped header byte (the value size of c4): the scan skips the record.
-    header4 = next(p for p in range(0, len(blob), RECORD_ALIGN)
-                   if blob[p:p + 4] == b"UBMR" and blob[p + 64:p + 66] == b"c4")
+    header4 = next(
+        p for p in range(0, len(blob), RECORD_ALIGN) if blob[p : p + 4] == b"UBMR" and blob[p + 64 : p + 66] == b"c4"
+    )
     blob[header4 + 16] ^= 0x01
     # A truncated last record (c7): torn in the middle of its value.
     cut = value_at(7) + values[7].nbytes // 2
@@ -297,7 +305,11 @@ def test_reader_follows_a_writer_in_another_process(tmp_path: Path) -> None:
     """MORI's SharedSSDLeader/Follower: another process writes, this one reads the same directory."""
     d = tmp_path / "ssd"
     seed = int(np.random.default_rng().integers(1 << 31))
-    writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import sys, time, numpy as np
         from mori._C.umbp import _SsdTier
         rng = np.random.default_rng({seed})
@@ -317,7 +329,12 @@ def test_reader_follows_a_writer_in_another_process(tmp_path: Path) -> None:
             else:
                 ok = t.remove(key)
             print(ok, flush=True)
-    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    """),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     rng = np.random.default_rng(seed)
 
     def ask(cmd: str, key: str) -> None:
@@ -402,11 +419,19 @@ def test_write_error_leaves_nothing_visible(tmp_path: Path) -> None:
 
 def test_threads_write_and_read_at_once(tmp_path: Path, backend: str) -> None:
     rng = np.random.default_rng()
-    tier = _SsdTier(str(tmp_path / "ssd"), capacity_bytes=256 * MiB, segment_size_bytes=2 * MiB,
-                    io_backend=backend, durability="relaxed")
+    tier = _SsdTier(
+        str(tmp_path / "ssd"),
+        capacity_bytes=256 * MiB,
+        segment_size_bytes=2 * MiB,
+        io_backend=backend,
+        durability="relaxed",
+    )
     per_thread = 40
-    values = {f"t{t}-{i}": rng.integers(0, 256, size=int(rng.integers(1, 70_000)), dtype=np.uint8)
-              for t in range(4) for i in range(per_thread)}
+    values = {
+        f"t{t}-{i}": rng.integers(0, 256, size=int(rng.integers(1, 70_000)), dtype=np.uint8)
+        for t in range(4)
+        for i in range(per_thread)
+    }
     errors: list[str] = []
 
     def worker(t: int) -> None:
@@ -453,7 +478,7 @@ def test_random_operations_match_a_dict_across_restarts(tmp_path: Path, durabili
     model: dict[str, np.ndarray] = {}
     names = [f"m{i}" for i in range(40)]
     for step in range(300):
-        op = rng.choice(["write", "batch", "remove", "read", "restart", "clear"], p=[.3, .1, .2, .3, .07, .03])
+        op = rng.choice(["write", "batch", "remove", "read", "restart", "clear"], p=[0.3, 0.1, 0.2, 0.3, 0.07, 0.03])
         key = str(rng.choice(names))
         if op == "write":
             v = rng.integers(0, 256, size=int(rng.integers(1, 20_000)), dtype=np.uint8)
@@ -497,15 +522,16 @@ def test_random_operations_under_pressure_never_serve_stale_or_removed_values(tm
     capacity = 4 * MiB
 
     def open_tier() -> _SsdTier:
-        return _SsdTier(d, capacity_bytes=capacity, segment_size_bytes=256 * KiB, enable_background_gc=True,
-                        durability="relaxed")
+        return _SsdTier(
+            d, capacity_bytes=capacity, segment_size_bytes=256 * KiB, enable_background_gc=True, durability="relaxed"
+        )
 
     tier = open_tier()
     model: dict[str, np.ndarray] = {}  # what a hit must return
     names = [f"q{i}" for i in range(150)]
     evicted = 0
     for step in range(400):
-        op = rng.choice(["write", "remove", "read", "restart"], p=[.45, .2, .33, .02])
+        op = rng.choice(["write", "remove", "read", "restart"], p=[0.45, 0.2, 0.33, 0.02])
         key = str(rng.choice(names))
         if op == "write":
             v = rng.integers(0, 256, size=int(rng.integers(1, 120_000)), dtype=np.uint8)

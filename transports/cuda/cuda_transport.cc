@@ -76,7 +76,8 @@ std::string CudaTransport::export_handle(void* base) {
 }
 
 void CudaTransport::connect_region(MemRegion& region, int pe) {
-  if (region.kind != MemKind::kDevice) raise(Status::kUnavailable, "cuda transport maps device regions only (region %d)", region.id);
+  if (region.kind != MemKind::kDevice)
+    raise(Status::kUnavailable, "cuda transport maps device regions only (region %d)", region.id);
   if (region.mapped.size() < region.remote_bases.size()) region.mapped.resize(region.remote_bases.size(), nullptr);
   if (pe == my_pe_) {
     region.mapped[pe] = region.local_base;
@@ -209,8 +210,10 @@ class CudaCandidate : public TransportCandidate {
     if (!ctx_.topology.same_node(pe, ctx_.my_pe()) || ctx_.settings.disable_p2p) return false;
     int d = ordinal_of(all_[pe].uuid, count_);
     int can = 0;
-    if (d == ctx_.cuda_device) can = 1;
-    else if (d >= 0) MORI_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, ctx_.cuda_device, d));
+    if (d == ctx_.cuda_device)
+      can = 1;
+    else if (d >= 0)
+      MORI_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, ctx_.cuda_device, d));
     if (!can)
       MORI_LOG(kInfo, "CUDA", "PE %d's GPU (device %d there) is not P2P-reachable from device %d", pe, all_[pe].device,
                ctx_.cuda_device);

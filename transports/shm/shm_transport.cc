@@ -11,8 +11,8 @@
 namespace mori {
 
 const char* amo_name(AmoOp op) {
-  static const char* names[] = {"fetch", "set", "swap",      "compare_swap", "add", "fetch_add",
-                                "and",   "fetch_and", "or", "fetch_or",     "xor", "fetch_xor"};
+  static const char* names[] = {"fetch", "set",       "swap", "compare_swap", "add", "fetch_add",
+                                "and",   "fetch_and", "or",   "fetch_or",     "xor", "fetch_xor"};
   return names[static_cast<int>(op)];
 }
 
@@ -42,11 +42,13 @@ T amo_typed(T* p, AmoOp op, T v, T cmp) {
 
 uint64_t apply_amo(void* addr, AmoOp op, int width, uint64_t operand, uint64_t compare) {
   if (width == 8) {
-    if (reinterpret_cast<uintptr_t>(addr) % 8) raise(Status::kInvalidArgument, "64-bit atomic on unaligned address %p", addr);
+    if (reinterpret_cast<uintptr_t>(addr) % 8)
+      raise(Status::kInvalidArgument, "64-bit atomic on unaligned address %p", addr);
     return amo_typed<uint64_t>(static_cast<uint64_t*>(addr), op, operand, compare);
   }
   if (width == 4) {
-    if (reinterpret_cast<uintptr_t>(addr) % 4) raise(Status::kInvalidArgument, "32-bit atomic on unaligned address %p", addr);
+    if (reinterpret_cast<uintptr_t>(addr) % 4)
+      raise(Status::kInvalidArgument, "32-bit atomic on unaligned address %p", addr);
     return amo_typed<uint32_t>(static_cast<uint32_t*>(addr), op, static_cast<uint32_t>(operand),
                                static_cast<uint32_t>(compare));
   }

@@ -18,8 +18,7 @@ namespace mori {
 
 class ShmTransport : public Transport {
  public:
-  explicit ShmTransport(int my_pe, int n_pes)
-      : my_pe_(my_pe), doorbells_(n_pes, nullptr), unrung_(new Unrung[n_pes]) {}
+  explicit ShmTransport(int my_pe, int n_pes) : my_pe_(my_pe), doorbells_(n_pes, nullptr), unrung_(new Unrung[n_pes]) {}
   const char* name() const override { return "shm"; }
   bool rings_on_delivery() const override { return true; }
 

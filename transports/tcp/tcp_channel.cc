@@ -42,10 +42,9 @@ const char* hello_refusal(HelloStatus s) {
 
 }  // namespace
 
-TcpChannel::TcpChannel(int my_pe, int peer, const std::string& ip, int port, const JobSecret& secret,
-                       double timeout_s, uint32_t hello_flags)
-    : my_pe_(my_pe), peer_(peer), address_(ip + ":" + std::to_string(port)), timeout_s_(timeout_s),
-      rbuf_(64 * 1024) {
+TcpChannel::TcpChannel(int my_pe, int peer, const std::string& ip, int port, const JobSecret& secret, double timeout_s,
+                       uint32_t hello_flags)
+    : my_pe_(my_pe), peer_(peer), address_(ip + ":" + std::to_string(port)), timeout_s_(timeout_s), rbuf_(64 * 1024) {
   const double deadline = net::now() + timeout_s;
   Hello h{};
   std::memcpy(h.magic, kHelloMagic, sizeof(h.magic));
@@ -72,12 +71,12 @@ TcpChannel::TcpChannel(int my_pe, int peer, const std::string& ip, int port, con
       raise(Status::kRemote, "PE %d: tcp handshake with PE %d at %s failed: %s", my_pe, peer, address_.c_str(),
             e.what());
     raise(e.status(),
-          "PE %d cannot reach PE %d over tcp at %s: %s (set MORI_SOCKET_IFNAME to an interface the hosts share)",
-          my_pe, peer, address_.c_str(), e.what());
+          "PE %d cannot reach PE %d over tcp at %s: %s (set MORI_SOCKET_IFNAME to an interface the hosts share)", my_pe,
+          peer, address_.c_str(), e.what());
   } catch (const Error& e) {
     raise(e.status(),
-          "PE %d cannot reach PE %d over tcp at %s: %s (set MORI_SOCKET_IFNAME to an interface the hosts share)",
-          my_pe, peer, address_.c_str(), e.what());
+          "PE %d cannot reach PE %d over tcp at %s: %s (set MORI_SOCKET_IFNAME to an interface the hosts share)", my_pe,
+          peer, address_.c_str(), e.what());
   }
   try {
     net::send_all(fd_.get(), &h, sizeof(h));
@@ -183,8 +182,9 @@ void TcpChannel::wait_io(bool want_write) {
   }
   if (rc > 0 && (p.revents & POLLOUT)) return;
   if (net::now() - last_progress_ > timeout_s_)
-    fail(format("no progress for %.0f s (the peer or its host stopped responding; MORI_BOOTSTRAP_TIMEOUT sets this limit)",
-                timeout_s_));
+    fail(format(
+        "no progress for %.0f s (the peer or its host stopped responding; MORI_BOOTSTRAP_TIMEOUT sets this limit)",
+        timeout_s_));
 }
 
 // ---------------------------------------------------------------- replies
@@ -346,8 +346,7 @@ void TcpChannel::get(uint32_t region, uint64_t offset, void* dst, size_t n, bool
   if (!nbi) wait_for(last);
 }
 
-uint64_t TcpChannel::atomic(uint32_t region, uint64_t offset, AmoOp op, int width, uint64_t operand,
-                            uint64_t compare) {
+uint64_t TcpChannel::atomic(uint32_t region, uint64_t offset, AmoOp op, int width, uint64_t operand, uint64_t compare) {
   std::lock_guard<std::mutex> lock(mu_);
   Request rq{};
   rq.op = static_cast<uint8_t>(Op::kAmo);

@@ -89,9 +89,9 @@ class TcpChannel {
   std::string failure_;  // written once, before failed_ is set
 
   uint64_t next_seq_ = 1;
-  uint64_t completed_ = 0;      // highest seq whose reply has been processed
-  uint64_t last_unacked_ = 0;   // highest seq sent without a reply expected
-  uint64_t last_replied_ = 0;   // highest seq sent that expects a reply
+  uint64_t completed_ = 0;     // highest seq whose reply has been processed
+  uint64_t last_unacked_ = 0;  // highest seq sent without a reply expected
+  uint64_t last_replied_ = 0;  // highest seq sent that expects a reply
   std::deque<Pending> pending_;
   std::vector<std::string> errors_;  // error replies not yet reported to the caller
   double last_progress_ = 0;

@@ -52,17 +52,17 @@ static_assert(sizeof(Hello) == 32);
 
 enum class HelloStatus : uint8_t {
   kOk = 0,
-  kRefused = 1,     // not a MORI tcp hello (a wrong secret never gets this far)
-  kWrongPe = 2,     // to_pe is not this PE, or from_pe is out of range
-  kDuplicate = 3,   // that PE already has a primary connection
+  kRefused = 1,    // not a MORI tcp hello (a wrong secret never gets this far)
+  kWrongPe = 2,    // to_pe is not this PE, or from_pe is out of range
+  kDuplicate = 3,  // that PE already has a primary connection
   kBadVersion = 4,
-  kBusy = 5,        // too many authenticated connections
+  kBusy = 5,  // too many authenticated connections
 };
 
 struct HelloReply {
   uint8_t status;  // HelloStatus
   uint8_t pad[3];
-  int32_t pe;      // the target's PE number
+  int32_t pe;  // the target's PE number
   uint64_t max_chunk;
 };
 static_assert(sizeof(HelloReply) == 16);
@@ -99,10 +99,10 @@ static_assert(sizeof(Request) == 64);
 
 enum class ReplyStatus : uint8_t {
   kOk = 0,
-  kOutOfBounds = 1,    // (region, offset, length) is not inside registered memory
-  kBadRegion = 2,      // no such region, or not reachable over tcp (device memory)
-  kBadRequest = 3,     // malformed: unknown op, bad width/alignment/op code
-  kTooLarge = 4,       // length above kMaxChunk; the target closes the connection
+  kOutOfBounds = 1,  // (region, offset, length) is not inside registered memory
+  kBadRegion = 2,    // no such region, or not reachable over tcp (device memory)
+  kBadRequest = 3,   // malformed: unknown op, bad width/alignment/op code
+  kTooLarge = 4,     // length above kMaxChunk; the target closes the connection
 };
 
 struct Reply {
@@ -111,7 +111,7 @@ struct Reply {
   uint8_t pad[2];
   uint32_t length;  // bytes that follow: get data (status kOk) or error text
   uint64_t seq;
-  uint64_t value;   // old value of a fetching atomic
+  uint64_t value;  // old value of a fetching atomic
 };
 static_assert(sizeof(Reply) == 24);
 

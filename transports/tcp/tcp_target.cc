@@ -67,10 +67,8 @@ bool is_fetching(AmoOp op) {
     case AmoOp::kFetchAdd:
     case AmoOp::kFetchAnd:
     case AmoOp::kFetchOr:
-    case AmoOp::kFetchXor:
-      return true;
-    default:
-      return false;
+    case AmoOp::kFetchXor: return true;
+    default: return false;
   }
 }
 
@@ -84,7 +82,8 @@ TcpTarget::TcpTarget(Options options)
   o.subsys = "TCP";
   o.max_pending = kMaxPending;
   o.pending_lifetime_s = std::min(10.0, opt_.timeout_s) + 1;  // a backstop: handshake() gives up first
-  acceptor_ = std::make_unique<net::Acceptor>(std::move(listen_fd), std::move(o), [this](net::Connection& c) { serve(c); });
+  acceptor_ =
+      std::make_unique<net::Acceptor>(std::move(listen_fd), std::move(o), [this](net::Connection& c) { serve(c); });
 }
 
 TcpTarget::~TcpTarget() { stop(); }
@@ -115,8 +114,8 @@ int TcpTarget::handshake(net::Connection& conn, bool* primary) {
   if (!auth::server_handshake(fd, opt_.secret.data(), opt_.secret.size(), kAuthLabel, deadline)) {
     if (!conn.evicted())
       MORI_LOG_LIMITED(refusals_log_, kWarn, "TCP",
-                       "PE %d refused a tcp connection from %s: it could not prove it holds the job secret",
-                       opt_.my_pe, conn.peer().c_str());
+                       "PE %d refused a tcp connection from %s: it could not prove it holds the job secret", opt_.my_pe,
+                       conn.peer().c_str());
     return -1;
   }
   if (!conn.admit()) return -1;
@@ -213,8 +212,8 @@ char* TcpTarget::locate(uint32_t region, uint64_t offset, uint64_t length, int p
   }
   if (it == regions_.end()) {
     *status = ReplyStatus::kBadRegion;
-    *error = format("PE %d refused %s from PE %d: no symmetric region %u is registered", opt_.my_pe, what, peer,
-                    region);
+    *error =
+        format("PE %d refused %s from PE %d: no symmetric region %u is registered", opt_.my_pe, what, peer, region);
     return nullptr;
   }
   const Exposed& r = it->second;
@@ -258,8 +257,8 @@ bool TcpTarget::handle(int fd, SocketReader& in, const Request& rq, int peer, bo
                                  &error)) != nullptr &&
                    reinterpret_cast<uintptr_t>(sig) % 8) {
           status = ReplyStatus::kBadRequest;
-          error = format("PE %d refused a put_signal from PE %d: signal offset %llu is not 8-byte aligned",
-                         opt_.my_pe, peer, static_cast<unsigned long long>(rq.signal_offset));
+          error = format("PE %d refused a put_signal from PE %d: signal offset %llu is not 8-byte aligned", opt_.my_pe,
+                         peer, static_cast<unsigned long long>(rq.signal_offset));
           sig = nullptr;
         }
       }
@@ -319,12 +318,8 @@ bool TcpTarget::handle(int fd, SocketReader& in, const Request& rq, int peer, bo
       send_error(fd, rq, status, error);
       return true;
     }
-    case Op::kFlush:
-      send_reply(fd, rq, ReplyStatus::kOk);
-      return true;
-    case Op::kBye:
-      *bye = true;
-      return true;
+    case Op::kFlush: send_reply(fd, rq, ReplyStatus::kOk); return true;
+    case Op::kBye: *bye = true; return true;
   }
   send_error(fd, rq, ReplyStatus::kBadRequest,
              format("PE %d refused a request from PE %d: unknown op %d", opt_.my_pe, peer, rq.op));

@@ -37,7 +37,7 @@ class TcpTarget {
     int n_pes = 1;
     JobSecret secret{};
     std::string bind_ip = "0.0.0.0";
-    double timeout_s = 120;            // liveness budget of connections (keepalive, handshakes)
+    double timeout_s = 120;  // liveness budget of connections (keepalive, handshakes)
     // Called after remote data lands in [offset, offset + length) of `region` (rings the doorbell).
     std::function<void(uint32_t region, uint64_t offset, uint64_t length)> on_write;
   };

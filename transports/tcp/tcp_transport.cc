@@ -45,8 +45,7 @@ std::unique_ptr<TcpTransport> TcpTransport::create(Bootstrap& bootstrap, const T
   auto ports = bootstrap.allgather_values(port);
   for (int pe = 0; pe < n; ++pe) t->endpoints_[pe] = std::string(topology.pe(pe).ip) + ":" + std::to_string(ports[pe]);
   for (int pe : tcp_peers)
-    t->channels_.at(pe) =
-        std::make_unique<tcp::TcpChannel>(me, pe, topology.pe(pe).ip, ports[pe], secret, timeout_s);
+    t->channels_.at(pe) = std::make_unique<tcp::TcpChannel>(me, pe, topology.pe(pe).ip, ports[pe], secret, timeout_s);
   MORI_LOG(kInfo, "TCP", "PE %d: tcp listener %s, %zu tcp peers", me, t->endpoints_[me].c_str(), tcp_peers.size());
   return t;
 }
@@ -124,9 +123,7 @@ int TcpTransport::dead_peer() const {
   return -1;
 }
 
-std::string TcpTransport::endpoint(int pe) const {
-  return pe >= 0 && pe < n_pes_ ? endpoints_[pe] : std::string();
-}
+std::string TcpTransport::endpoint(int pe) const { return pe >= 0 && pe < n_pes_ ? endpoints_[pe] : std::string(); }
 
 namespace {
 

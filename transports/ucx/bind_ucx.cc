@@ -32,7 +32,8 @@ void bind_ucx(py::module_& m) {
       },
       py::arg("report"),
       "(resource, roles) of each distinct transport/device in ucp_ep_print_info's lane lines, in lane order.");
-  m.def("describe_lanes",
-        [](const std::string& report) { return mori::ucx::describe_lanes(mori::ucx::parse_endpoint_lanes(report)); },
-        py::arg("report"), "The lanes of an endpoint report as `mori info` prints them.");
+  m.def(
+      "describe_lanes",
+      [](const std::string& report) { return mori::ucx::describe_lanes(mori::ucx::parse_endpoint_lanes(report)); },
+      py::arg("report"), "The lanes of an endpoint report as `mori info` prints them.");
 }

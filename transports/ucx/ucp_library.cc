@@ -32,8 +32,10 @@ bool resolve(void* lib, const char* name, F& slot, std::string& why) {
 void load_into(Loaded& l) {
   std::string chosen = env::current().ucx_library;
   std::vector<std::string> names;
-  if (!chosen.empty()) names.push_back(chosen);
-  else names = {"libucp.so.0", "libucp.so"};
+  if (!chosen.empty())
+    names.push_back(chosen);
+  else
+    names = {"libucp.so.0", "libucp.so"};
   void* lib = nullptr;
   std::string tried;
   for (auto& n : names) {
@@ -51,20 +53,46 @@ void load_into(Loaded& l) {
   Ucp& u = l.ucp;
   std::string miss;
 #define MORI_UCP_SYM(field) resolve(lib, "ucp_" #field, u.field, miss)
-  MORI_UCP_SYM(config_read); MORI_UCP_SYM(config_release); MORI_UCP_SYM(config_modify);
-  MORI_UCP_SYM(init_version); MORI_UCP_SYM(cleanup); MORI_UCP_SYM(context_query);
-  MORI_UCP_SYM(context_print_info); MORI_UCP_SYM(get_version_string);
-  MORI_UCP_SYM(worker_create); MORI_UCP_SYM(worker_destroy); MORI_UCP_SYM(worker_get_address);
-  MORI_UCP_SYM(worker_release_address); MORI_UCP_SYM(worker_progress); MORI_UCP_SYM(worker_arm);
-  MORI_UCP_SYM(worker_get_efd); MORI_UCP_SYM(worker_signal); MORI_UCP_SYM(worker_fence);
-  MORI_UCP_SYM(worker_flush_nbx); MORI_UCP_SYM(worker_set_am_recv_handler);
-  MORI_UCP_SYM(ep_create); MORI_UCP_SYM(ep_close_nbx); MORI_UCP_SYM(ep_flush_nbx); MORI_UCP_SYM(ep_query);
-  MORI_UCP_SYM(ep_print_info); MORI_UCP_SYM(worker_print_info);
-  MORI_UCP_SYM(mem_map); MORI_UCP_SYM(mem_unmap); MORI_UCP_SYM(mem_query);
-  MORI_UCP_SYM(rkey_pack); MORI_UCP_SYM(rkey_buffer_release); MORI_UCP_SYM(ep_rkey_unpack);
-  MORI_UCP_SYM(rkey_destroy); MORI_UCP_SYM(put_nbx); MORI_UCP_SYM(get_nbx); MORI_UCP_SYM(atomic_op_nbx);
-  MORI_UCP_SYM(am_send_nbx); MORI_UCP_SYM(am_data_release); MORI_UCP_SYM(request_check_status);
-  MORI_UCP_SYM(request_free); MORI_UCP_SYM(request_cancel);
+  MORI_UCP_SYM(config_read);
+  MORI_UCP_SYM(config_release);
+  MORI_UCP_SYM(config_modify);
+  MORI_UCP_SYM(init_version);
+  MORI_UCP_SYM(cleanup);
+  MORI_UCP_SYM(context_query);
+  MORI_UCP_SYM(context_print_info);
+  MORI_UCP_SYM(get_version_string);
+  MORI_UCP_SYM(worker_create);
+  MORI_UCP_SYM(worker_destroy);
+  MORI_UCP_SYM(worker_get_address);
+  MORI_UCP_SYM(worker_release_address);
+  MORI_UCP_SYM(worker_progress);
+  MORI_UCP_SYM(worker_arm);
+  MORI_UCP_SYM(worker_get_efd);
+  MORI_UCP_SYM(worker_signal);
+  MORI_UCP_SYM(worker_fence);
+  MORI_UCP_SYM(worker_flush_nbx);
+  MORI_UCP_SYM(worker_set_am_recv_handler);
+  MORI_UCP_SYM(ep_create);
+  MORI_UCP_SYM(ep_close_nbx);
+  MORI_UCP_SYM(ep_flush_nbx);
+  MORI_UCP_SYM(ep_query);
+  MORI_UCP_SYM(ep_print_info);
+  MORI_UCP_SYM(worker_print_info);
+  MORI_UCP_SYM(mem_map);
+  MORI_UCP_SYM(mem_unmap);
+  MORI_UCP_SYM(mem_query);
+  MORI_UCP_SYM(rkey_pack);
+  MORI_UCP_SYM(rkey_buffer_release);
+  MORI_UCP_SYM(ep_rkey_unpack);
+  MORI_UCP_SYM(rkey_destroy);
+  MORI_UCP_SYM(put_nbx);
+  MORI_UCP_SYM(get_nbx);
+  MORI_UCP_SYM(atomic_op_nbx);
+  MORI_UCP_SYM(am_send_nbx);
+  MORI_UCP_SYM(am_data_release);
+  MORI_UCP_SYM(request_check_status);
+  MORI_UCP_SYM(request_free);
+  MORI_UCP_SYM(request_cancel);
 #undef MORI_UCP_SYM
   // ucs_status_string lives in libucs, a dependency of libucp: dlsym on libucp's handle
   // searches its dependencies; the soname is the fallback for unusual builds.
@@ -75,7 +103,8 @@ void load_into(Loaded& l) {
     if (!u.status_string && miss.empty()) miss = "symbol ucs_status_string missing (libucs)";
   }
   Dl_info info{};
-  void* any = u.get_version_string ? reinterpret_cast<void*>(u.get_version_string) : reinterpret_cast<void*>(u.init_version);
+  void* any =
+      u.get_version_string ? reinterpret_cast<void*>(u.get_version_string) : reinterpret_cast<void*>(u.init_version);
   if (any && dladdr(any, &info) && info.dli_fname)
     u.path = info.dli_fname;
   else

@@ -19,9 +19,7 @@ namespace mori::ucx {
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // How long a caller progresses for its own request before it sleeps, yielding between polls,
 // where PEs outnumber cores: a few round trips of a target that shares a core with others. 50 us
@@ -211,7 +209,7 @@ void UcpWorker::run() {
       continue;
     }
     ucs_status_t s = api_.worker_arm(worker_);
-    if (s == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress them first
+    if (s == UCS_ERR_BUSY) continue;                          // events arrived meanwhile: progress them first
     if (has_work_.load(std::memory_order_acquire)) continue;  // submitted before the arm: signalled already
     if (s != UCS_OK) {
       MORI_LOG(kError, "UCX", "%s: ucp_worker_arm: %s; progress thread polls", options_.owner.c_str(),

@@ -18,10 +18,10 @@ namespace mori::ucx {
 struct Ucp;
 
 struct NetChoice {
-  bool use_ucx = false;     // ucx for the network pairs
-  bool all_pairs = false;   // ucx-all: same-host pairs too
+  bool use_ucx = false;      // ucx for the network pairs
+  bool all_pairs = false;    // ucx-all: same-host pairs too
   const Ucp* api = nullptr;  // set when use_ucx
-  std::string reason;       // why this choice, for the log and `mori info`
+  std::string reason;        // why this choice, for the log and `mori info`
 };
 
 // Collective over `bootstrap`: every PE passes the setting and whether it has

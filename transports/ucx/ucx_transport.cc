@@ -130,8 +130,8 @@ std::unique_ptr<UcxTransport> UcxTransport::create(Bootstrap& bootstrap, const u
   auto addresses = allgather_blobs(bootstrap, t->worker_->address());
   for (int pe : ucx_peers) {
     ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.field_mask =
+        UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
     ep.address = reinterpret_cast<const ucp_address_t*>(addresses.at(pe).data());
     ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = &UcxTransport::on_ep_error;
@@ -278,8 +278,8 @@ void UcxTransport::expose_region(const MemRegion& region) {
              my_pe_, region.id, api_.version.c_str());
   } else if (region.size > 0) {
     ucp_mem_map_params_t mp{};
-    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                    UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    mp.field_mask =
+        UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
     mp.address = region.local_base;
     mp.length = region.size;
     mp.memory_type = device ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
@@ -332,9 +332,8 @@ ucp_rkey_h UcxTransport::rkey(int pe, const RemoteRef& r, const char* what) {
   ucp_rkey_h k = st ? st->rkeys.at(pe) : nullptr;
   if (!k) {
     if (region.kind == MemKind::kDevice)
-      raise(Status::kUnavailable,
-            "%s to PE %d: region %d is GPU memory, and UCX %s here has no CUDA memory support", what, pe, region.id,
-            api_.version.c_str());
+      raise(Status::kUnavailable, "%s to PE %d: region %d is GPU memory, and UCX %s here has no CUDA memory support",
+            what, pe, region.id, api_.version.c_str());
     raise(Status::kInternal, "%s to PE %d: region %d is not connected over ucx", what, pe, region.id);
   }
   return k;
@@ -411,14 +410,14 @@ uint64_t UcxTransport::atomic(int pe, RemoteRef target, AmoOp op, int width, uin
   uint64_t value = op == AmoOp::kFetch ? 0 : op == AmoOp::kCompareSwap ? compare : operand;
   uint64_t reply = op == AmoOp::kCompareSwap ? operand : 0;  // CSWAP: the new value goes in the reply buffer
   uint32_t value32 = static_cast<uint32_t>(value), reply32 = static_cast<uint32_t>(reply);
-  const bool wanted = op != AmoOp::kAdd && op != AmoOp::kAnd && op != AmoOp::kOr && op != AmoOp::kXor &&
-                      op != AmoOp::kSet;
+  const bool wanted =
+      op != AmoOp::kAdd && op != AmoOp::kAnd && op != AmoOp::kOr && op != AmoOp::kXor && op != AmoOp::kSet;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
   p.datatype = ucp_dt_make_contig(width);
   // Every op gets a reply buffer: one whose result nobody reads replies into sink_, so that
   // its request says when the target applied it (see posted_amos_).
-  p.reply_buffer = !wanted ? static_cast<void*>(&sink_)
+  p.reply_buffer = !wanted      ? static_cast<void*>(&sink_)
                    : width == 4 ? static_cast<void*>(&reply32)
                                 : static_cast<void*>(&reply);
   const void* buf = width == 4 ? static_cast<const void*>(&value32) : static_cast<const void*>(&value);
@@ -495,8 +494,8 @@ std::pair<ucs_status_ptr_t, ucs_status_ptr_t> UcxTransport::post_put_signal(int 
     a.reply_buffer = &sink_;
   }
   // UCP reads the operand when the call is made.
-  ucs_status_ptr_t sig = api_.atomic_op_nbx(e, op == SignalOp::kSet ? UCP_ATOMIC_OP_SWAP : UCP_ATOMIC_OP_ADD, &value,
-                                            1, remote_address(pe, signal), rkey(pe, signal, what), &a);
+  ucs_status_ptr_t sig = api_.atomic_op_nbx(e, op == SignalOp::kSet ? UCP_ATOMIC_OP_SWAP : UCP_ATOMIC_OP_ADD, &value, 1,
+                                            remote_address(pe, signal), rkey(pe, signal, what), &a);
   return {data, sig};
 }
 
@@ -527,9 +526,7 @@ void UcxTransport::notify(int pe, RemoteRef dst, const void* src, size_t n, Remo
   post_amo(sig, pe, "shmem_notify", notices_);
 }
 
-void UcxTransport::fence(int) {
-  ucx::check(api_, api_.worker_fence(worker_->worker()), "ucp_worker_fence");
-}
+void UcxTransport::fence(int) { ucx::check(api_, api_.worker_fence(worker_->worker()), "ucp_worker_fence"); }
 
 void UcxTransport::quiet() {
   wait_posted_amos();

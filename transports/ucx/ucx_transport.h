@@ -53,8 +53,7 @@ class UcxTransport : public Transport, private Progress {
   uint64_t atomic(int pe, RemoteRef target, AmoOp op, int width, uint64_t operand, uint64_t compare) override;
   void put_signal(int pe, RemoteRef dst, const void* src, size_t n, RemoteRef signal, uint64_t value, SignalOp op,
                   bool nbi) override;
-  void notify(int pe, RemoteRef dst, const void* src, size_t n, RemoteRef signal, uint64_t value,
-              SignalOp op) override;
+  void notify(int pe, RemoteRef dst, const void* src, size_t n, RemoteRef signal, uint64_t value, SignalOp op) override;
   void fence(int pe) override;
   void quiet() override;
 
@@ -132,8 +131,8 @@ class UcxTransport : public Transport, private Progress {
   void post_amo(ucs_status_ptr_t request, int pe, const char* what, std::deque<PostedAmo>& list);
   void post_amo(ucs_status_ptr_t request, int pe, const char* what) { post_amo(request, pe, what, posted_amos_); }
   void wait_posted_amos();
-  uint64_t sink_ = 0;                             // reply buffer of AMOs whose old value nobody reads
-  int32_t ping_[2], pong_[2];                     // heartbeat headers: (this PE, kind)
+  uint64_t sink_ = 0;          // reply buffer of AMOs whose old value nobody reads
+  int32_t ping_[2], pong_[2];  // heartbeat headers: (this PE, kind)
 };
 
 }  // namespace mori

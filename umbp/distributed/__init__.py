@@ -10,6 +10,7 @@ schedulers query. ``UMBPMasterClient`` is the scheduler-side client.
 The gRPC modules are generated at build time (``mori.umbp.proto``); without grpcio, grpcio-tools
 and protobuf importing this package raises an ImportError saying what to install.
 """
+
 from mori.umbp.proto import require as _require
 
 _require("umbp_pb2_grpc")  # fail here, clearly, when the build had no grpcio-tools

@@ -30,6 +30,7 @@ ADD events go in the heartbeat its commit wakes, and until they land the master 
 lookups of the new keys from the put's route, so a get routed anywhere after the put returns
 finds them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -72,9 +73,9 @@ class _Peer:
     address: str
     stub: object
     channel: object
-    arena: object = None     # MemoryDesc of its DRAM arena
-    staging: object = None   # MemoryDesc of its SSD staging buffer (None: no SSD tier)
-    staging_size: int = 0    # its bytes: the largest value it stages for a reader
+    arena: object = None  # MemoryDesc of its DRAM arena
+    staging: object = None  # MemoryDesc of its SSD staging buffer (None: no SSD tier)
+    staging_size: int = 0  # its bytes: the largest value it stages for a reader
 
 
 @dataclass
@@ -84,10 +85,10 @@ class _Location:
 
     node_id: str
     address: str
-    offset: int      # in the owner's DRAM arena
+    offset: int  # in the owner's DRAM arena
     size: int
-    checksum: int    # XXH3 of the value, taken by the owner at commit
-    expires: float   # time.monotonic()
+    checksum: int  # XXH3 of the value, taken by the owner at commit
+    expires: float  # time.monotonic()
 
 
 # Locations remembered per reader (LRU beyond this): ~200 bytes each.
@@ -118,7 +119,7 @@ class DistributedStats:
     """Counters of the routing layer (merged into ``stats()``)."""
 
     remote_puts: int = 0
-    pulled_puts: int = 0     # of remote_puts: read by their owner in the allocate call (no write, no commit RPC)
+    pulled_puts: int = 0  # of remote_puts: read by their owner in the allocate call (no write, no commit RPC)
     remote_put_bytes: int = 0
     remote_gets: int = 0
     remote_get_bytes: int = 0
@@ -129,8 +130,8 @@ class DistributedStats:
     remote_fetches_cached: int = 0
     location_cache_hits: int = 0
     location_cache_stale: int = 0
-    routed_location_reads: int = 0   # first reads at the place the master's route gave (no resolve)
-    routed_location_stale: int = 0   # ... that failed their checksum or the read: resolved instead
+    routed_location_reads: int = 0  # first reads at the place the master's route gave (no resolve)
+    routed_location_stale: int = 0  # ... that failed their checksum or the read: resolved instead
     full_syncs: int = 0
     heartbeats: int = 0
     quota_refused_puts: int = 0
@@ -145,8 +146,7 @@ def _check_batch(what: str, keys, ptrs, sizes) -> None:
     if isinstance(keys, (str, bytes)):
         raise InvalidArgument(f"{what}: keys must be a list of strings, not one string")
     if not (len(keys) == len(ptrs) == len(sizes)):
-        raise InvalidArgument(f"{what}: keys, ptrs and sizes differ in length ({len(keys)}, {len(ptrs)}, "
-                              f"{len(sizes)})")
+        raise InvalidArgument(f"{what}: keys, ptrs and sizes differ in length ({len(keys)}, {len(ptrs)}, {len(sizes)})")
     for k, p, s in zip(keys, ptrs, sizes):
         if not k or len(k.encode()) > _MAX_KEY:
             raise InvalidArgument(f"{what}: key {k[:64]!r} must be 1..{_MAX_KEY} bytes")
@@ -185,6 +185,7 @@ class DistributedUMBPClient(_UMBPClient):
         self._secret: Optional[bytes] = None
         if secret_hex:
             from mori.umbp.distributed.master_auth import secret_from_hex
+
             self._secret = secret_from_hex(secret_hex)
         self._cache_remote = bool(d.cache_remote_fetches)
         self._admission = int(d.cache_remote_admission)  # SIZE 0, NEVER 1, ALWAYS 2
@@ -199,18 +200,19 @@ class DistributedUMBPClient(_UMBPClient):
 
         # -- data plane: one engine, the arena and the staging buffers registered on it --------
         host = d.io_engine.host or _host_of(mc.node_address)
-        self._engine = IOEngine(f"umbp-{self._node_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}",
-                                IOEngineConfig(host, int(d.io_engine.port)))
+        self._engine = IOEngine(
+            f"umbp-{self._node_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}", IOEngineConfig(host, int(d.io_engine.port))
+        )
         self._engine.create_backend(BackendType.RDMA)  # tcp between hosts, direct on one host
         self._cpu = MemoryLocationType.CPU
         arena_ptr, arena_size, staging_ptr, staging_size, self._ssd_slot = self.peer_arena()
         self._arena_desc = self._engine.register_memory(arena_ptr, arena_size, -1, self._cpu)
-        self._ssd_staging_desc = (self._engine.register_memory(staging_ptr, staging_size, -1, self._cpu)
-                                  if staging_size else None)
+        self._ssd_staging_desc = (
+            self._engine.register_memory(staging_ptr, staging_size, -1, self._cpu) if staging_size else None
+        )
         self._alloc = _C.umbp.UMBPHostMemAllocator()
         self._staging = self._alloc.alloc(int(d.staging_buffer_size))  # for unregistered caller memory
-        self._staging_desc = self._engine.register_memory(self._staging.ptr, int(d.staging_buffer_size), -1,
-                                                          self._cpu)
+        self._staging_desc = self._engine.register_memory(self._staging.ptr, int(d.staging_buffer_size), -1, self._cpu)
         self._staging_lock = threading.Lock()
         self._staging_packed = self._staging_desc.pack()
         self._regions: list[_Region] = []
@@ -220,23 +222,40 @@ class DistributedUMBPClient(_UMBPClient):
 
         # -- the peer service ----------------------------------------------------------------
         from mori.umbp.distributed.peer_service import PeerDescriptors, PeerServer, PeerService
+
         self._engine_desc = self._engine.get_engine_desc().pack()
-        descs = PeerDescriptors(engine_desc=self._engine_desc,
-                                arena_desc=self._arena_desc.pack(),
-                                staging_desc=self._ssd_staging_desc.pack() if self._ssd_staging_desc else b"",
-                                staging_size=staging_size)
-        service = PeerService(self, descs, self._dram_lease_ms, self._ssd_lease_ms, on_commit=self._ship_async,
-                              register_engine=self._register_engine, pull=self._pull)
+        descs = PeerDescriptors(
+            engine_desc=self._engine_desc,
+            arena_desc=self._arena_desc.pack(),
+            staging_desc=self._ssd_staging_desc.pack() if self._ssd_staging_desc else b"",
+            staging_size=staging_size,
+        )
+        service = PeerService(
+            self,
+            descs,
+            self._dram_lease_ms,
+            self._ssd_lease_ms,
+            on_commit=self._ship_async,
+            register_engine=self._register_engine,
+            pull=self._pull,
+        )
         peer_host = host if host not in ("0.0.0.0", "") else "127.0.0.1"
-        self._server = PeerServer(service, "0.0.0.0" if host == "0.0.0.0" else peer_host,
-                                  int(d.peer_service_port), secret=self._secret)
+        self._server = PeerServer(
+            service, "0.0.0.0" if host == "0.0.0.0" else peer_host, int(d.peer_service_port), secret=self._secret
+        )
         self.peer_address = f"{peer_host}:{self._server.port}"
 
         # -- the control plane -----------------------------------------------------------------
         from mori.umbp.distributed.master_client import UMBPMasterClient
-        self._master = UMBPMasterClient(mc.master_address, mc.node_id, mc.node_address,
-                                        lookup_timeout_ms=int(self._timeout_s * 1000),
-                                        secret_hex=secret_hex or "", peer_address=self.peer_address)
+
+        self._master = UMBPMasterClient(
+            mc.master_address,
+            mc.node_id,
+            mc.node_address,
+            lookup_timeout_ms=int(self._timeout_s * 1000),
+            secret_hex=secret_hex or "",
+            peer_address=self.peer_address,
+        )
         self._tags = list(mc.tags)
         self._hb_lock = threading.Lock()  # one heartbeat at a time
         self._bundle_seq = 0
@@ -253,10 +272,13 @@ class DistributedUMBPClient(_UMBPClient):
         try:
             self._register()
         except Exception as exc:  # a master that is down now is retried by the heartbeat thread
-            log.warning("umbp %s: master %s unreachable at start (%s): serving locally until it answers",
-                        self._node_id, mc.master_address, exc)
-        self._hb_thread = threading.Thread(target=self._heartbeat_loop, name=f"umbp-hb-{self._node_id}",
-                                           daemon=True)
+            log.warning(
+                "umbp %s: master %s unreachable at start (%s): serving locally until it answers",
+                self._node_id,
+                mc.master_address,
+                exc,
+            )
+        self._hb_thread = threading.Thread(target=self._heartbeat_loop, name=f"umbp-hb-{self._node_id}", daemon=True)
         if mc.auto_heartbeat:
             self._hb_thread.start()
 
@@ -280,8 +302,9 @@ class DistributedUMBPClient(_UMBPClient):
         self._stats_lock = threading.Lock()
         self._quota_log_next = 0.0
         self._quota_refused_unlogged = 0
-        self._master = UMBPMasterClient(mc.master_address, mc.node_id, mc.node_address,
-                                        lookup_timeout_ms=int(setting("UMBP_LOOKUP_TIMEOUT_MS")))
+        self._master = UMBPMasterClient(
+            mc.master_address, mc.node_id, mc.node_address, lookup_timeout_ms=int(setting("UMBP_LOOKUP_TIMEOUT_MS"))
+        )
         self._master_backoff_until = 0.0
         self._backoff_s = 1.0
         self._peers_down: dict[str, float] = {}
@@ -294,12 +317,22 @@ class DistributedUMBPClient(_UMBPClient):
         s = _Native.stats(self)
         # The DRAM tier evicts its LRU values to make room by itself: what it can take is all but
         # what is pinned (being read or written, or waiting for its SSD copy).
-        caps = [pb.TierCapacity(tier=pb.TIER_DRAM, total_capacity_bytes=s["dram_capacity_bytes"],
-                                available_capacity_bytes=max(0, s["dram_capacity_bytes"] - s["dram_pinned_bytes"]),
-                                max_allocatable_bytes=s["dram_capacity_bytes"])]
+        caps = [
+            pb.TierCapacity(
+                tier=pb.TIER_DRAM,
+                total_capacity_bytes=s["dram_capacity_bytes"],
+                available_capacity_bytes=max(0, s["dram_capacity_bytes"] - s["dram_pinned_bytes"]),
+                max_allocatable_bytes=s["dram_capacity_bytes"],
+            )
+        ]
         if s["ssd_capacity_bytes"]:
-            caps.append(pb.TierCapacity(tier=pb.TIER_SSD, total_capacity_bytes=s["ssd_capacity_bytes"],
-                                        available_capacity_bytes=max(0, s["ssd_capacity_bytes"] - s["ssd_used_bytes"])))
+            caps.append(
+                pb.TierCapacity(
+                    tier=pb.TIER_SSD,
+                    total_capacity_bytes=s["ssd_capacity_bytes"],
+                    available_capacity_bytes=max(0, s["ssd_capacity_bytes"] - s["ssd_used_bytes"]),
+                )
+            )
         return caps
 
     def _register(self) -> None:
@@ -317,28 +350,48 @@ class DistributedUMBPClient(_UMBPClient):
         if self._need_full_sync:
             baseline_seq, keys = self.peer_snapshot()
             self._unacked.clear()  # their changes are in the snapshot
-            bundle = pb.EventBundle(seq=self._bundle_seq, events=[
-                pb.KvEvent(kind=pb.KvEvent.ADD, key=k, tier=int(t), size=z, offset=off, checksum=ck)
-                for k, t, z, off, ck in keys])
-            req = pb.HeartbeatRequest(node_id=self._node_id, bundles=[bundle], is_full_sync=True,
-                                      tier_capacities=self._capacities(), delta_seq_baseline=self._bundle_seq)
+            bundle = pb.EventBundle(
+                seq=self._bundle_seq,
+                events=[
+                    pb.KvEvent(kind=pb.KvEvent.ADD, key=k, tier=int(t), size=z, offset=off, checksum=ck)
+                    for k, t, z, off, ck in keys
+                ],
+            )
+            req = pb.HeartbeatRequest(
+                node_id=self._node_id,
+                bundles=[bundle],
+                is_full_sync=True,
+                tier_capacities=self._capacities(),
+                delta_seq_baseline=self._bundle_seq,
+            )
             with self._stats_lock:
                 self.dstats.full_syncs += 1
         else:
             events = self.peer_drain_events(0)
             if events:
                 self._bundle_seq += 1
-                bundle = pb.EventBundle(seq=self._bundle_seq, events=[
-                    pb.KvEvent(kind=pb.KvEvent.ADD if kind == 0 else pb.KvEvent.REMOVE, key=k, tier=int(t), size=z,
-                               offset=off, checksum=ck)
-                    for kind, k, t, z, _seq, off, ck in events])
+                bundle = pb.EventBundle(
+                    seq=self._bundle_seq,
+                    events=[
+                        pb.KvEvent(
+                            kind=pb.KvEvent.ADD if kind == 0 else pb.KvEvent.REMOVE,
+                            key=k,
+                            tier=int(t),
+                            size=z,
+                            offset=off,
+                            checksum=ck,
+                        )
+                        for kind, k, t, z, _seq, off, ck in events
+                    ],
+                )
                 if self._drop_next_bundle:
                     self._drop_next_bundle = False
                     log.warning("umbp %s: dropping event bundle %d (test hook)", self._node_id, bundle.seq)
                 else:
                     self._unacked.append(bundle)
-            req = pb.HeartbeatRequest(node_id=self._node_id, bundles=self._unacked, is_full_sync=False,
-                                      tier_capacities=self._capacities())
+            req = pb.HeartbeatRequest(
+                node_id=self._node_id, bundles=self._unacked, is_full_sync=False, tier_capacities=self._capacities()
+            )
         try:
             resp = self._master._call("Heartbeat", req)
             self._master_backoff_until = 0.0
@@ -375,9 +428,14 @@ class DistributedUMBPClient(_UMBPClient):
     def _register_inner_locked(self) -> None:
         # As _register, called with _hb_lock held: the snapshot goes with the next _ship.
         mc = self._config.distributed.master_config
-        req = pb.RegisterClientRequest(node_id=self._node_id, node_address=mc.node_address,
-                                       tier_capacities=self._capacities(), peer_address=self.peer_address,
-                                       engine_desc=self._engine.get_engine_desc().pack(), tags=self._tags)
+        req = pb.RegisterClientRequest(
+            node_id=self._node_id,
+            node_address=mc.node_address,
+            tier_capacities=self._capacities(),
+            peer_address=self.peer_address,
+            engine_desc=self._engine.get_engine_desc().pack(),
+            tags=self._tags,
+        )
         try:
             resp = self._master._call("RegisterClient", req)
         except Exception as exc:
@@ -449,6 +507,7 @@ class DistributedUMBPClient(_UMBPClient):
     # ---------------------------------------------------------------------------------------
     def _peer(self, node_id: str, address: str) -> _Peer:
         from mori.io import EngineDesc, MemoryDesc
+
         down_until = self._peers_down.get(node_id)
         if down_until is not None and time.monotonic() < down_until:
             # A peer that just failed is not dialled again at once: its keys are misses until the
@@ -458,10 +517,13 @@ class DistributedUMBPClient(_UMBPClient):
             p = self._peers.get(node_id)
             if p is not None and p.address == address and p.arena is not None:
                 return p
-        channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 256 << 20),
-                                                          ("grpc.max_send_message_length", 256 << 20)])
+        channel = grpc.insecure_channel(
+            address,
+            options=[("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20)],
+        )
         if self._secret is not None:
             from mori.umbp.distributed.master_auth import SigningInterceptor
+
             channel = grpc.intercept_channel(channel, SigningInterceptor(self._secret))
         stub = peer_grpc.UMBPPeerStub(channel)
         # Our engine's descriptor goes along: the peer registers it, so the notifications our
@@ -489,19 +551,27 @@ class DistributedUMBPClient(_UMBPClient):
         writer's registered memory (its packed MemoryDesc) into the arena, one MORI-IO batch read
         within seconds (at most UMBP_CALL_TIMEOUT_MS). True when all of them arrived."""
         from mori.io import MemoryDesc, StatusCode
+
         source = MemoryDesc.unpack(packed_source)
-        st = self._engine.batch_read([self._arena_desc], [[a for a, _s, _z in items]], [source],
-                                     [[s for _a, s, _z in items]], [[z for _a, _s, z in items]],
-                                     [self._engine.allocate_transfer_uid()])[0]
+        st = self._engine.batch_read(
+            [self._arena_desc],
+            [[a for a, _s, _z in items]],
+            [source],
+            [[s for _a, s, _z in items]],
+            [[z for _a, _s, z in items]],
+            [self._engine.allocate_transfer_uid()],
+        )[0]
         code = st.WaitFor(max(1, min(self._transfer_timeout_ms, int(seconds * 1000))))
         if code != StatusCode.SUCCESS:
-            log.warning("umbp %s: pulling %d put value(s) from their writer failed: %s", self._node_id, len(items),
-                        st.Message())
+            log.warning(
+                "umbp %s: pulling %d put value(s) from their writer failed: %s", self._node_id, len(items), st.Message()
+            )
         return code == StatusCode.SUCCESS
 
     def _register_engine(self, packed: bytes) -> None:
         """A caller's engine (GetPeerInfo), registered before it connects to ours."""
         from mori.io import EngineDesc
+
         self._engine.register_remote_engine(EngineDesc.unpack(packed))
 
     def _forget_peer(self, node_id: str) -> None:
@@ -524,8 +594,9 @@ class DistributedUMBPClient(_UMBPClient):
                 return
             self._quota_log_next = now + _QUOTA_LOG_INTERVAL_S
             count, self._quota_refused_unlogged = self._quota_refused_unlogged, 0
-        log.warning("umbp engine %s is at its quota of %d bytes: %d put(s) refused, not stored",
-                    self._node_id, quota, count)
+        log.warning(
+            "umbp engine %s is at its quota of %d bytes: %d put(s) refused, not stored", self._node_id, quota, count
+        )
 
     def _down(self, node_id: str) -> bool:
         """Whether the peer failed within its hold-off (not dialled, its keys misses)."""
@@ -614,8 +685,9 @@ class DistributedUMBPClient(_UMBPClient):
             self._peer_failed(p.node_id, p.address, "MORI-IO read" if read else "MORI-IO write", run.failure)
         return ok
 
-    def _run(self, run: "_TransferRun", read, local_mems, local_offs, remote_desc, remote_offs, sizes, groups,
-             ok) -> None:
+    def _run(
+        self, run: "_TransferRun", read, local_mems, local_offs, remote_desc, remote_offs, sizes, groups, ok
+    ) -> None:
         uids = [self._engine.allocate_transfer_uid() for _ in groups]
         fn = self._engine.batch_read if read else self._engine.batch_write
         try:
@@ -624,6 +696,7 @@ class DistributedUMBPClient(_UMBPClient):
             log.warning("umbp %s: transfer refused: %s", self._node_id, exc)
             return
         from mori.io import StatusCode
+
         for st, idx in zip(statuses, groups):
             code = st.WaitFor(max(1, int((run.deadline - time.monotonic()) * 1000)))
             if code == StatusCode.SUCCESS:
@@ -634,8 +707,9 @@ class DistributedUMBPClient(_UMBPClient):
             elif run.failure is None:
                 run.failure = st.Message() or f"no completion within UMBP_CALL_TIMEOUT_MS ({code})"
 
-    def _transfer_staged(self, run: "_TransferRun", read: bool, remote_desc, items, staged: list[int],
-                         ok: list[bool]) -> None:
+    def _transfer_staged(
+        self, run: "_TransferRun", read: bool, remote_desc, items, staged: list[int], ok: list[bool]
+    ) -> None:
         cap = int(self._config.distributed.staging_buffer_size)
         with self._staging_lock:
             pos = 0
@@ -664,9 +738,17 @@ class DistributedUMBPClient(_UMBPClient):
                     for i, off in batch:
                         ctypes.memmove(self._staging.ptr + off, items[i][0], items[i][2])
                 res = [False] * len(items)
-                self._run(run, read, [self._staging_desc], [[off for _, off in batch]], remote_desc,
-                          [[items[i][1] for i, _ in batch]], [[items[i][2] for i, _ in batch]],
-                          [[i for i, _ in batch]], res)
+                self._run(
+                    run,
+                    read,
+                    [self._staging_desc],
+                    [[off for _, off in batch]],
+                    remote_desc,
+                    [[items[i][1] for i, _ in batch]],
+                    [[items[i][2] for i, _ in batch]],
+                    [[i for i, _ in batch]],
+                    res,
+                )
                 for i, off in batch:
                     if res[i]:
                         if read:
@@ -713,9 +795,15 @@ class DistributedUMBPClient(_UMBPClient):
         for _attempt in range(3):
             if not todo:
                 break
-            resp = self._master_call("BatchRoutePut", pb.BatchRoutePutRequest(
-                node_id=self._node_id, keys=[keys[i] for i in todo], block_sizes=[sizes[i] for i in todo],
-                exclude_nodes=exclude))
+            resp = self._master_call(
+                "BatchRoutePut",
+                pb.BatchRoutePutRequest(
+                    node_id=self._node_id,
+                    keys=[keys[i] for i in todo],
+                    block_sizes=[sizes[i] for i in todo],
+                    exclude_nodes=exclude,
+                ),
+            )
             if resp is None:  # no master: this worker keeps them (shipped when the master is back)
                 local += todo
                 todo = []
@@ -810,7 +898,8 @@ class DistributedUMBPClient(_UMBPClient):
             try:
                 resp = p.stub.BatchAllocateSlots(
                     peer_pb.BatchAllocateSlotsRequest(entries=entries, source_descs=sources),
-                    timeout=self._timeout_s + read_s)
+                    timeout=self._timeout_s + read_s,
+                )
             except Exception as exc:  # noqa: BLE001
                 self._peer_failed(node_id, address, "BatchAllocateSlots", exc)
                 return [], None
@@ -839,9 +928,12 @@ class DistributedUMBPClient(_UMBPClient):
         written_here: list[int] = []
         try:
             if commit:
-                r = p.stub.BatchCommitSlots(peer_pb.BatchCommitSlotsRequest(entries=[
-                    peer_pb.BatchCommitSlotEntry(slot_id=s, key=keys[i]) for i, s in commit]),
-                    timeout=self._timeout_s)
+                r = p.stub.BatchCommitSlots(
+                    peer_pb.BatchCommitSlotsRequest(
+                        entries=[peer_pb.BatchCommitSlotEntry(slot_id=s, key=keys[i]) for i, s in commit]
+                    ),
+                    timeout=self._timeout_s,
+                )
                 for (i, _s), good in zip(commit, r.success):
                     if good:
                         stored.append(i)
@@ -875,8 +967,9 @@ class DistributedUMBPClient(_UMBPClient):
         if not miss:
             return ok
         sent = time.monotonic()
-        resp = self._master_call("BatchRouteGet", pb.BatchRouteGetRequest(
-            node_id=self._node_id, keys=[keys[i] for i in miss]))
+        resp = self._master_call(
+            "BatchRouteGet", pb.BatchRouteGetRequest(node_id=self._node_id, keys=[keys[i] for i in miss])
+        )
         if resp is None:
             return ok  # no master: misses (within the lookup deadline)
         # Where the owner's ADD event said each DRAM value lies (checksum 0: not known).
@@ -950,8 +1043,17 @@ class DistributedUMBPClient(_UMBPClient):
             while len(self._locations) > _LOCATION_CACHE_ENTRIES:
                 self._locations.popitem(last=False)
 
-    def _get_remote(self, node_id: str, address: str, idx: list[int], keys, ptrs, sizes,
-                    placed: Optional[dict[int, tuple[int, int]]] = None, routed_at: float = 0.0) -> list[int]:
+    def _get_remote(
+        self,
+        node_id: str,
+        address: str,
+        idx: list[int],
+        keys,
+        ptrs,
+        sizes,
+        placed: Optional[dict[int, tuple[int, int]]] = None,
+        routed_at: float = 0.0,
+    ) -> list[int]:
         """Reads the values of keys[idx] from one peer into the caller's memory; the indices read.
 
         placed: (arena offset, checksum) of the DRAM values whose place the master's route gave
@@ -979,8 +1081,9 @@ class DistributedUMBPClient(_UMBPClient):
         self._cache_fetched(got, keys, ptrs, sizes)
         return got
 
-    def _get_placed(self, p: _Peer, idx: list[int], keys, ptrs, sizes, placed: dict[int, tuple[int, int]],
-                    routed_at: float) -> list[int]:
+    def _get_placed(
+        self, p: _Peer, idx: list[int], keys, ptrs, sizes, placed: dict[int, tuple[int, int]], routed_at: float
+    ) -> list[int]:
         """The reads at the places the route gave; the indices read and verified."""
         if not idx:
             return []
@@ -991,8 +1094,12 @@ class DistributedUMBPClient(_UMBPClient):
             self.dstats.routed_location_stale += len(idx) - len(read)
         if read and self._dram_lease_ms > 0:
             # Read again straight from the owner while a read lease taken then would hold.
-            self._remember(p.node_id, p.address, [(keys[i], placed[i][0], sizes[i], placed[i][1]) for i in read],
-                           routed_at + _LOCATION_LEASE_FRACTION * self._dram_lease_ms / 1000.0)
+            self._remember(
+                p.node_id,
+                p.address,
+                [(keys[i], placed[i][0], sizes[i], placed[i][1]) for i in read],
+                routed_at + _LOCATION_LEASE_FRACTION * self._dram_lease_ms / 1000.0,
+            )
         return read
 
     def _get_resolved(self, p: _Peer, idx: list[int], keys, ptrs, sizes) -> list[int]:
@@ -1001,9 +1108,9 @@ class DistributedUMBPClient(_UMBPClient):
         node_id, address = p.node_id, p.address
         sent = time.monotonic()
         try:
-            r = p.stub.BatchResolveKeys(peer_pb.BatchResolveKeysRequest(keys=[keys[i] for i in idx],
-                                                                         omit_descs=True),
-                                        timeout=self._timeout_s)
+            r = p.stub.BatchResolveKeys(
+                peer_pb.BatchResolveKeysRequest(keys=[keys[i] for i in idx], omit_descs=True), timeout=self._timeout_s
+            )
         except Exception as exc:  # noqa: BLE001
             self._peer_failed(node_id, address, "BatchResolveKeys", exc)
             return []
@@ -1035,8 +1142,9 @@ class DistributedUMBPClient(_UMBPClient):
                     if i in leased:
                         located.append((keys[i], off, sizes[i], want))
             if located and self._dram_lease_ms > 0:
-                self._remember(node_id, address, located,
-                               sent + _LOCATION_LEASE_FRACTION * self._dram_lease_ms / 1000.0)
+                self._remember(
+                    node_id, address, located, sent + _LOCATION_LEASE_FRACTION * self._dram_lease_ms / 1000.0
+                )
         for i in ssd:
             if self._down(node_id):
                 break  # a read just failed: the peer is marked failed
@@ -1049,8 +1157,9 @@ class DistributedUMBPClient(_UMBPClient):
             return True
         with self._stats_lock:
             self.dstats.remote_checksum_failures += 1
-        log.warning("umbp %s: value of %r read from peer %s fails its checksum: a miss", self._node_id, key[:64],
-                    node_id)
+        log.warning(
+            "umbp %s: value of %r read from peer %s fails its checksum: a miss", self._node_id, key[:64], node_id
+        )
         return False
 
     def _release(self, p: _Peer, leases: list[int]) -> None:
@@ -1072,7 +1181,9 @@ class DistributedUMBPClient(_UMBPClient):
         while True:
             attempt += 1
             try:
-                r = p.stub.PrepareSsdRead(peer_pb.PrepareSsdReadRequest(key=key, max_size=size), timeout=self._timeout_s)
+                r = p.stub.PrepareSsdRead(
+                    peer_pb.PrepareSsdReadRequest(key=key, max_size=size), timeout=self._timeout_s
+                )
             except Exception as exc:  # noqa: BLE001
                 self._peer_failed(p.node_id, p.address, "PrepareSsdRead", exc)
                 return False
@@ -1084,10 +1195,16 @@ class DistributedUMBPClient(_UMBPClient):
             if r.status == peer_pb.SSD_READ_SIZE_TOO_LARGE and r.size == size:
                 # A value takes adjacent staging slots; one larger than the owner's whole staging
                 # buffer cannot be staged: a miss, and the log names the setting to raise.
-                log.warning("umbp %s: %r (%d bytes) lives only on the SSD of peer %s, whose staging buffer "
-                            "(distributed.ssd_staging_buffer_size = %d bytes) is smaller: not readable remotely; "
-                            "raise that setting on the owner", self._node_id, key[:64], size, p.node_id,
-                            p.staging_size)
+                log.warning(
+                    "umbp %s: %r (%d bytes) lives only on the SSD of peer %s, whose staging buffer "
+                    "(distributed.ssd_staging_buffer_size = %d bytes) is smaller: not readable remotely; "
+                    "raise that setting on the owner",
+                    self._node_id,
+                    key[:64],
+                    size,
+                    p.node_id,
+                    p.staging_size,
+                )
                 return False
             if r.status != peer_pb.SSD_READ_OK or r.size != size:
                 return False
@@ -1103,8 +1220,7 @@ class DistributedUMBPClient(_UMBPClient):
             return
         keep = [i for i in idx if self._admission == 2 or sizes[i] <= self._admission_max]
         if keep:
-            _Native.batch_put_from_ptr(self, [keys[i] for i in keep], [ptrs[i] for i in keep],
-                                       [sizes[i] for i in keep])
+            _Native.batch_put_from_ptr(self, [keys[i] for i in keep], [ptrs[i] for i in keep], [sizes[i] for i in keep])
             with self._stats_lock:
                 self.dstats.remote_fetches_cached += len(keep)
             self._wake.set()
@@ -1120,8 +1236,9 @@ class DistributedUMBPClient(_UMBPClient):
         out = list(_Native.batch_exists(self, keys))
         miss = [i for i, have in enumerate(out) if not have]
         if miss:
-            resp = self._master_call("BatchLookup", pb.BatchLookupRequest(node_id=self._node_id,
-                                                                          keys=[keys[i] for i in miss]))
+            resp = self._master_call(
+                "BatchLookup", pb.BatchLookupRequest(node_id=self._node_id, keys=[keys[i] for i in miss])
+            )
             if resp is not None:
                 for i, f in zip(miss, resp.found):
                     out[i] = bool(f)

@@ -7,6 +7,7 @@ The server interceptor refuses with UNAUTHENTICATED, before any handler runs, a 
 unsigned, signed with another secret, outside the replay window (UMBP_AUTH_WINDOW_MS), a replay
 of a nonce already seen, or whose body differs from what was signed.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -72,8 +73,13 @@ class VerifyingInterceptor(grpc.ServerInterceptor):
     """Server side: checks each call's signature before its handler runs (the master's, and
     any other UMBP gRPC server of the job, e.g. a peer's UMBPPeer service)."""
 
-    def __init__(self, secret: bytes, window_s: float = 30.0,
-                 on_refused: Optional[Callable[[str], None]] = None, name: str = "umbp master") -> None:
+    def __init__(
+        self,
+        secret: bytes,
+        window_s: float = 30.0,
+        on_refused: Optional[Callable[[str], None]] = None,
+        name: str = "umbp master",
+    ) -> None:
         """``name`` is what refusals call this server (the master, or a peer reusing this)."""
         self._secret = secret
         self._name = name
@@ -101,7 +107,8 @@ class VerifyingInterceptor(grpc.ServerInterceptor):
             context.abort(grpc.StatusCode.UNAUTHENTICATED, f"{self._name}: {why}")
 
         return grpc.unary_unary_rpc_method_handler(
-            deny, request_deserializer=lambda raw: raw, response_serializer=handler.response_serializer)
+            deny, request_deserializer=lambda raw: raw, response_serializer=handler.response_serializer
+        )
 
     def intercept_service(self, continuation, handler_call_details):
         handler = continuation(handler_call_details)
@@ -140,4 +147,5 @@ class VerifyingInterceptor(grpc.ServerInterceptor):
             return behavior(request, context)
 
         return grpc.unary_unary_rpc_method_handler(
-            guarded, request_deserializer=deserialize, response_serializer=handler.response_serializer)
+            guarded, request_deserializer=deserialize, response_serializer=handler.response_serializer
+        )

@@ -5,6 +5,7 @@ Each entry also carries the key's last routed access (LRU eviction) and its leas
 protects the key from master eviction for UMBP_LEASE_DURATION_SEC). A per-node view lists what a
 node holds, for eviction, unregistration and full syncs.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,8 +27,11 @@ class _Entry:
     locations: tuple = ()
 
     def rebuild(self) -> None:
-        self.locations = tuple(sorted((Location(n, t, s) for (n, t), s in self.copies.items()),
-                                      key=lambda loc: _TIER_RANK.get(loc.tier, 9)))
+        self.locations = tuple(
+            sorted(
+                (Location(n, t, s) for (n, t), s in self.copies.items()), key=lambda loc: _TIER_RANK.get(loc.tier, 9)
+            )
+        )
 
 
 class _Shard:
@@ -102,8 +106,7 @@ class BlockIndex:
                             gone.append((key, removed[0]))
         return gone
 
-    def route(self, keys: list[str], exclude: frozenset[str], now: float,
-              lease_until: float) -> list[tuple]:
+    def route(self, keys: list[str], exclude: frozenset[str], now: float, lease_until: float) -> list[tuple]:
         """Per key its copies (fastest tier first), or () on a miss; found keys are touched
         and leased."""
         out: list[tuple] = []

@@ -8,6 +8,7 @@ so a dead or hung master is an error naming it within that time, never a hang. F
 MORI's errors, all RuntimeErrors: InvalidArgument (also ValueError), Timeout (also TimeoutError),
 RemoteError. With a job secret (``secret_hex`` or MORI_JOB_SECRET) every call is signed.
 """
+
 from __future__ import annotations
 
 import threading
@@ -66,9 +67,16 @@ class UMBPMasterClient:
     ``peer_address`` (sent on registration).
     """
 
-    def __init__(self, master_address: str, node_id: str = "", node_address: str = "", *,
-                 lookup_timeout_ms: Optional[int] = None, secret_hex: Optional[str] = None,
-                 peer_address: str = "") -> None:
+    def __init__(
+        self,
+        master_address: str,
+        node_id: str = "",
+        node_address: str = "",
+        *,
+        lookup_timeout_ms: Optional[int] = None,
+        secret_hex: Optional[str] = None,
+        peer_address: str = "",
+    ) -> None:
         from mori.core.env import setting
 
         self.master_address = master_address
@@ -84,6 +92,7 @@ class UMBPMasterClient:
         self._secret: Optional[bytes] = None
         if secret_hex:
             from mori.umbp.distributed.master_auth import secret_from_hex
+
             self._secret = secret_from_hex(secret_hex)
         self._lock = threading.Lock()
         self._channel: Optional[grpc.Channel] = None
@@ -95,13 +104,18 @@ class UMBPMasterClient:
     def _stubs(self):
         with self._lock:
             if self._stub is None:
-                channel = grpc.insecure_channel(self.master_address, options=[
-                    ("grpc.max_receive_message_length", 256 << 20),
-                    ("grpc.max_send_message_length", 256 << 20),
-                    ("grpc.initial_reconnect_backoff_ms", 100),
-                    ("grpc.max_reconnect_backoff_ms", 1000)])
+                channel = grpc.insecure_channel(
+                    self.master_address,
+                    options=[
+                        ("grpc.max_receive_message_length", 256 << 20),
+                        ("grpc.max_send_message_length", 256 << 20),
+                        ("grpc.initial_reconnect_backoff_ms", 100),
+                        ("grpc.max_reconnect_backoff_ms", 1000),
+                    ],
+                )
                 if self._secret is not None:
                     from mori.umbp.distributed.master_auth import SigningInterceptor
+
                     channel = grpc.intercept_channel(channel, SigningInterceptor(self._secret))
                 self._channel = channel
                 self._stub = pb_grpc.UMBPMasterStub(channel)
@@ -129,8 +143,9 @@ class UMBPMasterClient:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"<UMBPMasterClient master={self.master_address!r} node_id={self.node_id!r} "
-                f"registered={self._registered}>")
+        return (
+            f"<UMBPMasterClient master={self.master_address!r} node_id={self.node_id!r} registered={self._registered}>"
+        )
 
     # -- registration --------------------------------------------------------------------------
     def register_self(self, tier_capacities: Optional[dict] = None) -> None:
@@ -145,11 +160,18 @@ class UMBPMasterClient:
                 raise InvalidArgument(f"tier_capacities[{tier!r}] must be (total_bytes, available_bytes)") from None
             if total < 0 or available < 0 or available > total:
                 raise InvalidArgument(f"tier_capacities[{tier!r}] = {value!r}: need 0 <= available <= total")
-            caps.append(pb.TierCapacity(tier=_tier(tier), total_capacity_bytes=total,
-                                        available_capacity_bytes=available))
-        self._call("RegisterClient", pb.RegisterClientRequest(
-            node_id=self.node_id, node_address=self.node_address, tier_capacities=caps,
-            peer_address=self.peer_address))
+            caps.append(
+                pb.TierCapacity(tier=_tier(tier), total_capacity_bytes=total, available_capacity_bytes=available)
+            )
+        self._call(
+            "RegisterClient",
+            pb.RegisterClientRequest(
+                node_id=self.node_id,
+                node_address=self.node_address,
+                tier_capacities=caps,
+                peer_address=self.peer_address,
+            ),
+        )
         self._registered = True
 
     def unregister_self(self) -> None:
@@ -173,18 +195,25 @@ class UMBPMasterClient:
         hs = _hashes(hashes, "report_external_kv_blocks")
         if not hs:
             raise InvalidArgument("report_external_kv_blocks: hashes must not be empty")
-        self._call("ReportExternalKvBlocks",
-                   pb.ReportExternalKvBlocksRequest(node_id=node_id, hashes=hs, tier=_tier(tier)))
+        self._call(
+            "ReportExternalKvBlocks", pb.ReportExternalKvBlocksRequest(node_id=node_id, hashes=hs, tier=_tier(tier))
+        )
 
     def revoke_external_kv_blocks(self, node_id: str, hashes: list[str], tier) -> None:
         self._check_node(node_id, "revoke_external_kv_blocks")
-        self._call("RevokeExternalKvBlocks", pb.RevokeExternalKvBlocksRequest(
-            node_id=node_id, hashes=_hashes(hashes, "revoke_external_kv_blocks"), tier=_tier(tier)))
+        self._call(
+            "RevokeExternalKvBlocks",
+            pb.RevokeExternalKvBlocksRequest(
+                node_id=node_id, hashes=_hashes(hashes, "revoke_external_kv_blocks"), tier=_tier(tier)
+            ),
+        )
 
     def revoke_all_external_kv_blocks_at_tier(self, node_id: str, tier) -> None:
         self._check_node(node_id, "revoke_all_external_kv_blocks_at_tier")
-        self._call("RevokeAllExternalKvBlocksAtTier",
-                   pb.RevokeAllExternalKvBlocksAtTierRequest(node_id=node_id, tier=_tier(tier)))
+        self._call(
+            "RevokeAllExternalKvBlocksAtTier",
+            pb.RevokeAllExternalKvBlocksAtTierRequest(node_id=node_id, tier=_tier(tier)),
+        )
 
     def revoke_all_external_kv_blocks_for_node(self, node_id: str) -> None:
         self._check_node(node_id, "revoke_all_external_kv_blocks_for_node")
@@ -227,20 +256,26 @@ class UMBPMasterClient:
 
     def batch_route_get(self, keys: list[str], exclude_nodes: Optional[list[str]] = None) -> list:
         """Per key: None (miss) or (node_id, peer_address, tier, size); leases the keys found."""
-        reply = self._call("BatchRouteGet", pb.BatchRouteGetRequest(
-            node_id=self.node_id, keys=list(keys), exclude_nodes=list(exclude_nodes or [])))
+        reply = self._call(
+            "BatchRouteGet",
+            pb.BatchRouteGetRequest(node_id=self.node_id, keys=list(keys), exclude_nodes=list(exclude_nodes or [])),
+        )
         nodes = [(n.node_id, n.peer_address) for n in reply.nodes]
-        return [None if ref == 0 else (nodes[ref - 1][0], nodes[ref - 1][1], int(t), int(s))
-                for ref, t, s in zip(reply.node_ref, reply.tier, reply.size)]
+        return [
+            None if ref == 0 else (nodes[ref - 1][0], nodes[ref - 1][1], int(t), int(s))
+            for ref, t, s in zip(reply.node_ref, reply.tier, reply.size)
+        ]
 
-    def batch_route_put(self, keys: list[str], sizes: list[int],
-                        exclude_nodes: Optional[list[str]] = None) -> list:
+    def batch_route_put(self, keys: list[str], sizes: list[int], exclude_nodes: Optional[list[str]] = None) -> list:
         """Per key: "already_exists", None (no room / quota) or (node_id, peer_address, tier)."""
         if len(keys) != len(sizes):
             raise InvalidArgument(f"batch_route_put: {len(keys)} keys but {len(sizes)} sizes")
-        reply = self._call("BatchRoutePut", pb.BatchRoutePutRequest(
-            node_id=self.node_id, keys=list(keys), block_sizes=list(sizes),
-            exclude_nodes=list(exclude_nodes or [])))
+        reply = self._call(
+            "BatchRoutePut",
+            pb.BatchRoutePutRequest(
+                node_id=self.node_id, keys=list(keys), block_sizes=list(sizes), exclude_nodes=list(exclude_nodes or [])
+            ),
+        )
         out = []
         for e in reply.entries:
             if e.outcome == pb.ROUTE_PUT_OUTCOME_ALREADY_EXISTS:
@@ -254,15 +289,23 @@ class UMBPMasterClient:
     # -- administration (ours) -------------------------------------------------------------------
     def clear_cluster(self, include_external_kv: bool = True) -> dict:
         """Ask every live peer to evict every key; returns the tallies."""
-        r = self._call("ClearCluster", admin_pb.ClearClusterRequest(
-            node_id=self.node_id, include_external_kv=include_external_kv), admin=True)
-        return {"keys_evicted": r.keys_evicted, "keys_refused": r.keys_refused,
-                "bytes_freed": r.bytes_freed, "unreachable_nodes": list(r.unreachable_nodes)}
+        r = self._call(
+            "ClearCluster",
+            admin_pb.ClearClusterRequest(node_id=self.node_id, include_external_kv=include_external_kv),
+            admin=True,
+        )
+        return {
+            "keys_evicted": r.keys_evicted,
+            "keys_refused": r.keys_refused,
+            "bytes_freed": r.bytes_freed,
+            "unreachable_nodes": list(r.unreachable_nodes),
+        }
 
     def set_engine_quota(self, engine_id: str, quota_bytes: int) -> None:
         """Cap the pool bytes ``engine_id``'s puts may hold (0: no cap)."""
-        self._call("SetEngineQuota", admin_pb.SetEngineQuotaRequest(engine_id=engine_id, quota_bytes=quota_bytes),
-                   admin=True)
+        self._call(
+            "SetEngineQuota", admin_pb.SetEngineQuotaRequest(engine_id=engine_id, quota_bytes=quota_bytes), admin=True
+        )
 
     def get_engine_usage(self, engine_id: str) -> dict:
         r = self._call("GetEngineUsage", admin_pb.GetEngineUsageRequest(engine_id=engine_id), admin=True)

@@ -7,6 +7,7 @@ strategy) worth enough bytes to bring it down to the low watermark, sent as Evic
 has the last word (it keeps keys it is serving) and ships REMOVE events for what it freed; the
 index changes only through those events.
 """
+
 from __future__ import annotations
 
 import logging
@@ -73,8 +74,14 @@ def make_strategy(name: str) -> EvictionStrategy:
 
 
 class EvictionManager:
-    def __init__(self, store: MetadataStore, settings: MasterSettings, peers, metrics=None,
-                 strategy: Optional[EvictionStrategy] = None) -> None:
+    def __init__(
+        self,
+        store: MetadataStore,
+        settings: MasterSettings,
+        peers,
+        metrics=None,
+        strategy: Optional[EvictionStrategy] = None,
+    ) -> None:
         self._store = store
         self._settings = settings
         self._peers = peers
@@ -97,8 +104,7 @@ class EvictionManager:
                 need = int(used - self._settings.eviction_low_wm * cap.total)
                 victims = self.strategy.select(self._store.eviction_candidates(client.node_id, tier, now), need)
                 if victims:
-                    plans.setdefault(client.node_id, (client.peer_address, []))[1].extend(
-                        (tier, v) for v in victims)
+                    plans.setdefault(client.node_id, (client.peer_address, []))[1].extend((tier, v) for v in victims)
         return plans
 
     def run_once(self, now: Optional[float] = None) -> dict[str, int]:
@@ -114,7 +120,8 @@ class EvictionManager:
         request = _peer_pb2.EvictKeyRequest(keys=[v.key for _, v in victims])
         try:
             reply = self._peers.stub(peer_address).EvictKey(
-                request, timeout=self._settings.evictkey_deadline_ms / 1000.0)
+                request, timeout=self._settings.evictkey_deadline_ms / 1000.0
+            )
         except grpc.RpcError as exc:
             log.warning("EvictKey to %s (%s) failed: %s", node_id, peer_address, exc.code())
             return 0
@@ -123,6 +130,7 @@ class EvictionManager:
             total += entry.bytes_freed
             if self._metrics is not None and entry.key in tier_of:
                 from mori.umbp.distributed.master_metrics import tier_label
+
                 t = tier_label(tier_of[entry.key])
                 self._metrics.evict_requested.labels(node_id, t).inc()
                 self._metrics.evict_freed.labels(node_id, t).inc(entry.bytes_freed)

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The in-memory external-KV index: which node holds which engine-managed block in which tier,
 and how often routers matched each block (hit counters with a TTL)."""
+
 from __future__ import annotations
 
 import threading
@@ -12,9 +13,9 @@ from mori.umbp.distributed.master_store import ExternalKvStore
 class InMemoryExternalKv(ExternalKvStore):
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_hash: dict[str, dict[str, set[int]]] = {}     # hash -> node -> tiers
-        self._by_node: dict[str, dict[int, set[str]]] = {}     # node -> tier -> hashes
-        self._hits: dict[str, list] = {}                       # hash -> [total, last touched]
+        self._by_hash: dict[str, dict[str, set[int]]] = {}  # hash -> node -> tiers
+        self._by_node: dict[str, dict[int, set[str]]] = {}  # node -> tier -> hashes
+        self._hits: dict[str, list] = {}  # hash -> [total, last touched]
 
     def report(self, node_id: str, hashes: list[str], tier: int) -> None:
         with self._lock:

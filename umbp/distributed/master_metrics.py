@@ -6,6 +6,7 @@ node and tier, heartbeat events and seq gaps, external-KV calls and blocks, clie
 Families the peers push with ReportMetrics (SSD copy/read/evict counters, bandwidth histograms,
 their own RPC latencies) are re-exported as they come, with a ``node`` label added.
 """
+
 from __future__ import annotations
 
 import re
@@ -43,8 +44,11 @@ class _ReportedMetrics:
         name = _NAME_OK.sub("_", sample.name)
         if not name:
             return
-        labels = tuple(sorted([(_NAME_OK.sub("_", l.name), l.value) for l in sample.labels
-                               if l.name != "node"] + [("node", node_id)]))
+        labels = tuple(
+            sorted(
+                [(_NAME_OK.sub("_", l.name), l.value) for l in sample.labels if l.name != "node"] + [("node", node_id)]
+            )
+        )
         kind = sample.WhichOneof("value")
         with self._lock:
             self._help.setdefault(name, sample.help or name)
@@ -113,76 +117,143 @@ class MasterMetrics:
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
-        self.rpc_latency = Histogram("mori_umbp_master_rpc_latency_seconds",
-                                     "Latency of master RPC handlers (server side)", ["rpc"],
-                                     buckets=_LATENCY_BUCKETS, registry=r)
+        self.rpc_latency = Histogram(
+            "mori_umbp_master_rpc_latency_seconds",
+            "Latency of master RPC handlers (server side)",
+            ["rpc"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self._rpc_latency_children: dict[str, Histogram] = {}
-        self.rpc_errors = Counter("mori_umbp_master_rpc_errors_total",
-                                  "Master RPCs answered with a non-OK status", ["rpc", "code"], registry=r)
-        self.route_put = Counter("mori_umbp_client_route_put_total",
-                                 "Total RoutePut calls targeting client", ["node"], registry=r)
-        self.route_get = Counter("mori_umbp_client_route_get_total",
-                                 "Total RouteGet hits served by client", ["node"], registry=r)
-        self.lookup = Counter("mori_umbp_client_lookup_total",
-                              "Total Lookup (exists) hits for keys on client", ["node"], registry=r)
-        self.batch_route_put = Counter("mori_umbp_client_batch_route_put_total",
-                                       "Total BatchRoutePut entries targeting client", ["node"], registry=r)
-        self.batch_route_get = Counter("mori_umbp_client_batch_route_get_total",
-                                       "Total BatchRouteGet hits served by client", ["node"], registry=r)
-        self.route_put_outcome = Counter("mori_umbp_route_put_outcome_total",
-                                         "Put routing outcomes (routed, already_exists, unavailable, quota)",
-                                         ["outcome"], registry=r)
-        self.route_get_misses = Counter("mori_umbp_route_get_miss_total",
-                                        "Keys a RouteGet/BatchRouteGet did not find", registry=r)
-        self.cap_total = Gauge("mori_umbp_client_capacity_total_bytes", "Total capacity bytes",
-                               ["node", "tier"], registry=r)
-        self.cap_avail = Gauge("mori_umbp_client_capacity_available_bytes", "Available capacity bytes",
-                               ["node", "tier"], registry=r)
-        self.cap_used = Gauge("mori_umbp_client_capacity_used_bytes", "Used capacity bytes (total - available)",
-                              ["node", "tier"], registry=r)
-        self.cap_util = Gauge("mori_umbp_client_capacity_utilization_ratio",
-                              "Capacity utilization ratio (used / total) in [0,1]", ["node", "tier"], registry=r)
-        self.client_count = Gauge("mori_umbp_client_count", "Number of alive clients registered with the master",
-                                  registry=r)
-        self.kv_live = Gauge("mori_umbp_client_kv_live_count",
-                             "Live KV key count owned by this client, reported by the client (per tier)",
-                             ["node", "tier"], registry=r)
-        self.kv_live_total = Gauge("mori_umbp_client_kv_live_count_total",
-                                   "Total live KV key count owned by this client (sum across tiers)",
-                                   ["node"], registry=r)
-        self.hb_events = Counter("mori_umbp_heartbeat_events_applied_total",
-                                 "KvEvents applied to the block index via heartbeat", registry=r)
-        self.hb_seq_gap = Counter("mori_umbp_heartbeat_seq_gap_total",
-                                  "Heartbeats rejected due to seq gap (full sync requested)", registry=r)
-        self.ext_report = Counter("mori_umbp_external_kv_report_total",
-                                  "Total number of ReportExternalKvBlocks API calls received by the master",
-                                  registry=r)
-        self.ext_revoke = Counter("mori_umbp_external_kv_revoke_total",
-                                  "Total number of RevokeExternalKvBlocks API calls received by the master",
-                                  registry=r)
-        self.ext_match = Counter("mori_umbp_external_kv_match_total",
-                                 "Total number of MatchExternalKv API calls received by the master", registry=r)
-        self.ext_report_blocks = Counter("mori_umbp_external_kv_report_blocks_total",
-                                         "Total number of KV blocks received across all ReportExternalKvBlocks calls",
-                                         registry=r)
-        self.ext_revoke_blocks = Counter("mori_umbp_external_kv_revoke_blocks_total",
-                                         "Total number of KV blocks revoked across all RevokeExternalKvBlocks calls",
-                                         registry=r)
-        self.ext_match_queried = Counter("mori_umbp_external_kv_match_queried_blocks_total",
-                                         "Total number of KV blocks queried across all MatchExternalKv calls",
-                                         registry=r)
-        self.ext_match_matched = Counter("mori_umbp_external_kv_match_matched_blocks_total",
-                                         "Total number of KV blocks matched across all MatchExternalKv calls",
-                                         registry=r)
-        self.evict_requested = Counter("mori_umbp_master_evict_keys_requested_total",
-                                       "Keys the eviction manager asked peers to evict", ["node", "tier"], registry=r)
-        self.evict_freed = Counter("mori_umbp_master_evict_bytes_freed_total",
-                                   "Bytes peers reported freed by master-driven eviction", ["node", "tier"],
-                                   registry=r)
-        self.reaped = Counter("mori_umbp_master_clients_reaped_total",
-                              "Clients dropped (with their keys) after missing heartbeats", registry=r)
-        self.auth_refused = Counter("mori_umbp_master_auth_refused_total",
-                                    "RPCs refused for a missing, wrong, stale or replayed signature", registry=r)
+        self.rpc_errors = Counter(
+            "mori_umbp_master_rpc_errors_total",
+            "Master RPCs answered with a non-OK status",
+            ["rpc", "code"],
+            registry=r,
+        )
+        self.route_put = Counter(
+            "mori_umbp_client_route_put_total", "Total RoutePut calls targeting client", ["node"], registry=r
+        )
+        self.route_get = Counter(
+            "mori_umbp_client_route_get_total", "Total RouteGet hits served by client", ["node"], registry=r
+        )
+        self.lookup = Counter(
+            "mori_umbp_client_lookup_total", "Total Lookup (exists) hits for keys on client", ["node"], registry=r
+        )
+        self.batch_route_put = Counter(
+            "mori_umbp_client_batch_route_put_total",
+            "Total BatchRoutePut entries targeting client",
+            ["node"],
+            registry=r,
+        )
+        self.batch_route_get = Counter(
+            "mori_umbp_client_batch_route_get_total", "Total BatchRouteGet hits served by client", ["node"], registry=r
+        )
+        self.route_put_outcome = Counter(
+            "mori_umbp_route_put_outcome_total",
+            "Put routing outcomes (routed, already_exists, unavailable, quota)",
+            ["outcome"],
+            registry=r,
+        )
+        self.route_get_misses = Counter(
+            "mori_umbp_route_get_miss_total", "Keys a RouteGet/BatchRouteGet did not find", registry=r
+        )
+        self.cap_total = Gauge(
+            "mori_umbp_client_capacity_total_bytes", "Total capacity bytes", ["node", "tier"], registry=r
+        )
+        self.cap_avail = Gauge(
+            "mori_umbp_client_capacity_available_bytes", "Available capacity bytes", ["node", "tier"], registry=r
+        )
+        self.cap_used = Gauge(
+            "mori_umbp_client_capacity_used_bytes",
+            "Used capacity bytes (total - available)",
+            ["node", "tier"],
+            registry=r,
+        )
+        self.cap_util = Gauge(
+            "mori_umbp_client_capacity_utilization_ratio",
+            "Capacity utilization ratio (used / total) in [0,1]",
+            ["node", "tier"],
+            registry=r,
+        )
+        self.client_count = Gauge(
+            "mori_umbp_client_count", "Number of alive clients registered with the master", registry=r
+        )
+        self.kv_live = Gauge(
+            "mori_umbp_client_kv_live_count",
+            "Live KV key count owned by this client, reported by the client (per tier)",
+            ["node", "tier"],
+            registry=r,
+        )
+        self.kv_live_total = Gauge(
+            "mori_umbp_client_kv_live_count_total",
+            "Total live KV key count owned by this client (sum across tiers)",
+            ["node"],
+            registry=r,
+        )
+        self.hb_events = Counter(
+            "mori_umbp_heartbeat_events_applied_total", "KvEvents applied to the block index via heartbeat", registry=r
+        )
+        self.hb_seq_gap = Counter(
+            "mori_umbp_heartbeat_seq_gap_total", "Heartbeats rejected due to seq gap (full sync requested)", registry=r
+        )
+        self.ext_report = Counter(
+            "mori_umbp_external_kv_report_total",
+            "Total number of ReportExternalKvBlocks API calls received by the master",
+            registry=r,
+        )
+        self.ext_revoke = Counter(
+            "mori_umbp_external_kv_revoke_total",
+            "Total number of RevokeExternalKvBlocks API calls received by the master",
+            registry=r,
+        )
+        self.ext_match = Counter(
+            "mori_umbp_external_kv_match_total",
+            "Total number of MatchExternalKv API calls received by the master",
+            registry=r,
+        )
+        self.ext_report_blocks = Counter(
+            "mori_umbp_external_kv_report_blocks_total",
+            "Total number of KV blocks received across all ReportExternalKvBlocks calls",
+            registry=r,
+        )
+        self.ext_revoke_blocks = Counter(
+            "mori_umbp_external_kv_revoke_blocks_total",
+            "Total number of KV blocks revoked across all RevokeExternalKvBlocks calls",
+            registry=r,
+        )
+        self.ext_match_queried = Counter(
+            "mori_umbp_external_kv_match_queried_blocks_total",
+            "Total number of KV blocks queried across all MatchExternalKv calls",
+            registry=r,
+        )
+        self.ext_match_matched = Counter(
+            "mori_umbp_external_kv_match_matched_blocks_total",
+            "Total number of KV blocks matched across all MatchExternalKv calls",
+            registry=r,
+        )
+        self.evict_requested = Counter(
+            "mori_umbp_master_evict_keys_requested_total",
+            "Keys the eviction manager asked peers to evict",
+            ["node", "tier"],
+            registry=r,
+        )
+        self.evict_freed = Counter(
+            "mori_umbp_master_evict_bytes_freed_total",
+            "Bytes peers reported freed by master-driven eviction",
+            ["node", "tier"],
+            registry=r,
+        )
+        self.reaped = Counter(
+            "mori_umbp_master_clients_reaped_total",
+            "Clients dropped (with their keys) after missing heartbeats",
+            registry=r,
+        )
+        self.auth_refused = Counter(
+            "mori_umbp_master_auth_refused_total",
+            "RPCs refused for a missing, wrong, stale or replayed signature",
+            registry=r,
+        )
         self.reported = _ReportedMetrics()
         r.register(self.reported)
         self._server = None

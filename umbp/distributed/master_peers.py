@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The master's channels to peers (UMBPPeer), one per peer address, signed when a secret is set."""
+
 from __future__ import annotations
 
 import threading
@@ -26,6 +27,7 @@ class PeerChannels:
             channel = grpc.insecure_channel(peer_address)
             if self._secret is not None:
                 from mori.umbp.distributed.master_auth import SigningInterceptor
+
                 channel = grpc.intercept_channel(channel, SigningInterceptor(self._secret))
             stub = _peer_grpc.UMBPPeerStub(channel)
             self._stubs[peer_address] = (channel, stub)

@@ -8,6 +8,7 @@ cannot flood the pool and push out the others' blocks. Held by the master proces
 metadata store): a restarted master starts with counts of zero and quotas from its command
 line / admin calls.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,7 +17,7 @@ import threading
 
 @dataclasses.dataclass
 class EngineUsage:
-    quota: int = 0      # 0: unlimited
+    quota: int = 0  # 0: unlimited
     used: int = 0
     pending: int = 0
 
@@ -25,8 +26,8 @@ class EngineQuotas:
     def __init__(self, pending_ttl_s: float = 30.0) -> None:
         self._lock = threading.Lock()
         self._usage: dict[str, EngineUsage] = {}
-        self._owner: dict[str, tuple[str, int]] = {}              # key -> (engine, bytes)
-        self._pending: dict[str, tuple[str, int, float]] = {}     # key -> (engine, bytes, expiry)
+        self._owner: dict[str, tuple[str, int]] = {}  # key -> (engine, bytes)
+        self._pending: dict[str, tuple[str, int, float]] = {}  # key -> (engine, bytes, expiry)
         self._pending_ttl = pending_ttl_s
 
     def set_quota(self, engine: str, quota: int) -> None:

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The master's records: tiers, client (peer) records, key locations and heartbeat events."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -90,7 +91,7 @@ class KvEvent:
     key: str
     tier: int
     size: int = 0
-    offset: int = 0    # a DRAM ADD's place in the owner's arena
+    offset: int = 0  # a DRAM ADD's place in the owner's arena
     checksum: int = 0  # and the value's XXH3 (0: not known)
 
 

@@ -7,6 +7,7 @@ every node, ``same`` prefers the writer when it has room, ``local`` only the wri
 what the last heartbeat said, minus what the master routed since (so one batch spreads out).
 Get: the fastest tier holding the key (HBM > DRAM > SSD), a random copy within it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,8 +36,9 @@ class PutTarget:
 class PutRouter:
     """Chooses put targets from a snapshot of the live clients."""
 
-    def __init__(self, algo: str = "most_available", affinity: str = "none",
-                 rng: Optional[random.Random] = None) -> None:
+    def __init__(
+        self, algo: str = "most_available", affinity: str = "none", rng: Optional[random.Random] = None
+    ) -> None:
         if algo not in PUT_ALGOS:
             raise ValueError(f"UMBP_ROUTE_PUT_SELECT_ALGO must be one of {PUT_ALGOS}, got {algo!r}")
         if affinity not in AFFINITIES:
@@ -60,8 +62,9 @@ class PutRouter:
             return 0
         return cap.available - self._routed.get((client.node_id, tier), 0)
 
-    def route(self, writer: str, size: int, clients: list[ClientRecord],
-              exclude: frozenset[str]) -> Optional[PutTarget]:
+    def route(
+        self, writer: str, size: int, clients: list[ClientRecord], exclude: frozenset[str]
+    ) -> Optional[PutTarget]:
         candidates = [c for c in clients if c.node_id not in exclude]
         if self.affinity == "local":
             candidates = [c for c in candidates if c.node_id == writer]

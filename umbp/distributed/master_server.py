@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The UMBP master process: gRPC server, background duties (reaper, hit-counter GC, eviction),
 Prometheus endpoint. ``umbp_master [listen_address] [metrics_port]`` runs one."""
+
 from __future__ import annotations
 
 import argparse
@@ -35,13 +36,16 @@ def make_store(settings: MasterSettings, redis_settings=None) -> MetadataStore:
     """The store UMBP_METADATA_BACKEND names (redis: from the UMBP_REDIS_* settings unless given)."""
     if settings.metadata_backend == "redis":
         from mori.umbp.distributed.master_store_redis import RedisMetadataStore, RedisSettings
+
         redis_settings = redis_settings or RedisSettings.from_environment()
         try:
             return RedisMetadataStore(redis_settings)
         except Exception as exc:
             if redis_settings.required:
-                raise RuntimeError(f"umbp master: Redis metadata store unreachable ({exc}); "
-                                   "set UMBP_REDIS_REQUIRED=0 to fall back to memory") from exc
+                raise RuntimeError(
+                    f"umbp master: Redis metadata store unreachable ({exc}); "
+                    "set UMBP_REDIS_REQUIRED=0 to fall back to memory"
+                ) from exc
             log.warning("Redis unreachable (%s): falling back to the in-memory store", exc)
     return InMemoryMetadataStore(settings.index_shards)
 
@@ -49,10 +53,17 @@ def make_store(settings: MasterSettings, redis_settings=None) -> MetadataStore:
 class MasterServer:
     """One master: ``start()`` binds and serves, ``stop()`` ends everything it started."""
 
-    def __init__(self, listen_address: str = "0.0.0.0:50051", settings: Optional[MasterSettings] = None,
-                 store: Optional[MetadataStore] = None, metrics_port: Optional[int] = None,
-                 secret: Optional[bytes] = None, max_workers: int = 16, reuse_port: bool = False,
-                 duties: bool = True) -> None:
+    def __init__(
+        self,
+        listen_address: str = "0.0.0.0:50051",
+        settings: Optional[MasterSettings] = None,
+        store: Optional[MetadataStore] = None,
+        metrics_port: Optional[int] = None,
+        secret: Optional[bytes] = None,
+        max_workers: int = 16,
+        reuse_port: bool = False,
+        duties: bool = True,
+    ) -> None:
         """``reuse_port``: share the port with sibling master processes (SO_REUSEPORT; they must
         share a Redis store). ``duties``: run the reaper, hit-counter GC and eviction manager
         (one process of such a group does)."""
@@ -79,14 +90,23 @@ class MasterServer:
         interceptors = []
         if self._secret is not None:
             from mori.umbp.distributed.master_auth import VerifyingInterceptor
-            interceptors.append(VerifyingInterceptor(
-                self._secret, self.settings.auth_window_ms / 1000.0,
-                on_refused=lambda why: self.metrics.auth_refused.inc()))
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._max_workers),
-                             interceptors=interceptors,
-                             options=[("grpc.max_receive_message_length", 256 << 20),
-                                      ("grpc.max_send_message_length", 256 << 20),
-                                      ("grpc.so_reuseport", 1 if self._reuse_port else 0)])
+
+            interceptors.append(
+                VerifyingInterceptor(
+                    self._secret,
+                    self.settings.auth_window_ms / 1000.0,
+                    on_refused=lambda why: self.metrics.auth_refused.inc(),
+                )
+            )
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=self._max_workers),
+            interceptors=interceptors,
+            options=[
+                ("grpc.max_receive_message_length", 256 << 20),
+                ("grpc.max_send_message_length", 256 << 20),
+                ("grpc.so_reuseport", 1 if self._reuse_port else 0),
+            ],
+        )
         pb_grpc.add_UMBPMasterServicer_to_server(UMBPMasterServicer(self.state), server)
         admin_grpc.add_UMBPMasterAdminServicer_to_server(UMBPMasterAdminServicer(self.state), server)
         self.port = server.add_insecure_port(self.listen_address)
@@ -100,8 +120,13 @@ class MasterServer:
             self._every(self.settings.reaper_interval_s, self._reap, "umbp-reaper")
             self._every(self.settings.hit_index_gc_interval_s, self._gc_hits, "umbp-hit-gc")
             self.state.eviction.start()
-        log.info("umbp master on %s (port %d), store %s, metrics %s", self.listen_address, self.port,
-                 type(self.store).__name__, self.metrics_port)
+        log.info(
+            "umbp master on %s (port %d), store %s, metrics %s",
+            self.listen_address,
+            self.port,
+            type(self.store).__name__,
+            self.metrics_port,
+        )
         return self.port
 
     def _every(self, interval: float, fn, name: str) -> None:
@@ -151,15 +176,33 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from mori.core.env import parse_size, setting
 
     p = argparse.ArgumentParser(prog="umbp_master", description="MORI-UMBP master (gRPC umbp.UMBPMaster)")
-    p.add_argument("listen_address", nargs="?", default=None,
-                   help="host:port to serve on (default UMBP_MASTER_LISTEN, 0.0.0.0:50051)")
-    p.add_argument("metrics_port", nargs="?", type=int, default=None,
-                   help="Prometheus port (default UMBP_MASTER_METRICS_PORT, 9091; 0: none)")
-    p.add_argument("--quota", action="append", default=[], metavar="ENGINE=BYTES",
-                   help="a per-engine byte quota (repeatable; one process only)")
-    p.add_argument("--workers", type=int, default=1,
-                   help="master processes sharing the port (SO_REUSEPORT); needs UMBP_METADATA_BACKEND=redis. "
-                        "Worker i serves metrics on metrics_port + i")
+    p.add_argument(
+        "listen_address",
+        nargs="?",
+        default=None,
+        help="host:port to serve on (default UMBP_MASTER_LISTEN, 0.0.0.0:50051)",
+    )
+    p.add_argument(
+        "metrics_port",
+        nargs="?",
+        type=int,
+        default=None,
+        help="Prometheus port (default UMBP_MASTER_METRICS_PORT, 9091; 0: none)",
+    )
+    p.add_argument(
+        "--quota",
+        action="append",
+        default=[],
+        metavar="ENGINE=BYTES",
+        help="a per-engine byte quota (repeatable; one process only)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="master processes sharing the port (SO_REUSEPORT); needs UMBP_METADATA_BACKEND=redis. "
+        "Worker i serves metrics on metrics_port + i",
+    )
     p.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s umbp_master %(levelname)s %(message)s")
@@ -175,10 +218,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     secret = None
     if secret_hex:
         from mori.umbp.distributed.master_auth import secret_from_hex
+
         secret = secret_from_hex(secret_hex)
     group = args.workers > 1 or args.worker_index > 0
-    server = MasterServer(listen, metrics_port=metrics_port + args.worker_index if metrics_port > 0 else None,
-                          secret=secret, reuse_port=group, duties=args.worker_index == 0)
+    server = MasterServer(
+        listen,
+        metrics_port=metrics_port + args.worker_index if metrics_port > 0 else None,
+        secret=secret,
+        reuse_port=group,
+        duties=args.worker_index == 0,
+    )
     for q in args.quota:
         engine, _, size = q.partition("=")
         server.state.quotas.set_quota(engine, parse_size(size))
@@ -188,12 +237,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     server.start()
     children = []
     for i in range(1, args.workers):
-        children.append(subprocess.Popen([sys.executable, "-m", "mori.umbp.distributed.master_server", listen,
-                                          str(metrics_port), "--worker-index", str(i)]))
-    print(f"umbp_master listening on {listen} (port {server.port})"
-          + (f", {args.workers} processes" if args.workers > 1 else "")
-          + (f", metrics on :{server.metrics_port}" if server.metrics_port else "")
-          + (", signed RPCs required" if secret else ""), flush=True)
+        children.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "mori.umbp.distributed.master_server",
+                    listen,
+                    str(metrics_port),
+                    "--worker-index",
+                    str(i),
+                ]
+            )
+        )
+    print(
+        f"umbp_master listening on {listen} (port {server.port})"
+        + (f", {args.workers} processes" if args.workers > 1 else "")
+        + (f", metrics on :{server.metrics_port}" if server.metrics_port else "")
+        + (", signed RPCs required" if secret else ""),
+        flush=True,
+    )
     while not done.wait(0.5):
         if any(c.poll() is not None for c in children):
             log.error("a master worker process exited; stopping")

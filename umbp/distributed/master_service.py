@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The gRPC handlers of umbp.UMBPMaster (MORI's 15 RPCs) and umbp.UMBPMasterAdmin (ours)."""
+
 from __future__ import annotations
 
 import functools
@@ -34,8 +35,11 @@ admin_grpc = require("umbp_admin_pb2_grpc")
 peer_pb = require("umbp_peer_pb2")
 log = logging.getLogger("mori.umbp.master")
 
-_ROUTED, _EXISTS, _UNAVAILABLE = (pb.ROUTE_PUT_OUTCOME_ROUTED, pb.ROUTE_PUT_OUTCOME_ALREADY_EXISTS,
-                                  pb.ROUTE_PUT_OUTCOME_UNAVAILABLE)
+_ROUTED, _EXISTS, _UNAVAILABLE = (
+    pb.ROUTE_PUT_OUTCOME_ROUTED,
+    pb.ROUTE_PUT_OUTCOME_ALREADY_EXISTS,
+    pb.ROUTE_PUT_OUTCOME_UNAVAILABLE,
+)
 _QUOTA_EXCEEDED = pb.ROUTE_PUT_OUTCOME_QUOTA_EXCEEDED
 
 
@@ -59,15 +63,23 @@ def _timed(method):
 
 
 def _capacities(tier_caps) -> dict[int, TierCapacity]:
-    return {int(tc.tier): TierCapacity(tc.total_capacity_bytes, tc.available_capacity_bytes,
-                                       tc.max_allocatable_bytes) for tc in tier_caps}
+    return {
+        int(tc.tier): TierCapacity(tc.total_capacity_bytes, tc.available_capacity_bytes, tc.max_allocatable_bytes)
+        for tc in tier_caps
+    }
 
 
 class MasterState:
     """What the handlers share: the store, routers, quotas, metrics and settings."""
 
-    def __init__(self, store: MetadataStore, settings: MasterSettings, metrics: MasterMetrics,
-                 peers, quotas: Optional[EngineQuotas] = None) -> None:
+    def __init__(
+        self,
+        store: MetadataStore,
+        settings: MasterSettings,
+        metrics: MasterMetrics,
+        peers,
+        quotas: Optional[EngineQuotas] = None,
+    ) -> None:
         self.store = store
         self.settings = settings
         self.metrics = metrics
@@ -148,21 +160,30 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
         s = self.state
         if not request.node_id:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "RegisterClient: node_id must not be empty")
-        record = ClientRecord(node_id=request.node_id, node_address=request.node_address,
-                              peer_address=request.peer_address, engine_desc=bytes(request.engine_desc),
-                              tags=list(request.tags), capacities=_capacities(request.tier_capacities))
+        record = ClientRecord(
+            node_id=request.node_id,
+            node_address=request.node_address,
+            peer_address=request.peer_address,
+            engine_desc=bytes(request.engine_desc),
+            tags=list(request.tags),
+            capacities=_capacities(request.tier_capacities),
+        )
         if not s.store.register_client(record, time.time(), s.settings.expiry_s):
-            context.abort(grpc.StatusCode.ALREADY_EXISTS,
-                          f"RegisterClient: node_id {request.node_id!r} is registered and alive")
+            context.abort(
+                grpc.StatusCode.ALREADY_EXISTS, f"RegisterClient: node_id {request.node_id!r} is registered and alive"
+            )
         s.invalidate_clients()
         s.put_router.capacity_reported(request.node_id)
         for tier, cap in record.capacities.items():
             self.metrics.set_capacity(request.node_id, tier, cap.total, cap.available)
         self.metrics.client_count.set(len(s.alive(0)))
         log.info("registered %s (peer %s)", request.node_id, request.peer_address)
-        return pb.RegisterClientResponse(heartbeat_interval_ms=int(s.settings.heartbeat_interval_s * 1000),
-                                         ack_seq=0, supports_max_allocatable_bytes=True,
-                                         supports_logical_tiers=False)
+        return pb.RegisterClientResponse(
+            heartbeat_interval_ms=int(s.settings.heartbeat_interval_s * 1000),
+            ack_seq=0,
+            supports_max_allocatable_bytes=True,
+            supports_logical_tiers=False,
+        )
 
     @_timed
     def UnregisterClient(self, request, context):
@@ -178,10 +199,16 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
     def Heartbeat(self, request, context):
         s = self.state
         caps = _capacities(request.tier_capacities)
-        bundles = [EventBundle(b.seq, [KvEvent(e.kind == pb.KvEvent.ADD, e.key, int(e.tier), e.size, e.offset,
-                                               e.checksum) for e in b.events]) for b in request.bundles]
-        out = s.store.apply_heartbeat(request.node_id, time.time(), caps, bundles,
-                                      request.is_full_sync, request.delta_seq_baseline)
+        bundles = [
+            EventBundle(
+                b.seq,
+                [KvEvent(e.kind == pb.KvEvent.ADD, e.key, int(e.tier), e.size, e.offset, e.checksum) for e in b.events],
+            )
+            for b in request.bundles
+        ]
+        out = s.store.apply_heartbeat(
+            request.node_id, time.time(), caps, bundles, request.is_full_sync, request.delta_seq_baseline
+        )
         if out.status == ClientStatus.UNKNOWN:
             return pb.HeartbeatResponse(status=pb.CLIENT_STATUS_UNKNOWN, acked_seq=0, request_full_sync=False)
         s.reported([e.key for b in bundles for e in b.events if e.add])
@@ -204,12 +231,14 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
             s.quotas.removed(key)
         for key, size in out.added:
             s.quotas.added(key, size)
-        return pb.HeartbeatResponse(status=pb.CLIENT_STATUS_ALIVE, acked_seq=out.acked_seq,
-                                    request_full_sync=out.request_full_sync)
+        return pb.HeartbeatResponse(
+            status=pb.CLIENT_STATUS_ALIVE, acked_seq=out.acked_seq, request_full_sync=out.request_full_sync
+        )
 
     # -- routing ---------------------------------------------------------------------------
-    def _route_put_one(self, writer: str, key: str, size: int, exclude: frozenset[str],
-                       clients: list[ClientRecord], now: float):
+    def _route_put_one(
+        self, writer: str, key: str, size: int, exclude: frozenset[str], clients: list[ClientRecord], now: float
+    ):
         s = self.state
         pending = s.pending_target(key, now)
         if pending is not None and pending.node_id not in exclude:
@@ -243,22 +272,29 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
         if s.store.lookup_batch([request.key])[0]:
             self.metrics.route_put_outcome.labels("already_exists").inc()
             return pb.RoutePutResponse(outcome=_EXISTS)
-        outcome, target = self._route_put_one(request.node_id, request.key, request.block_size,
-                                              frozenset(request.exclude_nodes), list(s.alive().values()),
-                                              time.time())
+        outcome, target = self._route_put_one(
+            request.node_id,
+            request.key,
+            request.block_size,
+            frozenset(request.exclude_nodes),
+            list(s.alive().values()),
+            time.time(),
+        )
         if target is None:
             return pb.RoutePutResponse(outcome=outcome, quota_bytes=self._quota_of(request.node_id, outcome))
         self.metrics.route_put.labels(target.node_id).inc()
-        return pb.RoutePutResponse(outcome=outcome, node_id=target.node_id, tier=target.tier,
-                                   peer_address=target.peer_address)
+        return pb.RoutePutResponse(
+            outcome=outcome, node_id=target.node_id, tier=target.tier, peer_address=target.peer_address
+        )
 
     @_timed
     def BatchRoutePut(self, request, context):
         s = self.state
         keys, sizes = list(request.keys), list(request.block_sizes)
         if len(keys) != len(sizes):
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"BatchRoutePut: {len(keys)} keys but {len(sizes)} block_sizes")
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"BatchRoutePut: {len(keys)} keys but {len(sizes)} block_sizes"
+            )
         exists = s.store.lookup_batch(keys) if keys else []
         clients = list(s.alive().values())
         exclude = frozenset(request.exclude_nodes)
@@ -273,12 +309,16 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
             seen.add(key)
             outcome, target = self._route_put_one(request.node_id, key, size, exclude, clients, now)
             if target is None:
-                entries.append(pb.BatchRoutePutEntry(outcome=outcome,
-                                                     quota_bytes=self._quota_of(request.node_id, outcome)))
+                entries.append(
+                    pb.BatchRoutePutEntry(outcome=outcome, quota_bytes=self._quota_of(request.node_id, outcome))
+                )
             else:
                 self.metrics.batch_route_put.labels(target.node_id).inc()
-                entries.append(pb.BatchRoutePutEntry(outcome=outcome, node_id=target.node_id,
-                                                     tier=target.tier, peer_address=target.peer_address))
+                entries.append(
+                    pb.BatchRoutePutEntry(
+                        outcome=outcome, node_id=target.node_id, tier=target.tier, peer_address=target.peer_address
+                    )
+                )
         return pb.BatchRoutePutResponse(entries=entries)
 
     def _route_get(self, keys, exclude):
@@ -286,8 +326,7 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
         s = self.state
         now = time.time()
         alive = s.alive()
-        routed = s.store.route_get_choose(keys, exclude, alive, now, now + s.settings.lease_duration_s,
-                                          s.get_router)
+        routed = s.store.route_get_choose(keys, exclude, alive, now, now + s.settings.lease_duration_s, s.get_router)
         return routed, alive
 
     @_timed
@@ -299,8 +338,13 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
         node_id = routed.nodes[0]
         self.metrics.route_get.labels(node_id).inc()
         client = alive.get(node_id)
-        return pb.RouteGetResponse(found=True, node_id=node_id, tier=routed.tier[0], size=routed.size[0],
-                                   peer_address=client.peer_address if client else "")
+        return pb.RouteGetResponse(
+            found=True,
+            node_id=node_id,
+            tier=routed.tier[0],
+            size=routed.size[0],
+            peer_address=client.peer_address if client else "",
+        )
 
     @_timed
     def BatchRouteGet(self, request, context):
@@ -319,8 +363,14 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
             self.metrics.batch_route_get.labels(node_id).inc(n)
         if routed.misses:
             self.metrics.route_get_misses.inc(routed.misses)
-        return pb.BatchRouteGetResponse(nodes=nodes, node_ref=routed.node_ref, tier=routed.tier, size=routed.size,
-                                        offset=offsets, checksum=checksums)
+        return pb.BatchRouteGetResponse(
+            nodes=nodes,
+            node_ref=routed.node_ref,
+            tier=routed.tier,
+            size=routed.size,
+            offset=offsets,
+            checksum=checksums,
+        )
 
     def _route_pending(self, keys: list[str], routed: RoutedGets, alive: dict, exclude: frozenset[str]) -> None:
         """Misses with a routed put not yet reported: sent to the put's target (a DRAM copy of
@@ -383,16 +433,18 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
     @_timed
     def RevokeAllExternalKvBlocksAtTier(self, request, context):
         if not request.node_id:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          "RevokeAllExternalKvBlocksAtTier: node_id must not be empty")
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "RevokeAllExternalKvBlocksAtTier: node_id must not be empty"
+            )
         self.state.store.external_kv.revoke_tier(request.node_id, int(request.tier))
         return pb.RevokeAllExternalKvBlocksAtTierResponse()
 
     @_timed
     def RevokeAllExternalKvBlocksForNode(self, request, context):
         if not request.node_id:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          "RevokeAllExternalKvBlocksForNode: node_id must not be empty")
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "RevokeAllExternalKvBlocksForNode: node_id must not be empty"
+            )
         self.state.store.external_kv.revoke_node(request.node_id)
         return pb.RevokeAllExternalKvBlocksForNodeResponse()
 
@@ -406,27 +458,27 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
         resp = pb.MatchExternalKvResponse()
         matched: set[str] = set()
         for node_id in sorted(matches):
-            m = resp.matches.add(node_id=node_id,
-                                 peer_address=alive[node_id].peer_address if node_id in alive else "")
+            m = resp.matches.add(node_id=node_id, peer_address=alive[node_id].peer_address if node_id in alive else "")
             for tier, hs in sorted(matches[node_id].items()):
                 m.hashes_by_tier.add(tier=tier, hashes=hs)
                 matched.update(hs)
         self.metrics.ext_match_matched.inc(len(matched))
         if request.count_as_hit and matched:
-            self.state.store.external_kv.count_hits([h for h in dict.fromkeys(hashes) if h in matched],
-                                                    time.time())
+            self.state.store.external_kv.count_hits([h for h in dict.fromkeys(hashes) if h in matched], time.time())
         return resp
 
     @_timed
     def GetExternalKvHitCounts(self, request, context):
         limit = self.state.settings.hit_query_max_batch
         if len(request.hashes) > limit:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"GetExternalKvHitCounts: {len(request.hashes)} hashes exceed "
-                          f"UMBP_HIT_QUERY_MAX_BATCH ({limit})")
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"GetExternalKvHitCounts: {len(request.hashes)} hashes exceed UMBP_HIT_QUERY_MAX_BATCH ({limit})",
+            )
         counts = self.state.store.external_kv.hit_counts(list(request.hashes)) if request.hashes else []
         return pb.GetExternalKvHitCountsResponse(
-            entries=[pb.HitCountEntry(hash=h, hit_count_total=n) for h, n in counts])
+            entries=[pb.HitCountEntry(hash=h, hit_count_total=n) for h, n in counts]
+        )
 
     @_timed
     def ReportMetrics(self, request, context):
@@ -454,7 +506,7 @@ class UMBPMasterAdminServicer(admin_grpc.UMBPMasterAdminServicer):
             try:
                 stub = s.peers.stub(client.peer_address)
                 for i in range(0, len(keys), self.EVICT_CHUNK):
-                    chunk = keys[i:i + self.EVICT_CHUNK]
+                    chunk = keys[i : i + self.EVICT_CHUNK]
                     reply = stub.EvictKey(peer_pb.EvictKeyRequest(keys=chunk), timeout=deadline)
                     freed = {e.key: e.bytes_freed for e in reply.evicted}
                     for key in chunk:
@@ -468,8 +520,13 @@ class UMBPMasterAdminServicer(admin_grpc.UMBPMasterAdminServicer):
                 resp.unreachable_nodes.append(client.node_id)
         if request.include_external_kv:
             s.store.external_kv.clear()
-        log.info("cluster cleared by %r: %d evicted, %d refused, %d unreachable", request.node_id,
-                 resp.keys_evicted, resp.keys_refused, len(resp.unreachable_nodes))
+        log.info(
+            "cluster cleared by %r: %d evicted, %d refused, %d unreachable",
+            request.node_id,
+            resp.keys_evicted,
+            resp.keys_refused,
+            len(resp.unreachable_nodes),
+        )
         return resp
 
     @_timed

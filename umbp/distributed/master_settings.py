@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The master's settings, read from MORI's environment table (UMBP_* rows of env_defs.h)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -69,8 +70,10 @@ class MasterSettings:
             (self.heartbeat_ttl_s > 0, "UMBP_HEARTBEAT_TTL_SEC must be > 0"),
             (self.lease_duration_s >= 0, "UMBP_LEASE_DURATION_SEC must be >= 0"),
             (self.eviction_interval_s > 0, "UMBP_EVICTION_CHECK_INTERVAL_SEC must be > 0"),
-            (0 < self.eviction_low_wm <= self.eviction_high_wm <= 1,
-             "need 0 < UMBP_EVICTION_LOW_WM <= UMBP_EVICTION_HIGH_WM <= 1"),
+            (
+                0 < self.eviction_low_wm <= self.eviction_high_wm <= 1,
+                "need 0 < UMBP_EVICTION_LOW_WM <= UMBP_EVICTION_HIGH_WM <= 1",
+            ),
             (self.hit_query_max_batch > 0, "UMBP_HIT_QUERY_MAX_BATCH must be > 0"),
             (self.index_shards > 0, "UMBP_MASTER_INDEX_SHARDS must be > 0"),
             (self.metadata_backend in ("memory", "redis"), "UMBP_METADATA_BACKEND must be memory or redis"),

@@ -6,6 +6,7 @@ Two implementations: ``InMemoryMetadataStore`` (master_store_memory.py, lost on 
 soft: a wiped store is rebuilt within one heartbeat, when the peers are asked for a full sync.
 Times are wall-clock seconds (``time.time()``) so that several masters agree on them.
 """
+
 from __future__ import annotations
 
 import abc
@@ -82,9 +83,15 @@ class MetadataStore(abc.ABC):
     def alive_clients(self) -> list[ClientRecord]: ...
 
     @abc.abstractmethod
-    def apply_heartbeat(self, node_id: str, now: float, capacities: dict[int, TierCapacity],
-                        bundles: list[EventBundle], is_full_sync: bool,
-                        baseline: int) -> HeartbeatOutcome:
+    def apply_heartbeat(
+        self,
+        node_id: str,
+        now: float,
+        capacities: dict[int, TierCapacity],
+        bundles: list[EventBundle],
+        is_full_sync: bool,
+        baseline: int,
+    ) -> HeartbeatOutcome:
         """Record liveness and capacity and apply the event bundles in seq order.
 
         A bundle at ``acked + 1`` is applied, older ones are skipped (re-sent after a lost
@@ -98,16 +105,24 @@ class MetadataStore(abc.ABC):
 
     # -- block index -----------------------------------------------------------------------
     @abc.abstractmethod
-    def route_get_batch(self, keys: list[str], exclude: frozenset[str], now: float,
-                        lease_until: float) -> list[Sequence[Location]]:
+    def route_get_batch(
+        self, keys: list[str], exclude: frozenset[str], now: float, lease_until: float
+    ) -> list[Sequence[Location]]:
         """Copies of each key on non-excluded nodes, fastest tier first (HBM, DRAM, SSD), each
         with the place its owner's ADD event gave where this path keeps it (offset, checksum;
         0s: not known; the native index gives places through ``route_get_choose``); a key
         found is marked accessed at ``now`` and leased (protected from master eviction) until
         ``lease_until``."""
 
-    def route_get_choose(self, keys: Sequence[str], exclude: Collection[str], alive: Collection[str],
-                         now: float, lease_until: float, router) -> RoutedGets:
+    def route_get_choose(
+        self,
+        keys: Sequence[str],
+        exclude: Collection[str],
+        alive: Collection[str],
+        now: float,
+        lease_until: float,
+        router,
+    ) -> RoutedGets:
         """The get path of one batch: ``route_get_batch`` and then, per key, the copy
         ``router`` (a ``GetRouter``) picks among those on ``alive`` nodes, as columns. Stores with
         a native index answer it in one native call; this default goes key by key."""

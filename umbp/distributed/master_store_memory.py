@@ -2,6 +2,7 @@
 """The in-memory metadata store: one master's state, lost when it stops. The block index is
 native (``mori._C.umbp.MasterIndex``, umbp/src/master_index.h); master_block_index.py is its
 Python reference."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,9 @@ class InMemoryMetadataStore(MetadataStore):
             old = self._clients.get(record.node_id)
             if old is not None and now - old.last_heartbeat <= expiry:
                 return False
-            record = dataclasses.replace(record, status=ClientStatus.ALIVE, last_heartbeat=now,
-                                         registered_at=now, acked_seq=0)
+            record = dataclasses.replace(
+                record, status=ClientStatus.ALIVE, last_heartbeat=now, registered_at=now, acked_seq=0
+            )
             self._clients[record.node_id] = record
         if old is not None:
             self._index.remove_node(record.node_id)
@@ -61,12 +63,17 @@ class InMemoryMetadataStore(MetadataStore):
 
     def alive_clients(self) -> list[ClientRecord]:
         with self._lock:
-            return [dataclasses.replace(r) for r in self._clients.values()
-                    if r.status == ClientStatus.ALIVE]
+            return [dataclasses.replace(r) for r in self._clients.values() if r.status == ClientStatus.ALIVE]
 
-    def apply_heartbeat(self, node_id: str, now: float, capacities: dict[int, TierCapacity],
-                        bundles: list[EventBundle], is_full_sync: bool,
-                        baseline: int) -> HeartbeatOutcome:
+    def apply_heartbeat(
+        self,
+        node_id: str,
+        now: float,
+        capacities: dict[int, TierCapacity],
+        bundles: list[EventBundle],
+        is_full_sync: bool,
+        baseline: int,
+    ) -> HeartbeatOutcome:
         with self._lock:
             rec = self._clients.get(node_id)
             if rec is None:
@@ -90,8 +97,7 @@ class InMemoryMetadataStore(MetadataStore):
                     to_apply.append(bundle)
                     rec.acked_seq = bundle.seq
             acked = rec.acked_seq
-        out = HeartbeatOutcome(ClientStatus.ALIVE, acked_seq=acked,
-                               request_full_sync=(not is_full_sync and gap))
+        out = HeartbeatOutcome(ClientStatus.ALIVE, acked_seq=acked, request_full_sync=(not is_full_sync and gap))
         if is_full_sync:
             # The snapshot is the node's whole truth: copies it no longer lists go.
             snapshot = {(ev.key, ev.tier) for b in to_apply for ev in b.events if ev.add}
@@ -122,15 +128,25 @@ class InMemoryMetadataStore(MetadataStore):
         return dead
 
     # -- block index -----------------------------------------------------------------------
-    def route_get_batch(self, keys: list[str], exclude: frozenset[str], now: float,
-                        lease_until: float) -> list[Sequence[Location]]:
-        return [tuple(Location(*c) for c in copies)
-                for copies in self._index.route(keys, list(exclude), now, lease_until)]
+    def route_get_batch(
+        self, keys: list[str], exclude: frozenset[str], now: float, lease_until: float
+    ) -> list[Sequence[Location]]:
+        return [
+            tuple(Location(*c) for c in copies) for copies in self._index.route(keys, list(exclude), now, lease_until)
+        ]
 
-    def route_get_choose(self, keys: Sequence[str], exclude: Collection[str], alive: Collection[str],
-                         now: float, lease_until: float, router) -> RoutedGets:
-        return RoutedGets(*self._index.route_choose(keys, exclude, alive, now, lease_until,
-                                                    router.strategy == "random"))
+    def route_get_choose(
+        self,
+        keys: Sequence[str],
+        exclude: Collection[str],
+        alive: Collection[str],
+        now: float,
+        lease_until: float,
+        router,
+    ) -> RoutedGets:
+        return RoutedGets(
+            *self._index.route_choose(keys, exclude, alive, now, lease_until, router.strategy == "random")
+        )
 
     def lookup_batch(self, keys: list[str]) -> list[bool]:
         return self._index.contains(keys)

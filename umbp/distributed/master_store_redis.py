@@ -8,6 +8,7 @@ over them, the first also holding membership and the external-KV index); Redis C
 UMBP_REDIS_BLOCK_SHARDS hash-tagged shards; route_get_batch, heartbeat application and
 registration are one server-side Lua script each (EVALSHA) per shard touched.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -53,13 +54,18 @@ class RedisSettings:
         from mori.core.env import setting
 
         shard_uris = [u.strip() for u in str(setting("UMBP_REDIS_SHARD_URIS")).split(",") if u.strip()]
-        s = cls(uri=str(setting("UMBP_REDIS_URI")), namespace=str(setting("UMBP_REDIS_NAMESPACE")),
-                cluster=bool(setting("UMBP_REDIS_CLUSTER")), required=bool(setting("UMBP_REDIS_REQUIRED")),
-                shard_uris=shard_uris, block_shards=int(setting("UMBP_REDIS_BLOCK_SHARDS")),
-                pool_size=int(setting("UMBP_REDIS_POOL_SIZE")),
-                connect_timeout_ms=int(setting("UMBP_REDIS_CONNECT_TIMEOUT_MS")),
-                socket_timeout_ms=int(setting("UMBP_REDIS_SOCKET_TIMEOUT_MS")),
-                password=str(setting("UMBP_REDIS_PASSWORD")))
+        s = cls(
+            uri=str(setting("UMBP_REDIS_URI")),
+            namespace=str(setting("UMBP_REDIS_NAMESPACE")),
+            cluster=bool(setting("UMBP_REDIS_CLUSTER")),
+            required=bool(setting("UMBP_REDIS_REQUIRED")),
+            shard_uris=shard_uris,
+            block_shards=int(setting("UMBP_REDIS_BLOCK_SHARDS")),
+            pool_size=int(setting("UMBP_REDIS_POOL_SIZE")),
+            connect_timeout_ms=int(setting("UMBP_REDIS_CONNECT_TIMEOUT_MS")),
+            socket_timeout_ms=int(setting("UMBP_REDIS_SOCKET_TIMEOUT_MS")),
+            password=str(setting("UMBP_REDIS_PASSWORD")),
+        )
         return s
 
     def validate(self) -> None:
@@ -82,19 +88,30 @@ def _caps_from_json(text: Optional[bytes]) -> dict[int, TierCapacity]:
 
 
 def _record_json(r: ClientRecord) -> str:
-    return json.dumps({"node_address": r.node_address, "peer_address": r.peer_address,
-                       "engine_desc": r.engine_desc.hex(), "tags": r.tags, "registered_at": r.registered_at})
+    return json.dumps(
+        {
+            "node_address": r.node_address,
+            "peer_address": r.peer_address,
+            "engine_desc": r.engine_desc.hex(),
+            "tags": r.tags,
+            "registered_at": r.registered_at,
+        }
+    )
 
 
 class RedisMetadataStore(MetadataStore):
     def __init__(self, settings: RedisSettings) -> None:
         settings.validate()
         self.settings = settings
-        kw = dict(socket_timeout=settings.socket_timeout_ms / 1000.0,
-                  socket_connect_timeout=settings.connect_timeout_ms / 1000.0,
-                  password=settings.password or None, max_connections=settings.pool_size)
+        kw = dict(
+            socket_timeout=settings.socket_timeout_ms / 1000.0,
+            socket_connect_timeout=settings.connect_timeout_ms / 1000.0,
+            password=settings.password or None,
+            max_connections=settings.pool_size,
+        )
         if settings.cluster:
             from redis.cluster import RedisCluster
+
             self._clients = [RedisCluster.from_url(settings.uri, **kw)]
         else:
             uris = settings.shard_uris or [settings.uri]
@@ -106,11 +123,24 @@ class RedisMetadataStore(MetadataStore):
         self._ctl = self._clients[0]
         self._nshards = settings.block_shards
         self._shard_prefix = [f"{{{ns}:b{i}}}" for i in range(self._nshards)]
-        self._scripts = {name: self._ctl.register_script(getattr(lua, name)) for name in (
-            "REGISTER_CLIENT", "HEARTBEAT_CONTROL", "APPLY_EVENTS", "DROP_NODE", "ROUTE_GET_BATCH",
-            "EVICTION_CANDIDATES", "EXTERNAL_KV", "EXTERNAL_KV_MATCH", "COUNT_HITS", "DROP_STALE_HITS")}
-        self._pool = futures.ThreadPoolExecutor(max_workers=max(2, min(len(self._clients) * 2, 16)),
-                                                thread_name_prefix="umbp-redis")
+        self._scripts = {
+            name: self._ctl.register_script(getattr(lua, name))
+            for name in (
+                "REGISTER_CLIENT",
+                "HEARTBEAT_CONTROL",
+                "APPLY_EVENTS",
+                "DROP_NODE",
+                "ROUTE_GET_BATCH",
+                "EVICTION_CANDIDATES",
+                "EXTERNAL_KV",
+                "EXTERNAL_KV_MATCH",
+                "COUNT_HITS",
+                "DROP_STALE_HITS",
+            )
+        }
+        self._pool = futures.ThreadPoolExecutor(
+            max_workers=max(2, min(len(self._clients) * 2, 16)), thread_name_prefix="umbp-redis"
+        )
         self.external_kv = RedisExternalKv(self)
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -194,11 +224,20 @@ class RedisMetadataStore(MetadataStore):
             if r is None:
                 continue
             d = json.loads(r)
-            out.append(ClientRecord(node_id=node_id, node_address=d["node_address"], peer_address=d["peer_address"],
-                                    engine_desc=bytes.fromhex(d["engine_desc"]), tags=d["tags"],
-                                    capacities=_caps_from_json(cap), status=ClientStatus.ALIVE,
-                                    last_heartbeat=float(hb or 0), registered_at=d["registered_at"],
-                                    acked_seq=int(seq or 0)))
+            out.append(
+                ClientRecord(
+                    node_id=node_id,
+                    node_address=d["node_address"],
+                    peer_address=d["peer_address"],
+                    engine_desc=bytes.fromhex(d["engine_desc"]),
+                    tags=d["tags"],
+                    capacities=_caps_from_json(cap),
+                    status=ClientStatus.ALIVE,
+                    last_heartbeat=float(hb or 0),
+                    registered_at=d["registered_at"],
+                    acked_seq=int(seq or 0),
+                )
+            )
         return out
 
     def get_client(self, node_id: str) -> Optional[ClientRecord]:
@@ -208,24 +247,46 @@ class RedisMetadataStore(MetadataStore):
     def alive_clients(self) -> list[ClientRecord]:
         return self._records()
 
-    def apply_heartbeat(self, node_id: str, now: float, capacities: dict[int, TierCapacity],
-                        bundles: list[EventBundle], is_full_sync: bool, baseline: int) -> HeartbeatOutcome:
-        res = self._ctl_run("HEARTBEAT_CONTROL", [
-            node_id, repr(now), _caps_json(capacities) if capacities else "", "1" if is_full_sync else "0",
-            str(baseline), *[str(b.seq) for b in bundles]])
+    def apply_heartbeat(
+        self,
+        node_id: str,
+        now: float,
+        capacities: dict[int, TierCapacity],
+        bundles: list[EventBundle],
+        is_full_sync: bool,
+        baseline: int,
+    ) -> HeartbeatOutcome:
+        res = self._ctl_run(
+            "HEARTBEAT_CONTROL",
+            [
+                node_id,
+                repr(now),
+                _caps_json(capacities) if capacities else "",
+                "1" if is_full_sync else "0",
+                str(baseline),
+                *[str(b.seq) for b in bundles],
+            ],
+        )
         status, acked, gap, count, first = (int(x) for x in res)
         if status == 0:
             return HeartbeatOutcome(ClientStatus.UNKNOWN)
         out = HeartbeatOutcome(ClientStatus.ALIVE, acked_seq=acked, request_full_sync=bool(gap))
-        to_apply = bundles[first:first + count]
+        to_apply = bundles[first : first + count]
         per_shard: dict[int, list[str]] = {}
         for bundle in to_apply:
             for ev in bundle.events:
                 if is_full_sync and not ev.add:
                     continue
                 per_shard.setdefault(self._shard_of(ev.key), []).extend(
-                    ("A" if ev.add else "R", str(int(ev.tier)), ev.key, str(int(ev.size)), str(int(ev.offset)),
-                     str(int(ev.checksum))))
+                    (
+                        "A" if ev.add else "R",
+                        str(int(ev.tier)),
+                        ev.key,
+                        str(int(ev.size)),
+                        str(int(ev.offset)),
+                        str(int(ev.checksum)),
+                    )
+                )
         if is_full_sync:
             keep: dict[int, list[str]] = {}
             for shard, flat in per_shard.items():
@@ -238,8 +299,9 @@ class RedisMetadataStore(MetadataStore):
             return self._shard_run("APPLY_EVENTS", shard, [node_id, repr(now), *flat])
 
         items = list(per_shard.items())
-        results = (list(self._pool.map(one, items)) if len(items) > 1 and len(self._clients) > 1
-                   else [one(i) for i in items])
+        results = (
+            list(self._pool.map(one, items)) if len(items) > 1 and len(self._clients) > 1 else [one(i) for i in items]
+        )
         for flat in results:
             for i in range(0, len(flat), 3):
                 kv = (flat[i].decode(), int(flat[i + 1]))
@@ -271,8 +333,9 @@ class RedisMetadataStore(MetadataStore):
             return list(self._pool.map(fn, items))
         return [fn(i) for i in items]
 
-    def route_get_batch(self, keys: list[str], exclude: frozenset[str], now: float,
-                        lease_until: float) -> list[Sequence[Location]]:
+    def route_get_batch(
+        self, keys: list[str], exclude: frozenset[str], now: float, lease_until: float
+    ) -> list[Sequence[Location]]:
         out: list[Sequence[Location]] = [()] * len(keys)
         excl = "\n".join(sorted(exclude))
 
@@ -280,8 +343,10 @@ class RedisMetadataStore(MetadataStore):
             group, members = item
             conn = self._conn(group) if not self.settings.cluster else self._clients[0]
             names = "\n".join(name for _, name in members)
-            return ([i for i, _ in members],
-                    self._run("ROUTE_GET_BATCH", conn, members[0][1], [repr(now), repr(lease_until), excl, names]))
+            return (
+                [i for i, _ in members],
+                self._run("ROUTE_GET_BATCH", conn, members[0][1], [repr(now), repr(lease_until), excl, names]),
+            )
 
         for idx, text in self._parallel(one, list(self._group(keys).items())):
             for i, line in zip(idx, text.decode().split("\n")):
@@ -290,10 +355,14 @@ class RedisMetadataStore(MetadataStore):
                 locs = []
                 for copy in line.split("\x1e"):
                     f = copy.split("\x1f")  # node, tier, size[, offset, checksum]
-                    locs.append(Location(f[0], int(f[1]), int(f[2])) if len(f) == 3 else
-                                Location(f[0], int(f[1]), int(f[2]), int(f[3]), int(f[4])))
-                out[i] = tuple(sorted(locs, key=lambda loc: _TIER_RANK.get(loc.tier, 9))) if len(locs) > 1 \
-                    else tuple(locs)
+                    locs.append(
+                        Location(f[0], int(f[1]), int(f[2]))
+                        if len(f) == 3
+                        else Location(f[0], int(f[1]), int(f[2]), int(f[3]), int(f[4]))
+                    )
+                out[i] = (
+                    tuple(sorted(locs, key=lambda loc: _TIER_RANK.get(loc.tier, 9))) if len(locs) > 1 else tuple(locs)
+                )
         return out
 
     def lookup_batch(self, keys: list[str]) -> list[bool]:
@@ -315,8 +384,10 @@ class RedisMetadataStore(MetadataStore):
     def eviction_candidates(self, node_id: str, tier: int, now: float) -> list[EvictionCandidate]:
         def one(shard: int):
             flat = self._shard_run("EVICTION_CANDIDATES", shard, [node_id, str(int(tier)), repr(now)])
-            return [EvictionCandidate(flat[i].decode(), int(flat[i + 1]), float(flat[i + 2]))
-                    for i in range(0, len(flat), 3)]
+            return [
+                EvictionCandidate(flat[i].decode(), int(flat[i + 1]), float(flat[i + 2]))
+                for i in range(0, len(flat), 3)
+            ]
 
         return [c for part in self._each_shard(one) for c in part]
 
@@ -383,14 +454,14 @@ class RedisExternalKv(ExternalKvStore):
         for pattern in (f"{p}:xh:*", f"{p}:xn:*", f"{p}:xnodes:*"):
             keys = list(c.scan_iter(match=pattern, count=1000))
             for i in range(0, len(keys), 500):
-                c.delete(*keys[i:i + 500])
+                c.delete(*keys[i : i + 500])
 
     def live_counts(self) -> dict[str, int]:
         c, p = self._s._ctl, self._s._ctl_prefix
         out: dict[str, int] = {}
         marker = f"{p}:xnodes:"
         for name in c.scan_iter(match=f"{marker}*", count=1000):
-            node = name.decode()[len(marker):]
+            node = name.decode()[len(marker) :]
             tiers = [t.decode() for t in c.smembers(name)]
             sets = [f"{p}:xn:{node}:{t}" for t in tiers]
             n = c.scard(sets[0]) if len(sets) == 1 else (len(c.sunion(sets)) if sets else 0)

@@ -15,6 +15,7 @@ backend 0 is the DRAM arena; the SSD staging buffer is ``ssd_staging_mem_desc``.
 With a job secret every call must be signed (the master's scheme, master_auth.py): a stranger on
 the port gets UNAUTHENTICATED and touches nothing.
 """
+
 from __future__ import annotations
 
 import logging
@@ -39,8 +40,13 @@ ARENA_BUFFER = 0
 ARENA_BACKEND = 0
 
 # peer_prepare_ssd_read's outcome -> SsdReadStatus.
-_SSD_STATUS = {0: peer_pb.SSD_READ_OK, 1: peer_pb.SSD_READ_NOT_FOUND, 2: peer_pb.SSD_READ_NO_SLOT,
-               3: peer_pb.SSD_READ_SIZE_TOO_LARGE, 4: peer_pb.SSD_READ_ERROR}
+_SSD_STATUS = {
+    0: peer_pb.SSD_READ_OK,
+    1: peer_pb.SSD_READ_NOT_FOUND,
+    2: peer_pb.SSD_READ_NO_SLOT,
+    3: peer_pb.SSD_READ_SIZE_TOO_LARGE,
+    4: peer_pb.SSD_READ_ERROR,
+}
 
 
 @dataclass
@@ -64,10 +70,16 @@ class PeerService(peer_grpc.UMBPPeerServicer):
     committed in one call.
     """
 
-    def __init__(self, store, descs: PeerDescriptors, dram_lease_ms: int, ssd_lease_ms: int,
-                 on_commit: Optional[Callable[[], None]] = None,
-                 register_engine: Optional[Callable[[bytes], None]] = None,
-                 pull: Optional[Callable[[bytes, list, float], bool]] = None) -> None:
+    def __init__(
+        self,
+        store,
+        descs: PeerDescriptors,
+        dram_lease_ms: int,
+        ssd_lease_ms: int,
+        on_commit: Optional[Callable[[], None]] = None,
+        register_engine: Optional[Callable[[bytes], None]] = None,
+        pull: Optional[Callable[[bytes, list, float], bool]] = None,
+    ) -> None:
         self._store = store
         self._descs = descs
         self._dram_lease_ms = dram_lease_ms
@@ -75,8 +87,9 @@ class PeerService(peer_grpc.UMBPPeerServicer):
         self._on_commit = on_commit
         self._register_engine = register_engine
         self._pull = pull
-        self._arena_buffer = pb.BufferMemoryDesc(buffer_index=ARENA_BUFFER, desc=descs.arena_desc,
-                                                 backend_id=ARENA_BACKEND)
+        self._arena_buffer = pb.BufferMemoryDesc(
+            buffer_index=ARENA_BUFFER, desc=descs.arena_desc, backend_id=ARENA_BACKEND
+        )
 
     # -- handshake ---------------------------------------------------------------------------
     def GetPeerInfo(self, request, context):
@@ -86,16 +99,21 @@ class PeerService(peer_grpc.UMBPPeerServicer):
                 self._register_engine(request.engine_desc)
             except Exception as exc:  # noqa: BLE001 - a malformed descriptor is the caller's error
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"GetPeerInfo: engine_desc: {exc}")
-        return peer_pb.GetPeerInfoResponse(engine_desc=self._descs.engine_desc,
-                                           ssd_staging_mem_desc=self._descs.staging_desc,
-                                           ssd_staging_size=self._descs.staging_size,
-                                           buffer_descs=[self._arena_buffer], page_size=PAGE_SIZE)
+        return peer_pb.GetPeerInfoResponse(
+            engine_desc=self._descs.engine_desc,
+            ssd_staging_mem_desc=self._descs.staging_desc,
+            ssd_staging_size=self._descs.staging_size,
+            buffer_descs=[self._arena_buffer],
+            page_size=PAGE_SIZE,
+        )
 
     # -- slots -------------------------------------------------------------------------------
-    _OUTCOMES = {1: peer_pb.ALLOCATE_SLOT_OUTCOME_SUCCESS_ALLOCATED,
-                 2: peer_pb.ALLOCATE_SLOT_OUTCOME_SUCCESS_ALREADY_EXISTS,
-                 3: peer_pb.ALLOCATE_SLOT_OUTCOME_FAILED,
-                 4: peer_pb.ALLOCATE_SLOT_OUTCOME_FAILED_NO_SPACE}
+    _OUTCOMES = {
+        1: peer_pb.ALLOCATE_SLOT_OUTCOME_SUCCESS_ALLOCATED,
+        2: peer_pb.ALLOCATE_SLOT_OUTCOME_SUCCESS_ALREADY_EXISTS,
+        3: peer_pb.ALLOCATE_SLOT_OUTCOME_FAILED,
+        4: peer_pb.ALLOCATE_SLOT_OUTCOME_FAILED_NO_SPACE,
+    }
 
     def _allocate(self, entries, source_descs=(), context=None) -> list:
         keys = [e.key for e in entries]
@@ -109,9 +127,13 @@ class PeerService(peer_grpc.UMBPPeerServicer):
                     self._store.peer_abort([slot_id])
                 out.append(peer_pb.AllocateSlotResponse(outcome=peer_pb.ALLOCATE_SLOT_OUTCOME_FAILED))
                 continue
-            resp = peer_pb.AllocateSlotResponse(outcome=self._OUTCOMES[outcome], slot_id=slot_id,
-                                                page_size=PAGE_SIZE, backend_id=ARENA_BACKEND,
-                                                pending_ttl_ms=30000)
+            resp = peer_pb.AllocateSlotResponse(
+                outcome=self._OUTCOMES[outcome],
+                slot_id=slot_id,
+                page_size=PAGE_SIZE,
+                backend_id=ARENA_BACKEND,
+                pending_ttl_ms=30000,
+            )
             if outcome == 1:
                 resp.pages.add(buffer_index=ARENA_BUFFER, page_index=offset // PAGE_SIZE)
                 resp.descs.append(self._arena_buffer)
@@ -157,8 +179,9 @@ class PeerService(peer_grpc.UMBPPeerServicer):
         return self._allocate([request])[0]
 
     def BatchAllocateSlots(self, request, context):
-        return peer_pb.BatchAllocateSlotsResponse(entries=self._allocate(list(request.entries),
-                                                                         request.source_descs, context))
+        return peer_pb.BatchAllocateSlotsResponse(
+            entries=self._allocate(list(request.entries), request.source_descs, context)
+        )
 
     def _commit(self, ids: list[int], keys: list[str]) -> list[bool]:
         ok = self._store.peer_commit(ids, keys)
@@ -182,8 +205,9 @@ class PeerService(peer_grpc.UMBPPeerServicer):
     # -- reads -------------------------------------------------------------------------------
     def ResolveKey(self, request, context):
         found, tier, offset, size, checksum, lease = self._store.peer_resolve([request.key])[0]
-        resp = peer_pb.ResolveKeyResponse(found=found, size=size, page_size=PAGE_SIZE, backend_id=ARENA_BACKEND,
-                                          checksum=checksum, lease_id=lease)
+        resp = peer_pb.ResolveKeyResponse(
+            found=found, size=size, page_size=PAGE_SIZE, backend_id=ARENA_BACKEND, checksum=checksum, lease_id=lease
+        )
         if found and int(tier) == pb.TIER_DRAM:
             resp.pages.add(buffer_index=ARENA_BUFFER, page_index=offset // PAGE_SIZE)
             resp.descs.append(self._arena_buffer)
@@ -212,8 +236,14 @@ class PeerService(peer_grpc.UMBPPeerServicer):
 
     def PrepareSsdRead(self, request, context):
         outcome, offset, size, checksum, lease = self._store.peer_prepare_ssd_read(request.key, request.max_size)
-        return peer_pb.PrepareSsdReadResponse(status=_SSD_STATUS[outcome], staging_offset=offset, size=size,
-                                              lease_id=lease, lease_ttl_ms=self._ssd_lease_ms, checksum=checksum)
+        return peer_pb.PrepareSsdReadResponse(
+            status=_SSD_STATUS[outcome],
+            staging_offset=offset,
+            size=size,
+            lease_id=lease,
+            lease_ttl_ms=self._ssd_lease_ms,
+            checksum=checksum,
+        )
 
     def ReleaseSsdLease(self, request, context):
         # One lease namespace: a DRAM read lease (ResolveKey's lease_id) ends here too.
@@ -223,27 +253,44 @@ class PeerService(peer_grpc.UMBPPeerServicer):
     def EvictKey(self, request, context):
         keys = list(request.keys)
         freed = self._store.peer_evict(keys)
-        return peer_pb.EvictKeyResponse(evicted=[peer_pb.EvictKeyEntry(key=k, bytes_freed=f)
-                                                 for k, f in zip(keys, freed)])
+        return peer_pb.EvictKeyResponse(
+            evicted=[peer_pb.EvictKeyEntry(key=k, bytes_freed=f) for k, f in zip(keys, freed)]
+        )
 
 
 class PeerServer:
     """The gRPC server of a worker's PeerService, on ``host:port`` (0: a free port)."""
 
-    def __init__(self, service: PeerService, host: str, port: int, secret: Optional[bytes] = None,
-                 auth_window_s: float = 30.0, max_workers: int = 8) -> None:
+    def __init__(
+        self,
+        service: PeerService,
+        host: str,
+        port: int,
+        secret: Optional[bytes] = None,
+        auth_window_s: float = 30.0,
+        max_workers: int = 8,
+    ) -> None:
         interceptors = []
         if secret is not None:
             from mori.umbp.distributed.master_auth import VerifyingInterceptor
-            interceptors.append(VerifyingInterceptor(
-                secret, auth_window_s, on_refused=lambda why: log.warning("umbp peer: refused a call: %s", why),
-                name="umbp peer"))
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
-                                                              thread_name_prefix="umbp-peer"),
-                                   interceptors=interceptors,
-                                   options=[("grpc.max_receive_message_length", 256 << 20),
-                                            ("grpc.max_send_message_length", 256 << 20),
-                                            ("grpc.so_reuseport", 0)])
+
+            interceptors.append(
+                VerifyingInterceptor(
+                    secret,
+                    auth_window_s,
+                    on_refused=lambda why: log.warning("umbp peer: refused a call: %s", why),
+                    name="umbp peer",
+                )
+            )
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="umbp-peer"),
+            interceptors=interceptors,
+            options=[
+                ("grpc.max_receive_message_length", 256 << 20),
+                ("grpc.max_send_message_length", 256 << 20),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
         self.service = service
         peer_grpc.add_UMBPPeerServicer_to_server(service, self._server)
         self.port = self._server.add_insecure_port(f"{host}:{port}")

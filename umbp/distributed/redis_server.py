@@ -4,6 +4,7 @@ and single-host trials of the Redis metadata store.
 
     python -m mori.umbp.distributed.redis_server [--cluster]   # prints its URI, runs until ^C
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,9 @@ class _Exited(RuntimeError):
 class RedisServerProcess:
     """``RedisServerProcess()`` starts one; ``.uri``; ``.stop()`` ends it and removes its dir."""
 
-    def __init__(self, cluster: bool = False, timeout_s: float = 10.0, exe: str = "redis-server",
-                 port: int = 0) -> None:
+    def __init__(
+        self, cluster: bool = False, timeout_s: float = 10.0, exe: str = "redis-server", port: int = 0
+    ) -> None:
         path = shutil.which(exe)
         if path is None:
             raise FileNotFoundError(f"{exe} is not installed (apt-get install redis-server)")
@@ -44,13 +46,35 @@ class RedisServerProcess:
         # A free port can be taken by someone else before redis binds it: try a few.
         for attempt in range(5 if port == 0 else 1):
             self.port = port or free_port()
-            args = [path, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
-                    "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning"]
+            args = [
+                path,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                self.dir,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+                "--daemonize",
+                "no",
+                "--loglevel",
+                "warning",
+            ]
             if cluster:
-                args += ["--cluster-enabled", "yes", "--cluster-config-file",
-                         os.path.join(self.dir, f"nodes-{self.port}.conf")]
-            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                         preexec_fn=_die_with_parent)
+                args += [
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    os.path.join(self.dir, f"nodes-{self.port}.conf"),
+                ]
+            self.proc = subprocess.Popen(
+                args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
+            )
             try:
                 self._wait_ready(timeout_s)
                 return

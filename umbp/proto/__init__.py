@@ -6,14 +6,17 @@
 build time from the ``.proto`` files beside this one. ``require()`` imports them or raises an
 ImportError that says what to install.
 """
+
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
 
-_INSTALL_HINT = ("the UMBP control plane needs grpcio, grpcio-tools and protobuf at build and run "
-                 "time: pip install grpcio grpcio-tools protobuf, then rebuild mori "
-                 "(pip install --no-build-isolation -e .)")
+_INSTALL_HINT = (
+    "the UMBP control plane needs grpcio, grpcio-tools and protobuf at build and run "
+    "time: pip install grpcio grpcio-tools protobuf, then rebuild mori "
+    "(pip install --no-build-isolation -e .)"
+)
 
 
 def require(name: str) -> ModuleType:

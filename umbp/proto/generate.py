@@ -7,6 +7,7 @@ Runs grpc_tools.protoc with the build's Python, then makes the imports between t
 modules package-relative (protoc writes ``import umbp_pb2``, which only works from the top level),
 so they load as ``mori.umbp.proto.umbp_pb2``.
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -35,8 +36,14 @@ def main(argv: list[str]) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     include_dirs = sorted({str(p.parent) for p in protos})
     well_known = pathlib.Path(protoc.__file__).parent / "_proto"
-    args = ["grpc_tools.protoc", *(f"-I{d}" for d in include_dirs), f"-I{well_known}",
-            f"--python_out={out_dir}", f"--grpc_python_out={out_dir}", *(str(p) for p in protos)]
+    args = [
+        "grpc_tools.protoc",
+        *(f"-I{d}" for d in include_dirs),
+        f"-I{well_known}",
+        f"--python_out={out_dir}",
+        f"--grpc_python_out={out_dir}",
+        *(str(p) for p in protos),
+    ]
     rc = protoc.main(args)
     if rc != 0:
         return rc

@@ -70,8 +70,8 @@ void check_keys(const char* call, const std::vector<std::string>& keys) {
   for (size_t i = 0; i < keys.size(); ++i) {
     const std::string& key = keys[i];
     MORI_CHECK_ARG(!key.empty(), "%s: keys[%zu] must not be empty", call, i);
-    MORI_CHECK_ARG(key.size() <= kMaxKeyBytes, "%s: keys[%zu] is %zu bytes, over the limit of %zu", call, i,
-                   key.size(), kMaxKeyBytes);
+    MORI_CHECK_ARG(key.size() <= kMaxKeyBytes, "%s: keys[%zu] is %zu bytes, over the limit of %zu", call, i, key.size(),
+                   kMaxKeyBytes);
   }
 }
 

@@ -29,8 +29,7 @@ mori::umbp::SsdConfig make_config(const std::string& storage_dir, size_t capacit
   c.io.backend = io_backend == "posix" ? mori::umbp::IoBackend::Posix : mori::umbp::IoBackend::IoUring;
   c.io.queue_depth = queue_depth;
   MORI_CHECK_ARG(durability == "strict" || durability == "relaxed", "durability must be 'strict' or 'relaxed'");
-  c.durability.mode =
-      durability == "strict" ? mori::umbp::DurabilityMode::Strict : mori::umbp::DurabilityMode::Relaxed;
+  c.durability.mode = durability == "strict" ? mori::umbp::DurabilityMode::Strict : mori::umbp::DurabilityMode::Relaxed;
   c.durability.enable_background_gc = enable_background_gc;
   return c;
 }

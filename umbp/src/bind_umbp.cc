@@ -32,8 +32,8 @@ class PyClient {
   explicit PyClient(const Config& config) : impl_(create_client(config)) {}
   // Distributed mode: the store of the pages this worker owns (mori.umbp's distributed client
   // is built over it).
-  PyClient(const Config& config, bool owned_pages) : impl_(owned_pages ? make_owned_pages_store(config)
-                                                                        : create_client(config)) {}
+  PyClient(const Config& config, bool owned_pages)
+      : impl_(owned_pages ? make_owned_pages_store(config) : create_client(config)) {}
 
   // The owned-pages store's peer hooks (raises for other clients).
   template <typename F>
@@ -41,7 +41,8 @@ class PyClient {
     return with([&](Client& x) {
       auto* local = dynamic_cast<LocalClient*>(&x);
       if (!local || !local->owns_pool_pages())
-        mori::raise(mori::Status::kInvalidUsage, "UMBPClient: the peer_* calls are for the distributed client's own store");
+        mori::raise(mori::Status::kInvalidUsage,
+                    "UMBPClient: the peer_* calls are for the distributed client's own store");
       return f(local->peer_pages());
     });
   }
@@ -82,7 +83,6 @@ size_t matched_hash_count(const ExternalKvMatch& m) {
   for (const auto& [tier, hashes] : m.hashes_by_tier) distinct.insert(hashes.begin(), hashes.end());
   return distinct.size();
 }
-
 
 void bind_enums(py::module_& m) {
   py::enum_<HostBufferBacking>(m, "UMBPHostBufferBacking")
@@ -193,7 +193,8 @@ void bind_configs(py::module_& m) {
       .def(py::init<>())
       .def_readwrite("host", &IoEngineConfig::host)
       .def_readwrite("port", &IoEngineConfig::port);
-  py::class_<DistributedConfig>(m, "UMBPDistributedConfig", "the distributed pool: master, peers, MORI-IO data plane (mori.umbp.UMBPClient)")
+  py::class_<DistributedConfig>(m, "UMBPDistributedConfig",
+                                "the distributed pool: master, peers, MORI-IO data plane (mori.umbp.UMBPClient)")
       .def(py::init<>())
       .def_readwrite("master_config", &DistributedConfig::master_config)
       .def_readwrite("io_engine", &DistributedConfig::io_engine)
@@ -248,8 +249,7 @@ void bind_host_memory(py::module_& m) {
         o << "<UMBPHostBufferHandle ptr=0x" << std::hex << reinterpret_cast<uintptr_t>(h.ptr) << std::dec
           << " requested_size=" << h.requested_size << " mapped_size=" << h.mapped_size
           << " actual_backing=" << std::string(py::str(py::cast(h.actual_backing)))
-          << " actual_alignment=" << h.actual_alignment
-          << ">";
+          << " actual_alignment=" << h.actual_alignment << ">";
         return o.str();
       });
   py::class_<HostMemAllocator>(m, "UMBPHostMemAllocator", "host buffers: anonymous, huge pages, memfd-shared")
@@ -279,11 +279,8 @@ void bind_client(py::module_& m) {
       .def(py::init<>())
       .def_readwrite("node_id", &ExternalKvMatch::node_id)
       .def_readwrite("peer_address", &ExternalKvMatch::peer_address)
-      .def_property(
-          "hashes_by_tier", &hashes_as_map,
-          [](ExternalKvMatch& self, const TierHashes& v) {
-            self.hashes_by_tier.assign(v.begin(), v.end());
-          })
+      .def_property("hashes_by_tier", &hashes_as_map,
+                    [](ExternalKvMatch& self, const TierHashes& v) { self.hashes_by_tier.assign(v.begin(), v.end()); })
       .def("matched_hash_count", &matched_hash_count)
       .def("__repr__", [](const ExternalKvMatch& x) {
         return "<UMBPExternalKvMatch node_id='" + x.node_id + "' matched=" + std::to_string(matched_hash_count(x)) +
@@ -324,7 +321,8 @@ void bind_client(py::module_& m) {
           py::arg("key"), py::arg("dst"), py::arg("size"), Release(),
           "copies the value of `key` (exactly `size` bytes) to `dst`; False on a miss")
       .def(
-          "exists", [](PyClient& c, const std::string& key) { return c.with([&](Client& x) { return x.exists(key); }); },
+          "exists",
+          [](PyClient& c, const std::string& key) { return c.with([&](Client& x) { return x.exists(key); }); },
           py::arg("key"), Release())
       .def(
           "batch_put_from_ptr",
@@ -360,8 +358,7 @@ void bind_client(py::module_& m) {
       .def(
           "flush", [](PyClient& c) { return c.with([](Client& x) { return x.flush(); }); }, Release())
       .def("is_distributed", [](PyClient& c) { return c.with([](Client& x) { return x.is_distributed(); }); })
-      .def("get_deployment_mode",
-           [](PyClient& c) { return c.with([](Client& x) { return x.deployment_mode(); }); })
+      .def("get_deployment_mode", [](PyClient& c) { return c.with([](Client& x) { return x.deployment_mode(); }); })
       .def(
           "register_memory",
           [](PyClient& c, uintptr_t ptr, size_t size, const py::object& loc, int device) {
@@ -489,8 +486,8 @@ void bind_client(py::module_& m) {
           "peer_event_state",
           [](PyClient& c) {
             return c.peer([](PeerPages& p) {
-              return py::make_tuple(p.events().pending(), p.events().last_seq(), p.events().overflowed(),
-                                    p.leases(), p.pending_slots());
+              return py::make_tuple(p.events().pending(), p.events().last_seq(), p.events().overflowed(), p.leases(),
+                                    p.pending_slots());
             });
           },
           "(queued events, last seq, events dropped by overflow, live read leases, pending slots)")
@@ -531,13 +528,27 @@ void bind_client(py::module_& m) {
 // A store's counters as a dict (UMBPClient.stats(), the per-host server's stats()).
 py::dict umbp_stats_dict(const ClientStats& s) {
   py::dict d;
-#define MORI_UMBP_STAT(f) d[#f] = s.f;
-  MORI_UMBP_STAT(puts) MORI_UMBP_STAT(put_bytes) MORI_UMBP_STAT(gets) MORI_UMBP_STAT(get_bytes)
-  MORI_UMBP_STAT(dram_hits) MORI_UMBP_STAT(ssd_hits) MORI_UMBP_STAT(misses) MORI_UMBP_STAT(corrupt_reads)
-  MORI_UMBP_STAT(dram_evictions) MORI_UMBP_STAT(ssd_evictions) MORI_UMBP_STAT(put_refusals)
-  MORI_UMBP_STAT(ssd_copies) MORI_UMBP_STAT(ssd_copy_failures) MORI_UMBP_STAT(dram_used_bytes)
-  MORI_UMBP_STAT(dram_capacity_bytes) MORI_UMBP_STAT(dram_keys) MORI_UMBP_STAT(dram_pinned_bytes) MORI_UMBP_STAT(ssd_used_bytes)
-  MORI_UMBP_STAT(ssd_capacity_bytes) MORI_UMBP_STAT(ssd_keys)
+#define MORI_UMBP_STAT(f) d[#f] = s.f
+  MORI_UMBP_STAT(puts);
+  MORI_UMBP_STAT(put_bytes);
+  MORI_UMBP_STAT(gets);
+  MORI_UMBP_STAT(get_bytes);
+  MORI_UMBP_STAT(dram_hits);
+  MORI_UMBP_STAT(ssd_hits);
+  MORI_UMBP_STAT(misses);
+  MORI_UMBP_STAT(corrupt_reads);
+  MORI_UMBP_STAT(dram_evictions);
+  MORI_UMBP_STAT(ssd_evictions);
+  MORI_UMBP_STAT(put_refusals);
+  MORI_UMBP_STAT(ssd_copies);
+  MORI_UMBP_STAT(ssd_copy_failures);
+  MORI_UMBP_STAT(dram_used_bytes);
+  MORI_UMBP_STAT(dram_capacity_bytes);
+  MORI_UMBP_STAT(dram_keys);
+  MORI_UMBP_STAT(dram_pinned_bytes);
+  MORI_UMBP_STAT(ssd_used_bytes);
+  MORI_UMBP_STAT(ssd_capacity_bytes);
+  MORI_UMBP_STAT(ssd_keys);
 #undef MORI_UMBP_STAT
   return d;
 }

@@ -58,8 +58,8 @@ void bind_umbp_master(py::module_& m) {
             py::gil_scoped_release nogil;
             return ix.add(node_id, key, tier, size, now, offset, checksum);
           },
-          py::arg("node_id"), py::arg("key"), py::arg("tier"), py::arg("size"), py::arg("now"),
-          py::arg("offset") = 0, py::arg("checksum") = 0,
+          py::arg("node_id"), py::arg("key"), py::arg("tier"), py::arg("size"), py::arg("now"), py::arg("offset") = 0,
+          py::arg("checksum") = 0,
           "Record a copy (or update its size and place: arena offset and XXH3, 0 if not known); True if the "
           "key had no copy before.")
       .def("remove", &MasterIndex::remove, py::arg("node_id"), py::arg("key"), py::arg("tier"),

@@ -38,10 +38,12 @@ void bind_umbp_server(py::module_& m) {
            "Block until the server stops (stop(), idle exit) or timeout_s passes (< 0: no limit); True once stopped.")
       .def("stop", &StandaloneServer::stop, py::call_guard<py::gil_scoped_release>(),
            "Stop serving: close every connection, unmap every worker region, remove the socket. Idempotent.")
-      .def("counters", [](const StandaloneServer& s) { return counters_dict(s.counters()); },
-           "Connections, refusals, requests, errors, bad frames, mapped regions.")
-      .def("stats", [](const StandaloneServer& s) { return umbp_stats_dict(s.store_stats()); },
-           "The wrapped store's counters (UMBPClient.stats() of a worker shows the same).");
+      .def(
+          "counters", [](const StandaloneServer& s) { return counters_dict(s.counters()); },
+          "Connections, refusals, requests, errors, bad frames, mapped regions.")
+      .def(
+          "stats", [](const StandaloneServer& s) { return umbp_stats_dict(s.store_stats()); },
+          "The wrapped store's counters (UMBPClient.stats() of a worker shows the same).");
 
   m.def(
       "start_server",
@@ -56,8 +58,8 @@ void bind_umbp_server(py::module_& m) {
         if (ssd_enabled) o.config.ssd.enabled = *ssd_enabled;
         if (ssd_dir) o.config.ssd.storage_dir = *ssd_dir;
         if (ssd_capacity) o.config.ssd.capacity_bytes = *ssd_capacity;
-        o.idle_exit_timeout_ms =
-            idle_exit_timeout_ms >= 0 ? idle_exit_timeout_ms : mori::env::current().umbp_standalone_idle_exit_timeout_ms;
+        o.idle_exit_timeout_ms = idle_exit_timeout_ms >= 0 ? idle_exit_timeout_ms
+                                                           : mori::env::current().umbp_standalone_idle_exit_timeout_ms;
         py::gil_scoped_release release;
         return StandaloneServer::start(std::move(o));
       },

@@ -18,12 +18,12 @@ std::unique_ptr<Client> create_client(const Config& config) {
 
 std::unique_ptr<Client> make_owned_pages_store(const Config& config) {
   config.validate();
-  if (!config.distributed)
-    raise(Status::kInvalidArgument, "make_owned_pages_store: config.distributed is not set");
+  if (!config.distributed) raise(Status::kInvalidArgument, "make_owned_pages_store: config.distributed is not set");
   if (config.standalone_process)
     raise(Status::kInvalidArgument, "UMBPConfig: distributed and standalone_process are exclusive");
   if (config.resolved_role() != Role::Standalone)
-    raise(Status::kInvalidArgument, "UMBPConfig.role: distributed mode needs role Standalone (each worker owns its pages)");
+    raise(Status::kInvalidArgument,
+          "UMBPConfig.role: distributed mode needs role Standalone (each worker owns its pages)");
   return make_local_client(config);
 }
 

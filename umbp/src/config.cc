@@ -17,8 +17,8 @@ std::string lower(std::string s) {
 
 void check_watermarks(double high, double low, const char* tier) {
   MORI_CHECK_ARG(high > 0.0 && high <= 1.0 && low > 0.0 && low < high,
-                 "%s watermarks must satisfy 0 < low_watermark < high_watermark <= 1 (got low %g, high %g)", tier,
-                 low, high);
+                 "%s watermarks must satisfy 0 < low_watermark < high_watermark <= 1 (got low %g, high %g)", tier, low,
+                 high);
 }
 
 }  // namespace
@@ -87,13 +87,15 @@ Config Config::from_environment() {
   c.ssd.low_watermark = s.umbp_ssd_low_wm;
   c.eviction.policy = s.umbp_eviction_policy;
   const std::string role = lower(s.umbp_role);
-  if (role.empty() || role == "standalone") c.role = Role::Standalone;
-  else if (role == "shared_ssd_leader" || role == "sharedssdleader" || role == "leader") c.role = Role::SharedSSDLeader;
+  if (role.empty() || role == "standalone")
+    c.role = Role::Standalone;
+  else if (role == "shared_ssd_leader" || role == "sharedssdleader" || role == "leader")
+    c.role = Role::SharedSSDLeader;
   else if (role == "shared_ssd_follower" || role == "sharedssdfollower" || role == "follower")
     c.role = Role::SharedSSDFollower;
   else
-    raise(Status::kInvalidArgument, "UMBP_ROLE: expected standalone, shared_ssd_leader or shared_ssd_follower, got '%s'",
-          s.umbp_role.c_str());
+    raise(Status::kInvalidArgument,
+          "UMBP_ROLE: expected standalone, shared_ssd_leader or shared_ssd_follower, got '%s'", s.umbp_role.c_str());
   if (!s.umbp_standalone_address.empty()) {
     StandaloneProcessConfig sp;
     sp.address = s.umbp_standalone_address;

@@ -34,8 +34,10 @@ void CopyPipeline::submit(const std::vector<DramTier::Block*>& blocks) {
     std::lock_guard<std::mutex> lock(mu_);
     for (DramTier::Block* b : blocks) {
       if (!b) continue;
-      if (queue_.size() < config_.queue_depth) queue_.push_back(b);
-      else overflow.push_back(b);
+      if (queue_.size() < config_.queue_depth)
+        queue_.push_back(b);
+      else
+        overflow.push_back(b);
     }
     stats_.sync_fallbacks += overflow.size();
   }

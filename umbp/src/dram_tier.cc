@@ -55,8 +55,7 @@ int copy_threads() {
 
 }  // namespace
 
-DramTier::DramTier(const DramConfig& dram, const EvictionConfig& eviction, bool verify_checksums,
-                   bool checksum_always)
+DramTier::DramTier(const DramConfig& dram, const EvictionConfig& eviction, bool verify_checksums, bool checksum_always)
     : capacity_(dram.capacity_bytes),
       high_bytes_(watermark_bytes(dram.capacity_bytes, dram.high_watermark)),
       low_bytes_(watermark_bytes(dram.capacity_bytes, dram.low_watermark)),
@@ -68,7 +67,8 @@ DramTier::DramTier(const DramConfig& dram, const EvictionConfig& eviction, bool 
   base_ = static_cast<char*>(arena_.ptr);
   if (dram.use_hugepages && arena_.actual_backing != HostBufferBacking::AnonymousHugetlb &&
       arena_.actual_backing != HostBufferBacking::AnonymousShmHugetlb)
-    MORI_LOG(kWarn, "umbp", "DRAM tier: dram.use_hugepages asked, but the %zu-byte arena is on normal pages", capacity_);
+    MORI_LOG(kWarn, "umbp", "DRAM tier: dram.use_hugepages asked, but the %zu-byte arena is on normal pages",
+             capacity_);
 }
 
 DramTier::~DramTier() {
@@ -80,16 +80,22 @@ DramTier::~DramTier() {
 void DramTier::lru_push_back(Block* b) {
   b->prev = lru_tail_;
   b->next = nullptr;
-  if (lru_tail_) lru_tail_->next = b;
-  else lru_head_ = b;
+  if (lru_tail_)
+    lru_tail_->next = b;
+  else
+    lru_head_ = b;
   lru_tail_ = b;
 }
 
 void DramTier::lru_remove(Block* b) {
-  if (b->prev) b->prev->next = b->next;
-  else lru_head_ = b->next;
-  if (b->next) b->next->prev = b->prev;
-  else lru_tail_ = b->prev;
+  if (b->prev)
+    b->prev->next = b->next;
+  else
+    lru_head_ = b->next;
+  if (b->next)
+    b->next->prev = b->prev;
+  else
+    lru_tail_ = b->prev;
   b->prev = b->next = nullptr;
 }
 

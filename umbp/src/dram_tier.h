@@ -55,8 +55,7 @@ class DramTier {
   // `verify_checksums`: DRAM hits are checked against the checksum taken at put.
   // `checksum_always`: the checksum is taken at put even when hits are not verified (a peer
   // hands it to remote readers, who verify what they read).
-  DramTier(const DramConfig& dram, const EvictionConfig& eviction, bool verify_checksums,
-           bool checksum_always = false);
+  DramTier(const DramConfig& dram, const EvictionConfig& eviction, bool verify_checksums, bool checksum_always = false);
   ~DramTier();
   DramTier(const DramTier&) = delete;
   DramTier& operator=(const DramTier&) = delete;
@@ -141,8 +140,8 @@ class DramTier {
   void evict(Block* b);
   // Reserves `size` bytes, evicting as the watermarks say; nullopt when nothing makes room.
   std::optional<size_t> reserve(size_t size);
-  void unlink(Block* b);    // out of the index and the LRU list
-  void release(Block* b);   // memory back to the allocator, block deleted
+  void unlink(Block* b);   // out of the index and the LRU list
+  void release(Block* b);  // memory back to the allocator, block deleted
   void lru_push_back(Block* b);
   void lru_remove(Block* b);
   void unpin(Block* b);
@@ -165,11 +164,11 @@ class DramTier {
   mutable std::mutex mu_;
   HeapAllocator heap_;
   std::unordered_map<std::string_view, Block*, KeyHash> index_;  // views into Block::key
-  std::vector<Block*> dropped_pinned_;  // unlinked while pinned, freed by their last unpin
-  Block* lru_head_ = nullptr;  // least recently used
-  Block* lru_tail_ = nullptr;  // most recently used
-  size_t used_bytes_ = 0;      // bytes of live blocks (rounded as the allocator rounds)
-  size_t pinned_bytes_ = 0;    // of which blocks with pins > 0
+  std::vector<Block*> dropped_pinned_;                           // unlinked while pinned, freed by their last unpin
+  Block* lru_head_ = nullptr;                                    // least recently used
+  Block* lru_tail_ = nullptr;                                    // most recently used
+  size_t used_bytes_ = 0;    // bytes of live blocks (rounded as the allocator rounds)
+  size_t pinned_bytes_ = 0;  // of which blocks with pins > 0
   uint64_t evictions_ = 0, corrupt_reads_ = 0;
 };
 

@@ -77,8 +77,9 @@ void bind_numa(void* p, size_t n, int node) {
   if (rc != 0) {
     static std::atomic<bool> said{false};
     if (!said.exchange(true))
-      MORI_LOG(kWarn, "umbp", "NUMA binding of host buffers to node %d failed (%s); pages go where the kernel puts them",
-               node, std::strerror(errno));
+      MORI_LOG(kWarn, "umbp",
+               "NUMA binding of host buffers to node %d failed (%s); pages go where the kernel puts them", node,
+               std::strerror(errno));
   }
 }
 

@@ -70,8 +70,10 @@ std::vector<bool> LocalClient::store(const std::string* keys, const uintptr_t* s
   std::vector<size_t> todo;
   todo.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    if (ssd_ && ssd_->contains(keys[i])) ok[i] = true;
-    else todo.push_back(i);
+    if (ssd_ && ssd_->contains(keys[i]))
+      ok[i] = true;
+    else
+      todo.push_back(i);
   }
   if (todo.empty()) return ok;
 
@@ -113,8 +115,10 @@ std::vector<bool> LocalClient::store(const std::string* keys, const uintptr_t* s
   }
   if (pipeline_) {
     // The leader's followers read the directory, so its values are there before the put returns.
-    if (role_ == Role::SharedSSDLeader || !config_.copy_pipeline.async_enabled) pipeline_->copy_now(held);
-    else pipeline_->submit(held);
+    if (role_ == Role::SharedSSDLeader || !config_.copy_pipeline.async_enabled)
+      pipeline_->copy_now(held);
+    else
+      pipeline_->submit(held);
   }
   if (!direct.empty()) {
     if (ssd_) {
@@ -149,8 +153,7 @@ std::vector<bool> LocalClient::load(const std::string* keys, const uintptr_t* ds
   bool* hits = new bool[n]();
   std::unique_ptr<bool[]> own(hits);
   size_t dram_hits = 0;
-  if (dram_)
-    dram_hits = dram_->get(keys, dsts, sizes, n, promote_, hits);
+  if (dram_) dram_hits = dram_->get(keys, dsts, sizes, n, promote_, hits);
   dram_hits_ += dram_hits;
 
   size_t ssd_hits = 0;

@@ -19,8 +19,7 @@ size_t pick(size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(t
 
 }  // namespace
 
-MasterIndex::MasterIndex(size_t shards, std::vector<int32_t> tier_priority)
-    : tier_priority_(std::move(tier_priority)) {
+MasterIndex::MasterIndex(size_t shards, std::vector<int32_t> tier_priority) : tier_priority_(std::move(tier_priority)) {
   MORI_CHECK_ARG(shards >= 1, "shards must be >= 1, got %zu", shards);
   shards_.reserve(shards);
   for (size_t i = 0; i < shards; ++i) shards_.push_back(std::make_unique<Shard>());
@@ -61,8 +60,8 @@ std::vector<char> MasterIndex::node_mask(const std::vector<std::string>& node_id
   return mask;
 }
 
-bool MasterIndex::add(std::string_view node_id, const std::string& key, int32_t tier, uint64_t size,
-                      double now, uint64_t offset, uint64_t checksum) {
+bool MasterIndex::add(std::string_view node_id, const std::string& key, int32_t tier, uint64_t size, double now,
+                      uint64_t offset, uint64_t checksum) {
   const uint32_t node = intern(node_id);
   Shard& shard = shard_of(key);
   std::lock_guard lock(shard.mu);
@@ -84,16 +83,18 @@ bool MasterIndex::add(std::string_view node_id, const std::string& key, int32_t 
   return new_key;
 }
 
-std::optional<std::pair<uint64_t, bool>> MasterIndex::remove_locked(Shard& shard, uint32_t node,
-                                                                    const std::string& key, int32_t tier) {
+std::optional<std::pair<uint64_t, bool>> MasterIndex::remove_locked(Shard& shard, uint32_t node, const std::string& key,
+                                                                    int32_t tier) {
   auto it = shard.entries.find(key);
   if (it == shard.entries.end()) return std::nullopt;
   auto& copies = it->second.copies;
-  auto copy = std::find_if(copies.begin(), copies.end(), [&](const Copy& c) { return c.node == node && c.tier == tier; });
+  auto copy =
+      std::find_if(copies.begin(), copies.end(), [&](const Copy& c) { return c.node == node && c.tier == tier; });
   if (copy == copies.end()) return std::nullopt;
   const uint64_t size = copy->size;
   copies.erase(copy);
-  const bool node_still_holds = std::any_of(copies.begin(), copies.end(), [&](const Copy& c) { return c.node == node; });
+  const bool node_still_holds =
+      std::any_of(copies.begin(), copies.end(), [&](const Copy& c) { return c.node == node; });
   if (!node_still_holds) {
     auto keys = shard.by_node.find(node);
     if (keys != shard.by_node.end()) {

@@ -68,13 +68,11 @@ class MasterIndex {
   // Per key its copies not on an excluded node, fastest tier first (empty on a miss); keys with
   // such a copy are touched (last access = now) and leased until lease_until.
   std::vector<std::vector<IndexCopy>> route(const std::vector<std::string>& keys,
-                                            const std::vector<std::string>& exclude, double now,
-                                            double lease_until);
+                                            const std::vector<std::string>& exclude, double now, double lease_until);
   // route() and then the copy each reader should use among those on live nodes: the fastest
   // tier's (a random one when it has several), or any live copy when any_copy.
   RoutedGets route_choose(const std::vector<std::string>& keys, const std::vector<std::string>& exclude,
-                          const std::vector<std::string>& alive, double now, double lease_until,
-                          bool any_copy);
+                          const std::vector<std::string>& alive, double now, double lease_until, bool any_copy);
 
   std::vector<bool> contains(const std::vector<std::string>& keys) const;
   // The node's copies in the tier that are not leased at now.
@@ -108,8 +106,8 @@ class MasterIndex {
   std::optional<uint32_t> find_node(std::string_view node_id) const;
   // Node ids as a membership mask over interned ids (names never seen are ignored).
   std::vector<char> node_mask(const std::vector<std::string>& node_ids) const;
-  static std::optional<std::pair<uint64_t, bool>> remove_locked(Shard& shard, uint32_t node,
-                                                                const std::string& key, int32_t tier);
+  static std::optional<std::pair<uint64_t, bool>> remove_locked(Shard& shard, uint32_t node, const std::string& key,
+                                                                int32_t tier);
 
   std::vector<std::unique_ptr<Shard>> shards_;
   std::vector<int32_t> tier_priority_;

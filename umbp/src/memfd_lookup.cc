@@ -46,7 +46,7 @@ int find_open_descriptor(const MapsLine& m) {
     char* end = nullptr;
     const long fd = std::strtol(e->d_name, &end, 10);
     if (end == e->d_name || *end != '\0' || fd == own) continue;
-    struct stat st {};
+    struct stat st{};
     if (::fstat(static_cast<int>(fd), &st) != 0) continue;
     if (st.st_ino == m.inode && major(st.st_dev) == m.dev_major && minor(st.st_dev) == m.dev_minor) {
       found = ::fcntl(static_cast<int>(fd), F_DUPFD_CLOEXEC, 0);
@@ -84,11 +84,11 @@ MemfdRange find_memfd(const void* ptr, size_t size) {
     if (m.start != covered_to || m.inode != first.inode || m.offset != first.offset + (m.start - first.start)) break;
     covered_to = m.end;
   }
-  if (!have)
-    raise(Status::kInvalidArgument, "register_memory: ptr 0x%" PRIx64 " is not mapped in this process", lo);
+  if (!have) raise(Status::kInvalidArgument, "register_memory: ptr 0x%" PRIx64 " is not mapped in this process", lo);
   if (first.inode == 0 || first.perms.size() < 4 || first.perms[3] != 's')
     raise(Status::kInvalidArgument,
-          "register_memory: [0x%" PRIx64 ", +%zu) is private memory (%s), which the per-host server cannot map; "
+          "register_memory: [0x%" PRIx64
+          ", +%zu) is private memory (%s), which the per-host server cannot map; "
           "allocate the buffer with UMBPHostMemAllocator().alloc(size, UMBPHostBufferBacking.AnonymousShm) "
           "(or any memfd / shared file mapping)",
           lo, size, first.path.empty() ? "anonymous" : first.path.c_str());
@@ -108,7 +108,8 @@ MemfdRange find_memfd(const void* ptr, size_t size) {
   }
   if (r.fd < 0)
     raise(Status::kInvalidArgument,
-          "register_memory: [0x%" PRIx64 ", +%zu) is backed by %s, but this process holds no descriptor of it "
+          "register_memory: [0x%" PRIx64
+          ", +%zu) is backed by %s, but this process holds no descriptor of it "
           "and may not reopen it through /proc/self/map_files; keep the memfd open (UMBPHostMemAllocator does)",
           lo, size, first.path.c_str());
   return r;

@@ -10,8 +10,8 @@
 namespace mori::umbp {
 
 struct MemfdRange {
-  int fd = -1;           // a descriptor of the memory file, owned by the caller (close it)
-  uint64_t offset = 0;   // where the range starts in that file
+  int fd = -1;          // a descriptor of the memory file, owned by the caller (close it)
+  uint64_t offset = 0;  // where the range starts in that file
 };
 
 // Finds the memory file (memfd, or any shared file mapping) behind [ptr, ptr + size): reads

@@ -20,8 +20,8 @@ PeerPages::PeerPages(DramTier& dram, SsdTier* ssd, CopyPipeline* pipeline, bool 
       dram_lease_(std::max(dram_lease_ms, 1)),
       ssd_lease_(std::max(ssd_lease_ms, 1)) {
   if (ssd_ && staging_bytes > 0 && staging_slots > 0) {
-    slot_bytes_ = staging_bytes / static_cast<size_t>(staging_slots) / HeapAllocator::kMinAlign *
-                  HeapAllocator::kMinAlign;
+    slot_bytes_ =
+        staging_bytes / static_cast<size_t>(staging_slots) / HeapAllocator::kMinAlign * HeapAllocator::kMinAlign;
     if (slot_bytes_ == 0)
       raise(Status::kInvalidArgument,
             "distributed.ssd_staging_buffer_size (%zu) is too small for %d ssd_staging_buffer_slots", staging_bytes,
@@ -144,8 +144,10 @@ std::vector<bool> PeerPages::commit(const std::vector<uint64_t>& slot_ids, const
     if (h) held.push_back(h);
   }
   if (pipeline_ && !held.empty()) {
-    if (copy_sync_) pipeline_->copy_now(held);
-    else pipeline_->submit(held);
+    if (copy_sync_)
+      pipeline_->copy_now(held);
+    else
+      pipeline_->submit(held);
   }
   return ok;
 }

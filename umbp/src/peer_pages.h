@@ -14,8 +14,8 @@
 //          when it expires (a reader that died). A key only on the SSD is staged:
 //          prepare_ssd_read() reads it (checksum verified) into the staging buffer, leased for
 //          UMBP_SSD_READ_LEASE_MS: one slot, or as many adjacent slots as a larger value needs (a
-//          value larger than the whole buffer is SizeTooLarge: raise ssd_staging_buffer_size). Every answer carries the value's XXH3 checksum:
-//          the reader verifies what it read, so a lease that expired mid-read costs a retry,
+//          value larger than the whole buffer is SizeTooLarge: raise ssd_staging_buffer_size). Every answer carries the
+//          value's XXH3 checksum: the reader verifies what it read, so a lease that expired mid-read costs a retry,
 //          never a wrong value.
 //   index  every ADD/REMOVE of an owned key per tier goes to the event log (peer_events.h), and
 //          snapshot() lists the owned keys for a full sync.

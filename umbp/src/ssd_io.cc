@@ -90,8 +90,7 @@ ReadEngine::ReadEngine(IoBackend backend, size_t queue_depth)
   uring_ok_ = true;
   idle_rings_.push_back(std::move(ring));
 #else
-  if (!g_refusal_logged.exchange(true))
-    MORI_LOG(kWarn, "umbp", "SSD tier: built without liburing; reads use pread");
+  if (!g_refusal_logged.exchange(true)) MORI_LOG(kWarn, "umbp", "SSD tier: built without liburing; reads use pread");
 #endif
 }
 

@@ -25,8 +25,8 @@ struct ReadOp {
   void* dst = nullptr;
   size_t size = 0;
   uint64_t offset = 0;
-  size_t tag = 0;       // the caller's: handed to on_done
-  int error = 0;        // after the read: 0, or the errno (EIO for a read that ended early)
+  size_t tag = 0;  // the caller's: handed to on_done
+  int error = 0;   // after the read: 0, or the errno (EIO for a read that ended early)
 };
 
 class ReadEngine {

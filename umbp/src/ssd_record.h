@@ -34,10 +34,10 @@ struct RecordHeader {
   uint32_t key_len = 0;
   uint32_t reserved = 0;
   uint64_t value_size = 0;
-  uint64_t sequence = 0;        // tier-wide, increasing: the newest record of a key wins
-  uint64_t value_checksum = 0;  // value_checksum() of the value
-  uint64_t target_segment = 0;  // tombstones: the segment that held the removed value
-  uint64_t header_checksum = 0; // of this header (this field as 0) and the key
+  uint64_t sequence = 0;         // tier-wide, increasing: the newest record of a key wins
+  uint64_t value_checksum = 0;   // value_checksum() of the value
+  uint64_t target_segment = 0;   // tombstones: the segment that held the removed value
+  uint64_t header_checksum = 0;  // of this header (this field as 0) and the key
   uint64_t pad = 0;
 };
 static_assert(sizeof(RecordHeader) == 64, "the on-disk header is 64 bytes");

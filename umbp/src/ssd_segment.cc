@@ -42,9 +42,10 @@ Segment::~Segment() {
 bool Segment::open(const std::string& file_path, uint64_t segment_id, bool create) {
   id = segment_id;
   path = file_path;
-  fd = create ? ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644) : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  fd = create ? ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644)
+              : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
-  struct statx sx {};
+  struct statx sx{};
   if (::statx(fd, "", AT_EMPTY_PATH, STATX_INO | STATX_SIZE | STATX_DIOALIGN, &sx) != 0) {
     int saved = errno;
     ::close(fd);
@@ -58,8 +59,8 @@ bool Segment::open(const std::string& file_path, uint64_t segment_id, bool creat
   // Where statx does not report the alignments (overlay and some container file systems), O_DIRECT is
   // tried with 4 KiB: a refusal shows up as EINVAL on the first read, which turns it off (direct_refused).
   const bool reported = (sx.stx_mask & STATX_DIOALIGN) && sx.stx_dio_offset_align != 0;
-  if (!reported || (sx.stx_dio_offset_align <= kRecordAlign && sx.stx_dio_mem_align != 0 &&
-                    sx.stx_dio_mem_align <= kRecordAlign)) {
+  if (!reported ||
+      (sx.stx_dio_offset_align <= kRecordAlign && sx.stx_dio_mem_align != 0 && sx.stx_dio_mem_align <= kRecordAlign)) {
     direct_fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
     if (direct_fd >= 0) direct_mem_align = reported ? sx.stx_dio_mem_align : kRecordAlign;
   }

@@ -25,15 +25,15 @@ bool parse_segment_file_name(const char* name, uint64_t* id);
 struct Segment {
   uint64_t id = 0;
   std::string path;
-  int fd = -1;             // buffered: appends, scans, reads into unaligned memory
-  int direct_fd = -1;      // O_DIRECT reads; -1 where the file system refuses them
-  size_t direct_mem_align = 0;  // the memory alignment O_DIRECT asks for (statx, else 4 KiB)
+  int fd = -1;                              // buffered: appends, scans, reads into unaligned memory
+  int direct_fd = -1;                       // O_DIRECT reads; -1 where the file system refuses them
+  size_t direct_mem_align = 0;              // the memory alignment O_DIRECT asks for (statx, else 4 KiB)
   std::atomic<bool> direct_refused{false};  // an O_DIRECT read got EINVAL: read through fd from then on
   ino_t inode = 0;
-  uint64_t size = 0;       // bytes the file takes (appended, or found on disk)
-  uint64_t scanned = 0;    // a reader: the offset its next scan starts at
-  uint64_t live_bytes = 0; // bytes of records the index points to
-  bool dirty = false;      // appended since the last fdatasync
+  uint64_t size = 0;              // bytes the file takes (appended, or found on disk)
+  uint64_t scanned = 0;           // a reader: the offset its next scan starts at
+  uint64_t live_bytes = 0;        // bytes of records the index points to
+  bool dirty = false;             // appended since the last fdatasync
   std::vector<std::string> keys;  // keys of value records here (some since moved or removed)
   struct Tombstone {
     std::string key;

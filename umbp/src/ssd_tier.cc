@@ -74,14 +74,14 @@ struct SsdTier::Impl {
   // goes through the page cache, whose readahead keeps one reader at a time fast.
   const bool read_direct;
 
-  std::mutex write_mu;              // one append at a time; taken before mu
-  mutable std::shared_mutex mu;     // index and segments
+  std::mutex write_mu;           // one append at a time; taken before mu
+  mutable std::shared_mutex mu;  // index and segments
   std::unordered_map<std::string, Location> index;
   std::map<uint64_t, std::shared_ptr<Segment>> segments;  // by id: oldest first
-  std::shared_ptr<Segment> active;  // the one appended to (writer)
-  uint64_t next_segment_id = 0;     // under write_mu
-  uint64_t next_sequence = 1;       // under write_mu
-  std::mutex refresh_mu;            // one scan at a time (reader)
+  std::shared_ptr<Segment> active;                        // the one appended to (writer)
+  uint64_t next_segment_id = 0;                           // under write_mu
+  uint64_t next_sequence = 1;                             // under write_mu
+  std::mutex refresh_mu;                                  // one scan at a time (reader)
 
   std::atomic<uint64_t> used_bytes{0};
   std::atomic<uint64_t> writes{0}, write_bytes{0}, reads{0}, read_bytes{0}, corrupt_reads{0};
@@ -137,7 +137,8 @@ struct SsdTier::Impl {
             dir(), holder[0] ? holder : "?");
     }
     std::string pid = std::to_string(::getpid());
-    if (::ftruncate(lock_fd, 0) != 0 || ::pwrite(lock_fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size()))
+    if (::ftruncate(lock_fd, 0) != 0 ||
+        ::pwrite(lock_fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size()))
       raise_errno("SSD tier: storage_dir '%s' is not writable", dir());
   }
 
@@ -209,8 +210,9 @@ struct SsdTier::Impl {
     }
     std::vector<std::shared_ptr<Segment>> gone;
     for (auto& seg : known) {
-      struct stat st {};
-      if (!present.count(seg->id) || ::stat(seg->path.c_str(), &st) != 0 || st.st_ino != seg->inode) gone.push_back(seg);
+      struct stat st{};
+      if (!present.count(seg->id) || ::stat(seg->path.c_str(), &st) != 0 || st.st_ino != seg->inode)
+        gone.push_back(seg);
     }
     auto visit_into = [&](const std::shared_ptr<Segment>& seg) {
       return [&, seg](ssd::ScannedRecord&& r) {
@@ -221,14 +223,17 @@ struct SsdTier::Impl {
         if (f.tombstone) {
           seg->tombstones.push_back({r.key, r.header.target_segment, r.header.sequence});
         } else {
-          f.loc = Location{seg, r.offset + header_block_bytes(r.header.key_len), r.header.value_size,
-                           r.header.value_checksum, r.header.sequence,
+          f.loc = Location{seg,
+                           r.offset + header_block_bytes(r.header.key_len),
+                           r.header.value_size,
+                           r.header.value_checksum,
+                           r.header.sequence,
                            ssd::record_bytes(r.header.key_len, r.header.value_size)};
           seg->keys.push_back(r.key);
         }
         auto [it, inserted] = found.try_emplace(std::move(r.key), std::move(f));
-        if (!inserted && (f.sequence > it->second.sequence ||
-                          (f.sequence == it->second.sequence && f.segment > it->second.segment)))
+        if (!inserted &&
+            (f.sequence > it->second.sequence || (f.sequence == it->second.sequence && f.segment > it->second.segment)))
           it->second = std::move(f);
       };
     };
@@ -242,7 +247,7 @@ struct SsdTier::Impl {
         seg = std::make_shared<Segment>();
         if (!seg->open(segment_path(id), id, false)) continue;  // removed by the writer meanwhile
       } else {
-        struct stat st {};
+        struct stat st{};
         if (::fstat(seg->fd, &st) != 0) continue;
         seg->size = static_cast<uint64_t>(st.st_size);
       }
@@ -694,10 +699,10 @@ SsdTier::SsdTier(const SsdConfig& config, SsdAccess access) {
   MORI_CHECK_ARG(!config.storage_dir.empty(), "ssd.storage_dir must not be empty");
   MORI_CHECK_ARG(config.capacity_bytes > 0, "ssd.capacity_bytes must be > 0");
   MORI_CHECK_ARG(config.segment_size_bytes > 0, "ssd.segment_size_bytes must be > 0");
-  MORI_CHECK_ARG(config.low_watermark > 0 && config.low_watermark <= config.high_watermark &&
-                     config.high_watermark <= 1.0,
-                 "ssd.low_watermark and ssd.high_watermark must satisfy 0 < low <= high <= 1 (got %g, %g)",
-                 config.low_watermark, config.high_watermark);
+  MORI_CHECK_ARG(
+      config.low_watermark > 0 && config.low_watermark <= config.high_watermark && config.high_watermark <= 1.0,
+      "ssd.low_watermark and ssd.high_watermark must satisfy 0 < low <= high <= 1 (got %g, %g)", config.low_watermark,
+      config.high_watermark);
   MORI_CHECK_ARG(config.io.queue_depth > 0, "ssd.io.queue_depth must be > 0");
   impl_ = std::make_unique<Impl>(config, access);
   impl_->open_directory();

@@ -68,7 +68,7 @@ struct SsdStats {
   uint64_t writes = 0, write_bytes = 0, reads = 0, read_bytes = 0;
   uint64_t corrupt_reads = 0;  // checksum or header mismatches (served as misses)
   uint64_t evicted_keys = 0, gc_runs = 0, gc_moved_bytes = 0;
-  bool io_uring = false;       // whether batched reads go through io_uring (writes are pwrite to the page cache)
+  bool io_uring = false;  // whether batched reads go through io_uring (writes are pwrite to the page cache)
   // Ours, beyond MORI's fields:
   uint64_t failed_writes = 0;    // writes refused: no room, or an I/O error (nothing of them is visible)
   uint64_t enospc_writes = 0;    // of which the file system was full

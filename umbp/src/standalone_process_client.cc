@@ -52,8 +52,8 @@ struct Reply {
 };
 
 std::vector<bool> read_bools(const std::vector<char>& payload, size_t n, const char* what) {
-  if (payload.size() != n) raise(Status::kRemote, "%s: the per-host server answered %zu results for %zu keys", what,
-                                 payload.size(), n);
+  if (payload.size() != n)
+    raise(Status::kRemote, "%s: the per-host server answered %zu results for %zu keys", what, payload.size(), n);
   std::vector<bool> out(n);
   for (size_t i = 0; i < n; ++i) out[i] = payload[i] != 0;
   return out;
@@ -190,8 +190,8 @@ class StandaloneProcessClient final : public Client {
     for (const auto& [base, r] : regions_) {
       if (base <= lo && lo + size <= base + r.size) return true;  // already handed over
       MORI_CHECK_ARG(lo + size <= base || base + r.size <= lo,
-                     "register_memory: [0x%" PRIxPTR ", +%zu) overlaps the registered [0x%" PRIxPTR
-                     ", +%" PRIu64 "); deregister_memory it first",
+                     "register_memory: [0x%" PRIxPTR ", +%zu) overlaps the registered [0x%" PRIxPTR ", +%" PRIu64
+                     "); deregister_memory it first",
                      lo, size, base, r.size);
     }
     const MemfdRange m = memory_file_of(ptr, size);
@@ -234,7 +234,8 @@ class StandaloneProcessClient final : public Client {
     return tier_hashes_call(wire::Op::kRevokeExternalKv, hashes, tier);
   }
   bool revoke_all_external_kv_blocks_at_tier(TierType tier) override {
-    Reply r = call(wire::Op::kRevokeAllExternalKv, [&](wire::Writer& w) { w.put<uint32_t>(static_cast<uint32_t>(tier)); });
+    Reply r =
+        call(wire::Op::kRevokeAllExternalKv, [&](wire::Writer& w) { w.put<uint32_t>(static_cast<uint32_t>(tier)); });
     return read_bool(r.payload, "revoke_all_external_kv_blocks_at_tier");
   }
 
@@ -353,7 +354,8 @@ class StandaloneProcessClient final : public Client {
 
   [[noreturn]] void raise_channel_failure(const ChannelFailure& f) const {
     if (f.status == Status::kTimeout)
-      raise(Status::kTimeout, "UMBP per-host server at %s did not answer within %" PRId64 " ms (UMBP_CALL_TIMEOUT_MS): %s",
+      raise(Status::kTimeout,
+            "UMBP per-host server at %s did not answer within %" PRId64 " ms (UMBP_CALL_TIMEOUT_MS): %s",
             address_.c_str(), call_timeout_ms_, f.what.c_str());
     raise(Status::kRemote, "UMBP per-host server at %s: the connection failed: %s", address_.c_str(), f.what.c_str());
   }
@@ -380,9 +382,9 @@ class StandaloneProcessClient final : public Client {
         // The server ends a connection it will not serve (another user, a broken frame) with
         // an unsolicited error reply (id 0).
         const std::string text(r.payload.begin(), r.payload.end());
-        throw ChannelFailure{rf.status != 0 ? r.status : Status::kRemote,
-                             rf.id == 0 && !text.empty() ? text : format("reply %" PRIu64 " to request %" PRIu64, rf.id, id),
-                             false};
+        throw ChannelFailure{
+            rf.status != 0 ? r.status : Status::kRemote,
+            rf.id == 0 && !text.empty() ? text : format("reply %" PRIu64 " to request %" PRIu64, rf.id, id), false};
       }
       return r;
     } catch (const Error& e) {
@@ -422,8 +424,10 @@ class StandaloneProcessClient final : public Client {
     int fd = connect_unix(path_);
     int err = errno;
     if (fd < 0 && err == EAGAIN)
-      raise(Status::kTimeout, "UMBP per-host server at %s accepts no connection (its backlog is full: stopped or "
-            "overloaded)", address_.c_str());
+      raise(Status::kTimeout,
+            "UMBP per-host server at %s accepts no connection (its backlog is full: stopped or "
+            "overloaded)",
+            address_.c_str());
     if (fd < 0 && config_.standalone_process->auto_start) {
       fd = start_server_and_connect();
       err = errno;
@@ -489,7 +493,8 @@ class StandaloneProcessClient final : public Client {
   int start_server_and_connect() {
     const std::vector<std::string> argv = server_argv();
     const std::string dir = path_.substr(0, path_.rfind('/'));
-    if (!dir.empty() && ::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) raise_errno("auto_start: mkdir %s", dir.c_str());
+    if (!dir.empty() && ::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+      raise_errno("auto_start: mkdir %s", dir.c_str());
     std::vector<char*> cargv;
     for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
     cargv.push_back(nullptr);
@@ -538,7 +543,8 @@ class StandaloneProcessClient final : public Client {
       }
       if (net::now() > deadline) {
         if (child_running) ::kill(pid, SIGTERM);
-        raise(Status::kTimeout, "standalone_process.auto_start: no UMBP per-host server answered at %s within %d ms (%s)",
+        raise(Status::kTimeout,
+              "standalone_process.auto_start: no UMBP per-host server answered at %s within %d ms (%s)",
               address_.c_str(), config_.standalone_process->startup_timeout_ms, std::strerror(err));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -570,7 +576,8 @@ std::vector<std::string> default_server_command() {
 }
 
 std::unique_ptr<Client> make_standalone_process_client(const Config& config) {
-  MORI_CHECK_ARG(config.standalone_process.has_value(), "standalone_process must be set for the per-host server client");
+  MORI_CHECK_ARG(config.standalone_process.has_value(),
+                 "standalone_process must be set for the per-host server client");
   return std::make_unique<StandaloneProcessClient>(config);
 }
 

@@ -26,8 +26,8 @@ namespace mori::umbp {
 namespace {
 
 constexpr const char* kSubsys = "UMBP";
-constexpr double kPayloadTimeoutS = 30;   // a frame's payload must follow its header within this
-constexpr double kReplyTimeoutS = 30;     // a worker that stops reading its replies is cut off
+constexpr double kPayloadTimeoutS = 30;  // a frame's payload must follow its header within this
+constexpr double kReplyTimeoutS = 30;    // a worker that stops reading its replies is cut off
 constexpr size_t kMaxRegionsPerWorker = 4096;
 constexpr size_t kMaxDirectBytes = size_t{1} << 30;  // staging for unregistered memory, per request
 
@@ -47,7 +47,7 @@ struct ItemRef {
   uint64_t offset = 0;  // in the region, or the worker's address when region == kUnregistered
   uint64_t size = 0;
   int32_t depth = -1;
-  char* at = nullptr;   // resolved: mapping or staging
+  char* at = nullptr;  // resolved: mapping or staging
 };
 
 std::string hostname() {
@@ -153,7 +153,8 @@ std::unique_ptr<StandaloneServer> StandaloneServer::start(ServerOptions options)
   net::Acceptor::Options ao;
   ao.service = "UMBP per-host server";
   ao.subsys = kSubsys;
-  srv->acceptor_ = std::make_unique<net::Acceptor>(UniqueFd(listen_fd), ao, [s = srv.get()](net::Connection& c) { s->serve(c); });
+  srv->acceptor_ =
+      std::make_unique<net::Acceptor>(UniqueFd(listen_fd), ao, [s = srv.get()](net::Connection& c) { s->serve(c); });
   MORI_LOG(kInfo, kSubsys, "per-host server listening at %s (pid %d)", srv->address_.c_str(),
            static_cast<int>(::getpid()));
   return srv;
@@ -225,8 +226,8 @@ void StandaloneServer::serve(net::Connection& conn) {
              static_cast<unsigned>(::getuid()));
     const std::string msg = format("refused: the UMBP per-host server at %s serves uid %u only", address_.c_str(),
                                    static_cast<unsigned>(::getuid()));
-    wire::Frame f{wire::kMagic, wire::kVersion, 0, 0, static_cast<uint32_t>(Status::kRemote),
-                  static_cast<uint32_t>(msg.size())};
+    wire::Frame f{
+        wire::kMagic, wire::kVersion, 0, 0, static_cast<uint32_t>(Status::kRemote), static_cast<uint32_t>(msg.size())};
     try {
       send_frame(fd, f, msg.data(), -1, net::now() + 1);
     } catch (const Error&) {
@@ -269,9 +270,13 @@ void StandaloneServer::serve(net::Connection& conn) {
         std::lock_guard<std::mutex> lock(mu_);
         ++counters_.bad_frames;
       }
-      MORI_LOG(kWarn, kSubsys, "per-host server %s: %s sent a bad frame (%s); closing its connection",
-               address_.c_str(), s.who.c_str(), framing_error.c_str());
-      wire::Frame r{wire::kMagic, wire::kVersion, 0, 0, static_cast<uint32_t>(Status::kInvalidArgument),
+      MORI_LOG(kWarn, kSubsys, "per-host server %s: %s sent a bad frame (%s); closing its connection", address_.c_str(),
+               s.who.c_str(), framing_error.c_str());
+      wire::Frame r{wire::kMagic,
+                    wire::kVersion,
+                    0,
+                    0,
+                    static_cast<uint32_t>(Status::kInvalidArgument),
                     static_cast<uint32_t>(framing_error.size())};
       try {
         send_frame(fd, r, framing_error.data(), -1, net::now() + 1);
@@ -314,8 +319,8 @@ void StandaloneServer::serve(net::Connection& conn) {
       ++counters_.requests;
       counters_.errors += status != Status::kOk;
     }
-    wire::Frame r{wire::kMagic, wire::kVersion, f.op, f.id, static_cast<uint32_t>(status),
-                  static_cast<uint32_t>(reply.size())};
+    wire::Frame r{
+        wire::kMagic, wire::kVersion, f.op, f.id, static_cast<uint32_t>(status), static_cast<uint32_t>(reply.size())};
     send_frame(fd, r, reply.buffer().data(), -1, net::now() + kReplyTimeoutS);
   }
 }
@@ -343,14 +348,13 @@ void StandaloneServer::dispatch(Session& s, uint16_t op_code, const char* payloa
       // file allows seals (core's SharedSegment, so UMBPHostMemAllocator's buffers, is sealed at its
       // size already), and only then read the size the bounds are checked against.
       ::fcntl(passed_fd, F_ADD_SEALS, F_SEAL_SHRINK);
-      struct stat st {};
+      struct stat st{};
       if (::fstat(passed_fd, &st) != 0) raise_errno("register_memory: fstat of the worker's memory file");
       MORI_CHECK_ARG(S_ISREG(st.st_mode), "register_memory: the descriptor is not a memory file");
-      MORI_CHECK_ARG(fd_offset <= static_cast<uint64_t>(st.st_size) &&
-                         size <= static_cast<uint64_t>(st.st_size) - fd_offset,
-                     "register_memory: [offset %" PRIu64 ", +%" PRIu64 ") runs past the memory file's %" PRId64
-                     " bytes",
-                     fd_offset, size, static_cast<int64_t>(st.st_size));
+      MORI_CHECK_ARG(
+          fd_offset <= static_cast<uint64_t>(st.st_size) && size <= static_cast<uint64_t>(st.st_size) - fd_offset,
+          "register_memory: [offset %" PRIu64 ", +%" PRIu64 ") runs past the memory file's %" PRId64 " bytes",
+          fd_offset, size, static_cast<int64_t>(st.st_size));
       // Huge-page memory files (hugetlbfs) map only at multiples of their page: st_blksize.
       uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
       const auto blk = static_cast<uint64_t>(st.st_blksize);

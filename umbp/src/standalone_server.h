@@ -39,19 +39,19 @@ namespace mori::umbp {
 std::string default_server_address(const std::string& node_id = "");
 
 struct ServerOptions {
-  std::string address;           // unix:///path.sock ("" -> default_server_address())
-  Config config;                 // the store's (standalone_process must be unset)
+  std::string address;               // unix:///path.sock ("" -> default_server_address())
+  Config config;                     // the store's (standalone_process must be unset)
   int64_t idle_exit_timeout_ms = 0;  // exit after this long without a worker (0: never)
 };
 
 struct ServerCounters {
-  uint64_t connections = 0;     // workers accepted, ever
-  uint64_t active = 0;          // workers connected now (gauge)
-  uint64_t refused = 0;         // connections of other users, refused
-  uint64_t requests = 0;        // requests served (ok or error reply)
-  uint64_t errors = 0;          // requests answered with an error
-  uint64_t bad_frames = 0;      // connections ended for breaking the framing
-  uint64_t regions = 0;         // worker regions mapped now (gauge)
+  uint64_t connections = 0;  // workers accepted, ever
+  uint64_t active = 0;       // workers connected now (gauge)
+  uint64_t refused = 0;      // connections of other users, refused
+  uint64_t requests = 0;     // requests served (ok or error reply)
+  uint64_t errors = 0;       // requests answered with an error
+  uint64_t bad_frames = 0;   // connections ended for breaking the framing
+  uint64_t regions = 0;      // worker regions mapped now (gauge)
 };
 
 class StandaloneServer {

@@ -29,25 +29,25 @@ namespace mori::umbp::wire {
 constexpr uint32_t kMagic = 0x50424d55;  // "UMBP"
 constexpr uint16_t kVersion = 1;
 constexpr size_t kMaxPayload = size_t{32} << 20;  // a batch of 4096 keys of 4 KiB fits with room
-constexpr size_t kMaxBatch = 1u << 16;             // items in one batch request
-constexpr size_t kMaxMessage = 4096;               // longest error text of a reply
+constexpr size_t kMaxBatch = 1u << 16;            // items in one batch request
+constexpr size_t kMaxMessage = 4096;              // longest error text of a reply
 
 enum class Op : uint16_t {
-  kPing = 1,                   // -> u8 ready, u32 deployment mode, u64 server pid
-  kRegister = 2,               // u64 worker_base, u64 size, u64 fd_offset + memfd -> u32 region id
-  kDeregister = 3,             // u32 region id -> (empty)
-  kBatchPut = 4,               // u32 n, u8 with_depth, n x Item [+ i32 depth] -> n x u8
-  kBatchGet = 5,               // u32 n, n x Item -> n x u8
-  kBatchExists = 6,            // u32 n, n x key -> n x u8
-  kBatchExistsConsecutive = 7, // u32 n, n x key -> u64
-  kClear = 8,                  // -> u8
-  kFlush = 9,                  // -> u8
-  kStats = 10,                 // -> ClientStats (u64 fields in order)
-  kReportExternalKv = 11,      // u32 tier, u32 n, n x hash -> u8
-  kRevokeExternalKv = 12,      // u32 tier, u32 n, n x hash -> u8
-  kRevokeAllExternalKv = 13,   // u32 tier -> u8
-  kMatchExternalKv = 14,       // u8 count_as_hit, u32 n, n x hash -> u32 m, m x Match
-  kExternalKvHitCounts = 15,   // u32 n, n x hash -> u32 m, m x (hash, u64)
+  kPing = 1,                    // -> u8 ready, u32 deployment mode, u64 server pid
+  kRegister = 2,                // u64 worker_base, u64 size, u64 fd_offset + memfd -> u32 region id
+  kDeregister = 3,              // u32 region id -> (empty)
+  kBatchPut = 4,                // u32 n, u8 with_depth, n x Item [+ i32 depth] -> n x u8
+  kBatchGet = 5,                // u32 n, n x Item -> n x u8
+  kBatchExists = 6,             // u32 n, n x key -> n x u8
+  kBatchExistsConsecutive = 7,  // u32 n, n x key -> u64
+  kClear = 8,                   // -> u8
+  kFlush = 9,                   // -> u8
+  kStats = 10,                  // -> ClientStats (u64 fields in order)
+  kReportExternalKv = 11,       // u32 tier, u32 n, n x hash -> u8
+  kRevokeExternalKv = 12,       // u32 tier, u32 n, n x hash -> u8
+  kRevokeAllExternalKv = 13,    // u32 tier -> u8
+  kMatchExternalKv = 14,        // u8 count_as_hit, u32 n, n x hash -> u32 m, m x Match
+  kExternalKvHitCounts = 15,    // u32 n, n x hash -> u32 m, m x (hash, u64)
 };
 constexpr uint16_t kMaxOp = 15;
 
@@ -116,7 +116,8 @@ class Reader {
   // A count of items, each at least `min_item_bytes` long: refused before anything is sized by it.
   uint32_t get_count(size_t max_count, size_t min_item_bytes) {
     const uint32_t n = get<uint32_t>();
-    if (n > max_count) raise(Status::kInvalidArgument, "malformed frame: %u items exceed the limit of %zu", n, max_count);
+    if (n > max_count)
+      raise(Status::kInvalidArgument, "malformed frame: %u items exceed the limit of %zu", n, max_count);
     if (static_cast<size_t>(end_ - p_) < n * min_item_bytes)
       raise(Status::kInvalidArgument, "malformed frame: %u items cannot fit in the %zu bytes left", n,
             static_cast<size_t>(end_ - p_));

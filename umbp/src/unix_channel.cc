@@ -156,8 +156,10 @@ bool recv_frame(int fd, wire::Frame* frame, int* passed_fd, double deadline) {
       for (size_t i = 0; i < n; ++i) {
         int f;
         std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        if (*passed_fd < 0) *passed_fd = f;
-        else ::close(f);
+        if (*passed_fd < 0)
+          *passed_fd = f;
+        else
+          ::close(f);
       }
     }
     if (k == 0) {
@@ -180,8 +182,7 @@ bool recv_frame(int fd, wire::Frame* frame, int* passed_fd, double deadline) {
   }
   if (frame->length > wire::kMaxPayload) {
     drop_fd();
-    raise(Status::kInvalidArgument, "a payload of %u bytes exceeds the limit of %zu", frame->length,
-          wire::kMaxPayload);
+    raise(Status::kInvalidArgument, "a payload of %u bytes exceeds the limit of %zu", frame->length, wire::kMaxPayload);
   }
   return true;
 }

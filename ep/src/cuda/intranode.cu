@@ -93,8 +93,7 @@ __device__ void wait_dispatch(const Shape& s, const Peers& p, const Local& l, un
 
 // Destination PE and slot of lane `lane`'s entry of token t in a replayed layout (a routing
 // handle's dest map), or -1; entries that name no slot of this job are dropped like -1.
-__device__ __forceinline__ int replay_route(const int64_t* replay, int64_t t, int lane, const Shape& s,
-                                            int64_t& slot) {
+__device__ __forceinline__ int replay_route(const int64_t* replay, int64_t t, int lane, const Shape& s, int64_t& slot) {
   slot = 0;
   if (lane >= s.topk) return -1;
   const int64_t v = replay[t * s.topk + lane];
@@ -103,9 +102,9 @@ __device__ __forceinline__ int replay_route(const int64_t* replay, int64_t t, in
   return static_cast<int>(v / s.max_recv);
 }
 
-__global__ void __launch_bounds__(1024) k_dispatch_send(Shape s, Peers p, Local l, const uint8_t* in, int row_bytes, const float* w,
-                                const uint8_t* sc, const int32_t* idx, int n, bool fused_recv,
-                                const int64_t* replay) {
+__global__ void __launch_bounds__(1024)
+    k_dispatch_send(Shape s, Peers p, Local l, const uint8_t* in, int row_bytes, const float* w, const uint8_t* sc,
+                    const int32_t* idx, int n, bool fused_recv, const int64_t* replay) {
   __shared__ unsigned int cnt[kMaxPes], run[kMaxPes];
   __shared__ unsigned long long base[kMaxPes];
   __shared__ int ovf[kMaxPes];
@@ -163,7 +162,8 @@ __global__ void __launch_bounds__(1024) k_dispatch_send(Shape s, Peers p, Local 
       }
       if (lane == 0) {
         p.disp_src[dj][slot] = static_cast<int32_t>(s.rank * s.max_send + t);
-        p.disp_inv[dj][static_cast<int64_t>(s.rank) * s.max_inp + t] = (round << 32) | static_cast<unsigned long long>(slot);
+        p.disp_inv[dj][static_cast<int64_t>(s.rank) * s.max_inp + t] =
+            (round << 32) | static_cast<unsigned long long>(slot);
       }
     }
     if (lane < s.topk) l.dest_map[t * s.topk + lane] = entry;
@@ -171,8 +171,10 @@ __global__ void __launch_bounds__(1024) k_dispatch_send(Shape s, Peers p, Local 
   __syncthreads();
   if (threadIdx.x < s.world) {
     const int d = threadIdx.x;
-    if (ovf[d]) atomicOr(&l.state[3], 1ull << d);
-    else if (cnt[d]) atomicAdd(&l.state[4 + d], static_cast<unsigned long long>(cnt[d]));
+    if (ovf[d])
+      atomicOr(&l.state[3], 1ull << d);
+    else if (cnt[d])
+      atomicAdd(&l.state[4 + d], static_cast<unsigned long long>(cnt[d]));
   }
   __threadfence_system();  // this block's rows are visible system-wide before it counts as done
   __syncthreads();
@@ -312,8 +314,7 @@ __constant__ float kE2M1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
 __device__ __forceinline__ uint32_t fp4_e2m1_code(float f) {
   if (isnan(f)) return 7u;
   const float a = fabsf(f);
-  const uint32_t code =
-      (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
+  const uint32_t code = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
   return (signbit(f) ? 8u : 0u) | code;
 }
 
@@ -393,12 +394,12 @@ struct CombineJob {
   const uint8_t* in;  // combine input rows (T), aligned with this PE's dispatch output
   const float* w;     // input weights or null
   bool with_w;
-  int groups;         // hidden / 8
+  int groups;  // hidden / 8
   int num_tokens;
-  bool zero_copy;     // `in` is this PE's registered buffer (Peers::comb_in)
-  bool pipelined;     // staged rows are flagged one by one (stage_per_row)
-  int block_groups;   // blockwise wire types: groups per scale block
-  int st_row;         // bytes of a staged row (the wire type's)
+  bool zero_copy;    // `in` is this PE's registered buffer (Peers::comb_in)
+  bool pipelined;    // staged rows are flagged one by one (stage_per_row)
+  int block_groups;  // blockwise wire types: groups per scale block
+  int st_row;        // bytes of a staged row (the wire type's)
 };
 
 struct RowRef {
@@ -463,8 +464,7 @@ __device__ __forceinline__ void sum_slice(const Shape& s, const Local& l, const 
 }
 
 // Lanes < topk: (rank, slot) of token t's dispatch rows (rank -1: none).
-__device__ __forceinline__ void token_rows(const Shape& s, const Local& l, int64_t t, int lane, int& r,
-                                           int64_t& slot) {
+__device__ __forceinline__ void token_rows(const Shape& s, const Local& l, int64_t t, int lane, int& r, int64_t& slot) {
   r = -1;
   slot = 0;
   if (lane >= s.topk) return;
@@ -476,8 +476,7 @@ __device__ __forceinline__ void token_rows(const Shape& s, const Local& l, int64
 
 // The last block to finish (all blocks count in state[2]) tells the peers this PE read round
 // `round` of their rows, and moves the combine round on.
-__device__ __forceinline__ void finish_round(const Shape& s, const Peers& p, const Local& l,
-                                             unsigned long long round) {
+__device__ __forceinline__ void finish_round(const Shape& s, const Peers& p, const Local& l, unsigned long long round) {
   __shared__ bool last;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -666,10 +665,11 @@ __global__ void __launch_bounds__(1024) k_combine_push(Shape s, Peers p, Local l
       sum_slice<T, S>(
           s, l, j, r, slot, t, base, lane,
           [&](int rq, int64_t) {
-            return RowRef{
-                p.comb_stage[s.rank] + (static_cast<int64_t>(rq) * s.max_inp + t) * st_row, true};
+            return RowRef{p.comb_stage[s.rank] + (static_cast<int64_t>(rq) * s.max_inp + t) * st_row, true};
           },
-          [&](int rq, int64_t) { return p.comb_stage_w[s.rank] + (static_cast<int64_t>(rq) * s.max_inp + t) * s.topk; });
+          [&](int rq, int64_t) {
+            return p.comb_stage_w[s.rank] + (static_cast<int64_t>(rq) * s.max_inp + t) * s.topk;
+          });
   }
   finish_round(s, p, l, round);
 }
@@ -719,7 +719,7 @@ int resident_blocks(const void* kernel, int threads) {
   check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
   check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0),
-        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   return per_sm * sms;
 }
 
@@ -756,10 +756,18 @@ void combine(const Shape& s, const Peers& p, const Local& l, const CombineArgs& 
                  a.num_tokens, s.max_inp);
   MORI_CHECK_ARG(a.block == 0 || (a.block > 0 && a.block % 8 == 0 && a.dtype == kBFloat16 && !a.fp8),
                  "CUDA blockwise combine needs bfloat16 rows and a block of a multiple of 8 values, got dtype "
-                 "code %d, block %d", a.dtype, a.block);
+                 "code %d, block %d",
+                 a.dtype, a.block);
   const int groups = a.dtype == kFp4Rows ? a.hidden / 4 : a.hidden / 8;  // of 8 values
-  CombineJob j{static_cast<const uint8_t*>(a.input), a.weights, a.with_weights, groups, a.num_tokens,
-               a.zero_copy, a.pipelined, a.block / 8, 0};
+  CombineJob j{static_cast<const uint8_t*>(a.input),
+               a.weights,
+               a.with_weights,
+               groups,
+               a.num_tokens,
+               a.zero_copy,
+               a.pipelined,
+               a.block / 8,
+               0};
   auto st = static_cast<cudaStream_t>(stream);
   if (a.dtype == kFp4Rows) {
     launch_combine<Fp4, Fp4>(s, p, l, j, phase, blocks, warps, st);

@@ -36,8 +36,8 @@ class Backend {
   // Posts a batch. Adds its pieces to `t` (Transfer::add_pieces) and ends each in
   // Transfer::piece_done, from any thread: the transfer settles when its last piece has.
   // Throws (mori::Error) when it could post nothing.
-  virtual void post(bool read, Peer& peer, const std::shared_ptr<Transfer>& t, Region& local,
-                    const MemoryDesc& remote, const std::vector<Extent>& extents) = 0;
+  virtual void post(bool read, Peer& peer, const std::shared_ptr<Transfer>& t, Region& local, const MemoryDesc& remote,
+                    const std::vector<Extent>& extents) = 0;
 
   // Connects what transfers to `peer` will need (create_session: an unreachable peer is an
   // error there, not at the first transfer). Throws.

@@ -9,8 +9,9 @@
 namespace mori::io {
 
 DirectBackend::DirectBackend(EngineImpl& engine, Backend& fallback)
-    : engine_(engine), fallback_(fallback), copier_(std::max(1, engine.settings().direct_threads - 1)) {
-}  // the caller copies too
+    : engine_(engine),
+      fallback_(fallback),
+      copier_(std::max(1, engine.settings().direct_threads - 1)) {}  // the caller copies too
 
 bool DirectBackend::can_move(const MemoryDesc& local, const MemoryDesc& remote, Peer& peer, bool same_node) {
   return local.loc == MemoryLocationType::CPU && remote.loc == MemoryLocationType::CPU && same_node &&
@@ -41,8 +42,10 @@ void DirectBackend::post(bool read, Peer& peer, const std::shared_ptr<Transfer>&
       return;
     }
     std::string err = direct_copy(read, static_cast<pid_t>(g->pid), part.data(), part.size());
-    if (err.empty()) t->piece_done(StatusCode::SUCCESS);
-    else t->piece_done(StatusCode::ERR_RDMA_OP, t->peer->name() + ": " + err);
+    if (err.empty())
+      t->piece_done(StatusCode::SUCCESS);
+    else
+      t->piece_done(StatusCode::ERR_RDMA_OP, t->peer->name() + ": " + err);
   };
   // Small jobs run on the caller's thread; large ones are cut into `direct_threads` parts of
   // about equal bytes: the caller copies the first, workers the rest (both cores busy, one

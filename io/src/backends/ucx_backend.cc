@@ -101,8 +101,8 @@ struct UcxEndpoint {
   bool peer_errors = true;  // UCX reports a dead peer (not over shared memory: sysv/posix lack it)
   std::set<UcxOp*> ops;     // in flight, for failing them ourselves when UCX cannot
   bool failed = false;
-  std::string why;        // set when the endpoint failed or stalled: every later error says it
-  int outstanding = 0;    // operations in flight
+  std::string why;      // set when the endpoint failed or stalled: every later error says it
+  int outstanding = 0;  // operations in flight
   double last_progress = 0;
   void* close_request = nullptr;
   bool closed = false;
@@ -111,7 +111,7 @@ struct UcxEndpoint {
 
 struct UcxState {
   const ucx::Ucp* u = nullptr;
-  ucp_context_h ctx = nullptr;   // the worker's
+  ucp_context_h ctx = nullptr;    // the worker's
   ucp_worker_h worker = nullptr;  // the worker's
   bool closing = false;           // the engine goes: posts are refused
   std::map<std::string, std::shared_ptr<UcxEndpoint>> eps;
@@ -148,7 +148,8 @@ void settle_op(UcxOp* op, ucs_status_t s) {
   if (s == UCS_OK) {
     op->transfer->piece_done(StatusCode::SUCCESS);
   } else {
-    std::string why = !ep.why.empty() ? ep.why : format("%s: %s failed: %s", ep.name.c_str(), op->what, op->u->status_string(s));
+    std::string why =
+        !ep.why.empty() ? ep.why : format("%s: %s failed: %s", ep.name.c_str(), op->what, op->u->status_string(s));
     op->transfer->piece_done(StatusCode::ERR_RDMA_OP, why);
   }
   op->backend->end_remote_use(ep.key, op->region);
@@ -169,15 +170,18 @@ void op_callback(void* request, ucs_status_t status, void* user_data) {
 
 // An operation that UCX may finish at once (NULL), fail at once (error pointer) or later.
 void settle(UcxOp* op, ucs_status_ptr_t r) {
-  if (r == nullptr) finish_op(op, UCS_OK);
-  else if (UCS_PTR_IS_ERR(r)) finish_op(op, UCS_PTR_STATUS(r));
+  if (r == nullptr)
+    finish_op(op, UCS_OK);
+  else if (UCS_PTR_IS_ERR(r))
+    finish_op(op, UCS_PTR_STATUS(r));
 }
 
 void ep_error(void* arg, ucp_ep_h, ucs_status_t status) {
   auto* ep = static_cast<UcxEndpoint*>(arg);
   ep->failed = true;
-  if (ep->why.empty()) ep->why = format("%s: the UCX endpoint failed (%d: the peer died or the link broke)",
-                                        ep->name.c_str(), static_cast<int>(status));
+  if (ep->why.empty())
+    ep->why = format("%s: the UCX endpoint failed (%d: the peer died or the link broke)", ep->name.c_str(),
+                     static_cast<int>(status));
 }
 
 }  // namespace
@@ -195,8 +199,10 @@ static void close_endpoint(UcxState& st, const std::shared_ptr<UcxEndpoint>& ep,
     for (UcxOp* op : ops) settle_op(op, UCS_ERR_CANCELED);
   }
   ucs_status_ptr_t r = st.u->ep_close_nbx(ep->ep, &p);
-  if (UCS_PTR_IS_PTR(r)) ep->close_request = r;
-  else ep->closed = true;
+  if (UCS_PTR_IS_PTR(r))
+    ep->close_request = r;
+  else
+    ep->closed = true;
   st.closing_eps.push_back(ep);
 }
 
@@ -334,10 +340,11 @@ static std::shared_ptr<UcxEndpoint> endpoint(UcxState& st, Peer& peer) {
     s = st.u->ep_create(st.worker, &p, &ep->ep);
   }
   if (s == UCS_OK && !ep->peer_errors)
-    MORI_LOG(kInfo, "IO", "%s: the UCX transports in use have no peer failure detection; a dead peer is found "
-             "by MORI_IO_TIMEOUT_MS", peer.name().c_str());
-  if (s != UCS_OK)
-    raise(Status::kRemote, "%s: ucp_ep_create: %s", peer.name().c_str(), st.u->status_string(s));
+    MORI_LOG(kInfo, "IO",
+             "%s: the UCX transports in use have no peer failure detection; a dead peer is found "
+             "by MORI_IO_TIMEOUT_MS",
+             peer.name().c_str());
+  if (s != UCS_OK) raise(Status::kRemote, "%s: ucp_ep_create: %s", peer.name().c_str(), st.u->status_string(s));
   st.eps[d.key] = ep;
   return ep;
 }

@@ -26,10 +26,10 @@ struct UcxState;  // the UCP objects, owned by the worker's thread
 // What UCX offers in this process, for the RDMA backend's selection and `mori info --io`.
 struct UcxReport {
   bool loaded = false;
-  std::string why;          // why not loaded
-  std::string version;      // "1.13.1"
+  std::string why;                     // why not loaded
+  std::string version;                 // "1.13.1"
   std::vector<std::string> resources;  // "tcp/lo", "rc_mlx5/mlx5_0:1", ... (UCX_TLS applies)
-  bool rdma = false;        // one of them is an RDMA transport (ib/rc/dc/ud, roce, efa)
+  bool rdma = false;                   // one of them is an RDMA transport (ib/rc/dc/ud, roce, efa)
 };
 
 class UcxBackend : public Backend {

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Distributed UMBP workers as real processes (umbp_dist_worker.py), driven from the tests."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,9 @@ from harness import ProgramPeer
 PROGRAM = Path(__file__).parent / "umbp_dist_worker.py"
 
 
-def start_workers(*inits: dict, env: Optional[dict] = None,
-                  prefixes: Optional[Sequence[Sequence[str]]] = None) -> list["Worker"]:
+def start_workers(
+    *inits: dict, env: Optional[dict] = None, prefixes: Optional[Sequence[Sequence[str]]] = None
+) -> list["Worker"]:
     """One worker per ``init`` keyword dict, started and initialised in parallel; ``prefixes``:
     per worker the command it runs under (e.g. ``ip netns exec NAME``)."""
     workers = [Worker(env=env, prefix=prefixes[i] if prefixes else ()) for i in range(len(inits))]
@@ -34,6 +36,7 @@ class Worker(ProgramPeer):
 
     def __init__(self, env: Optional[dict] = None, prefix: Sequence[str] = ()) -> None:
         lookup = os.environ.get("UMBP_LOOKUP_TIMEOUT_MS", "1000")  # fast misses unless the run says otherwise
-        super().__init__([*prefix, sys.executable, str(PROGRAM)], "umbp worker",
-                         {"UMBP_LOOKUP_TIMEOUT_MS": lookup, **(env or {})})
+        super().__init__(
+            [*prefix, sys.executable, str(PROGRAM)], "umbp worker", {"UMBP_LOOKUP_TIMEOUT_MS": lookup, **(env or {})}
+        )
         self.info: dict = {}  # the answer to "init"

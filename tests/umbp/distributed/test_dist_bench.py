@@ -5,6 +5,7 @@
 for its rows, ratios and paths (not their values). Mooncake's rows are asserted where
 ``mooncake.store`` is installed (scripts/bench-umbp-setup.sh); elsewhere the JSON must say why
 they were skipped."""
+
 from __future__ import annotations
 
 import json
@@ -24,11 +25,33 @@ UMBP_OPS = ("put", "get-1st", "get")
 
 def _run(tmp_path, *extra: str) -> tuple[dict, str]:
     out = tmp_path / "d.json"
-    proc = subprocess.run([sys.executable, "-m", "mori.apps.cli", "bench", "umbp", "--distributed", *extra,
-                           "--sizes", "64K", "--batches", "4", "--iters", "3", "--budget", "0.01", "--json", str(out)],
-                          capture_output=True, text=True, timeout=100, stdin=subprocess.DEVNULL,
-                          # the owner's 1 GiB arena is not faulted in up front: a smoke run touches little of it
-                          env={**os.environ, "UMBP_DRAM_PREFAULT": "0"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mori.apps.cli",
+            "bench",
+            "umbp",
+            "--distributed",
+            *extra,
+            "--sizes",
+            "64K",
+            "--batches",
+            "4",
+            "--iters",
+            "3",
+            "--budget",
+            "0.01",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        stdin=subprocess.DEVNULL,
+        # the owner's 1 GiB arena is not faulted in up front: a smoke run touches little of it
+        env={**os.environ, "UMBP_DRAM_PREFAULT": "0"},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # The writer's engine reached the owner with GetPeerInfo: its transfers' notifications count.
     assert "without proof" not in proc.stderr, proc.stderr
@@ -38,8 +61,11 @@ def _run(tmp_path, *extra: str) -> tuple[dict, str]:
 def _check(doc: dict, mode: str) -> None:
     rows = {(r["engine"], r["op"]): r for r in doc["rows"]}
     assert {r["mode"] for r in doc["rows"]} == {mode}
-    expected = {("umbp", op) for op in UMBP_OPS} | {("raw-io", "write"), ("raw-io", "read"),
-                                                    ("master", "BatchRouteGet")}
+    expected = {("umbp", op) for op in UMBP_OPS} | {
+        ("raw-io", "write"),
+        ("raw-io", "read"),
+        ("master", "BatchRouteGet"),
+    }
     why = mooncake_unavailable()
     if why is None:
         assert doc["meta"]["mooncake"]["status"] == "ok", doc["meta"]["mooncake"]

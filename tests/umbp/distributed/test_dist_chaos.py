@@ -3,6 +3,7 @@
 the master hung, then killed and restarted (the engines keep serving their own keys; the restarted master
 rebuilds its index from full syncs), a lost heartbeat bundle (the master sees the gap, asks a full
 sync)."""
+
 from __future__ import annotations
 
 import random
@@ -24,8 +25,10 @@ def _keys(n: int) -> list[str]:
 
 def test_peer_killed_mid_read(tmp_path):
     with running_master(settings=fast_settings(route_put_affinity="local")) as master:
-        owner, reader = start_workers(dict(master=master.address, node_id=uid("owner"), dram=160 << 20),
-                                      dict(master=master.address, node_id=uid("reader"), dram=4 << 20))
+        owner, reader = start_workers(
+            dict(master=master.address, node_id=uid("owner"), dram=160 << 20),
+            dict(master=master.address, node_id=uid("reader"), dram=4 << 20),
+        )
         try:
             keys = _keys(24)
             seed = random.randrange(1 << 30)
@@ -61,8 +64,9 @@ def test_master_killed_and_restarted():
     env = {"UMBP_HEARTBEAT_TTL_SEC": "2", "UMBP_ROUTE_PUT_NODE_AFFINITY": "local"}  # heartbeats every second
     proc = master_process(port, env=env)
     address = f"127.0.0.1:{port}"
-    a, b = start_workers(dict(master=address, node_id=uid("a"), dram=64 << 20),
-                         dict(master=address, node_id=uid("b"), dram=8 << 20))
+    a, b = start_workers(
+        dict(master=address, node_id=uid("a"), dram=64 << 20), dict(master=address, node_id=uid("b"), dram=8 << 20)
+    )
     try:
         keys = _keys(8)
         seed = random.randrange(1 << 30)
@@ -120,8 +124,10 @@ def test_master_killed_and_restarted():
 def local_pair():
     """A master keeping every put on its writer, worker a (8 MiB of DRAM, no SSD) and worker b."""
     with running_master(settings=fast_settings(route_put_affinity="local")) as master:
-        a, b = start_workers(dict(master=master.address, node_id=uid("a"), dram=8 << 20),
-                             dict(master=master.address, node_id=uid("b"), dram=4 << 20))
+        a, b = start_workers(
+            dict(master=master.address, node_id=uid("a"), dram=8 << 20),
+            dict(master=master.address, node_id=uid("b"), dram=4 << 20),
+        )
         yield master, a, b
         a.close()
         b.close()

@@ -3,6 +3,7 @@
 pages checked: vLLM's UMBPStoreConnector in ``mode: distributed`` (a lookup-only scheduler
 client from ``mori.cpp`` plus pool workers, reference/umbp.md 6.2) and SGLang's HiCache
 ``UMBPStore`` with a master address (6.1)."""
+
 from __future__ import annotations
 
 import random
@@ -35,8 +36,12 @@ def test_vllm_distributed_connector_sequence():
         scheduler = UMBPClient(config)
         assert scheduler.get_deployment_mode() == UMBPDeploymentMode.Distributed
         # Two engines' workers: each owns a pool slice and registers its KV buffer (zero-copy).
-        e1, e2 = start_workers(*[dict(master=master.address, node_id=f"vllm-{name}-{uid('w')}", dram=32 << 20,
-                                      pool_bytes=16 * PAGE) for name in ("gpu0", "gpu1")])
+        e1, e2 = start_workers(
+            *[
+                dict(master=master.address, node_id=f"vllm-{name}-{uid('w')}", dram=32 << 20, pool_bytes=16 * PAGE)
+                for name in ("gpu0", "gpu1")
+            ]
+        )
         try:
             for w in (e1, e2):
                 assert w.info["distributed"] and w.info["mode"].endswith("Distributed")
@@ -64,9 +69,19 @@ def test_sglang_distributed_umbpstore_sequence(monkeypatch):
     '<addr>:dp<d>:pp<p>:tp<t>', the host KV pool registered, pages put with their radix depth
     (K and V keys per page), prefix existence in pages, pages fetched into the other engine's pool."""
     with running_master(settings=fast_settings(route_put_affinity="local")) as master:
-        prefill, decode = start_workers(*[dict(master=master.address, node_id=f"127.0.0.1:dp{dp}:pp0:tp0",
-                                               dram=32 << 20, pool_bytes=24 * PAGE, sglang=True) for dp in (0, 1)],
-                                        env={"UMBP_SSD_ENABLED": "0"})
+        prefill, decode = start_workers(
+            *[
+                dict(
+                    master=master.address,
+                    node_id=f"127.0.0.1:dp{dp}:pp0:tp0",
+                    dram=32 << 20,
+                    pool_bytes=24 * PAGE,
+                    sglang=True,
+                )
+                for dp in (0, 1)
+            ],
+            env={"UMBP_SSD_ENABLED": "0"},
+        )
         try:
             hashes = [uid("h") for _ in range(12)]
             keys = [f"{h}_0_{kv}" for h in hashes for kv in ("k", "v")]  # MHA: "{hash}_{tp}_k|v"
@@ -94,19 +109,23 @@ def test_job_secret_guards_the_peers():
     peer_pb, peer_grpc = require("umbp_peer_pb2"), require("umbp_peer_pb2_grpc")
     secret_hex = _C.core.random_secret_hex()
     with running_master(secret=bytes.fromhex(secret_hex), settings=fast_settings()) as master:
-        a, b = start_workers(dict(master=master.address, node_id=uid("a"), dram=4 << 20),
-                             dict(master=master.address, node_id=uid("b"), dram=32 << 20),
-                             env={"MORI_JOB_SECRET": secret_hex})
+        a, b = start_workers(
+            dict(master=master.address, node_id=uid("a"), dram=4 << 20),
+            dict(master=master.address, node_id=uid("b"), dram=32 << 20),
+            env={"MORI_JOB_SECRET": secret_hex},
+        )
         try:
             keys = [uid("k") for _ in range(4)]
             seed = random.randrange(1 << 30)
             assert a.ask("put", keys=keys, size=PAGE, seed=seed)["ok"] == [True] * 4  # signed: routed to b
             assert a.ask("get", keys=keys, size=PAGE, seed=seed)["right"] == [True] * 4
             stub = peer_grpc.UMBPPeerStub(grpc.insecure_channel(b.info["peer"]))
-            for call, req in ((stub.AllocateSlot, peer_pb.AllocateSlotRequest(key=uid("x"), size=64)),
-                              (stub.BatchResolveKeys, peer_pb.BatchResolveKeysRequest(keys=keys)),
-                              (stub.EvictKey, peer_pb.EvictKeyRequest(keys=keys)),
-                              (stub.GetPeerInfo, peer_pb.GetPeerInfoRequest())):
+            for call, req in (
+                (stub.AllocateSlot, peer_pb.AllocateSlotRequest(key=uid("x"), size=64)),
+                (stub.BatchResolveKeys, peer_pb.BatchResolveKeysRequest(keys=keys)),
+                (stub.EvictKey, peer_pb.EvictKeyRequest(keys=keys)),
+                (stub.GetPeerInfo, peer_pb.GetPeerInfoRequest()),
+            ):
                 with pytest.raises(grpc.RpcError) as err:
                     call(req, timeout=5)
                 assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED

@@ -4,6 +4,7 @@ runs the master, host 1 worker a (the larger DRAM), host 2 worker b; each worker
 MORI_NODE_ID, so MORI-IO moves the bytes over tcp between the namespaces, never the same-host
 path. b's puts land on a (a pulls them from b), b reads them back and a's own puts, bytes
 checked. Skips where namespaces cannot be made (not root, no iproute2)."""
+
 from __future__ import annotations
 
 import os
@@ -38,8 +39,13 @@ def _master_in(host) -> tuple[subprocess.Popen, threading.Thread]:
     """``umbp_master`` inside the namespace, on its veth address; returns once it listens, with
     the thread that keeps its output drained (a master blocked on a full pipe would hang)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = host.popen([sys.executable, "-m", "mori.umbp.distributed.master_server", f"{host.ip}:{MASTER_PORT}", "0"],
-                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = host.popen(
+        [sys.executable, "-m", "mori.umbp.distributed.master_server", f"{host.ip}:{MASTER_PORT}", "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 60  # a loaded 2-core box may take long to import it
     seen = ""
     while time.monotonic() < deadline:
@@ -69,7 +75,8 @@ def test_put_on_one_host_get_on_the_other(hosts):
         a, b = workers[:] = start_workers(
             dict(master=address, node_id=a_id, dram=64 << 20, host=h0.ip),
             dict(master=address, node_id=uid("b"), dram=4 << 20, host=h1.ip, pool_bytes=8 << 20),
-            prefixes=[h.command(["env", f"MORI_NODE_ID={h.name}"]) for h in (h0, h1)])
+            prefixes=[h.command(["env", f"MORI_NODE_ID={h.name}"]) for h in (h0, h1)],
+        )
         assert a.info["peer"].startswith(h0.ip) and b.info["peer"].startswith(h1.ip)
         seed = random.randrange(1 << 30)
         for size, batch, pool in ((64 << 10, 16, True), (1 * MIB, 3, False)):

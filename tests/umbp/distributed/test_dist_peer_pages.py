@@ -2,6 +2,7 @@
 """The owned-pages store's peer hooks (umbp/src/peer_pages.h) in one process, no master: slots
 (allocate / commit / abort, write-once), read leases that pin and expire, SSD staging, the event
 log with its sequence numbers, snapshots, master-driven eviction."""
+
 from __future__ import annotations
 
 import ctypes
@@ -51,7 +52,7 @@ def arena_view(store, offset: int, size: int) -> np.ndarray:
 def test_slot_write_commit_read(tmp_path):
     s = owned_store()
     val = rand(100_000)
-    (outcome, slot, off), = s.peer_allocate(["k"], [val.nbytes])
+    ((outcome, slot, off),) = s.peer_allocate(["k"], [val.nbytes])
     assert outcome == 1 and off % 64 == 0
     assert not s.exists("k")  # invisible until committed
     arena_view(s, off, val.nbytes)[:] = val  # what a peer's MORI-IO write does
@@ -62,13 +63,13 @@ def test_slot_write_commit_read(tmp_path):
     # Write-once: the key cannot be allocated again.
     assert s.peer_allocate(["k"], [8])[0][0] == 2
     # Resolve: where it is, its checksum, a lease.
-    (found, tier, roff, size, checksum, lease), = s.peer_resolve(["k"])
+    ((found, tier, roff, size, checksum, lease),) = s.peer_resolve(["k"])
     assert found and tier == DRAM and roff == off and size == val.nbytes
     assert checksum == umbp.value_checksum(val.ctypes.data, val.nbytes)
     assert lease and s.peer_release(lease) and not s.peer_release(lease)
     assert s.peer_resolve(["absent"])[0][0] is False
     # Abort drops a pending slot and is idempotent; a key with an aborted slot can be put again.
-    (o2, slot2, _), = s.peer_allocate(["k2"], [4096])
+    ((o2, slot2, _),) = s.peer_allocate(["k2"], [4096])
     assert s.peer_abort([slot2, slot2, 12345]) == [True, True, True]
     assert not s.exists("k2") and s.peer_commit([slot2], ["k2"]) == [False]
     assert s.peer_allocate(["k2"], [4096])[0][0] == 1
@@ -132,11 +133,11 @@ def test_ssd_only_value_is_staged(tmp_path):
     assert outcome == 0 and size == 300_000 and lease
     staged = np.frombuffer((ctypes.c_uint8 * size).from_address(staging_ptr + off), dtype=np.uint8)
     assert np.array_equal(staged, vals[k]) and checksum == umbp.value_checksum(vals[k].ctypes.data, size)
-    assert s.peer_prepare_ssd_read(k, 1000)[0] == 3      # larger than the reader's buffer
+    assert s.peer_prepare_ssd_read(k, 1000)[0] == 3  # larger than the reader's buffer
     assert s.peer_prepare_ssd_read("absent", 0)[0] == 1  # a miss
     second = s.peer_prepare_ssd_read(k, 0)
     assert second[0] == 0
-    assert s.peer_prepare_ssd_read(k, 0)[0] == 2         # both slots leased: NO_SLOT (retry)
+    assert s.peer_prepare_ssd_read(k, 0)[0] == 2  # both slots leased: NO_SLOT (retry)
     assert s.peer_release(lease) and s.peer_release(second[4])
     assert s.peer_prepare_ssd_read(k, 0)[0] == 0
     s.close()

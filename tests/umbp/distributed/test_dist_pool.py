@@ -3,6 +3,7 @@
 processes ("engines") on one host. Puts on one, gets on the other, bytes checked on fresh random
 data; remote writes and remote reads through MORI-IO, zero-copy and staged; SSD-only keys staged
 by their owner; remote-fetch caching; a lookup-only scheduler client."""
+
 from __future__ import annotations
 
 import random
@@ -28,8 +29,10 @@ def master():
 def pair(master):
     """Worker a (small DRAM) and worker b (large): most_available routes a's puts to b. Shared by
     the module's tests (each uses fresh keys and compares counters before and after)."""
-    a, b = start_workers(dict(master=master.address, node_id=uid("a"), dram=16 << 20, pool_bytes=16 << 20),
-                         dict(master=master.address, node_id=uid("b"), dram=160 << 20, pool_bytes=16 << 20))
+    a, b = start_workers(
+        dict(master=master.address, node_id=uid("a"), dram=16 << 20, pool_bytes=16 << 20),
+        dict(master=master.address, node_id=uid("b"), dram=160 << 20, pool_bytes=16 << 20),
+    )
     yield a, b
     a.close()
     b.close()
@@ -126,9 +129,10 @@ def test_engine_over_quota_stores_nothing_and_no_room_stays_local(tmp_path):
     with running_master(settings=fast_settings()) as m:
         ids = uid("qa"), uid("qb")
         # w1 writes over its quota; w2 (with an SSD) writes with no quota
-        w1, w2 = start_workers(dict(master=m.address, node_id=ids[0], dram=6 << 20, pool_bytes=1 << 20),
-                               dict(master=m.address, node_id=ids[1], dram=6 << 20, pool_bytes=1 << 20,
-                                    ssd_dir=str(tmp_path)))
+        w1, w2 = start_workers(
+            dict(master=m.address, node_id=ids[0], dram=6 << 20, pool_bytes=1 << 20),
+            dict(master=m.address, node_id=ids[1], dram=6 << 20, pool_bytes=1 << 20, ssd_dir=str(tmp_path)),
+        )
         try:
             UMBPMasterClient(m.address, node_id="admin").set_engine_quota(ids[0], 3 * MIB)
             keys = _keys(5)
@@ -166,7 +170,8 @@ def test_ssd_only_key_staged_by_its_owner(tmp_path):
     with running_master(settings=fast_settings(route_put_affinity="local")) as master:
         owner, reader = start_workers(
             dict(master=master.address, node_id=uid("owner"), dram=8 << 20, ssd_dir=str(tmp_path / "ssd")),
-            dict(master=master.address, node_id=uid("reader"), dram=4 << 20))
+            dict(master=master.address, node_id=uid("reader"), dram=4 << 20),
+        )
         try:
             seed = random.randrange(1 << 30)
             keys = _keys(12)
@@ -259,7 +264,8 @@ def test_get_peer_info_refuses_a_malformed_engine_desc(pair):
     with grpc.insecure_channel(b.info["peer"]) as channel:
         stub = peer_grpc.UMBPPeerStub(channel)
         with pytest.raises(grpc.RpcError) as err:
-            stub.GetPeerInfo(peer_pb.GetPeerInfoRequest(engine_desc=bytes(random.randrange(256) for _ in range(24))),
-                             timeout=10)
+            stub.GetPeerInfo(
+                peer_pb.GetPeerInfoRequest(engine_desc=bytes(random.randrange(256) for _ in range(24))), timeout=10
+            )
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "engine_desc" in err.value.details()
         assert stub.GetPeerInfo(peer_pb.GetPeerInfoRequest(), timeout=10).engine_desc  # no descriptor: fine

@@ -3,6 +3,7 @@
 into its SSD staging buffer, a value larger than one staging slot in adjacent slots, and the
 other worker reads it from there; a value larger than the whole staging buffer is a miss that
 the reader's log explains (the size and distributed.ssd_staging_buffer_size)."""
+
 from __future__ import annotations
 
 import random
@@ -27,9 +28,17 @@ def test_ssd_only_values_larger_than_a_staging_slot_read_from_the_other_worker(t
     too_large = STAGING + 4096
     with running_master(settings=fast_settings(route_put_affinity="local")) as master:
         owner, reader = start_workers(
-            dict(master=master.address, node_id=uid("owner"), dram=24 * MIB, ssd_dir=str(tmp_path / "ssd"),
-                 ssd_capacity=128 * MIB, ssd_staging=STAGING, ssd_slots=SLOTS),
-            dict(master=master.address, node_id=uid("reader"), dram=4 * MIB))
+            dict(
+                master=master.address,
+                node_id=uid("owner"),
+                dram=24 * MIB,
+                ssd_dir=str(tmp_path / "ssd"),
+                ssd_capacity=128 * MIB,
+                ssd_staging=STAGING,
+                ssd_slots=SLOTS,
+            ),
+            dict(master=master.address, node_id=uid("reader"), dram=4 * MIB),
+        )
         try:
             seed = random.randrange(1 << 30)
             keys = [uid("v") for _ in sizes]

@@ -2,6 +2,7 @@
 """Beyond MORI: signed control-plane RPCs (a stranger gets UNAUTHENTICATED and changes nothing,
 replays and stale signatures are refused, the secret never crosses the wire) and a deadline on
 every client call (a hung or dead master is an error within lookup_timeout_ms, never a hang)."""
+
 from __future__ import annotations
 
 import socket
@@ -36,8 +37,10 @@ def test_signed_client_works_and_stranger_changes_nothing(secured):
     good.report_external_kv_blocks(node, hashes, UMBPTierType.DRAM)
     assert [x.node_id for x in good.match_external_kv(hashes)] == [node]
 
-    for stranger in (UMBPMasterClient(m.address, secret_hex=""),
-                     UMBPMasterClient(m.address, secret_hex=_C.core.random_secret_hex())):
+    for stranger in (
+        UMBPMasterClient(m.address, secret_hex=""),
+        UMBPMasterClient(m.address, secret_hex=_C.core.random_secret_hex()),
+    ):
         with pytest.raises(RemoteError, match="signature|unsigned"):
             stranger.match_external_kv(hashes)
         with pytest.raises(RemoteError):
@@ -52,29 +55,39 @@ def test_replayed_tampered_and_stale_calls_are_refused(secured):
     m, _, secret = secured
     node = uid("n")
     stub = pb_grpc.UMBPMasterStub(grpc.insecure_channel(m.address))
-    req = pb.RegisterClientRequest(node_id=node, tier_capacities=[
-        pb.TierCapacity(tier=DRAM, total_capacity_bytes=GIB, available_capacity_bytes=GIB)])
+    req = pb.RegisterClientRequest(
+        node_id=node,
+        tier_capacities=[pb.TierCapacity(tier=DRAM, total_capacity_bytes=GIB, available_capacity_bytes=GIB)],
+    )
     md = sign(secret, "/umbp.UMBPMaster/RegisterClient", req.SerializeToString())
     assert b"".join(v.encode() for _, v in md).find(secret) < 0 and secret.hex() not in str(md)
     stub.RegisterClient(req, metadata=md, timeout=5)
-    stub.UnregisterClient(pb.UnregisterClientRequest(node_id=node), timeout=5,
-                          metadata=sign(secret, "/umbp.UMBPMaster/UnregisterClient",
-                                        pb.UnregisterClientRequest(node_id=node).SerializeToString()))
+    stub.UnregisterClient(
+        pb.UnregisterClientRequest(node_id=node),
+        timeout=5,
+        metadata=sign(
+            secret, "/umbp.UMBPMaster/UnregisterClient", pb.UnregisterClientRequest(node_id=node).SerializeToString()
+        ),
+    )
     with pytest.raises(grpc.RpcError) as err:  # the captured call, replayed
         stub.RegisterClient(req, metadata=md, timeout=5)
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert m.store.get_client(node) is None, "the replay registered nothing"
     other = pb.RegisterClientRequest(node_id=uid("evil"))
     with pytest.raises(grpc.RpcError) as err:  # a signature for another body
-        stub.RegisterClient(other, metadata=sign(secret, "/umbp.UMBPMaster/RegisterClient",
-                                                 req.SerializeToString()), timeout=5)
+        stub.RegisterClient(
+            other, metadata=sign(secret, "/umbp.UMBPMaster/RegisterClient", req.SerializeToString()), timeout=5
+        )
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     with pytest.raises(grpc.RpcError) as err:  # a signature for another method
-        stub.RegisterClient(other, metadata=sign(secret, "/umbp.UMBPMaster/Heartbeat",
-                                                 other.SerializeToString()), timeout=5)
+        stub.RegisterClient(
+            other, metadata=sign(secret, "/umbp.UMBPMaster/Heartbeat", other.SerializeToString()), timeout=5
+        )
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    stale = [(k, str(int(v) - 5000)) if k == "x-umbp-ts" else (k, v)
-             for k, v in sign(secret, "/umbp.UMBPMaster/RegisterClient", other.SerializeToString())]
+    stale = [
+        (k, str(int(v) - 5000)) if k == "x-umbp-ts" else (k, v)
+        for k, v in sign(secret, "/umbp.UMBPMaster/RegisterClient", other.SerializeToString())
+    ]
     with pytest.raises(grpc.RpcError) as err:
         stub.RegisterClient(other, metadata=stale, timeout=5)
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
@@ -88,8 +101,11 @@ def test_hung_master_is_a_timeout_within_the_deadline():
         hung.listen(16)
         addr = f"127.0.0.1:{hung.getsockname()[1]}"
         c = UMBPMasterClient(addr, node_id="n", lookup_timeout_ms=300)
-        for call in (lambda: c.match_external_kv(["h"]), lambda: c.batch_route_get(["k"]),
-                     lambda: c.register_self({UMBPTierType.DRAM: (1, 1)})):
+        for call in (
+            lambda: c.match_external_kv(["h"]),
+            lambda: c.batch_route_get(["k"]),
+            lambda: c.register_self({UMBPTierType.DRAM: (1, 1)}),
+        ):
             t0 = time.monotonic()
             with pytest.raises((Timeout, RemoteError)) as err:
                 call()
@@ -117,6 +133,7 @@ def test_master_killed_mid_session_then_back():
         c.batch_lookup(["k"])
     assert time.monotonic() - t0 < 2.0
     from mori.umbp.distributed.master_server import MasterServer
+
     again = MasterServer(f"127.0.0.1:{port}", settings=fast_settings())
     again.start()
     try:

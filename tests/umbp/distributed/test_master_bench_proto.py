@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The master benchmark runs end to end (tiny), and the generated gRPC modules say what to
 install when they are missing."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,27 @@ def test_bench_umbp_master_smoke(tmp_path):
     from mori.apps.bench import main as bench_main
 
     out = tmp_path / "m.json"
-    assert bench_main(["umbp", "--master", "--backends", "memory", "--clients", "1", "--seconds", "0.3",
-                       "--keys", "600", "--batch", "16", "--json", str(out)]) == 0
+    assert (
+        bench_main(
+            [
+                "umbp",
+                "--master",
+                "--backends",
+                "memory",
+                "--clients",
+                "1",
+                "--seconds",
+                "0.3",
+                "--keys",
+                "600",
+                "--batch",
+                "16",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     doc = json.loads(out.read_text())
     rows = {r["backend"]: r for r in doc["rows"]}
     assert set(rows) == {"memory"}
@@ -31,7 +51,17 @@ def test_missing_generated_module_names_what_to_install():
     svc = proto.require("umbp_pb2").DESCRIPTOR.services_by_name["UMBPMaster"]
     assert len(svc.methods) == 15
     peer = proto.require("umbp_peer_pb2").DESCRIPTOR.services_by_name["UMBPPeer"]
-    assert {m.name for m in peer.methods} >= {"GetPeerInfo", "AllocateSlot", "CommitSlot", "AbortSlot", "ResolveKey",
-                                              "EvictKey", "BatchAllocateSlots", "BatchCommitSlots",
-                                              "BatchAbortSlots", "BatchResolveKeys", "PrepareSsdRead",
-                                              "ReleaseSsdLease"}
+    assert {m.name for m in peer.methods} >= {
+        "GetPeerInfo",
+        "AllocateSlot",
+        "CommitSlot",
+        "AbortSlot",
+        "ResolveKey",
+        "EvictKey",
+        "BatchAllocateSlots",
+        "BatchCommitSlots",
+        "BatchAbortSlots",
+        "BatchResolveKeys",
+        "PrepareSsdRead",
+        "ReleaseSsdLease",
+    }

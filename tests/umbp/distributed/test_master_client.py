@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """UMBPMasterClient against our master: the semantics MORI's test_umbp_master_client.py pins
 (registration, the external-KV index, hit counters once per unique hash, batch caps, restarts)."""
+
 from __future__ import annotations
 
 import time
@@ -234,6 +235,5 @@ def test_restarted_in_memory_master_loses_external_state():
 
 
 def test_restarted_redis_master_keeps_external_state(redis_pair):  # noqa: F811
-    env = {"UMBP_METADATA_BACKEND": "redis", "UMBP_REDIS_URI": redis_pair[0].uri,
-           "UMBP_REDIS_NAMESPACE": uid("ns")}
+    env = {"UMBP_METADATA_BACKEND": "redis", "UMBP_REDIS_URI": redis_pair[0].uri, "UMBP_REDIS_NAMESPACE": uid("ns")}
     assert _restart_keeps_external_kv(env) is True

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Master-driven eviction through the peers (watermarks, LRU, leased keys skipped, pluggable
 strategy), the cluster-wide clear, and per-engine quotas."""
+
 from __future__ import annotations
 
 import random
@@ -53,8 +54,9 @@ def test_peer_has_the_last_word_and_index_changes_only_by_events():
         freed = m.state.eviction.run_once()
         assert freed == {node.node_id: 7 * MIB}
         stub = pb_grpc.UMBPMasterStub(grpc.insecure_channel(m.address))
-        assert all(stub.BatchLookup(pb.BatchLookupRequest(keys=keys), timeout=5).found), \
+        assert all(stub.BatchLookup(pb.BatchLookupRequest(keys=keys), timeout=5).found), (
             "the index shrinks on the peer's REMOVE events, not on EvictKey"
+        )
         node.heartbeat([("remove", k, DRAM, 0) for k in keys[3:]])
         assert list(stub.BatchLookup(pb.BatchLookupRequest(keys=keys), timeout=5).found) == [True] * 3 + [False] * 7
         peer.stop()
@@ -63,7 +65,7 @@ def test_peer_has_the_last_word_and_index_changes_only_by_events():
 def test_strategies_are_pluggable():
     c = [EvictionCandidate(uid("k"), random.randrange(1, 100), random.random()) for _ in range(20)]
     lru = LruStrategy().select(c, bytes_needed=150)
-    assert lru == sorted(c, key=lambda x: (x.last_access, x.key))[:len(lru)]
+    assert lru == sorted(c, key=lambda x: (x.last_access, x.key))[: len(lru)]
     assert sum(x.size for x in lru) >= 150 and sum(x.size for x in lru[:-1]) < 150
     big = make_strategy("largest_first").select(c, bytes_needed=150)
     assert big[0].size == max(x.size for x in c)
@@ -84,8 +86,9 @@ def test_cluster_wide_clear():
         keys2, peer2, node2 = _setup(m, n_keys=3)
         peer2.pinned = frozenset(keys2[:1])
         c = UMBPMasterClient(m.address, node_id="admin")
-        node.stub.ReportExternalKvBlocks(pb.ReportExternalKvBlocksRequest(
-            node_id=node.node_id, hashes=["h1", "h2"], tier=DRAM), timeout=5)
+        node.stub.ReportExternalKvBlocks(
+            pb.ReportExternalKvBlocksRequest(node_id=node.node_id, hashes=["h1", "h2"], tier=DRAM), timeout=5
+        )
         dead = PeerSession(m.address, uid("dead"), {DRAM: (GIB, GIB)}, peer_address="127.0.0.1:1")
         dead.heartbeat([("add", uid("x"), DRAM, 1)])
         out = c.clear_cluster()
@@ -131,10 +134,13 @@ def test_quota_has_its_own_outcome_and_no_room_stays_unavailable():
         stub = pb_grpc.UMBPMasterStub(grpc.insecure_channel(m.address))
         r = stub.RoutePut(pb.RoutePutRequest(key=uid("q"), node_id=writer, block_size=quota + 1), timeout=5)
         assert (r.outcome, r.quota_bytes, r.node_id) == (pb.ROUTE_PUT_OUTCOME_QUOTA_EXCEEDED, quota, "")
-        b = stub.BatchRoutePut(pb.BatchRoutePutRequest(node_id=writer, keys=[uid("q"), uid("q")],
-                                                       block_sizes=[quota, 1]), timeout=5)
+        b = stub.BatchRoutePut(
+            pb.BatchRoutePutRequest(node_id=writer, keys=[uid("q"), uid("q")], block_sizes=[quota, 1]), timeout=5
+        )
         assert [(e.outcome, e.quota_bytes) for e in b.entries] == [
-            (pb.ROUTE_PUT_OUTCOME_ROUTED, 0), (pb.ROUTE_PUT_OUTCOME_QUOTA_EXCEEDED, quota)]
+            (pb.ROUTE_PUT_OUTCOME_ROUTED, 0),
+            (pb.ROUTE_PUT_OUTCOME_QUOTA_EXCEEDED, quota),
+        ]
         assert b.entries[0].node_id == node.node_id
         # no node has room (another engine, no quota): still UNAVAILABLE, no quota named
         r = stub.RoutePut(pb.RoutePutRequest(key=uid("q"), node_id=uid("other"), block_size=65 * MIB), timeout=5)

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The native block index (mori._C.umbp.MasterIndex) against its Python reference
 (master_block_index.BlockIndex): the same random operations, the same answers."""
+
 from __future__ import annotations
 
 import collections
@@ -72,7 +73,9 @@ def test_native_index_matches_the_reference_on_random_operations():
     assert nat.contains(queried) == ref.contains(queried)
 
 
-def _reference_choose(ref: BlockIndex, batch, exclude, alive, now, lease, strategy: str, rng: random.Random) -> RoutedGets:
+def _reference_choose(
+    ref: BlockIndex, batch, exclude, alive, now, lease, strategy: str, rng: random.Random
+) -> RoutedGets:
     """The Python path (the stores' default route_get_choose) over the reference index."""
 
     class Store:
@@ -123,8 +126,9 @@ def test_native_choice_draws_every_copy_of_the_fastest_tier():
     nat.add("d", "k", TIERS[2], 10, 0.0)
     seen = collections.Counter()
     for _ in range(300):
-        nodes, hits, refs, tiers, sizes, misses, _offs, _sums = nat.route_choose(["k"], [], ["a", "b", "c", "d"],
-                                                                                 1.0, 2.0)
+        nodes, hits, refs, tiers, sizes, misses, _offs, _sums = nat.route_choose(
+            ["k"], [], ["a", "b", "c", "d"], 1.0, 2.0
+        )
         seen[nodes[0]] += 1
         assert (refs, tiers, sizes, misses, hits) == ([1], [TIERS[1]], [10], 0, [1])
     assert set(seen) == {"a", "b", "c"} and min(seen.values()) > 50
@@ -149,8 +153,7 @@ def test_native_index_hands_out_each_copy_place():
     want[moved] = (rng.randrange(1, 1 << 30) * 64, rng.randrange(1, 1 << 64))
     nat.add("a", moved, TIERS[1], 4096, 0.0, *want[moved])
     nat.add("b", "unplaced", TIERS[2], 10, 0.0)
-    nodes, _, refs, _, _, misses, offs, sums = nat.route_choose(keys + ["unplaced", "absent"], [], ["a", "b"],
-                                                                1.0, 2.0)
+    nodes, _, refs, _, _, misses, offs, sums = nat.route_choose(keys + ["unplaced", "absent"], [], ["a", "b"], 1.0, 2.0)
     assert misses == 1 and refs[-1] == 0 and (offs[-1], sums[-1]) == (0, 0)
     assert list(zip(offs[:-2], sums[:-2])) == [want[k] for k in keys]
     assert nodes[refs[-2] - 1] == "b" and (offs[-2], sums[-2]) == (0, 0)

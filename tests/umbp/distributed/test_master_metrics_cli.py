@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The Prometheus endpoint (MORI's family names, peer-pushed samples re-exported) and the
 ``umbp_master`` / ``mori umbp-master`` command lines as real processes."""
+
 from __future__ import annotations
 
 import os
@@ -40,11 +41,17 @@ def test_metric_families():
         c = UMBPMasterClient(m.address)
         c.report_external_kv_blocks(node.node_id, ["h1", "h2"], UMBPTierType.DRAM)
         c.match_external_kv(["h1", "h3"])
-        sample = pb.MetricSample(name="mori_umbp_ssd_read_total", help="SSD reads",
-                                 labels=[pb.MetricLabel(name="status", value="ok")], counter_delta=5)
-        hist = pb.MetricSample(name="mori_umbp_client_batch_get_bandwidth_gibps", help="bw",
-                               histogram_aggregate=pb.HistogramAggregate(bounds=[1, 10], bucket_counts=[2, 3],
-                                                                         count=4, sum=21.5))
+        sample = pb.MetricSample(
+            name="mori_umbp_ssd_read_total",
+            help="SSD reads",
+            labels=[pb.MetricLabel(name="status", value="ok")],
+            counter_delta=5,
+        )
+        hist = pb.MetricSample(
+            name="mori_umbp_client_batch_get_bandwidth_gibps",
+            help="bw",
+            histogram_aggregate=pb.HistogramAggregate(bounds=[1, 10], bucket_counts=[2, 3], count=4, sum=21.5),
+        )
         for _ in range(2):
             stub.ReportMetrics(pb.ReportMetricsRequest(node_id=node.node_id, metrics=[sample, hist]), timeout=5)
         text = _scrape(m.metrics_port)
@@ -91,13 +98,17 @@ def _serve_and_query(cmd: list[str], port: int, metrics_port: int) -> None:
 def test_umbp_master_console_script_and_mori_subcommand():
     # MORI's tests run the master as UMBP_MASTER_BIN address metrics_port: the installed script
     script = os.path.join(os.path.dirname(sys.executable), "umbp_master")
-    cmd = [script] if os.path.exists(script) else [
-        sys.executable, "-c", "from mori.umbp.distributed.master_server import main; main()"]
+    cmd = (
+        [script]
+        if os.path.exists(script)
+        else [sys.executable, "-c", "from mori.umbp.distributed.master_server import main; main()"]
+    )
     port, mport = free_port(), free_port()
     _serve_and_query(cmd + [f"127.0.0.1:{port}", str(mport)], port, mport)
     port, mport = free_port(), free_port()
-    _serve_and_query([sys.executable, "-m", "mori.apps.cli", "umbp-master", f"127.0.0.1:{port}", str(mport)],
-                     port, mport)
+    _serve_and_query(
+        [sys.executable, "-m", "mori.apps.cli", "umbp-master", f"127.0.0.1:{port}", str(mport)], port, mport
+    )
 
 
 def test_worker_processes_share_the_port_over_redis():
@@ -108,9 +119,21 @@ def test_worker_processes_share_the_port_over_redis():
     while mport + 1 == port:
         mport = free_port()
     env = dict(os.environ, UMBP_METADATA_BACKEND="redis", UMBP_REDIS_URI=redis.uri, UMBP_REDIS_NAMESPACE=uid("w"))
-    proc = subprocess.Popen([sys.executable, "-m", "mori.umbp.distributed.master_server", f"127.0.0.1:{port}",
-                             str(mport), "--workers", "2"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mori.umbp.distributed.master_server",
+            f"127.0.0.1:{port}",
+            str(mport),
+            "--workers",
+            "2",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         wait_port(port, timeout=20)
         wait_port(mport + 1, timeout=20)
@@ -124,8 +147,12 @@ def test_worker_processes_share_the_port_over_redis():
             r = pb_grpc.UMBPMasterStub(ch).MatchExternalKv(pb.MatchExternalKvRequest(hashes=hashes), timeout=5)
             assert [m.node_id for m in r.matches] == [node], "both processes see one store"
             ch.close()
-        served = [_value(_scrape(p), 'mori_umbp_master_rpc_latency_seconds_count{rpc="MatchExternalKv"}')
-                  if 'rpc="MatchExternalKv"' in _scrape(p) else 0.0 for p in (mport, mport + 1)]
+        served = [
+            _value(_scrape(p), 'mori_umbp_master_rpc_latency_seconds_count{rpc="MatchExternalKv"}')
+            if 'rpc="MatchExternalKv"' in _scrape(p)
+            else 0.0
+            for p in (mport, mport + 1)
+        ]
         assert sum(served) == 24 and min(served) > 0, served
     finally:
         proc.send_signal(signal.SIGTERM)

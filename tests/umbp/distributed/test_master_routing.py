@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The master as advisor over gRPC: heartbeat-shipped events, seq gaps and full syncs, put
 routing (algorithms x affinities, dedup) and tier-priority get routing, dead clients dropped."""
+
 from __future__ import annotations
 
 import collections
@@ -12,7 +13,18 @@ import pytest
 from dist_harness import start_workers
 from umbp_master_harness import redis_pair  # noqa: F401 - fixture
 from umbp_master_harness import (
-    DRAM, GIB, HBM, SSD, PeerSession, fast_settings, make_store, pb, pb_grpc, running_master, uid)
+    DRAM,
+    GIB,
+    HBM,
+    SSD,
+    PeerSession,
+    fast_settings,
+    make_store,
+    pb,
+    pb_grpc,
+    running_master,
+    uid,
+)
 
 MIB = 1 << 20
 
@@ -27,11 +39,12 @@ def _stub(address):
 
 
 def _batch_get(stub, keys, exclude=()):
-    r = stub.BatchRouteGet(pb.BatchRouteGetRequest(node_id="reader", keys=keys, exclude_nodes=list(exclude)),
-                           timeout=5)
+    r = stub.BatchRouteGet(pb.BatchRouteGetRequest(node_id="reader", keys=keys, exclude_nodes=list(exclude)), timeout=5)
     nodes = [(n.node_id, n.peer_address) for n in r.nodes]
-    return [None if ref == 0 else (nodes[ref - 1][0], nodes[ref - 1][1], t, s)
-            for ref, t, s in zip(r.node_ref, r.tier, r.size)]
+    return [
+        None if ref == 0 else (nodes[ref - 1][0], nodes[ref - 1][1], t, s)
+        for ref, t, s in zip(r.node_ref, r.tier, r.size)
+    ]
 
 
 def test_events_route_gets_by_tier_priority(backend):
@@ -42,8 +55,12 @@ def test_events_route_gets_by_tier_priority(backend):
         sizes = {uid("k"): rng.randrange(1, 8 * MIB) for _ in range(12)}
         keys = list(sizes)
         assert a.heartbeat([("add", k, DRAM, sizes[k]) for k in keys]).acked_seq == 1
-        assert b.heartbeat([("add", k, HBM, sizes[k]) for k in keys[:4]]
-                           + [("add", keys[4], SSD, sizes[keys[4]])]).acked_seq == 1
+        assert (
+            b.heartbeat(
+                [("add", k, HBM, sizes[k]) for k in keys[:4]] + [("add", keys[4], SSD, sizes[keys[4]])]
+            ).acked_seq
+            == 1
+        )
         stub = _stub(m.address)
         got = _batch_get(stub, keys + [uid("missing")])
         assert got[-1] is None
@@ -55,7 +72,12 @@ def test_events_route_gets_by_tier_priority(backend):
         assert _batch_get(stub, keys[:1], exclude=[b.node_id])[0][0] == a.node_id
         one = stub.RouteGet(pb.RouteGetRequest(key=keys[0], node_id="r"), timeout=5)
         assert (one.found, one.node_id, one.tier, one.size, one.peer_address) == (
-            True, b.node_id, HBM, sizes[keys[0]], b.peer_address)
+            True,
+            b.node_id,
+            HBM,
+            sizes[keys[0]],
+            b.peer_address,
+        )
         assert not stub.RouteGet(pb.RouteGetRequest(key=uid("nope")), timeout=5).found
         found = stub.BatchLookup(pb.BatchLookupRequest(keys=[keys[3], uid("x")]), timeout=5).found
         assert list(found) == [True, False]
@@ -68,15 +90,16 @@ def test_first_reads_get_each_dram_value_place(backend):
         a = PeerSession(m.address, uid("a"), {DRAM: (GIB, GIB)})
         rng = random.Random()
         keys = [uid("k") for _ in range(16)]
-        places = {k: (rng.randrange(1, 8 * MIB), rng.randrange(1, 1 << 30) * 64, rng.randrange(1, 1 << 64))
-                  for k in keys[:-1]}
+        places = {
+            k: (rng.randrange(1, 8 * MIB), rng.randrange(1, 1 << 30) * 64, rng.randrange(1, 1 << 64)) for k in keys[:-1]
+        }
         places[keys[-1]] = (rng.randrange(1, 8 * MIB), 0, 0)
         assert a.heartbeat([("add", k, DRAM, *places[k]) for k in keys]).acked_seq == 1
-        r = _stub(m.address).BatchRouteGet(pb.BatchRouteGetRequest(node_id="reader", keys=keys + [uid("x")]),
-                                           timeout=5)
+        r = _stub(m.address).BatchRouteGet(pb.BatchRouteGetRequest(node_id="reader", keys=keys + [uid("x")]), timeout=5)
         assert [(n.node_id, n.peer_address) for n in r.nodes] == [(a.node_id, a.peer_address)]
         assert list(zip(r.node_ref, r.tier, r.size, r.offset, r.checksum)) == (
-            [(1, DRAM, *places[k]) for k in keys] + [(0, 0, 0, 0, 0)])
+            [(1, DRAM, *places[k]) for k in keys] + [(0, 0, 0, 0, 0)]
+        )
 
 
 @pytest.mark.timeout(120)
@@ -84,8 +107,10 @@ def test_first_read_through_a_redis_master_needs_no_resolve(redis_pair):  # noqa
     """Two workers and a Redis-backed master: values a put (pulled by b, the larger) are read back
     by a at the places b's ADD events gave, through Redis: no BatchResolveKeys, bytes checked."""
     with running_master(store=make_store("redis", redis_pair)) as m:
-        a, b = start_workers(dict(master=m.address, node_id=uid("a"), dram=16 << 20),
-                             dict(master=m.address, node_id=uid("b"), dram=160 << 20))
+        a, b = start_workers(
+            dict(master=m.address, node_id=uid("a"), dram=16 << 20),
+            dict(master=m.address, node_id=uid("b"), dram=160 << 20),
+        )
         try:
             keys = [uid("k") for _ in range(6)]
             seed = random.randrange(1 << 30)
@@ -127,8 +152,12 @@ def test_batch_route_put_dedup_and_most_available(backend):
         small.heartbeat([("add", held, DRAM, MIB)])
         stub = _stub(m.address)
         fresh = [uid("p") for _ in range(6)]
-        r = stub.BatchRoutePut(pb.BatchRoutePutRequest(
-            node_id="w", keys=[held] + fresh + [fresh[0]], block_sizes=[MIB] + [50 * MIB] * 6 + [MIB]), timeout=5)
+        r = stub.BatchRoutePut(
+            pb.BatchRoutePutRequest(
+                node_id="w", keys=[held] + fresh + [fresh[0]], block_sizes=[MIB] + [50 * MIB] * 6 + [MIB]
+            ),
+            timeout=5,
+        )
         outcomes = [e.outcome for e in r.entries]
         assert outcomes[0] == pb.ROUTE_PUT_OUTCOME_ALREADY_EXISTS
         assert outcomes[-1] == pb.ROUTE_PUT_OUTCOME_ALREADY_EXISTS, "a key twice in one batch is routed once"
@@ -148,8 +177,9 @@ def test_batch_route_put_dedup_and_most_available(backend):
         hbm = PeerSession(m.address, uid("hbm"), {HBM: (GIB, 10 * MIB)})
         r = stub.RoutePut(pb.RoutePutRequest(key=uid("h"), node_id="w", block_size=MIB), timeout=5)
         assert (r.node_id, r.tier) == (hbm.node_id, HBM)
-        r = stub.RoutePut(pb.RoutePutRequest(key=uid("h"), node_id="w", block_size=MIB,
-                                             exclude_nodes=[hbm.node_id]), timeout=5)
+        r = stub.RoutePut(
+            pb.RoutePutRequest(key=uid("h"), node_id="w", block_size=MIB, exclude_nodes=[hbm.node_id]), timeout=5
+        )
         assert r.tier == DRAM
         with pytest.raises(grpc.RpcError) as err:
             stub.BatchRoutePut(pb.BatchRoutePutRequest(keys=["a", "b"], block_sizes=[1]), timeout=5)
@@ -162,13 +192,17 @@ def test_put_affinity(affinity):
         me = PeerSession(m.address, uid("me"), {DRAM: (GIB, 10 * MIB)})
         other = PeerSession(m.address, uid("other"), {DRAM: (GIB, GIB)})
         stub = _stub(m.address)
-        r = stub.BatchRoutePut(pb.BatchRoutePutRequest(node_id=me.node_id, keys=[uid("a"), uid("b"), uid("c")],
-                                                       block_sizes=[4 * MIB] * 3), timeout=5)
+        r = stub.BatchRoutePut(
+            pb.BatchRoutePutRequest(node_id=me.node_id, keys=[uid("a"), uid("b"), uid("c")], block_sizes=[4 * MIB] * 3),
+            timeout=5,
+        )
         got = [(e.outcome, e.node_id) for e in r.entries]
         if affinity == "local":  # only the writer's node; the third does not fit
             assert got == [(pb.ROUTE_PUT_OUTCOME_ROUTED, me.node_id)] * 2 + [(pb.ROUTE_PUT_OUTCOME_UNAVAILABLE, "")]
         else:  # the writer first, then whoever has room
-            assert got == [(pb.ROUTE_PUT_OUTCOME_ROUTED, me.node_id)] * 2 + [(pb.ROUTE_PUT_OUTCOME_ROUTED, other.node_id)]
+            assert got == [(pb.ROUTE_PUT_OUTCOME_ROUTED, me.node_id)] * 2 + [
+                (pb.ROUTE_PUT_OUTCOME_ROUTED, other.node_id)
+            ]
 
 
 def test_random_put_is_capacity_weighted():
@@ -176,16 +210,19 @@ def test_random_put_is_capacity_weighted():
         lo = PeerSession(m.address, uid("lo"), {DRAM: (64 * GIB, GIB)})
         hi = PeerSession(m.address, uid("hi"), {DRAM: (64 * GIB, 9 * GIB)})
         stub = _stub(m.address)
-        r = stub.BatchRoutePut(pb.BatchRoutePutRequest(node_id="w", keys=[uid("r") for _ in range(400)],
-                                                       block_sizes=[1024] * 400), timeout=10)
+        r = stub.BatchRoutePut(
+            pb.BatchRoutePutRequest(node_id="w", keys=[uid("r") for _ in range(400)], block_sizes=[1024] * 400),
+            timeout=10,
+        )
         c = collections.Counter(e.node_id for e in r.entries)
         assert c[lo.node_id] + c[hi.node_id] == 400
         assert 10 <= c[lo.node_id] <= 80, c  # expected 40 of 400
 
 
 def test_dead_client_is_dropped_with_its_keys():
-    settings = fast_settings(heartbeat_ttl_s=0.6, max_missed_heartbeats=1, heartbeat_interval_divisor=2,
-                             reaper_interval_s=0.1)
+    settings = fast_settings(
+        heartbeat_ttl_s=0.6, max_missed_heartbeats=1, heartbeat_interval_divisor=2, reaper_interval_s=0.1
+    )
     with running_master(settings=settings) as m:
         a = PeerSession(m.address, uid("a"), {DRAM: (GIB, GIB)})
         b = PeerSession(m.address, uid("b"), {DRAM: (GIB, GIB)})
@@ -249,8 +286,10 @@ def test_redis_restart_heals_through_reregistration_and_full_sync():
                     assert time.monotonic() < deadline
                     time.sleep(0.1)
             assert r.status == pb.CLIENT_STATUS_UNKNOWN
-            a.stub.RegisterClient(pb.RegisterClientRequest(
-                node_id=a.node_id, peer_address=a.peer_address, tier_capacities=a._caps()), timeout=5)
+            a.stub.RegisterClient(
+                pb.RegisterClientRequest(node_id=a.node_id, peer_address=a.peer_address, tier_capacities=a._caps()),
+                timeout=5,
+            )
             r = a.heartbeat([("add", k, DRAM, 64) for k in keys], seq=0, full_sync=True, baseline=1)
             assert (r.status, r.acked_seq) == (pb.CLIENT_STATUS_ALIVE, 1)
             got = _batch_get(_stub(m.address), keys)
@@ -262,10 +301,12 @@ def test_redis_restart_heals_through_reregistration_and_full_sync():
 def test_bad_routing_settings_are_refused_naming_them():
     from mori.umbp.distributed.master_server import MasterServer
 
-    for kw, name in ((dict(route_put_algo="fastest"), "UMBP_ROUTE_PUT_SELECT_ALGO"),
-                     (dict(route_put_affinity="near"), "UMBP_ROUTE_PUT_NODE_AFFINITY"),
-                     (dict(route_get_strategy="x"), "UMBP_ROUTE_GET_STRATEGY"),
-                     (dict(eviction_low_wm=0.95), "UMBP_EVICTION_LOW_WM"),
-                     (dict(eviction_strategy="mru"), "UMBP_EVICTION_STRATEGY")):
+    for kw, name in (
+        (dict(route_put_algo="fastest"), "UMBP_ROUTE_PUT_SELECT_ALGO"),
+        (dict(route_put_affinity="near"), "UMBP_ROUTE_PUT_NODE_AFFINITY"),
+        (dict(route_get_strategy="x"), "UMBP_ROUTE_GET_STRATEGY"),
+        (dict(eviction_low_wm=0.95), "UMBP_EVICTION_LOW_WM"),
+        (dict(eviction_strategy="mru"), "UMBP_EVICTION_STRATEGY"),
+    ):
         with pytest.raises(ValueError, match=name):
             MasterServer("127.0.0.1:0", settings=fast_settings(**kw))

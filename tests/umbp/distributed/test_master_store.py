@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The metadata store contract, run against every backend: in memory, one Redis, two Redis
 endpoints (block shards spread over them) and a Redis Cluster. Real redis-servers, no mock."""
+
 from __future__ import annotations
 
 import random
@@ -25,8 +26,12 @@ def store(request, redis_pair, redis_cluster):  # noqa: F811
 
 
 def _register(store, node, now, caps=None):
-    rec = ClientRecord(node_id=node, node_address=node, peer_address=f"{node}:7",
-                       capacities=caps or {DRAM: TierCapacity(1 << 30, 1 << 30)})
+    rec = ClientRecord(
+        node_id=node,
+        node_address=node,
+        peer_address=f"{node}:7",
+        capacities=caps or {DRAM: TierCapacity(1 << 30, 1 << 30)},
+    )
     assert store.register_client(rec, now, expiry=30)
 
 
@@ -42,8 +47,17 @@ def test_events_feed_the_index_in_seq_order(store):
     _register(store, b, now)
     keys = {uid("k"): rng.randrange(1, 1 << 20) for _ in range(40)}
     items = list(keys.items())
-    out = store.apply_heartbeat(a, now, {}, [_bundle(1, [("add", k, DRAM, s) for k, s in items[:20]]),
-                                             _bundle(2, [("add", k, HBM, s) for k, s in items[20:]])], False, 0)
+    out = store.apply_heartbeat(
+        a,
+        now,
+        {},
+        [
+            _bundle(1, [("add", k, DRAM, s) for k, s in items[:20]]),
+            _bundle(2, [("add", k, HBM, s) for k, s in items[20:]]),
+        ],
+        False,
+        0,
+    )
     assert (out.acked_seq, out.request_full_sync) == (2, False)
     assert sorted(out.added) == sorted(items)
     # the same key on node b in DRAM: two copies now
@@ -61,8 +75,14 @@ def test_events_feed_the_index_in_seq_order(store):
     assert store.key_count() == 40
 
     # a re-sent (already applied) bundle is skipped; the next one applies
-    out = store.apply_heartbeat(a, now, {}, [_bundle(2, [("remove", items[20][0], HBM, 0)]),
-                                             _bundle(3, [("remove", items[1][0], DRAM, 0)])], False, 0)
+    out = store.apply_heartbeat(
+        a,
+        now,
+        {},
+        [_bundle(2, [("remove", items[20][0], HBM, 0)]), _bundle(3, [("remove", items[1][0], DRAM, 0)])],
+        False,
+        0,
+    )
     assert out.acked_seq == 3 and not out.request_full_sync
     assert out.removed == [(items[1][0], items[1][1])]
     assert store.lookup_batch([items[1][0], items[20][0]]) == [False, True]
@@ -107,18 +127,29 @@ def test_dram_copies_carry_their_place(store):
 
     def routed(ks):
         r = store.route_get_choose(ks, (), {a, b}, now, now + 2, GetRouter())
-        return [(r.nodes[ref - 1], tier, sz, off, ck) if ref else None
-                for ref, tier, sz, off, ck in zip(r.node_ref, r.tier, r.size, r.offset, r.checksum)]
+        return [
+            (r.nodes[ref - 1], tier, sz, off, ck) if ref else None
+            for ref, tier, sz, off, ck in zip(r.node_ref, r.tier, r.size, r.offset, r.checksum)
+        ]
 
     absent = uid("absent")
     assert routed(keys + [absent]) == [(a, DRAM, size[k], *want[k]) for k in keys] + [None]
     moved, dropped, faster = keys[0], keys[1], keys[2]
     want[moved] = place()
-    store.apply_heartbeat(a, now, {}, [EventBundle(2, [KvEvent(True, moved, DRAM, size[moved], *want[moved]),
-                                                       KvEvent(False, dropped, DRAM)])], False, 0)
+    store.apply_heartbeat(
+        a,
+        now,
+        {},
+        [EventBundle(2, [KvEvent(True, moved, DRAM, size[moved], *want[moved]), KvEvent(False, dropped, DRAM)])],
+        False,
+        0,
+    )
     store.apply_heartbeat(b, now, {}, [EventBundle(1, [KvEvent(True, faster, HBM, size[faster])])], False, 0)
-    assert routed([moved, dropped, faster]) == [(a, DRAM, size[moved], *want[moved]), None,
-                                                (b, HBM, size[faster], 0, 0)]
+    assert routed([moved, dropped, faster]) == [
+        (a, DRAM, size[moved], *want[moved]),
+        None,
+        (b, HBM, size[faster], 0, 0),
+    ]
     # with b gone, a's DRAM copy of `faster` serves, its place kept all along
     store.unregister_client(b)
     assert routed([faster]) == [(a, DRAM, size[faster], *want[faster])]
@@ -126,8 +157,9 @@ def test_dram_copies_carry_their_place(store):
     synced = keys[3:8]
     want.update({k: place() for k in synced[:-1]})
     want[synced[-1]] = (0, 0)
-    store.apply_heartbeat(a, now, {}, [EventBundle(0, [KvEvent(True, k, DRAM, size[k], *want[k])
-                                                       for k in synced])], True, 5)
+    store.apply_heartbeat(
+        a, now, {}, [EventBundle(0, [KvEvent(True, k, DRAM, size[k], *want[k]) for k in synced])], True, 5
+    )
     assert routed(synced + keys[8:10]) == [(a, DRAM, size[k], *want[k]) for k in synced] + [None, None]
 
 
@@ -138,11 +170,17 @@ def test_registration_liveness_and_reaping(store):
     rec = ClientRecord(node_id=a, node_address="x", peer_address="y")
     assert not store.register_client(rec, now + 1, expiry=30), "a live node id cannot be taken"
     assert store.apply_heartbeat(uid("ghost"), now, {}, [], False, 0).status == 0
-    store.apply_heartbeat(a, now, {DRAM: TierCapacity(100, 40, 30)},
-                          [_bundle(1, [("add", "k-" + a, DRAM, 60)])], False, 0)
+    store.apply_heartbeat(
+        a, now, {DRAM: TierCapacity(100, 40, 30)}, [_bundle(1, [("add", "k-" + a, DRAM, 60)])], False, 0
+    )
     got = store.get_client(a)
-    assert (got.peer_address, got.capacities[DRAM].total, got.capacities[DRAM].available,
-            got.capacities[DRAM].max_allocatable, got.acked_seq) == (f"{a}:7", 100, 40, 30, 1)
+    assert (
+        got.peer_address,
+        got.capacities[DRAM].total,
+        got.capacities[DRAM].available,
+        got.capacities[DRAM].max_allocatable,
+        got.acked_seq,
+    ) == (f"{a}:7", 100, 40, 30, 1)
     assert a in {c.node_id for c in store.alive_clients()}
     store.external_kv.report(a, ["h-" + a], DRAM)
     assert store.reap_expired(now + 10, expiry=30) == []

@@ -2,6 +2,7 @@
 """One distributed UMBP worker (an "engine") in its own process, driven over stdin/stdout by the
 tests: one JSON command per line, one JSON answer per line. Values are random bytes made from a
 seed, so the test (and the other worker) can tell the right bytes from any others."""
+
 from __future__ import annotations
 
 import hashlib
@@ -22,13 +23,28 @@ class Worker:
         self.client = None
         self.pool = None  # a registered "KV pool" (zero-copy reads and writes)
 
-    def init(self, master: str, node_id: str, dram: int = 64 << 20, ssd_dir: str = "", cache_remote: bool = False,
-             admission: str = "SIZE", pool_bytes: int = 0, staging: int = 4 << 20, host: str = "127.0.0.1",
-             ssd_capacity: int = 64 << 20, lookup_only: bool = False, sglang: bool = False,
-             ssd_staging: int = 8 << 20, ssd_slots: int = 4):
+    def init(
+        self,
+        master: str,
+        node_id: str,
+        dram: int = 64 << 20,
+        ssd_dir: str = "",
+        cache_remote: bool = False,
+        admission: str = "SIZE",
+        pool_bytes: int = 0,
+        staging: int = 4 << 20,
+        host: str = "127.0.0.1",
+        ssd_capacity: int = 64 << 20,
+        lookup_only: bool = False,
+        sglang: bool = False,
+        ssd_staging: int = 8 << 20,
+        ssd_slots: int = 4,
+    ):
         from mori.umbp import CacheRemoteAdmission, UMBPClient, UMBPConfig, UMBPDistributedConfig
+
         if sglang:  # SGLang's UMBPStore: from the environment, role forced Standalone
             from mori.umbp import UMBPRole
+
             cfg = UMBPConfig.from_environment()
             cfg.role = UMBPRole.Standalone
             cfg.copy_pipeline.worker_threads = 1
@@ -60,15 +76,18 @@ class Worker:
         if pool_bytes:
             self.pool = np.zeros(pool_bytes, dtype=np.uint8)
             self.client.register_memory(self.pool.ctypes.data, pool_bytes)
-        return {"peer": self.client.peer_address, "mode": str(self.client.get_deployment_mode()),
-                "distributed": self.client.is_distributed()}
+        return {
+            "peer": self.client.peer_address,
+            "mode": str(self.client.get_deployment_mode()),
+            "distributed": self.client.is_distributed(),
+        }
 
     # -- values from seeds ----------------------------------------------------------------------
     def put(self, keys: list, size: int, seed: int, pool: bool = False, depths=None):
         bufs = [value(seed + i, size) for i in range(len(keys))]
         if pool:  # the values sit in the registered pool, page after page
             for i, b in enumerate(bufs):
-                self.pool[i * size:(i + 1) * size] = b
+                self.pool[i * size : (i + 1) * size] = b
             ptrs = [self.pool.ctypes.data + i * size for i in range(len(keys))]
         else:
             ptrs = [b.ctypes.data for b in bufs]
@@ -80,9 +99,9 @@ class Worker:
 
     def get(self, keys: list, size: int, seed: int, pool: bool = False):
         if pool:
-            self.pool[:len(keys) * size] = 0xA5
+            self.pool[: len(keys) * size] = 0xA5
             ptrs = [self.pool.ctypes.data + i * size for i in range(len(keys))]
-            views = [self.pool[i * size:(i + 1) * size] for i in range(len(keys))]
+            views = [self.pool[i * size : (i + 1) * size] for i in range(len(keys))]
         else:
             views = [np.full(size, 0xA5, dtype=np.uint8) for _ in keys]
             ptrs = [v.ctypes.data for v in views]
@@ -92,12 +111,16 @@ class Worker:
         return {"ok": list(ok), "right": right, "untouched_misses": untouched}
 
     def exists(self, keys: list):
-        return {"found": list(self.client.batch_exists(keys)),
-                "consecutive": self.client.batch_exists_consecutive(keys)}
+        return {
+            "found": list(self.client.batch_exists(keys)),
+            "consecutive": self.client.batch_exists_consecutive(keys),
+        }
 
     def stats(self):
-        return {"stats": {k: v for k, v in self.client.stats().items() if isinstance(v, (int, float, bool))},
-                "peer_state": list(self.client.peer_event_state()) if not self.client._lookup_only else []}
+        return {
+            "stats": {k: v for k, v in self.client.stats().items() if isinstance(v, (int, float, bool))},
+            "peer_state": list(self.client.peer_event_state()) if not self.client._lookup_only else [],
+        }
 
     def drop_bundle(self):
         self.client._drop_next_bundle = True

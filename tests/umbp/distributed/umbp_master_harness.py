@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Shared pieces of the master tests: a real redis-server in a tmp dir, masters in-process or as
 processes, a test peer (the UMBPPeer side of eviction), heartbeat helpers."""
+
 from __future__ import annotations
 
 import contextlib
@@ -81,11 +82,11 @@ def make_store(kind: str, redis_pair=None, redis_cluster=None, shards: int = 4):
     if kind == "redis":
         return RedisMetadataStore(RedisSettings(uri=redis_pair[0].uri, namespace=ns, block_shards=shards))
     if kind == "redis-shards":
-        return RedisMetadataStore(RedisSettings(shard_uris=[r.uri for r in redis_pair], namespace=ns,
-                                                block_shards=shards))
+        return RedisMetadataStore(
+            RedisSettings(shard_uris=[r.uri for r in redis_pair], namespace=ns, block_shards=shards)
+        )
     if kind == "redis-cluster":
-        return RedisMetadataStore(RedisSettings(uri=redis_cluster.uri, namespace=ns, cluster=True,
-                                                block_shards=shards))
+        return RedisMetadataStore(RedisSettings(uri=redis_cluster.uri, namespace=ns, cluster=True, block_shards=shards))
     raise ValueError(kind)
 
 
@@ -93,8 +94,13 @@ def make_store(kind: str, redis_pair=None, redis_cluster=None, shards: int = 4):
 def fast_settings(**kw):
     from mori.umbp.distributed.master_settings import MasterSettings
 
-    base = dict(heartbeat_ttl_s=10.0, reaper_interval_s=60.0, eviction_interval_s=600.0,
-                hit_index_gc_interval_s=600.0, lease_duration_s=2.0)
+    base = dict(
+        heartbeat_ttl_s=10.0,
+        reaper_interval_s=60.0,
+        eviction_interval_s=600.0,
+        hit_index_gc_interval_s=600.0,
+        lease_duration_s=2.0,
+    )
     base.update(kw)
     return MasterSettings(**base)
 
@@ -104,8 +110,13 @@ def running_master(store=None, settings=None, secret: Optional[bytes] = None, me
     """An in-process master (real gRPC server on a free port)."""
     from mori.umbp.distributed.master_server import MasterServer
 
-    server = MasterServer("127.0.0.1:0", settings=settings or fast_settings(), store=store,
-                          metrics_port=0 if metrics else None, secret=secret)
+    server = MasterServer(
+        "127.0.0.1:0",
+        settings=settings or fast_settings(),
+        store=store,
+        metrics_port=0 if metrics else None,
+        secret=secret,
+    )
     server.start()
     server.address = f"127.0.0.1:{server.port}"
     try:
@@ -118,9 +129,13 @@ def master_process(port: int, env: Optional[dict] = None, args=()) -> subprocess
     """``umbp_master 127.0.0.1:port 0`` as a real process (the console script's entry point)."""
     e = dict(os.environ)
     e.update(env or {})
-    proc = subprocess.Popen([sys.executable, "-m", "mori.umbp.distributed.master_server",
-                             f"127.0.0.1:{port}", "0", *args], env=e,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mori.umbp.distributed.master_server", f"127.0.0.1:{port}", "0", *args],
+        env=e,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         wait_port(port, timeout=20)
     except TimeoutError:
@@ -144,21 +159,27 @@ def stop_process(proc: subprocess.Popen) -> None:
 class PeerSession:
     """Registers a node and ships heartbeats with key events, as a peer does."""
 
-    def __init__(self, address: str, node_id: str, caps: dict[int, tuple[int, int]],
-                 peer_address: str = "", metadata=None) -> None:
+    def __init__(
+        self, address: str, node_id: str, caps: dict[int, tuple[int, int]], peer_address: str = "", metadata=None
+    ) -> None:
         self.channel = grpc.insecure_channel(address)
         self.stub = pb_grpc.UMBPMasterStub(self.channel)
         self.node_id = node_id
         self.caps = dict(caps)
         self.seq = 0
         self.peer_address = peer_address or f"{node_id}:1"
-        self.stub.RegisterClient(pb.RegisterClientRequest(
-            node_id=node_id, node_address=node_id, peer_address=self.peer_address,
-            tier_capacities=self._caps()), timeout=5)
+        self.stub.RegisterClient(
+            pb.RegisterClientRequest(
+                node_id=node_id, node_address=node_id, peer_address=self.peer_address, tier_capacities=self._caps()
+            ),
+            timeout=5,
+        )
 
     def _caps(self):
-        return [pb.TierCapacity(tier=t, total_capacity_bytes=tot, available_capacity_bytes=av)
-                for t, (tot, av) in self.caps.items()]
+        return [
+            pb.TierCapacity(tier=t, total_capacity_bytes=tot, available_capacity_bytes=av)
+            for t, (tot, av) in self.caps.items()
+        ]
 
     def heartbeat(self, events=(), seq: Optional[int] = None, full_sync: bool = False, baseline: int = 0):
         """events: (kind 'add'|'remove', key, tier, size[, arena offset, checksum]). Returns the
@@ -167,13 +188,32 @@ class PeerSession:
         if events or seq is not None:
             if seq is None:
                 seq = self.seq + 1
-            bundles.append(pb.EventBundle(seq=seq, events=[
-                pb.KvEvent(kind=pb.KvEvent.ADD if e[0] == "add" else pb.KvEvent.REMOVE, key=e[1], tier=e[2], size=e[3],
-                           offset=e[4] if len(e) > 4 else 0, checksum=e[5] if len(e) > 4 else 0)
-                for e in events]))
-        resp = self.stub.Heartbeat(pb.HeartbeatRequest(
-            node_id=self.node_id, bundles=bundles, is_full_sync=full_sync, tier_capacities=self._caps(),
-            delta_seq_baseline=baseline), timeout=5)
+            bundles.append(
+                pb.EventBundle(
+                    seq=seq,
+                    events=[
+                        pb.KvEvent(
+                            kind=pb.KvEvent.ADD if e[0] == "add" else pb.KvEvent.REMOVE,
+                            key=e[1],
+                            tier=e[2],
+                            size=e[3],
+                            offset=e[4] if len(e) > 4 else 0,
+                            checksum=e[5] if len(e) > 4 else 0,
+                        )
+                        for e in events
+                    ],
+                )
+            )
+        resp = self.stub.Heartbeat(
+            pb.HeartbeatRequest(
+                node_id=self.node_id,
+                bundles=bundles,
+                is_full_sync=full_sync,
+                tier_capacities=self._caps(),
+                delta_seq_baseline=baseline,
+            ),
+            timeout=5,
+        )
         self.seq = resp.acked_seq
         return resp
 

@@ -7,6 +7,7 @@
 
 Values are a function of their key's (seed, batch, index), so any process can check them.
 """
+
 from __future__ import annotations
 
 import sys
@@ -63,7 +64,7 @@ def share(address: str, rank: int, nranks: int, sync: Path) -> None:
     c.register_memory(int(src.ctypes.data), src.nbytes)
     c.register_memory(int(dst.ctypes.data), dst.nbytes)
     for i in range(n):
-        src[i * VALUE:(i + 1) * VALUE] = value(rank, 0, i, VALUE)
+        src[i * VALUE : (i + 1) * VALUE] = value(rank, 0, i, VALUE)
     keys = [f"share_r{rank}_k{i}" for i in range(n)]
     ptrs = [int(src.ctypes.data) + i * VALUE for i in range(n)]
     assert all(c.batch_put_from_ptr(keys, ptrs, [VALUE] * n)), "batch put failed"
@@ -76,7 +77,7 @@ def share(address: str, rank: int, nranks: int, sync: Path) -> None:
         ok = c.batch_get_into_ptr(keys, [int(dst.ctypes.data) + i * VALUE for i in range(n)], [VALUE] * n)
         assert all(ok), f"rank {rank}: misses reading rank {r}: {ok.count(False)}"
         for i in range(n):
-            if not np.array_equal(dst[i * VALUE:(i + 1) * VALUE], value(r, 0, i, VALUE)):
+            if not np.array_equal(dst[i * VALUE : (i + 1) * VALUE], value(r, 0, i, VALUE)):
                 raise AssertionError(f"rank {rank}: key share_r{r}_k{i} read back different bytes")
     # A private (unregistered) buffer goes through the server's process_vm path, also exactly.
     private = np.zeros(VALUE, np.uint8)
@@ -93,7 +94,7 @@ def victim(address: str, sync: Path) -> None:
     for b in range(VICTIM_MAX_BATCHES):
         target = buf if b % 2 == 0 else private
         for i in range(VICTIM_BATCH):
-            target[i * VICTIM_VALUE:(i + 1) * VICTIM_VALUE] = value(999, b, i, VICTIM_VALUE)
+            target[i * VICTIM_VALUE : (i + 1) * VICTIM_VALUE] = value(999, b, i, VICTIM_VALUE)
         keys = [f"victim_b{b}_k{i}" for i in range(VICTIM_BATCH)]
         ptrs = [int(target.ctypes.data) + i * VICTIM_VALUE for i in range(VICTIM_BATCH)]
         c.batch_put_from_ptr(keys, ptrs, [VICTIM_VALUE] * VICTIM_BATCH)

@@ -31,11 +31,11 @@ class Runtime;
 namespace mori::collectives {
 
 struct HostStats {
-  uint64_t calls = 0;           // collective calls made
-  uint64_t rounds = 0;          // rounds (a large staged call is split into chunks)
-  uint64_t zero_copy = 0;       // calls whose input was read in place from the heap
-  uint64_t bytes_direct = 0;    // bytes pulled with direct loads from mapped peers
-  uint64_t bytes_transport = 0; // bytes pulled through Runtime::get
+  uint64_t calls = 0;            // collective calls made
+  uint64_t rounds = 0;           // rounds (a large staged call is split into chunks)
+  uint64_t zero_copy = 0;        // calls whose input was read in place from the heap
+  uint64_t bytes_direct = 0;     // bytes pulled with direct loads from mapped peers
+  uint64_t bytes_transport = 0;  // bytes pulled through Runtime::get
 };
 
 class HostCollectives {
@@ -87,13 +87,13 @@ class HostCollectives {
   int me_, n_;
   size_t chunk_;
   uint64_t seq_ = 0;
-  Descriptor* control_ = nullptr;       // symmetric: 2 slots of descriptors
-  uint64_t* offsets_ = nullptr;         // symmetric: 2 slots of n send offsets/sizes (alltoallv)
+  Descriptor* control_ = nullptr;  // symmetric: 2 slots of descriptors
+  uint64_t* offsets_ = nullptr;    // symmetric: 2 slots of n send offsets/sizes (alltoallv)
   void* stage_[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
   size_t stage_bytes_[2][2] = {{0, 0}, {0, 0}};
-  std::vector<Descriptor> peer_desc_;   // copies of peers' descriptors for the current round
-  std::vector<char> bounce_;            // reduce: peer data fetched through a transport
-  HostStats stats_;                     // calls, rounds, zero_copy (bytes are in traffic_)
+  std::vector<Descriptor> peer_desc_;  // copies of peers' descriptors for the current round
+  std::vector<char> bounce_;           // reduce: peer data fetched through a transport
+  HostStats stats_;                    // calls, rounds, zero_copy (bytes are in traffic_)
   shmem::coll::Traffic traffic_;
 };
 

@@ -50,10 +50,10 @@ class Connection {
 class Acceptor {
  public:
   struct Options {
-    std::string service;                // named in log lines, e.g. "bootstrap store"
-    const char* subsys = "NET";         // log subsystem
-    size_t max_pending = 64;            // unauthenticated connections at once
-    double pending_lifetime_s = 10;     // how long a stranger may take to authenticate
+    std::string service;             // named in log lines, e.g. "bootstrap store"
+    const char* subsys = "NET";      // log subsystem
+    size_t max_pending = 64;         // unauthenticated connections at once
+    double pending_lifetime_s = 10;  // how long a stranger may take to authenticate
   };
   using Handler = std::function<void(Connection&)>;
 

@@ -51,8 +51,10 @@ class CudaDeviceGuard {
     error_ = cudaGetDevice(&current);
     if (error_ == cudaSuccess && current == device) return;
     error_ = cudaSetDevice(device);
-    if (error_ == cudaSuccess) previous_ = current;  // -1 when there was none to restore
-    else (void)cudaGetLastError();                    // not sticky: the next call must not see it
+    if (error_ == cudaSuccess)
+      previous_ = current;  // -1 when there was none to restore
+    else
+      (void)cudaGetLastError();  // not sticky: the next call must not see it
   }
 
   int previous_ = -1;

@@ -22,9 +22,9 @@ struct DialOptions {
   int port = 0;
   const void* secret = nullptr;  // the shared secret; never sent
   size_t secret_len = 0;
-  std::string_view label;   // the service's auth label, e.g. "mori-store-v1"
-  double deadline = 0;      // net::now() seconds by which the dial succeeds or fails
-  double liveness_s = 0;    // > 0: net::set_liveness(fd, liveness_s) right after connecting
+  std::string_view label;  // the service's auth label, e.g. "mori-store-v1"
+  double deadline = 0;     // net::now() seconds by which the dial succeeds or fails
+  double liveness_s = 0;   // > 0: net::set_liveness(fd, liveness_s) right after connecting
   double retry_pause_s = 0.05;
   // The service's own hello after authentication. Throw auth::Refused for a definite no (not
   // retried), mori::Error for a broken exchange (retried while time is left).

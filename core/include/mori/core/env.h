@@ -38,8 +38,8 @@ Settings current();
 
 struct Entry {
   std::string name, type, default_value, category, alias, value, description;
-  bool is_set;       // the variable (or its alias) is set and not empty
-  bool set_by_alias; // the value came from the alias
+  bool is_set;        // the variable (or its alias) is set and not empty
+  bool set_by_alias;  // the value came from the alias
 };
 // Every row of the table with its current value (for `mori info --env`).
 std::vector<Entry> describe();

@@ -53,7 +53,7 @@ inline uint16_t float_to_f16(float f) {
   const uint32_t abs = b & 0x7fffffffu;
   if (abs > 0x7f800000u) return sign | 0x7e00u;
   if (abs >= 0x477ff000u) return sign | 0x7c00u;
-  if (abs < 0x38800000u) {  // below 2^-14: a subnormal half (or zero)
+  if (abs < 0x38800000u) {               // below 2^-14: a subnormal half (or zero)
     if (abs < 0x33000000u) return sign;  // below 2^-25: rounds to zero
     // value = man * 2^(e - 150); one half ulp is 2^-24, so shift man right by 126 - e.
     const uint32_t e = abs >> 23, man = (abs & 0x7fffffu) | 0x800000u;

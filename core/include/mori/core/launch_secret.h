@@ -29,8 +29,7 @@ struct EnvLaunchSecret {
 // job_secret_hex: MORI_JOB_SECRET ("" if unset). local_world_size: LOCAL_WORLD_SIZE, -1 if
 // unknown. run_id: TORCHELASTIC_RUN_ID ("" if none). Throws mori::Error(kInvalidArgument) for
 // a job that may span hosts without MORI_JOB_SECRET.
-EnvLaunchSecret env_launch_secret(const std::string& job_secret_hex, const std::string& master_addr,
-                                  int store_port, const std::string& run_id, int world_size,
-                                  int local_world_size);
+EnvLaunchSecret env_launch_secret(const std::string& job_secret_hex, const std::string& master_addr, int store_port,
+                                  const std::string& run_id, int world_size, int local_world_size);
 
 }  // namespace mori

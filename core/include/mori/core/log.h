@@ -14,8 +14,8 @@ void write(Level level, const char* subsys, const char* fmt, ...) __attribute__(
 
 }  // namespace mori::log
 
-#define MORI_LOG(level, subsys, ...)                                                   \
-  do {                                                                                 \
-    if (::mori::log::enabled(::mori::log::Level::level))                               \
-      ::mori::log::write(::mori::log::Level::level, subsys, __VA_ARGS__);              \
+#define MORI_LOG(level, subsys, ...)                                      \
+  do {                                                                    \
+    if (::mori::log::enabled(::mori::log::Level::level))                  \
+      ::mori::log::write(::mori::log::Level::level, subsys, __VA_ARGS__); \
   } while (0)

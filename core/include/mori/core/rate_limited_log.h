@@ -47,14 +47,14 @@ class RateLimit {
 }  // namespace mori::log
 
 // MORI_LOG through a RateLimit: appends " (N similar lines suppressed)" when lines were dropped.
-#define MORI_LOG_LIMITED(limit, level, subsys, fmt, ...)                                             \
-  do {                                                                                               \
-    uint64_t mori_suppressed_ = 0;                                                                   \
-    if (::mori::log::enabled(::mori::log::Level::level) && (limit).allow(&mori_suppressed_)) {       \
-      if (mori_suppressed_)                                                                          \
-        ::mori::log::write(::mori::log::Level::level, subsys, fmt " (%llu similar lines suppressed)", \
-                           ##__VA_ARGS__, static_cast<unsigned long long>(mori_suppressed_));        \
-      else                                                                                           \
-        ::mori::log::write(::mori::log::Level::level, subsys, fmt, ##__VA_ARGS__);                   \
-    }                                                                                                \
+#define MORI_LOG_LIMITED(limit, level, subsys, fmt, ...)                                                             \
+  do {                                                                                                               \
+    uint64_t mori_suppressed_ = 0;                                                                                   \
+    if (::mori::log::enabled(::mori::log::Level::level) && (limit).allow(&mori_suppressed_)) {                       \
+      if (mori_suppressed_)                                                                                          \
+        ::mori::log::write(::mori::log::Level::level, subsys, fmt " (%llu similar lines suppressed)", ##__VA_ARGS__, \
+                           static_cast<unsigned long long>(mori_suppressed_));                                       \
+      else                                                                                                           \
+        ::mori::log::write(::mori::log::Level::level, subsys, fmt, ##__VA_ARGS__);                                   \
+    }                                                                                                                \
   } while (0)

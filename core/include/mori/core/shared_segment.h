@@ -16,8 +16,7 @@ class SharedSegment {
   // of it never reaches past the end of the file. `huge_page_size` > 0 backs it with huge pages of
   // that size (memfd MFD_HUGETLB; size and alignment must be multiples of it) and reserves them at
   // mapping time, so an empty huge page pool fails here, not with SIGBUS later.
-  static SharedSegment create(const std::string& name, size_t size, size_t alignment = 0,
-                              size_t huge_page_size = 0);
+  static SharedSegment create(const std::string& name, size_t size, size_t alignment = 0, size_t huge_page_size = 0);
   // Maps a segment created by a peer (its name()), or a POSIX shm object by its name.
   static SharedSegment open(const std::string& name, size_t size);
   // Maps the whole of a peer's segment (its name()), at the size its memory file has, after

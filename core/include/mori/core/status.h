@@ -45,7 +45,7 @@ std::string vformat(const char* fmt, va_list ap);
 
 }  // namespace mori
 
-#define MORI_CHECK_ARG(cond, ...)                                   \
-  do {                                                              \
+#define MORI_CHECK_ARG(cond, ...)                                              \
+  do {                                                                         \
     if (!(cond)) ::mori::raise(::mori::Status::kInvalidArgument, __VA_ARGS__); \
   } while (0)

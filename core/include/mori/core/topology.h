@@ -11,7 +11,7 @@
 namespace mori {
 
 struct PeDescriptor {
-  char node_id[64];   // MORI_NODE_ID, else kernel boot id, else hostname
+  char node_id[64];  // MORI_NODE_ID, else kernel boot id, else hostname
   char hostname[64];
   int32_t pid;
   int32_t cuda_device;  // -1 when not bound to a GPU

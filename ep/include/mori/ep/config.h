@@ -24,24 +24,24 @@ enum class QuantType : int { kNone = 0, kFp8DirectCast = 1, kFp8Blockwise = 2, k
 // The fields of mori.ops.EpDispatchCombineConfig after data_type, in MORI's order, with the
 // defaults of this struct: X(type, field, default). The struct, the binding's dict reader and
 // mori._C.ep.config_fields() (which EpDispatchCombineConfig.native() walks) all expand it.
-#define MORI_EP_CONFIG_FIELDS(X)                  \
-  X(int, rank, 0)                                 \
-  X(int, world_size, 1)                           \
-  X(int, hidden_dim, 0)                           \
-  X(int, scale_dim, 0)                            \
-  X(int, scale_type_size, 0)                      \
-  X(int, max_token_type_size, 4)                  \
-  X(int, max_num_inp_token_per_rank, 0)           \
-  X(int, num_experts_per_rank, 0)                 \
-  X(int, num_experts_per_token, 0)                \
-  X(int, warp_num_per_block, 8)                   \
-  X(int, block_num, 80)                           \
-  X(int, max_total_recv_tokens, 0)                \
-  X(bool, use_external_inp_buf, true)             \
+#define MORI_EP_CONFIG_FIELDS(X)                     \
+  X(int, rank, 0)                                    \
+  X(int, world_size, 1)                              \
+  X(int, hidden_dim, 0)                              \
+  X(int, scale_dim, 0)                               \
+  X(int, scale_type_size, 0)                         \
+  X(int, max_token_type_size, 4)                     \
+  X(int, max_num_inp_token_per_rank, 0)              \
+  X(int, num_experts_per_rank, 0)                    \
+  X(int, num_experts_per_token, 0)                   \
+  X(int, warp_num_per_block, 8)                      \
+  X(int, block_num, 80)                              \
+  X(int, max_total_recv_tokens, 0)                   \
+  X(bool, use_external_inp_buf, true)                \
   X(KernelType, kernel_type, KernelType::kIntraNode) \
-  X(int, gpu_per_node, 8)                         \
-  X(int, rdma_block_num, 0)                       \
-  X(int, num_qp_per_pe, 1)                        \
+  X(int, gpu_per_node, 8)                            \
+  X(int, rdma_block_num, 0)                          \
+  X(int, num_qp_per_pe, 1)                           \
   X(QuantType, quant_type, QuantType::kNone)
 
 struct EpConfig {

@@ -45,9 +45,9 @@ struct LaunchParams {
 struct RoutingView {
   const int64_t* dest_map = nullptr;  // [cur_tokens * topk]: dest_pe * max_recv + slot, or -1
   int cur_tokens = 0;
-  const int32_t* indices = nullptr;   // the routing it was made with, or null (then not compared)
+  const int32_t* indices = nullptr;  // the routing it was made with, or null (then not compared)
   int32_t total_recv = 0;
-  const int32_t* src_pos = nullptr;   // [total_recv] flat source positions
+  const int32_t* src_pos = nullptr;  // [total_recv] flat source positions
   // InterNodeV1 only: the nodes each token visited, and what this PE forwarded.
   const uint8_t* node_sent = nullptr;    // [cur_tokens * nodes]
   const int32_t* inbox_count = nullptr;  // [nodes] entries in this PE's inbox from each node
@@ -59,9 +59,9 @@ struct DispatchArgs {
   DataType dtype = DataType::kBFloat16;
   int num_tokens = 0;
   int hidden = 0;
-  const float* weights = nullptr;     // [num_tokens, topk] or null
-  const void* scales = nullptr;       // [num_tokens, scale_dim] of scale_type_size bytes, or null
-  const int32_t* indices = nullptr;   // [num_tokens, topk] global expert ids, -1 = none
+  const float* weights = nullptr;    // [num_tokens, topk] or null
+  const void* scales = nullptr;      // [num_tokens, scale_dim] of scale_type_size bytes, or null
+  const int32_t* indices = nullptr;  // [num_tokens, topk] global expert ids, -1 = none
   LaunchParams launch;
   const int64_t* replay_dest_map = nullptr;  // IntraNode, InterNodeV1: place the rows where this layout says
   // InterNodeV1 replay: the handle's forwarding layout, int32 [nodes] inbox counts, then
@@ -72,11 +72,11 @@ struct DispatchArgs {
 
 // Pointers into this PE's symmetric buffers; rows are dense with the call's row size.
 struct DispatchResult {
-  void* tokens;        // [max_recv, hidden]
-  float* weights;      // [max_recv, topk]
-  void* scales;        // [max_recv, scale_dim] or null when scale_dim == 0
-  int32_t* indices;    // [max_recv, topk]
-  int32_t* total_recv; // 1 element
+  void* tokens;         // [max_recv, hidden]
+  float* weights;       // [max_recv, topk]
+  void* scales;         // [max_recv, scale_dim] or null when scale_dim == 0
+  int32_t* indices;     // [max_recv, topk]
+  int32_t* total_recv;  // 1 element
 };
 
 struct CombineArgs {
@@ -87,7 +87,7 @@ struct CombineArgs {
   const float* weights = nullptr;    // [num_rows, topk] or null
   const int32_t* indices = nullptr;  // this rank's original routing [num_tokens, topk]
   int num_tokens = 0;
-  int use_external_inp_buf = -1;     // -1: config; 0: zero-copy (pull); 1: external (push)
+  int use_external_inp_buf = -1;  // -1: config; 0: zero-copy (pull); 1: external (push)
   LaunchParams launch;
   const RoutingView* routing = nullptr;  // combine that dispatch's layout instead of the last one's
 };
@@ -210,24 +210,24 @@ class EpHandle {
   std::vector<int> all_pes_, node_pes_;
   std::unique_ptr<ThreadTeam> team_;
   Mover mover_ = Mover::kDirect;
-  bool oversubscribed_ = false;  // more PEs x threads on this host than hardware threads
+  bool oversubscribed_ = false;                       // more PEs x threads on this host than hardware threads
   std::unique_ptr<std::atomic<size_t>[]> populated_;  // [kFieldCount * world]: bytes mapped
   std::mutex populate_mu_;
   std::atomic<bool> populate_ok_{true};  // false where the kernel lacks MADV_POPULATE_WRITE
-  int blockwise_scale_dim_ = 0;  // blockwise combine: scales per row (read when the op is built)
+  int blockwise_scale_dim_ = 0;          // blockwise combine: scales per row (read when the op is built)
 
   // State of the last dispatch (what combine needs).
   uint64_t disp_round_ = 0, comb_round_ = 0;
   int cur_tokens_ = 0;
   bool dispatch_pending_ = false, combine_pending_ = false;
   bool dispatch_done_ = false;
-  std::vector<int64_t> dest_map_;     // [max_inp * topk]: dest_pe * max_recv + slot, or -1
-  std::vector<int32_t> last_indices_; // the routing of the last dispatch (#475 check)
-  std::vector<uint8_t> node_sent_;    // V1: [max_inp * nodes] token went to that remote node
-  std::vector<int32_t> inbox_count_;  // V1: tokens in my inbox from each node
-  std::vector<int32_t> fwd_slot_;     // V1: [nodes * max_inp * local]: slot on local PE, or -1
+  std::vector<int64_t> dest_map_;      // [max_inp * topk]: dest_pe * max_recv + slot, or -1
+  std::vector<int32_t> last_indices_;  // the routing of the last dispatch (#475 check)
+  std::vector<uint8_t> node_sent_;     // V1: [max_inp * nodes] token went to that remote node
+  std::vector<int32_t> inbox_count_;   // V1: tokens in my inbox from each node
+  std::vector<int32_t> fwd_slot_;      // V1: [nodes * max_inp * local]: slot on local PE, or -1
   std::vector<uint64_t> part_count_, part_base_;
-  std::vector<int32_t> sent_to_;      // tokens this PE sent to each PE in the current dispatch
+  std::vector<int32_t> sent_to_;  // tokens this PE sent to each PE in the current dispatch
   bool overflow_sent_ = false;
   int64_t last_row_bytes_ = 0;
   // Two dispatches (or two combines) in a row, as with routing handles: peers write this PE's

@@ -69,7 +69,7 @@ struct EngineDesc {
   std::string key, node_id, hostname, host;
   uint32_t port = 0;
   int64_t pid = 0;
-  std::string secret;  // kEngineSecretBytes raw bytes
+  std::string secret;       // kEngineSecretBytes raw bytes
   std::string ucx_address;  // UCX worker address when the RDMA backend runs on UCX (opaque bytes)
 
   bool operator==(const EngineDesc& o) const {
@@ -95,9 +95,8 @@ struct MemoryDesc {
   std::string ucx_rkey;  // packed UCX rkey when the region is mapped for UCX RMA (opaque bytes)
 
   bool operator==(const MemoryDesc& o) const {
-    return engine_key == o.engine_key && id == o.id && device_id == o.device_id &&
-           device_bus_id == o.device_bus_id && data == o.data && size == o.size && loc == o.loc &&
-           numa_node == o.numa_node;
+    return engine_key == o.engine_key && id == o.id && device_id == o.device_id && device_bus_id == o.device_bus_id &&
+           data == o.data && size == o.size && loc == o.loc && numa_node == o.numa_node;
   }
 };
 

@@ -23,17 +23,17 @@
 
 namespace mori::shmem::coll {
 
-constexpr int kBarrierRounds = 32;  // dissemination rounds: enough for 2^32 members
-constexpr int kTeamChannels = 64;   // one inbox channel per team slot of the C API
-constexpr int kActiveSetChannel = kTeamChannels;  // every active set of the C API shares one
+constexpr int kBarrierRounds = 32;                  // dissemination rounds: enough for 2^32 members
+constexpr int kTeamChannels = 64;                   // one inbox channel per team slot of the C API
+constexpr int kActiveSetChannel = kTeamChannels;    // every active set of the C API shares one
 constexpr int kLibraryChannel = kTeamChannels + 1;  // the library's world group (MORI-CCL)
 constexpr int kChannels = kTeamChannels + 2;
 
 // The PE group a collective runs over, and the symmetric words it synchronizes with (the same
 // offset on every member; all zero between collectives).
 struct Group {
-  std::vector<int> storage;      // a group may own its PE list (active sets)
-  const int* pes = nullptr;      // world PE of each member
+  std::vector<int> storage;  // a group may own its PE list (active sets)
+  const int* pes = nullptr;  // world PE of each member
   int n = 0;
   int me = -1;                   // my index, -1 when not a member
   uint64_t* counters = nullptr;  // dissemination barrier counters (kBarrierRounds words)
@@ -41,7 +41,7 @@ struct Group {
   uint64_t* arrived = nullptr;   // same-host barrier: arrival mask (on member 0)
   uint64_t* released = nullptr;  // same-host barrier: this member's release flag
   bool world = false;
-  int channel = -1;              // the inbox channel (kChannels of them)
+  int channel = -1;  // the inbox channel (kChannels of them)
 };
 
 // The symmetric words of one group, laid out as the C API's team slots and pSync use them.
@@ -124,12 +124,16 @@ struct Combiner {
   void (*fn)(const Combiner&, void* dst, const void* const* srcs, int nsrc, size_t count) = nullptr;
   DataType type{};
   ReduceOp op{};
-  void operator()(void* dst, const void* const* srcs, int nsrc, size_t count) const { fn(*this, dst, srcs, nsrc, count); }
+  void operator()(void* dst, const void* const* srcs, int nsrc, size_t count) const {
+    fn(*this, dst, srcs, nsrc, count);
+  }
 };
 // By DataType (MORI-CCL): the core's reduce_arrays.
 inline Combiner combiner(DataType t, ReduceOp op) {
   return {dtype_size(t),
-          [](const Combiner& c, void* d, const void* const* s, int n, size_t k) { reduce_arrays(c.type, c.op, d, s, n, k); },
+          [](const Combiner& c, void* d, const void* const* s, int n, size_t k) {
+            reduce_arrays(c.type, c.op, d, s, n, k);
+          },
           t, op};
 }
 // On a C type (the C API's reductions, long double and char included).
@@ -139,7 +143,8 @@ Combiner combiner() {
           [](const Combiner&, void* d, const void* const* s, int n, size_t k) {
             reduce_sources<NativeElement<T>, Op>(static_cast<T*>(d), reinterpret_cast<const T* const*>(s), n, k);
           },
-          {}, Op};
+          {},
+          Op};
 }
 
 // dst (count elements, private) = the combination of the first `nsrc` members' arrays, member
@@ -174,8 +179,8 @@ void allreduce_parts(Group& g, const Combiner& c, void* out, const char* const* 
 // may fill dest right before the call (as many do) without a barrier.
 class Inbox {
  public:
-  static constexpr size_t kMessageBytes = 1024;  // largest part that travels through a slot
-  static constexpr int kMaxPes = 64;  // the slots take kChannels * 2 * ~1 KiB per PE of the job
+  static constexpr size_t kMessageBytes = 1024;         // largest part that travels through a slot
+  static constexpr int kMaxPes = 64;                    // the slots take kChannels * 2 * ~1 KiB per PE of the job
   static constexpr size_t kWideStageBytes = 64 * 1024;  // a wide channel's parts, all members together
 
   // Collective over the world (at shmem_init, or on the library's first collective): allocates
@@ -232,8 +237,8 @@ class Inbox {
     return channel == 0 ? 0 : channel == kActiveSetChannel ? 1 : channel == kLibraryChannel ? 2 : -1;
   }
 
-  Slot* slots_ = nullptr;  // [channel][sender][2], on every PE at the same offset
-  unsigned char* stages_ = nullptr;  // [channel][member][2][kMessageBytes]: staged parts (member 0's used)
+  Slot* slots_ = nullptr;                 // [channel][sender][2], on every PE at the same offset
+  unsigned char* stages_ = nullptr;       // [channel][member][2][kMessageBytes]: staged parts (member 0's used)
   unsigned char* wide_stages_ = nullptr;  // [wide channel][member][2][wide_part_]: the same, wider
   size_t wide_part_ = 0;
   // Wide parts stage only when the host's PEs outnumber its cores. Staging writes every part
@@ -245,10 +250,10 @@ class Inbox {
   // cores: 2-16 KiB broadcast+barrier 26-38 us staged, 30-81 direct). Decided from the host's
   // PE and core counts, the same on every PE of it (not the affinity mask, which may differ).
   bool wide_staging_ = false;
-  Ack* acks_ = nullptr;    // [channel][receiver]: what each receiver took from this PE
+  Ack* acks_ = nullptr;  // [channel][receiver]: what each receiver took from this PE
   int n_pes_ = 0;
   int my_pe_ = -1;
-  uint64_t generation_ = 0;  // the runtime's generation at setup (0: none)
+  uint64_t generation_ = 0;         // the runtime's generation at setup (0: none)
   std::vector<uint64_t> sent_;      // [channel][receiver]: messages sent
   std::vector<uint64_t> received_;  // [channel][sender]: messages taken
   std::vector<uint64_t> staged_;    // [channel]: staged collectives run
@@ -295,8 +300,10 @@ void reduce(Group& g, T* dest, const T* source, size_t n, const char* fn, int up
     }
     std::vector<T> acc(n);  // zeros when nothing is combined (an exclusive scan's first member)
     for (int j = 0; j < upto; ++j) {
-      if (j == 0) std::copy(parts.begin(), parts.begin() + static_cast<ptrdiff_t>(n), acc.begin());
-      else combine_into<NativeElement<T>, Op>(acc.data(), parts.data() + static_cast<size_t>(j) * n, n);
+      if (j == 0)
+        std::copy(parts.begin(), parts.begin() + static_cast<ptrdiff_t>(n), acc.begin());
+      else
+        combine_into<NativeElement<T>, Op>(acc.data(), parts.data() + static_cast<size_t>(j) * n, n);
     }
     std::copy(acc.begin(), acc.end(), dest);
     return;

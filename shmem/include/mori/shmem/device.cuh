@@ -155,7 +155,9 @@ __device__ __forceinline__ void signal_update(uint64_t* remote_sig, uint64_t val
 // ------------------------------------------------------------------ ordering
 
 // Orders this thread's earlier puts/AMOs before its later ones, as seen by every PE.
-__device__ __forceinline__ void fence() { cuda::atomic_thread_fence(cuda::memory_order_seq_cst, cuda::thread_scope_system); }
+__device__ __forceinline__ void fence() {
+  cuda::atomic_thread_fence(cuda::memory_order_seq_cst, cuda::thread_scope_system);
+}
 // Completes this thread's earlier puts/AMOs: P2P stores are complete once fenced at system scope.
 __device__ __forceinline__ void quiet() { fence(); }
 

@@ -11,10 +11,10 @@ namespace mori::shmem {
 
 // Layout of the reserved start of every PE's GPU heap (offsets are symmetric).
 constexpr size_t kGpuHeapReserved = 64 * 1024;
-constexpr size_t kGpuSyncFlagsOffset = 0;          // uint64_t[n_pes]: barrier arrivals, written by peers
-constexpr size_t kGpuEpochOffset = 32 * 1024;      // uint64_t: this PE's barrier epoch (local only)
-constexpr size_t kGpuStateOffset = 33 * 1024;      // DeviceState: this PE's copy
-constexpr size_t kGpuPeerBaseOffset = 34 * 1024;   // char*[n_pes]: every PE's heap as mapped here
+constexpr size_t kGpuSyncFlagsOffset = 0;         // uint64_t[n_pes]: barrier arrivals, written by peers
+constexpr size_t kGpuEpochOffset = 32 * 1024;     // uint64_t: this PE's barrier epoch (local only)
+constexpr size_t kGpuStateOffset = 33 * 1024;     // DeviceState: this PE's copy
+constexpr size_t kGpuPeerBaseOffset = 34 * 1024;  // char*[n_pes]: every PE's heap as mapped here
 constexpr int kGpuMaxPes = static_cast<int>((kGpuHeapReserved - kGpuPeerBaseOffset) / sizeof(void*));  // 3840
 
 struct DeviceState {

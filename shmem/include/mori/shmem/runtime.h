@@ -160,10 +160,8 @@ class Runtime {
   void put(void* dst, const void* src, size_t n, int pe, bool nbi = false);
   void get(void* dst, const void* src, size_t n, int pe, bool nbi = false);
   // Strided: nelems elements of `elem` bytes; dst advances by dst_stride elements, src by src_stride.
-  void iput(void* dst, const void* src, ptrdiff_t dst_stride, ptrdiff_t src_stride, size_t nelems, size_t elem,
-            int pe);
-  void iget(void* dst, const void* src, ptrdiff_t dst_stride, ptrdiff_t src_stride, size_t nelems, size_t elem,
-            int pe);
+  void iput(void* dst, const void* src, ptrdiff_t dst_stride, ptrdiff_t src_stride, size_t nelems, size_t elem, int pe);
+  void iget(void* dst, const void* src, ptrdiff_t dst_stride, ptrdiff_t src_stride, size_t nelems, size_t elem, int pe);
   uint64_t atomic(void* target, AmoOp op, int width, uint64_t operand, uint64_t compare, int pe,
                   const char* caller = "shmem_atomic");
   void put_signal(void* dst, const void* src, size_t n, uint64_t* signal, uint64_t value, SignalOp op, int pe,
@@ -205,8 +203,8 @@ class Runtime {
   // barrier wakes it once per round), which is what counts when PEs outnumber cores. Both
   // symmetric words are zero again afterwards; a flag is consumed before its owner can arrive
   // at the next barrier, so it is never set twice. `world_epoch`: see WaitFrom.
-  void barrier_same_host(const int* pes, int n, int me, uint64_t* arrived, uint64_t* released,
-                         uint64_t world_epoch, const char* caller);
+  void barrier_same_host(const int* pes, int n, int me, uint64_t* arrived, uint64_t* released, uint64_t world_epoch,
+                         const char* caller);
   // Dissemination barrier over `pes` (my index `me`): in round k a member signals member
   // me + 2^k and waits for member me - 2^k, on the symmetric counters `counters` (one 64-bit
   // word per round, >= ceil(log2(n)), zero at first use). Each arrival is consumed, so the
@@ -329,10 +327,10 @@ class Runtime {
   mutable std::mutex alloc_mu_;
   std::vector<std::unique_ptr<Transport>> transports_;
   std::vector<Transport*> peer_transport_;
-  std::vector<Progress*> polled_;  // transports a waiting caller can progress (Polling)
-  std::vector<ControlBlock*> peer_control_;  // directly mapped control blocks (same host) or nullptr
-  std::atomic<bool> peer_exited_{false};   // some watched peer has exited (finalized or not)
-  std::atomic<int> dead_pe_{-1};            // the first that exited without finalizing
+  std::vector<Progress*> polled_;                   // transports a waiting caller can progress (Polling)
+  std::vector<ControlBlock*> peer_control_;         // directly mapped control blocks (same host) or nullptr
+  std::atomic<bool> peer_exited_{false};            // some watched peer has exited (finalized or not)
+  std::atomic<int> dead_pe_{-1};                    // the first that exited without finalizing
   std::unique_ptr<std::atomic<bool>[]> peer_gone_;  // per PE: exited
   ProcessWatch watch_;  // after the members its thread uses: it is destroyed (stopped) first
   uint64_t barrier_epoch_ = 0;
@@ -340,7 +338,7 @@ class Runtime {
   std::vector<std::pair<uintptr_t, size_t>> registered_;
   ThreadLevel thread_level_ = ThreadLevel::kMultiple;
   bool oversubscribed_ = false;
-  bool world_same_host_ = false;  // barrier_all takes barrier_same_host (set at the end of setup)
+  bool world_same_host_ = false;                   // barrier_all takes barrier_same_host (set at the end of setup)
   std::vector<Transport*> peer_device_transport_;  // per PE, for MemKind::kDevice regions
   std::unique_ptr<GpuHeap> gpu_;
 };

@@ -107,9 +107,10 @@ class BlockedStamp {
   BlockedStamp(ControlBlock& c, const char* caller, int source) : c_(c) {
     std::snprintf(c_.blocked_in, sizeof(c_.blocked_in), "%s", caller);
     c_.blocked_on.store(source, std::memory_order_relaxed);
-    c_.blocked_since_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                  std::chrono::steady_clock::now().time_since_epoch()).count(),
-                              std::memory_order_release);
+    c_.blocked_since_ns.store(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count(),
+        std::memory_order_release);
   }
   ~BlockedStamp() { c_.blocked_since_ns.store(0, std::memory_order_release); }
   BlockedStamp(const BlockedStamp&) = delete;
@@ -154,8 +155,8 @@ bool Runtime::poll_while_served(Pred ready) {
 }
 
 template <typename Pred, typename Describe>
-void Runtime::wait_for(Pred ready, const char* caller, const void* watched, WaitFrom from, Describe describe,
-                       int spins, bool ring) {
+void Runtime::wait_for(Pred ready, const char* caller, const void* watched, WaitFrom from, Describe describe, int spins,
+                       bool ring) {
   // A wait that is already satisfied succeeds even after a death (the dead PE did its part).
   if (ready()) return;
   if (peer_exited_.load(std::memory_order_relaxed)) check_dead(from, caller);
@@ -165,9 +166,9 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched, Wait
   // The yield gate (kYieldTaken) as in tuned_wait: not where peers' operations wait to be served.
   const bool gated = yields && polled_.empty();
   if (spins < 0)
-    spins = !oversubscribed_             ? static_cast<int>(env::get().spin_iterations)
-            : !gated || yields_pay()     ? std::min<int>(static_cast<int>(env::get().spin_iterations), kCrowdedYields)
-                                         : 0;
+    spins = !oversubscribed_         ? static_cast<int>(env::get().spin_iterations)
+            : !gated || yields_pay() ? std::min<int>(static_cast<int>(env::get().spin_iterations), kCrowdedYields)
+                                     : 0;
   if (spins > 0) {
     // Serve peers' emulated RMA (ucx) meanwhile; a PE that keeps being served keeps polling,
     // so a peer's run of operations costs no wake-up each.
@@ -235,9 +236,7 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched, Wait
     // flowing, and serving it from here costs no wake-up per operation (a PE that slept
     // through a peer's run of puts cost that peer a thread wake-up on each). This is also how
     // a wait whose served polling reached kServedPollMax gets back to it after its checks.
-    if (!polled_.empty() && bell.seq.load(std::memory_order_relaxed) != seq &&
-        poll_while_served(ready))
-      return;
+    if (!polled_.empty() && bell.seq.load(std::memory_order_relaxed) != seq && poll_while_served(ready)) return;
     // First the cause, then its consequences: a PE that finalized too early may have made a
     // third PE fail and exit, which the process watch reports next.
     int gone = finalized_source(from);

@@ -97,9 +97,7 @@ void tuned_wait(Runtime& r, Pred ready, const char* fn, const void* watched = nu
         }
         if (i % kSpinPolls == 0) {
           const auto now = std::chrono::steady_clock::now();
-          if (now - spin_start > std::chrono::microseconds(kSpinUsDedicated) ||
-              now - entered > kServedPollMax)
-            break;
+          if (now - spin_start > std::chrono::microseconds(kSpinUsDedicated) || now - entered > kServedPollMax) break;
         }
       }
     } else if (polling.serves() || yields_pay(entered)) {

@@ -52,8 +52,8 @@ class CudaTransport : public Transport {
 
   int my_pe_;
   int device_;
-  void* stream_ = nullptr;        // cudaStream_t for host-initiated RMA
-  uint64_t* amo_result_ = nullptr;  // pinned, mapped host word the AMO kernel writes
+  void* stream_ = nullptr;                       // cudaStream_t for host-initiated RMA
+  uint64_t* amo_result_ = nullptr;               // pinned, mapped host word the AMO kernel writes
   std::map<std::pair<int, int>, void*> opened_;  // (region id, pe) -> IPC mapping
 };
 

@@ -14,7 +14,18 @@
 namespace mori {
 
 enum class AmoOp : uint8_t {
-  kFetch, kSet, kSwap, kCompareSwap, kAdd, kFetchAdd, kAnd, kFetchAnd, kOr, kFetchOr, kXor, kFetchXor,
+  kFetch,
+  kSet,
+  kSwap,
+  kCompareSwap,
+  kAdd,
+  kFetchAdd,
+  kAnd,
+  kFetchAnd,
+  kOr,
+  kFetchOr,
+  kXor,
+  kFetchXor,
 };
 enum class SignalOp : uint8_t { kSet = 0, kAdd = 1 };
 
@@ -64,8 +75,7 @@ class Transport {
   // put_signal (n may be 0), returning once `src` may be reused, but quiet() need not complete
   // it: the receiver's wait for the signal proves its delivery, so a barrier's quiet does not
   // wait a round trip for the previous collective's signals.
-  virtual void notify(int pe, RemoteRef dst, const void* src, size_t n, RemoteRef signal, uint64_t value,
-                      SignalOp op) {
+  virtual void notify(int pe, RemoteRef dst, const void* src, size_t n, RemoteRef signal, uint64_t value, SignalOp op) {
     if (n == 0)
       atomic(pe, signal, op == SignalOp::kSet ? AmoOp::kSet : AmoOp::kAdd, 8, value, 0);
     else

@@ -39,13 +39,13 @@ struct ExternalKvHitCount {
 struct ClientStats {
   uint64_t puts = 0, put_bytes = 0, gets = 0, get_bytes = 0;
   uint64_t dram_hits = 0, ssd_hits = 0, misses = 0;
-  uint64_t corrupt_reads = 0;            // checksum mismatches, served as misses
+  uint64_t corrupt_reads = 0;  // checksum mismatches, served as misses
   uint64_t dram_evictions = 0, ssd_evictions = 0;
-  uint64_t put_refusals = 0;             // puts no tier could take
+  uint64_t put_refusals = 0;  // puts no tier could take
   uint64_t ssd_copies = 0, ssd_copy_failures = 0;
-  uint64_t dram_used_bytes = 0, dram_capacity_bytes = 0, dram_keys = 0;    // gauges
+  uint64_t dram_used_bytes = 0, dram_capacity_bytes = 0, dram_keys = 0;  // gauges
   uint64_t dram_pinned_bytes = 0;  // gauge: of dram_used_bytes, what no eviction can free now
-  uint64_t ssd_used_bytes = 0, ssd_capacity_bytes = 0, ssd_keys = 0;       // gauges
+  uint64_t ssd_used_bytes = 0, ssd_capacity_bytes = 0, ssd_keys = 0;  // gauges
 };
 
 class Client {
@@ -79,8 +79,7 @@ class Client {
   virtual bool report_external_kv_blocks(const std::vector<std::string>& hashes, TierType tier) = 0;
   virtual bool revoke_external_kv_blocks(const std::vector<std::string>& hashes, TierType tier) = 0;
   virtual bool revoke_all_external_kv_blocks_at_tier(TierType tier) = 0;
-  virtual std::vector<ExternalKvMatch> match_external_kv(const std::vector<std::string>& hashes,
-                                                         bool count_as_hit) = 0;
+  virtual std::vector<ExternalKvMatch> match_external_kv(const std::vector<std::string>& hashes, bool count_as_hit) = 0;
   virtual std::vector<ExternalKvHitCount> get_external_kv_hit_counts(const std::vector<std::string>& hashes) = 0;
 
   virtual ClientStats stats() const = 0;

@@ -43,16 +43,16 @@ struct Peers {
   int32_t* disp_idx[kMaxPes];
   uint8_t* disp_scale[kMaxPes];
   int32_t* disp_src[kMaxPes];
-  unsigned long long* counter[kMaxPes];    // [2] per PE (by round parity)
-  unsigned long long* disp_sig[kMaxPes];   // [2][world] per PE
-  uint8_t* comb_stage[kMaxPes];            // [world * max_inp] rows per PE, by (sender, token)
-  float* comb_stage_w[kMaxPes];            // [world * max_inp * topk]
-  unsigned int* comb_flag[kMaxPes];        // [world * max_inp]: round of the row that landed
-  unsigned long long* comb_done[kMaxPes];  // [world]: last round PE q finished reading from here
-  uint8_t* comb_in[kMaxPes];               // registered combine input (zero-copy), rows by dispatch slot
-  unsigned long long* comb_ready[kMaxPes]; // [world]: PE q's round r rows: r << 2 | ReadyMode
-  unsigned long long* disp_inv[kMaxPes];   // [world * max_inp]: PE q's token t landed here at slot:
-                                           // (dispatch round << 32 | slot) at q * max_inp + t
+  unsigned long long* counter[kMaxPes];     // [2] per PE (by round parity)
+  unsigned long long* disp_sig[kMaxPes];    // [2][world] per PE
+  uint8_t* comb_stage[kMaxPes];             // [world * max_inp] rows per PE, by (sender, token)
+  float* comb_stage_w[kMaxPes];             // [world * max_inp * topk]
+  unsigned int* comb_flag[kMaxPes];         // [world * max_inp]: round of the row that landed
+  unsigned long long* comb_done[kMaxPes];   // [world]: last round PE q finished reading from here
+  uint8_t* comb_in[kMaxPes];                // registered combine input (zero-copy), rows by dispatch slot
+  unsigned long long* comb_ready[kMaxPes];  // [world]: PE q's round r rows: r << 2 | ReadyMode
+  unsigned long long* disp_inv[kMaxPes];    // [world * max_inp]: PE q's token t landed here at slot:
+                                            // (dispatch round << 32 | slot) at q * max_inp + t
 };
 
 // Device memory of the launching PE only.
@@ -82,14 +82,14 @@ struct CombineArgs {
   int dtype = 9;                   // mori::DataType code of input and output: float32, bfloat16 (9) or
                                    // float4_e2m1fn_x2 (summed in fp32, rounded back to e2m1)
   int hidden = 0;
-  bool fp8 = false;                // quant_type fp8_direct_cast: rows cross NVLink as e4m3
-  int block = 0;                   // quant_type fp8_blockwise: values per scale block (a multiple of 8;
-                                   // bfloat16 input); staged rows are e4m3 codes, then one fp32 scale per
-                                   // block (amax / 448). 0: off
-  bool fp4 = false;                // with `block`: quant_type fp4_blockwise, packed e2m1 codes (amax / 6)
-  int num_tokens = 0;              // receive side: this PE's tokens of the last dispatch
-  bool zero_copy = false;          // input is this PE's registered buffer (Peers::comb_in)
-  bool pipelined = false;          // staged rows: flag each row as it is staged (else all, then one flag)
+  bool fp8 = false;        // quant_type fp8_direct_cast: rows cross NVLink as e4m3
+  int block = 0;           // quant_type fp8_blockwise: values per scale block (a multiple of 8;
+                           // bfloat16 input); staged rows are e4m3 codes, then one fp32 scale per
+                           // block (amax / 448). 0: off
+  bool fp4 = false;        // with `block`: quant_type fp4_blockwise, packed e2m1 codes (amax / 6)
+  int num_tokens = 0;      // receive side: this PE's tokens of the last dispatch
+  bool zero_copy = false;  // input is this PE's registered buffer (Peers::comb_in)
+  bool pipelined = false;  // staged rows: flag each row as it is staged (else all, then one flag)
 };
 
 // `with_recv`: the last block also waits for every peer and publishes recv_num_token (IntraNode);

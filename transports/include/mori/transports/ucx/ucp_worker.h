@@ -122,9 +122,9 @@ class UcpWorker {
   void wake_sleepers();
 
   std::atomic<bool> stop_{false};
-  std::atomic<uint32_t> spinners_{0};   // callers progressing the worker (futex word: run() sleeps on it)
-  std::atomic<uint32_t> sleepers_{0};   // callers sleeping in wait()
-  std::atomic<bool> aside_{false};      // the progress thread sleeps on spinners_
+  std::atomic<uint32_t> spinners_{0};     // callers progressing the worker (futex word: run() sleeps on it)
+  std::atomic<uint32_t> sleepers_{0};     // callers sleeping in wait()
+  std::atomic<bool> aside_{false};        // the progress thread sleeps on spinners_
   std::atomic<uint32_t> polls_begun_{0};  // begin_polling calls, so far
   std::atomic<bool> spin_while_busy_{false};
   std::atomic<bool> hand_over_{false};    // the last polling caller went to sleep: take over
@@ -132,7 +132,7 @@ class UcpWorker {
   std::atomic<bool> progressing_{false};  // a thread is inside ucp_worker_progress
   std::mutex work_mu_;
   std::deque<std::function<void()>> work_;  // submitted, for the progress thread
-  std::atomic<bool> has_work_{false};        // work_ is not empty (read without the lock)
+  std::atomic<bool> has_work_{false};       // work_ is not empty (read without the lock)
   bool closing_ = false;                    // stop() began: no more submissions
   std::thread thread_;
 };
