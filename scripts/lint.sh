@@ -20,7 +20,16 @@ fix=0
 [ "${1:-}" = "--fix" ] && fix=1
 
 mapfile -t generated < <(grep -v '^#' .clang-format-ignore | sed '/^$/d')
-mapfile -t cfiles < <(git ls-files '*.c' '*.cc' '*.h' '*.cu' '*.cuh' '*.hpp' | grep -vxF -f <(printf '%s\n' "${generated[@]}"))
+# The tracked sources (every source below the root, build/ aside, outside a git checkout).
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  list_sources() { git ls-files '*.c' '*.cc' '*.h' '*.cu' '*.cuh' '*.hpp'; }
+else
+  list_sources() {
+    find . \( -path ./build -o -path ./.git \) -prune -o -type f \( -name '*.c' -o -name '*.cc' -o -name '*.h' \
+      -o -name '*.cu' -o -name '*.cuh' -o -name '*.hpp' \) -print | sed 's|^\./||' | sort
+  }
+fi
+mapfile -t cfiles < <(list_sources | grep -vxF -f <(printf '%s\n' "${generated[@]}"))
 status=0
 if [ $fix = 1 ]; then
   "$TOOLS/bin/clang-format" -i "${cfiles[@]}"
