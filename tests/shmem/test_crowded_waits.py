@@ -7,7 +7,8 @@ the fix these barriers fell into phases of ~1 ms each (0.65-1.4 ms a barrier ove
 in 9 of 9 runs on the shared 2-vCPU VM); now a slow yield makes waits sleep at once for a while
 (kYieldTaken in shmem/include/mori/shmem/runtime_wait.h): 0.25-0.42 ms (5 runs, with other
 jobs on the VM). The bound, 0.5 ms a barrier, is thin on both sides: the old behaviour exceeds it
-by 1.3x to 2.8x only, and a CI machine loaded beyond the two loops may fail the new one. It is
+by 1.3x to 2.8x only, and a CI machine loaded beyond the two loops may fail the new one, so it
+runs only with MORI_TEST_TIMING=1 (the suite's other tests never assert speed). It is
 not a speed figure (`mori bench shmem-c --pes 4 --load 2` measures, beside Open MPI)."""
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ def _busy_loops(n: int, cpus: set[int]) -> list[subprocess.Popen]:
     return loops
 
 
+@pytest.mark.skipif(
+    os.environ.get("MORI_TEST_TIMING") != "1",
+    reason="a timing bound with a thin margin: run with MORI_TEST_TIMING=1 on an otherwise idle machine",
+)
 def test_barriers_beside_busy_loops_do_not_fall_into_millisecond_phases():
     cpus = sorted(os.sched_getaffinity(0))[:2]
     if len(cpus) < 2:
