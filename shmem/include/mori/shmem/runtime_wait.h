@@ -31,7 +31,11 @@ constexpr int kCrowdedYields = 64;  // polls of an oversubscribed wait before it
 // slow yield and half as long after a quick first yield after a period (under lasting load one
 // yield in two still finds a PE as the core's other task: resetting the period on those kept a
 // slice lost every period in each PE, and the barriers 2x slower than never yielding).
-constexpr auto kYieldTaken = std::chrono::microseconds(200);
+// 1 ms, not less: with 4 PEs on 2 idle vCPUs a yield to a peer PE now and then takes a few hundred
+// microseconds, and a 200 us bound closed the gate on those, so the 4-PE C barrier fell to
+// 0.51-1.03 x Open MPI without load; at 1 ms it is 1.16-1.63 x, and beside 2 busy loops
+// (whose slices are milliseconds) 113-125 x (2026-12-04, docs/results/2026-12-04/shmem-c-crowded-waits.md).
+constexpr auto kYieldTaken = std::chrono::microseconds(1000);
 // Short at first: another job's task that takes one slice now and then (the shared VM's
 // background) closes the gate for little, while lasting load reaches kNoYieldMaxMs in 4 steps.
 constexpr int kNoYieldMinMs = 5;
