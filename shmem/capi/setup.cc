@@ -11,7 +11,7 @@
 #include <cstring>
 #include <thread>
 
-#include "capi/inbox.h"
+#include "mori/shmem/collective_engine.h"
 #include "capi/state.h"
 #include "capi/symmetric_data.h"
 #include "mori/core/env.h"
@@ -128,7 +128,7 @@ void setup_state() {
   g_state.used_slots = 0;
   g_state.used_nodes = 0;
   g_state.data_bytes = make_data_symmetric();
-  inbox().setup(r);
+  shmem::coll::inbox().setup(r);
   setup_predefined_teams();
   g_watcher.start(g_state.sym);
   r.barrier_all();  // nobody touches a peer's SymBlock or inbox before the peer zeroed it
@@ -137,7 +137,7 @@ void setup_state() {
 void teardown_state() {
   g_watcher.stop();
   teardown_teams();
-  inbox().teardown();
+  shmem::coll::inbox().teardown();
   g_state.sym = nullptr;
 }
 

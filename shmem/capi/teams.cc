@@ -6,7 +6,7 @@
 #include <set>
 
 #include "capi/collectives.h"
-#include "capi/inbox.h"
+#include "mori/shmem/collective_engine.h"
 #include "capi/state.h"
 #include "mori/core/status.h"
 
@@ -56,7 +56,7 @@ mori_shmem_team* make_team(std::vector<int> pes, int slot, const shmem_team_conf
   if (config && (mask & SHMEM_TEAM_NUM_CONTEXTS)) t->config.num_contexts = config->num_contexts;
   t->config_mask = mask;
   state().used_slots |= 1ull << slot;
-  inbox().restart_stages(slot);  // every member of the new team counts its staged collectives from 0
+  shmem::coll::inbox().restart_stages(slot);  // every member of the new team counts its staged collectives from 0
   std::lock_guard<std::mutex> lock(g_teams_mu);
   g_teams.insert(t);
   return t;
