@@ -77,6 +77,10 @@ class Host:
         kwargs.setdefault("stdin", subprocess.DEVNULL)
         return subprocess.run(self.command(cmd), timeout=timeout, **kwargs)
 
+    def set_link(self, up: bool) -> None:
+        """Bring this host's end of its link up or down, as if its cable were plugged or pulled."""
+        _ip("-n", self.name, "link", "set", self.ifname, "up" if up else "down")
+
 
 def _claim_names() -> tuple[int, int, str]:
     """Check namespaces can be made, clear stale ones, and claim a fresh (pid, counter, tag) for
@@ -168,8 +172,7 @@ class VethHosts:
 
     def link_down(self, host: int) -> None:
         """Take ``host``'s end of the link down, as if its cable were pulled."""
-        h = self.hosts[host]
-        _ip("-n", h.name, "link", "set", h.ifname, "down")
+        self.hosts[host].set_link(False)
 
 
 @dataclass

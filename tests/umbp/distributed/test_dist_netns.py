@@ -103,3 +103,57 @@ def test_put_on_one_host_get_on_the_other(hosts):
         stop_process(master)
         drain.join(timeout=10)
         master.stdout.close()
+
+
+def test_owner_link_down_then_up(hosts):
+    """Issue 28's chaos case "down the veth link": the owner's cable is pulled while a reader on
+    another host wants its keys. The reader's gets become misses within the deadlines (the master,
+    on a third host, still answers; the owner's address does not), nothing wrong is served, and once
+    the cable is back (within the master's heartbeat TTL, so the owner is not reaped) the same keys
+    read right again."""
+    hm, h0, h1 = hosts
+    master, drain = _master_in(hm)
+    address = f"{hm.ip}:{MASTER_PORT}"
+    workers = []
+    timeout_ms = 2000  # MORI-IO's deadline for a silent peer (no RST comes from a pulled cable)
+    try:
+        a, b = workers[:] = start_workers(
+            dict(master=address, node_id=uid("a"), dram=64 << 20, host=h0.ip),
+            dict(master=address, node_id=uid("b"), dram=4 << 20, host=h1.ip),
+            prefixes=[
+                h.command(["env", f"MORI_NODE_ID={h.name}", f"MORI_IO_TIMEOUT_MS={timeout_ms}"]) for h in (h0, h1)
+            ],
+        )
+        keys = [uid("k") for _ in range(6)]
+        seed = random.randrange(1 << 30)
+        size = 256 << 10
+        assert a.ask("put", keys=keys, size=size, seed=seed)["ok"] == [True] * 6
+        assert b.ask("get", keys=keys, size=size, seed=seed)["right"] == [True] * 6
+        b.ask("clear")  # drop any copy b cached: its next reads must go to a
+        time.sleep(2.5)  # past the read lease b found them under (its remembered places)
+
+        h0.set_link(False)
+        t0 = time.monotonic()
+        got = b.ask("get", keys=keys, size=size, seed=seed, timeout=60)
+        took = time.monotonic() - t0
+        assert got["ok"] == [False] * 6 and got["untouched_misses"] == [True] * 6
+        assert took < 20, f"gets from an unplugged owner took {took:.1f} s"
+        assert b.ask("stats")["stats"]["remote_errors"] >= 1
+
+        h0.set_link(True)
+        deadline = time.monotonic() + 30  # the failed peer's hold-off, then a fresh dial
+        while True:
+            got = b.ask("get", keys=keys, size=size, seed=seed, timeout=60)
+            if got["ok"] == [True] * 6:
+                assert got["right"] == [True] * 6
+                break
+            assert all(r for o, r in zip(got["ok"], got["right"]) if o)
+            assert time.monotonic() < deadline, f"the keys never came back after the link did: {got}"
+            time.sleep(0.5)
+    finally:
+        h0.set_link(True)
+        for w in workers:
+            w.close()
+        stop_process(master)
+        drain.join(timeout=10)
+        master.stdout.close()
