@@ -50,7 +50,9 @@ HostBufferOptions arena_options(const DramConfig& c) {
 int copy_threads() {
   const int64_t set = env::get().copy_threads;
   if (set > 0) return static_cast<int>(set);
-  return static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 4));
+  // Once: hardware_concurrency() reads sysfs on every call (8 us a call on the VM).
+  static const int cores = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 4));
+  return cores;
 }
 
 }  // namespace
@@ -231,9 +233,9 @@ void DramTier::copy_all(const std::vector<Copy>& copies, bool to_arena) {
   for (const Copy& c : copies) total += c.n;
   const bool stream_all = total >= streaming_copy_min();
   auto streams = [&](const Copy& c) { return stream_all || (to_arena && c.n >= kStreamingValueMin); };
-  const int threads = copy_threads();
+  const int threads = total < kParallelCopyMin ? 1 : copy_threads();
   std::unique_lock<std::mutex> team_lock(team_mu_, std::defer_lock);
-  if (total < kParallelCopyMin || threads < 2 || !team_lock.try_lock()) {
+  if (threads < 2 || !team_lock.try_lock()) {
     for (const Copy& c : copies) {
       if (c.checksum)
         *c.checksum = copy_and_hash(c.dst, c.src, c.n, streams(c));
