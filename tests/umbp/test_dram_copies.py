@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
 """The DRAM tier's copy paths, bit for bit at each switch size: values around 64 KiB (the
 arena's non-temporal stores start there), calls around 1 MiB (the copy team takes over, in
-pieces of 256 KiB .. 1 MiB), odd lengths and pointers off every alignment, the team on
-(MORI_COPY_THREADS=4) and off (1), with the put's checksum taken in the copy's pass (or by the
+pieces of 256 KiB .. 1 MiB; 4 MiB for a team under 4 threads), odd lengths and pointers off every
+alignment, the team of 4 (MORI_COPY_THREADS=4), of 2 and none (1), with the put's checksum taken in the copy's pass (or by the
 team) and checked on every get. And batch_exists_consecutive's in-place reading of a list of str
 against the other forms Python may hand it."""
 
@@ -20,7 +20,7 @@ KiB = 1024
 MiB = 1024 * KiB
 
 
-@pytest.fixture(params=[1, 4], ids=["team-off", "team-on"])
+@pytest.fixture(params=[1, 2, 4], ids=["team-off", "team-of-2", "team-of-4"])
 def client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("MORI_COPY_THREADS", str(request.param))
     # Checksums taken at put and verified on every DRAM hit: a hash of the wrong bytes (or of
@@ -51,6 +51,7 @@ CALLS = [
     [MiB],
     [MiB + 4097],
     [2 * MiB + 3],
+    [4 * MiB - 1],
     [4 * MiB + 512 * KiB + 7],
     [300_001] * 5,  # a batch over 1 MiB of values under one piece
     [64 * KiB + 3] * 17,  # 17 values just past the streaming size, 1.06 MiB together

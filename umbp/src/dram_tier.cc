@@ -223,11 +223,10 @@ uint64_t copy_and_hash(char* dst, const char* src, size_t n, bool streaming) {
 
 // Runs a call's copies. Copies that together outgrow the caches, and values of
 // kStreamingValueMin or more going into the arena, use non-temporal stores. A call moving
-// kParallelCopyMin or more is cut into pieces spread over the copy team, when no other call
-// holds it: one core's copy reaches neither the caches' nor the memory's bandwidth. The
-// checksums a put takes are of the source bytes (what the caller handed over): in the same pass
-// as the copy alone, in the team as tasks of their own (one per value, a hash being sequential)
-// beside the copy pieces.
+// kParallelCopyMin or more (kSmallTeamCopyMin for a team under 4) is cut into pieces spread over
+// the copy team, when no other call holds it: one core's copy reaches neither the caches' nor the memory's bandwidth.
+// The checksums a put takes are of the source bytes (what the caller handed over): in the same pass as the copy alone,
+// in the team as tasks of their own (one per value, a hash being sequential) beside the copy pieces.
 void DramTier::copy_all(const std::vector<Copy>& copies, bool to_arena) {
   size_t total = 0;
   for (const Copy& c : copies) total += c.n;
@@ -235,7 +234,7 @@ void DramTier::copy_all(const std::vector<Copy>& copies, bool to_arena) {
   auto streams = [&](const Copy& c) { return stream_all || (to_arena && c.n >= kStreamingValueMin); };
   const int threads = total < kParallelCopyMin ? 1 : copy_threads();
   std::unique_lock<std::mutex> team_lock(team_mu_, std::defer_lock);
-  if (threads < 2 || !team_lock.try_lock()) {
+  if (threads < 2 || (threads < 4 && total < kSmallTeamCopyMin) || !team_lock.try_lock()) {
     for (const Copy& c : copies) {
       if (c.checksum)
         *c.checksum = copy_and_hash(c.dst, c.src, c.n, streams(c));

@@ -137,9 +137,13 @@ class DramTier {
   // read each one. Measured with cold destinations: 64 KiB 10 -> 22 GiB/s on the 2-core EPYC
   // VM; 360 KiB x 32 7.5 -> 15.6 GiB/s on one core of the 16-core Xeon host (2026-12-04).
   static constexpr size_t kStreamingValueMin = size_t{64} << 10;
-  // A call moving this much is spread over the copy team. One Xeon core copies 1 MiB at
-  // 15 GiB/s, four at 37 GiB/s (cold destination, non-temporal stores; 2 MiB: 12 -> 38 GiB/s).
+  // A call moving this much is spread over a copy team of 4 or more threads. One Xeon core
+  // copies 1 MiB at 15 GiB/s, four at 37 GiB/s (cold destination, non-temporal stores; 2 MiB:
+  // 12 -> 38 GiB/s). A team of 2 or 3 starts at kSmallTeamCopyMin: on the 2-vCPU EPYC VM one
+  // core already takes the memory's bandwidth (1-2 MiB cold: 15-19 GiB/s alone, 12-17 in two
+  // halves; cached copies the same either way; 2026-12-04, a loaded machine).
   static constexpr size_t kParallelCopyMin = size_t{1} << 20;
+  static constexpr size_t kSmallTeamCopyMin = size_t{4} << 20;
   // The team's pieces: about an even share per thread, between these bounds.
   static constexpr size_t kCopyPieceMin = size_t{256} << 10;
   static constexpr size_t kCopyPieceMax = size_t{1} << 20;
