@@ -16,34 +16,55 @@ ThreadTeam::~ThreadTeam() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadTeam::drain() {
-  while (true) {
-    int i = next_.fetch_add(1, std::memory_order_relaxed);
-    if (i >= tasks_) return;
+namespace {
+constexpr uint64_t kIndexMask = 0xffffffffu;
+}
+
+void ThreadTeam::work(uint64_t generation, const std::function<void(int)>* fn, int tasks) {
+  const uint64_t tag = (generation & kIndexMask) << 32;
+  for (;;) {
+    uint64_t cur = next_.load(std::memory_order_relaxed);
+    do {
+      if ((cur & ~kIndexMask) != tag || static_cast<int>(cur & kIndexMask) >= tasks) return;
+    } while (!next_.compare_exchange_weak(cur, cur + 1, std::memory_order_relaxed));
+    // A claimed task keeps its run from finishing: `fn` stays valid until it is done.
+    std::exception_ptr err;
     try {
-      (*fn_)(i);
+      (*fn)(static_cast<int>(cur & kIndexMask));
     } catch (...) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!error_) error_ = std::current_exception();
-      next_.store(tasks_, std::memory_order_relaxed);  // skip the rest
+      err = std::current_exception();
     }
+    std::lock_guard<std::mutex> lock(mu_);
+    ++finished_;
+    if (err) {
+      if (!error_) error_ = err;
+      // The tasks nobody claimed yet are skipped: claim them all and count them finished.
+      uint64_t c = next_.load(std::memory_order_relaxed);
+      while ((c & ~kIndexMask) == tag && static_cast<int>(c & kIndexMask) < tasks) {
+        if (next_.compare_exchange_weak(c, tag | static_cast<uint64_t>(tasks), std::memory_order_relaxed)) {
+          finished_ += tasks - static_cast<int>(c & kIndexMask);
+          break;
+        }
+      }
+    }
+    if (finished_ == tasks) done_.notify_one();
   }
 }
 
 void ThreadTeam::worker_loop() {
   uint64_t seen = 0;
   while (true) {
+    const std::function<void(int)>* fn;
+    int tasks;
     {
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
+      fn = fn_;
+      tasks = tasks_;
     }
-    drain();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--busy_ == 0) done_.notify_one();
-    }
+    work(seen, fn, tasks);
   }
 }
 
@@ -53,21 +74,22 @@ void ThreadTeam::run(int tasks, const std::function<void(int)>& fn) {
     for (int i = 0; i < tasks; ++i) fn(i);
     return;
   }
+  uint64_t generation;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    generation = ++generation_;
     fn_ = &fn;
     tasks_ = tasks;
-    next_.store(0, std::memory_order_relaxed);
+    finished_ = 0;
     error_ = nullptr;
-    busy_ = static_cast<int>(workers_.size());
-    ++generation_;
+    next_.store((generation & kIndexMask) << 32, std::memory_order_relaxed);
   }
   wake_.notify_all();
-  drain();
+  work(generation, &fn, tasks);
   std::exception_ptr err;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, [&] { return busy_ == 0; });
+    done_.wait(lock, [&] { return finished_ == tasks; });
     err = error_;
     fn_ = nullptr;
   }

@@ -66,13 +66,22 @@ void check_buffer(const char* call, uintptr_t ptr, size_t size, const char* ptr_
   check_host_pointer(call, ptr, ptr_arg);
 }
 
+namespace {
+
+void check_key_at(const char* call, size_t i, std::string_view key) {
+  MORI_CHECK_ARG(!key.empty(), "%s: keys[%zu] must not be empty", call, i);
+  MORI_CHECK_ARG(key.size() <= kMaxKeyBytes, "%s: keys[%zu] is %zu bytes, over the limit of %zu", call, i, key.size(),
+                 kMaxKeyBytes);
+}
+
+}  // namespace
+
 void check_keys(const char* call, const std::vector<std::string>& keys) {
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const std::string& key = keys[i];
-    MORI_CHECK_ARG(!key.empty(), "%s: keys[%zu] must not be empty", call, i);
-    MORI_CHECK_ARG(key.size() <= kMaxKeyBytes, "%s: keys[%zu] is %zu bytes, over the limit of %zu", call, i, key.size(),
-                   kMaxKeyBytes);
-  }
+  for (size_t i = 0; i < keys.size(); ++i) check_key_at(call, i, keys[i]);
+}
+
+void check_keys(const char* call, const std::string_view* keys, size_t n) {
+  for (size_t i = 0; i < n; ++i) check_key_at(call, i, keys[i]);
 }
 
 void check_batch(const char* call, const std::vector<std::string>& keys, const std::vector<uintptr_t>& ptrs,

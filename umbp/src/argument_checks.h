@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mori::umbp {
@@ -21,5 +22,7 @@ void check_buffer(const char* call, uintptr_t ptr, size_t size, const char* ptr_
 void check_batch(const char* call, const std::vector<std::string>& keys, const std::vector<uintptr_t>& ptrs,
                  const std::vector<size_t>& sizes, const std::vector<int>* depths = nullptr);
 void check_keys(const char* call, const std::vector<std::string>& keys);
+// The same over views of the keys (the Python strings' own bytes: no copy of them).
+void check_keys(const char* call, const std::string_view* keys, size_t n);
 
 }  // namespace mori::umbp

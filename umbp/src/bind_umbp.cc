@@ -349,10 +349,35 @@ void bind_client(py::module_& m) {
           py::arg("keys"), Release())
       .def(
           "batch_exists_consecutive",
-          [](PyClient& c, const Keys& keys) {
-            return c.with([&](Client& x) { return x.batch_exists_consecutive(keys); });
+          [](PyClient& c, const py::sequence& keys) -> size_t {
+            // SGLang asks this before every prefill: a list of str is read in place, as views of
+            // each str's UTF-8 bytes (no copy, no allocation per key), kept alive by a tuple of
+            // them while the GIL is released. Anything else converts as the other calls do.
+            if (py::isinstance<py::str>(keys) || py::isinstance<py::bytes>(keys))
+              throw py::type_error("batch_exists_consecutive: keys must be a list of str, not one str");
+            auto held = py::reinterpret_steal<py::tuple>(PySequence_Tuple(keys.ptr()));
+            if (!held) throw py::error_already_set();
+            const size_t n = held.size();
+            std::vector<std::string_view> views(n);
+            for (size_t i = 0; i < n; ++i) {
+              PyObject* key = PyTuple_GET_ITEM(held.ptr(), static_cast<Py_ssize_t>(i));
+              Py_ssize_t len = 0;
+              const char* data = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, &len) : nullptr;
+              if (!data) {
+                PyErr_Clear();
+                const Keys owned = held.cast<Keys>();
+                py::gil_scoped_release nogil;
+                return c.with([&](Client& x) { return x.batch_exists_consecutive(owned); });
+              }
+              views[i] = std::string_view(data, static_cast<size_t>(len));
+            }
+            py::gil_scoped_release nogil;
+            return c.with([&](Client& x) -> size_t {
+              if (auto* local = dynamic_cast<LocalClient*>(&x)) return local->batch_exists_consecutive(views.data(), n);
+              return x.batch_exists_consecutive(Keys(views.begin(), views.end()));
+            });
           },
-          py::arg("keys"), Release(), "length of the prefix of `keys` that is stored (stops at the first miss)")
+          py::arg("keys"), "length of the prefix of `keys` that is stored (stops at the first miss)")
       .def(
           "clear", [](PyClient& c) { return c.with([](Client& x) { return x.clear(); }); }, Release())
       .def(

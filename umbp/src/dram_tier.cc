@@ -50,10 +50,14 @@ HostBufferOptions arena_options(const DramConfig& c) {
 int copy_threads() {
   const int64_t set = env::get().copy_threads;
   if (set > 0) return static_cast<int>(set);
-  return static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 4));
+  // Once: hardware_concurrency() reads sysfs on every call (8 us a call on the VM).
+  static const int cores = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 4));
+  return cores;
 }
 
 }  // namespace
+
+size_t DramTier::KeyHash::operator()(std::string_view s) const { return XXH3_64bits(s.data(), s.size()); }
 
 DramTier::DramTier(const DramConfig& dram, const EvictionConfig& eviction, bool verify_checksums, bool checksum_always)
     : capacity_(dram.capacity_bytes),
@@ -186,38 +190,81 @@ std::optional<size_t> DramTier::reserve(size_t size) {
   }
 }
 
-// Runs a call's copies. Copies that together outgrow the caches (or, into the arena, any value
-// of kStreamingValueMin or more) use non-temporal stores. A call moving kParallelCopyMin or more
-// is cut into pieces spread over the copy team, when no other call holds it: one core's copy
-// reaches neither the caches' nor the memory's bandwidth.
+namespace {
+
+// Copies with non-temporal stores or plain ones.
+void copy_one(char* dst, const char* src, size_t n, bool streaming) {
+  if (streaming)
+    copy_streaming(dst, src, n);
+  else
+    copy_bytes(dst, src, n);
+}
+
+// Copies n bytes and returns the XXH3 of the source in one pass: each chunk is hashed right
+// after it is copied, while it is still in the L2 (a separate pass would read the whole value
+// again, from memory once it outgrows the caches, or from the arena written past them).
+uint64_t copy_and_hash(char* dst, const char* src, size_t n, bool streaming) {
+  constexpr size_t kChunk = size_t{64} << 10;
+  if (n <= kChunk) {
+    copy_one(dst, src, n, streaming);
+    return value_checksum(src, n);
+  }
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  for (size_t off = 0; off < n; off += kChunk) {
+    const size_t len = std::min(kChunk, n - off);
+    copy_one(dst + off, src + off, len, streaming);
+    XXH3_64bits_update(&state, src + off, len);
+  }
+  return XXH3_64bits_digest(&state);
+}
+
+}  // namespace
+
+// Runs a call's copies. Copies that together outgrow the caches, and values of
+// kStreamingValueMin or more going into the arena, use non-temporal stores. A call moving
+// kParallelCopyMin or more (kSmallTeamCopyMin for a team under 4) is cut into pieces spread over
+// the copy team, when no other call holds it: one core's copy reaches neither the caches' nor the memory's bandwidth.
+// The checksums a put takes are of the source bytes (what the caller handed over): in the same pass as the copy alone,
+// in the team as tasks of their own (one per value, a hash being sequential) beside the copy pieces.
 void DramTier::copy_all(const std::vector<Copy>& copies, bool to_arena) {
   size_t total = 0;
   for (const Copy& c : copies) total += c.n;
-  const bool streaming = total >= streaming_copy_min();
-  auto one = [&](const Copy& c, size_t value_size) {
-    if (streaming || (to_arena && value_size >= kStreamingValueMin))
-      copy_streaming(c.dst, c.src, c.n);
-    else
-      copy_bytes(c.dst, c.src, c.n);
-  };
+  const bool stream_all = total >= streaming_copy_min();
+  auto streams = [&](const Copy& c) { return stream_all || (to_arena && c.n >= kStreamingValueMin); };
+  const int threads = total < kParallelCopyMin ? 1 : copy_threads();
   std::unique_lock<std::mutex> team_lock(team_mu_, std::defer_lock);
-  if (total < kParallelCopyMin || copy_threads() < 2 || !team_lock.try_lock()) {
-    for (const Copy& c : copies) one(c, c.n);
+  if (threads < 2 || (threads < 4 && total < kSmallTeamCopyMin) || !team_lock.try_lock()) {
+    for (const Copy& c : copies) {
+      if (c.checksum)
+        *c.checksum = copy_and_hash(c.dst, c.src, c.n, streams(c));
+      else
+        copy_one(c.dst, c.src, c.n, streams(c));
+    }
     return;
   }
-  struct Piece {
-    Copy part;
-    size_t value_size;
+  if (!team_) team_ = std::make_unique<ThreadTeam>(threads);
+  const size_t team = static_cast<size_t>(team_->size());
+  // As many pieces as kCopyPieceMax makes, rounded up to a multiple of the team (so no thread
+  // copies one piece more than the others), each a whole number of pages.
+  const size_t want = (std::max<size_t>((total + kCopyPieceMax - 1) / kCopyPieceMax, 1) + team - 1) / team * team;
+  const size_t piece = std::clamp(((total + want - 1) / want + 4095) / 4096 * 4096, kCopyPieceMin, kCopyPieceMax);
+  struct Task {
+    const Copy* copy;
+    size_t off, len;  // len 0: hash the whole source of `copy`
   };
-  std::vector<Piece> pieces;
-  pieces.reserve(copies.size() + total / kCopyPiece);
+  std::vector<Task> tasks;
+  tasks.reserve(copies.size() * 2 + total / piece);
+  for (const Copy& c : copies)  // the hashes first: each is the longest chain of the call
+    if (c.checksum) tasks.push_back({&c, 0, 0});
   for (const Copy& c : copies)
-    for (size_t off = 0; off < c.n; off += kCopyPiece)
-      pieces.push_back({{c.dst + off, c.src + off, std::min(kCopyPiece, c.n - off)}, c.n});
-  if (!team_) team_ = std::make_unique<ThreadTeam>(copy_threads());
-  team_->run(static_cast<int>(pieces.size()), [&](int i) {
-    const Piece& p = pieces[static_cast<size_t>(i)];
-    one(p.part, p.value_size);
+    for (size_t off = 0; off < c.n; off += piece) tasks.push_back({&c, off, std::min(piece, c.n - off)});
+  team_->run(static_cast<int>(tasks.size()), [&](int i) {
+    const Task& t = tasks[static_cast<size_t>(i)];
+    if (t.len == 0)
+      *t.copy->checksum = value_checksum(t.copy->src, t.copy->n);
+    else
+      copy_one(t.copy->dst + t.off, t.copy->src + t.off, t.len, streams(*t.copy));
   });
 }
 
@@ -251,18 +298,15 @@ void DramTier::put(const std::string* keys, const uintptr_t* srcs, const size_t*
       outcomes[i] = PutOutcome::kStored;
     }
   }
+  const bool hash = verify_checksums_ || checksum_always_;
   std::vector<Copy> copies;
   copies.reserve(n);
   for (size_t i = 0; i < n; ++i)
-    if (fresh[i]) copies.push_back({fresh[i]->data, reinterpret_cast<const char*>(srcs[i]), fresh[i]->size});
-  // The arena is not read again soon: a value past the L2 streams past the caches whatever the call's size.
+    if (Block* b = fresh[i]) {
+      copies.push_back({b->data, reinterpret_cast<const char*>(srcs[i]), b->size, hash ? &b->checksum : nullptr});
+      b->has_checksum = hash;  // not visible before publish(): the checksum is set by then
+    }
   copy_all(copies, /*to_arena=*/true);
-  if (verify_checksums_ || checksum_always_)
-    for (size_t i = 0; i < n; ++i)
-      if (Block* b = fresh[i]) {
-        b->checksum = value_checksum(b->data, b->size);
-        b->has_checksum = true;
-      }
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < n; ++i) {
     Block* b = fresh[i];
@@ -309,7 +353,7 @@ size_t DramTier::get(const std::string* keys, const uintptr_t* dsts, const size_
       corrupt[i] = true;
       continue;  // nothing written to the caller
     }
-    copies.push_back({reinterpret_cast<char*>(dsts[i]), b->data, b->size});
+    copies.push_back({reinterpret_cast<char*>(dsts[i]), b->data, b->size, nullptr});
     hits[i] = true;
     ++count;
   }
@@ -343,7 +387,8 @@ void DramTier::contains(const std::string* keys, size_t n, bool* out) const {
   }
 }
 
-size_t DramTier::count_present_prefix(const std::string* keys, size_t n) const {
+template <typename Key>
+size_t DramTier::present_prefix(const Key* keys, size_t n) const {
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < n; ++i) {
     auto it = index_.find(std::string_view(keys[i]));
@@ -351,6 +396,10 @@ size_t DramTier::count_present_prefix(const std::string* keys, size_t n) const {
   }
   return n;
 }
+
+size_t DramTier::count_present_prefix(const std::string* keys, size_t n) const { return present_prefix(keys, n); }
+
+size_t DramTier::count_present_prefix(const std::string_view* keys, size_t n) const { return present_prefix(keys, n); }
 
 const std::string& DramTier::key_of(const Block* b) { return b->key; }
 const void* DramTier::data_of(const Block* b) { return b->data; }

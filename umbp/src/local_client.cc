@@ -242,15 +242,27 @@ std::vector<bool> LocalClient::batch_exists(const std::vector<std::string>& keys
   return out;
 }
 
-size_t LocalClient::batch_exists_consecutive(const std::vector<std::string>& keys) {
-  check_keys("batch_exists_consecutive", keys);
-  size_t i = dram_ ? dram_->count_present_prefix(keys.data(), keys.size()) : 0;
+size_t LocalClient::consecutive_from(const std::string* keys, size_t n, size_t i) {
   if (!ssd_) return i;
   // The rest, key by key, until the first key neither tier has (DRAM may hold later ones).
   bool rescanned = false;
-  for (; i < keys.size(); ++i)
+  for (; i < n; ++i)
     if (!(dram_ && dram_->contains(keys[i])) && !on_ssd(keys[i], &rescanned)) break;
   return i;
+}
+
+size_t LocalClient::batch_exists_consecutive(const std::vector<std::string>& keys) {
+  check_keys("batch_exists_consecutive", keys);
+  const size_t i = dram_ ? dram_->count_present_prefix(keys.data(), keys.size()) : 0;
+  return consecutive_from(keys.data(), keys.size(), i);
+}
+
+size_t LocalClient::batch_exists_consecutive(const std::string_view* keys, size_t n) {
+  check_keys("batch_exists_consecutive", keys, n);
+  const size_t i = dram_ ? dram_->count_present_prefix(keys, n) : 0;
+  if (!ssd_ || i == n) return i;
+  const std::vector<std::string> rest(keys + i, keys + n);
+  return i + consecutive_from(rest.data(), rest.size(), 0);
 }
 
 bool LocalClient::clear() {

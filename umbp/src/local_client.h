@@ -47,6 +47,9 @@ class LocalClient final : public Client {
                               const std::vector<size_t>& sizes) override;
   std::vector<bool> batch_exists(const std::vector<std::string>& keys) override;
   size_t batch_exists_consecutive(const std::vector<std::string>& keys) override;
+  // The same over views of the keys: the binding's path for a list of str (no copy of any key
+  // unless the SSD tier has to be asked about it).
+  size_t batch_exists_consecutive(const std::string_view* keys, size_t n);
 
   bool clear() override;
   bool flush() override;
@@ -68,6 +71,8 @@ class LocalClient final : public Client {
   bool owns_pool_pages() const { return config_.distributed.has_value(); }
 
  private:
+  // From `i` (the DRAM tier's prefix) on: the keys either tier has, up to the first neither has.
+  size_t consecutive_from(const std::string* keys, size_t n, size_t i);
   // put/batch_put after the argument checks; `depths` may be null.
   std::vector<bool> store(const std::string* keys, const uintptr_t* srcs, const size_t* sizes, const int* depths,
                           size_t n);

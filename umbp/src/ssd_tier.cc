@@ -473,6 +473,7 @@ struct SsdTier::Impl {
       Location loc;
       int ops_left = 0;
       int error = 0;
+      bool buffered = false;  // some of it came through the page cache
     };
     std::vector<Pending> pending;
     pending.reserve(todo.size());
@@ -505,9 +506,11 @@ struct SsdTier::Impl {
     reader.read_all(ops, [&](const ReadOp& op) {
       Pending& p = pending[op.tag];
       int error = op.error;
+      if (op.fd != p.loc.segment->direct_fd) p.buffered = true;
       if (error == EINVAL && op.fd == p.loc.segment->direct_fd) {  // O_DIRECT refused after all
         p.loc.segment->direct_refused.store(true, std::memory_order_relaxed);
         error = ssd::pread_all(p.loc.segment->fd, op.dst, op.size, op.offset);
+        p.buffered = true;
       }
       if (error) p.error = error;
       if (--p.ops_left > 0) return;
@@ -519,7 +522,8 @@ struct SsdTier::Impl {
       } else {
         // What came through the page cache leaves it: the DRAM tier above holds the hot values,
         // and the next read of this one is a read of the device again, as stats and benchmarks say.
-        ::posix_fadvise(p.loc.segment->fd, p.loc.value_offset, p.loc.size, POSIX_FADV_DONTNEED);
+        // (A value read with O_DIRECT alone left nothing there: no system call for it.)
+        if (p.buffered) ::posix_fadvise(p.loc.segment->fd, p.loc.value_offset, p.loc.size, POSIX_FADV_DONTNEED);
         ok[p.i] = true;
         ++reads;
         read_bytes += p.loc.size;

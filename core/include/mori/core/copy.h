@@ -29,7 +29,8 @@ void copy_vectors(void* dst, const void* src, size_t n);
 // the data that is reused). Copies the caches hold are slower this way: see streaming_copy_min().
 void copy_streaming(void* dst, const void* src, size_t n);
 // The bytes a run of copies should move before copy_streaming() pays: half the last-level cache
-// (its source and destination together then outgrow it), 16 MiB where the size is unknown.
+// (its source and destination together then outgrow it; the size one core shares, from sysfs),
+// 16 MiB where the size is unknown.
 size_t streaming_copy_min();
 
 inline void copy_bytes(void* dst, const void* src, size_t n) {

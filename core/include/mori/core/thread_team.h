@@ -27,17 +27,22 @@ class ThreadTeam {
 
  private:
   void worker_loop();
-  void drain();
+  // Runs tasks of run `generation` until none is left to claim.
+  void work(uint64_t generation, const std::function<void(int)>* fn, int tasks);
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable wake_, done_;
-  uint64_t generation_ = 0;
+  uint64_t generation_ = 0;  // one per run()
   bool stop_ = false;
-  int busy_ = 0;
   const std::function<void(int)>* fn_ = nullptr;
   int tasks_ = 0;
-  std::atomic<int> next_{0};
+  int finished_ = 0;  // of the current run: tasks done, or skipped after an error
+  // The next task to claim, the low 32 bits of its run's generation in the upper 32: a worker
+  // that wakes late claims nothing of a later run with an earlier run's function. run() waits
+  // for the tasks, not for the workers: one that has not woken (its core busy elsewhere) by the
+  // time the others took every task costs the caller nothing.
+  std::atomic<uint64_t> next_{0};
   std::exception_ptr error_;
 };
 
