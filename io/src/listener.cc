@@ -224,6 +224,12 @@ void Listener::serve_requests(Conn* c) {
   auto answer = [&](uint64_t id, StatusCode status, const std::string& why) {
     batch.add(make_reply(id, status, why, 0), why, nullptr, 0, RegionUse());
   };
+  // The last write's payload was large, so the next request likely carries one too: its
+  // header is then received alone when nothing is buffered, and the payload goes from the
+  // kernel straight into registered memory. (Received with the header, up to the reader's
+  // 256 KiB of it would come through the buffer and be copied: all of a 64 KiB write.)
+  // Small writes keep one recv() for header and payload together.
+  bool large_next = false;
   while (!stopping_.load()) {
     if (!reader.buffered()) {
       batch.flush();  // everything received so far is answered: send it before waiting
@@ -234,8 +240,9 @@ void Listener::serve_requests(Conn* c) {
       if (rc <= 0) continue;
     }
     wire::Request q;
-    if (!reader.read(&q, sizeof(q))) return;  // the initiator closed
+    if (!(large_next ? reader.read_header(&q, sizeof(q)) : reader.read(&q, sizeof(q)))) return;  // the initiator closed
     auto op = static_cast<wire::Op>(q.op);
+    large_next = op == wire::Op::kWrite && q.length >= SocketReader::kDirectBytes;
     if ((op == wire::Op::kWrite || op == wire::Op::kRead) && q.length > wire::kMaxChunk)
       raise(Status::kRemote, "peer '%s' announced a %llu-byte request", c->peer_key.c_str(),
             static_cast<unsigned long long>(q.length));
