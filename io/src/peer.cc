@@ -108,7 +108,7 @@ static void fail_piece(Lane::Piece& p, const std::string& why) {
   if (p.on_reply) p.on_reply(StatusCode::ERR_RDMA_OP, why, {});
 }
 
-void Lane::post(std::vector<Piece> pieces, bool may_inline) {
+void Lane::post(std::vector<Piece> pieces, bool may_send_large) {
   if (pieces.empty()) return;
   size_t payload = 0;
   for (const auto& p : pieces)
@@ -119,14 +119,14 @@ void Lane::post(std::vector<Piece> pieces, bool may_inline) {
     for (auto& p : pieces) fail_piece(p, peer_.name() + ": connection lost");
     return;
   }
-  bool send_here = may_inline && !sending_ && queue_.empty();
+  bool send_here = !sending_ && queue_.empty();
   if (send_here && payload > peer_.engine().settings().inline_bytes) {
     // Larger than MORI_IO_INLINE_BYTES: only when nothing is in flight either. Every byte
     // sent before was then received by the target, the kernel takes up to kSendBuffer at
     // once, and the caller pays the copy the sending thread would have paid, without the
     // hand-off. With requests in flight the send could wait for the peer: the thread sends.
     std::lock_guard<std::mutex> pl(p_mu_);
-    send_here = payload <= kSendBuffer && pending_.empty();
+    send_here = may_send_large && payload <= kSendBuffer && pending_.empty();
   }
   if (send_here) {
     // Idle lane: send from this thread (no hand-off latency).

@@ -90,9 +90,9 @@ class Lane {
   Lane& operator=(const Lane&) = delete;
 
   // Sends the pieces in order, from the caller's thread when the lane is idle (below), else
-  // through the lane's sending thread. `may_inline` false: always through the thread (the
-  // caller has other lanes to feed first).
-  void post(std::vector<Piece> pieces, bool may_inline = true);
+  // through the lane's sending thread. `may_send_large` false: a payload above
+  // MORI_IO_INLINE_BYTES goes through the thread (the caller has other lanes to feed first).
+  void post(std::vector<Piece> pieces, bool may_send_large = true);
   // The socket's send buffer: a post this large finds room in the kernel at once when the
   // connection has nothing in flight, so sending it costs the caller the copy alone.
   static constexpr size_t kSendBuffer = 4u << 20;

@@ -128,6 +128,25 @@ def test_striping_edges_exact(monkeypatch):
     run_sequence(a, b, [s for pair in zip(sizes, reversed(sizes)) for s in pair], seed=200)
 
 
+def stop(pid: int) -> None:
+    """SIGSTOP, and wait until every thread of the process is stopped (delivery is
+    asynchronous: a thread not yet stopped could still answer a request posted right after)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:
+                pass
+        if states and all(st in "tT" for st in states):
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"process {pid} did not stop within 10 s of SIGSTOP")
+
+
 def remote_target(key: str, size: int, seed: int):
     peer = RemotePeer(env={"MORI_IO_DIRECT": "0", "MORI_IO_TIMEOUT_MS": str(TIMEOUT_MS)})
     desc = EngineDesc.unpack(unb64(peer.ask("engine", key=key)["engine"]))
@@ -154,7 +173,7 @@ def test_target_fails_in_the_middle_of_a_write(monkeypatch, fault):
         local = me.register_memory(buf.ctypes.data, buf.nbytes, -1, CPU)
         assert me.write(local, 0, remote, 0, 4096, 1).WaitFor(30_000) == StatusCode.SUCCESS  # connected
         if fault == "stop":
-            os.kill(peer.proc.pid, signal.SIGSTOP)
+            stop(peer.proc.pid)
             t0 = time.monotonic()
             small = me.write(local, 0, remote, 0, 4 * MiB, 2)  # idle lane: from this thread
             assert time.monotonic() - t0 < TIMEOUT_MS / 1000, "the caller's send waited for the stopped peer"
@@ -205,7 +224,10 @@ def test_initiator_fails_in_the_middle_of_a_write(monkeypatch, fault):
         deadline = time.monotonic() + 10
         while not tbuf[:MiB].any() and time.monotonic() < deadline:
             pass
-        os.kill(peer.proc.pid, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
+        if fault == "kill":
+            os.kill(peer.proc.pid, signal.SIGKILL)
+        else:
+            stop(peer.proc.pid)
         # Another initiator, meanwhile, every byte right.
         other = engine(1)
         other.register_remote_engine(EngineDesc.unpack(target.get_engine_desc().pack()))

@@ -47,13 +47,26 @@ void TcpBackend::post(bool read, Peer& peer, const std::shared_ptr<Transfer>& t,
       if (stripe) lane = (lane + 1) % n;
     }
   }
+  if (count == 1 && t->notify) {
+    // One request is the whole transfer: it carries the notification, which the target counts
+    // once the request succeeded (one message, not two; the waiter sends nothing after the
+    // reply). Not for a read into GPU memory: its copy there may still fail afterwards.
+    for (auto& pieces : per_lane)
+      if (!pieces.empty() && !(read && pieces.front().gpu)) {
+        pieces.front().req.flags = wire::kNotifyOnSuccess;
+        pieces.front().req.aux = t->uid;
+        t->notify = false;
+      }
+  }
   t->add_pieces(count);
-  if (!stripe) t->status->set_driver(lanes[lane]->driver());  // one lane: its waiter may read the replies
-  // The lanes' threads get their pieces first; the caller may send the last lane's itself
+  // Large shares go to the lanes' threads first; the caller may send the last lane's itself
   // (Lane::post), after the others are on their way.
   size_t last = n;
   for (size_t i = 0; i < n; ++i)
     if (!per_lane[i].empty()) last = i;
+  // The waiter reads that lane's replies itself (the others' come through their receiving
+  // threads; with one lane, all of them).
+  if (last < n) t->status->set_driver(lanes[last]->driver());
   for (size_t i = 0; i < n; ++i)
     if (!per_lane[i].empty()) lanes[i]->post(std::move(per_lane[i]), i == last);
 }
