@@ -224,6 +224,29 @@ void Listener::serve_requests(Conn* c) {
   auto answer = [&](uint64_t id, StatusCode status, const std::string& why) {
     batch.add(make_reply(id, status, why, 0), why, nullptr, 0, RegionUse());
   };
+  // An inbound transfer of this peer finished (a kNotify, or a request flagged kNotifyOnSuccess
+  // that succeeded).
+  auto notice = [&](uint64_t uid) {
+    if (!c->verified) {
+      // Only a proven sender's notifications count: anyone with our descriptor could
+      // otherwise report "transfer done" in another engine's name.
+      uint64_t suppressed = 0;
+      if (unverified_log_.allow(&suppressed))
+        MORI_LOG(kWarn, "IO",
+                 "engine '%s': dropped a notification from a connection that says it is engine '%s' without "
+                 "proof (register that engine's EngineDesc here before it connects)%s",
+                 engine_.key().c_str(), c->peer_key.c_str(),
+                 suppressed ? format(" (%llu similar lines suppressed)", (unsigned long long)suppressed).c_str() : "");
+      return;
+    }
+    if (engine_.notifications_on()) engine_.note_inbound(c->peer_key, uid);
+  };
+  // The last write's payload was large, so the next request likely carries one too: its
+  // header is then received alone when nothing is buffered, and the payload goes from the
+  // kernel straight into registered memory. (Received with the header, up to the reader's
+  // 256 KiB of it would come through the buffer and be copied: all of a 64 KiB write.)
+  // Small writes keep one recv() for header and payload together.
+  bool large_next = false;
   while (!stopping_.load()) {
     if (!reader.buffered()) {
       batch.flush();  // everything received so far is answered: send it before waiting
@@ -234,8 +257,9 @@ void Listener::serve_requests(Conn* c) {
       if (rc <= 0) continue;
     }
     wire::Request q;
-    if (!reader.read(&q, sizeof(q))) return;  // the initiator closed
+    if (!(large_next ? reader.read_header(&q, sizeof(q)) : reader.read(&q, sizeof(q)))) return;  // the initiator closed
     auto op = static_cast<wire::Op>(q.op);
+    large_next = op == wire::Op::kWrite && q.length >= SocketReader::kDirectBytes;
     if ((op == wire::Op::kWrite || op == wire::Op::kRead) && q.length > wire::kMaxChunk)
       raise(Status::kRemote, "peer '%s' announced a %llu-byte request", c->peer_key.c_str(),
             static_cast<unsigned long long>(q.length));
@@ -258,6 +282,7 @@ void Listener::serve_requests(Conn* c) {
           raise(Status::kRemote, "connection closed in a payload");
         }
         answer(q.id, status, why);
+        if (status == StatusCode::SUCCESS && (q.flags & wire::kNotifyOnSuccess)) notice(q.aux);  // the data is in place
         break;
       }
       case wire::Op::kRead: {
@@ -276,27 +301,16 @@ void Listener::serve_requests(Conn* c) {
           }
           batch.add(make_reply(q.id, StatusCode::SUCCESS, "", q.length), "", buf, q.length, RegionUse());
           batch.flush();  // the staging buffer is reused by the next request
-          break;
+        } else {
+          batch.add(make_reply(q.id, StatusCode::SUCCESS, "", q.length), "", src, q.length, std::move(use));
         }
-        batch.add(make_reply(q.id, StatusCode::SUCCESS, "", q.length), "", src, q.length, std::move(use));
+        if (q.flags & wire::kNotifyOnSuccess) {
+          batch.flush();  // the data has left this memory before the owner hears it may reuse it
+          notice(q.aux);
+        }
         break;
       }
-      case wire::Op::kNotify:
-        if (!c->verified) {
-          // Only a proven sender's notifications count: anyone with our descriptor could
-          // otherwise report "transfer done" in another engine's name.
-          uint64_t suppressed = 0;
-          if (unverified_log_.allow(&suppressed))
-            MORI_LOG(
-                kWarn, "IO",
-                "engine '%s': dropped a notification from a connection that says it is engine '%s' without "
-                "proof (register that engine's EngineDesc here before it connects)%s",
-                engine_.key().c_str(), c->peer_key.c_str(),
-                suppressed ? format(" (%llu similar lines suppressed)", (unsigned long long)suppressed).c_str() : "");
-          break;
-        }
-        if (engine_.notifications_on()) engine_.note_inbound(c->peer_key, q.aux);
-        break;
+      case wire::Op::kNotify: notice(q.aux); break;
       case wire::Op::kGrant: {
         RegionUse use = registry.acquire(q.region, q.region_key, 0, 0, true, &why);
         if (use && use->loc != MemoryLocationType::CPU) why = "direct access is for CPU memory only";

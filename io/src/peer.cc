@@ -73,7 +73,7 @@ Lane::Lane(Peer& peer, int index, UniqueFd fd)
   double timeout = peer_.engine().settings().timeout_s;
   net::set_timeouts(fd_.get(), timeout);
   net::set_liveness(fd_.get(), timeout);
-  int buf = 4 << 20;
+  int buf = static_cast<int>(kSendBuffer);
   setsockopt(fd_.get(), SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
   setsockopt(fd_.get(), SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
   tx_ = std::thread([this] { tx_loop(); });
@@ -108,7 +108,7 @@ static void fail_piece(Lane::Piece& p, const std::string& why) {
   if (p.on_reply) p.on_reply(StatusCode::ERR_RDMA_OP, why, {});
 }
 
-void Lane::post(std::vector<Piece> pieces) {
+void Lane::post(std::vector<Piece> pieces, bool may_send_large) {
   if (pieces.empty()) return;
   size_t payload = 0;
   for (const auto& p : pieces)
@@ -119,8 +119,17 @@ void Lane::post(std::vector<Piece> pieces) {
     for (auto& p : pieces) fail_piece(p, peer_.name() + ": connection lost");
     return;
   }
-  if (!sending_ && queue_.empty() && payload <= peer_.engine().settings().inline_bytes) {
-    // Idle lane, small post: send from this thread (no hand-off latency).
+  bool send_here = !sending_ && queue_.empty();
+  if (send_here && payload > peer_.engine().settings().inline_bytes) {
+    // Larger than MORI_IO_INLINE_BYTES: only when nothing is in flight either. Every byte
+    // sent before was then received by the target, the kernel takes up to kSendBuffer at
+    // once, and the caller pays the copy the sending thread would have paid, without the
+    // hand-off. With requests in flight the send could wait for the peer: the thread sends.
+    std::lock_guard<std::mutex> pl(p_mu_);
+    send_here = may_send_large && payload <= kSendBuffer && pending_.empty();
+  }
+  if (send_here) {
+    // Idle lane: send from this thread (no hand-off latency).
     sending_ = true;
     lock.unlock();
     send_pieces(pieces);

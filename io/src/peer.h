@@ -89,8 +89,13 @@ class Lane {
   Lane(const Lane&) = delete;
   Lane& operator=(const Lane&) = delete;
 
-  // Sends the pieces in order (small ones from the caller's thread when the lane is idle).
-  void post(std::vector<Piece> pieces);
+  // Sends the pieces in order, from the caller's thread when the lane is idle (below), else
+  // through the lane's sending thread. `may_send_large` false: a payload above
+  // MORI_IO_INLINE_BYTES goes through the thread (the caller has other lanes to feed first).
+  void post(std::vector<Piece> pieces, bool may_send_large = true);
+  // The socket's send buffer: a post this large finds room in the kernel at once when the
+  // connection has nothing in flight, so sending it costs the caller the copy alone.
+  static constexpr size_t kSendBuffer = 4u << 20;
   bool broken() const { return broken_.load(); }
   // What a waiter for a transfer on this lane alone drives (see LaneDriver).
   std::shared_ptr<StatusDriver> driver() const { return driver_; }

@@ -25,7 +25,7 @@ constexpr char kAuthLabel[] = "mori-io-v1";
 // The second handshake, by which an initiator proves it is the engine its Hello names
 // (when the target holds that engine's descriptor): the target is the client there.
 constexpr char kIdentityLabel[] = "mori-io-sender-v1";
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;  // 3: Request.flags (kNotifyOnSuccess)
 constexpr size_t kMaxChunk = 16u << 20;
 constexpr size_t kMaxKey = 4096;      // longest engine key
 constexpr size_t kMaxMessage = 1024;  // longest error text of a reply
@@ -52,14 +52,20 @@ struct HelloReply {
 enum class Op : uint8_t {
   kWrite = 1,      // payload of `length` bytes -> (region, offset)
   kRead = 2,       // reply carries `length` bytes from (region, offset)
-  kNotify = 3,     // aux = transfer uid: an inbound transfer of the initiator finished
+  kNotify = 3,     // aux = transfer uid: an inbound transfer of the initiator finished (see kNotifyOnSuccess)
   kGrant = 4,      // same-host direct access: reply GrantReply for (region, key)
   kRevokeAck = 5,  // aux = region id: the initiator dropped its grant
 };
 
+// Request.flags of a kWrite or kRead that is the whole of its transfer: aux is the transfer's
+// uid, and the request, once it succeeds (the write's data in place, the read's reply sent),
+// counts as the transfer's notification: no kNotify message follows.
+constexpr uint8_t kNotifyOnSuccess = 1;
+
 struct Request {
   uint8_t op;  // Op
-  uint8_t pad[3];
+  uint8_t flags;
+  uint8_t pad[2];
   uint32_t region;
   uint64_t id;  // echoed in the reply
   uint64_t region_key;

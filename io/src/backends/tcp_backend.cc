@@ -17,10 +17,19 @@ void TcpBackend::post(bool read, Peer& peer, const std::shared_ptr<Transfer>& t,
   size_t lane = t->uid % n;
   const size_t chunk = engine_.settings().chunk_bytes;
   bool stripe = n > 1 && total > chunk;
+  uint64_t piece = wire::kMaxChunk;
+  if (stripe) {
+    // Pieces of equal size, at most `chunk`, as many as a multiple of the lanes: every lane
+    // carries the same share, and the transfer ends when they all do (1 MiB + 4 KiB goes as
+    // two halves rather than 1 MiB on one lane and 4 KiB on the other).
+    uint64_t k = (total + chunk - 1) / chunk;
+    k = (k + n - 1) / n * n;
+    piece = std::min<uint64_t>(chunk, (total + k - 1) / k);
+  }
   int count = 0;
   for (const auto& e : extents) {
     for (uint64_t done = 0; done < e.size;) {
-      uint64_t len = std::min<uint64_t>(e.size - done, stripe ? chunk : wire::kMaxChunk);
+      uint64_t len = std::min<uint64_t>(e.size - done, piece);
       Lane::Piece lp;
       lp.req.op = static_cast<uint8_t>(read ? wire::Op::kRead : wire::Op::kWrite);
       lp.req.region = remote.id;
@@ -38,10 +47,28 @@ void TcpBackend::post(bool read, Peer& peer, const std::shared_ptr<Transfer>& t,
       if (stripe) lane = (lane + 1) % n;
     }
   }
+  if (count == 1 && t->notify) {
+    // One request is the whole transfer: it carries the notification, which the target counts
+    // once the request succeeded (one message, not two; the waiter sends nothing after the
+    // reply). Not for a read into GPU memory: its copy there may still fail afterwards.
+    for (auto& pieces : per_lane)
+      if (!pieces.empty() && !(read && pieces.front().gpu)) {
+        pieces.front().req.flags = wire::kNotifyOnSuccess;
+        pieces.front().req.aux = t->uid;
+        t->notify = false;
+      }
+  }
   t->add_pieces(count);
-  if (!stripe) t->status->set_driver(lanes[lane]->driver());  // one lane: its waiter may read the replies
+  // Large shares go to the lanes' threads first; the caller may send the last lane's itself
+  // (Lane::post), after the others are on their way.
+  size_t last = n;
   for (size_t i = 0; i < n; ++i)
-    if (!per_lane[i].empty()) lanes[i]->post(std::move(per_lane[i]));
+    if (!per_lane[i].empty()) last = i;
+  // The waiter reads that lane's replies itself (the others' come through their receiving
+  // threads; with one lane, all of them).
+  if (last < n) t->status->set_driver(lanes[last]->driver());
+  for (size_t i = 0; i < n; ++i)
+    if (!per_lane[i].empty()) lanes[i]->post(std::move(per_lane[i]), i == last);
 }
 
 void TcpBackend::connect(Peer& peer) { (void)peer.lanes(); }

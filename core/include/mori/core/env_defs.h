@@ -64,10 +64,11 @@
     "MORI-IO: connecting to a peer engine and proving its secret may take this long")                                  \
   X(io_tcp_lanes, "MORI_IO_TCP_LANES", int, "2", io, "",                                                               \
     "MORI-IO tcp backend: connections per peer (RdmaBackendConfig.qp_per_transfer > 1 overrides)")                     \
-  X(io_tcp_chunk, "MORI_IO_TCP_CHUNK", size, "1MiB", io, "",                                                           \
-    "MORI-IO tcp backend: large transfers are striped over the lanes in pieces of this size")                          \
+  X(io_tcp_chunk, "MORI_IO_TCP_CHUNK", size, "512KiB", io, "",                                                         \
+    "MORI-IO tcp backend: larger transfers are striped over the lanes, in equal pieces of at most this size")          \
   X(io_inline_bytes, "MORI_IO_INLINE_BYTES", size, "64KiB", io, "",                                                    \
-    "MORI-IO: posts up to this size are sent from the caller's thread when the connection is idle")                    \
+    "MORI-IO: posts up to this size are sent from the caller's thread when the connection is not sending (larger "     \
+    "ones up to its 4 MiB socket buffer when nothing is in flight either)")                                            \
   X(io_direct, "MORI_IO_DIRECT", bool, "1", io, "",                                                                    \
     "MORI-IO: CPU memory of engines on one host moves by process_vm_readv/writev, not sockets")                        \
   X(io_direct_threads, "MORI_IO_DIRECT_THREADS", int, "2", io, "", "MORI-IO: threads that run large same-host copies") \

@@ -1,0 +1,248 @@
+# SPDX-License-Identifier: MIT
+"""The tcp backend's size-dependent paths, at their edges, on fresh random bytes checked
+exactly on both sides (issue 32):
+
+- the target receives a write's header alone once the last write was large (>= 16 KiB), so
+  the payload goes from the kernel straight into registered memory; small ones keep header
+  and payload in one recv;
+- the initiator receives a large read's reply header alone (payload straight into memory);
+- a write up to MORI_IO_INLINE_BYTES is sent from the caller's thread when the lane is idle,
+  a larger one (up to the 4 MiB socket buffer) when nothing is in flight either;
+- a striped transfer (above MORI_IO_TCP_CHUNK) is cut into equal pieces, a multiple of the
+  lanes, none above the chunk;
+
+and the faults on those paths: a peer that dies or stops in the middle of a payload fails
+what is in flight with an error naming it within MORI_IO_TIMEOUT_MS, and the engine goes on
+serving everyone else."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from peer import RemotePeer, b64, unb64
+
+from mori.io import (
+    BackendType,
+    EngineDesc,
+    IOEngine,
+    IOEngineConfig,
+    MemoryDesc,
+    MemoryLocationType,
+    StatusCode,
+    TcpBackendConfig,
+)
+
+pytestmark = pytest.mark.timeout(120)
+CPU = MemoryLocationType.CPU
+_seq = iter(range(1 << 30))
+KiB, MiB = 1 << 10, 1 << 20
+TIMEOUT_MS = 2000
+
+# Edges: one byte, the direct-receive threshold (16 KiB), the inline threshold (64 KiB), the
+# chunk (1 MiB), the socket buffer (4 MiB), each -1/+1; large and small alternate so the
+# target's guess (the next write is as large as the last) is wrong in both directions.
+EDGES = [16 * KiB, 64 * KiB, MiB, 4 * MiB]
+SIZES = [1] + [e + d for e in EDGES for d in (-1, 0, 1)]
+ORDER = [s for pair in zip(sorted(SIZES), sorted(SIZES, reverse=True)) for s in pair]
+
+
+def rng_bytes(size: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8)
+
+
+def engine(lanes: int) -> IOEngine:
+    e = IOEngine(f"paths-{os.getpid()}-{next(_seq)}", IOEngineConfig("127.0.0.1", 0))
+    e.create_backend(BackendType.TCP, TcpBackendConfig(lanes, False))
+    return e
+
+
+def pair(lanes: int):
+    a, b = engine(lanes), engine(lanes)
+    a.register_remote_engine(EngineDesc.unpack(b.get_engine_desc().pack()))
+    return a, b
+
+
+def layout(sizes, gap: int = 4096):
+    """Offsets of `sizes` laid out one after another with a gap whose bytes must stay put."""
+    offs, at = [], gap
+    for s in sizes:
+        offs.append(at)
+        at += s + gap
+    return offs, at
+
+
+def run_sequence(a: IOEngine, b: IOEngine, sizes, seed: int) -> None:
+    """Each size written (local -> remote) then read back into a third buffer, one transfer
+    at a time and then as one batch of mixed sizes, every byte of all three buffers checked."""
+    offs, total = layout(sizes)
+    src, dst, back = rng_bytes(total, seed), rng_bytes(total, seed + 1), rng_bytes(total, seed + 2)
+    want_dst, want_back = dst.copy(), back.copy()
+    ms, mb = (a.register_memory(x.ctypes.data, x.nbytes, -1, CPU) for x in (src, back))
+    md = b.register_memory(dst.ctypes.data, dst.nbytes, -1, CPU)
+    remote = MemoryDesc.unpack(md.pack())
+    out, home = a.create_session(ms, remote), a.create_session(mb, remote)
+    for o, s in zip(offs, sizes):
+        st = out.write(o, o, s, a.allocate_transfer_uid())
+        assert st.WaitFor(30_000) == StatusCode.SUCCESS, f"write of {s} B: {st.Message()}"
+        want_dst[o : o + s] = src[o : o + s]
+        assert np.array_equal(dst[o - 1 : o + s + 1], want_dst[o - 1 : o + s + 1]), f"write of {s} B"
+        st = home.read(o, o, s, a.allocate_transfer_uid())
+        assert st.WaitFor(30_000) == StatusCode.SUCCESS, f"read of {s} B: {st.Message()}"
+        want_back[o : o + s] = want_dst[o : o + s]
+        assert np.array_equal(back[o - 1 : o + s + 1], want_back[o - 1 : o + s + 1]), f"read of {s} B"
+    assert np.array_equal(dst, want_dst) and np.array_equal(back, want_back)
+    # One batch of every size (headers of small requests land in the buffer behind large payloads).
+    src[:] = rng_bytes(total, seed + 3)
+    st = out.batch_write(offs, offs, list(sizes), a.allocate_transfer_uid())
+    assert st.WaitFor(30_000) == StatusCode.SUCCESS, st.Message()
+    for o, s in zip(offs, sizes):
+        want_dst[o : o + s] = src[o : o + s]
+    assert np.array_equal(dst, want_dst)
+    st = home.batch_read(offs, offs, list(sizes), a.allocate_transfer_uid())
+    assert st.WaitFor(30_000) == StatusCode.SUCCESS, st.Message()
+    for o, s in zip(offs, sizes):
+        want_back[o : o + s] = want_dst[o : o + s]
+    assert np.array_equal(back, want_back)
+    for m in (ms, mb):
+        a.deregister_memory(m)
+    b.deregister_memory(md)
+
+
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_edges_exact(lanes):
+    a, b = pair(lanes)
+    run_sequence(a, b, ORDER, seed=100 + lanes)
+
+
+def test_striping_edges_exact(monkeypatch):
+    """A 64 KiB chunk: transfers just below, at and above 1, 2 and 3 chunks, and 1 MiB + 1
+    (17 pieces of a 64 KiB chunk become 18 equal ones over two lanes)."""
+    monkeypatch.setenv("MORI_IO_TCP_CHUNK", str(64 * KiB))
+    a, b = pair(2)
+    sizes = [c * 64 * KiB + d for c in (1, 2, 3) for d in (-1, 0, 1)] + [MiB + 1, 5, 3 * MiB + 7]
+    run_sequence(a, b, [s for pair in zip(sizes, reversed(sizes)) for s in pair], seed=200)
+
+
+def stop(pid: int) -> None:
+    """SIGSTOP, and wait until every thread of the process is stopped (delivery is
+    asynchronous: a thread not yet stopped could still answer a request posted right after)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:
+                pass
+        if states and all(st in "tT" for st in states):
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"process {pid} did not stop within 10 s of SIGSTOP")
+
+
+def remote_target(key: str, size: int, seed: int):
+    peer = RemotePeer(env={"MORI_IO_DIRECT": "0", "MORI_IO_TIMEOUT_MS": str(TIMEOUT_MS)})
+    desc = EngineDesc.unpack(unb64(peer.ask("engine", key=key)["engine"]))
+    r = peer.ask("alloc", size=size, seed=seed)
+    return peer, desc, MemoryDesc.unpack(unb64(r["mem"]))
+
+
+@pytest.mark.parametrize("fault", ["kill", "stop"])
+def test_target_fails_in_the_middle_of_a_write(monkeypatch, fault):
+    """The target dies or stops while a 64 MiB write's payload is on its way (sent by the
+    lane's thread), and while a 4 MiB one is sent from the caller's thread: both fail naming
+    it, within MORI_IO_TIMEOUT_MS; the caller's post returns at once; the engine keeps
+    working with another target."""
+    monkeypatch.setenv("MORI_IO_TIMEOUT_MS", str(TIMEOUT_MS))
+    key = f"target-{os.getpid()}-{next(_seq)}"
+    peer, desc, remote = remote_target(key, 64 * MiB, 1)
+    me, other = engine(1), engine(1)
+    obuf = np.zeros(8 * MiB, dtype=np.uint8)
+    omem = other.register_memory(obuf.ctypes.data, obuf.nbytes, -1, CPU)
+    try:
+        me.register_remote_engine(desc)
+        me.register_remote_engine(other.get_engine_desc())
+        buf = rng_bytes(64 * MiB, 2)
+        local = me.register_memory(buf.ctypes.data, buf.nbytes, -1, CPU)
+        assert me.write(local, 0, remote, 0, 4096, 1).WaitFor(30_000) == StatusCode.SUCCESS  # connected
+        if fault == "stop":
+            stop(peer.proc.pid)
+            t0 = time.monotonic()
+            small = me.write(local, 0, remote, 0, 4 * MiB, 2)  # idle lane: from this thread
+            assert time.monotonic() - t0 < TIMEOUT_MS / 1000, "the caller's send waited for the stopped peer"
+            big = me.write(local, 0, remote, 0, 64 * MiB, 3)
+        else:
+            big = me.write(local, 0, remote, 0, 64 * MiB, 3)  # through the lane's thread
+            t0 = time.monotonic()
+            os.kill(peer.proc.pid, signal.SIGKILL)
+            small = me.write(local, 0, remote, 0, 4 * MiB, 2)
+        for st in (small, big):
+            assert st.WaitFor(TIMEOUT_MS + 5000) != StatusCode.IN_PROGRESS
+            assert st.Failed() and key in st.Message(), st.Message()
+        assert time.monotonic() - t0 < TIMEOUT_MS / 1000 + 3
+        # Another target at once, every byte right.
+        t0 = time.monotonic()
+        st = me.write(local, MiB, MemoryDesc.unpack(omem.pack()), 0, 8 * MiB, 4)
+        assert st.WaitFor(10_000) == StatusCode.SUCCESS, st.Message()
+        assert time.monotonic() - t0 < 2 and np.array_equal(obuf, buf[MiB : 9 * MiB])
+    finally:
+        try:
+            os.kill(peer.proc.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        peer.kill()
+
+
+@pytest.mark.parametrize("fault", ["kill", "stop"])
+def test_initiator_fails_in_the_middle_of_a_write(monkeypatch, fault):
+    """An initiator dies or stops while the target receives a 64 MiB write's payload straight
+    into registered memory: the target serves another initiator meanwhile, and deregistering
+    the region ends within MORI_IO_TIMEOUT_MS (the connection stuck in the payload lets go)."""
+    monkeypatch.setenv("MORI_IO_TIMEOUT_MS", str(TIMEOUT_MS))
+    target = engine(1)
+    size = 64 * MiB
+    tbuf = np.zeros(size, dtype=np.uint8)
+    tmem = target.register_memory(tbuf.ctypes.data, tbuf.nbytes, -1, CPU)
+    # The other initiator's region: bytes of the cut-off stream still queued in the kernel
+    # may land in the first one after the fault.
+    tbuf2 = np.zeros(4 * MiB, dtype=np.uint8)
+    tmem2 = target.register_memory(tbuf2.ctypes.data, tbuf2.nbytes, -1, CPU)
+    peer = RemotePeer(env={"MORI_IO_DIRECT": "0", "MORI_IO_TIMEOUT_MS": str(TIMEOUT_MS)})
+    try:
+        peer.ask("engine", key=f"writer-{os.getpid()}-{next(_seq)}", lanes=1)
+        peer.ask("alloc", size=size, seed=3)
+        peer.ask("peer", engine=b64(target.get_engine_desc().pack()))
+        peer.ask("post", op="write", local=0, remote=b64(tmem.pack()), size=size)
+        # Strike once the payload is arriving.
+        deadline = time.monotonic() + 10
+        while not tbuf[:MiB].any() and time.monotonic() < deadline:
+            pass
+        if fault == "kill":
+            os.kill(peer.proc.pid, signal.SIGKILL)
+        else:
+            stop(peer.proc.pid)
+        # Another initiator, meanwhile, every byte right.
+        other = engine(1)
+        other.register_remote_engine(EngineDesc.unpack(target.get_engine_desc().pack()))
+        obuf = rng_bytes(4 * MiB, 4)
+        omem = other.register_memory(obuf.ctypes.data, obuf.nbytes, -1, CPU)
+        t0 = time.monotonic()
+        st = other.write(omem, 0, MemoryDesc.unpack(tmem2.pack()), 0, 4 * MiB, 1)
+        assert st.WaitFor(10_000) == StatusCode.SUCCESS, st.Message()
+        assert time.monotonic() - t0 < 2 and np.array_equal(tbuf2, obuf)
+        t0 = time.monotonic()
+        target.deregister_memory(tmem)
+        assert time.monotonic() - t0 < TIMEOUT_MS / 1000 + 3
+    finally:
+        try:
+            os.kill(peer.proc.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        peer.kill()
