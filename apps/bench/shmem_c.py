@@ -139,6 +139,8 @@ def run(
     runs: int = 1,
     transport: str = "shm",
     ucx_tls: str = "tcp",
+    coll_max_bytes: int = 0,
+    ops: str = "",
 ) -> list[Row]:
     """Build both binaries and run each `runs` times per PE count, alternating which implementation
     goes first; returns every measurement."""
@@ -154,9 +156,11 @@ def run(
             _compile(ompi_oshcc, theirs)
         else:
             print(f"warning: {ompi_oshcc}/{ompi_oshrun} not found: Open MPI baseline skipped", file=sys.stderr)
-        args = [str(max_bytes), str(scale)]
+        args = [str(max_bytes), str(scale), str(coll_max_bytes), ops]
         mori_env = dict(os.environ, MORI_PYTHON=sys.executable)
-        mori_env.setdefault("MORI_SHMEM_HEAP_SIZE", str(max(64 << 20, 4 * max_bytes)))
+        # The collectives' two buffers hold every PE's part (fcollect, alltoall).
+        heap = max(64 << 20, 4 * max_bytes, 4 * coll_max_bytes * max(pes))
+        mori_env.setdefault("MORI_SHMEM_HEAP_SIZE", str(heap))
         impls = [
             (label, [str(p.bin_dir / "oshrun")], ours, dict(mori_env, **extra))
             for label, extra in _mori_variants(transport, ucx_tls)
@@ -276,6 +280,18 @@ def main(argv: list[str]) -> int:
         default=0,
         help="busy-loop processes running beside every run, as other jobs would (default 0)",
     )
+    ap.add_argument(
+        "--coll-max-bytes",
+        type=size_type("--coll-max-bytes"),
+        default=0,
+        help="time the collectives at every power of two from 8 B to this size per PE (OSU's sizes; "
+        "default: 8 B, 1, 16, 32 and 64 KiB)",
+    )
+    ap.add_argument(
+        "--ops",
+        default="",
+        help="comma-separated subset of p2p,fcollect,broadcast,sum,alltoall,barrier to run (default all)",
+    )
     ap.add_argument("--ompi-oshcc", default="/usr/bin/oshcc")
     ap.add_argument("--ompi-oshrun", default="/usr/bin/oshrun")
     args = ap.parse_args(argv)
@@ -286,10 +302,22 @@ def main(argv: list[str]) -> int:
         ap.error("--runs must be at least 1")
     if args.load < 0:
         ap.error("--load must be 0 or more")
+    known = {"p2p", "fcollect", "broadcast", "sum", "alltoall", "barrier"}
+    if not set(filter(None, args.ops.split(","))) <= known:
+        ap.error(f"--ops: each must be one of {','.join(sorted(known))}")
     t0 = time.time()
     with busy_loops(args.load):
         rows = run(
-            pes, args.max_bytes, args.scale, args.ompi_oshcc, args.ompi_oshrun, args.runs, args.transport, args.ucx_tls
+            pes,
+            args.max_bytes,
+            args.scale,
+            args.ompi_oshcc,
+            args.ompi_oshrun,
+            args.runs,
+            args.transport,
+            args.ucx_tls,
+            args.coll_max_bytes,
+            args.ops,
         )
     if args.load:
         print(f"beside {args.load} busy loop(s)")
@@ -306,6 +334,8 @@ def main(argv: list[str]) -> int:
         "runs": args.runs,
         "transport": args.transport,
         "load": args.load,
+        "coll_max_bytes": args.coll_max_bytes,
+        "ops": args.ops or "all",
         "ucx_tls": args.ucx_tls if args.transport == "ucx" else None,
         "command": "mori bench shmem-c " + " ".join(argv),
     }
