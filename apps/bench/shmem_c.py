@@ -141,9 +141,11 @@ def run(
     ucx_tls: str = "tcp",
     coll_max_bytes: int = 0,
     ops: str = "",
+    before_python: str = "",
 ) -> list[Row]:
     """Build both binaries and run each `runs` times per PE count, alternating which implementation
-    goes first; returns every measurement."""
+    goes first; returns every measurement. `before_python`: the Python of another MORI install
+    (an earlier build), whose oshcc/oshrun build and run the same source as "mori-before"."""
     from mori.shmem.capi import paths
 
     p = paths()
@@ -165,6 +167,25 @@ def run(
             (label, [str(p.bin_dir / "oshrun")], ours, dict(mori_env, **extra))
             for label, extra in _mori_variants(transport, ucx_tls)
         ]
+        if before_python:
+            got = subprocess.run(
+                [before_python, "-c", "from mori.shmem.capi import paths; print(paths().bin_dir)"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            if got.returncode != 0:
+                raise RuntimeError(f"--before-python {before_python}: no MORI there:\n{got.stderr[-2000:]}")
+            before_bin = Path(got.stdout.strip())
+            _compile(str(before_bin / "oshcc"), Path(tmp) / "bench_mori_before")
+            impls.append(
+                (
+                    "mori-before",
+                    [str(before_bin / "oshrun")],
+                    Path(tmp) / "bench_mori_before",
+                    dict(mori_env, MORI_PYTHON=before_python),
+                )
+            )
         if have_ompi:
             ompi_env = dict(os.environ, **OMPI_ENV)
             if transport == "ucx":  # the same UCX transports under Open MPI's spml ucx
@@ -208,21 +229,24 @@ def table(rows: list[Row]) -> str:
         keyed.setdefault((r.impl, r.pes, r.op, r.bytes), []).append(r)
         if r.impl not in impls:
             impls.append(r.impl)
-    baselines = [i for i in ("openmpi", "openmpi-scoll-basic", "ucx_perftest") if i in impls]
+    baselines = [i for i in ("mori-before", "openmpi", "openmpi-scoll-basic", "ucx_perftest") if i in impls]
     ours = [i for i in impls if i not in baselines]
     cols = ours + baselines
     runs = max((r.run for r in rows), default=0) + 1
     first = ours[0] if ours else None
     raw = "ucx_perftest" in impls
+    before = "mori-before" in impls
     basic = "openmpi-scoll-basic" in impls
     lines = [
         f"median of {runs} run(s) [min-max]; speedup: {first or '-'} over openmpi"
         + (" (collectives: over openmpi-scoll-basic, Open MPI's collectives on its spml)" if basic else "")
-        + (f"; vs raw ucx: {first or '-'} time / ucx_perftest time" if raw else ""),
+        + (f"; vs raw ucx: {first or '-'} time / ucx_perftest time" if raw else "")
+        + (f"; vs before: mori-before's time / {first or '-'}'s" if before else ""),
         f"{'PEs':>3} {'op':<18} {'bytes':>7} "
         + " ".join(f"{c:>28}" for c in cols)
         + f" {'speedup':>8}"
-        + (f" {'vs raw ucx':>10}" if raw else ""),
+        + (f" {'vs raw ucx':>10}" if raw else "")
+        + (f" {'vs before':>9}" if before else ""),
     ]
 
     def ratio(theirs: Optional[list[Row]], m: tuple[float, float, float], bw: bool) -> Optional[float]:
@@ -250,6 +274,9 @@ def table(rows: list[Row]) -> str:
         if raw:
             vs = ratio(keyed.get(("ucx_perftest", n, op, b)), m, bw)
             line += f" {f'{1 / vs:9.2f}x' if vs else '-':>10}"
+        if before:
+            vb = ratio(keyed.get(("mori-before", n, op, b)), m, bw)
+            line += f" {f'{vb:8.2f}x' if vb else '-':>9}"
         lines.append(line)
     return "\n".join(lines)
 
@@ -292,6 +319,12 @@ def main(argv: list[str]) -> int:
         default="",
         help="comma-separated subset of p2p,fcollect,broadcast,sum,alltoall,barrier to run (default all)",
     )
+    ap.add_argument(
+        "--before-python",
+        default="",
+        help="the Python of another MORI install (an earlier build): its oshcc/oshrun run the same "
+        "source as 'mori-before' in every run, alternated with ours and Open MPI's",
+    )
     ap.add_argument("--ompi-oshcc", default="/usr/bin/oshcc")
     ap.add_argument("--ompi-oshrun", default="/usr/bin/oshrun")
     args = ap.parse_args(argv)
@@ -318,6 +351,7 @@ def main(argv: list[str]) -> int:
             args.ucx_tls,
             args.coll_max_bytes,
             args.ops,
+            args.before_python,
         )
     if args.load:
         print(f"beside {args.load} busy loop(s)")
@@ -336,6 +370,7 @@ def main(argv: list[str]) -> int:
         "load": args.load,
         "coll_max_bytes": args.coll_max_bytes,
         "ops": args.ops or "all",
+        "before_python": args.before_python or None,
         "ucx_tls": args.ucx_tls if args.transport == "ucx" else None,
         "command": "mori bench shmem-c " + " ".join(argv),
     }
