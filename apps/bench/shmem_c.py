@@ -139,9 +139,13 @@ def run(
     runs: int = 1,
     transport: str = "shm",
     ucx_tls: str = "tcp",
+    coll_max_bytes: int = 0,
+    ops: str = "",
+    before_python: str = "",
 ) -> list[Row]:
     """Build both binaries and run each `runs` times per PE count, alternating which implementation
-    goes first; returns every measurement."""
+    goes first; returns every measurement. `before_python`: the Python of another MORI install
+    (an earlier build), whose oshcc/oshrun build and run the same source as "mori-before"."""
     from mori.shmem.capi import paths
 
     p = paths()
@@ -154,13 +158,34 @@ def run(
             _compile(ompi_oshcc, theirs)
         else:
             print(f"warning: {ompi_oshcc}/{ompi_oshrun} not found: Open MPI baseline skipped", file=sys.stderr)
-        args = [str(max_bytes), str(scale)]
+        args = [str(max_bytes), str(scale), str(coll_max_bytes), ops]
         mori_env = dict(os.environ, MORI_PYTHON=sys.executable)
-        mori_env.setdefault("MORI_SHMEM_HEAP_SIZE", str(max(64 << 20, 4 * max_bytes)))
+        # The collectives' two buffers hold every PE's part (fcollect, alltoall).
+        heap = max(64 << 20, 4 * max_bytes, 4 * coll_max_bytes * max(pes))
+        mori_env.setdefault("MORI_SHMEM_HEAP_SIZE", str(heap))
         impls = [
             (label, [str(p.bin_dir / "oshrun")], ours, dict(mori_env, **extra))
             for label, extra in _mori_variants(transport, ucx_tls)
         ]
+        if before_python:
+            got = subprocess.run(
+                [before_python, "-c", "from mori.shmem.capi import paths; print(paths().bin_dir)"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            if got.returncode != 0:
+                raise RuntimeError(f"--before-python {before_python}: no MORI there:\n{got.stderr[-2000:]}")
+            before_bin = Path(got.stdout.strip())
+            _compile(str(before_bin / "oshcc"), Path(tmp) / "bench_mori_before")
+            impls.append(
+                (
+                    "mori-before",
+                    [str(before_bin / "oshrun")],
+                    Path(tmp) / "bench_mori_before",
+                    dict(mori_env, MORI_PYTHON=before_python),
+                )
+            )
         if have_ompi:
             ompi_env = dict(os.environ, **OMPI_ENV)
             if transport == "ucx":  # the same UCX transports under Open MPI's spml ucx
@@ -204,21 +229,24 @@ def table(rows: list[Row]) -> str:
         keyed.setdefault((r.impl, r.pes, r.op, r.bytes), []).append(r)
         if r.impl not in impls:
             impls.append(r.impl)
-    baselines = [i for i in ("openmpi", "openmpi-scoll-basic", "ucx_perftest") if i in impls]
+    baselines = [i for i in ("mori-before", "openmpi", "openmpi-scoll-basic", "ucx_perftest") if i in impls]
     ours = [i for i in impls if i not in baselines]
     cols = ours + baselines
     runs = max((r.run for r in rows), default=0) + 1
     first = ours[0] if ours else None
     raw = "ucx_perftest" in impls
+    before = "mori-before" in impls
     basic = "openmpi-scoll-basic" in impls
     lines = [
         f"median of {runs} run(s) [min-max]; speedup: {first or '-'} over openmpi"
         + (" (collectives: over openmpi-scoll-basic, Open MPI's collectives on its spml)" if basic else "")
-        + (f"; vs raw ucx: {first or '-'} time / ucx_perftest time" if raw else ""),
+        + (f"; vs raw ucx: {first or '-'} time / ucx_perftest time" if raw else "")
+        + (f"; vs before: mori-before's time / {first or '-'}'s" if before else ""),
         f"{'PEs':>3} {'op':<18} {'bytes':>7} "
         + " ".join(f"{c:>28}" for c in cols)
         + f" {'speedup':>8}"
-        + (f" {'vs raw ucx':>10}" if raw else ""),
+        + (f" {'vs raw ucx':>10}" if raw else "")
+        + (f" {'vs before':>9}" if before else ""),
     ]
 
     def ratio(theirs: Optional[list[Row]], m: tuple[float, float, float], bw: bool) -> Optional[float]:
@@ -246,6 +274,9 @@ def table(rows: list[Row]) -> str:
         if raw:
             vs = ratio(keyed.get(("ucx_perftest", n, op, b)), m, bw)
             line += f" {f'{1 / vs:9.2f}x' if vs else '-':>10}"
+        if before:
+            vb = ratio(keyed.get(("mori-before", n, op, b)), m, bw)
+            line += f" {f'{vb:8.2f}x' if vb else '-':>9}"
         lines.append(line)
     return "\n".join(lines)
 
@@ -276,6 +307,24 @@ def main(argv: list[str]) -> int:
         default=0,
         help="busy-loop processes running beside every run, as other jobs would (default 0)",
     )
+    ap.add_argument(
+        "--coll-max-bytes",
+        type=size_type("--coll-max-bytes"),
+        default=0,
+        help="time the collectives at every power of two from 8 B to this size per PE (OSU's sizes; "
+        "default: 8 B, 1, 16, 32 and 64 KiB)",
+    )
+    ap.add_argument(
+        "--ops",
+        default="",
+        help="comma-separated subset of p2p,fcollect,broadcast,sum,alltoall,barrier to run (default all)",
+    )
+    ap.add_argument(
+        "--before-python",
+        default="",
+        help="the Python of another MORI install (an earlier build): its oshcc/oshrun run the same "
+        "source as 'mori-before' in every run, alternated with ours and Open MPI's",
+    )
     ap.add_argument("--ompi-oshcc", default="/usr/bin/oshcc")
     ap.add_argument("--ompi-oshrun", default="/usr/bin/oshrun")
     args = ap.parse_args(argv)
@@ -286,10 +335,23 @@ def main(argv: list[str]) -> int:
         ap.error("--runs must be at least 1")
     if args.load < 0:
         ap.error("--load must be 0 or more")
+    known = {"p2p", "fcollect", "broadcast", "sum", "alltoall", "barrier"}
+    if not set(filter(None, args.ops.split(","))) <= known:
+        ap.error(f"--ops: each must be one of {','.join(sorted(known))}")
     t0 = time.time()
     with busy_loops(args.load):
         rows = run(
-            pes, args.max_bytes, args.scale, args.ompi_oshcc, args.ompi_oshrun, args.runs, args.transport, args.ucx_tls
+            pes,
+            args.max_bytes,
+            args.scale,
+            args.ompi_oshcc,
+            args.ompi_oshrun,
+            args.runs,
+            args.transport,
+            args.ucx_tls,
+            args.coll_max_bytes,
+            args.ops,
+            args.before_python,
         )
     if args.load:
         print(f"beside {args.load} busy loop(s)")
@@ -306,6 +368,9 @@ def main(argv: list[str]) -> int:
         "runs": args.runs,
         "transport": args.transport,
         "load": args.load,
+        "coll_max_bytes": args.coll_max_bytes,
+        "ops": args.ops or "all",
+        "before_python": args.before_python or None,
         "ucx_tls": args.ucx_tls if args.transport == "ucx" else None,
         "command": "mori bench shmem-c " + " ".join(argv),
     }

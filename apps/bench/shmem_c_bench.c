@@ -4,7 +4,11 @@
  * variable, atomic fetch-add latency, and over all PEs the latency of barrier, fcollect,
  * broadcast, sum reduction (int64) and alltoall (the 1.4 active-set forms, which every
  * implementation has). PE 0 prints one JSON object per measurement; a collective's time is
- * the slowest PE's. Usage: shmem_c_bench [max_bytes] [scale] */
+ * the slowest PE's. Usage: shmem_c_bench [max_bytes] [scale] [coll_max_bytes] [ops]
+ *   coll_max_bytes: 0 (default) times the collectives at 8 B, 1, 16, 32 and 64 KiB per PE; N > 0
+ *     at every power of two from 8 B (one 64-bit element, the smallest the 1.4 routines move)
+ *     to N (OSU's sizes);
+ *   ops: comma-separated subset of p2p,fcollect,broadcast,sum,alltoall,barrier (default all). */
 #include <shmem.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +25,8 @@ static long g_ping; /* the ping-pong's flag */
 /* Two of each: consecutive calls alternate, so a call never reuses the pSync of one that a
  * slower PE may still be in (the spec's rule for back-to-back collectives). */
 static long g_psync[2][PSYNC_LEN];
-static long g_wrk[2][MAX2(SHMEM_REDUCE_MIN_WRKDATA_SIZE, 8192 / 2 + 1)];
+static long g_wrk[2][MAX2(SHMEM_REDUCE_MIN_WRKDATA_SIZE, 2)];
+static long* g_sum_wrk[2]; /* symmetric, sized for the largest sum (nreduce / 2 + 1 longs) */
 static double g_elapsed, g_slowest;
 
 static double now_us(void) {
@@ -86,15 +91,30 @@ static void do_broadcast(void* dst, const void* src, size_t nelems, int i, int n
   shmem_barrier_all();
 }
 static void do_sum(void* dst, const void* src, size_t nelems, int i, int n) {
-  shmem_long_sum_to_all(dst, src, (int)nelems, 0, 0, n, (long*)g_wrk[i & 1], g_psync[i & 1]);
+  shmem_long_sum_to_all(dst, src, (int)nelems, 0, 0, n, g_sum_wrk[i & 1], g_psync[i & 1]);
 }
 static void do_alltoall(void* dst, const void* src, size_t nelems, int i, int n) {
   shmem_alltoall64(dst, src, nelems, 0, 0, n, g_psync[i & 1]);
 }
 
+/* Whether `op` is in the comma-separated list `ops` (NULL: every op). */
+static int wanted(const char* ops, const char* op) {
+  if (!ops) return 1;
+  size_t len = strlen(op);
+  for (const char* p = ops; *p;) {
+    const char* end = strchr(p, ',');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (n == len && strncmp(p, op, len) == 0) return 1;
+    p += n + (end ? 1 : 0);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   size_t max_bytes = argc > 1 ? strtoull(argv[1], NULL, 0) : (4u << 20);
   double scale = argc > 2 ? atof(argv[2]) : 1.0;
+  size_t coll_bytes = argc > 3 ? strtoull(argv[3], NULL, 0) : 0;
+  const char* ops = argc > 4 && argv[4][0] ? argv[4] : NULL;
   shmem_init();
   int me = shmem_my_pe(), n = shmem_n_pes(), peer = n - 1;
   char* heap = shmem_malloc(max_bytes);
@@ -103,7 +123,7 @@ int main(int argc, char** argv) {
   memset(heap, 0, max_bytes);
   shmem_barrier_all();
 
-  for (size_t bytes = 8; bytes <= max_bytes; bytes *= 8) {
+  for (size_t bytes = 8; wanted(ops, "p2p") && bytes <= max_bytes; bytes *= 8) {
     int it = iters_for(bytes, scale), warm = it / 10 + 1;
     if (me == 0) {
       for (int i = 0; i < warm; ++i) {
@@ -135,7 +155,7 @@ int main(int argc, char** argv) {
     }
     shmem_barrier_all();
   }
-  if (me == 0) {
+  if (me == 0 && wanted(ops, "p2p")) {
     int it = iters_for(8, scale);
     for (size_t bytes = 8; bytes <= 4096; bytes *= 8) {
       double t = now_us();
@@ -157,7 +177,7 @@ int main(int argc, char** argv) {
   /* Ping-pong (perftest's put_lat): PE 0 puts i into the peer's flag, the peer waits for it
    * and puts it back; half a round trip each, with no quiet (the wait sees the put land). */
   shmem_barrier_all();
-  if (me == 0 || me == peer) {
+  if (wanted(ops, "p2p") && (me == 0 || me == peer)) {
     int it = iters_for(8, scale), warm = it / 10 + 1;
     double t = 0;
     for (long i = 1; i <= warm + it; ++i) {
@@ -177,29 +197,42 @@ int main(int argc, char** argv) {
     for (int j = 0; j < PSYNC_LEN; ++j) g_psync[k][j] = SHMEM_SYNC_VALUE;
   for (int j = 0; j < SHMEM_BCAST_SYNC_SIZE; ++j) g_warm_psync[j] = SHMEM_SYNC_VALUE;
   shmem_barrier_all();
-  /* Collectives: element counts per PE of 8 bytes each (8 B, 1 KiB, 16 KiB, 32 KiB, 64 KiB). */
-  size_t coll_max = 8192;
+  /* Collectives: element counts per PE of 8 bytes each (8 B, 1 KiB, 16 KiB, 32 KiB, 64 KiB, or
+   * every power of two up to coll_bytes). */
+  size_t counts[32], ncounts = 0;
+  if (coll_bytes) {
+    for (size_t e = 1; e * 8 <= coll_bytes && ncounts < 32; e *= 2) counts[ncounts++] = e;
+  } else {
+    const size_t fixed[] = {1, 128, 2048, 4096, 8192};
+    for (size_t c = 0; c < sizeof(fixed) / sizeof(fixed[0]); ++c) counts[ncounts++] = fixed[c];
+  }
+  size_t coll_max = counts[ncounts - 1];
   long *csrc = shmem_malloc(coll_max * 8 * n), *cdst = shmem_malloc(coll_max * 8 * n);
   for (size_t j = 0; j < coll_max * n; ++j) csrc[j] = me + (long)j;
-  const size_t counts[] = {1, 128, 2048, 4096, 8192};
-  for (int c = 0; c < (int)(sizeof(counts) / sizeof(counts[0])); ++c) {
+  for (int k = 0; k < 2; ++k)
+    g_sum_wrk[k] = shmem_malloc(MAX2(SHMEM_REDUCE_MIN_WRKDATA_SIZE, coll_max / 2 + 1) * sizeof(long));
+  for (size_t c = 0; c < ncounts; ++c) {
     size_t nelems = counts[c];
-    int it = (int)((nelems <= 128 ? 2000 : 200) * scale) + 10;
     size_t bytes = nelems * 8;
-    time_collective("fcollect", do_fcollect, cdst, csrc, nelems, bytes, it, n);
-    time_collective("broadcast+barrier", do_broadcast, cdst, csrc, nelems, bytes, it, n);
-    time_collective("sum_to_all_int64", do_sum, cdst, csrc, nelems, bytes, it, n);
-    time_collective("alltoall", do_alltoall, cdst, csrc, nelems, bytes, it, n);
+    /* About 0.1 s of calls at the largest sizes: a 1 MiB fcollect over 4 PEs moves 4 MiB a PE. */
+    int it = (int)((nelems <= 128 ? 2000 : bytes <= 65536 ? 200 : (int)(200 * 65536 / bytes) + 20) * scale) + 10;
+    if (wanted(ops, "fcollect")) time_collective("fcollect", do_fcollect, cdst, csrc, nelems, bytes, it, n);
+    if (wanted(ops, "broadcast")) time_collective("broadcast+barrier", do_broadcast, cdst, csrc, nelems, bytes, it, n);
+    if (wanted(ops, "sum")) time_collective("sum_to_all_int64", do_sum, cdst, csrc, nelems, bytes, it, n);
+    if (wanted(ops, "alltoall")) time_collective("alltoall", do_alltoall, cdst, csrc, nelems, bytes, it, n);
   }
+  for (int k = 0; k < 2; ++k) shmem_free(g_sum_wrk[k]);
   shmem_free(cdst);
   shmem_free(csrc);
   shmem_barrier_all();
-  int bit = (int)(2000 * scale) + 10;
-  for (int i = 0; i < bit / 10; ++i) shmem_barrier_all();
-  double t = now_us();
-  for (int i = 0; i < bit; ++i) shmem_barrier_all();
-  double el = now_us() - t;
-  if (me == 0) report("barrier", 0, bit, el);
+  if (wanted(ops, "barrier")) {
+    int bit = (int)(2000 * scale) + 10;
+    for (int i = 0; i < bit / 10; ++i) shmem_barrier_all();
+    double t = now_us();
+    for (int i = 0; i < bit; ++i) shmem_barrier_all();
+    double el = now_us() - t;
+    if (me == 0) report("barrier", 0, bit, el);
+  }
   shmem_free(heap);
   free(local);
   shmem_finalize();

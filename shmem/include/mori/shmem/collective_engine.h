@@ -84,7 +84,10 @@ StagedParts stage_and_meet(Group& g, const void* part, size_t bytes, const char*
 
 // ---- byte collectives over symmetric buffers (source and dest at the same offset everywhere)
 
-// dest on every member = source of member `root` (root_copies: the root's dest too).
+// dest on every member = source of member `root` (root_copies: the root's dest too). Small
+// parts go through the inbox; on one host the members otherwise copy straight from the root's
+// source (each waits for the root alone, the root for all of them), across hosts the data is
+// pushed down a binomial tree.
 void broadcast(Group& g, void* dest, const void* source, size_t bytes, int root, bool root_copies, const char* fn);
 // dest = the members' sources concatenated in member order (sizes may differ).
 void collect(Group& g, void* dest, const void* source, size_t bytes, const char* fn);
@@ -175,7 +178,8 @@ void allreduce_parts(Group& g, const Combiner& c, void* out, const char* const* 
 // copies it out and acknowledges. A sender reuses a slot only once its previous message there
 // was acknowledged, so a fast PE can run at most two collectives ahead of a slow one, and
 // nobody waits for anybody else's arrival: a small fcollect, broadcast, alltoall or reduction is
-// one message per pair. The users' dest buffers are only written by their owner, so a program
+// one message per pair (a broadcast: root to member; but see broadcast() where PEs outnumber
+// cores). The users' dest buffers are only written by their owner, so a program
 // may fill dest right before the call (as many do) without a barrier.
 class Inbox {
  public:
@@ -214,6 +218,10 @@ class Inbox {
   void restart_stages(int channel) {
     if (channel >= 0 && static_cast<size_t>(channel) < staged_.size()) staged_[channel] = 0;
   }
+
+  // Whether this host's PEs outnumber its cores (then every wait yields or sleeps); the same
+  // answer on every PE of the host.
+  bool host_crowded() const { return wide_staging_; }
 
   // Sends `bytes` (<= kMessageBytes) to member `to` of `g`.
   void send(const Group& g, int to, const void* data, size_t bytes, const char* fn);
