@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: MIT
 // mori._C.umbp.MasterIndex: the UMBP master's in-memory block index (umbp/src/master_index.h).
 // Batches cross as Python lists of str/int; the index work itself runs without the GIL.
+// mori._C.umbp.MasterGrpcServer: the master's grpc++ server (umbp/src/master_grpc_server.h),
+// calling a Python handler per call.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "mori/core/status.h"
+#include "src/master_grpc_server.h"
 #include "src/master_index.h"
 
 namespace py = pybind11;
@@ -45,7 +49,87 @@ py::list int_list(const std::vector<T>& v) {
 
 }  // namespace
 
+namespace {
+
+// The Python handler as the server's GrpcHandler: handler(method: str, request: bytes,
+// metadata: list[(str, str | bytes)], peer: str, time_remaining: float | None)
+// -> (code: int, details: str, reply: bytes). The interpreter lock is taken once per call, on
+// the server's worker thread; values of "-bin" metadata keys are bytes, the others str.
+GrpcHandler python_handler(py::function fn) {
+  // Dropped with the server, maybe from a thread without the lock: take it for the decref.
+  std::shared_ptr<py::function> f(new py::function(std::move(fn)), [](py::function* p) {
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+  return [f](const GrpcCall& call, GrpcReply& reply) {
+    py::gil_scoped_acquire gil;
+    try {
+      py::list md(call.metadata.size());
+      for (size_t i = 0; i < call.metadata.size(); ++i) {
+        const auto& [k, v] = call.metadata[i];
+        const bool binary = k.size() > 4 && k.compare(k.size() - 4, 4, "-bin") == 0;
+        py::object value = binary ? py::object(py::bytes(v)) : py::object(py::str(v));
+        PyList_SET_ITEM(md.ptr(), i, py::make_tuple(py::str(k), value).release().ptr());
+      }
+      py::object remaining = call.time_remaining_s < 0 ? py::none() : py::object(py::float_(call.time_remaining_s));
+      py::object out = (*f)(py::str(call.method), py::bytes(call.request), md, py::str(call.peer), remaining);
+      auto t = out.cast<py::tuple>();
+      MORI_CHECK_ARG(t.size() == 3, "the master's gRPC handler must return (code, details, reply), got %zu items",
+                     t.size());
+      reply.code = t[0].cast<int>();
+      reply.details = t[1].cast<std::string>();
+      char* data = nullptr;
+      Py_ssize_t len = 0;
+      if (PyBytes_AsStringAndSize(t[2].ptr(), &data, &len) != 0) throw py::error_already_set();
+      reply.body.assign(data, static_cast<size_t>(len));
+    } catch (py::error_already_set& e) {
+      // The dispatcher answers every handler error itself; this is a bug in it. UNKNOWN, as
+      // grpcio answers an exception from a handler.
+      reply.code = 2;
+      reply.details = std::string("umbp master: gRPC handler failed: ") + e.what();
+    } catch (const std::exception& e) {
+      reply.code = 2;
+      reply.details = std::string("umbp master: gRPC handler failed: ") + e.what();
+    }
+  };
+}
+
+// Dropping the server joins its workers, which take the interpreter lock: drop it without.
+struct ReleaseGilDelete {
+  void operator()(MasterGrpcServer* s) const {
+    if (PyGILState_Check()) {
+      py::gil_scoped_release nogil;
+      delete s;
+    } else {
+      delete s;
+    }
+  }
+};
+
+}  // namespace
+
 void bind_umbp_master(py::module_& m) {
+  m.attr("HAVE_GRPCPP") = grpc_server_available();
+  py::class_<MasterGrpcServer, std::unique_ptr<MasterGrpcServer, ReleaseGilDelete>>(
+      m, "MasterGrpcServer",
+      "The UMBP master's gRPC server in grpc++: every call's request bytes, metadata, peer and "
+      "time remaining go to handler(method, request, metadata, peer, time_remaining), which "
+      "answers (code, details, reply bytes); it runs on one of `workers` threads. Start raises "
+      "when the build has no grpc++ (HAVE_GRPCPP).")
+      .def(
+          py::init([](std::string listen_address, py::function handler, int workers, bool reuse_port,
+                      int max_message_bytes) {
+            return std::unique_ptr<MasterGrpcServer, ReleaseGilDelete>(new MasterGrpcServer(
+                std::move(listen_address), python_handler(std::move(handler)), workers, reuse_port, max_message_bytes));
+          }),
+          py::arg("listen_address"), py::arg("handler"), py::arg("workers") = 16, py::arg("reuse_port") = false,
+          py::arg("max_message_bytes") = 256 << 20)
+      .def("start", &MasterGrpcServer::start, py::call_guard<py::gil_scoped_release>(),
+           "Bind and serve; the bound port.")
+      .def("stop", &MasterGrpcServer::stop, py::arg("grace"), py::call_guard<py::gil_scoped_release>(),
+           "Stop: calls in flight get `grace` seconds, then are cancelled; the workers end.")
+      .def("wait", &MasterGrpcServer::wait, py::call_guard<py::gil_scoped_release>(), "Block until stop() ran.");
+
   py::class_<MasterIndex>(m, "MasterIndex",
                           "The UMBP master's in-memory block index: key -> copies (node, tier, size), "
                           "with last access and lease per key; lock-sharded by key hash.")
