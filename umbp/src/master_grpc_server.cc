@@ -23,114 +23,108 @@ bool grpc_server_available() { return true; }
 
 namespace {
 
-// One call: a unary RPC read as the first message of a generic bidi stream (its client sends one
-// message and half-closes). The read completes on grpc's callback thread, which must not block:
-// the handler (which takes the interpreter lock and may wait on Redis or a peer) runs on one of
-// the server's workers, and the reply is written from there.
-class CallReactor final : public grpc::ServerGenericBidiReactor {
- public:
-  CallReactor(MasterGrpcServer::Impl* server, grpc::GenericCallbackServerContext* ctx) : server_(server), ctx_(ctx) {
-    StartRead(&request_);
-  }
-  void OnReadDone(bool ok) override;
-  void OnWriteDone(bool) override {}
-  void OnDone() override { delete this; }
-  void OnCancel() override {}
-  void run(const GrpcHandler& handler);
-
- private:
-  MasterGrpcServer::Impl* server_;
-  grpc::GenericCallbackServerContext* ctx_;
-  grpc::ByteBuffer request_;
-  grpc::ByteBuffer reply_;
+// One call's state on the completion queue: a unary RPC read as the first message of a generic
+// bidi stream (its client sends one message and half-closes). Its tag is the object itself;
+// `stage` says which operation completed.
+struct Call {
+  enum Stage { kRequested, kRead, kFinished } stage = kRequested;
+  grpc::GenericServerContext ctx;
+  grpc::GenericServerAsyncReaderWriter stream{&ctx};
+  grpc::ByteBuffer request, reply;
 };
 
-}  // namespace
-
-struct MasterGrpcServer::Impl : grpc::CallbackGenericService {
-  std::string listen_address;
-  GrpcHandler handler;
-  int n_workers = 1;
-  bool reuse_port = false;
-  int max_message_bytes = 0;
-  std::unique_ptr<grpc::Server> server;
-  std::vector<std::thread> workers;
-  std::mutex mu;
-  std::condition_variable work_cv, stopped_cv;
-  std::deque<CallReactor*> queue;
-  bool quitting = false;  // workers leave once the queue is empty
-  bool stopped = false;
-
-  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* ctx) override {
-    return new CallReactor(this, ctx);
-  }
-
-  void enqueue(CallReactor* call) {
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      queue.push_back(call);
-    }
-    work_cv.notify_one();
-  }
-
-  void work() {
-    for (;;) {
-      CallReactor* call = nullptr;
-      {
-        std::unique_lock<std::mutex> lk(mu);
-        work_cv.wait(lk, [&] { return quitting || !queue.empty(); });
-        if (queue.empty()) return;
-        call = queue.front();
-        queue.pop_front();
-      }
-      call->run(handler);
-    }
-  }
-};
-
-namespace {
-
-void CallReactor::OnReadDone(bool ok) {
-  if (!ok) {  // the client went away, or sent no message
-    Finish(grpc::Status(grpc::StatusCode::INTERNAL, "umbp master: no request message"));
-    return;
-  }
-  server_->enqueue(this);
-}
-
-void CallReactor::run(const GrpcHandler& handler) {
+GrpcCall call_of(Call& c) {
   GrpcCall call;
-  call.method = ctx_->method();
+  call.method = c.ctx.method();
   std::vector<grpc::Slice> slices;
-  if (request_.Dump(&slices).ok()) {
+  if (c.request.Dump(&slices).ok()) {
     size_t n = 0;
     for (const auto& s : slices) n += s.size();
     call.request.reserve(n);
     for (const auto& s : slices) call.request.append(reinterpret_cast<const char*>(s.begin()), s.size());
   }
-  for (const auto& [k, v] : ctx_->client_metadata()) call.metadata.emplace_back(std::string(k.data(), k.size()),
-                                                                                 std::string(v.data(), v.size()));
-  call.peer = ctx_->peer();
-  const auto deadline = ctx_->deadline();
+  for (const auto& [k, v] : c.ctx.client_metadata())
+    call.metadata.emplace_back(std::string(k.data(), k.size()), std::string(v.data(), v.size()));
+  call.peer = c.ctx.peer();
+  const auto deadline = c.ctx.deadline();
   if (deadline != std::chrono::system_clock::time_point::max())
     call.time_remaining_s = std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count();
-  GrpcReply reply;
-  try {
-    handler(call, reply);
-  } catch (const std::exception& e) {  // a handler bug must not take the server down
-    reply.code = static_cast<int>(grpc::StatusCode::UNKNOWN);
-    reply.details = std::string("umbp master: handler failed: ") + e.what();
-  }
-  if (reply.code != 0) {
-    Finish(grpc::Status(static_cast<grpc::StatusCode>(reply.code), reply.details));
-    return;
-  }
-  grpc::Slice slice(reply.body);
-  reply_ = grpc::ByteBuffer(&slice, 1);
-  StartWriteAndFinish(&reply_, grpc::WriteOptions(), grpc::Status::OK);
+  return call;
 }
 
 }  // namespace
+
+// The workers are the completion queue's pollers (as in grpc++'s synchronous server): the thread
+// that sees a request arrive runs its handler and writes the reply, so a call crosses no thread
+// between the socket and the handler. A handler may block (on the interpreter lock, Redis, a
+// peer): the other workers keep polling meanwhile. (grpc++'s callback API would run the
+// handler on grpc's own few callback threads, where blocking is not allowed, or cost a hand-off
+// to a pool.)
+struct MasterGrpcServer::Impl {
+  std::string listen_address;
+  GrpcHandler handler;
+  int n_workers = 1;
+  bool reuse_port = false;
+  int max_message_bytes = 0;
+  grpc::AsyncGenericService service;
+  std::unique_ptr<grpc::ServerCompletionQueue> cq;
+  std::unique_ptr<grpc::Server> server;
+  std::vector<std::thread> workers;
+  std::mutex mu;
+  std::condition_variable stopped_cv;
+  bool stopped = false;
+
+  // Offer the server one more slot for an incoming call.
+  void request_call() {
+    auto* c = new Call;
+    service.RequestCall(&c->ctx, &c->stream, cq.get(), cq.get(), c);
+  }
+
+  void work() {
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq->Next(&tag, &ok)) {
+      auto* c = static_cast<Call*>(tag);
+      switch (c->stage) {
+        case Call::kRequested:
+          if (!ok) {  // the server is shutting down: this slot was never used
+            delete c;
+            break;
+          }
+          request_call();
+          c->stage = Call::kRead;
+          c->stream.Read(&c->request, c);
+          break;
+        case Call::kRead:
+          c->stage = Call::kFinished;
+          if (!ok) {  // the client went away, or sent no message
+            c->stream.Finish(grpc::Status(grpc::StatusCode::INTERNAL, "umbp master: no request message"), c);
+            break;
+          }
+          answer(*c);
+          break;
+        case Call::kFinished: delete c; break;
+      }
+    }
+  }
+
+  void answer(Call& c) {
+    GrpcReply reply;
+    try {
+      handler(call_of(c), reply);
+    } catch (const std::exception& e) {  // a handler bug must not take the server down
+      reply.code = static_cast<int>(grpc::StatusCode::UNKNOWN);
+      reply.details = std::string("umbp master: handler failed: ") + e.what();
+    }
+    if (reply.code != 0) {
+      c.stream.Finish(grpc::Status(static_cast<grpc::StatusCode>(reply.code), reply.details), &c);
+      return;
+    }
+    grpc::Slice slice(reply.body);
+    c.reply = grpc::ByteBuffer(&slice, 1);
+    c.stream.WriteAndFinish(c.reply, grpc::WriteOptions(), grpc::Status::OK, &c);
+  }
+};
 
 MasterGrpcServer::MasterGrpcServer(std::string listen_address, GrpcHandler handler, int workers, bool reuse_port,
                                    int max_message_bytes)
@@ -155,12 +149,21 @@ int MasterGrpcServer::start() {
   builder.SetMaxReceiveMessageSize(s.max_message_bytes);
   builder.SetMaxSendMessageSize(s.max_message_bytes);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, s.reuse_port ? 1 : 0);
-  builder.RegisterCallbackGenericService(&s);
+  builder.RegisterAsyncGenericService(&s.service);
+  s.cq = builder.AddCompletionQueue();
   s.server = builder.BuildAndStart();
   if (!s.server || port == 0) {
     s.server.reset();
+    s.cq->Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (s.cq->Next(&tag, &ok)) {
+    }
+    s.cq.reset();
     raise(Status::kUnavailable, "umbp master: cannot listen on %s", s.listen_address.c_str());
   }
+  // A slot per worker for calls arriving at once; each taken slot is replaced at once.
+  for (int i = 0; i < s.n_workers; ++i) s.request_call();
   for (int i = 0; i < s.n_workers; ++i) s.workers.emplace_back([&s] { s.work(); });
   return port;
 }
@@ -168,18 +171,16 @@ int MasterGrpcServer::start() {
 void MasterGrpcServer::stop(double grace_s) {
   Impl& s = *impl_;
   if (!s.server) return;
-  // Calls still queued keep their workers until they are answered: Shutdown waits for them.
+  // Calls being handled get their answer out within the grace time (then they are cancelled);
+  // the queue is shut down after the server, and the workers drain it and leave.
   s.server->Shutdown(std::chrono::system_clock::now() +
                      std::chrono::microseconds(static_cast<int64_t>(std::max(grace_s, 0.0) * 1e6)));
-  {
-    std::lock_guard<std::mutex> lk(s.mu);
-    s.quitting = true;
-  }
-  s.work_cv.notify_all();
+  s.cq->Shutdown();
   for (auto& t : s.workers) t.join();
   s.workers.clear();
   s.server->Wait();
   s.server.reset();
+  s.cq.reset();
   {
     std::lock_guard<std::mutex> lk(s.mu);
     s.stopped = true;

@@ -1,16 +1,15 @@
 // SPDX-License-Identifier: MIT
 // The UMBP master's gRPC server in C++ (grpc++): it serves umbp.UMBPMaster and
 // umbp.UMBPMasterAdmin (MORI's wire, umbp/proto/) from inside the master process. Every call is
-// taken as raw bytes by one generic callback service and handed, on one of the server's worker
-// threads, to a handler (the binding's: the Python servicers, with the interpreter lock taken
-// once per call); the handler's reply or status goes back as it gave it. What it replaces is
+// taken as raw bytes by one generic service and handed, on the worker thread that polled it in,
+// to a handler (the binding's: the Python servicers, with the interpreter lock taken once per
+// call); the handler's reply or status goes back as it gave it. What it replaces is
 // grpcio's Python server, whose completion-queue thread and thread pool cost a call ~600 us of
 // CPU (docs/umbp-master.md).
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -23,10 +22,10 @@ namespace mori::umbp {
 
 // One call as the handler sees it.
 struct GrpcCall {
-  std::string method;   // "/umbp.UMBPMaster/BatchRouteGet"
-  std::string request;  // the serialized request message
+  std::string method;                                         // "/umbp.UMBPMaster/BatchRouteGet"
+  std::string request;                                        // the serialized request message
   std::vector<std::pair<std::string, std::string>> metadata;  // the client's metadata, in order
-  std::string peer;     // "ipv4:127.0.0.1:40000"
+  std::string peer;                                           // "ipv4:127.0.0.1:40000"
   double time_remaining_s = -1;  // until the client's deadline when the handler starts; < 0: none
 };
 
@@ -45,7 +44,8 @@ bool grpc_server_available();
 
 class MasterGrpcServer {
  public:
-  // listen_address: host:port (port 0: any free one); workers: threads running the handler;
+  // listen_address: host:port (port 0: any free one); workers: threads polling for calls and
+  // running the handler (as many calls are handled at once);
   // reuse_port: share the port with sibling processes (SO_REUSEPORT); max_message_bytes: the
   // largest request or reply.
   MasterGrpcServer(std::string listen_address, GrpcHandler handler, int workers, bool reuse_port,
