@@ -111,6 +111,7 @@ class MasterServer:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._server = None  # grpc.Server or mori._C.umbp.MasterGrpcServer
+        self.native_routes = None  # mori._C.umbp.NativeRouteGet when BatchRouteGet runs in C++
         self.port = 0
         self.metrics_port: Optional[int] = None
 
@@ -140,6 +141,7 @@ class MasterServer:
                 reuse_port=self._reuse_port,
                 max_message_bytes=256 << 20,
             )
+            self._route_natively(server)
             try:
                 self.port = server.start()
             except Exception as exc:  # noqa: BLE001 - mori's error says why; this names the address
@@ -176,6 +178,37 @@ class MasterServer:
             self.metrics_port,
         )
         return self.port
+
+    def _route_natively(self, server) -> None:
+        """BatchRouteGet answered in C++ by the grpc++ server when the store is the in-memory one
+        and calls are not signed (a signature is checked in Python before any handler)."""
+        from mori import _C
+
+        if not (_C.umbp.HAVE_NATIVE_ROUTES and isinstance(self.store, InMemoryMetadataStore) and self._secret is None):
+            return
+        state = self.state
+        latency = self.metrics.rpc_latency_of("BatchRouteGet")
+        self.native_routes = _C.umbp.NativeRouteGet(
+            self.store.native_index,
+            self.settings.lease_duration_s,
+            state.get_router.strategy == "random",
+            list(latency._upper_bounds),
+            lambda: [(c.node_id, c.peer_address) for c in state.alive(0).values()],
+        )
+        server.route_natively(self.native_routes)
+
+        def drain() -> None:
+            hits, buckets, latency_sum, answered = self.native_routes.drain()
+            for node_id, n in hits.items():
+                self.metrics.batch_route_get.labels(node_id).inc(n)
+            if answered:
+                # The histogram has no public way to add counts bucket for bucket.
+                for value, n in zip(latency._buckets, buckets):
+                    if n:
+                        value.inc(n)
+                latency._sum.inc(latency_sum)
+
+        self.metrics.before_scrape(drain)
 
     def _every(self, interval: float, fn, name: str) -> None:
         def loop():

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mori/core/status.h"
+#include "src/master_grpc_routes.h"
 #include "src/master_grpc_server.h"
 #include "src/master_index.h"
 
@@ -51,26 +52,36 @@ py::list int_list(const std::vector<T>& v) {
 
 namespace {
 
-// The Python handler as the server's GrpcHandler: handler(method: str, request: bytes,
-// metadata: list[(str, str | bytes)], peer: str, time_remaining: float | None)
-// -> (code: int, details: str, reply: bytes). The interpreter lock is taken once per call, on
-// the server's worker thread; values of "-bin" metadata keys are bytes, the others str.
-GrpcHandler python_handler(py::function fn) {
-  // Dropped with the server, maybe from a thread without the lock: take it for the decref.
-  std::shared_ptr<py::function> f(new py::function(std::move(fn)), [](py::function* p) {
-    py::gil_scoped_acquire gil;
-    delete p;
-  });
-  return [f](const GrpcCall& call, GrpcReply& reply) {
-    py::gil_scoped_acquire gil;
-    // A worker keeps its Python thread state from its first call on: made and torn down per
-    // call it cost tens of microseconds. (The server's few workers leave theirs to the
-    // interpreter's own cleanup.)
+// The interpreter lock on one of the server's workers. A worker keeps its Python thread state
+// from its first call on: made and torn down per call it cost tens of microseconds. (The
+// server's few workers leave theirs to the interpreter's own cleanup.)
+struct WorkerGil {
+  py::gil_scoped_acquire gil;
+  WorkerGil() {
     thread_local bool kept = false;
     if (!kept) {
       gil.inc_ref();
       kept = true;
     }
+  }
+};
+
+// A Python callable held by C++ objects that may drop it on a thread without the lock.
+std::shared_ptr<py::function> held(py::function fn) {
+  return std::shared_ptr<py::function>(new py::function(std::move(fn)), [](py::function* p) {
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+}
+
+// The Python handler as the server's GrpcHandler: handler(method: str, request: bytes,
+// metadata: list[(str, str | bytes)], peer: str, time_remaining: float | None)
+// -> (code: int, details: str, reply: bytes). The interpreter lock is taken once per call, on
+// the server's worker thread; values of "-bin" metadata keys are bytes, the others str.
+GrpcHandler python_handler(py::function fn) {
+  auto f = held(std::move(fn));
+  return [f](const GrpcCall& call, GrpcReply& reply) {
+    WorkerGil gil;
     try {
       py::list md(call.metadata.size());
       for (size_t i = 0; i < call.metadata.size(); ++i) {
@@ -136,7 +147,60 @@ void bind_umbp_master(py::module_& m) {
            "Bind and serve; the bound port.")
       .def("stop", &MasterGrpcServer::stop, py::arg("grace"), py::call_guard<py::gil_scoped_release>(),
            "Stop: calls in flight get `grace` seconds, then are cancelled; the workers end.")
+      .def(
+          "route_natively",
+          [](MasterGrpcServer& server, NativeRouteGet& native) {
+            server.set_native(
+                "/umbp.UMBPMaster/BatchRouteGet",
+                [n = &native](const std::string& req, std::string& rep) { return n->batch_route_get(req, rep); });
+          },
+          py::arg("native"), py::keep_alive<1, 2>(),
+          "Answer BatchRouteGet with `native` first (no interpreter lock); what it leaves goes to the handler. "
+          "Before start().")
       .def("wait", &MasterGrpcServer::wait, py::call_guard<py::gil_scoped_release>(), "Block until stop() ran.");
+
+  m.attr("HAVE_NATIVE_ROUTES") = native_routes_available();
+  py::class_<NativeRouteGet>(m, "NativeRouteGet",
+                             "BatchRouteGet answered in C++ from a MasterIndex for the master's grpc++ server: calls "
+                             "with a miss are left to the Python handler; route counts and latencies are kept until "
+                             "drain().")
+      .def(py::init([](MasterIndex& index, double lease_s, bool any_copy, std::vector<double> latency_bounds,
+                       py::function alive, double alive_max_age_s) {
+             auto f = held(std::move(alive));
+             NativeRouteGet::AliveSource source = [f]() {
+               WorkerGil gil;
+               return (*f)().cast<std::vector<std::pair<std::string, std::string>>>();
+             };
+             return std::make_unique<NativeRouteGet>(index, lease_s, any_copy, std::move(latency_bounds),
+                                                     std::move(source), alive_max_age_s);
+           }),
+           py::arg("index"), py::arg("lease_s"), py::arg("any_copy"), py::arg("latency_bounds"), py::arg("alive"),
+           py::arg("alive_max_age_s") = 0.2, py::keep_alive<1, 2>(),
+           "index: the in-memory store's MasterIndex; latency_bounds: the latency histogram's bucket upper bounds "
+           "(+inf last); alive(): [(node_id, peer_address)] of the live clients, asked again when older than "
+           "alive_max_age_s.")
+      .def(
+          "batch_route_get",
+          [](NativeRouteGet& n, py::bytes request) -> py::object {
+            std::string req = request, reply;
+            bool ok;
+            {
+              py::gil_scoped_release nogil;
+              ok = n.batch_route_get(req, reply);
+            }
+            return ok ? py::object(py::bytes(reply)) : py::object(py::none());
+          },
+          py::arg("request"), "The serialized BatchRouteGetResponse, or None when the call is left to Python.")
+      .def(
+          "drain",
+          [](NativeRouteGet& n) {
+            auto c = n.drain();
+            py::dict hits;
+            for (const auto& [node, count] : c.hits) hits[py::str(node)] = count;
+            return py::make_tuple(hits, py::cast(c.buckets), c.latency_sum_s, c.answered);
+          },
+          "({node_id: keys routed to it}, latency counts per bucket, latency sum in s, calls answered) since the "
+          "last drain.");
 
   py::class_<MasterIndex>(m, "MasterIndex",
                           "The UMBP master's in-memory block index: key -> copies (node, tier, size), "

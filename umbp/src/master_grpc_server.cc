@@ -33,16 +33,22 @@ struct Call {
   grpc::ByteBuffer request, reply;
 };
 
-GrpcCall call_of(Call& c) {
-  GrpcCall call;
-  call.method = c.ctx.method();
+std::string request_bytes(grpc::ByteBuffer& buffer) {
+  std::string out;
   std::vector<grpc::Slice> slices;
-  if (c.request.Dump(&slices).ok()) {
+  if (buffer.Dump(&slices).ok()) {
     size_t n = 0;
     for (const auto& s : slices) n += s.size();
-    call.request.reserve(n);
-    for (const auto& s : slices) call.request.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    out.reserve(n);
+    for (const auto& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
   }
+  return out;
+}
+
+GrpcCall call_of(Call& c, std::string request) {
+  GrpcCall call;
+  call.method = c.ctx.method();
+  call.request = std::move(request);
   for (const auto& [k, v] : c.ctx.client_metadata())
     call.metadata.emplace_back(std::string(k.data(), k.size()), std::string(v.data(), v.size()));
   call.peer = c.ctx.peer();
@@ -66,6 +72,8 @@ struct MasterGrpcServer::Impl {
   int n_workers = 1;
   bool reuse_port = false;
   int max_message_bytes = 0;
+  std::string native_method;
+  GrpcNativeMethod native;
   grpc::AsyncGenericService service;
   std::unique_ptr<grpc::ServerCompletionQueue> cq;
   std::unique_ptr<grpc::Server> server;
@@ -110,8 +118,12 @@ struct MasterGrpcServer::Impl {
 
   void answer(Call& c) {
     GrpcReply reply;
+    std::string request = request_bytes(c.request);
     try {
-      handler(call_of(c), reply);
+      if (!(native && c.ctx.method() == native_method && native(request, reply.body))) {
+        reply.body.clear();
+        handler(call_of(c, std::move(request)), reply);
+      }
     } catch (const std::exception& e) {  // a handler bug must not take the server down
       reply.code = static_cast<int>(grpc::StatusCode::UNKNOWN);
       reply.details = std::string("umbp master: handler failed: ") + e.what();
@@ -139,6 +151,12 @@ MasterGrpcServer::MasterGrpcServer(std::string listen_address, GrpcHandler handl
 }
 
 MasterGrpcServer::~MasterGrpcServer() { stop(0); }
+
+void MasterGrpcServer::set_native(std::string method, GrpcNativeMethod native) {
+  MORI_CHECK_ARG(!impl_->server, "set_native() must come before start()");
+  impl_->native_method = std::move(method);
+  impl_->native = std::move(native);
+}
 
 int MasterGrpcServer::start() {
   Impl& s = *impl_;
@@ -207,6 +225,8 @@ MasterGrpcServer::MasterGrpcServer(std::string listen_address, GrpcHandler, int,
   impl_->listen_address = std::move(listen_address);
 }
 MasterGrpcServer::~MasterGrpcServer() = default;
+
+void MasterGrpcServer::set_native(std::string, GrpcNativeMethod) {}
 
 int MasterGrpcServer::start() {
   raise(Status::kUnavailable,

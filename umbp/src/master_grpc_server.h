@@ -38,6 +38,9 @@ struct GrpcReply {
 };
 
 using GrpcHandler = std::function<void(const GrpcCall&, GrpcReply&)>;
+// A method's answer without the handler (no interpreter lock): true with the reply body set, or
+// false to leave the call to the handler.
+using GrpcNativeMethod = std::function<bool(const std::string& request, std::string& reply)>;
 
 // True when this build has grpc++ (libgrpc++-dev); otherwise a MasterGrpcServer cannot start.
 bool grpc_server_available();
@@ -53,6 +56,9 @@ class MasterGrpcServer {
   ~MasterGrpcServer();
   MasterGrpcServer(const MasterGrpcServer&) = delete;
   MasterGrpcServer& operator=(const MasterGrpcServer&) = delete;
+
+  // Calls of `method` ("/umbp.UMBPMaster/BatchRouteGet") are offered to `native` first. Before start().
+  void set_native(std::string method, GrpcNativeMethod native);
 
   // Binds and serves; the bound port. Raises mori::Error (kUnavailable) when the address cannot
   // be bound or the build has no grpc++.

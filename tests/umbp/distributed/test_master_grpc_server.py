@@ -14,6 +14,7 @@ import time
 
 import grpc
 import pytest
+from prometheus_client import generate_latest
 from umbp_master_harness import DRAM, GIB, PeerSession, fast_settings, pb, pb_grpc, uid
 
 from mori import _C
@@ -49,6 +50,7 @@ def _script(address: str, rng: random.Random) -> list:
     unknown = peer.channel.unary_unary("/umbp.UMBPMaster/NoSuchRpc")
     misses = [f"miss-{i}" for i in range(8)]
     out = [
+        _outcome(lambda: stub.BatchRouteGet(pb.BatchRouteGetRequest(keys=keys[:40]), timeout=5)),  # all hits
         _outcome(lambda: stub.BatchRouteGet(pb.BatchRouteGetRequest(keys=keys + misses), timeout=5)),
         _outcome(lambda: stub.RouteGet(pb.RouteGetRequest(key=keys[3]), timeout=5)),
         _outcome(lambda: stub.BatchLookup(pb.BatchLookupRequest(keys=misses[:2] + keys[:2]), timeout=5)),
@@ -67,23 +69,41 @@ def _script(address: str, rng: random.Random) -> list:
 def test_both_servers_answer_alike():
     seed = random.randrange(1 << 30)
     answers = {}
+    scraped = {}
     for kind in ("python", "cpp") if _C.umbp.HAVE_GRPCPP else ("python",):
         m = _master(kind)
         try:
+            assert (m.native_routes is not None) == (kind == "cpp" and _C.umbp.HAVE_NATIVE_ROUTES)
             answers[kind] = _script(m.address, random.Random(seed))
             errors = {k[0]: v for k, v in m.metrics.rpc_errors._metrics.items()}
             assert errors.get("RegisterClient") is not None, "the handlers' error counter saw the aborts"
+            # The routed keys are leased, whichever path routed them: eviction skips them.
+            candidates = {c.key for c in m.store.eviction_candidates("node-a", DRAM, time.time())}
+            assert not candidates, f"{kind}: every key was routed, so leased: {sorted(candidates)[:3]}"
+            text = generate_latest(m.metrics.registry).decode()
+            scraped[kind] = [
+                line
+                for line in text.splitlines()
+                if line.startswith(("mori_umbp_client_batch_route_get_total", "mori_umbp_route_get_miss_total"))
+                or line.startswith('mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRouteGet"}')
+            ]
         finally:
             m.stop(0)
+    assert 'mori_umbp_client_batch_route_get_total{node="node-a"} 104.0' in scraped["python"]  # 40 + 64 hits
+    assert "mori_umbp_route_get_miss_total 8.0" in scraped["python"]
+    assert 'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRouteGet"} 2.0' in scraped["python"]
+    if "cpp" in scraped:
+        assert scraped["cpp"] == scraped["python"], "the native route's counts are the Python handler's"
     got = answers["python"]
-    routed = got[0]
+    assert list(got[0].node_ref) == [1] * 40 and len(got[0].offset) == 40
+    routed = got[1]
     assert len(routed.node_ref) == 72 and list(routed.node_ref[64:]) == [0] * 8
     assert [n.peer_address for n in routed.nodes] == ["10.0.0.1:7"]
-    assert got[3] == (grpc.StatusCode.INVALID_ARGUMENT, "RegisterClient: node_id must not be empty")
-    assert got[4][0] == grpc.StatusCode.ALREADY_EXISTS
-    assert got[5][0] == grpc.StatusCode.INVALID_ARGUMENT and "UMBP_HIT_QUERY_MAX_BATCH" in got[5][1]
-    assert got[7][0] == grpc.StatusCode.UNIMPLEMENTED
-    assert got[8][0] == grpc.StatusCode.INTERNAL
+    assert got[4] == (grpc.StatusCode.INVALID_ARGUMENT, "RegisterClient: node_id must not be empty")
+    assert got[5][0] == grpc.StatusCode.ALREADY_EXISTS
+    assert got[6][0] == grpc.StatusCode.INVALID_ARGUMENT and "UMBP_HIT_QUERY_MAX_BATCH" in got[6][1]
+    assert got[8][0] == grpc.StatusCode.UNIMPLEMENTED
+    assert got[9][0] == grpc.StatusCode.INTERNAL
     if "cpp" in answers:
         assert answers["cpp"] == got, f"seed {seed}"
 
