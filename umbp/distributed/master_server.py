@@ -180,33 +180,37 @@ class MasterServer:
         return self.port
 
     def _route_natively(self, server) -> None:
-        """BatchRouteGet answered in C++ by the grpc++ server when the store is the in-memory one
-        and calls are not signed (a signature is checked in Python before any handler)."""
+        """BatchRouteGet and RouteGet answered in C++ by the grpc++ server when the store is the
+        in-memory one and calls are not signed (a signature is checked in Python before any
+        handler). Their route counters and latencies are added to the metrics at each scrape."""
         from mori import _C
 
         if not (_C.umbp.HAVE_NATIVE_ROUTES and isinstance(self.store, InMemoryMetadataStore) and self._secret is None):
             return
         state = self.state
-        latency = self.metrics.rpc_latency_of("BatchRouteGet")
-        self.native_routes = _C.umbp.NativeRouteGet(
+        bounds = list(self.metrics.rpc_latency_of("BatchRouteGet")._upper_bounds)
+        self.native_routes = native = _C.umbp.NativeRouteGet(
             self.store.native_index,
             self.settings.lease_duration_s,
             state.get_router.strategy == "random",
-            list(latency._upper_bounds),
+            bounds,
             lambda: [(c.node_id, c.peer_address) for c in state.alive(0).values()],
         )
-        server.route_natively(self.native_routes)
+        server.route_natively(native)
+        counters = {"BatchRouteGet": self.metrics.batch_route_get, "RouteGet": self.metrics.route_get}
 
         def drain() -> None:
-            hits, buckets, latency_sum, answered = self.native_routes.drain()
-            for node_id, n in hits.items():
-                self.metrics.batch_route_get.labels(node_id).inc(n)
-            if answered:
-                # The histogram has no public way to add counts bucket for bucket.
-                for value, n in zip(latency._buckets, buckets):
-                    if n:
-                        value.inc(n)
-                latency._sum.inc(latency_sum)
+            for rpc, counter in counters.items():
+                hits, buckets, latency_sum, answered = native.drain(rpc)
+                for node_id, n in hits.items():
+                    counter.labels(node_id).inc(n)
+                if answered:
+                    # The histogram has no public way to add counts bucket for bucket.
+                    latency = self.metrics.rpc_latency_of(rpc)
+                    for value, n in zip(latency._buckets, buckets):
+                        if n:
+                            value.inc(n)
+                    latency._sum.inc(latency_sum)
 
         self.metrics.before_scrape(drain)
 

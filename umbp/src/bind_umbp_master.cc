@@ -153,17 +153,22 @@ void bind_umbp_master(py::module_& m) {
             server.set_native(
                 "/umbp.UMBPMaster/BatchRouteGet",
                 [n = &native](const std::string& req, std::string& rep) { return n->batch_route_get(req, rep); });
+            server.set_native("/umbp.UMBPMaster/RouteGet", [n = &native](const std::string& req, std::string& rep) {
+              return n->route_get(req, rep);
+            });
           },
           py::arg("native"), py::keep_alive<1, 2>(),
-          "Answer BatchRouteGet with `native` first (no interpreter lock); what it leaves goes to the handler. "
+          "Answer BatchRouteGet and RouteGet with `native` first (no interpreter lock); what it leaves goes to "
+          "the handler. "
           "Before start().")
       .def("wait", &MasterGrpcServer::wait, py::call_guard<py::gil_scoped_release>(), "Block until stop() ran.");
 
   m.attr("HAVE_NATIVE_ROUTES") = native_routes_available();
-  py::class_<NativeRouteGet>(m, "NativeRouteGet",
-                             "BatchRouteGet answered in C++ from a MasterIndex for the master's grpc++ server: calls "
-                             "with a miss are left to the Python handler; route counts and latencies are kept until "
-                             "drain().")
+  py::class_<NativeRouteGet>(
+      m, "NativeRouteGet",
+      "BatchRouteGet and RouteGet answered in C++ from a MasterIndex for the master's grpc++ server: calls "
+      "with a miss are left to the Python handler; route counts and latencies are kept until "
+      "drain().")
       .def(py::init([](MasterIndex& index, double lease_s, bool any_copy, std::vector<double> latency_bounds,
                        py::function alive, double alive_max_age_s) {
              auto f = held(std::move(alive));
@@ -193,14 +198,17 @@ void bind_umbp_master(py::module_& m) {
           py::arg("request"), "The serialized BatchRouteGetResponse, or None when the call is left to Python.")
       .def(
           "drain",
-          [](NativeRouteGet& n) {
-            auto c = n.drain();
+          [](NativeRouteGet& n, const std::string& rpc) {
+            MORI_CHECK_ARG(rpc == "BatchRouteGet" || rpc == "RouteGet", "rpc must be BatchRouteGet or RouteGet, got %s",
+                           rpc.c_str());
+            auto c = n.drain(rpc == "RouteGet" ? NativeRpc::kRouteGet : NativeRpc::kBatchRouteGet);
             py::dict hits;
             for (const auto& [node, count] : c.hits) hits[py::str(node)] = count;
             return py::make_tuple(hits, py::cast(c.buckets), c.latency_sum_s, c.answered);
           },
-          "({node_id: keys routed to it}, latency counts per bucket, latency sum in s, calls answered) since the "
-          "last drain.");
+          py::arg("rpc"),
+          "For rpc (BatchRouteGet, RouteGet): ({node_id: keys routed to it}, latency counts per bucket, latency sum "
+          "in s, calls answered) since the last drain.");
 
   py::class_<MasterIndex>(m, "MasterIndex",
                           "The UMBP master's in-memory block index: key -> copies (node, tier, size), "

@@ -15,9 +15,7 @@ namespace mori::umbp {
 
 namespace {
 
-double steady_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double steady_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 double wall_s() {  // the clock of the Python side's time.time(), which leases and access times use
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -38,9 +36,9 @@ NativeRouteGet::NativeRouteGet(MasterIndex& index, double lease_s, bool any_copy
       any_copy_(any_copy),
       bounds_(std::move(latency_bounds)),
       alive_source_(std::move(alive)),
-      alive_max_age_s_(alive_max_age_s),
-      buckets_(bounds_.size(), 0) {
+      alive_max_age_s_(alive_max_age_s) {
   MORI_CHECK_ARG(!bounds_.empty(), "latency_bounds must not be empty (the last one is +inf)");
+  for (auto& t : tally_) t.buckets.assign(bounds_.size(), 0);
 }
 
 std::shared_ptr<const NativeRouteGet::Alive> NativeRouteGet::alive_now() {
@@ -70,6 +68,27 @@ std::shared_ptr<const NativeRouteGet::Alive> NativeRouteGet::alive_now() {
   return alive_;
 }
 
+bool NativeRouteGet::route(const std::vector<std::string>& keys, const std::vector<std::string>& exclude,
+                           RoutedGets& out, std::shared_ptr<const Alive>& alive) {
+  alive = alive_now();
+  const double now = wall_s();
+  out = index_.route_choose(keys, exclude, alive->ids, now, now + lease_s_, any_copy_);
+  // A miss may be a put routed but not yet reported, which only the Python side knows. (The
+  // hits were touched and leased already; the Python handler's second pass leases them again.)
+  return out.misses == 0;
+}
+
+void NativeRouteGet::count(NativeRpc rpc, const RoutedGets& r, double t0) {
+  const double dt = steady_s() - t0;
+  const size_t bucket = std::lower_bound(bounds_.begin(), bounds_.end(), dt) - bounds_.begin();
+  std::lock_guard<std::mutex> lk(counts_mu_);
+  Tally& t = tally_[static_cast<int>(rpc)];
+  for (size_t i = 0; i < r.nodes.size(); ++i) t.hits[r.nodes[i]] += r.hits[i];
+  t.buckets[std::min(bucket, t.buckets.size() - 1)] += 1;
+  t.latency_sum_s += dt;
+  t.answered += 1;
+}
+
 bool NativeRouteGet::batch_route_get(const std::string& request, std::string& reply) {
 #if MORI_UMBP_HAVE_PROTOBUF
   const double t0 = steady_s();
@@ -77,12 +96,9 @@ bool NativeRouteGet::batch_route_get(const std::string& request, std::string& re
   if (!req.ParseFromString(request)) return false;  // the Python handler answers it as grpcio would
   std::vector<std::string> keys(req.keys().begin(), req.keys().end());
   std::vector<std::string> exclude(req.exclude_nodes().begin(), req.exclude_nodes().end());
-  auto alive = alive_now();
-  const double now = wall_s();
-  RoutedGets r = index_.route_choose(keys, exclude, alive->ids, now, now + lease_s_, any_copy_);
-  // A miss may be a put routed but not yet reported, which only the Python side knows. (The
-  // hits were touched and leased already; the Python handler's second pass leases them again.)
-  if (r.misses != 0) return false;
+  RoutedGets r;
+  std::shared_ptr<const Alive> alive;
+  if (!route(keys, exclude, r, alive)) return false;
   ::umbp::BatchRouteGetResponse resp;
   for (const auto& node : r.nodes) {
     auto* info = resp.add_nodes();
@@ -99,30 +115,49 @@ bool NativeRouteGet::batch_route_get(const std::string& request, std::string& re
   resp.mutable_offset()->Add(r.offset.begin(), r.offset.end());
   resp.mutable_checksum()->Add(r.checksum.begin(), r.checksum.end());
   if (!resp.SerializeToString(&reply)) return false;
-  const double dt = steady_s() - t0;
-  const size_t bucket = std::lower_bound(bounds_.begin(), bounds_.end(), dt) - bounds_.begin();
-  std::lock_guard<std::mutex> lk(counts_mu_);
-  for (size_t i = 0; i < r.nodes.size(); ++i) hits_[r.nodes[i]] += r.hits[i];
-  buckets_[std::min(bucket, buckets_.size() - 1)] += 1;
-  latency_sum_s_ += dt;
-  answered_ += 1;
+  count(NativeRpc::kBatchRouteGet, r, t0);
   return true;
 #else
   return false;
 #endif
 }
 
-NativeRouteGet::Counts NativeRouteGet::drain() {
+bool NativeRouteGet::route_get(const std::string& request, std::string& reply) {
+#if MORI_UMBP_HAVE_PROTOBUF
+  const double t0 = steady_s();
+  ::umbp::RouteGetRequest req;
+  if (!req.ParseFromString(request)) return false;
+  std::vector<std::string> exclude(req.exclude_nodes().begin(), req.exclude_nodes().end());
+  RoutedGets r;
+  std::shared_ptr<const Alive> alive;
+  if (!route({req.key()}, exclude, r, alive)) return false;
+  ::umbp::RouteGetResponse resp;
+  resp.set_found(true);
+  resp.set_node_id(r.nodes[0]);
+  resp.set_tier(static_cast<::umbp::TierType>(r.tier[0]));
+  resp.set_size(r.size[0]);
+  auto it = alive->peer.find(r.nodes[0]);
+  if (it != alive->peer.end()) resp.set_peer_address(it->second);
+  if (!resp.SerializeToString(&reply)) return false;
+  count(NativeRpc::kRouteGet, r, t0);
+  return true;
+#else
+  return false;
+#endif
+}
+
+NativeRouteGet::Counts NativeRouteGet::drain(NativeRpc rpc) {
   Counts c;
   std::lock_guard<std::mutex> lk(counts_mu_);
-  c.hits.assign(hits_.begin(), hits_.end());
-  hits_.clear();
-  c.buckets.swap(buckets_);
-  buckets_.assign(bounds_.size(), 0);
-  c.latency_sum_s = latency_sum_s_;
-  latency_sum_s_ = 0;
-  c.answered = answered_;
-  answered_ = 0;
+  Tally& t = tally_[static_cast<int>(rpc)];
+  c.hits.assign(t.hits.begin(), t.hits.end());
+  t.hits.clear();
+  c.buckets.swap(t.buckets);
+  t.buckets.assign(bounds_.size(), 0);
+  c.latency_sum_s = t.latency_sum_s;
+  t.latency_sum_s = 0;
+  c.answered = t.answered;
+  t.answered = 0;
   return c;
 }
 

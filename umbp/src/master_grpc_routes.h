@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Phase 2 of the master's grpc++ server: BatchRouteGet answered in C++, on the worker thread
+// Phase 2 of the master's grpc++ server: BatchRouteGet and RouteGet answered in C++, on the worker thread
 // that received it, without the interpreter lock, when the store is the in-memory one (whose
 // block index, MasterIndex, already answers the lookup natively). A call it cannot answer
 // exactly as the Python handler would (a key with no live copy, which may be a pending put only
@@ -23,6 +23,9 @@ namespace mori::umbp {
 // True when this build generated the protobuf C++ of umbp.proto (protoc + libprotobuf-dev).
 bool native_routes_available();
 
+// Which RPC a count belongs to.
+enum class NativeRpc { kBatchRouteGet = 0, kRouteGet = 1 };
+
 class NativeRouteGet {
  public:
   // The live clients as (node_id, peer_address): asked again when the copy is older than max_age_s.
@@ -34,17 +37,18 @@ class NativeRouteGet {
   NativeRouteGet(MasterIndex& index, double lease_s, bool any_copy, std::vector<double> latency_bounds,
                  AliveSource alive, double alive_max_age_s);
 
-  // Answers a BatchRouteGet request (serialized) into reply; false: leave it to Python.
+  // Answer a BatchRouteGet / RouteGet request (serialized) into reply; false: leave it to Python.
   bool batch_route_get(const std::string& request, std::string& reply);
+  bool route_get(const std::string& request, std::string& reply);
 
   struct Counts {
     std::vector<std::pair<std::string, uint64_t>> hits;  // per serving node, since the last drain
-    std::vector<uint64_t> buckets;                      // latency counts per bucket (not cumulative)
+    std::vector<uint64_t> buckets;                       // latency counts per bucket (not cumulative)
     double latency_sum_s = 0;
     uint64_t answered = 0;
   };
-  // What was counted since the last drain (and zero it).
-  Counts drain();
+  // What was counted for `rpc` since the last drain (and zero it).
+  Counts drain(NativeRpc rpc);
 
  private:
   struct Alive {
@@ -63,11 +67,18 @@ class NativeRouteGet {
   std::shared_ptr<const Alive> alive_;
   double alive_stamp_ = -1e300;  // steady-clock seconds of alive_
   bool refreshing_ = false;
+  struct Tally {
+    std::unordered_map<std::string, uint64_t> hits;
+    std::vector<uint64_t> buckets;
+    double latency_sum_s = 0;
+    uint64_t answered = 0;
+  };
+  // Route the keys: false when a key has no live copy (the call is left to Python).
+  bool route(const std::vector<std::string>& keys, const std::vector<std::string>& exclude, RoutedGets& out,
+             std::shared_ptr<const Alive>& alive);
+  void count(NativeRpc rpc, const RoutedGets& r, double t0);
   std::mutex counts_mu_;
-  std::unordered_map<std::string, uint64_t> hits_;
-  std::vector<uint64_t> buckets_;
-  double latency_sum_s_ = 0;
-  uint64_t answered_ = 0;
+  Tally tally_[2];
 };
 
 }  // namespace mori::umbp

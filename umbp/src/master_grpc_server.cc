@@ -72,8 +72,7 @@ struct MasterGrpcServer::Impl {
   int n_workers = 1;
   bool reuse_port = false;
   int max_message_bytes = 0;
-  std::string native_method;
-  GrpcNativeMethod native;
+  std::vector<std::pair<std::string, GrpcNativeMethod>> natives;  // a few: a scan is cheapest
   grpc::AsyncGenericService service;
   std::unique_ptr<grpc::ServerCompletionQueue> cq;
   std::unique_ptr<grpc::Server> server;
@@ -120,7 +119,14 @@ struct MasterGrpcServer::Impl {
     GrpcReply reply;
     std::string request = request_bytes(c.request);
     try {
-      if (!(native && c.ctx.method() == native_method && native(request, reply.body))) {
+      bool answered = false;
+      for (const auto& [method, native] : natives) {
+        if (method == c.ctx.method()) {
+          answered = native(request, reply.body);
+          break;
+        }
+      }
+      if (!answered) {
         reply.body.clear();
         handler(call_of(c, std::move(request)), reply);
       }
@@ -154,8 +160,7 @@ MasterGrpcServer::~MasterGrpcServer() { stop(0); }
 
 void MasterGrpcServer::set_native(std::string method, GrpcNativeMethod native) {
   MORI_CHECK_ARG(!impl_->server, "set_native() must come before start()");
-  impl_->native_method = std::move(method);
-  impl_->native = std::move(native);
+  impl_->natives.emplace_back(std::move(method), std::move(native));
 }
 
 int MasterGrpcServer::start() {

@@ -57,7 +57,8 @@ class MasterGrpcServer {
   MasterGrpcServer(const MasterGrpcServer&) = delete;
   MasterGrpcServer& operator=(const MasterGrpcServer&) = delete;
 
-  // Calls of `method` ("/umbp.UMBPMaster/BatchRouteGet") are offered to `native` first. Before start().
+  // Calls of `method` ("/umbp.UMBPMaster/BatchRouteGet") are offered to `native` first (one per
+  // method). Before start().
   void set_native(std::string method, GrpcNativeMethod native);
 
   // Binds and serves; the bound port. Raises mori::Error (kUnavailable) when the address cannot

@@ -53,6 +53,7 @@ def _script(address: str, rng: random.Random) -> list:
         _outcome(lambda: stub.BatchRouteGet(pb.BatchRouteGetRequest(keys=keys[:40]), timeout=5)),  # all hits
         _outcome(lambda: stub.BatchRouteGet(pb.BatchRouteGetRequest(keys=keys + misses), timeout=5)),
         _outcome(lambda: stub.RouteGet(pb.RouteGetRequest(key=keys[3]), timeout=5)),
+        _outcome(lambda: stub.RouteGet(pb.RouteGetRequest(key=misses[0]), timeout=5)),
         _outcome(lambda: stub.BatchLookup(pb.BatchLookupRequest(keys=misses[:2] + keys[:2]), timeout=5)),
         _outcome(lambda: stub.RegisterClient(pb.RegisterClientRequest(node_id=""), timeout=5)),
         _outcome(lambda: stub.RegisterClient(pb.RegisterClientRequest(node_id=node), timeout=5)),
@@ -84,13 +85,22 @@ def test_both_servers_answer_alike():
             scraped[kind] = [
                 line
                 for line in text.splitlines()
-                if line.startswith(("mori_umbp_client_batch_route_get_total", "mori_umbp_route_get_miss_total"))
-                or line.startswith('mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRouteGet"}')
+                if line.startswith(
+                    (
+                        "mori_umbp_client_batch_route_get_total",
+                        "mori_umbp_client_route_get_total",
+                        "mori_umbp_route_get_miss_total",
+                        'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRouteGet"}',
+                        'mori_umbp_master_rpc_latency_seconds_count{rpc="RouteGet"}',
+                    )
+                )
             ]
         finally:
             m.stop(0)
     assert 'mori_umbp_client_batch_route_get_total{node="node-a"} 104.0' in scraped["python"]  # 40 + 64 hits
-    assert "mori_umbp_route_get_miss_total 8.0" in scraped["python"]
+    assert "mori_umbp_route_get_miss_total 9.0" in scraped["python"]
+    assert 'mori_umbp_client_route_get_total{node="node-a"} 1.0' in scraped["python"]
+    assert 'mori_umbp_master_rpc_latency_seconds_count{rpc="RouteGet"} 2.0' in scraped["python"]
     assert 'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRouteGet"} 2.0' in scraped["python"]
     if "cpp" in scraped:
         assert scraped["cpp"] == scraped["python"], "the native route's counts are the Python handler's"
@@ -99,11 +109,12 @@ def test_both_servers_answer_alike():
     routed = got[1]
     assert len(routed.node_ref) == 72 and list(routed.node_ref[64:]) == [0] * 8
     assert [n.peer_address for n in routed.nodes] == ["10.0.0.1:7"]
-    assert got[4] == (grpc.StatusCode.INVALID_ARGUMENT, "RegisterClient: node_id must not be empty")
-    assert got[5][0] == grpc.StatusCode.ALREADY_EXISTS
-    assert got[6][0] == grpc.StatusCode.INVALID_ARGUMENT and "UMBP_HIT_QUERY_MAX_BATCH" in got[6][1]
-    assert got[8][0] == grpc.StatusCode.UNIMPLEMENTED
-    assert got[9][0] == grpc.StatusCode.INTERNAL
+    assert got[2].found and got[2].peer_address == "10.0.0.1:7" and not got[3].found
+    assert got[5] == (grpc.StatusCode.INVALID_ARGUMENT, "RegisterClient: node_id must not be empty")
+    assert got[6][0] == grpc.StatusCode.ALREADY_EXISTS
+    assert got[7][0] == grpc.StatusCode.INVALID_ARGUMENT and "UMBP_HIT_QUERY_MAX_BATCH" in got[7][1]
+    assert got[9][0] == grpc.StatusCode.UNIMPLEMENTED
+    assert got[10][0] == grpc.StatusCode.INTERNAL
     if "cpp" in answers:
         assert answers["cpp"] == got, f"seed {seed}"
 
