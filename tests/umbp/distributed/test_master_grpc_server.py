@@ -15,7 +15,7 @@ import time
 import grpc
 import pytest
 from prometheus_client import generate_latest
-from umbp_master_harness import DRAM, GIB, PeerSession, fast_settings, pb, pb_grpc, uid
+from umbp_master_harness import DRAM, GIB, HBM, PeerSession, fast_settings, pb, pb_grpc, uid
 
 from mori import _C
 from mori.umbp.distributed.master_auth import sign
@@ -46,6 +46,10 @@ def _script(address: str, rng: random.Random) -> list:
     keys = [f"k{rng.getrandbits(64):016x}" for _ in range(64)]
     sizes = [rng.randrange(1, 1 << 20) for _ in keys]
     peer.heartbeat([("add", k, DRAM, s, i * 4096, rng.getrandbits(63)) for i, (k, s) in enumerate(zip(keys, sizes))])
+    # A second node holds the first 10 keys in HBM, the faster tier: routed there unless excluded.
+    other = PeerSession(address, "node-b", {HBM: (GIB, GIB)}, peer_address="10.0.0.2:7")
+    other.heartbeat([("add", k, HBM, s) for k, s in zip(keys[:10], sizes)])
+    other.close()
     stub = pb_grpc.UMBPMasterStub(peer.channel)
     unknown = peer.channel.unary_unary("/umbp.UMBPMaster/NoSuchRpc")
     misses = [f"miss-{i}" for i in range(8)]
@@ -61,6 +65,10 @@ def _script(address: str, rng: random.Random) -> list:
         _outcome(lambda: stub.BatchRoutePut(pb.BatchRoutePutRequest(keys=["x"], block_sizes=[]), timeout=5)),
         _outcome(lambda: unknown(b"", timeout=5)),
         _outcome(lambda: peer.channel.unary_unary("/umbp.UMBPMaster/RouteGet")(b"\xff\xff\xff", timeout=5)),
+        _outcome(
+            lambda: stub.BatchRouteGet(pb.BatchRouteGetRequest(keys=keys[:40], exclude_nodes=["node-b"]), timeout=5)
+        ),
+        _outcome(lambda: stub.RouteGet(pb.RouteGetRequest(key=keys[0], exclude_nodes=["node-b"]), timeout=5)),
     ]
     peer.close()
     return out
@@ -97,19 +105,24 @@ def test_both_servers_answer_alike():
             ]
         finally:
             m.stop(0)
-    assert 'mori_umbp_client_batch_route_get_total{node="node-a"} 104.0' in scraped["python"]  # 40 + 64 hits
+    # node-b: 10 + 10 HBM hits; node-a: 30 + 54 + 40 (node-b excluded)
+    assert 'mori_umbp_client_batch_route_get_total{node="node-a"} 124.0' in scraped["python"]
+    assert 'mori_umbp_client_batch_route_get_total{node="node-b"} 20.0' in scraped["python"]
     assert "mori_umbp_route_get_miss_total 9.0" in scraped["python"]
     assert 'mori_umbp_client_route_get_total{node="node-a"} 1.0' in scraped["python"]
-    assert 'mori_umbp_master_rpc_latency_seconds_count{rpc="RouteGet"} 2.0' in scraped["python"]
-    assert 'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRouteGet"} 2.0' in scraped["python"]
+    assert 'mori_umbp_client_route_get_total{node="node-b"} 1.0' in scraped["python"]
+    assert 'mori_umbp_master_rpc_latency_seconds_count{rpc="RouteGet"} 3.0' in scraped["python"]
+    assert 'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRouteGet"} 3.0' in scraped["python"]
     if "cpp" in scraped:
-        assert scraped["cpp"] == scraped["python"], "the native route's counts are the Python handler's"
+        assert sorted(scraped["cpp"]) == sorted(scraped["python"]), "the native route's counts are the Python handler's"
     got = answers["python"]
-    assert list(got[0].node_ref) == [1] * 40 and len(got[0].offset) == 40
+    assert [n.node_id for n in got[0].nodes] == ["node-b", "node-a"]
+    assert list(got[0].node_ref) == [1] * 10 + [2] * 30 and list(got[0].tier) == [HBM] * 10 + [DRAM] * 30
+    assert len(got[0].offset) == 40 and list(got[11].node_ref) == [1] * 40 and got[12].node_id == "node-a"
     routed = got[1]
     assert len(routed.node_ref) == 72 and list(routed.node_ref[64:]) == [0] * 8
-    assert [n.peer_address for n in routed.nodes] == ["10.0.0.1:7"]
-    assert got[2].found and got[2].peer_address == "10.0.0.1:7" and not got[3].found
+    assert [n.peer_address for n in routed.nodes] == ["10.0.0.2:7", "10.0.0.1:7"]
+    assert got[2].found and got[2].peer_address == "10.0.0.2:7" and not got[3].found
     assert got[5] == (grpc.StatusCode.INVALID_ARGUMENT, "RegisterClient: node_id must not be empty")
     assert got[6][0] == grpc.StatusCode.ALREADY_EXISTS
     assert got[7][0] == grpc.StatusCode.INVALID_ARGUMENT and "UMBP_HIT_QUERY_MAX_BATCH" in got[7][1]
