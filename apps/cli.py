@@ -78,6 +78,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
                     f"MORI {mori.__version__}: {sh.n_pes()} PEs on {topo['num_nodes']} node(s), "
                     f"bootstrap {info['bootstrap']}, heap {_C.core.human_bytes(info['heap_bytes'])} per PE"
                 )
+                print(f"UMBP master gRPC server: {_umbp_master_server()}")
                 print("transport from PE (row) to PE (column):")
                 print("      " + " ".join(f"{pe:>5}" for pe in range(sh.n_pes())))
                 for b in blobs:
@@ -94,6 +95,16 @@ def _cmd_info(args: argparse.Namespace) -> int:
     finally:
         sh.shmem_finalize()
     return 0
+
+
+def _umbp_master_server() -> str:
+    """Which gRPC server a master started here would run (UMBP_MASTER_SERVER and the build)."""
+    try:
+        from mori.umbp.distributed.master_server import SERVER_NAMES, server_kind
+
+        return SERVER_NAMES[server_kind()]
+    except Exception as exc:  # noqa: BLE001 - info reports the reason instead of failing
+        return f"none ({exc})"
 
 
 def _print_env_table(rows: list[dict]) -> None:

@@ -19,6 +19,9 @@ command -v ucx_info >/dev/null || need_apt="$need_apt ucx-utils"
 [ -f /usr/include/xxhash.h ] || need_apt="$need_apt libxxhash-dev"     # UMBP value checksums (XXH3)
 [ -f /usr/include/liburing.h ] || need_apt="$need_apt liburing-dev"    # UMBP SSD tier (io_uring)
 command -v redis-server >/dev/null || need_apt="$need_apt redis-server"   # UMBP master metadata store (tests start a real one)
+[ -f /usr/include/grpcpp/grpcpp.h ] || need_apt="$need_apt libgrpc++-dev"   # the UMBP master's gRPC server in C++
+command -v protoc >/dev/null || need_apt="$need_apt protobuf-compiler"   # ... and its BatchRouteGet in C++ (umbp.pb.cc)
+[ -f /usr/include/google/protobuf/message.h ] || need_apt="$need_apt libprotobuf-dev"
 if [ -n "$need_apt" ]; then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $need_apt

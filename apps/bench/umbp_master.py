@@ -10,6 +10,8 @@ master core-second is the figure that does not depend on what else loads the hos
     mori bench umbp --master                          # about 30 s
     mori bench umbp --master --clients 1,4 --seconds 3 --keys 50000 --json out.json
     mori bench umbp --master --master-workers 8    # Redis rows served by 8 master processes
+    mori bench umbp --master --backends memory --servers python,cpp --rounds 3   # the two gRPC
+                                                   # servers, alternated in one sitting
 
 MORI publishes 17.3k RouteGet/s at p50 462 us for its Redis store with 4 instances and 8 client
 threads (design-redis-metadata-store.md, a dedicated host it does not name): a different
@@ -113,12 +115,18 @@ def _client(address: str, keys: list[str], batch: int, seconds: float, start_at:
     time.sleep(max(0.0, start_at - time.time()))
     end = time.perf_counter() + seconds
     while True:
-        req = pb.BatchRouteGetRequest(node_id="bench", keys=rng.sample(keys, batch))
-        t0 = time.perf_counter()
-        r = stub.BatchRouteGet(req, timeout=10)
-        t1 = time.perf_counter()
+        if batch == 0:  # RouteGet of one key, MORI's published figure's RPC
+            t0 = time.perf_counter()
+            found = stub.RouteGet(pb.RouteGetRequest(node_id="bench", key=rng.choice(keys)), timeout=10).found
+            t1 = time.perf_counter()
+            misses += 0 if found else 1
+        else:
+            req = pb.BatchRouteGetRequest(node_id="bench", keys=rng.sample(keys, batch))
+            t0 = time.perf_counter()
+            r = stub.BatchRouteGet(req, timeout=10)
+            t1 = time.perf_counter()
+            misses += sum(1 for ref in r.node_ref if ref == 0)
         lat.append(t1 - t0)
-        misses += sum(1 for ref in r.node_ref if ref == 0)
         if t1 >= end:
             break
     out.put((lat, misses))
@@ -143,7 +151,7 @@ def _measure(address: str, keys: list[str], clients: int, batch: int, seconds: f
     return {
         "calls": calls,
         "calls_per_s": calls / wall * 1.0 if wall else 0.0,
-        "keys_per_s": calls * batch / wall if wall else 0.0,
+        "keys_per_s": calls * max(batch, 1) / wall if wall else 0.0,
         "p50_us": lat[len(lat) // 2] * 1e6,
         "p99_us": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e6,
         "mean_us": statistics.fmean(lat) * 1e6,
@@ -196,13 +204,62 @@ def _start_master(env_extra: dict, workers: int = 1) -> tuple[subprocess.Popen, 
     return proc, f"127.0.0.1:{port}"
 
 
+def _bench_master(args, report: Report, backend: str, server: str, env: dict, workers: int, redis_servers) -> None:
+    """One master (``server``: its gRPC server) and its rows, one per client count."""
+    if server != "auto":
+        env["UMBP_MASTER_SERVER"] = server
+    from mori.umbp.distributed.master_server import server_kind
+
+    shown = server_kind(None if server == "auto" else server)
+    proc, address = _start_master(env, workers)
+    stop = threading.Event()
+    try:
+        keys = _populate(address, args.keys, args.nodes, seed=7, stop=stop)
+        for clients in [int(c) for c in args.clients.split(",") if c.strip()]:
+            cpu0 = _cpu_seconds(proc.pid)
+            redis0 = sum(_cpu_seconds(rs.proc.pid) for rs in redis_servers)
+            r = _measure(address, keys, clients, args.batch, args.seconds)
+            # includes the 1 s heartbeats of the bench's peers and the clients' start-up wait
+            r["master_cpu_us_per_call"] = (_cpu_seconds(proc.pid) - cpu0) / r["calls"] * 1e6
+            r["calls_per_master_core_s"] = 1e6 / r["master_cpu_us_per_call"]
+            r["redis_cpu_us_per_call"] = (
+                (sum(_cpu_seconds(rs.proc.pid) for rs in redis_servers) - redis0) / r["calls"] * 1e6
+            )
+            if r["misses"]:
+                raise RuntimeError(f"{backend}: {r['misses']} keys missed; the index lost keys")
+            report.add(
+                **{
+                    "backend": backend,
+                    "server": shown,
+                    "clients": clients,
+                    "master_processes": workers,
+                    "calls/s": r["calls_per_s"],
+                    "keys/s": r["keys_per_s"],
+                    "p50 us": r["p50_us"],
+                    "p99 us": r["p99_us"],
+                    "master CPU us/call": r["master_cpu_us_per_call"],
+                    "calls/s per master core": r["calls_per_master_core_s"],
+                    "Redis CPU us/call": r["redis_cpu_us_per_call"],
+                    "vs MORI calls/s": r["calls_per_s"] / MORI_PUBLISHED["calls_per_s"],
+                    **r,
+                }
+            )
+    finally:
+        stop.set()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(
         prog="mori bench umbp --master", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--backends", default="memory,redis,redis4", help="memory, redis (one), redis4 (four shards)")
     p.add_argument("--clients", default="1,4,8", help="client processes (closed loop)")
-    p.add_argument("--batch", type=int, default=128, help="keys per BatchRouteGet")
+    p.add_argument("--batch", type=int, default=128, help="keys per BatchRouteGet (0: RouteGet of one key)")
     p.add_argument("--keys", type=int, default=20000, help="keys in the index")
     p.add_argument("--nodes", type=int, default=4, help="registered peers the keys are spread over")
     p.add_argument("--seconds", type=float, default=2.0, help="timed seconds per row")
@@ -212,14 +269,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         default=1,
         help="master processes sharing the port for the Redis rows (umbp_master --workers)",
     )
+    p.add_argument(
+        "--servers",
+        default="auto",
+        help="the master's gRPC server per row: cpp (grpc++), python (grpcio), auto (UMBP_MASTER_SERVER); "
+        "several, comma-separated, are alternated",
+    )
+    p.add_argument("--rounds", type=int, default=1, help="repeat every backend's rows this many times")
     p.add_argument("--json", default=None, help="where to write the JSON (default bench-results/umbp_master.json)")
     args = p.parse_args(argv)
+    servers = [x.strip() for x in args.servers.split(",") if x.strip()]
+    for server in servers:
+        if server not in ("auto", "cpp", "python"):
+            p.error(f"--servers: auto, cpp or python, got {server!r}")
     from mori.umbp.distributed.redis_server import RedisServerProcess
 
     report = Report(
         "umbp_master",
         [
             "backend",
+            "server",
             "master_processes",
             "clients",
             "calls/s",
@@ -259,49 +328,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 "UMBP_REDIS_SHARD_URIS": ",".join(r.uri for r in redis_servers),
             }
         workers = args.master_workers if backend.startswith("redis") else 1
-        proc, address = _start_master(env, workers)
-        stop = threading.Event()
         try:
-            keys = _populate(address, args.keys, args.nodes, seed=7, stop=stop)
-            for clients in [int(c) for c in args.clients.split(",") if c.strip()]:
-                cpu0 = _cpu_seconds(proc.pid)
-                redis0 = sum(_cpu_seconds(rs.proc.pid) for rs in redis_servers)
-                r = _measure(address, keys, clients, args.batch, args.seconds)
-                # includes the 1 s heartbeats of the bench's peers and the clients' start-up wait
-                r["master_cpu_us_per_call"] = (_cpu_seconds(proc.pid) - cpu0) / r["calls"] * 1e6
-                r["calls_per_master_core_s"] = 1e6 / r["master_cpu_us_per_call"]
-                r["redis_cpu_us_per_call"] = (
-                    (sum(_cpu_seconds(rs.proc.pid) for rs in redis_servers) - redis0) / r["calls"] * 1e6
-                )
-                if r["misses"]:
-                    raise RuntimeError(f"{backend}: {r['misses']} keys missed; the index lost keys")
-                report.add(
-                    **{
-                        "backend": backend,
-                        "clients": clients,
-                        "master_processes": workers,
-                        "calls/s": r["calls_per_s"],
-                        "keys/s": r["keys_per_s"],
-                        "p50 us": r["p50_us"],
-                        "p99 us": r["p99_us"],
-                        "master CPU us/call": r["master_cpu_us_per_call"],
-                        "calls/s per master core": r["calls_per_master_core_s"],
-                        "Redis CPU us/call": r["redis_cpu_us_per_call"],
-                        "vs MORI calls/s": r["calls_per_s"] / MORI_PUBLISHED["calls_per_s"],
-                        **r,
-                    }
-                )
+            for _round in range(args.rounds):
+                for server in servers:
+                    if redis_servers:  # a fresh store per master: the bench's peers register again
+                        env["UMBP_REDIS_NAMESPACE"] = f"bench{_round}{server}"
+                    _bench_master(args, report, backend, server, dict(env), workers, redis_servers)
         finally:
-            stop.set()
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
             for r in redis_servers:
                 r.stop()
     report.show(
-        f"UMBP master: BatchRouteGet of {args.batch} keys ({os.cpu_count()} cores; MORI's published "
+        f"UMBP master: {f'BatchRouteGet of {args.batch} keys' if args.batch else 'RouteGet'} ({os.cpu_count()} cores; "
+        "MORI's published "
         f"{MORI_PUBLISHED['calls_per_s']} RouteGet/s p50 {MORI_PUBLISHED['p50_us']} us was another machine)"
     )
     print("wrote", report.save(args.json))

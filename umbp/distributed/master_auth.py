@@ -110,21 +110,48 @@ class VerifyingInterceptor(grpc.ServerInterceptor):
             deny, request_deserializer=lambda raw: raw, response_serializer=handler.response_serializer
         )
 
+    def _header_refusal(self, md: dict, now: float) -> Optional[str]:
+        """What is wrong with a call's signing metadata before its body is read, or None."""
+        ts, nonce, sig = md.get(TS_KEY), md.get(NONCE_KEY), md.get(SIG_KEY)
+        if not (ts and nonce and sig):
+            return "unsigned call (this master requires the job secret)"
+        try:
+            ts_s = int(ts) / 1000.0
+        except ValueError:
+            return "malformed timestamp"
+        if abs(now - ts_s) > self._window:
+            return "signature outside the replay window"
+        return None
+
+    def check(self, method: str, md: dict, body: bytes) -> Optional[str]:
+        """The whole check for a server that holds the request bytes (the master's grpc++
+        server): None to serve the call, else the UNAUTHENTICATED details to answer (counted)."""
+        now = time.time()
+        why = self._header_refusal(md, now)
+        if why is None and not hmac.compare_digest(
+            _mac(self._secret, method, md[TS_KEY], md[NONCE_KEY], body), md[SIG_KEY]
+        ):
+            why = "bad signature"
+        if why is None and not self._fresh_nonce(md[NONCE_KEY], now):
+            if self._on_refused is not None:
+                self._on_refused("replayed nonce")
+            return f"{self._name}: replayed call"
+        if why is None:
+            return None
+        if self._on_refused is not None:
+            self._on_refused(why)
+        return f"{self._name}: {why}"
+
     def intercept_service(self, continuation, handler_call_details):
         handler = continuation(handler_call_details)
         if handler is None or handler.unary_unary is None:
             return handler
         md = dict(handler_call_details.invocation_metadata or ())
-        ts, nonce, sig = md.get(TS_KEY), md.get(NONCE_KEY), md.get(SIG_KEY)
-        if not (ts and nonce and sig):
-            return self._refuse(handler, "unsigned call (this master requires the job secret)")
-        try:
-            ts_s = int(ts) / 1000.0
-        except ValueError:
-            return self._refuse(handler, "malformed timestamp")
         now = time.time()
-        if abs(now - ts_s) > self._window:
-            return self._refuse(handler, "signature outside the replay window")
+        why = self._header_refusal(md, now)
+        if why is not None:
+            return self._refuse(handler, why)
+        ts, nonce, sig = md[TS_KEY], md[NONCE_KEY], md[SIG_KEY]
         method = handler_call_details.method
         secret = self._secret
         checked = {}

@@ -112,11 +112,26 @@ class _LiveExternalKv:
         yield m
 
 
+class _BeforeScrape:
+    """Registered first in the master's registry: runs its hooks before any family is collected
+    (the grpc++ server's native counts are added to the families there)."""
+
+    def __init__(self) -> None:
+        self.hooks: list = []
+
+    def collect(self):
+        for hook in self.hooks:
+            hook()
+        return iter(())
+
+
 class MasterMetrics:
     """Every family the master exports, in its own registry."""
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
+        self._before_scrape = _BeforeScrape()
+        r.register(self._before_scrape)
         self.rpc_latency = Histogram(
             "mori_umbp_master_rpc_latency_seconds",
             "Latency of master RPC handlers (server side)",
@@ -276,6 +291,10 @@ class MasterMetrics:
         if child is None:
             child = self._rpc_latency_children[rpc] = self.rpc_latency.labels(rpc)
         return child
+
+    def before_scrape(self, hook) -> None:
+        """``hook()`` runs at every scrape before the families are read."""
+        self._before_scrape.hooks.append(hook)
 
     def forget_node(self, node_id: str) -> None:
         for g in (self.cap_total, self.cap_avail, self.cap_used, self.cap_util, self.kv_live):

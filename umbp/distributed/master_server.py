@@ -23,6 +23,8 @@ from mori.umbp.distributed.master_service import (
     UMBPMasterAdminServicer,
     UMBPMasterServicer,
     admin_grpc,
+    admin_pb,
+    pb,
     pb_grpc,
 )
 from mori.umbp.distributed.master_settings import MasterSettings
@@ -50,6 +52,28 @@ def make_store(settings: MasterSettings, redis_settings=None) -> MetadataStore:
     return InMemoryMetadataStore(settings.index_shards)
 
 
+SERVER_NAMES = {"cpp": "grpc++ (C++)", "python": "grpcio (Python)"}
+
+
+def server_kind(requested: Optional[str] = None) -> str:
+    """``cpp`` or ``python``: the gRPC server a master runs, from ``requested`` or
+    UMBP_MASTER_SERVER (``auto``: cpp when this build has grpc++)."""
+    from mori import _C
+    from mori.core.env import setting
+
+    kind = (requested or str(setting("UMBP_MASTER_SERVER")) or "auto").lower()
+    if kind not in ("auto", "cpp", "python"):
+        raise ValueError(f"UMBP_MASTER_SERVER must be auto, cpp or python, got {kind!r}")
+    if kind == "auto":
+        return "cpp" if _C.umbp.HAVE_GRPCPP else "python"
+    if kind == "cpp" and not _C.umbp.HAVE_GRPCPP:
+        raise RuntimeError(
+            "UMBP_MASTER_SERVER=cpp but this build of mori has no grpc++ "
+            "(apt install libgrpc++-dev and rebuild, or use UMBP_MASTER_SERVER=python)"
+        )
+    return kind
+
+
 class MasterServer:
     """One master: ``start()`` binds and serves, ``stop()`` ends everything it started."""
 
@@ -63,11 +87,15 @@ class MasterServer:
         max_workers: int = 16,
         reuse_port: bool = False,
         duties: bool = True,
+        server: Optional[str] = None,
     ) -> None:
         """``reuse_port``: share the port with sibling master processes (SO_REUSEPORT; they must
         share a Redis store). ``duties``: run the reaper, hit-counter GC and eviction manager
-        (one process of such a group does)."""
+        (one process of such a group does). ``server``: which gRPC server serves the handlers,
+        ``cpp`` (grpc++ in this process), ``python`` (grpcio) or ``auto`` (cpp when built);
+        default UMBP_MASTER_SERVER."""
         self.settings = settings or MasterSettings.from_environment()
+        self.server_kind = server_kind(server)
         self.settings.validate()
         self.listen_address = listen_address
         self.store = store or make_store(self.settings)
@@ -82,37 +110,58 @@ class MasterServer:
         self._duties = duties
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._server: Optional[grpc.Server] = None
+        self._server = None  # grpc.Server or mori._C.umbp.MasterGrpcServer
+        self.native_routes = None  # mori._C.umbp.NativeRouteGet when BatchRouteGet runs in C++
         self.port = 0
         self.metrics_port: Optional[int] = None
 
     def start(self) -> int:
-        interceptors = []
+        verifier = None
         if self._secret is not None:
             from mori.umbp.distributed.master_auth import VerifyingInterceptor
 
-            interceptors.append(
-                VerifyingInterceptor(
-                    self._secret,
-                    self.settings.auth_window_ms / 1000.0,
-                    on_refused=lambda why: self.metrics.auth_refused.inc(),
-                )
+            verifier = VerifyingInterceptor(
+                self._secret,
+                self.settings.auth_window_ms / 1000.0,
+                on_refused=lambda why: self.metrics.auth_refused.inc(),
             )
-        server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=self._max_workers),
-            interceptors=interceptors,
-            options=[
-                ("grpc.max_receive_message_length", 256 << 20),
-                ("grpc.max_send_message_length", 256 << 20),
-                ("grpc.so_reuseport", 1 if self._reuse_port else 0),
-            ],
-        )
-        pb_grpc.add_UMBPMasterServicer_to_server(UMBPMasterServicer(self.state), server)
-        admin_grpc.add_UMBPMasterAdminServicer_to_server(UMBPMasterAdminServicer(self.state), server)
-        self.port = server.add_insecure_port(self.listen_address)
-        if self.port == 0:
-            raise OSError(f"umbp master: cannot listen on {self.listen_address}")
-        server.start()
+        master = UMBPMasterServicer(self.state)
+        admin = UMBPMasterAdminServicer(self.state)
+        if self.server_kind == "cpp":
+            from mori import _C
+            from mori.umbp.distributed.master_grpc_dispatch import GrpcDispatcher
+
+            dispatch = GrpcDispatcher(verifier.check if verifier is not None else None)
+            dispatch.add(master, pb.DESCRIPTOR.services_by_name["UMBPMaster"], pb)
+            dispatch.add(admin, admin_pb.DESCRIPTOR.services_by_name["UMBPMasterAdmin"], admin_pb)
+            server = _C.umbp.MasterGrpcServer(
+                self.listen_address,
+                dispatch,
+                workers=self._max_workers,
+                reuse_port=self._reuse_port,
+                max_message_bytes=256 << 20,
+            )
+            self._route_natively(server)
+            try:
+                self.port = server.start()
+            except Exception as exc:  # noqa: BLE001 - mori's error says why; this names the address
+                raise OSError(f"umbp master: cannot listen on {self.listen_address} ({exc})") from None
+        else:
+            server = grpc.server(
+                futures.ThreadPoolExecutor(max_workers=self._max_workers),
+                interceptors=[verifier] if verifier is not None else [],
+                options=[
+                    ("grpc.max_receive_message_length", 256 << 20),
+                    ("grpc.max_send_message_length", 256 << 20),
+                    ("grpc.so_reuseport", 1 if self._reuse_port else 0),
+                ],
+            )
+            pb_grpc.add_UMBPMasterServicer_to_server(master, server)
+            admin_grpc.add_UMBPMasterAdminServicer_to_server(admin, server)
+            self.port = server.add_insecure_port(self.listen_address)
+            if self.port == 0:
+                raise OSError(f"umbp master: cannot listen on {self.listen_address}")
+            server.start()
         self._server = server
         if self._metrics_port is not None:
             self.metrics_port = self.metrics.serve(self._metrics_port)
@@ -121,13 +170,49 @@ class MasterServer:
             self._every(self.settings.hit_index_gc_interval_s, self._gc_hits, "umbp-hit-gc")
             self.state.eviction.start()
         log.info(
-            "umbp master on %s (port %d), store %s, metrics %s",
+            "umbp master on %s (port %d), %s gRPC server, store %s, metrics %s",
             self.listen_address,
             self.port,
+            SERVER_NAMES[self.server_kind],
             type(self.store).__name__,
             self.metrics_port,
         )
         return self.port
+
+    def _route_natively(self, server) -> None:
+        """BatchRouteGet and RouteGet answered in C++ by the grpc++ server when the store is the
+        in-memory one and calls are not signed (a signature is checked in Python before any
+        handler). Their route counters and latencies are added to the metrics at each scrape."""
+        from mori import _C
+
+        if not (_C.umbp.HAVE_NATIVE_ROUTES and isinstance(self.store, InMemoryMetadataStore) and self._secret is None):
+            return
+        state = self.state
+        bounds = list(self.metrics.rpc_latency_of("BatchRouteGet")._upper_bounds)
+        self.native_routes = native = _C.umbp.NativeRouteGet(
+            self.store.native_index,
+            self.settings.lease_duration_s,
+            state.get_router.strategy == "random",
+            bounds,
+            lambda: [(c.node_id, c.peer_address) for c in state.alive(0).values()],
+        )
+        server.route_natively(native)
+        counters = {"BatchRouteGet": self.metrics.batch_route_get, "RouteGet": self.metrics.route_get}
+
+        def drain() -> None:
+            for rpc, counter in counters.items():
+                hits, buckets, latency_sum, answered = native.drain(rpc)
+                for node_id, n in hits.items():
+                    counter.labels(node_id).inc(n)
+                if answered:
+                    # The histogram has no public way to add counts bucket for bucket.
+                    latency = self.metrics.rpc_latency_of(rpc)
+                    for value, n in zip(latency._buckets, buckets):
+                        if n:
+                            value.inc(n)
+                    latency._sum.inc(latency_sum)
+
+        self.metrics.before_scrape(drain)
 
     def _every(self, interval: float, fn, name: str) -> None:
         def loop():
@@ -156,13 +241,19 @@ class MasterServer:
 
     def wait(self) -> None:
         if self._server is not None:
-            self._server.wait_for_termination()
+            if self.server_kind == "cpp":
+                self._server.wait()
+            else:
+                self._server.wait_for_termination()
 
     def stop(self, grace: float = 1.0) -> None:
         self._stop.set()
         self.state.eviction.stop()
         if self._server is not None:
-            self._server.stop(grace).wait()
+            if self.server_kind == "cpp":
+                self._server.stop(grace)
+            else:
+                self._server.stop(grace).wait()
             self._server = None
         for t in self._threads:
             t.join(timeout=5)
@@ -254,7 +345,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         f"umbp_master listening on {listen} (port {server.port})"
         + (f", {args.workers} processes" if args.workers > 1 else "")
         + (f", metrics on :{server.metrics_port}" if server.metrics_port else "")
-        + (", signed RPCs required" if secret else ""),
+        + (", signed RPCs required" if secret else "")
+        + f", {SERVER_NAMES[server.server_kind]} gRPC server",
         flush=True,
     )
     while not done.wait(0.5):

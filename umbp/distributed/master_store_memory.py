@@ -34,6 +34,12 @@ class InMemoryMetadataStore(MetadataStore):
         self._index = _C.umbp.MasterIndex(index_shards, [int(t) for t in GET_TIER_PRIORITY])
         self.external_kv = InMemoryExternalKv()
 
+    @property
+    def native_index(self):
+        """The block index (``mori._C.umbp.MasterIndex``), which the grpc++ server's native
+        BatchRouteGet reads directly."""
+        return self._index
+
     # -- membership ------------------------------------------------------------------------
     def register_client(self, record: ClientRecord, now: float, expiry: float) -> bool:
         with self._lock:

@@ -200,6 +200,8 @@
     "MORI-UMBP master: listen address when none is given")                                                             \
   X(umbp_master_metrics_port, "UMBP_MASTER_METRICS_PORT", int, "9091", umbp, "",                                       \
     "MORI-UMBP master (ours): Prometheus port when none is given (0: none)")                                           \
+  X(umbp_master_server, "UMBP_MASTER_SERVER", string, "auto", umbp, "",                                                \
+    "MORI-UMBP master (ours): gRPC server, cpp (grpc++, in process), python (grpcio) or auto (cpp when built)")        \
   X(umbp_lookup_timeout_ms, "UMBP_LOOKUP_TIMEOUT_MS", int, "2000", umbp, "",                                           \
     "MORI-UMBP (ours): deadline of every control-plane call to the master; past it a lookup is a miss")                \
   X(umbp_auth_window_ms, "UMBP_AUTH_WINDOW_MS", int, "30000", umbp, "",                                                \

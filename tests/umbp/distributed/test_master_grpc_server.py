@@ -1,0 +1,254 @@
+# SPDX-License-Identifier: MIT
+"""The master's two gRPC servers, grpc++ in process (UMBP_MASTER_SERVER=cpp) and grpcio
+(python), answer the same calls with the same replies, codes and details; and the grpc++ server
+itself passes bytes, metadata, peer and deadline through, survives a failing handler, finishes
+calls in flight on stop. The rest of tests/umbp/distributed/ runs against whichever server
+UMBP_MASTER_SERVER picks (auto: grpc++ when built)."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+
+import grpc
+import pytest
+from prometheus_client import generate_latest
+from umbp_master_harness import DRAM, GIB, HBM, PeerSession, fast_settings, pb, pb_grpc, uid
+
+from mori import _C
+from mori.umbp.distributed.master_auth import sign
+from mori.umbp.distributed.master_server import MasterServer
+
+SERVERS = ["python", pytest.param("cpp", marks=pytest.mark.skipif(not _C.umbp.HAVE_GRPCPP, reason="no grpc++"))]
+
+
+def _master(kind: str, secret=None) -> MasterServer:
+    m = MasterServer("127.0.0.1:0", settings=fast_settings(hit_query_max_batch=8), secret=secret, server=kind)
+    m.start()
+    m.address = f"127.0.0.1:{m.port}"
+    return m
+
+
+def _outcome(fn):
+    """A call's reply, or its failure as (code, details)."""
+    try:
+        return fn()
+    except grpc.RpcError as e:
+        return (e.code(), e.details())
+
+
+def _script(address: str, rng: random.Random) -> list:
+    """Calls of every kind, failures included; what each answered."""
+    node = "node-a"
+    peer = PeerSession(address, node, {DRAM: (GIB, GIB)}, peer_address="10.0.0.1:7")
+    keys = [f"k{rng.getrandbits(64):016x}" for _ in range(64)]
+    sizes = [rng.randrange(1, 1 << 20) for _ in keys]
+    peer.heartbeat([("add", k, DRAM, s, i * 4096, rng.getrandbits(63)) for i, (k, s) in enumerate(zip(keys, sizes))])
+    # A second node holds the first 10 keys in HBM, the faster tier: routed there unless excluded.
+    other = PeerSession(address, "node-b", {HBM: (GIB, GIB)}, peer_address="10.0.0.2:7")
+    other.heartbeat([("add", k, HBM, s) for k, s in zip(keys[:10], sizes)])
+    other.close()
+    stub = pb_grpc.UMBPMasterStub(peer.channel)
+    unknown = peer.channel.unary_unary("/umbp.UMBPMaster/NoSuchRpc")
+    misses = [f"miss-{i}" for i in range(8)]
+    out = [
+        _outcome(lambda: stub.BatchRouteGet(pb.BatchRouteGetRequest(keys=keys[:40]), timeout=5)),  # all hits
+        _outcome(lambda: stub.BatchRouteGet(pb.BatchRouteGetRequest(keys=keys + misses), timeout=5)),
+        _outcome(lambda: stub.RouteGet(pb.RouteGetRequest(key=keys[3]), timeout=5)),
+        _outcome(lambda: stub.RouteGet(pb.RouteGetRequest(key=misses[0]), timeout=5)),
+        _outcome(lambda: stub.BatchLookup(pb.BatchLookupRequest(keys=misses[:2] + keys[:2]), timeout=5)),
+        _outcome(lambda: stub.RegisterClient(pb.RegisterClientRequest(node_id=""), timeout=5)),
+        _outcome(lambda: stub.RegisterClient(pb.RegisterClientRequest(node_id=node), timeout=5)),
+        _outcome(lambda: stub.GetExternalKvHitCounts(pb.GetExternalKvHitCountsRequest(hashes=keys[:9]), timeout=5)),
+        _outcome(lambda: stub.BatchRoutePut(pb.BatchRoutePutRequest(keys=["x"], block_sizes=[]), timeout=5)),
+        _outcome(lambda: unknown(b"", timeout=5)),
+        _outcome(lambda: peer.channel.unary_unary("/umbp.UMBPMaster/RouteGet")(b"\xff\xff\xff", timeout=5)),
+        _outcome(
+            lambda: stub.BatchRouteGet(pb.BatchRouteGetRequest(keys=keys[:40], exclude_nodes=["node-b"]), timeout=5)
+        ),
+        _outcome(lambda: stub.RouteGet(pb.RouteGetRequest(key=keys[0], exclude_nodes=["node-b"]), timeout=5)),
+    ]
+    peer.close()
+    return out
+
+
+@pytest.mark.timeout(60)
+def test_both_servers_answer_alike():
+    seed = random.randrange(1 << 30)
+    answers = {}
+    scraped = {}
+    for kind in ("python", "cpp") if _C.umbp.HAVE_GRPCPP else ("python",):
+        m = _master(kind)
+        try:
+            assert (m.native_routes is not None) == (kind == "cpp" and _C.umbp.HAVE_NATIVE_ROUTES)
+            answers[kind] = _script(m.address, random.Random(seed))
+            errors = {k[0]: v for k, v in m.metrics.rpc_errors._metrics.items()}
+            assert errors.get("RegisterClient") is not None, "the handlers' error counter saw the aborts"
+            # The routed keys are leased, whichever path routed them: eviction skips them.
+            candidates = {c.key for c in m.store.eviction_candidates("node-a", DRAM, time.time())}
+            assert not candidates, f"{kind}: every key was routed, so leased: {sorted(candidates)[:3]}"
+            text = generate_latest(m.metrics.registry).decode()
+            scraped[kind] = [
+                line
+                for line in text.splitlines()
+                if line.startswith(
+                    (
+                        "mori_umbp_client_batch_route_get_total",
+                        "mori_umbp_client_route_get_total",
+                        "mori_umbp_route_get_miss_total",
+                        'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRouteGet"}',
+                        'mori_umbp_master_rpc_latency_seconds_count{rpc="RouteGet"}',
+                    )
+                )
+            ]
+        finally:
+            m.stop(0)
+    # node-b: 10 + 10 HBM hits; node-a: 30 + 54 + 40 (node-b excluded)
+    assert 'mori_umbp_client_batch_route_get_total{node="node-a"} 124.0' in scraped["python"]
+    assert 'mori_umbp_client_batch_route_get_total{node="node-b"} 20.0' in scraped["python"]
+    assert "mori_umbp_route_get_miss_total 9.0" in scraped["python"]
+    assert 'mori_umbp_client_route_get_total{node="node-a"} 1.0' in scraped["python"]
+    assert 'mori_umbp_client_route_get_total{node="node-b"} 1.0' in scraped["python"]
+    assert 'mori_umbp_master_rpc_latency_seconds_count{rpc="RouteGet"} 3.0' in scraped["python"]
+    assert 'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRouteGet"} 3.0' in scraped["python"]
+    if "cpp" in scraped:
+        assert sorted(scraped["cpp"]) == sorted(scraped["python"]), "the native route's counts are the Python handler's"
+    got = answers["python"]
+    assert [n.node_id for n in got[0].nodes] == ["node-b", "node-a"]
+    assert list(got[0].node_ref) == [1] * 10 + [2] * 30 and list(got[0].tier) == [HBM] * 10 + [DRAM] * 30
+    assert len(got[0].offset) == 40 and list(got[11].node_ref) == [1] * 40 and got[12].node_id == "node-a"
+    routed = got[1]
+    assert len(routed.node_ref) == 72 and list(routed.node_ref[64:]) == [0] * 8
+    assert [n.peer_address for n in routed.nodes] == ["10.0.0.2:7", "10.0.0.1:7"]
+    assert got[2].found and got[2].peer_address == "10.0.0.2:7" and not got[3].found
+    assert got[5] == (grpc.StatusCode.INVALID_ARGUMENT, "RegisterClient: node_id must not be empty")
+    assert got[6][0] == grpc.StatusCode.ALREADY_EXISTS
+    assert got[7][0] == grpc.StatusCode.INVALID_ARGUMENT and "UMBP_HIT_QUERY_MAX_BATCH" in got[7][1]
+    assert got[9][0] == grpc.StatusCode.UNIMPLEMENTED
+    assert got[10][0] == grpc.StatusCode.INTERNAL
+    if "cpp" in answers:
+        assert answers["cpp"] == got, f"seed {seed}"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", SERVERS)
+def test_signed_calls_under_both_servers(kind):
+    secret = bytes.fromhex(_C.core.random_secret_hex())
+    m = _master(kind, secret=secret)
+    try:
+        ch = grpc.insecure_channel(m.address)
+        stub = pb_grpc.UMBPMasterStub(ch)
+        req = pb.BatchLookupRequest(keys=[uid("k")])
+        md = sign(secret, "/umbp.UMBPMaster/BatchLookup", req.SerializeToString())
+        assert list(stub.BatchLookup(req, metadata=md, timeout=5).found) == [False]
+        refused = [
+            (None, "unsigned"),
+            (md, "replayed"),  # the same nonce again
+            (sign(secret, "/umbp.UMBPMaster/RouteGet", req.SerializeToString()), "bad signature"),
+            (sign(os.urandom(32), "/umbp.UMBPMaster/BatchLookup", req.SerializeToString()), "bad signature"),
+        ]
+        for metadata, why in refused:
+            with pytest.raises(grpc.RpcError) as err:
+                stub.BatchLookup(req, metadata=metadata, timeout=5)
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED and why in err.value.details()
+        assert m.metrics.auth_refused._value.get() == len(refused)
+        ch.close()
+    finally:
+        m.stop(0)
+
+
+pytestmark_cpp = pytest.mark.skipif(not _C.umbp.HAVE_GRPCPP, reason="no grpc++ in this build")
+
+
+@pytestmark_cpp
+@pytest.mark.timeout(60)
+def test_cpp_server_passes_calls_through():
+    seen = []
+
+    def handler(method, request, metadata, peer, remaining):
+        seen.append((method, metadata, peer, remaining))
+        if method == "/t.T/Fail":
+            return 9, "failed precondition: told so", b""
+        if method == "/t.T/Raise":
+            raise RuntimeError("a dispatcher bug")
+        return 0, "", request[::-1]
+
+    server = _C.umbp.MasterGrpcServer("127.0.0.1:0", handler, workers=4)
+    port = server.start()
+    try:
+        ch = grpc.insecure_channel(
+            f"127.0.0.1:{port}",
+            options=[("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)],
+        )
+        echo = ch.unary_unary("/t.T/Echo")
+        body = os.urandom(9 << 20)  # past grpc's 4 MiB default limit
+        assert echo(body, timeout=10, metadata=[("x-a", "1"), ("x-b-bin", b"\x00\xff")]) == body[::-1]
+        method, metadata, peer, remaining = seen[-1]
+        assert method == "/t.T/Echo" and ("x-a", "1") in metadata and ("x-b-bin", b"\x00\xff") in metadata
+        assert peer.startswith("ipv4:127.0.0.1:") and 0 < remaining <= 10
+        assert echo(b"", timeout=5) == b""
+        echo(b"x")  # no deadline
+        assert seen[-1][3] is None
+        with pytest.raises(grpc.RpcError) as err:
+            ch.unary_unary("/t.T/Fail")(b"", timeout=5)
+        assert (err.value.code(), err.value.details()) == (
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "failed precondition: told so",
+        )
+        with pytest.raises(grpc.RpcError) as err:
+            ch.unary_unary("/t.T/Raise")(b"", timeout=5)
+        assert err.value.code() == grpc.StatusCode.UNKNOWN and "a dispatcher bug" in err.value.details()
+
+        # Many callers at once, each reply its own request's.
+        errors = []
+
+        def caller(i):
+            rng = random.Random(i)
+            for _ in range(40):
+                b = rng.randbytes(rng.randrange(0, 4096))
+                if echo(b, timeout=10) != b[::-1]:
+                    errors.append(i)
+
+        threads = [threading.Thread(target=caller, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        ch.close()
+    finally:
+        server.stop(0)
+    with pytest.raises(Exception, match="cannot listen"):  # the port is not ours any more... or is taken
+        _C.umbp.MasterGrpcServer("256.0.0.1:1", handler).start()
+
+
+@pytestmark_cpp
+@pytest.mark.timeout(60)
+def test_cpp_server_stop_finishes_calls_in_flight():
+    started = threading.Event()
+
+    def slow(method, request, metadata, peer, remaining):
+        started.set()
+        time.sleep(0.5)
+        return 0, "", b"done"
+
+    server = _C.umbp.MasterGrpcServer("127.0.0.1:0", slow, workers=2)
+    port = server.start()
+    ch = grpc.insecure_channel(f"127.0.0.1:{port}")
+    result = {}
+    t = threading.Thread(
+        target=lambda: result.setdefault("r", _outcome(lambda: ch.unary_unary("/t.T/S")(b"", timeout=10)))
+    )
+    t.start()
+    assert started.wait(10)
+    waiter = threading.Thread(target=server.wait)
+    waiter.start()
+    server.stop(5)
+    waiter.join(5)
+    assert not waiter.is_alive(), "wait() returns once stopped"
+    t.join(10)
+    assert result["r"] == b"done"
+    ch.close()
+    server.stop(0)  # again: nothing

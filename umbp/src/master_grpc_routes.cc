@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: MIT
+// BatchRouteGet in C++ for the master's grpc++ server (master_grpc_routes.h).
+#include "src/master_grpc_routes.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "mori/core/status.h"
+
+#if MORI_UMBP_HAVE_PROTOBUF
+#include "umbp.pb.h"
+#endif
+
+namespace mori::umbp {
+
+namespace {
+
+double steady_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double wall_s() {  // the clock of the Python side's time.time(), which leases and access times use
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+#if MORI_UMBP_HAVE_PROTOBUF
+bool native_routes_available() { return true; }
+#else
+bool native_routes_available() { return false; }
+#endif
+
+NativeRouteGet::NativeRouteGet(MasterIndex& index, double lease_s, bool any_copy, std::vector<double> latency_bounds,
+                               AliveSource alive, double alive_max_age_s)
+    : index_(index),
+      lease_s_(lease_s),
+      any_copy_(any_copy),
+      bounds_(std::move(latency_bounds)),
+      alive_source_(std::move(alive)),
+      alive_max_age_s_(alive_max_age_s) {
+  MORI_CHECK_ARG(!bounds_.empty(), "latency_bounds must not be empty (the last one is +inf)");
+  for (auto& t : tally_) t.buckets.assign(bounds_.size(), 0);
+}
+
+std::shared_ptr<const NativeRouteGet::Alive> NativeRouteGet::alive_now() {
+  const double now = steady_s();
+  {
+    std::lock_guard<std::mutex> lk(alive_mu_);
+    // One caller refreshes; the others go on with the copy they have (as old as the Python
+    // side's own cache of it may be) unless there is none yet.
+    if ((now - alive_stamp_ <= alive_max_age_s_ || refreshing_) && alive_) return alive_;
+    refreshing_ = true;
+  }
+  auto fresh = std::make_shared<Alive>();
+  try {
+    for (auto& [node, peer] : alive_source_()) {
+      fresh->ids.push_back(node);
+      fresh->peer.emplace(std::move(node), std::move(peer));
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lk(alive_mu_);
+    refreshing_ = false;
+    throw;
+  }
+  std::lock_guard<std::mutex> lk(alive_mu_);
+  alive_ = fresh;
+  alive_stamp_ = now;
+  refreshing_ = false;
+  return alive_;
+}
+
+bool NativeRouteGet::route(const std::vector<std::string>& keys, const std::vector<std::string>& exclude,
+                           RoutedGets& out, std::shared_ptr<const Alive>& alive) {
+  alive = alive_now();
+  const double now = wall_s();
+  out = index_.route_choose(keys, exclude, alive->ids, now, now + lease_s_, any_copy_);
+  // A miss may be a put routed but not yet reported, which only the Python side knows. (The
+  // hits were touched and leased already; the Python handler's second pass leases them again.)
+  return out.misses == 0;
+}
+
+void NativeRouteGet::count(NativeRpc rpc, const RoutedGets& r, double t0) {
+  const double dt = steady_s() - t0;
+  const size_t bucket = std::lower_bound(bounds_.begin(), bounds_.end(), dt) - bounds_.begin();
+  std::lock_guard<std::mutex> lk(counts_mu_);
+  Tally& t = tally_[static_cast<int>(rpc)];
+  for (size_t i = 0; i < r.nodes.size(); ++i) t.hits[r.nodes[i]] += r.hits[i];
+  t.buckets[std::min(bucket, t.buckets.size() - 1)] += 1;
+  t.latency_sum_s += dt;
+  t.answered += 1;
+}
+
+bool NativeRouteGet::batch_route_get(const std::string& request, std::string& reply) {
+#if MORI_UMBP_HAVE_PROTOBUF
+  const double t0 = steady_s();
+  ::umbp::BatchRouteGetRequest req;
+  if (!req.ParseFromString(request)) return false;  // the Python handler answers it as grpcio would
+  std::vector<std::string> keys(req.keys().begin(), req.keys().end());
+  std::vector<std::string> exclude(req.exclude_nodes().begin(), req.exclude_nodes().end());
+  RoutedGets r;
+  std::shared_ptr<const Alive> alive;
+  if (!route(keys, exclude, r, alive)) return false;
+  ::umbp::BatchRouteGetResponse resp;
+  for (const auto& node : r.nodes) {
+    auto* info = resp.add_nodes();
+    info->set_node_id(node);
+    auto it = alive->peer.find(node);
+    if (it != alive->peer.end()) info->set_peer_address(it->second);
+  }
+  resp.mutable_node_ref()->Add(r.node_ref.begin(), r.node_ref.end());
+  resp.mutable_tier()->Reserve(static_cast<int>(r.tier.size()));
+  for (int32_t t : r.tier) resp.add_tier(static_cast<::umbp::TierType>(t));
+  resp.mutable_size()->Add(r.size.begin(), r.size.end());
+  if (r.offset.empty()) r.offset.assign(keys.size(), 0);
+  if (r.checksum.empty()) r.checksum.assign(keys.size(), 0);
+  resp.mutable_offset()->Add(r.offset.begin(), r.offset.end());
+  resp.mutable_checksum()->Add(r.checksum.begin(), r.checksum.end());
+  if (!resp.SerializeToString(&reply)) return false;
+  count(NativeRpc::kBatchRouteGet, r, t0);
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool NativeRouteGet::route_get(const std::string& request, std::string& reply) {
+#if MORI_UMBP_HAVE_PROTOBUF
+  const double t0 = steady_s();
+  ::umbp::RouteGetRequest req;
+  if (!req.ParseFromString(request)) return false;
+  std::vector<std::string> exclude(req.exclude_nodes().begin(), req.exclude_nodes().end());
+  RoutedGets r;
+  std::shared_ptr<const Alive> alive;
+  if (!route({req.key()}, exclude, r, alive)) return false;
+  ::umbp::RouteGetResponse resp;
+  resp.set_found(true);
+  resp.set_node_id(r.nodes[0]);
+  resp.set_tier(static_cast<::umbp::TierType>(r.tier[0]));
+  resp.set_size(r.size[0]);
+  auto it = alive->peer.find(r.nodes[0]);
+  if (it != alive->peer.end()) resp.set_peer_address(it->second);
+  if (!resp.SerializeToString(&reply)) return false;
+  count(NativeRpc::kRouteGet, r, t0);
+  return true;
+#else
+  return false;
+#endif
+}
+
+NativeRouteGet::Counts NativeRouteGet::drain(NativeRpc rpc) {
+  Counts c;
+  std::lock_guard<std::mutex> lk(counts_mu_);
+  Tally& t = tally_[static_cast<int>(rpc)];
+  c.hits.assign(t.hits.begin(), t.hits.end());
+  t.hits.clear();
+  c.buckets.swap(t.buckets);
+  t.buckets.assign(bounds_.size(), 0);
+  c.latency_sum_s = t.latency_sum_s;
+  t.latency_sum_s = 0;
+  c.answered = t.answered;
+  t.answered = 0;
+  return c;
+}
+
+}  // namespace mori::umbp

@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: MIT
+// The UMBP master's grpc++ server (master_grpc_server.h). Built when CMake finds grpc++
+// (MORI_UMBP_HAVE_GRPCPP); without it the class exists and start() says what is missing, so
+// the bindings and the Python side are the same in every build.
+#include "src/master_grpc_server.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "mori/core/status.h"
+
+#if MORI_UMBP_HAVE_GRPCPP
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/byte_buffer.h>
+#endif
+
+namespace mori::umbp {
+
+#if MORI_UMBP_HAVE_GRPCPP
+
+bool grpc_server_available() { return true; }
+
+namespace {
+
+// One call's state on the completion queue: a unary RPC read as the first message of a generic
+// bidi stream (its client sends one message and half-closes). Its tag is the object itself;
+// `stage` says which operation completed.
+struct Call {
+  enum Stage { kRequested, kRead, kFinished } stage = kRequested;
+  grpc::GenericServerContext ctx;
+  grpc::GenericServerAsyncReaderWriter stream{&ctx};
+  grpc::ByteBuffer request, reply;
+};
+
+std::string request_bytes(grpc::ByteBuffer& buffer) {
+  std::string out;
+  std::vector<grpc::Slice> slices;
+  if (buffer.Dump(&slices).ok()) {
+    size_t n = 0;
+    for (const auto& s : slices) n += s.size();
+    out.reserve(n);
+    for (const auto& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return out;
+}
+
+GrpcCall call_of(Call& c, std::string request) {
+  GrpcCall call;
+  call.method = c.ctx.method();
+  call.request = std::move(request);
+  for (const auto& [k, v] : c.ctx.client_metadata())
+    call.metadata.emplace_back(std::string(k.data(), k.size()), std::string(v.data(), v.size()));
+  call.peer = c.ctx.peer();
+  const auto deadline = c.ctx.deadline();
+  if (deadline != std::chrono::system_clock::time_point::max())
+    call.time_remaining_s = std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count();
+  return call;
+}
+
+}  // namespace
+
+// The workers are the completion queue's pollers (as in grpc++'s synchronous server): the thread
+// that sees a request arrive runs its handler and writes the reply, so a call crosses no thread
+// between the socket and the handler. A handler may block (on the interpreter lock, Redis, a
+// peer): the other workers keep polling meanwhile. (grpc++'s callback API would run the
+// handler on grpc's own few callback threads, where blocking is not allowed, or cost a hand-off
+// to a pool.)
+struct MasterGrpcServer::Impl {
+  std::string listen_address;
+  GrpcHandler handler;
+  int n_workers = 1;
+  bool reuse_port = false;
+  int max_message_bytes = 0;
+  std::vector<std::pair<std::string, GrpcNativeMethod>> natives;  // a few: a scan is cheapest
+  grpc::AsyncGenericService service;
+  std::unique_ptr<grpc::ServerCompletionQueue> cq;
+  std::unique_ptr<grpc::Server> server;
+  std::vector<std::thread> workers;
+  std::mutex mu;
+  std::condition_variable stopped_cv;
+  bool stopped = false;
+
+  // Offer the server one more slot for an incoming call.
+  void request_call() {
+    auto* c = new Call;
+    service.RequestCall(&c->ctx, &c->stream, cq.get(), cq.get(), c);
+  }
+
+  void work() {
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq->Next(&tag, &ok)) {
+      auto* c = static_cast<Call*>(tag);
+      switch (c->stage) {
+        case Call::kRequested:
+          if (!ok) {  // the server is shutting down: this slot was never used
+            delete c;
+            break;
+          }
+          request_call();
+          c->stage = Call::kRead;
+          c->stream.Read(&c->request, c);
+          break;
+        case Call::kRead:
+          c->stage = Call::kFinished;
+          if (!ok) {  // the client went away, or sent no message
+            c->stream.Finish(grpc::Status(grpc::StatusCode::INTERNAL, "umbp master: no request message"), c);
+            break;
+          }
+          answer(*c);
+          break;
+        case Call::kFinished: delete c; break;
+      }
+    }
+  }
+
+  void answer(Call& c) {
+    GrpcReply reply;
+    std::string request = request_bytes(c.request);
+    try {
+      bool answered = false;
+      for (const auto& [method, native] : natives) {
+        if (method == c.ctx.method()) {
+          answered = native(request, reply.body);
+          break;
+        }
+      }
+      if (!answered) {
+        reply.body.clear();
+        handler(call_of(c, std::move(request)), reply);
+      }
+    } catch (const std::exception& e) {  // a handler bug must not take the server down
+      reply.code = static_cast<int>(grpc::StatusCode::UNKNOWN);
+      reply.details = std::string("umbp master: handler failed: ") + e.what();
+    }
+    if (reply.code != 0) {
+      c.stream.Finish(grpc::Status(static_cast<grpc::StatusCode>(reply.code), reply.details), &c);
+      return;
+    }
+    grpc::Slice slice(reply.body);
+    c.reply = grpc::ByteBuffer(&slice, 1);
+    c.stream.WriteAndFinish(c.reply, grpc::WriteOptions(), grpc::Status::OK, &c);
+  }
+};
+
+MasterGrpcServer::MasterGrpcServer(std::string listen_address, GrpcHandler handler, int workers, bool reuse_port,
+                                   int max_message_bytes)
+    : impl_(std::make_unique<Impl>()) {
+  MORI_CHECK_ARG(workers >= 1, "workers must be >= 1, got %d", workers);
+  MORI_CHECK_ARG(max_message_bytes > 0, "max_message_bytes must be > 0, got %d", max_message_bytes);
+  impl_->listen_address = std::move(listen_address);
+  impl_->handler = std::move(handler);
+  impl_->n_workers = workers;
+  impl_->reuse_port = reuse_port;
+  impl_->max_message_bytes = max_message_bytes;
+}
+
+MasterGrpcServer::~MasterGrpcServer() { stop(0); }
+
+void MasterGrpcServer::set_native(std::string method, GrpcNativeMethod native) {
+  MORI_CHECK_ARG(!impl_->server, "set_native() must come before start()");
+  impl_->natives.emplace_back(std::move(method), std::move(native));
+}
+
+int MasterGrpcServer::start() {
+  Impl& s = *impl_;
+  MORI_CHECK_ARG(!s.server, "the master's gRPC server on %s is already started", s.listen_address.c_str());
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(s.listen_address, grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(s.max_message_bytes);
+  builder.SetMaxSendMessageSize(s.max_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, s.reuse_port ? 1 : 0);
+  builder.RegisterAsyncGenericService(&s.service);
+  s.cq = builder.AddCompletionQueue();
+  s.server = builder.BuildAndStart();
+  if (!s.server || port == 0) {
+    s.server.reset();
+    s.cq->Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (s.cq->Next(&tag, &ok)) {
+    }
+    s.cq.reset();
+    raise(Status::kUnavailable, "umbp master: cannot listen on %s", s.listen_address.c_str());
+  }
+  // A slot per worker for calls arriving at once; each taken slot is replaced at once.
+  for (int i = 0; i < s.n_workers; ++i) s.request_call();
+  for (int i = 0; i < s.n_workers; ++i) s.workers.emplace_back([&s] { s.work(); });
+  return port;
+}
+
+void MasterGrpcServer::stop(double grace_s) {
+  Impl& s = *impl_;
+  if (!s.server) return;
+  // Calls being handled get their answer out within the grace time (then they are cancelled);
+  // the queue is shut down after the server, and the workers drain it and leave.
+  s.server->Shutdown(std::chrono::system_clock::now() +
+                     std::chrono::microseconds(static_cast<int64_t>(std::max(grace_s, 0.0) * 1e6)));
+  s.cq->Shutdown();
+  for (auto& t : s.workers) t.join();
+  s.workers.clear();
+  s.server->Wait();
+  s.server.reset();
+  s.cq.reset();
+  {
+    std::lock_guard<std::mutex> lk(s.mu);
+    s.stopped = true;
+  }
+  s.stopped_cv.notify_all();
+}
+
+void MasterGrpcServer::wait() {
+  Impl& s = *impl_;
+  std::unique_lock<std::mutex> lk(s.mu);
+  s.stopped_cv.wait(lk, [&] { return s.stopped; });
+}
+
+#else  // no grpc++ in this build
+
+bool grpc_server_available() { return false; }
+
+struct MasterGrpcServer::Impl {
+  std::string listen_address;
+};
+
+MasterGrpcServer::MasterGrpcServer(std::string listen_address, GrpcHandler, int, bool, int)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->listen_address = std::move(listen_address);
+}
+MasterGrpcServer::~MasterGrpcServer() = default;
+
+void MasterGrpcServer::set_native(std::string, GrpcNativeMethod) {}
+
+int MasterGrpcServer::start() {
+  raise(Status::kUnavailable,
+        "umbp master: this build of mori has no grpc++ (install libgrpc++-dev, protobuf-compiler-grpc and "
+        "rebuild), so it cannot serve %s from C++; UMBP_MASTER_SERVER=python serves it with grpcio",
+        impl_->listen_address.c_str());
+}
+void MasterGrpcServer::stop(double) {}
+void MasterGrpcServer::wait() {}
+
+#endif
+
+}  // namespace mori::umbp
