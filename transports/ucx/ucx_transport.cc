@@ -681,7 +681,7 @@ void UcxTransport::am_put_signal(int pe, RemoteRef dst, const void* src, size_t 
   rq.operand = value;
   rq.signal_region = static_cast<uint32_t>(signal.region->id);
   rq.signal_offset = signal.offset;
-  const char* data = static_cast<const char*>(src) + last;
+  const char* data = n ? static_cast<const char*>(src) + last : nullptr;  // notify's src may be null
   if (!answered) {  // notify: the receiver's wait for the signal proves delivery
     am_send(pe, rq, data, nullptr, true, what);
     return;
