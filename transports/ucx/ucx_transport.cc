@@ -404,10 +404,17 @@ ucs_status_t UcxTransport::on_am_request(void* arg, const void* header, size_t h
                                          const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxTransport*>(arg);
   // Sent eagerly (UCP_AM_SEND_FLAG_EAGER): a rendezvous one is not ours.
-  if (header_length != sizeof(AmHeader) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) return UCS_OK;
+  if (header_length < sizeof(AmHeader) || header_length > sizeof(AmHeader) + kInlineBytes ||
+      (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
+    return UCS_OK;
   AmHeader h;
   std::memcpy(&h, header, sizeof(h));
   if (h.from_pe < 0 || h.from_pe >= self->n_pes_ || !self->eps_[h.from_pe]) return UCS_OK;
+  if (header_length > sizeof(AmHeader)) {  // an inline payload (kInlineBytes)
+    if (length) return UCS_OK;             // not both
+    data = const_cast<char*>(static_cast<const char*>(header) + sizeof(AmHeader));
+    length = header_length - sizeof(AmHeader);
+  }
   self->serve_am(h, data, length);
   return UCS_OK;  // UCP keeps no data of ours
 }
@@ -462,16 +469,22 @@ void UcxTransport::am_answer(int pe, const tcp::Request& rq, tcp::ReplyStatus st
   if (ep_status_[pe].load(std::memory_order_acquire) != UCS_OK) return;
   // The header must live until the send completes: the completion callback frees it.
   struct Answer {
-    tcp::Reply reply;
     const ucx::Ucp* api;
+    tcp::Reply reply;
+    char inline_data[kInlineBytes];  // a small payload travels in the header (see kInlineBytes)
   };
-  auto* a = new Answer{{}, &api_};
+  auto* a = new Answer;
+  a->api = &api_;
   tcp::Reply* reply = &a->reply;
+  *reply = tcp::Reply{};
   reply->status = static_cast<uint8_t>(status);
   reply->op = rq.op;
   reply->length = static_cast<uint32_t>(length);
   reply->seq = rq.seq;
   reply->value = value;
+  const bool inline_data = length <= kInlineBytes;
+  if (inline_data && length) std::memcpy(a->inline_data, data, length);
+  static_assert(offsetof(Answer, inline_data) == offsetof(Answer, reply) + sizeof(tcp::Reply));
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.flags = UCP_AM_SEND_FLAG_EAGER;
@@ -481,16 +494,25 @@ void UcxTransport::am_answer(int pe, const tcp::Request& rq, tcp::ReplyStatus st
     done->api->request_free(request);
     delete done;
   };
-  ucs_status_ptr_t r = api_.am_send_nbx(eps_[pe], kAnswerAm, reply, sizeof(*reply), data, length, &p);
+  ucs_status_ptr_t r = inline_data
+                           ? api_.am_send_nbx(eps_[pe], kAnswerAm, reply, sizeof(*reply) + length, nullptr, 0, &p)
+                           : api_.am_send_nbx(eps_[pe], kAnswerAm, reply, sizeof(*reply), data, length, &p);
   if (r == nullptr || UCS_PTR_IS_ERR(r)) delete a;  // done at once, or failed (the peer is gone): no callback
 }
 
 ucs_status_t UcxTransport::on_am_reply(void* arg, const void* header, size_t header_length, void* data, size_t length,
                                        const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxTransport*>(arg);
-  if (header_length != sizeof(tcp::Reply) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) return UCS_OK;
+  if (header_length < sizeof(tcp::Reply) || header_length > sizeof(tcp::Reply) + kInlineBytes ||
+      (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
+    return UCS_OK;
   tcp::Reply r;
   std::memcpy(&r, header, sizeof(r));
+  if (header_length > sizeof(tcp::Reply)) {  // an inline payload (kInlineBytes)
+    if (length) return UCS_OK;
+    data = const_cast<char*>(static_cast<const char*>(header) + sizeof(tcp::Reply));
+    length = header_length - sizeof(tcp::Reply);
+  }
   std::shared_ptr<AmPending> p;
   {
     std::lock_guard<std::mutex> lock(self->am_mu_);
@@ -505,12 +527,12 @@ ucs_status_t UcxTransport::on_am_reply(void* arg, const void* header, size_t hea
   }
   if (!p) return UCS_OK;  // a notify's refusal: recorded above
   if (r.status == static_cast<uint8_t>(tcp::ReplyStatus::kOk)) {
-    if (p->dst && length == p->header.rq.length) {
+    if (p->dst && length == p->length) {
       std::memcpy(p->dst, data, length);
     } else if (p->dst) {
       p->status = static_cast<uint8_t>(tcp::ReplyStatus::kBadRequest);
       p->error = format("PE %d answered a get of %llu bytes with %zu", p->pe,
-                        static_cast<unsigned long long>(p->header.rq.length), length);
+                        static_cast<unsigned long long>(p->length), length);
     }
     p->value = r.value;
   } else {
@@ -538,11 +560,16 @@ void UcxTransport::am_send(int pe, tcp::Request rq, const void* payload, const s
                            bool wait_local, const char* what) {
   ucp_ep_h e = ep(pe, what);
   rq.seq = am_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
-  AmHeader local{rq, my_pe_, 0};
-  AmHeader* h = &local;
+  const bool carries =
+      rq.op == static_cast<uint8_t>(tcp::Op::kPut) || rq.op == static_cast<uint8_t>(tcp::Op::kPutSignal);
+  const size_t n = carries ? rq.length : 0;
+  const size_t inline_n = n <= kInlineBytes ? n : 0;  // see kInlineBytes
+  alignas(8) char local[sizeof(AmHeader) + kInlineBytes];
+  char* wire = pending ? pending->wire : local;
+  AmHeader h{rq, my_pe_, 0};
+  std::memcpy(wire, &h, sizeof(h));
+  if (inline_n) std::memcpy(wire + sizeof(h), payload, inline_n);
   if (pending) {
-    pending->header = local;
-    h = &pending->header;
     std::lock_guard<std::mutex> lock(am_mu_);
     am_pending_[rq.seq] = pending;  // before the send: the answer may come first
     if (pending->counted) {
@@ -550,12 +577,11 @@ void UcxTransport::am_send(int pe, tcp::Request rq, const void* payload, const s
       am_in_flight_total_.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  const bool carries =
-      rq.op == static_cast<uint8_t>(tcp::Op::kPut) || rq.op == static_cast<uint8_t>(tcp::Op::kPutSignal);
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_EAGER;  // no rendezvous: the handler gets the whole request
-  ucs_status_ptr_t r = api_.am_send_nbx(e, kRequestAm, h, sizeof(*h), payload, carries ? rq.length : 0, &p);
+  ucs_status_ptr_t r = inline_n || n == 0 ? api_.am_send_nbx(e, kRequestAm, wire, sizeof(h) + inline_n, nullptr, 0, &p)
+                                          : api_.am_send_nbx(e, kRequestAm, wire, sizeof(h), payload, n, &p);
   if (UCS_PTR_IS_ERR(r)) {
     if (pending) {
       std::lock_guard<std::mutex> lock(am_mu_);
@@ -640,6 +666,7 @@ void UcxTransport::am_get(int pe, void* dst, RemoteRef src, size_t n, bool nbi) 
   for (size_t off = 0; off < n; off += tcp::kMaxChunk) {
     size_t len = std::min(n - off, tcp::kMaxChunk);
     auto p = am_pending(pe, nbi, !nbi, static_cast<char*>(dst) + off);
+    p->length = len;
     am_send(pe, am_request(tcp::Op::kGet, src, off, len), nullptr, p, false, "shmem_get");
     if (!nbi) mine.push_back(std::move(p));
   }
