@@ -114,9 +114,10 @@ class UcxTransport : public Transport, private Progress {
     int32_t from_pe;
     uint32_t pad;
   };
-  // A payload up to this size travels inside the active message's header: with a separate
-  // payload UCX 1.13 took ~1.5 ms longer per message over its tcp transport here (an 8 B get:
-  // 1.8 ms, a fetch-add, whose answer has no payload, 0.28 ms, 2026-12-04, loaded VM).
+  // A payload up to this size travels inside the active message's header: one contiguous
+  // message for UCX to copy, instead of a header and a payload. (A first measurement that
+  // seemed to show separate payloads ~1.5 ms slower over UCX's tcp was noise of the loaded VM:
+  // repeated runs of either form spread from 0.1 to 1.6 ms per operation.)
   static constexpr size_t kInlineBytes = 256;
   struct AmPending {  // a request awaiting its answer
     // The header (and an inline payload): UCP reads it until the send completes, which the
