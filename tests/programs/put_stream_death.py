@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """A PE killed while every PE streams puts at every other (issue 29, item 2): the reproduction
-of a survivor aborting inside UCX 1.13 (MORI_NET_TRANSPORT=ucx UCX_TLS=tcp, 2 hosts x 2 PEs,
-victim 3; about one run in twelve still aborts: see docs/transports.md).
+of a survivor aborting inside UCX 1.13's software RMA (MORI_NET_TRANSPORT=ucx UCX_TLS=tcp,
+2 hosts x 2 PEs, victim 3; one run in 12-24 aborted until such RMA became MORI's requests over
+active messages: see docs/transports.md).
 
     python put_stream_death.py VICTIM [exit|finalize|os_exit|now]
 

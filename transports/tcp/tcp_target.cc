@@ -59,6 +59,8 @@ void send_error(int fd, const Request& rq, ReplyStatus status, std::string text)
   send_reply(fd, rq, status, 0, text.data(), text.size());
 }
 
+}  // namespace
+
 bool is_fetching(AmoOp op) {
   switch (op) {
     case AmoOp::kFetch:
@@ -72,10 +74,114 @@ bool is_fetching(AmoOp op) {
   }
 }
 
-}  // namespace
+void RegionTable::expose(const MemRegion& region) {
+  {
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    regions_[static_cast<uint32_t>(region.id)] = Exposed{region.local_base, region.size, region.kind};
+  }
+  cv_.notify_all();
+}
+
+void RegionTable::stop() {
+  {
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    stopping_.store(true);
+  }
+  cv_.notify_all();
+}
+
+char* RegionTable::find(uint32_t region, uint64_t offset, uint64_t length, int peer, const char* what, Located* at) {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  auto it = regions_.find(region);
+  if (it == regions_.end() && !regions_.empty() && region == regions_.rbegin()->first + 1) {
+    // The next region of a collective registration may still be on its way here
+    // while a faster peer already writes into it: give it a moment.
+    cv_.wait_for(lock, std::chrono::seconds(2), [&] { return regions_.count(region) || stopping_.load(); });
+    it = regions_.find(region);
+  }
+  if (it == regions_.end()) {
+    at->status = ReplyStatus::kBadRegion;
+    at->error = format("PE %d refused %s from PE %d: no symmetric region %u is registered", my_pe_, what, peer, region);
+    return nullptr;
+  }
+  const Exposed& r = it->second;
+  if (r.kind != MemKind::kHost) {
+    at->status = ReplyStatus::kBadRegion;
+    at->error = format("PE %d refused %s from PE %d: region %u is device memory, which this transport cannot reach",
+                       my_pe_, what, peer, region);
+    return nullptr;
+  }
+  if (offset > r.size || length > r.size - offset) {
+    at->status = ReplyStatus::kOutOfBounds;
+    at->error =
+        format("PE %d refused %s from PE %d: %llu bytes at offset %llu are outside region %u (%zu bytes)", my_pe_, what,
+               peer, static_cast<unsigned long long>(length), static_cast<unsigned long long>(offset), region, r.size);
+    return nullptr;
+  }
+  return r.base + offset;
+}
+
+RegionTable::Located RegionTable::locate(const Request& rq, int peer) {
+  Located at;
+  switch (static_cast<Op>(rq.op)) {
+    case Op::kPut: at.data = find(rq.region, rq.offset, rq.length, peer, "a put", &at); break;
+    case Op::kPutSignal:
+      if (rq.aux > static_cast<uint8_t>(SignalOp::kAdd)) {
+        at.status = ReplyStatus::kBadRequest;
+        at.error = format("PE %d refused a put_signal from PE %d: unknown signal op %d", my_pe_, peer, rq.aux);
+      } else if (char* dst = find(rq.region, rq.offset, rq.length, peer, "a put_signal", &at)) {
+        char* sig = find(rq.signal_region, rq.signal_offset, 8, peer, "a put_signal's signal", &at);
+        if (sig && reinterpret_cast<uintptr_t>(sig) % 8) {
+          at.status = ReplyStatus::kBadRequest;
+          at.error = format("PE %d refused a put_signal from PE %d: signal offset %llu is not 8-byte aligned", my_pe_,
+                            peer, static_cast<unsigned long long>(rq.signal_offset));
+        } else if (sig) {
+          at.data = dst;
+          at.signal = sig;
+        }
+      }
+      break;
+    case Op::kGet: at.data = find(rq.region, rq.offset, rq.length, peer, "a get", &at); break;
+    case Op::kAmo:
+      if ((rq.width != 4 && rq.width != 8) || rq.aux > static_cast<uint8_t>(AmoOp::kFetchXor)) {
+        at.status = ReplyStatus::kBadRequest;
+        at.error = format("PE %d refused an atomic from PE %d: op %d of width %d is not an atomic MORI knows", my_pe_,
+                          peer, rq.aux, rq.width);
+      } else if (char* addr = find(rq.region, rq.offset, rq.width, peer, "an atomic", &at)) {
+        if (reinterpret_cast<uintptr_t>(addr) % rq.width) {
+          at.status = ReplyStatus::kBadRequest;
+          at.error = format("PE %d refused a %d-byte atomic from PE %d at unaligned offset %llu", my_pe_, rq.width,
+                            peer, static_cast<unsigned long long>(rq.offset));
+        } else {
+          at.data = addr;
+        }
+      }
+      break;
+    default:
+      at.status = ReplyStatus::kBadRequest;
+      at.error = format("PE %d refused a request from PE %d: unknown op %d", my_pe_, peer, rq.op);
+  }
+  return at;
+}
+
+uint64_t RegionTable::apply(const Located& at, const Request& rq) {
+  switch (static_cast<Op>(rq.op)) {
+    case Op::kAmo: return apply_amo(at.data, static_cast<AmoOp>(rq.aux), rq.width, rq.operand, rq.compare);
+    case Op::kPut:
+    case Op::kPutSignal:
+      if (at.signal)
+        // Release ordering publishes the payload to whoever acquires the signal.
+        apply_amo(at.signal, rq.aux == static_cast<uint8_t>(SignalOp::kSet) ? AmoOp::kSet : AmoOp::kAdd, 8, rq.operand,
+                  0);
+      else
+        std::atomic_thread_fence(std::memory_order_release);
+      return 0;
+    default: return 0;
+  }
+}
 
 TcpTarget::TcpTarget(Options options)
-    : opt_(std::move(options)), primary_live_(opt_.n_pes, 0), said_bye_(opt_.n_pes, 0) {
+    : opt_(std::move(options)), regions_(opt_.my_pe), primary_live_(opt_.n_pes, 0), said_bye_(opt_.n_pes, 0) {
   UniqueFd listen_fd = net::listen_tcp(opt_.bind_ip, 0, &port_);
   net::Acceptor::Options o;
   o.service = format("PE %d's tcp target", opt_.my_pe);
@@ -90,17 +196,11 @@ TcpTarget::~TcpTarget() { stop(); }
 
 void TcpTarget::stop() {
   if (stopping_.exchange(true)) return;
-  regions_cv_.notify_all();
+  regions_.stop();
   acceptor_->stop();  // shuts every connection down and joins its thread
 }
 
-void TcpTarget::expose(const MemRegion& region) {
-  {
-    std::unique_lock<std::shared_mutex> lock(regions_mu_);
-    regions_[static_cast<uint32_t>(region.id)] = Exposed{region.local_base, region.size, region.kind};
-  }
-  regions_cv_.notify_all();
-}
+void TcpTarget::expose(const MemRegion& region) { regions_.expose(region); }
 
 bool TcpTarget::finalized(int pe) const {
   std::lock_guard<std::mutex> lock(peers_mu_);
@@ -200,130 +300,53 @@ void TcpTarget::mark_gone(int pe, bool said_bye, const std::string& why) {
     MORI_LOG(kWarn, "TCP", "PE %d: lost PE %d (%s)", opt_.my_pe, pe, why.c_str());
 }
 
-char* TcpTarget::locate(uint32_t region, uint64_t offset, uint64_t length, int peer, const char* what,
-                        ReplyStatus* status, std::string* error) {
-  std::shared_lock<std::shared_mutex> lock(regions_mu_);
-  auto it = regions_.find(region);
-  if (it == regions_.end() && !regions_.empty() && region == regions_.rbegin()->first + 1) {
-    // The next region of a collective registration may still be on its way here
-    // while a faster peer already writes into it: give it a moment.
-    regions_cv_.wait_for(lock, std::chrono::seconds(2), [&] { return regions_.count(region) || stopping_.load(); });
-    it = regions_.find(region);
-  }
-  if (it == regions_.end()) {
-    *status = ReplyStatus::kBadRegion;
-    *error =
-        format("PE %d refused %s from PE %d: no symmetric region %u is registered", opt_.my_pe, what, peer, region);
-    return nullptr;
-  }
-  const Exposed& r = it->second;
-  if (r.kind != MemKind::kHost) {
-    *status = ReplyStatus::kBadRegion;
-    *error = format("PE %d refused %s from PE %d: region %u is device memory, which the tcp transport cannot reach",
-                    opt_.my_pe, what, peer, region);
-    return nullptr;
-  }
-  if (offset > r.size || length > r.size - offset) {
-    *status = ReplyStatus::kOutOfBounds;
-    *error = format("PE %d refused %s from PE %d: %llu bytes at offset %llu are outside region %u (%zu bytes)",
-                    opt_.my_pe, what, peer, static_cast<unsigned long long>(length),
-                    static_cast<unsigned long long>(offset), region, r.size);
-    return nullptr;
-  }
-  return r.base + offset;
-}
-
 bool TcpTarget::handle(int fd, SocketReader& in, const Request& rq, int peer, bool* bye) {
-  ReplyStatus status = ReplyStatus::kOk;
-  std::string error;
   const auto op = static_cast<Op>(rq.op);
+  if (op == Op::kFlush) {
+    send_reply(fd, rq, ReplyStatus::kOk);
+    return true;
+  }
+  if (op == Op::kBye) {
+    *bye = true;
+    return true;
+  }
+  const bool carries = op == Op::kPut || op == Op::kPutSignal;  // a payload follows the request
+  if ((carries || op == Op::kGet) && rq.length > kMaxChunk) {
+    send_error(fd, rq, ReplyStatus::kTooLarge,
+               format("PE %d refused a request of %llu bytes from PE %d: requests carry at most %zu bytes", opt_.my_pe,
+                      static_cast<unsigned long long>(rq.length), peer, kMaxChunk));
+    return false;  // cannot trust the framing any more
+  }
+  RegionTable::Located at = regions_.locate(rq, peer);
+  if (!at.data) {
+    if (carries) in.skip(rq.length);
+    send_error(fd, rq, at.status, at.error);
+    // An unknown op has unknown framing: the connection cannot continue.
+    return op == Op::kPut || op == Op::kPutSignal || op == Op::kGet || op == Op::kAmo;
+  }
   switch (op) {
     case Op::kPut:
-    case Op::kPutSignal: {
-      const char* what = op == Op::kPut ? "a put" : "a put_signal";
-      if (rq.length > kMaxChunk) {
-        send_error(fd, rq, ReplyStatus::kTooLarge,
-                   format("PE %d refused %s of %llu bytes from PE %d: requests carry at most %zu bytes", opt_.my_pe,
-                          what, static_cast<unsigned long long>(rq.length), peer, kMaxChunk));
-        return false;  // cannot trust the framing any more
-      }
-      char* dst = locate(rq.region, rq.offset, rq.length, peer, what, &status, &error);
-      char* sig = nullptr;
-      if (dst && op == Op::kPutSignal) {
-        if (rq.aux > static_cast<uint8_t>(SignalOp::kAdd)) {
-          status = ReplyStatus::kBadRequest;
-          error = format("PE %d refused a put_signal from PE %d: unknown signal op %d", opt_.my_pe, peer, rq.aux);
-        } else if ((sig = locate(rq.signal_region, rq.signal_offset, 8, peer, "a put_signal's signal", &status,
-                                 &error)) != nullptr &&
-                   reinterpret_cast<uintptr_t>(sig) % 8) {
-          status = ReplyStatus::kBadRequest;
-          error = format("PE %d refused a put_signal from PE %d: signal offset %llu is not 8-byte aligned", opt_.my_pe,
-                         peer, static_cast<unsigned long long>(rq.signal_offset));
-          sig = nullptr;
-        }
-      }
-      if (!dst || (op == Op::kPutSignal && !sig)) {
-        in.skip(rq.length);
-        send_error(fd, rq, status, error);
-        return true;
-      }
-      if (rq.length && !in.read(dst, rq.length)) raise(Status::kRemote, "connection closed before the payload");
-      if (sig) {
-        // Release ordering publishes the payload to whoever acquires the signal.
-        apply_amo(sig, rq.aux == static_cast<uint8_t>(SignalOp::kSet) ? AmoOp::kSet : AmoOp::kAdd, 8, rq.operand, 0);
-      } else {
-        std::atomic_thread_fence(std::memory_order_release);
-      }
+    case Op::kPutSignal:
+      if (rq.length && !in.read(at.data, rq.length)) raise(Status::kRemote, "connection closed before the payload");
+      RegionTable::apply(at, rq);
       if (opt_.on_write) {
         opt_.on_write(rq.region, rq.offset, rq.length);
-        if (sig) opt_.on_write(rq.signal_region, rq.signal_offset, 8);
+        if (at.signal) opt_.on_write(rq.signal_region, rq.signal_offset, 8);
       }
       if (rq.flags & kFlagAck) send_reply(fd, rq, ReplyStatus::kOk);
       return true;
-    }
-    case Op::kGet: {
-      if (rq.length > kMaxChunk) {
-        send_error(fd, rq, ReplyStatus::kTooLarge,
-                   format("PE %d refused a get of %llu bytes from PE %d: requests carry at most %zu bytes", opt_.my_pe,
-                          static_cast<unsigned long long>(rq.length), peer, kMaxChunk));
-        return false;
-      }
-      char* src = locate(rq.region, rq.offset, rq.length, peer, "a get", &status, &error);
-      if (!src) {
-        send_error(fd, rq, status, error);
-        return true;
-      }
+    case Op::kGet:
       std::atomic_thread_fence(std::memory_order_acquire);
-      send_reply(fd, rq, ReplyStatus::kOk, 0, src, rq.length);
+      send_reply(fd, rq, ReplyStatus::kOk, 0, at.data, rq.length);
       return true;
-    }
-    case Op::kAmo: {
+    default: {  // Op::kAmo (locate() refuses every other op)
       auto amo = static_cast<AmoOp>(rq.aux);
-      if ((rq.width != 4 && rq.width != 8) || rq.aux > static_cast<uint8_t>(AmoOp::kFetchXor)) {
-        status = ReplyStatus::kBadRequest;
-        error = format("PE %d refused an atomic from PE %d: op %d of width %d is not an atomic MORI knows", opt_.my_pe,
-                       peer, rq.aux, rq.width);
-      } else if (char* addr = locate(rq.region, rq.offset, rq.width, peer, "an atomic", &status, &error)) {
-        if (reinterpret_cast<uintptr_t>(addr) % rq.width) {
-          status = ReplyStatus::kBadRequest;
-          error = format("PE %d refused a %d-byte atomic from PE %d at unaligned offset %llu", opt_.my_pe, rq.width,
-                         peer, static_cast<unsigned long long>(rq.offset));
-        } else {
-          uint64_t old = apply_amo(addr, amo, rq.width, rq.operand, rq.compare);
-          if (amo != AmoOp::kFetch && opt_.on_write) opt_.on_write(rq.region, rq.offset, rq.width);
-          if (is_fetching(amo) || (rq.flags & kFlagAck)) send_reply(fd, rq, ReplyStatus::kOk, old);
-          return true;
-        }
-      }
-      send_error(fd, rq, status, error);
+      uint64_t old = RegionTable::apply(at, rq);
+      if (amo != AmoOp::kFetch && opt_.on_write) opt_.on_write(rq.region, rq.offset, rq.width);
+      if (is_fetching(amo) || (rq.flags & kFlagAck)) send_reply(fd, rq, ReplyStatus::kOk, old);
       return true;
     }
-    case Op::kFlush: send_reply(fd, rq, ReplyStatus::kOk); return true;
-    case Op::kBye: *bye = true; return true;
   }
-  send_error(fd, rq, ReplyStatus::kBadRequest,
-             format("PE %d refused a request from PE %d: unknown op %d", opt_.my_pe, peer, rq.op));
-  return false;  // unknown framing: the connection cannot continue
 }
 
 }  // namespace mori::tcp

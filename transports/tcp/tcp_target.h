@@ -26,9 +26,54 @@
 #include "mori/core/socket_reader.h"
 #include "mori/core/store.h"
 #include "mori/transports/mem_region.h"
+#include "mori/transports/transport.h"
 #include "tcp/tcp_protocol.h"
 
 namespace mori::tcp {
+
+// Whether an atomic returns the old value (its reply carries it).
+bool is_fetching(AmoOp op);
+
+// The regions a PE exposes to its peers' requests, and the check every request passes before
+// memory is touched: the tcp target's, and that of ucx's requests over active messages (where
+// UCX has no hardware RMA, ucx_transport.cc), which carry the same Request.
+class RegionTable {
+ public:
+  explicit RegionTable(int my_pe) : my_pe_(my_pe) {}
+  // Makes [region.local_base, +region.size) reachable under region.id.
+  void expose(const MemRegion& region);
+  // Wakes a lookup that waits for a region still being registered; later lookups do not wait.
+  void stop();
+
+  // Where request `rq` of `peer` lands, checked: `data` is a put's destination, a get's source
+  // or an atomic's word (aligned to its width), `signal` a put_signal's 8-byte aligned signal
+  // word. Refused: both null, `status` and `error` say why, naming this PE and `peer`.
+  struct Located {
+    char* data = nullptr;
+    char* signal = nullptr;
+    ReplyStatus status = ReplyStatus::kOk;
+    std::string error;
+  };
+  Located locate(const Request& rq, int peer);
+  // Completes a located request once a put's payload is in `data`: the put_signal's signal
+  // (release: whoever sees it sees the data) or a release fence; an atomic is applied and its
+  // old value returned.
+  static uint64_t apply(const Located& at, const Request& rq);
+
+ private:
+  struct Exposed {
+    char* base;
+    size_t size;
+    MemKind kind;
+  };
+  char* find(uint32_t region, uint64_t offset, uint64_t length, int peer, const char* what, Located* at);
+
+  const int my_pe_;
+  std::atomic<bool> stopping_{false};
+  mutable std::shared_mutex mu_;
+  std::condition_variable_any cv_;
+  std::map<uint32_t, Exposed> regions_;
+};
 
 class TcpTarget {
  public:
@@ -62,19 +107,11 @@ class TcpTarget {
   void stop();
 
  private:
-  struct Exposed {
-    char* base;
-    size_t size;
-    MemKind kind;
-  };
   void serve(net::Connection& conn);
   // Returns the PE on success; -1 if the peer was refused (and told, where it authenticated).
   int handshake(net::Connection& conn, bool* primary);
   // Applies one request; returns false when the connection must close.
   bool handle(int fd, SocketReader& in, const Request& rq, int peer, bool* bye);
-  // The exposed memory for (region, offset, length), or an error text.
-  char* locate(uint32_t region, uint64_t offset, uint64_t length, int peer, const char* what, ReplyStatus* status,
-               std::string* error);
   void mark_gone(int pe, bool said_bye, const std::string& why);
 
   Options opt_;
@@ -82,9 +119,7 @@ class TcpTarget {
   std::atomic<bool> stopping_{false};
   log::RateLimit refusals_log_;
 
-  mutable std::shared_mutex regions_mu_;
-  std::condition_variable_any regions_cv_;
-  std::map<uint32_t, Exposed> regions_;
+  RegionTable regions_;
 
   mutable std::mutex peers_mu_;
   size_t authenticated_ = 0;           // connections being served

@@ -227,15 +227,22 @@ void UcpWorker::run() {
 ucs_status_t UcpWorker::wait(ucs_status_ptr_t request, double timeout_s, const std::function<bool()>& give_up) {
   if (request == nullptr) return UCS_OK;
   if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
+  ucs_status_t status = UCS_INPROGRESS;
+  ucs_status_t s = wait_for(
+      [&] {
+        status = api_.request_check_status(request);
+        if (status == UCS_INPROGRESS) return false;
+        api_.request_free(request);
+        return true;
+      },
+      timeout_s, give_up);
+  return s == UCS_OK ? status : s;
+}
+
+ucs_status_t UcpWorker::wait_for(const std::function<bool()>& done, double timeout_s,
+                                 const std::function<bool()>& give_up) {
   const double start = now_s();
   const double deadline = std::isinf(timeout_s) ? INFINITY : start + timeout_s;
-  auto done = [&](ucs_status_t* s) {
-    *s = api_.request_check_status(request);
-    if (*s == UCS_INPROGRESS) return false;
-    api_.request_free(request);
-    return true;
-  };
-  ucs_status_t s;
   // Progress ourselves while the reply may be a few microseconds away (the progress thread
   // stays out of the worker lock meanwhile). With a core of our own, also for as long as
   // progress keeps doing something (a flush of many puts: each handed to a woken thread
@@ -245,9 +252,9 @@ ucs_status_t UcpWorker::wait(ucs_status_ptr_t request, double timeout_s, const s
   const double spin_s = busy_spin ? kSpinDedicatedS : kSpinS;
   double last_work = start;
   for (unsigned polls = 1;; ++polls) {
-    if (done(&s)) {
+    if (done()) {
       end_polling(false);
-      return s;
+      return UCS_OK;
     }
     if ((polls & 15) == 0) {
       double t = now_s();
@@ -266,10 +273,10 @@ ucs_status_t UcpWorker::wait(ucs_status_ptr_t request, double timeout_s, const s
   for (;;) {
     uint32_t seen = progressed_.load(std::memory_order_seq_cst);
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    bool finished = done(&s);
+    bool finished = done();
     if (!finished) futex::wait(reinterpret_cast<const uint32_t*>(&progressed_), seen, kSleepNs);
     sleepers_.fetch_sub(1, std::memory_order_seq_cst);
-    if (finished || done(&s)) return s;
+    if (finished || done()) return UCS_OK;
     if (progressed_.load(std::memory_order_relaxed) == seen) progress();  // nobody progressed meanwhile
     if (give_up && give_up()) return UCS_ERR_CANCELED;
     if (now_s() > deadline) return UCS_ERR_TIMED_OUT;

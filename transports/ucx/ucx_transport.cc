@@ -17,7 +17,9 @@ namespace mori {
 
 namespace {
 
-constexpr unsigned kHeartbeatAm = 0x4d4f;  // "MO": our only active-message id
+constexpr unsigned kHeartbeatAm = 0x4d4f;  // "MO"
+constexpr unsigned kRequestAm = 0x4d50;    // MORI's RMA requests where UCX has no RMA lane
+constexpr unsigned kAnswerAm = 0x4d51;     // their answers
 enum HeartbeatKind : int32_t { kPing = 0, kPong = 1, kBye = 2 };
 
 int64_t now_ns() {
@@ -78,13 +80,17 @@ UcxTransport::UcxTransport(Bootstrap& bootstrap, const ucx::Ucp& api, int my_pe,
       ep_status_(new std::atomic<int>[n_pes]),
       last_heard_ns_(new std::atomic<int64_t>[n_pes]),
       finalized_(new std::atomic<bool>[n_pes]),
-      lost_at_ns_(new std::atomic<int64_t>[n_pes]) {
+      lost_at_ns_(new std::atomic<int64_t>[n_pes]),
+      am_rma_(n_pes, 0),
+      exposed_(my_pe),
+      am_in_flight_(new std::atomic<int64_t>[n_pes]) {
   int64_t t = now_ns();
   for (int pe = 0; pe < n_pes; ++pe) {
     ep_status_[pe].store(UCS_OK);
     last_heard_ns_[pe].store(t);
     finalized_[pe].store(false);
     lost_at_ns_[pe].store(0);
+    am_in_flight_[pe].store(0);
     error_args_[pe] = {this, pe};
   }
   ping_[0] = pong_[0] = my_pe;
@@ -126,6 +132,11 @@ std::unique_ptr<UcxTransport> UcxTransport::create(Bootstrap& bootstrap, const u
   hp.arg = self;
   hp.flags = UCP_AM_FLAG_WHOLE_MSG;
   ucx::check(api, api.worker_set_am_recv_handler(t->worker_->worker(), &hp), "ucp_worker_set_am_recv_handler");
+  for (auto [id, cb] : {std::pair{kRequestAm, &UcxTransport::on_am_request}, {kAnswerAm, &UcxTransport::on_am_reply}}) {
+    hp.id = id;
+    hp.cb = cb;
+    ucx::check(api, api.worker_set_am_recv_handler(t->worker_->worker(), &hp), "ucp_worker_set_am_recv_handler");
+  }
 
   auto addresses = allgather_blobs(bootstrap, t->worker_->address());
   for (int pe : ucx_peers) {
@@ -140,6 +151,18 @@ std::unique_ptr<UcxTransport> UcxTransport::create(Bootstrap& bootstrap, const u
     if (s != UCS_OK)
       raise(Status::kUnavailable, "PE %d: no UCX transport reaches PE %d: %s (UCX_TLS=%s)", me, pe,
             api.status_string(s), getenv("UCX_TLS") ? getenv("UCX_TLS") : "all");
+    // The lanes are chosen at creation from the peer's address. Without both an rma and an
+    // amo lane UCP would emulate RMA or atomics in software (the abort of issue 29 item 2):
+    // use ours. (An rma_bw lane alone serves only rendezvous: UCX's tcp has one at times.)
+    bool rma = false, amo = false;
+    for (const auto& lane : ucx::endpoint_lanes(api, t->eps_[pe]))
+      for (const auto& role : lane.roles) {
+        rma |= role == "rma";
+        amo |= role == "amo";
+      }
+    t->am_rma_[pe] = !(rma && amo);
+    MORI_LOG(kDebug, "UCX", "PE %d -> PE %d: %s", me, pe,
+             t->am_rma_[pe] ? "MORI requests over active messages (no hardware RMA and atomics)" : "UCP RMA");
   }
   t->worker_->start();
   MORI_LOG(kInfo, "UCX", "PE %d: UCX %s (%s), %zu ucx peers", me, api.version.c_str(), api.path.c_str(),
@@ -148,6 +171,7 @@ std::unique_ptr<UcxTransport> UcxTransport::create(Bootstrap& bootstrap, const u
 }
 
 UcxTransport::~UcxTransport() {
+  exposed_.stop();
   worker_->stop();
   for (auto* list : {&posted_amos_, &notices_}) {
     for (auto& a : *list) {
@@ -290,6 +314,7 @@ void UcxTransport::expose_region(const MemRegion& region) {
     mine.assign(static_cast<const char*>(buf), len);
     api_.rkey_buffer_release(buf);
   }
+  if (region.kind == MemKind::kHost) exposed_.expose(region);  // for requests over active messages
   // Collective: the runtime exposes every region on every PE in the same order.
   r->packed = allgather_blobs(bootstrap_, mine);
   r->rkeys.assign(n_pes_, nullptr);
@@ -350,6 +375,10 @@ void UcxTransport::finish(ucs_status_ptr_t request, int pe, const char* what) {
   });
   if (s == UCS_OK) return;
   if (s == UCS_ERR_TIMED_OUT || s == UCS_ERR_CANCELED) worker_->release(request);
+  raise_failed(s, pe, what);
+}
+
+void UcxTransport::raise_failed(ucs_status_t s, int pe, const char* what) {
   int lost = pe >= 0 ? pe : dead_peer();
   if (s == UCS_ERR_TIMED_OUT) {
     if (lost < 0) lost = pe;
@@ -369,9 +398,329 @@ void UcxTransport::finish(ucs_status_ptr_t request, int pe, const char* what) {
   raise(Status::kTransport, "PE %d: %s over ucx failed: %s", my_pe_, what, api_.status_string(s));
 }
 
+// ---- requests over active messages (see ucx_transport.h) ----
+
+ucs_status_t UcxTransport::on_am_request(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                                         const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxTransport*>(arg);
+  // Sent eagerly (UCP_AM_SEND_FLAG_EAGER): a rendezvous one is not ours.
+  if (header_length < sizeof(AmHeader) || header_length > sizeof(AmHeader) + kInlineBytes ||
+      (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
+    return UCS_OK;
+  AmHeader h;
+  std::memcpy(&h, header, sizeof(h));
+  if (h.from_pe < 0 || h.from_pe >= self->n_pes_ || !self->eps_[h.from_pe]) return UCS_OK;
+  if (header_length > sizeof(AmHeader)) {  // an inline payload (kInlineBytes)
+    if (length) return UCS_OK;             // not both
+    data = const_cast<char*>(static_cast<const char*>(header) + sizeof(AmHeader));
+    length = header_length - sizeof(AmHeader);
+  }
+  self->serve_am(h, data, length);
+  return UCS_OK;  // UCP keeps no data of ours
+}
+
+void UcxTransport::serve_am(const AmHeader& h, const void* data, size_t length) {
+  const tcp::Request& rq = h.rq;
+  const int peer = h.from_pe;
+  const auto op = static_cast<tcp::Op>(rq.op);
+  const bool carries = op == tcp::Op::kPut || op == tcp::Op::kPutSignal;
+  std::string refused;
+  if ((carries && length != rq.length) || (!carries && length != 0))
+    refused = format("PE %d refused a request from PE %d: %zu bytes came with a request for %llu", my_pe_, peer, length,
+                     static_cast<unsigned long long>(rq.length));
+  else if ((carries || op == tcp::Op::kGet) && rq.length > tcp::kMaxChunk)
+    refused = format("PE %d refused a request of %llu bytes from PE %d: requests carry at most %zu bytes", my_pe_,
+                     static_cast<unsigned long long>(rq.length), peer, tcp::kMaxChunk);
+  if (!refused.empty()) {
+    MORI_LOG(kWarn, "UCX", "%s", refused.c_str());
+    am_answer(peer, rq, tcp::ReplyStatus::kBadRequest, 0, refused.data(), refused.size());
+    return;
+  }
+  tcp::RegionTable::Located at = exposed_.locate(rq, peer);  // the tcp target's checks
+  if (!at.data) {
+    MORI_LOG(kWarn, "UCX", "%s", at.error.c_str());
+    at.error.resize(std::min(at.error.size(), tcp::kMaxErrorText));
+    am_answer(peer, rq, at.status, 0, at.error.data(), at.error.size());
+    return;
+  }
+  switch (op) {
+    case tcp::Op::kPut:
+    case tcp::Op::kPutSignal:
+      if (length) std::memcpy(at.data, data, length);
+      tcp::RegionTable::apply(at, rq);
+      if (rq.flags & tcp::kFlagAck) am_answer(peer, rq, tcp::ReplyStatus::kOk, 0, nullptr, 0);
+      return;
+    case tcp::Op::kGet:
+      std::atomic_thread_fence(std::memory_order_acquire);
+      am_answer(peer, rq, tcp::ReplyStatus::kOk, 0, at.data, rq.length);
+      return;
+    default: {  // kAmo (locate() refuses every other op)
+      uint64_t old = tcp::RegionTable::apply(at, rq);
+      if (tcp::is_fetching(static_cast<AmoOp>(rq.aux)) || (rq.flags & tcp::kFlagAck))
+        am_answer(peer, rq, tcp::ReplyStatus::kOk, old, nullptr, 0);
+    }
+  }
+}
+
+void UcxTransport::am_answer(int pe, const tcp::Request& rq, tcp::ReplyStatus status, uint64_t value, const void* data,
+                             size_t length) {
+  // An endpoint that failed gets no answer: the requester is gone (sending on it would only
+  // fail, with an error status: our own active message, not UCP's software RMA).
+  if (ep_status_[pe].load(std::memory_order_acquire) != UCS_OK) return;
+  // The header must live until the send completes: the completion callback frees it.
+  struct Answer {
+    const ucx::Ucp* api;
+    tcp::Reply reply;
+    char inline_data[kInlineBytes];  // a small payload travels in the header (see kInlineBytes)
+  };
+  auto* a = new Answer;
+  a->api = &api_;
+  tcp::Reply* reply = &a->reply;
+  *reply = tcp::Reply{};
+  reply->status = static_cast<uint8_t>(status);
+  reply->op = rq.op;
+  reply->length = static_cast<uint32_t>(length);
+  reply->seq = rq.seq;
+  reply->value = value;
+  const bool inline_data = length <= kInlineBytes;
+  if (inline_data && length) std::memcpy(a->inline_data, data, length);
+  static_assert(offsetof(Answer, inline_data) == offsetof(Answer, reply) + sizeof(tcp::Reply));
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.flags = UCP_AM_SEND_FLAG_EAGER;
+  p.user_data = a;
+  p.cb.send = [](void* request, ucs_status_t, void* user_data) {
+    auto* done = static_cast<Answer*>(user_data);
+    done->api->request_free(request);
+    delete done;
+  };
+  ucs_status_ptr_t r = inline_data
+                           ? api_.am_send_nbx(eps_[pe], kAnswerAm, reply, sizeof(*reply) + length, nullptr, 0, &p)
+                           : api_.am_send_nbx(eps_[pe], kAnswerAm, reply, sizeof(*reply), data, length, &p);
+  if (r == nullptr || UCS_PTR_IS_ERR(r)) delete a;  // done at once, or failed (the peer is gone): no callback
+}
+
+ucs_status_t UcxTransport::on_am_reply(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                                       const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxTransport*>(arg);
+  if (header_length < sizeof(tcp::Reply) || header_length > sizeof(tcp::Reply) + kInlineBytes ||
+      (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
+    return UCS_OK;
+  tcp::Reply r;
+  std::memcpy(&r, header, sizeof(r));
+  if (header_length > sizeof(tcp::Reply)) {  // an inline payload (kInlineBytes)
+    if (length) return UCS_OK;
+    data = const_cast<char*>(static_cast<const char*>(header) + sizeof(tcp::Reply));
+    length = header_length - sizeof(tcp::Reply);
+  }
+  std::shared_ptr<AmPending> p;
+  {
+    std::lock_guard<std::mutex> lock(self->am_mu_);
+    auto it = self->am_pending_.find(r.seq);
+    if (it != self->am_pending_.end()) {
+      p = std::move(it->second);
+      self->am_pending_.erase(it);
+    }
+    if (r.status != static_cast<uint8_t>(tcp::ReplyStatus::kOk) && (!p || !p->waited))
+      self->am_errors_.push_back(length ? std::string(static_cast<const char*>(data), length)
+                                        : format("a request was refused (status %d)", r.status));
+  }
+  if (!p) return UCS_OK;  // a notify's refusal: recorded above
+  if (r.status == static_cast<uint8_t>(tcp::ReplyStatus::kOk)) {
+    if (p->dst && length == p->length) {
+      std::memcpy(p->dst, data, length);
+    } else if (p->dst) {
+      p->status = static_cast<uint8_t>(tcp::ReplyStatus::kBadRequest);
+      p->error = format("PE %d answered a get of %llu bytes with %zu", p->pe,
+                        static_cast<unsigned long long>(p->length), length);
+    }
+    p->value = r.value;
+  } else {
+    p->status = r.status;
+    p->error.assign(static_cast<const char*>(data), length);
+  }
+  if (p->counted) {
+    self->am_in_flight_[p->pe].fetch_sub(1, std::memory_order_relaxed);
+    self->am_in_flight_total_.fetch_sub(1, std::memory_order_release);
+  }
+  p->done.store(true, std::memory_order_release);
+  return UCS_OK;
+}
+
+std::shared_ptr<UcxTransport::AmPending> UcxTransport::am_pending(int pe, bool counted, bool waited, char* dst) {
+  auto p = std::make_shared<AmPending>();
+  p->pe = pe;
+  p->counted = counted;
+  p->waited = waited;
+  p->dst = dst;
+  return p;
+}
+
+void UcxTransport::am_send(int pe, tcp::Request rq, const void* payload, const std::shared_ptr<AmPending>& pending,
+                           bool wait_local, const char* what) {
+  ucp_ep_h e = ep(pe, what);
+  rq.seq = am_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
+  const bool carries =
+      rq.op == static_cast<uint8_t>(tcp::Op::kPut) || rq.op == static_cast<uint8_t>(tcp::Op::kPutSignal);
+  const size_t n = carries ? rq.length : 0;
+  const size_t inline_n = n <= kInlineBytes ? n : 0;  // see kInlineBytes
+  alignas(8) char local[sizeof(AmHeader) + kInlineBytes];
+  char* wire = pending ? pending->wire : local;
+  AmHeader h{rq, my_pe_, 0};
+  std::memcpy(wire, &h, sizeof(h));
+  if (inline_n) std::memcpy(wire + sizeof(h), payload, inline_n);
+  if (pending) {
+    std::lock_guard<std::mutex> lock(am_mu_);
+    am_pending_[rq.seq] = pending;  // before the send: the answer may come first
+    if (pending->counted) {
+      am_in_flight_[pe].fetch_add(1, std::memory_order_relaxed);
+      am_in_flight_total_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_EAGER;  // no rendezvous: the handler gets the whole request
+  ucs_status_ptr_t r = inline_n || n == 0 ? api_.am_send_nbx(e, kRequestAm, wire, sizeof(h) + inline_n, nullptr, 0, &p)
+                                          : api_.am_send_nbx(e, kRequestAm, wire, sizeof(h), payload, n, &p);
+  if (UCS_PTR_IS_ERR(r)) {
+    if (pending) {
+      std::lock_guard<std::mutex> lock(am_mu_);
+      if (am_pending_.erase(rq.seq) && pending->counted) {
+        am_in_flight_[pe].fetch_sub(1, std::memory_order_relaxed);
+        am_in_flight_total_.fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
+    raise_failed(UCS_PTR_STATUS(r), pe, what);
+  }
+  // The header stays alive until the send completes: on this stack (waited for here) or in
+  // `pending` (its answer proves the target received all of it).
+  if (wait_local || !pending)
+    finish(r, pe, what);
+  else if (r)
+    api_.request_free(r);
+}
+
+void UcxTransport::am_await(AmPending& p, const char* what) {
+  ucs_status_t s = worker_->wait_for([&p] { return p.done.load(std::memory_order_acquire); }, timeout_s_,
+                                     [this, &p] { return peer_lost(p.pe); });
+  if (s != UCS_OK) raise_failed(s, p.pe, what);
+  if (p.status != static_cast<uint8_t>(tcp::ReplyStatus::kOk)) raise(Status::kRemote, "%s", p.error.c_str());
+}
+
+void UcxTransport::am_complete(const char* what) {
+  if (am_in_flight_total_.load(std::memory_order_acquire) > 0) {
+    int lost = -1;
+    ucs_status_t s =
+        worker_->wait_for([this] { return am_in_flight_total_.load(std::memory_order_acquire) <= 0; }, timeout_s_,
+                          [this, &lost] {
+                            for (int pe = 0; pe < n_pes_; ++pe)
+                              if (am_in_flight_[pe].load(std::memory_order_relaxed) > 0 && peer_lost(pe)) {
+                                lost = pe;
+                                return true;
+                              }
+                            return false;
+                          });
+    if (s != UCS_OK) {
+      if (lost < 0)
+        for (int pe = 0; pe < n_pes_ && lost < 0; ++pe)
+          if (am_in_flight_[pe].load(std::memory_order_relaxed) > 0) lost = pe;
+      raise_failed(s, lost, what);
+    }
+  }
+  std::vector<std::string> errors;
+  {
+    std::lock_guard<std::mutex> lock(am_mu_);
+    errors.swap(am_errors_);
+  }
+  if (errors.empty()) return;
+  std::string all = errors.front();
+  if (errors.size() > 1) all += format(" (and %zu more refused requests)", errors.size() - 1);
+  raise(Status::kRemote, "%s", all.c_str());
+}
+
+namespace {
+
+tcp::Request am_request(tcp::Op op, const RemoteRef& r, size_t offset, size_t n) {
+  tcp::Request rq{};
+  rq.op = static_cast<uint8_t>(op);
+  rq.region = static_cast<uint32_t>(r.region->id);
+  rq.offset = r.offset + offset;
+  rq.length = n;
+  return rq;
+}
+
+}  // namespace
+
+void UcxTransport::am_put(int pe, RemoteRef dst, const void* src, size_t n, bool nbi) {
+  // In pieces of at most the tcp transport's chunk: the target holds a whole request in memory.
+  for (size_t off = 0; off < n; off += tcp::kMaxChunk) {
+    size_t len = std::min(n - off, tcp::kMaxChunk);
+    tcp::Request rq = am_request(tcp::Op::kPut, dst, off, len);
+    rq.flags = tcp::kFlagAck;  // quiet waits for the answer
+    am_send(pe, rq, static_cast<const char*>(src) + off, am_pending(pe, true, false), !nbi, "shmem_put");
+  }
+}
+
+void UcxTransport::am_get(int pe, void* dst, RemoteRef src, size_t n, bool nbi) {
+  std::vector<std::shared_ptr<AmPending>> mine;
+  for (size_t off = 0; off < n; off += tcp::kMaxChunk) {
+    size_t len = std::min(n - off, tcp::kMaxChunk);
+    auto p = am_pending(pe, nbi, !nbi, static_cast<char*>(dst) + off);
+    p->length = len;
+    am_send(pe, am_request(tcp::Op::kGet, src, off, len), nullptr, p, false, "shmem_get");
+    if (!nbi) mine.push_back(std::move(p));
+  }
+  for (auto& p : mine) am_await(*p, "shmem_get");
+}
+
+uint64_t UcxTransport::am_atomic(int pe, RemoteRef target, AmoOp op, int width, uint64_t operand, uint64_t compare) {
+  tcp::Request rq = am_request(tcp::Op::kAmo, target, 0, 0);
+  rq.aux = static_cast<uint8_t>(op);
+  rq.width = static_cast<uint8_t>(width);
+  rq.operand = operand;
+  rq.compare = compare;
+  const bool fetching = tcp::is_fetching(op);
+  if (!fetching) rq.flags = tcp::kFlagAck;  // quiet waits for the answer
+  auto p = am_pending(pe, !fetching, fetching);
+  am_send(pe, rq, nullptr, p, false, amo_name(op));
+  if (!fetching) return 0;
+  am_await(*p, amo_name(op));
+  return width == 4 ? static_cast<uint32_t>(p->value) : p->value;
+}
+
+void UcxTransport::am_put_signal(int pe, RemoteRef dst, const void* src, size_t n, RemoteRef signal, uint64_t value,
+                                 SignalOp op, bool answered, bool nbi, const char* what) {
+  // All but the last piece as puts, answered before the signal's piece leaves: active
+  // messages are not ordered, and the signal must not overtake its data.
+  size_t last = n > tcp::kMaxChunk ? (n - 1) / tcp::kMaxChunk * tcp::kMaxChunk : 0;
+  if (last) {
+    std::vector<std::shared_ptr<AmPending>> pieces;
+    for (size_t off = 0; off < last; off += tcp::kMaxChunk) {
+      tcp::Request rq = am_request(tcp::Op::kPut, dst, off, tcp::kMaxChunk);
+      rq.flags = tcp::kFlagAck;
+      pieces.push_back(am_pending(pe, false, true));
+      am_send(pe, rq, static_cast<const char*>(src) + off, pieces.back(), false, what);
+    }
+    for (auto& p : pieces) am_await(*p, what);
+  }
+  tcp::Request rq = am_request(tcp::Op::kPutSignal, dst, last, n - last);
+  rq.aux = static_cast<uint8_t>(op);
+  rq.operand = value;
+  rq.signal_region = static_cast<uint32_t>(signal.region->id);
+  rq.signal_offset = signal.offset;
+  const char* data = n ? static_cast<const char*>(src) + last : nullptr;  // notify's src may be null
+  if (!answered) {  // notify: the receiver's wait for the signal proves delivery
+    am_send(pe, rq, data, nullptr, true, what);
+    return;
+  }
+  rq.flags = tcp::kFlagAck;
+  am_send(pe, rq, data, am_pending(pe, true, false), !nbi, what);
+}
+
 void UcxTransport::put(int pe, RemoteRef dst, const void* src, size_t n, bool nbi) {
   if (n == 0) return;
   worker_->note_call();
+  if (uses_active_messages(pe)) return am_put(pe, dst, src, n, nbi);
   ucp_ep_h e = ep(pe, "shmem_put");
   ucp_rkey_h k = rkey(pe, dst, "shmem_put");
   ucp_request_param_t p{};
@@ -387,6 +736,7 @@ void UcxTransport::put(int pe, RemoteRef dst, const void* src, size_t n, bool nb
 void UcxTransport::get(int pe, void* dst, RemoteRef src, size_t n, bool nbi) {
   if (n == 0) return;
   worker_->note_call();
+  if (uses_active_messages(pe)) return am_get(pe, dst, src, n, nbi);
   ucp_ep_h e = ep(pe, "shmem_get");
   ucp_rkey_h k = rkey(pe, src, "shmem_get");
   ucp_request_param_t p{};
@@ -403,6 +753,7 @@ void UcxTransport::get(int pe, void* dst, RemoteRef src, size_t n, bool nbi) {
 uint64_t UcxTransport::atomic(int pe, RemoteRef target, AmoOp op, int width, uint64_t operand, uint64_t compare) {
   if (width != 4 && width != 8) raise(Status::kInvalidArgument, "shmem_atomic: width %d (4 or 8 bytes)", width);
   worker_->note_call();
+  if (uses_active_messages(pe)) return am_atomic(pe, target, op, width, operand, compare);
   ucp_ep_h e = ep(pe, amo_name(op));
   ucp_rkey_h k = rkey(pe, target, amo_name(op));
   // Operand and reply in the word's width; UCP reads the operand when the call is made.
@@ -501,6 +852,10 @@ std::pair<ucs_status_ptr_t, ucs_status_ptr_t> UcxTransport::post_put_signal(int 
 
 void UcxTransport::put_signal(int pe, RemoteRef dst, const void* src, size_t n, RemoteRef signal, uint64_t value,
                               SignalOp op, bool nbi) {
+  if (uses_active_messages(pe)) {
+    worker_->note_call();
+    return am_put_signal(pe, dst, src, n, signal, value, op, true, nbi, "shmem_put_signal");
+  }
   unflushed_.fetch_add(1, std::memory_order_relaxed);
   auto [data, sig] = post_put_signal(pe, dst, src, n, signal, value, op, true, "shmem_put_signal");
   if (nbi) {
@@ -521,14 +876,23 @@ void UcxTransport::notify(int pe, RemoteRef dst, const void* src, size_t n, Remo
                           SignalOp op) {
   // Neither counted for quiet's flush nor waited for by quiet: the receiver sees the data once
   // it sees the signal. The data's request still ends before return (src may be reused).
+  if (uses_active_messages(pe)) {
+    worker_->note_call();
+    return am_put_signal(pe, dst, src, n, signal, value, op, false, false, "shmem_notify");
+  }
   auto [data, sig] = post_put_signal(pe, dst, src, n, signal, value, op, false, "shmem_notify");
   finish(data, pe, "shmem_notify");
   post_amo(sig, pe, "shmem_notify", notices_);
 }
 
-void UcxTransport::fence(int) { ucx::check(api_, api_.worker_fence(worker_->worker()), "ucp_worker_fence"); }
+void UcxTransport::fence(int) {
+  // Requests over active messages are not ordered: a fence waits for their answers.
+  am_complete("shmem_fence");
+  ucx::check(api_, api_.worker_fence(worker_->worker()), "ucp_worker_fence");
+}
 
 void UcxTransport::quiet() {
+  am_complete("shmem_quiet");
   wait_posted_amos();
   // Nothing posted since the last flush that could still be in flight: skip the round trip
   // (barriers quiet every transport, most of them idle).
@@ -553,7 +917,8 @@ std::string UcxTransport::endpoint(int pe) const {
   ucp_request_param_t p{};
   ucs_status_t s = worker_->wait(api_.ep_flush_nbx(e, &p), timeout_s_);
   if (s != UCS_OK) return std::string("ucx (endpoint not wired up: ") + api_.status_string(s) + ")";
-  return "ucx " + ucx::describe_lanes(ucx::endpoint_lanes(api_, e));
+  return "ucx " + ucx::describe_lanes(ucx::endpoint_lanes(api_, e)) +
+         (am_rma_[pe] ? " (RMA as MORI requests over am: no rma and amo lanes)" : "");
 }
 
 }  // namespace mori

@@ -75,6 +75,9 @@ class UcpWorker {
   // completes, `give_up()` says so, or `timeout_s` passes. Returns its status and frees
   // it; UCS_ERR_TIMED_OUT / UCS_ERR_CANCELED leave it to release() (see there).
   ucs_status_t wait(ucs_status_ptr_t request, double timeout_s, const std::function<bool()>& give_up = {});
+  // The same for any condition that progress makes true (an answer arrived): UCS_OK once
+  // `done()`, UCS_ERR_CANCELED when `give_up()`, UCS_ERR_TIMED_OUT after `timeout_s`.
+  ucs_status_t wait_for(const std::function<bool()>& done, double timeout_s, const std::function<bool()>& give_up = {});
   // Frees a request that wait() gave up on, once whatever could still complete it is
   // gone (its endpoint force-closed): progresses briefly so UCX finishes it, then frees.
   void release(ucs_status_ptr_t request);
