@@ -45,6 +45,10 @@ class LaunchConfig:
     socket_ifname: str = ""  # MORI_SOCKET_IFNAME for the processes (interface the hosts share)
     prefix_output: bool = True
     kill_grace_s: float = 3.0
+    # After a rank fails, the others get this long to fail on their own before they are stopped:
+    # a rank that sees the loss itself says which PE it lost, while one stopped at once leaves
+    # the survivors on other hosts blaming it instead (issue 29 item 10).
+    stop_notice_s: float = 0.5
     extra_env: dict = field(default_factory=dict)
 
 
@@ -267,7 +271,9 @@ def launch(cfg: LaunchConfig) -> int:
         # A rank that ends (even with status 0, even before it joined) is told to the store at
         # once: ranks waiting for its bootstrap keys fail naming it instead of timing out.
         on_exit = server.rank_exited if server is not None else None
-        return _supervise(procs, cfg.kill_grace_s, first_rank=cfg.node_rank * cfg.nproc, on_exit=on_exit)
+        return _supervise(
+            procs, cfg.kill_grace_s, first_rank=cfg.node_rank * cfg.nproc, on_exit=on_exit, notice=cfg.stop_notice_s
+        )
     except KeyboardInterrupt:
         _terminate(procs, cfg.kill_grace_s)
         return 130
@@ -294,13 +300,16 @@ def _supervise(
     grace: float,
     first_rank: int = 0,
     on_exit: Optional[Callable[[int, int], None]] = None,
+    notice: float = 0.0,
 ) -> int:
-    """Wait for every rank; on the first failure stop the rest. The result is the worst code
-    of the ranks that ended on their own (ranks we stopped report 128+SIGTERM otherwise).
+    """Wait for every rank; on the first failure stop the rest, ``notice`` seconds later (those
+    that end on their own meanwhile count as such). The result is the worst code of the ranks
+    that ended on their own (ranks we stopped report 128+SIGTERM otherwise).
     ``procs[i]`` is global rank ``first_rank + i`` (this host's first rank), the name it is reported by.
     ``on_exit(rank, code)`` hears of every rank that ends on its own (the job's store, on its host)."""
     worst = 0
     stopped_by_us: set[int] = set()
+    stop_at: Optional[float] = None
     running = set(range(len(procs)))
     while running:
         for i in sorted(running):
@@ -313,10 +322,12 @@ def _supervise(
                 on_exit(first_rank + i, code)
             if i not in stopped_by_us:
                 worst = max(worst, code)
-            if code != 0 and running and not stopped_by_us:
+            if code != 0 and running and stop_at is None:
                 sys.stderr.write(f"mori run: rank {first_rank + i} exited with code {code}; stopping the other ranks\n")
-                stopped_by_us.update(running)
-                _terminate([procs[j] for j in running], grace)
+                stop_at = time.monotonic() + notice
+        if stop_at is not None and running and not stopped_by_us and time.monotonic() >= stop_at:
+            stopped_by_us.update(running)
+            _terminate([procs[j] for j in running], grace)
         time.sleep(0.02)
     return worst
 

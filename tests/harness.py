@@ -136,6 +136,14 @@ def collect(procs: Sequence[subprocess.Popen], timeout: float) -> list[str]:
     return outs
 
 
+def pe_counts(*counts: int, also: Sequence[int] = ()) -> list[int]:
+    """The PE counts a multi-process test runs at: ``counts`` always, and ``also`` (counts whose
+    code paths the others already take) only with MORI_TEST_ALL_PE_COUNTS=1, which keeps CI on
+    its 2 cores within its time."""
+    extra = list(also) if os.environ.get("MORI_TEST_ALL_PE_COUNTS") == "1" else []
+    return sorted({*counts, *extra})
+
+
 def gpu_pe_counts(device_count: int) -> list[int]:
     """PE counts of a multi-GPU test: 2, and every GPU of the machine when it has more; none (skip)
     with fewer than 2 GPUs. MORI_TEST_GPU_PES="2,8" names the counts instead, and then PEs may

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from harness import check, mori_run, python_program
+from harness import check, mori_run, pe_counts, python_program
 
 torch = pytest.importorskip("torch")
 
@@ -39,7 +39,7 @@ def test_complete_example_from_the_guide():
     assert out.count("sent 128 tokens, received") == 8
 
 
-@pytest.mark.parametrize("n", [2, 4])  # 8 PEs take the same paths as 4 (test_suite runs 8)
+@pytest.mark.parametrize("n", pe_counts(4, also=[2]))  # 2 and 8 PEs take the paths of 4 (test_suite runs both)
 def test_blockwise_and_fp4_combine(n):
     """quant_type fp8_blockwise / fp4_blockwise (exact against a model of the wire, within MORI's
     tolerance, refused at combine where MORI refuses) and fp4 rows, every kernel type."""
@@ -50,7 +50,7 @@ def test_blockwise_and_fp4_combine(n):
     assert out.count("fp4 rows: dispatched and combined") == 6
 
 
-@pytest.mark.parametrize("n", [2, 4])  # 8 PEs take the same paths as 4 (test_suite runs 8)
+@pytest.mark.parametrize("n", pe_counts(4, also=[2]))  # 2 and 8 PEs take the paths of 4 (test_suite runs both)
 def test_combine_reads_shared_tensors_in_place(n):
     """An external combine input in the shared tensor arena is summed in place (IntraNode,
     IntraNodeLL), staged where it must be (AsyncLL, fp8_direct_cast), exact against a torch model
@@ -92,14 +92,14 @@ def test_blockwise_combine_reads_scale_dim_setting():
     assert "refused: MORI_FP8_COMBINE_SCALE_DIM must be > 0" in proc.stdout, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("n", [2, 4])  # 8 PEs take the same paths as 4 (test_suite runs 8)
+@pytest.mark.parametrize("n", pe_counts(4, also=[2]))  # 2 and 8 PEs take the paths of 4 (test_suite runs both)
 def test_routing_handles(n):
     """Three layers in flight, combined out of order by their handles; a handle replayed; errors."""
     out = check(mori_run(n, python_program("ep_routing.py"), timeout=200))
     assert out.count("routing handles ok") == n
 
 
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", pe_counts(4, also=[2]))  # 2 and 8 PEs take the paths of 4 (test_suite runs both)
 def test_vllm_and_sglang_call_sequences(n):
     """vLLM's and SGLang's MORI managers' calls (standard/normal and AsyncLL/low-latency; fp8 and
     mxfp4 dispatch; bf16, fp8_blockwise, fp4_blockwise combine) around a real MoE layer, against
@@ -198,7 +198,7 @@ def test_rule_selection():
         LaunchConfigurator(K.IntraNode, 8, 8, "FAST")
 
 
-@pytest.mark.parametrize("n", [2, 4])  # 8 PEs take the same paths as 4 (test_suite runs 8)
+@pytest.mark.parametrize("n", pe_counts(4, also=[2]))  # 2 and 8 PEs take the paths of 4 (test_suite runs both)
 def test_local_expert_count(n):
     """dispatch(call_local_expert_count=True), the split phases on every kernel type, and MORI's
     launch_local_expert_count on addresses."""
