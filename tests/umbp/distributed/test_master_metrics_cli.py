@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import signal
 import subprocess
 import sys
@@ -111,13 +112,26 @@ def test_umbp_master_console_script_and_mori_subcommand():
     )
 
 
+def _free_port_pair() -> int:
+    """A free port whose successor is free too: worker i serves its metrics on the given port + i
+    (a successor taken by another test's process left worker 1 with nothing to listen on)."""
+    while True:
+        p = free_port()
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p + 1))
+            except OSError:
+                continue
+        return p
+
+
 def test_worker_processes_share_the_port_over_redis():
     from mori.umbp.distributed.redis_server import RedisServerProcess
 
     redis = RedisServerProcess()
-    port, mport = free_port(), free_port()
-    while mport + 1 == port:
-        mport = free_port()
+    port, mport = free_port(), _free_port_pair()
+    while port in (mport, mport + 1):
+        port = free_port()
     env = dict(os.environ, UMBP_METADATA_BACKEND="redis", UMBP_REDIS_URI=redis.uri, UMBP_REDIS_NAMESPACE=uid("w"))
     proc = subprocess.Popen(
         [
