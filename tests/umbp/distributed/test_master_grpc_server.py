@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import threading
 import time
 
@@ -22,6 +23,15 @@ from mori.umbp.distributed.master_auth import sign
 from mori.umbp.distributed.master_server import MasterServer
 
 SERVERS = ["python", pytest.param("cpp", marks=pytest.mark.skipif(not _C.umbp.HAVE_GRPCPP, reason="no grpc++"))]
+
+
+def test_the_build_has_the_cpp_server_where_grpcpp_is_installed():
+    """Where scripts/setup.sh installed grpc++ and protoc (CI), the build must have found them:
+    otherwise every "cpp" case here would skip and the grpcio server alone would be tested."""
+    if not (os.path.exists("/usr/include/grpcpp/grpcpp.h") and shutil.which("protoc")):
+        pytest.skip("grpc++ or protoc not installed here")
+    assert _C.umbp.HAVE_GRPCPP, "grpc++ is installed but the build did not find it (pkg-config grpc++)"
+    assert _C.umbp.HAVE_NATIVE_ROUTES, "protoc and libprotobuf are installed but the native get path was not built"
 
 
 def _master(kind: str, secret=None) -> MasterServer:
