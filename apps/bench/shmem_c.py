@@ -45,8 +45,10 @@ from mori.apps.bench.report import Report
 from mori.apps.bench.sizes import size_type
 
 SOURCE = Path(__file__).with_name("shmem_c_bench.c")
-# Open MPI as root, oversubscribed; mem_hooks=0 avoids OSHMEM's finalize crash (reference/environment.md).
-OMPI_ENV = dict(MPIRUN_ENV, OMPI_MCA_opal_common_ucx_opal_mem_hooks="0")
+# Open MPI as root, oversubscribed; mem_hooks=0 avoids OSHMEM's finalize crash on Debian's 4.1.4
+# (reference/environment.md), but Ubuntu's 4.1.6 (the GPU host) crashes with it in shmem_init
+# (mca_memheap_modex_recv_all) and runs without it: the bench takes the first that runs.
+OMPI_ENVS = (dict(MPIRUN_ENV, OMPI_MCA_opal_common_ucx_opal_mem_hooks="0"), dict(MPIRUN_ENV))
 
 
 # The bench's collective rows (the others are point-to-point operations of one PE).
@@ -187,7 +189,7 @@ def run(
                 )
             )
         if have_ompi:
-            ompi_env = dict(os.environ, **OMPI_ENV)
+            ompi_env = _working_ompi_env(ompi_oshrun, theirs, max(pes))
             if transport == "ucx":  # the same UCX transports under Open MPI's spml ucx
                 ompi_env.update(UCX_TLS=ucx_tls, OMPI_MCA_spml="ucx")
             impls.append(("openmpi", [ompi_oshrun], theirs, ompi_env))
@@ -210,6 +212,19 @@ def run(
                 if perftest_env is not None and n == 2:
                     rows.extend(_perftest_rows(max_bytes, scale, perftest_env, k))
     return rows
+
+
+def _working_ompi_env(oshrun: str, binary: Path, npes: int) -> dict:
+    """The first of OMPI_ENVS under which Open MPI runs a short barrier-only run of the bench."""
+    errors = []
+    for extra in OMPI_ENVS:
+        env = dict(os.environ, **extra)
+        try:
+            _run([oshrun, "-n", str(npes), str(binary), "8", "0.01", "8", "barrier"], env, 120)
+            return env
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            errors.append(f"with {extra}: {str(e)[-600:]}")
+    raise RuntimeError("Open MPI's oshrun fails under every setting tried:\n" + "\n".join(errors))
 
 
 def _summary(rows: list[Row], bandwidth: bool) -> tuple[float, float, float]:
