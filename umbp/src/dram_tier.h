@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -56,6 +57,17 @@ class DramTier {
   // `checksum_always`: the checksum is taken at put even when hits are not verified (a peer
   // hands it to remote readers, who verify what they read).
   DramTier(const DramConfig& dram, const EvictionConfig& eviction, bool verify_checksums, bool checksum_always = false);
+  // The same pages over memory owned elsewhere (a distributed peer's HBM arena, peer_pages.h):
+  // index, allocator, watermarks, eviction and events as above, the events tagged `tier`, the
+  // checksums taken by `checksum` (device memory is hashed through a host copy). Only the peer
+  // hooks reach such a tier: put() and get() copy host memory and refuse it.
+  struct ExternalArena {
+    char* base = nullptr;
+    size_t capacity = 0;
+    TierType tier = TierType::HBM;
+    std::function<uint64_t(const char*, size_t)> checksum;
+  };
+  DramTier(const ExternalArena& arena, const DramConfig& watermarks, const EvictionConfig& eviction);
   ~DramTier();
   DramTier(const DramTier&) = delete;
   DramTier& operator=(const DramTier&) = delete;
@@ -168,6 +180,10 @@ class DramTier {
   const size_t candidate_window_;
   const bool verify_checksums_;
   const bool checksum_always_;
+  const TierType tier_ = TierType::DRAM;  // what the events say
+  // Set for an external arena: how its values are hashed (null: host memory, value_checksum).
+  std::function<uint64_t(const char*, size_t)> external_checksum_;
+  uint64_t hash(const Block* b) const;
   PeerEventLog* events_ = nullptr;  // under mu_
   HostMemAllocator host_;
   HostBufferHandle arena_;
