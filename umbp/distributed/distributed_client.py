@@ -1475,6 +1475,8 @@ class DistributedUMBPClient(_UMBPClient):
             self._engine.deregister_memory(r.desc)
         self._regions = []
         self._engine.deregister_memory(self._arena_desc)
+        if self._hbm_desc is not None:  # before the store frees the device arena
+            self._engine.deregister_memory(self._hbm_desc)
         if self._ssd_staging_desc is not None:
             self._engine.deregister_memory(self._ssd_staging_desc)
         self._engine.deregister_memory(self._staging_desc)

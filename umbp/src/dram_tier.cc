@@ -2,6 +2,7 @@
 #include "src/dram_tier.h"
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
 #include "mori/core/copy.h"
@@ -84,15 +85,24 @@ DramTier::DramTier(const ExternalArena& arena, const DramConfig& watermarks, con
       checksum_always_(true),  // a peer hands every value's checksum to its readers
       tier_(arena.tier),
       external_checksum_(arena.checksum),
+      external_copy_(arena.copy_to_host),
       base_(arena.base),
       heap_(0, arena.capacity) {
-  if (!external_checksum_) raise(Status::kInvalidArgument, "DRAM tier: an external arena needs its checksum function");
+  if (!external_checksum_ || !external_copy_)
+    raise(Status::kInvalidArgument, "DRAM tier: an external arena needs its checksum and copy functions");
 }
 
 DramTier::~DramTier() {
   for (auto& [key, b] : index_) delete b;
   for (Block* b : dropped_pinned_) delete b;
   if (!external_checksum_) host_.free(arena_);  // an external arena is freed by its owner
+}
+
+void DramTier::copy_to_host(const Block* b, void* dst) const {
+  if (external_copy_)
+    external_copy_(dst, b->data, b->size);
+  else
+    std::memcpy(dst, b->data, b->size);
 }
 
 uint64_t DramTier::hash(const Block* b) const {

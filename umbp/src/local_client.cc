@@ -324,7 +324,7 @@ PeerPages& LocalClient::peer_pages() {
   peer_ = std::make_unique<PeerPages>(
       *dram_, ssd_.get(), pipeline_.get(), !config_.copy_pipeline.async_enabled, d.ssd_staging_buffer_size,
       d.ssd_staging_buffer_slots, static_cast<int>(settings.umbp_dram_read_lease_ms),
-      static_cast<int>(settings.umbp_ssd_read_lease_ms), d.hbm, config_.dram, config_.eviction);
+      static_cast<int>(settings.umbp_ssd_read_lease_ms), d.hbm, config_.dram, config_.eviction, config_.copy_pipeline);
   return *peer_;
 }
 

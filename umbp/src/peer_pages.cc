@@ -48,6 +48,20 @@ uint64_t device_checksum(const void* data, size_t size, int device) {
 #endif
 }
 
+namespace {
+
+void device_to_host(void* host, const char* src, size_t n, int device) {
+#if MORI_WITH_CUDA
+  CudaDeviceGuard guard(device);  // the copy pipeline's threads never chose a device
+  check_cuda(cudaMemcpy(host, src, n, cudaMemcpyDeviceToHost), "cudaMemcpy (HBM value to its SSD copy)");
+#else
+  (void)host, (void)src, (void)n, (void)device;
+  raise(Status::kUnavailable, "device_to_host: this build of MORI has no CUDA");
+#endif
+}
+
+}  // namespace
+
 PeerPages::DeviceMemory::~DeviceMemory() {
 #if MORI_WITH_CUDA
   if (ptr) {
@@ -95,7 +109,7 @@ char* alloc_hbm(const HbmConfig& hbm, size_t bytes) {
 
 PeerPages::PeerPages(DramTier& dram, SsdTier* ssd, CopyPipeline* pipeline, bool copy_sync, size_t staging_bytes,
                      int staging_slots, int dram_lease_ms, int ssd_lease_ms, const HbmConfig& hbm,
-                     const DramConfig& watermarks, const EvictionConfig& eviction)
+                     const DramConfig& watermarks, const EvictionConfig& eviction, const CopyPipelineConfig& copy)
     : dram_(dram),
       ssd_(ssd),
       pipeline_(pipeline),
@@ -110,7 +124,9 @@ PeerPages::PeerPages(DramTier& dram, SsdTier* ssd, CopyPipeline* pipeline, bool 
     a.capacity = bytes;
     a.tier = TierType::HBM;
     a.checksum = [device = hbm.device](const char* p, size_t n) { return device_checksum(p, n, device); };
+    a.copy_to_host = [device = hbm.device](void* host, const char* p, size_t n) { device_to_host(host, p, n, device); };
     hbm_ = std::make_unique<DramTier>(a, watermarks, eviction);
+    if (ssd_ && pipeline_) hbm_pipeline_ = std::make_unique<CopyPipeline>(copy, *hbm_, *ssd_);
   }
   if (ssd_ && staging_bytes > 0 && staging_slots > 0) {
     slot_bytes_ =
@@ -248,21 +264,27 @@ std::vector<bool> PeerPages::commit(const std::vector<uint64_t>& slot_ids, const
     }
   }
   // Checksums and publication outside mu_: a large value takes a while to hash.
-  std::vector<DramTier::Block*> held;
+  std::vector<DramTier::Block*> held, held_hbm;
   for (size_t i = 0; i < mine.size(); ++i) {
     if (!mine[i]) continue;
     bool published = false;
-    // The copy pipeline copies DRAM blocks to the SSD: an HBM value has no SSD copy yet.
-    const bool hold = pipeline_ != nullptr && tiers[i] == &dram_;
+    // Held (pinned) for its SSD copy: DRAM blocks by the store's pipeline, HBM ones by hbm_pipeline_.
+    const bool hold = tiers[i] == &dram_ ? pipeline_ != nullptr : hbm_pipeline_ != nullptr;
     DramTier::Block* h = tiers[i]->commit_slot(mine[i], hold, &published);
     ok[i] = published;
-    if (h) held.push_back(h);
+    if (h) (tiers[i] == &dram_ ? held : held_hbm).push_back(h);
   }
   if (pipeline_ && !held.empty()) {
     if (copy_sync_)
       pipeline_->copy_now(held);
     else
       pipeline_->submit(held);
+  }
+  if (hbm_pipeline_ && !held_hbm.empty()) {
+    if (copy_sync_)
+      hbm_pipeline_->copy_now(held_hbm);
+    else
+      hbm_pipeline_->submit(held_hbm);
   }
   return ok;
 }

@@ -24,7 +24,9 @@
 //          hbm.device: the same DramTier code (ExternalArena), its events tagged HBM, its values
 //          hashed through a host copy (the bytes arrive in device memory by CUDA IPC or io/'s
 //          staged tcp; no host pass of ours sees them). Slots are asked per tier; resolve()
-//          looks in HBM first; evict() frees a key from either. No SSD copy of HBM values yet.
+//          looks in HBM first; evict() frees a key from either. With an SSD tier, HBM values
+//          get their SSD copy from a copy pipeline of their own that stages them through host
+//          memory (and stay pinned in HBM until it is done, as DRAM values do).
 //
 // Thread-safe. Lock order: PeerPages::mu_ -> the tiers' locks -> the event log's.
 #pragma once
@@ -97,7 +99,8 @@ class PeerPages {
   // (no CUDA in this build, no such device, out of device memory) with nothing half built.
   PeerPages(DramTier& dram, SsdTier* ssd, CopyPipeline* pipeline, bool copy_sync, size_t staging_bytes,
             int staging_slots, int dram_lease_ms, int ssd_lease_ms, const HbmConfig& hbm = HbmConfig{},
-            const DramConfig& watermarks = DramConfig{}, const EvictionConfig& eviction = EvictionConfig{});
+            const DramConfig& watermarks = DramConfig{}, const EvictionConfig& eviction = EvictionConfig{},
+            const CopyPipelineConfig& copy = CopyPipelineConfig{});
   ~PeerPages();
   PeerPages(const PeerPages&) = delete;
   PeerPages& operator=(const PeerPages&) = delete;
@@ -168,8 +171,9 @@ class PeerPages {
     ~DeviceMemory();
   };
   DeviceMemory hbm_mem_;
-  std::unique_ptr<DramTier> hbm_;  // after hbm_mem_: goes first
-  DramTier* tier_of(int tier);     // HBM: hbm_ (null without one); anything else: &dram_
+  std::unique_ptr<DramTier> hbm_;               // after hbm_mem_: goes first
+  std::unique_ptr<CopyPipeline> hbm_pipeline_;  // HBM -> SSD (with an SSD tier); goes before hbm_
+  DramTier* tier_of(int tier);                  // HBM: hbm_ (null without one); anything else: &dram_
   SsdTier* ssd_;
   CopyPipeline* pipeline_;
   const bool copy_sync_;

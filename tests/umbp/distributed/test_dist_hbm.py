@@ -36,14 +36,22 @@ class HbmWorker:
         self.client = None
         self.keep = []  # buffers of puts in flight stay alive until the answer
 
-    def init(self, master: str, node_id: str, dram: int, hbm: int = 0, device: int = 0, buffer_sizes=None):
+    def init(
+        self, master: str, node_id: str, dram: int, hbm: int = 0, device: int = 0, buffer_sizes=None, ssd_dir: str = ""
+    ):
         from mori.umbp import UMBPClient, UMBPConfig, UMBPDistributedConfig
 
         cfg = UMBPConfig()
         cfg.dram.capacity_bytes = dram
         cfg.dram.prefault = False
-        cfg.ssd.enabled = False
+        cfg.ssd.enabled = bool(ssd_dir)
+        if ssd_dir:
+            cfg.ssd.storage_dir = ssd_dir
+            cfg.ssd.capacity_bytes = 64 * MIB
+            cfg.ssd.segment_size_bytes = 4 * MIB
         d = UMBPDistributedConfig()
+        d.ssd_staging_buffer_size = 8 * MIB
+        d.ssd_staging_buffer_slots = 4
         d.master_config.master_address = master
         d.master_config.node_id = node_id
         d.master_config.node_address = "127.0.0.1"
@@ -85,12 +93,16 @@ class HbmWorker:
             untouched.append(not o and bool((got == 0xA5).all()))
         return {"ok": list(ok), "right": right, "untouched_misses": untouched}
 
-    def tiers(self):
-        """The tier of each key this worker owns (its full-sync snapshot) and its HBM stats."""
-        _base, keys = self.client.peer_snapshot()
-        cap, used, pinned, count, evictions = self.client.peer_hbm_stats()
+    def tiers(self, keys: list):
+        """The tier each key is in here (0: not here; resolved, as a reader's resolve finds it:
+        the full-sync snapshot would drop events not yet shipped) and the HBM pages' stats."""
+        resolved = self.client.peer_resolve(keys)
+        for r in resolved:
+            if r[5]:
+                self.client.peer_release(r[5])
+        cap, used, _pinned, count, evictions = self.client.peer_hbm_stats()
         return {
-            "tiers": {k: int(t) for k, t, _size, _off, _ck in keys},
+            "tiers": [int(r[1]) if r[0] else 0 for r in resolved],
             "hbm": {"capacity": cap, "used": used, "keys": count, "evictions": evictions},
         }
 
@@ -164,21 +176,29 @@ def _start(*inits: dict) -> list[Worker]:
     return workers
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def master():
     with running_master(settings=fast_settings()) as m:
         yield m
 
 
-@pytest.fixture
-def pool(master):
-    """Worker a (DRAM only) and owner b (DRAM and 16 MiB of HBM on GPU 0): puts go to b's HBM."""
+def _pair(master):
+    """Worker a (DRAM only) and owner b (DRAM and 64 MiB of HBM on GPU 0): puts go to b's HBM."""
     ids = uid("a"), uid("b")
     a, b = _start(
         dict(master=master.address, node_id=ids[0], dram=16 * MIB),
-        dict(master=master.address, node_id=ids[1], dram=32 * MIB, hbm=16 * MIB),
+        dict(master=master.address, node_id=ids[1], dram=32 * MIB, hbm=64 * MIB),
     )
     a.node_id, b.node_id = ids
+    return a, b
+
+
+@pytest.fixture(scope="module")
+def pool(master):
+    """Shared by the module's tests that leave both workers running (fresh keys each)."""
+    if not _have_cuda():
+        pytest.skip("needs a CUDA GPU and torch")
+    a, b = _pair(master)
     yield a, b
     a.close()
     b.close()
@@ -209,8 +229,7 @@ def test_put_into_hbm_get_back(pool, master, src_cuda, dst_cuda, size, batch):
     a, b = pool
     keys, seed = _keys(batch), random.randrange(1 << 30)
     assert a.ask("put", keys=keys, size=size, seed=seed, cuda=src_cuda)["ok"] == [True] * batch
-    owned = b.ask("tiers")["tiers"]
-    assert [owned.get(k) for k in keys] == [int(UMBPTierType.HBM)] * batch  # b's HBM pages took them
+    assert b.ask("tiers", keys=keys)["tiers"] == [int(UMBPTierType.HBM)] * batch  # b's HBM pages took them
     b.ask("heartbeat")  # the ADD events reach the master
     assert _route_tiers(master, a.node_id, keys) == [int(UMBPTierType.HBM)] * batch
     got = a.ask("get", keys=keys, size=size, seed=seed, cuda=dst_cuda)
@@ -232,9 +251,7 @@ def test_hbm_full_spills_to_dram(master):
         # The first fills b's HBM (4 MiB); the master routes the second to DRAM (b's, the larger).
         for i, k in enumerate(keys):
             assert a.ask("put", keys=[k], size=size, seed=seed + i)["ok"] == [True]
-        owned = b.ask("tiers")["tiers"]
-        assert owned[keys[0]] == int(UMBPTierType.HBM)
-        assert owned[keys[1]] == int(UMBPTierType.DRAM)
+        assert b.ask("tiers", keys=keys)["tiers"] == [int(UMBPTierType.HBM), int(UMBPTierType.DRAM)]
         for i, k in enumerate(keys):
             got = a.ask("get", keys=[k], size=size, seed=seed + i, cuda=True)
             assert got["right"] == [True], (k, got)
@@ -246,14 +263,16 @@ def test_hbm_full_spills_to_dram(master):
 @pytest.mark.gpu
 @pytest.mark.skipif(not _have_cuda(), reason="needs a CUDA GPU and torch")
 def test_hbm_eviction(pool):
+    from mori.umbp import UMBPTierType
+
     a, b = pool
     keys, seed = _keys(2), random.randrange(1 << 30)
     assert a.ask("put", keys=keys, size=MIB, seed=seed)["ok"] == [True, True]
-    before = b.ask("tiers")["hbm"]
+    before = b.ask("tiers", keys=keys)["hbm"]
     freed = b.ask("evict", keys=[keys[0]])["freed"]
     assert freed[0] >= MIB
-    after = b.ask("tiers")
-    assert keys[0] not in after["tiers"] and keys[1] in after["tiers"]
+    after = b.ask("tiers", keys=keys)
+    assert after["tiers"] == [0, int(UMBPTierType.HBM)]
     assert after["hbm"]["used"] == before["used"] - freed[0]
     b.ask("heartbeat")  # the REMOVE reaches the master
     got = a.ask("get", keys=keys, size=MIB, seed=seed)
@@ -262,8 +281,38 @@ def test_hbm_eviction(pool):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _have_cuda(), reason="needs a CUDA GPU and torch")
-def test_owner_killed_mid_read_is_a_miss(pool):
-    a, b = pool
+def test_hbm_value_gets_its_ssd_copy(master, tmp_path):
+    """An HBM value's SSD copy (the owner's copy pipeline stages it through host memory): once
+    evicted from HBM, the value is read from the owner's SSD, exact."""
+    from mori.umbp import UMBPTierType
+
+    a, b = _start(
+        dict(master=master.address, node_id=uid("a"), dram=16 * MIB),
+        dict(master=master.address, node_id=uid("b"), dram=32 * MIB, hbm=16 * MIB, ssd_dir=str(tmp_path / "b")),
+    )
+    try:
+        keys, seed, size = _keys(2), random.randrange(1 << 30), MIB + 123
+        assert a.ask("put", keys=keys, size=size, seed=seed, cuda=True)["ok"] == [True, True]
+        assert b.ask("tiers", keys=keys)["tiers"] == [int(UMBPTierType.HBM)] * 2
+        # Pinned in HBM until its SSD copy is done: evictable after that.
+        deadline = time.monotonic() + 30
+        while b.ask("evict", keys=[keys[0]])["freed"][0] == 0:
+            assert time.monotonic() < deadline, "the HBM value never became evictable (no SSD copy?)"
+            time.sleep(0.05)
+        assert b.ask("tiers", keys=keys)["tiers"] == [int(UMBPTierType.SSD), int(UMBPTierType.HBM)]
+        b.ask("heartbeat")
+        for cuda in (False, True):
+            got = a.ask("get", keys=keys, size=size, seed=seed, cuda=cuda)
+            assert got["right"] == [True, True], got
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _have_cuda(), reason="needs a CUDA GPU and torch")
+def test_owner_killed_mid_read_is_a_miss(master):
+    a, b = _pair(master)  # b is killed: a pair of its own
     keys, seed = _keys(4), random.randrange(1 << 30)
     assert a.ask("put", keys=keys, size=3 * MIB, seed=seed)["ok"] == [True] * 4
     b.ask("heartbeat")
@@ -275,6 +324,7 @@ def test_owner_killed_mid_read_is_a_miss(pool):
     # Whatever arrived before the kill is exact; the rest are misses.
     assert all(r or not o for o, r in zip(got["ok"], got["right"]))
     assert time.monotonic() - t0 < 60
+    a.close()
 
 
 @pytest.mark.gpu
