@@ -873,6 +873,7 @@ class DistributedUMBPClient(_UMBPClient):
         exclude: list[str] = []
         local: list[int] = []
         refused: list[int] = []
+        local_hbm: set[int] = set()  # routed to this worker's own HBM pages
         quota = 0
         for _attempt in range(3):
             if not todo:
@@ -899,6 +900,8 @@ class DistributedUMBPClient(_UMBPClient):
                 elif e.outcome == pb.ROUTE_PUT_OUTCOME_ROUTED:
                     if e.node_id == self._node_id:
                         local.append(i)
+                        if e.tier == pb.TIER_HBM:
+                            local_hbm.add(i)
                     else:
                         by_peer[(e.node_id, e.peer_address)].append(i)
                         tiers[i] = int(e.tier)
@@ -926,6 +929,16 @@ class DistributedUMBPClient(_UMBPClient):
         local += todo  # nowhere else took them
         if refused:
             self._quota_refused(len(refused), quota)
+        if local and self._hbm_desc is not None:
+            # This worker's HBM pages: what the master routed there, and values in GPU memory
+            # (the DRAM store copies host memory only). A full HBM leaves them to the DRAM store.
+            hl = [i for i in local if i in local_hbm or _C.umbp.pointer_device(ptrs[i]) >= 0]
+            if hl:
+                res = self.peer_hbm_put([keys[i] for i in hl], [ptrs[i] for i in hl], [sizes[i] for i in hl])
+                for i, r in zip(hl, res):
+                    ok[i] = r in (1, 2)  # stored, or there already
+                local = [i for i in local if not ok[i]]
+                self._ship_async()
         if local:
             for i, r in zip(local, self._put_local(local, keys, ptrs, sizes, depths)):
                 ok[i] = r
@@ -1074,6 +1087,11 @@ class DistributedUMBPClient(_UMBPClient):
                 for i, g in zip(host, got):
                     ok[i] = bool(g)
         miss = [i for i, hit in enumerate(ok) if not hit]
+        if miss and self._hbm_desc is not None:  # this worker's HBM pages, into host or GPU memory
+            hits = self.peer_hbm_get([keys[i] for i in miss], [ptrs[i] for i in miss], [sizes[i] for i in miss])
+            for i, h in zip(miss, hits):
+                ok[i] = bool(h)
+            miss = [i for i in miss if not ok[i]]
         if miss:
             miss = self._get_located(miss, keys, ptrs, sizes, ok)
         if not miss:

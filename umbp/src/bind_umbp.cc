@@ -465,6 +465,21 @@ void bind_client(py::module_& m) {
           },
           "(capacity, used, pinned, keys, evictions) bytes/counts of the HBM pages (zeros: none)")
       .def(
+          "peer_hbm_get",
+          [](PyClient& c, const Keys& keys, const std::vector<uintptr_t>& dsts, const std::vector<uint64_t>& sizes) {
+            return c.peer([&](PeerPages& p) { return p.hbm_get(keys, dsts, sizes); });
+          },
+          py::arg("keys"), py::arg("ptrs"), py::arg("sizes"), Release(),
+          "copies this worker's HBM values of exactly these sizes into host or device memory: hits")
+      .def(
+          "peer_hbm_put",
+          [](PyClient& c, const Keys& keys, const std::vector<uintptr_t>& srcs, const std::vector<uint64_t>& sizes) {
+            return c.peer([&](PeerPages& p) { return p.hbm_put(keys, srcs, sizes); });
+          },
+          py::arg("keys"), py::arg("ptrs"), py::arg("sizes"), Release(),
+          "stores values from host or device memory in this worker's HBM pages: AllocateSlotOutcome values "
+          "(1 stored, 2 there already, 3 failed, 4 no space)")
+      .def(
           "peer_allocate",
           [](PyClient& c, const Keys& keys, const std::vector<uint64_t>& sizes, const std::vector<int>& tiers) {
             auto g = c.peer([&](PeerPages& p) { return p.allocate(keys, sizes, tiers); });

@@ -389,6 +389,71 @@ StagedValue PeerPages::prepare_ssd_read(const std::string& key, uint64_t max_siz
   return out;
 }
 
+std::vector<bool> PeerPages::hbm_get(const std::vector<std::string>& keys, const std::vector<uintptr_t>& dsts,
+                                     const std::vector<uint64_t>& sizes) {
+  std::vector<bool> hits(keys.size(), false);
+  if (!hbm_) return hits;
+#if MORI_WITH_CUDA
+  CudaDeviceGuard guard(hbm_mem_.device);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    DramTier::Block* b = hbm_->pin(keys[i]);  // no eviction frees it while it is copied out
+    if (!b) continue;
+    const size_t size = DramTier::size_of(b);
+    const cudaError_t e =
+        size == sizes[i] ? cudaMemcpy(reinterpret_cast<void*>(dsts[i]), DramTier::data_of(b), size, cudaMemcpyDefault)
+                         : cudaErrorInvalidValue;
+    if (size == sizes[i] && e != cudaSuccess) {
+      (void)cudaGetLastError();
+      MORI_LOG(kWarn, "umbp", "peer: reading '%s' from HBM failed: %s", keys[i].c_str(), cudaGetErrorString(e));
+    }
+    hits[i] = e == cudaSuccess;
+    hbm_->unpin_blocks(&b, 1);
+  }
+#else
+  (void)dsts, (void)sizes;
+#endif
+  return hits;
+}
+
+std::vector<int> PeerPages::hbm_put(const std::vector<std::string>& keys, const std::vector<uintptr_t>& srcs,
+                                    const std::vector<uint64_t>& sizes) {
+  if (keys.size() != srcs.size() || keys.size() != sizes.size())
+    raise(Status::kInvalidArgument, "hbm_put: %zu keys, %zu srcs, %zu sizes", keys.size(), srcs.size(), sizes.size());
+  std::vector<int> out(keys.size(), static_cast<int>(SlotOutcome::Failed));
+  if (!hbm_) return out;
+  const std::vector<SlotGrant> grants =
+      allocate(keys, sizes, std::vector<int>(keys.size(), static_cast<int>(TierType::HBM)));
+  std::vector<uint64_t> ids, aborted;
+  std::vector<std::string> ks;
+  std::vector<size_t> idx;
+#if MORI_WITH_CUDA
+  CudaDeviceGuard guard(hbm_mem_.device);
+#endif
+  for (size_t i = 0; i < keys.size(); ++i) {
+    out[i] = static_cast<int>(grants[i].outcome);
+    if (grants[i].outcome != SlotOutcome::Allocated) continue;
+#if MORI_WITH_CUDA
+    const cudaError_t e = cudaMemcpy(hbm_mem_.ptr + grants[i].offset, reinterpret_cast<const void*>(srcs[i]), sizes[i],
+                                     cudaMemcpyDefault);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      MORI_LOG(kWarn, "umbp", "peer: writing '%s' into HBM failed: %s", keys[i].c_str(), cudaGetErrorString(e));
+      aborted.push_back(grants[i].slot_id);
+      out[i] = static_cast<int>(SlotOutcome::Failed);
+      continue;
+    }
+#endif
+    ids.push_back(grants[i].slot_id);
+    ks.push_back(keys[i]);
+    idx.push_back(i);
+  }
+  if (!aborted.empty()) abort(aborted);
+  const std::vector<bool> ok = commit(ids, ks);
+  for (size_t j = 0; j < idx.size(); ++j)
+    if (!ok[j]) out[idx[j]] = static_cast<int>(SlotOutcome::Failed);
+  return out;
+}
+
 bool PeerPages::release(uint64_t lease_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = leases_.find(lease_id);

@@ -114,6 +114,15 @@ class PeerPages {
   std::vector<bool> abort(const std::vector<uint64_t>& slot_ids);
   std::vector<ResolvedValue> resolve(const std::vector<std::string>& keys);
   StagedValue prepare_ssd_read(const std::string& key, uint64_t max_size);
+  // This worker's own reads and writes of its HBM pages (no MORI-IO: a CUDA copy between the
+  // caller's memory, host or device, and the arena; cudaMemcpyDefault tells which).
+  // hbm_get: hits[i] when the key is in HBM with exactly sizes[i] bytes, copied into dsts[i].
+  std::vector<bool> hbm_get(const std::vector<std::string>& keys, const std::vector<uintptr_t>& dsts,
+                            const std::vector<uint64_t>& sizes);
+  // hbm_put: per key a SlotOutcome: Allocated (stored now), AlreadyExists, NoSpace or Failed (no
+  // HBM arena, a failed copy): the caller puts those elsewhere.
+  std::vector<int> hbm_put(const std::vector<std::string>& keys, const std::vector<uintptr_t>& srcs,
+                           const std::vector<uint64_t>& sizes);
   // Ends a read lease (DRAM or staging); false when it is unknown (expired, or released).
   bool release(uint64_t lease_id);
   // Master-driven eviction from DRAM: the bytes freed per key (0: leased, pinned, or absent).

@@ -238,6 +238,24 @@ def test_put_into_hbm_get_back(pool, master, src_cuda, dst_cuda, size, batch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _have_cuda(), reason="needs a CUDA GPU and torch")
+def test_owner_puts_and_gets_its_own_hbm(pool):
+    """The HBM owner's own puts routed to its HBM (from a CUDA tensor: the DRAM store takes host
+    memory only) and its own gets of them (a CUDA copy, no MORI-IO); the other worker reads them too."""
+    from mori.umbp import UMBPTierType
+
+    a, b = pool
+    keys, seed, size = _keys(3), random.randrange(1 << 30), 256 * 1024 + 64
+    assert b.ask("put", keys=keys, size=size, seed=seed, cuda=True)["ok"] == [True] * 3
+    assert b.ask("tiers", keys=keys)["tiers"] == [int(UMBPTierType.HBM)] * 3
+    b.ask("heartbeat")
+    for w in (b, a):
+        for cuda in (False, True):
+            got = w.ask("get", keys=keys, size=size, seed=seed, cuda=cuda)
+            assert got["right"] == [True] * 3, (w.node_id, cuda, got)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _have_cuda(), reason="needs a CUDA GPU and torch")
 def test_hbm_full_spills_to_dram(master):
     from mori.umbp import UMBPTierType
 
