@@ -182,6 +182,13 @@ def master():
         yield m
 
 
+@pytest.fixture
+def own_master():
+    """For the cases with workers of their own: the module's pool must not take their puts."""
+    with running_master(settings=fast_settings()) as m:
+        yield m
+
+
 def _pair(master):
     """Worker a (DRAM only) and owner b (DRAM and 64 MiB of HBM on GPU 0): puts go to b's HBM."""
     ids = uid("a"), uid("b")
@@ -256,7 +263,8 @@ def test_owner_puts_and_gets_its_own_hbm(pool):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _have_cuda(), reason="needs a CUDA GPU and torch")
-def test_hbm_full_spills_to_dram(master):
+def test_hbm_full_spills_to_dram(own_master):
+    master = own_master
     from mori.umbp import UMBPTierType
 
     a, b = _start(
@@ -299,14 +307,14 @@ def test_hbm_eviction(pool):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _have_cuda(), reason="needs a CUDA GPU and torch")
-def test_hbm_value_gets_its_ssd_copy(master, tmp_path):
+def test_hbm_value_gets_its_ssd_copy(own_master, tmp_path):
     """An HBM value's SSD copy (the owner's copy pipeline stages it through host memory): once
     evicted from HBM, the value is read from the owner's SSD, exact."""
     from mori.umbp import UMBPTierType
 
     a, b = _start(
-        dict(master=master.address, node_id=uid("a"), dram=16 * MIB),
-        dict(master=master.address, node_id=uid("b"), dram=32 * MIB, hbm=16 * MIB, ssd_dir=str(tmp_path / "b")),
+        dict(master=own_master.address, node_id=uid("a"), dram=16 * MIB),
+        dict(master=own_master.address, node_id=uid("b"), dram=32 * MIB, hbm=16 * MIB, ssd_dir=str(tmp_path / "b")),
     )
     try:
         keys, seed, size = _keys(2), random.randrange(1 << 30), MIB + 123
@@ -329,8 +337,8 @@ def test_hbm_value_gets_its_ssd_copy(master, tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _have_cuda(), reason="needs a CUDA GPU and torch")
-def test_owner_killed_mid_read_is_a_miss(master):
-    a, b = _pair(master)  # b is killed: a pair of its own
+def test_owner_killed_mid_read_is_a_miss(own_master):
+    a, b = _pair(own_master)  # b is killed: a pair of its own
     keys, seed = _keys(4), random.randrange(1 << 30)
     assert a.ask("put", keys=keys, size=3 * MIB, seed=seed)["ok"] == [True] * 4
     b.ask("heartbeat")
