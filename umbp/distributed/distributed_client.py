@@ -175,6 +175,11 @@ class DistributedUMBPClient(_UMBPClient):
         d = config.distributed
         config.validate()
         self._lookup_only = config.dram.capacity_bytes == 0
+        if self._lookup_only and d.hbm.total_bytes():
+            raise InvalidArgument(
+                "distributed.hbm: a lookup-only node (dram.capacity_bytes = 0) owns no pages; "
+                "unset distributed.hbm.capacity_bytes / buffer_sizes or give it DRAM"
+            )
         if self._lookup_only:
             self._init_lookup_only(config)
             return
@@ -1461,6 +1466,15 @@ class DistributedUMBPClient(_UMBPClient):
         s = _Native.stats(self)
         with self._stats_lock:
             s.update(vars(self.dstats))
+        if not self._lookup_only and self._hbm_desc is not None:  # the HBM pages, as the dram_* keys
+            cap, used, pinned, keys, evictions = self.peer_hbm_stats()
+            s.update(
+                hbm_capacity_bytes=cap,
+                hbm_used_bytes=used,
+                hbm_pinned_bytes=pinned,
+                hbm_keys=keys,
+                hbm_evictions=evictions,
+            )
         return s
 
     def close(self) -> None:

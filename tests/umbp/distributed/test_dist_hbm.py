@@ -387,6 +387,9 @@ def test_hbm_without_cuda_fails_at_construction_naming_it():
     cfg.distributed = d
     with pytest.raises(Exception, match=r"distributed\.hbm"):
         UMBPClient(cfg)
+    cfg.dram.capacity_bytes = 0  # a lookup-only node: no pages of any kind
+    with pytest.raises(Exception, match=r"distributed\.hbm: a lookup-only node"):
+        UMBPClient(cfg)
 
 
 def test_bad_hbm_sizes_name_the_setting():
