@@ -351,11 +351,14 @@ class DistributedUMBPClient(_UMBPClient):
         if hbm_cap:
             # Free HBM is what is unused, not what is evictable as for DRAM: a full HBM sends puts
             # on to DRAM (the master routes HBM first) rather than evict hot GPU pages for them.
+            # Unused below the high watermark: a slot past it evicts (the page pool's rule), so
+            # room above it is no room for a put (4 MiB with 3 MiB used takes no 1 MiB value).
+            high = int(hbm_cap * float(self._config.dram.high_watermark))
             caps.append(
                 pb.TierCapacity(
                     tier=pb.TIER_HBM,
                     total_capacity_bytes=hbm_cap,
-                    available_capacity_bytes=max(0, hbm_cap - hbm_used),
+                    available_capacity_bytes=max(0, high - hbm_used),
                     max_allocatable_bytes=hbm_cap,
                 )
             )
@@ -1028,22 +1031,29 @@ class DistributedUMBPClient(_UMBPClient):
                     self.dstats.remote_puts += 1
                     self.dstats.pulled_puts += 1
                     self.dstats.remote_put_bytes += sizes[i]
-            elif e.outcome == peer_pb.ALLOCATE_SLOT_OUTCOME_SUCCESS_ALLOCATED and e.pages and e.backend_id == 0:
-                granted.append((i, e.slot_id, e.pages[0].page_index * e.page_size))
-            elif e.outcome == peer_pb.ALLOCATE_SLOT_OUTCOME_SUCCESS_ALLOCATED:
-                # An HBM slot the owner did not pull into (only ours pull; MORI's peers write by
-                # RDMA): not written from here, the slot is reaped there and the value goes elsewhere.
-                no_space.append(i)
+            elif (
+                e.outcome == peer_pb.ALLOCATE_SLOT_OUTCOME_SUCCESS_ALLOCATED
+                and e.pages
+                and (e.backend_id == 0 or p.hbm is not None)
+            ):
+                # A slot the owner did not pull into: the value was not in the staging buffer
+                # (full with the batch's earlier values) nor in registered memory, or the owner
+                # does not pull. Written from here into its arena, DRAM or HBM (io/ reaches GPU
+                # memory too: tcp staged through pinned buffers, CUDA IPC between GPU buffers).
+                granted.append((i, e.slot_id, e.pages[0].page_index * e.page_size, e.backend_id != 0))
             else:
                 no_space.append(i)
         if not granted:
             return stored, no_space
-        written = self._transfer(False, p, p.arena, [(ptrs[i], off, sizes[i]) for i, _s, off in granted])
-        if not all(written):
-            # The peer failed (_transfer marked it): its slots are reaped there (pending_ttl_ms),
-            # the values go elsewhere.
-            return stored, None
-        commit = [(i, s) for i, s, _o in granted]
+        for into_hbm in (False, True):
+            part = [(i, off) for i, _s, off, hbm in granted if hbm == into_hbm]
+            if part and not all(
+                self._transfer(False, p, p.hbm if into_hbm else p.arena, [(ptrs[i], off, sizes[i]) for i, off in part])
+            ):
+                # The peer failed (_transfer marked it): its slots are reaped there
+                # (pending_ttl_ms), the values go elsewhere.
+                return stored, None
+        commit = [(i, s) for i, s, _o, _h in granted]
         written_here: list[int] = []
         try:
             if commit:
