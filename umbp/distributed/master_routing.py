@@ -65,7 +65,8 @@ class PutRouter:
         with self._lock:
             for k in [k for k in self._routed if k[0] == node_id]:
                 del self._routed[k]
-            if capacities:
+            last = self._reported.get(node_id)
+            if capacities and (last is None or at >= last[0]):  # heartbeats may be served out of order
                 self._reported[node_id] = (at, dict(capacities))
 
     def forget(self, node_id: str) -> None:
