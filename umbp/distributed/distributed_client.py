@@ -62,6 +62,11 @@ _QUOTA_LOG_INTERVAL_S = 10.0  # at most one quota warning per engine this often
 
 
 def _checksum(ptr: int, size: int) -> int:
+    # A value read into GPU memory is hashed on a host copy (the bytes reached the device by the
+    # copy engine or io/'s staged tcp, past any host pass of ours).
+    device = _C.umbp.pointer_device(ptr)
+    if device >= 0:
+        return _C.umbp.device_value_checksum(ptr, size, device)
     return _C.umbp.value_checksum(ptr, size)
 
 
@@ -76,6 +81,7 @@ class _Peer:
     arena: object = None  # MemoryDesc of its DRAM arena
     staging: object = None  # MemoryDesc of its SSD staging buffer (None: no SSD tier)
     staging_size: int = 0  # its bytes: the largest value it stages for a reader
+    hbm: object = None  # MemoryDesc of its HBM arena (GPU memory; None: none)
 
 
 @dataclass
@@ -169,6 +175,11 @@ class DistributedUMBPClient(_UMBPClient):
         d = config.distributed
         config.validate()
         self._lookup_only = config.dram.capacity_bytes == 0
+        if self._lookup_only and d.hbm.total_bytes():
+            raise InvalidArgument(
+                "distributed.hbm: a lookup-only node (dram.capacity_bytes = 0) owns no pages; "
+                "unset distributed.hbm.capacity_bytes / buffer_sizes or give it DRAM"
+            )
         if self._lookup_only:
             self._init_lookup_only(config)
             return
@@ -215,6 +226,16 @@ class DistributedUMBPClient(_UMBPClient):
         self._staging_desc = self._engine.register_memory(self._staging.ptr, int(d.staging_buffer_size), -1, self._cpu)
         self._staging_lock = threading.Lock()
         self._staging_packed = self._staging_desc.pack()
+        # The HBM pages (distributed.hbm): GPU memory on their device, registered as such; io/
+        # picks the path (CUDA IPC + copy engine between engines of one node, else tcp staged
+        # through pinned host buffers), for which the CUDA IPC backend is made here too.
+        hbm_ptr, hbm_size, hbm_device = self.peer_hbm_arena()
+        self._hbm_desc = None
+        self._gpu_backend = False
+        if hbm_size:
+            self._ensure_gpu_backend()
+            self._hbm_desc = self._engine.register_memory(hbm_ptr, hbm_size, hbm_device, MemoryLocationType.GPU)
+        self._gpu = MemoryLocationType.GPU
         self._regions: list[_Region] = []
         self._regions_lock = threading.Lock()
         self._peers: dict[str, _Peer] = {}
@@ -229,6 +250,7 @@ class DistributedUMBPClient(_UMBPClient):
             arena_desc=self._arena_desc.pack(),
             staging_desc=self._ssd_staging_desc.pack() if self._ssd_staging_desc else b"",
             staging_size=staging_size,
+            hbm_desc=self._hbm_desc.pack() if self._hbm_desc is not None else b"",
         )
         service = PeerService(
             self,
@@ -325,6 +347,21 @@ class DistributedUMBPClient(_UMBPClient):
                 max_allocatable_bytes=s["dram_capacity_bytes"],
             )
         ]
+        hbm_cap, hbm_used, _pinned, _keys, _ev = self.peer_hbm_stats()
+        if hbm_cap:
+            # Free HBM is what is unused, not what is evictable as for DRAM: a full HBM sends puts
+            # on to DRAM (the master routes HBM first) rather than evict hot GPU pages for them.
+            # Unused below the high watermark: a slot past it evicts (the page pool's rule), so
+            # room above it is no room for a put (4 MiB with 3 MiB used takes no 1 MiB value).
+            high = int(hbm_cap * float(self._config.dram.high_watermark))
+            caps.append(
+                pb.TierCapacity(
+                    tier=pb.TIER_HBM,
+                    total_capacity_bytes=hbm_cap,
+                    available_capacity_bytes=max(0, high - hbm_used),
+                    max_allocatable_bytes=hbm_cap,
+                )
+            )
         if s["ssd_capacity_bytes"]:
             caps.append(
                 pb.TierCapacity(
@@ -534,6 +571,8 @@ class DistributedUMBPClient(_UMBPClient):
         for b in info.buffer_descs:
             if b.buffer_index == 0 and b.backend_id == 0:
                 p.arena = MemoryDesc.unpack(b.desc)
+            elif b.buffer_index == 0 and b.backend_id == 1:  # peer_service.HBM_BACKEND
+                p.hbm = MemoryDesc.unpack(b.desc)
         if info.ssd_staging_mem_desc:
             p.staging = MemoryDesc.unpack(info.ssd_staging_mem_desc)
             p.staging_size = int(info.ssd_staging_size)
@@ -546,7 +585,9 @@ class DistributedUMBPClient(_UMBPClient):
             old.channel.close()
         return p
 
-    def _pull(self, packed_source: bytes, items: list[tuple[int, int, int]], seconds: float) -> bool:
+    def _pull(
+        self, packed_source: bytes, items: list[tuple[int, int, int]], seconds: float, into_hbm: bool = False
+    ) -> bool:
         """The owner's side of a pulled put: reads [(arena offset, source offset, size)] from a
         writer's registered memory (its packed MemoryDesc) into the arena, one MORI-IO batch read
         within seconds (at most UMBP_CALL_TIMEOUT_MS). True when all of them arrived."""
@@ -554,7 +595,7 @@ class DistributedUMBPClient(_UMBPClient):
 
         source = MemoryDesc.unpack(packed_source)
         st = self._engine.batch_read(
-            [self._arena_desc],
+            [self._hbm_desc if into_hbm else self._arena_desc],
             [[a for a, _s, _z in items]],
             [source],
             [[s for _a, s, _z in items]],
@@ -614,6 +655,18 @@ class DistributedUMBPClient(_UMBPClient):
     # ---------------------------------------------------------------------------------------
     # memory the data plane reaches without a copy
     # ---------------------------------------------------------------------------------------
+    def _ensure_gpu_backend(self) -> None:
+        """The CUDA IPC backend, made when this worker first handles GPU memory (its HBM pages,
+        a CUDA buffer of a caller): then io/ moves GPU memory between engines of one node device
+        to device; without it, over tcp staged through pinned buffers. Not made before, so a
+        worker that never touches GPU memory never starts CUDA."""
+        if self._gpu_backend:
+            return
+        from mori.io import BackendType
+
+        self._engine.create_backend(BackendType.XGMI)
+        self._gpu_backend = True
+
     def register_memory(self, ptr: int, size: int, loc=None, device: int = -1) -> bool:
         """Registers [ptr, ptr + size) with the IO engine: reads land there and writes leave
         from there without the staging copy."""
@@ -621,7 +674,12 @@ class DistributedUMBPClient(_UMBPClient):
             raise InvalidArgument(f"register_memory: ptr must be non-null and size > 0 (got {ptr:#x}, {size})")
         if self._lookup_only:
             return True
-        desc = self._engine.register_memory(int(ptr), int(size), -1, self._cpu)
+        # GPU memory (a CUDA tensor's) is registered as such: io/ moves it by CUDA IPC or staged tcp.
+        dev = _C.umbp.pointer_device(int(ptr)) if device < 0 else int(device)
+        loc = self._gpu if dev >= 0 else self._cpu
+        if dev >= 0:
+            self._ensure_gpu_backend()
+        desc = self._engine.register_memory(int(ptr), int(size), dev if dev >= 0 else -1, loc)
         with self._regions_lock:
             self._regions.append(_Region(int(ptr), int(size), desc, desc.pack()))
         return True
@@ -663,10 +721,13 @@ class DistributedUMBPClient(_UMBPClient):
         ok = [False] * len(items)
         direct: dict[int, tuple[object, list[int]]] = {}
         staged: list[int] = []
+        gpu: list[int] = []
         for i, (ptr, _roff, size) in enumerate(items):
             hit = self._region_of(ptr, size)
             if hit is not None:
                 direct.setdefault(id(hit[0]), (hit[0], []))[1].append(i)
+            elif _C.umbp.pointer_device(ptr) >= 0:
+                gpu.append(i)  # unregistered GPU memory: no host staging copy reaches it
             else:
                 staged.append(i)
         local_mems, local_offs, remote_offs, sizes, groups = [], [], [], [], []
@@ -679,6 +740,8 @@ class DistributedUMBPClient(_UMBPClient):
         run = _TransferRun(time.monotonic() + self._transfer_timeout_ms / 1000.0)
         if groups:
             self._run(run, read, local_mems, local_offs, remote_desc, remote_offs, sizes, groups, ok)
+        if gpu and run.failure is None:
+            self._transfer_gpu(run, read, remote_desc, items, gpu, ok)
         if staged and run.failure is None:
             self._transfer_staged(run, read, remote_desc, items, staged, ok)
         if run.failure is not None:
@@ -706,6 +769,33 @@ class DistributedUMBPClient(_UMBPClient):
                 log.warning("umbp %s: transfer refused: %s", self._node_id, st.Message())
             elif run.failure is None:
                 run.failure = st.Message() or f"no completion within UMBP_CALL_TIMEOUT_MS ({code})"
+
+    def _transfer_gpu(
+        self, run: "_TransferRun", read: bool, remote_desc, items, idx: list[int], ok: list[bool]
+    ) -> None:
+        """Values in unregistered GPU memory: each registered with the engine as GPU memory for
+        this transfer (io/ then moves it device to device by CUDA IPC on one node, or stages it
+        through its pinned buffers over tcp)."""
+        self._ensure_gpu_backend()
+        descs = []
+        try:
+            for i in idx:
+                ptr, _roff, size = items[i]
+                descs.append(self._engine.register_memory(ptr, size, _C.umbp.pointer_device(ptr), self._gpu))
+            self._run(
+                run,
+                read,
+                descs,
+                [[0] for _ in idx],
+                remote_desc,
+                [[items[i][1]] for i in idx],
+                [[items[i][2]] for i in idx],
+                [[i] for i in idx],
+                ok,
+            )
+        finally:
+            for d in descs:
+                self._engine.deregister_memory(d)
 
     def _transfer_staged(
         self, run: "_TransferRun", read: bool, remote_desc, items, staged: list[int], ok: list[bool]
@@ -791,6 +881,7 @@ class DistributedUMBPClient(_UMBPClient):
         exclude: list[str] = []
         local: list[int] = []
         refused: list[int] = []
+        local_hbm: set[int] = set()  # routed to this worker's own HBM pages
         quota = 0
         for _attempt in range(3):
             if not todo:
@@ -809,6 +900,7 @@ class DistributedUMBPClient(_UMBPClient):
                 todo = []
                 break
             by_peer: dict[tuple[str, str], list[int]] = defaultdict(list)
+            tiers: dict[int, int] = {}  # the routed tier (HBM or DRAM) of each remote put
             retry: list[int] = []
             for i, e in zip(todo, resp.entries):
                 if e.outcome == pb.ROUTE_PUT_OUTCOME_ALREADY_EXISTS:
@@ -816,8 +908,11 @@ class DistributedUMBPClient(_UMBPClient):
                 elif e.outcome == pb.ROUTE_PUT_OUTCOME_ROUTED:
                     if e.node_id == self._node_id:
                         local.append(i)
+                        if e.tier == pb.TIER_HBM:
+                            local_hbm.add(i)
                     else:
                         by_peer[(e.node_id, e.peer_address)].append(i)
+                        tiers[i] = int(e.tier)
                 elif e.outcome == pb.ROUTE_PUT_OUTCOME_QUOTA_EXCEEDED:
                     # This engine is at its quota: the put fails (ok[i] stays False); keeping the
                     # value here would hold pool bytes past the quota all the same.
@@ -829,7 +924,7 @@ class DistributedUMBPClient(_UMBPClient):
                     # (evicting its LRU values, or onto its SSD), so it tries.
                     local.append(i)
             for (node_id, address), idx in by_peer.items():
-                done, no_space = self._put_remote(node_id, address, idx, keys, ptrs, sizes)
+                done, no_space = self._put_remote(node_id, address, idx, keys, ptrs, sizes, tiers)
                 for i in done:
                     ok[i] = True
                 if no_space is None:  # the peer failed: try elsewhere
@@ -842,13 +937,23 @@ class DistributedUMBPClient(_UMBPClient):
         local += todo  # nowhere else took them
         if refused:
             self._quota_refused(len(refused), quota)
+        if local and self._hbm_desc is not None:
+            # This worker's HBM pages: what the master routed there, and values in GPU memory
+            # (the DRAM store copies host memory only). A full HBM leaves them to the DRAM store.
+            hl = [i for i in local if i in local_hbm or _C.umbp.pointer_device(ptrs[i]) >= 0]
+            if hl:
+                res = self.peer_hbm_put([keys[i] for i in hl], [ptrs[i] for i in hl], [sizes[i] for i in hl])
+                for i, r in zip(hl, res):
+                    ok[i] = r in (1, 2)  # stored, or there already
+                local = [i for i in local if not ok[i]]
+                self._ship_async()
         if local:
             for i, r in zip(local, self._put_local(local, keys, ptrs, sizes, depths)):
                 ok[i] = r
             self._ship_async()
         return ok
 
-    def _put_remote(self, node_id: str, address: str, idx: list[int], keys, ptrs, sizes):
+    def _put_remote(self, node_id: str, address: str, idx: list[int], keys, ptrs, sizes, tiers=None):
         """Puts keys[idx] on one peer. Returns (indices stored, indices with no space), or
         (stored, None) when the peer failed.
 
@@ -861,12 +966,22 @@ class DistributedUMBPClient(_UMBPClient):
         except Exception as exc:  # noqa: BLE001
             self._peer_failed(node_id, address, "GetPeerInfo", exc)
             return [], None
-        entries = [peer_pb.AllocateSlotRequest(size=sizes[i], tier=pb.TIER_DRAM, key=keys[i]) for i in idx]
+        # The routed tier: HBM puts land in the owner's HBM pages (tiers: index -> tier).
+        entries = [
+            peer_pb.AllocateSlotRequest(size=sizes[i], tier=(tiers or {}).get(i, pb.TIER_DRAM), key=keys[i])
+            for i in idx
+        ]
         sources: list[bytes] = []
         ref_of: dict[int, int] = {}
         unregistered: list[int] = []
+        gpu_descs: list = []  # unregistered GPU sources, registered for this call (the owner pulls from them)
         for j, i in enumerate(idx):
             hit = self._region_packed(ptrs[i], sizes[i])
+            if hit is None and _C.umbp.pointer_device(ptrs[i]) >= 0:
+                self._ensure_gpu_backend()
+                desc = self._engine.register_memory(ptrs[i], sizes[i], _C.umbp.pointer_device(ptrs[i]), self._gpu)
+                gpu_descs.append(desc)
+                hit = (desc.pack(), 0)
             if hit is None:
                 unregistered.append(j)
                 continue
@@ -903,6 +1018,9 @@ class DistributedUMBPClient(_UMBPClient):
             except Exception as exc:  # noqa: BLE001
                 self._peer_failed(node_id, address, "BatchAllocateSlots", exc)
                 return [], None
+            finally:
+                for d in gpu_descs:  # the owner has read them (or given up) once the call returns
+                    self._engine.deregister_memory(d)
         stored, no_space, granted = [], [], []
         for i, e in zip(idx, resp.entries):
             if e.outcome == peer_pb.ALLOCATE_SLOT_OUTCOME_SUCCESS_ALREADY_EXISTS:
@@ -913,18 +1031,29 @@ class DistributedUMBPClient(_UMBPClient):
                     self.dstats.remote_puts += 1
                     self.dstats.pulled_puts += 1
                     self.dstats.remote_put_bytes += sizes[i]
-            elif e.outcome == peer_pb.ALLOCATE_SLOT_OUTCOME_SUCCESS_ALLOCATED and e.pages:
-                granted.append((i, e.slot_id, e.pages[0].page_index * e.page_size))
+            elif (
+                e.outcome == peer_pb.ALLOCATE_SLOT_OUTCOME_SUCCESS_ALLOCATED
+                and e.pages
+                and (e.backend_id == 0 or p.hbm is not None)
+            ):
+                # A slot the owner did not pull into: the value was not in the staging buffer
+                # (full with the batch's earlier values) nor in registered memory, or the owner
+                # does not pull. Written from here into its arena, DRAM or HBM (io/ reaches GPU
+                # memory too: tcp staged through pinned buffers, CUDA IPC between GPU buffers).
+                granted.append((i, e.slot_id, e.pages[0].page_index * e.page_size, e.backend_id != 0))
             else:
                 no_space.append(i)
         if not granted:
             return stored, no_space
-        written = self._transfer(False, p, p.arena, [(ptrs[i], off, sizes[i]) for i, _s, off in granted])
-        if not all(written):
-            # The peer failed (_transfer marked it): its slots are reaped there (pending_ttl_ms),
-            # the values go elsewhere.
-            return stored, None
-        commit = [(i, s) for i, s, _o in granted]
+        for into_hbm in (False, True):
+            part = [(i, off) for i, _s, off, hbm in granted if hbm == into_hbm]
+            if part and not all(
+                self._transfer(False, p, p.hbm if into_hbm else p.arena, [(ptrs[i], off, sizes[i]) for i, off in part])
+            ):
+                # The peer failed (_transfer marked it): its slots are reaped there
+                # (pending_ttl_ms), the values go elsewhere.
+                return stored, None
+        commit = [(i, s) for i, s, _o, _h in granted]
         written_here: list[int] = []
         try:
             if commit:
@@ -959,9 +1088,25 @@ class DistributedUMBPClient(_UMBPClient):
         keys = list(keys)
         ptrs = [int(p) for p in ptrs]
         sizes = [int(s) for s in sizes]
-        # The keys this worker owns: no RPC at all.
-        ok = list(_Native.batch_get_into_ptr(self, keys, ptrs, sizes))
+        # The keys this worker owns: no RPC at all. The local store copies into host memory only:
+        # GPU destinations are read through io/ (from peers' pages).
+        host = [i for i, p in enumerate(ptrs) if _C.umbp.pointer_device(p) < 0]
+        if len(host) == len(keys):
+            ok = list(_Native.batch_get_into_ptr(self, keys, ptrs, sizes))
+        else:
+            ok = [False] * len(keys)
+            if host:
+                got = _Native.batch_get_into_ptr(
+                    self, [keys[i] for i in host], [ptrs[i] for i in host], [sizes[i] for i in host]
+                )
+                for i, g in zip(host, got):
+                    ok[i] = bool(g)
         miss = [i for i, hit in enumerate(ok) if not hit]
+        if miss and self._hbm_desc is not None:  # this worker's HBM pages, into host or GPU memory
+            hits = self.peer_hbm_get([keys[i] for i in miss], [ptrs[i] for i in miss], [sizes[i] for i in miss])
+            for i, h in zip(miss, hits):
+                ok[i] = bool(h)
+            miss = [i for i in miss if not ok[i]]
         if miss:
             miss = self._get_located(miss, keys, ptrs, sizes, ok)
         if not miss:
@@ -980,8 +1125,8 @@ class DistributedUMBPClient(_UMBPClient):
         for i, ref, tier, size, off, ck in zip(miss, resp.node_ref, resp.tier, resp.size, offsets, checksums):
             if ref and resp.nodes[ref - 1].node_id != self._node_id:
                 by_peer[ref].append(i)
-                if ck and tier == pb.TIER_DRAM and size == sizes[i]:
-                    placed[i] = (off, ck)
+                if ck and tier in (pb.TIER_DRAM, pb.TIER_HBM) and size == sizes[i]:
+                    placed[i] = (off, ck, tier)
         for ref, idx in by_peer.items():
             node = resp.nodes[ref - 1]
             for i in self._get_remote(node.node_id, node.peer_address, idx, keys, ptrs, sizes, placed, sent):
@@ -1087,8 +1232,17 @@ class DistributedUMBPClient(_UMBPClient):
         """The reads at the places the route gave; the indices read and verified."""
         if not idx:
             return []
-        done = self._transfer(True, p, p.arena, [(ptrs[i], placed[i][0], sizes[i]) for i in idx])
-        read = [i for i, d in zip(idx, done) if d and _checksum(ptrs[i], sizes[i]) == placed[i][1]]
+        # HBM values are read from the owner's HBM pages (a place in its HBM arena).
+        hbm = [i for i in idx if len(placed[i]) > 2 and placed[i][2] == pb.TIER_HBM and p.hbm is not None]
+        idx = [i for i in idx if i not in set(hbm)]
+        read = []
+        for arena, part in ((p.arena, idx), (p.hbm, hbm)):
+            if not part:
+                continue
+            done = self._transfer(True, p, arena, [(ptrs[i], placed[i][0], sizes[i]) for i in part])
+            read += [i for i, d in zip(part, done) if d and _checksum(ptrs[i], sizes[i]) == placed[i][1]]
+        idx = idx + hbm
+        hbm_read = set(hbm)
         with self._stats_lock:
             self.dstats.routed_location_reads += len(read)
             self.dstats.routed_location_stale += len(idx) - len(read)
@@ -1097,7 +1251,7 @@ class DistributedUMBPClient(_UMBPClient):
             self._remember(
                 p.node_id,
                 p.address,
-                [(keys[i], placed[i][0], sizes[i], placed[i][1]) for i in read],
+                [(keys[i], placed[i][0], sizes[i], placed[i][1]) for i in read if i not in hbm_read],
                 routed_at + _LOCATION_LEASE_FRACTION * self._dram_lease_ms / 1000.0,
             )
         return read
@@ -1117,7 +1271,7 @@ class DistributedUMBPClient(_UMBPClient):
         # DRAM read leases are not released one RPC each: they run out by themselves
         # (UMBP_DRAM_READ_LEASE_MS), and meanwhile only keep just-read (most recently used)
         # values from eviction. SSD staging slots are few: those are released at once.
-        dram, ssd = [], []
+        dram, ssd, hbm = [], [], []
         leased: set[int] = set()
         page = 0
         for j, i in enumerate(idx):
@@ -1126,14 +1280,23 @@ class DistributedUMBPClient(_UMBPClient):
             page += count
             if not r.found[j] or r.size[j] != sizes[i]:
                 continue  # a miss (the size must match, as locally)
-            if r.tier[j] == pb.TIER_DRAM and count:
+            if r.tier[j] == pb.TIER_HBM and count and p.hbm is not None:
+                hbm.append((i, first * r.page_size, r.checksum[j]))  # not remembered: locations are DRAM's
+            elif r.tier[j] == pb.TIER_DRAM and count:
                 dram.append((i, first * r.page_size, r.checksum[j]))
                 if j < len(r.lease_id) and r.lease_id[j]:
                     leased.add(i)
             elif r.tier[j] == pb.TIER_SSD:
                 ssd.append(i)
         got: list[int] = []
-        if dram:
+        if hbm:
+            done = self._transfer(True, p, p.hbm, [(ptrs[i], off, sizes[i]) for i, off, _c in hbm])
+            got += [
+                i
+                for (i, _o, want), d in zip(hbm, done)
+                if d and self._verified(node_id, keys[i], ptrs[i], sizes[i], want)
+            ]
+        if dram and not self._down(node_id):
             done = self._transfer(True, p, p.arena, [(ptrs[i], off, sizes[i]) for i, off, _c in dram])
             located = []
             for (i, off, want), d in zip(dram, done):
@@ -1219,6 +1382,7 @@ class DistributedUMBPClient(_UMBPClient):
         if not self._cache_remote or not idx or self._admission == 1:
             return
         keep = [i for i in idx if self._admission == 2 or sizes[i] <= self._admission_max]
+        keep = [i for i in keep if _C.umbp.pointer_device(ptrs[i]) < 0]  # the store keeps host copies only
         if keep:
             _Native.batch_put_from_ptr(self, [keys[i] for i in keep], [ptrs[i] for i in keep], [sizes[i] for i in keep])
             with self._stats_lock:
@@ -1312,6 +1476,15 @@ class DistributedUMBPClient(_UMBPClient):
         s = _Native.stats(self)
         with self._stats_lock:
             s.update(vars(self.dstats))
+        if not self._lookup_only and self._hbm_desc is not None:  # the HBM pages, as the dram_* keys
+            cap, used, pinned, keys, evictions = self.peer_hbm_stats()
+            s.update(
+                hbm_capacity_bytes=cap,
+                hbm_used_bytes=used,
+                hbm_pinned_bytes=pinned,
+                hbm_keys=keys,
+                hbm_evictions=evictions,
+            )
         return s
 
     def close(self) -> None:
@@ -1344,6 +1517,8 @@ class DistributedUMBPClient(_UMBPClient):
             self._engine.deregister_memory(r.desc)
         self._regions = []
         self._engine.deregister_memory(self._arena_desc)
+        if self._hbm_desc is not None:  # before the store frees the device arena
+            self._engine.deregister_memory(self._hbm_desc)
         if self._ssd_staging_desc is not None:
             self._engine.deregister_memory(self._ssd_staging_desc)
         self._engine.deregister_memory(self._staging_desc)

@@ -4,7 +4,8 @@
 Put: memory tiers only, HBM before DRAM; ``most_available`` picks the node with the most free
 bytes in the tier, ``random`` draws nodes weighted by free bytes. Affinity ``none`` considers
 every node, ``same`` prefers the writer when it has room, ``local`` only the writer. Capacity is
-what the last heartbeat said, minus what the master routed since (so one batch spreads out).
+what the last heartbeat said, minus what the master routed since (so one batch spreads out);
+the router keeps the capacity of the heartbeats it saw itself, so the two always match.
 Get: the fastest tier holding the key (HBM > DRAM > SSD), a random copy within it.
 """
 
@@ -19,6 +20,7 @@ from mori.umbp.distributed.master_records import (
     PUT_TIERS,
     ClientRecord,
     Location,
+    TierCapacity,
 )
 
 PUT_ALGOS = ("most_available", "random")
@@ -49,15 +51,39 @@ class PutRouter:
         self._lock = threading.Lock()
         # Bytes routed to (node, tier) since that node's capacity was last reported.
         self._routed: dict[tuple[str, int], int] = {}
+        # node -> (when, capacities) of the last report this master saw.
+        self._reported: dict[str, tuple[float, dict[int, TierCapacity]]] = {}
 
-    def capacity_reported(self, node_id: str) -> None:
-        """A heartbeat brought fresh capacity: forget what was routed to the node before it."""
+    def capacity_reported(
+        self, node_id: str, capacities: Optional[dict[int, TierCapacity]] = None, at: float = 0.0
+    ) -> None:
+        """A heartbeat (or registration, at wall time ``at``) brought fresh capacity: forget what
+        was routed to the node before it, and route against this capacity from now on. The
+        clients' records reach route() through the master's client cache (up to 0.2 s old): a
+        record from before the report, less no routed bytes, would offer the room the routed
+        puts took a second time (a 4 MiB HBM that took 3 MiB would be sent 3 MiB more)."""
         with self._lock:
             for k in [k for k in self._routed if k[0] == node_id]:
                 del self._routed[k]
+            last = self._reported.get(node_id)
+            if capacities and (last is None or at >= last[0]):  # heartbeats may be served out of order
+                self._reported[node_id] = (at, dict(capacities))
+
+    def forget(self, node_id: str) -> None:
+        """The node left (unregistered, or reaped): nothing of it is kept."""
+        with self._lock:
+            self._reported.pop(node_id, None)
+            for k in [k for k in self._routed if k[0] == node_id]:
+                del self._routed[k]
+
+    def _capacities(self, client: ClientRecord) -> dict[int, TierCapacity]:
+        # A record newer than this master's last report (another master of a shared store saw a
+        # later heartbeat) wins over it.
+        r = self._reported.get(client.node_id)
+        return r[1] if r is not None and r[0] >= client.last_heartbeat else client.capacities
 
     def _free(self, client: ClientRecord, tier: int) -> int:
-        cap = client.capacities.get(tier)
+        cap = self._capacities(client).get(tier)
         if cap is None:
             return 0
         return cap.available - self._routed.get((client.node_id, tier), 0)
@@ -80,7 +106,7 @@ class PutRouter:
         for tier in PUT_TIERS:
             fitting = []
             for c in candidates:
-                cap = c.capacities.get(tier)
+                cap = self._capacities(c).get(tier)
                 free = self._free(c, tier)
                 if cap is None or free < size or (cap.max_allocatable and cap.max_allocatable < size):
                     continue

@@ -233,6 +233,7 @@ class MasterServer:
             self.metrics.reaped.inc(len(dead))
             for node_id in dead:
                 self.metrics.forget_node(node_id)
+                self.state.put_router.forget(node_id)
             self.state.invalidate_clients()
         self.metrics.client_count.set(len(self.state.alive(0)))
 

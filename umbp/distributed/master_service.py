@@ -168,12 +168,13 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
             tags=list(request.tags),
             capacities=_capacities(request.tier_capacities),
         )
-        if not s.store.register_client(record, time.time(), s.settings.expiry_s):
+        now = time.time()
+        if not s.store.register_client(record, now, s.settings.expiry_s):
             context.abort(
                 grpc.StatusCode.ALREADY_EXISTS, f"RegisterClient: node_id {request.node_id!r} is registered and alive"
             )
         s.invalidate_clients()
-        s.put_router.capacity_reported(request.node_id)
+        s.put_router.capacity_reported(request.node_id, record.capacities, now)
         for tier, cap in record.capacities.items():
             self.metrics.set_capacity(request.node_id, tier, cap.total, cap.available)
         self.metrics.client_count.set(len(s.alive(0)))
@@ -190,6 +191,7 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
         s = self.state
         for key, _size in s.store.unregister_client(request.node_id):
             s.quotas.removed(key)
+        s.put_router.forget(request.node_id)
         s.invalidate_clients()
         self.metrics.forget_node(request.node_id)
         self.metrics.client_count.set(len(s.alive(0)))
@@ -206,14 +208,15 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
             )
             for b in request.bundles
         ]
+        now = time.time()
         out = s.store.apply_heartbeat(
-            request.node_id, time.time(), caps, bundles, request.is_full_sync, request.delta_seq_baseline
+            request.node_id, now, caps, bundles, request.is_full_sync, request.delta_seq_baseline
         )
         if out.status == ClientStatus.UNKNOWN:
             return pb.HeartbeatResponse(status=pb.CLIENT_STATUS_UNKNOWN, acked_seq=0, request_full_sync=False)
         s.reported([e.key for b in bundles for e in b.events if e.add])
         if caps:
-            s.put_router.capacity_reported(request.node_id)
+            s.put_router.capacity_reported(request.node_id, caps, now)
             for tier, cap in caps.items():
                 self.metrics.set_capacity(request.node_id, tier, cap.total, cap.available)
         if request.tier_kv_counts:

@@ -10,7 +10,8 @@ key only on the SSD, has it staged into a staging slot first. The store's peer h
 
 Our slots are contiguous: ``page_size`` is the arena's allocation granule and ``pages`` holds the
 value's first page only (it spans ``ceil(size / page_size)`` consecutive ones). Buffer 0 of
-backend 0 is the DRAM arena; the SSD staging buffer is ``ssd_staging_mem_desc``.
+backend 0 is the DRAM arena; buffer 0 of backend 1 the HBM arena (GPU memory, with
+distributed.hbm set); the SSD staging buffer is ``ssd_staging_mem_desc``.
 
 With a job secret every call must be signed (the master's scheme, master_auth.py): a stranger on
 the port gets UNAUTHENTICATED and touches nothing.
@@ -38,6 +39,7 @@ log = logging.getLogger("mori.umbp.peer")
 PAGE_SIZE = 64
 ARENA_BUFFER = 0
 ARENA_BACKEND = 0
+HBM_BACKEND = 1  # the HBM arena's pages: AllocateSlot with tier HBM, resolves of HBM values
 
 # peer_prepare_ssd_read's outcome -> SsdReadStatus.
 _SSD_STATUS = {
@@ -57,6 +59,7 @@ class PeerDescriptors:
     arena_desc: bytes
     staging_desc: bytes
     staging_size: int
+    hbm_desc: bytes = b""  # the HBM arena (registered as GPU memory); empty: none
 
 
 class PeerService(peer_grpc.UMBPPeerServicer):
@@ -90,6 +93,17 @@ class PeerService(peer_grpc.UMBPPeerServicer):
         self._arena_buffer = pb.BufferMemoryDesc(
             buffer_index=ARENA_BUFFER, desc=descs.arena_desc, backend_id=ARENA_BACKEND
         )
+        self._hbm_buffer = (
+            pb.BufferMemoryDesc(buffer_index=ARENA_BUFFER, desc=descs.hbm_desc, backend_id=HBM_BACKEND)
+            if descs.hbm_desc
+            else None
+        )
+
+    def _buffer(self, tier: int):
+        """(backend id, BufferMemoryDesc) of the arena holding a value of this tier."""
+        if int(tier) == pb.TIER_HBM and self._hbm_buffer is not None:
+            return HBM_BACKEND, self._hbm_buffer
+        return ARENA_BACKEND, self._arena_buffer
 
     # -- handshake ---------------------------------------------------------------------------
     def GetPeerInfo(self, request, context):
@@ -103,7 +117,7 @@ class PeerService(peer_grpc.UMBPPeerServicer):
             engine_desc=self._descs.engine_desc,
             ssd_staging_mem_desc=self._descs.staging_desc,
             ssd_staging_size=self._descs.staging_size,
-            buffer_descs=[self._arena_buffer],
+            buffer_descs=[self._arena_buffer] + ([self._hbm_buffer] if self._hbm_buffer is not None else []),
             page_size=PAGE_SIZE,
         )
 
@@ -118,25 +132,29 @@ class PeerService(peer_grpc.UMBPPeerServicer):
     def _allocate(self, entries, source_descs=(), context=None) -> list:
         keys = [e.key for e in entries]
         sizes = [int(e.size) for e in entries]
-        bad = [e for e in entries if e.tier not in (pb.TIER_DRAM, pb.TIER_UNKNOWN)]
-        grants = self._store.peer_allocate(keys, sizes)
+        # The memory tiers take puts: HBM in the HBM arena (FAILED on a peer without one), DRAM
+        # (or UNKNOWN) in the DRAM arena; SSD is never a put target.
+        tiers = [int(e.tier) if e.tier in (pb.TIER_HBM, pb.TIER_DRAM) else pb.TIER_UNKNOWN for e in entries]
+        bad = [e for e in entries if e.tier not in (pb.TIER_HBM, pb.TIER_DRAM, pb.TIER_UNKNOWN)]
+        grants = self._store.peer_allocate(keys, sizes, tiers)
         out = []
         for e, (outcome, slot_id, offset) in zip(entries, grants):
-            if e in bad:  # only the DRAM arena takes puts here (no HBM tier on this peer)
+            if e in bad:
                 if outcome == 1:
                     self._store.peer_abort([slot_id])
                 out.append(peer_pb.AllocateSlotResponse(outcome=peer_pb.ALLOCATE_SLOT_OUTCOME_FAILED))
                 continue
+            backend, buffer = self._buffer(e.tier)
             resp = peer_pb.AllocateSlotResponse(
                 outcome=self._OUTCOMES[outcome],
                 slot_id=slot_id,
                 page_size=PAGE_SIZE,
-                backend_id=ARENA_BACKEND,
+                backend_id=backend,
                 pending_ttl_ms=30000,
             )
             if outcome == 1:
                 resp.pages.add(buffer_index=ARENA_BUFFER, page_index=offset // PAGE_SIZE)
-                resp.descs.append(self._arena_buffer)
+                resp.descs.append(buffer)
             out.append(resp)
         if source_descs and self._pull is not None:
             self._pull_and_commit(entries, grants, list(source_descs), out, context)
@@ -147,16 +165,20 @@ class PeerService(peer_grpc.UMBPPeerServicer):
         MORI-IO batch read per source) and committed; a failed read aborts its slots (FAILED:
         the writer puts those values elsewhere). Only within the writer's deadline: past it the
         writer has given up and may be reusing its memory, so what was read is not committed."""
-        by_source: dict[int, list[int]] = defaultdict(list)
+        by_source: dict[tuple[int, bool], list[int]] = defaultdict(list)
         for j, (e, (outcome, _slot, _off)) in enumerate(zip(entries, grants)):
             if outcome == 1 and 0 < e.source_desc_ref <= len(source_descs) and out[j].pages:
-                by_source[e.source_desc_ref].append(j)
-        for ref, js in by_source.items():
+                by_source[(e.source_desc_ref, out[j].backend_id == HBM_BACKEND)].append(j)
+        for (ref, into_hbm), js in by_source.items():
             items = [(grants[j][2], int(entries[j].source_offset), int(entries[j].size)) for j in js]
             left = context.time_remaining() if context is not None else None
             try:
                 read = left is None or left > 0
-                read = read and self._pull(source_descs[ref - 1], items, 30.0 if left is None else left)
+                seconds = 30.0 if left is None else left
+                if into_hbm:
+                    read = read and self._pull(source_descs[ref - 1], items, seconds, into_hbm=True)
+                else:
+                    read = read and self._pull(source_descs[ref - 1], items, seconds)
             except Exception as exc:  # noqa: BLE001 - a bad descriptor is the writer's; its puts fail
                 log.warning("umbp peer: reading %d value(s) from a writer failed: %s", len(js), exc)
                 read = False
@@ -205,26 +227,29 @@ class PeerService(peer_grpc.UMBPPeerServicer):
     # -- reads -------------------------------------------------------------------------------
     def ResolveKey(self, request, context):
         found, tier, offset, size, checksum, lease = self._store.peer_resolve([request.key])[0]
+        backend, buffer = self._buffer(tier)
         resp = peer_pb.ResolveKeyResponse(
-            found=found, size=size, page_size=PAGE_SIZE, backend_id=ARENA_BACKEND, checksum=checksum, lease_id=lease
+            found=found, size=size, page_size=PAGE_SIZE, backend_id=backend, checksum=checksum, lease_id=lease
         )
-        if found and int(tier) == pb.TIER_DRAM:
+        if found and int(tier) in (pb.TIER_DRAM, pb.TIER_HBM):
             resp.pages.add(buffer_index=ARENA_BUFFER, page_index=offset // PAGE_SIZE)
-            resp.descs.append(self._arena_buffer)
+            resp.descs.append(buffer)
         return resp
 
     def BatchResolveKeys(self, request, context):
         resolved = self._store.peer_resolve(list(request.keys))
         resp = peer_pb.BatchResolveKeysResponse(page_size=PAGE_SIZE)
-        any_dram = False
+        any_dram = any_hbm = False
         for found, tier, offset, size, checksum, lease in resolved:
-            dram = found and int(tier) == pb.TIER_DRAM
-            any_dram = any_dram or dram
+            hbm = found and int(tier) == pb.TIER_HBM  # a page of the HBM arena: backend_id HBM_BACKEND
+            dram = (found and int(tier) == pb.TIER_DRAM) or hbm
+            any_hbm = any_hbm or hbm
+            any_dram = any_dram or (dram and not hbm)
             resp.found.append(found)
             resp.tier.append(int(tier) if found else pb.TIER_UNKNOWN)
             resp.size.append(size)
             resp.page_count.append(1 if dram else 0)
-            resp.backend_id.append(ARENA_BACKEND)
+            resp.backend_id.append(HBM_BACKEND if hbm else ARENA_BACKEND)
             resp.checksum.append(checksum)
             resp.lease_id.append(lease)
             if dram:
@@ -232,6 +257,8 @@ class PeerService(peer_grpc.UMBPPeerServicer):
                 resp.page_index.append(offset // PAGE_SIZE)
         if any_dram and not request.omit_descs:
             resp.descs.append(self._arena_buffer)
+        if any_hbm and not request.omit_descs and self._hbm_buffer is not None:
+            resp.descs.append(self._hbm_buffer)
         return resp
 
     def PrepareSsdRead(self, request, context):

@@ -53,6 +53,16 @@ void check_host_pointer(const char* call, uintptr_t ptr, const char* arg, long i
 
 }  // namespace
 
+int pointer_device(uintptr_t ptr) {
+#ifdef MORI_WITH_CUDA
+  if (!cuda_driver_loaded()) return -1;
+  return shmem::GpuHeap::pointer_device(reinterpret_cast<const void*>(ptr));
+#else
+  (void)ptr;
+  return -1;
+#endif
+}
+
 void check_key(const char* call, const std::string& key, const char* arg) {
   MORI_CHECK_ARG(!key.empty(), "%s: %s must not be empty", call, arg);
   MORI_CHECK_ARG(key.size() <= kMaxKeyBytes, "%s: %s is %zu bytes, over the limit of %zu", call, arg, key.size(),

@@ -17,6 +17,9 @@ void check_key(const char* call, const std::string& key, const char* arg = "key"
 // One value pointer (`arg` names it: src, dst) and its size (> 0). A pointer into GPU memory is
 // refused: the store's tiers are host memory.
 void check_buffer(const char* call, uintptr_t ptr, size_t size, const char* ptr_arg, const char* size_arg = "size");
+// The CUDA device whose memory holds `ptr`; -1 for host memory (and always in a process that has not
+// loaded the CUDA driver, which is not asked then: no context is made for the question).
+int pointer_device(uintptr_t ptr);
 // A batch: keys, pointers and sizes of one length, each element as above; `depths` (may be null)
 // empty or of that length too.
 void check_batch(const char* call, const std::vector<std::string>& keys, const std::vector<uintptr_t>& ptrs,

@@ -13,6 +13,7 @@
 #include "mori/core/status.h"
 #include "mori/umbp/client.h"
 #include "mori/umbp/config.h"
+#include "src/argument_checks.h"
 #include "src/checksum.h"
 #include "src/clients.h"
 #include "src/host_mem_allocator.h"
@@ -193,11 +194,18 @@ void bind_configs(py::module_& m) {
       .def(py::init<>())
       .def_readwrite("host", &IoEngineConfig::host)
       .def_readwrite("port", &IoEngineConfig::port);
+  py::class_<HbmConfig>(m, "UMBPHbmConfig", "a distributed worker's GPU pages (off while its size is 0)")
+      .def(py::init<>())
+      .def_readwrite("device", &HbmConfig::device)
+      .def_readwrite("capacity_bytes", &HbmConfig::capacity_bytes)
+      .def_readwrite("buffer_sizes", &HbmConfig::buffer_sizes)
+      .def("total_bytes", &HbmConfig::total_bytes, "the arena's bytes: sum of buffer_sizes, else capacity_bytes");
   py::class_<DistributedConfig>(m, "UMBPDistributedConfig",
                                 "the distributed pool: master, peers, MORI-IO data plane (mori.umbp.UMBPClient)")
       .def(py::init<>())
       .def_readwrite("master_config", &DistributedConfig::master_config)
       .def_readwrite("io_engine", &DistributedConfig::io_engine)
+      .def_readwrite("hbm", &DistributedConfig::hbm)
       .def_readwrite("staging_buffer_size", &DistributedConfig::staging_buffer_size)
       .def_readwrite("ssd_staging_buffer_size", &DistributedConfig::ssd_staging_buffer_size)
       .def_readwrite("ssd_staging_buffer_slots", &DistributedConfig::ssd_staging_buffer_slots)
@@ -442,16 +450,47 @@ void bind_client(py::module_& m) {
           },
           "(arena ptr, arena size, staging ptr, staging size, staging slot size) for MORI-IO registration")
       .def(
+          "peer_hbm_arena",
+          [](PyClient& c) {
+            return c.peer([](PeerPages& p) { return py::make_tuple(p.hbm_ptr(), p.hbm_size(), p.hbm_device()); });
+          },
+          "(HBM arena device ptr, size, CUDA device) for MORI-IO registration as GPU memory; (0, 0, -1): none")
+      .def(
+          "peer_hbm_stats",
+          [](PyClient& c) {
+            return c.peer([](PeerPages& p) {
+              const DramStats s = p.hbm_stats();
+              return py::make_tuple(s.capacity_bytes, s.used_bytes, s.pinned_bytes, s.keys, s.evictions);
+            });
+          },
+          "(capacity, used, pinned, keys, evictions) bytes/counts of the HBM pages (zeros: none)")
+      .def(
+          "peer_hbm_get",
+          [](PyClient& c, const Keys& keys, const std::vector<uintptr_t>& dsts, const std::vector<uint64_t>& sizes) {
+            return c.peer([&](PeerPages& p) { return p.hbm_get(keys, dsts, sizes); });
+          },
+          py::arg("keys"), py::arg("ptrs"), py::arg("sizes"), Release(),
+          "copies this worker's HBM values of exactly these sizes into host or device memory: hits")
+      .def(
+          "peer_hbm_put",
+          [](PyClient& c, const Keys& keys, const std::vector<uintptr_t>& srcs, const std::vector<uint64_t>& sizes) {
+            return c.peer([&](PeerPages& p) { return p.hbm_put(keys, srcs, sizes); });
+          },
+          py::arg("keys"), py::arg("ptrs"), py::arg("sizes"), Release(),
+          "stores values from host or device memory in this worker's HBM pages: AllocateSlotOutcome values "
+          "(1 stored, 2 there already, 3 failed, 4 no space)")
+      .def(
           "peer_allocate",
-          [](PyClient& c, const Keys& keys, const std::vector<uint64_t>& sizes) {
-            auto g = c.peer([&](PeerPages& p) { return p.allocate(keys, sizes); });
+          [](PyClient& c, const Keys& keys, const std::vector<uint64_t>& sizes, const std::vector<int>& tiers) {
+            auto g = c.peer([&](PeerPages& p) { return p.allocate(keys, sizes, tiers); });
             py::gil_scoped_acquire gil;
             py::list out;
             for (const auto& x : g) out.append(py::make_tuple(static_cast<int>(x.outcome), x.slot_id, x.offset));
             return out;
           },
-          py::arg("keys"), py::arg("sizes"), Release(),
-          "reserves invisible slots: [(AllocateSlotOutcome value, slot_id, arena offset)]")
+          py::arg("keys"), py::arg("sizes"), py::arg("tiers") = std::vector<int>{}, Release(),
+          "reserves invisible slots (tiers: UMBPTierType values, HBM in the HBM arena; empty: DRAM): "
+          "[(AllocateSlotOutcome value, slot_id, arena offset)]")
       .def(
           "peer_commit",
           [](PyClient& c, const std::vector<uint64_t>& ids, const Keys& keys) {
@@ -584,6 +623,17 @@ void bind_umbp(py::module_& m) {
       [](uintptr_t ptr, size_t size) { return value_checksum(reinterpret_cast<const void*>(ptr), size); },
       py::arg("ptr"), py::arg("size"), py::call_guard<py::gil_scoped_release>(),
       "XXH3-64 of [ptr, ptr + size): the checksum every stored value carries");
+  m.def(
+      "pointer_device", [](uintptr_t ptr) { return pointer_device(ptr); }, py::arg("ptr"),
+      py::call_guard<py::gil_scoped_release>(),
+      "the CUDA device whose memory holds ptr; -1: host memory (or CUDA not loaded in this process)");
+  m.def(
+      "device_value_checksum",
+      [](uintptr_t ptr, size_t size, int device) {
+        return device_checksum(reinterpret_cast<const void*>(ptr), size, device);
+      },
+      py::arg("ptr"), py::arg("size"), py::arg("device"), py::call_guard<py::gil_scoped_release>(),
+      "value_checksum of device memory on `device`, hashed through a host copy");
   bind_enums(m);
   bind_configs(m);
   bind_host_memory(m);

@@ -62,11 +62,22 @@ void Config::validate() const {
     MORI_CHECK_ARG(!m.master_address.empty(), "distributed.master_config.master_address must not be empty");
     MORI_CHECK_ARG(!m.node_id.empty(), "distributed.master_config.node_id must not be empty");
     MORI_CHECK_ARG(!m.node_address.empty(), "distributed.master_config.node_address must not be empty");
+    const auto& h = distributed->hbm;
+    for (size_t i = 0; i < h.buffer_sizes.size(); ++i)
+      MORI_CHECK_ARG(h.buffer_sizes[i] > 0, "distributed.hbm.buffer_sizes[%zu] must be > 0", i);
+    MORI_CHECK_ARG(h.total_bytes() == 0 || h.device >= 0, "distributed.hbm.device must be >= 0 (got %d)", h.device);
   }
   if (standalone_process) {
     MORI_CHECK_ARG(!standalone_process->address.empty(), "standalone_process.address must not be empty");
     MORI_CHECK_ARG(standalone_process->startup_timeout_ms > 0, "standalone_process.startup_timeout_ms must be > 0");
   }
+}
+
+size_t HbmConfig::total_bytes() const {
+  if (buffer_sizes.empty()) return capacity_bytes;
+  size_t n = 0;
+  for (size_t b : buffer_sizes) n += b;
+  return n;
 }
 
 Config Config::from_environment() {

@@ -73,8 +73,31 @@ void CopyPipeline::copy_batch(const std::vector<DramTier::Block*>& blocks) {
   }
   uint64_t copied = 0;
   try {
-    const std::vector<bool> ok = ssd_.write_batch(keys, datas, sizes);
-    for (size_t i = 0; i < ok.size(); ++i) copied += ok[i] ? 1 : 0;
+    if (dram_.external()) {
+      // Device memory (a peer's HBM pages): staged through host memory, at most kStagedBytes
+      // (or one value) per SSD write, so a batch of large values does not double in host memory.
+      constexpr size_t kStagedBytes = size_t{64} << 20;
+      std::vector<char> staged;
+      for (size_t first = 0; first < blocks.size();) {
+        size_t last = first, total = 0;
+        while (last < blocks.size() && (last == first || total + sizes[last] <= kStagedBytes)) total += sizes[last++];
+        staged.resize(total);
+        size_t off = 0;
+        for (size_t i = first; i < last; ++i) {
+          dram_.copy_to_host(blocks[i], staged.data() + off);
+          datas[i] = staged.data() + off;
+          off += sizes[i];
+        }
+        const std::vector<std::string> k(keys.begin() + first, keys.begin() + last);
+        const std::vector<const void*> d(datas.begin() + first, datas.begin() + last);
+        const std::vector<size_t> z(sizes.begin() + first, sizes.begin() + last);
+        for (bool w : ssd_.write_batch(k, d, z)) copied += w ? 1 : 0;
+        first = last;
+      }
+    } else {
+      const std::vector<bool> ok = ssd_.write_batch(keys, datas, sizes);
+      for (size_t i = 0; i < ok.size(); ++i) copied += ok[i] ? 1 : 0;
+    }
   } catch (const std::exception& e) {
     MORI_LOG(kError, "umbp", "DRAM->SSD copy of %zu values failed: %s", blocks.size(), e.what());
   }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The DRAM -> SSD copy (MORI's copy-on-commit): values put into DRAM reach the SSD tier from
+// The DRAM -> SSD copy (MORI's copy-on-commit; a peer's HBM pages have a pipeline of their own,
+// which stages device memory through host memory): values put into DRAM reach the SSD tier from
 // `worker_threads` background threads, `batch_max_ops` values per SsdTier::write_batch. A value
 // stays pinned in DRAM (unevictable) until its copy is done, so nothing leaves the store before
 // the SSD has it.

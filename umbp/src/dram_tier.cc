@@ -2,6 +2,7 @@
 #include "src/dram_tier.h"
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
 #include "mori/core/copy.h"
@@ -75,10 +76,37 @@ DramTier::DramTier(const DramConfig& dram, const EvictionConfig& eviction, bool 
              capacity_);
 }
 
+DramTier::DramTier(const ExternalArena& arena, const DramConfig& watermarks, const EvictionConfig& eviction)
+    : capacity_(arena.capacity),
+      high_bytes_(watermark_bytes(arena.capacity, watermarks.high_watermark)),
+      low_bytes_(watermark_bytes(arena.capacity, watermarks.low_watermark)),
+      candidate_window_(std::max<size_t>(eviction.candidate_window, 1)),
+      verify_checksums_(false),
+      checksum_always_(true),  // a peer hands every value's checksum to its readers
+      tier_(arena.tier),
+      external_checksum_(arena.checksum),
+      external_copy_(arena.copy_to_host),
+      base_(arena.base),
+      heap_(0, arena.capacity) {
+  if (!external_checksum_ || !external_copy_)
+    raise(Status::kInvalidArgument, "DRAM tier: an external arena needs its checksum and copy functions");
+}
+
 DramTier::~DramTier() {
   for (auto& [key, b] : index_) delete b;
   for (Block* b : dropped_pinned_) delete b;
-  host_.free(arena_);
+  if (!external_checksum_) host_.free(arena_);  // an external arena is freed by its owner
+}
+
+void DramTier::copy_to_host(const Block* b, void* dst) const {
+  if (external_copy_)
+    external_copy_(dst, b->data, b->size);
+  else
+    std::memcpy(dst, b->data, b->size);
+}
+
+uint64_t DramTier::hash(const Block* b) const {
+  return external_checksum_ ? external_checksum_(b->data, b->size) : value_checksum(b->data, b->size);
 }
 
 void DramTier::lru_push_back(Block* b) {
@@ -107,7 +135,7 @@ void DramTier::unlink(Block* b) {
   index_.erase(std::string_view(b->key));
   if (b->published) {
     lru_remove(b);
-    if (events_) events_->append(KvChange::Kind::Remove, b->key, TierType::DRAM, 0);
+    if (events_) events_->append(KvChange::Kind::Remove, b->key, tier_, 0);
   }
 }
 
@@ -115,7 +143,7 @@ void DramTier::publish(Block* b) {
   b->published = true;
   lru_push_back(b);
   if (events_)
-    events_->append(KvChange::Kind::Add, b->key, TierType::DRAM, b->size, b->offset, b->has_checksum ? b->checksum : 0);
+    events_->append(KvChange::Kind::Add, b->key, tier_, b->size, b->offset, b->has_checksum ? b->checksum : 0);
 }
 
 void DramTier::drop(Block* b) {
@@ -270,6 +298,7 @@ void DramTier::copy_all(const std::vector<Copy>& copies, bool to_arena) {
 
 void DramTier::put(const std::string* keys, const uintptr_t* srcs, const size_t* sizes, const int* depths, size_t n,
                    bool copy_hold, PutOutcome* outcomes, Block** held) {
+  if (external_checksum_) raise(Status::kInvalidUsage, "DRAM tier: put() copies host memory; this arena is external");
   std::vector<Block*> fresh(n, nullptr);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -325,6 +354,7 @@ void DramTier::put(const std::string* keys, const uintptr_t* srcs, const size_t*
 
 size_t DramTier::get(const std::string* keys, const uintptr_t* dsts, const size_t* sizes, size_t n, bool promote,
                      bool* hits) {
+  if (external_checksum_) raise(Status::kInvalidUsage, "DRAM tier: get() copies host memory; this arena is external");
   std::vector<Block*> pinned(n, nullptr);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -461,7 +491,7 @@ DramTier::Block* DramTier::commit_slot(Block* b, bool copy_hold, bool* published
   // The writer's bytes are in the arena (written by a peer through MORI-IO): checksum them
   // before the value becomes visible, as put() does.
   if (verify_checksums_ || checksum_always_) {
-    b->checksum = value_checksum(b->data, b->size);
+    b->checksum = hash(b);
     b->has_checksum = true;
   }
   std::lock_guard<std::mutex> lock(mu_);

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -56,6 +57,18 @@ class DramTier {
   // `checksum_always`: the checksum is taken at put even when hits are not verified (a peer
   // hands it to remote readers, who verify what they read).
   DramTier(const DramConfig& dram, const EvictionConfig& eviction, bool verify_checksums, bool checksum_always = false);
+  // The same pages over memory owned elsewhere (a distributed peer's HBM arena, peer_pages.h):
+  // index, allocator, watermarks, eviction and events as above, the events tagged `tier`, the
+  // checksums taken by `checksum` (device memory is hashed through a host copy). Only the peer
+  // hooks reach such a tier: put() and get() copy host memory and refuse it.
+  struct ExternalArena {
+    char* base = nullptr;
+    size_t capacity = 0;
+    TierType tier = TierType::HBM;
+    std::function<uint64_t(const char*, size_t)> checksum;
+    std::function<void(void* host, const char* src, size_t n)> copy_to_host;  // for the SSD copy
+  };
+  DramTier(const ExternalArena& arena, const DramConfig& watermarks, const EvictionConfig& eviction);
   ~DramTier();
   DramTier(const DramTier&) = delete;
   DramTier& operator=(const DramTier&) = delete;
@@ -81,6 +94,10 @@ class DramTier {
   // The copy pipeline's view of a held block (valid until release_copied()).
   static const std::string& key_of(const Block* b);
   static const void* data_of(const Block* b);
+  // An external arena (device memory) is not readable by the host: the copy pipeline stages its
+  // values through copy_to_host() (a memcpy for the host arena).
+  bool external() const { return static_cast<bool>(external_checksum_); }
+  void copy_to_host(const Block* b, void* dst) const;
   static size_t size_of(const Block* b);
   // Unpins blocks put with copy_hold (they become evictable).
   void release_held(Block* const* blocks, size_t n);
@@ -168,6 +185,11 @@ class DramTier {
   const size_t candidate_window_;
   const bool verify_checksums_;
   const bool checksum_always_;
+  const TierType tier_ = TierType::DRAM;  // what the events say
+  // Set for an external arena: how its values are hashed (null: host memory, value_checksum).
+  std::function<uint64_t(const char*, size_t)> external_checksum_;
+  std::function<void(void*, const char*, size_t)> external_copy_;
+  uint64_t hash(const Block* b) const;
   PeerEventLog* events_ = nullptr;  // under mu_
   HostMemAllocator host_;
   HostBufferHandle arena_;

@@ -321,10 +321,10 @@ PeerPages& LocalClient::peer_pages() {
           role_name(role_));
   const env::Settings settings = env::current();
   const DistributedConfig d = config_.distributed.value_or(DistributedConfig{});
-  peer_ = std::make_unique<PeerPages>(*dram_, ssd_.get(), pipeline_.get(), !config_.copy_pipeline.async_enabled,
-                                      d.ssd_staging_buffer_size, d.ssd_staging_buffer_slots,
-                                      static_cast<int>(settings.umbp_dram_read_lease_ms),
-                                      static_cast<int>(settings.umbp_ssd_read_lease_ms));
+  peer_ = std::make_unique<PeerPages>(
+      *dram_, ssd_.get(), pipeline_.get(), !config_.copy_pipeline.async_enabled, d.ssd_staging_buffer_size,
+      d.ssd_staging_buffer_slots, static_cast<int>(settings.umbp_dram_read_lease_ms),
+      static_cast<int>(settings.umbp_ssd_read_lease_ms), d.hbm, config_.dram, config_.eviction, config_.copy_pipeline);
   return *peer_;
 }
 

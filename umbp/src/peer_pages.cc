@@ -9,16 +9,125 @@
 #include "mori/umbp/client.h"
 #include "src/checksum.h"
 
+#if MORI_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "mori/core/cuda_check.h"
+#endif
+
 namespace mori::umbp {
 
+uint64_t device_checksum(const void* data, size_t size, int device) {
+#if MORI_WITH_CUDA
+  // Hashed piecewise from a host copy: the bytes reached device memory through the copy engine
+  // (CUDA IPC) or io/'s staged tcp, and no host pass of ours saw them on the way. XXH3's
+  // streaming form gives the one-shot value, so readers verify with value_checksum().
+  constexpr size_t kPiece = size_t{4} << 20;
+  CudaDeviceGuard guard(device);  // this thread may never have used `device`
+  thread_local std::vector<char> host;
+  if (host.size() < std::min(size, kPiece)) host.resize(std::min(size, kPiece));
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  const char* src = static_cast<const char*>(data);
+  try {
+    for (size_t off = 0; off < size; off += kPiece) {
+      const size_t n = std::min(kPiece, size - off);
+      check_cuda(cudaMemcpy(host.data(), src + off, n, cudaMemcpyDeviceToHost), "cudaMemcpy (HBM value checksum)");
+      XXH3_64bits_update(st, host.data(), n);
+    }
+  } catch (...) {
+    XXH3_freeState(st);
+    throw;
+  }
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+#else
+  (void)data, (void)size, (void)device;
+  raise(Status::kUnavailable, "device_checksum: this build of MORI has no CUDA");
+#endif
+}
+
+namespace {
+
+void device_to_host(void* host, const char* src, size_t n, int device) {
+#if MORI_WITH_CUDA
+  CudaDeviceGuard guard(device);  // the copy pipeline's threads never chose a device
+  check_cuda(cudaMemcpy(host, src, n, cudaMemcpyDeviceToHost), "cudaMemcpy (HBM value to its SSD copy)");
+#else
+  (void)host, (void)src, (void)n, (void)device;
+  raise(Status::kUnavailable, "device_to_host: this build of MORI has no CUDA");
+#endif
+}
+
+}  // namespace
+
+PeerPages::DeviceMemory::~DeviceMemory() {
+#if MORI_WITH_CUDA
+  if (ptr) {
+    CudaDeviceGuard guard(device, std::nothrow);
+    (void)cudaFree(ptr);
+  }
+#endif
+}
+
+namespace {
+
+// The HBM arena: `bytes` of device memory on `device`, or an error naming the setting.
+char* alloc_hbm(const HbmConfig& hbm, size_t bytes) {
+#if MORI_WITH_CUDA
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    raise(Status::kUnavailable,
+          "distributed.hbm: %zu bytes of HBM asked on device %d, but CUDA sees no device here (%s): unset "
+          "distributed.hbm.capacity_bytes / buffer_sizes on this worker",
+          bytes, hbm.device, e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+  }
+  if (hbm.device >= count)
+    raise(Status::kInvalidArgument, "distributed.hbm.device is %d, but this host has %d CUDA device(s)", hbm.device,
+          count);
+  CudaDeviceGuard guard(hbm.device);
+  void* p = nullptr;
+  const cudaError_t a = cudaMalloc(&p, bytes);
+  if (a != cudaSuccess) {
+    (void)cudaGetLastError();
+    raise(Status::kOutOfMemory, "distributed.hbm: cannot allocate %zu bytes on CUDA device %d: %s", bytes, hbm.device,
+          cudaGetErrorString(a));
+  }
+  return static_cast<char*>(p);
+#else
+  raise(Status::kUnavailable,
+        "distributed.hbm: %zu bytes of HBM asked on device %d, but this build of MORI has no CUDA: unset "
+        "distributed.hbm.capacity_bytes / buffer_sizes, or build with a CUDA toolkit",
+        bytes, hbm.device);
+#endif
+}
+
+}  // namespace
+
 PeerPages::PeerPages(DramTier& dram, SsdTier* ssd, CopyPipeline* pipeline, bool copy_sync, size_t staging_bytes,
-                     int staging_slots, int dram_lease_ms, int ssd_lease_ms)
+                     int staging_slots, int dram_lease_ms, int ssd_lease_ms, const HbmConfig& hbm,
+                     const DramConfig& watermarks, const EvictionConfig& eviction, const CopyPipelineConfig& copy)
     : dram_(dram),
       ssd_(ssd),
       pipeline_(pipeline),
       copy_sync_(copy_sync),
       dram_lease_(std::max(dram_lease_ms, 1)),
       ssd_lease_(std::max(ssd_lease_ms, 1)) {
+  if (const size_t bytes = hbm.total_bytes()) {
+    hbm_mem_.ptr = alloc_hbm(hbm, bytes);
+    hbm_mem_.device = hbm.device;
+    DramTier::ExternalArena a;
+    a.base = hbm_mem_.ptr;
+    a.capacity = bytes;
+    a.tier = TierType::HBM;
+    a.checksum = [device = hbm.device](const char* p, size_t n) { return device_checksum(p, n, device); };
+    a.copy_to_host = [device = hbm.device](void* host, const char* p, size_t n) { device_to_host(host, p, n, device); };
+    hbm_ = std::make_unique<DramTier>(a, watermarks, eviction);
+    if (ssd_ && pipeline_) hbm_pipeline_ = std::make_unique<CopyPipeline>(copy, *hbm_, *ssd_);
+  }
   if (ssd_ && staging_bytes > 0 && staging_slots > 0) {
     slot_bytes_ =
         staging_bytes / static_cast<size_t>(staging_slots) / HeapAllocator::kMinAlign * HeapAllocator::kMinAlign;
@@ -30,6 +139,7 @@ PeerPages::PeerPages(DramTier& dram, SsdTier* ssd, CopyPipeline* pipeline, bool 
     slot_busy_.assign(static_cast<size_t>(staging_slots), false);
   }
   dram_.set_event_log(&events_);
+  if (hbm_) hbm_->set_event_log(&events_);
   if (ssd_) ssd_->set_event_log(&events_);
   reaper_thread_ = std::thread([this] { reaper(); });
   name_thread(reaper_thread_, "umbp-peer-reap");
@@ -45,9 +155,10 @@ PeerPages::~PeerPages() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [id, l] : leases_) end_lease(l);
   leases_.clear();
-  for (auto& [id, p] : pending_) dram_.abort_slot(p.block);
+  for (auto& [id, p] : pending_) p.tier->abort_slot(p.block);
   pending_.clear();
   dram_.set_event_log(nullptr);
+  if (hbm_) hbm_->set_event_log(nullptr);
   if (ssd_) ssd_->set_event_log(nullptr);
   host_.free(staging_);
 }
@@ -55,7 +166,7 @@ PeerPages::~PeerPages() {
 void PeerPages::end_lease(Lease& l) {
   if (l.block) {
     DramTier::Block* b = l.block;
-    dram_.unpin_blocks(&b, 1);
+    l.tier->unpin_blocks(&b, 1);
   } else {
     for (int s = l.staging_slot; s < l.staging_slot + l.staging_count; ++s) slot_busy_[static_cast<size_t>(s)] = false;
   }
@@ -83,7 +194,7 @@ void PeerPages::reaper() {
       if (it->second.deadline <= now) {
         MORI_LOG(kWarn, "umbp", "peer: the slot of '%s' was not committed within %lld ms: aborted (writer gone?)",
                  it->second.key.c_str(), static_cast<long long>(kPendingTtl.count()));
-        dram_.abort_slot(it->second.block);
+        it->second.tier->abort_slot(it->second.block);
         it = pending_.erase(it);
       } else {
         ++it;
@@ -92,9 +203,14 @@ void PeerPages::reaper() {
   }
 }
 
-std::vector<SlotGrant> PeerPages::allocate(const std::vector<std::string>& keys, const std::vector<uint64_t>& sizes) {
+DramTier* PeerPages::tier_of(int tier) { return tier == static_cast<int>(TierType::HBM) ? hbm_.get() : &dram_; }
+
+std::vector<SlotGrant> PeerPages::allocate(const std::vector<std::string>& keys, const std::vector<uint64_t>& sizes,
+                                           const std::vector<int>& tiers) {
   if (keys.size() != sizes.size())
     raise(Status::kInvalidArgument, "allocate: %zu keys but %zu sizes", keys.size(), sizes.size());
+  if (!tiers.empty() && tiers.size() != keys.size())
+    raise(Status::kInvalidArgument, "allocate: %zu keys but %zu tiers", keys.size(), tiers.size());
   std::vector<SlotGrant> out(keys.size());
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -106,14 +222,25 @@ std::vector<SlotGrant> PeerPages::allocate(const std::vector<std::string>& keys,
       out[i].outcome = SlotOutcome::AlreadyExists;
       continue;
     }
+    DramTier* tier = tier_of(tiers.empty() ? static_cast<int>(TierType::DRAM) : tiers[i]);
+    if (!tier) {  // HBM asked of a peer without an HBM arena
+      out[i].outcome = SlotOutcome::Failed;
+      continue;
+    }
+    // Write-once across the memory tiers too: a key is in one arena at most.
+    DramTier* other = tier == &dram_ ? hbm_.get() : &dram_;
+    if (other && other->contains(keys[i])) {
+      out[i].outcome = SlotOutcome::AlreadyExists;
+      continue;
+    }
     DramTier::PutOutcome o;
-    DramTier::Block* b = dram_.reserve_slot(keys[i], sizes[i], &o);
+    DramTier::Block* b = tier->reserve_slot(keys[i], sizes[i], &o);
     if (!b) {
       out[i].outcome = o == DramTier::PutOutcome::kExists ? SlotOutcome::AlreadyExists : SlotOutcome::NoSpace;
       continue;
     }
     const uint64_t id = next_id_++;
-    pending_.emplace(id, Pending{b, keys[i], Clock::now() + kPendingTtl});
+    pending_.emplace(id, Pending{tier, b, keys[i], Clock::now() + kPendingTtl});
     out[i] = {SlotOutcome::Allocated, id, DramTier::offset_of(b)};
   }
   reaper_cv_.notify_all();
@@ -125,29 +252,39 @@ std::vector<bool> PeerPages::commit(const std::vector<uint64_t>& slot_ids, const
     raise(Status::kInvalidArgument, "commit: %zu slot ids but %zu keys", slot_ids.size(), keys.size());
   std::vector<bool> ok(slot_ids.size(), false);
   std::vector<DramTier::Block*> mine(slot_ids.size(), nullptr);
+  std::vector<DramTier*> tiers(slot_ids.size(), nullptr);
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < slot_ids.size(); ++i) {
       auto it = pending_.find(slot_ids[i]);
       if (it == pending_.end() || it->second.key != keys[i]) continue;
       mine[i] = it->second.block;
+      tiers[i] = it->second.tier;
       pending_.erase(it);
     }
   }
   // Checksums and publication outside mu_: a large value takes a while to hash.
-  std::vector<DramTier::Block*> held;
+  std::vector<DramTier::Block*> held, held_hbm;
   for (size_t i = 0; i < mine.size(); ++i) {
     if (!mine[i]) continue;
     bool published = false;
-    DramTier::Block* h = dram_.commit_slot(mine[i], pipeline_ != nullptr, &published);
+    // Held (pinned) for its SSD copy: DRAM blocks by the store's pipeline, HBM ones by hbm_pipeline_.
+    const bool hold = tiers[i] == &dram_ ? pipeline_ != nullptr : hbm_pipeline_ != nullptr;
+    DramTier::Block* h = tiers[i]->commit_slot(mine[i], hold, &published);
     ok[i] = published;
-    if (h) held.push_back(h);
+    if (h) (tiers[i] == &dram_ ? held : held_hbm).push_back(h);
   }
   if (pipeline_ && !held.empty()) {
     if (copy_sync_)
       pipeline_->copy_now(held);
     else
       pipeline_->submit(held);
+  }
+  if (hbm_pipeline_ && !held_hbm.empty()) {
+    if (copy_sync_)
+      hbm_pipeline_->copy_now(held_hbm);
+    else
+      hbm_pipeline_->submit(held_hbm);
   }
   return ok;
 }
@@ -157,7 +294,7 @@ std::vector<bool> PeerPages::abort(const std::vector<uint64_t>& slot_ids) {
   for (uint64_t id : slot_ids) {
     auto it = pending_.find(id);
     if (it == pending_.end()) continue;
-    dram_.abort_slot(it->second.block);
+    it->second.tier->abort_slot(it->second.block);
     pending_.erase(it);
   }
   return std::vector<bool>(slot_ids.size(), true);
@@ -166,10 +303,18 @@ std::vector<bool> PeerPages::abort(const std::vector<uint64_t>& slot_ids) {
 std::vector<ResolvedValue> PeerPages::resolve(const std::vector<std::string>& keys) {
   std::vector<ResolvedValue> out(keys.size());
   std::vector<DramTier::Block*> pinned(keys.size(), nullptr);
+  std::vector<DramTier*> pinned_in(keys.size(), nullptr);
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (DramTier::Block* b = dram_.pin(keys[i])) {
-      pinned[i] = b;
+    DramTier::Block* b = hbm_ ? hbm_->pin(keys[i]) : nullptr;  // the fastest tier first, as the master's routes
+    if (b) {
+      pinned_in[i] = hbm_.get();
+      out[i] = {true, TierType::HBM, DramTier::offset_of(b), DramTier::size_of(b), DramTier::checksum_of(b), 0};
+    } else if ((b = dram_.pin(keys[i]))) {
+      pinned_in[i] = &dram_;
       out[i] = {true, TierType::DRAM, DramTier::offset_of(b), DramTier::size_of(b), DramTier::checksum_of(b), 0};
+    }
+    if (b) {
+      pinned[i] = b;
     } else if (ssd_) {
       const uint64_t size = ssd_->value_size(keys[i]);
       if (size) out[i] = {true, TierType::SSD, 0, size, 0, 0};
@@ -180,7 +325,7 @@ std::vector<ResolvedValue> PeerPages::resolve(const std::vector<std::string>& ke
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!pinned[i]) continue;
     out[i].lease_id = next_id_++;
-    leases_.emplace(out[i].lease_id, Lease{pinned[i], -1, 0, deadline});
+    leases_.emplace(out[i].lease_id, Lease{pinned_in[i], pinned[i], -1, 0, deadline});
   }
   reaper_cv_.notify_all();
   return out;
@@ -239,8 +384,73 @@ StagedValue PeerPages::prepare_ssd_read(const std::string& key, uint64_t max_siz
   out.size = size;
   out.checksum = value_checksum(dst, size);
   out.lease_id = next_id_++;
-  leases_.emplace(out.lease_id, Lease{nullptr, slot, static_cast<int>(count), Clock::now() + ssd_lease_});
+  leases_.emplace(out.lease_id, Lease{nullptr, nullptr, slot, static_cast<int>(count), Clock::now() + ssd_lease_});
   reaper_cv_.notify_all();
+  return out;
+}
+
+std::vector<bool> PeerPages::hbm_get(const std::vector<std::string>& keys, const std::vector<uintptr_t>& dsts,
+                                     const std::vector<uint64_t>& sizes) {
+  std::vector<bool> hits(keys.size(), false);
+  if (!hbm_) return hits;
+#if MORI_WITH_CUDA
+  CudaDeviceGuard guard(hbm_mem_.device);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    DramTier::Block* b = hbm_->pin(keys[i]);  // no eviction frees it while it is copied out
+    if (!b) continue;
+    const size_t size = DramTier::size_of(b);
+    const cudaError_t e =
+        size == sizes[i] ? cudaMemcpy(reinterpret_cast<void*>(dsts[i]), DramTier::data_of(b), size, cudaMemcpyDefault)
+                         : cudaErrorInvalidValue;
+    if (size == sizes[i] && e != cudaSuccess) {
+      (void)cudaGetLastError();
+      MORI_LOG(kWarn, "umbp", "peer: reading '%s' from HBM failed: %s", keys[i].c_str(), cudaGetErrorString(e));
+    }
+    hits[i] = e == cudaSuccess;
+    hbm_->unpin_blocks(&b, 1);
+  }
+#else
+  (void)dsts, (void)sizes;
+#endif
+  return hits;
+}
+
+std::vector<int> PeerPages::hbm_put(const std::vector<std::string>& keys, const std::vector<uintptr_t>& srcs,
+                                    const std::vector<uint64_t>& sizes) {
+  if (keys.size() != srcs.size() || keys.size() != sizes.size())
+    raise(Status::kInvalidArgument, "hbm_put: %zu keys, %zu srcs, %zu sizes", keys.size(), srcs.size(), sizes.size());
+  std::vector<int> out(keys.size(), static_cast<int>(SlotOutcome::Failed));
+  if (!hbm_) return out;
+  const std::vector<SlotGrant> grants =
+      allocate(keys, sizes, std::vector<int>(keys.size(), static_cast<int>(TierType::HBM)));
+  std::vector<uint64_t> ids, aborted;
+  std::vector<std::string> ks;
+  std::vector<size_t> idx;
+#if MORI_WITH_CUDA
+  CudaDeviceGuard guard(hbm_mem_.device);
+#endif
+  for (size_t i = 0; i < keys.size(); ++i) {
+    out[i] = static_cast<int>(grants[i].outcome);
+    if (grants[i].outcome != SlotOutcome::Allocated) continue;
+#if MORI_WITH_CUDA
+    const cudaError_t e = cudaMemcpy(hbm_mem_.ptr + grants[i].offset, reinterpret_cast<const void*>(srcs[i]), sizes[i],
+                                     cudaMemcpyDefault);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      MORI_LOG(kWarn, "umbp", "peer: writing '%s' into HBM failed: %s", keys[i].c_str(), cudaGetErrorString(e));
+      aborted.push_back(grants[i].slot_id);
+      out[i] = static_cast<int>(SlotOutcome::Failed);
+      continue;
+    }
+#endif
+    ids.push_back(grants[i].slot_id);
+    ks.push_back(keys[i]);
+    idx.push_back(i);
+  }
+  if (!aborted.empty()) abort(aborted);
+  const std::vector<bool> ok = commit(ids, ks);
+  for (size_t j = 0; j < idx.size(); ++j)
+    if (!ok[j]) out[idx[j]] = static_cast<int>(SlotOutcome::Failed);
   return out;
 }
 
@@ -255,7 +465,8 @@ bool PeerPages::release(uint64_t lease_id) {
 
 std::vector<uint64_t> PeerPages::evict(const std::vector<std::string>& keys) {
   std::vector<uint64_t> freed(keys.size(), 0);
-  for (size_t i = 0; i < keys.size(); ++i) freed[i] = dram_.evict_key(keys[i]);
+  // EvictKey names keys, not tiers: a key lives in one arena at most (allocate() keeps it so).
+  for (size_t i = 0; i < keys.size(); ++i) freed[i] = (hbm_ ? hbm_->evict_key(keys[i]) : 0) + dram_.evict_key(keys[i]);
   return freed;
 }
 
@@ -263,6 +474,8 @@ std::pair<uint64_t, std::vector<OwnedKey>> PeerPages::snapshot() {
   const uint64_t baseline = events_.mark_and_drop();
   std::vector<OwnedKey> keys;
   for (auto& v : dram_.snapshot()) keys.push_back({std::move(v.key), TierType::DRAM, v.size, v.offset, v.checksum});
+  if (hbm_)
+    for (auto& v : hbm_->snapshot()) keys.push_back({std::move(v.key), TierType::HBM, v.size, v.offset, v.checksum});
   if (ssd_)
     for (auto& [k, size] : ssd_->snapshot()) keys.push_back({std::move(k), TierType::SSD, size});
   return {baseline, std::move(keys)};

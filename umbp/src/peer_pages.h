@@ -20,6 +20,14 @@
 //   index  every ADD/REMOVE of an owned key per tier goes to the event log (peer_events.h), and
 //          snapshot() lists the owned keys for a full sync.
 //
+//   HBM    with distributed.hbm set, a second page pool over one device allocation on
+//          hbm.device: the same DramTier code (ExternalArena), its events tagged HBM, its values
+//          hashed through a host copy (the bytes arrive in device memory by CUDA IPC or io/'s
+//          staged tcp; no host pass of ours sees them). Slots are asked per tier; resolve()
+//          looks in HBM first; evict() frees a key from either. With an SSD tier, HBM values
+//          get their SSD copy from a copy pipeline of their own that stages them through host
+//          memory (and stay pinned in HBM until it is done, as DRAM values do).
+//
 // Thread-safe. Lock order: PeerPages::mu_ -> the tiers' locks -> the event log's.
 #pragma once
 
@@ -27,6 +35,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -77,23 +86,43 @@ struct OwnedKey {
   uint64_t checksum = 0;  // DRAM: the value's XXH3 (0: not known)
 };
 
+// The XXH3 of `size` bytes of device memory on `device`, hashed through a host copy in pieces (the
+// same value value_checksum() gives for the bytes). Throws mori::Error(kDevice) on a CUDA error,
+// kUnavailable in a build without CUDA.
+uint64_t device_checksum(const void* data, size_t size, int device);
+
 class PeerPages {
  public:
   // `ssd` and `pipeline` may be null (no SSD tier). The staging buffer (`staging_bytes` in
   // `staging_slots` equal slots) is mapped only when there is an SSD tier.
+  // `hbm` with total_bytes() > 0 allocates the HBM arena on hbm.device, or throws naming the setting
+  // (no CUDA in this build, no such device, out of device memory) with nothing half built.
   PeerPages(DramTier& dram, SsdTier* ssd, CopyPipeline* pipeline, bool copy_sync, size_t staging_bytes,
-            int staging_slots, int dram_lease_ms, int ssd_lease_ms);
+            int staging_slots, int dram_lease_ms, int ssd_lease_ms, const HbmConfig& hbm = HbmConfig{},
+            const DramConfig& watermarks = DramConfig{}, const EvictionConfig& eviction = EvictionConfig{},
+            const CopyPipelineConfig& copy = CopyPipelineConfig{});
   ~PeerPages();
   PeerPages(const PeerPages&) = delete;
   PeerPages& operator=(const PeerPages&) = delete;
 
-  std::vector<SlotGrant> allocate(const std::vector<std::string>& keys, const std::vector<uint64_t>& sizes);
+  // `tiers` (empty: all DRAM): TierType values; HBM takes the slot in the HBM arena (Failed without one).
+  std::vector<SlotGrant> allocate(const std::vector<std::string>& keys, const std::vector<uint64_t>& sizes,
+                                  const std::vector<int>& tiers = {});
   // False for a slot that is unknown (reaped, aborted) or whose key does not match.
   std::vector<bool> commit(const std::vector<uint64_t>& slot_ids, const std::vector<std::string>& keys);
   // Idempotent: true for an unknown slot too.
   std::vector<bool> abort(const std::vector<uint64_t>& slot_ids);
   std::vector<ResolvedValue> resolve(const std::vector<std::string>& keys);
   StagedValue prepare_ssd_read(const std::string& key, uint64_t max_size);
+  // This worker's own reads and writes of its HBM pages (no MORI-IO: a CUDA copy between the
+  // caller's memory, host or device, and the arena; cudaMemcpyDefault tells which).
+  // hbm_get: hits[i] when the key is in HBM with exactly sizes[i] bytes, copied into dsts[i].
+  std::vector<bool> hbm_get(const std::vector<std::string>& keys, const std::vector<uintptr_t>& dsts,
+                            const std::vector<uint64_t>& sizes);
+  // hbm_put: per key a SlotOutcome: Allocated (stored now), AlreadyExists, NoSpace or Failed (no
+  // HBM arena, a failed copy): the caller puts those elsewhere.
+  std::vector<int> hbm_put(const std::vector<std::string>& keys, const std::vector<uintptr_t>& srcs,
+                           const std::vector<uint64_t>& sizes);
   // Ends a read lease (DRAM or staging); false when it is unknown (expired, or released).
   bool release(uint64_t lease_id);
   // Master-driven eviction from DRAM: the bytes freed per key (0: leased, pinned, or absent).
@@ -107,6 +136,11 @@ class PeerPages {
   size_t arena_size() const { return dram_.capacity(); }
   uintptr_t staging_ptr() const { return reinterpret_cast<uintptr_t>(staging_.ptr); }
   size_t staging_size() const { return staging_.ptr ? staging_.requested_size : 0; }
+  // The HBM arena (0, 0, -1 without one).
+  uintptr_t hbm_ptr() const { return reinterpret_cast<uintptr_t>(hbm_mem_.ptr); }
+  size_t hbm_size() const { return hbm_ ? hbm_->capacity() : 0; }
+  int hbm_device() const { return hbm_ ? hbm_mem_.device : -1; }
+  DramStats hbm_stats() const { return hbm_ ? hbm_->stats() : DramStats{}; }
   size_t staging_slot_size() const { return slot_bytes_; }
   uint64_t pending_ttl_ms() const { return kPendingTtl.count(); }
   size_t leases() const;  // live read leases (DRAM and staging)
@@ -118,11 +152,13 @@ class PeerPages {
  private:
   using Clock = std::chrono::steady_clock;
   struct Pending {
+    DramTier* tier;
     DramTier::Block* block;
     std::string key;
     Clock::time_point deadline;
   };
   struct Lease {
+    DramTier* tier;
     DramTier::Block* block;  // null: a run of staging slots
     int staging_slot;        // the first of them
     int staging_count;
@@ -133,6 +169,20 @@ class PeerPages {
   void end_lease(Lease& l);  // under mu_
 
   DramTier& dram_;
+  // The HBM arena (device memory, freed in the destructor) and its page pool: made before the
+  // rest so that a failure leaves nothing to undo.
+  struct DeviceMemory {  // one cudaMalloc, freed on its device when it goes
+    char* ptr = nullptr;
+    int device = -1;
+    DeviceMemory() = default;
+    DeviceMemory(const DeviceMemory&) = delete;
+    DeviceMemory& operator=(const DeviceMemory&) = delete;
+    ~DeviceMemory();
+  };
+  DeviceMemory hbm_mem_;
+  std::unique_ptr<DramTier> hbm_;               // after hbm_mem_: goes first
+  std::unique_ptr<CopyPipeline> hbm_pipeline_;  // HBM -> SSD (with an SSD tier); goes before hbm_
+  DramTier* tier_of(int tier);                  // HBM: hbm_ (null without one); anything else: &dram_
   SsdTier* ssd_;
   CopyPipeline* pipeline_;
   const bool copy_sync_;

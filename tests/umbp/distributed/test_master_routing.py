@@ -186,6 +186,28 @@ def test_batch_route_put_dedup_and_most_available(backend):
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+def test_routed_put_counts_until_its_heartbeat_and_after(backend):
+    """A 4 MiB HBM that took a 3 MiB put has room for no second one: before the owner's
+    heartbeat (the bytes routed there count) and just after it (the capacity it reported counts,
+    not the record the master's client cache holds from before it); the next ones go to DRAM."""
+    with running_master(store=backend()) as m:
+        a = PeerSession(m.address, uid("a"), {DRAM: (8 * MIB, 8 * MIB)})
+        b = PeerSession(m.address, uid("b"), {HBM: (4 * MIB, 4 * MIB), DRAM: (64 * MIB, 64 * MIB)})
+        stub = _stub(m.address)
+        keys = [uid("k") for _ in range(3)]
+
+        def route(key):
+            r = stub.RoutePut(pb.RoutePutRequest(key=key, node_id=a.node_id, block_size=3 * MIB), timeout=5)
+            return r.node_id, r.tier
+
+        assert route(keys[0]) == (b.node_id, HBM)
+        assert route(keys[1]) == (b.node_id, DRAM)  # before the heartbeat: 1 MiB of HBM left
+        b.caps[HBM] = (4 * MIB, MIB)  # what b reports once the first value is in
+        b.caps[DRAM] = (64 * MIB, 61 * MIB)
+        b.heartbeat([("add", keys[0], HBM, 3 * MIB), ("add", keys[1], DRAM, 3 * MIB)])
+        assert route(keys[2]) == (b.node_id, DRAM)  # at once after it: still no HBM room
+
+
 @pytest.mark.parametrize("affinity", ["local", "same"])
 def test_put_affinity(affinity):
     with running_master(settings=fast_settings(route_put_affinity=affinity)) as m:

@@ -101,8 +101,22 @@ struct IoEngineConfig {
   uint16_t port = 0;  // 0: any free port
 };
 
+// A distributed worker's GPU pages (MORI's hbm section; off by default). The arena is device
+// memory on `device`, registered with the worker's MORI-IO engine as GPU memory and carved like
+// the DRAM arena; the master routes puts there before DRAM. MORI's peer makes one allocation per
+// entry of buffer_sizes; here their sum is one allocation (one page pool). capacity_bytes is
+// MORI's user-facing spelling: used when buffer_sizes is empty.
+struct HbmConfig {
+  int device = 0;
+  size_t capacity_bytes = 0;
+  std::vector<size_t> buffer_sizes;
+  // The bytes of the arena (0: no HBM tier).
+  size_t total_bytes() const;
+};
+
 struct DistributedConfig {
   MasterClientConfig master_config;
+  HbmConfig hbm;
   IoEngineConfig io_engine;
   size_t staging_buffer_size = size_t{64} << 20;
   size_t ssd_staging_buffer_size = size_t{256} << 20;
