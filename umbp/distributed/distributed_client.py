@@ -96,6 +96,12 @@ _LOCATION_CACHE_ENTRIES = 1 << 16
 # A cached location is used for this fraction of the read lease, counted from before the
 # resolve was sent: the rest covers the read itself.
 _LOCATION_LEASE_FRACTION = 0.8
+# A verified read of this many bytes or more goes as up to _VERIFY_PIECES transfers of at least
+# _VERIFY_PIECE_MIN bytes each, posted at once: the values of one are checked against their
+# checksums while the later ones are still on the wire, so only the last piece's check adds to
+# the call (one pass over the destination either way).
+_VERIFY_PIECE_MIN = 1 << 20
+_VERIFY_PIECES = 8
 
 
 @dataclass
@@ -546,27 +552,36 @@ class DistributedUMBPClient(_UMBPClient):
             old.channel.close()
         return p
 
-    def _pull(self, packed_source: bytes, items: list[tuple[int, int, int]], seconds: float) -> bool:
+    def _pull(self, packed_source: bytes, items: list[tuple[int, int, int]], seconds: float):
         """The owner's side of a pulled put: reads [(arena offset, source offset, size)] from a
-        writer's registered memory (its packed MemoryDesc) into the arena, one MORI-IO batch read
-        within seconds (at most UMBP_CALL_TIMEOUT_MS). True when all of them arrived."""
+        writer's registered memory (its packed MemoryDesc) into the arena within seconds (at most
+        UMBP_CALL_TIMEOUT_MS). Yields (lo, hi, arrived) for consecutive pieces items[lo:hi] as
+        their reads complete: all are posted at once (one MORI-IO transfer per piece, as a
+        verified read splits them), so the caller commits one piece (its checksum pass) while
+        the next is still on the wire."""
         from mori.io import MemoryDesc, StatusCode
 
         source = MemoryDesc.unpack(packed_source)
-        st = self._engine.batch_read(
-            [self._arena_desc],
-            [[a for a, _s, _z in items]],
-            [source],
-            [[s for _a, s, _z in items]],
-            [[z for _a, _s, z in items]],
-            [self._engine.allocate_transfer_uid()],
-        )[0]
-        code = st.WaitFor(max(1, min(self._transfer_timeout_ms, int(seconds * 1000))))
-        if code != StatusCode.SUCCESS:
-            log.warning(
-                "umbp %s: pulling %d put value(s) from their writer failed: %s", self._node_id, len(items), st.Message()
-            )
-        return code == StatusCode.SUCCESS
+        pieces = self._pieces(list(range(len(items))), items, True)
+        deadline = time.monotonic() + max(0.001, min(self._transfer_timeout_ms / 1000.0, seconds))
+        statuses = self._engine.batch_read(
+            [self._arena_desc] * len(pieces),
+            [[a for a, _s, _z in items[lo:hi]] for lo, hi in pieces],
+            [source] * len(pieces),
+            [[s for _a, s, _z in items[lo:hi]] for lo, hi in pieces],
+            [[z for _a, _s, z in items[lo:hi]] for lo, hi in pieces],
+            [self._engine.allocate_transfer_uid() for _ in pieces],
+        )
+        for (lo, hi), st in zip(pieces, statuses):
+            code = st.WaitFor(max(1, int((deadline - time.monotonic()) * 1000)))
+            if code != StatusCode.SUCCESS:
+                log.warning(
+                    "umbp %s: pulling %d put value(s) from their writer failed: %s",
+                    self._node_id,
+                    hi - lo,
+                    st.Message(),
+                )
+            yield lo, hi, code == StatusCode.SUCCESS
 
     def _register_engine(self, packed: bytes) -> None:
         """A caller's engine (GetPeerInfo), registered before it connects to ours."""
@@ -622,8 +637,8 @@ class DistributedUMBPClient(_UMBPClient):
         if self._lookup_only:
             return True
         desc = self._engine.register_memory(int(ptr), int(size), -1, self._cpu)
-        with self._regions_lock:
-            self._regions.append(_Region(int(ptr), int(size), desc, desc.pack()))
+        with self._regions_lock:  # a new list: the transfers read the old one without the lock
+            self._regions = [*self._regions, _Region(int(ptr), int(size), desc, desc.pack())]
         return True
 
     def deregister_memory(self, ptr: int) -> None:
@@ -651,42 +666,90 @@ class DistributedUMBPClient(_UMBPClient):
     # ---------------------------------------------------------------------------------------
     # transfers (GIL released while they run: WaitFor and the engine's calls are native)
     # ---------------------------------------------------------------------------------------
-    def _transfer(self, read: bool, p: _Peer, remote_desc, items: list[tuple[int, int, int]]) -> list[bool]:
+    def _transfer(self, read: bool, p: _Peer, remote_desc, items: list[tuple[int, int, int]], checksums=None) -> list:
         """items: (local ptr, remote offset, size). Moves each, zero-copy where the local memory
         is registered, else through the staging buffer. Returns per-item success.
+
+        checksums (reads): the XXH3 each value must have. Each is checked in the caller's memory
+        as soon as its transfer completed, while later transfers are still in flight; a value
+        that arrived but fails it is None in the result (False: it did not arrive).
 
         The whole call has one deadline (UMBP_CALL_TIMEOUT_MS; MORI-IO fails a silent peer's
         transfers within MORI_IO_TIMEOUT_MS before that). After the first failed transfer nothing
         more is sent to that peer: it is marked failed (its keys are misses for a hold-off, its
         remembered locations forgotten), so a dead owner costs one failure, not one per staged
         batch (each of which would dial it again)."""
-        ok = [False] * len(items)
-        direct: dict[int, tuple[object, list[int]]] = {}
+        ok: list = [False] * len(items)
+        direct: dict[int, tuple[object, list[int], list[int]]] = {}
         staged: list[int] = []
+        regions = self._regions  # replaced, never changed in place (register/deregister_memory)
+        last = None
         for i, (ptr, _roff, size) in enumerate(items):
-            hit = self._region_of(ptr, size)
-            if hit is not None:
-                direct.setdefault(id(hit[0]), (hit[0], []))[1].append(i)
-            else:
+            if last is None or not (last.ptr <= ptr and ptr + size <= last.ptr + last.size):
+                last = next((r for r in regions if r.ptr <= ptr and ptr + size <= r.ptr + r.size), None)
+            if last is None:
                 staged.append(i)
+                continue
+            group = direct.get(id(last))
+            if group is None:
+                group = direct[id(last)] = (last.desc, [], [])
+            group[1].append(i)
+            group[2].append(ptr - last.ptr)
         local_mems, local_offs, remote_offs, sizes, groups = [], [], [], [], []
-        for desc, idx in direct.values():
-            local_mems.append(desc)
-            local_offs.append([self._region_of(items[i][0], items[i][2])[1] for i in idx])
-            remote_offs.append([items[i][1] for i in idx])
-            sizes.append([items[i][2] for i in idx])
-            groups.append(idx)
+        for desc, idx, offs in direct.values():
+            for lo, hi in self._pieces(idx, items, read and checksums is not None):
+                local_mems.append(desc)
+                local_offs.append(offs[lo:hi])
+                remote_offs.append([items[i][1] for i in idx[lo:hi]])
+                sizes.append([items[i][2] for i in idx[lo:hi]])
+                groups.append(idx[lo:hi])
         run = _TransferRun(time.monotonic() + self._transfer_timeout_ms / 1000.0)
+        verify = None
+        if read and checksums is not None:
+
+            def verify(i: int) -> bool:
+                return _checksum(items[i][0], items[i][2]) == checksums[i]
+
         if groups:
-            self._run(run, read, local_mems, local_offs, remote_desc, remote_offs, sizes, groups, ok)
+            self._run(run, read, local_mems, local_offs, remote_desc, remote_offs, sizes, groups, ok, verify)
         if staged and run.failure is None:
-            self._transfer_staged(run, read, remote_desc, items, staged, ok)
+            self._transfer_staged(run, read, remote_desc, items, staged, ok, verify)
         if run.failure is not None:
             self._peer_failed(p.node_id, p.address, "MORI-IO read" if read else "MORI-IO write", run.failure)
         return ok
 
+    @staticmethod
+    def _pieces(idx: list[int], items, split: bool) -> list[tuple[int, int]]:
+        """[lo, hi) ranges of idx, one transfer each: one range, or (split) consecutive ranges of
+        at least _VERIFY_PIECE_MIN bytes, at most _VERIFY_PIECES of them."""
+        if not split or len(idx) < 2:
+            return [(0, len(idx))]
+        total = sum(items[i][2] for i in idx)
+        if total < 2 * _VERIFY_PIECE_MIN:
+            return [(0, len(idx))]
+        want = max(_VERIFY_PIECE_MIN, -(-total // _VERIFY_PIECES))
+        out, lo, acc = [], 0, 0
+        for j, i in enumerate(idx):
+            acc += items[i][2]
+            if acc >= want:
+                out.append((lo, j + 1))
+                lo, acc = j + 1, 0
+        if lo < len(idx):
+            out.append((lo, len(idx)))
+        return out
+
     def _run(
-        self, run: "_TransferRun", read, local_mems, local_offs, remote_desc, remote_offs, sizes, groups, ok
+        self,
+        run: "_TransferRun",
+        read,
+        local_mems,
+        local_offs,
+        remote_desc,
+        remote_offs,
+        sizes,
+        groups,
+        ok,
+        verify=None,
     ) -> None:
         uids = [self._engine.allocate_transfer_uid() for _ in groups]
         fn = self._engine.batch_read if read else self._engine.batch_write
@@ -697,18 +760,20 @@ class DistributedUMBPClient(_UMBPClient):
             return
         from mori.io import StatusCode
 
+        # In posting order, which is the order they complete in: each one's values are checked
+        # while the next ones still arrive.
         for st, idx in zip(statuses, groups):
             code = st.WaitFor(max(1, int((run.deadline - time.monotonic()) * 1000)))
             if code == StatusCode.SUCCESS:
                 for i in idx:
-                    ok[i] = True
+                    ok[i] = True if verify is None or verify(i) else None
             elif code == StatusCode.ERR_INVALID_ARGS:  # ours (a range), not the peer's
                 log.warning("umbp %s: transfer refused: %s", self._node_id, st.Message())
             elif run.failure is None:
                 run.failure = st.Message() or f"no completion within UMBP_CALL_TIMEOUT_MS ({code})"
 
     def _transfer_staged(
-        self, run: "_TransferRun", read: bool, remote_desc, items, staged: list[int], ok: list[bool]
+        self, run: "_TransferRun", read: bool, remote_desc, items, staged: list[int], ok: list, verify=None
     ) -> None:
         cap = int(self._config.distributed.staging_buffer_size)
         with self._staging_lock:
@@ -728,9 +793,7 @@ class DistributedUMBPClient(_UMBPClient):
                     ptr, roff, size = items[i]
                     desc = self._engine.register_memory(ptr, size, -1, self._cpu)
                     try:
-                        one = [False]
-                        self._run(run, read, [desc], [[0]], remote_desc, [[roff]], [[size]], [[0]], one)
-                        ok[i] = one[0]
+                        self._run(run, read, [desc], [[0]], remote_desc, [[roff]], [[size]], [[i]], ok, verify)
                     finally:
                         self._engine.deregister_memory(desc)
                     continue
@@ -753,7 +816,7 @@ class DistributedUMBPClient(_UMBPClient):
                     if res[i]:
                         if read:
                             ctypes.memmove(items[i][0], self._staging.ptr + off, items[i][2])
-                        ok[i] = True
+                        ok[i] = True if verify is None or verify(i) else None
 
     # ---------------------------------------------------------------------------------------
     # put
@@ -1015,9 +1078,15 @@ class DistributedUMBPClient(_UMBPClient):
             if p is None or p.address != entries[0][1].address:
                 rest += [i for i, _loc in entries]
                 continue
-            done = self._transfer(True, p, p.arena, [(ptrs[i], loc.offset, loc.size) for i, loc in entries])
+            done = self._transfer(
+                True,
+                p,
+                p.arena,
+                [(ptrs[i], loc.offset, loc.size) for i, loc in entries],
+                [loc.checksum for _i, loc in entries],
+            )
             for (i, loc), d in zip(entries, done):
-                if d and _checksum(ptrs[i], loc.size) == loc.checksum:
+                if d:
                     got.append(i)
                     continue
                 stale += 1
@@ -1087,8 +1156,10 @@ class DistributedUMBPClient(_UMBPClient):
         """The reads at the places the route gave; the indices read and verified."""
         if not idx:
             return []
-        done = self._transfer(True, p, p.arena, [(ptrs[i], placed[i][0], sizes[i]) for i in idx])
-        read = [i for i, d in zip(idx, done) if d and _checksum(ptrs[i], sizes[i]) == placed[i][1]]
+        done = self._transfer(
+            True, p, p.arena, [(ptrs[i], placed[i][0], sizes[i]) for i in idx], [placed[i][1] for i in idx]
+        )
+        read = [i for i, d in zip(idx, done) if d]
         with self._stats_lock:
             self.dstats.routed_location_reads += len(read)
             self.dstats.routed_location_stale += len(idx) - len(read)
@@ -1134,10 +1205,14 @@ class DistributedUMBPClient(_UMBPClient):
                 ssd.append(i)
         got: list[int] = []
         if dram:
-            done = self._transfer(True, p, p.arena, [(ptrs[i], off, sizes[i]) for i, off, _c in dram])
+            done = self._transfer(
+                True, p, p.arena, [(ptrs[i], off, sizes[i]) for i, off, _c in dram], [c for _i, _o, c in dram]
+            )
             located = []
             for (i, off, want), d in zip(dram, done):
-                if d and self._verified(node_id, keys[i], ptrs[i], sizes[i], want):
+                if d is None:
+                    self._checksum_failed(node_id, keys[i])
+                elif d:
                     got.append(i)
                     if i in leased:
                         located.append((keys[i], off, sizes[i], want))
@@ -1152,15 +1227,12 @@ class DistributedUMBPClient(_UMBPClient):
                 got.append(i)
         return got
 
-    def _verified(self, node_id: str, key: str, ptr: int, size: int, want: int) -> bool:
-        if _checksum(ptr, size) == want:
-            return True
+    def _checksum_failed(self, node_id: str, key: str) -> None:
         with self._stats_lock:
             self.dstats.remote_checksum_failures += 1
         log.warning(
             "umbp %s: value of %r read from peer %s fails its checksum: a miss", self._node_id, key[:64], node_id
         )
-        return False
 
     def _release(self, p: _Peer, leases: list[int]) -> None:
         # A staging lease expires by itself (UMBP_SSD_READ_LEASE_MS): releasing it early frees
@@ -1209,10 +1281,12 @@ class DistributedUMBPClient(_UMBPClient):
             if r.status != peer_pb.SSD_READ_OK or r.size != size:
                 return False
             try:
-                done = self._transfer(True, p, p.staging, [(ptr, r.staging_offset, size)])[0]
+                done = self._transfer(True, p, p.staging, [(ptr, r.staging_offset, size)], [r.checksum])[0]
             finally:
                 self._release(p, [r.lease_id])
-            return done and self._verified(p.node_id, key, ptr, size, r.checksum)
+            if done is None:
+                self._checksum_failed(p.node_id, key)
+            return bool(done)
 
     def _cache_fetched(self, idx: list[int], keys, ptrs, sizes) -> None:
         """Remote-fetch caching: keep a local copy of values read from peers, per the admission."""
