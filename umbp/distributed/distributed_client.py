@@ -61,10 +61,6 @@ _MAX_KEY = 4032
 _QUOTA_LOG_INTERVAL_S = 10.0  # at most one quota warning per engine this often
 
 
-def _checksum(ptr: int, size: int) -> int:
-    return _C.umbp.value_checksum(ptr, size)
-
-
 @dataclass
 class _Peer:
     """What this worker knows of another: its RPC stub and its published memory."""
@@ -96,12 +92,6 @@ _LOCATION_CACHE_ENTRIES = 1 << 16
 # A cached location is used for this fraction of the read lease, counted from before the
 # resolve was sent: the rest covers the read itself.
 _LOCATION_LEASE_FRACTION = 0.8
-# A verified read of this many bytes or more goes as up to _VERIFY_PIECES transfers of at least
-# _VERIFY_PIECE_MIN bytes each, posted at once: the values of one are checked against their
-# checksums while the later ones are still on the wire, so only the last piece's check adds to
-# the call (one pass over the destination either way).
-_VERIFY_PIECE_MIN = 1 << 20
-_VERIFY_PIECES = 8
 
 
 @dataclass
@@ -552,36 +542,27 @@ class DistributedUMBPClient(_UMBPClient):
             old.channel.close()
         return p
 
-    def _pull(self, packed_source: bytes, items: list[tuple[int, int, int]], seconds: float):
+    def _pull(self, packed_source: bytes, items: list[tuple[int, int, int]], seconds: float) -> bool:
         """The owner's side of a pulled put: reads [(arena offset, source offset, size)] from a
-        writer's registered memory (its packed MemoryDesc) into the arena within seconds (at most
-        UMBP_CALL_TIMEOUT_MS). Yields (lo, hi, arrived) for consecutive pieces items[lo:hi] as
-        their reads complete: all are posted at once (one MORI-IO transfer per piece, as a
-        verified read splits them), so the caller commits one piece (its checksum pass) while
-        the next is still on the wire."""
+        writer's registered memory (its packed MemoryDesc) into the arena, one MORI-IO batch read
+        within seconds (at most UMBP_CALL_TIMEOUT_MS). True when all of them arrived."""
         from mori.io import MemoryDesc, StatusCode
 
         source = MemoryDesc.unpack(packed_source)
-        pieces = self._pieces(list(range(len(items))), items, True)
-        deadline = time.monotonic() + max(0.001, min(self._transfer_timeout_ms / 1000.0, seconds))
-        statuses = self._engine.batch_read(
-            [self._arena_desc] * len(pieces),
-            [[a for a, _s, _z in items[lo:hi]] for lo, hi in pieces],
-            [source] * len(pieces),
-            [[s for _a, s, _z in items[lo:hi]] for lo, hi in pieces],
-            [[z for _a, _s, z in items[lo:hi]] for lo, hi in pieces],
-            [self._engine.allocate_transfer_uid() for _ in pieces],
-        )
-        for (lo, hi), st in zip(pieces, statuses):
-            code = st.WaitFor(max(1, int((deadline - time.monotonic()) * 1000)))
-            if code != StatusCode.SUCCESS:
-                log.warning(
-                    "umbp %s: pulling %d put value(s) from their writer failed: %s",
-                    self._node_id,
-                    hi - lo,
-                    st.Message(),
-                )
-            yield lo, hi, code == StatusCode.SUCCESS
+        st = self._engine.batch_read(
+            [self._arena_desc],
+            [[a for a, _s, _z in items]],
+            [source],
+            [[s for _a, s, _z in items]],
+            [[z for _a, _s, z in items]],
+            [self._engine.allocate_transfer_uid()],
+        )[0]
+        code = st.WaitFor(max(1, min(self._transfer_timeout_ms, int(seconds * 1000))))
+        if code != StatusCode.SUCCESS:
+            log.warning(
+                "umbp %s: pulling %d put value(s) from their writer failed: %s", self._node_id, len(items), st.Message()
+            )
+        return code == StatusCode.SUCCESS
 
     def _register_engine(self, packed: bytes) -> None:
         """A caller's engine (GetPeerInfo), registered before it connects to ours."""
@@ -670,9 +651,9 @@ class DistributedUMBPClient(_UMBPClient):
         """items: (local ptr, remote offset, size). Moves each, zero-copy where the local memory
         is registered, else through the staging buffer. Returns per-item success.
 
-        checksums (reads): the XXH3 each value must have. Each is checked in the caller's memory
-        as soon as its transfer completed, while later transfers are still in flight; a value
-        that arrived but fails it is None in the result (False: it did not arrive).
+        checksums (reads): the XXH3 each value must have, checked in the caller's memory once its
+        transfer completed (one pass); a value that arrived but fails it is None in the result
+        (False: it did not arrive).
 
         The whole call has one deadline (UMBP_CALL_TIMEOUT_MS; MORI-IO fails a silent peer's
         transfers within MORI_IO_TIMEOUT_MS before that). After the first failed transfer nothing
@@ -697,18 +678,20 @@ class DistributedUMBPClient(_UMBPClient):
             group[2].append(ptr - last.ptr)
         local_mems, local_offs, remote_offs, sizes, groups = [], [], [], [], []
         for desc, idx, offs in direct.values():
-            for lo, hi in self._pieces(idx, items, read and checksums is not None):
-                local_mems.append(desc)
-                local_offs.append(offs[lo:hi])
-                remote_offs.append([items[i][1] for i in idx[lo:hi]])
-                sizes.append([items[i][2] for i in idx[lo:hi]])
-                groups.append(idx[lo:hi])
+            local_mems.append(desc)
+            local_offs.append(offs)
+            remote_offs.append([items[i][1] for i in idx])
+            sizes.append([items[i][2] for i in idx])
+            groups.append(idx)
         run = _TransferRun(time.monotonic() + self._transfer_timeout_ms / 1000.0)
         verify = None
         if read and checksums is not None:
 
-            def verify(i: int) -> bool:
-                return _checksum(items[i][0], items[i][2]) == checksums[i]
+            def verify(idx: list[int]) -> list[bool]:
+                # One native call: a batch of a MiB or more is hashed on a team of threads.
+                return self.peer_verify(
+                    [items[i][0] for i in idx], [items[i][2] for i in idx], [checksums[i] for i in idx]
+                )
 
         if groups:
             self._run(run, read, local_mems, local_offs, remote_desc, remote_offs, sizes, groups, ok, verify)
@@ -717,26 +700,6 @@ class DistributedUMBPClient(_UMBPClient):
         if run.failure is not None:
             self._peer_failed(p.node_id, p.address, "MORI-IO read" if read else "MORI-IO write", run.failure)
         return ok
-
-    @staticmethod
-    def _pieces(idx: list[int], items, split: bool) -> list[tuple[int, int]]:
-        """[lo, hi) ranges of idx, one transfer each: one range, or (split) consecutive ranges of
-        at least _VERIFY_PIECE_MIN bytes, at most _VERIFY_PIECES of them."""
-        if not split or len(idx) < 2:
-            return [(0, len(idx))]
-        total = sum(items[i][2] for i in idx)
-        if total < 2 * _VERIFY_PIECE_MIN:
-            return [(0, len(idx))]
-        want = max(_VERIFY_PIECE_MIN, -(-total // _VERIFY_PIECES))
-        out, lo, acc = [], 0, 0
-        for j, i in enumerate(idx):
-            acc += items[i][2]
-            if acc >= want:
-                out.append((lo, j + 1))
-                lo, acc = j + 1, 0
-        if lo < len(idx):
-            out.append((lo, len(idx)))
-        return out
 
     def _run(
         self,
@@ -760,13 +723,11 @@ class DistributedUMBPClient(_UMBPClient):
             return
         from mori.io import StatusCode
 
-        # In posting order, which is the order they complete in: each one's values are checked
-        # while the next ones still arrive.
         for st, idx in zip(statuses, groups):
             code = st.WaitFor(max(1, int((run.deadline - time.monotonic()) * 1000)))
             if code == StatusCode.SUCCESS:
-                for i in idx:
-                    ok[i] = True if verify is None or verify(i) else None
+                for i, good in zip(idx, verify(idx) if verify is not None else [True] * len(idx)):
+                    ok[i] = True if good else None
             elif code == StatusCode.ERR_INVALID_ARGS:  # ours (a range), not the peer's
                 log.warning("umbp %s: transfer refused: %s", self._node_id, st.Message())
             elif run.failure is None:
@@ -812,11 +773,13 @@ class DistributedUMBPClient(_UMBPClient):
                     [[i for i, _ in batch]],
                     res,
                 )
-                for i, off in batch:
-                    if res[i]:
-                        if read:
+                arrived = [i for i, _off in batch if res[i]]
+                if read:
+                    for i, off in batch:
+                        if res[i]:
                             ctypes.memmove(items[i][0], self._staging.ptr + off, items[i][2])
-                        ok[i] = True if verify is None or verify(i) else None
+                for i, good in zip(arrived, verify(arrived) if verify is not None else [True] * len(arrived)):
+                    ok[i] = True if good else None
 
     # ---------------------------------------------------------------------------------------
     # put

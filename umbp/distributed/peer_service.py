@@ -65,10 +65,9 @@ class PeerService(peer_grpc.UMBPPeerServicer):
     ``register_engine`` takes the packed engine descriptor a caller sends with GetPeerInfo.
     ``on_commit`` runs after a commit made values visible (the worker's heartbeat ships their
     ADD events). ``pull(source_desc, [(arena offset, source offset, size)], seconds)`` reads
-    values from a writer's registered memory into the arena within that time, yielding
-    ``(lo, hi, arrived)`` for consecutive pieces of the list as they complete: with it, a
-    BatchAllocateSlots that names the values' sources is allocated, read and committed in one
-    call, each piece committed while the next one is still arriving.
+    values from a writer's registered memory into the arena within that time (True: all of
+    them): with it, a BatchAllocateSlots that names the values' sources is allocated, read and
+    committed in one call.
     """
 
     def __init__(
@@ -154,36 +153,27 @@ class PeerService(peer_grpc.UMBPPeerServicer):
                 by_source[e.source_desc_ref].append(j)
         for ref, js in by_source.items():
             items = [(grants[j][2], int(entries[j].source_offset), int(entries[j].size)) for j in js]
-            settled = 0
+            left = context.time_remaining() if context is not None else None
             try:
-                left = context.time_remaining() if context is not None else None
-                if left is None or left > 0:
-                    for lo, hi, read in self._pull(source_descs[ref - 1], items, 30.0 if left is None else left):
-                        left = context.time_remaining() if context is not None else None
-                        if read and left is not None and left <= 0:
-                            log.warning(
-                                "umbp peer: %d value(s) read after their writer's deadline: not committed", hi - lo
-                            )
-                            read = False
-                        self._settle(js[lo:hi], entries, grants, out, read)
-                        settled = hi
+                read = left is None or left > 0
+                read = read and self._pull(source_descs[ref - 1], items, 30.0 if left is None else left)
             except Exception as exc:  # noqa: BLE001 - a bad descriptor is the writer's; its puts fail
-                log.warning("umbp peer: reading %d value(s) from a writer failed: %s", len(js) - settled, exc)
-            if settled < len(js):
-                self._settle(js[settled:], entries, grants, out, False)
-
-    def _settle(self, js: list[int], entries, grants, out: list, read: bool) -> None:
-        """Commits the slots of entries[js] whose values arrived (read), else aborts them."""
-        ids = [grants[j][1] for j in js]
-        ok = self._commit(ids, [entries[j].key for j in js]) if read else [False] * len(js)
-        if not read:
-            self._store.peer_abort(ids)
-        for j, good in zip(js, ok):
-            if good:
-                out[j].committed = True
-            else:
-                out[j].Clear()
-                out[j].outcome = peer_pb.ALLOCATE_SLOT_OUTCOME_FAILED
+                log.warning("umbp peer: reading %d value(s) from a writer failed: %s", len(js), exc)
+                read = False
+            left = context.time_remaining() if context is not None else None
+            if read and left is not None and left <= 0:
+                log.warning("umbp peer: %d value(s) read after their writer's deadline: not committed", len(js))
+                read = False
+            ids = [grants[j][1] for j in js]
+            ok = self._commit(ids, [entries[j].key for j in js]) if read else [False] * len(js)
+            if not read:
+                self._store.peer_abort(ids)
+            for j, good in zip(js, ok):
+                if good:
+                    out[j].committed = True
+                else:
+                    out[j].Clear()
+                    out[j].outcome = peer_pb.ALLOCATE_SLOT_OUTCOME_FAILED
 
     def AllocateSlot(self, request, context):
         return self._allocate([request])[0]

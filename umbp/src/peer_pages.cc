@@ -2,6 +2,7 @@
 #include "src/peer_pages.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "mori/core/log.h"
 #include "mori/core/status.h"
@@ -134,14 +135,23 @@ std::vector<bool> PeerPages::commit(const std::vector<uint64_t>& slot_ids, const
       pending_.erase(it);
     }
   }
-  // Checksums and publication outside mu_: a large value takes a while to hash.
+  // Checksums and publication outside mu_: a large value takes a while to hash (commit_slot
+  // hashes before it takes the tier's lock, so values of a batch hash in parallel).
+  std::vector<DramTier::Block*> held_at(mine.size(), nullptr);
+  std::vector<char> published(mine.size(), 0);
+  uint64_t bytes = 0;
+  for (auto* b : mine)
+    if (b) bytes += DramTier::size_of(b);
+  for_each_value(mine.size(), bytes, [&](int i) {
+    if (!mine[i]) return;
+    bool pub = false;
+    held_at[i] = dram_.commit_slot(mine[i], pipeline_ != nullptr, &pub);
+    published[i] = pub;
+  });
   std::vector<DramTier::Block*> held;
   for (size_t i = 0; i < mine.size(); ++i) {
-    if (!mine[i]) continue;
-    bool published = false;
-    DramTier::Block* h = dram_.commit_slot(mine[i], pipeline_ != nullptr, &published);
-    ok[i] = published;
-    if (h) held.push_back(h);
+    ok[i] = published[i] != 0;
+    if (held_at[i]) held.push_back(held_at[i]);
   }
   if (pipeline_ && !held.empty()) {
     if (copy_sync_)
@@ -150,6 +160,32 @@ std::vector<bool> PeerPages::commit(const std::vector<uint64_t>& slot_ids, const
       pipeline_->submit(held);
   }
   return ok;
+}
+
+std::vector<bool> PeerPages::verify(const std::vector<uintptr_t>& ptrs, const std::vector<uint64_t>& sizes,
+                                    const std::vector<uint64_t>& checksums) {
+  if (ptrs.size() != sizes.size() || ptrs.size() != checksums.size())
+    raise(Status::kInvalidArgument, "verify: %zu ptrs, %zu sizes and %zu checksums differ in length", ptrs.size(),
+          sizes.size(), checksums.size());
+  std::vector<char> match(ptrs.size(), 0);
+  uint64_t bytes = 0;
+  for (uint64_t z : sizes) bytes += z;
+  for_each_value(ptrs.size(), bytes, [&](int i) {
+    match[i] = value_checksum(reinterpret_cast<const void*>(ptrs[i]), sizes[i]) == checksums[i];
+  });
+  return std::vector<bool>(match.begin(), match.end());
+}
+
+void PeerPages::for_each_value(size_t n, uint64_t bytes, const std::function<void(int)>& fn) {
+  // The host's cores up to 8, once (hardware_concurrency() reads sysfs on every call).
+  static const int threads = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 8));
+  std::unique_lock<std::mutex> team_lock(team_mu_, std::defer_lock);
+  if (n < 2 || threads < 2 || bytes < kParallelHashMin || !team_lock.try_lock()) {
+    for (size_t i = 0; i < n; ++i) fn(static_cast<int>(i));
+    return;
+  }
+  if (!team_) team_ = std::make_unique<ThreadTeam>(threads);
+  team_->run(static_cast<int>(n), fn);
 }
 
 std::vector<bool> PeerPages::abort(const std::vector<uint64_t>& slot_ids) {

@@ -108,10 +108,10 @@ def test_located_reads_skip_route_and_resolve(pair):
     assert _stat(a, "remote_checksum_failures") == 0  # a stale location is not a corrupt value
 
 
-def test_checksum_checked_per_piece_of_a_large_read(pair):
-    """A read of several MiB goes as several transfers, each one's values checked while the next
-    arrive: a value corrupted in the owner's arena (one byte of the 4th of 8) is a miss, counted,
-    and every other value of the batch is read, bit for bit, around it."""
+def test_a_corrupted_value_in_a_large_read_is_one_counted_miss(pair):
+    """The values of a 4 MiB batch read are checked in one native call (on the hash team): a value
+    corrupted in the owner's arena (one byte of the 4th of 8) is a miss, counted, and every other
+    value of the batch is read, bit for bit, around it."""
     a, b = pair
     keys = _keys(8)
     seed = random.randrange(1 << 30)
