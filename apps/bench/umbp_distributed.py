@@ -25,8 +25,12 @@ Rows (engine / op):
                 location cache); after it, as get-1st
   mooncake put / get-1st / get: the same calls of Mooncake Store (batch_put_from, batch_get_into)
                 on the same registered buffers; ``x mooncake`` on UMBP's rows is UMBP / Mooncake
-  raw-io write  / raw-io read: the same bytes between the same buffers and the same arena offsets,
-                one engine.batch_write / batch_read + wait (the ceiling)
+  raw-io write  / raw-io read: the same bytes from the same source buffer (reads: into a third
+                registered buffer) to and from the arena offsets of the row's first put, one
+                engine.batch_write / batch_read + wait (the ceiling), one timed ahead of every
+                timed UMBP call: each UMBP row's x raw-io is against the raw transfers timed
+                beside its own calls (write for put, read for the gets), so a load that moves
+                during a run moves both sides of the ratio
   master        BatchRouteGet of 128 keys (ops/s = keys/s; p50/p99 of one call)
 The IO backend the two processes use is named in the JSON (one host: the same-host path mori.io
 picks; between namespaces it is tcp).
@@ -606,9 +610,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "loadavg_1m": {"start": round(load_start[0], 2), "end": round(os.getloadavg()[0], 2)},
         "method": "one untimed warm-up call per row, then timed batch calls until --iters or --budget "
         "(at least 3). ops/s = keys per second, GiB/s = bytes per second / 2^30 of the median "
-        "call; p50/p99 of one batch call. The raw-io rows move the same bytes between the same "
-        "registered buffers and the same offsets of the owner's arena with one "
-        "engine.batch_read/batch_write + wait: the ceiling of the data path. Mooncake's rows "
+        "call; p50/p99 of one batch call. The raw-io rows move the same bytes between registered "
+        "buffers and the owner's arena (the offsets of the row's first put) with one "
+        "engine.batch_read/batch_write + wait: the ceiling of the data path; one raw transfer is "
+        "timed ahead of every timed UMBP call, and each UMBP row's x raw-io is against the raw "
+        "transfers timed beside its own calls. Mooncake's rows "
         "make the same calls (fresh keys for put, each put batch read once for get-1st, the "
         "last one again and again for get) on the same buffers; its segment is as large as "
         "UMBP's owner DRAM and emptied (untimed) ahead of each row.",

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "mori/core/env.h"
 #include "mori/core/log.h"
 #include "mori/core/status.h"
 #include "mori/core/thread_name.h"
@@ -177,8 +178,11 @@ std::vector<bool> PeerPages::verify(const std::vector<uintptr_t>& ptrs, const st
 }
 
 void PeerPages::for_each_value(size_t n, uint64_t bytes, const std::function<void(int)>& fn) {
-  // The host's cores up to 8, once (hardware_concurrency() reads sysfs on every call).
-  static const int threads = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 8));
+  // MORI_COPY_THREADS (the team UMBP's large copies use; 1: hash on the caller's thread), else
+  // the host's cores up to 8, counted once (hardware_concurrency() reads sysfs on every call).
+  static const int cores = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 8));
+  const int64_t set = env::get().copy_threads;
+  const int threads = set > 0 ? static_cast<int>(std::min<int64_t>(set, 64)) : cores;
   std::unique_lock<std::mutex> team_lock(team_mu_, std::defer_lock);
   if (n < 2 || threads < 2 || bytes < kParallelHashMin || !team_lock.try_lock()) {
     for (size_t i = 0; i < n; ++i) fn(static_cast<int>(i));

@@ -122,8 +122,9 @@ class PeerPages {
 
   // A slot not committed or aborted within this is aborted: its writer is gone.
   static constexpr std::chrono::milliseconds kPendingTtl{30000};
-  // Values hashed in one call (commit, verify) are spread over a team when they hold this many
-  // bytes in all: one core hashes ~10-20 GiB/s, below what a batch read of a few MiB then waits.
+  // Values hashed in one call (commit, verify) are spread over a team (MORI_COPY_THREADS threads,
+  // else the host's cores up to 8; one value per task) when they hold this many bytes in all: one
+  // core hashes ~10-20 GiB/s, and a batch read of a few MiB waited for its check after the read.
   static constexpr size_t kParallelHashMin = size_t{1} << 20;
 
  private:
