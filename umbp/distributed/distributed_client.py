@@ -61,6 +61,10 @@ _MAX_KEY = 4032
 _QUOTA_LOG_INTERVAL_S = 10.0  # at most one quota warning per engine this often
 
 
+def _checksum(ptr: int, size: int) -> int:
+    return _C.umbp.value_checksum(ptr, size)
+
+
 @dataclass
 class _Peer:
     """What this worker knows of another: its RPC stub and its published memory."""
@@ -618,8 +622,8 @@ class DistributedUMBPClient(_UMBPClient):
         if self._lookup_only:
             return True
         desc = self._engine.register_memory(int(ptr), int(size), -1, self._cpu)
-        with self._regions_lock:  # a new list: the transfers read the old one without the lock
-            self._regions = [*self._regions, _Region(int(ptr), int(size), desc, desc.pack())]
+        with self._regions_lock:
+            self._regions.append(_Region(int(ptr), int(size), desc, desc.pack()))
         return True
 
     def deregister_memory(self, ptr: int) -> None:
@@ -647,72 +651,42 @@ class DistributedUMBPClient(_UMBPClient):
     # ---------------------------------------------------------------------------------------
     # transfers (GIL released while they run: WaitFor and the engine's calls are native)
     # ---------------------------------------------------------------------------------------
-    def _transfer(self, read: bool, p: _Peer, remote_desc, items: list[tuple[int, int, int]], checksums=None) -> list:
+    def _transfer(self, read: bool, p: _Peer, remote_desc, items: list[tuple[int, int, int]]) -> list[bool]:
         """items: (local ptr, remote offset, size). Moves each, zero-copy where the local memory
         is registered, else through the staging buffer. Returns per-item success.
-
-        checksums (reads): the XXH3 each value must have, checked in the caller's memory once its
-        transfer completed (one pass); a value that arrived but fails it is None in the result
-        (False: it did not arrive).
 
         The whole call has one deadline (UMBP_CALL_TIMEOUT_MS; MORI-IO fails a silent peer's
         transfers within MORI_IO_TIMEOUT_MS before that). After the first failed transfer nothing
         more is sent to that peer: it is marked failed (its keys are misses for a hold-off, its
         remembered locations forgotten), so a dead owner costs one failure, not one per staged
         batch (each of which would dial it again)."""
-        ok: list = [False] * len(items)
-        direct: dict[int, tuple[object, list[int], list[int]]] = {}
+        ok = [False] * len(items)
+        direct: dict[int, tuple[object, list[int]]] = {}
         staged: list[int] = []
-        regions = self._regions  # replaced, never changed in place (register/deregister_memory)
-        last = None
         for i, (ptr, _roff, size) in enumerate(items):
-            if last is None or not (last.ptr <= ptr and ptr + size <= last.ptr + last.size):
-                last = next((r for r in regions if r.ptr <= ptr and ptr + size <= r.ptr + r.size), None)
-            if last is None:
+            hit = self._region_of(ptr, size)
+            if hit is not None:
+                direct.setdefault(id(hit[0]), (hit[0], []))[1].append(i)
+            else:
                 staged.append(i)
-                continue
-            group = direct.get(id(last))
-            if group is None:
-                group = direct[id(last)] = (last.desc, [], [])
-            group[1].append(i)
-            group[2].append(ptr - last.ptr)
         local_mems, local_offs, remote_offs, sizes, groups = [], [], [], [], []
-        for desc, idx, offs in direct.values():
+        for desc, idx in direct.values():
             local_mems.append(desc)
-            local_offs.append(offs)
+            local_offs.append([self._region_of(items[i][0], items[i][2])[1] for i in idx])
             remote_offs.append([items[i][1] for i in idx])
             sizes.append([items[i][2] for i in idx])
             groups.append(idx)
         run = _TransferRun(time.monotonic() + self._transfer_timeout_ms / 1000.0)
-        verify = None
-        if read and checksums is not None:
-
-            def verify(idx: list[int]) -> list[bool]:
-                # One native call: a batch of a MiB or more is hashed on a team of threads.
-                return self.peer_verify(
-                    [items[i][0] for i in idx], [items[i][2] for i in idx], [checksums[i] for i in idx]
-                )
-
         if groups:
-            self._run(run, read, local_mems, local_offs, remote_desc, remote_offs, sizes, groups, ok, verify)
+            self._run(run, read, local_mems, local_offs, remote_desc, remote_offs, sizes, groups, ok)
         if staged and run.failure is None:
-            self._transfer_staged(run, read, remote_desc, items, staged, ok, verify)
+            self._transfer_staged(run, read, remote_desc, items, staged, ok)
         if run.failure is not None:
             self._peer_failed(p.node_id, p.address, "MORI-IO read" if read else "MORI-IO write", run.failure)
         return ok
 
     def _run(
-        self,
-        run: "_TransferRun",
-        read,
-        local_mems,
-        local_offs,
-        remote_desc,
-        remote_offs,
-        sizes,
-        groups,
-        ok,
-        verify=None,
+        self, run: "_TransferRun", read, local_mems, local_offs, remote_desc, remote_offs, sizes, groups, ok
     ) -> None:
         uids = [self._engine.allocate_transfer_uid() for _ in groups]
         fn = self._engine.batch_read if read else self._engine.batch_write
@@ -726,15 +700,15 @@ class DistributedUMBPClient(_UMBPClient):
         for st, idx in zip(statuses, groups):
             code = st.WaitFor(max(1, int((run.deadline - time.monotonic()) * 1000)))
             if code == StatusCode.SUCCESS:
-                for i, good in zip(idx, verify(idx) if verify is not None else [True] * len(idx)):
-                    ok[i] = True if good else None
+                for i in idx:
+                    ok[i] = True
             elif code == StatusCode.ERR_INVALID_ARGS:  # ours (a range), not the peer's
                 log.warning("umbp %s: transfer refused: %s", self._node_id, st.Message())
             elif run.failure is None:
                 run.failure = st.Message() or f"no completion within UMBP_CALL_TIMEOUT_MS ({code})"
 
     def _transfer_staged(
-        self, run: "_TransferRun", read: bool, remote_desc, items, staged: list[int], ok: list, verify=None
+        self, run: "_TransferRun", read: bool, remote_desc, items, staged: list[int], ok: list[bool]
     ) -> None:
         cap = int(self._config.distributed.staging_buffer_size)
         with self._staging_lock:
@@ -754,7 +728,9 @@ class DistributedUMBPClient(_UMBPClient):
                     ptr, roff, size = items[i]
                     desc = self._engine.register_memory(ptr, size, -1, self._cpu)
                     try:
-                        self._run(run, read, [desc], [[0]], remote_desc, [[roff]], [[size]], [[i]], ok, verify)
+                        one = [False]
+                        self._run(run, read, [desc], [[0]], remote_desc, [[roff]], [[size]], [[0]], one)
+                        ok[i] = one[0]
                     finally:
                         self._engine.deregister_memory(desc)
                     continue
@@ -773,13 +749,11 @@ class DistributedUMBPClient(_UMBPClient):
                     [[i for i, _ in batch]],
                     res,
                 )
-                arrived = [i for i, _off in batch if res[i]]
-                if read:
-                    for i, off in batch:
-                        if res[i]:
+                for i, off in batch:
+                    if res[i]:
+                        if read:
                             ctypes.memmove(items[i][0], self._staging.ptr + off, items[i][2])
-                for i, good in zip(arrived, verify(arrived) if verify is not None else [True] * len(arrived)):
-                    ok[i] = True if good else None
+                        ok[i] = True
 
     # ---------------------------------------------------------------------------------------
     # put
@@ -1041,15 +1015,10 @@ class DistributedUMBPClient(_UMBPClient):
             if p is None or p.address != entries[0][1].address:
                 rest += [i for i, _loc in entries]
                 continue
-            done = self._transfer(
-                True,
-                p,
-                p.arena,
-                [(ptrs[i], loc.offset, loc.size) for i, loc in entries],
-                [loc.checksum for _i, loc in entries],
-            )
-            for (i, loc), d in zip(entries, done):
-                if d:
+            done = self._transfer(True, p, p.arena, [(ptrs[i], loc.offset, loc.size) for i, loc in entries])
+            checked = self._checks([(ptrs[i], loc.size, loc.checksum) for i, loc in entries], done)
+            for (i, loc), good in zip(entries, checked):
+                if good:
                     got.append(i)
                     continue
                 stale += 1
@@ -1119,10 +1088,8 @@ class DistributedUMBPClient(_UMBPClient):
         """The reads at the places the route gave; the indices read and verified."""
         if not idx:
             return []
-        done = self._transfer(
-            True, p, p.arena, [(ptrs[i], placed[i][0], sizes[i]) for i in idx], [placed[i][1] for i in idx]
-        )
-        read = [i for i, d in zip(idx, done) if d]
+        done = self._transfer(True, p, p.arena, [(ptrs[i], placed[i][0], sizes[i]) for i in idx])
+        read = [i for i, good in zip(idx, self._checks([(ptrs[i], sizes[i], placed[i][1]) for i in idx], done)) if good]
         with self._stats_lock:
             self.dstats.routed_location_reads += len(read)
             self.dstats.routed_location_stale += len(idx) - len(read)
@@ -1168,14 +1135,13 @@ class DistributedUMBPClient(_UMBPClient):
                 ssd.append(i)
         got: list[int] = []
         if dram:
-            done = self._transfer(
-                True, p, p.arena, [(ptrs[i], off, sizes[i]) for i, off, _c in dram], [c for _i, _o, c in dram]
-            )
+            done = self._transfer(True, p, p.arena, [(ptrs[i], off, sizes[i]) for i, off, _c in dram])
+            checked = self._checks([(ptrs[i], sizes[i], want) for i, _off, want in dram], done)
             located = []
-            for (i, off, want), d in zip(dram, done):
-                if d is None:
+            for (i, off, want), d, good in zip(dram, done, checked):
+                if d and not good:
                     self._checksum_failed(node_id, keys[i])
-                elif d:
+                if good:
                     got.append(i)
                     if i in leased:
                         located.append((keys[i], off, sizes[i], want))
@@ -1189,6 +1155,26 @@ class DistributedUMBPClient(_UMBPClient):
             if self._get_staged(p, keys[i], ptrs[i], sizes[i]):
                 got.append(i)
         return got
+
+    def _checks(self, items: list[tuple[int, int, int]], done: list[bool]) -> list[bool]:
+        """Per (ptr, size, checksum) of values just read (done: arrived): arrived and intact. The
+        arrived values are hashed in one native call (PeerPages::verify), spread over a hash team
+        once they hold 1 MiB: one core hashes 10-20 GiB/s, a batch read's check came after it."""
+        arrived = [j for j, d in enumerate(done) if d]
+        out = [False] * len(items)
+        if arrived:
+            match = self.peer_verify(
+                [items[j][0] for j in arrived], [items[j][1] for j in arrived], [items[j][2] for j in arrived]
+            )
+            for j, m in zip(arrived, match):
+                out[j] = m
+        return out
+
+    def _verified(self, node_id: str, key: str, ptr: int, size: int, want: int) -> bool:
+        if _checksum(ptr, size) == want:
+            return True
+        self._checksum_failed(node_id, key)
+        return False
 
     def _checksum_failed(self, node_id: str, key: str) -> None:
         with self._stats_lock:
@@ -1244,12 +1230,10 @@ class DistributedUMBPClient(_UMBPClient):
             if r.status != peer_pb.SSD_READ_OK or r.size != size:
                 return False
             try:
-                done = self._transfer(True, p, p.staging, [(ptr, r.staging_offset, size)], [r.checksum])[0]
+                done = self._transfer(True, p, p.staging, [(ptr, r.staging_offset, size)])[0]
             finally:
                 self._release(p, [r.lease_id])
-            if done is None:
-                self._checksum_failed(p.node_id, key)
-            return bool(done)
+            return done and self._verified(p.node_id, key, ptr, size, r.checksum)
 
     def _cache_fetched(self, idx: list[int], keys, ptrs, sizes) -> None:
         """Remote-fetch caching: keep a local copy of values read from peers, per the admission."""
