@@ -25,8 +25,12 @@ Rows (engine / op):
                 location cache); after it, as get-1st
   mooncake put / get-1st / get: the same calls of Mooncake Store (batch_put_from, batch_get_into)
                 on the same registered buffers; ``x mooncake`` on UMBP's rows is UMBP / Mooncake
-  raw-io write  / raw-io read: the same bytes between the same buffers and the same arena offsets,
-                one engine.batch_write / batch_read + wait (the ceiling)
+  raw-io write  / raw-io read: the same bytes from the same source buffer (reads: into a third
+                registered buffer) to and from the arena offsets of the row's first put, one
+                engine.batch_write / batch_read + wait (the ceiling), one timed ahead of every
+                timed UMBP call: each UMBP row's x raw-io is against the raw transfers timed
+                beside its own calls (write for put, read for the gets), so a load that moves
+                during a run moves both sides of the ratio
   master        BatchRouteGet of 128 keys (ops/s = keys/s; p50/p99 of one call)
 The IO backend the two processes use is named in the JSON (one host: the same-host path mori.io
 picks; between namespaces it is tcp).
@@ -238,8 +242,13 @@ def _mooncake_calls(store) -> StoreCalls:
     return StoreCalls(put=put, get=get, clear=lambda: store.remove_all(True))
 
 
-def _cell(calls: StoreCalls, what: str, buf, row, capacity: int, args) -> tuple[dict, list[str]]:
-    """put, get-1st and get samples of one row on one store; returns them and the last put's keys."""
+def _cell(calls: StoreCalls, what: str, buf, row, capacity: int, args, raw=None) -> tuple[dict, list[str]]:
+    """put, get-1st and get samples of one row on one store; returns them and the last put's keys.
+
+    raw (UMBP's rows): raw(keys) gives (read, write), raw MORI-IO transfers of the same bytes to
+    and from where those keys' values lie in the owner's arena. One of them is timed (untimed
+    for the store's samples) ahead of every timed store call, so each op's ``x raw-io`` compares
+    calls made under the same load (samples "raw put", "raw get-1st", "raw get")."""
     from mori.apps.bench.umbp_workload import iterations, sglang_keys, verify
 
     calls.clear()
@@ -247,30 +256,56 @@ def _cell(calls: StoreCalls, what: str, buf, row, capacity: int, args) -> tuple[
     counter = iter(range(1 << 30))
     every: list[list[str]] = []
     src, dst, sizes = row.src_ptrs(buf), row.dst_ptrs(buf), row.sizes()
+    out: dict = {}
+    pair: list = []  # (read, write) once the first put's keys are placed
+
+    def paired(op: str, index: int):
+        if raw is None:
+            return None
+        samples = out.setdefault(f"raw {op}", [])
+
+        def before(i: int) -> None:
+            if i < 0:
+                return
+            if not pair:
+                pair.extend(raw(every[0]))
+            t0 = time.monotonic_ns()
+            pair[index]()
+            samples.append((t0, time.monotonic_ns()))
+
+        return before
 
     def put_call() -> None:
         keys = sglang_keys(row.batch, f"{tag}p{next(counter)}")
         calls.put(keys, src, sizes)
         every.append(keys)
 
-    put = iterations(put_call, min(args.iters, max(3, (capacity // 4) // row.nbytes)), args.budget)
+    out["put"] = iterations(
+        put_call, min(args.iters, max(3, (capacity // 4) // row.nbytes)), args.budget, before=paired("put", 1)
+    )
     keys = every[-1]
     # The latest put batches, as many as a quarter of the owner's memory (UMBP evicts down to 70 %).
     fresh = every[:-1][-max(2, (capacity // 4) // row.nbytes) :]
     unread = iter(fresh)
     buf.dst[: row.nbytes] = 0
-    first = iterations(
-        lambda: calls.get(next(unread), dst, sizes), len(fresh) - 1, args.budget, min_iters=len(fresh) - 1
+    out["get-1st"] = iterations(
+        lambda: calls.get(next(unread), dst, sizes),
+        len(fresh) - 1,
+        args.budget,
+        min_iters=len(fresh) - 1,
+        before=paired("get-1st", 0),
     )
     verify(buf, row, f"{what} get-1st")
     buf.dst[: row.nbytes] = 0
-    get = iterations(lambda: calls.get(keys, dst, sizes), args.iters, args.budget)
+    out["get"] = iterations(lambda: calls.get(keys, dst, sizes), args.iters, args.budget, before=paired("get", 0))
     verify(buf, row, f"{what} get")
-    return {"put": put, "get-1st": first, "get": get}, keys
+    return out, keys
 
 
 def measure(args, cells: list, info: dict, ip: str, capacity: int) -> tuple[list[dict], dict]:
     """The benchmark's worker: every row against the pool ``info`` names (see Pool), from ``ip``."""
+    import numpy as np
+
     import mori.umbp as umbp
     from mori.apps.bench.sizes import human_size
     from mori.apps.bench.umbp_workload import HostBuffers, check_all, iterations, sglang_keys, summarize
@@ -299,26 +334,41 @@ def measure(args, cells: list, info: dict, ip: str, capacity: int) -> tuple[list
             except Exception as exc:  # noqa: BLE001 - UMBP's rows still run
                 meta["mooncake"] = {"status": "failed", "reason": f"the client store: {exc!r}"}
                 mstore = None
+        # The raw reads land in a third registered buffer, so that the store's gets are checked
+        # on bytes only they wrote.
+        rawdst = np.empty(max_bytes, dtype=np.uint8)
+        client.register_memory(rawdst.ctypes.data, max_bytes)
         src_desc = client._region_of(buf.src_ptr, max_bytes)[0]
-        dst_desc = client._region_of(buf.dst_ptr, max_bytes)[0]
+        rawdst_desc = client._region_of(rawdst.ctypes.data, max_bytes)[0]
         for row in cells:
             fig: dict = {}
-            samples, keys = _cell(_umbp_calls(client), "umbp", buf, row, capacity, args)
+            loffs = [i * row.size for i in range(row.batch)]
+            zs = row.sizes()
+
+            def raw(keys, row=row, loffs=loffs, zs=zs):
+                # Where the keys' values lie in the owner's arena: the raw transfers move the same
+                # bytes there (a write puts back what the put wrote).
+                peer = client._peers[owner_id]
+                r = peer.stub.BatchResolveKeys(peer_pb.BatchResolveKeysRequest(keys=keys, omit_descs=True), timeout=10)
+                if list(r.found) != [True] * row.batch:
+                    raise RuntimeError("the owner does not hold the first put's values (raw transfers' offsets)")
+                roffs = [int(p) * r.page_size for p in r.page_index]
+                meta["io_backend"] = client._engine.backend_for(rawdst_desc, peer.arena)
+                return (
+                    lambda: _raw(client._engine, True, rawdst_desc, peer.arena, loffs, roffs, zs),
+                    lambda: _raw(client._engine, False, src_desc, peer.arena, loffs, roffs, zs),
+                )
+
+            samples, keys = _cell(_umbp_calls(client), "umbp", buf, row, capacity, args, raw)
             st = client.stats()
             if st["remote_puts"] == 0 or st["remote_gets"] == 0:
                 raise RuntimeError("the bench worker's calls did not cross to the owner (routing kept them local)")
-            fig.update({("umbp", op): summarize(s, row.batch, row.nbytes) for op, s in samples.items()})
-            peer = client._peers[owner_id]
-            r = peer.stub.BatchResolveKeys(peer_pb.BatchResolveKeysRequest(keys=keys, omit_descs=True), timeout=10)
-            roffs = [int(p) * r.page_size for p in r.page_index]
-            loffs = [i * row.size for i in range(row.batch)]
-            zs = row.sizes()
-            meta["io_backend"] = client._engine.backend_for(dst_desc, peer.arena)
-            for op, read, desc in (("write", False, src_desc), ("read", True, dst_desc)):
-                s = iterations(
-                    lambda: _raw(client._engine, read, desc, peer.arena, loffs, roffs, zs), args.iters, args.budget
-                )
-                fig[("raw-io", op)] = summarize(s, row.batch, row.nbytes)
+            fig.update(
+                {("umbp", op): summarize(samples[op], row.batch, row.nbytes) for op in ("put", "get-1st", "get")}
+            )
+            fig[("raw-io", "write")] = summarize(samples["raw put"], row.batch, row.nbytes)
+            fig[("raw-io", "read")] = summarize(samples["raw get-1st"] + samples["raw get"], row.batch, row.nbytes)
+            paired = {op: summarize(samples[f"raw {op}"], row.batch, row.nbytes) for op in ("put", "get-1st", "get")}
             if mstore is not None:
                 try:
                     samples, _ = _cell(_mooncake_calls(mstore), "mooncake", buf, row, capacity, args)
@@ -330,7 +380,7 @@ def measure(args, cells: list, info: dict, ip: str, capacity: int) -> tuple[list
             for (engine, op), f in fig.items():
                 f = dict(f)
                 if engine == "umbp":
-                    base = fig[("raw-io", "write" if op == "put" else "read")]
+                    base = paired[op]  # the raw transfers timed beside this op's calls
                     if base.get("GiB/s"):
                         f["x raw-io"] = round(f["GiB/s"] / base["GiB/s"], 3)
                     theirs = fig.get(("mooncake", op))
@@ -560,9 +610,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "loadavg_1m": {"start": round(load_start[0], 2), "end": round(os.getloadavg()[0], 2)},
         "method": "one untimed warm-up call per row, then timed batch calls until --iters or --budget "
         "(at least 3). ops/s = keys per second, GiB/s = bytes per second / 2^30 of the median "
-        "call; p50/p99 of one batch call. The raw-io rows move the same bytes between the same "
-        "registered buffers and the same offsets of the owner's arena with one "
-        "engine.batch_read/batch_write + wait: the ceiling of the data path. Mooncake's rows "
+        "call; p50/p99 of one batch call. The raw-io rows move the same bytes between registered "
+        "buffers and the owner's arena (the offsets of the row's first put) with one "
+        "engine.batch_read/batch_write + wait: the ceiling of the data path; one raw transfer is "
+        "timed ahead of every timed UMBP call, and each UMBP row's x raw-io is against the raw "
+        "transfers timed beside its own calls. Mooncake's rows "
         "make the same calls (fresh keys for put, each put batch read once for get-1st, the "
         "last one again and again for get) on the same buffers; its segment is as large as "
         "UMBP's owner DRAM and emptied (untimed) ahead of each row.",

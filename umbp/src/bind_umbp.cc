@@ -534,6 +534,15 @@ void bind_client(py::module_& m) {
           [](PyClient& c, const Keys& keys) { return c.peer([&](PeerPages& p) { return p.evict(keys); }); },
           py::arg("keys"), Release(), "bytes freed per key (0: leased, pinned or absent)")
       .def(
+          "peer_verify",
+          [](PyClient& c, const std::vector<uintptr_t>& ptrs, const std::vector<uint64_t>& sizes,
+             const std::vector<uint64_t>& checksums) {
+            return c.peer([&](PeerPages& p) { return p.verify(ptrs, sizes, checksums); });
+          },
+          py::arg("ptrs"), py::arg("sizes"), py::arg("checksums"), Release(),
+          "per value: whether [ptr, ptr + size) has that XXH3 checksum (values read from peers; a batch of "
+          "1 MiB or more is hashed on a team of threads)")
+      .def(
           "peer_drain_events",
           [](PyClient& c, size_t max) {
             auto ev = c.peer([&](PeerPages& p) { return p.events().drain(max); });

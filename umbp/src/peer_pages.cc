@@ -2,7 +2,9 @@
 #include "src/peer_pages.h"
 
 #include <algorithm>
+#include <thread>
 
+#include "mori/core/env.h"
 #include "mori/core/log.h"
 #include "mori/core/status.h"
 #include "mori/core/thread_name.h"
@@ -263,16 +265,29 @@ std::vector<bool> PeerPages::commit(const std::vector<uint64_t>& slot_ids, const
       pending_.erase(it);
     }
   }
-  // Checksums and publication outside mu_: a large value takes a while to hash.
-  std::vector<DramTier::Block*> held, held_hbm;
-  for (size_t i = 0; i < mine.size(); ++i) {
-    if (!mine[i]) continue;
-    bool published = false;
+  // Checksums and publication outside mu_: a large value takes a while to hash (commit_slot
+  // hashes before it takes the tier's lock, so DRAM values of a batch hash in parallel on the
+  // team; HBM ones, hashed through a host copy with CUDA calls, on this thread).
+  std::vector<DramTier::Block*> held_at(mine.size(), nullptr);
+  std::vector<char> published(mine.size(), 0);
+  auto commit_one = [&](size_t i) {
+    bool pub = false;
     // Held (pinned) for its SSD copy: DRAM blocks by the store's pipeline, HBM ones by hbm_pipeline_.
     const bool hold = tiers[i] == &dram_ ? pipeline_ != nullptr : hbm_pipeline_ != nullptr;
-    DramTier::Block* h = tiers[i]->commit_slot(mine[i], hold, &published);
-    ok[i] = published;
-    if (h) (tiers[i] == &dram_ ? held : held_hbm).push_back(h);
+    held_at[i] = tiers[i]->commit_slot(mine[i], hold, &pub);
+    published[i] = pub;
+  };
+  uint64_t dram_bytes = 0;
+  for (size_t i = 0; i < mine.size(); ++i)
+    if (mine[i] && tiers[i] == &dram_) dram_bytes += DramTier::size_of(mine[i]);
+  for_each_value(mine.size(), dram_bytes, [&](int i) {
+    if (mine[i] && tiers[i] == &dram_) commit_one(i);
+  });
+  std::vector<DramTier::Block*> held, held_hbm;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    if (mine[i] && tiers[i] != &dram_) commit_one(i);
+    ok[i] = published[i] != 0;
+    if (held_at[i]) (tiers[i] == &dram_ ? held : held_hbm).push_back(held_at[i]);
   }
   if (pipeline_ && !held.empty()) {
     if (copy_sync_)
@@ -287,6 +302,35 @@ std::vector<bool> PeerPages::commit(const std::vector<uint64_t>& slot_ids, const
       hbm_pipeline_->submit(held_hbm);
   }
   return ok;
+}
+
+std::vector<bool> PeerPages::verify(const std::vector<uintptr_t>& ptrs, const std::vector<uint64_t>& sizes,
+                                    const std::vector<uint64_t>& checksums) {
+  if (ptrs.size() != sizes.size() || ptrs.size() != checksums.size())
+    raise(Status::kInvalidArgument, "verify: %zu ptrs, %zu sizes and %zu checksums differ in length", ptrs.size(),
+          sizes.size(), checksums.size());
+  std::vector<char> match(ptrs.size(), 0);
+  uint64_t bytes = 0;
+  for (uint64_t z : sizes) bytes += z;
+  for_each_value(ptrs.size(), bytes, [&](int i) {
+    match[i] = value_checksum(reinterpret_cast<const void*>(ptrs[i]), sizes[i]) == checksums[i];
+  });
+  return std::vector<bool>(match.begin(), match.end());
+}
+
+void PeerPages::for_each_value(size_t n, uint64_t bytes, const std::function<void(int)>& fn) {
+  // MORI_COPY_THREADS (the team UMBP's large copies use; 1: hash on the caller's thread), else
+  // the host's cores up to 8, counted once (hardware_concurrency() reads sysfs on every call).
+  static const int cores = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 8));
+  const int64_t set = env::get().copy_threads;
+  const int threads = set > 0 ? static_cast<int>(std::min<int64_t>(set, 64)) : cores;
+  std::unique_lock<std::mutex> team_lock(team_mu_, std::defer_lock);
+  if (n < 2 || threads < 2 || bytes < kParallelHashMin || !team_lock.try_lock()) {
+    for (size_t i = 0; i < n; ++i) fn(static_cast<int>(i));
+    return;
+  }
+  if (!team_) team_ = std::make_unique<ThreadTeam>(threads);
+  team_->run(static_cast<int>(n), fn);
 }
 
 std::vector<bool> PeerPages::abort(const std::vector<uint64_t>& slot_ids) {

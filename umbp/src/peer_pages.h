@@ -35,6 +35,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -42,6 +43,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "mori/core/thread_team.h"
 #include "src/copy_pipeline.h"
 #include "src/dram_tier.h"
 #include "src/host_mem_allocator.h"
@@ -127,6 +129,11 @@ class PeerPages {
   bool release(uint64_t lease_id);
   // Master-driven eviction from DRAM: the bytes freed per key (0: leased, pinned, or absent).
   std::vector<uint64_t> evict(const std::vector<std::string>& keys);
+  // A reader's check of values it read from peers: whether [ptrs[i], ptrs[i] + sizes[i]) hashes
+  // to checksums[i]. One pass over each value; a batch of kParallelHashMin bytes or more is
+  // hashed by the hash team (one task per value), as commit() hashes the values it publishes.
+  std::vector<bool> verify(const std::vector<uintptr_t>& ptrs, const std::vector<uint64_t>& sizes,
+                           const std::vector<uint64_t>& checksums);
 
   // Baseline sequence and every owned key, for a full sync (peer_events.h says why it is exact).
   std::pair<uint64_t, std::vector<OwnedKey>> snapshot();
@@ -148,6 +155,10 @@ class PeerPages {
 
   // A slot not committed or aborted within this is aborted: its writer is gone.
   static constexpr std::chrono::milliseconds kPendingTtl{30000};
+  // Values hashed in one call (commit, verify) are spread over a team (MORI_COPY_THREADS threads,
+  // else the host's cores up to 8; one value per task) when they hold this many bytes in all: one
+  // core hashes ~10-20 GiB/s, and a batch read of a few MiB waited for its check after the read.
+  static constexpr size_t kParallelHashMin = size_t{1} << 20;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -167,6 +178,9 @@ class PeerPages {
 
   void reaper();
   void end_lease(Lease& l);  // under mu_
+  // Calls fn(i) for i in [0, n): on the hash team when `bytes` reach kParallelHashMin and no
+  // other call holds it, else on the caller's thread.
+  void for_each_value(size_t n, uint64_t bytes, const std::function<void(int)>& fn);
 
   DramTier& dram_;
   // The HBM arena (device memory, freed in the destructor) and its page pool: made before the
@@ -200,7 +214,9 @@ class PeerPages {
   std::unordered_map<uint64_t, Pending> pending_;
   std::unordered_map<uint64_t, Lease> leases_;
   std::vector<bool> slot_busy_;
-  std::thread reaper_thread_;  // last: started once the rest is built
+  std::mutex team_mu_;                // one call at a time hashes on the team
+  std::unique_ptr<ThreadTeam> team_;  // made by the first call that needs it
+  std::thread reaper_thread_;         // last: started once the rest is built
 };
 
 }  // namespace mori::umbp

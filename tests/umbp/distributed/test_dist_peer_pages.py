@@ -49,6 +49,32 @@ def arena_view(store, offset: int, size: int) -> np.ndarray:
     return np.frombuffer((ctypes.c_uint8 * size).from_address(base + offset), dtype=np.uint8)
 
 
+@pytest.mark.parametrize("size,count", [(4096, 8), (256 << 10, 12)], ids=["serial", "team"])
+def test_batch_commit_and_verify_hash_every_value(size, count):
+    """commit() and verify() hash each value of a batch once, on the caller's thread (under 1 MiB)
+    or on the hash team (1 MiB and more): every value published with its own checksum, and a
+    reader's check true exactly for the values whose bytes match."""
+    s = owned_store(dram=16 << 20)
+    vals = [rand(size) for _ in range(count)]
+    keys = [f"v{i}" for i in range(count)]
+    grants = s.peer_allocate(keys, [size] * count)
+    for (outcome, _slot, off), v in zip(grants, vals):
+        assert outcome == 1
+        arena_view(s, off, size)[:] = v
+    assert s.peer_commit([g[1] for g in grants], keys) == [True] * count
+    want = [umbp.value_checksum(v.ctypes.data, size) for v in vals]
+    resolved = s.peer_resolve(keys)
+    assert [r[4] for r in resolved] == want and [r[2] for r in resolved] == [g[2] for g in grants]
+    got = [np.zeros(size, dtype=np.uint8) for _ in range(count)]
+    for r, g in zip(resolved, got):
+        g[:] = arena_view(s, r[2], size)  # what a reader's MORI-IO read lands
+        s.peer_release(r[5])
+    got[count // 2][size // 3] ^= 0x5A  # one value corrupted on the way
+    assert s.peer_verify([g.ctypes.data for g in got], [size] * count, want) == [i != count // 2 for i in range(count)]
+    with pytest.raises(Exception, match="verify: 2 ptrs, 1 sizes and 2 checksums"):
+        s.peer_verify([got[0].ctypes.data, got[1].ctypes.data], [size], want[:2])
+
+
 def test_slot_write_commit_read(tmp_path):
     s = owned_store()
     val = rand(100_000)

@@ -108,6 +108,24 @@ def test_located_reads_skip_route_and_resolve(pair):
     assert _stat(a, "remote_checksum_failures") == 0  # a stale location is not a corrupt value
 
 
+def test_a_corrupted_value_in_a_large_read_is_one_counted_miss(pair):
+    """The values of a 4 MiB batch read are checked in one native call (on the hash team): a value
+    corrupted in the owner's arena (one byte of the 4th of 8) is a miss, counted, and every other
+    value of the batch is read, bit for bit, around it."""
+    a, b = pair
+    keys = _keys(8)
+    seed = random.randrange(1 << 30)
+    assert a.ask("put", keys=keys, size=512 << 10, seed=seed)["ok"] == [True] * 8
+    b.ask("heartbeat")  # the places reach the master: a first read is routed straight there
+    b.ask("corrupt", key=keys[3])
+    failures = _stat(a, "remote_checksum_failures")
+    got = a.ask("get", keys=keys, size=512 << 10, seed=seed)
+    assert got["ok"] == [i != 3 for i in range(8)]
+    assert got["right"] == [i != 3 for i in range(8)]
+    # The routed read failed its checksum, so did the read after the owner's resolve: one miss.
+    assert _stat(a, "remote_checksum_failures") == failures + 1
+
+
 def test_write_once_across_workers(pair):
     """A key put again (from either worker, with other bytes) keeps its first value."""
     a, b = pair

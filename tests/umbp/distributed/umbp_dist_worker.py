@@ -141,6 +141,18 @@ class Worker:
                 locs[misplace[0]].offset = locs[misplace[1]].offset
             return {"held": sum(k in locs for k in keys)}
 
+    def corrupt(self, key: str):
+        """Test hook on an owner: flips one byte in the middle of key's value in the DRAM arena (as
+        a bad page would); its checksum, taken at commit, stays."""
+        import ctypes
+
+        found, _tier, offset, size, _checksum, lease = self.client.peer_resolve([key])[0]
+        assert found, f"corrupt: {key} is not in this worker's DRAM"
+        self.client.peer_release(lease)
+        byte = ctypes.c_uint8.from_address(self.client.peer_arena()[0] + offset + size // 2)
+        byte.value ^= 0xFF
+        return {}
+
     def late_pulls(self, count: int = 1, past_s: float = 0.3):
         """Test hook on the owner's pulled puts: the next ``count`` pulls start only ``past_s``
         after their writer's deadline (as a stalled owner's would), then read for real."""
