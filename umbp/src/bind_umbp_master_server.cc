@@ -121,13 +121,14 @@ PYBIND11_MODULE(_master_server, m) {
       "time remaining go to handler(method, request, metadata, peer, time_remaining), which "
       "answers (code, details, reply bytes); it runs on one of the worker threads "
       "(worker_threads(workers) of them).")
-      .def(py::init([](std::string listen_address, py::function handler, int workers, bool reuse_port,
-                       int max_message_bytes) {
-             return std::unique_ptr<MasterGrpcServer, ReleaseGilDelete>(new MasterGrpcServer(
-                 std::move(listen_address), python_handler(std::move(handler)), workers, reuse_port, max_message_bytes));
-           }),
-           py::arg("listen_address"), py::arg("handler"), py::arg("workers") = 16, py::arg("reuse_port") = false,
-           py::arg("max_message_bytes") = 256 << 20)
+      .def(
+          py::init([](std::string listen_address, py::function handler, int workers, bool reuse_port,
+                      int max_message_bytes) {
+            return std::unique_ptr<MasterGrpcServer, ReleaseGilDelete>(new MasterGrpcServer(
+                std::move(listen_address), python_handler(std::move(handler)), workers, reuse_port, max_message_bytes));
+          }),
+          py::arg("listen_address"), py::arg("handler"), py::arg("workers") = 16, py::arg("reuse_port") = false,
+          py::arg("max_message_bytes") = 256 << 20)
       .def("start", &MasterGrpcServer::start, py::call_guard<py::gil_scoped_release>(),
            "Bind and serve; the bound port.")
       .def("stop", &MasterGrpcServer::stop, py::arg("grace"), py::call_guard<py::gil_scoped_release>(),

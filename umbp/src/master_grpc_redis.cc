@@ -197,8 +197,14 @@ bool RedisRoutes::route_choose(const std::vector<std::string>& keys, const std::
   }
   const std::string now_s = float_text(now), lease_s = float_text(lease_until);
   auto append = [&](Group& g, bool by_sha) {
-    const char* argv[] = {by_sha ? "EVALSHA" : "EVAL", nullptr, "1", g.first.c_str(), now_s.c_str(),
-                          lease_s.c_str(), excl.c_str(), g.names.c_str()};
+    const char* argv[] = {by_sha ? "EVALSHA" : "EVAL",
+                          nullptr,
+                          "1",
+                          g.first.c_str(),
+                          now_s.c_str(),
+                          lease_s.c_str(),
+                          excl.c_str(),
+                          g.names.c_str()};
     size_t lens[] = {std::strlen(argv[0]), 0, 1, g.first.size(), now_s.size(), lease_s.size(), excl.size(),
                      g.names.size()};
     argv[1] = by_sha ? opt_.sha.c_str() : opt_.script.c_str();
@@ -291,7 +297,8 @@ bool RedisRoutes::route_choose(const std::vector<std::string>& keys, const std::
         copies.push_back(p);
       }
       if (copies.size() > 1)
-        std::stable_sort(copies.begin(), copies.end(), [](const Parsed& a, const Parsed& b) { return a.rank < b.rank; });
+        std::stable_sort(copies.begin(), copies.end(),
+                         [](const Parsed& a, const Parsed& b) { return a.rank < b.rank; });
       // GetRouter.choose: among the copies on live nodes, the fastest tier's (a random one when
       // it has several), or any of them under UMBP_ROUTE_GET_STRATEGY=random.
       live.clear();
@@ -340,8 +347,7 @@ RedisRoutes::RedisRoutes(Options options) : opt_(std::move(options)) {
 RedisRoutes::~RedisRoutes() = default;
 uint64_t RedisRoutes::failures() const { return 0; }
 bool RedisRoutes::route_choose(const std::vector<std::string>&, const std::vector<std::string>&,
-                               const std::unordered_map<std::string, std::string>&, double, double, bool,
-                               RoutedGets&) {
+                               const std::unordered_map<std::string, std::string>&, double, double, bool, RoutedGets&) {
   return false;
 }
 

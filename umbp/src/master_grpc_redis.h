@@ -31,15 +31,15 @@ bool native_redis_available();
 class RedisRoutes {
  public:
   struct Options {
-    std::vector<std::string> uris;           // redis://[[user]:password@]host[:port][/db], one per endpoint
-    std::string password;                    // UMBP_REDIS_PASSWORD (a password in a URI wins)
-    std::vector<std::string> shard_prefixes; // "{ns:b0}", ... (UMBP_REDIS_BLOCK_SHARDS of them)
-    std::string script;                      // ROUTE_GET_BATCH's text
-    std::string sha;                         // its SHA-1 in hex
-    std::vector<int32_t> tier_priority;      // fastest first (GET_TIER_PRIORITY)
+    std::vector<std::string> uris;            // redis://[[user]:password@]host[:port][/db], one per endpoint
+    std::string password;                     // UMBP_REDIS_PASSWORD (a password in a URI wins)
+    std::vector<std::string> shard_prefixes;  // "{ns:b0}", ... (UMBP_REDIS_BLOCK_SHARDS of them)
+    std::string script;                       // ROUTE_GET_BATCH's text
+    std::string sha;                          // its SHA-1 in hex
+    std::vector<int32_t> tier_priority;       // fastest first (GET_TIER_PRIORITY)
     double connect_timeout_s = 1.0;
     double socket_timeout_s = 1.0;
-    size_t pool_size = 16;                   // idle connections kept per endpoint
+    size_t pool_size = 16;  // idle connections kept per endpoint
   };
   // Raises mori::Error (kInvalidArgument) for a URI it cannot serve (the caller keeps Python).
   explicit RedisRoutes(Options options);

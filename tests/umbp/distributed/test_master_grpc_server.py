@@ -354,12 +354,16 @@ def _maps_after(code: str) -> str:
 def test_import_mori_loads_no_grpcpp_and_the_server_loads_with_torch_and_grpcio():
     """grpc++ and protobuf live in mori.umbp._master_server alone: `import mori` and its apps
     (EP, shmem, IO, the UMBP client) never map them. The server's module and torch and grpcio
-    load together in either order (one process of a master may import all three)."""
+    load together in either order (one process of a master may import all three); the order
+    torch first costs CI ~6 s more, so it runs with MORI_TEST_ALL_IMPORT_ORDERS=1."""
     maps = _maps_after("import mori, mori.ep, mori.shmem, mori.io, mori.umbp")
     assert "libgrpc++" not in maps and "libprotobuf" not in maps, "import mori mapped grpc++ or protobuf"
     if CPP is None:
         pytest.skip("no grpc++ in this build")
     torch = "import torch; torch.ones(2).sum()\n" if importlib.util.find_spec("torch") else ""
     server = "from mori.umbp import _master_server as s; assert s.worker_threads(16) >= 2\n"
-    for code in (torch + "import grpc\n" + server, server + "import grpc\n" + torch):
+    orders = [server + "import grpc\n" + torch]
+    if os.environ.get("MORI_TEST_ALL_IMPORT_ORDERS") == "1":
+        orders.append(torch + "import grpc\n" + server)
+    for code in orders:
         assert "libgrpc++" in _maps_after("import mori\n" + code)
