@@ -52,7 +52,7 @@ def make_store(settings: MasterSettings, redis_settings=None) -> MetadataStore:
     return InMemoryMetadataStore(settings.index_shards)
 
 
-SERVER_NAMES = {"cpp": "grpc++ (C++)", "python": "grpcio (Python)"}
+SERVER_NAMES = {"cpp": "grpc++ (C++, mori.umbp._master_server)", "python": "grpcio (Python)"}
 
 
 def cpp_server():
@@ -181,11 +181,12 @@ class MasterServer:
             self._every(self.settings.hit_index_gc_interval_s, self._gc_hits, "umbp-hit-gc")
             self.state.eviction.start()
         log.info(
-            "umbp master on %s (port %d), %s gRPC server, store %s, metrics %s",
+            "umbp master on %s (port %d), %s gRPC server, store %s, get path in %s, metrics %s",
             self.listen_address,
             self.port,
             SERVER_NAMES[self.server_kind],
             type(self.store).__name__,
+            "C++" if self.native_routes is not None else "Python",
             self.metrics_port,
         )
         return self.port

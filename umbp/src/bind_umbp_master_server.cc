@@ -4,7 +4,6 @@
 // of its own, built only where grpc++ is, so that `import mori` (EP, shmem, IO users) never loads
 // libgrpc++ or libprotobuf: only a master process imports it. The MasterIndex and CallVerifier it
 // takes are mori._C's (pybind11 shares the classes between the two modules).
-#include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
