@@ -152,12 +152,11 @@ PYBIND11_MODULE(_master_server, m) {
       .def(
           "route_natively",
           [](MasterGrpcServer& server, NativeRouteGet& native) {
-            server.set_native(
-                "/umbp.UMBPMaster/BatchRouteGet",
-                [n = &native](const std::string& req, std::string& rep) { return n->batch_route_get(req, rep); });
-            server.set_native("/umbp.UMBPMaster/RouteGet", [n = &native](const std::string& req, std::string& rep) {
-              return n->route_get(req, rep);
+            server.set_native("/umbp.UMBPMaster/BatchRouteGet", [n = &native](std::string_view req, std::string& rep) {
+              return n->batch_route_get(req, rep);
             });
+            server.set_native("/umbp.UMBPMaster/RouteGet",
+                              [n = &native](std::string_view req, std::string& rep) { return n->route_get(req, rep); });
           },
           py::arg("native"), py::keep_alive<1, 2>(),
           "Answer BatchRouteGet and RouteGet with `native` first (no interpreter lock); what it leaves goes to "

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -50,8 +51,8 @@ class NativeRouteGet {
   static Router index_router(MasterIndex& index);
 
   // Answer a BatchRouteGet / RouteGet request (serialized) into reply; false: leave it to Python.
-  bool batch_route_get(const std::string& request, std::string& reply);
-  bool route_get(const std::string& request, std::string& reply);
+  bool batch_route_get(std::string_view request, std::string& reply);
+  bool route_get(std::string_view request, std::string& reply);
 
   struct Counts {
     std::vector<std::pair<std::string, uint64_t>> hits;  // per serving node, since the last drain

@@ -43,16 +43,22 @@ struct Call {
   grpc::ByteBuffer request, reply;
 };
 
-std::string request_bytes(grpc::ByteBuffer& buffer) {
-  std::string out;
-  std::vector<grpc::Slice> slices;
-  if (buffer.Dump(&slices).ok()) {
-    size_t n = 0;
-    for (const auto& s : slices) n += s.size();
-    out.reserve(n);
-    for (const auto& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return out;
+// A request's bytes in one piece: a view of grpc's own slice when it arrived in one (the usual
+// case for the master's small requests: no copy), else joined into `joined`.
+std::string_view request_bytes(grpc::ByteBuffer& buffer, std::vector<grpc::Slice>& slices, std::string& joined) {
+  if (!buffer.Dump(&slices).ok()) return {};
+  if (slices.size() == 1) return {reinterpret_cast<const char*>(slices[0].begin()), slices[0].size()};
+  size_t n = 0;
+  for (const auto& s : slices) n += s.size();
+  joined.reserve(n);
+  for (const auto& s : slices) joined.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return joined;
+}
+
+// The reply's bytes as a slice that owns them (no copy into grpc's memory).
+grpc::Slice owned_slice(std::string&& body) {
+  auto* owned = new std::string(std::move(body));
+  return grpc::Slice(owned->data(), owned->size(), [](void* p) { delete static_cast<std::string*>(p); }, owned);
 }
 
 GrpcCall call_of(Call& c, std::string request) {
@@ -129,7 +135,7 @@ struct MasterGrpcServer::Impl {
   }
 
   // A signed call's check; false when it was refused (and answered).
-  bool verified(Call& c, const std::string& request) {
+  bool verified(Call& c, std::string_view request) {
     if (verifier == nullptr || verified_methods.count(c.ctx.method()) == 0) return true;
     const auto& md = c.ctx.client_metadata();
     auto refusal = verifier->check(c.ctx.method(), metadata_value(md, CallVerifier::kTsKey),
@@ -148,7 +154,9 @@ struct MasterGrpcServer::Impl {
 
   void answer(Call& c) {
     GrpcReply reply;
-    std::string request = request_bytes(c.request);
+    std::vector<grpc::Slice> slices;
+    std::string joined;
+    const std::string_view request = request_bytes(c.request, slices, joined);
     try {
       if (!verified(c, request)) return;
       bool answered = false;
@@ -160,7 +168,7 @@ struct MasterGrpcServer::Impl {
       }
       if (!answered) {
         reply.body.clear();
-        handler(call_of(c, std::move(request)), reply);
+        handler(call_of(c, std::string(request)), reply);
       }
     } catch (const std::exception& e) {  // a handler bug must not take the server down
       reply.code = static_cast<int>(grpc::StatusCode::UNKNOWN);
@@ -170,7 +178,7 @@ struct MasterGrpcServer::Impl {
       c.stream.Finish(grpc::Status(static_cast<grpc::StatusCode>(reply.code), reply.details), &c);
       return;
     }
-    grpc::Slice slice(reply.body);
+    grpc::Slice slice = owned_slice(std::move(reply.body));
     c.reply = grpc::ByteBuffer(&slice, 1);
     c.stream.WriteAndFinish(c.reply, grpc::WriteOptions(), grpc::Status::OK, &c);
   }

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -45,7 +46,7 @@ struct GrpcReply {
 using GrpcHandler = std::function<void(const GrpcCall&, GrpcReply&)>;
 // A method's answer without the handler (no interpreter lock): true with the reply body set, or
 // false to leave the call to the handler.
-using GrpcNativeMethod = std::function<bool(const std::string& request, std::string& reply)>;
+using GrpcNativeMethod = std::function<bool(std::string_view request, std::string& reply)>;
 
 // Called with the reason of every refused call (the refusal counter).
 using GrpcRefusedHook = std::function<void(const std::string& reason)>;
