@@ -166,25 +166,29 @@ PYBIND11_MODULE(_master_server, m) {
   py::class_<RedisRoutes>(m, "RedisRoutes",
                           "The Redis store's get path in C++ (hiredis): the store's ROUTE_GET_BATCH script by "
                           "EVALSHA on its endpoints, routed as RedisMetadataStore routes it.")
-      .def(py::init([](std::vector<std::string> uris, std::string password, std::vector<std::string> shard_prefixes,
-                       std::string script, std::string sha, std::vector<int32_t> tier_priority,
-                       double connect_timeout_s, double socket_timeout_s, size_t pool_size) {
-             RedisRoutes::Options o;
-             o.uris = std::move(uris);
-             o.password = std::move(password);
-             o.shard_prefixes = std::move(shard_prefixes);
-             o.script = std::move(script);
-             o.sha = std::move(sha);
-             o.tier_priority = std::move(tier_priority);
-             o.connect_timeout_s = connect_timeout_s;
-             o.socket_timeout_s = socket_timeout_s;
-             o.pool_size = pool_size;
-             return std::make_unique<RedisRoutes>(std::move(o));
-           }),
-           py::arg("uris"), py::arg("password"), py::arg("shard_prefixes"), py::arg("script"), py::arg("sha"),
-           py::arg("tier_priority"), py::arg("connect_timeout_s"), py::arg("socket_timeout_s"), py::arg("pool_size"),
-           "uris: the store's endpoints (redis://); shard_prefixes: its block shards' hash-tagged prefixes; script, "
-           "sha: ROUTE_GET_BATCH's text and SHA-1. Raises for a URI it cannot serve.")
+      .def(
+          py::init([](std::vector<std::string> uris, std::string password, std::vector<std::string> shard_prefixes,
+                      std::string script, std::string sha, std::vector<int32_t> tier_priority, double connect_timeout_s,
+                      double socket_timeout_s, size_t pool_size, std::vector<size_t> shard_endpoint) {
+            RedisRoutes::Options o;
+            o.uris = std::move(uris);
+            o.password = std::move(password);
+            o.shard_prefixes = std::move(shard_prefixes);
+            o.script = std::move(script);
+            o.sha = std::move(sha);
+            o.tier_priority = std::move(tier_priority);
+            o.connect_timeout_s = connect_timeout_s;
+            o.socket_timeout_s = socket_timeout_s;
+            o.pool_size = pool_size;
+            o.shard_endpoint = std::move(shard_endpoint);
+            return std::make_unique<RedisRoutes>(std::move(o));
+          }),
+          py::arg("uris"), py::arg("password"), py::arg("shard_prefixes"), py::arg("script"), py::arg("sha"),
+          py::arg("tier_priority"), py::arg("connect_timeout_s"), py::arg("socket_timeout_s"), py::arg("pool_size"),
+          py::arg("shard_endpoint") = std::vector<size_t>{},
+          "uris: the store's endpoints (redis://); shard_prefixes: its block shards' hash-tagged prefixes; script, "
+          "sha: ROUTE_GET_BATCH's text and SHA-1; shard_endpoint: in a Redis Cluster, per shard the index into uris "
+          "of the node holding its slot. Raises for a URI it cannot serve.")
       .def_property_readonly("failures", &RedisRoutes::failures,
                              "Calls sent to the Python handler because Redis failed here.");
 

@@ -65,6 +65,11 @@ RedisRoutes::RedisRoutes(Options options) : opt_(std::move(options)) {
   MORI_CHECK_ARG(!opt_.uris.empty(), "uris must not be empty");
   MORI_CHECK_ARG(!opt_.shard_prefixes.empty(), "shard_prefixes must not be empty");
   MORI_CHECK_ARG(opt_.sha.size() == 40, "sha must be 40 hex digits, got %zu characters", opt_.sha.size());
+  MORI_CHECK_ARG(opt_.shard_endpoint.empty() || opt_.shard_endpoint.size() == opt_.shard_prefixes.size(),
+                 "shard_endpoint must be empty or name one endpoint per shard (%zu), got %zu",
+                 opt_.shard_prefixes.size(), opt_.shard_endpoint.size());
+  for (size_t e : opt_.shard_endpoint)
+    MORI_CHECK_ARG(e < opt_.uris.size(), "shard_endpoint %zu is not an index into uris (%zu)", e, opt_.uris.size());
   for (const std::string& uri : opt_.uris) {
     // redis://[[user]:password@]host[:port][/db]: what redis-py's from_url reads for plain TCP.
     std::string_view u(uri);
@@ -167,19 +172,23 @@ bool RedisRoutes::route_choose(const std::vector<std::string>& keys, const std::
                                double lease_until, bool any_copy, RoutedGets& out) {
   const size_t n_ep = endpoints_.size();
   const size_t n_shards = opt_.shard_prefixes.size();
-  // The keys' full hash names, grouped by endpoint, as RedisMetadataStore._group does.
+  const bool cluster = !opt_.shard_endpoint.empty();
+  // The keys' full hash names, grouped as RedisMetadataStore._group does: by endpoint, or by
+  // shard in a cluster (a script's keys must share a slot).
   struct Group {
     std::vector<size_t> idx;
     std::string names;
     std::string first;
+    size_t endpoint = 0;
     redisContext* conn = nullptr;
     Reply reply;
   };
-  std::vector<Group> groups(n_ep);
+  std::vector<Group> groups(cluster ? n_shards : n_ep);
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].endpoint = cluster ? opt_.shard_endpoint[g] : g;
   for (size_t i = 0; i < keys.size(); ++i) {
     const std::string& key = keys[i];
     const size_t shard = crc32(0, reinterpret_cast<const Bytef*>(key.data()), static_cast<uInt>(key.size())) % n_shards;
-    Group& g = groups[shard % n_ep];
+    Group& g = groups[cluster ? shard : shard % n_ep];
     if (!g.idx.empty()) g.names.push_back('\n');
     const size_t start = g.names.size();
     g.names.append(opt_.shard_prefixes[shard]).append(":k:").append(key);
@@ -212,15 +221,16 @@ bool RedisRoutes::route_choose(const std::vector<std::string>& keys, const std::
     return redisAppendCommandArgv(g.conn, 8, argv, lens) == REDIS_OK;
   };
   bool failed = false;
-  // Every endpoint's call is sent before any reply is read: they run in the Redis instances at once.
-  for (size_t e = 0; e < n_ep && !failed; ++e) {
-    Group& g = groups[e];
+  // Every group's call is sent before any reply is read: they run in the Redis instances at once.
+  for (Group& g : groups) {
     if (g.idx.empty()) continue;
-    g.conn = take(*endpoints_[e]);
-    if (g.conn == nullptr || !append(g, true)) failed = true;
+    g.conn = take(*endpoints_[g.endpoint]);
+    if (g.conn == nullptr || !append(g, true)) {
+      failed = true;
+      break;
+    }
   }
-  for (size_t e = 0; e < n_ep; ++e) {
-    Group& g = groups[e];
+  for (Group& g : groups) {
     if (g.conn == nullptr) continue;
     if (!failed) {
       void* r = nullptr;
@@ -246,7 +256,7 @@ bool RedisRoutes::route_choose(const std::vector<std::string>& keys, const std::
     if (failed || g.conn->err) {
       redisFree(g.conn);
     } else {
-      give(*endpoints_[e], g.conn);
+      give(*endpoints_[g.endpoint], g.conn);
     }
     g.conn = nullptr;
   }

@@ -6,8 +6,10 @@
 // CRC-32 of the key modulo the block shards; endpoint = shard modulo the endpoints), one call per
 // endpoint touched, the endpoints' calls in flight together. Then the copy each reader should use
 // is chosen as GetRouter.choose does. Any Redis failure answers false: the call goes to the
-// Python handler, which has the store's own retries and error reporting. Redis Cluster is not
-// served here (the Python store routes it).
+// Python handler, which has the store's own retries and error reporting. In a Redis Cluster
+// each shard is one hash slot: one call per shard touched, to the node that held the shard's
+// slot when the master started (the Python store's cluster client says which); a MOVED or ASK
+// reply after a resharding is a failure like any other, so the Python client serves that call.
 #pragma once
 
 #include <atomic>
@@ -34,9 +36,12 @@ class RedisRoutes {
     std::vector<std::string> uris;            // redis://[[user]:password@]host[:port][/db], one per endpoint
     std::string password;                     // UMBP_REDIS_PASSWORD (a password in a URI wins)
     std::vector<std::string> shard_prefixes;  // "{ns:b0}", ... (UMBP_REDIS_BLOCK_SHARDS of them)
-    std::string script;                       // ROUTE_GET_BATCH's text
-    std::string sha;                          // its SHA-1 in hex
-    std::vector<int32_t> tier_priority;       // fastest first (GET_TIER_PRIORITY)
+    // Redis Cluster: per shard, the index into uris of the node holding its slot (empty: not a
+    // cluster; shard s lives on endpoint s % uris.size()).
+    std::vector<size_t> shard_endpoint;
+    std::string script;                  // ROUTE_GET_BATCH's text
+    std::string sha;                     // its SHA-1 in hex
+    std::vector<int32_t> tier_priority;  // fastest first (GET_TIER_PRIORITY)
     double connect_timeout_s = 1.0;
     double socket_timeout_s = 1.0;
     size_t pool_size = 16;  // idle connections kept per endpoint

@@ -19,7 +19,7 @@ import time
 import grpc
 import pytest
 from prometheus_client import generate_latest
-from umbp_master_harness import (  # noqa: F401 - redis_pair: a fixture
+from umbp_master_harness import (  # noqa: F401 - redis_pair, redis_cluster: fixtures
     DRAM,
     GIB,
     HBM,
@@ -28,6 +28,7 @@ from umbp_master_harness import (  # noqa: F401 - redis_pair: a fixture
     make_store,
     pb,
     pb_grpc,
+    redis_cluster,
     redis_pair,
     uid,
 )
@@ -105,16 +106,18 @@ def _script(address: str, rng: random.Random) -> list:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("backend", ["memory", "redis-shards"])
-def test_both_servers_answer_alike(backend, redis_pair):  # noqa: F811
+@pytest.mark.parametrize("backend", ["memory", "redis-shards", "redis-cluster"])
+def test_both_servers_answer_alike(backend, request):
     """The same calls, answered by grpcio's server (all Python) and by grpc++ (the get path in
-    C++ over the in-memory index, or over two Redis endpoints through hiredis and the store's
-    own Lua script): the same replies, codes, details and metrics."""
+    C++ over the in-memory index, or over two Redis endpoints or a Redis Cluster through hiredis
+    and the store's own Lua script): the same replies, codes, details and metrics."""
+    redis_pair = request.getfixturevalue("redis_pair") if backend == "redis-shards" else None
+    redis_cluster = request.getfixturevalue("redis_cluster") if backend == "redis-cluster" else None
     seed = random.randrange(1 << 30)
     answers = {}
     scraped = {}
     for kind in ("python", "cpp") if CPP is not None else ("python",):
-        m = _master(kind, store=make_store(backend, redis_pair))
+        m = _master(kind, store=make_store(backend, redis_pair, redis_cluster))
         try:
             native = kind == "cpp" and CPP.HAVE_NATIVE_ROUTES and (backend == "memory" or CPP.HAVE_NATIVE_REDIS)
             assert (m.native_routes is not None) == native
