@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstring>
 #include <string_view>
 
@@ -37,6 +38,10 @@ timeval timeval_of(double s) {
   tv.tv_sec = static_cast<time_t>(s);
   tv.tv_usec = static_cast<suseconds_t>((s - static_cast<double>(tv.tv_sec)) * 1e6);
   return tv;
+}
+
+double steady_clock_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 struct Reply {
@@ -170,6 +175,7 @@ void RedisRoutes::give(Endpoint& ep, redisContext* c) {
 bool RedisRoutes::route_choose(const std::vector<std::string>& keys, const std::vector<std::string>& exclude,
                                const std::unordered_map<std::string, std::string>& alive, double now,
                                double lease_until, bool any_copy, RoutedGets& out) {
+  if (steady_clock_s() < python_until_.load(std::memory_order_relaxed)) return false;
   const size_t n_ep = endpoints_.size();
   const size_t n_shards = opt_.shard_prefixes.size();
   const bool cluster = !opt_.shard_endpoint.empty();
@@ -262,6 +268,7 @@ bool RedisRoutes::route_choose(const std::vector<std::string>& keys, const std::
   }
   if (failed) {
     failures_.fetch_add(1, std::memory_order_relaxed);
+    python_until_.store(steady_clock_s() + kBackoffS, std::memory_order_relaxed);
     return false;
   }
 

@@ -58,7 +58,8 @@ class RedisRoutes {
                     const std::unordered_map<std::string, std::string>& alive, double now, double lease_until,
                     bool any_copy, RoutedGets& out);
 
-  uint64_t failures() const;  // Redis failures that sent a call to Python
+  uint64_t failures() const;                // Redis failures that sent a call to Python
+  static constexpr double kBackoffS = 0.2;  // how long Python alone serves after a failure
 
  private:
   struct Endpoint {
@@ -77,6 +78,9 @@ class RedisRoutes {
   std::mutex rng_mu_;
   std::mt19937_64 rng_{std::random_device{}()};
   std::atomic<uint64_t> failures_{0};
+  // After a failure the Python store alone serves for a moment (steady-clock seconds): a Redis
+  // that is down or unreachable then costs a call one connection attempt, not two.
+  std::atomic<double> python_until_{0};
 };
 
 }  // namespace mori::umbp

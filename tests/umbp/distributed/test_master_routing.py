@@ -297,8 +297,10 @@ def test_redis_restart_heals_through_reregistration_and_full_sync():
             )
             r = a.heartbeat([("add", k, DRAM, 64) for k in keys], seq=0, full_sync=True, baseline=1)
             assert (r.status, r.acked_seq) == (pb.CLIENT_STATUS_ALIVE, 1)
-            # The C++ path's kept connection is dead: that call goes to Python, the next is native again.
-            for _ in range(2):
+            # The C++ path's kept connection is dead: that call goes to Python, and so do the calls
+            # of the next 0.2 s (RedisRoutes' back-off); then the C++ path serves again.
+            for pause in (0.0, 0.3):
+                time.sleep(pause)
                 got = _batch_get(_stub(m.address), keys)
                 assert got == [(a.node_id, a.peer_address, DRAM, 64)] * 10
             assert native is None or native.answered == 2
