@@ -360,14 +360,18 @@ def test_import_mori_loads_no_grpcpp_and_the_server_loads_with_torch_and_grpcio(
     (after it is how every master here imports them); with torch too (a master process may
     import all three), in both orders, when MORI_TEST_ALL_IMPORT_ORDERS=1 (torch's import costs
     CI 6-12 s per process)."""
-    maps = _maps_after("import mori, mori.ep, mori.shmem, mori.io, mori.umbp")
-    assert "libgrpc++" not in maps and "libprotobuf" not in maps, "import mori mapped grpc++ or protobuf"
-    if CPP is None:
-        pytest.skip("no grpc++ in this build")
+    # One interpreter: mori's packages first (their maps checked), then the server's module and
+    # grpcio. (mori.ep imports torch, 5 s here: it joins with the torch orders.)
+    apps = "import mori, mori.shmem, mori.io, mori.umbp\n"
+    check = "m = open('/proc/self/maps').read(); assert 'libgrpc++' not in m and 'libprotobuf' not in m, m\n"
     server = "from mori.umbp import _master_server as s; assert s.worker_threads(16) >= 2\n"
-    orders = [server + "import grpc\n"]
+    if CPP is None:
+        _maps_after(apps + check)
+        pytest.skip("no grpc++ in this build")
+    orders = [apps + check + server + "import grpc\n"]
     if os.environ.get("MORI_TEST_ALL_IMPORT_ORDERS") == "1" and importlib.util.find_spec("torch"):
         torch = "import torch; torch.ones(2).sum()\n"
-        orders = [torch + "import grpc\n" + server, server + "import grpc\n" + torch]
+        apps = apps.replace("mori.shmem", "mori.ep, mori.shmem")
+        orders = [apps + check + torch + "import grpc\n" + server, apps + check + server + "import grpc\n" + torch]
     for code in orders:
-        assert "libgrpc++" in _maps_after("import mori\n" + code)
+        assert "libgrpc++" in _maps_after(code)
