@@ -22,6 +22,7 @@ command -v redis-server >/dev/null || need_apt="$need_apt redis-server"   # UMBP
 [ -f /usr/include/grpcpp/grpcpp.h ] || need_apt="$need_apt libgrpc++-dev"   # the UMBP master's gRPC server in C++
 command -v protoc >/dev/null || need_apt="$need_apt protobuf-compiler"   # ... and its BatchRouteGet in C++ (umbp.pb.cc)
 [ -f /usr/include/google/protobuf/message.h ] || need_apt="$need_apt libprotobuf-dev"
+[ -f /usr/include/hiredis/hiredis.h ] || need_apt="$need_apt libhiredis-dev"   # the UMBP master's Redis get path in C++
 if [ -n "$need_apt" ]; then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $need_apt

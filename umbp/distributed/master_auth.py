@@ -5,15 +5,15 @@ Every call carries, in gRPC metadata, a timestamp, a random nonce and
 HMAC-SHA256(secret, method | timestamp | nonce | SHA-256 of the request bytes) (core/auth's MAC).
 The server interceptor refuses with UNAUTHENTICATED, before any handler runs, a call that is
 unsigned, signed with another secret, outside the replay window (UMBP_AUTH_WINDOW_MS), a replay
-of a nonce already seen, or whose body differs from what was signed.
+of a nonce already seen, or whose body differs from what was signed. The check itself is
+``mori._C.umbp.CallVerifier`` (umbp/src/master_grpc_auth.h), the one implementation of these
+rules: grpcio's interceptor here and the master's grpc++ server both use it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import os
-import threading
 import time
 from typing import Callable, Optional
 
@@ -81,66 +81,35 @@ class VerifyingInterceptor(grpc.ServerInterceptor):
         name: str = "umbp master",
     ) -> None:
         """``name`` is what refusals call this server (the master, or a peer reusing this)."""
-        self._secret = secret
-        self._name = name
-        self._window = window_s
-        self._on_refused = on_refused
-        self._lock = threading.Lock()
-        self._nonces: dict[str, float] = {}
-        self._next_prune = 0.0
+        # The rules and the nonce cache; the master's grpc++ server checks calls with this same
+        # object (``verifier``), so a nonce seen by either is a replay for both.
+        self.verifier = _C.umbp.CallVerifier(secret, window_s, name)
+        self.on_refused = on_refused
 
-    def _fresh_nonce(self, nonce: str, now: float) -> bool:
-        with self._lock:
-            if now >= self._next_prune:
-                self._nonces = {n: t for n, t in self._nonces.items() if t > now}
-                self._next_prune = now + self._window
-            if nonce in self._nonces:
-                return False
-            self._nonces[nonce] = now + 2 * self._window
-            return True
+    def _refused(self, why: str) -> None:
+        if self.on_refused is not None:
+            self.on_refused(why)
 
-    def _refuse(self, handler, why: str):
-        if self._on_refused is not None:
-            self._on_refused(why)
+    def _refuse(self, handler, reason: str, details: str):
+        self._refused(reason)
 
         def deny(request, context):
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, f"{self._name}: {why}")
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, details)
 
         return grpc.unary_unary_rpc_method_handler(
             deny, request_deserializer=lambda raw: raw, response_serializer=handler.response_serializer
         )
 
-    def _header_refusal(self, md: dict, now: float) -> Optional[str]:
-        """What is wrong with a call's signing metadata before its body is read, or None."""
-        ts, nonce, sig = md.get(TS_KEY), md.get(NONCE_KEY), md.get(SIG_KEY)
-        if not (ts and nonce and sig):
-            return "unsigned call (this master requires the job secret)"
-        try:
-            ts_s = int(ts) / 1000.0
-        except ValueError:
-            return "malformed timestamp"
-        if abs(now - ts_s) > self._window:
-            return "signature outside the replay window"
-        return None
-
     def check(self, method: str, md: dict, body: bytes) -> Optional[str]:
-        """The whole check for a server that holds the request bytes (the master's grpc++
-        server): None to serve the call, else the UNAUTHENTICATED details to answer (counted)."""
-        now = time.time()
-        why = self._header_refusal(md, now)
-        if why is None and not hmac.compare_digest(
-            _mac(self._secret, method, md[TS_KEY], md[NONCE_KEY], body), md[SIG_KEY]
-        ):
-            why = "bad signature"
-        if why is None and not self._fresh_nonce(md[NONCE_KEY], now):
-            if self._on_refused is not None:
-                self._on_refused("replayed nonce")
-            return f"{self._name}: replayed call"
-        if why is None:
+        """The whole check for a server that holds the request bytes: None to serve the call,
+        else the UNAUTHENTICATED details to answer (counted)."""
+        refusal = self.verifier.check(
+            method, md.get(TS_KEY) or "", md.get(NONCE_KEY) or "", md.get(SIG_KEY) or "", body, time.time()
+        )
+        if refusal is None:
             return None
-        if self._on_refused is not None:
-            self._on_refused(why)
-        return f"{self._name}: {why}"
+        self._refused(refusal[0])
+        return refusal[1]
 
     def intercept_service(self, continuation, handler_call_details):
         handler = continuation(handler_call_details)
@@ -148,29 +117,27 @@ class VerifyingInterceptor(grpc.ServerInterceptor):
             return handler
         md = dict(handler_call_details.invocation_metadata or ())
         now = time.time()
-        why = self._header_refusal(md, now)
-        if why is not None:
-            return self._refuse(handler, why)
-        ts, nonce, sig = md[TS_KEY], md[NONCE_KEY], md[SIG_KEY]
+        ts, nonce, sig = md.get(TS_KEY) or "", md.get(NONCE_KEY) or "", md.get(SIG_KEY) or ""
+        refusal = self.verifier.header_refusal(ts, nonce, sig, now)
+        if refusal is not None:  # refused before the body is read
+            return self._refuse(handler, *refusal)
         method = handler_call_details.method
-        secret = self._secret
+        verifier = self.verifier
         checked = {}
 
         def deserialize(raw: bytes):
-            checked["ok"] = hmac.compare_digest(_mac(secret, method, ts, nonce, raw), sig)
+            checked["ok"] = verifier.signature_ok(method, ts, nonce, sig, raw)
             return handler.request_deserializer(raw)
 
         behavior = handler.unary_unary
 
         def guarded(request, context):
             if not checked.get("ok"):
-                if self._on_refused is not None:
-                    self._on_refused("bad signature")
-                context.abort(grpc.StatusCode.UNAUTHENTICATED, f"{self._name}: bad signature")
-            if not self._fresh_nonce(nonce, now):
-                if self._on_refused is not None:
-                    self._on_refused("replayed nonce")
-                context.abort(grpc.StatusCode.UNAUTHENTICATED, f"{self._name}: replayed call")
+                self._refused("bad signature")
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, f"{verifier.name}: bad signature")
+            if not verifier.fresh_nonce(nonce, now):
+                self._refused("replayed nonce")
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, f"{verifier.name}: replayed call")
             return behavior(request, context)
 
         return grpc.unary_unary_rpc_method_handler(

@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: MIT
-"""The master's servicers behind its grpc++ server (``mori._C.umbp.MasterGrpcServer``).
+"""The master's servicers behind its grpc++ server (``mori.umbp._master_server.MasterGrpcServer``).
 
-The C++ server hands each call over as bytes: ``GrpcDispatcher`` finds the servicer method of
-the call's RPC, checks the call's signature when the master has a job secret (the same check as
-grpcio's ``VerifyingInterceptor``), parses the request with the generated message class, runs the
+The C++ server checks a signed call itself (``MasterGrpcServer.verify_calls``, the same
+``CallVerifier`` as grpcio's ``VerifyingInterceptor``) and hands each call it does not answer
+natively over as bytes: ``GrpcDispatcher`` finds the servicer method of the call's RPC, parses the
+request with the generated message class, runs the
 handler with a ``CallContext`` (the part of grpcio's ``ServicerContext`` the handlers use), and
 answers the serialized reply or the status the handler set. So the handlers are the same code
 under either server, with the same codes and details.
@@ -73,10 +74,13 @@ class GrpcDispatcher:
     """``handler(method, request, metadata, peer, time_remaining) -> (code, details, reply)`` for
     ``MasterGrpcServer``, over grpcio-style servicers (``add(servicer, service_descriptor, pb)``)."""
 
-    def __init__(self, verify: Optional[Callable[[str, dict, bytes], Optional[str]]] = None) -> None:
-        """``verify(method, metadata, body)``: None to serve, else UNAUTHENTICATED's details."""
-        self._verify = verify
+    def __init__(self) -> None:
         self._methods: dict[str, tuple[Callable, Callable]] = {}
+
+    @property
+    def methods(self) -> list[str]:
+        """The full names of the methods served ("/umbp.UMBPMaster/BatchRouteGet", ...)."""
+        return list(self._methods)
 
     def add(self, servicer, service, pb) -> None:
         """Serve every RPC of ``service`` (a ServiceDescriptor of module ``pb``) with the
@@ -91,10 +95,6 @@ class GrpcDispatcher:
         entry = self._methods.get(method)
         if entry is None:
             return grpc.StatusCode.UNIMPLEMENTED.value[0], "Method not found!", b""
-        if self._verify is not None:
-            refused = self._verify(method, dict(metadata), request)
-            if refused is not None:
-                return grpc.StatusCode.UNAUTHENTICATED.value[0], refused, b""
         parse, behavior = entry
         try:
             message = parse(request)

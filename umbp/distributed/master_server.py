@@ -52,21 +52,30 @@ def make_store(settings: MasterSettings, redis_settings=None) -> MetadataStore:
     return InMemoryMetadataStore(settings.index_shards)
 
 
-SERVER_NAMES = {"cpp": "grpc++ (C++)", "python": "grpcio (Python)"}
+SERVER_NAMES = {"cpp": "grpc++ (C++, mori.umbp._master_server)", "python": "grpcio (Python)"}
+
+
+def cpp_server():
+    """The grpc++ server's module (``mori.umbp._master_server``), or None when this build has no
+    grpc++. Its own module, imported only here, so ``import mori`` never loads grpc++."""
+    try:
+        from mori.umbp import _master_server
+    except ImportError:
+        return None
+    return _master_server
 
 
 def server_kind(requested: Optional[str] = None) -> str:
     """``cpp`` or ``python``: the gRPC server a master runs, from ``requested`` or
     UMBP_MASTER_SERVER (``auto``: cpp when this build has grpc++)."""
-    from mori import _C
     from mori.core.env import setting
 
     kind = (requested or str(setting("UMBP_MASTER_SERVER")) or "auto").lower()
     if kind not in ("auto", "cpp", "python"):
         raise ValueError(f"UMBP_MASTER_SERVER must be auto, cpp or python, got {kind!r}")
     if kind == "auto":
-        return "cpp" if _C.umbp.HAVE_GRPCPP else "python"
-    if kind == "cpp" and not _C.umbp.HAVE_GRPCPP:
+        return "cpp" if cpp_server() is not None else "python"
+    if kind == "cpp" and cpp_server() is None:
         raise RuntimeError(
             "UMBP_MASTER_SERVER=cpp but this build of mori has no grpc++ "
             "(apt install libgrpc++-dev and rebuild, or use UMBP_MASTER_SERVER=python)"
@@ -110,8 +119,9 @@ class MasterServer:
         self._duties = duties
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._server = None  # grpc.Server or mori._C.umbp.MasterGrpcServer
-        self.native_routes = None  # mori._C.umbp.NativeRouteGet when BatchRouteGet runs in C++
+        self._server = None  # grpc.Server or mori.umbp._master_server.MasterGrpcServer
+        # mori.umbp._master_server.NativeRouteGet when BatchRouteGet and RouteGet run in C++
+        self.native_routes = None
         self.port = 0
         self.metrics_port: Optional[int] = None
 
@@ -128,19 +138,20 @@ class MasterServer:
         master = UMBPMasterServicer(self.state)
         admin = UMBPMasterAdminServicer(self.state)
         if self.server_kind == "cpp":
-            from mori import _C
             from mori.umbp.distributed.master_grpc_dispatch import GrpcDispatcher
 
-            dispatch = GrpcDispatcher(verifier.check if verifier is not None else None)
+            dispatch = GrpcDispatcher()
             dispatch.add(master, pb.DESCRIPTOR.services_by_name["UMBPMaster"], pb)
             dispatch.add(admin, admin_pb.DESCRIPTOR.services_by_name["UMBPMasterAdmin"], admin_pb)
-            server = _C.umbp.MasterGrpcServer(
+            server = cpp_server().MasterGrpcServer(
                 self.listen_address,
                 dispatch,
                 workers=self._max_workers,
                 reuse_port=self._reuse_port,
                 max_message_bytes=256 << 20,
             )
+            if verifier is not None:  # every call checked in C++ first, natively routed or not
+                server.verify_calls(verifier.verifier, dispatch.methods, verifier.on_refused)
             self._route_natively(server)
             try:
                 self.port = server.start()
@@ -170,27 +181,34 @@ class MasterServer:
             self._every(self.settings.hit_index_gc_interval_s, self._gc_hits, "umbp-hit-gc")
             self.state.eviction.start()
         log.info(
-            "umbp master on %s (port %d), %s gRPC server, store %s, metrics %s",
+            "umbp master on %s (port %d), %s gRPC server, store %s, get path in %s, metrics %s",
             self.listen_address,
             self.port,
             SERVER_NAMES[self.server_kind],
             type(self.store).__name__,
+            "C++" if self.native_routes is not None else "Python",
             self.metrics_port,
         )
         return self.port
 
     def _route_natively(self, server) -> None:
-        """BatchRouteGet and RouteGet answered in C++ by the grpc++ server when the store is the
-        in-memory one and calls are not signed (a signature is checked in Python before any
-        handler). Their route counters and latencies are added to the metrics at each scrape."""
-        from mori import _C
-
-        if not (_C.umbp.HAVE_NATIVE_ROUTES and isinstance(self.store, InMemoryMetadataStore) and self._secret is None):
+        """BatchRouteGet and RouteGet answered in C++ by the grpc++ server, signed or not (the
+        server checks signatures first), from the in-memory store's native index or the Redis
+        store's scripts (``RedisMetadataStore.native_routes``, when it can: hiredis built, no
+        cluster). Their route counters and latencies are added to the metrics at each scrape."""
+        mod = cpp_server()
+        if not mod.HAVE_NATIVE_ROUTES:
             return
+        if isinstance(self.store, InMemoryMetadataStore):
+            source = self.store.native_index
+        else:
+            source = getattr(self.store, "native_routes", lambda _mod: None)(mod)
+            if source is None:
+                return
         state = self.state
         bounds = list(self.metrics.rpc_latency_of("BatchRouteGet")._upper_bounds)
-        self.native_routes = native = _C.umbp.NativeRouteGet(
-            self.store.native_index,
+        self.native_routes = native = mod.NativeRouteGet(
+            source,
             self.settings.lease_duration_s,
             state.get_router.strategy == "random",
             bounds,

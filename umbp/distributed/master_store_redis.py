@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import zlib
 from concurrent import futures
 from typing import Iterable, Optional, Sequence
@@ -32,6 +33,8 @@ from mori.umbp.distributed.master_records import (
 )
 from mori.umbp.distributed.master_store import ExternalKvStore, MetadataStore
 
+
+log = logging.getLogger("mori.umbp.master")
 
 _TIER_RANK = {int(t): i for i, t in enumerate(GET_TIER_PRIORITY)}
 
@@ -165,6 +168,41 @@ class RedisMetadataStore(MetadataStore):
         if len(self._clients) == 1 and not self.settings.cluster:
             return [fn(s) for s in range(self._nshards)]
         return list(self._pool.map(fn, range(self._nshards)))
+
+    def native_routes(self, mod):
+        """The get path (``route_get_batch`` and the copy choice) in C++ for the master's grpc++
+        server: ``mod.RedisRoutes`` (``mod``: ``mori.umbp._master_server``) over the same
+        endpoints, shards and ROUTE_GET_BATCH script (in a cluster: each shard's slot on the node
+        that holds it now), or None where it cannot serve (no hiredis in the build, a URI form it
+        does not read): this store serves then."""
+        if not mod.HAVE_NATIVE_REDIS:
+            return None
+        script = self._scripts["ROUTE_GET_BATCH"]
+        uris, shard_endpoint = self.settings.shard_uris or [self.settings.uri], []
+        if self.settings.cluster:
+            uris = []
+            for p in self._shard_prefix:
+                node = self._clients[0].get_node_from_key(f"{p}:count")
+                uri = f"redis://{node.host}:{node.port}"
+                if uri not in uris:
+                    uris.append(uri)
+                shard_endpoint.append(uris.index(uri))
+        try:
+            return mod.RedisRoutes(
+                uris=uris,
+                password=self.settings.password,
+                shard_prefixes=self._shard_prefix,
+                script=lua.ROUTE_GET_BATCH,
+                sha=script.sha,
+                tier_priority=[int(t) for t in GET_TIER_PRIORITY],
+                connect_timeout_s=self.settings.connect_timeout_ms / 1000.0,
+                socket_timeout_s=self.settings.socket_timeout_ms / 1000.0,
+                pool_size=self.settings.pool_size,
+                shard_endpoint=shard_endpoint,
+            )
+        except ValueError as exc:  # a URI the C++ side does not read: Python serves
+            log.info("umbp master: Redis get path stays in Python (%s)", exc)
+            return None
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)

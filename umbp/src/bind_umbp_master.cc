@@ -1,18 +1,20 @@
 // SPDX-License-Identifier: MIT
 // mori._C.umbp.MasterIndex: the UMBP master's in-memory block index (umbp/src/master_index.h).
 // Batches cross as Python lists of str/int; the index work itself runs without the GIL.
-// mori._C.umbp.MasterGrpcServer: the master's grpc++ server (umbp/src/master_grpc_server.h),
-// calling a Python handler per call.
+// mori._C.umbp.CallVerifier: the check of signed control-plane calls (master_grpc_auth.h). The
+// master's grpc++ server is another module, mori.umbp._master_server (bind_umbp_master_server.cc),
+// so that only a master process loads grpc++.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <vector>
 
 #include "mori/core/status.h"
-#include "src/master_grpc_routes.h"
-#include "src/master_grpc_server.h"
+#include "src/master_grpc_auth.h"
 #include "src/master_index.h"
 
 namespace py = pybind11;
@@ -48,167 +50,49 @@ py::list int_list(const std::vector<T>& v) {
   return out;
 }
 
-}  // namespace
-
-namespace {
-
-// The interpreter lock on one of the server's workers. A worker keeps its Python thread state
-// from its first call on: made and torn down per call it cost tens of microseconds. (The
-// server's few workers leave theirs to the interpreter's own cleanup.)
-struct WorkerGil {
-  py::gil_scoped_acquire gil;
-  WorkerGil() {
-    thread_local bool kept = false;
-    if (!kept) {
-      gil.inc_ref();
-      kept = true;
-    }
-  }
-};
-
-// A Python callable held by C++ objects that may drop it on a thread without the lock.
-std::shared_ptr<py::function> held(py::function fn) {
-  return std::shared_ptr<py::function>(new py::function(std::move(fn)), [](py::function* p) {
-    py::gil_scoped_acquire gil;
-    delete p;
-  });
+py::object refusal_tuple(const std::optional<Refusal>& r) {
+  return r ? py::object(py::make_tuple(r->reason, r->details)) : py::object(py::none());
 }
-
-// The Python handler as the server's GrpcHandler: handler(method: str, request: bytes,
-// metadata: list[(str, str | bytes)], peer: str, time_remaining: float | None)
-// -> (code: int, details: str, reply: bytes). The interpreter lock is taken once per call, on
-// the server's worker thread; values of "-bin" metadata keys are bytes, the others str.
-GrpcHandler python_handler(py::function fn) {
-  auto f = held(std::move(fn));
-  return [f](const GrpcCall& call, GrpcReply& reply) {
-    WorkerGil gil;
-    try {
-      py::list md(call.metadata.size());
-      for (size_t i = 0; i < call.metadata.size(); ++i) {
-        const auto& [k, v] = call.metadata[i];
-        const bool binary = k.size() > 4 && k.compare(k.size() - 4, 4, "-bin") == 0;
-        py::object value = binary ? py::object(py::bytes(v)) : py::object(py::str(v));
-        PyList_SET_ITEM(md.ptr(), i, py::make_tuple(py::str(k), value).release().ptr());
-      }
-      py::object remaining = call.time_remaining_s < 0 ? py::none() : py::object(py::float_(call.time_remaining_s));
-      py::object out = (*f)(py::str(call.method), py::bytes(call.request), md, py::str(call.peer), remaining);
-      auto t = out.cast<py::tuple>();
-      MORI_CHECK_ARG(t.size() == 3, "the master's gRPC handler must return (code, details, reply), got %zu items",
-                     t.size());
-      reply.code = t[0].cast<int>();
-      reply.details = t[1].cast<std::string>();
-      char* data = nullptr;
-      Py_ssize_t len = 0;
-      if (PyBytes_AsStringAndSize(t[2].ptr(), &data, &len) != 0) throw py::error_already_set();
-      reply.body.assign(data, static_cast<size_t>(len));
-    } catch (py::error_already_set& e) {
-      // The dispatcher answers every handler error itself; this is a bug in it. UNKNOWN, as
-      // grpcio answers an exception from a handler.
-      reply.code = 2;
-      reply.details = std::string("umbp master: gRPC handler failed: ") + e.what();
-    } catch (const std::exception& e) {
-      reply.code = 2;
-      reply.details = std::string("umbp master: gRPC handler failed: ") + e.what();
-    }
-  };
-}
-
-// Dropping the server joins its workers, which take the interpreter lock: drop it without.
-struct ReleaseGilDelete {
-  void operator()(MasterGrpcServer* s) const {
-    if (PyGILState_Check()) {
-      py::gil_scoped_release nogil;
-      delete s;
-    } else {
-      delete s;
-    }
-  }
-};
 
 }  // namespace
 
 void bind_umbp_master(py::module_& m) {
-  m.attr("HAVE_GRPCPP") = grpc_server_available();
-  py::class_<MasterGrpcServer, std::unique_ptr<MasterGrpcServer, ReleaseGilDelete>>(
-      m, "MasterGrpcServer",
-      "The UMBP master's gRPC server in grpc++: every call's request bytes, metadata, peer and "
-      "time remaining go to handler(method, request, metadata, peer, time_remaining), which "
-      "answers (code, details, reply bytes); it runs on one of `workers` threads. Start raises "
-      "when the build has no grpc++ (HAVE_GRPCPP).")
-      .def(
-          py::init([](std::string listen_address, py::function handler, int workers, bool reuse_port,
-                      int max_message_bytes) {
-            return std::unique_ptr<MasterGrpcServer, ReleaseGilDelete>(new MasterGrpcServer(
-                std::move(listen_address), python_handler(std::move(handler)), workers, reuse_port, max_message_bytes));
-          }),
-          py::arg("listen_address"), py::arg("handler"), py::arg("workers") = 16, py::arg("reuse_port") = false,
-          py::arg("max_message_bytes") = 256 << 20)
-      .def("start", &MasterGrpcServer::start, py::call_guard<py::gil_scoped_release>(),
-           "Bind and serve; the bound port.")
-      .def("stop", &MasterGrpcServer::stop, py::arg("grace"), py::call_guard<py::gil_scoped_release>(),
-           "Stop: calls in flight get `grace` seconds, then are cancelled; the workers end.")
-      .def(
-          "route_natively",
-          [](MasterGrpcServer& server, NativeRouteGet& native) {
-            server.set_native(
-                "/umbp.UMBPMaster/BatchRouteGet",
-                [n = &native](const std::string& req, std::string& rep) { return n->batch_route_get(req, rep); });
-            server.set_native("/umbp.UMBPMaster/RouteGet", [n = &native](const std::string& req, std::string& rep) {
-              return n->route_get(req, rep);
-            });
-          },
-          py::arg("native"), py::keep_alive<1, 2>(),
-          "Answer BatchRouteGet and RouteGet with `native` first (no interpreter lock); what it leaves goes to "
-          "the handler. "
-          "Before start().")
-      .def("wait", &MasterGrpcServer::wait, py::call_guard<py::gil_scoped_release>(), "Block until stop() ran.");
-
-  m.attr("HAVE_NATIVE_ROUTES") = native_routes_available();
-  py::class_<NativeRouteGet>(
-      m, "NativeRouteGet",
-      "BatchRouteGet and RouteGet answered in C++ from a MasterIndex for the master's grpc++ server: calls "
-      "with a miss are left to the Python handler; route counts and latencies are kept until "
-      "drain().")
-      .def(py::init([](MasterIndex& index, double lease_s, bool any_copy, std::vector<double> latency_bounds,
-                       py::function alive, double alive_max_age_s) {
-             auto f = held(std::move(alive));
-             NativeRouteGet::AliveSource source = [f]() {
-               WorkerGil gil;
-               return (*f)().cast<std::vector<std::pair<std::string, std::string>>>();
-             };
-             return std::make_unique<NativeRouteGet>(index, lease_s, any_copy, std::move(latency_bounds),
-                                                     std::move(source), alive_max_age_s);
+  py::class_<CallVerifier>(
+      m, "CallVerifier",
+      "The check of a signed UMBP control-plane call (umbp/src/master_grpc_auth.h): the one implementation of "
+      "master_auth's rules, used by grpcio's VerifyingInterceptor and the master's grpc++ server. Refusals are "
+      "(reason, details) tuples: reason for the refusal counter, details for UNAUTHENTICATED.")
+      .def(py::init([](py::bytes secret, double window_s, std::string name) {
+             return std::make_unique<CallVerifier>(std::string(secret), window_s, std::move(name));
            }),
-           py::arg("index"), py::arg("lease_s"), py::arg("any_copy"), py::arg("latency_bounds"), py::arg("alive"),
-           py::arg("alive_max_age_s") = 0.2, py::keep_alive<1, 2>(),
-           "index: the in-memory store's MasterIndex; latency_bounds: the latency histogram's bucket upper bounds "
-           "(+inf last); alive(): [(node_id, peer_address)] of the live clients, asked again when older than "
-           "alive_max_age_s.")
+           py::arg("secret"), py::arg("window_s"), py::arg("name"))
       .def(
-          "batch_route_get",
-          [](NativeRouteGet& n, py::bytes request) -> py::object {
-            std::string req = request, reply;
-            bool ok;
-            {
-              py::gil_scoped_release nogil;
-              ok = n.batch_route_get(req, reply);
-            }
-            return ok ? py::object(py::bytes(reply)) : py::object(py::none());
+          "header_refusal",
+          [](const CallVerifier& v, std::string_view ts, std::string_view nonce, std::string_view sig, double now) {
+            return refusal_tuple(v.header_refusal(ts, nonce, sig, now));
           },
-          py::arg("request"), "The serialized BatchRouteGetResponse, or None when the call is left to Python.")
+          py::arg("ts"), py::arg("nonce"), py::arg("sig"), py::arg("now"),
+          "What is wrong with the signing metadata alone ('' for absent), or None.")
       .def(
-          "drain",
-          [](NativeRouteGet& n, const std::string& rpc) {
-            MORI_CHECK_ARG(rpc == "BatchRouteGet" || rpc == "RouteGet", "rpc must be BatchRouteGet or RouteGet, got %s",
-                           rpc.c_str());
-            auto c = n.drain(rpc == "RouteGet" ? NativeRpc::kRouteGet : NativeRpc::kBatchRouteGet);
-            py::dict hits;
-            for (const auto& [node, count] : c.hits) hits[py::str(node)] = count;
-            return py::make_tuple(hits, py::cast(c.buckets), c.latency_sum_s, c.answered);
+          "signature_ok",
+          [](const CallVerifier& v, std::string_view method, std::string_view ts, std::string_view nonce,
+             std::string_view sig, py::bytes body) {
+            std::string_view b = body;
+            return v.signature_ok(method, ts, nonce, sig, b);
           },
-          py::arg("rpc"),
-          "For rpc (BatchRouteGet, RouteGet): ({node_id: keys routed to it}, latency counts per bucket, latency sum "
-          "in s, calls answered) since the last drain.");
+          py::arg("method"), py::arg("ts"), py::arg("nonce"), py::arg("sig"), py::arg("body"))
+      .def("fresh_nonce", &CallVerifier::fresh_nonce, py::arg("nonce"), py::arg("now"),
+           "Record the nonce; False when it was seen before (a replay).")
+      .def(
+          "check",
+          [](CallVerifier& v, std::string_view method, std::string_view ts, std::string_view nonce,
+             std::string_view sig, py::bytes body, double now) {
+            std::string_view b = body;
+            return refusal_tuple(v.check(method, ts, nonce, sig, b, now));
+          },
+          py::arg("method"), py::arg("ts"), py::arg("nonce"), py::arg("sig"), py::arg("body"), py::arg("now"),
+          "The whole check: None to serve the call, else (reason, details).")
+      .def_property_readonly("name", &CallVerifier::name);
 
   py::class_<MasterIndex>(m, "MasterIndex",
                           "The UMBP master's in-memory block index: key -> copies (node, tier, size), "

@@ -29,9 +29,17 @@ bool native_routes_available() { return true; }
 bool native_routes_available() { return false; }
 #endif
 
-NativeRouteGet::NativeRouteGet(MasterIndex& index, double lease_s, bool any_copy, std::vector<double> latency_bounds,
+NativeRouteGet::Router NativeRouteGet::index_router(MasterIndex& index) {
+  return [&index](const std::vector<std::string>& keys, const std::vector<std::string>& exclude, const Alive& alive,
+                  double now, double lease_until, bool any_copy, RoutedGets& out) {
+    out = index.route_choose(keys, exclude, alive.ids, now, lease_until, any_copy);
+    return true;
+  };
+}
+
+NativeRouteGet::NativeRouteGet(Router router, double lease_s, bool any_copy, std::vector<double> latency_bounds,
                                AliveSource alive, double alive_max_age_s)
-    : index_(index),
+    : router_(std::move(router)),
       lease_s_(lease_s),
       any_copy_(any_copy),
       bounds_(std::move(latency_bounds)),
@@ -72,7 +80,7 @@ bool NativeRouteGet::route(const std::vector<std::string>& keys, const std::vect
                            RoutedGets& out, std::shared_ptr<const Alive>& alive) {
   alive = alive_now();
   const double now = wall_s();
-  out = index_.route_choose(keys, exclude, alive->ids, now, now + lease_s_, any_copy_);
+  if (!router_(keys, exclude, *alive, now, now + lease_s_, any_copy_, out)) return false;
   // A miss may be a put routed but not yet reported, which only the Python side knows. (The
   // hits were touched and leased already; the Python handler's second pass leases them again.)
   return out.misses == 0;
@@ -87,14 +95,19 @@ void NativeRouteGet::count(NativeRpc rpc, const RoutedGets& r, double t0) {
   t.buckets[std::min(bucket, t.buckets.size() - 1)] += 1;
   t.latency_sum_s += dt;
   t.answered += 1;
+  answered_.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool NativeRouteGet::batch_route_get(const std::string& request, std::string& reply) {
+bool NativeRouteGet::batch_route_get(std::string_view request, std::string& reply) {
 #if MORI_UMBP_HAVE_PROTOBUF
   const double t0 = steady_s();
   ::umbp::BatchRouteGetRequest req;
-  if (!req.ParseFromString(request)) return false;  // the Python handler answers it as grpcio would
-  std::vector<std::string> keys(req.keys().begin(), req.keys().end());
+  // An unparsable request is the Python handler's to answer, as grpcio would.
+  if (!req.ParseFromArray(request.data(), static_cast<int>(request.size()))) return false;
+  // The keys move out of the parsed request (no copy, no allocation per key).
+  std::vector<std::string> keys;
+  keys.reserve(req.keys_size());
+  for (std::string& k : *req.mutable_keys()) keys.push_back(std::move(k));
   std::vector<std::string> exclude(req.exclude_nodes().begin(), req.exclude_nodes().end());
   RoutedGets r;
   std::shared_ptr<const Alive> alive;
@@ -122,11 +135,11 @@ bool NativeRouteGet::batch_route_get(const std::string& request, std::string& re
 #endif
 }
 
-bool NativeRouteGet::route_get(const std::string& request, std::string& reply) {
+bool NativeRouteGet::route_get(std::string_view request, std::string& reply) {
 #if MORI_UMBP_HAVE_PROTOBUF
   const double t0 = steady_s();
   ::umbp::RouteGetRequest req;
-  if (!req.ParseFromString(request)) return false;
+  if (!req.ParseFromArray(request.data(), static_cast<int>(request.size()))) return false;
   std::vector<std::string> exclude(req.exclude_nodes().begin(), req.exclude_nodes().end());
   RoutedGets r;
   std::shared_ptr<const Alive> alive;

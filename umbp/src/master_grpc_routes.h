@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: MIT
 // Phase 2 of the master's grpc++ server: BatchRouteGet and RouteGet answered in C++, on the worker thread
-// that received it, without the interpreter lock, when the store is the in-memory one (whose
-// block index, MasterIndex, already answers the lookup natively). A call it cannot answer
+// that received it, without the interpreter lock, from the in-memory store's block index
+// (MasterIndex) or the Redis store's scripts (RedisRoutes, master_grpc_redis.h). A call it cannot answer
 // exactly as the Python handler would (a key with no live copy, which may be a pending put only
 // the Python side knows; a request that does not parse) is left to the Python handler. Its
 // route counters and latencies are kept here and drained into the Python metrics at scrape time.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -30,16 +32,27 @@ class NativeRouteGet {
  public:
   // The live clients as (node_id, peer_address): asked again when the copy is older than max_age_s.
   using AliveSource = std::function<std::vector<std::pair<std::string, std::string>>()>;
+  struct Alive {
+    std::unordered_map<std::string, std::string> peer;  // node_id -> peer_address
+    std::vector<std::string> ids;
+  };
+  // The store's get path for a batch: route_choose's columns into out; false when the store
+  // failed (the call goes to Python).
+  using Router =
+      std::function<bool(const std::vector<std::string>& keys, const std::vector<std::string>& exclude,
+                         const Alive& alive, double now, double lease_until, bool any_copy, RoutedGets& out)>;
 
-  // index: the in-memory store's block index (outlives this); lease_s: a routed key's lease;
-  // any_copy: UMBP_ROUTE_GET_STRATEGY=random; latency_bounds: the upper bounds of the Python
-  // latency histogram's buckets (+inf last), so drained counts add bucket for bucket.
-  NativeRouteGet(MasterIndex& index, double lease_s, bool any_copy, std::vector<double> latency_bounds,
-                 AliveSource alive, double alive_max_age_s);
+  // router: the store's get path; lease_s: a routed key's lease; any_copy:
+  // UMBP_ROUTE_GET_STRATEGY=random; latency_bounds: the upper bounds of the Python latency
+  // histogram's buckets (+inf last), so drained counts add bucket for bucket.
+  NativeRouteGet(Router router, double lease_s, bool any_copy, std::vector<double> latency_bounds, AliveSource alive,
+                 double alive_max_age_s);
+  // The in-memory store's block index (which outlives this) as the router.
+  static Router index_router(MasterIndex& index);
 
   // Answer a BatchRouteGet / RouteGet request (serialized) into reply; false: leave it to Python.
-  bool batch_route_get(const std::string& request, std::string& reply);
-  bool route_get(const std::string& request, std::string& reply);
+  bool batch_route_get(std::string_view request, std::string& reply);
+  bool route_get(std::string_view request, std::string& reply);
 
   struct Counts {
     std::vector<std::pair<std::string, uint64_t>> hits;  // per serving node, since the last drain
@@ -49,15 +62,13 @@ class NativeRouteGet {
   };
   // What was counted for `rpc` since the last drain (and zero it).
   Counts drain(NativeRpc rpc);
+  // Calls answered here since the start, both RPCs.
+  uint64_t answered() const { return answered_.load(std::memory_order_relaxed); }
 
  private:
-  struct Alive {
-    std::unordered_map<std::string, std::string> peer;  // node_id -> peer_address
-    std::vector<std::string> ids;
-  };
   std::shared_ptr<const Alive> alive_now();
 
-  MasterIndex& index_;
+  Router router_;
   double lease_s_;
   bool any_copy_;
   std::vector<double> bounds_;
@@ -79,6 +90,7 @@ class NativeRouteGet {
   void count(NativeRpc rpc, const RoutedGets& r, double t0);
   std::mutex counts_mu_;
   Tally tally_[2];
+  std::atomic<uint64_t> answered_{0};
 };
 
 }  // namespace mori::umbp

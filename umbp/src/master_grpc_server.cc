@@ -1,27 +1,37 @@
 // SPDX-License-Identifier: MIT
-// The UMBP master's grpc++ server (master_grpc_server.h). Built when CMake finds grpc++
-// (MORI_UMBP_HAVE_GRPCPP); without it the class exists and start() says what is missing, so
-// the bindings and the Python side are the same in every build.
+// The UMBP master's grpc++ server (master_grpc_server.h). Built only when CMake finds grpc++
+// (umbp/CMakeLists.txt builds mori.umbp._master_server then).
 #include "src/master_grpc_server.h"
 
-#include <algorithm>
-#include <chrono>
-
-#include "mori/core/status.h"
-
-#if MORI_UMBP_HAVE_GRPCPP
+#include <absl/synchronization/mutex.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/byte_buffer.h>
-#endif
+
+#include <algorithm>
+#include <chrono>
+#include <string_view>
+#include <unordered_set>
+
+#include "mori/core/status.h"
+#include "src/master_grpc_auth.h"
 
 namespace mori::umbp {
 
-#if MORI_UMBP_HAVE_GRPCPP
-
-bool grpc_server_available() { return true; }
+int grpc_worker_threads(int requested) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(std::min(requested, 2), std::min(requested, cores));
+}
 
 namespace {
+
+// The last value of a metadata key (what Python's dict() of the metadata keeps), or "".
+std::string_view metadata_value(const std::multimap<grpc::string_ref, grpc::string_ref>& md, std::string_view key) {
+  std::string_view out;
+  auto [lo, hi] = md.equal_range(grpc::string_ref(key.data(), key.size()));
+  for (auto it = lo; it != hi; ++it) out = std::string_view(it->second.data(), it->second.size());
+  return out;
+}
 
 // One call's state on the completion queue: a unary RPC read as the first message of a generic
 // bidi stream (its client sends one message and half-closes). Its tag is the object itself;
@@ -33,16 +43,22 @@ struct Call {
   grpc::ByteBuffer request, reply;
 };
 
-std::string request_bytes(grpc::ByteBuffer& buffer) {
-  std::string out;
-  std::vector<grpc::Slice> slices;
-  if (buffer.Dump(&slices).ok()) {
-    size_t n = 0;
-    for (const auto& s : slices) n += s.size();
-    out.reserve(n);
-    for (const auto& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return out;
+// A request's bytes in one piece: a view of grpc's own slice when it arrived in one (the usual
+// case for the master's small requests: no copy), else joined into `joined`.
+std::string_view request_bytes(grpc::ByteBuffer& buffer, std::vector<grpc::Slice>& slices, std::string& joined) {
+  if (!buffer.Dump(&slices).ok()) return {};
+  if (slices.size() == 1) return {reinterpret_cast<const char*>(slices[0].begin()), slices[0].size()};
+  size_t n = 0;
+  for (const auto& s : slices) n += s.size();
+  joined.reserve(n);
+  for (const auto& s : slices) joined.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return joined;
+}
+
+// The reply's bytes as a slice that owns them (no copy into grpc's memory).
+grpc::Slice owned_slice(std::string&& body) {
+  auto* owned = new std::string(std::move(body));
+  return grpc::Slice(owned->data(), owned->size(), [](void* p) { delete static_cast<std::string*>(p); }, owned);
 }
 
 GrpcCall call_of(Call& c, std::string request) {
@@ -73,6 +89,9 @@ struct MasterGrpcServer::Impl {
   bool reuse_port = false;
   int max_message_bytes = 0;
   std::vector<std::pair<std::string, GrpcNativeMethod>> natives;  // a few: a scan is cheapest
+  CallVerifier* verifier = nullptr;
+  std::unordered_set<std::string> verified_methods;
+  GrpcRefusedHook on_refused;
   grpc::AsyncGenericService service;
   std::unique_ptr<grpc::ServerCompletionQueue> cq;
   std::unique_ptr<grpc::Server> server;
@@ -115,10 +134,31 @@ struct MasterGrpcServer::Impl {
     }
   }
 
+  // A signed call's check; false when it was refused (and answered).
+  bool verified(Call& c, std::string_view request) {
+    if (verifier == nullptr || verified_methods.count(c.ctx.method()) == 0) return true;
+    const auto& md = c.ctx.client_metadata();
+    auto refusal = verifier->check(c.ctx.method(), metadata_value(md, CallVerifier::kTsKey),
+                                   metadata_value(md, CallVerifier::kNonceKey),
+                                   metadata_value(md, CallVerifier::kSigKey), request, wall_clock_s());
+    if (!refusal) return true;
+    if (on_refused) {
+      try {
+        on_refused(refusal->reason);
+      } catch (const std::exception&) {  // a counter that failed must not keep the refusal back
+      }
+    }
+    c.stream.Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, refusal->details), &c);
+    return false;
+  }
+
   void answer(Call& c) {
     GrpcReply reply;
-    std::string request = request_bytes(c.request);
+    std::vector<grpc::Slice> slices;
+    std::string joined;
+    const std::string_view request = request_bytes(c.request, slices, joined);
     try {
+      if (!verified(c, request)) return;
       bool answered = false;
       for (const auto& [method, native] : natives) {
         if (method == c.ctx.method()) {
@@ -128,7 +168,7 @@ struct MasterGrpcServer::Impl {
       }
       if (!answered) {
         reply.body.clear();
-        handler(call_of(c, std::move(request)), reply);
+        handler(call_of(c, std::string(request)), reply);
       }
     } catch (const std::exception& e) {  // a handler bug must not take the server down
       reply.code = static_cast<int>(grpc::StatusCode::UNKNOWN);
@@ -138,7 +178,7 @@ struct MasterGrpcServer::Impl {
       c.stream.Finish(grpc::Status(static_cast<grpc::StatusCode>(reply.code), reply.details), &c);
       return;
     }
-    grpc::Slice slice(reply.body);
+    grpc::Slice slice = owned_slice(std::move(reply.body));
     c.reply = grpc::ByteBuffer(&slice, 1);
     c.stream.WriteAndFinish(c.reply, grpc::WriteOptions(), grpc::Status::OK, &c);
   }
@@ -163,9 +203,23 @@ void MasterGrpcServer::set_native(std::string method, GrpcNativeMethod native) {
   impl_->natives.emplace_back(std::move(method), std::move(native));
 }
 
+void MasterGrpcServer::verify_calls(CallVerifier* verifier, std::vector<std::string> methods,
+                                    GrpcRefusedHook on_refused) {
+  MORI_CHECK_ARG(!impl_->server, "verify_calls() must come before start()");
+  MORI_CHECK_ARG(verifier != nullptr, "verifier must not be null");
+  impl_->verifier = verifier;
+  impl_->verified_methods = std::unordered_set<std::string>(methods.begin(), methods.end());
+  impl_->on_refused = std::move(on_refused);
+}
+
+int MasterGrpcServer::workers() const { return static_cast<int>(impl_->workers.size()); }
+
 int MasterGrpcServer::start() {
   Impl& s = *impl_;
   MORI_CHECK_ARG(!s.server, "the master's gRPC server on %s is already started", s.listen_address.c_str());
+  // gRPC core's mutexes are absl's, which in Debian's build check every lock for a deadlock
+  // cycle (a graph walk, a few % of a call's CPU in perf); they are not ours to debug here.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(s.listen_address, grpc::InsecureServerCredentials(), &port);
@@ -186,8 +240,9 @@ int MasterGrpcServer::start() {
     raise(Status::kUnavailable, "umbp master: cannot listen on %s", s.listen_address.c_str());
   }
   // A slot per worker for calls arriving at once; each taken slot is replaced at once.
-  for (int i = 0; i < s.n_workers; ++i) s.request_call();
-  for (int i = 0; i < s.n_workers; ++i) s.workers.emplace_back([&s] { s.work(); });
+  const int n = grpc_worker_threads(s.n_workers);
+  for (int i = 0; i < n; ++i) s.request_call();
+  for (int i = 0; i < n; ++i) s.workers.emplace_back([&s] { s.work(); });
   return port;
 }
 
@@ -216,32 +271,5 @@ void MasterGrpcServer::wait() {
   std::unique_lock<std::mutex> lk(s.mu);
   s.stopped_cv.wait(lk, [&] { return s.stopped; });
 }
-
-#else  // no grpc++ in this build
-
-bool grpc_server_available() { return false; }
-
-struct MasterGrpcServer::Impl {
-  std::string listen_address;
-};
-
-MasterGrpcServer::MasterGrpcServer(std::string listen_address, GrpcHandler, int, bool, int)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->listen_address = std::move(listen_address);
-}
-MasterGrpcServer::~MasterGrpcServer() = default;
-
-void MasterGrpcServer::set_native(std::string, GrpcNativeMethod) {}
-
-int MasterGrpcServer::start() {
-  raise(Status::kUnavailable,
-        "umbp master: this build of mori has no grpc++ (install libgrpc++-dev, protobuf-compiler-grpc and "
-        "rebuild), so it cannot serve %s from C++; UMBP_MASTER_SERVER=python serves it with grpcio",
-        impl_->listen_address.c_str());
-}
-void MasterGrpcServer::stop(double) {}
-void MasterGrpcServer::wait() {}
-
-#endif
 
 }  // namespace mori::umbp

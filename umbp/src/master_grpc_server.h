@@ -2,10 +2,13 @@
 // The UMBP master's gRPC server in C++ (grpc++): it serves umbp.UMBPMaster and
 // umbp.UMBPMasterAdmin (MORI's wire, umbp/proto/) from inside the master process. Every call is
 // taken as raw bytes by one generic service and handed, on the worker thread that polled it in,
-// to a handler (the binding's: the Python servicers, with the interpreter lock taken once per
-// call); the handler's reply or status goes back as it gave it. What it replaces is
-// grpcio's Python server, whose completion-queue thread and thread pool cost a call ~600 us of
-// CPU (docs/umbp-master.md).
+// to a native method (BatchRouteGet, RouteGet: master_grpc_routes.h) or else to a handler (the
+// binding's: the Python servicers, with the interpreter lock taken once per call); the reply or
+// status goes back as it was given. With a job secret every call of a known method is checked
+// here first (master_grpc_auth.h), so native and Python calls are refused alike. What it
+// replaces is grpcio's Python server, whose completion-queue thread and thread pool cost a call
+// ~600 us of CPU (docs/umbp-master.md). Built into its own extension module
+// (mori.umbp._master_server), so only a master process loads grpc++.
 #pragma once
 
 #include <condition_variable>
@@ -14,11 +17,14 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
 
 namespace mori::umbp {
+
+class CallVerifier;
 
 // One call as the handler sees it.
 struct GrpcCall {
@@ -40,10 +46,15 @@ struct GrpcReply {
 using GrpcHandler = std::function<void(const GrpcCall&, GrpcReply&)>;
 // A method's answer without the handler (no interpreter lock): true with the reply body set, or
 // false to leave the call to the handler.
-using GrpcNativeMethod = std::function<bool(const std::string& request, std::string& reply)>;
+using GrpcNativeMethod = std::function<bool(std::string_view request, std::string& reply)>;
 
-// True when this build has grpc++ (libgrpc++-dev); otherwise a MasterGrpcServer cannot start.
-bool grpc_server_available();
+// Called with the reason of every refused call (the refusal counter).
+using GrpcRefusedHook = std::function<void(const std::string& reason)>;
+
+// The worker threads for `requested`: no more than the host's cores (more pollers of one
+// completion queue than cores only add thread wake-ups and switches per call), at least 2 (a
+// handler blocked on Redis or a peer leaves another to poll).
+int grpc_worker_threads(int requested);
 
 class MasterGrpcServer {
  public:
@@ -60,6 +71,13 @@ class MasterGrpcServer {
   // Calls of `method` ("/umbp.UMBPMaster/BatchRouteGet") are offered to `native` first (one per
   // method). Before start().
   void set_native(std::string method, GrpcNativeMethod native);
+  // Check every call of the `methods` (the services' full method names) with `verifier` before
+  // anything answers it: a refused call gets UNAUTHENTICATED with the verifier's details, and
+  // on_refused(reason). Calls of other methods go to the handler (which answers UNIMPLEMENTED),
+  // as grpcio's interceptor lets them. verifier outlives the server. Before start().
+  void verify_calls(CallVerifier* verifier, std::vector<std::string> methods, GrpcRefusedHook on_refused);
+  // The worker threads serving (after start()).
+  int workers() const;
 
   // Binds and serves; the bound port. Raises mori::Error (kUnavailable) when the address cannot
   // be bound or the build has no grpc++.

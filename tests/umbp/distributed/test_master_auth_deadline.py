@@ -20,12 +20,23 @@ from mori.umbp.distributed import UMBPMasterClient
 from mori.umbp.distributed.master_auth import sign
 
 
-@pytest.fixture(scope="module")
-def secured():
+@pytest.fixture(scope="module", params=["python", "cpp"])
+def secured(request):
+    """A signed master under each gRPC server: grpcio's interceptor and the grpc++ server's own
+    check (before its native get path) must refuse alike."""
+    from mori.umbp.distributed.master_server import MasterServer, cpp_server
+
+    if request.param == "cpp" and cpp_server() is None:
+        pytest.skip("no grpc++ in this build")
     secret_hex = _C.core.random_secret_hex()
     secret = bytes.fromhex(secret_hex)
-    with running_master(secret=secret, settings=fast_settings(auth_window_ms=2000)) as m:
+    m = MasterServer("127.0.0.1:0", settings=fast_settings(auth_window_ms=2000), secret=secret, server=request.param)
+    m.start()
+    m.address = f"127.0.0.1:{m.port}"
+    try:
         yield m, secret_hex, secret
+    finally:
+        m.stop(grace=0)
 
 
 def test_signed_client_works_and_stranger_changes_nothing(secured):

@@ -7,35 +7,56 @@ UMBP_MASTER_SERVER picks (auto: grpc++ when built)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 import shutil
+import subprocess
+import sys
 import threading
 import time
 
 import grpc
 import pytest
 from prometheus_client import generate_latest
-from umbp_master_harness import DRAM, GIB, HBM, PeerSession, fast_settings, pb, pb_grpc, uid
+from umbp_master_harness import (  # noqa: F401 - redis_pair, redis_cluster: fixtures
+    DRAM,
+    GIB,
+    HBM,
+    PeerSession,
+    fast_settings,
+    make_store,
+    pb,
+    pb_grpc,
+    redis_cluster,
+    redis_pair,
+    uid,
+)
 
 from mori import _C
-from mori.umbp.distributed.master_auth import sign
-from mori.umbp.distributed.master_server import MasterServer
+from mori.umbp.distributed.master_auth import SigningInterceptor, sign
+from mori.umbp.distributed.master_server import MasterServer, cpp_server
 
-SERVERS = ["python", pytest.param("cpp", marks=pytest.mark.skipif(not _C.umbp.HAVE_GRPCPP, reason="no grpc++"))]
+CPP = cpp_server()  # mori.umbp._master_server, or None in a build without grpc++
+SERVERS = ["python", pytest.param("cpp", marks=pytest.mark.skipif(CPP is None, reason="no grpc++"))]
+pytestmark_cpp = pytest.mark.skipif(CPP is None, reason="no grpc++ in this build")
 
 
 def test_the_build_has_the_cpp_server_where_grpcpp_is_installed():
-    """Where scripts/setup.sh installed grpc++ and protoc (CI), the build must have found them:
-    otherwise every "cpp" case here would skip and the grpcio server alone would be tested."""
+    """Where scripts/setup.sh installed grpc++, protoc and hiredis (CI), the build must have found
+    them: otherwise every "cpp" case here would skip and the grpcio server alone would be tested."""
     if not (os.path.exists("/usr/include/grpcpp/grpcpp.h") and shutil.which("protoc")):
         pytest.skip("grpc++ or protoc not installed here")
-    assert _C.umbp.HAVE_GRPCPP, "grpc++ is installed but the build did not find it (pkg-config grpc++)"
-    assert _C.umbp.HAVE_NATIVE_ROUTES, "protoc and libprotobuf are installed but the native get path was not built"
+    assert CPP is not None, "grpc++ is installed but the build did not find it (pkg-config grpc++)"
+    assert CPP.HAVE_NATIVE_ROUTES, "protoc and libprotobuf are installed but the native get path was not built"
+    if os.path.exists("/usr/include/hiredis/hiredis.h"):
+        assert CPP.HAVE_NATIVE_REDIS, "hiredis is installed but the native Redis get path was not built"
 
 
-def _master(kind: str, secret=None) -> MasterServer:
-    m = MasterServer("127.0.0.1:0", settings=fast_settings(hit_query_max_batch=8), secret=secret, server=kind)
+def _master(kind: str, secret=None, store=None) -> MasterServer:
+    m = MasterServer(
+        "127.0.0.1:0", settings=fast_settings(hit_query_max_batch=8), secret=secret, server=kind, store=store
+    )
     m.start()
     m.address = f"127.0.0.1:{m.port}"
     return m
@@ -85,14 +106,21 @@ def _script(address: str, rng: random.Random) -> list:
 
 
 @pytest.mark.timeout(60)
-def test_both_servers_answer_alike():
+@pytest.mark.parametrize("backend", ["memory", "redis-shards", "redis-cluster"])
+def test_both_servers_answer_alike(backend, request):
+    """The same calls, answered by grpcio's server (all Python) and by grpc++ (the get path in
+    C++ over the in-memory index, or over two Redis endpoints or a Redis Cluster through hiredis
+    and the store's own Lua script): the same replies, codes, details and metrics."""
+    redis_pair = request.getfixturevalue("redis_pair") if backend == "redis-shards" else None
+    redis_cluster = request.getfixturevalue("redis_cluster") if backend == "redis-cluster" else None
     seed = random.randrange(1 << 30)
     answers = {}
     scraped = {}
-    for kind in ("python", "cpp") if _C.umbp.HAVE_GRPCPP else ("python",):
-        m = _master(kind)
+    for kind in ("python", "cpp") if CPP is not None else ("python",):
+        m = _master(kind, store=make_store(backend, redis_pair, redis_cluster))
         try:
-            assert (m.native_routes is not None) == (kind == "cpp" and _C.umbp.HAVE_NATIVE_ROUTES)
+            native = kind == "cpp" and CPP.HAVE_NATIVE_ROUTES and (backend == "memory" or CPP.HAVE_NATIVE_REDIS)
+            assert (m.native_routes is not None) == native
             answers[kind] = _script(m.address, random.Random(seed))
             errors = {k[0]: v for k, v in m.metrics.rpc_errors._metrics.items()}
             assert errors.get("RegisterClient") is not None, "the handlers' error counter saw the aborts"
@@ -113,6 +141,8 @@ def test_both_servers_answer_alike():
                     )
                 )
             ]
+            if native:  # the all-hit calls (2 BatchRouteGet, 2 RouteGet) were answered in C++
+                assert m.native_routes.answered == 4
         finally:
             m.stop(0)
     # node-b: 10 + 10 HBM hits; node-a: 30 + 54 + 40 (node-b excluded)
@@ -169,7 +199,54 @@ def test_signed_calls_under_both_servers(kind):
         m.stop(0)
 
 
-pytestmark_cpp = pytest.mark.skipif(not _C.umbp.HAVE_GRPCPP, reason="no grpc++ in this build")
+@pytestmark_cpp
+@pytest.mark.timeout(60)
+def test_signed_route_gets_are_answered_natively():
+    """With a job secret the grpc++ server checks the signature in C++ and answers a signed
+    BatchRouteGet/RouteGet hit without Python; refusals are the same, whichever path."""
+    if not CPP.HAVE_NATIVE_ROUTES:
+        pytest.skip("no native get path in this build")
+    secret = bytes.fromhex(_C.core.random_secret_hex())
+    m = _master("cpp", secret=secret)
+    try:
+        keys = [uid("k") for _ in range(16)]
+        ch = grpc.insecure_channel(m.address)
+        signed = pb_grpc.UMBPMasterStub(grpc.intercept_channel(ch, SigningInterceptor(secret)))
+        node = uid("n")
+        caps = [pb.TierCapacity(tier=DRAM, total_capacity_bytes=GIB, available_capacity_bytes=GIB)]
+        signed.RegisterClient(pb.RegisterClientRequest(node_id=node, peer_address="10.0.0.9:7", tier_capacities=caps))
+        events = [
+            pb.KvEvent(kind=pb.KvEvent.ADD, key=k, tier=DRAM, size=100 + i, offset=i * 4096, checksum=1 + i)
+            for i, k in enumerate(keys)
+        ]
+        signed.Heartbeat(pb.HeartbeatRequest(node_id=node, bundles=[pb.EventBundle(seq=1, events=events)]))
+        stub = pb_grpc.UMBPMasterStub(ch)
+        before = m.native_routes.answered
+        req = pb.BatchRouteGetRequest(keys=keys)
+        reply = stub.BatchRouteGet(
+            req, metadata=sign(secret, "/umbp.UMBPMaster/BatchRouteGet", req.SerializeToString())
+        )
+        assert list(reply.size) == [100 + i for i in range(16)] and list(reply.checksum) == [1 + i for i in range(16)]
+        one = pb.RouteGetRequest(key=keys[3])
+        got = stub.RouteGet(one, metadata=sign(secret, "/umbp.UMBPMaster/RouteGet", one.SerializeToString()))
+        assert got.found and got.size == 103 and got.peer_address == "10.0.0.9:7"
+        assert m.native_routes.answered == before + 2, "both signed hits were answered in C++"
+        md = sign(secret, "/umbp.UMBPMaster/BatchRouteGet", req.SerializeToString())
+        stub.BatchRouteGet(req, metadata=md)
+        refused0 = m.metrics.auth_refused._value.get()
+        for metadata, why in (
+            (md, "replayed call"),
+            (None, "unsigned"),
+            (sign(os.urandom(32), "/umbp.UMBPMaster/BatchRouteGet", req.SerializeToString()), "bad signature"),
+        ):
+            with pytest.raises(grpc.RpcError) as err:
+                stub.BatchRouteGet(req, metadata=metadata, timeout=5)
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED and why in err.value.details()
+        assert m.metrics.auth_refused._value.get() == refused0 + 3
+        assert m.native_routes.answered == before + 3, "refused calls were not answered"
+        ch.close()
+    finally:
+        m.stop(0)
 
 
 @pytestmark_cpp
@@ -185,7 +262,7 @@ def test_cpp_server_passes_calls_through():
             raise RuntimeError("a dispatcher bug")
         return 0, "", request[::-1]
 
-    server = _C.umbp.MasterGrpcServer("127.0.0.1:0", handler, workers=4)
+    server = CPP.MasterGrpcServer("127.0.0.1:0", handler, workers=4)
     port = server.start()
     try:
         ch = grpc.insecure_channel(
@@ -231,7 +308,7 @@ def test_cpp_server_passes_calls_through():
     finally:
         server.stop(0)
     with pytest.raises(Exception, match="cannot listen"):  # the port is not ours any more... or is taken
-        _C.umbp.MasterGrpcServer("256.0.0.1:1", handler).start()
+        CPP.MasterGrpcServer("256.0.0.1:1", handler).start()
 
 
 @pytestmark_cpp
@@ -244,7 +321,7 @@ def test_cpp_server_stop_finishes_calls_in_flight():
         time.sleep(0.5)
         return 0, "", b"done"
 
-    server = _C.umbp.MasterGrpcServer("127.0.0.1:0", slow, workers=2)
+    server = CPP.MasterGrpcServer("127.0.0.1:0", slow, workers=2)
     port = server.start()
     ch = grpc.insecure_channel(f"127.0.0.1:{port}")
     result = {}
@@ -262,3 +339,39 @@ def test_cpp_server_stop_finishes_calls_in_flight():
     assert result["r"] == b"done"
     ch.close()
     server.stop(0)  # again: nothing
+
+
+def _maps_after(code: str) -> str:
+    """/proc/self/maps of a fresh interpreter after running ``code``."""
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nprint(open('/proc/self/maps').read())"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+@pytest.mark.timeout(240)
+def test_import_mori_loads_no_grpcpp_and_the_server_loads_with_torch_and_grpcio():
+    """grpc++ and protobuf live in mori.umbp._master_server alone: `import mori` and its apps
+    (EP, shmem, IO, the UMBP client) never map them. The server's module loads before grpcio
+    (after it is how every master here imports them); with torch too (a master process may
+    import all three), in both orders, when MORI_TEST_ALL_IMPORT_ORDERS=1 (torch's import costs
+    CI 6-12 s per process)."""
+    # One interpreter: mori's packages first (their maps checked), then the server's module and
+    # grpcio. (mori.ep imports torch, 5 s here: it joins with the torch orders.)
+    apps = "import mori, mori.shmem, mori.io, mori.umbp\n"
+    check = "m = open('/proc/self/maps').read(); assert 'libgrpc++' not in m and 'libprotobuf' not in m, m\n"
+    server = "from mori.umbp import _master_server as s; assert s.worker_threads(16) >= 2\n"
+    if CPP is None:
+        _maps_after(apps + check)
+        pytest.skip("no grpc++ in this build")
+    orders = [apps + check + server + "import grpc\n"]
+    if os.environ.get("MORI_TEST_ALL_IMPORT_ORDERS") == "1" and importlib.util.find_spec("torch"):
+        torch = "import torch; torch.ones(2).sum()\n"
+        apps = apps.replace("mori.shmem", "mori.ep, mori.shmem")
+        orders = [apps + check + torch + "import grpc\n" + server, apps + check + server + "import grpc\n" + torch]
+    for code in orders:
+        assert "libgrpc++" in _maps_after(code)

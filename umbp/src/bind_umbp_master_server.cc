@@ -1,0 +1,250 @@
+// SPDX-License-Identifier: MIT
+// mori.umbp._master_server: the UMBP master's grpc++ server (master_grpc_server.h), its native
+// get path (master_grpc_routes.h) and the Redis store's side of it (master_grpc_redis.h). A module
+// of its own, built only where grpc++ is, so that `import mori` (EP, shmem, IO users) never loads
+// libgrpc++ or libprotobuf: only a master process imports it. The MasterIndex and CallVerifier it
+// takes are mori._C's (pybind11 shares the classes between the two modules).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mori/core/status.h"
+#include "src/master_grpc_auth.h"
+#include "src/master_grpc_redis.h"
+#include "src/master_grpc_routes.h"
+#include "src/master_grpc_server.h"
+#include "src/master_index.h"
+
+namespace py = pybind11;
+using namespace mori::umbp;
+
+namespace {
+
+// The interpreter lock on one of the server's workers. A worker keeps its Python thread state
+// from its first call on: made and torn down per call it cost tens of microseconds. (The
+// server's few workers leave theirs to the interpreter's own cleanup.)
+struct WorkerGil {
+  py::gil_scoped_acquire gil;
+  WorkerGil() {
+    thread_local bool kept = false;
+    if (!kept) {
+      gil.inc_ref();
+      kept = true;
+    }
+  }
+};
+
+// A Python callable held by C++ objects that may drop it on a thread without the lock.
+std::shared_ptr<py::function> held(py::function fn) {
+  return std::shared_ptr<py::function>(new py::function(std::move(fn)), [](py::function* p) {
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+}
+
+// The Python handler as the server's GrpcHandler: handler(method: str, request: bytes,
+// metadata: list[(str, str | bytes)], peer: str, time_remaining: float | None)
+// -> (code: int, details: str, reply: bytes). The interpreter lock is taken once per call, on
+// the server's worker thread; values of "-bin" metadata keys are bytes, the others str.
+GrpcHandler python_handler(py::function fn) {
+  auto f = held(std::move(fn));
+  return [f](const GrpcCall& call, GrpcReply& reply) {
+    WorkerGil gil;
+    try {
+      py::list md(call.metadata.size());
+      for (size_t i = 0; i < call.metadata.size(); ++i) {
+        const auto& [k, v] = call.metadata[i];
+        const bool binary = k.size() > 4 && k.compare(k.size() - 4, 4, "-bin") == 0;
+        py::object value = binary ? py::object(py::bytes(v)) : py::object(py::str(v));
+        PyList_SET_ITEM(md.ptr(), i, py::make_tuple(py::str(k), value).release().ptr());
+      }
+      py::object remaining = call.time_remaining_s < 0 ? py::none() : py::object(py::float_(call.time_remaining_s));
+      py::object out = (*f)(py::str(call.method), py::bytes(call.request), md, py::str(call.peer), remaining);
+      auto t = out.cast<py::tuple>();
+      MORI_CHECK_ARG(t.size() == 3, "the master's gRPC handler must return (code, details, reply), got %zu items",
+                     t.size());
+      reply.code = t[0].cast<int>();
+      reply.details = t[1].cast<std::string>();
+      char* data = nullptr;
+      Py_ssize_t len = 0;
+      if (PyBytes_AsStringAndSize(t[2].ptr(), &data, &len) != 0) throw py::error_already_set();
+      reply.body.assign(data, static_cast<size_t>(len));
+    } catch (py::error_already_set& e) {
+      // The dispatcher answers every handler error itself; this is a bug in it. UNKNOWN, as
+      // grpcio answers an exception from a handler.
+      reply.code = 2;
+      reply.details = std::string("umbp master: gRPC handler failed: ") + e.what();
+    } catch (const std::exception& e) {
+      reply.code = 2;
+      reply.details = std::string("umbp master: gRPC handler failed: ") + e.what();
+    }
+  };
+}
+
+// Dropping the server joins its workers, which take the interpreter lock: drop it without.
+struct ReleaseGilDelete {
+  void operator()(MasterGrpcServer* s) const {
+    if (PyGILState_Check()) {
+      py::gil_scoped_release nogil;
+      delete s;
+    } else {
+      delete s;
+    }
+  }
+};
+
+NativeRouteGet::AliveSource alive_source(py::function alive) {
+  auto f = held(std::move(alive));
+  return [f]() {
+    WorkerGil gil;
+    return (*f)().cast<std::vector<std::pair<std::string, std::string>>>();
+  };
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_master_server, m) {
+  m.doc() = "The UMBP master's grpc++ server and its native get path (only a master process imports this)";
+  py::module_::import("mori._C");  // MasterIndex, CallVerifier and mori's error classes
+  m.attr("HAVE_NATIVE_ROUTES") = native_routes_available();
+  m.attr("HAVE_NATIVE_REDIS") = native_redis_available();
+  m.def("worker_threads", &grpc_worker_threads, py::arg("requested"),
+        "The worker threads a server asked for `requested` runs: at most the host's cores, at least 2.");
+
+  py::class_<MasterGrpcServer, std::unique_ptr<MasterGrpcServer, ReleaseGilDelete>>(
+      m, "MasterGrpcServer",
+      "The UMBP master's gRPC server in grpc++: every call's request bytes, metadata, peer and "
+      "time remaining go to handler(method, request, metadata, peer, time_remaining), which "
+      "answers (code, details, reply bytes); it runs on one of the worker threads "
+      "(worker_threads(workers) of them).")
+      .def(
+          py::init([](std::string listen_address, py::function handler, int workers, bool reuse_port,
+                      int max_message_bytes) {
+            return std::unique_ptr<MasterGrpcServer, ReleaseGilDelete>(new MasterGrpcServer(
+                std::move(listen_address), python_handler(std::move(handler)), workers, reuse_port, max_message_bytes));
+          }),
+          py::arg("listen_address"), py::arg("handler"), py::arg("workers") = 16, py::arg("reuse_port") = false,
+          py::arg("max_message_bytes") = 256 << 20)
+      .def("start", &MasterGrpcServer::start, py::call_guard<py::gil_scoped_release>(),
+           "Bind and serve; the bound port.")
+      .def("stop", &MasterGrpcServer::stop, py::arg("grace"), py::call_guard<py::gil_scoped_release>(),
+           "Stop: calls in flight get `grace` seconds, then are cancelled; the workers end.")
+      .def_property_readonly("workers", &MasterGrpcServer::workers, "Worker threads serving (after start()).")
+      .def(
+          "verify_calls",
+          [](MasterGrpcServer& server, CallVerifier& verifier, std::vector<std::string> methods,
+             py::function on_refused) {
+            auto f = held(std::move(on_refused));
+            server.verify_calls(&verifier, std::move(methods), [f](const std::string& reason) {
+              WorkerGil gil;
+              try {
+                (*f)(reason);
+              } catch (py::error_already_set&) {  // a failed counter must not fail the refusal
+              }
+            });
+          },
+          py::arg("verifier"), py::arg("methods"), py::arg("on_refused"), py::keep_alive<1, 2>(),
+          "Check every call of `methods` with `verifier` (mori._C.umbp.CallVerifier) before anything answers it, "
+          "native or Python; a refused call gets UNAUTHENTICATED and on_refused(reason) is called. Before start().")
+      .def(
+          "route_natively",
+          [](MasterGrpcServer& server, NativeRouteGet& native) {
+            server.set_native("/umbp.UMBPMaster/BatchRouteGet", [n = &native](std::string_view req, std::string& rep) {
+              return n->batch_route_get(req, rep);
+            });
+            server.set_native("/umbp.UMBPMaster/RouteGet",
+                              [n = &native](std::string_view req, std::string& rep) { return n->route_get(req, rep); });
+          },
+          py::arg("native"), py::keep_alive<1, 2>(),
+          "Answer BatchRouteGet and RouteGet with `native` first (no interpreter lock); what it leaves goes to "
+          "the handler. Before start().")
+      .def("wait", &MasterGrpcServer::wait, py::call_guard<py::gil_scoped_release>(), "Block until stop() ran.");
+
+  py::class_<RedisRoutes>(m, "RedisRoutes",
+                          "The Redis store's get path in C++ (hiredis): the store's ROUTE_GET_BATCH script by "
+                          "EVALSHA on its endpoints, routed as RedisMetadataStore routes it.")
+      .def(
+          py::init([](std::vector<std::string> uris, std::string password, std::vector<std::string> shard_prefixes,
+                      std::string script, std::string sha, std::vector<int32_t> tier_priority, double connect_timeout_s,
+                      double socket_timeout_s, size_t pool_size, std::vector<size_t> shard_endpoint) {
+            RedisRoutes::Options o;
+            o.uris = std::move(uris);
+            o.password = std::move(password);
+            o.shard_prefixes = std::move(shard_prefixes);
+            o.script = std::move(script);
+            o.sha = std::move(sha);
+            o.tier_priority = std::move(tier_priority);
+            o.connect_timeout_s = connect_timeout_s;
+            o.socket_timeout_s = socket_timeout_s;
+            o.pool_size = pool_size;
+            o.shard_endpoint = std::move(shard_endpoint);
+            return std::make_unique<RedisRoutes>(std::move(o));
+          }),
+          py::arg("uris"), py::arg("password"), py::arg("shard_prefixes"), py::arg("script"), py::arg("sha"),
+          py::arg("tier_priority"), py::arg("connect_timeout_s"), py::arg("socket_timeout_s"), py::arg("pool_size"),
+          py::arg("shard_endpoint") = std::vector<size_t>{},
+          "uris: the store's endpoints (redis://); shard_prefixes: its block shards' hash-tagged prefixes; script, "
+          "sha: ROUTE_GET_BATCH's text and SHA-1; shard_endpoint: in a Redis Cluster, per shard the index into uris "
+          "of the node holding its slot. Raises for a URI it cannot serve.")
+      .def_property_readonly("failures", &RedisRoutes::failures,
+                             "Calls sent to the Python handler because Redis failed here.");
+
+  py::class_<NativeRouteGet>(
+      m, "NativeRouteGet",
+      "BatchRouteGet and RouteGet answered in C++ for the master's grpc++ server, from a MasterIndex or a "
+      "RedisRoutes: calls with a miss are left to the Python handler; route counts and latencies are kept until "
+      "drain().")
+      .def(py::init([](MasterIndex& index, double lease_s, bool any_copy, std::vector<double> latency_bounds,
+                       py::function alive, double alive_max_age_s) {
+             return std::make_unique<NativeRouteGet>(NativeRouteGet::index_router(index), lease_s, any_copy,
+                                                     std::move(latency_bounds), alive_source(std::move(alive)),
+                                                     alive_max_age_s);
+           }),
+           py::arg("index"), py::arg("lease_s"), py::arg("any_copy"), py::arg("latency_bounds"), py::arg("alive"),
+           py::arg("alive_max_age_s") = 0.2, py::keep_alive<1, 2>(),
+           "index: the in-memory store's MasterIndex; latency_bounds: the latency histogram's bucket upper bounds "
+           "(+inf last); alive(): [(node_id, peer_address)] of the live clients, asked again when older than "
+           "alive_max_age_s.")
+      .def(py::init([](RedisRoutes& redis, double lease_s, bool any_copy, std::vector<double> latency_bounds,
+                       py::function alive, double alive_max_age_s) {
+             NativeRouteGet::Router router = [r = &redis](const std::vector<std::string>& keys,
+                                                          const std::vector<std::string>& exclude,
+                                                          const NativeRouteGet::Alive& alive, double now,
+                                                          double lease_until, bool any_copy, RoutedGets& out) {
+               return r->route_choose(keys, exclude, alive.peer, now, lease_until, any_copy, out);
+             };
+             return std::make_unique<NativeRouteGet>(std::move(router), lease_s, any_copy, std::move(latency_bounds),
+                                                     alive_source(std::move(alive)), alive_max_age_s);
+           }),
+           py::arg("redis"), py::arg("lease_s"), py::arg("any_copy"), py::arg("latency_bounds"), py::arg("alive"),
+           py::arg("alive_max_age_s") = 0.2, py::keep_alive<1, 2>(), "The same over the Redis store's RedisRoutes.")
+      .def(
+          "batch_route_get",
+          [](NativeRouteGet& n, py::bytes request) -> py::object {
+            std::string req = request, reply;
+            bool ok;
+            {
+              py::gil_scoped_release nogil;
+              ok = n.batch_route_get(req, reply);
+            }
+            return ok ? py::object(py::bytes(reply)) : py::object(py::none());
+          },
+          py::arg("request"), "The serialized BatchRouteGetResponse, or None when the call is left to Python.")
+      .def(
+          "drain",
+          [](NativeRouteGet& n, const std::string& rpc) {
+            MORI_CHECK_ARG(rpc == "BatchRouteGet" || rpc == "RouteGet", "rpc must be BatchRouteGet or RouteGet, got %s",
+                           rpc.c_str());
+            auto c = n.drain(rpc == "RouteGet" ? NativeRpc::kRouteGet : NativeRpc::kBatchRouteGet);
+            py::dict hits;
+            for (const auto& [node, count] : c.hits) hits[py::str(node)] = count;
+            return py::make_tuple(hits, py::cast(c.buckets), c.latency_sum_s, c.answered);
+          },
+          py::arg("rpc"),
+          "For rpc (BatchRouteGet, RouteGet): ({node_id: keys routed to it}, latency counts per bucket, latency sum "
+          "in s, calls answered) since the last drain.")
+      .def_property_readonly("answered", &NativeRouteGet::answered, "Calls answered natively since the start.");
+}
