@@ -87,9 +87,7 @@ void tuned_wait(Runtime& r, Pred ready, const char* fn, const void* watched = nu
     if (!r.oversubscribed()) {
       auto spin_start = entered;
       for (int i = 1;; ++i) {
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
+        cpu_relax();
         if (ready()) return;
         if (polling.poll()) {
           if (ready()) return;
