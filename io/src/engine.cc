@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
@@ -13,8 +14,22 @@
 #include "mori/core/store.h"
 #include "mori/core/topology.h"
 #include "src/engine_impl.h"
+#include "src/socket_poll.h"
 
 namespace mori::io {
+
+// MORI_IO_TCP_POLL_US: "auto" (or empty) polls where the process has CPUs to spare
+// (src/socket_poll.h), a number is the window in microseconds (0: never).
+static int parse_poll_us(const std::string& text) {
+  std::string v = text;
+  std::transform(v.begin(), v.end(), v.begin(), ::tolower);
+  if (v.empty() || v == "auto") return usable_cpus() >= kPollAutoMinCpus ? kPollAutoUs : 0;
+  char* end = nullptr;
+  long us = std::strtol(v.c_str(), &end, 10);
+  MORI_CHECK_ARG(end != v.c_str() && *end == '\0' && us >= 0 && us <= 1000000,
+                 "MORI_IO_TCP_POLL_US must be auto or microseconds from 0 to 1000000, got '%s'", text.c_str());
+  return static_cast<int>(us);
+}
 
 IoSettings read_settings() {
   const env::Settings e = env::current();
@@ -26,6 +41,7 @@ IoSettings read_settings() {
   s.direct = e.io_direct;
   s.direct_threads = static_cast<int>(std::clamp<int64_t>(e.io_direct_threads, 1, 64));
   s.inline_bytes = e.io_inline_bytes;
+  s.poll_us = parse_poll_us(e.io_tcp_poll_us);
   s.rdma_transport = e.io_rdma_transport;
   std::transform(s.rdma_transport.begin(), s.rdma_transport.end(), s.rdma_transport.begin(), ::tolower);
   if (s.rdma_transport.empty()) s.rdma_transport = "auto";

@@ -20,6 +20,7 @@
 #include "mori/core/status.h"
 #include "src/engine_impl.h"
 #include "src/registry.h"
+#include "src/socket_poll.h"
 
 namespace mori::io {
 
@@ -247,15 +248,24 @@ void Listener::serve_requests(Conn* c) {
   // 256 KiB of it would come through the buffer and be copied: all of a 64 KiB write.)
   // Small writes keep one recv() for header and payload together.
   bool large_next = false;
+  // MORI_IO_TCP_POLL_US: after serving a request, the thread polls the socket for the next
+  // one before it sleeps in poll() (an initiator posting in a loop sends it within a round
+  // trip); an idle connection, whose last poll() timed out, sleeps at once.
+  const auto window = std::chrono::microseconds(engine_.settings().poll_us);
+  bool active = false;
   while (!stopping_.load()) {
     if (!reader.buffered()) {
       batch.flush();  // everything received so far is answered: send it before waiting
       send_pending_revokes(c);
-      pollfd pfd{c->fd, POLLIN, 0};
-      int rc = poll(&pfd, 1, 200);
-      if (rc < 0 && errno != EINTR) raise_errno("poll");
-      if (rc <= 0) continue;
+      if (!(active && poll_readable(c->fd, window))) {
+        pollfd pfd{c->fd, POLLIN, 0};
+        int rc = poll(&pfd, 1, 200);
+        if (rc < 0 && errno != EINTR) raise_errno("poll");
+        active = rc > 0;
+        if (rc <= 0) continue;
+      }
     }
+    active = true;
     wire::Request q;
     if (!(large_next ? reader.read_header(&q, sizeof(q)) : reader.read(&q, sizeof(q)))) return;  // the initiator closed
     auto op = static_cast<wire::Op>(q.op);
@@ -278,8 +288,13 @@ void Listener::serve_requests(Conn* c) {
           if (!reader.read(buf, q.length)) raise(Status::kRemote, "connection closed in a payload");
           why = gpu::copy_to_device(use->ptr + q.offset, buf, q.length, use->device);
           if (!why.empty()) status = StatusCode::ERR_GPU_OP;
-        } else if (q.length && !reader.read(use->ptr + q.offset, q.length)) {
-          raise(Status::kRemote, "connection closed in a payload");
+        } else if (q.length) {
+          // Nothing buffered (a large write's header came alone): the payload's segments are
+          // taken as they arrive while polling, the rest (after the window) by blocking reads.
+          char* dst = use->ptr + q.offset;
+          size_t got = reader.buffered() ? 0 : recv_polling(c->fd, dst, q.length, window);
+          if (got < q.length && !reader.read(dst + got, q.length - got))
+            raise(Status::kRemote, "connection closed in a payload");
         }
         answer(q.id, status, why);
         if (status == StatusCode::SUCCESS && (q.flags & wire::kNotifyOnSuccess)) notice(q.aux);  // the data is in place

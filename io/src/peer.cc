@@ -21,6 +21,7 @@
 #include "src/backends/ucx_backend.h"
 #include "src/direct_copy.h"
 #include "src/engine_impl.h"
+#include "src/socket_poll.h"
 
 namespace mori::io {
 
@@ -302,13 +303,15 @@ bool Lane::drive(const StatusState& s, std::chrono::steady_clock::time_point dea
   wanting_.fetch_sub(1);
   const double timeout = peer_.engine().settings().timeout_s;
   const bool forever = deadline == std::chrono::steady_clock::time_point::max();
+  // MORI_IO_TCP_POLL_US: poll for the reply before sleeping in the kernel for it.
+  const auto window = std::chrono::microseconds(peer_.engine().settings().poll_us);
   try {
     while (!s.settled() && !broken_.load() && !stopping_.load()) {
       {
         std::lock_guard<std::mutex> lock(p_mu_);
         if (pending_.empty()) break;  // the rest comes over other lanes (or is not sent yet)
       }
-      if (!reader_.buffered() && !forever) {
+      if (!reader_.buffered() && !poll_readable(fd_.get(), window) && !forever) {
         auto left = deadline - std::chrono::steady_clock::now();
         if (left <= std::chrono::steady_clock::duration::zero()) break;
         auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(left).count() + 1;
@@ -391,8 +394,13 @@ void Lane::complete(Piece& p, const wire::Reply& r, std::string message, SocketR
       if (!reader.read(buf, r.length)) raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
       std::string err = gpu::copy_to_device(p.local, buf, r.length, p.device);
       if (!err.empty()) status = StatusCode::ERR_GPU_OP, message = err;
-    } else if (r.length && !reader.read(p.local, r.length)) {
-      raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
+    } else if (r.length) {
+      // As the target's write payloads (listener.cc): segments taken as they arrive.
+      size_t got = reader.buffered() ? 0
+                                     : recv_polling(fd_.get(), p.local, r.length,
+                                                    std::chrono::microseconds(peer_.engine().settings().poll_us));
+      if (got < r.length && !reader.read(p.local + got, r.length - got))
+        raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
     }
   } else if (op == wire::Op::kGrant) {
     if (r.length > 4096) raise(Status::kRemote, "%s sent a malformed grant", peer_.name().c_str());

@@ -12,6 +12,7 @@
 
 #include "mori/core/env.h"
 #include "mori/core/log.h"
+#include "mori/core/spin.h"
 #include "mori/core/status.h"
 #include "mori/shmem/gpu_heap.h"
 #include "mori/transports/registry.h"
@@ -165,9 +166,7 @@ void Runtime::setup() {
   const auto& settings = env::get();
   int device = settings.device >= 0 ? static_cast<int>(settings.device) : g_bound_device;
   topology_ = Topology::discover(*bootstrap_, device);
-  cpu_set_t cpus;
-  int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
-  if (ncpu <= 0) ncpu = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  const int ncpu = usable_cpus();
   int bound = 0;
   for (int pe = 0; pe < n_pes_; ++pe) bound += topology_.pe(pe).cuda_device >= 0;
   if (bound != 0 && bound != n_pes_)

@@ -10,6 +10,9 @@ exactly on both sides (issue 32):
   a larger one (up to the 4 MiB socket buffer) when nothing is in flight either;
 - a striped transfer (above MORI_IO_TCP_CHUNK) is cut into equal pieces, a multiple of the
   lanes, none above the chunk;
+- with MORI_IO_TCP_POLL_US (forced on: "auto" leaves it off on a 2-core machine) the target's
+  thread and the waiting caller poll for requests and replies, and receive payloads segment by
+  segment while polling, before blocking reads take over;
 
 and the faults on those paths: a peer that dies or stops in the middle of a payload fails
 what is in flight with an error naming it within MORI_IO_TIMEOUT_MS, and the engine goes on
@@ -113,10 +116,18 @@ def run_sequence(a: IOEngine, b: IOEngine, sizes, seed: int) -> None:
     b.deregister_memory(md)
 
 
-@pytest.mark.parametrize("lanes", [1, 2])
-def test_edges_exact(lanes):
+@pytest.mark.parametrize("lanes,poll_us", [(1, "0"), (2, "0"), (2, "50")])
+def test_edges_exact(monkeypatch, lanes, poll_us):
+    monkeypatch.setenv("MORI_IO_TCP_POLL_US", poll_us)
     a, b = pair(lanes)
     run_sequence(a, b, ORDER, seed=100 + lanes)
+
+
+@pytest.mark.parametrize("value", ["-1", "50us", "1000001"])
+def test_poll_setting_refused(monkeypatch, value):
+    monkeypatch.setenv("MORI_IO_TCP_POLL_US", value)
+    with pytest.raises(Exception, match=f"MORI_IO_TCP_POLL_US .*'{value}'"):
+        IOEngine(f"paths-{os.getpid()}-{next(_seq)}", IOEngineConfig("127.0.0.1", 0))
 
 
 def test_striping_edges_exact(monkeypatch):
@@ -200,12 +211,14 @@ def test_target_fails_in_the_middle_of_a_write(monkeypatch, fault):
         peer.kill()
 
 
-@pytest.mark.parametrize("fault", ["kill", "stop"])
-def test_initiator_fails_in_the_middle_of_a_write(monkeypatch, fault):
+@pytest.mark.parametrize("fault,poll_us", [("kill", "0"), ("stop", "0"), ("stop", "50")])
+def test_initiator_fails_in_the_middle_of_a_write(monkeypatch, fault, poll_us):
     """An initiator dies or stops while the target receives a 64 MiB write's payload straight
     into registered memory: the target serves another initiator meanwhile, and deregistering
-    the region ends within MORI_IO_TIMEOUT_MS (the connection stuck in the payload lets go)."""
+    the region ends within MORI_IO_TIMEOUT_MS (the connection stuck in the payload lets go).
+    Polling (MORI_IO_TCP_POLL_US) gives up after its window and the blocking read times out."""
     monkeypatch.setenv("MORI_IO_TIMEOUT_MS", str(TIMEOUT_MS))
+    monkeypatch.setenv("MORI_IO_TCP_POLL_US", poll_us)
     target = engine(1)
     size = 64 * MiB
     tbuf = np.zeros(size, dtype=np.uint8)

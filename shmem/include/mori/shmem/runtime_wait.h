@@ -12,6 +12,7 @@
 
 #include "mori/core/env.h"
 #include "mori/core/log.h"
+#include "mori/core/spin.h"
 #include "mori/core/status.h"
 
 namespace mori::shmem {
@@ -152,9 +153,7 @@ bool Runtime::poll_while_served(Pred ready) {
       std::this_thread::yield();
       continue;
     }
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
+    cpu_relax();
   }
 }
 
@@ -191,9 +190,7 @@ void Runtime::wait_for(Pred ready, const char* caller, const void* watched, Wait
         }
         continue;
       }
-#if defined(__x86_64__)
-      __builtin_ia32_pause();
-#endif
+      cpu_relax();
       // Let a progress thread on this core (tcp target, a peer PE) deliver what we wait for.
       if ((i & 255) == 255) std::this_thread::yield();
     }

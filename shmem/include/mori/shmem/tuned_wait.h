@@ -21,8 +21,18 @@ namespace mori::shmem {
 
 constexpr int kSpinPolls = 64;  // polls between clock reads while busy-polling
 // Busy-poll budget when every PE of the host has a core of its own: a running peer answers
-// within microseconds, and 2-PE latency depends on never sleeping.
+// within microseconds, and 2-PE latency depends on never sleeping. The budget adapts between
+// these bounds as the crowded yield window does (adapt_wait_window below): a wait that slept
+// and was woken within twice the budget doubles it, one that slept over 8 budgets (a peer that
+// computes) halves it. Beside foreign load (2 PEs, 2 busy loops on 2 cores) a PE that sleeps
+// after 2 ms is woken a scheduler period after its peer's write, and a call took ~1 us or ~2 ms
+// (C API broadcast/fcollect/barrier medians 0.35 us-2.3 ms, Open MPI 0.65 us-2.4 ms); with the
+// adaptive budget 0.31-5.6 us in 10 of 11 rows (alternated runs, 2026-12-04, docs/shmem-c.md).
+// The price is the core while a peer computes: up to the budget per wait, so a peer computing
+// 30 ms per step costs the waiter 30 ms of polling per step once the budget has grown (a peer
+// computing longer than 8 budgets brings it back down).
 constexpr int kSpinUsDedicated = 2000;
+constexpr int kSpinUsDedicatedMax = 50000;
 // When PEs outnumber cores the wait does not busy-poll at all: the PE we wait for may need
 // this very core, and with two PEs per core it is often the next task of this core. The wait
 // yields for a while instead (a yield hands that PE the core without the futex sleep and
@@ -49,6 +59,11 @@ inline std::atomic<int>& yield_window_us() {
   return window;
 }
 
+inline std::atomic<int>& spin_window_us() {  // the dedicated busy-poll budget (kSpinUsDedicated)
+  static std::atomic<int> window{kSpinUsDedicated};
+  return window;
+}
+
 // A wait that ended in its first quarter of the window shrinks it by a sixteenth: after a run
 // of long waits (which grew it) the short ones of small collectives bring it back, instead of
 // 7 PEs yielding for up to 800 us each whenever one of them is preempted (8-PE fcollect of 8 B:
@@ -59,12 +74,15 @@ inline void settle_yield_window(std::chrono::steady_clock::duration waited, int 
     yield_window_us().store(std::max(kYieldUsOversubscribed, window_us - window_us / 16), std::memory_order_relaxed);
 }
 
-inline void adapt_yield_window(std::chrono::steady_clock::duration slept, int window_us) {
+// After a wait slept: a window (yield or busy-poll, between lo and hi us) that the sleep
+// outlasted by little doubles, one it outlasted by far halves.
+inline void adapt_wait_window(std::atomic<int>& window, int lo, int hi, std::chrono::steady_clock::duration slept,
+                              int window_us) {
   const auto us = std::chrono::duration_cast<std::chrono::microseconds>(slept).count();
   if (us < 2 * window_us)
-    yield_window_us().store(std::min(kYieldUsMax, 2 * window_us), std::memory_order_relaxed);
+    window.store(std::min(hi, 2 * window_us), std::memory_order_relaxed);
   else if (us > 8 * window_us)
-    yield_window_us().store(std::max(kYieldUsOversubscribed, window_us / 2), std::memory_order_relaxed);
+    window.store(std::max(lo, window_us / 2), std::memory_order_relaxed);
 }
 // A crowded wait that served a peer's operation (ucx: software-emulated RMA over tcp/sm) keeps
 // yielding and polling this long after each one (why: mori::shmem::kServedYieldQuiet). Waits
@@ -76,6 +94,7 @@ void tuned_wait(Runtime& r, Pred ready, const char* fn, const void* watched = nu
                 Describe describe = nullptr) {
   if (ready()) return;
   int adaptive_us = 0;  // the crowded yield window this wait used, if it may adapt
+  int spin_us = 0;      // the dedicated busy-poll budget this wait used up, if it did
   {
     // Serve peers' emulated RMA (ucx) while we poll; a PE that keeps being served keeps
     // polling (or yielding, when crowded), so a peer's run of operations costs no wake-up
@@ -86,10 +105,9 @@ void tuned_wait(Runtime& r, Pred ready, const char* fn, const void* watched = nu
     const auto served_for = [&] { return std::chrono::steady_clock::now() - entered; };
     if (!r.oversubscribed()) {
       auto spin_start = entered;
+      const int budget_us = spin_window_us().load(std::memory_order_relaxed);
       for (int i = 1;; ++i) {
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
+        cpu_relax();
         if (ready()) return;
         if (polling.poll()) {
           if (ready()) return;
@@ -97,7 +115,10 @@ void tuned_wait(Runtime& r, Pred ready, const char* fn, const void* watched = nu
         }
         if (i % kSpinPolls == 0) {
           const auto now = std::chrono::steady_clock::now();
-          if (now - spin_start > std::chrono::microseconds(kSpinUsDedicated) || now - entered > kServedPollMax) break;
+          if (now - spin_start > std::chrono::microseconds(budget_us) || now - entered > kServedPollMax) {
+            spin_us = budget_us;
+            break;
+          }
         }
       }
     } else if (polling.serves() || yields_pay(entered)) {
@@ -133,7 +154,9 @@ void tuned_wait(Runtime& r, Pred ready, const char* fn, const void* watched = nu
   }
   const auto slept_from = std::chrono::steady_clock::now();
   r.wait_for(ready, fn, watched, from, describe, /*spins=*/0, /*ring=*/watched != nullptr);
-  if (adaptive_us > 0) adapt_yield_window(std::chrono::steady_clock::now() - slept_from, adaptive_us);
+  const auto slept = std::chrono::steady_clock::now() - slept_from;
+  if (adaptive_us > 0) adapt_wait_window(yield_window_us(), kYieldUsOversubscribed, kYieldUsMax, slept, adaptive_us);
+  if (spin_us > 0) adapt_wait_window(spin_window_us(), kSpinUsDedicated, kSpinUsDedicatedMax, slept, spin_us);
 }
 
 }  // namespace mori::shmem
