@@ -135,7 +135,23 @@ void ReadEngine::read_posix(std::span<ReadOp> ops, const std::function<void(cons
 
 void ReadEngine::read_spread(std::span<ReadOp> ops, const std::function<void(const ReadOp&)>& on_done) {
   std::unique_lock<std::mutex> team_lock(team_mu_, std::try_to_lock);
-  if (!team_lock) return read_posix(ops, on_done);  // another call has the team: no wait for it
+  if (!team_lock) {
+    // Another call has the team (no wait for it): the pieces that follow each other in the file
+    // and in memory are read again as one pread, as they would have been uncut.
+    for (size_t first = 0; first < ops.size();) {
+      size_t last = first, bytes = ops[first].size;
+      while (last + 1 < ops.size() && ops[last + 1].fd == ops[first].fd &&
+             ops[last + 1].offset == ops[first].offset + bytes &&
+             ops[last + 1].dst == static_cast<char*>(ops[first].dst) + bytes)
+        bytes += ops[++last].size;
+      const int error = pread_all(ops[first].fd, ops[first].dst, bytes, ops[first].offset);
+      for (; first <= last; ++first) {
+        ops[first].error = error;
+        on_done(ops[first]);
+      }
+    }
+    return;
+  }
   if (!team_) team_ = std::make_unique<ThreadTeam>(team_threads_);
   std::mutex done_mu;
   team_->run(static_cast<int>(ops.size()), [&](int i) {

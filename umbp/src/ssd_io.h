@@ -46,7 +46,7 @@ class ReadEngine {
   // the calling thread, unless `spread`: then they are read at once by the reader team (the
   // caller is one of its threads) and on_done runs on whichever thread read the op, one call at
   // a time (under a lock). A spread call that finds the team busy with another call reads its
-  // ops one after another.
+  // ops on the calling thread, ops that follow each other in the file and in memory as one read.
   void read_all(std::span<ReadOp> ops, const std::function<void(const ReadOp&)>& on_done, bool spread = false);
   // The threads a spread read without a ring uses (the caller included).
   int reader_threads() const { return team_threads_; }
