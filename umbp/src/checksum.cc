@@ -3,8 +3,16 @@
 
 namespace mori::umbp {
 namespace {
-// Once: __builtin_cpu_supports also checks that the OS saves the AVX registers.
-const bool g_avx2 = __builtin_cpu_supports("avx2") != 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+// Probed before main (or at dlopen), as core's copy.cc does; __builtin_cpu_supports also checks
+// that the OS saves the AVX registers.
+const bool g_avx2 = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") != 0;
+}();
+#else
+constexpr bool g_avx2 = false;  // not x86-64: xxHash picks the vector code the build targets
+#endif
 }  // namespace
 
 uint64_t value_checksum(const void* data, size_t size) {
