@@ -7,6 +7,8 @@
 # The bench alternates the raw read and the get call by call in one process (this tree's bench code
 # runs in both builds); the microbench shows where a single get's time goes (raw read, get, the
 # call's fixed cost, the checksum).
+# Both run with `python -S` and the interpreter's site-packages on PYTHONPATH, so that an
+# editable install of mori there cannot shadow them; each log's first line says which mori ran.
 # Environment:
 #   STEPS       build, run or both (default "build run"; a 10-minute call may need two)
 #   BEFORE      the git revision of "before" (default 26bcc36, main before this work); needs .git
@@ -62,18 +64,29 @@ if [[ " $STEPS " == *" run "* ]]; then
   done
   { date -u; nproc; uptime; df -T "$SSD_DIR" | tail -1; lsblk -o NAME,SIZE,ROTA,TYPE,MOUNTPOINT 2>/dev/null; } \
     > "$OUT/machine.txt" 2>&1
+  # Each build runs from its own directory with `python -S` and the interpreter's site-packages
+  # named on PYTHONPATH: without -S an editable install of mori there (its import hook goes first)
+  # would shadow both builds. A line of each log says which mori ran.
+  SITE=$($PY -c 'import sysconfig; p = sysconfig.get_paths(); print(p["purelib"] + ":" + p["platlib"])')
+  run_in() {  # build name, command...
+    local name=$1
+    shift
+    (cd "$PREFIX" && PYTHONPATH="$PREFIX/$name:$SITE" "$@")
+  }
   for i in $(seq 1 "$RUNS"); do
     for name in before after; do
-      # Run from $PREFIX/$name: its mori shadows any installed one (PYTHONPATH first, cwd not the repo).
-      (cd "$PREFIX" && PYTHONPATH="$PREFIX/$name" timeout 300 $PY -m mori.apps.cli bench umbp --modes local \
-        --tiers ssd --batches 1 --no-mooncake --ssd-dir "$SSD_DIR" --json "$OUT/$name-$i.json") \
-        > "$OUT/$name-$i.log" 2>&1 || { rc=1; echo "== $name-$i failed"; tail -15 "$OUT/$name-$i.log"; }
+      run_in $name $PY -S -c 'import mori; print("mori from", mori.__file__)' > "$OUT/$name-$i.log" 2>&1
+      run_in $name timeout 300 $PY -S -m mori.apps.cli bench umbp --modes local --tiers ssd --batches 1 \
+        --no-mooncake --ssd-dir "$SSD_DIR" --json "$OUT/$name-$i.json" >> "$OUT/$name-$i.log" 2>&1 ||
+        { rc=1; echo "== $name-$i failed"; tail -15 "$OUT/$name-$i.log"; }
     done
   done
   for name in before after; do
-    (cd "$PREFIX" && PYTHONPATH="$PREFIX/$name" timeout 200 $PY "$ROOT/tests/umbp/ssd_tier_microbench.py" --single \
-      --backend posix --iters 200 "$SSD_DIR") > "$OUT/single-$name.txt" 2>&1 || rc=1
+    run_in $name $PY -S -c 'import mori; print("mori from", mori.__file__)' > "$OUT/single-$name.txt" 2>&1
+    run_in $name timeout 200 $PY -S "$ROOT/tests/umbp/ssd_tier_microbench.py" --single --backend posix \
+      --iters 200 "$SSD_DIR" >> "$OUT/single-$name.txt" 2>&1 || rc=1
   done
+  grep -h "mori from" "$OUT"/before-1.log "$OUT"/after-1.log
   # The single-value rows of every run side by side: GiB/s of the tier's get and of the raw read
   # in the same run, and their ratio (the target: >= 0.8).
   $PY - "$OUT" "$RUNS" > "$OUT/summary.txt" <<'EOF'
