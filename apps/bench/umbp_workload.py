@@ -319,12 +319,13 @@ class RawFile:
             except OSError:  # the file system refuses O_DIRECT (tmpfs, some overlays)
                 pass
 
-    def samples(self, iters: int, budget_s: float, sync=None, fixed: bool = False) -> list[Sample]:
+    def open(self) -> tuple[Callable[[int], None], Callable[[], None], Callable[[], None]]:
+        """(before, call, close): ``before(i)`` drops the file's page cache, ``call()`` reads every
+        value once into the destination views, ``close()`` closes the file."""
         flags = os.O_RDONLY | (os.O_DIRECT if self.how == "O_DIRECT" else 0)
         fd = os.open(self.path, flags)
         row = self.row
         views = [memoryview(self.buf.dst[i * row.size : (i + 1) * row.size]) for i in range(row.batch)]
-        self.buf.dst[: row.nbytes] = 0
 
         def before(i: int) -> None:
             drop_page_cache([self.path])
@@ -334,14 +335,19 @@ class RawFile:
                 if os.preadv(fd, [view], i * row.size) != row.size:
                     raise RuntimeError(f"raw read: short read of {self.path}")
 
+        return before, call, lambda: os.close(fd)
+
+    def samples(self, iters: int, budget_s: float, sync=None, fixed: bool = False) -> list[Sample]:
+        before, call, close = self.open()
+        self.buf.dst[: self.row.nbytes] = 0
         try:
             if fixed:
                 samples = fixed_iterations(call, iters, before=before, sync=sync)
             else:
                 samples = iterations(call, iters, budget_s, before=before, sync=sync)
         finally:
-            os.close(fd)
-        verify(self.buf, row, "raw read")
+            close()
+        verify(self.buf, self.row, "raw read")
         return samples
 
     def remove(self) -> None:

@@ -558,3 +558,120 @@ def test_random_operations_under_pressure_never_serve_stale_or_removed_values(tm
         present = {k for k in names if tier.contains(k)}
         assert present <= set(model), (seed, step, present - set(model))
     assert tier.stats()["corrupt_reads"] == 0 and evicted + tier.stats()["evicted_keys"] > 0
+
+
+# --- single values read in pieces (ssd_tier.cc: kSplitReadMin, kSplitPiece, kSplitPiecesMax) ----------
+
+SPLIT_READ_MIN = 256 * KiB  # whole 4 KiB blocks from which a single value is read in pieces
+SPLIT_PIECE = 512 * KiB
+SPLIT_PIECES_MAX = 8
+
+
+def _pieces(size: int) -> list[tuple[int, int]]:
+    """The byte ranges a single aligned read of `size` bytes is cut into, the partial last block
+    (read through the page cache) last: the same arithmetic as ssd_tier.cc."""
+    whole = size // RECORD_ALIGN * RECORD_ALIGN
+    n = 0 if whole == 0 else 1 if whole < SPLIT_READ_MIN else min(max(-(-whole // SPLIT_PIECE), 2), SPLIT_PIECES_MAX)
+    blocks = whole // RECORD_ALIGN
+    out = [(blocks * k // n * RECORD_ALIGN, blocks * (k + 1) // n * RECORD_ALIGN) for k in range(n)]
+    return out + ([(whole, size)] if whole < size else [])
+
+
+def test_value_checksum_known_answers() -> None:
+    """The value checksum is XXH3-64 whatever vector width the CPU gives it (AVX2 where it has
+    it): the answers of xxHash's scalar code, so a segment written on one machine reads on any."""
+    from mori._C.umbp import value_checksum
+
+    data = ((np.arange(2 * MiB, dtype=np.uint64) * 131 + 7) % 251).astype(np.uint8)
+    known = {
+        1: 0x4C5CCA45D0F4811F,
+        63: 0x670A36587C84B0EC,
+        240: 0x0C9860844B0AD495,
+        1025: 0x13D178F3E2B48E9E,
+        65536: 0xED3E7FC390C4C41A,
+        1048583: 0x320C60A69EB4D957,
+    }
+    for n, want in known.items():
+        assert value_checksum(data.ctypes.data, n) == want, n
+
+
+def test_single_values_read_in_pieces_are_exact_at_every_switch(tmp_path: Path, backend: str) -> None:
+    """Exact bytes at one byte either side of every size where the cut changes: the split
+    itself, each added piece, the cap on pieces; aligned memory (pieces at once) and not."""
+    rng = np.random.default_rng()
+    # Where whole blocks reach the split; where a 3rd and an 8th piece start; past the cap of 8.
+    switches = [SPLIT_READ_MIN] + [k * SPLIT_PIECE + RECORD_ALIGN for k in (2, SPLIT_PIECES_MAX - 1, SPLIT_PIECES_MAX)]
+    sizes = sorted({s + d for s in switches for d in (-1, 0, 1)})
+    cuts = {s: len([p for p in _pieces(s) if p[1] % RECORD_ALIGN == 0]) for s in sizes}  # whole-block pieces
+    assert [cuts[s + d] for s in switches for d in (-1, 0)] == [1, 2, 2, 3, 7, 8, 8, 8]
+    tier = _SsdTier(str(tmp_path / "ssd"), capacity_bytes=512 * MiB, segment_size_bytes=64 * MiB, io_backend=backend)
+    values = _values(rng, sizes)
+    keys = [f"split-{s}" for s in sizes]
+    assert all(tier.write_batch(keys, values))
+    for k, v in zip(keys, values):
+        for offset in (0, 1):  # pieces at once; unaligned memory reads through the page cache
+            out = _aligned_empty(v.nbytes, offset)
+            out[:] = 0xEE
+            assert tier.read(k, out), (v.nbytes, offset)
+            np.testing.assert_array_equal(out, v)
+    assert tier.stats()["corrupt_reads"] == 0
+
+
+def test_corruption_in_each_piece_of_a_split_read_is_a_miss(tmp_path: Path, backend: str) -> None:
+    """A byte flipped in any one piece of a value read in pieces (and in its partial last block)
+    fails the checksum taken piece by piece: a miss, counted, the key dropped; the others stay exact."""
+    rng = np.random.default_rng()
+    size = SPLIT_PIECES_MAX * SPLIT_PIECE + 100  # the most pieces, and a partial last block
+    pieces = _pieces(size)
+    assert len(pieces) == SPLIT_PIECES_MAX + 1
+    d = tmp_path / "ssd"
+    # No GC: dropping the corrupt keys empties segments that it would compact, finding (and
+    # counting) the flips of keys this test has not read yet.
+    tier = _SsdTier(
+        str(d), capacity_bytes=512 * MiB, segment_size_bytes=256 * MiB, io_backend=backend, enable_background_gc=False
+    )
+    keys = [f"piece-{k}" for k in range(len(pieces))] + ["intact"]
+    values = _values(rng, [size] * len(keys))
+    assert all(tier.write_batch(keys, values))
+    tier.flush()
+    blobs = {seg: seg.read_bytes() for seg in _segments(d)}  # a segment holds a few of these values
+    for k, (lo, hi) in enumerate(pieces):
+        seg, pos = next((seg, b.find(values[k].tobytes())) for seg, b in blobs.items() if values[k].tobytes() in b)
+        assert pos > 0 and pos % RECORD_ALIGN == 0
+        at = pos + int(rng.integers(lo, hi))
+        with open(seg, "r+b") as f:
+            f.seek(at)
+            f.write(bytes([blobs[seg][at] ^ 0x01]))
+    out = _aligned_empty(size)
+    for k in range(len(pieces)):
+        assert not tier.read(keys[k], out), f"a flip in piece {k} of {pieces} was served"
+        assert tier.stats()["corrupt_reads"] == k + 1 and not tier.contains(keys[k])
+    assert tier.read("intact", out)
+    np.testing.assert_array_equal(out, values[-1])
+
+
+def test_threads_read_split_values_at_once(tmp_path: Path, backend: str) -> None:
+    """Single values read in pieces by four threads at once: one call has the reader team, the
+    others read their pieces one after another; every hit is exact."""
+    rng = np.random.default_rng()
+    tier = _SsdTier(str(tmp_path / "ssd"), capacity_bytes=256 * MiB, io_backend=backend, durability="relaxed")
+    values = {
+        f"v{i}": rng.integers(0, 256, size=int(rng.integers(SPLIT_READ_MIN, 3 * MiB)), dtype=np.uint8) for i in range(8)
+    }
+    assert all(tier.write_batch(list(values), list(values.values())))
+    errors: list[str] = []
+
+    def worker(t: int) -> None:
+        for i in range(12):
+            k = f"v{(t + i) % len(values)}"
+            out = _aligned_empty(values[k].nbytes)
+            if not tier.read(k, out) or not np.array_equal(out, values[k]):
+                errors.append(f"thread {t}: {k}")
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=60)
+    assert not errors, errors[:5]
+    assert tier.stats()["corrupt_reads"] == 0

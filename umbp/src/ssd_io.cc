@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <thread>
 
 #include "mori/core/log.h"
 
@@ -24,6 +25,10 @@ constexpr unsigned kMaxRingDepth = 256;
 // io_uring's read length is 32 bits; larger reads continue in pieces.
 constexpr size_t kMaxPiece = size_t{1} << 30;
 std::atomic<bool> g_refusal_logged{false};
+// Reader threads for a value read in pieces without a ring (one per piece at most: ssd_tier.cc cuts
+// a value in up to 8): a device serves a few reads in flight faster than one, and a reader blocked
+// in the kernel costs no core.
+constexpr unsigned kMaxReaderThreads = 8;
 }  // namespace
 
 int pread_all(int fd, void* dst, size_t size, uint64_t offset) {
@@ -76,7 +81,8 @@ struct ReadEngine::Ring {};
 #endif
 
 ReadEngine::ReadEngine(IoBackend backend, size_t queue_depth)
-    : depth_(static_cast<unsigned>(std::clamp<size_t>(queue_depth, 1, kMaxRingDepth))) {
+    : depth_(static_cast<unsigned>(std::clamp<size_t>(queue_depth, 1, kMaxRingDepth))),
+      team_threads_(static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 2, kMaxReaderThreads))) {
   if (backend != IoBackend::IoUring) return;
 #if MORI_UMBP_HAVE_LIBURING
   auto ring = std::make_unique<Ring>();
@@ -127,10 +133,39 @@ void ReadEngine::read_posix(std::span<ReadOp> ops, const std::function<void(cons
   }
 }
 
-void ReadEngine::read_all(std::span<ReadOp> ops, const std::function<void(const ReadOp&)>& on_done) {
+void ReadEngine::read_spread(std::span<ReadOp> ops, const std::function<void(const ReadOp&)>& on_done) {
+  std::unique_lock<std::mutex> team_lock(team_mu_, std::try_to_lock);
+  if (!team_lock) {
+    // Another call has the team (no wait for it): the pieces that follow each other in the file
+    // and in memory are read again as one pread, as they would have been uncut.
+    for (size_t first = 0; first < ops.size();) {
+      size_t last = first, bytes = ops[first].size;
+      while (last + 1 < ops.size() && ops[last + 1].fd == ops[first].fd &&
+             ops[last + 1].offset == ops[first].offset + bytes &&
+             ops[last + 1].dst == static_cast<char*>(ops[first].dst) + bytes)
+        bytes += ops[++last].size;
+      const int error = pread_all(ops[first].fd, ops[first].dst, bytes, ops[first].offset);
+      for (; first <= last; ++first) {
+        ops[first].error = error;
+        on_done(ops[first]);
+      }
+    }
+    return;
+  }
+  if (!team_) team_ = std::make_unique<ThreadTeam>(team_threads_);
+  std::mutex done_mu;
+  team_->run(static_cast<int>(ops.size()), [&](int i) {
+    ReadOp& op = ops[static_cast<size_t>(i)];
+    op.error = pread_all(op.fd, op.dst, op.size, op.offset);
+    std::lock_guard<std::mutex> lock(done_mu);
+    on_done(op);
+  });
+}
+
+void ReadEngine::read_all(std::span<ReadOp> ops, const std::function<void(const ReadOp&)>& on_done, bool spread) {
   if (ops.empty()) return;
   std::unique_ptr<Ring> ring = (uring_ok_ && ops.size() > 1) ? acquire_ring() : nullptr;
-  if (!ring) return read_posix(ops, on_done);
+  if (!ring) return spread && ops.size() > 1 ? read_spread(ops, on_done) : read_posix(ops, on_done);
 #if MORI_UMBP_HAVE_LIBURING
   io_uring* r = &ring->ring;
   std::vector<size_t> progress(ops.size(), 0);

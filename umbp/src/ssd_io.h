@@ -2,7 +2,8 @@
 // The SSD tier's reads: many positioned reads in flight at once through io_uring (a small pool
 // of rings, one per concurrent batch), or one pread after another where io_uring is not built or
 // the kernel refuses it (containers: EPERM/ENOSYS; said once in the log and in SsdStats).
-// Reads land in the caller's memory; the ring never copies.
+// Reads land in the caller's memory; the ring never copies. Where there is no ring, the reads of
+// one value cut in pieces (read_all's `spread`) run at once on a small team of reader threads.
 #pragma once
 
 #include <sys/types.h>
@@ -16,6 +17,7 @@
 #include <span>
 #include <vector>
 
+#include "mori/core/thread_team.h"
 #include "mori/umbp/config.h"
 
 namespace mori::umbp::ssd {
@@ -39,19 +41,30 @@ class ReadEngine {
   bool uses_io_uring() const { return uring_ok_; }
 
   // Reads every op whole (short reads continue where they stopped) and calls on_done(op) as each
-  // one finishes, on the calling thread, while later ops are still in flight.
-  void read_all(std::span<ReadOp> ops, const std::function<void(const ReadOp&)>& on_done);
+  // one finishes, while later ops are still in flight. With a ring, every op is in flight at
+  // once and on_done runs on the calling thread. Without one, ops are read one after another on
+  // the calling thread, unless `spread`: then they are read at once by the reader team (the
+  // caller is one of its threads) and on_done runs on whichever thread read the op, one call at
+  // a time (under a lock). A spread call that finds the team busy with another call reads its
+  // ops on the calling thread, ops that follow each other in the file and in memory as one read.
+  void read_all(std::span<ReadOp> ops, const std::function<void(const ReadOp&)>& on_done, bool spread = false);
+  // The threads a spread read without a ring uses (the caller included).
+  int reader_threads() const { return team_threads_; }
 
  private:
   struct Ring;
   std::unique_ptr<Ring> acquire_ring();
   void release_ring(std::unique_ptr<Ring> ring);
   void read_posix(std::span<ReadOp> ops, const std::function<void(const ReadOp&)>& on_done);
+  void read_spread(std::span<ReadOp> ops, const std::function<void(const ReadOp&)>& on_done);
 
   unsigned depth_ = 0;
   bool uring_ok_ = false;
   std::mutex mu_;
   std::vector<std::unique_ptr<Ring>> idle_rings_;
+  const int team_threads_;
+  std::mutex team_mu_;                // held by the call using the team
+  std::unique_ptr<ThreadTeam> team_;  // made by the first spread read without a ring
 };
 
 // Reads `size` bytes at `offset` whole; 0 or an errno.

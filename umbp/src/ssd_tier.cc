@@ -48,6 +48,15 @@ constexpr const char* kLockFileName = "LOCK";
 // A sealed segment is compacted once less than this share of its bytes is live.
 constexpr double kGcLiveShare = 0.5;
 constexpr auto kGcPeriod = std::chrono::milliseconds(200);
+// A single value's O_DIRECT read of this many bytes or more is cut into pieces read at once, of
+// about kSplitPiece each, 2 to kSplitPiecesMax of them (read_many says why).
+constexpr uint64_t kSplitReadMin = uint64_t{256} << 10;
+constexpr uint64_t kSplitPiece = uint64_t{512} << 10;
+constexpr size_t kSplitPiecesMax = 8;
+
+size_t split_pieces(uint64_t bytes) {
+  return std::clamp<size_t>(static_cast<size_t>((bytes + kSplitPiece - 1) / kSplitPiece), 2, kSplitPiecesMax);
+}
 
 alignas(kRecordAlign) const char kZeros[kRecordAlign] = {};
 
@@ -471,7 +480,10 @@ struct SsdTier::Impl {
     struct Pending {
       size_t i;
       Location loc;
-      int ops_left = 0;
+      size_t first_op = 0, ops = 0;  // its reads: ops[first_op, first_op + ops), in value order
+      size_t ops_left = 0;
+      size_t hashed = 0;                    // of its reads, those hashed so far (in order)
+      std::unique_ptr<ValueHasher> hasher;  // a value read in more than one piece
       int error = 0;
       bool buffered = false;  // some of it came through the page cache
     };
@@ -486,10 +498,13 @@ struct SsdTier::Impl {
       }
     }
     std::vector<ReadOp> ops;
+    std::vector<size_t> owner;  // ops[k] reads part of pending[owner[k]]
     ops.reserve(pending.size() * 2);
     // One value is read with O_DIRECT even without io_uring: one request of its whole size to the
     // device instead of the page cache's readahead steps (batches without io_uring keep readahead).
-    const bool direct = read_direct || pending.size() == 1;
+    const bool single = pending.size() == 1;
+    const bool direct = read_direct || single;
+    bool split = false;
     for (size_t p = 0; p < pending.size(); ++p) {
       const Location& loc = pending[p].loc;
       auto* dst = static_cast<char*>(dsts[pending[p].i]);
@@ -498,37 +513,61 @@ struct SsdTier::Impl {
       if (direct && seg.direct_fd >= 0 && !seg.direct_refused.load(std::memory_order_relaxed) &&
           reinterpret_cast<uintptr_t>(dst) % seg.direct_mem_align == 0)
         whole = loc.size / kRecordAlign * kRecordAlign;
-      if (whole > 0) ops.push_back(ReadOp{seg.direct_fd, dst, whole, loc.value_offset, p});
-      if (whole < loc.size) ops.push_back(ReadOp{seg.fd, dst + whole, loc.size - whole, loc.value_offset + whole, p});
-      pending[p].ops_left = (whole > 0) + (whole < loc.size);
+      pending[p].first_op = ops.size();
+      // A value alone is cut into pieces read at once (through the ring, else the reader
+      // threads): the device serves them side by side, and each piece is hashed as it lands
+      // while the later ones are still in flight, so the checksum no longer follows the read.
+      const size_t pieces = whole == 0 ? 0 : single && whole >= kSplitReadMin ? split_pieces(whole) : 1;
+      const uint64_t blocks = whole / kRecordAlign;
+      for (size_t k = 0; k < pieces; ++k) {
+        const uint64_t from = blocks * k / pieces * kRecordAlign, to = blocks * (k + 1) / pieces * kRecordAlign;
+        ops.push_back(ReadOp{seg.direct_fd, dst + from, to - from, loc.value_offset + from, ops.size()});
+      }
+      if (whole < loc.size)
+        ops.push_back(ReadOp{seg.fd, dst + whole, loc.size - whole, loc.value_offset + whole, ops.size()});
+      pending[p].ops = pending[p].ops_left = ops.size() - pending[p].first_op;
+      if (pending[p].ops > 1) pending[p].hasher = std::make_unique<ValueHasher>();
+      owner.resize(ops.size(), p);
+      split = split || pieces > 1;
     }
+    std::vector<char> landed(ops.size(), 0);
     std::vector<Pending*> corrupt, failed;
-    reader.read_all(ops, [&](const ReadOp& op) {
-      Pending& p = pending[op.tag];
-      int error = op.error;
-      if (op.fd != p.loc.segment->direct_fd) p.buffered = true;
-      if (error == EINVAL && op.fd == p.loc.segment->direct_fd) {  // O_DIRECT refused after all
-        p.loc.segment->direct_refused.store(true, std::memory_order_relaxed);
-        error = ssd::pread_all(p.loc.segment->fd, op.dst, op.size, op.offset);
-        p.buffered = true;
-      }
-      if (error) p.error = error;
-      if (--p.ops_left > 0) return;
-      // The value is whole: verify it while the other reads are still in flight.
-      if (p.error) {
-        failed.push_back(&p);
-      } else if (value_checksum(dsts[p.i], p.loc.size) != p.loc.checksum) {
-        corrupt.push_back(&p);
-      } else {
-        // What came through the page cache leaves it: the DRAM tier above holds the hot values,
-        // and the next read of this one is a read of the device again, as stats and benchmarks say.
-        // (A value read with O_DIRECT alone left nothing there: no system call for it.)
-        if (p.buffered) ::posix_fadvise(p.loc.segment->fd, p.loc.value_offset, p.loc.size, POSIX_FADV_DONTNEED);
-        ok[p.i] = true;
-        ++reads;
-        read_bytes += p.loc.size;
-      }
-    });
+    reader.read_all(
+        ops,
+        [&](const ReadOp& op) {
+          Pending& p = pending[owner[op.tag]];
+          int error = op.error;
+          if (op.fd != p.loc.segment->direct_fd) p.buffered = true;
+          if (error == EINVAL && op.fd == p.loc.segment->direct_fd) {  // O_DIRECT refused after all
+            p.loc.segment->direct_refused.store(true, std::memory_order_relaxed);
+            error = ssd::pread_all(p.loc.segment->fd, op.dst, op.size, op.offset);
+            p.buffered = true;
+          }
+          if (error) p.error = error;
+          landed[op.tag] = 1;
+          // Hash what has landed in order, while the value's later pieces are still in flight.
+          if (p.hasher)
+            for (; !p.error && p.hashed < p.ops && landed[p.first_op + p.hashed]; ++p.hashed) {
+              const ReadOp& piece = ops[p.first_op + p.hashed];
+              p.hasher->update(piece.dst, piece.size);
+            }
+          if (--p.ops_left > 0) return;
+          // The value is whole: verify it while the other values' reads are still in flight.
+          if (p.error) {
+            failed.push_back(&p);
+          } else if ((p.hasher ? p.hasher->digest() : value_checksum(dsts[p.i], p.loc.size)) != p.loc.checksum) {
+            corrupt.push_back(&p);
+          } else {
+            // What came through the page cache leaves it: the DRAM tier above holds the hot values,
+            // and the next read of this one is a read of the device again, as stats and benchmarks
+            // say. (A value read with O_DIRECT alone left nothing there: no system call for it.)
+            if (p.buffered) ::posix_fadvise(p.loc.segment->fd, p.loc.value_offset, p.loc.size, POSIX_FADV_DONTNEED);
+            ok[p.i] = true;
+            ++reads;
+            read_bytes += p.loc.size;
+          }
+        },
+        /*spread=*/split);
     if (!corrupt.empty() || !failed.empty()) {
       std::unique_lock lock(mu);
       for (auto* list : {&corrupt, &failed})

@@ -34,8 +34,11 @@
 // value's whole 4 KiB blocks go straight from the device into dst, many reads in flight (up to
 // min(queue_depth, 256) per batch), and its last partial block is read through the page cache.
 // Without io_uring, or into unaligned memory: pread through the page cache, whose readahead keeps
-// one reader at a time fast. No bounce buffer in any case. A single value read without a partial
-// block is one pread even with io_uring (a ring costs more than it saves there). After a read,
+// one reader at a time fast. No bounce buffer in any case. A single value is read with O_DIRECT
+// (into aligned memory) with or without io_uring; from 256 KiB of whole blocks on it is cut into
+// 2-8 pieces of about 512 KiB read at once (the ring, else the read engine's reader threads),
+// each hashed as it lands while the later ones are in flight (XXH3 taken in pieces in order is
+// the stored checksum, so the record format is unchanged); below that it is one pread. After a read,
 // the value's pages leave the page cache (POSIX_FADV_DONTNEED): the DRAM tier above keeps the hot
 // values, and an SSD hit is a read of the device, not of a second cache. Every value is verified
 // against its checksum before true is returned. On a false return the contents of dst are

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Issue 27 on the H200 host's cores: single-value SSD hits, the tree at BEFORE against this tree,
+# alternated. Each tree is built into its own directory (pip install --target, CUDA off, under
+# build/, which later calls on the same machine keep) and run from it:
+#   mori bench umbp --modes local --tiers ssd --batches 1 --no-mooncake    (before, after) x RUNS
+#   tests/umbp/ssd_tier_microbench.py --single --backend posix             (before, after)
+# The bench alternates the raw read and the get call by call in one process (this tree's bench code
+# runs in both builds); the microbench shows where a single get's time goes (raw read, get, the
+# call's fixed cost, the checksum).
+# Both run with `python -S` and the interpreter's site-packages on PYTHONPATH, so that an
+# editable install of mori there cannot shadow them; each log's first line says which mori ran.
+# Environment:
+#   STEPS       build, run or both (default "build run"; a 10-minute call may need two)
+#   BEFORE      the git revision of "before" (default 26bcc36, main before this work); needs .git
+#   BEFORE_SRC  a source tree to use as "before" instead (no git needed)
+#   RUNS        alternations (default 3)
+#   SSD_DIR     where the tier and raw files go (default: the system temporary directory)
+# Output: $OUT (default bench-results/) gets before-N.json, after-N.json, the logs and summary.txt.
+set -uo pipefail
+OUT=${OUT:-bench-results}
+PY=${PYTHON:-python3}
+STEPS=${STEPS:-build run}
+BEFORE=${BEFORE:-26bcc36}
+RUNS=${RUNS:-3}
+SSD_DIR=${SSD_DIR:-${TMPDIR:-/tmp}}
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PREFIX=$ROOT/build/gpu-umbp-ssd
+mkdir -p "$OUT" "$PREFIX"
+OUT=$(cd "$OUT" && pwd)
+rc=0
+
+build() {  # name, source tree
+  local name=$1 src=$2 start=$SECONDS
+  rm -rf "$PREFIX/$name"
+  env CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" $PY -m pip install -q --no-build-isolation --no-deps \
+    --target "$PREFIX/$name" -C cmake.define.MORI_DISABLE_CUDA=ON -C build-dir="$PREFIX/build-$name" "$src" \
+    > "$OUT/build-$name.log" 2>&1
+  local r=$?
+  echo "== build $name: exit $r, $((SECONDS - start)) s"
+  [ $r -eq 0 ] || { rc=1; tail -25 "$OUT/build-$name.log"; }
+  return $r
+}
+
+if [[ " $STEPS " == *" build "* ]]; then
+  if [ -n "${BEFORE_SRC:-}" ]; then
+    before_src=$BEFORE_SRC
+  else
+    before_src=$PREFIX/src-before
+    rm -rf "$before_src" && mkdir -p "$before_src"
+    git -C "$ROOT" archive "$BEFORE" | tar -x -C "$before_src" ||
+      { echo "no git here to take $BEFORE from: set BEFORE_SRC to a tree of it"; exit 1; }
+  fi
+  build before "$before_src" || exit 1
+  build after "$ROOT" || exit 1
+  # One bench method for both: this tree's SSD rows (the raw read alternated with the get call by
+  # call) run against the before build's store (the bench uses only the public API).
+  cp apps/bench/umbp.py apps/bench/umbp_workload.py "$PREFIX/before/mori/apps/bench/"
+fi
+
+if [[ " $STEPS " == *" run "* ]]; then
+  for name in before after; do
+    [ -d "$PREFIX/$name/mori" ] || { echo "no $name build in $PREFIX: run STEPS=build first"; exit 1; }
+  done
+  { date -u; nproc; uptime; df -T "$SSD_DIR" | tail -1; lsblk -o NAME,SIZE,ROTA,TYPE,MOUNTPOINT 2>/dev/null; } \
+    > "$OUT/machine.txt" 2>&1
+  # Each build runs from its own directory with `python -S` and the interpreter's site-packages
+  # named on PYTHONPATH: without -S an editable install of mori there (its import hook goes first)
+  # would shadow both builds. A line of each log says which mori ran.
+  SITE=$($PY -c 'import sysconfig; p = sysconfig.get_paths(); print(p["purelib"] + ":" + p["platlib"])')
+  run_in() {  # build name, command...
+    local name=$1
+    shift
+    (cd "$PREFIX" && PYTHONPATH="$PREFIX/$name:$SITE" "$@")
+  }
+  for i in $(seq 1 "$RUNS"); do
+    for name in before after; do
+      run_in $name $PY -S -c 'import mori; print("mori from", mori.__file__)' > "$OUT/$name-$i.log" 2>&1
+      run_in $name timeout 300 $PY -S -m mori.apps.cli bench umbp --modes local --tiers ssd --batches 1 \
+        --no-mooncake --ssd-dir "$SSD_DIR" --json "$OUT/$name-$i.json" >> "$OUT/$name-$i.log" 2>&1 ||
+        { rc=1; echo "== $name-$i failed"; tail -15 "$OUT/$name-$i.log"; }
+    done
+  done
+  for name in before after; do
+    run_in $name $PY -S -c 'import mori; print("mori from", mori.__file__)' > "$OUT/single-$name.txt" 2>&1
+    run_in $name timeout 200 $PY -S "$ROOT/tests/umbp/ssd_tier_microbench.py" --single --backend posix \
+      --iters 200 "$SSD_DIR" >> "$OUT/single-$name.txt" 2>&1 || rc=1
+  done
+  grep -h "mori from" "$OUT"/before-1.log "$OUT"/after-1.log
+  # The single-value rows of every run side by side: GiB/s of the tier's get and of the raw read
+  # in the same run, and their ratio (the target: >= 0.8).
+  $PY - "$OUT" "$RUNS" > "$OUT/summary.txt" <<'EOF'
+import json, sys
+out, runs = sys.argv[1], int(sys.argv[2])
+print("value    run  before: get raw x-raw   after: get raw x-raw  (GiB/s of the median call)")
+for i in range(1, runs + 1):
+    fig = {}
+    for name in ("before", "after"):
+        try:
+            rows = json.load(open(f"{out}/{name}-{i}.json"))["rows"]
+        except (OSError, ValueError, KeyError):
+            continue
+        for r in rows:
+            if r.get("op") == "get" and r.get("tier") == "ssd" and r.get("batch") == 1:
+                fig.setdefault(r["value"], {}).setdefault(name, {})[r["engine"]] = r.get("GiB/s")
+    for value, by in fig.items():
+        cells = []
+        for name in ("before", "after"):
+            g, w = by.get(name, {}).get("umbp"), by.get(name, {}).get("raw read")
+            cells.append(f"{g or 0:6.2f} {w or 0:5.2f} {g / w if g and w else 0:5.2f}")
+        print(f"{value:>8} {i:4d}  {cells[0]}      {cells[1]}")
+EOF
+  cat "$OUT/summary.txt" "$OUT/single-before.txt" "$OUT/single-after.txt"
+fi
+exit $rc
