@@ -111,13 +111,13 @@ def test_both_servers_answer_alike(backend, request):
     """The same calls, answered by grpcio's server (all Python) and by grpc++ (the get path in
     C++ over the in-memory index, or over two Redis endpoints or a Redis Cluster through hiredis
     and the store's own Lua script): the same replies, codes, details and metrics."""
-    redis_pair = request.getfixturevalue("redis_pair") if backend == "redis-shards" else None
-    redis_cluster = request.getfixturevalue("redis_cluster") if backend == "redis-cluster" else None
+    pair = request.getfixturevalue("redis_pair") if backend == "redis-shards" else None
+    cluster = request.getfixturevalue("redis_cluster") if backend == "redis-cluster" else None
     seed = random.randrange(1 << 30)
     answers = {}
     scraped = {}
     for kind in ("python", "cpp") if CPP is not None else ("python",):
-        m = _master(kind, store=make_store(backend, redis_pair, redis_cluster))
+        m = _master(kind, store=make_store(backend, pair, cluster))
         try:
             native = kind == "cpp" and CPP.HAVE_NATIVE_ROUTES and (backend == "memory" or CPP.HAVE_NATIVE_REDIS)
             assert (m.native_routes is not None) == native
