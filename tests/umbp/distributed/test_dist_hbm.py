@@ -12,12 +12,10 @@ Run as a program, this file is one worker, driven by JSON lines on stdin (harnes
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
@@ -120,19 +118,9 @@ class HbmWorker:
 
 
 def _main() -> None:
-    w = HbmWorker()
-    for line in sys.stdin:
-        req = json.loads(line)
-        cmd = req.pop("cmd")
-        if cmd == "quit":
-            w.close()
-            print(json.dumps({}), flush=True)
-            return
-        try:
-            out = getattr(w, cmd)(**req)
-        except Exception as exc:  # noqa: BLE001 - reported to the test
-            out = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
-        print(json.dumps(out), flush=True)
+    from umbp_dist_worker import serve  # beside this file: the same JSON-lines loop
+
+    serve(HbmWorker())
 
 
 if __name__ == "__main__":

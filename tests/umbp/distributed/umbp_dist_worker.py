@@ -196,8 +196,8 @@ class Worker:
         return {}
 
 
-def main() -> None:
-    w = Worker()
+def serve(w) -> None:
+    """Answers JSON-lines commands on stdin with w's methods (one JSON line each) until "quit"."""
     for line in sys.stdin:
         req = json.loads(line)
         cmd = req.pop("cmd")
@@ -210,6 +210,10 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001 - reported to the test
             out = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
         print(json.dumps(out), flush=True)
+
+
+def main() -> None:
+    serve(Worker())
 
 
 if __name__ == "__main__":
