@@ -280,6 +280,10 @@ bool RedisRoutes::route_choose(const std::vector<std::string>& keys, const std::
   out.checksum.assign(keys.size(), 0);
   std::unordered_map<std::string_view, uint32_t> ref_of;
   std::vector<Parsed> copies, live;
+  // The copy chosen per key (node: a view into its group's reply, alive until we return); the
+  // node table is built afterwards in key order, as the Python store builds it, not shard by shard.
+  std::vector<Parsed> chosen_of(keys.size());
+  std::vector<char> hit(keys.size(), 0);
   for (Group& g : groups) {
     if (g.idx.empty()) continue;
     std::string_view text(g.reply.r->str, g.reply.r->len);
@@ -336,20 +340,25 @@ bool RedisRoutes::route_choose(const std::vector<std::string>& keys, const std::
         std::lock_guard<std::mutex> lk(rng_mu_);
         chosen = std::uniform_int_distribution<size_t>(0, pick_of - 1)(rng_);
       }
-      const Parsed& c = live[chosen];
-      auto [it, fresh] = ref_of.emplace(c.node, 0);
-      if (fresh) {
-        out.nodes.emplace_back(c.node);
-        out.hits.push_back(0);
-        it->second = static_cast<uint32_t>(out.nodes.size());
-      }
-      ++out.hits[it->second - 1];
-      out.node_ref[i] = it->second;
-      out.tier[i] = c.tier;
-      out.size[i] = c.size;
-      out.offset[i] = c.offset;
-      out.checksum[i] = c.checksum;
+      chosen_of[i] = live[chosen];
+      hit[i] = 1;
     }
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!hit[i]) continue;
+    const Parsed& c = chosen_of[i];
+    auto [it, fresh] = ref_of.emplace(c.node, 0);
+    if (fresh) {
+      out.nodes.emplace_back(c.node);
+      out.hits.push_back(0);
+      it->second = static_cast<uint32_t>(out.nodes.size());
+    }
+    ++out.hits[it->second - 1];
+    out.node_ref[i] = it->second;
+    out.tier[i] = c.tier;
+    out.size[i] = c.size;
+    out.offset[i] = c.offset;
+    out.checksum[i] = c.checksum;
   }
   return true;
 }
