@@ -17,7 +17,7 @@ import pytest
 
 from mori.core.ports import free_port
 
-from harness import CAPI_PROGRAMS, check, job_env, mori_run, mpirun
+from harness import CAPI_PROGRAMS, check, job_env, mori_run, mpirun, pe_counts
 
 CAPI = Path(__file__).parent / "capi"
 PROGRAMS = [
@@ -246,7 +246,7 @@ def test_bad_input_ends_job_naming_the_call(built, tools, case, fn):
 
 
 @pytest.mark.parametrize("case", ["stop", "stop_active"])
-@pytest.mark.parametrize("n", [3, 5])
+@pytest.mark.parametrize("n", pe_counts(3, also=[5]))  # 5: 12 s of CI; the same waits as 3
 def test_stopped_peer_times_out_naming_it(built, tools, case, n):
     """The last PE stops (SIGSTOP) before a barrier; with MORI_SHMEM_WAIT_TIMEOUT the others'
     barrier ends in an error that names the PE they waited for, and the job ends."""

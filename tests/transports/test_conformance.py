@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from harness import check_cases, collect, mori_run, python_program, start_env_ranks
+from harness import check_cases, collect, mori_run, pe_counts, python_program, start_env_ranks
 from ucx_env import ucx_all, ucx_or_skip
 
 
@@ -35,9 +35,10 @@ TRANSPORTS = {
     "ucx-tcp": Transport("ucx", ucx_all("tcp"), r"^ucx tcp/lo: .*\bam\b.* \(RMA as MORI requests over am", ucx=True),
 }
 # The PE counts of each transport's jobs: a pair, odd and even rings (neighbours that are not
-# mutual on 3), and for shm 8, the most PEs a job on the 2-core CI machine runs. One job per row
-# (every case after one init) keeps the suite inside CI's time: each row costs a job's start.
-PE_COUNTS = {"shm": (2, 8), "tcp": (4,), "ucx-sm": (4,), "ucx-tcp": (3,)}
+# mutual on 3), and for shm 8 (with MORI_TEST_ALL_PE_COUNTS=1: 13 s on CI's 2 cores), the most PEs
+# a job on the 2-core CI machine runs. One job per row (every case after one init) keeps the suite
+# inside CI's time: each row costs a job's start.
+PE_COUNTS = {"shm": tuple(pe_counts(2, also=[8])), "tcp": (4,), "ucx-sm": (4,), "ucx-tcp": (3,)}
 CASES = ["matrix", "endpoint", "threads", "rma", "atomics", "signal", "heap", "errors", "stress", "busy"]
 
 
