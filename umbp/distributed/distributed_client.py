@@ -191,6 +191,9 @@ class DistributedUMBPClient(_UMBPClient):
         self._transfer_timeout_ms = int(setting("UMBP_CALL_TIMEOUT_MS"))
         self._dram_lease_ms = int(setting("UMBP_DRAM_READ_LEASE_MS"))
         self._ssd_lease_ms = int(setting("UMBP_SSD_READ_LEASE_MS"))
+        # Lease releases in flight: grpc cancels a call whose future is garbage collected, so
+        # each is held here until it is answered (a dropped one left its slots leased until expiry).
+        self._releases: set = set()
         self._flush_threshold = 128  # MORI's UMBP_AUTO_FLUSH_EVENT_THRESHOLD default
         secret_hex = str(setting("MORI_JOB_SECRET"))
         self._secret: Optional[bytes] = None
@@ -1359,16 +1362,21 @@ class DistributedUMBPClient(_UMBPClient):
         # the slot for the next reader, without waiting for the answer.
         for lease in leases:
             try:
-                p.stub.ReleaseSsdLease.future(peer_pb.ReleaseSsdLeaseRequest(lease_id=lease), timeout=self._timeout_s)
+                call = p.stub.ReleaseSsdLease.future(
+                    peer_pb.ReleaseSsdLeaseRequest(lease_id=lease), timeout=self._timeout_s
+                )
             except Exception:  # noqa: BLE001
                 return
+            self._releases.add(call)
+            call.add_done_callback(self._releases.discard)
 
     def _get_staged(self, p: _Peer, key: str, ptr: int, size: int) -> bool:
         if p.staging is None:
             return False
         # Slots leased by other readers come free when released, at the latest when their lease
-        # runs out: a reader that waits that long finds the adjacent slots a large value needs.
-        deadline = time.monotonic() + self._ssd_lease_ms / 1000.0
+        # runs out (and the owner reaps it, a round trip later): a reader that waits that long
+        # finds the adjacent slots a large value needs.
+        deadline = time.monotonic() + (self._ssd_lease_ms + self._timeout_s * 1000.0) / 1000.0
         attempt = 0
         while True:
             attempt += 1

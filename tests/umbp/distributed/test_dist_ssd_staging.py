@@ -7,6 +7,7 @@ the reader's log explains (the size and distributed.ssd_staging_buffer_size)."""
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 from dist_harness import start_workers
@@ -18,6 +19,15 @@ from mori.umbp.proto import require
 pytestmark = pytest.mark.timeout(120)
 MIB = 1 << 20
 STAGING, SLOTS = 16 * MIB, 8  # 2 MiB slots
+
+
+def leases_drop_to_zero(owner, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while owner.ask("stats")["peer_state"][3] != 0:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def test_ssd_only_values_larger_than_a_staging_slot_read_from_the_other_worker(tmp_path):
@@ -61,6 +71,9 @@ def test_ssd_only_values_larger_than_a_staging_slot_read_from_the_other_worker(t
             # Key i was put with seed + i: each is checked against its own random bytes.
             for i, (k, n) in enumerate(zip(keys, sizes)):
                 assert reader.ask("get", keys=[k], size=n, seed=seed + i)["right"] == [True], (k, n)
+                # The reader released its staging lease: the owner holds none a moment later, long
+                # before the lease would run out by itself (UMBP_SSD_READ_LEASE_MS, 3 s).
+                assert leases_drop_to_zero(owner, within_s=1.0), (k, n)
             # All at once: the owner's slots are shared among them (NO_SLOT is retried).
             got = reader.ask("get", keys=keys[:2], size=2 * MIB, seed=seed)
             assert got["right"] == [True, False]  # key 1's size is 2 MiB + 1: a miss, as locally
