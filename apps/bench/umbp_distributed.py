@@ -20,10 +20,15 @@ Rows (engine / op):
   umbp get-1st  batch_get_into_ptr of keys put but never read by this worker (each call another
                 put batch): BatchRouteGet (with each value's place in the owner's arena), a
                 MORI-IO read into the registered destination, each value's XXH3 checked
+  umbp exists+get  SGLang's load of keys never read by this worker (every other unread batch, where a
+                row has four or more): batch_exists_consecutive, then batch_get_into_ptr, timed
+                together; the exists call's route gives the places, so the get is one MORI-IO
+                read (no second round trip)
   umbp get      batch_get_into_ptr of the last put batch, again and again: within the read lease of
                 its last resolve, one MORI-IO read straight from the owner and the XXH3 check (the
                 location cache); after it, as get-1st
-  mooncake put / get-1st / get: the same calls of Mooncake Store (batch_put_from, batch_get_into)
+  mooncake put / get-1st / exists+get / get: the same calls of Mooncake Store (batch_put_from,
+                batch_is_exist, batch_get_into)
                 on the same registered buffers; ``x mooncake`` on UMBP's rows is UMBP / Mooncake
   raw-io write  / raw-io read: the same bytes from the same source buffer (reads: into a third
                 registered buffer) to and from the arena offsets of the row's first put, one
@@ -216,6 +221,7 @@ class StoreCalls:
 
     put: Callable[[list[str], list[int], list[int]], None]
     get: Callable[[list[str], list[int], list[int]], None]
+    exists: Callable[[list[str]], None]  # every key must be found
     clear: Callable[[], None] = lambda: None  # untimed, ahead of a row
 
 
@@ -225,6 +231,7 @@ def _umbp_calls(client) -> StoreCalls:
     return StoreCalls(
         put=lambda k, p, z: check_all(client.batch_put_from_ptr(k, p, z), "distributed put"),
         get=lambda k, p, z: check_all(client.batch_get_into_ptr(k, p, z), "distributed get"),
+        exists=lambda k: check_all([client.batch_exists_consecutive(k) == len(k)], "distributed exists"),
     )
 
 
@@ -239,7 +246,10 @@ def _mooncake_calls(store) -> StoreCalls:
         got = store.batch_get_into(keys, ptrs, sizes)
         check_all([n == z for n, z in zip(got, sizes)], "Mooncake batch_get_into")
 
-    return StoreCalls(put=put, get=get, clear=lambda: store.remove_all(True))
+    def exists(keys) -> None:
+        check_all([f == 1 for f in store.batch_is_exist(keys)], "Mooncake batch_is_exist")
+
+    return StoreCalls(put=put, get=get, exists=exists, clear=lambda: store.remove_all(True))
 
 
 def _cell(calls: StoreCalls, what: str, buf, row, capacity: int, args, raw=None) -> tuple[dict, list[str]]:
@@ -286,16 +296,31 @@ def _cell(calls: StoreCalls, what: str, buf, row, capacity: int, args, raw=None)
     keys = every[-1]
     # The latest put batches, as many as a quarter of the owner's memory (UMBP evicts down to 70 %).
     fresh = every[:-1][-max(2, (capacity // 4) // row.nbytes) :]
-    unread = iter(fresh)
+    # With four unread batches or more, every other one is read SGLang's way (exists+get).
+    first, then = (fresh[0::2], fresh[1::2]) if len(fresh) >= 4 else (fresh, [])
+    unread = iter(first)
     buf.dst[: row.nbytes] = 0
     out["get-1st"] = iterations(
         lambda: calls.get(next(unread), dst, sizes),
-        len(fresh) - 1,
+        len(first) - 1,
         args.budget,
-        min_iters=len(fresh) - 1,
+        min_iters=len(first) - 1,
         before=paired("get-1st", 0),
     )
     verify(buf, row, f"{what} get-1st")
+    if then:
+        unchecked = iter(then)
+
+        def exists_get() -> None:
+            batch = next(unchecked)
+            calls.exists(batch)
+            calls.get(batch, dst, sizes)
+
+        buf.dst[: row.nbytes] = 0
+        out["exists+get"] = iterations(
+            exists_get, len(then) - 1, args.budget, min_iters=len(then) - 1, before=paired("exists+get", 0)
+        )
+        verify(buf, row, f"{what} exists+get")
     buf.dst[: row.nbytes] = 0
     out["get"] = iterations(lambda: calls.get(keys, dst, sizes), args.iters, args.budget, before=paired("get", 0))
     verify(buf, row, f"{what} get")
@@ -363,12 +388,12 @@ def measure(args, cells: list, info: dict, ip: str, capacity: int) -> tuple[list
             st = client.stats()
             if st["remote_puts"] == 0 or st["remote_gets"] == 0:
                 raise RuntimeError("the bench worker's calls did not cross to the owner (routing kept them local)")
-            fig.update(
-                {("umbp", op): summarize(samples[op], row.batch, row.nbytes) for op in ("put", "get-1st", "get")}
-            )
+            ops = [op for op in ("put", "get-1st", "exists+get", "get") if op in samples]
+            fig.update({("umbp", op): summarize(samples[op], row.batch, row.nbytes) for op in ops})
             fig[("raw-io", "write")] = summarize(samples["raw put"], row.batch, row.nbytes)
-            fig[("raw-io", "read")] = summarize(samples["raw get-1st"] + samples["raw get"], row.batch, row.nbytes)
-            paired = {op: summarize(samples[f"raw {op}"], row.batch, row.nbytes) for op in ("put", "get-1st", "get")}
+            reads = [s for op in ops if op != "put" for s in samples[f"raw {op}"]]
+            fig[("raw-io", "read")] = summarize(reads, row.batch, row.nbytes)
+            paired = {op: summarize(samples[f"raw {op}"], row.batch, row.nbytes) for op in ops}
             if mstore is not None:
                 try:
                     samples, _ = _cell(_mooncake_calls(mstore), "mooncake", buf, row, capacity, args)

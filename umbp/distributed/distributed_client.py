@@ -1433,17 +1433,56 @@ class DistributedUMBPClient(_UMBPClient):
         return self.batch_exists([key])[0]
 
     def batch_exists(self, keys: Sequence[str]) -> list[bool]:
+        """Whether each key is in the pool. The keys this worker does not hold are routed by the
+        master (BatchRouteGet, not BatchLookup: the same answer, routed puts not yet reported
+        included, plus where each DRAM value lies). Those places are remembered as a read's
+        would be, so the get that follows (SGLang's load: batch_exists_consecutive, then
+        batch_get_v1) reads from the owner at once, with no second master round trip. A key
+        whose copies are all on failed or expired nodes is not found (it could not be read). A
+        lookup-only client (a scheduler's) asks BatchLookup: existence only."""
         keys = list(keys)
         out = list(_Native.batch_exists(self, keys))
         miss = [i for i, have in enumerate(out) if not have]
-        if miss:
+        if miss and self._lookup_only:
+            # A scheduler's client reads nothing: existence only (no lease, no access-time bump).
             resp = self._master_call(
                 "BatchLookup", pb.BatchLookupRequest(node_id=self._node_id, keys=[keys[i] for i in miss])
             )
             if resp is not None:
                 for i, f in zip(miss, resp.found):
                     out[i] = bool(f)
+        elif miss:
+            sent = time.monotonic()
+            resp = self._master_call(
+                "BatchRouteGet", pb.BatchRouteGetRequest(node_id=self._node_id, keys=[keys[i] for i in miss])
+            )
+            if resp is not None:
+                for i, ref in zip(miss, resp.node_ref):
+                    out[i] = ref != 0
+                self._remember_routes([keys[i] for i in miss], resp, sent)
         return out
+
+    def _remember_routes(self, keys: list[str], resp, sent: float) -> None:
+        """Remembers the DRAM places a BatchRouteGet of ``keys`` gave (those with a checksum), for
+        the part of the read lease a get's route would have them (a place gone stale since fails
+        its checksum at the read, which then takes the routed path)."""
+        if self._dram_lease_ms <= 0 or len(resp.offset) != len(keys) or len(resp.checksum) != len(keys):
+            return
+        by_node: dict[int, list[tuple[str, int, int, int]]] = defaultdict(list)
+        for key, ref, tier, size, off, ck in zip(keys, resp.node_ref, resp.tier, resp.size, resp.offset, resp.checksum):
+            if ref and ck and tier == pb.TIER_DRAM and resp.nodes[ref - 1].node_id != self._node_id:
+                by_node[ref].append((key, off, size, ck))
+        expires = sent + _LOCATION_LEASE_FRACTION * self._dram_lease_ms / 1000.0
+        for ref, located in by_node.items():
+            node = resp.nodes[ref - 1]
+            if self._down(node.node_id):
+                continue
+            try:
+                self._peer(node.node_id, node.peer_address)  # a located read needs the peer known
+            except Exception as exc:  # noqa: BLE001
+                self._peer_failed(node.node_id, node.peer_address, "GetPeerInfo", exc)
+                continue
+            self._remember(node.node_id, node.peer_address, located, expires)
 
     def batch_exists_consecutive(self, keys: Sequence[str]) -> int:
         keys = list(keys)

@@ -108,6 +108,23 @@ def test_located_reads_skip_route_and_resolve(pair):
     assert _stat(a, "remote_checksum_failures") == 0  # a stale location is not a corrupt value
 
 
+def test_exists_then_get_reads_with_no_route(pair):
+    """SGLang's load, batch_exists_consecutive then batch_get: the exists call's route gives each
+    value's place, so the get reads them from the owner at once (location cache hits, no route),
+    bit for bit; a place gone stale by then still reads right through the routed path."""
+    a, b = pair
+    keys = _keys(6)
+    seed = random.randrange(1 << 30)
+    assert a.ask("put", keys=keys, size=64 << 10, seed=seed)["ok"] == [True] * 6
+    b.ask("heartbeat")  # b's ADD events, with each value's place, reach the master
+    hits, routed = _stat(a, "location_cache_hits"), _stat(a, "routed_location_reads")
+    assert a.ask("exists", keys=keys + [uid("absent")])["consecutive"] == 6
+    assert a.ask("locations", keys=keys, extend_s=60.0, misplace=[keys[5], keys[4]])["held"] == 6
+    assert a.ask("get", keys=keys, size=64 << 10, seed=seed)["right"] == [True] * 6
+    assert _stat(a, "location_cache_hits") == hits + 5  # keys[5] was misplaced: stale, then routed
+    assert _stat(a, "routed_location_reads") == routed + 1
+
+
 def test_a_corrupted_value_in_a_large_read_is_one_counted_miss(pair):
     """The values of a 4 MiB batch read are checked in one native call (on the hash team): a value
     corrupted in the owner's arena (one byte of the 4th of 8) is a miss, counted, and every other
