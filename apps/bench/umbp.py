@@ -18,8 +18,9 @@ Rows (engine / op / tier):
                      O_DIRECT where it can, else through the page cache: the read a cold key costs)
   memcpy     copy    numpy copies of the same values into the same destination buffer (the DRAM ceiling)
   raw read   get ssd os.preadv of the same values, one per value, from one file in the same
-                     directory, its page cache dropped the same way (the SSD ceiling); in one
-                     process each raw read runs right before a get (alternated call by call)
+                     directory, its page cache dropped the same way (the SSD ceiling); each raw
+                     read runs right before a get (alternated call by call; in server mode
+                     every rank's at once, lined up by a barrier)
   mooncake   put/get Mooncake Store (mooncake_master on loopback, P2PHANDSHAKE, tcp, one client that
                      mounts the segment, register_buffer + batch_put_from / batch_get_into)
   umbp exists        batch_exists_consecutive of 128 keys (p50/p99 of one call)
@@ -416,22 +417,38 @@ def rank_main(rank: int, plan: dict, barrier, results) -> None:
         for size, batch, iters in plan["rows"]:
             row = Row(size, batch)
             put = ops.put(row, iters, 0, sync=sync, fixed=True, after=client.flush if plan["tier"] == "ssd" else None)
-            before = None
-            if plan["tier"] == "ssd":
-                from mori.apps.bench.umbp_workload import drop_page_cache, files_under
-
-                before = lambda i: drop_page_cache(files_under(plan["ssd_dir"]))  # noqa: E731
-            get = ops.get(row, iters, 0, sync=sync, fixed=True, before=before)
-            cp = raw = []
+            cp: list = []
+            raw: list = []
             if plan["tier"] == "dram":
+                get = ops.get(row, iters, 0, sync=sync, fixed=True)
                 cp = memcpy_samples(buf, row, iters, 0, sync=sync, fixed=True)
-            else:  # each rank reads the same bytes from its own file, all at once
-                from mori.apps.bench.umbp_workload import RawFile
+            else:
+                # Each rank reads the same bytes from its own file, all ranks at once (lined up
+                # by a barrier of their own), right before each get, as in one process: a disk
+                # whose speed drifts, or a hypervisor's cache that holds the file written last,
+                # moves both figures of the row alike.
+                from mori.apps.bench.umbp_workload import RawFile, drop_page_cache, files_under, verify
 
                 raw_file = RawFile(plan["raw_dir"], buf, row, name=f"rank{rank}")
+                raw_before, raw_call, raw_close = raw_file.open()
+
+                def before(i: int, row=row) -> None:
+                    raw_before(i)
+                    sync()
+                    t0 = time.monotonic_ns()
+                    raw_call()
+                    t1 = time.monotonic_ns()
+                    if i >= 0:
+                        raw.append((t0, t1))
+                    else:  # the warm-up: the raw bytes are checked, then gone before the get's check
+                        verify(buf, row, "raw read")
+                        buf.dst[: row.nbytes] = 0
+                    drop_page_cache(files_under(plan["ssd_dir"]))
+
                 try:
-                    raw = raw_file.samples(iters, 0, sync=sync, fixed=True)
+                    get = ops.get(row, iters, 0, sync=sync, fixed=True, before=before)
                 finally:
+                    raw_close()
                     raw_file.remove()
             out.append({"size": size, "batch": batch, "put": put, "get": get, "memcpy": cp, "raw": raw})
         sync()
@@ -803,8 +820,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "end); 'mean ...' the same over the mean; p50/p99 of one batch call. "
         "SSD hits: DRAM capacity below one value, promote-on-read off, page cache of the "
         "tier's files dropped (posix_fadvise DONTNEED) before each timed call; the raw read "
-        "drops its file's cache the same way, and in one process it runs right before each get "
-        "(alternated call by call, so a drift of the disk moves both). Ratios are GiB/s over the baseline's at the "
+        "drops its file's cache the same way and runs right before each get (alternated call by "
+        "call, so a drift of the disk moves both; server mode: all ranks' raw reads at once after a barrier). Ratios are GiB/s over the baseline's at the "
         "same mode, size and batch.",
     }
     print("wrote", report.save(args.json or "bench-results/umbp.json"))
