@@ -1150,7 +1150,13 @@ class DistributedUMBPClient(_UMBPClient):
         (UMBPLocationCache.read: lookup, reads, wait, checks); other destinations (staging, GPU)
         are read here at the places it hands back."""
         got, rest, other, places, stale, nbytes, failed = self._locations.read(
-            self, self._native_engine, keys, ptrs, sizes, miss if len(miss) < len(keys) else [], self._transfer_timeout_ms
+            self,
+            self._native_engine,
+            keys,
+            ptrs,
+            sizes,
+            miss if len(miss) < len(keys) else [],
+            self._transfer_timeout_ms,
         )
         for node_id, address, why in failed:  # a dead owner: one failure, its keys misses for the hold-off
             self._peer_failed(node_id, address, "MORI-IO read", why)

@@ -631,9 +631,11 @@ void bind_client(py::module_& m) {
           [as_tuple](LocationCache& cache, PyClient& c, mori::io::Engine& engine, const Keys& keys, const Ptrs& ptrs,
                      const std::vector<uint64_t>& sizes, const std::vector<uint32_t>& idx, int64_t timeout_ms) {
             if (keys.size() != ptrs.size() || keys.size() != sizes.size())
-              mori::raise(mori::Status::kInvalidArgument, "UMBPLocationCache.read: keys, ptrs and sizes differ in length");
+              mori::raise(mori::Status::kInvalidArgument,
+                          "UMBPLocationCache.read: keys, ptrs and sizes differ in length");
             for (uint32_t i : idx)
-              if (i >= keys.size()) mori::raise(mori::Status::kInvalidArgument, "UMBPLocationCache.read: index out of range");
+              if (i >= keys.size())
+                mori::raise(mori::Status::kInvalidArgument, "UMBPLocationCache.read: index out of range");
             auto verify = [&c](const std::vector<uintptr_t>& p, const std::vector<uint64_t>& z,
                                const std::vector<uint64_t>& k) {
               return c.peer([&](PeerPages& pages) { return pages.verify(p, z, k); });
@@ -642,16 +644,15 @@ void bind_client(py::module_& m) {
             std::vector<PlaceTuple> places;
             places.reserve(r.other_places.size());
             for (const auto& p : r.other_places) places.push_back(as_tuple(p));
-            return std::make_tuple(std::move(r.got), std::move(r.rest), std::move(r.other), std::move(places),
-                                   r.stale, r.got_bytes, std::move(r.failed));
+            return std::make_tuple(std::move(r.got), std::move(r.rest), std::move(r.other), std::move(places), r.stale,
+                                   r.got_bytes, std::move(r.failed));
           },
           py::arg("client"), py::arg("engine"), py::arg("keys"), py::arg("ptrs"), py::arg("sizes"),
           py::arg("idx") = std::vector<uint32_t>{}, py::arg("timeout_ms") = 5000, Release(),
           "reads keys[i] (i in idx; empty: all) at their held places into registered host memory, one MORI-IO "
           "batch per owner, each value checked against its XXH3 checksum: (got, rest, other, other_places, "
           "stale, got_bytes, failed [(node_id, address, why)]); rest: for the routed path; other: held places "
-          "whose destination is not registered host memory")
-      ;
+          "whose destination is not registered host memory");
 }
 
 }  // namespace

@@ -181,8 +181,8 @@ LocationCache::Result LocationCache::read(io::Engine& engine, const std::vector<
     std::vector<uint64_t> uids(b.locals.size());
     for (auto& u : uids) u = engine.allocate_transfer_uid();
     try {
-      b.statuses = engine.batch(true, b.locals, std::vector<io::MemoryDesc>(b.locals.size(), b.owner->arena), b.segs,
-                                uids);
+      b.statuses =
+          engine.batch(true, b.locals, std::vector<io::MemoryDesc>(b.locals.size(), b.owner->arena), b.segs, uids);
     } catch (const std::exception& e) {  // refused here (a range): ours, the peer not at fault
       MORI_LOG(kWarn, "umbp", "located read from %s refused: %s", b.owner->node_id.c_str(), e.what());
     }
@@ -192,8 +192,7 @@ LocationCache::Result LocationCache::read(io::Engine& engine, const std::vector<
   std::vector<uint32_t> arrived;
   for (Batch& b : batches) {
     for (size_t k = 0; k < b.statuses.size(); ++k) {
-      const int64_t left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       const io::StatusCode code = b.statuses[k].WaitFor(std::max<int64_t>(1, left));
       if (code == io::StatusCode::SUCCESS) {
         for (const Job& job : b.jobs[k]) {
@@ -208,8 +207,8 @@ LocationCache::Result LocationCache::read(io::Engine& engine, const std::vector<
       } else if (b.failure.empty()) {
         b.failure = b.statuses[k].Message();
         if (b.failure.empty())
-          b.failure = "no completion within UMBP_CALL_TIMEOUT_MS (code " +
-                      std::to_string(static_cast<uint32_t>(code)) + ")";
+          b.failure =
+              "no completion within UMBP_CALL_TIMEOUT_MS (code " + std::to_string(static_cast<uint32_t>(code)) + ")";
       }
     }
     if (!b.failure.empty()) r.failed.push_back({b.owner->node_id, b.owner->address, b.failure});
