@@ -191,7 +191,7 @@ LocationCache::Result LocationCache::read(io::Engine& engine, const std::vector<
   std::vector<uint64_t> vsizes, vsums;
   std::vector<uint32_t> arrived;
   for (Batch& b : batches) {
-    for (size_t k = 0; k < b.statuses.size(); ++k) {
+    for (size_t k = 0; k < std::min(b.statuses.size(), b.jobs.size()); ++k) {
       const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       const io::StatusCode code = b.statuses[k].WaitFor(std::max<int64_t>(1, left));
       if (code == io::StatusCode::SUCCESS) {
