@@ -52,7 +52,7 @@ class LocationCache {
     uint64_t offset = 0, size = 0, checksum = 0;
     double expires = 0;
   };
-  // Test hooks and the unregistered-destination path: a key's place (nullptr-like: found false).
+  // A key's place, false when none is held (test hooks).
   bool peek(const std::string& key, Place* out) const;
   // Test hook: overrides a held place's offset and/or expiry (< 0: keep).
   bool adjust(const std::string& key, int64_t offset, double expires);
