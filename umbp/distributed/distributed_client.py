@@ -40,7 +40,7 @@ import os
 import threading
 import time
 import uuid
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -84,20 +84,9 @@ class _Peer:
     hbm: object = None  # MemoryDesc of its HBM arena (GPU memory; None: none)
 
 
-@dataclass
-class _Location:
-    """Where a key's value lay on its owner when this worker last resolved it (BatchResolveKeys):
-    used again, with no RPC, until the read lease taken then runs out (a margin before)."""
-
-    node_id: str
-    address: str
-    offset: int  # in the owner's DRAM arena
-    size: int
-    checksum: int  # XXH3 of the value, taken by the owner at commit
-    expires: float  # time.monotonic()
-
-
-# Locations remembered per reader (LRU beyond this): ~200 bytes each.
+# Locations remembered per reader (LRU beyond this; _C.umbp.UMBPLocationCache): where a key's
+# value lay on its owner when this worker last read it under a read lease (owner, arena offset,
+# size, checksum), used again with no RPC until the lease runs out (a margin before); ~200 bytes each.
 _LOCATION_CACHE_ENTRIES = 1 << 16
 # A cached location is used for this fraction of the read lease, counted from before the
 # resolve was sent: the rest covers the read itself.
@@ -153,6 +142,17 @@ def _check_batch(what: str, keys, ptrs, sizes) -> None:
         raise InvalidArgument(f"{what}: keys must be a list of strings, not one string")
     if not (len(keys) == len(ptrs) == len(sizes)):
         raise InvalidArgument(f"{what}: keys, ptrs and sizes differ in length ({len(keys)}, {len(ptrs)}, {len(sizes)})")
+    # The common case in bulk (a get's whole Python path is a few microseconds): keys of at most
+    # _MAX_KEY / 4 characters fit in _MAX_KEY UTF-8 bytes; the loop below names what is wrong.
+    if (
+        not keys
+        or all(keys)
+        and all(ptrs)
+        and min(sizes) > 0
+        and max(map(len, keys)) <= _MAX_KEY // 4
+        and all(isinstance(k, str) for k in keys)
+    ):
+        return
     for k, p, s in zip(keys, ptrs, sizes):
         if not k or len(k.encode()) > _MAX_KEY:
             raise InvalidArgument(f"{what}: key {k[:64]!r} must be 1..{_MAX_KEY} bytes")
@@ -208,8 +208,7 @@ class DistributedUMBPClient(_UMBPClient):
         self._stats_lock = threading.Lock()
         self._quota_log_next = 0.0
         self._quota_refused_unlogged = 0
-        self._locations: OrderedDict[str, _Location] = OrderedDict()
-        self._locations_lock = threading.Lock()
+        self._locations = _C.umbp.UMBPLocationCache(_LOCATION_CACHE_ENTRIES)
         self._closed = False
 
         # -- data plane: one engine, the arena and the staging buffers registered on it --------
@@ -217,6 +216,7 @@ class DistributedUMBPClient(_UMBPClient):
         self._engine = IOEngine(
             f"umbp-{self._node_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}", IOEngineConfig(host, int(d.io_engine.port))
         )
+        self._native_engine = self._engine._engine  # the native engine the located read drives
         self._engine.create_backend(BackendType.RDMA)  # tcp between hosts, direct on one host
         self._cpu = MemoryLocationType.CPU
         arena_ptr, arena_size, staging_ptr, staging_size, self._ssd_slot = self.peer_arena()
@@ -584,6 +584,8 @@ class DistributedUMBPClient(_UMBPClient):
         with self._peers_lock:
             old = self._peers.get(node_id)
             self._peers[node_id] = p
+        if old is not None:  # places learnt from the old entry are not used again
+            self._locations.forget_owner(node_id)
         if old is not None and old.channel is not channel:
             old.channel.close()
         return p
@@ -619,9 +621,7 @@ class DistributedUMBPClient(_UMBPClient):
         self._engine.register_remote_engine(EngineDesc.unpack(packed))
 
     def _forget_peer(self, node_id: str) -> None:
-        with self._locations_lock:
-            for key in [k for k, loc in self._locations.items() if loc.node_id == node_id]:
-                del self._locations[key]
+        self._locations.forget_owner(node_id)
         with self._peers_lock:
             p = self._peers.pop(node_id, None)
         if p is not None:
@@ -685,12 +685,15 @@ class DistributedUMBPClient(_UMBPClient):
         desc = self._engine.register_memory(int(ptr), int(size), dev if dev >= 0 else -1, loc)
         with self._regions_lock:
             self._regions.append(_Region(int(ptr), int(size), desc, desc.pack()))
+            if dev < 0:  # host memory: a destination of the native located read
+                self._locations.add_region(int(ptr), int(size), desc)
         return True
 
     def deregister_memory(self, ptr: int) -> None:
         with self._regions_lock:
             gone = [r for r in self._regions if r.ptr == int(ptr)]
             self._regions = [r for r in self._regions if r.ptr != int(ptr)]
+            self._locations.remove_region(int(ptr))
         for r in gone:
             self._engine.deregister_memory(r.desc)
 
@@ -1089,14 +1092,15 @@ class DistributedUMBPClient(_UMBPClient):
         if self._lookup_only:
             return [False] * len(keys)
         keys = list(keys)
-        ptrs = [int(p) for p in ptrs]
-        sizes = [int(s) for s in sizes]
+        ptrs = list(map(int, ptrs))
+        sizes = list(map(int, sizes))
         # The keys this worker owns: no RPC at all. The local store copies into host memory only:
         # GPU destinations are read through io/ (from peers' pages).
-        host = [i for i, p in enumerate(ptrs) if _C.umbp.pointer_device(p) < 0]
-        if len(host) == len(keys):
-            ok = list(_Native.batch_get_into_ptr(self, keys, ptrs, sizes))
+        devices = _C.umbp.pointer_devices(ptrs)
+        if not devices or max(devices) < 0:
+            ok = _Native.batch_get_into_ptr(self, keys, ptrs, sizes)
         else:
+            host = [i for i, d in enumerate(devices) if d < 0]
             ok = [False] * len(keys)
             if host:
                 got = _Native.batch_get_into_ptr(
@@ -1140,57 +1144,77 @@ class DistributedUMBPClient(_UMBPClient):
         """Reads the keys whose location this worker resolved within its read lease straight from
         their owners (no master route, no resolve: one MORI-IO read per owner). Each value is
         checked against its checksum; one that fails it (removed and its block reused) or whose
-        read fails is forgotten and left to the routed path. Returns the indices still missing."""
-        now = time.monotonic()
-        by_node: dict[str, list[tuple[int, _Location]]] = defaultdict(list)
-        rest: list[int] = []
-        with self._locations_lock:
-            for i in miss:
-                loc = self._locations.get(keys[i])
-                if loc is not None and loc.expires > now and loc.size == sizes[i]:
-                    by_node[loc.node_id].append((i, loc))
-                else:
-                    if loc is not None:
-                        del self._locations[keys[i]]
-                    rest.append(i)
-        if not by_node:
-            return miss
-        got: list[int] = []
-        stale = 0
-        for node_id, entries in by_node.items():
-            with self._peers_lock:
-                p = self._peers.get(node_id)
-            if p is None or p.address != entries[0][1].address:
-                rest += [i for i, _loc in entries]
-                continue
-            done = self._transfer(True, p, p.arena, [(ptrs[i], loc.offset, loc.size) for i, loc in entries])
-            checked = self._checks([(ptrs[i], loc.size, loc.checksum) for i, loc in entries], done)
-            for (i, loc), good in zip(entries, checked):
-                if good:
-                    got.append(i)
-                    continue
-                stale += 1
-                with self._locations_lock:
-                    self._locations.pop(keys[i], None)
-                rest.append(i)
+        read fails is forgotten and left to the routed path. Returns the indices still missing.
+
+        Into registered host memory (the hot case) it is one native call without the GIL
+        (UMBPLocationCache.read: lookup, reads, wait, checks); other destinations (staging, GPU)
+        are read here at the places it hands back."""
+        got, rest, other, places, stale, nbytes, failed = self._locations.read(
+            self,
+            self._native_engine,
+            keys,
+            ptrs,
+            sizes,
+            miss if len(miss) < len(keys) else [],
+            self._transfer_timeout_ms,
+        )
+        for node_id, address, why in failed:  # a dead owner: one failure, its keys misses for the hold-off
+            self._peer_failed(node_id, address, "MORI-IO read", why)
+        if other:
+            more, more_stale = self._get_located_other(other, places, keys, ptrs, sizes)
+            got += more
+            nbytes += sum(sizes[i] for i in more)
+            stale += more_stale
+            rest = sorted(rest + [i for i in other if i not in set(more)])
+        if not got and not stale:
+            return rest
         for i in got:
             ok[i] = True
         with self._stats_lock:
             self.dstats.location_cache_hits += len(got)
             self.dstats.location_cache_stale += stale
             self.dstats.remote_gets += len(got)
-            self.dstats.remote_get_bytes += sum(sizes[i] for i in got)
-        self._cache_fetched(got, keys, ptrs, sizes)
-        return sorted(rest)
+            self.dstats.remote_get_bytes += nbytes
+        if self._cache_remote:
+            self._cache_fetched(got, keys, ptrs, sizes)
+        return rest
 
-    def _remember(self, node_id: str, address: str, located: list[tuple[str, int, int, int]], expires: float) -> None:
-        """located: (key, arena offset, size, checksum) of values just read under a lease."""
-        with self._locations_lock:
-            for key, off, size, checksum in located:
-                self._locations[key] = _Location(node_id, address, off, size, checksum, expires)
-                self._locations.move_to_end(key)
-            while len(self._locations) > _LOCATION_CACHE_ENTRIES:
-                self._locations.popitem(last=False)
+    def _get_located_other(self, idx: list[int], places, keys, ptrs, sizes) -> tuple[list[int], int]:
+        """The located reads into memory the native read does not write to (unregistered host
+        memory, through the staging buffer; GPU memory): (indices read and verified, stale)."""
+        by_node: dict[str, list[tuple[int, tuple]]] = defaultdict(list)
+        for i, place in zip(idx, places):
+            by_node[place[0]].append((i, place))
+        got: list[int] = []
+        stale: list[str] = []
+        for node_id, entries in by_node.items():
+            with self._peers_lock:
+                p = self._peers.get(node_id)
+            if p is None or p.address != entries[0][1][1]:
+                continue
+            done = self._transfer(True, p, p.arena, [(ptrs[i], pl[2], pl[3]) for i, pl in entries])
+            checked = self._checks([(ptrs[i], pl[3], pl[4]) for i, pl in entries], done)
+            for (i, _pl), good in zip(entries, checked):
+                if good:
+                    got.append(i)
+                else:
+                    stale.append(keys[i])
+        if stale:
+            self._locations.forget(stale)
+        return got, len(stale)
+
+    def _remember(self, p: _Peer, located: list[tuple[str, int, int, int]], expires: float) -> None:
+        """located: (key, arena offset, size, checksum) of values just read from p under a lease."""
+        self._locations.remember(
+            p.node_id,
+            p.address,
+            p.arena,
+            [k for k, _o, _z, _c in located],
+            [o for _k, o, _z, _c in located],
+            [z for _k, _o, z, _c in located],
+            [c for _k, _o, _z, c in located],
+            expires,
+        )
 
     def _get_remote(
         self,
@@ -1254,8 +1278,7 @@ class DistributedUMBPClient(_UMBPClient):
         if read and self._dram_lease_ms > 0:
             # Read again straight from the owner while a read lease taken then would hold.
             self._remember(
-                p.node_id,
-                p.address,
+                p,
                 [(keys[i], placed[i][0], sizes[i], placed[i][1]) for i in read if i not in hbm_read],
                 routed_at + _LOCATION_LEASE_FRACTION * self._dram_lease_ms / 1000.0,
             )
@@ -1313,9 +1336,7 @@ class DistributedUMBPClient(_UMBPClient):
                     if i in leased:
                         located.append((keys[i], off, sizes[i], want))
             if located and self._dram_lease_ms > 0:
-                self._remember(
-                    node_id, address, located, sent + _LOCATION_LEASE_FRACTION * self._dram_lease_ms / 1000.0
-                )
+                self._remember(p, located, sent + _LOCATION_LEASE_FRACTION * self._dram_lease_ms / 1000.0)
         for i in ssd:
             if self._down(node_id):
                 break  # a read just failed: the peer is marked failed
@@ -1590,6 +1611,7 @@ class DistributedUMBPClient(_UMBPClient):
             p.channel.close()
         # Peers lose access to the arena (the engine revokes it) before the store unmaps it.
         for r in self._regions:
+            self._locations.remove_region(r.ptr)
             self._engine.deregister_memory(r.desc)
         self._regions = []
         self._engine.deregister_memory(self._arena_desc)

@@ -5,6 +5,8 @@
 #include <pybind11/stl.h>
 
 #include <map>
+#include <optional>
+#include <tuple>
 #include <memory>
 #include <set>
 #include <shared_mutex>
@@ -18,6 +20,7 @@
 #include "src/clients.h"
 #include "src/host_mem_allocator.h"
 #include "src/local_client.h"
+#include "src/location_cache.h"
 
 namespace py = pybind11;
 using namespace mori::umbp;
@@ -594,6 +597,62 @@ void bind_client(py::module_& m) {
         py::gil_scoped_release nogil;
         c.close();
       });
+
+  using PlaceTuple = std::tuple<std::string, std::string, uint64_t, uint64_t, uint64_t, double>;
+  auto as_tuple = [](const LocationCache::Place& p) {
+    return PlaceTuple{p.node_id, p.address, p.offset, p.size, p.checksum, p.expires};
+  };
+  py::class_<LocationCache>(m, "UMBPLocationCache",
+                            "a distributed reader's remembered places of values on their owners (LRU-capped), "
+                            "and the located read over them")
+      .def(py::init<size_t>(), py::arg("capacity"))
+      .def("remember", &LocationCache::remember, py::arg("node_id"), py::arg("address"), py::arg("arena"),
+           py::arg("keys"), py::arg("offsets"), py::arg("sizes"), py::arg("checksums"), py::arg("expires"), Release(),
+           "places (arena offsets, sizes, XXH3 checksums) of values just read from an owner, valid until "
+           "`expires` (time.monotonic() seconds)")
+      .def("forget_owner", &LocationCache::forget_owner, py::arg("node_id"), Release())
+      .def("forget", &LocationCache::forget, py::arg("keys"), Release())
+      .def("__len__", &LocationCache::size)
+      .def("add_region", &LocationCache::add_region, py::arg("ptr"), py::arg("size"), py::arg("desc"),
+           "host memory registered with the engine (a destination of located reads)")
+      .def("remove_region", &LocationCache::remove_region, py::arg("ptr"))
+      .def(
+          "peek",
+          [as_tuple](const LocationCache& c, const std::string& key) -> std::optional<PlaceTuple> {
+            LocationCache::Place p;
+            if (!c.peek(key, &p)) return std::nullopt;
+            return as_tuple(p);
+          },
+          py::arg("key"), "(node_id, address, offset, size, checksum, expires) or None")
+      .def("adjust", &LocationCache::adjust, py::arg("key"), py::arg("offset") = -1, py::arg("expires") = -1.0,
+           "test hook: moves a held place (offset) or its expiry (< 0: kept); False when not held")
+      .def(
+          "read",
+          [as_tuple](LocationCache& cache, PyClient& c, mori::io::Engine& engine, const Keys& keys, const Ptrs& ptrs,
+                     const std::vector<uint64_t>& sizes, const std::vector<uint32_t>& idx, int64_t timeout_ms) {
+            if (keys.size() != ptrs.size() || keys.size() != sizes.size())
+              mori::raise(mori::Status::kInvalidArgument,
+                          "UMBPLocationCache.read: keys, ptrs and sizes differ in length");
+            for (uint32_t i : idx)
+              if (i >= keys.size())
+                mori::raise(mori::Status::kInvalidArgument, "UMBPLocationCache.read: index out of range");
+            auto verify = [&c](const std::vector<uintptr_t>& p, const std::vector<uint64_t>& z,
+                               const std::vector<uint64_t>& k) {
+              return c.peer([&](PeerPages& pages) { return pages.verify(p, z, k); });
+            };
+            LocationCache::Result r = cache.read(engine, keys, ptrs, sizes, idx, timeout_ms, verify);
+            std::vector<PlaceTuple> places;
+            places.reserve(r.other_places.size());
+            for (const auto& p : r.other_places) places.push_back(as_tuple(p));
+            return std::make_tuple(std::move(r.got), std::move(r.rest), std::move(r.other), std::move(places), r.stale,
+                                   r.got_bytes, std::move(r.failed));
+          },
+          py::arg("client"), py::arg("engine"), py::arg("keys"), py::arg("ptrs"), py::arg("sizes"),
+          py::arg("idx") = std::vector<uint32_t>{}, py::arg("timeout_ms") = 5000, Release(),
+          "reads keys[i] (i in idx; empty: all) at their held places into registered host memory, one MORI-IO "
+          "batch per owner, each value checked against its XXH3 checksum: (got, rest, other, other_places, "
+          "stale, got_bytes, failed [(node_id, address, why)]); rest: for the routed path; other: held places "
+          "whose destination is not registered host memory");
 }
 
 }  // namespace
@@ -636,6 +695,14 @@ void bind_umbp(py::module_& m) {
       "pointer_device", [](uintptr_t ptr) { return pointer_device(ptr); }, py::arg("ptr"),
       py::call_guard<py::gil_scoped_release>(),
       "the CUDA device whose memory holds ptr; -1: host memory (or CUDA not loaded in this process)");
+  m.def(
+      "pointer_devices",
+      [](const std::vector<uintptr_t>& ptrs) {
+        std::vector<int> out(ptrs.size());
+        for (size_t i = 0; i < ptrs.size(); ++i) out[i] = pointer_device(ptrs[i]);
+        return out;
+      },
+      py::arg("ptrs"), py::call_guard<py::gil_scoped_release>(), "pointer_device of each (one call for a batch)");
   m.def(
       "device_value_checksum",
       [](uintptr_t ptr, size_t size, int device) {

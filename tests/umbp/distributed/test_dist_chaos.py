@@ -59,6 +59,40 @@ def test_peer_killed_mid_read(tmp_path):
             reader.close()
 
 
+def test_owner_killed_between_remember_and_located_read():
+    """The reader remembered where the owner's values lie; the owner dies; the next get of them
+    (located: no route, no resolve) is a miss per key within the deadlines, the owner is marked
+    failed once (one remote error, its remembered places forgotten), and the reader's buffers
+    are untouched."""
+    with running_master(settings=fast_settings(route_put_affinity="local")) as master:
+        owner_id = uid("owner")
+        owner, reader = start_workers(
+            dict(master=master.address, node_id=owner_id, dram=32 << 20),
+            dict(master=master.address, node_id=uid("reader"), dram=4 << 20, pool_bytes=4 << 20),
+        )
+        try:
+            keys = _keys(6)
+            seed = random.randrange(1 << 30)
+            assert owner.ask("put", keys=keys, size=64 << 10, seed=seed)["ok"] == [True] * 6
+            assert reader.ask("get", keys=keys, size=64 << 10, seed=seed, pool=True)["right"] == [True] * 6
+            assert reader.ask("locations", keys=keys, extend_s=60.0)["held"] == 6
+            errors = reader.ask("stats")["stats"]["remote_errors"]
+            owner.kill()
+            t0 = time.monotonic()
+            got = reader.ask("get", keys=keys, size=64 << 10, seed=seed, pool=True, timeout=30)
+            assert time.monotonic() - t0 < 10, f"the get took {time.monotonic() - t0:.1f} s"
+            assert got["ok"] == [False] * 6 and got["untouched_misses"] == [True] * 6
+            stats = reader.ask("stats")["stats"]
+            # The failed read marked it; the routed path then found it held off (that dial refused
+            # at once counts too, as any get of a held-off peer's keys does): no third failure.
+            assert 1 <= stats["remote_errors"] - errors <= 2
+            assert reader.ask("locations", keys=keys)["held"] == 0
+            assert reader.ask("peers_down")["down"] == [owner_id]
+        finally:
+            owner.close()
+            reader.close()
+
+
 def test_master_killed_and_restarted():
     port = free_port()
     env = {"UMBP_HEARTBEAT_TTL_SEC": "2", "UMBP_ROUTE_PUT_NODE_AFFINITY": "local"}  # heartbeats every second

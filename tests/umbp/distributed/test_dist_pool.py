@@ -90,22 +90,48 @@ def test_remote_paths(pair, pool):
     assert a.ask("exists", keys=keys + [uid("absent")] + keys)["consecutive"] == 8
 
 
-def test_located_reads_skip_route_and_resolve(pair):
+@pytest.mark.parametrize("pool", [True, False], ids=["native", "staged"])
+def test_located_reads_skip_route_and_resolve(pair, pool):
     """A reader that resolved keys reads them again within the lease straight from the owner (no
     master route, no resolve); a location gone stale (its block now holds another value) fails
-    the checksum and the key is read through the routed path: right bytes either way."""
+    the checksum, is counted stale and forgotten, and the key is read through the routed path:
+    right bytes either way. Into the registered pool that is the native located read (one call,
+    no GIL); into unregistered memory, the staged read at the places it hands back."""
     a, b = pair
     keys = _keys(4)
     seed = random.randrange(1 << 30)
     assert a.ask("put", keys=keys, size=64 << 10, seed=seed)["ok"] == [True] * 4
-    assert a.ask("get", keys=keys, size=64 << 10, seed=seed)["right"] == [True] * 4
+    assert a.ask("get", keys=keys, size=64 << 10, seed=seed, pool=pool)["right"] == [True] * 4
     assert a.ask("locations", keys=keys, extend_s=60.0, misplace=[keys[0], keys[1]])["held"] == 4
     hits, stale, gets = _stat(a, "location_cache_hits"), _stat(a, "location_cache_stale"), _stat(a, "remote_gets")
-    assert a.ask("get", keys=keys, size=64 << 10, seed=seed)["right"] == [True] * 4
+    got_bytes = _stat(a, "remote_get_bytes")
+    assert a.ask("get", keys=keys, size=64 << 10, seed=seed, pool=pool)["right"] == [True] * 4
     assert _stat(a, "location_cache_hits") == hits + 3
     assert _stat(a, "location_cache_stale") == stale + 1
     assert _stat(a, "remote_gets") == gets + 4
+    assert _stat(a, "remote_get_bytes") == got_bytes + 4 * (64 << 10)
     assert _stat(a, "remote_checksum_failures") == 0  # a stale location is not a corrupt value
+    # Read again: the stale key's place was replaced by the one its routed read learnt.
+    assert a.ask("get", keys=keys, size=64 << 10, seed=seed, pool=pool)["right"] == [True] * 4
+    assert _stat(a, "location_cache_hits") == hits + 7
+
+
+def test_expired_location_is_not_used(pair):
+    """A place whose lease ran out is not read at: the key goes through the routed path (right
+    bytes, not a located hit nor a stale one), and is remembered again from that read."""
+    a, b = pair
+    keys = _keys(3)
+    seed = random.randrange(1 << 30)
+    assert a.ask("put", keys=keys, size=32 << 10, seed=seed)["ok"] == [True] * 3
+    assert a.ask("get", keys=keys, size=32 << 10, seed=seed, pool=True)["right"] == [True] * 3
+    # keys[0] expires now; keys[1] would read keys[2]'s value if its (expired) place were used.
+    assert a.ask("locations", keys=keys[2:], extend_s=60.0, misplace=[keys[1], keys[2]])["held"] == 1
+    assert a.ask("locations", keys=keys[:2], extend_s=-1.0)["held"] == 2
+    hits, stale = _stat(a, "location_cache_hits"), _stat(a, "location_cache_stale")
+    assert a.ask("get", keys=keys, size=32 << 10, seed=seed, pool=True)["right"] == [True] * 3
+    assert _stat(a, "location_cache_hits") == hits + 1
+    assert _stat(a, "location_cache_stale") == stale
+    assert a.ask("locations", keys=keys)["held"] == 3  # remembered again by the routed reads
 
 
 def test_exists_then_get_reads_with_no_route(pair):

@@ -132,14 +132,20 @@ class Worker:
         location at b's value (as if a was removed and its block reused)."""
         import time
 
-        locs = self.client._locations
-        with self.client._locations_lock:
-            for k in keys:
-                if k in locs and extend_s:
-                    locs[k].expires = time.monotonic() + extend_s
-            if misplace:
-                locs[misplace[0]].offset = locs[misplace[1]].offset
-            return {"held": sum(k in locs for k in keys)}
+        locs = self.client._locations  # the native UMBPLocationCache
+        for k in keys:
+            if extend_s:
+                locs.adjust(k, expires=time.monotonic() + extend_s)
+        if misplace:
+            locs.adjust(misplace[0], offset=locs.peek(misplace[1])[2])
+        return {"held": sum(locs.peek(k) is not None for k in keys)}
+
+    def peers_down(self):
+        """The peers this worker holds off (failed within the hold-off)."""
+        import time
+
+        now = time.monotonic()
+        return {"down": sorted(n for n, until in self.client._peers_down.items() if until > now)}
 
     def corrupt(self, key: str):
         """Test hook on an owner: flips one byte in the middle of key's value in the DRAM arena (as
