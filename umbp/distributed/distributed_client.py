@@ -1499,11 +1499,11 @@ class DistributedUMBPClient(_UMBPClient):
             if self._down(node.node_id):
                 continue
             try:
-                self._peer(node.node_id, node.peer_address)  # a located read needs the peer known
+                p = self._peer(node.node_id, node.peer_address)  # a located read needs the peer known
             except Exception as exc:  # noqa: BLE001
                 self._peer_failed(node.node_id, node.peer_address, "GetPeerInfo", exc)
                 continue
-            self._remember(node.node_id, node.peer_address, located, expires)
+            self._remember(p, located, expires)
 
     def batch_exists_consecutive(self, keys: Sequence[str]) -> int:
         keys = list(keys)
