@@ -80,7 +80,7 @@ int listen_unix(const std::string& path) {
 int connect_unix(const std::string& path) {
   sockaddr_un addr = socket_address(path);
   // Non-blocking: a server whose backlog is full (stopped, swamped) makes connect() fail with
-  // EAGAIN instead of blocking past every deadline. The calls below all poll first anyway.
+  // EAGAIN instead of blocking past every deadline. The calls below poll when it is not ready.
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) raise_errno("socket(AF_UNIX)");
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
@@ -115,11 +115,15 @@ void send_frame(int fd, wire::Frame frame, const void* payload, int pass_fd, dou
     std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
   }
   size_t left = sizeof(frame) + frame.length;
+  // Sent at once where the socket has room (the usual case: no poll first); poll only when full.
   while (left > 0) {
-    wait_ready(fd, POLLOUT, deadline, "sending a request");
     const ssize_t k = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        wait_ready(fd, POLLOUT, deadline, "sending a request");
+        continue;
+      }
       if (errno == EPIPE || errno == ECONNRESET) raise(Status::kRemote, "the other end closed the connection");
       raise_errno("sendmsg");
     }
@@ -190,12 +194,17 @@ bool recv_frame(int fd, wire::Frame* frame, int* passed_fd, double deadline) {
 void recv_payload(int fd, void* buf, size_t n, double deadline) {
   char* p = static_cast<char*>(buf);
   size_t got = 0;
+  // A payload is sent with its frame (one sendmsg): it is usually here already, so it is read
+  // before any poll; poll only when the socket is empty.
   while (got < n) {
-    wait_ready(fd, POLLIN, deadline, "receiving a message");
     const ssize_t k = ::recv(fd, p + got, n - got, MSG_DONTWAIT);
     if (k == 0) raise(Status::kRemote, "the connection closed in the middle of a message");
     if (k < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        wait_ready(fd, POLLIN, deadline, "receiving a message");
+        continue;
+      }
       if (errno == ECONNRESET) raise(Status::kRemote, "the other end reset the connection");
       raise_errno("recv");
     }
