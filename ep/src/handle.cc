@@ -878,11 +878,12 @@ bool EpHandle::publish_pull_source(const CombineArgs& a, size_t row, size_t k4, 
     if (arena->contains(w, wbytes)) {
       ps->weights = PullSource::kArena;
       ps->weights_offset = arena->offset_of(w);
-    } else if (w >= base_ && w + wbytes <= base_ + lay_->bytes) {  // e.g. the dispatch's weights output
-      ps->weights = PullSource::kOpBuffer;
-      ps->weights_offset = static_cast<size_t>(w - base_);
     } else {
-      ps->weights = PullSource::kStaged;  // private weights: k floats a row still go to the source
+      // Private weights, and weights in the op buffers too (usually the dispatch's weights
+      // output): k floats a row still go to the source. Op buffers are not read in place: a
+      // third PE holding every combine signal starts its next dispatch, which rewrites them,
+      // while sources may still be summing from this PE.
+      ps->weights = PullSource::kStaged;
     }
   }
   ps->arena_size = arena->size();
@@ -963,24 +964,19 @@ void EpHandle::find_pull_sources() {
     if (ps.rows < static_cast<uint64_t>(rows_read[r]))
       refuse("rows", format("(%llu) are fewer than the %lld rows this PE sent it", static_cast<ull>(ps.rows),
                             static_cast<long long>(rows_read[r])));
-    // Where its weights lie: in its arena, in its op buffers (as large as mine), or not at all.
+    // Where its weights lie: in its arena, staged to each source, or not at all.
     size_t w_room = 0;
     if (ps.weights == PullSource::kArena)
       w_room = arena.size;
-    else if (ps.weights == PullSource::kOpBuffer)
-      w_room = lay_->bytes;
     else if (ps.weights != PullSource::kNone && ps.weights != PullSource::kStaged)
       refuse("weights", format("(%llu) is none of the places weights can be", static_cast<ull>(ps.weights)));
     if (w_room && (ps.weights_offset > w_room || ps.weights_offset % 4 || ps.rows > (w_room - ps.weights_offset) / k4))
       refuse("weights_offset",
-             format("(%llu) does not hold %llu rows of %llu-byte weights inside its %zu-byte %s",
-                    static_cast<ull>(ps.weights_offset), static_cast<ull>(ps.rows), static_cast<ull>(k4), w_room,
-                    ps.weights == PullSource::kArena ? "arena" : "op buffers"));
+             format("(%llu) does not hold %llu rows of %llu-byte weights inside its %zu-byte arena",
+                    static_cast<ull>(ps.weights_offset), static_cast<ull>(ps.rows), static_cast<ull>(k4), w_room));
     pulled_rows_[r] = arena.base + ps.input_offset;
     if (ps.weights == PullSource::kArena)
       pulled_w_[r] = reinterpret_cast<const float*>(arena.base + ps.weights_offset);
-    else if (ps.weights == PullSource::kOpBuffer)
-      pulled_w_[r] = reinterpret_cast<const float*>(peer_base_[r] + ps.weights_offset);
   }
 }
 

@@ -31,13 +31,14 @@ struct EpHandle::Layout {
 // (mori.shmem.shared_tensors): its sources read the rows there instead of staging copies.
 // Written before the combine signal of `round`; valid for that round only.
 struct EpHandle::PullSource {
-  enum Weights : uint64_t { kNone = 0, kArena = 1, kOpBuffer = 2, kStaged = 3 };
+  // (2 was "in the op buffers": read in place no longer, as a peer's next dispatch rewrites them.)
+  enum Weights : uint64_t { kNone = 0, kArena = 1, kStaged = 3 };
   uint64_t round = 0;
   uint64_t input_offset = 0;  // rows: arena offset of row 0
   uint64_t rows = 0;          // rows of the input (the holder's received tokens)
   uint64_t row_bytes = 0;
   uint64_t weights = kNone;     // where the weights are read
-  uint64_t weights_offset = 0;  // arena offset (kArena) or offset in this op's buffers (kOpBuffer)
+  uint64_t weights_offset = 0;  // arena offset (kArena)
   uint64_t arena_size = 0;
   char arena_handle[88] = {};  // SharedArena::handle(): how a peer maps the arena
 };

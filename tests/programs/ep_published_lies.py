@@ -105,7 +105,7 @@ def lies(size: int, off: int, rows: int, op_bytes: int, bogus_file: str, unseale
         ("weights_offset", {"weights": 1, "weights_offset": size - k4 * rows + 4}),
         ("weights_offset", {"weights": 1, "weights_offset": 2**64 - 4}),
         ("weights_offset", {"weights": 1, "weights_offset": off + 2}),
-        ("weights_offset", {"weights": 2, "weights_offset": op_bytes - 4}),
+        ("weights", {"weights": 2, "weights_offset": op_bytes - 4}),  # once "op buffers": no longer read in place
         ("arena_handle", {"arena_handle": ""}),
         ("arena_handle", {"arena_handle": bogus_file, "arena_size": 64 << 20}),
         ("arena_handle", {"arena_handle": unsealed, "arena_size": 64 << 20}),
