@@ -975,8 +975,7 @@ void EpHandle::find_pull_sources() {
              format("(%llu) does not hold %llu rows of %llu-byte weights inside its %zu-byte arena",
                     static_cast<ull>(ps.weights_offset), static_cast<ull>(ps.rows), static_cast<ull>(k4), w_room));
     pulled_rows_[r] = arena.base + ps.input_offset;
-    if (ps.weights == PullSource::kArena)
-      pulled_w_[r] = reinterpret_cast<const float*>(arena.base + ps.weights_offset);
+    if (ps.weights == PullSource::kArena) pulled_w_[r] = reinterpret_cast<const float*>(arena.base + ps.weights_offset);
   }
 }
 
