@@ -263,10 +263,7 @@ def run_local(args, rows_by_tier: dict, out: list, status: dict, workdir: str) -
         HostBuffers,
         RawFile,
         UmbpOps,
-        drop_page_cache,
-        files_under,
         summarize,
-        verify,
     )
 
     max_bytes = max(r.nbytes for rows in rows_by_tier.values() for r in rows)
@@ -321,21 +318,8 @@ def run_local(args, rows_by_tier: dict, out: list, status: dict, workdir: str) -
                     # get: a disk whose speed drifts (a virtio disk's moved 2x within minutes) moves
                     # both figures of a row alike, and the ratio compares calls minutes apart no more.
                     raw = RawFile(ssd_root, buf, row)
-                    raw_before, raw_call, raw_close = raw.open()
                     rs: list = []
-
-                    def before(i: int) -> None:
-                        raw_before(i)
-                        t0 = time.monotonic_ns()
-                        raw_call()
-                        t1 = time.monotonic_ns()
-                        if i >= 0:
-                            rs.append((t0, t1))
-                        else:  # the warm-up: the raw bytes are checked, then gone before the get's check
-                            verify(buf, row, "raw read")
-                            buf.dst[: row.nbytes] = 0
-                        drop_page_cache(files_under(tier_dir))
-
+                    before, raw_close = raw.before_each_get(tier_dir, rs)
                     try:
                         get = ops.get(row, args.iters, args.budget, before=before)
                     finally:
@@ -427,24 +411,10 @@ def rank_main(rank: int, plan: dict, barrier, results) -> None:
                 # by a barrier of their own), right before each get, as in one process: a disk
                 # whose speed drifts, or a hypervisor's cache that holds the file written last,
                 # moves both figures of the row alike.
-                from mori.apps.bench.umbp_workload import RawFile, drop_page_cache, files_under, verify
+                from mori.apps.bench.umbp_workload import RawFile
 
                 raw_file = RawFile(plan["raw_dir"], buf, row, name=f"rank{rank}")
-                raw_before, raw_call, raw_close = raw_file.open()
-
-                def before(i: int, row=row) -> None:
-                    raw_before(i)
-                    sync()
-                    t0 = time.monotonic_ns()
-                    raw_call()
-                    t1 = time.monotonic_ns()
-                    if i >= 0:
-                        raw.append((t0, t1))
-                    else:  # the warm-up: the raw bytes are checked, then gone before the get's check
-                        verify(buf, row, "raw read")
-                        buf.dst[: row.nbytes] = 0
-                    drop_page_cache(files_under(plan["ssd_dir"]))
-
+                before, raw_close = raw_file.before_each_get(plan["ssd_dir"], raw, sync=sync)
                 try:
                     get = ops.get(row, iters, 0, sync=sync, fixed=True, before=before)
                 finally:

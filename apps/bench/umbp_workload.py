@@ -337,6 +337,33 @@ class RawFile:
 
         return before, call, lambda: os.close(fd)
 
+    def before_each_get(
+        self, tier_dir: str, samples: list, sync: Optional[Callable[[], None]] = None
+    ) -> tuple[Callable[[int], None], Callable[[], None]]:
+        """(before, close) for an SSD-hit get row: ``before(i)`` reads the same bytes raw right
+        before get ``i``, timed into ``samples`` (after ``sync()`` where given: every rank's at
+        once), so a disk whose speed drifts moves both figures of the row alike; the warm-up's
+        bytes are checked, then zeroed ahead of the get's own check; the tier's page cache is
+        dropped last. ``close()`` closes the file."""
+        raw_before, raw_call, raw_close = self.open()
+        buf, row = self.buf, self.row
+
+        def before(i: int) -> None:
+            raw_before(i)
+            if sync is not None:
+                sync()
+            t0 = time.monotonic_ns()
+            raw_call()
+            t1 = time.monotonic_ns()
+            if i >= 0:
+                samples.append((t0, t1))
+            else:
+                verify(buf, row, "raw read")
+                buf.dst[: row.nbytes] = 0
+            drop_page_cache(files_under(tier_dir))
+
+        return before, raw_close
+
     def samples(self, iters: int, budget_s: float, sync=None, fixed: bool = False) -> list[Sample]:
         before, call, close = self.open()
         self.buf.dst[: self.row.nbytes] = 0
