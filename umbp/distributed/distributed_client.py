@@ -1204,7 +1204,10 @@ class DistributedUMBPClient(_UMBPClient):
         return got, len(stale)
 
     def _remember(self, p: _Peer, located: list[tuple[str, int, int, int]], expires: float) -> None:
-        """located: (key, arena offset, size, checksum) of values just read from p under a lease."""
+        """located: (key, arena offset, size, checksum) of values just read from p under a lease.
+        Nothing is remembered of a peer marked failed meanwhile (its places were just forgotten)."""
+        if self._down(p.node_id):
+            return
         self._locations.remember(
             p.node_id,
             p.address,
