@@ -5,7 +5,8 @@
 # with the python that has the package and Mooncake (PYTHON, default python3).
 #   ORDER  the runs, in order (default "off on on off off on"); a run is off, on, on64k or
 #          on128k (on, with MORI_IO_TCP_CHUNK=64K or 128K: striped over both lanes from 128 or
-#          256 KiB, where the default 512 KiB chunk stripes from 768 KiB) or usN
+#          256 KiB, where the default 512 KiB chunk stripes from 768 KiB), sfNk (on, with
+#          MORI_IO_TCP_STRIPE_FROM=NK: striped above N KiB, pieces still up to the chunk) or usN
 #          (MORI_IO_TCP_POLL_US=N, whatever the CPU count)
 #   SIZES  message sizes (default 8,4K,64K,256K,1M,4M,16M,64M), batches 1 and 128
 #   OUT    where each run's JSON and log go (default bench-results/io-small), and summary.txt:
@@ -32,8 +33,9 @@ for v in $ORDER; do
     off) vars=(MORI_IO_TCP_POLL_US=0) ;;
     on) vars=(MORI_IO_TCP_POLL_US=auto) ;;
     on64k | on128k) c=${v#on}; vars=(MORI_IO_TCP_POLL_US=auto MORI_IO_TCP_CHUNK=${c%k}K) ;;
+    sf[0-9]*k) c=${v#sf}; vars=(MORI_IO_TCP_POLL_US=auto MORI_IO_TCP_STRIPE_FROM=${c%k}K) ;;
     us[0-9]*) vars=(MORI_IO_TCP_POLL_US=${v#us}) ;;
-    *) echo "unknown run '$v' (off, on, on64k, on128k, usN)" >&2; exit 2 ;;
+    *) echo "unknown run '$v' (off, on, on64k, on128k, sfNk, usN)" >&2; exit 2 ;;
   esac
   name=$(date -u +%H%M%S)-$v
   start=$SECONDS
@@ -54,7 +56,9 @@ for path in sorted(glob.glob(os.path.join(out, "*.json"))):
     setting = os.path.basename(path)[:-5].split("-", 1)[1]
     with open(path) as f:
         runs.setdefault(setting, []).append(json.load(f))
-settings = [s for s in ("off", "on", "on64k", "on128k") if s in runs] + sorted(s for s in runs if s.startswith("us"))
+settings = [s for s in ("off", "on", "on64k", "on128k") if s in runs] + sorted(
+    s for s in runs if s.startswith(("sf", "us"))
+)
 print("runs:", ", ".join(f"{s} x{len(runs[s])}" for s in settings), "(medians over a setting's runs)")
 cols = ("x socket", "x sock-1by1", "x mooncake")
 keys = sorted({(r["op"], r["BatchSize"], r["MsgSize (B)"]) for docs in runs.values() for d in docs

@@ -8,8 +8,8 @@ exactly on both sides (issue 32):
 - the initiator receives a large read's reply header alone (payload straight into memory);
 - a write up to MORI_IO_INLINE_BYTES is sent from the caller's thread when the lane is idle,
   a larger one (up to the 4 MiB socket buffer) when nothing is in flight either;
-- a striped transfer (above MORI_IO_TCP_CHUNK) is cut into equal pieces, a multiple of the
-  lanes, none above the chunk;
+- a striped transfer (above MORI_IO_TCP_CHUNK, or MORI_IO_TCP_STRIPE_FROM where set) is cut
+  into equal pieces, a multiple of the lanes, none above the chunk;
 - with MORI_IO_TCP_POLL_US (forced on: "auto" leaves it off on a 2-core machine) the target's
   thread and the waiting caller poll for requests and replies, and receive payloads segment by
   segment while polling, before blocking reads take over;
@@ -137,6 +137,16 @@ def test_striping_edges_exact(monkeypatch):
     a, b = pair(2)
     sizes = [c * 64 * KiB + d for c in (1, 2, 3) for d in (-1, 0, 1)] + [MiB + 1, 5, 3 * MiB + 7]
     run_sequence(a, b, [s for pair in zip(sizes, reversed(sizes)) for s in pair], seed=200)
+
+
+def test_stripe_from_edges_exact(monkeypatch):
+    """MORI_IO_TCP_STRIPE_FROM=128K with the 512 KiB chunk: from just above 128 KiB a transfer
+    goes as two equal halves (or more pieces above 1 MiB); sizes just below, at and above 128,
+    256 and 512 KiB and 1 MiB, single and alternating with small ones."""
+    monkeypatch.setenv("MORI_IO_TCP_STRIPE_FROM", str(128 * KiB))
+    a, b = pair(2)
+    sizes = [c * KiB + d for c in (128, 256, 512, 1024) for d in (-1, 0, 1)] + [3, 4099]
+    run_sequence(a, b, [s for pair in zip(sizes, reversed(sizes)) for s in pair], seed=300)
 
 
 def stop(pid: int) -> None:

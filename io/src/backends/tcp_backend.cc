@@ -16,7 +16,7 @@ void TcpBackend::post(bool read, Peer& peer, const std::shared_ptr<Transfer>& t,
   std::vector<std::vector<Lane::Piece>> per_lane(n);
   size_t lane = t->uid % n;
   const size_t chunk = engine_.settings().chunk_bytes;
-  bool stripe = n > 1 && total > chunk;
+  bool stripe = n > 1 && total > engine_.settings().stripe_from;
   uint64_t piece = wire::kMaxChunk;
   if (stripe) {
     // Pieces of equal size, at most `chunk`, as many as a multiple of the lanes: every lane
