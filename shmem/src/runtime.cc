@@ -627,6 +627,17 @@ void Runtime::check_dead(const WaitFrom& from, const char* caller) const {
     return from.world_epoch && peer_control_[p] &&
            peer_control_[p]->barrier_done.load(std::memory_order_acquire) >= from.world_epoch;
   };
+  if (pe < 0 && remote >= 0) {
+    // Only a remote loss is known, but a same-host PE may have died before it (the remote PE
+    // failing on that death and leaving): the watch's thread, woken by the exit, may not have
+    // run yet while the transport already saw the remote PE go. Ask the watch now.
+    for (int other = 0; other < n_pes_ && pe < 0; ++other) {
+      const ControlBlock* c = peer_control_[other];
+      if (other != my_pe_ && c && c->state.load(std::memory_order_acquire) != kStateFinalized && !excused(other) &&
+          watch_.exited(other))
+        pe = other;
+    }
+  }
   if (pe >= 0 && excused(pe)) {
     pe = -1;
     for (int other = 0; other < n_pes_ && pe < 0; ++other) {
