@@ -44,10 +44,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-import grpc
 
 from mori import _C
 from mori.core.errors import InvalidArgument
+from mori.umbp.distributed.grpc_channels import Channel
 from mori.umbp.proto import require
 
 pb = require("umbp_pb2")
@@ -557,15 +557,12 @@ class DistributedUMBPClient(_UMBPClient):
             p = self._peers.get(node_id)
             if p is not None and p.address == address and p.arena is not None:
                 return p
-        channel = grpc.insecure_channel(
+        channel = Channel(
             address,
-            options=[("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20)],
+            [(peer_grpc.UMBPPeerStub, peer_pb.DESCRIPTOR.services_by_name["UMBPPeer"], peer_pb)],
+            secret=self._secret,
         )
-        if self._secret is not None:
-            from mori.umbp.distributed.master_auth import SigningInterceptor
-
-            channel = grpc.intercept_channel(channel, SigningInterceptor(self._secret))
-        stub = peer_grpc.UMBPPeerStub(channel)
+        stub = channel.stubs[0]
         # Our engine's descriptor goes along: the peer registers it, so the notifications our
         # transfers send there come from an engine it knows.
         info = stub.GetPeerInfo(peer_pb.GetPeerInfoRequest(engine_desc=self._engine_desc), timeout=self._timeout_s)

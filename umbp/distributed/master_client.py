@@ -95,7 +95,7 @@ class UMBPMasterClient:
 
             self._secret = secret_from_hex(secret_hex)
         self._lock = threading.Lock()
-        self._channel: Optional[grpc.Channel] = None
+        self._channel = None  # grpc_channels.Channel
         self._stub = None
         self._admin = None
         self._registered = False
@@ -104,22 +104,23 @@ class UMBPMasterClient:
     def _stubs(self):
         with self._lock:
             if self._stub is None:
-                channel = grpc.insecure_channel(
-                    self.master_address,
-                    options=[
-                        ("grpc.max_receive_message_length", 256 << 20),
-                        ("grpc.max_send_message_length", 256 << 20),
-                        ("grpc.initial_reconnect_backoff_ms", 100),
-                        ("grpc.max_reconnect_backoff_ms", 1000),
-                    ],
-                )
-                if self._secret is not None:
-                    from mori.umbp.distributed.master_auth import SigningInterceptor
+                from mori.umbp.distributed.grpc_channels import Channel
 
-                    channel = grpc.intercept_channel(channel, SigningInterceptor(self._secret))
+                channel = Channel(
+                    self.master_address,
+                    [
+                        (pb_grpc.UMBPMasterStub, pb.DESCRIPTOR.services_by_name["UMBPMaster"], pb),
+                        (
+                            admin_grpc.UMBPMasterAdminStub,
+                            admin_pb.DESCRIPTOR.services_by_name["UMBPMasterAdmin"],
+                            admin_pb,
+                        ),
+                    ],
+                    secret=self._secret,
+                    options=[("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 1000)],
+                )
                 self._channel = channel
-                self._stub = pb_grpc.UMBPMasterStub(channel)
-                self._admin = admin_grpc.UMBPMasterAdminStub(channel)
+                self._stub, self._admin = channel.stubs
             return self._stub, self._admin
 
     def _call(self, method: str, request, admin: bool = False):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import threading
 from typing import Optional
 
-import grpc
-
+from mori.umbp.distributed.grpc_channels import Channel
 from mori.umbp.proto import require
 
+_peer_pb = require("umbp_peer_pb2")
 _peer_grpc = require("umbp_peer_pb2_grpc")
 
 
@@ -17,30 +17,25 @@ class PeerChannels:
     def __init__(self, secret: Optional[bytes] = None) -> None:
         self._secret = secret
         self._lock = threading.Lock()
-        self._stubs: dict[str, tuple[grpc.Channel, object]] = {}
+        self._channels: dict[str, Channel] = {}
 
     def stub(self, peer_address: str):
         with self._lock:
-            hit = self._stubs.get(peer_address)
-            if hit is not None:
-                return hit[1]
-            channel = grpc.insecure_channel(peer_address)
-            if self._secret is not None:
-                from mori.umbp.distributed.master_auth import SigningInterceptor
-
-                channel = grpc.intercept_channel(channel, SigningInterceptor(self._secret))
-            stub = _peer_grpc.UMBPPeerStub(channel)
-            self._stubs[peer_address] = (channel, stub)
-            return stub
+            hit = self._channels.get(peer_address)
+            if hit is None:
+                service = _peer_pb.DESCRIPTOR.services_by_name["UMBPPeer"]
+                hit = Channel(peer_address, [(_peer_grpc.UMBPPeerStub, service, _peer_pb)], secret=self._secret)
+                self._channels[peer_address] = hit
+            return hit.stubs[0]
 
     def forget(self, peer_address: str) -> None:
         with self._lock:
-            hit = self._stubs.pop(peer_address, None)
+            hit = self._channels.pop(peer_address, None)
         if hit is not None:
-            hit[0].close()
+            hit.close()
 
     def close(self) -> None:
         with self._lock:
-            stubs, self._stubs = self._stubs, {}
-        for channel, _ in stubs.values():
+            channels, self._channels = self._channels, {}
+        for channel in channels.values():
             channel.close()

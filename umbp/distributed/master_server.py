@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 import grpc
 
+from mori.umbp.distributed.grpc_servers import SERVER_NAMES, GrpcDispatcher, cpp_server, server_kind
 from mori.umbp.distributed.master_metrics import MasterMetrics
 from mori.umbp.distributed.master_peers import PeerChannels
 from mori.umbp.distributed.master_service import (
@@ -50,37 +51,6 @@ def make_store(settings: MasterSettings, redis_settings=None) -> MetadataStore:
                 ) from exc
             log.warning("Redis unreachable (%s): falling back to the in-memory store", exc)
     return InMemoryMetadataStore(settings.index_shards)
-
-
-SERVER_NAMES = {"cpp": "grpc++ (C++, mori.umbp._master_server)", "python": "grpcio (Python)"}
-
-
-def cpp_server():
-    """The grpc++ server's module (``mori.umbp._master_server``), or None when this build has no
-    grpc++. Its own module, imported only here, so ``import mori`` never loads grpc++."""
-    try:
-        from mori.umbp import _master_server
-    except ImportError:
-        return None
-    return _master_server
-
-
-def server_kind(requested: Optional[str] = None) -> str:
-    """``cpp`` or ``python``: the gRPC server a master runs, from ``requested`` or
-    UMBP_MASTER_SERVER (``auto``: cpp when this build has grpc++)."""
-    from mori.core.env import setting
-
-    kind = (requested or str(setting("UMBP_MASTER_SERVER")) or "auto").lower()
-    if kind not in ("auto", "cpp", "python"):
-        raise ValueError(f"UMBP_MASTER_SERVER must be auto, cpp or python, got {kind!r}")
-    if kind == "auto":
-        return "cpp" if cpp_server() is not None else "python"
-    if kind == "cpp" and cpp_server() is None:
-        raise RuntimeError(
-            "UMBP_MASTER_SERVER=cpp but this build of mori has no grpc++ "
-            "(apt install libgrpc++-dev and rebuild, or use UMBP_MASTER_SERVER=python)"
-        )
-    return kind
 
 
 class MasterServer:
@@ -138,8 +108,6 @@ class MasterServer:
         master = UMBPMasterServicer(self.state)
         admin = UMBPMasterAdminServicer(self.state)
         if self.server_kind == "cpp":
-            from mori.umbp.distributed.master_grpc_dispatch import GrpcDispatcher
-
             dispatch = GrpcDispatcher()
             dispatch.add(master, pb.DESCRIPTOR.services_by_name["UMBPMaster"], pb)
             dispatch.add(admin, admin_pb.DESCRIPTOR.services_by_name["UMBPMasterAdmin"], admin_pb)

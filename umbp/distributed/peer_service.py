@@ -27,6 +27,7 @@ from typing import Callable, Optional
 
 import grpc
 
+from mori.umbp.distributed.grpc_servers import GrpcDispatcher, cpp_server, server_kind
 from mori.umbp.proto import require
 
 pb = require("umbp_pb2")
@@ -286,7 +287,8 @@ class PeerService(peer_grpc.UMBPPeerServicer):
 
 
 class PeerServer:
-    """The gRPC server of a worker's PeerService, on ``host:port`` (0: a free port)."""
+    """The gRPC server of a worker's PeerService, on ``host:port`` (0: a free port): grpc++ in C++
+    where the build has it (``UMBP_PEER_SERVER``, as the master's), else grpcio's."""
 
     def __init__(
         self,
@@ -296,35 +298,59 @@ class PeerServer:
         secret: Optional[bytes] = None,
         auth_window_s: float = 30.0,
         max_workers: int = 8,
+        server: Optional[str] = None,
     ) -> None:
-        interceptors = []
+        """``server``: ``cpp``, ``python`` or None (UMBP_PEER_SERVER)."""
+        verifier = None
         if secret is not None:
             from mori.umbp.distributed.master_auth import VerifyingInterceptor
 
-            interceptors.append(
-                VerifyingInterceptor(
-                    secret,
-                    auth_window_s,
-                    on_refused=lambda why: log.warning("umbp peer: refused a call: %s", why),
-                    name="umbp peer",
-                )
+            verifier = VerifyingInterceptor(
+                secret,
+                auth_window_s,
+                on_refused=lambda why: log.warning("umbp peer: refused a call: %s", why),
+                name="umbp peer",
             )
-        self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="umbp-peer"),
-            interceptors=interceptors,
-            options=[
-                ("grpc.max_receive_message_length", 256 << 20),
-                ("grpc.max_send_message_length", 256 << 20),
-                ("grpc.so_reuseport", 0),
-            ],
-        )
         self.service = service
-        peer_grpc.add_UMBPPeerServicer_to_server(service, self._server)
-        self.port = self._server.add_insecure_port(f"{host}:{port}")
-        if self.port == 0:
-            raise OSError(f"umbp peer: cannot listen on {host}:{port}")
+        self.server_kind = server_kind(server, "UMBP_PEER_SERVER")
+        if self.server_kind == "cpp":
+            dispatch = GrpcDispatcher("umbp peer")
+            dispatch.add(service, peer_pb.DESCRIPTOR.services_by_name["UMBPPeer"], peer_pb)
+            # handlers_wait: an SSD read waiting for a staging slot must leave threads to the
+            # release calls that free one.
+            self._server = cpp_server().MasterGrpcServer(
+                f"{host}:{port}",
+                dispatch,
+                workers=max_workers,
+                reuse_port=False,
+                max_message_bytes=256 << 20,
+                handlers_wait=True,
+            )
+            if verifier is not None:
+                self._server.verify_calls(verifier.verifier, dispatch.methods, verifier.on_refused)
+            try:
+                self.port = self._server.start()
+            except Exception as exc:  # noqa: BLE001 - mori's error says why; this names the address
+                raise OSError(f"umbp peer: cannot listen on {host}:{port} ({exc})") from None
+        else:
+            self._server = grpc.server(
+                futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="umbp-peer"),
+                interceptors=[verifier] if verifier is not None else [],
+                options=[
+                    ("grpc.max_receive_message_length", 256 << 20),
+                    ("grpc.max_send_message_length", 256 << 20),
+                    ("grpc.so_reuseport", 0),
+                ],
+            )
+            peer_grpc.add_UMBPPeerServicer_to_server(service, self._server)
+            self.port = self._server.add_insecure_port(f"{host}:{port}")
+            if self.port == 0:
+                raise OSError(f"umbp peer: cannot listen on {host}:{port}")
+            self._server.start()
         self.address = f"{host}:{self.port}"
-        self._server.start()
 
     def stop(self, grace: float = 0.5) -> None:
-        self._server.stop(grace).wait(grace + 1.0)
+        if self.server_kind == "cpp":
+            self._server.stop(grace)
+        else:
+            self._server.stop(grace).wait(grace + 1.0)

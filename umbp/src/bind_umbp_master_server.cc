@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mori/core/status.h"
+#include "src/grpc_channel.h"
 #include "src/master_grpc_auth.h"
 #include "src/master_grpc_redis.h"
 #include "src/master_grpc_routes.h"
@@ -107,7 +108,9 @@ NativeRouteGet::AliveSource alive_source(py::function alive) {
 }  // namespace
 
 PYBIND11_MODULE(_master_server, m) {
-  m.doc() = "The UMBP master's grpc++ server and its native get path (only a master process imports this)";
+  m.doc() =
+      "UMBP's gRPC in grpc++: the server of the master and of each worker's peer service, the master's native "
+      "get path, and the client channel (only processes that speak UMBP's gRPC import this)";
   py::module_::import("mori._C");  // MasterIndex, CallVerifier and mori's error classes
   m.attr("HAVE_NATIVE_ROUTES") = native_routes_available();
   m.attr("HAVE_NATIVE_REDIS") = native_redis_available();
@@ -119,15 +122,16 @@ PYBIND11_MODULE(_master_server, m) {
       "The UMBP master's gRPC server in grpc++: every call's request bytes, metadata, peer and "
       "time remaining go to handler(method, request, metadata, peer, time_remaining), which "
       "answers (code, details, reply bytes); it runs on one of the worker threads "
-      "(worker_threads(workers) of them).")
-      .def(
-          py::init([](std::string listen_address, py::function handler, int workers, bool reuse_port,
-                      int max_message_bytes) {
-            return std::unique_ptr<MasterGrpcServer, ReleaseGilDelete>(new MasterGrpcServer(
-                std::move(listen_address), python_handler(std::move(handler)), workers, reuse_port, max_message_bytes));
-          }),
-          py::arg("listen_address"), py::arg("handler"), py::arg("workers") = 16, py::arg("reuse_port") = false,
-          py::arg("max_message_bytes") = 256 << 20)
+      "(worker_threads(workers) of them; all `workers` with handlers_wait, for handlers that "
+      "wait on other calls).")
+      .def(py::init([](std::string listen_address, py::function handler, int workers, bool reuse_port,
+                       int max_message_bytes, bool handlers_wait) {
+             return std::unique_ptr<MasterGrpcServer, ReleaseGilDelete>(
+                 new MasterGrpcServer(std::move(listen_address), python_handler(std::move(handler)), workers,
+                                      reuse_port, max_message_bytes, handlers_wait));
+           }),
+           py::arg("listen_address"), py::arg("handler"), py::arg("workers") = 16, py::arg("reuse_port") = false,
+           py::arg("max_message_bytes") = 256 << 20, py::arg("handlers_wait") = false)
       .def("start", &MasterGrpcServer::start, py::call_guard<py::gil_scoped_release>(),
            "Bind and serve; the bound port.")
       .def("stop", &MasterGrpcServer::stop, py::arg("grace"), py::call_guard<py::gil_scoped_release>(),
@@ -162,6 +166,29 @@ PYBIND11_MODULE(_master_server, m) {
           "Answer BatchRouteGet and RouteGet with `native` first (no interpreter lock); what it leaves goes to "
           "the handler. Before start().")
       .def("wait", &MasterGrpcServer::wait, py::call_guard<py::gil_scoped_release>(), "Block until stop() ran.");
+
+  py::class_<GrpcChannel>(m, "GrpcChannel",
+                          "A gRPC client channel in grpc++: unary calls as bytes, signed with the job secret, run on "
+                          "the calling thread without the interpreter lock (umbp/src/grpc_channel.h).")
+      .def(py::init<std::string, int, std::string>(), py::arg("target"), py::arg("max_message_bytes") = 256 << 20,
+           py::arg("secret") = std::string())
+      .def(
+          "call",
+          [](const GrpcChannel& ch, const std::string& method, py::bytes request, double timeout_s) {
+            char* data = nullptr;
+            Py_ssize_t len = 0;
+            if (PyBytes_AsStringAndSize(request.ptr(), &data, &len) != 0) throw py::error_already_set();
+            GrpcCallResult r;
+            {
+              py::gil_scoped_release nogil;  // `request` stays alive: the caller's reference holds it
+              r = ch.call(method, std::string_view(data, static_cast<size_t>(len)), timeout_s);
+            }
+            return py::make_tuple(r.code, py::str(r.details), py::bytes(r.body));
+          },
+          py::arg("method"), py::arg("request"), py::arg("timeout_s"),
+          "One unary call of `method` (\"/umbp.UMBPMaster/RouteGet\") with the serialized request within "
+          "timeout_s (<= 0: no deadline): (code, details, reply bytes), code 0 for OK.")
+      .def_property_readonly("target", &GrpcChannel::target);
 
   py::class_<RedisRoutes>(m, "RedisRoutes",
                           "The Redis store's get path in C++ (hiredis): the store's ROUTE_GET_BATCH script by "

@@ -53,8 +53,8 @@ std::optional<Refusal> CallVerifier::header_refusal(std::string_view ts, std::st
   return std::nullopt;
 }
 
-bool CallVerifier::signature_ok(std::string_view method, std::string_view ts, std::string_view nonce,
-                                std::string_view sig, std::string_view body) const {
+std::string call_signature(std::string_view secret, std::string_view method, std::string_view ts,
+                           std::string_view nonce, std::string_view body) {
   uint8_t digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(body.data()), body.size(), digest);
   std::string msg;
@@ -63,10 +63,26 @@ bool CallVerifier::signature_ok(std::string_view method, std::string_view ts, st
   msg.append(ts).push_back('\n');
   msg.append(nonce).push_back('\n');
   append_hex(msg, digest, sizeof(digest));
-  const auth::Mac mac = auth::hmac_sha256(secret_.data(), secret_.size(), msg.data(), msg.size());
-  std::string expected;
-  expected.reserve(2 * mac.size());
-  append_hex(expected, mac.data(), mac.size());
+  const auth::Mac mac = auth::hmac_sha256(secret.data(), secret.size(), msg.data(), msg.size());
+  std::string out;
+  out.reserve(2 * mac.size());
+  append_hex(out, mac.data(), mac.size());
+  return out;
+}
+
+CallSignature sign_call(std::string_view secret, std::string_view method, std::string_view body, double now) {
+  CallSignature s;
+  s.ts = std::to_string(static_cast<int64_t>(now * 1000.0));
+  uint8_t nonce[16];
+  auth::random_bytes(nonce, sizeof(nonce));
+  append_hex(s.nonce, nonce, sizeof(nonce));
+  s.sig = call_signature(secret, method, s.ts, s.nonce, body);
+  return s;
+}
+
+bool CallVerifier::signature_ok(std::string_view method, std::string_view ts, std::string_view nonce,
+                                std::string_view sig, std::string_view body) const {
+  const std::string expected = call_signature(secret_, method, ts, nonce, body);
   // Constant time over the expected length; a signature of another length is wrong anyway.
   return sig.size() == expected.size() && auth::equal(sig.data(), expected.data(), expected.size());
 }

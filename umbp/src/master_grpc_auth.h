@@ -64,4 +64,15 @@ class CallVerifier {
 // Seconds since the epoch (the clock of Python's time.time(), which signers use).
 double wall_clock_s();
 
+// The hex signature of one call: HMAC-SHA256(secret, method \n ts \n nonce \n hex SHA-256(body)).
+std::string call_signature(std::string_view secret, std::string_view method, std::string_view ts,
+                           std::string_view nonce, std::string_view body);
+
+// The signing metadata of one call at `now` (seconds since the epoch), with a fresh random nonce:
+// what a native client sends (master_auth.sign is Python's).
+struct CallSignature {
+  std::string ts, nonce, sig;
+};
+CallSignature sign_call(std::string_view secret, std::string_view method, std::string_view body, double now);
+
 }  // namespace mori::umbp

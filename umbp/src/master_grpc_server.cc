@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <shared_mutex>
 #include <string_view>
 #include <unordered_set>
 
@@ -86,6 +87,7 @@ struct MasterGrpcServer::Impl {
   std::string listen_address;
   GrpcHandler handler;
   int n_workers = 1;
+  bool handlers_wait = false;
   bool reuse_port = false;
   int max_message_bytes = 0;
   std::vector<std::pair<std::string, GrpcNativeMethod>> natives;  // a few: a scan is cheapest
@@ -99,6 +101,12 @@ struct MasterGrpcServer::Impl {
   std::mutex mu;
   std::condition_variable stopped_cv;
   bool stopped = false;
+  // A worker holds `ops` (shared) from taking a tag until it has started the operations that
+  // tag leads to, its handler included; stop() takes it alone to set `draining` and shut the
+  // queue down, so no operation starts on a queue already shut down (grpc aborts the process),
+  // whatever a handler was doing when stop() came. Tags drained after that start nothing.
+  std::shared_mutex ops;
+  bool draining = false;
 
   // Offer the server one more slot for an incoming call.
   void request_call() {
@@ -111,6 +119,11 @@ struct MasterGrpcServer::Impl {
     bool ok = false;
     while (cq->Next(&tag, &ok)) {
       auto* c = static_cast<Call*>(tag);
+      std::shared_lock<std::shared_mutex> starting(ops);
+      if (draining) {  // the server and its calls are gone: nothing more to start
+        delete c;
+        continue;
+      }
       switch (c->stage) {
         case Call::kRequested:
           if (!ok) {  // the server is shutting down: this slot was never used
@@ -185,13 +198,14 @@ struct MasterGrpcServer::Impl {
 };
 
 MasterGrpcServer::MasterGrpcServer(std::string listen_address, GrpcHandler handler, int workers, bool reuse_port,
-                                   int max_message_bytes)
+                                   int max_message_bytes, bool handlers_wait)
     : impl_(std::make_unique<Impl>()) {
   MORI_CHECK_ARG(workers >= 1, "workers must be >= 1, got %d", workers);
   MORI_CHECK_ARG(max_message_bytes > 0, "max_message_bytes must be > 0, got %d", max_message_bytes);
   impl_->listen_address = std::move(listen_address);
   impl_->handler = std::move(handler);
   impl_->n_workers = workers;
+  impl_->handlers_wait = handlers_wait;
   impl_->reuse_port = reuse_port;
   impl_->max_message_bytes = max_message_bytes;
 }
@@ -237,10 +251,10 @@ int MasterGrpcServer::start() {
     while (s.cq->Next(&tag, &ok)) {
     }
     s.cq.reset();
-    raise(Status::kUnavailable, "umbp master: cannot listen on %s", s.listen_address.c_str());
+    raise(Status::kUnavailable, "umbp gRPC server: cannot listen on %s", s.listen_address.c_str());
   }
   // A slot per worker for calls arriving at once; each taken slot is replaced at once.
-  const int n = grpc_worker_threads(s.n_workers);
+  const int n = s.handlers_wait ? std::max(s.n_workers, 2) : grpc_worker_threads(s.n_workers);
   for (int i = 0; i < n; ++i) s.request_call();
   for (int i = 0; i < n; ++i) s.workers.emplace_back([&s] { s.work(); });
   return port;
@@ -253,7 +267,11 @@ void MasterGrpcServer::stop(double grace_s) {
   // the queue is shut down after the server, and the workers drain it and leave.
   s.server->Shutdown(std::chrono::system_clock::now() +
                      std::chrono::microseconds(static_cast<int64_t>(std::max(grace_s, 0.0) * 1e6)));
-  s.cq->Shutdown();
+  {
+    std::unique_lock<std::shared_mutex> no_ops(s.ops);  // waits for a handler still running
+    s.draining = true;
+    s.cq->Shutdown();
+  }
   for (auto& t : s.workers) t.join();
   s.workers.clear();
   s.server->Wait();

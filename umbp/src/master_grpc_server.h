@@ -61,9 +61,11 @@ class MasterGrpcServer {
   // listen_address: host:port (port 0: any free one); workers: threads polling for calls and
   // running the handler (as many calls are handled at once);
   // reuse_port: share the port with sibling processes (SO_REUSEPORT); max_message_bytes: the
-  // largest request or reply.
-  MasterGrpcServer(std::string listen_address, GrpcHandler handler, int workers, bool reuse_port,
-                   int max_message_bytes);
+  // largest request or reply; handlers_wait: the handler may wait on other calls (a peer's SSD
+  // read waiting for a staging slot that a release call frees), so all `workers` threads run,
+  // however few the cores (else grpc_worker_threads(workers)).
+  MasterGrpcServer(std::string listen_address, GrpcHandler handler, int workers, bool reuse_port, int max_message_bytes,
+                   bool handlers_wait = false);
   ~MasterGrpcServer();
   MasterGrpcServer(const MasterGrpcServer&) = delete;
   MasterGrpcServer& operator=(const MasterGrpcServer&) = delete;

@@ -341,6 +341,73 @@ def test_cpp_server_stop_finishes_calls_in_flight():
     server.stop(0)  # again: nothing
 
 
+@pytestmark_cpp
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", SERVERS)
+def test_native_client_channel_answers_as_grpcio(kind):
+    """The clients' native channel (UMBP_GRPC_CLIENT=cpp: grpc++, signed in C++) and grpcio's
+    stubs get the same replies, codes and details from either master server, signed or not; a
+    wrong secret is refused, a dead server is UNAVAILABLE, a deadline is DEADLINE_EXCEEDED within
+    it, and future() calls complete."""
+    from mori.umbp.distributed.grpc_channels import CallFailed, Channel
+
+    secret = bytes.fromhex(_C.core.random_secret_hex())
+    m = _master(kind, secret=secret)
+    services = [(pb_grpc.UMBPMasterStub, pb.DESCRIPTOR.services_by_name["UMBPMaster"], pb)]
+    try:
+        peer = PeerSession(m.address, "node-a", {DRAM: (GIB, GIB)}, peer_address="10.0.0.1:7", secret=secret)
+        keys = [uid("k") for _ in range(20)]
+        peer.heartbeat([("add", k, DRAM, 100 + i, i * 4096, 7 + i) for i, k in enumerate(keys)])
+        outcomes = {}
+        for client in ("python", "cpp"):
+            ch = Channel(m.address, services, secret=secret, kind=client)
+            assert ch.kind == client
+            stub = ch.stubs[0]
+            outcomes[client] = [
+                _outcome(lambda: stub.BatchRouteGet(pb.BatchRouteGetRequest(keys=keys + ["miss"]), timeout=5)),
+                _outcome(lambda: stub.RouteGet(pb.RouteGetRequest(key=keys[5]), timeout=5)),
+                _outcome(lambda: stub.BatchLookup(pb.BatchLookupRequest(keys=["miss", keys[0]]), timeout=5)),
+                _outcome(lambda: stub.RegisterClient(pb.RegisterClientRequest(node_id=""), timeout=5)),
+                _outcome(lambda: stub.BatchRoutePut(pb.BatchRoutePutRequest(keys=["x"], block_sizes=[]), timeout=5)),
+                _outcome(lambda: stub.BatchLookup.future(pb.BatchLookupRequest(keys=[keys[1]]), timeout=5).result()),
+            ]
+            ch.close()
+        got = outcomes["cpp"]
+        assert list(got[0].size) == [100 + i for i in range(20)] + [0] and list(got[0].checksum)[:20] == [
+            7 + i for i in range(20)
+        ]
+        assert got[1].found and got[1].peer_address == "10.0.0.1:7" and list(got[2].found) == [False, True]
+        assert got[3] == (grpc.StatusCode.INVALID_ARGUMENT, "RegisterClient: node_id must not be empty")
+        assert got[4][0] == grpc.StatusCode.INVALID_ARGUMENT and list(got[5].found) == [True]
+        assert got == outcomes["python"]
+        for wrong in (os.urandom(32), None):
+            stub = Channel(m.address, services, secret=wrong, kind="cpp").stubs[0]
+            with pytest.raises(CallFailed) as err:
+                stub.BatchLookup(pb.BatchLookupRequest(keys=[keys[0]]), timeout=5)
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert ("bad signature" if wrong else "unsigned") in err.value.details()
+        peer.close()
+    finally:
+        m.stop(0)
+    stub = Channel(m.address, services, secret=secret, kind="cpp").stubs[0]  # nobody listens now
+    t0 = time.monotonic()
+    with pytest.raises(CallFailed) as err:
+        stub.BatchLookup(pb.BatchLookupRequest(keys=["k"]), timeout=2)
+    assert err.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    assert time.monotonic() - t0 < 3
+
+    server = CPP.MasterGrpcServer("127.0.0.1:0", lambda *a: (time.sleep(1.0), (0, "", b""))[1], workers=2)
+    port = server.start()
+    try:
+        stub = Channel(f"127.0.0.1:{port}", services, kind="cpp").stubs[0]
+        t0 = time.monotonic()
+        with pytest.raises(CallFailed) as err:
+            stub.BatchLookup(pb.BatchLookupRequest(keys=["k"]), timeout=0.2)
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED and time.monotonic() - t0 < 0.9
+    finally:
+        server.stop(0)
+
+
 def _maps_after(code: str) -> str:
     """/proc/self/maps of a fresh interpreter after running ``code``."""
     out = subprocess.run(

@@ -160,9 +160,19 @@ class PeerSession:
     """Registers a node and ships heartbeats with key events, as a peer does."""
 
     def __init__(
-        self, address: str, node_id: str, caps: dict[int, tuple[int, int]], peer_address: str = "", metadata=None
+        self,
+        address: str,
+        node_id: str,
+        caps: dict[int, tuple[int, int]],
+        peer_address: str = "",
+        metadata=None,
+        secret: Optional[bytes] = None,
     ) -> None:
         self.channel = grpc.insecure_channel(address)
+        if secret is not None:
+            from mori.umbp.distributed.master_auth import SigningInterceptor
+
+            self.channel = grpc.intercept_channel(self.channel, SigningInterceptor(secret))
         self.stub = pb_grpc.UMBPMasterStub(self.channel)
         self.node_id = node_id
         self.caps = dict(caps)

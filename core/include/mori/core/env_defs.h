@@ -208,6 +208,10 @@
     "MORI-UMBP master (ours): Prometheus port when none is given (0: none)")                                           \
   X(umbp_master_server, "UMBP_MASTER_SERVER", string, "auto", umbp, "",                                                \
     "MORI-UMBP master (ours): gRPC server, cpp (grpc++, in process), python (grpcio) or auto (cpp when built)")        \
+  X(umbp_peer_server, "UMBP_PEER_SERVER", string, "auto", umbp, "",                                                    \
+    "MORI-UMBP worker (ours): its UMBPPeer gRPC server, cpp (grpc++), python (grpcio) or auto (cpp when built)")       \
+  X(umbp_grpc_client, "UMBP_GRPC_CLIENT", string, "auto", umbp, "",                                                    \
+    "MORI-UMBP (ours): gRPC client of the master and peers, cpp (grpc++, no GIL), python (grpcio) or auto")            \
   X(umbp_lookup_timeout_ms, "UMBP_LOOKUP_TIMEOUT_MS", int, "2000", umbp, "",                                           \
     "MORI-UMBP (ours): deadline of every control-plane call to the master; past it a lookup is a miss")                \
   X(umbp_auth_window_ms, "UMBP_AUTH_WINDOW_MS", int, "30000", umbp, "",                                                \

@@ -1,13 +1,19 @@
 # SPDX-License-Identifier: MIT
-"""The master's servicers behind its grpc++ server (``mori.umbp._master_server.MasterGrpcServer``).
+"""Which gRPC server a UMBP service runs, and the servicers behind the grpc++ one.
+
+The master and every distributed worker's UMBPPeer service serve gRPC from a grpc++ server in
+C++ (``mori.umbp._master_server.MasterGrpcServer``: a generic service, the calls taken as bytes)
+where the build has grpc++, else from grpcio's Python server, whose completion-queue thread and
+thread pool cost a call several times the CPU (docs/umbp-master.md). ``server_kind`` picks
+(UMBP_MASTER_SERVER, UMBP_PEER_SERVER).
 
 The C++ server checks a signed call itself (``MasterGrpcServer.verify_calls``, the same
 ``CallVerifier`` as grpcio's ``VerifyingInterceptor``) and hands each call it does not answer
 natively over as bytes: ``GrpcDispatcher`` finds the servicer method of the call's RPC, parses the
-request with the generated message class, runs the
-handler with a ``CallContext`` (the part of grpcio's ``ServicerContext`` the handlers use), and
-answers the serialized reply or the status the handler set. So the handlers are the same code
-under either server, with the same codes and details.
+request with the generated message class, runs the handler with a ``CallContext`` (the part of
+grpcio's ``ServicerContext`` the handlers use), and answers the serialized reply or the status
+the handler set. So the handlers are the same code under either server, with the same codes and
+details.
 """
 
 from __future__ import annotations
@@ -18,9 +24,40 @@ from typing import Callable, Optional
 
 import grpc
 
-log = logging.getLogger("mori.umbp.master")
+log = logging.getLogger("mori.umbp")
 
 _OK = grpc.StatusCode.OK
+
+SERVER_NAMES = {"cpp": "grpc++ (C++, mori.umbp._master_server)", "python": "grpcio (Python)"}
+
+
+def cpp_server():
+    """The grpc++ server's module (``mori.umbp._master_server``), or None when this build has no
+    grpc++. Its own module, imported only by the services' servers, so ``import mori`` never
+    loads grpc++."""
+    try:
+        from mori.umbp import _master_server
+    except ImportError:
+        return None
+    return _master_server
+
+
+def server_kind(requested: Optional[str] = None, setting_name: str = "UMBP_MASTER_SERVER") -> str:
+    """``cpp`` or ``python``: the gRPC server a service runs, from ``requested`` or the setting
+    ``setting_name`` (``auto``: cpp when this build has grpc++)."""
+    from mori.core.env import setting
+
+    kind = (requested or str(setting(setting_name)) or "auto").lower()
+    if kind not in ("auto", "cpp", "python"):
+        raise ValueError(f"{setting_name} must be auto, cpp or python, got {kind!r}")
+    if kind == "auto":
+        return "cpp" if cpp_server() is not None else "python"
+    if kind == "cpp" and cpp_server() is None:
+        raise RuntimeError(
+            f"{setting_name}=cpp but this build of mori has no grpc++ "
+            f"(apt install libgrpc++-dev and rebuild, or use {setting_name}=python)"
+        )
+    return kind
 
 
 class _Aborted(Exception):
@@ -28,7 +65,7 @@ class _Aborted(Exception):
 
 
 class CallContext:
-    """grpcio's ``ServicerContext`` as far as the master's handlers use it."""
+    """grpcio's ``ServicerContext`` as far as the services' handlers use it."""
 
     __slots__ = ("_metadata", "_peer", "_deadline", "_code", "_details")
 
@@ -74,7 +111,9 @@ class GrpcDispatcher:
     """``handler(method, request, metadata, peer, time_remaining) -> (code, details, reply)`` for
     ``MasterGrpcServer``, over grpcio-style servicers (``add(servicer, service_descriptor, pb)``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "umbp master") -> None:
+        """``name``: what the log calls the service when a handler fails."""
+        self._name = name
         self._methods: dict[str, tuple[Callable, Callable]] = {}
 
     @property
@@ -106,7 +145,7 @@ class GrpcDispatcher:
         except _Aborted:
             return context._code.value[0], context._details, b""
         except Exception as exc:  # noqa: BLE001 - answered as grpcio answers it, and logged
-            log.exception("umbp master: %s failed", method)
+            log.exception("%s: %s failed", self._name, method)
             return grpc.StatusCode.UNKNOWN.value[0], f"Exception calling application: {exc}", b""
         code = context._code
         if code is not None and code is not _OK:
