@@ -103,12 +103,13 @@ def _populate(address: str, n_keys: int, n_nodes: int, seed: int, stop: threadin
 
 
 def _client(address: str, keys: list[str], batch: int, seconds: float, start_at: float, seed: int, out) -> None:
-    import grpc
-
+    from mori.umbp.distributed.grpc_channels import Channel
     from mori.umbp.proto import require
 
     pb, pb_grpc = require("umbp_pb2"), require("umbp_pb2_grpc")
-    stub = pb_grpc.UMBPMasterStub(grpc.insecure_channel(address))
+    # The channel UMBP's clients call the master through (UMBP_GRPC_CLIENT picks grpc++ or grpcio).
+    service = pb.DESCRIPTOR.services_by_name["UMBPMaster"]
+    stub = Channel(address, [(pb_grpc.UMBPMasterStub, service, pb)]).stubs[0]
     rng = random.Random(seed)
     lat: list[float] = []
     misses = 0
