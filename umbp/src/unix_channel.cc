@@ -135,11 +135,10 @@ void send_frame(int fd, wire::Frame frame, const void* payload, int pass_fd, dou
   }
 }
 
-bool FrameReader::fill(int fd, double deadline, bool poll_first) {
-  // Without a deadline the read blocks (the server's descriptors are blocking); with one it polls
-  // first only when told the bytes are not there yet, else after a read that found none.
-  const int flags = MSG_CMSG_CLOEXEC | (deadline >= 0 ? MSG_DONTWAIT : 0);
-  if (poll_first) wait_ready(fd, POLLIN, deadline, "waiting for a reply");
+bool FrameReader::fill(int fd, double deadline, bool block) {
+  // `block`: the first read sleeps in recvmsg itself (a blocking descriptor; a client's is bounded
+  // by its SO_RCVTIMEO) instead of a poll ahead of it. Any later try polls first, with the deadline.
+  int flags = MSG_CMSG_CLOEXEC | (block ? 0 : MSG_DONTWAIT);
   while (true) {
     iovec iov{buf_.data() + end_, buf_.size() - end_};
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
@@ -151,8 +150,9 @@ bool FrameReader::fill(int fd, double deadline, bool poll_first) {
     const ssize_t k = ::recvmsg(fd, &msg, flags);
     if (k < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
+      if (errno == EAGAIN) {  // nothing yet, or a blocking read's SO_RCVTIMEO passed
         wait_ready(fd, POLLIN, deadline, begin_ == end_ ? "waiting for a reply" : "receiving a message");
+        flags |= MSG_DONTWAIT;
         continue;
       }
       if (errno == ECONNRESET) raise(Status::kRemote, "the other end reset the connection");
@@ -191,14 +191,14 @@ void FrameReader::make_room(size_t bytes) {
 }
 
 bool FrameReader::next(int fd, wire::Frame* frame, const char** payload, int* passed_fd, double header_deadline,
-                       double payload_timeout_s, bool poll_first) {
+                       double payload_timeout_s, bool wait_first) {
   *passed_fd = -1;
   *payload = nullptr;
   constexpr size_t kHead = sizeof(wire::Frame);
   if (buffered() < kHead) {
     make_room(kHead);
     while (buffered() < kHead) {
-      if (!fill(fd, header_deadline, poll_first && buffered() == 0)) {
+      if (!fill(fd, header_deadline, header_deadline < 0 || (wait_first && buffered() == 0))) {
         if (buffered() == 0) return false;
         raise(Status::kRemote, "the connection closed in the middle of a message");
       }

@@ -49,15 +49,17 @@ class FrameReader {
   ~FrameReader() { reset(); }
 
   // The next frame: false on an orderly end before its first byte. Its header is waited for until
-  // `header_deadline` (monotonic seconds, net::now(); < 0: no limit, and a blocking descriptor is
-  // then read without a poll first), its payload for `payload_timeout_s` once the header is in
-  // (< 0: until header_deadline). `poll_first`: the frame is not expected yet (a reply right after
-  // its request), so the read waits for it instead of trying first. *payload points into this
-  // reader until the next call. A descriptor sent with the frame is stored in *passed_fd (else -1;
-  // the caller owns it). Checks magic, version and length (kInvalidArgument) before a byte of the
-  // payload is read; kRemote when the peer closes in the middle of a frame, kTimeout past a deadline.
+  // `header_deadline` (monotonic seconds, net::now(); < 0: no limit, a blocking read), its payload
+  // for `payload_timeout_s` once the header is in (< 0: until header_deadline). `wait_first`: the
+  // frame is not expected yet (a reply right after its request), so the first read blocks instead
+  // of a poll ahead of it: the descriptor is then blocking, with an SO_RCVTIMEO no longer than the
+  // deadline's distance (a read that finds nothing polls until the deadline). *payload points into
+  // this reader until the next call. A descriptor sent with the frame is stored in *passed_fd (else
+  // -1; the caller owns it). Checks magic, version and length (kInvalidArgument) before a byte of
+  // the payload is read; kRemote when the peer closes in the middle of a frame, kTimeout past a
+  // deadline.
   bool next(int fd, wire::Frame* frame, const char** payload, int* passed_fd, double header_deadline,
-            double payload_timeout_s, bool poll_first);
+            double payload_timeout_s, bool wait_first);
   // Bytes received and not yet handed out (after a failed next(): > 0 when part of the frame came).
   size_t buffered() const { return end_ - begin_; }
   // Drops what is buffered (the connection was closed or replaced).
@@ -65,7 +67,7 @@ class FrameReader {
 
  private:
   // One recvmsg into the buffer's free tail; false on an orderly end.
-  bool fill(int fd, double deadline, bool poll_first);
+  bool fill(int fd, double deadline, bool block);
   // Moves the unread bytes to the front and makes room for `bytes` of them.
   void make_room(size_t bytes);
 
