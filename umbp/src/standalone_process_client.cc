@@ -3,9 +3,7 @@
 
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -442,17 +440,6 @@ class StandaloneProcessClient final : public Client {
                 ? ""
                 : " (start one with `mori umbp-server --address ...`, or set standalone_process.auto_start)");
     fd_ = fd;
-    // A reply is waited for in a blocking recvmsg bounded by the call timeout (no poll ahead of
-    // it); sends stay non-blocking (MSG_DONTWAIT) and poll when the socket is full.
-    const int fl = ::fcntl(fd_, F_GETFL);
-    timeval tv{static_cast<time_t>(call_timeout_ms_ / 1000), static_cast<suseconds_t>(call_timeout_ms_ % 1000 * 1000)};
-    if (fl < 0 || ::fcntl(fd_, F_SETFL, fl & ~O_NONBLOCK) != 0 ||
-        ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
-      const int err = errno;
-      disconnect_locked();
-      errno = err;
-      raise_errno("per-host server connection: socket options");
-    }
     wire::Writer none;
     Reply r;
     try {

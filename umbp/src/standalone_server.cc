@@ -260,8 +260,8 @@ void StandaloneServer::serve(net::Connection& conn) {
     bool framing_ok = true;
     std::string framing_error;
     try {
-      // Between requests the read blocks without a deadline; a payload must follow its header.
-      if (!reader.next(fd, &f, &payload, &passed, -1, kPayloadTimeoutS, false))
+      // Between requests there is no deadline; a payload must follow its header.
+      if (!reader.next(fd, &f, &payload, &passed, -1, kPayloadTimeoutS, /*wait_first=*/true))
         return;  // the worker closed: its regions go with it
     } catch (const Error& e) {
       if (e.status() != Status::kInvalidArgument) {

@@ -38,8 +38,8 @@ PeerCred peer_cred(int fd);
 void send_frame(int fd, wire::Frame frame, const void* payload, int pass_fd, double deadline);
 // The receiving side of one connection. A frame's header and payload are read with one recvmsg
 // where they arrived together (a peer sends both with one sendmsg: the usual case), instead of a
-// poll, a read of the header and a read of the payload; bytes of a later frame that came with
-// them stay buffered for the next call. A descriptor (SCM_RIGHTS) goes with the frame whose bytes
+// read of the header and a read of the payload; bytes of a later frame that came with them stay
+// buffered for the next call. A descriptor (SCM_RIGHTS) goes with the frame whose bytes
 // carried it (the kernel ends a read with the message that carries one). Used by one thread.
 class FrameReader {
  public:
@@ -49,15 +49,13 @@ class FrameReader {
   ~FrameReader() { reset(); }
 
   // The next frame: false on an orderly end before its first byte. Its header is waited for until
-  // `header_deadline` (monotonic seconds, net::now(); < 0: no limit, a blocking read), its payload
-  // for `payload_timeout_s` once the header is in (< 0: until header_deadline). `wait_first`: the
-  // frame is not expected yet (a reply right after its request), so the first read blocks instead
-  // of a poll ahead of it: the descriptor is then blocking, with an SO_RCVTIMEO no longer than the
-  // deadline's distance (a read that finds nothing polls until the deadline). *payload points into
-  // this reader until the next call. A descriptor sent with the frame is stored in *passed_fd (else
-  // -1; the caller owns it). Checks magic, version and length (kInvalidArgument) before a byte of
-  // the payload is read; kRemote when the peer closes in the middle of a frame, kTimeout past a
-  // deadline.
+  // `header_deadline` (monotonic seconds, net::now(); < 0: no limit), its payload for
+  // `payload_timeout_s` once the header is in (< 0: until header_deadline). `wait_first`: the frame
+  // is not expected yet (the next request, a reply right after its request), so the read polls
+  // first instead of trying a read that would find nothing. *payload points into this reader until
+  // the next call. A descriptor sent with the frame is stored in *passed_fd (else -1; the caller
+  // owns it). Checks magic, version and length (kInvalidArgument) before a byte of the payload is
+  // read; kRemote when the peer closes in the middle of a frame, kTimeout past a deadline.
   bool next(int fd, wire::Frame* frame, const char** payload, int* passed_fd, double header_deadline,
             double payload_timeout_s, bool wait_first);
   // Bytes received and not yet handed out (after a failed next(): > 0 when part of the frame came).
@@ -66,8 +64,8 @@ class FrameReader {
   void reset();
 
  private:
-  // One recvmsg into the buffer's free tail; false on an orderly end.
-  bool fill(int fd, double deadline, bool block);
+  // One recvmsg into the buffer's free tail (polling first when `wait_first`); false on an orderly end.
+  bool fill(int fd, double deadline, bool wait_first);
   // Moves the unread bytes to the front and makes room for `bytes` of them.
   void make_room(size_t bytes);
 
