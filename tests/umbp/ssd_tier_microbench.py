@@ -12,11 +12,21 @@ get_into_ptr, a get of an absent key (the call's fixed cost: argument checks, DR
 lookups, Python; the second of two in a row), and the value checksum over the bytes a raw read just landed (what verifying
 the value cost when it followed the read). Medians in microseconds.
 
+    python tests/umbp/ssd_tier_microbench.py --server [--iters N] [DIR]
+
+--server: the same single-value SSD hits through a per-host server (``python -m mori.umbp.server``,
+a process of its own, set up as ``mori bench umbp`` sets it up) from one rank alone, alternated
+with the raw read and with the same get from a store in this process (SSD only, as --single): the
+get through the server, the same get in one process, a 1-key batch_exists through the server (the
+round trip alone), the server's CPU time per get (every thread's, from /proc/PID/task/*/schedstat, the read's
+system time included) and per raw read (this process's), and the checksum over just-read bytes.
+
 Not a test (pytest does not collect it): the figures depend on the device.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import statistics
 import sys
@@ -165,8 +175,142 @@ def single(root: Path, backend: str, iters: int) -> None:
         client.close()
 
 
+def _cpu_ns(pid: int) -> int:
+    """CPU time of every thread of `pid` so far (ns), from schedstat."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
+    return total
+
+
+def server_single(root: Path, iters: int) -> None:
+    import subprocess
+
+    import mori.umbp as umbp
+    from mori._C.umbp import value_checksum
+
+    sock = root / "server.sock"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mori.umbp.server", "--address", f"unix://{sock}", "--dram-capacity", "4096"]
+        + ["--ssd-dir", str(root / "server-ssd"), "--ssd-capacity", str(4 << 30), "--quiet"],
+        env=dict(os.environ, UMBP_DRAM_PREFAULT="0"),
+    )
+    allocator = umbp.UMBPHostMemAllocator()
+    handles = []
+    client = local = None
+    try:
+        deadline = time.monotonic() + 60
+        while not sock.exists():
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("the per-host server did not start")
+            time.sleep(0.02)
+        cfg = umbp.UMBPConfig()
+        sp = umbp.UMBPStandaloneProcessConfig()
+        sp.address = f"unix://{sock}"
+        cfg.standalone_process = sp
+        client = umbp.UMBPClient(cfg)
+        lcfg = umbp.UMBPConfig()
+        lcfg.role = umbp.UMBPRole.Standalone
+        lcfg.dram.capacity_bytes = 4096
+        lcfg.ssd.enabled = True
+        lcfg.ssd.storage_dir = str(root / "local-ssd")
+        lcfg.ssd.capacity_bytes = 4 << 30
+        lcfg.eviction.auto_promote_on_read = False
+        local = umbp.UMBPClient(lcfg)
+        largest = 4608 * KiB
+        for _ in range(2):  # source and destination: memory the server maps (memfd)
+            handles.append(allocator.alloc(largest, umbp.UMBPHostBufferBacking.AnonymousShm))
+            assert client.register_memory(int(handles[-1].ptr), int(handles[-1].mapped_size))
+        src_ptr, ptr = int(handles[0].ptr), int(handles[1].ptr)
+        src = np.ctypeslib.as_array((ctypes.c_uint8 * largest).from_address(src_ptr))
+        dst = np.ctypeslib.as_array((ctypes.c_uint8 * largest).from_address(ptr))
+        rng = np.random.default_rng()
+        print(f"single-value SSD hits through a per-host server (pid {server.pid}), one rank, medians of {iters} (us)")
+        print(
+            f"{'value':>9} {'raw read':>9} {'get':>8} {'x raw':>6} {'1 proc':>7} {'x raw':>6} {'exists':>7} "
+            f"{'srv cpu/get':>12} {'cpu/raw':>8} {'checksum':>9}"
+        )
+        for size in (64 * KiB, 360 * KiB, 2 * MiB):
+            n = 16
+            values = [rng.integers(0, 256, size=size, dtype=np.uint8) for _ in range(n)]
+            keys = [f"server-{size}-{i}-{rng.integers(1 << 60):x}" for i in range(n)]
+            raw_file = root / f"server-raw-{size}.bin"
+            with open(raw_file, "wb") as f:
+                for k, v in zip(keys, values):
+                    src[:size] = v
+                    assert client.put_from_ptr(k, src_ptr, size)
+                    assert local.put_from_ptr(k, src_ptr, size)
+                    f.write(v.tobytes())
+                f.flush()
+                os.fsync(f.fileno())
+            client.flush()
+            local.flush()
+            fd = os.open(raw_file, os.O_RDONLY | os.O_DIRECT)
+            view = memoryview(dst[:size])
+            t = {"raw": [], "get": [], "local": [], "exists": [], "checksum": []}
+            srv_cpu = raw_cpu = 0
+            clock = time.perf_counter_ns
+            for it in range(iters):
+                i = it % n
+                c0 = time.thread_time_ns()
+                a = clock()
+                assert os.preadv(fd, [view], i * size) == size
+                b = clock()
+                raw_cpu += time.thread_time_ns() - c0
+                value_checksum(ptr, size)  # over bytes the device just wrote, as the get verifies them
+                t["raw"].append(b - a)
+                t["checksum"].append(clock() - b)
+                s0 = _cpu_ns(server.pid)
+                a = clock()
+                ok = client.batch_get_into_ptr([keys[(i + 1) % n]], [ptr], [size])
+                b = clock()
+                srv_cpu += _cpu_ns(server.pid) - s0
+                t["get"].append(b - a)
+                assert ok == [True]
+                if it < n:
+                    assert np.array_equal(dst[:size], values[(i + 1) % n])
+                a = clock()
+                ok = local.batch_get_into_ptr([keys[(i + 2) % n]], [ptr], [size])
+                t["local"].append(clock() - a)
+                assert ok == [True]
+                a = clock()
+                assert client.batch_exists([keys[i]]) == [True]
+                t["exists"].append(clock() - a)
+            os.close(fd)
+            raw_file.unlink()
+            m = {k: statistics.median(v) / 1e3 for k, v in t.items()}
+            print(
+                f"{size // KiB:>5} KiB {m['raw']:9.1f} {m['get']:8.1f} {m['raw'] / m['get']:6.2f} {m['local']:7.1f} "
+                f"{m['raw'] / m['local']:6.2f} {m['exists']:7.1f} "
+                f"{srv_cpu / iters / 1e3:12.1f} {raw_cpu / iters / 1e3:8.1f} {m['checksum']:9.1f}",
+                flush=True,
+            )
+            client.clear()
+            local.clear()
+    finally:
+        if client is not None:
+            client.close()
+        if local is not None:
+            local.close()
+        for h in handles:
+            allocator.free(h)
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def main() -> None:
     args = sys.argv[1:]
+    if args and args[0] == "--server":
+        args = args[1:]
+        iters = 200
+        if args[:1] == ["--iters"]:
+            iters, args = int(args[1]), args[2:]
+        server_single(Path(args[0]) if args else Path(tempfile.mkdtemp(prefix="umbp_ssd_bench_")), iters)
+        return
     if args and args[0] == "--single":
         args = args[1:]
         backend, iters = "io_uring", 200

@@ -376,6 +376,42 @@ def test_garbage_and_lying_workers_get_errors_server_keeps_serving(sockdir: Path
         srv.stop()
 
 
+def test_frames_that_arrive_together_or_in_pieces(sockdir: Path) -> None:
+    """The server reads a frame's header and payload with one read where they came together: frames
+    sent back to back in one write, a frame cut in pieces, and a descriptor riding with the second
+    frame of a write are each answered as if sent alone."""
+    address = f"unix://{sockdir}/p.sock"
+    srv = in_process_server(address)
+    try:
+        rng = np.random.default_rng()
+        keys = [f"p{rng.integers(1 << 62):x}".encode() for _ in range(3)]
+        exists = struct.pack("<I", len(keys)) + b"".join(struct.pack("<I", len(k)) + k for k in keys)
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(sockdir / "p.sock"))
+            s.settimeout(10)
+            s.sendall(frame(OP_PING, req=1) + frame(OP_BATCH_EXISTS, exists, req=2) + frame(OP_PING, req=3))
+            assert read_reply(s)[:2] == (1, 0)
+            assert read_reply(s) == (2, 0, b"\x00" * len(keys))
+            assert read_reply(s)[:2] == (3, 0)
+            whole = frame(OP_BATCH_EXISTS, exists, req=4)
+            cuts = [0, 10, FRAME.size + 5, len(whole)]  # the header in two pieces, then the payload in two
+            for a, b in zip(cuts, cuts[1:]):
+                s.sendall(whole[a:b])
+                time.sleep(0.05)
+            assert read_reply(s) == (4, 0, b"\x00" * len(keys))
+            mfd = os.memfd_create("pair")
+            os.ftruncate(mfd, 4096)
+            reg = frame(OP_REGISTER, struct.pack("<QQQ", 0x20000, 4096, 0), req=6)
+            socket.send_fds(s, [frame(OP_PING, req=5) + reg], [mfd])
+            os.close(mfd)
+            assert read_reply(s)[:2] == (5, 0)
+            req, status, body = read_reply(s)
+            assert (req, status, len(body)) == (6, 0, 4)
+        assert srv.counters()["errors"] == 0
+    finally:
+        srv.stop()
+
+
 def test_other_users_are_refused(tmp_path: Path) -> None:
     setpriv = shutil.which("setpriv")
     if os.geteuid() != 0 or not setpriv:

@@ -369,15 +369,15 @@ class StandaloneProcessClient final : public Client {
       wire::Frame f{wire::kMagic, wire::kVersion, static_cast<uint16_t>(op), id, 0, static_cast<uint32_t>(w.size())};
       send_frame(fd_, f, w.buffer().data(), pass_fd, deadline);
       wire::Frame rf{};
+      const char* body = nullptr;
       int junk = -1;
-      if (!recv_frame(fd_, &rf, &junk, deadline))
+      if (!reader_.next(fd_, &rf, &body, &junk, deadline, -1, /*wait_first=*/true))
         throw ChannelFailure{Status::kRemote, "the server closed the connection (did it exit?)", true};
       reply_started = true;
       if (junk >= 0) ::close(junk);
       Reply r;
       r.status = static_cast<Status>(rf.status);
-      r.payload.resize(rf.length);
-      recv_payload(fd_, r.payload.data(), rf.length, deadline);
+      r.payload.assign(body, body + rf.length);
       if (rf.id != id) {
         // The server ends a connection it will not serve (another user, a broken frame) with
         // an unsolicited error reply (id 0).
@@ -389,6 +389,7 @@ class StandaloneProcessClient final : public Client {
       return r;
     } catch (const Error& e) {
       const bool gone = e.status() == Status::kRemote || e.status() == Status::kSystem;
+      reply_started = reply_started || reader_.buffered() > 0;  // part of the reply came
       throw ChannelFailure{gone ? Status::kRemote : e.status(), e.what(), !reply_started && gone};
     }
   }
@@ -415,6 +416,7 @@ class StandaloneProcessClient final : public Client {
   void disconnect_locked() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
+    reader_.reset();
     for (auto& [base, r] : regions_) r.id = 0;
   }
 
@@ -558,6 +560,7 @@ class StandaloneProcessClient final : public Client {
   int64_t call_timeout_ms_ = 30000;
   mutable std::mutex mu_;
   int fd_ = -1;
+  FrameReader reader_;  // fd_'s replies
   pid_t server_pid_ = 0;
   uint64_t next_id_ = 1;
   std::map<uintptr_t, Region> regions_;  // by the worker's base address

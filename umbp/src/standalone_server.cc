@@ -252,16 +252,22 @@ void StandaloneServer::serve(net::Connection& conn) {
     }
   } ended{this, &s};
 
-  std::vector<char> payload;
+  FrameReader reader;
   while (true) {
     wire::Frame f{};
+    const char* payload = nullptr;
     int passed = -1;
     bool framing_ok = true;
     std::string framing_error;
     try {
-      if (!recv_frame(fd, &f, &passed, -1)) return;  // the worker closed: its regions go with it
+      // Between requests there is no deadline; a payload must follow its header.
+      if (!reader.next(fd, &f, &payload, &passed, -1, kPayloadTimeoutS, /*wait_first=*/true))
+        return;  // the worker closed: its regions go with it
     } catch (const Error& e) {
-      if (e.status() != Status::kInvalidArgument) return;  // reset, or the server stopping
+      if (e.status() != Status::kInvalidArgument) {
+        if (reader.buffered() == 0) return;  // reset, or the server stopping
+        throw;                               // gone or stalled in the middle of a request
+      }
       framing_ok = false;
       framing_error = e.what();
     }
@@ -290,14 +296,12 @@ void StandaloneServer::serve(net::Connection& conn) {
         if (fd >= 0) ::close(fd);
       }
     } passed_guard{passed};
-    payload.resize(f.length);
-    recv_payload(fd, payload.data(), f.length, net::now() + kPayloadTimeoutS);
 
     wire::Writer reply;
     Status status = Status::kOk;
     std::string error;
     try {
-      dispatch(s, f.op, payload.data(), payload.size(), passed, reply);
+      dispatch(s, f.op, payload, f.length, passed, reply);
     } catch (const Error& e) {
       status = e.status();
       error = e.what();

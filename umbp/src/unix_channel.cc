@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -134,82 +135,106 @@ void send_frame(int fd, wire::Frame frame, const void* payload, int pass_fd, dou
   }
 }
 
-bool recv_frame(int fd, wire::Frame* frame, int* passed_fd, double deadline) {
-  *passed_fd = -1;
-  char* p = reinterpret_cast<char*>(frame);
-  size_t got = 0;
-  while (got < sizeof(*frame)) {
-    wait_ready(fd, POLLIN, deadline, "waiting for a reply");
-    iovec iov{p + got, sizeof(*frame) - got};
+bool FrameReader::fill(int fd, double deadline, bool wait_first) {
+  // Waiting is poll's, never a blocking recvmsg's: a reader asleep in recvmsg is woken each time
+  // the other end consumes what this end sent (the socket's write-space wake-up, which poll's
+  // POLLIN filters out), and runs for nothing: a spurious wake-up and two context switches per
+  // request, measured on the per-host server's connection threads.
+  if (wait_first) wait_ready(fd, POLLIN, deadline, begin_ == end_ ? "waiting for a reply" : "receiving a message");
+  const int flags = MSG_CMSG_CLOEXEC | MSG_DONTWAIT;
+  while (true) {
+    iovec iov{buf_.data() + end_, buf_.size() - end_};
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
     msg.msg_control = control;
     msg.msg_controllen = sizeof(control);
-    const ssize_t k = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    const ssize_t k = ::recvmsg(fd, &msg, flags);
     if (k < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        wait_ready(fd, POLLIN, deadline, begin_ == end_ ? "waiting for a reply" : "receiving a message");
+        continue;
+      }
       if (errno == ECONNRESET) raise(Status::kRemote, "the other end reset the connection");
       raise_errno("recvmsg");
     }
-    // Keep the first descriptor that arrives; close any other (a peer may only send one).
+    // Keep the first descriptor that arrives; close any other (a frame carries one at most).
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
       if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
       const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
       for (size_t i = 0; i < n; ++i) {
         int f;
         std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        if (*passed_fd < 0)
-          *passed_fd = f;
-        else
+        if (fd_ < 0 && k > 0) {
+          fd_ = f;
+          fd_at_ = end_ + static_cast<size_t>(k) - 1;
+        } else {
           ::close(f);
+        }
       }
     }
-    if (k == 0) {
-      if (*passed_fd >= 0) ::close(*passed_fd), *passed_fd = -1;
-      if (got == 0) return false;
-      raise(Status::kRemote, "the connection closed in the middle of a message");
+    end_ += static_cast<size_t>(k);
+    return k > 0;
+  }
+}
+
+void FrameReader::make_room(size_t bytes) {
+  if (begin_ > 0) {
+    std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
+    end_ -= begin_;
+    if (fd_ >= 0) fd_at_ -= begin_;
+    begin_ = 0;
+  }
+  // Room for a small request's header and payload, and whatever came after them, from the start.
+  constexpr size_t kInitial = size_t{64} << 10;
+  if (buf_.size() < bytes || buf_.size() < kInitial) buf_.resize(std::max(bytes, kInitial));
+}
+
+bool FrameReader::next(int fd, wire::Frame* frame, const char** payload, int* passed_fd, double header_deadline,
+                       double payload_timeout_s, bool wait_first) {
+  *passed_fd = -1;
+  *payload = nullptr;
+  constexpr size_t kHead = sizeof(wire::Frame);
+  if (buffered() < kHead) {
+    make_room(kHead);
+    while (buffered() < kHead) {
+      if (!fill(fd, header_deadline, wait_first && buffered() == 0)) {
+        if (buffered() == 0) return false;
+        raise(Status::kRemote, "the connection closed in the middle of a message");
+      }
     }
-    got += static_cast<size_t>(k);
   }
-  auto drop_fd = [&] {
-    if (*passed_fd >= 0) ::close(*passed_fd), *passed_fd = -1;
-  };
-  if (frame->magic != wire::kMagic) {
-    drop_fd();
+  std::memcpy(frame, buf_.data() + begin_, kHead);
+  if (frame->magic != wire::kMagic)
     raise(Status::kInvalidArgument, "not a MORI-UMBP frame (magic 0x%08x)", frame->magic);
-  }
-  if (frame->version != wire::kVersion) {
-    drop_fd();
+  if (frame->version != wire::kVersion)
     raise(Status::kInvalidArgument, "protocol version %u, this side speaks %u", frame->version, wire::kVersion);
-  }
-  if (frame->length > wire::kMaxPayload) {
-    drop_fd();
+  if (frame->length > wire::kMaxPayload)
     raise(Status::kInvalidArgument, "a payload of %u bytes exceeds the limit of %zu", frame->length, wire::kMaxPayload);
+  const size_t whole = kHead + frame->length;
+  if (buffered() < whole) {
+    if (buf_.size() - begin_ < whole) make_room(whole);
+    const double deadline = payload_timeout_s >= 0 ? net::now() + payload_timeout_s : header_deadline;
+    while (buffered() < whole)
+      if (!fill(fd, deadline, false)) raise(Status::kRemote, "the connection closed in the middle of a message");
   }
+  *payload = buf_.data() + begin_ + kHead;
+  if (fd_ >= 0 && fd_at_ < begin_ + whole) {
+    *passed_fd = fd_;
+    fd_ = -1;
+  }
+  begin_ += whole;
+  // Nothing left: the next frame is read from the front (the payload stays valid until then).
+  if (begin_ == end_) begin_ = end_ = 0;
   return true;
 }
 
-void recv_payload(int fd, void* buf, size_t n, double deadline) {
-  char* p = static_cast<char*>(buf);
-  size_t got = 0;
-  // A payload is sent with its frame (one sendmsg): it is usually here already, so it is read
-  // before any poll; poll only when the socket is empty.
-  while (got < n) {
-    const ssize_t k = ::recv(fd, p + got, n - got, MSG_DONTWAIT);
-    if (k == 0) raise(Status::kRemote, "the connection closed in the middle of a message");
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        wait_ready(fd, POLLIN, deadline, "receiving a message");
-        continue;
-      }
-      if (errno == ECONNRESET) raise(Status::kRemote, "the other end reset the connection");
-      raise_errno("recv");
-    }
-    got += static_cast<size_t>(k);
-  }
+void FrameReader::reset() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  begin_ = end_ = 0;
 }
 
 }  // namespace mori::umbp

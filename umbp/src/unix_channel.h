@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "src/standalone_wire.h"
 
@@ -35,10 +36,43 @@ PeerCred peer_cred(int fd);
 // Sends a frame and its payload; `pass_fd` >= 0 rides along as SCM_RIGHTS. Throws kTimeout
 // past `deadline` (monotonic seconds, net::now()), kRemote when the peer is gone.
 void send_frame(int fd, wire::Frame frame, const void* payload, int pass_fd, double deadline);
-// Receives a frame header: false on an orderly end before any byte. A descriptor sent with it
-// is stored in *passed_fd (else -1; the caller owns it). Checks magic, version and length.
-bool recv_frame(int fd, wire::Frame* frame, int* passed_fd, double deadline);
-// Receives exactly n bytes (a payload) before `deadline`.
-void recv_payload(int fd, void* buf, size_t n, double deadline);
+// The receiving side of one connection. A frame's header and payload are read with one recvmsg
+// where they arrived together (a peer sends both with one sendmsg: the usual case), instead of a
+// read of the header and a read of the payload; bytes of a later frame that came with them stay
+// buffered for the next call. A descriptor (SCM_RIGHTS) goes with the frame whose bytes
+// carried it (the kernel ends a read with the message that carries one). Used by one thread.
+class FrameReader {
+ public:
+  FrameReader() = default;
+  FrameReader(const FrameReader&) = delete;
+  FrameReader& operator=(const FrameReader&) = delete;
+  ~FrameReader() { reset(); }
+
+  // The next frame: false on an orderly end before its first byte. Its header is waited for until
+  // `header_deadline` (monotonic seconds, net::now(); < 0: no limit), its payload for
+  // `payload_timeout_s` once the header is in (< 0: until header_deadline). `wait_first`: the frame
+  // is not expected yet (the next request, a reply right after its request), so the read polls
+  // first instead of trying a read that would find nothing. *payload points into this reader until
+  // the next call. A descriptor sent with the frame is stored in *passed_fd (else -1; the caller
+  // owns it). Checks magic, version and length (kInvalidArgument) before a byte of the payload is
+  // read; kRemote when the peer closes in the middle of a frame, kTimeout past a deadline.
+  bool next(int fd, wire::Frame* frame, const char** payload, int* passed_fd, double header_deadline,
+            double payload_timeout_s, bool wait_first);
+  // Bytes received and not yet handed out (after a failed next(): > 0 when part of the frame came).
+  size_t buffered() const { return end_ - begin_; }
+  // Drops what is buffered (the connection was closed or replaced).
+  void reset();
+
+ private:
+  // One recvmsg into the buffer's free tail (polling first when `wait_first`); false on an orderly end.
+  bool fill(int fd, double deadline, bool wait_first);
+  // Moves the unread bytes to the front and makes room for `bytes` of them.
+  void make_room(size_t bytes);
+
+  std::vector<char> buf_;
+  size_t begin_ = 0, end_ = 0;  // [begin_, end_): received, not yet handed out
+  int fd_ = -1;                 // a received descriptor not yet handed out ...
+  size_t fd_at_ = 0;            // ... and the last byte read with it (an offset in buf_)
+};
 
 }  // namespace mori::umbp
