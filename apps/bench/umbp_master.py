@@ -43,10 +43,11 @@ def _populate(address: str, n_keys: int, n_nodes: int, seed: int, stop: threadin
     (heartbeats every second until ``stop``), as real peers would."""
     import grpc
 
+    from mori.umbp.distributed.grpc_channels import Channel
     from mori.umbp.proto import require
 
     pb, pb_grpc = require("umbp_pb2"), require("umbp_pb2_grpc")
-    stub = pb_grpc.UMBPMasterStub(grpc.insecure_channel(address))
+    stub = Channel(address, [(pb_grpc.UMBPMasterStub, pb.DESCRIPTOR.services_by_name["UMBPMaster"], pb)]).stubs[0]
     rng = random.Random(seed)
     nodes = []
     keys = [f"bench-{seed}-{i}-{rng.getrandbits(48):012x}" for i in range(n_keys)]

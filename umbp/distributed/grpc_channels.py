@@ -12,6 +12,7 @@ Both raise ``grpc.RpcError`` with ``code()`` and ``details()`` for a failed call
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import threading
 from typing import Callable, Optional
 
@@ -52,14 +53,21 @@ class CallFailed(grpc.RpcError):
 class _NativeMethod:
     """One RPC of a native stub: ``method(request, timeout=None)`` and ``method.future(...)``."""
 
-    __slots__ = ("_channel", "_name", "_parse")
+    __slots__ = ("_channel", "_name", "_parse", "_pid")
 
     def __init__(self, channel, name: str, parse: Callable[[bytes], object]) -> None:
         self._channel = channel
         self._name = name
         self._parse = parse
+        self._pid = os.getpid()
 
     def __call__(self, request, timeout: Optional[float] = None):
+        if os.getpid() != self._pid:
+            # grpc++'s threads and connections do not survive fork(): a call here would hang.
+            raise RuntimeError(
+                f"umbp: a gRPC channel to {self._channel.target} made in process {self._pid} used in a forked "
+                f"child ({os.getpid()}): make the UMBP client in the child (or start it with spawn)"
+            )
         code, details, body = self._channel.call(self._name, request.SerializeToString(), timeout or 0.0)
         if code:
             raise CallFailed(_CODES.get(code, grpc.StatusCode.UNKNOWN), details)

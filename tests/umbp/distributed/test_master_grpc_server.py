@@ -380,6 +380,23 @@ def test_native_client_channel_answers_as_grpcio(kind):
         assert got[3] == (grpc.StatusCode.INVALID_ARGUMENT, "RegisterClient: node_id must not be empty")
         assert got[4][0] == grpc.StatusCode.INVALID_ARGUMENT and list(got[5].found) == [True]
         assert got == outcomes["python"]
+        # A channel used in a forked child says so instead of hanging in grpc++.
+        stub = Channel(m.address, services, secret=secret, kind="cpp").stubs[0]
+        stub.BatchLookup(pb.BatchLookupRequest(keys=[keys[0]]), timeout=5)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                stub.BatchLookup(pb.BatchLookupRequest(keys=[keys[0]]), timeout=5)
+                os.write(w, b"answered")
+            except RuntimeError as exc:
+                os.write(w, str(exc).encode()[:500])
+            os._exit(0)
+        os.close(w)
+        said = os.read(r, 1000).decode()
+        os.waitpid(pid, 0)
+        os.close(r)
+        assert "forked child" in said, said
         for wrong in (os.urandom(32), None):
             stub = Channel(m.address, services, secret=wrong, kind="cpp").stubs[0]
             with pytest.raises(CallFailed) as err:
