@@ -1264,24 +1264,35 @@ class DistributedUMBPClient(_UMBPClient):
         hbm = [i for i in idx if len(placed[i]) > 2 and placed[i][2] == pb.TIER_HBM and p.hbm is not None]
         idx = [i for i in idx if i not in set(hbm)]
         read = []
-        for arena, part in ((p.arena, idx), (p.hbm, hbm)):
+        transfer = idx  # the DRAM values read below through _transfer
+        if idx and self._dram_lease_ms > 0:
+            # The DRAM places are remembered (read again straight from the owner while a read
+            # lease taken then would hold) and read as remembered ones are: one native call
+            # (lookup, MORI-IO read, check; a place that fails is forgotten again).
+            self._remember(
+                p,
+                [(keys[i], placed[i][0], sizes[i], placed[i][1]) for i in idx],
+                routed_at + _LOCATION_LEASE_FRACTION * self._dram_lease_ms / 1000.0,
+            )
+            got, _rest, other, places, _stale, _nbytes, failed = self._locations.read(
+                self, self._native_engine, keys, ptrs, sizes, idx, self._transfer_timeout_ms
+            )
+            for node_id, address, why in failed:
+                self._peer_failed(node_id, address, "MORI-IO read", why)
+            if other:
+                got += self._get_located_other(other, places, keys, ptrs, sizes)[0]
+            read += got
+            transfer = []
+        for arena, part in ((p.arena, transfer), (p.hbm, hbm)):
             if not part:
                 continue
             done = self._transfer(True, p, arena, [(ptrs[i], placed[i][0], sizes[i]) for i in part])
             good = self._checks([(ptrs[i], sizes[i], placed[i][1]) for i in part], done)
             read += [i for i, g in zip(part, good) if g]
         idx = idx + hbm
-        hbm_read = set(hbm)
         with self._stats_lock:
             self.dstats.routed_location_reads += len(read)
             self.dstats.routed_location_stale += len(idx) - len(read)
-        if read and self._dram_lease_ms > 0:
-            # Read again straight from the owner while a read lease taken then would hold.
-            self._remember(
-                p,
-                [(keys[i], placed[i][0], sizes[i], placed[i][1]) for i in read if i not in hbm_read],
-                routed_at + _LOCATION_LEASE_FRACTION * self._dram_lease_ms / 1000.0,
-            )
         return read
 
     def _get_resolved(self, p: _Peer, idx: list[int], keys, ptrs, sizes) -> list[int]:
