@@ -78,7 +78,11 @@ def _cmd_info(args: argparse.Namespace) -> int:
                     f"MORI {mori.__version__}: {sh.n_pes()} PEs on {topo['num_nodes']} node(s), "
                     f"bootstrap {info['bootstrap']}, heap {_C.core.human_bytes(info['heap_bytes'])} per PE"
                 )
-                print(f"UMBP master gRPC server: {_umbp_master_server()}")
+                print(f"UMBP master gRPC server: {_umbp_grpc('UMBP_MASTER_SERVER')}")
+                print(
+                    f"UMBP worker gRPC: peer server {_umbp_grpc('UMBP_PEER_SERVER')}, "
+                    f"client {_umbp_grpc('UMBP_GRPC_CLIENT')}"
+                )
                 print("transport from PE (row) to PE (column):")
                 print("      " + " ".join(f"{pe:>5}" for pe in range(sh.n_pes())))
                 for b in blobs:
@@ -97,12 +101,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _umbp_master_server() -> str:
-    """Which gRPC server a master started here would run (UMBP_MASTER_SERVER and the build)."""
+def _umbp_grpc(setting_name: str) -> str:
+    """Which gRPC implementation a UMBP service or client started here would run (the setting
+    ``setting_name`` and the build)."""
     try:
-        from mori.umbp.distributed.master_server import SERVER_NAMES, server_kind
+        from mori.umbp.distributed.grpc_servers import SERVER_NAMES, server_kind
 
-        return SERVER_NAMES[server_kind()]
+        return SERVER_NAMES[server_kind(None, setting_name)]
     except Exception as exc:  # noqa: BLE001 - info reports the reason instead of failing
         return f"none ({exc})"
 
