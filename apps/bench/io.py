@@ -22,7 +22,9 @@ Engines, each in its own pair of processes, one after the other:
   socket            one plain TCP connection, sendmsg/recvmsg_into on the buffers (the ceiling)
   socket-serial     the same connection moving a batch one message at a time (a round trip each)
   memcpy            numpy copies in one process (the same-host ceiling)
-  mooncake-tcp      Mooncake Transfer Engine, tcp transport, P2PHANDSHAKE
+  mooncake-tcp      Mooncake Transfer Engine, tcp transport, P2PHANDSHAKE (its writes complete once
+                    the initiator has sent the bytes, with no answer from the target: not a round
+                    trip, unlike every other engine's write here)
   nixl-ucx-tcp      NIXL, UCX backend, UCX_TLS=tcp,self
   nixl-ucx-default  NIXL, UCX backend, UCX's own choice of transports
   nixl-ucx-sm       NIXL, UCX backend, UCX_TLS=sm,self (one host only)
@@ -169,7 +171,13 @@ def engine_runs(args: argparse.Namespace) -> list[EngineRun]:
         elif name == "memcpy":
             runs.append(EngineRun("memcpy", "memcpy", "numpy copyto in one process"))
         elif name == "mooncake-tcp":
-            runs.append(EngineRun("mooncake-tcp", "mooncake", "Mooncake TE, tcp, P2PHANDSHAKE"))
+            runs.append(
+                EngineRun(
+                    "mooncake-tcp",
+                    "mooncake",
+                    "Mooncake TE, tcp, P2PHANDSHAKE (writes complete on the local send, no answer from the target)",
+                )
+            )
         elif name == "nixl-ucx-tcp":
             runs.append(
                 EngineRun(
