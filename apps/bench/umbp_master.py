@@ -103,7 +103,9 @@ def _populate(address: str, n_keys: int, n_nodes: int, seed: int, stop: threadin
     return keys
 
 
-def _client(address: str, keys: list[str], batch: int, seconds: float, start_at: float, seed: int, out) -> None:
+def _client(
+    address: str, keys: list[str], batch: int, seconds: float, start_at: float, seed: int, out, absent: float = 0.0
+) -> None:
     from mori.umbp.distributed.grpc_channels import Channel
     from mori.umbp.proto import require
 
@@ -114,16 +116,20 @@ def _client(address: str, keys: list[str], batch: int, seconds: float, start_at:
     rng = random.Random(seed)
     lat: list[float] = []
     misses = 0
+    # Keys no one put (their share of a call: `absent`), as SGLang's exists calls end in misses.
+    n_absent = round(batch * absent)
     time.sleep(max(0.0, start_at - time.time()))
     end = time.perf_counter() + seconds
     while True:
         if batch == 0:  # RouteGet of one key, MORI's published figure's RPC
+            key = f"absent-{rng.getrandbits(64):016x}" if rng.random() < absent else rng.choice(keys)
             t0 = time.perf_counter()
-            found = stub.RouteGet(pb.RouteGetRequest(node_id="bench", key=rng.choice(keys)), timeout=10).found
+            found = stub.RouteGet(pb.RouteGetRequest(node_id="bench", key=key), timeout=10).found
             t1 = time.perf_counter()
             misses += 0 if found else 1
         else:
-            req = pb.BatchRouteGetRequest(node_id="bench", keys=rng.sample(keys, batch))
+            ask = rng.sample(keys, batch - n_absent) + [f"absent-{rng.getrandbits(64):016x}" for _ in range(n_absent)]
+            req = pb.BatchRouteGetRequest(node_id="bench", keys=ask)
             t0 = time.perf_counter()
             r = stub.BatchRouteGet(req, timeout=10)
             t1 = time.perf_counter()
@@ -134,12 +140,13 @@ def _client(address: str, keys: list[str], batch: int, seconds: float, start_at:
     out.put((lat, misses))
 
 
-def _measure(address: str, keys: list[str], clients: int, batch: int, seconds: float) -> dict:
+def _measure(address: str, keys: list[str], clients: int, batch: int, seconds: float, absent: float = 0.0) -> dict:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     start_at = time.time() + 1.5  # the spawned interpreters need a moment
     procs = [
-        ctx.Process(target=_client, args=(address, keys, batch, seconds, start_at, 1000 + i, q)) for i in range(clients)
+        ctx.Process(target=_client, args=(address, keys, batch, seconds, start_at, 1000 + i, q, absent))
+        for i in range(clients)
     ]
     for p in procs:
         p.start()
@@ -158,6 +165,7 @@ def _measure(address: str, keys: list[str], clients: int, batch: int, seconds: f
         "p99_us": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e6,
         "mean_us": statistics.fmean(lat) * 1e6,
         "misses": misses,
+        "absent": calls * round(batch * absent) if batch else None,
     }
 
 
@@ -220,15 +228,18 @@ def _bench_master(args, report: Report, backend: str, server: str, env: dict, wo
         for clients in [int(c) for c in args.clients.split(",") if c.strip()]:
             cpu0 = _cpu_seconds(proc.pid)
             redis0 = sum(_cpu_seconds(rs.proc.pid) for rs in redis_servers)
-            r = _measure(address, keys, clients, args.batch, args.seconds)
+            r = _measure(address, keys, clients, args.batch, args.seconds, args.absent)
             # includes the 1 s heartbeats of the bench's peers and the clients' start-up wait
             r["master_cpu_us_per_call"] = (_cpu_seconds(proc.pid) - cpu0) / r["calls"] * 1e6
             r["calls_per_master_core_s"] = 1e6 / r["master_cpu_us_per_call"]
             r["redis_cpu_us_per_call"] = (
                 (sum(_cpu_seconds(rs.proc.pid) for rs in redis_servers) - redis0) / r["calls"] * 1e6
             )
-            if r["misses"]:
-                raise RuntimeError(f"{backend}: {r['misses']} keys missed; the index lost keys")
+            # Every key put must be found; the absent ones (exactly so many, in batches) must not.
+            if (args.batch and r["misses"] != r["absent"]) or (not args.absent and r["misses"]):
+                raise RuntimeError(
+                    f"{backend}: {r['misses']} keys missed, {r['absent'] or 0} absent; the index lost keys"
+                )
             report.add(
                 **{
                     "backend": backend,
@@ -266,6 +277,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--nodes", type=int, default=4, help="registered peers the keys are spread over")
     p.add_argument("--seconds", type=float, default=2.0, help="timed seconds per row")
     p.add_argument(
+        "--absent",
+        type=float,
+        default=0.0,
+        help="share of each call's keys that no one put (0-1; SGLang's exists calls end in misses)",
+    )
+    p.add_argument(
         "--master-workers",
         type=int,
         default=1,
@@ -284,6 +301,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for server in servers:
         if server not in ("auto", "cpp", "python"):
             p.error(f"--servers: auto, cpp or python, got {server!r}")
+    if not 0.0 <= args.absent <= 1.0:
+        p.error(f"--absent: a share between 0 and 1, got {args.absent}")
     from mori.umbp.distributed.redis_server import RedisServerProcess
 
     report = Report(
@@ -306,6 +325,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     report.meta.update(
         {
             "batch": args.batch,
+            "absent": args.absent,
             "keys": args.keys,
             "nodes": args.nodes,
             "cores": os.cpu_count(),

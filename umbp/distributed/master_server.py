@@ -182,14 +182,17 @@ class MasterServer:
             bounds,
             lambda: [(c.node_id, c.peer_address) for c in state.alive(0).values()],
         )
+        state.pending_listener = native  # misses of pending puts stay the Python handler's
         server.route_natively(native)
         counters = {"BatchRouteGet": self.metrics.batch_route_get, "RouteGet": self.metrics.route_get}
 
         def drain() -> None:
             for rpc, counter in counters.items():
-                hits, buckets, latency_sum, answered = native.drain(rpc)
+                hits, buckets, latency_sum, answered, misses = native.drain(rpc)
                 for node_id, n in hits.items():
                     counter.labels(node_id).inc(n)
+                if misses:
+                    self.metrics.route_get_misses.inc(misses)
                 if answered:
                     # The histogram has no public way to add counts bucket for bucket.
                     latency = self.metrics.rpc_latency_of(rpc)

@@ -96,6 +96,10 @@ class MasterState:
         # put failed after the route runs out after two heartbeat intervals.
         self._pending_lock = threading.Lock()
         self._pending: dict[str, tuple[PutTarget, float, int]] = {}
+        # The native get path (mori.umbp._master_server.NativeRouteGet) when the grpc++ server
+        # answers routes: told of each pending put and of its end, so that it leaves a route
+        # missing one to the Python handler and answers the other misses itself.
+        self.pending_listener = None
         self._clients_cache: tuple[float, dict[str, ClientRecord]] = (0.0, {})
         self._clients_lock = threading.Lock()
 
@@ -139,6 +143,9 @@ class MasterState:
             if len(self._pending) > 100_000:
                 self._pending = {k: v for k, v in self._pending.items() if v[1] > now}
             self._pending[key] = (target, now + ttl, size)
+        listener = self.pending_listener
+        if listener is not None:
+            listener.pending_add([key], now + ttl)
 
     def reported(self, keys: Sequence[str]) -> None:
         """Keys an owner's ADD events put in the index: their pending records are done."""
@@ -147,6 +154,9 @@ class MasterState:
                 return
             for key in keys:
                 self._pending.pop(key, None)
+        listener = self.pending_listener
+        if listener is not None:
+            listener.pending_done(list(keys))
 
 
 class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):

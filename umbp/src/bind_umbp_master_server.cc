@@ -222,8 +222,8 @@ PYBIND11_MODULE(_master_server, m) {
   py::class_<NativeRouteGet>(
       m, "NativeRouteGet",
       "BatchRouteGet and RouteGet answered in C++ for the master's grpc++ server, from a MasterIndex or a "
-      "RedisRoutes: calls with a miss are left to the Python handler; route counts and latencies are kept until "
-      "drain().")
+      "RedisRoutes: misses answered too, unless a missing key is a pending put (pending_add), then the call is "
+      "the Python handler's; route counts and latencies are kept until drain().")
       .def(py::init([](MasterIndex& index, double lease_s, bool any_copy, std::vector<double> latency_bounds,
                        py::function alive, double alive_max_age_s) {
              return std::make_unique<NativeRouteGet>(NativeRouteGet::index_router(index), lease_s, any_copy,
@@ -268,10 +268,16 @@ PYBIND11_MODULE(_master_server, m) {
             auto c = n.drain(rpc == "RouteGet" ? NativeRpc::kRouteGet : NativeRpc::kBatchRouteGet);
             py::dict hits;
             for (const auto& [node, count] : c.hits) hits[py::str(node)] = count;
-            return py::make_tuple(hits, py::cast(c.buckets), c.latency_sum_s, c.answered);
+            return py::make_tuple(hits, py::cast(c.buckets), c.latency_sum_s, c.answered, c.misses);
           },
           py::arg("rpc"),
           "For rpc (BatchRouteGet, RouteGet): ({node_id: keys routed to it}, latency counts per bucket, latency sum "
-          "in s, calls answered) since the last drain.")
+          "in s, calls answered, keys missed) since the last drain.")
+      .def("pending_add", &NativeRouteGet::pending_add, py::arg("keys"), py::arg("expires"),
+           py::call_guard<py::gil_scoped_release>(),
+           "Puts routed and not yet reported, until `expires` (time.time() seconds): a BatchRouteGet missing one "
+           "is left to the Python handler.")
+      .def("pending_done", &NativeRouteGet::pending_done, py::arg("keys"), py::call_guard<py::gil_scoped_release>(),
+           "Their owners reported these keys.")
       .def_property_readonly("answered", &NativeRouteGet::answered, "Calls answered natively since the start.");
 }

@@ -77,13 +77,41 @@ std::shared_ptr<const NativeRouteGet::Alive> NativeRouteGet::alive_now() {
 }
 
 bool NativeRouteGet::route(const std::vector<std::string>& keys, const std::vector<std::string>& exclude,
-                           RoutedGets& out, std::shared_ptr<const Alive>& alive) {
+                           RoutedGets& out, std::shared_ptr<const Alive>& alive, bool pending_matters) {
   alive = alive_now();
   const double now = wall_s();
   if (!router_(keys, exclude, *alive, now, now + lease_s_, any_copy_, out)) return false;
-  // A miss may be a put routed but not yet reported, which only the Python side knows. (The
-  // hits were touched and leased already; the Python handler's second pass leases them again.)
-  return out.misses == 0;
+  // A miss may be a put routed but not yet reported: the Python handler routes it to the put's
+  // target. (The hits were touched and leased already; its second pass leases them again.)
+  return out.misses == 0 || !pending_matters || !any_pending(keys, out, now);
+}
+
+bool NativeRouteGet::any_pending(const std::vector<std::string>& keys, const RoutedGets& r, double now) {
+  if (pending_size_.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard<std::mutex> lk(pending_mu_);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (r.node_ref[i] != 0) continue;
+    auto it = pending_.find(keys[i]);
+    if (it != pending_.end() && it->second > now) return true;
+  }
+  return false;
+}
+
+void NativeRouteGet::pending_add(const std::vector<std::string>& keys, double expires) {
+  std::lock_guard<std::mutex> lk(pending_mu_);
+  if (pending_.size() > 100000) {  // puts whose owner never reported them: dropped once expired
+    const double now = wall_s();
+    std::erase_if(pending_, [now](const auto& kv) { return kv.second <= now; });
+  }
+  for (const auto& k : keys) pending_[k] = expires;
+  pending_size_.store(pending_.size(), std::memory_order_release);
+}
+
+void NativeRouteGet::pending_done(const std::vector<std::string>& keys) {
+  if (pending_size_.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard<std::mutex> lk(pending_mu_);
+  for (const auto& k : keys) pending_.erase(k);
+  pending_size_.store(pending_.size(), std::memory_order_release);
 }
 
 void NativeRouteGet::count(NativeRpc rpc, const RoutedGets& r, double t0) {
@@ -95,6 +123,7 @@ void NativeRouteGet::count(NativeRpc rpc, const RoutedGets& r, double t0) {
   t.buckets[std::min(bucket, t.buckets.size() - 1)] += 1;
   t.latency_sum_s += dt;
   t.answered += 1;
+  t.misses += r.misses;
   answered_.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -111,7 +140,7 @@ bool NativeRouteGet::batch_route_get(std::string_view request, std::string& repl
   std::vector<std::string> exclude(req.exclude_nodes().begin(), req.exclude_nodes().end());
   RoutedGets r;
   std::shared_ptr<const Alive> alive;
-  if (!route(keys, exclude, r, alive)) return false;
+  if (!route(keys, exclude, r, alive, /*pending_matters=*/true)) return false;
   ::umbp::BatchRouteGetResponse resp;
   for (const auto& node : r.nodes) {
     auto* info = resp.add_nodes();
@@ -123,8 +152,8 @@ bool NativeRouteGet::batch_route_get(std::string_view request, std::string& repl
   resp.mutable_tier()->Reserve(static_cast<int>(r.tier.size()));
   for (int32_t t : r.tier) resp.add_tier(static_cast<::umbp::TierType>(t));
   resp.mutable_size()->Add(r.size.begin(), r.size.end());
-  if (r.offset.empty()) r.offset.assign(keys.size(), 0);
-  if (r.checksum.empty()) r.checksum.assign(keys.size(), 0);
+  r.offset.resize(keys.size(), 0);  // a store that leaves them short (misses): zeros, as Python pads
+  r.checksum.resize(keys.size(), 0);
   resp.mutable_offset()->Add(r.offset.begin(), r.offset.end());
   resp.mutable_checksum()->Add(r.checksum.begin(), r.checksum.end());
   if (!resp.SerializeToString(&reply)) return false;
@@ -143,8 +172,15 @@ bool NativeRouteGet::route_get(std::string_view request, std::string& reply) {
   std::vector<std::string> exclude(req.exclude_nodes().begin(), req.exclude_nodes().end());
   RoutedGets r;
   std::shared_ptr<const Alive> alive;
-  if (!route({req.key()}, exclude, r, alive)) return false;
+  // A RouteGet miss is a miss (the Python handler does not look at pending puts for it either).
+  if (!route({req.key()}, exclude, r, alive, /*pending_matters=*/false)) return false;
   ::umbp::RouteGetResponse resp;
+  if (r.misses) {
+    resp.set_found(false);
+    if (!resp.SerializeToString(&reply)) return false;
+    count(NativeRpc::kRouteGet, r, t0);
+    return true;
+  }
   resp.set_found(true);
   resp.set_node_id(r.nodes[0]);
   resp.set_tier(static_cast<::umbp::TierType>(r.tier[0]));
@@ -171,6 +207,8 @@ NativeRouteGet::Counts NativeRouteGet::drain(NativeRpc rpc) {
   t.latency_sum_s = 0;
   c.answered = t.answered;
   t.answered = 0;
+  c.misses = t.misses;
+  t.misses = 0;
   return c;
 }
 

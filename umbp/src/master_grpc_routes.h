@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 // Phase 2 of the master's grpc++ server: BatchRouteGet and RouteGet answered in C++, on the worker thread
 // that received it, without the interpreter lock, from the in-memory store's block index
-// (MasterIndex) or the Redis store's scripts (RedisRoutes, master_grpc_redis.h). A call it cannot answer
-// exactly as the Python handler would (a key with no live copy, which may be a pending put only
-// the Python side knows; a request that does not parse) is left to the Python handler. Its
-// route counters and latencies are kept here and drained into the Python metrics at scrape time.
+// (MasterIndex) or the Redis store's scripts (RedisRoutes, master_grpc_redis.h). Misses are answered
+// here too (SGLang's exists calls end in misses), unless a missing key is a put routed and not yet
+// reported: the Python side, which routes puts, tells this one of those (pending_add/pending_done)
+// and a BatchRouteGet naming one is left to the Python handler, as is a request that does not
+// parse. Its route counters and latencies are kept here and drained into the Python metrics at
+// scrape time.
 #pragma once
 
 #include <atomic>
@@ -54,11 +56,18 @@ class NativeRouteGet {
   bool batch_route_get(std::string_view request, std::string& reply);
   bool route_get(std::string_view request, std::string& reply);
 
+  // Puts the Python side routed and their owners have not reported yet, each until `expires`
+  // (seconds since the epoch): a BatchRouteGet missing one of them is the Python handler's (it
+  // routes the key to the put's target). Done: the owner's ADD came.
+  void pending_add(const std::vector<std::string>& keys, double expires);
+  void pending_done(const std::vector<std::string>& keys);
+
   struct Counts {
     std::vector<std::pair<std::string, uint64_t>> hits;  // per serving node, since the last drain
     std::vector<uint64_t> buckets;                       // latency counts per bucket (not cumulative)
     double latency_sum_s = 0;
     uint64_t answered = 0;
+    uint64_t misses = 0;  // keys with no live copy, answered as such
   };
   // What was counted for `rpc` since the last drain (and zero it).
   Counts drain(NativeRpc rpc);
@@ -83,10 +92,16 @@ class NativeRouteGet {
     std::vector<uint64_t> buckets;
     double latency_sum_s = 0;
     uint64_t answered = 0;
+    uint64_t misses = 0;
   };
-  // Route the keys: false when a key has no live copy (the call is left to Python).
+  // Route the keys: false when the store failed, or (with `pending_matters`) when a missing key
+  // is a pending put (the call is left to Python).
   bool route(const std::vector<std::string>& keys, const std::vector<std::string>& exclude, RoutedGets& out,
-             std::shared_ptr<const Alive>& alive);
+             std::shared_ptr<const Alive>& alive, bool pending_matters);
+  bool any_pending(const std::vector<std::string>& keys, const RoutedGets& r, double now);
+  std::mutex pending_mu_;
+  std::unordered_map<std::string, double> pending_;  // key -> expires (wall seconds)
+  std::atomic<size_t> pending_size_{0};              // pending_.size(), read without the lock
   void count(NativeRpc rpc, const RoutedGets& r, double t0);
   std::mutex counts_mu_;
   Tally tally_[2];
