@@ -104,7 +104,15 @@ def _populate(address: str, n_keys: int, n_nodes: int, seed: int, stop: threadin
 
 
 def _client(
-    address: str, keys: list[str], batch: int, seconds: float, start_at: float, seed: int, out, absent: float = 0.0
+    address: str,
+    keys: list[str],
+    batch: int,
+    seconds: float,
+    start_at: float,
+    seed: int,
+    out,
+    absent: float = 0.0,
+    lookup: bool = False,
 ) -> None:
     from mori.umbp.distributed.grpc_channels import Channel
     from mori.umbp.proto import require
@@ -129,23 +137,32 @@ def _client(
             misses += 0 if found else 1
         else:
             ask = rng.sample(keys, batch - n_absent) + [f"absent-{rng.getrandbits(64):016x}" for _ in range(n_absent)]
-            req = pb.BatchRouteGetRequest(node_id="bench", keys=ask)
-            t0 = time.perf_counter()
-            r = stub.BatchRouteGet(req, timeout=10)
-            t1 = time.perf_counter()
-            misses += sum(1 for ref in r.node_ref if ref == 0)
+            if lookup:  # a scheduler's existence check (vLLM's connector, a lookup-only client)
+                req = pb.BatchLookupRequest(node_id="bench", keys=ask)
+                t0 = time.perf_counter()
+                found = stub.BatchLookup(req, timeout=10).found
+                t1 = time.perf_counter()
+                misses += sum(1 for f in found if not f)
+            else:
+                req = pb.BatchRouteGetRequest(node_id="bench", keys=ask)
+                t0 = time.perf_counter()
+                r = stub.BatchRouteGet(req, timeout=10)
+                t1 = time.perf_counter()
+                misses += sum(1 for ref in r.node_ref if ref == 0)
         lat.append(t1 - t0)
         if t1 >= end:
             break
     out.put((lat, misses))
 
 
-def _measure(address: str, keys: list[str], clients: int, batch: int, seconds: float, absent: float = 0.0) -> dict:
+def _measure(
+    address: str, keys: list[str], clients: int, batch: int, seconds: float, absent: float = 0.0, lookup: bool = False
+) -> dict:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     start_at = time.time() + 1.5  # the spawned interpreters need a moment
     procs = [
-        ctx.Process(target=_client, args=(address, keys, batch, seconds, start_at, 1000 + i, q, absent))
+        ctx.Process(target=_client, args=(address, keys, batch, seconds, start_at, 1000 + i, q, absent, lookup))
         for i in range(clients)
     ]
     for p in procs:
@@ -228,7 +245,7 @@ def _bench_master(args, report: Report, backend: str, server: str, env: dict, wo
         for clients in [int(c) for c in args.clients.split(",") if c.strip()]:
             cpu0 = _cpu_seconds(proc.pid)
             redis0 = sum(_cpu_seconds(rs.proc.pid) for rs in redis_servers)
-            r = _measure(address, keys, clients, args.batch, args.seconds, args.absent)
+            r = _measure(address, keys, clients, args.batch, args.seconds, args.absent, args.lookup)
             # includes the 1 s heartbeats of the bench's peers and the clients' start-up wait
             r["master_cpu_us_per_call"] = (_cpu_seconds(proc.pid) - cpu0) / r["calls"] * 1e6
             r["calls_per_master_core_s"] = 1e6 / r["master_cpu_us_per_call"]
@@ -277,6 +294,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--nodes", type=int, default=4, help="registered peers the keys are spread over")
     p.add_argument("--seconds", type=float, default=2.0, help="timed seconds per row")
     p.add_argument(
+        "--lookup",
+        action="store_true",
+        help="BatchLookup of --batch keys (existence only, a scheduler's call) instead of BatchRouteGet",
+    )
+    p.add_argument(
         "--absent",
         type=float,
         default=0.0,
@@ -301,6 +323,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for server in servers:
         if server not in ("auto", "cpp", "python"):
             p.error(f"--servers: auto, cpp or python, got {server!r}")
+    if args.lookup and args.batch < 1:
+        p.error("--lookup needs --batch N >= 1 (keys per BatchLookup)")
     if not 0.0 <= args.absent <= 1.0:
         p.error(f"--absent: a share between 0 and 1, got {args.absent}")
     from mori.umbp.distributed.redis_server import RedisServerProcess
@@ -326,6 +350,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         {
             "batch": args.batch,
             "absent": args.absent,
+            "rpc": "BatchLookup" if args.lookup else ("BatchRouteGet" if args.batch else "RouteGet"),
             "keys": args.keys,
             "nodes": args.nodes,
             "cores": os.cpu_count(),
@@ -359,8 +384,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         finally:
             for r in redis_servers:
                 r.stop()
+    rpc = "BatchLookup" if args.lookup else "BatchRouteGet"
+    absent = f", {args.absent:.0%} absent" if args.absent else ""
     report.show(
-        f"UMBP master: {f'BatchRouteGet of {args.batch} keys' if args.batch else 'RouteGet'} ({os.cpu_count()} cores; "
+        f"UMBP master: {f'{rpc} of {args.batch} keys' if args.batch else 'RouteGet'}{absent} ({os.cpu_count()} cores; "
         "MORI's published "
         f"{MORI_PUBLISHED['calls_per_s']} RouteGet/s p50 {MORI_PUBLISHED['p50_us']} us was another machine)"
     )

@@ -163,7 +163,8 @@ class MasterServer:
         """BatchRouteGet and RouteGet answered in C++ by the grpc++ server, signed or not (the
         server checks signatures first), from the in-memory store's native index or the Redis
         store's scripts (``RedisMetadataStore.native_routes``, when it can: hiredis built, no
-        cluster). Their route counters and latencies are added to the metrics at each scrape."""
+        cluster); BatchLookup too over the in-memory index. Their route counters and latencies
+        are added to the metrics at each scrape."""
         mod = cpp_server()
         if not mod.HAVE_NATIVE_ROUTES:
             return
@@ -184,14 +185,19 @@ class MasterServer:
         )
         state.pending_listener = native  # misses of pending puts stay the Python handler's
         server.route_natively(native)
-        counters = {"BatchRouteGet": self.metrics.batch_route_get, "RouteGet": self.metrics.route_get}
+        # BatchLookup (in memory only: existence, no route) counts its latency alone.
+        counters = {
+            "BatchRouteGet": self.metrics.batch_route_get,
+            "RouteGet": self.metrics.route_get,
+            "BatchLookup": None,
+        }
 
         def drain() -> None:
             for rpc, counter in counters.items():
                 hits, buckets, latency_sum, answered, misses = native.drain(rpc)
                 for node_id, n in hits.items():
                     counter.labels(node_id).inc(n)
-                if misses:
+                if misses and counter is not None:
                     self.metrics.route_get_misses.inc(misses)
                 if answered:
                     # The histogram has no public way to add counts bucket for bucket.

@@ -159,12 +159,15 @@ PYBIND11_MODULE(_master_server, m) {
             server.set_native("/umbp.UMBPMaster/BatchRouteGet", [n = &native](std::string_view req, std::string& rep) {
               return n->batch_route_get(req, rep);
             });
+            server.set_native("/umbp.UMBPMaster/BatchLookup", [n = &native](std::string_view req, std::string& rep) {
+              return n->batch_lookup(req, rep);
+            });
             server.set_native("/umbp.UMBPMaster/RouteGet",
                               [n = &native](std::string_view req, std::string& rep) { return n->route_get(req, rep); });
           },
           py::arg("native"), py::keep_alive<1, 2>(),
-          "Answer BatchRouteGet and RouteGet with `native` first (no interpreter lock); what it leaves goes to "
-          "the handler. Before start().")
+          "Answer BatchRouteGet, RouteGet and BatchLookup with `native` first (no interpreter lock); what it "
+          "leaves goes to the handler. Before start().")
       .def("wait", &MasterGrpcServer::wait, py::call_guard<py::gil_scoped_release>(), "Block until stop() ran.");
 
   py::class_<GrpcChannel>(m, "GrpcChannel",
@@ -226,9 +229,11 @@ PYBIND11_MODULE(_master_server, m) {
       "the Python handler's; route counts and latencies are kept until drain().")
       .def(py::init([](MasterIndex& index, double lease_s, bool any_copy, std::vector<double> latency_bounds,
                        py::function alive, double alive_max_age_s) {
-             return std::make_unique<NativeRouteGet>(NativeRouteGet::index_router(index), lease_s, any_copy,
-                                                     std::move(latency_bounds), alive_source(std::move(alive)),
-                                                     alive_max_age_s);
+             auto native = std::make_unique<NativeRouteGet>(NativeRouteGet::index_router(index), lease_s, any_copy,
+                                                            std::move(latency_bounds), alive_source(std::move(alive)),
+                                                            alive_max_age_s);
+             native->set_lookup([&index](const std::vector<std::string>& keys) { return index.contains(keys); });
+             return native;
            }),
            py::arg("index"), py::arg("lease_s"), py::arg("any_copy"), py::arg("latency_bounds"), py::arg("alive"),
            py::arg("alive_max_age_s") = 0.2, py::keep_alive<1, 2>(),
@@ -263,9 +268,11 @@ PYBIND11_MODULE(_master_server, m) {
       .def(
           "drain",
           [](NativeRouteGet& n, const std::string& rpc) {
-            MORI_CHECK_ARG(rpc == "BatchRouteGet" || rpc == "RouteGet", "rpc must be BatchRouteGet or RouteGet, got %s",
-                           rpc.c_str());
-            auto c = n.drain(rpc == "RouteGet" ? NativeRpc::kRouteGet : NativeRpc::kBatchRouteGet);
+            MORI_CHECK_ARG(rpc == "BatchRouteGet" || rpc == "RouteGet" || rpc == "BatchLookup",
+                           "rpc must be BatchRouteGet, RouteGet or BatchLookup, got %s", rpc.c_str());
+            auto c = n.drain(rpc == "RouteGet"      ? NativeRpc::kRouteGet
+                             : rpc == "BatchLookup" ? NativeRpc::kBatchLookup
+                                                    : NativeRpc::kBatchRouteGet);
             py::dict hits;
             for (const auto& [node, count] : c.hits) hits[py::str(node)] = count;
             return py::make_tuple(hits, py::cast(c.buckets), c.latency_sum_s, c.answered, c.misses);

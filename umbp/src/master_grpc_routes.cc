@@ -86,6 +86,13 @@ bool NativeRouteGet::route(const std::vector<std::string>& keys, const std::vect
   return out.misses == 0 || !pending_matters || !any_pending(keys, out, now);
 }
 
+bool NativeRouteGet::pending(const std::string& key, double now) {
+  if (pending_size_.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard<std::mutex> lk(pending_mu_);
+  auto it = pending_.find(key);
+  return it != pending_.end() && it->second > now;
+}
+
 bool NativeRouteGet::any_pending(const std::vector<std::string>& keys, const RoutedGets& r, double now) {
   if (pending_size_.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard<std::mutex> lk(pending_mu_);
@@ -160,6 +167,30 @@ bool NativeRouteGet::batch_route_get(std::string_view request, std::string& repl
   count(NativeRpc::kBatchRouteGet, r, t0);
   return true;
 #else
+  return false;
+#endif
+}
+
+bool NativeRouteGet::batch_lookup(std::string_view request, std::string& reply) {
+#if MORI_UMBP_HAVE_PROTOBUF
+  if (!lookup_) return false;
+  const double t0 = steady_s();
+  ::umbp::BatchLookupRequest req;
+  if (!req.ParseFromArray(request.data(), static_cast<int>(request.size()))) return false;
+  std::vector<std::string> keys(req.keys().begin(), req.keys().end());
+  std::vector<bool> found = keys.empty() ? std::vector<bool>{} : lookup_(keys);
+  if (found.size() != keys.size()) return false;
+  // A routed put not yet reported counts: its put returned, or will.
+  const double now = wall_s();
+  ::umbp::BatchLookupResponse resp;
+  resp.mutable_found()->Reserve(static_cast<int>(keys.size()));
+  for (size_t i = 0; i < keys.size(); ++i) resp.add_found(found[i] || pending(keys[i], now));
+  if (!resp.SerializeToString(&reply)) return false;
+  count(NativeRpc::kBatchLookup, RoutedGets{}, t0);
+  return true;
+#else
+  (void)request;
+  (void)reply;
   return false;
 #endif
 }

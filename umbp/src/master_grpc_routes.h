@@ -28,7 +28,7 @@ namespace mori::umbp {
 bool native_routes_available();
 
 // Which RPC a count belongs to.
-enum class NativeRpc { kBatchRouteGet = 0, kRouteGet = 1 };
+enum class NativeRpc { kBatchRouteGet = 0, kRouteGet = 1, kBatchLookup = 2 };
 
 class NativeRouteGet {
  public:
@@ -51,10 +51,17 @@ class NativeRouteGet {
                  double alive_max_age_s);
   // The in-memory store's block index (which outlives this) as the router.
   static Router index_router(MasterIndex& index);
+  // Existence only (BatchLookup): whether each key has a copy in the store. Set for the in-memory
+  // store's index; without it BatchLookup stays the Python handler's.
+  using Lookup = std::function<std::vector<bool>(const std::vector<std::string>& keys)>;
+  void set_lookup(Lookup lookup) { lookup_ = std::move(lookup); }
 
   // Answer a BatchRouteGet / RouteGet request (serialized) into reply; false: leave it to Python.
   bool batch_route_get(std::string_view request, std::string& reply);
   bool route_get(std::string_view request, std::string& reply);
+  // A BatchLookup (a scheduler's existence check): a key is found with a copy in the store or as
+  // a pending put, as the Python handler answers. False (Python's) without a lookup.
+  bool batch_lookup(std::string_view request, std::string& reply);
 
   // Puts the Python side routed and their owners have not reported yet, each until `expires`
   // (seconds since the epoch): a BatchRouteGet missing one of them is the Python handler's (it
@@ -78,6 +85,7 @@ class NativeRouteGet {
   std::shared_ptr<const Alive> alive_now();
 
   Router router_;
+  Lookup lookup_;
   double lease_s_;
   bool any_copy_;
   std::vector<double> bounds_;
@@ -103,8 +111,9 @@ class NativeRouteGet {
   std::unordered_map<std::string, double> pending_;  // key -> expires (wall seconds)
   std::atomic<size_t> pending_size_{0};              // pending_.size(), read without the lock
   void count(NativeRpc rpc, const RoutedGets& r, double t0);
+  bool pending(const std::string& key, double now);
   std::mutex counts_mu_;
-  Tally tally_[2];
+  Tally tally_[3];
   std::atomic<uint64_t> answered_{0};
 };
 

@@ -109,6 +109,7 @@ def _script(address: str, rng: random.Random) -> list:
             )
         ),
         _outcome(lambda: stub.BatchRouteGet(pb.BatchRouteGetRequest(keys=["pend", misses[1], keys[20]]), timeout=5)),
+        _outcome(lambda: stub.BatchLookup(pb.BatchLookupRequest(keys=[misses[3], "pend", keys[21]]), timeout=5)),
     ]
     peer.heartbeat([("add", "pend", DRAM, 777, 1 << 30, 99)])
     out.append(_outcome(lambda: stub.BatchRouteGet(pb.BatchRouteGetRequest(keys=[misses[2], "pend"]), timeout=5)))
@@ -149,12 +150,14 @@ def test_both_servers_answer_alike(backend, request):
                         "mori_umbp_route_get_miss_total",
                         'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRouteGet"}',
                         'mori_umbp_master_rpc_latency_seconds_count{rpc="RouteGet"}',
+                        'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchLookup"}',
                     )
                 )
             ]
             if native:  # in C++: 4 BatchRouteGet (hits, misses, excluded, after the put's report) and
-                # 3 RouteGet (hit, miss, excluded); not the unparsable one, nor the one naming a pending put
-                assert m.native_routes.answered == 7
+                # 3 RouteGet (hit, miss, excluded); not the unparsable one, nor the one naming a pending
+                # put; over the in-memory index the 2 BatchLookups too
+                assert m.native_routes.answered == (9 if backend == "memory" else 7)
         finally:
             m.stop(0)
     # node-b: 10 + 10 HBM hits and the pending put (its put's target, the most available);
@@ -166,6 +169,7 @@ def test_both_servers_answer_alike(backend, request):
     assert 'mori_umbp_client_route_get_total{node="node-b"} 1.0' in scraped["python"]
     assert 'mori_umbp_master_rpc_latency_seconds_count{rpc="RouteGet"} 3.0' in scraped["python"]
     assert 'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRouteGet"} 5.0' in scraped["python"]
+    assert 'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchLookup"} 2.0' in scraped["python"]
     if "cpp" in scraped:
         assert sorted(scraped["cpp"]) == sorted(scraped["python"]), "the native route's counts are the Python handler's"
     got = answers["python"]
@@ -186,7 +190,8 @@ def test_both_servers_answer_alike(backend, request):
     pend = got[14]
     assert [pend.nodes[r - 1].node_id if r else None for r in pend.node_ref] == [put_to, None, "node-a"]
     assert list(pend.size)[:2] == [777, 0] and list(pend.checksum)[:2] == [0, 0]
-    after = got[15]
+    assert list(got[15].found) == [False, True, True]  # the pending put counts as found
+    after = got[16]
     assert list(after.node_ref)[0] == 0 and after.nodes[after.node_ref[1] - 1].node_id == "node-a"
     assert list(after.size) == [0, 777] and list(after.offset) == [0, 1 << 30] and list(after.checksum) == [0, 99]
     if "cpp" in answers:
