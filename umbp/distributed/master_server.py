@@ -183,7 +183,7 @@ class MasterServer:
             bounds,
             lambda: [(c.node_id, c.peer_address) for c in state.alive(0).values()],
         )
-        state.pending_listener = native  # misses of pending puts stay the Python handler's
+        native.set_pending(state.pending)  # misses of pending puts stay the Python handler's
         server.route_natively(native)
         # BatchLookup (in memory only: existence, no route) counts its latency alone.
         counters = {

@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 
 import grpc
 
+from mori import _C
 from mori.umbp.distributed.master_eviction import EvictionManager
 from mori.umbp.distributed.master_metrics import MasterMetrics, tier_label
 from mori.umbp.distributed.master_quota import EngineQuotas
@@ -93,13 +94,9 @@ class MasterState:
         # node, where the peer's own dedup answers ALREADY_EXISTS; gets and lookups of the key
         # are answered from here, so a put costs its writer one master RPC and a reader finds
         # the value as soon as the put returned. The owner's ADD replaces the record; one whose
-        # put failed after the route runs out after two heartbeat intervals.
-        self._pending_lock = threading.Lock()
-        self._pending: dict[str, tuple[PutTarget, float, int]] = {}
-        # The native get path (mori.umbp._master_server.NativeRouteGet) when the grpc++ server
-        # answers routes: told of each pending put and of its end, so that it leaves a route
-        # missing one to the Python handler and answers the other misses itself.
-        self.pending_listener = None
+        # put failed after the route runs out after two heartbeat intervals. The registry is
+        # C++ (umbp/src/master_pending.h): the grpc++ server's native get path reads this same one.
+        self.pending = _C.umbp.PendingPuts()
         self._clients_cache: tuple[float, dict[str, ClientRecord]] = (0.0, {})
         self._clients_lock = threading.Lock()
 
@@ -120,43 +117,26 @@ class MasterState:
             self._clients_cache = (0.0, {})
 
     def pending_target(self, key: str, now: float) -> Optional[PutTarget]:
-        with self._pending_lock:
-            hit = self._pending.get(key)
-            if hit is None or hit[1] <= now:
-                return None
-            return hit[0]
+        hit = self.pending_puts([key], now)[0]
+        return None if hit is None else hit[0]
 
     def pending_puts(self, keys: Sequence[str], now: float) -> list[Optional[tuple[PutTarget, int]]]:
         """Per key its routed, not yet reported put: (target, size), or None."""
-        out: list[Optional[tuple[PutTarget, int]]] = []
-        with self._pending_lock:
-            if not self._pending:
-                return [None] * len(keys)
-            for key in keys:
-                hit = self._pending.get(key)
-                out.append((hit[0], hit[2]) if hit is not None and hit[1] > now else None)
-        return out
+        if not len(self.pending):
+            return [None] * len(keys)
+        return [
+            None if hit is None else (PutTarget(hit[0], hit[1], hit[2]), hit[3])
+            for hit in self.pending.find_batch(list(keys), now)
+        ]
 
     def remember_pending(self, key: str, target: PutTarget, now: float, size: int = 0) -> None:
         ttl = 2 * self.settings.heartbeat_interval_s
-        with self._pending_lock:
-            if len(self._pending) > 100_000:
-                self._pending = {k: v for k, v in self._pending.items() if v[1] > now}
-            self._pending[key] = (target, now + ttl, size)
-        listener = self.pending_listener
-        if listener is not None:
-            listener.pending_add([key], now + ttl)
+        self.pending.add(key, target.node_id, int(target.tier), target.peer_address, int(size), now + ttl, now)
 
     def reported(self, keys: Sequence[str]) -> None:
         """Keys an owner's ADD events put in the index: their pending records are done."""
-        with self._pending_lock:
-            if not self._pending:
-                return
-            for key in keys:
-                self._pending.pop(key, None)
-        listener = self.pending_listener
-        if listener is not None:
-            listener.pending_done(list(keys))
+        if len(self.pending):
+            self.pending.done(list(keys))
 
 
 class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):

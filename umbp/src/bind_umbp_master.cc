@@ -16,6 +16,7 @@
 #include "mori/core/status.h"
 #include "src/master_grpc_auth.h"
 #include "src/master_index.h"
+#include "src/master_pending.h"
 
 namespace py = pybind11;
 using namespace mori::umbp;
@@ -93,6 +94,44 @@ void bind_umbp_master(py::module_& m) {
           py::arg("method"), py::arg("ts"), py::arg("nonce"), py::arg("sig"), py::arg("body"), py::arg("now"),
           "The whole check: None to serve the call, else (reason, details).")
       .def_property_readonly("name", &CallVerifier::name);
+
+  py::class_<PendingPuts>(m, "PendingPuts",
+                          "The UMBP master's pending puts: keys routed to an owner that has not reported them "
+                          "yet, with their target, until they expire (master_pending.h). The one registry: the "
+                          "Python servicers and the grpc++ server's native get path read the same one.")
+      .def(py::init<>())
+      .def(
+          "add",
+          [](PendingPuts& p, const std::string& key, std::string node_id, int32_t tier, std::string peer_address,
+             uint64_t size, double expires, double now) {
+            p.add(key, PendingPut{std::move(node_id), tier, std::move(peer_address), size, expires}, now);
+          },
+          py::arg("key"), py::arg("node_id"), py::arg("tier"), py::arg("peer_address"), py::arg("size"),
+          py::arg("expires"), py::arg("now"), py::call_guard<py::gil_scoped_release>(),
+          "Record (or replace) the key's pending put, until `expires` (time.time() seconds).")
+      .def(
+          "find_batch",
+          [](const PendingPuts& p, const std::vector<std::string>& keys, double now) {
+            std::vector<std::optional<PendingPut>> found;
+            {
+              py::gil_scoped_release nogil;
+              found.reserve(keys.size());
+              for (const auto& k : keys) found.push_back(p.find(k, now));
+            }
+            py::list out(keys.size());
+            for (size_t i = 0; i < found.size(); ++i) {
+              py::object v = py::none();
+              if (found[i])
+                v = py::make_tuple(found[i]->node_id, found[i]->tier, found[i]->peer_address, found[i]->size);
+              PyList_SET_ITEM(out.ptr(), i, v.release().ptr());
+            }
+            return out;
+          },
+          py::arg("keys"), py::arg("now"),
+          "Per key (node_id, tier, peer_address, size) of its pending put at `now`, or None.")
+      .def("done", &PendingPuts::done, py::arg("keys"), py::call_guard<py::gil_scoped_release>(),
+           "The owners reported these keys: their records are done.")
+      .def("__len__", &PendingPuts::size);
 
   py::class_<MasterIndex>(m, "MasterIndex",
                           "The UMBP master's in-memory block index: key -> copies (node, tier, size), "

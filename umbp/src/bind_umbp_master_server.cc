@@ -225,7 +225,7 @@ PYBIND11_MODULE(_master_server, m) {
   py::class_<NativeRouteGet>(
       m, "NativeRouteGet",
       "BatchRouteGet and RouteGet answered in C++ for the master's grpc++ server, from a MasterIndex or a "
-      "RedisRoutes: misses answered too, unless a missing key is a pending put (pending_add), then the call is "
+      "RedisRoutes: misses answered too, unless a missing key is a pending put (set_pending), then the call is "
       "the Python handler's; route counts and latencies are kept until drain().")
       .def(py::init([](MasterIndex& index, double lease_s, bool any_copy, std::vector<double> latency_bounds,
                        py::function alive, double alive_max_age_s) {
@@ -280,11 +280,10 @@ PYBIND11_MODULE(_master_server, m) {
           py::arg("rpc"),
           "For rpc (BatchRouteGet, RouteGet): ({node_id: keys routed to it}, latency counts per bucket, latency sum "
           "in s, calls answered, keys missed) since the last drain.")
-      .def("pending_add", &NativeRouteGet::pending_add, py::arg("keys"), py::arg("expires"),
-           py::call_guard<py::gil_scoped_release>(),
-           "Puts routed and not yet reported, until `expires` (time.time() seconds): a BatchRouteGet missing one "
-           "is left to the Python handler.")
-      .def("pending_done", &NativeRouteGet::pending_done, py::arg("keys"), py::call_guard<py::gil_scoped_release>(),
-           "Their owners reported these keys.")
+      .def(
+          "set_pending", [](NativeRouteGet& n, const PendingPuts& pending) { n.set_pending(&pending); },
+          py::arg("pending"), py::keep_alive<1, 2>(),
+          "The master's PendingPuts (mori._C.umbp): a BatchRouteGet missing one of its keys is left to the Python "
+          "handler; BatchLookup counts them as found. Before the server starts.")
       .def_property_readonly("answered", &NativeRouteGet::answered, "Calls answered natively since the start.");
 }

@@ -83,42 +83,7 @@ bool NativeRouteGet::route(const std::vector<std::string>& keys, const std::vect
   if (!router_(keys, exclude, *alive, now, now + lease_s_, any_copy_, out)) return false;
   // A miss may be a put routed but not yet reported: the Python handler routes it to the put's
   // target. (The hits were touched and leased already; its second pass leases them again.)
-  return out.misses == 0 || !pending_matters || !any_pending(keys, out, now);
-}
-
-bool NativeRouteGet::pending(const std::string& key, double now) {
-  if (pending_size_.load(std::memory_order_acquire) == 0) return false;
-  std::lock_guard<std::mutex> lk(pending_mu_);
-  auto it = pending_.find(key);
-  return it != pending_.end() && it->second > now;
-}
-
-bool NativeRouteGet::any_pending(const std::vector<std::string>& keys, const RoutedGets& r, double now) {
-  if (pending_size_.load(std::memory_order_acquire) == 0) return false;
-  std::lock_guard<std::mutex> lk(pending_mu_);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (r.node_ref[i] != 0) continue;
-    auto it = pending_.find(keys[i]);
-    if (it != pending_.end() && it->second > now) return true;
-  }
-  return false;
-}
-
-void NativeRouteGet::pending_add(const std::vector<std::string>& keys, double expires) {
-  std::lock_guard<std::mutex> lk(pending_mu_);
-  if (pending_.size() > 100000) {  // puts whose owner never reported them: dropped once expired
-    const double now = wall_s();
-    std::erase_if(pending_, [now](const auto& kv) { return kv.second <= now; });
-  }
-  for (const auto& k : keys) pending_[k] = expires;
-  pending_size_.store(pending_.size(), std::memory_order_release);
-}
-
-void NativeRouteGet::pending_done(const std::vector<std::string>& keys) {
-  if (pending_size_.load(std::memory_order_acquire) == 0) return;
-  std::lock_guard<std::mutex> lk(pending_mu_);
-  for (const auto& k : keys) pending_.erase(k);
-  pending_size_.store(pending_.size(), std::memory_order_release);
+  return out.misses == 0 || !pending_matters || pending_ == nullptr || !pending_->any(keys, out.node_ref, now);
 }
 
 void NativeRouteGet::count(NativeRpc rpc, const RoutedGets& r, double t0) {
@@ -184,7 +149,8 @@ bool NativeRouteGet::batch_lookup(std::string_view request, std::string& reply) 
   const double now = wall_s();
   ::umbp::BatchLookupResponse resp;
   resp.mutable_found()->Reserve(static_cast<int>(keys.size()));
-  for (size_t i = 0; i < keys.size(); ++i) resp.add_found(found[i] || pending(keys[i], now));
+  for (size_t i = 0; i < keys.size(); ++i)
+    resp.add_found(found[i] || (pending_ != nullptr && pending_->find(keys[i], now).has_value()));
   if (!resp.SerializeToString(&reply)) return false;
   count(NativeRpc::kBatchLookup, RoutedGets{}, t0);
   return true;

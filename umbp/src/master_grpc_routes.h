@@ -3,10 +3,9 @@
 // that received it, without the interpreter lock, from the in-memory store's block index
 // (MasterIndex) or the Redis store's scripts (RedisRoutes, master_grpc_redis.h). Misses are answered
 // here too (SGLang's exists calls end in misses), unless a missing key is a put routed and not yet
-// reported: the Python side, which routes puts, tells this one of those (pending_add/pending_done)
-// and a BatchRouteGet naming one is left to the Python handler, as is a request that does not
-// parse. Its route counters and latencies are kept here and drained into the Python metrics at
-// scrape time.
+// reported (the master's PendingPuts, master_pending.h, which the Python servicers keep): a
+// BatchRouteGet naming one is left to the Python handler, as is a request that does not parse. Its route counters and
+// latencies are kept here and drained into the Python metrics at scrape time.
 #pragma once
 
 #include <atomic>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "src/master_index.h"
+#include "src/master_pending.h"
 
 namespace mori::umbp {
 
@@ -63,11 +63,9 @@ class NativeRouteGet {
   // a pending put, as the Python handler answers. False (Python's) without a lookup.
   bool batch_lookup(std::string_view request, std::string& reply);
 
-  // Puts the Python side routed and their owners have not reported yet, each until `expires`
-  // (seconds since the epoch): a BatchRouteGet missing one of them is the Python handler's (it
-  // routes the key to the put's target). Done: the owner's ADD came.
-  void pending_add(const std::vector<std::string>& keys, double expires);
-  void pending_done(const std::vector<std::string>& keys);
+  // The master's pending puts (which outlive this): a BatchRouteGet missing one of them is the
+  // Python handler's (it routes the key to the put's target); BatchLookup counts them as found.
+  void set_pending(const PendingPuts* pending) { pending_ = pending; }
 
   struct Counts {
     std::vector<std::pair<std::string, uint64_t>> hits;  // per serving node, since the last drain
@@ -106,12 +104,8 @@ class NativeRouteGet {
   // is a pending put (the call is left to Python).
   bool route(const std::vector<std::string>& keys, const std::vector<std::string>& exclude, RoutedGets& out,
              std::shared_ptr<const Alive>& alive, bool pending_matters);
-  bool any_pending(const std::vector<std::string>& keys, const RoutedGets& r, double now);
-  std::mutex pending_mu_;
-  std::unordered_map<std::string, double> pending_;  // key -> expires (wall seconds)
-  std::atomic<size_t> pending_size_{0};              // pending_.size(), read without the lock
+  const PendingPuts* pending_ = nullptr;
   void count(NativeRpc rpc, const RoutedGets& r, double t0);
-  bool pending(const std::string& key, double now);
   std::mutex counts_mu_;
   Tally tally_[3];
   std::atomic<uint64_t> answered_{0};
