@@ -20,8 +20,7 @@ std::optional<PendingPut> PendingPuts::find(const std::string& key, double now) 
   return it->second;
 }
 
-bool PendingPuts::any(const std::vector<std::string>& keys, const std::vector<uint32_t>& node_ref,
-                      double now) const {
+bool PendingPuts::any(const std::vector<std::string>& keys, const std::vector<uint32_t>& node_ref, double now) const {
   if (size() == 0) return false;
   std::lock_guard<std::mutex> lk(mu_);
   for (size_t i = 0; i < keys.size() && i < node_ref.size(); ++i) {
