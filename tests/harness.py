@@ -279,6 +279,19 @@ class ProgramPeer:
         self.send(cmd, **kw)
         return self.answer(cmd, timeout)
 
+    def stderr_so_far(self) -> str:
+        """What the program has written to stderr until now, without waiting for more (for a
+        failed assertion's message while the program still runs)."""
+        if not self.proc.stderr:
+            return ""
+        os.set_blocking(self.proc.stderr.fileno(), False)
+        try:
+            return self.proc.stderr.read() or ""
+        except (BlockingIOError, TypeError):
+            return ""
+        finally:
+            os.set_blocking(self.proc.stderr.fileno(), True)
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
