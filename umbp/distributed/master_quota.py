@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from typing import Callable
 
 
 @dataclasses.dataclass
@@ -29,6 +30,7 @@ class EngineQuotas:
         self._owner: dict[str, tuple[str, int]] = {}  # key -> (engine, bytes)
         self._pending: dict[str, tuple[str, int, float]] = {}  # key -> (engine, bytes, expiry)
         self._pending_ttl = pending_ttl_s
+        self._listeners: list[Callable[[], None]] = []
 
     def set_quota(self, engine: str, quota: int) -> None:
         if not engine:
@@ -37,6 +39,18 @@ class EngineQuotas:
             raise ValueError(f"quota_bytes must be >= 0, got {quota}")
         with self._lock:
             self._usage.setdefault(engine, EngineUsage()).quota = quota
+            listeners = list(self._listeners) if quota else []
+        for fn in listeners:
+            fn()
+
+    def when_set(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` whenever a quota is set (at once if one is): the grpc++ server's native put
+        routes then leave puts to the Python handler, which keeps these counts."""
+        with self._lock:
+            self._listeners.append(fn)
+            active = any(u.quota for u in self._usage.values())
+        if active:
+            fn()
 
     def usage(self, engine: str) -> EngineUsage:
         with self._lock:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import threading
-from typing import Optional
+from typing import Iterable, Optional
+
+from mori import _C
 
 from mori.umbp.distributed.master_records import (
-    PUT_TIERS,
     ClientRecord,
     Location,
     TierCapacity,
@@ -36,23 +36,18 @@ class PutTarget:
 
 
 class PutRouter:
-    """Chooses put targets from a snapshot of the live clients."""
+    """Chooses put targets from a snapshot of the live clients: the master's one put-routing
+    registry (``mori._C.umbp.PutRoutes``, which the grpc++ server's native BatchRoutePut routes
+    against too), fed with the clients' records as Python holds them."""
 
-    def __init__(
-        self, algo: str = "most_available", affinity: str = "none", rng: Optional[random.Random] = None
-    ) -> None:
+    def __init__(self, algo: str = "most_available", affinity: str = "none") -> None:
         if algo not in PUT_ALGOS:
             raise ValueError(f"UMBP_ROUTE_PUT_SELECT_ALGO must be one of {PUT_ALGOS}, got {algo!r}")
         if affinity not in AFFINITIES:
             raise ValueError(f"UMBP_ROUTE_PUT_NODE_AFFINITY must be one of {AFFINITIES}, got {affinity!r}")
         self.algo = algo
         self.affinity = affinity
-        self._rng = rng or random.Random()
-        self._lock = threading.Lock()
-        # Bytes routed to (node, tier) since that node's capacity was last reported.
-        self._routed: dict[tuple[str, int], int] = {}
-        # node -> (when, capacities) of the last report this master saw.
-        self._reported: dict[str, tuple[float, dict[int, TierCapacity]]] = {}
+        self.native = _C.umbp.PutRoutes(algo, affinity)
 
     def capacity_reported(
         self, node_id: str, capacities: Optional[dict[int, TierCapacity]] = None, at: float = 0.0
@@ -62,65 +57,32 @@ class PutRouter:
         clients' records reach route() through the master's client cache (up to 0.2 s old): a
         record from before the report, less no routed bytes, would offer the room the routed
         puts took a second time (a 4 MiB HBM that took 3 MiB would be sent 3 MiB more)."""
-        with self._lock:
-            for k in [k for k in self._routed if k[0] == node_id]:
-                del self._routed[k]
-            last = self._reported.get(node_id)
-            if capacities and (last is None or at >= last[0]):  # heartbeats may be served out of order
-                self._reported[node_id] = (at, dict(capacities))
+        self.native.reported(node_id, _tiers(capacities or {}), at)
 
     def forget(self, node_id: str) -> None:
         """The node left (unregistered, or reaped): nothing of it is kept."""
-        with self._lock:
-            self._reported.pop(node_id, None)
-            for k in [k for k in self._routed if k[0] == node_id]:
-                del self._routed[k]
+        self.native.forget(node_id)
 
-    def _capacities(self, client: ClientRecord) -> dict[int, TierCapacity]:
-        # A record newer than this master's last report (another master of a shared store saw a
-        # later heartbeat) wins over it.
-        r = self._reported.get(client.node_id)
-        return r[1] if r is not None and r[0] >= client.last_heartbeat else client.capacities
+    @staticmethod
+    def rooms(clients: Iterable[ClientRecord]):
+        """The clients as the router takes them (convert once per batch)."""
+        return _C.umbp.PutRoutes.rooms(room_tuples(clients))
 
-    def _free(self, client: ClientRecord, tier: int) -> int:
-        cap = self._capacities(client).get(tier)
-        if cap is None:
-            return 0
-        return cap.available - self._routed.get((client.node_id, tier), 0)
+    def route(self, writer: str, size: int, rooms, exclude: frozenset[str]) -> Optional[PutTarget]:
+        """Where a put of ``size`` bytes goes among ``rooms`` (``rooms(clients)``) less ``exclude``;
+        None when no node has room."""
+        hit = self.native.route(writer, int(size), rooms, list(exclude))
+        return None if hit is None else PutTarget(*hit)
 
-    def route(
-        self, writer: str, size: int, clients: list[ClientRecord], exclude: frozenset[str]
-    ) -> Optional[PutTarget]:
-        candidates = [c for c in clients if c.node_id not in exclude]
-        if self.affinity == "local":
-            candidates = [c for c in candidates if c.node_id == writer]
-        with self._lock:
-            if self.affinity == "same":
-                mine = [c for c in candidates if c.node_id == writer]
-                target = self._pick(mine, size)
-                if target is not None:
-                    return target
-            return self._pick(candidates, size)
 
-    def _pick(self, candidates: list[ClientRecord], size: int) -> Optional[PutTarget]:
-        for tier in PUT_TIERS:
-            fitting = []
-            for c in candidates:
-                cap = self._capacities(c).get(tier)
-                free = self._free(c, tier)
-                if cap is None or free < size or (cap.max_allocatable and cap.max_allocatable < size):
-                    continue
-                fitting.append((free, c))
-            if not fitting:
-                continue
-            if self.algo == "most_available":
-                free, chosen = max(fitting, key=lambda fc: (fc[0], fc[1].node_id))
-            else:
-                weights = [max(free, 1) for free, _ in fitting]
-                free, chosen = self._rng.choices(fitting, weights=weights)[0]
-            self._routed[(chosen.node_id, tier)] = self._routed.get((chosen.node_id, tier), 0) + size
-            return PutTarget(chosen.node_id, tier, chosen.peer_address)
-        return None
+def _tiers(capacities: dict[int, TierCapacity]) -> list[tuple[int, int, int, int]]:
+    return [(int(t), int(c.total), int(c.available), int(c.max_allocatable)) for t, c in capacities.items()]
+
+
+def room_tuples(clients: Iterable[ClientRecord]) -> list[tuple]:
+    """[(node_id, peer_address, last_heartbeat, [(tier, total, available, max_allocatable)])]: the
+    clients as the native put routes take them."""
+    return [(c.node_id, c.peer_address, float(c.last_heartbeat), _tiers(c.capacities)) for c in clients]
 
 
 class GetRouter:

@@ -19,6 +19,7 @@ import grpc
 from mori.umbp.distributed.grpc_servers import SERVER_NAMES, GrpcDispatcher, cpp_server, server_kind
 from mori.umbp.distributed.master_metrics import MasterMetrics
 from mori.umbp.distributed.master_peers import PeerChannels
+from mori.umbp.distributed.master_routing import room_tuples
 from mori.umbp.distributed.master_service import (
     MasterState,
     UMBPMasterAdminServicer,
@@ -90,7 +91,7 @@ class MasterServer:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._server = None  # grpc.Server or mori.umbp._master_server.MasterGrpcServer
-        # mori.umbp._master_server.NativeRouteGet when BatchRouteGet and RouteGet run in C++
+        # mori.umbp._master_server.NativeRoutes when BatchRouteGet and RouteGet run in C++
         self.native_routes = None
         self.port = 0
         self.metrics_port: Optional[int] = None
@@ -163,8 +164,8 @@ class MasterServer:
         """BatchRouteGet and RouteGet answered in C++ by the grpc++ server, signed or not (the
         server checks signatures first), from the in-memory store's native index or the Redis
         store's scripts (``RedisMetadataStore.native_routes``, when it can: hiredis built, no
-        cluster); BatchLookup too over the in-memory index. Their route counters and latencies
-        are added to the metrics at each scrape."""
+        cluster); BatchLookup and BatchRoutePut too over the in-memory index. Their route
+        counters and latencies are added to the metrics at each scrape."""
         mod = cpp_server()
         if not mod.HAVE_NATIVE_ROUTES:
             return
@@ -176,29 +177,37 @@ class MasterServer:
                 return
         state = self.state
         bounds = list(self.metrics.rpc_latency_of("BatchRouteGet")._upper_bounds)
-        self.native_routes = native = mod.NativeRouteGet(
+        self.native_routes = native = mod.NativeRoutes(
             source,
             self.settings.lease_duration_s,
             state.get_router.strategy == "random",
             bounds,
-            lambda: [(c.node_id, c.peer_address) for c in state.alive(0).values()],
+            lambda: room_tuples(state.alive(0).values()),
         )
         native.set_pending(state.pending)  # misses of pending puts stay the Python handler's
+        if isinstance(self.store, InMemoryMetadataStore):
+            # Puts too, by the master's one PutRoutes; with per-engine quotas they are Python's.
+            native.set_puts(state.put_router.native, state.pending_ttl_s)
+            state.quotas.when_set(lambda: native.set_python_puts(True))
         server.route_natively(native)
         # BatchLookup (in memory only: existence, no route) counts its latency alone.
         counters = {
             "BatchRouteGet": self.metrics.batch_route_get,
             "RouteGet": self.metrics.route_get,
             "BatchLookup": None,
+            "BatchRoutePut": self.metrics.batch_route_put,
         }
 
         def drain() -> None:
             for rpc, counter in counters.items():
-                hits, buckets, latency_sum, answered, misses = native.drain(rpc)
+                hits, buckets, latency_sum, answered, misses, outcomes = native.drain(rpc)
                 for node_id, n in hits.items():
                     counter.labels(node_id).inc(n)
                 if misses and counter is not None:
                     self.metrics.route_get_misses.inc(misses)
+                for outcome, n in outcomes.items():
+                    if n:
+                        self.metrics.route_put_outcome.labels(outcome).inc(n)
                 if answered:
                     # The histogram has no public way to add counts bucket for bucket.
                     latency = self.metrics.rpc_latency_of(rpc)

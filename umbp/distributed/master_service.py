@@ -129,9 +129,14 @@ class MasterState:
             for hit in self.pending.find_batch(list(keys), now)
         ]
 
+    @property
+    def pending_ttl_s(self) -> float:
+        """How long a routed put stays pending without its owner's report: two heartbeats."""
+        return 2 * self.settings.heartbeat_interval_s
+
     def remember_pending(self, key: str, target: PutTarget, now: float, size: int = 0) -> None:
-        ttl = 2 * self.settings.heartbeat_interval_s
-        self.pending.add(key, target.node_id, int(target.tier), target.peer_address, int(size), now + ttl, now)
+        expires = now + self.pending_ttl_s
+        self.pending.add(key, target.node_id, int(target.tier), target.peer_address, int(size), expires, now)
 
     def reported(self, keys: Sequence[str]) -> None:
         """Keys an owner's ADD events put in the index: their pending records are done."""
@@ -230,8 +235,9 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
 
     # -- routing ---------------------------------------------------------------------------
     def _route_put_one(
-        self, writer: str, key: str, size: int, exclude: frozenset[str], clients: list[ClientRecord], now: float
+        self, writer: str, key: str, size: int, exclude: frozenset[str], clients: list[ClientRecord], rooms, now: float
     ):
+        """(outcome, target) of one key's put; ``rooms``: ``PutRouter.rooms(clients)``."""
         s = self.state
         pending = s.pending_target(key, now)
         if pending is not None and pending.node_id not in exclude:
@@ -241,7 +247,7 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
             # its own store (which would put it past its quota all the same).
             self.metrics.route_put_outcome.labels("quota").inc()
             return _QUOTA_EXCEEDED, None
-        target = s.put_router.route(writer, size, clients, exclude)
+        target = s.put_router.route(writer, size, rooms, exclude)
         if target is None:
             self.metrics.route_put_outcome.labels("unavailable").inc()
             # The writer keeps the value in its own store: gets are routed there meanwhile.
@@ -265,12 +271,14 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
         if s.store.lookup_batch([request.key])[0]:
             self.metrics.route_put_outcome.labels("already_exists").inc()
             return pb.RoutePutResponse(outcome=_EXISTS)
+        clients = list(s.alive().values())
         outcome, target = self._route_put_one(
             request.node_id,
             request.key,
             request.block_size,
             frozenset(request.exclude_nodes),
-            list(s.alive().values()),
+            clients,
+            s.put_router.rooms(clients),
             time.time(),
         )
         if target is None:
@@ -290,6 +298,7 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
             )
         exists = s.store.lookup_batch(keys) if keys else []
         clients = list(s.alive().values())
+        rooms = s.put_router.rooms(clients)
         exclude = frozenset(request.exclude_nodes)
         now = time.time()
         seen: set[str] = set()
@@ -300,7 +309,7 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
                 entries.append(pb.BatchRoutePutEntry(outcome=_EXISTS))
                 continue
             seen.add(key)
-            outcome, target = self._route_put_one(request.node_id, key, size, exclude, clients, now)
+            outcome, target = self._route_put_one(request.node_id, key, size, exclude, clients, rooms, now)
             if target is None:
                 entries.append(
                     pb.BatchRoutePutEntry(outcome=outcome, quota_bytes=self._quota_of(request.node_id, outcome))

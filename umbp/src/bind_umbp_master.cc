@@ -1,11 +1,16 @@
 // SPDX-License-Identifier: MIT
 // mori._C.umbp.MasterIndex: the UMBP master's in-memory block index (umbp/src/master_index.h).
 // Batches cross as Python lists of str/int; the index work itself runs without the GIL.
+// mori._C.umbp.PendingPuts and PutRoutes: the master's pending puts and put routing, shared with
+// the grpc++ server's native routes.
 // mori._C.umbp.CallVerifier: the check of signed control-plane calls (master_grpc_auth.h). The
 // master's grpc++ server is another module, mori.umbp._master_server (bind_umbp_master_server.cc),
 // so that only a master process loads grpc++.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+
+#include <tuple>
+#include <unordered_set>
 
 #include <memory>
 #include <optional>
@@ -17,8 +22,11 @@
 #include "src/master_grpc_auth.h"
 #include "src/master_index.h"
 #include "src/master_pending.h"
+#include "src/master_put_routes.h"
 
 namespace py = pybind11;
+// Converted once per batch and handed back to route() by reference, not as a list.
+PYBIND11_MAKE_OPAQUE(std::vector<mori::umbp::NodeRoom>);
 using namespace mori::umbp;
 
 namespace {
@@ -224,4 +232,59 @@ void bind_umbp_master(py::module_& m) {
       .def("node_keys", &MasterIndex::node_keys, py::arg("node_id"), py::call_guard<py::gil_scoped_release>(),
            "Keys the node holds a copy of.")
       .def("__len__", &MasterIndex::size);
+
+  using TierTuple = std::tuple<int32_t, uint64_t, uint64_t, uint64_t>;
+  py::class_<std::vector<NodeRoom>>(m, "NodeRooms",
+                                    "The live nodes and their room, converted once for a batch of put routes "
+                                    "(PutRoutes.rooms).")
+      .def("__len__", [](const std::vector<NodeRoom>& v) { return v.size(); });
+  py::class_<PutRoutes>(m, "PutRoutes",
+                        "The UMBP master's put routing (master_put_routes.h): the room each live node reported, "
+                        "less what was routed to it since. The one registry: the Python servicers and the grpc++ "
+                        "server's native BatchRoutePut route against the same counts.")
+      .def(py::init<const std::string&, const std::string&>(), py::arg("algo"), py::arg("affinity"),
+           "algo: most_available | random; affinity: none | same | local.")
+      .def(
+          "reported",
+          [](PutRoutes& r, const std::string& node_id, const std::vector<TierTuple>& tiers, double at) {
+            std::vector<TierRoom> room;
+            for (const auto& [tier, total, available, max_allocatable] : tiers)
+              room.push_back(TierRoom{tier, total, available, max_allocatable});
+            py::gil_scoped_release nogil;
+            r.reported(node_id, room, at);
+          },
+          py::arg("node_id"), py::arg("tiers"), py::arg("at"),
+          "A heartbeat or registration at wall time `at` brought [(tier, total, available, max_allocatable)]: "
+          "what was routed to the node before is forgotten. Empty `tiers`: only that.")
+      .def("forget", &PutRoutes::forget, py::arg("node_id"), py::call_guard<py::gil_scoped_release>(),
+           "The node left: nothing of it is kept.")
+      .def_static(
+          "rooms",
+          [](const std::vector<std::tuple<std::string, std::string, double, std::vector<TierTuple>>>& nodes) {
+            std::vector<NodeRoom> out;
+            out.reserve(nodes.size());
+            for (const auto& [node_id, peer, last_heartbeat, tiers] : nodes) {
+              NodeRoom n{node_id, peer, last_heartbeat, {}};
+              for (const auto& [tier, total, available, max_allocatable] : tiers)
+                n.tiers.push_back(TierRoom{tier, total, available, max_allocatable});
+              out.push_back(std::move(n));
+            }
+            return out;
+          },
+          py::arg("nodes"),
+          "[(node_id, peer_address, last_heartbeat, [(tier, total, available, max_allocatable)])] as NodeRooms.")
+      .def(
+          "route",
+          [](PutRoutes& r, const std::string& writer, uint64_t size, const std::vector<NodeRoom>& rooms,
+             const std::vector<std::string>& exclude) -> py::object {
+            std::optional<PutRoute> target;
+            {
+              py::gil_scoped_release nogil;
+              target = r.route(writer, size, rooms, std::unordered_set<std::string>(exclude.begin(), exclude.end()));
+            }
+            if (!target) return py::none();
+            return py::make_tuple(target->node_id, target->tier, target->peer_address);
+          },
+          py::arg("writer"), py::arg("size"), py::arg("rooms"), py::arg("exclude"),
+          "(node_id, tier, peer_address) of where the put goes (its bytes now count as routed there), or None.");
 }

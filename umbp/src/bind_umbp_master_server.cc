@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "mori/core/status.h"
@@ -97,11 +98,24 @@ struct ReleaseGilDelete {
   }
 };
 
-NativeRouteGet::AliveSource alive_source(py::function alive) {
+NativeRoutes::AliveSource alive_source(py::function alive) {
   auto f = held(std::move(alive));
+  using Tiers = std::vector<std::tuple<int32_t, uint64_t, uint64_t, uint64_t>>;
   return [f]() {
-    WorkerGil gil;
-    return (*f)().cast<std::vector<std::pair<std::string, std::string>>>();
+    std::vector<std::tuple<std::string, std::string, double, Tiers>> nodes;
+    {
+      WorkerGil gil;
+      nodes = (*f)().cast<decltype(nodes)>();
+    }
+    std::vector<NodeRoom> rooms;
+    rooms.reserve(nodes.size());
+    for (auto& [node_id, peer, last_heartbeat, tiers] : nodes) {
+      NodeRoom n{std::move(node_id), std::move(peer), last_heartbeat, {}};
+      for (const auto& [tier, total, available, max_allocatable] : tiers)
+        n.tiers.push_back(TierRoom{tier, total, available, max_allocatable});
+      rooms.push_back(std::move(n));
+    }
+    return rooms;
   };
 }
 
@@ -155,7 +169,7 @@ PYBIND11_MODULE(_master_server, m) {
           "native or Python; a refused call gets UNAUTHENTICATED and on_refused(reason) is called. Before start().")
       .def(
           "route_natively",
-          [](MasterGrpcServer& server, NativeRouteGet& native) {
+          [](MasterGrpcServer& server, NativeRoutes& native) {
             server.set_native("/umbp.UMBPMaster/BatchRouteGet", [n = &native](std::string_view req, std::string& rep) {
               return n->batch_route_get(req, rep);
             });
@@ -164,9 +178,13 @@ PYBIND11_MODULE(_master_server, m) {
             });
             server.set_native("/umbp.UMBPMaster/RouteGet",
                               [n = &native](std::string_view req, std::string& rep) { return n->route_get(req, rep); });
+            server.set_native("/umbp.UMBPMaster/BatchRoutePut", [n = &native](std::string_view req, std::string& rep) {
+              return n->batch_route_put(req, rep);
+            });
           },
           py::arg("native"), py::keep_alive<1, 2>(),
-          "Answer BatchRouteGet, RouteGet and BatchLookup with `native` first (no interpreter lock); what it "
+          "Answer BatchRouteGet, RouteGet, BatchLookup and BatchRoutePut with `native` first (no interpreter lock); "
+          "what it "
           "leaves goes to the handler. Before start().")
       .def("wait", &MasterGrpcServer::wait, py::call_guard<py::gil_scoped_release>(), "Block until stop() ran.");
 
@@ -222,40 +240,41 @@ PYBIND11_MODULE(_master_server, m) {
       .def_property_readonly("failures", &RedisRoutes::failures,
                              "Calls sent to the Python handler because Redis failed here.");
 
-  py::class_<NativeRouteGet>(
-      m, "NativeRouteGet",
+  py::class_<NativeRoutes>(
+      m, "NativeRoutes",
       "BatchRouteGet and RouteGet answered in C++ for the master's grpc++ server, from a MasterIndex or a "
       "RedisRoutes: misses answered too, unless a missing key is a pending put (set_pending), then the call is "
       "the Python handler's; route counts and latencies are kept until drain().")
       .def(py::init([](MasterIndex& index, double lease_s, bool any_copy, std::vector<double> latency_bounds,
                        py::function alive, double alive_max_age_s) {
-             auto native = std::make_unique<NativeRouteGet>(NativeRouteGet::index_router(index), lease_s, any_copy,
-                                                            std::move(latency_bounds), alive_source(std::move(alive)),
-                                                            alive_max_age_s);
+             auto native = std::make_unique<NativeRoutes>(NativeRoutes::index_router(index), lease_s, any_copy,
+                                                          std::move(latency_bounds), alive_source(std::move(alive)),
+                                                          alive_max_age_s);
              native->set_lookup([&index](const std::vector<std::string>& keys) { return index.contains(keys); });
              return native;
            }),
            py::arg("index"), py::arg("lease_s"), py::arg("any_copy"), py::arg("latency_bounds"), py::arg("alive"),
            py::arg("alive_max_age_s") = 0.2, py::keep_alive<1, 2>(),
            "index: the in-memory store's MasterIndex; latency_bounds: the latency histogram's bucket upper bounds "
-           "(+inf last); alive(): [(node_id, peer_address)] of the live clients, asked again when older than "
+           "(+inf last); alive(): [(node_id, peer_address, last_heartbeat, [(tier, total, available, "
+           "max_allocatable)])] of the live clients, asked again when older than "
            "alive_max_age_s.")
       .def(py::init([](RedisRoutes& redis, double lease_s, bool any_copy, std::vector<double> latency_bounds,
                        py::function alive, double alive_max_age_s) {
-             NativeRouteGet::Router router = [r = &redis](const std::vector<std::string>& keys,
-                                                          const std::vector<std::string>& exclude,
-                                                          const NativeRouteGet::Alive& alive, double now,
-                                                          double lease_until, bool any_copy, RoutedGets& out) {
+             NativeRoutes::Router router = [r = &redis](const std::vector<std::string>& keys,
+                                                        const std::vector<std::string>& exclude,
+                                                        const NativeRoutes::Alive& alive, double now,
+                                                        double lease_until, bool any_copy, RoutedGets& out) {
                return r->route_choose(keys, exclude, alive.peer, now, lease_until, any_copy, out);
              };
-             return std::make_unique<NativeRouteGet>(std::move(router), lease_s, any_copy, std::move(latency_bounds),
-                                                     alive_source(std::move(alive)), alive_max_age_s);
+             return std::make_unique<NativeRoutes>(std::move(router), lease_s, any_copy, std::move(latency_bounds),
+                                                   alive_source(std::move(alive)), alive_max_age_s);
            }),
            py::arg("redis"), py::arg("lease_s"), py::arg("any_copy"), py::arg("latency_bounds"), py::arg("alive"),
            py::arg("alive_max_age_s") = 0.2, py::keep_alive<1, 2>(), "The same over the Redis store's RedisRoutes.")
       .def(
           "batch_route_get",
-          [](NativeRouteGet& n, py::bytes request) -> py::object {
+          [](NativeRoutes& n, py::bytes request) -> py::object {
             std::string req = request, reply;
             bool ok;
             {
@@ -267,23 +286,37 @@ PYBIND11_MODULE(_master_server, m) {
           py::arg("request"), "The serialized BatchRouteGetResponse, or None when the call is left to Python.")
       .def(
           "drain",
-          [](NativeRouteGet& n, const std::string& rpc) {
-            MORI_CHECK_ARG(rpc == "BatchRouteGet" || rpc == "RouteGet" || rpc == "BatchLookup",
-                           "rpc must be BatchRouteGet, RouteGet or BatchLookup, got %s", rpc.c_str());
-            auto c = n.drain(rpc == "RouteGet"      ? NativeRpc::kRouteGet
-                             : rpc == "BatchLookup" ? NativeRpc::kBatchLookup
-                                                    : NativeRpc::kBatchRouteGet);
-            py::dict hits;
+          [](NativeRoutes& n, const std::string& rpc) {
+            MORI_CHECK_ARG(
+                rpc == "BatchRouteGet" || rpc == "RouteGet" || rpc == "BatchLookup" || rpc == "BatchRoutePut",
+                "rpc must be BatchRouteGet, RouteGet, BatchLookup or BatchRoutePut, got %s", rpc.c_str());
+            auto c = n.drain(rpc == "RouteGet"        ? NativeRpc::kRouteGet
+                             : rpc == "BatchLookup"   ? NativeRpc::kBatchLookup
+                             : rpc == "BatchRoutePut" ? NativeRpc::kBatchRoutePut
+                                                      : NativeRpc::kBatchRouteGet);
+            py::dict hits, outcomes;
             for (const auto& [node, count] : c.hits) hits[py::str(node)] = count;
-            return py::make_tuple(hits, py::cast(c.buckets), c.latency_sum_s, c.answered, c.misses);
+            outcomes["already_exists"] = c.exists;
+            outcomes["routed"] = c.routed;
+            outcomes["unavailable"] = c.unavailable;
+            return py::make_tuple(hits, py::cast(c.buckets), c.latency_sum_s, c.answered, c.misses, outcomes);
           },
           py::arg("rpc"),
-          "For rpc (BatchRouteGet, RouteGet): ({node_id: keys routed to it}, latency counts per bucket, latency sum "
-          "in s, calls answered, keys missed) since the last drain.")
+          "For rpc (BatchRouteGet, RouteGet, BatchLookup, BatchRoutePut): ({node_id: keys routed to it}, latency "
+          "counts per bucket, latency sum in s, calls answered, keys missed, {put outcome: keys}) since the last "
+          "drain.")
       .def(
-          "set_pending", [](NativeRouteGet& n, const PendingPuts& pending) { n.set_pending(&pending); },
-          py::arg("pending"), py::keep_alive<1, 2>(),
+          "set_pending", [](NativeRoutes& n, PendingPuts& pending) { n.set_pending(&pending); }, py::arg("pending"),
+          py::keep_alive<1, 2>(),
           "The master's PendingPuts (mori._C.umbp): a BatchRouteGet missing one of its keys is left to the Python "
           "handler; BatchLookup counts them as found. Before the server starts.")
-      .def_property_readonly("answered", &NativeRouteGet::answered, "Calls answered natively since the start.");
+      .def(
+          "set_puts",
+          [](NativeRoutes& n, PutRoutes& routes, double pending_ttl_s) { n.set_puts(&routes, pending_ttl_s); },
+          py::arg("routes"), py::arg("pending_ttl_s"), py::keep_alive<1, 2>(),
+          "Answer BatchRoutePut here too (over a lookup's index, with set_pending): routed by the master's PutRoutes "
+          "(mori._C.umbp), each routed key pending for pending_ttl_s. Before the server starts.")
+      .def("set_python_puts", &NativeRoutes::set_python_puts, py::arg("on"),
+           "Per-engine quotas are set: BatchRoutePut is the Python handler's (which keeps their counts).")
+      .def_property_readonly("answered", &NativeRoutes::answered, "Calls answered natively since the start.");
 }

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <unordered_set>
+#include <utility>
 
 #include "mori/core/status.h"
 
@@ -29,7 +32,7 @@ bool native_routes_available() { return true; }
 bool native_routes_available() { return false; }
 #endif
 
-NativeRouteGet::Router NativeRouteGet::index_router(MasterIndex& index) {
+NativeRoutes::Router NativeRoutes::index_router(MasterIndex& index) {
   return [&index](const std::vector<std::string>& keys, const std::vector<std::string>& exclude, const Alive& alive,
                   double now, double lease_until, bool any_copy, RoutedGets& out) {
     out = index.route_choose(keys, exclude, alive.ids, now, lease_until, any_copy);
@@ -37,8 +40,8 @@ NativeRouteGet::Router NativeRouteGet::index_router(MasterIndex& index) {
   };
 }
 
-NativeRouteGet::NativeRouteGet(Router router, double lease_s, bool any_copy, std::vector<double> latency_bounds,
-                               AliveSource alive, double alive_max_age_s)
+NativeRoutes::NativeRoutes(Router router, double lease_s, bool any_copy, std::vector<double> latency_bounds,
+                           AliveSource alive, double alive_max_age_s)
     : router_(std::move(router)),
       lease_s_(lease_s),
       any_copy_(any_copy),
@@ -49,7 +52,7 @@ NativeRouteGet::NativeRouteGet(Router router, double lease_s, bool any_copy, std
   for (auto& t : tally_) t.buckets.assign(bounds_.size(), 0);
 }
 
-std::shared_ptr<const NativeRouteGet::Alive> NativeRouteGet::alive_now() {
+std::shared_ptr<const NativeRoutes::Alive> NativeRoutes::alive_now() {
   const double now = steady_s();
   {
     std::lock_guard<std::mutex> lk(alive_mu_);
@@ -60,9 +63,10 @@ std::shared_ptr<const NativeRouteGet::Alive> NativeRouteGet::alive_now() {
   }
   auto fresh = std::make_shared<Alive>();
   try {
-    for (auto& [node, peer] : alive_source_()) {
-      fresh->ids.push_back(node);
-      fresh->peer.emplace(std::move(node), std::move(peer));
+    fresh->rooms = alive_source_();
+    for (const NodeRoom& n : fresh->rooms) {
+      fresh->ids.push_back(n.node_id);
+      fresh->peer.emplace(n.node_id, n.peer_address);
     }
   } catch (...) {
     std::lock_guard<std::mutex> lk(alive_mu_);
@@ -76,8 +80,8 @@ std::shared_ptr<const NativeRouteGet::Alive> NativeRouteGet::alive_now() {
   return alive_;
 }
 
-bool NativeRouteGet::route(const std::vector<std::string>& keys, const std::vector<std::string>& exclude,
-                           RoutedGets& out, std::shared_ptr<const Alive>& alive, bool pending_matters) {
+bool NativeRoutes::route(const std::vector<std::string>& keys, const std::vector<std::string>& exclude, RoutedGets& out,
+                         std::shared_ptr<const Alive>& alive, bool pending_matters) {
   alive = alive_now();
   const double now = wall_s();
   if (!router_(keys, exclude, *alive, now, now + lease_s_, any_copy_, out)) return false;
@@ -86,7 +90,7 @@ bool NativeRouteGet::route(const std::vector<std::string>& keys, const std::vect
   return out.misses == 0 || !pending_matters || pending_ == nullptr || !pending_->any(keys, out.node_ref, now);
 }
 
-void NativeRouteGet::count(NativeRpc rpc, const RoutedGets& r, double t0) {
+void NativeRoutes::count(NativeRpc rpc, const RoutedGets& r, double t0) {
   const double dt = steady_s() - t0;
   const size_t bucket = std::lower_bound(bounds_.begin(), bounds_.end(), dt) - bounds_.begin();
   std::lock_guard<std::mutex> lk(counts_mu_);
@@ -99,7 +103,7 @@ void NativeRouteGet::count(NativeRpc rpc, const RoutedGets& r, double t0) {
   answered_.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool NativeRouteGet::batch_route_get(std::string_view request, std::string& reply) {
+bool NativeRoutes::batch_route_get(std::string_view request, std::string& reply) {
 #if MORI_UMBP_HAVE_PROTOBUF
   const double t0 = steady_s();
   ::umbp::BatchRouteGetRequest req;
@@ -136,7 +140,7 @@ bool NativeRouteGet::batch_route_get(std::string_view request, std::string& repl
 #endif
 }
 
-bool NativeRouteGet::batch_lookup(std::string_view request, std::string& reply) {
+bool NativeRoutes::batch_lookup(std::string_view request, std::string& reply) {
 #if MORI_UMBP_HAVE_PROTOBUF
   if (!lookup_) return false;
   const double t0 = steady_s();
@@ -161,7 +165,7 @@ bool NativeRouteGet::batch_lookup(std::string_view request, std::string& reply) 
 #endif
 }
 
-bool NativeRouteGet::route_get(std::string_view request, std::string& reply) {
+bool NativeRoutes::route_get(std::string_view request, std::string& reply) {
 #if MORI_UMBP_HAVE_PROTOBUF
   const double t0 = steady_s();
   ::umbp::RouteGetRequest req;
@@ -192,7 +196,80 @@ bool NativeRouteGet::route_get(std::string_view request, std::string& reply) {
 #endif
 }
 
-NativeRouteGet::Counts NativeRouteGet::drain(NativeRpc rpc) {
+bool NativeRoutes::batch_route_put(std::string_view request, std::string& reply) {
+#if MORI_UMBP_HAVE_PROTOBUF
+  if (put_routes_ == nullptr || pending_ == nullptr || !lookup_ || python_puts_.load(std::memory_order_acquire))
+    return false;
+  const double t0 = steady_s();
+  ::umbp::BatchRoutePutRequest req;
+  if (!req.ParseFromArray(request.data(), static_cast<int>(request.size()))) return false;
+  if (req.keys_size() != req.block_sizes_size()) return false;  // Python names the argument
+  std::vector<std::string> keys;
+  keys.reserve(req.keys_size());
+  for (std::string& k : *req.mutable_keys()) keys.push_back(std::move(k));
+  const std::unordered_set<std::string> exclude(req.exclude_nodes().begin(), req.exclude_nodes().end());
+  const std::vector<bool> known = keys.empty() ? std::vector<bool>{} : lookup_(keys);
+  if (known.size() != keys.size()) return false;
+  const std::shared_ptr<const Alive> alive = alive_now();
+  const double now = wall_s();
+  const std::string& writer = req.node_id();
+  const auto writer_peer = alive->peer.find(writer);
+  ::umbp::BatchRoutePutResponse resp;
+  resp.mutable_entries()->Reserve(static_cast<int>(keys.size()));
+  std::unordered_set<std::string_view> seen;
+  Tally t;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto* e = resp.add_entries();
+    const uint64_t size = req.block_sizes(static_cast<int>(i));
+    if (known[i] || !seen.insert(keys[i]).second) {  // in the index, or earlier in this batch
+      e->set_outcome(::umbp::ROUTE_PUT_OUTCOME_ALREADY_EXISTS);
+      ++t.exists;
+      continue;
+    }
+    std::optional<PutRoute> target;
+    if (auto p = pending_->find(keys[i], now); p && !exclude.count(p->node_id)) {
+      target = PutRoute{p->node_id, p->tier, p->peer_address};  // a concurrent writer's put: the same place
+    } else if ((target = put_routes_->route(writer, size, alive->rooms, exclude))) {
+      pending_->add(keys[i],
+                    PendingPut{target->node_id, target->tier, target->peer_address, size, now + pending_ttl_s_}, now);
+      ++t.routed;
+    } else {
+      // UNAVAILABLE: the writer keeps the value in its own store; gets are routed there meanwhile.
+      e->set_outcome(::umbp::ROUTE_PUT_OUTCOME_UNAVAILABLE);
+      ++t.unavailable;
+      if (writer_peer != alive->peer.end())
+        pending_->add(keys[i], PendingPut{writer, /*TIER_DRAM*/ 2, writer_peer->second, size, now + pending_ttl_s_},
+                      now);
+      continue;
+    }
+    e->set_outcome(::umbp::ROUTE_PUT_OUTCOME_ROUTED);
+    e->set_node_id(target->node_id);
+    e->set_tier(static_cast<::umbp::TierType>(target->tier));
+    e->set_peer_address(target->peer_address);
+    t.hits[target->node_id] += 1;
+  }
+  if (!resp.SerializeToString(&reply)) return false;
+  const double dt = steady_s() - t0;
+  const size_t bucket = std::lower_bound(bounds_.begin(), bounds_.end(), dt) - bounds_.begin();
+  std::lock_guard<std::mutex> lk(counts_mu_);
+  Tally& total = tally_[static_cast<int>(NativeRpc::kBatchRoutePut)];
+  for (const auto& [node, n] : t.hits) total.hits[node] += n;
+  total.buckets[std::min(bucket, total.buckets.size() - 1)] += 1;
+  total.latency_sum_s += dt;
+  total.answered += 1;
+  total.exists += t.exists;
+  total.routed += t.routed;
+  total.unavailable += t.unavailable;
+  answered_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+#else
+  (void)request;
+  (void)reply;
+  return false;
+#endif
+}
+
+NativeRoutes::Counts NativeRoutes::drain(NativeRpc rpc) {
   Counts c;
   std::lock_guard<std::mutex> lk(counts_mu_);
   Tally& t = tally_[static_cast<int>(rpc)];
@@ -206,6 +283,9 @@ NativeRouteGet::Counts NativeRouteGet::drain(NativeRpc rpc) {
   t.answered = 0;
   c.misses = t.misses;
   t.misses = 0;
+  c.exists = std::exchange(t.exists, 0);
+  c.routed = std::exchange(t.routed, 0);
+  c.unavailable = std::exchange(t.unavailable, 0);
   return c;
 }
 

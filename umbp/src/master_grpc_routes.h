@@ -4,8 +4,11 @@
 // (MasterIndex) or the Redis store's scripts (RedisRoutes, master_grpc_redis.h). Misses are answered
 // here too (SGLang's exists calls end in misses), unless a missing key is a put routed and not yet
 // reported (the master's PendingPuts, master_pending.h, which the Python servicers keep): a
-// BatchRouteGet naming one is left to the Python handler, as is a request that does not parse. Its route counters and
-// latencies are kept here and drained into the Python metrics at scrape time.
+// BatchRouteGet naming one is left to the Python handler, as is a request that does not parse.
+// BatchRoutePut too, over the in-memory index, routed by the master's one PutRoutes
+// (master_put_routes.h) and recorded in its PendingPuts as the Python handler does; with
+// per-engine quotas set, puts are the Python handler's. Route counters and latencies are kept
+// here and drained into the Python metrics at scrape time.
 #pragma once
 
 #include <atomic>
@@ -21,6 +24,7 @@
 
 #include "src/master_index.h"
 #include "src/master_pending.h"
+#include "src/master_put_routes.h"
 
 namespace mori::umbp {
 
@@ -28,15 +32,16 @@ namespace mori::umbp {
 bool native_routes_available();
 
 // Which RPC a count belongs to.
-enum class NativeRpc { kBatchRouteGet = 0, kRouteGet = 1, kBatchLookup = 2 };
+enum class NativeRpc { kBatchRouteGet = 0, kRouteGet = 1, kBatchLookup = 2, kBatchRoutePut = 3 };
 
-class NativeRouteGet {
+class NativeRoutes {
  public:
-  // The live clients as (node_id, peer_address): asked again when the copy is older than max_age_s.
-  using AliveSource = std::function<std::vector<std::pair<std::string, std::string>>()>;
+  // The live clients with their room: asked again when the copy is older than max_age_s.
+  using AliveSource = std::function<std::vector<NodeRoom>()>;
   struct Alive {
     std::unordered_map<std::string, std::string> peer;  // node_id -> peer_address
     std::vector<std::string> ids;
+    std::vector<NodeRoom> rooms;
   };
   // The store's get path for a batch: route_choose's columns into out; false when the store
   // failed (the call goes to Python).
@@ -47,8 +52,8 @@ class NativeRouteGet {
   // router: the store's get path; lease_s: a routed key's lease; any_copy:
   // UMBP_ROUTE_GET_STRATEGY=random; latency_bounds: the upper bounds of the Python latency
   // histogram's buckets (+inf last), so drained counts add bucket for bucket.
-  NativeRouteGet(Router router, double lease_s, bool any_copy, std::vector<double> latency_bounds, AliveSource alive,
-                 double alive_max_age_s);
+  NativeRoutes(Router router, double lease_s, bool any_copy, std::vector<double> latency_bounds, AliveSource alive,
+               double alive_max_age_s);
   // The in-memory store's block index (which outlives this) as the router.
   static Router index_router(MasterIndex& index);
   // Existence only (BatchLookup): whether each key has a copy in the store. Set for the in-memory
@@ -62,10 +67,21 @@ class NativeRouteGet {
   // A BatchLookup (a scheduler's existence check): a key is found with a copy in the store or as
   // a pending put, as the Python handler answers. False (Python's) without a lookup.
   bool batch_lookup(std::string_view request, std::string& reply);
+  // A BatchRoutePut over the lookup's index (set_puts first): false leaves it to Python (no
+  // routes set, quotas set, a request that does not parse or whose lengths differ).
+  bool batch_route_put(std::string_view request, std::string& reply);
 
   // The master's pending puts (which outlive this): a BatchRouteGet missing one of them is the
   // Python handler's (it routes the key to the put's target); BatchLookup counts them as found.
-  void set_pending(const PendingPuts* pending) { pending_ = pending; }
+  void set_pending(PendingPuts* pending) { pending_ = pending; }
+  // BatchRoutePut answered here: routed by `routes` (which outlives this), each routed key
+  // recorded in the pending puts for pending_ttl_s, as the Python handler does. Needs a lookup.
+  void set_puts(PutRoutes* routes, double pending_ttl_s) {
+    put_routes_ = routes;
+    pending_ttl_s_ = pending_ttl_s;
+  }
+  // Per-engine quotas are set: puts are the Python handler's from now on (it keeps the counts).
+  void set_python_puts(bool on) { python_puts_.store(on, std::memory_order_release); }
 
   struct Counts {
     std::vector<std::pair<std::string, uint64_t>> hits;  // per serving node, since the last drain
@@ -73,6 +89,9 @@ class NativeRouteGet {
     double latency_sum_s = 0;
     uint64_t answered = 0;
     uint64_t misses = 0;  // keys with no live copy, answered as such
+    // BatchRoutePut: keys per outcome (already_exists, routed, unavailable); `hits` counts the
+    // keys routed to each node.
+    uint64_t exists = 0, routed = 0, unavailable = 0;
   };
   // What was counted for `rpc` since the last drain (and zero it).
   Counts drain(NativeRpc rpc);
@@ -99,15 +118,19 @@ class NativeRouteGet {
     double latency_sum_s = 0;
     uint64_t answered = 0;
     uint64_t misses = 0;
+    uint64_t exists = 0, routed = 0, unavailable = 0;
   };
   // Route the keys: false when the store failed, or (with `pending_matters`) when a missing key
   // is a pending put (the call is left to Python).
   bool route(const std::vector<std::string>& keys, const std::vector<std::string>& exclude, RoutedGets& out,
              std::shared_ptr<const Alive>& alive, bool pending_matters);
-  const PendingPuts* pending_ = nullptr;
+  PendingPuts* pending_ = nullptr;
+  PutRoutes* put_routes_ = nullptr;
+  double pending_ttl_s_ = 0;
+  std::atomic<bool> python_puts_{false};
   void count(NativeRpc rpc, const RoutedGets& r, double t0);
   std::mutex counts_mu_;
-  Tally tally_[3];
+  Tally tally_[4];
   std::atomic<uint64_t> answered_{0};
 };
 

@@ -110,6 +110,29 @@ def _script(address: str, rng: random.Random) -> list:
         ),
         _outcome(lambda: stub.BatchRouteGet(pb.BatchRouteGetRequest(keys=["pend", misses[1], keys[20]]), timeout=5)),
         _outcome(lambda: stub.BatchLookup(pb.BatchLookupRequest(keys=[misses[3], "pend", keys[21]]), timeout=5)),
+        # Puts of every outcome in one batch: a key in the index, a key twice (the second exists),
+        # the pending put again (its target once more), one no node has room for (the writer
+        # keeps it: pending at the writer), and new keys that spread by the room routed so far.
+        _outcome(
+            lambda: stub.BatchRoutePut(
+                pb.BatchRoutePutRequest(
+                    node_id=node,
+                    keys=[keys[5], "p1", "p1", "pend", "huge", "p2", "p3"],
+                    block_sizes=[10, 600 << 20, 600 << 20, 777, 1 << 40, 600 << 20, 600 << 20],
+                ),
+                timeout=5,
+            )
+        ),
+        # node-b excluded: the pending put's key goes elsewhere (node-a).
+        _outcome(
+            lambda: stub.BatchRoutePut(
+                pb.BatchRoutePutRequest(
+                    node_id=node, keys=["pend", "p4"], block_sizes=[777, 1], exclude_nodes=["node-b"]
+                ),
+                timeout=5,
+            )
+        ),
+        _outcome(lambda: stub.BatchRouteGet(pb.BatchRouteGetRequest(keys=["huge", "p3"]), timeout=5)),
     ]
     peer.heartbeat([("add", "pend", DRAM, 777, 1 << 30, 99)])
     out.append(_outcome(lambda: stub.BatchRouteGet(pb.BatchRouteGetRequest(keys=[misses[2], "pend"]), timeout=5)))
@@ -151,25 +174,37 @@ def test_both_servers_answer_alike(backend, request):
                         'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRouteGet"}',
                         'mori_umbp_master_rpc_latency_seconds_count{rpc="RouteGet"}',
                         'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchLookup"}',
+                        'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRoutePut"}',
+                        "mori_umbp_client_batch_route_put_total",
+                        "mori_umbp_route_put_outcome_total",
                     )
                 )
             ]
             if native:  # in C++: 4 BatchRouteGet (hits, misses, excluded, after the put's report) and
-                # 3 RouteGet (hit, miss, excluded); not the unparsable one, nor the one naming a pending
-                # put; over the in-memory index the 2 BatchLookups too
-                assert m.native_routes.answered == (9 if backend == "memory" else 7)
+                # 3 RouteGet (hit, miss, excluded); not the unparsable one, nor the two naming pending
+                # puts; over the in-memory index the 2 BatchLookups and the 3 well-formed BatchRoutePuts too
+                assert m.native_routes.answered == (12 if backend == "memory" else 7)
         finally:
             m.stop(0)
     # node-b: 10 + 10 HBM hits and the pending put (its put's target, the most available);
-    # node-a: 30 + 54 + 40 (node-b excluded) + keys[20] + the put once node-a reported it
-    assert 'mori_umbp_client_batch_route_get_total{node="node-a"} 126.0' in scraped["python"]
+    # node-a: 30 + 54 + 40 (node-b excluded) + keys[20] + the two values it kept + the put once
+    # node-a reported it
+    assert 'mori_umbp_client_batch_route_get_total{node="node-a"} 128.0' in scraped["python"]
     assert 'mori_umbp_client_batch_route_get_total{node="node-b"} 21.0' in scraped["python"]
     assert "mori_umbp_route_get_miss_total 11.0" in scraped["python"]
     assert 'mori_umbp_client_route_get_total{node="node-a"} 1.0' in scraped["python"]
     assert 'mori_umbp_client_route_get_total{node="node-b"} 1.0' in scraped["python"]
     assert 'mori_umbp_master_rpc_latency_seconds_count{rpc="RouteGet"} 3.0' in scraped["python"]
-    assert 'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRouteGet"} 5.0' in scraped["python"]
+    assert 'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRouteGet"} 6.0' in scraped["python"]
     assert 'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchLookup"} 2.0' in scraped["python"]
+    # Puts by node: node-b pend, p1 and pend again; node-a p2, then pend and p4 (node-b excluded).
+    # Outcomes over the four calls (the malformed one counts its latency only).
+    assert 'mori_umbp_client_batch_route_put_total{node="node-b"} 3.0' in scraped["python"]
+    assert 'mori_umbp_client_batch_route_put_total{node="node-a"} 3.0' in scraped["python"]
+    assert 'mori_umbp_route_put_outcome_total{outcome="routed"} 5.0' in scraped["python"]
+    assert 'mori_umbp_route_put_outcome_total{outcome="already_exists"} 2.0' in scraped["python"]
+    assert 'mori_umbp_route_put_outcome_total{outcome="unavailable"} 2.0' in scraped["python"]
+    assert 'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRoutePut"} 4.0' in scraped["python"]
     if "cpp" in scraped:
         assert sorted(scraped["cpp"]) == sorted(scraped["python"]), "the native route's counts are the Python handler's"
     got = answers["python"]
@@ -191,7 +226,18 @@ def test_both_servers_answer_alike(backend, request):
     assert [pend.nodes[r - 1].node_id if r else None for r in pend.node_ref] == [put_to, None, "node-a"]
     assert list(pend.size)[:2] == [777, 0] and list(pend.checksum)[:2] == [0, 0]
     assert list(got[15].found) == [False, True, True]  # the pending put counts as found
-    after = got[16]
+    # The batch of every outcome; then node-b excluded.
+    exists, routed_, unavailable = pb.ROUTE_PUT_OUTCOME_ALREADY_EXISTS, pb.ROUTE_PUT_OUTCOME_ROUTED, 0
+    batch = got[16].entries
+    # p1 takes 600 MiB of node-b's 1 GiB HBM, p2 then goes to node-a's DRAM, and p3 fits neither.
+    assert [e.outcome for e in batch] == [exists, routed_, exists, routed_, unavailable, routed_, unavailable]
+    assert [e.node_id for e in batch] == ["", "node-b", "", put_to, "", "node-a", ""]
+    assert [e.tier for e in batch] == [0, HBM, 0, HBM, 0, DRAM, 0]
+    assert batch[1].peer_address == "10.0.0.2:7" and batch[5].peer_address == "10.0.0.1:7"
+    assert [(e.outcome, e.node_id) for e in got[17].entries] == [(routed_, "node-a"), (routed_, "node-a")]
+    kept = got[18]  # the values no node had room for are routed to their writer, which kept them
+    assert [kept.nodes[r - 1].node_id if r else None for r in kept.node_ref] == ["node-a", "node-a"]
+    after = got[19]
     assert list(after.node_ref)[0] == 0 and after.nodes[after.node_ref[1] - 1].node_id == "node-a"
     assert list(after.size) == [0, 777] and list(after.offset) == [0, 1 << 30] and list(after.checksum) == [0, 99]
     if "cpp" in answers:
