@@ -10,6 +10,7 @@ master core-second is the figure that does not depend on what else loads the hos
     mori bench umbp --master                          # about 30 s
     mori bench umbp --master --clients 1,4 --seconds 3 --keys 50000 --json out.json
     mori bench umbp --master --master-workers 8    # Redis rows served by 8 master processes
+    mori bench umbp --master --puts --batch 32     # BatchRoutePut: a writer's routes
     mori bench umbp --master --backends memory --servers python,cpp --rounds 3   # the two gRPC
                                                    # servers, alternated in one sitting
 
@@ -112,7 +113,7 @@ def _client(
     seed: int,
     out,
     absent: float = 0.0,
-    lookup: bool = False,
+    rpc: str = "BatchRouteGet",
 ) -> None:
     from mori.umbp.distributed.grpc_channels import Channel
     from mori.umbp.proto import require
@@ -129,7 +130,14 @@ def _client(
     time.sleep(max(0.0, start_at - time.time()))
     end = time.perf_counter() + seconds
     while True:
-        if batch == 0:  # RouteGet of one key, MORI's published figure's RPC
+        if rpc == "BatchRoutePut":  # a writer's route: fresh keys of 64 KiB values (SGLang's pages)
+            ask = [f"put-{seed}-{rng.getrandbits(64):016x}" for _ in range(batch)]
+            req = pb.BatchRoutePutRequest(node_id="bench", keys=ask, block_sizes=[64 << 10] * batch)
+            t0 = time.perf_counter()
+            r = stub.BatchRoutePut(req, timeout=10)
+            t1 = time.perf_counter()
+            misses += sum(1 for e in r.entries if e.outcome != pb.ROUTE_PUT_OUTCOME_ROUTED)
+        elif batch == 0:  # RouteGet of one key, MORI's published figure's RPC
             key = f"absent-{rng.getrandbits(64):016x}" if rng.random() < absent else rng.choice(keys)
             t0 = time.perf_counter()
             found = stub.RouteGet(pb.RouteGetRequest(node_id="bench", key=key), timeout=10).found
@@ -137,7 +145,7 @@ def _client(
             misses += 0 if found else 1
         else:
             ask = rng.sample(keys, batch - n_absent) + [f"absent-{rng.getrandbits(64):016x}" for _ in range(n_absent)]
-            if lookup:  # a scheduler's existence check (vLLM's connector, a lookup-only client)
+            if rpc == "BatchLookup":  # a scheduler's existence check (vLLM's connector, a lookup-only client)
                 req = pb.BatchLookupRequest(node_id="bench", keys=ask)
                 t0 = time.perf_counter()
                 found = stub.BatchLookup(req, timeout=10).found
@@ -156,13 +164,19 @@ def _client(
 
 
 def _measure(
-    address: str, keys: list[str], clients: int, batch: int, seconds: float, absent: float = 0.0, lookup: bool = False
+    address: str,
+    keys: list[str],
+    clients: int,
+    batch: int,
+    seconds: float,
+    absent: float = 0.0,
+    rpc: str = "BatchRouteGet",
 ) -> dict:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     start_at = time.time() + 1.5  # the spawned interpreters need a moment
     procs = [
-        ctx.Process(target=_client, args=(address, keys, batch, seconds, start_at, 1000 + i, q, absent, lookup))
+        ctx.Process(target=_client, args=(address, keys, batch, seconds, start_at, 1000 + i, q, absent, rpc))
         for i in range(clients)
     ]
     for p in procs:
@@ -245,7 +259,7 @@ def _bench_master(args, report: Report, backend: str, server: str, env: dict, wo
         for clients in [int(c) for c in args.clients.split(",") if c.strip()]:
             cpu0 = _cpu_seconds(proc.pid)
             redis0 = sum(_cpu_seconds(rs.proc.pid) for rs in redis_servers)
-            r = _measure(address, keys, clients, args.batch, args.seconds, args.absent, args.lookup)
+            r = _measure(address, keys, clients, args.batch, args.seconds, args.absent, args.rpc)
             # includes the 1 s heartbeats of the bench's peers and the clients' start-up wait
             r["master_cpu_us_per_call"] = (_cpu_seconds(proc.pid) - cpu0) / r["calls"] * 1e6
             r["calls_per_master_core_s"] = 1e6 / r["master_cpu_us_per_call"]
@@ -256,6 +270,8 @@ def _bench_master(args, report: Report, backend: str, server: str, env: dict, wo
             if (args.batch and r["misses"] != r["absent"]) or (not args.absent and r["misses"]):
                 raise RuntimeError(
                     f"{backend}: {r['misses']} keys missed, {r['absent'] or 0} absent; the index lost keys"
+                    if args.rpc != "BatchRoutePut"
+                    else f"{backend}: {r['misses']} keys not routed (no room?)"
                 )
             report.add(
                 **{
@@ -299,6 +315,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="BatchLookup of --batch keys (existence only, a scheduler's call) instead of BatchRouteGet",
     )
     p.add_argument(
+        "--puts",
+        action="store_true",
+        help="BatchRoutePut of --batch fresh keys (64 KiB values: a writer's route) instead of BatchRouteGet",
+    )
+    p.add_argument(
         "--absent",
         type=float,
         default=0.0,
@@ -323,8 +344,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for server in servers:
         if server not in ("auto", "cpp", "python"):
             p.error(f"--servers: auto, cpp or python, got {server!r}")
-    if args.lookup and args.batch < 1:
-        p.error("--lookup needs --batch N >= 1 (keys per BatchLookup)")
+    if args.lookup and args.puts:
+        p.error("--lookup and --puts: one RPC at a time")
+    if (args.lookup or args.puts) and args.batch < 1:
+        p.error(f"{'--lookup' if args.lookup else '--puts'} needs --batch N >= 1 (keys per call)")
+    args.rpc = (
+        "BatchLookup"
+        if args.lookup
+        else "BatchRoutePut"
+        if args.puts
+        else ("BatchRouteGet" if args.batch else "RouteGet")
+    )
     if not 0.0 <= args.absent <= 1.0:
         p.error(f"--absent: a share between 0 and 1, got {args.absent}")
     from mori.umbp.distributed.redis_server import RedisServerProcess
@@ -350,7 +380,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         {
             "batch": args.batch,
             "absent": args.absent,
-            "rpc": "BatchLookup" if args.lookup else ("BatchRouteGet" if args.batch else "RouteGet"),
+            "rpc": args.rpc,
             "keys": args.keys,
             "nodes": args.nodes,
             "cores": os.cpu_count(),
@@ -384,10 +414,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         finally:
             for r in redis_servers:
                 r.stop()
-    rpc = "BatchLookup" if args.lookup else "BatchRouteGet"
     absent = f", {args.absent:.0%} absent" if args.absent else ""
     report.show(
-        f"UMBP master: {f'{rpc} of {args.batch} keys' if args.batch else 'RouteGet'}{absent} ({os.cpu_count()} cores; "
+        f"UMBP master: {f'{args.rpc} of {args.batch} keys' if args.batch else 'RouteGet'}{absent} ({os.cpu_count()} cores; "
         "MORI's published "
         f"{MORI_PUBLISHED['calls_per_s']} RouteGet/s p50 {MORI_PUBLISHED['p50_us']} us was another machine)"
     )

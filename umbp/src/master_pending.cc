@@ -2,12 +2,18 @@
 // The master's pending puts (master_pending.h).
 #include "src/master_pending.h"
 
+#include <algorithm>
+
 namespace mori::umbp {
 
 void PendingPuts::add(const std::string& key, PendingPut put, double now) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (map_.size() > kPruneAbove)  // puts whose owner never reported them: dropped once expired
+  if (map_.size() >= prune_at_) {
+    // Puts whose owner never reported them: dropped once expired. The next sweep waits until the
+    // registry has doubled, so a burst of live puts costs each add O(1) amortized, not a scan.
     std::erase_if(map_, [now](const auto& kv) { return kv.second.expires <= now; });
+    prune_at_ = std::max(kPruneAbove, 2 * map_.size());
+  }
   map_[key] = std::move(put);
   size_.store(map_.size(), std::memory_order_release);
 }

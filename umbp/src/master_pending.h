@@ -27,7 +27,7 @@ struct PendingPut {
 class PendingPuts {
  public:
   // Records (or replaces) the key's pending put at `now`. Past `kPruneAbove` entries the ones
-  // expired by then go.
+  // expired by then go (then again once the registry has doubled).
   void add(const std::string& key, PendingPut put, double now);
   // The key's pending put, if one is recorded and not expired at `now`.
   std::optional<PendingPut> find(const std::string& key, double now) const;
@@ -43,7 +43,8 @@ class PendingPuts {
  private:
   mutable std::mutex mu_;
   std::unordered_map<std::string, PendingPut> map_;
-  std::atomic<size_t> size_{0};  // map_.size(), read without the lock
+  std::atomic<size_t> size_{0};    // map_.size(), read without the lock
+  size_t prune_at_ = kPruneAbove;  // the size at which add() sweeps out the expired
 };
 
 }  // namespace mori::umbp
