@@ -11,11 +11,11 @@ import pytest
 from mori.umbp import proto
 
 
-@pytest.mark.parametrize("absent,lookup", [(0.0, False), (0.5, False), (0.5, True)])
-def test_bench_umbp_master_smoke(tmp_path, absent, lookup):
+@pytest.mark.parametrize("absent,rpc", [(0.0, "get"), (0.5, "get"), (0.5, "lookup"), (0.0, "puts")])
+def test_bench_umbp_master_smoke(tmp_path, absent, rpc):
     """Tiny, end to end; with --absent half of every call's 16 keys are ones no one put: exactly
     those miss (the bench checks it too), answered by the native path where it runs; --lookup
-    asks BatchLookup instead of BatchRouteGet."""
+    asks BatchLookup instead of BatchRouteGet, --puts BatchRoutePut of fresh keys (all routed)."""
     from mori.apps.bench import main as bench_main
 
     out = tmp_path / "m.json"
@@ -39,7 +39,7 @@ def test_bench_umbp_master_smoke(tmp_path, absent, lookup):
                 "--json",
                 str(out),
             ]
-            + (["--lookup"] if lookup else [])
+            + ([f"--{rpc}"] if rpc != "get" else [])
         )
         == 0
     )
@@ -50,7 +50,7 @@ def test_bench_umbp_master_smoke(tmp_path, absent, lookup):
         assert r["calls"] >= 1 and r["misses"] == r["calls"] * round(16 * absent)
         assert r["calls_per_s"] > 0 and r["p99_us"] >= r["p50_us"] > 0
     assert doc["meta"]["mori_published"]["calls_per_s"] == 17300
-    assert doc["meta"]["rpc"] == ("BatchLookup" if lookup else "BatchRouteGet")
+    assert doc["meta"]["rpc"] == {"get": "BatchRouteGet", "lookup": "BatchLookup", "puts": "BatchRoutePut"}[rpc]
 
 
 def test_missing_generated_module_names_what_to_install():
