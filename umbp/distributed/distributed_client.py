@@ -267,9 +267,20 @@ class DistributedUMBPClient(_UMBPClient):
             register_engine=self._register_engine,
             pull=self._pull,
         )
+        # The heartbeat thread's wake-up: commits set it, from Python or from the native put path.
+        self._wake = _C.umbp.Wakeup()
+        # Pulled puts into the DRAM arena, served in C++ by the grpc++ peer server once a writer's
+        # buffer is known (the Python service unpacks it the first time: _pull).
+        self._peer_puts = _C.umbp.PeerPuts(
+            self, self._native_engine, self._arena_desc, self._wake, self._transfer_timeout_ms
+        )
         peer_host = host if host not in ("0.0.0.0", "") else "127.0.0.1"
         self._server = PeerServer(
-            service, "0.0.0.0" if host == "0.0.0.0" else peer_host, int(d.peer_service_port), secret=self._secret
+            service,
+            "0.0.0.0" if host == "0.0.0.0" else peer_host,
+            int(d.peer_service_port),
+            secret=self._secret,
+            pull_puts=self._peer_puts,
         )
         self.peer_address = f"{peer_host}:{self._server.port}"
 
@@ -295,7 +306,6 @@ class DistributedUMBPClient(_UMBPClient):
         self._master_backoff_until = 0.0  # monotonic time until which the master is not asked
         self._backoff_s = min(5.0, max(1.0, 2 * self._timeout_s))
         self._peers_down: dict[str, float] = {}  # node id -> monotonic time it may be dialled again
-        self._wake = threading.Event()
         self._stop = threading.Event()
         try:
             self._register()
@@ -607,6 +617,7 @@ class DistributedUMBPClient(_UMBPClient):
         from mori.io import MemoryDesc, StatusCode
 
         source = MemoryDesc.unpack(packed_source)
+        self._peer_puts.remember_source(packed_source, source)  # this writer's next puts: natively
         st = self._engine.batch_read(
             [self._hbm_desc if into_hbm else self._arena_desc],
             [[a for a, _s, _z in items]],
@@ -1604,6 +1615,10 @@ class DistributedUMBPClient(_UMBPClient):
                 hbm_keys=keys,
                 hbm_evictions=evictions,
             )
+        if not self._lookup_only:
+            # Writers' BatchAllocateSlots this worker's peer server answered in C++ (pulled puts).
+            native = getattr(self._server, "native_puts", None)
+            s["peer_native_allocate_calls"] = native.answered if native is not None else 0
         return s
 
     def close(self) -> None:

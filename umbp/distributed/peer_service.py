@@ -100,6 +100,11 @@ class PeerService(peer_grpc.UMBPPeerServicer):
             else None
         )
 
+    @property
+    def arena_buffer(self):
+        """The DRAM arena's BufferMemoryDesc, as every slot in it is answered with."""
+        return self._arena_buffer
+
     def _buffer(self, tier: int):
         """(backend id, BufferMemoryDesc) of the arena holding a value of this tier."""
         if int(tier) == pb.TIER_HBM and self._hbm_buffer is not None:
@@ -299,8 +304,11 @@ class PeerServer:
         auth_window_s: float = 30.0,
         max_workers: int = 8,
         server: Optional[str] = None,
+        pull_puts=None,
     ) -> None:
-        """``server``: ``cpp``, ``python`` or None (UMBP_PEER_SERVER)."""
+        """``server``: ``cpp``, ``python`` or None (UMBP_PEER_SERVER); ``pull_puts``: the worker's
+        ``mori._C.umbp.PeerPuts``, which the grpc++ server answers BatchAllocateSlots with (in C++,
+        where the build has the protobuf messages; what it leaves goes to ``service``)."""
         verifier = None
         if secret is not None:
             from mori.umbp.distributed.master_auth import VerifyingInterceptor
@@ -328,11 +336,18 @@ class PeerServer:
             )
             if verifier is not None:
                 self._server.verify_calls(verifier.verifier, dispatch.methods, verifier.on_refused)
+            self.native_puts = None
+            if pull_puts is not None and cpp_server().HAVE_NATIVE_ROUTES:
+                self.native_puts = cpp_server().NativePeerPuts(
+                    pull_puts, service.arena_buffer.SerializeToString(), ARENA_BACKEND, ARENA_BUFFER, PAGE_SIZE
+                )
+                self._server.pull_puts_natively(self.native_puts)
             try:
                 self.port = self._server.start()
             except Exception as exc:  # noqa: BLE001 - mori's error says why; this names the address
                 raise OSError(f"umbp peer: cannot listen on {host}:{port} ({exc})") from None
         else:
+            self.native_puts = None
             self._server = grpc.server(
                 futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="umbp-peer"),
                 interceptors=[verifier] if verifier is not None else [],

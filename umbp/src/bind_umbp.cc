@@ -21,6 +21,8 @@
 #include "src/host_mem_allocator.h"
 #include "src/local_client.h"
 #include "src/location_cache.h"
+#include "src/peer_puts.h"
+#include "src/wakeup.h"
 
 namespace py = pybind11;
 using namespace mori::umbp;
@@ -653,6 +655,46 @@ void bind_client(py::module_& m) {
           "batch per owner, each value checked against its XXH3 checksum: (got, rest, other, other_places, "
           "stale, got_bytes, failed [(node_id, address, why)]); rest: for the routed path; other: held places "
           "whose destination is not registered host memory");
+
+  py::class_<Wakeup>(m, "Wakeup",
+                     "a flag a thread waits on (as threading.Event) that C++ code sets without the interpreter "
+                     "lock: the distributed client's heartbeat thread waits on one")
+      .def(py::init<>())
+      .def("set", &Wakeup::set, Release())
+      .def("clear", &Wakeup::clear)
+      .def("is_set", &Wakeup::is_set)
+      .def("wait", &Wakeup::wait, py::arg("timeout"), Release(), "True once set, False when the timeout passed first");
+
+  py::class_<PeerPuts>(m, "PeerPuts",
+                       "the owner's side of a pulled put in C++ (peer_puts.h): slots reserved, values read from the "
+                       "writer through MORI-IO, committed; the grpc++ peer server runs it")
+      .def(py::init([](PyClient& c, mori::io::Engine& engine, const mori::io::MemoryDesc& arena, Wakeup& wake,
+                       int64_t transfer_timeout_ms) {
+             PeerPuts::Store store;
+             store.allocate = [&c](const std::vector<std::string>& keys, const std::vector<uint64_t>& sizes,
+                                   const std::vector<int>& tiers) {
+               return c.peer([&](PeerPages& p) { return p.allocate(keys, sizes, tiers); });
+             };
+             store.commit = [&c](const std::vector<uint64_t>& ids, const std::vector<std::string>& keys) {
+               return c.peer([&](PeerPages& p) { return p.commit(ids, keys); });
+             };
+             store.abort = [&c](const std::vector<uint64_t>& ids) {
+               return c.peer([&](PeerPages& p) { return p.abort(ids); });
+             };
+             return std::make_unique<PeerPuts>(std::move(store), engine, arena, &wake, transfer_timeout_ms);
+           }),
+           py::arg("client"), py::arg("engine"), py::arg("arena"), py::arg("wake"), py::arg("transfer_timeout_ms"),
+           py::keep_alive<1, 3>(), py::keep_alive<1, 5>(),
+           "client: the distributed client's own store, which owns this (and stops the server running it before "
+           "it closes); arena: its DRAM arena's MemoryDesc; wake: set after a commit; transfer_timeout_ms: the "
+           "bound of a read")
+      .def("remember_source", &PeerPuts::remember_source, py::arg("packed"), py::arg("desc"),
+           "a writer's packed MemoryDesc and the desc it unpacks to: its puts are pulled natively from now on")
+      .def_property_readonly("sources", &PeerPuts::sources, "writers' buffers remembered")
+      .def("hold_next", &PeerPuts::hold_next, py::arg("count"), py::arg("past_s"),
+           "test hook: the next `count` reads start `past_s` after their writer's deadline, then read for real")
+      .def("take_hold", &PeerPuts::take_hold,
+           "test hook: past_s for the read about to start (one fewer held), or < 0 when none is held");
 }
 
 }  // namespace

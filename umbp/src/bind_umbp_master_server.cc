@@ -19,6 +19,7 @@
 #include "src/master_grpc_routes.h"
 #include "src/master_grpc_server.h"
 #include "src/master_index.h"
+#include "src/peer_grpc_puts.h"
 
 namespace py = pybind11;
 using namespace mori::umbp;
@@ -170,23 +171,49 @@ PYBIND11_MODULE(_master_server, m) {
       .def(
           "route_natively",
           [](MasterGrpcServer& server, NativeRoutes& native) {
-            server.set_native("/umbp.UMBPMaster/BatchRouteGet", [n = &native](std::string_view req, std::string& rep) {
-              return n->batch_route_get(req, rep);
-            });
-            server.set_native("/umbp.UMBPMaster/BatchLookup", [n = &native](std::string_view req, std::string& rep) {
-              return n->batch_lookup(req, rep);
-            });
-            server.set_native("/umbp.UMBPMaster/RouteGet",
-                              [n = &native](std::string_view req, std::string& rep) { return n->route_get(req, rep); });
-            server.set_native("/umbp.UMBPMaster/BatchRoutePut", [n = &native](std::string_view req, std::string& rep) {
-              return n->batch_route_put(req, rep);
-            });
+            server.set_native(
+                "/umbp.UMBPMaster/BatchRouteGet",
+                [n = &native](std::string_view req, std::string& rep, double) { return n->batch_route_get(req, rep); });
+            server.set_native(
+                "/umbp.UMBPMaster/BatchLookup",
+                [n = &native](std::string_view req, std::string& rep, double) { return n->batch_lookup(req, rep); });
+            server.set_native("/umbp.UMBPMaster/RouteGet", [n = &native](std::string_view req, std::string& rep,
+                                                                         double) { return n->route_get(req, rep); });
+            server.set_native(
+                "/umbp.UMBPMaster/BatchRoutePut",
+                [n = &native](std::string_view req, std::string& rep, double) { return n->batch_route_put(req, rep); });
           },
           py::arg("native"), py::keep_alive<1, 2>(),
           "Answer BatchRouteGet, RouteGet, BatchLookup and BatchRoutePut with `native` first (no interpreter lock); "
           "what it "
           "leaves goes to the handler. Before start().")
+      .def(
+          "pull_puts_natively",
+          [](MasterGrpcServer& server, NativePeerPuts& native) {
+            server.set_native("/umbp.UMBPPeer/BatchAllocateSlots",
+                              [n = &native](std::string_view req, std::string& rep, double left) {
+                                return n->batch_allocate_slots(req, rep, left);
+                              });
+          },
+          py::arg("native"), py::keep_alive<1, 2>(),
+          "A peer server: answer BatchAllocateSlots with `native` first (the pulled puts, no interpreter lock); "
+          "what it leaves goes to the handler. Before start().")
       .def("wait", &MasterGrpcServer::wait, py::call_guard<py::gil_scoped_release>(), "Block until stop() ran.");
+
+  py::class_<NativePeerPuts>(m, "NativePeerPuts",
+                             "A peer's BatchAllocateSlots in C++ (peer_grpc_puts.h) over mori._C.umbp.PeerPuts: "
+                             "reserved, pulled from the writer and committed in the call.")
+      .def(py::init([](PeerPuts& puts, py::bytes arena_buffer, uint32_t backend_id, uint32_t buffer_index,
+                       uint64_t page_size) {
+             MORI_CHECK_ARG(page_size > 0, "page_size must be > 0");
+             return std::make_unique<NativePeerPuts>(puts, std::string(arena_buffer), backend_id, buffer_index,
+                                                     page_size);
+           }),
+           py::arg("puts"), py::arg("arena_buffer"), py::arg("backend_id"), py::arg("buffer_index"),
+           py::arg("page_size"), py::keep_alive<1, 2>(),
+           "arena_buffer: the DRAM arena's serialized umbp.BufferMemoryDesc; backend_id, buffer_index, page_size: "
+           "the arena's, as the Python service answers them.")
+      .def_property_readonly("answered", &NativePeerPuts::answered, "Calls answered natively since the start.");
 
   py::class_<GrpcChannel>(m, "GrpcChannel",
                           "A gRPC client channel in grpc++: unary calls as bytes, signed with the job secret, run on "

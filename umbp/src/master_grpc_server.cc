@@ -62,6 +62,13 @@ grpc::Slice owned_slice(std::string&& body) {
   return grpc::Slice(owned->data(), owned->size(), [](void* p) { delete static_cast<std::string*>(p); }, owned);
 }
 
+// Seconds until the client's deadline when the call is answered; < 0: none.
+double time_remaining_s(const grpc::GenericServerContext& ctx) {
+  const auto deadline = ctx.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return -1;
+  return std::max(0.0, std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count());
+}
+
 GrpcCall call_of(Call& c, std::string request) {
   GrpcCall call;
   call.method = c.ctx.method();
@@ -69,9 +76,7 @@ GrpcCall call_of(Call& c, std::string request) {
   for (const auto& [k, v] : c.ctx.client_metadata())
     call.metadata.emplace_back(std::string(k.data(), k.size()), std::string(v.data(), v.size()));
   call.peer = c.ctx.peer();
-  const auto deadline = c.ctx.deadline();
-  if (deadline != std::chrono::system_clock::time_point::max())
-    call.time_remaining_s = std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count();
+  call.time_remaining_s = time_remaining_s(c.ctx);
   return call;
 }
 
@@ -175,7 +180,7 @@ struct MasterGrpcServer::Impl {
       bool answered = false;
       for (const auto& [method, native] : natives) {
         if (method == c.ctx.method()) {
-          answered = native(request, reply.body);
+          answered = native(request, reply.body, time_remaining_s(c.ctx));
           break;
         }
       }

@@ -45,8 +45,8 @@ struct GrpcReply {
 
 using GrpcHandler = std::function<void(const GrpcCall&, GrpcReply&)>;
 // A method's answer without the handler (no interpreter lock): true with the reply body set, or
-// false to leave the call to the handler.
-using GrpcNativeMethod = std::function<bool(std::string_view request, std::string& reply)>;
+// false to leave the call to the handler. time_remaining_s: until the client's deadline (< 0: none).
+using GrpcNativeMethod = std::function<bool(std::string_view request, std::string& reply, double time_remaining_s)>;
 
 // Called with the reason of every refused call (the refusal counter).
 using GrpcRefusedHook = std::function<void(const std::string& reason)>;

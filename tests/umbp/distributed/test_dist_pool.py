@@ -84,6 +84,16 @@ def test_remote_paths(pair, pool):
     assert a.ask("put", keys=keys, size=256 << 10, seed=seed, pool=pool)["ok"] == [True] * 8
     # b read them itself, from a's pool or a's staging buffer, in the allocate call.
     assert _stat(a, "pulled_puts") == pulled + 8
+    # Once b has seen a's buffer, its grpc++ peer server pulls a's puts in C++ (the Python
+    # service, under UMBP_PEER_SERVER=python or without protobuf in the build, pulls them all).
+    native = _stat(b, "peer_native_allocate_calls")
+    assert a.ask("put", keys=_keys(2), size=4096, seed=seed, pool=pool)["ok"] == [True] * 2
+    grown = _stat(b, "peer_native_allocate_calls") - native
+    from mori.umbp.distributed.grpc_servers import cpp_server, server_kind
+
+    in_cpp = server_kind(None, "UMBP_PEER_SERVER") == "cpp" and cpp_server().HAVE_NATIVE_ROUTES
+    assert grown == (1 if in_cpp else 0)
+    assert _stat(a, "pulled_puts") == pulled + 10
     got = a.ask("get", keys=keys, size=256 << 10, seed=seed, pool=pool)
     assert got["right"] == [True] * 8
     assert b.ask("exists", keys=keys + [uid("absent")])["found"] == [True] * 8 + [False]

@@ -165,13 +165,15 @@ class Worker:
         import time
 
         service = self.client._server.service
-        real, left = service._pull, [count]
+        real, puts = service._pull, self.client._peer_puts
+        # One count for both paths: the pulls the grpc++ server runs in C++ take it there.
+        puts.hold_next(count, past_s)
 
-        def late(source: bytes, items: list, seconds: float) -> bool:
-            if left[0] > 0:
-                left[0] -= 1
-                time.sleep(seconds + past_s)  # seconds: what was left of the writer's deadline
-            return real(source, items, seconds)
+        def late(source: bytes, items: list, seconds: float, **kw) -> bool:
+            past = puts.take_hold()
+            if past >= 0:
+                time.sleep(seconds + past)  # seconds: what was left of the writer's deadline
+            return real(source, items, seconds, **kw)
 
         service._pull = late
         return {}
