@@ -164,8 +164,8 @@ class MasterServer:
         """BatchRouteGet and RouteGet answered in C++ by the grpc++ server, signed or not (the
         server checks signatures first), from the in-memory store's native index or the Redis
         store's scripts (``RedisMetadataStore.native_routes``, when it can: hiredis built, no
-        cluster); BatchLookup and BatchRoutePut too over the in-memory index. Their route
-        counters and latencies are added to the metrics at each scrape."""
+        cluster); BatchLookup and BatchRoutePut too (existence from the index, or by EXISTS over
+        Redis). Their route counters and latencies are added to the metrics at each scrape."""
         mod = cpp_server()
         if not mod.HAVE_NATIVE_ROUTES:
             return
@@ -185,10 +185,9 @@ class MasterServer:
             lambda: room_tuples(state.alive(0).values()),
         )
         native.set_pending(state.pending)  # misses of pending puts stay the Python handler's
-        if isinstance(self.store, InMemoryMetadataStore):
-            # Puts too, by the master's one PutRoutes; with per-engine quotas they are Python's.
-            native.set_puts(state.put_router.native, state.pending_ttl_s)
-            state.quotas.when_set(lambda: native.set_python_puts(True))
+        # Puts too, by the master's one PutRoutes; with per-engine quotas they are Python's.
+        native.set_puts(state.put_router.native, state.pending_ttl_s)
+        state.quotas.when_set(lambda: native.set_python_puts(True))
         server.route_natively(native)
         # BatchLookup (in memory only: existence, no route) counts its latency alone.
         counters = {

@@ -294,8 +294,15 @@ PYBIND11_MODULE(_master_server, m) {
                                                         double lease_until, bool any_copy, RoutedGets& out) {
                return r->route_choose(keys, exclude, alive.peer, now, lease_until, any_copy, out);
              };
-             return std::make_unique<NativeRoutes>(std::move(router), lease_s, any_copy, std::move(latency_bounds),
-                                                   alive_source(std::move(alive)), alive_max_age_s);
+             auto native =
+                 std::make_unique<NativeRoutes>(std::move(router), lease_s, any_copy, std::move(latency_bounds),
+                                                alive_source(std::move(alive)), alive_max_age_s);
+             native->set_lookup([r = &redis](const std::vector<std::string>& keys) {
+               std::vector<bool> found;
+               if (!r->exists(keys, found)) found.clear();  // a Redis failure: the call is Python's
+               return found;
+             });
+             return native;
            }),
            py::arg("redis"), py::arg("lease_s"), py::arg("any_copy"), py::arg("latency_bounds"), py::arg("alive"),
            py::arg("alive_max_age_s") = 0.2, py::keep_alive<1, 2>(), "The same over the Redis store's RedisRoutes.")

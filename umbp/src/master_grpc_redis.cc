@@ -172,6 +172,79 @@ void RedisRoutes::give(Endpoint& ep, redisContext* c) {
   redisFree(c);
 }
 
+bool RedisRoutes::exists(const std::vector<std::string>& keys, std::vector<bool>& out) {
+  if (steady_clock_s() < python_until_.load(std::memory_order_relaxed)) return false;
+  const size_t n_ep = endpoints_.size();
+  const size_t n_shards = opt_.shard_prefixes.size();
+  const bool cluster = !opt_.shard_endpoint.empty();
+  // Grouped as RedisMetadataStore._group groups them; one pipeline of EXISTS per group, every
+  // group's sent before any reply is read (lookup_batch's pipelines).
+  struct Group {
+    std::vector<size_t> idx;
+    std::vector<std::string> names;
+    size_t endpoint = 0;
+    redisContext* conn = nullptr;
+  };
+  std::vector<Group> groups(cluster ? n_shards : n_ep);
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].endpoint = cluster ? opt_.shard_endpoint[g] : g;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::string& key = keys[i];
+    const size_t shard = crc32(0, reinterpret_cast<const Bytef*>(key.data()), static_cast<uInt>(key.size())) % n_shards;
+    Group& g = groups[cluster ? shard : shard % n_ep];
+    g.names.push_back(opt_.shard_prefixes[shard] + ":k:" + key);
+    g.idx.push_back(i);
+  }
+  bool failed = false;
+  for (Group& g : groups) {
+    if (g.idx.empty()) continue;
+    g.conn = take(*endpoints_[g.endpoint]);
+    if (g.conn == nullptr) {
+      failed = true;
+      break;
+    }
+    for (const std::string& name : g.names) {
+      const char* argv[] = {"EXISTS", name.c_str()};
+      const size_t lens[] = {6, name.size()};
+      if (redisAppendCommandArgv(g.conn, 2, argv, lens) != REDIS_OK) {
+        failed = true;
+        break;
+      }
+    }
+    if (failed) break;
+  }
+  out.assign(keys.size(), false);
+  for (Group& g : groups) {
+    if (g.conn == nullptr) continue;
+    for (size_t k = 0; k < g.idx.size() && !failed; ++k) {
+      void* r = nullptr;
+      if (redisGetReply(g.conn, &r) != REDIS_OK) {
+        failed = true;
+        break;
+      }
+      Reply reply;
+      reply.r = static_cast<redisReply*>(r);
+      if (reply.r->type != REDIS_REPLY_INTEGER) {
+        failed = true;
+        break;
+      }
+      out[g.idx[k]] = reply.r->integer != 0;
+    }
+    // A connection with replies still unread, or broken, is not reused.
+    if (failed || g.conn->err) {
+      redisFree(g.conn);
+    } else {
+      give(*endpoints_[g.endpoint], g.conn);
+    }
+    g.conn = nullptr;
+  }
+  if (failed) {
+    failures_.fetch_add(1, std::memory_order_relaxed);
+    python_until_.store(steady_clock_s() + kBackoffS, std::memory_order_relaxed);
+    return false;
+  }
+  return true;
+}
+
 bool RedisRoutes::route_choose(const std::vector<std::string>& keys, const std::vector<std::string>& exclude,
                                const std::unordered_map<std::string, std::string>& alive, double now,
                                double lease_until, bool any_copy, RoutedGets& out) {
@@ -376,6 +449,7 @@ bool RedisRoutes::route_choose(const std::vector<std::string>&, const std::vecto
                                const std::unordered_map<std::string, std::string>&, double, double, bool, RoutedGets&) {
   return false;
 }
+bool RedisRoutes::exists(const std::vector<std::string>&, std::vector<bool>&) { return false; }
 
 #endif
 

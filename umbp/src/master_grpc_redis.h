@@ -58,6 +58,10 @@ class RedisRoutes {
                     const std::unordered_map<std::string, std::string>& alive, double now, double lease_until,
                     bool any_copy, RoutedGets& out);
 
+  // Whether each key has a copy in the store (the store's lookup_batch: EXISTS, pipelined per
+  // endpoint); false on any Redis failure.
+  bool exists(const std::vector<std::string>& keys, std::vector<bool>& out);
+
   uint64_t failures() const;                // Redis failures that sent a call to Python
   static constexpr double kBackoffS = 0.2;  // how long Python alone serves after a failure
 

@@ -5,10 +5,11 @@
 // here too (SGLang's exists calls end in misses), unless a missing key is a put routed and not yet
 // reported (the master's PendingPuts, master_pending.h, which the Python servicers keep): a
 // BatchRouteGet naming one is left to the Python handler, as is a request that does not parse.
-// BatchRoutePut too, over the in-memory index, routed by the master's one PutRoutes
-// (master_put_routes.h) and recorded in its PendingPuts as the Python handler does; with
-// per-engine quotas set, puts are the Python handler's. Route counters and latencies are kept
-// here and drained into the Python metrics at scrape time.
+// BatchLookup and BatchRoutePut too (existence from the index, or by EXISTS over Redis:
+// RedisRoutes), puts routed by the master's one PutRoutes (master_put_routes.h) and recorded in
+// its PendingPuts as the Python handler does; with per-engine quotas set, puts are the Python
+// handler's. Route counters and latencies are kept here and drained into the Python metrics at
+// scrape time.
 #pragma once
 
 #include <atomic>
@@ -56,8 +57,9 @@ class NativeRoutes {
                double alive_max_age_s);
   // The in-memory store's block index (which outlives this) as the router.
   static Router index_router(MasterIndex& index);
-  // Existence only (BatchLookup): whether each key has a copy in the store. Set for the in-memory
-  // store's index; without it BatchLookup stays the Python handler's.
+  // Existence only (BatchLookup, and a put's dedup): whether each key has a copy in the store, or
+  // fewer answers than keys when the store failed (the call is then Python's). Without it
+  // BatchLookup and BatchRoutePut stay the Python handler's.
   using Lookup = std::function<std::vector<bool>(const std::vector<std::string>& keys)>;
   void set_lookup(Lookup lookup) { lookup_ = std::move(lookup); }
 

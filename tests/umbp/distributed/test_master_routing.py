@@ -332,6 +332,31 @@ def test_redis_restart_heals_through_reregistration_and_full_sync():
                 got = _batch_get(_stub(m.address), keys)
                 assert got == [(a.node_id, a.peer_address, DRAM, 64)] * 10
             assert native is None or native.answered == 2
+            # Lookups and put routes ask Redis (EXISTS) from C++ too, over the same connections:
+            # whichever path answers, the answers are the store's.
+            stub = _stub(m.address)
+            for _ in range(2):
+                found = stub.BatchLookup(pb.BatchLookupRequest(keys=keys[:3] + [uid("absent")]), timeout=5).found
+                assert list(found) == [True, True, True, False]
+            fresh = uid("fresh")
+            r = stub.BatchRoutePut(
+                pb.BatchRoutePutRequest(node_id="w", keys=[keys[0], fresh], block_sizes=[64, 64]), timeout=5
+            )
+            assert [(e.outcome, e.node_id) for e in r.entries] == [
+                (pb.ROUTE_PUT_OUTCOME_ALREADY_EXISTS, ""),
+                (pb.ROUTE_PUT_OUTCOME_ROUTED, a.node_id),
+            ]
+            assert native is None or native.answered == 5
+            server.stop()  # Redis gone again: the C++ path leaves the calls to Python, which fails them
+            for call in (
+                lambda: stub.BatchLookup(pb.BatchLookupRequest(keys=keys[:2]), timeout=5),
+                lambda: stub.BatchRoutePut(
+                    pb.BatchRoutePutRequest(node_id="w", keys=[uid("x")], block_sizes=[8]), timeout=5
+                ),
+            ):
+                with pytest.raises(grpc.RpcError):
+                    call()
+            assert native is None or native.answered == 5
     finally:
         server.stop()
 
