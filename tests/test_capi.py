@@ -369,8 +369,9 @@ def test_conformance_program(built, tools, name, n):
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_idle_pes_sleep_until_rung(built, tools, transport):
     """4 PEs on 2 cores: while PE 0 computes for a second, the PEs waiting for it in a barrier
-    (world and team) wake at most 150 times each (they sleep until the barrier's signal rings
-    them; 2 ms naps woke each ~480 times), and the job's values stay exact."""
+    (world and team) sleep at most 150 times each (they sleep until the barrier's signal rings
+    them; 2 ms naps woke each ~480 times) and spend at most 0.25 s of CPU (a busy-polling wait
+    would spend the second), and the job's values stay exact."""
     seed = _seed()
     env = {"MORI_DISABLE_P2P": "1"} if transport == "tcp" else {}
     out = check(_oshrun(tools, 4, [str(built / "idle"), seed], timeout=60, env=env))
