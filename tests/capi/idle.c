@@ -15,7 +15,7 @@
 #include "check.h"
 
 #define BUSY_SECONDS 1.0
-#define MAX_WAKEUPS 150  /* per barrier that waits BUSY_SECONDS; 2 ms naps: ~500 */
+#define MAX_WAKEUPS 150      /* per barrier that waits BUSY_SECONDS; 2 ms naps: ~500 */
 #define MAX_CPU_SECONDS 0.25 /* of the waiter's thread over those BUSY_SECONDS */
 
 static long counter;
