@@ -83,6 +83,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
                     f"UMBP worker gRPC: peer server {_umbp_grpc('UMBP_PEER_SERVER')}, "
                     f"client {_umbp_grpc('UMBP_GRPC_CLIENT')}"
                 )
+                print(f"UMBP calls the grpc++ servers answer in C++: {_umbp_native()}")
                 print("transport from PE (row) to PE (column):")
                 print("      " + " ".join(f"{pe:>5}" for pe in range(sh.n_pes())))
                 for b in blobs:
@@ -110,6 +111,25 @@ def _umbp_grpc(setting_name: str) -> str:
         return SERVER_NAMES[server_kind(None, setting_name)]
     except Exception as exc:  # noqa: BLE001 - info reports the reason instead of failing
         return f"none ({exc})"
+
+
+def _umbp_native() -> str:
+    """Which UMBP calls the grpc++ servers of this build answer without Python."""
+    try:
+        from mori.umbp.distributed.grpc_servers import cpp_server
+
+        mod = cpp_server()
+    except Exception as exc:  # noqa: BLE001 - info reports the reason instead of failing
+        return f"none ({exc})"
+    if mod is None:
+        return "none (no grpc++ in this build)"
+    if not mod.HAVE_NATIVE_ROUTES:
+        return "none (no protoc/libprotobuf in this build)"
+    redis = "and over Redis" if mod.HAVE_NATIVE_REDIS else "not over Redis (no hiredis in this build)"
+    return (
+        f"the master's BatchRouteGet, RouteGet, BatchLookup, BatchRoutePut in memory {redis}; "
+        "a peer's pulled puts (BatchAllocateSlots)"
+    )
 
 
 def _print_env_table(rows: list[dict]) -> None:

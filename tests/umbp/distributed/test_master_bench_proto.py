@@ -74,3 +74,31 @@ def test_missing_generated_module_names_what_to_install():
         "PrepareSsdRead",
         "ReleaseSsdLease",
     }
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("peer_server", ["cpp", "python"])
+def test_mori_info_says_what_runs_in_cpp(peer_server):
+    """`mori info` names the gRPC server and client a UMBP process here would run (following
+    UMBP_PEER_SERVER) and which calls this build answers in C++."""
+    import os
+    import subprocess
+    import sys
+
+    from mori.umbp.distributed.grpc_servers import SERVER_NAMES, cpp_server
+
+    env = dict(os.environ, UMBP_PEER_SERVER=peer_server)
+    out = subprocess.run(
+        [sys.executable, "-m", "mori.apps.cli", "info"], env=env, capture_output=True, text=True, timeout=90
+    )
+    assert out.returncode == 0, out.stderr
+    lines = {line.split(":", 1)[0]: line.split(":", 1)[1].strip() for line in out.stdout.splitlines() if ":" in line}
+    mod = cpp_server()
+    kind = peer_server if mod is not None else "python"
+    assert lines["UMBP worker gRPC"].startswith(f"peer server {SERVER_NAMES[kind]},")
+    native = lines["UMBP calls the grpc++ servers answer in C++"]
+    if mod is None or not mod.HAVE_NATIVE_ROUTES:
+        assert native.startswith("none (")
+    else:
+        assert "BatchRoutePut" in native and "BatchAllocateSlots" in native
+        assert ("and over Redis" in native) == bool(mod.HAVE_NATIVE_REDIS)
