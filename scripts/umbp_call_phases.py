@@ -26,10 +26,10 @@ import time
 import uuid
 
 
-def _serve(ready, stop) -> None:
+def _serve(capacity: int, ready, stop) -> None:
     from mori.apps.bench import umbp_distributed as ud
 
-    pool = ud.Pool("127.0.0.1", 1 << 30, False, 30.0).start(tempfile.mkdtemp())
+    pool = ud.Pool("127.0.0.1", capacity, False, 30.0).start(tempfile.mkdtemp())
     ready.put(pool.info)
     stop.wait()
     pool.stop()
@@ -54,13 +54,21 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", default="64K", help="value size")
     p.add_argument("--calls", type=int, default=3000, help="puts, then as many first gets")
+    p.add_argument(
+        "--register",
+        action="store_true",
+        help="register the buffer with the client (zero-copy puts and located reads, as SGLang's host pool); "
+        "default: unregistered memory, through the staging buffer",
+    )
     p.add_argument("--json", default=None, help="where to write the phases (default: none)")
     args = p.parse_args(argv)
     size = parse_size(args.size, "--size")
 
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Queue(), ctx.Event()
-    server = ctx.Process(target=_serve, args=(ready, stop))  # not daemonic: the pool starts children
+    # The owner holds every value put (the first gets must find them all).
+    capacity = max(1 << 30, 2 * size * args.calls)
+    server = ctx.Process(target=_serve, args=(capacity, ready, stop))  # not daemonic: the pool starts children
     server.start()
     info = ready.get(timeout=120)
     import mori.umbp as umbp
@@ -71,6 +79,8 @@ def main(argv=None) -> int:
     )
     buf = (ctypes.c_char * size)()
     ptr = ctypes.addressof(buf)
+    if args.register:
+        client.register_memory(ptr, size)
     out: dict = {}
     keys = [f"k{uuid.uuid4().hex}" for _ in range(args.calls)]  # put, then read back once each
     try:
@@ -99,7 +109,7 @@ def main(argv=None) -> int:
         stop.set()
         server.join(30)
     print(f"{'op':8s} {'phase':14s} {'calls':>6s} {'p50 us':>9s}")
-    doc = {"size": size, "calls": args.calls, "phases": {}}
+    doc = {"size": size, "calls": args.calls, "registered": args.register, "phases": {}}
     for op, phases in out.items():
         for name, v in phases.items():
             p50 = statistics.median(v) * 1e6
