@@ -172,11 +172,41 @@ void RedisRoutes::give(Endpoint& ep, redisContext* c) {
   redisFree(c);
 }
 
+size_t RedisRoutes::shard_of(const std::string& key) const {
+  return crc32(0, reinterpret_cast<const Bytef*>(key.data()), static_cast<uInt>(key.size())) %
+         opt_.shard_prefixes.size();
+}
+
+size_t RedisRoutes::group_count() const {
+  return opt_.shard_endpoint.empty() ? endpoints_.size() : opt_.shard_prefixes.size();
+}
+
+size_t RedisRoutes::group_of(size_t shard) const {
+  return opt_.shard_endpoint.empty() ? shard % endpoints_.size() : shard;
+}
+
+size_t RedisRoutes::endpoint_of_group(size_t group) const {
+  return opt_.shard_endpoint.empty() ? group : opt_.shard_endpoint[group];
+}
+
+void RedisRoutes::release(size_t endpoint, redisContext*& conn, bool failed) {
+  // A connection with a reply still unread, or broken, is not reused.
+  if (failed || conn->err) {
+    redisFree(conn);
+  } else {
+    give(*endpoints_[endpoint], conn);
+  }
+  conn = nullptr;
+}
+
+bool RedisRoutes::failed_call() {
+  failures_.fetch_add(1, std::memory_order_relaxed);
+  python_until_.store(steady_clock_s() + kBackoffS, std::memory_order_relaxed);
+  return false;
+}
+
 bool RedisRoutes::exists(const std::vector<std::string>& keys, std::vector<bool>& out) {
   if (steady_clock_s() < python_until_.load(std::memory_order_relaxed)) return false;
-  const size_t n_ep = endpoints_.size();
-  const size_t n_shards = opt_.shard_prefixes.size();
-  const bool cluster = !opt_.shard_endpoint.empty();
   // Grouped as RedisMetadataStore._group groups them; one pipeline of EXISTS per group, every
   // group's sent before any reply is read (lookup_batch's pipelines).
   struct Group {
@@ -185,13 +215,12 @@ bool RedisRoutes::exists(const std::vector<std::string>& keys, std::vector<bool>
     size_t endpoint = 0;
     redisContext* conn = nullptr;
   };
-  std::vector<Group> groups(cluster ? n_shards : n_ep);
-  for (size_t g = 0; g < groups.size(); ++g) groups[g].endpoint = cluster ? opt_.shard_endpoint[g] : g;
+  std::vector<Group> groups(group_count());
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].endpoint = endpoint_of_group(g);
   for (size_t i = 0; i < keys.size(); ++i) {
-    const std::string& key = keys[i];
-    const size_t shard = crc32(0, reinterpret_cast<const Bytef*>(key.data()), static_cast<uInt>(key.size())) % n_shards;
-    Group& g = groups[cluster ? shard : shard % n_ep];
-    g.names.push_back(opt_.shard_prefixes[shard] + ":k:" + key);
+    const size_t shard = shard_of(keys[i]);
+    Group& g = groups[group_of(shard)];
+    g.names.push_back(opt_.shard_prefixes[shard] + ":k:" + keys[i]);
     g.idx.push_back(i);
   }
   bool failed = false;
@@ -229,29 +258,15 @@ bool RedisRoutes::exists(const std::vector<std::string>& keys, std::vector<bool>
       }
       out[g.idx[k]] = reply.r->integer != 0;
     }
-    // A connection with replies still unread, or broken, is not reused.
-    if (failed || g.conn->err) {
-      redisFree(g.conn);
-    } else {
-      give(*endpoints_[g.endpoint], g.conn);
-    }
-    g.conn = nullptr;
+    release(g.endpoint, g.conn, failed);
   }
-  if (failed) {
-    failures_.fetch_add(1, std::memory_order_relaxed);
-    python_until_.store(steady_clock_s() + kBackoffS, std::memory_order_relaxed);
-    return false;
-  }
-  return true;
+  return failed ? failed_call() : true;
 }
 
 bool RedisRoutes::route_choose(const std::vector<std::string>& keys, const std::vector<std::string>& exclude,
                                const std::unordered_map<std::string, std::string>& alive, double now,
                                double lease_until, bool any_copy, RoutedGets& out) {
   if (steady_clock_s() < python_until_.load(std::memory_order_relaxed)) return false;
-  const size_t n_ep = endpoints_.size();
-  const size_t n_shards = opt_.shard_prefixes.size();
-  const bool cluster = !opt_.shard_endpoint.empty();
   // The keys' full hash names, grouped as RedisMetadataStore._group does: by endpoint, or by
   // shard in a cluster (a script's keys must share a slot).
   struct Group {
@@ -262,12 +277,12 @@ bool RedisRoutes::route_choose(const std::vector<std::string>& keys, const std::
     redisContext* conn = nullptr;
     Reply reply;
   };
-  std::vector<Group> groups(cluster ? n_shards : n_ep);
-  for (size_t g = 0; g < groups.size(); ++g) groups[g].endpoint = cluster ? opt_.shard_endpoint[g] : g;
+  std::vector<Group> groups(group_count());
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].endpoint = endpoint_of_group(g);
   for (size_t i = 0; i < keys.size(); ++i) {
     const std::string& key = keys[i];
-    const size_t shard = crc32(0, reinterpret_cast<const Bytef*>(key.data()), static_cast<uInt>(key.size())) % n_shards;
-    Group& g = groups[cluster ? shard : shard % n_ep];
+    const size_t shard = shard_of(key);
+    Group& g = groups[group_of(shard)];
     if (!g.idx.empty()) g.names.push_back('\n');
     const size_t start = g.names.size();
     g.names.append(opt_.shard_prefixes[shard]).append(":k:").append(key);
@@ -331,19 +346,9 @@ bool RedisRoutes::route_choose(const std::vector<std::string>& keys, const std::
       }
       if (!failed && g.reply.r->type != REDIS_REPLY_STRING) failed = true;
     }
-    // A connection with a reply still unread, or broken, is not reused.
-    if (failed || g.conn->err) {
-      redisFree(g.conn);
-    } else {
-      give(*endpoints_[g.endpoint], g.conn);
-    }
-    g.conn = nullptr;
+    release(g.endpoint, g.conn, failed);
   }
-  if (failed) {
-    failures_.fetch_add(1, std::memory_order_relaxed);
-    python_until_.store(steady_clock_s() + kBackoffS, std::memory_order_relaxed);
-    return false;
-  }
+  if (failed) return failed_call();
 
   out = RoutedGets{};
   out.node_ref.assign(keys.size(), 0);

@@ -75,6 +75,16 @@ class RedisRoutes {
   };
   redisContext* take(Endpoint& ep);
   void give(Endpoint& ep, redisContext* c);
+  // A call's keys grouped as RedisMetadataStore._group groups them: by endpoint, or by shard in a
+  // cluster (one script's keys must share a slot).
+  size_t shard_of(const std::string& key) const;
+  size_t group_count() const;
+  size_t group_of(size_t shard) const;
+  size_t endpoint_of_group(size_t group) const;
+  // Back to the pool, unless the call failed on it or it broke (then closed); conn is cleared.
+  void release(size_t endpoint, redisContext*& conn, bool failed);
+  // A Redis failure: counted, and Python alone serves for kBackoffS. Returns false.
+  bool failed_call();
   int rank(int32_t tier) const;
 
   Options opt_;

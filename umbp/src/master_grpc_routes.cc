@@ -91,15 +91,25 @@ bool NativeRoutes::route(const std::vector<std::string>& keys, const std::vector
 }
 
 void NativeRoutes::count(NativeRpc rpc, const RoutedGets& r, double t0) {
+  Tally part;
+  for (size_t i = 0; i < r.nodes.size(); ++i) part.hits[r.nodes[i]] += r.hits[i];
+  part.misses = r.misses;
+  count(rpc, part, t0);
+}
+
+void NativeRoutes::count(NativeRpc rpc, const Tally& part, double t0) {
   const double dt = steady_s() - t0;
   const size_t bucket = std::lower_bound(bounds_.begin(), bounds_.end(), dt) - bounds_.begin();
   std::lock_guard<std::mutex> lk(counts_mu_);
   Tally& t = tally_[static_cast<int>(rpc)];
-  for (size_t i = 0; i < r.nodes.size(); ++i) t.hits[r.nodes[i]] += r.hits[i];
+  for (const auto& [node, n] : part.hits) t.hits[node] += n;
   t.buckets[std::min(bucket, t.buckets.size() - 1)] += 1;
   t.latency_sum_s += dt;
   t.answered += 1;
-  t.misses += r.misses;
+  t.misses += part.misses;
+  t.exists += part.exists;
+  t.routed += part.routed;
+  t.unavailable += part.unavailable;
   answered_.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -249,18 +259,7 @@ bool NativeRoutes::batch_route_put(std::string_view request, std::string& reply)
     t.hits[target->node_id] += 1;
   }
   if (!resp.SerializeToString(&reply)) return false;
-  const double dt = steady_s() - t0;
-  const size_t bucket = std::lower_bound(bounds_.begin(), bounds_.end(), dt) - bounds_.begin();
-  std::lock_guard<std::mutex> lk(counts_mu_);
-  Tally& total = tally_[static_cast<int>(NativeRpc::kBatchRoutePut)];
-  for (const auto& [node, n] : t.hits) total.hits[node] += n;
-  total.buckets[std::min(bucket, total.buckets.size() - 1)] += 1;
-  total.latency_sum_s += dt;
-  total.answered += 1;
-  total.exists += t.exists;
-  total.routed += t.routed;
-  total.unavailable += t.unavailable;
-  answered_.fetch_add(1, std::memory_order_relaxed);
+  count(NativeRpc::kBatchRoutePut, t, t0);
   return true;
 #else
   (void)request;

@@ -131,6 +131,7 @@ class NativeRoutes {
   double pending_ttl_s_ = 0;
   std::atomic<bool> python_puts_{false};
   void count(NativeRpc rpc, const RoutedGets& r, double t0);
+  void count(NativeRpc rpc, const Tally& part, double t0);  // a call's counts, its latency from t0
   std::mutex counts_mu_;
   Tally tally_[4];
   std::atomic<uint64_t> answered_{0};
