@@ -84,6 +84,10 @@ def main() -> int:
     ), "the handle accepted a shard past its input buffer"
     dscomm.barrier()
     print(f"rank {me}/{n}: deepspeed builtin mori ok", flush=True)
+    # PyTorch asks every program to destroy its process groups before exit: a gloo group left to
+    # the interpreter's teardown can abort the process in a worker thread ("terminate called
+    # without an active exception", pytorch/pytorch#190489), after this program's work is done.
+    torch.distributed.destroy_process_group()
     return 0
 
 
