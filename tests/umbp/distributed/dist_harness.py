@@ -40,3 +40,10 @@ class Worker(ProgramPeer):
             [*prefix, sys.executable, str(PROGRAM)], "umbp worker", {"UMBP_LOOKUP_TIMEOUT_MS": lookup, **(env or {})}
         )
         self.info: dict = {}  # the answer to "init"
+
+    def moved_since(self, before: dict) -> str:
+        """This worker's counters that moved since ``before`` (an earlier ``ask("stats")["stats"]``)
+        and the end of its log: a failed assertion's message, naming what the calls ran into."""
+        after = self.ask("stats")["stats"]
+        moved = {k: v - before.get(k, 0) for k, v in after.items() if isinstance(v, (int, float)) and v != before.get(k)}
+        return f"counters that moved: {moved}\nlog:\n{self.stderr_so_far()[-3000:]}"

@@ -128,7 +128,9 @@ def test_owner_link_down_then_up(hosts):
         seed = random.randrange(1 << 30)
         size = 256 << 10
         assert a.ask("put", keys=keys, size=size, seed=seed)["ok"] == [True] * 6
-        assert b.ask("get", keys=keys, size=size, seed=seed)["right"] == [True] * 6
+        before = b.ask("stats")["stats"]
+        got = b.ask("get", keys=keys, size=size, seed=seed)["right"]
+        assert got == [True] * 6, f"b: {b.moved_since(before)}\na's log:\n{a.stderr_so_far()[-3000:]}"
         b.ask("clear")  # drop any copy b cached: its next reads must go to a
         time.sleep(2.5)  # past the read lease b found them under (its remembered places)
 

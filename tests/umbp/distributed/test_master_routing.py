@@ -122,10 +122,7 @@ def test_first_read_through_a_redis_master_needs_no_resolve(redis_pair):  # noqa
             got = a.ask("get", keys=keys, size=96 << 10, seed=seed)
             assert got["right"] == [True] * 6
             after = a.ask("stats")["stats"]
-            why = (
-                f"a's counters that moved: { {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k)} }\n"
-                f"a's log:\n{a.stderr_so_far()[-3000:]}\nb's log:\n{b.stderr_so_far()[-3000:]}"
-            )
+            why = f"a: {a.moved_since(before)}\nb's log:\n{b.stderr_so_far()[-3000:]}"
             assert after["pulled_puts"] == before["pulled_puts"] + 6, why
             assert after["routed_location_reads"] == before["routed_location_reads"] + 6, why
             assert after["routed_location_stale"] == before["routed_location_stale"]
