@@ -45,5 +45,7 @@ class Worker(ProgramPeer):
         """This worker's counters that moved since ``before`` (an earlier ``ask("stats")["stats"]``)
         and the end of its log: a failed assertion's message, naming what the calls ran into."""
         after = self.ask("stats")["stats"]
-        moved = {k: v - before.get(k, 0) for k, v in after.items() if isinstance(v, (int, float)) and v != before.get(k)}
+        moved = {
+            k: v - before.get(k, 0) for k, v in after.items() if isinstance(v, (int, float)) and v != before.get(k)
+        }
         return f"counters that moved: {moved}\nlog:\n{self.stderr_so_far()[-3000:]}"
