@@ -7,6 +7,7 @@ by their owner; remote-fetch caching; a lookup-only scheduler client."""
 from __future__ import annotations
 
 import random
+import re
 import time
 
 import pytest
@@ -340,3 +341,23 @@ def test_get_peer_info_refuses_a_malformed_engine_desc(pair):
             )
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "engine_desc" in err.value.details()
         assert stub.GetPeerInfo(peer_pb.GetPeerInfoRequest(), timeout=10).engine_desc  # no descriptor: fine
+
+
+@pytest.mark.parametrize("asked", [None, "epoll1"])
+def test_a_worker_runs_grpc_on_its_poll_engine_unless_told(master, asked):
+    """A worker serves UMBPPeer and calls the master and its peers: grpc runs there on its poll
+    engine (grpc_servers.serving_and_calling), unless GRPC_POLL_STRATEGY names one; the variable
+    is not left behind in the worker's environment. grpc says at start which engine it took."""
+    env = {"GRPC_VERBOSITY": "DEBUG"} | ({"GRPC_POLL_STRATEGY": asked} if asked else {})
+    (w,) = start_workers(dict(master=master.address, node_id=uid("e"), dram=16 << 20), env=env)
+    try:
+        keys = _keys(2)
+        assert w.ask("put", keys=keys, size=4096, seed=7)["ok"] == [True] * 2  # calls and serves
+        log = w.stderr_so_far()
+        engines = set(re.findall(r"Using polling engine: (\w+)", log))
+        if not engines:
+            pytest.skip("this grpc does not say which polling engine it runs (GRPC_VERBOSITY=DEBUG)")
+        assert engines == {asked or "poll"}, log[-2000:]
+        assert w.ask("env", name="GRPC_POLL_STRATEGY")["value"] == asked
+    finally:
+        w.close()
