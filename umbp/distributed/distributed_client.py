@@ -275,30 +275,26 @@ class DistributedUMBPClient(_UMBPClient):
             self, self._native_engine, self._arena_desc, self._wake, self._transfer_timeout_ms
         )
         peer_host = host if host not in ("0.0.0.0", "") else "127.0.0.1"
-        from mori.umbp.distributed.grpc_servers import serving_and_calling
+        self._server = PeerServer(
+            service,
+            "0.0.0.0" if host == "0.0.0.0" else peer_host,
+            int(d.peer_service_port),
+            secret=self._secret,
+            pull_puts=self._peer_puts,
+        )
+        self.peer_address = f"{peer_host}:{self._server.port}"
+
+        # -- the control plane -----------------------------------------------------------------
         from mori.umbp.distributed.master_client import UMBPMasterClient
 
-        # This process serves UMBPPeer and calls the master and its peers: grpc's poll engine,
-        # where grpc starts here (grpc_servers.serving_and_calling says why).
-        with serving_and_calling():
-            self._server = PeerServer(
-                service,
-                "0.0.0.0" if host == "0.0.0.0" else peer_host,
-                int(d.peer_service_port),
-                secret=self._secret,
-                pull_puts=self._peer_puts,
-            )
-            self.peer_address = f"{peer_host}:{self._server.port}"
-
-            # -- the control plane -------------------------------------------------------------
-            self._master = UMBPMasterClient(
-                mc.master_address,
-                mc.node_id,
-                mc.node_address,
-                lookup_timeout_ms=int(self._timeout_s * 1000),
-                secret_hex=secret_hex or "",
-                peer_address=self.peer_address,
-            )
+        self._master = UMBPMasterClient(
+            mc.master_address,
+            mc.node_id,
+            mc.node_address,
+            lookup_timeout_ms=int(self._timeout_s * 1000),
+            secret_hex=secret_hex or "",
+            peer_address=self.peer_address,
+        )
         self._tags = list(mc.tags)
         self._hb_lock = threading.Lock()  # one heartbeat at a time
         self._bundle_seq = 0

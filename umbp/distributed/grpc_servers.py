@@ -18,11 +18,9 @@ details.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import time
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 import grpc
 
@@ -60,29 +58,6 @@ def server_kind(requested: Optional[str] = None, setting_name: str = "UMBP_MASTE
             f"(apt install libgrpc++-dev and rebuild, or use {setting_name}=python)"
         )
     return kind
-
-
-@contextlib.contextmanager
-def serving_and_calling() -> Iterator[None]:
-    """Starts grpc in this process on its ``poll`` engine, for a process that serves gRPC and
-    calls it too (a distributed UMBP worker: its UMBPPeer server and its calls to the master and
-    to peers), unless GRPC_POLL_STRATEGY is set or grpc already runs here (then nothing changes).
-
-    Why: on grpc's default engine (``epoll1``) all of a process's completion queues share one
-    epoll set, polled by one thread at a time; a worker's idle server threads take that turn, so
-    the reply to each of its own calls is read on a server thread that then wakes the caller. On
-    the 2-vCPU VM a master call from a worker took 225 us where the same call from a process
-    without a server took 118 us; with ``poll`` (each queue polls its own sockets) 111-118 us. The
-    variable is set only while the block creates grpc's first objects (grpc reads it once, when
-    it starts) and removed after, so child processes and the master keep grpc's default."""
-    if "GRPC_POLL_STRATEGY" in os.environ:
-        yield
-        return
-    os.environ["GRPC_POLL_STRATEGY"] = "poll"
-    try:
-        yield
-    finally:
-        os.environ.pop("GRPC_POLL_STRATEGY", None)
 
 
 class _Aborted(Exception):

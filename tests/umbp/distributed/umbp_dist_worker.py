@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 import traceback
 from typing import Optional
@@ -122,10 +121,6 @@ class Worker:
             "stats": {k: v for k, v in self.client.stats().items() if isinstance(v, (int, float, bool))},
             "peer_state": list(self.client.peer_event_state()) if not self.client._lookup_only else [],
         }
-
-    def env(self, name: str):
-        """An environment variable of this process (None: unset)."""
-        return {"value": os.environ.get(name)}
 
     def drop_bundle(self):
         self.client._drop_next_bundle = True
