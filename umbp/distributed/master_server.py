@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 import grpc
 
+from mori.core.env import setting
 from mori.umbp.distributed.grpc_servers import SERVER_NAMES, GrpcDispatcher, cpp_server, server_kind
 from mori.umbp.distributed.master_metrics import MasterMetrics
 from mori.umbp.distributed.master_peers import PeerChannels
@@ -64,7 +65,7 @@ class MasterServer:
         store: Optional[MetadataStore] = None,
         metrics_port: Optional[int] = None,
         secret: Optional[bytes] = None,
-        max_workers: int = 16,
+        max_workers: Optional[int] = None,
         reuse_port: bool = False,
         duties: bool = True,
         server: Optional[str] = None,
@@ -73,7 +74,12 @@ class MasterServer:
         share a Redis store). ``duties``: run the reaper, hit-counter GC and eviction manager
         (one process of such a group does). ``server``: which gRPC server serves the handlers,
         ``cpp`` (grpc++ in this process), ``python`` (grpcio) or ``auto`` (cpp when built);
-        default UMBP_MASTER_SERVER."""
+        default UMBP_MASTER_SERVER. ``max_workers``: the threads answering calls (grpc++: at most
+        the cores); default UMBP_MASTER_THREADS."""
+        if max_workers is None:
+            max_workers = int(setting("UMBP_MASTER_THREADS"))
+        if max_workers < 1:
+            raise ValueError(f"UMBP_MASTER_THREADS (max_workers) must be >= 1, got {max_workers}")
         self.settings = settings or MasterSettings.from_environment()
         self.server_kind = server_kind(server)
         self.settings.validate()

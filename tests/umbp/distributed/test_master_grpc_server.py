@@ -53,6 +53,36 @@ def test_the_build_has_the_cpp_server_where_grpcpp_is_installed():
         assert CPP.HAVE_NATIVE_REDIS, "hiredis is installed but the native Redis get path was not built"
 
 
+@pytest.mark.skipif(CPP is None, reason="this build has no grpc++")
+def test_umbp_master_threads_sets_the_cpp_servers_workers(monkeypatch):
+    """UMBP_MASTER_THREADS: the threads answering the grpc++ master's calls (at most the cores);
+    below 1 it is refused, naming the setting."""
+    monkeypatch.setenv("UMBP_MASTER_THREADS", "1")
+    _C.core.reload_env()
+    try:
+        m = MasterServer("127.0.0.1:0", settings=fast_settings(), server="cpp")
+        m.start()
+        try:
+            assert m._server.workers == 1
+            peer = PeerSession(f"127.0.0.1:{m.port}", "node-t", {DRAM: (GIB, GIB)})  # one thread answers them all
+            peer.heartbeat([("add", "k-t", DRAM, 4096)])
+            stub = pb_grpc.UMBPMasterStub(peer.channel)
+            assert list(stub.BatchLookup(pb.BatchLookupRequest(keys=["k-t", "absent"]), timeout=5).found) == [
+                True,
+                False,
+            ]
+            peer.close()
+        finally:
+            m.stop()
+        monkeypatch.setenv("UMBP_MASTER_THREADS", "0")
+        _C.core.reload_env()
+        with pytest.raises(ValueError, match="UMBP_MASTER_THREADS"):
+            MasterServer("127.0.0.1:0", settings=fast_settings(), server="cpp")
+    finally:
+        monkeypatch.delenv("UMBP_MASTER_THREADS")
+        _C.core.reload_env()
+
+
 def _master(kind: str, secret=None, store=None) -> MasterServer:
     m = MasterServer(
         "127.0.0.1:0", settings=fast_settings(hit_query_max_batch=8), secret=secret, server=kind, store=store
