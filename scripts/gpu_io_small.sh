@@ -5,8 +5,8 @@
 # with the python that has the package and Mooncake (PYTHON, default python3).
 #   ORDER  the runs, in order (default "off on on off off on"); a run is off, on, on64k or
 #          on128k (on, with MORI_IO_TCP_CHUNK=64K or 128K: striped over both lanes from 128 or
-#          256 KiB, where the default 512 KiB chunk stripes from 768 KiB), sfNk (on, with
-#          MORI_IO_TCP_STRIPE_FROM=NK: striped above N KiB, pieces still up to the chunk) or usN
+#          256 KiB), sfNk (on, with MORI_IO_TCP_STRIPE_FROM=NK: striped above N KiB, pieces still
+#          up to the chunk; the default is 192 KiB, sf0k the chunk alone, as before 2026-12-05) or usN
 #          (MORI_IO_TCP_POLL_US=N, whatever the CPU count)
 #   SIZES  message sizes (default 8,4K,64K,256K,1M,4M,16M,64M), batches 1 and 128
 #   OUT    where each run's JSON and log go (default bench-results/io-small), and summary.txt:

@@ -38,7 +38,10 @@ IoSettings read_settings() {
   s.connect_timeout_s = std::max<int64_t>(1, e.io_cp_timeout_ms) / 1000.0;
   s.lanes = static_cast<int>(std::clamp<int64_t>(e.io_tcp_lanes, 1, 64));
   s.chunk_bytes = std::clamp<size_t>(e.io_tcp_chunk, 4096, wire::kMaxChunk);
-  s.stripe_from = e.io_tcp_stripe_from ? std::max<size_t>(e.io_tcp_stripe_from, 4096) : s.chunk_bytes;
+  // Striped: a transfer of more than one chunk, and (from 192 KiB by default) smaller ones too,
+  // in halves: two lanes' copies side by side beat one (docs/io.md, Round 5).
+  s.stripe_from =
+      e.io_tcp_stripe_from ? std::min(std::max<size_t>(e.io_tcp_stripe_from, 4096), s.chunk_bytes) : s.chunk_bytes;
   s.direct = e.io_direct;
   s.direct_threads = static_cast<int>(std::clamp<int64_t>(e.io_direct_threads, 1, 64));
   s.inline_bytes = e.io_inline_bytes;

@@ -139,13 +139,16 @@ def test_striping_edges_exact(monkeypatch):
     run_sequence(a, b, [s for pair in zip(sizes, reversed(sizes)) for s in pair], seed=200)
 
 
-def test_stripe_from_edges_exact(monkeypatch):
-    """MORI_IO_TCP_STRIPE_FROM=128K with the 512 KiB chunk: from just above 128 KiB a transfer
-    goes as two equal halves (or more pieces above 1 MiB); sizes just below, at and above 128,
-    256 and 512 KiB and 1 MiB, single and alternating with small ones."""
-    monkeypatch.setenv("MORI_IO_TCP_STRIPE_FROM", str(128 * KiB))
+@pytest.mark.parametrize("stripe_from", [None, 128 * KiB, 0])
+def test_stripe_from_edges_exact(monkeypatch, stripe_from):
+    """MORI_IO_TCP_STRIPE_FROM (default 192 KiB; 128 KiB; 0, the chunk alone) with the 512 KiB
+    chunk: above it a transfer goes as two equal halves (or more pieces above 1 MiB); sizes just
+    below, at and above 128, 192, 256 and 512 KiB and 1 MiB, single and alternating with small
+    ones."""
+    if stripe_from is not None:
+        monkeypatch.setenv("MORI_IO_TCP_STRIPE_FROM", str(stripe_from))
     a, b = pair(2)
-    sizes = [c * KiB + d for c in (128, 256, 512, 1024) for d in (-1, 0, 1)] + [3, 4099]
+    sizes = [c * KiB + d for c in (128, 192, 256, 512, 1024) for d in (-1, 0, 1)] + [3, 4099]
     run_sequence(a, b, [s for pair in zip(sizes, reversed(sizes)) for s in pair], seed=300)
 
 

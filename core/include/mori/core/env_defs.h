@@ -66,9 +66,9 @@
     "MORI-IO tcp backend: connections per peer (RdmaBackendConfig.qp_per_transfer > 1 overrides)")                     \
   X(io_tcp_chunk, "MORI_IO_TCP_CHUNK", size, "512KiB", io, "",                                                         \
     "MORI-IO tcp backend: larger transfers are striped over the lanes, in equal pieces of at most this size")          \
-  X(io_tcp_stripe_from, "MORI_IO_TCP_STRIPE_FROM", size, "0", io, "",                                                  \
-    "MORI-IO tcp backend: transfers larger than this are striped over the lanes, in equal pieces of at most "          \
-    "MORI_IO_TCP_CHUNK (0: larger than the chunk)")                                                                    \
+  X(io_tcp_stripe_from, "MORI_IO_TCP_STRIPE_FROM", size, "192KiB", io, "",                                             \
+    "MORI-IO tcp backend: transfers larger than this or than MORI_IO_TCP_CHUNK are striped over the lanes, in "        \
+    "equal pieces of at most the chunk (0: the chunk alone decides)")                                                  \
   X(io_inline_bytes, "MORI_IO_INLINE_BYTES", size, "64KiB", io, "",                                                    \
     "MORI-IO: posts up to this size are sent from the caller's thread when the connection is not sending (larger "     \
     "ones up to its 4 MiB socket buffer when nothing is in flight either)")                                            \
