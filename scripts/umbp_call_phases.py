@@ -8,7 +8,9 @@ owner. Each call is timed whole, and so are its phases, by wrapping the client's
 the master RPC (`_master_call`), the owner's pulled put (`_put_remote`), a first read's remote
 part (`_get_remote`). Prints p50 per phase and writes JSON.
 
-    python3 scripts/umbp_call_phases.py --size 64K --calls 3000 [--json out.json]
+    GRPC_POLL_STRATEGY=poll python3 scripts/umbp_call_phases.py --size 64K --calls 3000 [--json out.json]
+
+GRPC_POLL_STRATEGY applies to this worker only: the master and owner process runs on grpc's default.
 
 A diagnostic, not a benchmark (no baseline): docs/umbp-distributed.md (Round 8) quotes it.
 """
@@ -27,6 +29,12 @@ import uuid
 
 
 def _serve(capacity: int, ready, stop) -> None:
+    import os
+
+    # The master (and the owner it starts) on grpc's default polling engine, as deployed
+    # (docs/umbp-distributed.md): a GRPC_POLL_STRATEGY meant for this worker is not inherited.
+    # Set before grpc starts in this fresh process, while it runs one thread.
+    os.environ.pop("GRPC_POLL_STRATEGY", None)
     from mori.apps.bench import umbp_distributed as ud
 
     pool = ud.Pool("127.0.0.1", capacity, False, 30.0).start(tempfile.mkdtemp())

@@ -103,3 +103,5 @@ def test_bench_umbp_distributed_netns(tmp_path):
     # Each namespace has its own node id: the values cross the veth link over tcp.
     assert doc["meta"]["io_backend"] == "tcp" and doc["meta"]["hosts"] == "netns"
     assert "veth" in doc["meta"]["netns"]
+    # Each side on the engine docs/umbp-distributed.md recommends (the worker's, the pool's).
+    assert doc["meta"]["grpc_poll_strategy"] == {"pool": "grpc's default", "worker": "poll"}
