@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds MORI with AddressSanitizer + UndefinedBehaviorSanitizer and runs the shmem suites
-# (Python API, hostile-argument suite, OpenSHMEM C API), EP's CPU suite and IO's under it.
+# (Python API, hostile-argument suite, OpenSHMEM C API), EP's CPU suite, IO's and UMBP's under it.
 #
 #   scripts/sanitize.sh                 # build (incremental) and run the default suites
 #   scripts/sanitize.sh tests/ep        # ...or the pytest paths given
@@ -69,6 +69,7 @@ if [ $# -eq 0 ]; then
   set -- tests/shmem tests/hostile/test_memory_safety.py tests/hostile/test_fuzz_shmem.py tests/test_capi.py \
     tests/ep/test_ep.py
   if [ -d tests/io ]; then set -- "$@" tests/io; fi
+  if [ -d tests/umbp ]; then set -- "$@" tests/umbp; fi
 fi
 status=0
 "$VENV/bin/python" -m pytest -q -ra --timeout=900 -p no:cacheprovider "$@" || status=$?
