@@ -265,7 +265,15 @@ size_t LocalClient::batch_exists_consecutive(const std::string_view* keys, size_
   return i + consecutive_from(rest.data(), rest.size(), 0);
 }
 
+PeerPages* LocalClient::peer_pages_if_made() {
+  std::lock_guard<std::mutex> lock(peer_mu_);
+  return peer_.get();
+}
+
 bool LocalClient::clear() {
+  // A distributed worker's HBM values go too; first, so that their SSD copies in flight land
+  // before the SSD is cleared.
+  if (PeerPages* peers = peer_pages_if_made()) peers->clear_hbm();
   if (pipeline_) pipeline_->drain();  // no copy may land on the SSD after it is cleared
   if (dram_) dram_->clear();
   if (ssd_) ssd_->clear();
@@ -274,6 +282,7 @@ bool LocalClient::clear() {
 
 bool LocalClient::flush() {
   if (pipeline_) pipeline_->drain();
+  if (PeerPages* peers = peer_pages_if_made()) peers->drain_hbm_copies();  // a worker's HBM values' copies
   if (ssd_ && role_ != Role::SharedSSDFollower) ssd_->flush();
   return true;
 }

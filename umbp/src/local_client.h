@@ -81,6 +81,8 @@ class LocalClient final : public Client {
   // Whether the SSD tier holds `key`; a follower re-scans the directory on its first miss of a
   // call (*rescanned tracks that).
   bool on_ssd(const std::string& key, bool* rescanned);
+  // The peer hooks if they were made (null otherwise): clear() and flush() reach the HBM pages.
+  PeerPages* peer_pages_if_made();
 
   const Config config_;
   const Role role_;

@@ -433,6 +433,15 @@ StagedValue PeerPages::prepare_ssd_read(const std::string& key, uint64_t max_siz
   return out;
 }
 
+void PeerPages::drain_hbm_copies() {
+  if (hbm_pipeline_) hbm_pipeline_->drain();
+}
+
+void PeerPages::clear_hbm() {
+  drain_hbm_copies();
+  if (hbm_) hbm_->clear();
+}
+
 std::vector<bool> PeerPages::hbm_get(const std::vector<std::string>& keys, const std::vector<uintptr_t>& dsts,
                                      const std::vector<uint64_t>& sizes) {
   std::vector<bool> hits(keys.size(), false);

@@ -125,6 +125,12 @@ class PeerPages {
   // HBM arena, a failed copy): the caller puts those elsewhere.
   std::vector<int> hbm_put(const std::vector<std::string>& keys, const std::vector<uintptr_t>& srcs,
                            const std::vector<uint64_t>& sizes);
+  // The store's flush(): returns once the HBM values' SSD copies in flight are done (no-op
+  // without HBM pages or an SSD tier).
+  void drain_hbm_copies();
+  // The store's clear(): drops every HBM value (their REMOVE events too), after the SSD copies
+  // in flight, so that none lands on the SSD once it is cleared.
+  void clear_hbm();
   // Ends a read lease (DRAM or staging); false when it is unknown (expired, or released).
   bool release(uint64_t lease_id);
   // Master-driven eviction from DRAM: the bytes freed per key (0: leased, pinned, or absent).

@@ -111,6 +111,12 @@ class HbmWorker:
         self.client.heartbeat_now()
         return {}
 
+    def flush(self):
+        return {"ok": bool(self.client.flush())}
+
+    def clear(self):
+        return {"ok": bool(self.client.clear())}
+
     def close(self):
         if self.client is not None:
             self.client.close()
@@ -324,6 +330,44 @@ def test_hbm_value_gets_its_ssd_copy(own_master, tmp_path):
         for cuda in (False, True):
             got = a.ask("get", keys=keys, size=size, seed=seed, cuda=cuda)
             assert got["right"] == [True, True], got
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _have_cuda(), reason="needs a CUDA GPU and torch")
+def test_flush_waits_for_hbm_copies_and_clear_drops_hbm_values(own_master, tmp_path):
+    """flush() returns once the HBM values' SSD copies are done (each is evictable from HBM at
+    once, then read from the SSD, exact); clear() drops the HBM values too (the worker's HBM
+    pages hold no key, a reader misses them once the REMOVE events reached the master)."""
+    from mori.umbp import UMBPTierType
+
+    a, b = _start(
+        dict(master=own_master.address, node_id=uid("a"), dram=16 * MIB),
+        dict(master=own_master.address, node_id=uid("b"), dram=32 * MIB, hbm=16 * MIB, ssd_dir=str(tmp_path / "b")),
+    )
+    try:
+        keys, seed, size = _keys(3), random.randrange(1 << 30), 2 * MIB + 77
+        assert a.ask("put", keys=keys, size=size, seed=seed, cuda=True)["ok"] == [True] * 3
+        assert b.ask("tiers", keys=keys)["tiers"] == [int(UMBPTierType.HBM)] * 3
+        assert b.ask("flush")["ok"]
+        assert all(f >= size for f in b.ask("evict", keys=keys[:2])["freed"])  # no copy still pinning them
+        assert b.ask("tiers", keys=keys)["tiers"] == [int(UMBPTierType.SSD)] * 2 + [int(UMBPTierType.HBM)]
+        b.ask("heartbeat")
+        got = a.ask("get", keys=keys, size=size, seed=seed)
+        assert got["right"] == [True] * 3, got
+
+        more, seed2 = _keys(2), random.randrange(1 << 30)
+        assert a.ask("put", keys=more, size=size, seed=seed2, cuda=True)["ok"] == [True] * 2
+        assert b.ask("tiers", keys=more)["tiers"] == [int(UMBPTierType.HBM)] * 2
+        assert b.ask("clear")["ok"]
+        after = b.ask("tiers", keys=keys + more)
+        assert after["tiers"] == [0] * 5, after
+        assert after["hbm"]["keys"] == 0, after
+        b.ask("heartbeat")  # the REMOVE events reach the master
+        got = a.ask("get", keys=more, size=size, seed=seed2)
+        assert got["ok"] == [False, False] and all(got["untouched_misses"]), got
     finally:
         a.close()
         b.close()
