@@ -509,7 +509,7 @@ class UMBPMasterAdminServicer(admin_grpc.UMBPMasterAdminServicer):
                 stub = s.peers.stub(client.peer_address)
                 for i in range(0, len(keys), self.EVICT_CHUNK):
                     chunk = keys[i : i + self.EVICT_CHUNK]
-                    reply = stub.EvictKey(peer_pb.EvictKeyRequest(keys=chunk), timeout=deadline)
+                    reply = stub.EvictKey(peer_pb.EvictKeyRequest(keys=chunk, clear=True), timeout=deadline)
                     freed = {e.key: e.bytes_freed for e in reply.evicted}
                     for key in chunk:
                         if freed.get(key, 0) > 0:

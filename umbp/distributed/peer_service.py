@@ -285,7 +285,7 @@ class PeerService(peer_grpc.UMBPPeerServicer):
     # -- master-driven eviction ----------------------------------------------------------------
     def EvictKey(self, request, context):
         keys = list(request.keys)
-        freed = self._store.peer_evict(keys)
+        freed = self._store.peer_remove(keys) if request.clear else self._store.peer_evict(keys)
         return peer_pb.EvictKeyResponse(
             evicted=[peer_pb.EvictKeyEntry(key=k, bytes_freed=f) for k, f in zip(keys, freed)]
         )

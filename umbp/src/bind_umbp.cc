@@ -539,6 +539,12 @@ void bind_client(py::module_& m) {
           [](PyClient& c, const Keys& keys) { return c.peer([&](PeerPages& p) { return p.evict(keys); }); },
           py::arg("keys"), Release(), "bytes freed per key (0: leased, pinned or absent)")
       .def(
+          "peer_remove",
+          [](PyClient& c, const Keys& keys) { return c.peer([&](PeerPages& p) { return p.remove(keys); }); },
+          py::arg("keys"), Release(),
+          "a cluster-wide clear's EvictKey: each key gone from every tier, leased or not; bytes freed per key "
+          "(0: absent)")
+      .def(
           "peer_verify",
           [](PyClient& c, const std::vector<uintptr_t>& ptrs, const std::vector<uint64_t>& sizes,
              const std::vector<uint64_t>& checksums) {

@@ -86,10 +86,11 @@ DramTier::DramTier(const ExternalArena& arena, const DramConfig& watermarks, con
       tier_(arena.tier),
       external_checksum_(arena.checksum),
       external_copy_(arena.copy_to_host),
+      external_invalidate_(arena.invalidate),
       base_(arena.base),
       heap_(0, arena.capacity) {
-  if (!external_checksum_ || !external_copy_)
-    raise(Status::kInvalidArgument, "DRAM tier: an external arena needs its checksum and copy functions");
+  if (!external_checksum_ || !external_copy_ || !external_invalidate_)
+    raise(Status::kInvalidArgument, "DRAM tier: an external arena needs its checksum, copy and invalidate functions");
 }
 
 DramTier::~DramTier() {
@@ -156,7 +157,22 @@ void DramTier::drop(Block* b) {
   }
 }
 
+void DramTier::invalidate(Block* b) {
+  const size_t n = std::min<size_t>(b->size, 8);
+  if (!b->published || n == 0) return;  // no reader was told of an unpublished slot
+  if (external_invalidate_) {
+    try {
+      external_invalidate_(b->data, n);
+    } catch (const std::exception& e) {  // the block goes back all the same
+      MORI_LOG(kWarn, "umbp", "could not invalidate a freed value of %s: %s", b->key.c_str(), e.what());
+    }
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) b->data[i] = static_cast<char>(~b->data[i]);
+}
+
 void DramTier::release(Block* b) {
+  invalidate(b);
   heap_.release(b->offset);
   used_bytes_ -= b->reserved;
   delete b;

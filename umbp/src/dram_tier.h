@@ -67,6 +67,7 @@ class DramTier {
     TierType tier = TierType::HBM;
     std::function<uint64_t(const char*, size_t)> checksum;
     std::function<void(void* host, const char* src, size_t n)> copy_to_host;  // for the SSD copy
+    std::function<void(char* p, size_t n)> invalidate;                        // see invalidate()
   };
   DramTier(const ExternalArena& arena, const DramConfig& watermarks, const EvictionConfig& eviction);
   ~DramTier();
@@ -189,6 +190,13 @@ class DramTier {
   // Set for an external arena: how its values are hashed (null: host memory, value_checksum).
   std::function<uint64_t(const char*, size_t)> external_checksum_;
   std::function<void(void*, const char*, size_t)> external_copy_;
+  std::function<void(char*, size_t)> external_invalidate_;
+  // A published value's bytes stop matching its checksum when its block goes back to the heap:
+  // a remote reader that remembered the place (UMBPLocationCache: one-sided reads checked by
+  // the checksum alone) misses a value that was cleared or evicted instead of reading it there,
+  // until the block holds another value (which fails the checksum anyway). Flips the value's
+  // first bytes (at most 8): cheaper than any scrub, and always a change.
+  void invalidate(Block* b);
   uint64_t hash(const Block* b) const;
   PeerEventLog* events_ = nullptr;  // under mu_
   HostMemAllocator host_;

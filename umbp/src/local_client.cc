@@ -273,10 +273,15 @@ PeerPages* LocalClient::peer_pages_if_made() {
 bool LocalClient::clear() {
   // A distributed worker's HBM values go too; first, so that their SSD copies in flight land
   // before the SSD is cleared.
-  if (PeerPages* peers = peer_pages_if_made()) peers->clear_hbm();
+  PeerPages* peers = peer_pages_if_made();
+  if (peers) peers->clear_hbm();
   if (pipeline_) pipeline_->drain();  // no copy may land on the SSD after it is cleared
   if (dram_) dram_->clear();
   if (ssd_) ssd_->clear();
+  // Remote readers' leases end with the clear: the values they pinned go back to the heap now
+  // (their bytes stop matching their checksums), so a reader that remembered their places
+  // misses them instead of reading them there until the leases would have run out.
+  if (peers) peers->end_leases();
   return true;
 }
 

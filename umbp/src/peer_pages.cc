@@ -62,6 +62,21 @@ void device_to_host(void* host, const char* src, size_t n, int device) {
 #endif
 }
 
+// Flips the first n (at most 8) bytes of a freed HBM value (DramTier::invalidate).
+void device_invalidate(char* p, size_t n, int device) {
+#if MORI_WITH_CUDA
+  CudaDeviceGuard guard(device);
+  unsigned char bytes[8];
+  n = std::min<size_t>(n, sizeof(bytes));
+  check_cuda(cudaMemcpy(bytes, p, n, cudaMemcpyDeviceToHost), "cudaMemcpy (a freed HBM value's first bytes)");
+  for (size_t i = 0; i < n; ++i) bytes[i] = static_cast<unsigned char>(~bytes[i]);
+  check_cuda(cudaMemcpy(p, bytes, n, cudaMemcpyHostToDevice), "cudaMemcpy (invalidating a freed HBM value)");
+#else
+  (void)p, (void)n, (void)device;
+  raise(Status::kUnavailable, "device_invalidate: this build of MORI has no CUDA");
+#endif
+}
+
 }  // namespace
 
 PeerPages::DeviceMemory::~DeviceMemory() {
@@ -127,6 +142,7 @@ PeerPages::PeerPages(DramTier& dram, SsdTier* ssd, CopyPipeline* pipeline, bool 
     a.tier = TierType::HBM;
     a.checksum = [device = hbm.device](const char* p, size_t n) { return device_checksum(p, n, device); };
     a.copy_to_host = [device = hbm.device](void* host, const char* p, size_t n) { device_to_host(host, p, n, device); };
+    a.invalidate = [device = hbm.device](char* p, size_t n) { device_invalidate(p, n, device); };
     hbm_ = std::make_unique<DramTier>(a, watermarks, eviction);
     if (ssd_ && pipeline_) hbm_pipeline_ = std::make_unique<CopyPipeline>(copy, *hbm_, *ssd_);
   }
@@ -163,6 +179,12 @@ PeerPages::~PeerPages() {
   if (hbm_) hbm_->set_event_log(nullptr);
   if (ssd_) ssd_->set_event_log(nullptr);
   host_.free(staging_);
+}
+
+void PeerPages::end_leases() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, l] : leases_) end_lease(l);
+  leases_.clear();
 }
 
 void PeerPages::end_lease(Lease& l) {
@@ -520,6 +542,40 @@ std::vector<uint64_t> PeerPages::evict(const std::vector<std::string>& keys) {
   std::vector<uint64_t> freed(keys.size(), 0);
   // EvictKey names keys, not tiers: a key lives in one arena at most (allocate() keeps it so).
   for (size_t i = 0; i < keys.size(); ++i) freed[i] = (hbm_ ? hbm_->evict_key(keys[i]) : 0) + dram_.evict_key(keys[i]);
+  return freed;
+}
+
+std::vector<uint64_t> PeerPages::remove(const std::vector<std::string>& keys) {
+  if (pipeline_) pipeline_->drain();
+  drain_hbm_copies();
+  std::vector<uint64_t> freed(keys.size(), 0);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (DramTier* tier : {&dram_, hbm_.get()}) {
+      if (!tier) continue;
+      // Held by this call while it is dropped and its leases end: freed (and its bytes made to
+      // fail their checksum) when the last holder lets go, here.
+      DramTier::Block* b = tier->pin(keys[i]);
+      if (!b) continue;
+      freed[i] += DramTier::size_of(b);
+      tier->remove(keys[i]);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (auto it = leases_.begin(); it != leases_.end();) {
+          if (it->second.block == b) {
+            end_lease(it->second);
+            it = leases_.erase(it);
+          } else {
+            ++it;
+          }
+        }
+      }
+      tier->unpin_blocks(&b, 1);
+    }
+    if (ssd_) {
+      const size_t on_ssd = ssd_->value_size(keys[i]);
+      if (on_ssd && ssd_->remove(keys[i])) freed[i] += on_ssd;
+    }
+  }
   return freed;
 }
 

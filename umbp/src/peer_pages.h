@@ -131,10 +131,16 @@ class PeerPages {
   // The store's clear(): drops every HBM value (their REMOVE events too), after the SSD copies
   // in flight, so that none lands on the SSD once it is cleared.
   void clear_hbm();
+  // The store's clear(): ends every read lease (DRAM, HBM and staging) at once.
+  void end_leases();
   // Ends a read lease (DRAM or staging); false when it is unknown (expired, or released).
   bool release(uint64_t lease_id);
   // Master-driven eviction from DRAM: the bytes freed per key (0: leased, pinned, or absent).
   std::vector<uint64_t> evict(const std::vector<std::string>& keys);
+  // A cluster-wide clear's EvictKey (`clear` set): each key gone from every tier (DRAM, HBM,
+  // SSD) whatever holds it, the read leases on it ended, after the SSD copies in flight (none
+  // may bring a value back). The bytes freed per key (0: absent).
+  std::vector<uint64_t> remove(const std::vector<std::string>& keys);
   // A reader's check of values it read from peers: whether [ptrs[i], ptrs[i] + sizes[i]) hashes
   // to checksums[i]. One pass over each value; a batch of kParallelHashMin bytes or more is
   // hashed by the hash team (one task per value), as commit() hashes the values it publishes.

@@ -260,6 +260,37 @@ def test_ssd_only_key_staged_by_its_owner(tmp_path):
             reader.close()
 
 
+def test_cluster_wide_clear_removes_every_tier(tmp_path):
+    """UMBPMasterClient.clear_cluster() leaves nothing readable: the owner's DRAM values and the
+    ones it keeps only on its SSD are all gone (MORI's EvictKey alone frees DRAM and refuses the
+    rest), and a reader misses every key."""
+    with running_master(settings=fast_settings(route_put_affinity="local")) as master:
+        owner, reader = start_workers(
+            dict(master=master.address, node_id=uid("owner"), dram=8 << 20, ssd_dir=str(tmp_path / "ssd")),
+            dict(master=master.address, node_id=uid("reader"), dram=4 << 20),
+        )
+        try:
+            seed = random.randrange(1 << 30)
+            keys = _keys(12)
+            for i, k in enumerate(keys):
+                assert owner.ask("put", keys=[k], size=1 << 20, seed=seed + i)["ok"] == [True]
+            owner.ask("flush")
+            owner.ask("heartbeat")
+            st = owner.ask("stats")["stats"]
+            assert st["dram_evictions"] > 0 and st["ssd_keys"] == 12
+            with UMBPMasterClient(master.address, node_id=uid("admin")) as admin:
+                out = admin.clear_cluster()
+            assert out["keys_evicted"] == 12 and out["keys_refused"] == 0, out
+            st = owner.ask("stats")["stats"]
+            assert st["ssd_keys"] == 0 and st["dram_keys"] == 0, st
+            owner.ask("heartbeat")
+            got = reader.ask("get", keys=keys, size=1 << 20, seed=seed)
+            assert got["ok"] == [False] * 12 and all(got["untouched_misses"]), got
+        finally:
+            owner.close()
+            reader.close()
+
+
 def test_remote_fetch_caching(master, pair):
     """cache_remote_fetches with SIZE admission (1 MiB here) keeps a local copy of small values
     read from a peer (then owned and served here), never of larger ones."""
@@ -364,3 +395,26 @@ def test_workers_on_grpcs_poll_engine_put_and_get(master):
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.parametrize("how", ["owner", "cluster"])
+def test_a_cleared_value_is_not_read_at_a_remembered_place(pair, master, how):
+    """After the owners' clear() (or a cluster-wide clear) a reader that remembered the values'
+    places misses them, though their bytes may still lie in the owner's arena: a clear is what
+    a user asks for when the values must not be served any more (new weights, a new model), so a
+    located read must not find them by their checksums either."""
+    a, b = pair
+    keys = _keys(4)
+    seed = random.randrange(1 << 30)
+    assert a.ask("put", keys=keys, size=64 << 10, seed=seed)["ok"] == [True] * 4
+    assert a.ask("get", keys=keys, size=64 << 10, seed=seed, pool=True)["right"] == [True] * 4
+    assert a.ask("locations", keys=keys, extend_s=60.0)["held"] == 4
+    if how == "owner":  # each worker clears what it owns (most_available may have kept one on a)
+        b.ask("clear")
+        a.ask("clear")
+    else:
+        with UMBPMasterClient(master.address, node_id=uid("admin")) as admin:
+            admin.clear_cluster()
+    b.ask("heartbeat")
+    got = a.ask("get", keys=keys, size=64 << 10, seed=seed, pool=True)
+    assert got["ok"] == [False] * 4, got
