@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // MORI_IO_TCP_POLL_US: where the host has cores to spare, a target's connection thread and an
 // initiator's caller waiting for a reply busy-poll their socket for a bounded window before
-// they sleep in the kernel. What it saves is the wake-up of a thread asleep in poll()/recv(),
-// once for the request (target) and once for the reply (initiator), and once per segment of a
-// large payload that arrives while the receiver copies the previous one.
+// they sleep in the kernel (poll_readable, core/socket_spin.h; recv_polling below). What it saves is the wake-up of a
+// thread asleep in poll()/recv(), once for the request (target) and once for the reply (initiator), and once per
+// segment of a large payload that arrives while the receiver copies the previous one.
 #pragma once
 
 #include <poll.h>
@@ -14,35 +14,15 @@
 #include <chrono>
 #include <cstddef>
 
-#include "mori/core/spin.h"
+#include "mori/core/socket_spin.h"
 #include "mori/core/status.h"
 
 namespace mori::io {
-
-// Busy-pollers of this process at once: a quarter of its CPUs (4 on 16), so that the engines'
-// pollers leave most cores to the work (an engine has a thread per inbound connection).
-inline SpinBudget& tcp_spin_budget() {
-  static SpinBudget budget(std::max(1, usable_cpus() / 4));
-  return budget;
-}
 
 // MORI_IO_TCP_POLL_US "auto": a process that may run on this many CPUs polls; below it (the
 // 2-core CI machine) a poller would take the core its peer process needs to answer.
 constexpr int kPollAutoMinCpus = 8;
 constexpr int kPollAutoUs = 50;
-
-// Whether `fd` has something to read (data, a close, an error) within `window`: polls it
-// without sleeping; false at once for a zero window or when the budget has no place.
-inline bool poll_readable(int fd, std::chrono::microseconds window) {
-  if (window.count() <= 0) return false;
-  SpinTicket ticket(tcp_spin_budget());
-  if (!ticket) return false;
-  auto ready = [fd] {
-    pollfd p{fd, POLLIN, 0};
-    return ::poll(&p, 1, 0) > 0;
-  };
-  return spin_until(ready, std::chrono::steady_clock::now() + window, 1);
-}
 
 // Receives up to `n` bytes of a payload into `dst` without sleeping: what has arrived, and
 // what arrives while it polls, until `window` passes with nothing new. Returns the bytes
@@ -50,7 +30,7 @@ inline bool poll_readable(int fd, std::chrono::microseconds window) {
 // when the connection's SocketReader holds nothing buffered.
 inline size_t recv_polling(int fd, char* dst, size_t n, std::chrono::microseconds window) {
   if (window.count() <= 0 || n == 0) return 0;
-  SpinTicket ticket(tcp_spin_budget());
+  SpinTicket ticket(socket_spin_budget());
   if (!ticket) return 0;
   size_t got = 0;
   auto until = std::chrono::steady_clock::now() + window;

@@ -43,7 +43,8 @@ def server_env(extra: Optional[dict] = None) -> dict:
 class ServerProcess:
     """`python -m mori.umbp.server` at `address`, in a process of its own."""
 
-    def __init__(self, address: str, log: Path):
+    def __init__(self, address: str, log: Path, env: Optional[dict] = None):
+        self.env = env
         self.address = address
         self.path = Path(address[len("unix://") :])
         self.log = log
@@ -65,7 +66,7 @@ class ServerProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=server_env(),
+                env=server_env(self.env),
             )
         end = time.monotonic() + 30
         while not self._answers():
@@ -103,14 +104,14 @@ def server(sockdir: Path, tmp_path: Path) -> Iterator[ServerProcess]:
     s.kill()
 
 
-def launch(*args: str, log: Path) -> subprocess.Popen:
+def launch(*args: str, log: Path, env: Optional[dict] = None) -> subprocess.Popen:
     out = open(log, "wb")
     p = subprocess.Popen(
         [sys.executable, str(PROGRAM), *args],
         stdin=subprocess.DEVNULL,
         stdout=out,
         stderr=subprocess.STDOUT,
-        env=server_env(),
+        env=server_env(env),
     )
     out.close()
     return p
@@ -134,6 +135,30 @@ def test_four_ranks_share_one_server(server: ServerProcess, tmp_path: Path) -> N
     ranks = [launch("share", server.address, str(r), "4", str(sync), log=tmp_path / f"r{r}.log") for r in range(4)]
     for r, p in enumerate(ranks):
         assert f"rank {r} OK" in finish(p, tmp_path / f"r{r}.log")
+
+
+def test_four_ranks_share_a_polling_server(sockdir: Path, tmp_path: Path) -> None:
+    """UMBP_SERVER_POLL_US: the ranks busy-poll for their replies and the server's connection
+    threads for the next request before they sleep; every byte as without it."""
+    poll = {"UMBP_SERVER_POLL_US": "200"}
+    server = ServerProcess(f"unix://{sockdir}/umbp.sock", tmp_path / "server.log", env=poll).start()
+    try:
+        sync = tmp_path / "sync"
+        sync.mkdir()
+        ranks = [
+            launch("share", server.address, str(r), "4", str(sync), log=tmp_path / f"r{r}.log", env=poll)
+            for r in range(4)
+        ]
+        for r, p in enumerate(ranks):
+            assert f"rank {r} OK" in finish(p, tmp_path / f"r{r}.log")
+        # A window out of range is refused by the rank, naming the setting.
+        bad = launch(
+            "share", server.address, "0", "1", str(sync), log=tmp_path / "bad.log", env={"UMBP_SERVER_POLL_US": "-1"}
+        )
+        assert bad.wait(timeout=60) != 0
+        assert "UMBP_SERVER_POLL_US" in (tmp_path / "bad.log").read_text()
+    finally:
+        server.kill()
 
 
 def test_rank_killed_mid_batch_leaves_no_half_visible_key(server: ServerProcess, tmp_path: Path) -> None:

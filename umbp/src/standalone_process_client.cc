@@ -91,6 +91,9 @@ class StandaloneProcessClient final : public Client {
     MORI_CHECK_ARG(s.umbp_call_timeout_ms > 0, "UMBP_CALL_TIMEOUT_MS must be > 0 (got %" PRId64 ")",
                    s.umbp_call_timeout_ms);
     call_timeout_ms_ = s.umbp_call_timeout_ms;
+    MORI_CHECK_ARG(s.umbp_server_poll_us >= 0 && s.umbp_server_poll_us <= 1000000,
+                   "UMBP_SERVER_POLL_US must be 0..1000000 microseconds (got %" PRId64 ")", s.umbp_server_poll_us);
+    reader_.set_spin(std::chrono::microseconds(s.umbp_server_poll_us));
     program_ = s.umbp_standalone_bin;
     std::lock_guard<std::mutex> lock(mu_);
     connect_locked();  // MORI's client checks the server at construction too

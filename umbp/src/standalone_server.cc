@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "mori/core/acceptor.h"
+#include "mori/core/env.h"
 #include "mori/core/log.h"
 #include "mori/core/socket.h"
 #include "mori/core/status.h"
@@ -252,7 +254,8 @@ void StandaloneServer::serve(net::Connection& conn) {
     }
   } ended{this, &s};
 
-  FrameReader reader;
+  // UMBP_SERVER_POLL_US: the rank's next request is polled for before this thread sleeps.
+  FrameReader reader(std::chrono::microseconds(std::clamp<int64_t>(env::current().umbp_server_poll_us, 0, 1000000)));
   while (true) {
     wire::Frame f{};
     const char* payload = nullptr;

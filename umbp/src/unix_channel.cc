@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "mori/core/socket.h"
+#include "mori/core/socket_spin.h"
 #include "mori/core/status.h"
 
 namespace mori::umbp {
@@ -140,7 +141,7 @@ bool FrameReader::fill(int fd, double deadline, bool wait_first) {
   // the other end consumes what this end sent (the socket's write-space wake-up, which poll's
   // POLLIN filters out), and runs for nothing: a spurious wake-up and two context switches per
   // request, measured on the per-host server's connection threads.
-  if (wait_first) wait_ready(fd, POLLIN, deadline, begin_ == end_ ? "waiting for a reply" : "receiving a message");
+  if (wait_first) wait_readable(fd, deadline, begin_ == end_ ? "waiting for a reply" : "receiving a message");
   const int flags = MSG_CMSG_CLOEXEC | MSG_DONTWAIT;
   while (true) {
     iovec iov{buf_.data() + end_, buf_.size() - end_};
@@ -154,7 +155,7 @@ bool FrameReader::fill(int fd, double deadline, bool wait_first) {
     if (k < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) {
-        wait_ready(fd, POLLIN, deadline, begin_ == end_ ? "waiting for a reply" : "receiving a message");
+        wait_readable(fd, deadline, begin_ == end_ ? "waiting for a reply" : "receiving a message");
         continue;
       }
       if (errno == ECONNRESET) raise(Status::kRemote, "the other end reset the connection");
@@ -178,6 +179,11 @@ bool FrameReader::fill(int fd, double deadline, bool wait_first) {
     end_ += static_cast<size_t>(k);
     return k > 0;
   }
+}
+
+void FrameReader::wait_readable(int fd, double deadline, const char* what) {
+  if (poll_readable(fd, spin_)) return;
+  wait_ready(fd, POLLIN, deadline, what);
 }
 
 void FrameReader::make_room(size_t bytes) {

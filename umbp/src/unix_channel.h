@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -43,7 +44,10 @@ void send_frame(int fd, wire::Frame frame, const void* payload, int pass_fd, dou
 // carried it (the kernel ends a read with the message that carries one). Used by one thread.
 class FrameReader {
  public:
-  FrameReader() = default;
+  // `spin`: before it sleeps for a frame that is expected (a reply, the next request), the reader
+  // busy-polls the socket this long (UMBP_SERVER_POLL_US; 0: never), within the process's
+  // budget of pollers (mori/core/socket_spin.h).
+  explicit FrameReader(std::chrono::microseconds spin = std::chrono::microseconds{0}) : spin_(spin) {}
   FrameReader(const FrameReader&) = delete;
   FrameReader& operator=(const FrameReader&) = delete;
   ~FrameReader() { reset(); }
@@ -58,6 +62,7 @@ class FrameReader {
   // read; kRemote when the peer closes in the middle of a frame, kTimeout past a deadline.
   bool next(int fd, wire::Frame* frame, const char** payload, int* passed_fd, double header_deadline,
             double payload_timeout_s, bool wait_first);
+  void set_spin(std::chrono::microseconds spin) { spin_ = spin; }
   // Bytes received and not yet handed out (after a failed next(): > 0 when part of the frame came).
   size_t buffered() const { return end_ - begin_; }
   // Drops what is buffered (the connection was closed or replaced).
@@ -69,6 +74,10 @@ class FrameReader {
   // Moves the unread bytes to the front and makes room for `bytes` of them.
   void make_room(size_t bytes);
 
+  // Waits until `fd` is readable (spinning first for spin_), or throws kTimeout past `deadline`.
+  void wait_readable(int fd, double deadline, const char* what);
+
+  std::chrono::microseconds spin_;
   std::vector<char> buf_;
   size_t begin_ = 0, end_ = 0;  // [begin_, end_): received, not yet handed out
   int fd_ = -1;                 // a received descriptor not yet handed out ...

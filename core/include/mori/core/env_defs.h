@@ -129,6 +129,9 @@
     "MORI-UMBP (ours): also verify each value's checksum on DRAM hits (debug; SSD reads always verify)")               \
   X(umbp_call_timeout_ms, "UMBP_CALL_TIMEOUT_MS", int, "30000", umbp, "",                                              \
     "MORI-UMBP (ours): deadline of every call to the per-host server; a dead server is an error naming it")            \
+  X(umbp_server_poll_us, "UMBP_SERVER_POLL_US", int, "0", umbp, "",                                                    \
+    "MORI-UMBP (ours): microseconds a rank waiting for the per-host server's reply, and the server's connection "      \
+    "thread waiting for a rank's next request, busy-poll the socket before sleeping (0: never)")                       \
   X(umbp_standalone_address, "UMBP_STANDALONE_ADDRESS", string, "", umbp, "",                                          \
     "MORI-UMBP: the per-host server's address (unix:///path.sock); set = standalone-process mode")                     \
   X(umbp_standalone_auto_start, "UMBP_STANDALONE_AUTO_START", bool, "0", umbp, "",                                     \
