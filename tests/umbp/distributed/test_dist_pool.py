@@ -237,8 +237,11 @@ def test_engine_over_quota_stores_nothing_and_no_room_stays_local(tmp_path):
             w2.close()
 
 
-def test_ssd_only_key_staged_by_its_owner(tmp_path):
-    """Values the owner evicted from DRAM to its SSD are staged there for a remote reader."""
+@pytest.fixture
+def ssd_spill(tmp_path):
+    """An owner with 8 MiB of DRAM and an SSD tier, after its own puts of 12 values of 1 MiB
+    (key i: seed + i), which its DRAM evicted to the SSD in part, flushed and reported; and a
+    reader: (master, owner, reader, keys, seed)."""
     with running_master(settings=fast_settings(route_put_affinity="local")) as master:
         owner, reader = start_workers(
             dict(master=master.address, node_id=uid("owner"), dram=8 << 20, ssd_dir=str(tmp_path / "ssd")),
@@ -247,48 +250,38 @@ def test_ssd_only_key_staged_by_its_owner(tmp_path):
         try:
             seed = random.randrange(1 << 30)
             keys = _keys(12)
-            # More than the owner's DRAM holds: its SSD keeps what the DRAM evicts.
             for i, k in enumerate(keys):
                 assert owner.ask("put", keys=[k], size=1 << 20, seed=seed + i)["ok"] == [True]
             owner.ask("flush")
+            owner.ask("heartbeat")
             st = owner.ask("stats")["stats"]
             assert st["dram_evictions"] > 0 and st["ssd_keys"] == 12
-            # Key i was put with seed + i: the batch get checks key i against seed + i as well.
-            assert reader.ask("get", keys=keys, size=1 << 20, seed=seed)["right"] == [True] * 12
+            yield master, owner, reader, keys, seed
         finally:
             owner.close()
             reader.close()
 
 
-def test_cluster_wide_clear_removes_every_tier(tmp_path):
+def test_ssd_only_key_staged_by_its_owner(ssd_spill):
+    """Values the owner evicted from DRAM to its SSD are staged there for a remote reader."""
+    _master, _owner, reader, keys, seed = ssd_spill
+    # Key i was put with seed + i: the batch get checks key i against seed + i as well.
+    assert reader.ask("get", keys=keys, size=1 << 20, seed=seed)["right"] == [True] * 12
+
+
+def test_cluster_wide_clear_removes_every_tier(ssd_spill):
     """UMBPMasterClient.clear_cluster() leaves nothing readable: the owner's DRAM values and the
     ones it keeps only on its SSD are all gone (MORI's EvictKey alone frees DRAM and refuses the
     rest), and a reader misses every key."""
-    with running_master(settings=fast_settings(route_put_affinity="local")) as master:
-        owner, reader = start_workers(
-            dict(master=master.address, node_id=uid("owner"), dram=8 << 20, ssd_dir=str(tmp_path / "ssd")),
-            dict(master=master.address, node_id=uid("reader"), dram=4 << 20),
-        )
-        try:
-            seed = random.randrange(1 << 30)
-            keys = _keys(12)
-            for i, k in enumerate(keys):
-                assert owner.ask("put", keys=[k], size=1 << 20, seed=seed + i)["ok"] == [True]
-            owner.ask("flush")
-            owner.ask("heartbeat")
-            st = owner.ask("stats")["stats"]
-            assert st["dram_evictions"] > 0 and st["ssd_keys"] == 12
-            with UMBPMasterClient(master.address, node_id=uid("admin")) as admin:
-                out = admin.clear_cluster()
-            assert out["keys_evicted"] == 12 and out["keys_refused"] == 0, out
-            st = owner.ask("stats")["stats"]
-            assert st["ssd_keys"] == 0 and st["dram_keys"] == 0, st
-            owner.ask("heartbeat")
-            got = reader.ask("get", keys=keys, size=1 << 20, seed=seed)
-            assert got["ok"] == [False] * 12 and all(got["untouched_misses"]), got
-        finally:
-            owner.close()
-            reader.close()
+    master, owner, reader, keys, seed = ssd_spill
+    with UMBPMasterClient(master.address, node_id=uid("admin")) as admin:
+        out = admin.clear_cluster()
+    assert out["keys_evicted"] == 12 and out["keys_refused"] == 0, out
+    st = owner.ask("stats")["stats"]
+    assert st["ssd_keys"] == 0 and st["dram_keys"] == 0, st
+    owner.ask("heartbeat")
+    got = reader.ask("get", keys=keys, size=1 << 20, seed=seed)
+    assert got["ok"] == [False] * 12 and all(got["untouched_misses"]), got
 
 
 def test_remote_fetch_caching(master, pair):
