@@ -50,19 +50,34 @@ class CallFailed(grpc.RpcError):
         return self._details
 
 
+# Forks this process's lineage went through: a channel made before a fork must not be used
+# after it (grpc++'s threads and connections do not survive one), and comparing this counter
+# costs less than os.getpid(), a system call, on every RPC.
+_forks = 0
+
+
+def _count_fork() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_count_fork)
+
+
 class _NativeMethod:
     """One RPC of a native stub: ``method(request, timeout=None)`` and ``method.future(...)``."""
 
-    __slots__ = ("_channel", "_name", "_parse", "_pid")
+    __slots__ = ("_channel", "_name", "_parse", "_pid", "_forks")
 
     def __init__(self, channel, name: str, parse: Callable[[bytes], object]) -> None:
         self._channel = channel
         self._name = name
         self._parse = parse
         self._pid = os.getpid()
+        self._forks = _forks
 
     def __call__(self, request, timeout: Optional[float] = None):
-        if os.getpid() != self._pid:
+        if _forks != self._forks:
             # grpc++'s threads and connections do not survive fork(): a call here would hang.
             raise RuntimeError(
                 f"umbp: a gRPC channel to {self._channel.target} made in process {self._pid} used in a forked "
