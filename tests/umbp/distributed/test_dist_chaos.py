@@ -2,7 +2,7 @@
 """Failures of the distributed pool, each with data checked and no hang: a peer killed mid-read,
 the master hung, then killed and restarted (the engines keep serving their own keys; the restarted master
 rebuilds its index from full syncs), a lost heartbeat bundle (the master sees the gap, asks a full
-sync)."""
+sync), a cluster-wide clear in the middle of a read."""
 
 from __future__ import annotations
 
@@ -206,3 +206,39 @@ def test_evictions_reach_the_master(local_pair):
     assert found == here and 0 < sum(found) < 16
     got = b.ask("get", keys=keys, size=1 << 20, seed=seed)
     assert got["ok"] == found and got["right"] == found
+
+
+def test_cluster_cleared_mid_read():
+    """clear_cluster() while a reader reads 24 values it remembered the places of, the clear
+    started at several points of the read (from before it to after it, wherever a machine's
+    speed puts them): each value the reader gets is right or a miss (the clear ends leases and
+    frees blocks under the read), no hang, the owner keeps serving, and once the clear is done
+    every key misses."""
+    from mori.umbp.distributed import UMBPMasterClient
+
+    with running_master(settings=fast_settings(route_put_affinity="local")) as master:
+        owner, reader = start_workers(
+            dict(master=master.address, node_id=uid("owner"), dram=160 << 20),
+            dict(master=master.address, node_id=uid("reader"), dram=4 << 20),
+        )
+        try:
+            for delay in (0.0, 0.02, 0.035, 0.05, 0.065, 0.1):
+                keys = _keys(24)
+                seed = random.randrange(1 << 30)
+                assert owner.ask("put", keys=keys, size=4 << 20, seed=seed)["ok"] == [True] * 24
+                owner.ask("heartbeat")
+                assert reader.ask("get", keys=keys, size=4 << 20, seed=seed)["right"] == [True] * 24
+                reader.send("get", keys=keys, size=4 << 20, seed=seed)  # at the remembered places
+                time.sleep(delay)
+                with UMBPMasterClient(master.address, node_id=uid("admin")) as admin:
+                    out = admin.clear_cluster()
+                got = reader.answer("get", timeout=60)
+                assert all(r for o, r in zip(got["ok"], got["right"]) if o), (delay, got)
+                assert out["unreachable_nodes"] == [] and out["keys_evicted"] == 24, (delay, out)
+                owner.ask("heartbeat")
+                again = reader.ask("get", keys=keys, size=4 << 20, seed=seed, timeout=30)
+                assert again["ok"] == [False] * 24, (delay, again)
+                assert owner.ask("stats")["stats"]["dram_keys"] == 0
+        finally:
+            owner.close()
+            reader.close()
