@@ -351,12 +351,20 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
     @_timed
     def BatchRouteGet(self, request, context):
         keys = list(request.keys)
-        routed, alive = self._route_get(keys, request.exclude_nodes)
+        for _look in range(3):
+            # A key its owner reported between the index's answer and the pending look is in
+            # neither: the route looks again when a report came meanwhile (PendingPuts.dones).
+            dones = self.state.pending.dones()
+            routed, alive = self._route_get(keys, request.exclude_nodes)
+            if routed.misses:
+                self._route_pending(keys, routed, alive, frozenset(request.exclude_nodes))
+            if not routed.misses or self.state.pending.dones() == dones:
+                break
         offsets = routed.offset or [0] * len(keys)
         checksums = routed.checksum or [0] * len(keys)
-        if routed.misses:
-            self._route_pending(keys, routed, alive, frozenset(request.exclude_nodes))
+        if len(offsets) < len(routed.node_ref):
             offsets += [0] * (len(routed.node_ref) - len(offsets))
+        if len(checksums) < len(routed.node_ref):
             checksums += [0] * (len(routed.node_ref) - len(checksums))
         nodes = []
         for node_id, n in zip(routed.nodes, routed.hits):
@@ -397,12 +405,16 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
     @_timed
     def BatchLookup(self, request, context):
         keys = list(request.keys)
-        found = self.state.store.lookup_batch(keys) if keys else []
-        if not all(found):  # a routed put not yet reported counts: its put returned, or will
-            miss = [i for i, f in enumerate(found) if not f]
-            for i, hit in zip(miss, self.state.pending_puts([keys[i] for i in miss], time.time())):
-                if hit is not None:
-                    found[i] = True
+        for _look in range(3):
+            dones = self.state.pending.dones()  # as in BatchRouteGet: a report meanwhile, look again
+            found = self.state.store.lookup_batch(keys) if keys else []
+            if not all(found):  # a routed put not yet reported counts: its put returned, or will
+                miss = [i for i, f in enumerate(found) if not f]
+                for i, hit in zip(miss, self.state.pending_puts([keys[i] for i in miss], time.time())):
+                    if hit is not None:
+                        found[i] = True
+            if all(found) or self.state.pending.dones() == dones:
+                break
         return pb.BatchLookupResponse(found=found)
 
     # -- external KV -----------------------------------------------------------------------

@@ -137,6 +137,9 @@ void bind_umbp_master(py::module_& m) {
           },
           py::arg("keys"), py::arg("now"),
           "Per key (node_id, tier, peer_address, size) of its pending put at `now`, or None.")
+      .def("dones", &PendingPuts::dones,
+           "How many done() calls removed records: a route that sees it change between its look in "
+           "the index and its look here looks again (a key reported meanwhile was in neither).")
       .def("done", &PendingPuts::done, py::arg("keys"), py::call_guard<py::gil_scoped_release>(),
            "The owners reported these keys: their records are done.")
       .def("__len__", &PendingPuts::size);

@@ -83,11 +83,18 @@ std::shared_ptr<const NativeRoutes::Alive> NativeRoutes::alive_now() {
 bool NativeRoutes::route(const std::vector<std::string>& keys, const std::vector<std::string>& exclude, RoutedGets& out,
                          std::shared_ptr<const Alive>& alive, bool pending_matters) {
   alive = alive_now();
-  const double now = wall_s();
-  if (!router_(keys, exclude, *alive, now, now + lease_s_, any_copy_, out)) return false;
-  // A miss may be a put routed but not yet reported: the Python handler routes it to the put's
-  // target. (The hits were touched and leased already; its second pass leases them again.)
-  return out.misses == 0 || !pending_matters || pending_ == nullptr || !pending_->any(keys, out.node_ref, now);
+  for (int look = 0;; ++look) {
+    const uint64_t dones = pending_ != nullptr ? pending_->dones() : 0;
+    const double now = wall_s();
+    if (!router_(keys, exclude, *alive, now, now + lease_s_, any_copy_, out)) return false;
+    if (out.misses == 0 || !pending_matters || pending_ == nullptr) return true;
+    // A miss may be a put routed but not yet reported: the Python handler routes it to the put's
+    // target. (The hits were touched and leased already; its second pass leases them again.)
+    if (pending_->any(keys, out.node_ref, now)) return false;
+    // Or a key reported meanwhile, in neither of the two places when each was looked at: again.
+    if (pending_->dones() == dones || look == 2) return true;
+    out = RoutedGets{};
+  }
 }
 
 void NativeRoutes::count(NativeRpc rpc, const RoutedGets& r, double t0) {
@@ -157,14 +164,24 @@ bool NativeRoutes::batch_lookup(std::string_view request, std::string& reply) {
   ::umbp::BatchLookupRequest req;
   if (!req.ParseFromArray(request.data(), static_cast<int>(request.size()))) return false;
   std::vector<std::string> keys(req.keys().begin(), req.keys().end());
-  std::vector<bool> found = keys.empty() ? std::vector<bool>{} : lookup_(keys);
-  if (found.size() != keys.size()) return false;
-  // A routed put not yet reported counts: its put returned, or will.
-  const double now = wall_s();
+  std::vector<bool> found;
+  for (int look = 0;; ++look) {
+    const uint64_t dones = pending_ != nullptr ? pending_->dones() : 0;
+    found = keys.empty() ? std::vector<bool>{} : lookup_(keys);
+    if (found.size() != keys.size()) return false;
+    // A routed put not yet reported counts: its put returned, or will.
+    const double now = wall_s();
+    bool missed = false;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!found[i] && pending_ != nullptr) found[i] = pending_->find(keys[i], now).has_value();
+      missed = missed || !found[i];
+    }
+    // A key reported between the index's answer and the pending look is in neither: look again.
+    if (!missed || pending_ == nullptr || pending_->dones() == dones || look == 2) break;
+  }
   ::umbp::BatchLookupResponse resp;
   resp.mutable_found()->Reserve(static_cast<int>(keys.size()));
-  for (size_t i = 0; i < keys.size(); ++i)
-    resp.add_found(found[i] || (pending_ != nullptr && pending_->find(keys[i], now).has_value()));
+  for (size_t i = 0; i < keys.size(); ++i) resp.add_found(found[i]);
   if (!resp.SerializeToString(&reply)) return false;
   count(NativeRpc::kBatchLookup, RoutedGets{}, t0);
   return true;

@@ -42,6 +42,7 @@ void PendingPuts::done(const std::vector<std::string>& keys) {
   std::lock_guard<std::mutex> lk(mu_);
   for (const auto& k : keys) map_.erase(k);
   size_.store(map_.size(), std::memory_order_release);
+  dones_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 }  // namespace mori::umbp

@@ -37,13 +37,18 @@ class PendingPuts {
   // The owners reported these keys: their records are done.
   void done(const std::vector<std::string>& keys);
   size_t size() const { return size_.load(std::memory_order_acquire); }
+  // How many done() calls removed records so far. A route looks in the index, then here; an
+  // owner's report adds the key to the index, then calls done(): a key reported between the
+  // two looks is in neither. A route that saw this count change across its two looks looks again.
+  uint64_t dones() const { return dones_.load(std::memory_order_acquire); }
 
   static constexpr size_t kPruneAbove = 100000;
 
  private:
   mutable std::mutex mu_;
   std::unordered_map<std::string, PendingPut> map_;
-  std::atomic<size_t> size_{0};    // map_.size(), read without the lock
+  std::atomic<size_t> size_{0};  // map_.size(), read without the lock
+  std::atomic<uint64_t> dones_{0};
   size_t prune_at_ = kPruneAbove;  // the size at which add() sweeps out the expired
 };
 
