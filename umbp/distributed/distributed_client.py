@@ -33,6 +33,7 @@ finds them.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import ctypes
 import logging
@@ -62,6 +63,10 @@ _QUOTA_LOG_INTERVAL_S = 10.0  # at most one quota warning per engine this often
 # Commits wake the heartbeat thread at most this often; the master answers reads of keys put
 # meanwhile from the puts' routes (its pending puts), so a reader does not miss them.
 _SHIP_GAP_S = 0.002
+
+
+# Peers a put or get reaches side by side (the rest queue behind them).
+_PEER_CALLS = 8
 
 
 def _checksum(ptr: int, size: int) -> int:
@@ -231,6 +236,9 @@ class DistributedUMBPClient(_UMBPClient):
         self._staging = self._alloc.alloc(int(d.staging_buffer_size))  # for unregistered caller memory
         self._staging_desc = self._engine.register_memory(self._staging.ptr, int(d.staging_buffer_size), -1, self._cpu)
         self._staging_lock = threading.Lock()
+        # Calls to several peers in one put or get run side by side (see _each_peer).
+        self._peer_calls: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._peer_calls_lock = threading.Lock()
         self._staging_packed = self._staging_desc.pack()
         # The HBM pages (distributed.hbm): GPU memory on their device, registered as such; io/
         # picks the path (CUDA IPC + copy engine between engines of one node, else tcp staged
@@ -948,8 +956,10 @@ class DistributedUMBPClient(_UMBPClient):
                     # bytes, evictable ones included: this worker's own store may still take it
                     # (evicting its LRU values, or onto its SSD), so it tries.
                     local.append(i)
-            for (node_id, address), idx in by_peer.items():
-                done, no_space = self._put_remote(node_id, address, idx, keys, ptrs, sizes, tiers)
+            parts = [(node_id, address, idx, keys, ptrs, sizes, tiers) for (node_id, address), idx in by_peer.items()]
+            for (node_id, _address, idx, *_rest), (done, no_space) in zip(
+                parts, self._each_peer(self._put_remote, parts)
+            ):
                 for i in done:
                     ok[i] = True
                 if no_space is None:  # the peer failed: try elsewhere
@@ -977,6 +987,23 @@ class DistributedUMBPClient(_UMBPClient):
                 ok[i] = r
             self._ship_async()
         return ok
+
+    def _each_peer(self, fn, groups: list) -> list:
+        """fn(*group) for every group (one peer's part of a put or get), the results in order.
+        Several peers' parts run side by side: each is an RPC and its transfer, which release the
+        GIL, so a batch the master spread over N owners costs about one owner's time, not N.
+        The first part runs on the calling thread."""
+        if len(groups) <= 1:
+            return [fn(*g) for g in groups]
+        with self._peer_calls_lock:
+            if self._peer_calls is None:
+                self._peer_calls = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=_PEER_CALLS, thread_name_prefix="umbp-peers"
+                )
+            pool = self._peer_calls
+        futures = [pool.submit(fn, *g) for g in groups[1:]]
+        first = fn(*groups[0])
+        return [first] + [f.result() for f in futures]
 
     def _put_remote(self, node_id: str, address: str, idx: list[int], keys, ptrs, sizes, tiers=None):
         """Puts keys[idx] on one peer. Returns (indices stored, indices with no space), or
@@ -1153,9 +1180,12 @@ class DistributedUMBPClient(_UMBPClient):
                 by_peer[ref].append(i)
                 if ck and tier in (pb.TIER_DRAM, pb.TIER_HBM) and size == sizes[i]:
                     placed[i] = (off, ck, tier)
-        for ref, idx in by_peer.items():
-            node = resp.nodes[ref - 1]
-            for i in self._get_remote(node.node_id, node.peer_address, idx, keys, ptrs, sizes, placed, sent):
+        parts = [
+            (resp.nodes[ref - 1].node_id, resp.nodes[ref - 1].peer_address, idx, keys, ptrs, sizes, placed, sent)
+            for ref, idx in by_peer.items()
+        ]
+        for got in self._each_peer(self._get_remote, parts):
+            for i in got:
                 ok[i] = True
         return ok
 
@@ -1640,6 +1670,8 @@ class DistributedUMBPClient(_UMBPClient):
                     self._master._call("UnregisterClient", pb.UnregisterClientRequest(node_id=self._node_id))
         except Exception as exc:  # noqa: BLE001 - a master that is gone expires us
             log.debug("umbp %s: unregister: %s", self._node_id, exc)
+        if self._peer_calls is not None:
+            self._peer_calls.shutdown(wait=True)
         self._server.stop(0.2)
         self._master.close()
         with self._peers_lock:

@@ -411,3 +411,33 @@ def test_a_cleared_value_is_not_read_at_a_remembered_place(pair, master, how):
     b.ask("heartbeat")
     got = a.ask("get", keys=keys, size=64 << 10, seed=seed, pool=True)
     assert got["ok"] == [False] * 4, got
+
+
+def test_a_batch_spread_over_owners_puts_and_gets_side_by_side():
+    """A batch the master spreads over three owners (most_available: each key's route counts
+    against its owner's room) is put and read back with the three owners' calls side by side:
+    every owner holds part of it, and every byte is right through the routed and the located
+    reads."""
+    with running_master(settings=fast_settings()) as master:
+        _spread_over_three_owners(master)
+
+
+def _spread_over_three_owners(master) -> None:
+    a, o1, o2, o3 = start_workers(
+        dict(master=master.address, node_id=uid("w"), dram=4 << 20, pool_bytes=16 << 20),
+        *(dict(master=master.address, node_id=uid(f"o{k}"), dram=64 << 20) for k in range(3)),
+    )
+    try:
+        keys = _keys(24)
+        seed = random.randrange(1 << 30)
+        before = [_stat(o, "dram_keys") for o in (o1, o2, o3)]
+        assert a.ask("put", keys=keys, size=256 << 10, seed=seed, pool=True)["ok"] == [True] * 24
+        held = [_stat(o, "dram_keys") - b for o, b in zip((o1, o2, o3), before)]
+        assert sum(held) == 24 and min(held) > 0, held
+        for o in (o1, o2, o3):
+            o.ask("heartbeat")
+        for _ in range(2):  # routed, then at the remembered places
+            assert a.ask("get", keys=keys, size=256 << 10, seed=seed, pool=True)["right"] == [True] * 24
+    finally:
+        for w in (a, o1, o2, o3):
+            w.close()
