@@ -44,13 +44,14 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=24, help="values per call (default 24)")
     p.add_argument("--iters", type=int, default=30, help="timed put + get pairs per mode and round")
     p.add_argument("--rounds", type=int, default=3, help="alternations of the two modes")
+    p.add_argument("--gap-ms", type=float, default=0.0, help="idle time before each timed call (default 0)")
     p.add_argument("--json", default=None, help="where to write the figures (default: none)")
     args = p.parse_args(argv)
     size, n = parse_size(args.size, "--size"), args.batch
     if args.owners < 2 or n < args.owners:
         p.error("--owners must be 2 or more and --batch at least --owners")
 
-    out: dict = {"owners": args.owners, "size": size, "batch": n, "iters": args.iters, "rounds": []}
+    out: dict = {"owners": args.owners, "size": size, "batch": n, "iters": args.iters, "gap_ms": args.gap_ms, "rounds": []}
     with running_master(settings=fast_settings()) as master:
         owners = start_workers(
             *(
@@ -79,11 +80,13 @@ def main(argv=None) -> int:
                     puts, gets = [], []
                     for _ in range(args.iters):
                         keys = [f"k{uuid.uuid4().hex}" for _ in range(n)]
+                        time.sleep(args.gap_ms / 1000.0)
                         t0 = time.perf_counter()
                         ok = client.batch_put_from_ptr(keys, ptrs, sizes)
                         puts.append(time.perf_counter() - t0)
                         if not all(ok):
                             raise RuntimeError(f"a put failed ({sum(ok)} of {n} stored)")
+                        time.sleep(args.gap_ms / 1000.0)
                         t0 = time.perf_counter()
                         ok = client.batch_get_into_ptr(keys, ptrs, sizes)
                         gets.append(time.perf_counter() - t0)
@@ -99,7 +102,7 @@ def main(argv=None) -> int:
             client.close()
             for o in owners:
                 o.close()
-    print(f"{n} x {args.size} over {args.owners} owners, p50 per round (ms)")
+    print(f"{n} x {args.size} over {args.owners} owners, {args.gap_ms:g} ms idle before each call, p50 per round (ms)")
     for mode in ("side by side", "one after another"):
         puts = " / ".join(f"{r[mode]['put_p50_ms']:.2f}" for r in out["rounds"])
         gets = " / ".join(f"{r[mode]['get1st_p50_ms']:.2f}" for r in out["rounds"])
