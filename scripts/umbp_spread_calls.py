@@ -51,7 +51,14 @@ def main(argv=None) -> int:
     if args.owners < 2 or n < args.owners:
         p.error("--owners must be 2 or more and --batch at least --owners")
 
-    out: dict = {"owners": args.owners, "size": size, "batch": n, "iters": args.iters, "gap_ms": args.gap_ms, "rounds": []}
+    out: dict = {
+        "owners": args.owners,
+        "size": size,
+        "batch": n,
+        "iters": args.iters,
+        "gap_ms": args.gap_ms,
+        "rounds": [],
+    }
     with running_master(settings=fast_settings()) as master:
         owners = start_workers(
             *(
