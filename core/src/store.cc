@@ -365,11 +365,11 @@ void StoreClient::talk(const std::function<void()>& exchange) {
   try {
     exchange();
   } catch (const Error& e) {
-    // The connection broke: where a rank hosts the store, that rank is gone.
+    // The connection broke: where a rank hosts the store, that rank is gone. (Worded as the
+    // unique-id bootstrap's own report of it, unique_id.cc, whichever layer sees it first.)
     if (host_rank_ < 0 || host_rank_ == rank_ || e.status() == Status::kInvalidArgument) throw;
-    raise(Status::kRemote,
-          "rank %d: the bootstrap store at %s closed the connection: rank %d, which hosts it, is gone (%s)", rank_,
-          address_.c_str(), host_rank_, e.what());
+    raise(Status::kRemote, "rank %d: lost the bootstrap store at %s, hosted by rank %d: rank %d exited or failed (%s)",
+          rank_, address_.c_str(), host_rank_, host_rank_, e.what());
   }
 }
 
