@@ -77,6 +77,14 @@ def main(argv=None) -> int:
             cls = type(client)
             side_by_side = cls._each_peer
 
+            def timed(call, into: list, what: str) -> None:
+                time.sleep(args.gap_ms / 1000.0)
+                t0 = time.perf_counter()
+                ok = call()
+                into.append(time.perf_counter() - t0)
+                if not all(ok):
+                    raise RuntimeError(f"a {what} of the batch failed: {sum(ok)} of {n} values")
+
             def one_after_another(self, fn, groups):
                 return [fn(*g) for g in groups]
 
@@ -87,18 +95,8 @@ def main(argv=None) -> int:
                     puts, gets = [], []
                     for _ in range(args.iters):
                         keys = [f"k{uuid.uuid4().hex}" for _ in range(n)]
-                        time.sleep(args.gap_ms / 1000.0)
-                        t0 = time.perf_counter()
-                        ok = client.batch_put_from_ptr(keys, ptrs, sizes)
-                        puts.append(time.perf_counter() - t0)
-                        if not all(ok):
-                            raise RuntimeError(f"a put failed ({sum(ok)} of {n} stored)")
-                        time.sleep(args.gap_ms / 1000.0)
-                        t0 = time.perf_counter()
-                        ok = client.batch_get_into_ptr(keys, ptrs, sizes)
-                        gets.append(time.perf_counter() - t0)
-                        if not all(ok):
-                            raise RuntimeError(f"a get missed ({sum(ok)} of {n} read)")
+                        timed(lambda: client.batch_put_from_ptr(keys, ptrs, sizes), puts, "put")
+                        timed(lambda: client.batch_get_into_ptr(keys, ptrs, sizes), gets, "get")
                     row[mode] = {
                         "put_p50_ms": statistics.median(puts) * 1e3,
                         "get1st_p50_ms": statistics.median(gets) * 1e3,
