@@ -25,6 +25,7 @@ py::dict counters_dict(const ServerCounters& c) {
   d["errors"] = c.errors;
   d["bad_frames"] = c.bad_frames;
   d["regions"] = c.regions;
+  d["direct_reads"] = c.direct_reads;
   return d;
 }
 

@@ -473,7 +473,7 @@ void DramTier::clear() {
   for (Block* b : all) drop(b);
 }
 
-void DramTier::set_event_log(PeerEventLog* log) {
+void DramTier::set_event_log(TierEvents* log) {
   std::lock_guard<std::mutex> lock(mu_);
   events_ = log;
 }

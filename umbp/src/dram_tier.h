@@ -32,7 +32,7 @@
 #include "mori/core/thread_team.h"
 #include "mori/umbp/config.h"
 #include "src/host_mem_allocator.h"
-#include "src/peer_events.h"
+#include "src/tier_events.h"
 
 namespace mori::umbp {
 
@@ -106,9 +106,11 @@ class DramTier {
   bool remove(const std::string& key);
   void clear();
 
+  // Every ADD and REMOVE of a published value is appended to `log` from now on (null: none):
+  // the distributed peer's event log, or the per-host server's shared SSD index.
+  void set_event_log(TierEvents* log);
+
   // ---- distributed mode: the peer's view of the arena (peer_pages.h) ----
-  // Every ADD and REMOVE of a published value is appended to `log` from now on (null: none).
-  void set_event_log(PeerEventLog* log);
   const char* base() const { return base_; }
   // An invisible block of `size` bytes for `key`, pinned by its writer until commit_slot() or
   // abort_slot(); kExists and kNoRoom as put() says (then null).
@@ -198,7 +200,7 @@ class DramTier {
   // first bytes (at most 8): cheaper than any scrub, and always a change.
   void invalidate(Block* b);
   uint64_t hash(const Block* b) const;
-  PeerEventLog* events_ = nullptr;  // under mu_
+  TierEvents* events_ = nullptr;  // under mu_
   HostMemAllocator host_;
   HostBufferHandle arena_;
   char* base_ = nullptr;

@@ -5,6 +5,7 @@
 #include "mori/core/log.h"
 #include "mori/core/status.h"
 #include "src/argument_checks.h"
+#include "src/checksum.h"
 #include "src/clients.h"
 
 namespace mori::umbp {
@@ -197,6 +198,28 @@ std::vector<bool> LocalClient::load(const std::string* keys, const uintptr_t* ds
     if (hits[i]) bytes += sizes[i];
   get_bytes_ += bytes;
   return out;
+}
+
+void LocalClient::set_tier_events(TierEvents* events) {
+  if (dram_) dram_->set_event_log(events);
+  if (ssd_) ssd_->set_event_log(events);
+}
+
+void LocalClient::count_direct_reads(uint64_t values, uint64_t bytes) {
+  gets_ += values;
+  ssd_hits_ += values;
+  get_bytes_ += bytes;
+}
+
+bool LocalClient::admit_read(const std::string& key, const void* src, size_t size, uint64_t checksum) {
+  if (!dram_ || !promote_ || size == 0 || size > dram_->capacity()) return false;
+  std::vector<char> copy(static_cast<const char*>(src), static_cast<const char*>(src) + size);
+  if (value_checksum(copy.data(), size) != checksum || !ssd_ || !ssd_->contains(key)) return false;
+  // The SSD has it already: admitted without a hold, evictable at once (as load() promotes).
+  const auto p = reinterpret_cast<uintptr_t>(copy.data());
+  DramTier::PutOutcome outcome{};
+  dram_->put(&key, &p, &size, nullptr, 1, false, &outcome, nullptr);
+  return outcome == DramTier::PutOutcome::kStored;
 }
 
 bool LocalClient::put(const std::string& key, const void* src, size_t size) {

@@ -66,6 +66,16 @@ class LocalClient final : public Client {
 
   ClientStats stats() const override;
 
+  // ---- the per-host server's shared SSD index (ssd_shared_index.h) ----
+  // Both tiers tell `events` of every change from now on (the SSD tier of what it holds already).
+  void set_tier_events(TierEvents* events);
+  // Values a rank read from the SSD itself: counted as SSD hits, as if the store had served them.
+  void count_direct_reads(uint64_t values, uint64_t bytes);
+  // Promote on read for a value a rank read from the SSD itself: `src` (the rank's memory, which
+  // it may already be changing) is copied once, and admitted into DRAM only when the copy still
+  // matches `checksum` and the SSD still holds the key.
+  bool admit_read(const std::string& key, const void* src, size_t size, uint64_t checksum);
+
   // The peer hooks over this store's tiers (distributed mode; made on first use).
   PeerPages& peer_pages();
   bool owns_pool_pages() const { return config_.distributed.has_value(); }

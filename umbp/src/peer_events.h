@@ -23,26 +23,14 @@
 #include <vector>
 
 #include "mori/umbp/config.h"
+#include "src/tier_events.h"
 
 namespace mori::umbp {
 
-struct KvChange {
-  enum class Kind : int { Add = 0, Remove = 1 };  // the values of KvEvent.Kind in umbp.proto
-  Kind kind = Kind::Add;
-  std::string key;
-  TierType tier = TierType::Unknown;
-  uint64_t size = 0;  // Add only
-  uint64_t seq = 0;
-  // A DRAM Add's place in the owner's arena and its XXH3 (0: not known): the master hands
-  // them out with its routes, so a first read needs no resolve at the owner.
-  uint64_t offset = 0;
-  uint64_t checksum = 0;
-};
-
-class PeerEventLog {
+class PeerEventLog final : public TierEvents {
  public:
   void append(KvChange::Kind kind, const std::string& key, TierType tier, uint64_t size, uint64_t offset = 0,
-              uint64_t checksum = 0);
+              uint64_t checksum = 0) override;
   // Up to `max` queued events, oldest first (0: all).
   std::vector<KvChange> drain(size_t max);
   // The sequence of the last event appended; drops everything queued up to it (a full sync

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "mori/core/log.h"
+#include "src/ssd_record.h"
 
 #if MORI_UMBP_HAVE_LIBURING
 #include <liburing.h>
@@ -30,6 +31,25 @@ std::atomic<bool> g_refusal_logged{false};
 // in the kernel costs no core.
 constexpr unsigned kMaxReaderThreads = 8;
 }  // namespace
+
+size_t add_value_reads(std::vector<ReadOp>& ops, int fd, int direct_fd, void* dst, uint64_t offset, uint64_t size,
+                       bool alone) {
+  auto* at = static_cast<char*>(dst);
+  const uint64_t whole = direct_fd >= 0 ? size / kRecordAlign * kRecordAlign : 0;
+  size_t pieces = 0;
+  if (whole > 0) {
+    pieces = alone && whole >= kSplitReadMin
+                 ? std::clamp<size_t>(static_cast<size_t>((whole + kSplitPiece - 1) / kSplitPiece), 2, kSplitPiecesMax)
+                 : 1;
+    const uint64_t blocks = whole / kRecordAlign;
+    for (size_t k = 0; k < pieces; ++k) {
+      const uint64_t from = blocks * k / pieces * kRecordAlign, to = blocks * (k + 1) / pieces * kRecordAlign;
+      ops.push_back(ReadOp{direct_fd, at + from, to - from, offset + from, ops.size()});
+    }
+  }
+  if (whole < size) ops.push_back(ReadOp{fd, at + whole, size - whole, offset + whole, ops.size()});
+  return pieces;
+}
 
 int pread_all(int fd, void* dst, size_t size, uint64_t offset) {
   auto* p = static_cast<char*>(dst);

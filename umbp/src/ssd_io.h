@@ -31,6 +31,19 @@ struct ReadOp {
   int error = 0;   // after the read: 0, or the errno (EIO for a read that ended early)
 };
 
+// A single value's O_DIRECT read of this many bytes or more is cut into pieces read at once, of
+// about kSplitPiece each, 2 to kSplitPiecesMax of them: the device serves them side by side.
+inline constexpr uint64_t kSplitReadMin = uint64_t{256} << 10;
+inline constexpr uint64_t kSplitPiece = uint64_t{512} << 10;
+inline constexpr size_t kSplitPiecesMax = 8;
+
+// Appends the reads of one value of `size` bytes at `offset` into `dst`: its whole 4 KiB blocks
+// from `direct_fd` (O_DIRECT; -1: none, everything through `fd`), cut in pieces when `alone` and
+// large, then the rest from `fd` (buffered). Each op's tag is its index in `ops`. Returns the
+// number of O_DIRECT pieces (0 when none).
+size_t add_value_reads(std::vector<ReadOp>& ops, int fd, int direct_fd, void* dst, uint64_t offset, uint64_t size,
+                       bool alone);
+
 class ReadEngine {
  public:
   ReadEngine(IoBackend backend, size_t queue_depth);

@@ -48,15 +48,6 @@ constexpr const char* kLockFileName = "LOCK";
 // A sealed segment is compacted once less than this share of its bytes is live.
 constexpr double kGcLiveShare = 0.5;
 constexpr auto kGcPeriod = std::chrono::milliseconds(200);
-// A single value's O_DIRECT read of this many bytes or more is cut into pieces read at once, of
-// about kSplitPiece each, 2 to kSplitPiecesMax of them (read_many says why).
-constexpr uint64_t kSplitReadMin = uint64_t{256} << 10;
-constexpr uint64_t kSplitPiece = uint64_t{512} << 10;
-constexpr size_t kSplitPiecesMax = 8;
-
-size_t split_pieces(uint64_t bytes) {
-  return std::clamp<size_t>(static_cast<size_t>((bytes + kSplitPiece - 1) / kSplitPiece), 2, kSplitPiecesMax);
-}
 
 alignas(kRecordAlign) const char kZeros[kRecordAlign] = {};
 
@@ -98,7 +89,7 @@ struct SsdTier::Impl {
   std::atomic<uint64_t> failed_writes{0}, enospc_writes{0}, io_errors{0}, skipped_records{0}, refreshes{0};
   std::atomic<bool> direct_io{false};
   log::RateLimit write_error_log;
-  PeerEventLog* events = nullptr;  // under mu (distributed mode: the peer's event log)
+  TierEvents* events = nullptr;  // under mu (distributed mode: the peer's event log)
 
   std::thread gc_thread;
   std::mutex gc_mu;
@@ -175,6 +166,10 @@ struct SsdTier::Impl {
     index.erase(it);
   }
 
+  static SsdPlace place_of(const Location& loc) {
+    return SsdPlace{loc.segment->id, loc.value_offset, loc.size, loc.checksum};
+  }
+
   // Whether record (sequence, segment) is newer than the indexed `than`. A record GC moved keeps
   // its sequence and lands in a newer segment: that copy wins, the old one is about to go.
   static bool newer(uint64_t sequence, const Segment& segment, const Location& than) {
@@ -191,6 +186,7 @@ struct SsdTier::Impl {
     const bool added = it == index.end();
     loc.segment->live_bytes += loc.bytes;
     if (added && announce && events) events->append(KvChange::Kind::Add, key, TierType::SSD, loc.size);
+    if (events) events->ssd_placed(key, place_of(loc));  // moves too: the place changed
     if (added)
       index.emplace(key, std::move(loc));
     else
@@ -325,6 +321,7 @@ struct SsdTier::Impl {
     if (it != segments.end() && it->second == seg) {
       segments.erase(it);
       used_bytes -= seg->size;
+      if (events) events->ssd_segment_dropped(seg->id);
     }
     if (active == seg) active.reset();
   }
@@ -509,22 +506,14 @@ struct SsdTier::Impl {
       const Location& loc = pending[p].loc;
       auto* dst = static_cast<char*>(dsts[pending[p].i]);
       const Segment& seg = *loc.segment;
-      uint64_t whole = 0;
-      if (direct && seg.direct_fd >= 0 && !seg.direct_refused.load(std::memory_order_relaxed) &&
-          reinterpret_cast<uintptr_t>(dst) % seg.direct_mem_align == 0)
-        whole = loc.size / kRecordAlign * kRecordAlign;
+      const bool use_direct = direct && seg.direct_fd >= 0 && !seg.direct_refused.load(std::memory_order_relaxed) &&
+                              reinterpret_cast<uintptr_t>(dst) % seg.direct_mem_align == 0;
       pending[p].first_op = ops.size();
       // A value alone is cut into pieces read at once (through the ring, else the reader
       // threads): the device serves them side by side, and each piece is hashed as it lands
       // while the later ones are still in flight, so the checksum no longer follows the read.
-      const size_t pieces = whole == 0 ? 0 : single && whole >= kSplitReadMin ? split_pieces(whole) : 1;
-      const uint64_t blocks = whole / kRecordAlign;
-      for (size_t k = 0; k < pieces; ++k) {
-        const uint64_t from = blocks * k / pieces * kRecordAlign, to = blocks * (k + 1) / pieces * kRecordAlign;
-        ops.push_back(ReadOp{seg.direct_fd, dst + from, to - from, loc.value_offset + from, ops.size()});
-      }
-      if (whole < loc.size)
-        ops.push_back(ReadOp{seg.fd, dst + whole, loc.size - whole, loc.value_offset + whole, ops.size()});
+      const size_t pieces =
+          ssd::add_value_reads(ops, seg.fd, use_direct ? seg.direct_fd : -1, dst, loc.value_offset, loc.size, single);
       pending[p].ops = pending[p].ops_left = ops.size() - pending[p].first_op;
       if (pending[p].ops > 1) pending[p].hasher = std::make_unique<ValueHasher>();
       owner.resize(ops.size(), p);
@@ -895,7 +884,10 @@ void SsdTier::clear() {
     s.index.clear();
     for (auto& [id, seg] : s.segments) seg->live_bytes = 0;
     if (!s.writer()) return;  // a reader forgets; the files are the writer's
-    for (auto& [id, seg] : s.segments) all.push_back(seg);
+    for (auto& [id, seg] : s.segments) {
+      all.push_back(seg);
+      if (s.events) s.events->ssd_segment_dropped(id);
+    }
     s.segments.clear();
     s.active.reset();
     s.used_bytes = 0;
@@ -912,9 +904,11 @@ void SsdTier::flush() {
   ::fsync(s.dir_fd);
 }
 
-void SsdTier::set_event_log(PeerEventLog* log) {
+void SsdTier::set_event_log(TierEvents* log) {
   std::unique_lock lock(impl_->mu);
   impl_->events = log;
+  if (log)
+    for (const auto& [key, loc] : impl_->index) log->ssd_placed(key, Impl::place_of(loc));
 }
 
 std::vector<std::pair<std::string, uint64_t>> SsdTier::snapshot() const {

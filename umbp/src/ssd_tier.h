@@ -62,7 +62,7 @@
 #include <vector>
 
 #include "mori/umbp/config.h"
-#include "src/peer_events.h"
+#include "src/tier_events.h"
 
 namespace mori::umbp {
 
@@ -119,9 +119,11 @@ class SsdTier {
   // writer's directory); returns the number of keys that became visible. A writer: 0.
   size_t refresh();
 
-  // Distributed mode: every key that enters or leaves the index (written, reclaimed, removed,
-  // cleared, dropped as corrupt; not GC moves) is appended to `log` from now on (null: none).
-  void set_event_log(PeerEventLog* log);
+  // Every key that enters or leaves the index (written, reclaimed, removed, cleared, dropped as
+  // corrupt; not GC moves) is appended to `log` from now on (null: none), every record indexed
+  // (GC moves too, and at once those indexed already) goes to log->ssd_placed(), every segment
+  // file deleted to log->ssd_segment_dropped().
+  void set_event_log(TierEvents* log);
   // (key, size) of every value the index holds.
   std::vector<std::pair<std::string, uint64_t>> snapshot() const;
 

@@ -23,10 +23,16 @@
 #include "mori/core/log.h"
 #include "mori/core/socket.h"
 #include "mori/core/status.h"
+#include "mori/core/unique_fd.h"
 #include "src/argument_checks.h"
 #include "src/clients.h"
 #include "src/host_mem_allocator.h"
+#include "src/checksum.h"
 #include "src/memfd_lookup.h"
+#include "src/ssd_io.h"
+#include "src/ssd_record.h"
+#include "src/ssd_segment.h"
+#include "src/ssd_shared_index.h"
 #include "src/unix_channel.h"
 
 extern char** environ;
@@ -49,6 +55,7 @@ struct ChannelFailure {
 struct Reply {
   Status status = Status::kOk;
   std::vector<char> payload;
+  UniqueFd fd;  // a descriptor the server handed over with the reply
 };
 
 std::vector<bool> read_bools(const std::vector<char>& payload, size_t n, const char* what) {
@@ -94,6 +101,7 @@ class StandaloneProcessClient final : public Client {
     MORI_CHECK_ARG(s.umbp_server_poll_us >= 0 && s.umbp_server_poll_us <= 1000000,
                    "UMBP_SERVER_POLL_US must be 0..1000000 microseconds (got %" PRId64 ")", s.umbp_server_poll_us);
     reader_.set_spin(std::chrono::microseconds(s.umbp_server_poll_us));
+    direct_reads_ = s.umbp_server_direct_reads;
     program_ = s.umbp_standalone_bin;
     std::lock_guard<std::mutex> lock(mu_);
     connect_locked();  // MORI's client checks the server at construction too
@@ -102,6 +110,7 @@ class StandaloneProcessClient final : public Client {
   ~StandaloneProcessClient() override {
     std::lock_guard<std::mutex> lock(mu_);
     disconnect_locked();
+    close_segments_locked();
     for (auto& [base, r] : regions_) ::close(r.fd);
   }
 
@@ -152,11 +161,21 @@ class StandaloneProcessClient final : public Client {
   std::vector<bool> send_get(const std::vector<std::string>& keys, const std::vector<uintptr_t>& dsts,
                              const std::vector<size_t>& sizes) {
     if (keys.empty()) return {};
+    std::vector<bool> ok(keys.size(), false);
+    size_t read = direct_reads_ ? read_direct(keys, dsts, sizes, ok) : 0;
+    if (read == keys.size()) return ok;
+    // The rest from the server: values in its DRAM, and whatever was not read here.
+    std::vector<size_t> ask;
+    ask.reserve(keys.size() - read);
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (!ok[i]) ask.push_back(i);
     Reply r = call(wire::Op::kBatchGet, [&](wire::Writer& w) {
-      w.put<uint32_t>(static_cast<uint32_t>(keys.size()));
-      for (size_t i = 0; i < keys.size(); ++i) put_item(w, keys[i], dsts[i], sizes[i]);
+      w.put<uint32_t>(static_cast<uint32_t>(ask.size()));
+      for (size_t i : ask) put_item(w, keys[i], dsts[i], sizes[i]);
     });
-    return read_bools(r.payload, keys.size(), "batch_get");
+    const std::vector<bool> got = read_bools(r.payload, ask.size(), "batch_get");
+    for (size_t j = 0; j < ask.size(); ++j) ok[ask[j]] = got[j];
+    return ok;
   }
 
   std::vector<bool> batch_exists(const std::vector<std::string>& keys) override {
@@ -328,6 +347,128 @@ class StandaloneProcessClient final : public Client {
     return read_bool(r.payload, "external kv");
   }
 
+  // ---- reads straight from the server's SSD (ssd_shared_index.h) ----
+
+  struct SegmentFiles {
+    UniqueFd fd, direct_fd;  // buffered, O_DIRECT (may be -1 where the file system refuses it)
+  };
+
+  // Reads the values the server holds on its SSD only (not in DRAM) straight from its segment
+  // files into their destinations, and tells the server which (its counters, promote on read).
+  // ok[i] for each one read whole with the checksum the index gave; the others are the server's
+  // to answer. Returns how many were read.
+  size_t read_direct(const std::vector<std::string>& keys, const std::vector<uintptr_t>& dsts,
+                     const std::vector<size_t>& sizes, std::vector<bool>& ok) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fd_ < 0) connect_locked();
+    if (!ssd_index_) return 0;
+    forget_dropped_segments_locked();
+    struct Item {
+      size_t i;
+      SsdPlace place;
+      bool failed = false;
+    };
+    std::vector<Item> items;
+    std::vector<ssd::ReadOp> ops;
+    std::vector<size_t> owner;  // ops[k] reads part of items[owner[k]]
+    struct Cached {
+      int fd;
+      uint64_t offset, size;
+    };
+    std::vector<Cached> buffered;  // what is read through the page cache
+    for (size_t i = 0; i < keys.size(); ++i) {
+      SsdPlace place;
+      if (!ssd_index_->find_ssd_only(keys[i], &place) || place.size != sizes[i]) continue;
+      const SegmentFiles* files = segment_locked(place.segment);
+      if (!files) continue;
+      const bool aligned = dsts[i] % ssd::kRecordAlign == 0;
+      ssd::add_value_reads(ops, files->fd.get(), aligned ? files->direct_fd.get() : -1,
+                           reinterpret_cast<void*>(dsts[i]), place.offset, place.size, keys.size() == 1);
+      owner.resize(ops.size(), items.size());
+      if (!aligned || !files->direct_fd || place.size % ssd::kRecordAlign)
+        buffered.push_back(Cached{files->fd.get(), place.offset, place.size});
+      items.push_back(Item{i, place});
+    }
+    if (items.empty()) return 0;
+    if (!ssd_reader_) ssd_reader_ = std::make_unique<ssd::ReadEngine>(IoBackend::IoUring, kDirectReadDepth);
+    ssd_reader_->read_all(
+        ops, [&](const ssd::ReadOp& op) { items[owner[op.tag]].failed |= op.error != 0; },
+        /*spread=*/items.size() == 1 && ops.size() > 1);
+    wire::Writer notice;
+    notice.put<uint32_t>(0);
+    uint32_t read = 0;
+    for (const Item& it : items) {
+      if (it.failed || value_checksum(reinterpret_cast<const void*>(dsts[it.i]), it.place.size) != it.place.checksum)
+        continue;  // moved or rewritten since the index said so, or corrupt: the server answers
+      ok[it.i] = true;
+      ++read;
+      put_item(notice, keys[it.i], dsts[it.i], sizes[it.i]);
+      notice.put<uint64_t>(it.place.checksum);
+    }
+    // What came through the page cache leaves it, as the server's own reads do.
+    for (const Cached& c : buffered)
+      ::posix_fadvise(c.fd, static_cast<off_t>(c.offset), static_cast<off_t>(c.size), POSIX_FADV_DONTNEED);
+    if (read == 0) return 0;
+    std::memcpy(notice.buffer().data(), &read, sizeof(read));
+    try {
+      const wire::Frame f{wire::kMagic,
+                          wire::kVersion,
+                          static_cast<uint16_t>(wire::Op::kDirectReads),
+                          next_id_++,
+                          0,
+                          static_cast<uint32_t>(notice.size())};
+      send_frame(fd_, f, notice.buffer().data(), -1, net::now() + static_cast<double>(call_timeout_ms_) / 1000);
+    } catch (const Error&) {
+      disconnect_locked();  // the values are read; the next call reconnects
+    }
+    return read;
+  }
+
+  // The segment's files, opened on first use; null when they cannot be opened (dropped since).
+  const SegmentFiles* segment_locked(uint64_t id) {
+    auto it = segment_files_.find(id);
+    if (it != segment_files_.end()) return &it->second;
+    if (segment_files_.size() >= kMaxOpenSegments) close_segments_locked();
+    const std::string path = ssd_dir_ + "/" + ssd::segment_file_name(id);
+    SegmentFiles f;
+    f.fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!f.fd) return nullptr;
+    f.direct_fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
+    return &segment_files_.emplace(id, std::move(f)).first->second;
+  }
+
+  // A segment the server deleted stays on the disk while a descriptor holds it: all of them are
+  // closed whenever the server has deleted one (the next direct read opens what it needs again).
+  void forget_dropped_segments_locked() {
+    if (!ssd_index_) return;
+    const uint64_t dropped = ssd_index_->dropped_segments();
+    if (dropped == dropped_seen_) return;
+    dropped_seen_ = dropped;
+    close_segments_locked();
+  }
+
+  void close_segments_locked() { segment_files_.clear(); }
+
+  // Asks the server for its shared SSD index (after the Ping of a new connection).
+  void attach_ssd_index_locked() {
+    ssd_index_.reset();
+    close_segments_locked();
+    if (!direct_reads_) return;
+    wire::Writer none;
+    Reply r = exchange_locked(wire::Op::kSsdIndex, none, -1);
+    if (r.status != Status::kOk) return;  // a server that does not offer one: every get asks it
+    wire::Reader rd(r.payload.data(), r.payload.size());
+    if (rd.get<uint8_t>() == 0 || !r.fd) return;
+    ssd_dir_ = rd.get_string(4096);
+    try {
+      ssd_index_ = SsdSharedIndex::attach(r.fd.get());
+      dropped_seen_ = ssd_index_->dropped_segments();
+    } catch (const Error& e) {
+      MORI_LOG(kWarn, kSubsys, "UMBP per-host server at %s: its shared SSD index is unusable (%s); every get asks it",
+               address_.c_str(), e.what());
+    }
+  }
+
   // One request: connects when needed, encodes (region ids are per connection), exchanges.
   // A broken connection that was already open is retried once on a fresh one: the server may
   // have restarted since the last call (every request is idempotent: puts are write-once).
@@ -377,8 +518,8 @@ class StandaloneProcessClient final : public Client {
       if (!reader_.next(fd_, &rf, &body, &junk, deadline, -1, /*wait_first=*/true))
         throw ChannelFailure{Status::kRemote, "the server closed the connection (did it exit?)", true};
       reply_started = true;
-      if (junk >= 0) ::close(junk);
       Reply r;
+      r.fd.reset(junk);
       r.status = static_cast<Status>(rf.status);
       r.payload.assign(body, body + rf.length);
       if (rf.id != id) {
@@ -420,6 +561,7 @@ class StandaloneProcessClient final : public Client {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
     reader_.reset();
+    ssd_index_.reset();  // a restarted server has a new one
     for (auto& [base, r] : regions_) r.id = 0;
   }
 
@@ -463,6 +605,12 @@ class StandaloneProcessClient final : public Client {
     if (!ready) {
       disconnect_locked();
       raise(Status::kRemote, "UMBP per-host server at %s is not ready", address_.c_str());
+    }
+    try {
+      attach_ssd_index_locked();
+    } catch (const ChannelFailure& f) {
+      disconnect_locked();
+      raise_channel_failure(f);
     }
     for (auto& [base, reg] : regions_) register_on_connection_locked(base, reg);
   }
@@ -567,6 +715,16 @@ class StandaloneProcessClient final : public Client {
   pid_t server_pid_ = 0;
   uint64_t next_id_ = 1;
   std::map<uintptr_t, Region> regions_;  // by the worker's base address
+  // UMBP_SERVER_DIRECT_READS: the server's shared SSD index, where its segment files are, and
+  // those opened so far (all under mu_).
+  bool direct_reads_ = false;
+  std::unique_ptr<SsdSharedIndex> ssd_index_;
+  std::string ssd_dir_;
+  uint64_t dropped_seen_ = 0;
+  std::map<uint64_t, SegmentFiles> segment_files_;
+  std::unique_ptr<ssd::ReadEngine> ssd_reader_;
+  static constexpr size_t kMaxOpenSegments = 64;
+  static constexpr size_t kDirectReadDepth = 64;  // reads in flight at once (io_uring)
 };
 
 }  // namespace

@@ -22,6 +22,8 @@
 #include "mori/core/status.h"
 #include "mori/io/direct_copy.h"
 #include "src/clients.h"
+#include "src/local_client.h"
+#include "src/ssd_shared_index.h"
 #include "src/unix_channel.h"
 
 namespace mori::umbp {
@@ -32,6 +34,9 @@ constexpr double kPayloadTimeoutS = 30;  // a frame's payload must follow its he
 constexpr double kReplyTimeoutS = 30;    // a worker that stops reading its replies is cut off
 constexpr size_t kMaxRegionsPerWorker = 4096;
 constexpr size_t kMaxDirectBytes = size_t{1} << 30;  // staging for unregistered memory, per request
+// Sizes the shared SSD index: room for the SSD's capacity in values of this size (a KV page of a
+// few layers; smaller values fill it sooner, and the keys that find no slot are asked of the server).
+constexpr uint64_t kTypicalValueBytes = uint64_t{64} << 10;
 
 // A worker buffer mapped into the server (MAP_SHARED of the worker's memfd).
 struct MappedRegion {
@@ -149,7 +154,13 @@ std::unique_ptr<StandaloneServer> StandaloneServer::start(ServerOptions options)
     raise_errno("flock %s", lock_path.c_str());
   }
 
-  srv->store_ = make_local_client(options.config);
+  srv->config_ = options.config;
+  srv->store_ = std::make_unique<LocalClient>(options.config);
+  // Ranks read SSD-only values themselves where the SSD tier's files are theirs to open too.
+  if (options.config.ssd.enabled && env::current().umbp_server_direct_reads) {
+    srv->ssd_index_ = SsdSharedIndex::create(options.config.ssd.capacity_bytes / kTypicalValueBytes);
+    srv->store_->set_tier_events(srv->ssd_index_.get());
+  }
   const int listen_fd = listen_unix(srv->path_);
   srv->idle_since_ = net::now();
   net::Acceptor::Options ao;
@@ -162,7 +173,10 @@ std::unique_ptr<StandaloneServer> StandaloneServer::start(ServerOptions options)
   return srv;
 }
 
-StandaloneServer::~StandaloneServer() { stop(); }
+StandaloneServer::~StandaloneServer() {
+  stop();
+  if (store_) store_->set_tier_events(nullptr);  // the index goes first
+}
 
 void StandaloneServer::stop() {
   {
@@ -202,6 +216,8 @@ bool StandaloneServer::wait(double timeout_s) {
   }
   return true;
 }
+
+ClientStats StandaloneServer::store_stats() const { return store_->stats(); }
 
 ServerCounters StandaloneServer::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -303,8 +319,9 @@ void StandaloneServer::serve(net::Connection& conn) {
     wire::Writer reply;
     Status status = Status::kOk;
     std::string error;
+    int reply_fd = -1;  // ours, lent to the reply
     try {
-      dispatch(s, f.op, payload, f.length, passed, reply);
+      dispatch(s, f.op, payload, f.length, passed, reply, &reply_fd);
     } catch (const Error& e) {
       status = e.status();
       error = e.what();
@@ -315,7 +332,14 @@ void StandaloneServer::serve(net::Connection& conn) {
       status = Status::kInternal;
       error = e.what();
     }
+    if (f.op == static_cast<uint16_t>(wire::Op::kDirectReads)) {  // one-way: no reply
+      if (status != Status::kOk)
+        MORI_LOG(kDebug, kSubsys, "per-host server %s: %s's direct-read notice: %s", address_.c_str(), s.who.c_str(),
+                 error.c_str());
+      continue;
+    }
     if (status != Status::kOk) {
+      reply_fd = -1;
       if (error.size() > wire::kMaxMessage) error.resize(wire::kMaxMessage);
       reply = wire::Writer();
       reply.put_bytes(error.data(), error.size());
@@ -328,12 +352,12 @@ void StandaloneServer::serve(net::Connection& conn) {
     }
     wire::Frame r{
         wire::kMagic, wire::kVersion, f.op, f.id, static_cast<uint32_t>(status), static_cast<uint32_t>(reply.size())};
-    send_frame(fd, r, reply.buffer().data(), -1, net::now() + kReplyTimeoutS);
+    send_frame(fd, r, reply.buffer().data(), reply_fd, net::now() + kReplyTimeoutS);
   }
 }
 
 void StandaloneServer::dispatch(Session& s, uint16_t op_code, const char* payload, size_t length, int passed_fd,
-                                wire::Writer& reply) {
+                                wire::Writer& reply, int* reply_fd) {
   wire::Reader r(payload, length);
   const auto op = static_cast<wire::Op>(op_code);
   switch (op) {
@@ -538,6 +562,36 @@ void StandaloneServer::dispatch(Session& s, uint16_t op_code, const char* payloa
           for (const auto& h : hs) reply.put_string(h);
         }
       }
+      return;
+    }
+    case wire::Op::kSsdIndex: {
+      r.expect_end();
+      reply.put<uint8_t>(ssd_index_ ? 1 : 0);
+      if (!ssd_index_) return;
+      reply.put_string(config_.ssd.storage_dir);
+      *reply_fd = ssd_index_->fd();
+      return;
+    }
+    case wire::Op::kDirectReads: {
+      const uint32_t n = r.get_count(wire::kMaxBatch, 4 + 4 + 8 + 8 + 8);
+      uint64_t bytes = 0;
+      std::vector<char> ok;
+      for (uint32_t i = 0; i < n; ++i) {
+        const std::string key = r.get_string(kMaxKeyBytes);
+        const uint32_t region = r.get<uint32_t>();
+        const uint64_t offset = r.get<uint64_t>(), size = r.get<uint64_t>(), checksum = r.get<uint64_t>();
+        bytes += size;
+        if (region == wire::kUnregistered) continue;  // counted; out of reach for promote on read
+        const MappedRegion& m = s.region(region);
+        MORI_CHECK_ARG(offset <= m.size && size <= m.size - offset,
+                       "direct reads[%u]: [offset %" PRIu64 ", +%" PRIu64 ") is outside region %u", i, offset, size,
+                       region);
+        store_->admit_read(key, m.data + offset, size, checksum);
+      }
+      r.expect_end();
+      store_->count_direct_reads(n, bytes);
+      std::lock_guard<std::mutex> lock(mu_);
+      counters_.direct_reads += n;
       return;
     }
     case wire::Op::kExternalKvHitCounts: {

@@ -38,6 +38,9 @@ namespace mori::umbp {
 // <node> is `node_id` if given, else the host name.
 std::string default_server_address(const std::string& node_id = "");
 
+class LocalClient;
+class SsdSharedIndex;
+
 struct ServerOptions {
   std::string address;               // unix:///path.sock ("" -> default_server_address())
   Config config;                     // the store's (standalone_process must be unset)
@@ -45,13 +48,14 @@ struct ServerOptions {
 };
 
 struct ServerCounters {
-  uint64_t connections = 0;  // workers accepted, ever
-  uint64_t active = 0;       // workers connected now (gauge)
-  uint64_t refused = 0;      // connections of other users, refused
-  uint64_t requests = 0;     // requests served (ok or error reply)
-  uint64_t errors = 0;       // requests answered with an error
-  uint64_t bad_frames = 0;   // connections ended for breaking the framing
-  uint64_t regions = 0;      // worker regions mapped now (gauge)
+  uint64_t connections = 0;   // workers accepted, ever
+  uint64_t active = 0;        // workers connected now (gauge)
+  uint64_t refused = 0;       // connections of other users, refused
+  uint64_t requests = 0;      // requests served (ok or error reply)
+  uint64_t errors = 0;        // requests answered with an error
+  uint64_t bad_frames = 0;    // connections ended for breaking the framing
+  uint64_t regions = 0;       // worker regions mapped now (gauge)
+  uint64_t direct_reads = 0;  // values workers read from the SSD themselves (UMBP_SERVER_DIRECT_READS)
 };
 
 class StandaloneServer {
@@ -69,19 +73,23 @@ class StandaloneServer {
   // Stops accepting, ends every connection, unmaps every region, removes the socket. Idempotent.
   void stop();
   ServerCounters counters() const;
-  ClientStats store_stats() const { return store_->stats(); }
+  ClientStats store_stats() const;
 
  private:
   struct Session;
   StandaloneServer() = default;
   void serve(net::Connection& conn);
-  void dispatch(Session& s, uint16_t op, const char* payload, size_t length, int passed_fd, wire::Writer& reply);
+  // Serves one request into `reply`; *reply_fd: a descriptor of ours to hand over with it.
+  void dispatch(Session& s, uint16_t op, const char* payload, size_t length, int passed_fd, wire::Writer& reply,
+                int* reply_fd);
   void connection_ended();
 
   std::string address_, path_;
   int lock_fd_ = -1;
   int64_t idle_exit_timeout_ms_ = 0;
-  std::unique_ptr<Client> store_;
+  Config config_;
+  std::unique_ptr<LocalClient> store_;
+  std::unique_ptr<SsdSharedIndex> ssd_index_;  // null: ranks ask for every value
   std::unique_ptr<net::Acceptor> acceptor_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

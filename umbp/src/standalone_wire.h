@@ -2,7 +2,7 @@
 // The per-host server's wire format (StandaloneProcess mode), over a Unix stream socket.
 //
 //   worker -> server: Frame(op, id) + payload ...   (a Register frame carries one memfd, SCM_RIGHTS)
-//   server -> worker: Frame(op, id, status) + payload, one per request, in order
+//   server -> worker: Frame(op, id, status) + payload, one per request (but kDirectReads), in order
 //
 // Values never ride this channel: a put or get names (region, offset, size) in memory the worker
 // handed over once (register_memory) and the server copies between that mapping and its store.
@@ -48,8 +48,13 @@ enum class Op : uint16_t {
   kRevokeAllExternalKv = 13,    // u32 tier -> u8
   kMatchExternalKv = 14,        // u8 count_as_hit, u32 n, n x hash -> u32 m, m x Match
   kExternalKvHitCounts = 15,    // u32 n, n x hash -> u32 m, m x (hash, u64)
+  // -> u8 available [, string storage_dir + the shared SSD index's memfd (ssd_shared_index.h)]
+  kSsdIndex = 16,
+  // One-way (no reply): values the worker read from the SSD itself (ssd_shared_index.h), for the
+  // server's counters and promote on read: u32 n, n x (key, u32 region, u64 offset, u64 size, u64 checksum)
+  kDirectReads = 17,
 };
-constexpr uint16_t kMaxOp = 15;
+constexpr uint16_t kMaxOp = 17;
 
 struct Frame {
   uint32_t magic;

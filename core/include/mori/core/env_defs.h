@@ -132,6 +132,9 @@
   X(umbp_server_poll_us, "UMBP_SERVER_POLL_US", int, "0", umbp, "",                                                    \
     "MORI-UMBP (ours): microseconds a rank waiting for the per-host server's reply, and the server's connection "      \
     "thread waiting for a rank's next request, busy-poll the socket before sleeping (0: never)")                       \
+  X(umbp_server_direct_reads, "UMBP_SERVER_DIRECT_READS", bool, "1", umbp, "",                                         \
+    "MORI-UMBP (ours): ranks of the per-host server read values that are on its SSD only straight from the segment "   \
+    "files (the server's shared SSD index says where), instead of asking the server (0: always ask)")                  \
   X(umbp_standalone_address, "UMBP_STANDALONE_ADDRESS", string, "", umbp, "",                                          \
     "MORI-UMBP: the per-host server's address (unix:///path.sock); set = standalone-process mode")                     \
   X(umbp_standalone_auto_start, "UMBP_STANDALONE_AUTO_START", bool, "0", umbp, "",                                     \
