@@ -27,10 +27,7 @@ from mori import _C  # noqa: E402
 PROGRAM = Path(__file__).parent / "programs" / "umbp_rank.py"
 sys.path.insert(0, str(PROGRAM.parent))
 import umbp_rank  # noqa: E402
-
-FRAME = struct.Struct("<IHHQII")  # magic, version, op, id, status, length
-MAGIC, VERSION = 0x50424D55, 1
-OP_PING, OP_REGISTER, OP_BATCH_PUT, OP_BATCH_EXISTS = 1, 2, 4, 6
+from server_wire import FRAME, MAGIC, OP_BATCH_EXISTS, OP_BATCH_PUT, OP_PING, OP_REGISTER, VERSION, frame, read_reply  # noqa: E402
 
 
 def server_env(extra: Optional[dict] = None) -> dict:
@@ -294,24 +291,6 @@ def test_every_call_goes_through_the_server(server: ServerProcess) -> None:
     assert c.batch_exists(keys) == [False] * 4
     c.close()
     local.close()
-
-
-def frame(op: int, payload: bytes = b"", req: int = 1, *, length: Optional[int] = None, magic: int = MAGIC) -> bytes:
-    return FRAME.pack(magic, VERSION, op, req, 0, len(payload) if length is None else length) + payload
-
-
-def read_reply(s: socket.socket) -> tuple[int, int, bytes]:
-    head = b""
-    while len(head) < FRAME.size:
-        chunk = s.recv(FRAME.size - len(head))
-        if not chunk:
-            raise EOFError("server closed the connection")
-        head += chunk
-    _, _, _, req, status, length = FRAME.unpack(head)
-    body = b""
-    while len(body) < length:
-        body += s.recv(length - len(body))
-    return req, status, body
 
 
 def closed(s: socket.socket) -> bool:

@@ -27,13 +27,11 @@ from mori import _C
 PROGRAM = Path(__file__).parent / "programs" / "umbp_rank.py"
 sys.path.insert(0, str(PROGRAM.parent))
 import umbp_rank  # noqa: E402
+from server_wire import OP_BATCH_EXISTS, OP_DIRECT_READS, frame, read_reply  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
 KIB = 1 << 10
-FRAME = struct.Struct("<IHHQII")  # magic, version, op, id, status, length
-MAGIC, VERSION = 0x50424D55, 1
-OP_PING, OP_REGISTER, OP_BATCH_EXISTS, OP_DIRECT_READS = 1, 2, 6, 17
 
 
 class Pool:
@@ -239,23 +237,6 @@ def test_a_value_read_by_the_rank_is_promoted_by_the_server(tmp_path: Path) -> N
         pool.close()
 
 
-def frame(op: int, payload: bytes, req: int) -> bytes:
-    return FRAME.pack(MAGIC, VERSION, op, req, 0, len(payload)) + payload
-
-
-def reply(s: socket.socket) -> tuple[int, int, bytes]:
-    head = b""
-    while len(head) < FRAME.size:
-        chunk = s.recv(FRAME.size - len(head))
-        assert chunk, "the server closed the connection"
-        head += chunk
-    _, _, _, req, status, length = FRAME.unpack(head)
-    body = b""
-    while len(body) < length:
-        body += s.recv(length - len(body))
-    return req, status, body
-
-
 def test_lying_direct_read_notices_change_nothing(tmp_path: Path) -> None:
     """A worker's notice of values it read itself is one-way: a malformed one, one naming memory
     outside its regions, or bytes that do not match the checksum it claims are not admitted into
@@ -284,7 +265,7 @@ def test_lying_direct_read_notices_change_nothing(tmp_path: Path) -> None:
                 s.sendall(frame(OP_DIRECT_READS, n, 100 + i))
             k = b"lie-x"
             s.sendall(frame(OP_BATCH_EXISTS, struct.pack("<II", 1, len(k)) + k, 7))
-            req, status, body = reply(s)  # the first reply is the exists: no notice was answered
+            req, status, body = read_reply(s)  # the first reply is the exists: no notice was answered
             assert (req, status, body) == (7, 0, b"\x00")
         assert c.stats()["dram_keys"] == keys_before
         assert c.batch_exists(keys) == [True, True]
