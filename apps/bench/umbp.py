@@ -584,6 +584,14 @@ def server_unavailable() -> Optional[str]:
 # Ratios and targets
 
 
+def server_settings() -> dict:
+    """The per-host server path's settings this run had (the ranks' and the server's, one
+    environment): which way a server row's bytes went."""
+    from mori import _C
+
+    return {r["name"]: r["value"] for r in _C.core.env_table() if r["name"].startswith("UMBP_SERVER_")}
+
+
 def add_ratios(rows: list[dict]) -> None:
     """``x memcpy``, ``x raw read``, ``x mooncake``: a row's GiB/s over its baseline's at the same
     mode, value size and batch (put vs Mooncake's put, get vs Mooncake's get)."""
@@ -781,6 +789,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "modes": modes,
         "tiers": args.tiers,
         "server_ranks": SERVER_RANKS,
+        "server_settings": server_settings(),
         "seconds": round(time.monotonic() - t0, 1),
         "loadavg_1m": {"start": round(load_start[0], 2), "end": round(os.getloadavg()[0], 2)},
         "method": "per row: one untimed warm-up call, then timed batch calls until --iters or --budget "
