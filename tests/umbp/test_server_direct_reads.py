@@ -68,6 +68,7 @@ class Pool:
 
     def close(self) -> None:
         self.server.stop()
+        self.server = None  # its store goes too: the SSD directory's writer lock is let go
 
 
 @pytest.fixture
@@ -182,6 +183,32 @@ def test_cleared_values_are_misses_and_their_files_are_let_go(pool: Pool) -> Non
     assert c.batch_get_into_ptr(keys, [base + o for o in offsets], [64 * KIB] * 12) == [True] * 12
     assert np.array_equal(dst[: 12 * 64 * KIB], src[: 12 * 64 * KIB])
     c.close()
+
+
+def test_a_successors_clear_reaches_a_rank_that_read_from_the_old_server(tmp_path: Path) -> None:
+    """A rank holding the index (and the segment files) of a server that has since stopped must
+    not read from them: the successor on the same directory may have cleared it."""
+    pool = Pool(tmp_path, dram=256 * KIB, promote=False)
+    c = pool.client()
+    src = pool.buffer(c, 1 << 20)
+    dst = pool.buffer(c, 1 << 20)
+    keys, offsets = put_values(c, src, "restart", [64 * KIB] * 8)
+    base = int(dst.ctypes.data)
+    assert c.batch_get_into_ptr(keys, [base + o for o in offsets], [64 * KIB] * 8) == [True] * 8
+    assert pool.direct_reads(c) > 0
+    pool.close()
+    successor = Pool(tmp_path, dram=256 * KIB, promote=False)  # same socket, same storage_dir
+    try:
+        other = successor.client()
+        assert other.batch_exists(keys) == [True] * 8  # it found what its predecessor wrote
+        assert other.clear()
+        dst[:] = 0
+        assert c.batch_get_into_ptr(keys, [base + o for o in offsets], [64 * KIB] * 8) == [False] * 8
+        assert not dst.any()
+        other.close()
+        c.close()
+    finally:
+        successor.close()
 
 
 def test_a_value_changed_on_disk_is_a_miss_not_wrong_bytes(pool: Pool) -> None:

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "src/standalone_process_client.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -360,6 +361,8 @@ class StandaloneProcessClient final : public Client {
   size_t read_direct(const std::vector<std::string>& keys, const std::vector<uintptr_t>& dsts,
                      const std::vector<size_t>& sizes, std::vector<bool>& ok) {
     std::lock_guard<std::mutex> lock(mu_);
+    // The index of a server that died is frozen: a successor's clear() would not reach it.
+    if (fd_ >= 0 && !connection_open_locked()) disconnect_locked();
     if (fd_ < 0) connect_locked();
     if (!ssd_index_) return 0;
     forget_dropped_segments_locked();
@@ -422,6 +425,13 @@ class StandaloneProcessClient final : public Client {
       disconnect_locked();  // the values are read; the next call reconnects
     }
     return read;
+  }
+
+  // Whether the server still holds its end of the connection (nothing is due from it between
+  // calls: a readable socket means it closed, or broke the protocol).
+  bool connection_open_locked() const {
+    pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) == 0;
   }
 
   // The segment's files, opened on first use; null when they cannot be opened (dropped since).

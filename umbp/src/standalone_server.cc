@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <vector>
 
@@ -568,7 +569,8 @@ void StandaloneServer::dispatch(Session& s, uint16_t op_code, const char* payloa
       r.expect_end();
       reply.put<uint8_t>(ssd_index_ ? 1 : 0);
       if (!ssd_index_) return;
-      reply.put_string(config_.ssd.storage_dir);
+      // Absolute: the ranks open the segment files by path, from their own working directories.
+      reply.put_string(std::filesystem::absolute(config_.ssd.storage_dir).string());
       *reply_fd = ssd_index_->fd();
       return;
     }
