@@ -78,6 +78,12 @@ def pool(tmp_path: Path) -> Iterator[Pool]:
     p.close()
 
 
+def read_all(c: umbp.UMBPClient, dst: np.ndarray, keys: list[str], offsets: list[int], size: int) -> list[bool]:
+    """One batch get of `keys` (`size` bytes each) into `dst` at `offsets`."""
+    base = int(dst.ctypes.data)
+    return c.batch_get_into_ptr(keys, [base + o for o in offsets], [size] * len(keys))
+
+
 def put_values(c: umbp.UMBPClient, src: np.ndarray, tag: str, sizes: list[int]) -> tuple[list[str], list[int]]:
     """Fresh random values of `sizes`, 4 KiB-aligned in `src`; returns (keys, offsets)."""
     keys, offsets, at = [], [], 0
@@ -168,19 +174,18 @@ def test_cleared_values_are_misses_and_their_files_are_let_go(pool: Pool) -> Non
     src = pool.buffer(c, 1 << 20)
     dst = pool.buffer(c, 1 << 20)
     keys, offsets = put_values(c, src, "cleared", [64 * KIB] * 12)
-    base = int(dst.ctypes.data)
-    assert c.batch_get_into_ptr(keys, [base + o for o in offsets], [64 * KIB] * 12) == [True] * 12
+    assert read_all(c, dst, keys, offsets, 64 * KIB) == [True] * 12
     assert pool.direct_reads(c) > 0
     assert c.clear()
     dst[:] = 0
     # The index no longer places them: every get asks the server, which has nothing.
-    assert c.batch_get_into_ptr(keys, [base + o for o in offsets], [64 * KIB] * 12) == [False] * 12
+    assert read_all(c, dst, keys, offsets, 64 * KIB) == [False] * 12
     assert not dst.any()
     # The rank closed its descriptors of the deleted segments (they would hold the disk space).
     assert not [t for t in segment_descriptors(pool.dir) if t.endswith("(deleted)")]
     # New values after the clear are read again.
     keys, offsets = put_values(c, src, "after", [64 * KIB] * 12)
-    assert c.batch_get_into_ptr(keys, [base + o for o in offsets], [64 * KIB] * 12) == [True] * 12
+    assert read_all(c, dst, keys, offsets, 64 * KIB) == [True] * 12
     assert np.array_equal(dst[: 12 * 64 * KIB], src[: 12 * 64 * KIB])
     c.close()
 
@@ -193,8 +198,7 @@ def test_a_successors_clear_reaches_a_rank_that_read_from_the_old_server(tmp_pat
     src = pool.buffer(c, 1 << 20)
     dst = pool.buffer(c, 1 << 20)
     keys, offsets = put_values(c, src, "restart", [64 * KIB] * 8)
-    base = int(dst.ctypes.data)
-    assert c.batch_get_into_ptr(keys, [base + o for o in offsets], [64 * KIB] * 8) == [True] * 8
+    assert read_all(c, dst, keys, offsets, 64 * KIB) == [True] * 8
     assert pool.direct_reads(c) > 0
     pool.close()
     successor = Pool(tmp_path, dram=256 * KIB, promote=False)  # same socket, same storage_dir
@@ -203,7 +207,7 @@ def test_a_successors_clear_reaches_a_rank_that_read_from_the_old_server(tmp_pat
         assert other.batch_exists(keys) == [True] * 8  # it found what its predecessor wrote
         assert other.clear()
         dst[:] = 0
-        assert c.batch_get_into_ptr(keys, [base + o for o in offsets], [64 * KIB] * 8) == [False] * 8
+        assert read_all(c, dst, keys, offsets, 64 * KIB) == [False] * 8
         assert not dst.any()
         other.close()
         c.close()

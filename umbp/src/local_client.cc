@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "src/local_client.h"
 
+#include <algorithm>
+
 #include "mori/core/env.h"
 #include "mori/core/log.h"
 #include "mori/core/status.h"
@@ -184,11 +186,7 @@ std::vector<bool> LocalClient::load(const std::string* keys, const uintptr_t* ds
         pz.push_back(mz[j]);
       }
     }
-    if (!pk.empty()) {
-      // The SSD has these already: admitted without a hold, evictable at once.
-      std::vector<DramTier::PutOutcome> outcome(pk.size());
-      dram_->put(pk.data(), ps.data(), pz.data(), nullptr, pk.size(), false, outcome.data(), nullptr);
-    }
+    if (!pk.empty()) promote(pk.data(), ps.data(), pz.data(), pk.size());
   }
   ssd_hits_ += ssd_hits;
   misses_ += n - dram_hits - ssd_hits;
@@ -215,11 +213,15 @@ bool LocalClient::admit_read(const std::string& key, const void* src, size_t siz
   if (!dram_ || !promote_ || size == 0 || size > dram_->capacity()) return false;
   std::vector<char> copy(static_cast<const char*>(src), static_cast<const char*>(src) + size);
   if (value_checksum(copy.data(), size) != checksum || !ssd_ || !ssd_->contains(key)) return false;
-  // The SSD has it already: admitted without a hold, evictable at once (as load() promotes).
   const auto p = reinterpret_cast<uintptr_t>(copy.data());
-  DramTier::PutOutcome outcome{};
-  dram_->put(&key, &p, &size, nullptr, 1, false, &outcome, nullptr);
-  return outcome == DramTier::PutOutcome::kStored;
+  return promote(&key, &p, &size, 1) == 1;
+}
+
+size_t LocalClient::promote(const std::string* keys, const uintptr_t* srcs, const size_t* sizes, size_t n) {
+  // The SSD has these already: admitted without a hold, evictable at once.
+  std::vector<DramTier::PutOutcome> outcome(n);
+  dram_->put(keys, srcs, sizes, nullptr, n, false, outcome.data(), nullptr);
+  return static_cast<size_t>(std::count(outcome.begin(), outcome.end(), DramTier::PutOutcome::kStored));
 }
 
 bool LocalClient::put(const std::string& key, const void* src, size_t size) {

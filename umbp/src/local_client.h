@@ -88,6 +88,8 @@ class LocalClient final : public Client {
                           size_t n);
   // get/batch_get after the argument checks.
   std::vector<bool> load(const std::string* keys, const uintptr_t* dsts, const size_t* sizes, size_t n);
+  // Promote on read: values just read from the SSD into DRAM; returns how many were admitted.
+  size_t promote(const std::string* keys, const uintptr_t* srcs, const size_t* sizes, size_t n);
   // Whether the SSD tier holds `key`; a follower re-scans the directory on its first miss of a
   // call (*rescanned tracks that).
   bool on_ssd(const std::string& key, bool* rescanned);
