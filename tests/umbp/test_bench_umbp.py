@@ -86,6 +86,20 @@ def test_bench_umbp_local_tiny(tmp_path):
     assert "/" not in doc["command"].split()[0]  # no install path in the JSON
 
 
+def test_bench_umbp_exists_row_with_large_values_only(tmp_path):
+    """The exists row puts 128 values beside the rows': with 2 MiB values only (the DRAM tier
+    sized for them), they once did not fit and the bench failed."""
+    proc, doc = _bench(
+        tmp_path,
+        *("--modes", "local", "--tiers", "dram", "--sizes", "2M", "--batches", "1"),
+        *("--iters", "3", "--budget", "0.01", "--exists-iters", "20", "--no-mooncake"),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (ex,) = [r for r in doc["rows"] if r["op"] == "exists_consecutive"]
+    assert ex["batch"] == 128 and ex["value_bytes"] == 64 << 10 and ex["p50 us"] > 0
+    assert doc["meta"]["targets"]["exists_consecutive_128_p50_us"]["status"] in ("met", "missed")
+
+
 @pytest.mark.parametrize(
     "option,value", [("--sizes", "0"), ("--batches", "x"), ("--modes", "cluster"), ("--iters", "-2")]
 )
