@@ -22,12 +22,14 @@ Rows (engine / op):
                 owner, which reads the values from the registered source through MORI-IO and
                 commits them in that call
   umbp get-1st  batch_get_into_ptr of keys put but never read by this worker (each call another
-                put batch): BatchRouteGet (with each value's place in the owner's arena), a
-                MORI-IO read into the registered destination, each value's XXH3 checked
+                put batch): a MORI-IO read into the registered destination at each value's place
+                in the owner's arena, each value's XXH3 checked; the place comes from the master's
+                place feed (UMBP_PLACE_FEED_MS, on by default: no master call) or, where the feed
+                has not brought it (or is off: UMBP_PLACE_FEED_MS=0), from a BatchRouteGet first
   umbp exists+get  SGLang's load of keys never read by this worker (every other unread batch, where a
                 row has four or more): batch_exists_consecutive, then batch_get_into_ptr, timed
-                together; the exists call's route gives the places, so the get is one MORI-IO
-                read (no second round trip)
+                together; fed places answer the exists call, else its route gives them, so the
+                get is one MORI-IO read (no second round trip)
   umbp get      batch_get_into_ptr of the last put batch, again and again: within the read lease of
                 its last resolve, one MORI-IO read straight from the owner and the XXH3 check (the
                 location cache); after it, as get-1st
@@ -338,6 +340,7 @@ def measure(args, cells: list, info: dict, ip: str, capacity: int) -> tuple[list
     import mori.umbp as umbp
     from mori.apps.bench.sizes import human_size
     from mori.apps.bench.umbp_workload import HostBuffers, check_all, iterations, sglang_keys, summarize
+    from mori.core.env import setting
     from mori.umbp.proto import require
 
     peer_pb = require("umbp_peer_pb2")
@@ -447,6 +450,13 @@ def measure(args, cells: list, info: dict, ip: str, capacity: int) -> tuple[list
             }
         )
         meta["store"] = "in-memory"
+        st = client.stats()
+        meta["place_feed"] = {  # how many places the feed gave, and how many reads used a held place
+            "UMBP_PLACE_FEED_MS": int(setting("UMBP_PLACE_FEED_MS")),
+            "fed_places": st["fed_places"],
+            "location_cache_hits": st["location_cache_hits"],
+            "routed_location_reads": st["routed_location_reads"],
+        }
     finally:
         if mstore is not None:
             mstore.close()

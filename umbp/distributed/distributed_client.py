@@ -52,6 +52,7 @@ from mori.umbp.distributed.grpc_channels import Channel
 from mori.umbp.proto import require
 
 pb = require("umbp_pb2")
+admin_pb = require("umbp_admin_pb2")
 peer_pb = require("umbp_peer_pb2")
 peer_grpc = require("umbp_peer_pb2_grpc")
 
@@ -135,6 +136,8 @@ class DistributedStats:
     location_cache_stale: int = 0
     routed_location_reads: int = 0  # first reads at the place the master's route gave (no resolve)
     routed_location_stale: int = 0  # ... that failed their checksum or the read: resolved instead
+    fed_places: int = 0  # places the master's place feed gave (UMBP_PLACE_FEED_MS), remembered for reads
+    fed_removals: int = 0  # ... and values it said left their owner's DRAM, forgotten
     full_syncs: int = 0
     heartbeats: int = 0
     quota_refused_puts: int = 0
@@ -327,6 +330,17 @@ class DistributedUMBPClient(_UMBPClient):
         self._hb_thread = threading.Thread(target=self._heartbeat_loop, name=f"umbp-hb-{self._node_id}", daemon=True)
         if mc.auto_heartbeat:
             self._hb_thread.start()
+        # The master's place feed (master_place_feed.py), polled into the location cache: a first
+        # get of a key another worker put is then one read from its owner, with no route.
+        self._feed_period_s = int(setting("UMBP_PLACE_FEED_MS")) / 1000.0
+        self._feed_horizon_s = int(setting("UMBP_PLACE_FEED_HORIZON_MS")) / 1000.0
+        self._feed_id = 0
+        self._feed_seq = 0
+        self._feed_lock = threading.Lock()
+        self._feed_thread: Optional[threading.Thread] = None
+        if self._feed_period_s > 0 and self._feed_horizon_s > 0:
+            self._feed_thread = threading.Thread(target=self._feed_loop, name=f"umbp-feed-{self._node_id}", daemon=True)
+            self._feed_thread.start()
 
     def _init_lookup_only(self, config) -> None:
         """dram.capacity_bytes == 0 (vLLM's scheduler client): no pages, no IO engine, no peer
@@ -548,6 +562,60 @@ class DistributedUMBPClient(_UMBPClient):
                     self._ship()
             except Exception as exc:  # noqa: BLE001 - the thread must outlive any one failure
                 log.warning("umbp %s: heartbeat: %s", self._node_id, exc)
+
+    def _feed_loop(self) -> None:
+        while not self._stop.wait(self._feed_period_s):
+            try:
+                while self.place_feed_now() and not self._stop.is_set():
+                    pass  # behind: the next slice at once
+            except Exception as exc:  # noqa: BLE001 - the thread must outlive a master that is away
+                log.debug("umbp %s: place feed: %s", self._node_id, exc)
+                self._stop.wait(self._backoff_s)
+
+    def place_feed_now(self) -> bool:
+        """Reads the master's place feed once (UMBP_PLACE_FEED_MS does it in the background):
+        the owners' DRAM places it gives are remembered for UMBP_PLACE_FEED_HORIZON_MS, the values
+        it says left are forgotten. Returns whether more entries wait. Raises what the master call
+        raised."""
+        if self._lookup_only:
+            return False
+        with self._feed_lock:
+            resp = self._master._call(
+                "PlaceFeed",
+                admin_pb.PlaceFeedRequest(node_id=self._node_id, feed_id=self._feed_id, since_seq=self._feed_seq),
+                admin=True,
+            )
+            self._feed_id, self._feed_seq = resp.feed_id, resp.next_seq
+            # The last word on each key wins (a value may have come and gone within one slice).
+            last: dict[str, tuple] = {}
+            for ref, key, added, off, size, ck in zip(
+                resp.node_ref, resp.keys, resp.added, resp.offset, resp.size, resp.checksum
+            ):
+                last[key] = (ref, added, off, size, ck)
+            gone = [k for k, (_r, added, *_rest) in last.items() if not added]
+            by_ref: dict[int, list[tuple[str, int, int, int]]] = defaultdict(list)
+            for key, (ref, added, off, size, ck) in last.items():
+                if added and ck and 0 < ref <= len(resp.nodes):
+                    by_ref[ref].append((key, off, size, ck))
+            if gone:
+                self._locations.forget(gone)
+            expires = time.monotonic() + self._feed_horizon_s
+            fed = 0
+            for ref, located in by_ref.items():
+                node = resp.nodes[ref - 1]
+                if node.node_id == self._node_id or self._down(node.node_id):
+                    continue  # its own values it reads locally; a failed owner's not at all
+                try:
+                    p = self._peer(node.node_id, node.peer_address)  # a located read needs the peer known
+                except Exception as exc:  # noqa: BLE001
+                    self._peer_failed(node.node_id, node.peer_address, "GetPeerInfo", exc)
+                    continue
+                self._remember(p, located, expires)
+                fed += len(located)
+        with self._stats_lock:
+            self.dstats.fed_places += fed
+            self.dstats.fed_removals += len(gone)
+        return bool(resp.more)
 
     def heartbeat_now(self) -> None:
         """Ships the queued key events (or a full sync) to the master now."""
@@ -1522,11 +1590,19 @@ class DistributedUMBPClient(_UMBPClient):
         included, plus where each DRAM value lies). Those places are remembered as a read's
         would be, so the get that follows (SGLang's load: batch_exists_consecutive, then
         batch_get_v1) reads from the owner at once, with no second master round trip. A key
-        whose copies are all on failed or expired nodes is not found (it could not be read). A
-        lookup-only client (a scheduler's) asks BatchLookup: existence only."""
+        whose copies are all on failed or expired nodes is not found (it could not be read). A key
+        whose place this worker already holds (read under a lease, or given by the place feed) is
+        found without asking. A lookup-only client (a scheduler's) asks BatchLookup: existence only."""
         keys = list(keys)
         out = list(_Native.batch_exists(self, keys))
         miss = [i for i, have in enumerate(out) if not have]
+        if miss and not self._lookup_only:
+            # Keys whose place this worker holds (a read's lease, or the place feed) exist as far
+            # as a read can tell, with no master call (a value gone since is a miss at the get).
+            held = self._locations.holds([keys[i] for i in miss])
+            for i, h in zip(miss, held):
+                out[i] = h
+            miss = [i for i, h in zip(miss, held) if not h]
         if miss and self._lookup_only:
             # A scheduler's client reads nothing: existence only (no lease, no access-time bump).
             resp = self._master_call(
@@ -1663,6 +1739,8 @@ class DistributedUMBPClient(_UMBPClient):
         self._wake.set()
         if self._hb_thread.is_alive():
             self._hb_thread.join(timeout=5)
+        if self._feed_thread is not None:
+            self._feed_thread.join(timeout=5)
         try:
             with self._hb_lock:
                 if self._registered:

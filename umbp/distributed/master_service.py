@@ -14,6 +14,7 @@ import grpc
 from mori import _C
 from mori.umbp.distributed.master_eviction import EvictionManager
 from mori.umbp.distributed.master_metrics import MasterMetrics, tier_label
+from mori.umbp.distributed.master_place_feed import PlaceFeed
 from mori.umbp.distributed.master_quota import EngineQuotas
 from mori.umbp.distributed.master_records import (
     ClientRecord,
@@ -97,6 +98,8 @@ class MasterState:
         # put failed after the route runs out after two heartbeat intervals. The registry is
         # C++ (umbp/src/master_pending.h): the grpc++ server's native get path reads this same one.
         self.pending = _C.umbp.PendingPuts()
+        # Where owners' DRAM values lie, for workers' first reads (master_place_feed.py).
+        self.place_feed = PlaceFeed(int(Tier.DRAM))
         self._clients_cache: tuple[float, dict[str, ClientRecord]] = (0.0, {})
         self._clients_lock = threading.Lock()
 
@@ -210,6 +213,8 @@ class UMBPMasterServicer(pb_grpc.UMBPMasterServicer):
         if out.status == ClientStatus.UNKNOWN:
             return pb.HeartbeatResponse(status=pb.CLIENT_STATUS_UNKNOWN, acked_seq=0, request_full_sync=False)
         s.reported([e.key for b in bundles for e in b.events if e.add])
+        if not request.is_full_sync:  # a full sync restates every key: no news for readers
+            s.place_feed.record(request.node_id, (e for b in bundles for e in b.events))
         if caps:
             s.put_router.capacity_reported(request.node_id, caps, now)
             for tier, cap in caps.items():
@@ -509,6 +514,28 @@ class UMBPMasterAdminServicer(admin_grpc.UMBPMasterAdminServicer):
     def __init__(self, state: MasterState) -> None:
         self.state = state
         self.metrics = state.metrics
+
+    @_timed
+    def PlaceFeed(self, request, context):
+        got = self.state.place_feed.since(request.feed_id, request.since_seq, request.max_entries)
+        resp = admin_pb.PlaceFeedResponse(feed_id=got.feed_id, next_seq=got.next_seq, gap=got.gap, more=got.more)
+        alive = self.state.alive()
+        refs: dict[str, int] = {}
+        for e in got.entries:
+            client = alive.get(e.node_id)
+            if client is None:  # an owner gone: its places are of no use
+                continue
+            ref = refs.get(e.node_id)
+            if ref is None:
+                resp.nodes.add(node_id=e.node_id, peer_address=client.peer_address)
+                ref = refs[e.node_id] = len(resp.nodes)
+            resp.node_ref.append(ref)
+            resp.keys.append(e.key)
+            resp.added.append(e.added)
+            resp.offset.append(e.offset)
+            resp.size.append(e.size)
+            resp.checksum.append(e.checksum)
+        return resp
 
     @_timed
     def ClearCluster(self, request, context):

@@ -621,6 +621,8 @@ void bind_client(py::module_& m) {
       .def("forget_owner", &LocationCache::forget_owner, py::arg("node_id"), Release())
       .def("forget", &LocationCache::forget, py::arg("keys"), Release())
       .def("__len__", &LocationCache::size)
+      .def("holds", &LocationCache::holds, py::arg("keys"), Release(),
+           "per key, whether a place is held that a read would use now (unexpired, its owner known)")
       .def("add_region", &LocationCache::add_region, py::arg("ptr"), py::arg("size"), py::arg("desc"),
            "host memory registered with the engine (a destination of located reads)")
       .def("remove_region", &LocationCache::remove_region, py::arg("ptr"))

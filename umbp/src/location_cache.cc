@@ -92,6 +92,19 @@ bool LocationCache::peek(const std::string& key, Place* out) const {
   return true;
 }
 
+std::vector<bool> LocationCache::holds(const std::vector<std::string>& keys) const {
+  std::vector<bool> out(keys.size(), false);
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = entries_.find(keys[i]);
+    if (it == entries_.end() || it->second.expires <= now) continue;
+    auto owner = owners_.find(it->second.owner->node_id);
+    out[i] = owner != owners_.end() && owner->second == it->second.owner;
+  }
+  return out;
+}
+
 bool LocationCache::adjust(const std::string& key, int64_t offset, double expires) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(key);

@@ -42,6 +42,9 @@ class LocationCache {
   // Forgets these keys' places (they failed a read the caller made at them).
   void forget(const std::vector<std::string>& keys);
   size_t size() const;
+  // Per key, whether a place is held that a read would use now (not expired, its owner not
+  // forgotten): where a distributed exists() may answer without the master.
+  std::vector<bool> holds(const std::vector<std::string>& keys) const;
 
   // Host memory registered with the engine: the only destinations the located read writes to.
   void add_region(uintptr_t ptr, uint64_t size, const io::MemoryDesc& desc);

@@ -36,8 +36,13 @@ class Worker(ProgramPeer):
 
     def __init__(self, env: Optional[dict] = None, prefix: Sequence[str] = ()) -> None:
         lookup = os.environ.get("UMBP_LOOKUP_TIMEOUT_MS", "1000")  # fast misses unless the run says otherwise
+        # No background place feed unless a test asks for it (or reads it with "place_feed"): the
+        # tests of the routed paths count which path each read took.
+        feed = os.environ.get("UMBP_PLACE_FEED_MS", "0")
         super().__init__(
-            [*prefix, sys.executable, str(PROGRAM)], "umbp worker", {"UMBP_LOOKUP_TIMEOUT_MS": lookup, **(env or {})}
+            [*prefix, sys.executable, str(PROGRAM)],
+            "umbp worker",
+            {"UMBP_LOOKUP_TIMEOUT_MS": lookup, "UMBP_PLACE_FEED_MS": feed, **(env or {})},
         )
         self.info: dict = {}  # the answer to "init"
 

@@ -18,6 +18,9 @@ from mori.core.ports import free_port
 from mori.umbp import UMBPTierType
 from mori.umbp.distributed import UMBPMasterClient
 from mori.umbp.distributed.master_auth import sign
+from mori.umbp.proto import require
+
+admin_pb = require("umbp_admin_pb2")
 
 
 @pytest.fixture(scope="module", params=["python", "cpp"])
@@ -56,9 +59,12 @@ def test_signed_client_works_and_stranger_changes_nothing(secured):
             stranger.match_external_kv(hashes)
         with pytest.raises(RemoteError):
             stranger.revoke_all_external_kv_blocks_for_node(node)
+        with pytest.raises(RemoteError, match="signature|unsigned"):  # where values lie: not for strangers
+            stranger._call("PlaceFeed", admin_pb.PlaceFeedRequest(), admin=True)
         with pytest.raises(RemoteError):
             stranger.clear_cluster()
     assert [x.node_id for x in good.match_external_kv(hashes)] == [node], "strangers changed nothing"
+    assert good._call("PlaceFeed", admin_pb.PlaceFeedRequest(node_id=node), admin=True).feed_id != 0
     assert m.metrics.auth_refused._value.get() >= 6
 
 

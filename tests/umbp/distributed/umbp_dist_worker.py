@@ -187,6 +187,14 @@ class Worker:
         self.client.heartbeat_now()
         return {}
 
+    def place_feed(self):
+        """Reads the master's place feed until it has nothing more (UMBP_PLACE_FEED_MS=0 in the
+        tests unless a test sets it: then only this reads it)."""
+        rounds = 1
+        while self.client.place_feed_now():
+            rounds += 1
+        return {"rounds": rounds}
+
     def clear(self):
         return {"ok": self.client.clear()}
 

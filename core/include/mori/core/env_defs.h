@@ -149,6 +149,10 @@
     "MORI-UMBP: how long a peer keeps a DRAM value pinned for a remote reader that does not release it")               \
   X(umbp_ssd_read_lease_ms, "UMBP_SSD_READ_LEASE_MS", int, "3000", umbp, "",                                           \
     "MORI-UMBP: how long a peer keeps an SSD value staged for a remote reader that does not release it")               \
+  X(umbp_place_feed_ms, "UMBP_PLACE_FEED_MS", int, "20", umbp, "",                                                     \
+    "MORI-UMBP: how often a worker reads the master's place feed (where owners' DRAM values lie; 0: never)")           \
+  X(umbp_place_feed_horizon_ms, "UMBP_PLACE_FEED_HORIZON_MS", int, "5000", umbp, "",                                   \
+    "MORI-UMBP: how long a worker tries a place the feed gave before it routes the key again")                         \
   X(umbp_log_level, "UMBP_LOG_LEVEL", string, "", umbp, "",                                                            \
     "MORI-UMBP: 0 INFO, 1 WARN, 2 ERROR (empty: MORI_LOG_LEVEL)")                                                      \
   X(umbp_heartbeat_ttl_sec, "UMBP_HEARTBEAT_TTL_SEC", int, "10", umbp, "",                                             \

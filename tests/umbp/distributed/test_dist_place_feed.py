@@ -1,0 +1,229 @@
+# SPDX-License-Identifier: MIT
+"""The master's place feed (UMBP_PLACE_FEED_MS): owners' DRAM places reach workers without a
+route, so a first get of a key another engine put is one read from its owner. The log itself
+(numbering, wrap, gaps, another feed), then workers as processes: fed places read bit for bit
+with no route, a stale fed place read right through the routed path, removals forgotten, the
+background poll, and a feed that is not read leaving the routed path as it was."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from dist_harness import start_workers
+from prometheus_client import generate_latest
+from umbp_master_harness import fast_settings, running_master, uid
+
+from mori.umbp.distributed.master_place_feed import MAX_ENTRIES_PER_REPLY, PlaceFeed
+from mori.umbp.distributed.master_records import KvEvent, Tier
+
+pytestmark = pytest.mark.timeout(120)
+DRAM, SSD = int(Tier.DRAM), int(Tier.SSD)
+
+
+def _adds(n: int, start: int = 0) -> list[KvEvent]:
+    return [KvEvent(True, f"k{start + i}", DRAM, 4096, 4096 * (start + i), 1000 + start + i) for i in range(n)]
+
+
+def test_feed_numbers_entries_and_keeps_the_latest():
+    feed = PlaceFeed(DRAM, capacity=8)
+    # Only DRAM places a reader can check, and every DRAM removal, are fed.
+    events = _adds(3) + [
+        KvEvent(True, "nock", DRAM, 4096, 0, 0),  # no checksum: a reader could not check it
+        KvEvent(True, "ssd", SSD, 4096, 0, 7),
+        KvEvent(False, "k1", DRAM),
+    ]
+    assert feed.record("n1", events) == 4
+    got = feed.since(0, 0)
+    assert (got.feed_id, got.next_seq, got.gap, got.more) == (feed.feed_id, 5, False, False)
+    assert [(e.key, e.added, e.offset, e.checksum) for e in got.entries] == [
+        ("k0", True, 0, 1000),
+        ("k1", True, 4096, 1001),
+        ("k2", True, 8192, 1002),
+        ("k1", False, 0, 0),
+    ]
+    assert feed.since(feed.feed_id, 5).entries == []  # nothing new
+    assert [e.key for e in feed.since(feed.feed_id, 3).entries] == ["k2", "k1"]
+    # Past the capacity the oldest go: a reader that was behind is told it missed some.
+    feed.record("n2", _adds(10, start=100))
+    behind = feed.since(feed.feed_id, 5)
+    assert behind.gap and [e.key for e in behind.entries] == [f"k{100 + i}" for i in range(2, 10)]
+    assert behind.next_seq == 15 and all(e.node_id == "n2" for e in behind.entries)
+    # Another feed's numbers (a restarted or another master process) mean nothing here: from the oldest.
+    other = feed.since(feed.feed_id ^ 2, 14)
+    assert not other.gap and len(other.entries) == 8 and other.next_seq == 15
+    # A slice is capped; the reader is told more waits.
+    part = feed.since(feed.feed_id, 7, max_entries=3)
+    assert [e.key for e in part.entries] == ["k102", "k103", "k104"] and part.more and part.next_seq == 10
+
+
+def test_feed_reply_cap_and_bad_capacity():
+    feed = PlaceFeed(DRAM, capacity=MAX_ENTRIES_PER_REPLY * 2)
+    feed.record("n", _adds(MAX_ENTRIES_PER_REPLY + 5))
+    first = feed.since(0, 0, max_entries=10**9)
+    assert len(first.entries) == MAX_ENTRIES_PER_REPLY and first.more
+    rest = feed.since(first.feed_id, first.next_seq)
+    assert len(rest.entries) == 5 and not rest.more
+    with pytest.raises(ValueError, match="capacity"):
+        PlaceFeed(DRAM, capacity=0)
+
+
+@pytest.fixture(scope="module")
+def master():
+    with running_master(settings=fast_settings()) as m:
+        yield m
+
+
+@pytest.fixture(scope="module")
+def pair(master):
+    """Writer/reader a (small DRAM: its puts are routed to b) and owner b; the feed is read only
+    when a test asks ("place_feed")."""
+    a, b = start_workers(
+        dict(master=master.address, node_id=uid("a"), dram=16 << 20, pool_bytes=16 << 20),
+        dict(master=master.address, node_id=uid("b"), dram=160 << 20, pool_bytes=16 << 20),
+    )
+    yield a, b
+    a.close()
+    b.close()
+
+
+def _stats(w) -> dict:
+    return w.ask("stats")["stats"]
+
+
+@pytest.mark.parametrize("pool", [True, False], ids=["native", "staged"])
+def test_fed_places_are_read_with_no_route(pair, pool):
+    """Keys a put (owned by b) are read by a from the places the feed gave: location cache hits,
+    no routed read, bit for bit, into registered memory (the native read) and not (staged)."""
+    a, b = pair
+    keys = [uid("f") for _ in range(6)]
+    seed = random.randrange(1 << 30)
+    assert a.ask("put", keys=keys, size=64 << 10, seed=seed)["ok"] == [True] * 6
+    b.ask("heartbeat")  # b's ADD events, with each value's place, reach the master and its feed
+    before = _stats(a)
+    a.ask("place_feed")
+    assert a.ask("locations", keys=keys)["held"] == 6, a.moved_since(before)
+    assert _stats(a)["fed_places"] >= before["fed_places"] + 6
+    mid = _stats(a)
+    got = a.ask("get", keys=keys, size=64 << 10, seed=seed, pool=pool)
+    assert got["ok"] == [True] * 6 and got["right"] == [True] * 6
+    after = _stats(a)
+    assert after["location_cache_hits"] == mid["location_cache_hits"] + 6, a.moved_since(mid)
+    assert after["routed_location_reads"] == mid["routed_location_reads"]
+    assert after["remote_gets"] == mid["remote_gets"] + 6 and after["remote_checksum_failures"] == 0
+
+
+def _route_get_calls(master) -> float:
+    """BatchRouteGet calls the master answered (either path), from a scrape of its metrics."""
+    for line in generate_latest(master.metrics.registry).decode().splitlines():
+        if line.startswith('mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRouteGet"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_exists_of_fed_keys_asks_no_master(pair, master):
+    """SGLang's load (batch_exists_consecutive, then batch_get) of keys whose places were fed:
+    no master call at all, and the get reads them from the owner, bit for bit."""
+    a, b = pair
+    keys = [uid("e") for _ in range(5)]
+    seed = random.randrange(1 << 30)
+    assert a.ask("put", keys=keys, size=64 << 10, seed=seed)["ok"] == [True] * 5
+    b.ask("heartbeat")
+    a.ask("place_feed")
+    calls = _route_get_calls(master)
+    ex = a.ask("exists", keys=keys)
+    assert ex["found"] == [True] * 5 and ex["consecutive"] == 5
+    assert _route_get_calls(master) == calls, "the fed places answered"
+    before = _stats(a)
+    assert a.ask("get", keys=keys, size=64 << 10, seed=seed, pool=True)["right"] == [True] * 5
+    assert _stats(a)["location_cache_hits"] == before["location_cache_hits"] + 5
+    # A key not fed is asked for, as before (and is not found).
+    assert a.ask("exists", keys=[uid("absent")])["found"] == [False]
+    assert _route_get_calls(master) > calls
+
+
+def test_stale_fed_place_reads_right_through_the_route(pair):
+    """A fed place that no longer holds its value (here: pointed at another key's value) fails
+    its checksum; the key is read through the routed path, right bytes, counted stale."""
+    a, b = pair
+    keys = [uid("s") for _ in range(3)]
+    seed = random.randrange(1 << 30)
+    assert a.ask("put", keys=keys, size=32 << 10, seed=seed)["ok"] == [True] * 3
+    b.ask("heartbeat")
+    a.ask("place_feed")
+    assert a.ask("locations", keys=keys, misplace=[keys[0], keys[1]])["held"] == 3
+    before = _stats(a)
+    got = a.ask("get", keys=keys, size=32 << 10, seed=seed, pool=True)
+    assert got["right"] == [True] * 3
+    after = _stats(a)
+    assert after["location_cache_hits"] == before["location_cache_hits"] + 2, a.moved_since(before)
+    assert after["location_cache_stale"] == before["location_cache_stale"] + 1
+    assert after["remote_checksum_failures"] == before["remote_checksum_failures"]
+
+
+def test_removed_values_are_forgotten(pair):
+    """b's clear() removes its values; the REMOVE events reach a through the feed, which forgets
+    their places: a's gets are misses that write nothing, and no stale read is tried."""
+    a, b = pair
+    keys = [uid("r") for _ in range(4)]
+    seed = random.randrange(1 << 30)
+    assert a.ask("put", keys=keys, size=16 << 10, seed=seed)["ok"] == [True] * 4
+    b.ask("heartbeat")
+    a.ask("place_feed")
+    assert a.ask("locations", keys=keys)["held"] == 4
+    assert b.ask("clear")["ok"]
+    b.ask("heartbeat")
+    before = _stats(a)
+    a.ask("place_feed")
+    assert a.ask("locations", keys=keys)["held"] == 0
+    assert _stats(a)["fed_removals"] >= before["fed_removals"] + 4
+    mid = _stats(a)
+    got = a.ask("get", keys=keys, size=16 << 10, seed=seed)
+    assert got["ok"] == [False] * 4 and got["untouched_misses"] == [True] * 4
+    assert _stats(a)["location_cache_stale"] == mid["location_cache_stale"]
+
+
+def test_unread_feed_leaves_the_routed_path(pair):
+    """Without the feed read (UMBP_PLACE_FEED_MS=0 here), a first get is routed as before."""
+    a, b = pair
+    keys = [uid("u") for _ in range(3)]
+    seed = random.randrange(1 << 30)
+    assert a.ask("put", keys=keys, size=8 << 10, seed=seed)["ok"] == [True] * 3
+    b.ask("heartbeat")
+    before = _stats(a)
+    assert a.ask("get", keys=keys, size=8 << 10, seed=seed)["right"] == [True] * 3
+    after = _stats(a)
+    assert after["routed_location_reads"] == before["routed_location_reads"] + 3
+    assert after["location_cache_hits"] == before["location_cache_hits"]
+    assert after["fed_places"] == before["fed_places"]
+
+
+def test_background_feed_brings_places_unasked(master):
+    """UMBP_PLACE_FEED_MS set: the worker's own thread reads the feed; a reader that never routed
+    the keys finds their places within a few periods and reads them with no route."""
+    env = {"UMBP_PLACE_FEED_MS": "20"}
+    w, owner, reader = start_workers(
+        dict(master=master.address, node_id=uid("w"), dram=16 << 20, pool_bytes=16 << 20),
+        dict(master=master.address, node_id=uid("o"), dram=320 << 20, pool_bytes=16 << 20),
+        dict(master=master.address, node_id=uid("rd"), dram=16 << 20, pool_bytes=16 << 20),
+        env=env,
+    )
+    try:
+        keys = [uid("bg") for _ in range(5)]
+        seed = random.randrange(1 << 30)
+        assert w.ask("put", keys=keys, size=64 << 10, seed=seed)["ok"] == [True] * 5
+        owner.ask("heartbeat")
+        deadline = time.monotonic() + 10
+        while reader.ask("locations", keys=keys)["held"] < 5:
+            assert time.monotonic() < deadline, reader.moved_since({})
+            time.sleep(0.02)
+        before = _stats(reader)
+        got = reader.ask("get", keys=keys, size=64 << 10, seed=seed, pool=True)
+        assert got["right"] == [True] * 5
+        after = _stats(reader)
+        assert after["location_cache_hits"] == before["location_cache_hits"] + 5, reader.moved_since(before)
+        assert after["routed_location_reads"] == before["routed_location_reads"]
+    finally:
+        for x in (w, owner, reader):
+            x.close()
