@@ -100,6 +100,8 @@ _LOCATION_CACHE_ENTRIES = 1 << 16
 # A cached location is used for this fraction of the read lease, counted from before the
 # resolve was sent: the rest covers the read itself.
 _LOCATION_LEASE_FRACTION = 0.8
+# The place feed's poll waits up to this many UMBP_PLACE_FEED_MS periods while nothing comes.
+_FEED_IDLE_FACTOR = 10
 
 
 @dataclass
@@ -564,10 +566,15 @@ class DistributedUMBPClient(_UMBPClient):
                 log.warning("umbp %s: heartbeat: %s", self._node_id, exc)
 
     def _feed_loop(self) -> None:
-        while not self._stop.wait(self._feed_period_s):
+        # A poll that brought nothing doubles the wait, up to _FEED_IDLE_FACTOR periods: an idle
+        # pool of many workers costs its master a few polls a second each, not one per period.
+        period = self._feed_period_s
+        while not self._stop.wait(period):
             try:
-                while self.place_feed_now() and not self._stop.is_set():
-                    pass  # behind: the next slice at once
+                more, entries = self._read_place_feed()
+                while more and not self._stop.is_set():  # behind: the next slice at once
+                    more, _ = self._read_place_feed()
+                period = self._feed_period_s if entries else min(2 * period, _FEED_IDLE_FACTOR * self._feed_period_s)
             except Exception as exc:  # noqa: BLE001 - the thread must outlive a master that is away
                 log.debug("umbp %s: place feed: %s", self._node_id, exc)
                 self._stop.wait(self._backoff_s)
@@ -577,8 +584,12 @@ class DistributedUMBPClient(_UMBPClient):
         the owners' DRAM places it gives are remembered for UMBP_PLACE_FEED_HORIZON_MS, the values
         it says left are forgotten. Returns whether more entries wait. Raises what the master call
         raised."""
+        return self._read_place_feed()[0]
+
+    def _read_place_feed(self) -> tuple[bool, int]:
+        """place_feed_now(), and how many entries the reply held."""
         if self._lookup_only:
-            return False
+            return False, 0
         with self._feed_lock:
             resp = self._master._call(
                 "PlaceFeed",
@@ -615,7 +626,7 @@ class DistributedUMBPClient(_UMBPClient):
         with self._stats_lock:
             self.dstats.fed_places += fed
             self.dstats.fed_removals += len(gone)
-        return bool(resp.more)
+        return bool(resp.more), len(resp.keys)
 
     def heartbeat_now(self) -> None:
         """Ships the queued key events (or a full sync) to the master now."""

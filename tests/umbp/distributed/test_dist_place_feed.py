@@ -114,12 +114,16 @@ def test_fed_places_are_read_with_no_route(pair, pool):
     assert after["remote_gets"] == mid["remote_gets"] + 6 and after["remote_checksum_failures"] == 0
 
 
-def _route_get_calls(master) -> float:
-    """BatchRouteGet calls the master answered (either path), from a scrape of its metrics."""
+def _calls(master, rpc: str) -> float:
+    """Calls of ``rpc`` the master answered (either path), from a scrape of its metrics."""
     for line in generate_latest(master.metrics.registry).decode().splitlines():
-        if line.startswith('mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRouteGet"}'):
+        if line.startswith(f'mori_umbp_master_rpc_latency_seconds_count{{rpc="{rpc}"}}'):
             return float(line.split()[-1])
     return 0.0
+
+
+def _route_get_calls(master) -> float:
+    return _calls(master, "BatchRouteGet")
 
 
 def test_exists_of_fed_keys_asks_no_master(pair, master):
@@ -210,6 +214,13 @@ def test_background_feed_brings_places_unasked(master):
         env=env,
     )
     try:
+        # Idle, each poll that brings nothing doubles the wait (up to 10 periods): three workers
+        # at 20 ms poll a few times a second each, not 50.
+        time.sleep(0.5)  # past the start's burst
+        polls = _calls(master, "PlaceFeed")
+        time.sleep(2.0)
+        idle = _calls(master, "PlaceFeed") - polls
+        assert idle <= 3 * 2.0 / 0.2 + 6, f"{idle} polls in 2 s from 3 idle workers"
         keys = [uid("bg") for _ in range(5)]
         seed = random.randrange(1 << 30)
         assert w.ask("put", keys=keys, size=64 << 10, seed=seed)["ok"] == [True] * 5
