@@ -442,7 +442,18 @@ class StandaloneProcessClient final : public Client {
     const std::string path = ssd_dir_ + "/" + ssd::segment_file_name(id);
     SegmentFiles f;
     f.fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!f.fd) return nullptr;
+    if (!f.fd) {
+      // Gone (dropped since the lookup): the server answers. Not ours to read (another user's
+      // server, a private directory): said once, as the rank then asks the server for every value.
+      if ((errno == EACCES || errno == EPERM) && !warned_no_access_) {
+        warned_no_access_ = true;
+        MORI_LOG(kWarn, kSubsys,
+                 "UMBP per-host server at %s: this process may not read its SSD files in %s (%s); its SSD-only "
+                 "values are read through the server",
+                 address_.c_str(), ssd_dir_.c_str(), std::strerror(errno));
+      }
+      return nullptr;
+    }
     f.direct_fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
     return &segment_files_.emplace(id, std::move(f)).first->second;
   }
@@ -731,6 +742,7 @@ class StandaloneProcessClient final : public Client {
   std::unique_ptr<SsdSharedIndex> ssd_index_;
   std::string ssd_dir_;
   uint64_t dropped_seen_ = 0;
+  bool warned_no_access_ = false;  // the segment files are not this process's to read: said once
   std::map<uint64_t, SegmentFiles> segment_files_;
   std::unique_ptr<ssd::ReadEngine> ssd_reader_;
   static constexpr size_t kMaxOpenSegments = 64;
