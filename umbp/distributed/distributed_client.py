@@ -339,6 +339,9 @@ class DistributedUMBPClient(_UMBPClient):
         self._feed_id = 0
         self._feed_seq = 0
         self._feed_lock = threading.Lock()
+        self._feed_active = False  # a call was made since the last poll
+        self._feed_idle = False  # the poll waits longer than its period (a call wakes it)
+        self._feed_wake = threading.Event()
         self._feed_thread: Optional[threading.Thread] = None
         if self._feed_period_s > 0 and self._feed_horizon_s > 0:
             self._feed_thread = threading.Thread(target=self._feed_loop, name=f"umbp-feed-{self._node_id}", daemon=True)
@@ -566,18 +569,34 @@ class DistributedUMBPClient(_UMBPClient):
                 log.warning("umbp %s: heartbeat: %s", self._node_id, exc)
 
     def _feed_loop(self) -> None:
-        # A poll that brought nothing doubles the wait, up to _FEED_IDLE_FACTOR periods: an idle
-        # pool of many workers costs its master a few polls a second each, not one per period.
-        period = self._feed_period_s
-        while not self._stop.wait(period):
+        # A poll that brought nothing while this worker made no call doubles the wait, up to
+        # _FEED_IDLE_FACTOR periods: an idle pool of many workers costs its master a few polls a
+        # second each, not one per period. A call made meanwhile (_feed_touch) wakes a poll that
+        # waits longer than the period, and keeps it at the period while calls come.
+        base = self._feed_period_s
+        period = base
+        while not self._stop.is_set():
+            self._feed_wake.wait(period)
+            self._feed_wake.clear()
+            if self._stop.is_set():
+                break
             try:
                 more, entries = self._read_place_feed()
                 while more and not self._stop.is_set():  # behind: the next slice at once
                     more, _ = self._read_place_feed()
-                period = self._feed_period_s if entries else min(2 * period, _FEED_IDLE_FACTOR * self._feed_period_s)
+                active, self._feed_active = self._feed_active, False
+                period = base if entries or active else min(2 * period, _FEED_IDLE_FACTOR * base)
+                self._feed_idle = period > base
             except Exception as exc:  # noqa: BLE001 - the thread must outlive a master that is away
                 log.debug("umbp %s: place feed: %s", self._node_id, exc)
                 self._stop.wait(self._backoff_s)
+
+    def _feed_touch(self) -> None:
+        """A put, get or exists is being made: the place feed polls at its period meanwhile."""
+        self._feed_active = True
+        if self._feed_idle:
+            self._feed_idle = False
+            self._feed_wake.set()
 
     def place_feed_now(self) -> bool:
         """Reads the master's place feed once (UMBP_PLACE_FEED_MS does it in the background):
@@ -986,6 +1005,7 @@ class DistributedUMBPClient(_UMBPClient):
         ok = [False] * n
         if n == 0 or self._lookup_only:
             return ok
+        self._feed_touch()
         # Keys this worker owns already: write-once, nothing to route.
         todo = [i for i, have in enumerate(_Native.batch_exists(self, keys)) if not have]
         for i in set(range(n)) - set(todo):
@@ -1216,6 +1236,7 @@ class DistributedUMBPClient(_UMBPClient):
         _check_batch("batch_get_into_ptr", keys, ptrs, sizes)
         if self._lookup_only:
             return [False] * len(keys)
+        self._feed_touch()
         keys = list(keys)
         ptrs = list(map(int, ptrs))
         sizes = list(map(int, sizes))
@@ -1608,6 +1629,7 @@ class DistributedUMBPClient(_UMBPClient):
         out = list(_Native.batch_exists(self, keys))
         miss = [i for i, have in enumerate(out) if not have]
         if miss and not self._lookup_only:
+            self._feed_touch()
             # Keys whose place this worker holds (a read's lease, or the place feed) exist as far
             # as a read can tell, with no master call (a value gone since is a miss at the get).
             held = self._locations.holds([keys[i] for i in miss])
@@ -1751,6 +1773,7 @@ class DistributedUMBPClient(_UMBPClient):
         if self._hb_thread.is_alive():
             self._hb_thread.join(timeout=5)
         if self._feed_thread is not None:
+            self._feed_wake.set()
             self._feed_thread.join(timeout=5)
         try:
             with self._hb_lock:
