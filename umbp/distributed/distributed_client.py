@@ -629,19 +629,7 @@ class DistributedUMBPClient(_UMBPClient):
                     by_ref[ref].append((key, off, size, ck))
             if gone:
                 self._locations.forget(gone)
-            expires = time.monotonic() + self._feed_horizon_s
-            fed = 0
-            for ref, located in by_ref.items():
-                node = resp.nodes[ref - 1]
-                if node.node_id == self._node_id or self._down(node.node_id):
-                    continue  # its own values it reads locally; a failed owner's not at all
-                try:
-                    p = self._peer(node.node_id, node.peer_address)  # a located read needs the peer known
-                except Exception as exc:  # noqa: BLE001
-                    self._peer_failed(node.node_id, node.peer_address, "GetPeerInfo", exc)
-                    continue
-                self._remember(p, located, expires)
-                fed += len(located)
+            fed = self._remember_places(resp.nodes, by_ref, time.monotonic() + self._feed_horizon_s)
         with self._stats_lock:
             self.dstats.fed_places += fed
             self.dstats.fed_removals += len(gone)
@@ -1663,12 +1651,18 @@ class DistributedUMBPClient(_UMBPClient):
             return
         by_node: dict[int, list[tuple[str, int, int, int]]] = defaultdict(list)
         for key, ref, tier, size, off, ck in zip(keys, resp.node_ref, resp.tier, resp.size, resp.offset, resp.checksum):
-            if ref and ck and tier == pb.TIER_DRAM and resp.nodes[ref - 1].node_id != self._node_id:
+            if ref and ck and tier == pb.TIER_DRAM:
                 by_node[ref].append((key, off, size, ck))
-        expires = sent + _LOCATION_LEASE_FRACTION * self._dram_lease_ms / 1000.0
-        for ref, located in by_node.items():
-            node = resp.nodes[ref - 1]
-            if self._down(node.node_id):
+        self._remember_places(resp.nodes, by_node, sent + _LOCATION_LEASE_FRACTION * self._dram_lease_ms / 1000.0)
+
+    def _remember_places(self, nodes, by_ref: dict[int, list[tuple[str, int, int, int]]], expires: float) -> int:
+        """Remembers places a master reply gave: ``by_ref`` maps a 1-based index into ``nodes``
+        (each with node_id and peer_address) to its (key, offset, size, checksum). This worker's
+        own values (read locally) and failed owners' are skipped. Returns how many were remembered."""
+        n = 0
+        for ref, located in by_ref.items():
+            node = nodes[ref - 1]
+            if node.node_id == self._node_id or self._down(node.node_id):
                 continue
             try:
                 p = self._peer(node.node_id, node.peer_address)  # a located read needs the peer known
@@ -1676,6 +1670,8 @@ class DistributedUMBPClient(_UMBPClient):
                 self._peer_failed(node.node_id, node.peer_address, "GetPeerInfo", exc)
                 continue
             self._remember(p, located, expires)
+            n += len(located)
+        return n
 
     def batch_exists_consecutive(self, keys: Sequence[str]) -> int:
         keys = list(keys)

@@ -11,7 +11,7 @@ import random
 import time
 
 import pytest
-from dist_harness import start_workers
+from dist_harness import start_workers, start_writer_and_owner
 from prometheus_client import generate_latest
 from umbp_master_harness import fast_settings, running_master, uid
 
@@ -79,10 +79,7 @@ def master():
 def pair(master):
     """Writer/reader a (small DRAM: its puts are routed to b) and owner b; the feed is read only
     when a test asks ("place_feed")."""
-    a, b = start_workers(
-        dict(master=master.address, node_id=uid("a"), dram=16 << 20, pool_bytes=16 << 20),
-        dict(master=master.address, node_id=uid("b"), dram=160 << 20, pool_bytes=16 << 20),
-    )
+    a, b = start_writer_and_owner(master.address)
     yield a, b
     a.close()
     b.close()
@@ -92,17 +89,23 @@ def _stats(w) -> dict:
     return w.ask("stats")["stats"]
 
 
+def _put_and_feed(a, b, prefix: str, n: int, size: int) -> tuple[list[str], int]:
+    """n fresh keys put by a (owned by b), b's events shipped, a's feed read: (keys, seed)."""
+    keys = [uid(prefix) for _ in range(n)]
+    seed = random.randrange(1 << 30)
+    assert a.ask("put", keys=keys, size=size, seed=seed)["ok"] == [True] * n
+    b.ask("heartbeat")  # b's ADD events, with each value's place, reach the master and its feed
+    a.ask("place_feed")
+    return keys, seed
+
+
 @pytest.mark.parametrize("pool", [True, False], ids=["native", "staged"])
 def test_fed_places_are_read_with_no_route(pair, pool):
     """Keys a put (owned by b) are read by a from the places the feed gave: location cache hits,
     no routed read, bit for bit, into registered memory (the native read) and not (staged)."""
     a, b = pair
-    keys = [uid("f") for _ in range(6)]
-    seed = random.randrange(1 << 30)
-    assert a.ask("put", keys=keys, size=64 << 10, seed=seed)["ok"] == [True] * 6
-    b.ask("heartbeat")  # b's ADD events, with each value's place, reach the master and its feed
     before = _stats(a)
-    a.ask("place_feed")
+    keys, seed = _put_and_feed(a, b, "f", 6, 64 << 10)
     assert a.ask("locations", keys=keys)["held"] == 6, a.moved_since(before)
     assert _stats(a)["fed_places"] >= before["fed_places"] + 6
     mid = _stats(a)
@@ -130,11 +133,7 @@ def test_exists_of_fed_keys_asks_no_master(pair, master):
     """SGLang's load (batch_exists_consecutive, then batch_get) of keys whose places were fed:
     no master call at all, and the get reads them from the owner, bit for bit."""
     a, b = pair
-    keys = [uid("e") for _ in range(5)]
-    seed = random.randrange(1 << 30)
-    assert a.ask("put", keys=keys, size=64 << 10, seed=seed)["ok"] == [True] * 5
-    b.ask("heartbeat")
-    a.ask("place_feed")
+    keys, seed = _put_and_feed(a, b, "e", 5, 64 << 10)
     calls = _route_get_calls(master)
     ex = a.ask("exists", keys=keys)
     assert ex["found"] == [True] * 5 and ex["consecutive"] == 5
@@ -151,11 +150,7 @@ def test_stale_fed_place_reads_right_through_the_route(pair):
     """A fed place that no longer holds its value (here: pointed at another key's value) fails
     its checksum; the key is read through the routed path, right bytes, counted stale."""
     a, b = pair
-    keys = [uid("s") for _ in range(3)]
-    seed = random.randrange(1 << 30)
-    assert a.ask("put", keys=keys, size=32 << 10, seed=seed)["ok"] == [True] * 3
-    b.ask("heartbeat")
-    a.ask("place_feed")
+    keys, seed = _put_and_feed(a, b, "s", 3, 32 << 10)
     assert a.ask("locations", keys=keys, misplace=[keys[0], keys[1]])["held"] == 3
     before = _stats(a)
     got = a.ask("get", keys=keys, size=32 << 10, seed=seed, pool=True)
@@ -170,11 +165,7 @@ def test_removed_values_are_forgotten(pair):
     """b's clear() removes its values; the REMOVE events reach a through the feed, which forgets
     their places: a's gets are misses that write nothing, and no stale read is tried."""
     a, b = pair
-    keys = [uid("r") for _ in range(4)]
-    seed = random.randrange(1 << 30)
-    assert a.ask("put", keys=keys, size=16 << 10, seed=seed)["ok"] == [True] * 4
-    b.ask("heartbeat")
-    a.ask("place_feed")
+    keys, seed = _put_and_feed(a, b, "r", 4, 16 << 10)
     assert a.ask("locations", keys=keys)["held"] == 4
     assert b.ask("clear")["ok"]
     b.ask("heartbeat")

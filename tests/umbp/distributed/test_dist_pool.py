@@ -11,7 +11,7 @@ import re
 import time
 
 import pytest
-from dist_harness import start_workers
+from dist_harness import start_workers, start_writer_and_owner
 from umbp_master_harness import fast_settings, running_master, uid
 
 from mori.umbp.distributed import UMBPMasterClient
@@ -30,10 +30,7 @@ def master():
 def pair(master):
     """Worker a (small DRAM) and worker b (large): most_available routes a's puts to b. Shared by
     the module's tests (each uses fresh keys and compares counters before and after)."""
-    a, b = start_workers(
-        dict(master=master.address, node_id=uid("a"), dram=16 << 20, pool_bytes=16 << 20),
-        dict(master=master.address, node_id=uid("b"), dram=160 << 20, pool_bytes=16 << 20),
-    )
+    a, b = start_writer_and_owner(master.address)
     yield a, b
     a.close()
     b.close()
