@@ -46,6 +46,45 @@ def test_anonymous_alloc_is_page_aligned_and_free_resets() -> None:
     assert not h and h.ptr == 0 and h.requested_size == 0 and h.mapped_size == 0
 
 
+def _thp_mode() -> str:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return f.read().split("[")[1].split("]")[0]
+    except (OSError, IndexError):
+        return "never"
+
+
+def _anon_huge_kib(lo: int, hi: int) -> int:
+    """AnonHugePages (KiB) of this process's mappings inside [lo, hi)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and all(c in "0123456789abcdef-" for c in head):
+                a, b = (int(x, 16) for x in head.split("-"))
+                inside = lo <= a and b <= hi
+            elif inside and line.startswith("AnonHugePages:"):
+                total += int(line.split()[1])
+    return total
+
+
+def test_large_anonymous_alloc_is_thp_aligned_and_advised() -> None:
+    """From 2 MiB on, normal pages are mapped 2 MiB aligned and advised to be transparent huge
+    pages (a large copy into 4 KiB pages misses the TLB once a page); where the kernel gives
+    THP on advice (enabled = always or madvise), the prefaulted buffer is backed by them."""
+    allocator = UMBPHostMemAllocator()
+    n = 3 * HUGE + 12345
+    h = allocator.alloc(n, Backing.Anonymous, prefault=True)
+    try:
+        assert h.actual_backing == Backing.Anonymous and h.actual_alignment == PAGE  # what was asked
+        assert h.ptr % HUGE == 0 and h.mapped_size == -(-n // PAGE) * PAGE
+        if _thp_mode() in ("always", "madvise"):
+            assert _anon_huge_kib(h.ptr, h.ptr + h.mapped_size) >= 2 * HUGE // 1024
+        fill_and_check(h, 7)
+    finally:
+        allocator.free(h)
+
+
 @pytest.mark.parametrize("backing", [Backing.AnonymousHugetlb, Backing.AnonymousShmHugetlb])
 def test_hugetlb_is_writable_and_reports_what_it_got(backing) -> None:
     allocator = UMBPHostMemAllocator()

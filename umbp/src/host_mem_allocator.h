@@ -2,7 +2,8 @@
 // Host memory for KV buffers and the DRAM tier's arena (MORI's UMBPHostMemAllocator).
 //
 // Backings:
-//   Anonymous            private anonymous mapping (page aligned);
+//   Anonymous            private anonymous mapping (page aligned; from 2 MiB on, aligned to 2 MiB
+//                        and advised to use transparent huge pages where the kernel has them);
 //   AnonymousHugetlb     private MAP_HUGETLB mapping of `hugepage_size` pages; when the kernel has
 //                        no huge pages to give, normal pages, and the handle says Anonymous;
 //   AnonymousShm         a memory file (core's SharedSegment, memfd) that another process of the
