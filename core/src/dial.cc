@@ -14,7 +14,7 @@ UniqueFd dial(const DialOptions& o) {
   while (true) {
     bool reached = false;
     try {
-      UniqueFd fd = connect_tcp(o.host, o.port, std::max(0.1, o.deadline - now()));
+      UniqueFd fd = connect_tcp(o.host, o.port, std::max(0.1, o.deadline - now()), o.retry_refused);
       reached = true;
       if (o.liveness_s > 0) set_liveness(fd.get(), o.liveness_s);
       auth::client_handshake(fd.get(), o.secret, o.secret_len, o.label, o.deadline);
@@ -22,6 +22,8 @@ UniqueFd dial(const DialOptions& o) {
       return fd;
     } catch (const auth::Refused&) {
       throw;  // a definite no: no retry changes it
+    } catch (const ConnectRefused& e) {
+      throw DialError(e.status(), e.what(), false);
     } catch (const Error& e) {
       if (e.status() == Status::kInvalidArgument || e.status() == Status::kInvalidUsage) throw;
       // A timeout means the deadline passed inside the attempt.

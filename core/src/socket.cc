@@ -59,7 +59,7 @@ UniqueFd listen_tcp(const std::string& host, int port, int* bound_port, int back
   return fd;
 }
 
-UniqueFd connect_tcp(const std::string& host, int port, double timeout_s) {
+UniqueFd connect_tcp(const std::string& host, int port, double timeout_s, bool retry_refused) {
   sockaddr_in addr = resolve(host, port);
   double deadline = now() + timeout_s;
   int last_err = 0;
@@ -72,6 +72,9 @@ UniqueFd connect_tcp(const std::string& host, int port, double timeout_s) {
     }
     last_err = errno;
     fd.reset();
+    if (last_err == ECONNREFUSED && !retry_refused)
+      throw ConnectRefused(Status::kRemote,
+                           format("%s:%d refused the connection (nothing listens there)", host.c_str(), port));
     if (now() > deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -512,6 +512,9 @@ static UniqueFd dial(const EngineImpl& engine, const EngineDesc& desc) {
   o.label = wire::kAuthLabel;
   o.deadline = net::now() + engine.settings().connect_timeout_s;
   o.retry_pause_s = 0.02;
+  // An engine listens before its descriptor exists, so a refusal means it is gone: fail the
+  // transfer now rather than after MORI_IO_CP_TIMEOUT_MS.
+  o.retry_refused = false;
   o.greet = [&engine](int fd, double deadline) { greet(engine, fd, deadline); };
   try {
     return net::dial(o);

@@ -224,6 +224,35 @@ def test_target_fails_in_the_middle_of_a_write(monkeypatch, fault):
         peer.kill()
 
 
+def test_write_to_a_target_known_dead_fails_at_once(monkeypatch):
+    """Once the target's connection is lost, a new transfer dials it again; the refusal (nothing
+    listens on its port any more) fails the transfer at once, naming the target, instead of
+    retrying until MORI_IO_CP_TIMEOUT_MS (5 s here, as by default)."""
+    monkeypatch.setenv("MORI_IO_TIMEOUT_MS", str(TIMEOUT_MS))
+    monkeypatch.setenv("MORI_IO_CP_TIMEOUT_MS", "5000")
+    key = f"target-{os.getpid()}-{next(_seq)}"
+    peer, desc, remote = remote_target(key, MiB, 1)
+    me = engine(1)
+    try:
+        me.register_remote_engine(desc)
+        buf = rng_bytes(MiB, 5)
+        local = me.register_memory(buf.ctypes.data, buf.nbytes, -1, CPU)
+        assert me.write(local, 0, remote, 0, 4096, 1).WaitFor(30_000) == StatusCode.SUCCESS
+        peer.kill()
+        # The first transfer after the kill may find the old connection and learn of the loss.
+        st = me.write(local, 0, remote, 0, 4096, 2)
+        assert st.WaitFor(TIMEOUT_MS + 5000) != StatusCode.IN_PROGRESS and st.Failed()
+        for uid in (3, 4):
+            t0 = time.monotonic()
+            st = me.write(local, 0, remote, 0, 64 * KiB, uid)
+            assert st.WaitFor(10_000) != StatusCode.IN_PROGRESS
+            took = time.monotonic() - t0
+            assert st.Failed() and key in st.Message() and "refused" in st.Message(), st.Message()
+            assert took < 1.0, f"the failure took {took:.2f} s"
+    finally:
+        peer.kill()
+
+
 @pytest.mark.parametrize("fault,poll_us", [("kill", "0"), ("stop", "0"), ("stop", "50")])
 def test_initiator_fails_in_the_middle_of_a_write(monkeypatch, fault, poll_us):
     """An initiator dies or stops while the target receives a 64 MiB write's payload straight

@@ -26,6 +26,9 @@ struct DialOptions {
   double deadline = 0;     // net::now() seconds by which the dial succeeds or fails
   double liveness_s = 0;   // > 0: net::set_liveness(fd, liveness_s) right after connecting
   double retry_pause_s = 0.05;
+  // false: a refused connection fails the dial at once. For services whose listener exists
+  // before anyone can know its address, where a refusal means the process is gone.
+  bool retry_refused = true;
   // The service's own hello after authentication. Throw auth::Refused for a definite no (not
   // retried), mori::Error for a broken exchange (retried while time is left).
   std::function<void(int fd, double deadline)> greet;

@@ -8,6 +8,7 @@
 
 #include <sys/socket.h>
 
+#include "mori/core/status.h"
 #include "mori/core/unique_fd.h"
 
 namespace mori::net {
@@ -17,9 +18,15 @@ double now();
 
 // Listens on host:port (port 0 = any free port); stores the bound port.
 UniqueFd listen_tcp(const std::string& host, int port, int* bound_port, int backlog = 256);
-// Connects, retrying refused connections until timeout_s, or throws Timeout. Authenticated
-// services dial through net::dial (dial.h) instead.
-UniqueFd connect_tcp(const std::string& host, int port, double timeout_s);
+// A refused connection when the caller asked not to retry one (kRemote).
+class ConnectRefused : public Error {
+ public:
+  using Error::Error;
+};
+// Connects, retrying refused connections until timeout_s, or throws Timeout; with
+// retry_refused=false a refusal (nothing listens on the port) throws ConnectRefused at once.
+// Authenticated services dial through net::dial (dial.h) instead.
+UniqueFd connect_tcp(const std::string& host, int port, double timeout_s, bool retry_refused = true);
 
 // Full reads/writes. recv_all returns false on orderly EOF before any byte; throws on errors
 // or on EOF mid-message. A negative deadline means no deadline.
