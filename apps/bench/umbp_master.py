@@ -11,6 +11,8 @@ master core-second is the figure that does not depend on what else loads the hos
     mori bench umbp --master --clients 1,4 --seconds 3 --keys 50000 --json out.json
     mori bench umbp --master --master-workers 8    # Redis rows served by 8 master processes
     mori bench umbp --master --puts --batch 32     # BatchRoutePut: a writer's routes
+    mori bench umbp --master --feed --batch 0      # PlaceFeed: workers' polls (0: nothing new;
+                                                   # N: N places per reply, a worker catching up)
     mori bench umbp --master --backends memory --servers python,cpp --rounds 3   # the two gRPC
                                                    # servers, alternated in one sitting
 
@@ -119,9 +121,24 @@ def _client(
     from mori.umbp.proto import require
 
     pb, pb_grpc = require("umbp_pb2"), require("umbp_pb2_grpc")
+    admin_pb, admin_grpc = require("umbp_admin_pb2"), require("umbp_admin_pb2_grpc")
     # The channel UMBP's clients call the master through (UMBP_GRPC_CLIENT picks grpc++ or grpcio).
-    service = pb.DESCRIPTOR.services_by_name["UMBPMaster"]
-    stub = Channel(address, [(pb_grpc.UMBPMasterStub, service, pb)]).stubs[0]
+    stub, admin = Channel(
+        address,
+        [
+            (pb_grpc.UMBPMasterStub, pb.DESCRIPTOR.services_by_name["UMBPMaster"], pb),
+            (admin_grpc.UMBPMasterAdminStub, admin_pb.DESCRIPTOR.services_by_name["UMBPMasterAdmin"], admin_pb),
+        ],
+    ).stubs
+    feed_id = feed_seq = 0
+    if rpc == "PlaceFeed" and batch == 0:  # caught up (untimed): each poll then finds nothing new
+        while True:
+            r = admin.PlaceFeed(
+                admin_pb.PlaceFeedRequest(node_id=f"bench-{seed}", feed_id=feed_id, since_seq=feed_seq), timeout=10
+            )
+            feed_id, feed_seq = r.feed_id, r.next_seq
+            if not r.more:
+                break
     rng = random.Random(seed)
     lat: list[float] = []
     misses = 0
@@ -130,7 +147,15 @@ def _client(
     time.sleep(max(0.0, start_at - time.time()))
     end = time.perf_counter() + seconds
     while True:
-        if rpc == "BatchRoutePut":  # a writer's route: fresh keys of 64 KiB values (SGLang's pages)
+        if rpc == "PlaceFeed":  # a worker's poll: nothing new (batch 0), or `batch` places from the oldest
+            req = admin_pb.PlaceFeedRequest(
+                node_id=f"bench-{seed}", feed_id=feed_id, since_seq=feed_seq, max_entries=batch
+            )
+            t0 = time.perf_counter()
+            r = admin.PlaceFeed(req, timeout=10)
+            t1 = time.perf_counter()
+            misses += abs(len(r.keys) - batch)  # every poll returns exactly `batch` places
+        elif rpc == "BatchRoutePut":  # a writer's route: fresh keys of 64 KiB values (SGLang's pages)
             ask = [f"put-{seed}-{rng.getrandbits(64):016x}" for _ in range(batch)]
             req = pb.BatchRoutePutRequest(node_id="bench", keys=ask, block_sizes=[64 << 10] * batch)
             t0 = time.perf_counter()
@@ -267,7 +292,10 @@ def _bench_master(args, report: Report, backend: str, server: str, env: dict, wo
                 (sum(_cpu_seconds(rs.proc.pid) for rs in redis_servers) - redis0) / r["calls"] * 1e6
             )
             # Every key put must be found; the absent ones (exactly so many, in batches) must not.
-            if (args.batch and r["misses"] != r["absent"]) or (not args.absent and r["misses"]):
+            if args.rpc == "PlaceFeed":
+                if r["misses"]:
+                    raise RuntimeError(f"{backend}: PlaceFeed replies were {r['misses']} places off --batch")
+            elif (args.batch and r["misses"] != r["absent"]) or (not args.absent and r["misses"]):
                 raise RuntimeError(
                     f"{backend}: {r['misses']} keys missed, {r['absent'] or 0} absent; the index lost keys"
                     if args.rpc != "BatchRoutePut"
@@ -320,6 +348,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="BatchRoutePut of --batch fresh keys (64 KiB values: a writer's route) instead of BatchRouteGet",
     )
     p.add_argument(
+        "--feed",
+        action="store_true",
+        help="PlaceFeed polls (UMBP_PLACE_FEED_MS's call) instead of BatchRouteGet: --batch 0 finds nothing "
+        "new, --batch N returns N places (a worker catching up)",
+    )
+    p.add_argument(
         "--absent",
         type=float,
         default=0.0,
@@ -344,8 +378,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for server in servers:
         if server not in ("auto", "cpp", "python"):
             p.error(f"--servers: auto, cpp or python, got {server!r}")
-    if args.lookup and args.puts:
-        p.error("--lookup and --puts: one RPC at a time")
+    if sum((args.lookup, args.puts, args.feed)) > 1:
+        p.error("--lookup, --puts, --feed: one RPC at a time")
     if (args.lookup or args.puts) and args.batch < 1:
         p.error(f"{'--lookup' if args.lookup else '--puts'} needs --batch N >= 1 (keys per call)")
     args.rpc = (
@@ -353,6 +387,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.lookup
         else "BatchRoutePut"
         if args.puts
+        else "PlaceFeed"
+        if args.feed
         else ("BatchRouteGet" if args.batch else "RouteGet")
     )
     if not 0.0 <= args.absent <= 1.0:
@@ -416,7 +452,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 r.stop()
     absent = f", {args.absent:.0%} absent" if args.absent else ""
     report.show(
-        f"UMBP master: {f'{args.rpc} of {args.batch} keys' if args.batch else 'RouteGet'}{absent} ({os.cpu_count()} cores; "
+        f"UMBP master: {f'{args.rpc} of {args.batch} keys' if args.batch else args.rpc}{absent} ({os.cpu_count()} cores; "
         "MORI's published "
         f"{MORI_PUBLISHED['calls_per_s']} RouteGet/s p50 {MORI_PUBLISHED['p50_us']} us was another machine)"
     )

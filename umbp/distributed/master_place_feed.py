@@ -12,22 +12,23 @@ takes the routed path, so the feed is a hint that can be late or lost, never wro
 
 Entries are numbered from 1; the log keeps the latest ``capacity`` of them. Each master process
 has its own feed (``feed_id``, random): a worker that reaches another process starts over.
+
+The log itself is native (``mori._C.umbp.PlaceFeed``, umbp/src/master_place_feed.h), so that the
+grpc++ server answers workers' polls without the interpreter lock; this module is its Python face
+for the heartbeat handler and the Python PlaceFeed handler.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import secrets
-import threading
-from typing import Iterable, Optional
+from typing import Iterable
 
+from mori import _C
 from mori.umbp.distributed.master_records import KvEvent
 
-# Entries held: at ~200 bytes each, 13 MiB; a worker polling every 20 ms keeps up with 3 M
-# events a second before it misses any.
-DEFAULT_CAPACITY = 1 << 16
-# The most entries one reply carries (a worker that is behind asks again at once).
-MAX_ENTRIES_PER_REPLY = 4096
+_Native = _C.umbp.PlaceFeed
+DEFAULT_CAPACITY: int = _Native.DEFAULT_CAPACITY
+MAX_ENTRIES_PER_REPLY: int = _Native.MAX_ENTRIES_PER_REPLY
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,44 +56,35 @@ class PlaceFeed:
     def __init__(self, dram_tier: int, capacity: int = DEFAULT_CAPACITY) -> None:
         if capacity < 1:
             raise ValueError(f"PlaceFeed: capacity must be >= 1, got {capacity}")
-        self.feed_id = secrets.randbits(63) | 1  # never 0: a request's 0 means "no feed yet"
-        self._dram = dram_tier
-        self._ring: list[Optional[FedPlace]] = [None] * capacity
-        self._next = 1  # the number the next entry gets
-        self._lock = threading.Lock()
+        self.native = _Native(int(dram_tier), capacity)
+
+    @property
+    def feed_id(self) -> int:
+        return self.native.feed_id
 
     @property
     def capacity(self) -> int:
-        return len(self._ring)
+        return self.native.capacity
 
     def record(self, node_id: str, events: Iterable[KvEvent]) -> int:
         """Appends an owner's DRAM events: an ADD with its checksum (a place a reader can check),
         every REMOVE. Returns how many were appended."""
-        fed = [
-            FedPlace(node_id, e.key, True, e.offset, e.size, e.checksum) if e.add else FedPlace(node_id, e.key, False)
-            for e in events
-            if e.tier == self._dram and (e.checksum or not e.add)
-        ]
-        if not fed:
+        events = list(events)
+        if not events:
             return 0
-        with self._lock:
-            n = len(self._ring)
-            for place in fed:
-                self._ring[self._next % n] = place
-                self._next += 1
-        return len(fed)
+        return self.native.record(
+            node_id,
+            [e.key for e in events],
+            [e.add for e in events],
+            [e.tier for e in events],
+            [e.offset for e in events],
+            [e.size for e in events],
+            [e.checksum for e in events],
+        )
 
     def since(self, feed_id: int, seq: int, max_entries: int = 0) -> FeedSlice:
         """Entries from number ``seq`` on (0, or another feed's id: from the oldest held), at
         most ``max_entries`` (0 or more than MAX_ENTRIES_PER_REPLY: that cap)."""
-        limit = MAX_ENTRIES_PER_REPLY if max_entries <= 0 else min(max_entries, MAX_ENTRIES_PER_REPLY)
-        with self._lock:
-            n = len(self._ring)
-            oldest = max(1, self._next - n)
-            fresh = feed_id != self.feed_id or seq == 0
-            gap = not fresh and seq < oldest
-            start = oldest if fresh or gap else min(seq, self._next)
-            stop = min(self._next, start + limit)
-            entries = [self._ring[s % n] for s in range(start, stop)]
-            more = stop < self._next
-        return FeedSlice(self.feed_id, stop, gap, more, entries)  # type: ignore[arg-type]
+        limit = min(max(int(max_entries), 0), MAX_ENTRIES_PER_REPLY)
+        fid, next_seq, gap, more, entries = self.native.since(feed_id, seq, limit)
+        return FeedSlice(fid, next_seq, gap, more, [FedPlace(*e) for e in entries])

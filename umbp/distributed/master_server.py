@@ -171,7 +171,8 @@ class MasterServer:
         server checks signatures first), from the in-memory store's native index or the Redis
         store's scripts (``RedisMetadataStore.native_routes``, when it can: hiredis built, no
         cluster); BatchLookup and BatchRoutePut too (existence from the index, or by EXISTS over
-        Redis). Their route counters and latencies are added to the metrics at each scrape."""
+        Redis), and workers' PlaceFeed polls. Their route counters and latencies are added to the
+        metrics at each scrape."""
         mod = cpp_server()
         if not mod.HAVE_NATIVE_ROUTES:
             return
@@ -194,6 +195,7 @@ class MasterServer:
         # Puts too, by the master's one PutRoutes; with per-engine quotas they are Python's.
         native.set_puts(state.put_router.native, state.pending_ttl_s)
         state.quotas.when_set(lambda: native.set_python_puts(True))
+        native.set_place_feed(state.place_feed.native)  # workers' polls, without the interpreter lock
         server.route_natively(native)
         # BatchLookup (in memory only: existence, no route) counts its latency alone.
         counters = {
@@ -201,6 +203,7 @@ class MasterServer:
             "RouteGet": self.metrics.route_get,
             "BatchLookup": None,
             "BatchRoutePut": self.metrics.batch_route_put,
+            "PlaceFeed": None,
         }
 
         def drain() -> None:

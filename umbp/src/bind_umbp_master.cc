@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // mori._C.umbp.MasterIndex: the UMBP master's in-memory block index (umbp/src/master_index.h).
 // Batches cross as Python lists of str/int; the index work itself runs without the GIL.
+// mori._C.umbp.PlaceFeed: the master's log of owners' DRAM places (master_place_feed.h).
 // mori._C.umbp.PendingPuts and PutRoutes: the master's pending puts and put routing, shared with
 // the grpc++ server's native routes.
 // mori._C.umbp.CallVerifier: the check of signed control-plane calls (master_grpc_auth.h). The
@@ -22,6 +23,7 @@
 #include "src/master_grpc_auth.h"
 #include "src/master_index.h"
 #include "src/master_pending.h"
+#include "src/master_place_feed.h"
 #include "src/master_put_routes.h"
 
 namespace py = pybind11;
@@ -102,6 +104,47 @@ void bind_umbp_master(py::module_& m) {
           py::arg("method"), py::arg("ts"), py::arg("nonce"), py::arg("sig"), py::arg("body"), py::arg("now"),
           "The whole check: None to serve the call, else (reason, details).")
       .def_property_readonly("name", &CallVerifier::name);
+
+  py::class_<PlaceFeed>(m, "PlaceFeed",
+                        "The master's place feed: a bounded log of where owners' DRAM values lie and which left "
+                        "(master_place_feed.h). The one log: the Python handler and the grpc++ server's native "
+                        "path read the same one.")
+      .def(py::init<int32_t, size_t>(), py::arg("dram_tier"), py::arg("capacity") = PlaceFeed::kDefaultCapacity)
+      .def_property_readonly("feed_id", &PlaceFeed::feed_id)
+      .def_property_readonly("capacity", &PlaceFeed::capacity)
+      .def_readonly_static("DEFAULT_CAPACITY", &PlaceFeed::kDefaultCapacity)
+      .def_readonly_static("MAX_ENTRIES_PER_REPLY", &PlaceFeed::kMaxEntriesPerReply)
+      .def(
+          "record",
+          [](PlaceFeed& f, const std::string& node_id, py::handle keys, const std::vector<bool>& added,
+             const std::vector<int32_t>& tiers, const std::vector<uint64_t>& offsets,
+             const std::vector<uint64_t>& sizes, const std::vector<uint64_t>& checksums) {
+            std::vector<std::string> k = strings_arg(keys, "keys");
+            py::gil_scoped_release nogil;
+            return f.record(node_id, k, added, tiers, offsets, sizes, checksums);
+          },
+          py::arg("node_id"), py::arg("keys"), py::arg("added"), py::arg("tiers"), py::arg("offsets"), py::arg("sizes"),
+          py::arg("checksums"),
+          "Append an owner's events (columns): DRAM ADDs with a checksum and every DRAM REMOVE. Returns how many.")
+      .def(
+          "since",
+          [](const PlaceFeed& f, uint64_t feed_id, uint64_t seq, uint32_t max_entries) {
+            FeedSlice got;
+            {
+              py::gil_scoped_release nogil;
+              got = f.since(feed_id, seq, max_entries);
+            }
+            py::list entries(got.entries.size());
+            for (size_t i = 0; i < got.entries.size(); ++i) {
+              const FedPlace& e = got.entries[i];
+              PyList_SET_ITEM(entries.ptr(), i,
+                              py::make_tuple(e.node_id, e.key, e.added, e.offset, e.size, e.checksum).release().ptr());
+            }
+            return py::make_tuple(got.feed_id, got.next_seq, got.gap, got.more, entries);
+          },
+          py::arg("feed_id"), py::arg("seq"), py::arg("max_entries") = 0,
+          "(feed_id, next_seq, gap, more, [(node_id, key, added, offset, size, checksum)]) from number `seq` on "
+          "(0, or another feed's id: from the oldest held), at most `max_entries` (0: the reply cap).");
 
   py::class_<PendingPuts>(m, "PendingPuts",
                           "The UMBP master's pending puts: keys routed to an owner that has not reported them "

@@ -19,6 +19,7 @@
 #include "src/master_grpc_routes.h"
 #include "src/master_grpc_server.h"
 #include "src/master_index.h"
+#include "src/master_place_feed.h"
 #include "src/peer_grpc_puts.h"
 
 namespace py = pybind11;
@@ -182,9 +183,13 @@ PYBIND11_MODULE(_master_server, m) {
             server.set_native(
                 "/umbp.UMBPMaster/BatchRoutePut",
                 [n = &native](std::string_view req, std::string& rep, double) { return n->batch_route_put(req, rep); });
+            server.set_native(
+                "/umbp.UMBPMasterAdmin/PlaceFeed",
+                [n = &native](std::string_view req, std::string& rep, double) { return n->place_feed(req, rep); });
           },
           py::arg("native"), py::keep_alive<1, 2>(),
-          "Answer BatchRouteGet, RouteGet, BatchLookup and BatchRoutePut with `native` first (no interpreter lock); "
+          "Answer BatchRouteGet, RouteGet, BatchLookup, BatchRoutePut and PlaceFeed with `native` first (no "
+          "interpreter lock); "
           "what it "
           "leaves goes to the handler. Before start().")
       .def(
@@ -321,12 +326,14 @@ PYBIND11_MODULE(_master_server, m) {
       .def(
           "drain",
           [](NativeRoutes& n, const std::string& rpc) {
-            MORI_CHECK_ARG(
-                rpc == "BatchRouteGet" || rpc == "RouteGet" || rpc == "BatchLookup" || rpc == "BatchRoutePut",
-                "rpc must be BatchRouteGet, RouteGet, BatchLookup or BatchRoutePut, got %s", rpc.c_str());
+            MORI_CHECK_ARG(rpc == "BatchRouteGet" || rpc == "RouteGet" || rpc == "BatchLookup" ||
+                               rpc == "BatchRoutePut" || rpc == "PlaceFeed",
+                           "rpc must be BatchRouteGet, RouteGet, BatchLookup, BatchRoutePut or PlaceFeed, got %s",
+                           rpc.c_str());
             auto c = n.drain(rpc == "RouteGet"        ? NativeRpc::kRouteGet
                              : rpc == "BatchLookup"   ? NativeRpc::kBatchLookup
                              : rpc == "BatchRoutePut" ? NativeRpc::kBatchRoutePut
+                             : rpc == "PlaceFeed"     ? NativeRpc::kPlaceFeed
                                                       : NativeRpc::kBatchRouteGet);
             py::dict hits, outcomes;
             for (const auto& [node, count] : c.hits) hits[py::str(node)] = count;
@@ -336,7 +343,8 @@ PYBIND11_MODULE(_master_server, m) {
             return py::make_tuple(hits, py::cast(c.buckets), c.latency_sum_s, c.answered, c.misses, outcomes);
           },
           py::arg("rpc"),
-          "For rpc (BatchRouteGet, RouteGet, BatchLookup, BatchRoutePut): ({node_id: keys routed to it}, latency "
+          "For rpc (BatchRouteGet, RouteGet, BatchLookup, BatchRoutePut, PlaceFeed): ({node_id: keys routed to it}, "
+          "latency "
           "counts per bucket, latency sum in s, calls answered, keys missed, {put outcome: keys}) since the last "
           "drain.")
       .def(
@@ -350,6 +358,24 @@ PYBIND11_MODULE(_master_server, m) {
           py::arg("routes"), py::arg("pending_ttl_s"), py::keep_alive<1, 2>(),
           "Answer BatchRoutePut here too (over a lookup's index, with set_pending): routed by the master's PutRoutes "
           "(mori._C.umbp), each routed key pending for pending_ttl_s. Before the server starts.")
+      .def(
+          "set_place_feed", [](NativeRoutes& n, const PlaceFeed& feed) { n.set_place_feed(&feed); }, py::arg("feed"),
+          py::keep_alive<1, 2>(),
+          "Answer workers' PlaceFeed polls here from the master's feed (mori._C.umbp.PlaceFeed). Before the server "
+          "starts.")
+      .def(
+          "place_feed",
+          [](NativeRoutes& n, py::bytes request) {
+            std::string reply;
+            std::string req = request;
+            bool ok;
+            {
+              py::gil_scoped_release nogil;
+              ok = n.place_feed(req, reply);
+            }
+            return ok ? py::object(py::bytes(reply)) : py::object(py::none());
+          },
+          py::arg("request"), "The serialized PlaceFeedResponse, or None when the call is left to Python.")
       .def("set_python_puts", &NativeRoutes::set_python_puts, py::arg("on"),
            "Per-engine quotas are set: BatchRoutePut is the Python handler's (which keeps their counts).")
       .def_property_readonly("answered", &NativeRoutes::answered, "Calls answered natively since the start.");

@@ -12,6 +12,7 @@
 
 #if MORI_UMBP_HAVE_PROTOBUF
 #include "umbp.pb.h"
+#include "umbp_admin.pb.h"
 #endif
 
 namespace mori::umbp {
@@ -277,6 +278,49 @@ bool NativeRoutes::batch_route_put(std::string_view request, std::string& reply)
   }
   if (!resp.SerializeToString(&reply)) return false;
   count(NativeRpc::kBatchRoutePut, t, t0);
+  return true;
+#else
+  (void)request;
+  (void)reply;
+  return false;
+#endif
+}
+
+bool NativeRoutes::place_feed(std::string_view request, std::string& reply) {
+#if MORI_UMBP_HAVE_PROTOBUF
+  if (place_feed_ == nullptr) return false;
+  const double t0 = steady_s();
+  ::umbp::PlaceFeedRequest req;
+  if (!req.ParseFromArray(request.data(), static_cast<int>(request.size()))) return false;
+  const FeedSlice got = place_feed_->since(req.feed_id(), req.since_seq(), req.max_entries());
+  ::umbp::PlaceFeedResponse resp;
+  resp.set_feed_id(got.feed_id);
+  resp.set_next_seq(got.next_seq);
+  resp.set_gap(got.gap);
+  resp.set_more(got.more);
+  if (!got.entries.empty()) {
+    const std::shared_ptr<const Alive> alive = alive_now();
+    std::unordered_map<std::string_view, uint32_t> refs;
+    for (const FedPlace& e : got.entries) {
+      auto ref = refs.find(e.node_id);
+      if (ref == refs.end()) {
+        auto peer = alive->peer.find(e.node_id);
+        if (peer == alive->peer.end()) continue;  // an owner gone: its places are of no use
+        auto* node = resp.add_nodes();
+        node->set_node_id(e.node_id);
+        node->set_peer_address(peer->second);
+        ref = refs.emplace(e.node_id, static_cast<uint32_t>(resp.nodes_size())).first;
+      }
+      resp.add_node_ref(ref->second);
+      resp.add_keys(e.key);
+      resp.add_added(e.added);
+      resp.add_offset(e.offset);
+      resp.add_size(e.size);
+      resp.add_checksum(e.checksum);
+    }
+  }
+  if (!resp.SerializeToString(&reply)) return false;
+  count(NativeRpc::kPlaceFeed, RoutedGets{}, t0);
   return true;
 #else
   (void)request;

@@ -8,8 +8,8 @@
 // BatchLookup and BatchRoutePut too (existence from the index, or by EXISTS over Redis:
 // RedisRoutes), puts routed by the master's one PutRoutes (master_put_routes.h) and recorded in
 // its PendingPuts as the Python handler does; with per-engine quotas set, puts are the Python
-// handler's. Route counters and latencies are kept here and drained into the Python metrics at
-// scrape time.
+// handler's. The place feed's polls (UMBPMasterAdmin.PlaceFeed) too. Route counters and latencies are kept here and
+// drained into the Python metrics at scrape time.
 #pragma once
 
 #include <atomic>
@@ -25,6 +25,7 @@
 
 #include "src/master_index.h"
 #include "src/master_pending.h"
+#include "src/master_place_feed.h"
 #include "src/master_put_routes.h"
 
 namespace mori::umbp {
@@ -33,7 +34,7 @@ namespace mori::umbp {
 bool native_routes_available();
 
 // Which RPC a count belongs to.
-enum class NativeRpc { kBatchRouteGet = 0, kRouteGet = 1, kBatchLookup = 2, kBatchRoutePut = 3 };
+enum class NativeRpc { kBatchRouteGet = 0, kRouteGet = 1, kBatchLookup = 2, kBatchRoutePut = 3, kPlaceFeed = 4 };
 
 class NativeRoutes {
  public:
@@ -82,6 +83,10 @@ class NativeRoutes {
     put_routes_ = routes;
     pending_ttl_s_ = pending_ttl_s;
   }
+  // Workers' PlaceFeed polls answered here from the master's feed (which outlives this), with the
+  // live owners' peer addresses (an owner gone is left out, as the Python handler does).
+  void set_place_feed(const PlaceFeed* feed) { place_feed_ = feed; }
+  bool place_feed(std::string_view request, std::string& reply);
   // Per-engine quotas are set: puts are the Python handler's from now on (it keeps the counts).
   void set_python_puts(bool on) { python_puts_.store(on, std::memory_order_release); }
 
@@ -128,12 +133,13 @@ class NativeRoutes {
              std::shared_ptr<const Alive>& alive, bool pending_matters);
   PendingPuts* pending_ = nullptr;
   PutRoutes* put_routes_ = nullptr;
+  const PlaceFeed* place_feed_ = nullptr;
   double pending_ttl_s_ = 0;
   std::atomic<bool> python_puts_{false};
   void count(NativeRpc rpc, const RoutedGets& r, double t0);
   void count(NativeRpc rpc, const Tally& part, double t0);  // a call's counts, its latency from t0
   std::mutex counts_mu_;
-  Tally tally_[4];
+  Tally tally_[5];
   std::atomic<uint64_t> answered_{0};
 };
 
