@@ -1221,10 +1221,24 @@ class DistributedUMBPClient(_UMBPClient):
         return self.batch_get_into_ptr([key], [dst], [size])[0]
 
     def batch_get_into_ptr(self, keys: Sequence[str], ptrs: Sequence[int], sizes: Sequence[int]) -> list[bool]:
-        _check_batch("batch_get_into_ptr", keys, ptrs, sizes)
         if self._lookup_only:
+            _check_batch("batch_get_into_ptr", keys, ptrs, sizes)
             return [False] * len(keys)
         self._feed_touch()
+        if self._hbm_desc is None and not isinstance(keys, (str, bytes)):
+            # The hot path, one native call without the GIL (its own store checks every argument
+            # first): this worker's store, then the keys it misses at their held places.
+            try:
+                fast = self._locations.get(self, self._native_engine, keys, ptrs, sizes, self._transfer_timeout_ms)
+            except TypeError:  # not lists of str / int: the checks below name the argument
+                fast = None
+            if fast is not None:
+                ok, located = fast
+                miss = self._after_located(located, keys, ptrs, sizes, ok)
+                if not miss:
+                    return ok
+                return self._get_routed(miss, list(keys), list(map(int, ptrs)), list(map(int, sizes)), ok)
+        _check_batch("batch_get_into_ptr", keys, ptrs, sizes)
         keys = list(keys)
         ptrs = list(map(int, ptrs))
         sizes = list(map(int, sizes))
@@ -1250,8 +1264,11 @@ class DistributedUMBPClient(_UMBPClient):
             miss = [i for i in miss if not ok[i]]
         if miss:
             miss = self._get_located(miss, keys, ptrs, sizes, ok)
-        if not miss:
-            return ok
+        return self._get_routed(miss, keys, ptrs, sizes, ok) if miss else ok
+
+    def _get_routed(self, miss: list[int], keys, ptrs, sizes, ok: list[bool]) -> list[bool]:
+        """The keys[i] (i in miss) no place is known for: routed by the master, read from their
+        owners; ok[i] set for each read. Returns ok."""
         sent = time.monotonic()
         resp = self._master_call(
             "BatchRouteGet", pb.BatchRouteGetRequest(node_id=self._node_id, keys=[keys[i] for i in miss])
@@ -1286,7 +1303,7 @@ class DistributedUMBPClient(_UMBPClient):
         Into registered host memory (the hot case) it is one native call without the GIL
         (UMBPLocationCache.read: lookup, reads, wait, checks); other destinations (staging, GPU)
         are read here at the places it hands back."""
-        got, rest, other, places, stale, nbytes, failed = self._locations.read(
+        located = self._locations.read(
             self,
             self._native_engine,
             keys,
@@ -1295,6 +1312,13 @@ class DistributedUMBPClient(_UMBPClient):
             miss if len(miss) < len(keys) else [],
             self._transfer_timeout_ms,
         )
+        return self._after_located(located, keys, ptrs, sizes, ok)
+
+    def _after_located(self, located: tuple, keys, ptrs, sizes, ok: list[bool]) -> list[int]:
+        """What follows a native located read (UMBPLocationCache.read's tuple): failed owners
+        held off, the places it left to this side read, ok[i] set and counted for each key read.
+        Returns the indices still missing."""
+        got, rest, other, places, stale, nbytes, failed = located
         for node_id, address, why in failed:  # a dead owner: one failure, its keys misses for the hold-off
             self._peer_failed(node_id, address, "MORI-IO read", why)
         if other:

@@ -610,59 +610,102 @@ void bind_client(py::module_& m) {
   auto as_tuple = [](const LocationCache::Place& p) {
     return PlaceTuple{p.node_id, p.address, p.offset, p.size, p.checksum, p.expires};
   };
-  py::class_<LocationCache>(m, "UMBPLocationCache",
-                            "a distributed reader's remembered places of values on their owners (LRU-capped), "
-                            "and the located read over them")
-      .def(py::init<size_t>(), py::arg("capacity"))
-      .def("remember", &LocationCache::remember, py::arg("node_id"), py::arg("address"), py::arg("arena"),
-           py::arg("keys"), py::arg("offsets"), py::arg("sizes"), py::arg("checksums"), py::arg("expires"), Release(),
-           "places (arena offsets, sizes, XXH3 checksums) of values just read from an owner, valid until "
-           "`expires` (time.monotonic() seconds)")
-      .def("forget_owner", &LocationCache::forget_owner, py::arg("node_id"), Release())
-      .def("forget", &LocationCache::forget, py::arg("keys"), Release())
-      .def("__len__", &LocationCache::size)
-      .def("holds", &LocationCache::holds, py::arg("keys"), Release(),
-           "per key, whether a place is held that a read would use now (unexpired, its owner known)")
-      .def("add_region", &LocationCache::add_region, py::arg("ptr"), py::arg("size"), py::arg("desc"),
-           "host memory registered with the engine (a destination of located reads)")
-      .def("remove_region", &LocationCache::remove_region, py::arg("ptr"))
-      .def(
-          "peek",
-          [as_tuple](const LocationCache& c, const std::string& key) -> std::optional<PlaceTuple> {
-            LocationCache::Place p;
-            if (!c.peek(key, &p)) return std::nullopt;
-            return as_tuple(p);
-          },
-          py::arg("key"), "(node_id, address, offset, size, checksum, expires) or None")
-      .def("adjust", &LocationCache::adjust, py::arg("key"), py::arg("offset") = -1, py::arg("expires") = -1.0,
-           "test hook: moves a held place (offset) or its expiry (< 0: kept); False when not held")
-      .def(
-          "read",
-          [as_tuple](LocationCache& cache, PyClient& c, mori::io::Engine& engine, const Keys& keys, const Ptrs& ptrs,
-                     const std::vector<uint64_t>& sizes, const std::vector<uint32_t>& idx, int64_t timeout_ms) {
-            if (keys.size() != ptrs.size() || keys.size() != sizes.size())
-              mori::raise(mori::Status::kInvalidArgument,
-                          "UMBPLocationCache.read: keys, ptrs and sizes differ in length");
-            for (uint32_t i : idx)
-              if (i >= keys.size())
-                mori::raise(mori::Status::kInvalidArgument, "UMBPLocationCache.read: index out of range");
+  auto lc =
+      py::class_<LocationCache>(m, "UMBPLocationCache",
+                                "a distributed reader's remembered places of values on their owners (LRU-capped), "
+                                "and the located read over them")
+          .def(py::init<size_t>(), py::arg("capacity"))
+          .def("remember", &LocationCache::remember, py::arg("node_id"), py::arg("address"), py::arg("arena"),
+               py::arg("keys"), py::arg("offsets"), py::arg("sizes"), py::arg("checksums"), py::arg("expires"),
+               Release(),
+               "places (arena offsets, sizes, XXH3 checksums) of values just read from an owner, valid until "
+               "`expires` (time.monotonic() seconds)")
+          .def("forget_owner", &LocationCache::forget_owner, py::arg("node_id"), Release())
+          .def("forget", &LocationCache::forget, py::arg("keys"), Release())
+          .def("__len__", &LocationCache::size)
+          .def("holds", &LocationCache::holds, py::arg("keys"), Release(),
+               "per key, whether a place is held that a read would use now (unexpired, its owner known)")
+          .def("add_region", &LocationCache::add_region, py::arg("ptr"), py::arg("size"), py::arg("desc"),
+               "host memory registered with the engine (a destination of located reads)")
+          .def("remove_region", &LocationCache::remove_region, py::arg("ptr"))
+          .def(
+              "peek",
+              [as_tuple](const LocationCache& c, const std::string& key) -> std::optional<PlaceTuple> {
+                LocationCache::Place p;
+                if (!c.peek(key, &p)) return std::nullopt;
+                return as_tuple(p);
+              },
+              py::arg("key"), "(node_id, address, offset, size, checksum, expires) or None")
+          .def("adjust", &LocationCache::adjust, py::arg("key"), py::arg("offset") = -1, py::arg("expires") = -1.0,
+               "test hook: moves a held place (offset) or its expiry (< 0: kept); False when not held")
+          .def(
+              "read",
+              [as_tuple](LocationCache& cache, PyClient& c, mori::io::Engine& engine, const Keys& keys,
+                         const Ptrs& ptrs, const std::vector<uint64_t>& sizes, const std::vector<uint32_t>& idx,
+                         int64_t timeout_ms) {
+                if (keys.size() != ptrs.size() || keys.size() != sizes.size())
+                  mori::raise(mori::Status::kInvalidArgument,
+                              "UMBPLocationCache.read: keys, ptrs and sizes differ in length");
+                for (uint32_t i : idx)
+                  if (i >= keys.size())
+                    mori::raise(mori::Status::kInvalidArgument, "UMBPLocationCache.read: index out of range");
+                auto verify = [&c](const std::vector<uintptr_t>& p, const std::vector<uint64_t>& z,
+                                   const std::vector<uint64_t>& k) {
+                  return c.peer([&](PeerPages& pages) { return pages.verify(p, z, k); });
+                };
+                LocationCache::Result r = cache.read(engine, keys, ptrs, sizes, idx, timeout_ms, verify);
+                std::vector<PlaceTuple> places;
+                places.reserve(r.other_places.size());
+                for (const auto& p : r.other_places) places.push_back(as_tuple(p));
+                return std::make_tuple(std::move(r.got), std::move(r.rest), std::move(r.other), std::move(places),
+                                       r.stale, r.got_bytes, std::move(r.failed));
+              },
+              py::arg("client"), py::arg("engine"), py::arg("keys"), py::arg("ptrs"), py::arg("sizes"),
+              py::arg("idx") = std::vector<uint32_t>{}, py::arg("timeout_ms") = 5000, Release(),
+              "reads keys[i] (i in idx; empty: all) at their held places into registered host memory, one MORI-IO "
+              "batch per owner, each value checked against its XXH3 checksum: (got, rest, other, other_places, "
+              "stale, got_bytes, failed [(node_id, address, why)]); rest: for the routed path; other: held places "
+              "whose destination is not registered host memory");
+  lc.def(
+      "get",
+      [as_tuple](LocationCache& cache, PyClient& c, mori::io::Engine& engine, const Keys& keys, const Ptrs& ptrs,
+                 const Sizes& sizes, int64_t timeout_ms) -> py::object {
+        std::vector<bool> ok;
+        LocationCache::Result r;
+        {
+          py::gil_scoped_release nogil;
+          for (uintptr_t p : ptrs)
+            if (pointer_device(p) >= 0) {
+              py::gil_scoped_acquire gil;
+              return py::none();  // GPU destinations: the caller's own path
+            }
+          // The local store first (it checks every argument before anything is written).
+          ok = c.with([&](Client& x) { return x.batch_get(keys, ptrs, sizes); });
+          std::vector<uint32_t> miss;
+          for (size_t i = 0; i < ok.size(); ++i)
+            if (!ok[i]) miss.push_back(static_cast<uint32_t>(i));
+          if (!miss.empty()) {
+            if (miss.size() == keys.size()) miss.clear();  // every key: read()'s "all"
             auto verify = [&c](const std::vector<uintptr_t>& p, const std::vector<uint64_t>& z,
                                const std::vector<uint64_t>& k) {
               return c.peer([&](PeerPages& pages) { return pages.verify(p, z, k); });
             };
-            LocationCache::Result r = cache.read(engine, keys, ptrs, sizes, idx, timeout_ms, verify);
-            std::vector<PlaceTuple> places;
-            places.reserve(r.other_places.size());
-            for (const auto& p : r.other_places) places.push_back(as_tuple(p));
-            return std::make_tuple(std::move(r.got), std::move(r.rest), std::move(r.other), std::move(places), r.stale,
-                                   r.got_bytes, std::move(r.failed));
-          },
-          py::arg("client"), py::arg("engine"), py::arg("keys"), py::arg("ptrs"), py::arg("sizes"),
-          py::arg("idx") = std::vector<uint32_t>{}, py::arg("timeout_ms") = 5000, Release(),
-          "reads keys[i] (i in idx; empty: all) at their held places into registered host memory, one MORI-IO "
-          "batch per owner, each value checked against its XXH3 checksum: (got, rest, other, other_places, "
-          "stale, got_bytes, failed [(node_id, address, why)]); rest: for the routed path; other: held places "
-          "whose destination is not registered host memory");
+            r = cache.read(engine, keys, ptrs, sizes, miss, timeout_ms, verify);
+            for (uint32_t i : r.got) ok[i] = true;
+          }
+        }
+        std::vector<PlaceTuple> places;
+        places.reserve(r.other_places.size());
+        for (const auto& p : r.other_places) places.push_back(as_tuple(p));
+        return py::make_tuple(std::move(ok),
+                              py::make_tuple(std::move(r.got), std::move(r.rest), std::move(r.other), std::move(places),
+                                             r.stale, r.got_bytes, std::move(r.failed)));
+      },
+      py::arg("client"), py::arg("engine"), py::arg("keys"), py::arg("ptrs"), py::arg("sizes"),
+      py::arg("timeout_ms") = 5000,
+      "a get's whole hot path in one call without the interpreter lock: the client's own store, then the keys it "
+      "misses at their held places as read() reads them. (ok, read()'s tuple), or None when a destination is GPU "
+      "memory (the caller's own path).");
 
   py::class_<Wakeup>(m, "Wakeup",
                      "a flag a thread waits on (as threading.Event) that C++ code sets without the interpreter "

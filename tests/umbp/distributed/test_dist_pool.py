@@ -343,6 +343,11 @@ def test_bad_arguments_write_nothing(pair):
     with pytest.raises(AssertionError, match="InvalidArgument.*size of key .* must be > 0"):
         a.ask("put", keys=keys, size=0, seed=1)
     assert b.ask("exists", keys=keys)["found"] == [False, False]
+    # A get's one native call checks its arguments before it reads anything.
+    with pytest.raises(AssertionError, match=r"InvalidArgument.*batch_get_into_ptr: sizes\[0\] must be > 0"):
+        a.ask("get", keys=keys, size=0, seed=1, pool=True)
+    with pytest.raises(AssertionError, match=r"InvalidArgument.*batch_get_into_ptr: key.*bytes"):
+        a.ask("get", keys=["k" * 70000], size=4096, seed=1, pool=True)
 
 
 def test_get_peer_info_refuses_a_malformed_engine_desc(pair):
