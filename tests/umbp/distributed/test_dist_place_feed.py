@@ -11,6 +11,8 @@ import random
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from dist_harness import start_workers, start_writer_and_owner
 from prometheus_client import generate_latest
 from umbp_master_harness import fast_settings, running_master, uid
@@ -67,6 +69,62 @@ def test_feed_reply_cap_and_bad_capacity():
     assert len(rest.entries) == 5 and not rest.more
     with pytest.raises(ValueError, match="capacity"):
         PlaceFeed(DRAM, capacity=0)
+
+
+_event = st.builds(
+    KvEvent,
+    st.booleans(),
+    st.sampled_from(["a", "b", "c", "d"]),
+    st.sampled_from([DRAM, DRAM, SSD]),
+    st.integers(0, 1 << 40),
+    st.integers(0, 1 << 40),
+    st.sampled_from([0, 1, (1 << 64) - 1]),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    capacity=st.integers(1, 9),
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("record"), st.sampled_from(["n1", "n2"]), st.lists(_event, max_size=12)),
+            st.tuples(
+                st.just("since"), st.sampled_from(["own", "zero", "other"]), st.integers(0, 40), st.integers(0, 12)
+            ),
+        ),
+        max_size=30,
+    ),
+)
+def test_feed_against_a_model(capacity, steps):
+    """Any sequence of records and reads against a plain list of every entry ever fed: the log
+    hands out exactly the model's entries, numbers, gaps and `more`, whatever the capacity, the
+    asked number (past the end, wrapped away, another feed's) and the cap."""
+    feed = PlaceFeed(DRAM, capacity=capacity)
+    log: list[tuple] = []  # every entry ever fed, entry n at log[n - 1]
+    for step in steps:
+        if step[0] == "record":
+            _, node, events = step
+            fed = [
+                (node, e.key, e.add, e.offset if e.add else 0, e.size if e.add else 0, e.checksum if e.add else 0)
+                for e in events
+                if e.tier == DRAM and (e.checksum or not e.add)
+            ]
+            assert feed.record(node, events) == len(fed)
+            log += fed
+            continue
+        _, which, seq, most = step
+        feed_id = {"own": feed.feed_id, "zero": 0, "other": feed.feed_id ^ 4}[which]
+        got = feed.since(feed_id, seq, most)
+        nxt = len(log) + 1
+        oldest = max(1, nxt - capacity)
+        fresh = which != "own" or seq == 0
+        gap = not fresh and seq < oldest
+        start = oldest if fresh or gap else min(seq, nxt)
+        stop = min(nxt, start + (most or MAX_ENTRIES_PER_REPLY))
+        assert (got.feed_id, got.next_seq, got.gap, got.more) == (feed.feed_id, stop, gap, stop < nxt)
+        assert [(e.node_id, e.key, e.added, e.offset, e.size, e.checksum) for e in got.entries] == log[
+            start - 1 : stop - 1
+        ]
 
 
 @pytest.fixture(scope="module")
