@@ -1699,7 +1699,14 @@ class DistributedUMBPClient(_UMBPClient):
 
     def batch_exists_consecutive(self, keys: Sequence[str]) -> int:
         keys = list(keys)
-        n = _Native.batch_exists_consecutive(self, keys)
+        if self._lookup_only:
+            n = _Native.batch_exists_consecutive(self, keys)
+        else:
+            # One native call: this worker's own keys, then those whose place it holds (SGLang asks
+            # this before each prefill, for the pages a get reads next).
+            n = self._locations.exists_consecutive(self, keys)
+            if n > 0:
+                self._feed_touch()
         if n == len(keys):
             return n
         found = self.batch_exists(keys[n:])

@@ -707,6 +707,24 @@ void bind_client(py::module_& m) {
       "misses at their held places as read() reads them. (ok, read()'s tuple), or None when a destination is GPU "
       "memory (the caller's own path).");
 
+  lc.def(
+      "exists_consecutive",
+      [](LocationCache& cache, PyClient& c, const Keys& keys) {
+        py::gil_scoped_release nogil;
+        return c.with([&](Client& x) -> size_t {
+          size_t n = x.batch_exists_consecutive(keys);
+          if (n == keys.size()) return n;
+          const Keys rest(keys.begin() + static_cast<std::ptrdiff_t>(n), keys.end());
+          const std::vector<bool> local = x.batch_exists(rest);
+          const std::vector<bool> held = cache.holds(rest);
+          for (size_t i = 0; i < rest.size() && (local[i] || held[i]); ++i) ++n;
+          return n;
+        });
+      },
+      py::arg("client"), py::arg("keys"),
+      "length of the prefix of `keys` that the client's own store holds or whose place is held here (stops at the "
+      "first key that is neither: the caller asks the master from there)");
+
   py::class_<Wakeup>(m, "Wakeup",
                      "a flag a thread waits on (as threading.Event) that C++ code sets without the interpreter "
                      "lock: the distributed client's heartbeat thread waits on one")

@@ -265,6 +265,10 @@ def test_exists_of_fed_keys_asks_no_master(pair, master):
     # A key not fed is asked for, as before (and is not found).
     assert a.ask("exists", keys=[uid("absent")])["found"] == [False]
     assert _route_get_calls(master) > calls
+    # The prefix stops at the first key neither stored here nor fed; the ones after it count not.
+    mixed = keys[:3] + [uid("absent")] + keys[3:]
+    ex = a.ask("exists", keys=mixed)
+    assert ex["found"] == [True] * 3 + [False, True, True] and ex["consecutive"] == 3
 
 
 def test_stale_fed_place_reads_right_through_the_route(pair):
