@@ -195,7 +195,8 @@ class MasterServer:
         # Puts too, by the master's one PutRoutes; with per-engine quotas they are Python's.
         native.set_puts(state.put_router.native, state.pending_ttl_s)
         state.quotas.when_set(lambda: native.set_python_puts(True))
-        native.set_place_feed(state.place_feed.native)  # workers' polls, without the interpreter lock
+        if state.place_feed.native is not None:  # workers' polls, without the interpreter lock
+            native.set_place_feed(state.place_feed.native)
         server.route_natively(native)
         # BatchLookup (in memory only: existence, no route) counts its latency alone.
         counters = {

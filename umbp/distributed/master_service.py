@@ -14,7 +14,6 @@ import grpc
 from mori import _C
 from mori.umbp.distributed.master_eviction import EvictionManager
 from mori.umbp.distributed.master_metrics import MasterMetrics, tier_label
-from mori.umbp.distributed.master_place_feed import PlaceFeed
 from mori.umbp.distributed.master_quota import EngineQuotas
 from mori.umbp.distributed.master_records import (
     ClientRecord,
@@ -99,7 +98,7 @@ class MasterState:
         # C++ (umbp/src/master_pending.h): the grpc++ server's native get path reads this same one.
         self.pending = _C.umbp.PendingPuts()
         # Where owners' DRAM values lie, for workers' first reads (master_place_feed.py).
-        self.place_feed = PlaceFeed(int(Tier.DRAM))
+        self.place_feed = store.new_place_feed(int(Tier.DRAM))
         self._clients_cache: tuple[float, dict[str, ClientRecord]] = (0.0, {})
         self._clients_lock = threading.Lock()
 

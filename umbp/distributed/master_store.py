@@ -168,5 +168,12 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     def key_count(self) -> int: ...
 
+    def new_place_feed(self, dram_tier: int):
+        """The master's place feed (master_place_feed.py): this process's own log in memory; a
+        store shared by several master processes (Redis) keeps one log for all of them."""
+        from mori.umbp.distributed.master_place_feed import PlaceFeed
+
+        return PlaceFeed(dram_tier)
+
     def close(self) -> None:
         """Release connections (Redis); the in-memory store has none."""

@@ -147,6 +147,13 @@ class RedisMetadataStore(MetadataStore):
         self.external_kv = RedisExternalKv(self)
 
     # -- plumbing ----------------------------------------------------------------------------
+    def new_place_feed(self, dram_tier: int):
+        """The place feed as a stream next to the client records: one for every master process
+        over this store, and it outlives them (master_place_feed_redis.py)."""
+        from mori.umbp.distributed.master_place_feed_redis import RedisPlaceFeed
+
+        return RedisPlaceFeed(self._ctl, self._ctl_prefix, dram_tier)
+
     def _shard_of(self, key: str) -> int:
         return zlib.crc32(key.encode()) % self._nshards
 
