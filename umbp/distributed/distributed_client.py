@@ -45,6 +45,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+import numpy as np
+
 
 from mori import _C
 from mori.core.errors import InvalidArgument
@@ -148,6 +150,46 @@ class DistributedStats:
 def _host_of(address: str) -> str:
     host = address.rsplit(":", 1)[0] if ":" in address else address
     return host.strip("[]") or "127.0.0.1"
+
+
+# A reply's places of one owner as columns: keys, arena offsets, sizes, checksums.
+_Places = tuple[list, list, list, list]
+
+
+def _feed_columns(resp) -> tuple[list[str], dict[int, _Places]]:
+    """A PlaceFeedResponse as (keys that left, {node ref: the places to remember}). The last word
+    on each key wins (a value may come and go within one slice). Added places without a checksum
+    or with no owner listed are left out. Done with numpy over the reply's columns: a poll that
+    brings thousands of places holds the worker's interpreter lock for about a millisecond."""
+    keys = list(resp.keys)
+    n = len(keys)
+    if n == 0:
+        return [], {}
+    added = np.fromiter(resp.added, dtype=bool, count=n)
+    if len(set(keys)) < n:  # a key repeated: keep its last entry only
+        last = {k: i for i, k in enumerate(keys)}
+        latest = np.zeros(n, dtype=bool)
+        latest[list(last.values())] = True
+    else:
+        latest = np.ones(n, dtype=bool)
+    refs = np.fromiter(resp.node_ref, dtype=np.int64, count=n)
+    checksums = np.fromiter(resp.checksum, dtype=np.uint64, count=n)
+    gone = [keys[i] for i in np.flatnonzero(latest & ~added).tolist()]
+    keep = np.flatnonzero(latest & added & (checksums != 0) & (refs > 0) & (refs <= len(resp.nodes)))
+    by_ref: dict[int, _Places] = {}
+    if keep.size:
+        offsets = np.fromiter(resp.offset, dtype=np.uint64, count=n)
+        sizes = np.fromiter(resp.size, dtype=np.uint64, count=n)
+        order = keep[np.argsort(refs[keep], kind="stable")]
+        for part in np.split(order, np.flatnonzero(np.diff(refs[order])) + 1):
+            at = part.tolist()
+            by_ref[int(refs[part[0]])] = (
+                [keys[i] for i in at],
+                offsets[part].tolist(),
+                sizes[part].tolist(),
+                checksums[part].tolist(),
+            )
+    return gone, by_ref
 
 
 def _check_batch(what: str, keys, ptrs, sizes) -> None:
@@ -616,17 +658,7 @@ class DistributedUMBPClient(_UMBPClient):
                 admin=True,
             )
             self._feed_id, self._feed_seq = resp.feed_id, resp.next_seq
-            # The last word on each key wins (a value may have come and gone within one slice).
-            last: dict[str, tuple] = {}
-            for ref, key, added, off, size, ck in zip(
-                resp.node_ref, resp.keys, resp.added, resp.offset, resp.size, resp.checksum
-            ):
-                last[key] = (ref, added, off, size, ck)
-            gone = [k for k, (_r, added, *_rest) in last.items() if not added]
-            by_ref: dict[int, list[tuple[str, int, int, int]]] = defaultdict(list)
-            for key, (ref, added, off, size, ck) in last.items():
-                if added and ck and 0 < ref <= len(resp.nodes):
-                    by_ref[ref].append((key, off, size, ck))
+            gone, by_ref = _feed_columns(resp)
             if gone:
                 self._locations.forget(gone)
             fed = self._remember_places(resp.nodes, by_ref, time.monotonic() + self._feed_horizon_s)
@@ -1367,18 +1399,20 @@ class DistributedUMBPClient(_UMBPClient):
     def _remember(self, p: _Peer, located: list[tuple[str, int, int, int]], expires: float) -> None:
         """located: (key, arena offset, size, checksum) of values just read from p under a lease.
         Nothing is remembered of a peer marked failed meanwhile (its places were just forgotten)."""
-        if self._down(p.node_id):
-            return
-        self._locations.remember(
-            p.node_id,
-            p.address,
-            p.arena,
+        self._remember_columns(
+            p,
             [k for k, _o, _z, _c in located],
             [o for _k, o, _z, _c in located],
             [z for _k, _o, z, _c in located],
             [c for _k, _o, _z, c in located],
             expires,
         )
+
+    def _remember_columns(self, p: _Peer, keys, offsets, sizes, checksums, expires: float) -> None:
+        """_remember with the places as columns."""
+        if self._down(p.node_id):
+            return
+        self._locations.remember(p.node_id, p.address, p.arena, keys, offsets, sizes, checksums, expires)
 
     def _get_remote(
         self,
@@ -1673,16 +1707,21 @@ class DistributedUMBPClient(_UMBPClient):
         its checksum at the read, which then takes the routed path)."""
         if self._dram_lease_ms <= 0 or len(resp.offset) != len(keys) or len(resp.checksum) != len(keys):
             return
-        by_node: dict[int, list[tuple[str, int, int, int]]] = defaultdict(list)
+        by_node: dict[int, _Places] = defaultdict(lambda: ([], [], [], []))
         for key, ref, tier, size, off, ck in zip(keys, resp.node_ref, resp.tier, resp.size, resp.offset, resp.checksum):
             if ref and ck and tier == pb.TIER_DRAM:
-                by_node[ref].append((key, off, size, ck))
+                cols = by_node[ref]
+                cols[0].append(key)
+                cols[1].append(off)
+                cols[2].append(size)
+                cols[3].append(ck)
         self._remember_places(resp.nodes, by_node, sent + _LOCATION_LEASE_FRACTION * self._dram_lease_ms / 1000.0)
 
-    def _remember_places(self, nodes, by_ref: dict[int, list[tuple[str, int, int, int]]], expires: float) -> int:
+    def _remember_places(self, nodes, by_ref: dict[int, _Places], expires: float) -> int:
         """Remembers places a master reply gave: ``by_ref`` maps a 1-based index into ``nodes``
-        (each with node_id and peer_address) to its (key, offset, size, checksum). This worker's
-        own values (read locally) and failed owners' are skipped. Returns how many were remembered."""
+        (each with node_id and peer_address) to its columns (keys, offsets, sizes, checksums).
+        This worker's own values (read locally) and failed owners' are skipped. Returns how many
+        were remembered."""
         n = 0
         for ref, located in by_ref.items():
             node = nodes[ref - 1]
@@ -1693,8 +1732,8 @@ class DistributedUMBPClient(_UMBPClient):
             except Exception as exc:  # noqa: BLE001
                 self._peer_failed(node.node_id, node.peer_address, "GetPeerInfo", exc)
                 continue
-            self._remember(p, located, expires)
-            n += len(located)
+            self._remember_columns(p, *located, expires)
+            n += len(located[0])
         return n
 
     def batch_exists_consecutive(self, keys: Sequence[str]) -> int:

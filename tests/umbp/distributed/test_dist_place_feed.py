@@ -192,6 +192,31 @@ def test_redis_feed_is_one_for_every_master_process(redis_pair):  # noqa: F811
         assert [e.key for e in small.since(got.feed_id, behind.next_seq - 2).entries] == ["k52", "k53"]
 
 
+def test_a_reply_becomes_the_places_to_remember():
+    """A worker turns a reply into the keys that left and, per owner, the places to remember: the
+    last word on a key wins, places without a checksum or with no owner listed are dropped, each
+    owner's places keep their order."""
+    from mori.umbp.distributed.distributed_client import _feed_columns
+    from mori.umbp.proto import require
+
+    admin_pb = require("umbp_admin_pb2")
+    resp = admin_pb.PlaceFeedResponse(
+        nodes=[admin_pb.PlaceFeedNode(node_id="n1"), admin_pb.PlaceFeedNode(node_id="n2")],
+        # a: added on n2; b: added on n1, then removed; c: removed, then added on n1; d: no
+        # checksum; e: an owner not listed; f: added on n1 with a 64-bit checksum; g: removed.
+        node_ref=[2, 1, 1, 1, 1, 1, 3, 1, 2],
+        keys=["a", "b", "b", "c", "c", "d", "e", "f", "g"],
+        added=[True, True, False, False, True, True, True, True, False],
+        offset=[10, 20, 0, 0, 40, 50, 60, 70, 0],
+        size=[1, 2, 0, 0, 4, 5, 6, 7, 0],
+        checksum=[11, 22, 0, 0, 44, 0, 66, (1 << 64) - 1, 0],
+    )
+    gone, by_ref = _feed_columns(resp)
+    assert gone == ["b", "g"]
+    assert by_ref == {1: (["c", "f"], [40, 70], [4, 7], [44, (1 << 64) - 1]), 2: (["a"], [10], [1], [11])}
+    assert _feed_columns(admin_pb.PlaceFeedResponse()) == ([], {})
+
+
 @pytest.fixture(scope="module")
 def master():
     with running_master(settings=fast_settings()) as m:
