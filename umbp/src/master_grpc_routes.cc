@@ -27,6 +27,15 @@ double wall_s() {  // the clock of the Python side's time.time(), which leases a
 
 }  // namespace
 
+// A reply with no route counts: serialized into `reply`, the call counted (latency from t0);
+// false (the call goes to Python) when it does not serialize.
+template <typename Reply>
+bool NativeRoutes::answer(const Reply& resp, std::string& reply, NativeRpc rpc, double t0) {
+  if (!resp.SerializeToString(&reply)) return false;
+  count(rpc, RoutedGets{}, t0);
+  return true;
+}
+
 #if MORI_UMBP_HAVE_PROTOBUF
 bool native_routes_available() { return true; }
 #else
@@ -183,9 +192,7 @@ bool NativeRoutes::batch_lookup(std::string_view request, std::string& reply) {
   ::umbp::BatchLookupResponse resp;
   resp.mutable_found()->Reserve(static_cast<int>(keys.size()));
   for (size_t i = 0; i < keys.size(); ++i) resp.add_found(found[i]);
-  if (!resp.SerializeToString(&reply)) return false;
-  count(NativeRpc::kBatchLookup, RoutedGets{}, t0);
-  return true;
+  return answer(resp, reply, NativeRpc::kBatchLookup, t0);
 #else
   (void)request;
   (void)reply;
@@ -319,9 +326,7 @@ bool NativeRoutes::place_feed(std::string_view request, std::string& reply) {
       resp.add_checksum(e.checksum);
     }
   }
-  if (!resp.SerializeToString(&reply)) return false;
-  count(NativeRpc::kPlaceFeed, RoutedGets{}, t0);
-  return true;
+  return answer(resp, reply, NativeRpc::kPlaceFeed, t0);
 #else
   (void)request;
   (void)reply;

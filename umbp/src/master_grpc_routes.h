@@ -136,6 +136,8 @@ class NativeRoutes {
   const PlaceFeed* place_feed_ = nullptr;
   double pending_ttl_s_ = 0;
   std::atomic<bool> python_puts_{false};
+  template <typename Reply>
+  bool answer(const Reply& resp, std::string& reply, NativeRpc rpc, double t0);
   void count(NativeRpc rpc, const RoutedGets& r, double t0);
   void count(NativeRpc rpc, const Tally& part, double t0);  // a call's counts, its latency from t0
   std::mutex counts_mu_;
