@@ -50,6 +50,26 @@ class FeedSlice:
     entries: list[FedPlace]
 
 
+@dataclasses.dataclass
+class FeedColumns:
+    """A FeedSlice as columns (what the PlaceFeed reply carries)."""
+
+    feed_id: int
+    next_seq: int
+    gap: bool
+    more: bool
+    node_ids: list[str]
+    keys: list[str]
+    added: list[bool]
+    offsets: list[int]
+    sizes: list[int]
+    checksums: list[int]
+
+    def as_slice(self) -> FeedSlice:
+        cols = zip(self.node_ids, self.keys, self.added, self.offsets, self.sizes, self.checksums)
+        return FeedSlice(self.feed_id, self.next_seq, self.gap, self.more, [FedPlace(*c) for c in cols])
+
+
 class PlaceFeed:
     """The log; thread-safe (heartbeats append from the server's threads while workers read)."""
 
@@ -85,6 +105,11 @@ class PlaceFeed:
     def since(self, feed_id: int, seq: int, max_entries: int = 0) -> FeedSlice:
         """Entries from number ``seq`` on (0, or another feed's id: from the oldest held), at
         most ``max_entries`` (0 or more than MAX_ENTRIES_PER_REPLY: that cap)."""
+        return self.since_columns(feed_id, seq, max_entries).as_slice()
+
+    def since_columns(self, feed_id: int, seq: int, max_entries: int = 0) -> FeedColumns:
+        """``since`` as columns."""
         limit = min(max(int(max_entries), 0), MAX_ENTRIES_PER_REPLY)
         fid, next_seq, gap, more, entries = self.native.since(feed_id, seq, limit)
-        return FeedSlice(fid, next_seq, gap, more, [FedPlace(*e) for e in entries])
+        cols = [list(c) for c in zip(*entries)] if entries else [[] for _ in range(6)]
+        return FeedColumns(fid, next_seq, gap, more, *cols)

@@ -22,7 +22,7 @@ from typing import Iterable
 
 import redis
 
-from mori.umbp.distributed.master_place_feed import DEFAULT_CAPACITY, MAX_ENTRIES_PER_REPLY, FeedSlice, FedPlace
+from mori.umbp.distributed.master_place_feed import DEFAULT_CAPACITY, MAX_ENTRIES_PER_REPLY, FeedColumns, FeedSlice
 from mori.umbp.distributed.master_records import KvEvent
 
 log = logging.getLogger("mori.umbp.master")
@@ -42,8 +42,39 @@ return n
 """
 
 
-def _number(stream_id: bytes) -> int:
-    return int(stream_id.split(b"-", 1)[0])
+# KEYS: as _RECORD. ARGV: the asked feed id, the asked number, the most entries, a feed id to set
+# if none is. Returns {feed id, next number, gap, more, then (node, key, added, offset, size,
+# checksum) per entry}, the rules of PlaceFeed.since (the feed id is compared as text: Lua's
+# numbers would round it).
+_SINCE = """
+local fid = redis.call('GET', KEYS[3])
+if not fid then
+  redis.call('SET', KEYS[3], ARGV[4], 'NX')
+  fid = redis.call('GET', KEYS[3])
+end
+local nxt = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
+local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+local oldest = nxt
+if #first > 0 then oldest = tonumber(string.match(first[1][1], '^(%d+)')) end
+local seq = tonumber(ARGV[2])
+local fresh = ARGV[1] ~= fid or seq == 0
+local gap = (not fresh) and seq < oldest
+local start = oldest
+if not (fresh or gap) then start = math.min(seq, nxt) end
+local limit = tonumber(ARGV[3])
+local out = {fid, start, gap and 1 or 0, 0}
+if start < nxt then
+  local rows = redis.call('XRANGE', KEYS[1], start .. '-0', '+', 'COUNT', limit + 1)
+  local n = math.min(#rows, limit)
+  if #rows > limit then out[4] = 1 end
+  for i = 1, n do
+    local f = rows[i][2]  -- n, k, a, o, s, c as _RECORD adds them
+    for j = 2, 12, 2 do out[#out + 1] = f[j] end
+  end
+  if n > 0 then out[2] = tonumber(string.match(rows[n][1], '^(%d+)')) + 1 end
+end
+return out
+"""
 
 
 class RedisPlaceFeed:
@@ -57,6 +88,7 @@ class RedisPlaceFeed:
         self._r = client
         self._keys = [f"{prefix}:placefeed", f"{prefix}:placefeed:n", f"{prefix}:placefeed:id"]
         self._record = client.register_script(_RECORD)
+        self._since = client.register_script(_SINCE)
         self._dram = dram_tier
         self.capacity = capacity
 
@@ -85,30 +117,25 @@ class RedisPlaceFeed:
             log.warning("place feed: %d places not recorded in Redis (%s)", (len(args) - 2) // 6, exc)
             return 0
 
+    def since_columns(self, feed_id: int, seq: int, max_entries: int = 0) -> FeedColumns:
+        """``since`` as columns, in one round trip (the _SINCE script)."""
+        limit = MAX_ENTRIES_PER_REPLY if max_entries <= 0 else min(max_entries, MAX_ENTRIES_PER_REPLY)
+        out = self._since(keys=self._keys, args=[int(feed_id), int(seq), limit, secrets.randbits(63) | 1])
+        flat = out[4:]
+        return FeedColumns(
+            int(out[0]),
+            int(out[1]),
+            bool(out[2]),
+            bool(out[3]),
+            [b.decode() for b in flat[0::6]],
+            [b.decode() for b in flat[1::6]],
+            [b == b"1" for b in flat[2::6]],
+            list(map(int, flat[3::6])),
+            list(map(int, flat[4::6])),
+            list(map(int, flat[5::6])),
+        )
+
     def since(self, feed_id: int, seq: int, max_entries: int = 0) -> FeedSlice:
         """Entries from number ``seq`` on (0, or another feed's id: from the oldest held), at
         most ``max_entries`` (0 or more than MAX_ENTRIES_PER_REPLY: that cap)."""
-        limit = MAX_ENTRIES_PER_REPLY if max_entries <= 0 else min(max_entries, MAX_ENTRIES_PER_REPLY)
-        stream, counter, id_key = self._keys
-        pipe = self._r.pipeline(transaction=False)
-        pipe.get(id_key)
-        pipe.get(counter)
-        pipe.xrange(stream, min="-", max="+", count=1)
-        stored, last, first = pipe.execute()
-        fid = self._feed_id(stored)
-        nxt = int(last or 0) + 1  # the number the next entry gets
-        oldest = _number(first[0][0]) if first else nxt
-        fresh = feed_id != fid or seq == 0
-        gap = not fresh and seq < oldest
-        start = oldest if fresh or gap else min(seq, nxt)
-        rows = self._r.xrange(stream, min=f"{start}-0", max="+", count=limit + 1) if start < nxt else []
-        more = len(rows) > limit
-        rows = rows[:limit]
-        entries = []
-        for _id, f in rows:
-            added = f[b"a"] == b"1"
-            entries.append(
-                FedPlace(f[b"n"].decode(), f[b"k"].decode(), added, int(f[b"o"]), int(f[b"s"]), int(f[b"c"]))
-            )
-        next_seq = _number(rows[-1][0]) + 1 if rows else start
-        return FeedSlice(fid, next_seq, gap, more, entries)
+        return self.since_columns(feed_id, seq, max_entries).as_slice()

@@ -516,24 +516,27 @@ class UMBPMasterAdminServicer(admin_grpc.UMBPMasterAdminServicer):
 
     @_timed
     def PlaceFeed(self, request, context):
-        got = self.state.place_feed.since(request.feed_id, request.since_seq, request.max_entries)
+        got = self.state.place_feed.since_columns(request.feed_id, request.since_seq, request.max_entries)
         resp = admin_pb.PlaceFeedResponse(feed_id=got.feed_id, next_seq=got.next_seq, gap=got.gap, more=got.more)
+        if not got.keys:
+            return resp
         alive = self.state.alive()
         refs: dict[str, int] = {}
-        for e in got.entries:
-            client = alive.get(e.node_id)
-            if client is None:  # an owner gone: its places are of no use
-                continue
-            ref = refs.get(e.node_id)
-            if ref is None:
-                resp.nodes.add(node_id=e.node_id, peer_address=client.peer_address)
-                ref = refs[e.node_id] = len(resp.nodes)
-            resp.node_ref.append(ref)
-            resp.keys.append(e.key)
-            resp.added.append(e.added)
-            resp.offset.append(e.offset)
-            resp.size.append(e.size)
-            resp.checksum.append(e.checksum)
+        for node_id in dict.fromkeys(got.node_ids):  # owners in first-use order
+            client = alive.get(node_id)
+            if client is not None:  # an owner gone: its places are of no use
+                resp.nodes.add(node_id=node_id, peer_address=client.peer_address)
+                refs[node_id] = len(resp.nodes)
+        cols = (got.keys, got.added, got.offsets, got.sizes, got.checksums)
+        if len(refs) < len(set(got.node_ids)):
+            keep = [i for i, n in enumerate(got.node_ids) if n in refs]
+            node_ids = [got.node_ids[i] for i in keep]
+            cols = tuple([c[i] for i in keep] for c in cols)
+        else:
+            node_ids = got.node_ids
+        resp.node_ref.extend([refs[n] for n in node_ids])
+        for field, values in zip((resp.keys, resp.added, resp.offset, resp.size, resp.checksum), cols):
+            field.extend(values)
         return resp
 
     @_timed
