@@ -10,8 +10,8 @@ next to the stream): the same for every process, new only when Redis loses it.
 
 Entries are numbered from 1 as in memory: a counter next to the stream numbers them, and each
 entry's stream id is its number (``N-0``), appended by one script so that the processes'
-appends interleave whole. A reader behind the trimmed part is told of the gap. Answered by the
-Python handler (the native path serves the in-memory log only).
+appends interleave whole. A reader behind the trimmed part is told of the gap. Polls are read by
+one script (_SINCE), which the master's grpc++ worker runs too (RedisRoutes.place_feed).
 """
 
 from __future__ import annotations
@@ -80,27 +80,27 @@ return out
 class RedisPlaceFeed:
     """The feed as a Redis stream; thread- and process-safe (the script appends a batch whole)."""
 
-    native = None  # no native log: PlaceFeed is the Python handler's
+    native = None  # no in-process log: the native path runs the store's _SINCE script instead
 
     def __init__(self, client, prefix: str, dram_tier: int, capacity: int = DEFAULT_CAPACITY) -> None:
         if capacity < 1:
             raise ValueError(f"RedisPlaceFeed: capacity must be >= 1, got {capacity}")
         self._r = client
-        self._keys = [f"{prefix}:placefeed", f"{prefix}:placefeed:n", f"{prefix}:placefeed:id"]
+        self.keys = [f"{prefix}:placefeed", f"{prefix}:placefeed:n", f"{prefix}:placefeed:id"]
         self._record = client.register_script(_RECORD)
-        self._since = client.register_script(_SINCE)
+        self.since_script = client.register_script(_SINCE)  # the native path runs it too
         self._dram = dram_tier
         self.capacity = capacity
 
     @property
     def feed_id(self) -> int:
-        return self._feed_id(self._r.get(self._keys[2]))
+        return self._feed_id(self._r.get(self.keys[2]))
 
     def _feed_id(self, stored) -> int:
         if stored is not None:
             return int(stored)
-        self._r.set(self._keys[2], secrets.randbits(63) | 1, nx=True)  # the first process to ask sets it
-        return int(self._r.get(self._keys[2]))
+        self._r.set(self.keys[2], secrets.randbits(63) | 1, nx=True)  # the first process to ask sets it
+        return int(self._r.get(self.keys[2]))
 
     def record(self, node_id: str, events: Iterable[KvEvent]) -> int:
         """Appends an owner's DRAM events (an ADD with its checksum, every REMOVE) in one round
@@ -112,7 +112,7 @@ class RedisPlaceFeed:
         if len(args) == 2:
             return 0
         try:
-            return int(self._record(keys=self._keys, args=args))
+            return int(self._record(keys=self.keys, args=args))
         except redis.RedisError as exc:  # a hint lost, never a failed heartbeat
             log.warning("place feed: %d places not recorded in Redis (%s)", (len(args) - 2) // 6, exc)
             return 0
@@ -120,7 +120,7 @@ class RedisPlaceFeed:
     def since_columns(self, feed_id: int, seq: int, max_entries: int = 0) -> FeedColumns:
         """``since`` as columns, in one round trip (the _SINCE script)."""
         limit = MAX_ENTRIES_PER_REPLY if max_entries <= 0 else min(max_entries, MAX_ENTRIES_PER_REPLY)
-        out = self._since(keys=self._keys, args=[int(feed_id), int(seq), limit, secrets.randbits(63) | 1])
+        out = self.since_script(keys=self.keys, args=[int(feed_id), int(seq), limit, secrets.randbits(63) | 1])
         flat = out[4:]
         return FeedColumns(
             int(out[0]),

@@ -206,10 +206,21 @@ class RedisMetadataStore(MetadataStore):
                 socket_timeout_s=self.settings.socket_timeout_ms / 1000.0,
                 pool_size=self.settings.pool_size,
                 shard_endpoint=shard_endpoint,
+                # Workers' place-feed polls too (the store's _SINCE script on the control
+                # endpoint); in a cluster they stay Python's.
+                **({} if self.settings.cluster else self._place_feed_native_args()),
             )
         except ValueError as exc:  # a URI the C++ side does not read: Python serves
             log.info("umbp master: Redis get path stays in Python (%s)", exc)
             return None
+
+    def _place_feed_native_args(self) -> dict:
+        from mori.umbp.distributed.master_place_feed_redis import RedisPlaceFeed
+
+        feed = RedisPlaceFeed(self._ctl, self._ctl_prefix, 0)
+        return dict(
+            feed_script=feed.since_script.script, feed_sha=feed.since_script.sha, feed_keys=feed.keys, feed_endpoint=0
+        )
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)

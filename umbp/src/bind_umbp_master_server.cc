@@ -246,29 +246,37 @@ PYBIND11_MODULE(_master_server, m) {
   py::class_<RedisRoutes>(m, "RedisRoutes",
                           "The Redis store's get path in C++ (hiredis): the store's ROUTE_GET_BATCH script by "
                           "EVALSHA on its endpoints, routed as RedisMetadataStore routes it.")
-      .def(
-          py::init([](std::vector<std::string> uris, std::string password, std::vector<std::string> shard_prefixes,
-                      std::string script, std::string sha, std::vector<int32_t> tier_priority, double connect_timeout_s,
-                      double socket_timeout_s, size_t pool_size, std::vector<size_t> shard_endpoint) {
-            RedisRoutes::Options o;
-            o.uris = std::move(uris);
-            o.password = std::move(password);
-            o.shard_prefixes = std::move(shard_prefixes);
-            o.script = std::move(script);
-            o.sha = std::move(sha);
-            o.tier_priority = std::move(tier_priority);
-            o.connect_timeout_s = connect_timeout_s;
-            o.socket_timeout_s = socket_timeout_s;
-            o.pool_size = pool_size;
-            o.shard_endpoint = std::move(shard_endpoint);
-            return std::make_unique<RedisRoutes>(std::move(o));
-          }),
-          py::arg("uris"), py::arg("password"), py::arg("shard_prefixes"), py::arg("script"), py::arg("sha"),
-          py::arg("tier_priority"), py::arg("connect_timeout_s"), py::arg("socket_timeout_s"), py::arg("pool_size"),
-          py::arg("shard_endpoint") = std::vector<size_t>{},
-          "uris: the store's endpoints (redis://); shard_prefixes: its block shards' hash-tagged prefixes; script, "
-          "sha: ROUTE_GET_BATCH's text and SHA-1; shard_endpoint: in a Redis Cluster, per shard the index into uris "
-          "of the node holding its slot. Raises for a URI it cannot serve.")
+      .def(py::init([](std::vector<std::string> uris, std::string password, std::vector<std::string> shard_prefixes,
+                       std::string script, std::string sha, std::vector<int32_t> tier_priority,
+                       double connect_timeout_s, double socket_timeout_s, size_t pool_size,
+                       std::vector<size_t> shard_endpoint, std::string feed_script, std::string feed_sha,
+                       std::vector<std::string> feed_keys, size_t feed_endpoint) {
+             RedisRoutes::Options o;
+             o.uris = std::move(uris);
+             o.password = std::move(password);
+             o.shard_prefixes = std::move(shard_prefixes);
+             o.script = std::move(script);
+             o.sha = std::move(sha);
+             o.tier_priority = std::move(tier_priority);
+             o.connect_timeout_s = connect_timeout_s;
+             o.socket_timeout_s = socket_timeout_s;
+             o.pool_size = pool_size;
+             o.shard_endpoint = std::move(shard_endpoint);
+             o.feed_script = std::move(feed_script);
+             o.feed_sha = std::move(feed_sha);
+             o.feed_keys = std::move(feed_keys);
+             o.feed_endpoint = feed_endpoint;
+             return std::make_unique<RedisRoutes>(std::move(o));
+           }),
+           py::arg("uris"), py::arg("password"), py::arg("shard_prefixes"), py::arg("script"), py::arg("sha"),
+           py::arg("tier_priority"), py::arg("connect_timeout_s"), py::arg("socket_timeout_s"), py::arg("pool_size"),
+           py::arg("shard_endpoint") = std::vector<size_t>{}, py::arg("feed_script") = "", py::arg("feed_sha") = "",
+           py::arg("feed_keys") = std::vector<std::string>{}, py::arg("feed_endpoint") = 0,
+           "uris: the store's endpoints (redis://); shard_prefixes: its block shards' hash-tagged prefixes; script, "
+           "sha: ROUTE_GET_BATCH's text and SHA-1; shard_endpoint: in a Redis Cluster, per shard the index into uris "
+           "of the node holding its slot; feed_script, feed_sha, feed_keys, feed_endpoint: the place feed's _SINCE "
+           "script "
+           "and its keys (none: polls stay Python's). Raises for a URI it cannot serve.")
       .def_property_readonly("failures", &RedisRoutes::failures,
                              "Calls sent to the Python handler because Redis failed here.");
 
@@ -306,6 +314,9 @@ PYBIND11_MODULE(_master_server, m) {
                std::vector<bool> found;
                if (!r->exists(keys, found)) found.clear();  // a Redis failure: the call is Python's
                return found;
+             });
+             native->set_feed_source([r = &redis](uint64_t id, uint64_t seq, uint32_t most, FeedSlice& out) {
+               return r->place_feed(id, seq, most, out);
              });
              return native;
            }),

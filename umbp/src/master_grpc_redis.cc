@@ -205,6 +205,72 @@ bool RedisRoutes::failed_call() {
   return false;
 }
 
+bool RedisRoutes::place_feed(uint64_t feed_id, uint64_t seq, uint32_t max_entries, FeedSlice& out) {
+  if (opt_.feed_keys.size() != 3 || opt_.feed_endpoint >= endpoints_.size()) return false;
+  if (steady_clock_s() < python_until_.load(std::memory_order_relaxed)) return false;
+  const uint32_t limit =
+      max_entries == 0 ? PlaceFeed::kMaxEntriesPerReply : std::min(max_entries, PlaceFeed::kMaxEntriesPerReply);
+  uint64_t fresh_id;
+  {
+    std::lock_guard<std::mutex> lk(rng_mu_);
+    fresh_id = (rng_() >> 1) | 1;
+  }
+  const std::string args[] = {std::to_string(feed_id), std::to_string(seq), std::to_string(limit),
+                              std::to_string(fresh_id)};
+  redisContext* conn = take(*endpoints_[opt_.feed_endpoint]);
+  if (conn == nullptr) return failed_call();
+  auto call = [&](bool by_sha) {
+    const std::string& body = by_sha ? opt_.feed_sha : opt_.feed_script;
+    const char* argv[] = {by_sha ? "EVALSHA" : "EVAL",
+                          body.c_str(),
+                          "3",
+                          opt_.feed_keys[0].c_str(),
+                          opt_.feed_keys[1].c_str(),
+                          opt_.feed_keys[2].c_str(),
+                          args[0].c_str(),
+                          args[1].c_str(),
+                          args[2].c_str(),
+                          args[3].c_str()};
+    const size_t lens[] = {std::strlen(argv[0]),
+                           body.size(),
+                           1,
+                           opt_.feed_keys[0].size(),
+                           opt_.feed_keys[1].size(),
+                           opt_.feed_keys[2].size(),
+                           args[0].size(),
+                           args[1].size(),
+                           args[2].size(),
+                           args[3].size()};
+    return static_cast<redisReply*>(redisCommandArgv(conn, 10, argv, lens));
+  };
+  Reply reply;
+  reply.r = call(true);
+  if (reply.r != nullptr && reply.r->type == REDIS_REPLY_ERROR && std::strncmp(reply.r->str, "NOSCRIPT", 8) == 0) {
+    freeReplyObject(reply.r);
+    reply.r = call(false);
+  }
+  const redisReply* r = reply.r;
+  bool good = r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements >= 4 && (r->elements - 4) % 6 == 0 &&
+              r->element[0]->type == REDIS_REPLY_STRING;
+  for (size_t i = 1; good && i < 4; ++i) good = r->element[i]->type == REDIS_REPLY_INTEGER;
+  for (size_t i = 4; good && i < r->elements; ++i) good = r->element[i]->type == REDIS_REPLY_STRING;
+  release(opt_.feed_endpoint, conn, !good);
+  if (!good) return failed_call();
+  auto text = [r](size_t i) { return std::string(r->element[i]->str, r->element[i]->len); };
+  auto number = [r](size_t i) { return std::strtoull(r->element[i]->str, nullptr, 10); };
+  out = FeedSlice{};
+  out.feed_id = number(0);
+  out.next_seq = static_cast<uint64_t>(r->element[1]->integer);
+  out.gap = r->element[2]->integer != 0;
+  out.more = r->element[3]->integer != 0;
+  out.entries.reserve((r->elements - 4) / 6);
+  for (size_t i = 4; i < r->elements; i += 6) {
+    const bool added = r->element[i + 2]->len == 1 && r->element[i + 2]->str[0] == '1';
+    out.entries.push_back(FedPlace{text(i), text(i + 1), added, number(i + 3), number(i + 4), number(i + 5)});
+  }
+  return true;
+}
+
 bool RedisRoutes::exists(const std::vector<std::string>& keys, std::vector<bool>& out) {
   if (steady_clock_s() < python_until_.load(std::memory_order_relaxed)) return false;
   // Grouped as RedisMetadataStore._group groups them; one pipeline of EXISTS per group, every
@@ -455,6 +521,7 @@ bool RedisRoutes::route_choose(const std::vector<std::string>&, const std::vecto
   return false;
 }
 bool RedisRoutes::exists(const std::vector<std::string>&, std::vector<bool>&) { return false; }
+bool RedisRoutes::place_feed(uint64_t, uint64_t, uint32_t, FeedSlice&) { return false; }
 
 #endif
 

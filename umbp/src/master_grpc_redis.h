@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "src/master_index.h"
+#include "src/master_place_feed.h"
 
 struct redisContext;
 
@@ -45,6 +46,11 @@ class RedisRoutes {
     double connect_timeout_s = 1.0;
     double socket_timeout_s = 1.0;
     size_t pool_size = 16;  // idle connections kept per endpoint
+    // The place feed's _SINCE script (master_place_feed_redis.py): its text, SHA-1 and three keys
+    // (stream, counter, feed id), on endpoint feed_endpoint. No keys: polls stay Python's.
+    std::string feed_script, feed_sha;
+    std::vector<std::string> feed_keys;
+    size_t feed_endpoint = 0;
   };
   // Raises mori::Error (kInvalidArgument) for a URI it cannot serve (the caller keeps Python).
   explicit RedisRoutes(Options options);
@@ -61,6 +67,10 @@ class RedisRoutes {
   // Whether each key has a copy in the store (the store's lookup_batch: EXISTS, pipelined per
   // endpoint); false on any Redis failure.
   bool exists(const std::vector<std::string>& keys, std::vector<bool>& out);
+
+  // A place-feed poll (PlaceFeed.since's rules, by the store's _SINCE script); false on any
+  // Redis failure or without feed keys.
+  bool place_feed(uint64_t feed_id, uint64_t seq, uint32_t max_entries, FeedSlice& out);
 
   uint64_t failures() const;                // Redis failures that sent a call to Python
   static constexpr double kBackoffS = 0.2;  // how long Python alone serves after a failure

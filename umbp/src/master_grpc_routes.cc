@@ -295,11 +295,12 @@ bool NativeRoutes::batch_route_put(std::string_view request, std::string& reply)
 
 bool NativeRoutes::place_feed(std::string_view request, std::string& reply) {
 #if MORI_UMBP_HAVE_PROTOBUF
-  if (place_feed_ == nullptr) return false;
+  if (!feed_) return false;
   const double t0 = steady_s();
   ::umbp::PlaceFeedRequest req;
   if (!req.ParseFromArray(request.data(), static_cast<int>(request.size()))) return false;
-  const FeedSlice got = place_feed_->since(req.feed_id(), req.since_seq(), req.max_entries());
+  FeedSlice got;
+  if (!feed_(req.feed_id(), req.since_seq(), req.max_entries(), got)) return false;
   ::umbp::PlaceFeedResponse resp;
   resp.set_feed_id(got.feed_id);
   resp.set_next_seq(got.next_seq);

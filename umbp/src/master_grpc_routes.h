@@ -85,7 +85,15 @@ class NativeRoutes {
   }
   // Workers' PlaceFeed polls answered here from the master's feed (which outlives this), with the
   // live owners' peer addresses (an owner gone is left out, as the Python handler does).
-  void set_place_feed(const PlaceFeed* feed) { place_feed_ = feed; }
+  void set_place_feed(const PlaceFeed* feed) {
+    feed_ = [feed](uint64_t id, uint64_t seq, uint32_t most, FeedSlice& out) {
+      out = feed->since(id, seq, most);
+      return true;
+    };
+  }
+  // Or from another log (the Redis store's): false leaves the call to Python.
+  using FeedSource = std::function<bool(uint64_t feed_id, uint64_t seq, uint32_t max_entries, FeedSlice& out)>;
+  void set_feed_source(FeedSource source) { feed_ = std::move(source); }
   bool place_feed(std::string_view request, std::string& reply);
   // Per-engine quotas are set: puts are the Python handler's from now on (it keeps the counts).
   void set_python_puts(bool on) { python_puts_.store(on, std::memory_order_release); }
@@ -133,7 +141,7 @@ class NativeRoutes {
              std::shared_ptr<const Alive>& alive, bool pending_matters);
   PendingPuts* pending_ = nullptr;
   PutRoutes* put_routes_ = nullptr;
-  const PlaceFeed* place_feed_ = nullptr;
+  FeedSource feed_;
   double pending_ttl_s_ = 0;
   std::atomic<bool> python_puts_{false};
   template <typename Reply>

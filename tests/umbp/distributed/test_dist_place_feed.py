@@ -174,6 +174,12 @@ def test_redis_feed_is_one_for_every_master_process(redis_pair):  # noqa: F811
                 ] + [("r1", False, 0, 0)]
                 assert [n.node_id for n in got.nodes] == [owner.node_id] and not got.gap
                 assert poll(first).SerializeToString() == got.SerializeToString()  # one feed, one numbering
+                # The grpc++ server answers from the same stream by the same script, byte for byte.
+                if second.native_routes is not None and getattr(second.native_routes, "place_feed", None):
+                    for fid, since, most in [(0, 0, 0), (got.feed_id, 2, 3), (got.feed_id, 10**6, 0), (7, 4, 2)]:
+                        req = admin_pb.PlaceFeedRequest(node_id="t", feed_id=fid, since_seq=since, max_entries=most)
+                        python = UMBPMasterAdminServicer(second.state).PlaceFeed(req, None).SerializeToString()
+                        assert second.native_routes.place_feed(req.SerializeToString()) == python, (fid, since, most)
                 assert list(poll(second, got.feed_id, got.next_seq).keys) == []
                 owner.heartbeat([("add", "r9", DRAM, 4096, 0, 5)])
                 new = poll(second, got.feed_id, got.next_seq)
