@@ -1671,16 +1671,15 @@ class DistributedUMBPClient(_UMBPClient):
         whose place this worker already holds (read under a lease, or given by the place feed) is
         found without asking. A lookup-only client (a scheduler's) asks BatchLookup: existence only."""
         keys = list(keys)
-        out = list(_Native.batch_exists(self, keys))
-        miss = [i for i, have in enumerate(out) if not have]
-        if miss and not self._lookup_only:
-            self._feed_touch()
+        if self._lookup_only:
+            out = list(_Native.batch_exists(self, keys))
+        else:
             # Keys whose place this worker holds (a read's lease, or the place feed) exist as far
-            # as a read can tell, with no master call (a value gone since is a miss at the get).
-            held = self._locations.holds([keys[i] for i in miss])
-            for i, h in zip(miss, held):
-                out[i] = h
-            miss = [i for i, h in zip(miss, held) if not h]
+            # as a read can tell, with no master call (a value gone since is a miss at the get):
+            # one native call for both.
+            out = self._locations.exists(self, keys)
+            self._feed_touch()
+        miss = [i for i, have in enumerate(out) if not have]
         if miss and self._lookup_only:
             # A scheduler's client reads nothing: existence only (no lease, no access-time bump).
             resp = self._master_call(

@@ -708,6 +708,29 @@ void bind_client(py::module_& m) {
       "memory (the caller's own path).");
 
   lc.def(
+      "exists",
+      [](LocationCache& cache, PyClient& c, const Keys& keys) {
+        py::gil_scoped_release nogil;
+        return c.with([&](Client& x) {
+          std::vector<bool> found = x.batch_exists(keys);
+          std::vector<std::string> rest;
+          std::vector<size_t> at;
+          for (size_t i = 0; i < keys.size(); ++i)
+            if (!found[i]) {
+              rest.push_back(keys[i]);
+              at.push_back(i);
+            }
+          if (!rest.empty()) {
+            const std::vector<bool> held = cache.holds(rest);
+            for (size_t j = 0; j < at.size(); ++j) found[at[j]] = held[j];
+          }
+          return found;
+        });
+      },
+      py::arg("client"), py::arg("keys"),
+      "per key, whether the client's own store holds it or a place of it is held here (the caller asks the "
+      "master for the others)");
+  lc.def(
       "exists_consecutive",
       [](LocationCache& cache, PyClient& c, const Keys& keys) {
         py::gil_scoped_release nogil;
