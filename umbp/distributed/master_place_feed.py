@@ -10,8 +10,10 @@ routed reads fill. A get of a fed key is then one MORI-IO read from its owner, c
 the checksum; a place gone stale (evicted, moved, the block reused) fails that check and the key
 takes the routed path, so the feed is a hint that can be late or lost, never wrong bytes.
 
-Entries are numbered from 1; the log keeps the latest ``capacity`` of them. Each master process
-has its own feed (``feed_id``, random): a worker that reaches another process starts over.
+Entries are numbered from 1; the log keeps the latest ``capacity`` of them. Over the in-memory
+store each master process has its own feed (``feed_id``, random): a worker that reaches another
+process starts over. Over Redis the feed is the store's, one for every master process
+(master_place_feed_redis.py, same numbering and rules).
 
 The log itself is native (``mori._C.umbp.PlaceFeed``, umbp/src/master_place_feed.h), so that the
 grpc++ server answers workers' polls without the interpreter lock; this module is its Python face

@@ -29,6 +29,7 @@ from mori.umbp.distributed.master_records import (
     EvictionCandidate,
     HeartbeatOutcome,
     Location,
+    Tier,
     TierCapacity,
 )
 from mori.umbp.distributed.master_store import ExternalKvStore, MetadataStore
@@ -145,14 +146,18 @@ class RedisMetadataStore(MetadataStore):
             max_workers=max(2, min(len(self._clients) * 2, 16)), thread_name_prefix="umbp-redis"
         )
         self.external_kv = RedisExternalKv(self)
+        self._place_feed = None  # new_place_feed()'s, made once
 
     # -- plumbing ----------------------------------------------------------------------------
     def new_place_feed(self, dram_tier: int):
         """The place feed as a stream next to the client records: one for every master process
-        over this store, and it outlives them (master_place_feed_redis.py)."""
-        from mori.umbp.distributed.master_place_feed_redis import RedisPlaceFeed
+        over this store, and it outlives them (master_place_feed_redis.py). One object per store:
+        the native path (``native_routes``) runs the same feed's script."""
+        if self._place_feed is None:
+            from mori.umbp.distributed.master_place_feed_redis import RedisPlaceFeed
 
-        return RedisPlaceFeed(self._ctl, self._ctl_prefix, dram_tier)
+            self._place_feed = RedisPlaceFeed(self._ctl, self._ctl_prefix, dram_tier)
+        return self._place_feed
 
     def _shard_of(self, key: str) -> int:
         return zlib.crc32(key.encode()) % self._nshards
@@ -215,9 +220,7 @@ class RedisMetadataStore(MetadataStore):
             return None
 
     def _place_feed_native_args(self) -> dict:
-        from mori.umbp.distributed.master_place_feed_redis import RedisPlaceFeed
-
-        feed = RedisPlaceFeed(self._ctl, self._ctl_prefix, 0)
+        feed = self.new_place_feed(int(Tier.DRAM))
         return dict(
             feed_script=feed.since_script.script, feed_sha=feed.since_script.sha, feed_keys=feed.keys, feed_endpoint=0
         )
