@@ -578,21 +578,30 @@ def _pieces(size: int) -> list[tuple[int, int]]:
 
 
 def test_value_checksum_known_answers() -> None:
-    """The value checksum is XXH3-64 whatever vector width the CPU gives it (AVX2 where it has
-    it): the answers of xxHash's scalar code, so a segment written on one machine reads on any."""
+    """Up to 256 KiB the value checksum is XXH3-64 whatever vector width the CPU gives it (AVX2
+    where it has it): the answers of xxHash's scalar code, so a segment written on one machine
+    reads on any. Past 256 KiB it is XXH3-64 of the 256 KiB chunks' digests and the size
+    (checksum.h), built here from the chunk hashes alone, at chunk edges and in between."""
     from mori._C.umbp import value_checksum
 
-    data = ((np.arange(2 * MiB, dtype=np.uint64) * 131 + 7) % 251).astype(np.uint8)
+    data = ((np.arange(4 * MiB, dtype=np.uint64) * 131 + 7) % 251).astype(np.uint8)
     known = {
         1: 0x4C5CCA45D0F4811F,
         63: 0x670A36587C84B0EC,
         240: 0x0C9860844B0AD495,
         1025: 0x13D178F3E2B48E9E,
         65536: 0xED3E7FC390C4C41A,
-        1048583: 0x320C60A69EB4D957,
     }
     for n, want in known.items():
         assert value_checksum(data.ctypes.data, n) == want, n
+    chunk = 256 << 10
+    for n in (chunk, chunk + 1, 2 * chunk - 1, 2 * chunk, 1048583, 4 * MiB):
+        if n <= chunk:
+            continue  # one chunk: the plain XXH3 (pinned above for smaller values)
+        digests = [value_checksum(data.ctypes.data + off, min(chunk, n - off)) for off in range(0, n, chunk)]
+        words = np.array(digests + [n], dtype="<u8")
+        assert value_checksum(data.ctypes.data, n) == value_checksum(words.ctypes.data, words.nbytes), n
+    assert value_checksum(data.ctypes.data, chunk) != value_checksum(data.ctypes.data, chunk + 1)
 
 
 def test_single_values_read_in_pieces_are_exact_at_every_switch(tmp_path: Path, backend: str) -> None:

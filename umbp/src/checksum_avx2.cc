@@ -15,10 +15,8 @@ static_assert(XXH_VECTOR == XXH_AVX2, "checksum_avx2.cc must be compiled with -m
 namespace mori::umbp::detail {
 
 // Elsewhere than x86-64 these are never called (checksum.cc): the build's own vector code.
-uint64_t value_checksum_avx2(const void* data, size_t size) { return XXH3_64bits(data, size); }
+uint64_t xxh3_avx2(const void* data, size_t size) { return XXH3_64bits(data, size); }
 
-void value_hasher_update_avx2(XXH3_state_t* state, const void* data, size_t size) {
-  XXH3_64bits_update(state, data, size);
-}
+void xxh3_update_avx2(XXH3_state_t* state, const void* data, size_t size) { XXH3_64bits_update(state, data, size); }
 
 }  // namespace mori::umbp::detail

@@ -2,6 +2,7 @@
 #include "src/dram_tier.h"
 
 #include <algorithm>
+#include <limits>
 #include <cstring>
 #include <thread>
 
@@ -244,23 +245,22 @@ void copy_one(char* dst, const char* src, size_t n, bool streaming) {
     copy_bytes(dst, src, n);
 }
 
-// Copies n bytes and returns the XXH3 of the source in one pass: each chunk is hashed right
-// after it is copied, while it is still in the L2 (a separate pass would read the whole value
-// again, from memory once it outgrows the caches, or from the arena written past them).
+// Copies n bytes and returns the value checksum of the source in one pass: each piece is hashed
+// right after it is copied, while it is still in the L2 (a separate pass would read the whole
+// value again, from memory once it outgrows the caches, or from the arena written past them).
 uint64_t copy_and_hash(char* dst, const char* src, size_t n, bool streaming) {
-  constexpr size_t kChunk = size_t{64} << 10;
-  if (n <= kChunk) {
+  constexpr size_t kPiece = size_t{64} << 10;
+  if (n <= kPiece) {
     copy_one(dst, src, n, streaming);
     return value_checksum(src, n);
   }
-  XXH3_state_t state;
-  XXH3_64bits_reset(&state);
-  for (size_t off = 0; off < n; off += kChunk) {
-    const size_t len = std::min(kChunk, n - off);
+  ValueHasher hasher;
+  for (size_t off = 0; off < n; off += kPiece) {
+    const size_t len = std::min(kPiece, n - off);
     copy_one(dst + off, src + off, len, streaming);
-    XXH3_64bits_update(&state, src + off, len);
+    hasher.update(src + off, len);
   }
-  return XXH3_64bits_digest(&state);
+  return hasher.digest();
 }
 
 }  // namespace
@@ -295,21 +295,36 @@ void DramTier::copy_all(const std::vector<Copy>& copies, bool to_arena) {
   const size_t piece = std::clamp(((total + want - 1) / want + 4095) / 4096 * 4096, kCopyPieceMin, kCopyPieceMax);
   struct Task {
     const Copy* copy;
-    size_t off, len;  // len 0: hash the whole source of `copy`
+    size_t off, len;
+    size_t digest;  // hash tasks: the slot of this chunk's digest; copies: SIZE_MAX
   };
   std::vector<Task> tasks;
-  tasks.reserve(copies.size() * 2 + total / piece);
-  for (const Copy& c : copies)  // the hashes first: each is the longest chain of the call
-    if (c.checksum) tasks.push_back({&c, 0, 0});
+  tasks.reserve(copies.size() * 2 + total / piece + total / kChecksumChunk);
+  std::vector<size_t> first_digest;  // per copy with a checksum: its chunks' first slot
+  size_t digests = 0;
+  for (const Copy& c : copies) {  // the hashes first: each chunk a task of its own
+    if (!c.checksum) continue;
+    first_digest.push_back(digests);
+    for (size_t off = 0; off == 0 || off < c.n; off += kChecksumChunk)
+      tasks.push_back({&c, off, std::min(kChecksumChunk, c.n - off), digests++});
+  }
   for (const Copy& c : copies)
-    for (size_t off = 0; off < c.n; off += piece) tasks.push_back({&c, off, std::min(piece, c.n - off)});
+    for (size_t off = 0; off < c.n; off += piece)
+      tasks.push_back({&c, off, std::min(piece, c.n - off), std::numeric_limits<size_t>::max()});
+  std::vector<uint64_t> digest(digests);
   team_->run(static_cast<int>(tasks.size()), [&](int i) {
     const Task& t = tasks[static_cast<size_t>(i)];
-    if (t.len == 0)
-      *t.copy->checksum = value_checksum(t.copy->src, t.copy->n);
+    if (t.digest != std::numeric_limits<size_t>::max())
+      digest[t.digest] = chunk_checksum(t.copy->src + t.off, t.len);
     else
       copy_one(t.copy->dst + t.off, t.copy->src + t.off, t.len, streams(*t.copy));
   });
+  size_t k = 0;
+  for (const Copy& c : copies) {
+    if (!c.checksum) continue;
+    const size_t at = first_digest[k++];
+    *c.checksum = c.n <= kChecksumChunk ? digest[at] : combine_chunk_checksums(&digest[at], checksum_chunks(c.n), c.n);
+  }
 }
 
 void DramTier::put(const std::string* keys, const uintptr_t* srcs, const size_t* sizes, const int* depths, size_t n,

@@ -22,28 +22,20 @@ namespace mori::umbp {
 uint64_t device_checksum(const void* data, size_t size, int device) {
 #if MORI_WITH_CUDA
   // Hashed piecewise from a host copy: the bytes reached device memory through the copy engine
-  // (CUDA IPC) or io/'s staged tcp, and no host pass of ours saw them on the way. XXH3's
-  // streaming form gives the one-shot value, so readers verify with value_checksum().
+  // (CUDA IPC) or io/'s staged tcp, and no host pass of ours saw them on the way. The streaming
+  // form gives the one-shot value, so readers verify with value_checksum().
   constexpr size_t kPiece = size_t{4} << 20;
   CudaDeviceGuard guard(device);  // this thread may never have used `device`
   thread_local std::vector<char> host;
   if (host.size() < std::min(size, kPiece)) host.resize(std::min(size, kPiece));
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_64bits_reset(st);
+  ValueHasher hasher;
   const char* src = static_cast<const char*>(data);
-  try {
-    for (size_t off = 0; off < size; off += kPiece) {
-      const size_t n = std::min(kPiece, size - off);
-      check_cuda(cudaMemcpy(host.data(), src + off, n, cudaMemcpyDeviceToHost), "cudaMemcpy (HBM value checksum)");
-      XXH3_64bits_update(st, host.data(), n);
-    }
-  } catch (...) {
-    XXH3_freeState(st);
-    throw;
+  for (size_t off = 0; off < size; off += kPiece) {
+    const size_t n = std::min(kPiece, size - off);
+    check_cuda(cudaMemcpy(host.data(), src + off, n, cudaMemcpyDeviceToHost), "cudaMemcpy (HBM value checksum)");
+    hasher.update(host.data(), n);
   }
-  const uint64_t h = XXH3_64bits_digest(st);
-  XXH3_freeState(st);
-  return h;
+  return hasher.digest();
 #else
   (void)data, (void)size, (void)device;
   raise(Status::kUnavailable, "device_checksum: this build of MORI has no CUDA");
@@ -331,13 +323,34 @@ std::vector<bool> PeerPages::verify(const std::vector<uintptr_t>& ptrs, const st
   if (ptrs.size() != sizes.size() || ptrs.size() != checksums.size())
     raise(Status::kInvalidArgument, "verify: %zu ptrs, %zu sizes and %zu checksums differ in length", ptrs.size(),
           sizes.size(), checksums.size());
-  std::vector<char> match(ptrs.size(), 0);
+  // One task per checksum chunk (checksum.h): a large value's chunks are hashed side by side too.
+  struct Task {
+    size_t value;
+    uint64_t off, len;
+  };
+  std::vector<Task> tasks;
+  std::vector<size_t> first(ptrs.size() + 1);
   uint64_t bytes = 0;
-  for (uint64_t z : sizes) bytes += z;
-  for_each_value(ptrs.size(), bytes, [&](int i) {
-    match[i] = value_checksum(reinterpret_cast<const void*>(ptrs[i]), sizes[i]) == checksums[i];
+  for (size_t i = 0; i < ptrs.size(); ++i) {
+    first[i] = tasks.size();
+    bytes += sizes[i];
+    for (uint64_t off = 0; off == 0 || off < sizes[i]; off += kChecksumChunk)
+      tasks.push_back({i, off, std::min<uint64_t>(kChecksumChunk, sizes[i] - off)});
+  }
+  first[ptrs.size()] = tasks.size();
+  std::vector<uint64_t> digests(tasks.size());
+  for_each_value(tasks.size(), bytes, [&](int t) {
+    const Task& k = tasks[static_cast<size_t>(t)];
+    digests[t] = chunk_checksum(reinterpret_cast<const char*>(ptrs[k.value]) + k.off, k.len);
   });
-  return std::vector<bool>(match.begin(), match.end());
+  std::vector<bool> match(ptrs.size());
+  for (size_t i = 0; i < ptrs.size(); ++i) {
+    const size_t count = first[i + 1] - first[i];
+    const uint64_t sum =
+        sizes[i] <= kChecksumChunk ? digests[first[i]] : combine_chunk_checksums(&digests[first[i]], count, sizes[i]);
+    match[i] = sum == checksums[i];
+  }
+  return match;
 }
 
 void PeerPages::for_each_value(size_t n, uint64_t bytes, const std::function<void(int)>& fn) {

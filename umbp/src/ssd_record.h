@@ -22,7 +22,8 @@
 namespace mori::umbp::ssd {
 
 inline constexpr uint32_t kRecordMagic = 0x524D4255;  // "UBMR" read as little-endian bytes
-inline constexpr uint16_t kRecordVersion = 1;
+// 2: value checksums over 256 KiB are taken by chunks (checksum.h); version 1 records are not read.
+inline constexpr uint16_t kRecordVersion = 2;
 inline constexpr size_t kRecordAlign = 4096;
 
 enum class RecordKind : uint16_t { kValue = 1, kTombstone = 2 };
