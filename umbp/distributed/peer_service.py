@@ -27,6 +27,7 @@ from typing import Callable, Optional
 
 import grpc
 
+from mori.core.env import setting
 from mori.umbp.distributed.grpc_servers import GrpcDispatcher, cpp_server, server_kind
 from mori.umbp.proto import require
 
@@ -302,13 +303,18 @@ class PeerServer:
         port: int,
         secret: Optional[bytes] = None,
         auth_window_s: float = 30.0,
-        max_workers: int = 8,
+        max_workers: Optional[int] = None,
         server: Optional[str] = None,
         pull_puts=None,
     ) -> None:
-        """``server``: ``cpp``, ``python`` or None (UMBP_PEER_SERVER); ``pull_puts``: the worker's
+        """``server``: ``cpp``, ``python`` or None (UMBP_PEER_SERVER); ``max_workers``: the threads
+        answering calls (None: UMBP_PEER_THREADS, 8); ``pull_puts``: the worker's
         ``mori._C.umbp.PeerPuts``, which the grpc++ server answers BatchAllocateSlots with (in C++,
         where the build has the protobuf messages; what it leaves goes to ``service``)."""
+        if max_workers is None:
+            max_workers = int(setting("UMBP_PEER_THREADS"))
+        if max_workers < 2:
+            raise ValueError(f"UMBP_PEER_THREADS (max_workers) must be >= 2, got {max_workers}")
         verifier = None
         if secret is not None:
             from mori.umbp.distributed.master_auth import VerifyingInterceptor

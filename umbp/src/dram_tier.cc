@@ -518,11 +518,11 @@ DramTier::Block* DramTier::reserve_slot(const std::string& key, size_t size, Put
   return b;
 }
 
-DramTier::Block* DramTier::commit_slot(Block* b, bool copy_hold, bool* published) {
+DramTier::Block* DramTier::commit_slot(Block* b, bool copy_hold, bool* published, const uint64_t* checksum) {
   // The writer's bytes are in the arena (written by a peer through MORI-IO): checksum them
   // before the value becomes visible, as put() does.
-  if (verify_checksums_ || checksum_always_) {
-    b->checksum = hash(b);
+  if (takes_checksums()) {
+    b->checksum = checksum ? *checksum : hash(b);
     b->has_checksum = true;
   }
   std::lock_guard<std::mutex> lock(mu_);

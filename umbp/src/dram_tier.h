@@ -118,7 +118,10 @@ class DramTier {
   // Publishes a reserved block (its bytes were written into the arena). With `copy_hold` the
   // writer's pin is handed to the caller (the copy pipeline) and the block returned, else
   // unpinned and null returned. *published is false when a clear() dropped it meanwhile.
-  Block* commit_slot(Block* b, bool copy_hold, bool* published);
+  // `checksum`: the value's, taken by the caller (null: hashed here when the tier takes them).
+  Block* commit_slot(Block* b, bool copy_hold, bool* published, const uint64_t* checksum = nullptr);
+  // Whether commit_slot() takes a checksum of what it publishes.
+  bool takes_checksums() const { return verify_checksums_ || checksum_always_; }
   void abort_slot(Block* b);
   // Pins the published value of `key` (null on a miss): no eviction or clear frees it until unpin_blocks().
   Block* pin(const std::string& key);

@@ -279,24 +279,33 @@ std::vector<bool> PeerPages::commit(const std::vector<uint64_t>& slot_ids, const
       pending_.erase(it);
     }
   }
-  // Checksums and publication outside mu_: a large value takes a while to hash (commit_slot
-  // hashes before it takes the tier's lock, so DRAM values of a batch hash in parallel on the
-  // team; HBM ones, hashed through a host copy with CUDA calls, on this thread).
+  // Checksums and publication outside mu_: a large value takes a while to hash.
   std::vector<DramTier::Block*> held_at(mine.size(), nullptr);
   std::vector<char> published(mine.size(), 0);
+  // The DRAM values' checksums first, their chunks side by side on the team (a single large
+  // value too); HBM values are hashed by their tier through host copies.
+  std::vector<size_t> dram_at;
+  std::vector<const char*> dram_ptrs;
+  std::vector<uint64_t> dram_sizes;
+  if (dram_.takes_checksums())
+    for (size_t i = 0; i < mine.size(); ++i)
+      if (mine[i] && tiers[i] == &dram_) {
+        dram_at.push_back(i);
+        dram_ptrs.push_back(static_cast<const char*>(DramTier::data_of(mine[i])));
+        dram_sizes.push_back(DramTier::size_of(mine[i]));
+      }
+  const std::vector<uint64_t> sums = value_checksums(dram_ptrs, dram_sizes);
+  std::vector<const uint64_t*> sum_of(mine.size(), nullptr);
+  for (size_t k = 0; k < dram_at.size(); ++k) sum_of[dram_at[k]] = &sums[k];
   auto commit_one = [&](size_t i) {
     bool pub = false;
     // Held (pinned) for its SSD copy: DRAM blocks by the store's pipeline, HBM ones by hbm_pipeline_.
     const bool hold = tiers[i] == &dram_ ? pipeline_ != nullptr : hbm_pipeline_ != nullptr;
-    held_at[i] = tiers[i]->commit_slot(mine[i], hold, &pub);
+    held_at[i] = tiers[i]->commit_slot(mine[i], hold, &pub, sum_of[i]);
     published[i] = pub;
   };
-  uint64_t dram_bytes = 0;
   for (size_t i = 0; i < mine.size(); ++i)
-    if (mine[i] && tiers[i] == &dram_) dram_bytes += DramTier::size_of(mine[i]);
-  for_each_value(mine.size(), dram_bytes, [&](int i) {
     if (mine[i] && tiers[i] == &dram_) commit_one(i);
-  });
   std::vector<DramTier::Block*> held, held_hbm;
   for (size_t i = 0; i < mine.size(); ++i) {
     if (mine[i] && tiers[i] != &dram_) commit_one(i);
@@ -323,6 +332,16 @@ std::vector<bool> PeerPages::verify(const std::vector<uintptr_t>& ptrs, const st
   if (ptrs.size() != sizes.size() || ptrs.size() != checksums.size())
     raise(Status::kInvalidArgument, "verify: %zu ptrs, %zu sizes and %zu checksums differ in length", ptrs.size(),
           sizes.size(), checksums.size());
+  std::vector<const char*> at(ptrs.size());
+  for (size_t i = 0; i < ptrs.size(); ++i) at[i] = reinterpret_cast<const char*>(ptrs[i]);
+  const std::vector<uint64_t> sums = value_checksums(at, sizes);
+  std::vector<bool> match(ptrs.size());
+  for (size_t i = 0; i < ptrs.size(); ++i) match[i] = sums[i] == checksums[i];
+  return match;
+}
+
+std::vector<uint64_t> PeerPages::value_checksums(const std::vector<const char*>& ptrs,
+                                                 const std::vector<uint64_t>& sizes) {
   // One task per checksum chunk (checksum.h): a large value's chunks are hashed side by side too.
   struct Task {
     size_t value;
@@ -341,16 +360,14 @@ std::vector<bool> PeerPages::verify(const std::vector<uintptr_t>& ptrs, const st
   std::vector<uint64_t> digests(tasks.size());
   for_each_value(tasks.size(), bytes, [&](int t) {
     const Task& k = tasks[static_cast<size_t>(t)];
-    digests[t] = chunk_checksum(reinterpret_cast<const char*>(ptrs[k.value]) + k.off, k.len);
+    digests[t] = chunk_checksum(ptrs[k.value] + k.off, k.len);
   });
-  std::vector<bool> match(ptrs.size());
-  for (size_t i = 0; i < ptrs.size(); ++i) {
-    const size_t count = first[i + 1] - first[i];
-    const uint64_t sum =
-        sizes[i] <= kChecksumChunk ? digests[first[i]] : combine_chunk_checksums(&digests[first[i]], count, sizes[i]);
-    match[i] = sum == checksums[i];
-  }
-  return match;
+  std::vector<uint64_t> sums(ptrs.size());
+  for (size_t i = 0; i < ptrs.size(); ++i)
+    sums[i] = sizes[i] <= kChecksumChunk
+                  ? digests[first[i]]
+                  : combine_chunk_checksums(&digests[first[i]], first[i + 1] - first[i], sizes[i]);
+  return sums;
 }
 
 void PeerPages::for_each_value(size_t n, uint64_t bytes, const std::function<void(int)>& fn) {

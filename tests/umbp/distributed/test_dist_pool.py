@@ -177,6 +177,30 @@ def test_a_corrupted_value_in_a_large_read_is_one_counted_miss(pair):
     assert _stat(a, "remote_checksum_failures") == failures + 1
 
 
+def test_umbp_peer_threads_sets_the_peer_servers_threads():
+    """UMBP_PEER_THREADS: the threads answering a worker's grpc++ UMBPPeer calls. With 2, values
+    put from one worker into the other's pages (its peer server pulls them) and SSD-free reads
+    back are exact; below 2 a worker is refused at construction, naming the setting."""
+    with running_master(settings=fast_settings()) as master:
+        a, b = start_workers(
+            dict(master=master.address, node_id=uid("a"), dram=16 << 20, pool_bytes=8 << 20),
+            dict(master=master.address, node_id=uid("b"), dram=64 << 20, pool_bytes=8 << 20),
+            env={"UMBP_PEER_THREADS": "2"},
+        )
+        try:
+            if b.ask("stats")["peer_threads"] is not None:  # grpc++ built: its workers are the setting
+                assert b.ask("stats")["peer_threads"] == 2
+            keys, seed = _keys(24), random.randrange(1 << 30)
+            assert a.ask("put", keys=keys, size=96 << 10, seed=seed)["ok"] == [True] * 24
+            assert _stat(b, "dram_keys") >= 24  # b owns them (a's DRAM is small)
+            assert a.ask("get", keys=keys, size=96 << 10, seed=seed, pool=True)["right"] == [True] * 24
+        finally:
+            a.close()
+            b.close()
+        with pytest.raises(AssertionError, match="UMBP_PEER_THREADS"):
+            start_workers(dict(master=master.address, node_id=uid("c"), dram=16 << 20), env={"UMBP_PEER_THREADS": "1"})
+
+
 def test_write_once_across_workers(pair):
     """A key put again (from either worker, with other bytes) keeps its first value."""
     a, b = pair

@@ -117,9 +117,12 @@ class Worker:
         }
 
     def stats(self):
+        server = getattr(getattr(self.client, "_server", None), "_server", None)
         return {
             "stats": {k: v for k, v in self.client.stats().items() if isinstance(v, (int, float, bool))},
             "peer_state": list(self.client.peer_event_state()) if not self.client._lookup_only else [],
+            # The threads of its grpc++ UMBPPeer server (None: grpcio's, or none).
+            "peer_threads": getattr(server, "workers", None),
         }
 
     def drop_bundle(self):
