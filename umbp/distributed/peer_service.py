@@ -308,7 +308,7 @@ class PeerServer:
         pull_puts=None,
     ) -> None:
         """``server``: ``cpp``, ``python`` or None (UMBP_PEER_SERVER); ``max_workers``: the threads
-        answering calls (None: UMBP_PEER_THREADS, 8); ``pull_puts``: the worker's
+        answering calls (None: UMBP_PEER_THREADS, 2); ``pull_puts``: the worker's
         ``mori._C.umbp.PeerPuts``, which the grpc++ server answers BatchAllocateSlots with (in C++,
         where the build has the protobuf messages; what it leaves goes to ``service``)."""
         if max_workers is None:
