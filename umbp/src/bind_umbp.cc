@@ -824,7 +824,20 @@ void bind_umbp(py::module_& m) {
       "value_checksum",
       [](uintptr_t ptr, size_t size) { return value_checksum(reinterpret_cast<const void*>(ptr), size); },
       py::arg("ptr"), py::arg("size"), py::call_guard<py::gil_scoped_release>(),
-      "XXH3-64 of [ptr, ptr + size): the checksum every stored value carries");
+      "the checksum every stored value carries, of [ptr, ptr + size): XXH3-64 up to 256 KiB, above it "
+      "XXH3-64 of the 256 KiB chunks' XXH3-64 digests and the size (umbp/src/checksum.h)");
+  m.def(
+      "streamed_value_checksum",
+      [](uintptr_t ptr, size_t size, size_t piece) {
+        MORI_CHECK_ARG(piece > 0, "streamed_value_checksum: piece must be > 0");
+        ValueHasher h;
+        const char* p = reinterpret_cast<const char*>(ptr);
+        for (size_t off = 0; off < size; off += piece) h.update(p + off, std::min(piece, size - off));
+        return h.digest();
+      },
+      py::arg("ptr"), py::arg("size"), py::arg("piece"), py::call_guard<py::gil_scoped_release>(),
+      "value_checksum of [ptr, ptr + size) fed to the streaming hasher `piece` bytes at a time (as SSD reads "
+      "in pieces and copies hashed as they go take it)");
   m.def(
       "pointer_device", [](uintptr_t ptr) { return pointer_device(ptr); }, py::arg("ptr"),
       py::call_guard<py::gil_scoped_release>(),
