@@ -1,20 +1,23 @@
 # SPDX-License-Identifier: MIT
 """Local TCP ports for processes MORI starts itself (a launcher's store, a test's server).
 
-``free_port`` asks the kernel for an unused port; ``wait_port`` waits until something listens
-on one. The port is free when ``free_port`` returns, not reserved: the caller hands it to the
-process that binds it next, which is the usual (and only portable) way to do this.
+``free_port`` asks the kernel for an unused port; ``restartable_port`` picks one below the
+kernel's ephemeral range, for a server that is stopped and started again on the same port;
+``wait_port`` waits until something listens on one. A port is free when they return, not
+reserved: the caller hands it to the process that binds it next, which is the usual (and only
+portable) way to do this.
 """
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import time
 
 from mori.core.errors import RemoteError, Timeout
 
-__all__ = ["free_port", "wait_port"]
+__all__ = ["free_port", "restartable_port", "wait_port"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -22,6 +25,30 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def restartable_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port on ``host`` that nothing is bound to now, below the kernel's ephemeral
+    range (``net.ipv4.ip_local_port_range``), for a server that goes down and comes back on the
+    same port. While it is down, a port in that range can be handed to any outgoing connection
+    of the host as its local port (a client dialling the server itself may even connect to
+    itself), which then holds the port the server wants back. Falls back to ``free_port`` where
+    the range cannot be read or leaves no room below it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return free_port(host)
+    if low <= 10000:
+        return free_port(host)
+    for port in random.sample(range(10000, low), min(64, low - 10000)):
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    return free_port(host)
 
 
 def wait_port(

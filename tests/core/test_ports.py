@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""mori.core.ports: the one free_port / wait_port of tests, launcher and umbp."""
+"""mori.core.ports: the one free_port / restartable_port / wait_port of tests, launcher and umbp."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 import pytest
 
 from mori.core.errors import RemoteError, Timeout
-from mori.core.ports import free_port, wait_port
+from mori.core.ports import free_port, restartable_port, wait_port
 
 
 def test_free_port_can_be_bound_and_waited_for():
@@ -58,3 +58,22 @@ def test_server_that_died_is_not_waited_for():
     with pytest.raises(RemoteError, match=f"exited with 7 before listening on 127.0.0.1:{port}"):
         wait_port(port, timeout=60, process=proc)
     assert time.monotonic() - t0 < 5
+
+
+def test_restartable_port_is_below_the_ephemeral_range_and_comes_back():
+    """A server stopped and started again on a restartable_port gets it back while clients keep
+    dialling it: below ip_local_port_range, no outgoing connection is handed that port as its
+    own meanwhile."""
+    port = restartable_port()
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    if low > 10000:
+        assert 10000 <= port < low
+    for _ in range(3):
+        with socket.socket() as server:
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            server.bind(("127.0.0.1", port))
+            server.listen()
+        for _ in range(200):  # dialled while down: refused every time, never connected
+            with socket.socket() as c:
+                assert c.connect_ex(("127.0.0.1", port)) != 0

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-from mori.core.ports import free_port
+from mori.core.ports import restartable_port
 
 
 def _die_with_parent() -> None:
@@ -45,7 +45,7 @@ class RedisServerProcess:
         self.cluster = cluster
         # A free port can be taken by someone else before redis binds it: try a few.
         for attempt in range(5 if port == 0 else 1):
-            self.port = port or free_port()
+            self.port = port or restartable_port()  # a test may stop it and start it again here
             args = [
                 path,
                 "--port",
