@@ -14,7 +14,7 @@ import pytest
 from dist_harness import start_workers
 from umbp_master_harness import fast_settings, master_process, running_master, stop_process, uid
 
-from mori.core.ports import free_port
+from mori.core.ports import restartable_port
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -94,7 +94,7 @@ def test_owner_killed_between_remember_and_located_read():
 
 
 def test_master_killed_and_restarted():
-    port = free_port()
+    port = restartable_port()  # the master comes back on it
     env = {"UMBP_HEARTBEAT_TTL_SEC": "2", "UMBP_ROUTE_PUT_NODE_AFFINITY": "local"}  # heartbeats every second
     proc = master_process(port, env=env)
     address = f"127.0.0.1:{port}"

@@ -11,7 +11,7 @@ from umbp_master_harness import redis_pair  # noqa: F401 - fixture
 from umbp_master_harness import master_process, running_master, stop_process, uid
 
 from mori.core.errors import InvalidArgument
-from mori.core.ports import free_port
+from mori.core.ports import free_port, restartable_port
 from mori.umbp import UMBPTierType
 from mori.umbp.distributed import UMBPExternalKvHitCountEntry, UMBPExternalKvNodeMatch, UMBPMasterClient
 
@@ -209,7 +209,7 @@ def test_record_reprs():
 
 
 def _restart_keeps_external_kv(env: dict) -> bool:
-    port = free_port()
+    port = restartable_port()  # the master comes back on it
     node, hashes = uid("restart"), _hashes(3)
     proc = master_process(port, env)
     try:
