@@ -2,7 +2,6 @@
 #include "src/checksum.h"
 
 #include <algorithm>
-#include <cstring>
 
 namespace mori::umbp {
 namespace {
