@@ -6,6 +6,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstring>
+#include <iterator>
 #include <string_view>
 
 #include "mori/core/status.h"
@@ -220,28 +221,24 @@ bool RedisRoutes::place_feed(uint64_t feed_id, uint64_t seq, uint32_t max_entrie
   redisContext* conn = take(*endpoints_[opt_.feed_endpoint]);
   if (conn == nullptr) return failed_call();
   auto call = [&](bool by_sha) {
-    const std::string& body = by_sha ? opt_.feed_sha : opt_.feed_script;
-    const char* argv[] = {by_sha ? "EVALSHA" : "EVAL",
-                          body.c_str(),
-                          "3",
-                          opt_.feed_keys[0].c_str(),
-                          opt_.feed_keys[1].c_str(),
-                          opt_.feed_keys[2].c_str(),
-                          args[0].c_str(),
-                          args[1].c_str(),
-                          args[2].c_str(),
-                          args[3].c_str()};
-    const size_t lens[] = {std::strlen(argv[0]),
-                           body.size(),
-                           1,
-                           opt_.feed_keys[0].size(),
-                           opt_.feed_keys[1].size(),
-                           opt_.feed_keys[2].size(),
-                           args[0].size(),
-                           args[1].size(),
-                           args[2].size(),
-                           args[3].size()};
-    return static_cast<redisReply*>(redisCommandArgv(conn, 10, argv, lens));
+    const std::string_view parts[] = {by_sha ? "EVALSHA" : "EVAL",
+                                      by_sha ? opt_.feed_sha : opt_.feed_script,
+                                      "3",
+                                      opt_.feed_keys[0],
+                                      opt_.feed_keys[1],
+                                      opt_.feed_keys[2],
+                                      args[0],
+                                      args[1],
+                                      args[2],
+                                      args[3]};
+    constexpr int n = static_cast<int>(std::size(parts));
+    const char* argv[n];
+    size_t lens[n];
+    for (int i = 0; i < n; ++i) {
+      argv[i] = parts[i].data();
+      lens[i] = parts[i].size();
+    }
+    return static_cast<redisReply*>(redisCommandArgv(conn, n, argv, lens));
   };
   Reply reply;
   reply.r = call(true);
