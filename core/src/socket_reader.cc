@@ -24,7 +24,7 @@ size_t SocketReader::fill() {
   }
 }
 
-bool SocketReader::read(void* dst, size_t n) {
+bool SocketReader::read(void* dst, size_t n, const Landed* landed) {
   char* out = static_cast<char*>(dst);
   size_t got = 0;
   while (got < n) {
@@ -32,6 +32,7 @@ bool SocketReader::read(void* dst, size_t n) {
       size_t take = std::min(n - got, end_ - pos_);
       std::memcpy(out + got, buf_.data() + pos_, take);
       pos_ += take;
+      if (landed) (*landed)(out + got, take);
       got += take;
       continue;
     }
@@ -47,6 +48,7 @@ bool SocketReader::read(void* dst, size_t n) {
         if (got == 0) return false;
         raise(Status::kRemote, "connection closed in the middle of a %zu-byte message", n);
       }
+      if (landed) (*landed)(out + got, static_cast<size_t>(k));
       got += static_cast<size_t>(k);
       continue;
     }

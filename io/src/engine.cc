@@ -364,7 +364,7 @@ Backend* EngineImpl::choose(const MemoryDesc& local, const MemoryDesc& remote, s
 }
 
 std::string EngineImpl::plan(const Region& local, const MemoryDesc& remote, const Segments& segs,
-                             std::vector<Extent>* out) {
+                             std::vector<Extent>* out, bool merge) {
   size_t n = segs.sizes.size();
   if (segs.local_offsets.size() != n || segs.remote_offsets.size() != n)
     return format("local_offsets, remote_offsets and sizes differ in length (%zu, %zu, %zu)", segs.local_offsets.size(),
@@ -389,7 +389,7 @@ std::string EngineImpl::plan(const Region& local, const MemoryDesc& remote, cons
                      [](const Extent& a, const Extent& b) { return a.remote_offset < b.remote_offset; });
   out->clear();
   for (const auto& p : pieces) {
-    if (!out->empty()) {
+    if (merge && !out->empty()) {
       Extent& last = out->back();
       if (last.local_offset + last.size == p.local_offset && last.remote_offset + last.size == p.remote_offset) {
         last.size += p.size;
@@ -402,7 +402,7 @@ std::string EngineImpl::plan(const Region& local, const MemoryDesc& remote, cons
 }
 
 TransferStatus EngineImpl::transfer(bool read, const MemoryDesc& local, const MemoryDesc& remote, const Segments& segs,
-                                    uint64_t uid) {
+                                    uint64_t uid, std::shared_ptr<ArrivalObserver> observer) {
   auto status = std::make_shared<StatusState>();
   TransferStatus result(status);
   std::string why;
@@ -436,7 +436,8 @@ TransferStatus EngineImpl::transfer(bool read, const MemoryDesc& local, const Me
     return result;
   }
   std::vector<Extent> pieces;
-  why = plan(*use.get(), remote, segs, &pieces);
+  // A read's observer sees each extent's blocks from the extent's own start: none is merged.
+  why = plan(*use.get(), remote, segs, &pieces, !(read && observer));
   if (!why.empty()) {
     status->set(StatusCode::ERR_INVALID_ARGS, why);
     return result;
@@ -449,6 +450,7 @@ TransferStatus EngineImpl::transfer(bool read, const MemoryDesc& local, const Me
   t->status = status;
   t->uid = uid;
   t->peer = p;
+  if (read) t->observer = std::move(observer);
   {
     std::lock_guard<std::mutex> lock(mu_);
     t->notify = notify_;
@@ -519,13 +521,14 @@ void Engine::deregister_memory(const MemoryDesc& d) { impl_->deregister_memory(d
 uint64_t Engine::allocate_transfer_uid() { return impl_->next_uid(); }
 
 TransferStatus Engine::transfer(bool read, const MemoryDesc& local, const MemoryDesc& remote, const Segments& segs,
-                                uint64_t uid) {
-  return impl_->transfer(read, local, remote, segs, uid);
+                                uint64_t uid, std::shared_ptr<ArrivalObserver> observer) {
+  return impl_->transfer(read, local, remote, segs, uid, std::move(observer));
 }
 
 std::vector<TransferStatus> Engine::batch(bool read, const std::vector<MemoryDesc>& locals,
                                           const std::vector<MemoryDesc>& remotes, const std::vector<Segments>& segs,
-                                          const std::vector<uint64_t>& uids) {
+                                          const std::vector<uint64_t>& uids,
+                                          const std::shared_ptr<ArrivalObserver>& observer) {
   size_t n = locals.size();
   MORI_CHECK_ARG(remotes.size() == n && segs.size() == n && uids.size() == n,
                  "batch: local_mems, remote_mems, offsets, sizes and uids must have one entry per pair "
@@ -533,7 +536,7 @@ std::vector<TransferStatus> Engine::batch(bool read, const std::vector<MemoryDes
                  n, remotes.size(), segs.size(), uids.size());
   std::vector<TransferStatus> out(n);
   for (size_t i = 0; i < n; ++i) {
-    out[i] = impl_->transfer(read, locals[i], remotes[i], segs[i], uids[i]);
+    out[i] = impl_->transfer(read, locals[i], remotes[i], segs[i], uids[i], observer);
     if (out[i].Code() == StatusCode::ERR_BAD_STATE) break;  // MORI: the rest are not attempted
   }
   return out;

@@ -84,7 +84,7 @@ class EngineImpl {
   // `local` and `remote`, or nullptr; *peer is the remote engine (nullptr: not registered).
   Backend* choose(const MemoryDesc& local, const MemoryDesc& remote, std::shared_ptr<Peer>* peer);
   TransferStatus transfer(bool read, const MemoryDesc& local, const MemoryDesc& remote, const Segments& segs,
-                          uint64_t uid);
+                          uint64_t uid, std::shared_ptr<ArrivalObserver> observer = nullptr);
   std::shared_ptr<Peer> peer(const std::string& key);
   bool session_alive(const MemoryDesc& local, const MemoryDesc& remote);
   // The peer `peer_key` deregisters its `region`: waits (bounded) until no backend has an
@@ -93,7 +93,8 @@ class EngineImpl {
 
  private:
   // Validates and merges a batch; "" or the error (naming the entry).
-  std::string plan(const Region& local, const MemoryDesc& remote, const Segments& segs, std::vector<Extent>* out);
+  std::string plan(const Region& local, const MemoryDesc& remote, const Segments& segs, std::vector<Extent>* out,
+                   bool merge = true);
   // BackendType.RDMA: UCX when MORI_IO_RDMA_TRANSPORT and the machine say so (mu_ held).
   void select_rdma_transport();
   // The enabled backends in the chooser's order, from the flags below (mu_ held).

@@ -395,11 +395,16 @@ void Lane::complete(Piece& p, const wire::Reply& r, std::string message, SocketR
       std::string err = gpu::copy_to_device(p.local, buf, r.length, p.device);
       if (!err.empty()) status = StatusCode::ERR_GPU_OP, message = err;
     } else if (r.length) {
-      // As the target's write payloads (listener.cc): segments taken as they arrive.
+      // As the target's write payloads (listener.cc): segments taken as they arrive, each
+      // shown to the read's observer while the next is on its way.
+      ArrivalObserver* observer = p.transfer ? p.transfer->observer.get() : nullptr;
+      SocketReader::Landed landed;
+      if (observer) landed = [observer](const char* at, size_t n) { observer->landed(at, n); };
+      const SocketReader::Landed* seen = observer ? &landed : nullptr;
       size_t got = reader.buffered() ? 0
                                      : recv_polling(fd_.get(), p.local, r.length,
-                                                    std::chrono::microseconds(peer_.engine().settings().poll_us));
-      if (got < r.length && !reader.read(p.local + got, r.length - got))
+                                                    std::chrono::microseconds(peer_.engine().settings().poll_us), seen);
+      if (got < r.length && !reader.read(p.local + got, r.length - got, seen))
         raise(Status::kRemote, "%s closed the connection", peer_.name().c_str());
     }
   } else if (op == wire::Op::kGrant) {

@@ -19,8 +19,9 @@
 #include <vector>
 
 #include "mori/core/socket_reader.h"
-#include "mori/io/transfer_status.h"
 #include "mori/core/unique_fd.h"
+#include "mori/io/arrival_observer.h"
+#include "mori/io/transfer_status.h"
 #include "mori/io/types.h"
 #include "src/gpu_memory.h"
 #include "src/registry.h"
@@ -58,6 +59,8 @@ struct Transfer {
   bool notify = false;
   bool finished = false;       // guarded by the peer's order lock
   std::shared_ptr<Peer> peer;  // kept alive until the transfer is reported
+  // A read's observer (Engine::transfer): told of host-memory bytes as the lanes receive them.
+  std::shared_ptr<ArrivalObserver> observer;
 
   void add_pieces(int n) { outstanding.fetch_add(n); }
   // A piece ended (SUCCESS or an error); the last one hands the transfer to its peer.

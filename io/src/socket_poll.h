@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 
+#include "mori/core/socket_reader.h"
 #include "mori/core/socket_spin.h"
 #include "mori/core/status.h"
 
@@ -27,8 +28,9 @@ constexpr int kPollAutoUs = 50;
 // Receives up to `n` bytes of a payload into `dst` without sleeping: what has arrived, and
 // what arrives while it polls, until `window` passes with nothing new. Returns the bytes
 // received; the caller's blocking read takes the rest (and reports a close). Call it only
-// when the connection's SocketReader holds nothing buffered.
-inline size_t recv_polling(int fd, char* dst, size_t n, std::chrono::microseconds window) {
+// when the connection's SocketReader holds nothing buffered. `landed`: as SocketReader::read's.
+inline size_t recv_polling(int fd, char* dst, size_t n, std::chrono::microseconds window,
+                           const SocketReader::Landed* landed = nullptr) {
   if (window.count() <= 0 || n == 0) return 0;
   SpinTicket ticket(socket_spin_budget());
   if (!ticket) return 0;
@@ -37,6 +39,7 @@ inline size_t recv_polling(int fd, char* dst, size_t n, std::chrono::microsecond
   while (got < n) {
     ssize_t k = ::recv(fd, dst + got, n - got, MSG_DONTWAIT);
     if (k > 0) {
+      if (landed) (*landed)(dst + got, static_cast<size_t>(k));
       got += static_cast<size_t>(k);
       until = std::chrono::steady_clock::now() + window;  // the window runs from the last byte
       continue;

@@ -137,6 +137,7 @@ class DistributedStats:
     remote_fetches_cached: int = 0
     location_cache_hits: int = 0
     location_cache_stale: int = 0
+    location_cache_on_arrival: int = 0  # of location_cache_hits: checked by checksums hashed as the bytes landed
     routed_location_reads: int = 0  # first reads at the place the master's route gave (no resolve)
     routed_location_stale: int = 0  # ... that failed their checksum or the read: resolved instead
     fed_places: int = 0  # places the master's place feed gave (UMBP_PLACE_FEED_MS), remembered for reads
@@ -1349,7 +1350,7 @@ class DistributedUMBPClient(_UMBPClient):
         """What follows a native located read (UMBPLocationCache.read's tuple): failed owners
         held off, the places it left to this side read, ok[i] set and counted for each key read.
         Returns the indices still missing."""
-        got, rest, other, places, stale, nbytes, failed = located
+        got, rest, other, places, stale, nbytes, failed, on_arrival = located
         for node_id, address, why in failed:  # a dead owner: one failure, its keys misses for the hold-off
             self._peer_failed(node_id, address, "MORI-IO read", why)
         if other:
@@ -1365,6 +1366,7 @@ class DistributedUMBPClient(_UMBPClient):
         with self._stats_lock:
             self.dstats.location_cache_hits += len(got)
             self.dstats.location_cache_stale += stale
+            self.dstats.location_cache_on_arrival += on_arrival
             self.dstats.remote_gets += len(got)
             self.dstats.remote_get_bytes += nbytes
         if self._cache_remote:
@@ -1471,7 +1473,7 @@ class DistributedUMBPClient(_UMBPClient):
                 [(keys[i], placed[i][0], sizes[i], placed[i][1]) for i in idx],
                 routed_at + _LOCATION_LEASE_FRACTION * self._dram_lease_ms / 1000.0,
             )
-            got, _rest, other, places, _stale, _nbytes, failed = self._locations.read(
+            got, _rest, other, places, _stale, _nbytes, failed, _on_arrival = self._locations.read(
                 self, self._native_engine, keys, ptrs, sizes, idx, self._transfer_timeout_ms
             )
             for node_id, address, why in failed:

@@ -16,6 +16,7 @@
 #include "mori/umbp/client.h"
 #include "mori/umbp/config.h"
 #include "src/argument_checks.h"
+#include "src/arrival_checksums.h"
 #include "src/checksum.h"
 #include "src/clients.h"
 #include "src/host_mem_allocator.h"
@@ -658,14 +659,15 @@ void bind_client(py::module_& m) {
                 places.reserve(r.other_places.size());
                 for (const auto& p : r.other_places) places.push_back(as_tuple(p));
                 return std::make_tuple(std::move(r.got), std::move(r.rest), std::move(r.other), std::move(places),
-                                       r.stale, r.got_bytes, std::move(r.failed));
+                                       r.stale, r.got_bytes, std::move(r.failed), r.on_arrival);
               },
               py::arg("client"), py::arg("engine"), py::arg("keys"), py::arg("ptrs"), py::arg("sizes"),
               py::arg("idx") = std::vector<uint32_t>{}, py::arg("timeout_ms") = 5000, Release(),
               "reads keys[i] (i in idx; empty: all) at their held places into registered host memory, one MORI-IO "
               "batch per owner, each value checked against its XXH3 checksum: (got, rest, other, other_places, "
-              "stale, got_bytes, failed [(node_id, address, why)]); rest: for the routed path; other: held places "
-              "whose destination is not registered host memory");
+              "stale, got_bytes, failed [(node_id, address, why)], on_arrival); rest: for the routed path; other: held "
+              "places whose destination is not registered host memory; on_arrival: values checked by checksums hashed "
+              "as they landed");
   lc.def(
       "get",
       [as_tuple](LocationCache& cache, PyClient& c, mori::io::Engine& engine, const Keys& keys, const Ptrs& ptrs,
@@ -699,7 +701,7 @@ void bind_client(py::module_& m) {
         for (const auto& p : r.other_places) places.push_back(as_tuple(p));
         return py::make_tuple(std::move(ok),
                               py::make_tuple(std::move(r.got), std::move(r.rest), std::move(r.other), std::move(places),
-                                             r.stale, r.got_bytes, std::move(r.failed)));
+                                             r.stale, r.got_bytes, std::move(r.failed), r.on_arrival));
       },
       py::arg("client"), py::arg("engine"), py::arg("keys"), py::arg("ptrs"), py::arg("sizes"),
       py::arg("timeout_ms") = 5000,
@@ -838,6 +840,21 @@ void bind_umbp(py::module_& m) {
       py::arg("ptr"), py::arg("size"), py::arg("piece"), py::call_guard<py::gil_scoped_release>(),
       "value_checksum of [ptr, ptr + size) fed to the streaming hasher `piece` bytes at a time (as SSD reads "
       "in pieces and copies hashed as they go take it)");
+  m.def(
+      "arrival_checksums",
+      [](const std::vector<uintptr_t>& ptrs, const std::vector<uint64_t>& sizes,
+         const std::vector<std::pair<uintptr_t, size_t>>& spans) {
+        MORI_CHECK_ARG(ptrs.size() == sizes.size(), "arrival_checksums: ptrs and sizes differ in length");
+        ArrivalChecksums a(ptrs, sizes);
+        for (const auto& [p, n] : spans) a.landed(reinterpret_cast<const char*>(p), n);
+        std::vector<std::optional<uint64_t>> out(ptrs.size());
+        for (size_t i = 0; i < out.size(); ++i) out[i] = a.checksum(i);
+        return out;
+      },
+      py::arg("ptrs"), py::arg("sizes"), py::arg("spans"), py::call_guard<py::gil_scoped_release>(),
+      "the checksums a located read hashes as its bytes land: values [ptrs[i], ptrs[i] + sizes[i]), told of "
+      "spans (ptr, n) in this order; per value its checksum, or None where a chunk was not told of whole and in "
+      "order (such a value is hashed from memory after the read)");
   m.def(
       "pointer_device", [](uintptr_t ptr) { return pointer_device(ptr); }, py::arg("ptr"),
       py::call_guard<py::gil_scoped_release>(),

@@ -26,6 +26,13 @@ uint64_t chunk_checksum(const void* data, size_t size) {
   return g_avx2 ? detail::xxh3_avx2(data, size) : XXH3_64bits(data, size);
 }
 
+void chunk_update(XXH3_state_t* state, const void* data, size_t size) {
+  if (g_avx2)
+    detail::xxh3_update_avx2(state, data, size);
+  else
+    XXH3_64bits_update(state, data, size);
+}
+
 uint64_t combine_chunk_checksums(const uint64_t* digests, size_t count, uint64_t value_size) {
   std::vector<unsigned char> words((count + 1) * 8);
   for (size_t j = 0; j < count; ++j) put_le64(words.data() + 8 * j, digests[j]);
@@ -50,10 +57,7 @@ void ValueHasher::update(const void* data, size_t size) {
   const char* p = static_cast<const char*>(data);
   while (size > 0) {
     const size_t take = std::min(size, kChecksumChunk - in_chunk_);
-    if (g_avx2)
-      detail::xxh3_update_avx2(&state_, p, take);
-    else
-      XXH3_64bits_update(&state_, p, take);
+    chunk_update(&state_, p, take);
     p += take;
     size -= take;
     in_chunk_ += take;

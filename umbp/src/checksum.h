@@ -30,6 +30,8 @@ uint64_t value_checksum(const void* data, size_t size);
 
 // XXH3-64 of one chunk (or of a whole value of at most kChecksumChunk bytes).
 uint64_t chunk_checksum(const void* data, size_t size);
+// XXH3_64bits_update with the vector code chunk_checksum uses: a chunk hashed in pieces.
+void chunk_update(XXH3_state_t* state, const void* data, size_t size);
 // A value's checksum from its chunks' digests, in order (value_size > kChecksumChunk).
 uint64_t combine_chunk_checksums(const uint64_t* digests, size_t count, uint64_t value_size);
 // How many chunks value_checksum hashes a value of `size` bytes in (1 up to kChecksumChunk).

@@ -2,8 +2,10 @@
 #include "src/location_cache.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "mori/core/log.h"
+#include "src/arrival_checksums.h"
 
 namespace mori::umbp {
 
@@ -188,27 +190,46 @@ LocationCache::Result LocationCache::read(io::Engine& engine, const std::vector<
   }
   if (batches.empty()) return r;
 
+  // The values' checksums hashed as they land, value i at observed[i] (-1: not read here).
+  std::vector<int32_t> observed(keys.size(), -1);
+  std::vector<uintptr_t> optrs;
+  std::vector<uint64_t> osizes;
+  for (const Batch& b : batches)
+    for (const auto& jobs : b.jobs)
+      for (const Job& job : jobs) {
+        observed[job.i] = static_cast<int32_t>(optrs.size());
+        optrs.push_back(ptrs[job.i]);
+        osizes.push_back(sizes[job.i]);
+      }
+  auto arrival = std::make_shared<ArrivalChecksums>(optrs, osizes);
+
   // Every owner's transfer is posted before any is waited for: they run side by side.
   const Clock::time_point deadline = now + std::chrono::milliseconds(timeout_ms);
   for (Batch& b : batches) {
     std::vector<uint64_t> uids(b.locals.size());
     for (auto& u : uids) u = engine.allocate_transfer_uid();
     try {
-      b.statuses =
-          engine.batch(true, b.locals, std::vector<io::MemoryDesc>(b.locals.size(), b.owner->arena), b.segs, uids);
+      b.statuses = engine.batch(true, b.locals, std::vector<io::MemoryDesc>(b.locals.size(), b.owner->arena), b.segs,
+                                uids, arrival);
     } catch (const std::exception& e) {  // refused here (a range): ours, the peer not at fault
       MORI_LOG(kWarn, "umbp", "located read from %s refused: %s", b.owner->node_id.c_str(), e.what());
     }
   }
   std::vector<uintptr_t> vptrs;
   std::vector<uint64_t> vsizes, vsums;
-  std::vector<uint32_t> arrived;
+  std::vector<uint32_t> arrived;  // to hash from memory
+  std::vector<bool> ok(keys.size(), false);
   for (Batch& b : batches) {
     for (size_t k = 0; k < std::min(b.statuses.size(), b.jobs.size()); ++k) {
       const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       const io::StatusCode code = b.statuses[k].WaitFor(std::max<int64_t>(1, left));
       if (code == io::StatusCode::SUCCESS) {
         for (const Job& job : b.jobs[k]) {
+          if (std::optional<uint64_t> sum = arrival->checksum(static_cast<size_t>(observed[job.i]))) {
+            ++r.on_arrival;
+            ok[job.i] = *sum == job.checksum;
+            continue;
+          }
           arrived.push_back(job.i);
           vptrs.push_back(ptrs[job.i]);
           vsizes.push_back(sizes[job.i]);
@@ -227,14 +248,15 @@ LocationCache::Result LocationCache::read(io::Engine& engine, const std::vector<
     if (!b.failure.empty()) r.failed.push_back({b.owner->node_id, b.owner->address, b.failure});
   }
   const std::vector<bool> good = arrived.empty() ? std::vector<bool>{} : verify(vptrs, vsizes, vsums);
-  std::vector<bool> ok(keys.size(), false);
-  for (size_t j = 0; j < arrived.size(); ++j) {
-    if (j < good.size() && good[j]) {
-      ok[arrived[j]] = true;
-      r.got.push_back(arrived[j]);
-      r.got_bytes += sizes[arrived[j]];
-    }
-  }
+  for (size_t j = 0; j < arrived.size(); ++j)
+    if (j < good.size() && good[j]) ok[arrived[j]] = true;
+  for (const Batch& b : batches)
+    for (const auto& jobs : b.jobs)
+      for (const Job& job : jobs)
+        if (ok[job.i]) {
+          r.got.push_back(job.i);
+          r.got_bytes += sizes[job.i];
+        }
   // What was not read and verified: a stale place (its block reused: the checksum tells) or a
   // failed read; forgotten, unless remembered anew meanwhile, and left to the routed path.
   std::lock_guard<std::mutex> lock(mu_);

@@ -2,7 +2,8 @@
 // LocationCache: a distributed reader's memory of where values lay on their owners (the place a
 // BatchResolveKeys or the master's route gave, read and verified under a read lease), and the
 // located read that uses it: one call, no GIL, no RPC: lookup, one MORI-IO batch read per owner
-// straight into the caller's registered host memory, the wait, the XXH3 check of what arrived.
+// straight into the caller's registered host memory, the wait, the check of what arrived (its
+// checksum hashed as it landed where the backend lets it: arrival_checksums.h).
 // Places that fail their check or their read are forgotten (the caller reads those keys through
 // the routed path); a failed owner is reported, for the caller's peer bookkeeping.
 #pragma once
@@ -69,6 +70,8 @@ class LocationCache {
     std::vector<Place> other_places;
     uint64_t stale = 0;      // places used that failed their check or their read
     uint64_t got_bytes = 0;  // bytes of `got`
+    // Values whose check was hashed as they landed (ArrivalChecksums), not after the read.
+    uint64_t on_arrival = 0;
     // Owners whose transfer failed: (node id, address, why); their places are forgotten.
     std::vector<std::array<std::string, 3>> failed;
   };

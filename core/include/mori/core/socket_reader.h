@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 namespace mori {
@@ -13,9 +14,13 @@ class SocketReader {
  public:
   explicit SocketReader(int fd, size_t buffer_bytes = 64 * 1024) : fd_(fd), buf_(buffer_bytes) {}
 
+  // Sees the bytes of a read as they land, in order: [p, p + n) now holds them.
+  using Landed = std::function<void(const char* p, size_t n)>;
+
   // Reads exactly n bytes into dst. Returns false on an orderly close before the
-  // first byte; throws on errors or on a close in the middle.
-  bool read(void* dst, size_t n);
+  // first byte; throws on errors or on a close in the middle. `landed`, when given, is told
+  // of each part as it arrives (while the rest is still on its way).
+  bool read(void* dst, size_t n, const Landed* landed = nullptr);
   // As read(), for a header the caller knows a large payload follows: when nothing is
   // buffered it receives these n bytes alone, so the payload's read finds the buffer
   // empty and receives straight into its destination (one more recv(), no copy).

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "mori/io/arrival_observer.h"
 #include "mori/io/transfer_status.h"
 #include "mori/io/types.h"
 
@@ -48,14 +49,16 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   uint64_t allocate_transfer_uid();
 
-  // One (local, remote) pair: read = remote -> local, write = local -> remote.
+  // One (local, remote) pair: read = remote -> local, write = local -> remote. `observer`
+  // (reads only) is told of the bytes as they land, where the backend sees them land.
   TransferStatus transfer(bool read, const MemoryDesc& local, const MemoryDesc& remote, const Segments& segs,
-                          uint64_t uid);
+                          uint64_t uid, std::shared_ptr<ArrivalObserver> observer = nullptr);
   // MORI's multi-pair batch: one status per pair; a pair no backend can take fails with
   // ERR_BAD_STATE and the rest are not attempted (they stay INIT), as in MORI.
   std::vector<TransferStatus> batch(bool read, const std::vector<MemoryDesc>& locals,
                                     const std::vector<MemoryDesc>& remotes, const std::vector<Segments>& segs,
-                                    const std::vector<uint64_t>& uids);
+                                    const std::vector<uint64_t>& uids,
+                                    const std::shared_ptr<ArrivalObserver>& observer = nullptr);
 
   // nullopt when no backend can take the pair. Throws (RuntimeError) if the peer cannot be reached.
   std::optional<Session> create_session(const MemoryDesc& local, const MemoryDesc& remote);

@@ -1,0 +1,125 @@
+# SPDX-License-Identifier: MIT
+"""The checksums a located read hashes as its bytes land (umbp/src/arrival_checksums.h), against
+a model: values laid out in a buffer, told of in spans of any size, order and grouping (several
+values in one span, bytes of none between them, spans missing). A value's checksum is given
+only when every chunk of it was told of whole and in order, and then equals value_checksum of
+its bytes; anything else is None (the located read hashes it from memory)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mori._C.umbp import arrival_checksums, value_checksum
+
+CHUNK = 256 << 10
+DATA = np.random.default_rng().integers(0, 256, 4 * CHUNK + 8192, dtype=np.uint8)  # fresh each run
+BASE = DATA.ctypes.data
+
+
+def _layout(draw, count: int) -> list[tuple[int, int]]:
+    """(offset, size) of `count` values in DATA, in address order, with gaps or none."""
+    out, at = [], draw(st.integers(0, 64))
+    for _ in range(count):
+        room = DATA.size - at
+        if room < 1:
+            break
+        size = draw(st.one_of(st.integers(1, min(room, 3 * CHUNK)), st.sampled_from([CHUNK - 1, CHUNK, CHUNK + 1])))
+        size = min(size, room)
+        out.append((at, size))
+        at += size + draw(st.sampled_from([0, 0, 1, 100]))
+    return out
+
+
+def _cuts(draw, start: int, end: int) -> list[tuple[int, int]]:
+    """[start, end) cut into spans, in order."""
+    spans, at = [], start
+    while at < end:
+        n = min(end - at, draw(st.one_of(st.integers(1, 4096), st.integers(1, 2 * CHUNK))))
+        spans.append((at, n))
+        at += n
+    return spans
+
+
+def _model(values: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[bool]:
+    """Per value: whether each chunk was fed whole and in order (the rule, written plainly)."""
+    fed: dict[tuple[int, int], int] = {}
+    spoiled: set[tuple[int, int]] = set()
+    for at, n in spans:
+        for v, (off, size) in enumerate(values):
+            lo, hi = max(at, off), min(at + n, off + size)
+            while lo < hi:
+                c, within = divmod(lo - off, CHUNK)
+                take = min(hi - lo, CHUNK - within)
+                if fed.get((v, c), 0) != within:
+                    spoiled.add((v, c))
+                elif (v, c) not in spoiled:
+                    fed[(v, c)] = within + take
+                lo += take
+    ok = []
+    for v, (_off, size) in enumerate(values):
+        chunks = range((size + CHUNK - 1) // CHUNK)
+        ok.append(all((v, c) not in spoiled and fed.get((v, c)) == min(CHUNK, size - c * CHUNK) for c in chunks))
+    return ok
+
+
+def _check(values: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list:
+    got = arrival_checksums(
+        [BASE + off for off, _ in values], [size for _, size in values], [(BASE + at, n) for at, n in spans]
+    )
+    for (off, size), whole, sum_ in zip(values, _model(values, spans), got):
+        assert sum_ == (value_checksum(BASE + off, size) if whole else None), (off, size)
+    return got
+
+
+@settings(max_examples=120, deadline=None)
+@given(data=st.data())
+def test_in_order_spans_give_every_checksum(data) -> None:
+    """One pass over the whole layout (as a merged extent arrives: values and the gaps between
+    them in one stream), cut anywhere."""
+    values = _layout(data.draw, data.draw(st.integers(1, 6)))
+    start, end = values[0][0], values[-1][0] + values[-1][1]
+    got = _check(values, _cuts(data.draw, start, end))
+    assert None not in got
+
+
+@settings(max_examples=120, deadline=None)
+@given(data=st.data())
+def test_values_interleaved_as_lanes_deliver_them(data) -> None:
+    """Each value in order on its own, the values' spans interleaved in any way (lanes)."""
+    values = _layout(data.draw, data.draw(st.integers(1, 6)))
+    queues = [_cuts(data.draw, off, off + size) for off, size in values]
+    spans = []
+    while any(queues):
+        q = data.draw(st.sampled_from([q for q in queues if q]))
+        spans.append(q.pop(0))
+    got = _check(values, spans)
+    assert None not in got
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_reordered_or_missing_spans_are_refused(data) -> None:
+    """Spans shuffled, some dropped or told twice: whatever the model says was not whole and in
+    order is None, the rest right."""
+    values = _layout(data.draw, data.draw(st.integers(1, 4)))
+    spans = [s for off, size in values for s in _cuts(data.draw, off, off + size)]
+    spans = data.draw(st.permutations(spans))
+    if spans and data.draw(st.booleans()):
+        spans.pop(data.draw(st.integers(0, len(spans) - 1)))
+    if spans and data.draw(st.booleans()):
+        spans.append(spans[data.draw(st.integers(0, len(spans) - 1))])
+    _check(values, spans)
+
+
+def test_overlapping_destinations_are_not_observed() -> None:
+    """Two values sharing bytes: which one a span belongs to is unknowable, so neither counts."""
+    assert arrival_checksums([BASE, BASE + 500], [1000, 1000], [(BASE, 1500)]) == [None, None]
+
+
+def test_a_value_told_of_whole_is_its_checksum() -> None:
+    size = 2 * CHUNK + 17
+    assert arrival_checksums([BASE], [size], [(BASE, size)]) == [value_checksum(BASE, size)]
+    assert arrival_checksums([BASE], [size], [(BASE, size - 1)]) == [None]
+    assert arrival_checksums([BASE], [size], [(BASE + 1, size - 1)]) == [None]
