@@ -364,7 +364,7 @@ Backend* EngineImpl::choose(const MemoryDesc& local, const MemoryDesc& remote, s
 }
 
 std::string EngineImpl::plan(const Region& local, const MemoryDesc& remote, const Segments& segs,
-                             std::vector<Extent>* out, bool merge) {
+                             std::vector<Extent>* out) {
   size_t n = segs.sizes.size();
   if (segs.local_offsets.size() != n || segs.remote_offsets.size() != n)
     return format("local_offsets, remote_offsets and sizes differ in length (%zu, %zu, %zu)", segs.local_offsets.size(),
@@ -389,7 +389,7 @@ std::string EngineImpl::plan(const Region& local, const MemoryDesc& remote, cons
                      [](const Extent& a, const Extent& b) { return a.remote_offset < b.remote_offset; });
   out->clear();
   for (const auto& p : pieces) {
-    if (merge && !out->empty()) {
+    if (!out->empty()) {
       Extent& last = out->back();
       if (last.local_offset + last.size == p.local_offset && last.remote_offset + last.size == p.remote_offset) {
         last.size += p.size;
@@ -436,8 +436,7 @@ TransferStatus EngineImpl::transfer(bool read, const MemoryDesc& local, const Me
     return result;
   }
   std::vector<Extent> pieces;
-  // A read's observer sees each extent's blocks from the extent's own start: none is merged.
-  why = plan(*use.get(), remote, segs, &pieces, !(read && observer));
+  why = plan(*use.get(), remote, segs, &pieces);
   if (!why.empty()) {
     status->set(StatusCode::ERR_INVALID_ARGS, why);
     return result;

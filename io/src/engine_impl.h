@@ -93,8 +93,7 @@ class EngineImpl {
 
  private:
   // Validates and merges a batch; "" or the error (naming the entry).
-  std::string plan(const Region& local, const MemoryDesc& remote, const Segments& segs, std::vector<Extent>* out,
-                   bool merge = true);
+  std::string plan(const Region& local, const MemoryDesc& remote, const Segments& segs, std::vector<Extent>* out);
   // BackendType.RDMA: UCX when MORI_IO_RDMA_TRANSPORT and the machine say so (mu_ held).
   void select_rdma_transport();
   // The enabled backends in the chooser's order, from the flags below (mu_ held).

@@ -47,22 +47,35 @@ void ArrivalChecksums::landed(const char* p, size_t n) {
 }
 
 void ArrivalChecksums::feed(Chunk& c, uint64_t at, const char* p, size_t n) {
-  if (c.busy.exchange(true, std::memory_order_acquire)) {
-    // Another thread hashes this chunk now: the backend cut it between lanes. Neither part
-    // can be trusted to come in order.
-    c.spoiled.store(true, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.spoiled) return;
+  if (at != c.hashed) {
+    // Ahead of the prefix (another lane brings what lies before): noted, unless told of already.
+    auto next =
+        std::lower_bound(c.ahead.begin(), c.ahead.end(), at, [](const Range& r, uint64_t a) { return r.at < a; });
+    const bool overlaps = at < c.hashed || (next != c.ahead.end() && next->at < at + n) ||
+                          (next != c.ahead.begin() && (next - 1)->at + (next - 1)->n > at);
+    if (overlaps)
+      c.spoiled = true;
+    else
+      c.ahead.insert(next, Range{at, n});
     return;
   }
-  if (!c.spoiled.load(std::memory_order_relaxed)) {
-    if (at != c.fed) {
-      c.spoiled.store(true, std::memory_order_relaxed);
-    } else {
-      if (at == 0) XXH3_64bits_reset(&c.state);
-      chunk_update(&c.state, p, n);
-      c.fed += n;
-    }
+  if (!c.ahead.empty() && c.ahead.front().at < at + n) {  // runs into a part noted ahead
+    c.spoiled = true;
+    return;
   }
-  c.busy.store(false, std::memory_order_release);
+  if (at == 0) XXH3_64bits_reset(&c.state);
+  chunk_update(&c.state, p, n);
+  c.hashed += n;
+  // The parts noted ahead that now follow the prefix: in memory already, hashed from there.
+  const char* base = p - at;
+  size_t k = 0;
+  for (; k < c.ahead.size() && c.ahead[k].at == c.hashed; ++k) {
+    chunk_update(&c.state, base + c.ahead[k].at, c.ahead[k].n);
+    c.hashed += c.ahead[k].n;
+  }
+  c.ahead.erase(c.ahead.begin(), c.ahead.begin() + static_cast<std::ptrdiff_t>(k));
 }
 
 std::optional<uint64_t> ArrivalChecksums::checksum(size_t i) const {
@@ -72,10 +85,10 @@ std::optional<uint64_t> ArrivalChecksums::checksum(size_t i) const {
   const size_t count = checksum_chunks(v.size);
   std::vector<uint64_t> digests(count);
   for (size_t j = 0; j < count; ++j) {
-    const Chunk& c = chunks_[v.first + j];
+    Chunk& c = chunks_[v.first + j];
     const uint64_t len = std::min<uint64_t>(kChecksumChunk, v.size - j * kChecksumChunk);
-    (void)c.busy.load(std::memory_order_acquire);  // pairs with the last feeder's release
-    if (c.spoiled.load(std::memory_order_relaxed) || c.fed != len) return std::nullopt;
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (c.spoiled || c.hashed != len || !c.ahead.empty()) return std::nullopt;  // a byte twice, or some never
     digests[j] = XXH3_64bits_digest(&c.state);
   }
   return count == 1 ? digests[0] : combine_chunk_checksums(digests.data(), count, v.size);

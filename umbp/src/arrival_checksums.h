@@ -2,15 +2,20 @@
 // ArrivalChecksums: the checksums (checksum.h) of the values a located read brings, hashed chunk
 // by chunk while the tcp lanes receive them (io::ArrivalObserver). Each chunk is hashed from the
 // receiving thread's cache as the rest of the read is still on the wire, so the check after the
-// read is a comparison, not another pass over memory. Whatever the backend did, a chunk counts
-// only when it was told of whole and in order by one thread at a time; any other value is
-// hashed from memory after the read, as before.
+// read is a comparison, not another pass over memory.
+//
+// XXH3 takes a chunk in order, but a striped read lands a chunk's parts from two lanes at once
+// (a 360 KiB value as two 180 KiB halves: chunk 0 gets bytes from both). A part that lands
+// ahead of the hashed prefix is noted; the thread that brings the prefix up to it hashes it
+// from memory (it landed microseconds ago), so no chunk waits for the end of the read. A chunk
+// told of twice, or not whole, is hashed from memory after the read, as before.
+#pragma once
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -26,19 +31,21 @@ class ArrivalChecksums final : public io::ArrivalObserver {
   ArrivalChecksums(const std::vector<uintptr_t>& ptrs, const std::vector<uint64_t>& sizes);
 
   void landed(const char* p, size_t n) override;
-  size_t block() const override { return kChecksumChunk; }
 
-  // Value i's checksum when every chunk of it was hashed whole as it landed, else nullopt (the
-  // caller hashes it from memory). Call once the read of value i has ended.
+  // Value i's checksum when every byte of it was told of exactly once, else nullopt (the caller
+  // hashes it from memory). Call once the read of value i has ended.
   std::optional<uint64_t> checksum(size_t i) const;
 
  private:
+  struct Range {
+    uint64_t at, n;  // within the chunk
+  };
   struct Chunk {
-    XXH3_state_t state;  // 64-byte aligned (xxHash declares it so): new[] honours it (C++17)
-    uint64_t fed = 0;    // bytes hashed so far, from the chunk's start
-    // Held while one thread hashes: a second one at the same time spoils the chunk instead.
-    std::atomic<bool> busy{false};
-    std::atomic<bool> spoiled{false};  // told of out of order or by two threads at once: hashed after
+    XXH3_state_t state;        // 64-byte aligned (xxHash declares it so): new[] honours it (C++17)
+    std::mutex mu;             // the lanes that bring its parts
+    uint64_t hashed = 0;       // the prefix hashed so far
+    std::vector<Range> ahead;  // parts landed past the prefix, by `at`
+    bool spoiled = false;      // a byte told of twice: hashed after the read
   };
   struct Value {
     uintptr_t ptr;
@@ -46,7 +53,8 @@ class ArrivalChecksums final : public io::ArrivalObserver {
     size_t first;  // its first chunk in chunks_
   };
 
-  void feed(Chunk& c, uint64_t at, const char* p, size_t n);
+  // Bytes [at, at + n) of chunk c landed at p.
+  static void feed(Chunk& c, uint64_t at, const char* p, size_t n);
 
   std::vector<Value> values_;      // in the order given
   std::vector<uint32_t> by_addr_;  // indices of values_ by ptr

@@ -25,13 +25,6 @@ void TcpBackend::post(bool read, Peer& peer, const std::shared_ptr<Transfer>& t,
     uint64_t k = (total + chunk - 1) / chunk;
     k = (k + n - 1) / n * n;
     piece = std::min<uint64_t>(chunk, (total + k - 1) / k);
-    // A read's observer hashes each of its blocks as it lands (arrival_observer.h): cut at
-    // multiples of the block where that still gives every lane a piece.
-    const uint64_t block = read && t->observer ? t->observer->block() : 0;
-    if (block && local.loc != MemoryLocationType::GPU) {
-      const uint64_t aligned = (piece + block - 1) / block * block;
-      if (aligned <= wire::kMaxChunk && (total + aligned - 1) / aligned >= n) piece = aligned;
-    }
   }
   int count = 0;
   for (const auto& e : extents) {

@@ -12,17 +12,12 @@ class ArrivalObserver {
  public:
   virtual ~ArrivalObserver() = default;
 
-  // [p, p + n) of the read's local memory now holds received bytes. Within one block (below)
-  // of an extent, calls come in order from one thread; different blocks may be told about at
-  // once from different threads.
-  virtual void landed(const char* p, size_t n) = 0;
-
-  // The block: the tcp backend cuts an extent into pieces at multiples of it from the
-  // extent's start (0: anywhere), where that still gives each lane a piece. A transfer with an
-  // observer keeps its extents as given (contiguous ones are not merged into one). A read a
+  // [p, p + n) of the read's local memory now holds received bytes. Calls may come from
+  // several threads at once (a striped transfer's lanes), each thread's in the order its bytes
+  // arrive, for spans of any size: one may run over several extents of a batch. A read a
   // backend moves without seeing the bytes land (same-host copies, GPU memory, UCX) calls
   // nothing: the observer checks what it was told.
-  virtual size_t block() const = 0;
+  virtual void landed(const char* p, size_t n) = 0;
 };
 
 }  // namespace mori::io
