@@ -31,12 +31,25 @@ static int parse_poll_us(const std::string& text) {
   return static_cast<int>(us);
 }
 
+// MORI_IO_TCP_LANES: "auto" (or empty) takes four lanes where the process has the CPUs to
+// receive on them (src/socket_poll.h), else two; a number is the count (1 to 64).
+static int parse_lanes(const std::string& text) {
+  std::string v = text;
+  std::transform(v.begin(), v.end(), v.begin(), ::tolower);
+  if (v.empty() || v == "auto") return usable_cpus() >= kLanesAutoMinCpus ? kLanesAuto : kLanesSmall;
+  char* end = nullptr;
+  long n = std::strtol(v.c_str(), &end, 10);
+  MORI_CHECK_ARG(end != v.c_str() && *end == '\0' && n >= 1 && n <= 64,
+                 "MORI_IO_TCP_LANES must be auto or a count from 1 to 64, got '%s'", text.c_str());
+  return static_cast<int>(n);
+}
+
 IoSettings read_settings() {
   const env::Settings e = env::current();
   IoSettings s{};
   s.timeout_s = std::max<int64_t>(1, e.io_timeout_ms) / 1000.0;
   s.connect_timeout_s = std::max<int64_t>(1, e.io_cp_timeout_ms) / 1000.0;
-  s.lanes = static_cast<int>(std::clamp<int64_t>(e.io_tcp_lanes, 1, 64));
+  s.lanes = parse_lanes(e.io_tcp_lanes);
   s.chunk_bytes = std::clamp<size_t>(e.io_tcp_chunk, 4096, wire::kMaxChunk);
   // Striped: a transfer of more than one chunk, and (from 192 KiB by default) smaller ones too,
   // in halves: two lanes' copies side by side beat one (docs/io.md, Round 5).

@@ -24,6 +24,10 @@ namespace mori::io {
 // 2-core CI machine) a poller would take the core its peer process needs to answer.
 constexpr int kPollAutoMinCpus = 8;
 constexpr int kPollAutoUs = 50;
+// MORI_IO_TCP_LANES "auto": four connections per peer where as many CPUs can receive on them
+// (bulk transfers striped over four), two on smaller machines.
+constexpr int kLanesAutoMinCpus = kPollAutoMinCpus;
+constexpr int kLanesAuto = 4, kLanesSmall = 2;
 
 // Receives up to `n` bytes of a payload into `dst` without sleeping: what has arrived, and
 // what arrives while it polls, until `window` passes with nothing new. Returns the bytes

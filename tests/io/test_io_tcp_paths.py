@@ -116,7 +116,7 @@ def run_sequence(a: IOEngine, b: IOEngine, sizes, seed: int) -> None:
     b.deregister_memory(md)
 
 
-@pytest.mark.parametrize("lanes,poll_us", [(1, "0"), (2, "0"), (2, "50")])
+@pytest.mark.parametrize("lanes,poll_us", [(1, "0"), (2, "0"), (2, "50"), (4, "0")])
 def test_edges_exact(monkeypatch, lanes, poll_us):
     monkeypatch.setenv("MORI_IO_TCP_POLL_US", poll_us)
     a, b = pair(lanes)
@@ -130,11 +130,21 @@ def test_poll_setting_refused(monkeypatch, value):
         IOEngine(f"paths-{os.getpid()}-{next(_seq)}", IOEngineConfig("127.0.0.1", 0))
 
 
-def test_striping_edges_exact(monkeypatch):
+@pytest.mark.parametrize("value", ["0", "65", "two"])
+def test_lanes_setting_refused(monkeypatch, value):
+    monkeypatch.setenv("MORI_IO_TCP_LANES", value)
+    with pytest.raises(Exception, match=f"MORI_IO_TCP_LANES .*'{value}'"):
+        IOEngine(f"paths-{os.getpid()}-{next(_seq)}", IOEngineConfig("127.0.0.1", 0))
+
+
+@pytest.mark.parametrize("lanes", [2, 3, 4])
+def test_striping_edges_exact(monkeypatch, lanes):
     """A 64 KiB chunk: transfers just below, at and above 1, 2 and 3 chunks, and 1 MiB + 1
-    (17 pieces of a 64 KiB chunk become 18 equal ones over two lanes)."""
+    (17 pieces of a 64 KiB chunk become 18 equal ones over two lanes). With more lanes a striped
+    transfer uses as many as give each at least MORI_IO_TCP_STRIPE_FROM bytes (64 KiB here, as
+    the chunk caps it): 3 chunks go over three lanes, 1 MiB + 1 over all."""
     monkeypatch.setenv("MORI_IO_TCP_CHUNK", str(64 * KiB))
-    a, b = pair(2)
+    a, b = pair(lanes)
     sizes = [c * 64 * KiB + d for c in (1, 2, 3) for d in (-1, 0, 1)] + [MiB + 1, 5, 3 * MiB + 7]
     run_sequence(a, b, [s for pair in zip(sizes, reversed(sizes)) for s in pair], seed=200)
 

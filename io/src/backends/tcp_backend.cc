@@ -14,16 +14,20 @@ void TcpBackend::post(bool read, Peer& peer, const std::shared_ptr<Transfer>& t,
   uint64_t total = 0;
   for (const auto& e : extents) total += e.size;
   std::vector<std::vector<Lane::Piece>> per_lane(n);
-  size_t lane = t->uid % n;
-  const size_t chunk = engine_.settings().chunk_bytes;
-  bool stripe = n > 1 && total > engine_.settings().stripe_from;
+  const size_t chunk = engine_.settings().chunk_bytes, stripe_from = engine_.settings().stripe_from;
+  bool stripe = n > 1 && total > stripe_from;
+  // The lanes this transfer uses: an unstriped one the first two in turn (a lane used often
+  // answers from a thread still awake), a striped one as many as give each at least
+  // stripe_from bytes, two at least (a 360 KiB read in halves, 2 MiB over four lanes).
+  const size_t use = stripe ? std::min<size_t>(n, std::max<uint64_t>(2, total / stripe_from)) : std::min<size_t>(n, 2);
+  size_t lane = t->uid % use;
   uint64_t piece = wire::kMaxChunk;
   if (stripe) {
-    // Pieces of equal size, at most `chunk`, as many as a multiple of the lanes: every lane
-    // carries the same share, and the transfer ends when they all do (1 MiB + 4 KiB goes as
-    // two halves rather than 1 MiB on one lane and 4 KiB on the other).
+    // Pieces of equal size, at most `chunk`, as many as a multiple of the lanes used: every
+    // lane carries the same share, and the transfer ends when they all do (1 MiB + 4 KiB goes
+    // as two halves rather than 1 MiB on one lane and 4 KiB on the other).
     uint64_t k = (total + chunk - 1) / chunk;
-    k = (k + n - 1) / n * n;
+    k = (k + use - 1) / use * use;
     piece = std::min<uint64_t>(chunk, (total + k - 1) / k);
   }
   int count = 0;
@@ -44,7 +48,7 @@ void TcpBackend::post(bool read, Peer& peer, const std::shared_ptr<Transfer>& t,
       per_lane[lane].push_back(std::move(lp));
       ++count;
       done += len;
-      if (stripe) lane = (lane + 1) % n;
+      if (stripe) lane = (lane + 1) % use;
     }
   }
   if (count == 1 && t->notify) {

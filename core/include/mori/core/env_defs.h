@@ -62,8 +62,9 @@
     "MORI-IO: a peer silent this long with transfers pending fails them (dead, stopped or cut off)")                   \
   X(io_cp_timeout_ms, "MORI_IO_CP_TIMEOUT_MS", int, "5000", io, "",                                                    \
     "MORI-IO: connecting to a peer engine and proving its secret may take this long")                                  \
-  X(io_tcp_lanes, "MORI_IO_TCP_LANES", int, "2", io, "",                                                               \
-    "MORI-IO tcp backend: connections per peer (RdmaBackendConfig.qp_per_transfer > 1 overrides)")                     \
+  X(io_tcp_lanes, "MORI_IO_TCP_LANES", string, "auto", io, "",                                                         \
+    "MORI-IO tcp backend: connections per peer (auto: 4 where the process may run on 8 or more CPUs, else 2; "         \
+    "RdmaBackendConfig.qp_per_transfer > 1 overrides)")                                                                \
   X(io_tcp_chunk, "MORI_IO_TCP_CHUNK", size, "512KiB", io, "",                                                         \
     "MORI-IO tcp backend: larger transfers are striped over the lanes, in equal pieces of at most this size")          \
   X(io_tcp_stripe_from, "MORI_IO_TCP_STRIPE_FROM", size, "192KiB", io, "",                                             \
