@@ -7,15 +7,26 @@ its bytes; anything else is None (the located read hashes it from memory)."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mori._C.umbp import arrival_checksums, value_checksum
+from mori._C.umbp import UMBPArrivalChecksums, value_checksum
 
 CHUNK = 256 << 10
 DATA = np.random.default_rng().integers(0, 256, 4 * CHUNK + 8192, dtype=np.uint8)  # fresh each run
 BASE = DATA.ctypes.data
+
+
+def arrival_checksums(ptrs: list[int], sizes: list[int], spans: list[tuple[int, int]]) -> list:
+    """Spans told of in this order, on this thread; each value's checksum or None."""
+    a = UMBPArrivalChecksums(ptrs, sizes)
+    for p, n in spans:
+        a.landed(p, n)
+    return [a.checksum(i) for i in range(len(ptrs))]
 
 
 def _layout(draw, count: int) -> list[tuple[int, int]]:
@@ -117,3 +128,34 @@ def test_a_value_told_of_whole_is_its_checksum() -> None:
     half = size // 2
     assert arrival_checksums([BASE], [size], [(BASE + half, size - half), (BASE, half)]) == [value_checksum(BASE, size)]
     assert arrival_checksums([BASE], [size], [(BASE + half, size - half), (BASE, half + 1)]) == [None]
+
+
+def test_lanes_at_once() -> None:
+    """Two threads tell of one value's halves at the same time (a striped read's lanes), each in
+    pieces, many times over: every value comes out whole and right, whichever half runs ahead."""
+    sizes = [CHUNK + (CHUNK >> 1), 2 * CHUNK + 4097, 3 * CHUNK]
+    offs = [0, sizes[0], sizes[0] + sizes[1]]
+    want = [value_checksum(BASE + o, z) for o, z in zip(offs, sizes)]
+    rng = np.random.default_rng()
+    for _ in range(40):
+        a = UMBPArrivalChecksums([BASE + o for o in offs], sizes)
+        lanes: list[list[tuple[int, int]]] = [[], []]
+        for o, z in zip(offs, sizes):
+            half = int(rng.integers(1, z))
+            for lane, (lo, hi) in enumerate(((o, o + half), (o + half, o + z))):
+                at = lo
+                while at < hi:
+                    n = min(hi - at, int(rng.integers(1, 64 << 10)))
+                    lanes[lane].append((BASE + at, n))
+                    at += n
+        threads = [threading.Thread(target=lambda spans=spans: [a.landed(p, n) for p, n in spans]) for spans in lanes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [a.checksum(i) for i in range(3)] == want
+
+
+def test_mismatched_lengths_are_refused() -> None:
+    with pytest.raises(ValueError, match="ptrs and sizes"):
+        UMBPArrivalChecksums([BASE], [1, 2])

@@ -840,21 +840,21 @@ void bind_umbp(py::module_& m) {
       py::arg("ptr"), py::arg("size"), py::arg("piece"), py::call_guard<py::gil_scoped_release>(),
       "value_checksum of [ptr, ptr + size) fed to the streaming hasher `piece` bytes at a time (as SSD reads "
       "in pieces and copies hashed as they go take it)");
-  m.def(
-      "arrival_checksums",
-      [](const std::vector<uintptr_t>& ptrs, const std::vector<uint64_t>& sizes,
-         const std::vector<std::pair<uintptr_t, size_t>>& spans) {
-        MORI_CHECK_ARG(ptrs.size() == sizes.size(), "arrival_checksums: ptrs and sizes differ in length");
-        ArrivalChecksums a(ptrs, sizes);
-        for (const auto& [p, n] : spans) a.landed(reinterpret_cast<const char*>(p), n);
-        std::vector<std::optional<uint64_t>> out(ptrs.size());
-        for (size_t i = 0; i < out.size(); ++i) out[i] = a.checksum(i);
-        return out;
-      },
-      py::arg("ptrs"), py::arg("sizes"), py::arg("spans"), py::call_guard<py::gil_scoped_release>(),
-      "the checksums a located read hashes as its bytes land: values [ptrs[i], ptrs[i] + sizes[i]), told of "
-      "spans (ptr, n) in this order; per value its checksum, or None where a chunk was not told of whole and in "
-      "order (such a value is hashed from memory after the read)");
+  py::class_<ArrivalChecksums>(m, "UMBPArrivalChecksums",
+                               "the checksums a located read hashes as its bytes land (umbp/src/arrival_checksums.h): "
+                               "values [ptrs[i], ptrs[i] + sizes[i]), told of spans as the tcp lanes receive them")
+      .def(py::init([](const std::vector<uintptr_t>& ptrs, const std::vector<uint64_t>& sizes) {
+             MORI_CHECK_ARG(ptrs.size() == sizes.size(), "UMBPArrivalChecksums: ptrs and sizes differ in length");
+             return std::make_unique<ArrivalChecksums>(ptrs, sizes);
+           }),
+           py::arg("ptrs"), py::arg("sizes"))
+      .def(
+          "landed", [](ArrivalChecksums& a, uintptr_t p, size_t n) { a.landed(reinterpret_cast<const char*>(p), n); },
+          py::arg("ptr"), py::arg("n"), py::call_guard<py::gil_scoped_release>(),
+          "[ptr, ptr + n) landed (from any thread: the lanes call this as recv fills memory)")
+      .def("checksum", &ArrivalChecksums::checksum, py::arg("i"), py::call_guard<py::gil_scoped_release>(),
+           "value i's checksum when every byte of it was told of exactly once, else None (hashed from memory "
+           "after the read)");
   m.def(
       "pointer_device", [](uintptr_t ptr) { return pointer_device(ptr); }, py::arg("ptr"),
       py::call_guard<py::gil_scoped_release>(),
