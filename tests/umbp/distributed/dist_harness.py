@@ -31,13 +31,14 @@ def start_workers(
     return workers
 
 
-def start_writer_and_owner(master_address: str) -> tuple["Worker", "Worker"]:
+def start_writer_and_owner(master_address: str, env: Optional[dict] = None) -> tuple["Worker", "Worker"]:
     """Worker a (16 MiB of DRAM) and worker b (160 MiB): most_available routes a's puts to b."""
     from umbp_master_harness import uid
 
     a, b = start_workers(
         dict(master=master_address, node_id=uid("a"), dram=16 << 20, pool_bytes=16 << 20),
         dict(master=master_address, node_id=uid("b"), dram=160 << 20, pool_bytes=16 << 20),
+        env=env,
     )
     return a, b
 

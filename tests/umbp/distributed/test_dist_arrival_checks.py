@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from dist_harness import start_workers
+from dist_harness import start_writer_and_owner
 from umbp_master_harness import fast_settings, running_master, uid
 
 pytestmark = pytest.mark.timeout(180)
@@ -21,11 +21,7 @@ CHUNK = 256 << 10
 @pytest.fixture(scope="module")
 def tcp_pair():
     with running_master(settings=fast_settings()) as m:
-        a, b = start_workers(
-            dict(master=m.address, node_id=uid("a"), dram=16 << 20, pool_bytes=16 << 20),
-            dict(master=m.address, node_id=uid("b"), dram=160 << 20, pool_bytes=16 << 20),
-            env={"MORI_IO_DIRECT": "0"},
-        )
+        a, b = start_writer_and_owner(m.address, env={"MORI_IO_DIRECT": "0"})
         try:
             yield a, b
         finally:
