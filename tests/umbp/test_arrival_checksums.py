@@ -133,8 +133,9 @@ def test_a_value_told_of_whole_is_its_checksum() -> None:
 def test_lanes_at_once() -> None:
     """Two threads tell of one value's halves at the same time (a striped read's lanes), each in
     pieces, many times over: every value comes out whole and right, whichever half runs ahead."""
-    sizes = [CHUNK + (CHUNK >> 1), 2 * CHUNK + 4097, 3 * CHUNK]
+    sizes = [CHUNK + (CHUNK >> 1), CHUNK + 4097, CHUNK - 3]  # 3.5 chunks and change: within DATA
     offs = [0, sizes[0], sizes[0] + sizes[1]]
+    assert offs[-1] + sizes[-1] <= DATA.size
     want = [value_checksum(BASE + o, z) for o, z in zip(offs, sizes)]
     rng = np.random.default_rng()
     for _ in range(40):
