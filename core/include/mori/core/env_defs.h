@@ -68,8 +68,8 @@
   X(io_tcp_chunk, "MORI_IO_TCP_CHUNK", size, "512KiB", io, "",                                                         \
     "MORI-IO tcp backend: larger transfers are striped over the lanes, in equal pieces of at most this size")          \
   X(io_tcp_stripe_from, "MORI_IO_TCP_STRIPE_FROM", size, "192KiB", io, "",                                             \
-    "MORI-IO tcp backend: transfers larger than this or than MORI_IO_TCP_CHUNK are striped over the lanes, in "        \
-    "equal pieces of at most the chunk (0: the chunk alone decides)")                                                  \
+    "MORI-IO tcp backend: transfers larger than this or than MORI_IO_TCP_CHUNK are striped, in equal pieces of at "    \
+    "most the chunk, over as many lanes as give each at least this much, two at least (0: the chunk alone decides)")   \
   X(io_inline_bytes, "MORI_IO_INLINE_BYTES", size, "64KiB", io, "",                                                    \
     "MORI-IO: posts up to this size are sent from the caller's thread when the connection is not sending (larger "     \
     "ones up to its 4 MiB socket buffer when nothing is in flight either)")                                            \
