@@ -16,9 +16,9 @@ void TcpBackend::post(bool read, Peer& peer, const std::shared_ptr<Transfer>& t,
   std::vector<std::vector<Lane::Piece>> per_lane(n);
   const size_t chunk = engine_.settings().chunk_bytes, stripe_from = engine_.settings().stripe_from;
   bool stripe = n > 1 && total > stripe_from;
-  // The lanes this transfer uses: an unstriped one the first two in turn (a lane used often
-  // answers from a thread still awake), a striped one as many as give each at least
-  // stripe_from bytes, two at least (a 360 KiB read in halves, 2 MiB over four lanes).
+  // The lanes this transfer uses: an unstriped one the first two in turn (taking all four in
+  // turn made 64 KiB reads slower, 29 -> 39-43 us: docs/io.md, Round 6), a striped one as many
+  // as give each at least stripe_from bytes, two at least (360 KiB in halves, 2 MiB over four).
   const size_t use = stripe ? std::min<size_t>(n, std::max<uint64_t>(2, total / stripe_from)) : std::min<size_t>(n, 2);
   size_t lane = t->uid % use;
   uint64_t piece = wire::kMaxChunk;
