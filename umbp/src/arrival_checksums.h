@@ -10,7 +10,6 @@
 // from memory (it landed microseconds ago), so no chunk waits for the end of the read. A chunk
 // told of twice, or not whole, is hashed from memory after the read, as before.
 #pragma once
-#pragma once
 
 #include <cstddef>
 #include <cstdint>
