@@ -51,9 +51,8 @@ if first < 0 then first = 0 end
 return {1, acked, gap, count, first}
 """
 
-# KEYS[1] = P:count  ARGV: prefix, node_id, now, then (kind, tier, key, size, offset, checksum)...
-# (checksum '0': the place is not known) -> {key, size, 1 (first copy) | 0 (last copy gone), ...}
-APPLY_EVENTS = r"""
+# The Lua function both event scripts below start with.
+_REBUILD_COPIES = r"""
 -- Rebuild field r, the key's copies as the get path returns them ("node US tier US size", then
 -- "US offset US checksum" when the place is known, joined by RS), from the c:<node>:<tier> and
 -- p:<node>:<tier> fields; done on writes so that reads parse nothing.
@@ -76,6 +75,13 @@ local function rebuild(k)
   end
   redis.call('HSET', k, 'r', table.concat(copies, '\30'))
 end
+"""
+
+# KEYS[1] = P:count  ARGV: prefix, node_id, now, then (kind, tier, key, size, offset, checksum)...
+# (checksum '0': the place is not known) -> {key, size, 1 (first copy) | 0 (last copy gone), ...}
+APPLY_EVENTS = (
+    _REBUILD_COPIES
+    + r"""
 local p, node, now = ARGV[1], ARGV[2], ARGV[3]
 local nodeset = p .. ':n:' .. node
 local out = {}
@@ -118,33 +124,14 @@ for i = 4, #ARGV, 6 do
 end
 return out
 """
+)
 
 # KEYS[1] = P:count  ARGV: prefix, node_id, keep ('1': only drop copies not listed after), listed...
 # Drops the node's copies in this shard (all, or those not in the listed "tier|key" members).
 # -> {key, size, ...} of keys left with no copy
-DROP_NODE = r"""
--- Rebuild field r, the key's copies as the get path returns them ("node US tier US size", then
--- "US offset US checksum" when the place is known, joined by RS), from the c:<node>:<tier> and
--- p:<node>:<tier> fields; done on writes so that reads parse nothing.
-local function rebuild(k)
-  local fields = redis.call('HGETALL', k)
-  local places = {}
-  for j = 1, #fields, 2 do
-    if string.sub(fields[j], 1, 2) == 'p:' then places[string.sub(fields[j], 3)] = fields[j + 1] end
-  end
-  local copies = {}
-  for j = 1, #fields, 2 do
-    local f = fields[j]
-    if string.sub(f, 1, 2) == 'c:' then
-      local rest = string.sub(f, 3)
-      local sep = string.find(rest, ':[^:]*$')
-      local copy = string.sub(rest, 1, sep - 1) .. '\31' .. string.sub(rest, sep + 1) .. '\31' .. fields[j + 1]
-      if places[rest] then copy = copy .. '\31' .. places[rest] end
-      copies[#copies + 1] = copy
-    end
-  end
-  redis.call('HSET', k, 'r', table.concat(copies, '\30'))
-end
+DROP_NODE = (
+    _REBUILD_COPIES
+    + r"""
 local p, node = ARGV[1], ARGV[2]
 local nodeset = p .. ':n:' .. node
 local keep = {}
@@ -172,6 +159,7 @@ for _, m in ipairs(redis.call('SMEMBERS', nodeset)) do
 end
 return out
 """
+)
 
 # KEYS[1] = any key of the endpoint's (or cluster slot's) shards
 # ARGV: now, lease_until, exclude ('\n'-joined), the keys' full hash names (P:k:<key>) '\n'-joined
