@@ -47,35 +47,35 @@ void ArrivalChecksums::landed(const char* p, size_t n) {
 }
 
 void ArrivalChecksums::feed(Chunk& c, uint64_t at, const char* p, size_t n) {
-  std::lock_guard<std::mutex> lock(c.mu);
+  std::unique_lock<std::mutex> lock(c.mu);
   if (c.spoiled) return;
-  if (at != c.hashed) {
-    // Ahead of the prefix (another lane brings what lies before): noted, unless told of already.
-    auto next =
-        std::lower_bound(c.ahead.begin(), c.ahead.end(), at, [](const Range& r, uint64_t a) { return r.at < a; });
-    const bool overlaps = at < c.hashed || (next != c.ahead.end() && next->at < at + n) ||
-                          (next != c.ahead.begin() && (next - 1)->at + (next - 1)->n > at);
-    if (overlaps)
-      c.spoiled = true;
-    else
-      c.ahead.insert(next, Range{at, n});
-    return;
-  }
-  if (!c.ahead.empty() && c.ahead.front().at < at + n) {  // runs into a part noted ahead
+  auto next = std::lower_bound(c.ahead.begin(), c.ahead.end(), at, [](const Range& r, uint64_t a) { return r.at < a; });
+  const bool overlaps = at < c.claimed || (next != c.ahead.end() && next->at < at + n) ||
+                        (next != c.ahead.begin() && (next - 1)->at + (next - 1)->n > at);
+  if (overlaps) {  // a byte told of twice
     c.spoiled = true;
     return;
   }
-  if (at == 0) XXH3_64bits_reset(&c.state);
-  chunk_update(&c.state, p, n);
-  c.hashed += n;
-  // The parts noted ahead that now follow the prefix: in memory already, hashed from there.
-  const char* base = p - at;
-  size_t k = 0;
-  for (; k < c.ahead.size() && c.ahead[k].at == c.hashed; ++k) {
-    chunk_update(&c.state, base + c.ahead[k].at, c.ahead[k].n);
-    c.hashed += c.ahead[k].n;
+  if (at != c.claimed || c.hashed != c.claimed) {
+    // Past the prefix, or the prefix's thread is hashing: noted, for whoever holds the prefix.
+    c.ahead.insert(next, Range{at, n});
+    return;
   }
-  c.ahead.erase(c.ahead.begin(), c.ahead.begin() + static_cast<std::ptrdiff_t>(k));
+  // This thread holds the prefix: it hashes its bytes, then the parts noted ahead that now
+  // follow them (in memory already), each outside the lock.
+  const char* base = p - at;
+  if (at == 0) XXH3_64bits_reset(&c.state);
+  for (uint64_t from = at, len = n;;) {
+    c.claimed = from + len;
+    lock.unlock();
+    chunk_update(&c.state, base + from, static_cast<size_t>(len));
+    lock.lock();
+    c.hashed = c.claimed;
+    if (c.spoiled || c.ahead.empty() || c.ahead.front().at != c.hashed) return;
+    from = c.ahead.front().at;
+    len = c.ahead.front().n;
+    c.ahead.erase(c.ahead.begin());
+  }
 }
 
 std::optional<uint64_t> ArrivalChecksums::checksum(size_t i) const {

@@ -7,7 +7,8 @@
 // XXH3 takes a chunk in order, but a striped read lands a chunk's parts from two lanes at once
 // (a 360 KiB value as two 180 KiB halves: chunk 0 gets bytes from both). A part that lands
 // ahead of the hashed prefix is noted; the thread that brings the prefix up to it hashes it
-// from memory (it landed microseconds ago), so no chunk waits for the end of the read. A chunk
+// from memory (it landed microseconds ago), so no chunk waits for the end of the read. Hashing
+// happens outside the chunk's lock: a lane noting its part never waits for another's hash. A chunk
 // told of twice, or not whole, is hashed from memory after the read, as before.
 #pragma once
 
@@ -41,9 +42,10 @@ class ArrivalChecksums final : public io::ArrivalObserver {
   };
   struct Chunk {
     XXH3_state_t state;        // 64-byte aligned (xxHash declares it so): new[] honours it (C++17)
-    std::mutex mu;             // the lanes that bring its parts
+    std::mutex mu;             // the lanes that bring its parts (never held while hashing)
     uint64_t hashed = 0;       // the prefix hashed so far
-    std::vector<Range> ahead;  // parts landed past the prefix, by `at`
+    uint64_t claimed = 0;      // ... and being hashed: [hashed, claimed) by the thread that claimed it
+    std::vector<Range> ahead;  // parts landed past what is claimed, by `at`
     bool spoiled = false;      // a byte told of twice: hashed after the read
   };
   struct Value {
@@ -52,7 +54,9 @@ class ArrivalChecksums final : public io::ArrivalObserver {
     size_t first;  // its first chunk in chunks_
   };
 
-  // Bytes [at, at + n) of chunk c landed at p.
+  // Bytes [at, at + n) of chunk c landed at p. The thread whose bytes continue the prefix
+  // claims them and hashes them outside the lock, then the parts noted ahead that follow; a
+  // thread whose bytes lie further on only notes them, never waiting for a hash.
   static void feed(Chunk& c, uint64_t at, const char* p, size_t n);
 
   std::vector<Value> values_;      // in the order given

@@ -852,6 +852,13 @@ void bind_umbp(py::module_& m) {
           "landed", [](ArrivalChecksums& a, uintptr_t p, size_t n) { a.landed(reinterpret_cast<const char*>(p), n); },
           py::arg("ptr"), py::arg("n"), py::call_guard<py::gil_scoped_release>(),
           "[ptr, ptr + n) landed (from any thread: the lanes call this as recv fills memory)")
+      .def(
+          "landed_spans",
+          [](ArrivalChecksums& a, const std::vector<std::pair<uintptr_t, size_t>>& spans) {
+            for (const auto& [p, n] : spans) a.landed(reinterpret_cast<const char*>(p), n);
+          },
+          py::arg("spans"), py::call_guard<py::gil_scoped_release>(),
+          "landed(ptr, n) for each (ptr, n) in turn, in one call: a lane's spans as fast as recv brings them")
       .def("checksum", &ArrivalChecksums::checksum, py::arg("i"), py::call_guard<py::gil_scoped_release>(),
            "value i's checksum when every byte of it was told of exactly once, else None (hashed from memory "
            "after the read)");
