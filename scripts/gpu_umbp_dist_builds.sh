@@ -37,50 +37,23 @@ mkdir -p "$OUT" "$PREFIX"
 OUT=$(cd "$OUT" && pwd)
 rc=0
 
-build() {  # name, source tree
-  local name=$1 src=$2 start=$SECONDS
-  rm -rf "$PREFIX/$name"
-  env CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" $PY -m pip install -q --no-build-isolation --no-deps \
-    --target "$PREFIX/$name" -C cmake.define.MORI_DISABLE_CUDA=ON -C build-dir="$PREFIX/build-$name" "$src" \
-    > "$OUT/build-$name.log" 2>&1
-  local r=$?
-  echo "== build $name: exit $r, $((SECONDS - start)) s"
-  [ $r -eq 0 ] || { rc=1; tail -25 "$OUT/build-$name.log"; }
-  return $r
-}
+source "$ROOT/scripts/before_after_builds.sh"
 
 if [[ " $STEPS " == *" build "* ]]; then
-  if [ -n "${BEFORE_SRC:-}" ]; then
-    before_src=$BEFORE_SRC
-  else
-    before_src=$PREFIX/src-before
-    rm -rf "$before_src" && mkdir -p "$before_src"
-    git -C "$ROOT" archive "$BEFORE" | tar -x -C "$before_src" ||
-      { echo "no git here to take $BEFORE from: set BEFORE_SRC to a tree of it"; exit 1; }
-  fi
-  build before "$before_src" || exit 1
-  build after "$ROOT" || exit 1
+  ab_build_both || exit 1
 fi
 
 if [[ " $STEPS " == *" run "* ]]; then
-  for name in before after; do
-    [ -d "$PREFIX/$name/mori" ] || { echo "no $name build in $PREFIX: run STEPS=build first"; exit 1; }
-  done
+  ab_check_builds || exit 1
   { date -u; nproc; uptime; } > "$OUT/machine.txt" 2>&1
-  SITE=$($PY -c 'import sysconfig; p = sysconfig.get_paths(); print(p["purelib"] + ":" + p["platlib"])')
-  run_in() {  # build name, command...
-    local name=$1
-    shift
-    (cd "$PREFIX" && PYTHONPATH="$PREFIX/$name:$SITE" "$@")
-  }
   for i in $(seq 1 "$RUNS"); do
     for name in before after; do
       log=$OUT/$name-$i.log
-      run_in $name $PY -S -c 'import mori; print("mori from", mori.__file__)' > "$log" 2>&1
-      run_in $name timeout 400 $PY -S -m mori.apps.cli bench umbp --distributed --hosts netns --sizes "$SIZES" \
+      ab_run_in $name $PY -S -c 'import mori; print("mori from", mori.__file__)' > "$log" 2>&1
+      ab_run_in $name timeout 400 $PY -S -m mori.apps.cli bench umbp --distributed --hosts netns --sizes "$SIZES" \
         --batches "$BATCHES" --iters "$ITERS" --budget 0.4 --json "$OUT/$name-$i.json" >> "$log" 2>&1 ||
         { rc=1; echo "== $name-$i failed"; tail -15 "$log"; }
-      run_in $name env MORI_IO_DIRECT=0 timeout 200 $PY -S "$ROOT/scripts/umbp_located_read_cost.py" --calls 300 \
+      ab_run_in $name env MORI_IO_DIRECT=0 timeout 200 $PY -S "$ROOT/scripts/umbp_located_read_cost.py" --calls 300 \
         --shapes "$SHAPES" > "$OUT/probe-$name-$i.txt" 2>&1 || rc=1
     done
   done

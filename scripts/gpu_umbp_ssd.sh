@@ -30,60 +30,31 @@ mkdir -p "$OUT" "$PREFIX"
 OUT=$(cd "$OUT" && pwd)
 rc=0
 
-build() {  # name, source tree
-  local name=$1 src=$2 start=$SECONDS
-  rm -rf "$PREFIX/$name"
-  env CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" $PY -m pip install -q --no-build-isolation --no-deps \
-    --target "$PREFIX/$name" -C cmake.define.MORI_DISABLE_CUDA=ON -C build-dir="$PREFIX/build-$name" "$src" \
-    > "$OUT/build-$name.log" 2>&1
-  local r=$?
-  echo "== build $name: exit $r, $((SECONDS - start)) s"
-  [ $r -eq 0 ] || { rc=1; tail -25 "$OUT/build-$name.log"; }
-  return $r
-}
+source "$ROOT/scripts/before_after_builds.sh"
 
 if [[ " $STEPS " == *" build "* ]]; then
-  if [ -n "${BEFORE_SRC:-}" ]; then
-    before_src=$BEFORE_SRC
-  else
-    before_src=$PREFIX/src-before
-    rm -rf "$before_src" && mkdir -p "$before_src"
-    git -C "$ROOT" archive "$BEFORE" | tar -x -C "$before_src" ||
-      { echo "no git here to take $BEFORE from: set BEFORE_SRC to a tree of it"; exit 1; }
-  fi
-  build before "$before_src" || exit 1
-  build after "$ROOT" || exit 1
+  ab_build_both || exit 1
   # One bench method for both: this tree's SSD rows (the raw read alternated with the get call by
   # call) run against the before build's store (the bench uses only the public API).
   cp apps/bench/umbp.py apps/bench/umbp_workload.py "$PREFIX/before/mori/apps/bench/"
 fi
 
 if [[ " $STEPS " == *" run "* ]]; then
-  for name in before after; do
-    [ -d "$PREFIX/$name/mori" ] || { echo "no $name build in $PREFIX: run STEPS=build first"; exit 1; }
-  done
+  ab_check_builds || exit 1
   { date -u; nproc; uptime; df -T "$SSD_DIR" | tail -1; lsblk -o NAME,SIZE,ROTA,TYPE,MOUNTPOINT 2>/dev/null; } \
     > "$OUT/machine.txt" 2>&1
-  # Each build runs from its own directory with `python -S` and the interpreter's site-packages
-  # named on PYTHONPATH: without -S an editable install of mori there (its import hook goes first)
-  # would shadow both builds. A line of each log says which mori ran.
-  SITE=$($PY -c 'import sysconfig; p = sysconfig.get_paths(); print(p["purelib"] + ":" + p["platlib"])')
-  run_in() {  # build name, command...
-    local name=$1
-    shift
-    (cd "$PREFIX" && PYTHONPATH="$PREFIX/$name:$SITE" "$@")
-  }
+  # Each build runs with `python -S` (ab_run_in says why); a line of each log says which mori ran.
   for i in $(seq 1 "$RUNS"); do
     for name in before after; do
-      run_in $name $PY -S -c 'import mori; print("mori from", mori.__file__)' > "$OUT/$name-$i.log" 2>&1
-      run_in $name timeout 300 $PY -S -m mori.apps.cli bench umbp --modes local --tiers ssd --batches 1 \
+      ab_run_in $name $PY -S -c 'import mori; print("mori from", mori.__file__)' > "$OUT/$name-$i.log" 2>&1
+      ab_run_in $name timeout 300 $PY -S -m mori.apps.cli bench umbp --modes local --tiers ssd --batches 1 \
         --no-mooncake --ssd-dir "$SSD_DIR" --json "$OUT/$name-$i.json" >> "$OUT/$name-$i.log" 2>&1 ||
         { rc=1; echo "== $name-$i failed"; tail -15 "$OUT/$name-$i.log"; }
     done
   done
   for name in before after; do
-    run_in $name $PY -S -c 'import mori; print("mori from", mori.__file__)' > "$OUT/single-$name.txt" 2>&1
-    run_in $name timeout 200 $PY -S "$ROOT/tests/umbp/ssd_tier_microbench.py" --single --backend posix \
+    ab_run_in $name $PY -S -c 'import mori; print("mori from", mori.__file__)' > "$OUT/single-$name.txt" 2>&1
+    ab_run_in $name timeout 200 $PY -S "$ROOT/tests/umbp/ssd_tier_microbench.py" --single --backend posix \
       --iters 200 "$SSD_DIR" >> "$OUT/single-$name.txt" 2>&1 || rc=1
   done
   grep -h "mori from" "$OUT"/before-1.log "$OUT"/after-1.log

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Sourced by the GPU-host A/B scripts (gpu_umbp_ssd.sh, gpu_umbp_dist_builds.sh): two builds of
+# MORI side by side, the tree at $BEFORE (or $BEFORE_SRC) and this tree, each installed with
+# `pip install --target` (CUDA off) under $PREFIX, and a way to run a command in either.
+# The caller sets ROOT (the repo), PREFIX, OUT, PY and rc (failures set it to 1).
+
+# Builds source tree $2 into $PREFIX/$1; its log goes to $OUT/build-$1.log.
+ab_build() {
+  local name=$1 src=$2 start=$SECONDS
+  rm -rf "$PREFIX/$name"
+  env CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" $PY -m pip install -q --no-build-isolation --no-deps \
+    --target "$PREFIX/$name" -C cmake.define.MORI_DISABLE_CUDA=ON -C build-dir="$PREFIX/build-$name" "$src" \
+    > "$OUT/build-$name.log" 2>&1
+  local r=$?
+  echo "== build $name: exit $r, $((SECONDS - start)) s"
+  [ $r -eq 0 ] || { rc=1; tail -25 "$OUT/build-$name.log"; }
+  return $r
+}
+
+# Builds "before" (from $BEFORE_SRC, else `git archive $BEFORE`) and "after" (this tree).
+ab_build_both() {
+  local before_src
+  if [ -n "${BEFORE_SRC:-}" ]; then
+    before_src=$BEFORE_SRC
+  else
+    before_src=$PREFIX/src-before
+    rm -rf "$before_src" && mkdir -p "$before_src"
+    git -C "$ROOT" archive "$BEFORE" | tar -x -C "$before_src" ||
+      { echo "no git here to take $BEFORE from: set BEFORE_SRC to a tree of it"; return 1; }
+  fi
+  ab_build before "$before_src" && ab_build after "$ROOT"
+}
+
+# Fails unless both builds are there.
+ab_check_builds() {
+  local name
+  for name in before after; do
+    [ -d "$PREFIX/$name/mori" ] || { echo "no $name build in $PREFIX: run STEPS=build first"; return 1; }
+  done
+}
+
+# Runs a command with build $1's mori: from $PREFIX, `python -S` style, with the interpreter's
+# site-packages after the build on PYTHONPATH, so that an editable install of mori there (its
+# import hook goes first) cannot shadow the build.
+ab_run_in() {
+  local name=$1
+  shift
+  local site
+  site=$($PY -c 'import sysconfig; p = sysconfig.get_paths(); print(p["purelib"] + ":" + p["platlib"])')
+  (cd "$PREFIX" && PYTHONPATH="$PREFIX/$name:$site" "$@")
+}
