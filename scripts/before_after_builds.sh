@@ -40,12 +40,13 @@ ab_check_builds() {
 }
 
 # Runs a command with build $1's mori: from $PREFIX, `python -S` style, with the interpreter's
-# site-packages after the build on PYTHONPATH, so that an editable install of mori there (its
-# import hook goes first) cannot shadow the build.
+# site-packages after the build on PYTHONPATH (then what PYTHONPATH held, e.g. device_env.sh's
+# wheels), so that an editable install of mori there (its import hook goes first) cannot shadow
+# the build.
 ab_run_in() {
   local name=$1
   shift
   local site
   site=$($PY -c 'import sysconfig; p = sysconfig.get_paths(); print(p["purelib"] + ":" + p["platlib"])')
-  (cd "$PREFIX" && PYTHONPATH="$PREFIX/$name:$site" "$@")
+  (cd "$PREFIX" && PYTHONPATH="$PREFIX/$name:$site${PYTHONPATH:+:$PYTHONPATH}" "$@")
 }

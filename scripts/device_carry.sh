@@ -8,15 +8,17 @@
 #   .devdeps/ip/{bin,lib}        iproute2's `ip` and its libraries: network namespaces
 #   .devdeps/include/xxhash.h    xxHash's header
 #   .whl/                        grpcio, grpcio-tools, protobuf (cp312; the build generates the
-#                                control plane's modules) and Mooncake's CPU wheel without its two
-#                                unused binaries (the carry's limit is 64 MiB with the tree)
+#                                control plane's modules)
+#   .devdeps/mooncake-site.tar.xz  Mooncake's CPU wheel unpacked for /tmp/site (see below; the
+#                                carry's limit is 64 MiB with the tree)
 # On the GPU machine, before building (a call's command):
 #   G=/tmp/g; mkdir -p $G && tar xJf .devdeps/grpcpp-root.tar.xz -C $G &&
 #   sed -i "s|@ROOT@|$G|" $G/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc
 #   U=$PWD/.devdeps/uring/usr
 #   export PKG_CONFIG_PATH=$G/usr/lib/x86_64-linux-gnu/pkgconfig PATH=$PWD/.devdeps/ip/bin:$PATH \
 #     LD_LIBRARY_PATH=$G/usr/lib/x86_64-linux-gnu:$U/lib/x86_64-linux-gnu:$PWD/.devdeps/ip/lib
-#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl; export PYTHONPATH=/tmp/site
+#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+#   tar xJf .devdeps/mooncake-site.tar.xz -C /tmp/site; export PYTHONPATH=/tmp/site
 #   CMAKE_ARGS="-DXXHASH_INCLUDE_DIR=$PWD/.devdeps/include -DLIBURING_INCLUDE_DIR=$U/include
 #     -DLIBURING_LIBRARY=$U/lib/x86_64-linux-gnu/liburing.so.2 -DUMBP_PROTOC=$G/usr/bin/protoc
 #     -DMORI_DISABLE_CUDA=ON" python3 -m pip install --no-build-isolation --no-deps -e .
@@ -67,6 +69,12 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   -d "$ROOT/.whl" grpcio grpcio-tools protobuf
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp "${PLAT[@]}" \
   -d mc mooncake-transfer-engine-non-cuda
+# Mooncake travels unpacked, as one xz tarball for /tmp/site (a third smaller than its wheel, and
+# the tree grew past what the 64 MiB carry leaves): without its two unused binaries, and with
+# mooncake/libetcd_wrapper.so, a 22 MB twin of the auditwheel copy in the .libs folder, linked to it.
+rm -f "$ROOT"/.whl/mooncake*.whl
 mkdir mcx && (cd mcx && unzip -q ../mc/*.whl && rm -f mooncake/transfer_engine_bench mooncake/mooncake_client &&
-  sed -i '/transfer_engine_bench\|mooncake_client/d' ./*.dist-info/RECORD && zip -q -r -9 "$ROOT/.whl/$(basename ../mc/*.whl)" .)
+  etcd=$(cd mooncake_transfer_engine_non_cuda.libs && ls libetcd_wrapper-*.so) &&
+  ln -sf "../mooncake_transfer_engine_non_cuda.libs/$etcd" mooncake/libetcd_wrapper.so &&
+  tar cf - . | xz -T0 -6 > "$ROOT/.devdeps/mooncake-site.tar.xz")
 du -sh "$ROOT/.devdeps" "$ROOT/.whl"
