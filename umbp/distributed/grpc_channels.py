@@ -3,7 +3,8 @@
 
 Where the build has grpc++ (``UMBP_GRPC_CLIENT``: ``auto``, ``cpp`` or ``python``), a stub's
 methods call through ``mori.umbp._master_server.GrpcChannel``: the request serialized here, the
-call signed and run to its end in C++ on the calling thread without the interpreter lock, the
+call signed and run to its end in C++ on the calling thread without the interpreter lock (as a
+message of a long-lived call stream where the server answers those, ``UMBP_GRPC_STREAMS``), the
 reply parsed here. Otherwise they are grpcio's stubs over a channel with the signing interceptor.
 Both raise ``grpc.RpcError`` with ``code()`` and ``details()`` for a failed call and have a
 ``future()`` form, so the callers are the same code under either.
@@ -119,7 +120,10 @@ class Channel:
         opts = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20)]
         opts += options or []
         if self.kind == "cpp":
-            self._channel = cpp_server().GrpcChannel(address, 256 << 20, secret or b"")
+            from mori.core.env import setting
+
+            streams = bool(setting("UMBP_GRPC_STREAMS"))
+            self._channel = cpp_server().GrpcChannel(address, 256 << 20, secret or b"", streams)
             self.stubs = [NativeStub(self._channel, service, pb) for _cls, service, pb in services]
         else:
             channel = grpc.insecure_channel(address, options=opts)

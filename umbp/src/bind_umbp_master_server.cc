@@ -153,6 +153,8 @@ PYBIND11_MODULE(_master_server, m) {
       .def("stop", &MasterGrpcServer::stop, py::arg("grace"), py::call_guard<py::gil_scoped_release>(),
            "Stop: calls in flight get `grace` seconds, then are cancelled; the workers end.")
       .def_property_readonly("workers", &MasterGrpcServer::workers, "Worker threads serving (after start()).")
+      .def_property_readonly("streams_open", &MasterGrpcServer::streams_open,
+                             "Call streams (UMBPCallStream) open now: clients keep one per calling thread.")
       .def(
           "verify_calls",
           [](MasterGrpcServer& server, CallVerifier& verifier, std::vector<std::string> methods,
@@ -221,10 +223,11 @@ PYBIND11_MODULE(_master_server, m) {
       .def_property_readonly("answered", &NativePeerPuts::answered, "Calls answered natively since the start.");
 
   py::class_<GrpcChannel>(m, "GrpcChannel",
-                          "A gRPC client channel in grpc++: unary calls as bytes, signed with the job secret, run on "
-                          "the calling thread without the interpreter lock (umbp/src/grpc_channel.h).")
-      .def(py::init<std::string, int, std::string>(), py::arg("target"), py::arg("max_message_bytes") = 256 << 20,
-           py::arg("secret") = std::string())
+                          "A gRPC client channel in grpc++: calls as bytes, signed with the job secret, run on "
+                          "the calling thread without the interpreter lock, carried on call streams where the "
+                          "server answers them (umbp/src/grpc_channel.h).")
+      .def(py::init<std::string, int, std::string, bool>(), py::arg("target"), py::arg("max_message_bytes") = 256 << 20,
+           py::arg("secret") = std::string(), py::arg("streams") = true)
       .def(
           "call",
           [](const GrpcChannel& ch, const std::string& method, py::bytes request, double timeout_s) {
@@ -239,9 +242,11 @@ PYBIND11_MODULE(_master_server, m) {
             return py::make_tuple(r.code, py::str(r.details), py::bytes(r.body));
           },
           py::arg("method"), py::arg("request"), py::arg("timeout_s"),
-          "One unary call of `method` (\"/umbp.UMBPMaster/RouteGet\") with the serialized request within "
+          "One call of `method` (\"/umbp.UMBPMaster/RouteGet\") with the serialized request within "
           "timeout_s (<= 0: no deadline): (code, details, reply bytes), code 0 for OK.")
-      .def_property_readonly("target", &GrpcChannel::target);
+      .def_property_readonly("target", &GrpcChannel::target)
+      .def_property_readonly("streams", &GrpcChannel::streams,
+                             "Whether calls go on call streams (asked for, and the server has not refused one).");
 
   py::class_<RedisRoutes>(m, "RedisRoutes",
                           "The Redis store's get path in C++ (hiredis): the store's ROUTE_GET_BATCH script by "

@@ -13,9 +13,12 @@
 #include <grpcpp/channel.h>
 #include <grpcpp/generic/generic_stub.h>
 
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace mori::umbp {
 
@@ -29,8 +32,9 @@ struct GrpcCallResult {
 class GrpcChannel {
  public:
   // target: host:port; max_message_bytes: the largest request or reply; secret: the job secret's
-  // bytes (empty: calls go unsigned).
-  GrpcChannel(std::string target, int max_message_bytes, std::string secret);
+  // bytes (empty: calls go unsigned); streams: carry the calls as the messages of call streams
+  // (UMBPCallStream, umbp_admin.proto) where the server answers them, unary calls otherwise.
+  GrpcChannel(std::string target, int max_message_bytes, std::string secret, bool streams = true);
   ~GrpcChannel();
   GrpcChannel(const GrpcChannel&) = delete;
   GrpcChannel& operator=(const GrpcChannel&) = delete;
@@ -42,11 +46,26 @@ class GrpcChannel {
 
   const std::string& target() const { return target_; }
 
+  // Whether calls go on call streams: asked for, built with protobuf, and the server has not
+  // answered UNIMPLEMENTED to one.
+  bool streams() const { return streams_.load(std::memory_order_relaxed); }
+
+  struct CallStream;
+
  private:
+  GrpcCallResult unary(const std::string& method, std::string_view request, double timeout_s) const;
+  // The call on a stream of the pool; false when it must go unary instead (no stream answers).
+  bool streamed(const std::string& method, std::string_view request, double timeout_s, GrpcCallResult& out) const;
+
   std::string target_;
   std::string secret_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<grpc::GenericStub> stub_;
+  // Streams between calls: a caller takes one for its call and gives it back after (a stream
+  // carries one call at a time). Up to kMaxStreams are kept; more callers at once open more.
+  mutable std::atomic<bool> streams_;
+  mutable std::mutex idle_mu_;
+  mutable std::vector<std::unique_ptr<CallStream>> idle_;
 };
 
 }  // namespace mori::umbp

@@ -10,12 +10,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <shared_mutex>
 #include <string_view>
 #include <unordered_set>
 
 #include "mori/core/status.h"
 #include "src/master_grpc_auth.h"
+#if MORI_UMBP_HAVE_PROTOBUF
+#include "umbp_admin.pb.h"
+#endif
 
 namespace mori::umbp {
 
@@ -35,13 +39,27 @@ std::string_view metadata_value(const std::multimap<grpc::string_ref, grpc::stri
 }
 
 // One call's state on the completion queue: a unary RPC read as the first message of a generic
-// bidi stream (its client sends one message and half-closes). Its tag is the object itself;
+// bidi stream (its client sends one message and half-closes), or a call stream
+// (kCallStreamMethod), read and answered message by message. Its tag is the object itself;
 // `stage` says which operation completed.
 struct Call {
-  enum Stage { kRequested, kRead, kFinished } stage = kRequested;
+  enum Stage { kRequested, kRead, kStreamRead, kStreamWritten, kFinished } stage = kRequested;
   grpc::GenericServerContext ctx;
   grpc::GenericServerAsyncReaderWriter stream{&ctx};
   grpc::ByteBuffer request, reply;
+  bool waiting = false;  // a call stream's Read is pending (under Impl::streams_mu)
+};
+
+// The method of UMBPCallStream (umbp_admin.proto): calls of the other methods carried as the
+// messages of one long-lived stream.
+constexpr std::string_view kCallStreamMethod = "/umbp.UMBPCallStream/Calls";
+
+// Who called, for the signature check and the handler: a unary call's metadata, or a streamed
+// call's own fields (its stream's metadata besides).
+struct CallSite {
+  std::string_view method, ts, nonce, sig;
+  double time_remaining_s = -1;
+  bool streamed = false;
 };
 
 // A request's bytes in one piece: a view of grpc's own slice when it arrived in one (the usual
@@ -69,14 +87,19 @@ double time_remaining_s(const grpc::GenericServerContext& ctx) {
   return std::max(0.0, std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count());
 }
 
-GrpcCall call_of(Call& c, std::string request) {
+GrpcCall call_of(Call& c, const CallSite& site, std::string request) {
   GrpcCall call;
-  call.method = c.ctx.method();
+  call.method = site.method;
   call.request = std::move(request);
   for (const auto& [k, v] : c.ctx.client_metadata())
     call.metadata.emplace_back(std::string(k.data(), k.size()), std::string(v.data(), v.size()));
+  if (site.streamed && !site.sig.empty()) {
+    call.metadata.emplace_back(CallVerifier::kTsKey, site.ts);
+    call.metadata.emplace_back(CallVerifier::kNonceKey, site.nonce);
+    call.metadata.emplace_back(CallVerifier::kSigKey, site.sig);
+  }
   call.peer = c.ctx.peer();
-  call.time_remaining_s = time_remaining_s(c.ctx);
+  call.time_remaining_s = site.time_remaining_s;
   return call;
 }
 
@@ -140,6 +163,11 @@ struct MasterGrpcServer::Impl {
           c->stream.Read(&c->request, c);
           break;
         case Call::kRead:
+          if (ok && streams_served && c->ctx.method() == kCallStreamMethod) {
+            open_stream(c);
+            answer_streamed(*c);
+            break;
+          }
           c->stage = Call::kFinished;
           if (!ok) {  // the client went away, or sent no message
             c->stream.Finish(grpc::Status(grpc::StatusCode::INTERNAL, "umbp master: no request message"), c);
@@ -147,27 +175,62 @@ struct MasterGrpcServer::Impl {
           }
           answer(*c);
           break;
+        case Call::kStreamRead:
+          if (!read_done(c, ok)) {  // the client closed its side, or went away
+            c->stage = Call::kFinished;
+            c->stream.Finish(grpc::Status::OK, c);
+            break;
+          }
+          answer_streamed(*c);
+          break;
+        case Call::kStreamWritten:
+          if (!ok) {  // the stream broke: its Finish completes (not ok) and frees it
+            close_stream(c);
+            c->stage = Call::kFinished;
+            c->stream.Finish(grpc::Status::OK, c);
+            break;
+          }
+          read_next(c);
+          break;
         case Call::kFinished: delete c; break;
       }
     }
   }
 
-  // A signed call's check; false when it was refused (and answered).
-  bool verified(Call& c, std::string_view request) {
-    if (verifier == nullptr || verified_methods.count(c.ctx.method()) == 0) return true;
-    const auto& md = c.ctx.client_metadata();
-    auto refusal = verifier->check(c.ctx.method(), metadata_value(md, CallVerifier::kTsKey),
-                                   metadata_value(md, CallVerifier::kNonceKey),
-                                   metadata_value(md, CallVerifier::kSigKey), request, wall_clock_s());
-    if (!refusal) return true;
+  // A signed call's refusal (its details), or nothing when it may go on.
+  std::optional<std::string> refused(const CallSite& site, std::string_view request) {
+    if (verifier == nullptr || verified_methods.count(std::string(site.method)) == 0) return std::nullopt;
+    auto refusal = verifier->check(site.method, site.ts, site.nonce, site.sig, request, wall_clock_s());
+    if (!refusal) return std::nullopt;
     if (on_refused) {
       try {
         on_refused(refusal->reason);
       } catch (const std::exception&) {  // a counter that failed must not keep the refusal back
       }
     }
-    c.stream.Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, refusal->details), &c);
-    return false;
+    return refusal->details;
+  }
+
+  // One call, unary or streamed: the signature's check, then its native method or the handler.
+  void run(Call& c, const CallSite& site, std::string_view request, GrpcReply& reply) {
+    try {
+      if (auto details = refused(site, request)) {
+        reply.code = static_cast<int>(grpc::StatusCode::UNAUTHENTICATED);
+        reply.details = std::move(*details);
+        return;
+      }
+      for (const auto& [method, native] : natives) {
+        if (method == site.method) {
+          if (native(request, reply.body, site.time_remaining_s)) return;
+          break;
+        }
+      }
+      reply.body.clear();
+      handler(call_of(c, site, std::string(request)), reply);
+    } catch (const std::exception& e) {  // a handler bug must not take the server down
+      reply.code = static_cast<int>(grpc::StatusCode::UNKNOWN);
+      reply.details = std::string("umbp master: handler failed: ") + e.what();
+    }
   }
 
   void answer(Call& c) {
@@ -175,23 +238,10 @@ struct MasterGrpcServer::Impl {
     std::vector<grpc::Slice> slices;
     std::string joined;
     const std::string_view request = request_bytes(c.request, slices, joined);
-    try {
-      if (!verified(c, request)) return;
-      bool answered = false;
-      for (const auto& [method, native] : natives) {
-        if (method == c.ctx.method()) {
-          answered = native(request, reply.body, time_remaining_s(c.ctx));
-          break;
-        }
-      }
-      if (!answered) {
-        reply.body.clear();
-        handler(call_of(c, std::string(request)), reply);
-      }
-    } catch (const std::exception& e) {  // a handler bug must not take the server down
-      reply.code = static_cast<int>(grpc::StatusCode::UNKNOWN);
-      reply.details = std::string("umbp master: handler failed: ") + e.what();
-    }
+    const auto& md = c.ctx.client_metadata();
+    CallSite site{c.ctx.method(), metadata_value(md, CallVerifier::kTsKey), metadata_value(md, CallVerifier::kNonceKey),
+                  metadata_value(md, CallVerifier::kSigKey), time_remaining_s(c.ctx)};
+    run(c, site, request, reply);
     if (reply.code != 0) {
       c.stream.Finish(grpc::Status(static_cast<grpc::StatusCode>(reply.code), reply.details), &c);
       return;
@@ -199,6 +249,91 @@ struct MasterGrpcServer::Impl {
     grpc::Slice slice = owned_slice(std::move(reply.body));
     c.reply = grpc::ByteBuffer(&slice, 1);
     c.stream.WriteAndFinish(c.reply, grpc::WriteOptions(), grpc::Status::OK, &c);
+  }
+
+  // Call streams: the live ones are known, so stop() can end those waiting for a message (a
+  // client keeps its streams open between calls; the server's shutdown would otherwise wait its
+  // whole grace time for them).
+  std::mutex streams_mu;
+  std::unordered_set<Call*> streams;
+  bool streams_stopping = false;
+#if MORI_UMBP_HAVE_PROTOBUF
+  static constexpr bool streams_served = true;
+#else
+  static constexpr bool streams_served = false;  // no messages to parse them with
+#endif
+
+  void open_stream(Call* c) {
+    std::lock_guard<std::mutex> lk(streams_mu);
+    streams.insert(c);
+  }
+  void close_stream(Call* c) {
+    std::lock_guard<std::mutex> lk(streams_mu);
+    streams.erase(c);
+  }
+  // A stream's Read completed: false (and the stream forgotten) when it brought no message.
+  bool read_done(Call* c, bool ok) {
+    std::lock_guard<std::mutex> lk(streams_mu);
+    c->waiting = false;
+    if (!ok) streams.erase(c);
+    return ok;
+  }
+  // After a reply went out: wait for the stream's next call, or end it when the server stops.
+  void read_next(Call* c) {
+    std::lock_guard<std::mutex> lk(streams_mu);
+    if (streams_stopping) {
+      streams.erase(c);
+      c->stage = Call::kFinished;
+      c->stream.Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "umbp: the server is stopping"), c);
+      return;
+    }
+    c->stage = Call::kStreamRead;
+    c->waiting = true;
+    c->stream.Read(&c->request, c);
+  }
+  // Ends every stream waiting for a message; those answering one end after their reply.
+  void stop_streams() {
+    std::lock_guard<std::mutex> lk(streams_mu);
+    streams_stopping = true;
+    for (Call* c : streams)
+      if (c->waiting) c->ctx.TryCancel();
+  }
+
+  // One message of a call stream, in c.request: answered as its method's unary call would be.
+  void answer_streamed(Call& c) {
+#if MORI_UMBP_HAVE_PROTOBUF
+    std::vector<grpc::Slice> slices;
+    std::string joined;
+    const std::string_view bytes = request_bytes(c.request, slices, joined);
+    ::umbp::StreamedCall call;
+    ::umbp::StreamedReply out;
+    if (!call.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+      out.set_code(static_cast<int>(grpc::StatusCode::INTERNAL));
+      out.set_details("umbp: a streamed call that does not parse");
+    } else if (call.method() == kCallStreamMethod) {
+      out.set_code(static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+      out.set_details("umbp: a call stream cannot carry a call stream");
+    } else {
+      CallSite site{call.method(), call.ts(), call.nonce(), call.sig(), call.timeout_s() > 0 ? call.timeout_s() : -1,
+                    true};
+      GrpcReply reply;
+      run(c, site, call.request(), reply);
+      out.set_code(reply.code);
+      if (reply.code != 0)
+        out.set_details(std::move(reply.details));
+      else
+        out.set_body(std::move(reply.body));
+    }
+    std::string wire;
+    out.SerializeToString(&wire);
+    grpc::Slice slice = owned_slice(std::move(wire));
+    c.reply = grpc::ByteBuffer(&slice, 1);
+    c.request.Clear();
+    c.stage = Call::kStreamWritten;
+    c.stream.Write(c.reply, &c);
+#else
+    (void)c;
+#endif
   }
 };
 
@@ -232,6 +367,11 @@ void MasterGrpcServer::verify_calls(CallVerifier* verifier, std::vector<std::str
 }
 
 int MasterGrpcServer::workers() const { return static_cast<int>(impl_->workers.size()); }
+
+int MasterGrpcServer::streams_open() const {
+  std::lock_guard<std::mutex> lk(impl_->streams_mu);
+  return static_cast<int>(impl_->streams.size());
+}
 
 int MasterGrpcServer::start() {
   Impl& s = *impl_;
@@ -270,6 +410,7 @@ void MasterGrpcServer::stop(double grace_s) {
   if (!s.server) return;
   // Calls being handled get their answer out within the grace time (then they are cancelled);
   // the queue is shut down after the server, and the workers drain it and leave.
+  s.stop_streams();
   s.server->Shutdown(std::chrono::system_clock::now() +
                      std::chrono::microseconds(static_cast<int64_t>(std::max(grace_s, 0.0) * 1e6)));
   {

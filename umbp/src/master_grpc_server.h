@@ -4,11 +4,12 @@
 // taken as raw bytes by one generic service and handed, on the worker thread that polled it in,
 // to a native method (BatchRouteGet, RouteGet: master_grpc_routes.h) or else to a handler (the
 // binding's: the Python servicers, with the interpreter lock taken once per call); the reply or
-// status goes back as it was given. With a job secret every call of a known method is checked
-// here first (master_grpc_auth.h), so native and Python calls are refused alike. What it
-// replaces is grpcio's Python server, whose completion-queue thread and thread pool cost a call
-// ~600 us of CPU (docs/umbp-master.md). Built into its own extension module
-// (mori.umbp._master_server), so only a master process loads grpc++.
+// status goes back as it was given. Calls may also come as the messages of a call stream
+// (UMBPCallStream), answered the same way: what UMBP's own clients send. With a job secret every call of a known method
+// is checked here first (master_grpc_auth.h), so native and Python calls are refused alike. What it replaces is
+// grpcio's Python server, whose completion-queue thread and thread pool cost a call ~600 us of CPU
+// (docs/umbp-master.md). Built into its own extension module (mori.umbp._master_server), so only a master process loads
+// grpc++.
 #pragma once
 
 #include <condition_variable>
@@ -80,6 +81,9 @@ class MasterGrpcServer {
   void verify_calls(CallVerifier* verifier, std::vector<std::string> methods, GrpcRefusedHook on_refused);
   // The worker threads serving (after start()).
   int workers() const;
+  // Call streams open now (UMBPCallStream.Calls, umbp_admin.proto: a client's calls carried as
+  // the messages of one long-lived stream, answered as the unary calls are).
+  int streams_open() const;
 
   // Binds and serves; the bound port. Raises mori::Error (kUnavailable) when the address cannot
   // be bound or the build has no grpc++.

@@ -228,6 +228,8 @@
     "64 KiB put 190-244 us with 2 against 339-355 with 8 on 16 cores)")                                                \
   X(umbp_grpc_client, "UMBP_GRPC_CLIENT", string, "auto", umbp, "",                                                    \
     "MORI-UMBP (ours): gRPC client of the master and peers, cpp (grpc++, no GIL), python (grpcio) or auto")            \
+  X(umbp_grpc_streams, "UMBP_GRPC_STREAMS", bool, "1", umbp, "",                                                       \
+    "MORI-UMBP (ours): the grpc++ client carries its calls on call streams where the server answers them (0: unary)")  \
   X(umbp_lookup_timeout_ms, "UMBP_LOOKUP_TIMEOUT_MS", int, "2000", umbp, "",                                           \
     "MORI-UMBP (ours): deadline of every control-plane call to the master; past it a lookup is a miss")                \
   X(umbp_auth_window_ms, "UMBP_AUTH_WINDOW_MS", int, "30000", umbp, "",                                                \
