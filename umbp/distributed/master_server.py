@@ -69,17 +69,25 @@ class MasterServer:
         reuse_port: bool = False,
         duties: bool = True,
         server: Optional[str] = None,
+        handler_threads: Optional[int] = None,
     ) -> None:
         """``reuse_port``: share the port with sibling master processes (SO_REUSEPORT; they must
         share a Redis store). ``duties``: run the reaper, hit-counter GC and eviction manager
         (one process of such a group does). ``server``: which gRPC server serves the handlers,
         ``cpp`` (grpc++ in this process), ``python`` (grpcio) or ``auto`` (cpp when built);
-        default UMBP_MASTER_SERVER. ``max_workers``: the threads answering calls (grpc++: at most
-        the cores); default UMBP_MASTER_THREADS."""
+        default UMBP_MASTER_SERVER. ``max_workers``: the threads polling for calls and answering
+        the in-memory routes (grpc++: at most the cores); default UMBP_MASTER_THREADS.
+        ``handler_threads``: the grpc++ server's threads for calls that may wait (the Python
+        handlers, routes over Redis; 0: those run on the polling threads too); default
+        UMBP_MASTER_HANDLER_THREADS. grpcio's server runs both numbers' worth of threads."""
         if max_workers is None:
             max_workers = int(setting("UMBP_MASTER_THREADS"))
         if max_workers < 1:
             raise ValueError(f"UMBP_MASTER_THREADS (max_workers) must be >= 1, got {max_workers}")
+        if handler_threads is None:
+            handler_threads = int(setting("UMBP_MASTER_HANDLER_THREADS"))
+        if handler_threads < 0:
+            raise ValueError(f"UMBP_MASTER_HANDLER_THREADS (handler_threads) must be >= 0, got {handler_threads}")
         self.settings = settings or MasterSettings.from_environment()
         self.server_kind = server_kind(server)
         self.settings.validate()
@@ -92,6 +100,7 @@ class MasterServer:
         self._metrics_port = metrics_port
         self._secret = secret
         self._max_workers = max_workers
+        self._handler_threads = handler_threads
         self._reuse_port = reuse_port
         self._duties = duties
         self._stop = threading.Event()
@@ -125,6 +134,7 @@ class MasterServer:
                 reuse_port=self._reuse_port,
                 max_message_bytes=256 << 20,
             )
+            server.set_handler_threads(self._handler_threads)
             if verifier is not None:  # every call checked in C++ first, natively routed or not
                 server.verify_calls(verifier.verifier, dispatch.methods, verifier.on_refused)
             self._route_natively(server)
@@ -134,7 +144,7 @@ class MasterServer:
                 raise OSError(f"umbp master: cannot listen on {self.listen_address} ({exc})") from None
         else:
             server = grpc.server(
-                futures.ThreadPoolExecutor(max_workers=self._max_workers),
+                futures.ThreadPoolExecutor(max_workers=max(2, self._max_workers + self._handler_threads)),
                 interceptors=[verifier] if verifier is not None else [],
                 options=[
                     ("grpc.max_receive_message_length", 256 << 20),
@@ -197,7 +207,7 @@ class MasterServer:
         state.quotas.when_set(lambda: native.set_python_puts(True))
         if state.place_feed.native is not None:  # workers' polls, without the interpreter lock
             native.set_place_feed(state.place_feed.native)
-        server.route_natively(native)
+        server.route_natively(native, may_wait=not isinstance(self.store, InMemoryMetadataStore))
         # BatchLookup (in memory only: existence, no route) counts its latency alone.
         counters = {
             "BatchRouteGet": self.metrics.batch_route_get,

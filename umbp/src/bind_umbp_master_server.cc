@@ -171,29 +171,37 @@ PYBIND11_MODULE(_master_server, m) {
           py::arg("verifier"), py::arg("methods"), py::arg("on_refused"), py::keep_alive<1, 2>(),
           "Check every call of `methods` with `verifier` (mori._C.umbp.CallVerifier) before anything answers it, "
           "native or Python; a refused call gets UNAUTHENTICATED and on_refused(reason) is called. Before start().")
+      .def("set_handler_threads", &MasterGrpcServer::set_handler_threads, py::arg("threads"),
+           "threads > 0: the handler and natives that may wait run on that many threads of their own; the workers "
+           "answer the other natives alone, with no hand-off. Before start().")
       .def(
           "route_natively",
-          [](MasterGrpcServer& server, NativeRoutes& native) {
+          [](MasterGrpcServer& server, NativeRoutes& native, bool may_wait) {
             server.set_native(
                 "/umbp.UMBPMaster/BatchRouteGet",
-                [n = &native](std::string_view req, std::string& rep, double) { return n->batch_route_get(req, rep); });
+                [n = &native](std::string_view req, std::string& rep, double) { return n->batch_route_get(req, rep); },
+                may_wait);
             server.set_native(
                 "/umbp.UMBPMaster/BatchLookup",
-                [n = &native](std::string_view req, std::string& rep, double) { return n->batch_lookup(req, rep); });
-            server.set_native("/umbp.UMBPMaster/RouteGet", [n = &native](std::string_view req, std::string& rep,
-                                                                         double) { return n->route_get(req, rep); });
+                [n = &native](std::string_view req, std::string& rep, double) { return n->batch_lookup(req, rep); },
+                may_wait);
+            server.set_native(
+                "/umbp.UMBPMaster/RouteGet",
+                [n = &native](std::string_view req, std::string& rep, double) { return n->route_get(req, rep); },
+                may_wait);
             server.set_native(
                 "/umbp.UMBPMaster/BatchRoutePut",
-                [n = &native](std::string_view req, std::string& rep, double) { return n->batch_route_put(req, rep); });
+                [n = &native](std::string_view req, std::string& rep, double) { return n->batch_route_put(req, rep); },
+                may_wait);
             server.set_native(
                 "/umbp.UMBPMasterAdmin/PlaceFeed",
-                [n = &native](std::string_view req, std::string& rep, double) { return n->place_feed(req, rep); });
+                [n = &native](std::string_view req, std::string& rep, double) { return n->place_feed(req, rep); },
+                may_wait);
           },
-          py::arg("native"), py::keep_alive<1, 2>(),
+          py::arg("native"), py::arg("may_wait") = false, py::keep_alive<1, 2>(),
           "Answer BatchRouteGet, RouteGet, BatchLookup, BatchRoutePut and PlaceFeed with `native` first (no "
-          "interpreter lock); "
-          "what it "
-          "leaves goes to the handler. Before start().")
+          "interpreter lock); what it leaves goes to the handler. may_wait: its answers wait on Redis (they run "
+          "where the handler runs). Before start().")
       .def(
           "pull_puts_natively",
           [](MasterGrpcServer& server, NativePeerPuts& native) {

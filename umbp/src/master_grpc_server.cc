@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <optional>
 #include <shared_mutex>
 #include <string_view>
@@ -118,7 +119,12 @@ struct MasterGrpcServer::Impl {
   bool handlers_wait = false;
   bool reuse_port = false;
   int max_message_bytes = 0;
-  std::vector<std::pair<std::string, GrpcNativeMethod>> natives;  // a few: a scan is cheapest
+  struct Native {
+    std::string method;
+    GrpcNativeMethod fn;
+    bool may_wait = false;  // it waits on something outside the process (Redis)
+  };
+  std::vector<Native> natives;  // a few: a scan is cheapest
   CallVerifier* verifier = nullptr;
   std::unordered_set<std::string> verified_methods;
   GrpcRefusedHook on_refused;
@@ -168,8 +174,8 @@ struct MasterGrpcServer::Impl {
             answer_streamed(*c);
             break;
           }
-          c->stage = Call::kFinished;
           if (!ok) {  // the client went away, or sent no message
+            c->stage = Call::kFinished;
             c->stream.Finish(grpc::Status(grpc::StatusCode::INTERNAL, "umbp master: no request message"), c);
             break;
           }
@@ -211,26 +217,39 @@ struct MasterGrpcServer::Impl {
     return refusal->details;
   }
 
-  // One call, unary or streamed: the signature's check, then its native method or the handler.
-  void run(Call& c, const CallSite& site, std::string_view request, GrpcReply& reply) {
+  const Native* native_of(std::string_view method) const {
+    for (const auto& n : natives)
+      if (n.method == method) return &n;
+    return nullptr;
+  }
+
+  // One call, unary or streamed, on the poller that took it in: the signature's check, then its
+  // native method. What may wait (the handler, natives that wait on Redis) runs here too, or,
+  // where the server has handler threads, is queued for them: false then, and the reply goes
+  // out from there.
+  bool run(Call& c, const CallSite& site, std::string_view request, GrpcReply& reply) {
     try {
       if (auto details = refused(site, request)) {
         reply.code = static_cast<int>(grpc::StatusCode::UNAUTHENTICATED);
         reply.details = std::move(*details);
-        return;
+        return true;
       }
-      for (const auto& [method, native] : natives) {
-        if (method == site.method) {
-          if (native(request, reply.body, site.time_remaining_s)) return;
-          break;
-        }
+      const Native* native = native_of(site.method);
+      if (native != nullptr && (!native->may_wait || handler_threads == 0)) {
+        if (native->fn(request, reply.body, site.time_remaining_s)) return true;
+        reply.body.clear();
+        native = nullptr;  // left to the handler
       }
-      reply.body.clear();
+      if (handler_threads > 0) {
+        queue(c, site, request, native);
+        return false;
+      }
       handler(call_of(c, site, std::string(request)), reply);
     } catch (const std::exception& e) {  // a handler bug must not take the server down
       reply.code = static_cast<int>(grpc::StatusCode::UNKNOWN);
       reply.details = std::string("umbp master: handler failed: ") + e.what();
     }
+    return true;
   }
 
   void answer(Call& c) {
@@ -241,7 +260,11 @@ struct MasterGrpcServer::Impl {
     const auto& md = c.ctx.client_metadata();
     CallSite site{c.ctx.method(), metadata_value(md, CallVerifier::kTsKey), metadata_value(md, CallVerifier::kNonceKey),
                   metadata_value(md, CallVerifier::kSigKey), time_remaining_s(c.ctx)};
-    run(c, site, request, reply);
+    if (run(c, site, request, reply)) finish_unary(c, reply);
+  }
+
+  void finish_unary(Call& c, GrpcReply& reply) {
+    c.stage = Call::kFinished;
     if (reply.code != 0) {
       c.stream.Finish(grpc::Status(static_cast<grpc::StatusCode>(reply.code), reply.details), &c);
       return;
@@ -249,6 +272,82 @@ struct MasterGrpcServer::Impl {
     grpc::Slice slice = owned_slice(std::move(reply.body));
     c.reply = grpc::ByteBuffer(&slice, 1);
     c.stream.WriteAndFinish(c.reply, grpc::WriteOptions(), grpc::Status::OK, &c);
+  }
+
+  // The handler threads (set_handler_threads): calls that may wait, queued by the pollers with
+  // what they need (a streamed call's fields are gone once its poller moves on).
+  struct Job {
+    Call* call = nullptr;
+    const Native* native = nullptr;  // tried first (may_wait natives), else the handler
+    bool streamed = false;
+    std::string method, request, ts, nonce, sig;
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  };
+  int handler_threads = 0;
+  std::vector<std::thread> handlers;
+  std::mutex jobs_mu;
+  std::condition_variable jobs_cv;
+  std::deque<std::unique_ptr<Job>> jobs;
+  bool jobs_stop = false;
+
+  void queue(Call& c, const CallSite& site, std::string_view request, const Native* native) {
+    auto job = std::make_unique<Job>();
+    job->call = &c;
+    job->native = native;
+    job->streamed = site.streamed;
+    job->method = site.method;
+    job->request = request;
+    job->ts = site.ts;
+    job->nonce = site.nonce;
+    job->sig = site.sig;
+    if (site.time_remaining_s >= 0)
+      job->deadline = std::chrono::steady_clock::now() +
+                      std::chrono::microseconds(static_cast<int64_t>(site.time_remaining_s * 1e6));
+    {
+      std::lock_guard<std::mutex> lk(jobs_mu);
+      jobs.push_back(std::move(job));
+    }
+    jobs_cv.notify_one();
+  }
+
+  void handle_jobs() {
+    for (;;) {
+      std::unique_ptr<Job> job;
+      {
+        std::unique_lock<std::mutex> lk(jobs_mu);
+        jobs_cv.wait(lk, [&] { return jobs_stop || !jobs.empty(); });
+        if (jobs.empty()) return;  // stopping, and nothing is left
+        job = std::move(jobs.front());
+        jobs.pop_front();
+      }
+      Call& c = *job->call;
+      double remaining = -1;
+      if (job->deadline != std::chrono::steady_clock::time_point::max())
+        remaining =
+            std::max(0.0, std::chrono::duration<double>(job->deadline - std::chrono::steady_clock::now()).count());
+      GrpcReply reply;
+      try {
+        if (job->native == nullptr || !job->native->fn(job->request, reply.body, remaining)) {
+          reply.body.clear();
+          CallSite site{job->method, job->ts, job->nonce, job->sig, remaining, job->streamed};
+          handler(call_of(c, site, std::move(job->request)), reply);
+        }
+      } catch (const std::exception& e) {  // a handler bug must not take the server down
+        reply = GrpcReply{};
+        reply.code = static_cast<int>(grpc::StatusCode::UNKNOWN);
+        reply.details = std::string("umbp master: handler failed: ") + e.what();
+      }
+      std::shared_lock<std::shared_mutex> starting(ops);
+      if (draining) {  // the server and its calls are gone: nothing more to start
+        if (job->streamed) close_stream(&c);
+        delete &c;
+        continue;
+      }
+      if (job->streamed)
+        write_streamed(c, reply);
+      else
+        finish_unary(c, reply);
+    }
   }
 
   // Call streams: the live ones are known, so stop() can end those waiting for a message (a
@@ -306,24 +405,32 @@ struct MasterGrpcServer::Impl {
     std::string joined;
     const std::string_view bytes = request_bytes(c.request, slices, joined);
     ::umbp::StreamedCall call;
-    ::umbp::StreamedReply out;
+    GrpcReply reply;
     if (!call.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-      out.set_code(static_cast<int>(grpc::StatusCode::INTERNAL));
-      out.set_details("umbp: a streamed call that does not parse");
+      reply.code = static_cast<int>(grpc::StatusCode::INTERNAL);
+      reply.details = "umbp: a streamed call that does not parse";
     } else if (call.method() == kCallStreamMethod) {
-      out.set_code(static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
-      out.set_details("umbp: a call stream cannot carry a call stream");
+      reply.code = static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT);
+      reply.details = "umbp: a call stream cannot carry a call stream";
     } else {
       CallSite site{call.method(), call.ts(), call.nonce(), call.sig(), call.timeout_s() > 0 ? call.timeout_s() : -1,
                     true};
-      GrpcReply reply;
-      run(c, site, call.request(), reply);
-      out.set_code(reply.code);
-      if (reply.code != 0)
-        out.set_details(std::move(reply.details));
-      else
-        out.set_body(std::move(reply.body));
+      if (!run(c, site, call.request(), reply)) return;  // the handler threads answer it
     }
+    write_streamed(c, reply);
+#else
+    (void)c;
+#endif
+  }
+
+  void write_streamed(Call& c, GrpcReply& reply) {
+#if MORI_UMBP_HAVE_PROTOBUF
+    ::umbp::StreamedReply out;
+    out.set_code(reply.code);
+    if (reply.code != 0)
+      out.set_details(std::move(reply.details));
+    else
+      out.set_body(std::move(reply.body));
     std::string wire;
     out.SerializeToString(&wire);
     grpc::Slice slice = owned_slice(std::move(wire));
@@ -332,7 +439,7 @@ struct MasterGrpcServer::Impl {
     c.stage = Call::kStreamWritten;
     c.stream.Write(c.reply, &c);
 #else
-    (void)c;
+    (void)c, (void)reply;
 #endif
   }
 };
@@ -352,9 +459,15 @@ MasterGrpcServer::MasterGrpcServer(std::string listen_address, GrpcHandler handl
 
 MasterGrpcServer::~MasterGrpcServer() { stop(0); }
 
-void MasterGrpcServer::set_native(std::string method, GrpcNativeMethod native) {
+void MasterGrpcServer::set_native(std::string method, GrpcNativeMethod native, bool may_wait) {
   MORI_CHECK_ARG(!impl_->server, "set_native() must come before start()");
-  impl_->natives.emplace_back(std::move(method), std::move(native));
+  impl_->natives.push_back({std::move(method), std::move(native), may_wait});
+}
+
+void MasterGrpcServer::set_handler_threads(int threads) {
+  MORI_CHECK_ARG(!impl_->server, "set_handler_threads() must come before start()");
+  MORI_CHECK_ARG(threads >= 0, "handler threads must be >= 0, got %d", threads);
+  impl_->handler_threads = threads;
 }
 
 void MasterGrpcServer::verify_calls(CallVerifier* verifier, std::vector<std::string> methods,
@@ -401,6 +514,7 @@ int MasterGrpcServer::start() {
   // A slot per worker for calls arriving at once; each taken slot is replaced at once.
   const int n = s.handlers_wait ? std::max(s.n_workers, 2) : grpc_worker_threads(s.n_workers);
   for (int i = 0; i < n; ++i) s.request_call();
+  for (int i = 0; i < s.handler_threads; ++i) s.handlers.emplace_back([&s] { s.handle_jobs(); });
   for (int i = 0; i < n; ++i) s.workers.emplace_back([&s] { s.work(); });
   return port;
 }
@@ -420,6 +534,14 @@ void MasterGrpcServer::stop(double grace_s) {
   }
   for (auto& t : s.workers) t.join();
   s.workers.clear();
+  {
+    std::lock_guard<std::mutex> lk(s.jobs_mu);
+    s.jobs_stop = true;
+  }
+  s.jobs_cv.notify_all();
+  for (auto& t : s.handlers) t.join();  // each drops what is left: the calls are gone
+  s.handlers.clear();
+  s.jobs_stop = false;
   s.server->Wait();
   s.server.reset();
   s.cq.reset();

@@ -72,8 +72,15 @@ class MasterGrpcServer {
   MasterGrpcServer& operator=(const MasterGrpcServer&) = delete;
 
   // Calls of `method` ("/umbp.UMBPMaster/BatchRouteGet") are offered to `native` first (one per
-  // method). Before start().
-  void set_native(std::string method, GrpcNativeMethod native);
+  // method); may_wait: it waits on something outside the process (Redis), so it runs where the
+  // handler runs. Before start().
+  void set_native(std::string method, GrpcNativeMethod native, bool may_wait = false);
+  // threads > 0: the handler and the natives that may wait run on that many threads of their
+  // own, and the workers answer only the other natives themselves. One worker then answers the
+  // in-memory routes with no thread hand-off at all (each idle worker costs every call one),
+  // while a call waiting on the interpreter lock or Redis holds up none of them. 0 (the default):
+  // everything runs on the worker that took the call in. Before start().
+  void set_handler_threads(int threads);
   // Check every call of the `methods` (the services' full method names) with `verifier` before
   // anything answers it: a refused call gets UNAUTHENTICATED with the verifier's details, and
   // on_refused(reason). Calls of other methods go to the handler (which answers UNIMPLEMENTED),

@@ -219,8 +219,11 @@
     "MORI-UMBP master (ours): Prometheus port when none is given (0: none)")                                           \
   X(umbp_master_server, "UMBP_MASTER_SERVER", string, "auto", umbp, "",                                                \
     "MORI-UMBP master (ours): gRPC server, cpp (grpc++, in process), python (grpcio) or auto (cpp when built)")        \
-  X(umbp_master_threads, "UMBP_MASTER_THREADS", int, "2", umbp, "",                                                    \
-    "MORI-UMBP master (ours): threads answering its grpc++ calls, at most the cores (each idle one costs every call)") \
+  X(umbp_master_threads, "UMBP_MASTER_THREADS", int, "1", umbp, "",                                                    \
+    "MORI-UMBP master (ours): threads polling its grpc++ calls and answering in-memory routes, at most the cores "     \
+    "(each idle one costs every call a hand-off)")                                                                     \
+  X(umbp_master_handler_threads, "UMBP_MASTER_HANDLER_THREADS", int, "2", umbp, "",                                    \
+    "MORI-UMBP master (ours): threads running its grpc++ calls that may wait (Python handlers, Redis)")                \
   X(umbp_peer_server, "UMBP_PEER_SERVER", string, "auto", umbp, "",                                                    \
     "MORI-UMBP worker (ours): its UMBPPeer gRPC server, cpp (grpc++), python (grpcio) or auto (cpp when built)")       \
   X(umbp_peer_threads, "UMBP_PEER_THREADS", int, "2", umbp, "",                                                        \
