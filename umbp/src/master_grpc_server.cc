@@ -511,6 +511,11 @@ int MasterGrpcServer::start() {
     s.cq.reset();
     raise(Status::kUnavailable, "umbp gRPC server: cannot listen on %s", s.listen_address.c_str());
   }
+  {  // a server started again after stop()
+    std::lock_guard<std::mutex> lk(s.streams_mu);
+    s.streams_stopping = false;
+  }
+  s.draining = false;
   // A slot per worker for calls arriving at once; each taken slot is replaced at once.
   const int n = s.handlers_wait ? std::max(s.n_workers, 2) : grpc_worker_threads(s.n_workers);
   for (int i = 0; i < n; ++i) s.request_call();
