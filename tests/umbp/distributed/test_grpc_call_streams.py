@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import os
 import random
-import threading
 import time
 
 import grpc
 import pytest
-from umbp_master_harness import DRAM, GIB, PeerSession, fast_settings, pb, uid
+from umbp_master_harness import DRAM, GIB, PeerSession, echo_from_threads, fast_settings, pb, uid, wait_for
 
 from mori import _C
 from mori.umbp.distributed.master_auth import sign
@@ -45,15 +44,6 @@ def _echo_server(delay_s: float = 0.0, workers: int = 4):
     return server, f"127.0.0.1:{port}", seen
 
 
-def _wait_for(cond, seconds: float = 5.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
-
-
 @pytest.mark.timeout(60)
 def test_streamed_calls_are_answered_as_unary_ones():
     server, address, seen = _echo_server()
@@ -74,24 +64,11 @@ def test_streamed_calls_are_answered_as_unary_ones():
         assert seen[-1][2] is None
 
         # Many callers at once: one stream each, every reply its own request's.
-        errors = []
-
-        def caller(i):
-            r = random.Random(i)
-            for _ in range(50):
-                b = r.randbytes(r.randrange(0, 4096))
-                if streamed.call("/t.T/Echo", b, 10) != (0, "", b[::-1]):
-                    errors.append(i)
-
-        threads = [threading.Thread(target=caller, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        errors = echo_from_threads(lambda b: streamed.call("/t.T/Echo", b, 10)[2], calls=50)
         assert not errors
         assert 1 <= server.streams_open <= 9
         streamed = None  # its streams end with it
-        assert _wait_for(lambda: server.streams_open == 0)
+        assert wait_for(lambda: server.streams_open == 0)
     finally:
         server.stop(0)
 
@@ -126,7 +103,7 @@ def test_stopped_server_ends_idle_streams_at_once_and_a_restarted_one_is_found()
     again = CPP.MasterGrpcServer(f"127.0.0.1:{port}", lambda *a: (0, "", b"again"), workers=2)
     again.start()
     try:
-        assert _wait_for(lambda: ch.call("/t.T/Echo", b"ab", 1) == (0, "", b"again"), 10)
+        assert wait_for(lambda: ch.call("/t.T/Echo", b"ab", 1) == (0, "", b"again"), 10)
         assert ch.streams
     finally:
         again.stop(0)

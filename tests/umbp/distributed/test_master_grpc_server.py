@@ -24,6 +24,7 @@ from umbp_master_harness import (  # noqa: F401 - redis_pair, redis_cluster: fix
     GIB,
     HBM,
     PeerSession,
+    echo_from_threads,
     fast_settings,
     make_store,
     pb,
@@ -392,20 +393,7 @@ def test_cpp_server_passes_calls_through():
         assert err.value.code() == grpc.StatusCode.UNKNOWN and "a dispatcher bug" in err.value.details()
 
         # Many callers at once, each reply its own request's.
-        errors = []
-
-        def caller(i):
-            rng = random.Random(i)
-            for _ in range(40):
-                b = rng.randbytes(rng.randrange(0, 4096))
-                if echo(b, timeout=10) != b[::-1]:
-                    errors.append(i)
-
-        threads = [threading.Thread(target=caller, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        errors = echo_from_threads(lambda b: echo(b, timeout=10))
         assert not errors
         ch.close()
     finally:

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from concurrent import futures
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import grpc
 import pytest
@@ -260,3 +262,33 @@ class TestPeer(peer_grpc.UMBPPeerServicer):
 
     def stop(self) -> None:
         self.server.stop(0)
+
+
+def echo_from_threads(echo: Callable[[bytes], bytes], threads: int = 8, calls: int = 40) -> list[int]:
+    """Calls ``echo`` (a server answering a request reversed) from ``threads`` threads at once,
+    ``calls`` random requests each; the threads that got a reply not their own."""
+    wrong: list[int] = []
+
+    def caller(i: int) -> None:
+        rng = random.Random(i)
+        for _ in range(calls):
+            b = rng.randbytes(rng.randrange(0, 4096))
+            if echo(b) != b[::-1]:
+                wrong.append(i)
+
+    team = [threading.Thread(target=caller, args=(i,)) for i in range(threads)]
+    for t in team:
+        t.start()
+    for t in team:
+        t.join()
+    return wrong
+
+
+def wait_for(cond: Callable[[], bool], seconds: float = 5.0) -> bool:
+    """Polls ``cond`` until it holds or ``seconds`` pass; its last value."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return cond()
