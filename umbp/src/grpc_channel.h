@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
-// A gRPC client channel in C++ (grpc++) for UMBP's control plane: unary calls of any method of
-// the master's or a peer's service, the messages taken and answered as bytes (the caller
-// serializes them), signed in C++ with the job secret (master_grpc_auth.h's scheme), each run
-// to completion on the calling thread through a completion queue of that thread's own (no thread
-// hand-off, no callback thread). The binding releases the interpreter lock for the call. What it
+// A gRPC client channel in C++ (grpc++) for UMBP's control plane: calls of any method of the
+// master's or a peer's service, the messages taken and answered as bytes (the caller serializes
+// them), signed in C++ with the job secret (master_grpc_auth.h's scheme), each run to completion
+// on the calling thread (no thread hand-off, no callback thread). A call goes as one message of
+// a call stream (UMBPCallStream, umbp_admin.proto) taken from the channel's pool, which spares
+// it opening and closing a gRPC call of its own; where the server has no call streams, as a
+// unary call through a completion queue of the calling thread's own. The binding releases the interpreter lock for the call. What it
 // replaces is grpcio's Python client, whose per-call cost (its channel's polling thread, the
 // lock taken and dropped around each step, the Python signing) is most of a small value's first
 // read and put (docs/umbp-distributed.md). Built into mori.umbp._master_server, beside the
@@ -39,7 +41,7 @@ class GrpcChannel {
   GrpcChannel(const GrpcChannel&) = delete;
   GrpcChannel& operator=(const GrpcChannel&) = delete;
 
-  // One unary call of `method` ("/umbp.UMBPMaster/BatchRouteGet") with the serialized request,
+  // One call of `method` ("/umbp.UMBPMaster/BatchRouteGet") with the serialized request,
   // within timeout_s (<= 0: no deadline). Never throws for a failed call: the status says why
   // (UNAVAILABLE for a dead server, DEADLINE_EXCEEDED past the deadline). Safe from any thread.
   GrpcCallResult call(const std::string& method, std::string_view request, double timeout_s) const;
