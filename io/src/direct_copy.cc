@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "src/direct_copy.h"
+#include "mori/io/direct_copy.h"
 
 #include <limits.h>
 #include <sys/uio.h>
@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "mori/core/status.h"
 
@@ -56,41 +57,6 @@ std::string direct_copy(bool read, pid_t pid, const DirectSegment* segs, size_t 
     }
   }
   return "";
-}
-
-DirectCopier::DirectCopier(int threads) {
-  for (int i = 0; i < std::max(1, threads); ++i) workers_.emplace_back([this] { loop(); });
-}
-
-DirectCopier::~DirectCopier() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  for (auto& t : workers_) t.join();
-}
-
-void DirectCopier::submit(std::function<void()> job) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    jobs_.push_back(std::move(job));
-  }
-  cv_.notify_one();
-}
-
-void DirectCopier::loop() {
-  while (true) {
-    std::function<void()> job;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
-    }
-    job();
-  }
 }
 
 }  // namespace mori::io

@@ -19,7 +19,7 @@
 #include "mori/core/status.h"
 #include "mori/core/thread_name.h"
 #include "src/backends/ucx_backend.h"
-#include "src/direct_copy.h"
+#include "mori/io/direct_copy.h"
 #include "src/engine_impl.h"
 #include "src/socket_poll.h"
 

@@ -5,11 +5,11 @@
 // on the calling thread (no thread hand-off, no callback thread). A call goes as one message of
 // a call stream (UMBPCallStream, umbp_admin.proto) taken from the channel's pool, which spares
 // it opening and closing a gRPC call of its own; where the server has no call streams, as a
-// unary call through a completion queue of the calling thread's own. The binding releases the interpreter lock for the call. What it
-// replaces is grpcio's Python client, whose per-call cost (its channel's polling thread, the
-// lock taken and dropped around each step, the Python signing) is most of a small value's first
-// read and put (docs/umbp-distributed.md). Built into mori.umbp._master_server, beside the
-// server, so only processes that speak UMBP's gRPC load grpc++.
+// unary call through a completion queue of the calling thread's own. The binding releases the interpreter lock for the
+// call. What it replaces is grpcio's Python client, whose per-call cost (its channel's polling thread, the lock taken
+// and dropped around each step, the Python signing) is most of a small value's first read and put
+// (docs/umbp-distributed.md). Built into mori.umbp._master_server, beside the server, so only processes that speak
+// UMBP's gRPC load grpc++.
 #pragma once
 
 #include <grpcpp/channel.h>

@@ -10,12 +10,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
 #include <optional>
 #include <shared_mutex>
 #include <string_view>
 #include <unordered_set>
 
+#include "mori/core/job_threads.h"
 #include "mori/core/status.h"
 #include "src/master_grpc_auth.h"
 #if MORI_UMBP_HAVE_PROTOBUF
@@ -284,14 +284,10 @@ struct MasterGrpcServer::Impl {
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   };
   int handler_threads = 0;
-  std::vector<std::thread> handlers;
-  std::mutex jobs_mu;
-  std::condition_variable jobs_cv;
-  std::deque<std::unique_ptr<Job>> jobs;
-  bool jobs_stop = false;
+  std::unique_ptr<JobThreads> handlers;  // while serving, with handler_threads > 0
 
   void queue(Call& c, const CallSite& site, std::string_view request, const Native* native) {
-    auto job = std::make_unique<Job>();
+    auto job = std::make_shared<Job>();  // std::function wants a copyable job
     job->call = &c;
     job->native = native;
     job->streamed = site.streamed;
@@ -303,51 +299,38 @@ struct MasterGrpcServer::Impl {
     if (site.time_remaining_s >= 0)
       job->deadline = std::chrono::steady_clock::now() +
                       std::chrono::microseconds(static_cast<int64_t>(site.time_remaining_s * 1e6));
-    {
-      std::lock_guard<std::mutex> lk(jobs_mu);
-      jobs.push_back(std::move(job));
-    }
-    jobs_cv.notify_one();
+    handlers->submit([this, job = std::move(job)] { handle(*job); });
   }
 
-  void handle_jobs() {
-    for (;;) {
-      std::unique_ptr<Job> job;
-      {
-        std::unique_lock<std::mutex> lk(jobs_mu);
-        jobs_cv.wait(lk, [&] { return jobs_stop || !jobs.empty(); });
-        if (jobs.empty()) return;  // stopping, and nothing is left
-        job = std::move(jobs.front());
-        jobs.pop_front();
+  // A queued call, on a handler thread: its native method (one that may wait) or the handler,
+  // then its reply, unless the server is gone meanwhile.
+  void handle(Job& job) {
+    Call& c = *job.call;
+    double remaining = -1;
+    if (job.deadline != std::chrono::steady_clock::time_point::max())
+      remaining = std::max(0.0, std::chrono::duration<double>(job.deadline - std::chrono::steady_clock::now()).count());
+    GrpcReply reply;
+    try {
+      if (job.native == nullptr || !job.native->fn(job.request, reply.body, remaining)) {
+        reply.body.clear();
+        CallSite site{job.method, job.ts, job.nonce, job.sig, remaining, job.streamed};
+        handler(call_of(c, site, std::move(job.request)), reply);
       }
-      Call& c = *job->call;
-      double remaining = -1;
-      if (job->deadline != std::chrono::steady_clock::time_point::max())
-        remaining =
-            std::max(0.0, std::chrono::duration<double>(job->deadline - std::chrono::steady_clock::now()).count());
-      GrpcReply reply;
-      try {
-        if (job->native == nullptr || !job->native->fn(job->request, reply.body, remaining)) {
-          reply.body.clear();
-          CallSite site{job->method, job->ts, job->nonce, job->sig, remaining, job->streamed};
-          handler(call_of(c, site, std::move(job->request)), reply);
-        }
-      } catch (const std::exception& e) {  // a handler bug must not take the server down
-        reply = GrpcReply{};
-        reply.code = static_cast<int>(grpc::StatusCode::UNKNOWN);
-        reply.details = std::string("umbp master: handler failed: ") + e.what();
-      }
-      std::shared_lock<std::shared_mutex> starting(ops);
-      if (draining) {  // the server and its calls are gone: nothing more to start
-        if (job->streamed) close_stream(&c);
-        delete &c;
-        continue;
-      }
-      if (job->streamed)
-        write_streamed(c, reply);
-      else
-        finish_unary(c, reply);
+    } catch (const std::exception& e) {  // a handler bug must not take the server down
+      reply = GrpcReply{};
+      reply.code = static_cast<int>(grpc::StatusCode::UNKNOWN);
+      reply.details = std::string("umbp master: handler failed: ") + e.what();
     }
+    std::shared_lock<std::shared_mutex> starting(ops);
+    if (draining) {  // the server and its calls are gone: nothing more to start
+      if (job.streamed) close_stream(&c);
+      delete &c;
+      return;
+    }
+    if (job.streamed)
+      write_streamed(c, reply);
+    else
+      finish_unary(c, reply);
   }
 
   // Call streams: the live ones are known, so stop() can end those waiting for a message (a
@@ -519,7 +502,7 @@ int MasterGrpcServer::start() {
   // A slot per worker for calls arriving at once; each taken slot is replaced at once.
   const int n = s.handlers_wait ? std::max(s.n_workers, 2) : grpc_worker_threads(s.n_workers);
   for (int i = 0; i < n; ++i) s.request_call();
-  for (int i = 0; i < s.handler_threads; ++i) s.handlers.emplace_back([&s] { s.handle_jobs(); });
+  if (s.handler_threads > 0) s.handlers = std::make_unique<JobThreads>(s.handler_threads, "umbp-handler");
   for (int i = 0; i < n; ++i) s.workers.emplace_back([&s] { s.work(); });
   return port;
 }
@@ -539,14 +522,7 @@ void MasterGrpcServer::stop(double grace_s) {
   }
   for (auto& t : s.workers) t.join();
   s.workers.clear();
-  {
-    std::lock_guard<std::mutex> lk(s.jobs_mu);
-    s.jobs_stop = true;
-  }
-  s.jobs_cv.notify_all();
-  for (auto& t : s.handlers) t.join();  // each drops what is left: the calls are gone
-  s.handlers.clear();
-  s.jobs_stop = false;
+  s.handlers.reset();  // the jobs left find the server draining and drop their calls
   s.server->Wait();
   s.server.reset();
   s.cq.reset();

@@ -11,7 +11,7 @@ namespace mori::io {
 DirectBackend::DirectBackend(EngineImpl& engine, Backend& fallback)
     : engine_(engine),
       fallback_(fallback),
-      copier_(std::max(1, engine.settings().direct_threads - 1)) {}  // the caller copies too
+      copier_(std::max(1, engine.settings().direct_threads - 1), "mori-io-cma") {}  // the caller copies too
 
 bool DirectBackend::can_move(const MemoryDesc& local, const MemoryDesc& remote, Peer& peer, bool same_node) {
   return local.loc == MemoryLocationType::CPU && remote.loc == MemoryLocationType::CPU && same_node &&

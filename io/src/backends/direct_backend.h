@@ -7,8 +7,9 @@
 
 #include <memory>
 
+#include "mori/core/job_threads.h"
+#include "mori/io/direct_copy.h"
 #include "src/backends/backend.h"
-#include "src/direct_copy.h"
 
 namespace mori::io {
 
@@ -26,7 +27,7 @@ class DirectBackend : public Backend {
  private:
   EngineImpl& engine_;
   Backend& fallback_;
-  DirectCopier copier_;
+  JobThreads copier_;  // copies the parts of a large transfer beside the caller
 };
 
 }  // namespace mori::io
