@@ -37,12 +37,12 @@ done
 $PY - "$OUT" "$CONFIGS" > "$OUT/summary.txt" <<'EOF'
 import glob, json, os, sys
 out, configs = sys.argv[1], [c.split("=", 1)[0] for c in sys.argv[2].split()]
-print(f"{'config':>12} {'round':>5} {'backend':>8} {'batch':>5} {'us/call':>8} {'per core':>9} {'calls/s':>8} {'p50 us':>7} {'p99 us':>7}")
+print(f"{'config':>12} {'round':>5} {'backend':>8} {'batch':>5} {'clients':>7} {'us/call':>8} {'per core':>9} {'calls/s':>8} {'p50 us':>7} {'p99 us':>7}")
 for name in configs:
     for path in sorted(glob.glob(f"{out}/{name}-*-b*.json")):
         rnd, batch = os.path.basename(path)[len(name) + 1 : -5].split("-b")
         for r in json.load(open(path))["rows"]:
-            print(f"{name:>12} {rnd:>5} {r['backend']:>8} {batch:>5} {r['master_cpu_us_per_call']:8.1f} "
+            print(f"{name:>12} {rnd:>5} {r['backend']:>8} {batch:>5} {r['clients']:>7} {r['master_cpu_us_per_call']:8.1f} "
                   f"{r['calls_per_master_core_s']:9.0f} {r['calls_per_s']:8.0f} {r['p50_us']:7.0f} {r['p99_us']:7.0f}")
 EOF
 cat "$OUT/summary.txt"
