@@ -303,15 +303,27 @@ struct MasterGrpcServer::Impl {
   }
 
   // A queued call, on a handler thread: its native method (one that may wait) or the handler,
-  // then its reply, unless the server is gone meanwhile.
+  // then its reply, unless the server is gone meanwhile. A call whose deadline passed while it
+  // waited in the queue is not run: its client has given up, and under a load the handlers
+  // cannot keep up with, running it anyway would only make every later call late too.
   void handle(Job& job) {
     Call& c = *job.call;
-    double remaining = -1;
-    if (job.deadline != std::chrono::steady_clock::time_point::max())
-      remaining = std::max(0.0, std::chrono::duration<double>(job.deadline - std::chrono::steady_clock::now()).count());
+    {
+      std::shared_lock<std::shared_mutex> starting(ops);
+      if (draining) {  // the server stopped while this waited: drop it unanswered
+        drop(job);
+        return;
+      }
+    }
+    const bool has_deadline = job.deadline != std::chrono::steady_clock::time_point::max();
+    const auto now = std::chrono::steady_clock::now();
+    const double remaining = has_deadline ? std::chrono::duration<double>(job.deadline - now).count() : -1;
     GrpcReply reply;
     try {
-      if (job.native == nullptr || !job.native->fn(job.request, reply.body, remaining)) {
+      if (has_deadline && now >= job.deadline) {
+        reply.code = static_cast<int>(grpc::StatusCode::DEADLINE_EXCEEDED);
+        reply.details = "Deadline Exceeded";
+      } else if (job.native == nullptr || !job.native->fn(job.request, reply.body, remaining)) {
         reply.body.clear();
         CallSite site{job.method, job.ts, job.nonce, job.sig, remaining, job.streamed};
         handler(call_of(c, site, std::move(job.request)), reply);
@@ -323,14 +335,19 @@ struct MasterGrpcServer::Impl {
     }
     std::shared_lock<std::shared_mutex> starting(ops);
     if (draining) {  // the server and its calls are gone: nothing more to start
-      if (job.streamed) close_stream(&c);
-      delete &c;
+      drop(job);
       return;
     }
     if (job.streamed)
       write_streamed(c, reply);
     else
       finish_unary(c, reply);
+  }
+
+  // A queued call the stopped server no longer answers (its completion queue is shut down).
+  void drop(Job& job) {
+    if (job.streamed) close_stream(job.call);
+    delete job.call;
   }
 
   // Call streams: the live ones are known, so stop() can end those waiting for a message (a
