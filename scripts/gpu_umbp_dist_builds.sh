@@ -60,17 +60,14 @@ if [[ " $STEPS " == *" run "* ]]; then
   grep -h "mori from" "$OUT"/before-1.log "$OUT"/after-1.log
   # Every run's get rows side by side: x raw MORI-IO tcp and x Mooncake Store (the targets:
   # >= 0.85 and >= 2), and the probes.
-  $PY - "$OUT" "$RUNS" > "$OUT/summary.txt" <<'EOF'
-import json, sys
-out, runs = sys.argv[1], int(sys.argv[2])
+  $PY - "$OUT" "$RUNS" "$ROOT/scripts" > "$OUT/summary.txt" <<'EOF'
+import sys
+sys.path.insert(0, sys.argv[3])
+from before_after_rows import runs
 print("row              run   before: x raw  x mooncake    after: x raw  x mooncake")
-for i in range(1, runs + 1):
+for i, by_name in runs(sys.argv[1], int(sys.argv[2])):
     fig = {}
-    for name in ("before", "after"):
-        try:
-            rows = json.load(open(f"{out}/{name}-{i}.json"))["rows"]
-        except (OSError, ValueError, KeyError):
-            continue
+    for name, rows in by_name.items():
         for r in rows:
             if r.get("engine") == "umbp" and r.get("op") == "get":
                 key = f'{r["value"]} x {r["batch"]}'

@@ -60,17 +60,14 @@ if [[ " $STEPS " == *" run "* ]]; then
   grep -h "mori from" "$OUT"/before-1.log "$OUT"/after-1.log
   # The single-value rows of every run side by side: GiB/s of the tier's get and of the raw read
   # in the same run, and their ratio (the target: >= 0.8).
-  $PY - "$OUT" "$RUNS" > "$OUT/summary.txt" <<'EOF'
-import json, sys
-out, runs = sys.argv[1], int(sys.argv[2])
+  $PY - "$OUT" "$RUNS" "$ROOT/scripts" > "$OUT/summary.txt" <<'EOF'
+import sys
+sys.path.insert(0, sys.argv[3])
+from before_after_rows import runs
 print("value    run  before: get raw x-raw   after: get raw x-raw  (GiB/s of the median call)")
-for i in range(1, runs + 1):
+for i, by_name in runs(sys.argv[1], int(sys.argv[2])):
     fig = {}
-    for name in ("before", "after"):
-        try:
-            rows = json.load(open(f"{out}/{name}-{i}.json"))["rows"]
-        except (OSError, ValueError, KeyError):
-            continue
+    for name, rows in by_name.items():
         for r in rows:
             if r.get("op") == "get" and r.get("tier") == "ssd" and r.get("batch") == 1:
                 fig.setdefault(r["value"], {}).setdefault(name, {})[r["engine"]] = r.get("GiB/s")
