@@ -131,7 +131,8 @@ PYBIND11_MODULE(_master_server, m) {
   m.attr("HAVE_NATIVE_ROUTES") = native_routes_available();
   m.attr("HAVE_NATIVE_REDIS") = native_redis_available();
   m.def("worker_threads", &grpc_worker_threads, py::arg("requested"),
-        "The worker threads a server asked for `requested` runs: at most the host's cores, at least 2.");
+        "The worker threads a server asked for `requested` runs: at most the host's cores, and at least 2 "
+        "where 2 or more were asked for.");
 
   py::class_<MasterGrpcServer, std::unique_ptr<MasterGrpcServer, ReleaseGilDelete>>(
       m, "MasterGrpcServer",

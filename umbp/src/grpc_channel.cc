@@ -11,6 +11,7 @@
 
 #include "mori/core/status.h"
 #include "src/master_grpc_auth.h"
+#include "src/master_grpc_server.h"
 #if MORI_UMBP_HAVE_PROTOBUF
 #include "umbp_admin.pb.h"
 #endif
@@ -54,7 +55,6 @@ constexpr bool kHaveMessages = true;
 constexpr bool kHaveMessages = false;  // no StreamedCall to carry calls in
 #endif
 
-constexpr char kCallStreamMethod[] = "/umbp.UMBPCallStream/Calls";
 // Streams kept between calls: one per thread that calls at once, up to this many.
 constexpr size_t kMaxIdleStreams = 64;
 
@@ -236,10 +236,15 @@ bool GrpcChannel::streamed(const std::string& method, std::string_view request, 
       streams_.store(false, std::memory_order_relaxed);  // this server has no call streams
       return false;
     }
+    // Sent again only where the server cannot have taken it: the request never left, or the
+    // server ended this idle stream itself (a stopping server cancels the streams waiting for a
+    // message, or finishes one after its last reply). A stream that broke after the request
+    // left (a server killed mid-call) reports it, as a unary call would: at most once.
     const bool unsent = (failed & (kStarted | kWritten)) != 0;
-    const bool ended =
-        st.error_code() == grpc::StatusCode::UNAVAILABLE || st.error_code() == grpc::StatusCode::CANCELLED;
-    if (!fresh && (unsent || ended) && attempt == 0) continue;
+    const bool ended_idle =
+        st.error_code() == grpc::StatusCode::CANCELLED ||
+        (st.error_code() == grpc::StatusCode::UNAVAILABLE && st.error_message() == kCallStreamStopping);
+    if (!fresh && (unsent || ended_idle) && attempt == 0) continue;
     out.code = static_cast<int>(st.ok() ? grpc::StatusCode::UNAVAILABLE : st.error_code());
     out.details = st.ok() ? "umbp gRPC channel: the call stream ended without a reply" : st.error_message();
     return true;

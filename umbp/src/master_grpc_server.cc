@@ -51,10 +51,6 @@ struct Call {
   bool waiting = false;  // a call stream's Read is pending (under Impl::streams_mu)
 };
 
-// The method of UMBPCallStream (umbp_admin.proto): calls of the other methods carried as the
-// messages of one long-lived stream.
-constexpr std::string_view kCallStreamMethod = "/umbp.UMBPCallStream/Calls";
-
 // Who called, for the signature check and the handler: a unary call's metadata, or a streamed
 // call's own fields (its stream's metadata besides).
 struct CallSite {
@@ -383,7 +379,7 @@ struct MasterGrpcServer::Impl {
     if (streams_stopping) {
       streams.erase(c);
       c->stage = Call::kFinished;
-      c->stream.Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "umbp: the server is stopping"), c);
+      c->stream.Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, kCallStreamStopping), c);
       return;
     }
     c->stage = Call::kStreamRead;

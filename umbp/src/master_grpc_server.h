@@ -27,6 +27,13 @@ namespace mori::umbp {
 
 class CallVerifier;
 
+// The method of UMBPCallStream (umbp_admin.proto): calls of the other methods carried as the
+// messages of one long-lived stream (grpc_channel.h sends them).
+inline constexpr char kCallStreamMethod[] = "/umbp.UMBPCallStream/Calls";
+// The status details a stopping server ends an idle call stream with: a client that sees them
+// knows the server did not take its next call.
+inline constexpr char kCallStreamStopping[] = "umbp: the server is stopping";
+
 // One call as the handler sees it.
 struct GrpcCall {
   std::string method;                                         // "/umbp.UMBPMaster/BatchRouteGet"
@@ -53,8 +60,9 @@ using GrpcNativeMethod = std::function<bool(std::string_view request, std::strin
 using GrpcRefusedHook = std::function<void(const std::string& reason)>;
 
 // The worker threads for `requested`: no more than the host's cores (more pollers of one
-// completion queue than cores only add thread wake-ups and switches per call), at least 2 (a
-// handler blocked on Redis or a peer leaves another to poll).
+// completion queue than cores only add thread wake-ups and switches per call), and at least 2
+// where 2 or more were asked for (a handler blocked on Redis or a peer leaves another to poll);
+// 1 when 1 was (the master's default: its calls that may wait run on handler threads).
 int grpc_worker_threads(int requested);
 
 class MasterGrpcServer {
