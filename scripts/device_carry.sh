@@ -6,9 +6,11 @@
 #                                abseil/re2/c-ares, pkg-config files with prefix @ROOT@
 #   .devdeps/uring/usr           liburing 2.3 (headers, library): the SSD tier's io_uring reads
 #   .devdeps/ip/{bin,lib}        iproute2's `ip` and its libraries: network namespaces
+#   .devdeps/redis/{bin,lib}     redis-server 7 and the libraries the image lacks (the UMBP
+#                                master's Redis store; hiredis for its C++ get path is in grpcpp-root)
 #   .devdeps/include/xxhash.h    xxHash's header
-#   .whl/                        grpcio, grpcio-tools, protobuf (cp312; the build generates the
-#                                control plane's modules)
+#   .whl/                        grpcio (cp312; the image's grpcio-tools and protobuf generate
+#                                the control plane's modules in the build)
 #   .devdeps/mooncake-site.tar.xz  Mooncake's CPU wheel unpacked for /tmp/site (see below; the
 #                                carry's limit is 64 MiB with the tree)
 # On the GPU machine, before building (a call's command):
@@ -33,12 +35,13 @@ mkdir -p .devdeps/include .devdeps/uring .devdeps/ip/bin .devdeps/ip/lib .whl
 cd "$WORK"
 apt-get download libgrpc++-dev libgrpc-dev libgrpc29 libgrpc++1.51 libabsl-dev libabsl20220623 libprotobuf-dev \
   libprotobuf32 libprotoc32 protobuf-compiler libre2-9 libre2-dev libc-ares2 libc-ares-dev zlib1g-dev \
-  liburing-dev liburing2 libxxhash-dev >/dev/null
-mkdir grpc uring xx
+  liburing-dev liburing2 libxxhash-dev libhiredis-dev libhiredis0.14 redis-tools liblzf1 libjemalloc2 >/dev/null
+mkdir grpc uring xx redis
 for f in *.deb; do
   case $f in
     liburing*) dpkg -x "$f" uring ;;
     libxxhash*) dpkg -x "$f" xx ;;
+    redis-tools* | liblzf* | libjemalloc*) dpkg -x "$f" redis ;;
     *) dpkg -x "$f" grpc ;;
   esac
 done
@@ -58,6 +61,10 @@ for l in "$ROOT"/.devdeps/uring/usr/lib/x86_64-linux-gnu/liburing.so*; do
   [ -L "$l" ] && cp --remove-destination "$(readlink -f "$l")" "$l"
 done
 cp xx/usr/include/xxhash.h "$ROOT/.devdeps/include/"
+# redis-server is redis-tools' redis-check-rdb under its other name (the binary looks at argv[0]).
+mkdir -p "$ROOT/.devdeps/redis/bin" "$ROOT/.devdeps/redis/lib"
+cp redis/usr/bin/redis-check-rdb "$ROOT/.devdeps/redis/bin/redis-server"
+cp -L redis/usr/lib/x86_64-linux-gnu/liblzf.so.1 redis/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 "$ROOT/.devdeps/redis/lib/"
 cp /usr/sbin/ip "$ROOT/.devdeps/ip/bin/"
 for l in $(ldd /usr/sbin/ip | awk '/=>/ {print $3}'); do
   case $(basename "$l") in libc.so.*|libz.so.*) ;; *) cp -L "$l" "$ROOT/.devdeps/ip/lib/" ;; esac
@@ -66,7 +73,7 @@ done
 # Python wheels for the image's Python 3.12.
 PLAT=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp "${PLAT[@]}" \
-  -d "$ROOT/.whl" grpcio grpcio-tools protobuf
+  -d "$ROOT/.whl" grpcio
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp "${PLAT[@]}" \
   -d mc mooncake-transfer-engine-non-cuda
 # Mooncake travels unpacked, as one xz tarball for /tmp/site (a third smaller than its wheel, and

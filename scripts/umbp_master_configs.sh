@@ -8,7 +8,8 @@
 #             be empty). Default: "unary-2=UMBP_MASTER_THREADS=2,UMBP_MASTER_HANDLER_THREADS=0,
 #             UMBP_GRPC_STREAMS=0 default=" (the server and client before call streams, and now)
 #   ROUNDS    alternations (default 2); BACKENDS (memory,redis); BATCHES (0 128); CLIENTS (4);
-#   SECONDS   timed seconds per row (3); PYTHON (python3); OUT (bench-results/umbp-master-configs)
+#   ROW_SECONDS  timed seconds per row (3; not SECONDS, which bash keeps as its own clock);
+#   PYTHON (python3); OUT (bench-results/umbp-master-configs)
 # Output: $OUT/NAME-ROUND-bBATCH.json and $OUT/summary.txt.
 set -uo pipefail
 CONFIGS=${CONFIGS:-"unary-2=UMBP_MASTER_THREADS=2,UMBP_MASTER_HANDLER_THREADS=0,UMBP_GRPC_STREAMS=0 default="}
@@ -16,7 +17,7 @@ ROUNDS=${ROUNDS:-2}
 BACKENDS=${BACKENDS:-memory,redis}
 BATCHES=${BATCHES:-0 128}
 CLIENTS=${CLIENTS:-4}
-SECONDS_PER_ROW=${SECONDS:-3}
+SECONDS_PER_ROW=${ROW_SECONDS:-3}
 PY=${PYTHON:-python3}
 OUT=${OUT:-bench-results/umbp-master-configs}
 mkdir -p "$OUT"

@@ -228,10 +228,12 @@ def _measure(
 
 
 def _cpu_seconds(root: int) -> float:
-    """User + system CPU seconds of process ``root`` and its live descendants (the master and its
-    --workers), from /proc: the master's cost per call, whatever else loads the host."""
+    """CPU seconds of process ``root`` and its live descendants (the master and its --workers),
+    from /proc: the master's cost per call, whatever else loads the host. User + system time
+    from each process's ``stat``; where the kernel keeps no tick-based times (they stay 0, as
+    on some VMs' kernels) the scheduler's run time of each live thread (``task/*/schedstat``)."""
     parent: dict[int, int] = {}
-    cpu: dict[int, float] = {}
+    ticks: dict[int, float] = {}
     tick = os.sysconf("SC_CLK_TCK")
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -242,13 +244,30 @@ def _cpu_seconds(root: int) -> float:
         except OSError:
             continue
         parent[int(entry)] = int(fields[1])
-        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
-    total, todo = 0.0, [root]
+        ticks[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    tree, todo = [], [root]
     while todo:
         pid = todo.pop()
-        total += cpu.get(pid, 0.0)
+        tree.append(pid)
         todo.extend(child for child, ppid in parent.items() if ppid == pid)
-    return total
+    total = sum(ticks.get(pid, 0.0) for pid in tree)
+    return total if total > 0 else sum(_run_time(pid) for pid in tree)
+
+
+def _run_time(pid: int) -> float:
+    """Seconds the scheduler ran the live threads of ``pid`` (0 where /proc does not say)."""
+    total = 0
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in threads:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
 
 
 def _start_master(env_extra: dict, workers: int = 1) -> tuple[subprocess.Popen, str]:
@@ -289,6 +308,8 @@ def _bench_master(args, report: Report, backend: str, server: str, env: dict, wo
             r = _measure(address, keys, clients, args.batch, args.seconds, args.absent, args.rpc)
             # includes the 1 s heartbeats of the bench's peers and the clients' start-up wait
             r["master_cpu_us_per_call"] = (_cpu_seconds(proc.pid) - cpu0) / r["calls"] * 1e6
+            if r["master_cpu_us_per_call"] <= 0:
+                raise RuntimeError(f"{backend}: the master's CPU time did not move (is /proc readable here?)")
             r["calls_per_master_core_s"] = 1e6 / r["master_cpu_us_per_call"]
             r["redis_cpu_us_per_call"] = (
                 (sum(_cpu_seconds(rs.proc.pid) for rs in redis_servers) - redis0) / r["calls"] * 1e6
