@@ -228,12 +228,10 @@ def _measure(
 
 
 def _cpu_seconds(root: int) -> float:
-    """CPU seconds of process ``root`` and its live descendants (the master and its --workers),
-    from /proc: the master's cost per call, whatever else loads the host. User + system time
-    from each process's ``stat``; where the kernel keeps no tick-based times (they stay 0, as
-    on some VMs' kernels) the scheduler's run time of each live thread (``task/*/schedstat``)."""
+    """User + system CPU seconds of process ``root`` and its live descendants (the master and its
+    --workers), from /proc: the master's cost per call, whatever else loads the host."""
     parent: dict[int, int] = {}
-    ticks: dict[int, float] = {}
+    cpu: dict[int, float] = {}
     tick = os.sysconf("SC_CLK_TCK")
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -244,30 +242,13 @@ def _cpu_seconds(root: int) -> float:
         except OSError:
             continue
         parent[int(entry)] = int(fields[1])
-        ticks[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
-    tree, todo = [], [root]
+        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    total, todo = 0.0, [root]
     while todo:
         pid = todo.pop()
-        tree.append(pid)
+        total += cpu.get(pid, 0.0)
         todo.extend(child for child, ppid in parent.items() if ppid == pid)
-    total = sum(ticks.get(pid, 0.0) for pid in tree)
-    return total if total > 0 else sum(_run_time(pid) for pid in tree)
-
-
-def _run_time(pid: int) -> float:
-    """Seconds the scheduler ran the live threads of ``pid`` (0 where /proc does not say)."""
-    total = 0
-    try:
-        threads = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return 0.0
-    for tid in threads:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-    return total / 1e9
+    return total
 
 
 def _start_master(env_extra: dict, workers: int = 1) -> tuple[subprocess.Popen, str]:
@@ -309,7 +290,7 @@ def _bench_master(args, report: Report, backend: str, server: str, env: dict, wo
             # includes the 1 s heartbeats of the bench's peers and the clients' start-up wait
             r["master_cpu_us_per_call"] = (_cpu_seconds(proc.pid) - cpu0) / r["calls"] * 1e6
             if r["master_cpu_us_per_call"] <= 0:
-                raise RuntimeError(f"{backend}: the master's CPU time did not move (is /proc readable here?)")
+                raise RuntimeError(f"{backend}: the master's CPU time did not move ({r['calls']} calls: too short a row?)")
             r["calls_per_master_core_s"] = 1e6 / r["master_cpu_us_per_call"]
             r["redis_cpu_us_per_call"] = (
                 (sum(_cpu_seconds(rs.proc.pid) for rs in redis_servers) - redis0) / r["calls"] * 1e6
