@@ -43,8 +43,11 @@ for name in configs:
     for path in sorted(glob.glob(f"{out}/{name}-*-b*.json")):
         rnd, batch = os.path.basename(path)[len(name) + 1 : -5].split("-b")
         for r in json.load(open(path))["rows"]:
-            print(f"{name:>12} {rnd:>5} {r['backend']:>8} {batch:>5} {r['clients']:>7} {r['master_cpu_us_per_call']:8.1f} "
-                  f"{r['calls_per_master_core_s']:9.0f} {r['calls_per_s']:8.0f} {r['p50_us']:7.0f} {r['p99_us']:7.0f}")
+            cpu, per_core = r["master_cpu_us_per_call"], r["calls_per_master_core_s"]
+            cpu = "-" if cpu is None else f"{cpu:.1f}"
+            per_core = "-" if per_core is None else f"{per_core:.0f}"
+            print(f"{name:>12} {rnd:>5} {r['backend']:>8} {batch:>5} {r['clients']:>7} {cpu:>8} "
+                  f"{per_core:>9} {r['calls_per_s']:8.0f} {r['p50_us']:7.0f} {r['p99_us']:7.0f}")
 EOF
 cat "$OUT/summary.txt"
 exit $rc
