@@ -54,7 +54,7 @@ rm -f "$L/libprotobuf-lite.so"
 ln -sf /lib/x86_64-linux-gnu/libz.so.1 "$L/libz.so"
 sed -i -e 's|^prefix=/usr$|prefix=@ROOT@/usr|' -e 's|^libdir=\${exec_prefix}/lib$|libdir=${prefix}/lib/x86_64-linux-gnu|' \
   -e 's|^libdir=/usr/lib/x86_64-linux-gnu|libdir=${prefix}/lib/x86_64-linux-gnu|' \
-  -e 's|^includedir=/usr/include|includedir=${prefix}/include|' "$L"/pkgconfig/*.pc
+  -e 's|^includedir=/usr/include|includedir=${prefix}/include|' -e 's|^libdir=/usr/lib$|libdir=${prefix}/lib/x86_64-linux-gnu|' "$L"/pkgconfig/*.pc
 tar cJf "$ROOT/.devdeps/grpcpp-root.tar.xz" -C grpc .
 rm -rf "$ROOT/.devdeps/uring/usr" && cp -a uring/usr "$ROOT/.devdeps/uring/" && rm -rf "$ROOT/.devdeps/uring/usr/share"
 for l in "$ROOT"/.devdeps/uring/usr/lib/x86_64-linux-gnu/liburing.so*; do
