@@ -31,18 +31,25 @@ ab_build_both() {
   ab_build before "$before_src" && ab_build after "$ROOT"
 }
 
-# Fails unless both builds are there.
+# Fails unless both builds are there, and where a mori is installed for $PY: the processes a
+# benchmark starts (plain `python`, not `-S`) would import that one instead of the build's (an
+# editable install's import hook goes before PYTHONPATH).
 ab_check_builds() {
-  local name
+  local name where
   for name in before after; do
     [ -d "$PREFIX/$name/mori" ] || { echo "no $name build in $PREFIX: run STEPS=build first"; return 1; }
   done
+  if where=$(cd "$PREFIX" && $PY -c 'import mori; print(mori.__file__)' 2>/dev/null); then
+    echo "a mori is installed for $PY ($where): the runs' child processes would import it, not the builds;" \
+      "uninstall it (pip uninstall mori) for the runs"
+    return 1
+  fi
 }
 
 # Runs a command with build $1's mori: from $PREFIX, `python -S` style, with the interpreter's
 # site-packages after the build on PYTHONPATH (then what PYTHONPATH held, e.g. device_env.sh's
 # wheels), so that an editable install of mori there (its import hook goes first) cannot shadow
-# the build.
+# the build in this process (its children: ab_check_builds).
 ab_run_in() {
   local name=$1
   shift

@@ -9,8 +9,9 @@
 # installed it); the probe splits a get into the located read, the serial hash and the raw read
 # of the same bytes. Needs root (network namespaces) and, on the GPU machine's image, what
 # scripts/device_carry.sh gathers (its header gives the CMAKE_ARGS and paths to export first).
-# Both builds run with `python -S` and the interpreter's site-packages on PYTHONPATH, so that an
-# editable install of mori there cannot shadow them; each log's first line says which mori ran.
+# Both builds run with `python -S` and the interpreter's site-packages on PYTHONPATH; the runs
+# refuse to start where a mori is installed for the interpreter (the processes a benchmark starts
+# would import it); each log's first line says which mori ran.
 # Environment:
 #   STEPS       build, run or both (default "build run"; a 10-minute call may need two)
 #   BEFORE      the git revision of "before" (default 83e973c: arrival checksums hashed under the

@@ -7,8 +7,9 @@
 # The bench alternates the raw read and the get call by call in one process (this tree's bench code
 # runs in both builds); the microbench shows where a single get's time goes (raw read, get, the
 # call's fixed cost, the checksum).
-# Both run with `python -S` and the interpreter's site-packages on PYTHONPATH, so that an
-# editable install of mori there cannot shadow them; each log's first line says which mori ran.
+# Both builds run with `python -S` and the interpreter's site-packages on PYTHONPATH; the runs
+# refuse to start where a mori is installed for the interpreter (the processes a benchmark starts
+# would import it); each log's first line says which mori ran.
 # Environment:
 #   STEPS       build, run or both (default "build run"; a 10-minute call may need two)
 #   BEFORE      the git revision of "before" (default 26bcc36, main before this work); needs .git
