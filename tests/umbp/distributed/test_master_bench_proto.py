@@ -53,6 +53,18 @@ def test_bench_umbp_master_smoke(tmp_path, absent, rpc):
     assert doc["meta"]["rpc"] == {"get": "BatchRouteGet", "lookup": "BatchLookup", "puts": "BatchRoutePut"}[rpc]
 
 
+@pytest.mark.parametrize("bad", [["--seconds", "0"], ["--seconds", "-1"], ["--absent", "1.5"]])
+def test_bench_umbp_master_refuses_bad_rows(bad, capsys):
+    """A row of no time (or a share out of range) is refused before any master starts, naming
+    the argument: a 0-second row would time one call per client and give no CPU figure."""
+    from mori.apps.bench import main as bench_main
+
+    with pytest.raises(SystemExit) as err:
+        bench_main(["umbp", "--master", "--backends", "memory"] + bad)
+    assert err.value.code == 2
+    assert bad[0] in capsys.readouterr().err
+
+
 def test_missing_generated_module_names_what_to_install():
     with pytest.raises(ImportError, match="grpcio-tools"):
         proto.require("no_such_pb2")
