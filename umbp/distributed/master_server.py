@@ -88,6 +88,10 @@ class MasterServer:
             handler_threads = int(setting("UMBP_MASTER_HANDLER_THREADS"))
         if handler_threads < 0:
             raise ValueError(f"UMBP_MASTER_HANDLER_THREADS (handler_threads) must be >= 0, got {handler_threads}")
+        # In-memory routes whose request is larger run on the handler threads (-1: none do).
+        self._inline_bytes = int(setting("UMBP_MASTER_INLINE_BYTES"))
+        if self._inline_bytes < -1:
+            raise ValueError(f"UMBP_MASTER_INLINE_BYTES must be -1 (none) or >= 0, got {self._inline_bytes}")
         self.settings = settings or MasterSettings.from_environment()
         self.server_kind = server_kind(server)
         self.settings.validate()
@@ -135,6 +139,8 @@ class MasterServer:
                 max_message_bytes=256 << 20,
             )
             server.set_handler_threads(self._handler_threads)
+            if self._inline_bytes >= 0:
+                server.set_inline_bytes(self._inline_bytes)
             if verifier is not None:  # every call checked in C++ first, natively routed or not
                 server.verify_calls(verifier.verifier, dispatch.methods, verifier.on_refused)
             self._route_natively(server)

@@ -175,6 +175,10 @@ PYBIND11_MODULE(_master_server, m) {
       .def("set_handler_threads", &MasterGrpcServer::set_handler_threads, py::arg("threads"),
            "threads > 0: the handler and natives that may wait run on that many threads of their own; the workers "
            "answer the other natives alone, with no hand-off. Before start().")
+      .def("set_inline_bytes", &MasterGrpcServer::set_inline_bytes, py::arg("bytes"),
+           "With handler threads: native calls (in-memory routes) whose request is larger than `bytes` (batches) "
+           "run on them too, so a worker busy with batches does not cap the server; smaller ones stay on the "
+           "worker that took them in. Unlimited by default. Before start().")
       .def(
           "route_natively",
           [](MasterGrpcServer& server, NativeRoutes& native, bool may_wait) {

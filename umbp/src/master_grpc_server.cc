@@ -232,6 +232,10 @@ struct MasterGrpcServer::Impl {
       }
       const Native* native = native_of(site.method);
       if (native != nullptr && (!native->may_wait || handler_threads == 0)) {
+        if (handler_threads > 0 && request.size() > inline_bytes) {  // a batch: the worker goes on polling
+          queue(c, site, request, native);
+          return false;
+        }
         if (native->fn(request, reply.body, site.time_remaining_s)) return true;
         reply.body.clear();
         native = nullptr;  // left to the handler
@@ -280,6 +284,7 @@ struct MasterGrpcServer::Impl {
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   };
   int handler_threads = 0;
+  size_t inline_bytes = SIZE_MAX;  // larger native calls go to the handler threads too
   std::unique_ptr<JobThreads> handlers;  // while serving, with handler_threads > 0
 
   void queue(Call& c, const CallSite& site, std::string_view request, const Native* native) {
@@ -464,6 +469,11 @@ void MasterGrpcServer::set_handler_threads(int threads) {
   MORI_CHECK_ARG(!impl_->server, "set_handler_threads() must come before start()");
   MORI_CHECK_ARG(threads >= 0, "handler threads must be >= 0, got %d", threads);
   impl_->handler_threads = threads;
+}
+
+void MasterGrpcServer::set_inline_bytes(size_t bytes) {
+  MORI_CHECK_ARG(!impl_->server, "set_inline_bytes() must come before start()");
+  impl_->inline_bytes = bytes;
 }
 
 void MasterGrpcServer::verify_calls(CallVerifier* verifier, std::vector<std::string> methods,

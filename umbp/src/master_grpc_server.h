@@ -89,6 +89,10 @@ class MasterGrpcServer {
   // while a call waiting on the interpreter lock or Redis holds up none of them. 0 (the default):
   // everything runs on the worker that took the call in. Before start().
   void set_handler_threads(int threads);
+  // With handler threads: a call of a native that does not wait whose request is larger than
+  // `bytes` (a batch) goes to them too, so that a worker busy with batches is not the ceiling of
+  // the whole server; smaller ones stay on the worker. Unlimited by default. Before start().
+  void set_inline_bytes(size_t bytes);
   // Check every call of the `methods` (the services' full method names) with `verifier` before
   // anything answers it: a refused call gets UNAUTHENTICATED with the verifier's details, and
   // on_refused(reason). Calls of other methods go to the handler (which answers UNIMPLEMENTED),

@@ -79,8 +79,14 @@ def test_umbp_master_threads_sets_the_cpp_servers_workers(monkeypatch):
         _C.core.reload_env()
         with pytest.raises(ValueError, match="UMBP_MASTER_THREADS"):
             MasterServer("127.0.0.1:0", settings=fast_settings(), server="cpp")
+        monkeypatch.setenv("UMBP_MASTER_THREADS", "1")
+        monkeypatch.setenv("UMBP_MASTER_INLINE_BYTES", "-2")
+        _C.core.reload_env()
+        with pytest.raises(ValueError, match="UMBP_MASTER_INLINE_BYTES"):
+            MasterServer("127.0.0.1:0", settings=fast_settings(), server="cpp")
     finally:
         monkeypatch.delenv("UMBP_MASTER_THREADS")
+        monkeypatch.delenv("UMBP_MASTER_INLINE_BYTES", raising=False)
         _C.core.reload_env()
 
 
@@ -173,19 +179,23 @@ def _script(address: str, rng: random.Random) -> list:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("backend", ["memory", "redis-shards", "redis-cluster"])
-def test_both_servers_answer_alike(backend, request):
+def test_both_servers_answer_alike(backend, request, monkeypatch):
     """The same calls, answered by grpcio's server (all Python) and by grpc++ (the get path in
     C++ over the in-memory index, or over two Redis endpoints or a Redis Cluster through hiredis
-    and the store's own Lua script): the same replies, codes, details and metrics."""
+    and the store's own Lua script): the same replies, codes, details and metrics. And by grpc++
+    with every native call handed to the handler threads (UMBP_MASTER_INLINE_BYTES=0; by default
+    only batches larger than 1 KiB go there)."""
     pair = request.getfixturevalue("redis_pair") if backend == "redis-shards" else None
     cluster = request.getfixturevalue("redis_cluster") if backend == "redis-cluster" else None
     seed = random.randrange(1 << 30)
     answers = {}
     scraped = {}
-    for kind in ("python", "cpp") if CPP is not None else ("python",):
-        m = _master(kind, store=make_store(backend, pair, cluster))
+    for kind in ("python", "cpp", "cpp-handed") if CPP is not None else ("python",):
+        monkeypatch.setenv("UMBP_MASTER_INLINE_BYTES", "0" if kind == "cpp-handed" else "1024")
+        _C.core.reload_env()
+        m = _master(kind.split("-")[0], store=make_store(backend, pair, cluster))
         try:
-            native = kind == "cpp" and CPP.HAVE_NATIVE_ROUTES and (backend == "memory" or CPP.HAVE_NATIVE_REDIS)
+            native = kind != "python" and CPP.HAVE_NATIVE_ROUTES and (backend == "memory" or CPP.HAVE_NATIVE_REDIS)
             assert (m.native_routes is not None) == native
             answers[kind] = _script(m.address, random.Random(seed))
             errors = {k[0]: v for k, v in m.metrics.rpc_errors._metrics.items()}
@@ -218,6 +228,8 @@ def test_both_servers_answer_alike(backend, request):
                 assert m.native_routes.answered == 12
         finally:
             m.stop(0)
+            monkeypatch.delenv("UMBP_MASTER_INLINE_BYTES")
+            _C.core.reload_env()
     # node-b: 10 + 10 HBM hits and the pending put (its put's target, the most available);
     # node-a: 30 + 54 + 40 (node-b excluded) + keys[20] + the two values it kept + the put once
     # node-a reported it
@@ -237,8 +249,9 @@ def test_both_servers_answer_alike(backend, request):
     assert 'mori_umbp_route_put_outcome_total{outcome="already_exists"} 2.0' in scraped["python"]
     assert 'mori_umbp_route_put_outcome_total{outcome="unavailable"} 2.0' in scraped["python"]
     assert 'mori_umbp_master_rpc_latency_seconds_count{rpc="BatchRoutePut"} 4.0' in scraped["python"]
-    if "cpp" in scraped:
-        assert sorted(scraped["cpp"]) == sorted(scraped["python"]), "the native route's counts are the Python handler's"
+    for kind in ("cpp", "cpp-handed"):
+        if kind in scraped:
+            assert sorted(scraped[kind]) == sorted(scraped["python"]), f"{kind}: the counts are the Python handler's"
     got = answers["python"]
     assert [n.node_id for n in got[0].nodes] == ["node-b", "node-a"]
     assert list(got[0].node_ref) == [1] * 10 + [2] * 30 and list(got[0].tier) == [HBM] * 10 + [DRAM] * 30
@@ -272,8 +285,9 @@ def test_both_servers_answer_alike(backend, request):
     after = got[19]
     assert list(after.node_ref)[0] == 0 and after.nodes[after.node_ref[1] - 1].node_id == "node-a"
     assert list(after.size) == [0, 777] and list(after.offset) == [0, 1 << 30] and list(after.checksum) == [0, 99]
-    if "cpp" in answers:
-        assert answers["cpp"] == got, f"seed {seed}"
+    for kind in ("cpp", "cpp-handed"):
+        if kind in answers:
+            assert answers[kind] == got, f"{kind}, seed {seed}"
 
 
 @pytest.mark.timeout(60)

@@ -224,6 +224,9 @@
     "(each idle one costs every call a hand-off; one serves about a core's worth: 2+ for many batch clients)")         \
   X(umbp_master_handler_threads, "UMBP_MASTER_HANDLER_THREADS", int, "2", umbp, "",                                    \
     "MORI-UMBP master (ours): threads running its grpc++ calls that may wait (Python handlers, Redis)")                \
+  X(umbp_master_inline_bytes, "UMBP_MASTER_INLINE_BYTES", int, "1024", umbp, "",                                       \
+    "MORI-UMBP master (ours): in-memory routes whose request is larger (batches) run on the handler threads, not on "  \
+    "the polling thread (0: every one; -1: none)")                                                                     \
   X(umbp_peer_server, "UMBP_PEER_SERVER", string, "auto", umbp, "",                                                    \
     "MORI-UMBP worker (ours): its UMBPPeer gRPC server, cpp (grpc++), python (grpcio) or auto (cpp when built)")       \
   X(umbp_peer_threads, "UMBP_PEER_THREADS", int, "2", umbp, "",                                                        \
