@@ -46,14 +46,15 @@ ab_check_builds() {
   fi
 }
 
-# Runs a command with build $1's mori: from $PREFIX, `python -S` style, with the interpreter's
-# site-packages after the build on PYTHONPATH (then what PYTHONPATH held, e.g. device_env.sh's
-# wheels), so that an editable install of mori there (its import hook goes first) cannot shadow
-# the build in this process (its children: ab_check_builds).
+# Runs a command with build $1's mori: from $PREFIX, `python -S` style, with PYTHONPATH the build,
+# then what PYTHONPATH held (device_env.sh's wheels: its grpcio must win over the GPU image's
+# older one, which refuses the modules its grpcio-tools generated), then the interpreter's
+# site-packages, so that an editable install of mori there (its import hook goes first) cannot
+# shadow the build in this process (its children: ab_check_builds).
 ab_run_in() {
   local name=$1
   shift
   local site
   site=$($PY -c 'import sysconfig; p = sysconfig.get_paths(); print(p["purelib"] + ":" + p["platlib"])')
-  (cd "$PREFIX" && PYTHONPATH="$PREFIX/$name:$site${PYTHONPATH:+:$PYTHONPATH}" "$@")
+  (cd "$PREFIX" && PYTHONPATH="$PREFIX/$name${PYTHONPATH:+:$PYTHONPATH}:$site" "$@")
 }

@@ -9,8 +9,10 @@
 #   .devdeps/redis/{bin,lib}     redis-server 7 and the libraries the image lacks (the UMBP
 #                                master's Redis store; hiredis for its C++ get path is in grpcpp-root)
 #   .devdeps/include/xxhash.h    xxHash's header
-#   .whl/                        grpcio (cp312; the image's grpcio-tools and protobuf generate
-#                                the control plane's modules in the build)
+#   .whl/                        grpcio, grpcio-tools, protobuf (cp312; the image has grpcio but
+#                                no grpcio-tools, which the build needs for the control plane's
+#                                modules: without it the UMBP master and client do not import),
+#                                redis (the Python client the Redis store's tests and bench use)
 #   .devdeps/mooncake-site.tar.xz  Mooncake's CPU wheel unpacked for /tmp/site (see below; the
 #                                carry's limit is 64 MiB with the tree)
 # On the GPU machine, before building (a call's command):
@@ -73,7 +75,7 @@ done
 # Python wheels for the image's Python 3.12.
 PLAT=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp "${PLAT[@]}" \
-  -d "$ROOT/.whl" grpcio
+  -d "$ROOT/.whl" grpcio grpcio-tools protobuf redis
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp "${PLAT[@]}" \
   -d mc mooncake-transfer-engine-non-cuda
 # Mooncake travels unpacked, as one xz tarball for /tmp/site (a third smaller than its wheel, and
