@@ -58,6 +58,7 @@ IoSettings read_settings() {
   s.direct = e.io_direct;
   s.direct_threads = static_cast<int>(std::clamp<int64_t>(e.io_direct_threads, 1, 64));
   s.inline_bytes = e.io_inline_bytes;
+  s.send_halves_upto = e.io_tcp_send_halves;
   s.poll_us = parse_poll_us(e.io_tcp_poll_us);
   s.rdma_transport = e.io_rdma_transport;
   std::transform(s.rdma_transport.begin(), s.rdma_transport.end(), s.rdma_transport.begin(), ::tolower);

@@ -20,6 +20,7 @@
 #include "mori/core/status.h"
 #include "src/engine_impl.h"
 #include "src/registry.h"
+#include "src/send_message.h"
 #include "src/socket_poll.h"
 
 namespace mori::io {
@@ -147,16 +148,11 @@ void Listener::send_iov(Conn* c, std::vector<iovec>& iov) {
   msg.msg_iov = iov.data();
   msg.msg_iovlen = iov.size();
   std::lock_guard<std::mutex> lock(c->send_mu);
-  while (msg.msg_iovlen > 0) {
-    ssize_t k = ::sendmsg(c->fd, &msg, MSG_NOSIGNAL);
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK)
-        raise(Status::kTimeout, "peer '%s' stopped reading", c->peer_key.c_str());
-      raise_errno("send to '%s'", c->peer_key.c_str());
-    }
-    net::advance_iov(msg, static_cast<size_t>(k));
-  }
+  send_message(c->fd, msg, engine_.settings().send_halves_upto, [&](int err) {
+    if (err == EAGAIN || err == EWOULDBLOCK) raise(Status::kTimeout, "peer '%s' stopped reading", c->peer_key.c_str());
+    errno = err;
+    raise_errno("send to '%s'", c->peer_key.c_str());
+  });
 }
 
 void Listener::reply(Conn* c, const wire::Reply& r, const std::string& message, const void* payload, size_t n) {

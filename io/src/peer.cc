@@ -21,6 +21,7 @@
 #include "src/backends/ucx_backend.h"
 #include "mori/io/direct_copy.h"
 #include "src/engine_impl.h"
+#include "src/send_message.h"
 #include "src/socket_poll.h"
 
 namespace mori::io {
@@ -176,17 +177,13 @@ void Lane::send_pieces(std::vector<Piece>& batch) {
     msghdr msg{};
     msg.msg_iov = iov.data();
     msg.msg_iovlen = iov.size();
-    while (msg.msg_iovlen > 0) {
-      ssize_t k = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL);
-      if (k < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-          raise(Status::kTimeout, "%s accepted no data for %.1f s", peer_.name().c_str(),
-                peer_.engine().settings().timeout_s);
-        raise_errno("send to %s", peer_.name().c_str());
-      }
-      net::advance_iov(msg, static_cast<size_t>(k));
-    }
+    send_message(fd_.get(), msg, peer_.engine().settings().send_halves_upto, [&](int err) {
+      if (err == EAGAIN || err == EWOULDBLOCK)
+        raise(Status::kTimeout, "%s accepted no data for %.1f s", peer_.name().c_str(),
+              peer_.engine().settings().timeout_s);
+      errno = err;
+      raise_errno("send to %s", peer_.name().c_str());
+    });
     iov.clear();
   };
   size_t reached = 0;  // pieces before this one are registered as pending (or need no reply)

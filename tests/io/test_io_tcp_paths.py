@@ -123,6 +123,17 @@ def test_edges_exact(monkeypatch, lanes, poll_us):
     run_sequence(a, b, ORDER, seed=100 + lanes)
 
 
+@pytest.mark.parametrize("halves", ["0", "16MiB"])
+def test_send_halves_edges_exact(monkeypatch, halves):
+    """MORI_IO_TCP_SEND_HALVES: messages above 64 KiB up to it go out as two sendmsg calls, the cut
+    falling anywhere (in a header, a payload, between a batch's entries); 0 never cuts, 16 MiB
+    cuts every edge size and the batches, in both directions (writes by the initiator, read
+    replies by the target). Every byte checked."""
+    monkeypatch.setenv("MORI_IO_TCP_SEND_HALVES", halves)
+    a, b = pair(2)
+    run_sequence(a, b, ORDER + [64 * KiB - 40, 64 * KiB + 1, 96 * KiB + 7, 128 * KiB], seed=300)
+
+
 @pytest.mark.parametrize("value", ["-1", "50us", "1000001"])
 def test_poll_setting_refused(monkeypatch, value):
     monkeypatch.setenv("MORI_IO_TCP_POLL_US", value)
