@@ -284,7 +284,7 @@ struct MasterGrpcServer::Impl {
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   };
   int handler_threads = 0;
-  size_t inline_bytes = SIZE_MAX;  // larger native calls go to the handler threads too
+  size_t inline_bytes = SIZE_MAX;        // larger native calls go to the handler threads too
   std::unique_ptr<JobThreads> handlers;  // while serving, with handler_threads > 0
 
   void queue(Call& c, const CallSite& site, std::string_view request, const Native* native) {
