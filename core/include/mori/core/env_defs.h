@@ -224,7 +224,7 @@
     "MORI-UMBP master (ours): gRPC server, cpp (grpc++, in process), python (grpcio) or auto (cpp when built)")        \
   X(umbp_master_threads, "UMBP_MASTER_THREADS", int, "1", umbp, "",                                                    \
     "MORI-UMBP master (ours): threads polling its grpc++ calls and answering in-memory routes, at most the cores "     \
-    "(each idle one costs every call a hand-off; one serves about a core's worth: 2+ for many batch clients)")         \
+    "(each idle one costs every call a hand-off; one serves about a core's worth of small calls)")                     \
   X(umbp_master_handler_threads, "UMBP_MASTER_HANDLER_THREADS", int, "2", umbp, "",                                    \
     "MORI-UMBP master (ours): threads running its grpc++ calls that may wait (Python handlers, Redis)")                \
   X(umbp_master_inline_bytes, "UMBP_MASTER_INLINE_BYTES", int, "1024", umbp, "",                                       \
