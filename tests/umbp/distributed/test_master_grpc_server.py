@@ -84,9 +84,21 @@ def test_umbp_master_threads_sets_the_cpp_servers_workers(monkeypatch):
         _C.core.reload_env()
         with pytest.raises(ValueError, match="UMBP_MASTER_INLINE_BYTES"):
             MasterServer("127.0.0.1:0", settings=fast_settings(), server="cpp")
+        monkeypatch.delenv("UMBP_MASTER_INLINE_BYTES")
+        # Handler threads: auto is 4 where the process may run on 8 or more CPUs, else 2.
+        for text, want in (("auto", 4 if len(os.sched_getaffinity(0)) >= 8 else 2), ("3", 3), ("0", 0)):
+            monkeypatch.setenv("UMBP_MASTER_HANDLER_THREADS", text)
+            _C.core.reload_env()
+            assert MasterServer("127.0.0.1:0", settings=fast_settings(), server="cpp")._handler_threads == want
+        for text in ("-1", "four"):
+            monkeypatch.setenv("UMBP_MASTER_HANDLER_THREADS", text)
+            _C.core.reload_env()
+            with pytest.raises(ValueError, match="UMBP_MASTER_HANDLER_THREADS"):
+                MasterServer("127.0.0.1:0", settings=fast_settings(), server="cpp")
     finally:
         monkeypatch.delenv("UMBP_MASTER_THREADS")
         monkeypatch.delenv("UMBP_MASTER_INLINE_BYTES", raising=False)
+        monkeypatch.delenv("UMBP_MASTER_HANDLER_THREADS", raising=False)
         _C.core.reload_env()
 
 

@@ -225,8 +225,9 @@
   X(umbp_master_threads, "UMBP_MASTER_THREADS", int, "1", umbp, "",                                                    \
     "MORI-UMBP master (ours): threads polling its grpc++ calls and answering in-memory routes, at most the cores "     \
     "(each idle one costs every call a hand-off; one serves about a core's worth of small calls)")                     \
-  X(umbp_master_handler_threads, "UMBP_MASTER_HANDLER_THREADS", int, "2", umbp, "",                                    \
-    "MORI-UMBP master (ours): threads running its grpc++ calls that may wait (Python handlers, Redis)")                \
+  X(umbp_master_handler_threads, "UMBP_MASTER_HANDLER_THREADS", string, "auto", umbp, "",                              \
+    "MORI-UMBP master (ours): threads running its grpc++ calls that may wait (Python handlers, Redis) and its "        \
+    "batches; auto: 4 where the process may run on 8 or more CPUs, else 2")                                            \
   X(umbp_master_inline_bytes, "UMBP_MASTER_INLINE_BYTES", int, "1024", umbp, "",                                       \
     "MORI-UMBP master (ours): in-memory routes whose request is larger (batches) run on the handler threads, not on "  \
     "the polling thread (0: every one; -1: none)")                                                                     \
