@@ -35,7 +35,7 @@ struct IoSettings {
   bool direct;                 // same-host CPU memory by process_vm_readv/writev
   int direct_threads;          // workers of large same-host copies
   size_t inline_bytes;         // posts up to this size are sent from the caller's thread
-  size_t send_halves_upto;     // tcp messages from 48 KiB up to this go as two sends (send_message.h)
+  size_t send_halves_upto;     // tcp messages above 64 KiB up to this go as two sends (send_message.h)
   int poll_us;                 // MORI_IO_TCP_POLL_US resolved ("auto" decided): 0 never busy-polls
   std::string rdma_transport;  // MORI_IO_RDMA_TRANSPORT: auto | tcp | ucx
   std::string node_id;         // MORI_NODE_ID ("" = this boot's id)

@@ -3,8 +3,8 @@
 // each where it is a little over one segment of loopback's 64 KiB MTU (MORI_IO_TCP_SEND_HALVES).
 // A 64 KiB payload with its header goes as a full segment and a tail of a few bytes, and the
 // receiver, woken by the first, then waits for the tail; as two halves it takes the first while
-// the second is copied in. On the 16-core host (docs/io.md, Round 7) halves took 64 KiB and 96 KiB
-// transfers 6-8 % faster both ways, were neutral at 128 KiB and slower from 32 to 48 KiB (one
+// the second is copied in. On the 16-core host (docs/io.md, Round 7) halves took 64 KiB transfers
+// 5-8 % faster both ways, 96 KiB 0-8 %, were neutral at 128 KiB and slower from 32 to 48 KiB (one
 // segment either way, and a second send's cost): so only messages above 64 KiB are halved.
 #pragma once
 
