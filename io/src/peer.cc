@@ -110,11 +110,15 @@ static void fail_piece(Lane::Piece& p, const std::string& why) {
   if (p.on_reply) p.on_reply(StatusCode::ERR_RDMA_OP, why, {});
 }
 
-void Lane::post(std::vector<Piece> pieces, bool may_send_large) {
+void Lane::post(std::vector<Piece> pieces, bool driven) {
   if (pieces.empty()) return;
   size_t payload = 0;
-  for (const auto& p : pieces)
+  bool replies = false;
+  for (const auto& p : pieces) {
     if (static_cast<wire::Op>(p.req.op) == wire::Op::kWrite) payload += p.req.length;
+    replies = replies || expects_reply(p);
+  }
+  if (replies && !driven) wake_receiver();
   std::unique_lock<std::mutex> lock(q_mu_);
   if (broken_.load()) {
     lock.unlock();
@@ -128,7 +132,7 @@ void Lane::post(std::vector<Piece> pieces, bool may_send_large) {
     // once, and the caller pays the copy the sending thread would have paid, without the
     // hand-off. With requests in flight the send could wait for the peer: the thread sends.
     std::lock_guard<std::mutex> pl(p_mu_);
-    send_here = may_send_large && payload <= kSendBuffer && pending_.empty();
+    send_here = driven && payload <= kSendBuffer && pending_.empty();
   }
   if (send_here) {
     // Idle lane: send from this thread (no hand-off latency).
@@ -222,6 +226,14 @@ void Lane::send_pieces(std::vector<Piece>& batch) {
     for (size_t i = reached; i < batch.size(); ++i) fail_piece(batch[i], why);
     fail(why);
   }
+}
+
+void Lane::wake_receiver() {
+  {
+    std::lock_guard<std::mutex> lock(park_mu_);
+    handoff_ = true;
+  }
+  park_cv_.notify_one();
 }
 
 bool Lane::rx_may_read() {
@@ -346,7 +358,10 @@ bool Lane::drive(const StatusState& s, std::chrono::steady_clock::time_point dea
     if (more) handoff_ = true;  // work nobody waits on here: the thread reads it at once
   }
   token.unlock();
-  if (more) park_cv_.notify_one();
+  // Always: a receiving thread that saw this waiter coming waits for it to leave, and must then
+  // linger (or read at once) rather than sleep out its 100 ms wait while replies that no waiter
+  // reads pile up on the socket.
+  park_cv_.notify_one();
   return true;
 }
 

@@ -93,9 +93,12 @@ class Lane {
   Lane& operator=(const Lane&) = delete;
 
   // Sends the pieces in order, from the caller's thread when the lane is idle (below), else
-  // through the lane's sending thread. `may_send_large` false: a payload above
-  // MORI_IO_INLINE_BYTES goes through the thread (the caller has other lanes to feed first).
-  void post(std::vector<Piece> pieces, bool may_send_large = true);
+  // through the lane's sending thread. `driven`: the transfer's waiter reads this lane's
+  // replies itself (its status's driver, Lane::drive), and a payload above MORI_IO_INLINE_BYTES
+  // may go from the caller's thread. Otherwise the payload goes through the thread (the caller
+  // has other lanes to feed first) and the receiving thread is woken for the replies, even
+  // where it lingers after a waiter: nobody else will read them.
+  void post(std::vector<Piece> pieces, bool driven = false);
   // The socket's send buffer: a post this large finds room in the kernel at once when the
   // connection has nothing in flight, so sending it costs the caller the copy alone.
   static constexpr size_t kSendBuffer = 4u << 20;
@@ -116,6 +119,8 @@ class Lane {
   // The receiving thread waits here while waiters read for themselves (and for kLinger after
   // the last one, which likely comes back soon); false when the lane stops.
   bool rx_may_read();
+  // Ends the receiving thread's wait in rx_may_read: replies are coming that no waiter reads.
+  void wake_receiver();
   void read_reply();
   void send_pieces(std::vector<Piece>& batch);
   void handle_reply(const wire::Reply& r, SocketReader& reader);
