@@ -154,6 +154,7 @@ class Lane {
   std::condition_variable park_cv_;
   std::chrono::steady_clock::time_point linger_until_{};  // park_mu_
   bool handoff_ = false;                                  // park_mu_: a waiter left work it does not wait for
+  bool rx_awaits_waiter_ = false;                         // park_mu_: the thread waits for a waiter to leave
   std::shared_ptr<LaneDriver> driver_;
 
   // Host bounce buffer for GPU memory (pinned when CUDA is there), grown on demand.
