@@ -354,3 +354,26 @@ def test_initiator_fails_in_the_middle_of_a_write(monkeypatch, fault, poll_us):
         except ProcessLookupError:
             pass
         peer.kill()
+
+
+def test_reads_in_turn_script(tmp_path):
+    """scripts/io_reads_in_turn.py (the stall's probe, docs/io.md Round 8) runs, checks the bytes
+    it read, reports every size in the order given, and refuses a size of 0."""
+    import json
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "io_reads_in_turn.py")
+    out = tmp_path / "r.json"
+    run = subprocess.run(
+        [sys.executable, script, "--sizes", "4K,400K,64K", "--rounds", "10", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["size"] for r in rows] == [4 * KiB, 400 * KiB, 64 * KiB]
+    assert all(r["reads"] == 10 and 0 < r["p50_us"] <= r["max_us"] for r in rows)
+    bad = subprocess.run([sys.executable, script, "--sizes", "0"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "at least 1" in bad.stderr

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Reads of several sizes taking turns over MORI-IO's tcp backend: two engines in one process,
+each round reads every size once, in the order given, and the time of each read is kept. Prints
+p50, p99 and max per size and how many reads took over 50 ms; writes them as JSON with --json.
+
+Small reads between striped ones once stalled the striped ones for 100 ms (docs/io.md, Round 8):
+
+    python3 scripts/io_reads_in_turn.py --sizes 4K,400K --rounds 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+
+from mori.io import (
+    BackendType,
+    EngineDesc,
+    IOEngine,
+    IOEngineConfig,
+    MemoryDesc,
+    MemoryLocationType,
+    StatusCode,
+    TcpBackendConfig,
+)
+from mori._C import core as _core
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="4K,400K", help="read sizes, in the order they take turns")
+    ap.add_argument("--rounds", type=int, default=300, help="rounds of one read of each size")
+    ap.add_argument("--lanes", type=int, default=2, help="tcp connections between the engines")
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args()
+    sizes = [_core.parse_size(s) for s in args.sizes.split(",")]
+    if args.rounds < 1 or args.lanes < 1 or not sizes or min(sizes) < 1:
+        ap.error("--rounds, --lanes and every size must be at least 1")
+
+    def engine(tag: str) -> IOEngine:
+        e = IOEngine(f"reads-in-turn-{os.getpid()}-{tag}", IOEngineConfig("127.0.0.1", 0))
+        e.create_backend(BackendType.TCP, TcpBackendConfig(args.lanes, False))
+        return e
+
+    initiator, target = engine("i"), engine("t")
+    initiator.register_remote_engine(EngineDesc.unpack(target.get_engine_desc().pack()))
+    n = max(sizes)
+    src = np.random.default_rng().integers(0, 256, n, dtype=np.uint8)
+    dst = np.zeros(n, np.uint8)
+    cpu = MemoryLocationType.CPU
+    local = initiator.register_memory(dst.ctypes.data, n, -1, cpu)
+    remote = MemoryDesc.unpack(target.register_memory(src.ctypes.data, n, -1, cpu).pack())
+    session = initiator.create_session(local, remote)
+    took: list[list[float]] = [[] for _ in sizes]
+    for _ in range(args.rounds):
+        for i, size in enumerate(sizes):
+            t0 = time.perf_counter()
+            st = session.read(0, 0, size, initiator.allocate_transfer_uid())
+            if st.WaitFor(30_000) != StatusCode.SUCCESS:
+                raise SystemExit(f"read of {size} B failed: {st.Message()}")
+            took[i].append((time.perf_counter() - t0) * 1e6)
+    if not np.array_equal(dst, src):
+        raise SystemExit("the bytes read differ from the target's")
+    rows = []
+    print(f"{'size':>10} {'p50 us':>10} {'p99 us':>10} {'max us':>10} {'over 50 ms':>11}")
+    for size, t in zip(sizes, took):
+        a = np.array(t)
+        row = {
+            "size": size,
+            "reads": len(t),
+            "p50_us": float(np.median(a)),
+            "p99_us": float(np.percentile(a, 99)),
+            "max_us": float(a.max()),
+            "over_50ms": int((a > 50_000).sum()),
+        }
+        rows.append(row)
+        print(f"{size:>10} {row['p50_us']:>10.1f} {row['p99_us']:>10.1f} {row['max_us']:>10.1f} {row['over_50ms']:>11}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"command": "scripts/io_reads_in_turn.py", "lanes": args.lanes, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
