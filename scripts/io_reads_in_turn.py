@@ -18,16 +18,7 @@ import time
 
 import numpy as np
 
-from mori.io import (
-    BackendType,
-    EngineDesc,
-    IOEngine,
-    IOEngineConfig,
-    MemoryDesc,
-    MemoryLocationType,
-    StatusCode,
-    TcpBackendConfig,
-)
+import mori.io as mio
 from mori._C import core as _core
 
 
@@ -42,26 +33,26 @@ def main() -> None:
     if args.rounds < 1 or args.lanes < 1 or not sizes or min(sizes) < 1:
         ap.error("--rounds, --lanes and every size must be at least 1")
 
-    def engine(tag: str) -> IOEngine:
-        e = IOEngine(f"reads-in-turn-{os.getpid()}-{tag}", IOEngineConfig("127.0.0.1", 0))
-        e.create_backend(BackendType.TCP, TcpBackendConfig(args.lanes, False))
+    def engine(tag: str) -> mio.IOEngine:
+        e = mio.IOEngine(f"reads-in-turn-{os.getpid()}-{tag}", mio.IOEngineConfig("127.0.0.1", 0))
+        e.create_backend(mio.BackendType.TCP, mio.TcpBackendConfig(args.lanes, False))
         return e
 
     initiator, target = engine("i"), engine("t")
-    initiator.register_remote_engine(EngineDesc.unpack(target.get_engine_desc().pack()))
+    initiator.register_remote_engine(mio.EngineDesc.unpack(target.get_engine_desc().pack()))
     n = max(sizes)
     src = np.random.default_rng().integers(0, 256, n, dtype=np.uint8)
     dst = np.zeros(n, np.uint8)
-    cpu = MemoryLocationType.CPU
+    cpu = mio.MemoryLocationType.CPU
     local = initiator.register_memory(dst.ctypes.data, n, -1, cpu)
-    remote = MemoryDesc.unpack(target.register_memory(src.ctypes.data, n, -1, cpu).pack())
+    remote = mio.MemoryDesc.unpack(target.register_memory(src.ctypes.data, n, -1, cpu).pack())
     session = initiator.create_session(local, remote)
     took: list[list[float]] = [[] for _ in sizes]
     for _ in range(args.rounds):
         for i, size in enumerate(sizes):
             t0 = time.perf_counter()
             st = session.read(0, 0, size, initiator.allocate_transfer_uid())
-            if st.WaitFor(30_000) != StatusCode.SUCCESS:
+            if st.WaitFor(30_000) != mio.StatusCode.SUCCESS:
                 raise SystemExit(f"read of {size} B failed: {st.Message()}")
             took[i].append((time.perf_counter() - t0) * 1e6)
     if not np.array_equal(dst, src):
