@@ -51,6 +51,11 @@ bool LaneDriver::drive(const StatusState& s, std::chrono::steady_clock::time_poi
   return lane_ != nullptr && lane_->drive(s, deadline);
 }
 
+void LaneDriver::nudge() {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  if (lane_ != nullptr) lane_->nudge_receiver();
+}
+
 void LaneDriver::detach() {
   std::unique_lock<std::shared_mutex> lock(mu_);
   lane_ = nullptr;
@@ -236,6 +241,12 @@ void Lane::wake_receiver() {
   park_cv_.notify_one();
 }
 
+void Lane::nudge_receiver() {
+  // A nudge that just misses the thread going to linger is not lost for long: a polling
+  // caller nudges again on its next look.
+  if (rx_lingering_.load(std::memory_order_relaxed)) wake_receiver();
+}
+
 bool Lane::rx_may_read() {
   std::unique_lock<std::mutex> lock(park_mu_);
   while (!stopping_.load() && !broken_.load()) {
@@ -244,7 +255,9 @@ bool Lane::rx_may_read() {
       park_cv_.wait_for(lock, std::chrono::milliseconds(100));
       rx_awaits_waiter_ = false;
     } else if (!handoff_ && std::chrono::steady_clock::now() < linger_until_) {
+      rx_lingering_.store(true, std::memory_order_relaxed);
       park_cv_.wait_until(lock, linger_until_);
+      rx_lingering_.store(false, std::memory_order_relaxed);
     } else {
       handoff_ = false;
       return true;

@@ -39,6 +39,7 @@ class LaneDriver : public StatusDriver {
  public:
   explicit LaneDriver(Lane* lane) : lane_(lane) {}
   bool drive(const StatusState& s, std::chrono::steady_clock::time_point deadline) override;
+  void nudge() override;
   void detach();  // waits for drives in progress
 
  private:
@@ -108,6 +109,9 @@ class Lane {
   // Reads replies on the waiter's thread until `s` settles, nothing is pending here or
   // `deadline` passes; the receiving thread stays out of the way meanwhile.
   bool drive(const StatusState& s, std::chrono::steady_clock::time_point deadline);
+  // A caller polls a status of this lane's: a receiving thread lingering after a waiter reads
+  // at once (cheap when it does not linger: a polling loop calls this every time round).
+  void nudge_receiver();
   // Closes the lane and fails everything queued or in flight on it.
   void fail(const std::string& why);
 
@@ -155,6 +159,7 @@ class Lane {
   std::chrono::steady_clock::time_point linger_until_{};  // park_mu_
   bool handoff_ = false;                                  // park_mu_: a waiter left work it does not wait for
   bool rx_awaits_waiter_ = false;                         // park_mu_: the thread waits for a waiter to leave
+  std::atomic<bool> rx_lingering_{false};                 // the thread waits out kLinger
   std::shared_ptr<LaneDriver> driver_;
 
   // Host bounce buffer for GPU memory (pinned when CUDA is there), grown on demand.

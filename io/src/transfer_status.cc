@@ -11,6 +11,13 @@ static bool is_settled(StatusCode c) { return c != StatusCode::INIT && c != Stat
 
 StatusCode StatusState::code() const { return code_.load(std::memory_order_acquire); }
 
+StatusCode StatusState::poll() const {
+  StatusCode c = code();
+  if (is_settled(c)) return c;
+  if (auto d = driver_.lock()) d->nudge();
+  return code();
+}
+
 std::string StatusState::message() const {
   std::lock_guard<std::mutex> lock(mu_);
   return message_;
@@ -69,7 +76,7 @@ StatusCode wait_all(const std::vector<std::shared_ptr<StatusState>>& statuses, i
     if (timeout_ms < 0) {
       c = s->wait_for(-1);
     } else if (timeout_ms == 0) {
-      c = s->code();
+      c = s->poll();
     } else {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
       c = s->wait_for(left > 0 ? left : 0);

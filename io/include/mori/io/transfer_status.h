@@ -27,11 +27,17 @@ class StatusDriver {
   // Reads replies until `s` settles, nothing more is expected on this connection or
   // `deadline` passes. False when the waiter cannot drive (the connection is gone).
   virtual bool drive(const StatusState& s, std::chrono::steady_clock::time_point deadline) = 0;
+  // The caller polls the status instead of waiting: whoever reads the connection's replies
+  // should be reading now, not resting after a waiter left (the tcp lanes' linger).
+  virtual void nudge() {}
 };
 
 class StatusState {
  public:
   StatusCode code() const;
+  // The code, as a caller polling the status sees it: while it is in progress, the
+  // connection's replies are nudged along (StatusDriver::nudge).
+  StatusCode poll() const;
   std::string message() const;
   // Failure-sticky: once a status holds an error, later updates are ignored.
   void update(StatusCode code, const std::string& message = "");
@@ -58,7 +64,7 @@ class TransferStatus {
   TransferStatus() : state_(std::make_shared<StatusState>()) {}
   explicit TransferStatus(std::shared_ptr<StatusState> s) : state_(std::move(s)) {}
 
-  StatusCode Code() const { return state_->code(); }
+  StatusCode Code() const { return state_->poll(); }
   std::string Message() const { return state_->message(); }
   bool Init() const { return Code() == StatusCode::INIT; }
   bool InProgress() const { return Code() == StatusCode::IN_PROGRESS; }
