@@ -7,6 +7,12 @@ p50, p99 and max per size and how many reads took over 50 ms; writes them as JSO
 Small reads between striped ones once stalled the striped ones for 100 ms (docs/io.md, Round 8):
 
     python3 scripts/io_reads_in_turn.py --sizes 4K,400K --rounds 300
+
+With --poll each timed read is completed by polling its status (InProgress in a loop) instead
+of waiting; --after-waits N puts N waited reads, untimed, before each timed one. A polled read
+right after waited ones once sat out the lane's 500 us linger:
+
+    python3 scripts/io_reads_in_turn.py --sizes 4K,4K --poll --after-waits 2
 """
 
 from __future__ import annotations
@@ -27,11 +33,15 @@ def main() -> None:
     ap.add_argument("--sizes", default="4K,400K", help="read sizes, in the order they take turns")
     ap.add_argument("--rounds", type=int, default=300, help="rounds of one read of each size")
     ap.add_argument("--lanes", type=int, default=2, help="tcp connections between the engines")
+    ap.add_argument("--poll", action="store_true", help="complete each timed read by polling its status")
+    ap.add_argument("--after-waits", type=int, default=0, help="waited reads (untimed) before each timed one")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
     sizes = [_core.parse_size(s) for s in args.sizes.split(",")]
     if args.rounds < 1 or args.lanes < 1 or not sizes or min(sizes) < 1:
         ap.error("--rounds, --lanes and every size must be at least 1")
+    if args.after_waits < 0:
+        ap.error("--after-waits must be at least 0")
 
     def engine(tag: str) -> mio.IOEngine:
         e = mio.IOEngine(f"reads-in-turn-{os.getpid()}-{tag}", mio.IOEngineConfig("127.0.0.1", 0))
@@ -50,11 +60,22 @@ def main() -> None:
     took: list[list[float]] = [[] for _ in sizes]
     for _ in range(args.rounds):
         for i, size in enumerate(sizes):
+            for _ in range(args.after_waits):
+                if (
+                    session.read(0, 0, size, initiator.allocate_transfer_uid()).WaitFor(30_000)
+                    != mio.StatusCode.SUCCESS
+                ):
+                    raise SystemExit(f"waited read of {size} B failed")
             t0 = time.perf_counter()
             st = session.read(0, 0, size, initiator.allocate_transfer_uid())
-            if st.WaitFor(30_000) != mio.StatusCode.SUCCESS:
+            if args.poll:
+                while st.InProgress() and time.perf_counter() - t0 < 30:
+                    pass
+            elif st.WaitFor(30_000) != mio.StatusCode.SUCCESS:
                 raise SystemExit(f"read of {size} B failed: {st.Message()}")
             took[i].append((time.perf_counter() - t0) * 1e6)
+            if not st.Succeeded():
+                raise SystemExit(f"read of {size} B failed: {st.Message()}")
     if not np.array_equal(dst, src):
         raise SystemExit("the bytes read differ from the target's")
     rows = []
@@ -73,7 +94,17 @@ def main() -> None:
         print(f"{size:>10} {row['p50_us']:>10.1f} {row['p99_us']:>10.1f} {row['max_us']:>10.1f} {row['over_50ms']:>11}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"command": "scripts/io_reads_in_turn.py", "lanes": args.lanes, "rows": rows}, f, indent=1)
+            json.dump(
+                {
+                    "command": "scripts/io_reads_in_turn.py",
+                    "lanes": args.lanes,
+                    "poll": args.poll,
+                    "after_waits": args.after_waits,
+                    "rows": rows,
+                },
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

@@ -455,8 +455,9 @@ def test_polled_status_after_waits_is_not_held_by_the_linger():
 
 
 def test_reads_in_turn_script(tmp_path):
-    """scripts/io_reads_in_turn.py (the stall's probe, docs/io.md Round 8) runs, checks the bytes
-    it read, reports every size in the order given, and refuses a size of 0."""
+    """scripts/io_reads_in_turn.py (the stall's probe, docs/io.md Round 8) runs, waited and
+    polled, checks the bytes it read, reports every size in the order given, and refuses a size
+    of 0."""
     import json
     import subprocess
     import sys
@@ -473,5 +474,14 @@ def test_reads_in_turn_script(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [r["size"] for r in rows] == [4 * KiB, 400 * KiB, 64 * KiB]
     assert all(r["reads"] == 10 and 0 < r["p50_us"] <= r["max_us"] for r in rows)
+    polled = subprocess.run(
+        [sys.executable, script, "--sizes", "4K", "--rounds", "5", "--poll", "--after-waits", "2", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert polled.returncode == 0, polled.stderr
+    got = json.loads(out.read_text())
+    assert got["poll"] and got["after_waits"] == 2 and got["rows"][0]["reads"] == 5
     bad = subprocess.run([sys.executable, script, "--sizes", "0"], capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "at least 1" in bad.stderr
