@@ -60,7 +60,8 @@ def handler_threads_setting() -> int:
     """UMBP_MASTER_HANDLER_THREADS: a count, or ``auto`` (the default): 4 where this process may
     run on 8 or more CPUs, else 2. Over Redis each handler thread waits out one ``EVALSHA`` at a
     time: on a 16-core host 4 of them served 49-52 k RouteGet/s from 8 clients where 2 served
-    19-33 k (docs/umbp-master.md)."""
+    19-33 k, and 6 or 8 cost more CPU per call and served fewer over four Redis (73-76 k against
+    84-85 k on another such host; docs/umbp-master.md)."""
     text = setting("UMBP_MASTER_HANDLER_THREADS").strip().lower()
     if text in ("", "auto"):
         return 4 if len(os.sched_getaffinity(0)) >= 8 else 2
