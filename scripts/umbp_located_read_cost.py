@@ -6,9 +6,11 @@ read of the same bytes, on one host.
 A master runs in this process and an owner worker in another (the test harness of
 tests/umbp/distributed); this process is a reader with a small DRAM, so its puts go to the
 owner. Per value size and batch, after one routed read that learns the places, each round
-times: the whole get (``batch_get_into_ptr``), the native located read alone (lookup, MORI-IO
-read, checksum check; how many values it checked by checksums hashed as they landed is printed), the serial value checksum of what arrived, and a raw read of the same
-bytes at the same places through the same engine. Prints p50s.
+times, in an order that turns every round: the whole get (``batch_get_into_ptr``), its native
+call alone (the worker's own store, then the located read; no Python around it), the native
+located read alone (lookup, MORI-IO read, checksum check; how many values it checked by checksums
+hashed as they landed is printed), the serial value checksum of what arrived, and a raw read of
+the same bytes at the same places through the same engine. Prints p50s.
 
     MORI_IO_DIRECT=0 python3 scripts/umbp_located_read_cost.py --calls 300 --shapes 64Kx1,360Kx1,2Mx1,64Kx32
 
@@ -76,25 +78,34 @@ def main(argv=None) -> int:
                 assert all(c.batch_get_into_ptr(keys, ptrs, sizes))  # routed: the places are learnt
             places = [[c._locations.peek(k) for k in keys] for keys in groups]
             arena = c._peers[places[0][0][0]].arena
-            t = {"get": [], "located read": [], "serial hash": [], "raw read": []}
+            t = {"get": [], "native get": [], "located read": [], "serial hash": [], "raw read": []}
             on_arrival = 0
             for i in range(args.calls):
                 keys, pl = groups[i % 4], places[i % 4]
-                t0 = time.perf_counter_ns()
-                c.batch_get_into_ptr(keys, ptrs, sizes)
-                t1 = time.perf_counter_ns()
-                located = c._locations.read(c, c._native_engine, keys, ptrs, sizes, [], 5000)
-                on_arrival += located[7] if len(located) > 7 else 0  # (a build before arrival checks: 0)
-                t2 = time.perf_counter_ns()
-                for p in ptrs:
-                    _C.umbp.value_checksum(p, size)
-                t3 = time.perf_counter_ns()
-                uids = [c._engine.allocate_transfer_uid()]
-                offsets = [[j * size for j in range(batch)]]
-                c._engine.batch_read([raw_dst], offsets, [arena], [[p[2] for p in pl]], [sizes], uids)[0].Wait()
-                t4 = time.perf_counter_ns()
-                for name, dt in zip(t, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
-                    t[name].append(dt)
+
+                def located_read() -> None:
+                    nonlocal on_arrival
+                    located = c._locations.read(c, c._native_engine, keys, ptrs, sizes, [], 5000)
+                    on_arrival += located[7] if len(located) > 7 else 0  # (a build before arrival checks: 0)
+
+                def raw_read() -> None:
+                    uids = [c._engine.allocate_transfer_uid()]
+                    offsets = [[j * size for j in range(batch)]]
+                    c._engine.batch_read([raw_dst], offsets, [arena], [[p[2] for p in pl]], [sizes], uids)[0].Wait()
+
+                steps = [
+                    lambda: c.batch_get_into_ptr(keys, ptrs, sizes),
+                    lambda: c._locations.get(c, c._native_engine, keys, ptrs, sizes, 5000),
+                    located_read,
+                    lambda: [_C.umbp.value_checksum(p, size) for p in ptrs],
+                    raw_read,
+                ]
+                # The order turns every round, so no step always follows the same one.
+                for k in range(len(steps)):
+                    j = (i + k) % len(steps)
+                    t0 = time.perf_counter_ns()
+                    steps[j]()
+                    t[list(t)[j]].append(time.perf_counter_ns() - t0)
             cols = "  ".join(f"{name} {np.median(v) / 1e3:8.1f}" for name, v in t.items())
             print(
                 f"{size >> 10:6d} KiB x{batch:3d}: {cols} us (p50); checked as they landed: "
