@@ -99,7 +99,9 @@ class Lane {
   // may go from the caller's thread. Otherwise the payload goes through the thread (the caller
   // has other lanes to feed first) and the receiving thread is woken for the replies, even
   // where it lingers after a waiter: nobody else will read them.
-  void post(std::vector<Piece> pieces, bool driven = false);
+  // poll_reply: the reply comes within a round trip and is the transfer's last on this lane (a
+  // striped transfer of one piece per lane): the receiving thread polls for it before sleeping.
+  void post(std::vector<Piece> pieces, bool driven = false, bool poll_reply = false);
   // The socket's send buffer: a post this large finds room in the kernel at once when the
   // connection has nothing in flight, so sending it costs the caller the copy alone.
   static constexpr size_t kSendBuffer = 4u << 20;
@@ -123,9 +125,14 @@ class Lane {
   // The receiving thread waits here while waiters read for themselves (and for kLinger after
   // the last one, which likely comes back soon); false when the lane stops.
   bool rx_may_read();
-  // Ends the receiving thread's wait in rx_may_read: replies are coming that no waiter reads.
-  void wake_receiver();
+  // Ends the receiving thread's wait in rx_may_read: replies are coming that no waiter reads
+  // (poll: soon enough to poll for, Lane::post's poll_reply).
+  void wake_receiver(bool poll = false);
   void read_reply();
+  // Polls the socket for `window` (MORI_IO_TCP_POLL_US), holding read_mu_: true when a reply is
+  // there to read; false when the window passed, the process's pollers were all busy, or a
+  // waiter came (it reads next).
+  bool poll_reply_or_waiter(std::chrono::microseconds window);
   void send_pieces(std::vector<Piece>& batch);
   void handle_reply(const wire::Reply& r, SocketReader& reader);
   // Receives the answered piece's payload and completes it (throws if the connection fails).
@@ -158,8 +165,10 @@ class Lane {
   std::condition_variable park_cv_;
   std::chrono::steady_clock::time_point linger_until_{};  // park_mu_
   bool handoff_ = false;                                  // park_mu_: a waiter left work it does not wait for
-  bool rx_awaits_waiter_ = false;                         // park_mu_: the thread waits for a waiter to leave
-  std::atomic<bool> rx_lingering_{false};                 // the thread waits out kLinger
+  bool handoff_polls_ = false;                            // park_mu_: ... and its reply is to be polled for
+  bool rx_handed_ = false;                 // the receiving thread's: rx_may_read returned for such a hand-off
+  bool rx_awaits_waiter_ = false;          // park_mu_: the thread waits for a waiter to leave
+  std::atomic<bool> rx_lingering_{false};  // the thread waits out kLinger
   std::shared_ptr<LaneDriver> driver_;
 
   // Host bounce buffer for GPU memory (pinned when CUDA is there), grown on demand.

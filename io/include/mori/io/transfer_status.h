@@ -45,7 +45,14 @@ class StatusState {
   // Blocks until the code is neither INIT nor IN_PROGRESS or timeout_ms passes (< 0: no limit).
   StatusCode wait_for(int64_t timeout_ms) const;
   // The connection a waiter may drive (set before the status is handed to the caller).
-  void set_driver(std::weak_ptr<StatusDriver> d) { driver_ = std::move(d); }
+  // poll_for_rest: the rest of the transfer lands within microseconds of the driven part (one
+  // piece on each of its connections), so a waiter done driving polls for it a while
+  // (MORI_IO_TCP_POLL_US) rather than sleep at once.
+  void set_driver(std::weak_ptr<StatusDriver> d, bool poll_for_rest = false) {
+    driver_ = std::move(d);
+    poll_for_rest_ = poll_for_rest;
+  }
+  bool poll_for_rest() const { return poll_for_rest_; }
   bool settled() const {
     StatusCode c = code();
     return c != StatusCode::INIT && c != StatusCode::IN_PROGRESS;
@@ -57,6 +64,7 @@ class StatusState {
   std::atomic<StatusCode> code_{StatusCode::INIT};  // written under mu_, read without it
   std::string message_;
   std::weak_ptr<StatusDriver> driver_;
+  bool poll_for_rest_ = false;
 };
 
 class TransferStatus {
