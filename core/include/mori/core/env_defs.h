@@ -77,8 +77,9 @@
     "MORI-IO: posts up to this size are sent from the caller's thread when the connection is not sending (larger "     \
     "ones up to its 4 MiB socket buffer when nothing is in flight either)")                                            \
   X(io_tcp_poll_us, "MORI_IO_TCP_POLL_US", string, "auto", io, "",                                                     \
-    "MORI-IO tcp backend: microseconds a target's connection thread and a caller waiting for a reply busy-poll the "   \
-    "socket before sleeping (0: never; auto: 50 where the process may run on 8 or more CPUs, else 0)")                 \
+    "MORI-IO tcp backend: microseconds a target's connection thread, a caller waiting for a reply and, for a "         \
+    "striped transfer of one piece per lane, its lanes' receiving threads busy-poll before sleeping (0: never; auto: " \
+    "50 where the process may run on 8 or more CPUs, else 0)")                                                         \
   X(io_direct, "MORI_IO_DIRECT", bool, "1", io, "",                                                                    \
     "MORI-IO: CPU memory of engines on one host moves by process_vm_readv/writev, not sockets")                        \
   X(io_direct_threads, "MORI_IO_DIRECT_THREADS", int, "2", io, "", "MORI-IO: threads that run large same-host copies") \
