@@ -292,6 +292,15 @@ class MasterServer:
             else:
                 self._server.wait_for_termination()
 
+    def route_get_batches(self) -> tuple[int, int]:
+        """(batches, calls): the RouteGets the grpc++ server answered together over Redis, a
+        batch per round trip, since the start (``MasterGrpcServer.set_native_batch``); (0, 0)
+        from another server or store."""
+        if self.server_kind != "cpp" or self._server is None:
+            return (0, 0)
+        batches, calls = self._server.batch_counts("/umbp.UMBPMaster/RouteGet")
+        return (int(batches), int(calls))
+
     def stop(self, grace: float = 1.0) -> None:
         self._stop.set()
         self.state.eviction.stop()

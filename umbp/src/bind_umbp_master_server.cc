@@ -175,6 +175,9 @@ PYBIND11_MODULE(_master_server, m) {
       .def("set_handler_threads", &MasterGrpcServer::set_handler_threads, py::arg("threads"),
            "threads > 0: the handler and natives that may wait run on that many threads of their own; the workers "
            "answer the other natives alone, with no hand-off. Before start().")
+      .def("batch_counts", &MasterGrpcServer::batch_counts, py::arg("method"),
+           "(batches, calls) of a batched method (\"/umbp.UMBPMaster/RouteGet\" over Redis) since the start: "
+           "calls / batches is the mean batch")
       .def("set_inline_bytes", &MasterGrpcServer::set_inline_bytes, py::arg("bytes"),
            "With handler threads: native calls (in-memory routes) whose request is larger than `bytes` (batches) "
            "run on them too, so a worker busy with batches does not cap the server; smaller ones stay on the "
@@ -194,6 +197,13 @@ PYBIND11_MODULE(_master_server, m) {
                 "/umbp.UMBPMaster/RouteGet",
                 [n = &native](std::string_view req, std::string& rep, double) { return n->route_get(req, rep); },
                 may_wait);
+            // Over Redis the RouteGets queued for the handler threads go in batches: one script
+            // call per endpoint for several calls' keys.
+            if (may_wait)
+              server.set_native_batch(
+                  "/umbp.UMBPMaster/RouteGet",
+                  [n = &native](const std::vector<std::string_view>& reqs, std::vector<std::string>& reps,
+                                std::vector<char>& answered) { n->route_get_batch(reqs, reps, answered); });
             server.set_native(
                 "/umbp.UMBPMaster/BatchRoutePut",
                 [n = &native](std::string_view req, std::string& rep, double) { return n->batch_route_put(req, rep); },

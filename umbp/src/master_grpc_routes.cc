@@ -3,6 +3,7 @@
 #include "src/master_grpc_routes.h"
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <optional>
 #include <unordered_set>
@@ -228,6 +229,55 @@ bool NativeRoutes::route_get(std::string_view request, std::string& reply) {
   return true;
 #else
   return false;
+#endif
+}
+
+void NativeRoutes::route_get_batch(const std::vector<std::string_view>& requests, std::vector<std::string>& replies,
+                                   std::vector<char>& answered) {
+#if MORI_UMBP_HAVE_PROTOBUF
+  const double t0 = steady_s();
+  // The requests by the nodes they exclude (almost always none): one router call per group.
+  std::map<std::vector<std::string>, std::vector<size_t>> groups;
+  std::vector<std::string> keys(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ::umbp::RouteGetRequest req;
+    if (!req.ParseFromArray(requests[i].data(), static_cast<int>(requests[i].size()))) continue;
+    keys[i] = std::move(*req.mutable_key());
+    groups[std::vector<std::string>(req.exclude_nodes().begin(), req.exclude_nodes().end())].push_back(i);
+  }
+  for (const auto& [exclude, members] : groups) {
+    std::vector<std::string> group_keys;
+    group_keys.reserve(members.size());
+    for (size_t i : members) group_keys.push_back(keys[i]);
+    RoutedGets r;
+    std::shared_ptr<const Alive> alive;
+    // As route_get: a miss is a miss (no look at pending puts).
+    if (!route(group_keys, exclude, r, alive, /*pending_matters=*/false)) continue;
+    for (size_t j = 0; j < members.size(); ++j) {
+      const size_t i = members[j];
+      ::umbp::RouteGetResponse resp;
+      Tally part;
+      const uint32_t ref = j < r.node_ref.size() ? r.node_ref[j] : 0;
+      if (ref == 0) {
+        resp.set_found(false);
+        part.misses = 1;
+      } else {
+        const std::string& node = r.nodes[ref - 1];
+        resp.set_found(true);
+        resp.set_node_id(node);
+        resp.set_tier(static_cast<::umbp::TierType>(r.tier[j]));
+        resp.set_size(r.size[j]);
+        auto it = alive->peer.find(node);
+        if (it != alive->peer.end()) resp.set_peer_address(it->second);
+        part.hits[node] = 1;
+      }
+      if (!resp.SerializeToString(&replies[i])) continue;
+      answered[i] = 1;
+      count(NativeRpc::kRouteGet, part, t0);
+    }
+  }
+#else
+  (void)requests, (void)replies, (void)answered;
 #endif
 }
 

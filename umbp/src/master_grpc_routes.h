@@ -67,6 +67,12 @@ class NativeRoutes {
   // Answer a BatchRouteGet / RouteGet request (serialized) into reply; false: leave it to Python.
   bool batch_route_get(std::string_view request, std::string& reply);
   bool route_get(std::string_view request, std::string& reply);
+  // Several RouteGet requests at once (MasterGrpcServer::set_native_batch): the keys of those
+  // that exclude the same nodes routed by one router call (over Redis, one script call per
+  // endpoint for all of them). answered[i] false leaves request i to route_get (it did not parse,
+  // or the store failed).
+  void route_get_batch(const std::vector<std::string_view>& requests, std::vector<std::string>& replies,
+                       std::vector<char>& answered);
   // A BatchLookup (a scheduler's existence check): a key is found with a copy in the store or as
   // a pending put, as the Python handler answers. False (Python's) without a lookup.
   bool batch_lookup(std::string_view request, std::string& reply);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <optional>
 #include <shared_mutex>
 #include <string_view>
@@ -115,10 +116,21 @@ struct MasterGrpcServer::Impl {
   bool handlers_wait = false;
   bool reuse_port = false;
   int max_message_bytes = 0;
+  struct Job;
+  // The calls of a batched native waiting for a handler thread (set_native_batch).
+  struct BatchQueue {
+    std::mutex mu;
+    std::deque<std::shared_ptr<Job>> jobs;
+    int in_flight = 0;       // batches scheduled or running
+    bool scheduled = false;  // one is scheduled and has not started: it takes what arrives
+    uint64_t batches = 0, calls = 0;
+  };
   struct Native {
     std::string method;
     GrpcNativeMethod fn;
     bool may_wait = false;  // it waits on something outside the process (Redis)
+    GrpcNativeBatchMethod batch;
+    std::unique_ptr<BatchQueue> queue;  // with batch
   };
   std::vector<Native> natives;  // a few: a scan is cheapest
   CallVerifier* verifier = nullptr;
@@ -241,7 +253,10 @@ struct MasterGrpcServer::Impl {
         native = nullptr;  // left to the handler
       }
       if (handler_threads > 0) {
-        queue(c, site, request, native);
+        if (native != nullptr && native->batch)
+          queue_batched(c, site, request, *native);
+        else
+          queue(c, site, request, native);
         return false;
       }
       handler(call_of(c, site, std::string(request)), reply);
@@ -287,7 +302,7 @@ struct MasterGrpcServer::Impl {
   size_t inline_bytes = SIZE_MAX;        // larger native calls go to the handler threads too
   std::unique_ptr<JobThreads> handlers;  // while serving, with handler_threads > 0
 
-  void queue(Call& c, const CallSite& site, std::string_view request, const Native* native) {
+  static std::shared_ptr<Job> job_of(Call& c, const CallSite& site, std::string_view request, const Native* native) {
     auto job = std::make_shared<Job>();  // std::function wants a copyable job
     job->call = &c;
     job->native = native;
@@ -300,7 +315,93 @@ struct MasterGrpcServer::Impl {
     if (site.time_remaining_s >= 0)
       job->deadline = std::chrono::steady_clock::now() +
                       std::chrono::microseconds(static_cast<int64_t>(site.time_remaining_s * 1e6));
-    handlers->submit([this, job = std::move(job)] { handle(*job); });
+    return job;
+  }
+
+  void queue(Call& c, const CallSite& site, std::string_view request, const Native* native) {
+    handlers->submit([this, job = job_of(c, site, request, native)] { handle(*job); });
+  }
+
+  // A batched native's call: queued with the others of its method; a batch is scheduled unless
+  // one already waits to start (it will take this call too) or kBatchesInFlight are out.
+  void queue_batched(Call& c, const CallSite& site, std::string_view request, const Native& native) {
+    BatchQueue& q = *native.queue;
+    bool schedule = false;
+    {
+      std::lock_guard<std::mutex> lk(q.mu);
+      q.jobs.push_back(job_of(c, site, request, &native));
+      schedule = !q.scheduled && q.in_flight < kBatchesInFlight;
+      if (schedule) q.scheduled = true, ++q.in_flight;
+    }
+    if (schedule) handlers->submit([this, n = &native] { run_batch(*n); });
+  }
+
+  // On a handler thread: up to kMaxBatchCalls queued calls of `native`'s method answered together
+  // (those it leaves, one by one as handle() answers them), then the next batch scheduled if
+  // calls are still queued.
+  void run_batch(const Native& native) {
+    BatchQueue& q = *native.queue;
+    std::vector<std::shared_ptr<Job>> jobs;
+    {
+      std::lock_guard<std::mutex> lk(q.mu);
+      q.scheduled = false;
+      while (!q.jobs.empty() && jobs.size() < MasterGrpcServer::kMaxBatchCalls) {
+        jobs.push_back(std::move(q.jobs.front()));
+        q.jobs.pop_front();
+      }
+      q.batches += jobs.empty() ? 0 : 1;
+      q.calls += jobs.size();
+    }
+    try {
+      answer_batch(native, jobs);
+    } catch (const std::exception&) {  // never leave in_flight counting a batch that is over
+    }
+    bool schedule = false;
+    {
+      std::lock_guard<std::mutex> lk(q.mu);
+      --q.in_flight;
+      schedule = !q.jobs.empty() && !q.scheduled;
+      if (schedule) q.scheduled = true, ++q.in_flight;
+    }
+    if (schedule) handlers->submit([this, n = &native] { run_batch(*n); });
+  }
+
+  void answer_batch(const Native& native, std::vector<std::shared_ptr<Job>>& jobs) {
+    {
+      std::shared_lock<std::shared_mutex> starting(ops);
+      if (draining) {  // the server stopped while these waited: drop them unanswered
+        for (auto& job : jobs) drop(*job);
+        return;
+      }
+    }
+    // Calls whose deadline passed in the queue are not run (as handle() does not).
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<std::string_view> requests;
+    std::vector<size_t> live;
+    for (size_t i = 0; i < jobs.size(); ++i)
+      if (now < jobs[i]->deadline) {
+        requests.push_back(jobs[i]->request);
+        live.push_back(i);
+      }
+    std::vector<std::string> replies(requests.size());
+    std::vector<char> answered(requests.size(), 0);
+    if (!requests.empty()) {
+      try {
+        native.batch(requests, replies, answered);
+      } catch (const std::exception&) {  // left to the one-by-one path, which reports it
+        std::fill(answered.begin(), answered.end(), 0);
+      }
+    }
+    std::vector<char> done(jobs.size(), 0);
+    for (size_t j = 0; j < live.size(); ++j)
+      if (answered[j]) {
+        GrpcReply reply;
+        reply.body = std::move(replies[j]);
+        reply_to(*jobs[live[j]], reply);
+        done[live[j]] = 1;
+      }
+    for (size_t i = 0; i < jobs.size(); ++i)
+      if (!done[i]) handle(*jobs[i]);  // expired ones answered DEADLINE_EXCEEDED there
   }
 
   // A queued call, on a handler thread: its native method (one that may wait) or the handler,
@@ -334,15 +435,20 @@ struct MasterGrpcServer::Impl {
       reply.code = static_cast<int>(grpc::StatusCode::UNKNOWN);
       reply.details = std::string("umbp master: handler failed: ") + e.what();
     }
+    reply_to(job, reply);
+  }
+
+  // A queued call's reply goes out, unless the server is gone meanwhile.
+  void reply_to(Job& job, GrpcReply& reply) {
     std::shared_lock<std::shared_mutex> starting(ops);
     if (draining) {  // the server and its calls are gone: nothing more to start
       drop(job);
       return;
     }
     if (job.streamed)
-      write_streamed(c, reply);
+      write_streamed(*job.call, reply);
     else
-      finish_unary(c, reply);
+      finish_unary(*job.call, reply);
   }
 
   // A queued call the stopped server no longer answers (its completion queue is shut down).
@@ -463,6 +569,27 @@ MasterGrpcServer::~MasterGrpcServer() { stop(0); }
 void MasterGrpcServer::set_native(std::string method, GrpcNativeMethod native, bool may_wait) {
   MORI_CHECK_ARG(!impl_->server, "set_native() must come before start()");
   impl_->natives.push_back({std::move(method), std::move(native), may_wait});
+}
+
+void MasterGrpcServer::set_native_batch(const std::string& method, GrpcNativeBatchMethod batch) {
+  MORI_CHECK_ARG(!impl_->server, "set_native_batch() must come before start()");
+  for (auto& n : impl_->natives)
+    if (n.method == method) {
+      MORI_CHECK_ARG(n.may_wait, "set_native_batch(%s): only a native that may wait is batched", method.c_str());
+      n.batch = std::move(batch);
+      n.queue = std::make_unique<Impl::BatchQueue>();
+      return;
+    }
+  MORI_CHECK_ARG(false, "set_native_batch(%s): set_native() it first", method.c_str());
+}
+
+std::pair<uint64_t, uint64_t> MasterGrpcServer::batch_counts(const std::string& method) const {
+  for (const auto& n : impl_->natives)
+    if (n.method == method && n.queue) {
+      std::lock_guard<std::mutex> lk(n.queue->mu);
+      return {n.queue->batches, n.queue->calls};
+    }
+  return {0, 0};
 }
 
 void MasterGrpcServer::set_handler_threads(int threads) {

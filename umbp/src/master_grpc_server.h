@@ -56,6 +56,11 @@ using GrpcHandler = std::function<void(const GrpcCall&, GrpcReply&)>;
 // false to leave the call to the handler. time_remaining_s: until the client's deadline (< 0: none).
 using GrpcNativeMethod = std::function<bool(std::string_view request, std::string& reply, double time_remaining_s)>;
 
+// Several queued calls of one method answered together (RouteGets over Redis: one script call
+// per endpoint for all their keys): for each request answered, its reply body in replies[i] and
+// answered[i] set; the others go on to the method's GrpcNativeMethod, then the handler, one by one.
+using GrpcNativeBatchMethod = std::function<void(const std::vector<std::string_view>& requests,
+                                                 std::vector<std::string>& replies, std::vector<char>& answered)>;
 // Called with the reason of every refused call (the refusal counter).
 using GrpcRefusedHook = std::function<void(const std::string& reason)>;
 
@@ -83,6 +88,15 @@ class MasterGrpcServer {
   // method); may_wait: it waits on something outside the process (Redis), so it runs where the
   // handler runs. Before start().
   void set_native(std::string method, GrpcNativeMethod native, bool may_wait = false);
+  // With handler threads, the calls of a may_wait native `method` (set_native first) that queue
+  // for them are taken up to kMaxBatchCalls at a time and offered to `batch` together, at most
+  // kBatchesInFlight batches of the method at once: under load one round trip to Redis answers
+  // many calls, each call a share of the hand-off and the system calls. Before start().
+  void set_native_batch(const std::string& method, GrpcNativeBatchMethod batch);
+  static constexpr size_t kMaxBatchCalls = 64;
+  static constexpr int kBatchesInFlight = 2;
+  // (batches, calls in them) of `method` since the start: calls / batches is the mean batch.
+  std::pair<uint64_t, uint64_t> batch_counts(const std::string& method) const;
   // threads > 0: the handler and the natives that may wait run on that many threads of their
   // own, and the workers answer only the other natives themselves. One worker then answers the
   // in-memory routes with no thread hand-off at all (each idle worker costs every call one),
