@@ -3,8 +3,8 @@
 #include "src/master_grpc_routes.h"
 
 #include <algorithm>
-#include <map>
 #include <chrono>
+#include <map>
 #include <optional>
 #include <unordered_set>
 #include <utility>
@@ -202,34 +202,12 @@ bool NativeRoutes::batch_lookup(std::string_view request, std::string& reply) {
 }
 
 bool NativeRoutes::route_get(std::string_view request, std::string& reply) {
-#if MORI_UMBP_HAVE_PROTOBUF
-  const double t0 = steady_s();
-  ::umbp::RouteGetRequest req;
-  if (!req.ParseFromArray(request.data(), static_cast<int>(request.size()))) return false;
-  std::vector<std::string> exclude(req.exclude_nodes().begin(), req.exclude_nodes().end());
-  RoutedGets r;
-  std::shared_ptr<const Alive> alive;
-  // A RouteGet miss is a miss (the Python handler does not look at pending puts for it either).
-  if (!route({req.key()}, exclude, r, alive, /*pending_matters=*/false)) return false;
-  ::umbp::RouteGetResponse resp;
-  if (r.misses) {
-    resp.set_found(false);
-    if (!resp.SerializeToString(&reply)) return false;
-    count(NativeRpc::kRouteGet, r, t0);
-    return true;
-  }
-  resp.set_found(true);
-  resp.set_node_id(r.nodes[0]);
-  resp.set_tier(static_cast<::umbp::TierType>(r.tier[0]));
-  resp.set_size(r.size[0]);
-  auto it = alive->peer.find(r.nodes[0]);
-  if (it != alive->peer.end()) resp.set_peer_address(it->second);
-  if (!resp.SerializeToString(&reply)) return false;
-  count(NativeRpc::kRouteGet, r, t0);
-  return true;
-#else
-  return false;
-#endif
+  // One call is a batch of one: the same parse, route, reply and counts.
+  std::vector<std::string> replies(1);
+  std::vector<char> answered(1, 0);
+  route_get_batch({request}, replies, answered);
+  if (answered[0]) reply = std::move(replies[0]);
+  return answered[0] != 0;
 }
 
 void NativeRoutes::route_get_batch(const std::vector<std::string_view>& requests, std::vector<std::string>& replies,

@@ -67,7 +67,8 @@ class NativeRoutes {
   // Answer a BatchRouteGet / RouteGet request (serialized) into reply; false: leave it to Python.
   bool batch_route_get(std::string_view request, std::string& reply);
   bool route_get(std::string_view request, std::string& reply);
-  // Several RouteGet requests at once (MasterGrpcServer::set_native_batch): the keys of those
+  // Several RouteGet requests at once (MasterGrpcServer::set_native_batch; route_get is a batch
+  // of one): the keys of those
   // that exclude the same nodes routed by one router call (over Redis, one script call per
   // endpoint for all of them). answered[i] false leaves request i to route_get (it did not parse,
   // or the store failed).
