@@ -15,11 +15,13 @@ victim = int(sys.argv[1])
 mode = sys.argv[2] if len(sys.argv) > 2 else "barrier"
 sh.init()
 me = sh.my_pe()
-flag = sh.zeros(1, np.int64)
-if me == victim:
-    os._exit(0)  # gone: no finalize, no goodbye
 start = time.monotonic()
 try:
+    # The allocation ends in a barrier that the victim may leave (and exit) before the others
+    # do: an error there names it too.
+    flag = sh.zeros(1, np.int64)
+    if me == victim:
+        os._exit(0)  # gone: no finalize, no goodbye
     if mode == "barrier":
         sh.barrier_all()
     elif mode == "all_gather":  # a host collective of mori.ccl
