@@ -323,14 +323,14 @@ struct MasterGrpcServer::Impl {
   }
 
   // A batched native's call: queued with the others of its method; a batch is scheduled unless
-  // one already waits to start (it will take this call too) or kBatchesInFlight are out.
+  // one already waits to start (it will take this call too) or every handler thread has one.
   void queue_batched(Call& c, const CallSite& site, std::string_view request, const Native& native) {
     BatchQueue& q = *native.queue;
     bool schedule = false;
     {
       std::lock_guard<std::mutex> lk(q.mu);
       q.jobs.push_back(job_of(c, site, request, &native));
-      schedule = !q.scheduled && q.in_flight < kBatchesInFlight;
+      schedule = !q.scheduled && q.in_flight < handler_threads;
       if (schedule) q.scheduled = true, ++q.in_flight;
     }
     if (schedule) handlers->submit([this, n = &native] { run_batch(*n); });

@@ -89,12 +89,13 @@ class MasterGrpcServer {
   // handler runs. Before start().
   void set_native(std::string method, GrpcNativeMethod native, bool may_wait = false);
   // With handler threads, the calls of a may_wait native `method` (set_native first) that queue
-  // for them are taken up to kMaxBatchCalls at a time and offered to `batch` together, at most
-  // kBatchesInFlight batches of the method at once: under load one round trip to Redis answers
-  // many calls, each call a share of the hand-off and the system calls. Before start().
+  // for them are taken up to kMaxBatchCalls at a time and offered to `batch` together, one batch
+  // per handler thread at most: a call that finds a thread free starts a batch of its own (as
+  // many Redis calls in flight as without batches), and calls that queue while every thread
+  // waits on Redis are answered together by the next (one round trip, one hand-off for many).
+  // Before start().
   void set_native_batch(const std::string& method, GrpcNativeBatchMethod batch);
   static constexpr size_t kMaxBatchCalls = 64;
-  static constexpr int kBatchesInFlight = 2;
   // (batches, calls in them) of `method` since the start: calls / batches is the mean batch.
   std::pair<uint64_t, uint64_t> batch_counts(const std::string& method) const;
   // threads > 0: the handler and the natives that may wait run on that many threads of their
