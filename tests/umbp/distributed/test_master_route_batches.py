@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 import grpc
 import pytest
@@ -22,6 +23,7 @@ from umbp_master_harness import (  # noqa: F401 - redis_pair: a fixture
     pb,
     pb_grpc,
     redis_pair,
+    uid,
 )
 
 from mori.umbp.distributed.master_server import MasterServer, cpp_server
@@ -103,4 +105,67 @@ def test_route_gets_in_memory_are_not_batched(monkeypatch):
             assert not stub.RouteGet(pb.RouteGetRequest(key="absent"), timeout=5).found
         assert m.route_get_batches() == (0, 0)
     finally:
+        m.stop(0)
+
+
+# Holds Redis for ARGV[1] microseconds: every other client's command waits until it returns.
+_HOLD_REDIS = """
+local t0 = redis.call('TIME')
+repeat
+  local t = redis.call('TIME')
+until (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) >= tonumber(ARGV[1])
+return 1
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_free_handler_thread_takes_a_route_get_while_others_wait_on_redis(redis_pair, monkeypatch):
+    """A RouteGet that finds a handler thread free runs at once, in a batch of its own: with
+    Redis held, four RouteGets a moment apart are four batches on four threads, all waiting on
+    Redis together. (The first form let two batches be in flight: the third and fourth call
+    queued behind them as a third batch, and a 16-core host served a fifth fewer RouteGets.)"""
+    import redis
+
+    from mori.umbp.distributed.master_store_redis import RedisMetadataStore, RedisSettings
+
+    monkeypatch.setenv("UMBP_MASTER_HANDLER_THREADS", "4")
+    # The master's calls wait out the hold below: well within their socket timeout.
+    settings = RedisSettings(uri=redis_pair[0].uri, namespace=uid("t"), block_shards=4, socket_timeout_ms=10_000)
+    store = RedisMetadataStore(settings)
+    m = MasterServer("127.0.0.1:0", settings=fast_settings(), server="cpp", store=store)
+    m.start()
+    address = f"127.0.0.1:{m.port}"
+    a = PeerSession(address, "node-a", {DRAM: (GIB, GIB)}, peer_address="10.0.0.1:7")
+    try:
+        a.heartbeat([("add", "held-key", DRAM, 4096)])
+        with grpc.insecure_channel(address) as ch:
+            stub = pb_grpc.UMBPMasterStub(ch)
+            assert stub.RouteGet(pb.RouteGetRequest(key="held-key"), timeout=10).found  # loads the script
+            before = m.route_get_batches()
+            holder = redis.Redis.from_url(redis_pair[0].uri)
+            hold = threading.Thread(target=holder.eval, args=(_HOLD_REDIS, 0, 1_500_000))
+            hold.start()
+            time.sleep(0.1)  # Redis is in the script now
+            found: list[bool] = []
+            callers = []
+            for i in range(1, 5):
+                t = threading.Thread(
+                    target=lambda: found.append(stub.RouteGet(pb.RouteGetRequest(key="held-key"), timeout=10).found)
+                )
+                t.start()
+                callers.append(t)
+                # The next call goes once a handler thread has taken this one (or 0.25 s passed:
+                # none took it, and it waits for a batch to end).
+                deadline = time.monotonic() + 0.25
+                while m.route_get_batches()[0] - before[0] < i and time.monotonic() < deadline:
+                    time.sleep(0.002)
+            for t in callers:
+                t.join()
+            hold.join()
+            holder.close()
+        assert found == [True] * 4
+        after = m.route_get_batches()
+        assert (after[0] - before[0], after[1] - before[1]) == (4, 4)
+    finally:
+        a.close()
         m.stop(0)
