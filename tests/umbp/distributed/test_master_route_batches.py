@@ -119,7 +119,7 @@ return 1
 
 
 @pytest.mark.timeout(60)
-def test_a_free_handler_thread_takes_a_route_get_while_others_wait_on_redis(redis_pair, monkeypatch):
+def test_a_free_handler_thread_takes_a_route_get_while_others_wait_on_redis(request, monkeypatch):
     """A RouteGet that finds a handler thread free runs at once, in a batch of its own: with
     Redis held, four RouteGets a moment apart are four batches on four threads, all waiting on
     Redis together. (The first form let two batches be in flight: the third and fourth call
@@ -128,9 +128,10 @@ def test_a_free_handler_thread_takes_a_route_get_while_others_wait_on_redis(redi
 
     from mori.umbp.distributed.master_store_redis import RedisMetadataStore, RedisSettings
 
+    servers = request.getfixturevalue("redis_pair")
     monkeypatch.setenv("UMBP_MASTER_HANDLER_THREADS", "4")
     # The master's calls wait out the hold below: well within their socket timeout.
-    settings = RedisSettings(uri=redis_pair[0].uri, namespace=uid("t"), block_shards=4, socket_timeout_ms=10_000)
+    settings = RedisSettings(uri=servers[0].uri, namespace=uid("t"), block_shards=4, socket_timeout_ms=10_000)
     store = RedisMetadataStore(settings)
     m = MasterServer("127.0.0.1:0", settings=fast_settings(), server="cpp", store=store)
     m.start()
@@ -142,7 +143,7 @@ def test_a_free_handler_thread_takes_a_route_get_while_others_wait_on_redis(redi
             stub = pb_grpc.UMBPMasterStub(ch)
             assert stub.RouteGet(pb.RouteGetRequest(key="held-key"), timeout=10).found  # loads the script
             before = m.route_get_batches()
-            holder = redis.Redis.from_url(redis_pair[0].uri)
+            holder = redis.Redis.from_url(servers[0].uri)
             hold = threading.Thread(target=holder.eval, args=(_HOLD_REDIS, 0, 1_500_000))
             hold.start()
             time.sleep(0.1)  # Redis is in the script now
