@@ -68,10 +68,9 @@ class NativeRoutes {
   bool batch_route_get(std::string_view request, std::string& reply);
   bool route_get(std::string_view request, std::string& reply);
   // Several RouteGet requests at once (MasterGrpcServer::set_native_batch; route_get is a batch
-  // of one): the keys of those
-  // that exclude the same nodes routed by one router call (over Redis, one script call per
-  // endpoint for all of them). answered[i] false leaves request i to route_get (it did not parse,
-  // or the store failed).
+  // of one): the keys of those that exclude the same nodes are routed by one router call (over
+  // Redis, one script call per endpoint for all of them). answered[i] false leaves request i to
+  // the one-by-one path (it did not parse, or the store failed).
   void route_get_batch(const std::vector<std::string_view>& requests, std::vector<std::string>& replies,
                        std::vector<char>& answered);
   // A BatchLookup (a scheduler's existence check): a key is found with a copy in the store or as
