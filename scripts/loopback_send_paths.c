@@ -2,17 +2,23 @@
 // lanes could gain by not copying a payload into the kernel (docs/io.md, "Round 10").
 //
 //   cc -O2 -o /tmp/lsp scripts/loopback_send_paths.c
-//   /tmp/lsp SIZE MODE [ROUNDS] [POLL]    one line: p10/p50/p90 of ROUNDS round trips in us
-//   /tmp/lsp --hazard                     shows why splicing is not used (exits 0 either way)
+//   /tmp/lsp SIZE MODE [ROUNDS] [POLL] [FRESH]   one line: p10/p50/p90 of ROUNDS round trips in us
+//   /tmp/lsp --hazard                            shows why splicing is not used (exits 0 either way)
 //
 // A client sends 8 bytes; the server answers with a 24-byte header and SIZE payload bytes, as
 //   send     one sendmsg() of header and payload (what MORI-IO does),
 //   halves   the header with MSG_MORE, then the payload in two send()s (MORI_IO_TCP_SEND_HALVES),
+//   quarters the same in four send()s,
 //   splice   the header with MSG_MORE, then the payload's pages by vmsplice() into a pipe and
 //            splice() from it into the socket: no copy on the sending side,
 //   splice2  the same in two halves,
+//   staged   the payload copied into a buffer of the sender's own first, then spliced from there:
+//            the safe form, if the buffer is reused only once the peer has answered,
 //   zc       the payload with MSG_ZEROCOPY (loopback copies it anyway, later).
 // POLL 1 (default): both sides spin on non-blocking recv(); 0: blocking recv().
+// FRESH 1: the sender writes one byte of every cache line of the payload before each reply, as
+// a producer of new data would; 0 (default): the payload is the same every round, so the
+// receiver may find a spliced payload's lines still in its own cache from the round before.
 // Every reply is compared with the payload.
 //
 // --hazard: with splice, the socket holds references to the sender's pages, not a copy, until
@@ -126,11 +132,25 @@ static void answer(int fd, const char* mode, const char* header, const char* pay
   if (!strcmp(mode, "halves")) {
     send_all(fd, payload, half, 0);
     send_all(fd, payload + half, size - half, 0);
+  } else if (!strcmp(mode, "quarters")) {
+    for (int q = 0; q < 4; ++q) send_all(fd, payload + q * (size / 4), q < 3 ? size / 4 : size - 3 * (size / 4), 0);
   } else if (!strcmp(mode, "splice")) {
     splice_all(fd, pipe_r, pipe_w, payload, size);
   } else if (!strcmp(mode, "splice2")) {
     splice_all(fd, pipe_r, pipe_w, payload, half);
     splice_all(fd, pipe_r, pipe_w, payload + half, size - half);
+  } else if (!strcmp(mode, "staged")) {
+    // Reused each round: the next request comes only after the client has read this reply.
+    static char* staging;
+    static size_t staged_size;
+    if (staged_size < size) {
+      free(staging);
+      staging = aligned_alloc(4096, (size + 4095) & ~(size_t)4095);
+      if (!staging) die("aligned_alloc");
+      staged_size = size;
+    }
+    memcpy(staging, payload, size);
+    splice_all(fd, pipe_r, pipe_w, staging, size);
   } else if (!strcmp(mode, "zc")) {
     send_all(fd, payload, size, MSG_ZEROCOPY);
     char control[128];
@@ -140,6 +160,11 @@ static void answer(int fd, const char* mode, const char* header, const char* pay
     fprintf(stderr, "unknown mode '%s'\n", mode);
     exit(2);
   }
+}
+
+// One byte in each 64-byte line rewritten: every line of the payload leaves other CPUs' caches.
+static void touch_lines(char* p, size_t n, unsigned round) {
+  for (size_t i = 0; i < n; i += 64) p[i] = (char)(round + i);
 }
 
 static void connected_pair(int* client, int* server) {
@@ -181,14 +206,17 @@ static int hazard(void) {
 int main(int argc, char** argv) {
   if (argc > 1 && !strcmp(argv[1], "--hazard")) return hazard();
   if (argc < 3) {
-    fprintf(stderr, "usage: %s SIZE send|halves|splice|splice2|zc [ROUNDS] [POLL]\n       %s --hazard\n", argv[0],
-            argv[0]);
+    fprintf(
+        stderr,
+        "usage: %s SIZE send|halves|quarters|splice|splice2|staged|zc [ROUNDS] [POLL] [FRESH]\n       %s --hazard\n",
+        argv[0], argv[0]);
     return 2;
   }
   size_t size = strtoul(argv[1], NULL, 0);
   const char* mode = argv[2];
   int rounds = argc > 3 ? atoi(argv[3]) : 4000;
   spin = argc > 4 ? atoi(argv[4]) : 1;
+  const int fresh = argc > 5 ? atoi(argv[5]) : 0;
   if (size == 0 || rounds <= 0) {
     fprintf(stderr, "SIZE and ROUNDS must be positive\n");
     return 2;
@@ -209,8 +237,9 @@ int main(int argc, char** argv) {
     if (!strcmp(mode, "zc")) setsockopt(server, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one);
     char request[8], header[kHeader];
     memset(header, 7, sizeof header);
-    for (;;) {
+    for (unsigned round = 1;; ++round) {
       recv_all(server, request, sizeof request);
+      if (fresh) touch_lines(payload, size, round);
       answer(server, mode, header, payload, size, pipefd[0], pipefd[1]);
     }
   }
@@ -224,12 +253,13 @@ int main(int argc, char** argv) {
     recv_all(client, header, sizeof header);
     recv_all(client, got, size);
     took[i] = now_us() - t0;
+    if (fresh) touch_lines(payload, size, (unsigned)i + 1);
     wrong += memcmp(got, payload, size) != 0;
   }
   close(client);
   waitpid(child, NULL, 0);
   qsort(took, (size_t)rounds, sizeof(double), by_value);
-  printf("size %8zu %-7s spin %d  p10 %7.2f  p50 %7.2f  p90 %7.2f us  wrong %d\n", size, mode, spin, took[rounds / 10],
-         took[rounds / 2], took[rounds * 9 / 10], wrong);
+  printf("size %8zu %-7s spin %d fresh %d  p10 %7.2f  p50 %7.2f  p90 %7.2f us  wrong %d\n", size, mode, spin, fresh,
+         took[rounds / 10], took[rounds / 2], took[rounds * 9 / 10], wrong);
   return wrong != 0;
 }
