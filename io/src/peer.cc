@@ -153,6 +153,13 @@ void Lane::post(std::vector<Piece> pieces, bool driven, bool poll_reply) {
   q_cv_.notify_all();
 }
 
+bool Lane::idle() {
+  std::lock_guard<std::mutex> lock(q_mu_);
+  if (sending_ || !queue_.empty()) return false;
+  std::lock_guard<std::mutex> pl(p_mu_);
+  return pending_.empty();
+}
+
 void Lane::tx_loop() {
   constexpr size_t kMaxBatch = 64;
   while (true) {

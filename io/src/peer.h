@@ -106,6 +106,9 @@ class Lane {
   // connection has nothing in flight, so sending it costs the caller the copy alone.
   static constexpr size_t kSendBuffer = 4u << 20;
   bool broken() const { return broken_.load(); }
+  // Nothing queued, being sent or waiting for its reply: a transfer posted now has the lane to
+  // itself (a hint: another caller may post the next moment).
+  bool idle();
   // What a waiter for a transfer on this lane alone drives (see LaneDriver).
   std::shared_ptr<StatusDriver> driver() const { return driver_; }
   // Reads replies on the waiter's thread until `s` settles, nothing is pending here or
