@@ -79,6 +79,30 @@ bool SocketReader::read_header(void* dst, size_t n) {
   return true;
 }
 
+SocketReader::Next SocketReader::next(void* dst, size_t n, bool alone) {
+  if (pos_ == end_) {
+    char* out = static_cast<char*>(dst);
+    ssize_t k;
+    do {
+      k = alone ? ::recv(fd_, out, n, 0) : ::recv(fd_, buf_.data(), buf_.size(), 0);
+    } while (k < 0 && errno == EINTR);
+    if (k < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Next::kIdle;
+      raise_errno("tcp recv");
+    }
+    if (k == 0) return Next::kClosed;
+    if (alone) {
+      const size_t got = static_cast<size_t>(k);
+      if (got < n && !read_header(out + got, n - got))
+        raise(Status::kRemote, "connection closed in the middle of a %zu-byte message", n);
+      return Next::kMessage;
+    }
+    pos_ = 0;
+    end_ = static_cast<size_t>(k);
+  }
+  return read(dst, n) ? Next::kMessage : Next::kClosed;
+}
+
 void SocketReader::skip(size_t n) {
   while (n > 0) {
     if (pos_ == end_ && fill() == 0) raise(Status::kRemote, "connection closed in the middle of a payload");

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "src/listener.h"
 
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -245,25 +244,24 @@ void Listener::serve_requests(Conn* c) {
   // Small writes keep one recv() for header and payload together.
   bool large_next = false;
   // MORI_IO_TCP_POLL_US: after serving a request, the thread polls the socket for the next
-  // one before it sleeps in poll() (an initiator posting in a loop sends it within a round
-  // trip); an idle connection, whose last poll() timed out, sleeps at once.
+  // one before it sleeps (an initiator posting in a loop sends it within a round trip); a
+  // connection idle for its receive timeout sleeps at once. It sleeps in recv() itself, as a
+  // plain socket server does: a poll() first cost every request a system call on its path
+  // (stop() wakes it by shutting the socket down; revocations are sent by revoke() while the
+  // thread waits, or here before it waits again).
   const auto window = std::chrono::microseconds(engine_.settings().poll_us);
   bool active = false;
   while (!stopping_.load()) {
     if (!reader.buffered()) {
       batch.flush();  // everything received so far is answered: send it before waiting
       send_pending_revokes(c);
-      if (!(active && poll_readable(c->fd, window))) {
-        pollfd pfd{c->fd, POLLIN, 0};
-        int rc = poll(&pfd, 1, 200);
-        if (rc < 0 && errno != EINTR) raise_errno("poll");
-        active = rc > 0;
-        if (rc <= 0) continue;
-      }
+      if (active) poll_readable(c->fd, window);
     }
-    active = true;
     wire::Request q;
-    if (!(large_next ? reader.read_header(&q, sizeof(q)) : reader.read(&q, sizeof(q)))) return;  // the initiator closed
+    const SocketReader::Next next = reader.next(&q, sizeof(q), large_next);
+    if (next == SocketReader::Next::kClosed) return;  // the initiator closed
+    active = next == SocketReader::Next::kMessage;
+    if (!active) continue;  // idle for MORI_IO_TIMEOUT_MS: wait again
     auto op = static_cast<wire::Op>(q.op);
     large_next = op == wire::Op::kWrite && q.length >= SocketReader::kDirectBytes;
     if ((op == wire::Op::kWrite || op == wire::Op::kRead) && q.length > wire::kMaxChunk)

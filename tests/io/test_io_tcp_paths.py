@@ -454,6 +454,57 @@ def test_polled_status_after_waits_is_not_held_by_the_linger():
     b.deregister_memory(md)
 
 
+def established_peers(port: int) -> set[int]:
+    """The remote ports of the established IPv4 TCP connections to local `port` (/proc/net/tcp)."""
+    peers = set()
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            local, remote, state = line.split()[1:4]
+            if state == "01" and int(local.split(":")[1], 16) == port:
+                peers.add(int(remote.split(":")[1], 16))
+    return peers
+
+
+@pytest.mark.parametrize("poll_us", ["0", "50"])
+def test_idle_connections_outlive_the_receive_timeout(monkeypatch, poll_us):
+    """The target's connection threads sleep in recv() between requests, with the connection's
+    MORI_IO_TIMEOUT_MS as its receive timeout: a receive that times out before a request's
+    first byte is an idle initiator, not a dead one. Idle for 2.5 timeouts, the initiator keeps
+    its connections (the same ones, by port) and its next writes and reads go over them, every
+    byte checked."""
+    monkeypatch.setenv("MORI_IO_TIMEOUT_MS", "1000")
+    monkeypatch.setenv("MORI_IO_TCP_POLL_US", poll_us)
+    a, b = pair(2)
+    size = 96 * KiB  # above the direct-receive size: the target waits for the header alone after it
+    src, dst = rng_bytes(size, 950), rng_bytes(size, 951)
+    ml = a.register_memory(src.ctypes.data, src.nbytes, -1, CPU)
+    md = b.register_memory(dst.ctypes.data, dst.nbytes, -1, CPU)
+    out = a.create_session(ml, MemoryDesc.unpack(md.pack()))
+    port = b.get_engine_desc().port
+
+    def round_trip(seed: int) -> None:
+        src[:] = rng_bytes(size, seed)
+        for _ in range(2):  # both lanes
+            st = out.write(0, 0, size, a.allocate_transfer_uid())
+            assert st.WaitFor(30_000) == StatusCode.SUCCESS, st.Message()
+        assert np.array_equal(dst, src)
+        dst[: 4 * KiB] = rng_bytes(4 * KiB, seed + 1)
+        src[:] = rng_bytes(size, seed + 2)
+        st = out.read(0, 0, size, a.allocate_transfer_uid())
+        assert st.WaitFor(30_000) == StatusCode.SUCCESS, st.Message()
+        assert np.array_equal(src, dst)
+
+    round_trip(960)
+    before = established_peers(port)
+    assert len(before) == 2, before
+    time.sleep(2.5)
+    round_trip(970)
+    assert established_peers(port) == before
+    a.deregister_memory(ml)
+    b.deregister_memory(md)
+
+
 def test_reads_in_turn_script(tmp_path):
     """scripts/io_reads_in_turn.py (the stall's probe, docs/io.md Round 8) runs, waited and
     polled, checks the bytes it read, reports every size in the order given, and refuses a size

@@ -25,6 +25,13 @@ class SocketReader {
   // buffered it receives these n bytes alone, so the payload's read finds the buffer
   // empty and receives straight into its destination (one more recv(), no copy).
   bool read_header(void* dst, size_t n);
+  // The first n bytes of the next message, for a loop that serves one message after another
+  // and sleeps in recv() between them (not in poll() and then recv(): a system call a message
+  // fewer). As read_header() (`alone`) or read(), except that a connection idle for its receive
+  // timeout (SO_RCVTIMEO) before the first byte is kIdle, not an error; once a byte of the
+  // message has come, a timeout throws as read() does.
+  enum class Next { kMessage, kClosed, kIdle };
+  Next next(void* dst, size_t n, bool alone);
   // Reads and discards n bytes (the payload of a refused request).
   void skip(size_t n);
   // Payloads at least this long skip the buffer once it is empty: a copy of more
