@@ -1,8 +1,38 @@
 #!/usr/bin/env bash
-# Sourced by the GPU-host A/B scripts (gpu_umbp_ssd.sh, gpu_umbp_dist_builds.sh): two builds of
-# MORI side by side, the tree at $BEFORE (or $BEFORE_SRC) and this tree, each installed with
-# `pip install --target` (CUDA off) under $PREFIX, and a way to run a command in either.
-# The caller sets ROOT (the repo), PREFIX, OUT, PY and rc (failures set it to 1).
+# Sourced by the GPU-host A/B scripts (gpu_umbp_ssd.sh, gpu_umbp_dist_builds.sh, gpu_io_builds.sh):
+# two builds of MORI side by side, the tree at $BEFORE (or $BEFORE_SRC) and this tree, each
+# installed with `pip install --target` (CUDA off) under $PREFIX, and a way to run a command in
+# either. The caller sets ROOT (the repo), OUT and PY, then calls ab_begin; failures set rc to 1.
+
+# The builds go under $ROOT/build/$1 (PREFIX); OUT is made and turned absolute; rc starts at 0;
+# where STEPS (default "build run") names build, both trees are built (the script exits if one
+# fails).
+ab_begin() {
+  PREFIX=$ROOT/build/$1
+  mkdir -p "$OUT" "$PREFIX"
+  OUT=$(cd "$OUT" && pwd)
+  rc=0
+  if [[ " $STEPS " == *" build "* ]]; then
+    ab_build_both || exit 1
+  fi
+}
+
+# True where STEPS names run and both builds are there (the script exits if not); the machine's
+# CPUs and load go to $OUT/machine.txt.
+ab_running() {
+  [[ " $STEPS " == *" run "* ]] || return 1
+  ab_check_builds || exit 1
+  { date -u; nproc; uptime; } > "$OUT/machine.txt" 2>&1
+}
+
+# Runs a command ($3...) with build $1's mori, its output in log $2, whose first line says which
+# mori ran; a failure sets rc and shows the log's end.
+ab_logged() {
+  local name=$1 log=$2
+  shift 2
+  ab_run_in "$name" $PY -S -c 'import mori; print("mori from", mori.__file__)' > "$log" 2>&1
+  ab_run_in "$name" "$@" >> "$log" 2>&1 || { rc=1; echo "== $(basename "$log") failed"; tail -15 "$log"; }
+}
 
 # Builds source tree $2 into $PREFIX/$1; its log goes to $OUT/build-$1.log.
 ab_build() {

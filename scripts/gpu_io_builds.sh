@@ -25,30 +25,17 @@ OPS=${OPS:-write,read}
 BASELINES=${BASELINES:-socket,mooncake-tcp}
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-PREFIX=$ROOT/build/gpu-io-builds
-mkdir -p "$OUT" "$PREFIX"
-OUT=$(cd "$OUT" && pwd)
-rc=0
-
 source "$ROOT/scripts/before_after_builds.sh"
+ab_begin gpu-io-builds
 
-if [[ " $STEPS " == *" build "* ]]; then
-  ab_build_both || exit 1
-fi
-
-if [[ " $STEPS " == *" run "* ]]; then
-  ab_check_builds || exit 1
-  { date -u; nproc; uptime; } > "$OUT/machine.txt" 2>&1
+if ab_running; then
   for i in $(seq 1 "$RUNS"); do
     # before, after, then after, before: neither build always runs first in a pair.
     order="before after"
     [ $((i % 2)) -eq 0 ] && order="after before"
     for name in $order; do
-      log=$OUT/$name-$i.log
-      ab_run_in $name $PY -S -c 'import mori; print("mori from", mori.__file__)' > "$log" 2>&1
-      ab_run_in $name timeout 300 $PY -S -m mori.apps.cli bench io --mori tcp --apis session \
-        --baselines "$BASELINES" --sizes "$SIZES" --ops "$OPS" --batches 1 --json "$OUT/$name-$i.json" >> "$log" 2>&1 ||
-        { rc=1; echo "== $name-$i failed"; tail -15 "$log"; }
+      ab_logged $name "$OUT/$name-$i.log" timeout 300 $PY -S -m mori.apps.cli bench io --mori tcp --apis session \
+        --baselines "$BASELINES" --sizes "$SIZES" --ops "$OPS" --batches 1 --json "$OUT/$name-$i.json"
     done
   done
   grep -h "mori from" "$OUT"/before-1.log "$OUT"/after-1.log

@@ -33,27 +33,14 @@ SHAPES=${SHAPES:-64Kx1,360Kx1,2Mx1}
 ITERS=${ITERS:-100}
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-PREFIX=$ROOT/build/gpu-umbp-dist
-mkdir -p "$OUT" "$PREFIX"
-OUT=$(cd "$OUT" && pwd)
-rc=0
-
 source "$ROOT/scripts/before_after_builds.sh"
+ab_begin gpu-umbp-dist
 
-if [[ " $STEPS " == *" build "* ]]; then
-  ab_build_both || exit 1
-fi
-
-if [[ " $STEPS " == *" run "* ]]; then
-  ab_check_builds || exit 1
-  { date -u; nproc; uptime; } > "$OUT/machine.txt" 2>&1
+if ab_running; then
   for i in $(seq 1 "$RUNS"); do
     for name in before after; do
-      log=$OUT/$name-$i.log
-      ab_run_in $name $PY -S -c 'import mori; print("mori from", mori.__file__)' > "$log" 2>&1
-      ab_run_in $name timeout 400 $PY -S -m mori.apps.cli bench umbp --distributed --hosts netns --sizes "$SIZES" \
-        --batches "$BATCHES" --iters "$ITERS" --budget 0.4 --json "$OUT/$name-$i.json" >> "$log" 2>&1 ||
-        { rc=1; echo "== $name-$i failed"; tail -15 "$log"; }
+      ab_logged $name "$OUT/$name-$i.log" timeout 400 $PY -S -m mori.apps.cli bench umbp --distributed --hosts netns \
+        --sizes "$SIZES" --batches "$BATCHES" --iters "$ITERS" --budget 0.4 --json "$OUT/$name-$i.json"
       ab_run_in $name env MORI_IO_DIRECT=0 timeout 200 $PY -S "$ROOT/scripts/umbp_located_read_cost.py" --calls 300 \
         --shapes "$SHAPES" > "$OUT/probe-$name-$i.txt" 2>&1 || rc=1
     done

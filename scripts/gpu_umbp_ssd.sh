@@ -26,37 +26,26 @@ RUNS=${RUNS:-3}
 SSD_DIR=${SSD_DIR:-${TMPDIR:-/tmp}}
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-PREFIX=$ROOT/build/gpu-umbp-ssd
-mkdir -p "$OUT" "$PREFIX"
-OUT=$(cd "$OUT" && pwd)
-rc=0
-
 source "$ROOT/scripts/before_after_builds.sh"
-
+ab_begin gpu-umbp-ssd
 if [[ " $STEPS " == *" build "* ]]; then
-  ab_build_both || exit 1
   # One bench method for both: this tree's SSD rows (the raw read alternated with the get call by
   # call) run against the before build's store (the bench uses only the public API).
   cp apps/bench/umbp.py apps/bench/umbp_workload.py "$PREFIX/before/mori/apps/bench/"
 fi
 
-if [[ " $STEPS " == *" run "* ]]; then
-  ab_check_builds || exit 1
-  { date -u; nproc; uptime; df -T "$SSD_DIR" | tail -1; lsblk -o NAME,SIZE,ROTA,TYPE,MOUNTPOINT 2>/dev/null; } \
-    > "$OUT/machine.txt" 2>&1
+if ab_running; then
+  { df -T "$SSD_DIR" | tail -1; lsblk -o NAME,SIZE,ROTA,TYPE,MOUNTPOINT 2>/dev/null; } >> "$OUT/machine.txt" 2>&1
   # Each build runs with `python -S` (ab_run_in says why); a line of each log says which mori ran.
   for i in $(seq 1 "$RUNS"); do
     for name in before after; do
-      ab_run_in $name $PY -S -c 'import mori; print("mori from", mori.__file__)' > "$OUT/$name-$i.log" 2>&1
-      ab_run_in $name timeout 300 $PY -S -m mori.apps.cli bench umbp --modes local --tiers ssd --batches 1 \
-        --no-mooncake --ssd-dir "$SSD_DIR" --json "$OUT/$name-$i.json" >> "$OUT/$name-$i.log" 2>&1 ||
-        { rc=1; echo "== $name-$i failed"; tail -15 "$OUT/$name-$i.log"; }
+      ab_logged $name "$OUT/$name-$i.log" timeout 300 $PY -S -m mori.apps.cli bench umbp --modes local --tiers ssd \
+        --batches 1 --no-mooncake --ssd-dir "$SSD_DIR" --json "$OUT/$name-$i.json"
     done
   done
   for name in before after; do
-    ab_run_in $name $PY -S -c 'import mori; print("mori from", mori.__file__)' > "$OUT/single-$name.txt" 2>&1
-    ab_run_in $name timeout 200 $PY -S "$ROOT/tests/umbp/ssd_tier_microbench.py" --single --backend posix \
-      --iters 200 "$SSD_DIR" >> "$OUT/single-$name.txt" 2>&1 || rc=1
+    ab_logged $name "$OUT/single-$name.txt" timeout 200 $PY -S "$ROOT/tests/umbp/ssd_tier_microbench.py" --single \
+      --backend posix --iters 200 "$SSD_DIR"
   done
   grep -h "mori from" "$OUT"/before-1.log "$OUT"/after-1.log
   # The single-value rows of every run side by side: GiB/s of the tier's get and of the raw read
