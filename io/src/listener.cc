@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "src/listener.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -261,7 +262,13 @@ void Listener::serve_requests(Conn* c) {
     const SocketReader::Next next = reader.next(&q, sizeof(q), large_next);
     if (next == SocketReader::Next::kClosed) return;  // the initiator closed
     active = next == SocketReader::Next::kMessage;
-    if (!active) continue;  // idle for MORI_IO_TIMEOUT_MS: wait again
+    if (!active) {
+      // Idle for MORI_IO_TIMEOUT_MS: rest in poll() up to 200 ms before recv() again, so that a
+      // short timeout does not wake an idle connection's thread every few milliseconds.
+      pollfd pfd{c->fd, POLLIN, 0};
+      if (poll(&pfd, 1, 200) < 0 && errno != EINTR) raise_errno("poll");
+      continue;
+    }
     auto op = static_cast<wire::Op>(q.op);
     large_next = op == wire::Op::kWrite && q.length >= SocketReader::kDirectBytes;
     if ((op == wire::Op::kWrite || op == wire::Op::kRead) && q.length > wire::kMaxChunk)

@@ -505,6 +505,49 @@ def test_idle_connections_outlive_the_receive_timeout(monkeypatch, poll_us):
     b.deregister_memory(md)
 
 
+def conn_thread_switches(skip: set[int]) -> dict[int, int]:
+    """Context switches so far of this process's connection threads ("mori-conn"), by thread id,
+    leaving out the ids in `skip`."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() != "mori-conn" or int(tid) in skip:
+                    continue
+            with open(f"/proc/self/task/{tid}/status") as f:
+                out[int(tid)] = sum(int(l.split()[1]) for l in f if "ctxt_switches" in l)
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # ended meanwhile
+    return out
+
+
+def test_idle_connection_threads_rest_with_a_short_receive_timeout(monkeypatch):
+    """With a receive timeout of 20 ms, an idle connection's thread would wake 50 times a second;
+    after a timeout it rests in poll() for up to 200 ms. Two idle connections' threads switch
+    fewer than 50 times in a second (about 18; 100 without the rest), and serve the next write
+    at once."""
+    monkeypatch.setenv("MORI_IO_TIMEOUT_MS", "20")
+    old = set(conn_thread_switches(set()))
+    a, b = pair(2)
+    src, dst = rng_bytes(8 * KiB, 980), rng_bytes(8 * KiB, 981)
+    ml = a.register_memory(src.ctypes.data, src.nbytes, -1, CPU)
+    md = b.register_memory(dst.ctypes.data, dst.nbytes, -1, CPU)
+    out = a.create_session(ml, MemoryDesc.unpack(md.pack()))
+    for _ in range(2):  # both lanes
+        assert out.write(0, 0, src.nbytes, a.allocate_transfer_uid()).WaitFor(30_000) == StatusCode.SUCCESS
+    first = conn_thread_switches(old)
+    assert len(first) == 2, first
+    time.sleep(1.0)
+    second = conn_thread_switches(old)
+    woke = sum(second[t] - first[t] for t in first if t in second)
+    assert woke < 50, f"two idle connection threads switched {woke} times in a second"
+    src[:] = rng_bytes(8 * KiB, 982)
+    assert out.write(0, 0, src.nbytes, a.allocate_transfer_uid()).WaitFor(30_000) == StatusCode.SUCCESS
+    assert np.array_equal(dst, src)
+    a.deregister_memory(ml)
+    b.deregister_memory(md)
+
+
 def test_reads_in_turn_script(tmp_path):
     """scripts/io_reads_in_turn.py (the stall's probe, docs/io.md Round 8) runs, waited and
     polled, checks the bytes it read, reports every size in the order given, and refuses a size
