@@ -44,6 +44,16 @@ static int parse_lanes(const std::string& text) {
   return static_cast<int>(n);
 }
 
+// MORI_IO_TCP_STRIPE_FROM: "auto" (or empty) as src/socket_poll.h says, a size otherwise (0: the
+// chunk alone decides); never below 4 KiB nor above the chunk.
+static size_t parse_stripe_from(const std::string& text, size_t chunk) {
+  std::string v = text;
+  std::transform(v.begin(), v.end(), v.begin(), ::tolower);
+  if (v.empty() || v == "auto") return usable_cpus() >= kStripeAutoMinCpus ? std::min(kStripeAutoBytes, chunk) : chunk;
+  const size_t n = env::parse_size(text, "MORI_IO_TCP_STRIPE_FROM");
+  return n ? std::min(std::max<size_t>(n, 4096), chunk) : chunk;
+}
+
 IoSettings read_settings() {
   const env::Settings e = env::current();
   IoSettings s{};
@@ -51,10 +61,9 @@ IoSettings read_settings() {
   s.connect_timeout_s = std::max<int64_t>(1, e.io_cp_timeout_ms) / 1000.0;
   s.lanes = parse_lanes(e.io_tcp_lanes);
   s.chunk_bytes = std::clamp<size_t>(e.io_tcp_chunk, 4096, wire::kMaxChunk);
-  // Striped: a transfer of more than one chunk, and (from 192 KiB by default) smaller ones too,
-  // in halves: two lanes' copies side by side beat one (docs/io.md, Round 5).
-  s.stripe_from =
-      e.io_tcp_stripe_from ? std::min(std::max<size_t>(e.io_tcp_stripe_from, 4096), s.chunk_bytes) : s.chunk_bytes;
+  // Striped: a transfer of more than one chunk, and (from 192 KiB where the CPUs are there)
+  // smaller ones too, in halves: two lanes' copies side by side beat one (docs/io.md, Round 5).
+  s.stripe_from = parse_stripe_from(e.io_tcp_stripe_from, s.chunk_bytes);
   s.direct = e.io_direct;
   s.direct_threads = static_cast<int>(std::clamp<int64_t>(e.io_direct_threads, 1, 64));
   s.inline_bytes = e.io_inline_bytes;

@@ -31,7 +31,7 @@ struct IoSettings {
   double connect_timeout_s;    // dialling + authentication
   int lanes;                   // tcp connections per peer
   size_t chunk_bytes;          // striping unit of large transfers over the lanes
-  size_t stripe_from;          // transfers larger than this are striped (192 KiB by default, at most the chunk)
+  size_t stripe_from;          // transfers larger than this are striped (auto: 192 KiB on 8+ CPUs, else the chunk)
   bool direct;                 // same-host CPU memory by process_vm_readv/writev
   int direct_threads;          // workers of large same-host copies
   size_t inline_bytes;         // posts up to this size are sent from the caller's thread

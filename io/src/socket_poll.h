@@ -28,6 +28,11 @@ constexpr int kPollAutoUs = 50;
 // (bulk transfers striped over four), two on smaller machines.
 constexpr int kLanesAutoMinCpus = kPollAutoMinCpus;
 constexpr int kLanesAuto = 4, kLanesSmall = 2;
+// MORI_IO_TCP_STRIPE_FROM "auto": striped from 192 KiB where as many CPUs can copy on the lanes;
+// on smaller machines only above the chunk. Two CPUs already copy both ends of one connection
+// side by side, so a second lane only adds hand-offs (docs/io.md, Round 13).
+constexpr int kStripeAutoMinCpus = kPollAutoMinCpus;
+constexpr size_t kStripeAutoBytes = 192 * 1024;
 
 // Receives up to `n` bytes of a payload into `dst` without sleeping: what has arrived, and
 // what arrives while it polls, until `window` passes with nothing new. Returns the bytes

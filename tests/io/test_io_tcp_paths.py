@@ -142,6 +142,62 @@ def test_poll_setting_refused(monkeypatch, value):
         IOEngine(f"paths-{os.getpid()}-{next(_seq)}", IOEngineConfig("127.0.0.1", 0))
 
 
+@pytest.mark.parametrize("value", ["-1", "192 KB/s", "half"])
+def test_stripe_from_setting_refused(monkeypatch, value):
+    monkeypatch.setenv("MORI_IO_TCP_STRIPE_FROM", value)
+    with pytest.raises(Exception, match=f"MORI_IO_TCP_STRIPE_FROM.*'{value}'"):
+        IOEngine(f"paths-{os.getpid()}-{next(_seq)}", IOEngineConfig("127.0.0.1", 0))
+
+
+def bytes_received(port: int) -> list[int]:
+    """bytes_received of each established TCP connection to local `port` (`ss -tin`)."""
+    import re
+    import subprocess
+
+    out = subprocess.run(
+        ["ss", "-tinH", "state", "established", f"( sport = :{port} )"], capture_output=True, text=True, check=True
+    ).stdout
+    return sorted(int(m) for m in re.findall(r"bytes_received:(\d+)", out))
+
+
+@pytest.mark.parametrize("stripe_from", ["auto", "192KiB"])
+def test_stripe_from_auto_keeps_two_cpus_on_one_lane(monkeypatch, stripe_from):
+    """On two CPUs (the test's thread pinned to two where it has more), MORI_IO_TCP_STRIPE_FROM
+    "auto" leaves transfers up to the 512 KiB chunk on one lane: 256 KiB writes one after another
+    all go over the first connection. With 192 KiB, the old default, each goes in halves over
+    both. The target's connections count the bytes (`ss`); every byte checked."""
+    monkeypatch.setenv("MORI_IO_TCP_STRIPE_FROM", stripe_from)
+    mask = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, sorted(mask)[:2])  # the engines' threads inherit it
+    try:
+        a, b = pair(2)
+    finally:
+        os.sched_setaffinity(0, mask)
+    size, count = 256 * KiB, 8
+    src, dst = rng_bytes(size, 990), rng_bytes(size, 991)
+    ml = a.register_memory(src.ctypes.data, src.nbytes, -1, CPU)
+    md = b.register_memory(dst.ctypes.data, dst.nbytes, -1, CPU)
+    out = a.create_session(ml, MemoryDesc.unpack(md.pack()))
+    assert out.write(0, 0, 8, a.allocate_transfer_uid()).WaitFor(30_000) == StatusCode.SUCCESS
+    port = b.get_engine_desc().port
+    st = out.write(0, 0, 8, a.allocate_transfer_uid())  # the other lane connects too (striped or not)
+    assert st.WaitFor(30_000) == StatusCode.SUCCESS
+    start = bytes_received(port)
+    assert len(start) == 2, start
+    for i in range(count):
+        src[:] = rng_bytes(size, 992 + i)
+        assert out.write(0, 0, size, a.allocate_transfer_uid()).WaitFor(30_000) == StatusCode.SUCCESS
+        assert np.array_equal(dst, src)
+    moved = sorted(e - s for e, s in zip(bytes_received(port), start))
+    total = size * count
+    if stripe_from == "auto":
+        assert moved[0] < total // 16 and moved[1] >= total, moved  # one lane carried them
+    else:
+        assert min(moved) >= total // 2, moved  # both carried a half of each
+    a.deregister_memory(ml)
+    b.deregister_memory(md)
+
+
 @pytest.mark.parametrize("value", ["0", "65", "two"])
 def test_lanes_setting_refused(monkeypatch, value):
     monkeypatch.setenv("MORI_IO_TCP_LANES", value)
@@ -161,12 +217,12 @@ def test_striping_edges_exact(monkeypatch, lanes):
     run_sequence(a, b, [s for pair in zip(sizes, reversed(sizes)) for s in pair], seed=200)
 
 
-@pytest.mark.parametrize("stripe_from", [None, 128 * KiB, 0])
+@pytest.mark.parametrize("stripe_from", [None, 192 * KiB, 128 * KiB, 0])
 def test_stripe_from_edges_exact(monkeypatch, stripe_from):
-    """MORI_IO_TCP_STRIPE_FROM (default 192 KiB; 128 KiB; 0, the chunk alone) with the 512 KiB
-    chunk: above it a transfer goes as two equal halves (or more pieces above 1 MiB); sizes just
-    below, at and above 128, 192, 256 and 512 KiB and 1 MiB, single and alternating with small
-    ones."""
+    """MORI_IO_TCP_STRIPE_FROM (auto, the default: 192 KiB on 8 or more CPUs, else the chunk; 192
+    KiB; 128 KiB; 0, the chunk alone) with the 512 KiB chunk: above it a transfer goes as two equal
+    halves (or more pieces above 1 MiB); sizes just below, at and above 128, 192, 256 and 512 KiB
+    and 1 MiB, single and alternating with small ones."""
     if stripe_from is not None:
         monkeypatch.setenv("MORI_IO_TCP_STRIPE_FROM", str(stripe_from))
     a, b = pair(2)
@@ -174,7 +230,7 @@ def test_stripe_from_edges_exact(monkeypatch, stripe_from):
     run_sequence(a, b, [s for pair in zip(sizes, reversed(sizes)) for s in pair], seed=300)
 
 
-@pytest.mark.parametrize("lanes,poll_us,stripe_from", [(2, "0", None), (2, "50", None), (4, "0", 96 * KiB)])
+@pytest.mark.parametrize("lanes,poll_us,stripe_from", [(2, "0", 192 * KiB), (2, "50", 192 * KiB), (4, "0", 96 * KiB)])
 def test_striped_reads_between_small_ones_never_stall(monkeypatch, lanes, poll_us, stripe_from):
     """A striped read's first lanes are read by their receiving threads, its last one by the
     waiter (Lane::drive). Small reads in between have their waiters drive the first lanes too;

@@ -67,9 +67,10 @@
     "RdmaBackendConfig.qp_per_transfer > 1 overrides)")                                                                \
   X(io_tcp_chunk, "MORI_IO_TCP_CHUNK", size, "512KiB", io, "",                                                         \
     "MORI-IO tcp backend: larger transfers are striped over the lanes, in equal pieces of at most this size")          \
-  X(io_tcp_stripe_from, "MORI_IO_TCP_STRIPE_FROM", size, "192KiB", io, "",                                             \
+  X(io_tcp_stripe_from, "MORI_IO_TCP_STRIPE_FROM", string, "auto", io, "",                                             \
     "MORI-IO tcp backend: transfers larger than this or than MORI_IO_TCP_CHUNK are striped, in equal pieces of at "    \
-    "most the chunk, over as many lanes as give each at least this much, two at least (0: the chunk alone decides)")   \
+    "most the chunk, over as many lanes as give each at least this much, two at least (0: the chunk alone decides; "   \
+    "auto: 192 KiB where the process may run on 8 or more CPUs, else 0)")                                              \
   X(io_tcp_send_halves, "MORI_IO_TCP_SEND_HALVES", size, "128KiB", io, "",                                             \
     "MORI-IO tcp backend: a message (headers and payloads) of more than 64 KiB and at most this size is sent as two "  \
     "halves, so the receiver takes the first while the second is copied in (0: never)")                                \
