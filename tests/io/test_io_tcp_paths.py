@@ -168,7 +168,7 @@ def test_stripe_from_auto_keeps_two_cpus_on_one_lane(monkeypatch, stripe_from):
     both. The target's connections count the bytes (`ss`); every byte checked."""
     monkeypatch.setenv("MORI_IO_TCP_STRIPE_FROM", stripe_from)
     mask = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, sorted(mask)[:2])  # the engines' threads inherit it
+    os.sched_setaffinity(0, sorted(mask)[:2])  # an engine reads its settings (the CPU count) when made
     try:
         a, b = pair(2)
     finally:
