@@ -365,7 +365,13 @@ bool Lane::drive(const StatusState& s, std::chrono::steady_clock::time_point dea
   std::unique_lock<std::mutex> token(read_mu_);
   wanting_.fetch_sub(1);
   const double timeout = peer_.engine().settings().timeout_s;
-  const bool forever = deadline == std::chrono::steady_clock::time_point::max();
+  // A deadline at least MORI_IO_TIMEOUT_MS away is waited for as no deadline is: asleep in
+  // recv(), whose SO_RCVTIMEO (that timeout) ends the wait first. Only a nearer deadline needs a
+  // poll() before each recv(), one system call more on the reply's path (WaitFor's usual case:
+  // UMBP's located reads wait within UMBP_CALL_TIMEOUT_MS, 30 s).
+  const auto recv_bound =
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout));
+  const bool no_deadline = deadline == std::chrono::steady_clock::time_point::max();
   // MORI_IO_TCP_POLL_US: poll for the reply before sleeping in the kernel for it.
   const auto window = std::chrono::microseconds(peer_.engine().settings().poll_us);
   try {
@@ -374,7 +380,8 @@ bool Lane::drive(const StatusState& s, std::chrono::steady_clock::time_point dea
         std::lock_guard<std::mutex> lock(p_mu_);
         if (pending_.empty()) break;  // the rest comes over other lanes (or is not sent yet)
       }
-      if (!reader_.buffered() && !poll_readable(fd_.get(), window) && !forever) {
+      const bool far = no_deadline || deadline - std::chrono::steady_clock::now() >= recv_bound;
+      if (!reader_.buffered() && !poll_readable(fd_.get(), window) && !far) {
         auto left = deadline - std::chrono::steady_clock::now();
         if (left <= std::chrono::steady_clock::duration::zero()) break;
         auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(left).count() + 1;

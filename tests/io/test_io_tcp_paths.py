@@ -604,6 +604,71 @@ def test_idle_connection_threads_rest_with_a_short_receive_timeout(monkeypatch):
     b.deregister_memory(md)
 
 
+_WAITING_READS = """
+import sys
+import numpy as np
+from mori.io import (BackendType, EngineDesc, IOEngine, IOEngineConfig, MemoryDesc, MemoryLocationType,
+                     StatusCode, TcpBackendConfig)
+wait_ms, reads, size = (int(a) for a in sys.argv[1:4])
+a, b = (IOEngine(f"{n}-{wait_ms}", IOEngineConfig("127.0.0.1", 0)) for n in "ab")
+for e in (a, b):
+    e.create_backend(BackendType.TCP, TcpBackendConfig(1, False))
+a.register_remote_engine(EngineDesc.unpack(b.get_engine_desc().pack()))
+src, dst = np.zeros(size, np.uint8), np.zeros(size, np.uint8)
+ml = a.register_memory(dst.ctypes.data, size, -1, MemoryLocationType.CPU)
+mr = b.register_memory(src.ctypes.data, size, -1, MemoryLocationType.CPU)
+out = a.create_session(ml, MemoryDesc.unpack(mr.pack()))
+rng = np.random.default_rng(wait_ms)
+for i in range(reads):
+    src[:] = rng.integers(0, 256, size, dtype=np.uint8)
+    st = out.read(0, 0, size, a.allocate_transfer_uid())
+    assert st.WaitFor(wait_ms) == StatusCode.SUCCESS, st.Message()
+    assert np.array_equal(src, dst), i
+print("read", reads)
+"""
+
+
+def poll_calls(wait_ms: int, reads: int, size: int) -> int:
+    """poll() calls of a process whose caller makes `reads` reads, one at a time, each waited
+    for with WaitFor(wait_ms) (strace -f -c: every thread of the process)."""
+    import re
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace is not installed (scripts/setup.sh installs it)")
+    with tempfile.NamedTemporaryFile("r", suffix=".strace") as counts:
+        run = subprocess.run(
+            [strace, "-f", "-c", "-e", "trace=poll,ppoll", "-o", counts.name, sys.executable, "-c", _WAITING_READS]
+            + [str(wait_ms), str(reads), str(size)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        table = counts.read()
+    if run.returncode != 0 and "ptrace" in run.stderr:
+        pytest.skip(f"strace cannot trace here: {run.stderr.strip()[-200:]}")
+    assert run.returncode == 0 and f"read {reads}" in run.stdout, run.stderr[-2000:]
+    found = re.search(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)(?:\s+\d+)?\s+poll$", table, re.M)
+    return int(found.group(1)) if found else 0
+
+
+def test_far_deadline_waits_in_recv_alone():
+    """A WaitFor whose deadline lies beyond MORI_IO_TIMEOUT_MS (10 s) waits for the reply asleep
+    in recv(), as Wait() does: 400 reads of 64 KiB, waited for with WaitFor(30 s), make few
+    poll() calls in the whole process (about 40 on the 2-core VM). With a nearer deadline (5 s)
+    each wait polls before its recv(), so the deadline is kept (about one per read). Every byte
+    checked."""
+    reads = 400
+    far = poll_calls(30_000, reads, 64 * KiB)
+    near = poll_calls(5_000, reads, 64 * KiB)
+    assert far < reads // 4, f"WaitFor(30 s): {far} poll() calls for {reads} reads"
+    assert near >= reads // 2, f"WaitFor(5 s): {near} poll() calls for {reads} reads"
+
+
 def test_reads_in_turn_script(tmp_path):
     """scripts/io_reads_in_turn.py (the stall's probe, docs/io.md Round 8) runs, waited and
     polled, checks the bytes it read, reports every size in the order given, and refuses a size
