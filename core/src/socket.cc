@@ -59,6 +59,19 @@ UniqueFd listen_tcp(const std::string& host, int port, int* bound_port, int back
   return fd;
 }
 
+// Whether a connected socket is connected to itself. While nothing listens on a port of this
+// host's ephemeral range, a connect() to it can be given that very port as its own and then
+// completes with itself (TCP's simultaneous open): a rank retrying to reach a store whose host
+// has not bound its port yet would hold the port the store is about to bind.
+static bool connected_to_itself(int fd) {
+  sockaddr_in self{}, peer{};
+  socklen_t a = sizeof(self), b = sizeof(peer);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&self), &a) != 0 ||
+      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &b) != 0)
+    return false;
+  return self.sin_port == peer.sin_port && self.sin_addr.s_addr == peer.sin_addr.s_addr;
+}
+
 UniqueFd connect_tcp(const std::string& host, int port, double timeout_s, bool retry_refused) {
   sockaddr_in addr = resolve(host, port);
   double deadline = now() + timeout_s;
@@ -66,9 +79,16 @@ UniqueFd connect_tcp(const std::string& host, int port, double timeout_s, bool r
   while (true) {
     UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd) raise_errno("socket");
+    // So that a socket that met itself, once closed, leaves no TIME_WAIT that keeps the port
+    // from the store's listener (which binds with SO_REUSEADDR too).
+    int one = 1;
+    setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-      set_nodelay(fd.get());
-      return fd;
+      if (!connected_to_itself(fd.get())) {
+        set_nodelay(fd.get());
+        return fd;
+      }
+      errno = ECONNREFUSED;  // nothing listened there: the socket met itself (see connected_to_itself)
     }
     last_err = errno;
     fd.reset();
