@@ -62,11 +62,8 @@ def wait_port(
     """
     deadline = time.monotonic() + timeout
     while True:
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
-        except OSError:
-            pass
+        if _listening(host, port):
+            return
         if process is not None and process.poll() is not None:
             raise RemoteError(
                 f"process {process.pid} exited with {process.returncode} before listening on {host}:{port}"
@@ -74,3 +71,25 @@ def wait_port(
         if time.monotonic() >= deadline:
             raise Timeout(f"nothing listens on {host}:{port} after {timeout}s")
         time.sleep(0.05)
+
+
+def _listening(host: str, port: int) -> bool:
+    """Whether a connection to ``host:port`` succeeds with something else than itself. While
+    nothing listens on a port of the ephemeral range, a connect() to it may be given that very
+    port and complete with itself; SO_REUSEADDR keeps the TIME_WAIT it leaves from stopping the
+    server that binds the port next (as core/src/socket.cc's connect_tcp does)."""
+    try:
+        addrs = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    for family, kind, proto, _, addr in addrs:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.settimeout(0.5)
+            try:
+                s.connect(addr)
+            except OSError:
+                continue
+            if s.getsockname()[:2] != s.getpeername()[:2]:
+                return True
+    return False

@@ -54,7 +54,9 @@ server.stop()
 """
 
 
-def test_rank_dialling_early_leaves_the_store_port_free():
+def in_small_namespace(program: str) -> subprocess.CompletedProcess:
+    """Runs a Python program in a network namespace of its own whose ephemeral range is
+    PORT..PORT+3."""
     unshare, ip = shutil.which("unshare"), shutil.which("ip")
     if os.geteuid() != 0 or unshare is None or ip is None:
         pytest.skip("needs root, unshare and ip (a network namespace of its own)")
@@ -63,10 +65,41 @@ def test_rank_dialling_early_leaves_the_store_port_free():
         f"echo '{PORT} {PORT + 3}' > /proc/sys/net/ipv4/ip_local_port_range && "
         f'exec "{sys.executable}" -c "$0"'
     )
-    run = subprocess.run(
-        [unshare, "-n", "sh", "-c", script, _STORE_AFTER_RANK], capture_output=True, text=True, timeout=50
-    )
+    run = subprocess.run([unshare, "-n", "sh", "-c", script, program], capture_output=True, text=True, timeout=50)
     if run.returncode != 0 and "unshare failed" in run.stderr:
         pytest.skip(f"no network namespace here: {run.stderr.strip()}")
+    return run
+
+
+def test_rank_dialling_early_leaves_the_store_port_free():
+    run = in_small_namespace(_STORE_AFTER_RANK)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "rank 1: True value: b'here'" in run.stdout, run.stdout + run.stderr
+
+
+_WAIT_THEN_SERVE = f"""
+import socket, time
+from mori.core.errors import Timeout
+from mori.core.ports import wait_port
+
+t = time.monotonic()
+try:
+    wait_port({PORT}, timeout=1.5)
+    print("wait_port returned with nothing listening")
+except Timeout:
+    print("wait_port timed out after", round(time.monotonic() - t, 1), "s")
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("127.0.0.1", {PORT}))
+server.listen()
+wait_port({PORT}, timeout=5)
+print("served")
+"""
+
+
+def test_wait_port_is_not_fooled_by_meeting_itself():
+    """mori.core.ports.wait_port dials until something listens: a connection that met itself is
+    not a listener, and leaves the port bindable by the server that comes next."""
+    run = in_small_namespace(_WAIT_THEN_SERVE)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "wait_port timed out after" in run.stdout and "served" in run.stdout, run.stdout + run.stderr
