@@ -1261,12 +1261,19 @@ class DistributedUMBPClient(_UMBPClient):
             # The hot path, one native call without the GIL (its own store checks every argument
             # first): this worker's store, then the keys it misses at their held places.
             try:
-                fast = self._locations.get(self, self._native_engine, keys, ptrs, sizes, self._transfer_timeout_ms)
+                fast = self._locations.get(
+                    self, self._native_engine, keys, ptrs, sizes, self._transfer_timeout_ms, not self._cache_remote
+                )
             except TypeError:  # not lists of str / int: the checks below name the argument
                 fast = None
             if fast is not None:
                 ok, located = fast
-                miss = self._after_located(located, keys, ptrs, sizes, ok)
+                if located is None:  # counted natively (stats() adds them); ok's misses go routed
+                    if all(ok):
+                        return ok
+                    miss = [i for i, hit in enumerate(ok) if not hit]
+                else:
+                    miss = self._after_located(located, keys, ptrs, sizes, ok)
                 if not miss:
                     return ok
                 return self._get_routed(miss, list(keys), list(map(int, ptrs)), list(map(int, sizes)), ok)
@@ -1811,6 +1818,13 @@ class DistributedUMBPClient(_UMBPClient):
         s = _Native.stats(self)
         with self._stats_lock:
             s.update(vars(self.dstats))
+        if not self._lookup_only:  # the located reads the native get counted itself
+            got, stale, on_arrival, got_bytes = self._locations.tallied()
+            s["location_cache_hits"] += got
+            s["location_cache_stale"] += stale
+            s["location_cache_on_arrival"] += on_arrival
+            s["remote_gets"] += got
+            s["remote_get_bytes"] += got_bytes
         if not self._lookup_only and self._hbm_desc is not None:  # the HBM pages, as the dram_* keys
             cap, used, pinned, keys, evictions = self.peer_hbm_stats()
             s.update(

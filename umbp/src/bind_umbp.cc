@@ -671,9 +671,10 @@ void bind_client(py::module_& m) {
   lc.def(
       "get",
       [as_tuple](LocationCache& cache, PyClient& c, mori::io::Engine& engine, const Keys& keys, const Ptrs& ptrs,
-                 const Sizes& sizes, int64_t timeout_ms) -> py::object {
+                 const Sizes& sizes, int64_t timeout_ms, bool tally) -> py::object {
         std::vector<bool> ok;
         LocationCache::Result r;
+        bool tallied = tally;  // every key this client's own: nothing to count
         {
           py::gil_scoped_release nogil;
           for (uintptr_t p : ptrs)
@@ -694,8 +695,13 @@ void bind_client(py::module_& m) {
             };
             r = cache.read(engine, keys, ptrs, sizes, miss, timeout_ms, verify);
             for (uint32_t i : r.got) ok[i] = true;
+            // Nothing left for the caller but the routed keys (ok's False ones): the counts stay
+            // here, and the caller runs no Python over the Result.
+            tallied = tally && r.failed.empty() && r.other.empty();
+            if (tallied) cache.tally(r);
           }
         }
+        if (tallied) return py::make_tuple(std::move(ok), py::none());
         std::vector<PlaceTuple> places;
         places.reserve(r.other_places.size());
         for (const auto& p : r.other_places) places.push_back(as_tuple(p));
@@ -704,10 +710,18 @@ void bind_client(py::module_& m) {
                                              r.stale, r.got_bytes, std::move(r.failed), r.on_arrival));
       },
       py::arg("client"), py::arg("engine"), py::arg("keys"), py::arg("ptrs"), py::arg("sizes"),
-      py::arg("timeout_ms") = 5000,
+      py::arg("timeout_ms") = 5000, py::arg("tally") = false,
       "a get's whole hot path in one call without the interpreter lock: the client's own store, then the keys it "
       "misses at their held places as read() reads them. (ok, read()'s tuple), or None when a destination is GPU "
-      "memory (the caller's own path).");
+      "memory (the caller's own path). With tally, a read that failed no owner and left no key to the caller's "
+      "own path is counted in tallied() and answers (ok, None): ok's False keys are for the routed path.");
+  lc.def(
+      "tallied",
+      [](const LocationCache& cache) {
+        const LocationCache::Tally t = cache.tallied();
+        return py::make_tuple(t.got, t.stale, t.on_arrival, t.got_bytes);
+      },
+      "(got, stale, on_arrival, got_bytes) summed over the gets that answered (ok, None)");
 
   lc.def(
       "exists",

@@ -275,4 +275,17 @@ LocationCache::Result LocationCache::read(io::Engine& engine, const std::vector<
   return r;
 }
 
+void LocationCache::tally(const Result& r) {
+  std::lock_guard<std::mutex> lk(tally_mu_);
+  tally_.got += r.got.size();
+  tally_.stale += r.stale;
+  tally_.on_arrival += r.on_arrival;
+  tally_.got_bytes += r.got_bytes;
+}
+
+LocationCache::Tally LocationCache::tallied() const {
+  std::lock_guard<std::mutex> lk(tally_mu_);
+  return tally_;
+}
+
 }  // namespace mori::umbp

@@ -81,6 +81,14 @@ class LocationCache {
               const std::vector<uint64_t>& sizes, const std::vector<uint32_t>& idx, int64_t timeout_ms,
               const Verifier& verify);
 
+  // Reads whose Result nobody hands back to Python (the binding's get with `tally`), added up
+  // here: the reader's stats() adds them to its own counters.
+  struct Tally {
+    uint64_t got = 0, stale = 0, on_arrival = 0, got_bytes = 0;
+  };
+  void tally(const Result& r);
+  Tally tallied() const;
+
  private:
   struct Owner {
     std::string node_id, address;
@@ -104,6 +112,8 @@ class LocationCache {
 
   const size_t capacity_;
   mutable std::mutex mu_;
+  mutable std::mutex tally_mu_;
+  Tally tally_;
   std::unordered_map<std::string, std::shared_ptr<const Owner>> owners_;
   std::unordered_map<std::string, Entry> entries_;
   std::list<std::string> lru_;  // oldest first
