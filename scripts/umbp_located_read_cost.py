@@ -6,7 +6,7 @@ read of the same bytes, on one host.
 A master runs in this process and an owner worker in another (the test harness of
 tests/umbp/distributed); this process is a reader with a small DRAM, so its puts go to the
 owner. Per value size and batch, after one routed read that learns the places, each round
-times, in an order that turns every round: the whole get (``batch_get_into_ptr``), its native
+times, in an order drawn afresh every round: the whole get (``batch_get_into_ptr``), its native
 call alone (the worker's own store, then the located read; no Python around it), the native
 located read alone (lookup, MORI-IO read, checksum check; how many values it checked by checksums
 hashed as they landed is printed), the serial value checksum of what arrived, and a raw read of
@@ -80,6 +80,7 @@ def main(argv=None) -> int:
             arena = c._peers[places[0][0][0]].arena
             t = {"get": [], "native get": [], "located read": [], "serial hash": [], "raw read": []}
             on_arrival = 0
+            order = np.random.default_rng(size * 1000 + batch)
             for i in range(args.calls):
                 keys, pl = groups[i % 4], places[i % 4]
 
@@ -100,9 +101,9 @@ def main(argv=None) -> int:
                     lambda: [_C.umbp.value_checksum(p, size) for p in ptrs],
                     raw_read,
                 ]
-                # The order turns every round, so no step always follows the same one.
-                for k in range(len(steps)):
-                    j = (i + k) % len(steps)
+                # A fresh order every round: each step follows each other one equally often (a
+                # read right after another read, or after the hash, takes a different time).
+                for j in order.permutation(len(steps)):
                     t0 = time.perf_counter_ns()
                     steps[j]()
                     t[list(t)[j]].append(time.perf_counter_ns() - t0)
