@@ -13,6 +13,11 @@ of waiting; --after-waits N puts N waited reads, untimed, before each timed one.
 right after waited ones once sat out the lane's 500 us linger:
 
     python3 scripts/io_reads_in_turn.py --sizes 4K,4K --poll --after-waits 2
+
+--wait-ms sets the timed reads' WaitFor deadline: one beyond MORI_IO_TIMEOUT_MS (10 s) is waited
+for in recv() alone, a nearer one polls before each recv() (Round 14); compare the two with
+
+    for w in 30000 5000; do MORI_IO_DIRECT=0 python3 scripts/io_reads_in_turn.py --sizes 8,64K --rounds 5000 --wait-ms $w; done
 """
 
 from __future__ import annotations
@@ -35,11 +40,12 @@ def main() -> None:
     ap.add_argument("--lanes", type=int, default=2, help="tcp connections between the engines")
     ap.add_argument("--poll", action="store_true", help="complete each timed read by polling its status")
     ap.add_argument("--after-waits", type=int, default=0, help="waited reads (untimed) before each timed one")
+    ap.add_argument("--wait-ms", type=int, default=30_000, help="the timed reads' WaitFor deadline (default 30000)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
     sizes = [_core.parse_size(s) for s in args.sizes.split(",")]
-    if args.rounds < 1 or args.lanes < 1 or not sizes or min(sizes) < 1:
-        ap.error("--rounds, --lanes and every size must be at least 1")
+    if args.rounds < 1 or args.lanes < 1 or args.wait_ms < 1 or not sizes or min(sizes) < 1:
+        ap.error("--rounds, --lanes, --wait-ms and every size must be at least 1")
     if args.after_waits < 0:
         ap.error("--after-waits must be at least 0")
 
@@ -71,7 +77,7 @@ def main() -> None:
             if args.poll:
                 while st.InProgress() and time.perf_counter() - t0 < 30:
                     pass
-            elif st.WaitFor(30_000) != mio.StatusCode.SUCCESS:
+            elif st.WaitFor(args.wait_ms) != mio.StatusCode.SUCCESS:
                 raise SystemExit(f"read of {size} B failed: {st.Message()}")
             took[i].append((time.perf_counter() - t0) * 1e6)
             if not st.Succeeded():
@@ -100,6 +106,7 @@ def main() -> None:
                     "lanes": args.lanes,
                     "poll": args.poll,
                     "after_waits": args.after_waits,
+                    "wait_ms": args.wait_ms,
                     "rows": rows,
                 },
                 f,

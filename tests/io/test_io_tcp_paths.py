@@ -670,9 +670,9 @@ def test_far_deadline_waits_in_recv_alone():
 
 
 def test_reads_in_turn_script(tmp_path):
-    """scripts/io_reads_in_turn.py (the stall's probe, docs/io.md Round 8) runs, waited and
-    polled, checks the bytes it read, reports every size in the order given, and refuses a size
-    of 0."""
+    """scripts/io_reads_in_turn.py (the stall's probe, docs/io.md Round 8) runs, waited (with
+    the default and a near --wait-ms) and polled, checks the bytes it read, reports every size in
+    the order given, and refuses a size of 0."""
     import json
     import subprocess
     import sys
@@ -698,5 +698,14 @@ def test_reads_in_turn_script(tmp_path):
     assert polled.returncode == 0, polled.stderr
     got = json.loads(out.read_text())
     assert got["poll"] and got["after_waits"] == 2 and got["rows"][0]["reads"] == 5
+    near = subprocess.run(
+        [sys.executable, script, "--sizes", "64K", "--rounds", "5", "--wait-ms", "5000", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert near.returncode == 0, near.stderr
+    got = json.loads(out.read_text())
+    assert got["wait_ms"] == 5000 and not got["poll"] and got["rows"][0]["reads"] == 5
     bad = subprocess.run([sys.executable, script, "--sizes", "0"], capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "at least 1" in bad.stderr
