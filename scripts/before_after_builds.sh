@@ -34,12 +34,14 @@ ab_logged() {
   ab_run_in "$name" "$@" >> "$log" 2>&1 || { rc=1; echo "== $(basename "$log") failed"; tail -15 "$log"; }
 }
 
-# Builds source tree $2 into $PREFIX/$1; its log goes to $OUT/build-$1.log.
+# Builds source tree $2 into $PREFIX/$1; its log goes to $OUT/build-$1.log. AB_CUDA=1 builds
+# the GPU code too (where the machine has nvcc), for GPU rows.
 ab_build() {
-  local name=$1 src=$2 start=$SECONDS
+  local name=$1 src=$2 start=$SECONDS cuda=-Ccmake.define.MORI_DISABLE_CUDA=ON
+  [ "${AB_CUDA:-0}" = 1 ] && cuda=-Ccmake.define.MORI_DISABLE_CUDA=OFF
   rm -rf "$PREFIX/$name"
   env CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" $PY -m pip install -q --no-build-isolation --no-deps \
-    --target "$PREFIX/$name" -C cmake.define.MORI_DISABLE_CUDA=ON -C build-dir="$PREFIX/build-$name" "$src" \
+    --target "$PREFIX/$name" "$cuda" -C build-dir="$PREFIX/build-$name" "$src" \
     > "$OUT/build-$name.log" 2>&1
   local r=$?
   echo "== build $name: exit $r, $((SECONDS - start)) s"
@@ -47,7 +49,8 @@ ab_build() {
   return $r
 }
 
-# Builds "before" (from $BEFORE_SRC, else `git archive $BEFORE`) and "after" (this tree).
+# Builds "before" (from $BEFORE_SRC, else `git archive $BEFORE`) and "after" (this tree); with
+# AB_PARALLEL=1 both at once (a many-core host).
 ab_build_both() {
   local before_src
   if [ -n "${BEFORE_SRC:-}" ]; then
@@ -57,6 +60,15 @@ ab_build_both() {
     rm -rf "$before_src" && mkdir -p "$before_src"
     git -C "$ROOT" archive "$BEFORE" | tar -x -C "$before_src" ||
       { echo "no git here to take $BEFORE from: set BEFORE_SRC to a tree of it"; return 1; }
+  fi
+  if [ "${AB_PARALLEL:-0}" = 1 ]; then
+    ab_build before "$before_src" &
+    local pid=$! r
+    ab_build after "$ROOT"
+    r=$?
+    wait $pid && return $r
+    rc=1
+    return 1
   fi
   ab_build before "$before_src" && ab_build after "$ROOT"
 }
