@@ -32,7 +32,8 @@ def io_summary(out: str, count: int) -> str:
     """`mori bench io`'s tcp rows of each run, before against after: the fastest transfer (us),
     x the socket, x the socket moving a batch one message at a time (where "before" had no such
     baseline, the same run's "after" measured it: a baseline's code is the same in both), x
-    Mooncake TCP; then the 8 B write latency (p50, p99/p50, p50 x the socket's round trip)."""
+    Mooncake TCP; then the 8 B latency of writes and reads (p50, p99/p50, p50 x the socket's
+    round trip)."""
     lines = [
         "row                     run | before: us  x sock  x 1by1  x mooncake | after: us  x sock  x 1by1  x mooncake"
     ]

@@ -2,7 +2,7 @@
 # Issue 32 on a many-core host (the GPU machine's 16 cores): MORI-IO tcp against the socket and
 # Mooncake TCP, the tree at BEFORE against this tree, alternated in one sitting (before, after,
 # after, before, ...). Each tree is built into its own directory (scripts/before_after_builds.sh:
-# pip install --target, CUDA off) and run from it:
+# pip install --target, CUDA off unless AB_CUDA=1) and run from it:
 #   mori bench io --mori tcp --apis session --baselines $BASELINES --sizes $SIZES --batches $BATCHES
 # On the GPU machine's image, source scripts/device_env.sh first (Mooncake and the build's
 # libraries travel in .devdeps and .whl).
