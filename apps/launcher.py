@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import IO, Callable, Optional, Sequence
 
 from mori import _C
-from mori.core.ports import free_port
+from mori.core.ports import restartable_port
 from mori.core.env import setting
 
 
@@ -212,7 +212,9 @@ def launch(cfg: LaunchConfig) -> int:
     else:
         store_port = cfg.master_port
     store_host = cfg.master_addr if multi_node else "127.0.0.1"
-    torch_port = free_port("") if not multi_node else cfg.master_port + 1
+    # torch's store (the program's rank 0) binds it after the other ranks start dialling it:
+    # below the ephemeral range no outgoing connection can hold it meanwhile (mori.core.ports).
+    torch_port = restartable_port("") if not multi_node else cfg.master_port + 1
 
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []

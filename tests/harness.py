@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from mori.core.ports import free_port
+from mori.core.ports import job_master_port
 
 PROGRAMS = Path(__file__).parent / "programs"
 CAPI_PROGRAMS = Path(__file__).parent / "capi"
@@ -108,9 +108,9 @@ def start_env_ranks(
     n: int, program: Sequence[str], extra: Optional[dict] = None, secret: bool = True
 ) -> list[subprocess.Popen]:
     """``n`` ranks of ``program`` started straight from env vars (``env_rank``), on a free port
-    and with a fresh job secret (``secret=False``: none, the one-host derived secret): nothing
-    stops the others when one dies."""
-    port, secret_hex = free_port(), os.urandom(32).hex() if secret else None
+    pair (``job_master_port``: rank 0's store binds the next one) and with a fresh job secret
+    (``secret=False``: none, the one-host derived secret): nothing stops the others when one dies."""
+    port, secret_hex = job_master_port(), os.urandom(32).hex() if secret else None
     return [start_rank(program, env_rank(rank, n, port, secret_hex, extra)) for rank in range(n)]
 
 

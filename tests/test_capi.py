@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mori.core.ports import free_port
+from mori.core.ports import restartable_port
 
 from harness import CAPI_PROGRAMS, check, job_env, mori_run, mpirun, pe_counts
 
@@ -108,7 +108,7 @@ def test_derived_secret_matches_python(built):
 
     from mori import _C
 
-    port = free_port()
+    port = restartable_port()  # rank 0 binds it while the other rank may dial it
     launch = {
         "MASTER_ADDR": "127.0.0.1",
         "MORI_MASTER_PORT": str(port),
@@ -167,7 +167,7 @@ def test_pe_killed_during_init_leaves_nothing_in_dev_shm(built):
     strace = shutil.which("strace")
     if strace is None:
         pytest.skip("strace is not installed (scripts/setup.sh installs it)")
-    port = free_port()
+    port = restartable_port()  # rank 0 binds it while the other rank may dial it
     before = set(os.listdir("/dev/shm"))
     base = {
         "MASTER_ADDR": "127.0.0.1",

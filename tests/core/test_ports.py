@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""mori.core.ports: the one free_port / restartable_port / wait_port of tests, launcher and umbp."""
+"""mori.core.ports: the one free_port / restartable_port / job_master_port / wait_port of tests,
+launcher and umbp."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import time
 import pytest
 
 from mori.core.errors import RemoteError, Timeout
-from mori.core.ports import free_port, restartable_port, wait_port
+from mori.core.ports import free_port, job_master_port, restartable_port, wait_port
 
 
 def test_free_port_can_be_bound_and_waited_for():
@@ -77,3 +78,19 @@ def test_restartable_port_is_below_the_ephemeral_range_and_comes_back():
         for _ in range(200):  # dialled while down: refused every time, never connected
             with socket.socket() as c:
                 assert c.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_job_master_port_leaves_the_store_port_free_below_the_ephemeral_range():
+    """A MASTER_ADDR job's rank 0 binds MORI's store on MASTER_PORT + 1 after the other ranks
+    start dialling it. job_master_port gives a MASTER_PORT whose next port is free too and, like
+    both, below ip_local_port_range, where no outgoing connection (or its TIME_WAIT) can hold it
+    (CI once failed with rank 0's "bind ...: Address already in use" on a free_port + 1)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    for _ in range(20):
+        port = job_master_port()
+        if low > 10002:
+            assert 10000 <= port and port + 1 < low
+        for p in (port, port + 1):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", p))  # free: nothing else is bound to either

@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from mori.core.ports import free_port, wait_port
+from mori.core.ports import job_master_port, restartable_port, wait_port
 
 from harness import PROGRAMS, check, collect, env_rank, job_env, mori_run, python_program, start_rank
 
@@ -48,7 +48,7 @@ class EnvJob:
     every byte checked). Rank 0 hosts the bootstrap store on `self.port`."""
 
     def __init__(self, rounds: int = 2) -> None:
-        self.port = free_port()
+        self.port = restartable_port()  # rank 0 binds it while the other rank may dial it
         self.secret = os.urandom(32).hex()
         self.rounds = rounds
         self.procs: list[subprocess.Popen] = []
@@ -367,7 +367,7 @@ def _no_secret_env(extra: dict) -> dict:
 def test_multi_node_secret_is_drawn_by_node0_and_passed_by_file(tmp_path):
     """Node 0 without a secret draws a random one and prints how to pass it; node 1 without one
     is refused with a clear error; node 1 with the printed secret in --secret-file joins."""
-    port = free_port()
+    port = job_master_port()  # the launcher's store on it, torch's on the next
     common = ["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(port), "-n", "1"]
     program = python_program("tcp_stress.py", "1")
     cli = [sys.executable, "-m", "mori.apps.cli", "run"]
@@ -485,7 +485,7 @@ def test_c_api_derived_secret_warns(tmp_path, with_secret):
         [str(paths().bin_dir / "oshcc"), "-o", str(exe), str(src)], capture_output=True, text=True, timeout=120
     )
     assert cc.returncode == 0, cc.stderr
-    port, secret = free_port(), os.urandom(32).hex()
+    port, secret = restartable_port(), os.urandom(32).hex()  # the store: rank 0 binds it
     procs = []
     for rank in range(2):
         extra = {

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from mori.core.ports import free_port
+from mori.core.ports import job_master_port
 
 from harness import (
     _run,
@@ -218,7 +218,7 @@ def test_unsatisfied_wait_until_times_out_saying_what_it_waited_for():
 def test_dead_peer_fails_operations_under_torchrun():
     pytest.importorskip("torch")
 
-    port = free_port()
+    port = job_master_port()  # torchrun's store on it, MORI's on the next
     out = check(
         _run(
             [
@@ -288,7 +288,7 @@ def test_store_host_rank_0_gone_at_init_is_named():
     (before: "connection refused" naming nobody)."""
     import re
 
-    port, secret = free_port(), os.urandom(32).hex()
+    port, secret = job_master_port(), os.urandom(32).hex()  # the store on port + 1
 
     def start(rank: int) -> subprocess.Popen:
         env = env_rank(rank, 3, port, secret, {"MORI_BOOTSTRAP_TIMEOUT": "4"})

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from mori.core.ports import free_port
+from mori.core.ports import restartable_port
 
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -40,5 +40,5 @@ def worker(rank: int, world: int, port: int) -> None:
 
 if __name__ == "__main__":
     n = int(sys.argv[1])
-    port = free_port("")
+    port = restartable_port("")  # torch's store: rank 0 binds it while the others may dial it
     mp.spawn(worker, args=(n, port), nprocs=n, join=True)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from mori.core.ports import free_port
+from mori.core.ports import restartable_port
 
 from harness import check, job_env, mori_run, python_program
 
@@ -162,7 +162,7 @@ def test_death_of_the_rank_hosting_the_store_is_named():
     """MASTER_ADDR/RANK jobs: rank 0 hosts the bootstrap store. When its init fails (here: a heap
     size it alone refuses), the others said only "bootstrap store connection closed"."""
 
-    port = free_port()
+    port = restartable_port()  # rank 0 binds it while the others may dial it
     code = (
         "import os, sys\nimport mori.shmem as sh\nr = int(os.environ['RANK'])\n"
         "if r == 0:\n    os.environ['MORI_SHMEM_HEAP_SIZE'] = '4K'\n"

@@ -9,13 +9,13 @@ import re
 
 import pytest
 
-from mori.core.ports import free_port
+from mori.core.ports import job_master_port
 
 from harness import collect, env_rank, python_program, start_rank
 
 
 def _run_once() -> dict[int, str]:
-    port, secret = free_port(), os.urandom(32).hex()
+    port, secret = job_master_port(), os.urandom(32).hex()  # rank 0 hosts the store on port + 1
     # Two pretend hosts of 2 PEs each (their own node ids), so PEs of the other host are network peers.
     procs = [
         start_rank(
