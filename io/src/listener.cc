@@ -19,6 +19,7 @@
 #include "mori/core/socket_reader.h"
 #include "mori/core/status.h"
 #include "src/engine_impl.h"
+#include "src/network_ordered.h"
 #include "src/registry.h"
 #include "src/send_message.h"
 #include "src/socket_poll.h"
@@ -293,6 +294,7 @@ void Listener::serve_requests(Conn* c) {
           // Nothing buffered (a large write's header came alone): the payload's segments are
           // taken as they arrive while polling, the rest (after the window) by blocking reads.
           char* dst = use->ptr + q.offset;
+          NetworkOrderedAccess payload;
           size_t got = reader.buffered() ? 0 : recv_polling(c->fd, dst, q.length, window);
           if (got < q.length && !reader.read(dst + got, q.length - got))
             raise(Status::kRemote, "connection closed in a payload");

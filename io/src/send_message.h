@@ -15,6 +15,7 @@
 #include <cstddef>
 
 #include "mori/core/socket.h"
+#include "src/network_ordered.h"
 
 namespace mori::io {
 
@@ -43,7 +44,11 @@ void send_message(int fd, msghdr& msg, size_t halves_upto, Fail&& fail) {
       msg.msg_iov[n].iov_len = want - before;
       part.msg_iovlen = n + 1;
     }
-    const ssize_t k = ::sendmsg(fd, &part, MSG_NOSIGNAL);
+    ssize_t k;
+    {
+      NetworkOrderedAccess payload;  // registered memory, reused once the peer has answered
+      k = ::sendmsg(fd, &part, MSG_NOSIGNAL);
+    }
     if (cut) msg.msg_iov[n].iov_len = whole;
     if (k < 0) {
       if (errno == EINTR) continue;
