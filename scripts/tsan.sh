@@ -3,7 +3,10 @@
 # (tests/io/native/io_thread_stress.cc: several threads moving and checking bytes over the tcp
 # backend with every way of waiting for a status, then a target dropped mid-transfer).
 #
-#   scripts/tsan.sh [seconds] [threads]     # default 20 s, 6 threads
+#   scripts/tsan.sh [seconds] [threads] [tcp|ucx]     # default 20 s, 6 threads, tcp
+#
+# ucx: MORI-IO's RDMA backend on UCX over tcp (MORI_IO_RDMA_TRANSPORT=ucx, UCX_TLS=tcp,self,
+# MORI_IO_DIRECT=0 are set); UCX itself is not instrumented.
 #
 # C++ alone, no Python: CPython is not instrumented, and the engine's threads (the caller's,
 # the lanes' receiving threads, the target's connection threads) are all in libmori. The
@@ -15,6 +18,12 @@ cd "$(dirname "$0")/.."
 OUT=build/tsan
 SECONDS_RUN=${1:-20}
 THREADS=${2:-6}
+BACKEND=${3:-tcp}
+if [ "$BACKEND" = ucx ]; then
+  # No memory hooks: UCX's madvise hook runs at thread exit, after ThreadSanitizer has let go
+  # of the thread, and crashes there.
+  export MORI_IO_RDMA_TRANSPORT=ucx UCX_TLS=${UCX_TLS:-tcp,self} MORI_IO_DIRECT=0 UCX_MEM_EVENTS=no
+fi
 TSAN="-fsanitize=thread -fno-omit-frame-pointer"
 
 start=$(date +%s)
@@ -31,7 +40,7 @@ built=$(date +%s)
 # halt_on_error: the first report fails the run (exit 66), with both threads' stacks.
 status=0
 TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 ${TSAN_OPTIONS:-}" \
-  "$OUT/io_thread_stress" "$SECONDS_RUN" "$THREADS" || status=$?
+  "$OUT/io_thread_stress" "$SECONDS_RUN" "$THREADS" "$BACKEND" || status=$?
 end=$(date +%s)
 echo "tsan.sh: build $((built - start)) s, run $((end - built)) s, exit $status"
 exit $status
