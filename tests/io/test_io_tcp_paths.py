@@ -662,6 +662,13 @@ def test_far_deadline_waits_in_recv_alone():
     poll() calls in the whole process (about 40 on the 2-core VM). With a nearer deadline (5 s)
     each wait polls before its recv(), so the deadline is kept (about one per read). Every byte
     checked."""
+    import os
+
+    if "libasan" in os.environ.get("LD_PRELOAD", ""):
+        # The receiving thread stays parked while the waiter comes back within 500 us; with
+        # libasan preloaded every allocation of the interpreter and numpy is slower, the caller
+        # comes back later, and the thread takes over (and polls) as designed.
+        pytest.skip("a timing property: not under scripts/sanitize.sh")
     reads = 400
     far = poll_calls(30_000, reads, 64 * KiB)
     near = poll_calls(5_000, reads, 64 * KiB)
