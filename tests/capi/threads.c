@@ -11,7 +11,7 @@
 #define BLOCK 512
 long g_total;
 long g_slots[THREADS * 64];
-long g_fetched; /* fetch-adds of phase 2, one per thread of the left neighbour */
+long g_fetched;               /* fetch-adds of phase 2, one per thread of the left neighbour */
 long g_block[THREADS][BLOCK]; /* phase 2: put by thread t of the left neighbour */
 long g_src[THREADS][BLOCK];   /* phase 2: got by thread t of the right neighbour */
 
