@@ -4,10 +4,12 @@
 #   - MORI-IO: tests/io/native/io_thread_stress.cc (threads moving and checking bytes with
 #     every way of waiting for a status, registration churn, a target dropped mid-transfer),
 #     on the tcp backend and on UCX;
+#   - MORI-UMBP's local store: tests/umbp/native/umbp_thread_stress.cc (threads putting and
+#     getting values over a small DRAM tier that keeps evicting to the SSD tier);
 #   - the C API at SHMEM_THREAD_MULTIPLE: tests/capi/threads.c (threads doing RMA and AMOs on
 #     the default context, then on private contexts), 2 and 4 PEs over shm, tcp and ucx-all.
 #
-#   scripts/tsan.sh [seconds] [threads]     # the IO stress's length and threads (20 s, 6)
+#   scripts/tsan.sh [seconds] [threads]     # the stress programs' length and threads (20 s, 6)
 #
 # C and C++ alone, no Python in the instrumented processes (CPython is not instrumented; `mori
 # run` only launches the C API's PEs). UCX is not instrumented and its memory hooks are turned
@@ -38,6 +40,8 @@ cmake --build "$OUT" --target mori mori_shmem -j "$(nproc)" > "$OUT.build.log" 2
 link=(-L"$OUT" -Wl,-rpath,"$PWD/$OUT" -pthread)
 ${CXX:-g++} -std=c++20 -O1 -g $TSAN -Iio/include -Icore/include tests/io/native/io_thread_stress.cc \
   -lmori "${link[@]}" -o "$OUT/io_thread_stress"
+${CXX:-g++} -std=c++20 -O1 -g $TSAN -Iumbp/include -Icore/include tests/umbp/native/umbp_thread_stress.cc \
+  -lmori "${link[@]}" -o "$OUT/umbp_thread_stress"
 ${CC:-gcc} -std=c11 -O1 -g $TSAN -Ishmem/include -Itests/capi tests/capi/threads.c \
   -lmori_shmem -lmori "${link[@]}" -o "$OUT/capi_threads"
 built=$(date +%s)
@@ -70,6 +74,10 @@ for backend in tcp ucx; do
     "$OUT/io_thread_stress" "$SECONDS_RUN" "$THREADS" tcp || status=$?
   fi
 done
+echo "== umbp_thread_stress $SECONDS_RUN s, $THREADS threads"
+ssd=$(mktemp -d)
+"$OUT/umbp_thread_stress" "$ssd" "$SECONDS_RUN" "$THREADS" || status=$?
+rm -rf "$ssd"
 for transport in shm tcp ucx-all; do
   for n in 2 4; do
     echo "== capi threads, $n PEs, $transport"

@@ -1,0 +1,51 @@
+# SPDX-License-Identifier: MIT
+"""MORI-UMBP's local store from several threads at once: tests/umbp/native/umbp_thread_stress.cc
+built against the installed libmori and run (scripts/tsan.sh runs the same program under
+ThreadSanitizer)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE = ROOT / "tests" / "umbp" / "native" / "umbp_thread_stress.cc"
+
+
+@pytest.fixture(scope="module")
+def stress_exe(tmp_path_factory) -> Path:
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    from mori.shmem import capi
+
+    lib = capi.paths().lib_dir
+    if not (lib / "libmori.so").exists():
+        pytest.skip(f"no libmori.so in {lib}")
+    exe = tmp_path_factory.mktemp("stress") / "umbp_thread_stress"
+    include = [f"-I{ROOT / layer / 'include'}" for layer in ("umbp", "core")]
+    cmd = [cxx, "-std=c++20", "-O1", "-g", *include, str(SOURCE), f"-L{lib}", "-lmori", f"-Wl,-rpath,{lib}"]
+    subprocess.run([*cmd, "-pthread", "-o", str(exe)], check=True, timeout=300)
+    return exe
+
+
+@pytest.mark.timeout(180)
+def test_threads_put_and_get_over_a_dram_tier_that_keeps_evicting_to_the_ssd(stress_exe: Path, tmp_path) -> None:
+    # 4 s of 4 threads: fresh keys of 1-192 KiB put singly and in batches, gets of one's own and
+    # the others' keys (each checked against the bytes its key determines), exists, flushes.
+    proc = subprocess.run([str(stress_exe), str(tmp_path), "4", "4"], capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.rstrip().endswith("ok"), proc.stdout
+    fields = proc.stdout.split(" gets checked")[0].split()
+    assert int(fields[-1]) >= 100, proc.stdout  # it ran, and read values back
+    from_ssd = int(proc.stdout.split(" from the SSD")[0].rsplit(" ", 1)[1])
+    assert from_ssd > 0, proc.stdout  # the SSD tier served some of them
+
+
+def test_bad_arguments_are_refused(stress_exe: Path, tmp_path) -> None:
+    for argv in ([], [str(tmp_path), "0"], [str(tmp_path), "1", "0"]):
+        proc = subprocess.run([str(stress_exe), *argv], capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2 and "usage" in proc.stderr, argv
