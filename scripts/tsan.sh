@@ -5,7 +5,8 @@
 #     every way of waiting for a status, registration churn, a target dropped mid-transfer),
 #     on the tcp backend and on UCX;
 #   - MORI-UMBP's local store: tests/umbp/native/umbp_thread_stress.cc (threads putting and
-#     getting values over a small DRAM tier that keeps evicting to the SSD tier);
+#     getting values over a small DRAM tier that keeps evicting to the SSD tier), in the store
+#     itself and through two clients of a per-host server holding it;
 #   - the C API at SHMEM_THREAD_MULTIPLE: tests/capi/threads.c (threads doing RMA and AMOs on
 #     the default context, then on private contexts), 2 and 4 PEs over shm, tcp and ucx-all.
 #
@@ -40,7 +41,7 @@ cmake --build "$OUT" --target mori mori_shmem -j "$(nproc)" > "$OUT.build.log" 2
 link=(-L"$OUT" -Wl,-rpath,"$PWD/$OUT" -pthread)
 ${CXX:-g++} -std=c++20 -O1 -g $TSAN -Iio/include -Icore/include tests/io/native/io_thread_stress.cc \
   -lmori "${link[@]}" -o "$OUT/io_thread_stress"
-${CXX:-g++} -std=c++20 -O1 -g $TSAN -Iumbp/include -Icore/include tests/umbp/native/umbp_thread_stress.cc \
+${CXX:-g++} -std=c++20 -O1 -g $TSAN -Iumbp/include -Iumbp -Icore/include tests/umbp/native/umbp_thread_stress.cc \
   -lmori "${link[@]}" -o "$OUT/umbp_thread_stress"
 ${CC:-gcc} -std=c11 -O1 -g $TSAN -Ishmem/include -Itests/capi tests/capi/threads.c \
   -lmori_shmem -lmori "${link[@]}" -o "$OUT/capi_threads"
@@ -74,10 +75,12 @@ for backend in tcp ucx; do
     "$OUT/io_thread_stress" "$SECONDS_RUN" "$THREADS" tcp || status=$?
   fi
 done
-echo "== umbp_thread_stress $SECONDS_RUN s, $THREADS threads"
-ssd=$(mktemp -d)
-"$OUT/umbp_thread_stress" "$ssd" "$SECONDS_RUN" "$THREADS" || status=$?
-rm -rf "$ssd"
+for mode in local server; do
+  echo "== umbp_thread_stress $SECONDS_RUN s, $THREADS threads, $mode"
+  ssd=$(mktemp -d)
+  "$OUT/umbp_thread_stress" "$ssd" "$SECONDS_RUN" "$THREADS" "$mode" || status=$?
+  rm -rf "$ssd"
+done
 for transport in shm tcp ucx-all; do
   for n in 2 4; do
     echo "== capi threads, $n PEs, $transport"

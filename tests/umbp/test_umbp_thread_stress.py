@@ -26,17 +26,23 @@ def stress_exe(tmp_path_factory) -> Path:
     if not (lib / "libmori.so").exists():
         pytest.skip(f"no libmori.so in {lib}")
     exe = tmp_path_factory.mktemp("stress") / "umbp_thread_stress"
-    include = [f"-I{ROOT / layer / 'include'}" for layer in ("umbp", "core")]
+    # umbp/ itself too: the server mode starts the per-host server from its internal header.
+    include = [f"-I{ROOT / layer / 'include'}" for layer in ("umbp", "core")] + [f"-I{ROOT / 'umbp'}"]
     cmd = [cxx, "-std=c++20", "-O1", "-g", *include, str(SOURCE), f"-L{lib}", "-lmori", f"-Wl,-rpath,{lib}"]
     subprocess.run([*cmd, "-pthread", "-o", str(exe)], check=True, timeout=300)
     return exe
 
 
 @pytest.mark.timeout(180)
-def test_threads_put_and_get_over_a_dram_tier_that_keeps_evicting_to_the_ssd(stress_exe: Path, tmp_path) -> None:
+@pytest.mark.parametrize("mode", ["local", "server"])
+def test_threads_put_and_get_over_a_dram_tier_that_keeps_evicting_to_the_ssd(
+    stress_exe: Path, tmp_path, mode: str
+) -> None:
     # 4 s of 4 threads: fresh keys of 1-192 KiB put singly and in batches, gets of one's own and
-    # the others' keys (each checked against the bytes its key determines), exists, flushes.
-    proc = subprocess.run([str(stress_exe), str(tmp_path), "4", "4"], capture_output=True, text=True, timeout=150)
+    # the others' keys (each checked against the bytes its key determines), exists, flushes; in
+    # the store itself, or through two clients of a per-host server holding it.
+    argv = [str(stress_exe), str(tmp_path), "4", "4", mode]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=150)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.rstrip().endswith("ok"), proc.stdout
     fields = proc.stdout.split(" gets checked")[0].split()
@@ -46,6 +52,6 @@ def test_threads_put_and_get_over_a_dram_tier_that_keeps_evicting_to_the_ssd(str
 
 
 def test_bad_arguments_are_refused(stress_exe: Path, tmp_path) -> None:
-    for argv in ([], [str(tmp_path), "0"], [str(tmp_path), "1", "0"]):
+    for argv in ([], [str(tmp_path), "0"], [str(tmp_path), "1", "0"], [str(tmp_path), "1", "1", "remote"]):
         proc = subprocess.run([str(stress_exe), *argv], capture_output=True, text=True, timeout=30)
         assert proc.returncode == 2 and "usage" in proc.stderr, argv

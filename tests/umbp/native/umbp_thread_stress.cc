@@ -10,7 +10,11 @@
 // exist; one thread flushes now and then. Gets that miss are allowed (a value may have been
 // evicted from both tiers); wrong bytes, a failed put of a fitting value, or a hang are not.
 //
-//   umbp_thread_stress <ssd dir> [seconds] [threads]
+// "server" runs the same store in the per-host server (StandaloneServer, in this process, on a
+// Unix socket in <ssd dir>), and the threads reach it through two clients of that server, half
+// of them on each: the server's connections and the clients' shared use are what is exercised.
+//
+//   umbp_thread_stress <ssd dir> [seconds] [threads] [local|server]
 // Exit 0: every check held; 1: one failed; 2: bad arguments.
 #include <atomic>
 #include <chrono>
@@ -25,6 +29,7 @@
 
 #include "mori/umbp/client.h"
 #include "mori/umbp/config.h"
+#include "src/standalone_server.h"
 
 using namespace mori::umbp;
 using Clock = std::chrono::steady_clock;
@@ -131,8 +136,9 @@ void worker(int id, int threads, Client& store, Clock::time_point end, std::vect
 int main(int argc, char** argv) {
   const double seconds = argc > 2 ? std::atof(argv[2]) : 5.0;
   const int threads = argc > 3 ? std::atoi(argv[3]) : 4;
-  if (argc < 2 || seconds <= 0 || threads < 1 || threads > 64) {
-    std::fprintf(stderr, "usage: umbp_thread_stress <ssd dir> [seconds > 0] [threads 1-64]\n");
+  const std::string mode = argc > 4 ? argv[4] : "local";
+  if (argc < 2 || seconds <= 0 || threads < 1 || threads > 64 || (mode != "local" && mode != "server")) {
+    std::fprintf(stderr, "usage: umbp_thread_stress <ssd dir> [seconds > 0] [threads 1-64] [local|server]\n");
     return 2;
   }
   Config config;
@@ -142,7 +148,25 @@ int main(int argc, char** argv) {
   config.ssd.capacity_bytes = size_t{256} << 20;
   config.ssd.segment_size_bytes = size_t{8} << 20;
   config.copy_pipeline.async_enabled = true;
-  std::unique_ptr<Client> store = create_client(config);
+
+  std::unique_ptr<StandaloneServer> server;
+  std::vector<std::unique_ptr<Client>> clients;
+  if (mode == "server") {
+    ServerOptions options;
+    options.address = std::string("unix://") + argv[1] + "/server.sock";
+    options.config = config;
+    server = StandaloneServer::start(options);
+    if (!server) {
+      std::fprintf(stderr, "umbp_thread_stress: another server holds %s\n", options.address.c_str());
+      return 1;
+    }
+    Config client_config;
+    client_config.standalone_process = StandaloneProcessConfig{};
+    client_config.standalone_process->address = server->address();
+    for (int c = 0; c < 2; ++c) clients.push_back(create_client(client_config));
+  } else {
+    clients.push_back(create_client(config));
+  }
 
   std::vector<std::atomic<uint64_t>> made(threads);
   std::atomic<uint64_t> checked{0};
@@ -150,20 +174,22 @@ int main(int argc, char** argv) {
   const auto end = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   std::vector<std::thread> ws;
   for (int i = 0; i < threads; ++i)
-    ws.emplace_back(worker, i, threads, std::ref(*store), end, std::ref(made), std::ref(checked));
+    ws.emplace_back(worker, i, threads, std::ref(*clients[i % clients.size()]), end, std::ref(made), std::ref(checked));
   for (auto& t : ws) t.join();
   const double took = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (g_failures.load() == 0 && !store->flush()) fail("the last flush failed");
-  const ClientStats stats = store->stats();
+  if (g_failures.load() == 0 && !clients[0]->flush()) fail("the last flush failed");
+  const ClientStats stats = server ? server->store_stats() : clients[0]->stats();
   if (stats.corrupt_reads != 0) fail(std::to_string(stats.corrupt_reads) + " reads failed their checksum");
   uint64_t puts = 0;
   for (auto& m : made) puts += m.load();
-  store.reset();  // the tiers' threads stop here
+  clients.clear();
+  if (server) server->stop();
+  server.reset();  // the tiers' threads stop here
   std::printf(
-      "umbp_thread_stress: %d threads, %llu puts, %llu gets checked in %.1f s (%llu from DRAM, %llu from the SSD, "
-      "%llu evicted to it); %s\n",
-      threads, static_cast<unsigned long long>(puts), static_cast<unsigned long long>(checked.load()), took,
-      static_cast<unsigned long long>(stats.dram_hits), static_cast<unsigned long long>(stats.ssd_hits),
+      "umbp_thread_stress: %s, %d threads, %llu puts, %llu gets checked in %.1f s (%llu from DRAM, %llu from the "
+      "SSD, %llu evicted to it); %s\n",
+      mode.c_str(), threads, static_cast<unsigned long long>(puts), static_cast<unsigned long long>(checked.load()),
+      took, static_cast<unsigned long long>(stats.dram_hits), static_cast<unsigned long long>(stats.ssd_hits),
       static_cast<unsigned long long>(stats.dram_evictions), g_failures.load() == 0 ? "ok" : "FAILED");
   return g_failures.load() == 0 ? 0 : 1;
 }
