@@ -200,6 +200,26 @@ def build_capi_programs(names: Sequence[str], out: Path) -> Path:
     return out
 
 
+def build_native_program(source: Path, out: Path, includes: Sequence[Path]) -> Path:
+    """Compiles a C++ test program (tests/*/native/) against the installed libmori into `out`;
+    skips the test where there is no C++ compiler or no libmori."""
+    import pytest
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    from mori.shmem.capi import paths
+
+    lib = paths().lib_dir
+    if not (lib / "libmori.so").exists():
+        pytest.skip(f"no libmori.so in {lib}")
+    cmd = [cxx, "-std=c++20", "-O1", "-g", "-Wall", "-Werror", *(f"-I{d}" for d in includes), str(source)]
+    cmd += [f"-L{lib}", "-lmori", f"-Wl,-rpath,{lib}", "-pthread", "-o", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stderr}"
+    return out
+
+
 def case_lines(text: str) -> list[dict]:
     """The JSON lines of tests/programs/cases.py in a job's output (launcher prefixes skipped)."""
     found = []

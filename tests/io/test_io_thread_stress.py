@@ -6,11 +6,11 @@ ThreadSanitizer)."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from harness import build_native_program
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "tests" / "io" / "native" / "io_thread_stress.cc"
@@ -18,32 +18,8 @@ SOURCE = ROOT / "tests" / "io" / "native" / "io_thread_stress.cc"
 
 @pytest.fixture(scope="module")
 def stress_exe(tmp_path_factory) -> Path:
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no C++ compiler")
-    from mori.shmem import capi
-
-    lib = capi.paths().lib_dir
-    if not (lib / "libmori.so").exists():
-        pytest.skip(f"no libmori.so in {lib}")
-    exe = tmp_path_factory.mktemp("stress") / "io_thread_stress"
-    cmd = [
-        cxx,
-        "-std=c++20",
-        "-O1",
-        "-g",
-        f"-I{ROOT / 'io' / 'include'}",
-        f"-I{ROOT / 'core' / 'include'}",
-        str(SOURCE),
-        f"-L{lib}",
-        "-lmori",
-        f"-Wl,-rpath,{lib}",
-        "-pthread",
-        "-o",
-        str(exe),
-    ]
-    subprocess.run(cmd, check=True, timeout=300)
-    return exe
+    includes = [ROOT / "io" / "include", ROOT / "core" / "include"]
+    return build_native_program(SOURCE, tmp_path_factory.mktemp("stress") / "io_thread_stress", includes)
 
 
 # ucx: the RDMA backend on UCX over tcp, as scripts/tsan.sh runs it (no UCX memory hooks).

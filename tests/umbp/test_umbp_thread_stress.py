@@ -5,11 +5,11 @@ ThreadSanitizer)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from harness import build_native_program
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "tests" / "umbp" / "native" / "umbp_thread_stress.cc"
@@ -17,20 +17,9 @@ SOURCE = ROOT / "tests" / "umbp" / "native" / "umbp_thread_stress.cc"
 
 @pytest.fixture(scope="module")
 def stress_exe(tmp_path_factory) -> Path:
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no C++ compiler")
-    from mori.shmem import capi
-
-    lib = capi.paths().lib_dir
-    if not (lib / "libmori.so").exists():
-        pytest.skip(f"no libmori.so in {lib}")
-    exe = tmp_path_factory.mktemp("stress") / "umbp_thread_stress"
     # umbp/ itself too: the server mode starts the per-host server from its internal header.
-    include = [f"-I{ROOT / layer / 'include'}" for layer in ("umbp", "core")] + [f"-I{ROOT / 'umbp'}"]
-    cmd = [cxx, "-std=c++20", "-O1", "-g", *include, str(SOURCE), f"-L{lib}", "-lmori", f"-Wl,-rpath,{lib}"]
-    subprocess.run([*cmd, "-pthread", "-o", str(exe)], check=True, timeout=300)
-    return exe
+    includes = [ROOT / "umbp" / "include", ROOT / "core" / "include", ROOT / "umbp"]
+    return build_native_program(SOURCE, tmp_path_factory.mktemp("stress") / "umbp_thread_stress", includes)
 
 
 @pytest.mark.timeout(180)
