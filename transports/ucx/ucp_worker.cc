@@ -86,9 +86,15 @@ UcpWorker::UcpWorker(const Ucp& api, Options options) : api_(api), options_(std:
 }
 
 UcpWorker::~UcpWorker() {
-  stop();
-  api_.worker_destroy(worker_);
+  destroy_worker();
   api_.cleanup(context_);
+}
+
+void UcpWorker::destroy_worker() {
+  stop();
+  if (worker_ == nullptr) return;
+  api_.worker_destroy(worker_);
+  worker_ = nullptr;
 }
 
 void UcpWorker::start() {

@@ -197,12 +197,17 @@ UcxTransport::~UcxTransport() {
     for (auto& r : regions_) {
       if (!r) continue;
       for (auto& k : r->rkeys)
-        if (k) api_.rkey_destroy(k);
-      if (r->memh) api_.mem_unmap(worker_->context(), r->memh);
+        if (k) api_.rkey_destroy(k), k = nullptr;
     }
-    regions_.clear();
   }
   close_endpoints();
+  // Registrations last: destroying the worker purges what the endpoints still hold, UCX's own
+  // requests for a peer's half-served operation included, and those use them.
+  worker_->destroy_worker();
+  std::lock_guard<std::mutex> lock(regions_mu_);
+  for (auto& r : regions_)
+    if (r && r->memh) api_.mem_unmap(worker_->context(), r->memh);
+  regions_.clear();
 }
 
 void UcxTransport::close_endpoints() {

@@ -266,19 +266,39 @@ UcxBackend::UcxBackend(EngineImpl& engine) : engine_(engine), state_(std::make_u
 UcxBackend::~UcxBackend() {
   UcxState& st = *state_;
   const ucx::Ucp& u = *st.u;
-  // Closing: whatever is in flight fails, naming the reason; UCX gets a moment to finish.
+  // Closing: peers' transfers underway are served and ours finish where they can, within 2 s;
+  // whatever is left then fails, naming the reason.
   st.progress->call([&] {
     st.closing = true;
+    double deadline = net::now() + 2.0;
+    // What peers asked of this engine first: UCX answers their gets and acknowledges their puts
+    // itself, from requests of this worker, and a worker destroyed with those in flight leaves
+    // them unreturned (UCX warns of each at exit) and the peers' transfers failed for nothing.
+    // So the worker is progressed until it has been idle for a moment (or the deadline), then
+    // flushed for our own operations.
+    constexpr double kIdleS = 0.02;
+    for (double idle_since = net::now(); net::now() < deadline && net::now() - idle_since < kIdleS;)
+      if (st.progress->progress() != 0) idle_since = net::now();
+    ucp_request_param_t fp{};
+    ucs_status_ptr_t flush = u.worker_flush_nbx(st.worker, &fp);
+    if (UCS_PTR_IS_PTR(flush)) {
+      while (u.request_check_status(flush) == UCS_INPROGRESS && net::now() < deadline) st.progress->progress();
+      if (u.request_check_status(flush) == UCS_INPROGRESS) u.request_cancel(st.worker, flush);
+      u.request_free(flush);
+    }
     for (auto& [key, ep] : st.eps)
       close_endpoint(st, ep, format("%s: engine '%s' is closing", ep->name.c_str(), engine_.key().c_str()));
     st.eps.clear();
-    double deadline = net::now() + 2.0;
+    deadline = std::max(deadline, net::now() + 0.5);
     while (!st.closing_eps.empty() && net::now() < deadline) {
       st.progress->progress();
       reap(st);
     }
   });
-  st.progress->stop();
+  // The worker goes before the registrations: destroying it purges UCX's own requests for
+  // peers' transfers still half served, and those use our registrations (unmapped first, a
+  // target dropped under a peer's reads crashed in ucp_worker_destroy).
+  st.progress->destroy_worker();
   for (auto& [id, memh] : st.mems) u.mem_unmap(st.ctx, memh);
   st.mems.clear();
 }

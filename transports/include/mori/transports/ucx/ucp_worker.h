@@ -108,6 +108,11 @@ class UcpWorker {
   // Stops the progress thread (idempotent); the worker stays usable by the caller. Work
   // submitted before runs first.
   void stop();
+  // Stops the progress thread and destroys the worker, which purges what its endpoints still
+  // hold, UCX's own requests included (a peer's transfer half served, say). Those may use
+  // memory registered in the context: unmap it only after this (UCX calls into a freed
+  // registration otherwise). The context stays until the destructor. Idempotent.
+  void destroy_worker();
 
  private:
   void run();
