@@ -196,8 +196,10 @@ UcxTransport::~UcxTransport() {
     std::lock_guard<std::mutex> lock(regions_mu_);
     for (auto& r : regions_) {
       if (!r) continue;
-      for (auto& k : r->rkeys)
-        if (k) api_.rkey_destroy(k), k = nullptr;
+      for (auto& k : r->rkeys) {
+        if (k) api_.rkey_destroy(k);
+        k = nullptr;
+      }
     }
   }
   close_endpoints();
