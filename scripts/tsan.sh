@@ -3,7 +3,7 @@
 # programs under it:
 #   - MORI-IO: tests/io/native/io_thread_stress.cc (threads moving and checking bytes with
 #     every way of waiting for a status, registration churn, a target dropped mid-transfer),
-#     on the tcp backend and on UCX;
+#     on the tcp backend, the same-host direct path and UCX;
 #   - MORI-UMBP's local store: tests/umbp/native/umbp_thread_stress.cc (threads putting and
 #     getting values over a small DRAM tier that keeps evicting to the SSD tier), in the store
 #     itself and through two clients of a per-host server holding it;
@@ -66,13 +66,13 @@ if "$OUT/canary" > "$OUT/canary.log" 2>&1 || ! grep -q "ThreadSanitizer: data ra
 fi
 
 status=0
-for backend in tcp ucx; do
+for backend in tcp cma ucx; do
   echo "== io_thread_stress $SECONDS_RUN s, $THREADS threads, $backend"
   if [ "$backend" = ucx ]; then
     env MORI_IO_RDMA_TRANSPORT=ucx UCX_TLS=${UCX_TLS:-tcp,self} MORI_IO_DIRECT=0 \
       "$OUT/io_thread_stress" "$SECONDS_RUN" "$THREADS" ucx || { r=$?; [ $r -eq 3 ] || status=$r; }
   else
-    "$OUT/io_thread_stress" "$SECONDS_RUN" "$THREADS" tcp || status=$?
+    "$OUT/io_thread_stress" "$SECONDS_RUN" "$THREADS" "$backend" || status=$?
   fi
 done
 for mode in local server; do

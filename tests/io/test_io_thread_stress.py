@@ -27,7 +27,7 @@ UCX_ENV = {"MORI_IO_RDMA_TRANSPORT": "ucx", "UCX_TLS": "tcp,self", "MORI_IO_DIRE
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("backend", ["tcp", "ucx"])
+@pytest.mark.parametrize("backend", ["tcp", "cma", "ucx"])
 def test_threads_move_and_check_bytes_then_a_target_dies_mid_transfer(stress_exe: Path, backend: str) -> None:
     # 4 s of 4 threads: writes and reads of 8 B to 512 KiB (one lane and striped), single and
     # batched, waited for in four ways, inbound statuses popped, a region registered and dropped

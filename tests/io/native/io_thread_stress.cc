@@ -2,7 +2,8 @@
 // MORI-IO's tcp backend from several threads at once, in C++ alone, for ThreadSanitizer
 // (scripts/tsan.sh builds libmori and this with -fsanitize=thread) and as a plain stress run.
 //
-// Two engines in one process, sockets forced (no same-host shortcut). Every worker thread owns
+// Two engines in one process, over sockets (tcp, ucx) or the same-host direct path (cma, whose
+// copies the initiator's threads make). Every worker thread owns
 // a slice of the initiator's source and destination buffers and of the target's region, and
 // loops: fresh bytes into its source slice, a write of a random size (8 B up to past the
 // striping size) as one transfer or a batch of segments, a read back into its destination
@@ -14,7 +15,7 @@
 // Then the target engine is dropped while transfers are in flight: every status must settle
 // (no hang), and the initiator must keep working against a new target; three times over.
 //
-//   io_thread_stress [seconds] [threads] [tcp|ucx]
+//   io_thread_stress [seconds] [threads] [tcp|cma|ucx]
 // Exit 0: every check held; 1: one failed; 2: bad arguments; 3: the backend cannot be made here.
 #include <atomic>
 #include <chrono>
@@ -113,8 +114,10 @@ struct Pair {
   MemoryDesc src, dst, remote;
 };
 
-// "tcp", or "ucx": the RDMA backend (run with MORI_IO_RDMA_TRANSPORT=ucx and UCX_TLS=tcp,self
-// where no RDMA device is; MORI_IO_DIRECT=0 keeps it off the same-host path).
+// "tcp"; "cma", the same-host direct path (the initiator's threads copy with
+// process_vm_readv/writev once the target granted access); or "ucx": the RDMA backend (run
+// with MORI_IO_RDMA_TRANSPORT=ucx and UCX_TLS=tcp,self where no RDMA device is; MORI_IO_DIRECT=0
+// keeps it off the same-host path).
 std::string g_backend = "tcp";
 
 std::shared_ptr<Engine> make_engine(const std::string& key) {
@@ -122,7 +125,7 @@ std::shared_ptr<Engine> make_engine(const std::string& key) {
   if (g_backend == "ucx")
     e->create_rdma_backend(RdmaBackendConfig{});
   else
-    e->create_tcp_backend(TcpBackendConfig{0, /*direct=*/false});
+    e->create_tcp_backend(TcpBackendConfig{0, /*direct=*/g_backend == "cma"});
   return e;
 }
 
@@ -203,8 +206,8 @@ int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 5.0;
   const int threads = argc > 2 ? std::atoi(argv[2]) : 4;
   if (argc > 3) g_backend = argv[3];
-  if (seconds <= 0 || threads < 1 || threads > 64 || (g_backend != "tcp" && g_backend != "ucx")) {
-    std::fprintf(stderr, "usage: io_thread_stress [seconds > 0] [threads 1-64] [tcp|ucx]\n");
+  if (seconds <= 0 || threads < 1 || threads > 64 || (g_backend != "tcp" && g_backend != "cma" && g_backend != "ucx")) {
+    std::fprintf(stderr, "usage: io_thread_stress [seconds > 0] [threads 1-64] [tcp|cma|ucx]\n");
     return 2;
   }
   const size_t span = 1 << 20;  // each worker's slice
