@@ -3,7 +3,8 @@
 
 BatchRouteGet of 128 keys (all hits, random keys of a populated index), closed loop from
 several client processes, against one master process backed by the in-memory store, one Redis,
-and four Redis instances (UMBP_REDIS_SHARD_URIS). Reports calls/s, keys/s and per-call p50/p99,
+and four Redis instances (UMBP_REDIS_SHARD_URIS), over TCP or (``redis-unix``, ``redis4-unix``)
+the servers' unix sockets. Reports calls/s, keys/s and per-call p50/p99,
 and the CPU the master processes (and redis-servers) spent per call, read from /proc: calls per
 master core-second is the figure that does not depend on what else loads the host.
 
@@ -335,7 +336,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(
         prog="mori bench umbp --master", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--backends", default="memory,redis,redis4", help="memory, redis (one), redis4 (four shards)")
+    p.add_argument(
+        "--backends",
+        default="memory,redis,redis4",
+        help="memory, redis (one), redis4 (four shards); redis-unix, redis4-unix: the same through unix sockets",
+    )
     p.add_argument("--clients", default="1,4,8", help="client processes (closed loop)")
     p.add_argument("--batch", type=int, default=128, help="keys per BatchRouteGet (0: RouteGet of one key)")
     p.add_argument("--keys", type=int, default=20000, help="keys in the index")
@@ -399,6 +404,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         p.error(f"--absent: a share between 0 and 1, got {args.absent}")
     if not args.seconds > 0:
         p.error(f"--seconds: timed seconds per row, more than 0, got {args.seconds}")
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    for b in backends:
+        if b not in ("memory", "redis", "redis4", "redis-unix", "redis4-unix"):
+            p.error(f"--backends: memory, redis, redis4, redis-unix or redis4-unix, got {b!r}")
     from mori.umbp.distributed.redis_server import RedisServerProcess
 
     report = Report(
@@ -429,11 +438,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "mori_published": MORI_PUBLISHED,
         }
     )
-    for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
+    for backend in backends:
         redis_servers = []
         env = {"UMBP_METADATA_BACKEND": "memory"}
         if backend.startswith("redis"):
-            n = 4 if backend == "redis4" else 1
+            n = 4 if backend.startswith("redis4") else 1
             try:
                 for _ in range(n):
                     redis_servers.append(RedisServerProcess())
@@ -444,7 +453,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             env = {
                 "UMBP_METADATA_BACKEND": "redis",
                 "UMBP_REDIS_NAMESPACE": "bench",
-                "UMBP_REDIS_SHARD_URIS": ",".join(r.uri for r in redis_servers),
+                "UMBP_REDIS_SHARD_URIS": ",".join(
+                    r.unix_uri if backend.endswith("-unix") else r.uri for r in redis_servers
+                ),
             }
         workers = args.master_workers if backend.startswith("redis") else 1
         try:

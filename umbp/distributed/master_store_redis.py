@@ -216,7 +216,7 @@ class RedisMetadataStore(MetadataStore):
                 **({} if self.settings.cluster else self._place_feed_native_args()),
             )
         except ValueError as exc:  # a URI the C++ side does not read: Python serves
-            log.info("umbp master: Redis get path stays in Python (%s)", exc)
+            log.warning("umbp master: Redis get path stays in Python, at far more CPU per call (%s)", exc)
             return None
 
     def _place_feed_native_args(self) -> dict:

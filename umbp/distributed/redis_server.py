@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 """A private redis-server (Debian's binary) on a free port in a tmp dir, for tests, benchmarks
-and single-host trials of the Redis metadata store.
+and single-host trials of the Redis metadata store. It also listens on a unix socket in that dir
+(mode 0700: only this user), for a master on the same host (``unix_uri``).
 
-    python -m mori.umbp.distributed.redis_server [--cluster]   # prints its URI, runs until ^C
+    python -m mori.umbp.distributed.redis_server [--cluster] [--unix]   # prints its URI, runs until ^C
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ class _Exited(RuntimeError):
 
 
 class RedisServerProcess:
-    """``RedisServerProcess()`` starts one; ``.uri``; ``.stop()`` ends it and removes its dir."""
+    """``RedisServerProcess()`` starts one; ``.uri`` (TCP) and ``.unix_uri`` (its unix socket);
+    ``.stop()`` ends it and removes its dir."""
 
     def __init__(
         self, cluster: bool = False, timeout_s: float = 10.0, exe: str = "redis-server", port: int = 0
@@ -41,7 +43,8 @@ class RedisServerProcess:
         path = shutil.which(exe)
         if path is None:
             raise FileNotFoundError(f"{exe} is not installed (apt-get install redis-server)")
-        self.dir = tempfile.mkdtemp(prefix="umbp-redis-")
+        self.dir = tempfile.mkdtemp(prefix="umbp-redis-")  # 0700
+        self.socket_path = os.path.join(self.dir, "redis.sock")
         self.cluster = cluster
         # A free port can be taken by someone else before redis binds it: try a few.
         for attempt in range(5 if port == 0 else 1):
@@ -52,6 +55,10 @@ class RedisServerProcess:
                 str(self.port),
                 "--bind",
                 "127.0.0.1",
+                "--unixsocket",
+                self.socket_path,
+                "--unixsocketperm",
+                "700",
                 "--dir",
                 self.dir,
                 "--save",
@@ -113,6 +120,11 @@ class RedisServerProcess:
     def uri(self) -> str:
         return f"redis://127.0.0.1:{self.port}"
 
+    @property
+    def unix_uri(self) -> str:
+        """The same server through its unix socket (redis-py's and the master's native path's form)."""
+        return f"unix://{self.socket_path}"
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -127,9 +139,10 @@ class RedisServerProcess:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cluster", action="store_true", help="a one-node Redis Cluster")
+    p.add_argument("--unix", action="store_true", help="print the unix socket's URI, not the TCP one")
     args = p.parse_args(argv)
     server = RedisServerProcess(cluster=args.cluster)
-    print(server.uri, flush=True)
+    print(server.unix_uri if args.unix else server.uri, flush=True)
     try:
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
     finally:

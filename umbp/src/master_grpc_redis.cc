@@ -77,13 +77,20 @@ RedisRoutes::RedisRoutes(Options options) : opt_(std::move(options)) {
   for (size_t e : opt_.shard_endpoint)
     MORI_CHECK_ARG(e < opt_.uris.size(), "shard_endpoint %zu is not an index into uris (%zu)", e, opt_.uris.size());
   for (const std::string& uri : opt_.uris) {
-    // redis://[[user]:password@]host[:port][/db]: what redis-py's from_url reads for plain TCP.
+    // What redis-py's from_url reads for plain connections: redis://[[user]:password@]host[:port][/db]
+    // (TCP) and unix://[[user]:password@]/path[?db=N] (a local socket: no TCP stack on either side,
+    // a cheaper round trip for a master beside its Redis).
     std::string_view u(uri);
-    MORI_CHECK_ARG(u.substr(0, 8) == "redis://", "uri %s: only redis:// is served natively", uri.c_str());
-    u.remove_prefix(8);
+    const bool unix_socket = u.substr(0, 7) == "unix://";
+    MORI_CHECK_ARG(unix_socket || u.substr(0, 8) == "redis://", "uri %s: only redis:// and unix:// are served natively",
+                   uri.c_str());
+    u.remove_prefix(unix_socket ? 7 : 8);
     auto ep = std::make_unique<Endpoint>();
     ep->password = opt_.password;
-    const size_t at = u.rfind('@');
+    // Credentials end at the last '@' of a TCP URI; a unix socket's at the "@/" that starts its
+    // path (which may hold '@' itself).
+    size_t at = u.rfind('@');
+    if (unix_socket) at = !u.empty() && u.front() == '/' ? std::string_view::npos : u.find("@/");
     if (at != std::string_view::npos) {
       std::string_view cred = u.substr(0, at);
       const size_t colon = cred.find(':');
@@ -96,6 +103,21 @@ RedisRoutes::RedisRoutes(Options options) : opt_(std::move(options)) {
         if (colon + 1 < cred.size()) ep->password = std::string(cred.substr(colon + 1));
       }
       u.remove_prefix(at + 1);
+    }
+    if (unix_socket) {
+      const size_t q = u.find('?');
+      std::string_view path = u.substr(0, q);
+      MORI_CHECK_ARG(!path.empty() && path.front() == '/', "uri %s: a unix socket's path must be absolute",
+                     uri.c_str());
+      MORI_CHECK_ARG(path.find('%') == std::string_view::npos, "uri %s: escaped paths are left to Python", uri.c_str());
+      if (q != std::string_view::npos) {
+        std::string_view query = u.substr(q + 1);
+        MORI_CHECK_ARG(query.substr(0, 3) == "db=" && parse_int(query.substr(3), ep->db),
+                       "uri %s: options other than db=N are left to Python", uri.c_str());
+      }
+      ep->unix_path = std::string(path);
+      endpoints_.push_back(std::move(ep));
+      continue;
     }
     std::string_view hostport = u.substr(0, u.find_first_of("/?"));
     std::string_view rest = u.substr(hostport.size());
@@ -136,7 +158,9 @@ redisContext* RedisRoutes::take(Endpoint& ep) {
       return c;
     }
   }
-  redisContext* c = redisConnectWithTimeout(ep.host.c_str(), ep.port, timeval_of(opt_.connect_timeout_s));
+  const timeval connect_timeout = timeval_of(opt_.connect_timeout_s);
+  redisContext* c = ep.unix_path.empty() ? redisConnectWithTimeout(ep.host.c_str(), ep.port, connect_timeout)
+                                         : redisConnectUnixWithTimeout(ep.unix_path.c_str(), connect_timeout);
   if (c == nullptr || c->err) {
     if (c) redisFree(c);
     return nullptr;

@@ -34,7 +34,8 @@ bool native_redis_available();
 class RedisRoutes {
  public:
   struct Options {
-    std::vector<std::string> uris;            // redis://[[user]:password@]host[:port][/db], one per endpoint
+    // One per endpoint: redis://[[user]:password@]host[:port][/db] or unix://[[user]:password@]/path[?db=N].
+    std::vector<std::string> uris;
     std::string password;                     // UMBP_REDIS_PASSWORD (a password in a URI wins)
     std::vector<std::string> shard_prefixes;  // "{ns:b0}", ... (UMBP_REDIS_BLOCK_SHARDS of them)
     // Redis Cluster: per shard, the index into uris of the node holding its slot (empty: not a
@@ -78,6 +79,7 @@ class RedisRoutes {
  private:
   struct Endpoint {
     std::string host, user, password;
+    std::string unix_path;  // unix://: the socket's path (host and port unused)
     int port = 6379;
     int db = 0;
     std::mutex mu;

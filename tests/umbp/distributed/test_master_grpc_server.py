@@ -189,15 +189,53 @@ def _script(address: str, rng: random.Random) -> list:
     return out
 
 
+@pytest.mark.skipif(CPP is None or not CPP.HAVE_NATIVE_REDIS, reason="no grpc++ or hiredis in this build")
+@pytest.mark.parametrize(
+    "uri, served",
+    [
+        ("redis://127.0.0.1:6379", True),
+        ("redis://user:pw@host:7000/2", True),
+        ("unix:///run/redis/redis.sock", True),
+        ("unix://user:pw@/tmp/dir@x/redis.sock?db=3", True),
+        ("unix://relative.sock", "must be absolute"),
+        ("unix://", "must be absolute"),
+        ("unix:///tmp/redis.sock?password=x", "other than db=N"),
+        ("unix:///tmp/redis.sock?db=x", "other than db=N"),
+        ("unix:///tmp/re%40dis.sock", "escaped paths"),
+        ("rediss://host:6379", "only redis:// and unix://"),
+    ],
+)
+def test_native_redis_path_reads_tcp_and_unix_socket_uris(uri, served):
+    """The C++ get path reads redis-py's plain URI forms, TCP and unix socket; any other form is
+    refused with a ValueError naming the URI (the store's Python client then serves the calls)."""
+    kw = dict(
+        password="",
+        shard_prefixes=["{t:b0}"],
+        script="return 1",
+        sha="0" * 40,
+        tier_priority=[0, 1, 2],
+        connect_timeout_s=1.0,
+        socket_timeout_s=1.0,
+        pool_size=2,
+    )
+    if served is True:
+        CPP.RedisRoutes(uris=[uri], **kw)  # constructing connects nothing
+        return
+    with pytest.raises(ValueError, match=served) as err:
+        CPP.RedisRoutes(uris=[uri], **kw)
+    assert uri in str(err.value)
+
+
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("backend", ["memory", "redis-shards", "redis-cluster"])
+@pytest.mark.parametrize("backend", ["memory", "redis-shards", "redis-unix", "redis-cluster"])
 def test_both_servers_answer_alike(backend, request, monkeypatch):
     """The same calls, answered by grpcio's server (all Python) and by grpc++ (the get path in
     C++ over the in-memory index, or over two Redis endpoints or a Redis Cluster through hiredis
-    and the store's own Lua script): the same replies, codes, details and metrics. And by grpc++
+    and the store's own Lua script; or over one Redis's unix socket): the same replies, codes,
+    details and metrics. And by grpc++
     with every native call handed to the handler threads (UMBP_MASTER_INLINE_BYTES=0; by default
     only batches larger than 1 KiB go there)."""
-    pair = request.getfixturevalue("redis_pair") if backend == "redis-shards" else None
+    pair = request.getfixturevalue("redis_pair") if backend in ("redis-shards", "redis-unix") else None
     cluster = request.getfixturevalue("redis_cluster") if backend == "redis-cluster" else None
     seed = random.randrange(1 << 30)
     answers = {}

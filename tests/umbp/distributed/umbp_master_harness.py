@@ -47,6 +47,7 @@ class RedisProcess:
             pytest.skip("redis-server is not installed (apt-get install redis-server; scripts/setup.sh does)")
         self._server = RedisServerProcess(cluster=cluster)
         self.uri = self._server.uri
+        self.unix_uri = self._server.unix_uri
         self.port = self._server.port
 
     def stop(self) -> None:
@@ -73,7 +74,8 @@ def redis_cluster() -> Iterator[RedisProcess]:
 
 
 def make_store(kind: str, redis_pair=None, redis_cluster=None, shards: int = 4):
-    """A fresh store of the given kind: memory, redis (one endpoint), redis-shards (two), redis-cluster."""
+    """A fresh store of the given kind: memory, redis (one endpoint), redis-unix (the same through
+    its unix socket), redis-shards (two), redis-cluster."""
     from mori.umbp.distributed.master_store_memory import InMemoryMetadataStore
 
     if kind == "memory":
@@ -83,6 +85,8 @@ def make_store(kind: str, redis_pair=None, redis_cluster=None, shards: int = 4):
     ns = uid("t")
     if kind == "redis":
         return RedisMetadataStore(RedisSettings(uri=redis_pair[0].uri, namespace=ns, block_shards=shards))
+    if kind == "redis-unix":
+        return RedisMetadataStore(RedisSettings(uri=redis_pair[0].unix_uri, namespace=ns, block_shards=shards))
     if kind == "redis-shards":
         return RedisMetadataStore(
             RedisSettings(shard_uris=[r.uri for r in redis_pair], namespace=ns, block_shards=shards)
