@@ -53,7 +53,26 @@ def test_bench_umbp_master_smoke(tmp_path, absent, rpc):
     assert doc["meta"]["rpc"] == {"get": "BatchRouteGet", "lookup": "BatchLookup", "puts": "BatchRoutePut"}[rpc]
 
 
-@pytest.mark.parametrize("bad", [["--seconds", "0"], ["--seconds", "-1"], ["--absent", "1.5"]])
+def test_bench_umbp_master_over_redis_unix_sockets(tmp_path):
+    """The Redis rows through the servers' unix sockets: one Redis and four shards, tiny."""
+    import shutil
+
+    from mori.apps.bench import main as bench_main
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (scripts/setup.sh installs it)")
+    out = tmp_path / "m.json"
+    argv = ["umbp", "--master", "--backends", "redis-unix,redis4-unix", "--clients", "1", "--seconds", "0.3"]
+    assert bench_main(argv + ["--keys", "300", "--batch", "8", "--json", str(out)]) == 0
+    rows = {r["backend"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"redis-unix", "redis4-unix"}
+    for r in rows.values():
+        assert r["calls"] >= 1 and r["misses"] == 0 and r["calls_per_s"] > 0
+
+
+@pytest.mark.parametrize(
+    "bad", [["--seconds", "0"], ["--seconds", "-1"], ["--absent", "1.5"], ["--backends", "memory,redis5"]]
+)
 def test_bench_umbp_master_refuses_bad_rows(bad, capsys):
     """A row of no time (or a share out of range) is refused before any master starts, naming
     the argument: a 0-second row would time one call per client and give no CPU figure."""
