@@ -165,14 +165,16 @@ def python_program(name: str, *args: str) -> list[str]:
 
 def check(proc: subprocess.CompletedProcess, expect_ok: bool = True) -> str:
     """Assert on the exit code; returns stdout+stderr for further checks. A failed job's message
-    starts with the cases its rank programs reported failed (cases.py), if any."""
+    starts with the cases its rank programs reported failed (cases.py), if any, and ends with
+    its command line (which holds the job's random seed, so the failure can be replayed)."""
     text = proc.stdout + proc.stderr
     if expect_ok and proc.returncode != 0:
         failed = [
             f"case {c['case']!r} failed on PE {c['pe']}: {c.get('error', '')}" for c in case_lines(text) if not c["ok"]
         ]
         summary = ": " + "; ".join(failed[:4]) if failed else ""
-        raise AssertionError(f"job failed with code {proc.returncode}{summary}\n{text[-6000:]}")
+        cmd = " ".join(map(str, proc.args)) if isinstance(proc.args, (list, tuple)) else str(proc.args)
+        raise AssertionError(f"job failed with code {proc.returncode}{summary}\n{text[-6000:]}\ncommand: {cmd[-1000:]}")
     return text
 
 

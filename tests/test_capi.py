@@ -353,6 +353,31 @@ def _rnd(seed: int, tag: int, pe: int, i: int) -> int:
     return _mix64(seed ^ _mix64((tag << 48) ^ (pe << 32) ^ i))
 
 
+def _fair_unmasks_an_int_satisfied_element(seed: int, n: int) -> bool:
+    """Whether fair.c, run with `seed` on `n` PEs, takes its rare branch on some PE: no long
+    element satisfied, so it unmasks the first that holds 2, and that one's int is nonzero too
+    (the int waits must then hand it out; CI met the branch once in about 200 runs at 8 PEs)."""
+    for me in range(n):
+        left = (me + n - 1) % n
+        status = [_rnd(seed, 3, me, i) % 5 == 0 for i in range(24)]
+        theirs = [1 + _rnd(seed, 1, left, i) % 3 for i in range(24)]
+        if any(not status[i] and theirs[i] == 2 for i in range(24)):
+            continue
+        first = next((i for i in range(24) if theirs[i] == 2), None)
+        if first is not None and status[first] and _rnd(seed, 2, left, first) % 4 != 0:
+            return True
+    return False
+
+
+def test_fair_where_it_unmasks_an_element(built, tools):
+    """fair.c's rare branch, on a seed drawn until it is taken: an element unmasked for the long
+    waits is unmasked for the int waits too, so they may hand it out."""
+    rng = random.Random()
+    seed = next(s for s in iter(lambda: rng.getrandbits(48), None) if _fair_unmasks_an_int_satisfied_element(s, 8))
+    out = check(_oshrun(tools, 8, [str(built / "fair"), str(seed)], timeout=180))
+    assert "fair: OK on 8 PEs" in out, f"seed {seed}:\n{out[-3000:]}"
+
+
 @pytest.mark.parametrize("name", ["fair", "team_sync", "shmemx", "generics_gen", "v16", "stage_parity"])
 @pytest.mark.parametrize("n", CONFORMANCE_PES)
 def test_conformance_program(built, tools, name, n):

@@ -78,7 +78,6 @@ int main(int argc, char** argv) {
     satisfied[i] = !status[i] && theirs == 2;
     any_sat |= satisfied[i];
     values[i] = (rnd(4, me, i) & 1) ? theirs : theirs + 1; /* vector form: about half match */
-    isat[i] = !status[i] && (int)(rnd(2, left, i) % 4) != 0;
   }
   if (!any_sat) { /* keep the check meaningful: unmask one element that is 2 */
     for (int i = 0; i < N; ++i)
@@ -88,6 +87,8 @@ int main(int argc, char** argv) {
         break;
       }
   }
+  /* After the unmasking above: an element it unmasked is handed out by the int waits too. */
+  for (int i = 0; i < N; ++i) isat[i] = !status[i] && (int)(rnd(2, left, i) % 4) != 0;
   struct Args args = {status, 2, values};
   int any = 0;
   for (int i = 0; i < N; ++i) any |= satisfied[i];
