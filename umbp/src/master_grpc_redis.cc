@@ -65,6 +65,21 @@ bool parse_int(std::string_view s, T& v) {
   return ec == std::errc() && end == s.data() + s.size();
 }
 
+// The URI as an error may show it: a password in its user info replaced by "***" (the errors
+// reach the master's log).
+std::string shown_uri(std::string_view uri) {
+  const size_t scheme = uri.find("://");
+  if (scheme == std::string_view::npos) return std::string(uri);
+  const size_t start = scheme + 3;
+  // A unix socket's credentials end at the "@/" that starts its path; a TCP URI's at its last '@'.
+  size_t at = uri.find("@/", start);
+  if (at == std::string_view::npos) at = uri.rfind('@');
+  if (at == std::string_view::npos || at < start) return std::string(uri);
+  const size_t colon = uri.substr(start, at - start).find(':');
+  if (colon == std::string_view::npos) return std::string(uri);
+  return std::string(uri.substr(0, start + colon + 1)) + "***" + std::string(uri.substr(at));
+}
+
 }  // namespace
 
 RedisRoutes::RedisRoutes(Options options) : opt_(std::move(options)) {
@@ -78,12 +93,13 @@ RedisRoutes::RedisRoutes(Options options) : opt_(std::move(options)) {
     MORI_CHECK_ARG(e < opt_.uris.size(), "shard_endpoint %zu is not an index into uris (%zu)", e, opt_.uris.size());
   for (const std::string& uri : opt_.uris) {
     // What redis-py's from_url reads for plain connections: redis://[[user]:password@]host[:port][/db]
-    // (TCP) and unix://[[user]:password@]/path[?db=N] (a local socket: no TCP stack on either side,
-    // a cheaper round trip for a master beside its Redis).
+    // (TCP) and unix://[[user]:password@]/path[?db=N] (a Redis on this host, reached without a
+    // TCP port; measured no cheaper per call than loopback TCP, docs/umbp-master.md).
     std::string_view u(uri);
+    const std::string shown = shown_uri(uri);
     const bool unix_socket = u.substr(0, 7) == "unix://";
     MORI_CHECK_ARG(unix_socket || u.substr(0, 8) == "redis://", "uri %s: only redis:// and unix:// are served natively",
-                   uri.c_str());
+                   shown.c_str());
     u.remove_prefix(unix_socket ? 7 : 8);
     auto ep = std::make_unique<Endpoint>();
     ep->password = opt_.password;
@@ -95,7 +111,7 @@ RedisRoutes::RedisRoutes(Options options) : opt_(std::move(options)) {
       std::string_view cred = u.substr(0, at);
       const size_t colon = cred.find(':');
       MORI_CHECK_ARG(cred.find('%') == std::string_view::npos, "uri %s: escaped credentials are left to Python",
-                     uri.c_str());
+                     shown.c_str());
       if (colon == std::string_view::npos) {
         ep->user = std::string(cred);
       } else {
@@ -108,12 +124,13 @@ RedisRoutes::RedisRoutes(Options options) : opt_(std::move(options)) {
       const size_t q = u.find('?');
       std::string_view path = u.substr(0, q);
       MORI_CHECK_ARG(!path.empty() && path.front() == '/', "uri %s: a unix socket's path must be absolute",
-                     uri.c_str());
-      MORI_CHECK_ARG(path.find('%') == std::string_view::npos, "uri %s: escaped paths are left to Python", uri.c_str());
+                     shown.c_str());
+      MORI_CHECK_ARG(path.find('%') == std::string_view::npos, "uri %s: escaped paths are left to Python",
+                     shown.c_str());
       if (q != std::string_view::npos) {
         std::string_view query = u.substr(q + 1);
         MORI_CHECK_ARG(query.substr(0, 3) == "db=" && parse_int(query.substr(3), ep->db),
-                       "uri %s: options other than db=N are left to Python", uri.c_str());
+                       "uri %s: options other than db=N are left to Python", shown.c_str());
       }
       ep->unix_path = std::string(path);
       endpoints_.push_back(std::move(ep));
@@ -121,16 +138,16 @@ RedisRoutes::RedisRoutes(Options options) : opt_(std::move(options)) {
     }
     std::string_view hostport = u.substr(0, u.find_first_of("/?"));
     std::string_view rest = u.substr(hostport.size());
-    MORI_CHECK_ARG(rest.find('?') == std::string_view::npos, "uri %s: options are left to Python", uri.c_str());
+    MORI_CHECK_ARG(rest.find('?') == std::string_view::npos, "uri %s: options are left to Python", shown.c_str());
     if (!rest.empty() && rest != "/") {
-      MORI_CHECK_ARG(parse_int(rest.substr(1), ep->db), "uri %s: bad database number", uri.c_str());
+      MORI_CHECK_ARG(parse_int(rest.substr(1), ep->db), "uri %s: bad database number", shown.c_str());
     }
     const size_t colon = hostport.rfind(':');
     if (colon != std::string_view::npos && hostport.find(']') == std::string_view::npos) {
-      MORI_CHECK_ARG(parse_int(hostport.substr(colon + 1), ep->port), "uri %s: bad port", uri.c_str());
+      MORI_CHECK_ARG(parse_int(hostport.substr(colon + 1), ep->port), "uri %s: bad port", shown.c_str());
       hostport = hostport.substr(0, colon);
     }
-    MORI_CHECK_ARG(!hostport.empty() && hostport.front() != '[', "uri %s: host not served natively", uri.c_str());
+    MORI_CHECK_ARG(!hostport.empty() && hostport.front() != '[', "uri %s: host not served natively", shown.c_str());
     ep->host = std::string(hostport);
     endpoints_.push_back(std::move(ep));
   }
